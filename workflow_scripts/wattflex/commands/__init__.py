@@ -1,0 +1,1 @@
+"""Subcommands of ``wattflex``: one module each (see ``wattflex.cli``)."""
