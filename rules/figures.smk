@@ -1,0 +1,38 @@
+# Stage 6 (core): the paper's sweep figures and the PFI table beside Table 6.
+
+CORE_FIGURES = [
+    "fig2_power_tokens_over_time",
+    "curves_normalized",
+    "curves_raw",
+    "pfi_by_cluster",
+    "clocks_vs_cap",
+    "table6_emulated_vs_published",
+]
+
+
+def core_figure_files(campaign):
+    return [f"results/{campaign}/figures/{name}.png" for name in CORE_FIGURES] + [
+        f"results/{campaign}/tables/table6_pfi.csv"
+    ]
+
+
+rule core_figures:
+    """Fig. 2 analog, power-throughput curves, PFI by cluster, clocks vs cap, Table 6."""
+    input:
+        runs=f"results/{{campaign}}/runs.parquet",
+        pfi=f"results/{{campaign}}/pfi.parquet",
+        representative=lambda wc: [f"{representative_run(wc.campaign)}/{f}" for f in ("telemetry.parquet", "steps.parquet", "summary.json")],
+    output:
+        figures=[f"results/{{campaign}}/figures/{name}.png" for name in CORE_FIGURES],
+        table6=f"results/{{campaign}}/tables/table6_pfi.csv",
+    params:
+        figures=section("figures"),
+        paper_tables=PAPER_TABLES,
+        code=code_fingerprint("figures"),
+    log:
+        "logs/{campaign}/core_figures.log",
+    conda:
+        "../envs/analysis.yaml"
+    localrule: True
+    script:
+        "../workflow_scripts/core_figures.py"

@@ -1,0 +1,18 @@
+"""Rule script: PFI per sweep group from runs.parquet (wattflex.pfi.pfi_table)."""
+from wattflex.pfi import pfi_table
+from wattflex.provenance import provenance, read_parquet, read_parquet_meta, write_csv, write_parquet
+from wattflex.smk import rule_logger
+
+smk = snakemake  # noqa: F821
+log = rule_logger(smk)
+cfg = smk.params.pfi
+runs = read_parquet(smk.input[0])
+table = pfi_table(runs, throughput_col="tokens_per_s", power_sem_col="power_w_sem",
+                  throughput_sem_col="tokens_per_s_sem", mc_samples=int(cfg.get("mc_samples", 10_000)),
+                  ci=float(cfg.get("ci", 0.95)), seed=int(cfg.get("seed", 0)))
+meta = read_parquet_meta(smk.input[0])["provenance"]
+prov = provenance(params=cfg, inputs=list(smk.input), backend=meta.get("backend"), device_model=meta.get("device_model"))
+write_parquet(table, smk.output.parquet, prov)
+write_csv(table, smk.output.csv, prov)
+for status, n in table["status"].value_counts().items():
+    log.info("status %s: %d groups", status, n)

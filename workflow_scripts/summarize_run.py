@@ -1,0 +1,24 @@
+"""Rule script: steady-state summary of one run (wattflex.telemetry.summarize_run)."""
+import pandas as pd
+
+from wattflex.provenance import provenance, read_json, read_parquet, write_json
+from wattflex.smk import rule_logger
+from wattflex.telemetry import SummaryProtocol, summarize_run
+
+smk = snakemake  # noqa: F821
+log = rule_logger(smk)
+run = read_json(smk.input.run)
+protocol = SummaryProtocol.from_config(smk.params.protocol)
+summary = summarize_run(read_parquet(smk.input.telemetry), read_parquet(smk.input.steps), protocol)
+group = run["spec"]["group"] if "spec" in run else run.get("group_facts", {})
+row = {
+    "group": run["group"], "run_id": run["run_id"], "cap_w": float(run["cap_w"]), "repeat": int(run["repeat"]),
+    "backend": run["provenance"].get("backend", run.get("backend")), "gpu_model": run.get("device_model"),
+    **{k: group.get(k) for k in ("gpus", "model", "architecture", "task", "cluster", "set", "matches",
+                                 "seq_len", "batch", "ep", "compile", "grad_checkpointing", "lora_rank")},
+    **summary,
+}
+log.info("%s/%s: %.0f W, %.0f tokens/s", row["group"], row["run_id"], row["power_w"], row["tokens_per_s"])
+write_json({"summary": row}, smk.output[0],
+           provenance(params=smk.params.protocol, inputs=list(smk.input), backend=row["backend"],
+                      device_model=row["gpu_model"]))

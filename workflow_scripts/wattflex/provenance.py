@@ -1,0 +1,176 @@
+"""Artifact metadata: schema version and provenance on everything wattflex writes.
+
+Parquet artifacts carry a JSON document under the schema-metadata key ``wattflex``;
+JSON artifacts carry ``schema_version`` and ``provenance`` keys; CSV outputs get a JSON
+sidecar (``<file>.meta.json``). Readers refuse an unknown *major* schema version, so a
+file written by an incompatible future wattflex fails loudly instead of being misread.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from . import SCHEMA_VERSION, __version__
+
+META_KEY = b"wattflex"
+_PACKAGES = ("numpy", "pandas", "pyarrow", "scipy", "scikit-learn", "scikit-posthocs",
+             "statsmodels", "snakemake", "matplotlib", "torch", "transformers", "peft",
+             "nvidia-ml-py")
+
+
+class SchemaVersionError(ValueError):
+    """An artifact written with a schema this wattflex cannot read."""
+
+
+def check_schema_version(found: str | None, path: str | os.PathLike) -> None:
+    if found is None:
+        raise SchemaVersionError(f"{path}: no schema_version; not a wattflex artifact (or written by a pre-1.0 tool)")
+    major = str(found).split(".")[0]
+    if major != SCHEMA_VERSION.split(".")[0]:
+        raise SchemaVersionError(
+            f"{path}: schema_version {found} is not readable by wattflex {__version__} "
+            f"(reads {SCHEMA_VERSION.split('.')[0]}.x); rerun the stage that wrote it or upgrade wattflex")
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> dict[str, Any]:
+    """Git commit of the wattflex source tree and whether it had uncommitted changes."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=5, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--", "."],
+                                    capture_output=True, text=True, timeout=5).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = None, None
+    return {"wattflex_version": __version__, "git_commit": commit, "git_dirty": dirty}
+
+
+@functools.lru_cache(maxsize=1)
+def package_versions() -> dict[str, str]:
+    out = {"python": sys.version.split()[0]}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def params_hash(params: Any) -> str:
+    """Stable hash of a JSON-able config slice (key order does not matter)."""
+    blob = json.dumps(params, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def file_checksum(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def provenance(params: Any = None, inputs: Iterable[str | os.PathLike] = (), backend: str | None = None,
+               device_model: str | None = None, **extra: Any) -> dict[str, Any]:
+    """The provenance record stored with every artifact."""
+    record: dict[str, Any] = {
+        **code_version(),
+        "params_hash": params_hash(params) if params is not None else None,
+        "inputs": {str(p): file_checksum(p) for p in inputs if Path(p).is_file()},
+        "packages": package_versions(),
+    }
+    if backend is not None:
+        record["backend"] = backend
+    if device_model is not None:
+        record["device_model"] = device_model
+    record.update(extra)
+    return record
+
+
+def write_parquet(df: pd.DataFrame, path: str | os.PathLike, prov: dict[str, Any] | None = None,
+                  **meta: Any) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    doc = {"schema_version": SCHEMA_VERSION, "provenance": prov or provenance(), **meta}
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           META_KEY: json.dumps(doc, default=str).encode()})
+    pq.write_table(table, path)
+
+
+def read_parquet_meta(path: str | os.PathLike) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    raw = (pq.read_schema(path).metadata or {}).get(META_KEY)
+    doc = json.loads(raw) if raw else {}
+    check_schema_version(doc.get("schema_version"), path)
+    return doc
+
+
+def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> pd.DataFrame:
+    """Read a wattflex parquet artifact, refusing unknown major schema versions."""
+    read_parquet_meta(path)
+    return pd.read_parquet(path, columns=columns)
+
+
+def write_json(obj: dict[str, Any], path: str | os.PathLike, prov: dict[str, Any] | None = None) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    doc = {"schema_version": SCHEMA_VERSION, **obj, "provenance": prov or provenance()}
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2, default=_json_default) + "\n")
+    tmp.replace(path)
+
+
+def read_json(path: str | os.PathLike) -> dict[str, Any]:
+    doc = json.loads(Path(path).read_text())
+    check_schema_version(doc.get("schema_version"), path)
+    return doc
+
+
+def write_csv(df: pd.DataFrame, path: str | os.PathLike, prov: dict[str, Any] | None = None,
+              **meta: Any) -> None:
+    """CSV for people and spreadsheets, with provenance in ``<path>.meta.json``."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(path, index=False)
+    write_json({"artifact": Path(path).name, "columns": list(map(str, df.columns)), **meta},
+               f"{path}.meta.json", prov)
+
+
+def _json_default(o: Any) -> Any:
+    import numpy as np
+
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+def code_fingerprint(*modules: str) -> str:
+    """Hash of the source of wattflex modules (e.g. ``"emulator", "devices.emulated"``).
+
+    Snakemake tracks a rule script's own code but not the library it imports; rules put
+    this in their params so a change to the code they depend on reruns exactly them.
+    """
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for mod in sorted(modules):
+        path = root.joinpath(*mod.split("."))
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path.with_suffix(".py")]
+        for f in files:
+            h.update(f.relative_to(root).as_posix().encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]

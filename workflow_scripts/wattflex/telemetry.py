@@ -1,0 +1,147 @@
+"""Telemetry schema, trace phases and the steady-state aggregation protocol.
+
+Per-run telemetry is long format, one row per GPU per sample, with the columns in
+``TELEMETRY_COLUMNS`` (NaN where a source lacks a field). The per-step log has
+``STEP_COLUMNS``. Both backends (emulated, NVML) and the importers write these.
+"""
+
+from __future__ import annotations
+
+TELEMETRY_COLUMNS = [
+    "t_s", "node", "gpu", "power_w", "energy_j", "sm_clock_mhz", "mem_clock_mhz", "gpu_util",
+    "mem_copy_util", "dram_active", "sm_active", "tensor_active", "fb_used_gib", "temp_c",
+    "power_limit_w", "enforced_limit_w",
+]
+STEP_COLUMNS = ["step", "t_end_s", "tokens", "loss"]
+# Metrics aggregated per run (job-level mean over GPUs, except power which is summed).
+ACTIVITY_METRICS = ["sm_clock_mhz", "mem_clock_mhz", "gpu_util", "mem_copy_util", "dram_active",
+                    "sm_active", "tensor_active", "fb_used_gib", "temp_c", "power_limit_w",
+                    "enforced_limit_w"]
+
+from dataclasses import dataclass  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+WARMUP, STARTUP, TRAINING, DIP = "warmup", "startup", "training", "dip"
+
+
+@dataclass(frozen=True)
+class SummaryProtocol:
+    """How a run's steady state is condensed (paper §2 by default)."""
+    aggregate: str = "top10"          # "top10": mean of the top fraction of samples; "mean": plain mean
+    top_fraction: float = 0.10
+    train_util_threshold: float = 50.0
+    warmup_fb_gib: float = 10.0
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any] | None) -> "SummaryProtocol":
+        return cls(**{k: v for k, v in (cfg or {}).items() if k in cls.__dataclass_fields__})
+
+
+def job_series(telemetry: pd.DataFrame) -> pd.DataFrame:
+    """Job-level time series: power summed over GPUs, other metrics averaged."""
+    g = telemetry.groupby("t_s", sort=True)
+    out = g[[c for c in ACTIVITY_METRICS if c in telemetry]].mean()
+    out["power_w"] = g["power_w"].sum(min_count=1)
+    out["n_gpus"] = g["power_w"].size()
+    return out.reset_index()
+
+
+def detect_phases(series: pd.DataFrame, protocol: SummaryProtocol = SummaryProtocol()) -> np.ndarray:
+    """Label each job-level sample warmup / startup / training / dip.
+
+    warmup: framebuffer below ``warmup_fb_gib`` before training starts; startup: weights
+    resident but GPUs idle; training: sustained utilisation >= the threshold; after the
+    first training sample, samples below the threshold (eval, checkpoint) are dips.
+    """
+    util = series["gpu_util"].to_numpy(float)
+    fb = series["fb_used_gib"].to_numpy(float) if "fb_used_gib" in series else np.full(len(series), np.inf)
+    busy = util >= protocol.train_util_threshold
+    labels = np.full(len(series), STARTUP, dtype=object)
+    first = int(np.argmax(busy)) if busy.any() else len(series)
+    pre = np.arange(len(series)) < first
+    labels[pre & (np.nan_to_num(fb, nan=np.inf) < protocol.warmup_fb_gib)] = WARMUP
+    labels[~pre & busy] = TRAINING
+    labels[~pre & ~busy] = DIP
+    return labels
+
+
+def _aggregate(values: np.ndarray, protocol: SummaryProtocol) -> tuple[float, float, float]:
+    """(protocol aggregate, its SEM, plain mean). SEM = sd / sqrt(n) of the series used."""
+    v = values[np.isfinite(values)]
+    if v.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    mean = float(v.mean())
+    if protocol.aggregate == "mean":
+        sem = float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else float("nan")
+        return mean, sem, mean
+    k = max(1, int(round(protocol.top_fraction * v.size)))
+    top = np.sort(v)[-k:]
+    sem = float(top.std(ddof=1) / np.sqrt(k)) if k > 1 else float("nan")
+    return float(top.mean()), sem, mean
+
+
+def step_throughput(steps: pd.DataFrame, train_windows: list[tuple[float, float]]) -> np.ndarray:
+    """Tokens/s of each step that lies wholly inside a training window (stalls dropped)."""
+    t_end = steps["t_end_s"].to_numpy(float)
+    t_start = np.concatenate([[np.nan], t_end[:-1]])
+    dur = t_end - t_start
+    rate = steps["tokens"].to_numpy(float) / dur
+    # A step that spans an eval or checkpoint pause is not a training-speed sample.
+    stalled = dur > 3 * np.nanmedian(dur) if np.isfinite(dur).any() else np.zeros(len(steps), bool)
+    inside = np.zeros(len(steps), bool)
+    for a, b in train_windows:
+        inside |= (t_start >= a) & (t_end <= b)
+    return rate[inside & ~stalled & np.isfinite(rate)]
+
+
+def training_windows(times: np.ndarray, labels: np.ndarray, period: float) -> list[tuple[float, float]]:
+    """Contiguous training stretches as (start, end) times; a sample covers (t - period, t]."""
+    windows, start = [], None
+    for t, lab in zip(times, labels):
+        if lab == TRAINING and start is None:
+            start = t - period
+        elif lab != TRAINING and start is not None:
+            windows.append((start, t - period))
+            start = None
+    if start is not None:
+        windows.append((start, float(times[-1])))
+    return windows
+
+
+def summarize_run(telemetry: pd.DataFrame, steps: pd.DataFrame,
+                  protocol: SummaryProtocol = SummaryProtocol()) -> dict[str, Any]:
+    """Steady-state aggregates of one run (the paper's protocol, or the plain mean)."""
+    series = job_series(telemetry)
+    if series.empty:
+        raise ValueError("telemetry is empty")
+    labels = detect_phases(series, protocol)
+    times = series["t_s"].to_numpy(float)
+    period = float(np.median(np.diff(times))) if len(times) > 1 else 1.0
+    train = labels == TRAINING
+    if not train.any():
+        raise ValueError(f"no training phase found (no sample with GPU util >= {protocol.train_util_threshold}%)")
+    out: dict[str, Any] = {"aggregate": protocol.aggregate, "top_fraction": protocol.top_fraction}
+    out["power_w"], out["power_w_sem"], out["power_w_mean"] = _aggregate(series.loc[train, "power_w"].to_numpy(float), protocol)
+    windows = training_windows(times, labels, period)
+    rates = step_throughput(steps, windows)
+    if rates.size == 0:
+        raise ValueError("no complete training step inside the training phase")
+    out["tokens_per_s"], out["tokens_per_s_sem"], out["tokens_per_s_mean"] = _aggregate(rates, protocol)
+    for m in ACTIVITY_METRICS:
+        if m in series:
+            out[m] = float(np.nanmean(series.loc[train, m])) if series.loc[train, m].notna().any() else float("nan")
+    gpus = int(series["n_gpus"].max())
+    out["gpus_seen"] = gpus
+    out["power_per_gpu_w"] = out["power_w"] / gpus
+    out["n_samples_training"] = int(train.sum())
+    out["n_steps_training"] = int(rates.size)
+    for phase in (WARMUP, STARTUP, TRAINING, DIP):
+        out[f"{phase}_s"] = float((labels == phase).sum() * period)
+    if "energy_j" in telemetry and telemetry["energy_j"].notna().any():
+        last = telemetry.sort_values("t_s").groupby(["node", "gpu"])["energy_j"].last()
+        out["energy_j"] = float(last.sum())
+    out["training_windows_s"] = windows
+    return out
