@@ -69,18 +69,20 @@ def detect_phases(series: pd.DataFrame, protocol: SummaryProtocol = SummaryProto
 
 
 def _aggregate(values: np.ndarray, protocol: SummaryProtocol) -> tuple[float, float, float]:
-    """(protocol aggregate, its SEM, plain mean). SEM = sd / sqrt(n) of the series used."""
+    """(protocol aggregate, its SEM, plain mean).
+
+    The SEM is the standard error of the time-series mean (sd / sqrt(n) over the whole
+    steady-state series), the paper's intra-run noise estimate, for either aggregate.
+    """
     v = values[np.isfinite(values)]
     if v.size == 0:
         return float("nan"), float("nan"), float("nan")
     mean = float(v.mean())
+    sem = float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else float("nan")
     if protocol.aggregate == "mean":
-        sem = float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else float("nan")
         return mean, sem, mean
     k = max(1, int(round(protocol.top_fraction * v.size)))
-    top = np.sort(v)[-k:]
-    sem = float(top.std(ddof=1) / np.sqrt(k)) if k > 1 else float("nan")
-    return float(top.mean()), sem, mean
+    return float(np.sort(v)[-k:].mean()), sem, mean
 
 
 def step_throughput(steps: pd.DataFrame, train_windows: list[tuple[float, float]]) -> np.ndarray:

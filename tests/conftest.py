@@ -1,0 +1,29 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+sys.path.insert(0, str(REPO / "workflow_scripts"))
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip(f"shared data folder not found at {SHARED}")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def default_config():
+    from wattflex.config import load_config
+
+    return load_config(REPO / "config" / "config.yaml")

@@ -1,0 +1,59 @@
+import copy
+
+import pytest
+import yaml
+
+from wattflex.config import ConfigError, expand_runs, groups, load_config, prepare
+
+
+@pytest.fixture()
+def raw(repo):
+    return yaml.safe_load((repo / "config" / "config.yaml").read_text())
+
+
+def _check(raw, repo):
+    return prepare(copy.deepcopy(raw), base=repo)
+
+
+def test_default_config_expands_the_paper_matrix(default_config):
+    runs = expand_runs(default_config)
+    gs = groups(default_config)
+    assert sum(g["set"] == "headline" for g in gs) == 25
+    assert sum(g["set"] == "validation" for g in gs) == 4
+    assert sum(g["set"] == "h100" for g in gs) == 6
+    # 16 six-cap + 9 four-cap headline groups, 24 validation runs, 34 H100 runs, 21 extra repeats
+    assert len(runs) == 16 * 6 + 9 * 4 + 24 + 34 + 21
+    clusters = {g["cluster"] for g in gs if g["set"] == "headline"}
+    assert clusters == {"dense", "moe-pt", "moe-ft"}
+    n_repeat_runs = sum(1 for r in runs if (r["group"], r["cap_w"]) in {(x["group"], float(x["cap_w"])) for x in default_config["repeats"]})
+    assert n_repeat_runs == 35
+
+
+@pytest.mark.parametrize("mutate,key,words", [
+    (lambda c: c["groups"][0].update(model="GPT-99"), "groups[0].model", "unknown model"),
+    (lambda c: c["groups"][1].update(caps=[100, 700]), "groups[1].caps", "outside the H200"),
+    (lambda c: c["groups"][2].update(caps=[]), "groups[2].caps", "should be non-empty"),
+    (lambda c: c["groups"][3].update(id=c["groups"][0]["id"]), "groups[3].id", "duplicate group id"),
+    (lambda c: c["groups"][0].update(id="bad id; rm -rf"), "groups[0].id", "unsafe in paths or shells"),
+    (lambda c: c["groups"][0].update(model="../etc/passwd"), "groups[0].model", "unsafe"),
+    (lambda c: c.update(groups=[]), "groups", "should be non-empty"),
+    (lambda c: c["groups"][0].update(task="rl"), "groups[0].task", "is not one of"),
+    (lambda c: c["groups"][0].update(cap_grid="nine"), "groups[0].cap_grid", "unknown cap grid"),
+    (lambda c: c["groups"][0].update(colour="red"), "groups[0]", "unknown key"),
+    (lambda c: c["repeats"][0].update(cap_w=450), "repeats[0].cap_w", "not in the caps"),
+    (lambda c: c.update(backend="tpu"), "backend", "is not one of"),
+])
+def test_bad_config_stops_with_one_message_naming_the_key(raw, repo, mutate, key, words):
+    mutate(raw)
+    with pytest.raises(ConfigError) as err:
+        _check(raw, repo)
+    msg = str(err.value)
+    assert f"at {key}" in msg and words in msg
+    assert "\n" not in msg
+
+
+def test_invalid_yaml_is_a_config_error(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("campaign: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(p)
