@@ -1,0 +1,138 @@
+"""``wattflex pfi SWEEPS.csv -o OUT.csv``: the PFI of anyone's measured power-cap sweeps.
+
+Input (CSV or parquet): one row per run with ``group, cap_w, power_w, throughput``
+(throughput in any unit; extra columns are carried through when constant within a group).
+In each group the highest ``cap_w`` is the uncapped reference. SEM columns, when present
+(``power_w_sem`` and ``throughput_sem`` by default, or named with the options), give the
+Monte Carlo CIs. Output: one row per group, ``group, n_caps, pfi_ratio, pfi_area,
+pfi_elasticity, ci95_low, ci95_high, status`` first, then the robust PFI and diagnostics
+(see ``wattflex.pfi``), with a provenance sidecar ``OUT.csv.meta.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+NAME = "pfi"
+HELP = "Power Flexibility Index (published + robust, with CI and diagnostics) of power-cap sweeps"
+REQUIRED = ("group", "cap_w", "power_w", "throughput")
+DEFAULT_SEM_COLS = ("power_w_sem", "throughput_sem")
+SUMMARY_COLS = ["group", "n_caps", "pfi_ratio", "pfi_area", "pfi_elasticity", "ci95_low",
+                "ci95_high", "status", "pfi_robust", "robust_status"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("sweeps", type=Path, help="sweep table (.csv, or .parquet/.pq)")
+    parser.add_argument("-o", "--output", type=Path,
+                        help="output CSV (with provenance sidecar); omitted: print a summary")
+    parser.add_argument("--mc-samples", type=int, default=10_000,
+                        help="Monte Carlo resamples for the CIs (default 10000; 0 = none)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--power-sem-col", help="column with the SEM of power_w "
+                        f"(default {DEFAULT_SEM_COLS[0]} if present)")
+    parser.add_argument("--throughput-sem-col", help="column with the SEM of throughput "
+                        f"(default {DEFAULT_SEM_COLS[1]} if present)")
+    parser.add_argument("--uncapped-cap-w", type=float,
+                        help="cap of an uncapped run (e.g. 700 on H200); groups below it are "
+                        "flagged missing_uncapped")
+    parser.add_argument("--rel-tol", type=float, default=0.02,
+                        help="relative noise level used where no SEM is given (default 0.02)")
+    parser.add_argument("--power-tol", type=float, default=0.10,
+                        help="a cap binds if realised per-GPU power is within this fraction "
+                        "of it (default 0.10)")
+
+
+def read_sweeps(path: Path):
+    """Read and validate a sweep table; bad input raises UserError naming column and line."""
+    import pandas as pd
+
+    from ..cli import UserError
+
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    parquet = path.suffix.lower() in (".parquet", ".pq")
+    if not parquet and path.stat().st_size == 0:
+        raise UserError(f"{path}: empty file")
+    try:
+        # blank lines kept (then dropped below) so that index + 2 is the CSV line number
+        df = pd.read_parquet(path) if parquet else pd.read_csv(path, skip_blank_lines=False)
+    except pd.errors.EmptyDataError:
+        raise UserError(f"{path}: empty file") from None
+    except (pd.errors.ParserError, OSError, ValueError) as exc:
+        raise UserError(f"{path}: cannot read: {str(exc).splitlines()[0]}") from None
+    df.columns = [str(c).strip() for c in df.columns]
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise UserError(f"{path}: missing column(s) {', '.join(missing)} "
+                        f"(need {', '.join(REQUIRED)}; found {', '.join(df.columns)})")
+    df = df[~df.isna().all(axis=1)]
+    if df.empty:
+        raise UserError(f"{path}: no data rows")
+    return df, parquet
+
+
+def _where(path: Path, index, parquet: bool) -> str:
+    return f"{path} row {index + 1}" if parquet else f"{path} line {index + 2}"
+
+
+def check_values(df, path: Path, parquet: bool, numeric_cols) -> None:
+    """Every required cell present, every numeric cell a number; first offender named."""
+    import pandas as pd
+
+    from ..cli import UserError
+
+    empty = df["group"].isna()
+    if empty.any():
+        raise UserError(f"{_where(path, empty.idxmax(), parquet)}: group is empty")
+    for col in numeric_cols:
+        values = df[col]
+        as_num = pd.to_numeric(values, errors="coerce")
+        bad = as_num.isna() & values.notna()
+        if bad.any():
+            i = bad.idxmax()
+            raise UserError(f"{_where(path, i, parquet)}: {col} is not a number: {values[i]!r}")
+        if col in REQUIRED and values.isna().any():
+            raise UserError(f"{_where(path, values.isna().idxmax(), parquet)}: {col} is empty")
+        df[col] = as_num
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..cli import UserError
+    from ..pfi import pfi_table
+    from ..provenance import provenance, write_csv
+
+    df, parquet = read_sweeps(args.sweeps)
+    sem_cols = [args.power_sem_col, args.throughput_sem_col]
+    if sem_cols == [None, None] and all(c in df.columns for c in DEFAULT_SEM_COLS):
+        sem_cols = list(DEFAULT_SEM_COLS)
+    if (sem_cols[0] is None) != (sem_cols[1] is None):
+        raise UserError("give both --power-sem-col and --throughput-sem-col, or neither")
+    absent = [c for c in sem_cols if c is not None and c not in df.columns]
+    if absent:
+        raise UserError(f"{args.sweeps}: missing column(s) {', '.join(absent)}")
+    if args.mc_samples < 0:
+        raise UserError("--mc-samples must be >= 0")
+    numeric = ["cap_w", "power_w", "throughput"] + [c for c in sem_cols if c is not None]
+    if "gpus" in df.columns:
+        numeric.append("gpus")
+    check_values(df, args.sweeps, parquet, numeric)
+
+    params = dict(power_sem_col=sem_cols[0], throughput_sem_col=sem_cols[1],
+                  uncapped_cap_w=args.uncapped_cap_w, mc_samples=args.mc_samples,
+                  seed=args.seed, rel_tol=args.rel_tol, power_tol=args.power_tol)
+    table = pfi_table(df, **params)
+
+    counts = table["status"].value_counts()
+    summary = ", ".join(f"{k} {v}" for k, v in counts.items())
+    if args.output is None:
+        import pandas as pd
+
+        with pd.option_context("display.width", 200, "display.max_rows", None,
+                               "display.float_format", "{:.3f}".format):
+            print(table[SUMMARY_COLS].to_string(index=False))
+    else:
+        write_csv(table, args.output, provenance(params=params, inputs=[args.sweeps]),
+                  command="wattflex pfi")
+        print(f"wrote {len(table)} group(s) to {args.output} (status: {summary})")
+    return 0

@@ -1,0 +1,567 @@
+"""The Power Flexibility Index (PFI) of a power-cap sweep, with diagnostics and uncertainty.
+
+A *sweep group* is one job run at several power caps. For capped run i, ``P_i`` is the
+job's power (W) and ``T_i`` its throughput (any unit); ``(P_max, T_max)`` is the run at the
+highest cap of the group, the uncapped reference.
+
+Published definitions (paper §"PFI", DIGEST §1), reported unchanged
+-------------------------------------------------------------------
+- ``pfi_ratio`` (Eq. 1, the headline): ``mean_i (1 - P_i/P_max) / (1 - T_i/T_max)`` over the
+  capped points, excluding any with ``T_i == T_max`` exactly (as the paper does).
+- ``pfi_area``: the trapezoid area under ``T/T_max`` against ``P/P_max``, all points incl. the
+  uncapped one sorted by power and starting from (0, 0), minus 1/2 (the area under the
+  diagonal). When the uncapped point has the highest power this is exactly the area between
+  the curve and the diagonal, ``integral of (T/T_max - P/P_max) d(P/P_max)``; it sits in
+  about ±0.1. (The digest's wording "integral of (T/T_max - P/P_max) ... minus 1/2" read
+  literally would subtract 1/2 twice and land near -0.4, contradicting its stated range.)
+- ``pfi_elasticity``: ordinary least squares ``log T = a log P + c`` over all points
+  (uncapped included); PFI = ``1 - a``.
+
+Robust PFI (issue 7)
+--------------------
+On real sweeps Eq. 1 is ill-conditioned: a capped run as fast as or faster than the
+uncapped one (the cap never bound, or noise) makes a term explode or turn negative. The
+robust PFI keeps Eq. 1's form, so that on a clean sweep it equals the published value,
+and fixes the two things that break it:
+
+1. *Noise in T.* Throughput cannot physically rise when power falls, so a monotone
+   (isotonic, non-decreasing in power) curve is fitted to all points of the group,
+   uncapped included, with ``sklearn.isotonic.IsotonicRegression`` weighted by
+   ``1/sem_T**2`` when SEMs are given (uniform otherwise). ``T_max`` becomes the fitted
+   value at the uncapped point, each ``T_i`` its fitted value. Points that violate
+   monotonicity are pooled with their neighbours instead of producing negative terms.
+2. *Caps that did not bind.* Only *binding* points enter: a capped point binds when its
+   power is significantly below ``P_max`` AND (its realised per-GPU power is within
+   ``power_tol`` of its cap OR its throughput is significantly below ``T_max``).
+3. *Terms that are noise/noise.* A binding point whose fitted throughput is not
+   significantly below the fitted ``T_max`` (pooled with the reference, or a loss within
+   noise) is excluded: the noise-aware version of Eq. 1's own exclusion of ``T_i == T_max``.
+   Without it one point with a 0.05 % loss and a 5 % power cut adds a term of 100.
+
+``pfi_robust`` is the mean of Eq. 1 terms over the binding points that lost throughput,
+using fitted values; it is defined when the group has at least two binding points
+(distinct caps) and at least one of them lost throughput. "Significantly" means by more
+than ``z * sqrt(sem_i**2 + sem_ref**2)`` (``z`` from ``ci``, 1.96 for 95 %) when SEMs are
+given, else by more than ``rel_tol`` (default 2 %) of the reference value. On a clean,
+monotone sweep whose caps all bind it equals ``pfi_ratio``. The set of contributing points
+is decided once on the means and kept in the Monte Carlo resamples.
+
+Uncertainty
+-----------
+``ci95_low/high`` (for ``pfi_ratio``) and ``pfi_robust_ci95_low/high`` come from
+``mc_samples`` Monte Carlo resamples of every point's P and T from ``N(mean, sem)``
+(vectorised; the robust one refits the isotonic curve per resample with a vectorised
+min-max formula equivalent to scikit-learn's PAVA, keeping the binding set of the point
+estimate). Percentile intervals. Without SEMs the CI columns are NaN and ``notes`` say why.
+Each group's random stream is seeded from ``(seed, group name)``, so a group's CI does not
+depend on which other groups are in the table.
+
+Status vocabulary (``status`` = the most severe that applies; ``notes`` list all)
+---------------------------------------------------------------------------------
+Most severe first (``STATUSES``):
+
+- ``too_few_caps``: fewer than two caps, i.e. no capped point; every PFI is NaN.
+- ``missing_uncapped``: the group's highest cap is below the expected uncapped cap
+  (``uncapped_cap_w``) or its highest-cap rows were invalid; the reference is a capped run.
+- ``capped_faster``: some capped point has ``T_i >= T_max``; its Eq. 1 term is negative
+  or excluded, so ``pfi_ratio`` is not meaningful.
+- ``capped_more_power``: some capped point has ``P_i >= P_max``; its numerator is <= 0.
+- ``nonbinding_cap``: some cap did not bind: realised per-GPU power more than
+  ``power_tol`` below the cap AND throughput not significantly below ``T_max``.
+- ``ill_conditioned``: some ``|T_max - T_i|`` is within noise, so its term is noise/noise.
+- ``non_monotone``: throughput is not monotone in power beyond noise (the isotonic fit
+  moved a point by more than its noise); Eq. 1 is computable but the robust value differs.
+- ``invalid_values``: rows with a missing or non-positive cap, power or throughput (or a
+  negative SEM) were dropped; ``notes`` say which.
+- ``too_few_binding``: fewer than two binding points, so ``pfi_robust`` is NaN.
+- ``no_throughput_loss``: binding points exist but none lost throughput beyond noise in the
+  monotone fit (perfectly inelastic over the swept range: PFI unbounded); ``pfi_robust`` NaN.
+- ``ok``.
+
+``robust_status`` is ``ok`` or the reason ``pfi_robust`` is NaN (``too_few_caps``,
+``too_few_binding``, ``no_throughput_loss``). ``per_cap`` is a JSON list, one object per
+capped point: ``cap_w, power_w, throughput, n_rows, power_w_sem, throughput_sem,
+power_ratio (P/P_max), throughput_ratio (T/T_max), term`` (Eq. 1, null if excluded),
+``binding, robust_throughput`` (fitted), ``robust_term`` (null if not used) and ``flags``
+(the point-level statuses above plus ``excluded_t_equals_tmax``, ``pooled_with_uncapped``,
+``loss_within_noise``).
+
+Input handling
+--------------
+Rows repeated for one (group, cap) (repeat runs) are averaged first: P and T are
+arithmetic means and their SEMs combine as ``sqrt(sum sem**2) / n``. Per-GPU power for the
+binding test is ``power_w / gpus`` when a ``gpus`` column exists (``runs.parquet`` holds
+the job total and a per-GPU cap), else ``power_w``. Extra input columns that are constant
+within every group (cluster, model, gpus, ...) are carried through to the output.
+Recompute on a subset of caps (paper Table 9) with ``grid_subset`` + ``pfi_table`` or with
+``grid_sensitivity``.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from statistics import NormalDist
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+STATUSES = ("too_few_caps", "missing_uncapped", "capped_faster", "capped_more_power",
+            "nonbinding_cap", "ill_conditioned", "non_monotone", "invalid_values",
+            "too_few_binding", "no_throughput_loss", "ok")
+ROBUST_STATUSES = ("too_few_caps", "too_few_binding", "no_throughput_loss", "ok")
+OUTPUT_COLUMNS = ("group", "n_caps", "pfi_ratio", "pfi_area", "pfi_elasticity", "ci95_low",
+                  "ci95_high", "status", "pfi_robust", "pfi_robust_ci95_low",
+                  "pfi_robust_ci95_high", "robust_status", "n_binding", "uncapped_cap_w",
+                  "uncapped_power_w", "uncapped_throughput", "per_cap", "notes")
+# Per-point flags that raise a group status of the same name.
+_POINT_STATUS_FLAGS = ("capped_faster", "capped_more_power", "nonbinding_cap", "ill_conditioned")
+# Relative tolerance for "fitted throughput equals the fitted T_max" (pooled block means).
+_POOL_RTOL = 1e-9
+
+
+# ---------------------------------------------------------------------------------------
+# The three published definitions on plain arrays
+# ---------------------------------------------------------------------------------------
+
+def _ratio_terms(power_w: np.ndarray, throughput: np.ndarray, ref: int = -1) -> np.ndarray:
+    """Eq. 1 terms ``(1 - P_i/P_ref) / (1 - T_i/T_ref)`` for every column (..., n)."""
+    p_ref = power_w[..., [ref]]
+    t_ref = throughput[..., [ref]]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (1.0 - power_w / p_ref) / (1.0 - throughput / t_ref)
+
+
+def pfi_ratio(power_w: Sequence[float], throughput: Sequence[float], ref: int = -1) -> float:
+    """Paper Eq. 1: mean over capped points of ``(1 - P_i/P_max) / (1 - T_i/T_max)``.
+
+    ``power_w[ref], throughput[ref]`` (default: the last element, i.e. the caller orders
+    points by cap) is the uncapped reference. Points with ``T_i == T_max`` are excluded as in
+    the paper. Returns NaN, never inf, when no term remains.
+    """
+    p = np.asarray(power_w, dtype=float)
+    t = np.asarray(throughput, dtype=float)
+    if len(p) < 2:
+        return float("nan")
+    ref = ref % len(p)
+    keep = (np.arange(len(p)) != ref) & (t != t[ref])
+    if not keep.any():
+        return float("nan")
+    value = float(np.mean(_ratio_terms(p, t, ref)[keep]))
+    return value if np.isfinite(value) else float("nan")
+
+
+def pfi_area(power_w: Sequence[float], throughput: Sequence[float], ref: int = -1) -> float:
+    """Area under ``T/T_max`` vs ``P/P_max`` (trapezoid, from (0,0), sorted by power) minus 1/2.
+
+    Uses all points, the reference ``[ref]`` (default last) included; see the module
+    docstring for why this is the digest's "area between curves".
+    """
+    p = np.asarray(power_w, dtype=float)
+    t = np.asarray(throughput, dtype=float)
+    if len(p) < 2:
+        return float("nan")
+    x = p / p[ref]
+    y = t / t[ref]
+    order = np.argsort(x, kind="stable")
+    x = np.concatenate([[0.0], x[order]])
+    y = np.concatenate([[0.0], y[order]])
+    return float(np.trapezoid(y, x) - 0.5)
+
+
+def pfi_elasticity(power_w: Sequence[float], throughput: Sequence[float]) -> float:
+    """Constant-elasticity PFI: ``1 - a`` from OLS ``log T = a log P + c`` over all points.
+
+    NaN when fewer than two distinct powers or any non-positive value (log undefined).
+    """
+    p = np.asarray(power_w, dtype=float)
+    t = np.asarray(throughput, dtype=float)
+    if len(p) < 2 or np.any(p <= 0) or np.any(t <= 0) or np.ptp(p) == 0:
+        return float("nan")
+    slope = np.polyfit(np.log(p), np.log(t), 1)[0]
+    return float(1.0 - slope)
+
+
+# ---------------------------------------------------------------------------------------
+# Monotone fit: scikit-learn for the point estimate, a vectorised twin for Monte Carlo
+# ---------------------------------------------------------------------------------------
+
+def isotonic_fit(power_w: np.ndarray, throughput: np.ndarray,
+                 weight: np.ndarray | None = None) -> np.ndarray:
+    """Throughput fitted non-decreasing in power (weighted least squares), in input order."""
+    from sklearn.isotonic import IsotonicRegression
+
+    return IsotonicRegression(increasing=True).fit_transform(power_w, throughput,
+                                                             sample_weight=weight)
+
+
+def isotonic_fit_batch(power_w: np.ndarray, throughput: np.ndarray,
+                       weight: np.ndarray | None = None) -> np.ndarray:
+    """Row-wise isotonic regression of ``throughput`` on ``power_w``, both (S, n).
+
+    The min-max formula ``f_i = max_{j<=i} min_{k>=i} mean_w(y_j..y_k)`` on each row's
+    power order: O(n^2) per row, fully vectorised, which is what makes 10,000 refits per
+    group cheap for the small n of a sweep. Ties in power are not pooled (they have
+    probability zero in resamples); ``isotonic_fit`` is the reference implementation.
+    """
+    p = np.atleast_2d(power_w)
+    t = np.atleast_2d(throughput)
+    w = np.ones_like(t) if weight is None else np.broadcast_to(weight, t.shape)
+    order = np.argsort(p, axis=1, kind="stable")
+    ys = np.take_along_axis(t, order, axis=1)
+    fitted_sorted = ys.copy()
+    bad = np.flatnonzero((np.diff(ys, axis=1) < 0).any(axis=1))  # rows already monotone: done
+    if bad.size:
+        yb = ys[bad]
+        wb = np.take_along_axis(w, order, axis=1)[bad]
+        zeros = np.zeros((len(bad), 1))
+        cw = np.concatenate([zeros, np.cumsum(wb, axis=1)], axis=1)
+        cy = np.concatenate([zeros, np.cumsum(wb * yb, axis=1)], axis=1)
+        n = yb.shape[1]
+        upper = np.triu(np.ones((n, n), dtype=bool))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # block[s, j, k] = weighted mean of sorted points j..k (j <= k)
+            block = (cy[:, None, 1:] - cy[:, :-1, None]) / (cw[:, None, 1:] - cw[:, :-1, None])
+        block = np.where(upper, block, np.inf)
+        suffix_min = np.flip(np.minimum.accumulate(np.flip(block, axis=2), axis=2), axis=2)
+        fitted_sorted[bad] = np.where(upper, suffix_min, -np.inf).max(axis=1)
+    fitted = np.empty_like(fitted_sorted)
+    np.put_along_axis(fitted, order, fitted_sorted, axis=1)
+    return fitted
+
+
+# ---------------------------------------------------------------------------------------
+# Sweep tables
+# ---------------------------------------------------------------------------------------
+
+def grid_subset(sweeps: pd.DataFrame, caps: Iterable[float], *, cap_col: str = "cap_w") -> pd.DataFrame:
+    """Rows of ``sweeps`` whose cap is in ``caps`` (paper Table 9: a 6-cap sweep on the 4-cap
+    grid). Include the uncapped cap in ``caps``; pass the result to ``pfi_table``."""
+    wanted = np.asarray(sorted(set(float(c) for c in caps)))
+    return sweeps[np.isin(sweeps[cap_col].astype(float), wanted)].copy()
+
+
+def grid_sensitivity(sweeps: pd.DataFrame, caps: Iterable[float], *, group_col: str = "group",
+                     cap_col: str = "cap_w", value: str = "pfi_ratio", **pfi_kwargs: Any) -> pd.DataFrame:
+    """PFI on each group's full grid vs on the subset ``caps`` (Table 9), for the groups whose
+    grid strictly contains ``caps``: ``group, pfi_full, pfi_subset, delta, delta_pct``."""
+    caps = sorted(set(float(c) for c in caps))
+    grids = sweeps.groupby(group_col, sort=False)[cap_col].agg(lambda s: set(s.astype(float)))
+    groups = [g for g, grid in grids.items() if set(caps) < grid]
+    pfi_kwargs.setdefault("mc_samples", 0)
+    full = sweeps[sweeps[group_col].isin(groups)]
+    kw = dict(group_col=group_col, cap_col=cap_col, **pfi_kwargs)
+    a = pfi_table(full, **kw).set_index("group")[value]
+    b = pfi_table(grid_subset(full, caps, cap_col=cap_col), **kw).set_index("group")[value]
+    out = pd.DataFrame({"pfi_full": a, "pfi_subset": b.reindex(a.index)})
+    out["delta"] = out.pfi_subset - out.pfi_full
+    out["delta_pct"] = 100.0 * out.delta / out.pfi_full
+    return out.rename_axis("group").reset_index()
+
+
+def pfi_table(sweeps: pd.DataFrame, *, group_col: str = "group", cap_col: str = "cap_w",
+              power_col: str = "power_w", throughput_col: str = "throughput",
+              power_sem_col: str | None = None, throughput_sem_col: str | None = None,
+              gpus_col: str | None = "gpus", uncapped_cap_w: float | str | None = None,
+              mc_samples: int = 10_000, ci: float = 0.95, seed: int = 0,
+              rel_tol: float = 0.02, power_tol: float = 0.10) -> pd.DataFrame:
+    """One row per group: published PFIs, robust PFI, Monte Carlo CIs, status and diagnostics.
+
+    ``sweeps`` has one row per run (repeats allowed; see the module docstring for how they
+    are averaged). ``gpus_col`` (if present in ``sweeps``) turns job power into per-GPU
+    power for the binding test. ``uncapped_cap_w`` is the cap an uncapped run should have
+    (a number, or a column holding it per group); groups whose highest cap is below it get
+    ``missing_uncapped``. ``rel_tol`` is the relative noise level used when no SEM is given;
+    ``power_tol`` how far below its cap realised power may sit and the cap still bind.
+    Columns: ``OUTPUT_COLUMNS`` then the carried-through group metadata.
+    """
+    required = [group_col, cap_col, power_col, throughput_col]
+    optional = [c for c in (power_sem_col, throughput_sem_col) if c is not None]
+    if isinstance(uncapped_cap_w, str):
+        optional.append(uncapped_cap_w)
+    missing = [c for c in required + optional if c not in sweeps.columns]
+    if missing:
+        raise ValueError(f"sweep table lacks column(s) {', '.join(missing)}; "
+                         f"has {', '.join(map(str, sweeps.columns))}")
+    if sweeps[group_col].isna().any():
+        raise ValueError(f"{int(sweeps[group_col].isna().sum())} row(s) have no {group_col}")
+    if not 0 < ci < 1:
+        raise ValueError(f"ci must be in (0, 1), got {ci}")
+    if (power_sem_col is None) != (throughput_sem_col is None):
+        raise ValueError("give both power_sem_col and throughput_sem_col, or neither")
+
+    df = pd.DataFrame({
+        "group": sweeps[group_col].to_numpy(),
+        "cap": pd.to_numeric(sweeps[cap_col], errors="coerce").to_numpy(dtype=float),
+        "p": pd.to_numeric(sweeps[power_col], errors="coerce").to_numpy(dtype=float),
+        "t": pd.to_numeric(sweeps[throughput_col], errors="coerce").to_numpy(dtype=float),
+    })
+    has_sem = power_sem_col is not None
+    for name, col in (("sp", power_sem_col), ("st", throughput_sem_col)):
+        df[name] = (pd.to_numeric(sweeps[col], errors="coerce").to_numpy(dtype=float)
+                    if col is not None else np.nan)
+    df["gpus"] = (pd.to_numeric(sweeps[gpus_col], errors="coerce").to_numpy(dtype=float)
+                  if gpus_col is not None and gpus_col in sweeps.columns else 1.0)
+    if isinstance(uncapped_cap_w, str):
+        df["expect"] = pd.to_numeric(sweeps[uncapped_cap_w], errors="coerce").to_numpy(dtype=float)
+    else:
+        df["expect"] = np.nan if uncapped_cap_w is None else float(uncapped_cap_w)
+
+    settings = _Settings(z=NormalDist().inv_cdf(0.5 + ci / 2), alpha=1 - ci, rel_tol=rel_tol,
+                         power_tol=power_tol, mc_samples=int(mc_samples), seed=int(seed),
+                         has_sem=has_sem)
+    rows = [_analyse_group(g, part, settings) for g, part in df.groupby("group", sort=False)]
+    out = pd.DataFrame(rows, columns=list(OUTPUT_COLUMNS))
+    out["n_caps"] = out["n_caps"].astype(int)
+    out["n_binding"] = out["n_binding"].astype(int)
+    meta = _constant_columns(sweeps, group_col, exclude=set(required) | set(optional))
+    if not meta.empty:
+        out = out.merge(meta, left_on="group", right_index=True, how="left")
+    return out
+
+
+class _Settings:
+    def __init__(self, **kw: Any) -> None:
+        self.__dict__.update(kw)
+
+
+def _constant_columns(sweeps: pd.DataFrame, group_col: str, exclude: set[str]) -> pd.DataFrame:
+    """Columns of ``sweeps`` constant within every group, one row per group (index = group)."""
+    cols = [c for c in sweeps.columns if c not in exclude and c != group_col]
+    keep = []
+    grouped = sweeps.groupby(group_col, sort=False)
+    for c in cols:
+        try:
+            if int(grouped[c].nunique(dropna=False).max()) <= 1:
+                keep.append(c)
+        except TypeError:  # unhashable cells (lists, dicts): cannot tell, do not carry
+            continue
+    return grouped[keep].first() if keep else pd.DataFrame()
+
+
+def _average_repeats(part: pd.DataFrame) -> pd.DataFrame:
+    """One point per cap: mean P, T; SEMs combined as sqrt(sum sem^2)/n (NaN if any missing)."""
+    caps, idx = np.unique(part["cap"].to_numpy(), return_inverse=True)
+    n_rows = np.bincount(idx, minlength=len(caps))
+    out = {"cap": caps, "n_rows": n_rows}
+    for col in ("p", "t", "gpus"):
+        out[col] = np.bincount(idx, part[col].to_numpy(), len(caps)) / n_rows
+    for col in ("sp", "st"):  # NaN propagates through the sum, as wanted
+        out[col] = np.sqrt(np.bincount(idx, part[col].to_numpy() ** 2, len(caps))) / n_rows
+    return pd.DataFrame(out)
+
+
+def _invalid_rows(part: pd.DataFrame) -> np.ndarray:
+    finite = np.isfinite(part[["cap", "p", "t"]].to_numpy()).all(axis=1)
+    positive = (part["cap"] > 0) & (part["p"] > 0) & (part["t"] > 0)
+    bad_sem = (part["sp"] < 0) | (part["st"] < 0)
+    return ~(finite & positive.to_numpy() & ~bad_sem.to_numpy())
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+class _Points:
+    """One sweep group after averaging repeats, sorted by cap; ``ref`` is the uncapped point."""
+
+    def __init__(self, pts: pd.DataFrame) -> None:
+        self.cap, self.p, self.t = (pts[c].to_numpy() for c in ("cap", "p", "t"))
+        self.sp, self.st, self.gpus = (pts[c].to_numpy() for c in ("sp", "st", "gpus"))
+        self.n_rows = pts["n_rows"].to_numpy()
+        self.n = len(pts)
+        self.ref = self.n - 1
+        self.capped = np.arange(self.n) < self.ref
+        self.included = self.capped & (self.t != self.t[self.ref])  # Eq. 1's exclusion
+
+
+def _analyse_group(group: Any, part: pd.DataFrame, s: _Settings) -> dict[str, Any]:
+    notes: list[str] = []
+    statuses: set[str] = set()
+    nan = float("nan")
+    row: dict[str, Any] = dict(group=group, n_caps=0, pfi_ratio=nan, pfi_area=nan,
+                               pfi_elasticity=nan, ci95_low=nan, ci95_high=nan,
+                               pfi_robust=nan, pfi_robust_ci95_low=nan, pfi_robust_ci95_high=nan,
+                               robust_status="too_few_caps", n_binding=0, uncapped_cap_w=nan,
+                               uncapped_power_w=nan, uncapped_throughput=nan, per_cap="[]")
+
+    bad = _invalid_rows(part)
+    top_cap_all = np.nanmax(part["cap"]) if part["cap"].notna().any() else nan
+    if bad.any():
+        statuses.add("invalid_values")
+        caps = ", ".join(_fmt(c) for c in part.loc[bad, "cap"])
+        notes.append(f"invalid_values: dropped {int(bad.sum())} row(s) with a missing or "
+                     f"non-positive cap/power/throughput or negative SEM (cap_w: {caps})")
+    part = part.loc[~bad]
+    averaged = _average_repeats(part)
+    row["n_caps"] = len(averaged)
+    repeated = averaged[averaged.n_rows > 1]
+    if len(repeated):
+        notes.append("averaged repeats at cap_w " + ", ".join(
+            f"{_fmt(c)} (n={k})" for c, k in zip(repeated.cap, repeated.n_rows)))
+    if len(averaged) < 2:
+        statuses.add("too_few_caps")
+        notes.append(f"too_few_caps: {len(averaged)} valid cap(s); need an uncapped and at "
+                     "least one capped point")
+        return _finish(row, statuses, notes)
+
+    x = _Points(averaged)
+    ref = x.ref
+    row.update(uncapped_cap_w=x.cap[ref], uncapped_power_w=x.p[ref], uncapped_throughput=x.t[ref])
+    expected = part["expect"].max()
+    if np.isfinite(top_cap_all) and top_cap_all > x.cap[ref]:
+        statuses.add("missing_uncapped")
+        notes.append(f"missing_uncapped: the rows at the highest cap {_fmt(top_cap_all)} W were "
+                     f"invalid; reference is cap {_fmt(x.cap[ref])} W")
+    elif np.isfinite(expected) and x.cap[ref] < expected:
+        statuses.add("missing_uncapped")
+        notes.append(f"missing_uncapped: highest cap {_fmt(x.cap[ref])} W is below the uncapped "
+                     f"{_fmt(expected)} W; PFIs are relative to a capped run")
+
+    # The published definitions, unchanged
+    row["pfi_ratio"] = pfi_ratio(x.p, x.t, ref)
+    row["pfi_area"] = pfi_area(x.p, x.t, ref)
+    row["pfi_elasticity"] = pfi_elasticity(x.p, x.t)
+    if x.capped.any() and not x.included.any():
+        notes.append("pfi_ratio: every capped point has T == T_max exactly, no term left")
+    if np.ptp(x.p) == 0:
+        notes.append("pfi_elasticity: all points at the same power, no fit")
+
+    sem_ok = s.has_sem and np.isfinite(x.sp).all() and np.isfinite(x.st).all()
+    if not sem_ok:
+        why = "SEM missing at some cap" if s.has_sem else "no SEMs"
+        notes.append(f"{why}: noise taken as rel_tol={_fmt(s.rel_tol)} of the reference")
+    noise_p, noise_t, noise_t_own = _noise(x, s, sem_ok)
+    power_near_cap = x.p / x.gpus >= (1 - s.power_tol) * x.cap
+    t_sig_below = x.t[ref] - x.t > noise_t
+    flags = {
+        "capped_faster": x.capped & (x.t >= x.t[ref]),
+        "capped_more_power": x.capped & (x.p >= x.p[ref]),
+        "nonbinding_cap": x.capped & ~power_near_cap & ~t_sig_below,
+        "ill_conditioned": x.included & (np.abs(x.t[ref] - x.t) <= noise_t),
+    }
+    for name, flagged in flags.items():
+        if flagged.any():
+            statuses.add(name)
+            notes.append(f"{name} at cap_w " + ", ".join(_fmt(c) for c in x.cap[flagged]))
+
+    # Robust: monotone fit over all points, Eq. 1 on binding points that lost throughput
+    binding = x.capped & (x.p[ref] - x.p > noise_p) & (power_near_cap | t_sig_below)
+    weight = 1.0 / np.maximum(x.st, 1e-12 * x.t) ** 2 if sem_ok else None
+    fit = isotonic_fit(x.p, x.t, weight)
+    moved = np.abs(fit - x.t) > noise_t_own
+    if moved.any():
+        statuses.add("non_monotone")
+        notes.append("non_monotone: the monotone fit moved throughput beyond noise at cap_w "
+                     + ", ".join(_fmt(c) for c in x.cap[moved]))
+    pooled = fit >= fit[ref] * (1 - _POOL_RTOL)
+    no_loss = fit[ref] - fit <= noise_t  # pooled, or a loss within noise: term is noise/noise
+    used = binding & ~no_loss
+    robust_terms = np.where(used, _ratio_terms(x.p, fit, ref), np.nan)
+    row["n_binding"] = int(binding.sum())
+    if binding.sum() < 2:
+        row["robust_status"] = "too_few_binding"
+        notes.append(f"too_few_binding: {int(binding.sum())} binding cap(s), pfi_robust needs 2")
+    elif not used.any():
+        row["robust_status"] = "no_throughput_loss"
+        notes.append("no_throughput_loss: no binding cap lost throughput beyond noise in the "
+                     "monotone fit (PFI unbounded over the swept range)")
+    else:
+        row["robust_status"] = "ok"
+        row["pfi_robust"] = float(np.mean(robust_terms[used]))
+    if row["robust_status"] != "ok":
+        statuses.add(row["robust_status"])
+
+    if s.mc_samples <= 0:
+        notes.append("no CI: mc_samples=0")
+    elif not s.has_sem:
+        notes.append("no CI: no SEM columns given")
+    elif not sem_ok:
+        missing = x.cap[~(np.isfinite(x.sp) & np.isfinite(x.st))]
+        notes.append("no CI: SEM missing at cap_w " + ", ".join(_fmt(c) for c in missing))
+    else:
+        rng = np.random.default_rng([s.seed, zlib.crc32(str(group).encode())])
+        ratio_ci, robust_ci = _monte_carlo(x, rng, s, used if row["robust_status"] == "ok"
+                                           else None, weight, notes)
+        row["ci95_low"], row["ci95_high"] = ratio_ci
+        row["pfi_robust_ci95_low"], row["pfi_robust_ci95_high"] = robust_ci
+
+    terms = np.where(x.included, _ratio_terms(x.p, x.t, ref), np.nan)
+    row["per_cap"] = json.dumps([
+        _clean({"cap_w": x.cap[i], "power_w": x.p[i], "throughput": x.t[i],
+                "n_rows": int(x.n_rows[i]), "power_w_sem": x.sp[i], "throughput_sem": x.st[i],
+                "power_ratio": x.p[i] / x.p[ref], "throughput_ratio": x.t[i] / x.t[ref],
+                "term": terms[i], "binding": bool(binding[i]),
+                "robust_throughput": fit[i], "robust_term": robust_terms[i],
+                "flags": [f for f in _POINT_STATUS_FLAGS if flags[f][i]]
+                + (["excluded_t_equals_tmax"] if not x.included[i] else [])
+                + (["pooled_with_uncapped"] if binding[i] and pooled[i] else [])
+                + (["loss_within_noise"] if binding[i] and no_loss[i] and not pooled[i] else [])})
+        for i in range(ref)])
+    return _finish(row, statuses, notes)
+
+
+def _noise(x: _Points, s: _Settings, sem_ok: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Noise of P_max - P_i, of T_max - T_i, and of T_i itself (z * SEMs, else rel_tol)."""
+    ref = x.ref
+    if sem_ok:
+        return s.z * np.hypot(x.sp, x.sp[ref]), s.z * np.hypot(x.st, x.st[ref]), s.z * x.st
+    return (np.full(x.n, s.rel_tol * x.p[ref]), np.full(x.n, s.rel_tol * x.t[ref]),
+            s.rel_tol * x.t)
+
+
+def _monte_carlo(x: _Points, rng: np.random.Generator, s: _Settings, robust_used: np.ndarray | None,
+                 weight: np.ndarray | None, notes: list[str]) -> tuple[tuple[float, float], ...]:
+    """Percentile CIs of pfi_ratio and (if ``robust_used``) pfi_robust from N(mean, sem)
+    resamples of every point; the sets of terms are those of the point estimates."""
+    nan = (float("nan"), float("nan"))
+    ps = x.p + x.sp * rng.standard_normal((s.mc_samples, x.n))
+    ts = x.t + x.st * rng.standard_normal((s.mc_samples, x.n))
+    ratio_ci = robust_ci = nan
+    if x.included.any():
+        samples = _ratio_terms(ps, ts, x.ref)[:, x.included].mean(axis=1)
+        ratio_ci = _interval(samples, s.alpha, notes, "ci95")
+    if robust_used is not None:
+        fits = isotonic_fit_batch(ps, ts, weight)
+        lost = fits[:, robust_used] < fits[:, [x.ref]] * (1 - _POOL_RTOL)
+        rt = np.where(lost, _ratio_terms(ps, fits, x.ref)[:, robust_used], np.nan)
+        counts = lost.sum(axis=1)
+        # a resample where no point lost throughput has an unbounded PFI
+        samples = np.where(counts > 0, np.nansum(rt, axis=1) / np.maximum(counts, 1), np.inf)
+        robust_ci = _interval(samples, s.alpha, notes, "pfi_robust_ci95")
+    return ratio_ci, robust_ci
+
+
+def _interval(samples: np.ndarray, alpha: float, notes: list[str], label: str) -> tuple[float, float]:
+    """Percentile interval; +inf samples stand for an unbounded PFI, NaN is never returned
+    silently: a bound that is not finite becomes NaN with a note."""
+    lo, hi = np.quantile(samples, [alpha / 2, 1 - alpha / 2])
+    unbounded = float(np.mean(~np.isfinite(samples)))
+    if unbounded:
+        notes.append(f"{label}: {unbounded:.1%} of resamples unbounded (no throughput loss)")
+    if not np.isfinite(hi):
+        notes.append(f"{label}: upper bound unbounded, reported NaN")
+    if not np.isfinite(lo):
+        notes.append(f"{label}: lower bound unbounded, reported NaN")
+    return (float(lo) if np.isfinite(lo) else float("nan"),
+            float(hi) if np.isfinite(hi) else float("nan"))
+
+
+def _clean(d: dict[str, Any]) -> dict[str, Any]:
+    """JSON-safe: numpy scalars to Python, NaN/inf to null."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, (float, np.floating)):
+            v = float(v) if np.isfinite(v) else None
+        out[k] = v
+    return out
+
+
+def _finish(row: dict[str, Any], statuses: set[str], notes: list[str]) -> dict[str, Any]:
+    row["status"] = next((st for st in STATUSES if st in statuses), "ok")
+    for key in ("pfi_ratio", "pfi_area", "pfi_elasticity", "pfi_robust"):
+        if not np.isfinite(row[key]):
+            row[key] = float("nan")
+    row["notes"] = "; ".join(notes)
+    return row
