@@ -1,0 +1,114 @@
+# Stage 4-6 (analysis): cluster statistics, the PFI predictor, the paper's other tables.
+# Needs common.smk (section, code_fingerprint, PAPER_TABLES). Add analysis_outputs(c) to rule all.
+
+ANALYSIS = "results/{campaign}"
+
+
+def analysis_outputs(campaign):
+    """Every final file of the analysis stages for one campaign."""
+    files = list(rules.cluster_stats.output) + list(rules.fit_predictor.output)
+    files += list(rules.paper_tables.output) + list(rules.analysis_figures.output)
+    return [f.format(campaign=campaign) for f in map(str, files)]
+
+
+rule cluster_stats:
+    """Kruskal-Wallis + Dunn-Holm across clusters (Tables 10-11); telemetry-PFI correlations."""
+    input:
+        runs=f"{ANALYSIS}/runs.parquet",
+        pfi=f"{ANALYSIS}/pfi.parquet",
+    output:
+        kruskal_dunn=f"{ANALYSIS}/stats/kruskal_dunn.json",
+        cluster_tests=f"{ANALYSIS}/stats/cluster_tests.csv",
+        correlations=f"{ANALYSIS}/stats/telemetry_correlations.csv",
+        groups=f"{ANALYSIS}/stats/group_telemetry.csv",
+    params:
+        stats=section("stats"),
+        paper_tables=PAPER_TABLES,
+        code=code_fingerprint("stats", "predictor", "paper_tables", "published"),
+    log:
+        "logs/{campaign}/cluster_stats.log",
+    conda:
+        "../envs/analysis.yaml"
+    localrule: True
+    script:
+        "../workflow_scripts/cluster_stats.py"
+
+
+rule fit_predictor:
+    """Table 3 ablation, the chosen model, predictions per group, Tables 12-13."""
+    input:
+        runs=f"{ANALYSIS}/runs.parquet",
+        pfi=f"{ANALYSIS}/pfi.parquet",
+    output:
+        model=f"{ANALYSIS}/predictor/model.json",
+        ablation=f"{ANALYSIS}/predictor/ablation.csv",
+        predictions=f"{ANALYSIS}/predictor/predictions.parquet",
+        holdout=f"{ANALYSIS}/predictor/holdout.csv",
+        leverage=f"{ANALYSIS}/predictor/leverage.csv",
+        within_cluster=f"{ANALYSIS}/predictor/within_cluster.csv",
+    params:
+        predictor=section("predictor"),
+        paper_tables=PAPER_TABLES,
+        code=code_fingerprint("predictor", "paper_tables", "published"),
+    log:
+        "logs/{campaign}/fit_predictor.log",
+    conda:
+        "../envs/analysis.yaml"
+    localrule: True
+    script:
+        "../workflow_scripts/fit_predictor.py"
+
+
+rule paper_tables:
+    """Table 9 (grid sensitivity), Table 8 (H100 vs H200), repeatability, Tables 4-5."""
+    input:
+        runs=f"{ANALYSIS}/runs.parquet",
+        pfi=f"{ANALYSIS}/pfi.parquet",
+        predictions=rules.fit_predictor.output.predictions,
+    output:
+        table9=f"{ANALYSIS}/tables/table9_grid_sensitivity.csv",
+        table8=f"{ANALYSIS}/tables/table8_h100_vs_h200.csv",
+        repeatability=f"{ANALYSIS}/tables/repeatability.csv",
+        table4=f"{ANALYSIS}/tables/table4_compute.csv",
+        table5=f"{ANALYSIS}/tables/table5_compute_campaign.csv",
+        summary=f"{ANALYSIS}/tables/analysis_summary.csv",
+    params:
+        tables=section("tables"),
+        run={"duration_s": section("run").get("duration_s", 1800)},
+        paper_tables=PAPER_TABLES,
+        code=code_fingerprint("paper_tables", "pfi", "predictor", "published"),
+    log:
+        "logs/{campaign}/paper_tables.log",
+    conda:
+        "../envs/analysis.yaml"
+    localrule: True
+    script:
+        "../workflow_scripts/paper_tables.py"
+
+
+rule analysis_figures:
+    """Telemetry-vs-PFI grid, predicted vs measured, Table 8 and Table 9 scatters."""
+    input:
+        groups=rules.cluster_stats.output.groups,
+        correlations=rules.cluster_stats.output.correlations,
+        predictions=rules.fit_predictor.output.predictions,
+        holdout=rules.fit_predictor.output.holdout,
+        model=rules.fit_predictor.output.model,
+        table8=rules.paper_tables.output.table8,
+        table9=rules.paper_tables.output.table9,
+        summary=rules.paper_tables.output.summary,
+    output:
+        f"{ANALYSIS}/figures/telemetry_vs_pfi.png",
+        f"{ANALYSIS}/figures/predicted_vs_measured.png",
+        f"{ANALYSIS}/figures/table8_h100_vs_h200.png",
+        f"{ANALYSIS}/figures/table9_grid_sensitivity.png",
+    params:
+        figures=section("figures"),
+        code=code_fingerprint("figures"),
+    log:
+        "logs/{campaign}/analysis_figures.log",
+    conda:
+        "../envs/analysis.yaml"
+    localrule: True
+    script:
+        "../workflow_scripts/analysis_figures.py"

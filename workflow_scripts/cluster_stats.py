@@ -1,0 +1,37 @@
+"""Rule script: Kruskal-Wallis + Dunn-Holm across clusters and telemetry-PFI correlations."""
+import numpy as np
+
+from wattflex.paper_tables import beside_published, read_campaign
+from wattflex.predictor import CORRELATION_METRICS, group_table
+from wattflex.provenance import provenance, write_csv, write_json
+from wattflex.published import load_published
+from wattflex.smk import rule_logger
+from wattflex.stats import CLUSTER_ORDER, cluster_tests_table, kruskal_dunn, telemetry_correlations
+
+smk = snakemake  # noqa: F821
+log = rule_logger(smk)
+cfg = smk.params.stats
+runs, pfi, backend = read_campaign(smk.input.runs, smk.input.pfi)
+prov = provenance(params=cfg, inputs=list(smk.input), backend=backend)
+sets = cfg.get("sets", ["headline"])
+groups = group_table(runs, pfi)
+groups = groups[groups["set"].isin(sets) & np.isfinite(groups["pfi"].astype(float))]
+log.info("%d groups of sets %s with a finite PFI", len(groups), sets)
+
+result = kruskal_dunn(groups, value_col="pfi", group_col="cluster", order=cfg.get("cluster_order", CLUSTER_ORDER),
+                      p_adjust=cfg.get("p_adjust", "holm"), alpha=float(cfg.get("alpha", 0.05)))
+result["backend"] = backend
+write_json(result, smk.output.kruskal_dunn, prov)
+log.info("Kruskal-Wallis H=%.3f p=%.4g", result["kruskal"]["H"], result["kruskal"]["p"])
+
+tests = cluster_tests_table(result)
+published = load_published(smk.params.paper_tables, "table10_11_cluster_tests")
+write_csv(beside_published(tests, published, ["test", "comparison"], ["n", "statistic", "p_raw", "p_holm"]),
+          smk.output.cluster_tests, prov, backend=backend)
+
+correlations = telemetry_correlations(groups, cfg.get("metrics", CORRELATION_METRICS), target="pfi")
+write_csv(correlations, smk.output.correlations, prov, backend=backend,
+          note="bh_q: Benjamini-Hochberg over the Spearman p-values of all metrics tested; ols_q: same for OLS")
+write_csv(groups, smk.output.groups, prov, backend=backend)
+for row in correlations.itertuples():
+    log.info("%s: rho=%.3f q=%.3g", row.metric, row.spearman_rho, row.bh_q)

@@ -1,0 +1,37 @@
+"""Rule script: the PFI predictor: Table 3 ablation, chosen model, predictions, Tables 12-13."""
+from wattflex import predictor
+from wattflex.paper_tables import beside_published, read_campaign
+from wattflex.provenance import provenance, write_csv, write_json, write_parquet
+from wattflex.published import load_published
+from wattflex.smk import rule_logger
+
+smk = snakemake  # noqa: F821
+log = rule_logger(smk)
+cfg = smk.params.predictor
+runs, pfi, backend = read_campaign(smk.input.runs, smk.input.pfi)
+prov = provenance(params=cfg, inputs=list(smk.input), backend=backend)
+groups = predictor.group_table(runs, pfi)
+train = predictor.training_rows(groups, cfg.get("train_set", "headline"))
+log.info("training on %d groups", len(train))
+
+ablation = predictor.ablation(train, cfg.get("ablation_sets", predictor.ABLATION_SETS))
+published = load_published(smk.params.paper_tables, "table3_predictor_ablation")
+columns = ["p", "r2_in", "loo_r2", "loo_rmse", "loo_spearman", "loco_r2", "loco_rmse", "loco_spearman"]
+write_csv(beside_published(ablation, published, "predictors", columns), smk.output.ablation, prov, backend=backend)
+
+model = predictor.fit_model(train, cfg.get("features", "dram_copy_product"))
+predictions = predictor.predictions_table(groups, model)
+holdout = predictor.holdout_scores(predictions)
+model["evaluation"] = holdout.to_dict(orient="records")
+model["backend"] = backend
+write_json(model, smk.output.model, prov)
+write_parquet(predictions, smk.output.predictions, prov)
+write_csv(holdout, smk.output.holdout, prov, backend=backend)
+log.info("model %s: %s", model["feature_spec"], model["metrics"])
+log.info("held-out scores:\n%s", holdout.to_string(index=False))
+
+features = model["features"]
+write_csv(predictor.leverage_sensitivity(train, features, int(cfg.get("leverage_k_max", 5))),
+          smk.output.leverage, prov, backend=backend, features=features)
+write_csv(predictor.within_cluster(train, features), smk.output.within_cluster, prov, backend=backend,
+          features=features)

@@ -1,0 +1,312 @@
+"""Predict PFI from the uncapped run's telemetry, without a power-cap sweep (paper §5).
+
+Features come from the telemetry of each group's uncapped run (its highest ``cap_w``;
+repeats at that cap are averaged):
+
+- ``dram_copy_product`` = ``dram_active`` × ``mem_copy_util``, with ``dram_active`` the
+  DCGM ``PROF_DRAM_ACTIVE`` fraction (0–1) and ``mem_copy_util`` the DCGM
+  ``DEV_MEM_COPY_UTIL`` percentage (0–100), so the product lies in 0–100 (a job whose
+  DRAM is busy 60% of the time at 40% copy utilisation scores 24). Coefficients in a saved
+  model refer to this scaling.
+- ``arithmetic_intensity`` = ``tensor_active`` / ``dram_active`` (both 0–1 fractions).
+- ``job_metadata`` = ``is_moe`` (architecture == "moe"), ``is_lora`` (task is LoRA/FT)
+  and ``log2_gpus``.
+- ``all_dcgm`` = every job-level DCGM-style metric in ``runs.parquet`` that varies across
+  the training groups (the paper used 13; the emulated backend records the 10 in
+  :data:`DCGM_METRICS`; limits and constant columns carry no information and are skipped).
+
+Models are ordinary least squares (scikit-learn). Evaluation follows Table 3: in-sample
+R², then leave-one-out (LOO) and leave-one-cluster-out (LOCO) predictions pooled over the
+folds, scored by R² (against the pooled mean), RMSE and Spearman rho.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+#: Job-level steady-state DCGM-style metrics of ``runs.parquet`` (the ``all_dcgm`` set).
+DCGM_METRICS = ("power_per_gpu_w", "sm_clock_mhz", "mem_clock_mhz", "gpu_util", "mem_copy_util",
+                "dram_active", "sm_active", "tensor_active", "fb_used_gib", "temp_c")
+JOB_METADATA = ("is_moe", "is_lora", "log2_gpus")
+#: Metrics correlated with PFI (Fig. 5/14 analog): the DCGM set, job power, the composites.
+CORRELATION_METRICS = DCGM_METRICS + ("power_w", "dram_copy_product", "arithmetic_intensity")
+
+FEATURE_DEFINITIONS = {
+    "dram_copy_product": "dram_active (DCGM_FI_PROF_DRAM_ACTIVE, 0-1) x mem_copy_util "
+                         "(DCGM_FI_DEV_MEM_COPY_UTIL, %), range 0-100",
+    "arithmetic_intensity": "tensor_active / dram_active (both 0-1 fractions)",
+    "is_moe": "1 if architecture == 'moe' else 0",
+    "is_lora": "1 if task is LoRA fine-tuning ('lora', 'ft', 'sft') else 0",
+    "log2_gpus": "log2(number of GPUs of the job)",
+    "power_per_gpu_w": "mean board power per GPU (W)",
+    "sm_clock_mhz": "SM clock (MHz)", "mem_clock_mhz": "memory clock (MHz)",
+    "gpu_util": "GPU utilisation (%)", "mem_copy_util": "memory copy utilisation (%)",
+    "dram_active": "DRAM active fraction (0-1)", "sm_active": "SM active fraction (0-1)",
+    "tensor_active": "tensor pipe active fraction (0-1)", "fb_used_gib": "framebuffer used (GiB)",
+    "temp_c": "GPU temperature (C)",
+}
+# What each derived feature is computed from.
+_DERIVED_INPUTS = {
+    "dram_copy_product": ("dram_active", "mem_copy_util"),
+    "arithmetic_intensity": ("tensor_active", "dram_active"),
+    "is_moe": ("architecture",), "is_lora": ("task",), "log2_gpus": ("gpus",),
+}
+#: The paper's seven ablation feature sets (Table 3), in its order.
+ABLATION_SETS = ("dram_copy_product", "arithmetic_intensity", "dram_copy_product+arithmetic_intensity",
+                 "job_metadata", "dram_copy_product+job_metadata", "all_dcgm", "all_dcgm+job_metadata")
+_LORA_TASKS = {"lora", "ft", "sft"}
+
+
+def add_features(df: pd.DataFrame) -> pd.DataFrame:
+    """Copy of ``df`` with the derived features added where their inputs are present.
+
+    A feature column already in ``df`` is kept as given (so a telemetry summary may carry
+    ``dram_copy_product`` directly).
+    """
+    out = df.copy()
+    have = lambda *cols: all(c in out.columns for c in cols)  # noqa: E731
+    if "dram_copy_product" not in out and have("dram_active", "mem_copy_util"):
+        out["dram_copy_product"] = out["dram_active"].astype(float) * out["mem_copy_util"].astype(float)
+    if "arithmetic_intensity" not in out and have("tensor_active", "dram_active"):
+        dram = out["dram_active"].astype(float)
+        out["arithmetic_intensity"] = out["tensor_active"].astype(float) / dram.where(dram > 0)
+    if "is_moe" not in out and have("architecture"):
+        out["is_moe"] = (out["architecture"].astype(str).str.lower() == "moe").astype(float)
+    if "is_lora" not in out and have("task"):
+        out["is_lora"] = out["task"].astype(str).str.lower().isin(_LORA_TASKS).astype(float)
+    if "log2_gpus" not in out and have("gpus"):
+        out["log2_gpus"] = np.log2(out["gpus"].astype(float))
+    return out
+
+
+def uncapped_telemetry(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per group: the run(s) at the group's highest cap, repeats averaged.
+
+    Numeric columns are averaged over repeats; the other columns (metadata) are taken
+    from the first repeat.
+    """
+    top = runs[runs["cap_w"] == runs.groupby("group")["cap_w"].transform("max")]
+    numeric = [c for c in top.select_dtypes("number").columns if c != "repeat"]
+    other = [c for c in top.columns if c not in numeric and c != "group"]
+    means = top.groupby("group", sort=False)[numeric].mean()
+    firsts = top.groupby("group", sort=False)[other].first()
+    return firsts.join(means).reset_index()
+
+
+def group_table(runs: pd.DataFrame, pfi: pd.DataFrame, target: str = "pfi_ratio") -> pd.DataFrame:
+    """Uncapped telemetry + derived features + measured PFI (column ``pfi``), one row per group."""
+    groups = add_features(uncapped_telemetry(runs))
+    keep = ["group", target] + [c for c in ("status", "n_caps") if c in pfi.columns]
+    measured = pfi[keep].rename(columns={target: "pfi"})
+    return groups.merge(measured, on="group", how="left")
+
+
+def resolve_features(spec: str | Sequence[str], df: pd.DataFrame | None = None) -> list[str]:
+    """Feature columns of a spec like ``"dram_copy_product+job_metadata"`` (or a list).
+
+    ``job_metadata`` and ``all_dcgm`` expand to their columns; with ``df`` given,
+    ``all_dcgm`` keeps only metrics present, finite somewhere and not constant in ``df``.
+    """
+    parts = spec.split("+") if isinstance(spec, str) else list(spec)
+    cols: list[str] = []
+    for part in (p.strip() for p in parts):
+        if part == "job_metadata":
+            cols += JOB_METADATA
+        elif part == "all_dcgm":
+            cols += [m for m in DCGM_METRICS if df is None or
+                     (m in df.columns and pd.to_numeric(df[m], errors="coerce").nunique(dropna=True) > 1)]
+        elif part in FEATURE_DEFINITIONS:
+            cols.append(part)
+        else:
+            raise ValueError(f"unknown feature {part!r}; known: {sorted(FEATURE_DEFINITIONS)} "
+                             f"and the sets job_metadata, all_dcgm")
+    return list(dict.fromkeys(cols))
+
+
+def design_matrix(df: pd.DataFrame, features: Sequence[str]) -> np.ndarray:
+    """Feature matrix of ``df``; a clear error names the columns a feature needs."""
+    df = add_features(df)
+    missing = [f for f in features if f not in df.columns]
+    if missing:
+        need = sorted({c for f in missing for c in _DERIVED_INPUTS.get(f, (f,))})
+        raise ValueError(f"missing column(s) for feature(s) {missing}: provide {need} "
+                         f"(have {list(df.columns)})")
+    return df[list(features)].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
+
+
+def _ols():
+    from sklearn.linear_model import LinearRegression
+
+    return LinearRegression()
+
+
+def scores(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+    """R² (vs the mean of ``y``), RMSE and Spearman rho of predictions."""
+    from scipy.stats import spearmanr
+    from sklearn.metrics import mean_squared_error, r2_score
+
+    return {"r2": float(r2_score(y, pred)), "rmse": float(np.sqrt(mean_squared_error(y, pred))),
+            "spearman": float(spearmanr(y, pred)[0]) if len(y) > 2 else float("nan")}
+
+
+def cv_predictions(X: np.ndarray, y: np.ndarray, folds: Sequence[Any] | None = None) -> np.ndarray:
+    """Out-of-fold OLS predictions: leave-one-out, or leave-one-group-out over ``folds``."""
+    from sklearn.model_selection import LeaveOneGroupOut, LeaveOneOut, cross_val_predict
+
+    if folds is None:
+        return cross_val_predict(_ols(), X, y, cv=LeaveOneOut())
+    return cross_val_predict(_ols(), X, y, cv=LeaveOneGroupOut(), groups=np.asarray(folds))
+
+
+def evaluate(df: pd.DataFrame, features: Sequence[str], target: str = "pfi",
+             cluster_col: str = "cluster") -> dict[str, float]:
+    """Table 3 metrics of an OLS on ``features``: p, in-sample R², LOO and LOCO scores."""
+    X, y = design_matrix(df, features), df[target].to_numpy(dtype=float)
+    fitted = _ols().fit(X, y).predict(X)
+    out: dict[str, float] = {"p": len(features), "n": len(y), "r2_in": scores(y, fitted)["r2"]}
+    for name, folds in (("loo", None), ("loco", df[cluster_col].to_numpy())):
+        if folds is not None and len(set(folds)) < 2:
+            out.update({f"{name}_r2": np.nan, f"{name}_rmse": np.nan, f"{name}_spearman": np.nan})
+            continue
+        s = scores(y, cv_predictions(X, y, folds))
+        out.update({f"{name}_r2": s["r2"], f"{name}_rmse": s["rmse"], f"{name}_spearman": s["spearman"]})
+    return out
+
+
+def training_rows(groups: pd.DataFrame, train_set: str = "headline") -> pd.DataFrame:
+    """Groups the predictor is trained on: the ``train_set`` with a finite measured PFI."""
+    rows = groups[np.isfinite(groups["pfi"].astype(float))]
+    if "set" in rows.columns and train_set:
+        rows = rows[rows["set"] == train_set]
+    if len(rows) < 3:
+        raise ValueError(f"need at least 3 groups with a finite PFI in set {train_set!r}, have {len(rows)}")
+    return rows.reset_index(drop=True)
+
+
+def ablation(train: pd.DataFrame, feature_sets: Iterable[str] = ABLATION_SETS) -> pd.DataFrame:
+    """The paper's Table 3 on ``train``: one row per feature set."""
+    rows = []
+    for spec in feature_sets:
+        features = resolve_features(spec, train)
+        rows.append({"predictors": spec, **evaluate(train, features), "features": "+".join(features)})
+    cols = ["predictors", "p", "r2_in", "loo_r2", "loo_rmse", "loo_spearman", "loco_r2", "loco_rmse",
+            "loco_spearman", "n", "features"]
+    return pd.DataFrame(rows)[cols]
+
+
+def leverage(X: np.ndarray) -> np.ndarray:
+    """Diagonal of the hat matrix of an OLS with intercept on ``X`` (rank-deficient safe)."""
+    X = np.asarray(X, dtype=float).reshape(len(X), -1)
+    design = np.column_stack([np.ones(len(X)), X])
+    u, s, _ = np.linalg.svd(design, full_matrices=False)
+    rank = int(np.sum(s > s[0] * max(design.shape) * np.finfo(float).eps))
+    return np.sum(u[:, :rank] ** 2, axis=1)
+
+
+def leverage_sensitivity(train: pd.DataFrame, features: Sequence[str], k_max: int = 5) -> pd.DataFrame:
+    """Table 12: drop the k highest-leverage groups (k = 0..k_max), refit, rescore.
+
+    Leverage is ranked once on the full training set; row k has the k highest removed.
+    ``spearman_rho`` is between the refitted in-sample prediction and measured PFI (for a
+    single feature with a positive slope, the feature's own rank correlation).
+    """
+    from scipy.stats import spearmanr
+
+    h = leverage(design_matrix(train, features))
+    order = np.argsort(-h, kind="stable")
+    rows = []
+    for k in range(0, min(k_max, len(train) - 3) + 1):
+        kept = train.drop(index=train.index[order[:k]])
+        X, y = design_matrix(kept, features), kept["pfi"].to_numpy(dtype=float)
+        pred = _ols().fit(X, y).predict(X)
+        rho, p = spearmanr(pred, y)
+        rows.append({"k": k, "n": len(kept), "dropped_group": train["group"].iloc[order[k - 1]] if k else "",
+                     "dropped_leverage": float(h[order[k - 1]]) if k else np.nan,
+                     "spearman_rho": float(rho), "spearman_p": float(p),
+                     "r2_in": scores(y, pred)["r2"], "loo_r2": scores(y, cv_predictions(X, y))["r2"]})
+    return pd.DataFrame(rows)
+
+
+#: Table 13 subsets: name -> clusters included.
+SUBGROUPS = {"dense only": ("dense",), "moe only": ("moe-pt", "moe-ft"),
+             "all but moe-ft": ("dense", "moe-pt"), "all": ("dense", "moe-pt", "moe-ft")}
+
+
+def within_cluster(train: pd.DataFrame, features: Sequence[str], cluster_col: str = "cluster") -> pd.DataFrame:
+    """Table 13: Spearman rho of the full-data prediction vs PFI within subsets of clusters."""
+    from scipy.stats import spearmanr
+
+    X, y = design_matrix(train, features), train["pfi"].to_numpy(dtype=float)
+    pred = _ols().fit(X, y).predict(X)
+    rows = []
+    for name, clusters in SUBGROUPS.items():
+        mask = train[cluster_col].isin(clusters).to_numpy()
+        rho, p = spearmanr(pred[mask], y[mask]) if mask.sum() > 2 else (np.nan, np.nan)
+        rows.append({"subset": name, "clusters": "|".join(clusters), "n": int(mask.sum()),
+                     "spearman_rho": float(rho), "spearman_p": float(p)})
+    return pd.DataFrame(rows)
+
+
+def fit_model(train: pd.DataFrame, spec: str | Sequence[str], target: str = "pfi_ratio") -> dict[str, Any]:
+    """Fit the chosen OLS and describe it as a JSON-able document (see :func:`predict`)."""
+    features = resolve_features(spec, train)
+    X, y = design_matrix(train, features), train["pfi"].to_numpy(dtype=float)
+    reg = _ols().fit(X, y)
+    return {
+        "kind": "ols", "target": target,
+        "feature_spec": spec if isinstance(spec, str) else "+".join(spec),
+        "features": features,
+        "feature_definitions": {f: FEATURE_DEFINITIONS[f] for f in features},
+        "required_columns": sorted({c for f in features for c in _DERIVED_INPUTS.get(f, (f,))}),
+        "coefficients": {f: float(c) for f, c in zip(features, reg.coef_)},
+        "intercept": float(reg.intercept_),
+        "training_groups": train["group"].tolist(),
+        "n_train": len(train),
+        "metrics": evaluate(train, features),
+    }
+
+
+def predict(model: dict[str, Any], df: pd.DataFrame) -> np.ndarray:
+    """PFI predicted by a model document from :func:`fit_model` for each row of ``df``."""
+    for key in ("features", "coefficients", "intercept"):
+        if key not in model:
+            raise ValueError(f"not a wattflex predictor model: no {key!r}")
+    features = list(model["features"])
+    X = design_matrix(df, features)
+    coef = np.array([model["coefficients"][f] for f in features], dtype=float)
+    return X @ coef + float(model["intercept"])
+
+
+def predictions_table(groups: pd.DataFrame, model: dict[str, Any]) -> pd.DataFrame:
+    """One row per group: measured ``pfi`` (may be NaN), ``pfi_pred`` from ``model``, the
+    out-of-fold ``pfi_pred_loo`` for training groups (NaN elsewhere) and the two composites.
+    """
+    groups = add_features(groups).reset_index(drop=True)
+    out = pd.DataFrame({c: groups[c] if c in groups.columns else pd.NA
+                        for c in ("group", "set", "cluster", "gpu_model", "matches")})
+    out["pfi"] = groups["pfi"].astype(float)
+    out["pfi_pred"] = predict(model, groups)
+    out["pfi_pred_loo"] = np.nan
+    train = groups["group"].isin(model["training_groups"]).to_numpy()
+    if train.sum() > 2:
+        X = design_matrix(groups[train], model["features"])
+        out.loc[train, "pfi_pred_loo"] = cv_predictions(X, out.loc[train, "pfi"].to_numpy())
+    for c in ("dram_copy_product", "arithmetic_intensity"):
+        out[c] = groups[c].astype(float) if c in groups.columns else np.nan
+    return out
+
+
+def holdout_scores(predictions: pd.DataFrame) -> pd.DataFrame:
+    """R², RMSE and Spearman of ``pfi_pred`` per ``set`` (training set scored on its LOO)."""
+    rows = []
+    for name, rows_of_set in predictions.groupby("set", sort=False):
+        loo = rows_of_set["pfi_pred_loo"].notna().all()
+        ok = rows_of_set[np.isfinite(rows_of_set["pfi"])]
+        pred = ok["pfi_pred_loo" if loo else "pfi_pred"].to_numpy(dtype=float)
+        s = scores(ok["pfi"].to_numpy(dtype=float), pred) if len(ok) > 1 else \
+            {"r2": np.nan, "rmse": np.nan, "spearman": np.nan}
+        rows.append({"set": name, "n": len(ok), "prediction": "loo" if loo else "model", **s})
+    return pd.DataFrame(rows)
