@@ -12,6 +12,7 @@ include: "rules/common.smk"
 include: "rules/runs.smk"
 include: "rules/pfi.smk"
 include: "rules/figures.smk"
+include: "rules/analysis.smk"
 
 
 rule all:

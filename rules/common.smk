@@ -52,4 +52,5 @@ def representative_run(campaign):
 def all_outputs(campaign):
     out = [f"results/{campaign}/runs.parquet", f"results/{campaign}/pfi.parquet"]
     out += core_figure_files(campaign)
+    out += analysis_outputs(campaign)
     return out

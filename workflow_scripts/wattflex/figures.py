@@ -50,11 +50,19 @@ def timeseries_figure(telemetry: pd.DataFrame, steps: pd.DataFrame, title: str, 
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
     ax1.plot(t / 60, series["power_w"] / 1000, lw=1, color="#c0392b")
     ax1.set_ylabel("job power (kW)")
-    rate = steps["tokens"].to_numpy(float) / np.diff(np.concatenate([[np.nan], steps["t_end_s"].to_numpy(float)]))
+    dur = np.diff(np.concatenate([[np.nan], steps["t_end_s"].to_numpy(float)]))
+    rate = steps["tokens"].to_numpy(float) / dur
+    rate[dur > 3 * np.nanmedian(dur)] = np.nan  # a step spanning an eval/checkpoint pause: gap
     ax2.plot(steps["t_end_s"] / 60, rate / 1000, lw=0.8, color="#2c3e50")
     ax2.set_ylabel("tokens/s (thousands)")
     ax2.set_xlabel("time since job start (min)")
     colors = {"warmup": "#f5cba7", "startup": "#fad7a0", "dip": "#d6eaf8"}
+    # Eval keeps utilisation above the training threshold, so it is part of the training
+    # phase (the top-10% aggregate drops it); shade it as a dip for the reader.
+    train_power = series["power_w"].to_numpy(float)[labels == TRAINING]
+    if train_power.size:
+        low = (labels == TRAINING) & (series["power_w"].to_numpy(float) < 0.85 * np.median(train_power))
+        labels = np.where(low, "dip", labels)
     for ax in (ax1, ax2):
         for phase, c in colors.items():
             m = labels == phase
