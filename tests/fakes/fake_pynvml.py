@@ -1,0 +1,300 @@
+"""FAKE pynvml: a stand-in for nvidia-ml-py's ``pynvml`` module, for tests without a GPU.
+
+Only the calls ``wattflex.devices.nvml`` makes exist, with the real names, units (mW, mJ,
+MHz, bytes) and error classes (``NVMLError`` with ``.value``; ``NVMLError_NoPermission``
+...). Tests put it in ``sys.modules["pynvml"]`` — the narrowest boundary: everything above
+it (NvmlGpu, the sampler, cap control, restore) is the real code.
+
+The fake GPUs' state is a dict; with ``FAKE_PYNVML_STATE=/path.json`` in the environment it
+lives in that file instead, so separate processes (a SIGTERM'd or SIGKILL'd run, a restore
+command) see and change the same GPUs. Knobs (``reset(...)`` keywords or per-GPU keys):
+``allow_set`` (False: setting a limit raises NoPermission; per GPU: ``deny_set``), ``gpm`` ("ok" |
+"no_permission" | "unsupported"), ``instant_power`` (False: the field read fails),
+``demand_w`` (what the job would draw uncapped), ``extra_limit_w`` (a lower limit enforced
+by someone else).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+STATE_ENV = "FAKE_PYNVML_STATE"
+
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_FOUND = 6
+NVML_FI_DEV_POWER_INSTANT = 186
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_TEMPERATURE_GPU = 0
+NVML_GPM_METRIC_SM_UTIL = 2
+NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
+NVML_GPM_METRIC_DRAM_BW_UTIL = 10
+NVML_GPM_METRICS_GET_VERSION = 1
+CLOCKS_EVENT_REASON_SW_POWER_CAP = 0x4
+
+
+class NVMLError(Exception):
+    def __init__(self, value: int):
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return {2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
+                6: "Not Found"}.get(self.value, f"NVML error {self.value}")
+
+
+class NVMLError_InvalidArgument(NVMLError):
+    def __init__(self) -> None:
+        super().__init__(NVML_ERROR_INVALID_ARGUMENT)
+
+
+class NVMLError_NotSupported(NVMLError):
+    def __init__(self) -> None:
+        super().__init__(NVML_ERROR_NOT_SUPPORTED)
+
+
+class NVMLError_NoPermission(NVMLError):
+    def __init__(self) -> None:
+        super().__init__(NVML_ERROR_NO_PERMISSION)
+
+
+def _default_gpu(i: int) -> dict[str, Any]:
+    return {"name": "NVIDIA H200", "uuid": f"GPU-fake-{i:04d}", "min_mw": 200_000, "max_mw": 700_000,
+            "default_mw": 700_000, "limit_mw": 700_000, "demand_w": 650.0, "extra_limit_w": None,
+            "sm_clock_max": 1980, "mem_clock": 3201, "util": 98, "mem_util": 40, "fb_used": 80 * 1024**3,
+            "temp": 55, "gpm_values": {"10": 45.0, "2": 90.0, "5": 60.0}}
+
+
+_memory_state: dict[str, Any] = {}
+
+
+def reset(n_gpus: int = 2, path: str | os.PathLike | None = None, **knobs: Any) -> dict[str, Any]:
+    """Fresh fake GPUs (in memory, or in ``path`` which is then exported as FAKE_PYNVML_STATE)."""
+    state = {"gpus": [_default_gpu(i) for i in range(n_gpus)], "allow_set": True, "gpm": "ok",
+             "instant_power": True, "t_start": time.time(), "set_calls": []}
+    state.update(knobs)
+    if path is not None:
+        os.environ[STATE_ENV] = str(path)
+    else:
+        os.environ.pop(STATE_ENV, None)
+    _memory_state.clear()
+    _save(state)
+    return state
+
+
+def _load() -> dict[str, Any]:
+    path = os.environ.get(STATE_ENV)
+    if path:
+        return json.loads(Path(path).read_text())
+    if not _memory_state:
+        reset()
+    return _memory_state
+
+
+def _save(state: dict[str, Any]) -> None:
+    path = os.environ.get(STATE_ENV)
+    if path:
+        tmp = Path(f"{path}.tmp{os.getpid()}")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(path)
+    else:
+        _memory_state.update(state)
+
+
+def state() -> dict[str, Any]:
+    return _load()
+
+
+def update_gpu(i: int, **kw: Any) -> None:
+    s = _load()
+    s["gpus"][i].update(kw)
+    _save(s)
+
+
+def _gpu(handle: int) -> dict[str, Any]:
+    return _load()["gpus"][handle]
+
+
+def _enforced_mw(g: dict[str, Any]) -> int:
+    extra = g.get("extra_limit_w")
+    return min(g["limit_mw"], int(extra * 1000)) if extra else g["limit_mw"]
+
+
+def _power_mw(g: dict[str, Any]) -> int:
+    return int(min(g["demand_w"] * 1000, _enforced_mw(g)))
+
+
+# ---- the pynvml API subset --------------------------------------------------------------------
+def nvmlInit() -> None:
+    _load()
+
+
+def nvmlShutdown() -> None:
+    pass
+
+
+def nvmlDeviceGetCount() -> int:
+    return len(_load()["gpus"])
+
+
+def nvmlDeviceGetHandleByIndex(i: int) -> int:
+    if not 0 <= i < nvmlDeviceGetCount():
+        raise NVMLError_InvalidArgument()
+    return i
+
+
+def nvmlDeviceGetHandleByUUID(uuid: str | bytes) -> int:
+    uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+    for i, g in enumerate(_load()["gpus"]):
+        if g["uuid"] == uuid:
+            return i
+    raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+
+def nvmlDeviceGetIndex(handle: int) -> int:
+    return handle
+
+
+def nvmlDeviceGetName(handle: int) -> str:
+    return _gpu(handle)["name"]
+
+
+def nvmlDeviceGetUUID(handle: int) -> str:
+    return _gpu(handle)["uuid"]
+
+
+def nvmlDeviceGetPowerManagementLimitConstraints(handle: int) -> list[int]:
+    g = _gpu(handle)
+    return [g["min_mw"], g["max_mw"]]
+
+
+def nvmlDeviceGetPowerManagementDefaultLimit(handle: int) -> int:
+    return _gpu(handle)["default_mw"]
+
+
+def nvmlDeviceGetPowerManagementLimit(handle: int) -> int:
+    return _gpu(handle)["limit_mw"]
+
+
+def nvmlDeviceGetEnforcedPowerLimit(handle: int) -> int:
+    return _enforced_mw(_gpu(handle))
+
+
+def nvmlDeviceSetPowerManagementLimit(handle: int, limit_mw: int) -> None:
+    s = _load()
+    g = s["gpus"][handle]
+    if not s["allow_set"] or g.get("deny_set"):
+        raise NVMLError_NoPermission()
+    if not g["min_mw"] <= limit_mw <= g["max_mw"]:
+        raise NVMLError_InvalidArgument()
+    g["limit_mw"] = int(limit_mw)
+    s["set_calls"].append([handle, int(limit_mw)])
+    _save(s)
+
+
+def nvmlDeviceGetFieldValues(handle: int, field_ids: list[int]) -> list[SimpleNamespace]:
+    s, g = _load(), _gpu(handle)
+    out = []
+    for fid in field_ids:
+        ok = fid == NVML_FI_DEV_POWER_INSTANT and s["instant_power"]
+        out.append(SimpleNamespace(fieldId=fid, nvmlReturn=NVML_SUCCESS if ok else NVML_ERROR_NOT_SUPPORTED,
+                                   value=SimpleNamespace(uiVal=_power_mw(g) if ok else 0)))
+    return out
+
+
+def nvmlDeviceGetPowerUsage(handle: int) -> int:
+    return _power_mw(_gpu(handle))
+
+
+def nvmlDeviceGetTotalEnergyConsumption(handle: int) -> int:
+    g = _gpu(handle)
+    return int(1e9 + _power_mw(g) * (time.time() - _load()["t_start"]))     # mJ since "driver load"
+
+
+def _throttle(g: dict[str, Any]) -> float:
+    return min(1.0, _enforced_mw(g) / 1000 / g["demand_w"])
+
+
+def nvmlDeviceGetClockInfo(handle: int, clock: int) -> int:
+    g = _gpu(handle)
+    if clock == NVML_CLOCK_SM:
+        return int(g["sm_clock_max"] * _throttle(g) ** 0.5)
+    return g["mem_clock"]
+
+
+def nvmlDeviceGetUtilizationRates(handle: int) -> SimpleNamespace:
+    g = _gpu(handle)
+    return SimpleNamespace(gpu=g["util"], memory=g["mem_util"])
+
+
+def nvmlDeviceGetMemoryInfo(handle: int) -> SimpleNamespace:
+    g = _gpu(handle)
+    total = 141 * 1024**3
+    return SimpleNamespace(total=total, used=g["fb_used"], free=total - g["fb_used"])
+
+
+def nvmlDeviceGetTemperature(handle: int, sensor: int) -> int:
+    return _gpu(handle)["temp"]
+
+
+def nvmlDeviceGetCurrentClocksEventReasons(handle: int) -> int:
+    g = _gpu(handle)
+    return CLOCKS_EVENT_REASON_SW_POWER_CAP if _throttle(g) < 1.0 else 0
+
+
+nvmlDeviceGetCurrentClocksThrottleReasons = nvmlDeviceGetCurrentClocksEventReasons
+
+
+# ---- GPM ----------------------------------------------------------------------------------
+class _GpmSample:
+    def __init__(self) -> None:
+        self.values: dict[str, float] | None = None
+
+
+class c_nvmlGpmMetricsGet_t:
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1 = self.sample2 = None
+        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=NVML_SUCCESS, value=0.0) for _ in range(16)]
+
+
+def nvmlGpmQueryDeviceSupport(handle: int) -> SimpleNamespace:
+    return SimpleNamespace(version=1, isSupportedDevice=int(_load()["gpm"] != "unsupported"))
+
+
+def nvmlGpmSampleAlloc() -> _GpmSample:
+    return _GpmSample()
+
+
+def nvmlGpmSampleFree(sample: _GpmSample) -> None:
+    sample.values = None
+
+
+def nvmlGpmSampleGet(handle: int, sample: _GpmSample) -> _GpmSample:
+    mode = _load()["gpm"]
+    if mode == "no_permission":
+        raise NVMLError_NoPermission()
+    if mode == "unsupported":
+        raise NVMLError_NotSupported()
+    sample.values = dict(_gpu(handle)["gpm_values"])
+    return sample
+
+
+def nvmlGpmMetricsGet(req: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
+    if req.version != NVML_GPM_METRICS_GET_VERSION or req.sample1 is None or req.sample2 is None:
+        raise NVMLError_InvalidArgument()
+    if req.sample1.values is None or req.sample2.values is None:
+        raise NVMLError_InvalidArgument()
+    for m in req.metrics[:req.numMetrics]:
+        m.value = float(req.sample2.values.get(str(m.metricId), 0.0))
+    return req
