@@ -153,8 +153,8 @@ def test_run_options_from_spec(tmp_path):
     spec = cuda_spec(tmp_path, device="cuda", nproc_per_node=8)
     spec["group"]["gpus"] = 16
     opts = real_run.RunOptions.from_spec(spec)
-    assert (opts.nproc_per_node, opts.nnodes, opts.gap_s, opts.sampler_period_s) == (8, 2, 60.0, 0.2)
-    assert real_run.RunOptions.from_spec(cuda_spec(tmp_path)).gap_s == 0.0      # cpu smoke: no gap
+    assert (opts.nproc_per_node, opts.nnodes, opts.sampler_period_s, opts.uses_nvml) == (8, 2, 0.2, False)
+    assert real_run.RunOptions.from_spec(cuda_spec(tmp_path, device="cuda", sampler=True)).nnodes == 1
     with pytest.raises(ValueError, match="cap_control 'sudo'"):
         real_run.RunOptions.from_spec(cuda_spec(tmp_path, cap_control="sudo"))
     with pytest.raises(ValueError, match="needs cap_command"):

@@ -20,6 +20,7 @@ Spec keys used (``spec["cuda"]``): device (cuda|cpu), cap_control (nvml|command|
 cap_command, model_path, data_path, tiny, sampler, sampler_period_s, gpm (default true),
 host_power (default true), state_dir, nproc_per_node, nnodes (default: group.gpus /
 nproc_per_node on cuda), max_steps, and training extras (``training.config.TrainConfig``).
+``run.gap_s`` (the paper's idle pause between runs) is the rule script's job, not this one.
 Multi-node jobs (``nnodes > 1``, inside a SLURM allocation) start one node agent per node
 with ``srun``; each agent caps, samples and runs its torchrun share, and this process
 merges their traces.
@@ -72,7 +73,6 @@ class RunOptions:
     state_dir: str | None = None
     nproc_per_node: int = 1
     nnodes: int = 1
-    gap_s: float = 0.0
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> "RunOptions":
@@ -86,8 +86,7 @@ class RunOptions:
                    sampler=bool(cuda.get("sampler", True)),
                    sampler_period_s=float(cuda.get("sampler_period_s") or run.get("sample_period_s") or 5.0),
                    gpm=bool(cuda.get("gpm", True)), host_power=bool(cuda.get("host_power", True)),
-                   state_dir=cuda.get("state_dir"), nproc_per_node=nproc, nnodes=int(nnodes),
-                   gap_s=float(run.get("gap_s", 0.0)) if device == "cuda" else 0.0)
+                   state_dir=cuda.get("state_dir"), nproc_per_node=nproc, nnodes=int(nnodes))
         if opts.cap_control not in caps.MODES:
             raise ValueError(f"cuda.cap_control {opts.cap_control!r}: expected one of {', '.join(caps.MODES)}")
         caps.limit_setter(opts.cap_control, opts.cap_command)      # validates the command template
@@ -261,9 +260,6 @@ def run_real(spec: dict[str, Any], outdir: str | Path) -> None:
         nodes = [read_json(outdir / NODE_DIR.format(rank=r) / "node.json")["node"] for r in range(opts.nnodes)]
     end_utc = _utc()
     _assemble(spec, outdir, opts, nodes, t0, start_utc, end_utc)
-    if opts.gap_s > 0:                                  # the paper's pause after GPU memory is released
-        log.info("gap: %g s before the next run", opts.gap_s)
-        time.sleep(opts.gap_s)
 
 
 def _assemble(spec: dict[str, Any], outdir: Path, opts: RunOptions, nodes: list[dict[str, Any]], t0: float,
