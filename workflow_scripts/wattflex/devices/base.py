@@ -134,7 +134,7 @@ class TelemetrySampler:
         next_t = self.clock()
         while not self._stop.is_set():
             self.sample_once()
-            next_t += self.period_s
+            next_t = max(next_t + self.period_s, self.clock())   # a slow read skips ahead, no burst
             self._stop.wait(max(0.0, next_t - self.clock()))
 
     def start(self) -> "TelemetrySampler":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,6 @@ class TrainConfig:
     parallel: str = "auto"                  # auto: FSDP2 on multi-GPU cuda, DDP on cpu
     attn_implementation: str | None = None  # None: transformers' default for the family
     outdir: str = "."
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def hf_model_type(self) -> str:
