@@ -8,11 +8,23 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+wildcard_constraints:
+    campaign=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    group=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    run=r"cap[0-9.]+(_r[0-9]+)?",
+
+
 include: "rules/common.smk"
 include: "rules/runs.smk"
 include: "rules/pfi.smk"
 include: "rules/figures.smk"
 include: "rules/analysis.smk"
+include: "rules/report.smk"
+
+
+if SOURCE == "ingest":
+
+    include: "rules/ingest.smk"
 
 
 rule all:

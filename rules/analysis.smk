@@ -1,14 +1,9 @@
 # Stage 4-6 (analysis): cluster statistics, the PFI predictor, the paper's other tables.
-# Needs common.smk (section, code_fingerprint, PAPER_TABLES). Add analysis_outputs(c) to rule all.
+# Needs common.smk (section, code_fingerprint, PAPER_TABLES); its final files are listed
+# in common.smk's FINAL_RULES.
 
 ANALYSIS = "results/{campaign}"
 
-
-def analysis_outputs(campaign):
-    """Every final file of the analysis stages for one campaign."""
-    files = list(rules.cluster_stats.output) + list(rules.fit_predictor.output)
-    files += list(rules.paper_tables.output) + list(rules.analysis_figures.output)
-    return [f.format(campaign=campaign) for f in map(str, files)]
 
 
 rule cluster_stats:
@@ -17,14 +12,16 @@ rule cluster_stats:
         runs=f"{ANALYSIS}/runs.parquet",
         pfi=f"{ANALYSIS}/pfi.parquet",
     output:
-        kruskal_dunn=f"{ANALYSIS}/stats/kruskal_dunn.json",
-        cluster_tests=f"{ANALYSIS}/stats/cluster_tests.csv",
-        correlations=f"{ANALYSIS}/stats/telemetry_correlations.csv",
-        groups=f"{ANALYSIS}/stats/group_telemetry.csv",
+        **with_sidecars(
+            kruskal_dunn=f"{ANALYSIS}/stats/kruskal_dunn.json",
+            cluster_tests=f"{ANALYSIS}/stats/cluster_tests.csv",
+            correlations=f"{ANALYSIS}/stats/telemetry_correlations.csv",
+            groups=f"{ANALYSIS}/stats/group_telemetry.csv",
+        ),
     params:
         stats=section("stats"),
         paper_tables=PAPER_TABLES,
-        code=code_fingerprint("stats", "predictor", "paper_tables", "published"),
+        code=code_fingerprint("stats", "predictor", "paper_tables", "published", "pfi"),
     log:
         "logs/{campaign}/cluster_stats.log",
     conda:
@@ -40,16 +37,18 @@ rule fit_predictor:
         runs=f"{ANALYSIS}/runs.parquet",
         pfi=f"{ANALYSIS}/pfi.parquet",
     output:
-        model=f"{ANALYSIS}/predictor/model.json",
-        ablation=f"{ANALYSIS}/predictor/ablation.csv",
-        predictions=f"{ANALYSIS}/predictor/predictions.parquet",
-        holdout=f"{ANALYSIS}/predictor/holdout.csv",
-        leverage=f"{ANALYSIS}/predictor/leverage.csv",
-        within_cluster=f"{ANALYSIS}/predictor/within_cluster.csv",
+        **with_sidecars(
+            model=f"{ANALYSIS}/predictor/model.json",
+            ablation=f"{ANALYSIS}/predictor/ablation.csv",
+            predictions=f"{ANALYSIS}/predictor/predictions.parquet",
+            holdout=f"{ANALYSIS}/predictor/holdout.csv",
+            leverage=f"{ANALYSIS}/predictor/leverage.csv",
+            within_cluster=f"{ANALYSIS}/predictor/within_cluster.csv",
+        ),
     params:
         predictor=section("predictor"),
         paper_tables=PAPER_TABLES,
-        code=code_fingerprint("predictor", "paper_tables", "published"),
+        code=code_fingerprint("predictor", "paper_tables", "published", "pfi"),
     log:
         "logs/{campaign}/fit_predictor.log",
     conda:
@@ -66,12 +65,14 @@ rule paper_tables:
         pfi=f"{ANALYSIS}/pfi.parquet",
         predictions=rules.fit_predictor.output.predictions,
     output:
-        table9=f"{ANALYSIS}/tables/table9_grid_sensitivity.csv",
-        table8=f"{ANALYSIS}/tables/table8_h100_vs_h200.csv",
-        repeatability=f"{ANALYSIS}/tables/repeatability.csv",
-        table4=f"{ANALYSIS}/tables/table4_compute.csv",
-        table5=f"{ANALYSIS}/tables/table5_compute_campaign.csv",
-        summary=f"{ANALYSIS}/tables/analysis_summary.csv",
+        **with_sidecars(
+            table9=f"{ANALYSIS}/tables/table9_grid_sensitivity.csv",
+            table8=f"{ANALYSIS}/tables/table8_h100_vs_h200.csv",
+            repeatability=f"{ANALYSIS}/tables/repeatability.csv",
+            table4=f"{ANALYSIS}/tables/table4_compute.csv",
+            table5=f"{ANALYSIS}/tables/table5_compute_campaign.csv",
+            summary=f"{ANALYSIS}/tables/analysis_summary.csv",
+        ),
     params:
         tables=section("tables"),
         run={"duration_s": section("run").get("duration_s", 1800)},
@@ -98,13 +99,13 @@ rule analysis_figures:
         table9=rules.paper_tables.output.table9,
         summary=rules.paper_tables.output.summary,
     output:
-        f"{ANALYSIS}/figures/telemetry_vs_pfi.png",
-        f"{ANALYSIS}/figures/predicted_vs_measured.png",
-        f"{ANALYSIS}/figures/table8_h100_vs_h200.png",
-        f"{ANALYSIS}/figures/table9_grid_sensitivity.png",
+        figure_output(f"{ANALYSIS}/figures/telemetry_vs_pfi.png"),
+        figure_output(f"{ANALYSIS}/figures/predicted_vs_measured.png"),
+        figure_output(f"{ANALYSIS}/figures/table8_h100_vs_h200.png"),
+        figure_output(f"{ANALYSIS}/figures/table9_grid_sensitivity.png"),
     params:
         figures=section("figures"),
-        code=code_fingerprint("figures"),
+        code=code_fingerprint("figures", "telemetry"),
     log:
         "logs/{campaign}/analysis_figures.log",
     conda:

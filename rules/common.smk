@@ -1,12 +1,13 @@
-# Helpers shared by every rule file: config validation, the sweep table, params slices.
+# Helpers shared by all rule files (config validation, the sweep table, params slices).
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow_scripts"))
 
-from wattflex.config import ConfigError, expand_runs, groups, prepare, run_spec
+from wattflex.config import SCHEDULING_KEYS, ConfigError, expand_runs, groups, prepare, run_spec
 from wattflex.provenance import code_fingerprint
+from wattflex.report import snakemake_category
 
 try:
     prepare(config, base=Path(workflow.basedir))
@@ -15,15 +16,10 @@ except ConfigError as exc:
 
 CAMPAIGN = config["campaign"]
 RESULTS = f"results/{CAMPAIGN}"
-RUNS = expand_runs(config)
-GROUPS = {g["id"]: g for g in groups(config)}
+SOURCE = config.get("source", "generate")  # ingest: runs.parquet from data (rules/ingest.smk)
+RUNS = expand_runs(config) if SOURCE == "generate" else []
+GROUPS = {g["id"]: g for g in groups(config)} if SOURCE == "generate" else {}
 PAPER_TABLES = str(Path(workflow.basedir) / config.get("paper_tables_dir", "../shared/paper/tables"))
-
-
-wildcard_constraints:
-    campaign=r"[A-Za-z0-9][A-Za-z0-9._-]*",
-    group=r"[A-Za-z0-9][A-Za-z0-9._-]*",
-    run=r"cap[0-9.]+(_r[0-9]+)?",
 
 
 def run_dirs(campaign):
@@ -43,14 +39,110 @@ def section(name, default=None):
     return config.get(name, default if default is not None else {})
 
 
+def with_sidecars(**outputs):
+    """Named outputs plus the provenance sidecar ``<file>.meta.json`` of each CSV among them
+    (wattflex.provenance.write_csv writes both), so Snakemake tracks and cleans them too."""
+    sidecars = {f"{name}_meta": f"{path}.meta.json" for name, path in outputs.items()
+                if isinstance(path, str) and path.endswith(".csv")}
+    return {**outputs, **sidecars}
+
+
+def figure_output(path):
+    """A figure output, also filed under its paper section in Snakemake's own report
+    (`snakemake --report report.zip`); the primary report is rule report's HTML."""
+    return report(path, category=snakemake_category(path))
+
+
+def run_output(path):
+    """An output of run_at_cap: write-protected for real runs (backend other than emulated),
+    so no code or config change can make Snakemake regenerate or delete it; redoing one
+    takes an explicit unprotect + --force (README "Real runs are protected")."""
+    return path if config.get("backend", "emulated") == "emulated" else protected(path)
+
+
+# The library code an emulated run depends on: the GPU and job model, its device and the
+# runner that writes the run's files. telemetry (column names), provenance and failures are
+# contracts and plumbing, not physics: changing them regenerates no run. A real run's result
+# depends on its spec alone, so no code change anywhere can rerun it.
+RUN_CODE = code_fingerprint("emulator", "devices.emulated", "runner") if config.get("backend", "emulated") == "emulated" else ""
+
+
+def result_config():
+    """The config that shapes results, shown in the report: all but scheduling settings
+    (slurm_*, run.retries, run.parallel_within_group) and internal keys, so that changing
+    how jobs are scheduled reruns nothing, not even the report."""
+    out = {k: v for k, v in config.items() if not k.startswith(("_", "slurm_"))}
+    if isinstance(out.get("run"), dict):
+        out["run"] = {k: v for k, v in out["run"].items() if k not in SCHEDULING_KEYS}
+    return out
+
+
 def representative_run(campaign):
     """The run drawn in the paper's Fig. 2 analog: the first group's uncapped run."""
     first = next(iter(GROUPS.values()))
     return f"results/{campaign}/runs/{first['id']}/cap{max(first['caps']):g}"
 
 
+# Rules whose outputs are the workflow's final products (rule all asks for all of them).
+FINAL_RULES = ["collect_runs", "compute_pfi", "core_figures", "cluster_stats", "fit_predictor",
+               "paper_tables", "analysis_figures", "report"]
+
+
+def outputs_of(campaign, *rule_names):
+    """The output files of the named rules for one campaign."""
+    return [str(f).format(campaign=campaign) for name in rule_names for f in getattr(rules, name).output]
+
+
 def all_outputs(campaign):
-    out = [f"results/{campaign}/runs.parquet", f"results/{campaign}/pfi.parquet"]
-    out += core_figure_files(campaign)
-    out += analysis_outputs(campaign)
-    return out
+    return outputs_of(campaign, *(FINAL_RULES if SOURCE == "generate" else INGEST_FINAL_RULES))
+
+
+def report_inputs(campaign):
+    """What the report shows: every final output of the campaign but the report itself."""
+    own = set(outputs_of(campaign, "report"))
+    return [f for f in all_outputs(campaign) if f not in own]
+
+
+# ---- How runs are scheduled (README "Running on a SLURM cluster") ----------------------
+# Cluster facts arrive as config keys slurm_* (profiles/slurm/config.yaml sets them); they
+# shape SLURM requests only, never a run's params, so changing them reruns nothing.
+SLURM = {"slurm_gpus_per_node": 8, "slurm_gpu_model": "none",
+         "slurm_gpu_names": {"H200": "h200", "H100": "h100"}, "slurm_runtime_margin_min": 20}
+SLURM.update({k: config[k] for k in SLURM if k in config})
+RUN_RETRIES = int(config.get("run", {}).get("retries", 1))
+
+# Runs of one sweep group execute one after another (the paper's protocol): each holds its
+# group's slot, a Snakemake resource of capacity 1, unless run.parallel_within_group.
+GROUP_SLOTS = {}
+if not config.get("run", {}).get("parallel_within_group", False):
+    for i, gid in enumerate(GROUPS):
+        slot = "sweep_" + "".join(c if c.isalnum() else "_" for c in gid)
+        GROUP_SLOTS[gid] = slot if slot not in GROUP_SLOTS.values() else f"{slot}_{i}"
+        workflow.register_resource(GROUP_SLOTS[gid], 1)
+
+
+def run_minutes(attempt):
+    """SLURM time limit of one run: its length and gap, plus a margin that grows per retry."""
+    run = config.get("run", {})
+    seconds = float(run.get("duration_s", 1800)) + float(run.get("gap_s", 0))
+    return int(-(-seconds // 60)) + int(SLURM["slurm_runtime_margin_min"]) * attempt
+
+
+def run_resources():
+    """``resources:`` of run_at_cap: the group's GPUs (and their model), nodes, time limit,
+    its group slot, and the attempt counters the rule script uses to record a final failure."""
+    per_node = int(SLURM["slurm_gpus_per_node"])
+    gpu_name = lambda wc: SLURM["slurm_gpu_names"].get(GROUPS[wc.group]["gpu"], GROUPS[wc.group]["gpu"].lower())
+    res = {
+        "gpu": lambda wc: GROUPS[wc.group]["gpus"],
+        # One torchrun launcher per node: SLURM's default of one task per node.
+        "nodes": lambda wc: -(-GROUPS[wc.group]["gpus"] // per_node),
+        "runtime": lambda wc, attempt: run_minutes(attempt),
+        "run_attempt": lambda wc, attempt: attempt,
+        "run_attempts": RUN_RETRIES + 1,
+    }
+    if SLURM["slurm_gpu_model"] != "none":
+        res[SLURM["slurm_gpu_model"]] = gpu_name
+    for gid, slot in GROUP_SLOTS.items():
+        res[slot] = lambda wc, gid=gid: 1 if wc.group == gid else None
+    return res

@@ -10,11 +10,6 @@ CORE_FIGURES = [
 ]
 
 
-def core_figure_files(campaign):
-    return [f"results/{campaign}/figures/{name}.png" for name in CORE_FIGURES] + [
-        f"results/{campaign}/tables/table6_pfi.csv"
-    ]
-
 
 rule core_figures:
     """Fig. 2 analog, power-throughput curves, PFI by cluster, clocks vs cap, Table 6."""
@@ -23,12 +18,14 @@ rule core_figures:
         pfi=f"results/{{campaign}}/pfi.parquet",
         representative=lambda wc: [f"{representative_run(wc.campaign)}/{f}" for f in ("telemetry.parquet", "steps.parquet", "summary.json")],
     output:
-        figures=[f"results/{{campaign}}/figures/{name}.png" for name in CORE_FIGURES],
-        table6=f"results/{{campaign}}/tables/table6_pfi.csv",
+        **with_sidecars(
+            figures=[figure_output(f"results/{{campaign}}/figures/{name}.png") for name in CORE_FIGURES],
+            table6=f"results/{{campaign}}/tables/table6_pfi.csv",
+        ),
     params:
         figures=section("figures"),
         paper_tables=PAPER_TABLES,
-        code=code_fingerprint("figures"),
+        code=code_fingerprint("figures", "telemetry", "published"),
     log:
         "logs/{campaign}/core_figures.log",
     conda:

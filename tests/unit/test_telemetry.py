@@ -69,3 +69,16 @@ def test_no_training_phase_is_a_clear_error():
     tel["gpu_util"] = 10.0
     with pytest.raises(ValueError, match="no training phase"):
         summarize_run(tel, steps)
+
+
+def test_host_power_is_reported_beside_gpu_power_when_rapl_columns_exist():
+    tel, steps = trace(gpus=2)
+    tel["host_cpu_w"] = float("nan")
+    tel["host_dram_w"] = float("nan")
+    first = tel["gpu"] == 0  # one value per node, on its first GPU's row
+    tel.loc[first, "host_cpu_w"] = 150.0
+    tel.loc[first, "host_dram_w"] = 30.0
+    s = summarize_run(tel, steps)
+    assert s["host_power_w"] == pytest.approx(180.0)
+    assert s["power_gpu_host_w"] == pytest.approx(s["power_w"] + 180.0)
+    assert "host_power_w" not in summarize_run(*trace())

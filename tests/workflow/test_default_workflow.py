@@ -59,3 +59,8 @@ def test_bad_config_fails_before_any_job(tmp_path, tiny_config):
     proc = snakemake("-n", "--configfile", str(bad), cwd=tmp_path, check=False)
     assert proc.returncode != 0
     assert "groups[1].model: unknown model 'gpt-99'" in proc.stdout + proc.stderr
+
+
+def test_snakemake_lint_is_clean(tmp_path):
+    proc = snakemake("--lint", cwd=tmp_path, check=False)
+    assert "Congratulations, your workflow is in a good condition" in proc.stdout + proc.stderr, proc.stdout + proc.stderr

@@ -45,6 +45,10 @@ def job_series(telemetry: pd.DataFrame) -> pd.DataFrame:
     g = telemetry.groupby("t_s", sort=True)
     out = g[[c for c in ACTIVITY_METRICS if c in telemetry]].mean()
     out["power_w"] = g["power_w"].sum(min_count=1)
+    # Host power (RAPL, real backend): one value per node, on that node's first GPU row.
+    host = [c for c in ("host_cpu_w", "host_dram_w") if c in telemetry]
+    if host:
+        out["host_power_w"] = g[host].sum(min_count=1).sum(axis=1, min_count=1)
     out["n_gpus"] = g["power_w"].size()
     return out.reset_index()
 
@@ -127,6 +131,10 @@ def summarize_run(telemetry: pd.DataFrame, steps: pd.DataFrame,
         raise ValueError(f"no training phase found (no sample with GPU util >= {protocol.train_util_threshold}%)")
     out: dict[str, Any] = {"aggregate": protocol.aggregate, "top_fraction": protocol.top_fraction}
     out["power_w"], out["power_w_sem"], out["power_w_mean"] = _aggregate(series.loc[train, "power_w"].to_numpy(float), protocol)
+    if "host_power_w" in series and series.loc[train, "host_power_w"].notna().any():
+        # The paper measured GPU board power only; with RAPL we also report GPU + host.
+        host, _, host_mean = _aggregate(series.loc[train, "host_power_w"].to_numpy(float), protocol)
+        out["host_power_w"], out["power_gpu_host_w"] = host_mean, out["power_w"] + host_mean
     windows = training_windows(times, labels, period)
     rates = step_throughput(steps, windows)
     if rates.size == 0:
