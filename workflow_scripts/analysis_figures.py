@@ -111,7 +111,7 @@ def _summary_text(summary: pd.DataFrame, table: str) -> str:
 if "snakemake" in globals():
     from pathlib import Path
 
-    from wattflex.provenance import read_json, read_parquet
+    from wattflex.provenance import provenance, read_json, read_parquet, stamp_png
     from wattflex.smk import rule_logger
 
     smk = snakemake  # noqa: F821
@@ -131,4 +131,7 @@ if "snakemake" in globals():
     beside_published_scatter(pd.read_csv(smk.input.table9), "pfi_6caps", "pfi_4caps",
                              "Sweep-grid sensitivity (Table 9)", "PFI, 6-cap grid", "PFI, 4-cap grid",
                              _summary_text(summary, "grid_sensitivity"), backend).savefig(out["table9_grid_sensitivity"], dpi=dpi)
+    prov = provenance(params=smk.params.figures, inputs=list(smk.input))
+    for png in smk.output:
+        stamp_png(png, prov)
     log.info("wrote %s", ", ".join(out))

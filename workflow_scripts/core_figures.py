@@ -4,7 +4,7 @@ from pathlib import Path
 import pandas as pd
 
 from wattflex import figures
-from wattflex.provenance import provenance, read_json, read_parquet, write_csv
+from wattflex.provenance import provenance, read_json, read_parquet, stamp_png, write_csv
 from wattflex.published import load_published, table6_comparison
 from wattflex.smk import rule_logger
 
@@ -38,6 +38,8 @@ figures.comparison_figure(table[table["set"].isin(["headline", "validation"])], 
                           "PFI per group: this campaign vs published (Tables 6-7)", backends,
                           "published PFI (H200, measured)", "PFI (this campaign)", stat).savefig(
     out["table6_emulated_vs_published"], dpi=dpi)
-write_csv(table, smk.output.table6, provenance(params=cfg, inputs=[smk.input.pfi]), summary=summary,
-          backend=figures.backend_label(backends))
+prov = provenance(params=cfg, inputs=[smk.input.runs, smk.input.pfi])
+write_csv(table, smk.output.table6, prov, summary=summary, backend=figures.backend_label(backends))
+for png in smk.output.figures:
+    stamp_png(png, prov)
 log.info("table 6 comparison: %s", summary)

@@ -83,19 +83,70 @@ def file_checksum(path: str | os.PathLike) -> str:
 
 def provenance(params: Any = None, inputs: Iterable[str | os.PathLike] = (), backend: str | None = None,
                device_model: str | None = None, **extra: Any) -> dict[str, Any]:
-    """The provenance record stored with every artifact."""
+    """The provenance record stored with every artifact.
+
+    ``backend`` and ``device_model`` default to those of the wattflex artifacts among
+    ``inputs`` (comma-joined when they differ), so a derived table says what its data
+    came from without every rule script passing it on.
+    """
+    inputs = [p for p in inputs if Path(p).is_file()]
     record: dict[str, Any] = {
         **code_version(),
         "params_hash": params_hash(params) if params is not None else None,
-        "inputs": {str(p): file_checksum(p) for p in inputs if Path(p).is_file()},
+        "inputs": {str(p): file_checksum(p) for p in inputs},
         "packages": package_versions(),
     }
+    backend = backend if backend is not None else inherited(inputs, "backend")
+    device_model = device_model if device_model is not None else inherited(inputs, "device_model")
     if backend is not None:
         record["backend"] = backend
     if device_model is not None:
         record["device_model"] = device_model
     record.update(extra)
     return record
+
+
+def artifact_meta(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The ``{schema_version, provenance, ...}`` document of any wattflex artifact (parquet,
+    JSON, CSV via its sidecar, PNG, report HTML), or None if ``path`` carries none."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            raw = (pq.read_schema(path).metadata or {}).get(META_KEY)
+            return json.loads(raw) if raw else None
+        if suffix == ".json":
+            doc = json.loads(path.read_text())
+            return doc if isinstance(doc, dict) and "schema_version" in doc else None
+        if suffix == ".csv":
+            sidecar = Path(f"{path}.meta.json")
+            return json.loads(sidecar.read_text()) if sidecar.is_file() else None
+        if suffix == ".png":
+            from PIL import Image
+
+            with Image.open(path) as img:
+                raw = img.text.get(META_KEY.decode())
+            return json.loads(raw) if raw else None
+        if suffix == ".html":
+            from .report import read_report_meta
+
+            return read_report_meta(path, check=False)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def inherited(inputs: Iterable[str | os.PathLike], key: str) -> str | None:
+    """``key`` (backend, device_model) of the wattflex artifacts in ``inputs``, comma-joined."""
+    values: set[str] = set()
+    for path in inputs:
+        doc = artifact_meta(path) or {}
+        value = (doc.get("provenance") or {}).get(key) or doc.get(key)
+        if value:
+            values.update(v for v in str(value).split(",") if v)
+    return ",".join(sorted(values)) or None
 
 
 def write_parquet(df: pd.DataFrame, path: str | os.PathLike, prov: dict[str, Any] | None = None,
@@ -147,6 +198,35 @@ def write_csv(df: pd.DataFrame, path: str | os.PathLike, prov: dict[str, Any] | 
     df.to_csv(path, index=False)
     write_json({"artifact": Path(path).name, "columns": list(map(str, df.columns)), **meta},
                f"{path}.meta.json", prov)
+
+
+def read_csv(path: str | os.PathLike, **kwargs: Any) -> pd.DataFrame:
+    """Read a wattflex CSV, refusing one whose sidecar has an unknown major schema version."""
+    read_json(f"{path}.meta.json")
+    return pd.read_csv(path, **kwargs)
+
+
+def stamp_png(path: str | os.PathLike, prov: dict[str, Any] | None = None, **meta: Any) -> None:
+    """Write schema version and provenance into a PNG figure's text chunk ``wattflex``
+    (pixels unchanged), so a figure found on its own still says what made it."""
+    from PIL import Image, PngImagePlugin
+
+    with Image.open(path) as img:
+        img.load()
+        info = PngImagePlugin.PngInfo()
+        for key, value in img.text.items():
+            if key != META_KEY.decode():
+                info.add_text(key, value)
+        doc = {"schema_version": SCHEMA_VERSION, **meta, "provenance": prov or provenance()}
+        info.add_text(META_KEY.decode(), json.dumps(doc, default=_json_default))
+        img.save(path, pnginfo=info, dpi=img.info.get("dpi", (72, 72)))
+
+
+def read_png_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """The metadata ``stamp_png`` wrote, refusing unknown major schema versions."""
+    doc = artifact_meta(path) or {}
+    check_schema_version(doc.get("schema_version"), path)
+    return doc
 
 
 def _json_default(o: Any) -> Any:

@@ -1,0 +1,23 @@
+# Stage 7: the reproduction report, one self-contained HTML page per campaign (figures
+# embedded), the paper's sections in order, each table and figure beside the published
+# values. It reads every other final output (common.smk report_inputs), so any rerun
+# upstream reruns it; its params are the result-shaping config it prints.
+
+
+rule report:
+    """results/<campaign>/report.html: the whole reproduction in one document."""
+    input:
+        lambda wc: report_inputs(wc.campaign),
+    output:
+        html=f"results/{{campaign}}/report.html",
+    params:
+        shown_config=result_config(),
+        paper_tables=PAPER_TABLES,
+        code=code_fingerprint("report"),
+    log:
+        "logs/{campaign}/report.log",
+    conda:
+        "../envs/analysis.yaml"
+    localrule: True
+    script:
+        "../workflow_scripts/make_report.py"

@@ -1,0 +1,499 @@
+"""The reproduction report: one self-contained HTML page per campaign.
+
+It walks the paper's sections in order (DIGEST.md §2-§6, then the appendix), and shows in
+each every reproduced table and figure of the campaign beside the published values (the
+``*_published`` columns the workflow writes, the published tables themselves, the numbers
+the paper states in its text), under a banner that says whether the section's data is
+EMULATED or measured, read from the artifacts' own provenance. Figures are embedded as
+base64 PNG, so the page opens anywhere without the results directory. A section whose
+artifacts the campaign does not produce (an ingest campaign has no per-run telemetry, no
+predictor) is kept with a note saying why it was skipped.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import html
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterable, Sequence
+
+from . import SCHEMA_VERSION
+
+META_ID = "wattflex-meta"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One artifact shown in a section: a path relative to ``results/<campaign>/`` (a glob
+    pattern where the name is not fixed) and how to show it."""
+
+    path: str
+    title: str
+    published: str | None = None  # stem of a published table to show beside it
+    render: str | None = None     # figure | table | matrix | text | file (default: by suffix)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Section:
+    key: str
+    title: str
+    items: tuple[Item, ...]
+    summary: tuple[str, ...] = ()   # `table` keys of tables/analysis_summary.csv shown as headline numbers
+    needs: str = ""                 # what the section needs, for the "skipped: why" note
+    published_text: str = ""        # what the paper states in its text
+    optional: bool = False          # omitted (not "skipped") when none of its artifacts exist
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section("sweeps", "§2 Measurement: power-cap sweeps (Fig. 2)", (
+        Item("figures/fig2_power_tokens_over_time.png", "Fig. 2 analog: job power and tokens/s over one run, phases shaded"),
+        Item("figures/curves_normalized.png", "Power-throughput curves, normalised to each group's uncapped run"),
+        Item("figures/curves_raw.png", "Power-throughput curves (absolute)"),
+    ), needs="per-run telemetry time series from run_at_cap"),
+    Section("ingest", "Ingested sweeps", (
+        Item("ingest_report.md", "Ingest report", render="text"),
+        Item("tables/pfi_status_counts.csv", "PFI status counts"),
+        Item("tables/pfi_groups.csv", "PFI per ingested group"),
+        Item("figures/pfi_robust_vs_ratio.png", "Robust vs ratio PFI"),
+        Item("ingest/rejected.csv", "Rejected input rows"),
+    ), optional=True),
+    Section("matrix", "§3 Experiment matrix and compute (Tables 1, 4, 5)", (
+        Item("runs.csv", "Runs of this campaign by set, GPU model and cluster", published="table1_experiment_matrix",
+             render="matrix"),
+        Item("tables/table4_compute.csv", "Table 4: H200 sweep compute by GPUs per job"),
+        Item("tables/table5_compute_campaign.csv", "Table 5: compute of the whole campaign (repeats, H100)"),
+        Item("missing_runs.csv", "Runs that failed after their last retry"),
+    ), summary=("compute",), needs="runs.parquet from run_at_cap/collect_runs"),
+    Section("pfi", "§4 PFI per group, clusters and mechanism (Tables 6-7, 10-11)", (
+        Item("tables/table6_pfi.csv", "Tables 6-7: PFI per group (ratio, 95% Monte Carlo CI) beside the published values"),
+        Item("figures/table6_emulated_vs_published.png", "PFI per group: this campaign vs published"),
+        Item("figures/pfi_by_cluster.png", "PFI by cluster"),
+        Item("stats/cluster_tests.csv", "Tables 10-11: Kruskal-Wallis across clusters, Dunn's test with Holm correction"),
+        Item("figures/clocks_vs_cap.png", "Mechanism: steady-state SM and memory clocks vs cap"),
+        Item("stats/telemetry_correlations.csv", "Telemetry vs PFI (uncapped run): Spearman rho with BH-FDR q"),
+        Item("figures/telemetry_vs_pfi.png", "PFI vs each telemetry metric of the uncapped run"),
+        Item("pfi.csv", "Full PFI table (ratio, area, elasticity, robust PFI, diagnostics)", render="file"),
+    ), needs="pfi.parquet (compute_pfi)",
+        published_text="PFI 1.10-2.67, none below 1; medians dense 1.27, MoE PT 1.43, MoE FT 2.10; only dense vs "
+                       "MoE-FT significant after Holm; DRAM activity and the DRAM copy product correlate positively "
+                       "with PFI, tensor-pipe activity negatively."),
+    Section("predictor", "§5 Predicting PFI from one uncapped run (Tables 3, 8, 12, 13; Fig. 7)", (
+        Item("predictor/ablation.csv", "Table 3: predictor ablation (in-sample, leave-one-out, leave-one-cluster-out)"),
+        Item("figures/predicted_vs_measured.png", "Fig. 7 analog: predicted vs measured PFI"),
+        Item("predictor/holdout.csv", "Held-out scores: validation and H100 groups"),
+        Item("predictor/leverage.csv", "Table 12: dropping the highest-leverage groups one by one"),
+        Item("predictor/within_cluster.csv", "Table 13: correlation within clusters"),
+        Item("tables/table8_h100_vs_h200.csv", "Table 8: matched H100 groups vs H200"),
+        Item("figures/table8_h100_vs_h200.png", "H100 vs H200 PFI"),
+    ), summary=("h100_vs_h200",), needs="uncapped-run DCGM telemetry per group (fit_predictor)",
+        published_text="DRAM copy product alone is best: LOO R² 0.524, LOCO R² 0.246 (Table 3); the signal is "
+                       "between clusters, not within (Table 13); H100 rank order preserved (Spearman 0.943), "
+                       "H200 predictor R² 0.56 on H100 (Table 8). Tables 12-13 are given in the paper's text only."),
+    Section("grid", "Appendix: sweep-grid sensitivity (Table 9)", (
+        Item("tables/table9_grid_sensitivity.csv", "Table 9: 6-cap groups recomputed on the 4-cap grid"),
+        Item("figures/table9_grid_sensitivity.png", "PFI on the 6-cap vs the 4-cap grid"),
+    ), summary=("grid_sensitivity",), needs="groups swept on more caps than the 4-cap grid (paper_tables)"),
+    Section("repeatability", "Repeatability (§2)", (
+        Item("tables/repeatability.csv", "Repeated configurations: coefficient of variation of power and tokens/s"),
+    ), summary=("repeatability",), needs="repeated runs (config `repeats:`)"),
+    Section("allocation", "§6 Allocation under a cluster power cut (Fig. 8)", (
+        Item("allocation/fig8_allocation.png", "Fig. 8 analog: tokens/s per job and gap closed vs cluster power cut"),
+        Item("allocation/headline.csv", "Headline: 30% cut, production mix (policies vs equal weight and oracle)"),
+        Item("allocation/summary.csv", "Every policy at every cut, per mix"),
+        Item("allocation/sla.csv", "SLA tiers"),
+        Item("allocation/allocation_out_of_sample.png", "Out-of-sample check (beyond the paper)"),
+        Item("allocation/out_of_sample.csv", "Out-of-sample check"),
+        Item("allocation/*.png", "Allocation"),
+        Item("allocation/*.csv", "Allocation"),
+    ), needs="the allocation stage (simulate_allocation)",
+        published_text="At a 30% cut on the production mix, PFI-aware allocation recovers 1.5k tokens/s per job "
+                       "over equal weight, 63% of the equal-weight-to-oracle gap; PFI-aware never loses to "
+                       "equal weight."),
+)
+
+#: Run and group counts of the paper's campaign (DIGEST.md §3), shown beside ours.
+PUBLISHED_COUNTS = {"headline": (25, 131), "validation": (4, 24), "h100": (6, 34)}
+
+_NEVER_SHOWN = (".meta.json",)
+
+
+def snakemake_category(path: str) -> str:
+    """Category of an output in Snakemake's own report (``report(..., category=)``): the
+    title of the paper section that shows it here."""
+    rel = _relative(path)
+    for sec in SECTIONS:
+        if any(fnmatch.fnmatch(rel, item.path) for item in sec.items):
+            return sec.title
+    return "Other outputs"
+
+
+def _relative(path: str) -> str:
+    """``results/<campaign>/x/y.png`` (or ``results/{campaign}/...``) -> ``x/y.png``."""
+    parts = PurePosixPath(str(path)).parts
+    return "/".join(parts[2:]) if len(parts) > 2 and parts[0] == "results" else str(path)
+
+
+# ---------------------------------------------------------------------------------------
+# Reading artifacts
+# ---------------------------------------------------------------------------------------
+
+def _meta(path: Path) -> dict[str, Any]:
+    from .provenance import artifact_meta
+
+    return artifact_meta(path) or {}
+
+
+def backend_of(doc: dict[str, Any]) -> str | None:
+    prov = doc.get("provenance") or {}
+    return prov.get("backend") or doc.get("backend")
+
+
+def backend_kind(backends: Iterable[str | None]) -> str:
+    """emulated | measured | mixed | unknown, from backend strings (comma-joined allowed)."""
+    kinds = set()
+    for b in backends:
+        for part in str(b or "").split(","):
+            part = part.strip().lower()
+            if part:
+                kinds.add("emulated" if "emulated" in part else "measured")
+    if not kinds:
+        return "unknown"
+    return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+BANNERS = {
+    "emulated": ("EMULATED", "virtual GPU model, not a measurement"),
+    "measured": ("MEASURED", "real GPUs or ingested measurements"),
+    "mixed": ("MIXED", "includes EMULATED runs"),
+    "unknown": ("BACKEND UNKNOWN", "no provenance found"),
+}
+
+
+def _backend_names(backends: Iterable[str | None]) -> str:
+    names = sorted({p.strip() for b in backends for p in str(b or "").split(",") if p.strip()})
+    return ", ".join(names)
+
+
+# ---------------------------------------------------------------------------------------
+# HTML pieces
+# ---------------------------------------------------------------------------------------
+
+def _esc(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "—"
+        if v == int(v) and abs(v) < 1e6:
+            return f"{int(v)}"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def table_html(df, max_rows: int = 60) -> str:
+    """A DataFrame as an HTML table; ``*_published`` columns marked so they stand out."""
+    cols = list(df.columns)
+    head = "".join(f'<th class="{"pub" if str(c).endswith("_published") else ""}">{_esc(c)}</th>' for c in cols)
+    rows = []
+    for rec in df.head(max_rows).itertuples(index=False):
+        cells = "".join(f'<td class="{"pub" if str(c).endswith("_published") else ""}">{_esc(_fmt(v))}</td>'
+                        for c, v in zip(cols, rec))
+        rows.append(f"<tr>{cells}</tr>")
+    more = f'<p class="note">{len(df) - max_rows} more rows in the CSV.</p>' if len(df) > max_rows else ""
+    return f'<div class="tbl"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{more}'
+
+
+def kv_html(pairs: dict[str, Any]) -> str:
+    rows = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(_fmt(v) if not isinstance(v, (list, dict)) else json.dumps(v))}</td></tr>"
+                   for k, v in pairs.items())
+    return f'<div class="tbl"><table class="kv">{rows}</table></div>'
+
+
+def image_html(path: Path, title: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return (f'<figure><img src="data:image/png;base64,{data}" alt="{_esc(title)}">'
+            f"<figcaption>{_esc(title)}</figcaption></figure>")
+
+
+def banner_html(backends: Sequence[str | None]) -> str:
+    kind = backend_kind(backends)
+    label, what = BANNERS[kind]
+    names = _backend_names(backends)
+    return (f'<div class="banner {kind}"><b>{label}</b> — {_esc(what)}'
+            f'{f" (backend: {_esc(names)})" if names else ""}</div>')
+
+
+# ---------------------------------------------------------------------------------------
+# Sections
+# ---------------------------------------------------------------------------------------
+
+def _matrix(runs_csv: Path):
+    """Groups and runs per set (and GPU model) beside the paper's counts, clusters spelled out."""
+    import pandas as pd
+
+    runs = pd.read_csv(runs_csv)
+    keys = [c for c in ("set", "gpu_model") if c in runs]
+    if not keys:
+        return pd.DataFrame({"groups": [runs["group"].nunique()], "runs": [len(runs)]})
+    rows = []
+    for key, sub in runs.groupby(keys, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        row = dict(zip(keys, key))
+        pub = PUBLISHED_COUNTS.get(row.get("set"), (None, None))
+        row.update(groups=int(sub["group"].nunique()), groups_published=pub[0], runs=len(sub), runs_published=pub[1])
+        if "cluster" in sub:
+            per = sub.groupby("cluster")["group"].nunique()
+            row["groups by cluster"] = ", ".join(f"{c} {n}" for c, n in per.items())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _published_html(paper_tables: Path | None, stem: str) -> str:
+    import pandas as pd
+
+    path = paper_tables / f"{stem}.csv" if paper_tables else None
+    if path is None or not path.is_file():
+        return f'<p class="note">Published {stem}: not found in the paper tables directory.</p>'
+    return (f"<details open><summary>Published: {_esc(stem)}.csv</summary>"
+            f"{table_html(pd.read_csv(path))}</details>")
+
+
+def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> str:
+    import pandas as pd
+
+    render = item.render or {".png": "figure", ".csv": "table", ".md": "text"}.get(path.suffix, "file")
+    title = item.title if "*" not in item.path else f"{item.title}: {path.stem}"
+    out = [f'<div class="item" data-artifact="{_esc(rel)}">']
+    if render == "figure":
+        out.append(image_html(path, title))
+    elif render == "matrix":
+        out.append(f"<h3>{_esc(title)}</h3>")
+        out.append('<div class="beside"><div>' + table_html(_matrix(path)) + "</div>")
+        out.append("<div>" + (_published_html(paper_tables, item.published) if item.published else "") + "</div></div>")
+    elif render == "table":
+        df = pd.read_csv(path)
+        out.append(f"<h3>{_esc(title)}</h3>")
+        out.append(table_html(df) if len(df) else '<p class="note">(no rows)</p>')
+        summary = _meta(path).get("summary")
+        if isinstance(summary, dict):
+            out.append("<p class=\"note\">Summary stored with the table:</p>" + kv_html(summary))
+        if item.published:
+            out.append(_published_html(paper_tables, item.published))
+        elif not any(str(c).endswith("_published") for c in df.columns):
+            out.append('<p class="note">No published values for this table in the paper tables directory.</p>')
+    elif render == "text":
+        out.append(f"<h3>{_esc(title)}</h3><pre>{_esc(path.read_text())}</pre>")
+    else:
+        out.append(f'<p class="file">{_esc(title)}: <code>{_esc(rel)}</code> ({path.stat().st_size:,} bytes)</p>')
+    if item.note:
+        out.append(f'<p class="note">{_esc(item.note)}</p>')
+    out.append(f'<p class="src"><code>{_esc(rel)}</code></p></div>')
+    return "".join(out)
+
+
+def _summary_rows(summary_csv: Path | None, keys: Sequence[str]) -> str:
+    import pandas as pd
+
+    if not keys or summary_csv is None:
+        return ""
+    df = pd.read_csv(summary_csv)
+    df = df[df["table"].isin(keys)]
+    if df.empty:
+        return ""
+    return "<h3>Headline numbers (this campaign vs published)</h3>" + table_html(df.reset_index(drop=True))
+
+
+@dataclass
+class _Campaign:
+    files: dict[str, Path]                    # rel path -> path, the artifacts the report was given
+    default_backend: str | None = None        # the runs' backend, for artifacts without provenance
+    claimed: set[str] = field(default_factory=set)
+
+    def match(self, pattern: str) -> list[str]:
+        return sorted(r for r in self.files if fnmatch.fnmatch(r, pattern) and not r.endswith(_NEVER_SHOWN))
+
+
+def _section_html(sec: Section, camp: _Campaign, paper_tables: Path | None, source: str) -> tuple[str, str]:
+    """(HTML, status) of one section; status is shown, skipped or omitted."""
+    found = [(item, rel) for item in sec.items for rel in camp.match(item.path) if rel not in camp.claimed]
+    anchor = f'<section id="{sec.key}"><h2>{_esc(sec.title)}</h2>'
+    if not found:
+        if sec.optional:
+            return "", "omitted"
+        expected = ", ".join(i.path for i in sec.items)
+        why = (f"this campaign (source: {source}) has none of its artifacts ({expected}); "
+               f"the section needs {sec.needs or 'them'}.")
+        pub = f'<p class="published"><b>Published:</b> {_esc(sec.published_text)}</p>' if sec.published_text else ""
+        return f'{anchor}<p class="skipped"><b>Skipped:</b> {_esc(why)}</p>{pub}</section>', "skipped"
+    backends = [backend_of(_meta(camp.files[rel])) for _, rel in found]
+    known = [b for b in backends if b]
+    parts = [anchor, banner_html(known or [camp.default_backend])]
+    if sec.published_text:
+        parts.append(f'<p class="published"><b>Published (paper text):</b> {_esc(sec.published_text)}</p>')
+    parts.append(_summary_rows(camp.files.get("tables/analysis_summary.csv"), sec.summary))
+    for item, rel in found:
+        camp.claimed.add(rel)
+        parts.append(_item_html(item, camp.files[rel], rel, paper_tables))
+    missing = [i.path for i in sec.items if "*" not in i.path and not camp.match(i.path)]
+    if missing:
+        parts.append(f'<p class="note">Not produced for this campaign: {_esc(", ".join(missing))}.</p>')
+    parts.append("</section>")
+    return "".join(parts), "shown"
+
+
+def _other_html(camp: _Campaign, paper_tables: Path | None) -> str:
+    rest = [r for r in sorted(camp.files) if r not in camp.claimed and not r.endswith(_NEVER_SHOWN)
+            and Path(r).suffix in (".png", ".csv")]
+    if not rest:
+        return ""
+    parts = ['<section id="other"><h2>Other outputs</h2>']
+    for rel in rest:
+        parts.append(_item_html(Item(rel, Path(rel).stem), camp.files[rel], rel, paper_tables))
+    return "".join(parts) + "</section>"
+
+
+def _counts_html(camp: _Campaign) -> str:
+    import pandas as pd
+
+    runs_csv = camp.files.get("runs.csv")
+    if runs_csv is None:
+        return '<p class="note">No runs table among the report inputs.</p>'
+    runs = pd.read_csv(runs_csv)
+    facts = {"runs": len(runs), "groups": int(runs["group"].nunique())}
+    for col in ("backend", "gpu_model", "set"):
+        if col in runs:
+            facts.update({f"runs ({col}={k})": int(v) for k, v in runs[col].value_counts().sort_index().items()})
+    missing = camp.files.get("missing_runs.csv")
+    if missing is not None:
+        facts["runs failed after their last retry"] = len(pd.read_csv(missing))
+    pub = {f"published {s}": f"{g} groups, {n} runs" for s, (g, n) in PUBLISHED_COUNTS.items()}
+    return kv_html({**facts, **pub})
+
+
+def _provenance_html(camp: _Campaign, config: dict[str, Any] | None) -> str:
+    import pandas as pd
+    import yaml
+
+    rows, packages = [], {}
+    for rel, path in sorted(camp.files.items()):
+        if rel.endswith(_NEVER_SHOWN):
+            continue
+        doc = _meta(path)
+        prov = doc.get("provenance") or {}
+        packages = packages or prov.get("packages", {})
+        rows.append({"artifact": rel, "schema_version": doc.get("schema_version"), "backend": backend_of(doc),
+                     "device_model": prov.get("device_model"), "git_commit": (prov.get("git_commit") or "")[:10],
+                     "git_dirty": prov.get("git_dirty"), "wattflex_version": prov.get("wattflex_version"),
+                     "params_hash": prov.get("params_hash"), "inputs": len(prov.get("inputs") or {})})
+    parts = ['<section id="provenance"><h2>Config and provenance</h2>',
+             "<h3>Provenance of every artifact in this report</h3>", table_html(pd.DataFrame(rows), max_rows=500)]
+    if packages:
+        parts.append("<h3>Package versions</h3>" + kv_html(packages))
+    if config is not None:
+        text = yaml.safe_dump(config, sort_keys=False, default_flow_style=None, width=110)
+        parts.append(f"<h3>Config (result-shaping keys)</h3><pre>{_esc(text)}</pre>")
+    return "".join(parts) + "</section>"
+
+
+CSS = """
+body{font:14px/1.45 -apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;color:#222;background:#fafafa}
+main{max-width:1280px;margin:0 auto;padding:16px 24px 64px;background:#fff}
+h1{margin:8px 0 4px} h2{border-bottom:2px solid #ddd;padding-bottom:4px;margin-top:40px} h3{margin:22px 0 6px;font-size:15px}
+.banner{padding:10px 14px;margin:8px 0 14px;font-size:18px;color:#fff;border-radius:4px}
+.banner.emulated{background:#b00020}.banner.measured{background:#1b5e20}.banner.mixed{background:#e65100}
+.banner.unknown{background:#555}
+.banner.top{font-size:24px;padding:16px}
+.tbl{overflow-x:auto;max-height:640px;overflow-y:auto;margin:4px 0}
+table{border-collapse:collapse;font-size:12px} th,td{border:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap}
+th{background:#f0f0f0;position:sticky;top:0} tr:nth-child(even) td{background:#fbfbfb}
+td:first-child,th:first-child{text-align:left} table.kv th{text-align:left;position:static}
+th.pub,td.pub{background:#e8f0fb !important;color:#1a3a6b;font-style:italic}
+figure{margin:10px 0} figure img{max-width:100%;border:1px solid #ddd} figcaption{font-size:13px;color:#444}
+.note,.src{color:#666;font-size:12px;margin:2px 0} .skipped{background:#fff3cd;padding:8px 12px;border-left:4px solid #e0a800}
+.published{background:#eef3fb;padding:6px 10px;border-left:4px solid #1a3a6b}
+.beside{display:flex;gap:24px;flex-wrap:wrap} .beside>div{min-width:300px}
+nav ol{columns:2} pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px}
+.legend{font-size:12px;color:#444}
+"""
+
+
+def render_report(files: Iterable[str | Path], campaign: str, config: dict[str, Any] | None = None,
+                  paper_tables: str | Path | None = None, prov: dict[str, Any] | None = None) -> str:
+    """The report HTML for the artifacts ``files`` (paths under ``results/<campaign>/``)."""
+    import pandas as pd
+
+    camp = _Campaign({_relative(str(f)): Path(f) for f in files})
+    runs_csv = camp.files.get("runs.csv")
+    campaign_backends = (sorted(pd.read_csv(runs_csv, usecols=["backend"])["backend"].dropna().astype(str).unique())
+                         if runs_csv is not None else [])
+    camp.default_backend = ",".join(campaign_backends) or None
+    source = (config or {}).get("source", "generate")
+    tables_dir = Path(paper_tables) if paper_tables else None
+    body, toc, statuses = [], [], {}
+    for sec in SECTIONS:
+        html_, status = _section_html(sec, camp, tables_dir, source)
+        statuses[sec.key] = status
+        if status != "omitted":
+            body.append(html_)
+            toc.append(f'<li><a href="#{sec.key}">{_esc(sec.title)}</a>{" (skipped)" if status == "skipped" else ""}</li>')
+    other = _other_html(camp, tables_dir)
+    if other:
+        body.append(other)
+        toc.append('<li><a href="#other">Other outputs</a></li>')
+    body.append(_provenance_html(camp, config))
+    toc.append('<li><a href="#provenance">Config and provenance</a></li>')
+    meta = {"schema_version": SCHEMA_VERSION, "campaign": campaign, "sections": statuses, "provenance": prov or {}}
+    meta_json = json.dumps(meta, default=str).replace("</", "<\\/")
+    code = prov or {}
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>wattflex report: {_esc(campaign)}</title>
+<style>{CSS}</style>
+<script type="application/json" id="{META_ID}">{meta_json}</script>
+</head><body><main>
+<h1>wattflex reproduction report: {_esc(campaign)}</h1>
+<p>Reproduces <i>Characterizing Job Power Elasticity for Power-Flexible AI Training</i> (Colangelo et al.,
+arXiv:2609.11542). wattflex {_esc(code.get("wattflex_version", "?"))}, commit
+<code>{_esc((code.get("git_commit") or "unknown")[:12])}</code>{" (uncommitted changes)" if code.get("git_dirty") else ""}.</p>
+{banner_html(campaign_backends or [None]).replace('class="banner', 'class="banner top', 1)}
+<p class="legend">Every section carries its own banner, read from the provenance of the artifacts it shows.
+Columns ending in <code>_published</code> (shaded blue) are the paper's values, beside this campaign's.</p>
+<h3>Run counts</h3>{_counts_html(camp)}
+<nav><h3>Contents</h3><ol>{"".join(toc)}</ol></nav>
+{"".join(body)}
+</main></body></html>
+"""
+
+
+def write_report(files: Iterable[str | Path], out: str | Path, campaign: str, config: dict[str, Any] | None = None,
+                 paper_tables: str | Path | None = None, prov: dict[str, Any] | None = None) -> dict[str, str]:
+    """Write the report; returns each section's status (shown, skipped, omitted)."""
+    text = render_report(files, campaign, config, paper_tables, prov)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(f"{out}.tmp")
+    tmp.write_text(text)
+    tmp.replace(out)
+    return read_report_meta(out)["sections"]
+
+
+def read_report_meta(path: str | Path, check: bool = True) -> dict[str, Any]:
+    """The metadata embedded in a report (schema version, campaign, section statuses,
+    provenance); refuses an unknown major schema version unless ``check`` is False."""
+    from .provenance import check_schema_version
+
+    m = re.search(rf'<script type="application/json" id="{META_ID}">(.*?)</script>', Path(path).read_text(), re.S)
+    doc = json.loads(m.group(1)) if m else {}
+    if check:
+        check_schema_version(doc.get("schema_version"), path)
+    return doc
