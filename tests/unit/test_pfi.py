@@ -331,3 +331,10 @@ def test_grid_subset_and_sensitivity_by_hand():
     assert sens.loc[0, "pfi_full"] == pytest.approx(full)
     assert sens.loc[0, "pfi_subset"] == pytest.approx(subset)
     assert sens.loc[0, "delta_pct"] == pytest.approx(100 * (subset - full) / full)
+
+
+def test_grid_sensitivity_without_a_finer_swept_group_is_empty():
+    four_caps = pd.DataFrame({"group": ["g"] * 4, "cap_w": [200.0, 500.0, 600.0, 700.0],
+                              "power_w": [2.0, 3.0, 3.5, 4.0], "throughput": [2.5, 3.4, 3.8, 4.0]})
+    sens = grid_sensitivity(four_caps, [200, 500, 600, 700])
+    assert sens.empty and list(sens.columns) == ["group", "pfi_full", "pfi_subset", "delta", "delta_pct"]

@@ -249,6 +249,8 @@ def grid_sensitivity(sweeps: pd.DataFrame, caps: Iterable[float], *, group_col: 
     caps = sorted(set(float(c) for c in caps))
     grids = sweeps.groupby(group_col, sort=False)[cap_col].agg(lambda s: set(s.astype(float)))
     groups = [g for g, grid in grids.items() if set(caps) < grid]
+    if not groups:  # no group swept on more caps than ``caps`` (e.g. a four-cap-only campaign)
+        return pd.DataFrame(columns=["group", "pfi_full", "pfi_subset", "delta", "delta_pct"])
     pfi_kwargs.setdefault("mc_samples", 0)
     full = sweeps[sweeps[group_col].isin(groups)]
     kw = dict(group_col=group_col, cap_col=cap_col, **pfi_kwargs)
