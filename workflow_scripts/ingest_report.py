@@ -1,0 +1,36 @@
+"""Rule script: the ingest report (status counts, robust vs ratio PFI, which stages apply),
+the per-group table, and the figures of an ingested campaign."""
+from pathlib import Path
+
+import pandas as pd
+
+from wattflex import figures
+from wattflex.ingest_report import group_table, report_markdown, robust_vs_ratio_figure, status_counts
+from wattflex.provenance import provenance, read_json, read_parquet, write_csv
+from wattflex.smk import rule_logger
+
+smk = snakemake  # noqa: F821
+log = rule_logger(smk)
+cfg = smk.params.figures
+figures.apply_style(cfg)
+dpi = int(cfg.get("dpi", 110))
+runs, pfi = read_parquet(smk.input.runs), read_parquet(smk.input.pfi)
+summary = read_json(smk.input.summary)["ingest"]
+prov = provenance(params=cfg, inputs=list(smk.input), backend="ingest")
+campaign = smk.wildcards.campaign
+
+# Curves faceted by GPU model: ingested groups carry no paper cluster worth splitting on.
+by_gpu = runs.assign(cluster=runs["gpu_model"].astype(str))
+figures.curves_figure(by_gpu, normalized=True).savefig(smk.output.curves_normalized, dpi=dpi)
+figures.curves_figure(by_gpu, normalized=False).savefig(smk.output.curves_raw, dpi=dpi)
+robust_vs_ratio_figure(pfi, f"{campaign}: robust vs ratio PFI, {len(pfi)} groups").savefig(smk.output.scatter, dpi=dpi)
+
+write_csv(status_counts(pfi), smk.output.counts, prov)
+write_csv(group_table(pfi), smk.output.groups, prov)
+rel = Path(smk.output.scatter).relative_to(Path(smk.output.report).parent)
+rejected = pd.DataFrame(summary["rejected"], columns=["where", "reason"])
+text = report_markdown(campaign, summary, rejected, runs, pfi, str(rel))
+footer = (f"\n---\nwattflex {prov['wattflex_version']}, commit {prov['git_commit']}"
+          f"{' (dirty)' if prov['git_dirty'] else ''}, params {prov['params_hash']}\n")
+Path(smk.output.report).write_text(text + footer)
+log.info("ingest report: %d groups, status %s", len(pfi), dict(pfi["status"].value_counts()))
