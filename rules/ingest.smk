@@ -11,7 +11,7 @@ except IngestError as exc:
 
 # Ingested data makes its own curves figures (faceted by GPU model) and report; the
 # paper's stages whose inputs ingested data lacks are listed in the report, not run.
-INGEST_FINAL_RULES = ["ingest_runs", "compute_pfi", "ingest_report"]
+INGEST_FINAL_RULES = ["ingest_runs", "compute_pfi", "ingest_report", "report"]
 
 
 ruleorder: ingest_runs > collect_runs
@@ -30,7 +30,7 @@ rule ingest_runs:
     params:
         ingest={k: v for k, v in config["ingest"].items() if k != "path"},
         summary=section("summary"),
-        code=code_fingerprint("ingest", "dcgm", "telemetry"),
+        code=code_fingerprint("ingest", "dcgm", "telemetry", "config", "emulator"),
     log:
         "logs/{campaign}/ingest_runs.log",
     conda:
@@ -55,7 +55,7 @@ rule ingest_report:
         scatter=f"results/{{campaign}}/figures/pfi_robust_vs_ratio.png",
     params:
         figures=section("figures"),
-        code=code_fingerprint("ingest_report", "figures"),
+        code=code_fingerprint("ingest_report", "figures", "telemetry"),
     log:
         "logs/{campaign}/ingest_report.log",
     conda:

@@ -136,7 +136,8 @@ def snakemake_category(path: str) -> str:
 def _relative(path: str) -> str:
     """``results/<campaign>/x/y.png`` (or ``results/{campaign}/...``) -> ``x/y.png``."""
     parts = PurePosixPath(str(path)).parts
-    return "/".join(parts[2:]) if len(parts) > 2 and parts[0] == "results" else str(path)
+    at = [i for i, part in enumerate(parts[:-2]) if part == "results"]
+    return "/".join(parts[at[-1] + 2:]) if at else str(path)
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,0 +1,65 @@
+"""The reproduction report of the tiny campaign: content, order, labels, and every figure
+loading in a real headless browser (Debian's chromium)."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from wattflex.report import SECTIONS, read_report_meta
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# Appended to a copy of the report: after load, the body says how many images there are
+# and which did not decode (naturalWidth 0).
+IMAGE_PROBE = """<script>window.addEventListener('load', () => {
+  const imgs = [...document.images];
+  document.body.setAttribute('data-images', imgs.length);
+  document.body.setAttribute('data-broken',
+    imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.alt).join('|') || 'none');
+});</script>"""
+
+
+def campaign_pngs(campaign_dir: Path) -> list[Path]:
+    return sorted(p for p in campaign_dir.rglob("*.png") if "runs" not in p.relative_to(campaign_dir).parts)
+
+
+def test_report_shows_the_papers_sections_in_order_labelled_emulated(tiny_run):
+    report = tiny_run / "report.html"
+    text = report.read_text()
+    meta = read_report_meta(report)
+    assert meta["campaign"] == "tiny" and meta["provenance"]["backend"] == "emulated"
+    shown = [k for k, status in meta["sections"].items() if status != "omitted"]
+    assert re.findall(r'<section id="(\w+)">', text)[: len(shown)] == shown
+    assert shown == [s.key for s in SECTIONS if meta["sections"][s.key] != "omitted"]
+    for key in ("sweeps", "matrix", "pfi", "predictor", "grid", "repeatability"):
+        assert meta["sections"][key] == "shown", key
+    banners = re.findall(r'<div class="banner (\w+)', text)
+    assert banners and set(banners) == {"emulated"}
+    # every figure of the campaign is embedded, not linked; published values sit beside ours
+    assert text.count('<img src="data:image/png;base64,') == len(campaign_pngs(tiny_run))
+    assert "src=\"http" not in text and "<link" not in text
+    assert 'class="pub">pfi_published</th>' in text
+    assert "Published: table1_experiment_matrix.csv" in text
+    assert "Config (result-shaping keys)" in text and "campaign: tiny" in text
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install chromium; .ci/run does)")
+def test_every_figure_loads_in_headless_chromium(tiny_run, tmp_path):
+    page = tmp_path / "report.html"
+    page.write_text((tiny_run / "report.html").read_text().replace("</body>", IMAGE_PROBE + "</body>"))
+    proc = subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+                           "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+                          capture_output=True, text=True, timeout=180)
+    body = re.search(r"<body([^>]*)>", proc.stdout)
+    assert body, proc.stderr[-2000:]
+    n_images = re.search(r'data-images="(\d+)"', body.group(1))
+    broken = re.search(r'data-broken="([^"]*)"', body.group(1))
+    assert n_images and broken, body.group(0)
+    assert int(n_images.group(1)) == len(campaign_pngs(tiny_run)) > 0
+    assert broken.group(1) == "none", f"figures that did not load: {broken.group(1)}"

@@ -1,0 +1,283 @@
+"""Rerun scope: a change reruns exactly the jobs it affects (issue 8), tested with the real
+Snakemake CLI on a copy of the tiny campaign.
+
+One base run per module; each test copies it (results, logs and .snakemake metadata, mtimes
+kept) together with a copy of the workflow (Snakefile, rules/, workflow_scripts/, config/),
+makes one change to the config or the code of the copy, and compares the job-count table of
+`snakemake -n` with the exact set of jobs the change must plan.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+WORKFLOW_PARTS = ("Snakefile", "rules", "workflow_scripts", "config", "envs", "profiles")
+N_RUNS = 6 + 4 + 4 + 1  # first group on the six-cap grid, two on four caps, one repeat
+
+# Downstream of the run summaries, in the order the workflow runs them.
+ANALYSIS = {"collect_runs": 1, "compute_pfi": 1, "core_figures": 1, "cluster_stats": 1, "fit_predictor": 1,
+            "paper_tables": 1, "analysis_figures": 1}
+
+
+def allocation_wired() -> bool:
+    return 'include: "rules/allocation.smk"' in (REPO / "Snakefile").read_text()
+
+
+ALLOCATION = {"simulate_allocation": 1, "allocation_figures": 1} if allocation_wired() else {}
+ALLOCATION_FIGURES = {"allocation_figures": 1} if allocation_wired() else {}
+FINAL = {"report": 1, "all": 1}
+EVERYTHING_AFTER_SUMMARIES = {**ANALYSIS, **ALLOCATION, **FINAL}
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    """Copy keeping mtimes, so Snakemake sees the copy exactly as it saw the original."""
+    if src.is_dir():
+        shutil.copytree(src, dst, copy_function=shutil.copy2, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache"))
+    else:
+        shutil.copy2(src, dst)
+
+
+def copy_workflow(dst: Path, src: Path = REPO) -> Path:
+    dst.mkdir(parents=True)
+    for part in WORKFLOW_PARTS:
+        if (src / part).exists():
+            copy_tree(src / part, dst / part)
+    return dst
+
+
+def campaign_config() -> dict:
+    """The tiny campaign, its first group on the six-cap grid (so Table 9 has a group) and
+    the published tables at an absolute path (so a copy of the workflow finds them)."""
+    cfg = yaml.safe_load((REPO / "tests" / "data" / "tiny.yaml").read_text())
+    cfg["paper_tables_dir"] = str((REPO / ".." / "shared" / "paper" / "tables").resolve())
+    cfg["groups"][0]["cap_grid"] = "six"
+    # A small allocation study (merged over config.yaml's): workloads, not the method, shrink.
+    cfg["allocation"] = {"n_workloads": 20, "jobs_per_workload": 20, "out_of_sample": {"splits": 2, "workloads": 10}}
+    return cfg
+
+
+def snakemake(workflow: Path, work: Path, config: Path, *args: str, check: bool = True,
+              user: int | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(workflow / "workflow_scripts")}
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(workflow / "Snakefile"), "--directory", str(work),
+           "--configfile", str(config), *args]
+    if user is not None:
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+        env["HOME"] = str(work)
+    proc = subprocess.run(cmd, cwd=workflow, capture_output=True, text=True, env=env, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
+                             f"{proc.stderr[-5000:]}")
+    return proc
+
+
+def planned(proc: subprocess.CompletedProcess) -> dict[str, int]:
+    """{rule: job count} from the job-stats table of `snakemake -n` ({} if nothing to do)."""
+    text = proc.stdout + proc.stderr
+    if "Nothing to be done" in text:
+        return {}
+    table = text[text.index("Job stats:"):]
+    counts = {}
+    for line in table.splitlines()[3:]:
+        m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if not m:
+            break
+        if m.group(1) != "total":
+            counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+@dataclass
+class Campaign:
+    workflow: Path
+    work: Path
+    config: Path
+
+    def edit_config(self, change) -> None:
+        cfg = yaml.safe_load(self.config.read_text())
+        change(cfg)
+        self.config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+    def edit_code(self, rel: str, text: str = "\n# an edit that changes the module's source\n") -> None:
+        with open(self.workflow / rel, "a") as fh:
+            fh.write(text)
+
+    def plan(self) -> dict[str, int]:
+        return planned(snakemake(self.workflow, self.work, self.config, "-n", "--cores", "2"))
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Campaign:
+    root = tmp_path_factory.mktemp("rerun_base")
+    camp = Campaign(copy_workflow(root / "workflow"), root / "work", root / "campaign.yaml")
+    camp.work.mkdir()
+    camp.config.write_text(yaml.safe_dump(campaign_config(), sort_keys=False))
+    snakemake(camp.workflow, camp.work, camp.config, "--cores", "2", "-q")
+    return camp
+
+
+@pytest.fixture
+def campaign(base, tmp_path) -> Campaign:
+    """A private copy of the base campaign (workflow, results + metadata, config)."""
+    camp = Campaign(copy_workflow(tmp_path / "workflow", base.workflow), tmp_path / "work", tmp_path / "campaign.yaml")
+    copy_tree(base.work, camp.work)
+    copy_tree(base.config, camp.config)
+    return camp
+
+
+def test_base_campaign_is_complete_and_a_rerun_is_a_no_op(campaign):
+    assert (campaign.work / "results" / "tiny" / "report.html").is_file()
+    assert campaign.plan() == {}
+
+
+# ---- config changes --------------------------------------------------------------------
+
+@pytest.mark.skipif(not allocation_wired(), reason="allocation stage not included in the Snakefile yet")
+def test_allocation_setting_reruns_only_allocation_its_figures_and_the_report(campaign):
+    campaign.edit_config(lambda c: c["allocation"].update(cuts=[0.0, 0.1, 0.3]))
+    assert campaign.plan() == {**ALLOCATION, **FINAL}
+
+
+def test_predictor_features_rerun_predictor_allocation_and_reports_not_runs_or_pfi(campaign):
+    campaign.edit_config(lambda c: c.setdefault("predictor", {}).update(features="dram_copy_product+arithmetic_intensity"))
+    # paper_tables (Table 8: the H200 predictor on H100) and analysis_figures (Fig. 7)
+    # report the predictions, so they rerun with it.
+    assert campaign.plan() == {"fit_predictor": 1, "paper_tables": 1, "analysis_figures": 1, **ALLOCATION, **FINAL}
+
+
+def test_plot_styling_reruns_figures_and_the_report_only(campaign):
+    campaign.edit_config(lambda c: c["figures"].update(dpi=61))
+    assert campaign.plan() == {"core_figures": 1, "analysis_figures": 1, **ALLOCATION_FIGURES, **FINAL}
+
+
+def test_summary_protocol_reruns_summaries_and_everything_downstream_never_runs(campaign):
+    campaign.edit_config(lambda c: c["summary"].update(aggregate="mean"))
+    assert campaign.plan() == {"summarize_run": N_RUNS, **EVERYTHING_AFTER_SUMMARIES}
+
+
+def test_one_groups_run_config_reruns_exactly_its_runs(campaign):
+    campaign.edit_config(lambda c: c["groups"][2].update(batch=8))  # moe-ft, four caps
+    assert campaign.plan() == {"run_at_cap": 4, "summarize_run": 4, **EVERYTHING_AFTER_SUMMARIES}
+
+
+def test_adding_a_cap_runs_only_the_new_run(campaign):
+    campaign.edit_config(lambda c: c["groups"][1].update(caps=[200, 300, 500, 600, 700]))
+    assert campaign.plan() == {"run_at_cap": 1, "summarize_run": 1, **EVERYTHING_AFTER_SUMMARIES}
+
+
+def test_adding_a_group_runs_only_its_runs(campaign):
+    campaign.edit_config(lambda c: c["groups"].append(
+        {"id": "dense-ft-mistral24b-x8", "model": "Mistral-Small-24B-Base-2501", "task": "lora", "gpus": 8}))
+    assert campaign.plan() == {"run_at_cap": 4, "summarize_run": 4, **EVERYTHING_AFTER_SUMMARIES}
+
+
+def test_scheduling_settings_rerun_nothing(campaign):
+    def change(c):
+        c["run"].update(retries=3, parallel_within_group=True)
+        c["slurm_gpus_per_node"] = 4
+    campaign.edit_config(change)
+    assert campaign.plan() == {}
+
+
+def test_a_statistics_setting_reruns_only_its_stage_and_what_reads_it(campaign):
+    campaign.edit_config(lambda c: c.setdefault("stats", {}).update(alpha=0.01))
+    assert campaign.plan() == {"cluster_stats": 1, "analysis_figures": 1, **FINAL}
+
+
+# ---- code changes (Snakemake does not see imported modules: code_fingerprint does) -------
+
+@pytest.mark.parametrize("module, expected", [
+    ("emulator", {"run_at_cap": N_RUNS, "summarize_run": N_RUNS, **EVERYTHING_AFTER_SUMMARIES}),
+    ("telemetry", {"summarize_run": N_RUNS, **EVERYTHING_AFTER_SUMMARIES}),
+    ("predictor", {"cluster_stats": 1, "fit_predictor": 1, "paper_tables": 1, "analysis_figures": 1,
+                   **ALLOCATION, **FINAL}),
+    ("figures", {"core_figures": 1, "analysis_figures": 1, **ALLOCATION_FIGURES, **FINAL}),
+    ("report", FINAL),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_library_code_change_reruns_exactly_its_dependents(campaign, module, expected):
+    campaign.edit_code(f"workflow_scripts/wattflex/{module}.py")
+    assert campaign.plan() == expected
+
+
+def test_rule_script_change_reruns_that_rule_and_downstream(campaign):
+    campaign.edit_code("workflow_scripts/cluster_stats.py")
+    assert campaign.plan() == {"cluster_stats": 1, "analysis_figures": 1, **FINAL}
+
+
+# ---- real runs are protected ------------------------------------------------------------
+
+PROTECTED_FLAGS = """
+import sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.io import is_flagged
+from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings, StorageSettings
+
+snakefile, workdir, config = map(Path, sys.argv[1:4])
+with SnakemakeApi(OutputSettings()) as api:
+    wf = api.workflow(resource_settings=ResourceSettings(cores=1), config_settings=ConfigSettings(configfiles=[config]),
+                      storage_settings=StorageSettings(), snakefile=snakefile, workdir=workdir)
+    rule = wf._workflow.get_rule("run_at_cap")
+    flags = [is_flagged(f, "protected") for f in rule.output]
+    print("PROTECTED", sum(flags), len(flags), repr(wf._workflow.globals["RUN_CODE"]))
+"""
+
+
+@pytest.mark.parametrize("backend, n_protected, run_code_empty", [("emulated", 0, False), ("cuda", 3, True)])
+def test_run_outputs_are_write_protected_for_real_backends_only(campaign, backend, n_protected, run_code_empty):
+    campaign.edit_config(lambda c: c.update(backend=backend))
+    env = {**os.environ, "PYTHONPATH": str(campaign.workflow / "workflow_scripts")}
+    proc = subprocess.run([sys.executable, "-c", PROTECTED_FLAGS, str(campaign.workflow / "Snakefile"),
+                           str(campaign.work), str(campaign.config)], capture_output=True, text=True, env=env,
+                          cwd=campaign.workflow, timeout=300)
+    m = re.search(r"^PROTECTED (\d+) (\d+) (.*)$", proc.stdout, re.M)
+    assert m, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert (int(m.group(1)), int(m.group(2))) == (n_protected, 3)
+    assert (m.group(3) == "''") == run_code_empty  # a real run's params carry no code fingerprint
+
+
+def _can_drop_privileges() -> bool:
+    return os.geteuid() == 0 and shutil.which("setpriv") is not None
+
+
+@pytest.mark.skipif(not _can_drop_privileges(),
+                    reason="needs root + setpriv to act as an unprivileged user (root ignores write protection)")
+def test_snakemake_refuses_to_regenerate_a_write_protected_run(base):
+    """What Snakemake leaves after a real run (read-only files) is never overwritten: a
+    change to that run's spec makes Snakemake stop and name the files, for a non-root user."""
+    root = Path(tempfile.mkdtemp(prefix="wattflex-protect-", dir="/tmp"))
+    try:
+        os.chmod(root, 0o755)
+        camp = Campaign(copy_workflow(root / "workflow", base.workflow), root / "work", root / "campaign.yaml")
+        copy_tree(base.work, camp.work)
+        copy_tree(base.config, camp.config)
+        run_dir = camp.work / "results" / "tiny" / "runs" / "moe-ft-qwen30ba3b-x8" / "cap200"
+        for dirpath, _, files in os.walk(root):
+            os.chown(dirpath, 65534, 65534)
+            for f in files:
+                os.chown(os.path.join(dirpath, f), 65534, 65534)
+        for f in ("telemetry.parquet", "steps.parquet", "run.json"):
+            os.chmod(run_dir / f, 0o444)
+        camp.edit_config(lambda c: c["groups"][2].update(batch=8))  # that run's spec changes
+        proc = snakemake(camp.workflow, camp.work, camp.config, "-n", "--cores", "2", check=False, user=65534)
+        text = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and "Write-protected output files" in text, text[-3000:]
+        assert "moe-ft-qwen30ba3b-x8/cap200/run.json" in text
+        assert (run_dir / "run.json").is_file()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
