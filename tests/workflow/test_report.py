@@ -39,7 +39,7 @@ def test_report_shows_the_papers_sections_in_order_labelled_emulated(tiny_run):
     assert shown == [s.key for s in SECTIONS if meta["sections"][s.key] != "omitted"]
     for key in ("sweeps", "matrix", "pfi", "predictor", "grid", "repeatability"):
         assert meta["sections"][key] == "shown", key
-    banners = re.findall(r'<div class="banner (\w+)', text)
+    banners = re.findall(r'<div class="banner (?:top )?(\w+)', text)
     assert banners and set(banners) == {"emulated"}
     # every figure of the campaign is embedded, not linked; published values sit beside ours
     assert text.count('<img src="data:image/png;base64,') == len(campaign_pngs(tiny_run))
@@ -63,3 +63,18 @@ def test_every_figure_loads_in_headless_chromium(tiny_run, tmp_path):
     assert n_images and broken, body.group(0)
     assert int(n_images.group(1)) == len(campaign_pngs(tiny_run)) > 0
     assert broken.group(1) == "none", f"figures that did not load: {broken.group(1)}"
+
+
+def test_snakemakes_own_report_files_every_figure_under_its_paper_section(tiny_run, tiny_config, tmp_path):
+    import zipfile
+
+    from .conftest import snakemake
+
+    out = tmp_path / "snakemake_report.zip"
+    snakemake("--report", str(out), "--configfile", str(tiny_config), cwd=tiny_run.parent.parent)
+    with zipfile.ZipFile(out) as zf:
+        names = zf.namelist()
+        page = zf.read(next(n for n in names if n.endswith("/report.html"))).decode()
+    assert sorted(Path(n).name for n in names if n.endswith(".png")) == sorted(p.name for p in campaign_pngs(tiny_run))
+    for category in ("Measurement: power-cap sweeps", "PFI per group, clusters", "Predicting PFI from one"):
+        assert category in page
