@@ -14,6 +14,10 @@ rule run_at_cap:
         code=lambda wc: code_fingerprint("emulator", "devices.emulated") if config["backend"] == "emulated" else "",
     log:
         "logs/{campaign}/runs/{group}/{run}.log",
+    # On SLURM: a job with the group's GPUs and nodes; runs of a group one at a time.
+    resources:
+        **run_resources(),
+    retries: RUN_RETRIES
     conda:
         "../envs/train.yaml"
     script:
@@ -35,17 +39,20 @@ rule summarize_run:
         "logs/{campaign}/summaries/{group}/{run}.log",
     conda:
         "../envs/analysis.yaml"
+    localrule: True
     script:
         "../workflow_scripts/summarize_run.py"
 
 
 rule collect_runs:
-    """One row per run: runs.parquet (and a CSV copy for people)."""
+    """One row per run: runs.parquet (and a CSV copy for people); runs that failed after
+    their last retry are left out and listed in missing_runs.csv."""
     input:
         lambda wc: summary_files(wc.campaign),
     output:
         parquet=f"results/{{campaign}}/runs.parquet",
         csv=f"results/{{campaign}}/runs.csv",
+        missing=f"results/{{campaign}}/missing_runs.csv",
     log:
         "logs/{campaign}/collect_runs.log",
     conda:

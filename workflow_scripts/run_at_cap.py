@@ -1,11 +1,31 @@
-"""Rule script: one run at one cap (see wattflex.runner)."""
+"""Rule script: one run at one cap (see wattflex.runner). The last attempt of a run that
+keeps failing leaves a failure record instead (wattflex.failures), so the sweep goes on."""
+import signal
+import sys
+import time
 from pathlib import Path
 
+from wattflex.failures import record_failed_run
 from wattflex.runner import run_at_cap
 from wattflex.smk import rule_logger
 
-log = rule_logger(snakemake)  # noqa: F821
-spec = snakemake.params.spec  # noqa: F821
-log.info("run %s/%s at %s W on the %s backend", spec["group"]["id"], spec["run_id"], spec["cap_w"], spec["backend"])
-run_at_cap(spec, Path(snakemake.output.run).parent)  # noqa: F821
+smk = snakemake  # noqa: F821
+log = rule_logger(smk)
+# scancel and SLURM's time limit send SIGTERM: unwind (temp files, caps) instead of dying.
+signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+spec = smk.params.spec
+attempt, attempts = int(smk.resources.run_attempt), int(smk.resources.run_attempts)
+log.info("run %s/%s at %s W on the %s backend (attempt %d of %d)", spec["group"]["id"], spec["run_id"],
+         spec["cap_w"], spec["backend"], attempt, attempts)
+gap_s = float(spec["run"].get("gap_s", 0))
+if spec["backend"] != "emulated" and gap_s > 0:
+    log.info("GPUs idle for run.gap_s = %g s before the run (paper protocol)", gap_s)
+    time.sleep(gap_s)
+try:
+    run_at_cap(spec, Path(smk.output.run).parent)
+except Exception as exc:
+    if attempt < attempts:
+        raise
+    log.exception("last attempt failed; recording the run as failed (delete its directory to retry)")
+    record_failed_run(spec, Path(smk.output.run).parent, exc, attempt)
 log.info("done")

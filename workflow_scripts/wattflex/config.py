@@ -22,6 +22,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "config" / "schema" / "config.schema.yaml"
 
 
+# run.* keys that decide how runs are scheduled, not what they measure: kept out of run
+# specs, so changing them never reruns a run.
+SCHEDULING_KEYS = ("parallel_within_group", "retries")
+
+
 class ConfigError(ValueError):
     """Invalid configuration; the message names the key."""
 
@@ -165,7 +170,7 @@ def run_spec(cfg: dict[str, Any], group_id: str, run: str) -> dict[str, Any]:
         "repeat": row["repeat"], "seed": int(cfg.get("seed", 0)),
         "group": {k: v for k, v in g.items() if k not in ("caps",)},
         "model_facts": cfg["_catalog"][g["model"]],
-        "run": dict(cfg.get("run", {})),
+        "run": {k: v for k, v in cfg.get("run", {}).items() if k not in SCHEDULING_KEYS},
     }
     if cfg["backend"] == "cuda":
         spec["cuda"] = dict(cfg.get("cuda", {}))

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# A single-node SLURM on localhost for the workflow's SLURM tests (and for trying the SLURM
+# profile by hand). Needs root and Debian's slurm-wlm + munge; no systemd, no accounting.
+#
+#   tests/slurm/cluster.sh up [NGPUS]   start munged, slurmctld, slurmd (idempotent)
+#   tests/slurm/cluster.sh down         cancel our jobs, stop what `up` started (idempotent)
+#   tests/slurm/cluster.sh status       exit 0 if the cluster answers and the node is usable
+#   tests/slurm/cluster.sh env          print `export SLURM_CONF=...` for the client commands
+#
+# Everything lives in $WATTFLEX_SLURM_DIR (default /run/slurm): slurm.conf, gres.conf, state,
+# spool, logs and pid files. /etc/slurm/slurm.conf becomes a link to our slurm.conf while the
+# cluster is up, because the executor's job step strips SLURM_CONF before calling srun; an
+# existing slurm.conf there (a real cluster) is never touched: `up` refuses. GPUs are fake: NGPUS
+# character devices /dev/fakegpuN (a copy of /dev/null) listed in gres.conf with type
+# "h200", which is all slurmd needs to schedule them (file-less GPUs are dropped); the node
+# also has the feature "h200", so both ways of asking for a GPU model can be tried.
+# WATTFLEX_SLURM_EPILOG=PATH installs PATH as the node's Epilog.
+# Without accounting the Snakemake executor must poll with squeue, which only sees jobs
+# that ended within MinJobAge: keep it far above 3x the first status-check delay.
+set -euo pipefail
+
+DIR=${WATTFLEX_SLURM_DIR:-/run/slurm}
+PORT=${WATTFLEX_SLURM_PORT:-6817}          # slurmctld; slurmd uses PORT+1
+NODE=${WATTFLEX_SLURM_NODE:-wattflex-node0}
+GPU_TYPE=h200
+CONF=$DIR/slurm.conf
+ETC_CONF=/etc/slurm/slurm.conf
+
+die() { echo "cluster.sh: $*" >&2; exit 1; }
+export SLURM_CONF=$CONF
+
+need_tools() {
+  [ "$(id -u)" = 0 ] || die "must run as root (starts daemons, creates /dev/fakegpuN)"
+  for t in munged slurmctld slurmd scontrol sinfo; do
+    command -v "$t" >/dev/null || die "$t not found: apt-get install slurm-wlm munge"
+  done
+}
+
+alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+node_state() { sinfo -h -n "$NODE" -o %T 2>/dev/null | head -n1; }
+
+cluster_ok() {
+  [ -f "$CONF" ] && alive "$DIR/slurmctld.pid" && alive "$DIR/slurmd.pid" \
+    && scontrol ping 2>/dev/null | grep -q UP \
+    && case "$(node_state)" in idle* | mixed* | allocated* | completing*) true ;; *) false ;; esac
+}
+
+start_munge() {
+  # Reuse a working munged (e.g. the system's); otherwise start one as the munge user.
+  if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then return; fi
+  mkdir -p /run/munge /var/lib/munge /var/log/munge
+  chown munge:munge /run/munge /var/lib/munge /var/log/munge
+  chmod 0755 /run/munge
+  [ -s /etc/munge/munge.key ] || { mungekey --create --keyfile=/etc/munge/munge.key; chown munge:munge /etc/munge/munge.key; }
+  runuser -u munge -- munged --force
+  for _ in $(seq 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
+  munge -n | unmunge >/dev/null || die "munged did not start (see /var/log/munge/munged.log)"
+  cp /run/munge/munged.pid "$DIR/munged.pid"   # ours: `down` stops it
+}
+
+write_conf() {
+  local ngpus=$1 geometry last
+  # Node geometry as slurmd itself reports it (CPUs, sockets, cores, memory).
+  geometry=$(slurmd -C | head -n1 | sed -e 's/^NodeName=[^ ]* //' -e 's/ UpTime=.*//')
+  last=$((ngpus - 1))
+  for i in $(seq 0 "$last"); do
+    [ -c "/dev/fakegpu$i" ] || mknod "/dev/fakegpu$i" c 1 3
+  done
+  cat >"$CONF" <<EOF
+# Written by tests/slurm/cluster.sh: single-node test cluster, fake GPUs, no accounting.
+ClusterName=wattflex-test
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=$PORT
+SlurmdPort=$((PORT + 1))
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation=$DIR/ctld
+SlurmdSpoolDir=$DIR/d
+SlurmctldPidFile=$DIR/slurmctld.pid
+SlurmdPidFile=$DIR/slurmd.pid
+SlurmctldLogFile=$DIR/slurmctld.log
+SlurmdLogFile=$DIR/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SwitchType=switch/none
+ReturnToService=2
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+# squeue must still list finished jobs when the executor polls (>= 3x its first delay).
+MinJobAge=600
+KillWait=5
+InactiveLimit=0
+MessageTimeout=10
+${WATTFLEX_SLURM_EPILOG:+Epilog=$WATTFLEX_SLURM_EPILOG}
+GresTypes=gpu
+NodeName=$NODE NodeAddr=127.0.0.1 NodeHostname=$NODE $geometry Gres=gpu:$GPU_TYPE:$ngpus Feature=$GPU_TYPE State=UNKNOWN
+PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+EOF
+  echo "NodeName=$NODE Name=gpu Type=$GPU_TYPE File=/dev/fakegpu[0-$last]" >"$DIR/gres.conf"
+}
+
+up() {
+  local ngpus=${1:-8}
+  need_tools
+  if cluster_ok; then echo "cluster.sh: already up ($CONF)"; return; fi
+  down_daemons
+  mkdir -p "$DIR/ctld" "$DIR/d"
+  start_munge
+  write_conf "$ngpus"
+  if [ -e "$ETC_CONF" ] || [ -L "$ETC_CONF" ]; then
+    [ "$(readlink "$ETC_CONF")" = "$CONF" ] || die "$ETC_CONF exists and is not ours; not starting a test cluster here"
+  else
+    mkdir -p /etc/slurm && ln -s "$CONF" "$ETC_CONF"
+  fi
+  slurmctld -c -f "$CONF"     # -c: fresh state, no jobs from an earlier test run
+  slurmd -f "$CONF" -N "$NODE"
+  for _ in $(seq 100); do cluster_ok && break; sleep 0.1; done
+  if ! cluster_ok; then
+    # A node that registered as down (e.g. after an unclean stop) only needs a resume.
+    scontrol update NodeName="$NODE" State=RESUME 2>/dev/null || true
+    for _ in $(seq 50); do cluster_ok && break; sleep 0.2; done
+  fi
+  cluster_ok || { tail -n 20 "$DIR/slurmctld.log" "$DIR/slurmd.log" >&2 || true; die "cluster did not come up"; }
+  echo "cluster.sh: up: node $NODE, $ngpus fake GPUs, $(sinfo -h -o %c -n "$NODE") CPUs; export SLURM_CONF=$CONF"
+}
+
+stop_pid() {  # stop the daemon whose pid file is $1, if it is still running
+  alive "$1" || { rm -f "$1"; return 0; }
+  local pid; pid=$(cat "$1")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$1"
+}
+
+down_daemons() {
+  stop_pid "$DIR/slurmd.pid"
+  stop_pid "$DIR/slurmctld.pid"
+}
+
+down() {
+  [ -d "$DIR" ] || { echo "cluster.sh: nothing to stop"; return; }
+  if alive "$DIR/slurmctld.pid"; then
+    scancel --cluster=wattflex-test --full --signal=KILL --user="$(id -un)" 2>/dev/null || scancel --user="$(id -un)" 2>/dev/null || true
+  fi
+  down_daemons
+  stop_pid "$DIR/munged.pid"
+  [ "$(readlink "$ETC_CONF" 2>/dev/null)" = "$CONF" ] && rm -f "$ETC_CONF"
+  rm -f /dev/fakegpu[0-9]* 2>/dev/null || true
+  echo "cluster.sh: down"
+}
+
+case "${1:-}" in
+  up) shift; up "$@" ;;
+  down) down ;;
+  status) cluster_ok ;;
+  env) echo "export SLURM_CONF=$CONF" ;;
+  *) echo "usage: $0 up [NGPUS] | down | status | env" >&2; exit 2 ;;
+esac
