@@ -6,11 +6,13 @@ rule compute_pfi:
     input:
         f"results/{{campaign}}/runs.parquet",
     output:
-        parquet=f"results/{{campaign}}/pfi.parquet",
-        csv=f"results/{{campaign}}/pfi.csv",
+        **with_sidecars(
+            parquet=f"results/{{campaign}}/pfi.parquet",
+            csv=f"results/{{campaign}}/pfi.csv",
+        ),
     params:
         pfi=section("pfi"),
-        code=code_fingerprint("pfi"),
+        code=code_fingerprint("pfi", "failures", "telemetry"),
     log:
         "logs/{campaign}/compute_pfi.log",
     conda:

@@ -3,15 +3,16 @@
 
 rule run_at_cap:
     """One run of a sweep group at one power cap (emulated or real)."""
+    # Real runs' files are write-protected (run_output in common.smk).
     output:
-        telemetry=f"results/{{campaign}}/runs/{{group}}/{{run}}/telemetry.parquet",
-        steps=f"results/{{campaign}}/runs/{{group}}/{{run}}/steps.parquet",
-        run=f"results/{{campaign}}/runs/{{group}}/{{run}}/run.json",
+        telemetry=run_output(f"results/{{campaign}}/runs/{{group}}/{{run}}/telemetry.parquet"),
+        steps=run_output(f"results/{{campaign}}/runs/{{group}}/{{run}}/steps.parquet"),
+        run=run_output(f"results/{{campaign}}/runs/{{group}}/{{run}}/run.json"),
     params:
         spec=spec_for,
         # The emulator is part of an emulated run's inputs; a real run depends on nothing
-        # but its spec, so no library change can ever regenerate it.
-        code=lambda wc: code_fingerprint("emulator", "devices.emulated") if config["backend"] == "emulated" else "",
+        # but its spec, so no library change can ever regenerate it (RUN_CODE is "").
+        code=RUN_CODE,
     log:
         "logs/{campaign}/runs/{group}/{run}.log",
     # On SLURM: a job with the group's GPUs and nodes; runs of a group one at a time.
@@ -34,7 +35,7 @@ rule summarize_run:
         f"results/{{campaign}}/runs/{{group}}/{{run}}/summary.json",
     params:
         protocol=section("summary"),
-        code=code_fingerprint("telemetry"),
+        code=code_fingerprint("telemetry", "failures"),
     log:
         "logs/{campaign}/summaries/{group}/{run}.log",
     conda:
@@ -50,9 +51,13 @@ rule collect_runs:
     input:
         lambda wc: summary_files(wc.campaign),
     output:
-        parquet=f"results/{{campaign}}/runs.parquet",
-        csv=f"results/{{campaign}}/runs.csv",
-        missing=f"results/{{campaign}}/missing_runs.csv",
+        **with_sidecars(
+            parquet=f"results/{{campaign}}/runs.parquet",
+            csv=f"results/{{campaign}}/runs.csv",
+            missing=f"results/{{campaign}}/missing_runs.csv",
+        ),
+    params:
+        code=code_fingerprint("failures", "telemetry"),
     log:
         "logs/{campaign}/collect_runs.log",
     conda:

@@ -17,7 +17,7 @@ if not rows:
     raise ValueError(f"no run succeeded; failed: {', '.join(missing['group'] + '/' + missing['run_id'])}")
 runs = pd.DataFrame(rows).sort_values(["group", "cap_w", "repeat"]).reset_index(drop=True)
 backends = sorted(runs["backend"].dropna().unique())
-prov = provenance(inputs=[], backend=",".join(backends), device_model=",".join(sorted(runs["gpu_model"].dropna().unique())),
+prov = provenance(params={"code": smk.params.code}, inputs=list(smk.input), backend=",".join(backends), device_model=",".join(sorted(runs["gpu_model"].dropna().unique())),
                   n_runs=len(runs), n_groups=int(runs["group"].nunique()), n_missing=len(missing))
 write_parquet(runs, smk.output.parquet, prov, missing_runs=missing.to_dict("records"))
 write_csv(runs, smk.output.csv, prov)

@@ -78,6 +78,7 @@ SECTIONS: tuple[Section, ...] = (
         Item("figures/clocks_vs_cap.png", "Mechanism: steady-state SM and memory clocks vs cap"),
         Item("stats/telemetry_correlations.csv", "Telemetry vs PFI (uncapped run): Spearman rho with BH-FDR q"),
         Item("figures/telemetry_vs_pfi.png", "PFI vs each telemetry metric of the uncapped run"),
+        Item("stats/group_telemetry.csv", "Per-group uncapped-run telemetry and PFI behind the correlations", render="file"),
         Item("pfi.csv", "Full PFI table (ratio, area, elasticity, robust PFI, diagnostics)", render="file"),
     ), needs="pfi.parquet (compute_pfi)",
         published_text="PFI 1.10-2.67, none below 1; medians dense 1.27, MoE PT 1.43, MoE FT 2.10; only dense vs "
@@ -341,7 +342,10 @@ def _section_html(sec: Section, camp: _Campaign, paper_tables: Path | None, sour
     parts = [anchor, banner_html(known or [camp.default_backend])]
     if sec.published_text:
         parts.append(f'<p class="published"><b>Published (paper text):</b> {_esc(sec.published_text)}</p>')
-    parts.append(_summary_rows(camp.files.get("tables/analysis_summary.csv"), sec.summary))
+    summary = _summary_rows(camp.files.get("tables/analysis_summary.csv"), sec.summary)
+    if summary:  # its rows are shown section by section, not again under "Other outputs"
+        camp.claimed.add("tables/analysis_summary.csv")
+    parts.append(summary)
     for item, rel in found:
         camp.claimed.add(rel)
         parts.append(_item_html(item, camp.files[rel], rel, paper_tables))
