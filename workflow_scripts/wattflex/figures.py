@@ -128,7 +128,8 @@ def curves_figure(runs: pd.DataFrame, normalized: bool) -> plt.Figure:
         else:
             ax.set_xlabel("job power (kW)")
             ax.set_ylabel("tokens/s (thousands)")
-        ax.set_title(f"{cl} ({sub['group'].nunique()} groups; dashed = H100)")
+        h100 = "; dashed = H100" if (sub["gpu_model"] == "H100").any() else ""
+        ax.set_title(f"{cl} ({sub['group'].nunique()} groups{h100})")
         ax.grid(alpha=0.3)
     fig.suptitle("Power-throughput curves" + (", normalised to the uncapped run" if normalized else ""))
     label_backend(fig, runs["backend"].unique())
