@@ -130,9 +130,9 @@ class Watcher(threading.Thread):
             running = [j for j in snap if j[1] == "RUNNING" and j[3].startswith("rule_run_at_cap")]
             if running and not self.cancelled:
                 jobid, comment = running[0][0], running[0][3]
-                time.sleep(1.0)  # let the job get into its run
-                subprocess.run(["scancel", jobid], check=True)
-                self.cancelled[jobid] = comment
+                time.sleep(0.5)  # let the job get into its run
+                if subprocess.run(["scancel", jobid], capture_output=True).returncode == 0:
+                    self.cancelled[jobid] = comment
             time.sleep(0.3)
 
 
