@@ -67,7 +67,7 @@ def campaign_config() -> dict:
     cfg["paper_tables_dir"] = str((REPO / ".." / "shared" / "paper" / "tables").resolve())
     cfg["groups"][0]["cap_grid"] = "six"
     # A small allocation study (merged over config.yaml's): workloads, not the method, shrink.
-    cfg["allocation"] = {"n_workloads": 20, "jobs_per_workload": 20, "out_of_sample": {"splits": 2, "workloads": 10}}
+    cfg["allocation"] = {"n_workloads": 20, "jobs_per_workload": 20, "out_of_sample": {"splits": 0, "workloads": 10}}
     return cfg
 
 
