@@ -16,6 +16,7 @@ wildcard_constraints:
 
 include: "rules/common.smk"
 include: "rules/runs.smk"
+include: "rules/sweeps.smk"
 include: "rules/pfi.smk"
 include: "rules/figures.smk"
 include: "rules/analysis.smk"

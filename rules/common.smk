@@ -8,6 +8,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow_scripts"))
 from wattflex.config import SCHEDULING_KEYS, ConfigError, expand_runs, groups, prepare, run_spec
 from wattflex.provenance import code_fingerprint
 from wattflex.report import snakemake_category
+from wattflex.staircase import sweep_spec
 
 try:
     prepare(config, base=Path(workflow.basedir))
@@ -19,6 +20,7 @@ RESULTS = f"results/{CAMPAIGN}"
 SOURCE = config.get("source", "generate")  # ingest: runs.parquet from data (rules/ingest.smk)
 RUNS = expand_runs(config) if SOURCE == "generate" else []
 GROUPS = {g["id"]: g for g in groups(config)} if SOURCE == "generate" else {}
+SWEEP = config.get("sweep", "separate")  # staircase | adaptive: one run per group (rules/sweeps.smk)
 PAPER_TABLES = str(Path(workflow.basedir) / config.get("paper_tables_dir", "../shared/paper/tables"))
 
 
@@ -27,6 +29,8 @@ def run_dirs(campaign):
 
 
 def summary_files(campaign):
+    if SWEEP != "separate":
+        return sweep_summary_files(campaign)
     return [f"{d}/summary.json" for d in run_dirs(campaign)]
 
 
@@ -80,7 +84,8 @@ def result_config():
 def representative_run(campaign):
     """The run drawn in the paper's Fig. 2 analog: the first group's uncapped run."""
     first = next(iter(GROUPS.values()))
-    return f"results/{campaign}/runs/{first['id']}/cap{max(first['caps']):g}"
+    mode = "" if SWEEP == "separate" else f"{SWEEP}/"  # one-run sweeps: its stretch at that cap
+    return f"results/{campaign}/runs/{first['id']}/{mode}cap{max(first['caps']):g}"
 
 
 # Rules whose outputs are the workflow's final products (rule all asks for all of them).

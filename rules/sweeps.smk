@@ -1,0 +1,64 @@
+# Stages 1-2 in one run per group (`sweep: staircase | adaptive`, wattflex.staircase): the
+# whole cap grid of a group is measured inside one training run, start-up paid once; each
+# cap then gets a summary.json in the contract of summarize_run, so collect_runs and all
+# that follows are unchanged (common.smk's summary_files() lists these in those modes).
+
+
+wildcard_constraints:
+    mode="staircase|adaptive",
+
+
+def sweep_summary_files(campaign):
+    return [f"results/{campaign}/runs/{gid}/{SWEEP}/cap{cap:g}/summary.json"
+            for gid, g in GROUPS.items() for cap in g["caps"]]
+
+
+def sweep_minutes(wildcards, attempt):
+    """SLURM time limit: the one run never outlasts the separate runs it replaces."""
+    seconds = len(GROUPS[wildcards.group]["caps"]) * float(config.get("run", {}).get("duration_s", 1800))
+    return int(-(-seconds // 60)) + int(SLURM["slurm_runtime_margin_min"]) * attempt
+
+
+rule run_staircase:
+    """A group's whole power-cap sweep in one training run (staircase or adaptive grid)."""
+    output:
+        telemetry=run_output(f"results/{{campaign}}/runs/{{group}}/{{mode}}/telemetry.parquet"),
+        steps=run_output(f"results/{{campaign}}/runs/{{group}}/{{mode}}/steps.parquet"),
+        run=run_output(f"results/{{campaign}}/runs/{{group}}/{{mode}}/run.json"),
+    params:
+        spec=lambda wc: sweep_spec(config, wc.group, wc.mode),
+        # As for run_at_cap: an emulated run depends on the physics and the controller, a
+        # real one on its spec alone.
+        code=code_fingerprint("emulator", "devices.emulated", "staircase", "steady", "telemetry", "pfi", "config")
+        if config.get("backend", "emulated") == "emulated"
+        else "",
+    log:
+        "logs/{campaign}/runs/{group}/{mode}.log",
+    resources:
+        **{**run_resources(), "runtime": sweep_minutes},
+    conda:
+        "../envs/train.yaml"
+    script:
+        "../workflow_scripts/run_staircase.py"
+
+
+rule summarize_staircase:
+    """One cap of a one-run sweep: its steady-state summary and its stretch of the run."""
+    input:
+        telemetry=rules.run_staircase.output.telemetry,
+        steps=rules.run_staircase.output.steps,
+        run=rules.run_staircase.output.run,
+    output:
+        summary=f"results/{{campaign}}/runs/{{group}}/{{mode}}/{{run}}/summary.json",
+        telemetry=f"results/{{campaign}}/runs/{{group}}/{{mode}}/{{run}}/telemetry.parquet",
+        steps=f"results/{{campaign}}/runs/{{group}}/{{mode}}/{{run}}/steps.parquet",
+    params:
+        protocol=section("summary"),
+        code=code_fingerprint("telemetry", "steady"),
+    log:
+        "logs/{campaign}/summaries/{group}/{mode}/{run}.log",
+    conda:
+        "../envs/analysis.yaml"
+    localrule: True
+    script:
+        "../workflow_scripts/summarize_staircase.py"

@@ -1,0 +1,21 @@
+"""Rule script: one cap of a one-run sweep -> its summary.json (the runs.parquet contract of
+summarize_run) and the run's stretches at that cap (telemetry/steps, like a separate run's)."""
+from wattflex.provenance import provenance, read_json, read_parquet, write_json, write_parquet
+from wattflex.smk import rule_logger
+from wattflex.steady import cap_rows, cap_slice, summary_row
+from wattflex.telemetry import SummaryProtocol
+
+smk = snakemake  # noqa: F821
+log = rule_logger(smk)
+run = read_json(smk.input.run)
+telemetry, steps = read_parquet(smk.input.telemetry), read_parquet(smk.input.steps)
+cap_w = float(smk.wildcards.run.removeprefix("cap"))
+summary = cap_rows(telemetry, steps, run, SummaryProtocol.from_config(smk.params.protocol), caps=[cap_w])[cap_w]
+row = summary_row(run, cap_w, summary)
+log.info("%s/%s at %g W: %.0f W, %.0f tokens/s (%s)", row["group"], run["sweep_mode"], cap_w, row["power_w"],
+         row["tokens_per_s"], row["steady_reason"])
+prov = provenance(params=smk.params.protocol, inputs=list(smk.input), backend=row["backend"], device_model=row["gpu_model"])
+write_json({"summary": row}, smk.output.summary, prov)
+tel_slice, steps_slice = cap_slice(telemetry, steps, run, cap_w)
+write_parquet(tel_slice, smk.output.telemetry, prov, run_id=row["run_id"], group=row["group"], sweep_mode=run["sweep_mode"])
+write_parquet(steps_slice, smk.output.steps, prov, run_id=row["run_id"], group=row["group"], sweep_mode=run["sweep_mode"])
