@@ -151,3 +151,15 @@ def run_resources():
     for gid, slot in GROUP_SLOTS.items():
         res[slot] = lambda wc, gid=gid: 1 if wc.group == gid else None
     return res
+
+
+# One-run sweep modes (rules/sweeps.smk).
+def sweep_summary_files(campaign):
+    return [f"results/{campaign}/runs/{gid}/{SWEEP}/cap{cap:g}/summary.json"
+            for gid, g in GROUPS.items() for cap in g["caps"]]
+
+
+def sweep_minutes(wildcards, attempt):
+    """SLURM time limit: the one run never outlasts the separate runs it replaces."""
+    seconds = len(GROUPS[wildcards.group]["caps"]) * float(config.get("run", {}).get("duration_s", 1800))
+    return int(-(-seconds // 60)) + int(SLURM["slurm_runtime_margin_min"]) * attempt

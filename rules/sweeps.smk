@@ -8,16 +8,6 @@ wildcard_constraints:
     mode="staircase|adaptive",
 
 
-def sweep_summary_files(campaign):
-    return [f"results/{campaign}/runs/{gid}/{SWEEP}/cap{cap:g}/summary.json"
-            for gid, g in GROUPS.items() for cap in g["caps"]]
-
-
-def sweep_minutes(wildcards, attempt):
-    """SLURM time limit: the one run never outlasts the separate runs it replaces."""
-    seconds = len(GROUPS[wildcards.group]["caps"]) * float(config.get("run", {}).get("duration_s", 1800))
-    return int(-(-seconds // 60)) + int(SLURM["slurm_runtime_margin_min"]) * attempt
-
 
 rule run_staircase:
     """A group's whole power-cap sweep in one training run (staircase or adaptive grid)."""

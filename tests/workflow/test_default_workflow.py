@@ -22,7 +22,7 @@ def planned_jobs(stdout: str) -> dict[str, int]:
 def test_dry_run_of_full_default_grid_plans_every_run(tmp_path, default_config):
     from wattflex.config import expand_runs
 
-    proc = snakemake("-n", "--cores", "2", cwd=tmp_path)
+    proc = snakemake("-n", "--cores", "2", "--configfile", str(REPO / "config" / "config.yaml"), cwd=tmp_path)
     jobs = planned_jobs(proc.stdout)
     n_runs = len(expand_runs(default_config))
     assert jobs["run_at_cap"] == n_runs == 211
@@ -62,5 +62,5 @@ def test_bad_config_fails_before_any_job(tmp_path, tiny_config):
 
 
 def test_snakemake_lint_is_clean(tmp_path):
-    proc = snakemake("--lint", cwd=tmp_path, check=False)
+    proc = snakemake("--lint", "--configfile", str(REPO / "config" / "config.yaml"), cwd=tmp_path, check=False)
     assert "Congratulations, your workflow is in a good condition" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
