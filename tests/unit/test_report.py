@@ -8,7 +8,8 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from wattflex.provenance import SchemaVersionError, provenance, stamp_png, write_csv  # noqa: E402
-from wattflex.report import SECTIONS, backend_kind, read_report_meta, render_report, snakemake_category  # noqa: E402
+from wattflex.report import (SECTIONS, backend_kind, is_published, read_report_meta, render_report,  # noqa: E402
+                             snakemake_category)
 
 
 def _png(path, prov):
@@ -90,3 +91,5 @@ def test_backend_kind_and_snakemake_categories():
     assert snakemake_category("results/{campaign}/figures/clocks_vs_cap.png").startswith("§4")
     assert snakemake_category("results/x/allocation/fig8_allocation.png").startswith("§6")
     assert snakemake_category("results/x/figures/something_new.png") == "Other outputs"
+    assert all(map(is_published, ["pfi_published", "published_gap_closed", "published"]))
+    assert not any(map(is_published, ["pfi", "unpublished_note"]))

@@ -202,13 +202,19 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def is_published(column: Any) -> bool:
+    """A column holding the paper's value (``x_published``, ``published_x``, ``published``)."""
+    name = str(column)
+    return name == "published" or name.endswith("_published") or name.startswith("published_")
+
+
 def table_html(df, max_rows: int = 60) -> str:
-    """A DataFrame as an HTML table; ``*_published`` columns marked so they stand out."""
+    """A DataFrame as an HTML table; the published-value columns marked so they stand out."""
     cols = list(df.columns)
-    head = "".join(f'<th class="{"pub" if str(c).endswith("_published") else ""}">{_esc(c)}</th>' for c in cols)
+    head = "".join(f'<th class="{"pub" if is_published(c) else ""}">{_esc(c)}</th>' for c in cols)
     rows = []
     for rec in df.head(max_rows).itertuples(index=False):
-        cells = "".join(f'<td class="{"pub" if str(c).endswith("_published") else ""}">{_esc(_fmt(v))}</td>'
+        cells = "".join(f'<td class="{"pub" if is_published(c) else ""}">{_esc(_fmt(v))}</td>'
                         for c, v in zip(cols, rec))
         rows.append(f"<tr>{cells}</tr>")
     more = f'<p class="note">{len(df) - max_rows} more rows in the CSV.</p>' if len(df) > max_rows else ""
@@ -291,7 +297,7 @@ def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> s
             out.append("<p class=\"note\">Summary stored with the table:</p>" + kv_html(summary))
         if item.published:
             out.append(_published_html(paper_tables, item.published))
-        elif not any(str(c).endswith("_published") for c in df.columns):
+        elif not any(is_published(c) for c in df.columns):
             out.append('<p class="note">No published values for this table in the paper tables directory.</p>')
     elif render == "text":
         out.append(f"<h3>{_esc(title)}</h3><pre>{_esc(path.read_text())}</pre>")
