@@ -35,9 +35,7 @@ SIGKILL).
 from __future__ import annotations
 
 import contextlib
-import shutil
 import signal
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -48,7 +46,6 @@ import numpy as np
 import pandas as pd
 
 from .caps import CapError, CapSignal
-from .provenance import provenance, write_json, write_parquet
 from .steady import SteadyCriteria, Window, assess, se_mean_ar1
 from .telemetry import SummaryProtocol, job_series
 
@@ -505,20 +502,10 @@ def run_sweep(spec: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame, dict[st
 
 def write_sweep_run(spec: dict[str, Any], outdir: str | Path) -> Path:
     """``run_sweep`` and its files (telemetry.parquet, steps.parquet, run.json) written
-    atomically into ``outdir``: a crash never leaves a half-written run that looks complete."""
-    outdir = Path(outdir)
-    outdir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", dir=outdir.parent))
-    try:
+    atomically into ``outdir`` (``runner.atomic_run_dir``)."""
+    from .runner import atomic_run_dir, write_run_files
+
+    with atomic_run_dir(outdir) as tmp:
         tel, steps, record = run_sweep(spec)
-        prov = provenance(params=spec, backend=spec["backend"], device_model=record.get("device_model"))
-        ids = {"run_id": spec["run_id"], "group": spec["group"]["id"]}
-        write_parquet(tel, tmp / "telemetry.parquet", prov, **ids)
-        write_parquet(steps, tmp / "steps.parquet", prov, **ids)
-        write_json({**ids, "cap_w": max(spec["caps"]), "repeat": 0, "spec": spec, **record}, tmp / "run.json", prov)
-        outdir.mkdir(parents=True, exist_ok=True)
-        for f in tmp.iterdir():
-            f.replace(outdir / f.name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return outdir
+        write_run_files(tmp, spec, tel, steps, record, cap_w=max(spec["caps"]), repeat=0)
+    return Path(outdir)
