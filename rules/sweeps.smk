@@ -19,7 +19,7 @@ rule run_staircase:
         spec=lambda wc: sweep_spec(config, wc.group, wc.mode),
         # As for run_at_cap: an emulated run depends on the physics and the controller, a
         # real one on its spec alone.
-        code=code_fingerprint("emulator", "devices.emulated", "staircase", "steady", "telemetry", "pfi", "config")
+        code=code_fingerprint("emulator", "devices", "devices.emulated", "runner", "staircase", "steady", "telemetry", "pfi", "config")
         if config.get("backend", "emulated") == "emulated"
         else "",
     log:
