@@ -1,0 +1,19 @@
+"""Rule script: the Fig. 8 analog and the out-of-sample figure of the allocation stage."""
+import pandas as pd
+
+from wattflex.allocation import fig8_figure, out_of_sample_figure
+from wattflex.figures import apply_style
+from wattflex.provenance import provenance, read_json, stamp_png
+from wattflex.smk import rule_logger
+
+smk = snakemake  # noqa: F821
+log = rule_logger(smk)
+apply_style(smk.params.figures)
+dpi = int(smk.params.figures.get("dpi", 110))
+backend = read_json(f"{smk.input.summary}.meta.json")["provenance"].get("backend")
+prov = provenance(params=smk.params.figures, inputs=list(smk.input), backend=backend)
+fig8_figure(pd.read_csv(smk.input.summary), pd.read_csv(smk.input.headline), [backend]).savefig(smk.output.fig8, dpi=dpi)
+out_of_sample_figure(pd.read_csv(smk.input.out_of_sample), [backend]).savefig(smk.output.out_of_sample, dpi=dpi)
+for png in (smk.output.fig8, smk.output.out_of_sample):
+    stamp_png(png, prov)
+log.info("wrote %s and %s", smk.output.fig8, smk.output.out_of_sample)

@@ -1,0 +1,51 @@
+"""``wattflex allocate``: split a power cut across the jobs of one workload."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+NAME = "allocate"
+HELP = "Split a cluster power cut across jobs (equal-weight, PFI-aware, ..., exact oracle)"
+_POLICIES = ("equal-weight", "pfi-aware", "pfi-aware-measured", "moe-ft-weighted", "raw-dcgm",
+             "curve-aware", "oracle")  # = wattflex.allocation.POLICIES (kept here so --help stays light)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("curves", help="CSV (or parquet): job,power_w,throughput, one row per measured point "
+                                       "(highest power = uncapped); optional cap_w per point and per-job pfi, "
+                                       "gpus, max_slowdown, cluster, dram_copy_product")
+    how = parser.add_mutually_exclusive_group(required=True)
+    how.add_argument("--cut", type=float, help="fraction of the jobs' uncapped power to shed, e.g. 0.3")
+    how.add_argument("--budget-w", type=float, help="cluster power budget in W instead of --cut")
+    parser.add_argument("--policy", choices=_POLICIES, default="oracle", help="allocation policy (default: oracle)")
+    parser.add_argument("--moe-ft-share", type=float, default=2.0,
+                        help="share multiplier of MoE fine-tuning jobs for moe-ft-weighted (default: 2)")
+    parser.add_argument("--curve-nodes", type=int, default=6,
+                        help="points of each predicted curve for curve-aware (default: 6)")
+    parser.add_argument("-o", "--output", help="write job,power_w,throughput[,cap_w] here and the totals to "
+                                               "OUTPUT.totals.json (default: CSV on stdout)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..allocation import allocate_table
+    from ..provenance import provenance, write_csv, write_json
+    from .stats import read_table
+
+    points = read_table(args.curves)
+    out, totals = allocate_table(points, args.policy, cut=args.cut, budget_w=args.budget_w,
+                                 moe_ft_share=args.moe_ft_share, curve_nodes=args.curve_nodes)
+    kept = totals["total_throughput"] / totals["uncapped_throughput"] if totals["uncapped_throughput"] else float("nan")
+    best = totals["oracle_throughput"] / totals["uncapped_throughput"] if totals["uncapped_throughput"] else float("nan")
+    print(f"{totals['n_jobs']} jobs, budget {totals['budget_w']:.1f} W ({totals['cut']:.1%} below "
+          f"{totals['uncapped_power_w']:.1f} W uncapped): {args.policy} keeps {kept:.2%} of throughput "
+          f"(oracle {best:.2%}), {totals['total_power_w']:.1f} W allocated", file=sys.stderr)
+    if not args.output:
+        out.to_csv(sys.stdout, index=False)
+        return 0
+    params = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    prov = provenance(params=params, inputs=[args.curves])
+    write_csv(out, args.output, prov, policy=args.policy)
+    write_json({"totals": totals}, f"{args.output}.totals.json", prov)
+    print(f"wrote {args.output} and {args.output}.totals.json", file=sys.stderr)
+    return 0
