@@ -21,7 +21,8 @@ rule simulate_allocation:
         ),
     params:
         allocation=section("allocation"),
-        code=code_fingerprint("allocation", "oracle"),
+        # allocation.py also holds the plotting code (it imports figures, telemetry).
+        code=code_fingerprint("allocation", "oracle", "figures", "telemetry"),
     log:
         "logs/{campaign}/simulate_allocation.log",
     conda:
@@ -42,7 +43,7 @@ rule allocation_figures:
         out_of_sample=figure_output(f"{ALLOCATION}/allocation_out_of_sample.png"),
     params:
         figures=section("figures"),
-        code=code_fingerprint("allocation", "figures"),
+        code=code_fingerprint("allocation", "oracle", "figures", "telemetry"),
     log:
         "logs/{campaign}/allocation_figures.log",
     conda:
