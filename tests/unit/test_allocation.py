@@ -376,3 +376,9 @@ def test_config_accepts_the_nested_layout_and_rejects_unknown_keys():
         al.SimulationConfig.from_dict({"n_workload": 5})
     with pytest.raises(ValueError, match="unknown allocation policies"):
         al.SimulationConfig.from_dict({"policies": ["best"]})
+
+
+def test_out_of_sample_figure_without_splits_says_so():
+    empty = pd.DataFrame(columns=["mix", "cut", "policy", "variant", "n_splits", "gap_closed_mean"])
+    fig = al.out_of_sample_figure(empty, ["emulated"])
+    assert any("no out-of-sample splits" in t.get_text() for ax in fig.axes for t in ax.texts)

@@ -875,6 +875,12 @@ def out_of_sample_figure(oos: pd.DataFrame, backends: Any):
     from .figures import label_backend
 
     mixes = list(dict.fromkeys(oos["mix"]))
+    if not mixes:  # allocation.out_of_sample.splits: 0 (or no split could be drawn)
+        fig, ax = plt.subplots(figsize=(5.2, 4))
+        ax.text(0.5, 0.5, "no out-of-sample splits\n(allocation.out_of_sample.splits: 0)", ha="center", va="center")
+        ax.axis("off")
+        label_backend(fig, backends)
+        return fig
     fig, axes = plt.subplots(1, len(mixes), figsize=(5.2 * len(mixes), 4), squeeze=False)
     for ax, mix in zip(axes[0], mixes):
         for policy in ("pfi-aware", "curve-aware"):
