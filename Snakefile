@@ -20,6 +20,7 @@ include: "rules/sweeps.smk"
 include: "rules/pfi.smk"
 include: "rules/figures.smk"
 include: "rules/analysis.smk"
+include: "rules/allocation.smk"
 include: "rules/report.smk"
 
 

@@ -51,8 +51,3 @@ rule allocation_figures:
     localrule: True
     script:
         "../workflow_scripts/allocation_figures.py"
-
-
-def allocation_outputs(campaign):
-    """The allocation stage's final files for one campaign."""
-    return outputs_of(campaign, "simulate_allocation", "allocation_figures")
