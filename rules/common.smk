@@ -34,13 +34,24 @@ def summary_files(campaign):
     return [f"{d}/summary.json" for d in run_dirs(campaign)]
 
 
+def canonical(obj):
+    """``obj`` with every mapping's keys sorted. Snakemake compares params by their repr, so
+    without this, reordering or reformatting keys in a YAML file would rerun every rule
+    (and stop at every write-protected real run)."""
+    if isinstance(obj, dict):
+        return {k: canonical(obj[k]) for k in sorted(obj, key=str)}
+    if isinstance(obj, (list, tuple)):
+        return [canonical(v) for v in obj]
+    return obj
+
+
 def spec_for(wildcards):
-    return run_spec(config, wildcards.group, wildcards.run)
+    return canonical(run_spec(config, wildcards.group, wildcards.run))
 
 
 def section(name, default=None):
     """The config slice a rule uses (goes into params, so changing it reruns that rule)."""
-    return config.get(name, default if default is not None else {})
+    return canonical(config.get(name, default if default is not None else {}))
 
 
 def with_sidecars(**outputs):
@@ -78,7 +89,7 @@ def result_config():
     out = {k: v for k, v in config.items() if not k.startswith(("_", "slurm_"))}
     if isinstance(out.get("run"), dict):
         out["run"] = {k: v for k, v in out["run"].items() if k not in SCHEDULING_KEYS}
-    return out
+    return canonical(out)
 
 
 def representative_run(campaign):

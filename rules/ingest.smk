@@ -28,7 +28,7 @@ rule ingest_runs:
         rejected=f"results/{{campaign}}/ingest/rejected.csv",
         summary=f"results/{{campaign}}/ingest/summary.json",
     params:
-        ingest={k: v for k, v in config["ingest"].items() if k != "path"},
+        ingest=canonical({k: v for k, v in config["ingest"].items() if k != "path"}),
         summary=section("summary"),
         code=code_fingerprint("ingest", "dcgm", "telemetry", "config", "emulator"),
     log:

@@ -16,7 +16,7 @@ rule run_staircase:
         steps=run_output(f"results/{{campaign}}/runs/{{group}}/{{mode}}/steps.parquet"),
         run=run_output(f"results/{{campaign}}/runs/{{group}}/{{mode}}/run.json"),
     params:
-        spec=lambda wc: sweep_spec(config, wc.group, wc.mode),
+        spec=lambda wc: canonical(sweep_spec(config, wc.group, wc.mode)),
         # As for run_at_cap: an emulated run depends on the physics and the controller, a
         # real one on its spec alone.
         code=code_fingerprint("emulator", "devices", "devices.emulated", "runner", "staircase", "steady", "telemetry", "pfi", "config")

@@ -194,6 +194,14 @@ def test_scheduling_settings_rerun_nothing(campaign):
     assert campaign.plan() == {}
 
 
+def test_reordering_config_keys_reruns_nothing(campaign):
+    """Same values, every mapping's keys in another order (params are compared by repr)."""
+    cfg = yaml.safe_load(campaign.config.read_text())
+    campaign.config.write_text(yaml.safe_dump(cfg, sort_keys=True))
+    assert campaign.config.read_text() != yaml.safe_dump(cfg, sort_keys=False)
+    assert campaign.plan() == {}
+
+
 def test_a_statistics_setting_reruns_only_its_stage_and_what_reads_it(campaign):
     campaign.edit_config(lambda c: c.setdefault("stats", {}).update(alpha=0.01))
     assert campaign.plan() == {"cluster_stats": 1, "analysis_figures": 1, **FINAL}
