@@ -33,6 +33,7 @@ def campaign(tmp_path):
               cuda, summary={"spearman_rho": 0.9})
     write_csv(pd.DataFrame({"x": [1]}), root / "tables" / "extra_analysis.csv", cuda)
     _png(root / "figures" / "pfi_by_cluster.png", cuda)
+    _png(root / "allocation" / "fig8_allocation.png", cuda)  # named and matched by a glob too
     paper = tmp_path / "paper"
     paper.mkdir()
     pd.DataFrame({"model": ["Qwen3-32B"], "gpus": ["8|16"]}).to_csv(paper / "table1_experiment_matrix.csv", index=False)
@@ -58,6 +59,7 @@ def test_report_labels_measured_data_and_embeds_figures(campaign):
     assert "Published: table1_experiment_matrix.csv" in _section(html, "matrix")
     assert "tables/extra_analysis.csv" in _section(html, "other")  # nothing the campaign made is dropped
     assert "EMULATED" not in html
+    assert html.count("data:image/png;base64,") == 2  # each figure once
     assert 'class="banner top measured"' in html
 
 
@@ -66,7 +68,7 @@ def test_sections_without_artifacts_are_skipped_with_the_reason(campaign):
     html = render_report(files, "real", {"source": "ingest"}, paper)
     sweeps = _section(html, "sweeps")
     assert "Skipped:" in sweeps and "source: ingest" in sweeps and "per-run telemetry" in sweeps
-    assert "Skipped:" in _section(html, "allocation") and "1.5k tokens/s" in _section(html, "allocation")
+    assert "Skipped:" in _section(html, "predictor") and "LOO R² 0.524" in _section(html, "predictor")
     assert '<section id="ingest">' not in html  # optional sections vanish instead
     assert [m for m in re.findall(r'<section id="(\w+)">', html)][:3] == ["sweeps", "matrix", "pfi"]
 

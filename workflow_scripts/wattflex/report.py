@@ -333,7 +333,12 @@ class _Campaign:
 
 def _section_html(sec: Section, camp: _Campaign, paper_tables: Path | None, source: str) -> tuple[str, str]:
     """(HTML, status) of one section; status is shown, skipped or omitted."""
-    found = [(item, rel) for item in sec.items for rel in camp.match(item.path) if rel not in camp.claimed]
+    found, seen = [], set(camp.claimed)
+    for item in sec.items:  # first item that matches a file shows it (specific names before globs)
+        for rel in camp.match(item.path):
+            if rel not in seen:
+                seen.add(rel)
+                found.append((item, rel))
     anchor = f'<section id="{sec.key}"><h2>{_esc(sec.title)}</h2>'
     if not found:
         if sec.optional:
