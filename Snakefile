@@ -21,6 +21,7 @@ include: "rules/pfi.smk"
 include: "rules/figures.smk"
 include: "rules/analysis.smk"
 include: "rules/allocation.smk"
+include: "rules/control.smk"
 include: "rules/report.smk"
 
 

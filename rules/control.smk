@@ -1,0 +1,85 @@
+# Stage 8 (beyond the paper): closed-loop control under a grid curtailment signal. An
+# emulated cluster runs jobs drawn from the campaign's groups; every control policy
+# (wattflex.control) follows each scenario's budget signal beside an offline oracle and an
+# uncapped reference (wattflex.clustersim). Needs common.smk and the predictor's model.json.
+# Without a `control:` section in the config there are no scenarios and nothing here runs.
+
+CONTROL = section("control")
+CONTROL_DIR = "results/{campaign}/control"
+CONTROL_SCENARIOS = list(CONTROL.get("scenarios", {}))
+CONTROL_GROUPS = [{**g, "model_facts": config["_catalog"][g["model"]]} for g in GROUPS.values()
+                  if g["set"] == CONTROL.get("groups_set", "headline")]
+
+
+rule control_truth:
+    """Each group's job power, tokens/s and activity at every cap of the control grid."""
+    output:
+        truth=f"{CONTROL_DIR}/truth.parquet",
+    params:
+        groups=CONTROL_GROUPS,
+        seed=config.get("seed", 0),
+        cap_step_w=CONTROL.get("cap_step_w", 5),
+        code=code_fingerprint("clustersim", "control", "allocation", "oracle", "emulator", "devices.emulated",
+                              "telemetry", "predictor", "figures"),
+    log:
+        "logs/{campaign}/control_truth.log",
+    conda:
+        "../envs/analysis.yaml"
+    localrule: True
+    script:
+        "../workflow_scripts/control_truth.py"
+
+
+rule simulate_control:
+    """One scenario: cluster power vs budget, violations and tokens for every policy."""
+    input:
+        truth=rules.control_truth.output.truth,
+        model="results/{campaign}/predictor/model.json",
+        signal=lambda wc: str(Path(workflow.basedir) / CONTROL["scenarios"][wc.scenario]["signal"]),
+    output:
+        **with_sidecars(
+            summary=f"{CONTROL_DIR}/{{scenario}}/summary.csv",
+            jobs=f"{CONTROL_DIR}/{{scenario}}/jobs.csv",
+        ),
+        timeseries=f"{CONTROL_DIR}/{{scenario}}/timeseries.parquet",
+    params:
+        # only this scenario's settings: changing another scenario reruns nothing here
+        control=lambda wc: {**{k: v for k, v in CONTROL.items() if k != "scenarios"},
+                            "scenario": CONTROL["scenarios"][wc.scenario]},
+        code=code_fingerprint("clustersim", "control", "allocation", "oracle", "emulator", "devices.emulated",
+                              "telemetry", "predictor", "figures"),
+    wildcard_constraints:
+        scenario=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    log:
+        "logs/{campaign}/simulate_control_{scenario}.log",
+    conda:
+        "../envs/analysis.yaml"
+    localrule: True
+    script:
+        "../workflow_scripts/simulate_control.py"
+
+
+rule control_figures:
+    """Per scenario: power vs budget and tokens lost per policy; all summaries in one table."""
+    input:
+        summaries=expand(f"{CONTROL_DIR}/{{scenario}}/summary.csv", scenario=CONTROL_SCENARIOS, allow_missing=True),
+        timeseries=expand(f"{CONTROL_DIR}/{{scenario}}/timeseries.parquet", scenario=CONTROL_SCENARIOS,
+                          allow_missing=True),
+    output:
+        **with_sidecars(summary=f"{CONTROL_DIR}/summary.csv"),
+        power=[figure_output(p) for p in expand(f"{CONTROL_DIR}/{{scenario}}/power_vs_budget.png",
+                                                scenario=CONTROL_SCENARIOS, allow_missing=True)],
+        tokens=[figure_output(p) for p in expand(f"{CONTROL_DIR}/{{scenario}}/tokens_lost.png",
+                                                 scenario=CONTROL_SCENARIOS, allow_missing=True)],
+    params:
+        scenarios=CONTROL_SCENARIOS,
+        figures=section("figures"),
+        code=code_fingerprint("clustersim", "control", "allocation", "oracle", "emulator", "devices.emulated",
+                              "telemetry", "predictor", "figures"),
+    log:
+        "logs/{campaign}/control_figures.log",
+    conda:
+        "../envs/analysis.yaml"
+    localrule: True
+    script:
+        "../workflow_scripts/control_figures.py"
