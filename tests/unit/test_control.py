@@ -342,3 +342,15 @@ def test_prior_curve_matches_the_predicted_pfi():
     ref = predicted_curves(Curves(np.stack([jobs.gpus * 200.0, jobs.p_max_w], -1),
                                   np.stack([np.zeros(5), jobs.t_max], -1)), jobs.pfi, ControlConfig().knots)
     assert np.allclose(ctl.prior_t, ref.throughput) and np.allclose(ctl.knots_w, ref.power_w)
+
+
+def test_loop_never_raises_a_gpu_above_the_limit_it_had(tmp_path):
+    devs, jobs = emulated_jobs()
+    devs[1][0].original_limit_w = devs[1][0].limit_w = 450.0      # an operator's lower limit on one GPU
+    clock = FakeClock()
+    seen = []
+    run_loop(jobs, lambda t: math.inf, "equal-weight", ControlConfig(), 20.0, state_dir=tmp_path, clock=clock,
+             sleep=clock.sleep, on_period=lambda r: seen.append([d.limit_w for ds in devs for d in ds]))
+    assert all(s[2] <= 450.0 and s[3] <= 450.0 for s in seen)       # that job's GPUs stay at or below it
+    assert seen[-1][:2] == [700.0, 700.0]
+    assert [d.limit_w for ds in devs for d in ds] == [700.0, 700.0, 450.0, 700.0]

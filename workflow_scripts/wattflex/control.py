@@ -563,7 +563,13 @@ def sample_devices(devices: Sequence[Any], t_s: float) -> dict[str, float]:
 
 
 def job_table(jobs: Sequence[NodeJob]) -> JobTable:
-    lim = [[d.constraints() for d in j.devices] for j in jobs]
+    """The jobs as the controller sees them. A job's cap range is what all its GPUs accept,
+    and never above the limit a GPU had before the controller started (the operator's)."""
+    def cap_range(d: Any) -> tuple[float, float]:
+        lo, hi = d.constraints()
+        return lo, min(hi, getattr(d, "original_limit_w", hi))
+
+    lim = [[cap_range(d) for d in j.devices] for j in jobs]
     return JobTable(
         uid=np.arange(len(jobs)), gpus=np.array([len(j.devices) for j in jobs]),
         min_cap_w=np.array([max(lo for lo, _ in lj) for lj in lim], float),
