@@ -382,3 +382,16 @@ def test_out_of_sample_figure_without_splits_says_so():
     empty = pd.DataFrame(columns=["mix", "cut", "policy", "variant", "n_splits", "gap_closed_mean"])
     fig = al.out_of_sample_figure(empty, ["emulated"])
     assert any("no out-of-sample splits" in t.get_text() for ax in fig.axes for t in ax.texts)
+
+
+def test_oracle_on_one_workload_without_a_leading_axis_matches_the_batched_call():
+    """A single non-concave workload (no workload axis) goes through the MILP fallback."""
+    rng = np.random.default_rng(3)
+    P = np.sort(rng.uniform(100, 700, (6, 4)), axis=-1)
+    T = np.cumsum(rng.uniform(0, 1, (6, 4)) ** 3, axis=-1)  # convex pieces: not concave
+    budget = 0.7 * P[:, -1].sum()
+    one = orc.oracle(P, T, budget)
+    batch = orc.oracle(P[None], T[None], np.array([budget]))
+    assert one.power_w.shape == (6,)
+    assert one.power_w.sum() <= budget + 1e-6
+    np.testing.assert_allclose(one.throughput.sum(), batch.throughput[0].sum(), rtol=1e-9)

@@ -332,6 +332,12 @@ def oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: np.ndarray,
     dive finds a good incumbent and Lagrangian fixing narrows every job's power range."""
     P = np.asarray(power_w, dtype=float)
     T = np.asarray(throughput, dtype=float)
+    if P.ndim == 2 and plan is None:
+        # One workload: solve it as a batch of one (the per-workload fixes below index
+        # writable (workloads,) arrays), then drop the leading axis again.
+        many = oracle(P[None], T[None], np.asarray(budget_w, dtype=float).reshape(1))
+        return Solution(*(None if v is None else np.asarray(v)[0] for v in
+                          (many.power_w, many.throughput, many.feasible, many.certified, many.bound, many.gap)))
     budget = np.broadcast_to(np.asarray(budget_w, dtype=float), P.shape[:-2])
     plan = plan or plan_greedy(P, T)
     sol = hull_greedy(P, T, budget, plan)
