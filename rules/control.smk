@@ -7,8 +7,8 @@
 CONTROL = section("control")
 CONTROL_DIR = "results/{campaign}/control"
 CONTROL_SCENARIOS = list(CONTROL.get("scenarios", {}))
-CONTROL_GROUPS = [{**g, "model_facts": config["_catalog"][g["model"]]} for g in GROUPS.values()
-                  if g["set"] == CONTROL.get("groups_set", "headline")]
+CONTROL_GROUPS = canonical([{**g, "model_facts": config["_catalog"][g["model"]]} for g in GROUPS.values()
+                            if g["set"] == CONTROL.get("groups_set", "headline")])
 
 
 rule control_truth:

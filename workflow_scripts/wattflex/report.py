@@ -116,6 +116,14 @@ SECTIONS: tuple[Section, ...] = (
         published_text="At a 30% cut on the production mix, PFI-aware allocation recovers 1.5k tokens/s per job "
                        "over equal weight, 63% of the equal-weight-to-oracle gap; PFI-aware never loses to "
                        "equal weight."),
+    Section("control", "Beyond the paper: closed-loop control under a curtailment signal", (
+        Item("control/summary.csv", "Every control policy in every scenario, beside the offline oracle"),
+        Item("control/*/power_vs_budget.png", "Cluster power vs the budget signal"),
+        Item("control/*/tokens_lost.png", "Tokens lost to the curtailment"),
+        Item("control/*/summary.csv", "Scenario summary"),
+        Item("control/*/jobs.csv", "Per-job outcome", render="file"),
+        Item("control/*.png", "Control"),
+    ), optional=True),
 )
 
 #: Run and group counts of the paper's campaign (DIGEST.md §3), shown beside ours.
