@@ -259,9 +259,10 @@ def test_adaptive_spends_its_budget_where_the_pfi_is_uncertain(default_config):
     assert record["limit_restored_w"] == 700
 
 
-def test_run_sweep_refuses_the_cuda_backend_with_a_clear_message(spec):
-    with pytest.raises(NotImplementedError, match="PollingRun"):
-        run_sweep({**spec, "backend": "cuda"})
+def test_run_sweep_refuses_an_unknown_backend_with_a_clear_message(spec):
+    # (the cuda backend: tests/unit/test_staircase_cuda.py)
+    with pytest.raises(ValueError, match="unknown backend 'rocm'"):
+        run_sweep({**spec, "backend": "rocm"})
 
 
 def test_unsettled_job_times_out_at_max_dwell_and_still_restores():

@@ -97,7 +97,7 @@ class RunOptions:
         return self.sampler or self.cap_control != "observe"
 
 
-def _utc() -> str:
+def utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -113,7 +113,7 @@ def training_command(config_path: Path, t0: float, nproc: int, nnodes: int = 1, 
     return cmd + ["-m", "wattflex.training", "--config", str(config_path), "--t0", repr(t0)]
 
 
-def _terminate(proc: subprocess.Popen) -> None:
+def terminate(proc: subprocess.Popen) -> None:
     """Stop the training process group: SIGTERM, then SIGKILL after a grace period."""
     if proc.poll() is not None:
         return
@@ -127,20 +127,31 @@ def _terminate(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def run_training(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
-    """Run ``cmd`` (torchrun) in its own process group; on any exit path it is stopped."""
+def start_training(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start ``cmd`` (torchrun) in its own process group, output appended to ``log_path``;
+    the caller stops it on every exit path (``terminate``)."""
     full_env = {**os.environ, **OFFLINE_ENV, **(env or {})}
     log.info("training: %s", shlex.join(cmd))
     with open(log_path, "ab") as logf:
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
-        try:
-            rc = proc.wait()
-        finally:
-            _terminate(proc)
+        return subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
+
+
+def training_error(rc: int, log_path: Path) -> RuntimeError:
+    """The error for a training process that exited with status ``rc``: root cause + log end."""
+    text = log_path.read_text(errors="replace")
+    return RuntimeError(f"training exited with status {rc}: {root_cause(text)}\n(see {log_path}; its end:)\n"
+                        + "\n".join(text.splitlines()[-15:]))
+
+
+def run_training(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+    """Run ``cmd`` (torchrun) in its own process group; on any exit path it is stopped."""
+    proc = start_training(cmd, log_path, env)
+    try:
+        rc = proc.wait()
+    finally:
+        terminate(proc)
     if rc != 0:
-        text = log_path.read_text(errors="replace")
-        raise RuntimeError(f"training exited with status {rc}: {root_cause(text)}\n(see {log_path}; its end:)\n"
-                           + "\n".join(text.splitlines()[-15:]))
+        raise training_error(rc, log_path)
 
 
 def root_cause(log_text: str) -> str:
@@ -157,54 +168,85 @@ def run_node(spec: dict[str, Any], outdir: Path, t0: float, node_rank: int = 0, 
     """Cap this node's GPUs, sample them, run this node's torchrun share; write the node's
     telemetry under ``outdir/.node<rank>/`` and return its facts."""
     opts = RunOptions.from_spec(spec)
-    cfg = TrainConfig.from_spec(spec, outdir)
-    node_dir = outdir / NODE_DIR.format(rank=node_rank)
-    node_dir.mkdir(parents=True, exist_ok=True)
-    gpus: list[Any] = []
-    facts: dict[str, Any] = {"node_rank": node_rank, "host": os.uname().nodename}
-    if opts.uses_nvml:
-        from .devices import nvml
-
-        state_dir = opts.state_dir or caps.default_state_dir()
-        stale = caps.restore_from_state_dir(state_dir)
-        facts["stale_cap_files"] = stale
-        gpus = nvml.open_gpus(opts.nproc_per_node if opts.device == "cuda" else None,
-                              set_limit=caps.limit_setter(opts.cap_control, opts.cap_command), gpm=opts.gpm)
-    host_reader = None
-    if opts.host_power and opts.sampler:
-        from .hostpower import RaplReader
-
-        host_reader = RaplReader()
-        facts["host_power"] = host_reader.describe()
+    node = NodeSetup.open(spec, outdir, opts, t0, node_rank, rdzv)
+    gpus, facts, sampler = node.gpus, node.facts, None
     guard = caps.CapGuard(gpus, spec["cap_w"], opts.cap_control if gpus else "observe", opts.state_dir,
                           opts.cap_command)
-    cfg_path = node_dir / "train_config.json"
-    cfg.to_json(cfg_path)
-    cmd = training_command(cfg_path, t0, opts.nproc_per_node, opts.nnodes, node_rank, rdzv,
-                           run_id=str(spec.get("run_id", "wattflex")))
-    sampler = None
     with guard:
         facts["gpus_after_set"] = [g.describe() for g in gpus]
         if opts.sampler and gpus:
-            sampler = TelemetrySampler(gpus, opts.sampler_period_s, t0,
-                                       host=host_reader.read if host_reader and host_reader.available else None)
-            sampler.start()
+            sampler = node.sampler().start()
         try:
-            run_training(cmd, outdir / ("train.log" if node_rank == 0 else f"train.node{node_rank}.log"))
+            run_training(node.cmd, node.log_path)
         finally:
             if sampler is not None:
                 sampler.stop()
         facts["gpus_before_restore"] = [g.describe() for g in gpus]
-    facts["caps"] = guard.record()
-    facts["gpus_after_restore"] = [{"index": g.index, "power_limit_w": g.power_limit_w()} for g in gpus]
-    facts["gpm"] = sorted({g.gpm.status for g in gpus if g.gpm is not None}) or ["off"]
-    facts["device_model"] = gpus[0].model if gpus else None
-    if sampler is not None:
-        tel = sampler.frame()
-        facts["telemetry_source"] = "nvml"
-        write_parquet(tel, node_dir / "telemetry.parquet", provenance(params=spec, backend="cuda"))
-    write_json({"node": facts}, node_dir / "node.json")
+    node.finish(guard, sampler)
     return facts
+
+
+@dataclass
+class NodeSetup:
+    """One node's part of a real run before anything is capped: its NVML GPUs (stale caps
+    left by killed runs restored first), the RAPL reader, the training config and command.
+    Shared by ``run_node`` and the in-run staircase (``wattflex.staircase``)."""
+
+    spec: dict[str, Any]
+    opts: RunOptions
+    node_dir: Path
+    gpus: list[Any]
+    host_reader: Any
+    facts: dict[str, Any]
+    cmd: list[str]
+    log_path: Path
+    t0: float
+
+    @classmethod
+    def open(cls, spec: dict[str, Any], outdir: Path, opts: RunOptions, t0: float, node_rank: int = 0,
+             rdzv: str | None = None, train_spec: dict[str, Any] | None = None) -> "NodeSetup":
+        """``train_spec`` (default ``spec``) is what the training config is built from."""
+        cfg = TrainConfig.from_spec(train_spec or spec, outdir)
+        node_dir = outdir / NODE_DIR.format(rank=node_rank)
+        node_dir.mkdir(parents=True, exist_ok=True)
+        gpus: list[Any] = []
+        facts: dict[str, Any] = {"node_rank": node_rank, "host": os.uname().nodename}
+        if opts.uses_nvml:
+            from .devices import nvml
+
+            state_dir = opts.state_dir or caps.default_state_dir()
+            stale = caps.restore_from_state_dir(state_dir)
+            facts["stale_cap_files"] = stale
+            gpus = nvml.open_gpus(opts.nproc_per_node if opts.device == "cuda" else None,
+                                  set_limit=caps.limit_setter(opts.cap_control, opts.cap_command), gpm=opts.gpm)
+        host_reader = None
+        if opts.host_power and opts.sampler:
+            from .hostpower import RaplReader
+
+            host_reader = RaplReader()
+            facts["host_power"] = host_reader.describe()
+        cfg_path = node_dir / "train_config.json"
+        cfg.to_json(cfg_path)
+        cmd = training_command(cfg_path, t0, opts.nproc_per_node, opts.nnodes, node_rank, rdzv,
+                               run_id=str(spec.get("run_id", "wattflex")))
+        log_path = outdir / ("train.log" if node_rank == 0 else f"train.node{node_rank}.log")
+        return cls(spec, opts, node_dir, gpus, host_reader, facts, cmd, log_path, t0)
+
+    def sampler(self) -> TelemetrySampler:
+        host = self.host_reader.read if self.host_reader and self.host_reader.available else None
+        return TelemetrySampler(self.gpus, self.opts.sampler_period_s, self.t0, host=host)
+
+    def finish(self, guard: caps.CapGuard, sampler: TelemetrySampler | None) -> None:
+        """After the restore: the node's facts and telemetry into its node directory."""
+        gpus, facts = self.gpus, self.facts
+        facts["caps"] = guard.record()
+        facts["gpus_after_restore"] = [{"index": g.index, "power_limit_w": g.power_limit_w()} for g in gpus]
+        facts["gpm"] = sorted({g.gpm.status for g in gpus if g.gpm is not None}) or ["off"]
+        facts["device_model"] = gpus[0].model if gpus else None
+        if sampler is not None:
+            facts["telemetry_source"] = "nvml"
+            write_parquet(sampler.frame(), self.node_dir / "telemetry.parquet", provenance(params=self.spec, backend="cuda"))
+        write_json({"node": facts}, self.node_dir / "node.json")
 
 
 # ---- telemetry without a sampler ---------------------------------------------------------------
@@ -248,7 +290,7 @@ def run_real(spec: dict[str, Any], outdir: str | Path) -> None:
     opts = RunOptions.from_spec(spec)
     cfg = TrainConfig.from_spec(spec, outdir)
     cfg.validate()                                      # missing model/data: fail before any cap
-    start_utc, t0 = _utc(), time.time()
+    start_utc, t0 = utc_now(), time.time()
     if opts.nnodes == 1:
         nodes = [run_node(spec, outdir, t0)]
     else:
@@ -258,13 +300,15 @@ def run_real(spec: dict[str, Any], outdir: str | Path) -> None:
         rdzv = f"{hosts[0]}:{29400 + int(os.environ.get('SLURM_JOB_ID', '0')) % 1000}"
         run_training(node_agent_command(spec_path, outdir, t0, opts.nnodes, rdzv), outdir / "nodes.log")
         nodes = [read_json(outdir / NODE_DIR.format(rank=r) / "node.json")["node"] for r in range(opts.nnodes)]
-    end_utc = _utc()
-    _assemble(spec, outdir, opts, nodes, t0, start_utc, end_utc)
+    end_utc = utc_now()
+    assemble(spec, outdir, opts, nodes, t0, start_utc, end_utc)
 
 
-def _assemble(spec: dict[str, Any], outdir: Path, opts: RunOptions, nodes: list[dict[str, Any]], t0: float,
-              start_utc: str, end_utc: str) -> None:
-    from .training.loop import RESULT_FILE, STEPS_FILE
+def assemble(spec: dict[str, Any], outdir: Path, opts: RunOptions, nodes: list[dict[str, Any]], t0: float,
+             start_utc: str, end_utc: str, extra: dict[str, Any] | None = None) -> None:
+    """The run's files from the training's and the nodes' outputs; ``extra`` goes into run.json
+    (the in-run staircase's record). The training's and nodes' scratch files are removed."""
+    from .training.loop import LIVE_STEPS_FILE, RESULT_FILE, STEPS_FILE, STOP_FILE
     from .provenance import read_parquet
 
     training = read_json(outdir / RESULT_FILE)["training"]
@@ -296,9 +340,10 @@ def _assemble(spec: dict[str, Any], outdir: Path, opts: RunOptions, nodes: list[
                       "host_power": nodes[0].get("host_power"),
                       "note": None if source == "nvml" else
                       "no sampler: gpu_util=100 while steps run, 0 otherwise; other fields NaN"},
-        "nodes": nodes, "training": training, "spec": spec,
+        "nodes": nodes, "training": training, "spec": spec, **(extra or {}),
     }, outdir / "run.json", prov)
-    (outdir / RESULT_FILE).unlink(missing_ok=True)
+    for scratch in (RESULT_FILE, LIVE_STEPS_FILE, STOP_FILE):
+        (outdir / scratch).unlink(missing_ok=True)
     for n in nodes:
         shutil.rmtree(outdir / NODE_DIR.format(rank=n["node_rank"]), ignore_errors=True)
 

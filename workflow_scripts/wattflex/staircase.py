@@ -25,8 +25,9 @@ NVML device), and a live run (``LiveRun``: ``now_s``, ``advance(dt)``, ``series(
 ``steps()``, ``stop()``). ``EmulatedRun`` is the emulated live run: it re-simulates from the
 cap schedule so far and reveals data only up to ``now_s``, keeping what was already revealed
 (the controller never sees the future, and the record is exactly what it saw).
-``PollingRun`` is the hook for real runs: it sleeps and polls a telemetry sampler and the
-trainer's step log; ``GpuSet`` makes a job's NVML GPUs one device. ``restored_on_exit``
+``PollingRun`` is the live run of real training (``run_real_sweep``, ``backend: cuda``): it
+sleeps and polls the NVML telemetry sampler and the trainer's live step log
+(``steps.live.csv``); ``GpuSet`` makes a job's NVML GPUs one device. ``restored_on_exit``
 restores the original cap on normal exit, on an exception and on SIGINT/SIGTERM/SIGHUP
 (inside ``caps.CapGuard`` on real GPUs, which adds the state file for restores after a
 SIGKILL).
@@ -35,7 +36,9 @@ SIGKILL).
 from __future__ import annotations
 
 import contextlib
+import io
 import signal
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -414,16 +417,20 @@ class PollingRun:
     ``read_series()`` returns the job-level series so far (``telemetry.job_series`` of the
     sampler's rows), ``read_steps()`` the step log so far (``step, t_end_s, tokens, loss`` on
     the sampler's clock), ``stop_training()`` ends the job. ``device`` is the NVML device
-    (or any ``CapDevice``) of the job's GPUs. ``clock``/``sleep`` are injectable for tests.
+    (or any ``CapDevice``) of the job's GPUs. ``ended()`` (optional) says the job has
+    finished by itself (it raises if the job failed): the run then ends now, so the
+    controller stops waiting for data that will not come. ``clock``/``sleep`` are
+    injectable for tests.
     """
 
     def __init__(self, device: CapDevice, read_series: Callable[[], pd.DataFrame],
                  read_steps: Callable[[], pd.DataFrame], stop_training: Callable[[], None],
                  max_duration_s: float, poll_s: float = 5.0, t0: float | None = None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 ended: Callable[[], bool] | None = None) -> None:
         self.device, self.poll_s, self.max_duration_s = device, float(poll_s), float(max_duration_s)
         self._read_series, self._read_steps, self._stop = read_series, read_steps, stop_training
-        self._clock, self._sleep = clock, sleep
+        self._clock, self._sleep, self._ended = clock, sleep, ended
         self._t0 = clock() if t0 is None else t0
 
     @property
@@ -432,6 +439,8 @@ class PollingRun:
 
     def advance(self, dt_s: float) -> None:
         self._sleep(max(0.0, min(dt_s, self.max_duration_s - self.now_s)))
+        if self._ended is not None and self._ended():
+            self.max_duration_s = min(self.max_duration_s, self.now_s)
 
     def series(self) -> pd.DataFrame:
         return self._read_series()
@@ -475,37 +484,192 @@ def sweep_spec(cfg: dict[str, Any], group_id: str, mode: str) -> dict[str, Any]:
     return spec
 
 
-def run_sweep(spec: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
-    """Run one group's whole sweep in one run: telemetry, step log and the run record
-    (run facts + the controller's visits). Emulated backend; real runs drive ``PollingRun``."""
+def _control(run: LiveRun, spec: dict[str, Any], caps: list[float], separate_s: float) -> Result:
+    """The spec's controller (``sweep: staircase | adaptive``) on a live run of either backend."""
     protocol = SummaryProtocol.from_config(spec.get("phases"))
-    if spec["backend"] != "emulated":
-        raise NotImplementedError(
-            f"sweep: {spec['sweep']} on the {spec['backend']!r} backend needs a live step log from the "
-            "training harness; drive wattflex.staircase.PollingRun with the NVML device, or use sweep: separate")
-    caps = [float(c) for c in spec["caps"]]
     criteria = SteadyCriteria.from_config(spec.get("staircase"))
     settings = SweepSettings.from_config(spec.get("staircase"))
-    separate_s = len(caps) * float(spec.get("run", {}).get("duration_s", 1800))
-    run = EmulatedRun(spec, max_duration_s=separate_s)  # never longer than the separate sweep
     if spec["sweep"] == "staircase":
-        result = staircase(run, caps, criteria, protocol, settings.max_dwell_s)
-    else:
-        result = adaptive(run, caps, criteria, protocol, settings.max_dwell_s, settings.target_ci_rel,
-                          budget_s=settings.budget_fraction * separate_s, mc_samples=settings.mc_samples,
-                          seed=int(spec.get("seed", 0)))
+        return staircase(run, caps, criteria, protocol, settings.max_dwell_s)
+    return adaptive(run, caps, criteria, protocol, settings.max_dwell_s, settings.target_ci_rel,
+                    budget_s=settings.budget_fraction * separate_s, mc_samples=settings.mc_samples,
+                    seed=int(spec.get("seed", 0)))
+
+
+def _sweep_facts(spec: dict[str, Any], result: Result) -> dict[str, Any]:
+    return {**result.record(), "criteria": SteadyCriteria.from_config(spec.get("staircase")).__dict__,
+            "settings": SweepSettings.from_config(spec.get("staircase")).__dict__}
+
+
+def _separate_seconds(spec: dict[str, Any]) -> float:
+    """Run time of the group's separate sweep: the one-run sweep never runs longer."""
+    return len(spec["caps"]) * float(spec.get("run", {}).get("duration_s", 1800))
+
+
+def run_sweep(spec: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """Run one group's whole sweep in one run: telemetry, step log and the run record
+    (run facts + the controller's visits). ``backend: cuda`` runs ``run_real_sweep`` in a
+    scratch directory and reads its files back (``write_sweep_run`` keeps them, train.log too)."""
+    if spec["backend"] == "cuda":
+        from .provenance import read_json, read_parquet
+
+        with tempfile.TemporaryDirectory(prefix="wattflex-sweep-") as tmp:
+            run_real_sweep(spec, tmp)
+            return (read_parquet(Path(tmp) / "telemetry.parquet"), read_parquet(Path(tmp) / "steps.parquet"),
+                    read_json(Path(tmp) / "run.json"))
+    if spec["backend"] != "emulated":
+        raise ValueError(f"unknown backend {spec['backend']!r} (emulated | cuda)")
+    caps = [float(c) for c in spec["caps"]]
+    run = EmulatedRun(spec, max_duration_s=_separate_seconds(spec))
+    result = _control(run, spec, caps, _separate_seconds(spec))
     tel, steps, facts = run.artifacts()
-    record = {**facts, **result.record(), "criteria": criteria.__dict__, "settings": settings.__dict__,
-              "original_limit_w": float(run.device.original_limit_w)}
+    record = {**facts, **_sweep_facts(spec, result), "original_limit_w": float(run.device.original_limit_w)}
     return tel, steps, record
 
 
 def write_sweep_run(spec: dict[str, Any], outdir: str | Path) -> Path:
-    """``run_sweep`` and its files (telemetry.parquet, steps.parquet, run.json) written
-    atomically into ``outdir`` (``runner.atomic_run_dir``)."""
+    """``run_sweep`` and its files (telemetry.parquet, steps.parquet, run.json; train.log on
+    the cuda backend) written atomically into ``outdir`` (``runner.atomic_run_dir``)."""
     from .runner import atomic_run_dir, write_run_files
 
     with atomic_run_dir(outdir) as tmp:
-        tel, steps, record = run_sweep(spec)
-        write_run_files(tmp, spec, tel, steps, record, cap_w=max(spec["caps"]), repeat=0)
+        if spec["backend"] == "cuda":
+            run_real_sweep(spec, tmp)
+        else:
+            tel, steps, record = run_sweep(spec)
+            write_run_files(tmp, spec, tel, steps, record, cap_w=max(spec["caps"]), repeat=0)
     return Path(outdir)
+
+
+# ---------------------------------------------------------------------------------------
+# The real backend: one training run on NVML GPUs, steered while it runs
+# ---------------------------------------------------------------------------------------
+
+STOP_GRACE_S = 300.0  # a stop waits for the current step, or an eval/checkpoint in progress
+
+
+def read_live_steps(path: str | Path) -> pd.DataFrame:
+    """The trainer's live step log so far (``step, t_end_s, tokens, loss``): complete lines
+    only, as the last one may be half-written while it is read."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        text = ""
+    text = text[: text.rfind("\n") + 1]
+    if text.count("\n") < 2:  # header only, or nothing yet
+        return pd.DataFrame({c: pd.Series(dtype=float) for c in ("step", "t_end_s", "tokens", "loss")})
+    return pd.read_csv(io.StringIO(text))
+
+
+class _Training:
+    """The torchrun training process of a real sweep, seen from the controller."""
+
+    def __init__(self, proc: Any, log_path: Path, outdir: Path) -> None:
+        from .training.loop import LIVE_STEPS_FILE, STOP_FILE
+
+        self.proc, self.log_path = proc, log_path
+        self.live_path, self.stop_path = outdir / LIVE_STEPS_FILE, outdir / STOP_FILE
+
+    def ended(self) -> bool:
+        """True once training has exited by itself; raises with the root cause if it failed."""
+        from .real_run import training_error
+
+        rc = self.proc.poll()
+        if rc is not None and rc != 0:
+            raise training_error(rc, self.log_path)
+        return rc is not None
+
+    def steps(self) -> pd.DataFrame:
+        return read_live_steps(self.live_path)
+
+    def request_stop(self) -> None:
+        self.stop_path.touch()  # rank 0 ends the loop after the current step and writes its files
+
+    def wait_first_step(self, timeout_s: float, poll_s: float) -> None:
+        """Start-up (model load, first step) is paid before the controller's clock starts."""
+        deadline = time.monotonic() + timeout_s
+        while self.steps().empty and not self.ended():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no training step within {timeout_s:g} s (see {self.log_path})")
+            time.sleep(poll_s)
+
+    def finish(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Wait for the stopped training to write its outputs; raise if it failed."""
+        import subprocess
+
+        from .real_run import training_error
+
+        try:
+            rc = self.proc.wait(grace_s)
+        except subprocess.TimeoutExpired as exc:
+            raise RuntimeError(f"training did not stop within {grace_s:g} s of the stop request "
+                               f"(see {self.log_path})") from exc
+        if rc != 0:
+            raise training_error(rc, self.log_path)
+
+
+def run_real_sweep(spec: dict[str, Any], outdir: str | Path) -> None:
+    """``backend: cuda``: one real training run (torchrun, as ``real_run``) whose NVML GPUs the
+    controller steps through the cap grid, reading the sampler's telemetry and the trainer's
+    live step log while it runs; training is stopped when the sweep ends. Everything runs
+    inside ``caps.CapGuard`` (state file, signals, atexit) around ``restored_on_exit``, so
+    the original limits come back on every exit path. Writes telemetry.parquet,
+    steps.parquet, run.json (real_run's record + the controller's) and train.log.
+
+    Needs caps that can change (``cuda.cap_control: nvml | command``), the NVML sampler
+    (``cuda.sampler: true``) and one node (``nnodes: 1``)."""
+    from . import caps as cap_control
+    from .devices.base import check_cap
+    from .real_run import NodeSetup, RunOptions, assemble, start_training, terminate, utc_now
+    from .training.config import TrainConfig
+
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    opts = RunOptions.from_spec(spec)
+    if opts.cap_control == "observe" or not opts.sampler:
+        raise ValueError(f"sweep: {spec['sweep']} on the cuda backend steps the GPUs' power caps and reads "
+                         f"their power: it needs cuda.cap_control nvml or command (got {opts.cap_control}) "
+                         f"and cuda.sampler: true (got {opts.sampler}); use sweep: separate otherwise")
+    if opts.nnodes != 1:
+        raise NotImplementedError(f"sweep: {spec['sweep']} on the cuda backend runs on one node "
+                                  f"(nnodes {opts.nnodes}); use sweep: separate for multi-node jobs")
+    caps = sorted(float(c) for c in spec["caps"])
+    separate_s = _separate_seconds(spec)
+    # Training may run as long as the separate sweep would; the controller stops it sooner.
+    train_spec = {**spec, "run": {**spec.get("run", {}), "duration_s": separate_s}}
+    TrainConfig.from_spec(train_spec, outdir).validate()       # missing model/data: fail before any cap
+    start_utc, t0 = utc_now(), time.time()
+    node = NodeSetup.open(spec, outdir, opts, t0, train_spec=train_spec)
+    if not node.gpus:
+        raise RuntimeError("no NVML GPU to sweep")
+    for gpu in node.gpus:                                        # refuse a bad grid before any cap
+        for cap in caps:
+            check_cap(gpu, cap)
+    n_gpus = len(node.gpus)
+    # The guard sets the lowest cap, where the staircase starts (so warm-up lands there too).
+    guard = cap_control.CapGuard(node.gpus, caps[0], opts.cap_control, opts.state_dir, opts.cap_command)
+    with guard:
+        node.facts["gpus_after_set"] = [g.describe() for g in node.gpus]
+        sampler = node.sampler().start()
+        proc = None
+        try:
+            proc = start_training(node.cmd, node.log_path)
+            training = _Training(proc, node.log_path, outdir)
+            training.wait_first_step(separate_s, opts.sampler_period_s)
+
+            def series() -> pd.DataFrame:
+                s = job_series(sampler.frame())
+                return s[s["n_gpus"] == n_gpus].reset_index(drop=True)  # not a sample read half-way
+
+            run = PollingRun(GpuSet(node.gpus), series, training.steps, training.request_stop,
+                             max_duration_s=separate_s, poll_s=opts.sampler_period_s, t0=t0, clock=time.time,
+                             ended=training.ended)
+            result = _control(run, spec, caps, separate_s)
+            training.finish()
+        finally:
+            if proc is not None:
+                terminate(proc)
+            sampler.stop()
+        node.facts["gpus_before_restore"] = [g.describe() for g in node.gpus]
+    node.finish(guard, sampler)
+    assemble(spec, outdir, opts, [node.facts], t0, start_utc, utc_now(), extra=_sweep_facts(spec, result))

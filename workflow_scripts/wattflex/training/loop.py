@@ -29,6 +29,9 @@ from .config import TrainConfig
 log = logging.getLogger("wattflex.training")
 STEPS_FILE = "steps.parquet"
 RESULT_FILE = ".training.json"     # merged into run.json by wattflex.real_run, then removed
+# Read while training runs by the in-run staircase (wattflex.staircase); removed by real_run.
+LIVE_STEPS_FILE = "steps.live.csv"  # rank 0 appends "step,t_end_s,tokens,loss" as each step ends
+STOP_FILE = ".stop"                 # created by the orchestrator: stop after the current step
 HF_CONFIG_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
                   "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "num_experts",
                   "num_local_experts", "n_routed_experts", "num_experts_per_tok", "max_position_embeddings")
@@ -170,6 +173,10 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     ckpt_pending = cfg.checkpoint_at_s is not None
     rows: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
+    live = open(Path(cfg.outdir) / LIVE_STEPS_FILE, "w", buffering=1) if dist.rank == 0 else None
+    if live:
+        live.write("step,t_end_s,tokens,loss\n")
+    stop_path = Path(cfg.outdir) / STOP_FILE
     model.train()
     t_loop = time.time()
     prev_end = t_loop - t0
@@ -183,7 +190,8 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
         optimizer.zero_grad(set_to_none=True)
         step += 1
         elapsed = time.time() - t_loop
-        stop = elapsed >= cfg.duration_s or (cfg.max_steps is not None and step >= cfg.max_steps)
+        stop = (elapsed >= cfg.duration_s or (cfg.max_steps is not None and step >= cfg.max_steps)
+                or (dist.rank == 0 and stop_path.exists()))
         do_eval = eval_pending and elapsed >= cfg.eval_at_s
         do_ckpt = ckpt_pending and elapsed >= cfg.checkpoint_at_s
         ctl = torch.tensor([float(loss.detach()), 0.0, 0.0, 0.0], device=dev)
@@ -199,6 +207,8 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
                      "loss": ctl[0] / dist.world, "step_time_s": step_s, "tflops": tflops,
                      "mfu": tflops * 1e12 / peak if peak else math.nan})
         prev_end = t_end
+        if live:  # line-buffered: each step is on disk as soon as it ends
+            live.write(f"{step},{t_end!r},{rows[-1]['tokens']},{rows[-1]['loss']!r}\n")
         if dist.rank == 0 and (step <= 3 or step % 50 == 0):
             log.info("step %d t=%.1fs loss=%.4f %.3fs/step", step, t_end, rows[-1]["loss"], step_s)
         if ctl[2] > 0:
@@ -219,6 +229,8 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
                            "path": str(path), "kept": cfg.keep_checkpoint})
         if ctl[1] > 0:
             break
+    if live:
+        live.close()
     steps = pd.DataFrame(rows)
     if dist.rank == 0:
         _write_outputs(cfg, steps, events, info, dist, t0, t_loop)
