@@ -158,6 +158,17 @@ def restore_from_state_dir(state_dir: str | Path | None = None, force: bool = Fa
 
 
 # ---- the guard -----------------------------------------------------------------------------
+def restore_each(gpus: Any) -> list[str]:
+    """Restore every GPU's original limit, trying all of them; the errors, one per GPU."""
+    errors = []
+    for g in gpus:
+        try:
+            g.restore()
+        except Exception as exc:  # one failing GPU must not keep the others capped
+            errors.append(f"{getattr(g, 'name', g)}: {exc}")
+    return errors
+
+
 class CapGuard:
     """Context manager: cap every GPU in ``gpus`` to ``cap_w`` for the duration of a run.
 
@@ -237,12 +248,7 @@ class CapGuard:
             return
         self._restoring = True
         try:
-            errors = []
-            for g in self.gpus:
-                try:
-                    g.restore()
-                except Exception as exc:
-                    errors.append(f"{g.name}: {exc}")
+            errors = restore_each(self.gpus)
             self.applied = False
             self._uninstall()
             if errors:

@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 import numpy as np
 import pandas as pd
 
-from .caps import CapError, CapSignal
+from .caps import CapError, CapSignal, restore_each
 from .steady import SteadyCriteria, Window, assess, se_mean_ar1
 from .telemetry import SummaryProtocol, job_series
 
@@ -119,12 +119,7 @@ class GpuSet:
         return min(g.set_cap(cap_w) for g in self.gpus)
 
     def restore(self) -> None:
-        errors = []
-        for g in self.gpus:
-            try:
-                g.restore()
-            except Exception as exc:
-                errors.append(f"{getattr(g, 'name', g)}: {exc}")
+        errors = restore_each(self.gpus)
         if errors:
             raise CapError("could not restore every power limit: " + "; ".join(errors))
 
