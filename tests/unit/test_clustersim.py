@@ -154,3 +154,17 @@ def test_budget_basis_baseline_is_held_uncapped_follows_the_jobs(tables):
     assert np.allclose(nominal.budget_w[event], 0.7 * 30000.0)
     with pytest.raises(ValueError, match="nominal needs nominal_w"):
         cut_scenario(basis="nominal")
+
+
+def test_a_multi_feature_predictor_model_gives_priors_and_the_loop_still_holds_the_budget(tables):
+    """Any predictor feature set works (a change of `predictor.features` crashed this stage)."""
+    model = {"features": ["dram_copy_product", "arithmetic_intensity", "is_moe", "is_lora", "log2_gpus"],
+             "coefficients": {"dram_copy_product": 0.05, "arithmetic_intensity": -0.02, "is_moe": 0.2,
+                              "is_lora": 0.1, "log2_gpus": 0.01}, "intercept": 1.1}
+    res = simulate(tables, cut_scenario(), ["equal-weight", "online-learning"], ControlConfig(cap_step_w=STEP_W),
+                   small_cluster(), 1, model)
+    s = summarize(res).set_index("policy")
+    tol = ControlConfig().tolerance
+    assert (s.loc[["equal-weight", "online-learning"], "seconds_beyond_tolerance"] == 0).all()
+    assert s.loc[["equal-weight", "online-learning"], "worst_overshoot_frac"].max() <= tol
+    assert np.isfinite(s["tokens"]).all() and (s["tokens"] > 0).all()

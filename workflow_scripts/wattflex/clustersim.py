@@ -47,13 +47,16 @@ import pandas as pd
 
 from .allocation import Curves, allocate
 from .control import CONTROL_POLICIES, ControlConfig, Controller, JobTable, Readings, Signal, curve_pfi, pfi_from_model
-from .devices.emulated import SETTLE_TAU_S, stable_seed
-from .emulator import GPUS, JobSpec, gpu_leakages, job_at_cap
+from .devices.emulated import SETTLE_TAU_S, stable_seed, steady_temp_c
+from .emulator import GPUS, JobSpec, gpu_leakages, job_at_cap, memory_footprint_gib
 from .oracle import interp
 
 log = logging.getLogger("wattflex.clustersim")
 
-TABLE_METRICS = ["power_w", "tokens_per_s", "dram_active", "mem_copy_util", "sm_active", "gpu_util"]
+# Per (group, cap) truth; the activity metrics are what a predictor of any feature set
+# (wattflex.predictor.DCGM_METRICS) may ask of a job's uncapped profile.
+TABLE_METRICS = ["power_w", "tokens_per_s", "dram_active", "mem_copy_util", "sm_active", "gpu_util",
+                 "tensor_active", "sm_clock_mhz", "mem_clock_mhz", "power_per_gpu_w", "fb_used_gib", "temp_c"]
 REFERENCES = ("oracle", "uncapped")
 STARTUP_EXTRA_W = 15.0      # per GPU above idle while weights load (emulated backend's start-up phase)
 CHECKPOINT_EXTRA_W = 30.0   # per GPU above idle while a checkpoint is written
@@ -82,7 +85,11 @@ def truth_table(groups: Sequence[Mapping[str, Any]], seed: int, cap_step_w: floa
                          "task": g["task"], "cluster": g.get("cluster", ""), "min_cap_w": gpu.min_limit_w,
                          "max_cap_w": gpu.max_limit_w, "idle_w": gpu.idle_w,
                          "power_w": st.power_w, "tokens_per_s": st.tokens_per_s,
-                         **{m: mean(m) for m in ("dram_active", "mem_copy_util", "sm_active", "gpu_util")}})
+                         "mem_clock_mhz": gpu.mem_clock_mhz, "power_per_gpu_w": st.power_w / job.gpus,
+                         "fb_used_gib": memory_footprint_gib(job, gpu),
+                         "temp_c": steady_temp_c(st.power_w / job.gpus),
+                         **{m: mean(m) for m in ("dram_active", "mem_copy_util", "sm_active", "gpu_util",
+                                                 "tensor_active", "sm_clock_mhz")}})
     return pd.DataFrame(rows)
 
 
@@ -306,7 +313,7 @@ class SimResult:
 def declared_profiles(tables: Tables, schedule: pd.DataFrame, model: Mapping[str, Any] | None,
                       noise: float, rng: np.random.Generator) -> pd.DataFrame:
     """Each job's uncapped telemetry as a previous run of it measured it (noisy), and the
-    PFI the predictor gives for it."""
+    PFI the predictor gives for it (any feature set: the truth table has every metric)."""
     from .predictor import predict
 
     g = schedule["group"].to_numpy()

@@ -35,6 +35,11 @@ def stable_seed(*parts: Any) -> int:
     return int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:8], "little")
 
 
+def steady_temp_c(power_w: np.ndarray | float) -> np.ndarray | float:
+    """GPU temperature a constant board power settles at (first-order thermal model)."""
+    return 28.0 + 0.075 * np.asarray(power_w)
+
+
 class CapOutOfRange(ValueError):
     pass
 
@@ -192,7 +197,7 @@ def simulate_run(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple[float,
     temp[0] = 30.0
     a = 1 - np.exp(-dt / 60.0)
     for k in range(1, n):
-        temp[k] = temp[k - 1] + a * (28.0 + 0.075 * power[k] - temp[k - 1])
+        temp[k] = temp[k - 1] + a * (steady_temp_c(power[k]) - temp[k - 1])
     energy = np.cumsum(power * dt, axis=0)
 
     gpu_ids = np.arange(G)
