@@ -56,7 +56,7 @@ and PT-vs-LoRA differences in flexibility come out of these mechanics, not from 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -245,7 +245,8 @@ def step_kernels(job: JobSpec, gpu: GPUSpec) -> list[Kernel]:
     return kernels
 
 
-# Activity of each kernel class, for power and telemetry: (sm_busy, dram_util_floor).
+# Fraction of compute time behind which each collective can hide (FSDP prefetch overlaps
+# well; expert-parallel all-to-all sits on the critical path).
 _OVERLAP = {"fsdp_comm": 0.85, "a2a_comm": 0.25}
 
 
@@ -366,10 +367,6 @@ def memory_footprint_gib(job: JobSpec, gpu: GPUSpec) -> float:
     states = n_total * (2 + (16 if job.task == "pt" else 0)) / job.gpus
     acts = job.tokens_per_gpu * job.hidden * job.layers * (2 if job.grad_checkpointing else 34)
     return float(min(gpu.hbm_gib * 0.95, (states + acts) / GIB + 6.0))
-
-
-def with_overrides(job: JobSpec, **kw: Any) -> JobSpec:
-    return replace(job, **kw)
 
 
 def power_model_clock_for_cap(gpu: GPUSpec, cap_w: float, tensor_util: float = 0.30, dram_util: float = 0.20) -> float:
