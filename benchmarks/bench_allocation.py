@@ -33,11 +33,11 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow_scripts"))
 
-from wattflex import allocation as al  # noqa: E402
-from wattflex import emulator as em  # noqa: E402
-from wattflex import oracle as orc  # noqa: E402
-from wattflex.config import groups, load_config  # noqa: E402
-from wattflex.pfi import pfi_ratio  # noqa: E402
+from wattflex.allocation import simulate as al
+from wattflex.runs import emulator as em
+from wattflex.allocation import oracle as orc
+from wattflex.config import groups, load_config
+from wattflex.analysis.pfi import pfi_ratio
 
 OUT = REPO / "benchmarks" / "results"
 

@@ -28,13 +28,13 @@ from scipy import stats
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow_scripts"))
 
-from wattflex.config import groups, load_config, run_id, run_spec  # noqa: E402
-from wattflex.devices.emulated import run_emulated  # noqa: E402
-from wattflex.pfi import pfi_ratio, pfi_table  # noqa: E402
-from wattflex.provenance import provenance, write_csv  # noqa: E402
-from wattflex.staircase import run_sweep, sweep_spec  # noqa: E402
-from wattflex.steady import cap_rows  # noqa: E402
-from wattflex.telemetry import SummaryProtocol, summarize_run  # noqa: E402
+from wattflex.config import groups, load_config, run_id, run_spec
+from wattflex.runs.devices.emulated import run_emulated
+from wattflex.analysis.pfi import pfi_ratio, pfi_table
+from wattflex.provenance import provenance, write_csv
+from wattflex.runs.sweep.staircase import run_sweep, sweep_spec
+from wattflex.runs.sweep.steady import cap_rows
+from wattflex.telemetry import SummaryProtocol, summarize_run
 
 MODES = ("staircase", "adaptive")
 

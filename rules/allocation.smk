@@ -1,6 +1,6 @@
 # Stage 7: allocation under a cluster power cut (paper §6, Fig. 8) and beyond: exact
-# oracle, curve-aware and SLA-tier policies, out-of-sample check (wattflex.allocation).
-# Needs common.smk (section, code_fingerprint, with_sidecars, figure_output, outputs_of)
+# oracle, curve-aware and SLA-tier policies, out-of-sample check (wattflex.allocation.simulate).
+# Needs common.smk (section, script_code, with_sidecars, figure_output, outputs_of)
 # and the predictor's predictions.parquet (analysis.smk).
 
 ALLOCATION = "results/{campaign}/allocation"
@@ -21,8 +21,7 @@ rule simulate_allocation:
         ),
     params:
         allocation=section("allocation"),
-        # allocation.py also holds the plotting code (it imports figures, telemetry).
-        code=code_fingerprint("allocation", "oracle", "figures", "telemetry"),
+        code=script_code("simulate_allocation"),
     log:
         "logs/{campaign}/simulate_allocation.log",
     conda:
@@ -43,7 +42,7 @@ rule allocation_figures:
         out_of_sample=figure_output(f"{ALLOCATION}/allocation_out_of_sample.png"),
     params:
         figures=section("figures"),
-        code=code_fingerprint("allocation", "oracle", "figures", "telemetry"),
+        code=script_code("allocation_figures"),
     log:
         "logs/{campaign}/allocation_figures.log",
     conda:

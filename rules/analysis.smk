@@ -1,5 +1,5 @@
 # Stage 4-6 (analysis): cluster statistics, the PFI predictor, the paper's other tables.
-# Needs common.smk (section, code_fingerprint, PAPER_TABLES); its final files are listed
+# Needs common.smk (section, script_code, PAPER_TABLES); its final files are listed
 # in common.smk's FINAL_RULES.
 
 ANALYSIS = "results/{campaign}"
@@ -21,7 +21,7 @@ rule cluster_stats:
     params:
         stats=section("stats"),
         paper_tables=PAPER_TABLES,
-        code=code_fingerprint("stats", "predictor", "paper_tables", "published", "pfi"),
+        code=script_code("cluster_stats"),
     log:
         "logs/{campaign}/cluster_stats.log",
     conda:
@@ -48,7 +48,7 @@ rule fit_predictor:
     params:
         predictor=section("predictor"),
         paper_tables=PAPER_TABLES,
-        code=code_fingerprint("predictor", "paper_tables", "published", "pfi"),
+        code=script_code("fit_predictor"),
     log:
         "logs/{campaign}/fit_predictor.log",
     conda:
@@ -77,7 +77,7 @@ rule paper_tables:
         tables=section("tables"),
         run={"duration_s": section("run").get("duration_s", 1800)},
         paper_tables=PAPER_TABLES,
-        code=code_fingerprint("paper_tables", "pfi", "predictor", "published"),
+        code=script_code("paper_tables"),
     log:
         "logs/{campaign}/paper_tables.log",
     conda:
@@ -105,7 +105,7 @@ rule analysis_figures:
         figure_output(f"{ANALYSIS}/figures/table9_grid_sensitivity.png"),
     params:
         figures=section("figures"),
-        code=code_fingerprint("figures", "telemetry"),
+        code=script_code("analysis_figures"),
     log:
         "logs/{campaign}/analysis_figures.log",
     conda:

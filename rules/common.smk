@@ -6,9 +6,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow_scripts"))
 
 from wattflex.config import SCHEDULING_KEYS, ConfigError, expand_runs, groups, prepare, run_spec
-from wattflex.provenance import code_fingerprint
+from wattflex.fingerprint import script_fingerprint
 from wattflex.report import snakemake_category
-from wattflex.staircase import sweep_spec
+from wattflex.runs.sweep.staircase import sweep_spec
 
 try:
     prepare(config, base=Path(workflow.basedir))
@@ -75,11 +75,17 @@ def run_output(path):
     return path if config.get("backend", "emulated") == "emulated" else protected(path)
 
 
-# The library code an emulated run depends on: the GPU and job model, its device and the
-# runner that writes the run's files. telemetry (column names), provenance and failures are
-# contracts and plumbing, not physics: changing them regenerates no run. A real run's result
-# depends on its spec alone, so no code change anywhere can rerun it.
-RUN_CODE = code_fingerprint("emulator", "devices.emulated", "runner") if config.get("backend", "emulated") == "emulated" else ""
+# The library code an emulated run depends on: the runner's import closure (the GPU and job
+# model, its device, the runner that writes the run's files). telemetry (column names) and
+# failures are contracts, not physics: changing them regenerates no run. A real run depends
+# on its spec alone, so no code change anywhere can rerun it.
+RUN_CODE = script_fingerprint("runs.runner", ignore=("telemetry", "runs.failures")) if config.get("backend", "emulated") == "emulated" else ""
+
+
+def script_code(script):
+    """Fingerprint of the library code a rule script imports (wattflex.fingerprint), for
+    its params: Snakemake tracks the script itself, not the modules it imports."""
+    return script_fingerprint(Path(workflow.basedir) / "workflow_scripts" / f"{script}.py")
 
 
 def result_config():

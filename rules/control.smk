@@ -1,7 +1,7 @@
 # Stage 8 (beyond the paper): closed-loop control under a grid curtailment signal. An
 # emulated cluster runs jobs drawn from the campaign's groups; every control policy
-# (wattflex.control) follows each scenario's budget signal beside an offline oracle and an
-# uncapped reference (wattflex.clustersim). Needs common.smk and the predictor's model.json.
+# (wattflex.control.controller) follows each scenario's budget signal beside an offline oracle and an
+# uncapped reference (wattflex.control.clustersim). Needs common.smk and the predictor's model.json.
 # Without a `control:` section in the config there are no scenarios and nothing here runs.
 
 CONTROL = section("control")
@@ -19,8 +19,7 @@ rule control_truth:
         groups=CONTROL_GROUPS,
         seed=config.get("seed", 0),
         cap_step_w=CONTROL.get("cap_step_w", 5),
-        code=code_fingerprint("clustersim", "control", "allocation", "oracle", "emulator", "devices.emulated",
-                              "telemetry", "predictor", "figures"),
+        code=script_code("control_truth"),
     log:
         "logs/{campaign}/control_truth.log",
     conda:
@@ -46,8 +45,7 @@ rule simulate_control:
         # only this scenario's settings: changing another scenario reruns nothing here
         control=lambda wc: {**{k: v for k, v in CONTROL.items() if k != "scenarios"},
                             "scenario": CONTROL["scenarios"][wc.scenario]},
-        code=code_fingerprint("clustersim", "control", "allocation", "oracle", "emulator", "devices.emulated",
-                              "telemetry", "predictor", "figures"),
+        code=script_code("simulate_control"),
     wildcard_constraints:
         scenario=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     log:
@@ -74,8 +72,7 @@ rule control_figures:
     params:
         scenarios=CONTROL_SCENARIOS,
         figures=section("figures"),
-        code=code_fingerprint("clustersim", "control", "allocation", "oracle", "emulator", "devices.emulated",
-                              "telemetry", "predictor", "figures"),
+        code=script_code("control_figures"),
     log:
         "logs/{campaign}/control_figures.log",
     conda:

@@ -25,7 +25,7 @@ rule core_figures:
     params:
         figures=section("figures"),
         paper_tables=PAPER_TABLES,
-        code=code_fingerprint("figures", "telemetry", "published"),
+        code=script_code("core_figures"),
     log:
         "logs/{campaign}/core_figures.log",
     conda:

@@ -1,8 +1,8 @@
 # Stage 1-2 for `source: ingest` campaigns: runs.parquet from measured sweeps or DCGM
-# captures made elsewhere (wattflex.ingest) instead of run_at_cap/collect_runs, then an
+# captures made elsewhere (wattflex.ingest.reader) instead of run_at_cap/collect_runs, then an
 # ingest report. Included by the Snakefile only for such campaigns; PFI (rules/pfi.smk)
 # and everything after it read the same runs.parquet contract.
-from wattflex.ingest import IngestError, config_files
+from wattflex.ingest.reader import IngestError, config_files
 
 try:
     INGEST_FILES = [str(p) for p in config_files(config["ingest"], Path(workflow.basedir))]
@@ -30,7 +30,7 @@ rule ingest_runs:
     params:
         ingest=canonical({k: v for k, v in config["ingest"].items() if k != "path"}),
         summary=section("summary"),
-        code=code_fingerprint("ingest", "dcgm", "telemetry", "config", "emulator"),
+        code=script_code("ingest_runs"),
     log:
         "logs/{campaign}/ingest_runs.log",
     conda:
@@ -55,7 +55,7 @@ rule ingest_report:
         scatter=f"results/{{campaign}}/figures/pfi_robust_vs_ratio.png",
     params:
         figures=section("figures"),
-        code=code_fingerprint("ingest_report", "figures", "telemetry"),
+        code=script_code("ingest_report"),
     log:
         "logs/{campaign}/ingest_report.log",
     conda:

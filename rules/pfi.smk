@@ -12,7 +12,7 @@ rule compute_pfi:
         ),
     params:
         pfi=section("pfi"),
-        code=code_fingerprint("pfi", "failures", "telemetry"),
+        code=script_code("compute_pfi"),
     log:
         "logs/{campaign}/compute_pfi.log",
     conda:

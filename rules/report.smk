@@ -1,4 +1,4 @@
-# Stage 7: the reproduction report, one self-contained HTML page per campaign (figures
+# Stage 9: the reproduction report, one self-contained HTML page per campaign (figures
 # embedded), the paper's sections in order, each table and figure beside the published
 # values. It reads every other final output (common.smk report_inputs), so any rerun
 # upstream reruns it; its params are the result-shaping config it prints.
@@ -13,7 +13,7 @@ rule report:
     params:
         shown_config=result_config(),
         paper_tables=PAPER_TABLES,
-        code=code_fingerprint("report"),
+        code=script_code("make_report"),
     log:
         "logs/{campaign}/report.log",
     conda:

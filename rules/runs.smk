@@ -35,7 +35,7 @@ rule summarize_run:
         f"results/{{campaign}}/runs/{{group}}/{{run}}/summary.json",
     params:
         protocol=section("summary"),
-        code=code_fingerprint("telemetry", "failures"),
+        code=script_code("summarize_run"),
     log:
         "logs/{campaign}/summaries/{group}/{run}.log",
     conda:
@@ -57,7 +57,7 @@ rule collect_runs:
             missing=f"results/{{campaign}}/missing_runs.csv",
         ),
     params:
-        code=code_fingerprint("failures", "telemetry"),
+        code=script_code("collect_runs"),
     log:
         "logs/{campaign}/collect_runs.log",
     conda:

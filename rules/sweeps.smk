@@ -1,4 +1,4 @@
-# Stages 1-2 in one run per group (`sweep: staircase | adaptive`, wattflex.staircase): the
+# Stages 1-2 in one run per group (`sweep: staircase | adaptive`, wattflex.runs.sweep.staircase): the
 # whole cap grid of a group is measured inside one training run, start-up paid once; each
 # cap then gets a summary.json in the contract of summarize_run, so collect_runs and all
 # that follows are unchanged (common.smk's summary_files() lists these in those modes).
@@ -19,7 +19,7 @@ rule run_staircase:
         spec=lambda wc: canonical(sweep_spec(config, wc.group, wc.mode)),
         # As for run_at_cap: an emulated run depends on the physics and the controller, a
         # real one on its spec alone.
-        code=code_fingerprint("emulator", "devices", "devices.emulated", "runner", "staircase", "steady", "telemetry", "pfi", "config")
+        code=script_code("run_staircase")
         if config.get("backend", "emulated") == "emulated"
         else "",
     log:
@@ -44,7 +44,7 @@ rule summarize_staircase:
         steps=f"results/{{campaign}}/runs/{{group}}/{{mode}}/{{run}}/steps.parquet",
     params:
         protocol=section("summary"),
-        code=code_fingerprint("telemetry", "steady"),
+        code=script_code("summarize_staircase"),
     log:
         "logs/{campaign}/summaries/{group}/{mode}/{run}.log",
     conda:

@@ -5,11 +5,11 @@ bottom block runs them under Snakemake. Every figure carries the backend label.
 """
 import math
 
-from wattflex.figures import CLUSTER_COLORS, CLUSTER_ORDER, apply_style, label_backend  # sets the Agg backend
+from wattflex.plots.core import CLUSTER_COLORS, CLUSTER_ORDER, apply_style, label_backend
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
 SET_MARKERS = {"headline": "o", "validation": "s", "h100": "^"}
 

@@ -1,12 +1,12 @@
 """Rule script: Kruskal-Wallis + Dunn-Holm across clusters and telemetry-PFI correlations."""
 import numpy as np
 
-from wattflex.paper_tables import beside_published, read_campaign
-from wattflex.predictor import CORRELATION_METRICS, group_table
+from wattflex.analysis.paper_tables import beside_published, read_campaign
+from wattflex.analysis.predictor import CORRELATION_METRICS, group_table
 from wattflex.provenance import provenance, write_csv, write_json
-from wattflex.published import load_published
+from wattflex.analysis.published import load_published
 from wattflex.smk import rule_logger
-from wattflex.stats import CLUSTER_ORDER, cluster_tests_table, kruskal_dunn, telemetry_correlations
+from wattflex.analysis.stats import CLUSTER_ORDER, cluster_tests_table, kruskal_dunn, telemetry_correlations
 
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)

@@ -1,7 +1,7 @@
 """Rule script: one row per run -> runs.parquet / runs.csv; failed runs -> missing_runs.csv."""
 import pandas as pd
 
-from wattflex.failures import split_failed
+from wattflex.runs.failures import split_failed
 from wattflex.provenance import provenance, read_json, write_csv, write_parquet
 from wattflex.smk import rule_logger
 

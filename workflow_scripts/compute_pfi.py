@@ -1,8 +1,8 @@
-"""Rule script: PFI per sweep group from runs.parquet (wattflex.pfi.pfi_table)."""
+"""Rule script: PFI per sweep group from runs.parquet (wattflex.analysis.pfi.pfi_table)."""
 import pandas as pd
 
-from wattflex.failures import MISSING_COLUMNS, annotate_missing, expected_uncapped
-from wattflex.pfi import pfi_table
+from wattflex.runs.failures import MISSING_COLUMNS, annotate_missing, expected_uncapped
+from wattflex.analysis.pfi import pfi_table
 from wattflex.provenance import provenance, read_parquet, read_parquet_meta, write_csv, write_parquet
 from wattflex.smk import rule_logger
 
@@ -10,7 +10,7 @@ smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 cfg = smk.params.pfi
 runs = read_parquet(smk.input[0])
-# Runs that failed for good (wattflex.failures): named per group; a missing uncapped run flagged.
+# Runs that failed for good (wattflex.runs.failures): named per group; a missing uncapped run flagged.
 missing = pd.DataFrame(read_parquet_meta(smk.input[0]).get("missing_runs", []), columns=MISSING_COLUMNS)
 runs["expected_uncapped_cap_w"] = expected_uncapped(runs, missing)
 table = pfi_table(runs, throughput_col="tokens_per_s", power_sem_col="power_w_sem",

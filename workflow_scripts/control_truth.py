@@ -1,8 +1,8 @@
 """Rule script: the steady state of every group the cluster simulation draws jobs from, at
-every cap of the control grid (wattflex.clustersim.truth_table)."""
+every cap of the control grid (wattflex.control.clustersim.truth_table)."""
 import time
 
-from wattflex.clustersim import truth_table
+from wattflex.control.clustersim import truth_table
 from wattflex.provenance import provenance, write_parquet
 from wattflex.smk import rule_logger
 

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from wattflex import figures
+from wattflex.plots import core as figures
 from wattflex.provenance import provenance, read_json, read_parquet, stamp_png, write_csv
-from wattflex.published import load_published, table6_comparison
+from wattflex.analysis.published import load_published, table6_comparison
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821

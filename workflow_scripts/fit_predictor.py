@@ -1,8 +1,8 @@
 """Rule script: the PFI predictor: Table 3 ablation, chosen model, predictions, Tables 12-13."""
-from wattflex import predictor
-from wattflex.paper_tables import beside_published, read_campaign
+from wattflex.analysis import predictor
+from wattflex.analysis.paper_tables import beside_published, read_campaign
 from wattflex.provenance import provenance, write_csv, write_json, write_parquet
-from wattflex.published import load_published
+from wattflex.analysis.published import load_published
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from wattflex import figures
-from wattflex.ingest_report import group_table, report_markdown, robust_vs_ratio_figure, status_counts
+from wattflex.plots import core as figures
+from wattflex.ingest.summary import group_table, report_markdown, robust_vs_ratio_figure, status_counts
 from wattflex.provenance import provenance, read_json, read_parquet, write_csv
 from wattflex.smk import rule_logger
 

@@ -1,7 +1,7 @@
-"""Rule script: measured sweeps / DCGM captures -> runs.parquet (wattflex.ingest)."""
+"""Rule script: measured sweeps / DCGM captures -> runs.parquet (wattflex.ingest.reader)."""
 import pandas as pd
 
-from wattflex.ingest import config_options, ingest_files
+from wattflex.ingest.reader import config_options, ingest_files
 from wattflex.provenance import provenance, write_csv, write_json, write_parquet
 from wattflex.smk import rule_logger
 

@@ -1,8 +1,8 @@
 """Rule script: Tables 9 (grid sensitivity), 8 (H100 vs H200), repeatability, 4-5 (compute)."""
 import pandas as pd
 
-from wattflex import paper_tables as pt
-from wattflex.predictor import scores
+from wattflex.analysis import paper_tables as pt
+from wattflex.analysis.predictor import scores
 from wattflex.provenance import provenance, read_parquet, write_csv
 from wattflex.smk import rule_logger
 

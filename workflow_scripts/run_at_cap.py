@@ -1,12 +1,12 @@
-"""Rule script: one run at one cap (see wattflex.runner). The last attempt of a run that
-keeps failing leaves a failure record instead (wattflex.failures), so the sweep goes on."""
+"""Rule script: one run at one cap (see wattflex.runs.runner). The last attempt of a run that
+keeps failing leaves a failure record instead (wattflex.runs.failures), so the sweep goes on."""
 import signal
 import sys
 import time
 from pathlib import Path
 
-from wattflex.failures import record_failed_run
-from wattflex.runner import run_at_cap
+from wattflex.runs.failures import record_failed_run
+from wattflex.runs.runner import run_at_cap
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821

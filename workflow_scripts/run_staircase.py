@@ -1,9 +1,9 @@
-"""Rule script: a group's whole cap sweep inside one run (wattflex.staircase), with the
+"""Rule script: a group's whole cap sweep inside one run (wattflex.runs.sweep.staircase), with the
 original power limit restored on every exit (the controller's guard handles SIGTERM too)."""
 from pathlib import Path
 
 from wattflex.smk import rule_logger
-from wattflex.staircase import write_sweep_run
+from wattflex.runs.sweep.staircase import write_sweep_run
 
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)

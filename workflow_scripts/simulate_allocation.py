@@ -1,7 +1,7 @@
 """Rule script: the allocation simulation (paper §6) from runs, PFI and PFI predictions."""
 import time
 
-from wattflex.allocation import SimulationConfig, group_table, simulate
+from wattflex.allocation.simulate import SimulationConfig, group_table, simulate
 from wattflex.provenance import provenance, read_parquet, write_csv
 from wattflex.smk import rule_logger
 

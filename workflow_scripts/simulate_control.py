@@ -1,8 +1,8 @@
 """Rule script: one curtailment scenario on the emulated cluster, every control policy beside
-the oracle and the uncapped reference (wattflex.clustersim)."""
+the oracle and the uncapped reference (wattflex.control.clustersim)."""
 import time
 
-from wattflex.clustersim import Tables, simulate_scenario, summarize
+from wattflex.control.clustersim import Tables, simulate_scenario, summarize
 from wattflex.provenance import provenance, read_json, read_parquet, write_csv, write_parquet
 from wattflex.smk import rule_logger
 

@@ -3,7 +3,7 @@ import sys
 
 import pandas as pd
 
-from wattflex.failures import failed_summary, is_failed
+from wattflex.runs.failures import failed_summary, is_failed
 from wattflex.provenance import provenance, read_json, read_parquet, write_json
 from wattflex.smk import rule_logger
 from wattflex.telemetry import SummaryProtocol, summarize_run
@@ -11,7 +11,7 @@ from wattflex.telemetry import SummaryProtocol, summarize_run
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 run = read_json(smk.input.run)
-if is_failed(run):  # failed on its last attempt: a summary that says so (wattflex.failures)
+if is_failed(run):  # failed on its last attempt: a summary that says so (wattflex.runs.failures)
     log.warning("%s/%s failed after %s attempts: %s", run["group"], run["run_id"], run.get("attempts"), run.get("error"))
     write_json({"summary": failed_summary(run)}, smk.output[0], provenance(params=smk.params.protocol, inputs=list(smk.input)))
     sys.exit(0)

@@ -2,7 +2,7 @@
 summarize_run) and the run's stretches at that cap (telemetry/steps, like a separate run's)."""
 from wattflex.provenance import provenance, read_json, read_parquet, write_json, write_parquet
 from wattflex.smk import rule_logger
-from wattflex.steady import cap_rows, cap_slice, summary_row
+from wattflex.runs.sweep.steady import cap_rows, cap_slice, summary_row
 from wattflex.telemetry import SummaryProtocol
 
 smk = snakemake  # noqa: F821

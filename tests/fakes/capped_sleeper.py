@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fake_pynvml  # noqa: E402
+import fake_pynvml
 
 sys.modules["pynvml"] = fake_pynvml
 
-from wattflex import caps  # noqa: E402
-from wattflex.devices.nvml import open_gpus  # noqa: E402
+from wattflex.runs.devices import caps
+from wattflex.runs.devices.nvml import open_gpus
 
 with caps.CapGuard(open_gpus(gpm=False), float(sys.argv[2]), "nvml", sys.argv[1]):
     print("CAPPED", flush=True)

@@ -1,6 +1,6 @@
 """FAKE pynvml: a stand-in for nvidia-ml-py's ``pynvml`` module, for tests without a GPU.
 
-Only the calls ``wattflex.devices.nvml`` makes exist, with the real names, units (mW, mJ,
+Only the calls ``wattflex.runs.devices.nvml`` makes exist, with the real names, units (mW, mJ,
 MHz, bytes) and error classes (``NVMLError`` with ``.value``; ``NVMLError_NoPermission``
 ...). Tests put it in ``sys.modules["pynvml"]`` — the narrowest boundary: everything above
 it (NvmlGpu, the sampler, cap control, restore) is the real code.

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fake_pynvml as nv  # noqa: E402
+import fake_pynvml as nv
 
 gpu, watts = int(sys.argv[1]), float(sys.argv[2])
 s = nv.state()

@@ -3,13 +3,19 @@ import re
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
 
-from wattflex.provenance import SchemaVersionError, provenance, stamp_png, write_csv  # noqa: E402
-from wattflex.report import (SECTIONS, backend_kind, is_published, read_report_meta, render_report,  # noqa: E402
-                             snakemake_category)
+from wattflex.provenance import SchemaVersionError, provenance, stamp_png, write_csv
+from wattflex.report import (
+    SECTIONS,
+    backend_kind,
+    is_published,
+    read_report_meta,
+    render_report,
+    snakemake_category,
+)
 
 
 def _png(path, prov):

@@ -9,8 +9,15 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from wattflex.provenance import (META_KEY, SchemaVersionError, artifact_meta, read_csv, read_json, read_parquet,
-                                 read_png_meta)
+from wattflex.provenance import (
+    META_KEY,
+    SchemaVersionError,
+    artifact_meta,
+    read_csv,
+    read_json,
+    read_parquet,
+    read_png_meta,
+)
 from wattflex.report import read_report_meta
 
 from .conftest import snakemake

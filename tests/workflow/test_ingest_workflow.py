@@ -5,7 +5,7 @@ import re
 import pandas as pd
 import pytest
 
-from wattflex.pfi import STATUSES
+from wattflex.analysis.pfi import STATUSES
 from wattflex.provenance import read_parquet, read_parquet_meta
 
 from .conftest import REPO, snakemake

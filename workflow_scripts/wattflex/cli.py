@@ -13,7 +13,7 @@ import importlib
 import pkgutil
 import sys
 
-from . import __version__, commands
+from wattflex import __version__, commands
 
 
 class UserError(Exception):

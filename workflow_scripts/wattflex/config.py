@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from .emulator import GPUS
+from wattflex.runs.emulator import GPUS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "config" / "schema" / "config.schema.yaml"

@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from . import SCHEMA_VERSION, __version__
+from wattflex import SCHEMA_VERSION, __version__
 
 META_KEY = b"wattflex"
 _PACKAGES = ("numpy", "pandas", "pyarrow", "scipy", "scikit-learn", "scikit-posthocs",
@@ -130,7 +130,7 @@ def artifact_meta(path: str | os.PathLike) -> dict[str, Any] | None:
                 raw = img.text.get(META_KEY.decode())
             return json.loads(raw) if raw else None
         if suffix == ".html":
-            from .report import read_report_meta
+            from wattflex.report import read_report_meta
 
             return read_report_meta(path, check=False)
     except (OSError, ValueError):
@@ -237,20 +237,3 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, np.ndarray):
         return o.tolist()
     return str(o)
-
-
-def code_fingerprint(*modules: str) -> str:
-    """Hash of the source of wattflex modules (e.g. ``"emulator", "devices.emulated"``).
-
-    Snakemake tracks a rule script's own code but not the library it imports; rules put
-    this in their params so a change to the code they depend on reruns exactly them.
-    """
-    root = Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    for mod in sorted(modules):
-        path = root.joinpath(*mod.split("."))
-        files = sorted(path.rglob("*.py")) if path.is_dir() else [path.with_suffix(".py")]
-        for f in files:
-            h.update(f.relative_to(root).as_posix().encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()[:16]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Sequence
 
-from . import SCHEMA_VERSION
+from wattflex import SCHEMA_VERSION
 
 META_ID = "wattflex-meta"
 
@@ -154,7 +154,7 @@ def _relative(path: str) -> str:
 # ---------------------------------------------------------------------------------------
 
 def _meta(path: Path) -> dict[str, Any]:
-    from .provenance import artifact_meta
+    from wattflex.provenance import artifact_meta
 
     return artifact_meta(path) or {}
 
@@ -514,7 +514,7 @@ def write_report(files: Iterable[str | Path], out: str | Path, campaign: str, co
 def read_report_meta(path: str | Path, check: bool = True) -> dict[str, Any]:
     """The metadata embedded in a report (schema version, campaign, section statuses,
     provenance); refuses an unknown major schema version unless ``check`` is False."""
-    from .provenance import check_schema_version
+    from wattflex.provenance import check_schema_version
 
     m = re.search(rf'<script type="application/json" id="{META_ID}">(.*?)</script>', Path(path).read_text(), re.S)
     doc = json.loads(m.group(1)) if m else {}

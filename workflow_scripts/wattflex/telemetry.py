@@ -21,8 +21,8 @@ ACTIVITY_METRICS = ["sm_clock_mhz", "mem_clock_mhz", "gpu_util", "mem_copy_util"
 from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import numpy as np
+import pandas as pd
 
 WARMUP, STARTUP, TRAINING, DIP = "warmup", "startup", "training", "dip"
 

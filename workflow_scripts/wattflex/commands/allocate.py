@@ -8,7 +8,7 @@ import sys
 NAME = "allocate"
 HELP = "Split a cluster power cut across jobs (equal-weight, PFI-aware, ..., exact oracle)"
 _POLICIES = ("equal-weight", "pfi-aware", "pfi-aware-measured", "moe-ft-weighted", "raw-dcgm",
-             "curve-aware", "oracle")  # = wattflex.allocation.POLICIES (kept here so --help stays light)
+             "curve-aware", "oracle")  # = wattflex.allocation.simulate.POLICIES (kept here so --help stays light)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,9 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..allocation import allocate_table
-    from ..provenance import provenance, write_csv, write_json
-    from .stats import read_table
+    from wattflex.allocation.simulate import allocate_table
+    from wattflex.provenance import provenance, write_csv, write_json
+    from wattflex.commands.stats import read_table
 
     points = read_table(args.curves)
     out, totals = allocate_table(points, args.policy, cut=args.cut, budget_w=args.budget_w,

@@ -23,7 +23,7 @@ import sys
 NAME = "control"
 HELP = "Per-job GPU caps that follow a power budget or signal (--dry-run: print them, change nothing)"
 _POLICIES = ("equal-weight", "pfi-aware", "moe-ft-weighted", "raw-dcgm", "curve-aware",
-             "online-learning")  # = wattflex.control.CONTROL_POLICIES (kept here so --help stays light)
+             "online-learning")  # = wattflex.control.controller.CONTROL_POLICIES (kept here so --help stays light)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,11 +63,20 @@ def parse_gpus(spec: str) -> list[int]:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ..caps import limit_setter
-    from ..cli import UserError
-    from ..control import (ControlConfig, Controller, NodeJob, job_table, pfi_from_model, read_jobs, read_signal,
-                           run_loop, sample_devices)
-    from ..devices.nvml import local_gpu_indices, nvml, open_gpus
+    from wattflex.runs.devices.caps import limit_setter
+    from wattflex.cli import UserError
+    from wattflex.control.controller import (
+        ControlConfig,
+        Controller,
+        NodeJob,
+        job_table,
+        pfi_from_model,
+        read_jobs,
+        read_signal,
+        run_loop,
+        sample_devices,
+    )
+    from wattflex.runs.devices.nvml import local_gpu_indices, nvml, open_gpus
 
     try:
         nvml()
@@ -81,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     gpus = {g.index: g for g in open_gpus(set_limit=setter, indices=flat)}
     model = None
     if args.model:
-        from ..provenance import read_json
+        from wattflex.provenance import read_json
 
         model = read_json(args.model)
     jobs = []

@@ -1,6 +1,6 @@
 """``wattflex ingest FORMAT PATH -o runs.parquet``: measured sweeps -> the runs table.
 
-The same reader the workflow uses for ``source: ingest`` campaigns (``wattflex.ingest``):
+The same reader the workflow uses for ``source: ingest`` campaigns (``wattflex.ingest.reader``):
 a sweep table (CSV/parquet with ``group, cap_w, power_w, throughput``), the Zeus NSDI'23
 or Perseus SOSP'24 trace files, or a manifest of DCGM exporter / ``dcgmi dmon`` captures
 with step logs. Bad rows are reported by file and line; ``--on-bad-rows skip`` leaves them
@@ -32,8 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..ingest import ingest
-    from ..provenance import provenance, write_csv, write_parquet
+    from wattflex.ingest.reader import ingest
+    from wattflex.provenance import provenance, write_csv, write_parquet
 
     result = ingest(args.format, args.path, on_bad_rows=args.on_bad_rows, throughput_unit=args.throughput_unit,
                     telemetry_format=args.telemetry_format)
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     for where, reason in result.rejected.head(20).itertuples(index=False):
         print(f"  rejected {where}: {reason}")
     if args.pfi is not None:
-        from ..pfi import pfi_table
+        from wattflex.analysis.pfi import pfi_table
 
         table = pfi_table(runs, throughput_col="tokens_per_s", power_sem_col="power_w_sem",
                           throughput_sem_col="tokens_per_s_sem")

@@ -6,7 +6,7 @@ In each group the highest ``cap_w`` is the uncapped reference. SEM columns, when
 (``power_w_sem`` and ``throughput_sem`` by default, or named with the options), give the
 Monte Carlo CIs. Output: one row per group, ``group, n_caps, pfi_ratio, pfi_area,
 pfi_elasticity, ci95_low, ci95_high, status`` first, then the robust PFI and diagnostics
-(see ``wattflex.pfi``), with a provenance sidecar ``OUT.csv.meta.json``.
+(see ``wattflex.analysis.pfi``), with a provenance sidecar ``OUT.csv.meta.json``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def read_sweeps(path: Path):
     """Read and validate a sweep table; bad input raises UserError naming column and line."""
     import pandas as pd
 
-    from ..cli import UserError
+    from wattflex.cli import UserError
 
     if not path.is_file():
         raise UserError(f"{path}: no such file")
@@ -80,7 +80,7 @@ def check_values(df, path: Path, parquet: bool, numeric_cols) -> None:
     """Every required cell present, every numeric cell a number; first offender named."""
     import pandas as pd
 
-    from ..cli import UserError
+    from wattflex.cli import UserError
 
     empty = df["group"].isna()
     if empty.any():
@@ -98,9 +98,9 @@ def check_values(df, path: Path, parquet: bool, numeric_cols) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import UserError
-    from ..pfi import pfi_table
-    from ..provenance import provenance, write_csv
+    from wattflex.cli import UserError
+    from wattflex.analysis.pfi import pfi_table
+    from wattflex.provenance import provenance, write_csv
 
     df, parquet = read_sweeps(args.sweeps)
     sem_cols = [args.power_sem_col, args.throughput_sem_col]

@@ -17,9 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..predictor import add_features, predict
-    from ..provenance import provenance, read_json, write_csv
-    from .stats import read_table
+    from wattflex.analysis.predictor import add_features, predict
+    from wattflex.provenance import provenance, read_json, write_csv
+    from wattflex.commands.stats import read_table
 
     model = read_json(args.model)
     jobs = read_table(args.telemetry)

@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..caps import default_state_dir, restore_from_state_dir
+    from wattflex.runs.devices.caps import default_state_dir, restore_from_state_dir
 
     state_dir = args.state_dir or default_state_dir()
     results = restore_from_state_dir(state_dir, force=args.force, dry_run=args.dry_run)

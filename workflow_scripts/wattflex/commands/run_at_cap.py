@@ -2,7 +2,7 @@
 
 SPEC.json is the spec the workflow's ``run_at_cap`` rule builds (campaign, run_id, cap_w,
 repeat, seed, backend, group, model_facts, run, and for ``backend: cuda`` a ``cuda``
-section; see ``wattflex.real_run``). OUTDIR receives telemetry.parquet, steps.parquet and
+section; see ``wattflex.runs.real_run``). OUTDIR receives telemetry.parquet, steps.parquet and
 run.json. ``--cap-w`` overrides the spec's cap. A termination signal restores the GPU
 power limits and exits with status 128+signal.
 """
@@ -26,8 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    from ..caps import CapSignal
-    from ..cli import UserError
+    from wattflex.runs.devices.caps import CapSignal
+    from wattflex.cli import UserError
 
     try:
         spec = json.loads(args.spec.read_text())
@@ -41,11 +41,11 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         try:
-            from ..runner import run_at_cap
+            from wattflex.runs.runner import run_at_cap
         except ImportError:
             if spec["backend"] != "cuda":
-                raise UserError(f"backend {spec['backend']!r} needs wattflex.runner, missing from this install")
-            from ..real_run import run_real as run_at_cap
+                raise UserError(f"backend {spec['backend']!r} needs wattflex.runs.runner, missing from this install")
+            from wattflex.runs.real_run import run_real as run_at_cap
         run_at_cap(spec, args.outdir)
     except CapSignal as sig:
         return int(sig.code)

@@ -37,8 +37,8 @@ def read_table(path: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..provenance import provenance, write_json
-    from ..stats import kruskal_dunn
+    from wattflex.provenance import provenance, write_json
+    from wattflex.analysis.stats import kruskal_dunn
 
     table = read_table(args.table)
     result = kruskal_dunn(table, value_col=args.value_col, group_col=args.group_col,

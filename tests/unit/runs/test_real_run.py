@@ -1,0 +1,174 @@
+"""``run_real`` (backend: cuda) end to end on CPU: real torchrun training of a tiny model,
+with the sampler off (smoke variant) or on FAKE NVML GPUs (tests/fakes/fake_pynvml.py)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from tests.fakes import fake_pynvml
+from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
+from wattflex import cli
+from wattflex.runs import real_run
+from wattflex.runs.devices.base import EXTRA_COLUMNS
+from wattflex.provenance import read_json, read_parquet
+from wattflex.telemetry import TELEMETRY_COLUMNS
+
+REPO = Path(__file__).resolve().parents[3]
+CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
+
+
+def cuda_spec(tmp_path, model="Qwen3-30B-A3B", task="lora", **cuda):
+    spec = {"campaign": "smoke", "run_id": "g1-cap400", "cap_w": 400.0, "repeat": 0, "seed": 3, "backend": "cuda",
+            "group": {"id": "g1", "model": model, "task": task, "gpus": 1, "seq_len": 32, "batch": 2, "ep": 1,
+                      "compile": False, "grad_checkpointing": False, "lora_rank": 4, "gpu": "H200"},
+            "model_facts": CATALOG[model],
+            "run": {"duration_s": 120, "sample_period_s": 0.2, "eval_at_s": 0.0, "checkpoint_at_s": 0.0, "gap_s": 60},
+            "cuda": {"device": "cpu", "cap_control": "observe", "cap_command": None, "model_path": None,
+                     "data_path": None, "tiny": True, "sampler": False, "sampler_period_s": 0.2,
+                     "state_dir": str(tmp_path / "state"), "nproc_per_node": 1, "max_steps": 12, "eval_batches": 1}}
+    spec["cuda"].update(cuda)
+    return spec
+
+
+@pytest.mark.slow
+def test_smoke_cpu_run_at_cap_cli_without_sampler(tmp_path, capsys):
+    """Smoke variant: device cpu, no NVML at all, through ``wattflex run-at-cap``."""
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(cuda_spec(tmp_path)))
+    out = tmp_path / "run"
+    assert cli.main(["run-at-cap", str(spec_path), str(out)]) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["run.json", "steps.parquet", "telemetry.parquet", "train.log"]
+    steps = read_parquet(out / "steps.parquet")
+    assert list(steps.columns[:4]) == ["step", "t_end_s", "tokens", "loss"] and len(steps) == 12
+    tel = read_parquet(out / "telemetry.parquet")
+    assert list(tel.columns) == TELEMETRY_COLUMNS + EXTRA_COLUMNS
+    assert set(tel["gpu_util"].unique()) <= {0.0, 100.0} and tel["power_w"].isna().all()
+    busy = tel.loc[tel.gpu_util == 100, "t_s"]
+    first_start = (steps["t_end_s"] - steps["step_time_s"]).iloc[0]
+    assert ((busy >= first_start) & (busy <= steps["t_end_s"].iloc[-1])).all()
+    assert (tel.loc[tel.t_s < first_start, "gpu_util"] == 0).all()       # model loading: idle
+    run = read_json(out / "run.json")
+    assert run["backend"] == "cuda" and run["device_model"] == "cpu" and run["cap_w"] == 400.0
+    assert run["cap_control"] == "observe" and run["telemetry"]["source"] == "steps"
+    assert run["training"]["task"] == "lora" and run["training"]["world_size"] == 1
+    assert [e["event"] for e in run["training"]["events"]] == ["eval", "checkpoint"]
+    assert run["provenance"]["backend"] == "cuda"
+    assert run["start_utc"] <= run["end_utc"]
+
+
+@pytest.mark.slow
+def test_fake_nvml_run_real_caps_samples_and_restores(fake_nvml, tmp_path):
+    spec = cuda_spec(tmp_path, model="Llama-3.1-70B", task="pt", cap_control="nvml", sampler=True,
+                     sampler_period_s=0.1, max_steps=None)
+    spec["run"]["duration_s"] = 2.0
+    real_run.run_real(spec, tmp_path / "run")
+    out = tmp_path / "run"
+    tel = read_parquet(out / "telemetry.parquet")
+    assert list(tel.columns) == TELEMETRY_COLUMNS + EXTRA_COLUMNS
+    assert sorted(tel["gpu"].unique()) == [0, 1] and len(tel) >= 2 * 10
+    assert (tel["power_limit_w"] == 400.0).all() and (tel["power_w"] <= 400.0).all()
+    assert tel["dram_active"].between(0, 1).all()
+    run = read_json(out / "run.json")
+    assert run["device_model"] == "NVIDIA H200" and run["cap_control"] == "nvml"
+    assert run["original_limit_w"] == [700.0, 700.0] and run["enforced_limit_w"] == [400.0, 400.0]
+    assert run["telemetry"]["source"] == "nvml" and run["telemetry"]["gpm"] == ["enabled"]
+    assert limits_w() == [700.0, 700.0]
+    assert not list((tmp_path / "state").glob("caps-*.json"))
+    steps = read_parquet(out / "steps.parquet")
+    assert steps["t_end_s"].iloc[-1] <= tel["t_s"].max() + 1.0       # one clock for both
+
+
+def test_fake_nvml_missing_model_fails_before_any_cap(fake_nvml, tmp_path):
+    spec = cuda_spec(tmp_path, cap_control="nvml", sampler=True, tiny=False)
+    with pytest.raises(FileNotFoundError, match="no model weights"):
+        real_run.run_real(spec, tmp_path / "run")
+    assert fake_nvml.state()["set_calls"] == [] and not (tmp_path / "state").exists()
+
+
+@pytest.mark.slow
+def test_fake_nvml_training_failure_restores_caps_and_shows_the_log(fake_nvml, tmp_path):
+    pq.write_table(pa.table({"input_ids": [[1, 2, 999] * 50]}), tmp_path / "bad.parquet")
+    spec = cuda_spec(tmp_path, cap_control="nvml", sampler=False, data_path=str(tmp_path / "bad.parquet"))
+    with pytest.raises(RuntimeError, match="(?s)training exited with status 1.*outside \\[0, 256\\)"):
+        real_run.run_real(spec, tmp_path / "run")
+    assert limits_w() == [700.0, 700.0]
+    assert [c[1] for c in fake_nvml.state()["set_calls"]] == [400_000, 400_000, 700_000, 700_000]
+
+
+@pytest.mark.slow
+def test_fake_nvml_sigterm_during_run_stops_training_and_restores(fake_nvml, tmp_path):
+    spec = cuda_spec(tmp_path, cap_control="nvml", sampler=True, sampler_period_s=0.2, max_steps=None)
+    spec["run"]["duration_s"] = 300
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    out = tmp_path / "run"
+    code = ("import sys; from tests.fakes import fake_pynvml; sys.modules['pynvml'] = fake_pynvml; "
+            "from wattflex import cli; sys.exit(cli.main(sys.argv[1:]))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "workflow_scripts"), str(REPO)])}
+    proc = subprocess.Popen([sys.executable, "-c", code, "run-at-cap", str(tmp_path / "spec.json"), str(out)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while not any("step 1 " in p.read_text(errors="replace") for p in out.parent.glob(".run.*/train.log")):
+        if time.time() > deadline or proc.poll() is not None:
+            proc.kill()
+            pytest.fail("training never started: " + proc.communicate()[0][-2000:])
+        time.sleep(0.2)
+    assert limits_w() == [400.0, 400.0]
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=90)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, output[-2000:]
+    assert limits_w() == [700.0, 700.0]
+    assert not list((tmp_path / "state").glob("caps-*.json"))
+    left = [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, str(out.parent))]
+    assert not left, "training processes outlived the run"
+
+
+def _cmdline_has(proc_dir: Path, text: str) -> bool:
+    try:
+        return text in (proc_dir / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+
+
+def test_telemetry_from_steps_marks_only_training_time_busy():
+    steps = pd.DataFrame({"step": [1, 2, 3], "t_end_s": [2.0, 2.5, 4.5], "step_time_s": [0.5, 0.5, 0.5]})
+    events = [{"event": "eval", "t_start_s": 2.6, "t_end_s": 4.0}]
+    tel = real_run.telemetry_from_steps(steps, events, 0.5, 2, "n0", 5.0)
+    assert list(tel.columns) == TELEMETRY_COLUMNS + EXTRA_COLUMNS and len(tel) == 10 * 2
+    busy = sorted(tel.loc[tel.gpu_util == 100, "t_s"].unique())
+    assert busy == [1.5, 2.0, 2.5, 4.5]
+    assert tel["power_w"].isna().all()
+
+
+def test_run_options_from_spec(tmp_path):
+    spec = cuda_spec(tmp_path, device="cuda", nproc_per_node=8)
+    spec["group"]["gpus"] = 16
+    opts = real_run.RunOptions.from_spec(spec)
+    assert (opts.nproc_per_node, opts.nnodes, opts.sampler_period_s, opts.uses_nvml) == (8, 2, 0.2, False)
+    assert real_run.RunOptions.from_spec(cuda_spec(tmp_path, device="cuda", sampler=True)).nnodes == 1
+    with pytest.raises(ValueError, match="cap_control 'sudo'"):
+        real_run.RunOptions.from_spec(cuda_spec(tmp_path, cap_control="sudo"))
+    with pytest.raises(ValueError, match="needs cap_command"):
+        real_run.RunOptions.from_spec(cuda_spec(tmp_path, cap_control="command"))
+
+
+def test_launch_commands_single_and_multi_node(tmp_path):
+    single = real_run.training_command(tmp_path / "c.json", 12.5, 8)
+    assert single[1:5] == ["-m", "torch.distributed.run", "--nproc-per-node=8", "--standalone"]
+    assert single[-6:] == ["-m", "wattflex.runs.training", "--config", str(tmp_path / "c.json"), "--t0", "12.5"]
+    multi = real_run.training_command(tmp_path / "c.json", 1.0, 8, nnodes=2, node_rank=1, rdzv="n1:29400", run_id="r")
+    assert {"--nnodes=2", "--node-rank=1", "--rdzv-backend=c10d", "--rdzv-endpoint=n1:29400"} <= set(multi)
+    agent = real_run.node_agent_command(tmp_path / "s.json", tmp_path, 1.0, 2, "n1:29400")
+    assert agent[:4] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    assert agent[5:8] == ["-m", "wattflex.runs.real_run", "node"]
+    assert np.isfinite(float(agent[agent.index("--t0") + 1]))

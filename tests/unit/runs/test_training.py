@@ -1,0 +1,250 @@
+"""The training harness on CPU with tiny random-init models of each catalog family.
+
+Real torch, transformers and peft throughout; only the model size is small (hidden 64,
+2 layers, vocab 256, seq 32). The torchrun tests start real 2-process gloo jobs.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+
+from wattflex.provenance import read_json, read_parquet
+from wattflex.runs.training import TrainConfig, train
+from wattflex.runs.training import data
+from wattflex.runs.training import models
+
+REPO = Path(__file__).resolve().parents[3]
+CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
+# One catalog model per family: Llama, Qwen3 (dense), Qwen3-MoE, gpt-oss, Mixtral-style, DeepSeek-V2
+FAMILIES = {"llama": "Llama-3.1-70B", "qwen3": "Qwen3-32B", "qwen3_moe": "Qwen3-30B-A3B",
+            "gpt_oss": "gpt-oss-20b", "mixtral": "Gemma-4-26B-A4B", "deepseek_v2": "DeepSeek-V2-Lite",
+            "mistral": "Mistral-Small-24B-Base-2501"}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def tiny_cfg(model: str, task: str, outdir, **kw) -> TrainConfig:
+    base = dict(model_facts=CATALOG[model], task=task, seq_len=32, batch=4, lora_rank=8, device="cpu",
+                tiny=True, max_steps=30, duration_s=120, eval_at_s=None, checkpoint_at_s=None,
+                lr=3e-3 if task == "pt" else 5e-3, outdir=str(outdir))
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["pt", "lora"])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_each_family_trains_in_both_modes(family, task, tmp_path):
+    steps = train(tiny_cfg(FAMILIES[family], task, tmp_path))
+    assert list(steps["step"]) == list(range(1, 31))
+    assert steps["t_end_s"].is_monotonic_increasing and (steps["step_time_s"] > 0).all()
+    assert (steps["tokens"] == 4 * 32).all() and steps["loss"].notna().all()
+    first, last = steps["loss"].iloc[:3].mean(), steps["loss"].iloc[-5:].mean()
+    assert last < first - (0.3 if task == "pt" else 0.05), (first, last)
+    on_disk = read_parquet(tmp_path / "steps.parquet")
+    assert list(on_disk.columns[:4]) == ["step", "t_end_s", "tokens", "loss"]
+    pd.testing.assert_frame_equal(on_disk, steps)
+    facts = read_json(tmp_path / ".training.json")["training"]
+    assert facts["hf_model_type"] == family and facts["steps"] == 30 and facts["hf_config"]["vocab_size"] == 256
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "gpt_oss", "mixtral", "deepseek_v2"])
+def test_lora_on_moe_reaches_the_fused_expert_weights(family, tmp_path):
+    cfg = tiny_cfg(FAMILIES[family], "lora", tmp_path)
+    model = models.build_model(cfg, torch.float32)
+    modules, params = models.lora_targets(model, family)
+    assert params == ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
+    assert {"q_proj", "o_proj"} <= set(modules)
+    peft_model = models.apply_lora(model, cfg)
+    trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert any(".experts." in n for n in trainable)
+    before = {n: p.detach().clone() for n, p in peft_model.named_parameters() if ".experts." in n}
+    opt = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=1e-2)
+    x = torch.randint(0, 256, (2, 16))
+    for _ in range(2):
+        peft_model(input_ids=x, labels=x).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    changed = {n for n, p in peft_model.named_parameters() if n in before and not torch.equal(p, before[n])}
+    assert changed and all("lora_" in n for n in changed)       # adapters moved, base experts frozen
+
+
+def test_parameter_and_flop_counts_follow_routing(tmp_path):
+    cfg = tiny_cfg("Qwen3-30B-A3B", "pt", tmp_path)
+    model = models.build_model(cfg, torch.float32)
+    experts, active = models.routing(model.config)
+    assert (experts, active) == (4, 2)
+    counts = models.parameter_counts(model, experts, active)
+    expert_params = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
+    embed = model.model.embed_tokens.weight.numel()
+    assert counts["params_total"] == sum(p.numel() for p in model.parameters())
+    assert counts["params_active"] == counts["params_total"] - embed - expert_params // 2
+    pt = models.flops_per_token(counts["params_active"], cfg.model_facts, model.config, 32, "pt")
+    lora = models.flops_per_token(counts["params_active"], cfg.model_facts, model.config, 32, "lora")
+    assert pt / lora == pytest.approx(1.5) and pt > 6 * counts["params_active"]
+    dense = models.parameter_counts(models.build_model(tiny_cfg("Qwen3-32B", "pt", tmp_path), torch.float32),
+                                    None, None)
+    assert dense["params_active"] == dense["params_total"] - 256 * 64
+    assert models.peak_flops("NVIDIA H200") == models.peak_flops("NVIDIA H100 80GB HBM3") == 989.4e12
+    assert models.peak_flops("cpu") is None
+
+
+def test_full_size_config_matches_the_catalog():
+    cfg = models.hf_config(CATALOG["Qwen3-30B-A3B"], seq_len=4096)
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_experts, cfg.num_experts_per_tok,
+            cfg.moe_intermediate_size, cfg.vocab_size) == (2048, 48, 128, 8, 768, 151936)
+    gpt = models.hf_config(CATALOG["gpt-oss-20b"], seq_len=4096)
+    assert (gpt.num_local_experts, gpt.num_experts_per_tok, gpt.intermediate_size) == (32, 4, 2880)
+    llama = models.hf_config(CATALOG["Llama-3.1-70B"], seq_len=8192)
+    assert (llama.intermediate_size, llama.num_key_value_heads, llama.model_type) == (28672, 8, "llama")
+
+
+def test_eval_and_checkpoint_events_and_grad_checkpointing(tmp_path):
+    cfg = tiny_cfg("Llama-3.1-70B", "pt", tmp_path, max_steps=6, eval_at_s=0.0, eval_batches=2,
+                   checkpoint_at_s=0.0, keep_checkpoint=True, grad_checkpointing=True)
+    steps = train(cfg)
+    events = read_json(tmp_path / ".training.json")["training"]["events"]
+    assert [e["event"] for e in events] == ["eval", "checkpoint"]
+    ev, ck = events
+    assert ev["after_step"] == 1 and math.isfinite(ev["loss"]) and ev["t_end_s"] > ev["t_start_s"]
+    assert ck["t_start_s"] >= ev["t_end_s"] and Path(ck["path"]).is_dir()
+    assert any(Path(ck["path"]).iterdir())
+    # the step after an event is timed from the event's end, not across it
+    assert steps["t_end_s"].iloc[1] - steps["step_time_s"].iloc[1] == pytest.approx(ck["t_end_s"], abs=1e-6)
+
+
+def test_checkpoint_is_removed_unless_kept(tmp_path):
+    train(tiny_cfg("Qwen3-32B", "lora", tmp_path, max_steps=2, checkpoint_at_s=0.0))
+    assert not (tmp_path / "checkpoint").exists()
+
+
+def test_duration_stops_the_loop(tmp_path):
+    steps = train(tiny_cfg("Qwen3-32B", "pt", tmp_path, max_steps=None, duration_s=0.5))
+    loop_start = read_json(tmp_path / ".training.json")["training"]["loop_start_s"]
+    elapsed = steps["t_end_s"] - loop_start
+    assert elapsed.iloc[-1] >= 0.5
+    assert len(steps) == 1 or elapsed.iloc[-2] < 0.5 + 0.1
+
+
+def write_token_shards(path: Path, n_docs=40, vocab=256, seed=0):
+    rng = torch.Generator().manual_seed(seed)
+    docs = [torch.randint(0, vocab, (int(torch.randint(20, 80, (1,), generator=rng)),), generator=rng).tolist()
+            for _ in range(n_docs)]
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"input_ids": docs[: n_docs // 2]}), path / "shard-000.parquet")
+    table = pa.table({"tokens": docs[n_docs // 2:]})
+    with pa.OSFile(str(path / "shard-001.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return docs
+
+
+def test_token_shards_are_packed_split_by_rank_and_cycled(tmp_path):
+    docs = write_token_shards(tmp_path / "shards")
+    flat = torch.tensor([t for d in docs for t in d])
+    per_batch = 2 * 16
+    r0 = data.shard_batches(tmp_path / "shards", 256, 16, 2, rank=0, world=2)
+    r1 = data.shard_batches(tmp_path / "shards", 256, 16, 2, rank=1, world=2)
+    b0, b1, b2 = next(r0), next(r1), next(r0)
+    assert b0.shape == (2, 16) and b0.dtype == torch.int64
+    assert torch.equal(b0.flatten(), flat[:per_batch])
+    assert torch.equal(b1.flatten(), flat[per_batch:2 * per_batch])
+    assert torch.equal(b2.flatten(), flat[2 * per_batch:3 * per_batch])
+    windows = flat.numel() // per_batch                    # per pass; rank 0 has every other one
+    rest = [next(r0) for _ in range((windows + 1) // 2 - 2)]
+    assert torch.equal(rest[-1].flatten(), flat[(2 * ((windows + 1) // 2) - 2) * per_batch:][:per_batch])
+    wrapped = next(r0)                                     # past the end: the stream starts over
+    j = windows % 2
+    assert torch.equal(wrapped.flatten(), flat[j * per_batch:(j + 1) * per_batch])
+
+
+def test_training_on_token_shards(tmp_path):
+    write_token_shards(tmp_path / "shards")
+    steps = train(tiny_cfg("Qwen3-32B", "pt", tmp_path, data_path=str(tmp_path / "shards"), max_steps=4))
+    assert len(steps) == 4 and steps["loss"].notna().all()
+    assert read_json(tmp_path / ".training.json")["training"]["data"] == str(tmp_path / "shards")
+
+
+def test_token_ids_outside_the_vocabulary_fail_clearly(tmp_path):
+    pq.write_table(pa.table({"input_ids": [[1, 2, 300] * 20]}), tmp_path / "bad.parquet")
+    with pytest.raises(ValueError, match="outside \\[0, 256\\).*another vocabulary"):
+        next(data.shard_batches(tmp_path / "bad.parquet", 256, 8, 1))
+    pq.write_table(pa.table({"text": ["hello"]}), tmp_path / "text.parquet")
+    with pytest.raises(ValueError, match="no token column"):
+        next(data.shard_batches(tmp_path / "text.parquet", 256, 8, 1))
+
+
+@pytest.mark.parametrize("change, error, match", [
+    ({"tiny": False}, FileNotFoundError, "no model weights: set cuda.model_path"),
+    ({"tiny": False, "model_path": "/nonexistent/model"}, FileNotFoundError, "not a model directory with config.json"),
+    ({"data_path": "/nonexistent/shards"}, FileNotFoundError, "cuda.data_path /nonexistent/shards"),
+    ({"task": "sft"}, ValueError, "task 'sft'"),
+    ({"model_facts": {"hf_model_type": "bert"}}, ValueError, "hf_model_type 'bert' cannot be built"),
+    ({"precision": "fp8"}, ValueError, "cuda.precision"),
+])
+def test_missing_model_or_data_fails_fast_with_a_clear_message(change, error, match, tmp_path):
+    with pytest.raises(error, match=match):
+        dataclasses.replace(tiny_cfg("Qwen3-32B", "pt", tmp_path), **change).validate()
+
+
+def test_local_model_directory_loads_offline(tmp_path):
+    cfg = tiny_cfg("Qwen3-32B", "pt", tmp_path)
+    models.build_model(cfg, torch.float32).save_pretrained(tmp_path / "model")
+    steps = train(tiny_cfg("Qwen3-32B", "lora", tmp_path, tiny=False, model_path=str(tmp_path / "model"),
+                           max_steps=3))
+    assert len(steps) == 3
+
+
+def test_config_from_spec_and_json_roundtrip(tmp_path):
+    spec = {"seed": 5, "group": {"task": "lora", "seq_len": 64, "batch": 3, "lora_rank": 16, "compile": True,
+                                 "grad_checkpointing": True},
+            "model_facts": CATALOG["gpt-oss-20b"], "run": {"duration_s": 30, "eval_at_s": 10, "checkpoint_at_s": None},
+            "cuda": {"device": "cpu", "tiny": True, "max_steps": 7, "lr": 1e-3}}
+    cfg = TrainConfig.from_spec(spec, tmp_path)
+    assert (cfg.task, cfg.seq_len, cfg.batch, cfg.lora_rank, cfg.compile, cfg.max_steps, cfg.seed) == \
+        ("lora", 64, 3, 16, True, 7, 5)
+    assert cfg.checkpoint_at_s is None and cfg.eval_at_s == 10 and cfg.architecture == "moe"
+    assert cfg.dtype_policy == "fp32" and cfg.learning_rate == 1e-3
+    cfg.to_json(tmp_path / "c.json")
+    assert TrainConfig.from_json(tmp_path / "c.json") == cfg
+
+
+def torchrun(cfg: TrainConfig, tmp_path: Path, nproc: int = 2) -> subprocess.CompletedProcess:
+    cfg.to_json(tmp_path / "cfg.json")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts"), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                           "-m", "wattflex.runs.training", "--config", str(tmp_path / "cfg.json")],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, task, parallel", [("Llama-3.1-70B", "pt", "ddp"),
+                                                   ("gpt-oss-20b", "lora", "fsdp")])
+def test_torchrun_two_process_gloo(model, task, parallel, tmp_path):
+    cfg = tiny_cfg(model, task, tmp_path, batch=2, max_steps=6, eval_at_s=0.0, eval_batches=1,
+                   checkpoint_at_s=0.0, parallel=parallel)
+    r = torchrun(cfg, tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    steps = read_parquet(tmp_path / "steps.parquet")
+    assert list(steps["step"]) == list(range(1, 7))
+    assert (steps["tokens"] == 2 * 2 * 32).all()                  # job tokens: both ranks
+    facts = json.loads((tmp_path / ".training.json").read_text())["training"]
+    assert facts["world_size"] == 2 and facts["parallel"] == parallel
+    assert [e["event"] for e in facts["events"]] == ["eval", "checkpoint"]

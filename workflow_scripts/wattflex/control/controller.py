@@ -1,0 +1,667 @@
+"""Closed-loop power control: per-job GPU caps that keep a cluster under a budget signal.
+
+Every control period the :class:`Controller` reads each running job's telemetry (power,
+tokens/s, GPU utilisation, DRAM/SM activity and the age of that reading), updates what it
+knows about each job, and returns one per-GPU cap per job. :func:`run_loop` applies those
+caps to real (or emulated) GPUs through the device layer under a :class:`wattflex.runs.devices.caps.CapGuard`,
+so every limit is restored on a normal stop, an exception, SIGINT/SIGTERM/SIGHUP and at
+exit. ``wattflex.control.clustersim`` drives the same controller against emulated jobs.
+
+**Budget accounting (why it cannot overshoot).** The firmware holds a GPU's power at or
+below its cap, so a job's power is at most ``gpus * cap``. The controller splits the budget
+into power targets ``p_i`` and sets ``cap_i = p_i / (gpus_i * r_i)``, where ``r_i <= 1`` is the
+job's learned ratio of realised power to ``gpus * cap`` when the cap binds (15-MHz clock
+bins and GPUs waiting at the data-parallel barrier leave it a few percent under its cap).
+``r_i`` starts at 1 (no reclaim) and follows the *upper envelope* of the ratios observed
+at steady state, so the realised power errs below the target. Power targets never count
+on a job staying below its share: a job in start-up or in a checkpoint dip keeps its
+reservation, so the power it frees is not handed to others and nothing overshoots when it
+resumes. GPUs without a job are charged their measured power plus ``idle_headroom_w`` each
+(a job starting on them draws little for its first minute, long before the next period).
+A one-sided integral *trim* lowers the budget handed to the policy whenever the measured
+cluster power still exceeds the budget once caps have settled, and relaxes back to zero.
+
+**Policies** (the power targets): ``equal-weight``, ``pfi-aware``, ``moe-ft-weighted``
+and ``raw-dcgm`` water-fill the cut with :func:`wattflex.allocation.simulate.water_fill` and the
+weights of :func:`wattflex.allocation.simulate.policy_weights`; ``curve-aware`` runs the exact
+allocation (:func:`wattflex.allocation.oracle.hull_greedy`, the hull relaxation the oracle starts
+from) on each job's *prior* curve; ``online-learning`` runs it on curves it refines online.
+
+**Flexibility estimate.** A job's prior is the one-parameter curve family of
+:func:`wattflex.allocation.simulate.predicted_curves` through its uncapped point (``P_max``, ``T_max``)
+with the PFI predicted from its uncapped telemetry (DRAM copy product), sampled at
+``knots`` evenly spaced powers from ``gpus * min_cap`` to ``P_max``. ``online-learning``
+keeps a Gaussian belief over the throughput at those knots (prior sd ``prior_rel_sd * T_max``,
+shrinking to 1 % at the uncapped knot, correlated along the curve) and, after each of its
+own cap changes has settled, treats the measured (power, tokens/s) as one linear
+observation of the interpolated curve: a Kalman update per job and period. A job whose
+profile is not declared gets one from its first steady uncapped telemetry (until then:
+``gpus * max_cap`` and the median of the known jobs).
+
+**Safety.** Caps are clipped to each job's device constraints and rounded down to
+``cap_step_w``. A job whose telemetry is missing or older than ``stale_after_s`` is not
+guessed at: it gets the safe equal-weight cap, the budget divided evenly over all job GPUs,
+and the others share what is left. A budget of ``inf`` (no curtailment event) uncaps every
+job.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from wattflex.allocation.simulate import (
+    Curves,
+    WEIGHTED_POLICIES,
+    policy_weights,
+    predicted_curves,
+    water_fill,
+)
+from wattflex.allocation.oracle import hull_greedy, plan_greedy
+
+log = logging.getLogger("wattflex.control.controller")
+
+CURVE_POLICIES = ("curve-aware", "online-learning")
+CONTROL_POLICIES = tuple(p for p in WEIGHTED_POLICIES if p != "pfi-aware-measured") + CURVE_POLICIES
+
+
+# ---------------------------------------------------------------------------------------
+# Budget signal
+# ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Signal:
+    """A budget signal: ``fraction`` of a basis power at ``time_s``, piecewise linear between
+    rows (two rows at the same time make a step); before the first row the first value
+    holds, after the last row the last one. A fraction >= 1 means no curtailment."""
+    time_s: np.ndarray
+    fraction: np.ndarray
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.time_s[-1])
+
+    def at(self, t_s: np.ndarray | float) -> np.ndarray:
+        t = np.asarray(t_s, float)
+        # a step (repeated time) takes its new value from the step on
+        return np.interp(t + 1e-9, self.time_s, self.fraction)
+
+
+def read_signal(path: str | Path) -> Signal:
+    """Read a signal CSV with columns ``time_s,fraction`` (``#`` comment lines allowed)."""
+    import pandas as pd
+
+    df = pd.read_csv(path, comment="#")
+    missing = {"time_s", "fraction"} - set(df.columns)
+    if missing:
+        raise ValueError(f"signal {path}: missing column(s) {', '.join(sorted(missing))} (need time_s,fraction)")
+    t, f = df["time_s"].to_numpy(float), df["fraction"].to_numpy(float)
+    if len(t) == 0 or not (np.isfinite(t).all() and np.isfinite(f).all()):
+        raise ValueError(f"signal {path}: empty or non-numeric time_s/fraction")
+    if (np.diff(t) < 0).any():
+        raise ValueError(f"signal {path}: time_s must not decrease (row {int(np.argmax(np.diff(t) < 0)) + 3})")
+    if (f <= 0).any() or (f > 2).any():
+        raise ValueError(f"signal {path}: fraction must be in (0, 2], got {f.min():g}..{f.max():g}")
+    return Signal(t, f)
+
+
+# ---------------------------------------------------------------------------------------
+# Configuration, inputs
+# ---------------------------------------------------------------------------------------
+
+@dataclass
+class ControlConfig:
+    """The controller's settings (config ``control.controller``)."""
+    period_s: float = 5.0            # control period (the DCGM exporter's period)
+    tolerance: float = 0.01          # overshoot allowed once the response time has passed (fraction of budget)
+    target_margin: float = 0.005     # aim this far below the budget
+    settle_s: float = 10.0           # telemetry after a cap change is trusted from then on (firmware tau ~2 s)
+    stale_after_s: float = 15.0      # older telemetry -> safe equal-weight cap for that job
+    steady_util: float = 90.0        # GPU util (%) over a whole period that marks steady training
+    cap_step_w: float = 5.0          # caps are rounded down to this grid
+    idle_headroom_w: float = 25.0    # charged per GPU without a job, above its measured power
+    ratio_decay: float = 0.002       # per period: how fast the power/cap ratio may fall toward observations
+    trim_gain: float = 1.0           # fraction of a settled overshoot removed per period
+    trim_recover: float = 0.001      # trim relaxes by this fraction of the budget per second
+    knots: int = 8                   # points of each learned curve
+    prior_rel_sd: float = 0.10       # prior sd of throughput at the lowest knot, fraction of T_max
+    prior_corr: float = 0.3          # correlation length along the curve (fraction of its power range)
+    obs_rel_sd: float = 0.01         # sd of one period's tokens/s, fraction of T_max (noise + model misfit)
+    moe_ft_share: float = 2.0        # moe-ft-weighted: MoE fine-tuning jobs take this multiple of the cut
+    profile_tolerance: float = 0.02  # a declared uncapped power this far off the measured one is replaced
+    steady_power_change: float = 0.02  # steady: job power within this fraction of the previous period's
+    replan_s: float = 30.0           # online-learning: learned curves enter the allocation this often
+
+    @classmethod
+    def from_dict(cls, cfg: Mapping[str, Any] | None) -> "ControlConfig":
+        cfg = dict(cfg or {})
+        known = {f.name for f in fields(cls)}
+        unknown = set(cfg) - known
+        if unknown:
+            raise ValueError(f"unknown control.controller key(s): {', '.join(sorted(unknown))}")
+        out = cls(**cfg)
+        if out.period_s <= 0 or out.cap_step_w <= 0 or out.knots < 3:
+            raise ValueError("control.controller: period_s and cap_step_w must be > 0 and knots >= 3")
+        return out
+
+
+@dataclass
+class JobTable:
+    """What the scheduler knows about the jobs, one entry per slot (arrays of shape (S,)).
+
+    ``uid`` < 0 marks an empty slot; a new uid in a slot is a new job. Profile fields
+    (``p_max_w``, ``t_max``, ``dram_copy_product``, ``pfi``) come from the job's uncapped
+    telemetry; NaN = not declared (learned from the job's first steady uncapped period)."""
+    uid: np.ndarray
+    gpus: np.ndarray
+    min_cap_w: np.ndarray
+    max_cap_w: np.ndarray
+    moe_ft: np.ndarray
+    p_max_w: np.ndarray
+    t_max: np.ndarray
+    dram_copy_product: np.ndarray
+    pfi: np.ndarray
+
+    @classmethod
+    def empty(cls, n: int) -> "JobTable":
+        nan = lambda: np.full(n, np.nan)  # noqa: E731
+        return cls(np.full(n, -1), np.zeros(n, int), np.full(n, 200.0), np.full(n, 700.0), np.zeros(n, bool),
+                   nan(), nan(), nan(), nan())
+
+    @property
+    def active(self) -> np.ndarray:
+        return self.uid >= 0
+
+
+@dataclass
+class Readings:
+    """One control period of telemetry. Per job (R, S) or (S,): period means; ``age_s`` is how
+    old the newest sample is (inf or NaN power = no feed). Per cluster (R,): measured total
+    power and the power of GPUs without a job (``idle_gpus`` of them)."""
+    power_w: np.ndarray
+    tokens_per_s: np.ndarray
+    gpu_util: np.ndarray
+    age_s: np.ndarray
+    total_power_w: np.ndarray
+    idle_power_w: np.ndarray
+    idle_gpus: int = 0
+    dram_active: np.ndarray | None = None
+    mem_copy_util: np.ndarray | None = None
+    sm_active: np.ndarray | None = None
+
+
+def round_caps(cap_w: np.ndarray, lo: np.ndarray, hi: np.ndarray, step: float) -> np.ndarray:
+    """Clip to the device range and round down to the cap grid (never above the request)."""
+    c = np.clip(cap_w, lo, hi)
+    return np.maximum(np.floor(c / step + 1e-9) * step, lo)
+
+
+def pfi_from_model(model: Mapping[str, Any] | None) -> Callable[[np.ndarray], np.ndarray] | None:
+    """``dram_copy_product -> PFI`` from a predictor model document (``wattflex.analysis.predictor``)
+    when the DRAM copy product is all it uses; None otherwise."""
+    if model is None or list(model.get("features", [])) != ["dram_copy_product"]:
+        return None
+    slope, icpt = float(model["coefficients"]["dram_copy_product"]), float(model["intercept"])
+    return lambda dcp: icpt + slope * np.asarray(dcp, float)
+
+
+def prior_curves(floor_w: np.ndarray, p_max_w: np.ndarray, t_max: np.ndarray, pfi: np.ndarray,
+                 knots: int) -> Curves:
+    """Each job's prior curve on ``knots`` powers from its floor to its uncapped power."""
+    ceil = np.maximum(p_max_w, floor_w + 1.0)
+    base = Curves(np.stack([floor_w, ceil], -1), np.stack([np.zeros_like(t_max), t_max], -1))
+    return predicted_curves(base, pfi, knots)
+
+
+def curve_pfi(power_w: np.ndarray, throughput: np.ndarray) -> np.ndarray:
+    """Ratio PFI (paper Eq. 1) of curves sampled at their knots, the uncapped one last."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = power_w[..., :-1] / power_w[..., -1:]
+        y = throughput[..., :-1] / throughput[..., -1:]
+        ratio = (1 - x) / (1 - y)
+    ok = (y < 1 - 1e-9) & np.isfinite(ratio)
+    return np.where(ok, ratio, 0.0).sum(-1) / np.maximum(ok.sum(-1), 1)
+
+
+# ---------------------------------------------------------------------------------------
+# The controller
+# ---------------------------------------------------------------------------------------
+
+class Controller:
+    """One controller per policy, run as a batch: row r of every (R, S) array is policy r's
+    cluster (its own telemetry, caps and estimates); slots S are job positions.
+
+    ``predict_pfi(dram_copy_product) -> pfi`` is used for jobs whose profile it observes.
+    """
+
+    def __init__(self, policies: Sequence[str], cfg: ControlConfig, slots: int,
+                 predict_pfi: Callable[[np.ndarray], np.ndarray] | None = None):
+        bad = [p for p in policies if p not in CONTROL_POLICIES]
+        if bad:
+            raise ValueError(f"unknown control policy {bad[0]!r}; choose from {', '.join(CONTROL_POLICIES)}")
+        self.policies, self.cfg, self.predict_pfi = list(policies), cfg, predict_pfi
+        R, S, K = len(policies), slots, cfg.knots
+        self.weighted = np.array([p not in CURVE_POLICIES for p in policies])
+        self.online = np.array([p == "online-learning" for p in policies])
+        self.uid = np.full(S, -1)
+        self.profile = JobTable.empty(S)       # declared or observed profiles (filled below)
+        self.known = np.zeros(S, bool)         # profile from the job, not a default
+        self.caps = np.full((R, S), np.nan)
+        self.last_change = np.full((R, S), -np.inf)
+        self.ratio = np.ones((R, S))
+        self.trim = np.zeros(R)
+        self.last_drop = -np.inf
+        self.prev_budget = math.inf
+        self.fallback = np.zeros((R, S), bool)
+        self.target_w = np.zeros((R, S))         # each job's power share in the last allocation
+        self.prev_power = np.full((R, S), np.nan)
+        self.prev_training = np.zeros((R, S), bool)
+        self.knots_w = np.zeros((S, K))
+        self.prior_t = np.zeros((S, K))
+        self.mean = np.zeros((R, S, K))
+        self.cov = np.zeros((R, S, K, K))
+        self.n_obs = np.zeros((R, S), int)
+        self.curves_t = np.zeros((R, S, K))     # the curves the curve policies allocate on
+        self.last_replan = -np.inf
+        self._plan: tuple[bytes, Any] | None = None
+
+    # ---- jobs -------------------------------------------------------------------------
+    def _admit(self, t_s: float, jobs: JobTable) -> None:
+        """Reset the state of slots whose job changed; take declared profiles. A new job's
+        telemetry is trusted ``settle_s`` after it is first seen."""
+        new = jobs.uid != self.uid
+        if not new.any():
+            return
+        self.uid = jobs.uid.copy()
+        for f in fields(JobTable):
+            getattr(self.profile, f.name)[new] = getattr(jobs, f.name)[new]
+        self.known[new] = np.isfinite(jobs.p_max_w[new]) & np.isfinite(jobs.t_max[new])
+        self.caps[:, new] = np.nan
+        self.last_change[:, new] = t_s
+        self.ratio[:, new] = 1.0
+        self.n_obs[:, new] = 0
+        self.prev_power[:, new] = np.nan
+        self.prev_training[:, new] = False
+        self._fill_defaults()
+        gone = new & (jobs.uid < 0)
+        self.knots_w[gone], self.prior_t[gone], self.mean[:, gone] = 0.0, 0.0, 0.0
+        self._reset_curves(new & ~gone)
+
+    def _fill_defaults(self) -> None:
+        """Profile fields a job did not declare: ceiling ``gpus * max_cap``, the per-GPU
+        throughput, PFI and DRAM copy product of the median known job (1 / 1.0 / 0 when
+        none is known)."""
+        p, act = self.profile, self.uid >= 0
+        ref = act & self.known
+        med = lambda a, d: float(np.nanmedian(a[ref])) if ref.any() and np.isfinite(a[ref]).any() else d  # noqa: E731
+        per_gpu_t = med(p.t_max / np.maximum(p.gpus, 1), 1.0)
+        for name, default in (("p_max_w", p.gpus * p.max_cap_w), ("t_max", p.gpus * per_gpu_t),
+                              ("pfi", med(p.pfi, 1.0)), ("dram_copy_product", med(p.dram_copy_product, 0.0))):
+            arr = getattr(p, name)
+            fill = act & ~np.isfinite(arr)
+            arr[fill] = np.broadcast_to(default, arr.shape)[fill]
+
+    def _reset_curves(self, which: np.ndarray) -> None:
+        p, cfg = self.profile, self.cfg
+        floor = p.gpus[which] * p.min_cap_w[which]
+        pc = prior_curves(floor, p.p_max_w[which], p.t_max[which], p.pfi[which], cfg.knots)
+        self.knots_w[which], self.prior_t[which] = pc.power_w, pc.throughput
+        K = cfg.knots
+        u = np.linspace(0.0, 1.0, K)
+        t_max = p.t_max[which][:, None]
+        sd = t_max * (cfg.prior_rel_sd * (1.0 - u) + 0.01)                     # (n, K)
+        corr = np.exp(-np.abs(u[:, None] - u[None, :]) / cfg.prior_corr)        # (K, K)
+        self.mean[:, which] = pc.throughput
+        self.cov[:, which] = sd[:, :, None] * sd[:, None, :] * corr
+        self.last_replan = -np.inf
+
+    def _observe_profiles(self, read: Readings, steady: np.ndarray) -> None:
+        """Uncapped telemetry. An undeclared job gets its profile from its first steady period
+        at its maximum cap; a declared one whose uncapped power is off by more than
+        ``profile_tolerance`` is replaced (its curve restarts from the corrected prior).
+        Otherwise the uncapped power follows the upper envelope of what the job draws
+        uncapped (up at once, down by ``ratio_decay`` per period): a job left uncapped is
+        charged at least what it draws."""
+        uncapped = steady & ~(self.caps < self.profile.max_cap_w - 1e-6)
+        if not uncapped.any():
+            return
+        r = np.argmax(uncapped, axis=0)                  # first row that saw it uncapped
+        cols = np.flatnonzero(uncapped.any(0) & (self.uid >= 0))
+        rows = r[cols]
+        p = self.profile
+        obs = read.power_w[rows, cols]
+        off = np.abs(obs - p.p_max_w[cols]) > self.cfg.profile_tolerance * p.p_max_w[cols]
+        reset = ~self.known[cols] | off
+        track = cols[~reset]
+        p.p_max_w[track] = np.maximum(obs[~reset], p.p_max_w[track] * (1 - self.cfg.ratio_decay))
+        moved = np.abs(self.knots_w[track, -1] - p.p_max_w[track]) > 0.005 * p.p_max_w[track]
+        self.knots_w[track[moved]] = _rescale(self.knots_w[track[moved]], p.p_max_w[track[moved]])
+        if moved.any():
+            self.last_replan = -np.inf
+        cols, rows, first = cols[reset], rows[reset], ~self.known[cols[reset]]
+        if not len(cols):
+            return
+        p.p_max_w[cols] = read.power_w[rows, cols]
+        p.t_max[cols] = read.tokens_per_s[rows, cols]
+        if read.dram_active is not None and read.mem_copy_util is not None:
+            dcp = read.dram_active[rows, cols] * read.mem_copy_util[rows, cols]
+            p.dram_copy_product[cols[first]] = dcp[first]
+            if self.predict_pfi is not None:
+                p.pfi[cols[first]] = np.asarray(self.predict_pfi(dcp[first]), float)
+        self.known[cols] = True
+        self._fill_defaults()
+        seen = np.zeros(len(self.uid), bool)
+        seen[cols] = True
+        self._reset_curves(seen)
+        self.n_obs[:, seen] = 0
+
+    # ---- learning ---------------------------------------------------------------------
+    def _learn_ratio(self, read: Readings, steady: np.ndarray) -> None:
+        """Upper envelope of realised power / (gpus * cap) while the cap binds."""
+        p = self.profile
+        cap_power = p.gpus * self.caps
+        binding = steady & (cap_power < 0.97 * p.p_max_w) & np.isfinite(cap_power)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            obs = np.clip(read.power_w / cap_power, 0.5, 1.0)
+        self.ratio = np.where(binding, np.maximum(obs, self.ratio - self.cfg.ratio_decay), self.ratio)
+
+    def _learn_curves(self, read: Readings, steady: np.ndarray) -> None:
+        """One Kalman update per steady job on the online-learning rows."""
+        if not self.online.any():
+            return
+        rows = np.flatnonzero(self.online)
+        obs = steady[rows] & np.isfinite(read.tokens_per_s[rows])
+        if not obs.any():
+            return
+        kw = self.knots_w                                          # (S, K)
+        x = np.clip(read.power_w[rows], kw[:, 0], kw[:, -1])       # (Ro, S)
+        h = _interp_weights(kw, x)                                 # (Ro, S, K)
+        mean, cov = self.mean[rows], self.cov[rows]
+        ph = np.einsum("rskl,rsl->rsk", cov, h)
+        noise = (self.cfg.obs_rel_sd * self.profile.t_max) ** 2     # (S,)
+        s = (h * ph).sum(-1) + noise
+        gain = ph / s[..., None]
+        innov = np.nan_to_num(read.tokens_per_s[rows] - (h * mean).sum(-1))
+        m = obs[..., None]
+        self.mean[rows] = np.where(m, mean + gain * innov[..., None], mean)
+        self.cov[rows] = np.where(m[..., None], cov - gain[..., :, None] * ph[..., None, :], cov)
+        self.n_obs[rows] += obs
+
+    def learned_curves(self) -> np.ndarray:
+        """(R, S, K) throughput at the knots: non-decreasing, never below zero."""
+        return np.maximum.accumulate(np.maximum(self.mean, 0.0), axis=-1)
+
+    # ---- one period ---------------------------------------------------------------------
+    def step(self, t_s: float, budget_w: float, jobs: JobTable, read: Readings) -> np.ndarray:
+        """Caps (R, S) per GPU for the next period (NaN for empty slots)."""
+        cfg = self.cfg
+        self._admit(t_s, jobs)
+        R = len(self.policies)
+        as2d = lambda a: np.broadcast_to(np.asarray(a, float), (R, len(self.uid)))  # noqa: E731
+        read = Readings(as2d(read.power_w), as2d(read.tokens_per_s), as2d(read.gpu_util), as2d(read.age_s),
+                        np.broadcast_to(np.asarray(read.total_power_w, float), (R,)),
+                        np.broadcast_to(np.asarray(read.idle_power_w, float), (R,)), read.idle_gpus,
+                        *(None if a is None else as2d(a) for a in (read.dram_active, read.mem_copy_util, read.sm_active)))
+        active = self.uid >= 0
+        fresh = active & (read.age_s <= cfg.stale_after_s) & np.isfinite(read.power_w)
+        settled = (t_s - self.last_change) >= cfg.settle_s - 1e-9
+        # steady: training through this period and the previous one at the same power (a
+        # phase change inside a period leaves its utilisation high but its power moving)
+        training = fresh & (read.gpu_util >= cfg.steady_util) & (read.tokens_per_s > 0)
+        with np.errstate(invalid="ignore"):
+            flat = np.abs(read.power_w - self.prev_power) <= cfg.steady_power_change * self.prev_power
+        steady = training & self.prev_training & flat & settled
+        self.prev_power, self.prev_training = np.where(fresh, read.power_w, np.nan), training
+        self._observe_profiles(read, steady)
+        self._learn_ratio(read, steady)
+        self._learn_curves(read, steady)
+        self._refresh_curves(t_s)
+        if budget_w < self.prev_budget:                    # power above a new, lower budget is
+            self.last_drop = t_s                            # settling, not an error to trim
+        self.prev_budget = budget_w
+        self._update_trim(t_s, budget_w, read)
+        caps = self._caps(budget_w, read, fresh, active)
+        self._apply(t_s, caps, active)
+        self.fallback = active & ~fresh & np.isfinite(budget_w)
+        return self.caps.copy()
+
+    def _update_trim(self, t_s: float, budget_w: float, read: Readings) -> None:
+        cfg = self.cfg
+        if not np.isfinite(budget_w):
+            self.trim[:] = 0.0
+            return
+        settled = (t_s - self.last_drop) >= cfg.settle_s - 1e-9
+        excess = read.total_power_w - budget_w * (1.0 - cfg.target_margin / 2)
+        over = settled & np.isfinite(excess) & (excess > 0)
+        relax = np.minimum(0.0, self.trim + cfg.trim_recover * budget_w * cfg.period_s)
+        self.trim = np.where(over, self.trim - cfg.trim_gain * np.nan_to_num(excess), np.where(settled, relax, self.trim))
+
+    def safe_cap(self, budget_w: float, read: Readings) -> np.ndarray:
+        """The equal-weight fallback: what is left after idle GPUs, evenly over job GPUs (R,)."""
+        p, cfg = self.profile, self.cfg
+        n = max(int(p.gpus[self.uid >= 0].sum()), 1)
+        idle = np.asarray(read.idle_power_w, float) + cfg.idle_headroom_w * read.idle_gpus
+        return (budget_w * (1.0 - cfg.target_margin) - idle) / n
+
+    def _caps(self, budget_w: float, read: Readings, fresh: np.ndarray, active: np.ndarray) -> np.ndarray:
+        p, cfg = self.profile, self.cfg
+        lo, hi, gpus = p.min_cap_w, p.max_cap_w, p.gpus
+        if not np.isfinite(budget_w):
+            return np.where(active, hi, np.nan) * np.ones((len(self.policies), 1))
+        idle = read.idle_power_w + cfg.idle_headroom_w * read.idle_gpus
+        safe = round_caps(self.safe_cap(budget_w, read)[:, None], lo, hi, cfg.cap_step_w)     # (R, S)
+        stale = active & ~fresh
+        base = budget_w * (1.0 - cfg.target_margin) - idle + self.trim
+        budget_opt = base - (stale * gpus * safe).sum(-1)                                       # (R,)
+        opt = active & fresh
+        floor = gpus * lo
+        ceil = np.maximum(p.p_max_w, floor)
+        power = np.zeros(opt.shape)
+        if self.weighted.any():
+            rows = np.flatnonzero(self.weighted)
+            curves = Curves(np.stack([floor, ceil], -1), np.stack([np.zeros_like(ceil), p.t_max], -1))
+            feats = {"pfi": p.pfi, "dram_copy_product": p.dram_copy_product, "moe_ft": p.moe_ft}
+            weights = np.stack([policy_weights(self.policies[r], curves, feats, cfg.moe_ft_share) for r in rows])
+            head = np.where(opt[rows], ceil - floor, 0.0)
+            cut = np.where(opt[rows], ceil, 0.0).sum(-1) - budget_opt[rows]
+            power[rows] = np.where(opt[rows], ceil - water_fill(cut, head, weights), 0.0)
+        if (~self.weighted).any():
+            rows = np.flatnonzero(~self.weighted)
+            power[rows] = self._curve_allocation(rows, opt, budget_opt)
+        self.target_w = np.where(stale, gpus * safe, power)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cap = power / (gpus * self.ratio)
+        top = np.where(self.weighted[:, None], ceil, self.knots_w[:, -1])    # the allocation's ceiling
+        cap = np.where(power >= top * (1 - 1e-9), hi, cap)
+        cap = round_caps(np.nan_to_num(cap, nan=0.0, posinf=0.0), lo, hi, cfg.cap_step_w)
+        cap = np.where(stale, safe, cap)
+        return np.where(active, cap, np.nan)
+
+    def _curve_allocation(self, rows: np.ndarray, opt: np.ndarray, budget_w: np.ndarray) -> np.ndarray:
+        """Exact allocation on the curves (hull greedy); its budget-independent plan is kept
+        while the curves and the jobs it may move stay the same."""
+        m = opt[rows][..., None]
+        P = np.where(m, self.knots_w[None], 0.0)
+        T = np.where(m, self.curves_t[rows], 0.0)
+        key = P.tobytes() + T.tobytes()
+        if self._plan is None or self._plan[0] != key:
+            self._plan = (key, plan_greedy(P, T))
+        return hull_greedy(P, T, budget_w[rows], self._plan[1]).power_w
+
+    def _refresh_curves(self, t_s: float) -> None:
+        """Curves for the curve policies: the prior (curve-aware) or the learned one
+        (online-learning), the latter taken every ``replan_s`` or when a curve restarts,
+        so that caps do not move with every observation."""
+        if t_s - self.last_replan >= self.cfg.replan_s:
+            self.curves_t = np.where(self.online[:, None, None], self.learned_curves(), self.prior_t[None])
+            self.last_replan = t_s
+
+    def _apply(self, t_s: float, caps: np.ndarray, active: np.ndarray) -> None:
+        """New caps; a job whose cap moved is not steady again until ``settle_s`` later."""
+        change = active & ~(np.abs(caps - self.caps) < 1e-6)
+        self.last_change = np.where(change, t_s, self.last_change)
+        self.caps = np.where(active, caps, np.nan)
+
+    # ---- reporting ----------------------------------------------------------------------
+    def estimates(self) -> dict[str, np.ndarray]:
+        """Per slot: prior PFI, learned PFI (R, S), observations (R, S), power/cap ratio (R, S)."""
+        kw = self.knots_w
+        return {"pfi_prior": curve_pfi(kw, self.prior_t), "pfi_learned": curve_pfi(kw[None], self.learned_curves()),
+                "n_obs": self.n_obs.copy(), "ratio": self.ratio.copy()}
+
+
+def _rescale(knots_w: np.ndarray, top_w: np.ndarray) -> np.ndarray:
+    """Knots stretched so that the last one is ``top_w`` (the first stays)."""
+    lo = knots_w[..., :1]
+    span = knots_w[..., -1:] - lo
+    u = np.divide(knots_w - lo, span, out=np.zeros_like(knots_w), where=span > 0)
+    return lo + u * (np.maximum(top_w[..., None], lo + 1.0) - lo)
+
+
+def _interp_weights(knots_w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Weights (..., S, K) such that sum_k w_k f(knot_k) is the piecewise-linear f at x (..., S)."""
+    K = knots_w.shape[-1]
+    idx = np.clip((x[..., None] >= knots_w).sum(-1) - 1, 0, K - 2)          # (..., S)
+    k0 = np.take_along_axis(np.broadcast_to(knots_w, (*x.shape, K)), idx[..., None], -1)[..., 0]
+    k1 = np.take_along_axis(np.broadcast_to(knots_w, (*x.shape, K)), idx[..., None] + 1, -1)[..., 0]
+    frac = np.clip(np.divide(x - k0, k1 - k0, out=np.zeros_like(x), where=k1 > k0), 0.0, 1.0)
+    w = np.zeros((*x.shape, K))
+    np.put_along_axis(w, idx[..., None], (1 - frac)[..., None], -1)
+    np.put_along_axis(w, idx[..., None] + 1, frac[..., None], -1)
+    return w
+
+
+# ---------------------------------------------------------------------------------------
+# Real (or emulated) devices: one job = a set of GPUs that share a cap
+# ---------------------------------------------------------------------------------------
+
+@dataclass
+class NodeJob:
+    """A job on this node: its GPUs (``PowerCapDevice``), and ``read(t_s)`` returning its
+    telemetry for the last period (keys of :class:`Readings` per job: power_w, tokens_per_s,
+    gpu_util, dram_active, mem_copy_util, sm_active, t_s of the newest sample). Profile
+    fields as in :class:`JobTable` (NaN = learn from its first uncapped period)."""
+    job_id: str
+    devices: list[Any]
+    read: Callable[[float], dict[str, float]]
+    moe_ft: bool = False
+    p_max_w: float = math.nan
+    t_max: float = math.nan
+    dram_copy_product: float = math.nan
+    pfi: float = math.nan
+
+
+def sample_devices(devices: Sequence[Any], t_s: float) -> dict[str, float]:
+    """Job telemetry from devices with ``sample(t_s)`` (``NvmlGpu``): power summed, activity
+    averaged; tokens/s is not something a GPU knows (NaN)."""
+    rows = [d.sample(t_s) for d in devices]
+    mean = lambda k: float(np.nanmean([r.get(k, math.nan) for r in rows])) if rows else math.nan  # noqa: E731
+    power = [r.get("power_w", math.nan) for r in rows]
+    return {"t_s": t_s, "power_w": float(np.sum(power)) if np.isfinite(power).all() else math.nan,
+            "tokens_per_s": math.nan, "gpu_util": mean("gpu_util"), "dram_active": mean("dram_active"),
+            "mem_copy_util": mean("mem_copy_util"), "sm_active": mean("sm_active")}
+
+
+def job_table(jobs: Sequence[NodeJob]) -> JobTable:
+    """The jobs as the controller sees them. A job's cap range is what all its GPUs accept,
+    and never above the limit a GPU had before the controller started (the operator's)."""
+    def cap_range(d: Any) -> tuple[float, float]:
+        lo, hi = d.constraints()
+        return lo, min(hi, getattr(d, "original_limit_w", hi))
+
+    lim = [[cap_range(d) for d in j.devices] for j in jobs]
+    return JobTable(
+        uid=np.arange(len(jobs)), gpus=np.array([len(j.devices) for j in jobs]),
+        min_cap_w=np.array([max(lo for lo, _ in lj) for lj in lim], float),
+        max_cap_w=np.array([min(hi for _, hi in lj) for lj in lim], float),
+        moe_ft=np.array([j.moe_ft for j in jobs], bool),
+        p_max_w=np.array([j.p_max_w for j in jobs], float), t_max=np.array([j.t_max for j in jobs], float),
+        dram_copy_product=np.array([j.dram_copy_product for j in jobs], float),
+        pfi=np.array([j.pfi for j in jobs], float))
+
+
+def read_jobs(jobs: Sequence[NodeJob], t_s: float, idle_power_w: float = 0.0) -> Readings:
+    """One reading of every job; a read that fails or returns NaN power counts as stale."""
+    vals = []
+    for j in jobs:
+        try:
+            v = dict(j.read(t_s))
+        except Exception as exc:  # a telemetry failure must not stop the controller
+            log.warning("telemetry of job %s failed (%s: %s): safe cap for it", j.job_id, type(exc).__name__, exc)
+            v = {"power_w": math.nan}
+        vals.append(v)
+    col = lambda k: np.array([float(v.get(k, math.nan)) for v in vals])  # noqa: E731
+    age = np.array([t_s - float(v["t_s"]) if np.isfinite(v.get("t_s", math.nan)) else math.inf for v in vals])
+    power = col("power_w")
+    return Readings(power, col("tokens_per_s"), col("gpu_util"), age, np.array([np.nansum(power) + idle_power_w]),
+                    np.array([idle_power_w]), 0, col("dram_active"), col("mem_copy_util"), col("sm_active"))
+
+
+def apply_caps(jobs: Sequence[NodeJob], caps_w: np.ndarray, current: dict[int, float]) -> int:
+    """Set each job's cap on all its GPUs where it changed; returns how many GPUs were set."""
+    n = 0
+    for j, cap in zip(jobs, caps_w):
+        for d in j.devices:
+            if np.isfinite(cap) and current.get(id(d)) != float(cap):
+                d.set_cap(float(cap))
+                current[id(d)] = float(cap)
+                n += 1
+    return n
+
+
+@dataclass
+class LoopRecord:
+    t_s: list[float] = field(default_factory=list)
+    budget_w: list[float] = field(default_factory=list)
+    power_w: list[float] = field(default_factory=list)
+    caps_w: list[list[float]] = field(default_factory=list)
+    fallback: list[list[bool]] = field(default_factory=list)
+
+
+def run_loop(jobs: Sequence[NodeJob], budget_at: Callable[[float], float], policy: str, cfg: ControlConfig,
+             duration_s: float, *, mode: str = "nvml", state_dir: str | Path | None = None,
+             command: str | None = None, handle_signals: bool = True,
+             predict_pfi: Callable[[np.ndarray], np.ndarray] | None = None,
+             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+             on_period: Callable[[LoopRecord], None] | None = None) -> LoopRecord:
+    """Control ``jobs`` for ``duration_s`` seconds. Every GPU's original limit is recorded in
+    a state file and restored on return, exception or signal (``CapGuard``); before the first
+    reading every GPU gets the safe equal-weight cap of the starting budget."""
+    from wattflex.runs.devices.caps import CapGuard
+
+    devices = [d for j in jobs for d in j.devices]
+    table = job_table(jobs)
+    ctl = Controller([policy], cfg, len(jobs), predict_pfi)
+    lo, hi = float(table.min_cap_w.max()), float(table.max_cap_w.min())
+    b0 = budget_at(0.0)
+    start_cap = hi if not np.isfinite(b0) else float(round_caps(np.array(b0 * (1 - cfg.target_margin) / max(len(devices), 1)),
+                                                                 np.array(lo), np.array(hi), cfg.cap_step_w))
+    rec = LoopRecord()
+    with CapGuard(devices, start_cap, mode, state_dir, command, handle_signals=handle_signals):
+        current = {id(d): start_cap for d in devices}
+        t0 = clock()
+        next_t = t0
+        while True:
+            t = clock() - t0
+            if t > duration_s:
+                break
+            budget = float(budget_at(t))
+            read = read_jobs(jobs, t)
+            caps = ctl.step(t, budget, table, read)[0]
+            apply_caps(jobs, caps, current)
+            rec.t_s.append(t)
+            rec.budget_w.append(budget)
+            rec.power_w.append(float(read.total_power_w[0]))
+            rec.caps_w.append([float(c) for c in caps])
+            rec.fallback.append([bool(f) for f in ctl.fallback[0]])
+            if on_period is not None:
+                on_period(rec)
+            next_t += cfg.period_s
+            sleep(max(0.0, next_t - clock()))
+    return rec

@@ -1,0 +1,319 @@
+"""DCGM telemetry from files people already have -> the wattflex telemetry schema.
+
+Two text formats are read, both into a long table with ``TELEMETRY_COLUMNS`` (one row per
+GPU per sample, NaN where the capture lacks a field), which ``telemetry.summarize_run``
+then condenses with the same protocol as a wattflex run:
+
+- **DCGM exporter scrapes** (Prometheus text exposition, what ``curl host:9400/metrics``
+  returns). One scrape has no time of its own, so a capture must say when each scrape was
+  taken: either the samples carry the exposition format's optional millisecond timestamp,
+  or each scrape is preceded by a comment ``# scrape_time <unix seconds | ISO-8601>``, as
+  written by e.g.
+  ``while sleep 5; do echo "# scrape_time $(date +%s.%N)"; curl -s localhost:9400/metrics; done``;
+  or the caller passes one time per file (``times``). Both the current ``DCGM_FI_*`` metric
+  names and the old ``dcgm_*`` names of dcgm-exporter 1.x are understood.
+- **``dcgmi dmon -e <field ids>``** output: a ``#Entity`` header of short field names
+  (``POWER``, ``SMCLK``, ``DRAMA``...), an optional units line, then one ``GPU <i>`` row per
+  GPU per sample, ``N/A`` for missing values. dmon prints no times: a sample starts when a
+  GPU id repeats, and its time is either a timestamp the capture put at the start of the
+  line (ISO-8601 or unix seconds, e.g. ``dcgmi dmon ... | ts '%Y-%m-%dT%H:%M:%.S'``) or
+  ``sample index * period_s`` (the ``-d`` delay; sample 0 at t = 0, when dmon started).
+
+Units are converted to the schema's (framebuffer MiB -> GiB, energy mJ -> J) and every value
+is range-checked (a DRAM activity of 45 is a percentage where a 0-1 ratio is expected, a
+power of 250000 is mW): a bad or unparseable line raises ``DcgmFormatError`` naming the file
+and line, never a silent skip. All samples of one scrape / one dmon sample share one ``t_s``
+so that ``job_series`` sums power over the job's GPUs at each instant.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from wattflex.telemetry import TELEMETRY_COLUMNS
+
+# DCGM field -> (telemetry column, factor to the schema's unit). Field ids and dmon short
+# names from DCGM's dcgm_fields; exporter metric names are DCGM_FI_<field>.
+FIELDS = {
+    # id: (exporter name, dmon short name, column, factor)
+    100: ("DCGM_FI_DEV_SM_CLOCK", "SMCLK", "sm_clock_mhz", 1.0),
+    101: ("DCGM_FI_DEV_MEM_CLOCK", "MMCLK", "mem_clock_mhz", 1.0),
+    150: ("DCGM_FI_DEV_GPU_TEMP", "TMPTR", "temp_c", 1.0),
+    155: ("DCGM_FI_DEV_POWER_USAGE", "POWER", "power_w", 1.0),
+    156: ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "TOTEC", "energy_j", 1e-3),   # mJ
+    160: ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "PMLMT", "power_limit_w", 1.0),
+    164: ("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "EPLMT", "enforced_limit_w", 1.0),
+    203: ("DCGM_FI_DEV_GPU_UTIL", "GPUTL", "gpu_util", 1.0),
+    204: ("DCGM_FI_DEV_MEM_COPY_UTIL", "MCUTL", "mem_copy_util", 1.0),
+    252: ("DCGM_FI_DEV_FB_USED", "FBUSD", "fb_used_gib", 1.0 / 1024),         # MiB
+    1002: ("DCGM_FI_PROF_SM_ACTIVE", "SMACT", "sm_active", 1.0),
+    1004: ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "TENSO", "tensor_active", 1.0),
+    1005: ("DCGM_FI_PROF_DRAM_ACTIVE", "DRAMA", "dram_active", 1.0),
+}
+# The dmon field ids to ask for: `dcgmi dmon -e <DMON_FIELD_IDS> -d 5000`.
+DMON_FIELD_IDS = ",".join(str(i) for i in FIELDS)
+# Newer DCGM names for the same fields, and the dcgm-exporter 1.x names.
+_ALIASES = {
+    "DCGM_FI_DEV_BOARD_POWER_WATTS": "power_w",
+    "DCGM_FI_DEV_BOARD_POWER_LIMIT_REQUESTED_WATTS": "power_limit_w",
+    "DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS": "enforced_limit_w",
+    "dcgm_sm_clock": "sm_clock_mhz", "dcgm_memory_clock": "mem_clock_mhz",
+    "dcgm_gpu_temp": "temp_c", "dcgm_power_usage": "power_w",
+    "dcgm_total_energy_consumption": "energy_j", "dcgm_gpu_utilization": "gpu_util",
+    "dcgm_mem_copy_utilization": "mem_copy_util", "dcgm_fb_used": "fb_used_gib",
+}
+EXPORTER_METRICS = {name: (col, f) for name, _, col, f in FIELDS.values()}
+EXPORTER_METRICS.update({k: (v, next(f for _, _, c, f in FIELDS.values() if c == v)) for k, v in _ALIASES.items()})
+DMON_NAMES = {short: (col, f) for _, short, col, f in FIELDS.values()}
+
+# Plausible range of each column in the schema's unit, and the hint when a value is outside.
+METRIC_RANGES = {
+    "power_w": (0.0, 2000.0, "W per GPU (in mW or kW?)"),
+    "energy_j": (0.0, 1e13, "J"),
+    "sm_clock_mhz": (0.0, 5000.0, "MHz"),
+    "mem_clock_mhz": (0.0, 20000.0, "MHz"),
+    "gpu_util": (0.0, 100.0, "%"),
+    "mem_copy_util": (0.0, 100.0, "%"),
+    "dram_active": (0.0, 1.0, "(a 0-1 ratio, not a percentage)"),
+    "sm_active": (0.0, 1.0, "(a 0-1 ratio, not a percentage)"),
+    "tensor_active": (0.0, 1.0, "(a 0-1 ratio, not a percentage)"),
+    "fb_used_gib": (0.0, 1024.0, "GiB"),
+    "temp_c": (-20.0, 130.0, "deg C"),
+    "power_limit_w": (0.0, 2000.0, "W per GPU"),
+    "enforced_limit_w": (0.0, 2000.0, "W per GPU"),
+}
+_RANGE_SLACK = 1e-6  # ratios come out as 1.0000001 from float formatting
+
+
+class DcgmFormatError(ValueError):
+    """A capture that cannot be read as stated; the message names file and line."""
+
+
+def range_problem(column: str, value: float) -> str | None:
+    """Why ``value`` cannot be a ``column`` reading in the schema's unit, or None if it can."""
+    lo, hi, unit = METRIC_RANGES[column]
+    if not math.isfinite(value):
+        return None  # NaN = not captured
+    if value < lo - _RANGE_SLACK * max(1.0, abs(lo)) or value > hi + _RANGE_SLACK * max(1.0, hi):
+        return f"{column} = {value:g} is outside {lo:g}-{hi:g} {unit}"
+    return None
+
+
+def _parse_time(token: str) -> float | None:
+    """Unix seconds from a unix-seconds number or an ISO-8601 string (naive = UTC)."""
+    try:
+        return float(token)
+    except ValueError:
+        pass
+    try:
+        t = datetime.fromisoformat(token.strip())
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return t.timestamp()
+
+
+def _frame(records: list[dict]) -> pd.DataFrame:
+    df = pd.DataFrame.from_records(records)
+    for col in TELEMETRY_COLUMNS:
+        if col not in df:
+            df[col] = np.nan
+    df = df[TELEMETRY_COLUMNS]
+    df["node"] = df["node"].astype(str)
+    df["gpu"] = df["gpu"].astype(int)
+    return df.sort_values(["t_s", "node", "gpu"], kind="stable").reset_index(drop=True)
+
+
+def _check(record: dict, where: str) -> None:
+    for col, value in record.items():
+        if col in METRIC_RANGES:
+            problem = range_problem(col, value)
+            if problem:
+                raise DcgmFormatError(f"{where}: {problem}")
+
+
+def _read_text(source: str | Path) -> tuple[str, str]:
+    path = Path(source)
+    try:
+        return path.read_text(), str(path)
+    except FileNotFoundError:
+        raise DcgmFormatError(f"{path}: no such file") from None
+
+
+# ---------------------------------------------------------------------------------------
+# DCGM exporter (Prometheus text exposition)
+# ---------------------------------------------------------------------------------------
+
+_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+"
+                     r"(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$")
+_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+_SCRAPE_TIME = re.compile(r"^#\s*scrape_time\s+(\S+)\s*$")
+
+
+def parse_labels(text: str, where: str) -> dict[str, str]:
+    """``a="x",b="y\\"z"`` -> {a: x, b: y"z} (exposition-format escapes undone)."""
+    labels, pos = {}, 0
+    text = text.strip()
+    while pos < len(text):
+        m = _LABEL.match(text, pos)
+        if not m:
+            raise DcgmFormatError(f"{where}: cannot parse labels {{{text}}}")
+        labels[m.group(1)] = (m.group(2).replace("\\\\", "\0").replace('\\"', '"')
+                              .replace("\\n", "\n").replace("\0", "\\"))
+        pos = m.end()
+    return labels
+
+
+def _exporter_blocks(text: str, name: str) -> Iterable[tuple[float | None, list[tuple[int, str]]]]:
+    """Split a capture into scrapes at ``# scrape_time`` lines: (time or None, [(line no, line)])."""
+    time, lines = None, []
+    for no, line in enumerate(text.splitlines(), start=1):
+        m = _SCRAPE_TIME.match(line.strip())
+        if m:
+            if lines:
+                yield time, lines
+            time = _parse_time(m.group(1))
+            if time is None:
+                raise DcgmFormatError(f"{name} line {no}: cannot read scrape time {m.group(1)!r}")
+            lines = []
+        elif line.strip() and not line.lstrip().startswith("#"):
+            lines.append((no, line))
+    if lines:
+        yield time, lines
+
+
+def read_dcgm_exporter(sources: Sequence[str | Path], times: Sequence[float] | None = None,
+                       node: str = "node0", gpu_ids: Iterable[int] | None = None) -> pd.DataFrame:
+    """Telemetry from DCGM exporter scrape files (see module docstring for how times are found).
+
+    ``node`` is used when a sample has no ``Hostname`` label; ``gpu_ids`` keeps only those
+    GPUs (a node's exporter reports all of them, a job may use a few). Metrics wattflex does
+    not use are ignored; a used metric without a ``gpu`` label is an error.
+    """
+    if times is not None and len(times) != len(sources):
+        raise DcgmFormatError(f"{len(times)} scrape times given for {len(sources)} files")
+    keep = None if gpu_ids is None else {int(g) for g in gpu_ids}
+    records: list[dict] = []
+    for i, source in enumerate(sources):
+        text, name = _read_text(source)
+        for block_time, lines in _exporter_blocks(text, name):
+            rows: dict[tuple[str, int], dict] = {}
+            stamps: list[float] = []
+            for no, line in lines:
+                where = f"{name} line {no}"
+                m = _SAMPLE.match(line.strip())
+                if not m:
+                    raise DcgmFormatError(f"{where}: not a Prometheus sample line: {line.strip()[:80]!r}")
+                metric = EXPORTER_METRICS.get(m.group("name"))
+                if metric is None:
+                    continue
+                col, factor = metric
+                labels = parse_labels(m.group("labels") or "", where)
+                if "gpu" not in labels:
+                    raise DcgmFormatError(f"{where}: {m.group('name')} has no gpu label")
+                try:
+                    gpu, value = int(labels["gpu"]), float(m.group("value")) * factor
+                except ValueError:
+                    raise DcgmFormatError(f"{where}: bad gpu label or value in {line.strip()[:80]!r}") from None
+                if keep is not None and gpu not in keep:
+                    continue
+                host = labels.get("Hostname") or labels.get("instance") or node
+                row = rows.setdefault((host, gpu), {"node": host, "gpu": gpu})
+                if col in row:
+                    raise DcgmFormatError(f"{where}: second {m.group('name')} for gpu {gpu} on {host} in one "
+                                          "scrape; separate scrapes with '# scrape_time <t>' lines")
+                row[col] = value
+                _check({col: value}, where)
+                if m.group("ts"):
+                    stamps.append(int(m.group("ts")) / 1000.0)
+            t = block_time if block_time is not None else (float(np.median(stamps)) if stamps else None)
+            if t is None and times is not None:
+                t = float(times[i])
+            if t is None:
+                raise DcgmFormatError(f"{name}: a scrape has no time: add '# scrape_time <unix s>' before each "
+                                      "scrape, sample timestamps, or pass one time per file")
+            for row in rows.values():
+                records.append({"t_s": t, **row})
+    if not records:
+        raise DcgmFormatError(f"{', '.join(map(str, sources))}: no DCGM power/clock/activity samples found")
+    return _frame(records)
+
+
+# ---------------------------------------------------------------------------------------
+# dcgmi dmon
+# ---------------------------------------------------------------------------------------
+
+_DMON_ROW = re.compile(r"^(?P<stamp>\S+(?:[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?\s+)?"
+                       r"GPU\s+(?P<gpu>\d+)\s+(?P<values>.*)$")
+
+
+def read_dcgmi_dmon(source: str | Path, period_s: float | None = None, node: str = "node0",
+                    gpu_ids: Iterable[int] | None = None) -> pd.DataFrame:
+    """Telemetry from ``dcgmi dmon`` output (see module docstring). ``period_s`` = the ``-d``
+    delay in seconds, needed when the lines carry no timestamps."""
+    text, name = _read_text(source)
+    keep = None if gpu_ids is None else {int(g) for g in gpu_ids}
+    header: list[str] | None = None
+    records: list[dict] = []
+    sample, seen, sample_t = -1, set(), None
+    for no, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        where = f"{name} line {no}"
+        if not line:
+            continue
+        if line.startswith("#"):
+            tokens = line.lstrip("#").split()
+            if tokens and tokens[0].lower() == "entity":
+                header = tokens[1:]
+                unknown = [t for t in header if t not in DMON_NAMES]
+                if unknown and len(unknown) == len(header):
+                    raise DcgmFormatError(f"{where}: none of the dmon fields {header} is one wattflex reads "
+                                          f"(use dcgmi dmon -e {DMON_FIELD_IDS})")
+            continue
+        if line.split()[0] in ("ID", "Id", "id"):
+            continue  # the units line under the header
+        m = _DMON_ROW.match(line)
+        if not m:
+            raise DcgmFormatError(f"{where}: not a dcgmi dmon line: {line[:80]!r}")
+        if header is None:
+            raise DcgmFormatError(f"{where}: data before the '#Entity' header line")
+        values = m.group("values").split()
+        if len(values) != len(header):
+            raise DcgmFormatError(f"{where}: {len(values)} values for {len(header)} fields {header}")
+        gpu = int(m.group("gpu"))
+        stamp = _parse_time(m.group("stamp").strip()) if m.group("stamp") else None
+        if m.group("stamp") and stamp is None:
+            raise DcgmFormatError(f"{where}: cannot read the timestamp {m.group('stamp').strip()!r}")
+        if gpu in seen or sample < 0:  # a repeated GPU id starts the next sample
+            sample, seen, sample_t = sample + 1, set(), stamp
+        seen.add(gpu)
+        if keep is not None and gpu not in keep:
+            continue
+        if sample_t is None and period_s is None:
+            raise DcgmFormatError(f"{where}: dcgmi dmon lines carry no time: give period_s (the -d delay)")
+        record = {"t_s": sample_t if sample_t is not None else sample * float(period_s),
+                  "node": node, "gpu": gpu}
+        for short, token in zip(header, values):
+            if short not in DMON_NAMES:
+                continue
+            col, factor = DMON_NAMES[short]
+            if token.upper() in ("N/A", "NA", "-"):
+                record[col] = np.nan
+                continue
+            try:
+                record[col] = float(token) * factor
+            except ValueError:
+                raise DcgmFormatError(f"{where}: {short} value {token!r} is not a number") from None
+        _check(record, where)
+        records.append(record)
+    if not records:
+        raise DcgmFormatError(f"{name}: no 'GPU <i>' sample lines")
+    return _frame(records)

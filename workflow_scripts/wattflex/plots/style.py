@@ -1,0 +1,38 @@
+"""The look shared by every wattflex figure: backend labels, cluster colours, the style.
+
+Every figure made from emulated runs carries a visible "EMULATED" label (``label_backend``)
+so an emulated plot can never pass for a measurement.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+CLUSTER_COLORS = {"dense": "#1f77b4", "moe-pt": "#ff7f0e", "moe-ft": "#2ca02c"}
+CLUSTER_ORDER = ["dense", "moe-pt", "moe-ft"]
+
+
+def backend_label(backends: Any) -> str:
+    vals = sorted({str(b) for b in np.atleast_1d(backends) if b is not None and str(b) != "nan"})
+    if vals == ["emulated"]:
+        return "EMULATED (virtual GPU model, not a measurement)"
+    if "emulated" in vals:
+        return "MIXED: includes EMULATED runs"
+    return "measured (" + ", ".join(vals) + ")"
+
+
+def label_backend(fig: plt.Figure, backends: Any) -> None:
+    text = backend_label(backends)
+    color = "#b00020" if "EMULATED" in text else "#333333"
+    fig.text(0.995, 0.005, text, ha="right", va="bottom", fontsize=8, color=color, weight="bold")
+
+
+def apply_style(cfg: dict[str, Any] | None) -> None:
+    style = (cfg or {}).get("style", "default")
+    plt.style.use(style)

@@ -1,0 +1,277 @@
+"""A GPU is never left capped: cap state files, the restore guard, and restore-after-kill.
+
+``CapGuard`` sets one power cap on every local GPU of a job and puts the original limits
+back on normal exit, on an exception, on SIGINT/SIGTERM/SIGHUP (SLURM's time limit sends
+SIGTERM) and from ``atexit``. Before it changes anything it writes the original limits to
+a state file (``<state_dir>/caps-<host>-<pid>.json``); SIGKILL cannot be caught, so the
+next run on the node, or ``wattflex restore-caps`` in a SLURM epilog, restores from the
+files whose process is gone.
+
+Cap control modes:
+* ``nvml``: NVML sets the limit directly (needs root);
+* ``command``: an admin-approved command template, e.g. ``sudo /usr/local/bin/setcap {gpu}
+  {watts}`` (``{gpu}`` = NVML index, ``{watts}`` = integer watts), run without a shell;
+* ``observe``: change nothing, record the limits the GPUs have (shared machines).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from wattflex.runs.devices.base import (
+    CapConstraintError,
+    CapError,
+    CapPermissionError,
+    PowerCapDevice,
+    check_cap,
+)
+
+log = logging.getLogger("wattflex.runs.devices.caps")
+MODES = ("nvml", "command", "observe")
+STATE_DIR_ENV = "WATTFLEX_STATE_DIR"
+DEFAULT_STATE_DIR = "/var/tmp/wattflex"     # survives the job (SLURM may give each job its own /tmp)
+SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+__all__ = ["CapGuard", "CapSignal", "CapError", "CapConstraintError", "CapPermissionError",
+           "command_setter", "default_state_dir", "restore_from_state_dir", "MODES"]
+
+
+class CapSignal(SystemExit):
+    """Raised in the main thread when a termination signal arrives while caps are set:
+    unwinds through every ``finally``/``__exit__`` (restoring caps) and exits 128+signum."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
+
+
+def command_setter(template: str, timeout_s: float = 60.0) -> Callable[[int, float], None]:
+    """``(gpu_index, watts) -> None`` that runs ``template`` (no shell) and checks its status."""
+    if "{gpu}" not in template or "{watts}" not in template:
+        raise ValueError(f"cap_command {template!r}: must contain {{gpu}} and {{watts}}, e.g. "
+                         f"'sudo /usr/local/bin/setcap {{gpu}} {{watts}}'")
+    parts = shlex.split(template)
+
+    def set_limit(gpu: int, watts: float) -> None:
+        argv = [p.format(gpu=gpu, watts=int(round(watts))) for p in parts]
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise CapError(f"cap command {shlex.join(argv)} could not run: {exc}") from exc
+        if r.returncode != 0:
+            msg = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
+            raise CapPermissionError(f"cap command {shlex.join(argv)} failed (exit {r.returncode}): {msg[0]}")
+
+    return set_limit
+
+
+def limit_setter(mode: str, command: str | None) -> Callable[[int, float], None] | None:
+    """The setter ``devices.nvml.NvmlGpu`` should use for ``mode`` (None = NVML directly)."""
+    if mode not in MODES:
+        raise ValueError(f"cap_control {mode!r}: expected one of {', '.join(MODES)}")
+    if mode == "command":
+        if not command:
+            raise ValueError("cap_control: command needs cap_command (e.g. 'sudo /usr/local/bin/setcap {gpu} {watts}')")
+        return command_setter(command)
+    return None
+
+
+# ---- state files ---------------------------------------------------------------------------
+def _proc_start(pid: int) -> str | None:
+    """Process start time (clock ticks since boot) to tell a live pid from a reused one."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return start is None or _proc_start(pid) in (None, start)
+
+
+def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as fh:
+        json.dump(doc, fh, indent=2)
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+
+
+def state_files(state_dir: str | Path, host: str | None = None) -> list[Path]:
+    host = host or socket.gethostname()
+    return sorted(Path(state_dir).glob(f"caps-{host}-*.json"))
+
+
+def restore_from_state_dir(state_dir: str | Path | None = None, force: bool = False, dry_run: bool = False,
+                           only_gpus: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """Restore the limits recorded in this host's state files whose process is gone (all of
+    them with ``force``). Returns one record per file: path, gpus, action, error."""
+    from wattflex.runs.devices.nvml import NvmlGpu
+
+    out = []
+    for path in state_files(state_dir or default_state_dir()):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            out.append({"path": str(path), "action": "unreadable", "error": str(exc)})
+            continue
+        gpus = doc.get("gpus", [])
+        rec: dict[str, Any] = {"path": str(path), "pid": doc.get("pid"), "gpus": gpus}
+        if only_gpus is not None and not {g["index"] for g in gpus} & set(only_gpus):
+            continue
+        if not force and _alive(int(doc.get("pid", -1)), doc.get("pid_start")):
+            out.append({**rec, "action": "skipped: its process is still running"})
+            continue
+        if dry_run:
+            out.append({**rec, "action": "would restore"})
+            continue
+        try:
+            setter = limit_setter(doc.get("mode", "nvml"), doc.get("command"))
+            for g in gpus:
+                gpu = NvmlGpu(g["index"], set_limit=setter, gpm=False)
+                if g.get("uuid") and gpu.uuid != g["uuid"]:
+                    raise CapError(f"GPU index {g['index']} is now {gpu.uuid}, state file says {g['uuid']}")
+                gpu.set_limit_w(float(g["original_limit_w"]))
+            path.unlink()
+            out.append({**rec, "action": "restored"})
+            log.warning("restored power limits left by process %s: %s", doc.get("pid"),
+                        ", ".join(f"GPU {g['index']} -> {g['original_limit_w']:g} W" for g in gpus))
+        except (CapError, RuntimeError, ValueError) as exc:
+            out.append({**rec, "action": "failed", "error": str(exc)})
+    return out
+
+
+# ---- the guard -----------------------------------------------------------------------------
+def restore_each(gpus: Any) -> list[str]:
+    """Restore every GPU's original limit, trying all of them; the errors, one per GPU."""
+    errors = []
+    for g in gpus:
+        try:
+            g.restore()
+        except Exception as exc:  # one failing GPU must not keep the others capped
+            errors.append(f"{getattr(g, 'name', g)}: {exc}")
+    return errors
+
+
+class CapGuard:
+    """Context manager: cap every GPU in ``gpus`` to ``cap_w`` for the duration of a run.
+
+    Refuses a cap outside any GPU's constraints before changing anything. ``record()``
+    returns what run.json stores: mode, requested cap, original / set / enforced limits.
+    """
+
+    def __init__(self, gpus: Sequence[PowerCapDevice], cap_w: float, mode: str = "nvml",
+                 state_dir: str | Path | None = None, command: str | None = None, handle_signals: bool = True):
+        if mode not in MODES:
+            raise ValueError(f"cap_control {mode!r}: expected one of {', '.join(MODES)}")
+        self.gpus, self.cap_w, self.mode, self.command = list(gpus), float(cap_w), mode, command
+        self.state_dir = Path(state_dir) if state_dir else default_state_dir()
+        self.handle_signals = handle_signals
+        self.state_path = self.state_dir / f"caps-{socket.gethostname()}-{os.getpid()}.json"
+        self.original_w = [float(getattr(g, "original_limit_w", float("nan"))) for g in self.gpus]
+        self.enforced_w: list[float] = []
+        self.applied = False
+        self._restoring = False
+        self._pending_signal: int | None = None
+        self._old_handlers: dict[int, Any] = {}
+        self.events: list[dict[str, Any]] = []
+
+    # signals ----------------------------------------------------------------------------
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.events.append({"signal": signal.Signals(signum).name, "t": time.time()})
+        if self._restoring:
+            self._pending_signal = signum   # finish restoring first; the exit follows
+            return
+        log.warning("%s received: restoring power limits before exiting", signal.Signals(signum).name)
+        raise CapSignal(signum)
+
+    def _install(self) -> None:
+        atexit.register(self.restore)
+        if not self.handle_signals:
+            return
+        for name in SIGNALS:
+            sig = getattr(signal, name)
+            try:
+                self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+            except ValueError:             # not the main thread: atexit and the state file remain
+                log.warning("cannot install %s handler outside the main thread", name)
+
+    def _uninstall(self) -> None:
+        atexit.unregister(self.restore)
+        for sig, old in self._old_handlers.items():
+            signal.signal(sig, old)
+        self._old_handlers.clear()
+
+    # cap ----------------------------------------------------------------------------------
+    def __enter__(self) -> "CapGuard":
+        if self.mode == "observe":
+            self.enforced_w = [g.enforced_limit_w() for g in self.gpus]
+            return self
+        for g in self.gpus:                 # refuse before touching anything
+            check_cap(g, self.cap_w)
+        _write_atomic(self.state_path, {
+            "host": socket.gethostname(), "pid": os.getpid(), "pid_start": _proc_start(os.getpid()),
+            "created": time.time(), "mode": self.mode, "command": self.command, "cap_w": self.cap_w,
+            "gpus": [{"index": getattr(g, "index", i), "uuid": getattr(g, "uuid", None), "original_limit_w": w}
+                     for i, (g, w) in enumerate(zip(self.gpus, self.original_w))]})
+        self._install()
+        self.applied = True
+        try:
+            self.enforced_w = [g.set_cap(self.cap_w) for g in self.gpus]
+        except BaseException:
+            self.restore()
+            raise
+        log.info("power cap %g W set on %d GPU(s); enforced %s W", self.cap_w, len(self.gpus),
+                 ", ".join(f"{w:g}" for w in self.enforced_w))
+        return self
+
+    def restore(self) -> None:
+        """Put every GPU back to its original limit (idempotent). The state file is removed
+        only when all GPUs were restored, so a failed restore can be retried later."""
+        if not self.applied or self._restoring:
+            return
+        self._restoring = True
+        try:
+            errors = restore_each(self.gpus)
+            self.applied = False
+            self._uninstall()
+            if errors:
+                raise CapError("could not restore every power limit (state file kept at "
+                               f"{self.state_path}; run `wattflex restore-caps`): " + "; ".join(errors))
+            self.state_path.unlink(missing_ok=True)
+            log.info("power limits restored: %s W", ", ".join(f"{w:g}" for w in self.original_w))
+        finally:
+            self._restoring = False
+        if self._pending_signal is not None:
+            signum, self._pending_signal = self._pending_signal, None
+            raise CapSignal(signum)
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.restore()
+
+    def record(self) -> dict[str, Any]:
+        return {"cap_control": self.mode, "cap_w_requested": self.cap_w, "original_limit_w": self.original_w,
+                "enforced_limit_w": self.enforced_w, "state_file": str(self.state_path) if self.mode != "observe" else None,
+                "signals": self.events}

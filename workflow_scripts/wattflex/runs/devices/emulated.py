@@ -1,0 +1,241 @@
+"""The emulated backend: a virtual H200/H100 node set running one training job.
+
+``EmulatedDevice`` has the same face as the NVML device (read constraints, set and
+restore a cap) so cap logic is exercised identically; ``simulate_run`` turns the physics of
+``wattflex.runs.emulator`` into the artifacts a real run writes: per-GPU telemetry at the
+sampling period, a per-step log, and the run record.
+
+Trace shape (paper §2): warmup (weights loading, framebuffer < 10 GiB, GPU util 0), startup
+(weights resident, util 0; longer with torch.compile), training with an evaluation dip at
+``eval_at_s`` and a checkpoint dip at ``checkpoint_at_s``. Noise: per-sample AR(1) jitter
+(~1 % power, ~0.8 % step time), per-run factors (sd 0.6 % in tokens/s, 0.5 %
+in power), fixed per-GPU silicon variation within a group (same nodes for every cap).
+A cap schedule (list of ``(t_s, cap_w)``) lets a run change caps mid-run; the firmware's
+response settles with a ~2 s time constant, so a sample right after a change is in
+between. Deterministic per seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from wattflex.runs.emulator import (
+    GPUS,
+    GPUSpec,
+    JobAtCap,
+    JobSpec,
+    gpu_leakages,
+    job_at_cap,
+    memory_footprint_gib,
+)
+from wattflex.telemetry import STEP_COLUMNS, TELEMETRY_COLUMNS
+
+SETTLE_TAU_S = 2.0
+
+
+def stable_seed(*parts: Any) -> int:
+    """A seed from strings/numbers that is stable across processes (unlike hash())."""
+    return int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:8], "little")
+
+
+def steady_temp_c(power_w: np.ndarray | float) -> np.ndarray | float:
+    """GPU temperature a constant board power settles at (first-order thermal model)."""
+    return 28.0 + 0.075 * np.asarray(power_w)
+
+
+class CapOutOfRange(ValueError):
+    pass
+
+
+@dataclass
+class EmulatedDevice:
+    """A virtual GPU's power-limit interface (what NVML offers on a real one)."""
+    spec: GPUSpec
+    limit_w: float | None = None
+
+    def __post_init__(self) -> None:
+        self.original_limit_w = self.spec.default_limit_w
+        if self.limit_w is None:
+            self.limit_w = self.original_limit_w
+
+    @property
+    def name(self) -> str:
+        return f"emulated-{self.spec.name}"
+
+    def constraints(self) -> tuple[float, float]:
+        return self.spec.min_limit_w, self.spec.max_limit_w
+
+    def set_cap(self, cap_w: float) -> float:
+        lo, hi = self.constraints()
+        if not lo <= cap_w <= hi:
+            raise CapOutOfRange(f"{self.name}: cap {cap_w:g} W outside the allowed range {lo:g}-{hi:g} W")
+        self.limit_w = float(cap_w)
+        return self.enforced_limit_w()
+
+    def enforced_limit_w(self) -> float:
+        return float(min(self.limit_w, self.spec.max_limit_w))
+
+    def restore(self) -> None:
+        self.limit_w = self.original_limit_w
+
+
+def _ar1(rng: np.random.Generator, shape: tuple[int, int], sd: float, phi: float = 0.6) -> np.ndarray:
+    """AR(1) noise along axis 0 with stationary standard deviation ``sd``."""
+    e = rng.normal(0.0, sd * np.sqrt(1 - phi**2), shape)
+    out = np.empty(shape)
+    out[0] = rng.normal(0.0, sd, shape[1])
+    for i in range(1, shape[0]):
+        out[i] = phi * out[i - 1] + e[i]
+    return out
+
+
+def simulate_run(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple[float, float]], run_cfg: dict[str, Any],
+                 seed: int, hw_seed: int, model_name: str = "") -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """Telemetry, step log and run facts of one emulated run."""
+    duration = float(run_cfg.get("duration_s", 1800))
+    dt = float(run_cfg.get("sample_period_s", 5))
+    eval_at = run_cfg.get("eval_at_s")
+    ckpt_at = run_cfg.get("checkpoint_at_s")
+    rng = np.random.default_rng(seed)
+    leak = gpu_leakages(hw_seed, job.gpus)
+    device = EmulatedDevice(gpu)
+
+    schedule = sorted((float(t), float(c)) for t, c in cap_schedule)
+    states: list[JobAtCap] = []
+    enforced = []
+    for _, cap in schedule:
+        enforced.append(device.set_cap(cap))
+        states.append(job_at_cap(job, gpu, cap, leak))
+    seg_start = np.array([t for t, _ in schedule])
+
+    fb_gib = memory_footprint_gib(job, gpu)
+    warmup_s = 40.0 + 2.5 * job.total_params_b * (2 if job.task == "pt" else 1) / max(1, min(job.gpus, 8))
+    startup_s = 25.0 + (75.0 if job.compile else 0.0)
+    train_start = warmup_s + startup_s
+    eval_len = 45.0
+    ckpt_len = 20.0 + 0.25 * fb_gib
+    windows = []  # (start, length, kind) of non-training periods inside the training phase
+    if eval_at is not None and train_start < eval_at < duration:
+        windows.append((float(eval_at), eval_len, "eval"))
+    if ckpt_at is not None and train_start < ckpt_at < duration:
+        windows.append((float(ckpt_at), ckpt_len, "checkpoint"))
+    windows.sort()
+
+    # Per-run factors: thermal/ambient and data-order variation between runs.
+    run_tput = rng.normal(1.0, 0.006)
+    run_power = rng.normal(1.0, 0.005)
+
+    # ---- step log ----------------------------------------------------------------------
+    steps_t, tokens_per_step = [], job.tokens_per_gpu * job.gpus
+    step_noise = rng.normal(0.0, 0.008, 200_000)
+    t, i = train_start, 0
+    wi = 0
+    while True:
+        seg = max(0, int(np.searchsorted(seg_start, t, side="right")) - 1)
+        ramp = 1.0 + 0.5 * np.exp(-(t - train_start) / 15.0)  # first steps slower (allocator, caches)
+        t += states[seg].step_s * ramp * (1.0 + step_noise[i % step_noise.size]) / run_tput
+        while wi < len(windows) and t > windows[wi][0]:
+            t += windows[wi][1]
+            wi += 1
+        if t > duration:
+            break
+        steps_t.append(t)
+        i += 1
+    n_steps = len(steps_t)
+    step_idx = np.arange(1, n_steps + 1)
+    loss0, loss_inf = (10.5, 2.4) if job.task == "pt" else (2.2, 1.3)
+    loss = loss_inf + (loss0 - loss_inf) * np.exp(-step_idx / max(50.0, n_steps / 3)) + rng.normal(0, 0.02, n_steps)
+    steps = pd.DataFrame({"step": step_idx, "t_end_s": np.round(steps_t, 4),
+                          "tokens": np.full(n_steps, tokens_per_step, dtype=np.int64), "loss": loss})
+
+    # ---- telemetry -------------------------------------------------------------------
+    ts = np.arange(dt, duration + 1e-9, dt)
+    n, G = ts.size, job.gpus
+    seg_idx = np.clip(np.searchsorted(seg_start, ts, side="right") - 1, 0, len(states) - 1)
+
+    def per_gpu(attr: str) -> np.ndarray:
+        table = np.array([[getattr(g, attr) for g in s.per_gpu] for s in states])  # (segments, G)
+        cur = table[seg_idx]
+        # Settling after a cap change: exponential approach from the previous segment.
+        prev = table[np.maximum(seg_idx - 1, 0)]
+        since = ts - seg_start[seg_idx]
+        w = np.where(seg_idx > 0, np.exp(-since / SETTLE_TAU_S), 0.0)[:, None]
+        return cur + (prev - cur) * w
+
+    power = per_gpu("power_w") * run_power * (1 + _ar1(rng, (n, G), 0.010))
+    clock = per_gpu("sm_clock_mhz")
+    dram = per_gpu("dram_active") * (1 + _ar1(rng, (n, G), 0.006))
+    sm = per_gpu("sm_active") * (1 + _ar1(rng, (n, G), 0.004))
+    tensor = per_gpu("tensor_active") * (1 + _ar1(rng, (n, G), 0.006))
+    util = np.minimum(100.0, per_gpu("gpu_util") + rng.normal(0, 0.5, (n, G)))
+    copy = np.minimum(100.0, per_gpu("mem_copy_util") * (1 + _ar1(rng, (n, G), 0.006)))
+    fb = np.full((n, G), fb_gib) + rng.normal(0, 0.05, (n, G))
+
+    idle = gpu.idle_w * (1 + rng.normal(0, 0.01, (n, G)))
+    warm = ts < warmup_s
+    start = (ts >= warmup_s) & (ts < train_start)
+    for mask, p_w, u in ((warm, idle + 5, 0.0), (start, idle + 15, 0.0)):
+        power[mask] = p_w[mask]
+        util[mask] = u
+        for arr in (dram, sm, tensor, copy):
+            arr[mask] = 0.0
+        clock[mask] = gpu.sm_clock_max_mhz
+    fb[warm] = (0.5 + 7.5 * ts[warm] / warmup_s)[:, None]
+    for w0, wl, kind in windows:
+        m = (ts > w0) & (ts <= w0 + wl)
+        if kind == "eval":   # forward only, smaller batches: partial activity
+            power[m] = idle[m] + 0.55 * (power[m] - idle[m])
+            util[m] = 62.0 + rng.normal(0, 3, util[m].shape)
+            for arr in (dram, sm, tensor, copy):
+                arr[m] *= 0.55
+        else:                # checkpoint: GPUs wait on storage
+            power[m] = idle[m] + 30
+            util[m] = 4.0
+            for arr in (dram, sm, tensor, copy):
+                arr[m] *= 0.05
+    caps_at = np.array([c for _, c in schedule])[seg_idx]
+    enforced_at = np.array(enforced)[seg_idx]
+    power = np.minimum(power, caps_at[:, None] * 1.01)  # firmware holds the limit (1 % sensor slack)
+    temp = np.empty((n, G))
+    temp[0] = 30.0
+    a = 1 - np.exp(-dt / 60.0)
+    for k in range(1, n):
+        temp[k] = temp[k - 1] + a * (steady_temp_c(power[k]) - temp[k - 1])
+    energy = np.cumsum(power * dt, axis=0)
+
+    gpu_ids = np.arange(G)
+    tel = pd.DataFrame({
+        "t_s": np.repeat(ts, G), "node": np.tile(gpu_ids // 8, n), "gpu": np.tile(gpu_ids % 8, n),
+        "power_w": power.ravel(), "energy_j": energy.ravel(), "sm_clock_mhz": clock.ravel(),
+        "mem_clock_mhz": np.full(n * G, gpu.mem_clock_mhz), "gpu_util": util.ravel(),
+        "mem_copy_util": copy.ravel(), "dram_active": dram.ravel(), "sm_active": sm.ravel(),
+        "tensor_active": tensor.ravel(), "fb_used_gib": fb.ravel(), "temp_c": temp.ravel(),
+        "power_limit_w": np.repeat(caps_at, G), "enforced_limit_w": np.repeat(enforced_at, G),
+    })[TELEMETRY_COLUMNS]
+    device.restore()
+    facts = {
+        "backend": "emulated", "device_model": gpu.name, "device": device.name, "gpus": G,
+        "cap_schedule": [{"t_s": t0, "cap_w": c} for t0, c in schedule],
+        "enforced_limit_w": enforced, "original_limit_w": device.original_limit_w,
+        "limit_restored_w": device.limit_w, "phases_s": {"warmup": warmup_s, "startup": startup_s},
+        "events": [{"kind": k, "t_s": w0, "length_s": wl} for w0, wl, k in windows],
+        "model_tokens_per_s": [s.tokens_per_s for s in states], "model_power_w": [s.power_w for s in states],
+        "n_steps": n_steps, "model": model_name,
+    }
+    return tel, steps[STEP_COLUMNS], facts
+
+
+def run_emulated(spec: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """One emulated run from a run spec (``wattflex.config.run_spec``)."""
+    group = spec["group"]
+    gpu = GPUS[group.get("gpu", "H200")]
+    job = JobSpec.from_config(group, spec["model_facts"])
+    schedule = spec.get("cap_schedule") or [(0.0, float(spec["cap_w"]))]
+    seed = stable_seed(spec.get("seed", 0), spec["campaign"], group["id"], spec["run_id"])
+    hw_seed = stable_seed(spec.get("seed", 0), "hardware", group["id"])
+    return simulate_run(job, gpu, schedule, spec.get("run", {}), seed, hw_seed, model_name=group["model"])

@@ -1,0 +1,369 @@
+"""One real run at one power cap: caps -> telemetry sampler -> torchrun training -> outputs.
+
+``run_real(spec, outdir)`` is the ``backend: cuda`` side of the ``run_at_cap`` rule. It
+writes the files the emulated backend writes:
+
+* ``telemetry.parquet``: one row per GPU per sample, ``TELEMETRY_COLUMNS`` then
+  ``devices.base.EXTRA_COLUMNS`` (``clock_event_reasons``; ``host_cpu_w``/``host_dram_w``
+  from RAPL, node level, on the row of each node's first GPU and NaN elsewhere).
+  Without a sampler (``device: cpu`` smoke runs, ``sampler: false``) the trace is derived
+  from the step log: ``gpu_util`` = 100 while training steps run, 0 otherwise (eval,
+  checkpoint, start-up), every other field NaN; run.json says ``telemetry.source: steps``.
+* ``steps.parquet``: ``step, t_end_s, tokens, loss, step_time_s, tflops, mfu`` from rank 0
+  (``tokens`` = job tokens per step; ``t_end_s`` on the telemetry clock: seconds since t0).
+* ``run.json``: backend ``cuda``, device model, requested cap, cap_control, original /
+  set / enforced limits per GPU (read back after setting and again before restoring),
+  start/end wall-clock, the training facts (parameters, FLOPs/token, events), the spec.
+* ``train.log``: the torchrun output.
+
+Spec keys used (``spec["cuda"]``): device (cuda|cpu), cap_control (nvml|command|observe),
+cap_command, model_path, data_path, tiny, sampler, sampler_period_s, gpm (default true),
+host_power (default true), state_dir, nproc_per_node, nnodes (default: group.gpus /
+nproc_per_node on cuda), max_steps, and training extras (``training.config.TrainConfig``).
+``run.gap_s`` (the paper's idle pause between runs) is the rule script's job, not this one.
+Multi-node jobs (``nnodes > 1``, inside a SLURM allocation) start one node agent per node
+with ``srun``; each agent caps, samples and runs its torchrun share, and this process
+merges their traces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import math
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from wattflex.runs.devices import caps
+from wattflex.runs.devices.base import TelemetrySampler, telemetry_frame
+from wattflex.provenance import provenance, read_json, write_json, write_parquet
+from wattflex.runs.training.config import TrainConfig
+
+log = logging.getLogger("wattflex.runs.real_run")
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+NODE_DIR = ".node{rank}"
+TERMINATE_GRACE_S = 30.0
+
+
+@dataclass
+class RunOptions:
+    """The measurement side of ``spec["cuda"]`` (the training side is ``TrainConfig``)."""
+
+    device: str = "cuda"
+    cap_control: str = "nvml"
+    cap_command: str | None = None
+    sampler: bool = True
+    sampler_period_s: float = 5.0
+    gpm: bool = True
+    host_power: bool = True
+    state_dir: str | None = None
+    nproc_per_node: int = 1
+    nnodes: int = 1
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> "RunOptions":
+        cuda, run, group = spec.get("cuda", {}), spec.get("run", {}), spec.get("group", {})
+        device = str(cuda.get("device", "cuda"))
+        nproc = int(cuda.get("nproc_per_node") or (min(int(group.get("gpus", 1)), 8) if device == "cuda" else 1))
+        nnodes = cuda.get("nnodes")
+        if nnodes is None:
+            nnodes = max(1, math.ceil(int(group.get("gpus", nproc)) / nproc)) if device == "cuda" else 1
+        opts = cls(device=device, cap_control=str(cuda.get("cap_control", "nvml")), cap_command=cuda.get("cap_command"),
+                   sampler=bool(cuda.get("sampler", True)),
+                   sampler_period_s=float(cuda.get("sampler_period_s") or run.get("sample_period_s") or 5.0),
+                   gpm=bool(cuda.get("gpm", True)), host_power=bool(cuda.get("host_power", True)),
+                   state_dir=cuda.get("state_dir"), nproc_per_node=nproc, nnodes=int(nnodes))
+        if opts.cap_control not in caps.MODES:
+            raise ValueError(f"cuda.cap_control {opts.cap_control!r}: expected one of {', '.join(caps.MODES)}")
+        caps.limit_setter(opts.cap_control, opts.cap_command)      # validates the command template
+        return opts
+
+    @property
+    def uses_nvml(self) -> bool:
+        return self.sampler or self.cap_control != "observe"
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# ---- training subprocess -----------------------------------------------------------------------
+def training_command(config_path: Path, t0: float, nproc: int, nnodes: int = 1, node_rank: int = 0,
+                     rdzv: str | None = None, run_id: str = "wattflex") -> list[str]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
+    if nnodes == 1:
+        cmd.append("--standalone")
+    else:
+        cmd += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={rdzv}", f"--rdzv-id={run_id}"]
+    return cmd + ["-m", "wattflex.runs.training", "--config", str(config_path), "--t0", repr(t0)]
+
+
+def terminate(proc: subprocess.Popen) -> None:
+    """Stop the training process group: SIGTERM, then SIGKILL after a grace period."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(TERMINATE_GRACE_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def start_training(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start ``cmd`` (torchrun) in its own process group, output appended to ``log_path``;
+    the caller stops it on every exit path (``terminate``)."""
+    full_env = {**os.environ, **OFFLINE_ENV, **(env or {})}
+    log.info("training: %s", shlex.join(cmd))
+    with open(log_path, "ab") as logf:
+        return subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
+
+
+def training_error(rc: int, log_path: Path) -> RuntimeError:
+    """The error for a training process that exited with status ``rc``: root cause + log end."""
+    text = log_path.read_text(errors="replace")
+    return RuntimeError(f"training exited with status {rc}: {root_cause(text)}\n(see {log_path}; its end:)\n"
+                        + "\n".join(text.splitlines()[-15:]))
+
+
+def run_training(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+    """Run ``cmd`` (torchrun) in its own process group; on any exit path it is stopped."""
+    proc = start_training(cmd, log_path, env)
+    try:
+        rc = proc.wait()
+    finally:
+        terminate(proc)
+    if rc != 0:
+        raise training_error(rc, log_path)
+
+
+def root_cause(log_text: str) -> str:
+    """The first worker exception line in a torchrun log (not torchrun's own summary)."""
+    for line in log_text.splitlines():
+        m = re.match(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception)\b:.*)$", line.strip())
+        if m and "ChildFailedError" not in m.group(1):
+            return m.group(1)
+    return "no exception in the log (killed? out of memory?)"
+
+
+# ---- one node -----------------------------------------------------------------------------------
+def run_node(spec: dict[str, Any], outdir: Path, t0: float, node_rank: int = 0, rdzv: str | None = None) -> dict[str, Any]:
+    """Cap this node's GPUs, sample them, run this node's torchrun share; write the node's
+    telemetry under ``outdir/.node<rank>/`` and return its facts."""
+    opts = RunOptions.from_spec(spec)
+    node = NodeSetup.open(spec, outdir, opts, t0, node_rank, rdzv)
+    gpus, facts, sampler = node.gpus, node.facts, None
+    guard = caps.CapGuard(gpus, spec["cap_w"], opts.cap_control if gpus else "observe", opts.state_dir,
+                          opts.cap_command)
+    with guard:
+        facts["gpus_after_set"] = [g.describe() for g in gpus]
+        if opts.sampler and gpus:
+            sampler = node.sampler().start()
+        try:
+            run_training(node.cmd, node.log_path)
+        finally:
+            if sampler is not None:
+                sampler.stop()
+        facts["gpus_before_restore"] = [g.describe() for g in gpus]
+    node.finish(guard, sampler)
+    return facts
+
+
+@dataclass
+class NodeSetup:
+    """One node's part of a real run before anything is capped: its NVML GPUs (stale caps
+    left by killed runs restored first), the RAPL reader, the training config and command.
+    Shared by ``run_node`` and the in-run staircase (``wattflex.runs.sweep.staircase``)."""
+
+    spec: dict[str, Any]
+    opts: RunOptions
+    node_dir: Path
+    gpus: list[Any]
+    host_reader: Any
+    facts: dict[str, Any]
+    cmd: list[str]
+    log_path: Path
+    t0: float
+
+    @classmethod
+    def open(cls, spec: dict[str, Any], outdir: Path, opts: RunOptions, t0: float, node_rank: int = 0,
+             rdzv: str | None = None, train_spec: dict[str, Any] | None = None) -> "NodeSetup":
+        """``train_spec`` (default ``spec``) is what the training config is built from."""
+        cfg = TrainConfig.from_spec(train_spec or spec, outdir)
+        node_dir = outdir / NODE_DIR.format(rank=node_rank)
+        node_dir.mkdir(parents=True, exist_ok=True)
+        gpus: list[Any] = []
+        facts: dict[str, Any] = {"node_rank": node_rank, "host": os.uname().nodename}
+        if opts.uses_nvml:
+            from wattflex.runs.devices import nvml
+
+            state_dir = opts.state_dir or caps.default_state_dir()
+            stale = caps.restore_from_state_dir(state_dir)
+            facts["stale_cap_files"] = stale
+            gpus = nvml.open_gpus(opts.nproc_per_node if opts.device == "cuda" else None,
+                                  set_limit=caps.limit_setter(opts.cap_control, opts.cap_command), gpm=opts.gpm)
+        host_reader = None
+        if opts.host_power and opts.sampler:
+            from wattflex.runs.devices.hostpower import RaplReader
+
+            host_reader = RaplReader()
+            facts["host_power"] = host_reader.describe()
+        cfg_path = node_dir / "train_config.json"
+        cfg.to_json(cfg_path)
+        cmd = training_command(cfg_path, t0, opts.nproc_per_node, opts.nnodes, node_rank, rdzv,
+                               run_id=str(spec.get("run_id", "wattflex")))
+        log_path = outdir / ("train.log" if node_rank == 0 else f"train.node{node_rank}.log")
+        return cls(spec, opts, node_dir, gpus, host_reader, facts, cmd, log_path, t0)
+
+    def sampler(self) -> TelemetrySampler:
+        host = self.host_reader.read if self.host_reader and self.host_reader.available else None
+        return TelemetrySampler(self.gpus, self.opts.sampler_period_s, self.t0, host=host)
+
+    def finish(self, guard: caps.CapGuard, sampler: TelemetrySampler | None) -> None:
+        """After the restore: the node's facts and telemetry into its node directory."""
+        gpus, facts = self.gpus, self.facts
+        facts["caps"] = guard.record()
+        facts["gpus_after_restore"] = [{"index": g.index, "power_limit_w": g.power_limit_w()} for g in gpus]
+        facts["gpm"] = sorted({g.gpm.status for g in gpus if g.gpm is not None}) or ["off"]
+        facts["device_model"] = gpus[0].model if gpus else None
+        if sampler is not None:
+            facts["telemetry_source"] = "nvml"
+            write_parquet(sampler.frame(), self.node_dir / "telemetry.parquet", provenance(params=self.spec, backend="cuda"))
+        write_json({"node": facts}, self.node_dir / "node.json")
+
+
+# ---- telemetry without a sampler ---------------------------------------------------------------
+def telemetry_from_steps(steps: pd.DataFrame, events: list[dict[str, Any]], period_s: float, n_gpus: int,
+                         node: str, end_s: float) -> pd.DataFrame:
+    """CPU smoke runs: a trace whose only signal is gpu_util = 100 while steps run."""
+    t = np.arange(period_s, end_s + 1e-9, period_s)
+    busy = np.zeros(t.size, dtype=bool)
+    if len(steps):
+        start = float((steps["t_end_s"] - steps["step_time_s"]).iloc[0])
+        busy = (t >= start) & (t <= float(steps["t_end_s"].iloc[-1]))
+        for ev in events:
+            busy &= ~((t >= ev["t_start_s"]) & (t <= ev["t_end_s"]))
+    rows = []
+    for k, ts in enumerate(t):
+        for g in range(n_gpus):
+            rows.append({"t_s": float(ts), "node": node, "gpu": g, "gpu_util": 100.0 if busy[k] else 0.0})
+    return telemetry_frame(rows)
+
+
+# ---- the run ------------------------------------------------------------------------------------
+def _node_hosts() -> list[str]:
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    if not nodelist:
+        raise RuntimeError("nnodes > 1 needs a SLURM allocation (SLURM_JOB_NODELIST); "
+                           "set cuda.nnodes: 1 to run on this node only")
+    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def node_agent_command(spec_path: Path, outdir: Path, t0: float, nnodes: int, rdzv: str) -> list[str]:
+    return ["srun", f"--nodes={nnodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+            sys.executable, "-m", "wattflex.runs.real_run", "node", str(spec_path), str(outdir),
+            "--t0", repr(t0), "--rdzv", rdzv]
+
+
+def run_real(spec: dict[str, Any], outdir: str | Path) -> None:
+    """Run ``spec`` (``backend: cuda``) and write telemetry.parquet, steps.parquet, run.json."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    opts = RunOptions.from_spec(spec)
+    cfg = TrainConfig.from_spec(spec, outdir)
+    cfg.validate()                                      # missing model/data: fail before any cap
+    start_utc, t0 = utc_now(), time.time()
+    if opts.nnodes == 1:
+        nodes = [run_node(spec, outdir, t0)]
+    else:
+        hosts = _node_hosts()[:opts.nnodes]
+        spec_path = outdir / "spec.json"
+        spec_path.write_text(json.dumps(spec, indent=2, default=str))
+        rdzv = f"{hosts[0]}:{29400 + int(os.environ.get('SLURM_JOB_ID', '0')) % 1000}"
+        run_training(node_agent_command(spec_path, outdir, t0, opts.nnodes, rdzv), outdir / "nodes.log")
+        nodes = [read_json(outdir / NODE_DIR.format(rank=r) / "node.json")["node"] for r in range(opts.nnodes)]
+    end_utc = utc_now()
+    assemble(spec, outdir, opts, nodes, t0, start_utc, end_utc)
+
+
+def assemble(spec: dict[str, Any], outdir: Path, opts: RunOptions, nodes: list[dict[str, Any]], t0: float,
+             start_utc: str, end_utc: str, extra: dict[str, Any] | None = None) -> None:
+    """The run's files from the training's and the nodes' outputs; ``extra`` goes into run.json
+    (the in-run staircase's record). The training's and nodes' scratch files are removed."""
+    from wattflex.runs.training.loop import LIVE_STEPS_FILE, RESULT_FILE, STEPS_FILE, STOP_FILE
+    from wattflex.provenance import read_parquet
+
+    training = read_json(outdir / RESULT_FILE)["training"]
+    steps = read_parquet(outdir / STEPS_FILE)
+    parts = [outdir / NODE_DIR.format(rank=n["node_rank"]) / "telemetry.parquet" for n in nodes]
+    if all(p.is_file() for p in parts):
+        tel = pd.concat([read_parquet(p) for p in parts], ignore_index=True).sort_values(["t_s", "node", "gpu"])
+        source = "nvml"
+    else:
+        end_s = max(float(steps["t_end_s"].max()) if len(steps) else 0.0, time.time() - t0)
+        tel = telemetry_from_steps(steps, training["events"], opts.sampler_period_s,
+                                   opts.nproc_per_node * opts.nnodes, nodes[0]["host"], end_s)
+        source = "steps"
+    device_model = nodes[0].get("device_model") or training.get("device_name") or opts.device
+    prov = provenance(params=spec, backend="cuda", device_model=device_model)
+    meta = {"run_id": spec.get("run_id"), "group": spec.get("group", {}).get("id")}
+    write_parquet(tel.reset_index(drop=True), outdir / "telemetry.parquet", prov, telemetry_source=source, **meta)
+    write_parquet(steps, outdir / STEPS_FILE, prov, **meta)
+    gpus = [g for n in nodes for g in n.get("gpus_before_restore", [])]
+    write_json({
+        "run_id": spec.get("run_id"), "campaign": spec.get("campaign"), "group": spec.get("group", {}).get("id"),
+        "cap_w": spec.get("cap_w"), "repeat": spec.get("repeat"), "backend": "cuda", "device_model": device_model,
+        "device": opts.device, "cap_control": nodes[0]["caps"]["cap_control"], "cap_command": opts.cap_command,
+        "original_limit_w": [w for n in nodes for w in n["caps"]["original_limit_w"]],
+        "enforced_limit_w": [g["enforced_limit_w"] for g in gpus],
+        "power_limit_w": [g["power_limit_w"] for g in gpus],
+        "start_utc": start_utc, "end_utc": end_utc, "t0_epoch": t0,
+        "telemetry": {"source": source, "period_s": opts.sampler_period_s, "gpm": nodes[0].get("gpm"),
+                      "host_power": nodes[0].get("host_power"),
+                      "note": None if source == "nvml" else
+                      "no sampler: gpu_util=100 while steps run, 0 otherwise; other fields NaN"},
+        "nodes": nodes, "training": training, "spec": spec, **(extra or {}),
+    }, outdir / "run.json", prov)
+    for scratch in (RESULT_FILE, LIVE_STEPS_FILE, STOP_FILE):
+        (outdir / scratch).unlink(missing_ok=True)
+    for n in nodes:
+        shutil.rmtree(outdir / NODE_DIR.format(rank=n["node_rank"]), ignore_errors=True)
+
+
+def _node_main(argv: list[str] | None = None) -> int:
+    """``python -m wattflex.runs.real_run node SPEC OUTDIR --t0 T --rdzv HOST:PORT`` (srun agent)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m wattflex.runs.real_run node")
+    p.add_argument("what", choices=["node"])
+    p.add_argument("spec")
+    p.add_argument("outdir")
+    p.add_argument("--t0", type=float, required=True)
+    p.add_argument("--rdzv", required=True)
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    spec = json.loads(Path(a.spec).read_text())
+    run_node(spec, Path(a.outdir), a.t0, int(os.environ.get("SLURM_NODEID", "0")), a.rdzv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_node_main())

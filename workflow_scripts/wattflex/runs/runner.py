@@ -1,0 +1,60 @@
+"""One run at one cap, whatever the backend: writes telemetry.parquet, steps.parquet and
+run.json into a run directory (the files DESIGN.md names)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import pandas as pd
+
+from wattflex.provenance import provenance, write_json, write_parquet
+
+
+@contextmanager
+def atomic_run_dir(outdir: str | Path) -> Iterator[Path]:
+    """A temporary sibling of ``outdir`` whose files move into ``outdir`` on success.
+
+    A crash never leaves a half-written run that looks complete; the temporary directory
+    is removed on every exit path.
+    """
+    outdir = Path(outdir)
+    outdir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", dir=outdir.parent))
+    try:
+        yield tmp
+        outdir.mkdir(parents=True, exist_ok=True)
+        for f in tmp.iterdir():
+            f.replace(outdir / f.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_run_files(rundir: Path, spec: dict[str, Any], telemetry: pd.DataFrame, steps: pd.DataFrame,
+                    record: dict[str, Any], **run_fields: Any) -> None:
+    """telemetry.parquet, steps.parquet and run.json of one (emulated) run, with provenance."""
+    prov = provenance(params=spec, backend=spec["backend"], device_model=record.get("device_model"))
+    ids = {"run_id": spec["run_id"], "group": spec["group"]["id"]}
+    write_parquet(telemetry, rundir / "telemetry.parquet", prov, **ids)
+    write_parquet(steps, rundir / "steps.parquet", prov, **ids)
+    write_json({**ids, **run_fields, "spec": spec, **record}, rundir / "run.json", prov)
+
+
+def run_at_cap(spec: dict[str, Any], outdir: str | Path) -> Path:
+    """Run ``spec`` and write its artifacts atomically into ``outdir``."""
+    with atomic_run_dir(outdir) as tmp:
+        if spec["backend"] == "emulated":
+            from wattflex.runs.devices.emulated import run_emulated
+
+            tel, steps, facts = run_emulated(spec)
+            write_run_files(tmp, spec, tel, steps, facts, cap_w=spec["cap_w"], repeat=spec["repeat"])
+        elif spec["backend"] == "cuda":
+            from wattflex.runs.real_run import run_real
+
+            run_real(spec, tmp)
+        else:
+            raise ValueError(f"unknown backend {spec['backend']!r} (emulated | cuda)")
+    return Path(outdir)

@@ -1,0 +1,31 @@
+"""torchrun entry point: ``python -m wattflex.runs.training --config CFG.json --t0 EPOCH``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+# Runs never reach the network: models and data come from local paths or are synthetic.
+for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+    os.environ.setdefault(_var, "1")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m wattflex.runs.training", description=__doc__)
+    parser.add_argument("--config", required=True, help="TrainConfig as JSON (written by wattflex.runs.real_run)")
+    parser.add_argument("--t0", type=float, default=None, help="epoch seconds of the run start (shared clock)")
+    args = parser.parse_args(argv)
+    rank = os.environ.get("RANK", "0")
+    logging.basicConfig(level=logging.INFO if rank == "0" else logging.WARNING,
+                        format=f"%(asctime)s rank{rank} %(levelname)s %(message)s", stream=sys.stderr)
+    from wattflex.runs.training.config import TrainConfig
+    from wattflex.runs.training.loop import train
+
+    train(TrainConfig.from_json(args.config), args.t0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""What one training job is: ``TrainConfig``, built from a run spec, checked before launch.
+
+Kept free of torch imports so the orchestrator (``wattflex.runs.real_run``) can validate a
+spec and fail fast — missing model or data — before it touches a GPU's power limit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+# hf_model_type -> "dense" | "moe"; the families the harness builds and wraps with LoRA.
+ARCHITECTURES = {
+    "llama": "dense", "mistral": "dense", "qwen2": "dense", "qwen3": "dense",
+    "qwen3_moe": "moe", "mixtral": "moe", "gpt_oss": "moe", "deepseek_v2": "moe",
+}
+TASKS = ("pt", "lora")
+PRECISIONS = ("bf16-mixed", "bf16", "fp32")
+PARALLEL = ("auto", "ddp", "fsdp")
+
+
+@dataclass
+class TrainConfig:
+    """One training job. Times are seconds since the training loop started."""
+
+    model_facts: dict[str, Any]
+    task: str = "pt"                        # pt (full AdamW) | lora (LoRA SFT)
+    seq_len: int = 4096
+    batch: int = 2                          # micro-batch per GPU (sequences)
+    lora_rank: int = 32
+    ep: int = 1                             # expert-parallel degree asked for (not implemented: FSDP only)
+    compile: bool = False
+    grad_checkpointing: bool = False
+    device: str = "cuda"                    # cuda | cpu
+    model_path: str | None = None           # local HF model dir (or hub cache id with HF_HOME set)
+    data_path: str | None = None            # parquet/arrow shards of token ids; None = synthetic
+    tiny: bool = False                      # random-init tiny model from model_facts' family
+    random_init: bool = False               # full-size model from model_facts with random weights
+    seed: int = 0
+    duration_s: float = 1800.0
+    max_steps: int | None = None
+    eval_at_s: float | None = 600.0         # None: no eval event
+    eval_batches: int = 20
+    checkpoint_at_s: float | None = 1200.0  # None: no checkpoint event
+    checkpoint_dir: str | None = None       # default <outdir>/checkpoint
+    keep_checkpoint: bool = False           # the paper's checkpoint is an I/O event, not an artifact
+    lr: float | None = None                 # default: 3e-4 (pt), 2e-4 (lora)
+    precision: str | None = None            # default: bf16-mixed on cuda, fp32 on cpu
+    parallel: str = "auto"                  # auto: FSDP2 on multi-GPU cuda, DDP on cpu
+    attn_implementation: str | None = None  # None: transformers' default for the family
+    outdir: str = "."
+
+    @property
+    def hf_model_type(self) -> str:
+        return str(self.model_facts.get("hf_model_type", ""))
+
+    @property
+    def architecture(self) -> str:
+        return ARCHITECTURES.get(self.hf_model_type, str(self.model_facts.get("architecture", "dense")))
+
+    @property
+    def learning_rate(self) -> float:
+        return self.lr if self.lr is not None else (3e-4 if self.task == "pt" else 2e-4)
+
+    @property
+    def dtype_policy(self) -> str:
+        return self.precision or ("bf16-mixed" if self.device == "cuda" else "fp32")
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any], outdir: str | Path) -> "TrainConfig":
+        """The training part of a ``run_at_cap`` spec (see ``wattflex.runs.real_run``)."""
+        group, run, cuda = spec.get("group", {}), spec.get("run", {}), spec.get("cuda", {})
+        return cls(
+            model_facts=dict(spec.get("model_facts") or {}),
+            task=str(group.get("task", "pt")),
+            seq_len=int(group.get("seq_len", 4096)),
+            batch=int(group.get("batch", 2)),
+            lora_rank=int(group.get("lora_rank", 32)),
+            ep=int(group.get("ep", 1)),
+            compile=bool(group.get("compile", False)),
+            grad_checkpointing=bool(group.get("grad_checkpointing", False)),
+            device=str(cuda.get("device", "cuda")),
+            model_path=cuda.get("model_path"),
+            data_path=cuda.get("data_path"),
+            tiny=bool(cuda.get("tiny", False)),
+            random_init=bool(cuda.get("random_init", False)),
+            seed=int(spec.get("seed", 0)),
+            duration_s=float(run.get("duration_s", 1800)),
+            max_steps=_opt_int(cuda.get("max_steps")),
+            eval_at_s=_opt_float(run.get("eval_at_s")),
+            eval_batches=int(cuda.get("eval_batches", 20)),
+            checkpoint_at_s=_opt_float(run.get("checkpoint_at_s")),
+            checkpoint_dir=cuda.get("checkpoint_dir"),
+            keep_checkpoint=bool(cuda.get("keep_checkpoint", False)),
+            lr=_opt_float(cuda.get("lr")),
+            precision=cuda.get("precision"),
+            parallel=str(cuda.get("parallel", "auto")),
+            attn_implementation=cuda.get("attn_implementation"),
+            outdir=str(outdir),
+        )
+
+    def validate(self) -> None:
+        """Fail fast, before any GPU is touched, with a message that says what to fix."""
+        if self.task not in TASKS:
+            raise ValueError(f"task {self.task!r}: expected one of {', '.join(TASKS)}")
+        if self.device not in ("cuda", "cpu"):
+            raise ValueError(f"cuda.device {self.device!r}: expected 'cuda' or 'cpu'")
+        if self.dtype_policy not in PRECISIONS:
+            raise ValueError(f"cuda.precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
+        if self.parallel not in PARALLEL:
+            raise ValueError(f"cuda.parallel {self.parallel!r}: expected one of {', '.join(PARALLEL)}")
+        if self.seq_len < 2 or self.batch < 1:
+            raise ValueError(f"seq_len {self.seq_len} / batch {self.batch}: need seq_len >= 2 and batch >= 1")
+        from_config = self.tiny or (self.random_init and self.model_path is None)
+        if from_config:
+            if self.hf_model_type not in ARCHITECTURES:
+                raise ValueError(
+                    f"model_facts.hf_model_type {self.hf_model_type!r} cannot be built from config; "
+                    f"supported: {', '.join(sorted(ARCHITECTURES))} (or give cuda.model_path)")
+        if not from_config and self.model_path is None:
+            raise FileNotFoundError(
+                f"no model weights: set cuda.model_path to a local model directory for "
+                f"{self.model_facts.get('hf_model_type', 'this model')} (runs are offline), "
+                f"cuda.random_init: true for the full-size architecture with random weights, "
+                f"or cuda.tiny: true for a tiny smoke model")
+        if self.model_path is not None:
+            p = Path(self.model_path)
+            if not p.is_dir() or not (p / "config.json").is_file():
+                raise FileNotFoundError(
+                    f"cuda.model_path {self.model_path}: not a model directory with config.json "
+                    f"(download it beforehand; runs never reach the network)")
+        if self.data_path is not None and not Path(self.data_path).exists():
+            raise FileNotFoundError(
+                f"cuda.data_path {self.data_path}: no such file or directory "
+                f"(pre-tokenised parquet/arrow shards of token ids; omit for synthetic tokens)")
+        if not (math.isfinite(self.duration_s) and self.duration_s > 0):
+            raise ValueError(f"run.duration_s {self.duration_s}: must be > 0")
+
+    def to_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=2, default=str) + "\n")
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "TrainConfig":
+        return cls(**json.loads(Path(path).read_text()))
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)

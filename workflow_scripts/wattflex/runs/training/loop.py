@@ -1,0 +1,263 @@
+"""The training loop: one process per GPU under torchrun (or one in-process for tests).
+
+Rank 0 decides when to stop and when the eval and checkpoint events happen (the paper's
+protocol: eval at 10 min, one distributed checkpoint at 20 min, 30-minute runs) and
+shares the decision with the per-step loss all-reduce, so every rank leaves the loop at
+the same step. Step end times are ``time.time() - t0`` with ``t0`` handed down by the
+orchestrator, the clock its telemetry sampler uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import nn
+
+from wattflex.runs.training import data
+from wattflex.runs.training import models
+from wattflex.runs.training.config import TrainConfig
+
+log = logging.getLogger("wattflex.runs.training")
+STEPS_FILE = "steps.parquet"
+RESULT_FILE = ".training.json"     # merged into run.json by wattflex.runs.real_run, then removed
+# Read while training runs by the in-run staircase (wattflex.runs.sweep.staircase); removed by real_run.
+LIVE_STEPS_FILE = "steps.live.csv"  # rank 0 appends "step,t_end_s,tokens,loss" as each step ends
+STOP_FILE = ".stop"                 # created by the orchestrator: stop after the current step
+HF_CONFIG_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
+                  "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "num_experts",
+                  "num_local_experts", "n_routed_experts", "num_experts_per_tok", "max_position_embeddings")
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def active(self) -> bool:
+        return self.world > 1
+
+
+def init_distributed(cfg: TrainConfig) -> Dist:
+    """Process group from torchrun's environment (NCCL on GPU, gloo on CPU)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    if cfg.device == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("cuda.device is 'cuda' but torch sees no GPU (CPU-only torch build, or "
+                               "CUDA_VISIBLE_DEVICES empty); use cuda.device: cpu for a smoke run")
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+    else:
+        device = torch.device("cpu")
+    if world > 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if cfg.device == "cuda" else "gloo")
+    return Dist(rank, world, local, device)
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The transformer blocks (the ``layers`` ModuleList), units of FSDP sharding and compile."""
+    for name, mod in model.named_modules():
+        if name.endswith("layers") and isinstance(mod, nn.ModuleList):
+            return list(mod)
+    return []
+
+
+def prepare_model(cfg: TrainConfig, dist: Dist) -> tuple[nn.Module, dict[str, Any]]:
+    """Build/load, LoRA-wrap, checkpoint, compile and parallelise the model."""
+    policy = cfg.dtype_policy
+    # bf16-mixed keeps fp32 master weights for pretraining; LoRA's frozen base is bf16 there.
+    load_dtype = torch.bfloat16 if policy == "bf16" or (policy == "bf16-mixed" and cfg.task == "lora") else torch.float32
+    torch.manual_seed(cfg.seed)
+    model = models.build_model(cfg, load_dtype)
+    hf_cfg = model.config
+    if cfg.grad_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if cfg.task == "lora":
+        model = models.apply_lora(model, cfg)
+    counts = models.parameter_counts(model, *models.routing(hf_cfg))
+    info = {**counts, "flops_per_token": models.flops_per_token(counts["params_active"], cfg.model_facts, hf_cfg,
+                                                                cfg.seq_len, cfg.task),
+            "model_class": type(model).__name__, "load_dtype": str(load_dtype).replace("torch.", ""),
+            "hf_config": {k: v for k, v in hf_cfg.to_dict().items() if k in HF_CONFIG_KEYS}}
+    parallel = cfg.parallel if cfg.parallel != "auto" else ("fsdp" if cfg.device == "cuda" else "ddp")
+    fsdp = dist.active and parallel == "fsdp"
+    if not fsdp:
+        model.to(dist.device)
+    # else fully_shard moves one block at a time to the GPU and shards it: a model larger
+    # than one GPU never sits there whole
+    if cfg.compile:
+        for layer in decoder_layers(model):
+            layer.compile()
+    if fsdp:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+              if policy == "bf16-mixed" else MixedPrecisionPolicy())
+        for layer in decoder_layers(model):
+            fully_shard(layer, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+    elif dist.active:
+        model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[dist.local_rank] if cfg.device == "cuda" else None,
+            find_unused_parameters=cfg.architecture == "moe")   # unrouted experts' LoRA get no grad
+    info["parallel"] = parallel if dist.active else "none"
+    info["ep_used"] = 1
+    if cfg.ep > 1:
+        log.warning("expert parallelism (ep=%d) is not implemented in this harness: experts are sharded "
+                    "with FSDP like every other weight (ep_used=1 in run.json)", cfg.ep)
+    return model, info
+
+
+def _autocast(cfg: TrainConfig, info: dict[str, Any]):
+    if cfg.device == "cuda" and cfg.dtype_policy == "bf16-mixed" and info["parallel"] != "fsdp":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _evaluate(model: nn.Module, batches, n: int, dev: torch.device, amp) -> float:
+    model.eval()
+    total = 0.0
+    with torch.no_grad():
+        for _ in range(n):
+            x = next(batches).to(dev, non_blocking=True)
+            with amp:
+                total += float(model(input_ids=x, labels=x).loss)
+    model.train()
+    return total / max(n, 1)
+
+
+def _checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, dist: Dist, keep: bool) -> None:
+    """One distributed checkpoint (model + optimizer, every rank writes its shard)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    msd, osd = get_state_dict(model, optimizer)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path))
+    if dist.active:
+        torch.distributed.barrier()
+    if dist.rank == 0 and not keep:
+        shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()             # only if no other checkpoint lives there
+
+
+def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
+    """Train until ``duration_s`` (or ``max_steps``); rank 0 writes ``steps.parquet`` and
+    ``.training.json`` to ``cfg.outdir`` and gets the step log back."""
+    cfg.validate()
+    t0 = time.time() if t0 is None else t0
+    dist = init_distributed(cfg)
+    model, info = prepare_model(cfg, dist)
+    vocab = int(info["hf_config"]["vocab_size"])
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, betas=(0.9, 0.95),
+                                  weight_decay=0.1 if cfg.task == "pt" else 0.0)
+    stream = data.batches(cfg.data_path, vocab, cfg.seq_len, cfg.batch, cfg.seed, dist.rank, dist.world)
+    amp = _autocast(cfg, info)
+    dev = dist.device
+    peak = models.peak_flops(torch.cuda.get_device_name(dev)) if cfg.device == "cuda" else None
+    tokens_per_gpu = cfg.batch * cfg.seq_len
+    eval_pending = cfg.eval_at_s is not None and cfg.eval_batches > 0
+    ckpt_pending = cfg.checkpoint_at_s is not None
+    rows: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    live = open(Path(cfg.outdir) / LIVE_STEPS_FILE, "w", buffering=1) if dist.rank == 0 else None
+    if live:
+        live.write("step,t_end_s,tokens,loss\n")
+    stop_path = Path(cfg.outdir) / STOP_FILE
+    model.train()
+    t_loop = time.time()
+    prev_end = t_loop - t0
+    step = 0
+    while True:
+        x = next(stream).to(dev, non_blocking=True)
+        with amp:
+            loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        elapsed = time.time() - t_loop
+        stop = (elapsed >= cfg.duration_s or (cfg.max_steps is not None and step >= cfg.max_steps)
+                or (dist.rank == 0 and stop_path.exists()))
+        do_eval = eval_pending and elapsed >= cfg.eval_at_s
+        do_ckpt = ckpt_pending and elapsed >= cfg.checkpoint_at_s
+        ctl = torch.tensor([float(loss.detach()), 0.0, 0.0, 0.0], device=dev)
+        if dist.rank == 0:
+            ctl[1:] = torch.tensor([stop, do_eval, do_ckpt], dtype=ctl.dtype, device=dev)
+        if dist.active:
+            torch.distributed.all_reduce(ctl)
+        ctl = ctl.tolist()                                   # synchronises with the device
+        t_end = time.time() - t0
+        step_s = t_end - prev_end
+        tflops = info["flops_per_token"] * tokens_per_gpu / step_s / 1e12 if step_s > 0 else math.nan
+        rows.append({"step": step, "t_end_s": t_end, "tokens": tokens_per_gpu * dist.world,
+                     "loss": ctl[0] / dist.world, "step_time_s": step_s, "tflops": tflops,
+                     "mfu": tflops * 1e12 / peak if peak else math.nan})
+        prev_end = t_end
+        if live:  # line-buffered: each step is on disk as soon as it ends
+            live.write(f"{step},{t_end!r},{rows[-1]['tokens']},{rows[-1]['loss']!r}\n")
+        if dist.rank == 0 and (step <= 3 or step % 50 == 0):
+            log.info("step %d t=%.1fs loss=%.4f %.3fs/step", step, t_end, rows[-1]["loss"], step_s)
+        if ctl[2] > 0:
+            eval_pending = False
+            t_a = time.time() - t0
+            eval_stream = data.batches(cfg.data_path, vocab, cfg.seq_len, cfg.batch, cfg.seed + 1, dist.rank, dist.world)
+            eval_loss = _evaluate(model, eval_stream, cfg.eval_batches, dev, amp)
+            prev_end = time.time() - t0
+            events.append({"event": "eval", "after_step": step, "t_start_s": t_a, "t_end_s": prev_end,
+                           "loss": eval_loss, "batches": cfg.eval_batches})
+        if ctl[3] > 0:
+            ckpt_pending = False
+            t_a = time.time() - t0
+            path = Path(cfg.checkpoint_dir or Path(cfg.outdir) / "checkpoint") / f"step{step}"
+            _checkpoint(model, optimizer, path, dist, cfg.keep_checkpoint)
+            prev_end = time.time() - t0
+            events.append({"event": "checkpoint", "after_step": step, "t_start_s": t_a, "t_end_s": prev_end,
+                           "path": str(path), "kept": cfg.keep_checkpoint})
+        if ctl[1] > 0:
+            break
+    if live:
+        live.close()
+    steps = pd.DataFrame(rows)
+    if dist.rank == 0:
+        _write_outputs(cfg, steps, events, info, dist, t0, t_loop)
+    if dist.active:
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+    return steps
+
+
+def _write_outputs(cfg: TrainConfig, steps: pd.DataFrame, events: list, info: dict, dist: Dist,
+                   t0: float, t_loop: float) -> None:
+    from wattflex import provenance as prov
+
+    device_name = torch.cuda.get_device_name(dist.device) if cfg.device == "cuda" else "cpu"
+    record = prov.provenance(params={"task": cfg.task, "model": cfg.model_facts, "seq_len": cfg.seq_len,
+                                     "batch": cfg.batch, "seed": cfg.seed},
+                             backend="cuda", device_model=device_name)
+    out = Path(cfg.outdir)
+    prov.write_parquet(steps, out / STEPS_FILE, record, tokens="job tokens per step (all data-parallel ranks)",
+                       loss="mean over ranks", t_end_s="seconds since the run's t0 (telemetry clock)")
+    prov.write_json({"training": {**info, "world_size": dist.world, "device_name": device_name,
+                                  "task": cfg.task, "hf_model_type": cfg.hf_model_type, "tiny": cfg.tiny,
+                                  "seq_len": cfg.seq_len, "batch_per_gpu": cfg.batch,
+                                  "tokens_per_step": cfg.batch * cfg.seq_len * dist.world,
+                                  "precision": cfg.dtype_policy, "compile": cfg.compile,
+                                  "grad_checkpointing": cfg.grad_checkpointing, "lr": cfg.learning_rate,
+                                  "data": cfg.data_path or "synthetic", "loop_start_s": t_loop - t0,
+                                  "steps": int(len(steps)), "events": events}},
+                    out / RESULT_FILE, record)
