@@ -34,6 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow_scripts"))
 
 from wattflex.allocation import simulate as al
+from wattflex.allocation.curves import is_concave
+from wattflex.gpus import GPUS
 from wattflex.runs import emulator as em
 from wattflex.allocation import oracle as orc
 from wattflex.config import groups, load_config
@@ -50,7 +52,7 @@ def emulated_campaign(cfg: dict, noise: float = 0.005, seed: int = 0) -> tuple[p
         if g["set"] != "headline":
             continue
         job = em.JobSpec.from_config(g, cfg["_catalog"][g["model"]])
-        gpu = em.GPUS[g["gpu"]]
+        gpu = GPUS[g["gpu"]]
         leak = em.gpu_leakages(seed + len(per_group), job.gpus)
         pts = []
         for cap in g["caps"]:
@@ -148,7 +150,7 @@ def main() -> int:
         {"what": f"simulate(): main + SLA tiers + {cfg.oos_splits} out-of-sample splits", "wall_s": full_wall,
          "cpu_s": full_cpu},
     ])
-    concave = al.is_concave(table.curves)
+    concave = is_concave(table.curves)
     lines = [
         "# Allocation oracle and simulation benchmark", "",
         f"Machine: {os.cpu_count()} CPUs visible (shared); numpy {np.__version__}. Curves: "

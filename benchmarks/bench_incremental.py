@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-WORKFLOW_PARTS = ("Snakefile", "rules", "workflow_scripts", "config", "envs")
+WORKFLOW_PARTS = ("Snakefile", "rules", "workflow_scripts", "config", "envs", "resources")
 
 
 def allocation_wired(workflow: Path = REPO) -> bool:
@@ -101,7 +101,6 @@ def main() -> None:
                     help="wire rules/allocation.smk into the snapshot if the Snakefile does not include it yet")
     args = ap.parse_args()
     base_cfg = yaml.safe_load(Path(args.configfile).read_text())
-    base_cfg.setdefault("paper_tables_dir", str((REPO / "../shared/paper/tables").resolve()))
     rows = []
     with tempfile.TemporaryDirectory(prefix="wattflex-bench-") as tmp:
         workflow = snapshot(Path(tmp) / "workflow", args.with_allocation)

@@ -5,7 +5,7 @@ Usage: python benchmarks/bench_sweep_modes.py [--config config/config.yaml] [--g
 For each group of the campaign (emulated backend, all sets):
 - separate: one emulated run per cap (no repeats), each summarised with the campaign's
   protocol, PFI with its Monte Carlo CI (``pfi.pfi_table``) -- the paper's method;
-- staircase / adaptive: one emulated run (``staircase.run_sweep``), per-cap rows from
+- staircase / adaptive: one emulated run (``sweep.emulated.run_sweep``), per-cap rows from
   ``steady.cap_rows``, the same ``pfi_table``;
 - truth: PFI of the emulator's noise-free model power and throughput at each cap (what an
   infinitely long, noise-free sweep would give), to show how far each mode is from it.
@@ -32,7 +32,8 @@ from wattflex.config import groups, load_config, run_id, run_spec
 from wattflex.runs.devices.emulated import run_emulated
 from wattflex.analysis.pfi import pfi_ratio, pfi_table
 from wattflex.provenance import provenance, write_csv
-from wattflex.runs.sweep.staircase import run_sweep, sweep_spec
+from wattflex.runs.sweep.algorithm import sweep_spec
+from wattflex.runs.sweep.emulated import run_sweep
 from wattflex.runs.sweep.steady import cap_rows
 from wattflex.telemetry import SummaryProtocol, summarize_run
 

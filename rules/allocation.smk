@@ -1,5 +1,5 @@
 # Stage 7: allocation under a cluster power cut (paper §6, Fig. 8) and beyond: exact
-# oracle, curve-aware and SLA-tier policies, out-of-sample check (wattflex.allocation.simulate).
+# oracle, curve-aware and SLA-tier policies, out-of-sample check (wattflex.allocation).
 # Needs common.smk (section, script_code, with_sidecars, figure_output, outputs_of)
 # and the predictor's predictions.parquet (analysis.smk).
 

@@ -1,5 +1,6 @@
 # Helpers shared by all rule files (config validation, the sweep table, params slices).
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -7,8 +8,9 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow_scripts"))
 
 from wattflex.config import SCHEDULING_KEYS, ConfigError, expand_runs, groups, prepare, run_spec
 from wattflex.fingerprint import script_fingerprint
+from wattflex.gpus import GPUS
 from wattflex.report import snakemake_category
-from wattflex.runs.sweep.staircase import sweep_spec
+from wattflex.runs.sweep.algorithm import sweep_spec
 
 try:
     prepare(config, base=Path(workflow.basedir))
@@ -21,7 +23,9 @@ SOURCE = config.get("source", "generate")  # ingest: runs.parquet from data (rul
 RUNS = expand_runs(config) if SOURCE == "generate" else []
 GROUPS = {g["id"]: g for g in groups(config)} if SOURCE == "generate" else {}
 SWEEP = config.get("sweep", "separate")  # staircase | adaptive: one run per group (rules/sweeps.smk)
-PAPER_TABLES = str(Path(workflow.basedir) / config.get("paper_tables_dir", "../shared/paper/tables"))
+# Relative to the workflow directory (rule scripts resolve it there), so that moving the
+# checkout changes no params and reruns nothing.
+PAPER_TABLES = config.get("paper_tables_dir", "resources/paper/tables")
 
 
 def run_dirs(campaign):
@@ -105,6 +109,13 @@ def representative_run(campaign):
     return f"results/{campaign}/runs/{first['id']}/{mode}cap{max(first['caps']):g}"
 
 
+def representative_files(campaign):
+    """The Fig. 2 run's files; none for an ingested campaign (it has no generated groups)."""
+    if not GROUPS:
+        return []
+    return [f"{representative_run(campaign)}/{f}" for f in ("telemetry.parquet", "steps.parquet", "summary.json")]
+
+
 # Rules whose outputs are the workflow's final products (rule all asks for all of them).
 FINAL_RULES = ["collect_runs", "compute_pfi", "core_figures", "cluster_stats", "fit_predictor",
                "paper_tables", "analysis_figures", "simulate_allocation", "allocation_figures", "report"]
@@ -130,7 +141,7 @@ def report_inputs(campaign):
 # Cluster facts arrive as config keys slurm_* (profiles/slurm/config.yaml sets them); they
 # shape SLURM requests only, never a run's params, so changing them reruns nothing.
 SLURM = {"slurm_gpus_per_node": 8, "slurm_gpu_model": "none",
-         "slurm_gpu_names": {"H200": "h200", "H100": "h100"}, "slurm_runtime_margin_min": 20}
+         "slurm_gpu_names": {name: gpu.slurm_name for name, gpu in GPUS.items()}, "slurm_runtime_margin_min": 20}
 SLURM.update({k: config[k] for k in SLURM if k in config})
 RUN_RETRIES = int(config.get("run", {}).get("retries", 1))
 
@@ -181,3 +192,10 @@ def sweep_minutes(wildcards, attempt):
     """SLURM time limit: the one run never outlasts the separate runs it replaces."""
     seconds = len(GROUPS[wildcards.group]["caps"]) * float(config.get("run", {}).get("duration_s", 1800))
     return int(-(-seconds // 60)) + int(SLURM["slurm_runtime_margin_min"]) * attempt
+
+
+def stable_path(path):
+    """Data inside the checkout or the working directory as a relative path, so moving the
+    checkout changes no input path and reruns nothing; data elsewhere stays absolute."""
+    inside = (Path(workflow.basedir).resolve(), Path.cwd().resolve())
+    return os.path.relpath(path) if any(Path(path).is_relative_to(d) for d in inside) else str(path)

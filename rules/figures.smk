@@ -16,7 +16,7 @@ rule core_figures:
     input:
         runs=f"results/{{campaign}}/runs.parquet",
         pfi=f"results/{{campaign}}/pfi.parquet",
-        representative=lambda wc: [f"{representative_run(wc.campaign)}/{f}" for f in ("telemetry.parquet", "steps.parquet", "summary.json")],
+        representative=lambda wc: representative_files(wc.campaign),
     output:
         **with_sidecars(
             figures=[figure_output(f"results/{{campaign}}/figures/{name}.png") for name in CORE_FIGURES],

@@ -1,11 +1,13 @@
 # Stage 1-2 for `source: ingest` campaigns: runs.parquet from measured sweeps or DCGM
-# captures made elsewhere (wattflex.ingest.reader) instead of run_at_cap/collect_runs, then an
+# captures made elsewhere (wattflex.ingest.sources) instead of run_at_cap/collect_runs, then an
 # ingest report. Included by the Snakefile only for such campaigns; PFI (rules/pfi.smk)
 # and everything after it read the same runs.parquet contract.
-from wattflex.ingest.reader import IngestError, config_files
+from wattflex.ingest.reader import IngestError
+from wattflex.ingest.sources import config_files
+
 
 try:
-    INGEST_FILES = [str(p) for p in config_files(config["ingest"], Path(workflow.basedir))]
+    INGEST_FILES = [stable_path(p) for p in config_files(config["ingest"], Path(workflow.basedir))]
 except IngestError as exc:
     raise WorkflowError(f"config error at ingest.path: {exc}") from None
 

@@ -1,4 +1,4 @@
-# Stages 1-2 in one run per group (`sweep: staircase | adaptive`, wattflex.runs.sweep.staircase): the
+# Stages 1-2 in one run per group (`sweep: staircase | adaptive`, wattflex.runs.sweep): the
 # whole cap grid of a group is measured inside one training run, start-up paid once; each
 # cap then gets a summary.json in the contract of summarize_run, so collect_runs and all
 # that follows are unchanged (common.smk's summary_files() lists these in those modes).

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+RESOURCES = REPO / "resources"  # published data shipped with the repository
 sys.path.insert(0, str(REPO / "workflow_scripts"))
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -16,10 +16,8 @@ def repo() -> Path:
 
 
 @pytest.fixture(scope="session")
-def shared() -> Path:
-    if not SHARED.is_dir():
-        pytest.skip(f"shared data folder not found at {SHARED}")
-    return SHARED
+def resources() -> Path:
+    return RESOURCES
 
 
 @pytest.fixture(scope="session")

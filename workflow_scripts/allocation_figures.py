@@ -1,8 +1,8 @@
 """Rule script: the Fig. 8 analog and the out-of-sample figure of the allocation stage."""
 import pandas as pd
 
-from wattflex.allocation.simulate import fig8_figure, out_of_sample_figure
-from wattflex.plots.core import apply_style
+from wattflex.plots.allocation import fig8_figure, out_of_sample_figure
+from wattflex.plots.style import apply_style
 from wattflex.provenance import provenance, read_json, stamp_png
 from wattflex.smk import rule_logger
 

@@ -1,4 +1,6 @@
 """Rule script: Kruskal-Wallis + Dunn-Holm across clusters and telemetry-PFI correlations."""
+from pathlib import Path
+
 import numpy as np
 
 from wattflex.analysis.paper_tables import beside_published, read_campaign
@@ -11,6 +13,8 @@ from wattflex.analysis.stats import CLUSTER_ORDER, cluster_tests_table, kruskal_
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 cfg = smk.params.stats
+# params.paper_tables is relative to the workflow directory (the parent of this script's)
+paper = Path(smk.scriptdir).parent / smk.params.paper_tables
 runs, pfi, backend = read_campaign(smk.input.runs, smk.input.pfi)
 prov = provenance(params=cfg, inputs=list(smk.input), backend=backend)
 sets = cfg.get("sets", ["headline"])
@@ -25,7 +29,7 @@ write_json(result, smk.output.kruskal_dunn, prov)
 log.info("Kruskal-Wallis H=%.3f p=%.4g", result["kruskal"]["H"], result["kruskal"]["p"])
 
 tests = cluster_tests_table(result)
-published = load_published(smk.params.paper_tables, "table10_11_cluster_tests")
+published = load_published(paper, "table10_11_cluster_tests")
 write_csv(beside_published(tests, published, ["test", "comparison"], ["n", "statistic", "p_raw", "p_holm"]),
           smk.output.cluster_tests, prov, backend=backend)
 

@@ -2,8 +2,8 @@
 scenarios' summaries in one table."""
 import pandas as pd
 
-from wattflex.control.clustersim import power_figure, tokens_figure
-from wattflex.plots.core import apply_style
+from wattflex.plots.control import power_figure, tokens_figure
+from wattflex.plots.style import apply_style
 from wattflex.provenance import provenance, read_csv, read_parquet, stamp_png, write_csv
 from wattflex.smk import rule_logger
 

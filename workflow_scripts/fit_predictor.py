@@ -1,4 +1,6 @@
 """Rule script: the PFI predictor: Table 3 ablation, chosen model, predictions, Tables 12-13."""
+from pathlib import Path
+
 from wattflex.analysis import predictor
 from wattflex.analysis.paper_tables import beside_published, read_campaign
 from wattflex.provenance import provenance, write_csv, write_json, write_parquet
@@ -8,6 +10,8 @@ from wattflex.smk import rule_logger
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 cfg = smk.params.predictor
+# params.paper_tables is relative to the workflow directory (the parent of this script's)
+paper = Path(smk.scriptdir).parent / smk.params.paper_tables
 runs, pfi, backend = read_campaign(smk.input.runs, smk.input.pfi)
 prov = provenance(params=cfg, inputs=list(smk.input), backend=backend)
 groups = predictor.group_table(runs, pfi)
@@ -15,7 +19,7 @@ train = predictor.training_rows(groups, cfg.get("train_set", "headline"))
 log.info("training on %d groups", len(train))
 
 ablation = predictor.ablation(train, cfg.get("ablation_sets", predictor.ABLATION_SETS))
-published = load_published(smk.params.paper_tables, "table3_predictor_ablation")
+published = load_published(paper, "table3_predictor_ablation")
 columns = ["p", "r2_in", "loo_r2", "loo_rmse", "loo_spearman", "loco_r2", "loco_rmse", "loco_spearman"]
 write_csv(beside_published(ablation, published, "predictors", columns), smk.output.ablation, prov, backend=backend)
 

@@ -4,15 +4,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from wattflex.plots import core as figures
-from wattflex.ingest.summary import group_table, report_markdown, robust_vs_ratio_figure, status_counts
+from wattflex.ingest.summary import group_table, report_markdown, status_counts
+from wattflex.plots.ingest import robust_vs_ratio_figure
+from wattflex.plots.style import apply_style
+from wattflex.plots.sweeps import curves_figure
 from wattflex.provenance import provenance, read_json, read_parquet, write_csv
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 cfg = smk.params.figures
-figures.apply_style(cfg)
+apply_style(cfg)
 dpi = int(cfg.get("dpi", 110))
 runs, pfi = read_parquet(smk.input.runs), read_parquet(smk.input.pfi)
 summary = read_json(smk.input.summary)["ingest"]
@@ -21,8 +23,8 @@ campaign = smk.wildcards.campaign
 
 # Curves faceted by GPU model: ingested groups carry no paper cluster worth splitting on.
 by_gpu = runs.assign(cluster=runs["gpu_model"].astype(str))
-figures.curves_figure(by_gpu, normalized=True).savefig(smk.output.curves_normalized, dpi=dpi)
-figures.curves_figure(by_gpu, normalized=False).savefig(smk.output.curves_raw, dpi=dpi)
+curves_figure(by_gpu, normalized=True).savefig(smk.output.curves_normalized, dpi=dpi)
+curves_figure(by_gpu, normalized=False).savefig(smk.output.curves_raw, dpi=dpi)
 robust_vs_ratio_figure(pfi, f"{campaign}: robust vs ratio PFI, {len(pfi)} groups").savefig(smk.output.scatter, dpi=dpi)
 
 write_csv(status_counts(pfi), smk.output.counts, prov)

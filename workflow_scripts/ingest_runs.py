@@ -1,7 +1,5 @@
-"""Rule script: measured sweeps / DCGM captures -> runs.parquet (wattflex.ingest.reader)."""
-import pandas as pd
-
-from wattflex.ingest.reader import config_options, ingest_files
+"""Rule script: measured sweeps / DCGM captures -> runs.parquet (wattflex.ingest.sources)."""
+from wattflex.ingest.sources import config_options, ingest_files
 from wattflex.provenance import provenance, write_csv, write_json, write_parquet
 from wattflex.smk import rule_logger
 

@@ -1,13 +1,17 @@
 """Rule script: the campaign's self-contained HTML reproduction report (wattflex.report)."""
+from pathlib import Path
+
 from wattflex.provenance import provenance
 from wattflex.report import write_report
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
+# params.paper_tables is relative to the workflow directory (the parent of this script's)
+paper = Path(smk.scriptdir).parent / smk.params.paper_tables
 files = list(smk.input)
 prov = provenance(params=smk.params.shown_config, inputs=files)
 statuses = write_report(files, smk.output.html, smk.wildcards.campaign, smk.params.shown_config,
-                        smk.params.paper_tables, prov)
+                        paper, prov)
 for key, status in statuses.items():
     log.info("section %s: %s", key, status)

@@ -1,4 +1,6 @@
 """Rule script: Tables 9 (grid sensitivity), 8 (H100 vs H200), repeatability, 4-5 (compute)."""
+from pathlib import Path
+
 import pandas as pd
 
 from wattflex.analysis import paper_tables as pt
@@ -9,7 +11,8 @@ from wattflex.smk import rule_logger
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 cfg, run_cfg = smk.params.tables, smk.params.run
-paper = smk.params.paper_tables
+# params.paper_tables is relative to the workflow directory (the parent of this script's)
+paper = Path(smk.scriptdir).parent / smk.params.paper_tables
 runs, pfi, backend = pt.read_campaign(smk.input.runs, smk.input.pfi)
 predictions = read_parquet(smk.input.predictions)
 prov = provenance(params={"tables": cfg, "run": run_cfg}, inputs=list(smk.input), backend=backend)

@@ -1,7 +1,6 @@
 """Rule script: steady-state summary of one run (wattflex.telemetry.summarize_run)."""
 import sys
 
-import pandas as pd
 
 from wattflex.runs.failures import failed_summary, is_failed
 from wattflex.provenance import provenance, read_json, read_parquet, write_json

@@ -17,11 +17,9 @@ CAMPAIGNS = {  # campaign -> (data folder, raw file glob)
 
 
 @pytest.fixture(scope="module", params=list(CAMPAIGNS))
-def campaign_run(request, tmp_path_factory, shared):
+def campaign_run(request, tmp_path_factory, resources):
     name = request.param
-    data = shared / "external" / CAMPAIGNS[name][0]
-    if not data.is_dir():
-        pytest.skip(f"{data} not found")
+    data = resources / "external" / CAMPAIGNS[name][0]
     work = tmp_path_factory.mktemp(name)
     snakemake("--cores", "2", "--configfile", str(REPO / "config" / f"{name}.yaml"), cwd=work)
     raw = pd.concat([pd.read_csv(f) for f in sorted(data.glob(CAMPAIGNS[name][1]))], ignore_index=True)

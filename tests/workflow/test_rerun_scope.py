@@ -25,7 +25,7 @@ from .conftest import REPO
 
 pytestmark = pytest.mark.slow
 
-WORKFLOW_PARTS = ("Snakefile", "rules", "workflow_scripts", "config", "envs", "profiles")
+WORKFLOW_PARTS = ("Snakefile", "rules", "workflow_scripts", "config", "envs", "profiles", "resources")
 N_RUNS = 6 + 4 + 4 + 1  # first group on the six-cap grid, two on four caps, one repeat
 
 # Downstream of the run summaries, in the order the workflow runs them.
@@ -61,10 +61,9 @@ def copy_workflow(dst: Path, src: Path = REPO) -> Path:
 
 
 def campaign_config() -> dict:
-    """The tiny campaign, its first group on the six-cap grid (so Table 9 has a group) and
-    the published tables at an absolute path (so a copy of the workflow finds them)."""
+    """The tiny campaign, its first group on the six-cap grid (so Table 9 has a group); the
+    published tables are the copy of the workflow's own (resources/), found relative to it."""
     cfg = yaml.safe_load((REPO / "tests" / "data" / "tiny.yaml").read_text())
-    cfg["paper_tables_dir"] = str((REPO / ".." / "shared" / "paper" / "tables").resolve())
     cfg["groups"][0]["cap_grid"] = "six"
     # A small allocation study (merged over config.yaml's): workloads, not the method, shrink.
     cfg["allocation"] = {"n_workloads": 20, "jobs_per_workload": 20, "out_of_sample": {"splits": 0, "workloads": 10}}
@@ -209,13 +208,17 @@ def test_a_statistics_setting_reruns_only_its_stage_and_what_reads_it(campaign):
 
 # ---- code changes (Snakemake does not see imported modules: code_fingerprint does) -------
 
+FIGURE_RULES = {"core_figures": 1, "analysis_figures": 1, **ALLOCATION_FIGURES}
+
+
 @pytest.mark.parametrize("module, expected", [
-    ("emulator", {"run_at_cap": N_RUNS, "summarize_run": N_RUNS, **EVERYTHING_AFTER_SUMMARIES}),
+    ("runs/emulator", {"run_at_cap": N_RUNS, "summarize_run": N_RUNS, **EVERYTHING_AFTER_SUMMARIES}),
     ("telemetry", {"summarize_run": N_RUNS, **EVERYTHING_AFTER_SUMMARIES}),
-    ("predictor", {"cluster_stats": 1, "fit_predictor": 1, "paper_tables": 1, "analysis_figures": 1,
-                   **ALLOCATION, **FINAL}),
-    # allocation.py holds its plotting code too, so the simulation reruns with figures.py
-    ("figures", {"core_figures": 1, "analysis_figures": 1, **ALLOCATION, **FINAL}),
+    ("analysis/predictor", {"cluster_stats": 1, "fit_predictor": 1, "paper_tables": 1, "analysis_figures": 1,
+                            **ALLOCATION, **FINAL}),
+    # A plot-only change (the shared style of every figure) plans the figure rules and the
+    # report, never a simulation: no module outside plots/ imports plot code.
+    ("plots/style", {**FIGURE_RULES, **FINAL}),
     ("report", FINAL),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_library_code_change_reruns_exactly_its_dependents(campaign, module, expected):

@@ -2,8 +2,10 @@
 
 Each subcommand lives in its own module under ``wattflex.commands`` and exposes
 ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``; this dispatcher
-discovers them, so adding a command never touches this file. Modules are imported
-lazily per command so ``wattflex pfi`` does not pay for torch or scikit-learn.
+discovers them, so adding a command never touches this file. Every command module is
+imported to build ``--help``, so command modules import only light things at the top
+(registries such as ``wattflex.allocation.policies``) and their heavy libraries inside
+``run``: ``wattflex pfi`` does not pay for torch or scikit-learn.
 """
 
 from __future__ import annotations
@@ -14,10 +16,7 @@ import pkgutil
 import sys
 
 from wattflex import __version__, commands
-
-
-class UserError(Exception):
-    """Bad input from the user: printed as one line, exit status 2, no traceback."""
+from wattflex.errors import UserError
 
 
 def _command_modules() -> list[str]:

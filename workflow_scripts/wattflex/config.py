@@ -14,9 +14,11 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
 
-from wattflex.runs.emulator import GPUS
+from wattflex.errors import ConfigError
+from wattflex.gpus import DEFAULT_GPU, GPUS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "config" / "schema" / "config.schema.yaml"
@@ -27,10 +29,6 @@ SCHEMA_PATH = REPO_ROOT / "config" / "schema" / "config.schema.yaml"
 SCHEDULING_KEYS = ("parallel_within_group", "retries")
 
 
-class ConfigError(ValueError):
-    """Invalid configuration; the message names the key."""
-
-
 def _key_path(path) -> str:
     out = ""
     for p in path:
@@ -39,7 +37,6 @@ def _key_path(path) -> str:
 
 
 def validate_schema(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> None:
-    import jsonschema
 
     schema = yaml.safe_load(Path(schema_path).read_text())
     validator = jsonschema.Draft202012Validator(schema)
@@ -74,7 +71,7 @@ def groups(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     catalog = cfg.get("_catalog", {})
     for raw in cfg["groups"]:
         g = {**copy.deepcopy(defaults), **raw}
-        g.setdefault("gpu", "H200")
+        g.setdefault("gpu", DEFAULT_GPU)
         g.setdefault("set", "headline")
         g.setdefault("matches", "")
         if "caps" not in g:

@@ -12,17 +12,22 @@ import functools
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from wattflex import SCHEMA_VERSION, __version__
 
 META_KEY = b"wattflex"
+REPORT_META_ID = "wattflex-meta"  # id of the JSON <script> that carries a report's metadata
 _PACKAGES = ("numpy", "pandas", "pyarrow", "scipy", "scikit-learn", "scikit-posthocs",
              "statsmodels", "snakemake", "matplotlib", "torch", "transformers", "peft",
              "nvidia-ml-py")
@@ -113,8 +118,6 @@ def artifact_meta(path: str | os.PathLike) -> dict[str, Any] | None:
     suffix = path.suffix.lower()
     try:
         if suffix == ".parquet":
-            import pyarrow.parquet as pq
-
             raw = (pq.read_schema(path).metadata or {}).get(META_KEY)
             return json.loads(raw) if raw else None
         if suffix == ".json":
@@ -130,9 +133,7 @@ def artifact_meta(path: str | os.PathLike) -> dict[str, Any] | None:
                 raw = img.text.get(META_KEY.decode())
             return json.loads(raw) if raw else None
         if suffix == ".html":
-            from wattflex.report import read_report_meta
-
-            return read_report_meta(path, check=False)
+            return read_html_meta(path) or None
     except (OSError, ValueError):
         return None
     return None
@@ -151,9 +152,6 @@ def inherited(inputs: Iterable[str | os.PathLike], key: str) -> str | None:
 
 def write_parquet(df: pd.DataFrame, path: str | os.PathLike, prov: dict[str, Any] | None = None,
                   **meta: Any) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pandas(df, preserve_index=False)
     doc = {"schema_version": SCHEMA_VERSION, "provenance": prov or provenance(), **meta}
@@ -163,8 +161,6 @@ def write_parquet(df: pd.DataFrame, path: str | os.PathLike, prov: dict[str, Any
 
 
 def read_parquet_meta(path: str | os.PathLike) -> dict[str, Any]:
-    import pyarrow.parquet as pq
-
     raw = (pq.read_schema(path).metadata or {}).get(META_KEY)
     doc = json.loads(raw) if raw else {}
     check_schema_version(doc.get("schema_version"), path)
@@ -230,10 +226,15 @@ def read_png_meta(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _json_default(o: Any) -> Any:
-    import numpy as np
-
     if isinstance(o, np.generic):
         return o.item()
     if isinstance(o, np.ndarray):
         return o.tolist()
     return str(o)
+
+
+def read_html_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """The JSON document embedded in a wattflex HTML report ({} if it carries none)."""
+    m = re.search(rf'<script type="application/json" id="{REPORT_META_ID}">(.*?)</script>',
+                  Path(path).read_text(), re.S)
+    return json.loads(m.group(1)) if m else {}

@@ -1,6 +1,6 @@
 """The reproduction report: one self-contained HTML page per campaign.
 
-It walks the paper's sections in order (DIGEST.md §2-§6, then the appendix), and shows in
+It walks the paper's sections in order (§2-§6, then the appendix), and shows in
 each every reproduced table and figure of the campaign beside the published values (the
 ``*_published`` columns the workflow writes, the published tables themselves, the numbers
 the paper states in its text), under a banner that says whether the section's data is
@@ -17,14 +17,17 @@ import fnmatch
 import html
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Sequence
 
-from wattflex import SCHEMA_VERSION
+import pandas as pd
+import yaml
 
-META_ID = "wattflex-meta"
+from wattflex import SCHEMA_VERSION
+from wattflex.provenance import REPORT_META_ID, artifact_meta, check_schema_version, read_html_meta
+
+META_ID = REPORT_META_ID
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,7 @@ SECTIONS: tuple[Section, ...] = (
     ), optional=True),
 )
 
-#: Run and group counts of the paper's campaign (DIGEST.md §3), shown beside ours.
+#: Run and group counts of the paper's campaign (paper §3), shown beside ours.
 PUBLISHED_COUNTS = {"headline": (25, 131), "validation": (4, 24), "h100": (6, 34)}
 
 _NEVER_SHOWN = (".meta.json",)
@@ -154,7 +157,6 @@ def _relative(path: str) -> str:
 # ---------------------------------------------------------------------------------------
 
 def _meta(path: Path) -> dict[str, Any]:
-    from wattflex.provenance import artifact_meta
 
     return artifact_meta(path) or {}
 
@@ -255,7 +257,6 @@ def banner_html(backends: Sequence[str | None]) -> str:
 
 def _matrix(runs_csv: Path):
     """Groups and runs per set (and GPU model) beside the paper's counts, clusters spelled out."""
-    import pandas as pd
 
     runs = pd.read_csv(runs_csv)
     keys = [c for c in ("set", "gpu_model") if c in runs]
@@ -275,7 +276,6 @@ def _matrix(runs_csv: Path):
 
 
 def _published_html(paper_tables: Path | None, stem: str) -> str:
-    import pandas as pd
 
     path = paper_tables / f"{stem}.csv" if paper_tables else None
     if path is None or not path.is_file():
@@ -285,7 +285,6 @@ def _published_html(paper_tables: Path | None, stem: str) -> str:
 
 
 def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> str:
-    import pandas as pd
 
     render = item.render or {".png": "figure", ".csv": "table", ".md": "text"}.get(path.suffix, "file")
     title = item.title if "*" not in item.path else f"{item.title}: {path.stem}"
@@ -318,7 +317,6 @@ def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> s
 
 
 def _summary_rows(summary_csv: Path | None, keys: Sequence[str]) -> str:
-    import pandas as pd
 
     if not keys or summary_csv is None:
         return ""
@@ -387,7 +385,6 @@ def _other_html(camp: _Campaign, paper_tables: Path | None) -> str:
 
 
 def _counts_html(camp: _Campaign) -> str:
-    import pandas as pd
 
     runs_csv = camp.files.get("runs.csv")
     if runs_csv is None:
@@ -405,8 +402,6 @@ def _counts_html(camp: _Campaign) -> str:
 
 
 def _provenance_html(camp: _Campaign, config: dict[str, Any] | None) -> str:
-    import pandas as pd
-    import yaml
 
     rows, packages = [], {}
     for rel, path in sorted(camp.files.items()):
@@ -454,7 +449,6 @@ nav ol{columns:2} pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:1
 def render_report(files: Iterable[str | Path], campaign: str, config: dict[str, Any] | None = None,
                   paper_tables: str | Path | None = None, prov: dict[str, Any] | None = None) -> str:
     """The report HTML for the artifacts ``files`` (paths under ``results/<campaign>/``)."""
-    import pandas as pd
 
     camp = _Campaign({_relative(str(f)): Path(f) for f in files})
     runs_csv = camp.files.get("runs.csv")
@@ -514,10 +508,7 @@ def write_report(files: Iterable[str | Path], out: str | Path, campaign: str, co
 def read_report_meta(path: str | Path, check: bool = True) -> dict[str, Any]:
     """The metadata embedded in a report (schema version, campaign, section statuses,
     provenance); refuses an unknown major schema version unless ``check`` is False."""
-    from wattflex.provenance import check_schema_version
-
-    m = re.search(rf'<script type="application/json" id="{META_ID}">(.*?)</script>', Path(path).read_text(), re.S)
-    doc = json.loads(m.group(1)) if m else {}
+    doc = read_html_meta(path)
     if check:
         check_schema_version(doc.get("schema_version"), path)
     return doc

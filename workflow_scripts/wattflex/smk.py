@@ -1,4 +1,4 @@
-"""Glue for rule scripts: logging to the rule's ``log:`` file and reading params.
+"""Glue for rule scripts: logging to the rule's ``log:`` file.
 
 Rule scripts stay thin: ``log = rule_logger(snakemake)``, then library calls.
 """

@@ -7,6 +7,12 @@ Per-run telemetry is long format, one row per GPU per sample, with the columns i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
 TELEMETRY_COLUMNS = [
     "t_s", "node", "gpu", "power_w", "energy_j", "sm_clock_mhz", "mem_clock_mhz", "gpu_util",
     "mem_copy_util", "dram_active", "sm_active", "tensor_active", "fb_used_gib", "temp_c",
@@ -17,12 +23,6 @@ STEP_COLUMNS = ["step", "t_end_s", "tokens", "loss"]
 ACTIVITY_METRICS = ["sm_clock_mhz", "mem_clock_mhz", "gpu_util", "mem_copy_util", "dram_active",
                     "sm_active", "tensor_active", "fb_used_gib", "temp_c", "power_limit_w",
                     "enforced_limit_w"]
-
-from dataclasses import dataclass  # noqa: E402
-from typing import Any  # noqa: E402
-
-import numpy as np
-import pandas as pd
 
 WARMUP, STARTUP, TRAINING, DIP = "warmup", "startup", "training", "dip"
 

@@ -7,9 +7,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wattflex.allocation import simulate as al
 from wattflex.allocation import oracle as orc
+from wattflex.allocation.allocator import allocate, predicted_curves, water_fill
+from wattflex.allocation.curves import Curves, curves_from_points, is_concave, power_to_cap, sla_floor
+from wattflex.allocation.policies import POLICIES, WEIGHTED_POLICIES
+from wattflex.allocation.simulate import (
+    SimulationConfig,
+    fit_pfi_ols,
+    group_table,
+    sample_workloads,
+    simulate,
+    stratified_halves,
+)
 from wattflex.analysis.pfi import pfi_ratio
+from wattflex.plots.allocation import out_of_sample_figure
 
 
 def random_curves(rng, shape, K, concave):
@@ -78,7 +89,7 @@ def test_concave_hull_is_the_least_concave_majorant():
     assert np.allclose(H[:, [0, -1]], T[:, [0, -1]])  # endpoints are always on the hull
     Pc, Tc = random_curves(rng, (50,), 6, concave=True)
     np.testing.assert_allclose(orc.concave_hull(Pc, Tc), Tc)
-    assert al.is_concave(al.Curves(Pc, Tc)).all() and not al.is_concave(al.Curves(P, T)).all()
+    assert is_concave(Curves(Pc, Tc)).all() and not is_concave(Curves(P, T)).all()
 
 
 # --------------------------------------------------------------------------- the oracle
@@ -152,46 +163,46 @@ def workload_batch(seed, W=40, n=8, K=5, concave_share=0.7):
     P[swap], T[swap] = Pn[swap], Tn[swap]
     feats = {"pfi": rng.uniform(0.9, 2.5, (W, n)), "pfi_measured": rng.uniform(1.0, 2.5, (W, n)),
              "moe_ft": rng.random((W, n)) < 0.3, "dram_copy_product": rng.uniform(0.0, 5.0, (W, n))}
-    return al.Curves(P, T), feats, rng
+    return Curves(P, T), feats, rng
 
 
 @pytest.mark.parametrize("cut", [0.05, 0.2, 0.35])
 def test_every_policy_meets_the_budget_and_never_beats_the_oracle(cut):
     curves, feats, _ = workload_batch(7)
     budget = (1 - cut) * curves.ceiling_w.sum(-1)
-    best = al.allocate(curves, budget, "oracle", feats)
+    best = allocate(curves, budget, "oracle", feats)
     floors_fit = curves.floor_w.sum(-1) <= budget
     assert (best.feasible == floors_fit).all() and floors_fit.any()
     assert (best.power_w.sum(-1)[floors_fit] <= budget[floors_fit] * (1 + 1e-9)).all()
-    for policy in al.POLICIES:
-        a = al.allocate(curves, budget, policy, feats)
+    for policy in POLICIES:
+        a = allocate(curves, budget, policy, feats)
         ok = a.feasible
         assert (a.power_w >= curves.floor_w - 1e-9).all() and (a.power_w <= curves.ceiling_w + 1e-9).all()
         assert (a.total_throughput[ok] <= best.total_throughput[ok] * (1 + 1e-9) + 1e-6).all(), policy
-        if policy in al.WEIGHTED_POLICIES:  # water-filling spends exactly the budget
+        if policy in WEIGHTED_POLICIES:  # water-filling spends exactly the budget
             np.testing.assert_allclose(a.power_w.sum(-1)[ok], budget[ok], rtol=1e-9)
 
 
 def test_water_filling_redistributes_at_the_floor():
     # job 0 can give only 10 W; the rest of its equal share moves to the others
-    c = al.water_fill(np.array(60.0), np.array([10.0, 100.0, 100.0]), np.array([1.0, 1.0, 1.0]))
+    c = water_fill(np.array(60.0), np.array([10.0, 100.0, 100.0]), np.array([1.0, 1.0, 1.0]))
     np.testing.assert_allclose(c, [10.0, 25.0, 25.0])
     # proportional while nobody saturates
-    np.testing.assert_allclose(al.water_fill(np.array(30.0), np.array([50.0, 50.0]), np.array([1.0, 2.0])), [10, 20])
+    np.testing.assert_allclose(water_fill(np.array(30.0), np.array([50.0, 50.0]), np.array([1.0, 2.0])), [10, 20])
     # zero-weight jobs are cut only once the weighted ones reach their floors
-    c = al.water_fill(np.array(70.0), np.array([30.0, 20.0, 40.0]), np.array([1.0, 1.0, 0.0]))
+    c = water_fill(np.array(70.0), np.array([30.0, 20.0, 40.0]), np.array([1.0, 1.0, 0.0]))
     np.testing.assert_allclose(c, [30.0, 20.0, 20.0])
     # more than the total headroom: everyone at the floor (the caller flags infeasibility)
-    np.testing.assert_allclose(al.water_fill(np.array(500.0), np.array([30.0, 20.0]), np.array([1.0, 1.0])), [30, 20])
+    np.testing.assert_allclose(water_fill(np.array(500.0), np.array([30.0, 20.0]), np.array([1.0, 1.0])), [30, 20])
 
 
 def test_equal_weight_cut_is_proportional_to_uncapped_power_until_floors():
     P = np.array([[100.0, 1000.0], [500.0, 1000.0], [100.0, 2000.0]])
     T = P * 2.0
-    a = al.allocate(al.Curves(P, T), 0.7 * 4000.0, "equal-weight")  # cut 1200 W
+    a = allocate(Curves(P, T), 0.7 * 4000.0, "equal-weight")  # cut 1200 W
     # shares 300/300/600 of the 1200 W cut; nobody reaches a floor
     np.testing.assert_allclose(a.power_w, [700.0, 700.0, 1400.0])
-    a = al.allocate(al.Curves(P, T), 0.4 * 4000.0, "equal-weight")  # cut 2400 W
+    a = allocate(Curves(P, T), 0.4 * 4000.0, "equal-weight")  # cut 2400 W
     # shares 600/600/1200 would push job 1 (500 W headroom) below its floor: it gives
     # 500 W and the remaining 1900 W splits 1:2 over the other two
     np.testing.assert_allclose(a.power_w, [1000 - 1900 / 3, 500.0, 2000 - 2 * 1900 / 3])
@@ -200,8 +211,8 @@ def test_equal_weight_cut_is_proportional_to_uncapped_power_until_floors():
 def test_infeasible_budget_is_flagged_not_overspent():
     curves, feats, _ = workload_batch(3, W=5)
     budget = curves.floor_w.sum(-1) * 0.95
-    for policy in al.POLICIES:
-        a = al.allocate(curves, budget, policy, feats)
+    for policy in POLICIES:
+        a = allocate(curves, budget, policy, feats)
         assert not a.feasible.any()
         np.testing.assert_allclose(a.power_w, a.floor_w)
 
@@ -209,22 +220,22 @@ def test_infeasible_budget_is_flagged_not_overspent():
 def test_pfi_aware_cuts_flexible_jobs_more():
     P = np.tile([[200.0, 600.0, 1000.0]], (2, 1))
     T = np.array([[100.0, 400.0, 500.0], [100.0, 400.0, 500.0]])
-    a = al.allocate(al.Curves(P, T), 1500.0, "pfi-aware", {"pfi": np.array([1.0, 3.0])})
+    a = allocate(Curves(P, T), 1500.0, "pfi-aware", {"pfi": np.array([1.0, 3.0])})
     # same P/T, PFI 3 vs 1: cut shares 1:3 of the 500 W cut
     np.testing.assert_allclose(1000.0 - a.power_w, [125.0, 375.0])
-    m = al.allocate(al.Curves(P, T), 1500.0, "moe-ft-weighted", {"moe_ft": np.array([False, True])})
+    m = allocate(Curves(P, T), 1500.0, "moe-ft-weighted", {"moe_ft": np.array([False, True])})
     np.testing.assert_allclose(1000.0 - m.power_w, [500 / 3, 1000 / 3])
 
 
 # --------------------------------------------------------------------------- SLA tiers
 
 def test_sla_floor_on_a_hand_curve():
-    c = al.Curves(np.array([[200.0, 400.0, 600.0]]), np.array([[40.0, 80.0, 100.0]]))
+    c = Curves(np.array([[200.0, 400.0, 600.0]]), np.array([[40.0, 80.0, 100.0]]))
     # 10% slowdown -> T >= 90 -> halfway up the top segment
-    np.testing.assert_allclose(al.sla_floor(c, np.array([0.10])), [500.0])
-    np.testing.assert_allclose(al.sla_floor(c, np.array([0.70])), [200.0])  # never binding
-    np.testing.assert_allclose(al.sla_floor(c, np.array([np.nan])), [200.0])  # no tier
-    np.testing.assert_allclose(al.sla_floor(c, np.array([0.0])), [600.0])
+    np.testing.assert_allclose(sla_floor(c, np.array([0.10])), [500.0])
+    np.testing.assert_allclose(sla_floor(c, np.array([0.70])), [200.0])  # never binding
+    np.testing.assert_allclose(sla_floor(c, np.array([np.nan])), [200.0])  # no tier
+    np.testing.assert_allclose(sla_floor(c, np.array([0.0])), [600.0])
 
 
 def test_sla_tiers_are_honoured_by_every_policy_that_knows_the_curves():
@@ -234,10 +245,10 @@ def test_sla_tiers_are_honoured_by_every_policy_that_knows_the_curves():
     seen = []
     for cut in (0.05, 0.15, 0.3):
         budget = (1 - cut) * curves.ceiling_w.sum(-1)
-        best = al.allocate(curves, budget, "oracle", feats, max_slowdown=tiers)
+        best = allocate(curves, budget, "oracle", feats, max_slowdown=tiers)
         seen.append(best.feasible)
-        for policy in al.POLICIES:
-            a = al.allocate(curves, budget, policy, feats, max_slowdown=tiers)
+        for policy in POLICIES:
+            a = allocate(curves, budget, policy, feats, max_slowdown=tiers)
             if policy == "curve-aware":
                 continue  # floors from its predicted curve: may miss a tier (reported in sla.csv)
             ok = a.feasible
@@ -250,34 +261,34 @@ def test_sla_tiers_are_honoured_by_every_policy_that_knows_the_curves():
 # --------------------------------------------------------------------------- curves
 
 def test_curves_from_points_sorts_merges_and_pads():
-    jobs, c = al.curves_from_points(["b", "a", "a", "a", "b", "a"], [300, 500, 100, 300, 100, 300],
+    jobs, c = curves_from_points(["b", "a", "a", "a", "b", "a"], [300, 500, 100, 300, 100, 300],
                                     [3, 5, 1, 2, 1, 4], cap_w=[400, 700, 200, 400, 200, 400])
     assert jobs == ["b", "a"]
     np.testing.assert_allclose(c.power_w, [[100, 300, 300], [100, 300, 500]])
     np.testing.assert_allclose(c.throughput, [[1, 3, 3], [1, 3, 5]])  # repeats at 300 W averaged
     np.testing.assert_allclose(c.cap_w, [[200, 400, 400], [200, 400, 700]])
     with pytest.raises(ValueError, match="non-finite"):
-        al.curves_from_points(["a"], [np.nan], [1.0])
+        curves_from_points(["a"], [np.nan], [1.0])
 
 
 def test_power_to_cap_inverts_the_measured_relation():
-    c = al.Curves(np.array([[1600.0, 3000.0, 5500.0]]), np.array([[1.0, 2.0, 3.0]]),
+    c = Curves(np.array([[1600.0, 3000.0, 5500.0]]), np.array([[1.0, 2.0, 3.0]]),
                   cap_w=np.array([[200.0, 400.0, 700.0]]))
-    np.testing.assert_allclose(al.power_to_cap(c, np.array([2300.0])), [300.0])
-    np.testing.assert_allclose(al.power_to_cap(c, np.array([5500.0])), [700.0])
-    bare = al.Curves(c.power_w, c.throughput)
-    np.testing.assert_allclose(al.power_to_cap(bare, np.array([2400.0]), gpus=np.array([8])), [300.0])
-    assert al.power_to_cap(bare, np.array([2400.0])) is None
+    np.testing.assert_allclose(power_to_cap(c, np.array([2300.0])), [300.0])
+    np.testing.assert_allclose(power_to_cap(c, np.array([5500.0])), [700.0])
+    bare = Curves(c.power_w, c.throughput)
+    np.testing.assert_allclose(power_to_cap(bare, np.array([2400.0]), gpus=np.array([8])), [300.0])
+    assert power_to_cap(bare, np.array([2400.0])) is None
 
 
 @pytest.mark.parametrize("pfi", [0.8, 1.0, 1.3, 2.1, 3.5])
 def test_predicted_curve_reproduces_the_predicted_pfi(pfi):
-    c = al.Curves(np.array([[1500.0, 5500.0]]), np.array([[30000.0, 100000.0]]))
-    pred = al.predicted_curves(c, np.array([pfi]), nodes=6)
+    c = Curves(np.array([[1500.0, 5500.0]]), np.array([[30000.0, 100000.0]]))
+    pred = predicted_curves(c, np.array([pfi]), nodes=6)
     assert pred.floor_w[0] == 1500.0 and pred.ceiling_w[0] == 5500.0
     assert pred.uncapped_throughput[0] == pytest.approx(100000.0)
     assert pfi_ratio(pred.power_w[0], pred.throughput[0]) == pytest.approx(pfi, rel=1e-6)
-    assert al.is_concave(pred)[0] == (pfi >= 1.0)
+    assert is_concave(pred)[0] == (pfi >= 1.0)
 
 
 # --------------------------------------------------------------------------- simulation
@@ -310,7 +321,7 @@ def synthetic_campaign(seed=0, n_groups=12):
 
 
 def small_config(**kw):
-    return al.SimulationConfig.from_dict({"n_workloads": 24, "jobs_per_workload": 12, "cuts": [0.0, 0.2, 0.4],
+    return SimulationConfig.from_dict({"n_workloads": 24, "jobs_per_workload": 12, "cuts": [0.0, 0.2, 0.4],
                                           "out_of_sample": {"splits": 2, "workloads": 8}, "headline": {"cut": 0.2},
                                           **kw})
 
@@ -318,9 +329,9 @@ def small_config(**kw):
 def test_simulation_outputs_and_invariants():
     runs, pfi_table, preds = synthetic_campaign()
     cfg = small_config()
-    table = al.group_table(runs, pfi_table, preds, cfg)
+    table = group_table(runs, pfi_table, preds, cfg)
     assert table.backend == "emulated" and len(table.groups) == 12
-    out = al.simulate(table, cfg)
+    out = simulate(table, cfg)
     s = out["summary"]
     assert len(s) == len(cfg.mixes) * len(cfg.cuts) * len(cfg.policies)
     deep = s[s["cut"] > 0]
@@ -345,11 +356,11 @@ def test_simulation_outputs_and_invariants():
 
 def test_production_mix_follows_the_pretraining_fraction():
     runs, pfi_table, preds = synthetic_campaign()
-    table = al.group_table(runs, pfi_table, preds, small_config())
-    idx = al.sample_workloads(table.groups, "production", 200, 100, np.random.default_rng(0), 0.2)
+    table = group_table(runs, pfi_table, preds, small_config())
+    idx = sample_workloads(table.groups, "production", 200, 100, np.random.default_rng(0), 0.2)
     share = (table.groups["task"].to_numpy()[idx] == "pt").mean()
     assert share == pytest.approx(0.2, abs=0.01)  # 20,000 draws: sd ~0.003
-    rnd = al.sample_workloads(table.groups, "random", 200, 100, np.random.default_rng(0), 0.2)
+    rnd = sample_workloads(table.groups, "random", 200, 100, np.random.default_rng(0), 0.2)
     counts = np.bincount(rnd.ravel(), minlength=len(table.groups))
     from scipy.stats import chisquare
     assert chisquare(counts).pvalue > 1e-4  # uniform over groups
@@ -357,30 +368,30 @@ def test_production_mix_follows_the_pretraining_fraction():
 
 def test_stratified_halves_split_every_stratum_and_ols_fits_the_half():
     runs, pfi_table, preds = synthetic_campaign(n_groups=12)
-    table = al.group_table(runs, pfi_table, preds, small_config())
+    table = group_table(runs, pfi_table, preds, small_config())
     g = table.groups
-    train = al.stratified_halves(g, np.random.default_rng(3))
+    train = stratified_halves(g, np.random.default_rng(3))
     for _, part in g.assign(train=train).groupby(["cluster", "task"]):
         assert abs(part["train"].sum() - (~part["train"]).sum()) <= 1
-    slope, intercept = al.fit_pfi_ols(g["dram_copy_product"].to_numpy()[train], g["pfi_measured"].to_numpy()[train])
+    slope, intercept = fit_pfi_ols(g["dram_copy_product"].to_numpy()[train], g["pfi_measured"].to_numpy()[train])
     np.testing.assert_allclose([slope, intercept],
                                np.polyfit(g["dram_copy_product"][train], g["pfi_measured"][train], 1))
 
 
 def test_config_accepts_the_nested_layout_and_rejects_unknown_keys():
-    cfg = al.SimulationConfig.from_dict({"production": {"pretraining_fraction": 0.3}, "sla": {"tiers": [0, 0.5],
+    cfg = SimulationConfig.from_dict({"production": {"pretraining_fraction": 0.3}, "sla": {"tiers": [0, 0.5],
                                          "tier_weights": [1, 1]}, "policies": ["pfi-aware"]})
     assert cfg.pretraining_fraction == 0.3 and cfg.sla_tiers == [0, 0.5]
     assert cfg.policies == ["equal-weight", "pfi-aware", "oracle"]  # the gap needs both ends
     with pytest.raises(ValueError, match="unknown allocation config"):
-        al.SimulationConfig.from_dict({"n_workload": 5})
+        SimulationConfig.from_dict({"n_workload": 5})
     with pytest.raises(ValueError, match="unknown allocation policies"):
-        al.SimulationConfig.from_dict({"policies": ["best"]})
+        SimulationConfig.from_dict({"policies": ["best"]})
 
 
 def test_out_of_sample_figure_without_splits_says_so():
     empty = pd.DataFrame(columns=["mix", "cut", "policy", "variant", "n_splits", "gap_closed_mean"])
-    fig = al.out_of_sample_figure(empty, ["emulated"])
+    fig = out_of_sample_figure(empty, ["emulated"])
     assert any("no out-of-sample splits" in t.get_text() for ax in fig.axes for t in ax.texts)
 
 

@@ -1,18 +1,13 @@
 """wattflex.analysis.paper_tables (Tables 4-5, 8, 9, repeatability, side by side with the published
-tables) and the analysis figures, on constructed sweeps with hand-computed answers."""
+tables), on constructed sweeps with hand-computed answers (the analysis figures: tests/unit/plots)."""
 
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from wattflex.analysis import paper_tables as pt
-
-SCRIPTS = Path(__file__).resolve().parents[3] / "workflow_scripts"
 
 
 def ratio_sweep(group: str, terms: dict[int, float], t_max: float = 100.0, **meta) -> pd.DataFrame:
@@ -110,39 +105,3 @@ def test_summary_rows_carry_the_papers_scalars():
     rows = pd.DataFrame(pt.summary_rows("repeatability", {"median_cv_power_pct": 0.2, "other": 1.0}))
     assert rows["published"].iloc[0] == 0.4 and np.isnan(rows["published"].iloc[1])
 
-
-def _figures_module():
-    spec = importlib.util.spec_from_file_location("analysis_figures", SCRIPTS / "analysis_figures.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # no snakemake object: only the plot functions are defined
-    return mod
-
-
-def _texts(fig) -> str:
-    return " ".join(t.get_text() for t in fig.findobj(lambda o: hasattr(o, "get_text")))
-
-
-def test_analysis_figures_render_and_say_emulated(tmp_path):
-    from wattflex.analysis.stats import telemetry_correlations
-
-    figs = _figures_module()
-    rng = np.random.default_rng(0)
-    groups = pd.DataFrame({"cluster": ["dense", "moe-pt", "moe-ft"] * 4, "dram_active": rng.uniform(0, 1, 12),
-                           "temp_c": rng.uniform(60, 80, 12)})
-    groups["pfi"] = 1 + groups["dram_active"]
-    fig = figs.telemetry_grid(groups, telemetry_correlations(groups, ["dram_active", "temp_c"]), ["emulated"])
-    assert "EMULATED" in _texts(fig) and "dram_active" in _texts(fig)
-    fig.savefig(tmp_path / "grid.png")
-    preds = pd.DataFrame({"set": ["headline"] * 3 + ["h100"], "cluster": ["dense", "moe-pt", "moe-ft", "dense"],
-                          "pfi": [1.2, 1.5, 2.0, 1.3], "pfi_pred": [1.3, 1.4, 1.9, 1.25],
-                          "pfi_pred_loo": [1.35, 1.4, 1.8, np.nan]})
-    holdout = pd.DataFrame({"set": ["headline", "h100"], "n": [3, 1], "prediction": ["loo", "model"],
-                            "r2": [0.8, np.nan], "spearman": [1.0, np.nan]})
-    fig = figs.predicted_vs_measured(preds, holdout, ["dram_copy_product"], ["emulated"])
-    assert "EMULATED" in _texts(fig)
-    table = pd.DataFrame({"pfi_6caps": [1.2, 1.5], "pfi_4caps": [1.3, 1.7], "pfi_6caps_published": [1.1, np.nan],
-                          "pfi_4caps_published": [1.2, np.nan]})
-    fig = figs.beside_published_scatter(table, "pfi_6caps", "pfi_4caps", "t", "x", "y", "rho: 1", ["cuda"])
-    assert "EMULATED" not in _texts(fig) and "measured" in _texts(fig)
-    fig.savefig(tmp_path / "t9.png")
-    assert (tmp_path / "t9.png").stat().st_size > 1000

@@ -96,12 +96,10 @@ def test_console_script_runs(repo, tmp_path):
     assert "wrote 2 group(s)" in proc.stdout and out.is_file()
 
 
-def test_real_zeus_a40_sweeps(shared, tmp_path):
+def test_real_zeus_a40_sweeps(resources, tmp_path):
     """Real measured sweeps (Zeus, NSDI'23): every group gets a finite robust PFI or a
     non-ok status saying why not; nothing is inf, nothing silently NaN."""
-    src = shared / "external/zeus-nsdi23/summary_power_a40.csv"
-    if not src.is_file():
-        pytest.skip(f"{src} not present")
+    src = resources / "external/zeus-nsdi23/summary_power_a40.csv"
     raw = pd.read_csv(src)
     sweeps = pd.DataFrame({
         "group": raw.dataset + "/" + raw.network + "/" + raw.batch_size.astype(str) + "/" + raw.optimizer,

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from wattflex.allocation.policies import CONTROL_POLICIES
 from wattflex.control.clustersim import (
     ClusterConfig,
     Scenario,
@@ -16,9 +17,10 @@ from wattflex.control.clustersim import (
     truth_table,
 )
 from wattflex.config import groups
-from wattflex.control.controller import CONTROL_POLICIES, ControlConfig, Signal
+from wattflex.control.controller import ControlConfig, Signal
 from wattflex.runs.devices.emulated import stable_seed
-from wattflex.runs.emulator import GPUS, JobSpec, gpu_leakages, job_at_cap
+from wattflex.gpus import GPUS
+from wattflex.runs.emulator import JobSpec, gpu_leakages, job_at_cap
 
 GROUPS = ["dense-pt-qwen32b-x8-compile", "moe-ft-qwen30ba3b-x8", "moe-pt-gptoss20b-x8-ep8-compile"]
 MODEL = {"features": ["dram_copy_product"], "coefficients": {"dram_copy_product": 0.08}, "intercept": 1.2}

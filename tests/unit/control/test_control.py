@@ -1,6 +1,7 @@
-"""The controller (wattflex.control.controller): budget accounting, device constraints, the stale-
-telemetry fallback, online learning, and caps restored on every exit path of the control
-loop, on emulated devices and on FAKE NVML GPUs (tests/fakes/fake_pynvml.py)."""
+"""The controller (wattflex.control.controller): budget accounting, device constraints, the
+stale-telemetry fallback, online learning; and the control loop (wattflex.control.loop):
+caps restored on every exit path, on emulated devices and on FAKE NVML GPUs
+(tests/fakes/fake_pynvml.py)."""
 
 import math
 import os
@@ -17,20 +18,13 @@ import pytest
 from tests.fakes import fake_pynvml
 from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
 from wattflex import cli
-from wattflex.allocation.simulate import Curves, predicted_curves
-from wattflex.control.controller import (
-    CONTROL_POLICIES,
-    ControlConfig,
-    Controller,
-    JobTable,
-    NodeJob,
-    Readings,
-    read_signal,
-    round_caps,
-    run_loop,
-)
+from wattflex.allocation.allocator import predicted_curves
+from wattflex.allocation.curves import Curves
+from wattflex.allocation.policies import CONTROL_POLICIES
+from wattflex.control.controller import ControlConfig, Controller, JobTable, Readings, read_signal, round_caps
+from wattflex.control.loop import NodeJob, run_loop
 from wattflex.runs.devices.emulated import EmulatedDevice
-from wattflex.runs.emulator import GPUS
+from wattflex.gpus import GPUS
 
 FAKES = Path(fake_pynvml.__file__).resolve().parent
 REPO = FAKES.parents[1]

@@ -16,7 +16,7 @@ from wattflex import cli
 from wattflex.runs.devices import caps
 from wattflex.runs.devices.emulated import EmulatedDevice
 from wattflex.runs.devices.nvml import open_gpus
-from wattflex.runs.emulator import GPUS
+from wattflex.gpus import GPUS
 
 pytestmark = pytest.mark.fake_gpu
 FAKES = Path(fake_pynvml.__file__).resolve().parent

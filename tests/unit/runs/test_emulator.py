@@ -3,8 +3,8 @@ import pytest
 
 from wattflex.config import groups
 from wattflex.runs.devices.emulated import CapOutOfRange, EmulatedDevice, run_emulated
+from wattflex.gpus import GPUS
 from wattflex.runs.emulator import (
-    GPUS,
     JobSpec,
     enforce_cap,
     gpu_leakages,

@@ -23,6 +23,7 @@ from wattflex.provenance import read_json, read_parquet
 from wattflex.runs.training import TrainConfig, train
 from wattflex.runs.training import data
 from wattflex.runs.training import models
+from wattflex.gpus import peak_bf16_flops
 
 REPO = Path(__file__).resolve().parents[3]
 CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
@@ -103,8 +104,8 @@ def test_parameter_and_flop_counts_follow_routing(tmp_path):
     dense = models.parameter_counts(models.build_model(tiny_cfg("Qwen3-32B", "pt", tmp_path), torch.float32),
                                     None, None)
     assert dense["params_active"] == dense["params_total"] - 256 * 64
-    assert models.peak_flops("NVIDIA H200") == models.peak_flops("NVIDIA H100 80GB HBM3") == 989.4e12
-    assert models.peak_flops("cpu") is None
+    assert peak_bf16_flops("NVIDIA H200") == peak_bf16_flops("NVIDIA H100 80GB HBM3") == 989.4e12
+    assert peak_bf16_flops("cpu") is None
 
 
 def test_full_size_config_matches_the_catalog():

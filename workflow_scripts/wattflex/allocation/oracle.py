@@ -34,6 +34,8 @@ import warnings
 from dataclasses import dataclass, fields
 
 import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import coo_matrix
 
 # Relative tolerance on throughput (hull vs curve) and on power (budget feasibility).
 RTOL = 1e-9
@@ -249,9 +251,6 @@ def milp_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float,
     exact for any curve shape. Merging removes the symmetry between identical copies that
     otherwise makes branching explode.
     """
-    from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import coo_matrix
-
     P = np.asarray(power_w, dtype=float)
     T = np.asarray(throughput, dtype=float)
     floor = P[:, 0]

@@ -16,9 +16,12 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from wattflex.analysis.pfi import grid_sensitivity as pfi_grid_sensitivity
 from wattflex.analysis.published import load_published
+from wattflex.gpus import DEFAULT_GPU
+from wattflex.provenance import read_parquet
 
-#: Headline numbers the paper states in its text rather than in a table (DIGEST.md §1, §2, §4).
+#: Headline numbers the paper states in its text rather than in a table (paper §1, §2, §4).
 PUBLISHED_SCALARS = {
     ("grid_sensitivity", "median_delta_pct"): (10.7, "paper §1/Table 9 text"),
     ("grid_sensitivity", "max_delta_pct"): (24.0, "paper §1/Table 9 text"),
@@ -60,7 +63,6 @@ def beside_published(ours: pd.DataFrame, published: pd.DataFrame | None, on: str
 
 def read_campaign(runs_path: str, pfi_path: str) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """runs.parquet, pfi.parquet and the backend(s) the runs came from (e.g. ``emulated``)."""
-    from wattflex.provenance import read_parquet
 
     runs, pfi = read_parquet(runs_path), read_parquet(pfi_path)
     return runs, pfi, ",".join(sorted(runs["backend"].dropna().astype(str).unique()))
@@ -95,7 +97,6 @@ def grid_sensitivity(runs: pd.DataFrame, pfi: pd.DataFrame, grid: Sequence[float
     :func:`wattflex.analysis.pfi.grid_sensitivity` on the same runs (repeats averaged as
     compute_pfi averages them); ``pfi_kwargs`` go to ``pfi_table``.
     """
-    from wattflex.analysis.pfi import grid_sensitivity as pfi_grid_sensitivity
 
     columns = ["group", "cluster", "pfi_6caps", "pfi_4caps", "delta", "delta_pct"]
     if sets is not None and "set" in pfi.columns:
@@ -203,7 +204,7 @@ def _accounting(runs: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 
 def compute_accounting(runs: pd.DataFrame, duration_s: float, overhead_s: float,
-                       gpu_model: str = "H200") -> tuple[pd.DataFrame, pd.DataFrame]:
+                       gpu_model: str = DEFAULT_GPU) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Table 4 (runs and GPU-hours by GPUs per job, ``gpu_model`` sweep runs, repeats
     excluded, as in the paper's 155-run count) and Table 5 (the whole campaign by GPU
     model, set and kind of run: ``sweep`` = first run at a cap, ``repeat`` = the extras).

@@ -110,7 +110,6 @@ import pandas as pd
 STATUSES = ("too_few_caps", "missing_uncapped", "capped_faster", "capped_more_power",
             "nonbinding_cap", "ill_conditioned", "non_monotone", "invalid_values",
             "too_few_binding", "no_throughput_loss", "ok")
-ROBUST_STATUSES = ("too_few_caps", "too_few_binding", "no_throughput_loss", "ok")
 OUTPUT_COLUMNS = ("group", "n_caps", "pfi_ratio", "pfi_area", "pfi_elasticity", "ci95_low",
                   "ci95_high", "status", "pfi_robust", "pfi_robust_ci95_low",
                   "pfi_robust_ci95_high", "robust_status", "n_binding", "uncapped_cap_w",

@@ -1,4 +1,4 @@
-"""The paper's published tables (shared/paper/tables) and side-by-side comparisons."""
+"""The paper's published tables (resources/paper/tables) and side-by-side comparisons."""
 
 from __future__ import annotations
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from wattflex.allocation.policies import POLICIES
+
 NAME = "allocate"
 HELP = "Split a cluster power cut across jobs (equal-weight, PFI-aware, ..., exact oracle)"
-_POLICIES = ("equal-weight", "pfi-aware", "pfi-aware-measured", "moe-ft-weighted", "raw-dcgm",
-             "curve-aware", "oracle")  # = wattflex.allocation.simulate.POLICIES (kept here so --help stays light)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how = parser.add_mutually_exclusive_group(required=True)
     how.add_argument("--cut", type=float, help="fraction of the jobs' uncapped power to shed, e.g. 0.3")
     how.add_argument("--budget-w", type=float, help="cluster power budget in W instead of --cut")
-    parser.add_argument("--policy", choices=_POLICIES, default="oracle", help="allocation policy (default: oracle)")
+    parser.add_argument("--policy", choices=POLICIES, default="oracle", help="allocation policy (default: oracle)")
     parser.add_argument("--moe-ft-share", type=float, default=2.0,
                         help="share multiplier of MoE fine-tuning jobs for moe-ft-weighted (default: 2)")
     parser.add_argument("--curve-nodes", type=int, default=6,
@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from wattflex.allocation.simulate import allocate_table
+    from wattflex.allocation.allocator import allocate_table
     from wattflex.provenance import provenance, write_csv, write_json
     from wattflex.commands.stats import read_table
 

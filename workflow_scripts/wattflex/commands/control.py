@@ -20,10 +20,11 @@ import argparse
 import math
 import sys
 
+from wattflex.allocation.policies import CONTROL_POLICIES, REGISTRY
+from wattflex.errors import UserError
+
 NAME = "control"
 HELP = "Per-job GPU caps that follow a power budget or signal (--dry-run: print them, change nothing)"
-_POLICIES = ("equal-weight", "pfi-aware", "moe-ft-weighted", "raw-dcgm", "curve-aware",
-             "online-learning")  # = wattflex.control.controller.CONTROL_POLICIES (kept here so --help stays light)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--basis", choices=("nominal", "measured"), default="nominal",
                         help="what a signal's fraction applies to: the sum of the GPUs' maximum limits "
                              "(nominal, default) or their power measured at the start")
-    parser.add_argument("--policy", choices=_POLICIES, default="equal-weight", help="allocation policy")
+    parser.add_argument("--policy", choices=CONTROL_POLICIES, default="equal-weight", help="allocation policy")
     parser.add_argument("--dry-run", action="store_true", help="print the caps it would set; change nothing")
     parser.add_argument("--at-s", type=float, default=0.0, help="--dry-run with --signal: the signal's time to use")
     parser.add_argument("--job", action="append", metavar="GPUS",
@@ -64,18 +65,8 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from wattflex.runs.devices.caps import limit_setter
-    from wattflex.cli import UserError
-    from wattflex.control.controller import (
-        ControlConfig,
-        Controller,
-        NodeJob,
-        job_table,
-        pfi_from_model,
-        read_jobs,
-        read_signal,
-        run_loop,
-        sample_devices,
-    )
+    from wattflex.control.controller import ControlConfig, Controller, pfi_from_model, read_signal
+    from wattflex.control.loop import NodeJob, job_table, read_jobs, run_loop, sample_devices
     from wattflex.runs.devices.nvml import local_gpu_indices, nvml, open_gpus
 
     try:
@@ -136,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
                 lo, hi = d.constraints()
                 print(f"{j.job_id:<12}{d.index:>5}{p / len(j.devices):>10.1f}{d.power_limit_w():>10.0f}"
                       f"{cap:>13.0f}{f'{lo:.0f}-{hi:.0f}':>11}")
-        if predict_pfi is None and args.policy in ("pfi-aware", "curve-aware", "online-learning"):
+        if predict_pfi is None and REGISTRY[args.policy].feature == "pfi":
             print("note: no --model (or no DRAM activity from GPM): every job's PFI taken as equal", file=sys.stderr)
         print("dry run: no power limit was changed")
         return 0

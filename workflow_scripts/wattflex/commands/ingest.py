@@ -1,6 +1,6 @@
 """``wattflex ingest FORMAT PATH -o runs.parquet``: measured sweeps -> the runs table.
 
-The same reader the workflow uses for ``source: ingest`` campaigns (``wattflex.ingest.reader``):
+The same reader the workflow uses for ``source: ingest`` campaigns (``wattflex.ingest.sources``):
 a sweep table (CSV/parquet with ``group, cap_w, power_w, throughput``), the Zeus NSDI'23
 or Perseus SOSP'24 trace files, or a manifest of DCGM exporter / ``dcgmi dmon`` captures
 with step logs. Bad rows are reported by file and line; ``--on-bad-rows skip`` leaves them
@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from wattflex.ingest.reader import ingest
+    from wattflex.ingest.sources import ingest
     from wattflex.provenance import provenance, write_csv, write_parquet
 
     result = ingest(args.format, args.path, on_bad_rows=args.on_bad_rows, throughput_unit=args.throughput_unit,

@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from wattflex.errors import UserError
+
 NAME = "pfi"
 HELP = "Power Flexibility Index (published + robust, with CI and diagnostics) of power-cap sweeps"
 REQUIRED = ("group", "cap_w", "power_w", "throughput")
@@ -44,65 +46,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def read_sweeps(path: Path):
-    """Read and validate a sweep table; bad input raises UserError naming column and line."""
-    import pandas as pd
+    """The sweep table, read by the shared reader (``wattflex.ingest.reader``) so that each
+    row keeps its file and line (``_where``); a missing column or no rows raise UserError."""
+    from wattflex.ingest.reader import read_typed_table
 
-    from wattflex.cli import UserError
-
-    if not path.is_file():
-        raise UserError(f"{path}: no such file")
-    parquet = path.suffix.lower() in (".parquet", ".pq")
-    if not parquet and path.stat().st_size == 0:
-        raise UserError(f"{path}: empty file")
-    try:
-        # blank lines kept (then dropped below) so that index + 2 is the CSV line number
-        df = pd.read_parquet(path) if parquet else pd.read_csv(path, skip_blank_lines=False)
-    except pd.errors.EmptyDataError:
-        raise UserError(f"{path}: empty file") from None
-    except (pd.errors.ParserError, OSError, ValueError) as exc:
-        raise UserError(f"{path}: cannot read: {str(exc).splitlines()[0]}") from None
-    df.columns = [str(c).strip() for c in df.columns]
-    missing = [c for c in REQUIRED if c not in df.columns]
+    df = read_typed_table(path)
+    columns = [c for c in df.columns if c != "_where"]
+    missing = [c for c in REQUIRED if c not in columns]
     if missing:
         raise UserError(f"{path}: missing column(s) {', '.join(missing)} "
-                        f"(need {', '.join(REQUIRED)}; found {', '.join(df.columns)})")
-    df = df[~df.isna().all(axis=1)]
+                        f"(need {', '.join(REQUIRED)}; found {', '.join(columns)})")
+    df = df[~df[columns].isna().all(axis=1)]
     if df.empty:
         raise UserError(f"{path}: no data rows")
-    return df, parquet
-
-
-def _where(path: Path, index, parquet: bool) -> str:
-    return f"{path} row {index + 1}" if parquet else f"{path} line {index + 2}"
-
-
-def check_values(df, path: Path, parquet: bool, numeric_cols) -> None:
-    """Every required cell present, every numeric cell a number; first offender named."""
-    import pandas as pd
-
-    from wattflex.cli import UserError
-
-    empty = df["group"].isna()
-    if empty.any():
-        raise UserError(f"{_where(path, empty.idxmax(), parquet)}: group is empty")
-    for col in numeric_cols:
-        values = df[col]
-        as_num = pd.to_numeric(values, errors="coerce")
-        bad = as_num.isna() & values.notna()
-        if bad.any():
-            i = bad.idxmax()
-            raise UserError(f"{_where(path, i, parquet)}: {col} is not a number: {values[i]!r}")
-        if col in REQUIRED and values.isna().any():
-            raise UserError(f"{_where(path, values.isna().idxmax(), parquet)}: {col} is empty")
-        df[col] = as_num
+    return df
 
 
 def run(args: argparse.Namespace) -> int:
-    from wattflex.cli import UserError
     from wattflex.analysis.pfi import pfi_table
+    from wattflex.ingest.reader import check_cells
     from wattflex.provenance import provenance, write_csv
 
-    df, parquet = read_sweeps(args.sweeps)
+    df = read_sweeps(args.sweeps)
     sem_cols = [args.power_sem_col, args.throughput_sem_col]
     if sem_cols == [None, None] and all(c in df.columns for c in DEFAULT_SEM_COLS):
         sem_cols = list(DEFAULT_SEM_COLS)
@@ -116,12 +81,12 @@ def run(args: argparse.Namespace) -> int:
     numeric = ["cap_w", "power_w", "throughput"] + [c for c in sem_cols if c is not None]
     if "gpus" in df.columns:
         numeric.append("gpus")
-    check_values(df, args.sweeps, parquet, numeric)
+    check_cells(df, numeric=numeric, required=REQUIRED)  # every bad row, by file and line
 
     params = dict(power_sem_col=sem_cols[0], throughput_sem_col=sem_cols[1],
                   uncapped_cap_w=args.uncapped_cap_w, mc_samples=args.mc_samples,
                   seed=args.seed, rel_tol=args.rel_tol, power_tol=args.power_tol)
-    table = pfi_table(df, **params)
+    table = pfi_table(df.drop(columns="_where"), **params)
 
     counts = table["status"].value_counts()
     summary = ", ".join(f"{k} {v}" for k, v in counts.items())

@@ -24,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Lazy, like every heavy import of a command (wattflex.cli): --help must not load the run stack.
     from wattflex.runs.devices.caps import default_state_dir, restore_from_state_dir
 
     state_dir = args.state_dir or default_state_dir()

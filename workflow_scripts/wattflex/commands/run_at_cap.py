@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from pathlib import Path
+
+from wattflex.errors import UserError
 
 NAME = "run-at-cap"
 HELP = "Run one training job at one power cap (emulated or real GPUs) and write its telemetry"
@@ -24,10 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import logging
-
+    # Lazy, like every heavy import of a command (wattflex.cli): --help must not load the run stack.
     from wattflex.runs.devices.caps import CapSignal
-    from wattflex.cli import UserError
 
     try:
         spec = json.loads(args.spec.read_text())

@@ -23,7 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def read_table(path: str):
-    """A CSV or parquet table; a clear error when it is missing or unreadable."""
+    """A CSV or parquet table as pandas types it; a clear error when it is missing or
+    unreadable. (``wattflex predict`` and ``wattflex allocate`` read their tables with it;
+    ``wattflex stats`` reads through the shared reader, which names bad rows by line.)"""
     import pandas as pd
 
     if not Path(path).is_file():
@@ -37,11 +39,13 @@ def read_table(path: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from wattflex.provenance import provenance, write_json
     from wattflex.analysis.stats import kruskal_dunn
+    from wattflex.ingest.reader import check_cells, read_typed_table
+    from wattflex.provenance import provenance, write_json
 
-    table = read_table(args.table)
-    result = kruskal_dunn(table, value_col=args.value_col, group_col=args.group_col,
+    table = read_typed_table(args.table)
+    check_cells(table, numeric=[args.value_col])  # a value that is not a number: named by file and line
+    result = kruskal_dunn(table.drop(columns="_where"), value_col=args.value_col, group_col=args.group_col,
                           order=[o for o in args.order.split(",") if o], p_adjust=args.p_adjust, alpha=args.alpha)
     result["input"] = str(args.table)
     if not args.output:

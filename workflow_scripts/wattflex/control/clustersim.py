@@ -27,7 +27,7 @@ usable at once.
 **Controllers.** Every policy of :mod:`wattflex.control.controller` runs in its own copy of the
 cluster, reading that copy's telemetry (period means; tokens/s with ``tokens_noise``) and
 setting its caps. Two references run beside them: the **oracle**, the exact throughput-
-maximising allocation (:func:`wattflex.allocation.simulate.allocate`, ``oracle``) on the *true*
+maximising allocation (:func:`wattflex.allocation.allocator.allocate`, ``oracle``) on the *true*
 curves with the exact cap -> power map and the signal known ahead (it moves one settling
 time before a cut), under the same margin and reservations; and **uncapped**, no control
 at all (the tokens a cut costs). Jobs running at t = 0 declare nothing: the controllers
@@ -44,10 +44,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.ndimage import maximum_filter1d
 
-from wattflex.allocation.simulate import Curves, allocate
+from wattflex.allocation.allocator import allocate
+from wattflex.allocation.curves import Curves
+from wattflex.allocation.oracle import interp
+from wattflex.allocation.policies import CLUSTER_REFERENCES, CONTROL_POLICIES
+from wattflex.analysis.predictor import predict
 from wattflex.control.controller import (
-    CONTROL_POLICIES,
     ControlConfig,
     Controller,
     JobTable,
@@ -55,10 +59,11 @@ from wattflex.control.controller import (
     Signal,
     curve_pfi,
     pfi_from_model,
+    read_signal,
 )
 from wattflex.runs.devices.emulated import SETTLE_TAU_S, stable_seed, steady_temp_c
-from wattflex.runs.emulator import GPUS, JobSpec, gpu_leakages, job_at_cap, memory_footprint_gib
-from wattflex.allocation.oracle import interp
+from wattflex.gpus import DEFAULT_GPU, GPUS
+from wattflex.runs.emulator import JobSpec, gpu_leakages, job_at_cap, memory_footprint_gib
 
 log = logging.getLogger("wattflex.control.clustersim")
 
@@ -66,7 +71,6 @@ log = logging.getLogger("wattflex.control.clustersim")
 # (wattflex.analysis.predictor.DCGM_METRICS) may ask of a job's uncapped profile.
 TABLE_METRICS = ["power_w", "tokens_per_s", "dram_active", "mem_copy_util", "sm_active", "gpu_util",
                  "tensor_active", "sm_clock_mhz", "mem_clock_mhz", "power_per_gpu_w", "fb_used_gib", "temp_c"]
-REFERENCES = ("oracle", "uncapped")
 STARTUP_EXTRA_W = 15.0      # per GPU above idle while weights load (emulated backend's start-up phase)
 CHECKPOINT_EXTRA_W = 30.0   # per GPU above idle while a checkpoint is written
 CHECKPOINT_UTIL = 4.0
@@ -84,7 +88,7 @@ def truth_table(groups: Sequence[Mapping[str, Any]], seed: int, cap_step_w: floa
     """
     rows = []
     for g in groups:
-        gpu = GPUS[g.get("gpu", "H200")]
+        gpu = GPUS[g.get("gpu", DEFAULT_GPU)]
         job = JobSpec.from_config(g, g["model_facts"])
         leak = gpu_leakages(stable_seed(seed, "hardware", g["id"]), job.gpus)
         for cap in np.arange(gpu.min_limit_w, gpu.max_limit_w + 1e-9, cap_step_w):
@@ -323,8 +327,6 @@ def declared_profiles(tables: Tables, schedule: pd.DataFrame, model: Mapping[str
                       noise: float, rng: np.random.Generator) -> pd.DataFrame:
     """Each job's uncapped telemetry as a previous run of it measured it (noisy), and the
     PFI the predictor gives for it (any feature set: the truth table has every metric)."""
-    from wattflex.analysis.predictor import predict
-
     g = schedule["group"].to_numpy()
     top = {m: v[g, -1] for m, v in tables.metrics.items()}
     n = len(schedule)
@@ -361,7 +363,7 @@ def simulate(tables: Tables, scenario: Scenario, policies: Sequence[str], ctl_cf
     idle_w = float(G["idle_w"].iloc[0])
     g_moe_ft = (G["cluster"] == "moe-ft").to_numpy()
     p_top = tables.metrics["power_w"][:, -1]
-    rows = list(policies) + list(REFERENCES)
+    rows = list(policies) + list(CLUSTER_REFERENCES)
     R, NC, S = len(rows), len(policies), cc.gpus // int(g_gpus.min())
     ORACLE, UNCAPPED = NC, NC + 1
 
@@ -528,8 +530,6 @@ def simulate_scenario(tables: Tables, control: Mapping[str, Any], name: str, sig
                       model: Mapping[str, Any] | None = None) -> SimResult:
     """One scenario from the ``control`` config slice (``controller``, ``cluster``,
     ``policies``, ``seed``, ``cap_step_w`` and this scenario's settings under ``scenario``)."""
-    from wattflex.control.controller import read_signal
-
     ctl_cfg = ControlConfig.from_dict({**control.get("controller", {}), "cap_step_w": control.get("cap_step_w", 5.0)})
     if abs(ctl_cfg.cap_step_w - tables.step_w) > 1e-9:
         raise ValueError(f"control.cap_step_w {ctl_cfg.cap_step_w:g} W differs from the truth table's grid {tables.step_w:g} W")
@@ -547,8 +547,6 @@ def frac_at(signal: Signal, t_s: float, basis_w: float) -> float:
 
 def _trailing_max(x: np.ndarray, window: int) -> np.ndarray:
     """max(x[t - window .. t]) for every t (inf allowed)."""
-    from scipy.ndimage import maximum_filter1d
-
     if window <= 0:
         return x.copy()
     size = window + 1
@@ -556,7 +554,7 @@ def _trailing_max(x: np.ndarray, window: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------
-# Summaries and figures
+# Summaries
 # ---------------------------------------------------------------------------------------
 
 def summarize(res: SimResult) -> pd.DataFrame:
@@ -577,7 +575,7 @@ def summarize(res: SimResult) -> pd.DataFrame:
             "seconds_above_budget": float((o > 0).sum()),
             "tokens": float(tokens[r]),
             "tokens_vs_oracle": float(tokens[r] / orc) if orc > 0 else np.nan,
-            "kind": "reference" if name in REFERENCES else "controller",
+            "kind": "reference" if name in CLUSTER_REFERENCES else "controller",
             "worst_overshoot_frac": float(max((o / req).max(), 0.0)) if dur else 0.0,
             "seconds_beyond_tolerance": float((o > res.tolerance * req).sum()) if dur else 0.0,
             "event_s": float(dur),
@@ -589,82 +587,3 @@ def summarize(res: SimResult) -> pd.DataFrame:
             "cap_changes": int(res.cap_changes[r]),
         })
     return pd.DataFrame(rows)
-
-
-POLICY_STYLE = {  # color, line style
-    "equal-weight": ("#555555", "-"), "pfi-aware": ("#1f77b4", "-"), "moe-ft-weighted": ("#2ca02c", "-"),
-    "raw-dcgm": ("#9467bd", "-"), "curve-aware": ("#ff7f0e", "--"), "online-learning": ("#e377c2", "-"),
-    "oracle": ("#d62728", "-"), "uncapped": ("#bbbbbb", ":"),
-}
-
-
-def power_figure(ts: pd.DataFrame, scenario: str, backend: Any, zoom_s: float = 240.0):
-    """Cluster power vs the budget over the scenario, and zoomed on the first cut."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from wattflex.plots.core import label_backend
-
-    names = [c.split(":", 1)[1] for c in ts.columns if c.startswith("power_w:")]
-    t = ts["t_s"].to_numpy(float)
-    fig, (ax, zx) = plt.subplots(2, 1, figsize=(11.5, 7.5), gridspec_kw={"height_ratios": [3, 2]})
-    budget = ts["budget_w"].to_numpy(float)
-    required = ts["required_w"].to_numpy(float)
-    cut = np.flatnonzero(np.isfinite(budget))
-    t0 = t[cut[0]] if len(cut) else t[0]
-    every = max(1, len(t) // 4000)
-    for name in names:
-        color, style = POLICY_STYLE.get(name, ("#000000", "-"))
-        p = ts[f"power_w:{name}"].to_numpy(float) / 1e3
-        ax.plot(t[::every] / 3600, p[::every], style, color=color, lw=0.7, label=name)
-        z = (t >= t0 - zoom_s / 4) & (t <= t0 + zoom_s)
-        zx.plot(t[z] - t0, p[z], style, color=color, lw=1.0, label=name)
-    for a, x, scale in ((ax, t / 3600, every), (zx, t - t0, 1)):
-        m = np.ones_like(t, bool) if a is ax else (t >= t0 - zoom_s / 4) & (t <= t0 + zoom_s)
-        a.plot(x[m][::scale], np.where(np.isfinite(budget), budget, np.nan)[m][::scale] / 1e3, color="black",
-               lw=1.4, label="budget")
-        a.plot(x[m][::scale], np.where(np.isfinite(required), required, np.nan)[m][::scale] / 1e3, color="black",
-               lw=0.8, ls=":", label="required (response time applied)")
-    ax.set_xlabel("time (h)")
-    ax.set_ylabel("cluster GPU power (kW)")
-    ax.set_title(f"{scenario}: cluster power under the budget signal, per policy")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    zx.set_xlabel("seconds since the first cut")
-    zx.set_ylabel("cluster GPU power (kW)")
-    zx.set_title("response to the first cut", fontsize=9)
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
-    label_backend(fig, backend)
-    return fig
-
-
-def tokens_figure(summary: pd.DataFrame, scenario: str, backend: Any):
-    """Tokens lost to the cut per policy (vs running uncapped), the oracle's loss marked, and
-    each policy's budget tracking."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from wattflex.plots.core import label_backend
-
-    s = summary[summary["policy"] != "uncapped"].reset_index(drop=True)
-    fig, ax = plt.subplots(figsize=(9, 4.8))
-    lost = 100 * s["tokens_lost_vs_uncapped"].to_numpy(float)
-    colors = [POLICY_STYLE.get(p, ("#000000", "-"))[0] for p in s["policy"]]
-    bars = ax.bar(s["policy"], lost, color=colors)
-    orc = s.loc[s["policy"] == "oracle", "tokens_lost_vs_uncapped"]
-    if len(orc):
-        ax.axhline(100 * float(orc.iloc[0]), color=POLICY_STYLE["oracle"][0], lw=0.8, ls="--")
-    for b, (_, r) in zip(bars, s.iterrows()):
-        ax.text(b.get_x() + b.get_width() / 2, b.get_height(),
-                f"{100 * r['tokens_vs_oracle']:.1f}% of oracle\nover budget: {r['seconds_above_budget']:.0f} s,\n"
-                f"worst +{r['worst_overshoot_w'] / 1e3:.2f} kW", ha="center", va="bottom", fontsize=6.5)
-    ax.set_ylabel("tokens lost vs uncapped (%)")
-    ax.set_ylim(0, max(lost.max() * 1.3, 1.0))
-    ax.set_title(f"{scenario}: tokens lost to the cut, per policy")
-    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    label_backend(fig, backend)
-    return fig

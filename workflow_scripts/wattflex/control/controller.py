@@ -2,10 +2,9 @@
 
 Every control period the :class:`Controller` reads each running job's telemetry (power,
 tokens/s, GPU utilisation, DRAM/SM activity and the age of that reading), updates what it
-knows about each job, and returns one per-GPU cap per job. :func:`run_loop` applies those
-caps to real (or emulated) GPUs through the device layer under a :class:`wattflex.runs.devices.caps.CapGuard`,
-so every limit is restored on a normal stop, an exception, SIGINT/SIGTERM/SIGHUP and at
-exit. ``wattflex.control.clustersim`` drives the same controller against emulated jobs.
+knows about each job, and returns one per-GPU cap per job. Pure: it touches no device.
+:func:`wattflex.control.loop.run_loop` applies those caps to real (or emulated) GPUs;
+:mod:`wattflex.control.clustersim` drives the same controller against emulated jobs.
 
 **Budget accounting (why it cannot overshoot).** The firmware holds a GPU's power at or
 below its cap, so a job's power is at most ``gpus * cap``. The controller splits the budget
@@ -22,13 +21,13 @@ A one-sided integral *trim* lowers the budget handed to the policy whenever the 
 cluster power still exceeds the budget once caps have settled, and relaxes back to zero.
 
 **Policies** (the power targets): ``equal-weight``, ``pfi-aware``, ``moe-ft-weighted``
-and ``raw-dcgm`` water-fill the cut with :func:`wattflex.allocation.simulate.water_fill` and the
-weights of :func:`wattflex.allocation.simulate.policy_weights`; ``curve-aware`` runs the exact
+and ``raw-dcgm`` water-fill the cut with :func:`wattflex.allocation.allocator.water_fill` and the
+weights of :func:`wattflex.allocation.allocator.policy_weights`; ``curve-aware`` runs the exact
 allocation (:func:`wattflex.allocation.oracle.hull_greedy`, the hull relaxation the oracle starts
 from) on each job's *prior* curve; ``online-learning`` runs it on curves it refines online.
 
 **Flexibility estimate.** A job's prior is the one-parameter curve family of
-:func:`wattflex.allocation.simulate.predicted_curves` through its uncapped point (``P_max``, ``T_max``)
+:func:`wattflex.allocation.allocator.predicted_curves` through its uncapped point (``P_max``, ``T_max``)
 with the PFI predicted from its uncapped telemetry (DRAM copy product), sampled at
 ``knots`` evenly spaced powers from ``gpus * min_cap`` to ``P_max``. ``online-learning``
 keeps a Gaussian belief over the throughput at those knots (prior sd ``prior_rel_sd * T_max``,
@@ -47,28 +46,18 @@ job.
 
 from __future__ import annotations
 
-import logging
 import math
-import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
-from wattflex.allocation.simulate import (
-    Curves,
-    WEIGHTED_POLICIES,
-    policy_weights,
-    predicted_curves,
-    water_fill,
-)
+from wattflex.allocation.allocator import policy_weights, predicted_curves, water_fill
+from wattflex.allocation.curves import Curves
 from wattflex.allocation.oracle import hull_greedy, plan_greedy
-
-log = logging.getLogger("wattflex.control.controller")
-
-CURVE_POLICIES = ("curve-aware", "online-learning")
-CONTROL_POLICIES = tuple(p for p in WEIGHTED_POLICIES if p != "pfi-aware-measured") + CURVE_POLICIES
+from wattflex.allocation.policies import CONTROL_POLICIES, CURVE_POLICIES
 
 
 # ---------------------------------------------------------------------------------------
@@ -95,8 +84,6 @@ class Signal:
 
 def read_signal(path: str | Path) -> Signal:
     """Read a signal CSV with columns ``time_s,fraction`` (``#`` comment lines allowed)."""
-    import pandas as pd
-
     df = pd.read_csv(path, comment="#")
     missing = {"time_s", "fraction"} - set(df.columns)
     if missing:
@@ -535,133 +522,3 @@ def _interp_weights(knots_w: np.ndarray, x: np.ndarray) -> np.ndarray:
     np.put_along_axis(w, idx[..., None], (1 - frac)[..., None], -1)
     np.put_along_axis(w, idx[..., None] + 1, frac[..., None], -1)
     return w
-
-
-# ---------------------------------------------------------------------------------------
-# Real (or emulated) devices: one job = a set of GPUs that share a cap
-# ---------------------------------------------------------------------------------------
-
-@dataclass
-class NodeJob:
-    """A job on this node: its GPUs (``PowerCapDevice``), and ``read(t_s)`` returning its
-    telemetry for the last period (keys of :class:`Readings` per job: power_w, tokens_per_s,
-    gpu_util, dram_active, mem_copy_util, sm_active, t_s of the newest sample). Profile
-    fields as in :class:`JobTable` (NaN = learn from its first uncapped period)."""
-    job_id: str
-    devices: list[Any]
-    read: Callable[[float], dict[str, float]]
-    moe_ft: bool = False
-    p_max_w: float = math.nan
-    t_max: float = math.nan
-    dram_copy_product: float = math.nan
-    pfi: float = math.nan
-
-
-def sample_devices(devices: Sequence[Any], t_s: float) -> dict[str, float]:
-    """Job telemetry from devices with ``sample(t_s)`` (``NvmlGpu``): power summed, activity
-    averaged; tokens/s is not something a GPU knows (NaN)."""
-    rows = [d.sample(t_s) for d in devices]
-    mean = lambda k: float(np.nanmean([r.get(k, math.nan) for r in rows])) if rows else math.nan  # noqa: E731
-    power = [r.get("power_w", math.nan) for r in rows]
-    return {"t_s": t_s, "power_w": float(np.sum(power)) if np.isfinite(power).all() else math.nan,
-            "tokens_per_s": math.nan, "gpu_util": mean("gpu_util"), "dram_active": mean("dram_active"),
-            "mem_copy_util": mean("mem_copy_util"), "sm_active": mean("sm_active")}
-
-
-def job_table(jobs: Sequence[NodeJob]) -> JobTable:
-    """The jobs as the controller sees them. A job's cap range is what all its GPUs accept,
-    and never above the limit a GPU had before the controller started (the operator's)."""
-    def cap_range(d: Any) -> tuple[float, float]:
-        lo, hi = d.constraints()
-        return lo, min(hi, getattr(d, "original_limit_w", hi))
-
-    lim = [[cap_range(d) for d in j.devices] for j in jobs]
-    return JobTable(
-        uid=np.arange(len(jobs)), gpus=np.array([len(j.devices) for j in jobs]),
-        min_cap_w=np.array([max(lo for lo, _ in lj) for lj in lim], float),
-        max_cap_w=np.array([min(hi for _, hi in lj) for lj in lim], float),
-        moe_ft=np.array([j.moe_ft for j in jobs], bool),
-        p_max_w=np.array([j.p_max_w for j in jobs], float), t_max=np.array([j.t_max for j in jobs], float),
-        dram_copy_product=np.array([j.dram_copy_product for j in jobs], float),
-        pfi=np.array([j.pfi for j in jobs], float))
-
-
-def read_jobs(jobs: Sequence[NodeJob], t_s: float, idle_power_w: float = 0.0) -> Readings:
-    """One reading of every job; a read that fails or returns NaN power counts as stale."""
-    vals = []
-    for j in jobs:
-        try:
-            v = dict(j.read(t_s))
-        except Exception as exc:  # a telemetry failure must not stop the controller
-            log.warning("telemetry of job %s failed (%s: %s): safe cap for it", j.job_id, type(exc).__name__, exc)
-            v = {"power_w": math.nan}
-        vals.append(v)
-    col = lambda k: np.array([float(v.get(k, math.nan)) for v in vals])  # noqa: E731
-    age = np.array([t_s - float(v["t_s"]) if np.isfinite(v.get("t_s", math.nan)) else math.inf for v in vals])
-    power = col("power_w")
-    return Readings(power, col("tokens_per_s"), col("gpu_util"), age, np.array([np.nansum(power) + idle_power_w]),
-                    np.array([idle_power_w]), 0, col("dram_active"), col("mem_copy_util"), col("sm_active"))
-
-
-def apply_caps(jobs: Sequence[NodeJob], caps_w: np.ndarray, current: dict[int, float]) -> int:
-    """Set each job's cap on all its GPUs where it changed; returns how many GPUs were set."""
-    n = 0
-    for j, cap in zip(jobs, caps_w):
-        for d in j.devices:
-            if np.isfinite(cap) and current.get(id(d)) != float(cap):
-                d.set_cap(float(cap))
-                current[id(d)] = float(cap)
-                n += 1
-    return n
-
-
-@dataclass
-class LoopRecord:
-    t_s: list[float] = field(default_factory=list)
-    budget_w: list[float] = field(default_factory=list)
-    power_w: list[float] = field(default_factory=list)
-    caps_w: list[list[float]] = field(default_factory=list)
-    fallback: list[list[bool]] = field(default_factory=list)
-
-
-def run_loop(jobs: Sequence[NodeJob], budget_at: Callable[[float], float], policy: str, cfg: ControlConfig,
-             duration_s: float, *, mode: str = "nvml", state_dir: str | Path | None = None,
-             command: str | None = None, handle_signals: bool = True,
-             predict_pfi: Callable[[np.ndarray], np.ndarray] | None = None,
-             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-             on_period: Callable[[LoopRecord], None] | None = None) -> LoopRecord:
-    """Control ``jobs`` for ``duration_s`` seconds. Every GPU's original limit is recorded in
-    a state file and restored on return, exception or signal (``CapGuard``); before the first
-    reading every GPU gets the safe equal-weight cap of the starting budget."""
-    from wattflex.runs.devices.caps import CapGuard
-
-    devices = [d for j in jobs for d in j.devices]
-    table = job_table(jobs)
-    ctl = Controller([policy], cfg, len(jobs), predict_pfi)
-    lo, hi = float(table.min_cap_w.max()), float(table.max_cap_w.min())
-    b0 = budget_at(0.0)
-    start_cap = hi if not np.isfinite(b0) else float(round_caps(np.array(b0 * (1 - cfg.target_margin) / max(len(devices), 1)),
-                                                                 np.array(lo), np.array(hi), cfg.cap_step_w))
-    rec = LoopRecord()
-    with CapGuard(devices, start_cap, mode, state_dir, command, handle_signals=handle_signals):
-        current = {id(d): start_cap for d in devices}
-        t0 = clock()
-        next_t = t0
-        while True:
-            t = clock() - t0
-            if t > duration_s:
-                break
-            budget = float(budget_at(t))
-            read = read_jobs(jobs, t)
-            caps = ctl.step(t, budget, table, read)[0]
-            apply_caps(jobs, caps, current)
-            rec.t_s.append(t)
-            rec.budget_w.append(budget)
-            rec.power_w.append(float(read.total_power_w[0]))
-            rec.caps_w.append([float(c) for c in caps])
-            rec.fallback.append([bool(f) for f in ctl.fallback[0]])
-            if on_period is not None:
-                on_period(rec)
-            next_t += cfg.period_s
-            sleep(max(0.0, next_t - clock()))
-    return rec

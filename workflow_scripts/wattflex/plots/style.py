@@ -16,6 +16,18 @@ import numpy as np
 
 CLUSTER_COLORS = {"dense": "#1f77b4", "moe-pt": "#ff7f0e", "moe-ft": "#2ca02c"}
 CLUSTER_ORDER = ["dense", "moe-pt", "moe-ft"]
+# label, colour, line style of every policy in wattflex.allocation.policies.REGISTRY
+POLICY_LOOK = {
+    "equal-weight": ("equal weight", "#555555", "-"),
+    "pfi-aware": ("PFI-aware (predicted PFI)", "#1f77b4", "-"),
+    "pfi-aware-measured": ("PFI-aware (measured PFI)", "#1f77b4", ":"),
+    "moe-ft-weighted": ("MoE-FT-weighted", "#2ca02c", "-"),
+    "raw-dcgm": ("raw DCGM", "#9467bd", "-"),
+    "curve-aware": ("curve-aware (predicted curves)", "#ff7f0e", "--"),
+    "online-learning": ("online learning", "#e377c2", "-"),
+    "oracle": ("oracle", "#d62728", "-"),
+    "uncapped": ("uncapped", "#bbbbbb", ":"),
+}
 
 
 def backend_label(backends: Any) -> str:

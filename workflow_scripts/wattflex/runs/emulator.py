@@ -24,13 +24,13 @@ reproduces that table within 30 MHz. The source does not state its kernel's tens
 activity; 0.30 is our global choice. It puts uncapped dense LLM training (tensor activity
 ~0.6-0.7) at ~1.7 GHz under the 700 W limit, as seen on real H100/H200 nodes. With 0.45
 instead, every group's PFI rises (dense median 1.59 instead of 1.23): this single constant
-sets the absolute PFI level; the ordering across groups comes from the roofline (``tests/unit/test_emulator.py`` checks it). H200 idle power is
+sets the absolute PFI level; the ordering across groups comes from the roofline. H200 idle power is
 ~75 W with ~42 W of it in memory (HBM3e); H200 and H100 share the GH100 die, so the SM
 model is shared and they differ in HBM (4.8 vs 3.35 TB/s, 141 vs 80 GB) and memory power.
-The SM-clock profiles in ``shared/external/perseus-sosp24`` (A100/A40, time and energy per
-micro-batch at each locked clock) show the same shape: time ~ a + b/f for LLM stages, and
-power rising super-linearly near the top clock; ``benchmarks/emulator_vs_perseus.py``
-compares the two.
+The SM-clock profiles of Perseus (SOSP'24; A100/A40, time and energy per micro-batch at
+each locked clock; shipped in ``resources/external/perseus-sosp24``) show the same shape:
+time ~ a + b/f for LLM stages, and power rising super-linearly near the top clock. No
+benchmark compares the two quantitatively yet.
 
 **Training-step roofline** (``JobSpec``, ``step_kernels``). One optimizer step per GPU is
 split into kernel classes, each with tensor FLOPs, DRAM bytes and an SM issue cost, all
@@ -61,6 +61,8 @@ from typing import Any
 
 import numpy as np
 
+from wattflex.gpus import GPUSpec
+
 GIB = 1024**3
 
 # Fitted once to the Ujeniya et al. H100 table (see module docstring).
@@ -68,39 +70,6 @@ V_MIN = 0.798
 V_EXP = 7.63
 SM_BUSY_WEIGHT = 0.30
 TENSOR_WEIGHT = 0.70
-
-
-@dataclass(frozen=True)
-class GPUSpec:
-    name: str
-    min_limit_w: float
-    max_limit_w: float
-    default_limit_w: float
-    sm_clock_min_mhz: float
-    sm_clock_max_mhz: float
-    mem_clock_mhz: float
-    idle_w: float            # board power at idle, memory included
-    mem_idle_w: float        # part of idle_w that is HBM
-    mem_dyn_w: float         # extra HBM power at full bandwidth
-    sm_dyn_w: float          # SM dynamic power at f_max, v=1, full activity
-    peak_bf16_tflops: float  # dense bf16 tensor rate at f_max
-    hbm_tb_s: float
-    hbm_gib: float
-    nvlink_gb_s: float = 370.0     # achievable per-GPU collective bandwidth in a node
-    internode_gb_s: float = 90.0   # per-GPU bus bandwidth of rail-optimised NCCL collectives across nodes
-    clock_step_mhz: float = 15.0
-    sm_count: int = 132
-
-    def clock_bins(self) -> np.ndarray:
-        return np.arange(self.sm_clock_min_mhz, self.sm_clock_max_mhz + 1e-9, self.clock_step_mhz)
-
-
-GPUS: dict[str, GPUSpec] = {
-    "H200": GPUSpec("H200", 200, 700, 700, 345, 1980, 3201, idle_w=75, mem_idle_w=42, mem_dyn_w=70,
-                    sm_dyn_w=1257, peak_bf16_tflops=989, hbm_tb_s=4.8, hbm_gib=141),
-    "H100": GPUSpec("H100", 200, 700, 700, 345, 1980, 2619, idle_w=60, mem_idle_w=30, mem_dyn_w=48,
-                    sm_dyn_w=1257, peak_bf16_tflops=989, hbm_tb_s=3.35, hbm_gib=80),
-}
 
 
 def voltage(x: np.ndarray | float) -> np.ndarray | float:

@@ -28,6 +28,7 @@ merges their traces.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as dt
 import json
@@ -48,9 +49,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wattflex.runs.devices import caps
+from wattflex.provenance import provenance, read_json, read_parquet, write_json, write_parquet
+from wattflex.runs.devices import caps, nvml
 from wattflex.runs.devices.base import TelemetrySampler, telemetry_frame
-from wattflex.provenance import provenance, read_json, write_json, write_parquet
+from wattflex.runs.devices.hostpower import RaplReader
 from wattflex.runs.training.config import TrainConfig
 
 log = logging.getLogger("wattflex.runs.real_run")
@@ -190,7 +192,7 @@ def run_node(spec: dict[str, Any], outdir: Path, t0: float, node_rank: int = 0, 
 class NodeSetup:
     """One node's part of a real run before anything is capped: its NVML GPUs (stale caps
     left by killed runs restored first), the RAPL reader, the training config and command.
-    Shared by ``run_node`` and the in-run staircase (``wattflex.runs.sweep.staircase``)."""
+    Shared by ``run_node`` and the one-run sweep on real GPUs (``wattflex.runs.sweep.real``)."""
 
     spec: dict[str, Any]
     opts: RunOptions
@@ -212,8 +214,6 @@ class NodeSetup:
         gpus: list[Any] = []
         facts: dict[str, Any] = {"node_rank": node_rank, "host": os.uname().nodename}
         if opts.uses_nvml:
-            from wattflex.runs.devices import nvml
-
             state_dir = opts.state_dir or caps.default_state_dir()
             stale = caps.restore_from_state_dir(state_dir)
             facts["stale_cap_files"] = stale
@@ -221,8 +221,6 @@ class NodeSetup:
                                   set_limit=caps.limit_setter(opts.cap_control, opts.cap_command), gpm=opts.gpm)
         host_reader = None
         if opts.host_power and opts.sampler:
-            from wattflex.runs.devices.hostpower import RaplReader
-
             host_reader = RaplReader()
             facts["host_power"] = host_reader.describe()
         cfg_path = node_dir / "train_config.json"
@@ -308,8 +306,8 @@ def assemble(spec: dict[str, Any], outdir: Path, opts: RunOptions, nodes: list[d
              start_utc: str, end_utc: str, extra: dict[str, Any] | None = None) -> None:
     """The run's files from the training's and the nodes' outputs; ``extra`` goes into run.json
     (the in-run staircase's record). The training's and nodes' scratch files are removed."""
+    # Lazy: training.loop imports torch, which importing this module must not need.
     from wattflex.runs.training.loop import LIVE_STEPS_FILE, RESULT_FILE, STEPS_FILE, STOP_FILE
-    from wattflex.provenance import read_parquet
 
     training = read_json(outdir / RESULT_FILE)["training"]
     steps = read_parquet(outdir / STEPS_FILE)
@@ -350,8 +348,6 @@ def assemble(spec: dict[str, Any], outdir: Path, opts: RunOptions, nodes: list[d
 
 def _node_main(argv: list[str] | None = None) -> int:
     """``python -m wattflex.runs.real_run node SPEC OUTDIR --t0 T --rdzv HOST:PORT`` (srun agent)."""
-    import argparse
-
     p = argparse.ArgumentParser(prog="python -m wattflex.runs.real_run node")
     p.add_argument("what", choices=["node"])
     p.add_argument("spec")

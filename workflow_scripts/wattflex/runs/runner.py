@@ -1,5 +1,5 @@
 """One run at one cap, whatever the backend: writes telemetry.parquet, steps.parquet and
-run.json into a run directory (the files DESIGN.md names)."""
+run.json into a run directory (telemetry.parquet, steps.parquet, run.json)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Any, Iterator
 import pandas as pd
 
 from wattflex.provenance import provenance, write_json, write_parquet
+from wattflex.runs.devices.emulated import run_emulated
+from wattflex.runs.real_run import run_real
 
 
 @contextmanager
@@ -47,13 +49,9 @@ def run_at_cap(spec: dict[str, Any], outdir: str | Path) -> Path:
     """Run ``spec`` and write its artifacts atomically into ``outdir``."""
     with atomic_run_dir(outdir) as tmp:
         if spec["backend"] == "emulated":
-            from wattflex.runs.devices.emulated import run_emulated
-
             tel, steps, facts = run_emulated(spec)
             write_run_files(tmp, spec, tel, steps, facts, cap_w=spec["cap_w"], repeat=spec["repeat"])
         elif spec["backend"] == "cuda":
-            from wattflex.runs.real_run import run_real
-
             run_real(spec, tmp)
         else:
             raise ValueError(f"unknown backend {spec['backend']!r} (emulated | cuda)")

@@ -35,6 +35,7 @@ from wattflex.runs.devices.base import (
     PowerCapDevice,
     check_cap,
 )
+from wattflex.runs.devices.nvml import NvmlGpu
 
 log = logging.getLogger("wattflex.runs.devices.caps")
 MODES = ("nvml", "command", "observe")
@@ -128,8 +129,6 @@ def restore_from_state_dir(state_dir: str | Path | None = None, force: bool = Fa
                            only_gpus: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """Restore the limits recorded in this host's state files whose process is gone (all of
     them with ``force``). Returns one record per file: path, gpus, action, error."""
-    from wattflex.runs.devices.nvml import NvmlGpu
-
     out = []
     for path in state_files(state_dir or default_state_dir()):
         try:

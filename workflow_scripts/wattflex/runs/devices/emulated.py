@@ -24,9 +24,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
 from wattflex.runs.emulator import (
-    GPUS,
-    GPUSpec,
     JobAtCap,
     JobSpec,
     gpu_leakages,
@@ -233,7 +232,7 @@ def simulate_run(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple[float,
 def run_emulated(spec: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """One emulated run from a run spec (``wattflex.config.run_spec``)."""
     group = spec["group"]
-    gpu = GPUS[group.get("gpu", "H200")]
+    gpu = GPUS[group.get("gpu", DEFAULT_GPU)]
     job = JobSpec.from_config(group, spec["model_facts"])
     schedule = spec.get("cap_schedule") or [(0.0, float(spec["cap_w"]))]
     seed = stable_seed(spec.get("seed", 0), spec["campaign"], group["id"], spec["run_id"])

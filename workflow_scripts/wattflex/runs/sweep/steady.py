@@ -1,9 +1,9 @@
 """Steady state inside a run: has the job settled at its current cap, and is the point precise?
 
-Used by the in-run staircase (``wattflex.runs.sweep.staircase``) after every cap change: instead of a
-fixed wait, the window at a cap starts where the data stop changing and ends as soon as
-both power and tokens/s reach a target standard error. The pieces, each a standard tool of
-simulation output analysis:
+Used by the one-run sweep controller (``wattflex.runs.sweep.algorithm``) after every cap
+change: instead of a fixed wait, the window at a cap starts where the data stop changing
+and ends as soon as both power and tokens/s reach a target standard error. The pieces,
+each a standard tool of simulation output analysis:
 
 - *Usable data.* Job-level telemetry samples labelled training (``telemetry.detect_phases``)
   and not in a dip (``dip_mask``: an evaluation keeps utilisation above the training
@@ -43,10 +43,6 @@ import pandas as pd
 from scipy import stats
 
 from wattflex.telemetry import TRAINING, SummaryProtocol, detect_phases, job_series, summarize_run
-
-REASONS = ("settling", "too_few_samples", "too_few_steps", "drift_power", "drift_tokens",
-           "imprecise_power", "imprecise_tokens", "ok")
-
 
 @dataclass(frozen=True)
 class SteadyCriteria:

@@ -4,16 +4,11 @@ with transformers 5 + peft, dense and MoE families, launched by torchrun.
 ``TrainConfig`` (``config``) says what to train; ``models`` builds or loads the model and
 wraps it with LoRA; ``data`` yields token batches; ``loop.train`` runs the timed loop with
 the paper's eval and checkpoint events and writes ``steps.parquet``. The torchrun entry
-point is ``python -m wattflex.runs.training --config CFG.json --t0 EPOCH``.
+point is ``python -m wattflex.runs.training --config CFG.json --t0 EPOCH``. ``train`` is
+re-exported lazily: importing ``TrainConfig`` never imports torch.
 """
 
-from wattflex.runs.training.config import ARCHITECTURES, TrainConfig
+from wattflex import lazy_exports
 
-__all__ = ["ARCHITECTURES", "TrainConfig", "train"]
-
-
-def train(cfg: TrainConfig, t0: float | None = None):
-    """Run one training job (see ``wattflex.runs.training.loop.train``); imports torch lazily."""
-    from wattflex.runs.training.loop import train as _train
-
-    return _train(cfg, t0)
+EXPORTS = {"config": ["ARCHITECTURES", "TrainConfig"], "loop": ["train"]}
+__getattr__, __dir__, __all__ = lazy_exports(__name__, EXPORTS)

@@ -7,6 +7,8 @@ import logging
 import os
 import sys
 
+from wattflex.runs.training.config import TrainConfig
+
 # Runs never reach the network: models and data come from local paths or are synthetic.
 for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.setdefault(_var, "1")
@@ -20,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     rank = os.environ.get("RANK", "0")
     logging.basicConfig(level=logging.INFO if rank == "0" else logging.WARNING,
                         format=f"%(asctime)s rank{rank} %(levelname)s %(message)s", stream=sys.stderr)
-    from wattflex.runs.training.config import TrainConfig
+    # Lazy: loop imports torch; ``--help`` must not need it.
     from wattflex.runs.training.loop import train
 
     train(TrainConfig.from_json(args.config), args.t0)

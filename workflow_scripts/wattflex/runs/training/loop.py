@@ -23,14 +23,16 @@ import pandas as pd
 import torch
 from torch import nn
 
+from wattflex import provenance as prov
 from wattflex.runs.training import data
 from wattflex.runs.training import models
+from wattflex.gpus import peak_bf16_flops
 from wattflex.runs.training.config import TrainConfig
 
 log = logging.getLogger("wattflex.runs.training")
 STEPS_FILE = "steps.parquet"
 RESULT_FILE = ".training.json"     # merged into run.json by wattflex.runs.real_run, then removed
-# Read while training runs by the in-run staircase (wattflex.runs.sweep.staircase); removed by real_run.
+# Read while training runs by the one-run sweep (wattflex.runs.sweep.real); removed by real_run.
 LIVE_STEPS_FILE = "steps.live.csv"  # rank 0 appends "step,t_end_s,tokens,loss" as each step ends
 STOP_FILE = ".stop"                 # created by the orchestrator: stop after the current step
 HF_CONFIG_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
@@ -168,7 +170,7 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     stream = data.batches(cfg.data_path, vocab, cfg.seq_len, cfg.batch, cfg.seed, dist.rank, dist.world)
     amp = _autocast(cfg, info)
     dev = dist.device
-    peak = models.peak_flops(torch.cuda.get_device_name(dev)) if cfg.device == "cuda" else None
+    peak = peak_bf16_flops(torch.cuda.get_device_name(dev)) if cfg.device == "cuda" else None
     tokens_per_gpu = cfg.batch * cfg.seq_len
     eval_pending = cfg.eval_at_s is not None and cfg.eval_batches > 0
     ckpt_pending = cfg.checkpoint_at_s is not None
@@ -243,8 +245,6 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
 
 def _write_outputs(cfg: TrainConfig, steps: pd.DataFrame, events: list, info: dict, dist: Dist,
                    t0: float, t_loop: float) -> None:
-    from wattflex import provenance as prov
-
     device_name = torch.cuda.get_device_name(dist.device) if cfg.device == "cuda" else "cpu"
     record = prov.provenance(params={"task": cfg.task, "model": cfg.model_facts, "seq_len": cfg.seq_len,
                                      "batch": cfg.batch, "seed": cfg.seed},

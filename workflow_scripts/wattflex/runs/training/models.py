@@ -29,7 +29,6 @@ DENSE_MLP_MODULES = ["gate_proj", "up_proj", "down_proj"]
 # Fused routed-expert weights (peft target_parameters); biases stay frozen.
 EXPERT_PARAMETERS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
 # Peak dense bf16 tensor throughput per GPU (SXM parts), for MFU.
-PEAK_BF16_FLOPS = {"H100": 989.4e12, "H200": 989.4e12, "B200": 2250e12, "A100": 312e12}
 
 TINY = {"hidden": 64, "layers": 2, "heads": 4, "head_dim": 16, "vocab": 256,
         "intermediate": 128, "expert_intermediate": 32, "experts": 4, "experts_active": 2}
@@ -160,10 +159,3 @@ def flops_per_token(params_active: int, facts: dict[str, Any], hf_cfg: Any, seq_
     attn = 2 * 2 * seq_len * heads * head_dim * layers / 2     # QK^T and AV, causal half
     forward = 2 * params_active + attn
     return float(forward * (3 if task == "pt" else 2))
-
-
-def peak_flops(device_name: str) -> float | None:
-    for key, v in PEAK_BF16_FLOPS.items():
-        if key in device_name:
-            return v
-    return None

@@ -1,4 +1,4 @@
-"""The in-run staircase on the cuda backend (``staircase.run_real_sweep``), on CPU: real
+"""The one-run sweep on the cuda backend (wattflex.runs.sweep.real), on CPU: real
 torchrun training of a tiny random-init model, steered while it runs, on FAKE NVML GPUs
 (tests/fakes/fake_pynvml.py in ``sys.modules["pynvml"]``; NvmlGpu, the sampler, CapGuard and
 the controller are the real code).
@@ -21,9 +21,11 @@ import pytest
 from tests.fakes import fake_pynvml
 from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
 from tests.unit.runs.test_real_run import _cmdline_has, cuda_spec
-from wattflex.runs.devices.caps import CapConstraintError, CapSignal
+from tests.unit.runs.test_sweep_algorithm import FakeGpu
+from wattflex.runs.devices.caps import CapConstraintError, CapError, CapSignal
 from wattflex.provenance import read_json, read_parquet
-from wattflex.runs.sweep.staircase import read_live_steps, write_sweep_run
+from wattflex.runs.sweep.algorithm import restored_on_exit
+from wattflex.runs.sweep.real import GpuSet, read_live_steps, write_real_sweep_run
 from wattflex.telemetry import job_series
 from wattflex.runs.training import TrainConfig, train
 from wattflex.runs.training.loop import LIVE_STEPS_FILE, STOP_FILE
@@ -55,7 +57,7 @@ def training_processes(tmp_path):
 def test_fake_nvml_cuda_sweep_visits_every_cap_stops_training_and_restores(fake_nvml, tmp_path, mode):
     out = tmp_path / mode
     t_start = time.time()
-    write_sweep_run(sweep_spec(tmp_path, mode), out)
+    write_real_sweep_run(sweep_spec(tmp_path, mode), out)
     elapsed = time.time() - t_start
 
     # Each cap set once on both GPUs (the guard sets the lowest), then the original 700 W back;
@@ -121,7 +123,7 @@ def test_fake_nvml_cuda_staircase_restores_after_an_exception_mid_sweep(fake_nvm
     expected = (RuntimeError, "training exited with status") if how == "training_killed" else (CapSignal, None)
     try:
         with pytest.raises(expected[0], match=expected[1]) as err:
-            write_sweep_run(sweep_spec(tmp_path), out)
+            write_real_sweep_run(sweep_spec(tmp_path), out)
     finally:
         done.set()
         striker.join()
@@ -136,9 +138,9 @@ def test_fake_nvml_cuda_staircase_restores_after_an_exception_mid_sweep(fake_nvm
 
 def test_fake_nvml_cuda_sweep_refuses_observe_mode_and_bad_caps_before_any_cap(fake_nvml, tmp_path):
     with pytest.raises(ValueError, match="needs cuda.cap_control nvml or command"):
-        write_sweep_run(sweep_spec(tmp_path, cap_control="observe"), tmp_path / "a")
+        write_real_sweep_run(sweep_spec(tmp_path, cap_control="observe"), tmp_path / "a")
     with pytest.raises(CapConstraintError, match="cap 150 W is outside"):
-        write_sweep_run(sweep_spec(tmp_path, caps=[150, 450, 600]), tmp_path / "b")
+        write_real_sweep_run(sweep_spec(tmp_path, caps=[150, 450, 600]), tmp_path / "b")
     assert set_calls_w() == [] and not list((tmp_path / "state").glob("caps-*.json"))
     assert not training_processes(tmp_path)
 
@@ -162,3 +164,15 @@ def test_read_live_steps_ignores_a_half_written_line(tmp_path):
     assert list(read_live_steps(path).columns) == ["step", "t_end_s", "tokens", "loss"]
     path.write_text("step,t_end_s,tokens,loss\n1,2.5,64,5.5\n2,3.")
     assert read_live_steps(path)[["step", "t_end_s"]].values.tolist() == [[1, 2.5]]
+
+
+def test_gpu_set_caps_every_fake_gpu_and_restores_all_even_when_one_fails():
+    class Stuck(FakeGpu):
+        def restore(self):
+            raise RuntimeError("NVML: insufficient permissions")
+
+    gpus = [FakeGpu(), Stuck(), FakeGpu()]
+    with pytest.raises(CapError, match="insufficient permissions"):
+        with restored_on_exit(GpuSet(gpus)) as device:
+            assert device.set_cap(400) == 400
+    assert [g.limit_w for g in gpus] == [700, 400, 700]

@@ -1,7 +1,6 @@
-"""Figures of the sweep stages (matplotlib, Agg). Each function returns a Figure.
-
-Every figure made from emulated runs carries a visible "EMULATED" label (``label_backend``)
-so an emulated plot can never pass for a measurement.
+"""Figures of the sweep stages (matplotlib, Agg): a run's power and throughput over time,
+the power-throughput curves, PFI by cluster, clocks vs cap and PFI beside the published
+values. Each function returns a Figure carrying the backend label (``wattflex.plots.style``).
 """
 
 from __future__ import annotations
@@ -15,8 +14,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from wattflex.plots.style import CLUSTER_COLORS, CLUSTER_ORDER, apply_style, backend_label, label_backend  # noqa: F401
+from wattflex.plots.style import CLUSTER_COLORS, CLUSTER_ORDER, label_backend
 from wattflex.telemetry import TRAINING, SummaryProtocol, detect_phases, job_series
+
 
 def timeseries_figure(telemetry: pd.DataFrame, steps: pd.DataFrame, title: str, backend: str,
                       protocol: SummaryProtocol = SummaryProtocol()) -> plt.Figure:

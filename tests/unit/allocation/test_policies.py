@@ -1,0 +1,72 @@
+"""The policy registry (wattflex.allocation.policies) is the single source of policy names:
+the config schema, the CLI and the controller agree with it; it stays light enough for
+``wattflex --help``; and the allocation/control packages never draw figures."""
+
+import argparse
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from wattflex import cli
+from wattflex.allocation.policies import (
+    CLUSTER_REFERENCES,
+    CONTROL_POLICIES,
+    CURVE_POLICIES,
+    POLICIES,
+    POLICY_FEATURES,
+    REGISTRY,
+    WEIGHTED_POLICIES,
+)
+
+
+@pytest.fixture(scope="module")
+def schema(repo):
+    return yaml.safe_load((repo / "config" / "schema" / "config.schema.yaml").read_text())
+
+
+@pytest.mark.parametrize("section, capability", [("allocation", "allocation"), ("control", "control")])
+def test_schema_enum_is_the_registry(schema, section, capability):
+    enum = schema["properties"][section]["properties"]["policies"]["items"]["enum"]
+    assert tuple(enum) == tuple(name for name, p in REGISTRY.items() if getattr(p, capability))
+
+
+def test_derived_tuples_are_views_of_the_registry():
+    assert POLICIES == tuple(n for n, p in REGISTRY.items() if p.allocation)
+    assert WEIGHTED_POLICIES == tuple(n for n in POLICIES if REGISTRY[n].weighted)
+    assert set(POLICIES) - set(WEIGHTED_POLICIES) == {"curve-aware", "oracle"}
+    assert CONTROL_POLICIES == tuple(n for n, p in REGISTRY.items() if p.control)
+    assert CURVE_POLICIES == ("curve-aware", "online-learning")
+    assert CLUSTER_REFERENCES == ("oracle", "uncapped")
+    assert POLICY_FEATURES == {n: REGISTRY[n].feature for n in POLICIES if REGISTRY[n].feature}
+    assert all(name == p.name for name, p in REGISTRY.items())
+
+
+def _policy_choices(command):
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return tuple(next(a for a in sub.choices[command]._actions if a.dest == "policy").choices)
+
+
+def test_cli_policy_choices_are_the_registry():
+    assert _policy_choices("allocate") == POLICIES
+    assert _policy_choices("control") == CONTROL_POLICIES
+
+
+def test_registry_and_policy_commands_import_no_numpy_or_pandas(repo):
+    code = ("import sys, wattflex.allocation.policies, wattflex.commands.allocate, wattflex.commands.control; "
+            "heavy = sorted(m for m in ('numpy', 'pandas', 'matplotlib') if m in sys.modules); "
+            "assert not heavy, heavy")
+    env = {**os.environ, "PYTHONPATH": str(repo / "workflow_scripts")}
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+
+
+def test_every_policy_has_a_look_in_the_plot_style_and_nothing_else_does():
+    # The look lives under plots/ so that a colour change reruns only figure rules.
+    from wattflex.plots.style import POLICY_LOOK
+
+    assert list(POLICY_LOOK) == list(REGISTRY)
+    assert all(len(look) == 3 and look[1].startswith("#") for look in POLICY_LOOK.values())

@@ -1,0 +1,277 @@
+"""The allocation policies' algorithms: split a cluster power budget across jobs.
+
+The cluster budget is ``(1 - cut) * sum(ceiling)``; a policy returns each job's power with
+total <= budget (curves, floors and ceilings: :mod:`wattflex.allocation.curves`; the policy
+names and what each reads: :mod:`wattflex.allocation.policies`).
+
+**Policies** (``C_i`` = job i's share of the cut, ``sum C_i = sum ceiling - budget``):
+
+- ``equal-weight``: ``C_i ∝ P_max_i``;
+- ``pfi-aware``: ``C_i ∝ (P_max_i / T_max_i) * PFI_i`` with PFI *predicted* from uncapped
+  telemetry (``pfi-aware-measured``: the measured PFI, a reference for the predictor);
+- ``moe-ft-weighted``: equal weight, MoE fine-tuning jobs take ``moe_ft_share`` (2x) the share;
+- ``raw-dcgm``: ``C_i ∝`` DRAM copy product (``dram_active * mem_copy_util``);
+- all four **water-fill** (:func:`water_fill`): a job whose share would take it below its
+  floor stops there and the rest of its share is spread over the others in the same
+  proportions, so the budget is met exactly whenever the floors allow it (jobs with zero
+  weight are cut last, in proportion to their headroom);
+- ``oracle``: the throughput-maximising allocation, exact for piecewise-linear curves of
+  any shape (:mod:`wattflex.allocation.oracle`);
+- ``curve-aware`` (beyond the paper): the oracle applied to curves *predicted* from
+  uncapped telemetry, no sweep (:func:`predicted_curves`). The family:
+  ``T(P) = T_max * (P / P_max) ** beta`` on the job's ``[floor, ceiling]``, sampled at
+  ``curve_nodes`` evenly spaced powers, with ``beta`` chosen so that the family's ratio PFI
+  (paper Eq. 1 over those nodes) equals the predicted PFI (PFI > 1 gives a concave curve,
+  beta < 1). Only ``P_max``, ``T_max``, the floor (the lowest cap's power, about
+  ``min_cap * gpus`` when the cap binds) and the predicted PFI are used.
+
+**SLA tiers** (beyond the paper): every policy works on ``[raised floor, ceiling]``
+(:func:`wattflex.allocation.curves.sla_floor`), so all of them honour the tiers.
+``curve-aware`` can only raise floors on its *predicted* curve, so it may miss a tier
+(reported). When the raised floors exceed the budget the cut is infeasible:
+:func:`allocate` reports ``feasible = False``; :func:`allocate_table` (the ``wattflex
+allocate`` command) raises :class:`InfeasibleBudget`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from wattflex.allocation.curves import Curves, curves_from_points, power_to_cap, sla_floor
+from wattflex.allocation.oracle import RTOL, oracle, plan_greedy
+from wattflex.allocation.policies import POLICIES, POLICY_FEATURES, WEIGHTED_POLICIES
+
+
+class InfeasibleBudget(ValueError):
+    """The jobs' floors (raised by SLA tiers, if any) need more power than the budget."""
+
+
+def water_fill(cut_w: np.ndarray, headroom_w: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Split ``cut_w`` (...) over jobs (..., n) in proportion to ``weights``, no job giving
+    more than its ``headroom_w``; what saturated jobs cannot give goes to the others in the
+    same proportions (``C_i = min(lambda * w_i, h_i)``, ``sum C_i = cut``). Zero/NaN-weight
+    jobs are cut last, in proportion to their headroom. If the cut exceeds the total
+    headroom every job gives all of it (the caller reports infeasibility)."""
+    cut = np.maximum(np.asarray(cut_w, float), 0.0)
+    h = np.maximum(np.asarray(headroom_w, float), 0.0)
+    w = np.asarray(weights, float)
+    w = np.where(np.isfinite(w) & (w > 0) & (h > 0), w, 0.0)
+    ratio = np.divide(h, w, out=np.full_like(h, np.inf), where=w > 0)
+    order = np.argsort(ratio, axis=-1, kind="stable")
+    r = np.take_along_axis(ratio, order, -1)
+    hs = np.take_along_axis(h, order, -1)
+    ws = np.take_along_axis(w, order, -1)
+    h_before = np.cumsum(hs, -1) - hs
+    w_from = np.cumsum(ws[..., ::-1], -1)[..., ::-1]
+    with np.errstate(invalid="ignore"):
+        reach = np.where(np.isfinite(r), h_before + r * w_from, np.inf)
+    m = np.argmax(reach >= cut[..., None], axis=-1)[..., None]
+    w_rest = np.take_along_axis(w_from, m, -1)[..., 0]
+    lam = np.divide(cut - np.take_along_axis(h_before, m, -1)[..., 0], w_rest,
+                    out=np.full_like(cut, np.inf), where=w_rest > 0)
+    with np.errstate(invalid="ignore"):  # inf * 0 where a job has no weight
+        c = np.where(w > 0, np.minimum(lam[..., None] * w, h), 0.0)
+    rest = np.maximum(cut - c.sum(-1), 0.0)
+    h_left = h - c
+    share = np.divide(rest, h_left.sum(-1), out=np.zeros_like(rest), where=h_left.sum(-1) > 0)
+    return c + h_left * np.minimum(share, 1.0)[..., None]
+
+
+def policy_weights(policy: str, curves: Curves, features: Mapping[str, np.ndarray],
+                   moe_ft_share: float = 2.0) -> np.ndarray:
+    p_max, t_max = curves.ceiling_w, curves.uncapped_throughput
+    if policy == "equal-weight":
+        return p_max
+    if policy in ("pfi-aware", "pfi-aware-measured"):
+        pfi = np.asarray(features[POLICY_FEATURES[policy]], float)
+        return np.divide(p_max, t_max, out=np.zeros_like(p_max), where=t_max > 0) * pfi
+    if policy == "moe-ft-weighted":
+        return p_max * np.where(np.asarray(features["moe_ft"], bool), moe_ft_share, 1.0)
+    if policy == "raw-dcgm":
+        return np.asarray(features["dram_copy_product"], float)
+    raise ValueError(f"{policy!r} is not a weighted policy ({', '.join(WEIGHTED_POLICIES)})")
+
+
+def family_exponent(x: np.ndarray, pfi: np.ndarray, iters: int = 60) -> np.ndarray:
+    """``beta`` such that mean over ``x < 1`` of ``(1 - x) / (1 - x**beta)`` equals ``pfi``.
+
+    ``x`` (..., m) are normalised powers P/P_max of the capped nodes. The ratio falls
+    monotonically with beta, so bisection (on log beta, in [1e-2, 1e2]) finds it; a NaN PFI
+    gives beta = 1 (linear).
+    """
+    x = np.asarray(x, float)
+    pfi = np.asarray(pfi, float)
+    capped = x < 1.0 - 1e-12
+    n_capped = capped.sum(-1)
+    xs = np.where(capped, x, 0.5)
+
+    def mean_ratio(beta):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = (1.0 - xs) / (1.0 - xs ** beta[..., None])
+        return np.where(capped, terms, 0.0).sum(-1) / np.maximum(n_capped, 1)
+
+    lo = np.full(pfi.shape, np.log(1e-2))
+    hi = np.full(pfi.shape, np.log(1e2))
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        too_flexible = mean_ratio(np.exp(mid)) > pfi  # ratio too high -> raise beta
+        lo, hi = np.where(too_flexible, mid, lo), np.where(too_flexible, hi, mid)
+    beta = np.exp(0.5 * (lo + hi))
+    return np.where(np.isfinite(pfi) & (n_capped > 0), beta, 1.0)
+
+
+def predicted_curves(curves: Curves, pfi: np.ndarray, nodes: int = 6) -> Curves:
+    """Sweep-free curves from ``P_max``, ``T_max``, the floor and a (predicted) PFI: the
+    one-parameter family ``T_max * (P/P_max)**beta`` (see module docstring)."""
+    floor, ceiling, t_max = curves.floor_w, curves.ceiling_w, curves.uncapped_throughput
+    grid = np.linspace(0.0, 1.0, max(int(nodes), 2))
+    P = floor[..., None] + (ceiling - floor)[..., None] * grid
+    x = np.divide(P, ceiling[..., None], out=np.ones_like(P), where=ceiling[..., None] > 0)
+    beta = family_exponent(x[..., :-1], pfi)
+    return Curves(P, t_max[..., None] * x ** beta[..., None])
+
+
+@dataclass
+class Allocation:
+    """A policy's allocation for one or many workloads."""
+    policy: str
+    power_w: np.ndarray          # (..., n)
+    throughput: np.ndarray       # (..., n), on the true curves
+    budget_w: np.ndarray         # (...)
+    feasible: np.ndarray         # (...) floors (SLA-raised) fit under the budget
+    floor_w: np.ndarray          # (..., n) the floors the policy worked with
+    exact_fallback: np.ndarray | None = None  # (...) the oracle needed its MILP (diagnostic)
+
+    @property
+    def total_throughput(self) -> np.ndarray:
+        return self.throughput.sum(-1)
+
+
+def allocate(curves: Curves, budget_w: np.ndarray | float, policy: str,
+             features: Mapping[str, np.ndarray] | None = None, *,
+             max_slowdown: np.ndarray | None = None, moe_ft_share: float = 2.0,
+             curve_nodes: int = 6, cache: dict[str, Any] | None = None) -> Allocation:
+    """Allocate ``budget_w`` (scalar or per workload) over the jobs of ``curves`` (..., n, K).
+
+    ``features``: per-job arrays the policy needs (``pfi``, ``pfi_measured``, ``moe_ft``,
+    ``dram_copy_product``; see ``POLICY_FEATURES``). ``max_slowdown``: per-job SLA tier
+    (fraction, NaN = none). ``cache``: a dict reused across calls on the *same* curves,
+    features and tiers (e.g. one per cut) to keep the curve-aware predictions
+    (``"predicted"``) and the oracle's budget-independent greedy plans.
+    Infeasible workloads get their floors and ``feasible = False``; nothing is raised.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+    features = features or {}
+    need = POLICY_FEATURES.get(policy)
+    if need is not None and need not in features:
+        raise ValueError(f"policy {policy} needs per-job {need!r}")
+    budget = np.broadcast_to(np.asarray(budget_w, float), curves.power_w.shape[:-2]).copy()
+    if policy == "curve-aware":
+        cache = {} if cache is None else cache
+        if "predicted" not in cache:
+            cache["predicted"] = predicted_curves(curves, features["pfi"], curve_nodes)
+        pred = cache["predicted"]
+        floor = sla_floor(pred, max_slowdown) if max_slowdown is not None else pred.floor_w
+        work = pred.restrict(floor) if max_slowdown is not None else pred
+    else:
+        floor = sla_floor(curves, max_slowdown) if max_slowdown is not None else curves.floor_w
+        work = curves.restrict(floor) if max_slowdown is not None else curves
+    fallback = None
+    if policy in ("oracle", "curve-aware"):
+        plan = None
+        if cache is not None:
+            if f"plan:{policy}" not in cache:
+                cache[f"plan:{policy}"] = plan_greedy(work.power_w, work.throughput)
+            plan = cache[f"plan:{policy}"]
+        sol = oracle(work.power_w, work.throughput, budget, plan)
+        power, fallback = sol.power_w, ~sol.certified
+    else:
+        weights = policy_weights(policy, curves, features, moe_ft_share)
+        cut = curves.ceiling_w.sum(-1) - budget
+        power = curves.ceiling_w - water_fill(cut, curves.ceiling_w - floor, weights)
+    feasible = floor.sum(-1) <= budget + RTOL * np.maximum(np.abs(budget), 1.0)
+    power = np.where(feasible[..., None], power, floor)
+    return Allocation(policy, power, curves.throughput_at(power), budget, feasible, floor, fallback)
+
+
+# ---------------------------------------------------------------------------------------
+# One workload from a table (the ``wattflex allocate`` command)
+# ---------------------------------------------------------------------------------------
+
+JOB_COLUMNS = ("pfi", "gpus", "max_slowdown", "cluster", "dram_copy_product")
+
+
+def allocate_table(points: pd.DataFrame, policy: str, *, cut: float | None = None,
+                   budget_w: float | None = None, moe_ft_share: float = 2.0,
+                   curve_nodes: int = 6) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Allocate one workload given as long-format points.
+
+    ``points``: columns ``job, power_w, throughput`` (one row per measured point; the
+    highest-power point is the uncapped one), optional per-point ``cap_w`` and per-job
+    ``pfi``, ``gpus``, ``max_slowdown``, ``cluster`` (``moe-ft`` for MoE-FT weighting),
+    ``dram_copy_product``. Give ``cut`` (fraction of the uncapped power) or ``budget_w``.
+    Returns one row per job (``job, power_w, throughput`` and ``cap_w`` per GPU when caps
+    or ``gpus`` are known) and totals (with the oracle's throughput for comparison).
+    Raises :class:`InfeasibleBudget` when the floors exceed the budget.
+    """
+    missing = {"job", "power_w", "throughput"} - set(points.columns)
+    if missing:
+        raise ValueError(f"missing column(s) {', '.join(sorted(missing))} (need job, power_w, throughput)")
+    if (cut is None) == (budget_w is None):
+        raise ValueError("give exactly one of cut or budget_w")
+    if cut is not None and not 0.0 <= cut < 1.0:
+        raise ValueError(f"cut must be a fraction in [0, 1), got {cut}")
+    has_cap = "cap_w" in points.columns and points["cap_w"].notna().all()
+    jobs, curves = curves_from_points(points["job"], points["power_w"], points["throughput"],
+                                      points["cap_w"] if has_cap else None)
+    per_job = {}
+    for col in JOB_COLUMNS:
+        if col not in points.columns:
+            continue
+        varying = points.groupby("job", sort=False)[col].nunique(dropna=False) > 1
+        if varying.any():
+            raise ValueError(f"column {col!r} must be constant within a job (varies for {list(varying[varying].index)[:3]})")
+        per_job[col] = points.groupby("job", sort=False)[col].first().reindex(jobs).to_numpy()
+    features = {"pfi": per_job.get("pfi"), "dram_copy_product": per_job.get("dram_copy_product"),
+                "moe_ft": None if "cluster" not in per_job else per_job["cluster"] == "moe-ft"}
+    need = POLICY_FEATURES.get(policy)
+    if need is not None and features.get(need) is None:
+        column = "cluster" if need == "moe_ft" else need
+        raise ValueError(f"policy {policy} needs a per-job {column!r} column")
+    features = {k: v for k, v in features.items() if v is not None}
+    slowdown = per_job["max_slowdown"].astype(float) if "max_slowdown" in per_job else None
+    uncapped_w = float(curves.ceiling_w.sum())
+    budget = (1.0 - cut) * uncapped_w if budget_w is None else float(budget_w)
+    kw = dict(max_slowdown=slowdown, moe_ft_share=moe_ft_share, curve_nodes=curve_nodes)
+    a = allocate(curves, budget, policy, features, **kw)
+    if not bool(a.feasible):
+        floors = float(a.floor_w.sum())
+        why = "lowest-power points" + (" raised by max_slowdown" if slowdown is not None else "")
+        raise InfeasibleBudget(f"budget {budget:.1f} W is below the jobs' floors {floors:.1f} W "
+                               f"(sum of their {why}); the deepest feasible cut is "
+                               f"{1 - floors / uncapped_w:.1%} ({floors:.1f} W)")
+    best = a if policy == "oracle" else allocate(curves, budget, "oracle", features, max_slowdown=slowdown)
+    out = pd.DataFrame({"job": jobs, "power_w": a.power_w, "throughput": a.throughput})
+    gpus = per_job.get("gpus")
+    cap = power_to_cap(curves, a.power_w, None if gpus is None else gpus.astype(float))
+    if cap is not None and (has_cap or gpus is not None):
+        out["cap_w"] = cap
+    uncapped_t = float(curves.uncapped_throughput.sum())
+    totals = {
+        "policy": policy, "n_jobs": len(jobs), "cut": 1.0 - budget / uncapped_w, "budget_w": budget,
+        "uncapped_power_w": uncapped_w, "floors_w": float(a.floor_w.sum()),
+        "total_power_w": float(a.power_w.sum()), "total_throughput": float(a.total_throughput),
+        "uncapped_throughput": uncapped_t, "oracle_throughput": float(best.total_throughput),
+        "gap_to_oracle": float(best.total_throughput - a.total_throughput),
+        "cap_source": "measured cap_w" if has_cap else ("power_w / gpus" if gpus is not None else None),
+    }
+    if slowdown is not None:
+        target = (1.0 - slowdown) * curves.uncapped_throughput
+        totals["sla_violations"] = int(np.sum(np.isfinite(slowdown) & (a.throughput < target * (1 - 1e-9))))
+    return out, totals
+

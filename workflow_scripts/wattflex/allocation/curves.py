@@ -1,0 +1,144 @@
+"""A job as its measured power -> throughput curve, and what follows from the curve alone.
+
+A job is its measured power-throughput points (one per cap; repeats averaged). Between its
+lowest and highest measured power its throughput is the piecewise-linear interpolant; it
+cannot go below its lowest-cap power (*floor*) nor above its uncapped power (*ceiling*, the
+highest-power point; ``T_max`` is the throughput there). Allocated power maps back to a
+per-GPU cap by inverting the measured cap -> power relation piecewise-linearly (or
+``power / gpus`` when no caps are known, a cap the job cannot exceed).
+
+**SLA tiers**: a job's maximum slowdown ``s`` becomes a raised floor (:func:`sla_floor`),
+the lowest power from which throughput stays >= ``(1 - s) * T_max`` up to the uncapped
+point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from wattflex.allocation.oracle import RTOL, concave_hull, interp
+
+
+@dataclass(frozen=True)
+class Curves:
+    """Piecewise-linear power -> throughput curves, arrays of shape (..., n_jobs, K).
+
+    Points are sorted by power with distinct powers; shorter curves are padded by
+    repeating their last point (a zero-width segment). ``cap_w`` (optional) is the per-GPU
+    cap at each point.
+    """
+    power_w: np.ndarray
+    throughput: np.ndarray
+    cap_w: np.ndarray | None = None
+
+    @property
+    def floor_w(self) -> np.ndarray:
+        return self.power_w[..., 0]
+
+    @property
+    def ceiling_w(self) -> np.ndarray:
+        return self.power_w[..., -1]
+
+    @property
+    def uncapped_throughput(self) -> np.ndarray:
+        return self.throughput[..., -1]
+
+    def take(self, index: np.ndarray) -> "Curves":
+        """Curves of jobs ``index`` (any shape) out of a (n_groups, K) table."""
+        return Curves(self.power_w[index], self.throughput[index],
+                      None if self.cap_w is None else self.cap_w[index])
+
+    def throughput_at(self, power_w: np.ndarray) -> np.ndarray:
+        return interp(self.power_w, self.throughput, power_w)
+
+    def restrict(self, lo_w: np.ndarray, hi_w: np.ndarray | None = None) -> "Curves":
+        """The same curves on ``[lo_w, hi_w]`` (points outside collapse onto the ends)."""
+        hi = self.ceiling_w if hi_w is None else hi_w
+        P = np.clip(self.power_w, np.asarray(lo_w)[..., None], np.asarray(hi)[..., None])
+        cap = None if self.cap_w is None else interp(self.power_w, self.cap_w, P)
+        return Curves(P, self.throughput_at(P), cap)
+
+
+def curves_from_points(job: Sequence[Any], power_w: Sequence[float], throughput: Sequence[float],
+                       cap_w: Sequence[float] | None = None) -> tuple[list[Any], Curves]:
+    """Build curves from long-format points (one row per job and measured point).
+
+    Points of a job at the same power are averaged. Returns the job ids (first-seen order)
+    and their curves.
+    """
+    df = pd.DataFrame({"job": list(job), "power_w": np.asarray(power_w, float),
+                       "throughput": np.asarray(throughput, float)})
+    df["cap_w"] = np.nan if cap_w is None else np.asarray(cap_w, float)
+    bad = ~np.isfinite(df[["power_w", "throughput"]]).all(axis=1) | (df["power_w"] < 0)
+    if bad.any():
+        raise ValueError(f"non-finite or negative power/throughput for job(s) "
+                         f"{sorted(map(str, df.loc[bad, 'job'].unique()))[:5]}")
+    jobs = list(dict.fromkeys(df["job"]))
+    merged = df.groupby(["job", "power_w"], sort=False, as_index=False).mean()
+    K = int(merged.groupby("job", sort=False).size().max()) if len(merged) else 0
+    if K == 0:
+        raise ValueError("no curve points")
+    P = np.empty((len(jobs), K))
+    T = np.empty_like(P)
+    C = np.empty_like(P)
+    for i, (_, pts) in enumerate(merged.groupby("job", sort=False)):
+        pts = pts.sort_values("power_w")
+        m = len(pts)
+        for arr, col in ((P, "power_w"), (T, "throughput"), (C, "cap_w")):
+            v = pts[col].to_numpy()
+            arr[i, :m], arr[i, m:] = v, v[-1]
+    order = [list(dict.fromkeys(merged["job"])).index(j) for j in jobs]
+    has_cap = cap_w is not None and np.isfinite(C).all()
+    return jobs, Curves(P[order], T[order], C[order] if has_cap else None)
+
+
+def curves_from_runs(runs: pd.DataFrame) -> tuple[list[str], Curves]:
+    """One curve per group of ``runs.parquet`` rows: (power_w, tokens_per_s) per cap_w,
+    repeats averaged."""
+    pts = runs.groupby(["group", "cap_w"], sort=True, as_index=False)[["power_w", "tokens_per_s"]].mean()
+    return curves_from_points(pts["group"], pts["power_w"], pts["tokens_per_s"], pts["cap_w"])
+
+
+def is_concave(curves: Curves) -> np.ndarray:
+    """Per job: the curve equals its concave envelope (the greedy alone is then exact)."""
+    hull = concave_hull(curves.power_w, curves.throughput)
+    tol = RTOL * (np.abs(curves.throughput).max(-1, keepdims=True) + 1.0)
+    return np.all(curves.throughput >= hull - tol, axis=-1)
+
+
+def power_to_cap(curves: Curves, power_w: np.ndarray, gpus: np.ndarray | None = None) -> np.ndarray | None:
+    """Per-GPU cap that gives each job its allocated power: the measured cap -> power relation
+    inverted piecewise-linearly; without measured caps, ``power_w / gpus``; else None."""
+    if curves.cap_w is not None:
+        return interp(curves.power_w, curves.cap_w, power_w)
+    if gpus is not None:
+        return np.asarray(power_w, float) / np.asarray(gpus, float)
+    return None
+
+
+def sla_floor(curves: Curves, max_slowdown: np.ndarray) -> np.ndarray:
+    """Lowest power from which throughput stays >= ``(1 - max_slowdown) * T_max`` all the
+    way up to the uncapped point (NaN slowdown = no constraint)."""
+    P, T = curves.power_w, curves.throughput
+    s = np.asarray(max_slowdown, float)
+    target = np.where(np.isfinite(s), (1.0 - s) * curves.uncapped_throughput, -np.inf)
+    tol = RTOL * (np.abs(T).max(-1) + 1.0)
+    below = T < (target - tol)[..., None]
+    K = P.shape[-1]
+    # last vertex below target; the crossing lies on the segment that starts there
+    last = K - 1 - np.argmax(below[..., ::-1], axis=-1)
+    any_below = below.any(-1)
+    k = np.minimum(last, K - 2) if K > 1 else np.zeros_like(last)
+    take = lambda a, i: np.take_along_axis(a, i[..., None], -1)[..., 0]  # noqa: E731
+    if K == 1:
+        return P[..., 0].copy()
+    p0, p1, t0, t1 = take(P, k), take(P, k + 1), take(T, k), take(T, k + 1)
+    rise = t1 - t0
+    frac = np.divide(target - t0, rise, out=np.ones_like(rise), where=rise > 0)
+    cross = p0 + np.clip(frac, 0.0, 1.0) * (p1 - p0)
+    return np.where(any_below, cross, P[..., 0])
+

@@ -1,0 +1,71 @@
+"""The one GPU catalogue: power-limit range, clocks, peak rates, memory and the emulator's
+power-model parameters of every GPU wattflex knows, plus the default model.
+
+Adding a GPU model is one entry in ``GPUS`` (the config schema's ``gpu`` enum is checked
+against it by a test). The SM power-model constants shared by all entries (``V_MIN``,
+``V_EXP``, the activity weights) live with the model in ``wattflex.runs.emulator``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+DEFAULT_GPU = "H200"  # the paper's headline GPU
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    name: str
+    min_limit_w: float
+    max_limit_w: float
+    default_limit_w: float
+    sm_clock_min_mhz: float
+    sm_clock_max_mhz: float
+    mem_clock_mhz: float
+    idle_w: float            # board power at idle, memory included
+    mem_idle_w: float        # part of idle_w that is HBM
+    mem_dyn_w: float         # extra HBM power at full bandwidth
+    sm_dyn_w: float          # SM dynamic power at f_max, v=1, full activity
+    peak_bf16_tflops: float  # dense bf16 tensor rate at f_max
+    hbm_tb_s: float
+    hbm_gib: float
+    nvlink_gb_s: float = 370.0     # achievable per-GPU collective bandwidth in a node
+    internode_gb_s: float = 90.0   # per-GPU bus bandwidth of rail-optimised NCCL collectives across nodes
+    clock_step_mhz: float = 15.0
+    slurm_name: str = ""           # default GRES/constraint name (profiles/slurm overrides it)
+
+    def clock_bins(self) -> np.ndarray:
+        return np.arange(self.sm_clock_min_mhz, self.sm_clock_max_mhz + 1e-9, self.clock_step_mhz)
+
+
+# Limits, clocks, peak rates and memory: NVIDIA H100/H200 SXM datasheets (dense bf16 989 TFLOPS,
+# 3.35 / 4.8 TB/s, 80 / 141 GB, 700 W). Power-model parameters: runs/emulator.py's docstring
+# (sm_dyn_w fitted to the Ujeniya et al. H100 cap -> clock table; idle/HBM power measured).
+GPUS: dict[str, GPUSpec] = {
+    "H200": GPUSpec("H200", 200, 700, 700, 345, 1980, 3201, idle_w=75, mem_idle_w=42, mem_dyn_w=70,
+                    sm_dyn_w=1257, peak_bf16_tflops=989, hbm_tb_s=4.8, hbm_gib=141, slurm_name="h200"),
+    "H100": GPUSpec("H100", 200, 700, 700, 345, 1980, 2619, idle_w=60, mem_idle_w=30, mem_dyn_w=48,
+                    sm_dyn_w=1257, peak_bf16_tflops=989, hbm_tb_s=3.35, hbm_gib=80, slurm_name="h100"),
+}
+
+# Dense bf16 tensor peak of devices the real harness may meet but the emulator does not model,
+# for MFU in run records (NVIDIA datasheets: A100 SXM 312, B200 2250 TFLOPS; H100/H200 989.4).
+PEAK_BF16_TFLOPS: dict[str, float] = {"H100": 989.4, "H200": 989.4, "B200": 2250.0, "A100": 312.0}
+
+
+def gpu_spec(name: str) -> GPUSpec:
+    """The catalogue entry of ``name``; a clear error for a GPU wattflex does not know."""
+    try:
+        return GPUS[name]
+    except KeyError:
+        raise KeyError(f"unknown GPU model {name!r}; known: {', '.join(GPUS)}") from None
+
+
+def peak_bf16_flops(device_name: str) -> float | None:
+    """Peak dense bf16 FLOP/s of a device from its NVML/torch name ("NVIDIA H100 80GB HBM3")."""
+    for key, tflops in PEAK_BF16_TFLOPS.items():
+        if key in device_name:
+            return tflops * 1e12
+    return None
