@@ -11,7 +11,7 @@ command) see and change the same GPUs. Knobs (``reset(...)`` keywords or per-GPU
 ``allow_set`` (False: setting a limit raises NoPermission; per GPU: ``deny_set``), ``gpm`` ("ok" |
 "no_permission" | "unsupported"), ``instant_power`` (False: the field read fails),
 ``demand_w`` (what the job would draw uncapped), ``extra_limit_w`` (a lower limit enforced
-by someone else).
+by someone else), ``persistence`` (False: persistence mode off).
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ NVML_GPM_METRIC_SM_UTIL = 2
 NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
 NVML_GPM_METRIC_DRAM_BW_UTIL = 10
 NVML_GPM_METRICS_GET_VERSION = 1
+NVML_FEATURE_DISABLED = 0
+NVML_FEATURE_ENABLED = 1
 CLOCKS_EVENT_REASON_SW_POWER_CAP = 0x4
 
 
@@ -71,7 +73,7 @@ def _default_gpu(i: int) -> dict[str, Any]:
     return {"name": "NVIDIA H200", "uuid": f"GPU-fake-{i:04d}", "min_mw": 200_000, "max_mw": 700_000,
             "default_mw": 700_000, "limit_mw": 700_000, "demand_w": 650.0, "extra_limit_w": None,
             "sm_clock_max": 1980, "mem_clock": 3201, "util": 98, "mem_util": 40, "fb_used": 80 * 1024**3,
-            "temp": 55, "gpm_values": {"10": 45.0, "2": 90.0, "5": 60.0}}
+            "temp": 55, "gpm_values": {"10": 45.0, "2": 90.0, "5": 60.0}, "persistence": True}
 
 
 _memory_state: dict[str, Any] = {}
@@ -140,6 +142,18 @@ def nvmlInit() -> None:
 
 def nvmlShutdown() -> None:
     pass
+
+
+def nvmlSystemGetDriverVersion() -> str:
+    return "570.124.06"
+
+
+def nvmlSystemGetNVMLVersion() -> str:
+    return "12.570.124.06"
+
+
+def nvmlSystemGetCudaDriverVersion() -> int:
+    return 12080                                    # 1000 * major + 10 * minor
 
 
 def nvmlDeviceGetCount() -> int:
@@ -229,6 +243,15 @@ def nvmlDeviceGetClockInfo(handle: int, clock: int) -> int:
     if clock == NVML_CLOCK_SM:
         return int(g["sm_clock_max"] * _throttle(g) ** 0.5)
     return g["mem_clock"]
+
+
+def nvmlDeviceGetMaxClockInfo(handle: int, clock: int) -> int:
+    g = _gpu(handle)
+    return g["sm_clock_max"] if clock == NVML_CLOCK_SM else g["mem_clock"]
+
+
+def nvmlDeviceGetPersistenceMode(handle: int) -> int:
+    return NVML_FEATURE_ENABLED if _gpu(handle).get("persistence", True) else NVML_FEATURE_DISABLED
 
 
 def nvmlDeviceGetUtilizationRates(handle: int) -> SimpleNamespace:

@@ -11,7 +11,8 @@ The library behind the Snakemake workflow and the ``wattflex`` command, a packag
 - ``allocation``: splitting a power cut across jobs (curves, policies, oracle, simulation);
 - ``control``: the closed-loop controller, its device loop, the cluster simulation;
 - ``plots``: every figure (the only place matplotlib is imported);
-- ``report``, ``cli`` + ``commands``: the HTML report and the ``wattflex`` command.
+- ``report``, ``doctor`` (what a machine offers, observe-only), ``cli`` + ``commands``: the
+  HTML report and the ``wattflex`` command.
 """
 
 from __future__ import annotations

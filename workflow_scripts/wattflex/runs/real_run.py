@@ -42,12 +42,14 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import psutil
 
 from wattflex.provenance import provenance, read_json, read_parquet, write_json, write_parquet
 from wattflex.runs.devices import caps, nvml
@@ -115,27 +117,130 @@ def training_command(config_path: Path, t0: float, nproc: int, nnodes: int = 1, 
     return cmd + ["-m", "wattflex.runs.training", "--config", str(config_path), "--t0", repr(t0)]
 
 
-def terminate(proc: subprocess.Popen) -> None:
-    """Stop the training process group: SIGTERM, then SIGKILL after a grace period."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(TERMINATE_GRACE_S)
-    except subprocess.TimeoutExpired:
+# Stopping training. torchrun's elastic agent starts every worker in a session of its own
+# (SubprocessHandler: Popen(start_new_session=True)), so signalling torchrun's process group
+# misses the workers, and once torchrun is gone they are reparented away from it. A worker
+# left alive holds its GPU memory and keeps running at a cap that is then restored under it.
+# So the run's processes are found three ways: their ancestry (read before any signal),
+# torchrun's session, and a tag that every process of the run inherits in its environment
+# (torchrun copies its environment into the workers). Not found: a process that leaves the
+# session and drops the tag and whose parent died before terminate started (only a cgroup,
+# as SLURM's task/cgroup plugin sets up, contains that).
+TRAINING_TAG_ENV = "WATTFLEX_TRAINING_TAG"
+KILL_WAIT_S = 30.0          # after SIGKILL: a dying process releases its GPU context before it is gone
+POLL_S = 0.05
+
+
+class TrainingProcess(subprocess.Popen):
+    """torchrun, started by ``start_training``: leader of its own session, and ``tag`` in the
+    environment of every process of the run (``TRAINING_TAG_ENV``)."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], **kwargs: Any) -> None:
+        self.tag = uuid.uuid4().hex
+        super().__init__(cmd, env={**env, TRAINING_TAG_ENV: self.tag}, start_new_session=True, **kwargs)
+
+
+def run_processes(proc: subprocess.Popen) -> set[psutil.Process]:
+    """The live processes of the training run, torchrun itself aside (``proc`` reaps it):
+    its descendants while it lives, the processes of its session (``start_new_session``),
+    and those carrying its tag (workers in sessions of their own, also once reparented)."""
+    found: set[psutil.Process] = set()
+    if proc.poll() is None:          # not reaped: its pid still names it, not a reused pid
+        with contextlib.suppress(psutil.NoSuchProcess):
+            found.update(psutil.Process(proc.pid).children(recursive=True))
+    # A pid is not reused while a process is in the session it names, so the session test
+    # holds after proc was reaped too (an unrelated session with that pid would need the
+    # pid space to wrap between proc's end and this scan).
+    tag, uid = getattr(proc, "tag", None), os.getuid()
+    for p in psutil.process_iter(["uids"]):
+        if p.pid == proc.pid or p.info["uids"] is None or p.info["uids"].real != uid:
+            continue
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(p.pid) == proc.pid or (tag and p.environ().get(TRAINING_TAG_ENV) == tag):
+                found.add(p)
+    return _alive(found)
+
+
+def _alive(procs: set[psutil.Process]) -> set[psutil.Process]:
+    """Those of ``procs`` still running. A zombie is dead (no memory, no GPU context) and
+    only its parent can reap it: an orphan's reaper (PID 1 in a container) may never do so."""
+    alive = set()
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.add(p)
+    return alive
+
+
+def _wait_gone(proc: subprocess.Popen, procs: set[psutil.Process], timeout_s: float) -> set[psutil.Process]:
+    """Wait up to ``timeout_s`` for ``proc`` (reaped by ``Popen``, which keeps its exit status)
+    and ``procs`` to exit; the survivors among ``procs``. Hand-polled, not psutil.wait_procs:
+    that waits on an unreaped zombie until the timeout."""
+    deadline = time.monotonic() + timeout_s
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(max(0.0, deadline - time.monotonic()))
+    while (alive := _alive(procs)) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    return alive
+
+
+def _signal_run(proc: subprocess.Popen, procs: set[psutil.Process], sig: int) -> None:
+    if proc.poll() is None:          # its process group too: members started since the scan
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+            os.killpg(proc.pid, sig)
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            p.send_signal(sig)       # psutil refuses a pid reused since the scan
 
 
-def start_training(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start ``cmd`` (torchrun) in its own process group, output appended to ``log_path``;
+@contextlib.contextmanager
+def _termination_signals_held():
+    """Hold CapGuard's signals (delivered on leaving): its handler raises, which would end
+    the SIGKILL sweep early and restore the caps under live workers."""
+    sigs = {getattr(signal, name) for name in caps.SIGNALS}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def terminate(proc: subprocess.Popen) -> None:
+    """Stop the training run, torchrun and every process it started, also those that left
+    its session or outlived it; nothing of the run runs when this returns (else: an error
+    is logged). The caller restores the caps only after this.
+
+    1. Find the run's processes before any signal (torchrun's children are found through
+       it only while it lives).
+    2. SIGTERM all of them (torchrun would pass it on, but only to the workers it still
+       tracks) and wait ``TERMINATE_GRACE_S``. A signal to this process (CapGuard raises)
+       ends the wait early.
+    3. SIGKILL whatever of the run is left, found anew each round (a process may have
+       forked since), until nothing is or ``KILL_WAIT_S`` has passed; reap torchrun."""
+    procs = run_processes(proc)
+    try:
+        _signal_run(proc, procs, signal.SIGTERM)
+        _wait_gone(proc, procs, TERMINATE_GRACE_S)
+    finally:
+        with _termination_signals_held():
+            deadline = time.monotonic() + KILL_WAIT_S
+            while (procs := _alive(procs) | run_processes(proc)) or proc.poll() is None:
+                if time.monotonic() > deadline:
+                    left = sorted(p.pid for p in procs) + ([proc.pid] if proc.poll() is None else [])
+                    log.error("training processes alive %g s after SIGKILL (stuck in the kernel?): %s",
+                              KILL_WAIT_S, left)
+                    break
+                _signal_run(proc, procs, signal.SIGKILL)
+                _wait_gone(proc, procs, min(1.0, max(0.0, deadline - time.monotonic())))
+
+
+def start_training(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> TrainingProcess:
+    """Start ``cmd`` (torchrun) in its own session, output appended to ``log_path``;
     the caller stops it on every exit path (``terminate``)."""
     full_env = {**os.environ, **OFFLINE_ENV, **(env or {})}
     log.info("training: %s", shlex.join(cmd))
     with open(log_path, "ab") as logf:
-        return subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
+        return TrainingProcess(cmd, full_env, stdout=logf, stderr=subprocess.STDOUT)
 
 
 def training_error(rc: int, log_path: Path) -> RuntimeError:
@@ -146,7 +251,8 @@ def training_error(rc: int, log_path: Path) -> RuntimeError:
 
 
 def run_training(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
-    """Run ``cmd`` (torchrun) in its own process group; on any exit path it is stopped."""
+    """Run ``cmd`` (torchrun) in its own session; on any exit path the run is stopped, and
+    whatever it left behind (workers of a torchrun that died) with it."""
     proc = start_training(cmd, log_path, env)
     try:
         rc = proc.wait()

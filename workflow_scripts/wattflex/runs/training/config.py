@@ -31,7 +31,7 @@ class TrainConfig:
     seq_len: int = 4096
     batch: int = 2                          # micro-batch per GPU (sequences)
     lora_rank: int = 32
-    ep: int = 1                             # expert-parallel degree asked for (not implemented: FSDP only)
+    ep: int = 1                             # expert-parallel degree (MoE pretraining; see training.parallel)
     compile: bool = False
     grad_checkpointing: bool = False
     device: str = "cuda"                    # cuda | cpu
@@ -112,6 +112,15 @@ class TrainConfig:
             raise ValueError(f"cuda.precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
         if self.parallel not in PARALLEL:
             raise ValueError(f"cuda.parallel {self.parallel!r}: expected one of {', '.join(PARALLEL)}")
+        if self.ep < 1:
+            raise ValueError(f"ep {self.ep}: must be >= 1")
+        if self.ep > 1 and self.architecture == "moe" and self.task != "pt":
+            raise ValueError(f"ep {self.ep} with task {self.task!r}: expert parallelism is for pretraining; "
+                             f"LoRA's adapters on the fused expert weights are not combined with expert sharding "
+                             f"(use ep 1: experts are then FSDP-sharded like every other weight)")
+        if self.ep > 1 and self.architecture == "moe" and self.parallel == "ddp":
+            raise ValueError(f"ep {self.ep} with cuda.parallel 'ddp': expert parallelism shards the dense "
+                             f"weights with FSDP; use cuda.parallel 'fsdp' or 'auto'")
         if self.seq_len < 2 or self.batch < 1:
             raise ValueError(f"seq_len {self.seq_len} / batch {self.batch}: need seq_len >= 2 and batch >= 1")
         from_config = self.tiny or (self.random_init and self.model_path is None)

@@ -26,6 +26,7 @@ from torch import nn
 from wattflex import provenance as prov
 from wattflex.runs.training import data
 from wattflex.runs.training import models
+from wattflex.runs.training import parallel as par
 from wattflex.gpus import peak_bf16_flops
 from wattflex.runs.training.config import TrainConfig
 
@@ -82,8 +83,11 @@ def prepare_model(cfg: TrainConfig, dist: Dist) -> tuple[nn.Module, dict[str, An
     policy = cfg.dtype_policy
     # bf16-mixed keeps fp32 master weights for pretraining; LoRA's frozen base is bf16 there.
     load_dtype = torch.bfloat16 if policy == "bf16" or (policy == "bf16-mixed" and cfg.task == "lora") else torch.float32
-    torch.manual_seed(cfg.seed)
-    model = models.build_model(cfg, load_dtype)
+    # Impossible expert layouts fail here, before a full-size model is built.
+    experts = models.routing(models.model_config(cfg, cfg.ep))[0] if cfg.ep > 1 else None
+    layout = par.expert_layout(cfg, dist.world, experts)
+    torch.manual_seed(cfg.seed)     # every rank builds the same weights; sharding keeps its own slice
+    model = models.build_model(cfg, load_dtype, ep=layout.ep)
     hf_cfg = model.config
     if cfg.grad_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -94,7 +98,7 @@ def prepare_model(cfg: TrainConfig, dist: Dist) -> tuple[nn.Module, dict[str, An
                                                                 cfg.seq_len, cfg.task),
             "model_class": type(model).__name__, "load_dtype": str(load_dtype).replace("torch.", ""),
             "hf_config": {k: v for k, v in hf_cfg.to_dict().items() if k in HF_CONFIG_KEYS}}
-    parallel = cfg.parallel if cfg.parallel != "auto" else ("fsdp" if cfg.device == "cuda" else "ddp")
+    parallel = cfg.parallel if cfg.parallel != "auto" else ("fsdp" if cfg.device == "cuda" or layout.ep > 1 else "ddp")
     fsdp = dist.active and parallel == "fsdp"
     if not fsdp:
         model.to(dist.device)
@@ -103,7 +107,10 @@ def prepare_model(cfg: TrainConfig, dist: Dist) -> tuple[nn.Module, dict[str, An
     if cfg.compile:
         for layer in decoder_layers(model):
             layer.compile()
-    if fsdp:
+    if layout.ep > 1:
+        # transformers shards experts over ep ranks and FSDP-wraps the rest (training.parallel)
+        model = par.shard(model, par.distributed_config(cfg, dist.world, layout.ep), cfg.device)
+    elif fsdp:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -116,10 +123,11 @@ def prepare_model(cfg: TrainConfig, dist: Dist) -> tuple[nn.Module, dict[str, An
             model, device_ids=[dist.local_rank] if cfg.device == "cuda" else None,
             find_unused_parameters=cfg.architecture == "moe")   # unrouted experts' LoRA get no grad
     info["parallel"] = parallel if dist.active else "none"
-    info["ep_used"] = 1
-    if cfg.ep > 1:
-        log.warning("expert parallelism (ep=%d) is not implemented in this harness: experts are sharded "
-                    "with FSDP like every other weight (ep_used=1 in run.json)", cfg.ep)
+    info["ep_requested"] = cfg.ep
+    info["ep_used"] = par.ep_in_effect(model)       # read off the sharded weights, not the request
+    if layout.note:
+        info["ep_note"] = layout.note
+        log.warning("%s (ep_used=1 in run.json)", layout.note)
     return model, info
 
 

@@ -34,11 +34,12 @@ TINY = {"hidden": 64, "layers": 2, "heads": 4, "head_dim": 16, "vocab": 256,
         "intermediate": 128, "expert_intermediate": 32, "experts": 4, "experts_active": 2}
 
 
-def hf_config(facts: dict[str, Any], *, tiny: bool = False, seq_len: int = 4096):
+def hf_config(facts: dict[str, Any], *, tiny: bool = False, seq_len: int = 4096, ep: int = 1):
     """A transformers config for the catalog entry ``facts`` (full size, or tiny for tests).
 
     Tiny keeps the family and the MoE routing shape (experts > active) but shrinks every
-    width: hidden 64, 2 layers, vocab 256, 4 experts with 2 active.
+    width: hidden 64, 2 layers, vocab 256, 4 experts with 2 active (with ``ep`` > 1: the
+    smallest multiple of ``ep`` >= 4, so every expert-parallel rank holds whole experts).
     """
     from transformers import AutoConfig
 
@@ -48,12 +49,13 @@ def hf_config(facts: dict[str, Any], *, tiny: bool = False, seq_len: int = 4096)
     moe = ARCHITECTURES[mt] == "moe"
     if tiny:
         heads = TINY["heads"]
+        tiny_experts = -(-TINY["experts"] // ep) * ep
         ratio = max(1, int(facts.get("heads", heads)) // max(1, int(facts.get("kv_heads", heads))))
         f = {"hidden": TINY["hidden"], "layers": TINY["layers"], "heads": heads,
              "kv_heads": max(1, heads // min(ratio, heads)), "head_dim": TINY["head_dim"],
              "vocab": TINY["vocab"],
              "intermediate": TINY["expert_intermediate"] if moe else TINY["intermediate"],
-             "experts": min(int(facts.get("experts") or TINY["experts"]), TINY["experts"]),
+             "experts": min(int(facts.get("experts") or tiny_experts), tiny_experts),
              "experts_active": min(int(facts.get("experts_active") or TINY["experts_active"]),
                                    TINY["experts_active"])}
     else:
@@ -88,8 +90,18 @@ def hf_config(facts: dict[str, Any], *, tiny: bool = False, seq_len: int = 4096)
     return cfg
 
 
-def build_model(cfg: TrainConfig, dtype: torch.dtype) -> nn.Module:
-    """Random-init (tiny or full-size) or locally stored causal LM, never from the network."""
+def model_config(cfg: TrainConfig, ep: int = 1):
+    """The transformers config of the model ``build_model`` gives, without building it."""
+    if cfg.model_path and not cfg.tiny:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(cfg.model_path, local_files_only=True)
+    return hf_config(cfg.model_facts, tiny=cfg.tiny, seq_len=cfg.seq_len, ep=ep)
+
+
+def build_model(cfg: TrainConfig, dtype: torch.dtype, ep: int = 1) -> nn.Module:
+    """Random-init (tiny or full-size) or locally stored causal LM, never from the network.
+    ``ep``: the expert-parallel degree it will be sharded with (sizes the tiny expert count)."""
     from transformers import AutoModelForCausalLM
 
     attn = {"attn_implementation": cfg.attn_implementation} if cfg.attn_implementation else {}
@@ -98,7 +110,7 @@ def build_model(cfg: TrainConfig, dtype: torch.dtype) -> nn.Module:
             return AutoModelForCausalLM.from_pretrained(cfg.model_path, dtype=dtype, local_files_only=True, **attn)
         except OSError as exc:
             raise FileNotFoundError(f"cannot load model from {cfg.model_path} (offline): {exc}") from exc
-    hf_cfg = hf_config(cfg.model_facts, tiny=cfg.tiny, seq_len=cfg.seq_len)
+    hf_cfg = model_config(cfg, ep)
     log.info("building %s %s with random weights", "tiny" if cfg.tiny else "full-size", cfg.hf_model_type)
     return AutoModelForCausalLM.from_config(hf_cfg, dtype=dtype, **attn)
 

@@ -1,0 +1,456 @@
+"""One GPU node, checked before the first measured campaign; observe-only (<= 10 min).
+
+Usage: python benchmarks/gpu_check.py [--seconds 60] [--pairs 2] [--staircase-seconds 90]
+                                      [--device cuda|cpu] [--model small|tiny] [--caps W ...] [--out DIR]
+
+Nothing here sets a power limit, clock or mode: training runs with ``cuda.cap_control:
+observe``; the staircase drives a recording device whose ``set_cap`` records the cap and
+sets nothing (the NVML GPUs it reads are opened with a setter that refuses); the
+controller is ``wattflex control --dry-run``. The limits are read before and after and the
+check fails if they differ. Steps, each recorded even if another fails:
+
+a) ``wattflex doctor`` (``wattflex.doctor.diagnose``);
+b) sampler overhead: a random-init model trained through the real harness
+   (``wattflex.runs.real_run.run_real``: torchrun training, the NVML sampler in this
+   process, as in a real run) for ``--seconds`` with the sampler at 10 Hz and without it,
+   ``--pairs`` times in ABBA order; steady tokens/s (the first 20 % of each run's step
+   time dropped) and the overhead 1 - on/off per pair, with its spread;
+c) the telemetry columns the sampler-on runs got (min, max, NaN count per column);
+d) the staircase (``wattflex.runs.sweep.algorithm.staircase``) on a live training run of
+   the real device, through the recording device: the caps it WOULD set, lowest first,
+   and the windows it measured (all at the current limit, since nothing is set); and
+   ``wattflex control --dry-run`` at 80 % and 50 % of the GPUs' maximum limits, while
+   that run trains;
+e) gpu_check_<gpu>.md and .json in benchmarks/results/ (``--out`` elsewhere); ``--device cpu``
+   trains on the CPU (the NVML GPUs are still read) and adds ``_cpu-training`` to the name.
+
+Defaults: a 190M-parameter Llama-style model (``--model small``, seq 2048 x batch 8) on
+cuda, the catalogue's tiny model on cpu; about 4 x (60 s + start-up) + 90 s + start-up,
+8-9 minutes on one GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import io
+import json
+import math
+import re
+import shutil
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "workflow_scripts"))
+
+from wattflex import cli
+from wattflex.config import load_catalog
+from wattflex.doctor import diagnose, format_report, probe_nvml
+from wattflex.provenance import read_json, read_parquet
+from wattflex.runs.devices import nvml
+from wattflex.runs.devices.base import EXTRA_COLUMNS, CapError, TelemetrySampler, check_cap
+from wattflex.runs.real_run import run_real, start_training, terminate, training_command, training_error
+from wattflex.runs.sweep.algorithm import staircase
+from wattflex.runs.sweep.real import PollingRun, read_live_steps
+from wattflex.runs.sweep.steady import SteadyCriteria
+from wattflex.runs.training.config import TrainConfig
+from wattflex.telemetry import TELEMETRY_COLUMNS, SummaryProtocol, job_series
+
+SAMPLER_PERIOD_S = 0.1            # 10 Hz: 50x the campaign's 5 s, so an overhead shows if there is one
+OVERHEAD_GOAL_PCT = 0.5
+WARMUP_FRACTION = 0.2             # of a run's step time, dropped before tokens/s
+FIRST_STEP_TIMEOUT_S = 300.0
+BUDGET_FRACTIONS = (0.8, 0.5)     # controller dry runs: budget = fraction x the GPUs' maximum limits
+# A model that keeps an H200 busy (191M parameters, 126M without embeddings; Llama, the catalogue's dense family).
+SMALL_MODEL = {"layers": 8, "hidden": 1024, "heads": 16, "kv_heads": 8, "head_dim": 64, "intermediate": 4096,
+               "vocab": 32000}
+SHAPE = {"small": (2048, 8), "tiny": (32, 4)}     # (seq_len, micro-batch)
+GPM_COLUMNS = {"dram_active", "sm_active", "tensor_active"}
+HOST_COLUMNS = {"host_cpu_w", "host_dram_w"}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=60.0, help="training time of each sampler on/off run (s)")
+    p.add_argument("--pairs", type=int, default=2, help="sampler off/on pairs, in ABBA order (default 2)")
+    p.add_argument("--staircase-seconds", type=float, default=90.0, help="staircase dry run, all caps together (s)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="where the model trains")
+    p.add_argument("--model", choices=("small", "tiny"), help="default: small on cuda, tiny on cpu")
+    p.add_argument("--caps", type=float, nargs="+", help="staircase caps in W (default: 6 across the GPU's range)")
+    p.add_argument("--configfile", help="config for doctor's verdict (default: config/config.yaml here)")
+    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results", help="where the report goes")
+    p.add_argument("--keep", action="store_true", help="keep the runs' directories (printed) instead of deleting them")
+    a = p.parse_args(argv)
+    if a.seconds <= 0 or a.staircase_seconds <= 0 or a.pairs < 1:
+        p.error("--seconds and --staircase-seconds must be > 0 and --pairs >= 1")
+    a.model = a.model or ("small" if a.device == "cuda" else "tiny")
+    return a
+
+
+# ---- the steps --------------------------------------------------------------------------------
+def record_step(result: dict[str, Any], name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run one step; its result or its error goes into ``result["steps"][name]`` (a step that
+    measured something and still failed returns ``ok: False`` and ``error`` itself)."""
+    t = time.monotonic()
+    print(f"[gpu_check] {name} ...", file=sys.stderr, flush=True)
+    try:
+        out = {"ok": True, **fn()}
+    except Exception as exc:  # a failed step is a finding; the next steps still run
+        out = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+               "traceback": traceback.format_exc().splitlines()[-12:]}
+    out["seconds"] = round(time.monotonic() - t, 1)
+    result["steps"][name] = out
+    print(f"[gpu_check] {name}: {'ok' if out['ok'] else out.get('error')} ({out['seconds']} s)", file=sys.stderr,
+          flush=True)
+    return out
+
+
+def model_facts(size: str) -> dict[str, Any]:
+    facts = dict(load_catalog(REPO / "config" / "models.yaml")["Llama-3.1-70B"])
+    if size == "small":
+        facts.update(SMALL_MODEL, source="gpu_check: small random-init Llama-style model")
+    return facts
+
+
+def run_spec(args: argparse.Namespace, name: str, sampler: bool, duration_s: float, state_dir: Path,
+             cap_w: float) -> dict[str, Any]:
+    """A ``run_real`` spec that changes nothing: cap_control observe, and a state directory of
+    its own (empty), so the stale-cap restore ``run_real`` does first finds nothing to restore."""
+    seq_len, batch = SHAPE[args.model]
+    return {
+        "campaign": "gpu-check", "run_id": name, "cap_w": cap_w, "repeat": 0, "seed": 0, "backend": "cuda",
+        "group": {"id": "gpu-check", "model": f"gpu-check-{args.model}", "task": "pt", "gpus": 1, "seq_len": seq_len,
+                  "batch": batch, "ep": 1, "compile": False, "grad_checkpointing": False, "lora_rank": 8},
+        "model_facts": model_facts(args.model),
+        "run": {"duration_s": duration_s, "sample_period_s": SAMPLER_PERIOD_S},     # no eval, no checkpoint
+        "cuda": {"device": args.device, "cap_control": "observe", "tiny": args.model == "tiny",
+                 "random_init": args.model == "small", "sampler": sampler, "sampler_period_s": SAMPLER_PERIOD_S,
+                 "gpm": True, "host_power": True, "state_dir": str(state_dir), "nproc_per_node": 1, "nnodes": 1},
+    }
+
+
+def steady_tokens_per_s(steps: pd.DataFrame) -> tuple[float, int]:
+    """Tokens/s over the steps after the first ``WARMUP_FRACTION`` of the run's step time."""
+    t, tok = steps["t_end_s"].to_numpy(float), steps["tokens"].to_numpy(float)
+    if t.size < 3:
+        return math.nan, 0
+    k = int(np.searchsorted(t, t[0] + WARMUP_FRACTION * (t[-1] - t[0])))
+    k = min(max(k, 1), t.size - 2)
+    return float(tok[k + 1:].sum() / (t[-1] - t[k])), int(t.size - k - 1)
+
+
+def sampler_rate_hz(tel: pd.DataFrame) -> float:
+    """Achieved samples per second of one GPU's rows."""
+    t = np.sort(tel.loc[tel["gpu"] == tel["gpu"].min(), "t_s"].to_numpy(float))
+    return float((t.size - 1) / (t[-1] - t[0])) if t.size > 1 and t[-1] > t[0] else math.nan
+
+
+def training_run(args: argparse.Namespace, work: Path, name: str, sampler: bool, cap_w: float) -> dict[str, Any]:
+    outdir = work / name
+    t = time.monotonic()
+    run_real(run_spec(args, name, sampler, args.seconds, work / "state", cap_w), outdir)
+    steps = read_parquet(outdir / "steps.parquet")
+    tel = read_parquet(outdir / "telemetry.parquet")
+    facts = read_json(outdir / "run.json")
+    tps, n = steady_tokens_per_s(steps)
+    return {"name": name, "sampler": sampler, "tokens_per_s": tps, "steps": int(len(steps)), "steps_used": n,
+            "step_s_median": float(steps["step_time_s"].median()), "wall_s": round(time.monotonic() - t, 1),
+            "telemetry_source": facts["telemetry"]["source"], "gpm": facts["telemetry"]["gpm"],
+            "host_power": facts["telemetry"]["host_power"],
+            "sampler_hz": sampler_rate_hz(tel) if sampler else None, "dir": str(outdir)}
+
+
+def sampler_overhead(args: argparse.Namespace, work: Path, cap_w: float) -> dict[str, Any]:
+    """Pairs of runs without / with the sampler, ABBA (off-on, on-off, ...) so a drift cancels."""
+    runs, errors = [], []
+    for pair in range(args.pairs):
+        for sampler in ((False, True) if pair % 2 == 0 else (True, False)):
+            name = f"pair{pair}-sampler-{'on' if sampler else 'off'}"
+            try:
+                runs.append({"pair": pair, **training_run(args, work, name, sampler, cap_w)})
+            except Exception as exc:  # the other runs still say something
+                errors.append(f"{name}: {type(exc).__name__}: {exc}")
+                runs.append({"pair": pair, "name": name, "sampler": sampler, "error": f"{type(exc).__name__}: {exc}"})
+    per_pair = []
+    for pair in range(args.pairs):
+        on = [r["tokens_per_s"] for r in runs if r["pair"] == pair and r["sampler"] and "error" not in r]
+        off = [r["tokens_per_s"] for r in runs if r["pair"] == pair and not r["sampler"] and "error" not in r]
+        if on and off:
+            per_pair.append(100.0 * (1.0 - on[0] / off[0]))
+    out: dict[str, Any] = {"runs": runs, "overhead_pct_per_pair": per_pair, "goal_pct": OVERHEAD_GOAL_PCT,
+                           "sampler_period_s": SAMPLER_PERIOD_S}
+    if per_pair:
+        off_all = [r["tokens_per_s"] for r in runs if not r["sampler"] and "error" not in r]
+        out.update(overhead_pct=float(np.mean(per_pair)), overhead_pct_min=float(min(per_pair)),
+                   overhead_pct_max=float(max(per_pair)),
+                   off_run_cv_pct=float(100 * np.std(off_all, ddof=1) / np.mean(off_all)) if len(off_all) > 1 else None)
+    if errors:                  # the step failed, but what the other runs measured stays
+        out.update(ok=False, error="; ".join(errors))
+    return out
+
+
+def telemetry_columns(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per telemetry column of the sampler-on runs: where it comes from, min, max, NaNs."""
+    frames = [read_parquet(Path(r["dir"]) / "telemetry.parquet") for r in runs if r.get("sampler") and "error" not in r]
+    if not frames:
+        raise RuntimeError("no sampler-on run succeeded: no NVML telemetry to show")
+    tel = pd.concat(frames, ignore_index=True)
+    cols = []
+    for c in TELEMETRY_COLUMNS + EXTRA_COLUMNS:
+        if c in ("t_s", "node", "gpu"):
+            continue
+        v = tel[c].to_numpy(float)
+        fin = v[np.isfinite(v)]
+        cols.append({"column": c, "source": "GPM" if c in GPM_COLUMNS else "RAPL" if c in HOST_COLUMNS else "NVML",
+                     "min": float(fin.min()) if fin.size else None, "max": float(fin.max()) if fin.size else None,
+                     "nan": int(v.size - fin.size), "n": int(v.size)})
+    return {"rows": int(len(tel)), "gpus": sorted(int(g) for g in tel["gpu"].unique()), "columns": cols}
+
+
+class RecordingDevice:
+    """The job's GPUs as the staircase's device, observe-only: ``set_cap`` checks the cap
+    against each GPU's range (a read), records it and returns the limit enforced now;
+    ``restore`` records the call. Neither reaches NVML's setter."""
+
+    def __init__(self, gpus: list[Any], t0: float) -> None:
+        self.gpus, self.t0 = gpus, t0
+        self.asked: list[dict[str, Any]] = []
+        self.restores = 0
+
+    def set_cap(self, cap_w: float) -> float:
+        for g in self.gpus:
+            check_cap(g, cap_w)
+        enforced = min(g.enforced_limit_w() for g in self.gpus)
+        self.asked.append({"t_s": round(time.time() - self.t0, 2), "would_set_w": float(cap_w),
+                           "enforced_limit_w_now": enforced})
+        return enforced
+
+    def restore(self) -> None:
+        self.restores += 1
+
+
+def refuse_to_set(index: int, watts: float) -> None:
+    raise CapError(f"gpu_check is observe-only: refused to set GPU {index} to {watts:g} W")
+
+
+def default_caps(gpu: Any, n: int = 6) -> list[float]:
+    lo, hi = gpu.constraints()
+    return sorted({float(round(c / 10.0) * 10.0) for c in np.linspace(lo, hi, n)})
+
+
+def control_dry_runs(gpus: list[Any], device: str) -> list[dict[str, Any]]:
+    """``wattflex control --dry-run`` at ``BUDGET_FRACTIONS`` of the GPUs' maximum limits."""
+    nominal = sum(g.constraints()[1] for g in gpus)
+    jobs = ["--job", ",".join(str(g.index) for g in gpus)] if device == "cuda" else []
+    out = []
+    for f in BUDGET_FRACTIONS:
+        budget = round(f * nominal)
+        argv = ["control", "--dry-run", "--budget-w", str(budget), *jobs]
+        so, se = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
+            rc = cli.main(argv)
+        rows = [line.split() for line in so.getvalue().splitlines() if re.match(r"^gpu[\d+]+\s", line)]
+        out.append({"budget_w": budget, "fraction": f, "command": "wattflex " + " ".join(argv), "exit": rc,
+                    "would_set_w": {int(r[1]): float(r[4]) for r in rows}, "stdout": so.getvalue(),
+                    "stderr": se.getvalue()})
+    return out
+
+
+def dry_runs(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """The staircase and the controller on a live training run of the real device, observe-only."""
+    outdir = work / "staircase"
+    outdir.mkdir(parents=True)
+    # Lazy: training.loop imports torch; only its file names are needed here.
+    from wattflex.runs.training.loop import LIVE_STEPS_FILE, STOP_FILE
+
+    gpus = nvml.open_gpus(1 if args.device == "cuda" else None, set_limit=refuse_to_set, gpm=True)
+    caps = sorted(args.caps) if args.caps else default_caps(gpus[0])
+    dwell = args.staircase_seconds / len(caps)
+    spec = run_spec(args, "staircase", True, FIRST_STEP_TIMEOUT_S + 2 * args.staircase_seconds, work / "state",
+                    gpus[0].power_limit_w())
+    cfg = TrainConfig.from_spec(spec, outdir)
+    cfg.validate()
+    cfg.to_json(outdir / "train_config.json")
+    t0 = time.time()
+    device = RecordingDevice(gpus, t0)
+    log_path = outdir / "train.log"
+    sampler = TelemetrySampler(gpus, SAMPLER_PERIOD_S, t0).start()
+    proc = start_training(training_command(outdir / "train_config.json", t0, 1), log_path)
+    try:
+        deadline = time.monotonic() + FIRST_STEP_TIMEOUT_S
+        while read_live_steps(outdir / LIVE_STEPS_FILE).empty:
+            if proc.poll() is not None:
+                raise training_error(proc.returncode, log_path)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no training step within {FIRST_STEP_TIMEOUT_S:g} s (see {log_path})")
+            time.sleep(0.2)
+        time.sleep(min(5.0, dwell))               # a few seconds of training before the controller reads power
+        control = control_dry_runs(gpus, args.device)
+
+        def series() -> pd.DataFrame:
+            s = job_series(sampler.frame())
+            return s[s["n_gpus"] == len(gpus)].reset_index(drop=True)
+
+        run = PollingRun(device, series, lambda: read_live_steps(outdir / LIVE_STEPS_FILE),
+                         lambda: (outdir / STOP_FILE).touch(), max_duration_s=time.time() - t0 + args.staircase_seconds,
+                         poll_s=max(0.5, 5 * SAMPLER_PERIOD_S), t0=t0, clock=time.time,
+                         ended=lambda: proc.poll() is not None)
+        criteria = SteadyCriteria(min_settle_s=min(10.0, dwell / 3))
+        result = staircase(run, caps, criteria, SummaryProtocol(), max_dwell_s=dwell)
+        with contextlib.suppress(Exception):
+            proc.wait(60)                         # the stop file ends training after its current step
+    finally:
+        terminate(proc)
+        sampler.stop()
+    if proc.returncode not in (0, None) and not result.visits:
+        raise training_error(proc.returncode, log_path)
+    visits = [{**a, **{k: v.record()[k] for k in ("settled", "reason", "n_samples", "n_steps", "power_w",
+                                                  "tokens_per_s")}}
+              for a, v in zip(device.asked, result.visits)]
+    return {"caps": caps, "dwell_s": dwell, "gpus": [g.index for g in gpus], "visits": visits,
+            "stop_reason": result.stop_reason, "restore_calls": device.restores,
+            "set_calls_to_nvml": 0, "control": control,
+            "note": "The staircase's device records set_cap and sets nothing: every window was measured at the "
+                    "GPUs' current limit, so its power (job total) and tokens/s are the same job at one limit"}
+
+
+# ---- the report ---------------------------------------------------------------------------------
+def gpu_slug(model: str | None) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", (model or "no-gpu").lower().replace("nvidia", "")).strip("-") or "gpu"
+
+
+def limits(report: dict[str, Any]) -> dict[int, float | None]:
+    return {g["index"]: g["power_limit_w"] for g in report.get("gpus", [])}
+
+
+def _f(v: Any, fmt: str = ".4g") -> str:
+    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, fmt)
+
+
+def markdown(res: dict[str, Any]) -> str:
+    s = res["steps"]
+    lines = [f"# GPU check: {res['gpu_model'] or 'no GPU'} on {res['host']} ({res['started_utc']})", ""]
+    if res["fake_nvml"]:
+        lines += ["**FAKE NVML** (tests/fakes/fake_pynvml.py): a dry run of this script, not a measurement.", ""]
+    if res["device"] == "cpu":
+        lines += ["**Training on the CPU** (`--device cpu`): tokens/s and the overhead say nothing about a GPU.", ""]
+    lines += [f"Observe-only: no power limit, clock or mode was set. Power limits before {res['limits_before']}, "
+              f"after {res['limits_after']}: **{'unchanged' if res['limits_unchanged'] else 'CHANGED'}**.",
+              f"Command: `{res['command']}`; {res['total_s']:.0f} s in all.", ""]
+    lines += ["## a) wattflex doctor", ""]
+    a = s.get("doctor", {})
+    lines += (["```", a["text"].rstrip(), "```"] if a.get("ok") else [f"failed: {a.get('error')}"]) + [""]
+
+    lines += ["## b) Sampler overhead", ""]
+    b = s.get("sampler_overhead", {})
+    if b.get("runs"):
+        lines += [f"Model `{res['model']}` trained through the harness (`run_real`, torchrun) for {res['seconds']:g} s "
+                  f"per run; steady tokens/s after the first {WARMUP_FRACTION:.0%} of the step time. Sampler at "
+                  f"{1 / SAMPLER_PERIOD_S:g} Hz in the orchestrating process, as in real runs.", "",
+                  "| pair | run | sampler | tokens/s | steps used | median step s | sampler Hz |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for r in b["runs"]:
+            head = f"| {r['pair']} | {r['name']} | {'on' if r['sampler'] else 'off'} |"
+            if "error" in r:
+                lines.append(f"{head} failed: {r['error'][:120]} | | | |")
+            else:
+                lines.append(f"{head} {_f(r['tokens_per_s'], '.1f')} | {r['steps_used']} | "
+                             f"{_f(r['step_s_median'], '.4f')} | {_f(r['sampler_hz'], '.2f')} |")
+        lines.append("")
+    if b.get("overhead_pct_per_pair"):
+        per_pair = ", ".join(f"{v:+.2f} %" for v in b["overhead_pct_per_pair"])
+        lines.append(f"Overhead 1 - on/off per pair: {per_pair}; mean **{b['overhead_pct']:+.2f} %** (spread "
+                     f"{b['overhead_pct_min']:+.2f} to {b['overhead_pct_max']:+.2f} %; run-to-run CV without the "
+                     f"sampler {_f(b.get('off_run_cv_pct'), '.2f')} %). Goal <= {OVERHEAD_GOAL_PCT} %: "
+                     f"{'met' if b['overhead_pct'] <= OVERHEAD_GOAL_PCT else 'NOT met'}.")
+    if not b.get("ok"):
+        lines.append(f"failed: {b.get('error', '')[:1500]}")
+    lines.append("")
+
+    lines += ["## c) Telemetry columns (sampler-on runs)", ""]
+    c = s.get("telemetry", {})
+    if c.get("ok"):
+        lines += [f"{c['rows']} rows, GPUs {c['gpus']}.", "", "| column | source | min | max | NaN | rows |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {x['column']} | {x['source']} | {_f(x['min'])} | {_f(x['max'])} | {x['nan']} | {x['n']} |"
+                  for x in c["columns"]]
+    else:
+        lines.append(f"failed: {c.get('error')}")
+    lines.append("")
+
+    lines += ["## d) Staircase and controller dry runs (what they WOULD set)", ""]
+    d = s.get("dry_runs", {})
+    if d.get("ok"):
+        lines += [f"Staircase on a live training run of GPU(s) {d['gpus']}, caps {d['caps']} W, at most "
+                  f"{d['dwell_s']:.0f} s each; stop reason `{d['stop_reason']}`. {d['note']}; NVML setter calls: "
+                  f"{d['set_calls_to_nvml']}, restore calls recorded: {d['restore_calls']}.", "",
+                  "| t s | would set W | enforced now W | settled | reason | samples | steps | job power W "
+                  "| tokens/s |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {v['t_s']} | {v['would_set_w']:g} | {_f(v['enforced_limit_w_now'], 'g')} | {v['settled']} | "
+                  f"{v['reason']} | {v['n_samples']} | {v['n_steps']} | {_f(v['power_w'], '.1f')} | "
+                  f"{_f(v['tokens_per_s'], '.1f')} |" for v in d["visits"]]
+        lines.append("")
+        for ctl in d["control"]:
+            lines += [f"`{ctl['command']}` (exit {ctl['exit']}):", "", "```", ctl["stdout"].rstrip(),
+                      *([ctl["stderr"].rstrip()] if ctl["stderr"].strip() else []), "```", ""]
+    else:
+        lines.append(f"failed: {d.get('error')}")
+    lines.append("")
+    failed = [k for k, v in s.items() if not v.get("ok")]
+    lines += ["## Verdict", "", f"Steps failed: {', '.join(failed) if failed else 'none'}."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="wattflex-gpu-check-"))
+    (work / "state").mkdir()
+    res: dict[str, Any] = {"host": socket.gethostname(), "device": args.device, "model": args.model,
+                           "seconds": args.seconds,
+                           "command": "python benchmarks/gpu_check.py " + " ".join(argv or sys.argv[1:]),
+                           "started_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "steps": {}}
+    doctor = record_step(res, "doctor", lambda: {"report": diagnose(args.configfile)})
+    report = doctor.get("report", {})
+    if doctor["ok"]:
+        doctor["text"] = format_report(report)
+    nv = report.get("nvml", {})
+    res["nvml_module"] = nv.get("module")
+    res["fake_nvml"] = "fake" in str(nv.get("module") or "")
+    res["gpu_model"] = nv["gpus"][0]["name"] if nv.get("gpus") else None
+    res["limits_before"] = limits(nv)
+    first_limit = next(iter(res["limits_before"].values()), None) or 0.0
+
+    ov = record_step(res, "sampler_overhead", lambda: sampler_overhead(args, work, first_limit))
+    record_step(res, "telemetry", lambda: telemetry_columns(ov.get("runs", [])))
+    record_step(res, "dry_runs", lambda: dry_runs(args, work))
+
+    res["limits_after"] = limits(probe_nvml())
+    res["limits_unchanged"] = res["limits_after"] == res["limits_before"]
+    res["total_s"] = time.monotonic() - started
+    name = f"gpu_check_{gpu_slug(res['gpu_model'])}" + ("_cpu-training" if args.device == "cpu" else "")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{name}.md").write_text(markdown(res))
+    (args.out / f"{name}.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
+    if args.keep:
+        print(f"runs kept in {work}", file=sys.stderr)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"wrote {args.out / name}.md and .json")
+    ok = all(v.get("ok") for v in res["steps"].values()) and res["limits_unchanged"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""Expert parallelism (ep > 1) in the training harness, through transformers' DistributedConfig.
+
+Real torch, transformers and gloo throughout: tiny random-init MoE models (hidden 64, 2 layers,
+4 experts, 2 active) trained by real 2- and 4-process torchrun jobs on CPU.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from wattflex.provenance import read_parquet
+from wattflex.runs.training import TrainConfig, models, train
+from wattflex.runs.training import parallel as par
+
+REPO = Path(__file__).resolve().parents[3]
+CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
+QWEN_MOE, GPT_OSS, LLAMA = "Qwen3-30B-A3B", "gpt-oss-20b", "Llama-3.1-70B"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def tiny_cfg(model: str, outdir, **kw) -> TrainConfig:
+    base = dict(model_facts=CATALOG[model], task="pt", seq_len=32, batch=2, device="cpu", tiny=True,
+                max_steps=6, duration_s=120, eval_at_s=None, checkpoint_at_s=None, lr=3e-3, outdir=str(outdir))
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def torchrun(args: list[str], nproc: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts"), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc-per-node={nproc}", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def train_torchrun(cfg: TrainConfig, nproc: int = 2) -> subprocess.CompletedProcess:
+    Path(cfg.outdir).mkdir(parents=True, exist_ok=True)
+    path = Path(cfg.outdir) / "cfg.json"
+    cfg.to_json(path)
+    return torchrun(["-m", "wattflex.runs.training", "--config", str(path)], nproc)
+
+
+# ---- layout decisions (no processes) ------------------------------------------------------------
+def test_ep_falls_back_to_1_with_a_reason_where_there_is_nothing_to_spread(tmp_path):
+    assert par.expert_layout(tiny_cfg(QWEN_MOE, tmp_path), 8, 128) == par.ExpertLayout(1)
+    dense = par.expert_layout(tiny_cfg(LLAMA, tmp_path, ep=8), 8, None)
+    assert dense.ep == 1 and "dense" in dense.note
+    single = par.expert_layout(tiny_cfg(QWEN_MOE, tmp_path, ep=8), 1, 128)
+    assert single.ep == 1 and "one process" in single.note
+    assert par.expert_layout(tiny_cfg(QWEN_MOE, tmp_path, ep=4), 8, 128) == par.ExpertLayout(4)
+
+
+@pytest.mark.parametrize("ep, world, experts, match", [
+    (3, 8, 128, "does not divide the 8 training processes"),
+    (4, 2, 128, "does not divide the 2 training processes"),       # more ep ranks than processes
+    (4, 8, 6, "does not divide the 6 experts"),
+])
+def test_impossible_ep_layouts_fail_clearly(ep, world, experts, match, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        par.expert_layout(tiny_cfg(QWEN_MOE, tmp_path, ep=ep), world, experts)
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"task": "lora"}, "expert parallelism is for pretraining"),
+    ({"parallel": "ddp"}, "cuda.parallel 'ddp'"),
+    ({"ep": 0}, "must be >= 1"),
+])
+def test_config_rejects_ep_combinations_that_cannot_run(change, match, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        tiny_cfg(QWEN_MOE, tmp_path, **{"ep": 2, **change}).validate()
+
+
+def test_distributed_config_is_fsdp_over_all_ranks_with_ep_expert_groups(tmp_path):
+    dc = par.distributed_config(tiny_cfg(GPT_OSS, tmp_path, ep=4, device="cuda"), 8, 4)
+    assert (dc.fsdp_size, dc.ep_size, dc.tp_size, dc.efsdp_size) == (8, 4, 1, 2)
+    assert dc.fsdp_mixed_precision                                  # bf16-mixed on cuda
+    assert not par.distributed_config(tiny_cfg(GPT_OSS, tmp_path, ep=2), 2, 2).fsdp_mixed_precision
+
+
+def test_every_moe_family_declares_an_ep_plan():
+    for mt in ("qwen3_moe", "mixtral", "gpt_oss", "deepseek_v2"):
+        plan = models.hf_config({"hf_model_type": mt}, tiny=True).base_model_ep_plan
+        assert plan["layers.*.mlp.experts"] == "ep_dispatch_experts", mt
+
+
+def test_tiny_expert_count_is_a_multiple_of_ep():
+    facts = CATALOG[GPT_OSS]
+    assert models.routing(models.hf_config(facts, tiny=True))[0] == 4
+    assert models.routing(models.hf_config(facts, tiny=True, ep=8))[0] == 8
+    assert models.routing(models.hf_config(facts, tiny=True, ep=3))[0] == 6
+
+
+def test_single_process_run_records_ep_not_in_effect(tmp_path):
+    train(tiny_cfg(QWEN_MOE, tmp_path, ep=2, max_steps=2))
+    facts = json.loads((tmp_path / ".training.json").read_text())["training"]
+    assert (facts["ep_requested"], facts["ep_used"]) == (2, 1) and "one process" in facts["ep_note"]
+
+
+def test_ep_1_run_records_no_expert_parallelism(tmp_path):
+    train(tiny_cfg(QWEN_MOE, tmp_path, max_steps=2))
+    facts = json.loads((tmp_path / ".training.json").read_text())["training"]
+    assert (facts["ep_requested"], facts["ep_used"]) == (1, 1) and "ep_note" not in facts
+
+
+# ---- real multi-process runs (gloo) -------------------------------------------------------------
+# Each rank builds the harness's model, then reports what it holds and computes: its slice of the
+# expert weights against an unsharded reference from the same seed, and the loss of one batch.
+PROBE = textwrap.dedent("""
+    import json, sys, torch
+    from wattflex.runs.training import loop, models
+    from wattflex.runs.training.config import TrainConfig
+    torch.set_num_threads(1)
+    cfg = TrainConfig.from_json(sys.argv[1])
+    dist = loop.init_distributed(cfg)
+    model, info = loop.prepare_model(cfg, dist)
+    torch.manual_seed(cfg.seed)
+    ref = models.build_model(cfg, torch.float32, ep=cfg.ep)
+    ref_params = dict(ref.named_parameters())
+    out = {"info": {k: info[k] for k in ("ep_used", "ep_requested", "parallel")}, "experts": {}}
+    for name, p in model.named_parameters():
+        if ".mlp.experts." in name:
+            local = p.to_local()
+            n = local.shape[0]
+            out["experts"][name] = {
+                "global": list(p.shape), "local": list(local.shape), "mesh": list(p.device_mesh.mesh_dim_names),
+                "is_own_slice": bool(torch.equal(local, ref_params[name][dist.rank * n:(dist.rank + 1) * n])),
+                "module_experts": model.get_submodule(name.rsplit(".", 1)[0]).num_experts}
+    x = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(dist.rank))
+    with torch.no_grad():
+        out["loss"], out["ref_loss"] = float(model(input_ids=x, labels=x).loss), float(ref(input_ids=x, labels=x).loss)
+    open(f"{cfg.outdir}/probe{dist.rank}.json", "w").write(json.dumps(out))
+    torch.distributed.destroy_process_group()
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["random_init", "model_path"])
+def test_ep2_each_rank_holds_and_runs_half_the_experts(source, tmp_path):
+    kw = {}
+    if source == "model_path":     # a stored model, loaded offline like real weights
+        torch.manual_seed(1)
+        models.build_model(tiny_cfg(QWEN_MOE, tmp_path), torch.float32).save_pretrained(tmp_path / "model")
+        kw = {"tiny": False, "model_path": str(tmp_path / "model")}
+    cfg = tiny_cfg(QWEN_MOE, tmp_path, ep=2, **kw)
+    cfg.to_json(tmp_path / "cfg.json")
+    (tmp_path / "probe.py").write_text(PROBE)
+    r = torchrun([str(tmp_path / "probe.py"), str(tmp_path / "cfg.json")], 2)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for rank in (0, 1):
+        probe = json.loads((tmp_path / f"probe{rank}.json").read_text())
+        assert probe["info"] == {"ep_used": 2, "ep_requested": 2, "parallel": "fsdp"}
+        assert len(probe["experts"]) == 4                           # gate_up_proj + down_proj, 2 layers
+        for name, e in probe["experts"].items():
+            assert e["global"][0] == 4 and e["local"][0] == 2, name   # 2 of the 4 experts on this rank
+            assert e["module_experts"] == 2 and "ep" in e["mesh"], name
+            assert e["is_own_slice"], name                          # rank r: experts 2r, 2r+1
+        assert probe["loss"] == pytest.approx(probe["ref_loss"], rel=1e-5)   # same function as unsharded
+
+
+@pytest.mark.slow
+def test_torchrun_ep2_trains_like_fsdp_with_events(tmp_path):
+    events = dict(eval_at_s=0.0, eval_batches=1, checkpoint_at_s=0.0, grad_checkpointing=True)
+    r = train_torchrun(tiny_cfg(QWEN_MOE, tmp_path / "ep2", ep=2, **events))
+    assert r.returncode == 0, r.stderr[-3000:]
+    facts = json.loads((tmp_path / "ep2" / ".training.json").read_text())["training"]
+    assert (facts["ep_used"], facts["ep_requested"], facts["parallel"], facts["world_size"]) == (2, 2, "fsdp", 2)
+    assert [e["event"] for e in facts["events"]] == ["eval", "checkpoint"]
+    assert math.isfinite(facts["events"][0]["loss"])
+    ep2 = read_parquet(tmp_path / "ep2" / "steps.parquet")
+    assert list(ep2["step"]) == list(range(1, 7)) and (ep2["tokens"] == 2 * 2 * 32).all()
+    assert ep2["loss"].map(math.isfinite).all()
+    # Same seed, data and optimiser with experts FSDP-sharded instead: the same training, up to float error
+    r = train_torchrun(tiny_cfg(QWEN_MOE, tmp_path / "ep1", parallel="fsdp", **events))
+    assert r.returncode == 0, r.stderr[-3000:]
+    ep1 = read_parquet(tmp_path / "ep1" / "steps.parquet")
+    assert json.loads((tmp_path / "ep1" / ".training.json").read_text())["training"]["ep_used"] == 1
+    assert list(ep2["loss"]) == pytest.approx(list(ep1["loss"]), rel=1e-4)
+
+
+@pytest.mark.slow
+def test_torchrun_ep2_of_4_processes_shards_expert_copies_with_fsdp(tmp_path):
+    """The paper's ep4-of-8 shape at small scale: 2 expert groups, each expert's 2 copies FSDP-sharded."""
+    r = train_torchrun(tiny_cfg(GPT_OSS, tmp_path, ep=2, max_steps=3), nproc=4)
+    assert r.returncode == 0, r.stderr[-3000:]
+    facts = json.loads((tmp_path / ".training.json").read_text())["training"]
+    assert (facts["ep_used"], facts["world_size"]) == (2, 4)
+    steps = read_parquet(tmp_path / "steps.parquet")
+    assert len(steps) == 3 and steps["loss"].map(math.isfinite).all()
+
+
+@pytest.mark.slow
+def test_torchrun_ep_that_does_not_divide_the_processes_fails_clearly(tmp_path):
+    r = train_torchrun(tiny_cfg(QWEN_MOE, tmp_path, ep=3), nproc=2)
+    assert r.returncode != 0
+    assert "ep 3 does not divide the 2 training processes" in r.stderr
+    assert not (tmp_path / "steps.parquet").exists()
