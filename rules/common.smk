@@ -4,18 +4,33 @@ import os
 import sys
 from pathlib import Path
 
+from snakemake.logging import logger
+
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow_scripts"))
 
-from wattflex.config import SCHEDULING_KEYS, ConfigError, expand_runs, groups, prepare, run_spec
+from wattflex.config import SCHEDULING_KEYS, ConfigError, defaulted_sections, expand_runs, groups, prepare, run_spec
 from wattflex.fingerprint import script_fingerprint
 from wattflex.gpus import GPUS
 from wattflex.report import snakemake_category
 from wattflex.runs.sweep.algorithm import sweep_spec
 
 try:
-    prepare(config, base=Path(workflow.basedir))
+    # cwd: Snakemake's working directory, where runs start (relative cuda.* paths).
+    prepare(config, base=Path(workflow.basedir), cwd=os.getcwd())
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
+
+# --configfile is merged onto config/config.yaml (the Snakefile's configfile:): say which
+# sections came from the default, so a section deleted from the user's file is not a surprise
+# (wattflex.config's docstring; --replace-workflow-config uses the user's file alone).
+if (workflow.is_main_process and workflow.overwrite_configfiles
+        and not workflow.config_settings.replace_workflow_config):
+    _from_default = defaulted_sections(config, workflow.overwrite_configfiles,
+                                       workflow.config_settings.overwrite_config)
+    if _from_default:
+        logger.info(f"wattflex: sections not in {', '.join(map(str, workflow.overwrite_configfiles))} "
+                    f"come from config/config.yaml: {', '.join(_from_default)} "
+                    f"(--replace-workflow-config to use your file alone)")
 
 CAMPAIGN = config["campaign"]
 RESULTS = f"results/{CAMPAIGN}"

@@ -252,7 +252,8 @@ with SnakemakeApi(OutputSettings()) as api:
 
 @pytest.mark.parametrize("backend, n_protected, run_code_empty", [("emulated", 0, False), ("cuda", 3, True)])
 def test_run_outputs_are_write_protected_for_real_backends_only(campaign, backend, n_protected, run_code_empty):
-    campaign.edit_config(lambda c: c.update(backend=backend))
+    # A cuda campaign must say where its weights come from (config.check_cuda): tiny needs none.
+    campaign.edit_config(lambda c: c.update(backend=backend, **({"cuda": {"tiny": True}} if backend == "cuda" else {})))
     env = {**os.environ, "PYTHONPATH": str(campaign.workflow / "workflow_scripts")}
     proc = subprocess.run([sys.executable, "-c", PROTECTED_FLAGS, str(campaign.workflow / "Snakefile"),
                            str(campaign.work), str(campaign.config)], capture_output=True, text=True, env=env,

@@ -6,6 +6,22 @@ limits, unique group ids, known cap grids, repeats naming real runs). Every prob
 ``ConfigError`` whose message names the offending key, e.g. ``groups[3].caps``.
 ``expand_runs`` turns a validated config into the sweep table: one row per
 (group, cap, repeat).
+
+Unknown keys are errors at every level of the schema (a ``sumary:`` is never silently
+ignored). A ``backend: cuda`` campaign is also checked for what its runs will need
+(``check_cuda``): model weights, data, the cap command; so ``snakemake -n`` on the login
+node names a missing ``cuda.model_path`` instead of every run failing on its node.
+
+How Snakemake builds ``config`` (Snakemake 9): the Snakefile's ``configfile:
+"config/config.yaml"`` (relative to the working directory, ``-d``) is loaded first, then
+every ``--configfile`` is merged onto it, mapping by mapping (a list such as ``groups:``
+replaces the default's; a mapping such as ``allocation:`` is merged key by key, so a key
+left out of yours keeps the default's value), then ``--config KEY=VALUE`` (the SLURM
+profile's ``slurm_*`` keys). So a section you leave out of your file is not absent: it is
+the default campaign's. ``defaulted_sections`` names those top-level sections and
+``rules/common.smk`` logs them in one line. ``snakemake --replace-workflow-config
+--configfile my.yaml`` uses your files alone, as does a working directory without
+config/config.yaml; sections then missing take the rules' built-in defaults.
 """
 
 from __future__ import annotations
@@ -18,7 +34,7 @@ import jsonschema
 import yaml
 
 from wattflex.errors import ConfigError
-from wattflex.gpus import DEFAULT_GPU, GPUS
+from wattflex.gpus import DEFAULT_GPU, gpu_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "config" / "schema" / "config.schema.yaml"
@@ -27,6 +43,11 @@ SCHEMA_PATH = REPO_ROOT / "config" / "schema" / "config.schema.yaml"
 # run.* keys that decide how runs are scheduled, not what they measure: kept out of run
 # specs, so changing them never reruns a run.
 SCHEDULING_KEYS = ("parallel_within_group", "retries")
+# Keys prepare() adds to a validated config (not the user's; skipped when validating again).
+INTERNAL_KEYS = ("_catalog",)
+# Top-level keys only generated campaigns read (an ingested one takes its runs from data).
+GENERATE_ONLY_KEYS = ("backend", "sweep", "models_catalog", "seed", "run", "staircase", "cap_grids",
+                      "group_defaults", "groups", "repeats", "cuda")
 
 
 def _key_path(path) -> str:
@@ -36,18 +57,32 @@ def _key_path(path) -> str:
     return out or "(top level)"
 
 
+def _unknown_keys(instance: dict[str, Any], schema: dict[str, Any]) -> str:
+    """'unknown key 'sumary' (did you mean 'summary'?)': keys a mapping does not allow."""
+    import difflib
+
+    known = list(schema.get("properties", {}))
+    parts = []
+    for k in [k for k in instance if k not in known]:
+        close = difflib.get_close_matches(str(k), known, n=1, cutoff=0.6)
+        parts.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (f"unknown key{'s' if len(parts) > 1 else ''} {', '.join(parts)}; allowed here: "
+            f"{', '.join(known) or 'none'}")
+
+
 def validate_schema(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> None:
 
     schema = yaml.safe_load(Path(schema_path).read_text())
     validator = jsonschema.Draft202012Validator(schema)
+    cfg = {k: v for k, v in cfg.items() if k not in INTERNAL_KEYS}
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         e = errors[0]
         msg = e.message
         if e.validator == "pattern":
             msg = f"{e.instance!r} has characters unsafe in paths or shells (allowed: letters, digits, . _ -)"
-        elif e.validator == "additionalProperties":
-            msg = f"unknown key: {e.message}"
+        elif e.validator == "additionalProperties" and isinstance(e.instance, dict):
+            msg = _unknown_keys(e.instance, e.schema)
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
         raise ConfigError(f"config error at {_key_path(e.absolute_path)}: {msg}{more}")
 
@@ -101,7 +136,10 @@ def check_semantics(cfg: dict[str, Any]) -> None:
                               f"{raw.get('cap_grid', cfg.get('group_defaults', {}).get('cap_grid'))!r}")
         if not g["caps"]:
             raise ConfigError(f"config error at {where}.caps: empty cap grid")
-        spec = GPUS[g["gpu"]]
+        try:
+            spec = gpu_spec(g["gpu"])
+        except KeyError as exc:
+            raise ConfigError(f"config error at {where}.gpu: {exc.args[0]}") from None
         for c in g["caps"]:
             if not spec.min_limit_w <= c <= spec.max_limit_w:
                 raise ConfigError(f"config error at {where}.caps: cap {c:g} W is outside the {spec.name}'s "
@@ -121,8 +159,132 @@ def check_semantics(cfg: dict[str, Any]) -> None:
             raise ConfigError(f"config error at group {g['id']}.matches: unknown group {g['matches']!r}")
 
 
-def prepare(cfg: dict[str, Any], base: Path = REPO_ROOT, schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
-    """Validate a loaded config in place and attach the model catalog (``_catalog``)."""
+CAP_COMMAND_EXAMPLE = "sudo /usr/local/bin/setcap {gpu} {watts}"
+
+
+def _model_dir_facts(path: Path) -> dict[str, Any] | None:
+    """config.json of a Hugging Face model directory (None if it is not one)."""
+    import json
+
+    try:
+        return json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
+    """What the runs of a ``backend: cuda`` campaign need that can be checked here, before any
+    job is submitted (the rest, on the node: ``TrainConfig.validate``, ``wattflex doctor``):
+
+    * weights: ``cuda.model_path``, a local model directory (runs are offline) whose
+      config.json is the model of every group (``model_type``, layers, hidden size as in the
+      catalog); or ``cuda.random_init: true`` / ``cuda.tiny: true`` (no weights, the
+      family built from the catalog);
+    * ``cuda.data_path``, if given, exists (omitted: synthetic tokens);
+    * ``cap_control: command`` has a ``cap_command`` with ``{gpu}`` and ``{watts}``; its
+      program is not looked up (it lives on the compute nodes). ``cap_control: nvml`` needs
+      root on the compute node: nothing to check from the login node (``wattflex doctor``
+      there says);
+    * ``sweep: staircase | adaptive`` can step caps and read power (not ``observe``,
+      sampler on) and runs on one node.
+
+    Relative paths are relative to ``cwd`` (Snakemake's working directory, where the runs
+    start), default the current directory."""
+    import shlex
+
+    from wattflex.runs.training.config import ARCHITECTURES
+
+    cuda = cfg.get("cuda") or {}
+    base = Path(cwd) if cwd is not None else Path.cwd()
+    where = "config error at cuda"
+
+    def local(p: str) -> Path:
+        q = Path(p).expanduser()
+        return q if q.is_absolute() else base / q
+
+    mode = cuda.get("cap_control", "nvml")
+    if mode == "command":
+        cmd = cuda.get("cap_command")
+        if not cmd:
+            raise ConfigError(f"{where}.cap_command: cap_control: command needs cap_command, "
+                              f"e.g. {CAP_COMMAND_EXAMPLE!r}")
+        if "{gpu}" not in cmd or "{watts}" not in cmd:
+            raise ConfigError(f"{where}.cap_command: {cmd!r} must contain {{gpu}} and {{watts}}, "
+                              f"e.g. {CAP_COMMAND_EXAMPLE!r}")
+        try:
+            shlex.split(cmd)
+        except ValueError as exc:
+            raise ConfigError(f"{where}.cap_command: {cmd!r} cannot be split into words: {exc}") from None
+    if cfg.get("sweep", "separate") != "separate":
+        if mode == "observe" or not cuda.get("sampler", True):
+            raise ConfigError(f"{where}.cap_control: sweep: {cfg['sweep']} steps the GPUs' caps and reads their "
+                              f"power: needs cap_control nvml or command (is {mode}) and sampler: true "
+                              f"(is {cuda.get('sampler', True)}); use sweep: separate otherwise")
+        if cuda.get("nnodes") not in (None, 1):
+            raise ConfigError(f"{where}.nnodes: sweep: {cfg['sweep']} runs on one node (nnodes "
+                              f"{cuda['nnodes']}); use sweep: separate for multi-node jobs")
+
+    catalog = cfg.get("_catalog", {})
+    model_path = cuda.get("model_path")
+    from_config = bool(cuda.get("tiny")) or (bool(cuda.get("random_init")) and model_path is None)
+    gs = groups(cfg)
+    if from_config:
+        for g in gs:
+            mtype = catalog.get(g["model"], {}).get("hf_model_type", "")
+            if mtype not in ARCHITECTURES:
+                raise ConfigError(f"{where}: group {g['id']}: model {g['model']} (hf_model_type {mtype!r}) cannot "
+                                  f"be built without weights (tiny / random_init); supported: "
+                                  f"{', '.join(sorted(ARCHITECTURES))}; give cuda.model_path")
+    elif model_path is None:
+        models = sorted({g["model"] for g in gs})
+        raise ConfigError(f"{where}.model_path: missing: no model weights for {', '.join(models)} (runs are "
+                          f"offline): set cuda.model_path to a local model directory, or cuda.random_init: true "
+                          f"(full-size, random weights) or cuda.tiny: true (tiny smoke model)")
+    if model_path is not None:
+        d = local(model_path)
+        facts = _model_dir_facts(d) if d.is_dir() else None
+        if facts is None:
+            raise ConfigError(f"{where}.model_path: {d}: not a model directory with a readable config.json "
+                              f"(download the weights beforehand; runs never reach the network)")
+        # One directory serves every group: it must be every group's model (tiny ignores it).
+        for g in ([] if cuda.get("tiny") else gs):
+            want = catalog.get(g["model"], {})
+            pairs = (("model_type", "hf_model_type"), ("num_hidden_layers", "layers"), ("hidden_size", "hidden"))
+            for key, cat_key in pairs:
+                have = facts.get(key, (facts.get("text_config") or {}).get(key))
+                if cat_key in want and have is not None and have != want[cat_key]:
+                    raise ConfigError(f"{where}.model_path: {d} is not {g['model']} (group {g['id']}): its "
+                                      f"config.json has {key} {have!r}, the catalog {cat_key} {want[cat_key]!r}; "
+                                      f"one model_path serves every group: one campaign per model")
+    data_path = cuda.get("data_path")
+    if data_path is not None and not local(data_path).exists():
+        raise ConfigError(f"{where}.data_path: {local(data_path)}: no such file or directory (pre-tokenised "
+                          f"parquet/arrow shards of token ids; omit for synthetic tokens)")
+
+
+def defaulted_sections(merged: dict[str, Any], user_files: list[str | Path],
+                       overrides: dict[str, Any] | None = None) -> list[str]:
+    """Top-level keys of ``merged`` that none of ``user_files`` (the ``--configfile`` files)
+    nor ``overrides`` (``--config``) set: they came from the workflow's default config.
+    An ingested campaign (``source: ingest``) does not list the keys it never reads."""
+    given: set[str] = set(overrides or {})
+    if merged.get("source") == "ingest":
+        given |= set(GENERATE_ONLY_KEYS)
+    for f in user_files:
+        try:
+            doc = yaml.safe_load(Path(f).read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(doc, dict):
+            given |= set(doc)
+    return [k for k in merged if k not in given and k not in INTERNAL_KEYS]
+
+
+def prepare(cfg: dict[str, Any], base: Path = REPO_ROOT, schema_path: str | Path = SCHEMA_PATH,
+            check_inputs: bool = True, cwd: str | Path | None = None) -> dict[str, Any]:
+    """Validate a loaded config in place and attach the model catalog (``_catalog``).
+    ``check_inputs``: also check that the files a ``backend: cuda`` campaign's runs need
+    exist (``check_cuda``; relative paths against ``cwd``)."""
     if not isinstance(cfg, dict):
         raise ConfigError("config error at (top level): expected a mapping")
     validate_schema(cfg, schema_path)
@@ -132,15 +294,17 @@ def prepare(cfg: dict[str, Any], base: Path = REPO_ROOT, schema_path: str | Path
             raise ConfigError(f"config error at models_catalog: file not found: {cat_path}")
         cfg["_catalog"] = load_catalog(cat_path)
         check_semantics(cfg)
+        if check_inputs and cfg.get("backend") == "cuda":
+            check_cuda(cfg, cwd)
     return cfg
 
 
-def load_config(path: str | Path, base: Path = REPO_ROOT) -> dict[str, Any]:
+def load_config(path: str | Path, base: Path = REPO_ROOT, check_inputs: bool = True) -> dict[str, Any]:
     try:
         cfg = yaml.safe_load(Path(path).read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(f"config error: {path} is not valid YAML: {exc}") from None
-    return prepare(cfg, base)
+    return prepare(cfg, base, check_inputs=check_inputs)
 
 
 def run_id(cap_w: float, repeat: int) -> str:

@@ -436,7 +436,9 @@ def diagnose(config_path: str | Path | None = None, exporter_url: str | None = N
     else:
         if not Path(config_path).is_file():
             raise UserError(f"--configfile {config_path}: no such file")
-        report["config"] = {"path": str(config_path), **check_config(load_config(config_path), report)}
+        # This machine's part only: weights/data paths are checked where snakemake runs (config.check_cuda).
+        report["config"] = {"path": str(config_path),
+                            **check_config(load_config(config_path, check_inputs=False), report)}
     report["problems"] = [p for name in PROBES for p in report[name].get("problems", [])]
     report["ok"] = not report["config"]["missing"]
     return report

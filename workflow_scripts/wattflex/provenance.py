@@ -150,14 +150,91 @@ def inherited(inputs: Iterable[str | os.PathLike], key: str) -> str | None:
     return ",".join(sorted(values)) or None
 
 
+class OutputPathError(ValueError):
+    """An output path wattflex refuses to write: an input, a folder, a link or a special file."""
+
+
+def check_writable(path: str | os.PathLike) -> None:
+    """Refuse an output ``path`` that is a folder, a symbolic link (wattflex never replaces
+    a link, nor writes through one: give the target's own path) or an existing file that
+    is not a regular one (``/dev/null``, a FIFO, a socket). A regular file is replaced
+    atomically (see :func:`_atomic_write`)."""
+    p = Path(path)
+    if p.is_symlink():
+        raise OutputPathError(f"{path}: output is a symbolic link (to {os.readlink(p)}); wattflex does not "
+                              "replace links or write through them: give the target path or remove the link")
+    if p.is_dir():
+        raise OutputPathError(f"{path}: output is a folder; give a file name")
+    if p.exists() and not p.is_file():
+        raise OutputPathError(f"{path}: output exists and is not a regular file (a device, FIFO or socket); "
+                              "wattflex only writes regular files")
+
+
+def check_outputs(outputs: Iterable[str | os.PathLike | None],
+                  inputs: Iterable[str | os.PathLike | None]) -> None:
+    """The output-path check every command runs before it reads or writes anything big:
+    each output passes :func:`check_writable`, no two outputs are the same file and no
+    output is (after resolving links, ``..`` and hard links) one of the ``inputs``, so a
+    slip like ``-o`` equal to the input never destroys it. ``None`` entries are ignored;
+    for a CSV output pass its ``.meta.json`` sidecar too (``write_csv`` writes it)."""
+    outs = [str(o) for o in outputs if o is not None]
+    ins = [str(i) for i in inputs if i is not None]
+    seen: dict[str, str] = {}
+    for out in outs:
+        check_writable(out)
+        real = os.path.realpath(out)
+        if real in seen:
+            raise OutputPathError(f"{out}: given twice as an output (also as {seen[real]})")
+        seen[real] = out
+        for inp in ins:
+            same = real == os.path.realpath(inp)
+            if not same and os.path.exists(out) and os.path.exists(inp):
+                try:
+                    same = os.path.samefile(out, inp)
+                except OSError:
+                    pass
+            if same:
+                raise OutputPathError(f"{out}: output is the input {inp}; writing it would destroy the "
+                                      "input: choose another output path")
+
+
+def _atomic_write(path: str | os.PathLike, write: Any) -> None:
+    """Call ``write(tmp)`` on a temporary file in ``path``'s folder, then rename it over
+    ``path`` (``os.replace``): a reader never sees half a file, and a failed write leaves
+    the old file as it was. The new file gets the usual permissions (0666 less the umask;
+    an existing file's mode is kept)."""
+    import tempfile
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        try:
+            mode = path.stat().st_mode & 0o7777
+        except OSError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def write_parquet(df: pd.DataFrame, path: str | os.PathLike, prov: dict[str, Any] | None = None,
                   **meta: Any) -> None:
+    check_writable(path)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pandas(df, preserve_index=False)
     doc = {"schema_version": SCHEMA_VERSION, "provenance": prov or provenance(), **meta}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                            META_KEY: json.dumps(doc, default=str).encode()})
-    pq.write_table(table, path)
+    _atomic_write(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def read_parquet_meta(path: str | os.PathLike) -> dict[str, Any]:
@@ -174,11 +251,11 @@ def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> p
 
 
 def write_json(obj: dict[str, Any], path: str | os.PathLike, prov: dict[str, Any] | None = None) -> None:
+    check_writable(path)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     doc = {"schema_version": SCHEMA_VERSION, **obj, "provenance": prov or provenance()}
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2, default=_json_default) + "\n")
-    tmp.replace(path)
+    text = json.dumps(doc, indent=2, default=_json_default) + "\n"
+    _atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
 
 def read_json(path: str | os.PathLike) -> dict[str, Any]:
@@ -190,8 +267,10 @@ def read_json(path: str | os.PathLike) -> dict[str, Any]:
 def write_csv(df: pd.DataFrame, path: str | os.PathLike, prov: dict[str, Any] | None = None,
               **meta: Any) -> None:
     """CSV for people and spreadsheets, with provenance in ``<path>.meta.json``."""
+    check_writable(path)
+    check_writable(f"{path}.meta.json")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(path, index=False)
+    _atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))
     write_json({"artifact": Path(path).name, "columns": list(map(str, df.columns)), **meta},
                f"{path}.meta.json", prov)
 

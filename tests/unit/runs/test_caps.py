@@ -106,7 +106,8 @@ def _sleeper(tmp_path, cap_w=300):
     return proc
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1,
+                                 signal.SIGUSR2])
 def test_fake_nvml_signal_restores_caps_in_a_real_process(fake_nvml, tmp_path, sig):
     proc = _sleeper(tmp_path)
     assert limits_w() == [300.0, 300.0]

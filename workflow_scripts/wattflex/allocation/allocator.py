@@ -35,13 +35,15 @@ allocate`` command) raises :class:`InfeasibleBudget`.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
 
-from wattflex.allocation.curves import Curves, curves_from_points, power_to_cap, sla_floor
+from wattflex.allocation.curves import (Curves, check_points, curves_from_points, monotone_fit, power_to_cap,
+                                        sla_floor)
 from wattflex.allocation.oracle import RTOL, oracle, plan_greedy
 from wattflex.allocation.policies import POLICIES, POLICY_FEATURES, WEIGHTED_POLICIES
 
@@ -203,12 +205,14 @@ def allocate(curves: Curves, budget_w: np.ndarray | float, policy: str,
 # One workload from a table (the ``wattflex allocate`` command)
 # ---------------------------------------------------------------------------------------
 
-JOB_COLUMNS = ("pfi", "gpus", "max_slowdown", "cluster", "dram_copy_product")
+PROGRESS_JOBS = 1000  # workloads at least this large report their phases to ``log``
+JOB_COLUMNS = ("pfi", "pfi_measured", "gpus", "max_slowdown", "cluster", "dram_copy_product")
 
 
 def allocate_table(points: pd.DataFrame, policy: str, *, cut: float | None = None,
                    budget_w: float | None = None, moe_ft_share: float = 2.0,
-                   curve_nodes: int = 6) -> tuple[pd.DataFrame, dict[str, Any]]:
+                   curve_nodes: int = 6, source: str | None = None,
+                   log: Callable[[str], None] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Allocate one workload given as long-format points.
 
     ``points``: columns ``job, power_w, throughput`` (one row per measured point; the
@@ -218,17 +222,40 @@ def allocate_table(points: pd.DataFrame, policy: str, *, cut: float | None = Non
     Returns one row per job (``job, power_w, throughput`` and ``cap_w`` per GPU when caps
     or ``gpus`` are known) and totals (with the oracle's throughput for comparison).
     Raises :class:`InfeasibleBudget` when the floors exceed the budget.
+
+    The points are checked first (:func:`~wattflex.allocation.curves.check_points`; errors
+    name ``source``'s line). A curve whose throughput falls as power rises is replaced by
+    its isotonic fit (``monotone_fit``; ``log`` gets a note, ``totals["monotone_fit_jobs"]``
+    counts them): such a dip is measurement noise on a saturated curve or a bad point, and
+    a budget can always run a job at a lower cap, so no allocation should depend on it.
+    ``log`` (e.g. a stderr printer) also gets one line per phase on workloads of 1,000 jobs
+    or more. No job is ever allocated below its floor.
     """
+    t0 = time.perf_counter()
     missing = {"job", "power_w", "throughput"} - set(points.columns)
     if missing:
         raise ValueError(f"missing column(s) {', '.join(sorted(missing))} (need job, power_w, throughput)")
+    progress = log if (log is not None and points["job"].nunique() >= PROGRESS_JOBS) else None
+
+    def phase(msg: str) -> None:
+        if progress is not None:
+            progress(f"[{time.perf_counter() - t0:6.1f} s] {msg}")
     if (cut is None) == (budget_w is None):
         raise ValueError("give exactly one of cut or budget_w")
     if cut is not None and not 0.0 <= cut < 1.0:
         raise ValueError(f"cut must be a fraction in [0, 1), got {cut}")
+    if budget_w is not None and not (np.isfinite(budget_w) and budget_w > 0):
+        raise ValueError(f"budget_w must be a positive number of watts, got {budget_w}")
+    check_points(points, source)
     has_cap = "cap_w" in points.columns and points["cap_w"].notna().all()
     jobs, curves = curves_from_points(points["job"], points["power_w"], points["throughput"],
                                       points["cap_w"] if has_cap else None)
+    phase(f"{len(points)} points -> {len(jobs)} job curves (up to {curves.power_w.shape[-1]} points each)")
+    curves, fitted = monotone_fit(curves)
+    if fitted.any() and log is not None:
+        i = int(np.flatnonzero(fitted)[0])
+        log(f"note: {int(fitted.sum())} job(s) have throughput falling as power rises (e.g. {jobs[i]!r}); "
+            f"allocating on their isotonic (non-decreasing least-squares) fit instead")
     per_job = {}
     for col in JOB_COLUMNS:
         if col not in points.columns:
@@ -237,7 +264,16 @@ def allocate_table(points: pd.DataFrame, policy: str, *, cut: float | None = Non
         if varying.any():
             raise ValueError(f"column {col!r} must be constant within a job (varies for {list(varying[varying].index)[:3]})")
         per_job[col] = points.groupby("job", sort=False)[col].first().reindex(jobs).to_numpy()
-    features = {"pfi": per_job.get("pfi"), "dram_copy_product": per_job.get("dram_copy_product"),
+    if "gpus" in per_job:
+        g = pd.to_numeric(pd.Series(per_job["gpus"]), errors="coerce").to_numpy(float)
+        bad = ~(np.isfinite(g) & (g > 0))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            line = int(np.flatnonzero((points["job"] == jobs[i]).to_numpy())[0]) + 2
+            raise ValueError(f"{'' if source is None else f'{source}:{line}: '}job {jobs[i]!r}: gpus "
+                             f"{per_job['gpus'][i]} is not a positive number")
+    features = {"pfi": per_job.get("pfi"), "pfi_measured": per_job.get("pfi_measured"),
+                "dram_copy_product": per_job.get("dram_copy_product"),
                 "moe_ft": None if "cluster" not in per_job else per_job["cluster"] == "moe-ft"}
     need = POLICY_FEATURES.get(policy)
     if need is not None and features.get(need) is None:
@@ -248,6 +284,7 @@ def allocate_table(points: pd.DataFrame, policy: str, *, cut: float | None = Non
     uncapped_w = float(curves.ceiling_w.sum())
     budget = (1.0 - cut) * uncapped_w if budget_w is None else float(budget_w)
     kw = dict(max_slowdown=slowdown, moe_ft_share=moe_ft_share, curve_nodes=curve_nodes)
+    phase(f"allocating {budget:.1f} W over {len(jobs)} jobs ({policy})")
     a = allocate(curves, budget, policy, features, **kw)
     if not bool(a.feasible):
         floors = float(a.floor_w.sum())
@@ -255,6 +292,13 @@ def allocate_table(points: pd.DataFrame, policy: str, *, cut: float | None = Non
         raise InfeasibleBudget(f"budget {budget:.1f} W is below the jobs' floors {floors:.1f} W "
                                f"(sum of their {why}); the deepest feasible cut is "
                                f"{1 - floors / uncapped_w:.1%} ({floors:.1f} W)")
+    below = a.power_w < a.floor_w - RTOL * np.maximum(a.floor_w, 1.0)
+    if below.any():  # a policy bug must never reach the output
+        i = int(np.flatnonzero(below)[0])
+        raise ValueError(f"internal error: {policy} allocated job {jobs[i]!r} {a.power_w[i]:.1f} W, below its floor "
+                         f"{a.floor_w[i]:.1f} W")
+    if policy != "oracle":
+        phase(f"oracle over {len(jobs)} jobs (for comparison)")
     best = a if policy == "oracle" else allocate(curves, budget, "oracle", features, max_slowdown=slowdown)
     out = pd.DataFrame({"job": jobs, "power_w": a.power_w, "throughput": a.throughput})
     gpus = per_job.get("gpus")
@@ -270,8 +314,11 @@ def allocate_table(points: pd.DataFrame, policy: str, *, cut: float | None = Non
         "gap_to_oracle": float(best.total_throughput - a.total_throughput),
         "cap_source": "measured cap_w" if has_cap else ("power_w / gpus" if gpus is not None else None),
     }
+    if fitted.any():
+        totals["monotone_fit_jobs"] = int(fitted.sum())
     if slowdown is not None:
         target = (1.0 - slowdown) * curves.uncapped_throughput
         totals["sla_violations"] = int(np.sum(np.isfinite(slowdown) & (a.throughput < target * (1 - 1e-9))))
+    phase("done")
     return out, totals
 

@@ -68,7 +68,8 @@ def curves_from_points(job: Sequence[Any], power_w: Sequence[float], throughput:
     """Build curves from long-format points (one row per job and measured point).
 
     Points of a job at the same power are averaged. Returns the job ids (first-seen order)
-    and their curves.
+    and their curves. Vectorised (no per-job Python loop): 33,000 jobs take well under a
+    second.
     """
     df = pd.DataFrame({"job": list(job), "power_w": np.asarray(power_w, float),
                        "throughput": np.asarray(throughput, float)})
@@ -77,23 +78,95 @@ def curves_from_points(job: Sequence[Any], power_w: Sequence[float], throughput:
     if bad.any():
         raise ValueError(f"non-finite or negative power/throughput for job(s) "
                          f"{sorted(map(str, df.loc[bad, 'job'].unique()))[:5]}")
-    jobs = list(dict.fromkeys(df["job"]))
-    merged = df.groupby(["job", "power_w"], sort=False, as_index=False).mean()
-    K = int(merged.groupby("job", sort=False).size().max()) if len(merged) else 0
-    if K == 0:
+    if df["job"].isna().any():
+        raise ValueError("missing job id in the curve points")
+    codes, uniques = pd.factorize(df["job"], sort=False)  # first-seen order
+    jobs = list(uniques)
+    if not len(jobs):
         raise ValueError("no curve points")
-    P = np.empty((len(jobs), K))
-    T = np.empty_like(P)
-    C = np.empty_like(P)
-    for i, (_, pts) in enumerate(merged.groupby("job", sort=False)):
-        pts = pts.sort_values("power_w")
-        m = len(pts)
-        for arr, col in ((P, "power_w"), (T, "throughput"), (C, "cap_w")):
-            v = pts[col].to_numpy()
-            arr[i, :m], arr[i, m:] = v, v[-1]
-    order = [list(dict.fromkeys(merged["job"])).index(j) for j in jobs]
+    df["_code"] = codes
+    merged = df.groupby(["_code", "power_w"], sort=True, as_index=False)[["throughput", "cap_w"]].mean()
+    code = merged["_code"].to_numpy()
+    counts = np.bincount(code, minlength=len(jobs))
+    K = int(counts.max())
+    start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    # row of ``merged`` holding point k of job i (padding repeats the job's last point)
+    rows = start[:, None] + np.minimum(np.arange(K)[None, :], counts[:, None] - 1)
+    P = merged["power_w"].to_numpy()[rows]
+    T = merged["throughput"].to_numpy()[rows]
+    C = merged["cap_w"].to_numpy()[rows]
     has_cap = cap_w is not None and np.isfinite(C).all()
-    return jobs, Curves(P[order], T[order], C[order] if has_cap else None)
+    return jobs, Curves(P, T, C if has_cap else None)
+
+
+def check_points(points: pd.DataFrame, source: str | None = None) -> None:
+    """Refuse curve points that would give a wrong allocation, with one line naming the job
+    and (for a file ``source``) its line: a missing job id, power or throughput that is not
+    a positive finite number, two rows of a job at the same power with different
+    throughput, and a job with a single measured power (no curve: floor == ceiling)."""
+    def where(pos: int) -> str:
+        if source is None:
+            return f"row {pos + 1}"
+        if str(source).endswith((".parquet", ".pq")):
+            return f"{source}: row {pos + 1}"
+        return f"{source}:{pos + 2}"  # line 1 is the header
+
+    def more(n: int) -> str:
+        return f" (and {n - 1} more such row(s))" if n > 1 else ""
+
+    job = points["job"]
+    missing = np.flatnonzero(job.isna().to_numpy())
+    if missing.size:
+        raise ValueError(f"{where(missing[0])}: missing job id{more(missing.size)}")
+    for col in ("power_w", "throughput"):
+        v = pd.to_numeric(points[col], errors="coerce").to_numpy(float)
+        bad = np.flatnonzero(~(np.isfinite(v) & (v > 0)))
+        if bad.size:
+            i, raw = bad[0], points[col].iloc[bad[0]]
+            shown = repr(raw) if isinstance(raw, str) else str(raw)
+            raise ValueError(f"{where(i)}: job {job.iloc[i]!r}: {col} {shown} is not a positive "
+                             f"finite number{more(bad.size)}")
+    df = pd.DataFrame({"job": job.to_numpy(), "power_w": points["power_w"].to_numpy(float),
+                       "throughput": points["throughput"].to_numpy(float)})
+    first = df.groupby(["job", "power_w"], sort=False)["throughput"].transform("first").to_numpy()
+    conflict = np.flatnonzero(first != df["throughput"].to_numpy())
+    if conflict.size:
+        i = conflict[0]
+        j, p = df["job"].iloc[i], df["power_w"].iloc[i]
+        f = int(np.flatnonzero((df["job"] == j).to_numpy() & (df["power_w"] == p).to_numpy())[0])
+        raise ValueError(f"{where(i)}: job {j!r}: power_w {p:g} is already measured at {where(f)} with "
+                         f"throughput {first[i]:g}, here {df['throughput'].iloc[i]:g} (conflicting duplicate; "
+                         f"average the repeats or drop one){more(conflict.size)}")
+    n_powers = df.groupby("job", sort=False)["power_w"].transform("nunique").to_numpy()
+    single = np.flatnonzero(n_powers < 2)
+    if single.size:
+        i = single[0]
+        n_jobs = df["job"].iloc[single].nunique()
+        raise ValueError(f"{where(i)}: job {job.iloc[i]!r} has a single measured power ({df['power_w'].iloc[i]:g} W); "
+                         f"a curve needs at least its lowest-cap and its uncapped point"
+                         + (f" (and {n_jobs - 1} more such job(s))" if n_jobs > 1 else ""))
+
+
+def monotone_fit(curves: Curves) -> tuple[Curves, np.ndarray]:
+    """Curves whose throughput falls somewhere as power rises, replaced by their isotonic
+    (least-squares non-decreasing) fit over their own points; returns the curves and the
+    per-job mask of those fitted. Monotone curves are returned unchanged (same arrays)."""
+    T = curves.throughput
+    fitted = (np.diff(T, axis=-1) < 0).any(-1)
+    if not fitted.any():
+        return curves, fitted
+    from wattflex.analysis.pfi import isotonic_fit_batch
+
+    T = T.copy()
+    P = curves.power_w
+    # fit each job over its distinct points only (padding repeats the last one)
+    n_pts = 1 + (np.diff(P, axis=-1) > 0).sum(-1)
+    for m in np.unique(n_pts[fitted]):
+        rows = np.flatnonzero(fitted & (n_pts == m))
+        fit = isotonic_fit_batch(P[rows, :m], T[rows, :m])
+        T[rows, :m] = fit
+        T[rows, m:] = fit[:, -1:]
+    return Curves(P, T, curves.cap_w), fitted
 
 
 def curves_from_runs(runs: pd.DataFrame) -> tuple[list[str], Curves]:

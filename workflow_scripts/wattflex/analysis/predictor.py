@@ -269,6 +269,50 @@ def fit_model(train: pd.DataFrame, spec: str | Sequence[str], target: str = "pfi
     }
 
 
+#: Documented range of each numeric telemetry input (inclusive); every other numeric input
+#: must be a finite number >= 0 (``temp_c``: any finite number).
+FRACTIONS = ("dram_active", "sm_active", "tensor_active", "is_moe", "is_lora")
+PERCENTS = ("mem_copy_util", "gpu_util", "dram_copy_product")
+_ANY_SIGN = ("temp_c",)
+
+
+def feature_inputs(features: Sequence[str]) -> list[str]:
+    """The columns a row needs for ``features``: each feature, and what it is derived from."""
+    cols: list[str] = []
+    for f in features:
+        cols += [f, *_DERIVED_INPUTS.get(f, ())]
+    return [c for c in dict.fromkeys(cols) if c not in ("architecture", "task")]
+
+
+def input_problems(df: pd.DataFrame, columns: Iterable[str]) -> list[tuple[int, str]]:
+    """``(row position, reason)`` for every value of the numeric ``columns`` (those present)
+    outside its documented range: non-finite anywhere; a fraction (``FRACTIONS``, 0-1)
+    above 1 (``looks like percent, divide by 100`` when it is at most 100); a percentage
+    (``PERCENTS``) above 100; a negative value where the metric cannot be negative."""
+    out: list[tuple[int, str]] = []
+    for col in columns:
+        if col not in df:
+            continue
+        values = pd.to_numeric(df[col], errors="coerce").to_numpy(float)
+        for i, v in enumerate(values):
+            if np.isnan(v):
+                continue  # missing: design_matrix names it
+            if not np.isfinite(v):
+                out.append((i, f"{col} {v:g} is not a finite number"))
+            elif col in _ANY_SIGN:
+                continue
+            elif v < 0:
+                out.append((i, f"{col} {v:g} is negative"))
+            elif col in FRACTIONS and v > 1:
+                hint = "; looks like percent, divide by 100" if v <= 100 else ""
+                out.append((i, f"{col} {v:g} is outside its range 0-1 (a fraction){hint}"))
+            elif col in PERCENTS and v > 100:
+                out.append((i, f"{col} {v:g} is outside its range 0-100 (a percentage)"))
+            elif col == "gpus" and v < 1:
+                out.append((i, f"{col} {v:g} is not a GPU count (>= 1)"))
+    return sorted(out)
+
+
 def predict(model: dict[str, Any], df: pd.DataFrame) -> np.ndarray:
     """PFI predicted by a model document from :func:`fit_model` for each row of ``df``."""
     for key in ("features", "coefficients", "intercept"):

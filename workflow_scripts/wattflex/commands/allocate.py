@@ -13,7 +13,7 @@ HELP = "Split a cluster power cut across jobs (equal-weight, PFI-aware, ..., exa
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("curves", help="CSV (or parquet): job,power_w,throughput, one row per measured point "
-                                       "(highest power = uncapped); optional cap_w per point and per-job pfi, "
+                                       "(highest power = uncapped); optional cap_w per point and per-job pfi, pfi_measured, "
                                        "gpus, max_slowdown, cluster, dram_copy_product")
     how = parser.add_mutually_exclusive_group(required=True)
     how.add_argument("--cut", type=float, help="fraction of the jobs' uncapped power to shed, e.g. 0.3")
@@ -29,12 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from wattflex.allocation.allocator import allocate_table
-    from wattflex.provenance import provenance, write_csv, write_json
+    from wattflex.provenance import check_outputs, provenance, write_csv, write_json
     from wattflex.commands.stats import read_table
 
+    if args.output:  # issue 17: never write over the input, a link, a folder or a device
+        check_outputs(
+            [args.output, f"{args.output}.meta.json", f"{args.output}.totals.json"], [args.curves])
     points = read_table(args.curves)
     out, totals = allocate_table(points, args.policy, cut=args.cut, budget_w=args.budget_w,
-                                 moe_ft_share=args.moe_ft_share, curve_nodes=args.curve_nodes)
+                                 moe_ft_share=args.moe_ft_share, curve_nodes=args.curve_nodes,
+                                 source=args.curves, log=lambda msg: print(msg, file=sys.stderr))
     kept = totals["total_throughput"] / totals["uncapped_throughput"] if totals["uncapped_throughput"] else float("nan")
     best = totals["oracle_throughput"] / totals["uncapped_throughput"] if totals["uncapped_throughput"] else float("nan")
     print(f"{totals['n_jobs']} jobs, budget {totals['budget_w']:.1f} W ({totals['cut']:.1%} below "

@@ -4,8 +4,15 @@
 would set on each for the budget now; nothing is written to them. Without it the
 controller runs for ``--duration-s`` (default: to the end of the signal), one decision
 every ``--period-s``, and puts every GPU's original limit back when it stops: at the end,
-on an error, on SIGINT/SIGTERM/SIGHUP (a SIGKILL leaves a state file for
-``wattflex restore-caps``).
+on an error, on SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2 (a SIGKILL leaves a state
+file; the next ``control`` restores the limits it recorded before it reads any limit as an
+original, as a real run does, and so does ``wattflex restore-caps``).
+
+Bad input stops it before anything is changed, with one line: a budget that is not a
+finite number > 0 or is below the jobs' floors (every GPU at its minimum cap; a --signal
+that dips below them is allowed: the GPUs are then held at their floors and every such
+period logs a warning), a period under ``MIN_PERIOD_S``, a GPU index this node lacks, a
+cap command that is not there, a state directory that is a file.
 
 Jobs are groups of GPUs that share a cap (``--job 0-3 --job 4-7``; default: each GPU is
 its own job). A GPU reports no tokens/s, so the policies that weigh throughput
@@ -18,13 +25,18 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import shlex
+import shutil
 import sys
+from pathlib import Path
 
 from wattflex.allocation.policies import CONTROL_POLICIES, REGISTRY
 from wattflex.errors import UserError
 
 NAME = "control"
 HELP = "Per-job GPU caps that follow a power budget or signal (--dry-run: print them, change nothing)"
+MIN_PERIOD_S = 0.1      # a shorter period only busies NVML (a limit takes ~100 ms to act)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--moe-ft", action="append", default=[], metavar="JOB",
                         help="job number (0-based, in --job order) that is MoE fine-tuning (moe-ft-weighted)")
     parser.add_argument("--model", help="predictor model.json (PFI from the DRAM copy product)")
-    parser.add_argument("--period-s", type=float, default=5.0, help="control period (default 5 s)")
+    parser.add_argument("--period-s", type=float, default=5.0,
+                        help=f"control period (default 5 s, at least {MIN_PERIOD_S:g} s)")
     parser.add_argument("--duration-s", type=float, help="how long to control (default: the signal's length)")
     parser.add_argument("--cap-control", choices=("nvml", "command"), default="nvml",
                         help="how limits are set: NVML directly (root) or --cap-command")
@@ -57,26 +70,119 @@ def parse_gpus(spec: str) -> list[int]:
         lo, _, hi = part.partition("-")
         if not lo.isdigit() or (hi and not hi.isdigit()):
             raise ValueError(f"--job {spec!r}: expected NVML indices like 0-3 or 0,2")
+        if hi and int(hi) < int(lo):
+            raise ValueError(f"--job {spec!r}: range {part} runs backwards (write {hi}-{lo})")
         out += list(range(int(lo), int(hi or lo) + 1))
+    if not out:
+        raise ValueError(f"--job {spec!r}: names no GPU (expected NVML indices like 0-3 or 0,2)")
     return out
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse numbers that would make a wrong or runaway controller, before anything is read."""
+    def finite(name: str, v: float | None, low: float, inclusive: bool = False) -> None:
+        if v is not None and not (math.isfinite(v) and (v >= low if inclusive else v > low)):
+            raise UserError(f"{name} {v:g}: must be a finite number {'>=' if inclusive else '>'} {low:g}")
+    finite("--budget-w", args.budget_w, 0.0)
+    finite("--period-s", args.period_s, MIN_PERIOD_S, inclusive=True)
+    finite("--duration-s", args.duration_s, 0.0)
+    finite("--at-s", args.at_s, 0.0, inclusive=True)
+    n_jobs = len(args.job) if args.job else None
+    for m in args.moe_ft:
+        if not m.isdigit() or (n_jobs is not None and int(m) >= n_jobs):
+            which = f" 0..{n_jobs - 1}" if n_jobs is not None else ""
+            raise UserError(f"--moe-ft {m!r}: expected a job number{which} (0-based, in --job order)")
+
+
+def check_gpu_indices(flat: list[int], count: int) -> None:
+    for i in flat:
+        if i >= count:
+            have = "no GPUs" if count == 0 else f"{count} GPU{'s' if count > 1 else ''}: " + (
+                "0" if count == 1 else f"0-{count - 1}")
+            raise UserError(f"GPU index {i} does not exist (this node has {have})")
+
+
+def check_cap_command(template: str | None) -> None:
+    """The cap command's program must exist; its template is checked by ``command_setter``."""
+    try:
+        parts = shlex.split(template or "")
+    except ValueError as exc:
+        raise UserError(f"--cap-command {template!r}: {exc}") from None
+    if parts and shutil.which(parts[0]) is None:
+        raise UserError(f"--cap-command {template!r}: {parts[0]!r} is not an executable on PATH")
+
+
+def check_state_dir(state_dir: Path) -> None:
+    """The state directory must be (or become) a writable directory."""
+    if state_dir.exists() and not state_dir.is_dir():
+        raise UserError(f"--state-dir {state_dir}: is a file, not a directory (cap state files go there)")
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--state-dir {state_dir}: cannot create it ({exc.strerror or exc})") from None
+    if not os.access(state_dir, os.W_OK | os.X_OK):
+        raise UserError(f"--state-dir {state_dir}: not writable (cap state files go there)")
+
+
+def restore_stale(state_dir: Path, flat: list[int], dry_run: bool) -> None:
+    """Before any limit is read as an original: put back the limits recorded by runs that were
+    killed (SIGKILL), as a real run does; refuse GPUs another live process is capping."""
+    from wattflex.runs.devices.caps import restore_from_state_dir
+
+    for r in restore_from_state_dir(state_dir, dry_run=dry_run, only_gpus=flat):
+        gpus = ", ".join(f"GPU {g['index']} -> {g['original_limit_w']:g} W" for g in r.get("gpus", []))
+        if r["action"] == "restored":
+            print(f"restored the power limits left by killed process {r['pid']} ({gpus}; state file {r['path']})",
+                  file=sys.stderr)
+        elif r["action"] == "would restore":
+            print(f"note: state file {r['path']} of killed process {r['pid']}: the limits shown are its caps; "
+                  f"control (or wattflex restore-caps) first puts back {gpus}", file=sys.stderr)
+        elif dry_run:
+            print(f"note: state file {r['path']}: {r['action']}{': ' + r['error'] if r.get('error') else ''}; "
+                  f"the limits shown may not be the GPUs' own", file=sys.stderr)
+        elif r["action"].startswith("skipped"):
+            raise UserError(f"process {r['pid']} is capping these GPUs now (state file {r['path']}); "
+                            f"stop it first, two controllers would fight")
+        else:
+            raise UserError(f"state file {r['path']} of a killed run could not be restored ({r.get('error')}); "
+                            f"the limits now are not the originals: fix it, then `wattflex restore-caps "
+                            f"--state-dir {state_dir}`")
 
 
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from wattflex.runs.devices.caps import limit_setter
+    from wattflex.runs.devices.base import CapError
+    from wattflex.runs.devices.caps import default_state_dir, limit_setter
     from wattflex.control.controller import ControlConfig, Controller, pfi_from_model, read_signal
-    from wattflex.control.loop import NodeJob, job_table, read_jobs, run_loop, sample_devices
+    from wattflex.control.loop import NodeJob, floor_w, job_table, read_jobs, run_loop, sample_devices
     from wattflex.runs.devices.nvml import local_gpu_indices, nvml, open_gpus
 
+    check_args(args)
+    indices = [parse_gpus(j) for j in args.job] if args.job else None
+    state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
+    if not args.dry_run:
+        if args.cap_control == "command":
+            limit_setter(args.cap_control, args.cap_command)        # the template (ValueError: one line)
+            check_cap_command(args.cap_command)
+        check_state_dir(state_dir)
     try:
-        nvml()
+        nv = nvml()
     except RuntimeError as exc:
         raise UserError(f"no NVML on this machine ({exc}); there are no NVIDIA GPUs here to read or cap") from None
-    indices = [parse_gpus(j) for j in args.job] if args.job else [[i] for i in local_gpu_indices()]
+    if indices is None:
+        indices = [[i] for i in local_gpu_indices()]
+        if args.moe_ft and max(map(int, args.moe_ft)) >= len(indices):
+            raise UserError(f"--moe-ft {max(map(int, args.moe_ft))}: this node has {len(indices)} job(s) (one per GPU)")
     flat = [i for job in indices for i in job]
     if len(set(flat)) != len(flat):
         raise UserError("a GPU appears in two --job groups")
+    check_gpu_indices(flat, int(nv.nvmlDeviceGetCount()))
+    if args.dry_run:
+        if state_dir.is_dir():
+            restore_stale(state_dir, flat, dry_run=True)
+    else:
+        restore_stale(state_dir, flat, dry_run=False)
     setter = None if args.dry_run else limit_setter(args.cap_control, args.cap_command)
     gpus = {g.index: g for g in open_gpus(set_limit=setter, indices=flat)}
     model = None
@@ -99,9 +205,19 @@ def run(args: argparse.Namespace) -> int:
     for j, d in zip(jobs, dcp):
         j.dram_copy_product = float(d)
         j.pfi = float(predict_pfi(np.array([d]))[0]) if predict_pfi is not None and math.isfinite(d) else math.nan
+    floor = floor_w(job_table(jobs))
+    if args.budget_w is not None and args.budget_w < floor:
+        raise UserError(f"--budget-w {args.budget_w:g} W is below these GPUs' floor of {floor:.0f} W (the sum of "
+                        f"their minimum caps, {len(flat)} GPU(s)): no cap keeps them under it")
     if args.signal:
         signal = read_signal(args.signal)
         basis = nominal if args.basis == "nominal" else float(np.nansum(first.power_w))
+        low = signal.fraction * basis
+        if (low < floor).any():
+            k = int(np.argmin(low))
+            print(f"warning: signal {args.signal} dips to {low[k]:.0f} W at t={signal.time_s[k]:g} s, below these "
+                  f"GPUs' floor of {floor:.0f} W: they are held at their minimum caps then (power may exceed "
+                  f"the budget; each such period logs a warning)", file=sys.stderr)
 
         def budget_at(t: float) -> float:
             f = float(signal.at(t))
@@ -135,8 +251,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("with --budget-w, say how long to control with --duration-s")
     print(f"controlling {len(flat)} GPU(s) in {len(jobs)} job(s) with {args.policy} for {duration:g} s, budget from "
           f"{source}; limits are restored when this stops", flush=True)
-    rec = run_loop(jobs, budget_at, args.policy, cfg, duration, mode=args.cap_control, state_dir=args.state_dir,
-                   command=args.cap_command, predict_pfi=predict_pfi)
+    try:
+        rec = run_loop(jobs, budget_at, args.policy, cfg, duration, mode=args.cap_control, state_dir=state_dir,
+                       command=args.cap_command, predict_pfi=predict_pfi)
+    except CapError as exc:      # the guard has put back what it could; the message says what is left
+        raise UserError(f"{exc} (--cap-control {args.cap_control})") from None
     over = [p - b for p, b in zip(rec.power_w, rec.budget_w) if math.isfinite(b)]
     print(f"done: {len(rec.t_s)} periods, worst reading {max(over, default=0):+.0f} W vs the budget; "
           f"power limits restored")

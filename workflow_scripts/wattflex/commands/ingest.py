@@ -33,10 +33,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from wattflex.ingest.sources import ingest
-    from wattflex.provenance import provenance, write_csv, write_parquet
+    from wattflex.provenance import check_outputs, provenance, write_csv, write_parquet
 
+    outputs = [args.output] + [f"{p}.meta.json" for p in (args.output, args.rejected, args.pfi)
+                               if p is not None and p.suffix.lower() not in (".parquet", ".pq")]
+    outputs += [args.rejected, args.pfi]
+    inputs = [args.path] + (sorted(p for p in args.path.rglob("*") if p.is_file()) if args.path.is_dir() else [])
+    check_outputs(outputs, inputs)
     result = ingest(args.format, args.path, on_bad_rows=args.on_bad_rows, throughput_unit=args.throughput_unit,
                     telemetry_format=args.telemetry_format)
+    check_outputs(outputs, result.inputs)  # a manifest's capture files may lie elsewhere
     runs = result.runs
     prov = provenance(params=vars(args), inputs=result.inputs, backend="ingest", ingest_format=args.format)
     if args.output.suffix.lower() in (".parquet", ".pq"):

@@ -65,8 +65,10 @@ def read_sweeps(path: Path):
 def run(args: argparse.Namespace) -> int:
     from wattflex.analysis.pfi import pfi_table
     from wattflex.ingest.reader import check_cells
-    from wattflex.provenance import provenance, write_csv
+    from wattflex.provenance import check_outputs, provenance, write_csv
 
+    if args.output is not None:
+        check_outputs([args.output, f"{args.output}.meta.json"], [args.sweeps])
     df = read_sweeps(args.sweeps)
     sem_cols = [args.power_sem_col, args.throughput_sem_col]
     if sem_cols == [None, None] and all(c in df.columns for c in DEFAULT_SEM_COLS):
@@ -88,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
                   seed=args.seed, rel_tol=args.rel_tol, power_tol=args.power_tol)
     table = pfi_table(df.drop(columns="_where"), **params)
 
+    dropped = dropped_rows(df, sem_cols)
     counts = table["status"].value_counts()
     summary = ", ".join(f"{k} {v}" for k, v in counts.items())
     if args.output is None:
@@ -100,4 +103,24 @@ def run(args: argparse.Namespace) -> int:
         write_csv(table, args.output, provenance(params=params, inputs=[args.sweeps]),
                   command="wattflex pfi")
         print(f"wrote {len(table)} group(s) to {args.output} (status: {summary})")
+    if dropped:
+        from wattflex.ingest.reader import describe_bad_rows
+
+        print(f"note: left out {describe_bad_rows(dropped, ' of the PFI (status invalid_values)')}")
     return 0
+
+
+def dropped_rows(df, sem_cols) -> list[dict]:
+    """The rows ``pfi_table`` leaves out (status ``invalid_values``), by file and line and why:
+    a cap, power or throughput that is not a finite positive number, or a negative SEM."""
+    import numpy as np
+
+    out = []
+    for i in range(len(df)):
+        row = df.iloc[i]
+        reasons = [f"{c} {row[c]:g} is not a finite positive number" for c in ("cap_w", "power_w", "throughput")
+                   if not (np.isfinite(row[c]) and row[c] > 0)]
+        reasons += [f"{c} {row[c]:g} is negative" for c in sem_cols if c is not None and row[c] < 0]
+        if reasons:
+            out.append({"where": row["_where"], "reason": "; ".join(reasons)})
+    return out

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from wattflex.errors import UserError
+
 NAME = "predict"
 HELP = "Predict PFI from a telemetry summary (one row per job) with a fitted predictor model.json"
 
@@ -16,13 +18,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", help="write CSV here (default: print it)")
 
 
-def run(args: argparse.Namespace) -> int:
-    from wattflex.analysis.predictor import add_features, predict
-    from wattflex.provenance import provenance, read_json, write_csv
-    from wattflex.commands.stats import read_table
+def load_model(path: str) -> dict:
+    """A predictor model.json, or one line naming the file and what is wrong with it."""
+    import json
+    from pathlib import Path
 
-    model = read_json(args.model)
-    jobs = read_table(args.telemetry)
+    from wattflex.provenance import check_schema_version
+
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{path}: no such model file" + (" (a folder)" if p.is_dir() else ""))
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"{path}: not a JSON file ({str(exc).splitlines()[0]}); --model wants the model.json "
+                        "written by the fit_predictor rule") from None
+    if not isinstance(doc, dict):
+        raise UserError(f"{path}: not a wattflex predictor model (a JSON {type(doc).__name__}, not an object)")
+    check_schema_version(doc.get("schema_version"), path)
+    missing = [k for k in ("features", "coefficients", "intercept") if k not in doc]
+    if missing:
+        raise UserError(f"{path}: not a wattflex predictor model (no {', '.join(map(repr, missing))}); "
+                        "--model wants the model.json written by the fit_predictor rule")
+    feats = doc["features"]
+    if (not isinstance(feats, list) or not isinstance(doc["coefficients"], dict)
+            or any(f not in doc["coefficients"] for f in feats)):
+        raise UserError(f"{path}: not a wattflex predictor model (features and coefficients do not match)")
+    return doc
+
+
+def run(args: argparse.Namespace) -> int:
+    from wattflex.analysis.predictor import add_features, feature_inputs, input_problems, predict
+    from wattflex.ingest.reader import check_cells, describe_bad_rows, read_typed_table
+    from wattflex.provenance import check_outputs, provenance, write_csv
+
+    if args.output:
+        check_outputs([args.output, f"{args.output}.meta.json"], [args.telemetry, args.model])
+    model = load_model(args.model)
+    jobs = read_typed_table(args.telemetry)
+    columns = [c for c in feature_inputs(model["features"]) if c in jobs]
+    check_cells(jobs, numeric=columns)  # a value that is not a number: named by file and line
+    bad = [{"where": jobs["_where"].iloc[i], "reason": why} for i, why in input_problems(jobs, columns)]
+    if bad:
+        raise UserError(f"{args.telemetry}: " + describe_bad_rows(bad))
+    jobs = jobs.drop(columns="_where")
     out = add_features(jobs)
     out["pfi_pred"] = predict(model, jobs)
     if not args.output:

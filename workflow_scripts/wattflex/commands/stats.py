@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from wattflex.errors import UserError
+
 NAME = "stats"
 HELP = "Kruskal-Wallis across clusters, then Dunn's test (Holm) on every pair, from a PFI table"
 
@@ -31,20 +33,54 @@ def read_table(path: str):
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such file")
     if path.endswith((".parquet", ".pq")):
-        return pd.read_parquet(path)
+        try:
+            return pd.read_parquet(path)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: not a readable parquet file "
+                             f"({(str(exc) or repr(exc)).splitlines()[0]})") from None
     try:
         return pd.read_csv(path)
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
         raise ValueError(f"{path}: not a readable CSV ({exc})") from None
 
 
+def check_values(table, value_col: str, path: str, id_col: str = "group") -> None:
+    """Refuse non-finite values (``inf`` would be ranked as the largest) and, where the
+    table names its rows in ``id_col``, a row name given twice (one row per group), each
+    by file and line."""
+    import numpy as np
+
+    from wattflex.ingest.reader import describe_bad_rows
+
+    bad = []
+    if value_col in table:
+        values = table[value_col].to_numpy(float)
+        bad += [{"where": table["_where"].iloc[i], "reason": f"{value_col} {values[i]:g} is not a finite number"}
+                for i in np.flatnonzero(np.isinf(values))]
+    if bad:
+        raise UserError(f"{path}: " + describe_bad_rows(bad))
+    if id_col in table and id_col != value_col:
+        named = table[table[id_col].notna()]
+        dup = named[named[id_col].duplicated(keep=False)]
+        if len(dup):
+            first = dup.groupby(id_col, sort=False)["_where"].apply(list)
+            lines = [f"  {name!r}: {', '.join(w)}" for name, w in first.head(10).items()]
+            raise UserError(f"{path}: {len(first)} {id_col} name(s) on more than one row "
+                            "(one row per group):\n" + "\n".join(lines))
+
+
 def run(args: argparse.Namespace) -> int:
     from wattflex.analysis.stats import kruskal_dunn
     from wattflex.ingest.reader import check_cells, read_typed_table
-    from wattflex.provenance import provenance, write_json
+    from wattflex.provenance import check_outputs, provenance, write_json
 
+    if not 0 < args.alpha < 1:
+        raise UserError(f"--alpha {args.alpha:g} is not a significance level in (0, 1) (e.g. 0.05, not 5)")
+    if args.output:
+        check_outputs([args.output], [args.table])
     table = read_typed_table(args.table)
     check_cells(table, numeric=[args.value_col])  # a value that is not a number: named by file and line
+    check_values(table, args.value_col, args.table)
     result = kruskal_dunn(table.drop(columns="_where"), value_col=args.value_col, group_col=args.group_col,
                           order=[o for o in args.order.split(",") if o], p_adjust=args.p_adjust, alpha=args.alpha)
     result["input"] = str(args.table)

@@ -3,7 +3,9 @@
 :func:`run_loop` reads every job's telemetry each period, asks the
 :class:`wattflex.control.controller.Controller` for caps and sets them on the GPUs through
 the device layer, under a :class:`wattflex.runs.devices.caps.CapGuard`, so every limit is
-restored on a normal stop, an exception, SIGINT/SIGTERM/SIGHUP and at exit.
+restored on a normal stop, an exception, a termination signal (``caps.SIGNALS``) and at exit.
+A budget below the jobs' floors (the sum of their minimum caps) cannot be met: every GPU is
+capped at its floor and each such period logs a warning.
 """
 
 from __future__ import annotations
@@ -68,6 +70,11 @@ def job_table(jobs: Sequence[NodeJob]) -> JobTable:
         pfi=np.array([j.pfi for j in jobs], float))
 
 
+def floor_w(table: JobTable) -> float:
+    """The least power the jobs can be capped to: every GPU at its job's minimum cap."""
+    return float((table.min_cap_w * table.gpus).sum())
+
+
 def read_jobs(jobs: Sequence[NodeJob], t_s: float, idle_power_w: float = 0.0) -> Readings:
     """One reading of every job; a read that fails or returns NaN power counts as stale."""
     vals = []
@@ -122,6 +129,7 @@ def run_loop(jobs: Sequence[NodeJob], budget_at: Callable[[float], float], polic
     b0 = budget_at(0.0)
     start_cap = hi if not np.isfinite(b0) else float(round_caps(np.array(b0 * (1 - cfg.target_margin) / max(len(devices), 1)),
                                                                  np.array(lo), np.array(hi), cfg.cap_step_w))
+    floor = floor_w(table)
     rec = LoopRecord()
     with CapGuard(devices, start_cap, mode, state_dir, command, handle_signals=handle_signals):
         current = {id(d): start_cap for d in devices}
@@ -132,6 +140,9 @@ def run_loop(jobs: Sequence[NodeJob], budget_at: Callable[[float], float], polic
             if t > duration_s:
                 break
             budget = float(budget_at(t))
+            if budget < floor:
+                log.warning("t=%.1f s: budget %.0f W is below the jobs' floor %.0f W (every GPU at its minimum "
+                            "cap): capping at the floors, power may exceed the budget", t, budget, floor)
             read = read_jobs(jobs, t)
             caps = ctl.step(t, budget, table, read)[0]
             apply_caps(jobs, caps, current)

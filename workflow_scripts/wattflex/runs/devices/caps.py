@@ -1,8 +1,9 @@
 """A GPU is never left capped: cap state files, the restore guard, and restore-after-kill.
 
 ``CapGuard`` sets one power cap on every local GPU of a job and puts the original limits
-back on normal exit, on an exception, on SIGINT/SIGTERM/SIGHUP (SLURM's time limit sends
-SIGTERM) and from ``atexit``. Before it changes anything it writes the original limits to
+back on normal exit, on an exception, on SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2
+(SLURM's time limit sends SIGTERM; ``--signal`` and ``scancel -s`` may send the others, whose
+default action also ends the process) and from ``atexit``. Before it changes anything it writes the original limits to
 a state file (``<state_dir>/caps-<host>-<pid>.json``); SIGKILL cannot be caught, so the
 next run on the node, or ``wattflex restore-caps`` in a SLURM epilog, restores from the
 files whose process is gone.
@@ -41,7 +42,8 @@ log = logging.getLogger("wattflex.runs.devices.caps")
 MODES = ("nvml", "command", "observe")
 STATE_DIR_ENV = "WATTFLEX_STATE_DIR"
 DEFAULT_STATE_DIR = "/var/tmp/wattflex"     # survives the job (SLURM may give each job its own /tmp)
-SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+# the termination signals a user, a shell or SLURM sends (all end the process by default): each restores the caps first
+SIGNALS = tuple(s for s in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2") if hasattr(signal, s))
 
 __all__ = ["CapGuard", "CapSignal", "CapError", "CapConstraintError", "CapPermissionError",
            "command_setter", "default_state_dir", "restore_from_state_dir", "MODES"]

@@ -45,7 +45,7 @@ import pandas as pd
 
 from wattflex.analysis.pfi import pfi_ratio, pfi_table
 from wattflex.config import groups, run_id, run_spec
-from wattflex.runs.devices.caps import CapSignal
+from wattflex.runs.devices.caps import SIGNALS, CapSignal
 from wattflex.runs.sweep.steady import SteadyCriteria, Window, assess, se_mean_ar1
 from wattflex.telemetry import SummaryProtocol
 
@@ -73,7 +73,7 @@ class LiveRun(Protocol):
     def stop(self) -> None: ...
 
 
-RESTORE_SIGNALS = tuple(getattr(signal, s) for s in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, s))
+RESTORE_SIGNALS = tuple(getattr(signal, s) for s in SIGNALS)  # the ones CapGuard restores on too
 
 
 @contextlib.contextmanager
