@@ -6,7 +6,15 @@ from pathlib import Path
 
 from snakemake.logging import logger
 
-sys.path.insert(0, str(Path(workflow.basedir) / "workflow_scripts"))
+# This checkout's library, never another one's: a `pip install -e` of another clone puts its
+# workflow_scripts/ on sys.path via a .pth file, and Snakemake's script preamble only *appends*
+# the script's folder. PYTHONPATH comes before site-packages, and every job (local script
+# subprocesses, SLURM jobs, which re-read this file) inherits os.environ. (--sdm conda drops
+# PYTHONPATH; its envs install the checkout they were made from, envs/*.yaml.)
+_LIB = str(Path(workflow.basedir) / "workflow_scripts")
+sys.path.insert(0, _LIB)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [_LIB] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _LIB])
 
 from wattflex.config import SCHEDULING_KEYS, ConfigError, defaulted_sections, expand_runs, groups, prepare, run_spec
 from wattflex.fingerprint import script_fingerprint
@@ -90,7 +98,8 @@ def figure_output(path):
 def run_output(path):
     """An output of run_at_cap: write-protected for real runs (backend other than emulated),
     so no code or config change can make Snakemake regenerate or delete it; redoing one
-    takes an explicit unprotect + --force (README "Real runs are protected")."""
+    takes an explicit WATTFLEX_REDO_RUNS (+ unprotect, --force: README "Real runs are
+    protected"). Root ignores file modes: the spec check at the end of this file does not."""
     return path if config.get("backend", "emulated") == "emulated" else protected(path)
 
 
@@ -214,3 +223,75 @@ def stable_path(path):
     checkout changes no input path and reruns nothing; data elsewhere stays absolute."""
     inside = (Path(workflow.basedir).resolve(), Path.cwd().resolve())
     return os.path.relpath(path) if any(Path(path).is_relative_to(d) for d in inside) else str(path)
+
+
+# ---- Real runs are protected, as root too (README "Real runs are protected") -------------
+# protected() is a file mode, and Snakemake decides with os.access(W_OK), which is always
+# true for root: as root a changed spec would rerun (overwrite) a measured run and
+# --delete-all-output would delete it. So before any job runs, or anything is deleted, the
+# recorded spec of every existing real run (run.json: provenance.params_hash of its spec)
+# is compared with the spec the config now gives it.
+REDO_ENV = "WATTFLEX_REDO_RUNS"  # comma-separated <group>/<run> (or <group>/<sweep mode>) to redo on purpose
+
+
+def recorded_real_runs(campaign):
+    """{"<group>/<run>": (run.json path, recorded params_hash)} of the campaign's existing
+    runs whose recorded backend is not emulated (whatever the config now says)."""
+    out = {}
+    for path in sorted(Path(f"results/{campaign}/runs").glob("*/*/run.json")):
+        try:
+            prov = json.loads(path.read_text()).get("provenance", {})
+        except (OSError, ValueError):
+            continue  # not a wattflex record: Snakemake's own checks apply
+        if prov.get("backend", "emulated") != "emulated":
+            out[f"{path.parent.parent.name}/{path.parent.name}"] = (str(path), prov.get("params_hash"))
+    return out
+
+
+def current_spec(group, run):
+    """The spec the config gives the run at ``group/run`` now; None if it plans no such run."""
+    if SWEEP == "separate":
+        if any(r["group"] == group and r["run_id"] == run for r in RUNS):
+            return run_spec(config, group, run)
+    elif run == SWEEP and group in GROUPS:
+        return sweep_spec(config, group, run)
+    return None
+
+
+def redo_runs():
+    return {r.strip().strip("/") for r in os.environ.get(REDO_ENV, "").split(",") if r.strip()}
+
+
+if SOURCE == "generate" and workflow.is_main_process:
+    from wattflex.provenance import params_hash
+
+    _redo = redo_runs()
+    _changed = [(key, path) for key, (path, recorded) in recorded_real_runs(CAMPAIGN).items()
+                if key not in _redo and (spec := current_spec(*key.split("/"))) is not None
+                and params_hash(canonical(spec)) != recorded]
+    if _changed:
+        raise WorkflowError(
+            f"the spec of {len(_changed)} measured (real-backend) run(s) of campaign '{CAMPAIGN}' changed; "
+            f"running would overwrite them: {', '.join(p for _, p in _changed)}. Undo the config change, or give "
+            f"it a new campaign: to keep them; to redo them on purpose, run with "
+            f"{REDO_ENV}={','.join(k for k, _ in _changed)} (README \"Real runs are protected\").")
+
+
+def _refuse_deleting_real_runs(delete_output):
+    """workflow.delete_output (--delete-all-output / --delete-temp-output) that never
+    deletes a real run: Snakemake skips write-protected files, but not as root."""
+    def guarded(only_temp=False, dryrun=False):
+        real = [p for p, _ in recorded_real_runs(CAMPAIGN).values()] if SOURCE == "generate" else []
+        if real and not dryrun:
+            raise WorkflowError(
+                f"--delete-{'temp' if only_temp else 'all'}-output refused: campaign '{CAMPAIGN}' has "
+                f"{len(real)} measured (real-backend) run(s), which are never deleted by the workflow: "
+                f"{', '.join(real[:5])}{' ...' if len(real) > 5 else ''}. Delete derived files by hand, or "
+                f"move the runs away first (README \"Real runs are protected\").")
+        return delete_output(only_temp=only_temp, dryrun=dryrun)
+    return guarded
+
+
+# Snakemake parses the Snakefile, then calls workflow.delete_output: the workflow object
+# itself does not know the mode at parse time, so the call is guarded instead.
+workflow.delete_output = _refuse_deleting_real_runs(workflow.delete_output)

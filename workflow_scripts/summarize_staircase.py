@@ -1,14 +1,21 @@
 """Rule script: one cap of a one-run sweep -> its summary.json (the runs.parquet contract of
 summarize_run) and the run's stretches at that cap (telemetry/steps, like a separate run's)."""
-from wattflex.provenance import provenance, read_json, read_parquet, write_json, write_parquet
+import sys
+
+from wattflex.provenance import provenance, write_json, write_parquet
 from wattflex.smk import rule_logger
 from wattflex.runs.sweep.steady import cap_rows, cap_slice, summary_row
-from wattflex.telemetry import SummaryProtocol
+from wattflex.telemetry import RunFileError, SummaryProtocol, read_run_files
 
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
-run = read_json(smk.input.run)
-telemetry, steps = read_parquet(smk.input.telemetry), read_parquet(smk.input.steps)
+try:  # a damaged file of the sweep run: one line naming it, not a pyarrow traceback
+    run, telemetry, steps = read_run_files(smk.input.telemetry, smk.input.steps, smk.input.run,
+                                           rule="run_staircase", run_keys=("group", "sweep_mode"))
+except RunFileError as exc:
+    log.error("%s", exc)
+    print(f"summarize_staircase: error: {exc}", file=sys.__stderr__)
+    sys.exit(1)
 cap_w = float(smk.wildcards.run.removeprefix("cap"))
 summary = cap_rows(telemetry, steps, run, SummaryProtocol.from_config(smk.params.protocol), caps=[cap_w])[cap_w]
 row = summary_row(run, cap_w, summary)

@@ -1,4 +1,4 @@
-"""The README's set-up commands are the ones CI runs."""
+"""The README's set-up commands are the ones CI runs; its command table and examples are true."""
 import re
 import subprocess
 
@@ -23,3 +23,23 @@ def test_ci_runs_the_readme_test_command(repo):
 def test_run_command_runs_the_default_workflow(repo):
     run_cmd = _block((repo / "README.md").read_text(), "run-command")
     assert "snakemake --cores all" in run_cmd and "pip install -e ." in run_cmd
+
+
+def test_every_wattflex_command_is_documented_in_the_readme(repo):
+    from wattflex import cli
+
+    readme = (repo / "README.md").read_text()
+    table = readme[readme.index("## The `wattflex` command"):readme.index("## Checking a new cluster")]
+    missing = [name for name in cli._command_modules()
+               if f"`wattflex {name.replace('_', '-')} " not in table]
+    assert not missing, f"commands without a line in README's 'The wattflex command' table: {missing}"
+
+
+def test_the_readmes_own_sweep_table_gives_a_pfi(repo, tmp_path):
+    from wattflex import cli
+
+    readme = (repo / "README.md").read_text()
+    table = re.search(r"```csv\n(group,cap_w,power_w,throughput\n.*?)```", readme, re.S).group(1)
+    (tmp_path / "sweeps.csv").write_text(table)
+    assert cli.main(["pfi", str(tmp_path / "sweeps.csv"), "-o", str(tmp_path / "pfi.csv")]) == 0
+    assert "llama-ft" in (tmp_path / "pfi.csv").read_text()

@@ -24,7 +24,7 @@ def _command_modules() -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="wattflex", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="wattflex", description="Measure and exploit the power flexibility (PFI) of AI training jobs.")
     parser.add_argument("--version", action="version", version=f"wattflex {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _command_modules():

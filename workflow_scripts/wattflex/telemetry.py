@@ -7,7 +7,9 @@ Per-run telemetry is long format, one row per GPU per sample, with the columns i
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -155,3 +157,57 @@ def summarize_run(telemetry: pd.DataFrame, steps: pd.DataFrame,
         out["energy_j"] = float(last.sum())
     out["training_windows_s"] = windows
     return out
+
+
+# Columns a run's files must have for the summaries (the rest may be missing or NaN).
+REQUIRED_TELEMETRY = ["t_s", "gpu", "power_w", "gpu_util"]
+REQUIRED_STEPS = ["t_end_s", "tokens"]
+
+
+class RunFileError(ValueError):
+    """A run's telemetry.parquet / steps.parquet / run.json that cannot be used: one line
+    naming the file, what is wrong and how to redo the run."""
+
+
+def read_run_files(telemetry: str | Path, steps: str | Path, run: str | Path, rule: str = "run_at_cap",
+                   run_keys: tuple[str, ...] = ("group", "run_id")) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
+    """``(run.json, telemetry, steps)`` of one run, checked; a damaged file raises
+    :class:`RunFileError` instead of a pyarrow/JSON traceback deep in the aggregation."""
+    from wattflex.provenance import read_json, read_parquet
+
+    hint = f"rerun that run: snakemake --forcerun {rule} {run}"
+
+    def fail(path: str | Path, what: str) -> RunFileError:
+        return RunFileError(f"{path}: {what}; {hint}")
+
+    try:
+        doc = json.loads(Path(run).read_text())
+        if isinstance(doc, dict):
+            doc = read_json(run)  # + the schema version check
+    except (OSError, ValueError) as exc:  # JSON and Unicode errors are ValueErrors
+        raise fail(run, f"not a readable run record ({_one_line(exc)})") from None
+    if not isinstance(doc, dict):
+        raise fail(run, f"not a run record (a JSON object expected, found {type(doc).__name__})")
+    missing = [k for k in run_keys if k not in doc]
+    if missing:
+        raise fail(run, f"not a run record: missing {', '.join(missing)}")
+    if doc.get("status") == "failed":  # a failure record (wattflex.runs.failures) has no parquet to read
+        return doc, pd.DataFrame(), pd.DataFrame()
+    frames = []
+    for path, required in ((telemetry, REQUIRED_TELEMETRY), (steps, REQUIRED_STEPS)):
+        try:
+            df = read_parquet(path)
+        except Exception as exc:  # pyarrow raises its own (ArrowInvalid, ...) next to OSError/ValueError
+            raise fail(path, f"not a readable parquet file ({_one_line(exc)})") from None
+        absent = [c for c in required if c not in df.columns]
+        if absent:
+            raise fail(path, f"column(s) {', '.join(absent)} missing")
+        if df.empty:
+            raise fail(path, "no rows")
+        frames.append(df)
+    return doc, frames[0], frames[1]
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 160 else text[:157] + "..."

@@ -27,7 +27,14 @@ def run(args: argparse.Namespace) -> int:
     # Lazy, like every heavy import of a command (wattflex.cli): --help must not load the run stack.
     from wattflex.runs.devices.caps import default_state_dir, restore_from_state_dir
 
+    from pathlib import Path
+
+    from wattflex.errors import UserError
+
     state_dir = args.state_dir or default_state_dir()
+    # A file where the folder should be would read as "nothing to restore": GPUs left capped.
+    if Path(state_dir).exists() and not Path(state_dir).is_dir():
+        raise UserError(f"{state_dir}: the state dir is a file, not a directory")
     results = restore_from_state_dir(state_dir, force=args.force, dry_run=args.dry_run)
     if not results:
         print(f"no cap state files for this host in {state_dir}: nothing to restore")

@@ -26,6 +26,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cap-w", type=float, help="power cap per GPU in W (overrides the spec)")
 
 
+def check_spec(spec: object, path: Path) -> None:
+    """Stop at the boundary, before any GPU time, on a spec the run would trip over later."""
+    if not isinstance(spec, dict):
+        raise UserError(f"{path}: not a run spec (a JSON object expected, found {type(spec).__name__})")
+    required = ["backend", "cap_w", "group", "run_id", "repeat"]
+    if spec.get("backend") == "emulated":
+        required += ["campaign", "model_facts"]
+    missing = [k for k in required if k not in spec]
+    if missing:
+        raise UserError(f"{path}: not a run spec: missing {', '.join(missing)}")
+    if spec["backend"] not in ("emulated", "cuda"):
+        raise UserError(f"{path}: backend: {spec['backend']!r} is not one of emulated, cuda")
+    if not isinstance(spec["cap_w"], (int, float)) or isinstance(spec["cap_w"], bool) or not spec["cap_w"] > 0:
+        raise UserError(f"{path}: cap_w: {spec['cap_w']!r} is not a positive number of watts")
+    if not isinstance(spec["repeat"], int) or isinstance(spec["repeat"], bool):
+        raise UserError(f"{path}: repeat: {spec['repeat']!r} is not an integer")
+    if not isinstance(spec["group"], dict) or "id" not in spec["group"]:
+        raise UserError(f"{path}: group: a JSON object with an id expected, found {spec['group']!r:.60}")
+    for key in ("run", "model_facts", "cuda"):
+        if key in spec and not isinstance(spec[key], dict):
+            raise UserError(f"{path}: {key}: a JSON object expected, found {spec[key]!r:.60}")
+
+
+def check_outdir(outdir: Path) -> None:
+    """OUTDIR (or a folder above it) must not be a file: found only after the run, it wasted the run."""
+    for p in (outdir, *outdir.parents):
+        if p.exists() and not p.is_dir():
+            what = "OUTDIR" if p == outdir else f"{p}, a folder above OUTDIR,"
+            raise UserError(f"{outdir}: {what} is a file, not a directory")
+
+
 def run(args: argparse.Namespace) -> int:
     # Lazy, like every heavy import of a command (wattflex.cli): --help must not load the run stack.
     from wattflex.runs.devices.caps import CapSignal
@@ -36,9 +67,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.spec}: cannot read the spec ({exc})") from exc
     if args.cap_w is not None:
         spec["cap_w"] = args.cap_w
-    missing = [k for k in ("backend", "cap_w", "group") if k not in spec]
-    if missing:
-        raise UserError(f"{args.spec}: missing {', '.join(missing)}")
+    check_spec(spec, args.spec)
+    check_outdir(args.outdir)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         try:

@@ -95,3 +95,27 @@ def annotate_missing(table: pd.DataFrame, missing: pd.DataFrame) -> pd.DataFrame
     notes = out["notes"].fillna("").astype(str)
     out.loc[has, "notes"] = np.where(notes[has] != "", notes[has] + "; ", "") + "missing runs: " + out.loc[has, "missing_runs"]
     return out
+
+
+def failure_summary(missing: pd.DataFrame, n_total: int, record_paths: Iterable[str | Path] = ()) -> str:
+    """One paragraph on the failed runs of a campaign: how many of ``n_total`` failed, the
+    most common root cause (the first line of the error: a failed training process appends
+    the end of its log, which differs from run to run) and the first failure record's path
+    (read it for the whole error and the traceback)."""
+    if missing.empty:
+        return f"all {n_total} runs succeeded"
+
+    def cause(error: str) -> str:
+        first = (error.strip().splitlines() or ["(no error recorded)"])[0]
+        return first if len(first) <= 300 else first[:297] + "..."
+
+    causes = missing["error"].fillna("").astype(str).map(cause)
+    counts = causes.value_counts()
+    cause, n_cause = counts.index[0], int(counts.iloc[0])
+    first = next(iter(record_paths), None)
+    where = f"; first failure record: {first} (its 'traceback' has the details)" if first else ""
+    head = f"no run of the campaign succeeded: all {len(missing)} runs failed" if len(missing) >= n_total \
+        else f"{len(missing)} of {n_total} runs failed"
+    return (f"{head} (after their last retry); most common cause ({n_cause} of {len(missing)} runs): {cause}{where}. "
+            "A failure record is never retried by itself: fix the cause, then delete the failed runs' "
+            "directories (missing_runs.csv lists them) and run snakemake again.")

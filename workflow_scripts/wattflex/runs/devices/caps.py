@@ -127,6 +127,21 @@ def state_files(state_dir: str | Path, host: str | None = None) -> list[Path]:
     return sorted(Path(state_dir).glob(f"caps-{host}-*.json"))
 
 
+def _state_doc_problem(doc: Any) -> str | None:
+    """What is wrong with a parsed state file (None when it has what a restore needs)."""
+    if not isinstance(doc, dict):
+        return f"a JSON object expected, found {type(doc).__name__}"
+    if not isinstance(doc.get("pid", -1), int):
+        return f"pid {doc['pid']!r} is not an integer"
+    if not isinstance(doc.get("gpus", []), list):
+        return "gpus is not a list"
+    for g in doc.get("gpus", []):
+        if not (isinstance(g, dict) and isinstance(g.get("index"), int)
+                and isinstance(g.get("original_limit_w"), (int, float))):
+            return f"gpus entry {g!r:.60} lacks an integer index and a numeric original_limit_w"
+    return None
+
+
 def restore_from_state_dir(state_dir: str | Path | None = None, force: bool = False, dry_run: bool = False,
                            only_gpus: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """Restore the limits recorded in this host's state files whose process is gone (all of
@@ -137,6 +152,10 @@ def restore_from_state_dir(state_dir: str | Path | None = None, force: bool = Fa
             doc = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             out.append({"path": str(path), "action": "unreadable", "error": str(exc)})
+            continue
+        bad = _state_doc_problem(doc)
+        if bad:  # a hand-edited or foreign file: say so, go on with the others (exit 1)
+            out.append({"path": str(path), "action": "unreadable", "error": f"not a cap state file: {bad}"})
             continue
         gpus = doc.get("gpus", [])
         rec: dict[str, Any] = {"path": str(path), "pid": doc.get("pid"), "gpus": gpus}
