@@ -13,12 +13,14 @@ from snakemake.logging import logger
 # PYTHONPATH; its envs install the checkout they were made from, envs/*.yaml.)
 _LIB = str(Path(workflow.basedir) / "workflow_scripts")
 sys.path.insert(0, _LIB)
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [_LIB] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _LIB])
+_SEARCH_PATH = "PYTHONPATH"  # set here for the jobs, never required of the user (no envvars:)
+os.environ[_SEARCH_PATH] = os.pathsep.join(
+    [_LIB] + [p for p in os.environ.get(_SEARCH_PATH, "").split(os.pathsep) if p and p != _LIB])
 
 from wattflex.config import SCHEDULING_KEYS, ConfigError, defaulted_sections, expand_runs, groups, prepare, run_spec
 from wattflex.fingerprint import script_fingerprint
 from wattflex.gpus import GPUS
+from wattflex.provenance import params_hash
 from wattflex.report import snakemake_category
 from wattflex.runs.sweep.algorithm import sweep_spec
 
@@ -259,12 +261,10 @@ def current_spec(group, run):
 
 
 def redo_runs():
-    return {r.strip().strip("/") for r in os.environ.get(REDO_ENV, "").split(",") if r.strip()}
+    return {r.strip().strip(os.sep) for r in os.environ.get(REDO_ENV, "").split(",") if r.strip()}
 
 
 if SOURCE == "generate" and workflow.is_main_process:
-    from wattflex.provenance import params_hash
-
     _redo = redo_runs()
     _changed = [(key, path) for key, (path, recorded) in recorded_real_runs(CAMPAIGN).items()
                 if key not in _redo and (spec := current_spec(*key.split("/"))) is not None
