@@ -27,6 +27,7 @@ config/config.yaml; sections then missing take the rules' built-in defaults.
 from __future__ import annotations
 
 import copy
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ import yaml
 
 from wattflex.errors import ConfigError
 from wattflex.gpus import DEFAULT_GPU, gpu_spec
+from wattflex.runs.training.config import ARCHITECTURES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "config" / "schema" / "config.schema.yaml"
@@ -190,10 +192,6 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
 
     Relative paths are relative to ``cwd`` (Snakemake's working directory, where the runs
     start), default the current directory."""
-    import shlex
-
-    from wattflex.runs.training.config import ARCHITECTURES
-
     cuda = cfg.get("cuda") or {}
     base = Path(cwd) if cwd is not None else Path.cwd()
     where = "config error at cuda"

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from wattflex.provenance import read_json, read_parquet
+
 TELEMETRY_COLUMNS = [
     "t_s", "node", "gpu", "power_w", "energy_j", "sm_clock_mhz", "mem_clock_mhz", "gpu_util",
     "mem_copy_util", "dram_active", "sm_active", "tensor_active", "fb_used_gib", "temp_c",
@@ -173,8 +175,6 @@ def read_run_files(telemetry: str | Path, steps: str | Path, run: str | Path, ru
                    run_keys: tuple[str, ...] = ("group", "run_id")) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
     """``(run.json, telemetry, steps)`` of one run, checked; a damaged file raises
     :class:`RunFileError` instead of a pyarrow/JSON traceback deep in the aggregation."""
-    from wattflex.provenance import read_json, read_parquet
-
     hint = f"rerun that run: snakemake --forcerun {rule} {run}"
 
     def fail(path: str | Path, what: str) -> RunFileError:

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from wattflex.allocation.oracle import RTOL, concave_hull, interp
+from wattflex.analysis.pfi import isotonic_fit_batch
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,6 @@ def monotone_fit(curves: Curves) -> tuple[Curves, np.ndarray]:
     fitted = (np.diff(T, axis=-1) < 0).any(-1)
     if not fitted.any():
         return curves, fitted
-    from wattflex.analysis.pfi import isotonic_fit_batch
-
     T = T.copy()
     P = curves.power_w
     # fit each job over its distinct points only (padding repeats the last one)
