@@ -4,11 +4,8 @@ caps restored on every exit path, on emulated devices and on FAKE NVML GPUs
 (tests/fakes/fake_pynvml.py)."""
 
 import math
-import os
 import signal
-import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -16,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.fakes import fake_pynvml
-from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
+from tests.fakes.nvml_fixture import control_process, fake_nvml, limits_w  # noqa: F401 (fixture)
 from wattflex import cli
 from wattflex.allocation.allocator import predicted_curves
 from wattflex.allocation.curves import Curves
@@ -319,18 +316,8 @@ def test_control_command_without_nvml_says_so_and_exits_2(monkeypatch, capsys):
 
 @pytest.mark.fake_gpu
 def test_fake_nvml_sigterm_during_control_restores_caps(fake_nvml, tmp_path):
-    code = (f"import sys; sys.path.insert(0, {str(FAKES)!r}); import fake_pynvml; sys.modules['pynvml'] = fake_pynvml; "
-            "from wattflex import cli; "
-            f"sys.exit(cli.main(['control', '--budget-w', '700', '--duration-s', '120', '--period-s', '0.2', "
-            f"'--state-dir', {str(tmp_path / 'st')!r}]))")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "workflow_scripts"), str(REPO)]),
-           "FAKE_PYNVML_STATE": str(tmp_path / "gpus.json")}
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
-    assert proc.stdout.readline().startswith("controlling 2 GPU(s)"), proc.stderr.read()
-    deadline = time.time() + 30
-    while max(limits_w()) >= 700 and time.time() < deadline:      # wait until the controller has capped
-        time.sleep(0.05)
+    proc = control_process(tmp_path, "--budget-w", "700", "--duration-s", "120", "--period-s", "0.2",
+                           "--state-dir", str(tmp_path / "st"))
     assert max(limits_w()) <= 350 and list((tmp_path / "st").glob("caps-*.json"))
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM, proc.stderr.read()

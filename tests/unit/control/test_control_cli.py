@@ -4,17 +4,13 @@ limit as an original; every termination signal restores the caps. FAKE NVML only
 (tests/fakes/fake_pynvml.py): two fake H200s, 200-700 W."""
 
 import logging
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.fakes import fake_pynvml
-from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
+from tests.fakes.nvml_fixture import control_process, fake_nvml, limits_w  # noqa: F401 (fixture)
 from wattflex import cli
 
 FAKES = Path(fake_pynvml.__file__).resolve().parent
@@ -23,21 +19,6 @@ REPO = FAKES.parents[1]
 pytestmark = pytest.mark.fake_gpu
 
 
-def control_process(tmp_path, *args):
-    """``wattflex control ARGS`` in its own process on the fake GPUs (their state file shared)."""
-    code = (f"import sys; sys.path.insert(0, {str(FAKES)!r}); import fake_pynvml; sys.modules['pynvml'] = fake_pynvml; "
-            f"from wattflex import cli; sys.exit(cli.main({['control', *args]!r}))")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "workflow_scripts"), str(REPO)]),
-           "FAKE_PYNVML_STATE": str(tmp_path / "gpus.json")}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
-    assert proc.stdout.readline().startswith("controlling 2 GPU(s)"), proc.stderr.read()
-    deadline = time.time() + 30
-    while max(limits_w()) >= 700 and time.time() < deadline:      # wait until the controller has capped
-        time.sleep(0.05)
-    assert max(limits_w()) < 700
-    return proc
 
 
 # ---- case 4: a stale cap never becomes the "original" ---------------------------------------

@@ -25,20 +25,13 @@ from wattflex.runs.training import data
 from wattflex.runs.training import models
 from wattflex.gpus import peak_bf16_flops
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 REPO = Path(__file__).resolve().parents[3]
 CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
 # One catalog model per family: Llama, Qwen3 (dense), Qwen3-MoE, gpt-oss, Mixtral-style, DeepSeek-V2
 FAMILIES = {"llama": "Llama-3.1-70B", "qwen3": "Qwen3-32B", "qwen3_moe": "Qwen3-30B-A3B",
             "gpt_oss": "gpt-oss-20b", "mixtral": "Gemma-4-26B-A4B", "deepseek_v2": "DeepSeek-V2-Lite",
             "mistral": "Mistral-Small-24B-Base-2501"}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def tiny_cfg(model: str, task: str, outdir, **kw) -> TrainConfig:

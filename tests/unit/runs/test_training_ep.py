@@ -20,17 +20,10 @@ from wattflex.provenance import read_parquet
 from wattflex.runs.training import TrainConfig, models, train
 from wattflex.runs.training import parallel as par
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 REPO = Path(__file__).resolve().parents[3]
 CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
 QWEN_MOE, GPT_OSS, LLAMA = "Qwen3-30B-A3B", "gpt-oss-20b", "Llama-3.1-70B"
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def tiny_cfg(model: str, outdir, **kw) -> TrainConfig:
