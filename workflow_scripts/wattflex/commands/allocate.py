@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from wattflex.allocation.policies import POLICIES
 
@@ -27,15 +28,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                "OUTPUT.totals.json (default: CSV on stdout)")
 
 
+def read_curves(path: str):
+    """The curve points, a CSV or parquet table as pandas types it (job ids keep pandas'
+    typing, which the allocation output echoes); a clear error when the file is missing or
+    unreadable. Bad values are named by line in ``allocate_table`` (``source=``)."""
+    import pandas as pd
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    if path.endswith((".parquet", ".pq")):
+        try:
+            return pd.read_parquet(path)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: not a readable parquet file "
+                             f"({(str(exc) or repr(exc)).splitlines()[0]})") from None
+    try:
+        return pd.read_csv(path)
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+        raise ValueError(f"{path}: not a readable CSV ({exc})") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from wattflex.allocation.allocator import allocate_table
     from wattflex.provenance import check_outputs, provenance, write_csv, write_json
-    from wattflex.commands.stats import read_table
 
     if args.output:  # issue 17: never write over the input, a link, a folder or a device
         check_outputs(
             [args.output, f"{args.output}.meta.json", f"{args.output}.totals.json"], [args.curves])
-    points = read_table(args.curves)
+    points = read_curves(args.curves)
     out, totals = allocate_table(points, args.policy, cut=args.cut, budget_w=args.budget_w,
                                  moe_ft_share=args.moe_ft_share, curve_nodes=args.curve_nodes,
                                  source=args.curves, log=lambda msg: print(msg, file=sys.stderr))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from wattflex.errors import UserError
 
@@ -22,26 +21,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--p-adjust", default="holm", help="multiple-comparison method of statsmodels (default: holm)")
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level (default: 0.05)")
     parser.add_argument("-o", "--output", help="write the JSON here (default: print it)")
-
-
-def read_table(path: str):
-    """A CSV or parquet table as pandas types it; a clear error when it is missing or
-    unreadable. (``wattflex predict`` and ``wattflex allocate`` read their tables with it;
-    ``wattflex stats`` reads through the shared reader, which names bad rows by line.)"""
-    import pandas as pd
-
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    if path.endswith((".parquet", ".pq")):
-        try:
-            return pd.read_parquet(path)
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{path}: not a readable parquet file "
-                             f"({(str(exc) or repr(exc)).splitlines()[0]})") from None
-    try:
-        return pd.read_csv(path)
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise ValueError(f"{path}: not a readable CSV ({exc})") from None
 
 
 def check_values(table, value_col: str, path: str, id_col: str = "group") -> None:
