@@ -3,15 +3,50 @@
 # Needs common.smk (section, script_code, with_sidecars, figure_output, outputs_of)
 # and the predictor's predictions.parquet (analysis.smk).
 
+from wattflex.allocation.settings import MERGE_ONLY_KEYS, SimulationConfig, cut_label
+
 ALLOCATION = "results/{campaign}/allocation"
+ALLOCATION_SETTINGS = section("allocation")
+# One job per cut (both cores busy, and a changed cut list reruns only the new cuts and the
+# merge); the labels read back as the config's floats (cut_label).
+ALLOCATION_CUTS = list(dict.fromkeys(cut_label(c) for c in SimulationConfig.from_dict(ALLOCATION_SETTINGS).cuts))
+ALLOCATION_PART = f"{ALLOCATION}/cuts/{{cut}}"
+ALLOCATION_PARTS = ("results", "summary", "sla", "out_of_sample")  # wattflex.allocation.simulate.PART_TABLES
 
 
-rule simulate_allocation:
-    """500 workloads x 100 jobs per mix, every policy at every cut; headline, SLA, out-of-sample."""
+rule simulate_allocation_cut:
+    """One cut: 500 workloads x 100 jobs per mix, every policy, SLA tiers and out-of-sample splits."""
     input:
         runs="results/{campaign}/runs.parquet",
         pfi="results/{campaign}/pfi.parquet",
         predictions="results/{campaign}/predictor/predictions.parquet",
+    output:
+        **{name: f"{ALLOCATION_PART}/{name}.parquet" for name in ALLOCATION_PARTS},
+    params:
+        # the settings a cut's numbers depend on: the cut list, headline and published
+        # figures are the merge's, so changing them reruns no cut
+        allocation={k: v for k, v in ALLOCATION_SETTINGS.items() if k not in MERGE_ONLY_KEYS},
+        cut=lambda wc: float(wc.cut),
+        code=script_code("simulate_allocation_cut"),
+    wildcard_constraints:
+        cut=r"[0-9][0-9.e+-]*",
+    log:
+        "logs/{campaign}/simulate_allocation_cut_{cut}.log",
+    conda:
+        "../envs/analysis.yaml"
+    localrule: True
+    script:
+        "../workflow_scripts/simulate_allocation_cut.py"
+
+
+rule simulate_allocation:
+    """The cuts merged: summary, headline, SLA tiers and out-of-sample check (same as one run)."""
+    input:
+        runs="results/{campaign}/runs.parquet",
+        pfi="results/{campaign}/pfi.parquet",
+        predictions="results/{campaign}/predictor/predictions.parquet",
+        **{f"part_{name}": expand(f"{ALLOCATION_PART}/{name}.parquet", cut=ALLOCATION_CUTS, allow_missing=True)
+           for name in ALLOCATION_PARTS},
     output:
         **with_sidecars(
             summary=f"{ALLOCATION}/summary.csv",
@@ -20,7 +55,7 @@ rule simulate_allocation:
             sla=f"{ALLOCATION}/sla.csv",
         ),
     params:
-        allocation=section("allocation"),
+        allocation=ALLOCATION_SETTINGS,
         code=script_code("simulate_allocation"),
     log:
         "logs/{campaign}/simulate_allocation.log",

@@ -22,7 +22,6 @@ from wattflex.fingerprint import script_fingerprint
 from wattflex.gpus import GPUS
 from wattflex.provenance import params_hash
 from wattflex.report import snakemake_category
-from wattflex.runs.sweep.algorithm import sweep_spec
 
 try:
     # cwd: Snakemake's working directory, where runs start (relative cuda.* paths).
@@ -76,6 +75,14 @@ def canonical(obj):
 
 def spec_for(wildcards):
     return canonical(run_spec(config, wildcards.group, wildcards.run))
+
+
+def sweep_spec(cfg, group, mode):
+    """wattflex.runs.sweep.algorithm.sweep_spec, imported only by one-run sweep campaigns:
+    the sweep code imports scipy.stats, ~1 s of every `snakemake` start otherwise."""
+    from wattflex.runs.sweep.algorithm import sweep_spec as spec
+
+    return spec(cfg, group, mode)
 
 
 def section(name, default=None):
@@ -146,6 +153,9 @@ def representative_files(campaign):
 FINAL_RULES = ["collect_runs", "compute_pfi", "core_figures", "cluster_stats", "fit_predictor",
                "paper_tables", "analysis_figures", "simulate_allocation", "allocation_figures", "report"]
 FINAL_RULES += ["control_figures"] if config.get("control", {}).get("scenarios") else []  # rules/control.smk
+# Fidelity against the paper: generated, emulated campaigns only (rules/fidelity.smk).
+FIDELITY = SOURCE == "generate" and config.get("backend", "emulated") == "emulated"
+FINAL_RULES += ["fidelity", "fidelity_figure"] if FIDELITY else []
 
 
 def outputs_of(campaign, *rule_names):

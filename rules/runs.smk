@@ -1,4 +1,5 @@
-# Stage 1-2: one training run per (group, cap, repeat), then its steady-state summary.
+# Stage 1-2: one training run per (group, cap, repeat), then the steady-state summaries
+# of each sweep group's runs.
 
 
 rule run_at_cap:
@@ -25,24 +26,43 @@ rule run_at_cap:
         "../workflow_scripts/run_at_cap.py"
 
 
-rule summarize_run:
-    """Phases, top-10% (or mean) steady-state aggregates and their SEMs for one run."""
-    input:
-        telemetry=rules.run_at_cap.output.telemetry,
-        steps=rules.run_at_cap.output.steps,
-        run=rules.run_at_cap.output.run,
-    output:
-        f"results/{{campaign}}/runs/{{group}}/{{run}}/summary.json",
-    params:
-        protocol=section("summary"),
-        code=script_code("summarize_run"),
-    log:
-        "logs/{campaign}/summaries/{group}/{run}.log",
-    conda:
-        "../envs/analysis.yaml"
-    localrule: True
-    script:
-        "../workflow_scripts/summarize_run.py"
+# One summary job per sweep group, writing each of its runs' summary.json: a summary's own
+# work is ~10 ms, a job's interpreter and imports ~1 s, so one job per run spent most of a
+# default campaign's time starting Python. Snakemake rules cannot have a varying number of
+# outputs per wildcard, so each group gets its own rule; a new cap reruns its group's
+# summaries (ms each), never another group's nor any run.
+# {group: its rule}: summaries_<group id, made an identifier>, numbered if two ids collide
+# (no other rule's name starts with summaries_).
+SUMMARY_RULES = {}
+for _i, _gid in enumerate(dict.fromkeys(r["group"] for r in RUNS) if SWEEP == "separate" else []):
+    _name = "summaries_" + "".join(c if c.isalnum() else "_" for c in _gid)
+    SUMMARY_RULES[_gid] = _name if _name not in SUMMARY_RULES.values() else f"{_name}_{_i}"
+RUN_IDS = {gid: [r["run_id"] for r in RUNS if r["group"] == gid] for gid in SUMMARY_RULES}
+
+
+for _gid, _name in SUMMARY_RULES.items():
+
+    rule:
+        """Phases, top-10% (or mean) steady-state aggregates and their SEMs of each run of
+        one sweep group, one summary.json per run."""
+        name:
+            _name
+        input:
+            telemetry=[f"results/{{campaign}}/runs/{_gid}/{r}/telemetry.parquet" for r in RUN_IDS[_gid]],
+            steps=[f"results/{{campaign}}/runs/{_gid}/{r}/steps.parquet" for r in RUN_IDS[_gid]],
+            run=[f"results/{{campaign}}/runs/{_gid}/{r}/run.json" for r in RUN_IDS[_gid]],
+        output:
+            [f"results/{{campaign}}/runs/{_gid}/{r}/summary.json" for r in RUN_IDS[_gid]],
+        params:
+            protocol=section("summary"),
+            code=script_code("summarize_run"),
+        log:
+            [f"logs/{{campaign}}/summaries/{_gid}/{r}.log" for r in RUN_IDS[_gid]],
+        conda:
+            "../envs/analysis.yaml"
+        localrule: True
+        script:
+            "../workflow_scripts/summarize_run.py"
 
 
 rule collect_runs:

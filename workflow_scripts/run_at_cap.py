@@ -5,7 +5,6 @@ import sys
 import time
 from pathlib import Path
 
-from wattflex.runs.failures import record_failed_run
 from wattflex.runs.runner import run_at_cap
 from wattflex.smk import rule_logger
 
@@ -27,5 +26,7 @@ except Exception as exc:
     if attempt < attempts:
         raise
     log.exception("last attempt failed; recording the run as failed (delete its directory to retry)")
+    from wattflex.runs.failures import record_failed_run  # only ever needed here
+
     record_failed_run(spec, Path(smk.output.run).parent, exc, attempt)
 log.info("done")

@@ -1,7 +1,6 @@
-"""Rule script: the allocation simulation (paper §6) from runs, PFI and PFI predictions."""
-import time
-
-from wattflex.allocation.simulate import SimulationConfig, group_table, simulate
+"""Rule script: the allocation study (paper §6) merged from its per-cut parts: summary,
+headline, SLA tiers and out-of-sample check (wattflex.allocation.simulate.combine)."""
+from wattflex.allocation.simulate import PART_TABLES, SimulationConfig, combine, group_table
 from wattflex.provenance import provenance, read_parquet, write_csv
 from wattflex.smk import rule_logger
 
@@ -10,14 +9,15 @@ log = rule_logger(smk)
 cfg = SimulationConfig.from_dict(smk.params.allocation)
 table = group_table(read_parquet(smk.input.runs), read_parquet(smk.input.pfi),
                     read_parquet(smk.input.predictions), cfg)
-log.info("%d %s groups (backend %s), %d workloads x %d jobs per mix", len(table.groups), cfg.groups_set,
-         table.backend, cfg.n_workloads, cfg.jobs_per_workload)
-start = time.perf_counter()
-out = simulate(table, cfg)
-log.info("simulated in %.1f s", time.perf_counter() - start)
+parts = [{name: read_parquet(path) for name, path in zip(PART_TABLES, paths)}
+         for paths in zip(*(smk.input[f"part_{name}"] for name in PART_TABLES))]
+log.info("%d %s groups (backend %s), %d workloads x %d jobs per mix, %d cut(s)", len(table.groups), cfg.groups_set,
+         table.backend, cfg.n_workloads, cfg.jobs_per_workload, len(parts))
+out = combine(parts, table, cfg)
 diagnostics = out["diagnostics"].iloc[0].to_dict()
 log.info("diagnostics: %s", diagnostics)
-prov = provenance(params=smk.params.allocation, inputs=list(smk.input), backend=table.backend)
+inputs = [smk.input.runs, smk.input.pfi, smk.input.predictions]
+prov = provenance(params=smk.params.allocation, inputs=inputs, backend=table.backend)
 for name in ("summary", "headline", "out_of_sample", "sla"):
     write_csv(out[name], smk.output[name], prov, backend=table.backend, diagnostics=diagnostics)
 for _, r in out["headline"].iterrows():

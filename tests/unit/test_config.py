@@ -21,8 +21,13 @@ def test_default_config_expands_the_paper_matrix(default_config):
     assert sum(g["set"] == "headline" for g in gs) == 25
     assert sum(g["set"] == "validation" for g in gs) == 4
     assert sum(g["set"] == "h100" for g in gs) == 6
-    # 16 six-cap + 9 four-cap headline groups, 24 validation runs, 34 H100 runs, 21 extra repeats
-    assert len(runs) == 16 * 6 + 9 * 4 + 24 + 34 + 21
+    # 16 six-cap + 8 four-cap + 1 three-cap headline groups, 24 validation runs, 34 H100 runs,
+    # 21 extra repeats
+    assert len(runs) == 16 * 6 + 8 * 4 + 3 + 24 + 34 + 21
+    # Table 4's runs per cluster size: 120 on 8 GPUs (headline + validation), 19 on 16, 16 on 32
+    first = [r for r in runs if r["repeat"] == 0 and next(g for g in gs if g["id"] == r["group"])["set"] != "h100"]
+    sizes = [next(g for g in gs if g["id"] == r["group"])["gpus"] for r in first]
+    assert {n: sizes.count(n) for n in (8, 16, 32)} == {8: 120, 16: 19, 32: 16}
     clusters = {g["cluster"] for g in gs if g["set"] == "headline"}
     assert clusters == {"dense", "moe-pt", "moe-ft"}
     n_repeat_runs = sum(1 for r in runs if (r["group"], r["cap_w"]) in {(x["group"], float(x["cap_w"])) for x in default_config["repeats"]})
@@ -39,6 +44,7 @@ def test_default_config_expands_the_paper_matrix(default_config):
     (lambda c: c.update(groups=[]), "groups", "should be non-empty"),
     (lambda c: c["groups"][0].update(task="rl"), "groups[0].task", "is not one of"),
     (lambda c: c["groups"][0].update(cap_grid="nine"), "groups[0].cap_grid", "unknown cap grid"),
+    (lambda c: c["groups"][0].update(cap_grid="four"), "groups[0]", "both caps and cap_grid"),
     (lambda c: c["groups"][0].update(colour="red"), "groups[0]", "unknown key"),
     (lambda c: c["repeats"][0].update(cap_w=450), "repeats[0].cap_w", "not in the caps"),
     (lambda c: c.update(backend="tpu"), "backend", "is not one of"),

@@ -133,6 +133,10 @@ def check_semantics(cfg: dict[str, Any]) -> None:
         if g["model"] not in catalog:
             raise ConfigError(f"config error at {where}.model: unknown model {g['model']!r}; "
                               f"known: {', '.join(sorted(catalog))}")
+        if "cap_grid" in raw and raw["cap_grid"] not in cfg.get("cap_grids", {}):
+            raise ConfigError(f"config error at {where}.cap_grid: unknown cap grid {raw['cap_grid']!r}")
+        if "cap_grid" in raw and "caps" in raw:
+            raise ConfigError(f"config error at {where}: both caps and cap_grid given; keep one")
         if "caps" not in raw and raw.get("cap_grid", cfg.get("group_defaults", {}).get("cap_grid")) not in cfg.get("cap_grids", {}):
             raise ConfigError(f"config error at {where}.cap_grid: unknown cap grid "
                               f"{raw.get('cap_grid', cfg.get('group_defaults', {}).get('cap_grid'))!r}")
@@ -322,8 +326,11 @@ def expand_runs(cfg: dict[str, Any]) -> list[dict[str, Any]]:
 
 def run_spec(cfg: dict[str, Any], group_id: str, run: str) -> dict[str, Any]:
     """Everything one run needs (and nothing else): the run rule's params."""
-    g = next(g for g in groups(cfg) if g["id"] == group_id)
-    row = next(r for r in expand_runs(cfg) if r["group"] == group_id and r["run_id"] == run)
+    # Resolve the run's own group only: resolving every group costs O(groups) per run, which
+    # is O(runs x groups) for the run rule's params at every `snakemake` start.
+    own = {**cfg, "groups": [next(g for g in cfg["groups"] if g["id"] == group_id)]}
+    g = groups(own)[0]
+    row = next(r for r in expand_runs(own) if r["run_id"] == run)
     spec = {
         "campaign": cfg["campaign"], "backend": cfg["backend"], "run_id": run, "cap_w": row["cap_w"],
         "repeat": row["repeat"], "seed": int(cfg.get("seed", 0)),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import re
 from pathlib import Path
 
 LIB = Path(__file__).resolve().parent
@@ -64,6 +65,28 @@ def direct_imports(path: str | Path) -> frozenset[str]:
     return _direct_imports(Path(path), st.st_mtime_ns, st.st_size)
 
 
+#: An import statement at the start of a line (``from x import (...)`` over several lines,
+#: backslash continuations): parsing only these, not the whole module, keeps the
+#: fingerprints of every rule at ~0.1 s of each `snakemake` start instead of ~1 s.
+_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]*\([^)]*\)"
+                     r"|(?:from[ \t]+[.\w]+[ \t]+)?import[ \t](?:[^\n]*\\\n)*[^\n]*)", re.M)
+
+
+def _import_nodes(source: str) -> list[ast.stmt]:
+    """Every import statement of ``source``, wherever it is (top level, functions, ifs).
+
+    Each line that starts like an import is parsed on its own; if any does not parse (a
+    docstring line that only looks like one), the whole module is parsed instead. A docstring
+    line that *does* parse as a wattflex import can only add a module, never drop one."""
+    nodes: list[ast.stmt] = []
+    for m in _IMPORT.finditer(source):
+        try:
+            nodes.extend(ast.parse(m.group(0).strip()).body)
+        except SyntaxError:
+            return [n for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return nodes
+
+
 @functools.lru_cache(maxsize=None)
 def _direct_imports(path: Path, mtime_ns: int, size: int) -> frozenset[str]:
     inside = path.resolve().is_relative_to(LIB)
@@ -71,7 +94,7 @@ def _direct_imports(path: Path, mtime_ns: int, size: int) -> frozenset[str]:
     pkg = here.split(".") if is_pkg else here.split(".")[:-1]
     pkg = [p for p in pkg if p]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _import_nodes(path.read_text()):
         if isinstance(node, ast.Import):
             found.update(a.name.removeprefix("wattflex").lstrip(".") for a in node.names
                          if a.name == "wattflex" or a.name.startswith("wattflex."))

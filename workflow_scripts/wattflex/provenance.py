@@ -17,12 +17,14 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:  # pandas is imported where a frame is read: an emulated run's job never needs it
+    import pandas as pd
 
 from wattflex import SCHEMA_VERSION, __version__
 
@@ -226,11 +228,12 @@ def _atomic_write(path: str | os.PathLike, write: Any) -> None:
         raise
 
 
-def write_parquet(df: pd.DataFrame, path: str | os.PathLike, prov: dict[str, Any] | None = None,
+def write_parquet(df: pd.DataFrame | pa.Table, path: str | os.PathLike, prov: dict[str, Any] | None = None,
                   **meta: Any) -> None:
+    """A DataFrame (its index dropped) or a pyarrow Table as a wattflex parquet artifact."""
     check_writable(path)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
     doc = {"schema_version": SCHEMA_VERSION, "provenance": prov or provenance(), **meta}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                            META_KEY: json.dumps(doc, default=str).encode()})
@@ -246,6 +249,8 @@ def read_parquet_meta(path: str | os.PathLike) -> dict[str, Any]:
 
 def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> pd.DataFrame:
     """Read a wattflex parquet artifact, refusing unknown major schema versions."""
+    import pandas as pd
+
     read_parquet_meta(path)
     return pd.read_parquet(path, columns=columns)
 
@@ -277,6 +282,8 @@ def write_csv(df: pd.DataFrame, path: str | os.PathLike, prov: dict[str, Any] | 
 
 def read_csv(path: str | os.PathLike, **kwargs: Any) -> pd.DataFrame:
     """Read a wattflex CSV, refusing one whose sidecar has an unknown major schema version."""
+    import pandas as pd
+
     read_json(f"{path}.meta.json")
     return pd.read_csv(path, **kwargs)
 

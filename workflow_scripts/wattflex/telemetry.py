@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from wattflex.provenance import read_json, read_parquet
+
+if TYPE_CHECKING:  # the column names are imported by every run's job, which needs no pandas
+    import pandas as pd
 
 TELEMETRY_COLUMNS = [
     "t_s", "node", "gpu", "power_w", "energy_j", "sm_clock_mhz", "mem_clock_mhz", "gpu_util",
@@ -192,6 +194,8 @@ def read_run_files(telemetry: str | Path, steps: str | Path, run: str | Path, ru
     if missing:
         raise fail(run, f"not a run record: missing {', '.join(missing)}")
     if doc.get("status") == "failed":  # a failure record (wattflex.runs.failures) has no parquet to read
+        import pandas as pd
+
         return doc, pd.DataFrame(), pd.DataFrame()
     frames = []
     for path, required in ((telemetry, REQUIRED_TELEMETRY), (steps, REQUIRED_STEPS)):

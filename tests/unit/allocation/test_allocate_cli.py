@@ -45,6 +45,7 @@ def test_oracle_allocation_meets_the_budget_and_reports_caps(curves_csv, tmp_pat
     totals = json.loads((tmp_path / "out.csv.totals.json").read_text())["totals"]
     assert totals["total_throughput"] == pytest.approx(df["throughput"].sum())
     assert totals["oracle_throughput"] == pytest.approx(totals["total_throughput"])
+    assert totals["oracle_method"] == "hull-certified" and 0.0 <= totals["oracle_gap_rel"] <= 1e-6
     assert totals["cut"] == pytest.approx(0.3)
     assert "keeps" in capsys.readouterr().err
 

@@ -11,12 +11,16 @@ from wattflex.allocation import oracle as orc
 from wattflex.allocation.allocator import allocate, predicted_curves, water_fill
 from wattflex.allocation.curves import Curves, curves_from_points, is_concave, power_to_cap, sla_floor
 from wattflex.allocation.policies import POLICIES, WEIGHTED_POLICIES
+from wattflex.allocation.settings import MERGE_ONLY_KEYS, cut_label
 from wattflex.allocation.simulate import (
+    PART_TABLES,
     SimulationConfig,
+    combine,
     fit_pfi_ols,
     group_table,
     sample_workloads,
     simulate,
+    simulate_cuts,
     stratified_halves,
 )
 from wattflex.analysis.pfi import pfi_ratio
@@ -354,6 +358,29 @@ def test_simulation_outputs_and_invariants():
     assert out["diagnostics"]["groups"].iat[0] == 12
 
 
+def test_per_cut_parts_merge_to_exactly_the_single_run_tables():
+    """The workflow runs one job per cut (rules/allocation.smk) and merges them: whatever the
+    order the parts arrive in, the merged tables equal one run over every cut, bit for bit."""
+    runs, pfi_table, preds = synthetic_campaign()
+    cfg = small_config(cuts=[0.0, 0.2, 0.3, 0.4], headline={"cut": 0.3})
+    table = group_table(runs, pfi_table, preds, cfg)
+    whole = simulate(table, cfg)
+    # a part job reads only the settings the cuts' numbers depend on
+    part_cfg = SimulationConfig.from_dict({k: v for k, v in {
+        "n_workloads": 24, "jobs_per_workload": 12, "out_of_sample": {"splits": 2, "workloads": 8}}.items()
+        if k not in MERGE_ONLY_KEYS})
+    parts = [simulate_cuts(table, part_cfg, [float(cut_label(c))]) for c in reversed(cfg.cuts)]
+    merged = combine(parts, table, cfg)
+    one_pass = simulate_cuts(table, cfg, cfg.cuts)  # every cut at once: rows in the study's own order
+    for name in PART_TABLES:
+        pd.testing.assert_frame_equal(merged[name], one_pass[name], check_exact=True, obj=name)
+    for name in ("headline", "diagnostics"):
+        pd.testing.assert_frame_equal(merged[name], whole[name], check_exact=True, obj=name)
+    assert list(merged["out_of_sample"]["variant"].unique()) == ["no PFI", "in-sample", "out-of-sample"]
+    with pytest.raises(ValueError, match="no simulated part for cut"):
+        combine(parts[1:], table, cfg)
+
+
 def test_production_mix_follows_the_pretraining_fraction():
     runs, pfi_table, preds = synthetic_campaign()
     table = group_table(runs, pfi_table, preds, small_config())
@@ -406,3 +433,37 @@ def test_oracle_on_one_workload_without_a_leading_axis_matches_the_batched_call(
     assert one.power_w.shape == (6,)
     assert one.power_w.sum() <= budget + 1e-6
     np.testing.assert_allclose(one.throughput.sum(), batch.throughput[0].sum(), rtol=1e-9)
+
+
+def test_hull_per_distinct_curve_equals_the_full_hull_and_the_oracle_reports_its_path():
+    from wattflex.allocation.allocator import _hull_by_key
+    rng = np.random.default_rng(3)
+    groups = Curves(np.cumsum(rng.uniform(50, 300, (5, 6)), -1), np.cumsum(rng.uniform(-1, 5, (5, 6)), -1))
+    index = rng.integers(0, 5, (4, 30))
+    curves = groups.take(index)
+    full = orc.concave_hull(curves.power_w, curves.throughput)
+    np.testing.assert_array_equal(_hull_by_key(curves, index), full)
+    assert _hull_by_key(curves, None) is None
+    budget = 0.7 * curves.ceiling_w.sum(-1)
+    keyed = allocate(curves, budget, "oracle", cache={"curve_key": index})
+    plain = allocate(curves, budget, "oracle")
+    np.testing.assert_array_equal(keyed.power_w, plain.power_w)
+    assert set(keyed.oracle_method) <= {"hull-certified", "milp"}
+    assert (keyed.oracle_gap_rel >= 0).all() and (keyed.oracle_gap_rel <= orc.GAP_TOL).all()
+    np.testing.assert_array_equal(keyed.exact_fallback, keyed.oracle_method == "milp")
+    assert allocate(curves, budget, "equal-weight").oracle_method is None
+
+
+def test_oracle_guard_allows_a_policy_above_the_oracle_only_within_its_proven_gap():
+    from wattflex.allocation.simulate import _check_oracle_dominates
+    oracle_total, gap = np.array([1000.0, 2000.0]), np.array([0.5, 0.0])
+
+    def frames(policy_total):
+        return [pd.DataFrame({"cut": 0.3, "policy": "oracle", "feasible": True, "total_tokens_per_s": oracle_total}),
+                pd.DataFrame({"cut": 0.3, "policy": "x", "feasible": True, "total_tokens_per_s": policy_total})]
+
+    _check_oracle_dominates(frames(np.array([1000.4, 2000.0])), 0.3, oracle_total, gap, skip=("oracle",))
+    with pytest.raises(AssertionError, match="beat the oracle"):
+        _check_oracle_dominates(frames(np.array([1000.6, 2000.0])), 0.3, oracle_total, gap, skip=("oracle",))
+    with pytest.raises(AssertionError, match="beat the oracle"):  # no gap: only float rounding allowed
+        _check_oracle_dominates(frames(np.array([1000.0, 2000.01])), 0.3, oracle_total, gap, skip=("oracle",))

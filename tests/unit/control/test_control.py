@@ -344,3 +344,19 @@ def test_loop_never_raises_a_gpu_above_the_limit_it_had(tmp_path):
     assert all(s[2] <= 450.0 and s[3] <= 450.0 for s in seen)       # that job's GPUs stay at or below it
     assert seen[-1][:2] == [700.0, 700.0]
     assert [d.limit_w for ds in devs for d in ds] == [700.0, 700.0, 450.0, 700.0]
+
+
+def test_controller_hulls_recomputed_only_for_changed_rows_equal_the_full_hull():
+    from wattflex.allocation.oracle import concave_hull
+    from wattflex.control.controller import Controller
+    rng = np.random.default_rng(5)
+    ctl = Controller.__new__(Controller)  # only the hull cache is exercised
+    ctl._last_hull = None
+    P = np.cumsum(rng.uniform(50, 300, (2, 9, 8)), -1)
+    T = np.cumsum(rng.uniform(-1, 5, (2, 9, 8)), -1)
+    for step in range(4):
+        np.testing.assert_array_equal(ctl._hull(P, T), concave_hull(P, T))
+        P, T = P.copy(), T.copy()
+        rows = rng.integers(0, 9, 2)
+        T[step % 2, rows] = np.cumsum(rng.uniform(-1, 5, (2, 8)), -1)  # relearned curves
+        P[:, rows[0]] = 0.0                                               # a job left

@@ -44,7 +44,7 @@ import pandas as pd
 
 from wattflex.allocation.curves import (Curves, check_points, curves_from_points, monotone_fit, power_to_cap,
                                         sla_floor)
-from wattflex.allocation.oracle import RTOL, oracle, plan_greedy
+from wattflex.allocation.oracle import RTOL, concave_hull, oracle, plan_greedy
 from wattflex.allocation.policies import POLICIES, POLICY_FEATURES, WEIGHTED_POLICIES
 
 
@@ -147,6 +147,9 @@ class Allocation:
     feasible: np.ndarray         # (...) floors (SLA-raised) fit under the budget
     floor_w: np.ndarray          # (..., n) the floors the policy worked with
     exact_fallback: np.ndarray | None = None  # (...) the oracle needed its MILP (diagnostic)
+    oracle_method: np.ndarray | None = None   # (...) the oracle's path: "hull-certified" or "milp"
+    oracle_gap_rel: np.ndarray | None = None  # (...) its proven relative gap to the optimum
+    oracle_gap: np.ndarray | None = None      # (...) the same in throughput units (bound - value)
 
     @property
     def total_throughput(self) -> np.ndarray:
@@ -163,7 +166,9 @@ def allocate(curves: Curves, budget_w: np.ndarray | float, policy: str,
     ``dram_copy_product``; see ``POLICY_FEATURES``). ``max_slowdown``: per-job SLA tier
     (fraction, NaN = none). ``cache``: a dict reused across calls on the *same* curves,
     features and tiers (e.g. one per cut) to keep the curve-aware predictions
-    (``"predicted"``) and the oracle's budget-independent greedy plans.
+    (``"predicted"``) and the oracle's budget-independent greedy plans. The caller may put
+    in it ``"curve_key"``, integers (..., n) equal for jobs whose curves (and tiers) are
+    equal, e.g. group indices: each distinct curve's hull is then computed once.
     Infeasible workloads get their floors and ``feasible = False``; nothing is raised.
     """
     if policy not in POLICIES:
@@ -173,32 +178,49 @@ def allocate(curves: Curves, budget_w: np.ndarray | float, policy: str,
     if need is not None and need not in features:
         raise ValueError(f"policy {policy} needs per-job {need!r}")
     budget = np.broadcast_to(np.asarray(budget_w, float), curves.power_w.shape[:-2]).copy()
+    keep_plan = cache is not None  # without a cache the oracle plans (and batches one workload) itself
+    cache = {} if cache is None else cache
     if policy == "curve-aware":
-        cache = {} if cache is None else cache
         if "predicted" not in cache:
             cache["predicted"] = predicted_curves(curves, features["pfi"], curve_nodes)
-        pred = cache["predicted"]
-        floor = sla_floor(pred, max_slowdown) if max_slowdown is not None else pred.floor_w
-        work = pred.restrict(floor) if max_slowdown is not None else pred
+        kind, base = "predicted", cache["predicted"]
     else:
-        floor = sla_floor(curves, max_slowdown) if max_slowdown is not None else curves.floor_w
-        work = curves.restrict(floor) if max_slowdown is not None else curves
-    fallback = None
+        kind, base = "true", curves
+    # the (SLA-raised) floors and the curves restricted to them depend on the curves and
+    # tiers only: computed once per cache, not once per policy and cut
+    if f"floor:{kind}" not in cache:
+        cache[f"floor:{kind}"] = sla_floor(base, max_slowdown) if max_slowdown is not None else base.floor_w
+    floor = cache[f"floor:{kind}"]
+    fallback, oracle_path = None, {}
     if policy in ("oracle", "curve-aware"):
-        plan = None
-        if cache is not None:
-            if f"plan:{policy}" not in cache:
-                cache[f"plan:{policy}"] = plan_greedy(work.power_w, work.throughput)
-            plan = cache[f"plan:{policy}"]
-        sol = oracle(work.power_w, work.throughput, budget, plan)
+        if f"work:{kind}" not in cache:
+            cache[f"work:{kind}"] = base.restrict(floor) if max_slowdown is not None else base
+        work = cache[f"work:{kind}"]
+        if keep_plan and f"plan:{policy}" not in cache:
+            cache[f"plan:{policy}"] = plan_greedy(work.power_w, work.throughput,
+                                                  _hull_by_key(work, cache.get("curve_key")))
+        sol = oracle(work.power_w, work.throughput, budget, cache.get(f"plan:{policy}"))
         power, fallback = sol.power_w, ~sol.certified
+        oracle_path = {"oracle_method": sol.method, "oracle_gap_rel": sol.gap_rel, "oracle_gap": sol.gap}
     else:
         weights = policy_weights(policy, curves, features, moe_ft_share)
         cut = curves.ceiling_w.sum(-1) - budget
         power = curves.ceiling_w - water_fill(cut, curves.ceiling_w - floor, weights)
     feasible = floor.sum(-1) <= budget + RTOL * np.maximum(np.abs(budget), 1.0)
     power = np.where(feasible[..., None], power, floor)
-    return Allocation(policy, power, curves.throughput_at(power), budget, feasible, floor, fallback)
+    return Allocation(policy, power, curves.throughput_at(power), budget, feasible, floor, fallback, **oracle_path)
+
+
+def _hull_by_key(curves: Curves, key: np.ndarray | None) -> np.ndarray | None:
+    """The concave hull of ``curves`` (..., n, K), computed once per distinct ``key``
+    (..., n) and gathered (rows are independent, so the numbers are those of the full
+    computation); None without a key."""
+    if key is None:
+        return None
+    K = curves.power_w.shape[-1]
+    _, first, inverse = np.unique(np.asarray(key).ravel(), return_index=True, return_inverse=True)
+    P, T = curves.power_w.reshape(-1, K), curves.throughput.reshape(-1, K)
+    return concave_hull(P[first], T[first])[inverse.ravel()].reshape(curves.power_w.shape)
 
 
 # ---------------------------------------------------------------------------------------
@@ -312,6 +334,8 @@ def allocate_table(points: pd.DataFrame, policy: str, *, cut: float | None = Non
         "total_power_w": float(a.power_w.sum()), "total_throughput": float(a.total_throughput),
         "uncapped_throughput": uncapped_t, "oracle_throughput": float(best.total_throughput),
         "gap_to_oracle": float(best.total_throughput - a.total_throughput),
+        # how the oracle answered: certified rounding or MILP, and its proven relative gap
+        "oracle_method": str(best.oracle_method), "oracle_gap_rel": float(best.oracle_gap_rel),
         "cap_source": "measured cap_w" if has_cap else ("power_w / gpus" if gpus is not None else None),
     }
     if fitted.any():

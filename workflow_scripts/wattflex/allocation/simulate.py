@@ -7,83 +7,26 @@ fine-tuning, then uniform within its kind); every policy
 returns per-workload results, summaries, the paper's headline, SLA tiers (each job draws a
 maximum slowdown) and an out-of-sample check (policies fitted on one half of the groups,
 evaluated on workloads of the other half).
+
+Every random draw is made up front (:func:`draw`) and none depends on the cuts, so the
+study splits into one job per cut (:func:`simulate_cuts`) whose parts :func:`combine`
+merges into exactly the tables of one single run (rules/allocation.smk).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.stats import linregress
 
 from wattflex.allocation.allocator import allocate, predicted_curves
 from wattflex.allocation.curves import Curves, curves_from_runs, is_concave
-from wattflex.allocation.policies import POLICIES
+from wattflex.allocation.settings import SimulationConfig
 
 log = logging.getLogger("wattflex.allocation.simulate")
-
-
-@dataclass
-class SimulationConfig:
-    """The ``allocation:`` config slice (defaults = the paper's setup, see config.yaml)."""
-    groups_set: str = "headline"
-    n_workloads: int = 500
-    jobs_per_workload: int = 100
-    cuts: list[float] = field(default_factory=lambda: [round(0.05 * i, 2) for i in range(9)])
-    mixes: list[str] = field(default_factory=lambda: ["random", "production"])
-    # Share of pretraining jobs in the "production" mix (count share among training jobs);
-    # see config.yaml for the source and caveat.
-    pretraining_fraction: float = 0.2
-    policies: list[str] = field(default_factory=lambda: list(POLICIES))
-    pfi_column: str = "pfi_pred"
-    moe_ft_share: float = 2.0
-    curve_nodes: int = 6
-    seed: int = 20260911
-    sla_tiers: list[float] = field(default_factory=lambda: [0.0, 0.10, 0.25, 0.50])
-    sla_tier_weights: list[float] = field(default_factory=lambda: [0.25, 0.25, 0.25, 0.25])
-    oos_splits: int = 10
-    oos_workloads: int = 100
-    headline_mix: str = "production"
-    headline_cut: float = 0.30
-    published_tokens_per_s_per_job: float = 1500.0
-    published_gap_closed: float = 0.63
-
-    @classmethod
-    def from_dict(cls, cfg: Mapping[str, Any] | None) -> "SimulationConfig":
-        """Accept the nested config layout (see config.yaml) or flat keys."""
-        cfg = dict(cfg or {})
-        flat: dict[str, Any] = {}
-        for key, val in cfg.items():
-            if key == "production":
-                flat["pretraining_fraction"] = val.get("pretraining_fraction", cls.pretraining_fraction)
-            elif key == "sla":
-                flat.update({"sla_tiers": val.get("tiers"), "sla_tier_weights": val.get("tier_weights")})
-            elif key == "out_of_sample":
-                flat.update({"oos_splits": val.get("splits"), "oos_workloads": val.get("workloads")})
-            elif key == "headline":
-                flat.update({"headline_mix": val.get("mix"), "headline_cut": val.get("cut")})
-            elif key == "published":
-                flat.update({"published_tokens_per_s_per_job": val.get("tokens_per_s_per_job"),
-                             "published_gap_closed": val.get("gap_closed")})
-            else:
-                flat[key] = val
-        known = {f.name for f in fields(cls)}
-        unknown = set(flat) - known
-        if unknown:
-            raise ValueError(f"unknown allocation config key(s): {', '.join(sorted(unknown))}")
-        out = cls(**{k: v for k, v in flat.items() if v is not None})
-        bad = set(out.policies) - set(POLICIES)
-        if bad:
-            raise ValueError(f"unknown allocation policies {sorted(bad)}; choose from {', '.join(POLICIES)}")
-        out.policies = list(dict.fromkeys(["equal-weight", *out.policies, "oracle"]))
-        if not 0.0 <= out.pretraining_fraction <= 1.0:
-            raise ValueError("allocation.production.pretraining_fraction must be in [0, 1]")
-        if any(not 0.0 <= c < 1.0 for c in out.cuts):
-            raise ValueError("allocation.cuts must be fractions in [0, 1)")
-        return out
 
 
 @dataclass
@@ -155,14 +98,17 @@ def evaluate_policies(table: GroupTable, index: np.ndarray, cuts: Sequence[float
     feats = table.features(index, pfi)
     # a predicted curve depends only on its group: predict per group, then gather
     group_pfi = table.groups["pfi"].to_numpy(float) if pfi is None else np.asarray(pfi, float)
-    cache = {"predicted": predicted_curves(table.curves, group_pfi, cfg.curve_nodes).take(index)}
+    cache = {"predicted": predicted_curves(table.curves, group_pfi, cfg.curve_nodes).take(index),
+             # jobs of one group (and tier) share their curves: one hull each (allocate)
+             "curve_key": index if max_slowdown is None else
+             index * len(np.unique(max_slowdown)) + np.unique(max_slowdown, return_inverse=True)[1].reshape(index.shape)}
     uncapped_w = curves.ceiling_w.sum(-1)
     uncapped_t = curves.uncapped_throughput.sum(-1)
     target = None if tiers is None else (1.0 - tiers) * curves.uncapped_throughput
     frames = []
     for cut in cuts:
         budget = (1.0 - cut) * uncapped_w
-        oracle_total = None
+        oracle_total = oracle_gap = None
         for policy in policies or cfg.policies:
             a = allocate(curves, budget, policy, feats, max_slowdown=max_slowdown,
                          moe_ft_share=cfg.moe_ft_share, curve_nodes=cfg.curve_nodes, cache=cache)
@@ -175,25 +121,28 @@ def evaluate_policies(table: GroupTable, index: np.ndarray, cuts: Sequence[float
                 row["sla_violations"] = (a.throughput < target * (1 - 1e-9)).sum(-1)
             frames.append(pd.DataFrame(row))
             if policy == "oracle":
-                oracle_total = a.total_throughput
+                oracle_total, oracle_gap = a.total_throughput, a.oracle_gap
         # with SLA tiers curve-aware works on its own (predicted) floors and may break a tier
-        _check_oracle_dominates(frames, cut, oracle_total,
+        _check_oracle_dominates(frames, cut, oracle_total, oracle_gap,
                                 skip=("oracle",) if max_slowdown is None else ("oracle", "curve-aware"))
     return pd.concat(frames, ignore_index=True)
 
 
 def _check_oracle_dominates(frames: list[pd.DataFrame], cut: float, oracle_total: np.ndarray | None,
-                            skip: Sequence[str]) -> None:
-    """Guard: a policy beating the oracle on a feasible workload means the oracle is wrong."""
+                            oracle_gap: np.ndarray | None, skip: Sequence[str]) -> None:
+    """Guard: a policy beating the oracle on a feasible workload by more than the oracle's
+    proven gap (it may stop that far below the optimum) means the oracle is wrong."""
     if oracle_total is None:
         return
+    gap = np.zeros_like(oracle_total) if oracle_gap is None else np.asarray(oracle_gap, float)
     oracle_feasible = next(f for f in frames if f["cut"].iat[0] == cut and f["policy"].iat[0] == "oracle")["feasible"]
     for f in frames:
         if f["cut"].iat[0] != cut or f["policy"].iat[0] in skip:
             continue
         ok = f["feasible"].to_numpy() & oracle_feasible.to_numpy()
         excess = (f["total_tokens_per_s"].to_numpy() - oracle_total)[ok]
-        if (excess > 1e-6 * np.abs(oracle_total[ok]).max(initial=1.0)).any():
+        # + rounding of the totals themselves (sums of 100 floats)
+        if (excess > gap[ok] + 1e-9 * np.abs(oracle_total[ok])).any():
             raise AssertionError(f"policy {f['policy'].iat[0]} beat the oracle at cut {cut}: oracle is not exact")
 
 
@@ -309,22 +258,55 @@ def stratified_halves(groups: pd.DataFrame, rng: np.random.Generator) -> np.ndar
 
 def fit_pfi_ols(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """One-feature OLS ``PFI = intercept + slope * dram_copy_product`` (the paper's best
-    predictor, refitted here on a training half only). Returns (slope, intercept)."""
+    predictor, refitted here on a training half only). Returns (slope, intercept).
+
+    Slope = cov(x, y) / var(x) from ``np.cov``, the very arithmetic of
+    ``scipy.stats.linregress`` (so the same bits), without importing scipy.stats, which
+    costs each per-cut job ~0.35 s of CPU."""
     ok = np.isfinite(x) & np.isfinite(y)
-    fit = linregress(np.asarray(x, float)[ok], np.asarray(y, float)[ok])
-    return float(fit.slope), float(fit.intercept)
+    x, y = np.asarray(x, float)[ok], np.asarray(y, float)[ok]
+    ssxm, ssxym, _, _ = np.cov(x, y, bias=1).flat
+    slope = ssxym / ssxm
+    return float(slope), float(np.mean(y, None) - slope * np.mean(x, None))
 
 
-def out_of_sample(table: GroupTable, cfg: SimulationConfig, rng: np.random.Generator) -> pd.DataFrame:
-    """Policies whose PFI comes from a predictor fitted on one half of the groups, evaluated
-    on workloads drawn from the other half, beside the same policies fed the in-sample
-    prediction (``pfi_column``, fitted on all groups) and the oracle; repeated over
-    ``oos_splits`` stratified random halves. Per (mix, cut, policy, variant): mean and
-    spread over splits."""
+@dataclass
+class OosSplit:
+    """One out-of-sample split: PFI predicted for every group by an OLS fitted on a
+    training half, and workloads (per mix) drawn from the other half."""
+    split: int
+    pfi: np.ndarray               # (G,) predicted PFI per group
+    test_r2: float                # the fit's R^2 on the held-out half
+    workloads: dict[str, np.ndarray]
+
+
+@dataclass
+class Draws:
+    """Every random draw of the study. Drawn up front, in one fixed order, and independent
+    of the cuts: a job simulating any subset of cuts sees the same workloads, tiers and
+    splits as one simulating all of them (so per-cut jobs merge to the same numbers)."""
+    workloads: dict[str, np.ndarray]   # mix -> (n_workloads, n_jobs) group indices
+    tiers: dict[str, np.ndarray]       # mix -> (n_workloads, n_jobs) per-job SLA tier
+    splits: list[OosSplit]
+
+
+def draw(table: GroupTable, cfg: SimulationConfig) -> Draws:
+    """Workloads (seed ``cfg.seed``), SLA tiers (``[seed, 1]``) and out-of-sample splits
+    (``[seed, 2]``), each stream consumed mix by mix (split by split) in config order."""
+    rng = np.random.default_rng(cfg.seed)
+    workloads = {mix: sample_workloads(table.groups, mix, cfg.n_workloads, cfg.jobs_per_workload,
+                                       rng, cfg.pretraining_fraction) for mix in cfg.mixes}
+    tier_rng = np.random.default_rng([cfg.seed, 1])
+    tiers = {mix: draw_tiers(index.shape, cfg, tier_rng) for mix, index in workloads.items()}
+    return Draws(workloads, tiers, draw_splits(table, cfg, np.random.default_rng([cfg.seed, 2])))
+
+
+def draw_splits(table: GroupTable, cfg: SimulationConfig, rng: np.random.Generator) -> list[OosSplit]:
+    """``oos_splits`` stratified halves: the OLS PFI predictor refitted on the training half
+    and ``oos_workloads`` workloads per mix from the test half."""
     g = table.groups
     x, y = g["dram_copy_product"].to_numpy(float), g["pfi_measured"].to_numpy(float)
-    uses_pfi = ["pfi-aware", "curve-aware"]
-    per_split = []
+    splits = []
     for split in range(cfg.oos_splits):
         train = stratified_halves(g, rng)
         slope, intercept = fit_pfi_ols(x[train], y[train])
@@ -332,23 +314,48 @@ def out_of_sample(table: GroupTable, cfg: SimulationConfig, rng: np.random.Gener
         resid = y[~train] - pfi_oos[~train]
         r2 = 1.0 - (resid ** 2).sum() / ((y[~train] - y[~train].mean()) ** 2).sum()
         test = np.flatnonzero(~train)
-        for mix in cfg.mixes:
-            index = test[sample_workloads(g.iloc[test].reset_index(drop=True), mix, cfg.oos_workloads,
-                                          cfg.jobs_per_workload, rng, cfg.pretraining_fraction)]
-            ins = evaluate_policies(table, index, cfg.cuts, cfg, policies=["equal-weight", *uses_pfi, "raw-dcgm", "oracle"])
-            oos = evaluate_policies(table, index, cfg.cuts, cfg, pfi=pfi_oos, policies=uses_pfi)
-            ins["variant"] = np.where(ins["policy"].isin(uses_pfi), "in-sample", "no PFI")
-            oos["variant"] = "out-of-sample"
-            both = pd.concat([ins, oos], ignore_index=True)
-            both["mix"] = mix
-            both["policy"] = both["policy"] + "|" + both["variant"]
-            both.loc[both["variant"] == "no PFI", "policy"] = both["policy"].str.split("|").str[0]
-            s = summarize(both)
-            s["split"], s["test_r2"] = split, r2
-            per_split.append(s)
-    if not per_split:
-        return pd.DataFrame(columns=["mix", "cut", "policy", "variant", "n_splits", "gap_closed_mean"])
-    per_split = pd.concat(per_split, ignore_index=True)
+        test_groups = g.iloc[test].reset_index(drop=True)
+        workloads = {mix: test[sample_workloads(test_groups, mix, cfg.oos_workloads, cfg.jobs_per_workload, rng,
+                                                cfg.pretraining_fraction)] for mix in cfg.mixes}
+        splits.append(OosSplit(split, pfi_oos, float(r2), workloads))
+    return splits
+
+
+OOS_COLUMNS = ["mix", "cut", "policy", "variant", "n_splits", "gap_closed_mean"]
+
+
+def out_of_sample(table: GroupTable, cfg: SimulationConfig, splits: Sequence[OosSplit],
+                  cuts: Sequence[float]) -> pd.DataFrame:
+    """Policies whose PFI comes from a predictor fitted on one half of the groups, evaluated
+    on workloads drawn from the other half, beside the same policies fed the in-sample
+    prediction (``pfi_column``, fitted on all groups) and the oracle; repeated over the
+    stratified random halves ``splits`` (:func:`draw_splits`). Per (mix, cut, policy,
+    variant): mean and spread over splits."""
+    uses_pfi = ["pfi-aware", "curve-aware"]
+    blocks = [(sp, mix, index) for sp in splits for mix, index in sp.workloads.items()]
+    if not blocks:
+        return pd.DataFrame(columns=OOS_COLUMNS)
+    # the in-sample policies read nothing split-specific: one call over every split's
+    # workloads (each workload's result is its own), then cut back into blocks
+    start = np.cumsum([0] + [len(index) for _, _, index in blocks])
+    ins_all = evaluate_policies(table, np.concatenate([index for _, _, index in blocks]), cuts, cfg,
+                                policies=["equal-weight", *uses_pfi, "raw-dcgm", "oracle"])
+    block_of = np.searchsorted(start, ins_all["workload"].to_numpy(), side="right") - 1
+    frames = []
+    for b, (sp, mix, index) in enumerate(blocks):
+        ins = ins_all[block_of == b].reset_index(drop=True)
+        ins["workload"] -= start[b]
+        oos = evaluate_policies(table, index, cuts, cfg, pfi=sp.pfi, policies=uses_pfi)
+        ins["variant"] = np.where(ins["policy"].isin(uses_pfi), "in-sample", "no PFI")
+        oos["variant"] = "out-of-sample"
+        both = pd.concat([ins, oos], ignore_index=True)
+        both["mix"], both["split"] = mix, sp.split
+        both["policy"] = both["policy"] + "|" + both["variant"]
+        both.loc[both["variant"] == "no PFI", "policy"] = both["policy"].str.split("|").str[0]
+        frames.append(both)
+    # one summary over all splits: its groups are the per-split summaries', in the same order
+    per_split = summarize(pd.concat(frames, ignore_index=True), keys=("split", "mix", "cut"))
+    per_split["test_r2"] = per_split["split"].map({sp.split: sp.test_r2 for sp in splits})
     parts = per_split["policy"].str.split("|", expand=True)
     per_split["policy"], per_split["variant"] = parts[0], parts[1].fillna("no PFI")
     agg = per_split.groupby(["mix", "cut", "policy", "variant"], sort=False).agg(
@@ -367,34 +374,70 @@ def out_of_sample(table: GroupTable, cfg: SimulationConfig, rng: np.random.Gener
     return agg
 
 
-def simulate(table: GroupTable, cfg: SimulationConfig) -> dict[str, pd.DataFrame]:
-    """The full study: ``results`` (per workload), ``summary``, ``headline``, ``sla``,
-    ``out_of_sample``, plus ``diagnostics`` (curve concavity, oracle fallbacks)."""
-    rng = np.random.default_rng(cfg.seed)
-    indices = {mix: sample_workloads(table.groups, mix, cfg.n_workloads, cfg.jobs_per_workload,
-                                     rng, cfg.pretraining_fraction) for mix in cfg.mixes}
-    tier_rng = np.random.default_rng([cfg.seed, 1])
+def simulate_cuts(table: GroupTable, cfg: SimulationConfig, cuts: Sequence[float],
+                  draws: Draws | None = None) -> dict[str, pd.DataFrame]:
+    """The study at ``cuts`` only (one Snakemake job per cut): ``results`` (per workload),
+    ``summary``, ``sla`` and ``out_of_sample``. Every row of these belongs to one cut, so
+    :func:`combine` of the parts of any partition of ``cfg.cuts`` gives :func:`simulate`'s
+    tables exactly."""
+    draws = draws or draw(table, cfg)
     frames, sla_frames = [], []
-    for mix, index in indices.items():
-        tiers = draw_tiers(index.shape, cfg, tier_rng)
-        res = evaluate_policies(table, index, cfg.cuts, cfg, tiers=tiers)
+    for mix, index in draws.workloads.items():
+        tiers = draws.tiers[mix]
+        res = evaluate_policies(table, index, cuts, cfg, tiers=tiers)
         res["mix"] = mix
         frames.append(res)
-        log.info("mix %s: %d workloads x %d cuts x %d policies", mix, len(index), len(cfg.cuts), len(cfg.policies))
-        sla = evaluate_policies(table, index, cfg.cuts, cfg, max_slowdown=tiers, tiers=tiers)
+        log.info("mix %s: %d workloads x %d cuts x %d policies", mix, len(index), len(cuts), len(cfg.policies))
+        sla = evaluate_policies(table, index, cuts, cfg, max_slowdown=tiers, tiers=tiers)
         sla["mix"] = mix
         sla_frames.append(sla)
     results = pd.concat(frames, ignore_index=True)
-    summary = summarize(results)
-    out = {"results": results, "summary": summary,
-           "headline": headline(summary, results, cfg, table.backend) if cfg.headline_mix in indices else pd.DataFrame()}
-    out["sla"] = sla_study(results, pd.concat(sla_frames, ignore_index=True))
-    out["out_of_sample"] = out_of_sample(table, cfg, np.random.default_rng([cfg.seed, 2]))
+    return {"results": results, "summary": summarize(results),
+            "sla": sla_study(results, pd.concat(sla_frames, ignore_index=True)),
+            "out_of_sample": out_of_sample(table, cfg, draws.splits, cuts)}
+
+
+PART_TABLES = ("results", "summary", "sla", "out_of_sample")
+
+
+def _in_study_order(df: pd.DataFrame, cfg: SimulationConfig, variant_first: bool = False) -> pd.DataFrame:
+    """Rows of per-cut parts back in the single-run order: by mix, (out-of-sample variant
+    after the others,) cut, then as they were."""
+    if df.empty:
+        return df.reset_index(drop=True)
+    keys = [df["mix"].map({m: i for i, m in enumerate(cfg.mixes)}).to_numpy()]
+    if variant_first:
+        keys.append((df["variant"] == "out-of-sample").to_numpy())
+    keys.append(df["cut"].map({c: i for i, c in enumerate(dict.fromkeys(cfg.cuts))}).to_numpy())
+    order = np.lexsort([np.arange(len(df)), *keys[::-1]])
+    return df.iloc[order].reset_index(drop=True)
+
+
+def combine(parts: Sequence[Mapping[str, pd.DataFrame]], table: GroupTable,
+            cfg: SimulationConfig) -> dict[str, pd.DataFrame]:
+    """Merge :func:`simulate_cuts` parts covering ``cfg.cuts`` into the full study's tables:
+    ``results``, ``summary``, ``headline``, ``sla``, ``out_of_sample`` and ``diagnostics``."""
+    cat = {name: pd.concat([p[name] for p in parts], ignore_index=True) for name in PART_TABLES}
+    missing = set(cfg.cuts) - set(cat["results"]["cut"])
+    if missing:
+        raise ValueError(f"no simulated part for cut(s) {sorted(missing)}")
+    out = {name: _in_study_order(cat[name], cfg, variant_first=name == "out_of_sample") for name in PART_TABLES}
+    if out["out_of_sample"].empty:
+        out["out_of_sample"] = pd.DataFrame(columns=OOS_COLUMNS)
+    results = out["results"]
+    out["headline"] = (headline(out["summary"], results, cfg, table.backend)
+                       if cfg.headline_mix in cfg.mixes else pd.DataFrame())
     oracle_rows = results[results["policy"] == "oracle"]
+    concave = is_concave(table.curves)
     out["diagnostics"] = pd.DataFrame([{
-        "groups": len(table.groups), "concave_groups": int(is_concave(table.curves).sum()),
-        "non_concave_groups": ",".join(table.groups["group"][~is_concave(table.curves)]),
+        "groups": len(table.groups), "concave_groups": int(concave.sum()),
+        "non_concave_groups": ",".join(table.groups["group"][~concave]),
         "oracle_workload_cuts": len(oracle_rows),
         "oracle_milp_fraction": float(oracle_rows["exact_fallback"].mean()),
     }])
     return out
+
+
+def simulate(table: GroupTable, cfg: SimulationConfig) -> dict[str, pd.DataFrame]:
+    """The full study in one process: :func:`combine` of :func:`simulate_cuts` at every cut."""
+    return combine([simulate_cuts(table, cfg, cfg.cuts)], table, cfg)

@@ -63,7 +63,7 @@ from wattflex.control.controller import (
 )
 from wattflex.runs.devices.emulated import SETTLE_TAU_S, stable_seed, steady_temp_c
 from wattflex.gpus import DEFAULT_GPU, GPUS
-from wattflex.runs.emulator import JobSpec, gpu_leakages, job_at_cap, memory_footprint_gib
+from wattflex.runs.emulator import JobSpec, gpu_leakages, job_at_caps, memory_footprint_gib
 
 log = logging.getLogger("wattflex.control.clustersim")
 
@@ -81,7 +81,7 @@ CHECKPOINT_UTIL = 4.0
 # ---------------------------------------------------------------------------------------
 
 def truth_table(groups: Sequence[Mapping[str, Any]], seed: int, cap_step_w: float = 5.0) -> pd.DataFrame:
-    """One row per (group, cap): job power, tokens/s and mean activity from ``job_at_cap``.
+    """One row per (group, cap): job power, tokens/s and mean activity from ``job_at_caps``.
 
     ``groups``: config groups (``wattflex.config.groups``) each with its ``model_facts``.
     The GPUs' silicon variation is the campaign's (same hardware seed as its runs).
@@ -91,8 +91,9 @@ def truth_table(groups: Sequence[Mapping[str, Any]], seed: int, cap_step_w: floa
         gpu = GPUS[g.get("gpu", DEFAULT_GPU)]
         job = JobSpec.from_config(g, g["model_facts"])
         leak = gpu_leakages(stable_seed(seed, "hardware", g["id"]), job.gpus)
-        for cap in np.arange(gpu.min_limit_w, gpu.max_limit_w + 1e-9, cap_step_w):
-            st = job_at_cap(job, gpu, float(cap), leak)
+        caps = [float(c) for c in np.arange(gpu.min_limit_w, gpu.max_limit_w + 1e-9, cap_step_w)]
+        # every cap at once: each GPU's (cap-independent) operating points computed once
+        for cap, st in zip(caps, job_at_caps(job, gpu, caps, leak)):
             mean = lambda a: float(np.mean([getattr(o, a) for o in st.per_gpu]))  # noqa: E731
             rows.append({"group": g["id"], "cap_w": float(cap), "gpus": job.gpus, "gpu": gpu.name,
                          "task": g["task"], "cluster": g.get("cluster", ""), "min_cap_w": gpu.min_limit_w,

@@ -56,7 +56,7 @@ import pandas as pd
 
 from wattflex.allocation.allocator import policy_weights, predicted_curves, water_fill
 from wattflex.allocation.curves import Curves
-from wattflex.allocation.oracle import hull_greedy, plan_greedy
+from wattflex.allocation.oracle import concave_hull, hull_greedy, plan_greedy
 from wattflex.allocation.policies import CONTROL_POLICIES, CURVE_POLICIES
 
 
@@ -257,6 +257,7 @@ class Controller:
         self.curves_t = np.zeros((R, S, K))     # the curves the curve policies allocate on
         self.last_replan = -np.inf
         self._plan: tuple[bytes, Any] | None = None
+        self._last_hull: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # ---- jobs -------------------------------------------------------------------------
     def _admit(self, t_s: float, jobs: JobTable) -> None:
@@ -478,8 +479,23 @@ class Controller:
         T = np.where(m, self.curves_t[rows], 0.0)
         key = P.tobytes() + T.tobytes()
         if self._plan is None or self._plan[0] != key:
-            self._plan = (key, plan_greedy(P, T))
+            self._plan = (key, plan_greedy(P, T, self._hull(P, T)))
         return hull_greedy(P, T, budget_w[rows], self._plan[1]).power_w
+
+    def _hull(self, P: np.ndarray, T: np.ndarray) -> np.ndarray:
+        """Concave hulls of the curves (R, S, K), recomputed only for the rows that changed
+        since the last call (a job arrived, left, went stale or its curve was relearned);
+        rows are independent, so the numbers are those of the full computation."""
+        last = self._last_hull
+        if last is None or last[0].shape != P.shape:
+            hull = concave_hull(P, T)
+        else:
+            hull = last[2].copy()
+            changed = np.any((P != last[0]) | (T != last[1]), axis=-1)
+            if changed.any():
+                hull[changed] = concave_hull(P[changed], T[changed])
+        self._last_hull = (P, T, hull)
+        return hull
 
     def _refresh_curves(self, t_s: float) -> None:
         """Curves for the curve policies: the prior (curve-aware) or the learned one

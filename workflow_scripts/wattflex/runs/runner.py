@@ -7,13 +7,15 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-import pandas as pd
+import pyarrow as pa
 
 from wattflex.provenance import provenance, write_json, write_parquet
-from wattflex.runs.devices.emulated import run_emulated
-from wattflex.runs.real_run import run_real
+from wattflex.runs.devices.emulated import run_emulated_tables
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @contextmanager
@@ -35,7 +37,7 @@ def atomic_run_dir(outdir: str | Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_run_files(rundir: Path, spec: dict[str, Any], telemetry: pd.DataFrame, steps: pd.DataFrame,
+def write_run_files(rundir: Path, spec: dict[str, Any], telemetry: pa.Table | pd.DataFrame, steps: pa.Table | pd.DataFrame,
                     record: dict[str, Any], **run_fields: Any) -> None:
     """telemetry.parquet, steps.parquet and run.json of one (emulated) run, with provenance."""
     prov = provenance(params=spec, backend=spec["backend"], device_model=record.get("device_model"))
@@ -49,9 +51,13 @@ def run_at_cap(spec: dict[str, Any], outdir: str | Path) -> Path:
     """Run ``spec`` and write its artifacts atomically into ``outdir``."""
     with atomic_run_dir(outdir) as tmp:
         if spec["backend"] == "emulated":
-            tel, steps, facts = run_emulated(spec)
+            # Arrow tables, not frames: the job of each emulated run never imports pandas.
+            tel, steps, facts = run_emulated_tables(spec)
             write_run_files(tmp, spec, tel, steps, facts, cap_w=spec["cap_w"], repeat=spec["repeat"])
         elif spec["backend"] == "cuda":
+            # Imported here: an emulated run (one job each) need not load the real backend.
+            from wattflex.runs.real_run import run_real
+
             run_real(spec, tmp)
         else:
             raise ValueError(f"unknown backend {spec['backend']!r} (emulated | cuda)")

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 
 from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
 from wattflex.runs.emulator import (
@@ -33,6 +33,9 @@ from wattflex.runs.emulator import (
     memory_footprint_gib,
 )
 from wattflex.telemetry import STEP_COLUMNS, TELEMETRY_COLUMNS
+
+if TYPE_CHECKING:  # frames for callers that want them; a run's own job writes arrow tables (no pandas)
+    import pandas as pd
 
 SETTLE_TAU_S = 2.0
 
@@ -96,6 +99,14 @@ def _ar1(rng: np.random.Generator, shape: tuple[int, int], sd: float, phi: float
 def simulate_run(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple[float, float]], run_cfg: dict[str, Any],
                  seed: int, hw_seed: int, model_name: str = "") -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """Telemetry, step log and run facts of one emulated run."""
+    tel, steps, facts = simulate_run_tables(job, gpu, cap_schedule, run_cfg, seed, hw_seed, model_name)
+    return tel.to_pandas(), steps.to_pandas(), facts
+
+
+def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple[float, float]],
+                        run_cfg: dict[str, Any], seed: int, hw_seed: int,
+                        model_name: str = "") -> tuple[pa.Table, pa.Table, dict[str, Any]]:
+    """``simulate_run`` as pyarrow tables (what a run writes), without loading pandas."""
     duration = float(run_cfg.get("duration_s", 1800))
     dt = float(run_cfg.get("sample_period_s", 5))
     eval_at = run_cfg.get("eval_at_s")
@@ -149,8 +160,8 @@ def simulate_run(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple[float,
     step_idx = np.arange(1, n_steps + 1)
     loss0, loss_inf = (10.5, 2.4) if job.task == "pt" else (2.2, 1.3)
     loss = loss_inf + (loss0 - loss_inf) * np.exp(-step_idx / max(50.0, n_steps / 3)) + rng.normal(0, 0.02, n_steps)
-    steps = pd.DataFrame({"step": step_idx, "t_end_s": np.round(steps_t, 4),
-                          "tokens": np.full(n_steps, tokens_per_step, dtype=np.int64), "loss": loss})
+    steps = pa.table({"step": step_idx, "t_end_s": np.round(steps_t, 4),
+                      "tokens": np.full(n_steps, tokens_per_step, dtype=np.int64), "loss": loss})
 
     # ---- telemetry -------------------------------------------------------------------
     ts = np.arange(dt, duration + 1e-9, dt)
@@ -208,14 +219,14 @@ def simulate_run(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple[float,
     energy = np.cumsum(power * dt, axis=0)
 
     gpu_ids = np.arange(G)
-    tel = pd.DataFrame({
+    tel = pa.table({
         "t_s": np.repeat(ts, G), "node": np.tile(gpu_ids // 8, n), "gpu": np.tile(gpu_ids % 8, n),
         "power_w": power.ravel(), "energy_j": energy.ravel(), "sm_clock_mhz": clock.ravel(),
         "mem_clock_mhz": np.full(n * G, gpu.mem_clock_mhz), "gpu_util": util.ravel(),
         "mem_copy_util": copy.ravel(), "dram_active": dram.ravel(), "sm_active": sm.ravel(),
         "tensor_active": tensor.ravel(), "fb_used_gib": fb.ravel(), "temp_c": temp.ravel(),
         "power_limit_w": np.repeat(caps_at, G), "enforced_limit_w": np.repeat(enforced_at, G),
-    })[TELEMETRY_COLUMNS]
+    }).select(TELEMETRY_COLUMNS)
     device.restore()
     facts = {
         "backend": "emulated", "device_model": gpu.name, "device": device.name, "gpus": G,
@@ -226,15 +237,21 @@ def simulate_run(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple[float,
         "model_tokens_per_s": [s.tokens_per_s for s in states], "model_power_w": [s.power_w for s in states],
         "n_steps": n_steps, "model": model_name,
     }
-    return tel, steps[STEP_COLUMNS], facts
+    return tel, steps.select(STEP_COLUMNS), facts
 
 
 def run_emulated(spec: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """One emulated run from a run spec (``wattflex.config.run_spec``)."""
+    tel, steps, facts = run_emulated_tables(spec)
+    return tel.to_pandas(), steps.to_pandas(), facts
+
+
+def run_emulated_tables(spec: dict[str, Any]) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
+    """``run_emulated`` as pyarrow tables, the files' contents (the runner writes these)."""
     group = spec["group"]
     gpu = GPUS[group.get("gpu", DEFAULT_GPU)]
     job = JobSpec.from_config(group, spec["model_facts"])
     schedule = spec.get("cap_schedule") or [(0.0, float(spec["cap_w"]))]
     seed = stable_seed(spec.get("seed", 0), spec["campaign"], group["id"], spec["run_id"])
     hw_seed = stable_seed(spec.get("seed", 0), "hardware", group["id"])
-    return simulate_run(job, gpu, schedule, spec.get("run", {}), seed, hw_seed, model_name=group["model"])
+    return simulate_run_tables(job, gpu, schedule, spec.get("run", {}), seed, hw_seed, model_name=group["model"])
