@@ -20,6 +20,13 @@ include: "rules/sweeps.smk"
 include: "rules/pfi.smk"
 include: "rules/figures.smk"
 include: "rules/analysis.smk"
+
+
+if FIDELITY:  # generated, emulated campaigns (common.smk)
+
+    include: "rules/fidelity.smk"
+
+
 include: "rules/allocation.smk"
 include: "rules/control.smk"
 include: "rules/report.smk"

@@ -101,3 +101,63 @@ def test_backend_kind_and_snakemake_categories():
     assert snakemake_category("results/x/figures/something_new.png") == "Other outputs"
     assert all(map(is_published, ["pfi_published", "published_gap_closed", "published"]))
     assert not any(map(is_published, ["pfi", "unpublished_note"]))
+
+
+@pytest.fixture
+def emulated_fidelity(tmp_path):
+    """An emulated campaign with the fidelity tables (built by wattflex.analysis.fidelity)."""
+    from wattflex.analysis import fidelity as fid
+
+    root = tmp_path / "results" / "emu"
+    emu = provenance(params={}, backend="emulated", device_model="H200")
+    nf = {"spearman_table6": 0.72, "median_dense": 1.30, "median_moe-pt": 1.62, "median_moe-ft": 2.0,
+          "clusters_ordered": 1.0, "kruskal_H": 14.0, "dunn_significant[dense vs moe-pt]": 1.0}
+    seeds = pd.DataFrame({"spearman_table6": [0.6, 0.65, 0.7, 0.75], "kruskal_H": [13.0, 14.0, 15.0, 16.0]})
+    pub = {"median_dense": 1.27, "median_moe-pt": 1.43, "median_moe-ft": 2.10, "kruskal_H": 12.37,
+           "dunn_significant[dense vs moe-pt]": 0.0}
+    summary = fid.summary_table(nf, {**nf, "spearman_table6": 0.61}, seeds, pub,
+                                extra={"replay_max_abs_error": (0.02, "what the seed draws leave out")})
+    meta = pd.DataFrame({"group": ["g1", "g2"], "set": "headline", "cluster": ["dense", "moe-ft"], "gpu": "H200",
+                         "model": "m", "task": "pt", "pfi_published": [1.27, float("nan")],
+                         "published_source": ["table6", ""], "in_spearman": [True, False]})
+    groups = fid.group_table(meta, pd.Series({"g1": 1.31, "g2": 2.2}), pd.Series({"g1": 1.29, "g2": 2.1}),
+                             pd.DataFrame({"g1": [1.2, 1.3], "g2": [2.0, 2.3]}))
+    sens = pd.DataFrame({"constant": ["(none: baseline)", "calib_tensor_util", "calib_tensor_util"],
+                         "change": ["0%", "-25%", "+25%"], "median_dense": [1.3, 1.2, 1.45],
+                         "delta_median_dense": [0.0, -0.1, 0.15], "spearman_table6": [0.72, 0.7, 0.71],
+                         "delta_spearman_table6": [0.0, -0.02, -0.01], "source": ["", "assumed", "assumed"],
+                         "backend": "emulated"})
+    write_csv(summary, root / "tables" / "fidelity_summary.csv", emu)
+    write_csv(groups, root / "tables" / "fidelity.csv", emu)
+    write_csv(sens, root / "tables" / "fidelity_sensitivity.csv", emu)
+    return [p for p in root.rglob("*") if p.is_file()]
+
+
+def test_fidelity_section_marks_each_target_and_says_emulated(emulated_fidelity, tmp_path):
+    html = render_report(emulated_fidelity, "emu", {"source": "generate"}, tmp_path)
+    sec = _section(html, "fidelity")
+    assert '<div class="banner emulated"><b>EMULATED</b>' in sec and "Every number in this section is EMULATED" in sec
+    targets = sec[sec.index("<h3>Targets</h3>"):sec.index("</table>", sec.index("<h3>Targets</h3>"))]
+    rows = re.findall(r"<tr>(.*?)</tr>", targets)
+    spearman = next(r for r in rows if ">spearman_table6<" in r)
+    assert "✓ met" in spearman and "✗ missed" in spearman  # noise-free 0.72 >= 0.70, campaign 0.61 not
+    assert "✗ missed" in next(r for r in rows if ">median_moe-pt<" in r)  # 1.62 vs 1.43
+    assert "0.675 [0.6075, 0.7425]" in spearman  # seed median [5 %, 95 %]
+    assert "Kruskal-Wallis and Dunn-Holm" in sec and "replay_max_abs_error" in sec
+    assert 'class="pub">pfi_published</th>' in sec and "left out of every correlation" in sec
+    sens = sec[sec.index("fidelity_sensitivity"):]
+    assert sens.index("+25%") < sens.index("-25%") < sens.index("(none: baseline)")  # largest effect first
+    assert "MEASURED" not in sec
+
+
+def test_fidelity_section_is_omitted_for_a_measured_campaign(campaign):
+    root, files, paper = campaign
+    html = render_report(files, "real", {"source": "generate"}, paper)
+    assert '<section id="fidelity">' not in html
+    assert read_report_meta_from(html)["sections"]["fidelity"] == "omitted"
+
+
+def read_report_meta_from(html):
+    import json
+
+    return json.loads(re.search(r'<script type="application/json" id="wattflex-meta">(.*?)</script>', html, re.S).group(1))

@@ -29,18 +29,29 @@ WORKFLOW_PARTS = ("Snakefile", "rules", "workflow_scripts", "config", "envs", "p
 N_RUNS = 6 + 4 + 4 + 1  # first group on the six-cap grid, two on four caps, one repeat
 
 # Downstream of the run summaries, in the order the workflow runs them.
+# Fidelity against the paper (rules/fidelity.smk) reads runs and PFI: an emulated campaign's
+# analysis includes it.
+FIDELITY = {"fidelity": 1, "fidelity_figure": 1}
 ANALYSIS = {"collect_runs": 1, "compute_pfi": 1, "core_figures": 1, "cluster_stats": 1, "fit_predictor": 1,
-            "paper_tables": 1, "analysis_figures": 1}
+            "paper_tables": 1, "analysis_figures": 1, **FIDELITY}
 
 
 def allocation_wired() -> bool:
     return 'include: "rules/allocation.smk"' in (REPO / "Snakefile").read_text()
 
 
-ALLOCATION = {"simulate_allocation": 1, "allocation_figures": 1} if allocation_wired() else {}
+# One simulation job per cut (config.yaml's nine), merged by simulate_allocation.
+N_CUTS = 9
+ALLOCATION_MERGE = {"simulate_allocation": 1, "allocation_figures": 1} if allocation_wired() else {}
+ALLOCATION = {"simulate_allocation_cut": N_CUTS, **ALLOCATION_MERGE} if allocation_wired() else {}
 ALLOCATION_FIGURES = {"allocation_figures": 1} if allocation_wired() else {}
 FINAL = {"report": 1, "all": 1}
 EVERYTHING_AFTER_SUMMARIES = {**ANALYSIS, **ALLOCATION, **FINAL}
+# One summary job per sweep group (rules/runs.smk), each writing its runs' summary.json.
+SUMMARIZE = {"dense-pt-mistral24b-x8": "summaries_dense_pt_mistral24b_x8",
+             "moe-pt-gptoss20b-x8-ep8": "summaries_moe_pt_gptoss20b_x8_ep8",
+             "moe-ft-qwen30ba3b-x8": "summaries_moe_ft_qwen30ba3b_x8"}
+EVERY_SUMMARY = {rule: 1 for rule in SUMMARIZE.values()}
 
 
 def copy_tree(src: Path, dst: Path) -> None:
@@ -149,7 +160,15 @@ def test_base_campaign_is_complete_and_a_rerun_is_a_no_op(campaign):
 @pytest.mark.skipif(not allocation_wired(), reason="allocation stage not included in the Snakefile yet")
 def test_allocation_setting_reruns_only_allocation_its_figures_and_the_report(campaign):
     campaign.edit_config(lambda c: c["allocation"].update(cuts=[0.0, 0.1, 0.3]))
-    assert campaign.plan() == {**ALLOCATION, **FINAL}
+    # Dropping cuts reruns only the merge: the kept cuts' jobs are up to date.
+    assert campaign.plan() == {**ALLOCATION_MERGE, **FINAL}
+
+
+@pytest.mark.skipif(not allocation_wired(), reason="allocation stage not included in the Snakefile yet")
+def test_a_new_cut_runs_only_its_simulation_job_and_the_merge(campaign):
+    campaign.edit_config(lambda c: c["allocation"].update(cuts=[*yaml.safe_load(
+        (REPO / "config" / "config.yaml").read_text())["allocation"]["cuts"], 0.45]))
+    assert campaign.plan() == {"simulate_allocation_cut": 1, **ALLOCATION_MERGE, **FINAL}
 
 
 def test_predictor_features_rerun_predictor_allocation_and_reports_not_runs_or_pfi(campaign):
@@ -161,28 +180,30 @@ def test_predictor_features_rerun_predictor_allocation_and_reports_not_runs_or_p
 
 def test_plot_styling_reruns_figures_and_the_report_only(campaign):
     campaign.edit_config(lambda c: c["figures"].update(dpi=61))
-    assert campaign.plan() == {"core_figures": 1, "analysis_figures": 1, **ALLOCATION_FIGURES, **FINAL}
+    assert campaign.plan() == {"core_figures": 1, "analysis_figures": 1, "fidelity_figure": 1, **ALLOCATION_FIGURES,
+                               **FINAL}
 
 
 def test_summary_protocol_reruns_summaries_and_everything_downstream_never_runs(campaign):
     campaign.edit_config(lambda c: c["summary"].update(aggregate="mean"))
-    assert campaign.plan() == {"summarize_run": N_RUNS, **EVERYTHING_AFTER_SUMMARIES}
+    assert campaign.plan() == {**EVERY_SUMMARY, **EVERYTHING_AFTER_SUMMARIES}
 
 
 def test_one_groups_run_config_reruns_exactly_its_runs(campaign):
     campaign.edit_config(lambda c: c["groups"][2].update(batch=8))  # moe-ft, four caps
-    assert campaign.plan() == {"run_at_cap": 4, "summarize_run": 4, **EVERYTHING_AFTER_SUMMARIES}
+    assert campaign.plan() == {"run_at_cap": 4, SUMMARIZE["moe-ft-qwen30ba3b-x8"]: 1, **EVERYTHING_AFTER_SUMMARIES}
 
 
 def test_adding_a_cap_runs_only_the_new_run(campaign):
     campaign.edit_config(lambda c: c["groups"][1].update(caps=[200, 300, 500, 600, 700]))
-    assert campaign.plan() == {"run_at_cap": 1, "summarize_run": 1, **EVERYTHING_AFTER_SUMMARIES}
+    # The new run only; its group's summaries are redone (ms each), no other group's.
+    assert campaign.plan() == {"run_at_cap": 1, SUMMARIZE["moe-pt-gptoss20b-x8-ep8"]: 1, **EVERYTHING_AFTER_SUMMARIES}
 
 
 def test_adding_a_group_runs_only_its_runs(campaign):
     campaign.edit_config(lambda c: c["groups"].append(
         {"id": "dense-ft-mistral24b-x8", "model": "Mistral-Small-24B-Base-2501", "task": "lora", "gpus": 8}))
-    assert campaign.plan() == {"run_at_cap": 4, "summarize_run": 4, **EVERYTHING_AFTER_SUMMARIES}
+    assert campaign.plan() == {"run_at_cap": 4, "summaries_dense_ft_mistral24b_x8": 1, **EVERYTHING_AFTER_SUMMARIES}
 
 
 def test_scheduling_settings_rerun_nothing(campaign):
@@ -203,23 +224,26 @@ def test_reordering_config_keys_reruns_nothing(campaign):
 
 def test_a_statistics_setting_reruns_only_its_stage_and_what_reads_it(campaign):
     campaign.edit_config(lambda c: c.setdefault("stats", {}).update(alpha=0.01))
-    assert campaign.plan() == {"cluster_stats": 1, "analysis_figures": 1, **FINAL}
+    # fidelity reports the Dunn-Holm pattern at the campaign's alpha
+    assert campaign.plan() == {"cluster_stats": 1, "analysis_figures": 1, **FIDELITY, **FINAL}
 
 
 # ---- code changes (Snakemake does not see imported modules: code_fingerprint does) -------
 
-FIGURE_RULES = {"core_figures": 1, "analysis_figures": 1, **ALLOCATION_FIGURES}
+FIGURE_RULES = {"core_figures": 1, "analysis_figures": 1, "fidelity_figure": 1, **ALLOCATION_FIGURES}
 
 
 @pytest.mark.parametrize("module, expected", [
-    ("runs/emulator", {"run_at_cap": N_RUNS, "summarize_run": N_RUNS, **EVERYTHING_AFTER_SUMMARIES}),
-    ("telemetry", {"summarize_run": N_RUNS, **EVERYTHING_AFTER_SUMMARIES}),
+    ("runs/emulator", {"run_at_cap": N_RUNS, **EVERY_SUMMARY, **EVERYTHING_AFTER_SUMMARIES}),
+    ("telemetry", {**EVERY_SUMMARY, **EVERYTHING_AFTER_SUMMARIES}),
     ("analysis/predictor", {"cluster_stats": 1, "fit_predictor": 1, "paper_tables": 1, "analysis_figures": 1,
                             **ALLOCATION, **FINAL}),
     # A plot-only change (the shared style of every figure) plans the figure rules and the
     # report, never a simulation: no module outside plots/ imports plot code.
     ("plots/style", {**FIGURE_RULES, **FINAL}),
     ("report", FINAL),
+    ("analysis/fidelity", {**FIDELITY, **FINAL}),
+    ("plots/fidelity", {"fidelity_figure": 1, **FINAL}),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_library_code_change_reruns_exactly_its_dependents(campaign, module, expected):
     campaign.edit_code(f"workflow_scripts/wattflex/{module}.py")

@@ -28,26 +28,35 @@ class GPUSpec:
     mem_idle_w: float        # part of idle_w that is HBM
     mem_dyn_w: float         # extra HBM power at full bandwidth
     sm_dyn_w: float          # SM dynamic power at f_max, v=1, full activity
-    peak_bf16_tflops: float  # dense bf16 tensor rate at f_max
+    peak_bf16_tflops: float  # dense bf16 tensor rate at peak_clock_mhz (the datasheet's figure)
     hbm_tb_s: float
     hbm_gib: float
     nvlink_gb_s: float = 370.0     # achievable per-GPU collective bandwidth in a node
     internode_gb_s: float = 90.0   # per-GPU bus bandwidth of rail-optimised NCCL collectives across nodes
     clock_step_mhz: float = 15.0
+    # SM clock the datasheet's bf16 peak is quoted at: 989.4 TFLOPS = 132 SMs x 4 tensor cores
+    # x 1024 FLOP/clock x 1.83 GHz (the FP64-tensor 67 TFLOPS is quoted at 1.98 GHz).
+    peak_clock_mhz: float = 1830.0
     slurm_name: str = ""           # default GRES/constraint name (profiles/slurm overrides it)
 
     def clock_bins(self) -> np.ndarray:
         return np.arange(self.sm_clock_min_mhz, self.sm_clock_max_mhz + 1e-9, self.clock_step_mhz)
 
+    def tensor_flops_per_s(self, x: np.ndarray | float) -> np.ndarray | float:
+        """Dense bf16 tensor peak at relative SM clock ``x = f / sm_clock_max_mhz`` (scales with f)."""
+        return self.peak_bf16_tflops * 1e12 * x * self.sm_clock_max_mhz / self.peak_clock_mhz
+
 
 # Limits, clocks, peak rates and memory: NVIDIA H100/H200 SXM datasheets (dense bf16 989 TFLOPS,
 # 3.35 / 4.8 TB/s, 80 / 141 GB, 700 W). Power-model parameters: runs/emulator.py's docstring
-# (sm_dyn_w fitted to the Ujeniya et al. H100 cap -> clock table; idle/HBM power measured).
+# (sm_dyn_w fitted with the voltage curve to the Ujeniya et al. H100 FP64-DGEMM cap -> clock
+# table plus a bf16 GEMM at the datasheet's 1830 MHz under 700 W; the same die in both, and
+# no H200 table was found, so the H100 fit serves both; idle/HBM power measured).
 GPUS: dict[str, GPUSpec] = {
     "H200": GPUSpec("H200", 200, 700, 700, 345, 1980, 3201, idle_w=75, mem_idle_w=42, mem_dyn_w=70,
-                    sm_dyn_w=1257, peak_bf16_tflops=989, hbm_tb_s=4.8, hbm_gib=141, slurm_name="h200"),
+                    sm_dyn_w=1045, peak_bf16_tflops=989.4, hbm_tb_s=4.8, hbm_gib=141, slurm_name="h200"),
     "H100": GPUSpec("H100", 200, 700, 700, 345, 1980, 2619, idle_w=60, mem_idle_w=30, mem_dyn_w=48,
-                    sm_dyn_w=1257, peak_bf16_tflops=989, hbm_tb_s=3.35, hbm_gib=80, slurm_name="h100"),
+                    sm_dyn_w=1045, peak_bf16_tflops=989.4, hbm_tb_s=3.35, hbm_gib=80, slurm_name="h100"),
 }
 
 # Dense bf16 tensor peak of devices the real harness may meet but the emulator does not model,

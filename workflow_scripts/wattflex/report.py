@@ -87,6 +87,15 @@ SECTIONS: tuple[Section, ...] = (
         published_text="PFI 1.10-2.67, none below 1; medians dense 1.27, MoE PT 1.43, MoE FT 2.10; only dense vs "
                        "MoE-FT significant after Holm; DRAM activity and the DRAM copy product correlate positively "
                        "with PFI, tensor-pipe activity negatively."),
+    Section("fidelity", "Fidelity of the EMULATED reproduction against the paper (beyond the paper)", (
+        Item("tables/fidelity_summary.csv", "Headline metrics of the emulation against the issue's targets",
+             render="fidelity"),
+        Item("figures/fidelity_vs_published.png", "Emulated PFI per group vs published, with the 1:1 line"),
+        Item("tables/fidelity.csv", "Per group: emulated PFI (noise-free model, this campaign, noise-seed 5-95 %) "
+             "beside the published value; residual = emulated - published"),
+        Item("tables/fidelity_sensitivity.csv", "Sensitivity of the noise-free model: each physics constant "
+             "-25 % and +25 %, one at a time (largest effect first)", render="sensitivity"),
+    ), optional=True),
     Section("predictor", "§5 Predicting PFI from one uncapped run (Tables 3, 8, 12, 13; Fig. 7)", (
         Item("predictor/ablation.csv", "Table 3: predictor ablation (in-sample, leave-one-out, leave-one-cluster-out)"),
         Item("figures/predicted_vs_measured.png", "Fig. 7 analog: predicted vs measured PFI"),
@@ -306,6 +315,10 @@ def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> s
             out.append(_published_html(paper_tables, item.published))
         elif not any(is_published(c) for c in df.columns):
             out.append('<p class="note">No published values for this table in the paper tables directory.</p>')
+    elif render == "fidelity":
+        out.append(f"<h3>{_esc(title)}</h3>" + fidelity_summary_html(pd.read_csv(path)))
+    elif render == "sensitivity":
+        out.append(f"<h3>{_esc(title)}</h3>" + sensitivity_html(pd.read_csv(path)))
     elif render == "text":
         out.append(f"<h3>{_esc(title)}</h3><pre>{_esc(path.read_text())}</pre>")
     else:
@@ -314,6 +327,58 @@ def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> s
         out.append(f'<p class="note">{_esc(item.note)}</p>')
     out.append(f'<p class="src"><code>{_esc(rel)}</code></p></div>')
     return "".join(out)
+
+
+_FIDELITY_INTRO = (
+    "Every number in this section is EMULATED: it comes from wattflex's GPU and training-step model, "
+    "not from a GPU. <b>noise-free</b>: the model alone (every GPU alike, no noise); <b>campaign</b>: this "
+    "campaign's emulated runs; <b>seeds</b>: the median and 5-95 % range over {n} redraws of the per-run "
+    "noise the emulated backend applies (per-GPU leakage and per-run factors drawn as the backend does; "
+    "per-sample jitter left out, see <code>replay_max_abs_error</code>). Targets are those of issue 14; "
+    "they are reported, not fitted to.")
+
+
+def _mark(value: Any) -> str:
+    """A met/missed mark for a 0/1 (NaN: not judged)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return "✓ met" if float(value) == 1.0 else "✗ missed"
+
+
+def fidelity_summary_html(df: pd.DataFrame) -> str:
+    """The fidelity summary: targets with met/missed marks, then the other metrics by topic,
+    each with the noise-free model, the campaign, the seed distribution and the published value."""
+    n = int(df["n_seeds"].max()) if "n_seeds" in df and len(df) else 0
+    parts = [f'<p class="note">{_FIDELITY_INTRO.format(n=n)}</p>']
+    seeds = df["seed_median"].map(_fmt) + " [" + df["seed_p05"].map(_fmt) + ", " + df["seed_p95"].map(_fmt) + "]"
+    shown = pd.DataFrame({"metric": df["metric"], "noise-free": df["noise_free"], "campaign": df["campaign"],
+                          "seeds: median [5 %, 95 %]": seeds, "published": df["published"]})
+    judged = df["target"].fillna("").astype(str) != ""
+    targets = shown[judged].assign(
+        target=df.loc[judged, "target"], **{"noise-free: target": df.loc[judged, "met_noise_free"].map(_mark),
+                                            "campaign: target": df.loc[judged, "met_campaign"].map(_mark),
+                                            "share of seeds meeting it": df.loc[judged, "seed_share_met"]})
+    parts.append("<h3>Targets</h3>" + table_html(targets.reset_index(drop=True)))
+    for topic, rows in df[~judged].groupby("topic", sort=False):
+        table = shown.loc[rows.index]
+        if rows["note"].fillna("").astype(str).str.len().any():
+            table = table.assign(note=rows["note"].fillna(""))
+        title = {"cluster tests": "Kruskal-Wallis and Dunn-Holm across clusters, beside the published (Tables 10-11)",
+                 "rank agreement": "Rank agreement with Table 6 (overall and within each cluster)"}.get(topic, topic)
+        parts.append(f"<h3>{_esc(title[0].upper() + title[1:])}</h3>" + table_html(table.reset_index(drop=True)))
+    return "".join(parts)
+
+
+def sensitivity_html(df: pd.DataFrame) -> str:
+    """The sensitivity table, the constants that move the medians or the Spearman most first."""
+    deltas = [c for c in df.columns if str(c).startswith("delta_")]
+    effect = df[deltas].abs().max(axis=1) if deltas else pd.Series(0.0, index=df.index)
+    order = effect.sort_values(ascending=False, kind="stable").index
+    cols = [c for c in df.columns if c not in ("source", "backend")] + [c for c in ("source",) if c in df]
+    moved = int((effect > 0.005).sum())
+    note = (f'<p class="note">{moved} of {len(df) - 1} perturbations move a cluster median or the Spearman by more '
+            "than 0.005 (EMULATED, noise-free model, headline groups). Each constant's source is in the CSV.</p>")
+    return note + table_html(df.loc[order, cols].reset_index(drop=True), max_rows=len(df))
 
 
 def _summary_rows(summary_csv: Path | None, keys: Sequence[str]) -> str:

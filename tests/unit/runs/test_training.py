@@ -220,6 +220,26 @@ def test_config_from_spec_and_json_roundtrip(tmp_path):
     assert TrainConfig.from_json(tmp_path / "c.json") == cfg
 
 
+@pytest.mark.parametrize("model", sorted(CATALOG))
+@pytest.mark.parametrize("task", ["pt", "lora"])
+def test_harness_asks_for_the_attention_the_emulator_models(model, task, tmp_path):
+    from wattflex.runs.emulator import attention_impl
+    spec = {"group": {"task": task}, "model_facts": CATALOG[model], "cuda": {"device": "cuda"}}
+    asked = TrainConfig.from_spec(spec, tmp_path).attn_implementation
+    # None: the harness passes nothing and transformers picks sdpa, which the emulator assumes
+    assert (asked or "sdpa") == attention_impl(CATALOG[model], task)
+    if model == "gpt-oss-20b":
+        assert asked == {"lora": "eager", "pt": "flex_attention"}[task]
+    override = {**spec, "cuda": {"device": "cuda", "attn_implementation": "sdpa"}}
+    assert TrainConfig.from_spec(override, tmp_path).attn_implementation == "sdpa"
+
+
+def test_flex_attention_with_sinks_falls_back_to_eager_on_cpu(tmp_path):
+    cfg = tiny_cfg("gpt-oss-20b", "pt", tmp_path, attn_implementation="flex_attention")
+    model = models.build_model(cfg, torch.float32)
+    assert model.config._attn_implementation == "eager"  # transformers raises for sinks + flex on CPU
+
+
 def torchrun(cfg: TrainConfig, tmp_path: Path, nproc: int = 2) -> subprocess.CompletedProcess:
     cfg.to_json(tmp_path / "cfg.json")
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts"), "OMP_NUM_THREADS": "1"}

@@ -1,80 +1,219 @@
 """The physics behind the emulated backend: a virtual H200/H100 running one training job.
 
-Two models meet here.
+Every global constant is a field of ``Physics`` (``PHYSICS`` is the default) with its source
+in ``metadata["source"]``: a measurement, a documented framework/kernel behaviour, a count
+of the bytes a named piece of code moves, or "assumed"/"fitted". Never per group: groups
+differ only through their architecture (catalog facts), task, layout and settings.
 
-**GPU power/DVFS model** (``GPUSpec``, ``power_w``). Board power of a kernel class at SM
-clock ``f`` (``x = f / f_max``)::
+**GPU power/DVFS model** (``GPUSpec``, ``operating_points``). Board power of a kernel class
+at SM clock ``f`` (``x = f / f_max``)::
 
-    P = idle_w + mem_dyn_w * dram_util + sm_dyn_w * x * v(x)^2 * (0.30 * sm_busy + 0.70 * tensor_util)
+    P = idle_w + mem_dyn_w * dram_util + sm_dyn_w * x * v(x)^2 * (sm_busy_weight * sm_busy + tensor_weight * tensor_util)
 
-``v(x) = v_min + (1 - v_min) * x**k`` is the normalised core voltage: flat at low clocks
-(the voltage floor), rising steeply near the top of the DVFS curve. The memory clock does
-not change under a power cap (the paper's mechanism, and what H100/H200 do), so memory-
-bound work keeps its speed while the SM clock drops. A cap is enforced the way the
-firmware does it: the highest SM clock (15 MHz bins) whose modelled step-average power
-fits under the cap; realised power is at most the cap and below it when the job does not
-need that much.
+``v(x) = v_min + (1 - v_min) * x**v_exp`` is the normalised core voltage: flat at low clocks,
+rising steeply near the top. The memory clock does not change under a power cap (the
+paper's mechanism), so memory-bound work keeps its speed while the SM clock drops. A cap is
+enforced as the firmware does: the highest SM clock (15 MHz bins) whose step-average power
+fits under it.
 
-Calibration (global constants, never per group): the H100 SXM cap -> SM clock table of
-Ujeniya et al. 2026 (arXiv:2604.11391), measured on a GEMM-heavy kernel
-(200 W -> 625 MHz, 300 -> 1132, 400 -> 1501, 500 -> 1731, 600 -> 1889, 700 -> 1969).
-A least-squares fit of the model above for a kernel mix at 30 % tensor-pipe activity and
-20 % DRAM utilisation gives ``sm_dyn_w = 1257`` W, ``v_min = 0.798``, ``k = 7.63``, and
-reproduces that table within 30 MHz. The source does not state its kernel's tensor
-activity; 0.30 is our global choice. It puts uncapped dense LLM training (tensor activity
-~0.6-0.7) at ~1.7 GHz under the 700 W limit, as seen on real H100/H200 nodes. With 0.45
-instead, every group's PFI rises (dense median 1.59 instead of 1.23): this single constant
-sets the absolute PFI level; the ordering across groups comes from the roofline. H200 idle power is
-~75 W with ~42 W of it in memory (HBM3e); H200 and H100 share the GH100 die, so the SM
-model is shared and they differ in HBM (4.8 vs 3.35 TB/s, 141 vs 80 GB) and memory power.
-The SM-clock profiles of Perseus (SOSP'24; A100/A40, time and energy per micro-batch at
-each locked clock; shipped in ``resources/external/perseus-sosp24``) show the same shape:
-time ~ a + b/f for LLM stages, and power rising super-linearly near the top clock. No
-benchmark compares the two quantitatively yet.
+Calibration (``power_model_clock_for_cap``; ``tests/unit/runs/test_emulator_calibration.py``
+refits it). The H100 cap -> SM clock table of Ujeniya et al. 2026 (arXiv:2604.11391; 200 W
+-> 625 MHz ... 700 W -> 1969 MHz) was measured with an FP64 DGEMM, which runs on the FP64
+tensor (DMMA) pipes, not the bf16 (HMMA) pipes that ``tensor_util`` counts; its power in
+HMMA units is not published. The table fixes the voltage curve and the DGEMM's total SM
+power; a second fact splits the two: the datasheet's bf16 peak (989.4 TFLOPS) is quoted at
+1830 MHz, the FP64 peak (67 TFLOPS) at 1980 MHz, read as "a bf16 GEMM holds 1830 MHz under
+700 W". Fitting both gives ``sm_dyn_w`` 1045 W, ``v_min`` 0.798, ``v_exp`` 7.61 and the
+DGEMM's HMMA-equivalent activity 0.447. No H200 cap table was found, so the H100 fit serves
+both (same GH100 die; they differ in HBM: 4.8 vs 3.35 TB/s, 141 vs 80 GB, memory power).
 
-**Training-step roofline** (``JobSpec``, ``step_kernels``). One optimizer step per GPU is
-split into kernel classes, each with tensor FLOPs, DRAM bytes and an SM issue cost, all
-derived from the architecture (catalog facts), the task and the parallel layout:
+**Training-step roofline** (``JobSpec``, ``step_kernels``). One optimizer step per GPU is a
+list of kernel classes, each with tensor FLOPs, DRAM bytes and SM issue cost, derived from the
+architecture, the task and the layout; each takes ``max(compute at f, memory, issue at f)``:
 
-* dense GEMMs (attention projections, dense MLP, LM head): ``2 * N * tokens`` per pass;
-  3 passes for full training (forward, activation grads, weight grads), 2 for LoRA (the
-  frozen weights get no weight-gradient GEMM), +1 with gradient checkpointing;
-* flash attention: ``4 * S * d_attn / 2`` FLOPs per token per layer and pass (causal);
-* routed-expert grouped GEMMs: FLOPs of the active experts, but bytes of *all* local
-  experts' weights, and an efficiency that falls with the expert width (small GEMMs);
-* element-wise / norm / routing permutation kernels: pure DRAM traffic (fewer bytes with
-  torch.compile fusion), issue-limited when the SM clock is very low;
-* AdamW (full training): ~36 bytes per local parameter;
-* collectives: FSDP all-gathers / reduce-scatters and expert-parallel all-to-all over
-  NVLink (<= 8 GPUs) or the inter-node fabric, overlapped with compute up to a fraction;
-* host time per step (data loading, kernel launches; more launches without compile).
+* dense GEMMs: ``2 * N * tokens`` per pass; 3 passes for full training, 2 for LoRA, +1 with
+  activation checkpointing (the recompute);
+* attention, as the harness runs it (``attention_impl``: the catalog's ``attn_implementation``
+  per task, else transformers' default ``sdpa``). Fused (FlashAttention-2 via sdpa,
+  FlexAttention): causal FLOPs, no S x S traffic. Eager (gpt-oss LoRA: transformers declares
+  no SDPA for gpt_oss): full S x S batched GEMMs and a softmax chain that moves every score
+  element through HBM (bytes counted per op in ``Physics``; fewer when the layer is
+  compiled, more with sink logits);
+* routed experts (transformers 5 ``grouped_mm`` path): FLOPs of the active experts, bytes of
+  all local expert weights and of the GEMM activations, the bf16 efficiency of the dense
+  GEMMs times the fill of each expert's last row tile; routing (gather, weighting, inverse
+  permutation, top-k sum and their gradients) as bytes counted from that code, fewer when
+  compiled, plus the dispatch/combine copies of expert parallelism;
+* element-wise / norm kernels, AdamW (full training): DRAM bytes, issue-limited at low clocks;
+* collectives: FSDP all-gather / reduce-scatter (hidden behind compute up to
+  ``fsdp_overlap``) and, with ``ep > 1``, the all-to-all dispatch + combine (bf16, forward,
+  recompute and backward; fully exposed, as transformers' EP waits on it);
+* host: the per-step host work after the step's sync is exposed; kernel-launch time hides
+  behind queued GPU work and shows only where it exceeds it (CUDA launches are asynchronous).
 
-Compute-bound time scales with 1/f, memory and communication time do not; dense-vs-MoE
-and PT-vs-LoRA differences in flexibility come out of these mechanics, not from labels.
+Compute-bound time scales with 1/f; memory, communication and host time do not. Which groups
+are flexible follows from that split: the emulated PFI of the headline groups rank-correlates
+with each job's clock-independent share of step time (checked by
+``tests/unit/runs/test_emulator_mechanisms.py``). ``benchmarks/emulator_vs_perseus.py`` sets
+the emulator's clock scaling beside the Perseus (SOSP'24) A100 SM-frequency profiles.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from wattflex.gpus import GPUSpec
+from wattflex.runs.attention import catalog_attn_implementation
 
 GIB = 1024**3
 
-# Fitted once to the Ujeniya et al. H100 table (see module docstring).
-V_MIN = 0.798
-V_EXP = 7.63
-SM_BUSY_WEIGHT = 0.30
-TENSOR_WEIGHT = 0.70
+
+def _c(default: float, source: str, sensitivity: bool = True) -> Any:
+    """A physics constant with its source (``sensitivity``: a +-25 % perturbation is meaningful)."""
+    return field(default=default, metadata={"source": source, "sensitivity": sensitivity})
 
 
-def voltage(x: np.ndarray | float) -> np.ndarray | float:
+@dataclass(frozen=True)
+class Physics:
+    """Every global constant of the emulator's physics, one field each, with its source.
+
+    Never per group: a ``Physics`` applies to every job alike. ``dataclasses.replace`` gives a
+    perturbed copy (the fidelity report's sensitivity table); ``metadata["sensitivity"]`` is
+    False where a +-25 % change is not a physical alternative (exponents of a fitted curve
+    whose other parameters were fitted with them, bin sizes, clip bounds).
+    """
+    # --- SM power / voltage curve (fitted together to the Ujeniya et al. H100 table) -------
+    v_min: float = _c(0.798, "fitted with v_exp, calib_tensor_util and GPUSpec.sm_dyn_w to the Ujeniya et al. "
+                      "2026 H100 FP64-DGEMM cap->clock table (arXiv:2604.11391) and the datasheet bf16 clock; "
+                      "normalised voltage floor", False)
+    v_exp: float = _c(7.61, "fitted with v_min to the same table; exponent of the voltage rise", False)
+    sm_busy_weight: float = _c(0.30, "assumed: share of SM dynamic power drawn by a busy SM with idle "
+                               "tensor pipes (issue, register file, L1)")
+    tensor_weight: float = _c(0.70, "assumed: 1 - sm_busy_weight (tensor pipes at full activity)", False)
+    calib_tensor_util: float = _c(0.447, "fitted: the calibration kernel is an FP64 DGEMM on the FP64 tensor (DMMA) "
+                                  "pipes, whose power in units of bf16 (HMMA) tensor activity no source gives; fitted "
+                                  "with sm_dyn_w so that a bf16 GEMM at tensor activity dense_gemm_eff runs at 1830 MHz "
+                                  "under 700 W (the clock of the datasheet's 989.4 TFLOPS) while the DGEMM keeps the "
+                                  "measured table (1969 MHz at 700 W, the FP64 peak's 1980 MHz). Only the calibration "
+                                  "check reads it (perturb sm_dyn_scale for the level it sets)", False)
+    sm_dyn_scale: float = _c(1.0, "1 = GPUSpec.sm_dyn_w as fitted (above); scales the SM dynamic power of every job "
+                             "alike, the knob through which the sensitivity table perturbs the calibration")
+    calib_dram_util: float = _c(0.20, "assumed: DRAM utilisation of the calibration DGEMM (compute-bound)")
+    calib_bf16_clock_mhz: float = _c(1830.0, "NVIDIA H100 SXM datasheet: 989.4 TFLOPS bf16 dense = 528 tensor cores "
+                                     "x 1024 FLOP/clock x 1.83 GHz; read as the clock a bf16 GEMM holds at 700 W", False)
+    # --- roofline rates ----------------------------------------------------------------
+    hbm_efficiency: float = _c(0.80, "achievable fraction of HBM peak bandwidth for streaming kernels "
+                               "(STREAM-like copy on H100/H200 reaches ~80-90 % of datasheet)")
+    issue_bw_factor: float = _c(2.0, "assumed: element-wise kernels issue ~2x HBM bandwidth worth of "
+                                "bytes/s at f_max (issue-limited below ~half clock)")
+    dense_gemm_eff: float = _c(0.70, "assumed: achieved fraction of bf16 peak for large transformer GEMMs")
+    lora_gemm_eff: float = _c(0.25, "assumed: skinny rank-32 LoRA GEMMs")
+    attention_eff: float = _c(0.55, "assumed: FlashAttention-2/3 fraction of peak (causal)")
+    attention_bwd_factor: float = _c(2.5, "FlashAttention-2 paper: backward ~2.5x forward FLOPs incl. recompute")
+    grouped_gemm_tile_m: float = _c(128.0, "CUTLASS sm90 grouped-GEMM tile height (torch._grouped_mm, the grouped_mm "
+                                    "experts path of transformers 5): each expert's last row tile is on average "
+                                    "half empty", False)
+    # --- bytes per element -------------------------------------------------------------
+    gemm_act_bytes: float = _c(4.0, "bf16 activation in + out per hidden element per layer and pass")
+    lora_act_bytes: float = _c(6.0, "bf16 LoRA down/up activations per rank element, per module and pass")
+    lora_modules: int = _c(7, "q, k, v, o, gate, up, down projections carry adapters", False)
+    attn_io_bytes: float = _c(6.0, "bf16 q, k, v read per attention element per pass (flash: no S^2 traffic)")
+    # Eager attention, bytes per score element (bf16, 2 B) counted from the ops of transformers
+    # 5.24 gpt_oss eager_attention_forward and their autograd backward (PyTorch 2.x kernels):
+    #   GEMMs fwd: QK^T writes the logits (2), PV reads the probs (2)                      = 4
+    #   GEMMs bwd: dP = dO V^T writes (2), dV reads P (2), dQ and dK read dS (2 + 2)       = 8
+    #   chain fwd, eager: *scaling r+w (4), +mask r+r+w (6), cat sinks r+w (4), max r (2),
+    #     -max r+w (4), softmax r+w (4), [..., :-1] made contiguous for PV r+w (4)          = 28
+    #   chain fwd, compiled layer (inductor fuses the pointwise/reduction chain into one
+    #     persistent-reduction kernel): read logits (2), read the bf16 mask (2), write P (2)  = 6
+    #   chain bwd, eager: slice grad zeros+copy (6), softmax_backward r P, r dP, w (6),
+    #     max grad: sum (2) + zeros/scatter (2) + grad accumulation r+r+w (6), *scaling (4)   = 26
+    #   chain bwd, compiled: read P, read dP, write dS (6)                                  = 6
+    # Without sinks (other families run eagerly) the cat (4) and slice copy (4) fwd and the
+    # slice grad (6) bwd are absent. Compiled, with activation checkpointing (forward twice):
+    # 2 x (4 + 6) + (8 + 6) = 34 B per score element per step.
+    eager_score_gemm_fwd_bytes: float = _c(4.0, "counted: QK^T writes logits, PV reads probs (bf16)", False)
+    eager_score_gemm_bwd_bytes: float = _c(8.0, "counted: dP write, P read for dV, dS read for dQ and dK", False)
+    eager_chain_fwd_bytes: float = _c(28.0, "counted: eager softmax chain with sinks, forward (see above)")
+    eager_chain_bwd_bytes: float = _c(26.0, "counted: eager softmax chain with sinks, backward (see above)")
+    eager_chain_fwd_bytes_compile: float = _c(6.0, "counted: inductor-fused softmax chain, forward")
+    eager_chain_bwd_bytes_compile: float = _c(6.0, "counted: inductor-fused softmax backward")
+    eager_sink_fwd_bytes: float = _c(8.0, "counted: sink cat + slice copy, forward (eager only)", False)
+    eager_sink_bwd_bytes: float = _c(6.0, "counted: slice grad zeros + copy, backward (eager only)", False)
+    # Routing bytes per routed (token, expert) hidden element, counted from transformers 5.24
+    # integrations/moe.py grouped_mm_experts_forward and its autograd backward (bf16, 2 B):
+    #   fwd eager: gather hidden_states[perm // k] r+w (4), * routing weights r+w (4),
+    #     [inv_perm] r+w (4), view(..., k, d).sum(1) r (2)                                  = 14
+    #   fwd compiled (layer compiled): the gather is materialised as the grouped GEMM input
+    #     (4); weighting, inverse permutation and the top-k sum fuse into one read (2)       = 6
+    #   bwd eager: inverse-permutation grad zeros + index_put r+w (6), weighting grads: input
+    #     grad r+w (4), weight grad product + sum (8), gather grad index_put r+w (4)        = 22
+    #   bwd compiled: read proj_out and write its grad (4), gather grad accumulate r+w (4)   = 8
+    # The grouped GEMMs' own activations (up reads d, writes 2I; down reads I, writes d per
+    # pair and pass) are in the expert GEMM kernel; the gate activation is in element-wise.
+    route_fwd_bytes: float = _c(14.0, "counted: routing bytes per routed element, forward, eager (above)")
+    route_bwd_bytes: float = _c(22.0, "counted: routing bytes per routed element, backward, eager (above)")
+    route_fwd_bytes_compile: float = _c(6.0, "counted: routing bytes per routed element, forward, compiled")
+    route_bwd_bytes_compile: float = _c(8.0, "counted: routing bytes per routed element, backward, compiled")
+    ep_route_bytes: float = _c(8.0, "counted: transformers 5.24 distributed/expert_parallel.py: send gather r+w (4) "
+                               "and combine scatter token_outputs[order] r+w (4) per routed element and pass")
+    ew_bytes_compile: float = _c(22.0, "assumed: element-wise bytes per hidden element per layer and pass with torch.compile fusion")
+    ew_bytes_eager: float = _c(36.0, "assumed: the same without compile (unfused norms, residuals, rotary)")
+    ew_mlp_bytes: float = _c(6.0, "assumed: activation (SiLU/GLU) bytes per MLP element per pass")
+    logits_bytes: float = _c(6.0, "bf16 logits written, softmax read, logit grads written")
+    adamw_bytes: float = _c(36.0, "AdamW per parameter: fp32 master, m, v read+write, grad read, bf16 copy")
+    adamw_issue_bytes: float = _c(18.0, "assumed: share of the AdamW bytes that costs SM issue slots")
+    # --- communication -----------------------------------------------------------------
+    lora_rs_factor: float = _c(14.0, "assumed: LoRA gradient reduce-scatter bytes per rank*hidden per layer (/4 B)")
+    fsdp_overlap: float = _c(0.85, "assumed: fraction of compute time behind which FSDP prefetch hides")
+    a2a_overlap: float = _c(0.0, "transformers 5.24 expert_parallel.py: split sizes by .tolist() (a host sync), "
+                            "the experts wait on the received rows (_WaitTensor), combine waits on the experts: "
+                            "no compute runs beside the all-to-all", False)
+    nccl_extra_w: float = _c(25.0, "assumed: board power above idle of NCCL kernels (a few SMs, NVLink)")
+    nccl_dram: float = _c(0.15, "assumed: DRAM activity during collectives")
+    nccl_sm: float = _c(0.12, "assumed: SM activity of NCCL kernels")
+    nccl_copy: float = _c(0.20, "assumed: memory-copy utilisation during collectives")
+    # --- host ---------------------------------------------------------------------------
+    host_base_s: float = _c(0.012, "assumed: per-step host time (data loading, optimizer bookkeeping)")
+    launches_compile: float = _c(30.0, "assumed: kernel launches per layer and pass with torch.compile")
+    launches_eager: float = _c(70.0, "assumed: kernel launches per layer and pass eager")
+    launch_s: float = _c(4e-6, "CUDA kernel launch overhead ~4 us (PyTorch eager dispatch + cudaLaunchKernel)")
+    launch_overlap: float = _c(1.0, "CUDA C Programming Guide, Asynchronous Concurrent Execution: kernel launches "
+                               "return before the kernel completes, so launch time hides behind queued GPU work "
+                               "(1 = all of a step's GPU work; an upper bound, hence no +25 %)", False)
+    host_extra_w: float = _c(15.0, "assumed: board power above idle while the GPU waits for the host")
+    host_sm: float = _c(0.03, "assumed: SM activity while waiting for the host")
+    # --- telemetry / activity -----------------------------------------------------------
+    sm_active_compute: float = _c(0.92, "assumed: DCGM SM-active fraction during compute kernels")
+    copy_per_dram: float = _c(1.6, "assumed: DCGM mem-copy utilisation per unit of DRAM activity", False)
+    comm_gpu_util: float = _c(0.9, "assumed: NVML GPU util counts NCCL kernels as busy", False)
+    barrier_extra_w: float = _c(20.0, "assumed: power above idle of a GPU spinning at a collective barrier")
+    # --- per-GPU variation and memory footprint ----------------------------------------
+    leakage_sd: float = _c(0.03, "assumed: silicon-to-silicon sd of dynamic power (few % in GPU fleet studies)")
+    leakage_clip: float = _c(0.10, "clip of the per-GPU leakage factor at 1 +- this", False)
+    hbm_usable: float = _c(0.95, "fraction of HBM the caching allocator can hand out", False)
+    act_bytes_ckpt: float = _c(2.0, "bf16 checkpointed layer input per hidden element", False)
+    act_bytes_full: float = _c(34.0, "activation bytes per hidden element per layer without checkpointing "
+                                "(Korthikanti et al. 2022, 34 sbh per layer)", False)
+    framework_gib: float = _c(6.0, "assumed: CUDA context, NCCL buffers, allocator slack (GiB)", False)
+
+
+PHYSICS = Physics()
+
+# Transition aliases (old names); new code reads ``PHYSICS`` or a ``physics`` argument.
+V_MIN = PHYSICS.v_min
+V_EXP = PHYSICS.v_exp
+SM_BUSY_WEIGHT = PHYSICS.sm_busy_weight
+TENSOR_WEIGHT = PHYSICS.tensor_weight
+
+
+def voltage(x: np.ndarray | float, physics: Physics = PHYSICS) -> np.ndarray | float:
     """Normalised core voltage at relative SM clock x."""
-    return V_MIN + (1.0 - V_MIN) * np.power(x, V_EXP)
+    return physics.v_min + (1.0 - physics.v_min) * np.power(x, physics.v_exp)
 
 
 @dataclass(frozen=True)
@@ -86,18 +225,18 @@ class Kernel:
     dram_bytes: float = 0.0
     issue_bytes: float = 0.0       # bytes whose handling costs SM issue slots (element-wise)
     comm_s: float = 0.0            # exposed communication time (clock-independent)
-    host_s: float = 0.0            # GPU idle, waiting for the host
+    host_s: float = 0.0            # GPU idle, waiting for the host (after a host sync)
+    launch_s: float = 0.0          # host time launching kernels; hidden behind queued GPU work
 
-    def times(self, gpu: GPUSpec, x: np.ndarray) -> np.ndarray:
+    def times(self, gpu: GPUSpec, x: np.ndarray, physics: Physics = PHYSICS) -> np.ndarray:
         t = np.zeros_like(x, dtype=float)
         if self.tensor_flops:
-            t = np.maximum(t, self.tensor_flops / (gpu.peak_bf16_tflops * 1e12 * x * self.efficiency))
+            t = np.maximum(t, self.tensor_flops / (gpu.tensor_flops_per_s(x) * self.efficiency))
         if self.dram_bytes:
-            t = np.maximum(t, self.dram_bytes / (gpu.hbm_tb_s * 1e12 * 0.80))
+            t = np.maximum(t, self.dram_bytes / (gpu.hbm_tb_s * 1e12 * physics.hbm_efficiency))
         if self.issue_bytes:
-            # element-wise kernels issue ~2x HBM bandwidth worth of bytes/s at f_max
-            t = np.maximum(t, self.issue_bytes / (2.0 * gpu.hbm_tb_s * 1e12 * x))
-        return t + self.comm_s + self.host_s
+            t = np.maximum(t, self.issue_bytes / (physics.issue_bw_factor * gpu.hbm_tb_s * 1e12 * x))
+        return t + self.comm_s + self.host_s + self.launch_s
 
 
 @dataclass(frozen=True)
@@ -124,6 +263,8 @@ class JobSpec:
     compile: bool = True
     grad_checkpointing: bool = True
     lora_rank: int = 32
+    attention: str = "sdpa"         # transformers attn_implementation the harness runs (see attention_impl)
+    attention_sinks: bool = False   # per-head learned sink logits (gpt-oss)
 
     @classmethod
     def from_config(cls, group: dict[str, Any], model: dict[str, Any]) -> "JobSpec":
@@ -138,6 +279,7 @@ class JobSpec:
             ep=int(group.get("ep", 1)), compile=bool(group.get("compile", True)),
             grad_checkpointing=bool(group.get("grad_checkpointing", True)),
             lora_rank=int(group.get("lora_rank", 32)),
+            attention=attention_impl(model, group["task"]), attention_sinks=bool(model.get("attention_sinks", False)),
         )
 
     @property
@@ -149,8 +291,47 @@ class JobSpec:
         return max(1, math.ceil(self.gpus / 8))
 
 
-def step_kernels(job: JobSpec, gpu: GPUSpec) -> list[Kernel]:
+def attention_impl(model: dict[str, Any], task: str) -> str:
+    """The attention implementation a job of ``task`` runs for catalog entry ``model``.
+
+    ``attn_implementation`` in the catalog (a name, or a mapping task -> name) is what the
+    harness asks transformers for; without it transformers picks ``sdpa`` (its default for
+    every family that supports SDPA; ``PreTrainedModel.get_correct_attn_implementation``), which
+    on H100/H200 in bf16 runs PyTorch's FlashAttention-2 kernel.
+    """
+    return catalog_attn_implementation(model, task) or "sdpa"
+
+
+def _attention_kernels(job: JobSpec, ph: Physics, fwd_passes: int) -> list[Kernel]:
+    """Attention of one step: fused (flash/flex) or eager with materialised S x S scores."""
+    tok, d_attn = job.tokens_per_gpu, job.heads * job.head_dim
+    qkv_bytes = ph.attn_io_bytes * tok * d_attn * job.layers * (fwd_passes + 2)
+    if job.attention != "eager":
+        # FlashAttention-2 (sdpa), flex_attention (torchtitan's gpt-oss, sinks through the LSE):
+        # tiles in SRAM, causal (half the S x S products), backward recomputes the scores.
+        attn_fwd = 4 * job.seq_len * d_attn / 2 * tok * job.layers
+        return [Kernel("attention", tensor_flops=attn_fwd * (fwd_passes + ph.attention_bwd_factor),
+                       efficiency=ph.attention_eff, dram_bytes=qkv_bytes)]
+    # Eager (transformers' eager_attention_forward): QK^T and PV as batched GEMMs over the full
+    # [B, H, S, S] matrix (the causal mask is added, not skipped): 4*S*d FLOPs per token and
+    # layer forward, twice that backward (dQ, dK, dV, dP). Every score element crosses HBM.
+    scores = tok * job.heads * job.seq_len * job.layers          # B*H*S*S per layer, all layers
+    gemm_flops = 4 * job.seq_len * d_attn * tok * job.layers * (fwd_passes + 2)
+    gemm_bytes = scores * (ph.eager_score_gemm_fwd_bytes * fwd_passes + ph.eager_score_gemm_bwd_bytes)
+    chain = ((ph.eager_chain_fwd_bytes_compile, ph.eager_chain_bwd_bytes_compile) if job.compile
+             else (ph.eager_chain_fwd_bytes, ph.eager_chain_bwd_bytes))
+    if not job.attention_sinks:   # no cat/slice of the sink column
+        chain = (chain[0] - (0 if job.compile else ph.eager_sink_fwd_bytes),
+                 chain[1] - (0 if job.compile else ph.eager_sink_bwd_bytes))
+    chain_bytes = scores * (chain[0] * fwd_passes + chain[1])
+    return [Kernel("attention_gemm", tensor_flops=gemm_flops, efficiency=ph.dense_gemm_eff,
+                   dram_bytes=gemm_bytes + qkv_bytes),
+            Kernel("attention_softmax", dram_bytes=chain_bytes, issue_bytes=chain_bytes)]
+
+
+def step_kernels(job: JobSpec, gpu: GPUSpec, physics: Physics = PHYSICS) -> list[Kernel]:
     """Kernel classes of one optimizer step on one GPU (see module docstring)."""
+    ph = physics
     tok = job.tokens_per_gpu
     full = job.task == "pt"
     passes = (3 if full else 2) + (1 if job.grad_checkpointing else 0)
@@ -164,59 +345,66 @@ def step_kernels(job: JobSpec, gpu: GPUSpec) -> list[Kernel]:
     kernels: list[Kernel] = []
 
     # Dense GEMMs; weights read once per pass (bf16), activations streamed.
-    kernels.append(Kernel("dense_gemm", tensor_flops=2 * n_dense_gemm * tok * passes, efficiency=0.70,
-                          dram_bytes=2 * n_dense_gemm * passes + 4 * tok * job.hidden * job.layers * passes))
+    kernels.append(Kernel("dense_gemm", tensor_flops=2 * n_dense_gemm * tok * passes, efficiency=ph.dense_gemm_eff,
+                          dram_bytes=2 * n_dense_gemm * passes + ph.gemm_act_bytes * tok * job.hidden * job.layers * passes))
     # LoRA adapters: tiny extra GEMMs on q/k/v/o + MLP projections, all passes incl. weight grads.
     if not full:
         lora_params = job.layers * job.lora_rank * (4 * 2 * job.hidden + 3 * (job.hidden + job.intermediate))
-        kernels.append(Kernel("lora_gemm", tensor_flops=2 * lora_params * tok * (passes + 1), efficiency=0.25,
-                              dram_bytes=6 * tok * job.lora_rank * job.layers * 7 * passes))
-    # Flash attention: causal, bwd ~2.5x fwd.
-    attn_fwd = 4 * job.seq_len * d_attn / 2 * tok * job.layers
-    kernels.append(Kernel("attention", tensor_flops=attn_fwd * (fwd_passes + 2.5), efficiency=0.55,
-                          dram_bytes=2 * tok * 3 * d_attn * job.layers * (fwd_passes + 2)))
+        kernels.append(Kernel("lora_gemm", tensor_flops=2 * lora_params * tok * (passes + 1), efficiency=ph.lora_gemm_eff,
+                              dram_bytes=ph.lora_act_bytes * tok * job.lora_rank * job.layers * ph.lora_modules * passes))
+    kernels += _attention_kernels(job, ph, fwd_passes)
     if job.architecture == "moe" and job.experts:
         frac = job.experts_active / job.experts
         # Each GPU runs its local experts over the tokens routed to them; with EP the local
         # expert set shrinks by ep and the tokens per expert grow by ep.
         local_expert_weights = n_expert / job.ep
-        width_eff = 0.78 * min(1.0, job.intermediate / 4096) ** 0.5
+        pairs = tok * job.experts_active * job.layers          # routed (token, expert) pairs, all layers
+        # Same GEMM class as the dense projections; each expert's rows fill whole tiles but its last.
+        rows_per_expert = tok * job.experts_active * job.ep / job.experts
+        tile_fill = rows_per_expert / (rows_per_expert + ph.grouped_gemm_tile_m / 2)
+        gemm_io = 2 * (2 * job.hidden + 3 * job.intermediate) * pairs * passes
         kernels.append(Kernel("expert_gemm", tensor_flops=2 * n_expert * frac * tok * passes,
-                              efficiency=width_eff,
-                              dram_bytes=2 * local_expert_weights * passes
-                              + 2 * tok * job.experts_active * (job.hidden + 2 * job.intermediate) * job.layers * passes))
-        # Router, top-k, permutation / un-permutation (gather/scatter), fwd and bwd.
-        route_bytes = 2 * tok * job.experts_active * job.hidden * job.layers * 6 * (fwd_passes + 1)
+                              efficiency=ph.dense_gemm_eff * tile_fill,
+                              dram_bytes=2 * local_expert_weights * passes + gemm_io))
+        fwd_b, bwd_b = ((ph.route_fwd_bytes_compile, ph.route_bwd_bytes_compile) if job.compile
+                        else (ph.route_fwd_bytes, ph.route_bwd_bytes))
+        per_elem = fwd_b * fwd_passes + bwd_b + (ph.ep_route_bytes * (fwd_passes + 1) if job.ep > 1 else 0.0)
+        route_bytes = per_elem * pairs * job.hidden
         kernels.append(Kernel("routing", dram_bytes=route_bytes, issue_bytes=route_bytes))
     # Element-wise, norms, activations, residuals, loss: bytes per hidden element per layer.
-    per_elem = (22 if job.compile else 36) * (fwd_passes + 2)
+    per_elem = (ph.ew_bytes_compile if job.compile else ph.ew_bytes_eager) * (fwd_passes + 2)
     mlp_width = job.experts_active * job.intermediate if job.architecture == "moe" else job.intermediate
-    ew_bytes = tok * job.layers * (per_elem * job.hidden + 6 * mlp_width * (fwd_passes + 2))
-    ew_bytes += tok * job.vocab * 2 * 3  # logits, softmax, grad of logits
+    ew_bytes = tok * job.layers * (per_elem * job.hidden + ph.ew_mlp_bytes * mlp_width * (fwd_passes + 2))
+    ew_bytes += tok * job.vocab * ph.logits_bytes
     kernels.append(Kernel("elementwise", dram_bytes=ew_bytes, issue_bytes=ew_bytes))
     # AdamW over the local shard (fp32 master, m, v, grad read + write, bf16 copy).
     if full:
-        kernels.append(Kernel("optimizer", dram_bytes=36 * n_total / job.gpus, issue_bytes=18 * n_total / job.gpus))
+        kernels.append(Kernel("optimizer", dram_bytes=ph.adamw_bytes * n_total / job.gpus,
+                              issue_bytes=ph.adamw_issue_bytes * n_total / job.gpus))
     # Collectives (bytes per GPU), clock independent, partly hidden behind compute.
     bw = (gpu.nvlink_gb_s if job.gpus <= 8 else gpu.internode_gb_s) * 1e9
     ring = (job.gpus - 1) / job.gpus
     fsdp_params = n_dense + n_expert / job.ep
     ag_bytes = 2 * fsdp_params * ring * (2 if job.grad_checkpointing or full else 1)
-    rs_bytes = 2 * fsdp_params * ring if full else 4 * job.lora_rank * job.layers * job.hidden * 14
+    rs_bytes = 2 * fsdp_params * ring if full else 4 * job.lora_rank * job.layers * job.hidden * ph.lora_rs_factor
     a2a_bytes = 0.0
     if job.architecture == "moe" and job.ep > 1:
-        a2a_bytes = 2 * tok * job.experts_active * job.hidden * 4 * (job.ep - 1) / job.ep * job.layers / 8
+        # dispatch + combine, bf16, the (ep-1)/ep of the pairs whose expert is on another rank;
+        # forward, the checkpointed recompute, and both again as gradients in the backward.
+        a2a_bytes = (2 * 2 * tok * job.experts_active * job.hidden * (job.ep - 1) / job.ep
+                     * job.layers * (fwd_passes + 1))
     kernels.append(Kernel("fsdp_comm", comm_s=(ag_bytes + rs_bytes) / bw))
     if a2a_bytes:
         kernels.append(Kernel("a2a_comm", comm_s=a2a_bytes / (gpu.nvlink_gb_s * 1e9)))
-    launches = (30 if job.compile else 70) * job.layers * (fwd_passes + 2)
-    kernels.append(Kernel("host", host_s=0.012 + launches * 4e-6))
+    launches = (ph.launches_compile if job.compile else ph.launches_eager) * job.layers * (fwd_passes + 2)
+    kernels.append(Kernel("host", host_s=ph.host_base_s))
+    kernels.append(Kernel("launch", launch_s=launches * ph.launch_s))
     return kernels
 
 
-# Fraction of compute time behind which each collective can hide (FSDP prefetch overlaps
-# well; expert-parallel all-to-all sits on the critical path).
-_OVERLAP = {"fsdp_comm": 0.85, "a2a_comm": 0.25}
+def _overlap(name: str, physics: Physics) -> float:
+    """Fraction of compute time behind which a collective can hide."""
+    return {"fsdp_comm": physics.fsdp_overlap, "a2a_comm": physics.a2a_overlap}[name]
 
 
 @dataclass
@@ -233,44 +421,51 @@ class Operating:
 
 
 def operating_points(job: JobSpec, gpu: GPUSpec, leakage: float = 1.0,
-                     clocks: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                     clocks: np.ndarray | None = None, physics: Physics = PHYSICS) -> dict[str, np.ndarray]:
     """Step time, average power and activity metrics at every SM clock bin (vectorised)."""
     f = gpu.clock_bins() if clocks is None else np.asarray(clocks, float)
     x = f / gpu.sm_clock_max_mhz
-    v2 = voltage(x) ** 2
-    kernels = step_kernels(job, gpu)
-    compute = [k for k in kernels if not (k.comm_s or k.host_s)]
-    t_compute = sum(k.times(gpu, x) for k in compute)
+    ph = physics
+    sm_dyn_w = gpu.sm_dyn_w * ph.sm_dyn_scale
+    v2 = voltage(x, ph) ** 2
+    kernels = step_kernels(job, gpu, ph)
+    compute = [k for k in kernels if not (k.comm_s or k.host_s or k.launch_s)]
+    t_compute = sum(k.times(gpu, x, ph) for k in compute)
     energy = np.zeros_like(x)
     dram = np.zeros_like(x)
     sm = np.zeros_like(x)
     tensor = np.zeros_like(x)
     copy = np.zeros_like(x)
     for k in compute:
-        t = k.times(gpu, x)
-        tu = (k.tensor_flops / (gpu.peak_bf16_tflops * 1e12 * x)) / t if k.tensor_flops else 0.0
+        t = k.times(gpu, x, ph)
+        tu = (k.tensor_flops / gpu.tensor_flops_per_s(x)) / t if k.tensor_flops else 0.0
         du = (k.dram_bytes / (gpu.hbm_tb_s * 1e12)) / t if k.dram_bytes else 0.0
         busy = 1.0
-        p = gpu.idle_w + gpu.mem_dyn_w * du + leakage * gpu.sm_dyn_w * x * v2 * (SM_BUSY_WEIGHT * busy + TENSOR_WEIGHT * tu)
+        p = gpu.idle_w + gpu.mem_dyn_w * du + leakage * sm_dyn_w * x * v2 * (ph.sm_busy_weight * busy + ph.tensor_weight * tu)
         energy += p * t
         dram += du * t
-        sm += 0.92 * t
+        sm += ph.sm_active_compute * t
         tensor += tu * t
-        copy += np.minimum(1.0, 1.6 * du) * t
+        copy += np.minimum(1.0, ph.copy_per_dram * du) * t
     exposed = np.zeros_like(x)
+    host_total = np.zeros_like(x)
     for k in kernels:
         if k.comm_s:
-            exposed_k = np.maximum(0.0, k.comm_s - _OVERLAP[k.name] * t_compute)
+            exposed_k = np.maximum(0.0, k.comm_s - _overlap(k.name, ph) * t_compute)
             exposed = exposed + exposed_k
             # NCCL kernels keep a few SMs busy and move data through HBM.
-            p = gpu.idle_w + 25 + gpu.mem_dyn_w * 0.15 + leakage * gpu.sm_dyn_w * x * v2 * 0.12
+            p = gpu.idle_w + ph.nccl_extra_w + gpu.mem_dyn_w * ph.nccl_dram + leakage * sm_dyn_w * x * v2 * ph.nccl_sm
             energy += p * exposed_k
-            dram += 0.15 * exposed_k
-            sm += 0.12 * exposed_k
-            copy += 0.2 * exposed_k
-        if k.host_s:
-            exposed = exposed + k.host_s
-            energy += (gpu.idle_w + 15 + leakage * gpu.sm_dyn_w * x * v2 * 0.03) * k.host_s
+            dram += ph.nccl_dram * exposed_k
+            sm += ph.nccl_sm * exposed_k
+            copy += ph.nccl_copy * exposed_k
+        if k.host_s or k.launch_s:
+            # CUDA launches are asynchronous: launch time shows only where it exceeds the GPU
+            # work queued behind it; the per-step host work after the step's sync does not hide.
+            host_k = k.host_s + np.maximum(0.0, k.launch_s - ph.launch_overlap * t_compute)
+            exposed = exposed + host_k
+            host_total = host_total + host_k
+            energy += (gpu.idle_w + ph.host_extra_w + leakage * sm_dyn_w * x * v2 * ph.host_sm) * host_k
     step = t_compute + exposed
     return {
         "sm_clock_mhz": f,
@@ -280,7 +475,7 @@ def operating_points(job: JobSpec, gpu: GPUSpec, leakage: float = 1.0,
         "dram_active": dram / step,
         "sm_active": sm / step,
         "tensor_active": tensor / step,
-        "gpu_util": 100.0 * (t_compute + 0.9 * (exposed - sum(k.host_s for k in kernels))) / step,
+        "gpu_util": 100.0 * (t_compute + ph.comm_gpu_util * (exposed - host_total)) / step,
         "mem_copy_util": 100.0 * copy / step,
     }
 
@@ -304,18 +499,28 @@ class JobAtCap:
         return float(sum(g.power_w for g in self.per_gpu))
 
 
-def job_at_cap(job: JobSpec, gpu: GPUSpec, cap_w: float, leakages: np.ndarray) -> JobAtCap:
+def job_at_cap(job: JobSpec, gpu: GPUSpec, cap_w: float, leakages: np.ndarray,
+               physics: Physics = PHYSICS) -> JobAtCap:
     """Steady state of the whole job with every GPU capped at ``cap_w``."""
-    own = []
-    for leak in leakages:
-        pts = operating_points(job, gpu, leakage=float(leak))
-        own.append((pts, enforce_cap(pts, cap_w)))
+    return job_at_caps(job, gpu, [cap_w], leakages, physics=physics)[0]
+
+
+def job_at_caps(job: JobSpec, gpu: GPUSpec, caps_w: Sequence[float], leakages: np.ndarray,
+                physics: Physics = PHYSICS) -> list[JobAtCap]:
+    """``job_at_cap`` at each cap; each GPU's operating points (cap-independent) computed once."""
+    curves = [operating_points(job, gpu, leakage=float(leak), physics=physics) for leak in leakages]
+    return [_synchronous_step(job, gpu, cap_w, curves, physics) for cap_w in caps_w]
+
+
+def _synchronous_step(job: JobSpec, gpu: GPUSpec, cap_w: float, curves: list[dict[str, np.ndarray]],
+                      physics: Physics) -> JobAtCap:
+    own = [(pts, enforce_cap(pts, cap_w)) for pts in curves]
     step = max(pts["step_s"][i] for pts, i in own)
     per_gpu = []
     for pts, i in own:
         wait = step - pts["step_s"][i]
         # A faster GPU idles at the barrier; its average power and activity drop.
-        wait_w = gpu.idle_w + 20
+        wait_w = gpu.idle_w + physics.barrier_extra_w
         scale = pts["step_s"][i] / step
         per_gpu.append(Operating(
             sm_clock_mhz=float(pts["sm_clock_mhz"][i]), step_s=float(step),
@@ -326,22 +531,29 @@ def job_at_cap(job: JobSpec, gpu: GPUSpec, cap_w: float, leakages: np.ndarray) -
     return JobAtCap(cap_w=cap_w, step_s=float(step), tokens_per_s=job.tokens_per_gpu * job.gpus / step, per_gpu=per_gpu)
 
 
-def gpu_leakages(seed: int, n: int) -> np.ndarray:
-    """Per-GPU silicon variation of dynamic power (sd 3 %), fixed per node set."""
-    return np.clip(np.random.default_rng(seed).normal(1.0, 0.03, n), 0.9, 1.1)
+def gpu_leakages(seed: int, n: int, physics: Physics = PHYSICS) -> np.ndarray:
+    """Per-GPU silicon variation of dynamic power, fixed per node set."""
+    c = physics.leakage_clip
+    return np.clip(np.random.default_rng(seed).normal(1.0, physics.leakage_sd, n), 1.0 - c, 1.0 + c)
 
 
-def memory_footprint_gib(job: JobSpec, gpu: GPUSpec) -> float:
+def memory_footprint_gib(job: JobSpec, gpu: GPUSpec, physics: Physics = PHYSICS) -> float:
+    """Framebuffer in use during training (bf16 weights, fp32 AdamW states, activations)."""
     n_total = job.total_params_b * 1e9
     states = n_total * (2 + (16 if job.task == "pt" else 0)) / job.gpus
-    acts = job.tokens_per_gpu * job.hidden * job.layers * (2 if job.grad_checkpointing else 34)
-    return float(min(gpu.hbm_gib * 0.95, (states + acts) / GIB + 6.0))
+    act = physics.act_bytes_ckpt if job.grad_checkpointing else physics.act_bytes_full
+    acts = job.tokens_per_gpu * job.hidden * job.layers * act
+    return float(min(gpu.hbm_gib * physics.hbm_usable, (states + acts) / GIB + physics.framework_gib))
 
 
-def power_model_clock_for_cap(gpu: GPUSpec, cap_w: float, tensor_util: float = 0.30, dram_util: float = 0.20) -> float:
-    """SM clock the model enforces for the calibration GEMM (checks the H100 table fit)."""
+def power_model_clock_for_cap(gpu: GPUSpec, cap_w: float, tensor_util: float | None = None,
+                              dram_util: float | None = None, physics: Physics = PHYSICS) -> float:
+    """SM clock the model enforces for the calibration kernel (checks the H100 table fit)."""
+    ph = physics
+    tu = ph.calib_tensor_util if tensor_util is None else tensor_util
+    du = ph.calib_dram_util if dram_util is None else dram_util
     f = gpu.clock_bins()
     x = f / gpu.sm_clock_max_mhz
-    p = gpu.idle_w + gpu.mem_dyn_w * dram_util + gpu.sm_dyn_w * x * voltage(x) ** 2 * (SM_BUSY_WEIGHT + TENSOR_WEIGHT * tensor_util)
+    p = gpu.idle_w + gpu.mem_dyn_w * du + gpu.sm_dyn_w * ph.sm_dyn_scale * x * voltage(x, ph) ** 2 * (ph.sm_busy_weight + ph.tensor_weight * tu)
     fits = np.nonzero(p <= cap_w)[0]
     return float(f[fits[-1]]) if fits.size else float(f[0])

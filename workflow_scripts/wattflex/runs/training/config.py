@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from wattflex.runs.attention import catalog_attn_implementation
+
 # hf_model_type -> "dense" | "moe"; the families the harness builds and wraps with LoRA.
 ARCHITECTURES = {
     "llama": "dense", "mistral": "dense", "qwen2": "dense", "qwen3": "dense",
@@ -98,7 +100,10 @@ class TrainConfig:
             lr=_opt_float(cuda.get("lr")),
             precision=cuda.get("precision"),
             parallel=str(cuda.get("parallel", "auto")),
-            attn_implementation=cuda.get("attn_implementation"),
+            # The catalog's choice for the task unless the cuda section overrides it, so the
+            # harness runs the attention the emulator models (wattflex.runs.attention).
+            attn_implementation=(cuda.get("attn_implementation")
+                                 or catalog_attn_implementation(spec.get("model_facts") or {}, str(group.get("task", "pt")))),
             outdir=str(outdir),
         )
 

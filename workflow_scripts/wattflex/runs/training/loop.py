@@ -97,6 +97,7 @@ def prepare_model(cfg: TrainConfig, dist: Dist) -> tuple[nn.Module, dict[str, An
     info = {**counts, "flops_per_token": models.flops_per_token(counts["params_active"], cfg.model_facts, hf_cfg,
                                                                 cfg.seq_len, cfg.task),
             "model_class": type(model).__name__, "load_dtype": str(load_dtype).replace("torch.", ""),
+            "attn_implementation": getattr(hf_cfg, "_attn_implementation", None),
             "hf_config": {k: v for k, v in hf_cfg.to_dict().items() if k in HF_CONFIG_KEYS}}
     parallel = cfg.parallel if cfg.parallel != "auto" else ("fsdp" if cfg.device == "cuda" or layout.ep > 1 else "ddp")
     fsdp = dist.active and parallel == "fsdp"

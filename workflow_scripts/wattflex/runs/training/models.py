@@ -104,7 +104,12 @@ def build_model(cfg: TrainConfig, dtype: torch.dtype, ep: int = 1) -> nn.Module:
     ``ep``: the expert-parallel degree it will be sharded with (sizes the tiny expert count)."""
     from transformers import AutoModelForCausalLM
 
-    attn = {"attn_implementation": cfg.attn_implementation} if cfg.attn_implementation else {}
+    impl = cfg.attn_implementation
+    if impl == "flex_attention" and cfg.device != "cuda" and cfg.model_facts.get("attention_sinks"):
+        # transformers' flex path runs attention sinks on CUDA only (it raises on CPU)
+        log.info("flex_attention with sinks needs CUDA; using eager attention on %s", cfg.device)
+        impl = "eager"
+    attn = {"attn_implementation": impl} if impl else {}
     if cfg.model_path and not cfg.tiny:
         try:
             return AutoModelForCausalLM.from_pretrained(cfg.model_path, dtype=dtype, local_files_only=True, **attn)

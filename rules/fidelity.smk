@@ -1,0 +1,58 @@
+# Fidelity of an EMULATED campaign against the paper: per-group PFI of the noise-free model,
+# of this campaign and over noise seeds beside Tables 6-8, cluster medians and tests beside
+# Tables 10-11, and each physics constant's +-25 % effect (wattflex.analysis.fidelity).
+# Included by the Snakefile for generated, emulated campaigns only (common.smk FIDELITY):
+# a measured campaign's PFI has no emulator behind it.
+
+FIDELITY_TABLES = "results/{campaign}/tables"
+
+
+rule fidelity:
+    """fidelity.csv (per group), fidelity_summary.csv (metrics vs targets, seed distribution),
+    fidelity_sensitivity.csv (one constant at a time)."""
+    input:
+        runs="results/{campaign}/runs.parquet",
+        pfi="results/{campaign}/pfi.parquet",
+    output:
+        **with_sidecars(
+            groups=f"{FIDELITY_TABLES}/fidelity.csv",
+            summary=f"{FIDELITY_TABLES}/fidelity_summary.csv",
+            sensitivity=f"{FIDELITY_TABLES}/fidelity_sensitivity.csv",
+        ),
+    params:
+        # What the emulator is given per group (its config group and model facts).
+        jobs=canonical({gid: {"group": g, "model_facts": config["_catalog"][g["model"]]} for gid, g in GROUPS.items()}),
+        seed=int(config.get("seed", 0)),
+        sweep=SWEEP,
+        # >= 20 noise seeds and +-25 % per constant (issue 14); not a config section.
+        fidelity={"noise_seeds": 20, "perturbation": 0.25},
+        # The campaign's own cluster tests' settings (rules/analysis.smk cluster_stats).
+        stats={k: v for k, v in section("stats").items() if k in ("alpha", "cluster_order")},
+        paper_tables=PAPER_TABLES,
+        code=script_code("fidelity"),
+    log:
+        "logs/{campaign}/fidelity.log",
+    conda:
+        "../envs/analysis.yaml"
+    localrule: True
+    script:
+        "../workflow_scripts/fidelity.py"
+
+
+rule fidelity_figure:
+    """Emulated PFI per group (noise-free, campaign, seed band) vs published, with y = x."""
+    input:
+        groups=rules.fidelity.output.groups,
+        summary=rules.fidelity.output.summary,
+    output:
+        figure=figure_output("results/{campaign}/figures/fidelity_vs_published.png"),
+    params:
+        figures=section("figures"),
+        code=script_code("fidelity_figure"),
+    log:
+        "logs/{campaign}/fidelity_figure.log",
+    conda:
+        "../envs/analysis.yaml"
+    localrule: True
+    script:
+        "../workflow_scripts/fidelity_figure.py"

@@ -1,0 +1,51 @@
+"""The fidelity figure: emulated PFI per group against the published value, with y = x
+(tables/fidelity.csv of ``wattflex.analysis.fidelity``)."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from wattflex.plots.analysis import SET_MARKERS
+from wattflex.plots.style import CLUSTER_COLORS, label_backend
+
+
+def emulated_vs_published(groups: pd.DataFrame, stats_text: str, backend) -> plt.Figure:
+    """Per group with a published value: the noise-free model (open), this campaign (filled)
+    and the noise-seed 5-95 % band (bar), coloured by cluster, marker by set; y = x dotted."""
+    have = groups[np.isfinite(groups["pfi_published"].astype(float))]
+    fig, ax = plt.subplots(figsize=(5.8, 5.4))
+    for row in have.itertuples():
+        color = CLUSTER_COLORS.get(row.cluster, "0.4")
+        marker = SET_MARKERS.get(row.set, "o")
+        ax.plot([row.pfi_published] * 2, [row.pfi_seed_p05, row.pfi_seed_p95], color=color, lw=1.2, alpha=0.5)
+        ax.scatter(row.pfi_published, row.pfi_campaign, color=color, marker=marker, s=32, zorder=3)
+        ax.scatter(row.pfi_published, row.pfi_noise_free, facecolor="none", edgecolor=color, marker=marker, s=32, zorder=3)
+    values = pd.concat([have[c] for c in ("pfi_published", "pfi_campaign", "pfi_noise_free", "pfi_seed_p95")]).dropna()
+    lo, hi = (values.min() * 0.95, values.max() * 1.05) if len(values) else (1.0, 3.0)
+    ax.plot([lo, hi], [lo, hi], color="k", lw=0.8, ls=":")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    for cluster, color in CLUSTER_COLORS.items():
+        if (have["cluster"] == cluster).any():
+            ax.scatter([], [], color=color, s=32, label=cluster)
+    ax.scatter([], [], color="0.4", s=32, label="this campaign")
+    ax.scatter([], [], facecolor="none", edgecolor="0.4", s=32, label="noise-free model")
+    ax.plot([], [], color="0.4", lw=1.2, alpha=0.5, label="noise seeds 5-95 %")
+    for name, marker in SET_MARKERS.items():
+        if (have["set"] == name).any():
+            ax.scatter([], [], color="0.4", marker=marker, s=32, label=f"set {name}")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.text(0.03, 0.97, stats_text, transform=ax.transAxes, va="top", fontsize=8,
+            bbox=dict(boxstyle="round", fc="white", alpha=0.8))
+    ax.set_xlabel("published PFI (Tables 6-8)")
+    ax.set_ylabel("emulated PFI")
+    ax.set_title("Emulated vs published PFI per group")
+    ax.grid(alpha=0.3)
+    label_backend(fig, backend)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return fig
