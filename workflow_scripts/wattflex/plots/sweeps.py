@@ -171,7 +171,7 @@ def clocks_figure(runs: pd.DataFrame) -> plt.Figure:
 def comparison_figure(table: pd.DataFrame, x: str, y: str, title: str, backend: Any,
                       xlabel: str, ylabel: str, stat_text: str = "") -> plt.Figure:
     """Reproduced vs published values, one point per group, with y = x."""
-    fig, ax = plt.subplots(figsize=(5.6, 5.2))
+    fig, ax = plt.subplots(figsize=(8.4, 5.2) if stat_text else (5.6, 5.2))
     for cl in CLUSTER_ORDER:
         sub = table[table.get("cluster", pd.Series(dtype=str)) == cl] if "cluster" in table else table
         ax.scatter(sub[x], sub[y], color=CLUSTER_COLORS.get(cl, "k"), label=cl, s=30, zorder=3)
@@ -185,7 +185,8 @@ def comparison_figure(table: pd.DataFrame, x: str, y: str, title: str, backend: 
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     if stat_text:
-        ax.text(0.03, 0.97, stat_text, transform=ax.transAxes, va="top", fontsize=8,
+        # beside the axes, never over a point
+        ax.text(1.03, 1.0, stat_text, transform=ax.transAxes, va="top", ha="left", fontsize=8,
                 bbox=dict(boxstyle="round", fc="white", alpha=0.8))
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3)
