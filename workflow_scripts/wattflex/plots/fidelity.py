@@ -19,7 +19,7 @@ def emulated_vs_published(groups: pd.DataFrame, stats_text: str, backend) -> plt
     """Per group with a published value: the noise-free model (open), this campaign (filled)
     and the noise-seed 5-95 % band (bar), coloured by cluster, marker by set; y = x dotted."""
     have = groups[np.isfinite(groups["pfi_published"].astype(float))]
-    fig, ax = plt.subplots(figsize=(5.8, 5.4))
+    fig, ax = plt.subplots(figsize=(9.6, 5.4))
     for row in have.itertuples():
         color = CLUSTER_COLORS.get(row.cluster, "0.4")
         marker = SET_MARKERS.get(row.set, "o")
@@ -49,8 +49,9 @@ def emulated_vs_published(groups: pd.DataFrame, stats_text: str, backend) -> plt
     for name, marker in SET_MARKERS.items():
         if (have["set"] == name).any():
             ax.scatter([], [], color="0.4", marker=marker, s=32, label=f"set {name}")
-    ax.legend(fontsize=7, loc="lower right", framealpha=0.8)
-    ax.text(0.03, 0.97, stats_text, transform=ax.transAxes, va="top", fontsize=8,
+    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(1.02, 0.0), framealpha=0.8)
+    # beside the axes, never over a point
+    ax.text(1.03, 1.0, stats_text, transform=ax.transAxes, va="top", ha="left", fontsize=8,
             bbox=dict(boxstyle="round", fc="white", alpha=0.8))
     ax.set_xlabel("published PFI (Tables 6-8), log scale")
     ax.set_ylabel("emulated PFI, log scale")
