@@ -72,9 +72,15 @@ def _unknown_keys(instance: dict[str, Any], schema: dict[str, Any]) -> str:
             f"{', '.join(known) or 'none'}")
 
 
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file through libyaml's safe loader where PyYAML has it (same documents as
+    ``yaml.safe_load``, ~10x faster: the schema is read at every ``snakemake`` start)."""
+    return yaml.load(Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def validate_schema(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> None:
 
-    schema = yaml.safe_load(Path(schema_path).read_text())
+    schema = read_yaml(schema_path)
     validator = jsonschema.Draft202012Validator(schema)
     cfg = {k: v for k, v in cfg.items() if k not in INTERNAL_KEYS}
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
@@ -90,7 +96,7 @@ def validate_schema(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) 
 
 
 def load_catalog(path: str | Path) -> dict[str, dict[str, Any]]:
-    doc = yaml.safe_load(Path(path).read_text())
+    doc = read_yaml(path)
     if not isinstance(doc, dict) or "models" not in doc:
         raise ConfigError(f"models catalog {path}: expected a top-level 'models:' mapping")
     return doc["models"]
@@ -274,7 +280,7 @@ def defaulted_sections(merged: dict[str, Any], user_files: list[str | Path],
         given |= set(GENERATE_ONLY_KEYS)
     for f in user_files:
         try:
-            doc = yaml.safe_load(Path(f).read_text())
+            doc = read_yaml(f)
         except (OSError, yaml.YAMLError):
             continue
         if isinstance(doc, dict):
@@ -303,7 +309,7 @@ def prepare(cfg: dict[str, Any], base: Path = REPO_ROOT, schema_path: str | Path
 
 def load_config(path: str | Path, base: Path = REPO_ROOT, check_inputs: bool = True) -> dict[str, Any]:
     try:
-        cfg = yaml.safe_load(Path(path).read_text())
+        cfg = read_yaml(path)
     except yaml.YAMLError as exc:
         raise ConfigError(f"config error: {path} is not valid YAML: {exc}") from None
     return prepare(cfg, base, check_inputs=check_inputs)
