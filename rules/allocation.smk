@@ -3,7 +3,7 @@
 # Needs common.smk (section, script_code, with_sidecars, figure_output, outputs_of)
 # and the predictor's predictions.parquet (analysis.smk).
 
-from wattflex.allocation.settings import MERGE_ONLY_KEYS, SimulationConfig, cut_label
+from wattflex.allocation.settings import MERGE_ONLY_KEYS, PART_TABLES, SimulationConfig, cut_label
 
 ALLOCATION = "results/{campaign}/allocation"
 ALLOCATION_SETTINGS = section("allocation")
@@ -11,7 +11,6 @@ ALLOCATION_SETTINGS = section("allocation")
 # merge); the labels read back as the config's floats (cut_label).
 ALLOCATION_CUTS = list(dict.fromkeys(cut_label(c) for c in SimulationConfig.from_dict(ALLOCATION_SETTINGS).cuts))
 ALLOCATION_PART = f"{ALLOCATION}/cuts/{{cut}}"
-ALLOCATION_PARTS = ("results", "summary", "sla", "out_of_sample")  # wattflex.allocation.simulate.PART_TABLES
 
 
 rule simulate_allocation_cut:
@@ -21,7 +20,7 @@ rule simulate_allocation_cut:
         pfi="results/{campaign}/pfi.parquet",
         predictions="results/{campaign}/predictor/predictions.parquet",
     output:
-        **{name: f"{ALLOCATION_PART}/{name}.parquet" for name in ALLOCATION_PARTS},
+        **{name: f"{ALLOCATION_PART}/{name}.parquet" for name in PART_TABLES},
     params:
         # the settings a cut's numbers depend on: the cut list, headline and published
         # figures are the merge's, so changing them reruns no cut
@@ -46,7 +45,7 @@ rule simulate_allocation:
         pfi="results/{campaign}/pfi.parquet",
         predictions="results/{campaign}/predictor/predictions.parquet",
         **{f"part_{name}": expand(f"{ALLOCATION_PART}/{name}.parquet", cut=ALLOCATION_CUTS, allow_missing=True)
-           for name in ALLOCATION_PARTS},
+           for name in PART_TABLES},
     output:
         **with_sidecars(
             summary=f"{ALLOCATION}/summary.csv",

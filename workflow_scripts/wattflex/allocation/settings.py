@@ -11,6 +11,8 @@ from wattflex.allocation.policies import POLICIES
 
 # Settings the per-cut simulation does not read: changing them reruns only the merge.
 MERGE_ONLY_KEYS = ("cuts", "headline", "published")
+# The tables each per-cut job writes and the merge reads (one parquet file each).
+PART_TABLES = ("results", "summary", "sla", "out_of_sample")
 
 
 def cut_label(cut: float) -> str:

@@ -24,7 +24,7 @@ import pandas as pd
 
 from wattflex.allocation.allocator import allocate, predicted_curves
 from wattflex.allocation.curves import Curves, curves_from_runs, is_concave
-from wattflex.allocation.settings import SimulationConfig
+from wattflex.allocation.settings import PART_TABLES, SimulationConfig
 
 log = logging.getLogger("wattflex.allocation.simulate")
 
@@ -98,10 +98,13 @@ def evaluate_policies(table: GroupTable, index: np.ndarray, cuts: Sequence[float
     feats = table.features(index, pfi)
     # a predicted curve depends only on its group: predict per group, then gather
     group_pfi = table.groups["pfi"].to_numpy(float) if pfi is None else np.asarray(pfi, float)
+    # jobs of one group (and tier) share their curves: one hull each (allocate)
+    curve_key = index
+    if max_slowdown is not None:
+        tier_values, tier_of_job = np.unique(max_slowdown, return_inverse=True)
+        curve_key = index * len(tier_values) + tier_of_job.reshape(index.shape)
     cache = {"predicted": predicted_curves(table.curves, group_pfi, cfg.curve_nodes).take(index),
-             # jobs of one group (and tier) share their curves: one hull each (allocate)
-             "curve_key": index if max_slowdown is None else
-             index * len(np.unique(max_slowdown)) + np.unique(max_slowdown, return_inverse=True)[1].reshape(index.shape)}
+             "curve_key": curve_key}
     uncapped_w = curves.ceiling_w.sum(-1)
     uncapped_t = curves.uncapped_throughput.sum(-1)
     target = None if tiers is None else (1.0 - tiers) * curves.uncapped_throughput
@@ -395,9 +398,6 @@ def simulate_cuts(table: GroupTable, cfg: SimulationConfig, cuts: Sequence[float
     return {"results": results, "summary": summarize(results),
             "sla": sla_study(results, pd.concat(sla_frames, ignore_index=True)),
             "out_of_sample": out_of_sample(table, cfg, draws.splits, cuts)}
-
-
-PART_TABLES = ("results", "summary", "sla", "out_of_sample")
 
 
 def _in_study_order(df: pd.DataFrame, cfg: SimulationConfig, variant_first: bool = False) -> pd.DataFrame:

@@ -25,11 +25,10 @@ aggregate. Simulating and summarising every trace costs ~25 ms per run (measured
 211 runs x 20 seeds, ten times the budget. So a seed draw here uses the backend's own
 seeds and draws for the first two and leaves out the third:
 
-- leakages: ``gpu_leakages(stable_seed(seed, "hardware", group), gpus)`` and the job
+- leakages: ``gpu_leakages(hardware_seed(seed, group), gpus)`` and the job
   through ``job_at_caps`` with them, exactly as the backend does;
-- per-run factors: ``rng = default_rng(stable_seed(seed, campaign, group, run_id))``,
-  then tokens/s and power factors, first and second draw, sd ``RUN_NOISE`` of
-  :mod:`wattflex.runs.devices.emulated` (a unit test checks that a draw reproduces a
+- per-run factors: ``run_factors(default_rng(run_seed(seed, campaign, group, run_id)))``,
+  the backend's own helper for the tokens/s and power factors (a unit test checks that a draw reproduces a
   simulated and summarised run up to the jitter it leaves out);
 - per-sample jitter and the top-10 % aggregate: omitted. They scale every cap of a group
   alike (cancelling in Eq. 1's ratios) except where the firmware clip at 1.01 x cap
@@ -73,7 +72,7 @@ from wattflex.analysis.pfi import pfi_ratio
 from wattflex.analysis.published import load_published
 from wattflex.analysis.stats import CLUSTER_ORDER, kruskal_dunn
 from wattflex.gpus import GPUS
-from wattflex.runs.devices.emulated import RUN_NOISE, stable_seed
+from wattflex.runs.devices.emulated import RUN_NOISE, hardware_seed, run_factors, run_seed
 from wattflex.runs.emulator import PHYSICS, JobSpec, Physics, gpu_leakages, job_at_caps
 
 BACKEND = "emulated"
@@ -150,13 +149,12 @@ def seed_pfi(groups: Iterable[GroupModel], campaign: str, seed: int, physics: Ph
     (leakages and per-run factors as the backend draws them; module docstring)."""
     out = {}
     for g in groups:
-        leak = gpu_leakages(stable_seed(seed, "hardware", g.id), g.job.gpus, physics=physics)
+        leak = gpu_leakages(hardware_seed(seed, g.id), g.job.gpus, physics=physics)
         state = job_states(g, leak, physics)
         factors = {}
         for cap, run in g.runs:
             if run not in factors:  # a one-run sweep draws its factors once
-                rng = np.random.default_rng(stable_seed(seed, campaign, g.id, run))
-                factors[run] = (rng.normal(1.0, noise["tokens_per_s_sd"]), rng.normal(1.0, noise["power_sd"]))
+                factors[run] = run_factors(np.random.default_rng(run_seed(seed, campaign, g.id, run)), noise)
         power, tput = [], []
         for cap in g.caps:  # repeats averaged, as compute_pfi does
             f = np.array([factors[r] for c, r in g.runs if c == cap])

@@ -61,7 +61,7 @@ from wattflex.control.controller import (
     pfi_from_model,
     read_signal,
 )
-from wattflex.runs.devices.emulated import SETTLE_TAU_S, stable_seed, steady_temp_c
+from wattflex.runs.devices.emulated import SETTLE_TAU_S, hardware_seed, stable_seed, steady_temp_c
 from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.runs.emulator import JobSpec, gpu_leakages, job_at_caps, memory_footprint_gib
 
@@ -90,7 +90,7 @@ def truth_table(groups: Sequence[Mapping[str, Any]], seed: int, cap_step_w: floa
     for g in groups:
         gpu = GPUS[g.get("gpu", DEFAULT_GPU)]
         job = JobSpec.from_config(g, g["model_facts"])
-        leak = gpu_leakages(stable_seed(seed, "hardware", g["id"]), job.gpus)
+        leak = gpu_leakages(hardware_seed(seed, g["id"]), job.gpus)
         caps = [float(c) for c in np.arange(gpu.min_limit_w, gpu.max_limit_w + 1e-9, cap_step_w)]
         # every cap at once: each GPU's (cap-independent) operating points computed once
         for cap, st in zip(caps, job_at_caps(job, gpu, caps, leak)):

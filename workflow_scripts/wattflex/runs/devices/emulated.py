@@ -25,13 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
-from wattflex.runs.emulator import (
-    JobAtCap,
-    JobSpec,
-    gpu_leakages,
-    job_at_cap,
-    memory_footprint_gib,
-)
+from wattflex.runs.emulator import JobSpec, gpu_leakages, job_at_caps, memory_footprint_gib
 from wattflex.telemetry import STEP_COLUMNS, TELEMETRY_COLUMNS
 
 if TYPE_CHECKING:  # frames for callers that want them; a run's own job writes arrow tables (no pandas)
@@ -58,6 +52,22 @@ def numpy_table(columns: dict[str, np.ndarray]) -> pa.Table:
 def stable_seed(*parts: Any) -> int:
     """A seed from strings/numbers that is stable across processes (unlike hash())."""
     return int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:8], "little")
+
+
+def hardware_seed(seed: int, group_id: str) -> int:
+    """Seed of a group's per-GPU silicon variation: the same virtual nodes at every cap."""
+    return stable_seed(seed, "hardware", group_id)
+
+
+def run_seed(seed: int, campaign: str, group_id: str, run_id: str) -> int:
+    """Seed of one run's own generator (per-run factors, jitter, steps)."""
+    return stable_seed(seed, campaign, group_id, run_id)
+
+
+def run_factors(rng: np.random.Generator, noise: dict[str, float] = RUN_NOISE) -> tuple[float, float]:
+    """Per-run (tokens/s, power) factors: thermal/ambient and data-order variation between
+    runs; the first two draws of a run's generator."""
+    return rng.normal(1.0, noise["tokens_per_s_sd"]), rng.normal(1.0, noise["power_sd"])
 
 
 def steady_temp_c(power_w: np.ndarray | float) -> np.ndarray | float:
@@ -131,11 +141,8 @@ def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple
     device = EmulatedDevice(gpu)
 
     schedule = sorted((float(t), float(c)) for t, c in cap_schedule)
-    states: list[JobAtCap] = []
-    enforced = []
-    for _, cap in schedule:
-        enforced.append(device.set_cap(cap))
-        states.append(job_at_cap(job, gpu, cap, leak))
+    enforced = [device.set_cap(cap) for _, cap in schedule]
+    states = job_at_caps(job, gpu, [cap for _, cap in schedule], leak)
     seg_start = np.array([t for t, _ in schedule])
 
     fb_gib = memory_footprint_gib(job, gpu)
@@ -151,9 +158,7 @@ def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple
         windows.append((float(ckpt_at), ckpt_len, "checkpoint"))
     windows.sort()
 
-    # Per-run factors: thermal/ambient and data-order variation between runs.
-    run_tput = rng.normal(1.0, RUN_NOISE["tokens_per_s_sd"])
-    run_power = rng.normal(1.0, RUN_NOISE["power_sd"])
+    run_tput, run_power = run_factors(rng)  # nothing drew from rng before (run_factors)
 
     # ---- step log ----------------------------------------------------------------------
     steps_t, tokens_per_step = [], job.tokens_per_gpu * job.gpus
@@ -267,6 +272,6 @@ def run_emulated_tables(spec: dict[str, Any]) -> tuple[pa.Table, pa.Table, dict[
     gpu = GPUS[group.get("gpu", DEFAULT_GPU)]
     job = JobSpec.from_config(group, spec["model_facts"])
     schedule = spec.get("cap_schedule") or [(0.0, float(spec["cap_w"]))]
-    seed = stable_seed(spec.get("seed", 0), spec["campaign"], group["id"], spec["run_id"])
-    hw_seed = stable_seed(spec.get("seed", 0), "hardware", group["id"])
+    seed = run_seed(spec.get("seed", 0), spec["campaign"], group["id"], spec["run_id"])
+    hw_seed = hardware_seed(spec.get("seed", 0), group["id"])
     return simulate_run_tables(job, gpu, schedule, spec.get("run", {}), seed, hw_seed, model_name=group["model"])
