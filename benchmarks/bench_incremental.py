@@ -1,7 +1,7 @@
 """Time incremental reruns against the full default run (issue 8).
 
 Usage: python benchmarks/bench_incremental.py [--cores N] [--configfile CONFIG] [--ref REV|tree]
-           [--with-allocation]
+           [--repeats N] [--with-allocation]
 
 In a fresh temporary directory, on a snapshot of the workflow (benchmarks/checkouts.py): by
 default the committed HEAD (`git archive HEAD`, so uncommitted or later edits to the checkout
@@ -11,16 +11,22 @@ to a copy of the config and rerun, timing each and counting the jobs Snakemake r
 changes: an allocation setting (if the allocation stage is wired into the Snakefile;
 --with-allocation wires rules/allocation.smk into the snapshot when the checkout has not
 yet), the predictor's feature set and a plot setting; each is reverted before the next, and
-the run that reverts it is not timed. Prints a table and writes it to
-benchmarks/results/incremental.md. Existing results are not touched.
+the run that reverts it is not timed. Each change is timed --repeats times (default 3) and the
+no-change runs (`snakemake -n`, then `snakemake`) at least 5 times; the table gives the median
+and the range, beside a machine-speed probe taken before and after, since a shared machine's
+speed drifts. Prints a table and writes it to benchmarks/results/incremental.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from importlib import metadata
 from pathlib import Path
 
 import yaml
@@ -66,39 +72,86 @@ def changes(cfg: dict, with_allocation: bool) -> list[tuple[str, dict]]:
     return out
 
 
+def speed_probe(repeats: int = 3) -> float:
+    """Seconds to import pandas and matplotlib.pyplot in a fresh interpreter (min of
+    ``repeats``): how fast this machine is right now, since a shared machine's speed drifts by
+    2x within an hour. Every figure job pays about this much before it draws."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import pandas, matplotlib.pyplot"], check=True)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def executor_plugins() -> list[str]:
+    """Installed Snakemake executor plugins: Snakemake imports every one at each start (the
+    SLURM plugin imports pandas, ~0.3 s)."""
+    return sorted({d.metadata["Name"] for d in metadata.distributions()
+                   if (d.metadata["Name"] or "").lower().startswith("snakemake-executor-plugin-")})
+
+
+def timed(workflow: Path, work: Path, config: Path, cores: str, repeats: int, revert: Path | None,
+          *extra: str) -> tuple[list[float], int, str]:
+    """Wall times of ``repeats`` identical runs with ``config``; after each, a run with
+    ``revert`` (untimed) brings the results back, so every timed run does the same work."""
+    times, n, out = [], 0, ""
+    for _ in range(repeats):
+        dt, n, out = snakemake(workflow, work, config, "--cores", cores, *extra, check=False)
+        times.append(dt)
+        if revert is not None:
+            snakemake(workflow, work, revert, "--cores", cores)
+    return times, n, out
+
+
+def cell(times: list[float]) -> str:
+    med = statistics.median(times)
+    return f"{med:.1f}" if len(times) == 1 else f"{med:.1f} ({min(times):.1f}-{max(times):.1f})"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cores", default=str(os.cpu_count()))
     ap.add_argument("--configfile", help="default: the timed workflow's own config/config.yaml")
     ap.add_argument("--ref", default="HEAD", help="the workflow to time: a commit (default HEAD) or `tree`")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="timed runs of each change (the table gives the median, min-max); default 3")
     ap.add_argument("--with-allocation", action="store_true",
                     help="wire rules/allocation.smk into the snapshot if the Snakefile does not include it yet")
     args = ap.parse_args()
     rows = []
+    probe_before = speed_probe()
+    print(f"speed probe: {probe_before:.2f} s", flush=True)
     with tempfile.TemporaryDirectory(prefix="wattflex-bench-") as tmp:
         workflow, patched = snapshot(Path(tmp) / "checkout", args.ref, args.with_allocation)
         base_cfg = yaml.safe_load(Path(args.configfile or workflow / "config" / "config.yaml").read_text())
-        work, config = Path(tmp) / "work", Path(tmp) / "config.yaml"
+        work, config, base = Path(tmp) / "work", Path(tmp) / "config.yaml", Path(tmp) / "base.yaml"
         wired = allocation_wired(workflow)
         work.mkdir()
-        config.write_text(yaml.safe_dump(base_cfg, sort_keys=False))
-        dt, n, out = snakemake(workflow, work, config, "--cores", args.cores)
-        rows.append(("full default run", n, dt, "every stage"))
+        base.write_text(yaml.safe_dump(base_cfg, sort_keys=False))
+        dt, n, out = snakemake(workflow, work, base, "--cores", args.cores)
+        rows.append(("full default run", n, [dt], "every stage"))
+        print(f"full run: {dt:.1f} s, {n} jobs", flush=True)
         for label, override in changes(base_cfg, wired):
             cfg = yaml.safe_load(yaml.safe_dump(base_cfg))
             for key, value in override.items():
                 cfg[key] = {**cfg.get(key, {}), **value}
             config.write_text(yaml.safe_dump(cfg, sort_keys=False))
-            dt, n, out = snakemake(workflow, work, config, "--cores", args.cores, check=False)
+            times, n, out = timed(workflow, work, config, args.cores, args.repeats, base)
             failed = out.splitlines()[0] + "; planned: " if out.startswith("FAILED") else ""
-            rows.append((label, n, dt, failed + which_jobs(out)))
-            config.write_text(yaml.safe_dump(base_cfg, sort_keys=False))
-            snakemake(workflow, work, config, "--cores", args.cores)  # back to the default, untimed
-        dt, n, out = snakemake(workflow, work, config, "--cores", args.cores)
-        rows.append(("no change (up-to-date check)", n, dt, which_jobs(out)))
-    full = rows[0][2]
-    lines = ["| what | jobs | wall time (s) | vs full run | jobs run |", "| --- | ---: | ---: | ---: | --- |"]
-    lines += [f"| {w} | {n} | {dt:.1f} | {dt / full:.1%} | {which} |" for w, n, dt, which in rows]
+            rows.append((label, n, times, failed + which_jobs(out)))
+            print(f"{label}: {cell(times)} s", flush=True)
+        # Nothing to do: the dry run a user types to see what would run (`snakemake -n`), and
+        # the real call; more repeats, as each is short and the noise is not.
+        for label, extra in (("no change, dry run (`snakemake -n`)", ("-n",)), ("no change, `snakemake`", ())):
+            times, n, out = timed(workflow, work, base, args.cores, max(5, args.repeats), None, *extra)
+            rows.append((label, 0 if extra else n, times, which_jobs(out)))
+            print(f"{label}: {cell(times)} s", flush=True)
+    probe_after = speed_probe()
+    full = rows[0][2][0]
+    lines = ["| what | jobs | wall time (s): median (min-max) | vs full run | jobs run |",
+             "| --- | ---: | ---: | ---: | --- |"]
+    lines += [f"| {w} | {n} | {cell(t)} | {statistics.median(t) / full:.1%} | {which} |" for w, n, t, which in rows]
     table = "\n".join(lines)
     print(table)
     note = ("\nThe allocation stage was not yet included by the checkout's Snakefile: this run wired "
@@ -108,10 +161,14 @@ def main() -> None:
     out_dir = REPO / "benchmarks" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "incremental.md").write_text(
-        f"# Incremental reruns vs the full default run ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, "
+        f"# Incremental reruns vs the full default run ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
         f"--cores {args.cores})\n\nCommand: `python benchmarks/bench_incremental.py --cores {args.cores}"
-        f"{' --ref ' + args.ref if args.ref != 'HEAD' else ''}{' --with-allocation' if args.with_allocation else ''}`"
-        f"\n\nWorkflow: {describe(args.ref)}.\n\n"
+        f"{' --ref ' + args.ref if args.ref != 'HEAD' else ''}{' --with-allocation' if args.with_allocation else ''}"
+        f"{' --repeats ' + str(args.repeats) if args.repeats != 3 else ''}`"
+        f"\n\nWorkflow: {describe(args.ref)}. Snakemake executor plugins installed: "
+        f"{', '.join(executor_plugins()) or 'none'}.\n\n"
+        f"Machine speed probe (`import pandas, matplotlib.pyplot` in a fresh interpreter, min of 3): "
+        f"{probe_before:.2f} s before, {probe_after:.2f} s after.\n\n"
         f"{table}\n{note}")
 
 

@@ -150,7 +150,7 @@ def representative_files(campaign):
 
 
 # Rules whose outputs are the workflow's final products (rule all asks for all of them).
-FINAL_RULES = ["collect_runs", "compute_pfi", "core_figures", "cluster_stats", "fit_predictor",
+FINAL_RULES = ["collect_runs", "compute_pfi", "compare_pfi_published", "core_figures", "cluster_stats", "fit_predictor",
                "paper_tables", "analysis_figures", "simulate_allocation", "allocation_figures", "report"]
 FINAL_RULES += ["control_figures"] if config.get("control", {}).get("scenarios") else []  # rules/control.smk
 # Fidelity against the paper: generated, emulated campaigns only (rules/fidelity.smk).

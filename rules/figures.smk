@@ -1,4 +1,4 @@
-# Stage 6 (core): the paper's sweep figures and the PFI table beside Table 6.
+# Stage 6 (core): the paper's sweep figures, and Table 6 (rule compare_pfi_published) drawn.
 
 CORE_FIGURES = [
     "fig2_power_tokens_over_time",
@@ -10,21 +10,17 @@ CORE_FIGURES = [
 ]
 
 
-
 rule core_figures:
-    """Fig. 2 analog, power-throughput curves, PFI by cluster, clocks vs cap, Table 6."""
+    """Fig. 2 analog, power-throughput curves, PFI by cluster, clocks vs cap, Table 6 drawn."""
     input:
         runs=f"results/{{campaign}}/runs.parquet",
         pfi=f"results/{{campaign}}/pfi.parquet",
+        table6=rules.compare_pfi_published.output.table6,
         representative=lambda wc: representative_files(wc.campaign),
     output:
-        **with_sidecars(
-            figures=[figure_output(f"results/{{campaign}}/figures/{name}.png") for name in CORE_FIGURES],
-            table6=f"results/{{campaign}}/tables/table6_pfi.csv",
-        ),
+        figures=[figure_output(f"results/{{campaign}}/figures/{name}.png") for name in CORE_FIGURES],
     params:
         figures=section("figures"),
-        paper_tables=PAPER_TABLES,
         code=script_code("core_figures"),
     log:
         "logs/{campaign}/core_figures.log",

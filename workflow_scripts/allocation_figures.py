@@ -3,7 +3,7 @@ import pandas as pd
 
 from wattflex.plots.allocation import fig8_figure, out_of_sample_figure
 from wattflex.plots.style import apply_style
-from wattflex.provenance import provenance, read_json, stamp_png
+from wattflex.provenance import provenance, read_json, save_png
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
@@ -12,8 +12,7 @@ apply_style(smk.params.figures)
 dpi = int(smk.params.figures.get("dpi", 110))
 backend = read_json(f"{smk.input.summary}.meta.json")["provenance"].get("backend")
 prov = provenance(params=smk.params.figures, inputs=list(smk.input), backend=backend)
-fig8_figure(pd.read_csv(smk.input.summary), pd.read_csv(smk.input.headline), [backend]).savefig(smk.output.fig8, dpi=dpi)
-out_of_sample_figure(pd.read_csv(smk.input.out_of_sample), [backend]).savefig(smk.output.out_of_sample, dpi=dpi)
-for png in (smk.output.fig8, smk.output.out_of_sample):
-    stamp_png(png, prov)
+save_png(fig8_figure(pd.read_csv(smk.input.summary), pd.read_csv(smk.input.headline), [backend]),
+         smk.output.fig8, prov, dpi=dpi)
+save_png(out_of_sample_figure(pd.read_csv(smk.input.out_of_sample), [backend]), smk.output.out_of_sample, prov, dpi=dpi)
 log.info("wrote %s and %s", smk.output.fig8, smk.output.out_of_sample)

@@ -4,7 +4,7 @@ import pandas as pd
 
 from wattflex.plots.control import power_figure, tokens_figure
 from wattflex.plots.style import apply_style
-from wattflex.provenance import provenance, read_csv, read_parquet, stamp_png, write_csv
+from wattflex.provenance import provenance, read_csv, read_parquet, save_png, write_csv
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
@@ -19,8 +19,7 @@ for name, summary_csv, ts_path, power_png, tokens_png in zip(scenarios, smk.inpu
     summary = read_csv(summary_csv)
     for fig, path in ((power_figure(read_parquet(ts_path), name, "emulated"), power_png),
                       (tokens_figure(summary, name, "emulated"), tokens_png)):
-        fig.savefig(path, dpi=dpi)
-        stamp_png(path, prov, scenario=name)
+        save_png(fig, path, prov, dpi=dpi, scenario=name)
     tables.append(summary.assign(scenario=name))
     log.info("%s: figures written", name)
 combined = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=["scenario", "policy"])

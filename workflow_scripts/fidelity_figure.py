@@ -3,7 +3,7 @@ import pandas as pd
 
 from wattflex.plots.fidelity import emulated_vs_published
 from wattflex.plots.style import apply_style
-from wattflex.provenance import provenance, stamp_png
+from wattflex.provenance import provenance, save_png
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
@@ -17,7 +17,6 @@ for metric in ("spearman_table6", "median_dense", "median_moe-pt", "median_moe-f
         fmt = lambda v: f"{v:.2f}" if pd.notna(v) else "n/a"  # noqa: E731 (too few groups: NaN)
         pub = f", published {fmt(r.published)}" if pd.notna(r.published) else ""
         lines.append(f"{metric}: noise-free {fmt(r.noise_free)}, campaign {fmt(r.campaign)}{pub}")
-emulated_vs_published(groups, "\n".join(lines), groups["backend"].unique()).savefig(
-    smk.output.figure, dpi=int(smk.params.figures.get("dpi", 110)))
-stamp_png(smk.output.figure, provenance(params=smk.params.figures, inputs=list(smk.input)))
+save_png(emulated_vs_published(groups, "\n".join(lines), groups["backend"].unique()), smk.output.figure,
+         provenance(params=smk.params.figures, inputs=list(smk.input)), dpi=int(smk.params.figures.get("dpi", 110)))
 log.info("wrote %s", smk.output.figure)

@@ -138,3 +138,22 @@ def test_no_text_names_a_repo_file_or_module_that_does_not_exist():
             if not resolves(m.group(1)):
                 missing.append(f"{f.relative_to(REPO)}: wattflex.{m.group(1)}")
     assert not missing, "references to files/modules that do not exist:\n" + "\n".join(sorted(set(missing)))
+
+
+def test_what_the_snakefile_imports_at_every_start_stays_light():
+    """Every `snakemake` call (a dry run, a rerun, each SLURM job) parses the rule files: the
+    wattflex modules they import pull in no numpy, pandas, pyarrow, scipy or matplotlib
+    (~0.1-0.4 s each on every start; issue 15). rules/ingest.smk, included only for ingest
+    campaigns, lists the campaign's data files with the ingest readers and is left out."""
+    import subprocess
+    import sys
+
+    modules = sorted({m for smk in (REPO / "rules").glob("*.smk") if smk.name != "ingest.smk"
+                      for m in re.findall(r"^from (wattflex[\w.]*) import", smk.read_text(), re.M)})
+    assert "wattflex.config" in modules and "wattflex.report" in modules
+    code = (f"import sys; import {', '.join(modules)}; "
+            "heavy = sorted(m for m in ('numpy', 'pandas', 'pyarrow', 'scipy', 'matplotlib') if m in sys.modules); "
+            "assert not heavy, heavy")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=REPO / "workflow_scripts")
+    assert res.returncode == 0, res.stderr

@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from wattflex.provenance import SchemaVersionError, provenance, stamp_png, write_csv
+from wattflex.provenance import SchemaVersionError, provenance, save_png, write_csv
 from wattflex.report import (
     SECTIONS,
     backend_kind,
@@ -19,12 +19,10 @@ from wattflex.report import (
 
 
 def _png(path, prov):
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(2, 2))
     ax.plot([0, 1], [0, 1])
-    fig.savefig(path, dpi=40)
+    save_png(fig, path, prov, dpi=40)
     plt.close(fig)
-    stamp_png(path, prov)
 
 
 @pytest.fixture

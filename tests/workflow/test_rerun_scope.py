@@ -32,8 +32,8 @@ N_RUNS = 6 + 4 + 4 + 1  # first group on the six-cap grid, two on four caps, one
 # Fidelity against the paper (rules/fidelity.smk) reads runs and PFI: an emulated campaign's
 # analysis includes it.
 FIDELITY = {"fidelity": 1, "fidelity_figure": 1}
-ANALYSIS = {"collect_runs": 1, "compute_pfi": 1, "core_figures": 1, "cluster_stats": 1, "fit_predictor": 1,
-            "paper_tables": 1, "analysis_figures": 1, **FIDELITY}
+ANALYSIS = {"collect_runs": 1, "compute_pfi": 1, "compare_pfi_published": 1, "core_figures": 1, "cluster_stats": 1,
+            "fit_predictor": 1, "paper_tables": 1, "analysis_figures": 1, **FIDELITY}
 
 
 def allocation_wired() -> bool:

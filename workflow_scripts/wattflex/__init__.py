@@ -3,8 +3,8 @@
 The library behind the Snakemake workflow and the ``wattflex`` command, a package per job:
 
 - core: ``config`` (schema + semantic checks), ``telemetry`` (schema, phases, steady-state
-  aggregation), ``provenance`` (artifact metadata), ``gpus`` (the GPU catalogue),
-  ``fingerprint`` (rule code fingerprints), ``errors``;
+  aggregation), ``provenance`` (artifact metadata), ``labels`` (emulated or measured),
+  ``gpus`` (the GPU catalogue), ``fingerprint`` (rule code fingerprints), ``errors``;
 - ``runs``: where runs come from (emulator, devices, the real training harness, sweeps);
 - ``analysis``: PFI, cluster statistics, the predictor, the paper's tables;
 - ``ingest``: measured sweeps and DCGM captures from elsewhere;

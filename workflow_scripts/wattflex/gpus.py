@@ -9,8 +9,10 @@ against it by a test). The SM power-model constants shared by all entries (``V_M
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where used: the Snakefile reads this catalogue at every start
+    import numpy as np
 
 DEFAULT_GPU = "H200"  # the paper's headline GPU
 
@@ -40,6 +42,8 @@ class GPUSpec:
     slurm_name: str = ""           # default GRES/constraint name (profiles/slurm overrides it)
 
     def clock_bins(self) -> np.ndarray:
+        import numpy as np
+
         return np.arange(self.sm_clock_min_mhz, self.sm_clock_max_mhz + 1e-9, self.clock_step_mhz)
 
     def tensor_flops_per_s(self, x: np.ndarray | float) -> np.ndarray | float:

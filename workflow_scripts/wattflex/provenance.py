@@ -19,12 +19,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-if TYPE_CHECKING:  # pandas is imported where a frame is read: an emulated run's job never needs it
+if TYPE_CHECKING:
+    # Imported where used: the Snakefile imports this module at every `snakemake` start, and an
+    # emulated run's job never needs pandas.
     import pandas as pd
+    import pyarrow as pa
 
 from wattflex import SCHEMA_VERSION, __version__
 
@@ -120,6 +119,8 @@ def artifact_meta(path: str | os.PathLike) -> dict[str, Any] | None:
     suffix = path.suffix.lower()
     try:
         if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
             raw = (pq.read_schema(path).metadata or {}).get(META_KEY)
             return json.loads(raw) if raw else None
         if suffix == ".json":
@@ -132,7 +133,11 @@ def artifact_meta(path: str | os.PathLike) -> dict[str, Any] | None:
             from PIL import Image
 
             with Image.open(path) as img:
-                raw = img.text.get(META_KEY.decode())
+                # save_png writes the chunk before the pixels, where opening the file reads it
+                # (``info``); ``text`` decodes the whole image to find chunks after them.
+                raw = img.info.get(META_KEY.decode())
+                if raw is None:
+                    raw = img.text.get(META_KEY.decode())
             return json.loads(raw) if raw else None
         if suffix == ".html":
             return read_html_meta(path) or None
@@ -231,6 +236,9 @@ def _atomic_write(path: str | os.PathLike, write: Any) -> None:
 def write_parquet(df: pd.DataFrame | pa.Table, path: str | os.PathLike, prov: dict[str, Any] | None = None,
                   **meta: Any) -> None:
     """A DataFrame (its index dropped) or a pyarrow Table as a wattflex parquet artifact."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     check_writable(path)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
@@ -241,6 +249,8 @@ def write_parquet(df: pd.DataFrame | pa.Table, path: str | os.PathLike, prov: di
 
 
 def read_parquet_meta(path: str | os.PathLike) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
     raw = (pq.read_schema(path).metadata or {}).get(META_KEY)
     doc = json.loads(raw) if raw else {}
     check_schema_version(doc.get("schema_version"), path)
@@ -288,20 +298,19 @@ def read_csv(path: str | os.PathLike, **kwargs: Any) -> pd.DataFrame:
     return pd.read_csv(path, **kwargs)
 
 
-def stamp_png(path: str | os.PathLike, prov: dict[str, Any] | None = None, **meta: Any) -> None:
-    """Write schema version and provenance into a PNG figure's text chunk ``wattflex``
-    (pixels unchanged), so a figure found on its own still says what made it."""
-    from PIL import Image, PngImagePlugin
-
-    with Image.open(path) as img:
-        img.load()
-        info = PngImagePlugin.PngInfo()
-        for key, value in img.text.items():
-            if key != META_KEY.decode():
-                info.add_text(key, value)
-        doc = {"schema_version": SCHEMA_VERSION, **meta, "provenance": prov or provenance()}
-        info.add_text(META_KEY.decode(), json.dumps(doc, default=_json_default))
-        img.save(path, pnginfo=info, dpi=img.info.get("dpi", (72, 72)))
+def save_png(fig: Any, path: str | os.PathLike, prov: dict[str, Any] | None = None,
+             dpi: float | None = None, **meta: Any) -> None:
+    """Save a matplotlib figure (anything with ``savefig``; only ``plots`` imports matplotlib)
+    as a PNG carrying schema version and provenance in its text chunk ``wattflex``, so a figure
+    found on its own still says what made it. Written atomically, the chunk ahead of the pixels."""
+    check_writable(path)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    doc = {"schema_version": SCHEMA_VERSION, **meta, "provenance": prov or provenance()}
+    text = json.dumps(doc, default=_json_default)
+    # zlib level 3, not Pillow's 6: the default campaign's 17 figures encode in 0.81 s instead
+    # of 1.40 s for 1% more bytes (1.91 vs 1.89 MB; measured here, issue 15).
+    _atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, metadata={META_KEY.decode(): text},
+                                                pil_kwargs={"compress_level": 3}))
 
 
 def read_png_meta(path: str | os.PathLike) -> dict[str, Any]:
@@ -312,6 +321,8 @@ def read_png_meta(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _json_default(o: Any) -> Any:
+    import numpy as np
+
     if isinstance(o, np.generic):
         return o.item()
     if isinstance(o, np.ndarray):

@@ -19,10 +19,12 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-import pandas as pd
 import yaml
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from wattflex import SCHEMA_VERSION
 from wattflex.provenance import REPORT_META_ID, artifact_meta, check_schema_version, read_html_meta
@@ -266,6 +268,8 @@ def banner_html(backends: Sequence[str | None]) -> str:
 
 def _matrix(runs_csv: Path):
     """Groups and runs per set (and GPU model) beside the paper's counts, clusters spelled out."""
+    import pandas as pd
+
 
     runs = pd.read_csv(runs_csv)
     keys = [c for c in ("set", "gpu_model") if c in runs]
@@ -285,6 +289,8 @@ def _matrix(runs_csv: Path):
 
 
 def _published_html(paper_tables: Path | None, stem: str) -> str:
+    import pandas as pd
+
 
     path = paper_tables / f"{stem}.csv" if paper_tables else None
     if path is None or not path.is_file():
@@ -294,6 +300,8 @@ def _published_html(paper_tables: Path | None, stem: str) -> str:
 
 
 def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> str:
+    import pandas as pd
+
 
     render = item.render or {".png": "figure", ".csv": "table", ".md": "text"}.get(path.suffix, "file")
     title = item.title if "*" not in item.path else f"{item.title}: {path.stem}"
@@ -348,6 +356,8 @@ def _mark(value: Any) -> str:
 def fidelity_summary_html(df: pd.DataFrame) -> str:
     """The fidelity summary: targets with met/missed marks, then the other metrics by topic,
     each with the noise-free model, the campaign, the seed distribution and the published value."""
+    import pandas as pd
+
     n = int(df["n_seeds"].max()) if "n_seeds" in df and len(df) else 0
     parts = [f'<p class="note">{_FIDELITY_INTRO.format(n=n)}</p>']
     seeds = df["seed_median"].map(_fmt) + " [" + df["seed_p05"].map(_fmt) + ", " + df["seed_p95"].map(_fmt) + "]"
@@ -371,6 +381,8 @@ def fidelity_summary_html(df: pd.DataFrame) -> str:
 
 def sensitivity_html(df: pd.DataFrame) -> str:
     """The sensitivity table, the constants that move the medians or the Spearman most first."""
+    import pandas as pd
+
     deltas = [c for c in df.columns if str(c).startswith("delta_")]
     effect = df[deltas].abs().max(axis=1) if deltas else pd.Series(0.0, index=df.index)
     order = effect.sort_values(ascending=False, kind="stable").index
@@ -382,6 +394,8 @@ def sensitivity_html(df: pd.DataFrame) -> str:
 
 
 def _summary_rows(summary_csv: Path | None, keys: Sequence[str]) -> str:
+    import pandas as pd
+
 
     if not keys or summary_csv is None:
         return ""
@@ -450,6 +464,8 @@ def _other_html(camp: _Campaign, paper_tables: Path | None) -> str:
 
 
 def _counts_html(camp: _Campaign) -> str:
+    import pandas as pd
+
 
     runs_csv = camp.files.get("runs.csv")
     if runs_csv is None:
@@ -467,6 +483,8 @@ def _counts_html(camp: _Campaign) -> str:
 
 
 def _provenance_html(camp: _Campaign, config: dict[str, Any] | None) -> str:
+    import pandas as pd
+
 
     rows, packages = [], {}
     for rel, path in sorted(camp.files.items()):
@@ -514,6 +532,8 @@ nav ol{columns:2} pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:1
 def render_report(files: Iterable[str | Path], campaign: str, config: dict[str, Any] | None = None,
                   paper_tables: str | Path | None = None, prov: dict[str, Any] | None = None) -> str:
     """The report HTML for the artifacts ``files`` (paths under ``results/<campaign>/``)."""
+    import pandas as pd
+
 
     camp = _Campaign({_relative(str(f)): Path(f) for f in files})
     runs_csv = camp.files.get("runs.csv")

@@ -10,7 +10,6 @@ import pytest
 
 from wattflex.analysis.stats import telemetry_correlations
 from wattflex.plots import analysis, ingest, sweeps
-from wattflex.plots.style import backend_label
 
 LIB = Path(__file__).resolve().parents[3] / "workflow_scripts" / "wattflex"
 
@@ -33,12 +32,6 @@ def tiny_runs(backend: str) -> pd.DataFrame:
                          "cluster": cluster, "gpu_model": gpu, "sm_clock_mhz": 1980 * cap / 700, "mem_clock_mhz": 3200.0,
                          "gpus": 8, "set": "headline", "backend": backend})
     return pd.DataFrame(rows)
-
-
-def test_backend_label_names_emulated_mixed_and_measured():
-    assert backend_label(["emulated"]).startswith("EMULATED")
-    assert backend_label(["emulated", "nvml"]).startswith("MIXED")
-    assert backend_label(["ingest"]) == "measured (ingest)"
 
 
 def test_sweep_figures_render_and_say_emulated(tmp_path):

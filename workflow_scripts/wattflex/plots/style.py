@@ -12,7 +12,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-import numpy as np
+
+from wattflex.labels import backend_label  # noqa: F401 (re-exported: plots draw it)
 
 CLUSTER_COLORS = {"dense": "#1f77b4", "moe-pt": "#ff7f0e", "moe-ft": "#2ca02c"}
 CLUSTER_ORDER = ["dense", "moe-pt", "moe-ft"]
@@ -30,15 +31,6 @@ POLICY_LOOK = {
 }
 
 
-def backend_label(backends: Any) -> str:
-    vals = sorted({str(b) for b in np.atleast_1d(backends) if b is not None and str(b) != "nan"})
-    if vals == ["emulated"]:
-        return "EMULATED (virtual GPU model, not a measurement)"
-    if "emulated" in vals:
-        return "MIXED: includes EMULATED runs"
-    return "measured (" + ", ".join(vals) + ")"
-
-
 def label_backend(fig: plt.Figure, backends: Any) -> None:
     text = backend_label(backends)
     color = "#b00020" if "EMULATED" in text else "#333333"
@@ -46,5 +38,8 @@ def label_backend(fig: plt.Figure, backends: Any) -> None:
 
 
 def apply_style(cfg: dict[str, Any] | None) -> None:
-    style = (cfg or {}).get("style", "default")
-    plt.style.use(style)
+    """The ``figures`` config's style; figures are laid out at the dpi they are saved at, so
+    tight_layout and savefig share one renderer and its text-extent cache."""
+    cfg = cfg or {}
+    plt.style.use(cfg.get("style", "default"))
+    plt.rcParams["figure.dpi"] = plt.rcParams["savefig.dpi"] = int(cfg.get("dpi", 110))
