@@ -9,7 +9,6 @@ configfile: "config/config.yaml"
 
 
 wildcard_constraints:
-    campaign=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     group=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     run=r"cap[0-9.]+(_r[0-9]+)?",
 
@@ -39,5 +38,5 @@ if SOURCE == "ingest":
 
 rule all:
     input:
-        all_outputs(CAMPAIGN),
+        all_outputs(),
     default_target: True

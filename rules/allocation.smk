@@ -5,7 +5,7 @@
 
 from wattflex.allocation.settings import MERGE_ONLY_KEYS, PART_TABLES, SimulationConfig, cut_label
 
-ALLOCATION = "results/{campaign}/allocation"
+ALLOCATION = f"{RESULTS}/allocation"
 ALLOCATION_SETTINGS = section("allocation")
 # One job per cut (both cores busy, and a changed cut list reruns only the new cuts and the
 # merge); the labels read back as the config's floats (cut_label).
@@ -16,9 +16,9 @@ ALLOCATION_PART = f"{ALLOCATION}/cuts/{{cut}}"
 rule simulate_allocation_cut:
     """One cut: 500 workloads x 100 jobs per mix, every policy, SLA tiers and out-of-sample splits."""
     input:
-        runs="results/{campaign}/runs.parquet",
-        pfi="results/{campaign}/pfi.parquet",
-        predictions="results/{campaign}/predictor/predictions.parquet",
+        runs=f"{RESULTS}/runs.parquet",
+        pfi=f"{RESULTS}/pfi.parquet",
+        predictions=f"{RESULTS}/predictor/predictions.parquet",
     output:
         **{name: f"{ALLOCATION_PART}/{name}.parquet" for name in PART_TABLES},
     params:
@@ -30,7 +30,7 @@ rule simulate_allocation_cut:
     wildcard_constraints:
         cut=r"[0-9][0-9.e+-]*",
     log:
-        "logs/{campaign}/simulate_allocation_cut_{cut}.log",
+        f"{LOGS}/simulate_allocation_cut_{{cut}}.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True
@@ -41,9 +41,9 @@ rule simulate_allocation_cut:
 rule simulate_allocation:
     """The cuts merged: summary, headline, SLA tiers and out-of-sample check (same as one run)."""
     input:
-        runs="results/{campaign}/runs.parquet",
-        pfi="results/{campaign}/pfi.parquet",
-        predictions="results/{campaign}/predictor/predictions.parquet",
+        runs=f"{RESULTS}/runs.parquet",
+        pfi=f"{RESULTS}/pfi.parquet",
+        predictions=f"{RESULTS}/predictor/predictions.parquet",
         **{f"part_{name}": expand(f"{ALLOCATION_PART}/{name}.parquet", cut=ALLOCATION_CUTS, allow_missing=True)
            for name in PART_TABLES},
     output:
@@ -57,7 +57,7 @@ rule simulate_allocation:
         allocation=ALLOCATION_SETTINGS,
         code=script_code("simulate_allocation"),
     log:
-        "logs/{campaign}/simulate_allocation.log",
+        f"{LOGS}/simulate_allocation.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True
@@ -78,7 +78,7 @@ rule allocation_figures:
         figures=section("figures"),
         code=script_code("allocation_figures"),
     log:
-        "logs/{campaign}/allocation_figures.log",
+        f"{LOGS}/allocation_figures.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True

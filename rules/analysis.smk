@@ -2,7 +2,7 @@
 # Needs common.smk (section, script_code, PAPER_TABLES); its final files are listed
 # in common.smk's FINAL_RULES.
 
-ANALYSIS = "results/{campaign}"
+ANALYSIS = RESULTS
 
 
 
@@ -23,7 +23,7 @@ rule cluster_stats:
         paper_tables=PAPER_TABLES,
         code=script_code("cluster_stats"),
     log:
-        "logs/{campaign}/cluster_stats.log",
+        f"{LOGS}/cluster_stats.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True
@@ -50,7 +50,7 @@ rule fit_predictor:
         paper_tables=PAPER_TABLES,
         code=script_code("fit_predictor"),
     log:
-        "logs/{campaign}/fit_predictor.log",
+        f"{LOGS}/fit_predictor.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True
@@ -79,7 +79,7 @@ rule paper_tables:
         paper_tables=PAPER_TABLES,
         code=script_code("paper_tables"),
     log:
-        "logs/{campaign}/paper_tables.log",
+        f"{LOGS}/paper_tables.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True
@@ -107,7 +107,7 @@ rule analysis_figures:
         figures=section("figures"),
         code=script_code("analysis_figures"),
     log:
-        "logs/{campaign}/analysis_figures.log",
+        f"{LOGS}/analysis_figures.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True

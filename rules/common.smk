@@ -42,7 +42,12 @@ if (workflow.is_main_process and workflow.overwrite_configfiles
                     f"(--replace-workflow-config to use your file alone)")
 
 CAMPAIGN = config["campaign"]
+# The configured campaign's folders, written into every path (not a {campaign} wildcard): a
+# rule makes only this config's files, and Snakemake matches each requested file to its rule
+# by the paths' constant prefixes, which a wildcard right after results/ made useless
+# (~40% of every DAG build).
 RESULTS = f"results/{CAMPAIGN}"
+LOGS = f"logs/{CAMPAIGN}"
 SOURCE = config.get("source", "generate")  # ingest: runs.parquet from data (rules/ingest.smk)
 RUNS = expand_runs(config) if SOURCE == "generate" else []
 GROUPS = {g["id"]: g for g in groups(config)} if SOURCE == "generate" else {}
@@ -52,14 +57,14 @@ SWEEP = config.get("sweep", "separate")  # staircase | adaptive: one run per gro
 PAPER_TABLES = config.get("paper_tables_dir", "resources/paper/tables")
 
 
-def run_dirs(campaign):
-    return [f"results/{campaign}/runs/{r['group']}/{r['run_id']}" for r in RUNS]
+def run_dirs():
+    return [f"{RESULTS}/runs/{r['group']}/{r['run_id']}" for r in RUNS]
 
 
-def summary_files(campaign):
+def summary_files():
     if SWEEP != "separate":
-        return sweep_summary_files(campaign)
-    return [f"{d}/summary.json" for d in run_dirs(campaign)]
+        return sweep_summary_files()
+    return [f"{d}/summary.json" for d in run_dirs()]
 
 
 def canonical(obj):
@@ -135,18 +140,18 @@ def result_config():
     return canonical(out)
 
 
-def representative_run(campaign):
+def representative_run():
     """The run drawn in the paper's Fig. 2 analog: the first group's uncapped run."""
     first = next(iter(GROUPS.values()))
     mode = "" if SWEEP == "separate" else f"{SWEEP}/"  # one-run sweeps: its stretch at that cap
-    return f"results/{campaign}/runs/{first['id']}/{mode}cap{max(first['caps']):g}"
+    return f"{RESULTS}/runs/{first['id']}/{mode}cap{max(first['caps']):g}"
 
 
-def representative_files(campaign):
+def representative_files():
     """The Fig. 2 run's files; none for an ingested campaign (it has no generated groups)."""
     if not GROUPS:
         return []
-    return [f"{representative_run(campaign)}/{f}" for f in ("telemetry.parquet", "steps.parquet", "summary.json")]
+    return [f"{representative_run()}/{f}" for f in ("telemetry.parquet", "steps.parquet", "summary.json")]
 
 
 # Rules whose outputs are the workflow's final products (rule all asks for all of them).
@@ -158,19 +163,19 @@ FIDELITY = SOURCE == "generate" and config.get("backend", "emulated") == "emulat
 FINAL_RULES += ["fidelity", "fidelity_figure"] if FIDELITY else []
 
 
-def outputs_of(campaign, *rule_names):
-    """The output files of the named rules for one campaign."""
-    return [str(f).format(campaign=campaign) for name in rule_names for f in getattr(rules, name).output]
+def outputs_of(*rule_names):
+    """The output files of the named rules."""
+    return [str(f) for name in rule_names for f in getattr(rules, name).output]
 
 
-def all_outputs(campaign):
-    return outputs_of(campaign, *(FINAL_RULES if SOURCE == "generate" else INGEST_FINAL_RULES))
+def all_outputs():
+    return outputs_of(*(FINAL_RULES if SOURCE == "generate" else INGEST_FINAL_RULES))
 
 
-def report_inputs(campaign):
+def report_inputs():
     """What the report shows: every final output of the campaign but the report itself."""
-    own = set(outputs_of(campaign, "report"))
-    return [f for f in all_outputs(campaign) if f not in own]
+    own = set(outputs_of("report"))
+    return [f for f in all_outputs() if f not in own]
 
 
 # ---- How runs are scheduled (README "Running on a SLURM cluster") ----------------------
@@ -219,8 +224,8 @@ def run_resources():
 
 
 # One-run sweep modes (rules/sweeps.smk).
-def sweep_summary_files(campaign):
-    return [f"results/{campaign}/runs/{gid}/{SWEEP}/cap{cap:g}/summary.json"
+def sweep_summary_files():
+    return [f"{RESULTS}/runs/{gid}/{SWEEP}/cap{cap:g}/summary.json"
             for gid, g in GROUPS.items() for cap in g["caps"]]
 
 
@@ -246,11 +251,11 @@ def stable_path(path):
 REDO_ENV = "WATTFLEX_REDO_RUNS"  # comma-separated <group>/<run> (or <group>/<sweep mode>) to redo on purpose
 
 
-def recorded_real_runs(campaign):
+def recorded_real_runs():
     """{"<group>/<run>": (run.json path, recorded params_hash)} of the campaign's existing
     runs whose recorded backend is not emulated (whatever the config now says)."""
     out = {}
-    for path in sorted(Path(f"results/{campaign}/runs").glob("*/*/run.json")):
+    for path in sorted(Path(f"{RESULTS}/runs").glob("*/*/run.json")):
         try:
             prov = json.loads(path.read_text()).get("provenance", {})
         except (OSError, ValueError):
@@ -276,7 +281,7 @@ def redo_runs():
 
 if SOURCE == "generate" and workflow.is_main_process:
     _redo = redo_runs()
-    _changed = [(key, path) for key, (path, recorded) in recorded_real_runs(CAMPAIGN).items()
+    _changed = [(key, path) for key, (path, recorded) in recorded_real_runs().items()
                 if key not in _redo and (spec := current_spec(*key.split("/"))) is not None
                 and params_hash(canonical(spec)) != recorded]
     if _changed:
@@ -291,7 +296,7 @@ def _refuse_deleting_real_runs(delete_output):
     """workflow.delete_output (--delete-all-output / --delete-temp-output) that never
     deletes a real run: Snakemake skips write-protected files, but not as root."""
     def guarded(only_temp=False, dryrun=False):
-        real = [p for p, _ in recorded_real_runs(CAMPAIGN).values()] if SOURCE == "generate" else []
+        real = [p for p, _ in recorded_real_runs().values()] if SOURCE == "generate" else []
         if real and not dryrun:
             raise WorkflowError(
                 f"--delete-{'temp' if only_temp else 'all'}-output refused: campaign '{CAMPAIGN}' has "

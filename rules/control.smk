@@ -5,7 +5,7 @@
 # Without a `control:` section in the config there are no scenarios and nothing here runs.
 
 CONTROL = section("control")
-CONTROL_DIR = "results/{campaign}/control"
+CONTROL_DIR = f"{RESULTS}/control"
 CONTROL_SCENARIOS = list(CONTROL.get("scenarios", {}))
 CONTROL_GROUPS = canonical([{**g, "model_facts": config["_catalog"][g["model"]]} for g in GROUPS.values()
                             if g["set"] == CONTROL.get("groups_set", "headline")])
@@ -21,7 +21,7 @@ rule control_truth:
         cap_step_w=CONTROL.get("cap_step_w", 5),
         code=script_code("control_truth"),
     log:
-        "logs/{campaign}/control_truth.log",
+        f"{LOGS}/control_truth.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True
@@ -33,7 +33,7 @@ rule simulate_control:
     """One scenario: cluster power vs budget, violations and tokens for every policy."""
     input:
         truth=rules.control_truth.output.truth,
-        model="results/{campaign}/predictor/model.json",
+        model=f"{RESULTS}/predictor/model.json",
         signal=lambda wc: str(Path(workflow.basedir) / CONTROL["scenarios"][wc.scenario]["signal"]),
     output:
         **with_sidecars(
@@ -49,7 +49,7 @@ rule simulate_control:
     wildcard_constraints:
         scenario=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     log:
-        "logs/{campaign}/simulate_control_{scenario}.log",
+        f"{LOGS}/simulate_control_{{scenario}}.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True
@@ -74,7 +74,7 @@ rule control_figures:
         figures=section("figures"),
         code=script_code("control_figures"),
     log:
-        "logs/{campaign}/control_figures.log",
+        f"{LOGS}/control_figures.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True

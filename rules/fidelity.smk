@@ -4,15 +4,15 @@
 # Included by the Snakefile for generated, emulated campaigns only (common.smk FIDELITY):
 # a measured campaign's PFI has no emulator behind it.
 
-FIDELITY_TABLES = "results/{campaign}/tables"
+FIDELITY_TABLES = f"{RESULTS}/tables"
 
 
 rule fidelity:
     """fidelity.csv (per group), fidelity_summary.csv (metrics vs targets, seed distribution),
     fidelity_sensitivity.csv (one constant at a time)."""
     input:
-        runs="results/{campaign}/runs.parquet",
-        pfi="results/{campaign}/pfi.parquet",
+        runs=f"{RESULTS}/runs.parquet",
+        pfi=f"{RESULTS}/pfi.parquet",
     output:
         **with_sidecars(
             groups=f"{FIDELITY_TABLES}/fidelity.csv",
@@ -22,6 +22,7 @@ rule fidelity:
     params:
         # What the emulator is given per group (its config group and model facts).
         jobs=canonical({gid: {"group": g, "model_facts": config["_catalog"][g["model"]]} for gid, g in GROUPS.items()}),
+        campaign=CAMPAIGN,  # the emulated runs' seeds derive from it
         seed=int(config.get("seed", 0)),
         sweep=SWEEP,
         # >= 20 noise seeds and +-25 % per constant (issue 14); not a config section.
@@ -31,7 +32,7 @@ rule fidelity:
         paper_tables=PAPER_TABLES,
         code=script_code("fidelity"),
     log:
-        "logs/{campaign}/fidelity.log",
+        f"{LOGS}/fidelity.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True
@@ -45,12 +46,12 @@ rule fidelity_figure:
         groups=rules.fidelity.output.groups,
         summary=rules.fidelity.output.summary,
     output:
-        figure=figure_output("results/{campaign}/figures/fidelity_vs_published.png"),
+        figure=figure_output(f"{RESULTS}/figures/fidelity_vs_published.png"),
     params:
         figures=section("figures"),
         code=script_code("fidelity_figure"),
     log:
-        "logs/{campaign}/fidelity_figure.log",
+        f"{LOGS}/fidelity_figure.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True

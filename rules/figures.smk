@@ -13,17 +13,17 @@ CORE_FIGURES = [
 rule core_figures:
     """Fig. 2 analog, power-throughput curves, PFI by cluster, clocks vs cap, Table 6 drawn."""
     input:
-        runs=f"results/{{campaign}}/runs.parquet",
-        pfi=f"results/{{campaign}}/pfi.parquet",
+        runs=f"{RESULTS}/runs.parquet",
+        pfi=f"{RESULTS}/pfi.parquet",
         table6=rules.compare_pfi_published.output.table6,
-        representative=lambda wc: representative_files(wc.campaign),
+        representative=representative_files(),
     output:
-        figures=[figure_output(f"results/{{campaign}}/figures/{name}.png") for name in CORE_FIGURES],
+        figures=[figure_output(f"{RESULTS}/figures/{name}.png") for name in CORE_FIGURES],
     params:
         figures=section("figures"),
         code=script_code("core_figures"),
     log:
-        "logs/{campaign}/core_figures.log",
+        f"{LOGS}/core_figures.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True

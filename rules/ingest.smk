@@ -25,16 +25,16 @@ rule ingest_runs:
     input:
         INGEST_FILES,
     output:
-        parquet=f"results/{{campaign}}/runs.parquet",
-        csv=f"results/{{campaign}}/runs.csv",
-        rejected=f"results/{{campaign}}/ingest/rejected.csv",
-        summary=f"results/{{campaign}}/ingest/summary.json",
+        parquet=f"{RESULTS}/runs.parquet",
+        csv=f"{RESULTS}/runs.csv",
+        rejected=f"{RESULTS}/ingest/rejected.csv",
+        summary=f"{RESULTS}/ingest/summary.json",
     params:
         ingest=canonical({k: v for k, v in config["ingest"].items() if k != "path"}),
         summary=section("summary"),
         code=script_code("ingest_runs"),
     log:
-        "logs/{campaign}/ingest_runs.log",
+        f"{LOGS}/ingest_runs.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True
@@ -47,19 +47,20 @@ rule ingest_report:
     input:
         runs=rules.ingest_runs.output.parquet,
         summary=rules.ingest_runs.output.summary,
-        pfi=f"results/{{campaign}}/pfi.parquet",
+        pfi=f"{RESULTS}/pfi.parquet",
     output:
-        report=f"results/{{campaign}}/ingest_report.md",
-        counts=f"results/{{campaign}}/tables/pfi_status_counts.csv",
-        groups=f"results/{{campaign}}/tables/pfi_groups.csv",
-        curves_normalized=f"results/{{campaign}}/figures/curves_normalized.png",
-        curves_raw=f"results/{{campaign}}/figures/curves_raw.png",
-        scatter=f"results/{{campaign}}/figures/pfi_robust_vs_ratio.png",
+        report=f"{RESULTS}/ingest_report.md",
+        counts=f"{RESULTS}/tables/pfi_status_counts.csv",
+        groups=f"{RESULTS}/tables/pfi_groups.csv",
+        curves_normalized=f"{RESULTS}/figures/curves_normalized.png",
+        curves_raw=f"{RESULTS}/figures/curves_raw.png",
+        scatter=f"{RESULTS}/figures/pfi_robust_vs_ratio.png",
     params:
+        campaign=CAMPAIGN,
         figures=section("figures"),
         code=script_code("ingest_report"),
     log:
-        "logs/{campaign}/ingest_report.log",
+        f"{LOGS}/ingest_report.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True

@@ -4,17 +4,17 @@
 rule compute_pfi:
     """Ratio, area and elasticity PFI, robust PFI, Monte Carlo CI and diagnostics."""
     input:
-        f"results/{{campaign}}/runs.parquet",
+        f"{RESULTS}/runs.parquet",
     output:
         **with_sidecars(
-            parquet=f"results/{{campaign}}/pfi.parquet",
-            csv=f"results/{{campaign}}/pfi.csv",
+            parquet=f"{RESULTS}/pfi.parquet",
+            csv=f"{RESULTS}/pfi.csv",
         ),
     params:
         pfi=section("pfi"),
         code=script_code("compute_pfi"),
     log:
-        "logs/{campaign}/compute_pfi.log",
+        f"{LOGS}/compute_pfi.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True
@@ -26,14 +26,14 @@ rule compare_pfi_published:
     """Each group's PFI beside the published Tables 6-7, with the Spearman rank correlation
     and cluster medians (its own job: core_figures then draws it without importing scipy)."""
     input:
-        f"results/{{campaign}}/pfi.parquet",
+        f"{RESULTS}/pfi.parquet",
     output:
-        **with_sidecars(table6=f"results/{{campaign}}/tables/table6_pfi.csv"),
+        **with_sidecars(table6=f"{RESULTS}/tables/table6_pfi.csv"),
     params:
         paper_tables=PAPER_TABLES,
         code=script_code("compare_pfi_published"),
     log:
-        "logs/{campaign}/compare_pfi_published.log",
+        f"{LOGS}/compare_pfi_published.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True

@@ -7,15 +7,17 @@
 rule report:
     """results/<campaign>/report.html: the whole reproduction in one document."""
     input:
-        lambda wc: report_inputs(wc.campaign),
+        # at DAG time: rules/ingest.smk (an ingest campaign's final rules) is included after this file
+        lambda wc: report_inputs(),
     output:
-        html=f"results/{{campaign}}/report.html",
+        html=f"{RESULTS}/report.html",
     params:
+        campaign=CAMPAIGN,
         shown_config=result_config(),
         paper_tables=PAPER_TABLES,
         code=script_code("make_report"),
     log:
-        "logs/{campaign}/report.log",
+        f"{LOGS}/report.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True

@@ -6,16 +6,16 @@ rule run_at_cap:
     """One run of a sweep group at one power cap (emulated or real)."""
     # Real runs' files are write-protected (run_output in common.smk).
     output:
-        telemetry=run_output(f"results/{{campaign}}/runs/{{group}}/{{run}}/telemetry.parquet"),
-        steps=run_output(f"results/{{campaign}}/runs/{{group}}/{{run}}/steps.parquet"),
-        run=run_output(f"results/{{campaign}}/runs/{{group}}/{{run}}/run.json"),
+        telemetry=run_output(f"{RESULTS}/runs/{{group}}/{{run}}/telemetry.parquet"),
+        steps=run_output(f"{RESULTS}/runs/{{group}}/{{run}}/steps.parquet"),
+        run=run_output(f"{RESULTS}/runs/{{group}}/{{run}}/run.json"),
     params:
         spec=spec_for,
         # The emulator is part of an emulated run's inputs; a real run depends on nothing
         # but its spec, so no library change can ever regenerate it (RUN_CODE is "").
         code=RUN_CODE,
     log:
-        "logs/{campaign}/runs/{group}/{run}.log",
+        f"{LOGS}/runs/{{group}}/{{run}}.log",
     # On SLURM: a job with the group's GPUs and nodes; runs of a group one at a time.
     resources:
         **run_resources(),
@@ -48,16 +48,16 @@ for _gid, _name in SUMMARY_RULES.items():
         name:
             _name
         input:
-            telemetry=[f"results/{{campaign}}/runs/{_gid}/{r}/telemetry.parquet" for r in RUN_IDS[_gid]],
-            steps=[f"results/{{campaign}}/runs/{_gid}/{r}/steps.parquet" for r in RUN_IDS[_gid]],
-            run=[f"results/{{campaign}}/runs/{_gid}/{r}/run.json" for r in RUN_IDS[_gid]],
+            telemetry=[f"{RESULTS}/runs/{_gid}/{r}/telemetry.parquet" for r in RUN_IDS[_gid]],
+            steps=[f"{RESULTS}/runs/{_gid}/{r}/steps.parquet" for r in RUN_IDS[_gid]],
+            run=[f"{RESULTS}/runs/{_gid}/{r}/run.json" for r in RUN_IDS[_gid]],
         output:
-            [f"results/{{campaign}}/runs/{_gid}/{r}/summary.json" for r in RUN_IDS[_gid]],
+            [f"{RESULTS}/runs/{_gid}/{r}/summary.json" for r in RUN_IDS[_gid]],
         params:
             protocol=section("summary"),
             code=script_code("summarize_run"),
         log:
-            [f"logs/{{campaign}}/summaries/{_gid}/{r}.log" for r in RUN_IDS[_gid]],
+            [f"{LOGS}/summaries/{_gid}/{r}.log" for r in RUN_IDS[_gid]],
         conda:
             "../envs/analysis.yaml"
         localrule: True
@@ -69,17 +69,17 @@ rule collect_runs:
     """One row per run: runs.parquet (and a CSV copy for people); runs that failed after
     their last retry are left out and listed in missing_runs.csv."""
     input:
-        lambda wc: summary_files(wc.campaign),
+        summary_files(),
     output:
         **with_sidecars(
-            parquet=f"results/{{campaign}}/runs.parquet",
-            csv=f"results/{{campaign}}/runs.csv",
-            missing=f"results/{{campaign}}/missing_runs.csv",
+            parquet=f"{RESULTS}/runs.parquet",
+            csv=f"{RESULTS}/runs.csv",
+            missing=f"{RESULTS}/missing_runs.csv",
         ),
     params:
         code=script_code("collect_runs"),
     log:
-        "logs/{campaign}/collect_runs.log",
+        f"{LOGS}/collect_runs.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True

@@ -12,9 +12,9 @@ wildcard_constraints:
 rule run_staircase:
     """A group's whole power-cap sweep in one training run (staircase or adaptive grid)."""
     output:
-        telemetry=run_output(f"results/{{campaign}}/runs/{{group}}/{{mode}}/telemetry.parquet"),
-        steps=run_output(f"results/{{campaign}}/runs/{{group}}/{{mode}}/steps.parquet"),
-        run=run_output(f"results/{{campaign}}/runs/{{group}}/{{mode}}/run.json"),
+        telemetry=run_output(f"{RESULTS}/runs/{{group}}/{{mode}}/telemetry.parquet"),
+        steps=run_output(f"{RESULTS}/runs/{{group}}/{{mode}}/steps.parquet"),
+        run=run_output(f"{RESULTS}/runs/{{group}}/{{mode}}/run.json"),
     params:
         spec=lambda wc: canonical(sweep_spec(config, wc.group, wc.mode)),
         # As for run_at_cap: an emulated run depends on the physics and the controller, a
@@ -23,7 +23,7 @@ rule run_staircase:
         if config.get("backend", "emulated") == "emulated"
         else "",
     log:
-        "logs/{campaign}/runs/{group}/{mode}.log",
+        f"{LOGS}/runs/{{group}}/{{mode}}.log",
     resources:
         **{**run_resources(), "runtime": sweep_minutes},
     conda:
@@ -39,14 +39,14 @@ rule summarize_staircase:
         steps=rules.run_staircase.output.steps,
         run=rules.run_staircase.output.run,
     output:
-        summary=f"results/{{campaign}}/runs/{{group}}/{{mode}}/{{run}}/summary.json",
-        telemetry=f"results/{{campaign}}/runs/{{group}}/{{mode}}/{{run}}/telemetry.parquet",
-        steps=f"results/{{campaign}}/runs/{{group}}/{{mode}}/{{run}}/steps.parquet",
+        summary=f"{RESULTS}/runs/{{group}}/{{mode}}/{{run}}/summary.json",
+        telemetry=f"{RESULTS}/runs/{{group}}/{{mode}}/{{run}}/telemetry.parquet",
+        steps=f"{RESULTS}/runs/{{group}}/{{mode}}/{{run}}/steps.parquet",
     params:
         protocol=section("summary"),
         code=script_code("summarize_staircase"),
     log:
-        "logs/{campaign}/summaries/{group}/{mode}/{run}.log",
+        f"{LOGS}/summaries/{{group}}/{{mode}}/{{run}}.log",
     conda:
         "../envs/analysis.yaml"
     localrule: True

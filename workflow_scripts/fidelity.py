@@ -17,7 +17,7 @@ runs, pfi = read_parquet(smk.input.runs), read_parquet(smk.input.pfi)
 gc.freeze()
 groups = fid.group_models(smk.params.jobs, runs, smk.params.sweep)
 log.info("%d emulated groups, %d noise seeds, perturbation +-%g", len(groups), cfg["noise_seeds"], cfg["perturbation"])
-result = fid.fidelity(groups, pfi.set_index("group")["pfi_ratio"], smk.wildcards.campaign, int(smk.params.seed),
+result = fid.fidelity(groups, pfi.set_index("group")["pfi_ratio"], smk.params.campaign, int(smk.params.seed),
                       str(paper), n_seeds=int(cfg["noise_seeds"]), fraction=float(cfg["perturbation"]),
                       alpha=float(stats.get("alpha", 0.05)), order=stats.get("cluster_order", fid.CLUSTER_ORDER))
 prov = provenance(params={k: smk.params[k] for k in ("jobs", "seed", "sweep", "fidelity", "stats")},

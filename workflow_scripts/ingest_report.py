@@ -19,7 +19,7 @@ dpi = int(cfg.get("dpi", 110))
 runs, pfi = read_parquet(smk.input.runs), read_parquet(smk.input.pfi)
 summary = read_json(smk.input.summary)["ingest"]
 prov = provenance(params=cfg, inputs=list(smk.input), backend="ingest")
-campaign = smk.wildcards.campaign
+campaign = smk.params.campaign
 
 # Curves faceted by GPU model: ingested groups carry no paper cluster worth splitting on.
 by_gpu = runs.assign(cluster=runs["gpu_model"].astype(str))

@@ -11,7 +11,7 @@ log = rule_logger(smk)
 paper = Path(smk.scriptdir).parent / smk.params.paper_tables
 files = list(smk.input)
 prov = provenance(params=smk.params.shown_config, inputs=files)
-statuses = write_report(files, smk.output.html, smk.wildcards.campaign, smk.params.shown_config,
+statuses = write_report(files, smk.output.html, smk.params.campaign, smk.params.shown_config,
                         paper, prov)
 for key, status in statuses.items():
     log.info("section %s: %s", key, status)

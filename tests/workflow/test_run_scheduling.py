@@ -27,7 +27,7 @@ def run_resources(stdout: str) -> dict[str, dict[str, str]]:
     """{group/run: resources} of the run_at_cap jobs a dry run plans."""
     out = {}
     for block in stdout.split("rule run_at_cap:")[1:]:
-        wc = re.search(r"wildcards: campaign=\w+, group=([\w.-]+), run=(\w+)", block)
+        wc = re.search(r"wildcards: group=([\w.-]+), run=(\w+)", block)
         res = re.search(r"resources: (.*)", block).group(1)
         out[f"{wc.group(1)}/{wc.group(2)}"] = dict(kv.split("=", 1) for kv in res.split(", "))
     return out

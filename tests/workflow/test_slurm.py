@@ -174,7 +174,7 @@ def sweep(slurm_cluster, tmp_path_factory, tiny_config) -> Sweep:
 
 def expected_run_comments(tiny_config) -> set[str]:
     runs = expand_runs(load_config(tiny_config, base=REPO))
-    return {f"rule_run_at_cap_wildcards_tiny_{r['group']}_{r['run_id']}" for r in runs}
+    return {f"rule_run_at_cap_wildcards_{r['group']}_{r['run_id']}" for r in runs}
 
 
 def test_every_run_is_one_slurm_job_with_its_groups_gpus(sweep, tiny_config, slurm_cluster):
@@ -212,7 +212,7 @@ def test_runs_wait_for_gpus_another_run_holds(sweep):
 
 def test_runs_of_a_group_go_one_at_a_time(sweep):
     def group(comment):
-        return comment.removeprefix("rule_run_at_cap_wildcards_tiny_").rsplit("_cap", 1)[0]
+        return comment.removeprefix("rule_run_at_cap_wildcards_").rsplit("_cap", 1)[0]
 
     queued_together = 0
     for snap in sweep.snapshots:
@@ -229,7 +229,7 @@ def test_scancelled_run_is_retried_and_leaves_nothing_behind(sweep):
     assert row["state"] == "CANCELLED"
     later = sweep.jobs[(sweep.jobs["comment"] == comment) & (sweep.jobs["jobid"].astype(int) > int(jobid))]
     assert list(later["state"]) == ["COMPLETED"]
-    run_dir = sweep.work / "results/tiny/runs" / comment.removeprefix("rule_run_at_cap_wildcards_tiny_").replace("_cap", "/cap")
+    run_dir = sweep.work / "results/tiny/runs" / comment.removeprefix("rule_run_at_cap_wildcards_").replace("_cap", "/cap")
     assert sorted(p.name for p in run_dir.iterdir()) == ["run.json", "steps.parquet", "summary.json", "telemetry.parquet"]
     leftovers = [p for p in (sweep.work / "results/tiny/runs").rglob(".cap*")]
     assert not leftovers, f"temporary run directories left behind: {leftovers}"
@@ -269,7 +269,7 @@ def test_two_gpu_run_waits_while_another_job_holds_the_gpus(slurm_cluster, tmp_p
         waiting = None
         while time.monotonic() < deadline and waiting is None:
             jobs = {j[0]: j for j in squeue("%i|%T|%r|%k")}
-            runs = [j for j in jobs.values() if j[3].startswith(f"rule_run_at_cap_wildcards_tiny_{group['id']}")]
+            runs = [j for j in jobs.values() if j[3].startswith(f"rule_run_at_cap_wildcards_{group['id']}")]
             if runs and runs[0][1] == "PENDING" and runs[0][2] == "Resources" and jobs[holder][1] == "RUNNING":
                 waiting = runs[0][0]
             time.sleep(0.3)
