@@ -270,7 +270,6 @@ def _matrix(runs_csv: Path):
     """Groups and runs per set (and GPU model) beside the paper's counts, clusters spelled out."""
     import pandas as pd
 
-
     runs = pd.read_csv(runs_csv)
     keys = [c for c in ("set", "gpu_model") if c in runs]
     if not keys:
@@ -291,7 +290,6 @@ def _matrix(runs_csv: Path):
 def _published_html(paper_tables: Path | None, stem: str) -> str:
     import pandas as pd
 
-
     path = paper_tables / f"{stem}.csv" if paper_tables else None
     if path is None or not path.is_file():
         return f'<p class="note">Published {stem}: not found in the paper tables directory.</p>'
@@ -301,7 +299,6 @@ def _published_html(paper_tables: Path | None, stem: str) -> str:
 
 def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> str:
     import pandas as pd
-
 
     render = item.render or {".png": "figure", ".csv": "table", ".md": "text"}.get(path.suffix, "file")
     title = item.title if "*" not in item.path else f"{item.title}: {path.stem}"
@@ -396,7 +393,6 @@ def sensitivity_html(df: pd.DataFrame) -> str:
 def _summary_rows(summary_csv: Path | None, keys: Sequence[str]) -> str:
     import pandas as pd
 
-
     if not keys or summary_csv is None:
         return ""
     df = pd.read_csv(summary_csv)
@@ -466,7 +462,6 @@ def _other_html(camp: _Campaign, paper_tables: Path | None) -> str:
 def _counts_html(camp: _Campaign) -> str:
     import pandas as pd
 
-
     runs_csv = camp.files.get("runs.csv")
     if runs_csv is None:
         return '<p class="note">No runs table among the report inputs.</p>'
@@ -484,7 +479,6 @@ def _counts_html(camp: _Campaign) -> str:
 
 def _provenance_html(camp: _Campaign, config: dict[str, Any] | None) -> str:
     import pandas as pd
-
 
     rows, packages = [], {}
     for rel, path in sorted(camp.files.items()):
@@ -533,7 +527,6 @@ def render_report(files: Iterable[str | Path], campaign: str, config: dict[str, 
                   paper_tables: str | Path | None = None, prov: dict[str, Any] | None = None) -> str:
     """The report HTML for the artifacts ``files`` (paths under ``results/<campaign>/``)."""
     import pandas as pd
-
 
     camp = _Campaign({_relative(str(f)): Path(f) for f in files})
     runs_csv = camp.files.get("runs.csv")
