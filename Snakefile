@@ -40,3 +40,11 @@ rule all:
     input:
         all_outputs(),
     default_target: True
+
+
+onsuccess:
+    release_scheduler_timers()
+
+
+onerror:
+    release_scheduler_timers()

@@ -22,6 +22,7 @@ from wattflex.fingerprint import script_fingerprint
 from wattflex.gpus import GPUS
 from wattflex.provenance import params_hash
 from wattflex.report import snakemake_category
+from wattflex.smk import release_scheduler_timers  # the Snakefile's onsuccess/onerror
 
 try:
     # cwd: Snakemake's working directory, where runs start (relative cuda.* paths).
