@@ -2,21 +2,18 @@
 # Needs common.smk (section, script_code, PAPER_TABLES); its final files are listed
 # in common.smk's FINAL_RULES.
 
-ANALYSIS = RESULTS
-
-
 
 rule cluster_stats:
     """Kruskal-Wallis + Dunn-Holm across clusters (Tables 10-11); telemetry-PFI correlations."""
     input:
-        runs=f"{ANALYSIS}/runs.parquet",
-        pfi=f"{ANALYSIS}/pfi.parquet",
+        runs=f"{RESULTS}/runs.parquet",
+        pfi=f"{RESULTS}/pfi.parquet",
     output:
         **with_sidecars(
-            kruskal_dunn=f"{ANALYSIS}/stats/kruskal_dunn.json",
-            cluster_tests=f"{ANALYSIS}/stats/cluster_tests.csv",
-            correlations=f"{ANALYSIS}/stats/telemetry_correlations.csv",
-            groups=f"{ANALYSIS}/stats/group_telemetry.csv",
+            kruskal_dunn=f"{RESULTS}/stats/kruskal_dunn.json",
+            cluster_tests=f"{RESULTS}/stats/cluster_tests.csv",
+            correlations=f"{RESULTS}/stats/telemetry_correlations.csv",
+            groups=f"{RESULTS}/stats/group_telemetry.csv",
         ),
     params:
         stats=section("stats"),
@@ -34,16 +31,16 @@ rule cluster_stats:
 rule fit_predictor:
     """Table 3 ablation, the chosen model, predictions per group, Tables 12-13."""
     input:
-        runs=f"{ANALYSIS}/runs.parquet",
-        pfi=f"{ANALYSIS}/pfi.parquet",
+        runs=f"{RESULTS}/runs.parquet",
+        pfi=f"{RESULTS}/pfi.parquet",
     output:
         **with_sidecars(
-            model=f"{ANALYSIS}/predictor/model.json",
-            ablation=f"{ANALYSIS}/predictor/ablation.csv",
-            predictions=f"{ANALYSIS}/predictor/predictions.parquet",
-            holdout=f"{ANALYSIS}/predictor/holdout.csv",
-            leverage=f"{ANALYSIS}/predictor/leverage.csv",
-            within_cluster=f"{ANALYSIS}/predictor/within_cluster.csv",
+            model=f"{RESULTS}/predictor/model.json",
+            ablation=f"{RESULTS}/predictor/ablation.csv",
+            predictions=f"{RESULTS}/predictor/predictions.parquet",
+            holdout=f"{RESULTS}/predictor/holdout.csv",
+            leverage=f"{RESULTS}/predictor/leverage.csv",
+            within_cluster=f"{RESULTS}/predictor/within_cluster.csv",
         ),
     params:
         predictor=section("predictor"),
@@ -61,17 +58,17 @@ rule fit_predictor:
 rule paper_tables:
     """Table 9 (grid sensitivity), Table 8 (H100 vs H200), repeatability, Tables 4-5."""
     input:
-        runs=f"{ANALYSIS}/runs.parquet",
-        pfi=f"{ANALYSIS}/pfi.parquet",
+        runs=f"{RESULTS}/runs.parquet",
+        pfi=f"{RESULTS}/pfi.parquet",
         predictions=rules.fit_predictor.output.predictions,
     output:
         **with_sidecars(
-            table9=f"{ANALYSIS}/tables/table9_grid_sensitivity.csv",
-            table8=f"{ANALYSIS}/tables/table8_h100_vs_h200.csv",
-            repeatability=f"{ANALYSIS}/tables/repeatability.csv",
-            table4=f"{ANALYSIS}/tables/table4_compute.csv",
-            table5=f"{ANALYSIS}/tables/table5_compute_campaign.csv",
-            summary=f"{ANALYSIS}/tables/analysis_summary.csv",
+            table9=f"{RESULTS}/tables/table9_grid_sensitivity.csv",
+            table8=f"{RESULTS}/tables/table8_h100_vs_h200.csv",
+            repeatability=f"{RESULTS}/tables/repeatability.csv",
+            table4=f"{RESULTS}/tables/table4_compute.csv",
+            table5=f"{RESULTS}/tables/table5_compute_campaign.csv",
+            summary=f"{RESULTS}/tables/analysis_summary.csv",
         ),
     params:
         tables=section("tables"),
@@ -99,10 +96,10 @@ rule analysis_figures:
         table9=rules.paper_tables.output.table9,
         summary=rules.paper_tables.output.summary,
     output:
-        figure_output(f"{ANALYSIS}/figures/telemetry_vs_pfi.png"),
-        figure_output(f"{ANALYSIS}/figures/predicted_vs_measured.png"),
-        figure_output(f"{ANALYSIS}/figures/table8_h100_vs_h200.png"),
-        figure_output(f"{ANALYSIS}/figures/table9_grid_sensitivity.png"),
+        figure_output(f"{RESULTS}/figures/telemetry_vs_pfi.png"),
+        figure_output(f"{RESULTS}/figures/predicted_vs_measured.png"),
+        figure_output(f"{RESULTS}/figures/table8_h100_vs_h200.png"),
+        figure_output(f"{RESULTS}/figures/table9_grid_sensitivity.png"),
     params:
         figures=section("figures"),
         code=script_code("analysis_figures"),

@@ -1,4 +1,6 @@
 import json
+import struct
+import zlib
 
 import pandas as pd
 import pytest
@@ -102,9 +104,6 @@ def test_artifact_meta_reads_a_png_whose_chunk_follows_the_pixels(tmp_path):
     chunk = info.chunks[0]
     # move the tEXt chunk after IDAT, before IEND (12 bytes: length, type, CRC)
     iend = raw.rindex(b"IEND") - 4
-    import struct
-    import zlib
-
     body = chunk[0] + chunk[1]
     text_chunk = struct.pack(">I", len(chunk[1])) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
     (tmp_path / "late.png").write_bytes(raw[:iend] + text_chunk + raw[iend:])
