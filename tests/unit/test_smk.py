@@ -1,9 +1,15 @@
-"""Snakemake glue (wattflex.smk): the exit hook that cancels the scheduler's pending timers."""
+"""Snakemake glue (wattflex.smk): the exit hook that cancels the scheduler's pending timers,
+and the exit without a final garbage collection."""
 
+import subprocess
+import sys
 import threading
 import types
+from pathlib import Path
 
 from wattflex.smk import SCHEDULER_MODULE, release_scheduler_timers
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _callback(module: str):
@@ -28,8 +34,34 @@ def test_release_cancels_only_the_schedulers_pending_timers():
 
 
 def test_the_snakefile_calls_it_when_a_run_ends():
-    from pathlib import Path
-
-    snakefile = (Path(__file__).resolve().parents[2] / "Snakefile").read_text()
+    snakefile = (ROOT / "Snakefile").read_text()
     assert "onsuccess:\n    release_scheduler_timers()" in snakefile
     assert "onerror:\n    release_scheduler_timers()" in snakefile
+
+
+EXIT_PROBE = """
+import atexit, gc, logging, sys, types
+# registered first, so it runs last: after skip_exit_gc's hook and logging's shutdown
+atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count() > 0, "| log:", open(log).read().strip()))
+from wattflex.smk import rule_logger, skip_exit_gc
+log = sys.argv[1]
+rule_logger(types.SimpleNamespace(log=[log])).info("written")
+skip_exit_gc()  # a second call registers nothing more
+print("frozen before exit:", gc.get_freeze_count() > 0, "| exit hooks:", atexit._ncallbacks())
+"""
+
+
+def test_a_rule_script_exits_without_collecting_and_loses_no_log_line(tmp_path):
+    log = tmp_path / "rule.log"
+    out = subprocess.run([sys.executable, "-c", EXIT_PROBE, str(log)], capture_output=True, text=True, check=True,
+                         cwd=ROOT).stdout.splitlines()
+    assert out[0].startswith("frozen before exit: False")
+    before = subprocess.run([sys.executable, "-c", "import atexit, logging; print(atexit._ncallbacks())"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert out[0].endswith(f"exit hooks: {int(before) + 2}")  # the probe's own, and one freeze hook
+    assert out[1].startswith("frozen at exit: True") and out[1].endswith("INFO written")
+
+
+def test_snakemake_exits_without_collecting_too():
+    common = (ROOT / "rules" / "common.smk").read_text()
+    assert "\nskip_exit_gc()\n" in common

@@ -1,18 +1,43 @@
 """Glue between Snakemake and wattflex: logging to a rule's ``log:`` file, and the
-workflow's exit hook.
+workflow's exit hooks.
 
 Rule scripts stay thin: ``log = rule_logger(snakemake)``, then library calls.
 """
 
 from __future__ import annotations
 
+import atexit
+import gc
 import logging
 import sys
 from typing import Any
 
 
+def skip_exit_gc() -> None:
+    """Spare this process the collector's passes over every live object when it exits.
+
+    At exit the interpreter runs the garbage collector over all it holds: 0.22-0.27 s for a
+    rule script that imported pandas and matplotlib (half of it each), ~0.5 s for a no-op
+    ``snakemake -n`` with the default campaign's DAG, where the whole dry run takes ~3 s
+    (measured here, issue 15). An atexit hook that calls ``gc.freeze()`` moves the live
+    objects out of the collector's reach; atexit handlers, stream flushes and module
+    teardown still run. Only reference cycles still alive at exit stay uncollected: an
+    object in one is not finalized, so files are closed where they are written, never
+    left to a finalizer. Registered once per process; the hook runs after those registered
+    later (atexit is last-in, first-out)."""
+    global _EXIT_GC_SKIPPED
+    if not _EXIT_GC_SKIPPED:
+        atexit.register(gc.freeze)
+        _EXIT_GC_SKIPPED = True
+
+
+_EXIT_GC_SKIPPED = False
+
+
 def rule_logger(smk: Any, name: str = "wattflex") -> logging.Logger:
-    """Send logging (and stray stderr) of a rule script to its first ``log:`` file."""
+    """Send logging (and stray stderr) of a rule script to its first ``log:`` file; the
+    script then exits without the final garbage collection (``skip_exit_gc``)."""
+    skip_exit_gc()
     logger = logging.getLogger(name)
     logger.setLevel(logging.INFO)
     logger.handlers.clear()

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from wattflex.allocation.policies import POLICIES
-from wattflex.plots.style import POLICY_LOOK, label_backend
+from wattflex.plots.style import POLICY_LOOK, label_backend, tight_layout
 
 # label, colour, line style of each allocation policy, in legend order
 FIGURE_POLICIES = {name: POLICY_LOOK[name] for name in POLICIES}
@@ -58,7 +58,7 @@ def fig8_figure(summary: pd.DataFrame, headline_table: pd.DataFrame, backends: A
                              f"{100 * r['published_gap_closed']:.0f}%)", fontsize=8)
     axes[0, -1].legend(fontsize=7, loc="lower left")
     fig.suptitle("Allocation under a cluster power cut (Fig. 8 analog)")
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    tight_layout(fig, (0, 0.02, 1, 1))
     label_backend(fig, backends)
     return fig
 
@@ -89,6 +89,6 @@ def out_of_sample_figure(oos: pd.DataFrame, backends: Any):
         ax.set_ylabel("% of equal-weight-to-oracle gap closed")
         ax.axhline(100, color="#d62728", lw=0.8)
     axes[0, -1].legend(fontsize=7)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    tight_layout(fig, (0, 0.03, 1, 1))
     label_backend(fig, backends)
     return fig

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from wattflex.plots.style import CLUSTER_COLORS, CLUSTER_ORDER, label_backend
+from wattflex.plots.style import CLUSTER_COLORS, CLUSTER_ORDER, label_backend, tight_layout
 
 # marker of each group set (training groups, validation groups, H100 groups)
 SET_MARKERS = {"headline": "o", "validation": "s", "h100": "^"}
@@ -51,7 +51,7 @@ def telemetry_grid(groups: pd.DataFrame, correlations: pd.DataFrame, backend) ->
     axes.flat[0].legend(fontsize=6)
     fig.suptitle("PFI vs uncapped-run telemetry (Spearman rho, BH-FDR q; * q < 0.05)", fontsize=10)
     label_backend(fig, backend)
-    fig.tight_layout(rect=(0, 0.03, 1, 0.97))
+    tight_layout(fig, (0, 0.03, 1, 0.97))
     return fig
 
 
@@ -80,7 +80,7 @@ def predicted_vs_measured(predictions: pd.DataFrame, holdout: pd.DataFrame, feat
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
     label_backend(fig, backend)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    tight_layout(fig, (0, 0.03, 1, 1))
     return fig
 
 
@@ -105,7 +105,7 @@ def beside_published_scatter(table: pd.DataFrame, x: str, y: str, title: str, xl
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
     label_backend(fig, backend)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    tight_layout(fig, (0, 0.03, 1, 1))
     return fig
 
 

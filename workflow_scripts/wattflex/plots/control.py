@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from wattflex.allocation.policies import CLUSTER_REFERENCES, CONTROL_POLICIES
-from wattflex.plots.style import POLICY_LOOK, label_backend
+from wattflex.plots.style import POLICY_LOOK, label_backend, tight_layout
 
 # colour, line style of every row of a cluster simulation: the controllers, then the references
 POLICY_STYLE = {name: POLICY_LOOK[name][1:] for name in CONTROL_POLICIES + CLUSTER_REFERENCES}
@@ -50,7 +50,7 @@ def power_figure(ts: pd.DataFrame, scenario: str, backend: Any, zoom_s: float = 
     zx.set_xlabel("seconds since the first cut")
     zx.set_ylabel("cluster GPU power (kW)")
     zx.set_title("response to the first cut", fontsize=9)
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    tight_layout(fig, (0, 0.02, 1, 1))
     label_backend(fig, backend)
     return fig
 
@@ -74,6 +74,6 @@ def tokens_figure(summary: pd.DataFrame, scenario: str, backend: Any):
     ax.set_ylim(0, max(lost.max() * 1.3, 1.0))
     ax.set_title(f"{scenario}: tokens lost to the cut, per policy")
     plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    tight_layout(fig, (0, 0.03, 1, 1))
     label_backend(fig, backend)
     return fig

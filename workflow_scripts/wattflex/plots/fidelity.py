@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.ticker import FixedLocator, FormatStrFormatter, NullLocator
 
 from wattflex.plots.analysis import SET_MARKERS
-from wattflex.plots.style import CLUSTER_COLORS, label_backend
+from wattflex.plots.style import CLUSTER_COLORS, label_backend, tight_layout
 
 
 def emulated_vs_published(groups: pd.DataFrame, stats_text: str, backend) -> plt.Figure:
@@ -58,5 +58,5 @@ def emulated_vs_published(groups: pd.DataFrame, stats_text: str, backend) -> plt
     ax.set_title("Emulated vs published PFI per group")
     ax.grid(alpha=0.3)
     label_backend(fig, backend)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    tight_layout(fig, (0, 0.03, 1, 1))
     return fig

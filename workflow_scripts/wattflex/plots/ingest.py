@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from wattflex.ingest.summary import status_bucket
-from wattflex.plots.style import label_backend
+from wattflex.plots.style import label_backend, tight_layout
 
 # colour of each status bucket (wattflex.ingest.summary.STATUS_BUCKETS), in legend order
 BUCKET_COLORS = {"ok": "#2ca02c", "non-binding cap": "#1f77b4", "ill-conditioned ratio": "#d62728", "other": "#7f7f7f"}
@@ -52,5 +52,5 @@ def robust_vs_ratio_figure(pfi: pd.DataFrame, title: str) -> plt.Figure:
               title_fontsize=7)
     ax.grid(alpha=0.3)
     label_backend(fig, ["ingest"])
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    tight_layout(fig, (0, 0.03, 1, 1))
     return fig

@@ -37,6 +37,35 @@ def label_backend(fig: plt.Figure, backends: Any) -> None:
     fig.text(0.995, 0.005, text, ha="right", va="bottom", fontsize=8, color=color, weight="bold")
 
 
+def tight_layout(fig: plt.Figure, rect: tuple[float, float, float, float] = (0, 0, 1, 1)) -> None:
+    """``fig.tight_layout(rect=rect)`` with one measuring pass instead of two.
+
+    Given a rect, Matplotlib measures every Axes' decorations (tick layout and text extents,
+    a third of drawing a figure here) twice, on the same unchanged geometry: once without the
+    rect, then again to place those margins inside it (``_tight_layout.get_tight_layout_figure``,
+    Matplotlib 3.8-3.11). This measures once, then does the second pass's arithmetic: the
+    margins shift into the rect, and the gaps between rows/columns keep their size in the
+    figure, so wspace/hspace (fractions of the now smaller Axes) grow. Same subplot
+    parameters as Matplotlib's, to rounding (tests/unit/plots/test_style.py)."""
+    fig.tight_layout()
+    left, bottom, right, top = rect
+    if (left, bottom, right, top) == (0, 0, 1, 1):
+        return
+    p = fig.subplotpars
+    specs = [ax.get_subplotspec() for ax in fig.axes if ax.get_subplotspec() is not None]
+    rows = max((s.get_topmost_subplotspec().get_gridspec().nrows for s in specs), default=1)
+    cols = max((s.get_topmost_subplotspec().get_gridspec().ncols for s in specs), default=1)
+    adjusted = {"left": left + p.left, "right": right - (1 - p.right),
+                "bottom": bottom + p.bottom, "top": top - (1 - p.top)}
+    if cols > 1:  # the gap between columns, as a fraction of the figure
+        gap = p.wspace * (p.right - p.left) / (cols + p.wspace * (cols - 1))
+        adjusted["wspace"] = gap / ((adjusted["right"] - adjusted["left"] - gap * (cols - 1)) / cols)
+    if rows > 1:
+        gap = p.hspace * (p.top - p.bottom) / (rows + p.hspace * (rows - 1))
+        adjusted["hspace"] = gap / ((adjusted["top"] - adjusted["bottom"] - gap * (rows - 1)) / rows)
+    fig.subplots_adjust(**adjusted)
+
+
 def apply_style(cfg: dict[str, Any] | None) -> None:
     """The ``figures`` config's style; figures are laid out at the dpi they are saved at, so
     tight_layout and savefig share one renderer and its text-extent cache."""

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from wattflex.plots.style import CLUSTER_COLORS, CLUSTER_ORDER, label_backend
+from wattflex.plots.style import CLUSTER_COLORS, CLUSTER_ORDER, label_backend, tight_layout
 from wattflex.telemetry import TRAINING, SummaryProtocol, detect_phases, job_series
 
 
@@ -50,7 +50,7 @@ def timeseries_figure(telemetry: pd.DataFrame, steps: pd.DataFrame, title: str, 
     train = labels == TRAINING
     ax1.set_title(f"{title}\ntraining phase {train.sum() * np.median(np.diff(t)) / 60:.1f} min")
     label_backend(fig, backend)
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    tight_layout(fig, (0, 0.02, 1, 1))
     return fig
 
 
@@ -110,7 +110,7 @@ def curves_figure(runs: pd.DataFrame, normalized: bool) -> plt.Figure:
         ax.grid(alpha=0.3)
     fig.suptitle("Power-throughput curves" + (", normalised to the uncapped run" if normalized else ""))
     label_backend(fig, runs["backend"].unique())
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    tight_layout(fig, (0, 0.03, 1, 1))
     return fig
 
 
@@ -135,7 +135,7 @@ def pfi_by_cluster_figure(pfi: pd.DataFrame, backend: Any, value_col: str = "pfi
     ax.set_title("PFI by cluster (headline H200 groups, 95% CI)")
     ax.grid(axis="y", alpha=0.3)
     label_backend(fig, backend)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    tight_layout(fig, (0, 0.03, 1, 1))
     return fig
 
 
@@ -164,7 +164,7 @@ def clocks_figure(runs: pd.DataFrame) -> plt.Figure:
     axes[0].legend(fontsize=7, ncol=2)
     fig.suptitle("Caps are enforced through the SM clock; the memory clock does not move")
     label_backend(fig, runs["backend"].unique())
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    tight_layout(fig, (0, 0.03, 1, 1))
     return fig
 
 
@@ -191,5 +191,5 @@ def comparison_figure(table: pd.DataFrame, x: str, y: str, title: str, backend: 
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3)
     label_backend(fig, backend)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    tight_layout(fig, (0, 0.03, 1, 1))
     return fig
