@@ -1,6 +1,6 @@
 """Short reruns of two workflow versions, interleaved: a plot-setting change and a no-op dry run.
 
-Usage: python benchmarks/bench_rerun_ab.py [--before REV] [--after REV|tree] [--rounds N] [--cores N]
+Usage: python benchmarks/bench_rerun_ab.py [--before REV] [--after REV|tree] [--rounds N] [--cores N] [--out MD]
 
 A shared machine's speed drifts by 2x within an hour, so two benchmark runs made one after the
 other compare the machine as much as the code. Here both versions (default: the commit before
@@ -31,6 +31,7 @@ def main() -> None:
     ap.add_argument("--after", default="HEAD", help="a commit or `tree` (the working tree)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cores", default="2")
+    ap.add_argument("--out", default="benchmarks/results/rerun_ab.md", help="the Markdown result, under the repository")
     args = ap.parse_args()
     probe_before = speed_probe()
     times: dict[str, dict[str, list[float]]] = {}
@@ -63,12 +64,12 @@ def main() -> None:
         rows.append(f"| {label} | {cell(b)} | {cell(a)} | {statistics.median(a) / statistics.median(b):.2f} |")
     table = "\n".join(rows)
     print(table)
-    out = REPO / "benchmarks" / "results" / "rerun_ab.md"
+    out = REPO / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         f"# Short reruns, two versions interleaved ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
         f"--cores {args.cores})\n\nCommand: `python benchmarks/bench_rerun_ab.py --before {args.before} "
-        f"--after {args.after} --rounds {args.rounds}`\n\nBefore: {describe(args.before)}; after: {describe(args.after)}. "
+        f"--after {args.after} --rounds {args.rounds} --out {args.out}`\n\nBefore: {describe(args.before)}; after: {describe(args.after)}. "
         f"Snakemake executor plugins installed: {', '.join(executor_plugins()) or 'none'}.\n\n"
         f"Machine speed probe (`import pandas, matplotlib.pyplot` in a fresh interpreter, min of 3): "
         f"{probe_before:.2f} s before, {probe_after:.2f} s after. Times: median (min-max) of {args.rounds} rounds, s.\n\n"
