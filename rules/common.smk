@@ -21,7 +21,7 @@ from wattflex.config import SCHEDULING_KEYS, ConfigError, defaulted_sections, ex
 from wattflex.fingerprint import script_fingerprint
 from wattflex.gpus import GPUS
 from wattflex.provenance import params_hash
-from wattflex.report import snakemake_category
+from wattflex.report_sections import snakemake_category
 from wattflex.smk import release_scheduler_timers, skip_exit_gc
 
 # snakemake itself exits without a last collection over its DAG (~0.5 s of a ~3 s no-op dry run)

@@ -8,14 +8,8 @@ import pandas as pd
 import pytest
 
 from wattflex.provenance import SchemaVersionError, provenance, save_png, write_csv
-from wattflex.report import (
-    SECTIONS,
-    backend_kind,
-    is_published,
-    read_report_meta,
-    render_report,
-    snakemake_category,
-)
+from wattflex.report import backend_kind, is_published, read_report_meta, render_report
+from wattflex.report_sections import SECTIONS, snakemake_category
 
 
 def _png(path, prov):

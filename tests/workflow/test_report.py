@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from wattflex.report import SECTIONS, read_report_meta
+from wattflex.report import read_report_meta
+from wattflex.report_sections import SECTIONS
 
 pytestmark = pytest.mark.slow
 

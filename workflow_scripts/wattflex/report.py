@@ -18,149 +18,24 @@ import html
 import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Iterable, Sequence
 
+import pandas as pd
 import yaml
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 from wattflex import SCHEMA_VERSION
 from wattflex.provenance import REPORT_META_ID, artifact_meta, check_schema_version, read_html_meta
+# the sections and what each shows live in a light module: every snakemake start reads them
+from wattflex.report_sections import SECTIONS, Item, Section, campaign_relative
 
 META_ID = REPORT_META_ID
 
-
-@dataclass(frozen=True)
-class Item:
-    """One artifact shown in a section: a path relative to ``results/<campaign>/`` (a glob
-    pattern where the name is not fixed) and how to show it."""
-
-    path: str
-    title: str
-    published: str | None = None  # stem of a published table to show beside it
-    render: str | None = None     # figure | table | matrix | text | file (default: by suffix)
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class Section:
-    key: str
-    title: str
-    items: tuple[Item, ...]
-    summary: tuple[str, ...] = ()   # `table` keys of tables/analysis_summary.csv shown as headline numbers
-    needs: str = ""                 # what the section needs, for the "skipped: why" note
-    published_text: str = ""        # what the paper states in its text
-    optional: bool = False          # omitted (not "skipped") when none of its artifacts exist
-
-
-SECTIONS: tuple[Section, ...] = (
-    Section("sweeps", "§2 Measurement: power-cap sweeps (Fig. 2)", (
-        Item("figures/fig2_power_tokens_over_time.png", "Fig. 2 analog: job power and tokens/s over one run, phases shaded"),
-        Item("figures/curves_normalized.png", "Power-throughput curves, normalised to each group's uncapped run"),
-        Item("figures/curves_raw.png", "Power-throughput curves (absolute)"),
-    ), needs="per-run telemetry time series from run_at_cap"),
-    Section("ingest", "Ingested sweeps", (
-        Item("ingest_report.md", "Ingest report", render="text"),
-        Item("tables/pfi_status_counts.csv", "PFI status counts"),
-        Item("tables/pfi_groups.csv", "PFI per ingested group"),
-        Item("figures/pfi_robust_vs_ratio.png", "Robust vs ratio PFI"),
-        Item("ingest/rejected.csv", "Rejected input rows"),
-    ), optional=True),
-    Section("matrix", "§3 Experiment matrix and compute (Tables 1, 4, 5)", (
-        Item("runs.csv", "Runs of this campaign by set, GPU model and cluster", published="table1_experiment_matrix",
-             render="matrix"),
-        Item("tables/table4_compute.csv", "Table 4: H200 sweep compute by GPUs per job"),
-        Item("tables/table5_compute_campaign.csv", "Table 5: compute of the whole campaign (repeats, H100)"),
-        Item("missing_runs.csv", "Runs that failed after their last retry"),
-    ), summary=("compute",), needs="runs.parquet from run_at_cap/collect_runs"),
-    Section("pfi", "§4 PFI per group, clusters and mechanism (Tables 6-7, 10-11)", (
-        Item("tables/table6_pfi.csv", "Tables 6-7: PFI per group (ratio, 95% Monte Carlo CI) beside the published values"),
-        Item("figures/table6_emulated_vs_published.png", "PFI per group: this campaign vs published"),
-        Item("figures/pfi_by_cluster.png", "PFI by cluster"),
-        Item("stats/cluster_tests.csv", "Tables 10-11: Kruskal-Wallis across clusters, Dunn's test with Holm correction"),
-        Item("figures/clocks_vs_cap.png", "Mechanism: steady-state SM and memory clocks vs cap"),
-        Item("stats/telemetry_correlations.csv", "Telemetry vs PFI (uncapped run): Spearman rho with BH-FDR q"),
-        Item("figures/telemetry_vs_pfi.png", "PFI vs each telemetry metric of the uncapped run"),
-        Item("stats/group_telemetry.csv", "Per-group uncapped-run telemetry and PFI behind the correlations", render="file"),
-        Item("pfi.csv", "Full PFI table (ratio, area, elasticity, robust PFI, diagnostics)", render="file"),
-    ), needs="pfi.parquet (compute_pfi)",
-        published_text="PFI 1.10-2.67, none below 1; medians dense 1.27, MoE PT 1.43, MoE FT 2.10; only dense vs "
-                       "MoE-FT significant after Holm; DRAM activity and the DRAM copy product correlate positively "
-                       "with PFI, tensor-pipe activity negatively."),
-    Section("fidelity", "Fidelity of the EMULATED reproduction against the paper (beyond the paper)", (
-        Item("tables/fidelity_summary.csv", "Headline metrics of the emulation against the issue's targets",
-             render="fidelity"),
-        Item("figures/fidelity_vs_published.png", "Emulated PFI per group vs published, with the 1:1 line"),
-        Item("tables/fidelity.csv", "Per group: emulated PFI (noise-free model, this campaign, noise-seed 5-95 %) "
-             "beside the published value; residual = emulated - published"),
-        Item("tables/fidelity_sensitivity.csv", "Sensitivity of the noise-free model: each physics constant "
-             "-25 % and +25 %, one at a time (largest effect first)", render="sensitivity"),
-    ), optional=True),
-    Section("predictor", "§5 Predicting PFI from one uncapped run (Tables 3, 8, 12, 13; Fig. 7)", (
-        Item("predictor/ablation.csv", "Table 3: predictor ablation (in-sample, leave-one-out, leave-one-cluster-out)"),
-        Item("figures/predicted_vs_measured.png", "Fig. 7 analog: predicted vs measured PFI"),
-        Item("predictor/holdout.csv", "Held-out scores: validation and H100 groups"),
-        Item("predictor/leverage.csv", "Table 12: dropping the highest-leverage groups one by one"),
-        Item("predictor/within_cluster.csv", "Table 13: correlation within clusters"),
-        Item("tables/table8_h100_vs_h200.csv", "Table 8: matched H100 groups vs H200"),
-        Item("figures/table8_h100_vs_h200.png", "H100 vs H200 PFI"),
-    ), summary=("h100_vs_h200",), needs="uncapped-run DCGM telemetry per group (fit_predictor)",
-        published_text="DRAM copy product alone is best: LOO R² 0.524, LOCO R² 0.246 (Table 3); the signal is "
-                       "between clusters, not within (Table 13); H100 rank order preserved (Spearman 0.943), "
-                       "H200 predictor R² 0.56 on H100 (Table 8). Tables 12-13 are given in the paper's text only."),
-    Section("grid", "Appendix: sweep-grid sensitivity (Table 9)", (
-        Item("tables/table9_grid_sensitivity.csv", "Table 9: 6-cap groups recomputed on the 4-cap grid"),
-        Item("figures/table9_grid_sensitivity.png", "PFI on the 6-cap vs the 4-cap grid"),
-    ), summary=("grid_sensitivity",), needs="groups swept on more caps than the 4-cap grid (paper_tables)"),
-    Section("repeatability", "Repeatability (§2)", (
-        Item("tables/repeatability.csv", "Repeated configurations: coefficient of variation of power and tokens/s"),
-    ), summary=("repeatability",), needs="repeated runs (config `repeats:`)"),
-    Section("allocation", "§6 Allocation under a cluster power cut (Fig. 8)", (
-        Item("allocation/fig8_allocation.png", "Fig. 8 analog: tokens/s per job and gap closed vs cluster power cut"),
-        Item("allocation/headline.csv", "Headline: 30% cut, production mix (policies vs equal weight and oracle)"),
-        Item("allocation/summary.csv", "Every policy at every cut, per mix"),
-        Item("allocation/sla.csv", "SLA tiers"),
-        Item("allocation/allocation_out_of_sample.png", "Out-of-sample check (beyond the paper)"),
-        Item("allocation/out_of_sample.csv", "Out-of-sample check"),
-        Item("allocation/*.png", "Allocation"),
-        Item("allocation/*.csv", "Allocation"),
-    ), needs="the allocation stage (simulate_allocation)",
-        published_text="At a 30% cut on the production mix, PFI-aware allocation recovers 1.5k tokens/s per job "
-                       "over equal weight, 63% of the equal-weight-to-oracle gap; PFI-aware never loses to "
-                       "equal weight."),
-    Section("control", "Beyond the paper: closed-loop control under a curtailment signal", (
-        Item("control/summary.csv", "Every control policy in every scenario, beside the offline oracle"),
-        Item("control/*/power_vs_budget.png", "Cluster power vs the budget signal"),
-        Item("control/*/tokens_lost.png", "Tokens lost to the curtailment"),
-        Item("control/*/summary.csv", "Scenario summary"),
-        Item("control/*/jobs.csv", "Per-job outcome", render="file"),
-        Item("control/*.png", "Control"),
-    ), optional=True),
-)
 
 #: Run and group counts of the paper's campaign (paper §3), shown beside ours.
 PUBLISHED_COUNTS = {"headline": (25, 131), "validation": (4, 24), "h100": (6, 34)}
 
 _NEVER_SHOWN = (".meta.json",)
-
-
-def snakemake_category(path: str) -> str:
-    """Category of an output in Snakemake's own report (``report(..., category=)``): the
-    title of the paper section that shows it here."""
-    rel = _relative(path)
-    for sec in SECTIONS:
-        if any(fnmatch.fnmatch(rel, item.path) for item in sec.items):
-            return sec.title
-    return "Other outputs"
-
-
-def _relative(path: str) -> str:
-    """``results/<campaign>/x/y.png`` (or ``results/{campaign}/...``) -> ``x/y.png``."""
-    parts = PurePosixPath(str(path)).parts
-    at = [i for i, part in enumerate(parts[:-2]) if part == "results"]
-    return "/".join(parts[at[-1] + 2:]) if at else str(path)
 
 
 # ---------------------------------------------------------------------------------------
@@ -268,8 +143,6 @@ def banner_html(backends: Sequence[str | None]) -> str:
 
 def _matrix(runs_csv: Path):
     """Groups and runs per set (and GPU model) beside the paper's counts, clusters spelled out."""
-    import pandas as pd
-
     runs = pd.read_csv(runs_csv)
     keys = [c for c in ("set", "gpu_model") if c in runs]
     if not keys:
@@ -288,8 +161,6 @@ def _matrix(runs_csv: Path):
 
 
 def _published_html(paper_tables: Path | None, stem: str) -> str:
-    import pandas as pd
-
     path = paper_tables / f"{stem}.csv" if paper_tables else None
     if path is None or not path.is_file():
         return f'<p class="note">Published {stem}: not found in the paper tables directory.</p>'
@@ -298,8 +169,6 @@ def _published_html(paper_tables: Path | None, stem: str) -> str:
 
 
 def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> str:
-    import pandas as pd
-
     render = item.render or {".png": "figure", ".csv": "table", ".md": "text"}.get(path.suffix, "file")
     title = item.title if "*" not in item.path else f"{item.title}: {path.stem}"
     out = [f'<div class="item" data-artifact="{_esc(rel)}">']
@@ -353,8 +222,6 @@ def _mark(value: Any) -> str:
 def fidelity_summary_html(df: pd.DataFrame) -> str:
     """The fidelity summary: targets with met/missed marks, then the other metrics by topic,
     each with the noise-free model, the campaign, the seed distribution and the published value."""
-    import pandas as pd
-
     n = int(df["n_seeds"].max()) if "n_seeds" in df and len(df) else 0
     parts = [f'<p class="note">{_FIDELITY_INTRO.format(n=n)}</p>']
     seeds = df["seed_median"].map(_fmt) + " [" + df["seed_p05"].map(_fmt) + ", " + df["seed_p95"].map(_fmt) + "]"
@@ -378,8 +245,6 @@ def fidelity_summary_html(df: pd.DataFrame) -> str:
 
 def sensitivity_html(df: pd.DataFrame) -> str:
     """The sensitivity table, the constants that move the medians or the Spearman most first."""
-    import pandas as pd
-
     deltas = [c for c in df.columns if str(c).startswith("delta_")]
     effect = df[deltas].abs().max(axis=1) if deltas else pd.Series(0.0, index=df.index)
     order = effect.sort_values(ascending=False, kind="stable").index
@@ -391,8 +256,6 @@ def sensitivity_html(df: pd.DataFrame) -> str:
 
 
 def _summary_rows(summary_csv: Path | None, keys: Sequence[str]) -> str:
-    import pandas as pd
-
     if not keys or summary_csv is None:
         return ""
     df = pd.read_csv(summary_csv)
@@ -460,8 +323,6 @@ def _other_html(camp: _Campaign, paper_tables: Path | None) -> str:
 
 
 def _counts_html(camp: _Campaign) -> str:
-    import pandas as pd
-
     runs_csv = camp.files.get("runs.csv")
     if runs_csv is None:
         return '<p class="note">No runs table among the report inputs.</p>'
@@ -478,8 +339,6 @@ def _counts_html(camp: _Campaign) -> str:
 
 
 def _provenance_html(camp: _Campaign, config: dict[str, Any] | None) -> str:
-    import pandas as pd
-
     rows, packages = [], {}
     for rel, path in sorted(camp.files.items()):
         if rel.endswith(_NEVER_SHOWN):
@@ -526,9 +385,7 @@ nav ol{columns:2} pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:1
 def render_report(files: Iterable[str | Path], campaign: str, config: dict[str, Any] | None = None,
                   paper_tables: str | Path | None = None, prov: dict[str, Any] | None = None) -> str:
     """The report HTML for the artifacts ``files`` (paths under ``results/<campaign>/``)."""
-    import pandas as pd
-
-    camp = _Campaign({_relative(str(f)): Path(f) for f in files})
+    camp = _Campaign({campaign_relative(str(f)): Path(f) for f in files})
     runs_csv = camp.files.get("runs.csv")
     campaign_backends = (sorted(pd.read_csv(runs_csv, usecols=["backend"])["backend"].dropna().astype(str).unique())
                          if runs_csv is not None else [])
