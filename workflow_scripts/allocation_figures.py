@@ -9,10 +9,9 @@ from wattflex.smk import rule_logger
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 apply_style(smk.params.figures)
-dpi = int(smk.params.figures.get("dpi", 110))
 backend = read_json(f"{smk.input.summary}.meta.json")["provenance"].get("backend")
 prov = provenance(params=smk.params.figures, inputs=list(smk.input), backend=backend)
 save_png(fig8_figure(pd.read_csv(smk.input.summary), pd.read_csv(smk.input.headline), [backend]),
-         smk.output.fig8, prov, dpi=dpi)
-save_png(out_of_sample_figure(pd.read_csv(smk.input.out_of_sample), [backend]), smk.output.out_of_sample, prov, dpi=dpi)
+         smk.output.fig8, prov)
+save_png(out_of_sample_figure(pd.read_csv(smk.input.out_of_sample), [backend]), smk.output.out_of_sample, prov)
 log.info("wrote %s and %s", smk.output.fig8, smk.output.out_of_sample)

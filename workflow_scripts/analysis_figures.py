@@ -11,21 +11,20 @@ from wattflex.smk import rule_logger
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 apply_style(smk.params.figures)
-dpi = int(smk.params.figures.get("dpi", 110))
 out = {Path(p).stem: p for p in smk.output}
 prov = provenance(params=smk.params.figures, inputs=list(smk.input))
 groups = pd.read_csv(smk.input.groups)
 backend = groups["backend"].unique() if "backend" in groups else ["unknown"]
 summary = pd.read_csv(smk.input.summary)
-save_png(telemetry_grid(groups, pd.read_csv(smk.input.correlations), backend), out["telemetry_vs_pfi"], prov, dpi=dpi)
+save_png(telemetry_grid(groups, pd.read_csv(smk.input.correlations), backend), out["telemetry_vs_pfi"], prov)
 save_png(predicted_vs_measured(read_parquet(smk.input.predictions), pd.read_csv(smk.input.holdout),
                                read_json(smk.input.model)["features"], backend),
-         out["predicted_vs_measured"], prov, dpi=dpi)
+         out["predicted_vs_measured"], prov)
 save_png(beside_published_scatter(pd.read_csv(smk.input.table8), "pfi_h200", "pfi_h100", "H100 vs H200 PFI (Table 8)",
                                   "PFI on H200", "PFI on H100", summary_text(summary, "h100_vs_h200"), backend),
-         out["table8_h100_vs_h200"], prov, dpi=dpi)
+         out["table8_h100_vs_h200"], prov)
 save_png(beside_published_scatter(pd.read_csv(smk.input.table9), "pfi_6caps", "pfi_4caps",
                                   "Sweep-grid sensitivity (Table 9)", "PFI, 6-cap grid", "PFI, 4-cap grid",
                                   summary_text(summary, "grid_sensitivity"), backend),
-         out["table9_grid_sensitivity"], prov, dpi=dpi)
+         out["table9_grid_sensitivity"], prov)
 log.info("wrote %s", ", ".join(out))

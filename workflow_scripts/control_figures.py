@@ -10,7 +10,6 @@ from wattflex.smk import rule_logger
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 apply_style(smk.params.figures)
-dpi = smk.params.figures.get("dpi", 110)
 scenarios = smk.params.scenarios
 prov = provenance(params=smk.params.figures, inputs=list(smk.input), backend="emulated")
 tables = []
@@ -19,7 +18,7 @@ for name, summary_csv, ts_path, power_png, tokens_png in zip(scenarios, smk.inpu
     summary = read_csv(summary_csv)
     for fig, path in ((power_figure(read_parquet(ts_path), name, "emulated"), power_png),
                       (tokens_figure(summary, name, "emulated"), tokens_png)):
-        save_png(fig, path, prov, dpi=dpi, scenario=name)
+        save_png(fig, path, prov, scenario=name)
     tables.append(summary.assign(scenario=name))
     log.info("%s: figures written", name)
 combined = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=["scenario", "policy"])

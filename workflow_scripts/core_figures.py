@@ -11,7 +11,6 @@ smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 cfg = smk.params.figures
 apply_style(cfg)
-dpi = int(cfg.get("dpi", 110))
 runs = read_parquet(smk.input.runs)
 pfi = read_parquet(smk.input.pfi)
 backends = runs["backend"].unique()
@@ -22,12 +21,12 @@ tel_path, steps_path, summary_path = smk.input.representative
 rep = read_json(summary_path)["summary"]
 save_png(figures.timeseries_figure(read_parquet(tel_path), read_parquet(steps_path),
                                    f"{rep['group']} at {rep['cap_w']:g} W ({rep['gpus']} x {rep['gpu_model']})",
-                                   rep["backend"]), out["fig2_power_tokens_over_time"], prov, dpi=dpi)
-save_png(figures.curves_figure(runs, normalized=True), out["curves_normalized"], prov, dpi=dpi)
-save_png(figures.curves_figure(runs, normalized=False), out["curves_raw"], prov, dpi=dpi)
+                                   rep["backend"]), out["fig2_power_tokens_over_time"], prov)
+save_png(figures.curves_figure(runs, normalized=True), out["curves_normalized"], prov)
+save_png(figures.curves_figure(runs, normalized=False), out["curves_raw"], prov)
 headline = pfi[pfi["set"] == "headline"] if "set" in pfi else pfi
-save_png(figures.pfi_by_cluster_figure(headline, backends), out["pfi_by_cluster"], prov, dpi=dpi)
-save_png(figures.clocks_figure(runs), out["clocks_vs_cap"], prov, dpi=dpi)
+save_png(figures.pfi_by_cluster_figure(headline, backends), out["pfi_by_cluster"], prov)
+save_png(figures.clocks_figure(runs), out["clocks_vs_cap"], prov)
 
 table = read_csv(smk.input.table6)
 summary = read_json(f"{smk.input.table6}.meta.json").get("summary", {})
@@ -35,5 +34,5 @@ stat = "\n".join(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}" for k,
 save_png(figures.comparison_figure(table[table["set"].isin(["headline", "validation"])], "pfi_published", "pfi",
                                    "PFI per group: this campaign vs published (Tables 6-7)", backends,
                                    "published PFI (H200, measured)", "PFI (this campaign)", stat),
-         out["table6_emulated_vs_published"], prov, dpi=dpi)
+         out["table6_emulated_vs_published"], prov)
 log.info("wrote %s", ", ".join(out))

@@ -18,5 +18,5 @@ for metric in ("spearman_table6", "median_dense", "median_moe-pt", "median_moe-f
         pub = f", published {fmt(r.published)}" if pd.notna(r.published) else ""
         lines.append(f"{metric}: noise-free {fmt(r.noise_free)}, campaign {fmt(r.campaign)}{pub}")
 save_png(emulated_vs_published(groups, "\n".join(lines), groups["backend"].unique()), smk.output.figure,
-         provenance(params=smk.params.figures, inputs=list(smk.input)), dpi=int(smk.params.figures.get("dpi", 110)))
+         provenance(params=smk.params.figures, inputs=list(smk.input)))
 log.info("wrote %s", smk.output.figure)

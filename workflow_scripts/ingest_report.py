@@ -8,14 +8,13 @@ from wattflex.ingest.summary import group_table, report_markdown, status_counts
 from wattflex.plots.ingest import robust_vs_ratio_figure
 from wattflex.plots.style import apply_style
 from wattflex.plots.sweeps import curves_figure
-from wattflex.provenance import provenance, read_json, read_parquet, write_csv
+from wattflex.provenance import provenance, read_json, read_parquet, save_png, write_csv
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 cfg = smk.params.figures
 apply_style(cfg)
-dpi = int(cfg.get("dpi", 110))
 runs, pfi = read_parquet(smk.input.runs), read_parquet(smk.input.pfi)
 summary = read_json(smk.input.summary)["ingest"]
 prov = provenance(params=cfg, inputs=list(smk.input), backend="ingest")
@@ -23,9 +22,9 @@ campaign = smk.params.campaign
 
 # Curves faceted by GPU model: ingested groups carry no paper cluster worth splitting on.
 by_gpu = runs.assign(cluster=runs["gpu_model"].astype(str))
-curves_figure(by_gpu, normalized=True).savefig(smk.output.curves_normalized, dpi=dpi)
-curves_figure(by_gpu, normalized=False).savefig(smk.output.curves_raw, dpi=dpi)
-robust_vs_ratio_figure(pfi, f"{campaign}: robust vs ratio PFI, {len(pfi)} groups").savefig(smk.output.scatter, dpi=dpi)
+save_png(curves_figure(by_gpu, normalized=True), smk.output.curves_normalized, prov)
+save_png(curves_figure(by_gpu, normalized=False), smk.output.curves_raw, prov)
+save_png(robust_vs_ratio_figure(pfi, f"{campaign}: robust vs ratio PFI, {len(pfi)} groups"), smk.output.scatter, prov)
 
 write_csv(status_counts(pfi), smk.output.counts, prov)
 write_csv(group_table(pfi), smk.output.groups, prov)

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from wattflex.analysis.pfi import STATUSES
-from wattflex.provenance import read_parquet, read_parquet_meta
+from wattflex.provenance import read_parquet, read_parquet_meta, read_png_meta
 
 from .conftest import REPO, snakemake
 
@@ -48,6 +48,8 @@ def test_real_campaign_end_to_end(campaign_run):
     assert len(table) == len(pfi)
     for png in ("curves_normalized", "curves_raw", "pfi_robust_vs_ratio"):
         assert (results / "figures" / f"{png}.png").stat().st_size > 10_000
+        # each figure says what made it, like every other campaign's figures
+        assert read_png_meta(results / "figures" / f"{png}.png")["provenance"]["backend"] == "ingest"
     # stages whose inputs ingested data lacks are not scheduled at all
     assert not (results / "predictor").exists() and not (results / "stats").exists()
 

@@ -67,8 +67,9 @@ def tight_layout(fig: plt.Figure, rect: tuple[float, float, float, float] = (0, 
 
 
 def apply_style(cfg: dict[str, Any] | None) -> None:
-    """The ``figures`` config's style; figures are laid out at the dpi they are saved at, so
-    tight_layout and savefig share one renderer and its text-extent cache."""
+    """The ``figures`` config's style and dpi. Figures are laid out at the dpi they are saved
+    at (figure.dpi = savefig.dpi), so tight_layout and savefig share one renderer and its
+    text-extent cache; the rule scripts save without naming a dpi."""
     cfg = cfg or {}
     plt.style.use(cfg.get("style", "default"))
     plt.rcParams["figure.dpi"] = plt.rcParams["savefig.dpi"] = int(cfg.get("dpi", 110))
