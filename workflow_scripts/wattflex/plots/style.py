@@ -40,9 +40,9 @@ def label_backend(fig: plt.Figure, backends: Any) -> None:
 def tight_layout(fig: plt.Figure, rect: tuple[float, float, float, float] = (0, 0, 1, 1)) -> None:
     """``fig.tight_layout(rect=rect)`` with one measuring pass instead of two.
 
-    Given a rect, Matplotlib measures every Axes' decorations (tick layout and text extents,
-    a third of drawing a figure here) twice, on the same unchanged geometry: once without the
-    rect, then again to place those margins inside it (``_tight_layout.get_tight_layout_figure``,
+    Given a rect, Matplotlib measures every Axes' decorations (tick layout and text extents:
+    tight_layout was 18-27 % of a figure job's profiled time here, issue 15) twice, on the
+    same unchanged geometry: once without the rect, then again to place those margins inside it (``_tight_layout.get_tight_layout_figure``,
     Matplotlib 3.8-3.11). This measures once, then does the second pass's arithmetic: the
     margins shift into the rect, and the gaps between rows/columns keep their size in the
     figure, so wspace/hspace (fractions of the now smaller Axes) grow. Same subplot
