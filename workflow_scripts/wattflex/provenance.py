@@ -314,7 +314,7 @@ def save_png(fig: Any, path: str | os.PathLike, prov: dict[str, Any] | None = No
 
 
 def read_png_meta(path: str | os.PathLike) -> dict[str, Any]:
-    """The metadata ``stamp_png`` wrote, refusing unknown major schema versions."""
+    """The metadata ``save_png`` wrote, refusing unknown major schema versions."""
     doc = artifact_meta(path) or {}
     check_schema_version(doc.get("schema_version"), path)
     return doc

@@ -43,7 +43,6 @@ _NEVER_SHOWN = (".meta.json",)
 # ---------------------------------------------------------------------------------------
 
 def _meta(path: Path) -> dict[str, Any]:
-
     return artifact_meta(path) or {}
 
 

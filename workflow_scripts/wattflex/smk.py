@@ -7,12 +7,14 @@ Rule scripts stay thin: ``log = rule_logger(snakemake)``, then library calls.
 from __future__ import annotations
 
 import atexit
+import functools
 import gc
 import logging
 import sys
 from typing import Any
 
 
+@functools.cache
 def skip_exit_gc() -> None:
     """Spare this process the collector's passes over every live object when it exits.
 
@@ -25,13 +27,7 @@ def skip_exit_gc() -> None:
     object in one is not finalized, so files are closed where they are written, never
     left to a finalizer. Registered once per process; the hook runs after those registered
     later (atexit is last-in, first-out)."""
-    global _EXIT_GC_SKIPPED
-    if not _EXIT_GC_SKIPPED:
-        atexit.register(gc.freeze)
-        _EXIT_GC_SKIPPED = True
-
-
-_EXIT_GC_SKIPPED = False
+    atexit.register(gc.freeze)
 
 
 def rule_logger(smk: Any, name: str = "wattflex") -> logging.Logger:

@@ -42,28 +42,34 @@ def tight_layout(fig: plt.Figure, rect: tuple[float, float, float, float] = (0, 
 
     Given a rect, Matplotlib measures every Axes' decorations (tick layout and text extents:
     tight_layout was 18-27 % of a figure job's profiled time here, issue 15) twice, on the
-    same unchanged geometry: once without the rect, then again to place those margins inside it (``_tight_layout.get_tight_layout_figure``,
-    Matplotlib 3.8-3.11). This measures once, then does the second pass's arithmetic: the
-    margins shift into the rect, and the gaps between rows/columns keep their size in the
-    figure, so wspace/hspace (fractions of the now smaller Axes) grow. Same subplot
-    parameters as Matplotlib's, to rounding (tests/unit/plots/test_style.py)."""
+    same unchanged geometry: once without the rect, then again to place those margins inside
+    it (``_tight_layout.get_tight_layout_figure``, Matplotlib 3.8-3.11). This measures once,
+    then does the second pass's arithmetic: the margins shift into the rect, and the gaps
+    between rows/columns keep their size in the figure, so wspace/hspace (fractions of the
+    now smaller Axes) grow. Same subplot parameters as Matplotlib's, to rounding
+    (tests/unit/plots/test_style.py)."""
     fig.tight_layout()
     left, bottom, right, top = rect
     if (left, bottom, right, top) == (0, 0, 1, 1):
         return
     p = fig.subplotpars
-    specs = [ax.get_subplotspec() for ax in fig.axes if ax.get_subplotspec() is not None]
-    rows = max((s.get_topmost_subplotspec().get_gridspec().nrows for s in specs), default=1)
-    cols = max((s.get_topmost_subplotspec().get_gridspec().ncols for s in specs), default=1)
+    grids = [ax.get_subplotspec().get_topmost_subplotspec().get_gridspec()
+             for ax in fig.axes if ax.get_subplotspec() is not None]
+    rows, cols = max((g.nrows for g in grids), default=1), max((g.ncols for g in grids), default=1)
     adjusted = {"left": left + p.left, "right": right - (1 - p.right),
                 "bottom": bottom + p.bottom, "top": top - (1 - p.top)}
-    if cols > 1:  # the gap between columns, as a fraction of the figure
-        gap = p.wspace * (p.right - p.left) / (cols + p.wspace * (cols - 1))
-        adjusted["wspace"] = gap / ((adjusted["right"] - adjusted["left"] - gap * (cols - 1)) / cols)
+    if cols > 1:
+        adjusted["wspace"] = _same_gap(p.wspace, p.right - p.left, adjusted["right"] - adjusted["left"], cols)
     if rows > 1:
-        gap = p.hspace * (p.top - p.bottom) / (rows + p.hspace * (rows - 1))
-        adjusted["hspace"] = gap / ((adjusted["top"] - adjusted["bottom"] - gap * (rows - 1)) / rows)
+        adjusted["hspace"] = _same_gap(p.hspace, p.top - p.bottom, adjusted["top"] - adjusted["bottom"], rows)
     fig.subplots_adjust(**adjusted)
+
+
+def _same_gap(space: float, extent: float, new_extent: float, n: int) -> float:
+    """The wspace/hspace that keeps the gap between ``n`` Axes, ``space`` (a fraction of the
+    mean Axes) within ``extent`` of the figure, the same size within ``new_extent``."""
+    gap = space * extent / (n + space * (n - 1))  # as a fraction of the figure
+    return gap / ((new_extent - gap * (n - 1)) / n)
 
 
 def apply_style(cfg: dict[str, Any] | None) -> None:
