@@ -2,8 +2,9 @@
 power-model parameters of every GPU wattflex knows, plus the default model.
 
 Adding a GPU model is one entry in ``GPUS`` (the config schema's ``gpu`` enum is checked
-against it by a test). The SM power-model constants shared by all entries (``V_MIN``,
-``V_EXP``, the activity weights) live with the model in ``wattflex.runs.emulator``.
+against it by a test). The SM power-model constants shared by all entries (the calibration
+anchor and what it implies: ``sm_dyn_w``, the voltage curve, the activity weights) live with
+the model in ``wattflex.runs.emulator.Physics``; ``wattflex.calibration`` fits them.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ class GPUSpec:
     idle_w: float            # board power at idle, memory included
     mem_idle_w: float        # part of idle_w that is HBM
     mem_dyn_w: float         # extra HBM power at full bandwidth
-    sm_dyn_w: float          # SM dynamic power at f_max, v=1, full activity
     peak_bf16_tflops: float  # dense bf16 tensor rate at peak_clock_mhz (the datasheet's figure)
     hbm_tb_s: float
     hbm_gib: float
@@ -52,15 +52,18 @@ class GPUSpec:
 
 
 # Limits, clocks, peak rates and memory: NVIDIA H100/H200 SXM datasheets (dense bf16 989 TFLOPS,
-# 3.35 / 4.8 TB/s, 80 / 141 GB, 700 W). Power-model parameters: runs/emulator.py's docstring
-# (sm_dyn_w fitted with the voltage curve to the Ujeniya et al. H100 FP64-DGEMM cap -> clock
-# table plus a bf16 GEMM at the datasheet's 1830 MHz under 700 W; the same die in both, and
-# no H200 table was found, so the H100 fit serves both; idle/HBM power measured).
+# 3.35 / 4.8 TB/s, 80 / 141 GB, 700 W). Idle and HBM power: measured. The SM power curve is
+# one for both (same GH100 die; wattflex.calibration): fitted to the Ujeniya et al. 2026
+# FP64-DGEMM cap -> clock table, which was measured on an HBM2e 94 GB / 2.41 TB/s H100 part
+# (their testbed: NHR@FAU Helma nodes, 4 GPUs each), not the 80 GB / 3.35 TB/s HBM3 SXM
+# modelled here. Its SM clock/voltage behaviour is taken to carry over (same die, 200-700 W
+# limits); the fit uses the catalogue H100's idle and HBM power for the DGEMM (an
+# approximation: the 94 GB part's memory power differs and is not published per cap).
 GPUS: dict[str, GPUSpec] = {
     "H200": GPUSpec("H200", 200, 700, 700, 345, 1980, 3201, idle_w=75, mem_idle_w=42, mem_dyn_w=70,
-                    sm_dyn_w=1045, peak_bf16_tflops=989.4, hbm_tb_s=4.8, hbm_gib=141, slurm_name="h200"),
+                    peak_bf16_tflops=989.4, hbm_tb_s=4.8, hbm_gib=141, slurm_name="h200"),
     "H100": GPUSpec("H100", 200, 700, 700, 345, 1980, 2619, idle_w=60, mem_idle_w=30, mem_dyn_w=48,
-                    sm_dyn_w=1045, peak_bf16_tflops=989.4, hbm_tb_s=3.35, hbm_gib=80, slurm_name="h100"),
+                    peak_bf16_tflops=989.4, hbm_tb_s=3.35, hbm_gib=80, slurm_name="h100"),
 }
 
 # Dense bf16 tensor peak of devices the real harness may meet but the emulator does not model,

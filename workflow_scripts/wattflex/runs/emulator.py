@@ -16,16 +16,21 @@ paper's mechanism), so memory-bound work keeps its speed while the SM clock drop
 enforced as the firmware does: the highest SM clock (15 MHz bins) whose step-average power
 fits under it.
 
-Calibration (``power_model_clock_for_cap``; ``tests/unit/runs/test_emulator_calibration.py``
-refits it). The H100 cap -> SM clock table of Ujeniya et al. 2026 (arXiv:2604.11391; 200 W
--> 625 MHz ... 700 W -> 1969 MHz) was measured with an FP64 DGEMM, which runs on the FP64
-tensor (DMMA) pipes, not the bf16 (HMMA) pipes that ``tensor_util`` counts; its power in
-HMMA units is not published. The table fixes the voltage curve and the DGEMM's total SM
-power; a second fact splits the two: the datasheet's bf16 peak (989.4 TFLOPS) is quoted at
-1830 MHz, the FP64 peak (67 TFLOPS) at 1980 MHz, read as "a bf16 GEMM holds 1830 MHz under
-700 W". Fitting both gives ``sm_dyn_w`` 1045 W, ``v_min`` 0.798, ``v_exp`` 7.61 and the
-DGEMM's HMMA-equivalent activity 0.447. No H200 cap table was found, so the H100 fit serves
-both (same GH100 die; they differ in HBM: 4.8 vs 3.35 TB/s, 141 vs 80 GB, memory power).
+Calibration (``wattflex.calibration``; the power level is *fitted*, on published facts that
+fidelity does not score). The H100 cap -> SM clock table of Ujeniya et al. 2026
+(arXiv:2604.11391; 200 W -> 625 MHz ... 700 W -> 1969 MHz; measured on an HBM2e 94 GB /
+2.41 TB/s H100) was measured with an FP64 DGEMM, which runs on the FP64 tensor (DMMA) pipes,
+not the bf16 (HMMA) pipes that ``tensor_util`` counts; its power in HMMA units is not
+published. The table fixes the voltage curve (``v_min`` 0.798, ``v_exp`` 7.61) and the
+DGEMM's total SM power; one more number splits that power: the **anchor**, the SM clock a
+bf16 GEMM at ``dense_gemm_eff`` holds under 700 W. Issue 14 took the datasheet's 1830 MHz
+(the clock its 989.4 TFLOPS is quoted at, an arithmetic clock, not a measurement; 1045 W).
+Now the anchor is fitted (``calibrate_published``, 5 MHz grid) to the PFI of the dense groups
+of Tables 7-8 -- Table 6 never enters -- giving 1680 MHz, ``sm_dyn_w`` 1284 W and the DGEMM's
+HMMA-equivalent activity 0.284; a user's measurements or the GPU check's anchor GEMM can
+replace it (``wattflex calibrate``, ``emulator: {calibration: FILE}``). No H200 cap table was
+found, so the H100 fit serves both (same GH100 die; they differ in HBM: 4.8 vs 3.35 TB/s,
+141 vs 80 GB, memory power).
 
 **Training-step roofline** (``JobSpec``, ``step_kernels``). One optimizer step per GPU is a
 list of kernel classes, each with tensor FLOPs, DRAM bytes and SM issue cost, derived from the
@@ -60,6 +65,7 @@ the emulator's clock scaling beside the Perseus (SOSP'24) A100 SM-frequency prof
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -86,25 +92,28 @@ class Physics:
     False where a +-25 % change is not a physical alternative (exponents of a fitted curve
     whose other parameters were fitted with them, bin sizes, clip bounds).
     """
-    # --- SM power / voltage curve (fitted together to the Ujeniya et al. H100 table) -------
-    v_min: float = _c(0.798, "fitted with v_exp, calib_tensor_util and GPUSpec.sm_dyn_w to the Ujeniya et al. "
-                      "2026 H100 FP64-DGEMM cap->clock table (arXiv:2604.11391) and the datasheet bf16 clock; "
-                      "normalised voltage floor", False)
-    v_exp: float = _c(7.61, "fitted with v_min to the same table; exponent of the voltage rise", False)
+    # --- SM power / voltage curve: the anchor (wattflex.calibration) and what it implies ---
+    anchor_clock_mhz: float = _c(1680.0, "fitted (tables7-8-dense): the SM clock a bf16 GEMM at tensor activity "
+                                 "dense_gemm_eff holds under 700 W, chosen by wattflex.calibration.calibrate_published "
+                                 "on the dense groups of Tables 7-8 (Table 7 H200 PFI, Table 8 H100 PFI; never Table 6), "
+                                 "5 MHz grid. It replaces issue 14's reading of the datasheet's 1830 MHz as a "
+                                 "measured clock", False)
+    sm_dyn_w: float = _c(1284.0, "fitted with the anchor (wattflex.calibration.fit_power_curve): SM dynamic power at "
+                         "f_max, v = 1, full activity; with v_min, v_exp and calib_tensor_util to the Ujeniya et al. "
+                         "2026 H100 FP64-DGEMM cap->clock table (arXiv:2604.11391) plus the anchor point. One die "
+                         "(GH100) for H100 and H200: no H200 cap table was found", False)
+    v_min: float = _c(0.798, "fitted with sm_dyn_w (above); normalised voltage floor", False)
+    v_exp: float = _c(7.61, "fitted with sm_dyn_w (above); exponent of the voltage rise", False)
     sm_busy_weight: float = _c(0.30, "assumed: share of SM dynamic power drawn by a busy SM with idle "
                                "tensor pipes (issue, register file, L1)")
     tensor_weight: float = _c(0.70, "assumed: 1 - sm_busy_weight (tensor pipes at full activity)", False)
-    calib_tensor_util: float = _c(0.447, "fitted: the calibration kernel is an FP64 DGEMM on the FP64 tensor (DMMA) "
-                                  "pipes, whose power in units of bf16 (HMMA) tensor activity no source gives; fitted "
-                                  "with sm_dyn_w so that a bf16 GEMM at tensor activity dense_gemm_eff runs at 1830 MHz "
-                                  "under 700 W (the clock of the datasheet's 989.4 TFLOPS) while the DGEMM keeps the "
-                                  "measured table (1969 MHz at 700 W, the FP64 peak's 1980 MHz). Only the calibration "
-                                  "check reads it (perturb sm_dyn_scale for the level it sets)", False)
-    sm_dyn_scale: float = _c(1.0, "1 = GPUSpec.sm_dyn_w as fitted (above); scales the SM dynamic power of every job "
+    calib_tensor_util: float = _c(0.284, "fitted with sm_dyn_w (above): the calibration kernel is an FP64 DGEMM on the "
+                                  "FP64 tensor (DMMA) pipes, whose power in units of bf16 (HMMA) tensor activity no "
+                                  "source gives. Only the calibration check reads it (perturb sm_dyn_scale for the "
+                                  "level it sets)", False)
+    sm_dyn_scale: float = _c(1.0, "1 = sm_dyn_w as fitted (above); scales the SM dynamic power of every job "
                              "alike, the knob through which the sensitivity table perturbs the calibration")
     calib_dram_util: float = _c(0.20, "assumed: DRAM utilisation of the calibration DGEMM (compute-bound)")
-    calib_bf16_clock_mhz: float = _c(1830.0, "NVIDIA H100 SXM datasheet: 989.4 TFLOPS bf16 dense = 528 tensor cores "
-                                     "x 1024 FLOP/clock x 1.83 GHz; read as the clock a bf16 GEMM holds at 700 W", False)
     # --- roofline rates ----------------------------------------------------------------
     hbm_efficiency: float = _c(0.80, "achievable fraction of HBM peak bandwidth for streaming kernels "
                                "(STREAM-like copy on H100/H200 reaches ~80-90 % of datasheet)")
@@ -203,6 +212,17 @@ class Physics:
 
 
 PHYSICS = Physics()
+# The constants a calibration (wattflex.calibration.Calibration, a calibration file) sets.
+CALIBRATED = ("anchor_clock_mhz", "sm_dyn_w", "v_min", "v_exp", "calib_tensor_util")
+
+
+def calibrated_physics(calibration: dict[str, Any] | None, base: Physics = PHYSICS) -> Physics:
+    """``base`` with the anchor and power curve of a calibration file's JSON (None: ``base``)."""
+    if not calibration:
+        return base
+    curve = calibration["curve"]
+    return dataclasses.replace(base, anchor_clock_mhz=float(calibration["anchor_clock_mhz"]),
+                               **{k: float(curve[k]) for k in CALIBRATED[1:]})
 
 # Transition aliases (old names); new code reads ``PHYSICS`` or a ``physics`` argument.
 V_MIN = PHYSICS.v_min
@@ -426,7 +446,7 @@ def operating_points(job: JobSpec, gpu: GPUSpec, leakage: float = 1.0,
     f = gpu.clock_bins() if clocks is None else np.asarray(clocks, float)
     x = f / gpu.sm_clock_max_mhz
     ph = physics
-    sm_dyn_w = gpu.sm_dyn_w * ph.sm_dyn_scale
+    sm_dyn_w = ph.sm_dyn_w * ph.sm_dyn_scale
     v2 = voltage(x, ph) ** 2
     kernels = step_kernels(job, gpu, ph)
     compute = [k for k in kernels if not (k.comm_s or k.host_s or k.launch_s)]
@@ -554,6 +574,6 @@ def power_model_clock_for_cap(gpu: GPUSpec, cap_w: float, tensor_util: float | N
     du = ph.calib_dram_util if dram_util is None else dram_util
     f = gpu.clock_bins()
     x = f / gpu.sm_clock_max_mhz
-    p = gpu.idle_w + gpu.mem_dyn_w * du + gpu.sm_dyn_w * ph.sm_dyn_scale * x * voltage(x, ph) ** 2 * (ph.sm_busy_weight + ph.tensor_weight * tu)
+    p = gpu.idle_w + gpu.mem_dyn_w * du + ph.sm_dyn_w * ph.sm_dyn_scale * x * voltage(x, ph) ** 2 * (ph.sm_busy_weight + ph.tensor_weight * tu)
     fits = np.nonzero(p <= cap_w)[0]
     return float(f[fits[-1]]) if fits.size else float(f[0])

@@ -25,7 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
-from wattflex.runs.emulator import JobSpec, gpu_leakages, job_at_caps, memory_footprint_gib
+from wattflex.runs.emulator import (PHYSICS, JobSpec, Physics, calibrated_physics, gpu_leakages, job_at_caps,
+                                    memory_footprint_gib)
 from wattflex.telemetry import STEP_COLUMNS, TELEMETRY_COLUMNS
 
 if TYPE_CHECKING:  # frames for callers that want them; a run's own job writes arrow tables (no pandas)
@@ -122,30 +123,31 @@ def _ar1(rng: np.random.Generator, shape: tuple[int, int], sd: float, phi: float
 
 
 def simulate_run(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple[float, float]], run_cfg: dict[str, Any],
-                 seed: int, hw_seed: int, model_name: str = "") -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+                 seed: int, hw_seed: int, model_name: str = "", physics: Physics = PHYSICS
+                 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """Telemetry, step log and run facts of one emulated run."""
-    tel, steps, facts = simulate_run_tables(job, gpu, cap_schedule, run_cfg, seed, hw_seed, model_name)
+    tel, steps, facts = simulate_run_tables(job, gpu, cap_schedule, run_cfg, seed, hw_seed, model_name, physics)
     return tel.to_pandas(), steps.to_pandas(), facts
 
 
 def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple[float, float]],
-                        run_cfg: dict[str, Any], seed: int, hw_seed: int,
-                        model_name: str = "") -> tuple[pa.Table, pa.Table, dict[str, Any]]:
+                        run_cfg: dict[str, Any], seed: int, hw_seed: int, model_name: str = "",
+                        physics: Physics = PHYSICS) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
     """``simulate_run`` as pyarrow tables (what a run writes), without loading pandas."""
     duration = float(run_cfg.get("duration_s", 1800))
     dt = float(run_cfg.get("sample_period_s", 5))
     eval_at = run_cfg.get("eval_at_s")
     ckpt_at = run_cfg.get("checkpoint_at_s")
     rng = np.random.default_rng(seed)
-    leak = gpu_leakages(hw_seed, job.gpus)
+    leak = gpu_leakages(hw_seed, job.gpus, physics)
     device = EmulatedDevice(gpu)
 
     schedule = sorted((float(t), float(c)) for t, c in cap_schedule)
     enforced = [device.set_cap(cap) for _, cap in schedule]
-    states = job_at_caps(job, gpu, [cap for _, cap in schedule], leak)
+    states = job_at_caps(job, gpu, [cap for _, cap in schedule], leak, physics=physics)
     seg_start = np.array([t for t, _ in schedule])
 
-    fb_gib = memory_footprint_gib(job, gpu)
+    fb_gib = memory_footprint_gib(job, gpu, physics)
     warmup_s = 40.0 + 2.5 * job.total_params_b * (2 if job.task == "pt" else 1) / max(1, min(job.gpus, 8))
     startup_s = 25.0 + (75.0 if job.compile else 0.0)
     train_start = warmup_s + startup_s
@@ -256,6 +258,7 @@ def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple
         "events": [{"kind": k, "t_s": w0, "length_s": wl} for w0, wl, k in windows],
         "model_tokens_per_s": [s.tokens_per_s for s in states], "model_power_w": [s.power_w for s in states],
         "n_steps": n_steps, "model": model_name,
+        "emulator_anchor_clock_mhz": physics.anchor_clock_mhz,
     }
     return tel, steps.select(STEP_COLUMNS), facts
 
@@ -274,4 +277,12 @@ def run_emulated_tables(spec: dict[str, Any]) -> tuple[pa.Table, pa.Table, dict[
     schedule = spec.get("cap_schedule") or [(0.0, float(spec["cap_w"]))]
     seed = run_seed(spec.get("seed", 0), spec["campaign"], group["id"], spec["run_id"])
     hw_seed = hardware_seed(spec.get("seed", 0), group["id"])
-    return simulate_run_tables(job, gpu, schedule, spec.get("run", {}), seed, hw_seed, model_name=group["model"])
+    return simulate_run_tables(job, gpu, schedule, spec.get("run", {}), seed, hw_seed, model_name=group["model"],
+                               physics=spec_physics(spec))
+
+
+def spec_physics(spec: dict[str, Any]) -> Physics:
+    """The emulator's physics for a run spec: the campaign's calibration file
+    (``emulator: {calibration: FILE}``, its JSON in ``spec["emulator"]["calibration"]``), else
+    the default ``PHYSICS``."""
+    return calibrated_physics((spec.get("emulator") or {}).get("calibration"))

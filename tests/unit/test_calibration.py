@@ -1,0 +1,148 @@
+"""wattflex.calibration: the anchor fitted on named published facts that exclude Table 6,
+recovered from emulated sweeps made with a known anchor, and its calibration file."""
+
+import dataclasses
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from wattflex import calibration as cal
+from wattflex.analysis import fidelity as fid
+from wattflex.analysis import published as published_mod
+from wattflex.config import groups as config_groups
+from wattflex.config import load_config
+from wattflex.runs.devices.emulated import run_emulated
+from wattflex.runs.emulator import PHYSICS
+from wattflex.telemetry import SummaryProtocol, summarize_run
+
+from tests.conftest import REPO
+
+PAPER = REPO / "resources" / "paper" / "tables"
+FIT_GROUPS = ("dense-ft-mistral24b-x8", "dense-pt-mistral24b-x8", "h100-dense-ft-llama70b-x8",
+              "h100-dense-ft-mistral24b-x8", "h100-dense-pt-mistral24b-x8")
+
+
+@pytest.fixture(scope="module")
+def default():
+    cfg = load_config(REPO / "config" / "config.yaml")
+    return cfg, cal.config_group_models(cfg)
+
+
+def test_the_default_fit_set_is_the_dense_groups_of_tables_7_and_8(default):
+    _, groups = default
+    facts = cal.published_facts(groups, PAPER)
+    assert tuple(sorted(facts.index)) == tuple(sorted(FIT_GROUPS))
+    # Table 8's H100 column, not its H200 one (which repeats Tables 6-7)
+    assert facts["h100-dense-ft-llama70b-x8"] == pytest.approx(1.19)
+    assert facts["dense-pt-mistral24b-x8"] == pytest.approx(1.18)
+
+
+def test_the_emulators_anchor_is_the_default_fit_and_says_so(default):
+    _, groups = default
+    c = cal.calibrate_published(groups, PAPER)
+    assert c.anchor_clock_mhz == PHYSICS.anchor_clock_mhz
+    assert c.curve.sm_dyn_w == pytest.approx(PHYSICS.sm_dyn_w, rel=0.002)
+    assert c.source == f"fitted ({cal.DEFAULT_FIT_SET})"
+    source = next(f for f in dataclasses.fields(PHYSICS) if f.name == "anchor_clock_mhz").metadata["source"]
+    assert source.startswith(f"fitted ({cal.DEFAULT_FIT_SET})")
+    assert c.in_sample_mae < 0.15
+
+
+@pytest.mark.parametrize("fit_set", sorted(cal.FIT_SETS))
+def test_no_fit_set_holds_a_table_6_group(default, fit_set):
+    _, groups = default
+    t6 = set(pd.read_csv(PAPER / "table6_pfi_h200.csv")["group"])
+    facts = cal.published_facts(groups, PAPER, fit_set)
+    assert len(facts) >= 2 and not (set(facts.index) & t6)
+
+
+def test_table_6_values_never_reach_the_fit(default, tmp_path, monkeypatch):
+    """Table 6 (and Table 8's H200 column, its copy) rewritten to nonsense: same facts, same anchor;
+    and the fit never opens Table 6."""
+    _, groups = default
+    shutil.copytree(PAPER, tmp_path / "t")
+    t6 = pd.read_csv(tmp_path / "t" / "table6_pfi_h200.csv")
+    t6["pfi"] = 9.99
+    t6.to_csv(tmp_path / "t" / "table6_pfi_h200.csv", index=False)
+    t8 = pd.read_csv(tmp_path / "t" / "table8_h100_vs_h200.csv")
+    t8["pfi_h200"] = 9.99
+    t8.to_csv(tmp_path / "t" / "table8_h100_vs_h200.csv", index=False)
+    opened = []
+    real = published_mod.load_published
+    monkeypatch.setattr(cal, "load_published", lambda d, name: opened.append(name) or real(d, name))
+    for fit_set in cal.FIT_SETS:
+        pd.testing.assert_series_equal(cal.published_facts(groups, tmp_path / "t", fit_set),
+                                       cal.published_facts(groups, PAPER, fit_set))
+    assert opened and "table6_pfi_h200" not in opened
+    assert cal.calibrate_published(groups, tmp_path / "t").anchor_clock_mhz == PHYSICS.anchor_clock_mhz
+
+
+def test_an_unknown_fit_set_or_a_fact_without_a_group_is_a_clear_error(default):
+    _, groups = default
+    with pytest.raises(ValueError, match="fit set 'table6' unknown"):
+        cal.published_facts(groups, PAPER, "table6")
+    with pytest.raises(ValueError, match="no-such-group"):
+        cal.fit_anchor(groups, pd.Series({"no-such-group": 1.3}))
+
+
+def test_noise_free_facts_made_with_an_anchor_give_it_back(default):
+    _, groups = default
+    use = [g for g in groups if g.id in FIT_GROUPS]
+    truth = cal.physics_at_anchor(1745.0)
+    facts = fid.noise_free_pfi(use, truth)
+    c = cal.calibrate(use, facts, "fitted (test)", cross_validate=True)
+    assert c.anchor_clock_mhz == 1745.0
+    assert c.in_sample_mae < 1e-9 and c.out_of_sample_mae < 0.01
+
+
+def test_emulated_sweeps_made_with_a_known_anchor_recover_it(default):
+    """Whole emulated runs (noise, per-GPU leakage, top-10 % summaries) with anchor 1755 MHz,
+    as a user's runs.parquet would hold them: the fit gets the anchor back within 20 MHz."""
+    cfg, groups = default
+    truth = cal.fit_power_curve(1755.0)
+    calibration = {"anchor_clock_mhz": 1755.0, "curve": dataclasses.asdict(truth)}
+    run_cfg = {"duration_s": 420, "sample_period_s": 5, "eval_at_s": 240, "checkpoint_at_s": 330}
+    resolved = {g["id"]: g for g in config_groups(cfg) if g["id"] in FIT_GROUPS}
+    rows = []
+    for gid, g in resolved.items():
+        for cap in g["caps"]:
+            spec = {"group": g, "model_facts": cfg["_catalog"][g["model"]], "campaign": "recover",
+                    "run_id": f"cap{cap:g}", "seed": 3, "cap_w": cap, "run": run_cfg,
+                    "emulator": {"calibration": calibration}}
+            tel, steps, facts = run_emulated(spec)
+            assert facts["emulator_anchor_clock_mhz"] == 1755.0
+            s = summarize_run(tel, steps, SummaryProtocol())
+            rows.append({"group": gid, "cap_w": float(cap), "run_id": f"cap{cap:g}",
+                         "power_w": s["power_w"], "tokens_per_s": s["tokens_per_s"]})
+    runs = pd.DataFrame(rows)
+    c = cal.calibrate(groups, cal.measured_facts(runs), "fitted (recover)", cross_validate=False)
+    assert abs(c.anchor_clock_mhz - 1755.0) <= 20
+    assert c.curve.sm_dyn_w == pytest.approx(truth.sm_dyn_w, rel=0.03)
+    # and not the default the emulator would otherwise use
+    assert abs(c.anchor_clock_mhz - PHYSICS.anchor_clock_mhz) > 40
+
+
+def test_a_calibration_file_round_trips_and_bad_files_say_what_to_do(tmp_path):
+    c = cal.Calibration(1700.0, cal.fit_power_curve(1700.0), "fitted (x)", ("a", "b"), 0.1, 0.2, {"a": 0.1})
+    path = cal.write_calibration(c, tmp_path / "cal.json")
+    back = cal.read_calibration(path)
+    assert back == c
+    assert back.physics().anchor_clock_mhz == 1700.0 and back.physics().sm_dyn_w == pytest.approx(c.curve.sm_dyn_w)
+    (tmp_path / "bad.json").write_text(json.dumps({"kind": "other"}))
+    with pytest.raises(ValueError, match="not a wattflex calibration file.*wattflex calibrate"):
+        cal.read_calibration(tmp_path / "bad.json")
+    with pytest.raises(FileNotFoundError, match="emulator.calibration: .*missing.json not found"):
+        cal.read_calibration(tmp_path / "missing.json")
+
+
+def test_measured_facts_average_repeats_and_need_the_runs_columns():
+    runs = pd.DataFrame({"group": ["g"] * 3, "cap_w": [200.0, 700.0, 700.0], "power_w": [1600.0, 5000.0, 5200.0],
+                         "tokens_per_s": [800.0, 1000.0, 1000.0]})
+    got = cal.measured_facts(runs)["g"]
+    from wattflex.analysis.pfi import pfi_ratio
+    assert got == pytest.approx(pfi_ratio(np.array([1600.0, 5100.0]), np.array([800.0, 1000.0])))
+    with pytest.raises(ValueError, match="lacks column.*tokens_per_s"):
+        cal.measured_facts(runs.drop(columns="tokens_per_s"))
