@@ -212,10 +212,18 @@ def run_resources():
     its group slot, and the attempt counters the rule script uses to record a final failure."""
     per_node = int(SLURM["slurm_gpus_per_node"])
     gpu_name = lambda wc: SLURM["slurm_gpu_names"].get(GROUPS[wc.group]["gpu"], GROUPS[wc.group]["gpu"].lower())
+    nodes = lambda wc: -(-GROUPS[wc.group]["gpus"] // per_node)
     res = {
         "gpu": lambda wc: GROUPS[wc.group]["gpus"],
         # One torchrun launcher per node: SLURM's default of one task per node.
-        "nodes": lambda wc: -(-GROUPS[wc.group]["gpus"] // per_node),
+        "nodes": nodes,
+        # Multi-node: the jobstep plugin's MPI route (no `srun -n1` wrapper, which cannot
+        # span nodes), so real_run's one srun step per node is the job's only step
+        # (wattflex.runs.real_run); tasks = nodes, and tasks_per_gpu 0 keeps the plugin from
+        # turning `tasks` into --ntasks-per-gpu. None: the resource is unset (single node).
+        "mpi": lambda wc: "srun" if nodes(wc) > 1 else None,
+        "tasks": lambda wc: nodes(wc) if nodes(wc) > 1 else None,
+        "tasks_per_gpu": lambda wc: 0 if nodes(wc) > 1 else None,
         "runtime": lambda wc, attempt: run_minutes(attempt),
         "run_attempt": lambda wc, attempt: attempt,
         "run_attempts": RUN_RETRIES + 1,

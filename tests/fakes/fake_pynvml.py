@@ -7,7 +7,10 @@ it (NvmlGpu, the sampler, cap control, restore) is the real code.
 
 The fake GPUs' state is a dict; with ``FAKE_PYNVML_STATE=/path.json`` in the environment it
 lives in that file instead, so separate processes (a SIGTERM'd or SIGKILL'd run, a restore
-command) see and change the same GPUs. Knobs (``reset(...)`` keywords or per-GPU keys):
+command) see and change the same GPUs; ``{node}`` in that path is the SLURM node the process
+runs on (SLURMD_NODENAME), so the nodes of a test cluster on one machine each have their own.
+Processes the tests cannot patch (SLURM job steps) import it as ``pynvml`` through
+``tests/fakes/pynvml_path`` on PYTHONPATH. Knobs (``reset(...)`` keywords or per-GPU keys):
 ``allow_set`` (False: setting a limit raises NoPermission; per GPU: ``deny_set``), ``gpm`` ("ok" |
 "no_permission" | "unsupported"), ``instant_power`` (False: the field read fails),
 ``demand_w`` (what the job would draw uncapped), ``extra_limit_w`` (a lower limit enforced
@@ -93,8 +96,13 @@ def reset(n_gpus: int = 2, path: str | os.PathLike | None = None, **knobs: Any) 
     return state
 
 
-def _load() -> dict[str, Any]:
+def _state_path() -> str | None:
     path = os.environ.get(STATE_ENV)
+    return path.replace("{node}", os.environ.get("SLURMD_NODENAME", "local")) if path else None
+
+
+def _load() -> dict[str, Any]:
+    path = _state_path()
     if path:
         return json.loads(Path(path).read_text())
     if not _memory_state:
@@ -103,7 +111,7 @@ def _load() -> dict[str, Any]:
 
 
 def _save(state: dict[str, Any]) -> None:
-    path = os.environ.get(STATE_ENV)
+    path = _state_path()
     if path:
         tmp = Path(f"{path}.tmp{os.getpid()}")
         tmp.write_text(json.dumps(state))

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# A single-node SLURM on localhost for the workflow's SLURM tests (and for trying the SLURM
-# profile by hand). Needs root and Debian's slurm-wlm + munge; no systemd, no accounting.
+# A SLURM on localhost for the workflow's SLURM tests (and for trying the SLURM profile by
+# hand): one node, or several. Needs root and Debian's slurm-wlm + munge; no systemd, no accounting.
 #
-#   tests/slurm/cluster.sh up [NGPUS]   start munged, slurmctld, slurmd (idempotent)
+#   tests/slurm/cluster.sh up [NGPUS] [--nodes N]   start munged, slurmctld, N slurmd (idempotent)
 #   tests/slurm/cluster.sh down         cancel our jobs, stop what `up` started (idempotent)
-#   tests/slurm/cluster.sh status       exit 0 if the cluster answers and the node is usable
+#   tests/slurm/cluster.sh status       exit 0 if the cluster answers and every node is usable
 #   tests/slurm/cluster.sh env          print `export SLURM_CONF=...` for the client commands
 #
+# --nodes N (default 1) runs N slurmd on this machine, one per node (`slurmd -N <name>`, each
+# with its own port, spool directory, pid and log file: %n in slurm.conf), named
+# wattflex-node0 .. wattflex-node<N-1>, each with NGPUS fake GPUs (the nodes list the same
+# /dev/fakegpuN files, which only SLURM's bookkeeping reads). A job on two of them is a real
+# two-node allocation (a slurmstepd and SLURMD_NODENAME / SLURM_NODEID per node, srun steps
+# across both) whose processes share this machine's CPUs, loopback and filesystem.
 # Everything lives in $WATTFLEX_SLURM_DIR (default /run/slurm): slurm.conf, gres.conf, state,
 # spool, logs and pid files. /etc/slurm/slurm.conf becomes a link to our slurm.conf while the
 # cluster is up, because the executor's job step strips SLURM_CONF before calling srun; an
@@ -21,7 +27,8 @@ set -euo pipefail
 
 DIR=${WATTFLEX_SLURM_DIR:-/run/slurm}
 PORT=${WATTFLEX_SLURM_PORT:-6817}          # slurmctld; slurmd uses PORT+1
-NODE=${WATTFLEX_SLURM_NODE:-wattflex-node0}
+NODE=${WATTFLEX_SLURM_NODE:-wattflex-node0}   # the first node; --nodes 2 adds wattflex-node1
+NODE_BASE=${NODE%0}
 GPU_TYPE=h200
 CONF=$DIR/slurm.conf
 ETC_CONF=/etc/slurm/slurm.conf
@@ -38,12 +45,20 @@ need_tools() {
 
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
-node_state() { sinfo -h -n "$NODE" -o %T 2>/dev/null | head -n1; }
+# The nodes of the running (or last) cluster, from its slurm.conf.
+nodes() { [ -f "$CONF" ] && sed -n 's/^NodeName=\([^ ]*\) .*/\1/p' "$CONF"; }
+
+node_state() { sinfo -h -n "$1" -o %T 2>/dev/null | head -n1; }
+
+node_ok() {
+  alive "$DIR/slurmd.$1.pid" \
+    && case "$(node_state "$1")" in idle* | mixed* | allocated* | completing*) true ;; *) false ;; esac
+}
 
 cluster_ok() {
-  [ -f "$CONF" ] && alive "$DIR/slurmctld.pid" && alive "$DIR/slurmd.pid" \
-    && scontrol ping 2>/dev/null | grep -q UP \
-    && case "$(node_state)" in idle* | mixed* | allocated* | completing*) true ;; *) false ;; esac
+  [ -f "$CONF" ] && alive "$DIR/slurmctld.pid" && scontrol ping 2>/dev/null | grep -q UP || return 1
+  local n
+  for n in $(nodes); do node_ok "$n" || return 1; done
 }
 
 start_munge() {
@@ -60,7 +75,7 @@ start_munge() {
 }
 
 write_conf() {
-  local ngpus=$1 geometry last
+  local ngpus=$1 nnodes=$2 geometry last i name
   # Node geometry as slurmd itself reports it (CPUs, sockets, cores, memory).
   geometry=$(slurmd -C | head -n1 | sed -e 's/^NodeName=[^ ]* //' -e 's/ UpTime=.*//')
   last=$((ngpus - 1))
@@ -68,7 +83,7 @@ write_conf() {
     [ -c "/dev/fakegpu$i" ] || mknod "/dev/fakegpu$i" c 1 3
   done
   cat >"$CONF" <<EOF
-# Written by tests/slurm/cluster.sh: single-node test cluster, fake GPUs, no accounting.
+# Written by tests/slurm/cluster.sh: $nnodes-node test cluster on one machine, fake GPUs, no accounting.
 ClusterName=wattflex-test
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=$PORT
@@ -78,11 +93,11 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 StateSaveLocation=$DIR/ctld
-SlurmdSpoolDir=$DIR/d
+SlurmdSpoolDir=$DIR/d/%n
 SlurmctldPidFile=$DIR/slurmctld.pid
-SlurmdPidFile=$DIR/slurmd.pid
+SlurmdPidFile=$DIR/slurmd.%n.pid
 SlurmctldLogFile=$DIR/slurmctld.log
-SlurmdLogFile=$DIR/slurmd.log
+SlurmdLogFile=$DIR/slurmd.%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
@@ -101,35 +116,49 @@ InactiveLimit=0
 MessageTimeout=10
 ${WATTFLEX_SLURM_EPILOG:+Epilog=$WATTFLEX_SLURM_EPILOG}
 GresTypes=gpu
-NodeName=$NODE NodeAddr=127.0.0.1 NodeHostname=$NODE $geometry Gres=gpu:$GPU_TYPE:$ngpus Feature=$GPU_TYPE State=UNKNOWN
-PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 EOF
-  echo "NodeName=$NODE Name=gpu Type=$GPU_TYPE File=/dev/fakegpu[0-$last]" >"$DIR/gres.conf"
+  : >"$DIR/gres.conf"
+  for i in $(seq 0 $((nnodes - 1))); do
+    name=$NODE_BASE$i
+    echo "NodeName=$name NodeAddr=127.0.0.1 NodeHostname=$name Port=$((PORT + 1 + i)) $geometry Gres=gpu:$GPU_TYPE:$ngpus Feature=$GPU_TYPE State=UNKNOWN" >>"$CONF"
+    echo "NodeName=$name Name=gpu Type=$GPU_TYPE File=/dev/fakegpu[0-$last]" >>"$DIR/gres.conf"
+    mkdir -p "$DIR/d/$name"
+  done
+  echo "PartitionName=debug Nodes=$(nodes | paste -sd,) Default=YES MaxTime=INFINITE State=UP" >>"$CONF"
 }
 
 up() {
-  local ngpus=${1:-8}
+  local ngpus=8 nnodes=1 n
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --nodes) nnodes=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
+      --nodes=*) nnodes=${1#--nodes=}; shift ;;
+      *) ngpus=$1; shift ;;
+    esac
+  done
+  [[ $ngpus =~ ^[1-9][0-9]*$ && $nnodes =~ ^[1-9][0-9]*$ ]] \
+    || die "up: NGPUS and --nodes take positive integers (got NGPUS=$ngpus, --nodes=$nnodes)"
   need_tools
-  if cluster_ok; then echo "cluster.sh: already up ($CONF)"; return; fi
+  if cluster_ok && [ "$(nodes | wc -l)" = "$nnodes" ]; then echo "cluster.sh: already up ($CONF)"; return; fi
   down_daemons
   mkdir -p "$DIR/ctld" "$DIR/d"
   start_munge
-  write_conf "$ngpus"
+  write_conf "$ngpus" "$nnodes"
   if [ -e "$ETC_CONF" ] || [ -L "$ETC_CONF" ]; then
     [ "$(readlink "$ETC_CONF")" = "$CONF" ] || die "$ETC_CONF exists and is not ours; not starting a test cluster here"
   else
     mkdir -p /etc/slurm && ln -s "$CONF" "$ETC_CONF"
   fi
   slurmctld -c -f "$CONF"     # -c: fresh state, no jobs from an earlier test run
-  slurmd -f "$CONF" -N "$NODE"
+  for n in $(nodes); do slurmd -f "$CONF" -N "$n"; done
   for _ in $(seq 100); do cluster_ok && break; sleep 0.1; done
   if ! cluster_ok; then
     # A node that registered as down (e.g. after an unclean stop) only needs a resume.
-    scontrol update NodeName="$NODE" State=RESUME 2>/dev/null || true
+    for n in $(nodes); do scontrol update NodeName="$n" State=RESUME 2>/dev/null || true; done
     for _ in $(seq 50); do cluster_ok && break; sleep 0.2; done
   fi
-  cluster_ok || { tail -n 20 "$DIR/slurmctld.log" "$DIR/slurmd.log" >&2 || true; die "cluster did not come up"; }
-  echo "cluster.sh: up: node $NODE, $ngpus fake GPUs, $(sinfo -h -o %c -n "$NODE") CPUs; export SLURM_CONF=$CONF"
+  cluster_ok || { tail -n 20 "$DIR"/slurmctld.log "$DIR"/slurmd.*.log >&2 || true; die "cluster did not come up"; }
+  echo "cluster.sh: up: $nnodes node(s) $(nodes | paste -sd,), $ngpus fake GPUs and $(sinfo -h -o %c -n "$NODE") CPUs each; export SLURM_CONF=$CONF"
 }
 
 stop_pid() {  # stop the daemon whose pid file is $1, if it is still running
@@ -142,7 +171,10 @@ stop_pid() {  # stop the daemon whose pid file is $1, if it is still running
 }
 
 down_daemons() {
-  stop_pid "$DIR/slurmd.pid"
+  local pid
+  for pid in "$DIR"/slurmd.*.pid "$DIR/slurmd.pid"; do
+    if [ -e "$pid" ]; then stop_pid "$pid"; fi
+  done
   stop_pid "$DIR/slurmctld.pid"
 }
 
@@ -163,5 +195,5 @@ case "${1:-}" in
   down) down ;;
   status) cluster_ok ;;
   env) echo "export SLURM_CONF=$CONF" ;;
-  *) echo "usage: $0 up [NGPUS] | down | status | env" >&2; exit 2 ;;
+  *) echo "usage: $0 up [NGPUS] [--nodes N] | down | status | env" >&2; exit 2 ;;
 esac

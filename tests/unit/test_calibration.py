@@ -146,3 +146,34 @@ def test_measured_facts_average_repeats_and_need_the_runs_columns():
     assert got == pytest.approx(pfi_ratio(np.array([1600.0, 5100.0]), np.array([800.0, 1000.0])))
     with pytest.raises(ValueError, match="lacks column.*tokens_per_s"):
         cal.measured_facts(runs.drop(columns="tokens_per_s"))
+
+
+def test_a_campaigns_calibration_file_reaches_every_emulated_run_spec(tmp_path):
+    from wattflex.config import ConfigError, read_yaml, run_spec
+    from wattflex.config import prepare
+
+    c = cal.Calibration(1725.0, cal.fit_power_curve(1725.0), "fitted (mine)", ("a",), 0.1, 0.2)
+    path = cal.write_calibration(c, tmp_path / "cal.json")
+    doc = read_yaml(REPO / "tests" / "data" / "tiny.yaml")
+    cfg = prepare({**doc, "emulator": {"calibration": str(path)}})
+    spec = run_spec(cfg, "dense-pt-mistral24b-x8", "cap700")
+    assert cal.Calibration.from_json(spec["emulator"]["calibration"]) == c
+    _, _, facts = run_emulated({**spec, "run": {"duration_s": 200, "sample_period_s": 5}})
+    assert facts["emulator_anchor_clock_mhz"] == 1725.0
+    assert "emulator" not in run_spec(prepare(dict(doc)), "dense-pt-mistral24b-x8", "cap700")
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ConfigError, match="emulator.calibration: .*bad.json is not a wattflex calibration file"):
+        prepare({**doc, "emulator": {"calibration": str(tmp_path / "bad.json")}})
+    with pytest.raises(ConfigError, match="emulator.calibration: .*nope.json not found"):
+        prepare({**doc, "emulator": {"calibration": str(tmp_path / "nope.json")}})
+
+
+def test_leave_one_table_out_refits_on_every_allowed_set(default):
+    _, groups = default
+    t = cal.leave_one_table_out(groups, PAPER).set_index("fit_set")
+    assert list(t.index) == list(cal.FIT_SETS) and t["default"].sum() == 1
+    assert t.loc[cal.DEFAULT_FIT_SET, "anchor_clock_mhz"] == PHYSICS.anchor_clock_mhz
+    assert t.loc[cal.DEFAULT_FIT_SET, "n_facts"] == len(FIT_GROUPS)
+    # every set leaves Table 6 out of sample; the sets differ, and so do their anchors
+    assert t["mae_out_of_sample_table6"].notna().all() and t["anchor_clock_mhz"].nunique() > 1
+    assert np.isnan(t.loc["tables7-8", "mae_out_of_sample_other"])  # nothing published is left outside it

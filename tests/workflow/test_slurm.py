@@ -12,6 +12,7 @@ job and checks that a 2-GPU run waits for them although CPUs are free.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -68,14 +69,14 @@ def ts(value: str) -> datetime:
     return datetime.fromisoformat(value)
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory):
-    """A fresh single-node cluster for this session, always torn down."""
+@contextlib.contextmanager
+def local_cluster(tmp: Path, ngpus: int, nnodes: int = 1):
+    """A fresh cluster of ``nnodes`` nodes with ``ngpus`` fake GPUs each (tests/slurm/cluster.sh),
+    SLURM_CONF set for this process; always torn down."""
     if shutil.which("slurmctld") is None or shutil.which("munged") is None:
         pytest.skip("slurmctld/munged not installed (apt-get install slurm-wlm munge): SLURM tests skipped")
     if os.geteuid() != 0:
         pytest.skip("starting a SLURM cluster needs root: SLURM tests skipped")
-    tmp = tmp_path_factory.mktemp("slurm")
     # Every job ends with the shipped epilog (real wattflex, an empty cap-record directory);
     # the wrapper notes each job it ran for, so the test can see it ran and kept the node up.
     ran = tmp / "epilog-ran.txt"
@@ -87,7 +88,8 @@ def slurm_cluster(tmp_path_factory):
     (tmp / "caps").mkdir()
     env = {**os.environ, "WATTFLEX_SLURM_EPILOG": str(wrapper)}
     subprocess.run([str(CLUSTER), "down"], env=env, capture_output=True, text=True)
-    up = subprocess.run([str(CLUSTER), "up", str(NODE_GPUS)], env=env, capture_output=True, text=True)
+    up = subprocess.run([str(CLUSTER), "up", str(ngpus), "--nodes", str(nnodes)], env=env, capture_output=True,
+                        text=True)
     if up.returncode != 0:
         subprocess.run([str(CLUSTER), "down"], capture_output=True)
         pytest.fail(f"cluster.sh up failed:\n{up.stdout}\n{up.stderr}")
@@ -102,6 +104,13 @@ def slurm_cluster(tmp_path_factory):
             os.environ.pop("SLURM_CONF", None)
         else:
             os.environ["SLURM_CONF"] = old
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory):
+    """A fresh single-node cluster for this module (test_slurm_multinode brings up its own)."""
+    with local_cluster(tmp_path_factory.mktemp("slurm"), NODE_GPUS) as cluster:
+        yield cluster
 
 
 @dataclass

@@ -220,15 +220,14 @@ def read_calibration(path: str | Path) -> Calibration:
     return Calibration.from_json(data, where=str(path))
 
 
-def _sse(groups: Sequence[GroupModel], facts: pd.Series, physics: Physics) -> tuple[float, pd.Series]:
-    pfi = noise_free_pfi(groups, physics)
-    res = (pfi.reindex(facts.index) - facts)
-    return float((res**2).sum()), res
+def pfi_grid(groups: Sequence[GroupModel], base: Physics = PHYSICS, grid: np.ndarray = ANCHOR_GRID_MHZ
+             ) -> pd.DataFrame:
+    """Noise-free Eq. 1 PFI of each group (columns) at each grid anchor (index): every fit
+    on these groups is then an argmin over rows."""
+    return pd.DataFrame({float(a): noise_free_pfi(groups, physics_at_anchor(float(a), base)) for a in grid}).T
 
 
-def fit_anchor(groups: Sequence[GroupModel], facts: pd.Series, base: Physics = PHYSICS,
-               grid: np.ndarray = ANCHOR_GRID_MHZ) -> tuple[float, pd.Series]:
-    """The grid anchor minimising the squared PFI error over ``facts``; (anchor, residuals)."""
+def _check_facts(groups: Sequence[GroupModel], facts: pd.Series) -> list[GroupModel]:
     use = [g for g in groups if g.id in facts.index]
     missing = sorted(set(facts.index) - {g.id for g in use})
     if missing:
@@ -236,27 +235,37 @@ def fit_anchor(groups: Sequence[GroupModel], facts: pd.Series, base: Physics = P
                          "add them to the config's groups (the emulator needs their job) or drop them")
     if not use:
         raise ValueError("calibration: no facts to fit on (no group with a measured or published PFI)")
-    best = (math.inf, math.nan, pd.Series(dtype=float))
-    for anchor in grid:
-        sse, res = _sse(use, facts, physics_at_anchor(float(anchor), base))
-        if sse < best[0] - 1e-12:
-            best = (sse, float(anchor), res)
-    return best[1], best[2]
+    return use
+
+
+def _argmin(table: pd.DataFrame, facts: pd.Series) -> tuple[float, pd.Series]:
+    """The first grid anchor with the least squared error over ``facts``; (anchor, residuals)."""
+    res = table[facts.index] - facts
+    i = int(np.argmin((res**2).sum(axis=1).to_numpy()))
+    return float(table.index[i]), res.iloc[i]
+
+
+def fit_anchor(groups: Sequence[GroupModel], facts: pd.Series, base: Physics = PHYSICS,
+               grid: np.ndarray = ANCHOR_GRID_MHZ) -> tuple[float, pd.Series]:
+    """The grid anchor minimising the squared PFI error over ``facts``; (anchor, residuals)."""
+    return _argmin(pfi_grid(_check_facts(groups, facts), base, grid), facts)
 
 
 def calibrate(groups: Sequence[GroupModel], facts: pd.Series, source: str, base: Physics = PHYSICS,
-              grid: np.ndarray = ANCHOR_GRID_MHZ, cross_validate: bool = True) -> Calibration:
+              grid: np.ndarray = ANCHOR_GRID_MHZ, cross_validate: bool = True,
+              table: pd.DataFrame | None = None) -> Calibration:
     """Fit the anchor on ``facts`` ({group id: PFI}); with ``cross_validate``, each fit
-    group's error when it is left out of the fit (leave-one-group-out)."""
-    anchor, res = fit_anchor(groups, facts, base, grid)
+    group's error when it is left out of the fit (leave-one-group-out). ``table``: a
+    :func:`pfi_grid` holding the facts' groups, if already computed."""
+    if table is None:
+        table = pfi_grid(_check_facts(groups, facts), base, grid)
+    anchor, res = _argmin(table, facts)
     oos = math.nan
     if cross_validate and len(facts) >= 3:
         errs = []
         for gid in facts.index:
-            rest = facts.drop(gid)
-            a, _ = fit_anchor(groups, rest, base, grid)
-            _, r = _sse([g for g in groups if g.id == gid], facts[[gid]], physics_at_anchor(a, base))
-            errs.append(abs(float(r.iloc[0])))
+            a, _ = _argmin(table, facts.drop(gid))
+            errs.append(abs(float(table.loc[a, gid] - facts[gid])))
         oos = float(np.mean(errs))
     return Calibration(anchor_clock_mhz=anchor, curve=fit_power_curve(anchor, base), source=source,
                        fit_groups=tuple(facts.index), in_sample_mae=float(res.abs().mean()),
@@ -264,10 +273,11 @@ def calibrate(groups: Sequence[GroupModel], facts: pd.Series, source: str, base:
 
 
 def calibrate_published(groups: Sequence[GroupModel], tables_dir: str | Path, fit_set: str = DEFAULT_FIT_SET,
-                        base: Physics = PHYSICS, cross_validate: bool = False) -> Calibration:
+                        base: Physics = PHYSICS, cross_validate: bool = False,
+                        table: pd.DataFrame | None = None) -> Calibration:
     """:func:`calibrate` on the published facts of ``fit_set``."""
     facts = published_facts(groups, tables_dir, fit_set)
-    return calibrate(groups, facts, f"fitted ({fit_set})", base, cross_validate=cross_validate)
+    return calibrate(groups, facts, f"fitted ({fit_set})", base, cross_validate=cross_validate, table=table)
 
 
 def anchor_from_gpu_check(reading: Mapping[str, Any], where: str = "gpu check") -> float:
@@ -300,3 +310,31 @@ def config_group_models(cfg: Mapping[str, Any], runs: pd.DataFrame | None = None
         runs = pd.DataFrame([{"group": g["id"], "cap_w": float(c), "run_id": f"cap{c:g}"}
                              for g in resolved for c in g["caps"]])
     return group_models(jobs, runs)
+
+
+def leave_one_table_out(groups: Sequence[GroupModel], tables_dir: str | Path, base: Physics = PHYSICS,
+                        fit_sets: Sequence[str] = tuple(FIT_SETS), order: Sequence[str] | None = None
+                        ) -> pd.DataFrame:
+    """Fit the anchor on each allowed published set and score the noise-free model on the
+    rest: one row per fit set with the anchor, ``sm_dyn_w``, the errors in and out of sample
+    (``fidelity.calibration_errors``) and the Table 6 metrics the issue targets."""
+    from wattflex.analysis.fidelity import group_meta, metrics, published_pfi
+    from wattflex.analysis.stats import CLUSTER_ORDER
+
+    order = tuple(order or CLUSTER_ORDER)
+    published = published_pfi(groups, str(tables_dir))
+    facts = {s: published_facts(groups, tables_dir, s) for s in fit_sets}
+    candidates = sorted(set().union(*(f.index for f in facts.values())))
+    table = pfi_grid([g for g in groups if g.id in candidates], base)
+    rows = []
+    for fit_set in fit_sets:
+        c = calibrate(groups, facts[fit_set], f"fitted ({fit_set})", base, cross_validate=False, table=table)
+        meta = group_meta(groups, published, c.fit_groups)
+        m = metrics(noise_free_pfi(groups, c.physics(base)), meta, order=order, tests=False)
+        rows.append({"fit_set": fit_set, "default": fit_set == DEFAULT_FIT_SET, "n_facts": len(c.fit_groups),
+                     "fit_groups": " ".join(c.fit_groups), "anchor_clock_mhz": c.anchor_clock_mhz,
+                     "sm_dyn_w": c.curve.sm_dyn_w,
+                     **{k: m[k] for k in ("mae_in_sample", "mae_out_of_sample_table6", "mae_out_of_sample_other",
+                                          *(f"median_{g}" for g in order), "clusters_ordered", "spearman_table6",
+                                          "max_pfi_table6", "spearman_h100_vs_h200")}})
+    return pd.DataFrame(rows)

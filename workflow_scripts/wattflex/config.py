@@ -46,10 +46,10 @@ SCHEMA_PATH = REPO_ROOT / "config" / "schema" / "config.schema.yaml"
 # specs, so changing them never reruns a run.
 SCHEDULING_KEYS = ("parallel_within_group", "retries")
 # Keys prepare() adds to a validated config (not the user's; skipped when validating again).
-INTERNAL_KEYS = ("_catalog",)
+INTERNAL_KEYS = ("_catalog", "_emulator_calibration")
 # Top-level keys only generated campaigns read (an ingested one takes its runs from data).
 GENERATE_ONLY_KEYS = ("backend", "sweep", "models_catalog", "seed", "run", "staircase", "cap_grids",
-                      "group_defaults", "groups", "repeats", "cuda")
+                      "group_defaults", "groups", "repeats", "cuda", "emulator")
 
 
 def _key_path(path) -> str:
@@ -301,10 +301,33 @@ def prepare(cfg: dict[str, Any], base: Path = REPO_ROOT, schema_path: str | Path
         if not cat_path.is_file():
             raise ConfigError(f"config error at models_catalog: file not found: {cat_path}")
         cfg["_catalog"] = load_catalog(cat_path)
+        cal = (cfg.get("emulator") or {}).get("calibration")
+        if cal:
+            cfg["_emulator_calibration"] = load_emulator_calibration(resolve_path(cal, base))
         check_semantics(cfg)
         if check_inputs and cfg.get("backend") == "cuda":
             check_cuda(cfg, cwd)
     return cfg
+
+
+def load_emulator_calibration(path: Path) -> dict[str, Any]:
+    """The JSON of a calibration file (``wattflex calibrate``), checked for what the emulator
+    reads (``wattflex.runs.emulator.calibrated_physics``)."""
+    import json
+
+    where = f"config error at emulator.calibration: {path}"
+    if not path.is_file():
+        raise ConfigError(f"{where} not found; make one with `wattflex calibrate` (relative paths: "
+                          "against the repository)")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where} is not JSON ({exc})") from None
+    curve = data.get("curve") if isinstance(data, dict) else None
+    if (not isinstance(curve, dict) or data.get("kind") != "wattflex-emulator-calibration"
+            or "anchor_clock_mhz" not in data or not {"sm_dyn_w", "v_min", "v_exp", "calib_tensor_util"} <= set(curve)):
+        raise ConfigError(f"{where} is not a wattflex calibration file; make one with `wattflex calibrate`")
+    return data
 
 
 def load_config(path: str | Path, base: Path = REPO_ROOT, check_inputs: bool = True) -> dict[str, Any]:
@@ -346,4 +369,6 @@ def run_spec(cfg: dict[str, Any], group_id: str, run: str) -> dict[str, Any]:
     }
     if cfg["backend"] == "cuda":
         spec["cuda"] = dict(cfg.get("cuda", {}))
+    elif cfg.get("_emulator_calibration"):   # the emulator's calibrated power level (wattflex calibrate)
+        spec["emulator"] = {"calibration": cfg["_emulator_calibration"]}
     return spec

@@ -104,6 +104,31 @@ def test_cluster_tests_separate_clearly_different_clusters():
     assert m["kruskal_p"] < 0.001
 
 
+def test_errors_are_split_in_and_out_of_the_calibrations_sample():
+    groups = [fid.GroupModel(id=i, cluster="dense", set=st, gpu="H200", model="m", task="pt", matches="", job=None,
+                             runs=()) for i, st in (("t6", "headline"), ("t7", "validation"), ("fit", "validation"),
+                                                    ("none", "headline"))]
+    published = pd.DataFrame({"group": ["t6", "t7", "fit", "none"], "pfi_published": [1.5, 1.2, 1.3, math.nan],
+                              "published_source": ["table6", "table7", "table7", ""]})
+    meta = fid.group_meta(groups, published, fit_groups=["fit"])
+    assert list(meta["calibration"]) == ["out-of-sample", "out-of-sample", "in-sample", ""]
+    m = fid.metrics(pd.Series({"t6": 1.9, "t7": 1.1, "fit": 1.35, "none": 4.0}), meta, tests=False)
+    assert m["mae_in_sample"] == pytest.approx(0.05)
+    assert m["mae_out_of_sample_table6"] == pytest.approx(0.4)
+    assert m["mae_out_of_sample_other"] == pytest.approx(0.1)
+    assert m["max_pfi_table6"] == pytest.approx(1.9)   # "none" has no Table 6 value
+    # no calibration given: nothing is in sample
+    assert math.isnan(fid.metrics(pd.Series({"t6": 1.9}), fid.group_meta(groups, published), tests=False)
+                      ["mae_in_sample"])
+
+
+def test_no_table_6_group_above_3_is_a_judged_target():
+    s = fid.summary_table({"max_pfi_table6": 3.2}, {"max_pfi_table6": 2.9}, pd.DataFrame(),
+                          {"max_pfi_table6": 2.67}).set_index("metric")
+    assert (s.loc["max_pfi_table6", "met_noise_free"], s.loc["max_pfi_table6", "met_campaign"]) == (0.0, 1.0)
+    assert fid.published_metrics(PAPER)["max_pfi_table6"] == pytest.approx(2.67)
+
+
 def test_summary_marks_targets_met_or_missed_and_summarises_the_seeds():
     order = ("dense", "moe-pt", "moe-ft")
     nf = {"spearman_table6": 0.75, "median_dense": 1.30, "median_moe-pt": 1.60, "median_moe-ft": 2.0,

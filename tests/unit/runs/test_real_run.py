@@ -167,8 +167,44 @@ def test_launch_commands_single_and_multi_node(tmp_path):
     assert single[1:5] == ["-m", "torch.distributed.run", "--nproc-per-node=8", "--standalone"]
     assert single[-6:] == ["-m", "wattflex.runs.training", "--config", str(tmp_path / "c.json"), "--t0", "12.5"]
     multi = real_run.training_command(tmp_path / "c.json", 1.0, 8, nnodes=2, node_rank=1, rdzv="n1:29400", run_id="r")
-    assert {"--nnodes=2", "--node-rank=1", "--rdzv-backend=c10d", "--rdzv-endpoint=n1:29400"} <= set(multi)
-    agent = real_run.node_agent_command(tmp_path / "s.json", tmp_path, 1.0, 2, "n1:29400")
-    assert agent[:4] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
-    assert agent[5:8] == ["-m", "wattflex.runs.real_run", "node"]
+    assert {"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=n1:29400", "--rdzv-conf=is_host=0"} <= set(multi)
+    assert "--standalone" not in multi and not any(a.startswith("--node-rank") for a in multi)   # c10d ignores it
+    first = real_run.training_command(tmp_path / "c.json", 1.0, 8, nnodes=2, node_rank=0, rdzv="n1:29400")
+    assert "--rdzv-conf=is_host=1" in first          # the first node hosts the c10d store
+    agent = real_run.node_agent_command(tmp_path / "s.json", tmp_path, 1.0, 2, "n1:29400", gpus_per_node=8)
+    assert agent[:5] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--gpus-per-node=8"]
+    assert agent[6:9] == ["-m", "wattflex.runs.real_run", "node"]
     assert np.isfinite(float(agent[agent.index("--t0") + 1]))
+    assert not any(a.startswith("--gpus") for a in real_run.node_agent_command(tmp_path, tmp_path, 1.0, 2, "n:1"))
+
+
+def test_gpus_per_node_from_the_group(tmp_path):
+    spec = cuda_spec(tmp_path)
+    spec["group"]["gpus"] = 16
+    assert real_run.gpus_per_node(spec, 2) == 8
+    assert real_run.gpus_per_node(spec, 3) is None      # uneven: the step takes the job's GPUs
+
+
+def test_nccl_env_defaults_and_keys():
+    assert real_run.nccl_env(None) == {"NCCL_DEBUG": "WARN"}
+    env = real_run.nccl_env({"debug": "INFO", "socket_ifname": "ib0", "ib_hca": "mlx5_0,mlx5_1",
+                             "env": {"NCCL_NET_GDR_LEVEL": "PHB", "NCCL_IB_TIMEOUT": 22}})
+    assert env == {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "ib0", "NCCL_IB_HCA": "mlx5_0,mlx5_1",
+                   "NCCL_NET_GDR_LEVEL": "PHB", "NCCL_IB_TIMEOUT": "22"}
+
+
+def test_nccl_settings_reach_torchrun_and_run_json(tmp_path, monkeypatch):
+    """``cuda.nccl`` goes into the environment of the node's torchrun (a FAKE torchrun that
+    records its environment stands in for torch.distributed.run) and into the node's facts."""
+    spec = cuda_spec(tmp_path, nccl={"socket_ifname": "eth7", "env": {"NCCL_ALGO": "Ring"}})
+    seen = tmp_path / "env.json"
+    monkeypatch.setattr(real_run, "training_command", lambda *a, **k: [
+        sys.executable, "-c", f"import json, os; json.dump(dict(os.environ), open({str(seen)!r}, 'w'))"])
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-node-7")
+    out = tmp_path / "run"
+    out.mkdir()
+    facts = real_run.run_node(spec, out, time.time())
+    env = json.loads(seen.read_text())
+    assert (env["NCCL_DEBUG"], env["NCCL_SOCKET_IFNAME"], env["NCCL_ALGO"]) == ("WARN", "eth7", "Ring")
+    assert facts["nccl_env"] == {"NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "eth7", "NCCL_ALGO": "Ring"}
+    assert facts["host"] == "gpu-node-7" and facts["launch"]["cpus_usable"] >= 1

@@ -19,11 +19,30 @@ writes the files the emulated backend writes:
 Spec keys used (``spec["cuda"]``): device (cuda|cpu), cap_control (nvml|command|observe),
 cap_command, model_path, data_path, tiny, sampler, sampler_period_s, gpm (default true),
 host_power (default true), state_dir, nproc_per_node, nnodes (default: group.gpus /
-nproc_per_node on cuda), max_steps, and training extras (``training.config.TrainConfig``).
-``run.gap_s`` (the paper's idle pause between runs) is the rule script's job, not this one.
-Multi-node jobs (``nnodes > 1``, inside a SLURM allocation) start one node agent per node
-with ``srun``; each agent caps, samples and runs its torchrun share, and this process
-merges their traces.
+nproc_per_node on cuda), nccl (``nccl_env``), max_steps, and training extras
+(``training.config.TrainConfig``). ``run.gap_s`` (the paper's idle pause between runs) is the
+rule script's job, not this one.
+
+Multi-node jobs (``nnodes > 1``, inside a SLURM allocation) start one node agent per node with
+one ``srun --nodes=N --ntasks-per-node=1 [--gpus-per-node=G]`` step (``node_agent_command``);
+each agent caps its node's GPUs, samples them, runs its torchrun share and restores the caps
+on its own exit paths; this process merges their traces. That step must be the job's only
+one: the rule runs through snakemake-executor-plugin-slurm-jobstep, which wraps a rule in
+``srun -n1 --cpu-bind=q --gpus=<all> --nodes=<N>`` unless the rule has an ``mpi`` resource;
+on N > 1 nodes that step cannot even start (``-n1`` puts it on one node, which lacks the
+group's GPUs: "Invalid generic resource specification", tried on tests/slurm/cluster.sh
+``--nodes 2``), and a step nested in it would have to share its resources (``--overlap``).
+So ``run_resources()`` (rules/common.smk) gives multi-node runs the plugin's MPI route
+(``mpi``, ``tasks`` = nodes): the plugin then runs the rule in the batch script on the
+allocation's first node, and this process's srun is the one step, which by SLURM's default
+gets all the job's CPUs and memory on each node, and here explicitly its GPUs per node. The
+plugin strips ``SLURM_*`` but ``SLURM_JOB_ID`` from the rule's environment, so the node list
+is asked of SLURM (``_node_hosts``). Rendezvous: torchrun's c10d on the first node at its
+SLURM ``NodeAddr``, on a port free there (this process runs on that node); node rank 0 hosts
+the store (``is_host``), so nodes that share an address (the test cluster) cannot both try.
+c10d, not SLURM, orders the training ranks (by node address), so global rank 0, which writes
+steps and the training record into the shared run directory, may run on any node;
+``train.log`` is the first SLURM node's torchrun output, ``train.node<r>.log`` node r's.
 """
 
 from __future__ import annotations
@@ -39,6 +58,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -61,6 +81,7 @@ log = logging.getLogger("wattflex.runs.real_run")
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 NODE_DIR = ".node{rank}"
 TERMINATE_GRACE_S = 30.0
+RDZV_BASE_PORT = 29400      # torchrun's default c10d port; the fallback port is derived from it
 
 
 @dataclass
@@ -77,6 +98,7 @@ class RunOptions:
     state_dir: str | None = None
     nproc_per_node: int = 1
     nnodes: int = 1
+    nccl: dict[str, str] | None = None     # NCCL's environment for every torchrun (nccl_env)
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> "RunOptions":
@@ -90,7 +112,8 @@ class RunOptions:
                    sampler=bool(cuda.get("sampler", True)),
                    sampler_period_s=float(cuda.get("sampler_period_s") or run.get("sample_period_s") or 5.0),
                    gpm=bool(cuda.get("gpm", True)), host_power=bool(cuda.get("host_power", True)),
-                   state_dir=cuda.get("state_dir"), nproc_per_node=nproc, nnodes=int(nnodes))
+                   state_dir=cuda.get("state_dir"), nproc_per_node=nproc, nnodes=int(nnodes),
+                   nccl=nccl_env(cuda.get("nccl")))
         if opts.cap_control not in caps.MODES:
             raise ValueError(f"cuda.cap_control {opts.cap_control!r}: expected one of {', '.join(caps.MODES)}")
         caps.limit_setter(opts.cap_control, opts.cap_command)      # validates the command template
@@ -99,6 +122,20 @@ class RunOptions:
     @property
     def uses_nvml(self) -> bool:
         return self.sampler or self.cap_control != "observe"
+
+
+def nccl_env(nccl: dict[str, Any] | None) -> dict[str, str]:
+    """NCCL's settings (``cuda.nccl``) as the environment of every node's torchrun: ``debug``
+    (NCCL_DEBUG, default WARN: NCCL's warnings reach train.log, its INFO chatter does not),
+    ``socket_ifname`` (NCCL_SOCKET_IFNAME: the interface(s) for NCCL's bootstrap and socket
+    transport, e.g. ``ib0`` or ``^lo,docker``), ``ib_hca`` (NCCL_IB_HCA, e.g. ``mlx5_0,mlx5_1``),
+    and ``env`` (any further variables, e.g. NCCL_NET_GDR_LEVEL). Unset keys leave the
+    environment the job was started with alone."""
+    nccl = {"debug": "WARN", **(nccl or {})}
+    named = {"debug": "NCCL_DEBUG", "socket_ifname": "NCCL_SOCKET_IFNAME", "ib_hca": "NCCL_IB_HCA"}
+    env = {var: str(nccl[key]) for key, var in named.items() if nccl.get(key) is not None}
+    env.update({str(k): str(v) for k, v in (nccl.get("env") or {}).items()})
+    return env
 
 
 def utc_now() -> str:
@@ -112,8 +149,12 @@ def training_command(config_path: Path, t0: float, nproc: int, nnodes: int = 1, 
     if nnodes == 1:
         cmd.append("--standalone")
     else:
-        cmd += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint={rdzv}", f"--rdzv-id={run_id}"]
+        # is_host: node rank 0 hosts the c10d store, the others connect (torchrun would
+        # otherwise guess from the endpoint's address, and guess "host" on every node that
+        # shares it). No --node-rank: c10d ignores it and orders the nodes' training ranks by
+        # their addresses itself.
+        cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv}", f"--rdzv-id={run_id}",
+                f"--rdzv-conf=is_host={int(node_rank == 0)}"]
     return cmd + ["-m", "wattflex.runs.training", "--config", str(config_path), "--t0", repr(t0)]
 
 
@@ -285,7 +326,7 @@ def run_node(spec: dict[str, Any], outdir: Path, t0: float, node_rank: int = 0, 
         if opts.sampler and gpus:
             sampler = node.sampler().start()
         try:
-            run_training(node.cmd, node.log_path)
+            run_training(node.cmd, node.log_path, node.env)
         finally:
             if sampler is not None:
                 sampler.stop()
@@ -309,6 +350,7 @@ class NodeSetup:
     cmd: list[str]
     log_path: Path
     t0: float
+    env: dict[str, str]
 
     @classmethod
     def open(cls, spec: dict[str, Any], outdir: Path, opts: RunOptions, t0: float, node_rank: int = 0,
@@ -318,13 +360,17 @@ class NodeSetup:
         node_dir = outdir / NODE_DIR.format(rank=node_rank)
         node_dir.mkdir(parents=True, exist_ok=True)
         gpus: list[Any] = []
-        facts: dict[str, Any] = {"node_rank": node_rank, "host": os.uname().nodename}
+        host = node_name()
+        facts: dict[str, Any] = {"node_rank": node_rank, "host": host, "launch": launch_facts(),
+                                 "nccl_env": opts.nccl or {}}
         if opts.uses_nvml:
             state_dir = opts.state_dir or caps.default_state_dir()
             stale = caps.restore_from_state_dir(state_dir)
             facts["stale_cap_files"] = stale
             gpus = nvml.open_gpus(opts.nproc_per_node if opts.device == "cuda" else None,
                                   set_limit=caps.limit_setter(opts.cap_control, opts.cap_command), gpm=opts.gpm)
+            for g in gpus:
+                g.node = host           # the SLURM node's name: telemetry rows of two nodes never merge
         host_reader = None
         if opts.host_power and opts.sampler:
             host_reader = RaplReader()
@@ -334,7 +380,7 @@ class NodeSetup:
         cmd = training_command(cfg_path, t0, opts.nproc_per_node, opts.nnodes, node_rank, rdzv,
                                run_id=str(spec.get("run_id", "wattflex")))
         log_path = outdir / ("train.log" if node_rank == 0 else f"train.node{node_rank}.log")
-        return cls(spec, opts, node_dir, gpus, host_reader, facts, cmd, log_path, t0)
+        return cls(spec, opts, node_dir, gpus, host_reader, facts, cmd, log_path, t0, opts.nccl or {})
 
     def sampler(self) -> TelemetrySampler:
         host = self.host_reader.read if self.host_reader and self.host_reader.available else None
@@ -351,6 +397,21 @@ class NodeSetup:
             facts["telemetry_source"] = "nvml"
             write_parquet(sampler.frame(), self.node_dir / "telemetry.parquet", provenance(params=self.spec, backend="cuda"))
         write_json({"node": facts}, self.node_dir / "node.json")
+
+
+def node_name() -> str:
+    """This node's name: SLURM's (SLURMD_NODENAME, set in every job step and batch script;
+    the name the job's node list uses) or the host name outside SLURM."""
+    return os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+
+
+def launch_facts() -> dict[str, Any]:
+    """What this node's process was given: CPUs it may run on, SLURM's CPU and GPU counts for
+    the step, the GPUs CUDA sees (run.json: a step confined to fewer CPUs or GPUs shows here)."""
+    env = os.environ
+    return {"cpus_usable": len(os.sched_getaffinity(0)), "slurm_cpus_on_node": env.get("SLURM_CPUS_ON_NODE"),
+            "slurm_step_gpus": env.get("SLURM_STEP_GPUS"), "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+            "slurm_step_id": env.get("SLURM_STEP_ID"), "slurm_job_id": env.get("SLURM_JOB_ID")}
 
 
 # ---- telemetry without a sampler ---------------------------------------------------------------
@@ -372,19 +433,56 @@ def telemetry_from_steps(steps: pd.DataFrame, events: list[dict[str, Any]], peri
 
 
 # ---- the run ------------------------------------------------------------------------------------
+def _scontrol_field(kind: str, name: str, key: str) -> str:
+    out = subprocess.run(["scontrol", "show", kind, "-o", name], capture_output=True, text=True, check=True).stdout
+    return next((kv.split("=", 1)[1] for kv in out.split() if kv.startswith(f"{key}=")), "")
+
+
 def _node_hosts() -> list[str]:
+    """The allocation's nodes. The jobstep plugin keeps only SLURM_JOB_ID of SLURM's variables
+    in the rule's environment, so the node list is asked of SLURM when it is not there."""
     nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if not nodelist and job_id:
+        nodelist = _scontrol_field("job", job_id, "NodeList")
     if not nodelist:
-        raise RuntimeError("nnodes > 1 needs a SLURM allocation (SLURM_JOB_NODELIST); "
+        raise RuntimeError("nnodes > 1 needs a SLURM allocation (SLURM_JOB_ID / SLURM_JOB_NODELIST); "
                            "set cuda.nnodes: 1 to run on this node only")
     out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
     return out.stdout.split()
 
 
-def node_agent_command(spec_path: Path, outdir: Path, t0: float, nnodes: int, rdzv: str) -> list[str]:
-    return ["srun", f"--nodes={nnodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+def rendezvous_endpoint(first_node: str) -> str:
+    """c10d's ``host:port`` on ``first_node``: SLURM's NodeAddr for it (the address SLURM
+    itself reaches it at; the name where none is set), and a port free on it when this
+    process runs there (the batch script does: it runs on the allocation's first node), else
+    one derived from the job id (two jobs on one node collide only if their ids differ by a
+    multiple of 3000; the range stays below Linux's ephemeral ports, 32768 up)."""
+    addr = _scontrol_field("node", first_node, "NodeAddr") or first_node
+    if node_name() == first_node:
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+    else:
+        port = RDZV_BASE_PORT + int(os.environ.get("SLURM_JOB_ID", "0")) % 3000
+    return f"{addr}:{port}"
+
+
+def node_agent_command(spec_path: Path, outdir: Path, t0: float, nnodes: int, rdzv: str,
+                       gpus_per_node: int | None = None) -> list[str]:
+    """One srun step, one task (node agent) per node. Without ``--exact`` a step gets all the
+    job's CPUs and memory on each node (srun(1)); ``--gpus-per-node`` names the GPUs each
+    node's agent gets (omitted: the job's, SLURM's default for a step's GRES)."""
+    gpus = [f"--gpus-per-node={gpus_per_node}"] if gpus_per_node else []
+    return ["srun", f"--nodes={nnodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *gpus,
             sys.executable, "-m", "wattflex.runs.real_run", "node", str(spec_path), str(outdir),
             "--t0", repr(t0), "--rdzv", rdzv]
+
+
+def gpus_per_node(spec: dict[str, Any], nnodes: int) -> int | None:
+    """The GPUs each node of the group has in its allocation (``group.gpus`` / nodes), if even."""
+    gpus = int(spec.get("group", {}).get("gpus") or 0)
+    return gpus // nnodes if gpus and gpus % nnodes == 0 else None
 
 
 def run_real(spec: dict[str, Any], outdir: str | Path) -> None:
@@ -398,11 +496,15 @@ def run_real(spec: dict[str, Any], outdir: str | Path) -> None:
     if opts.nnodes == 1:
         nodes = [run_node(spec, outdir, t0)]
     else:
-        hosts = _node_hosts()[:opts.nnodes]
+        hosts = _node_hosts()
+        if len(hosts) < opts.nnodes:
+            raise RuntimeError(f"cuda.nnodes is {opts.nnodes} but the SLURM allocation has {len(hosts)} node(s) "
+                               f"({', '.join(hosts)}); ask for as many nodes (slurm_gpus_per_node)")
         spec_path = outdir / "spec.json"
         spec_path.write_text(json.dumps(spec, indent=2, default=str))
-        rdzv = f"{hosts[0]}:{29400 + int(os.environ.get('SLURM_JOB_ID', '0')) % 1000}"
-        run_training(node_agent_command(spec_path, outdir, t0, opts.nnodes, rdzv), outdir / "nodes.log")
+        rdzv = rendezvous_endpoint(hosts[0])
+        run_training(node_agent_command(spec_path, outdir, t0, opts.nnodes, rdzv, gpus_per_node(spec, opts.nnodes)),
+                     outdir / "nodes.log")
         nodes = [read_json(outdir / NODE_DIR.format(rank=r) / "node.json")["node"] for r in range(opts.nnodes)]
     end_utc = utc_now()
     assemble(spec, outdir, opts, nodes, t0, start_utc, end_utc)

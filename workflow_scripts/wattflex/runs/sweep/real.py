@@ -182,7 +182,7 @@ def run_real_sweep(spec: dict[str, Any], outdir: str | Path) -> None:
         sampler = node.sampler().start()
         proc = None
         try:
-            proc = start_training(node.cmd, node.log_path)
+            proc = start_training(node.cmd, node.log_path, node.env)
             training = _Training(proc, node.log_path, outdir)
             training.wait_first_step(separate_s, opts.sampler_period_s)
 
