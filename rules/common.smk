@@ -21,6 +21,7 @@ from wattflex.config import SCHEDULING_KEYS, ConfigError, defaulted_sections, ex
 from wattflex.fingerprint import script_fingerprint
 from wattflex.gpus import GPUS
 from wattflex.provenance import params_hash
+from wattflex.runs.protection import REDO_ENV, install_snakemake_guard, redo_runs
 from wattflex.report_sections import snakemake_category
 from wattflex.smk import release_scheduler_timers, skip_exit_gc
 
@@ -260,7 +261,11 @@ def stable_path(path):
 # --delete-all-output would delete it. So before any job runs, or anything is deleted, the
 # recorded spec of every existing real run (run.json: provenance.params_hash of its spec)
 # is compared with the spec the config now gives it.
-REDO_ENV = "WATTFLEX_REDO_RUNS"  # comma-separated <group>/<run> (or <group>/<sweep mode>) to redo on purpose
+# A changed spec is one reason among many Snakemake may plan a run job (a script's mtime,
+# --forcerun, -F, -R, --until): wattflex.runs.protection refuses every planned job of these
+# rules whose run directory holds a real run not named in WATTFLEX_REDO_RUNS, before
+# Snakemake deletes any output, and drops the script-mtime trigger for real runs.
+install_snakemake_guard(["run_at_cap", "run_staircase"])
 
 
 def recorded_real_runs():
@@ -285,10 +290,6 @@ def current_spec(group, run):
     elif run == SWEEP and group in GROUPS:
         return sweep_spec(config, group, run)
     return None
-
-
-def redo_runs():
-    return {r.strip().strip(os.sep) for r in os.environ.get(REDO_ENV, "").split(",") if r.strip()}
 
 
 if SOURCE == "generate" and workflow.is_main_process:

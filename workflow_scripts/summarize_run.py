@@ -17,7 +17,7 @@ def summarize(inputs: list[str], output: str, log_path: str) -> None:
     """One run's summary.json (inputs: its telemetry, steps and run record), logging to its log."""
     log = rule_logger(SimpleNamespace(log=[log_path]))
     try:  # a damaged file of the run: one line naming it, not a pyarrow traceback
-        run, telemetry, steps = read_run_files(*inputs, rule="run_at_cap")
+        run, telemetry, steps = read_run_files(*inputs)
     except RunFileError as exc:
         log.error("%s", exc)
         print(f"summarize_run: error: {exc}", file=sys.__stderr__)

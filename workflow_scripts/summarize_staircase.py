@@ -11,7 +11,7 @@ smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 try:  # a damaged file of the sweep run: one line naming it, not a pyarrow traceback
     run, telemetry, steps = read_run_files(smk.input.telemetry, smk.input.steps, smk.input.run,
-                                           rule="run_staircase", run_keys=("group", "sweep_mode"))
+                                           run_keys=("group", "sweep_mode"))
 except RunFileError as exc:
     log.error("%s", exc)
     print(f"summarize_staircase: error: {exc}", file=sys.__stderr__)

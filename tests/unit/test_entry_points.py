@@ -88,6 +88,30 @@ def test_run_at_cap_good_spec_still_runs(tmp_path, spec):
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"telemetry.parquet", "steps.parquet", "run.json"}
 
 
+@pytest.mark.parametrize("held", ["real", "emulated", "other"])
+def test_run_at_cap_refuses_an_outdir_that_holds_files(tmp_path, spec, held):
+    """Issue 27 §1: `run-at-cap SPEC <a measured run's dir>` replaced the run (exit 0)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    files = {"train.log": b"the measured run's log\n"}
+    if held != "other":
+        files["run.json"] = json.dumps({"provenance": {"backend": "cuda" if held == "real" else "emulated"}}).encode()
+    for name, data in files.items():
+        (out / name).write_bytes(data)
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    line = one_line_error(wattflex("run-at-cap", "spec.json", "out", cwd=tmp_path), "run-at-cap")
+    what = {"real": "holds a run (cuda backend)", "emulated": "holds a run (emulated backend)", "other": "is not empty"}
+    assert f"out: OUTDIR {what[held]}: {', '.join(sorted(files))}; " in line, line
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == files
+
+
+def test_run_at_cap_writes_into_an_empty_outdir(tmp_path, spec):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    assert wattflex("run-at-cap", "spec.json", "out", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "out" / "run.json").is_file()
+
+
 def test_restore_caps_state_dir_a_file_is_one_line(tmp_path):
     (tmp_path / "afile").write_text("x")
     line = one_line_error(wattflex("restore-caps", "--state-dir", "afile", cwd=tmp_path), "restore-caps")
@@ -176,7 +200,8 @@ def test_damaged_run_file_names_the_file_and_the_rerun(run_dir, case):
     msg = str(err.value)
     assert "\n" not in msg
     assert msg.startswith(f"{run_dir / name}: {expected}"), msg
-    assert msg.endswith(f"; rerun that run: snakemake --forcerun run_at_cap {run_dir / 'run.json'}"), msg
+    assert msg.endswith(f"; redo that run alone: WATTFLEX_REDO_RUNS=g/cap500 snakemake --cores all --force "
+                        f"{run_dir / 'run.json'}"), msg
 
 
 def test_intact_run_files_read_back(run_dir):

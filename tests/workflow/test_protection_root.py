@@ -1,13 +1,22 @@
-"""Real runs survive as root too, and a campaign whose runs all failed fails (issue 17).
+"""Real runs survive every way Snakemake can plan them, as root and as a non-root user, and a
+campaign whose runs all failed fails (issues 17, 27).
 
 Write protection is a file mode, and Snakemake decides with os.access(W_OK), always true for
-root: these tests run Snakemake as root on a real-backend (``cuda`` on the CPU, tiny model)
-run and check that the workflow itself refuses to overwrite or delete it (rules/common.smk).
+root; it also reruns a job whose script is newer than its outputs, or that --forcerun, -F or
+-R force. These tests run the real Snakemake CLI on a real-backend (``cuda`` on the CPU, tiny
+model) run whose files were made writable again (so no file mode helps) and check that the
+workflow itself refuses to overwrite or delete it (wattflex.runs.protection, rules/common.smk).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -15,15 +24,18 @@ import pytest
 import yaml
 
 from wattflex.runs.failures import failure_summary
+from wattflex.telemetry import RunFileError, read_run_files
 
 from .conftest import REPO
-from .test_rerun_scope import snakemake
+from .test_rerun_scope import copy_workflow, planned, snakemake
 
 pytestmark = pytest.mark.slow
 
 GROUP = "dense-pt-mistral24b-x8"
-TARGET = f"results/tiny/runs/{GROUP}/cap700/run.json"
+RUN_DIR = f"results/tiny/runs/{GROUP}/cap700"
+TARGET = f"{RUN_DIR}/run.json"
 RUN_FILES = ("telemetry.parquet", "steps.parquet", "run.json")
+NOBODY = 65534
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="tests what root can do (root ignores write protection)")
 
 
@@ -47,64 +59,181 @@ def edited(config: Path, dst: Path, change) -> Path:
     return dst
 
 
+@dataclass
+class RealRun:
+    workflow: Path  # a copy of the workflow (a test touches its scripts)
+    work: Path
+    config: Path
+    snapshot: dict[str, tuple[bytes, int]]  # {file: (content, mtime_ns)}
+
+
+def _snapshot(run_dir: Path) -> dict[str, tuple[bytes, int]]:
+    return {f: ((run_dir / f).read_bytes(), (run_dir / f).stat().st_mtime_ns) for f in RUN_FILES}
+
+
 @pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    """(work dir, config, {file: bytes}) of one measured run, made by the real workflow."""
-    root = tmp_path_factory.mktemp("real")
-    work = root / "work"
-    work.mkdir()
-    config = real_config(root / "campaign.yaml")
-    snakemake(REPO, work, config, "--cores", "1", TARGET)
-    run_dir = work / TARGET.rsplit("/", 1)[0]
-    snapshot = {f: (run_dir / f).read_bytes() for f in RUN_FILES}
-    return work, config, snapshot
+def real_run():
+    """One measured run made by the real workflow, in a world-readable folder under /tmp
+    (a pytest tmp_path is 0700: another user could not enter it), owned by an unprivileged
+    user when the tests run as root; its files are writable again, as after a copy that
+    drops file modes, so only the workflow's own guard can keep them."""
+    root = Path(tempfile.mkdtemp(prefix="wattflex-real-", dir="/tmp"))
+    try:
+        os.chmod(root, 0o755)
+        workflow = copy_workflow(root / "workflow")
+        work = root / "work"
+        work.mkdir()
+        config = real_config(root / "campaign.yaml")
+        snakemake(workflow, work, config, "--cores", "1", TARGET)
+        run_dir = work / RUN_DIR
+        for f in RUN_FILES:
+            os.chmod(run_dir / f, 0o644)
+        if os.geteuid() == 0:
+            give_to_nobody(root)
+        yield RealRun(workflow, work, config, _snapshot(run_dir))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
-def unchanged(work: Path, snapshot: dict[str, bytes]) -> bool:
-    run_dir = work / TARGET.rsplit("/", 1)[0]
-    return all((run_dir / f).read_bytes() == data for f, data in snapshot.items())
+def give_to_nobody(root: Path) -> None:
+    for dirpath, _, files in os.walk(root):
+        os.chown(dirpath, NOBODY, NOBODY)
+        for f in files:
+            os.chown(os.path.join(dirpath, f), NOBODY, NOBODY)
 
 
-@as_root
-def test_unchanged_spec_of_a_real_run_plans_nothing(real_run):
-    work, config, _ = real_run
-    proc = snakemake(REPO, work, config, "-n", "--cores", "1", TARGET)
-    assert "Nothing to be done" in proc.stdout + proc.stderr
+def unchanged(real: RealRun) -> bool:
+    return _snapshot(real.work / RUN_DIR) == real.snapshot
+
+
+def _user_can_run_the_workflow(real: RealRun) -> str:
+    """Why ``NOBODY`` cannot run this checkout's Python and Snakemake ('' if it can): a clone
+    under a 0700 folder (issue 28) is out of its reach."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        return "needs root and setpriv to act as an unprivileged user"
+    probe = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
+                            "-c", "import snakemake, wattflex.runs.protection"], cwd=real.workflow,
+                           capture_output=True, text=True, env={**os.environ, "HOME": str(real.work),
+                                                                "PYTHONPATH": str(real.workflow / "workflow_scripts")})
+    return "" if probe.returncode == 0 else (
+        f"uid {NOBODY} cannot run {sys.executable} (a folder above it is not world-readable): {probe.stderr[-200:]}")
+
+
+@pytest.fixture(params=["root_or_current_user", "unprivileged_user"])
+def user(request, real_run):
+    """None: this process's user (root in CI); NOBODY: an unprivileged user (as root only)."""
+    if request.param == "root_or_current_user":
+        return None
+    why = _user_can_run_the_workflow(real_run)
+    if why:
+        pytest.skip(why)
+    give_to_nobody(real_run.work)  # what Snakemake wrote as root (.snakemake/) is the user's again
+    return NOBODY
+
+
+def run_snakemake(real: RealRun, *args: str, user: int | None = None, env: dict | None = None):
+    extra = {k: v for k, v in (env or {}).items()}
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        return snakemake(real.workflow, real.work, real.config, *args, check=False, user=user)
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+
+def test_unchanged_spec_of_a_real_run_plans_nothing(real_run, user):
+    proc = run_snakemake(real_run, "-n", "--cores", "1", TARGET, user=user)
+    assert "Nothing to be done" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+
+
+# Every way Snakemake can be told, or can decide, to run run_at_cap again (issue 27 §1); the
+# first is what the corrupt-run hint used to say (--forcerun takes the path as a rule name).
+FORCING = {
+    "forcerun": ["--forcerun", "run_at_cap"],
+    "R": ["-R", "run_at_cap"],
+    "F": ["-F"],
+    "forcerun_with_a_path": ["--forcerun", "run_at_cap", TARGET],
+    "force_target": ["--force", TARGET],
+    "until": ["-F", "--until", "run_at_cap"],
+}
+
+
+@pytest.mark.parametrize("dry", [False, True], ids=["run", "dry_run"])
+@pytest.mark.parametrize("trigger", FORCING, ids=list(FORCING))
+def test_forcing_a_real_run_is_refused(real_run, user, trigger, dry):
+    proc = run_snakemake(real_run, *(["-n"] if dry else []), "--cores", "1", *FORCING[trigger],
+                         *([] if TARGET in FORCING[trigger] else [TARGET]), user=user)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text[-3000:]
+    assert "refusing to overwrite 1 measured (real-backend) run(s)" in text and TARGET in text, text[-3000:]
+    assert f"WATTFLEX_REDO_RUNS={GROUP}/cap700 snakemake --cores all --force {TARGET}" in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert unchanged(real_run)
+
+
+def test_a_newer_rule_script_reruns_no_real_run(real_run, user):
+    """What `git pull` / `git checkout` does to the rule scripts: Snakemake reruns a script
+    rule whose script is newer than its outputs; a real run depends on its spec alone."""
+    for script in ("run_at_cap.py", "run_staircase.py"):
+        os.utime(real_run.workflow / "workflow_scripts" / script)
+    proc = run_snakemake(real_run, "--cores", "1", TARGET, user=user)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Nothing to be done" in text, text[-3000:]
+    assert unchanged(real_run)
+
+
+def test_the_damaged_run_hint_redoes_exactly_that_run(real_run, user):
+    """The command a damaged run file's message gives plans one run_at_cap job and nothing
+    else (dry run), for a real run too."""
+    run_dir = Path(RUN_DIR)
+    with pytest.raises(RunFileError) as err:  # as the summary rule reads it, relative to the work dir
+        cwd = os.getcwd()
+        os.chdir(real_run.work)
+        try:
+            read_run_files(run_dir / "telemetry.parquet", run_dir / "missing-steps.parquet", run_dir / "run.json")
+        finally:
+            os.chdir(cwd)
+    command = str(err.value).rsplit("redo that run alone: ", 1)[1]
+    env, *args = shlex.split(command)
+    assert args[:1] == ["snakemake"], command
+    key, value = env.split("=", 1)
+    proc = run_snakemake(real_run, "-n", *args[1:], user=user, env={key: value})
+    assert planned(proc) == {"run_at_cap": 1}, (proc.stdout + proc.stderr)[-3000:]
+    assert unchanged(real_run)
 
 
 @as_root
 @pytest.mark.parametrize("dry", [True, False], ids=["dry_run", "run"])
 def test_changed_spec_of_a_real_run_is_refused_as_root(real_run, tmp_path, dry):
-    work, config, snapshot = real_run
-    changed = edited(config, tmp_path / "changed.yaml", lambda c: c["groups"][0].update(batch=4))
-    proc = snakemake(REPO, work, changed, *(["-n"] if dry else []), "--cores", "1", TARGET, check=False)
+    changed = edited(real_run.config, tmp_path / "changed.yaml", lambda c: c["groups"][0].update(batch=4))
+    proc = snakemake(real_run.workflow, real_run.work, changed, *(["-n"] if dry else []), "--cores", "1", TARGET,
+                     check=False)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0, text[-3000:]
     assert "spec of 1 measured (real-backend) run(s) of campaign 'tiny' changed" in text, text[-3000:]
     assert TARGET in text and f"WATTFLEX_REDO_RUNS={GROUP}/cap700" in text
     assert "Traceback" not in text
-    assert unchanged(work, snapshot)
+    assert unchanged(real_run)
 
 
 @as_root
 def test_redo_opt_in_plans_the_changed_real_run(real_run, tmp_path, monkeypatch):
-    work, config, snapshot = real_run
-    changed = edited(config, tmp_path / "changed.yaml", lambda c: c["groups"][0].update(batch=4))
+    changed = edited(real_run.config, tmp_path / "changed.yaml", lambda c: c["groups"][0].update(batch=4))
     monkeypatch.setenv("WATTFLEX_REDO_RUNS", f"{GROUP}/cap700")
-    proc = snakemake(REPO, work, changed, "-n", "--cores", "1", TARGET)
-    assert "run_at_cap" in proc.stdout + proc.stderr
-    assert unchanged(work, snapshot)
+    proc = snakemake(real_run.workflow, real_run.work, changed, "-n", "--cores", "1", TARGET)
+    assert planned(proc) == {"run_at_cap": 1}, (proc.stdout + proc.stderr)[-3000:]
+    assert unchanged(real_run)
 
 
 @as_root
 @pytest.mark.parametrize("mode", ["--delete-all-output", "--delete-temp-output"])
 def test_deleting_output_of_a_campaign_with_real_runs_is_refused_as_root(real_run, mode):
-    work, config, snapshot = real_run
-    proc = snakemake(REPO, work, config, "--cores", "1", mode, TARGET, check=False)
+    proc = snakemake(real_run.workflow, real_run.work, real_run.config, "--cores", "1", mode, TARGET, check=False)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0, text[-3000:]
     assert f"{mode} refused" in text and TARGET in text, text[-3000:]
-    assert unchanged(work, snapshot)
+    assert unchanged(real_run)
 
 
 def test_a_campaign_whose_runs_all_failed_exits_non_zero_with_a_summary(tmp_path):

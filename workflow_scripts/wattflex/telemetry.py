@@ -173,11 +173,14 @@ class RunFileError(ValueError):
     naming the file, what is wrong and how to redo the run."""
 
 
-def read_run_files(telemetry: str | Path, steps: str | Path, run: str | Path, rule: str = "run_at_cap",
+def read_run_files(telemetry: str | Path, steps: str | Path, run: str | Path,
                    run_keys: tuple[str, ...] = ("group", "run_id")) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
     """``(run.json, telemetry, steps)`` of one run, checked; a damaged file raises
     :class:`RunFileError` instead of a pyarrow/JSON traceback deep in the aggregation."""
-    hint = f"rerun that run: snakemake --forcerun {rule} {run}"
+    # --force on the run's own file redoes that one job; a real run must be named on purpose
+    # (wattflex.runs.protection). Not --forcerun: it takes the path for a rule name too.
+    hint = f"redo that run alone: WATTFLEX_REDO_RUNS={Path(run).parent.parent.name}/{Path(run).parent.name} " \
+           f"snakemake --cores all --force {run}"
 
     def fail(path: str | Path, what: str) -> RunFileError:
         return RunFileError(f"{path}: {what}; {hint}")

@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 
 from wattflex.errors import UserError
+from wattflex.runs.protection import recorded_backend
 
 NAME = "run-at-cap"
 HELP = "Run one training job at one power cap (emulated or real GPUs) and write its telemetry"
@@ -50,11 +51,20 @@ def check_spec(spec: object, path: Path) -> None:
 
 
 def check_outdir(outdir: Path) -> None:
-    """OUTDIR (or a folder above it) must not be a file: found only after the run, it wasted the run."""
+    """OUTDIR (or a folder above it) must not be a file: found only after the run, it wasted
+    the run. Nor may OUTDIR hold files: a run written into it would replace a run that may be
+    measured, or sit beside another run's stale summary.json and logs."""
     for p in (outdir, *outdir.parents):
         if p.exists() and not p.is_dir():
             what = "OUTDIR" if p == outdir else f"{p}, a folder above OUTDIR,"
             raise UserError(f"{outdir}: {what} is a file, not a directory")
+    held = sorted(p.name for p in outdir.iterdir()) if outdir.is_dir() else []
+    if held:
+        backend = recorded_backend(outdir)
+        what = f"holds a run ({backend} backend)" if backend else "is not empty"
+        raise UserError(f"{outdir}: OUTDIR {what}: {', '.join(held[:4])}{' ...' if len(held) > 4 else ''}; "
+                        f"run-at-cap writes only into a new or empty directory: give another OUTDIR, or move "
+                        f"that one away first")
 
 
 def run(args: argparse.Namespace) -> int:
