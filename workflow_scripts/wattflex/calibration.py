@@ -79,11 +79,11 @@ def _sm_power(gpu: GPUSpec, f_mhz: np.ndarray, sm_dyn_w: float, v_min: float, v_
 
 def fit_power_curve(anchor_clock_mhz: float, physics: Physics = PHYSICS, gpu: GPUSpec | None = None,
                     table: Mapping[float, float] = UJENIYA_H100_DGEMM, anchor_activity: float | None = None,
-                    anchor_power_w: float = ANCHOR_CAP_W) -> PowerCurve:
+                    anchor_power_w: float = ANCHOR_CAP_W, anchor_gpu: GPUSpec | None = None) -> PowerCurve:
     """``sm_dyn_w``, ``v_min``, ``v_exp`` and the DGEMM's activity fitted (least squares, in
-    units of 10 W) to the DGEMM cap -> clock ``table`` plus one bf16 GEMM point: tensor
-    activity ``anchor_activity`` (default ``dense_gemm_eff``) drawing ``anchor_power_w`` at
-    ``anchor_clock_mhz``."""
+    units of 10 W) to the DGEMM cap -> clock ``table`` (an H100's) plus one bf16 GEMM point:
+    tensor activity ``anchor_activity`` (default ``dense_gemm_eff``) drawing ``anchor_power_w``
+    at ``anchor_clock_mhz`` on ``anchor_gpu`` (default the H100; its idle and HBM power)."""
     from scipy.optimize import least_squares
 
     from wattflex.runs.emulator import power_model_clock_for_cap
@@ -96,7 +96,8 @@ def fit_power_curve(anchor_clock_mhz: float, physics: Physics = PHYSICS, gpu: GP
     def residuals(p: np.ndarray) -> np.ndarray:
         sm_dyn_w, v_min, v_exp, activity = p
         r = (_sm_power(gpu, clocks, sm_dyn_w, v_min, v_exp, activity, physics) - caps) / 10.0
-        bf16 = _sm_power(gpu, np.array([anchor_clock_mhz]), sm_dyn_w, v_min, v_exp, activity_bf16, physics)
+        bf16 = _sm_power(anchor_gpu or gpu, np.array([anchor_clock_mhz]), sm_dyn_w, v_min, v_exp, activity_bf16,
+                         physics)
         return np.append(r, (bf16 - anchor_power_w) / 10.0)
 
     fit = least_squares(residuals, [1200.0, 0.8, 7.0, 0.3], bounds=([200, 0.3, 1, 0], [5000, 1, 20, 1]))
@@ -296,6 +297,34 @@ def anchor_from_gpu_check(reading: Mapping[str, Any], where: str = "gpu check") 
         raise ValueError(f"{where}: the GEMM drew {power:.0f} W of a {limit:g} W limit: the limit did not bind, "
                          f"so {clock:.0f} MHz is only a lower bound on the anchor; use a larger GEMM")
     return clock
+
+
+def calibration_from_gpu_check(reading: Mapping[str, Any], base: Physics = PHYSICS,
+                               where: str = "gpu check") -> Calibration:
+    """A calibration from a measured bf16 GEMM (``anchor_gemm``): its steady clock, power and
+    tensor activity (achieved FLOP/s over the peak at that clock) are the bf16 point of
+    :func:`fit_power_curve` (with the idle and HBM power of the GPU it ran on); the anchor is
+    then the clock the fitted curve gives a GEMM at ``dense_gemm_eff`` under 700 W on the
+    catalogue H100, where the anchor is defined (15 MHz bins, as the firmware steps)."""
+    from wattflex.runs.emulator import power_model_clock_for_cap
+
+    clock = anchor_from_gpu_check(reading, where)
+    try:
+        activity = float(reading["tensor_activity"])
+    except KeyError:
+        raise ValueError(f"{where}: anchor_gemm reading lacks tensor_activity; rerun benchmarks/gpu_check.py") from None
+    if not 0.05 <= activity <= 1.0:
+        raise ValueError(f"{where}: anchor_gemm tensor_activity {activity:g} is outside 0.05-1 (achieved over peak "
+                         "bf16 FLOP/s at the measured clock): check the reading")
+    model = str(reading.get("gpu_model", "H100"))
+    if model not in GPUS:
+        raise ValueError(f"{where}: anchor_gemm ran on {model!r}; the emulator models {', '.join(GPUS)} only")
+    curve = fit_power_curve(clock, base, anchor_activity=activity, anchor_power_w=float(reading["power_w"]),
+                            anchor_gpu=GPUS[model])
+    ph = calibrated_physics({"anchor_clock_mhz": clock, "curve": dataclasses.asdict(curve)}, base)
+    # the anchor is defined on the catalogue H100 (its idle and HBM power), as fit_power_curve's point
+    anchor = power_model_clock_for_cap(GPUS["H100"], ANCHOR_CAP_W, tensor_util=base.dense_gemm_eff, physics=ph)
+    return Calibration(anchor_clock_mhz=float(anchor), curve=curve, source=f"measured ({where})")
 
 
 def config_group_models(cfg: Mapping[str, Any], runs: pd.DataFrame | None = None) -> list[GroupModel]:

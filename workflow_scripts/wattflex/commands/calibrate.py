@@ -1,0 +1,133 @@
+"""``wattflex calibrate``: fit the emulator's power level to your own measurements.
+
+The emulator has one fitted global constant, the anchor (the SM clock a bf16 GEMM at the
+dense-GEMM efficiency holds under 700 W; ``wattflex.calibration``). This command fits it, as
+the default is fitted on the paper's Tables 7-8, on one of:
+
+- ``--runs runs.parquet`` (or a CSV): measured sweeps, one row per run with ``group, cap_w,
+  power_w`` and ``tokens_per_s`` (or ``throughput``, any unit): a measured campaign's
+  ``runs.parquet``, or an ingested sweep table (``wattflex ingest``). Each group must be a
+  group of ``--config`` (the emulator needs its job: model, task, GPUs, layout);
+- ``--published SET``: the paper's facts (``tables7-8-dense``, ...; never Table 6);
+- ``--gpu-check FILE``: the GPU check's ``anchor_gemm`` reading (``benchmarks/gpu_check.py``),
+  a measurement of the anchor itself.
+
+It prints the anchor, the constants it implies, the error in sample and out of sample
+(leave-one-group-out over the fit groups, and on ``--holdout`` groups kept out of the fit),
+and writes the calibration file (``-o``) that ``emulator: {calibration: FILE}`` reads, so an
+emulated campaign can say what PFI unmeasured configurations would have on *your* GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from wattflex.errors import UserError
+
+NAME = "calibrate"
+HELP = "fit the emulator's power-level anchor to measured sweeps, the paper's tables or a GPU check"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--runs", type=Path, help="measured runs: runs.parquet or a CSV (group, cap_w, power_w, "
+                     "tokens_per_s or throughput)")
+    src.add_argument("--published", metavar="SET", help="fit on a named set of the paper's facts "
+                     "(wattflex.calibration.FIT_SETS; never Table 6)")
+    src.add_argument("--gpu-check", type=Path, help="gpu_check JSON with an anchor_gemm reading")
+    parser.add_argument("--config", type=Path, default=Path("config/config.yaml"),
+                        help="config whose groups describe the measured jobs (default config/config.yaml)")
+    parser.add_argument("--holdout", default="", help="comma-separated groups kept out of the fit and "
+                        "scored out of sample")
+    parser.add_argument("--paper-tables", type=Path, default=None,
+                        help="published tables folder (default: the shipped resources/paper/tables)")
+    parser.add_argument("-o", "--output", type=Path, help="calibration file to write (JSON); omitted: print only")
+
+
+def _runs_table(path: Path):
+    from wattflex.ingest.reader import read_typed_table
+
+    if not path.is_file():
+        raise UserError(f"--runs {path}: file not found")
+    df = read_typed_table(path).drop(columns="_where")
+    if "tokens_per_s" not in df and "throughput" in df:
+        df = df.rename(columns={"throughput": "tokens_per_s"})   # Eq. 1 is a ratio: any unit will do
+    return df
+
+
+def run(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from wattflex import calibration as cal
+    from wattflex.config import REPO_ROOT, load_config
+
+    tables = args.paper_tables or REPO_ROOT / "resources" / "paper" / "tables"
+    if args.gpu_check:
+        return _from_gpu_check(args, cal)
+    cfg = load_config(args.config, check_inputs=False)
+    if cfg.get("source", "generate") != "generate":
+        raise UserError(f"--config {args.config}: an ingested campaign's config has no jobs for the emulator; "
+                        "give the config whose groups describe the measured jobs")
+    groups = cal.config_group_models(cfg)
+    if args.runs:
+        facts, source = cal.measured_facts(_runs_table(args.runs)), f"fitted ({args.runs.name})"
+        known = {g.id for g in groups}
+        unknown = sorted(set(facts.index) - known)
+        if unknown:
+            raise UserError(f"--runs {args.runs}: group(s) {', '.join(unknown[:6])}{' ...' if len(unknown) > 6 else ''} "
+                            f"are not groups of --config {args.config}; the emulator needs each measured job's "
+                            "model, task, GPUs and layout: add them to the config's groups")
+    else:
+        facts, source = cal.published_facts(groups, tables, args.published), f"fitted ({args.published})"
+    holdout = [h for h in args.holdout.split(",") if h]
+    missing = sorted(set(holdout) - set(facts.index))
+    if missing:
+        raise UserError(f"--holdout: {', '.join(missing)} not among the fact groups ({', '.join(facts.index)})")
+    fit_facts = facts.drop(holdout)
+    if len(fit_facts) < 1:
+        raise UserError("nothing left to fit on after --holdout")
+    c = cal.calibrate(groups, fit_facts, source)
+    print(f"anchor {c.anchor_clock_mhz:.0f} MHz ({c.source}, {len(fit_facts)} groups): sm_dyn_w {c.curve.sm_dyn_w:.0f} W, "
+          f"v_min {c.curve.v_min:.3f}, v_exp {c.curve.v_exp:.2f}; DGEMM table max error "
+          f"{c.curve.max_table_error_mhz:.0f} MHz")
+    print(f"in-sample mean |PFI error| {c.in_sample_mae:.3f}; out of sample (leave one group out) "
+          + ("n/a (< 3 groups)" if math.isnan(c.out_of_sample_mae) else f"{c.out_of_sample_mae:.3f}"))
+    from wattflex.analysis.fidelity import noise_free_pfi
+
+    pred = noise_free_pfi([g for g in groups if g.id in facts.index], c.physics())
+    table = pd.DataFrame({"group": facts.index, "pfi_measured": facts.to_numpy(),
+                          "pfi_emulated": pred.reindex(facts.index).to_numpy(),
+                          "sample": ["out (holdout)" if g in holdout else "in" for g in facts.index]})
+    table["error"] = table["pfi_emulated"] - table["pfi_measured"]
+    if holdout:
+        print(f"holdout mean |PFI error| {table.loc[table['sample'] != 'in', 'error'].abs().mean():.3f}")
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if args.output:
+        cal.write_calibration(c, args.output)
+        print(f"wrote {args.output} (use it with emulator: {{calibration: {args.output}}})")
+    return 0
+
+
+def _from_gpu_check(args: argparse.Namespace, cal) -> int:
+    path = args.gpu_check
+    if not path.is_file():
+        raise UserError(f"--gpu-check {path}: file not found (benchmarks/gpu_check.py --out writes it)")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--gpu-check {path}: not JSON ({exc})") from None
+    reading = (data.get("steps") or {}).get("anchor_gemm") if isinstance(data, dict) else None
+    if not isinstance(reading, dict):
+        raise UserError(f"--gpu-check {path}: no steps.anchor_gemm reading; run benchmarks/gpu_check.py "
+                        "(its anchor step) on the GPU first")
+    c = cal.calibration_from_gpu_check(reading, where=f"--gpu-check {path}")
+    print(f"anchor {c.anchor_clock_mhz:.0f} MHz ({c.source}): sm_dyn_w {c.curve.sm_dyn_w:.0f} W; measured GEMM "
+          f"{reading['sm_clock_mhz']:.0f} MHz at {reading['power_w']:.0f} W, tensor activity "
+          f"{reading['tensor_activity']:.3f}")
+    if args.output:
+        cal.write_calibration(c, args.output)
+        print(f"wrote {args.output} (use it with emulator: {{calibration: {args.output}}})")
+    return 0
