@@ -21,7 +21,12 @@ d) the staircase (``wattflex.runs.sweep.algorithm.staircase``) on a live trainin
    and the windows it measured (all at the current limit, since nothing is set); and
    ``wattflex control --dry-run`` at 80 % and 50 % of the GPUs' maximum limits, while
    that run trains;
-e) gpu_check_<gpu>.md and .json in benchmarks/results/ (``--out`` elsewhere); ``--device cpu``
+e) an all-reduce across the node's GPUs (NCCL, ``--device cpu``: gloo on 2 CPU processes)
+   through torchrun with the config's NCCL environment (``cuda.nccl``,
+   ``wattflex.runs.real_run.nccl_env``): the sum checked, bus bandwidth as nccl-tests
+   defines it. One node: NCCL between nodes (InfiniBand, ``ib_hca``, ``socket_ifname``) is
+   not exercised; it is unproven until a multi-node run has trained;
+f) gpu_check_<gpu>.md and .json in benchmarks/results/ (``--out`` elsewhere); ``--device cpu``
    trains on the CPU (the NVML GPUs are still read) and adds ``_cpu-training`` to the name.
 
 Defaults: a 190M-parameter Llama-style model (``--model small``, seq 2048 x batch 8) on
@@ -37,9 +42,11 @@ import datetime as dt
 import io
 import json
 import math
+import os
 import re
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,12 +61,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow_scripts"))
 
 from wattflex import cli
-from wattflex.config import load_catalog
+from wattflex.config import load_catalog, load_config
 from wattflex.doctor import diagnose, format_report, probe_nvml
 from wattflex.provenance import read_json, read_parquet
 from wattflex.runs.devices import nvml
 from wattflex.runs.devices.base import EXTRA_COLUMNS, CapError, TelemetrySampler, check_cap
-from wattflex.runs.real_run import run_real, start_training, terminate, training_command, training_error
+from wattflex.runs.real_run import nccl_env, run_real, start_training, terminate, training_command, training_error
 from wattflex.runs.sweep.algorithm import staircase
 from wattflex.runs.sweep.real import PollingRun, read_live_steps
 from wattflex.runs.sweep.steady import SteadyCriteria
@@ -76,7 +83,72 @@ SMALL_MODEL = {"layers": 8, "hidden": 1024, "heads": 16, "kv_heads": 8, "head_di
                "vocab": 32000}
 SHAPE = {"small": (2048, 8), "tiny": (32, 4)}     # (seq_len, micro-batch)
 GPM_COLUMNS = {"dram_active", "sm_active", "tensor_active"}
+ALLREDUCE_MB = 256                # per rank, fp32: large enough for bandwidth, not latency (nccl-tests' range)
+ALLREDUCE_ITERS = (3, 10)         # warm-up, timed
 HOST_COLUMNS = {"host_cpu_w", "host_dram_w"}
+
+
+# ---- e) all-reduce ------------------------------------------------------------------------------
+def allreduce_worker(backend: str, out: Path, mb: float) -> None:
+    """One torchrun worker: all-reduce ``mb`` MB per rank; rank 0 writes the timing and check."""
+    import torch
+    import torch.distributed as dist
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local) if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, **({"device_id": device} if backend == "nccl" else {}))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    x = torch.full((int(mb * 2**20 / 4),), float(rank + 1), device=device)
+
+    def sync() -> None:
+        if backend == "nccl":
+            torch.cuda.synchronize(device)
+        dist.barrier()
+
+    warm, timed = ALLREDUCE_ITERS
+    for _ in range(warm):
+        y = x.clone()
+        dist.all_reduce(y)
+    sync()
+    t = time.perf_counter()
+    for _ in range(timed):
+        y = x.clone()
+        dist.all_reduce(y)
+    sync()
+    seconds = (time.perf_counter() - t) / timed
+    correct = bool(torch.all(y == world * (world + 1) / 2).item())
+    if rank == 0:
+        nbytes = x.numel() * 4
+        algbw = nbytes / seconds / 1e9
+        out.write_text(json.dumps({
+            "backend": backend, "world_size": world, "mb_per_rank": mb, "iters": timed, "seconds_per_iter": seconds,
+            "algbw_gb_s": algbw, "busbw_gb_s": algbw * 2 * (world - 1) / world, "sum_correct": correct,
+            "nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else None}))
+    dist.destroy_process_group()
+
+
+def allreduce(args: argparse.Namespace, work: Path, n_gpus: int) -> dict[str, Any]:
+    """e) the all-reduce through torchrun, with the config's NCCL environment."""
+    cfg = load_config(Path(args.configfile or REPO / "config" / "config.yaml"), base=REPO)
+    env = nccl_env((cfg.get("cuda") or {}).get("nccl"))
+    backend, nproc = ("nccl", n_gpus) if args.device == "cuda" else ("gloo", 2)
+    if nproc < 1:
+        raise RuntimeError("no GPU to all-reduce across")
+    out, log_path = work / "allreduce.json", work / "allreduce.log"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", __file__,
+           "--allreduce-worker", backend, "--allreduce-out", str(out)]
+    with open(log_path, "wb") as logf:
+        rc = subprocess.run(cmd, env={**os.environ, **env}, stdout=logf, stderr=subprocess.STDOUT, timeout=600).returncode
+    text = log_path.read_text(errors="replace")
+    if rc != 0 or not out.is_file():
+        raise RuntimeError(f"all-reduce exited with status {rc}: " + "\n".join(text.splitlines()[-15:]))
+    res = json.loads(out.read_text())
+    res.update(nccl_env=env, command=" ".join(cmd[1:5]), warnings=[ln for ln in text.splitlines() if "NCCL WARN" in ln][:10])
+    if not res["sum_correct"]:
+        return {**res, "ok": False, "error": "all-reduce sum is wrong"}
+    return res
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -90,6 +162,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--configfile", help="config for doctor's verdict (default: config/config.yaml here)")
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results", help="where the report goes")
     p.add_argument("--keep", action="store_true", help="keep the runs' directories (printed) instead of deleting them")
+    p.add_argument("--allreduce-worker", choices=("nccl", "gloo"), help=argparse.SUPPRESS)   # torchrun's workers
+    p.add_argument("--allreduce-out", type=Path, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.seconds <= 0 or a.staircase_seconds <= 0 or a.pairs < 1:
         p.error("--seconds and --staircase-seconds must be > 0 and --pairs >= 1")
@@ -407,6 +481,16 @@ def markdown(res: dict[str, Any]) -> str:
     else:
         lines.append(f"failed: {d.get('error')}")
     lines.append("")
+    lines += ["## e) All-reduce across this node's GPUs", ""]
+    e = s.get("allreduce", {})
+    if "busbw_gb_s" in e:
+        lines += [f"{e['backend']} ({e.get('nccl_version') or 'no NCCL'}), {e['world_size']} ranks, {e['mb_per_rank']:g} MB "
+                  f"per rank, {e['iters']} timed all-reduces: {e['seconds_per_iter'] * 1e3:.2f} ms each, algorithm "
+                  f"bandwidth {e['algbw_gb_s']:.2f} GB/s, bus bandwidth **{e['busbw_gb_s']:.2f} GB/s**; sum "
+                  f"{'correct' if e['sum_correct'] else 'WRONG'}. Environment from `cuda.nccl`: `{e['nccl_env']}`. "
+                  f"NCCL warnings: {e['warnings'] or 'none'}. One node only: NCCL across nodes is not exercised.", ""]
+    if not e.get("ok"):
+        lines += [f"failed: {e.get('error', '')[:1500]}", ""]
     failed = [k for k, v in s.items() if not v.get("ok")]
     lines += ["## Verdict", "", f"Steps failed: {', '.join(failed) if failed else 'none'}."]
     return "\n".join(lines) + "\n"
@@ -414,6 +498,9 @@ def markdown(res: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.allreduce_worker:
+        allreduce_worker(args.allreduce_worker, args.allreduce_out, ALLREDUCE_MB)
+        return 0
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="wattflex-gpu-check-"))
     (work / "state").mkdir()
@@ -435,6 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     ov = record_step(res, "sampler_overhead", lambda: sampler_overhead(args, work, first_limit))
     record_step(res, "telemetry", lambda: telemetry_columns(ov.get("runs", [])))
     record_step(res, "dry_runs", lambda: dry_runs(args, work))
+    record_step(res, "allreduce", lambda: allreduce(args, work, len(nv.get("gpus") or [])))
 
     res["limits_after"] = limits(probe_nvml())
     res["limits_unchanged"] = res["limits_after"] == res["limits_before"]

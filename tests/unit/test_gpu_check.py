@@ -17,7 +17,8 @@ from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 SECTIONS = ["## a) wattflex doctor", "## b) Sampler overhead", "## c) Telemetry columns",
-            "## d) Staircase and controller dry runs (what they WOULD set)", "## Verdict"]
+            "## d) Staircase and controller dry runs (what they WOULD set)", "## e) All-reduce across this node's GPUs",
+            "## Verdict"]
 TINY_RUN = ["--device", "cpu", "--seconds", "4", "--pairs", "1", "--staircase-seconds", "6", "--caps", "300", "700",
             "--configfile", str(REPO / "config" / "config.yaml")]
 
@@ -66,6 +67,9 @@ def test_gpu_check_on_cpu_with_fake_nvml_writes_every_section_and_sets_no_limit(
         assert "no power limit was changed" in c["stdout"]
     assert res["limits_before"] == res["limits_after"] == {"0": 700.0, "1": 700.0} and res["limits_unchanged"]
     assert set_calls == [] and fake_nvml.state()["set_calls"] == [] and limits_w() == [700.0, 700.0]
+    e = steps["allreduce"]      # on cpu: gloo across 2 processes (NCCL itself only on a GPU node)
+    assert e["ok"] and e["backend"] == "gloo" and e["world_size"] == 2 and e["sum_correct"] and e["busbw_gb_s"] > 0
+    assert e["nccl_env"] == {"NCCL_DEBUG": "WARN"}
 
 
 @pytest.mark.slow
