@@ -210,14 +210,20 @@ def write_calibration(cal: Calibration, path: str | Path) -> Path:
     return path
 
 
-def read_calibration(path: str | Path) -> Calibration:
+def read_json(path: str | Path, what: str, how: str) -> Any:
+    """A JSON file; a missing or unreadable one is a one-line error naming ``what`` it is
+    and ``how`` to make it."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"emulator.calibration: {path} not found; make one with `wattflex calibrate`")
+        raise FileNotFoundError(f"{what}: {path} not found; {how}")
     try:
-        data = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise ValueError(f"emulator.calibration: {path} is not JSON ({exc})") from None
+        raise ValueError(f"{what}: {path} is not JSON ({exc})") from None
+
+
+def read_calibration(path: str | Path) -> Calibration:
+    data = read_json(path, "emulator.calibration", "make one with `wattflex calibrate`")
     return Calibration.from_json(data, where=str(path))
 
 

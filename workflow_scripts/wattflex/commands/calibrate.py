@@ -21,7 +21,6 @@ emulated campaign can say what PFI unmeasured configurations would have on *your
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 
@@ -113,12 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _from_gpu_check(args: argparse.Namespace, cal) -> int:
     path = args.gpu_check
-    if not path.is_file():
-        raise UserError(f"--gpu-check {path}: file not found (benchmarks/gpu_check.py --out writes it)")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"--gpu-check {path}: not JSON ({exc})") from None
+    data = cal.read_json(path, "--gpu-check", "benchmarks/gpu_check.py --out writes it")
     reading = (data.get("steps") or {}).get("anchor_gemm") if isinstance(data, dict) else None
     if not isinstance(reading, dict):
         raise UserError(f"--gpu-check {path}: no steps.anchor_gemm reading; run benchmarks/gpu_check.py "
