@@ -19,6 +19,7 @@ include: "rules/sweeps.smk"
 include: "rules/pfi.smk"
 include: "rules/figures.smk"
 include: "rules/analysis.smk"
+include: "rules/plan.smk"
 
 
 if FIDELITY:  # generated, emulated campaigns (common.smk)

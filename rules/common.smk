@@ -21,6 +21,7 @@ from wattflex.config import SCHEDULING_KEYS, ConfigError, defaulted_sections, ex
 from wattflex.fingerprint import script_fingerprint
 from wattflex.gpus import GPUS
 from wattflex.provenance import params_hash
+from wattflex.runs.plan import enforced as plan_enforced, plan_campaign, run_limit_s
 from wattflex.runs.protection import REDO_ENV, install_snakemake_guard, redo_runs
 from wattflex.report_sections import snakemake_category
 from wattflex.smk import release_scheduler_timers, skip_exit_gc
@@ -161,7 +162,7 @@ def representative_files():
 
 # Rules whose outputs are the workflow's final products (rule all asks for all of them).
 FINAL_RULES = ["collect_runs", "compute_pfi", "compare_pfi_published", "core_figures", "cluster_stats", "fit_predictor",
-               "paper_tables", "analysis_figures", "simulate_allocation", "allocation_figures", "report"]
+               "paper_tables", "analysis_figures", "simulate_allocation", "allocation_figures", "resource_plan", "report"]
 FINAL_RULES += ["control_figures"] if config.get("control", {}).get("scenarios") else []  # rules/control.smk
 # Fidelity against the paper: generated, emulated campaigns only (rules/fidelity.smk).
 FIDELITY = SOURCE == "generate" and config.get("backend", "emulated") == "emulated"
@@ -201,10 +202,23 @@ if not config.get("run", {}).get("parallel_within_group", False):
         workflow.register_resource(GROUP_SLOTS[gid], 1)
 
 
-def run_minutes(attempt):
-    """SLURM time limit of one run: its length and gap, plus a margin that grows per retry."""
+# Real runs of full-size models: each group's plan (wattflex.runs.plan; config.prepare has
+# refused groups that cannot fit), whose start-up (build or load, first step) and checkpoint
+# the SLURM time limit must hold. Resources only: no run's params depend on it.
+REAL_PLANS = ({p.group: p for p in plan_campaign(config, list(GROUPS.values()), int(SLURM["slurm_gpus_per_node"]))}
+              if SOURCE == "generate" and plan_enforced(config) else {})
+
+
+def run_minutes(group, attempt, duration_s=None, gap_s=None):
+    """SLURM time limit of one run of ``group`` (its loop ``duration_s`` and ``gap_s`` default
+    to run.*): planned start-up (real runs), the loop (a checkpoint outlasting the rest of it
+    extends it), the gap, plus a margin that grows per retry."""
     run = config.get("run", {})
-    seconds = float(run.get("duration_s", 1800)) + float(run.get("gap_s", 0))
+    duration = float(run.get("duration_s", 1800)) if duration_s is None else float(duration_s)
+    gap = float(run.get("gap_s", 0)) if gap_s is None else float(gap_s)
+    seconds = duration + gap
+    if group in REAL_PLANS:
+        seconds = run_limit_s(REAL_PLANS[group], duration, gap, run.get("checkpoint_at_s"))
     return int(-(-seconds // 60)) + int(SLURM["slurm_runtime_margin_min"]) * attempt
 
 
@@ -225,7 +239,7 @@ def run_resources():
         "mpi": lambda wc: "srun" if nodes(wc) > 1 else None,
         "tasks": lambda wc: nodes(wc) if nodes(wc) > 1 else None,
         "tasks_per_gpu": lambda wc: 0 if nodes(wc) > 1 else None,
-        "runtime": lambda wc, attempt: run_minutes(attempt),
+        "runtime": lambda wc, attempt: run_minutes(wc.group, attempt),
         "run_attempt": lambda wc, attempt: attempt,
         "run_attempts": RUN_RETRIES + 1,
     }
@@ -243,9 +257,10 @@ def sweep_summary_files():
 
 
 def sweep_minutes(wildcards, attempt):
-    """SLURM time limit: the one run never outlasts the separate runs it replaces."""
+    """SLURM time limit: the one run never outlasts the separate runs it replaces (their
+    measured time; one planned start-up for real runs)."""
     seconds = len(GROUPS[wildcards.group]["caps"]) * float(config.get("run", {}).get("duration_s", 1800))
-    return int(-(-seconds // 60)) + int(SLURM["slurm_runtime_margin_min"]) * attempt
+    return run_minutes(wildcards.group, attempt, duration_s=seconds, gap_s=0)
 
 
 def stable_path(path):

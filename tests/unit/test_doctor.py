@@ -26,9 +26,16 @@ CAP_EFF_ALL, CAP_EFF_NONE = "000001ffffffffff", "0000000000000000"
 CAP_EFF_NO_SYS_ADMIN = f"{0x1ffffffffff & ~(1 << 21):016x}"
 
 
+def fitting(groups: list[dict]) -> list[dict]:
+    """The default config's groups but those whose loss logits (65536 tokens per GPU) cannot
+    fit a GPU: the resource plan refuses them (test_doctor_refuses_a_group_that_cannot_fit)."""
+    return [g for g in groups if g.get("seq_len", 4096) * g.get("batch", 2) < 65536]
+
+
 def cuda_config(tmp_path, **cuda) -> Path:
     cfg = yaml.safe_load(EMULATED.read_text())
-    cfg.update(backend="cuda", cuda={"cap_control": "nvml", **cuda})
+    cfg.update(backend="cuda", cuda={"cap_control": "nvml", **cuda}, groups=fitting(cfg["groups"]))
+    cfg["repeats"] = [r for r in cfg["repeats"] if r["group"] in {g["id"] for g in cfg["groups"]}]
     path = tmp_path / "cuda.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -91,7 +98,9 @@ def test_fake_nvml_doctor_json_is_one_document_and_a_cuda_config_has_all_it_need
     assert g["gpm_readable"] and g["gpm_values"]["dram_active"] == 0.45 and g["persistence_mode"] is True
     assert doc["cap_permission"]["likely"] and doc["cap_permission"]["inferred"]
     # NVML and the permission are here; torch on this machine is a CPU build: that one is missing
-    assert doc["config"]["needs"] == ["NVML", "at least one GPU", "torch with CUDA", "permission to set power limits"]
+    assert doc["config"]["needs"] == ["NVML", "at least one GPU", "torch with CUDA", "permission to set power limits",
+                                      doctor.PLAN_NEED]
+    assert all(p["fits"] for p in doc["config"]["plan"]) and len(doc["config"]["plan"]) == 31
     missing = [m["need"] for m in doc["config"]["missing"]]
     import torch
     assert missing == ([] if torch.cuda.is_available() else ["torch with CUDA"])
@@ -207,10 +216,10 @@ def found(nvml=True, gpus=1, torch_cuda=True, permission=True):
 
 
 def test_check_config_lists_only_what_the_cuda_section_uses(default_config):
-    cfg = {**default_config, "backend": "cuda"}
+    cfg = {**default_config, "backend": "cuda", "groups": fitting(default_config["groups"])}
     assert doctor.check_config({**cfg, "backend": "emulated"}, found(False, 0, False, False))["needs"] == []
     full = doctor.check_config(cfg, found())
-    assert full["missing"] == [] and len(full["needs"]) == 4
+    assert full["missing"] == [] and len(full["needs"]) == 5
     c = doctor.check_config({**cfg, "cuda": {"cap_control": "observe"}}, found(permission=False))
     assert c["missing"] == [] and "permission to set power limits" not in c["needs"]
     command = {"cap_control": "command", "cap_command": "/nonexistent/setcap {gpu} {watts}"}
@@ -226,6 +235,24 @@ def test_check_config_lists_only_what_the_cuda_section_uses(default_config):
     h200_only = {**cfg, "groups": [g for g in cfg["groups"] if g.get("gpu", "H200") == "H200"]}
     assert doctor.check_config(h200_only, h100)["warnings"] == [
         "the config's groups are for H200; this machine has NVIDIA H100 80GB HBM3"]
+
+
+def test_doctor_refuses_a_group_that_cannot_fit_naming_it_and_the_numbers(real_pynvml, tmp_path, capsys):
+    cfg = yaml.safe_load(EMULATED.read_text())
+    cfg.update(backend="cuda", cuda={"random_init": True, "cap_control": "observe", "sampler": False}, repeats=[],
+               groups=[{"id": "dense-pt-llama70b-x1", "model": "Llama-3.1-70B", "task": "pt", "gpus": 1},
+                       {"id": "dense-pt-llama70b-x8", "model": "Llama-3.1-70B", "task": "pt", "gpus": 8,
+                        "seq_len": 2048, "precision": "bf16"}])
+    path = tmp_path / "cuda.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert cli.main(["doctor", "--json", "--configfile", str(path), "--state-dir", str(tmp_path / "st")]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    short = [m for m in doc["config"]["missing"] if m["need"].startswith(doctor.PLAN_NEED)]
+    assert [m["need"] for m in short] == [f"{doctor.PLAN_NEED}: group dense-pt-llama70b-x1"]
+    assert short[0]["detail"].startswith("GPU memory: needs ") and "GiB per H200, 133.9 GiB usable" in short[0]["detail"]
+    assert [p["fits"] for p in doc["config"]["plan"]] == [False, True]
+    assert cli.main(["doctor", "--configfile", str(path), "--state-dir", str(tmp_path / "st")]) == 1
+    assert f"  - {doctor.PLAN_NEED}: group dense-pt-llama70b-x1: GPU memory: needs" in capsys.readouterr().out
 
 
 # ---- DCGM exporter, RAPL, SLURM profile, cap state --------------------------------------------------

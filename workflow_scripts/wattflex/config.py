@@ -307,6 +307,9 @@ def prepare(cfg: dict[str, Any], base: Path = REPO_ROOT, schema_path: str | Path
         check_semantics(cfg)
         if check_inputs and cfg.get("backend") == "cuda":
             check_cuda(cfg, cwd)
+            from wattflex.runs.plan import check_plan   # lazy: cuda campaigns only
+
+            check_plan(cfg, groups(cfg))
     return cfg
 
 

@@ -3,7 +3,8 @@
 Each ``probe_*`` returns a small dict: what it found, and ``problems``, one
 ``{"what", "loses", "fix"}`` per missing piece saying what a user of wattflex loses
 without it. ``check_config`` says what a campaign config needs of the machine and which of
-it is missing (the command's exit status); ``diagnose`` runs everything and
+it is missing (the command's exit status), including a group that cannot fit its GPUs or
+host memory (``wattflex.runs.plan``, as ``snakemake -n`` refuses it); ``diagnose`` runs everything and
 ``format_report`` writes the human-readable form.
 
 Observe-only: NVML is read, never set; whether this process may set power limits is
@@ -37,6 +38,7 @@ from wattflex.errors import UserError
 from wattflex.runs.devices import nvml as nvml_devices
 from wattflex.runs.devices.caps import default_state_dir, restore_from_state_dir
 from wattflex.runs.devices.hostpower import POWERCAP, RaplReader
+from wattflex.runs.plan import enforced as plan_enforced, plan_campaign
 from wattflex.runs.real_run import RunOptions
 
 PROC_STATUS = Path("/proc/self/status")
@@ -48,6 +50,7 @@ GPM_INTERVAL_S = 0.2                    # between the two GPM samples of the rea
 LIMIT_TOLERANCE_W = 1.0
 # The profile's values as shipped (lines marked CHANGE): still there = not yet adapted.
 SHIPPED_PROFILE = {"slurm_partition": "gpu", "slurm_account": "my_account"}
+PLAN_NEED = "GPU and host memory for every group (resource plan)"
 
 LOSES_NVML = ("no power caps and no NVML telemetry: backend cuda runs need NVML unless cuda.sampler: false "
               "and cuda.cap_control: observe (CPU smoke runs); `wattflex control` and `wattflex restore-caps` "
@@ -396,6 +399,12 @@ def check_config(cfg: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
              opts.cap_control != "observe" and opts.sampler,
              f"needs cuda.cap_control nvml or command (is {opts.cap_control}) "
              f"and cuda.sampler: true (is {opts.sampler})")
+    if plan_enforced(cfg):
+        # the resource plan (wattflex.runs.plan): what snakemake -n refuses, one entry per group
+        plans = plan_campaign(cfg, groups(cfg), int(cfg.get("slurm_gpus_per_node", 8)))
+        out["needs"].append(PLAN_NEED)
+        out["missing"] += [{"need": f"{PLAN_NEED}: group {p.group}", "detail": p.reason} for p in plans if not p.fits]
+        out["plan"] = [p.row() for p in plans]
     models = sorted({g["gpu"] for g in groups(cfg)})
     names = [g["name"] for g in nvml_found["gpus"]] or torch_found["devices"]
     if names and not any(m in n for m in models for n in names):

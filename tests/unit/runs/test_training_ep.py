@@ -130,6 +130,7 @@ PROBE = textwrap.dedent("""
             out["experts"][name] = {
                 "global": list(p.shape), "local": list(local.shape), "mesh": list(p.device_mesh.mesh_dim_names),
                 "is_own_slice": bool(torch.equal(local, ref_params[name][dist.rank * n:(dist.rank + 1) * n])),
+                "std": float(local.std()), "ref_std": float(ref_params[name].std()), "first": float(local.flatten()[0]),
                 "module_experts": model.get_submodule(name.rsplit(".", 1)[0]).num_experts}
     x = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(dist.rank))
     with torch.no_grad():
@@ -159,13 +160,26 @@ def test_ep2_each_rank_holds_and_runs_half_the_experts(source, tmp_path):
         for name, e in probe["experts"].items():
             assert e["global"][0] == 4 and e["local"][0] == 2, name   # 2 of the 4 experts on this rank
             assert e["module_experts"] == 2 and "ep" in e["mesh"], name
-            assert e["is_own_slice"], name                          # rank r: experts 2r, 2r+1
-        assert probe["loss"] == pytest.approx(probe["ref_loss"], rel=1e-5)   # same function as unsharded
+            if source == "model_path":
+                assert e["is_own_slice"], name                      # rank r: experts 2r, 2r+1
+            else:   # built on meta, each rank initialises its own experts: the init's spread, not the copy's
+                assert not e["is_own_slice"] and e["std"] == pytest.approx(e["ref_std"], rel=0.2), name
+        if source == "model_path":
+            assert probe["loss"] == pytest.approx(probe["ref_loss"], rel=1e-5)   # same function as unsharded
+        else:
+            assert math.isfinite(probe["loss"]) and probe["loss"] == pytest.approx(probe["ref_loss"], rel=0.05)
+    if source == "random_init":     # the two ranks' experts are drawn apart, not copies
+        firsts = [json.loads((tmp_path / f"probe{r}.json").read_text())["experts"] for r in (0, 1)]
+        assert all(firsts[0][n]["first"] != firsts[1][n]["first"] for n in firsts[0])
 
 
 @pytest.mark.slow
 def test_torchrun_ep2_trains_like_fsdp_with_events(tmp_path):
-    events = dict(eval_at_s=0.0, eval_batches=1, checkpoint_at_s=0.0, grad_checkpointing=True)
+    # One stored model for both: built sharded, random init would differ between the two layouts
+    torch.manual_seed(1)
+    models.build_model(tiny_cfg(QWEN_MOE, tmp_path), torch.float32).save_pretrained(tmp_path / "model")
+    events = dict(eval_at_s=0.0, eval_batches=1, checkpoint_at_s=0.0, grad_checkpointing=True,
+                  tiny=False, model_path=str(tmp_path / "model"))
     r = train_torchrun(tiny_cfg(QWEN_MOE, tmp_path / "ep2", ep=2, **events))
     assert r.returncode == 0, r.stderr[-3000:]
     facts = json.loads((tmp_path / "ep2" / ".training.json").read_text())["training"]

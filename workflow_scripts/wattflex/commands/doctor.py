@@ -4,7 +4,8 @@ NVML and the driver; each GPU's power limits, clocks, GPM readability, persisten
 whether this process could set power limits (inferred, never tried); DCGM; RAPL host
 power; torch and CUDA; the SLURM clients and profile; cap state files of killed runs.
 Each missing piece says what is lost without it. Exit status 1 when something the config
-(``--configfile``, default ``config/config.yaml`` here) needs is missing, else 0.
+(``--configfile``, default ``config/config.yaml`` here) needs is missing, or one of its groups
+cannot fit its GPUs or host memory (the resource plan, ``wattflex.runs.plan``), else 0.
 """
 
 from __future__ import annotations

@@ -47,7 +47,9 @@ class TrainConfig:
     eval_at_s: float | None = 600.0         # None: no eval event
     eval_batches: int = 20
     checkpoint_at_s: float | None = 1200.0  # None: no checkpoint event
-    checkpoint_dir: str | None = None       # default <outdir>/checkpoint
+    checkpoint_dir: str | None = None       # default <outdir>/checkpoint; $VARS and {run} (training.checkpoint)
+    checkpoint_async: bool = True           # DCP async_save: training resumes once the state is copied
+    dist_timeout_s: float = 1800.0          # process-group timeout: a 70B load outlasts torch's 10 min
     keep_checkpoint: bool = False           # the paper's checkpoint is an I/O event, not an artifact
     lr: float | None = None                 # default: 3e-4 (pt), 2e-4 (lora)
     precision: str | None = None            # default: bf16-mixed on cuda, fp32 on cpu
@@ -97,8 +99,11 @@ class TrainConfig:
             checkpoint_at_s=_opt_float(run.get("checkpoint_at_s")),
             checkpoint_dir=cuda.get("checkpoint_dir"),
             keep_checkpoint=bool(cuda.get("keep_checkpoint", False)),
+            checkpoint_async=bool(cuda.get("checkpoint_async", True)),
+            dist_timeout_s=float(cuda.get("dist_timeout_s", 1800.0)),
             lr=_opt_float(cuda.get("lr")),
-            precision=cuda.get("precision"),
+            # a group's own layout (the one its plan fits with: wattflex.runs.plan) over the campaign's
+            precision=group.get("precision") or cuda.get("precision"),
             parallel=str(cuda.get("parallel", "auto")),
             # The catalog's choice for the task unless the cuda section overrides it, so the
             # harness runs the attention the emulator models (wattflex.runs.attention).
@@ -152,6 +157,9 @@ class TrainConfig:
                 f"(pre-tokenised parquet/arrow shards of token ids; omit for synthetic tokens)")
         if not (math.isfinite(self.duration_s) and self.duration_s > 0):
             raise ValueError(f"run.duration_s {self.duration_s}: must be > 0")
+        if not (math.isfinite(self.dist_timeout_s) and self.dist_timeout_s > 0):
+            raise ValueError(f"cuda.dist_timeout_s {self.dist_timeout_s}: must be > 0 seconds "
+                             f"(default 1800: loading a large model can take tens of minutes)")
 
     def to_json(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(asdict(self), indent=2, default=str) + "\n")

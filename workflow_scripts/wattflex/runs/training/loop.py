@@ -10,10 +10,11 @@ orchestrator, the clock its telemetry sampler uses.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
+import resource
 import math
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +25,11 @@ import torch
 from torch import nn
 
 from wattflex import provenance as prov
+from wattflex.runs.training import checkpoint as ckpt
 from wattflex.runs.training import data
 from wattflex.runs.training import models
 from wattflex.runs.training import parallel as par
+from wattflex.runs.training import sharded
 from wattflex.gpus import peak_bf16_flops
 from wattflex.runs.training.config import TrainConfig
 
@@ -54,7 +57,9 @@ class Dist:
 
 
 def init_distributed(cfg: TrainConfig) -> Dist:
-    """Process group from torchrun's environment (NCCL on GPU, gloo on CPU)."""
+    """Process group from torchrun's environment (NCCL on GPU, gloo on CPU). ``device_id`` makes
+    NCCL connect eagerly at init (torch docs); the timeout is ``cuda.dist_timeout_s``: a large
+    model's load can outlast the 10-minute default."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     if cfg.device == "cuda":
@@ -66,7 +71,10 @@ def init_distributed(cfg: TrainConfig) -> Dist:
     else:
         device = torch.device("cpu")
     if world > 1 and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("nccl" if cfg.device == "cuda" else "gloo")
+        cuda = cfg.device == "cuda"
+        torch.distributed.init_process_group("nccl" if cuda else "gloo",
+                                             device_id=device if cuda else None,
+                                             timeout=datetime.timedelta(seconds=cfg.dist_timeout_s))
     return Dist(rank, world, local, device)
 
 
@@ -78,52 +86,115 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return []
 
 
-def prepare_model(cfg: TrainConfig, dist: Dist) -> tuple[nn.Module, dict[str, Any]]:
-    """Build/load, LoRA-wrap, checkpoint, compile and parallelise the model."""
-    policy = cfg.dtype_policy
-    # bf16-mixed keeps fp32 master weights for pretraining; LoRA's frozen base is bf16 there.
-    load_dtype = torch.bfloat16 if policy == "bf16" or (policy == "bf16-mixed" and cfg.task == "lora") else torch.float32
-    # Impossible expert layouts fail here, before a full-size model is built.
-    experts = models.routing(models.model_config(cfg, cfg.ep))[0] if cfg.ep > 1 else None
-    layout = par.expert_layout(cfg, dist.world, experts)
-    torch.manual_seed(cfg.seed)     # every rank builds the same weights; sharding keeps its own slice
-    model = models.build_model(cfg, load_dtype, ep=layout.ep)
-    hf_cfg = model.config
+class StartupClock:
+    """When each start-up stage ended, in seconds since the run's t0 (``timings`` in run.json)."""
+
+    def __init__(self, t0: float):
+        self.t0, self.marks = t0, {}
+
+    def mark(self, stage: str) -> None:
+        self.marks[f"{stage}_s"] = time.time() - self.t0
+
+
+def _adapt(model: nn.Module, cfg: TrainConfig) -> nn.Module:
+    """Gradient checkpointing and LoRA: on a whole model or on the meta device alike."""
     if cfg.grad_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if cfg.task == "lora":
-        model = models.apply_lora(model, cfg)
-    counts = models.parameter_counts(model, *models.routing(hf_cfg))
-    info = {**counts, "flops_per_token": models.flops_per_token(counts["params_active"], cfg.model_facts, hf_cfg,
-                                                                cfg.seq_len, cfg.task),
-            "model_class": type(model).__name__, "load_dtype": str(load_dtype).replace("torch.", ""),
-            "attn_implementation": getattr(hf_cfg, "_attn_implementation", None),
-            "hf_config": {k: v for k, v in hf_cfg.to_dict().items() if k in HF_CONFIG_KEYS}}
-    parallel = cfg.parallel if cfg.parallel != "auto" else ("fsdp" if cfg.device == "cuda" or layout.ep > 1 else "ddp")
-    fsdp = dist.active and parallel == "fsdp"
-    if not fsdp:
-        model.to(dist.device)
-    # else fully_shard moves one block at a time to the GPU and shards it: a model larger
-    # than one GPU never sits there whole
+    return models.apply_lora(model, cfg) if cfg.task == "lora" else model
+
+
+def _mp_policy(policy: str):
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if policy == "bf16-mixed" else MixedPrecisionPolicy())
+
+
+def _materialize(model: nn.Module, cfg: TrainConfig, dist: Dist, dtype: torch.dtype, clock: StartupClock) -> None:
+    """Each rank allocates and fills its shard of the sharded meta ``model``: real weights read
+    whole by rank 0 alone and broadcast slice by slice, or the model's own random init."""
+    if cfg.model_path and not cfg.tiny:
+        full = _adapt(models.load_pretrained(cfg, dtype), cfg).state_dict() if dist.rank == 0 else None
+        sharded.load_from_rank0(model, full, dist.device)
+        del full
+        clock.mark("load")
+    else:
+        sharded.init_random(model, dist.device, cfg.seed, dist.rank)
+        clock.mark("materialize")
+
+
+def _build_fsdp(cfg: TrainConfig, dist: Dist, dtype: torch.dtype, clock: StartupClock) -> nn.Module:
+    """Meta build, LoRA/checkpointing/compile, FSDP2 (training.sharded), then materialise."""
+    model = _adapt(sharded.on_meta(lambda: models.from_config(cfg, dtype)), cfg)
     if cfg.compile:
         for layer in decoder_layers(model):
             layer.compile()
-    if layout.ep > 1:
-        # transformers shards experts over ep ranks and FSDP-wraps the rest (training.parallel)
-        model = par.shard(model, par.distributed_config(cfg, dist.world, layout.ep), cfg.device)
-    elif fsdp:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    sharded.apply_fsdp(model, decoder_layers(model), _mp_policy(cfg.dtype_policy))
+    clock.mark("build")
+    _materialize(model, cfg, dist, dtype, clock)
+    return model
 
-        mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-              if policy == "bf16-mixed" else MixedPrecisionPolicy())
+
+def _build_expert_parallel(cfg: TrainConfig, dist: Dist, dtype: torch.dtype, ep: int, clock: StartupClock) -> nn.Module:
+    """Meta build laid out by transformers' expert-parallel plan (training.parallel), then
+    materialised like the FSDP path. Not ``from_pretrained(distributed_config=...)``: with
+    transformers 5.24 on CPU its FSDP shards are views into whole-tensor storages (seen on rank
+    1), which holds the whole model and which DCP's asynchronous staging cannot copy."""
+    model = _adapt(sharded.on_meta(lambda: models.from_config(cfg, dtype, ep)), cfg)
+    model = par.shard(model, par.distributed_config(cfg, dist.world, ep), cfg.device)
+    clock.mark("build")
+    _materialize(model, cfg, dist, dtype, clock)
+    if cfg.compile:
         for layer in decoder_layers(model):
-            fully_shard(layer, mp_policy=mp)
-        fully_shard(model, mp_policy=mp)
-    elif dist.active:
+            layer.compile()
+    return model
+
+
+def _build_whole(cfg: TrainConfig, dist: Dist, dtype: torch.dtype, ddp: bool, clock: StartupClock) -> nn.Module:
+    """One process, or DDP: every rank holds all weights anyway, so it builds or loads them whole
+    (the same seed on every rank; DDP also broadcasts rank 0's weights at wrap)."""
+    torch.manual_seed(cfg.seed)
+    model = _adapt(models.build_model(cfg, dtype), cfg)
+    clock.mark("load" if cfg.model_path and not cfg.tiny else "build")
+    model.to(dist.device)
+    if cfg.compile:
+        for layer in decoder_layers(model):
+            layer.compile()
+    if ddp:
         model = nn.parallel.DistributedDataParallel(
             model, device_ids=[dist.local_rank] if cfg.device == "cuda" else None,
             find_unused_parameters=cfg.architecture == "moe")   # unrouted experts' LoRA get no grad
+    return model
+
+
+def prepare_model(cfg: TrainConfig, dist: Dist, clock: StartupClock | None = None) -> tuple[nn.Module, dict[str, Any]]:
+    """Build or load, LoRA-wrap, checkpoint, compile and parallelise the model; FSDP and EP
+    never build it whole on any rank (training.sharded)."""
+    clock = clock or StartupClock(time.time())
+    policy = cfg.dtype_policy
+    # bf16-mixed keeps fp32 master weights for pretraining; LoRA's frozen base is bf16 there.
+    load_dtype = torch.bfloat16 if policy == "bf16" or (policy == "bf16-mixed" and cfg.task == "lora") else torch.float32
+    # Impossible expert layouts fail here, before anything is built.
+    experts = models.routing(models.model_config(cfg, cfg.ep))[0] if cfg.ep > 1 else None
+    layout = par.expert_layout(cfg, dist.world, experts)
+    parallel = cfg.parallel if cfg.parallel != "auto" else ("fsdp" if cfg.device == "cuda" or layout.ep > 1 else "ddp")
+    if layout.ep > 1:
+        model = _build_expert_parallel(cfg, dist, load_dtype, layout.ep, clock)
+    elif dist.active and parallel == "fsdp":
+        model = _build_fsdp(cfg, dist, load_dtype, clock)
+    else:
+        model = _build_whole(cfg, dist, load_dtype, dist.active, clock)
+    inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    hf_cfg = sharded.hf_model(inner).config
+    counts = models.parameter_counts(inner, *models.routing(hf_cfg))
+    info = {**counts, "flops_per_token": models.flops_per_token(counts["params_active"], cfg.model_facts, hf_cfg,
+                                                                cfg.seq_len, cfg.task),
+            "model_bytes": sharded.model_bytes(inner),
+            "model_class": sharded.model_class(inner), "load_dtype": str(load_dtype).replace("torch.", ""),
+            "attn_implementation": getattr(hf_cfg, "_attn_implementation", None),
+            "hf_config": {k: v for k, v in hf_cfg.to_dict().items() if k in HF_CONFIG_KEYS}}
     info["parallel"] = parallel if dist.active else "none"
+    info["sharded_build"] = layout.ep > 1 or info["parallel"] == "fsdp"
     info["ep_requested"] = cfg.ep
     info["ep_used"] = par.ep_in_effect(model)       # read off the sharded weights, not the request
     if layout.note:
@@ -150,28 +221,16 @@ def _evaluate(model: nn.Module, batches, n: int, dev: torch.device, amp) -> floa
     return total / max(n, 1)
 
 
-def _checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, dist: Dist, keep: bool) -> None:
-    """One distributed checkpoint (model + optimizer, every rank writes its shard)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
-    msd, osd = get_state_dict(model, optimizer)
-    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path))
-    if dist.active:
-        torch.distributed.barrier()
-    if dist.rank == 0 and not keep:
-        shutil.rmtree(path, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            path.parent.rmdir()             # only if no other checkpoint lives there
-
-
 def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     """Train until ``duration_s`` (or ``max_steps``); rank 0 writes ``steps.parquet`` and
     ``.training.json`` to ``cfg.outdir`` and gets the step log back."""
     cfg.validate()
     t0 = time.time() if t0 is None else t0
+    clock = StartupClock(t0)
     dist = init_distributed(cfg)
-    model, info = prepare_model(cfg, dist)
+    clock.mark("init_process_group")
+    model, info = prepare_model(cfg, dist, clock)
+    rss_after_build = peak_rss_bytes()
     vocab = int(info["hf_config"]["vocab_size"])
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, betas=(0.9, 0.95),
@@ -183,6 +242,9 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     tokens_per_gpu = cfg.batch * cfg.seq_len
     eval_pending = cfg.eval_at_s is not None and cfg.eval_batches > 0
     ckpt_pending = cfg.checkpoint_at_s is not None
+    # DCP's collectives (and the size sum) on CPU tensors, apart from the loop's all-reduces
+    ckpt_group = torch.distributed.new_group(backend="gloo") if ckpt_pending and dist.active else None
+    saves: list[ckpt.Save] = []
     rows: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
     live = open(Path(cfg.outdir) / LIVE_STEPS_FILE, "w", buffering=1) if dist.rank == 0 else None
@@ -219,6 +281,8 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
                      "loss": ctl[0] / dist.world, "step_time_s": step_s, "tflops": tflops,
                      "mfu": tflops * 1e12 / peak if peak else math.nan})
         prev_end = t_end
+        if step == 1:
+            clock.mark("first_step")
         if live:  # line-buffered: each step is on disk as soon as it ends
             live.write(f"{step},{t_end!r},{rows[-1]['tokens']},{rows[-1]['loss']!r}\n")
         if dist.rank == 0 and (step <= 3 or step % 50 == 0):
@@ -234,15 +298,21 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
         if ctl[3] > 0:
             ckpt_pending = False
             t_a = time.time() - t0
-            path = Path(cfg.checkpoint_dir or Path(cfg.outdir) / "checkpoint") / f"step{step}"
-            _checkpoint(model, optimizer, path, dist, cfg.keep_checkpoint)
+            path = ckpt.checkpoint_root(cfg.checkpoint_dir, cfg.outdir) / f"step{step}"
+            event = {"event": "checkpoint", "after_step": step, "t_start_s": t_a, "path": str(path),
+                     "kept": cfg.keep_checkpoint}
+            saves.append(ckpt.start(model, optimizer, path, event, t0, ckpt_group, cfg.checkpoint_async))
             prev_end = time.time() - t0
-            events.append({"event": "checkpoint", "after_step": step, "t_start_s": t_a, "t_end_s": prev_end,
-                           "path": str(path), "kept": cfg.keep_checkpoint})
+            event["t_end_s"] = prev_end           # training resumes (the write may go on behind it)
+            events.append(event)
         if ctl[1] > 0:
             break
     if live:
         live.close()
+    for save in saves:
+        ckpt.finish(save, dist.rank, dist.world, cfg.keep_checkpoint, ckpt_group)
+    info["timings"] = {**clock.marks, "loop_start_s": t_loop - t0}
+    info["peak_rss_bytes_per_rank"] = _gather_ints([rss_after_build, peak_rss_bytes()], dist)
     steps = pd.DataFrame(rows)
     if dist.rank == 0:
         _write_outputs(cfg, steps, events, info, dist, t0, t_loop)
@@ -250,6 +320,20 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return steps
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _gather_ints(values: list[int], dist: Dist) -> list[dict[str, int]]:
+    """Every rank's (after build, whole run) peak RSS, in rank order, on every rank."""
+    per_rank = [values]
+    if dist.active:
+        per_rank = [None] * dist.world
+        torch.distributed.all_gather_object(per_rank, values)
+    return [{"rank": r, "after_build": v[0], "run": v[1]} for r, v in enumerate(per_rank)]
 
 
 def _write_outputs(cfg: TrainConfig, steps: pd.DataFrame, events: list, info: dict, dist: Dist,

@@ -99,25 +99,56 @@ def model_config(cfg: TrainConfig, ep: int = 1):
     return hf_config(cfg.model_facts, tiny=cfg.tiny, seq_len=cfg.seq_len, ep=ep)
 
 
-def build_model(cfg: TrainConfig, dtype: torch.dtype, ep: int = 1) -> nn.Module:
-    """Random-init (tiny or full-size) or locally stored causal LM, never from the network.
-    ``ep``: the expert-parallel degree it will be sharded with (sizes the tiny expert count)."""
-    from transformers import AutoModelForCausalLM
-
+def _attention_kwargs(cfg: TrainConfig) -> dict[str, str]:
     impl = cfg.attn_implementation
     if impl == "flex_attention" and cfg.device != "cuda" and cfg.model_facts.get("attention_sinks"):
         # transformers' flex path runs attention sinks on CUDA only (it raises on CPU)
         log.info("flex_attention with sinks needs CUDA; using eager attention on %s", cfg.device)
         impl = "eager"
-    attn = {"attn_implementation": impl} if impl else {}
+    return {"attn_implementation": impl} if impl else {}
+
+
+def quantization_kwargs(hf_cfg: Any) -> dict[str, Any]:
+    """What ``from_pretrained`` needs to load a checkpoint for training: MXFP4 checkpoints
+    (gpt-oss) are dequantised to bf16 explicitly, as OpenAI's fine-tuning recipe does, so
+    training never depends on whether the ``kernels`` package happens to be installed (with
+    it transformers keeps the experts MXFP4, which it does not train)."""
+    quant = getattr(hf_cfg, "quantization_config", None)
+    method = quant.get("quant_method") if isinstance(quant, dict) else getattr(quant, "quant_method", None)
+    if str(getattr(method, "value", method)) == "mxfp4":
+        from transformers import Mxfp4Config
+
+        return {"quantization_config": Mxfp4Config(dequantize=True)}
+    return {}
+
+
+def load_pretrained(cfg: TrainConfig, dtype: torch.dtype) -> nn.Module:
+    """The local checkpoint ``cfg.model_path``, whole in this process, offline."""
+    from transformers import AutoModelForCausalLM
+
+    quant = quantization_kwargs(model_config(cfg))
+    try:
+        return AutoModelForCausalLM.from_pretrained(cfg.model_path, dtype=dtype, local_files_only=True,
+                                                    **_attention_kwargs(cfg), **quant)
+    except OSError as exc:
+        raise FileNotFoundError(f"cannot load model from {cfg.model_path} (offline): {exc}") from exc
+
+
+def from_config(cfg: TrainConfig, dtype: torch.dtype, ep: int = 1) -> nn.Module:
+    """The architecture of ``cfg`` with transformers' random init (no weights on the meta device)."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_config(model_config(cfg, ep), dtype=dtype, **_attention_kwargs(cfg))
+
+
+def build_model(cfg: TrainConfig, dtype: torch.dtype, ep: int = 1) -> nn.Module:
+    """Random-init (tiny or full-size) or locally stored causal LM, whole in this process, never
+    from the network. ``ep``: the expert-parallel degree it will be sharded with (sizes the tiny
+    expert count)."""
     if cfg.model_path and not cfg.tiny:
-        try:
-            return AutoModelForCausalLM.from_pretrained(cfg.model_path, dtype=dtype, local_files_only=True, **attn)
-        except OSError as exc:
-            raise FileNotFoundError(f"cannot load model from {cfg.model_path} (offline): {exc}") from exc
-    hf_cfg = model_config(cfg, ep)
+        return load_pretrained(cfg, dtype)
     log.info("building %s %s with random weights", "tiny" if cfg.tiny else "full-size", cfg.hf_model_type)
-    return AutoModelForCausalLM.from_config(hf_cfg, dtype=dtype, **attn)
+    return from_config(cfg, dtype, ep)
 
 
 def lora_targets(model: nn.Module, hf_model_type: str) -> tuple[list[str], list[str]]:

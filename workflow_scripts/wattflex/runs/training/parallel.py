@@ -9,9 +9,9 @@ batch (data parallel over all ranks). Hence: EP always comes with FSDP here (nev
 must divide the world size and the expert count, and LoRA is not combined with it (peft wraps
 the fused expert weights that the EP plan shards, so the plan no longer matches them).
 
-The model is built whole on every rank from the same seed (or loaded), then sharded:
-``distribute_tensor(..., src_data_rank=None)`` and ``fully_shard`` keep each rank's own slice
-without communication, which is right because every rank holds identical weights.
+No rank builds the model whole (training.loop): the layout is applied to a meta build, which
+each rank then allocates and fills, from its own random init or from rank 0's read of the
+real weights (training.sharded).
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ def distributed_config(cfg: TrainConfig, world: int, ep: int):
 
 
 def shard(model: Any, dconfig: Any, device: str) -> Any:
-    """Lay ``model`` (whole, identical on every rank) out as ``dconfig`` says: the model's
-    ``ep_plan`` on the expert mesh, then FSDP2 with its ``fsdp_plan``, on ``device`` (cuda|cpu)."""
+    """Lay ``model`` (on the meta device, or whole and identical on every rank) out as
+    ``dconfig`` says: the model's ``ep_plan`` on the expert mesh, then FSDP2 with its
+    ``fsdp_plan``, on ``device`` (cuda|cpu)."""
     import torch
 
     # transformers puts its device mesh on the machine's accelerator, whatever the run asked for

@@ -1,0 +1,193 @@
+"""The resource plan (wattflex.runs.plan) against hand-computed cases, and its refusal."""
+
+import copy
+
+import pytest
+import yaml
+
+from wattflex.config import REPO_ROOT, groups, load_config, prepare
+from wattflex.errors import ConfigError
+from wattflex.runs import plan
+from wattflex.runs.emulator import PHYSICS
+
+CATALOG = yaml.safe_load((REPO_ROOT / "config" / "models.yaml").read_text())["models"]
+LLAMA, GPTOSS, QWEN_MOE = CATALOG["Llama-3.1-70B"], CATALOG["gpt-oss-20b"], CATALOG["Qwen3-30B-A3B"]
+GIB = 2**30
+
+
+def group(**kw):
+    g = {"id": "g", "model": "Llama-3.1-70B", "task": "pt", "gpus": 8, "gpu": "H200", "seq_len": 2048, "batch": 2,
+         "ep": 1, "compile": True, "grad_checkpointing": True, "lora_rank": 32}
+    return {**g, **kw}
+
+
+def test_llama70b_pretraining_on_8_h200_at_bf16_mixed_does_not_fit_on_its_states_alone():
+    p = plan.plan_group(group(), LLAMA)
+    # fp32 master + fp32 grads + 2 fp32 AdamW states = 16 B/param over 8 GPUs: 131.5 GiB (issue 23)
+    assert p.states_gib == pytest.approx(70.6e9 * 16 / 8 / GIB)
+    assert round(p.states_gib, 1) == 131.5
+    assert p.gpu_avail_gib == pytest.approx(141 * 0.95)
+    assert not p.fits and p.gpu_need_gib > p.gpu_avail_gib
+    assert p.reason.startswith("GPU memory: needs") and "precision bf16-mixed" in p.reason
+
+
+def test_llama70b_pretraining_fits_with_bf16_states_and_the_parts_add_up():
+    p = plan.plan_group(group(precision="bf16"), LLAMA)
+    assert p.states_gib == pytest.approx(70.6e9 * 8 / 8 / GIB)       # 2 + 2 + 4 B/param
+    # embedding/lm_head (128256 x 8192) are their own units: the larger of them and a layer,
+    # plus the next unit, gathered in bf16, and the larger one's bf16 gradient
+    emb = 128256 * 8192
+    layer = (70.6e9 - 2 * emb) / 80
+    assert emb > layer
+    assert p.gathered_gib == pytest.approx(((emb + layer) * 2 + emb * 2) / GIB)
+    # checkpointed layer inputs 2sbh per layer + the larger of the loss (12 B/logit) and a layer's 34sbh
+    s, b, h = 2048, 2, 8192
+    assert p.activations_gib == pytest.approx((2 * s * b * h * 80 + max(12 * s * b * 128256, 34 * s * b * h)) / GIB)
+    assert p.gpu_need_gib == pytest.approx(p.states_gib + p.gathered_gib + p.activations_gib + 6.0)
+    assert p.fits and p.reason == "fits"
+
+
+def test_lora_llama70b_on_8_fits_with_a_bf16_base_and_fp32_adapters():
+    p = plan.plan_group(group(task="lora", seq_len=4096), LLAMA)
+    # r x (in + out): q, o 8192<->8192; k, v 8192->1024; gate, up, down 8192<->28672; 80 layers
+    adapters = 32 * ((8192 + 8192) * 2 + 2 * (8192 + 1024) + 3 * (8192 + 28672)) * 80
+    assert plan.lora_params(LLAMA, 32) == adapters == 414_187_520
+    assert p.states_gib == pytest.approx((70.6e9 * 2 + adapters * 16) / 8 / GIB)
+    assert p.fits
+    # the harness's checkpoint: frozen bf16 base + fp32 adapters + 2 fp32 states
+    assert p.checkpoint_gb == pytest.approx((70.6e9 * 2 + adapters * 12) / 1e9)
+
+
+def test_gpt_oss_pretraining_ep8_gathers_one_eighth_of_a_layers_experts():
+    ep1 = plan.plan_group(group(model="gpt-oss-20b", seq_len=4096, ep=1), GPTOSS)
+    ep8 = plan.plan_group(group(model="gpt-oss-20b", seq_len=4096, ep=8), GPTOSS)
+    assert ep1.states_gib == ep8.states_gib == pytest.approx(20.9e9 * 16 / 8 / GIB)
+    emb, experts = 201088 * 2880, 19.1e9 / 24
+    dense = (20.9e9 - 19.1e9 - 2 * emb) / 24
+    # ep 1: a whole layer is the largest unit (two in flight in bf16 + its 6-B bf16/fp32 gradient);
+    # ep 8: a rank gathers 1/8 of a layer's experts, and the embedding becomes the largest unit
+    assert ep1.gathered_gib == pytest.approx((dense + experts) * (2 + 2 + 6) / GIB)
+    assert ep8.gathered_gib == pytest.approx(((emb + dense + experts / 8) * 2 + emb * 6) / GIB)
+    assert ep8.gathered_gib < ep1.gathered_gib
+    assert ep1.fits and ep8.fits and ep8.attention == "flex_attention"
+
+
+def test_eager_attention_adds_the_score_term_of_korthikanti():
+    s, b, h, a, L = 4096, 8, 2880, 64, 24
+    sdpa = plan.activation_bytes(GPTOSS, s, b, False, "sdpa")
+    eager = plan.activation_bytes(GPTOSS, s, b, False, "eager")
+    assert sdpa["layers"] == s * b * h * 34 * L
+    assert eager["layers"] == pytest.approx(s * b * h * (34 + 5 * a * s / h) * L)     # s*b*h*(34 + 5as/h)
+    ckpt = plan.activation_bytes(GPTOSS, s, b, True, "eager")
+    assert ckpt["layers"] == 2 * s * b * h * L and ckpt["working"] == pytest.approx(eager["layers"] / L)
+    # gpt-oss LoRA runs eager attention (catalogue): its plan counts the S^2 term
+    assert plan.plan_group(group(model="gpt-oss-20b", task="lora", seq_len=4096, batch=8), GPTOSS).attention == "eager"
+
+
+def test_host_memory_and_build_time_of_the_old_whole_build_match_issue_23():
+    p = plan.plan_group(group(precision="bf16-mixed"), LLAMA, {"random_init": True}, checkpoint_at_s=None)
+    # every rank building 70.6B fp32 params: ~2.26 TB per 8-GPU node, ~55 min at 21M params/s
+    assert p.host_whole_build_gb == pytest.approx(8 * 70.6e9 * 4 / 1e9 + 8 * plan.PROCESS_HOST_GB)
+    assert plan.build_s(70.6e9, 8, 1, "whole", 2.0) / 60 == pytest.approx(56.0, abs=0.1)
+    # meta init: each rank holds its processes' memory only, and initialises its shard
+    assert p.weights_path == "meta" and p.host_need_gb == 8 * plan.PROCESS_HOST_GB
+    assert p.build_s == pytest.approx(70.6e9 / 8 / (450.7e6 / 2 / 4.0))
+    assert p.startup_s == p.build_s + plan.FIRST_STEP_S[True]
+
+
+def test_real_weights_rank0_broadcast_holds_the_full_state_dict_on_one_node():
+    real = {"model_path": "/m", "fs_gb_s": 4.0, "checkpoint_async": False}
+    p = plan.plan_group(group(gpus=16, precision="bf16"), LLAMA, real)
+    assert (p.weights_path, p.nodes) == ("rank0-broadcast", 2)
+    assert p.host_need_gb == pytest.approx(8 * plan.PROCESS_HOST_GB + 70.6e9 * 2 / 1e9)
+    assert p.build_s == pytest.approx(70.6e9 * 2 / 1e9 / 4.0)
+    small = plan.plan_group(group(gpus=16, precision="bf16"), LLAMA, {**real, "host_mem_gb": 128})
+    assert not small.fits and small.reason.startswith("host memory: needs 173 GB")
+    ep = plan.plan_group(group(model="gpt-oss-20b", ep=8), GPTOSS, {"model_path": "/m"}, checkpoint_at_s=None)
+    assert ep.weights_path == "per-rank" and ep.host_need_gb == pytest.approx(8 * (4.0 + 20.9e9 * 2 / 8 / 1e9))
+
+
+def test_an_asynchronous_checkpoint_stages_each_ranks_shard_in_host_memory():
+    # 8 ranks on one node stage the whole 6 B/param checkpoint (bf16 weights + bf16 AdamW states)
+    p = plan.plan_group(group(precision="bf16"), LLAMA, {"random_init": True})
+    assert p.host_need_gb == pytest.approx(8 * plan.PROCESS_HOST_GB + 70.6e9 * 6 / 1e9) and p.fits
+    # at bf16-mixed (12 B/param, 847 GB) it outgrows the profile's 512 GB per node
+    q = plan.plan_group(group(), LLAMA, {"random_init": True, "host_mem_gb": 512})
+    assert "host memory: needs 879 GB on a node (meta weights, checkpoint staging 847 GB)" in q.reason
+    # two nodes stage half each; without async_save nothing is staged
+    assert plan.plan_group(group(gpus=16), LLAMA, {"random_init": True}).host_need_gb == pytest.approx(32 + 847.2 / 2)
+    assert plan.plan_group(group(), LLAMA, {"random_init": True, "checkpoint_async": False}).host_need_gb == 32
+
+
+def test_checkpoint_size_is_12_bytes_per_param_for_bf16_mixed_pretraining():
+    p = plan.plan_group(group(), LLAMA, {"fs_gb_s": 2.0})
+    assert p.checkpoint_gb == pytest.approx(70.6e9 * 12 / 1e9)                 # ~847 GB (issue 23)
+    assert p.checkpoint_write_s == pytest.approx(p.checkpoint_gb / 2.0)
+    assert plan.plan_group(group(precision="bf16"), LLAMA).checkpoint_gb == pytest.approx(70.6e9 * 6 / 1e9)
+
+
+def test_the_run_limit_holds_the_start_up_and_a_checkpoint_outlasting_the_run():
+    p = plan.plan_group(group(precision="bf16"), LLAMA, {"model_path": "/m", "fs_gb_s": 0.2})
+    assert plan.run_limit_s(p, 1800, 60, None) == p.startup_s + 1800 + 60
+    # a 2118-s checkpoint write at 1200 s ends after the 1800-s loop would have
+    assert p.checkpoint_write_s > 600
+    assert plan.run_limit_s(p, 1800, 60, 1200) == pytest.approx(p.startup_s + 1200 + p.checkpoint_write_s + 60)
+
+
+def test_unknown_precision_is_named():
+    with pytest.raises(ValueError, match="precision 'fp8': expected one of bf16-mixed, bf16, fp32"):
+        plan.gpu_bytes(LLAMA, "pt", 8, 1, "fp8", 2048, 2, True, 0, "sdpa")
+
+
+def test_constants_shared_with_the_emulator_agree():
+    assert plan.HBM_USABLE == PHYSICS.hbm_usable and plan.FRAMEWORK_GIB == PHYSICS.framework_gib
+    assert plan.ACT_BYTES_PER_LAYER == PHYSICS.act_bytes_full and plan.ACT_BYTES_CKPT_INPUT == PHYSICS.act_bytes_ckpt
+
+
+def _cuda_campaign(cuda, **g):
+    cfg = load_config(REPO_ROOT / "config" / "config.yaml", check_inputs=False)
+    raw = {k: v for k, v in cfg.items() if k != "_catalog"}
+    raw = copy.deepcopy(raw)
+    raw.update(backend="cuda", cuda=cuda, repeats=[],
+               groups=[{"id": "dense-pt-llama70b-x1", "model": "Llama-3.1-70B", "task": "pt", "gpus": 1, **g}])
+    return raw
+
+
+def test_llama70b_pretraining_on_one_gpu_is_refused_for_a_real_campaign(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        prepare(_cuda_campaign({"random_init": True, "cap_control": "observe"}), cwd=tmp_path)
+    msg = str(err.value)
+    assert msg.startswith("config error at groups: 1 group(s) cannot fit")
+    assert "group dense-pt-llama70b-x1 (Llama-3.1-70B pt on 1 H200): GPU memory: needs" in msg
+    assert "133.9 GiB usable" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("cuda", [{"tiny": True}, {"random_init": True, "device": "cpu"}], ids=["tiny", "cpu"])
+def test_tiny_and_cpu_campaigns_are_never_refused(tmp_path, cuda):
+    prepare(_cuda_campaign({**cuda, "cap_control": "observe", "sampler": False}), cwd=tmp_path)
+
+
+def test_every_group_of_the_default_config_is_planned_and_the_chosen_layouts_fit():
+    cfg = load_config(REPO_ROOT / "config" / "config.yaml")
+    plans = {p.group: p for p in plan.plan_campaign(cfg, groups(cfg))}
+    assert list(plans) == [g["id"] for g in groups(cfg)]
+    for gid in ("dense-pt-llama70b-x8-compile", "dense-pt-llama70b-x8-nocompile"):
+        p = plans[gid]
+        assert p.precision == "bf16" and p.fits, gid
+        g = next(g for g in groups(cfg) if g["id"] == gid)
+        assert not plan.plan_group({**g, "precision": "bf16-mixed"}, cfg["_catalog"][g["model"]]).fits, gid
+    # what still does not fit is bound by the loss's fp32 logits (65536 tokens per GPU), not a layout
+    for p in plans.values():
+        if not p.fits:
+            assert p.seq_len * p.batch == 65536 and p.logits_gib > p.gpu_avail_gib / 2, p.group
+
+
+def test_the_readmes_plan_table_and_refusal_are_the_codes():
+    readme = (REPO_ROOT / "README.md").read_text()
+    block = readme.split("<!-- resource-plan -->\n", 1)[1].split("\n<!-- /resource-plan -->", 1)[0]
+    cfg = load_config(REPO_ROOT / "config" / "config.yaml")
+    assert block == plan.markdown([p.row() for p in plan.plan_campaign(cfg, groups(cfg))])
+    quoted = readme.split("the default group settings):\n\n```text\n", 1)[1].split(" ...\n```", 1)[0]
+    with pytest.raises(ConfigError) as err:
+        prepare(_cuda_campaign({"random_init": True, "cap_control": "observe"}))
+    assert str(err.value).startswith(quoted)

@@ -1,0 +1,419 @@
+"""Memory and time plan of a sweep group before anything is submitted (pure functions).
+
+Per group: bytes per GPU (sharded weights, gradients, AdamW states; the FSDP units gathered
+at once; activations with or without activation checkpointing; the loss's logits; a
+headroom), host RAM per node, the expected start-up (build or load, first step), the
+checkpoint's size and write time, and whether it fits (which resource, by how much).
+``rules/plan.smk`` writes the table (``tables/resource_plan.csv``); ``wattflex.config``
+refuses a ``backend: cuda`` campaign whose groups cannot fit (``check_plan``), and
+``rules/common.smk`` adds the planned start-up to each run's SLURM time limit.
+
+The layout modelled is the harness's (``wattflex.runs.training.sharded.apply_fsdp``):
+FSDP2 over all ``gpus`` ranks (expert weights over ``ep`` x ``gpus / ep``: per rank still
+1/gpus of them), one FSDP unit per decoder layer, and the embedding and lm_head in units of
+their own (``EMBEDDING_UNITS = "own"``, torchtitan's layout) or, as before issue 23, in the
+root unit (``"root"``: ``fully_shard(model)`` over them; FSDP2 never reshards the root after
+forward, so both stay gathered all step). Precision layouts (``cuda.precision`` or a group's
+``precision``), bytes per parameter:
+
+=============  ===================  ==================  =====================  ===========
+layout         sharded weights      sharded gradients   AdamW (2 states)       gathered
+=============  ===================  ==================  =====================  ===========
+bf16-mixed     4 (fp32 master)      4 (fp32)            8 (fp32)               2 (bf16)
+bf16           2                    2                   4 (bf16 states)        2
+fp32           4                    4                   8                      4
+=============  ===================  ==================  =====================  ===========
+
+LoRA trains the adapters only: the frozen base is sharded in the load dtype (bf16 under
+bf16-mixed and bf16, as the harness loads it), the adapters are fp32 (peft's
+``autocast_adapter_dtype``) with fp32 gradients and AdamW states (16 B per adapter param).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from wattflex.errors import ConfigError
+from wattflex.gpus import gpu_spec
+from wattflex.runs.attention import catalog_attn_implementation
+
+GB = 1e9
+GIB = 2**30
+
+# ---- GPU memory -------------------------------------------------------------------------
+# Activation bytes per layer, Korthikanti et al. 2022, "Reducing Activation Recomputation in
+# Large Transformer Models" (arXiv:2205.05198) §4.1, 16-bit activations, no tensor or sequence
+# parallelism: s*b*h*(34 + 5*a*s/h). The 5*a*s^2*b score/softmax term exists only where the
+# attention materialises the scores (eager); FlashAttention (sdpa on H100/H200 in bf16) and
+# FlexAttention do not. The 34 counts a GPT-style block (4h GeLU MLP); it is applied to
+# SwiGLU and MoE blocks unchanged (routed-token copies of MoE layers are not counted).
+ACT_BYTES_PER_LAYER = 34.0
+ATTN_SCORE_BYTES = 5.0
+# Activation checkpointing keeps each layer's input (2*s*b*h, bf16) and recomputes one layer
+# at a time in backward, so one layer's full set above is live at once (same paper, §4.1).
+ACT_BYTES_CKPT_INPUT = 2.0
+# The loss over the full vocabulary: transformers 5's ForCausalLMLoss upcasts the logits to
+# fp32 (``logits.float()``) and torch's cross_entropy keeps the fp32 log-softmax for backward;
+# counted at the backward peak: fp32 saved log-softmax (4) + fp32 gradient of it (4) + fp32
+# gradient of the logits (4) = 12 B per logit (the forward peak is 2 bf16 + 4 + 4 = 10).
+LOGIT_BYTES = 12.0
+# FSDP2 all-gathers the next unit while the current one computes (implicit prefetching in
+# forward and backward, torch.distributed.fsdp.fully_shard docs): two units' parameters in
+# the compute dtype are live at once, plus one unit's unsharded gradient (bf16-mixed: bf16
+# then its fp32 copy for the reduce-scatter, reduce_dtype=float32).
+UNITS_IN_FLIGHT = 2
+# CUDA context, NCCL buffers and allocator slack (GiB): assumed, the emulator's framework_gib.
+FRAMEWORK_GIB = 6.0
+# Fraction of a GPU's memory the caching allocator can hand out (fragmentation): assumed,
+# the emulator's hbm_usable (wattflex.runs.emulator.Physics; a test keeps them equal).
+HBM_USABLE = 0.95
+EMBEDDING_UNITS = "own"    # training.sharded.fsdp_units: the embedding and the lm_head each a unit
+
+# bytes per parameter: (sharded weight, sharded gradient, optimizer states, gathered, unsharded grad)
+PT_LAYOUT = {"bf16-mixed": (4, 4, 8, 2, 2 + 4), "bf16": (2, 2, 4, 2, 2), "fp32": (4, 4, 8, 4, 4)}
+LORA_BASE_BYTES = {"bf16-mixed": 2, "bf16": 2, "fp32": 4}
+ADAPTER_BYTES = 16          # fp32 adapter + fp32 gradient + 2 fp32 AdamW states
+PRECISIONS = tuple(PT_LAYOUT)
+
+# ---- host memory ------------------------------------------------------------------------
+# RSS of one training process before any weights (torch + CUDA libraries, NCCL, data
+# loader): assumed 4 GB. Measured on CPU (issue 23): 1.26 GB peak per rank with meta init of
+# a 450.7M model, its fp32 shard included; CUDA's libraries add host memory on a GPU node.
+PROCESS_HOST_GB = 4.0
+CHECKPOINT_DTYPE_BYTES = 2  # published weights are bf16 safetensors (gpt-oss MXFP4 dequantised)
+# How a rank gets its weights: "meta" (random init: built on the meta device, sharded, then
+# materialised: each rank holds only its shard, on the GPU), "rank0-broadcast" (rank 0 reads
+# the full state dict and broadcasts: torch's set_model_state_dict(..., full_state_dict=True,
+# broadcast_from_rank0=True)), "per-rank" (each rank reads its slice: transformers 5's
+# from_pretrained(..., distributed_config=...)), "whole" (every rank builds or loads the whole
+# model, then shards: the harness before issue 23).
+WEIGHTS_PATHS = ("meta", "rank0-broadcast", "per-rank", "whole")
+REAL_WEIGHTS_PATH = "rank0-broadcast"
+
+# ---- time -------------------------------------------------------------------------------
+# Random init of a whole model on one CPU thread (torchrun sets OMP_NUM_THREADS=1): ~21M
+# params/s per rank, measured (issue 23: 450.7M-param Llama, 20-22 s).
+WHOLE_INIT_PARAMS_PER_S = 21e6
+# Meta init (build on meta, fully_shard, to_empty, the model's _init_weights): 450.7M params
+# in 4.0 s on 2 gloo ranks, i.e. ~56M params of a rank's shard per second, measured on CPU
+# (issue 23). On a GPU the init runs on the device: an upper bound there.
+META_INIT_PARAMS_PER_S = 450.7e6 / 2 / 4.0
+# Filesystem bandwidth per node for reading weights and writing checkpoints (GB/s):
+# assumed; cuda.fs_gb_s sets the cluster's.
+FS_GB_S = 2.0
+# Process start, NCCL init and the first step (s): assumed; torch.compile of the decoder
+# layer (one graph serves every layer: inlined nn.Module parameters, torch >= 2.5) adds more.
+FIRST_STEP_S = {False: 60.0, True: 180.0}
+HOST_MEM_GB = 512.0         # profiles/slurm's run_at_cap mem_mb (512000): keep the two equal
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A catalogue model's parameter counts (all layers alike; embedding and lm_head untied)."""
+    params: float
+    embedding: float            # one of embedding / lm_head: vocab x hidden
+    layer_dense: float          # per decoder layer, routed experts excluded
+    layer_expert: float         # per decoder layer, routed experts
+    adapters: float             # LoRA adapter params at the group's rank (0 for pt)
+
+
+def shape(facts: dict[str, Any], lora_rank: int = 0) -> Shape:
+    total = float(facts["total_params_b"]) * 1e9
+    layers, h = int(facts["layers"]), int(facts["hidden"])
+    emb = float(facts["vocab"]) * h
+    expert = float(facts.get("expert_params_b", 0.0) or 0.0) * 1e9
+    return Shape(params=total, embedding=emb, layer_dense=(total - expert - 2 * emb) / layers,
+                 layer_expert=expert / layers, adapters=lora_params(facts, lora_rank))
+
+
+def lora_params(facts: dict[str, Any], rank: int) -> float:
+    """Adapter parameters of rank ``rank`` on the harness's targets (wattflex.runs.training.
+    models.lora_targets): attention q/k/v/o, the dense MLP's gate/up/down, and the fused expert
+    weights of MoE layers (peft target_parameters: rank x experts per weight). r x (in + out)
+    per matrix."""
+    if rank <= 0:
+        return 0.0
+    h, layers = int(facts["hidden"]), int(facts["layers"])
+    q = int(facts["heads"]) * int(facts["head_dim"])
+    kv = int(facts.get("kv_heads", facts["heads"])) * int(facts["head_dim"])
+    inter = int(facts["intermediate"])
+    per_layer = (h + q) + 2 * (h + kv) + (q + h)
+    experts = int(facts.get("experts", 0) or 0)
+    if experts:
+        per_layer += experts * ((h + 2 * inter) + (inter + h))      # gate_up_proj, down_proj
+    else:
+        per_layer += 3 * (h + inter)
+    return float(rank * per_layer * layers)
+
+
+def attention_of(facts: dict[str, Any], task: str, override: str | None = None) -> str:
+    return override or catalog_attn_implementation(facts, task) or "sdpa"
+
+
+def activation_bytes(facts: dict[str, Any], seq_len: int, batch: int, grad_checkpointing: bool,
+                     attention: str) -> dict[str, float]:
+    """Per GPU: ``layers`` (live through the whole step: every layer's activations, or their
+    checkpointed inputs), ``working`` (one recomputed layer's, checkpointing only) and
+    ``logits`` (the loss's peak). The step's peak is layers + max(working, logits): the loss
+    runs before backward recomputes any layer."""
+    s, b, h, L = seq_len, batch, int(facts["hidden"]), int(facts["layers"])
+    a = int(facts["heads"])
+    per_layer = s * b * h * ACT_BYTES_PER_LAYER + (ATTN_SCORE_BYTES * a * s * s * b if attention == "eager" else 0.0)
+    logits = LOGIT_BYTES * s * b * float(facts["vocab"])
+    if grad_checkpointing:
+        return {"layers": ACT_BYTES_CKPT_INPUT * s * b * h * L, "working": per_layer, "logits": logits}
+    return {"layers": per_layer * L, "working": 0.0, "logits": logits}
+
+
+def gpu_bytes(facts: dict[str, Any], task: str, gpus: int, ep: int, precision: str, seq_len: int, batch: int,
+              grad_checkpointing: bool, lora_rank: int, attention: str,
+              embedding_units: str = EMBEDDING_UNITS) -> dict[str, float]:
+    """Bytes per GPU by part (``states``: sharded weights + gradients + AdamW; ``gathered``:
+    FSDP units unsharded at once; activations; ``framework``), and their ``total``."""
+    if precision not in PT_LAYOUT:
+        raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+    sh = shape(facts, lora_rank if task == "lora" else 0)
+    if task == "pt":
+        w, g, o, gathered_b, grad_b = PT_LAYOUT[precision]
+        states = sh.params * (w + g + o) / gpus
+    else:
+        gathered_b, grad_b = LORA_BASE_BYTES[precision], 0      # frozen base: no base gradients
+        states = sh.params * LORA_BASE_BYTES[precision] / gpus + sh.adapters * ADAPTER_BYTES / gpus
+    gathered = 0.0
+    if gpus > 1:
+        # A rank gathers its ep-slice of a layer's experts (all of them over the efsdp ranks).
+        layer = sh.layer_dense + sh.layer_expert / max(ep, 1)
+        if embedding_units == "root":   # root never resharded: embedding + lm_head live all step
+            gathered = 2 * sh.embedding * (gathered_b + grad_b) + UNITS_IN_FLIGHT * layer * gathered_b + layer * grad_b
+        else:
+            big = max(layer, sh.embedding)
+            gathered = (big + layer) * gathered_b + big * grad_b
+    act = activation_bytes(facts, seq_len, batch, grad_checkpointing, attention)
+    activations = act["layers"] + max(act["working"], act["logits"])
+    framework = FRAMEWORK_GIB * GIB
+    return {"states": states, "gathered": gathered, "activations": activations, "logits": act["logits"],
+            "framework": framework, "total": states + gathered + activations + framework}
+
+
+def weights_path(cuda: dict[str, Any], ep: int = 1) -> str:
+    """How the runs get weights (training.loop): meta init for random weights; real weights
+    by rank 0's broadcast, or per rank through transformers' DistributedConfig with ep > 1."""
+    if cuda.get("tiny") or (cuda.get("random_init") and not cuda.get("model_path")):
+        return "meta"
+    return "per-rank" if ep > 1 else REAL_WEIGHTS_PATH
+
+
+def load_bytes_per_param(task: str, precision: str) -> int:
+    """dtype the model is built or loaded in on the host (training.loop.prepare_model)."""
+    return 2 if precision == "bf16" or (precision == "bf16-mixed" and task == "lora") else 4
+
+
+def host_gb_per_node(params: float, task: str, precision: str, gpus: int, ranks_per_node: int,
+                     path: str, staging_bytes: float = 0.0) -> float:
+    """Host RAM of the busiest node (GB): its ranks' processes plus the larger of the weights
+    they hold while loading and ``staging_bytes`` (the whole checkpoint of the job: an
+    asynchronous DCP save first copies each rank's shard of it to host memory)."""
+    base = ranks_per_node * PROCESS_HOST_GB
+    staging = ranks_per_node * staging_bytes / gpus / GB
+    if path == "meta":
+        weights = 0.0
+    elif path == "rank0-broadcast":
+        weights = params * CHECKPOINT_DTYPE_BYTES / GB
+    elif path == "per-rank":
+        weights = ranks_per_node * params * CHECKPOINT_DTYPE_BYTES / gpus / GB
+    elif path == "whole":
+        weights = ranks_per_node * params * load_bytes_per_param(task, precision) / GB
+    else:
+        raise ValueError(f"weights path {path!r}: expected one of {', '.join(WEIGHTS_PATHS)}")
+    return base + max(weights, staging)
+
+
+def build_s(params: float, gpus: int, nodes: int, path: str, fs_gb_s: float) -> float:
+    """Seconds from process start to a sharded model on the GPUs, before the first step."""
+    if path == "meta":
+        return params / gpus / META_INIT_PARAMS_PER_S
+    if path == "whole":
+        return params / WHOLE_INIT_PARAMS_PER_S
+    if path == "rank0-broadcast":     # one node reads everything; the broadcast is NVLink/IB-fast
+        return params * CHECKPOINT_DTYPE_BYTES / GB / fs_gb_s
+    return params * CHECKPOINT_DTYPE_BYTES / GB / (fs_gb_s * nodes)
+
+
+def checkpoint_bytes(params: float, adapters: float, task: str, precision: str) -> float:
+    """What the harness's checkpoint saves (torch get_state_dict(model, optimizer): every
+    parameter, frozen ones included, plus the optimizer states). Pretraining at bf16-mixed:
+    fp32 weights + 2 fp32 AdamW states = 12 B/param, as measured (issue 23)."""
+    if task == "pt":
+        w, _, o, _, _ = PT_LAYOUT[precision]
+        return params * (w + o)
+    return params * LORA_BASE_BYTES[precision] + adapters * (4 + 8)
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    group: str
+    model: str
+    task: str
+    gpu: str
+    gpus: int
+    nodes: int
+    ep: int
+    seq_len: int
+    batch: int
+    precision: str
+    grad_checkpointing: bool
+    attention: str
+    states_gib: float
+    gathered_gib: float
+    activations_gib: float
+    logits_gib: float           # the loss's part of activations_gib (peak: it and one recomputed layer)
+    framework_gib: float
+    gpu_need_gib: float
+    gpu_avail_gib: float
+    weights_path: str
+    host_need_gb: float
+    host_avail_gb: float
+    host_whole_build_gb: float
+    build_s: float
+    first_step_s: float
+    startup_s: float
+    checkpoint_gb: float
+    checkpoint_write_s: float
+    fits: bool
+    reason: str
+
+    def row(self) -> dict[str, Any]:
+        return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | None = None,
+               gpus_per_node: int = 8, checkpoint_at_s: float | None = 1200.0) -> GroupPlan:
+    """The plan of one resolved group (``wattflex.config.groups``) of catalogue model ``facts``
+    (``checkpoint_at_s``: run.checkpoint_at_s; None: no checkpoint)."""
+    cuda = cuda or {}
+    task, gpus = g["task"], int(g["gpus"])
+    # as TrainConfig.dtype_policy: the group's, the campaign's, else bf16-mixed on cuda, fp32 on cpu
+    precision = g.get("precision") or cuda.get("precision") or ("fp32" if cuda.get("device") == "cpu" else "bf16-mixed")
+    ep = int(g.get("ep", 1)) if facts.get("experts") and task == "pt" else 1
+    ckpt = bool(g.get("grad_checkpointing", False))
+    attention = attention_of(facts, task, cuda.get("attn_implementation"))
+    parts = gpu_bytes(facts, task, gpus, ep, precision, int(g["seq_len"]), int(g["batch"]), ckpt,
+                      int(g.get("lora_rank", 32)), attention)
+    spec = gpu_spec(g["gpu"])
+    avail = spec.hbm_gib * HBM_USABLE
+    need = parts["total"] / GIB
+    ranks_per_node = min(gpus, int(cuda.get("nproc_per_node") or gpus_per_node))
+    nodes = int(cuda.get("nnodes") or math.ceil(gpus / ranks_per_node))
+    path = weights_path(cuda, ep)
+    sh = shape(facts, int(g.get("lora_rank", 32)) if task == "lora" else 0)
+    ck_bytes = checkpoint_bytes(sh.params, sh.adapters, task, precision)
+    # training.loop: DCP async_save (cuda.checkpoint_async, default on) stages in host memory
+    staging = ck_bytes if cuda.get("checkpoint_async", True) and checkpoint_at_s is not None else 0.0
+    host = host_gb_per_node(sh.params, task, precision, gpus, ranks_per_node, path, staging)
+    host_avail = float(cuda.get("host_mem_gb") or HOST_MEM_GB)
+    fs = float(cuda.get("fs_gb_s") or FS_GB_S)
+    b_s = build_s(sh.params, gpus, nodes, path, fs)
+    first = FIRST_STEP_S[bool(g.get("compile", False))]
+    short = []
+    if need > avail:
+        short.append(f"GPU memory: needs {need:.1f} GiB per {spec.name}, {avail:.1f} GiB usable "
+                     f"({need - avail:.1f} GiB over: states {parts['states'] / GIB:.1f} at precision {precision}, "
+                     f"gathered units {parts['gathered'] / GIB:.1f}, activations {parts['activations'] / GIB:.1f} "
+                     f"(loss logits {parts['logits'] / GIB:.1f}; grad_checkpointing {ckpt}), "
+                     f"framework {parts['framework'] / GIB:.1f})")
+    if host > host_avail:
+        short.append(f"host memory: needs {host:.0f} GB on a node ({path} weights, checkpoint staging "
+                     f"{ranks_per_node * staging / gpus / GB:.0f} GB), {host_avail:.0f} GB available "
+                     f"(cuda.host_mem_gb; {host - host_avail:.0f} GB over)")
+    return GroupPlan(
+        group=g["id"], model=g["model"], task=task, gpu=spec.name, gpus=gpus, nodes=nodes, ep=ep,
+        seq_len=int(g["seq_len"]), batch=int(g["batch"]), precision=precision, grad_checkpointing=ckpt,
+        attention=attention, states_gib=parts["states"] / GIB, gathered_gib=parts["gathered"] / GIB,
+        activations_gib=parts["activations"] / GIB, logits_gib=parts["logits"] / GIB,
+        framework_gib=parts["framework"] / GIB,
+        gpu_need_gib=need, gpu_avail_gib=avail, weights_path=path, host_need_gb=host, host_avail_gb=host_avail,
+        host_whole_build_gb=host_gb_per_node(sh.params, task, precision, gpus, ranks_per_node, "whole"),
+        build_s=b_s, first_step_s=first, startup_s=b_s + first, checkpoint_gb=ck_bytes / GB,
+        checkpoint_write_s=ck_bytes / GB / (fs * nodes), fits=not short, reason="; ".join(short) or "fits")
+
+
+def plan_groups(groups: list[dict[str, Any]], catalog: dict[str, dict[str, Any]], cuda: dict[str, Any] | None,
+                gpus_per_node: int = 8, checkpoint_at_s: float | None = 1200.0) -> list[GroupPlan]:
+    """The plans of resolved groups (``wattflex.config.groups``), models from ``catalog``."""
+    return [plan_group(g, catalog[g["model"]], cuda, gpus_per_node, checkpoint_at_s) for g in groups]
+
+
+def plan_campaign(cfg: dict[str, Any], resolved: list[dict[str, Any]], gpus_per_node: int = 8) -> list[GroupPlan]:
+    """The groups ``resolved`` (``wattflex.config.groups(cfg)``) of a prepared config ``cfg``
+    (``_catalog`` attached), with its cuda section and run.checkpoint_at_s."""
+    ckpt = (cfg.get("run") or {}).get("checkpoint_at_s", 1200.0)
+    return plan_groups(resolved, cfg["_catalog"], cfg.get("cuda"), gpus_per_node, ckpt)
+
+
+def refusals(plans: list[GroupPlan]) -> list[str]:
+    """One line per group that cannot fit."""
+    return [f"group {p.group} ({p.model} {p.task} on {p.gpus} {p.gpu}): {p.reason}" for p in plans if not p.fits]
+
+
+def enforced(cfg: dict[str, Any]) -> bool:
+    """Whether a campaign's plan is binding: real runs of full-size models on GPUs (``backend:
+    cuda``, not ``cuda.tiny``, not ``cuda.device: cpu``). The emulator has no memory, a tiny
+    smoke model always fits, and a CPU run has no GPU memory to plan."""
+    cuda = cfg.get("cuda") or {}
+    return cfg.get("backend") == "cuda" and not cuda.get("tiny") and cuda.get("device", "cuda") != "cpu"
+
+
+def check_plan(cfg: dict[str, Any], resolved: list[dict[str, Any]]) -> None:
+    """Refuse (ConfigError) a binding campaign with a group that cannot fit, naming every such
+    group, the resource and the numbers (``resolved``: ``wattflex.config.groups(cfg)``)."""
+    if not enforced(cfg):
+        return
+    short = refusals(plan_campaign(cfg, resolved, int(cfg.get("slurm_gpus_per_node", 8))))
+    if short:
+        raise ConfigError(
+            f"config error at groups: {len(short)} group(s) cannot fit (wattflex.runs.plan, README \"Resource plan\"): "
+            + " | ".join(short) + ". Give the group precision: bf16, grad_checkpointing: true, more gpus or a "
+            "smaller batch/seq_len; host memory: cuda.host_mem_gb (the SLURM profile's mem_mb)")
+
+
+def run_limit_s(plan: GroupPlan, duration_s: float, gap_s: float, checkpoint_at_s: float | None) -> float:
+    """Wall-clock seconds one run needs: start-up, then the loop (which stops after
+    ``duration_s`` but cannot stop inside the checkpoint: a checkpoint at ``checkpoint_at_s``
+    longer than the rest of the run extends it), then the gap."""
+    loop = float(duration_s)
+    if checkpoint_at_s is not None and checkpoint_at_s < duration_s:
+        loop = max(loop, float(checkpoint_at_s) + plan.checkpoint_write_s)
+    return plan.startup_s + loop + float(gap_s)
+
+
+# ---- the README's table -----------------------------------------------------------------
+README_COLUMNS = (("group", "group"), ("precision", "precision"), ("gpu_need_gib", "GPU GiB needed"),
+                  ("gpu_avail_gib", "usable"), ("states_gib", "states"), ("gathered_gib", "gathered"),
+                  ("activations_gib", "activations"), ("logits_gib", "of which logits"),
+                  ("host_need_gb", "host GB/node"), ("host_whole_build_gb", "whole-build GB/node"),
+                  ("startup_s", "start-up s"), ("checkpoint_gb", "checkpoint GB"),
+                  ("checkpoint_write_s", "write s"), ("fits", "fits"))
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The README's plan table from rows of tables/resource_plan.csv (or GroupPlan.row())."""
+    def cell(key: str, v: Any) -> str:
+        if key == "fits":
+            return "yes" if str(v) == "True" else "**no**"
+        if key.endswith("_gib") or key.endswith("_gb") or key.endswith("_s"):
+            return f"{float(v):.0f}" if key.endswith("_s") or key.endswith("_gb") else f"{float(v):.1f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(t for _, t in README_COLUMNS) + " |", "|" + " --- |" * len(README_COLUMNS)]
+    lines += ["| " + " | ".join(cell(k, r[k]) for k, _ in README_COLUMNS) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":   # python -m wattflex.runs.plan results/<campaign>/tables/resource_plan.csv
+    import csv
+    import sys
+
+    with open(sys.argv[1], newline="") as f:
+        print(markdown(list(csv.DictReader(f))))

@@ -1,0 +1,120 @@
+"""Sharded construction: no rank ever builds or loads the whole model (except rank 0's read of
+real weights, below).
+
+The pattern of torchtitan's trainer and transformers' own distributed loading: build the model
+under ``torch.device("meta")`` (shapes, no storage), wrap it (LoRA, checkpointing, compile),
+shard it (FSDP2 ``fully_shard`` per decoder layer, the input embedding and the output head
+each their own unit as torchtitan does, then the root), and only then ``to_empty`` on the
+training device: each rank allocates its shard alone. Values then come from
+
+- random init: the model's own ``initialize_weights`` (transformers' ``_init_weights`` per
+  module, which also recomputes RoPE's non-persistent ``inv_freq``), and peft's
+  ``reset_lora_parameters`` for the adapters (lora_B zero). Each rank initialises its own
+  shard, so the values differ from a one-process build with the same seed (same
+  distributions). On CUDA DTensor's offset-based RNG draws each shard as its slice of the
+  whole tensor from the shared seed; on CPU DTensor random ops run on the local shard with
+  the process's generator (torch: "only cuda/cuda-like devices"), so ranks are seeded
+  ``seed + rank`` there, else every shard would be a copy of the first.
+- real weights: rank 0 reads the checkpoint once (whole, in host memory) and
+  ``set_model_state_dict(..., broadcast_from_rank0=True, full_state_dict=True)`` sends each
+  rank its slice; the other ranks never hold more than their shard.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+log = logging.getLogger("wattflex.runs.training")
+
+
+def hf_model(model: nn.Module) -> nn.Module:
+    """The transformers model inside a peft wrapper (or the model itself)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def fsdp_units(model: nn.Module, decoder_layers: list[nn.Module]) -> list[nn.Module]:
+    """The modules sharded as their own FSDP units, innermost first: every decoder layer, the
+    input embedding and the output head (one unit with the embedding where the two are tied)."""
+    base = hf_model(model)
+    embed, head = base.get_input_embeddings(), base.get_output_embeddings()
+    units = [*decoder_layers, embed]
+    if head is not None and head.weight is not embed.weight:
+        units.append(head)
+    return units
+
+
+def apply_fsdp(model: nn.Module, decoder_layers: list[nn.Module], mp_policy: Any) -> nn.Module:
+    """FSDP2 over the default process group: the units of ``fsdp_units``, then the root
+    (norms, rotary embedding and whatever else is left)."""
+    from torch.distributed.fsdp import fully_shard
+
+    for unit in fsdp_units(model, decoder_layers):
+        fully_shard(unit, mp_policy=mp_policy)
+    fully_shard(model, mp_policy=mp_policy)
+    return model
+
+
+def on_meta(build: Callable[[], nn.Module]) -> nn.Module:
+    """``build()`` under the meta device: every parameter and buffer a shape without storage
+    (transformers skips its weight init there)."""
+    with torch.device("meta"):
+        return build()
+
+
+@torch.no_grad()
+def init_random(model: nn.Module, device: torch.device, seed: int, rank: int) -> None:
+    """Allocate the (sharded) meta ``model`` on ``device`` and initialise it as a fresh model."""
+    model.to_empty(device=device)
+    torch.manual_seed(seed if device.type == "cuda" else seed + rank)
+    hf_model(model).initialize_weights()
+    reset_lora(model)
+
+
+def reset_lora(model: nn.Module) -> None:
+    """peft's own adapter init (lora_A Kaiming-uniform, lora_B zero): transformers' init above
+    treats the adapters' linears as ordinary layers."""
+    try:
+        from peft.tuners.lora import LoraLayer
+    except ImportError:       # peft is needed only for LoRA
+        return
+    for module in model.modules():
+        if isinstance(module, LoraLayer):
+            for adapter in module.lora_A:
+                module.reset_lora_parameters(adapter, True)
+
+
+@torch.no_grad()
+def init_buffers(model: nn.Module) -> None:
+    """Recompute the non-persistent buffers (RoPE ``inv_freq``), which no state dict carries and
+    ``to_empty`` leaves uninitialised, with the model's own ``_init_weights`` of the modules that
+    hold them (only parameter-free ones, so no loaded weight is touched)."""
+    base = hf_model(model)
+    for module in base.modules():
+        own_buffers = {n for n, _ in module.named_buffers(recurse=False)}
+        if own_buffers & module._non_persistent_buffers_set and not any(True for _ in module.parameters(recurse=False)):
+            base._init_weights(module)
+
+
+def load_from_rank0(model: nn.Module, full_state_dict: dict[str, torch.Tensor] | None, device: torch.device) -> None:
+    """Allocate the sharded meta ``model`` on ``device`` and fill it from rank 0's
+    ``full_state_dict`` (None on the other ranks): each rank keeps only its slice."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    model.to_empty(device=device)
+    set_model_state_dict(model, full_state_dict or {},
+                         options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    init_buffers(model)
+
+
+def model_class(model: nn.Module) -> str:
+    """The transformers class name (FSDP2 renames the classes it wraps ``FSDP<name>``)."""
+    return next(c.__name__ for c in type(hf_model(model)).__mro__ if not c.__name__.startswith("FSDP"))
+
+
+def model_bytes(model: nn.Module) -> int:
+    """Bytes of the whole model's parameters in their stored dtype (global shapes for DTensors)."""
+    return int(sum(p.numel() * p.element_size() for p in model.parameters()))
