@@ -99,12 +99,16 @@ def test_real_weights_rank0_broadcast_holds_the_full_state_dict_on_one_node():
     real = {"model_path": "/m", "fs_gb_s": 4.0, "checkpoint_async": False}
     p = plan.plan_group(group(gpus=16, precision="bf16"), LLAMA, real)
     assert (p.weights_path, p.nodes) == ("rank0-broadcast", 2)
+    # rank 0 loads the whole model in the training dtype (bf16 here), the bf16 files read at 4 GB/s
     assert p.host_need_gb == pytest.approx(8 * plan.PROCESS_HOST_GB + 70.6e9 * 2 / 1e9)
     assert p.build_s == pytest.approx(70.6e9 * 2 / 1e9 / 4.0)
     small = plan.plan_group(group(gpus=16, precision="bf16"), LLAMA, {**real, "host_mem_gb": 128})
     assert not small.fits and small.reason.startswith("host memory: needs 173 GB")
+    # bf16-mixed pretraining loads fp32 master weights: 4 B/param on rank 0's node, with EP too
     ep = plan.plan_group(group(model="gpt-oss-20b", ep=8), GPTOSS, {"model_path": "/m"}, checkpoint_at_s=None)
-    assert ep.weights_path == "per-rank" and ep.host_need_gb == pytest.approx(8 * (4.0 + 20.9e9 * 2 / 8 / 1e9))
+    assert ep.weights_path == "rank0-broadcast" and ep.host_need_gb == pytest.approx(8 * 4.0 + 20.9e9 * 4 / 1e9)
+    # transformers' per-rank loader (not used by the harness) would hold each rank's bf16 slice
+    assert plan.host_gb_per_node(20.9e9, "pt", "bf16-mixed", 8, 8, "per-rank") == pytest.approx(32 + 20.9e9 * 2 / 1e9)
 
 
 def test_an_asynchronous_checkpoint_stages_each_ranks_shard_in_host_memory():

@@ -84,11 +84,12 @@ PRECISIONS = tuple(PT_LAYOUT)
 PROCESS_HOST_GB = 4.0
 CHECKPOINT_DTYPE_BYTES = 2  # published weights are bf16 safetensors (gpt-oss MXFP4 dequantised)
 # How a rank gets its weights: "meta" (random init: built on the meta device, sharded, then
-# materialised: each rank holds only its shard, on the GPU), "rank0-broadcast" (rank 0 reads
-# the full state dict and broadcasts: torch's set_model_state_dict(..., full_state_dict=True,
-# broadcast_from_rank0=True)), "per-rank" (each rank reads its slice: transformers 5's
-# from_pretrained(..., distributed_config=...)), "whole" (every rank builds or loads the whole
-# model, then shards: the harness before issue 23).
+# materialised: each rank holds only its shard, on the GPU), "rank0-broadcast" (rank 0 loads
+# the whole model in the training dtype and broadcasts: torch's set_model_state_dict(...,
+# full_state_dict=True, broadcast_from_rank0=True), what training.loop does), "per-rank" (each
+# rank reads its bf16 slice: transformers 5's from_pretrained(..., distributed_config=...), not
+# used by the harness), "whole" (every rank builds or loads the whole model, then shards: the
+# harness before issue 23).
 WEIGHTS_PATHS = ("meta", "rank0-broadcast", "per-rank", "whole")
 REAL_WEIGHTS_PATH = "rank0-broadcast"
 
@@ -197,12 +198,12 @@ def gpu_bytes(facts: dict[str, Any], task: str, gpus: int, ep: int, precision: s
             "framework": framework, "total": states + gathered + activations + framework}
 
 
-def weights_path(cuda: dict[str, Any], ep: int = 1) -> str:
-    """How the runs get weights (training.loop): meta init for random weights; real weights
-    by rank 0's broadcast, or per rank through transformers' DistributedConfig with ep > 1."""
+def weights_path(cuda: dict[str, Any]) -> str:
+    """How the runs get weights (training.loop._materialize): meta init for random weights;
+    real weights read whole by rank 0 and broadcast, with or without expert parallelism."""
     if cuda.get("tiny") or (cuda.get("random_init") and not cuda.get("model_path")):
         return "meta"
-    return "per-rank" if ep > 1 else REAL_WEIGHTS_PATH
+    return REAL_WEIGHTS_PATH
 
 
 def load_bytes_per_param(task: str, precision: str) -> int:
@@ -219,8 +220,8 @@ def host_gb_per_node(params: float, task: str, precision: str, gpus: int, ranks_
     staging = ranks_per_node * staging_bytes / gpus / GB
     if path == "meta":
         weights = 0.0
-    elif path == "rank0-broadcast":
-        weights = params * CHECKPOINT_DTYPE_BYTES / GB
+    elif path == "rank0-broadcast":    # rank 0 loads the whole model in the training dtype
+        weights = params * load_bytes_per_param(task, precision) / GB
     elif path == "per-rank":
         weights = ranks_per_node * params * CHECKPOINT_DTYPE_BYTES / gpus / GB
     elif path == "whole":
@@ -306,7 +307,7 @@ def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | 
     need = parts["total"] / GIB
     ranks_per_node = min(gpus, int(cuda.get("nproc_per_node") or gpus_per_node))
     nodes = int(cuda.get("nnodes") or math.ceil(gpus / ranks_per_node))
-    path = weights_path(cuda, ep)
+    path = weights_path(cuda)
     sh = shape(facts, int(g.get("lora_rank", 32)) if task == "lora" else 0)
     ck_bytes = checkpoint_bytes(sh.params, sh.adapters, task, precision)
     # training.loop: DCP async_save (cuda.checkpoint_async, default on) stages in host memory
