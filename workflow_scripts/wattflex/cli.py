@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
+import signal
 import sys
 
 from wattflex import __version__, commands
 from wattflex.errors import UserError
+from wattflex.provenance import OutputWriteError
 
 
 def _command_modules() -> list[str]:
@@ -42,11 +45,29 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args._run(args) or 0)
-    except (UserError, FileNotFoundError, ValueError, KeyError) as exc:
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"wattflex {args.command}: error: {msg}", file=sys.stderr)
+        status = int(args._run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
+        return status
+    except BrokenPipeError:
+        # The reader went away (`wattflex pfi ... | head -1`): stop quietly, as `cat` does, with
+        # 128 + SIGPIPE; stdout goes to /dev/null so the flush at exit cannot complain again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt:
+        print(f"wattflex {args.command}: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except (UserError, OSError, ValueError, KeyError) as exc:
+        print(f"wattflex {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+
+
+def _one_line(exc: BaseException) -> str:
+    """The message of a user-facing error: a KeyError's key, an OSError's path and cause."""
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])
+    if isinstance(exc, OSError) and exc.strerror and not isinstance(exc, OutputWriteError):
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -165,8 +165,9 @@ def check_writable(path: str | os.PathLike) -> None:
     """Refuse an output ``path`` that is a folder, a symbolic link (wattflex never replaces
     a link, nor writes through one: give the target's own path) or an existing file that
     is not a regular one (``/dev/null``, a FIFO, a socket). A regular file is replaced
-    atomically (see :func:`_atomic_write`)."""
+    atomically (see :func:`write_together`)."""
     p = Path(path)
+    _check_folder(p)
     if p.is_symlink():
         raise OutputPathError(f"{path}: output is a symbolic link (to {os.readlink(p)}); wattflex does not "
                               "replace links or write through them: give the target path or remove the link")
@@ -175,6 +176,28 @@ def check_writable(path: str | os.PathLike) -> None:
     if p.exists() and not p.is_file():
         raise OutputPathError(f"{path}: output exists and is not a regular file (a device, FIFO or socket); "
                               "wattflex only writes regular files")
+
+
+def _check_folder(p: Path) -> None:
+    """Refuse, before any work, an output the OS would refuse at the end: under a file, in a
+    folder that cannot be written (read-only filesystem, no permission), or with a name
+    longer than the filesystem allows."""
+    ancestor = p.parent
+    while not ancestor.is_dir():
+        if ancestor.exists() or ancestor.is_symlink():
+            raise OutputPathError(f"{p}: {ancestor}, a folder above the output, is a file (or a broken link), "
+                                  "not a folder: give another output path")
+        ancestor = ancestor.parent
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        readonly = bool(os.statvfs(ancestor).f_flag & os.ST_RDONLY)
+        raise OutputPathError(f"{p}: cannot write into {ancestor} ("
+                              f"{'a read-only file system' if readonly else 'permission denied'}): "
+                              "give an output path in a writable folder")
+    name_max = os.pathconf(ancestor, "PC_NAME_MAX")
+    too_long = [part for part in p.relative_to(ancestor).parts if len(os.fsencode(part)) > name_max]
+    if too_long:
+        raise OutputPathError(f"{p}: the name {too_long[0][:40]}... is {len(os.fsencode(too_long[0]))} bytes long; "
+                              f"this filesystem allows {name_max}: give a shorter name")
 
 
 def check_outputs(outputs: Iterable[str | os.PathLike | None],
@@ -205,32 +228,82 @@ def check_outputs(outputs: Iterable[str | os.PathLike | None],
                                       "input: choose another output path")
 
 
-def _atomic_write(path: str | os.PathLike, write: Any) -> None:
-    """Call ``write(tmp)`` on a temporary file in ``path``'s folder, then rename it over
-    ``path`` (``os.replace``): a reader never sees half a file, and a failed write leaves
-    the old file as it was. The new file gets the usual permissions (0666 less the umask;
-    an existing file's mode is kept)."""
+class OutputWriteError(OSError):
+    """The operating system refused to write an output (read-only or full filesystem, a file
+    where a folder should be, a name too long): one line naming the output and the cause."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _new_file_mode(path: Path) -> int:
+    """An existing file's mode, else the usual one (0666 less the umask)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _unlink(path: str | os.PathLike | None) -> None:
+    try:
+        if path is not None:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def write_together(files: list[tuple[str | os.PathLike, Any]]) -> None:
+    """Write ``files`` (``(path, write)`` pairs, ``write(tmp)`` writing one file) as a set:
+    each into a temporary file in its folder, then renamed over its path (``os.replace``),
+    the first path last, so a reader that finds it finds its companions (a CSV and its
+    sidecar). A reader never sees half a file; a failure while writing leaves every old file
+    as it was and no new one, and a rename that fails puts back what the set had renamed
+    (kept meanwhile as hard links). The OS's refusal becomes :class:`OutputWriteError`
+    naming the output, not a temporary name."""
     import tempfile
 
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    paths = [Path(p) for p, _ in files]
+    tmps: list[str | None] = [None] * len(files)
+    olds: list[str | None] = [None] * len(files)
+    done: list[int] = []
+    current = paths[0]
     try:
-        write(tmp)
-        try:
-            mode = path.stat().st_mode & 0o7777
-        except OSError:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        for i, (path, write) in enumerate(zip(paths, (w for _, w in files))):
+            current = path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmps[i] = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".tmp", dir=path.parent)
+            os.close(fd)
+            write(tmps[i])
+            os.chmod(tmps[i], _new_file_mode(path))
+        for i in reversed(range(len(files))):
+            current = paths[i]
+            if paths[i].exists():
+                olds[i] = f"{tmps[i]}.old"
+                os.link(paths[i], olds[i])
+            os.replace(tmps[i], paths[i])
+            tmps[i] = None
+            done.append(i)
+    except BaseException as exc:
+        for i in done:  # put the set back as it was
+            if olds[i] is not None:
+                os.replace(olds[i], paths[i])
+                olds[i] = None
+            else:
+                _unlink(paths[i])
+        if isinstance(exc, OSError) and not isinstance(exc, OutputWriteError):
+            rest = "" if len(files) == 1 else f" (none of its {len(files)} files was written)"
+            raise OutputWriteError(exc.errno, f"{current}: cannot write it: {exc.strerror or exc}{rest}") from None
         raise
+    finally:
+        for tmp in (*tmps, *olds):
+            _unlink(tmp)
+
+
+def _atomic_write(path: str | os.PathLike, write: Any) -> None:
+    """One file written whole or not at all (:func:`write_together`)."""
+    write_together([(path, write)])
 
 
 def write_parquet(df: pd.DataFrame | pa.Table, path: str | os.PathLike, prov: dict[str, Any] | None = None,
@@ -240,7 +313,6 @@ def write_parquet(df: pd.DataFrame | pa.Table, path: str | os.PathLike, prov: di
     import pyarrow.parquet as pq
 
     check_writable(path)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
     doc = {"schema_version": SCHEMA_VERSION, "provenance": prov or provenance(), **meta}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
@@ -265,12 +337,16 @@ def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> p
     return pd.read_parquet(path, columns=columns)
 
 
-def write_json(obj: dict[str, Any], path: str | os.PathLike, prov: dict[str, Any] | None = None) -> None:
+def json_file(obj: dict[str, Any], path: str | os.PathLike, prov: dict[str, Any] | None = None) -> tuple[str | os.PathLike, Any]:
+    """``(path, write)`` of a JSON artifact, for :func:`write_together`."""
     check_writable(path)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     doc = {"schema_version": SCHEMA_VERSION, **obj, "provenance": prov or provenance()}
     text = json.dumps(doc, indent=2, default=_json_default) + "\n"
-    _atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+    return path, lambda tmp: Path(tmp).write_text(text)
+
+
+def write_json(obj: dict[str, Any], path: str | os.PathLike, prov: dict[str, Any] | None = None) -> None:
+    write_together([json_file(obj, path, prov)])
 
 
 def read_json(path: str | os.PathLike) -> dict[str, Any]:
@@ -279,15 +355,21 @@ def read_json(path: str | os.PathLike) -> dict[str, Any]:
     return doc
 
 
+def csv_files(df: pd.DataFrame, path: str | os.PathLike, prov: dict[str, Any] | None = None,
+              **meta: Any) -> list[tuple[str | os.PathLike, Any]]:
+    """The CSV and its ``<path>.meta.json`` sidecar as ``(path, write)`` pairs, CSV first
+    (:func:`write_together` renames it last)."""
+    check_writable(path)
+    sidecar = json_file({"artifact": Path(path).name, "columns": list(map(str, df.columns)), **meta},
+                        f"{path}.meta.json", prov)
+    return [(path, lambda tmp: df.to_csv(tmp, index=False)), sidecar]
+
+
 def write_csv(df: pd.DataFrame, path: str | os.PathLike, prov: dict[str, Any] | None = None,
               **meta: Any) -> None:
-    """CSV for people and spreadsheets, with provenance in ``<path>.meta.json``."""
-    check_writable(path)
-    check_writable(f"{path}.meta.json")
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))
-    write_json({"artifact": Path(path).name, "columns": list(map(str, df.columns)), **meta},
-               f"{path}.meta.json", prov)
+    """CSV for people and spreadsheets, with provenance in ``<path>.meta.json``; the two
+    appear together or not at all."""
+    write_together(csv_files(df, path, prov, **meta))
 
 
 def read_csv(path: str | os.PathLike, **kwargs: Any) -> pd.DataFrame:
@@ -304,7 +386,6 @@ def save_png(fig: Any, path: str | os.PathLike, prov: dict[str, Any] | None = No
     as a PNG carrying schema version and provenance in its text chunk ``wattflex``, so a figure
     found on its own still says what made it. Written atomically, the chunk ahead of the pixels."""
     check_writable(path)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     doc = {"schema_version": SCHEMA_VERSION, **meta, "provenance": prov or provenance()}
     text = json.dumps(doc, default=_json_default)
     # zlib level 3, not Pillow's 6: the default campaign's 17 figures encode in 0.81 s instead

@@ -50,7 +50,7 @@ def read_curves(path: str):
 
 def run(args: argparse.Namespace) -> int:
     from wattflex.allocation.allocator import allocate_table
-    from wattflex.provenance import check_outputs, provenance, write_csv, write_json
+    from wattflex.provenance import check_outputs, csv_files, json_file, provenance, write_together
 
     if args.output:  # issue 17: never write over the input, a link, a folder or a device
         check_outputs(
@@ -69,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     params = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     prov = provenance(params=params, inputs=[args.curves])
-    write_csv(out, args.output, prov, policy=args.policy)
-    write_json({"totals": totals}, f"{args.output}.totals.json", prov)
+    # the table, its sidecar and its totals appear together or not at all
+    write_together([*csv_files(out, args.output, prov, policy=args.policy),
+                    json_file({"totals": totals}, f"{args.output}.totals.json", prov)])
     print(f"wrote {args.output} and {args.output}.totals.json", file=sys.stderr)
     return 0
