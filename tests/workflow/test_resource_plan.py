@@ -3,6 +3,7 @@ real campaign with a group that cannot fit is refused by `snakemake -n`, and a r
 SLURM time limit holds its planned start-up (wattflex.runs.plan)."""
 
 import math
+import re
 
 import pytest
 import yaml
@@ -61,3 +62,20 @@ def test_every_campaign_gets_its_resource_plan_table(tiny_run):
     # tiny's Qwen3-30B-A3B LoRA at 16 x 4096 tokens per GPU: the loss's logits alone exceed an H200
     assert list(table["fits"]) == [True, True, False]
     assert (table["gpu_need_gib"] > table["states_gib"]).all()
+
+
+@pytest.mark.slow
+def test_a_real_one_run_sweeps_time_limit_holds_one_start_up_and_all_its_caps(tmp_path, tiny_config):
+    path, cfg = cuda_config(tmp_path, tiny_config)
+    doc = yaml.safe_load(path.read_text())
+    doc.update(sweep="staircase", cuda={**doc["cuda"], "cap_control": "command",
+                                        "cap_command": "sudo /usr/local/bin/setcap {gpu} {watts}"})
+    path.write_text(yaml.safe_dump(doc))
+    out = snakemake("-n", "--cores", "1", "--configfile", str(path), cwd=tmp_path).stdout
+    block = out.split("rule run_staircase:", 1)[1]
+    runtime = re.search(r"resources: .*?runtime=(\d+)", block).group(1)
+    prepared = prepare(doc | {"models_catalog": str(REPO / "config/models.yaml")}, base=REPO, cwd=tmp_path)
+    [p] = plan.plan_campaign(prepared, groups(prepared))
+    loop = len(groups(prepared)[0]["caps"]) * cfg["run"]["duration_s"]      # 4 caps x 420 s, one start-up
+    assert runtime == str(math.ceil(plan.run_limit_s(p, loop, 0, cfg["run"]["checkpoint_at_s"]) / 60) + 20)
+    assert int(runtime) > math.ceil(loop / 60) + 20
