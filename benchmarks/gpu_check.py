@@ -26,6 +26,11 @@ e) an all-reduce across the node's GPUs (NCCL, ``--device cpu``: gloo on 2 CPU p
    ``wattflex.runs.real_run.nccl_env``): the sum checked, bus bandwidth as nccl-tests
    defines it. One node: NCCL between nodes (InfiniBand, ``ib_hca``, ``socket_ifname``) is
    not exercised; it is unproven until a multi-node run has trained;
+g) the emulator's anchor, measured (``--device cuda`` only; ``wattflex calibrate --gpu-check``
+   reads it): a random-input bf16 GEMM (``--anchor-seconds``) and an HBM triad on GPU 0 at the
+   limit the GPU already has, the steady SM clock, power and rate of the second half of each
+   (tensor activity = achieved / datasheet peak at that clock; HBM efficiency = triad bytes/s
+   over the datasheet bandwidth). Unproven: no GPU has run it yet;
 f) gpu_check_<gpu>.md and .json in benchmarks/results/ (``--out`` elsewhere); ``--device cpu``
    trains on the CPU (the NVML GPUs are still read) and adds ``_cpu-training`` to the name.
 
@@ -86,6 +91,9 @@ GPM_COLUMNS = {"dram_active", "sm_active", "tensor_active"}
 ALLREDUCE_MB = 256                # per rank, fp32: large enough for bandwidth, not latency (nccl-tests' range)
 ALLREDUCE_ITERS = (3, 10)         # warm-up, timed
 HOST_COLUMNS = {"host_cpu_w", "host_dram_w"}
+ANCHOR_GEMM_N = 8192              # bf16 8192^3 GEMMs: compute-bound, ~1.1 TFLOP each, the tensor pipes' steady state
+TRIAD_MB = 2048                   # per fp32 array of the HBM triad (3 arrays): far beyond the 50-60 MB L2
+ANCHOR_SAMPLE_S = 0.2
 
 
 # ---- e) all-reduce ------------------------------------------------------------------------------
@@ -161,6 +169,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--caps", type=float, nargs="+", help="staircase caps in W (default: 6 across the GPU's range)")
     p.add_argument("--configfile", help="config for doctor's verdict (default: config/config.yaml here)")
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results", help="where the report goes")
+    p.add_argument("--anchor-seconds", type=float, default=30.0, help="g) each of the anchor GEMM and the triad (s)")
     p.add_argument("--keep", action="store_true", help="keep the runs' directories (printed) instead of deleting them")
     p.add_argument("--allreduce-worker", choices=("nccl", "gloo"), help=argparse.SUPPRESS)   # torchrun's workers
     p.add_argument("--allreduce-out", type=Path, help=argparse.SUPPRESS)
@@ -398,6 +407,103 @@ def dry_runs(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     "GPUs' current limit, so its power (job total) and tokens/s are the same job at one limit"}
 
 
+# ---- g) the anchor, measured -----------------------------------------------------------------------
+def kernel_timeline(kind: str, device: str, seconds: float, sample: Callable[[float], dict[str, Any]],
+                    n: int = ANCHOR_GEMM_N, triad_mb: float = TRIAD_MB) -> dict[str, Any]:
+    """Run a bf16 GEMM (``kind`` gemm) or an fp32 triad ``a = b + 3 c`` (``kind`` triad) back to
+    back for ``seconds`` while a thread reads ``sample(t)`` (an NVML row) every 0.2 s; the work
+    done (FLOP or bytes) against time, and the samples. Sets nothing."""
+    import threading
+
+    import torch
+
+    if kind == "gemm":
+        a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+        out = torch.empty_like(a)
+        step, work = (lambda: torch.matmul(a, b, out=out)), 2.0 * n**3
+    else:
+        elems = int(triad_mb * 2**20 // 4)
+        a, b, c = (torch.rand(elems, device=device) for _ in range(3))
+        step, work = (lambda: torch.add(b, c, alpha=3.0, out=a)), 3.0 * 4 * elems   # STREAM counts 3 arrays
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    step()
+    sync()
+    samples: list[dict[str, Any]] = []
+    stop = threading.Event()
+    t0 = time.monotonic()
+
+    def read() -> None:
+        while not stop.is_set():
+            samples.append({"t_s": time.monotonic() - t0, **sample(time.monotonic() - t0)})
+            stop.wait(ANCHOR_SAMPLE_S)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    done, timeline = 0, [(0.0, 0.0)]
+    while time.monotonic() - t0 < seconds:
+        for _ in range(4):
+            step()
+        sync()
+        done += 4
+        timeline.append((time.monotonic() - t0, done * work))
+    stop.set()
+    reader.join()
+    return {"timeline": timeline, "samples": samples, "seconds": seconds}
+
+
+def steady_reading(kind: str, run: dict[str, Any], gpu_model: str | None) -> dict[str, Any]:
+    """The second half of a :func:`kernel_timeline`: rate, median SM clock, mean power, the limit;
+    for the GEMM its tensor activity (achieved over the datasheet peak at that clock), for the
+    triad its HBM efficiency; ``gpu_model`` the catalogue's name (H100, H200) if known."""
+    from wattflex.gpus import GPUS
+
+    half = run["seconds"] / 2
+    t = np.array([p[0] for p in run["timeline"]])
+    w = np.array([p[1] for p in run["timeline"]])
+    late = t >= half
+    if late.sum() < 2:
+        raise RuntimeError(f"{kind}: fewer than 2 timed batches in the second half; raise --anchor-seconds")
+    rate = (w[late][-1] - w[late][0]) / (t[late][-1] - t[late][0])
+    s = pd.DataFrame(run["samples"])
+    s = s[s["t_s"] >= half] if len(s) else s
+    if s.empty:
+        raise RuntimeError(f"{kind}: no NVML sample in the second half")
+    out = {"sm_clock_mhz": float(s["sm_clock_mhz"].median()), "mem_clock_mhz": float(s["mem_clock_mhz"].median()),
+           "power_w": float(s["power_w"].mean()), "power_limit_w": float(s["power_limit_w"].median()),
+           "enforced_limit_w": float(s["enforced_limit_w"].median()), "n_samples": int(len(s)),
+           "gpu_model": gpu_model}
+    spec = GPUS.get(gpu_model or "")
+    if kind == "gemm":
+        out["tflops"] = rate / 1e12
+        out["tensor_activity"] = (rate / (spec.tensor_flops_per_s(out["sm_clock_mhz"] / spec.sm_clock_max_mhz))
+                                  if spec else math.nan)
+    else:
+        out["bandwidth_gb_s"] = rate / 1e9
+        out["hbm_efficiency"] = rate / (spec.hbm_tb_s * 1e12) if spec else math.nan
+    return out
+
+
+def catalogue_model(nvml_name: str | None) -> str | None:
+    """The catalogue's name of an NVML device name ("NVIDIA H200" -> "H200"), None if it has none."""
+    from wattflex.gpus import GPUS
+
+    return next((k for k in GPUS if nvml_name and k in nvml_name), None)
+
+
+def anchor_kernels(args: argparse.Namespace, nvml_name: str | None) -> dict[str, Any]:
+    """g) The anchor GEMM and the HBM triad on GPU 0 (observe-only)."""
+    if args.device != "cuda":
+        return {"skipped": "needs --device cuda: a CPU GEMM says nothing about the GPU's clock under its limit"}
+    gpu = nvml.open_gpus(indices=[0], gpm=False, set_limit=refuse_to_set)[0]
+    model = catalogue_model(nvml_name)
+    out: dict[str, Any] = {}
+    for kind in ("gemm", "triad"):
+        out["anchor_gemm" if kind == "gemm" else "hbm_triad"] = steady_reading(
+            kind, kernel_timeline(kind, "cuda", args.anchor_seconds, gpu.sample), model)
+    out["limit_binds"] = out["anchor_gemm"]["power_w"] >= 0.97 * out["anchor_gemm"]["power_limit_w"]
+    return out
+
+
 # ---- the report ---------------------------------------------------------------------------------
 def gpu_slug(model: str | None) -> str:
     return re.sub(r"[^a-z0-9]+", "-", (model or "no-gpu").lower().replace("nvidia", "")).strip("-") or "gpu"
@@ -491,6 +597,20 @@ def markdown(res: dict[str, Any]) -> str:
                   f"NCCL warnings: {e['warnings'] or 'none'}. One node only: NCCL across nodes is not exercised.", ""]
     if not e.get("ok"):
         lines += [f"failed: {e.get('error', '')[:1500]}", ""]
+    lines += ["## g) The emulator's anchor, measured (bf16 GEMM and HBM triad at the current limit)", ""]
+    g = s.get("anchor", {})
+    if "anchor_gemm" in g:
+        m, h = g["anchor_gemm"], g["hbm_triad"]
+        lines += [f"bf16 GEMM {ANCHOR_GEMM_N}^3: **{m['sm_clock_mhz']:.0f} MHz** at {m['power_w']:.0f} W of a "
+                  f"{m['power_limit_w']:g} W limit ({'binds' if g['limit_binds'] else 'does NOT bind: no anchor'}), "
+                  f"{m['tflops']:.0f} TFLOPS, tensor activity {_f(m['tensor_activity'], '.3f')}. HBM triad: "
+                  f"{h['bandwidth_gb_s']:.0f} GB/s (efficiency {_f(h['hbm_efficiency'], '.3f')}) at "
+                  f"{h['sm_clock_mhz']:.0f} MHz, {h['power_w']:.0f} W. `wattflex calibrate --gpu-check <this .json>` "
+                  "turns the GEMM into a calibration file.", ""]
+    elif g.get("skipped"):
+        lines += [f"skipped: {g['skipped']}", ""]
+    if not g.get("ok", True):
+        lines += [f"failed: {g.get('error', '')[:1500]}", ""]
     failed = [k for k, v in s.items() if not v.get("ok")]
     lines += ["## Verdict", "", f"Steps failed: {', '.join(failed) if failed else 'none'}."]
     return "\n".join(lines) + "\n"
@@ -523,6 +643,9 @@ def main(argv: list[str] | None = None) -> int:
     record_step(res, "telemetry", lambda: telemetry_columns(ov.get("runs", [])))
     record_step(res, "dry_runs", lambda: dry_runs(args, work))
     record_step(res, "allreduce", lambda: allreduce(args, work, len(nv.get("gpus") or [])))
+    anchor = record_step(res, "anchor", lambda: anchor_kernels(args, res["gpu_model"]))
+    if "anchor_gemm" in anchor:   # where wattflex calibrate --gpu-check reads it
+        res["steps"]["anchor_gemm"] = {"ok": anchor["ok"], **anchor["anchor_gemm"]}
 
     res["limits_after"] = limits(probe_nvml())
     res["limits_unchanged"] = res["limits_after"] == res["limits_before"]

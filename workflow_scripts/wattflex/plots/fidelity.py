@@ -17,7 +17,8 @@ from wattflex.plots.style import CLUSTER_COLORS, label_backend, tight_layout
 
 def emulated_vs_published(groups: pd.DataFrame, stats_text: str, backend) -> plt.Figure:
     """Per group with a published value: the noise-free model (open), this campaign (filled)
-    and the noise-seed 5-95 % band (bar), coloured by cluster, marker by set; y = x dotted."""
+    and the noise-seed 5-95 % band (bar), coloured by cluster, marker by set; the groups the
+    emulator's anchor was fitted on (``calibration`` in-sample) ringed in black; y = x dotted."""
     have = groups[np.isfinite(groups["pfi_published"].astype(float))]
     fig, ax = plt.subplots(figsize=(9.6, 5.4))
     for row in have.itertuples():
@@ -26,6 +27,9 @@ def emulated_vs_published(groups: pd.DataFrame, stats_text: str, backend) -> plt
         ax.plot([row.pfi_published] * 2, [row.pfi_seed_p05, row.pfi_seed_p95], color=color, lw=1.2, alpha=0.5)
         ax.scatter(row.pfi_published, row.pfi_campaign, color=color, marker=marker, s=32, zorder=3)
         ax.scatter(row.pfi_published, row.pfi_noise_free, facecolor="none", edgecolor=color, marker=marker, s=32, zorder=3)
+        if getattr(row, "calibration", "") == "in-sample":
+            ax.scatter(row.pfi_published, row.pfi_campaign, facecolor="none", edgecolor="k", marker="o", s=110,
+                       lw=0.9, zorder=4)
     values = pd.concat([have[c] for c in ("pfi_published", "pfi_campaign", "pfi_noise_free", "pfi_seed_p95")]).dropna()
     lo, hi = (values.min() * 0.95, values.max() * 1.05) if len(values) else (1.0, 3.0)
     ax.plot([lo, hi], [lo, hi], color="k", lw=0.8, ls=":")
@@ -49,6 +53,8 @@ def emulated_vs_published(groups: pd.DataFrame, stats_text: str, backend) -> plt
     for name, marker in SET_MARKERS.items():
         if (have["set"] == name).any():
             ax.scatter([], [], color="0.4", marker=marker, s=32, label=f"set {name}")
+    if "calibration" in have and (have["calibration"] == "in-sample").any():
+        ax.scatter([], [], facecolor="none", edgecolor="k", s=110, lw=0.9, label="in the anchor's fit (in sample)")
     ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(1.02, 0.0), framealpha=0.8)
     # beside the axes, never over a point
     ax.text(1.03, 1.0, stats_text, transform=ax.transAxes, va="top", ha="left", fontsize=8,
