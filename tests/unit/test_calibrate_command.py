@@ -61,6 +61,18 @@ def test_groups_the_config_does_not_define_are_a_one_line_error(tmp_path, capsys
     assert "group(s) gpt3-xl are not groups of --config" in err and "add them to the config's groups" in err
 
 
+def test_the_perseus_a100_sweeps_cannot_calibrate_a_hopper_emulator(tmp_path, capsys):
+    """The Perseus (SOSP'24) A100/A40 power-limit sweeps shipped in resources/external: ingested
+    as a user's would be, then refused with the reason (no A100 in the catalogue)."""
+    runs = tmp_path / "runs.parquet"
+    assert main(["ingest", "perseus-sosp24", str(REPO / "resources" / "external" / "perseus-sosp24"),
+                 "-o", str(runs)]) == 0
+    capsys.readouterr()
+    assert main(["calibrate", "--runs", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert "runs on A100, A40; the emulator models H200, H100 only" in err
+
+
 def _gemm_reading(anchor_mhz: float, activity: float, gpu: str = "H200") -> dict:
     """What the GPU check would read from a GEMM of ``activity`` on a GPU whose anchor is ``anchor_mhz``."""
     ph = cal.physics_at_anchor(anchor_mhz)

@@ -57,6 +57,19 @@ def _runs_table(path: Path):
     return df
 
 
+def _check_gpus(runs, path: Path) -> None:
+    """Sweeps on a GPU the emulator does not model cannot calibrate it (its anchor is a Hopper one)."""
+    from wattflex.gpus import GPUS
+
+    if "gpu_model" not in runs:
+        return
+    other = sorted({str(m) for m in runs["gpu_model"].dropna()} - set(GPUS))
+    if other:
+        raise UserError(f"--runs {path}: runs on {', '.join(other)}; the emulator models {', '.join(GPUS)} only "
+                        "(its anchor and DGEMM table are Hopper facts), so these sweeps cannot calibrate it: "
+                        "give sweeps measured on one of those")
+
+
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -72,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
                         "give the config whose groups describe the measured jobs")
     groups = cal.config_group_models(cfg)
     if args.runs:
-        facts, source = cal.measured_facts(_runs_table(args.runs)), f"fitted ({args.runs.name})"
+        runs = _runs_table(args.runs)
+        _check_gpus(runs, args.runs)
+        facts, source = cal.measured_facts(runs), f"fitted ({args.runs.name})"
         known = {g.id for g in groups}
         unknown = sorted(set(facts.index) - known)
         if unknown:
