@@ -17,7 +17,8 @@ _SEARCH_PATH = "PYTHONPATH"  # set here for the jobs, never required of the user
 os.environ[_SEARCH_PATH] = os.pathsep.join(
     [_LIB] + [p for p in os.environ.get(_SEARCH_PATH, "").split(os.pathsep) if p and p != _LIB])
 
-from wattflex.config import SCHEDULING_KEYS, ConfigError, defaulted_sections, expand_runs, groups, prepare, run_spec
+from wattflex.config import (SCHEDULING_KEYS, ConfigError, check_config_files, defaulted_sections, expand_runs, groups,
+                             prepare, run_spec)
 from wattflex.fingerprint import script_fingerprint
 from wattflex.gpus import GPUS
 from wattflex.provenance import params_hash
@@ -30,6 +31,8 @@ from wattflex.smk import release_scheduler_timers, skip_exit_gc
 skip_exit_gc()
 
 try:
+    # Snakemake's own YAML loading keeps the last of duplicate keys: read the files as wattflex does.
+    check_config_files(workflow.configfiles)
     # cwd: Snakemake's working directory, where runs start (relative cuda.* paths).
     prepare(config, base=Path(workflow.basedir), cwd=os.getcwd())
 except ConfigError as exc:

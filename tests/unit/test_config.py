@@ -58,6 +58,74 @@ def test_bad_config_stops_with_one_message_naming_the_key(raw, repo, mutate, key
     assert "\n" not in msg
 
 
+def _moe_pt(c):
+    return next(g for g in c["groups"] if g["id"].startswith("moe-pt-gptoss20b"))
+
+
+# Issue 27 §3: semantic checks with bounds, the same for every backend.
+@pytest.mark.parametrize("backend", ["emulated", "cuda"])
+@pytest.mark.parametrize("mutate,key,words", [
+    (lambda c: _moe_pt(c).update(ep=3), "ep", "expert-parallel degree 3 does not divide gpus 8"),
+    (lambda c: c["groups"][0].update(ep=2), "groups[0].ep", "needs a mixture-of-experts model"),
+    (lambda c: c["run"].update(eval_at_s=2000), "run.eval_at_s", "2000 s is not before the run ends"),
+    (lambda c: c["run"].update(checkpoint_at_s=1800), "run.checkpoint_at_s", "not before the run ends"),
+    (lambda c: c["run"].update(duration_s=10**12), "run.duration_s", "longer than a week"),
+    (lambda c: c["run"].update(duration_s="1e12"), "run.duration_s", "write 1.0e+12 or 1000000000000"),
+    (lambda c: c["run"].update(sample_period_s=0.0001), "run.sample_period_s", "samples per GPU"),
+])
+def test_run_and_group_bounds_name_the_key(raw, repo, mutate, key, words, backend):
+    raw["backend"] = backend
+    mutate(raw)
+    with pytest.raises(ConfigError) as err:
+        prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+    msg = str(err.value)
+    assert msg.startswith("config error at ") and key in msg and words in msg, msg
+    assert "\n" not in msg
+
+
+def test_ep_must_divide_the_experts(raw, repo):
+    g = _moe_pt(raw)
+    cfg = prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+    from wattflex.config import check_expert_parallel
+
+    with pytest.raises(ConfigError, match="does not divide the 32 experts of gpt-oss-20b"):
+        check_expert_parallel({**g, "ep": 64, "gpus": 64}, cfg["_catalog"][g["model"]], "groups[1]")
+    check_expert_parallel({**g, "ep": 8, "gpus": 16}, cfg["_catalog"][g["model"]], "groups[1]")
+
+
+DUPLICATES = {
+    "top level": ("campaign: a\nseed: 1\ncampaign: b\n", 3, "'campaign'", 1),
+    "in a group": ("groups:\n  - {id: g, gpus: 8, gpus: 4}\n", 2, "'gpus'", 2),
+}
+
+
+@pytest.mark.parametrize("case", DUPLICATES, ids=list(DUPLICATES))
+def test_a_key_given_twice_is_refused_naming_file_line_and_key(tmp_path, case):
+    text, line, key, first = DUPLICATES[case]
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(p)
+    assert str(err.value) == (f"{p}:{line}: key {key} given twice in one mapping (first at line {first}); "
+                              "YAML keeps only the last: delete one")
+
+
+def test_merge_keys_may_be_overridden(tmp_path):
+    from wattflex.config import read_yaml
+
+    p = tmp_path / "m.yaml"
+    p.write_text("base: &b {x: 1, y: 2}\nother:\n  <<: *b\n  x: 3\n")
+    assert read_yaml(p) == {"base": {"x": 1, "y": 2}, "other": {"x": 3, "y": 2}}
+
+
+def test_a_utf16_config_is_refused_naming_the_encoding(tmp_path, repo):
+    p = tmp_path / "c.yaml"
+    p.write_bytes((repo / "tests" / "data" / "tiny.yaml").read_text().encode("utf-16"))
+    with pytest.raises(ConfigError) as err:
+        load_config(p)
+    assert str(err.value) == f"{p}: not UTF-8 text: UTF-16 (it starts with a UTF-16 byte-order mark); save it as UTF-8"
+
+
 def test_invalid_yaml_is_a_config_error(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("campaign: [unclosed\n")

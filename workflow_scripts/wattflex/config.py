@@ -59,6 +59,14 @@ def _key_path(path) -> str:
     return out or "(top level)"
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _unknown_keys(instance: dict[str, Any], schema: dict[str, Any]) -> str:
     """'unknown key 'sumary' (did you mean 'summary'?)': keys a mapping does not allow."""
     import difflib
@@ -72,10 +80,59 @@ def _unknown_keys(instance: dict[str, Any], schema: dict[str, Any]) -> str:
             f"{', '.join(known) or 'none'}")
 
 
+class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """libyaml's safe loader where PyYAML has it (same documents as ``yaml.safe_load``, ~10x
+    faster: the schema is read at every ``snakemake`` start) that refuses a key given twice
+    in one mapping: YAML requires unique keys, PyYAML silently keeps the last one."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *defaults`: keys given beside it override, by design
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    if key in first:
+                        raise DuplicateKeyError(line, f"key {key!r} given twice in one mapping (first at line "
+                                                      f"{first[key]}); YAML keeps only the last: delete one")
+                    first[key] = line
+                except TypeError:  # an unhashable (complex) key: the constructor reports it
+                    pass
+        return super().construct_mapping(node, deep=deep)
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    def __init__(self, line: int, message: str):
+        super().__init__(message)
+        self.line, self.message = line, message
+
+
 def read_yaml(path: str | Path) -> Any:
-    """A YAML file through libyaml's safe loader where PyYAML has it (same documents as
-    ``yaml.safe_load``, ~10x faster: the schema is read at every ``snakemake`` start)."""
-    return yaml.load(Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    """A YAML file (UTF-8, a byte-order mark allowed) with unique keys; a file in another
+    encoding or with a key given twice raises :class:`ConfigError` naming the file (and line)."""
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        found = "UTF-16 (it starts with a UTF-16 byte-order mark)" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") \
+            else f"byte {raw[exc.start]:#04x} at offset {exc.start} is not UTF-8"
+        raise ConfigError(f"{path}: not UTF-8 text: {found}; save it as UTF-8") from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except DuplicateKeyError as exc:
+        raise ConfigError(f"{path}:{exc.line}: {exc.message}") from None
+
+
+def check_config_files(paths: list[str | Path]) -> None:
+    """Read each config file as wattflex reads YAML (:func:`read_yaml`): Snakemake loads
+    ``--configfile`` files itself, keeping the last of duplicate keys."""
+    for path in paths:
+        try:
+            read_yaml(path)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config error: {path} is not valid YAML: {' '.join(str(exc).split())}") from None
 
 
 def validate_schema(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> None:
@@ -89,6 +146,9 @@ def validate_schema(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) 
         msg = e.message
         if e.validator == "pattern":
             msg = f"{e.instance!r} has characters unsafe in paths or shells (allowed: letters, digits, . _ -)"
+        elif e.validator == "type" and isinstance(e.instance, str) and _is_number(e.instance):
+            msg += (f" ({e.instance} is text to YAML 1.1, which reads an exponent only after a dot and "
+                    f"with a sign: write {float(e.instance):.1e} or {float(e.instance):.0f})")
         elif e.validator == "additionalProperties" and isinstance(e.instance, dict):
             msg = _unknown_keys(e.instance, e.schema)
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
@@ -128,8 +188,51 @@ def groups(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+# Bounds of a run's timeline. A week is far beyond any sweep run (the paper's are 30 min) yet
+# within SLURM limits; 10^6 samples per GPU keep an emulated run to seconds (duration_s =
+# 10^12 spun for minutes, issue 27).
+MAX_DURATION_S = 7 * 24 * 3600
+MAX_SAMPLES_PER_RUN = 1_000_000
+
+
+def check_expert_parallel(g: dict[str, Any], facts: dict[str, Any], where: str) -> None:
+    """EP (expert parallelism) splits the ranks into groups of ``ep`` and each model's experts
+    across a group: ``ep`` must divide the GPUs and the model's experts."""
+    ep = int(g.get("ep", 1))
+    if ep == 1:
+        return
+    if facts.get("architecture") != "moe":
+        raise ConfigError(f"config error at {where}.ep: ep {ep} needs a mixture-of-experts model; "
+                          f"{g['model']} is {facts.get('architecture', 'dense')}: use ep: 1")
+    if ep > g["gpus"] or g["gpus"] % ep:
+        raise ConfigError(f"config error at {where}.ep: expert-parallel degree {ep} does not divide gpus "
+                          f"{g['gpus']}: use a divisor of {g['gpus']}")
+    experts = facts.get("experts")
+    if experts and int(experts) % ep:
+        raise ConfigError(f"config error at {where}.ep: expert-parallel degree {ep} does not divide the "
+                          f"{experts} experts of {g['model']}: use a divisor of {experts}")
+
+
+def check_run_timeline(run: dict[str, Any]) -> None:
+    """run.*: the evaluation and checkpoint inside the run, the run and its samples bounded."""
+    duration = float(run.get("duration_s", 1800))
+    if duration > MAX_DURATION_S:
+        raise ConfigError(f"config error at run.duration_s: {duration:g} s is longer than a week "
+                          f"({MAX_DURATION_S} s); the paper's runs are 1800 s")
+    for key in ("eval_at_s", "checkpoint_at_s"):
+        if run.get(key) is not None and float(run[key]) >= duration:
+            raise ConfigError(f"config error at run.{key}: {float(run[key]):g} s is not before the run ends "
+                              f"(run.duration_s {duration:g} s): move it earlier, or null to skip it")
+    samples = duration / float(run.get("sample_period_s", 1))
+    if samples > MAX_SAMPLES_PER_RUN:
+        raise ConfigError(f"config error at run.sample_period_s: {float(run.get('sample_period_s', 1)):g} s gives "
+                          f"{samples:.3g} samples per GPU over {duration:g} s (at most {MAX_SAMPLES_PER_RUN:.0e}): "
+                          f"sample less often")
+
+
 def check_semantics(cfg: dict[str, Any]) -> None:
     catalog = cfg["_catalog"]
+    check_run_timeline(cfg.get("run") or {})
     seen: dict[str, int] = {}
     for i, (raw, g) in enumerate(zip(cfg["groups"], groups(cfg))):
         where = f"groups[{i}]"
@@ -158,8 +261,7 @@ def check_semantics(cfg: dict[str, Any]) -> None:
                                   f"power-limit range {spec.min_limit_w:g}-{spec.max_limit_w:g} W")
         if len(set(g["caps"])) != len(g["caps"]):
             raise ConfigError(f"config error at {where}.caps: duplicate caps {g['caps']}")
-        if g.get("task") == "pt" and catalog[g["model"]]["architecture"] == "moe" and g.get("ep", 1) > g["gpus"]:
-            raise ConfigError(f"config error at {where}.ep: expert-parallel degree {g['ep']} > gpus {g['gpus']}")
+        check_expert_parallel(g, catalog[g["model"]], where)
     by_id = {g["id"]: g for g in groups(cfg)}
     for i, r in enumerate(cfg.get("repeats", []) or []):
         if r["group"] not in by_id:
