@@ -305,6 +305,10 @@ def allocate_table(points: pd.DataFrame, policy: str, *, cut: float | None = Non
     slowdown = per_job["max_slowdown"].astype(float) if "max_slowdown" in per_job else None
     uncapped_w = float(curves.ceiling_w.sum())
     budget = (1.0 - cut) * uncapped_w if budget_w is None else float(budget_w)
+    if budget > uncapped_w:  # nothing to cut: every job runs uncapped (not a negative cut)
+        if log is not None:
+            log(f"note: budget {budget:.6g} W is above the jobs' uncapped power {uncapped_w:.1f} W: no job is capped")
+        budget = uncapped_w
     kw = dict(max_slowdown=slowdown, moe_ft_share=moe_ft_share, curve_nodes=curve_nodes)
     phase(f"allocating {budget:.1f} W over {len(jobs)} jobs ({policy})")
     a = allocate(curves, budget, policy, features, **kw)

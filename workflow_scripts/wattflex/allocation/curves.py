@@ -100,6 +100,9 @@ def curves_from_points(job: Sequence[Any], power_w: Sequence[float], throughput:
     return jobs, Curves(P, T, C if has_cap else None)
 
 
+MAX_JOB_POWER_W = 1e9  # a gigawatt: a whole AI data centre, not one job
+
+
 def check_points(points: pd.DataFrame, source: str | None = None) -> None:
     """Refuse curve points that would give a wrong allocation, with one line naming the job
     and (for a file ``source``) its line: a missing job id, power or throughput that is not
@@ -127,6 +130,15 @@ def check_points(points: pd.DataFrame, source: str | None = None) -> None:
             shown = repr(raw) if isinstance(raw, str) else str(raw)
             raise ValueError(f"{where(i)}: job {job.iloc[i]!r}: {col} {shown} is not a positive "
                              f"finite number{more(bad.size)}")
+        # Budgets and shares are sums over jobs: values whose sum overflows (1e308) would make
+        # the cut silently inf or nan. No GPU job draws a gigawatt (the largest AI sites do).
+        limit = MAX_JOB_POWER_W if col == "power_w" else np.finfo(float).max / max(len(v), 1)
+        over = np.flatnonzero(v > limit)
+        if over.size:
+            i = over[0]
+            hint = "not watts: check the units" if col == "power_w" else "too large to add up: rescale the column"
+            raise ValueError(f"{where(i)}: job {job.iloc[i]!r}: {col} {v[i]:.4g} is above {limit:.3g} "
+                             f"({hint}){more(over.size)}")
     df = pd.DataFrame({"job": job.to_numpy(), "power_w": points["power_w"].to_numpy(float),
                        "throughput": points["throughput"].to_numpy(float)})
     first = df.groupby(["job", "power_w"], sort=False)["throughput"].transform("first").to_numpy()
