@@ -99,8 +99,6 @@ BROKEN = [
     ("staircase on cuda with observed caps", lambda t: {**tiny_cuda(tiny=True, cap_control="observe"),
                                                        "sweep": "staircase"},
      "cuda.cap_control", "needs cap_control nvml or command"),
-    ("adaptive on cuda over two nodes", lambda t: {**tiny_cuda(tiny=True, nnodes=2), "sweep": "adaptive"},
-     "cuda.nnodes", "runs on one node"),
     ("group gpu H300", lambda t: merged({"groups": [{"id": "g", "model": "Qwen3-32B", "task": "pt", "gpus": 8,
                                                      "gpu": "H300"}], "repeats": []}),
      "groups[0].gpu", "'H300' is not one of ['H200', 'H100']"),
@@ -134,7 +132,9 @@ def test_an_unknown_gpu_past_the_schema_names_the_known_models():
     {"random_init": True, "cap_control": "observe", "sampler": False, "device": "cpu"},
     {"tiny": True, "cap_control": "command", "cap_command": "sudo /usr/local/bin/setcap {gpu} {watts}"},
     {"tiny": True, "cap_control": "nvml", "precision": None, "max_steps": None, "nnodes": None},
-], ids=["tiny", "random_init-cpu", "cap-command", "nulls"])
+    {"tiny": True, "nnodes": 2, "nccl": {"debug": "INFO", "socket_ifname": "ib0", "ib_hca": "mlx5_0",
+                                         "env": {"NCCL_NET_GDR_LEVEL": "PHB"}}},
+], ids=["tiny", "random_init-cpu", "cap-command", "nulls", "two-nodes-nccl"])
 def test_a_complete_cuda_section_validates(tmp_path, cuda):
     prepare(tiny_cuda(**cuda), base=REPO, cwd=tmp_path)
 

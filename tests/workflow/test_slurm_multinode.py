@@ -18,12 +18,14 @@ import yaml
 
 from tests.fakes import fake_pynvml
 from wattflex.provenance import read_json, read_parquet
+from wattflex.telemetry import job_series
 
 from .conftest import REPO, SNAKEMAKE
 from .test_slurm import SLURM_ARGS, job_field, local_cluster, squeue
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 NODES = ["wattflex-node0", "wattflex-node1"]
+GROUP = "dense-pt-llama70b-x2"
 CAP_W = 400
 
 
@@ -54,27 +56,30 @@ def node_state(tmp: Path, node: str) -> dict:
     return json.loads((tmp / f"gpus-{node}.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def two_node_run(two_nodes, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("multinode")
-    template = fake_gpus(tmp)
+def campaign(tmp: Path, caps: list[int], config: dict | None = None, **cuda) -> Path:
+    """A cuda campaign of one 2-GPU group on the 2-node cluster (one process per node, cpu)."""
     config = {
         "campaign": "mn", "backend": "cuda", "models_catalog": str(REPO / "config" / "models.yaml"), "seed": 1,
         "run": {"duration_s": 60, "sample_period_s": 0.5, "eval_at_s": 0, "checkpoint_at_s": 0, "gap_s": 0},
-        "cap_grids": {"one": [CAP_W]},
+        "cap_grids": {"grid": caps},
         "group_defaults": {"gpu": "H200", "set": "headline", "seq_len": 32, "batch": 2, "ep": 1, "compile": False,
-                           "grad_checkpointing": False, "cap_grid": "one"},
-        "groups": [{"id": "dense-pt-llama70b-x2", "model": "Llama-3.1-70B", "task": "pt", "gpus": 2}],
+                           "grad_checkpointing": False, "cap_grid": "grid"},
+        "groups": [{"id": GROUP, "model": "Llama-3.1-70B", "task": "pt", "gpus": 2}],
         "repeats": [],
         "cuda": {"device": "cpu", "tiny": True, "cap_control": "nvml", "sampler": True, "sampler_period_s": 0.5,
-                 "nproc_per_node": 1, "nnodes": 2, "state_dir": str(tmp / "caps"), "eval_batches": 1,
-                 "max_steps": 8},
+                 "nproc_per_node": 1, "nnodes": 2, "state_dir": str(tmp / "caps"), "eval_batches": 1, **cuda},
+        **(config or {}),
     }
-    cfg_path = tmp / "mn.yaml"
-    cfg_path.write_text(yaml.safe_dump(config))
+    path = tmp / "mn.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def run_workflow(tmp: Path, config: Path, target: str) -> dict:
+    """``target`` through the SLURM profile on the 2-node cluster; the run's directory and jobs."""
+    template = fake_gpus(tmp)
     work = tmp / "work"
     work.mkdir()
-    target = f"results/mn/runs/dense-pt-llama70b-x2/cap{CAP_W}/run.json"
     # Both CPUs of each node (its step should get them all: launch facts below).
     args = [a.replace("cpus_per_task=1", "cpus_per_task=2") for a in SLURM_ARGS]
     # This cluster's nodes have one GPU each (replaces the profile's --config).
@@ -83,12 +88,19 @@ def two_node_run(two_nodes, tmp_path_factory):
            "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fakes" / "pynvml_path"), str(REPO / "workflow_scripts")])}
     before = {j[0] for j in squeue()}
     proc = subprocess.run([*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(work), target, *args,
-                           "--configfile", str(cfg_path)], cwd=REPO, env=env, capture_output=True, text=True,
+                           "--configfile", str(config)], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=420)
     logs = "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(work.rglob("*.log")))
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}\n{logs}"
     jobs = [j for j in squeue("%i|%T|%k") if j[0] not in before]
     return {"tmp": tmp, "run_dir": work / Path(target).parent, "jobs": jobs}
+
+
+@pytest.fixture(scope="module")
+def two_node_run(two_nodes, tmp_path_factory):
+    """One run at CAP_W (8 steps)."""
+    tmp = tmp_path_factory.mktemp("multinode")
+    return run_workflow(tmp, campaign(tmp, [CAP_W], max_steps=8), f"results/mn/runs/{GROUP}/cap{CAP_W}/run.json")
 
 
 def test_one_run_is_one_slurm_job_on_both_nodes(two_node_run, two_nodes):
@@ -123,8 +135,47 @@ def test_fake_nvml_caps_set_and_restored_on_both_nodes(two_node_run):
         assert n["gpus_after_restore"] == [{"index": 0, "power_limit_w": 700.0}]
     tel = read_parquet(two_node_run["run_dir"] / "telemetry.parquet")
     assert sorted(tel["node"].unique()) == NODES and (tel["power_limit_w"] == CAP_W).all()
+    # Both nodes' samples on one grid: every job-level sample sums both GPUs.
+    series = job_series(tel)
+    assert len(series) >= 10 and (series["n_gpus"] == 2).all()
     for node in NODES:           # each node's FAKE GPU is back at its original limit
         state = node_state(two_node_run["tmp"], node)
         assert state["gpus"][0]["limit_mw"] == 700_000
         assert [c[1] for c in state["set_calls"]] == [CAP_W * 1000, 700_000]
     assert not list((two_node_run["tmp"] / "caps").glob("caps-*.json"))
+
+
+# ---- the staircase across both nodes ----------------------------------------------------------
+STAIRCASE_CAPS = [300, 450, 600]       # below the FAKE GPUs' 700 W, so each set and the restore show
+# Loose enough for CPU step-time noise (tests/unit/runs/test_sweep_real.py): control flow, not precision.
+CRITERIA = {"target_rel_se": 0.5, "min_settle_s": 0.3, "min_samples": 4, "min_steps": 2, "max_dwell_s": 8.0}
+
+
+@pytest.fixture(scope="module")
+def two_node_staircase(two_nodes, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("multinode-staircase")
+    config = campaign(tmp, STAIRCASE_CAPS, {"sweep": "staircase", "staircase": CRITERIA})
+    return run_workflow(tmp, config, f"results/mn/runs/{GROUP}/staircase/run.json")
+
+
+def test_staircase_steps_both_nodes_through_every_cap_and_restores_both(two_node_staircase):
+    run_dir = two_node_staircase["run_dir"]
+    run = read_json(run_dir / "run.json")
+    assert run["stop_reason"] == "all_caps_measured" and run["training"]["world_size"] == 2
+    assert [v["cap_w"] for v in run["visits"]] == STAIRCASE_CAPS
+    tel = read_parquet(run_dir / "telemetry.parquet")
+    series = job_series(tel)
+    assert (series["n_gpus"] == 2).all()
+    for visit in run["visits"]:      # each window measured at its own cap, on both nodes
+        window = tel[(tel.t_s >= visit["t_settled_s"]) & (tel.t_s <= visit["t_end_s"])]
+        assert sorted(window["node"].unique()) == NODES
+        assert (window["power_limit_w"] == visit["cap_w"]).all()
+    for node in NODES:
+        state = node_state(two_node_staircase["tmp"], node)
+        assert state["gpus"][0]["limit_mw"] == 700_000
+        # The guard set the lowest cap, the controller each of the others, then the original back.
+        assert [c[1] / 1000 for c in state["set_calls"]] == [300.0, 450.0, 600.0, 700.0]
+    for n in run["nodes"]:
+        assert n["gpus_after_restore"] == [{"index": 0, "power_limit_w": 700.0}]
+    assert not list((two_node_staircase["tmp"] / "caps").glob("caps-*.json"))
+    assert not list(run_dir.glob(".node*")) and not (run_dir / ".sweep_cap.json").exists()

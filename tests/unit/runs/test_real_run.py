@@ -20,9 +20,9 @@ from tests.fakes import fake_pynvml
 from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
 from wattflex import cli
 from wattflex.runs import real_run
-from wattflex.runs.devices.base import EXTRA_COLUMNS
+from wattflex.runs.devices.base import EXTRA_COLUMNS, telemetry_frame
 from wattflex.provenance import read_json, read_parquet
-from wattflex.telemetry import TELEMETRY_COLUMNS
+from wattflex.telemetry import TELEMETRY_COLUMNS, job_series
 
 REPO = Path(__file__).resolve().parents[3]
 CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
@@ -148,6 +148,22 @@ def test_telemetry_from_steps_marks_only_training_time_busy():
     busy = sorted(tel.loc[tel.gpu_util == 100, "t_s"].unique())
     assert busy == [1.5, 2.0, 2.5, 4.5]
     assert tel["power_w"].isna().all()
+
+
+def test_align_nodes_puts_two_nodes_samples_on_one_grid():
+    """Two nodes' samplers 0.13 s apart: after alignment every slot holds both nodes' GPUs, so
+    the job-level power is their sum; slots only one node sampled (start, end) are dropped."""
+    rows = [{"t_s": round(k * 0.5 + off, 3), "node": node, "gpu": 0, "power_w": w}
+            for node, off, w, ks in (("n0", 0.02, 100.0, range(0, 6)), ("n1", 0.15, 300.0, range(1, 7)))
+            for k in ks]
+    tel = telemetry_frame(rows)
+    aligned = real_run.align_nodes(tel, 0.5)
+    series = job_series(aligned)
+    assert list(series["t_s"]) == [0.5, 1.0, 1.5, 2.0, 2.5]
+    assert (series["n_gpus"] == 2).all() and (series["power_w"] == 400.0).all()
+    assert len(job_series(tel)) == 12 and set(job_series(tel)["n_gpus"]) == {1}     # unaligned: one node a time
+    one = tel[tel.node == "n0"]
+    pd.testing.assert_frame_equal(real_run.align_nodes(one, 0.5), one.sort_values(["t_s", "node", "gpu"]))
 
 
 def test_run_options_from_spec(tmp_path):

@@ -432,6 +432,22 @@ def telemetry_from_steps(steps: pd.DataFrame, events: list[dict[str, Any]], peri
     return telemetry_frame(rows)
 
 
+def align_nodes(tel: pd.DataFrame, period_s: float) -> pd.DataFrame:
+    """Telemetry of several nodes on one time grid. Each node's sampler has its own phase
+    (``t_s`` = its read time since the shared t0), so a job-level sum per ``t_s``
+    (``telemetry.job_series``) would add up one node at a time. Each sample goes to the
+    nearest multiple of the period (it moves by half a period at most), one per node, GPU and
+    slot (the last), and only slots that every node's GPUs sampled are kept (a node starts
+    and stops sampling a little before or after the others). One node: unchanged."""
+    tel = tel.sort_values(["t_s", "node", "gpu"])
+    if tel["node"].nunique() < 2:
+        return tel
+    out = tel.assign(t_s=(tel["t_s"] / period_s).round() * period_s)
+    out = out.drop_duplicates(["t_s", "node", "gpu"], keep="last")
+    n_gpus = len(out[["node", "gpu"]].drop_duplicates())
+    return out[out.groupby("t_s")["gpu"].transform("size") == n_gpus].reset_index(drop=True)
+
+
 # ---- the run ------------------------------------------------------------------------------------
 def _scontrol_field(kind: str, name: str, key: str) -> str:
     out = subprocess.run(["scontrol", "show", kind, "-o", name], capture_output=True, text=True, check=True).stdout
@@ -469,13 +485,14 @@ def rendezvous_endpoint(first_node: str) -> str:
 
 
 def node_agent_command(spec_path: Path, outdir: Path, t0: float, nnodes: int, rdzv: str,
-                       gpus_per_node: int | None = None) -> list[str]:
+                       gpus_per_node: int | None = None, what: str = "node") -> list[str]:
     """One srun step, one task (node agent) per node. Without ``--exact`` a step gets all the
     job's CPUs and memory on each node (srun(1)); ``--gpus-per-node`` names the GPUs each
-    node's agent gets (omitted: the job's, SLURM's default for a step's GRES)."""
+    node's agent gets (omitted: the job's, SLURM's default for a step's GRES). ``what``: node
+    (a run at one cap, ``run_node``) or sweep-node (``sweep.real.run_sweep_node``)."""
     gpus = [f"--gpus-per-node={gpus_per_node}"] if gpus_per_node else []
     return ["srun", f"--nodes={nnodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *gpus,
-            sys.executable, "-m", "wattflex.runs.real_run", "node", str(spec_path), str(outdir),
+            sys.executable, "-m", "wattflex.runs.real_run", what, str(spec_path), str(outdir),
             "--t0", repr(t0), "--rdzv", rdzv]
 
 
@@ -521,7 +538,7 @@ def assemble(spec: dict[str, Any], outdir: Path, opts: RunOptions, nodes: list[d
     steps = read_parquet(outdir / STEPS_FILE)
     parts = [outdir / NODE_DIR.format(rank=n["node_rank"]) / "telemetry.parquet" for n in nodes]
     if all(p.is_file() for p in parts):
-        tel = pd.concat([read_parquet(p) for p in parts], ignore_index=True).sort_values(["t_s", "node", "gpu"])
+        tel = align_nodes(pd.concat([read_parquet(p) for p in parts], ignore_index=True), opts.sampler_period_s)
         source = "nvml"
     else:
         end_s = max(float(steps["t_end_s"].max()) if len(steps) else 0.0, time.time() - t0)
@@ -555,9 +572,9 @@ def assemble(spec: dict[str, Any], outdir: Path, opts: RunOptions, nodes: list[d
 
 
 def _node_main(argv: list[str] | None = None) -> int:
-    """``python -m wattflex.runs.real_run node SPEC OUTDIR --t0 T --rdzv HOST:PORT`` (srun agent)."""
-    p = argparse.ArgumentParser(prog="python -m wattflex.runs.real_run node")
-    p.add_argument("what", choices=["node"])
+    """``python -m wattflex.runs.real_run node|sweep-node SPEC OUTDIR --t0 T --rdzv HOST:PORT`` (srun agent)."""
+    p = argparse.ArgumentParser(prog="python -m wattflex.runs.real_run")
+    p.add_argument("what", choices=["node", "sweep-node"])
     p.add_argument("spec")
     p.add_argument("outdir")
     p.add_argument("--t0", type=float, required=True)
@@ -565,7 +582,13 @@ def _node_main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     spec = json.loads(Path(a.spec).read_text())
-    run_node(spec, Path(a.outdir), a.t0, int(os.environ.get("SLURM_NODEID", "0")), a.rdzv)
+    node_rank = int(os.environ.get("SLURM_NODEID", "0"))
+    if a.what == "sweep-node":
+        from wattflex.runs.sweep.real import run_sweep_node     # the sweep's modules only for a sweep
+
+        run_sweep_node(spec, Path(a.outdir), a.t0, node_rank, a.rdzv)
+    else:
+        run_node(spec, Path(a.outdir), a.t0, node_rank, a.rdzv)
     return 0
 
 

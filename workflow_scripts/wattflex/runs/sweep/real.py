@@ -6,27 +6,52 @@ sampler and the trainer's live step log (``steps.live.csv``); ``GpuSet`` makes a
 GPUs one device. The controller's ``restored_on_exit`` runs inside ``caps.CapGuard``, which
 adds the state file for restores after a SIGKILL. Never fingerprinted
 (``wattflex.fingerprint.REAL_BACKEND``), and never imported by the emulated sweep.
+
+Across nodes (``nnodes > 1``) the controller runs where the rule runs (the batch script, on
+the allocation's first node) and one node agent per node (``run_sweep_node``, one ``srun``
+task each, as ``real_run`` starts them) owns that node's GPUs. The channel is the run
+directory, which every node sees (it is on the shared filesystem the workflow needs anyway):
+the controller writes each command, numbered, to ``CAP_FILE``; each agent polls it, sets the
+cap (or restores) and acknowledges in its node directory (``ACK_FILE``), and publishes its
+telemetry so far every sampler period (``LIVE_TELEMETRY_FILE``), which the controller merges
+on one time grid (``real_run.align_nodes``). ``NodeAgents`` is the controller's side: one
+``CapDevice`` whose ``set_cap`` returns once every node has set the cap. Every agent restores
+its GPUs on each of its exit paths (``caps.CapGuard``: normal end, error, SIGTERM from srun
+when the controller or another node fails, ``--kill-on-bad-exit``); SIGKILL leaves the state
+file for the epilog. Files rather than sockets: nothing to bind or reach between nodes, a
+command is never lost when an agent is slow to poll, and a cap change is a few per run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import json
+import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import pandas as pd
 
 from wattflex.runs.devices.base import check_cap
 from wattflex.runs.devices.caps import CapError, CapGuard, restore_each
-from wattflex.runs.real_run import NodeSetup, RunOptions, assemble, start_training, terminate, training_error, utc_now
+from wattflex.provenance import read_json
+from wattflex.runs.real_run import (NODE_DIR, NodeSetup, RunOptions, _node_hosts, align_nodes, assemble,
+                                    gpus_per_node, node_agent_command, rendezvous_endpoint, start_training, terminate,
+                                    training_error, utc_now)
 from wattflex.runs.runner import atomic_run_dir
 from wattflex.runs.sweep.algorithm import CapDevice, run_controller, separate_sweep_seconds, sweep_record
 from wattflex.runs.training.config import TrainConfig
 from wattflex.telemetry import job_series
 
 STOP_GRACE_S = 300.0  # a stop waits for the current step, or an eval/checkpoint in progress
+CAP_FILE = ".sweep_cap.json"                  # the controller's latest command to the node agents
+ACK_FILE = "cap_ack.json"                     # in each node directory: the last command carried out
+LIVE_TELEMETRY_FILE = "telemetry.live.parquet"  # in each node directory: the node's samples so far
+AGENT_POLL_S = 0.1       # how often an agent looks for a command: a cap change waits at most this
+ACK_TIMEOUT_S = 120.0    # NVML sets a cap in ms; a cap_command (sudo, a site tool) may take seconds
 
 
 class GpuSet:
@@ -142,6 +167,183 @@ class _Training:
             raise training_error(rc, self.log_path)
 
 
+def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(doc))
+    tmp.replace(path)
+
+
+def _read_doc(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+class NodeAgents:
+    """The controller's view of a multi-node sweep's node agents: their GPUs as one
+    ``CapDevice`` (``set_cap`` returns once every node acknowledged, with the lowest enforced
+    limit; ``restore`` asks each to restore now) and their merged live telemetry. ``alive()``
+    says the agents still run (srun has not ended): a command to agents that have ended is not
+    waited for (a restore: they restored on their way out; a cap: an error)."""
+
+    def __init__(self, outdir: Path, nnodes: int, period_s: float, alive: Callable[[], bool],
+                 timeout_s: float = ACK_TIMEOUT_S, poll_s: float = 0.05) -> None:
+        self.outdir, self.nnodes, self.period_s, self.alive = Path(outdir), nnodes, period_s, alive
+        self.timeout_s, self.poll_s, self.seq = timeout_s, poll_s, 0
+
+    def node_file(self, rank: int, name: str) -> Path:
+        return self.outdir / NODE_DIR.format(rank=rank) / name
+
+    def command(self, **cmd: Any) -> list[dict[str, Any]] | None:
+        """Send ``cmd`` to every agent and wait for all acknowledgements (None: the agents ended)."""
+        self.seq += 1
+        _write_atomic(self.outdir / CAP_FILE, {"seq": self.seq, **cmd})
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            acks = [_read_doc(self.node_file(r, ACK_FILE)) for r in range(self.nnodes)]
+            if all(a is not None and a["seq"] >= self.seq for a in acks):
+                break
+            if not self.alive():
+                return None
+            if time.monotonic() > deadline:
+                late = [r for r, a in enumerate(acks) if a is None or a["seq"] < self.seq]
+                raise CapError(f"node(s) {late} did not carry out {cmd} within {self.timeout_s:g} s")
+            time.sleep(self.poll_s)
+        errors = [f"node {r}: {a['error']}" for r, a in enumerate(acks) if a.get("error")]
+        if errors:
+            raise CapError("; ".join(errors))
+        return acks
+
+    def set_cap(self, cap_w: float) -> float:
+        acks = self.command(cap_w=float(cap_w))
+        if acks is None:
+            raise CapError(f"the node agents ended before the cap {cap_w:g} W was set")
+        return min(float(a["enforced_w"]) for a in acks)
+
+    def restore(self) -> None:
+        self.command(restore=True)
+
+    def series(self) -> pd.DataFrame:
+        """The job-level series so far: every node's samples on one grid, complete samples only."""
+        parts = []
+        for r in range(self.nnodes):
+            with contextlib.suppress(FileNotFoundError, OSError, ValueError):
+                parts.append(pd.read_parquet(self.node_file(r, LIVE_TELEMETRY_FILE)))
+        if len(parts) < self.nnodes or any(p.empty for p in parts):
+            return job_series(pd.DataFrame(columns=["t_s", "node", "gpu", "power_w"]))
+        tel = pd.concat(parts, ignore_index=True)
+        n_gpus = len(tel[["node", "gpu"]].drop_duplicates())
+        s = job_series(align_nodes(tel, self.period_s))
+        return s[s["n_gpus"] == n_gpus].reset_index(drop=True)
+
+
+def run_sweep_node(spec: dict[str, Any], outdir: Path, t0: float, node_rank: int, rdzv: str) -> None:
+    """One node of a multi-node sweep (an srun task): its GPUs capped at the lowest cap, sampled,
+    its torchrun share started; then each command of the controller carried out and
+    acknowledged, and the node's telemetry published every sampler period, until training
+    ends; its GPUs restored on every exit path; its facts and telemetry in its node directory."""
+    opts = RunOptions.from_spec(spec)
+    caps, train_spec = _grid(spec)
+    node = NodeSetup.open(spec, outdir, opts, t0, node_rank, rdzv, train_spec=train_spec)
+    _check_grid(node.gpus, caps)
+    with _capped_training(node, caps[0]) as (sampler, proc):
+        _follow_commands(outdir / CAP_FILE, node.node_dir, GpuSet(node.gpus), sampler, proc, opts.sampler_period_s)
+        if proc.wait() != 0:
+            raise training_error(proc.returncode, node.log_path)
+
+
+@contextlib.contextmanager
+def _capped_training(node: NodeSetup, cap_w: float) -> Iterator[tuple[Any, Any]]:
+    """A sweep's training on this node: its GPUs at ``cap_w`` (the lowest cap, where the
+    staircase starts, so warm-up lands there too) inside ``caps.CapGuard``, the sampler and
+    torchrun started; yields (sampler, torchrun process); training stopped, sampler stopped
+    and caps restored however the block ends; then the node's facts and telemetry written."""
+    opts = node.opts
+    guard = CapGuard(node.gpus, cap_w, opts.cap_control, opts.state_dir, opts.cap_command)
+    with guard:
+        node.facts["gpus_after_set"] = [g.describe() for g in node.gpus]
+        sampler = node.sampler().start()
+        proc = None
+        try:
+            proc = start_training(node.cmd, node.log_path, node.env)
+            yield sampler, proc
+        finally:
+            if proc is not None:
+                terminate(proc)
+            sampler.stop()
+        node.facts["gpus_before_restore"] = [g.describe() for g in node.gpus]
+    node.finish(guard, sampler)
+
+
+def _follow_commands(cap_file: Path, node_dir: Path, gpus: GpuSet, sampler: Any, proc: Any, period_s: float) -> None:
+    """The agent's loop while its training runs: commands in, acknowledgements and telemetry out."""
+    seq, next_publish = 0, 0.0
+    while proc.poll() is None:
+        cmd = _read_doc(cap_file)
+        if cmd is not None and cmd["seq"] > seq:
+            seq = cmd["seq"]
+            try:
+                if cmd.get("restore"):
+                    enforced = None
+                    gpus.restore()
+                else:
+                    enforced = gpus.set_cap(float(cmd["cap_w"]))
+            except Exception as exc:
+                _write_atomic(node_dir / ACK_FILE, {"seq": seq, "enforced_w": None, "error": f"{type(exc).__name__}: {exc}"})
+                raise
+            _write_atomic(node_dir / ACK_FILE, {"seq": seq, "enforced_w": enforced, "error": None})
+        if time.monotonic() >= next_publish:
+            tmp = node_dir / f"{LIVE_TELEMETRY_FILE}.tmp"
+            sampler.frame().to_parquet(tmp)
+            tmp.replace(node_dir / LIVE_TELEMETRY_FILE)
+            next_publish = time.monotonic() + period_s
+        time.sleep(AGENT_POLL_S)
+
+
+def _grid(spec: dict[str, Any]) -> tuple[list[float], dict[str, Any]]:
+    """The cap grid, lowest first, and the training spec: training may run as long as the
+    separate sweep would; the controller stops it sooner."""
+    separate_s = separate_sweep_seconds(spec)
+    return (sorted(float(c) for c in spec["caps"]),
+            {**spec, "run": {**spec.get("run", {}), "duration_s": separate_s}})
+
+
+def _check_grid(gpus: Sequence[Any], caps: list[float]) -> None:
+    if not gpus:
+        raise RuntimeError("no NVML GPU to sweep")
+    for gpu in gpus:                                        # refuse a bad grid before any cap
+        for cap in caps:
+            check_cap(gpu, cap)
+
+
+def _run_multi_node_sweep(spec: dict[str, Any], outdir: Path, opts: RunOptions, caps: list[float],
+                          separate_s: float, start_utc: str, t0: float) -> None:
+    """The controller of a sweep across ``opts.nnodes`` nodes (inside their SLURM allocation)."""
+    hosts = _node_hosts()
+    if len(hosts) < opts.nnodes:
+        raise RuntimeError(f"cuda.nnodes is {opts.nnodes} but the SLURM allocation has {len(hosts)} node(s)")
+    spec_path = outdir / "spec.json"
+    spec_path.write_text(json.dumps(spec, indent=2, default=str))
+    cmd = node_agent_command(spec_path, outdir, t0, opts.nnodes, rendezvous_endpoint(hosts[0]),
+                             gpus_per_node(spec, opts.nnodes), what="sweep-node")
+    log_path = outdir / "nodes.log"
+    proc = start_training(cmd, log_path)
+    try:
+        training = _Training(proc, log_path, outdir)
+        agents = NodeAgents(outdir, opts.nnodes, opts.sampler_period_s, alive=lambda: proc.poll() is None)
+        training.wait_first_step(separate_s, opts.sampler_period_s)
+        run = PollingRun(agents, agents.series, training.steps, training.request_stop, max_duration_s=separate_s,
+                         poll_s=opts.sampler_period_s, t0=t0, clock=time.time, ended=training.ended)
+        result = run_controller(run, spec, caps, separate_s)
+        training.finish()
+    finally:
+        terminate(proc)
+    nodes = [read_json(outdir / NODE_DIR.format(rank=r) / "node.json")["node"] for r in range(opts.nnodes)]
+    assemble(spec, outdir, opts, nodes, t0, start_utc, utc_now(), extra=sweep_record(spec, result))
+    (outdir / CAP_FILE).unlink(missing_ok=True)
+
+
 def run_real_sweep(spec: dict[str, Any], outdir: str | Path) -> None:
     """``backend: cuda``: one real training run (torchrun, as ``real_run``) whose NVML GPUs the
     controller steps through the cap grid, reading the sampler's telemetry and the trainer's
@@ -150,8 +352,9 @@ def run_real_sweep(spec: dict[str, Any], outdir: str | Path) -> None:
     the original limits come back on every exit path. Writes telemetry.parquet,
     steps.parquet, run.json (real_run's record + the controller's) and train.log.
 
-    Needs caps that can change (``cuda.cap_control: nvml | command``), the NVML sampler
-    (``cuda.sampler: true``) and one node (``nnodes: 1``)."""
+    Needs caps that can change (``cuda.cap_control: nvml | command``) and the NVML sampler
+    (``cuda.sampler: true``). ``nnodes > 1``: one node agent per node (``run_sweep_node``)
+    steered through the run directory (module docstring)."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     opts = RunOptions.from_spec(spec)
@@ -159,48 +362,28 @@ def run_real_sweep(spec: dict[str, Any], outdir: str | Path) -> None:
         raise ValueError(f"sweep: {spec['sweep']} on the cuda backend steps the GPUs' power caps and reads "
                          f"their power: it needs cuda.cap_control nvml or command (got {opts.cap_control}) "
                          f"and cuda.sampler: true (got {opts.sampler}); use sweep: separate otherwise")
-    if opts.nnodes != 1:
-        raise NotImplementedError(f"sweep: {spec['sweep']} on the cuda backend runs on one node "
-                                  f"(nnodes {opts.nnodes}); use sweep: separate for multi-node jobs")
-    caps = sorted(float(c) for c in spec["caps"])
+    caps, train_spec = _grid(spec)
     separate_s = separate_sweep_seconds(spec)
-    # Training may run as long as the separate sweep would; the controller stops it sooner.
-    train_spec = {**spec, "run": {**spec.get("run", {}), "duration_s": separate_s}}
     TrainConfig.from_spec(train_spec, outdir).validate()       # missing model/data: fail before any cap
     start_utc, t0 = utc_now(), time.time()
+    if opts.nnodes > 1:
+        return _run_multi_node_sweep(spec, outdir, opts, caps, separate_s, start_utc, t0)
     node = NodeSetup.open(spec, outdir, opts, t0, train_spec=train_spec)
-    if not node.gpus:
-        raise RuntimeError("no NVML GPU to sweep")
-    for gpu in node.gpus:                                        # refuse a bad grid before any cap
-        for cap in caps:
-            check_cap(gpu, cap)
+    _check_grid(node.gpus, caps)
     n_gpus = len(node.gpus)
-    # The guard sets the lowest cap, where the staircase starts (so warm-up lands there too).
-    guard = CapGuard(node.gpus, caps[0], opts.cap_control, opts.state_dir, opts.cap_command)
-    with guard:
-        node.facts["gpus_after_set"] = [g.describe() for g in node.gpus]
-        sampler = node.sampler().start()
-        proc = None
-        try:
-            proc = start_training(node.cmd, node.log_path, node.env)
-            training = _Training(proc, node.log_path, outdir)
-            training.wait_first_step(separate_s, opts.sampler_period_s)
+    with _capped_training(node, caps[0]) as (sampler, proc):
+        training = _Training(proc, node.log_path, outdir)
+        training.wait_first_step(separate_s, opts.sampler_period_s)
 
-            def series() -> pd.DataFrame:
-                s = job_series(sampler.frame())
-                return s[s["n_gpus"] == n_gpus].reset_index(drop=True)  # not a sample read half-way
+        def series() -> pd.DataFrame:
+            s = job_series(sampler.frame())
+            return s[s["n_gpus"] == n_gpus].reset_index(drop=True)  # not a sample read half-way
 
-            run = PollingRun(GpuSet(node.gpus), series, training.steps, training.request_stop,
-                             max_duration_s=separate_s, poll_s=opts.sampler_period_s, t0=t0, clock=time.time,
-                             ended=training.ended)
-            result = run_controller(run, spec, caps, separate_s)
-            training.finish()
-        finally:
-            if proc is not None:
-                terminate(proc)
-            sampler.stop()
-        node.facts["gpus_before_restore"] = [g.describe() for g in node.gpus]
-    node.finish(guard, sampler)
+        run = PollingRun(GpuSet(node.gpus), series, training.steps, training.request_stop,
+                         max_duration_s=separate_s, poll_s=opts.sampler_period_s, t0=t0, clock=time.time,
+                         ended=training.ended)
+        result = run_controller(run, spec, caps, separate_s)
+        training.finish()
     assemble(spec, outdir, opts, [node.facts], t0, start_utc, utc_now(), extra=sweep_record(spec, result))
 
 
