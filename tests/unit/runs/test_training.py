@@ -121,6 +121,10 @@ def test_eval_and_checkpoint_events_and_grad_checkpointing(tmp_path):
     assert ev["after_step"] == 1 and math.isfinite(ev["loss"]) and ev["t_end_s"] > ev["t_start_s"]
     assert ck["t_start_s"] >= ev["t_end_s"] and Path(ck["path"]).is_dir()
     assert any(Path(ck["path"]).iterdir())
+    assert ck["async"] and ck["written_s"] >= ck["t_start_s"]
+    assert ck["bytes"] == sum(f.stat().st_size for f in Path(ck["path"]).iterdir())
+    timings = read_json(tmp_path / ".training.json")["training"]["timings"]
+    assert 0 <= timings["init_process_group_s"] <= timings["build_s"] <= timings["loop_start_s"] <= timings["first_step_s"]
     # the step after an event is timed from the event's end, not across it
     assert steps["t_end_s"].iloc[1] - steps["step_time_s"].iloc[1] == pytest.approx(ck["t_end_s"], abs=1e-6)
 
@@ -192,6 +196,7 @@ def test_token_ids_outside_the_vocabulary_fail_clearly(tmp_path):
     ({"task": "sft"}, ValueError, "task 'sft'"),
     ({"model_facts": {"hf_model_type": "bert"}}, ValueError, "hf_model_type 'bert' cannot be built"),
     ({"precision": "fp8"}, ValueError, "cuda.precision"),
+    ({"dist_timeout_s": 0.0}, ValueError, "cuda.dist_timeout_s 0.0: must be > 0 seconds"),
 ])
 def test_missing_model_or_data_fails_fast_with_a_clear_message(change, error, match, tmp_path):
     with pytest.raises(error, match=match):
@@ -210,8 +215,11 @@ def test_config_from_spec_and_json_roundtrip(tmp_path):
     spec = {"seed": 5, "group": {"task": "lora", "seq_len": 64, "batch": 3, "lora_rank": 16, "compile": True,
                                  "grad_checkpointing": True},
             "model_facts": CATALOG["gpt-oss-20b"], "run": {"duration_s": 30, "eval_at_s": 10, "checkpoint_at_s": None},
-            "cuda": {"device": "cpu", "tiny": True, "max_steps": 7, "lr": 1e-3}}
+            "cuda": {"device": "cpu", "tiny": True, "max_steps": 7, "lr": 1e-3, "checkpoint_async": False,
+                     "dist_timeout_s": 3600}}
     cfg = TrainConfig.from_spec(spec, tmp_path)
+    assert (cfg.checkpoint_async, cfg.dist_timeout_s) == (False, 3600.0)
+    assert TrainConfig.from_spec({**spec, "cuda": {}}, tmp_path).checkpoint_async      # async by default
     assert (cfg.task, cfg.seq_len, cfg.batch, cfg.lora_rank, cfg.compile, cfg.max_steps, cfg.seed) == \
         ("lora", 64, 3, 16, True, 7, 5)
     assert cfg.checkpoint_at_s is None and cfg.eval_at_s == 10 and cfg.architecture == "moe"
@@ -262,3 +270,6 @@ def test_torchrun_two_process_gloo(model, task, parallel, tmp_path):
     facts = json.loads((tmp_path / ".training.json").read_text())["training"]
     assert facts["world_size"] == 2 and facts["parallel"] == parallel
     assert [e["event"] for e in facts["events"]] == ["eval", "checkpoint"]
+    ck = facts["events"][1]
+    assert ck["async"] and ck["bytes"] > 0 and not Path(ck["path"]).exists()   # written, summed, removed
+    assert facts["sharded_build"] == (parallel == "fsdp")

@@ -6,16 +6,13 @@ Real torch, transformers and gloo throughout: tiny random-init MoE models (hidde
 
 import json
 import math
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
+from tests.unit.runs.training_helpers import run_probe, torchrun
 from wattflex.provenance import read_parquet
 from wattflex.runs.training import TrainConfig, models, train
 from wattflex.runs.training import parallel as par
@@ -33,13 +30,7 @@ def tiny_cfg(model: str, outdir, **kw) -> TrainConfig:
     return TrainConfig(**base)
 
 
-def torchrun(args: list[str], nproc: int) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts"), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc-per-node={nproc}", *args], capture_output=True, text=True, env=env, timeout=300)
-
-
-def train_torchrun(cfg: TrainConfig, nproc: int = 2) -> subprocess.CompletedProcess:
+def train_torchrun(cfg: TrainConfig, nproc: int = 2):
     Path(cfg.outdir).mkdir(parents=True, exist_ok=True)
     path = Path(cfg.outdir) / "cfg.json"
     cfg.to_json(path)
@@ -111,17 +102,7 @@ def test_ep_1_run_records_no_expert_parallelism(tmp_path):
 # ---- real multi-process runs (gloo) -------------------------------------------------------------
 # Each rank builds the harness's model, then reports what it holds and computes: its slice of the
 # expert weights against an unsharded reference from the same seed, and the loss of one batch.
-PROBE = textwrap.dedent("""
-    import json, sys, torch
-    from wattflex.runs.training import loop, models
-    from wattflex.runs.training.config import TrainConfig
-    torch.set_num_threads(1)
-    cfg = TrainConfig.from_json(sys.argv[1])
-    dist = loop.init_distributed(cfg)
-    model, info = loop.prepare_model(cfg, dist)
-    torch.manual_seed(cfg.seed)
-    ref = models.build_model(cfg, torch.float32, ep=cfg.ep)
-    ref_params = dict(ref.named_parameters())
+PROBE = """
     out = {"info": {k: info[k] for k in ("ep_used", "ep_requested", "parallel")}, "experts": {}}
     for name, p in model.named_parameters():
         if ".mlp.experts." in name:
@@ -137,7 +118,7 @@ PROBE = textwrap.dedent("""
         out["loss"], out["ref_loss"] = float(model(input_ids=x, labels=x).loss), float(ref(input_ids=x, labels=x).loss)
     open(f"{cfg.outdir}/probe{dist.rank}.json", "w").write(json.dumps(out))
     torch.distributed.destroy_process_group()
-""")
+"""
 
 
 @pytest.mark.slow
@@ -148,13 +129,7 @@ def test_ep2_each_rank_holds_and_runs_half_the_experts(source, tmp_path):
         torch.manual_seed(1)
         models.build_model(tiny_cfg(QWEN_MOE, tmp_path), torch.float32).save_pretrained(tmp_path / "model")
         kw = {"tiny": False, "model_path": str(tmp_path / "model")}
-    cfg = tiny_cfg(QWEN_MOE, tmp_path, ep=2, **kw)
-    cfg.to_json(tmp_path / "cfg.json")
-    (tmp_path / "probe.py").write_text(PROBE)
-    r = torchrun([str(tmp_path / "probe.py"), str(tmp_path / "cfg.json")], 2)
-    assert r.returncode == 0, r.stderr[-3000:]
-    for rank in (0, 1):
-        probe = json.loads((tmp_path / f"probe{rank}.json").read_text())
+    for probe in run_probe(PROBE, tiny_cfg(QWEN_MOE, tmp_path, ep=2, **kw), tmp_path):
         assert probe["info"] == {"ep_used": 2, "ep_requested": 2, "parallel": "fsdp"}
         assert len(probe["experts"]) == 4                           # gate_up_proj + down_proj, 2 layers
         for name, e in probe["experts"].items():

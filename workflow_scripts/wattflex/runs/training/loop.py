@@ -229,6 +229,7 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     clock = StartupClock(t0)
     dist = init_distributed(cfg)
     clock.mark("init_process_group")
+    rss_before_build = peak_rss_bytes()
     model, info = prepare_model(cfg, dist, clock)
     rss_after_build = peak_rss_bytes()
     vocab = int(info["hf_config"]["vocab_size"])
@@ -312,7 +313,7 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     for save in saves:
         ckpt.finish(save, dist.rank, dist.world, cfg.keep_checkpoint, ckpt_group)
     info["timings"] = {**clock.marks, "loop_start_s": t_loop - t0}
-    info["peak_rss_bytes_per_rank"] = _gather_ints([rss_after_build, peak_rss_bytes()], dist)
+    info["peak_rss_bytes_per_rank"] = _gather_peaks([rss_before_build, rss_after_build, peak_rss_bytes()], dist)
     steps = pd.DataFrame(rows)
     if dist.rank == 0:
         _write_outputs(cfg, steps, events, info, dist, t0, t_loop)
@@ -327,13 +328,13 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _gather_ints(values: list[int], dist: Dist) -> list[dict[str, int]]:
-    """Every rank's (after build, whole run) peak RSS, in rank order, on every rank."""
+def _gather_peaks(values: list[int], dist: Dist) -> list[dict[str, int]]:
+    """Every rank's peak RSS (before the model build, after it, whole run), in rank order."""
     per_rank = [values]
     if dist.active:
         per_rank = [None] * dist.world
         torch.distributed.all_gather_object(per_rank, values)
-    return [{"rank": r, "after_build": v[0], "run": v[1]} for r, v in enumerate(per_rank)]
+    return [{"rank": r, "before_build": v[0], "after_build": v[1], "run": v[2]} for r, v in enumerate(per_rank)]
 
 
 def _write_outputs(cfg: TrainConfig, steps: pd.DataFrame, events: list, info: dict, dist: Dist,
