@@ -337,16 +337,34 @@ def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> p
     return pd.read_parquet(path, columns=columns)
 
 
-def json_file(obj: dict[str, Any], path: str | os.PathLike, prov: dict[str, Any] | None = None) -> tuple[str | os.PathLike, Any]:
-    """``(path, write)`` of a JSON artifact, for :func:`write_together`."""
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every non-finite float (NaN, inf) as None: strict JSON parsers reject
+    Python's ``NaN``, and an undefined statistic is null (its reason beside it)."""
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if type(obj).__module__ == "numpy" and hasattr(obj, "item"):
+        return json_safe(obj.item()) if getattr(obj, "ndim", 0) == 0 else json_safe(obj.tolist())
+    return obj
+
+
+def json_file(obj: dict[str, Any], path: str | os.PathLike, prov: dict[str, Any] | None = None,
+              strict: bool = False) -> tuple[str | os.PathLike, Any]:
+    """``(path, write)`` of a JSON artifact, for :func:`write_together`. ``strict``: NaN and
+    inf as null (:func:`json_safe`), what the commands' statistics files are; run records and
+    summaries keep NaN, which their readers (pandas frames of them) take as missing values."""
     check_writable(path)
     doc = {"schema_version": SCHEMA_VERSION, **obj, "provenance": prov or provenance()}
-    text = json.dumps(doc, indent=2, default=_json_default) + "\n"
+    text = json.dumps(json_safe(doc) if strict else doc, indent=2, default=_json_default, allow_nan=not strict) + "\n"
     return path, lambda tmp: Path(tmp).write_text(text)
 
 
-def write_json(obj: dict[str, Any], path: str | os.PathLike, prov: dict[str, Any] | None = None) -> None:
-    write_together([json_file(obj, path, prov)])
+def write_json(obj: dict[str, Any], path: str | os.PathLike, prov: dict[str, Any] | None = None,
+               strict: bool = False) -> None:
+    write_together([json_file(obj, path, prov, strict=strict)])
 
 
 def read_json(path: str | os.PathLike) -> dict[str, Any]:

@@ -150,3 +150,52 @@ def test_cli_stats_missing_column_is_a_one_line_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "missing column" in err and "pfi_ratio" in err and "Traceback" not in err
     assert main(["stats", str(tmp_path / "nope.csv")]) == 2
+
+
+# ---- issue 27 §3: undefined statistics are null with a reason, never NaN or SciPy warnings ----
+
+def _strict(text: str):
+    def refuse(constant):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_all_tied_values_give_null_statistics_with_a_reason():
+    import warnings
+
+    df = pd.DataFrame({"cluster": ["dense", "dense", "moe-pt", "moe-pt", "moe-ft", "moe-ft"], "pfi_ratio": [1.0] * 6})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a SciPy RuntimeWarning fails the test
+        result = kruskal_dunn(df)
+    kw = result["kruskal"]
+    assert kw["H"] is None and kw["p"] is None
+    assert kw["note"] == "undefined: all 6 values are equal (1), so ranks carry no information"
+    assert all(d["z"] is None and d["p_raw"] is None and d["p_holm"] is None and not d["significant"]
+               and d["note"] == kw["note"] for d in result["dunn"])
+
+
+def test_stats_json_is_strict_json_on_tied_values(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[3]
+    (tmp_path / "t.csv").write_text("group,cluster,pfi_ratio\n" + "".join(
+        f"g{i},{c},1.0\n" for i, c in enumerate(["dense", "dense", "moe-pt", "moe-pt", "moe-ft", "moe-ft"])))
+    env = {**os.environ, "PYTHONPATH": str(repo / "workflow_scripts")}
+    for extra in ([], ["-o", "out.json"]):
+        proc = subprocess.run([sys.executable, "-m", "wattflex.cli", "stats", "t.csv", *extra], cwd=tmp_path,
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0 and "Warning" not in proc.stderr, proc.stderr
+        doc = _strict(proc.stdout if not extra else (tmp_path / "out.json").read_text())
+        assert doc["kruskal"]["H"] is None and "all 6 values are equal" in doc["kruskal"]["note"]
+    assert "undefined: all 6 values are equal" in proc.stdout
+
+
+def test_json_safe_turns_non_finite_numbers_into_null():
+    from wattflex.provenance import json_safe
+
+    doc = {"a": float("nan"), "b": [np.float64("inf"), np.float32("nan"), 1.5], "c": {"d": -np.inf, "e": "x"},
+           "f": np.int64(3)}
+    assert json_safe(doc) == {"a": None, "b": [None, None, 1.5], "c": {"d": None, "e": "x"}, "f": 3}

@@ -11,6 +11,7 @@ ranks and therefore H, z and p.
 
 from __future__ import annotations
 
+import warnings
 from itertools import combinations
 from typing import Any, Sequence
 
@@ -73,6 +74,12 @@ def tied_values(df: pd.DataFrame, value_col: str, group_col: str) -> list[dict[s
     return out
 
 
+def _number(x: Any) -> float | None:
+    """A statistic as JSON has it: None where it is undefined (NaN), never NaN."""
+    x = float(x)
+    return x if np.isfinite(x) else None
+
+
 def kruskal_dunn(df: pd.DataFrame, value_col: str = "pfi_ratio", group_col: str = "cluster",
                  order: Sequence[str] | None = CLUSTER_ORDER, p_adjust: str = "holm",
                  alpha: float = 0.05) -> dict[str, Any]:
@@ -93,10 +100,16 @@ def kruskal_dunn(df: pd.DataFrame, value_col: str = "pfi_ratio", group_col: str 
     if len(names) < 2:
         raise ValueError(f"need at least 2 groups in {group_col!r}, found {names}")
     samples = [clean.loc[clean["group"] == g, "value"].to_numpy() for g in names]
-    h, p = kruskal(*samples)  # tie-corrected H
-
-    pvals = sp.posthoc_dunn(clean, val_col="value", group_col="group")
-    padj = sp.posthoc_dunn(clean, val_col="value", group_col="group", p_adjust=p_adjust)
+    # All values equal: ranks carry no information, and every statistic divides 0 by 0.
+    # Say so (null with a reason) rather than NaN and SciPy's RuntimeWarnings.
+    undefined = (f"undefined: all {len(clean)} values are equal ({clean['value'].iloc[0]:g}), so ranks "
+                 "carry no information" if clean["value"].nunique() == 1 else None)
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        h, p = kruskal(*samples)  # tie-corrected H
+        pvals = sp.posthoc_dunn(clean, val_col="value", group_col="group")
+        padj = sp.posthoc_dunn(clean, val_col="value", group_col="group", p_adjust=p_adjust)
+        z = {(a, b): dunn_z(clean["value"], clean["group"], a, b) for a, b in combinations(names, 2)}
     ranks = pd.Series(rankdata(clean["value"]), index=clean.index)
     sizes = clean.groupby("group")["value"].size()
     dunn = []
@@ -105,17 +118,17 @@ def kruskal_dunn(df: pd.DataFrame, value_col: str = "pfi_ratio", group_col: str 
             "a": a, "b": b, "n_a": int(sizes[a]), "n_b": int(sizes[b]),
             "mean_rank_a": float(ranks[clean["group"] == a].mean()),
             "mean_rank_b": float(ranks[clean["group"] == b].mean()),
-            "z": dunn_z(clean["value"], clean["group"], a, b),
-            "p_raw": float(pvals.loc[a, b]), "p_holm": float(padj.loc[a, b]),
+            "z": _number(z[a, b]), "p_raw": _number(pvals.loc[a, b]), "p_holm": _number(padj.loc[a, b]),
             "significant": bool(padj.loc[a, b] < alpha),
+            **({"note": undefined} if undefined else {}),
         })
     summary = [{"group": g, "n": int(s.size), "median": float(np.median(s)), "mean": float(np.mean(s)),
                 "min": float(np.min(s)), "max": float(np.max(s))} for g, s in zip(names, samples)]
     return {
         "value_col": value_col, "group_col": group_col, "p_adjust": p_adjust, "alpha": alpha,
         "n_dropped": int(len(df) - len(clean)),
-        "kruskal": {"H": float(h), "df": len(names) - 1, "p": float(p), "n": int(len(clean)),
-                    "groups": names},
+        "kruskal": {"H": _number(h), "df": len(names) - 1, "p": _number(p), "n": int(len(clean)),
+                    "groups": names, **({"note": undefined} if undefined else {})},
         "dunn": dunn,
         "groups": summary,
         "ties": tied_values(clean, "value", "group"),

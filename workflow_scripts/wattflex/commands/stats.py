@@ -48,10 +48,14 @@ def check_values(table, value_col: str, path: str, id_col: str = "group") -> Non
                             "(one row per group):\n" + "\n".join(lines))
 
 
+def _fmt(x: float | None, spec: str) -> str:
+    return "undefined" if x is None else format(x, spec)
+
+
 def run(args: argparse.Namespace) -> int:
     from wattflex.analysis.stats import kruskal_dunn
     from wattflex.ingest.reader import check_cells, read_typed_table
-    from wattflex.provenance import check_outputs, provenance, write_json
+    from wattflex.provenance import check_outputs, json_safe, provenance, write_json
 
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha {args.alpha:g} is not a significance level in (0, 1) (e.g. 0.05, not 5)")
@@ -64,16 +68,20 @@ def run(args: argparse.Namespace) -> int:
                           order=[o for o in args.order.split(",") if o], p_adjust=args.p_adjust, alpha=args.alpha)
     result["input"] = str(args.table)
     if not args.output:
-        json.dump(result, sys.stdout, indent=2)
+        json.dump(json_safe(result), sys.stdout, indent=2, allow_nan=False)
         print()
         return 0
     params = {k: v for k, v in vars(args).items() if not k.startswith("_")}
-    write_json(result, args.output, provenance(params=params, inputs=[args.table]))
+    write_json(result, args.output, provenance(params=params, inputs=[args.table]), strict=True)
     kw = result["kruskal"]
-    print(f"Kruskal-Wallis H = {kw['H']:.3f} (df {kw['df']}, n {kw['n']}), p = {kw['p']:.4g}")
-    for d in result["dunn"]:
-        print(f"  {d['a']} vs {d['b']} (n {d['n_a']}|{d['n_b']}): z = {d['z']:+.3f}, "
-              f"p = {d['p_raw']:.4g}, p_{args.p_adjust} = {d['p_holm']:.4g}{' *' if d['significant'] else ''}")
+    if kw["H"] is None:
+        print(f"Kruskal-Wallis (df {kw['df']}, n {kw['n']}): {kw.get('note', 'undefined')}")
+    else:
+        print(f"Kruskal-Wallis H = {kw['H']:.3f} (df {kw['df']}, n {kw['n']}), p = {kw['p']:.4g}")
+    for d in result["dunn"] if kw["H"] is not None else []:
+        print(f"  {d['a']} vs {d['b']} (n {d['n_a']}|{d['n_b']}): z = {_fmt(d['z'], '+.3f')}, "
+              f"p = {_fmt(d['p_raw'], '.4g')}, p_{args.p_adjust} = {_fmt(d['p_holm'], '.4g')}"
+              f"{' *' if d['significant'] else ''}")
     if any(t["across_groups"] for t in result["ties"]):
         print(f"  note: {len(result['ties'])} tied value(s), some across clusters (see 'ties')")
     print(f"wrote {args.output}")
