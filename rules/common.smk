@@ -208,7 +208,7 @@ if not config.get("run", {}).get("parallel_within_group", False):
 # Real runs of full-size models: each group's plan (wattflex.runs.plan; config.prepare has
 # refused groups that cannot fit), whose start-up (build or load, first step) and checkpoint
 # the SLURM time limit must hold. Resources only: no run's params depend on it.
-REAL_PLANS = ({p.group: p for p in plan_campaign(config, list(GROUPS.values()), int(SLURM["slurm_gpus_per_node"]))}
+REAL_PLANS = ({p.group: p for p in plan_campaign(config, list(GROUPS.values()))}
               if SOURCE == "generate" and plan_enforced(config) else {})
 
 

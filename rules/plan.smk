@@ -1,6 +1,7 @@
 # The memory and time plan of every group (wattflex.runs.plan; README "Resource plan"). A
 # real campaign whose groups cannot fit is refused when the config is read (wattflex.config
 # check_plan); the planned start-up is in each run's SLURM time limit (common.smk run_minutes).
+from wattflex.runs.plan import GROUP_KEYS as PLAN_GROUP_KEYS
 
 
 rule resource_plan:
@@ -9,10 +10,9 @@ rule resource_plan:
         **with_sidecars(table=f"{RESULTS}/tables/resource_plan.csv"),
     params:
         backend=config.get("backend", "emulated"),
-        groups=canonical(list(GROUPS.values())),
+        groups=canonical([{k: g[k] for k in PLAN_GROUP_KEYS if k in g} for g in GROUPS.values()]),
         catalog=canonical({g["model"]: config["_catalog"][g["model"]] for g in GROUPS.values()}),
         cuda=section("cuda"),
-        gpus_per_node=int(SLURM["slurm_gpus_per_node"]),
         checkpoint_at_s=config.get("run", {}).get("checkpoint_at_s", 1200.0),
         code=script_code("resource_plan"),
     log:

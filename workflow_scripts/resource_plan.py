@@ -8,11 +8,11 @@ from wattflex.smk import rule_logger
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 p = smk.params
-plans = plan_groups(p.groups, p.catalog, p.cuda, p.gpus_per_node, p.checkpoint_at_s)
+plans = plan_groups(p.groups, p.catalog, p.cuda, p.checkpoint_at_s)
 table = pd.DataFrame([plan.row() for plan in plans])
 binding = enforced({"backend": p.backend, "cuda": p.cuda})
 prov = provenance(params={"groups": p.groups, "catalog": p.catalog, "cuda": p.cuda,
-                          "gpus_per_node": p.gpus_per_node, "checkpoint_at_s": p.checkpoint_at_s},
+                          "checkpoint_at_s": p.checkpoint_at_s},
                   backend=p.backend)
 write_csv(table, smk.output.table, prov, backend=p.backend, enforced=binding,
           note="GiB per GPU, GB per node, seconds; fits is binding (refused at config time) for real "

@@ -191,7 +191,9 @@ def test_summary_protocol_reruns_summaries_and_everything_downstream_never_runs(
 
 def test_one_groups_run_config_reruns_exactly_its_runs(campaign):
     campaign.edit_config(lambda c: c["groups"][2].update(batch=8))  # moe-ft, four caps
-    assert campaign.plan() == {"run_at_cap": 4, SUMMARIZE["moe-ft-qwen30ba3b-x8"]: 1, **EVERYTHING_AFTER_SUMMARIES}
+    # and the resource plan, which reads a group's shape (not its caps: see the next test)
+    assert campaign.plan() == {"run_at_cap": 4, SUMMARIZE["moe-ft-qwen30ba3b-x8"]: 1, "resource_plan": 1,
+                               **EVERYTHING_AFTER_SUMMARIES}
 
 
 def test_adding_a_cap_runs_only_the_new_run(campaign):
@@ -203,7 +205,8 @@ def test_adding_a_cap_runs_only_the_new_run(campaign):
 def test_adding_a_group_runs_only_its_runs(campaign):
     campaign.edit_config(lambda c: c["groups"].append(
         {"id": "dense-ft-mistral24b-x8", "model": "Mistral-Small-24B-Base-2501", "task": "lora", "gpus": 8}))
-    assert campaign.plan() == {"run_at_cap": 4, "summaries_dense_ft_mistral24b_x8": 1, **EVERYTHING_AFTER_SUMMARIES}
+    assert campaign.plan() == {"run_at_cap": 4, "summaries_dense_ft_mistral24b_x8": 1, "resource_plan": 1,
+                               **EVERYTHING_AFTER_SUMMARIES}
 
 
 def test_scheduling_settings_rerun_nothing(campaign):

@@ -401,7 +401,7 @@ def check_config(cfg: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
              f"and cuda.sampler: true (is {opts.sampler})")
     if plan_enforced(cfg):
         # the resource plan (wattflex.runs.plan): what snakemake -n refuses, one entry per group
-        plans = plan_campaign(cfg, groups(cfg), int(cfg.get("slurm_gpus_per_node", 8)))
+        plans = plan_campaign(cfg, groups(cfg))
         out["needs"].append(PLAN_NEED)
         out["missing"] += [{"need": f"{PLAN_NEED}: group {p.group}", "detail": p.reason} for p in plans if not p.fits]
         out["plan"] = [p.row() for p in plans]

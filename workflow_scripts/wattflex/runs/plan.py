@@ -108,6 +108,10 @@ FS_GB_S = 2.0
 # layer (one graph serves every layer: inlined nn.Module parameters, torch >= 2.5) adds more.
 FIRST_STEP_S = {False: 60.0, True: 180.0}
 HOST_MEM_GB = 512.0         # profiles/slurm's run_at_cap mem_mb (512000): keep the two equal
+RANKS_PER_NODE = 8          # the harness's default torchrun layout (real_run.RunOptions): 8 GPUs a node
+# What the plan reads of a group (the rule's params: nothing else of a group reruns it).
+GROUP_KEYS = ("id", "model", "task", "gpus", "gpu", "seq_len", "batch", "ep", "compile", "grad_checkpointing",
+              "lora_rank", "precision")
 
 
 @dataclass(frozen=True)
@@ -290,7 +294,7 @@ class GroupPlan:
 
 
 def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | None = None,
-               gpus_per_node: int = 8, checkpoint_at_s: float | None = 1200.0) -> GroupPlan:
+               checkpoint_at_s: float | None = 1200.0) -> GroupPlan:
     """The plan of one resolved group (``wattflex.config.groups``) of catalogue model ``facts``
     (``checkpoint_at_s``: run.checkpoint_at_s; None: no checkpoint)."""
     cuda = cuda or {}
@@ -305,7 +309,8 @@ def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | 
     spec = gpu_spec(g["gpu"])
     avail = spec.hbm_gib * HBM_USABLE
     need = parts["total"] / GIB
-    ranks_per_node = min(gpus, int(cuda.get("nproc_per_node") or gpus_per_node))
+    # as the harness lays ranks out (real_run.RunOptions.from_spec): nproc_per_node, else 8 per node
+    ranks_per_node = min(gpus, int(cuda.get("nproc_per_node") or RANKS_PER_NODE))
     nodes = int(cuda.get("nnodes") or math.ceil(gpus / ranks_per_node))
     path = weights_path(cuda)
     sh = shape(facts, int(g.get("lora_rank", 32)) if task == "lora" else 0)
@@ -341,16 +346,16 @@ def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | 
 
 
 def plan_groups(groups: list[dict[str, Any]], catalog: dict[str, dict[str, Any]], cuda: dict[str, Any] | None,
-                gpus_per_node: int = 8, checkpoint_at_s: float | None = 1200.0) -> list[GroupPlan]:
+                checkpoint_at_s: float | None = 1200.0) -> list[GroupPlan]:
     """The plans of resolved groups (``wattflex.config.groups``), models from ``catalog``."""
-    return [plan_group(g, catalog[g["model"]], cuda, gpus_per_node, checkpoint_at_s) for g in groups]
+    return [plan_group(g, catalog[g["model"]], cuda, checkpoint_at_s) for g in groups]
 
 
-def plan_campaign(cfg: dict[str, Any], resolved: list[dict[str, Any]], gpus_per_node: int = 8) -> list[GroupPlan]:
+def plan_campaign(cfg: dict[str, Any], resolved: list[dict[str, Any]]) -> list[GroupPlan]:
     """The groups ``resolved`` (``wattflex.config.groups(cfg)``) of a prepared config ``cfg``
     (``_catalog`` attached), with its cuda section and run.checkpoint_at_s."""
     ckpt = (cfg.get("run") or {}).get("checkpoint_at_s", 1200.0)
-    return plan_groups(resolved, cfg["_catalog"], cfg.get("cuda"), gpus_per_node, ckpt)
+    return plan_groups(resolved, cfg["_catalog"], cfg.get("cuda"), ckpt)
 
 
 def refusals(plans: list[GroupPlan]) -> list[str]:
@@ -371,7 +376,7 @@ def check_plan(cfg: dict[str, Any], resolved: list[dict[str, Any]]) -> None:
     group, the resource and the numbers (``resolved``: ``wattflex.config.groups(cfg)``)."""
     if not enforced(cfg):
         return
-    short = refusals(plan_campaign(cfg, resolved, int(cfg.get("slurm_gpus_per_node", 8))))
+    short = refusals(plan_campaign(cfg, resolved))
     if short:
         raise ConfigError(
             f"config error at groups: {len(short)} group(s) cannot fit (wattflex.runs.plan, README \"Resource plan\"): "
