@@ -131,6 +131,15 @@ def test_capped_faster_reports_published_value_and_robust_pools():
     assert "capped_faster at cap_w 300" in row.notes
 
 
+def test_a_capped_point_as_fast_as_uncapped_is_excluded_not_capped_faster():
+    """Issue 27 §3: T_i == T_max is Eq. 1's own exclusion; only T_i > T_max is faster."""
+    row = one(sweep(caps=[200, 300, 400], power=[800, 1200, 1600], throughput=[50, 80, 80]))
+    assert row.status != "capped_faster" and "capped_faster" not in row.notes
+    assert "capped_faster" not in per_cap(row)[300]["flags"]
+    assert row.pfi_ratio == pytest.approx(0.5 / (1 - 50 / 80))  # the 300 W point has no term
+    assert "pfi_ratio: Eq. 1 excludes cap_w 300 (T == T_max)" in row.notes
+
+
 def test_capped_more_power():
     row = one(sweep(power=[800, 1700, 1600]))
     assert row.status == "capped_more_power"
@@ -167,7 +176,7 @@ def test_flat_throughput_with_binding_power_is_unbounded_not_inf():
     row = one(sweep(caps=[400, 500, 600, 700], power=[390, 480, 590, 650],
                     throughput=[100, 100, 100, 100], gpus=1))
     assert math.isnan(row.pfi_ratio)  # every term excluded (T == T_max): NaN, never inf
-    assert row.status == "capped_faster"
+    assert row.status == "no_throughput_loss"  # Eq. 1's exclusion, not faster (issue 27)
     assert row.robust_status == "no_throughput_loss" and math.isnan(row.pfi_robust)
     assert "no term left" in row.notes
 

@@ -63,8 +63,9 @@ Most severe first (``STATUSES``):
 - ``too_few_caps``: fewer than two caps, i.e. no capped point; every PFI is NaN.
 - ``missing_uncapped``: the group's highest cap is below the expected uncapped cap
   (``uncapped_cap_w``) or its highest-cap rows were invalid; the reference is a capped run.
-- ``capped_faster``: some capped point has ``T_i >= T_max``; its Eq. 1 term is negative
-  or excluded, so ``pfi_ratio`` is not meaningful.
+- ``capped_faster``: some capped point has ``T_i > T_max``; its Eq. 1 term is negative, so
+  ``pfi_ratio`` is not meaningful. A point with ``T_i == T_max`` is not flagged: Eq. 1
+  excludes it by definition (``notes`` say so).
 - ``capped_more_power``: some capped point has ``P_i >= P_max``; its numerator is <= 0.
 - ``nonbinding_cap``: some cap did not bind: realised per-GPU power more than
   ``power_tol`` below the cap AND throughput not significantly below ``T_max``.
@@ -426,6 +427,9 @@ def _analyse_group(group: Any, part: pd.DataFrame, s: _Settings) -> dict[str, An
     row["pfi_elasticity"] = pfi_elasticity(x.p, x.t)
     if x.capped.any() and not x.included.any():
         notes.append("pfi_ratio: every capped point has T == T_max exactly, no term left")
+    elif (x.capped & (x.t == x.t[ref])).any():
+        notes.append("pfi_ratio: Eq. 1 excludes cap_w " + ", ".join(
+            _fmt(c) for c in x.cap[x.capped & (x.t == x.t[ref])]) + " (T == T_max)")
     if np.ptp(x.p) == 0:
         notes.append("pfi_elasticity: all points at the same power, no fit")
 
@@ -437,7 +441,7 @@ def _analyse_group(group: Any, part: pd.DataFrame, s: _Settings) -> dict[str, An
     power_near_cap = x.p / x.gpus >= (1 - s.power_tol) * x.cap
     t_sig_below = x.t[ref] - x.t > noise_t
     flags = {
-        "capped_faster": x.capped & (x.t >= x.t[ref]),
+        "capped_faster": x.capped & (x.t > x.t[ref]),
         "capped_more_power": x.capped & (x.p >= x.p[ref]),
         "nonbinding_cap": x.capped & ~power_near_cap & ~t_sig_below,
         "ill_conditioned": x.included & (np.abs(x.t[ref] - x.t) <= noise_t),
