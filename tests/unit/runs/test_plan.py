@@ -195,3 +195,9 @@ def test_the_readmes_plan_table_and_refusal_are_the_codes():
     with pytest.raises(ConfigError) as err:
         prepare(_cuda_campaign({"random_init": True, "cap_control": "observe"}))
     assert str(err.value).startswith(quoted)
+
+
+def test_a_group_without_shape_keys_is_planned_with_the_harness_defaults():
+    bare = {"id": "g", "model": "Llama-3.1-70B", "task": "pt", "gpus": 8}
+    p = plan.plan_group(bare, LLAMA)
+    assert (p.seq_len, p.batch, p.gpu, p.grad_checkpointing, p.first_step_s) == (4096, 2, "H200", False, 60.0)

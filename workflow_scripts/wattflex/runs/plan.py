@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from wattflex.errors import ConfigError
-from wattflex.gpus import gpu_spec
+from wattflex.gpus import DEFAULT_GPU, gpu_spec
 from wattflex.runs.attention import catalog_attn_implementation
 
 GB = 1e9
@@ -304,9 +304,11 @@ def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | 
     ep = int(g.get("ep", 1)) if facts.get("experts") and task == "pt" else 1
     ckpt = bool(g.get("grad_checkpointing", False))
     attention = attention_of(facts, task, cuda.get("attn_implementation"))
-    parts = gpu_bytes(facts, task, gpus, ep, precision, int(g["seq_len"]), int(g["batch"]), ckpt,
+    # defaults as TrainConfig.from_spec (a config need not set them)
+    seq_len, batch = int(g.get("seq_len", 4096)), int(g.get("batch", 2))
+    parts = gpu_bytes(facts, task, gpus, ep, precision, seq_len, batch, ckpt,
                       int(g.get("lora_rank", 32)), attention)
-    spec = gpu_spec(g["gpu"])
+    spec = gpu_spec(g.get("gpu", DEFAULT_GPU))
     avail = spec.hbm_gib * HBM_USABLE
     need = parts["total"] / GIB
     # as the harness lays ranks out (real_run.RunOptions.from_spec): nproc_per_node, else 8 per node
@@ -335,7 +337,7 @@ def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | 
                      f"(cuda.host_mem_gb; {host - host_avail:.0f} GB over)")
     return GroupPlan(
         group=g["id"], model=g["model"], task=task, gpu=spec.name, gpus=gpus, nodes=nodes, ep=ep,
-        seq_len=int(g["seq_len"]), batch=int(g["batch"]), precision=precision, grad_checkpointing=ckpt,
+        seq_len=seq_len, batch=batch, precision=precision, grad_checkpointing=ckpt,
         attention=attention, states_gib=parts["states"] / GIB, gathered_gib=parts["gathered"] / GIB,
         activations_gib=parts["activations"] / GIB, logits_gib=parts["logits"] / GIB,
         framework_gib=parts["framework"] / GIB,
