@@ -436,13 +436,15 @@ def align_nodes(tel: pd.DataFrame, period_s: float) -> pd.DataFrame:
     """Telemetry of several nodes on one time grid. Each node's sampler has its own phase
     (``t_s`` = its read time since the shared t0), so a job-level sum per ``t_s``
     (``telemetry.job_series``) would add up one node at a time. Each sample goes to the
-    nearest multiple of the period (it moves by half a period at most), one per node, GPU and
-    slot (the last), and only slots that every node's GPUs sampled are kept (a node starts
-    and stops sampling a little before or after the others). One node: unchanged."""
+    multiple of the period at or before its read time (earlier by less than a period: never
+    later, so a sample read before a cap change never lands after it, where a one-run sweep
+    measures the new cap), one per node, GPU and slot (the last), and only slots that every
+    node's GPUs sampled are kept (a node starts and stops sampling a little before or after
+    the others). One node: unchanged."""
     tel = tel.sort_values(["t_s", "node", "gpu"])
     if tel["node"].nunique() < 2:
         return tel
-    out = tel.assign(t_s=(tel["t_s"] / period_s).round() * period_s)
+    out = tel.assign(t_s=np.floor(tel["t_s"] / period_s + 1e-9) * period_s)
     out = out.drop_duplicates(["t_s", "node", "gpu"], keep="last")
     n_gpus = len(out[["node", "gpu"]].drop_duplicates())
     return out[out.groupby("t_s")["gpu"].transform("size") == n_gpus].reset_index(drop=True)
