@@ -223,3 +223,27 @@ def test_ctrl_c_during_allocate_is_one_line_and_writes_nothing(tmp_path):
     assert proc.returncode == 130, (proc.returncode, err[-2000:])
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "wattflex allocate: interrupted", err[-2000:]
     assert _left(tmp_path) == ["big.csv"]
+
+
+# ---- issue 27 §4: an input that is not a regular file says what it is -------------------------
+
+INPUT_COMMANDS = {"pfi": ["pfi"], "stats": ["stats"], "allocate": ["allocate", "--cut", "0.2"],
+                  "ingest": ["ingest", "sweep-table", "-o", "runs.csv"]}
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+@pytest.mark.parametrize("command", INPUT_COMMANDS)
+def test_an_input_that_is_not_a_regular_file_says_what_it_is(tmp_path, command, kind):
+    if kind == "folder" and command == "ingest":
+        pytest.skip("ingest reads a folder of captures (tests/unit/ingest)")
+    if kind == "folder":
+        (tmp_path / "in").mkdir()
+        (tmp_path / "in" / "x.csv").write_text(SWEEPS)
+        expected = "in: is a folder, not a table file"
+    else:
+        os.mkfifo(tmp_path / "in")
+        expected = "in: is a named pipe (FIFO), not a regular file"
+    argv = INPUT_COMMANDS[command]
+    argv = [*argv[:2], "in", *argv[2:]] if command == "ingest" else [argv[0], "in", *argv[1:]]
+    line = one_line(wattflex(*argv, cwd=tmp_path), command)
+    assert expected in line, line

@@ -60,6 +60,8 @@ RUN_AT_CAP_CASES = {
     "group text": (lambda s: s.update(group="x"), "out", "spec.json: group: a JSON object with an id expected"),
     "backend": (lambda s: s.update(backend="foo"), "out", "spec.json: backend: 'foo' is not one of emulated, cuda"),
     "run text": (lambda s: s.update(run="x"), "out", "spec.json: run: a JSON object expected"),
+    "gpus 0": (lambda s: s["group"].update(gpus=0), "out", "spec.json: group.gpus: 0 is not a positive whole number"),
+    "gpus text": (lambda s: s["group"].update(gpus="8"), "out", "spec.json: group.gpus: '8' is not a positive whole"),
     "outdir a file": ("ok", "afile", "afile: OUTDIR is a file, not a directory"),
     "outdir under a file": ("ok", "afile/sub", "afile/sub: afile, a folder above OUTDIR, is a file, not a directory"),
 }

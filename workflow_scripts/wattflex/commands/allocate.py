@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from wattflex.allocation.policies import POLICIES
 
@@ -34,8 +33,9 @@ def read_curves(path: str):
     unreadable. Bad values are named by line in ``allocate_table`` (``source=``)."""
     import pandas as pd
 
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"{path}: no such file")
+    from wattflex.ingest.reader import check_input_file
+
+    check_input_file(path)
     if path.endswith((".parquet", ".pq")):
         try:
             return pd.read_parquet(path)

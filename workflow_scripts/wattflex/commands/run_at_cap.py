@@ -45,6 +45,9 @@ def check_spec(spec: object, path: Path) -> None:
         raise UserError(f"{path}: repeat: {spec['repeat']!r} is not an integer")
     if not isinstance(spec["group"], dict) or "id" not in spec["group"]:
         raise UserError(f"{path}: group: a JSON object with an id expected, found {spec['group']!r:.60}")
+    gpus = spec["group"].get("gpus", 1)
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
+        raise UserError(f"{path}: group.gpus: {gpus!r} is not a positive whole number of GPUs (e.g. 8)")
     for key in ("run", "model_facts", "cuda"):
         if key in spec and not isinstance(spec[key], dict):
             raise UserError(f"{path}: {key}: a JSON object expected, found {spec[key]!r:.60}")

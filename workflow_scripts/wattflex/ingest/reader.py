@@ -32,7 +32,9 @@ a bad row is named by file and line, with the same words, everywhere.
 from __future__ import annotations
 
 import csv
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -99,6 +101,22 @@ class IngestResult:
 # Reading tables with line numbers
 # ---------------------------------------------------------------------------------------
 
+def check_input_file(path: str | Path) -> None:
+    """An input table must be a readable regular file: say what it is instead (a folder, a
+    named pipe or device, missing, unreadable) and what to give."""
+    path = Path(path)
+    if path.is_dir():
+        raise IngestError(f"{path}: is a folder, not a table file: give the CSV or parquet file in it "
+                          "(a folder of captures goes to `wattflex ingest <format> FOLDER`)")
+    if not path.exists():
+        raise IngestError(f"{path}: no such file" + (" (a broken symbolic link)" if path.is_symlink() else ""))
+    if not path.is_file():
+        kind = "a named pipe (FIFO)" if stat.S_ISFIFO(path.stat().st_mode) else "a device or socket"
+        raise IngestError(f"{path}: is {kind}, not a regular file: write the table to a file and give that")
+    if not os.access(path, os.R_OK):
+        raise IngestError(f"{path}: cannot be read (permission denied)")
+
+
 def read_table(path: str | Path, *, na_values: Iterable[str] = ("",),
                pad_short_rows: bool = False) -> tuple[pd.DataFrame, list[dict]]:
     """A CSV (cells as text) or parquet file, plus a ``_where`` column ("f.csv line 7").
@@ -109,8 +127,7 @@ def read_table(path: str | Path, *, na_values: Iterable[str] = ("",),
     empty (NaN).
     """
     path = Path(path)
-    if not path.is_file():
-        raise IngestError(f"{path}: no such file")
+    check_input_file(path)
     if path.suffix.lower() in PARQUET_SUFFIXES:
         try:
             df = pd.read_parquet(path)

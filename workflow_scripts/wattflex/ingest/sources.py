@@ -41,7 +41,8 @@ import numpy as np
 import pandas as pd
 
 from wattflex.ingest.dcgm import DcgmFormatError, read_dcgm_exporter, read_dcgmi_dmon
-from wattflex.ingest.reader import IngestError, IngestResult, check_rejected, read_table, validate_sweep
+from wattflex.ingest.reader import (IngestError, IngestResult, check_input_file, check_rejected, read_table,
+                                    validate_sweep)
 from wattflex.telemetry import ACTIVITY_METRICS, STEP_COLUMNS, SummaryProtocol, summarize_run
 
 FORMATS = ("sweep-table", "zeus-nsdi23", "perseus-sosp24", "dcgm-runs")
@@ -57,6 +58,9 @@ def source_files(fmt: str, path: str | Path) -> list[Path]:
                           "(e.g. snakemake --config 'ingest={path: /my/data}')")
     if path.is_file():
         files = [path]
+    elif not path.is_dir():
+        check_input_file(path)  # a named pipe or device: says what it is
+        files = [path]
     else:
         pattern = {"zeus-nsdi23": "summary_power_*.csv", "perseus-sosp24": "power_limit_sweeps_*.csv",
                    "sweep-table": "*", "dcgm-runs": "*.csv"}[fmt]
@@ -65,7 +69,8 @@ def source_files(fmt: str, path: str | Path) -> list[Path]:
         if fmt == "dcgm-runs" and len(files) != 1:
             raise IngestError(f"{path}: a dcgm-runs ingest reads one manifest CSV; found {len(files)} CSV files")
     if not files:
-        raise IngestError(f"{path}: no input files for format {fmt} (expected {pattern})")
+        shown = "*.csv, *.parquet" if fmt == "sweep-table" else pattern
+        raise IngestError(f"{path}: no input files for format {fmt} (expected {shown} in the folder)")
     if fmt == "dcgm-runs":
         files += manifest_files(files[0])
     return files
