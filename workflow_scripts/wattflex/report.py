@@ -186,7 +186,7 @@ def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> s
             out.append("<p class=\"note\">Summary stored with the table:</p>" + kv_html(summary))
         if item.published:
             out.append(_published_html(paper_tables, item.published))
-        elif not any(is_published(c) for c in df.columns):
+        elif not item.note and not any(is_published(c) for c in df.columns):   # a note says what it compares with
             out.append('<p class="note">No published values for this table in the paper tables directory.</p>')
     elif render == "fidelity":
         out.append(f"<h3>{_esc(title)}</h3>" + fidelity_summary_html(pd.read_csv(path)))
