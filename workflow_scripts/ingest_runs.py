@@ -1,4 +1,8 @@
 """Rule script: measured sweeps / DCGM captures -> runs.parquet (wattflex.ingest.sources)."""
+import sys
+
+from wattflex.ingest.dcgm import DcgmFormatError
+from wattflex.ingest.reader import IngestError
 from wattflex.ingest.sources import config_options, ingest_files
 from wattflex.provenance import provenance, write_csv, write_json, write_parquet
 from wattflex.smk import rule_logger
@@ -6,7 +10,12 @@ from wattflex.smk import rule_logger
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 cfg = smk.params.ingest
-result = ingest_files(cfg["format"], list(smk.input), **config_options(cfg, smk.params.summary))
+try:  # bad data: one line naming the file (and line) in the log and on the terminal, no traceback
+    result = ingest_files(cfg["format"], list(smk.input), **config_options(cfg, smk.params.summary))
+except (IngestError, DcgmFormatError) as exc:
+    log.error("%s", exc)
+    print(f"ingest_runs: error: {exc}", file=sys.__stderr__)
+    sys.exit(1)
 runs = result.runs
 prov = provenance(params=cfg, inputs=list(smk.input), backend="ingest",
                   device_model=",".join(sorted(runs["gpu_model"].dropna().astype(str).unique())),

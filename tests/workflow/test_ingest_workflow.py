@@ -74,3 +74,21 @@ def test_ingest_campaign_needs_an_ingest_section(tmp_path):
     cfg.write_text("campaign: mine\nsource: ingest\n")
     proc = snakemake("-n", "--configfile", str(cfg), cwd=tmp_path, check=False)
     assert proc.returncode != 0 and "'ingest' is a required property" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_an_ingest_campaign_with_a_bad_file_logs_one_line(tmp_path):
+    """Issue 27 §2: the campaign stops (non-zero) and its rule log names the file and line,
+    no traceback."""
+    data = tmp_path / "data"
+    data.mkdir()
+    good = (REPO / "tests" / "data" / "ingest_sweep.csv").read_text().splitlines()
+    bad = good[:3] + [good[3].replace(",", ",abc,", 1)] + good[4:]  # one line with an extra field
+    (data / "sweep.csv").write_text("\n".join(bad) + "\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"campaign: mine\nsource: ingest\ningest: {{format: sweep-table, path: {data}, on_bad_rows: error}}\n")
+    proc = snakemake("--cores", "1", "--configfile", str(cfg), cwd=tmp_path, check=False)
+    assert proc.returncode != 0, (proc.stdout + proc.stderr)[-2000:]
+    log = (tmp_path / "logs" / "mine" / "ingest_runs.log").read_text()
+    assert "Traceback" not in log and "sweep.csv line 4: 15 fields, the header has 14" in log, log
+    assert "ingest_runs: error: " in proc.stderr, proc.stderr[-2000:]
