@@ -4,7 +4,7 @@ import tomllib
 
 import yaml
 
-CONDA_NAMES = {"torch": "pytorch", "snakemake": "snakemake-minimal"}
+CONDA_NAMES = {"torch": "pytorch", "snakemake": "snakemake-minimal", "prometheus-client": "prometheus_client"}
 
 
 def _spec(req: str) -> tuple[str, str]:

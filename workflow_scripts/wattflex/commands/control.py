@@ -42,7 +42,9 @@ MIN_PERIOD_S = 0.1      # a shorter period only busies NVML (a limit takes ~100 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     how = parser.add_mutually_exclusive_group(required=True)
     how.add_argument("--budget-w", type=float, help="power budget for these GPUs together, in W")
-    how.add_argument("--signal", help="budget signal CSV (time_s,fraction); fraction of --basis, >= 1 = no limit")
+    how.add_argument("--signal", help="grid events: a schedule CSV/JSON (event_id,start_s|start,end_s|end,"
+                                      "target_kw|fraction,ramp_kw_per_s,deadline_s) or the time_s,fraction CSV; "
+                                      "fractions are of --basis, >= 1 = no limit")
     parser.add_argument("--basis", choices=("nominal", "measured"), default="nominal",
                         help="what a signal's fraction applies to: the sum of the GPUs' maximum limits "
                              "(nominal, default) or their power measured at the start")
@@ -61,6 +63,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how limits are set: NVML directly (root) or --cap-command")
     parser.add_argument("--cap-command", help="admin-approved command, e.g. 'sudo /usr/local/bin/setcap {gpu} {watts}'")
     parser.add_argument("--state-dir", help="cap state files (default $WATTFLEX_STATE_DIR or /var/tmp/wattflex)")
+    parser.add_argument("--restore-stagger-s", type=float, default=0.0,
+                        help="after an event, uncap one job every this many seconds (default 0: all at once)")
+    parser.add_argument("--mv-out", metavar="DIR", help="write the M&V of every event here (mv.json, mv_intervals.csv, "
+                                                         "timeseries.csv, a figure per event)")
+    parser.add_argument("--response-s", type=float, default=30.0,
+                        help="M&V deadline of events that name none (the time_s,fraction CSV; default 30 s)")
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (0: a free one)")
+    parser.add_argument("--metrics-addr", default="127.0.0.1", help="address of the metrics server (default 127.0.0.1)")
 
 
 def parse_gpus(spec: str) -> list[int]:
@@ -87,6 +97,10 @@ def check_args(args: argparse.Namespace) -> None:
     finite("--period-s", args.period_s, MIN_PERIOD_S, inclusive=True)
     finite("--duration-s", args.duration_s, 0.0)
     finite("--at-s", args.at_s, 0.0, inclusive=True)
+    finite("--restore-stagger-s", args.restore_stagger_s, 0.0, inclusive=True)
+    finite("--response-s", args.response_s, 0.0, inclusive=True)
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        raise UserError(f"--metrics-port {args.metrics_port}: must be 0..65535 (0: a free port)")
     n_jobs = len(args.job) if args.job else None
     for m in args.moe_ft:
         if not m.isdigit() or (n_jobs is not None and int(m) >= n_jobs):
@@ -154,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
 
     from wattflex.runs.devices.base import CapError
     from wattflex.runs.devices.caps import default_state_dir, limit_setter
-    from wattflex.control.controller import ControlConfig, Controller, pfi_from_model, read_signal
+    from wattflex.control.controller import ControlConfig, Controller, pfi_from_model
+    from wattflex.grid.events import Schedule, check_schedule, read_schedule
     from wattflex.control.loop import NodeJob, floor_w, job_table, read_jobs, run_loop, sample_devices
     from wattflex.runs.devices.nvml import local_gpu_indices, nvml, open_gpus
 
@@ -166,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
             limit_setter(args.cap_control, args.cap_command)        # the template (ValueError: one line)
             check_cap_command(args.cap_command)
         check_state_dir(state_dir)
+        if args.mv_out:
+            check_mv_dir(Path(args.mv_out))
     try:
         nv = nvml()
     except RuntimeError as exc:
@@ -209,26 +226,34 @@ def run(args: argparse.Namespace) -> int:
     if args.budget_w is not None and args.budget_w < floor:
         raise UserError(f"--budget-w {args.budget_w:g} W is below these GPUs' floor of {floor:.0f} W (the sum of "
                         f"their minimum caps, {len(flat)} GPU(s)): no cap keeps them under it")
+    signal = None
     if args.signal:
-        signal = read_signal(args.signal)
+        signal = read_schedule(args.signal)
         basis = nominal if args.basis == "nominal" else float(np.nansum(first.power_w))
-        low = signal.fraction * basis
-        if (low < floor).any():
-            k = int(np.argmin(low))
-            print(f"warning: signal {args.signal} dips to {low[k]:.0f} W at t={signal.time_s[k]:g} s, below these "
-                  f"GPUs' floor of {floor:.0f} W: they are held at their minimum caps then (power may exceed "
-                  f"the budget; each such period logs a warning)", file=sys.stderr)
+        if isinstance(signal, Schedule):
+            checked = check_schedule(signal, floor, basis, args.period_s)
+            for w in checked.warnings:
+                print(f"warning: {w}", file=sys.stderr)
+            signal = checked.schedule
+            end_s = signal_end_s(signal, basis, args.restore_stagger_s * len(jobs) + 2 * args.period_s)
+        else:
+            low = signal.fraction * basis
+            if (low < floor).any():
+                k = int(np.argmin(low))
+                print(f"warning: signal {args.signal} dips to {low[k]:.0f} W at t={signal.time_s[k]:g} s, below these "
+                      f"GPUs' floor of {floor:.0f} W: they are held at their minimum caps then (power may exceed "
+                      f"the budget; each such period logs a warning)", file=sys.stderr)
+            end_s = signal.duration_s
 
         def budget_at(t: float) -> float:
-            f = float(signal.at(t))
-            return f * basis if f < 1.0 else math.inf
+            return float(signal.budget(t, basis))
         source = f"signal {args.signal} ({args.basis} basis {basis:.0f} W)"
-        duration = args.duration_s if args.duration_s is not None else signal.duration_s
+        duration = args.duration_s if args.duration_s is not None else end_s
     else:
         budget_at = lambda t: float(args.budget_w)  # noqa: E731
         source = f"--budget-w {args.budget_w:g}"
         duration = args.duration_s if args.duration_s is not None else math.inf
-    cfg = ControlConfig(period_s=args.period_s)
+    cfg = ControlConfig(period_s=args.period_s, restore_stagger_s=args.restore_stagger_s)
     if args.dry_run:
         t = args.at_s if args.signal else 0.0
         budget = budget_at(t)
@@ -251,13 +276,54 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("with --budget-w, say how long to control with --duration-s")
     print(f"controlling {len(flat)} GPU(s) in {len(jobs)} job(s) with {args.policy} for {duration:g} s, budget from "
           f"{source}; limits are restored when this stops", flush=True)
+    exporter = None
+    if args.metrics_port is not None:
+        from wattflex.control.exporter import ControlExporter
+
+        try:
+            exporter = ControlExporter(args.metrics_port, args.metrics_addr)
+        except OSError as exc:
+            raise UserError(f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_addr} "
+                            f"({exc.strerror or exc})") from None
+        print(f"metrics at {exporter.url}", flush=True)
     try:
         rec = run_loop(jobs, budget_at, args.policy, cfg, duration, mode=args.cap_control, state_dir=state_dir,
-                       command=args.cap_command, predict_pfi=predict_pfi)
+                       command=args.cap_command, predict_pfi=predict_pfi,
+                       on_period=None if exporter is None else lambda r: exporter.update(r, jobs))
     except CapError as exc:      # the guard has put back what it could; the message says what is left
         raise UserError(f"{exc} (--cap-control {args.cap_control})") from None
+    finally:
+        if exporter is not None:
+            exporter.close()
     over = [p - b for p, b in zip(rec.power_w, rec.budget_w) if math.isfinite(b)]
     print(f"done: {len(rec.t_s)} periods, worst reading {max(over, default=0):+.0f} W vs the budget; "
           f"power limits restored")
+    if args.mv_out and signal is not None:
+        from wattflex.control.mv import write_run_mv
+
+        p_max = float(np.nansum([j.p_max_w for j in jobs]))
+        recs = write_run_mv(Path(args.mv_out), rec, signal, args.response_s, p_max,
+                            {k: v for k, v in vars(args).items() if not k.startswith("_")}, basis)
+        for r in recs:
+            print(f"M&V {r['event_id']}: response {r['response_time_s']} s, "
+                  f"{r['seconds_above_target_after_deadline']:g} s above target after the deadline "
+                  f"(worst {r['worst_w_above_target_after_deadline']:.0f} W), restored after {r['restore_time_s']} s; "
+                  f"wrote {args.mv_out}/mv.json")
     return 0
+
+
+def signal_end_s(schedule, basis_w: float, extra_s: float) -> float:
+    """When a schedule's last event has ramped back, plus ``extra_s`` (staggered restore)."""
+    ends = [e.end_s + (e.ramp_s(basis_w) if math.isfinite(e.ramp_w_per_s) else 0.0) for e in schedule.events]
+    return max(ends, default=0.0) + extra_s
+
+
+def check_mv_dir(out: Path) -> None:
+    """The M&V folder must be (or become) a folder we can write; refused before any cap is set."""
+    from wattflex.provenance import check_outputs
+
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--mv-out {out}: is a file, not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    check_outputs([out / "mv.json", out / "mv_intervals.csv", out / "timeseries.csv"], [])
 

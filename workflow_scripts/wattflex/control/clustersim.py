@@ -59,8 +59,8 @@ from wattflex.control.controller import (
     Signal,
     curve_pfi,
     pfi_from_model,
-    read_signal,
 )
+from wattflex.grid.events import Schedule, read_schedule
 from wattflex.runs.devices.emulated import SETTLE_TAU_S, hardware_seed, stable_seed, steady_temp_c
 from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.runs.emulator import JobSpec, gpu_leakages, job_at_caps, memory_footprint_gib
@@ -181,10 +181,11 @@ class ClusterConfig:
 class Scenario:
     """One curtailment event (config ``control.scenarios.<name>``)."""
     name: str
-    signal: Signal
+    signal: Signal | Schedule     # anything with budget(t, basis_w) and active(t)
     basis: str = "baseline"
     nominal_w: float | None = None
     response_s: float = 30.0
+    tail_s: float = 0.0              # simulated past the signal's end (an event's ramp back and restore)
     # telemetry outages: [{start_s, duration_s, fraction}] of jobs whose feed goes stale
     telemetry_dropouts: list[dict[str, float]] = field(default_factory=list)
 
@@ -352,7 +353,7 @@ def simulate(tables: Tables, scenario: Scenario, policies: Sequence[str], ctl_cf
     if bad:
         raise ValueError(f"unknown control policy {bad[0]!r}; choose from {', '.join(CONTROL_POLICIES)}")
     rng = np.random.default_rng(stable_seed(seed, scenario.name))
-    horizon = scenario.signal.duration_s
+    horizon = scenario.signal.duration_s + scenario.tail_s
     n_ticks = int(math.ceil(horizon / period))
     if schedule is None:
         schedule = draw_schedule(tables.groups, cc, horizon, period, rng)
@@ -387,7 +388,7 @@ def simulate(tables: Tables, scenario: Scenario, policies: Sequence[str], ctl_cf
     decay = math.exp(-1.0 / SETTLE_TAU_S)
     n_sec = n_ticks * n_sub
     t_sec = np.arange(n_sec, dtype=float)
-    frac = scenario.signal.at(t_sec)
+    in_event = np.asarray(scenario.signal.active(t_sec), bool)
     budget = np.full(n_sec, np.inf)
     power_sec = np.zeros((R, n_sec))
     tokens = np.zeros((R, len(schedule)))
@@ -449,9 +450,9 @@ def simulate(tables: Tables, scenario: Scenario, policies: Sequence[str], ctl_cf
         sec = slice(k * n_sub, (k + 1) * n_sub)
         if scenario.basis == "nominal":
             basis = float(scenario.nominal_w)
-        elif scenario.basis == "uncapped" or k == 0 or frac[k * n_sub - 1] >= 1.0:
+        elif scenario.basis == "uncapped" or k == 0 or not in_event[k * n_sub - 1]:
             basis = uncapped_w                      # a baseline is held from the start of an event
-        budget[sec] = np.where(frac[sec] < 1.0, frac[sec] * basis, np.inf)
+        budget[sec] = scenario.signal.budget(t_sec[sec], basis)
 
         # ---- physics, 1-s steps ------------------------------------------------------
         idx = tables.index(caps)
@@ -494,14 +495,13 @@ def simulate(tables: Tables, scenario: Scenario, policies: Sequence[str], ctl_cf
                         dram_active=tables.metrics["dram_active"][slot_g, idx[:NC]],
                         mem_copy_util=tables.metrics["mem_copy_util"][slot_g, idx[:NC]],
                         sm_active=tables.metrics["sm_active"][slot_g, idx[:NC]])
-        b_now = float(frac_at(scenario.signal, t1, basis))
+        b_now = float(scenario.signal.budget(t1, basis))
         new = ctl.step(t1, b_now, table, read)
         moved = np.isfinite(new) & ~(np.abs(new - caps[:NC]) < 1e-9)
         changes[:NC] += moved.sum(-1)
         fallback_s[:NC] += ctl.fallback.sum(-1) * period
         caps[:NC] = new
-        ahead = float(scenario.signal.at(t1 + np.arange(0.0, ctl_cfg.settle_s + period + 1e-9, 1.0)).min())
-        b_oracle = ahead * basis if ahead < 1.0 else math.inf
+        b_oracle = float(scenario.signal.budget(t1 + np.arange(0.0, ctl_cfg.settle_s + period + 1e-9, 1.0), basis).min())
         new_o = oracle.caps(b_oracle, slot_g, active, idle_gpus * idle_w)
         changes[ORACLE] += (np.isfinite(new_o) & ~(np.abs(new_o - caps[ORACLE]) < 1e-9)).sum()
         caps[ORACLE] = new_o
@@ -535,15 +535,10 @@ def simulate_scenario(tables: Tables, control: Mapping[str, Any], name: str, sig
     if abs(ctl_cfg.cap_step_w - tables.step_w) > 1e-9:
         raise ValueError(f"control.cap_step_w {ctl_cfg.cap_step_w:g} W differs from the truth table's grid {tables.step_w:g} W")
     settings = {k: v for k, v in dict(control.get("scenario", {})).items() if k != "signal"}
-    scenario = Scenario(name, read_signal(signal_path), **settings)
+    scenario = Scenario(name, read_schedule(signal_path), **settings)
     policies = list(control.get("policies") or CONTROL_POLICIES)
     return simulate(tables, scenario, policies, ctl_cfg, ClusterConfig.from_dict(control.get("cluster")),
                     int(control.get("seed", 0)), model)
-
-
-def frac_at(signal: Signal, t_s: float, basis_w: float) -> float:
-    f = float(signal.at(t_s))
-    return f * basis_w if f < 1.0 else math.inf
 
 
 def _trailing_max(x: np.ndarray, window: int) -> np.ndarray:

@@ -81,6 +81,14 @@ class Signal:
         # a step (repeated time) takes its new value from the step on
         return np.interp(t + 1e-9, self.time_s, self.fraction)
 
+    def budget(self, t_s: np.ndarray | float, basis_w: float) -> np.ndarray:
+        """Budget in W (inf: no curtailment), the interface of :class:`wattflex.grid.events.Schedule`."""
+        f = self.at(t_s)
+        return np.where(f < 1.0, f * basis_w, np.inf)
+
+    def active(self, t_s: np.ndarray | float) -> np.ndarray:
+        return self.at(t_s) < 1.0
+
 
 def read_signal(path: str | Path) -> Signal:
     """Read a signal CSV with columns ``time_s,fraction`` (``#`` comment lines allowed)."""
@@ -124,6 +132,7 @@ class ControlConfig:
     profile_tolerance: float = 0.02  # a declared uncapped power this far off the measured one is replaced
     steady_power_change: float = 0.02  # steady: job power within this fraction of the previous period's
     replan_s: float = 30.0           # online-learning: learned curves enter the allocation this often
+    restore_stagger_s: float = 0.0   # after an event, uncap one job per this many seconds (0: all at once)
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> "ControlConfig":
@@ -133,8 +142,9 @@ class ControlConfig:
         if unknown:
             raise ValueError(f"unknown control.controller key(s): {', '.join(sorted(unknown))}")
         out = cls(**cfg)
-        if out.period_s <= 0 or out.cap_step_w <= 0 or out.knots < 3:
-            raise ValueError("control.controller: period_s and cap_step_w must be > 0 and knots >= 3")
+        if out.period_s <= 0 or out.cap_step_w <= 0 or out.knots < 3 or not out.restore_stagger_s >= 0:
+            raise ValueError("control.controller: period_s and cap_step_w must be > 0, knots >= 3, "
+                             "restore_stagger_s >= 0")
         return out
 
 
@@ -245,6 +255,8 @@ class Controller:
         self.trim = np.zeros(R)
         self.last_drop = -np.inf
         self.prev_budget = math.inf
+        self.restore_from = -np.inf               # when the last event's budget was lifted
+        self.restore_order = np.zeros(0, int)     # jobs capped when it was lifted, in release order
         self.fallback = np.zeros((R, S), bool)
         self.target_w = np.zeros((R, S))         # each job's power share in the last allocation
         self.prev_power = np.full((R, S), np.nan)
@@ -412,12 +424,30 @@ class Controller:
         self._refresh_curves(t_s)
         if budget_w < self.prev_budget:                    # power above a new, lower budget is
             self.last_drop = t_s                            # settling, not an error to trim
+        if not np.isfinite(budget_w) and np.isfinite(self.prev_budget):
+            self.restore_from = t_s
+            self.restore_order = np.flatnonzero(active & (self.caps < self.profile.max_cap_w - 1e-6).any(0))
         self.prev_budget = budget_w
         self._update_trim(t_s, budget_w, read)
         caps = self._caps(budget_w, read, fresh, active)
+        if not np.isfinite(budget_w):
+            caps = self._stagger(t_s, caps, active)
         self._apply(t_s, caps, active)
         self.fallback = active & ~fresh & np.isfinite(budget_w)
         return self.caps.copy()
+
+    def _stagger(self, t_s: float, caps: np.ndarray, active: np.ndarray) -> np.ndarray:
+        """Staggered restore: the jobs capped when the event ended are uncapped one every
+        ``restore_stagger_s`` (slot order), so they do not surge together; the others keep
+        the cap they had, which the event's lowest budget already allowed."""
+        step = self.cfg.restore_stagger_s
+        if step <= 0 or not len(self.restore_order):
+            return caps
+        released = int((t_s - self.restore_from + 1e-9) // step) + 1
+        held = np.zeros(len(self.uid), bool)
+        held[self.restore_order[released:]] = True
+        held &= active
+        return np.where(held[None, :], self.caps, caps)
 
     def _update_trim(self, t_s: float, budget_w: float, read: Readings) -> None:
         cfg = self.cfg

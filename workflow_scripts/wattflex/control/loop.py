@@ -49,7 +49,7 @@ def sample_devices(devices: Sequence[Any], t_s: float) -> dict[str, float]:
     power = [r.get("power_w", math.nan) for r in rows]
     return {"t_s": t_s, "power_w": float(np.sum(power)) if np.isfinite(power).all() else math.nan,
             "tokens_per_s": math.nan, "gpu_util": mean("gpu_util"), "dram_active": mean("dram_active"),
-            "mem_copy_util": mean("mem_copy_util"), "sm_active": mean("sm_active")}
+            "mem_copy_util": mean("mem_copy_util"), "sm_active": mean("sm_active"), "gpus": rows}
 
 
 def job_table(jobs: Sequence[NodeJob]) -> JobTable:
@@ -75,9 +75,12 @@ def floor_w(table: JobTable) -> float:
     return float((table.min_cap_w * table.gpus).sum())
 
 
-def read_jobs(jobs: Sequence[NodeJob], t_s: float, idle_power_w: float = 0.0) -> Readings:
-    """One reading of every job; a read that fails or returns NaN power counts as stale."""
-    vals = []
+def read_jobs(jobs: Sequence[NodeJob], t_s: float, idle_power_w: float = 0.0,
+              raw: list[dict[str, Any]] | None = None) -> Readings:
+    """One reading of every job; a read that fails or returns NaN power counts as stale.
+    ``raw``: filled with each job's reading as ``read`` returned it (per-GPU rows included)."""
+    vals = raw if raw is not None else []
+    vals.clear()
     for j in jobs:
         try:
             v = dict(j.read(t_s))
@@ -111,6 +114,8 @@ class LoopRecord:
     power_w: list[float] = field(default_factory=list)
     caps_w: list[list[float]] = field(default_factory=list)
     fallback: list[list[bool]] = field(default_factory=list)
+    last_readings: list[dict[str, Any]] = field(default_factory=list)   # the latest period, per job
+    controller: Controller | None = None
 
 
 def run_loop(jobs: Sequence[NodeJob], budget_at: Callable[[float], float], policy: str, cfg: ControlConfig,
@@ -130,7 +135,7 @@ def run_loop(jobs: Sequence[NodeJob], budget_at: Callable[[float], float], polic
     start_cap = hi if not np.isfinite(b0) else float(round_caps(np.array(b0 * (1 - cfg.target_margin) / max(len(devices), 1)),
                                                                  np.array(lo), np.array(hi), cfg.cap_step_w))
     floor = floor_w(table)
-    rec = LoopRecord()
+    rec = LoopRecord(controller=ctl)
     with CapGuard(devices, start_cap, mode, state_dir, command, handle_signals=handle_signals):
         current = {id(d): start_cap for d in devices}
         t0 = clock()
@@ -143,7 +148,7 @@ def run_loop(jobs: Sequence[NodeJob], budget_at: Callable[[float], float], polic
             if budget < floor:
                 log.warning("t=%.1f s: budget %.0f W is below the jobs' floor %.0f W (every GPU at its minimum "
                             "cap): capping at the floors, power may exceed the budget", t, budget, floor)
-            read = read_jobs(jobs, t)
+            read = read_jobs(jobs, t, raw=rec.last_readings)
             caps = ctl.step(t, budget, table, read)[0]
             apply_caps(jobs, caps, current)
             rec.t_s.append(t)

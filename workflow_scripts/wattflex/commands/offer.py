@@ -1,0 +1,112 @@
+"""``wattflex offer``: the flexibility a programme enrolment asks for, from PFI curves.
+
+Reads the jobs' measured power -> throughput curves: a campaign's ``runs.parquet`` (one job
+per sweep group; default: the campaign of ``--config``, ``results/<campaign>/runs.parquet``)
+or a curve table ``job,power_w,throughput`` (``wattflex allocate``'s input). ``--job
+GROUP=N`` says which jobs run (or are planned) and how many of each; default: one of each.
+Prints, per job and in total, the kW sheddable while each job keeps at least 90 / 75 / 50 %
+of its throughput (``--loss``), held for ``--hours``: kWh and tokens it costs; ``-o``
+writes that table (CSV + sidecar) and ``--figure`` the curve behind it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+NAME = "offer"
+HELP = "kW the jobs can shed for how long at which throughput cost (a demand-response offer), from PFI curves"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("curves", nargs="?", help="runs.parquet of a campaign, or a CSV/parquet job,power_w,throughput "
+                                                  "(default: results/<campaign of --config>/runs.parquet)")
+    parser.add_argument("--config", default="config/config.yaml", help="config naming the default campaign")
+    parser.add_argument("--job", action="append", default=[], metavar="GROUP[=N]",
+                        help="a job (sweep group or curve job id) that runs, N of them (repeat; default: one of each)")
+    parser.add_argument("--loss", action="append", type=float, metavar="FRACTION",
+                        help="throughput loss levels, fractions (repeat; default 0.10 0.25 0.50)")
+    parser.add_argument("--hours", type=float, default=4.0, help="how long the offer is held (default 4 h)")
+    parser.add_argument("-o", "--output", help="write the offer table here (CSV, with a .meta.json sidecar)")
+    parser.add_argument("--figure", help="write the offer curve figure here (PNG)")
+
+
+def default_curves(config: str) -> str:
+    from wattflex.config import load_config
+    from wattflex.errors import UserError
+
+    if not Path(config).is_file():
+        raise UserError(f"--config {config}: no such file (give the runs.parquet or curve table instead)")
+    campaign = load_config(config)["campaign"]
+    path = Path("results") / campaign / "runs.parquet"
+    if not path.is_file():
+        raise UserError(f"{path}: not there (campaign {campaign!r} of {config}); run `snakemake --cores all "
+                        f"{path}` first, or name a curve table")
+    return str(path)
+
+
+def job_points(points, jobs: list[str]):
+    """``(job ids, power_w, throughput)`` of the chosen jobs, ``GROUP=N`` repeated N times."""
+    from wattflex.errors import UserError
+
+    if "group" in points.columns and "tokens_per_s" in points.columns:
+        points = points.rename(columns={"group": "job", "tokens_per_s": "throughput"})
+    missing = {"job", "power_w", "throughput"} - set(points.columns)
+    if missing:
+        raise UserError(f"curves: missing column(s) {', '.join(sorted(missing))} (need job,power_w,throughput "
+                        f"or a runs.parquet with group,power_w,tokens_per_s)")
+    points = points.assign(job=points["job"].astype(str))
+    known = list(dict.fromkeys(points["job"]))
+    chosen: list[tuple[str, int]] = []
+    for spec in jobs or known:
+        name, _, n = spec.partition("=")
+        if name not in known:
+            raise UserError(f"--job {spec!r}: no curve for {name!r} (known: {', '.join(known[:6])}"
+                            f"{', ...' if len(known) > 6 else ''})")
+        if n and not (n.isdigit() and int(n) > 0):
+            raise UserError(f"--job {spec!r}: N must be a whole number > 0")
+        chosen.append((name, int(n or 1)))
+    return points, chosen
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from wattflex.allocation.curves import check_points, curves_from_points
+    from wattflex.commands.allocate import read_curves
+    from wattflex.errors import UserError
+    from wattflex.grid.offer import LOSSES, offer_curve, offer_table
+    from wattflex.provenance import check_outputs, csv_files, provenance, save_png, write_together
+
+    losses = tuple(args.loss) if args.loss else LOSSES
+    if not all(0 < x < 1 for x in losses):
+        raise UserError(f"--loss {', '.join(f'{x:g}' for x in losses)}: each must be a fraction in (0, 1)")
+    if not (args.hours > 0 and np.isfinite(args.hours)):
+        raise UserError(f"--hours {args.hours:g}: must be a finite number > 0")
+    path = args.curves or default_curves(args.config)
+    check_outputs([p for p in (args.output, args.output and f"{args.output}.meta.json", args.figure) if p], [path])
+    points, chosen = job_points(read_curves(path), args.job)
+    check_points(points[["job", "power_w", "throughput"]], source=path)
+    ids, curves = curves_from_points(points["job"], points["power_w"], points["throughput"])
+    index = {j: i for i, j in enumerate(ids)}
+    rows = np.array([index[name] for name, n in chosen for _ in range(n)])
+    names = [name if n == 1 else f"{name}#{k + 1}" for name, n in chosen for k in range(n)]
+    curves = curves.take(rows)
+    table = offer_table(names, curves, losses, args.hours)
+    backend = ",".join(sorted(map(str, points["backend"].unique()))) if "backend" in points.columns else "measured"
+    with __import__("pandas").option_context("display.width", 200, "display.max_columns", 20):
+        print(f"offer from {path} ({backend}), {len(names)} job(s), held {args.hours:g} h")
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    prov = provenance(params={k: v for k, v in vars(args).items() if not k.startswith("_")}, inputs=[path])
+    files = csv_files(table, args.output, prov, hours=args.hours, losses=list(losses)) if args.output else []
+    if files:
+        write_together(files)
+        print(f"wrote {args.output}", file=sys.stderr)
+    if args.figure:
+        from wattflex.plots.grid import offer_figure
+
+        grid, shed = offer_curve(curves)
+        save_png(offer_figure(names, grid, shed, losses, backend, args.hours), args.figure, prov)
+        print(f"wrote {args.figure}", file=sys.stderr)
+    return 0

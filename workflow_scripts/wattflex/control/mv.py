@@ -1,0 +1,157 @@
+"""Measurement and verification (M&V) of each grid event, from a load time series.
+
+The same function reads the cluster simulation (1-s samples) and a real controlled run
+(one sample per control period). Per event:
+
+- **baseline**, two ways: from the curves (``baseline_curves_w``: the counterfactual
+  uncapped load, e.g. the simulation's uncapped reference or the jobs' uncapped powers)
+  and from the load in the ``pre_s`` seconds before the event (the programmes' usual
+  "X of Y days"-style meter baseline, here the immediately preceding load);
+- **delivered** kW (baseline - load) vs the **target** per interval of ``interval_s``;
+- **response time**: from the start until the load is first at or below the event's target;
+- **time above target** after the deadline (the compliance figure), and how far above;
+- **restore time**: from the end until the load is back to ``restored_at`` of the
+  pre-event baseline;
+- measured ramp rates, and **throughput lost vs the oracle** when tokens are given.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+
+def _mean(x: np.ndarray) -> float:
+    return float(np.mean(x)) if len(x) else math.nan
+
+
+def event_mv(t_s: np.ndarray, power_w: np.ndarray, budget_w: np.ndarray, window: Mapping[str, Any],
+             baseline_curves_w: np.ndarray | None = None, *, pre_s: float = 60.0, interval_s: float = 60.0,
+             restored_at: float = 0.98, tokens: float | None = None, tokens_oracle: float | None = None
+             ) -> tuple[dict[str, Any], pd.DataFrame]:
+    """One event's M&V record and its per-interval table. ``budget_w`` is the budget the
+    controller followed (ramps included; inf outside events); ``window`` has ``event_id``,
+    ``start_s``, ``end_s``, ``deadline_s``."""
+    t, p, b = (np.asarray(a, float) for a in (t_s, power_w, budget_w))
+    dt = float(np.median(np.diff(t))) if len(t) > 1 else 1.0
+    start, end = float(window["start_s"]), float(window["end_s"])
+    deadline = float(window.get("deadline_s", math.inf))
+    inside = (t >= start) & (t < end)
+    pre = (t >= start - pre_s) & (t < start) & ~np.isfinite(b)      # not inside an earlier event
+    base_pre = _mean(p[pre])
+    curves = np.full_like(p, np.nan) if baseline_curves_w is None else np.asarray(baseline_curves_w, float)
+    target = float(window["target_w"]) if window.get("target_w") is not None else \
+        float(np.min(b[inside])) if inside.any() else math.nan
+    due = inside & (t >= start + (deadline if math.isfinite(deadline) else 0.0))
+    above = np.where(due, p - b, -np.inf)
+    met = np.flatnonzero(inside & (p <= target + 1e-6))
+    after = t >= end
+    back = np.flatnonzero(after & (p >= restored_at * base_pre)) if math.isfinite(base_pre) else np.zeros(0, int)
+    step = np.diff(p) / np.diff(t) if len(t) > 1 else np.zeros(0)
+    ramp_zone = ((t[1:] >= start) & (t[1:] < start + (deadline if math.isfinite(deadline) else end - start) + dt)) \
+        if len(t) > 1 else np.zeros(0, bool)
+    up_zone = (t[1:] >= end) if len(t) > 1 else np.zeros(0, bool)
+    rec = {
+        "event_id": str(window["event_id"]), "start_s": start, "end_s": end,
+        "deadline_s": deadline if math.isfinite(deadline) else None,
+        "target_w": target,
+        "baseline_curves_w": _mean(curves[inside]),
+        "baseline_pre_event_w": base_pre,
+        "mean_power_w": _mean(p[inside]),
+        "delivered_w_vs_pre_event": base_pre - _mean(p[due]) if due.any() else math.nan,
+        "delivered_w_vs_curves": _mean(curves[due] - p[due]) if due.any() else math.nan,
+        "requested_w_vs_pre_event": base_pre - target,
+        "response_time_s": float(t[met[0]] - start) if len(met) else None,
+        "deadline_met": bool(len(met)) and (not math.isfinite(deadline) or t[met[0]] - start <= deadline + 1e-9),
+        "seconds_above_target_after_deadline": float((above > 1e-6).sum() * dt),
+        "worst_w_above_target_after_deadline": float(max(above.max(initial=-np.inf), 0.0)) if due.any() else 0.0,
+        "energy_above_target_j": float(np.clip(above, 0, None)[due].sum() * dt),
+        "restore_time_s": float(t[back[0]] - end) if len(back) else None,
+        "max_ramp_down_w_per_s": float(max(-step[ramp_zone].min(initial=0.0), 0.0)),
+        "max_ramp_up_w_per_s": float(max(step[up_zone].max(initial=0.0), 0.0)),
+        "samples": int(inside.sum()), "sample_s": dt,
+    }
+    if tokens is not None and tokens_oracle:
+        rec["throughput_lost_vs_oracle"] = float(1.0 - tokens / tokens_oracle)
+    edges = np.arange(start - pre_s, max(end, t[-1] if len(t) else end) + interval_s, interval_s)
+    k = np.digitize(t, edges) - 1
+    rows = []
+    for i in range(len(edges) - 1):
+        m = k == i
+        if not m.any():
+            continue
+        bi = b[m]
+        rows.append({"event_id": rec["event_id"], "interval_start_s": float(edges[i]),
+                     "baseline_pre_event_w": base_pre, "baseline_curves_w": _mean(curves[m]),
+                     "target_w": float(np.mean(bi)) if np.isfinite(bi).all() else math.nan,
+                     "power_w": _mean(p[m]), "delivered_w": base_pre - _mean(p[m]),
+                     "seconds_above_target": float(((p[m] - bi) > 1e-6).sum() * dt)})
+    return rec, pd.DataFrame(rows)
+
+
+def mv_table(t_s: np.ndarray, power_w: np.ndarray, budget_w: np.ndarray, windows: Sequence[Mapping[str, Any]],
+             **kw: Any) -> tuple[list[dict[str, Any]], pd.DataFrame]:
+    """:func:`event_mv` for every event; the interval tables concatenated."""
+    recs, tabs = [], []
+    for w in windows:
+        r, tab = event_mv(t_s, power_w, budget_w, w, **kw)
+        recs.append(r)
+        tabs.append(tab)
+    return recs, (pd.concat(tabs, ignore_index=True) if tabs else pd.DataFrame())
+
+
+def simulation_mv(res: Any, source: Any, response_s: float, **kw: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """M&V of every event for every row of a cluster simulation (``SimResult``): the
+    baseline from the curves is the uncapped reference's load, throughput is compared with
+    the oracle's over the run. ``source``: the scenario's schedule or signal; events
+    without their own deadline get ``response_s``."""
+    from wattflex.grid.events import windows
+
+    wins = windows(source, res.t_s, response_s)
+    by = {name: r for r, name in enumerate(res.rows)}
+    tok = res.tokens.sum(-1)
+    recs, tabs = [], []
+    for name, r in by.items():
+        if name == "uncapped":
+            continue
+        rr, tab = mv_table(res.t_s, res.power_w[r], res.budget_w, wins, baseline_curves_w=res.power_w[by["uncapped"]],
+                           tokens=float(tok[r]), tokens_oracle=float(tok[by["oracle"]]), **kw)
+        recs += [{"policy": name, **x} for x in rr]
+        tabs.append(tab.assign(policy=name))
+    return pd.DataFrame(recs), (pd.concat(tabs, ignore_index=True) if tabs else pd.DataFrame())
+
+
+def write_run_mv(out_dir: Any, rec: Any, source: Any, response_s: float, uncapped_w: float,
+                 params: Mapping[str, Any], basis_w: float | None = None,
+                 interval_s: float = 60.0) -> list[dict[str, Any]]:
+    """M&V of a real controlled run (a :class:`wattflex.control.loop.LoopRecord`, one sample
+    per period): ``mv.json``, ``mv_intervals.csv``, ``timeseries.csv`` and a figure per
+    event, written together. The curve baseline is the jobs' uncapped power (``uncapped_w``,
+    measured before the controller capped them; NaN when they started capped). Tokens are
+    not known to a GPU: no throughput-vs-oracle figure here (the simulation has it)."""
+    from pathlib import Path
+
+    from wattflex.grid.events import windows
+    from wattflex.plots.grid import mv_figure
+    from wattflex.provenance import csv_files, json_file, provenance, save_png, write_together
+
+    out = Path(out_dir)
+    t = np.asarray(rec.t_s, float)
+    power, budget = np.asarray(rec.power_w, float), np.asarray(rec.budget_w, float)
+    curves = np.full_like(t, uncapped_w)
+    period = float(np.median(np.diff(t))) if len(t) > 1 else 1.0
+    recs, intervals = mv_table(t, power, budget, windows(source, t, response_s, basis_w), baseline_curves_w=curves,
+                               pre_s=60.0, interval_s=interval_s)
+    ts = pd.DataFrame({"t_s": t, "budget_w": budget, "power_w": power})
+    for k, caps in enumerate(np.asarray(rec.caps_w, float).T):
+        ts[f"cap_w:job{k}"] = caps
+    prov = provenance(params=dict(params), backend="nvml")
+    files = [json_file({"events": recs, "sample_s": period}, out / "mv.json", prov, strict=True),
+             *csv_files(intervals, out / "mv_intervals.csv", prov), *csv_files(ts, out / "timeseries.csv", prov)]
+    write_together(files)
+    for r in recs:
+        save_png(mv_figure(t, power, budget, r, curves, "nvml", "controlled run"), out / f"mv_{r['event_id']}.png", prov)
+    return recs
