@@ -31,6 +31,11 @@ g) the emulator's anchor, measured (``--device cuda`` only; ``wattflex calibrate
    limit the GPU already has, the steady SM clock, power and rate of the second half of each
    (tensor activity = achieved / datasheet peak at that clock; HBM efficiency = triad bytes/s
    over the datasheet bandwidth). Unproven: no GPU has run it yet;
+h) real weights (``--model-path``, e.g. a local gpt-oss MXFP4 checkpoint): loaded as the harness
+   loads them (``models.load_pretrained``: MXFP4 dequantised to bf16 explicitly), LoRA-wrapped,
+   one forward and backward on GPU 0; records whether the checkpoint was MXFP4, the experts'
+   dtype, the load time, the loss and whether the adapters on the fused expert weights got
+   gradients. Skipped without ``--model-path``. Unproven: no GPU has run it yet;
 f) gpu_check_<gpu>.md and .json in benchmarks/results/ (``--out`` elsewhere); ``--device cpu``
    trains on the CPU (the NVML GPUs are still read) and adds ``_cpu-training`` to the name.
 
@@ -170,6 +175,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--configfile", help="config for doctor's verdict (default: config/config.yaml here)")
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results", help="where the report goes")
     p.add_argument("--anchor-seconds", type=float, default=30.0, help="g) each of the anchor GEMM and the triad (s)")
+    p.add_argument("--model-path", help="h) a local checkpoint (e.g. gpt-oss MXFP4) to load and step once")
     p.add_argument("--keep", action="store_true", help="keep the runs' directories (printed) instead of deleting them")
     p.add_argument("--allreduce-worker", choices=("nccl", "gloo"), help=argparse.SUPPRESS)   # torchrun's workers
     p.add_argument("--allreduce-out", type=Path, help=argparse.SUPPRESS)
@@ -178,6 +184,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--seconds and --staircase-seconds must be > 0 and --pairs >= 1")
     a.model = a.model or ("small" if a.device == "cuda" else "tiny")
     return a
+
+
+# ---- h) real weights ---------------------------------------------------------------------------
+def real_weights(args: argparse.Namespace) -> dict[str, Any]:
+    """Load ``--model-path`` the harness's way, LoRA-wrap it, one forward/backward on the device."""
+    if not args.model_path:
+        return {"skipped": "no --model-path given"}
+    import torch
+    from transformers import AutoConfig
+
+    from wattflex.runs.training import models
+
+    hf_cfg = AutoConfig.from_pretrained(args.model_path, local_files_only=True)
+    cfg = TrainConfig(model_facts={"hf_model_type": hf_cfg.model_type}, task="lora", seq_len=512, batch=1,
+                      lora_rank=8, device=args.device, model_path=args.model_path, outdir=".")
+    t = time.monotonic()
+    model = models.load_pretrained(cfg, torch.bfloat16)
+    load_s = time.monotonic() - t
+    experts = {str(p.dtype) for n, p in model.named_parameters() if ".experts." in n}
+    model = models.apply_lora(model, cfg).to(args.device)
+    x = torch.randint(0, hf_cfg.vocab_size, (1, 512), device=args.device)
+    loss = model(input_ids=x, labels=x).loss
+    loss.backward()
+    grads = [float(p.grad.abs().sum()) for n, p in model.named_parameters()
+             if "lora_" in n and ".experts." in n and p.grad is not None]
+    out = {"mxfp4_checkpoint": bool(models.quantization_kwargs(hf_cfg)), "expert_dtypes": sorted(experts),
+           "load_s": load_s, "loss": float(loss), "expert_lora_params_with_grad": sum(g > 0 for g in grads),
+           "params": sum(p.numel() for p in model.parameters())}
+    if args.device == "cuda":
+        out["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    ok = math.isfinite(out["loss"]) and experts <= {"torch.bfloat16"} and out["expert_lora_params_with_grad"] > 0
+    return {**out, **({} if ok else {"ok": False, "error": "not trainable as loaded (see dtypes, loss, grads)"})}
 
 
 # ---- the steps --------------------------------------------------------------------------------
@@ -611,6 +649,18 @@ def markdown(res: dict[str, Any]) -> str:
         lines += [f"skipped: {g['skipped']}", ""]
     if not g.get("ok", True):
         lines += [f"failed: {g.get('error', '')[:1500]}", ""]
+    lines += ["## h) Real weights, loaded as the harness loads them", ""]
+    h = s.get("real_weights", {})
+    if "loss" in h:
+        lines += [f"`{res['model_path']}`: MXFP4 checkpoint {h['mxfp4_checkpoint']}, experts loaded as "
+                  f"{', '.join(h['expert_dtypes']) or 'no experts'}, {h['params'] / 1e9:.2f}B parameters with LoRA, "
+                  f"loaded in {h['load_s']:.0f} s; one LoRA step: loss {h['loss']:.3f}, "
+                  f"{h['expert_lora_params_with_grad']} expert adapters with gradients"
+                  + (f", peak GPU memory {h['peak_gpu_gib']:.1f} GiB." if "peak_gpu_gib" in h else "."), ""]
+    elif h.get("skipped"):
+        lines += [f"skipped: {h['skipped']}", ""]
+    if not h.get("ok", True):
+        lines += [f"failed: {h.get('error', '')[:1500]}", ""]
     failed = [k for k, v in s.items() if not v.get("ok")]
     lines += ["## Verdict", "", f"Steps failed: {', '.join(failed) if failed else 'none'}."]
     return "\n".join(lines) + "\n"
@@ -625,6 +675,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="wattflex-gpu-check-"))
     (work / "state").mkdir()
     res: dict[str, Any] = {"host": socket.gethostname(), "device": args.device, "model": args.model,
+                           "model_path": args.model_path,
                            "seconds": args.seconds,
                            "command": "python benchmarks/gpu_check.py " + " ".join(argv or sys.argv[1:]),
                            "started_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "steps": {}}
@@ -646,6 +697,7 @@ def main(argv: list[str] | None = None) -> int:
     anchor = record_step(res, "anchor", lambda: anchor_kernels(args, res["gpu_model"]))
     if "anchor_gemm" in anchor:   # where wattflex calibrate --gpu-check reads it
         res["steps"]["anchor_gemm"] = {"ok": anchor["ok"], **anchor["anchor_gemm"]}
+    record_step(res, "real_weights", lambda: real_weights(args))
 
     res["limits_after"] = limits(probe_nvml())
     res["limits_unchanged"] = res["limits_after"] == res["limits_before"]
