@@ -124,3 +124,52 @@ def test_real_zeus_a40_sweeps(resources, tmp_path):
     assert {"dataset", "network"} <= set(df.columns)
     for cell in df.per_cap:
         json.loads(cell)
+
+
+# ---- issue 27 §3: the same input gets the same verdict from `pfi` and `ingest` -----------------
+
+def _both(tmp_path, text, capsys):
+    src = tmp_path / "s.csv"
+    src.write_text(text)
+    pfi = run_cli(src, "-o", tmp_path / "pfi.csv")
+    pfi_err = capsys.readouterr().err
+    ingest = main(["ingest", "sweep-table", str(src), "-o", str(tmp_path / "runs.csv")])
+    return pfi, pfi_err, ingest, capsys.readouterr().err
+
+
+def test_caps_in_kw_are_refused_by_pfi_as_by_ingest(tmp_path, capsys):
+    text = "group,cap_w,power_w,throughput\na,0.3,290,80\na,0.4,380,95\na,0.5,450,100\n"
+    pfi, pfi_err, ingest, ingest_err = _both(tmp_path, text, capsys)
+    assert pfi == ingest == 2
+    reason = "cap_w = 0.3 is outside 10-2000 W per GPU (caps are per GPU, in W)"
+    assert reason in pfi_err and reason in ingest_err and "no valid row" in pfi_err
+    assert not (tmp_path / "pfi.csv").exists()
+
+
+def test_one_cap_in_kw_leaves_its_row_out_with_the_ingest_reason(tmp_path, capsys):
+    text = "group,cap_w,power_w,throughput\na,300,290,80\na,400,380,95\na,500,450,100\na,0.2,200,60\n"
+    assert run_cli(_write(tmp_path, text), "-o", tmp_path / "pfi.csv") == 0
+    out = capsys.readouterr().out
+    assert "s.csv line 5: cap_w = 0.2 is outside 10-2000 W per GPU" in out, out
+    row = pd.read_csv(tmp_path / "pfi.csv").iloc[0]
+    assert row["status"] == "invalid_values" and row["n_caps"] == 3
+
+
+def _write(tmp_path, text):
+    (tmp_path / "s.csv").write_text(text)
+    return tmp_path / "s.csv"
+
+
+def test_a_table_of_only_invalid_rows_is_an_error_for_pfi_as_for_ingest(tmp_path, capsys):
+    text = "group,cap_w,power_w,throughput\na,300,-1,80\na,400,0,95\n"
+    pfi, pfi_err, ingest, _ = _both(tmp_path, text, capsys)
+    assert pfi == ingest == 2
+    assert "s.csv: no valid row: 2 bad row(s)" in pfi_err and "\n" not in pfi_err.strip()
+
+
+def test_group_names_with_a_slash_are_accepted_by_both(tmp_path, capsys):
+    text = "".join(["group,cap_w,power_w,throughput\n"] + [f"meta-llama/Llama-3.1-8B,{c},{p},{t}\n"
+                                                          for c, p, t in [(300, 290, 80), (400, 380, 95), (500, 450, 100)]])
+    pfi, _, ingest, ingest_err = _both(tmp_path, text, capsys)
+    assert pfi == ingest == 0, ingest_err
+    assert pd.read_csv(tmp_path / "runs.csv")["group"].unique().tolist() == ["meta-llama/Llama-3.1-8B"]

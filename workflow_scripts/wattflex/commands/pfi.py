@@ -88,9 +88,14 @@ def run(args: argparse.Namespace) -> int:
     params = dict(power_sem_col=sem_cols[0], throughput_sem_col=sem_cols[1],
                   uncapped_cap_w=args.uncapped_cap_w, mc_samples=args.mc_samples,
                   seed=args.seed, rel_tol=args.rel_tol, power_tol=args.power_tol)
-    table = pfi_table(df.drop(columns="_where"), **params)
-
     dropped = dropped_rows(df, sem_cols)
+    if len(dropped) == len(df):  # as ingest: nothing left to compute is an error, not NaN rows
+        from wattflex.ingest.reader import describe_bad_rows
+
+        raise UserError(f"{args.sweeps}: no valid row: " + " ".join(describe_bad_rows(dropped).split()))
+    # A cap the ingest rules refuse (kW, mW) leaves its row out here too (status invalid_values).
+    df.loc[df["_where"].isin({d["where"] for d in dropped if "cap_w = " in d["reason"]}), "cap_w"] = float("nan")
+    table = pfi_table(df.drop(columns="_where"), **params)
     counts = table["status"].value_counts()
     summary = ", ".join(f"{k} {v}" for k, v in counts.items())
     if args.output is None:
@@ -112,14 +117,18 @@ def run(args: argparse.Namespace) -> int:
 
 def dropped_rows(df, sem_cols) -> list[dict]:
     """The rows ``pfi_table`` leaves out (status ``invalid_values``), by file and line and why:
-    a cap, power or throughput that is not a finite positive number, or a negative SEM."""
+    a cap, power or throughput that is not a finite positive number, a cap out of the per-GPU
+    range in W (the ingest rule, ``wattflex.ingest.reader.cap_problem``), or a negative SEM."""
     import numpy as np
+
+    from wattflex.ingest.reader import cap_problem
 
     out = []
     for i in range(len(df)):
         row = df.iloc[i]
         reasons = [f"{c} {row[c]:g} is not a finite positive number" for c in ("cap_w", "power_w", "throughput")
                    if not (np.isfinite(row[c]) and row[c] > 0)]
+        reasons += [p for p in [cap_problem(row["cap_w"])] if p]
         reasons += [f"{c} {row[c]:g} is negative" for c in sem_cols if c is not None and row[c] < 0]
         if reasons:
             out.append({"where": row["_where"], "reason": "; ".join(reasons)})

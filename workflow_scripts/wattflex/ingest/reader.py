@@ -70,7 +70,9 @@ THROUGHPUT_ALIASES = {"tokens_per_s": ("throughput", "tokens/s"),
 CAP_RANGE_W = (10.0, 2000.0)        # per GPU
 POWER_RANGE_W = (1.0, 2000.0)       # per GPU
 MAX_POWER_OVER_CAP = 1.5            # averages above 1.5x the cap: job total vs per-GPU mix-up
-SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# Group names are labels (no file path is made of an ingested group), and public sweeps name
+# groups after their models (meta-llama/Llama-3.1-8B): letters, digits and . _ - / + : @.
+GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+:@-]{0,199}$")
 MAX_LISTED = 20                     # bad rows spelled out in an error message
 PARQUET_SUFFIXES = (".parquet", ".pq")
 # pandas.read_csv's default missing-value tokens: the tables the commands read
@@ -260,13 +262,22 @@ def _to_numbers(df: pd.DataFrame, reasons: list[list[str]]) -> None:
         df[col] = num.astype(float)
 
 
+def cap_problem(cap: float) -> str | None:
+    """What is wrong with a per-GPU cap in W (a cap in kW or mW is out of range), or None;
+    the one rule `wattflex pfi` and every ingest apply."""
+    if np.isfinite(cap) and cap > 0 and not CAP_RANGE_W[0] <= cap <= CAP_RANGE_W[1]:
+        return (f"cap_w = {cap:g} is outside {CAP_RANGE_W[0]:g}-{CAP_RANGE_W[1]:g} W per GPU "
+                "(caps are per GPU, in W)")
+    return None
+
+
 def _row_checks(df: pd.DataFrame, reasons: list[list[str]]) -> None:
     gpus = df["gpus"].to_numpy(float)
     for i in range(len(df)):
         r = reasons[i]
         group = df["group"].iloc[i]
-        if pd.isna(group) or not SAFE_ID.match(str(group)):
-            r.append(f"group {group!r} is empty or has characters other than letters, digits, . _ -")
+        if pd.isna(group) or not GROUP_NAME.match(str(group)):
+            r.append(f"group {group!r} is empty or has characters other than letters, digits, . _ - / + : @")
         for col in ("cap_w", "power_w", "throughput"):
             v = df[col].iloc[i]
             if not np.isfinite(v) or v <= 0:
@@ -284,9 +295,9 @@ def _row_checks(df: pd.DataFrame, reasons: list[list[str]]) -> None:
                 r.append(f"{col} must be a whole number >= {0 if col == 'repeat' else 1} ({v:g})")
         n = gpus[i] if np.isfinite(gpus[i]) and gpus[i] >= 1 else np.nan
         cap, power = df["cap_w"].iloc[i], df["power_w"].iloc[i]
-        if np.isfinite(cap) and cap > 0 and not CAP_RANGE_W[0] <= cap <= CAP_RANGE_W[1]:
-            r.append(f"cap_w = {cap:g} is outside {CAP_RANGE_W[0]:g}-{CAP_RANGE_W[1]:g} W per GPU "
-                     "(caps are per GPU, in W)")
+        problem = cap_problem(cap)
+        if problem:
+            r.append(problem)
         if np.isfinite(power) and power > 0 and np.isfinite(n):
             per_gpu = power / n
             if not POWER_RANGE_W[0] <= per_gpu <= POWER_RANGE_W[1]:
