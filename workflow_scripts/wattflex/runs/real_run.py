@@ -487,15 +487,14 @@ def rendezvous_endpoint(first_node: str) -> str:
 
 
 def node_agent_command(spec_path: Path, outdir: Path, t0: float, nnodes: int, rdzv: str,
-                       gpus_per_node: int | None = None, what: str = "node") -> list[str]:
+                       gpus_per_node: int | None = None, module: str = "wattflex.runs.real_run") -> list[str]:
     """One srun step, one task (node agent) per node. Without ``--exact`` a step gets all the
     job's CPUs and memory on each node (srun(1)); ``--gpus-per-node`` names the GPUs each
-    node's agent gets (omitted: the job's, SLURM's default for a step's GRES). ``what``: node
-    (a run at one cap, ``run_node``) or sweep-node (``sweep.real.run_sweep_node``)."""
+    node's agent gets (omitted: the job's, SLURM's default for a step's GRES). ``module``: this
+    one (a run at one cap, ``run_node``) or ``wattflex.runs.sweep.real`` (``run_sweep_node``)."""
     gpus = [f"--gpus-per-node={gpus_per_node}"] if gpus_per_node else []
     return ["srun", f"--nodes={nnodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *gpus,
-            sys.executable, "-m", "wattflex.runs.real_run", what, str(spec_path), str(outdir),
-            "--t0", repr(t0), "--rdzv", rdzv]
+            sys.executable, "-m", module, "node", str(spec_path), str(outdir), "--t0", repr(t0), "--rdzv", rdzv]
 
 
 def gpus_per_node(spec: dict[str, Any], nnodes: int) -> int | None:
@@ -573,10 +572,11 @@ def assemble(spec: dict[str, Any], outdir: Path, opts: RunOptions, nodes: list[d
         shutil.rmtree(outdir / NODE_DIR.format(rank=n["node_rank"]), ignore_errors=True)
 
 
-def _node_main(argv: list[str] | None = None) -> int:
-    """``python -m wattflex.runs.real_run node|sweep-node SPEC OUTDIR --t0 T --rdzv HOST:PORT`` (srun agent)."""
-    p = argparse.ArgumentParser(prog="python -m wattflex.runs.real_run")
-    p.add_argument("what", choices=["node", "sweep-node"])
+def node_main(argv: list[str] | None = None, run: Any = None, prog: str = "wattflex.runs.real_run") -> int:
+    """``python -m <prog> node SPEC OUTDIR --t0 T --rdzv HOST:PORT`` (an srun task): ``run``
+    (default ``run_node``) for this node, its rank SLURM's node id."""
+    p = argparse.ArgumentParser(prog=f"python -m {prog}")
+    p.add_argument("what", choices=["node"])
     p.add_argument("spec")
     p.add_argument("outdir")
     p.add_argument("--t0", type=float, required=True)
@@ -584,15 +584,9 @@ def _node_main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     spec = json.loads(Path(a.spec).read_text())
-    node_rank = int(os.environ.get("SLURM_NODEID", "0"))
-    if a.what == "sweep-node":
-        from wattflex.runs.sweep.real import run_sweep_node     # the sweep's modules only for a sweep
-
-        run_sweep_node(spec, Path(a.outdir), a.t0, node_rank, a.rdzv)
-    else:
-        run_node(spec, Path(a.outdir), a.t0, node_rank, a.rdzv)
+    (run or run_node)(spec, Path(a.outdir), a.t0, int(os.environ.get("SLURM_NODEID", "0")), a.rdzv)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(_node_main())
+    sys.exit(node_main())

@@ -29,6 +29,7 @@ import io
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -39,8 +40,8 @@ from wattflex.runs.devices.base import check_cap
 from wattflex.runs.devices.caps import CapError, CapGuard, restore_each
 from wattflex.provenance import read_json
 from wattflex.runs.real_run import (NODE_DIR, NodeSetup, RunOptions, _node_hosts, align_nodes, assemble,
-                                    gpus_per_node, node_agent_command, rendezvous_endpoint, start_training, terminate,
-                                    training_error, utc_now)
+                                    gpus_per_node, node_agent_command, node_main, rendezvous_endpoint, start_training,
+                                    terminate, training_error, utc_now)
 from wattflex.runs.runner import atomic_run_dir
 from wattflex.runs.sweep.algorithm import CapDevice, run_controller, separate_sweep_seconds, sweep_record
 from wattflex.runs.training.config import TrainConfig
@@ -326,7 +327,7 @@ def _run_multi_node_sweep(spec: dict[str, Any], outdir: Path, opts: RunOptions, 
     spec_path = outdir / "spec.json"
     spec_path.write_text(json.dumps(spec, indent=2, default=str))
     cmd = node_agent_command(spec_path, outdir, t0, opts.nnodes, rendezvous_endpoint(hosts[0]),
-                             gpus_per_node(spec, opts.nnodes), what="sweep-node")
+                             gpus_per_node(spec, opts.nnodes), module="wattflex.runs.sweep.real")
     log_path = outdir / "nodes.log"
     proc = start_training(cmd, log_path)
     try:
@@ -393,3 +394,7 @@ def write_real_sweep_run(spec: dict[str, Any], outdir: str | Path) -> Path:
     with atomic_run_dir(outdir) as tmp:
         run_real_sweep(spec, tmp)
     return Path(outdir)
+
+
+if __name__ == "__main__":       # the node agents of a multi-node sweep (node_agent_command)
+    sys.exit(node_main(run=run_sweep_node, prog="wattflex.runs.sweep.real"))
