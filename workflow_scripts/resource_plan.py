@@ -13,7 +13,8 @@ table = pd.DataFrame([plan.row() for plan in plans])
 binding = enforced({"backend": p.backend, "cuda": p.cuda})
 prov = provenance(params={"groups": p.groups, "catalog": p.catalog, "cuda": p.cuda,
                           "checkpoint_at_s": p.checkpoint_at_s},
-                  backend=p.backend)
+                  inputs=[smk.input.catalog], backend=p.backend,
+                  device_model=",".join(sorted({plan.gpu for plan in plans})))
 write_csv(table, smk.output.table, prov, backend=p.backend, enforced=binding,
           note="GiB per GPU, GB per node, seconds; fits is binding (refused at config time) for real "
                "full-size runs only" + ("" if binding else ": this campaign's plan is informative"))
