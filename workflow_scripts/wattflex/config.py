@@ -300,7 +300,7 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
       root on the compute node: nothing to check from the login node (``wattflex doctor``
       there says);
     * ``sweep: staircase | adaptive`` can step caps and read power (not ``observe``,
-      sampler on); on one node or several (``wattflex.runs.sweep.real``).
+      sampler on) and runs on one node.
 
     Relative paths are relative to ``cwd`` (Snakemake's working directory, where the runs
     start), default the current directory."""
@@ -330,6 +330,9 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
             raise ConfigError(f"{where}.cap_control: sweep: {cfg['sweep']} steps the GPUs' caps and reads their "
                               f"power: needs cap_control nvml or command (is {mode}) and sampler: true "
                               f"(is {cuda.get('sampler', True)}); use sweep: separate otherwise")
+        if cuda.get("nnodes") not in (None, 1):
+            raise ConfigError(f"{where}.nnodes: sweep: {cfg['sweep']} runs on one node (nnodes "
+                              f"{cuda['nnodes']}); use sweep: separate for multi-node jobs")
 
     catalog = cfg.get("_catalog", {})
     model_path = cuda.get("model_path")
@@ -432,11 +435,27 @@ def load_emulator_calibration(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_config(path: str | Path, base: Path = REPO_ROOT, check_inputs: bool = True) -> dict[str, Any]:
+def merge_config(base_cfg: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` merged onto ``base_cfg`` as Snakemake merges a ``--configfile`` onto the
+    Snakefile's ``configfile:`` (``snakemake.utils.update_config``): mappings key by key,
+    anything else replaced."""
+    out = dict(base_cfg)
+    for key, value in cfg.items():
+        out[key] = merge_config(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
+            else value
+    return out
+
+
+def load_config(path: str | Path, base: Path = REPO_ROOT, check_inputs: bool = True,
+                onto_default: bool = False) -> dict[str, Any]:
+    """The config in ``path``, validated; ``onto_default``: merged onto ``config/config.yaml``
+    first, which is what ``snakemake --configfile path`` runs (``wattflex doctor`` checks that)."""
     try:
         cfg = read_yaml(path)
+        if onto_default and isinstance(cfg, dict) and Path(path).resolve() != (base / "config" / "config.yaml").resolve():
+            cfg = merge_config(read_yaml(base / "config" / "config.yaml"), cfg)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config error: {path} is not valid YAML: {exc}") from None
+        raise ConfigError(f"config error: {path} is not valid YAML: {' '.join(str(exc).split())}") from None
     return prepare(cfg, base, check_inputs=check_inputs)
 
 

@@ -447,7 +447,7 @@ def diagnose(config_path: str | Path | None = None, exporter_url: str | None = N
             raise UserError(f"--configfile {config_path}: no such file")
         # This machine's part only: weights/data paths are checked where snakemake runs (config.check_cuda).
         report["config"] = {"path": str(config_path),
-                            **check_config(load_config(config_path, check_inputs=False), report)}
+                            **check_config(load_config(config_path, check_inputs=False, onto_default=True), report)}
     report["problems"] = [p for name in PROBES for p in report[name].get("problems", [])]
     report["ok"] = not report["config"]["missing"]
     return report
