@@ -555,6 +555,12 @@ def _f(v: Any, fmt: str = ".4g") -> str:
     return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, fmt)
 
 
+def _skipped_or_failed(step: dict[str, Any]) -> list[str]:
+    """The lines of a step that was skipped or that failed (none for one that ran fine)."""
+    lines = [f"skipped: {step['skipped']}", ""] if step.get("skipped") else []
+    return lines + ([f"failed: {step.get('error', '')[:1500]}", ""] if not step.get("ok", True) else [])
+
+
 def markdown(res: dict[str, Any]) -> str:
     s = res["steps"]
     lines = [f"# GPU check: {res['gpu_model'] or 'no GPU'} on {res['host']} ({res['started_utc']})", ""]
@@ -645,10 +651,7 @@ def markdown(res: dict[str, Any]) -> str:
                   f"{h['bandwidth_gb_s']:.0f} GB/s (efficiency {_f(h['hbm_efficiency'], '.3f')}) at "
                   f"{h['sm_clock_mhz']:.0f} MHz, {h['power_w']:.0f} W. `wattflex calibrate --gpu-check <this .json>` "
                   "turns the GEMM into a calibration file.", ""]
-    elif g.get("skipped"):
-        lines += [f"skipped: {g['skipped']}", ""]
-    if not g.get("ok", True):
-        lines += [f"failed: {g.get('error', '')[:1500]}", ""]
+    lines += _skipped_or_failed(g)
     lines += ["## h) Real weights, loaded as the harness loads them", ""]
     h = s.get("real_weights", {})
     if "loss" in h:
@@ -657,10 +660,7 @@ def markdown(res: dict[str, Any]) -> str:
                   f"loaded in {h['load_s']:.0f} s; one LoRA step: loss {h['loss']:.3f}, "
                   f"{h['expert_lora_params_with_grad']} expert adapters with gradients"
                   + (f", peak GPU memory {h['peak_gpu_gib']:.1f} GiB." if "peak_gpu_gib" in h else "."), ""]
-    elif h.get("skipped"):
-        lines += [f"skipped: {h['skipped']}", ""]
-    if not h.get("ok", True):
-        lines += [f"failed: {h.get('error', '')[:1500]}", ""]
+    lines += _skipped_or_failed(h)
     failed = [k for k, v in s.items() if not v.get("ok")]
     lines += ["## Verdict", "", f"Steps failed: {', '.join(failed) if failed else 'none'}."]
     return "\n".join(lines) + "\n"

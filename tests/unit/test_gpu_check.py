@@ -112,3 +112,23 @@ def test_report_names_and_default_caps(gpu_check):
         def constraints(self):
             return 200.0, 700.0
     assert gpu_check.default_caps(Gpu()) == [200.0, 300.0, 400.0, 500.0, 600.0, 700.0]
+
+
+# h) on the CPU: a saved tiny gpt-oss (bf16, not MXFP4: no real gpt-oss checkpoint here); the
+# MXFP4 path itself is unproven until a GPU node runs the step on real weights.
+def test_real_weights_step_loads_and_trains_a_saved_model(gpu_check, tmp_path):
+    import argparse
+
+    import torch
+    import yaml
+
+    from wattflex.runs.training import TrainConfig, models
+
+    facts = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]["gpt-oss-20b"]
+    cfg = TrainConfig(model_facts=facts, tiny=True, device="cpu", outdir=str(tmp_path))
+    models.build_model(cfg, torch.bfloat16).save_pretrained(tmp_path / "model")
+    out = gpu_check.real_weights(argparse.Namespace(model_path=str(tmp_path / "model"), device="cpu"))
+    assert out.get("ok", True), out
+    assert out["mxfp4_checkpoint"] is False and out["expert_dtypes"] == ["torch.bfloat16"]
+    assert out["expert_lora_params_with_grad"] > 0 and out["loss"] > 0
+    assert gpu_check.real_weights(argparse.Namespace(model_path=None, device="cpu")) == {"skipped": "no --model-path given"}
