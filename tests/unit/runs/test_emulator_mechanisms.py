@@ -120,3 +120,20 @@ def test_perturbed_physics_changes_results_and_default_is_the_module_default(def
     assert np.array_equal(base["step_s"], same["step_s"])
     slower = operating_points(job, gpu, clocks=F_MAX, physics=dataclasses.replace(PHYSICS, hbm_efficiency=0.6))
     assert slower["step_s"][0] > base["step_s"][0]
+
+
+def test_lora_on_fused_experts_adds_their_weight_gradient_pass_and_the_fold(default_config):
+    """peft's target_parameters LoRA makes W' = W + B A trainable through its factors: the backward
+    computes the experts' full weight gradient (3 expert-GEMM passes + the recompute, as in full
+    training, not 2 + 1), and each forward folds the adapters into every local expert (baddbmm)."""
+    job, gpu = _job(default_config, "moe-ft-qwen30ba3b-x8")
+    k = {x.name: x for x in step_kernels(job, gpu)}
+    tok, n_expert = job.tokens_per_gpu, job.expert_params_b * 1e9
+    active = n_expert * job.experts_active / job.experts
+    assert k["expert_gemm"].tensor_flops == pytest.approx(2 * active * tok * 4)   # fwd, recompute, dX, dW
+    # read W + write W' per forward (2 with the recompute), write dW' + read it twice: 14 B per expert weight
+    assert k["lora_expert_fold"].dram_bytes == pytest.approx(n_expert * 14)
+    pt, _ = _job(default_config, "moe-pt-qwen30ba3b-x8-ep1")
+    assert "lora_expert_fold" not in {x.name for x in step_kernels(pt, gpu)}      # full training: no adapters
+    dense, dgpu = _job(default_config, "dense-ft-mistral24b-x8")
+    assert "lora_expert_fold" not in {x.name for x in step_kernels(dense, dgpu)}  # no experts

@@ -48,7 +48,9 @@ architecture, the task and the layout; each takes ``max(compute at f, memory, is
   all local expert weights and of the GEMM activations, the bf16 efficiency of the dense
   GEMMs times the fill of each expert's last row tile; routing (gather, weighting, inverse
   permutation, top-k sum and their gradients) as bytes counted from that code, fewer when
-  compiled, plus the dispatch/combine copies of expert parallelism;
+  compiled, plus the dispatch/combine copies of expert parallelism; with LoRA (peft
+  ``target_parameters`` on the fused experts) the experts' weight gradient is computed too
+  (one more GEMM pass) and every forward folds the adapters into each expert's weight;
 * element-wise / norm kernels, AdamW (full training): DRAM bytes, issue-limited at low clocks;
 * collectives: FSDP all-gather / reduce-scatter (hidden behind compute up to
   ``fsdp_overlap``) and, with ``ep > 1``, the all-to-all dispatch + combine (bf16, forward,
@@ -168,6 +170,10 @@ class Physics:
     route_bwd_bytes: float = _c(22.0, "counted: routing bytes per routed element, backward, eager (above)")
     route_fwd_bytes_compile: float = _c(6.0, "counted: routing bytes per routed element, forward, compiled")
     route_bwd_bytes_compile: float = _c(8.0, "counted: routing bytes per routed element, backward, compiled")
+    lora_fold_fwd_bytes: float = _c(4.0, "counted: peft 0.21.2 ParamWrapper/_LoraFactorsProxy, LoRA on fused bf16 experts: "
+                                    "each forward's baddbmm reads W and writes W' = W + s*lhs@rhs, per expert weight", False)
+    lora_fold_bwd_bytes: float = _c(6.0, "counted: the same backward: dW' written by the grouped GEMM's weight gradient, "
+                                    "read twice by baddbmm's backward (d lhs, d rhs), per expert weight", False)
     ep_route_bytes: float = _c(8.0, "counted: transformers 5.24 distributed/expert_parallel.py: send gather r+w (4) "
                                "and combine scatter token_outputs[order] r+w (4) per routed element and pass")
     ew_bytes_compile: float = _c(22.0, "assumed: element-wise bytes per hidden element per layer and pass with torch.compile fusion")
@@ -383,9 +389,21 @@ def step_kernels(job: JobSpec, gpu: GPUSpec, physics: Physics = PHYSICS) -> list
         rows_per_expert = tok * job.experts_active * job.ep / job.experts
         tile_fill = rows_per_expert / (rows_per_expert + ph.grouped_gemm_tile_m / 2)
         gemm_io = 2 * (2 * job.hidden + 3 * job.intermediate) * pairs * passes
-        kernels.append(Kernel("expert_gemm", tensor_flops=2 * n_expert * frac * tok * passes,
+        # LoRA on the fused experts (the harness's peft target_parameters, peft 0.21 ParamWrapper):
+        # W' = W + s*lhs@rhs is a function of the trainable factors, so the backward also computes
+        # the experts' full weight gradient dW' (one more grouped-GEMM pass than frozen experts),
+        # and each forward folds the factors into every local expert (_LoraFactorsProxy's baddbmm).
+        expert_passes = passes if full else passes + 1
+        if not full:
+            kernels.append(Kernel("lora_expert_fold",
+                                  tensor_flops=2 * local_expert_weights * job.lora_rank * (fwd_passes + 2),
+                                  efficiency=ph.lora_gemm_eff,
+                                  dram_bytes=local_expert_weights * (ph.lora_fold_fwd_bytes * fwd_passes
+                                                                     + ph.lora_fold_bwd_bytes)))
+        kernels.append(Kernel("expert_gemm", tensor_flops=2 * n_expert * frac * tok * expert_passes,
                               efficiency=ph.dense_gemm_eff * tile_fill,
-                              dram_bytes=2 * local_expert_weights * passes + gemm_io))
+                              # weights read by the passes that use them; every pass streams its activations
+                              dram_bytes=2 * local_expert_weights * passes + gemm_io * expert_passes / passes))
         fwd_b, bwd_b = ((ph.route_fwd_bytes_compile, ph.route_bwd_bytes_compile) if job.compile
                         else (ph.route_fwd_bytes, ph.route_bwd_bytes))
         per_elem = fwd_b * fwd_passes + bwd_b + (ph.ep_route_bytes * (fwd_passes + 1) if job.ep > 1 else 0.0)
