@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ import yaml
 from tests.fakes import fake_pynvml
 from wattflex.provenance import read_json, read_parquet
 from wattflex.telemetry import job_series
+
+from tests.unit.runs.test_real_run import _cmdline_has
 
 from .conftest import REPO, SNAKEMAKE
 from .test_slurm import SLURM_ARGS, job_field, local_cluster, squeue
@@ -75,8 +78,9 @@ def campaign(tmp: Path, caps: list[int], config: dict | None = None, **cuda) -> 
     return path
 
 
-def run_workflow(tmp: Path, config: Path, target: str) -> dict:
-    """``target`` through the SLURM profile on the 2-node cluster; the run's directory and jobs."""
+def workflow(tmp: Path, config: Path, target: str) -> tuple[list[str], dict[str, str], Path]:
+    """The snakemake command, environment and working directory that make ``target`` through
+    the SLURM profile on the 2-node cluster, FAKE NVML GPUs (one per node) made fresh."""
     template = fake_gpus(tmp)
     work = tmp / "work"
     work.mkdir()
@@ -86,10 +90,16 @@ def run_workflow(tmp: Path, config: Path, target: str) -> dict:
     args += ["--config", "slurm_gpus_per_node=1", "slurm_gpu_model=gpu_model"]
     env = {**os.environ, "FAKE_PYNVML_STATE": template,
            "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fakes" / "pynvml_path"), str(REPO / "workflow_scripts")])}
+    cmd = [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(work), target, *args,
+           "--configfile", str(config)]
+    return cmd, env, work
+
+
+def run_workflow(tmp: Path, config: Path, target: str) -> dict:
+    """``target`` through the SLURM profile on the 2-node cluster; the run's directory and jobs."""
+    cmd, env, work = workflow(tmp, config, target)
     before = {j[0] for j in squeue()}
-    proc = subprocess.run([*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(work), target, *args,
-                           "--configfile", str(config)], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=420)
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=420)
     logs = "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(work.rglob("*.log")))
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}\n{logs}"
     jobs = [j for j in squeue("%i|%T|%k") if j[0] not in before]
@@ -181,3 +191,33 @@ def test_staircase_steps_both_nodes_through_every_cap_and_restores_both(two_node
         assert n["gpus_after_restore"] == [{"index": 0, "power_limit_w": 700.0}]
     assert not list((two_node_staircase["tmp"] / "caps").glob("caps-*.json"))
     assert not list(run_dir.glob(".node*")) and not (run_dir / ".sweep_cap.json").exists()
+
+
+def test_scancel_mid_run_restores_the_caps_on_both_nodes(two_nodes, tmp_path):
+    """A run cancelled while it trains (scancel: SIGTERM to the batch script and to each node's
+    agent): each agent stops its training and restores its own node's GPU."""
+    config = campaign(tmp_path, [CAP_W], {"run": {"duration_s": 300, "sample_period_s": 0.5, "eval_at_s": 0,
+                                                  "checkpoint_at_s": 0, "gap_s": 0, "retries": 0}})
+    cmd, env, work = workflow(tmp_path, config, f"results/mn/runs/{GROUP}/cap{CAP_W}/run.json")
+    before = {j[0] for j in squeue()}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not (all(node_state(tmp_path, n)["gpus"][0]["limit_mw"] == CAP_W * 1000 for n in NODES)
+                   and any("step 2 " in p.read_text(errors="replace") for p in work.rglob("train*.log"))):
+            assert time.monotonic() < deadline and proc.poll() is None, "the run never trained capped on both nodes"
+            time.sleep(0.3)
+        (jobid, _, _), = [j for j in squeue("%i|%T|%k") if j[0] not in before]
+        subprocess.run(["scancel", jobid], check=True)
+        output = proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, output[-3000:]
+    for node in NODES:
+        state = node_state(tmp_path, node)
+        assert state["gpus"][0]["limit_mw"] == 700_000, output[-3000:]
+        assert [c[1] for c in state["set_calls"]] == [CAP_W * 1000, 700_000]
+    assert not list((tmp_path / "caps").glob("caps-*.json"))      # restored by the agents, not left for the epilog
+    left = [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, str(work))]
+    assert not left, "processes of the cancelled run are still alive"
