@@ -4,6 +4,7 @@ with the sampler off (smoke variant) or on FAKE NVML GPUs (tests/fakes/fake_pynv
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -192,6 +193,21 @@ def test_launch_commands_single_and_multi_node(tmp_path):
     assert agent[6:9] == ["-m", "wattflex.runs.real_run", "node"]
     assert np.isfinite(float(agent[agent.index("--t0") + 1]))
     assert not any(a.startswith("--gpus") for a in real_run.node_agent_command(tmp_path, tmp_path, 1.0, 2, "n:1"))
+
+
+def test_rendezvous_on_the_first_nodes_address_and_a_free_port(monkeypatch):
+    """On the first node (where the batch script runs) the port is one free there; elsewhere
+    it is derived from the job id, below Linux's ephemeral range. SLURM's NodeAddr is asked
+    of scontrol (stood in for here: the 2-node SLURM test runs the real one)."""
+    monkeypatch.setattr(real_run, "_scontrol_field", lambda kind, name, key: {"gpu-a01": "10.1.0.1"}.get(name, ""))
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-a01")
+    host, port = real_run.rendezvous_endpoint("gpu-a01").rsplit(":", 1)
+    assert host == "10.1.0.1"
+    with socket.socket() as sock:
+        sock.bind(("", int(port)))                      # free: c10d's store can bind it
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-a02")
+    monkeypatch.setenv("SLURM_JOB_ID", "123456")
+    assert real_run.rendezvous_endpoint("gpu-b07") == f"gpu-b07:{29400 + 123456 % 3000}"   # no NodeAddr: the name
 
 
 def test_gpus_per_node_from_the_group(tmp_path):
