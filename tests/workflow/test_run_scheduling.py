@@ -49,6 +49,10 @@ def test_run_jobs_ask_for_the_groups_gpus_nodes_model_and_time(tmp_path, tiny_co
     assert small["runtime"] == "27" and small["run_attempts"] == "2"
     assert small["sweep_dense_pt_mistral24b_x8"] == "1" and "sweep_h100_dense_pt_x16" not in small
     assert big["sweep_h100_dense_pt_x16"] == "1"
+    # Multi-node: the jobstep plugin's MPI route (no srun -n1 wrapper), one task per node;
+    # one node: the plugin's default step (wattflex.runs.real_run).
+    assert (big["mpi"], big["tasks"], big["tasks_per_gpu"]) == ("srun", "2", "0")
+    assert not {"mpi", "tasks", "tasks_per_gpu"} & set(small)
 
 
 def test_parallel_within_group_drops_the_group_slot(tmp_path, tiny_config):
