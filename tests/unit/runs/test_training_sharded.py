@@ -60,6 +60,8 @@ PROBE = """
     out["fsdp_units"] = sorted(n for n, m in model.named_modules() if isinstance(m, FSDPModule))
     out["embed_unit"] = isinstance(base.get_input_embeddings(), FSDPModule)
     out["head_unit"] = isinstance(base.get_output_embeddings(), FSDPModule)
+    gloo = torch.distributed.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    out["pg_timeout_s"] = gloo.options._timeout.total_seconds()     # what init_process_group was given
     open(f"{cfg.outdir}/probe{dist.rank}.json", "w").write(json.dumps(out))
     torch.distributed.destroy_process_group()
 """
@@ -72,8 +74,9 @@ def probe(cfg: TrainConfig, tmp_path: Path) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.parametrize("model, task", [("Llama-3.1-70B", "pt"), ("gpt-oss-20b", "lora")])
 def test_random_init_on_each_shard_matches_the_models_own_init(model, task, tmp_path):
-    ranks = probe(tiny_cfg(model, tmp_path, task=task), tmp_path)
+    ranks = probe(tiny_cfg(model, tmp_path, task=task, dist_timeout_s=1234.0), tmp_path)
     for out in ranks:
+        assert out["pg_timeout_s"] == 1234.0                     # cuda.dist_timeout_s
         assert out["info"]["parallel"] == "fsdp" and out["info"]["sharded_build"]
         assert out["info"]["model_bytes"] == out["info"]["params_total"] * 4      # fp32
         assert out["embed_unit"] and out["head_unit"]           # their own FSDP units, as torchtitan's
