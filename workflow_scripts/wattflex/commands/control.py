@@ -45,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--signal", help="grid events: a schedule CSV/JSON (event_id,start_s|start,end_s|end,"
                                       "target_kw|fraction,ramp_kw_per_s,deadline_s) or the time_s,fraction CSV; "
                                       "fractions are of --basis, >= 1 = no limit")
+    how.add_argument("--openadr-vtn", metavar="URL", help="follow the events of this OpenADR 2.0b VTN as a VEN "
+                                                          "(e.g. http://127.0.0.1:8080/OpenADR2/Simple/2.0b)")
+    parser.add_argument("--ven-name", default=None, help="--openadr-vtn: this VEN's name (default: the host name)")
+    parser.add_argument("--ramp-kw-per-s", type=float, help="--openadr-vtn: ramp limit of its events (default: none)")
     parser.add_argument("--basis", choices=("nominal", "measured"), default="nominal",
                         help="what a signal's fraction applies to: the sum of the GPUs' maximum limits "
                              "(nominal, default) or their power measured at the start")
@@ -99,6 +103,11 @@ def check_args(args: argparse.Namespace) -> None:
     finite("--at-s", args.at_s, 0.0, inclusive=True)
     finite("--restore-stagger-s", args.restore_stagger_s, 0.0, inclusive=True)
     finite("--response-s", args.response_s, 0.0, inclusive=True)
+    finite("--ramp-kw-per-s", args.ramp_kw_per_s, 0.0)
+    if args.openadr_vtn and args.duration_s is None:
+        raise UserError("with --openadr-vtn, say how long to control with --duration-s")
+    if args.openadr_vtn and args.dry_run:
+        raise UserError("--dry-run takes --budget-w or --signal, not --openadr-vtn (a VEN opts in to events)")
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise UserError(f"--metrics-port {args.metrics_port}: must be 0..65535 (0: a free port)")
     n_jobs = len(args.job) if args.job else None
@@ -226,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
     if args.budget_w is not None and args.budget_w < floor:
         raise UserError(f"--budget-w {args.budget_w:g} W is below these GPUs' floor of {floor:.0f} W (the sum of "
                         f"their minimum caps, {len(flat)} GPU(s)): no cap keeps them under it")
-    signal = None
+    signal, ven, load_w = None, None, [math.nan]
     if args.signal:
         signal = read_schedule(args.signal)
         basis = nominal if args.basis == "nominal" else float(np.nansum(first.power_w))
@@ -249,6 +258,13 @@ def run(args: argparse.Namespace) -> int:
             return float(signal.budget(t, basis))
         source = f"signal {args.signal} ({args.basis} basis {basis:.0f} W)"
         duration = args.duration_s if args.duration_s is not None else end_s
+    elif args.openadr_vtn:
+        signal, ven = start_ven(args, floor, nominal if args.basis == "nominal" else float(np.nansum(first.power_w)),
+                                load_w)
+        basis = ven.s.basis_w
+        budget_at = lambda t: float(signal.budget(t, basis))  # noqa: E731
+        source = f"OpenADR VTN {args.openadr_vtn} ({args.basis} basis {basis:.0f} W)"
+        duration = args.duration_s
     else:
         budget_at = lambda t: float(args.budget_w)  # noqa: E731
         source = f"--budget-w {args.budget_w:g}"
@@ -283,18 +299,32 @@ def run(args: argparse.Namespace) -> int:
         try:
             exporter = ControlExporter(args.metrics_port, args.metrics_addr)
         except OSError as exc:
+            if ven is not None:
+                ven.stop()
             raise UserError(f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_addr} "
                             f"({exc.strerror or exc})") from None
         print(f"metrics at {exporter.url}", flush=True)
+    def on_period(r) -> None:
+        load_w[0] = r.power_w[-1]
+        if exporter is not None:
+            exporter.update(r, jobs)
+    if ven is not None:
+        from datetime import datetime, timezone
+
+        signal.rebase(datetime.now(timezone.utc))
     try:
         rec = run_loop(jobs, budget_at, args.policy, cfg, duration, mode=args.cap_control, state_dir=state_dir,
-                       command=args.cap_command, predict_pfi=predict_pfi,
-                       on_period=None if exporter is None else lambda r: exporter.update(r, jobs))
+                       command=args.cap_command, predict_pfi=predict_pfi, on_period=on_period)
     except CapError as exc:      # the guard has put back what it could; the message says what is left
         raise UserError(f"{exc} (--cap-control {args.cap_control})") from None
     finally:
         if exporter is not None:
             exporter.close()
+        if ven is not None:
+            ven.stop()
+            for eid, resp in ven.responses.items():
+                print(f"OpenADR event {eid}: {resp}", flush=True)
+            signal = signal.schedule
     over = [p - b for p, b in zip(rec.power_w, rec.budget_w) if math.isfinite(b)]
     print(f"done: {len(rec.t_s)} periods, worst reading {max(over, default=0):+.0f} W vs the budget; "
           f"power limits restored")
@@ -310,6 +340,25 @@ def run(args: argparse.Namespace) -> int:
                   f"(worst {r['worst_w_above_target_after_deadline']:.0f} W), restored after {r['restore_time_s']} s; "
                   f"wrote {args.mv_out}/mv.json")
     return 0
+
+
+def start_ven(args: argparse.Namespace, floor_w: float, basis_w: float, load_w: list[float]):
+    """The OpenADR 2.0b VEN, registered with the VTN; its live schedule and itself. It
+    reports ``load_w[0]``, the load the controller measured last."""
+    import socket
+
+    from wattflex.grid.openadr import OpenADRVen, VenSettings
+
+    settings = VenSettings(ven_name=args.ven_name or socket.gethostname(), vtn_url=args.openadr_vtn, floor_w=floor_w,
+                           basis_w=basis_w, period_s=args.period_s,
+                           ramp_w_per_s=math.inf if args.ramp_kw_per_s is None else args.ramp_kw_per_s * 1e3,
+                           deadline_s=args.response_s)
+    ven = OpenADRVen(settings, load_w=lambda: load_w[0])
+    try:
+        ven.start()
+    except ConnectionError as exc:
+        raise UserError(str(exc)) from None
+    return ven.live, ven
 
 
 def signal_end_s(schedule, basis_w: float, extra_s: float) -> float:
