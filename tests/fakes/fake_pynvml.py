@@ -11,7 +11,8 @@ command) see and change the same GPUs; ``{node}`` in that path is the SLURM node
 runs on (SLURMD_NODENAME), so the nodes of a test cluster on one machine each have their own.
 Processes the tests cannot patch (SLURM job steps) import it as ``pynvml`` through
 ``tests/fakes/pynvml_path`` on PYTHONPATH. Knobs (``reset(...)`` keywords or per-GPU keys):
-``allow_set`` (False: setting a limit raises NoPermission; per GPU: ``deny_set``), ``gpm`` ("ok" |
+``allow_set`` (False: setting a limit raises NoPermission; per GPU: ``deny_set``, or ``deny_set_mw``:
+the limits in mW it refuses so), ``gpm`` ("ok" |
 "no_permission" | "unsupported"), ``instant_power`` (False: the field read fails),
 ``demand_w`` (what the job would draw uncapped), ``extra_limit_w`` (a lower limit enforced
 by someone else), ``persistence`` (False: persistence mode off).
@@ -214,7 +215,7 @@ def nvmlDeviceGetEnforcedPowerLimit(handle: int) -> int:
 def nvmlDeviceSetPowerManagementLimit(handle: int, limit_mw: int) -> None:
     s = _load()
     g = s["gpus"][handle]
-    if not s["allow_set"] or g.get("deny_set"):
+    if not s["allow_set"] or g.get("deny_set") or int(limit_mw) in g.get("deny_set_mw", []):
         raise NVMLError_NoPermission()
     if not g["min_mw"] <= limit_mw <= g["max_mw"]:
         raise NVMLError_InvalidArgument()

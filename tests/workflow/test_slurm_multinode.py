@@ -221,3 +221,26 @@ def test_scancel_mid_run_restores_the_caps_on_both_nodes(two_nodes, tmp_path):
     assert not list((tmp_path / "caps").glob("caps-*.json"))      # restored by the agents, not left for the epilog
     left = [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, str(work))]
     assert not left, "processes of the cancelled run are still alive"
+
+
+def test_a_cap_one_node_refuses_mid_staircase_ends_the_sweep_restored_on_both(two_nodes, tmp_path):
+    """Node 1's GPU refuses the second cap (FAKE NVML NoPermission for 450 W only): its agent
+    reports the error and exits, the controller's sweep fails with it, and both nodes' GPUs
+    are back at their original limit (node 0's agent stopped by srun, node 1's by the error)."""
+    config = campaign(tmp_path, STAIRCASE_CAPS, {"sweep": "staircase", "staircase": CRITERIA,
+                                                 "run": {"duration_s": 60, "sample_period_s": 0.5, "eval_at_s": 0,
+                                                         "checkpoint_at_s": 0, "gap_s": 0, "retries": 0}})
+    cmd, env, work = workflow(tmp_path, config, f"results/mn/runs/{GROUP}/staircase/run.json")
+    state_path = tmp_path / f"gpus-{NODES[1]}.json"
+    state = json.loads(state_path.read_text())
+    state["gpus"][0]["deny_set_mw"] = [450_000]
+    state_path.write_text(json.dumps(state))
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=420)
+    log = (work / f"logs/mn/runs/{GROUP}/staircase.log").read_text(errors="replace")
+    assert proc.returncode != 0 and "node 1: " in log and "450" in log, log[-3000:]
+    for node, sets in zip(NODES, ([300_000, 450_000, 700_000], [300_000, 700_000])):
+        s = node_state(tmp_path, node)
+        assert s["gpus"][0]["limit_mw"] == 700_000 and [c[1] for c in s["set_calls"]] == sets, log[-3000:]
+    assert not list((tmp_path / "caps").glob("caps-*.json"))
+    left = [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, str(work))]
+    assert not left, "processes of the failed sweep are still alive"
