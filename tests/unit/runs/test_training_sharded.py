@@ -127,3 +127,21 @@ def test_no_rank_holds_the_whole_model(tmp_path):
         assert 0 < growth < 0.75 * facts["model_bytes"], (growth, facts["model_bytes"])
     t = facts["timings"]
     assert 0 < t["init_process_group_s"] <= t["build_s"] <= t["materialize_s"] <= t["loop_start_s"] <= t["first_step_s"]
+
+
+@pytest.mark.slow
+def test_random_init_on_cpu_refuses_parameters_copied_across_ranks(tmp_path):
+    body = """
+    unsharded = sharded.on_meta(lambda: torch.nn.Linear(4, 4))      # never sharded: a copy on each rank
+    try:
+        sharded.init_random(unsharded, torch.device("cpu"), 0, dist.rank)
+        error = None
+    except RuntimeError as exc:
+        error = str(exc)
+    out = {"error": error, "harness_copies": sharded.replicated(model)}
+    open(f"{cfg.outdir}/probe{dist.rank}.json", "w").write(json.dumps(out))
+    torch.distributed.destroy_process_group()
+    """
+    for out in run_probe(body, tiny_cfg("Llama-3.1-70B", tmp_path), tmp_path):
+        assert out["harness_copies"] == []                              # the harness's FSDP model: all sharded
+        assert "random init on cpu: weight is replicated across ranks" in out["error"]
