@@ -39,6 +39,8 @@ rule simulate_control:
         **with_sidecars(
             summary=f"{CONTROL_DIR}/{{scenario}}/summary.csv",
             jobs=f"{CONTROL_DIR}/{{scenario}}/jobs.csv",
+            mv=f"{CONTROL_DIR}/{{scenario}}/mv.csv",
+            mv_intervals=f"{CONTROL_DIR}/{{scenario}}/mv_intervals.csv",
         ),
         timeseries=f"{CONTROL_DIR}/{{scenario}}/timeseries.parquet",
     params:
@@ -58,17 +60,21 @@ rule simulate_control:
 
 
 rule control_figures:
-    """Per scenario: power vs budget and tokens lost per policy; all summaries in one table."""
+    """Per scenario: power vs budget, tokens lost per policy, the first event's M&V; all
+    summaries and M&V records in one table each."""
     input:
         summaries=expand(f"{CONTROL_DIR}/{{scenario}}/summary.csv", scenario=CONTROL_SCENARIOS, allow_missing=True),
         timeseries=expand(f"{CONTROL_DIR}/{{scenario}}/timeseries.parquet", scenario=CONTROL_SCENARIOS,
                           allow_missing=True),
+        mv=expand(f"{CONTROL_DIR}/{{scenario}}/mv.csv", scenario=CONTROL_SCENARIOS, allow_missing=True),
     output:
-        **with_sidecars(summary=f"{CONTROL_DIR}/summary.csv"),
+        **with_sidecars(summary=f"{CONTROL_DIR}/summary.csv", mv_table=f"{CONTROL_DIR}/mv.csv"),
         power=[figure_output(p) for p in expand(f"{CONTROL_DIR}/{{scenario}}/power_vs_budget.png",
                                                 scenario=CONTROL_SCENARIOS, allow_missing=True)],
         tokens=[figure_output(p) for p in expand(f"{CONTROL_DIR}/{{scenario}}/tokens_lost.png",
                                                  scenario=CONTROL_SCENARIOS, allow_missing=True)],
+        mv=[figure_output(p) for p in expand(f"{CONTROL_DIR}/{{scenario}}/mv.png",
+                                             scenario=CONTROL_SCENARIOS, allow_missing=True)],
     params:
         scenarios=CONTROL_SCENARIOS,
         figures=section("figures"),
@@ -80,3 +86,25 @@ rule control_figures:
     localrule: True
     script:
         "../workflow_scripts/control_figures.py"
+
+
+rule offer:
+    """The flexibility offer of the campaign's jobs (one per sweep group, wattflex.grid.offer):
+    kW sheddable at <= 10/25/50 % throughput loss per job, held for 4 h (`wattflex offer`
+    chooses others), and the curve behind it. Not in `all`: ask for results/<campaign>/offer/offer.png."""
+    input:
+        runs=f"{RESULTS}/runs.parquet",
+    output:
+        **with_sidecars(table=f"{RESULTS}/offer/offer.csv"),
+        figure=figure_output(f"{RESULTS}/offer/offer.png"),
+    params:
+        offer={},
+        figures=section("figures"),
+        code=script_code("offer"),
+    log:
+        f"{LOGS}/offer.log",
+    conda:
+        "../envs/analysis.yaml"
+    localrule: True
+    script:
+        "../workflow_scripts/offer.py"

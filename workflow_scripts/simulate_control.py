@@ -3,6 +3,8 @@ the oracle and the uncapped reference (wattflex.control.clustersim)."""
 import time
 
 from wattflex.control.clustersim import Tables, simulate_scenario, summarize
+from wattflex.control.mv import simulation_mv
+from wattflex.grid.events import read_schedule
 from wattflex.provenance import provenance, read_json, read_parquet, write_csv, write_parquet
 from wattflex.smk import rule_logger
 
@@ -23,3 +25,9 @@ prov = provenance(params=smk.params.control, inputs=list(smk.input), backend="em
 write_csv(summary, smk.output.summary, prov, scenario=scenario, backend="emulated")
 write_csv(res.jobs, smk.output.jobs, prov, scenario=scenario, backend="emulated")
 write_parquet(res.timeseries(), smk.output.timeseries, prov, scenario=scenario)
+mv, intervals = simulation_mv(res, read_schedule(smk.input.signal), float(smk.params.control["scenario"].get("response_s", 30.0)))
+for _, r in mv.iterrows():
+    log.info("M&V %-16s %s: response %s s, %g s above target after the deadline, restored after %s s", r["policy"],
+             r["event_id"], r["response_time_s"], r["seconds_above_target_after_deadline"], r["restore_time_s"])
+write_csv(mv, smk.output.mv, prov, scenario=scenario, backend="emulated")
+write_csv(intervals, smk.output.mv_intervals, prov, scenario=scenario, backend="emulated")

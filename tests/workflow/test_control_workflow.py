@@ -36,10 +36,12 @@ def control_config(tmp_path, tiny_config):
 def test_control_stage_end_to_end(tmp_path, tiny_config):
     config = control_config(tmp_path, tiny_config)
     target = "results/tiny-control/control/summary.csv"
-    plan = snakemake(target, "-n", "--cores", "2", "--configfile", str(config), cwd=tmp_path)
+    offer = "results/tiny-control/offer/offer.png"
+    plan = snakemake(target, offer, "-n", "--cores", "2", "--configfile", str(config), cwd=tmp_path)
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", plan.stdout, re.M))
     assert jobs["control_truth"] == "1" and jobs["simulate_control"] == "1" and jobs["control_figures"] == "1"
-    snakemake(target, "--cores", "2", "--configfile", str(config), cwd=tmp_path)
+    assert jobs["offer"] == "1"
+    snakemake(target, offer, "--cores", "2", "--configfile", str(config), cwd=tmp_path)
     out = tmp_path / "results" / "tiny-control" / "control"
     summary = read_csv(out / "tiny-cut" / "summary.csv")
     assert list(summary.columns[:5]) == ["policy", "worst_overshoot_w", "seconds_above_budget", "tokens",
@@ -52,7 +54,19 @@ def test_control_stage_end_to_end(tmp_path, tiny_config):
     assert set(combined["scenario"]) == {"tiny-cut"} and len(combined) == len(summary)
     ts = read_parquet(out / "tiny-cut" / "timeseries.parquet")
     assert len(ts) == 1200 and np.isfinite(ts["budget_w"]).sum() == 960
-    for png in ("power_vs_budget", "tokens_lost"):
+    # M&V of the event for every controller and the oracle: within tolerance after the response time
+    mv = read_csv(out / "mv.csv").set_index("policy")
+    assert list(mv.index) == CONTROL["policies"] + ["oracle"] and set(mv["scenario"]) == {"tiny-cut"}
+    assert (mv["event_id"] == "event1").all() and (mv["start_s"] == 120).all() and (mv["deadline_s"] == 30).all()
+    assert (mv["worst_w_above_target_after_deadline"] <= 0.01 * mv["target_w"]).all() and mv["deadline_met"].all()
+    assert (mv["delivered_w_vs_pre_event"] > 0).all() and mv.loc["oracle", "throughput_lost_vs_oracle"] == 0
+    assert len(read_csv(out / "tiny-cut" / "mv_intervals.csv")) >= 16
+    offer_table = read_csv(tmp_path / "results" / "tiny-control" / "offer" / "offer.csv")
+    total = offer_table[offer_table["job"] == "TOTAL"]
+    assert list(total["max_throughput_loss"]) == [0.1, 0.25, 0.5] and total["shed_kw"].is_monotonic_increasing
+    assert read_png_meta(tmp_path / "results" / "tiny-control" / "offer" / "offer.png")["provenance"]["backend"] == \
+        "emulated"
+    for png in ("power_vs_budget", "tokens_lost", "mv"):
         path = out / "tiny-cut" / f"{png}.png"
         assert path.stat().st_size > 10_000
         assert read_png_meta(path)["provenance"]["backend"] == "emulated"

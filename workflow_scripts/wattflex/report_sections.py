@@ -121,6 +121,11 @@ SECTIONS: tuple[Section, ...] = (
         Item("control/*/power_vs_budget.png", "Cluster power vs the budget signal"),
         Item("control/*/tokens_lost.png", "Tokens lost to the curtailment"),
         Item("control/*/summary.csv", "Scenario summary"),
+        Item("control/mv.csv", "Measurement and verification of every event: baselines (curves, pre-event load), "
+                               "delivered vs target, response time, time above target after the deadline, restore "
+                               "time, throughput lost vs the oracle (wattflex.control.mv)"),
+        Item("control/*/mv.png", "M&V: each controller's load against the event's target and baselines"),
+        Item("control/*/mv_intervals.csv", "M&V per interval", render="file"),
         Item("control/*/jobs.csv", "Per-job outcome", render="file"),
         Item("control/*.png", "Control"),
     ), optional=True),

@@ -68,7 +68,7 @@ def test_a_30pct_event_is_met_scraped_live_and_every_cap_restored_fake_nvml(fake
     # staggered: one job uncapped first, the other 0.4 s later
     first_up = after[(after["cap_w:job0"] == 700) | (after["cap_w:job1"] == 700)].iloc[0]
     assert sorted([first_up["cap_w:job0"], first_up["cap_w:job1"]])[0] < 700
-    assert len(read_csv(mv / "mv_intervals.csv")) >= 1 and (mv / "mv_ev30.png").stat().st_size > 0
+    assert len(read_csv(mv / "mv_intervals.csv")) >= 1
 
 
 @pytest.mark.parametrize("events, message", [

@@ -8,7 +8,7 @@ import pytest
 from wattflex import cli
 from wattflex.allocation.curves import Curves
 from wattflex.grid.offer import offer_table, sheddable_w
-from wattflex.provenance import read_csv, read_png_meta
+from wattflex.provenance import read_csv
 
 # job a: linear 400 W -> 0 tok/s ... 1000 W -> 100 tok/s; job b: flat above 600 W (memory-bound)
 CURVES = Curves(np.array([[400.0, 1000.0, 1000.0], [200.0, 600.0, 800.0]]),
@@ -30,18 +30,17 @@ def test_the_table_has_every_job_and_the_total_per_loss_level():
     assert tot.loc[0.1, "tokens_lost"] == pytest.approx(0.1 * 200 * 3600 * 2)
 
 
-def test_offer_command_on_a_curve_table_with_figure(tmp_path, capsys):
+def test_offer_command_on_a_curve_table(tmp_path, capsys):
     pts = pd.DataFrame({"job": ["a"] * 2 + ["b"] * 3, "power_w": [400, 1000, 200, 600, 800],
                         "throughput": [1e-6, 100, 50, 100, 100]})
     src = tmp_path / "curves.csv"
     pts.to_csv(src, index=False)
-    out, fig = tmp_path / "offer.csv", tmp_path / "offer.png"
-    assert cli.main(["offer", str(src), "--job", "b=3", "--job", "a", "-o", str(out), "--figure", str(fig)]) == 0
+    out = tmp_path / "offer.csv"
+    assert cli.main(["offer", str(src), "--job", "b=3", "--job", "a", "-o", str(out)]) == 0
     t = read_csv(out)
     assert list(t["job"].unique()) == ["b#1", "b#2", "b#3", "a", "TOTAL"]
     tot = t[(t["job"] == "TOTAL") & (t["max_throughput_loss"] == 0.25)]["shed_kw"].item()
     assert tot == pytest.approx(3 * 0.4 + 0.15, abs=5e-3)
-    assert read_png_meta(fig) is not None
     assert "TOTAL" in capsys.readouterr().out
 
 

@@ -70,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--restore-stagger-s", type=float, default=0.0,
                         help="after an event, uncap one job every this many seconds (default 0: all at once)")
     parser.add_argument("--mv-out", metavar="DIR", help="write the M&V of every event here (mv.json, mv_intervals.csv, "
-                                                         "timeseries.csv, a figure per event)")
+                                                         "timeseries.csv)")
     parser.add_argument("--response-s", type=float, default=30.0,
                         help="M&V deadline of events that name none (the time_s,fraction CSV; default 30 s)")
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (0: a free one)")

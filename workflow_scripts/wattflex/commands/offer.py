@@ -6,7 +6,8 @@ or a curve table ``job,power_w,throughput`` (``wattflex allocate``'s input). ``-
 GROUP=N`` says which jobs run (or are planned) and how many of each; default: one of each.
 Prints, per job and in total, the kW sheddable while each job keeps at least 90 / 75 / 50 %
 of its throughput (``--loss``), held for ``--hours``: kWh and tokens it costs; ``-o``
-writes that table (CSV + sidecar) and ``--figure`` the curve behind it.
+writes that table (CSV + sidecar). The figure of the curve behind it is the workflow's
+``results/<campaign>/offer/offer.png`` (rule ``offer``; only ``wattflex.plots`` draws).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="throughput loss levels, fractions (repeat; default 0.10 0.25 0.50)")
     parser.add_argument("--hours", type=float, default=4.0, help="how long the offer is held (default 4 h)")
     parser.add_argument("-o", "--output", help="write the offer table here (CSV, with a .meta.json sidecar)")
-    parser.add_argument("--figure", help="write the offer curve figure here (PNG)")
 
 
 def default_curves(config: str) -> str:
@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
     from wattflex.allocation.curves import check_points, curves_from_points
     from wattflex.commands.allocate import read_curves
     from wattflex.errors import UserError
-    from wattflex.grid.offer import LOSSES, offer_curve, offer_table
-    from wattflex.provenance import check_outputs, csv_files, provenance, save_png, write_together
+    from wattflex.grid.offer import LOSSES, offer_table
+    from wattflex.provenance import check_outputs, csv_files, provenance, write_together
 
     losses = tuple(args.loss) if args.loss else LOSSES
     if not all(0 < x < 1 for x in losses):
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if not (args.hours > 0 and np.isfinite(args.hours)):
         raise UserError(f"--hours {args.hours:g}: must be a finite number > 0")
     path = args.curves or default_curves(args.config)
-    check_outputs([p for p in (args.output, args.output and f"{args.output}.meta.json", args.figure) if p], [path])
+    check_outputs([p for p in (args.output, args.output and f"{args.output}.meta.json") if p], [path])
     points, chosen = job_points(read_curves(path), args.job)
     check_points(points[["job", "power_w", "throughput"]], source=path)
     ids, curves = curves_from_points(points["job"], points["power_w"], points["throughput"])
@@ -103,10 +103,4 @@ def run(args: argparse.Namespace) -> int:
     if files:
         write_together(files)
         print(f"wrote {args.output}", file=sys.stderr)
-    if args.figure:
-        from wattflex.plots.grid import offer_figure
-
-        grid, shed = offer_curve(curves)
-        save_png(offer_figure(names, grid, shed, losses, backend, args.hours), args.figure, prov)
-        print(f"wrote {args.figure}", file=sys.stderr)
     return 0

@@ -446,7 +446,7 @@ class Controller:
         released = int((t_s - self.restore_from + 1e-9) // step) + 1
         held = np.zeros(len(self.uid), bool)
         held[self.restore_order[released:]] = True
-        held &= active
+        held &= active & np.isfinite(self.caps).all(0)       # a job that arrived meanwhile is not held
         return np.where(held[None, :], self.caps, caps)
 
     def _update_trim(self, t_s: float, budget_w: float, read: Readings) -> None:

@@ -128,15 +128,14 @@ def write_run_mv(out_dir: Any, rec: Any, source: Any, response_s: float, uncappe
                  params: Mapping[str, Any], basis_w: float | None = None,
                  interval_s: float = 60.0) -> list[dict[str, Any]]:
     """M&V of a real controlled run (a :class:`wattflex.control.loop.LoopRecord`, one sample
-    per period): ``mv.json``, ``mv_intervals.csv``, ``timeseries.csv`` and a figure per
-    event, written together. The curve baseline is the jobs' uncapped power (``uncapped_w``,
+    per period): ``mv.json``, ``mv_intervals.csv`` and ``timeseries.csv``, written together
+    (figures are the workflow's: only ``wattflex.plots`` draws). The curve baseline is the jobs' uncapped power (``uncapped_w``,
     measured before the controller capped them; NaN when they started capped). Tokens are
     not known to a GPU: no throughput-vs-oracle figure here (the simulation has it)."""
     from pathlib import Path
 
     from wattflex.grid.events import windows
-    from wattflex.plots.grid import mv_figure
-    from wattflex.provenance import csv_files, json_file, provenance, save_png, write_together
+    from wattflex.provenance import csv_files, json_file, provenance, write_together
 
     out = Path(out_dir)
     t = np.asarray(rec.t_s, float)
@@ -152,6 +151,4 @@ def write_run_mv(out_dir: Any, rec: Any, source: Any, response_s: float, uncappe
     files = [json_file({"events": recs, "sample_s": period}, out / "mv.json", prov, strict=True),
              *csv_files(intervals, out / "mv_intervals.csv", prov), *csv_files(ts, out / "timeseries.csv", prov)]
     write_together(files)
-    for r in recs:
-        save_png(mv_figure(t, power, budget, r, curves, "nvml", "controlled run"), out / f"mv_{r['event_id']}.png", prov)
     return recs

@@ -43,27 +43,36 @@ def offer_figure(jobs: Sequence[str], losses: np.ndarray, shed_w: np.ndarray, le
     return fig
 
 
-def mv_figure(t_s: np.ndarray, power_w: np.ndarray, budget_w: np.ndarray, rec: Mapping[str, Any],
-              baseline_curves_w: np.ndarray | None, backend: Any, title: str):
-    """One event: load vs the target the controller followed, the pre-event and curve
-    baselines, start / deadline / end marked."""
-    fig, ax = plt.subplots(figsize=(9.5, 4.2))
+def mv_figure(t_s: np.ndarray, loads_w: Mapping[str, np.ndarray], budget_w: np.ndarray, rec: Mapping[str, Any],
+              baseline_curves_w: np.ndarray | None, backend: Any, title: str, styles: Mapping[str, tuple] = {}):
+    """One event: each controller's load vs the target it followed (ramps included), the
+    pre-event and curve baselines, start / deadline / end marked; zoomed on the start."""
+    fig, (ax, zx) = plt.subplots(1, 2, figsize=(12.5, 4.4), gridspec_kw={"width_ratios": [3, 2]})
     t = np.asarray(t_s, float)
-    ax.plot(t, np.asarray(power_w) / 1e3, color="#1f77b4", lw=1.0, label="measured load")
-    ax.plot(t, np.where(np.isfinite(budget_w), budget_w, np.nan) / 1e3, color="black", lw=1.3, label="target (ramped)")
-    ax.axhline(rec["baseline_pre_event_w"] / 1e3, color="#2ca02c", lw=0.8, ls="--", label="baseline: pre-event load")
-    if baseline_curves_w is not None:
-        ax.plot(t, np.asarray(baseline_curves_w) / 1e3, color="#ff7f0e", lw=0.8, ls="-.", label="baseline: curves")
-    for x, what in ((rec["start_s"], "start"), (rec["end_s"], "end")):
-        ax.axvline(x, color="grey", lw=0.6)
-    if rec.get("deadline_s") is not None:
-        ax.axvline(rec["start_s"] + rec["deadline_s"], color="red", lw=0.8, ls=":", label="deadline")
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("power (kW)")
-    ax.set_title(f"{title}: event {rec['event_id']}, {rec['seconds_above_target_after_deadline']:g} s above target "
-                 f"after the deadline", fontsize=10)
-    ax.legend(fontsize=7, loc="lower left")
+    start, end = rec["start_s"], rec["end_s"]
+    span = (t >= start - 0.1 * (end - start)) & (t <= end + 0.2 * (end - start))
+    deadline = rec.get("deadline_s")
+    near = (t >= start - 30) & (t <= start + 3 * (deadline or 30) + 30)
+    for a, m in ((ax, span), (zx, near)):
+        for name, p in loads_w.items():
+            color, style = styles.get(name, (None, "-"))
+            a.plot(t[m], np.asarray(p)[m] / 1e3, style, color=color, lw=0.9, label=name)
+        a.plot(t[m], np.where(np.isfinite(budget_w), budget_w, np.nan)[m] / 1e3, color="black", lw=1.4,
+               label="target (ramped)")
+        a.axhline(rec["baseline_pre_event_w"] / 1e3, color="#2ca02c", lw=0.8, ls="--", label="baseline: pre-event load")
+        if baseline_curves_w is not None:
+            a.plot(t[m], np.asarray(baseline_curves_w)[m] / 1e3, color="#999999", lw=0.8, ls="-.",
+                   label="baseline: curves (uncapped)")
+        for x in (start, end):
+            a.axvline(x, color="grey", lw=0.6)
+        if deadline is not None:
+            a.axvline(start + deadline, color="red", lw=0.8, ls=":", label="deadline")
+        a.set_xlabel("time (s)")
+        a.set_ylabel("power (kW)")
+    ax.set_title(f"{title}: event {rec['event_id']}", fontsize=10)
+    zx.set_xlim(t[near].min(initial=start - 30), t[near].max(initial=start + 30))
+    zx.set_title("response to the start", fontsize=9)
+    zx.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     tight_layout(fig, (0, 0.03, 1, 1))
     label_backend(fig, backend)
     return fig
-
