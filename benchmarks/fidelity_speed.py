@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from wattflex import calibration as cal
 from wattflex.analysis import fidelity as fid
 from wattflex.config import groups, load_config
 from wattflex.provenance import read_parquet
@@ -43,6 +44,8 @@ def main(results: Path) -> pd.DataFrame:
     timed(f"sensitivity ({len(fid.sensitive_constants())} constants x 2)", lambda: fid.sensitivity(models, meta), rows)
     timed(f"fidelity() total, {fid.DEFAULT_SEEDS} seeds", lambda: fid.fidelity(
         models, pfi.set_index("group")["pfi_ratio"], cfg["campaign"], cfg["seed"], paper), rows)
+    timed(f"leave-one-table-out ({len(cal.FIT_SETS)} anchor refits, {len(cal.ANCHOR_GRID_MHZ)}-point grid)",
+          lambda: cal.leave_one_table_out(models, paper), rows)
     return pd.DataFrame(rows)
 
 

@@ -42,9 +42,11 @@ seeds and draws for the first two and leaves out the third:
   emulator's current physics" (``pfi.parquet`` was made by older code): both are worth
   knowing before reading its residual.
 
-The whole computation (35 groups, 20 seeds, ~42 perturbed constants x 2) takes ~4.4 s of
-one core (``python benchmarks/fidelity_speed.py``, 2026-12-01); each GPU's operating points
-are computed once per group and reused across its caps (``job_at_caps``).
+The whole computation (35 groups, 20 seeds, 42 perturbed constants x 2) takes 5.8 s of one
+core, and the leave-one-table-out refits (``wattflex.calibration``) 1.2 s more (``python
+benchmarks/fidelity_speed.py``, CPU time, 2026-12-02, on a machine shared with other jobs;
+4.5 s on 2026-12-01); each GPU's operating points are computed once per group and reused
+across its caps (``job_at_caps``).
 
 Targets are issues 14 and 25's (noise-free Spearman vs Table 6 >= 0.70; cluster medians
 ordered dense < MoE-PT < MoE-FT and each within 0.15 of the published; no Table 6 group
