@@ -47,7 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                       "fractions are of --basis, >= 1 = no limit")
     how.add_argument("--openadr-vtn", metavar="URL", help="follow the events of this OpenADR 2.0b VTN as a VEN "
                                                           "(e.g. http://127.0.0.1:8080/OpenADR2/Simple/2.0b)")
-    parser.add_argument("--ven-name", default=None, help="--openadr-vtn: this VEN's name (default: the host name)")
+    how.add_argument("--openadr3-vtn", metavar="URL", help="follow the events of this OpenADR 3 VTN (its REST base URL); "
+                                                           "bearer token from $WATTFLEX_OPENADR3_TOKEN if set")
+    parser.add_argument("--openadr3-program", metavar="ID", help="--openadr3-vtn: only this program's events")
+    parser.add_argument("--ven-name", default=None, help="--openadr-vtn/--openadr3-vtn: this VEN's name (default: the host name)")
     parser.add_argument("--ramp-kw-per-s", type=float, help="--openadr-vtn: ramp limit of its events (default: none)")
     parser.add_argument("--basis", choices=("nominal", "measured"), default="nominal",
                         help="what a signal's fraction applies to: the sum of the GPUs' maximum limits "
@@ -104,10 +107,11 @@ def check_args(args: argparse.Namespace) -> None:
     finite("--restore-stagger-s", args.restore_stagger_s, 0.0, inclusive=True)
     finite("--response-s", args.response_s, 0.0, inclusive=True)
     finite("--ramp-kw-per-s", args.ramp_kw_per_s, 0.0)
-    if args.openadr_vtn and args.duration_s is None:
-        raise UserError("with --openadr-vtn, say how long to control with --duration-s")
-    if args.openadr_vtn and args.dry_run:
-        raise UserError("--dry-run takes --budget-w or --signal, not --openadr-vtn (a VEN opts in to events)")
+    vtn = "--openadr-vtn" if args.openadr_vtn else "--openadr3-vtn" if args.openadr3_vtn else None
+    if vtn and args.duration_s is None:
+        raise UserError(f"with {vtn}, say how long to control with --duration-s")
+    if vtn and args.dry_run:
+        raise UserError(f"--dry-run takes --budget-w or --signal, not {vtn} (a VEN takes events as they come)")
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise UserError(f"--metrics-port {args.metrics_port}: must be 0..65535 (0: a free port)")
     n_jobs = len(args.job) if args.job else None
@@ -258,12 +262,12 @@ def run(args: argparse.Namespace) -> int:
             return float(signal.budget(t, basis))
         source = f"signal {args.signal} ({args.basis} basis {basis:.0f} W)"
         duration = args.duration_s if args.duration_s is not None else end_s
-    elif args.openadr_vtn:
+    elif args.openadr_vtn or args.openadr3_vtn:
         signal, ven = start_ven(args, floor, nominal if args.basis == "nominal" else float(np.nansum(first.power_w)),
                                 load_w)
         basis = ven.s.basis_w
         budget_at = lambda t: float(signal.budget(t, basis))  # noqa: E731
-        source = f"OpenADR VTN {args.openadr_vtn} ({args.basis} basis {basis:.0f} W)"
+        source = f"OpenADR{' 3' if args.openadr3_vtn else ''} VTN {ven.s.vtn_url} ({args.basis} basis {basis:.0f} W)"
         duration = args.duration_s
     else:
         budget_at = lambda t: float(args.budget_w)  # noqa: E731
@@ -323,7 +327,7 @@ def run(args: argparse.Namespace) -> int:
         if ven is not None:
             ven.stop()
             for eid, resp in ven.responses.items():
-                print(f"OpenADR event {eid}: {resp}", flush=True)
+                print(f"OpenADR{' 3' if args.openadr3_vtn else ''} event {eid}: {resp}", flush=True)
             signal = signal.schedule
     over = [p - b for p, b in zip(rec.power_w, rec.budget_w) if math.isfinite(b)]
     print(f"done: {len(rec.t_s)} periods, worst reading {max(over, default=0):+.0f} W vs the budget; "
@@ -343,17 +347,24 @@ def run(args: argparse.Namespace) -> int:
 
 
 def start_ven(args: argparse.Namespace, floor_w: float, basis_w: float, load_w: list[float]):
-    """The OpenADR 2.0b VEN, registered with the VTN; its live schedule and itself. It
-    reports ``load_w[0]``, the load the controller measured last."""
+    """The OpenADR 2.0b VEN (registered with the VTN) or OpenADR 3 VEN (first poll done); its
+    live schedule and itself. It reports ``load_w[0]``, the load the controller measured last."""
     import socket
 
     from wattflex.grid.openadr import OpenADRVen, VenSettings
 
-    settings = VenSettings(ven_name=args.ven_name or socket.gethostname(), vtn_url=args.openadr_vtn, floor_w=floor_w,
+    settings = VenSettings(ven_name=args.ven_name or socket.gethostname(), vtn_url=args.openadr_vtn or args.openadr3_vtn,
+                           floor_w=floor_w,
                            basis_w=basis_w, period_s=args.period_s,
                            ramp_w_per_s=math.inf if args.ramp_kw_per_s is None else args.ramp_kw_per_s * 1e3,
                            deadline_s=args.response_s)
-    ven = OpenADRVen(settings, load_w=lambda: load_w[0])
+    if args.openadr3_vtn:
+        from wattflex.grid.openadr3 import OpenADR3Ven
+
+        ven = OpenADR3Ven(settings, args.openadr3_program, lambda: load_w[0], poll_s=max(args.period_s, 0.5),
+                          token=os.environ.get("WATTFLEX_OPENADR3_TOKEN"))
+    else:
+        ven = OpenADRVen(settings, load_w=lambda: load_w[0])
     try:
         ven.start()
     except ConnectionError as exc:
