@@ -357,3 +357,29 @@ def test_grid_sensitivity_without_a_finer_swept_group_is_empty():
                               "power_w": [2.0, 3.0, 3.5, 4.0], "throughput": [2.5, 3.4, 3.8, 4.0]})
     sens = grid_sensitivity(four_caps, [200, 500, 600, 700])
     assert sens.empty and list(sens.columns) == ["group", "pfi_full", "pfi_subset", "delta", "delta_pct"]
+
+
+# ---- issue 27 §4: the point estimate's isotonic fit, and progress on long tables --------------
+
+@pytest.mark.parametrize("case", ["monotone", "dip", "weighted dip", "tie in power"])
+def test_isotonic_fit_equals_scikit_learns_estimator(case):
+    from sklearn.isotonic import IsotonicRegression
+
+    from wattflex.analysis.pfi import isotonic_fit
+
+    p = np.array([900.0, 300, 500, 700]) if case != "tie in power" else np.array([900.0, 300, 500, 500])
+    t = np.array([100.0, 60, 80, 95]) if case == "monotone" else np.array([100.0, 60, 90, 85])
+    w = np.array([1.0, 4.0, 1.0, 9.0]) if case == "weighted dip" else None
+    expected = IsotonicRegression(increasing=True).fit_transform(p, t, sample_weight=w)
+    assert np.allclose(isotonic_fit(p, t, w), expected, rtol=1e-13, atol=0)
+
+
+def test_long_tables_report_progress(monkeypatch):
+    import wattflex.analysis.pfi as pfi
+
+    monkeypatch.setattr(pfi, "PROGRESS_EVERY_S", 0.0)
+    df = pd.concat([sweep().assign(group=f"g{i}") for i in range(3)], ignore_index=True)
+    lines = []
+    out = pfi.pfi_table(df, mc_samples=0, progress=lines.append)
+    assert len(out) == 3 and [line.split("] ", 1)[1] for line in lines] == [
+        f"PFI of {i} of 3 groups" for i in (1, 2, 3)]

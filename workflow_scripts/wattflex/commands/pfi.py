@@ -12,6 +12,7 @@ pfi_elasticity, ci95_low, ci95_high, status`` first, then the robust PFI and dia
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from wattflex.errors import UserError
@@ -95,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.sweeps}: no valid row: " + " ".join(describe_bad_rows(dropped).split()))
     # A cap the ingest rules refuse (kW, mW) leaves its row out here too (status invalid_values).
     df.loc[df["_where"].isin({d["where"] for d in dropped if "cap_w = " in d["reason"]}), "cap_w"] = float("nan")
-    table = pfi_table(df.drop(columns="_where"), **params)
+    # a line on stderr every few seconds on a long table (stdout may be the summary or a pipe)
+    table = pfi_table(df.drop(columns="_where"), **params, progress=lambda msg: print(msg, file=sys.stderr))
     counts = table["status"].value_counts()
     summary = ", ".join(f"{k} {v}" for k, v in counts.items())
     if args.output is None:

@@ -1,0 +1,92 @@
+"""How long ``wattflex pfi`` takes on large sweep tables (issue 27 §4).
+
+Usage: python benchmarks/bench_pfi.py [--groups 1000,5000] [--before DIR] [--out FILE]
+
+Each run is the ``wattflex pfi TABLE -o OUT.csv`` command end to end in a subprocess (read
+the CSV, check every row, the PFI of every group with 10,000 Monte Carlo resamples, write the
+CSV and its sidecar). Tables: N groups of 4 caps (200, 400, 600, 700 W per GPU, 8 GPUs), a
+power-law throughput loss with 0.5 % seeded noise and SEM columns, so every part of the
+analysis runs (isotonic fit, binding test, both CIs). ``--before DIR``: also run the library
+in DIR (e.g. ``git worktree add DIR <commit>``: its ``workflow_scripts``), interleaved with
+this checkout's, and check both give the same table (numbers to 1e-12). Prints a table and writes it to
+``benchmarks/results/pfi_scale.md`` (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def sweep_table(n_groups: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    caps = np.array([200.0, 400.0, 600.0, 700.0])
+    k = np.repeat(rng.uniform(0.3, 1.0, n_groups), caps.size)
+    cap = np.tile(caps, n_groups)
+    throughput = 100 * (1 - k * (1 - cap / 700) ** 1.5) * rng.normal(1, 0.005, cap.size)
+    return pd.DataFrame({"group": np.repeat([f"g{i}" for i in range(n_groups)], caps.size), "cap_w": cap,
+                         "power_w": 8 * cap * rng.uniform(0.93, 0.99, cap.size), "throughput": throughput,
+                         "power_w_sem": 5.0, "throughput_sem": 0.3, "gpus": 8})
+
+
+def same_table(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    """Same groups, statuses and notes, numbers equal to 1e-12 relative (the point estimate's
+    isotonic fit returns already-monotone values exactly, scikit-learn's estimator re-rounds
+    them through its interpolation in the last bits)."""
+    if list(a.columns) != list(b.columns) or len(a) != len(b):
+        return False
+    text = [c for c in a.columns if a[c].dtype.kind not in "fiu" and c != "per_cap"]
+    numbers = [c for c in a.columns if a[c].dtype.kind in "fiu"]
+    return (all(a[c].equals(b[c]) for c in text)
+            and all(np.allclose(a[c], b[c], rtol=1e-12, atol=0, equal_nan=True) for c in numbers))
+
+
+def time_pfi(lib: Path, table: Path, out: Path) -> float:
+    env = {**os.environ, "PYTHONPATH": str(lib / "workflow_scripts")}
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "wattflex.cli", "pfi", str(table), "-o", str(out)], check=True,
+                   env=env, capture_output=True, text=True)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--groups", default="1000,5000", help="comma-separated group counts")
+    ap.add_argument("--before", type=Path, help="checkout of the earlier version to compare with")
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "pfi_scale.md")
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in [int(x) for x in args.groups.split(",")]:
+            table = Path(tmp) / f"sweeps_{n}.csv"
+            sweep_table(n).to_csv(table, index=False)
+            now = time_pfi(REPO, table, Path(tmp) / "now.csv")
+            row = {"groups": n, "rows": 4 * n, "now_s": now, "now_ms_per_group": 1000 * now / n}
+            if args.before is not None:
+                before = time_pfi(args.before, table, Path(tmp) / "before.csv")
+                same = same_table(pd.read_csv(Path(tmp) / "now.csv"), pd.read_csv(Path(tmp) / "before.csv"))
+                row.update(before_s=before, now_over_before=now / before, same_table=same)
+            rows.append(row)
+            print(row, flush=True)
+    df = pd.DataFrame(rows)
+    text = ("# `wattflex pfi` at scale (benchmarks/bench_pfi.py)\n\n"
+            f"Command: `python benchmarks/bench_pfi.py --groups {args.groups}"
+            f"{' --before ' + str(args.before) if args.before else ''}`; 4 caps per group, 10,000 Monte Carlo "
+            "resamples, end to end in a subprocess; shared 2-core machine (upper bounds).\n\n"
+            + df.to_markdown(index=False, floatfmt=".3g") + "\n")
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
