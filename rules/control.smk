@@ -19,6 +19,8 @@ rule control_truth:
         groups=CONTROL_GROUPS,
         seed=config.get("seed", 0),
         cap_step_w=CONTROL.get("cap_step_w", 5),
+        # the campaign's emulator calibration (emulator.calibration), as its runs have it
+        calibration=config.get("_emulator_calibration"),
         code=script_code("control_truth"),
     log:
         f"{LOGS}/control_truth.log",

@@ -179,3 +179,18 @@ def test_leave_one_table_out_refits_on_every_allowed_set(default):
     # every set leaves Table 6 out of sample; the sets differ, and so do their anchors
     assert t["mae_out_of_sample_table6"].notna().all() and t["anchor_clock_mhz"].nunique() > 1
     assert np.isnan(t.loc["tables7-8", "mae_out_of_sample_other"])  # nothing published is left outside it
+
+
+def test_a_calibration_reaches_the_cluster_simulations_truth_too(default):
+    """The control simulation's truth (control_truth) is the same emulator as the runs: with a
+    calibration file's physics a job draws the power that calibration implies."""
+    from wattflex.config import groups as config_groups
+    from wattflex.control.clustersim import truth_table
+
+    cfg, _ = default
+    g = next(g for g in config_groups(cfg) if g["id"] == "dense-pt-mistral24b-x8")
+    g = {**g, "model_facts": cfg["_catalog"][g["model"]]}
+    default_truth = truth_table([g], 1, cap_step_w=250)
+    hotter = truth_table([g], 1, cap_step_w=250, physics=cal.physics_at_anchor(1560.0))
+    top = default_truth["cap_w"].idxmax()
+    assert hotter.loc[top, "sm_clock_mhz"] < default_truth.loc[top, "sm_clock_mhz"]  # more SM power: lower clock

@@ -63,7 +63,7 @@ from wattflex.control.controller import (
 from wattflex.grid.events import Schedule, read_schedule
 from wattflex.runs.devices.emulated import SETTLE_TAU_S, hardware_seed, stable_seed, steady_temp_c
 from wattflex.gpus import DEFAULT_GPU, GPUS
-from wattflex.runs.emulator import JobSpec, gpu_leakages, job_at_caps, memory_footprint_gib
+from wattflex.runs.emulator import PHYSICS, JobSpec, Physics, gpu_leakages, job_at_caps, memory_footprint_gib
 
 log = logging.getLogger("wattflex.control.clustersim")
 
@@ -80,27 +80,29 @@ CHECKPOINT_UTIL = 4.0
 # Truth: each group's steady state at every cap of the grid
 # ---------------------------------------------------------------------------------------
 
-def truth_table(groups: Sequence[Mapping[str, Any]], seed: int, cap_step_w: float = 5.0) -> pd.DataFrame:
+def truth_table(groups: Sequence[Mapping[str, Any]], seed: int, cap_step_w: float = 5.0,
+                physics: Physics = PHYSICS) -> pd.DataFrame:
     """One row per (group, cap): job power, tokens/s and mean activity from ``job_at_caps``.
 
     ``groups``: config groups (``wattflex.config.groups``) each with its ``model_facts``.
-    The GPUs' silicon variation is the campaign's (same hardware seed as its runs).
+    The GPUs' silicon variation is the campaign's (same hardware seed as its runs); ``physics``
+    the campaign's emulator (its calibration file's, ``emulator.calibration``, if it has one).
     """
     rows = []
     for g in groups:
         gpu = GPUS[g.get("gpu", DEFAULT_GPU)]
         job = JobSpec.from_config(g, g["model_facts"])
-        leak = gpu_leakages(hardware_seed(seed, g["id"]), job.gpus)
+        leak = gpu_leakages(hardware_seed(seed, g["id"]), job.gpus, physics)
         caps = [float(c) for c in np.arange(gpu.min_limit_w, gpu.max_limit_w + 1e-9, cap_step_w)]
         # every cap at once: each GPU's (cap-independent) operating points computed once
-        for cap, st in zip(caps, job_at_caps(job, gpu, caps, leak)):
+        for cap, st in zip(caps, job_at_caps(job, gpu, caps, leak, physics=physics)):
             mean = lambda a: float(np.mean([getattr(o, a) for o in st.per_gpu]))  # noqa: E731
             rows.append({"group": g["id"], "cap_w": float(cap), "gpus": job.gpus, "gpu": gpu.name,
                          "task": g["task"], "cluster": g.get("cluster", ""), "min_cap_w": gpu.min_limit_w,
                          "max_cap_w": gpu.max_limit_w, "idle_w": gpu.idle_w,
                          "power_w": st.power_w, "tokens_per_s": st.tokens_per_s,
                          "mem_clock_mhz": gpu.mem_clock_mhz, "power_per_gpu_w": st.power_w / job.gpus,
-                         "fb_used_gib": memory_footprint_gib(job, gpu),
+                         "fb_used_gib": memory_footprint_gib(job, gpu, physics),
                          "temp_c": steady_temp_c(st.power_w / job.gpus),
                          **{m: mean(m) for m in ("dram_active", "mem_copy_util", "sm_active", "gpu_util",
                                                  "tensor_active", "sm_clock_mhz")}})
