@@ -49,6 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                           "(e.g. http://127.0.0.1:8080/OpenADR2/Simple/2.0b)")
     how.add_argument("--openadr3-vtn", metavar="URL", help="follow the events of this OpenADR 3 VTN (its REST base URL); "
                                                            "bearer token from $WATTFLEX_OPENADR3_TOKEN if set")
+    how.add_argument("--budget-file", metavar="JSON", help="agent of `wattflex cluster-control`: follow the budget this "
+                                                           "file holds (rewritten every period; stale: held to the "
+                                                           "event's end, then restored)")
+    parser.add_argument("--load-file", metavar="JSON", help="write this node's measured load here every period")
+    parser.add_argument("--budget-stale-s", type=float, default=15.0,
+                        help="--budget-file: older than this counts as no word from the coordinator (default 15 s)")
     parser.add_argument("--openadr3-program", metavar="ID", help="--openadr3-vtn: only this program's events")
     parser.add_argument("--ven-name", default=None, help="--openadr-vtn/--openadr3-vtn: this VEN's name (default: the host name)")
     parser.add_argument("--ramp-kw-per-s", type=float, help="--openadr-vtn: ramp limit of its events (default: none)")
@@ -107,6 +113,9 @@ def check_args(args: argparse.Namespace) -> None:
     finite("--restore-stagger-s", args.restore_stagger_s, 0.0, inclusive=True)
     finite("--response-s", args.response_s, 0.0, inclusive=True)
     finite("--ramp-kw-per-s", args.ramp_kw_per_s, 0.0)
+    finite("--budget-stale-s", args.budget_stale_s, 0.0)
+    if args.budget_file and args.duration_s is None:
+        raise UserError("with --budget-file, say how long to control with --duration-s")
     vtn = "--openadr-vtn" if args.openadr_vtn else "--openadr3-vtn" if args.openadr3_vtn else None
     if vtn and args.duration_s is None:
         raise UserError(f"with {vtn}, say how long to control with --duration-s")
@@ -269,6 +278,12 @@ def run(args: argparse.Namespace) -> int:
         budget_at = lambda t: float(signal.budget(t, basis))  # noqa: E731
         source = f"OpenADR{' 3' if args.openadr3_vtn else ''} VTN {ven.s.vtn_url} ({args.basis} basis {basis:.0f} W)"
         duration = args.duration_s
+    elif args.budget_file:
+        from wattflex.grid.slurm import BudgetFile
+
+        budget_at = BudgetFile(args.budget_file, args.budget_stale_s).budget_at
+        source = f"budget file {args.budget_file}"
+        duration = args.duration_s
     else:
         budget_at = lambda t: float(args.budget_w)  # noqa: E731
         source = f"--budget-w {args.budget_w:g}"
@@ -310,6 +325,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"metrics at {exporter.url}", flush=True)
     def on_period(r) -> None:
         load_w[0] = r.power_w[-1]
+        if args.load_file:
+            from wattflex.grid.slurm import write_load
+
+            write_load(args.load_file, Path(args.load_file).name.removesuffix(".load.json"), r.power_w[-1], r.caps_w[-1])
         if exporter is not None:
             exporter.update(r, jobs)
     if ven is not None:

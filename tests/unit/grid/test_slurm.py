@@ -1,0 +1,109 @@
+"""Cluster-wide events on SLURM (wattflex.grid.slurm): jobs and GPUs from ``squeue --json``,
+the budget split over (job, node) units with a unit that stops answering counted at its
+uncapped power, and the agent side (``wattflex control --budget-file``) on FAKE NVML
+(tests/fakes/fake_pynvml.py: two fake H200s, 650 W each uncapped) following the
+coordinator's files, holding the last budget to the event's end when the coordinator goes
+quiet, then restoring. The squeue documents below are shaped after Slurm 22.05's and
+23.02's ``squeue --json`` (job_state a string, then a list); the live run on the local
+SLURM cluster is not here."""
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tests.fakes.nvml_fixture import control_process, fake_nvml, limits_w  # noqa: F401 (fixture)
+from wattflex.grid.slurm import (
+    SlurmJob,
+    agent_command,
+    coordinate_once,
+    expand_hostlist,
+    gres_indices,
+    parse_squeue,
+    split_budget,
+)
+
+SQUEUE = {"jobs": [
+    {"job_id": 41, "name": "llama-ft", "job_state": "RUNNING", "nodes": "wattflex-node[0-1]",
+     "gres_detail": ["gpu:h200:2(IDX:0-1)", "gpu:h200:2(IDX:2-3)"]},
+    {"job_id": 42, "name": "pending", "job_state": "PENDING", "nodes": "", "gres_detail": []},
+    {"job_id": 43, "name": "cpu-only", "job_state": ["RUNNING"], "nodes": "wattflex-node1", "gres_detail": []},
+    {"job_id": 44, "name": "qwen-pt", "job_state": ["RUNNING"], "nodes": "wattflex-node1",
+     "gres_detail": ["gpu:4(IDX:0,1,4-5)"]},
+]}
+
+
+def test_hostlists_and_gres_indices():
+    assert expand_hostlist("n[0-2,5],gpu7,x[08-10]") == ["n0", "n1", "n2", "n5", "gpu7", "x08", "x09", "x10"]
+    assert gres_indices("gpu:h200:2(IDX:0-1)") == (0, 1)
+    assert gres_indices("gpu:4(IDX:0,1,4-5)") == (0, 1, 4, 5)
+    assert gres_indices("gpu:0(IDX:N/A)") == ()
+
+
+def test_running_gpu_jobs_are_read_from_squeue_json():
+    jobs = parse_squeue(SQUEUE)
+    assert jobs == [SlurmJob("41", "llama-ft", {"wattflex-node0": (0, 1), "wattflex-node1": (2, 3)}),
+                    SlurmJob("44", "qwen-pt", {"wattflex-node1": (0, 1, 4, 5)})]
+    assert jobs[0].units() == ["41.wattflex-node0", "41.wattflex-node1"]
+
+
+def test_a_unit_that_stops_answering_is_charged_uncapped_and_the_rest_share_the_cut():
+    floor, ceil = np.array([400.0, 400, 800]), np.array([1400.0, 1400, 2800])
+    share = split_budget(4500.0, floor, ceil, np.array([True, False, True]))
+    assert np.isnan(share[1])
+    np.testing.assert_allclose(share[[0, 2]].sum(), 4500 - 1400)          # the dead unit at its ceiling
+    np.testing.assert_allclose([1400 - share[0], 2800 - share[2]], [550, 550])   # equal weights: equal cuts
+    deep = split_budget(3500.0, floor, ceil, np.array([True, False, True]))
+    np.testing.assert_allclose(deep[[0, 2]], [400, 1700])                 # one unit down to its floor
+    assert np.isinf(split_budget(np.inf, floor, ceil, np.ones(3, bool))).all()
+
+
+def test_the_agent_is_a_step_inside_the_jobs_allocation(tmp_path):
+    job = parse_squeue(SQUEUE)[0]
+    cmd = agent_command(job, "wattflex-node1", tmp_path, 5, 3600, "curve-aware")
+    assert cmd[:6] == ["srun", "--overlap", "--jobid=41", "--nodes=1", "--ntasks=1", "--nodelist=wattflex-node1"]
+    assert cmd[cmd.index("--budget-file") + 1] == str(tmp_path / "41.wattflex-node1.budget.json")
+    assert cmd[cmd.index("--policy") + 1] == "curve-aware"
+
+
+def test_an_agent_follows_the_coordinator_and_restores_when_it_goes_quiet_fake_nvml(fake_nvml, tmp_path):
+    """Job 41 on node0 (its agent: wattflex control on the two fake GPUs) and node1 (an agent
+    that never answers): a 30 % event on both, node1 charged uncapped."""
+    job = SlurmJob("41", "llama-ft", {"node0": (0, 1), "node1": (2, 3)})
+    budget = 0.7 * (1300 + 1400)                     # 1890 W: node1 counted at 1400 W leaves 490 W
+    stop, shares = threading.Event(), []
+    hold_until = time.time() + 3600
+
+    def coordinator():
+        while not stop.is_set():
+            shares.append(coordinate_once([job], budget, hold_until, tmp_path, 200.0, 700.0, stale_s=2.0))
+            time.sleep(0.2)
+    t = threading.Thread(target=coordinator, daemon=True)
+    t.start()
+    proc = control_process(tmp_path, "--budget-file", str(tmp_path / "41.node0.budget.json"),
+                           "--load-file", str(tmp_path / "41.node0.load.json"), "--budget-stale-s", "1",
+                           "--period-s", "0.2", "--duration-s", "60", "--state-dir", str(tmp_path / "st"))
+    try:
+        time.sleep(1.0)
+        assert np.isnan(shares[-1]["41.node1"]) and shares[-1]["41.node0"] == pytest.approx(490.0)
+        assert max(limits_w()) <= 245.0
+        load = json.loads((tmp_path / "41.node0.load.json").read_text())
+        assert load["unit"] == "41.node0" and load["load_w"] <= 490.0
+        # the coordinator goes quiet, its last word: hold to the event's end 2 s from now
+        hold_until_now = time.time() + 2.0
+        stop.set()
+        t.join()
+        coordinate_once([job], budget, hold_until_now, tmp_path, 200.0, 700.0, stale_s=2.0)
+        time.sleep(1.6)                                          # stale, but before the end: held
+        assert max(limits_w()) <= 245.0
+        deadline = time.time() + 10
+        while limits_w() != [700.0, 700.0] and time.time() < deadline:
+            time.sleep(0.1)
+        assert limits_w() == [700.0, 700.0]                      # the end passed: restored
+    finally:
+        stop.set()
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert limits_w() == [700.0, 700.0]
