@@ -190,6 +190,52 @@ def _exporter_blocks(text: str, name: str) -> Iterable[tuple[float | None, list[
         yield time, lines
 
 
+def parse_dcgm_exporter(text: str, name: str, time: float | None = None, node: str = "node0",
+                        gpu_ids: Iterable[int] | None = None) -> list[dict]:
+    """Telemetry records (dicts of ``TELEMETRY_COLUMNS`` keys) from the text of one capture or
+    one scrape; ``name`` is what error messages call it. A scrape's time is its
+    ``# scrape_time`` line, else its samples' timestamps, else ``time``; none: error."""
+    keep = None if gpu_ids is None else {int(g) for g in gpu_ids}
+    records: list[dict] = []
+    for block_time, lines in _exporter_blocks(text, name):
+        rows: dict[tuple[str, int], dict] = {}
+        stamps: list[float] = []
+        for no, line in lines:
+            where = f"{name} line {no}"
+            m = _SAMPLE.match(line.strip())
+            if not m:
+                raise DcgmFormatError(f"{where}: not a Prometheus sample line: {line.strip()[:80]!r}")
+            metric = EXPORTER_METRICS.get(m.group("name"))
+            if metric is None:
+                continue
+            col, factor = metric
+            labels = parse_labels(m.group("labels") or "", where)
+            if "gpu" not in labels:
+                raise DcgmFormatError(f"{where}: {m.group('name')} has no gpu label")
+            try:
+                gpu, value = int(labels["gpu"]), float(m.group("value")) * factor
+            except ValueError:
+                raise DcgmFormatError(f"{where}: bad gpu label or value in {line.strip()[:80]!r}") from None
+            if keep is not None and gpu not in keep:
+                continue
+            host = labels.get("Hostname") or labels.get("instance") or node
+            row = rows.setdefault((host, gpu), {"node": host, "gpu": gpu})
+            if col in row:
+                raise DcgmFormatError(f"{where}: second {m.group('name')} for gpu {gpu} on {host} in one "
+                                      "scrape; separate scrapes with '# scrape_time <t>' lines")
+            row[col] = value
+            _check({col: value}, where)
+            if m.group("ts"):
+                stamps.append(int(m.group("ts")) / 1000.0)
+        t = block_time if block_time is not None else (float(np.median(stamps)) if stamps else time)
+        if t is None:
+            raise DcgmFormatError(f"{name}: a scrape has no time: add '# scrape_time <unix s>' before each "
+                                  "scrape, sample timestamps, or pass one time per file")
+        for row in rows.values():
+            records.append({"t_s": t, **row})
+    return records
+
+
 def read_dcgm_exporter(sources: Sequence[str | Path], times: Sequence[float] | None = None,
                        node: str = "node0", gpu_ids: Iterable[int] | None = None) -> pd.DataFrame:
     """Telemetry from DCGM exporter scrape files (see module docstring for how times are found).
@@ -200,48 +246,10 @@ def read_dcgm_exporter(sources: Sequence[str | Path], times: Sequence[float] | N
     """
     if times is not None and len(times) != len(sources):
         raise DcgmFormatError(f"{len(times)} scrape times given for {len(sources)} files")
-    keep = None if gpu_ids is None else {int(g) for g in gpu_ids}
     records: list[dict] = []
     for i, source in enumerate(sources):
         text, name = _read_text(source)
-        for block_time, lines in _exporter_blocks(text, name):
-            rows: dict[tuple[str, int], dict] = {}
-            stamps: list[float] = []
-            for no, line in lines:
-                where = f"{name} line {no}"
-                m = _SAMPLE.match(line.strip())
-                if not m:
-                    raise DcgmFormatError(f"{where}: not a Prometheus sample line: {line.strip()[:80]!r}")
-                metric = EXPORTER_METRICS.get(m.group("name"))
-                if metric is None:
-                    continue
-                col, factor = metric
-                labels = parse_labels(m.group("labels") or "", where)
-                if "gpu" not in labels:
-                    raise DcgmFormatError(f"{where}: {m.group('name')} has no gpu label")
-                try:
-                    gpu, value = int(labels["gpu"]), float(m.group("value")) * factor
-                except ValueError:
-                    raise DcgmFormatError(f"{where}: bad gpu label or value in {line.strip()[:80]!r}") from None
-                if keep is not None and gpu not in keep:
-                    continue
-                host = labels.get("Hostname") or labels.get("instance") or node
-                row = rows.setdefault((host, gpu), {"node": host, "gpu": gpu})
-                if col in row:
-                    raise DcgmFormatError(f"{where}: second {m.group('name')} for gpu {gpu} on {host} in one "
-                                          "scrape; separate scrapes with '# scrape_time <t>' lines")
-                row[col] = value
-                _check({col: value}, where)
-                if m.group("ts"):
-                    stamps.append(int(m.group("ts")) / 1000.0)
-            t = block_time if block_time is not None else (float(np.median(stamps)) if stamps else None)
-            if t is None and times is not None:
-                t = float(times[i])
-            if t is None:
-                raise DcgmFormatError(f"{name}: a scrape has no time: add '# scrape_time <unix s>' before each "
-                                      "scrape, sample timestamps, or pass one time per file")
-            for row in rows.values():
-                records.append({"t_s": t, **row})
+        records += parse_dcgm_exporter(text, name, None if times is None else float(times[i]), node, gpu_ids)
     if not records:
         raise DcgmFormatError(f"{', '.join(map(str, sources))}: no DCGM power/clock/activity samples found")
     return _frame(records)
@@ -260,6 +268,16 @@ def read_dcgmi_dmon(source: str | Path, period_s: float | None = None, node: str
     """Telemetry from ``dcgmi dmon`` output (see module docstring). ``period_s`` = the ``-d``
     delay in seconds, needed when the lines carry no timestamps."""
     text, name = _read_text(source)
+    records = parse_dcgmi_dmon(text, name, period_s, node, gpu_ids)
+    if not records:
+        raise DcgmFormatError(f"{name}: no 'GPU <i>' sample lines")
+    return _frame(records)
+
+
+def parse_dcgmi_dmon(text: str, name: str, period_s: float | None = None, node: str = "node0",
+                     gpu_ids: Iterable[int] | None = None) -> list[dict]:
+    """Telemetry records (dicts of ``TELEMETRY_COLUMNS`` keys) from ``dcgmi dmon`` text, which
+    may be a partial capture (none: empty list); ``name`` is what error messages call it."""
     keep = None if gpu_ids is None else {int(g) for g in gpu_ids}
     header: list[str] | None = None
     records: list[dict] = []
@@ -314,6 +332,4 @@ def read_dcgmi_dmon(source: str | Path, period_s: float | None = None, node: str
                 raise DcgmFormatError(f"{where}: {short} value {token!r} is not a number") from None
         _check(record, where)
         records.append(record)
-    if not records:
-        raise DcgmFormatError(f"{name}: no 'GPU <i>' sample lines")
-    return _frame(records)
+    return records
