@@ -31,15 +31,20 @@ FAKES = Path(fake_pynvml.__file__).resolve().parent
 REPO = FAKES.parents[1]
 
 
-def control_process(tmp_path, *args):
-    """``wattflex control ARGS`` in its own process on the fake GPUs (their state file shared)."""
+def control_popen(tmp_path, *args):
+    """``wattflex control ARGS`` started in its own process on the fake GPUs (their state file shared)."""
     code = (f"import sys; sys.path.insert(0, {str(FAKES)!r}); import fake_pynvml; sys.modules['pynvml'] = fake_pynvml; "
             f"from wattflex import cli; sys.exit(cli.main({['control', *args]!r}))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "workflow_scripts"), str(REPO)]),
            "FAKE_PYNVML_STATE": str(tmp_path / "gpus.json")}
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
+
+
+def control_process(tmp_path, *args):
+    """:func:`control_popen`, returned once the controller has capped the GPUs."""
+    proc = control_popen(tmp_path, *args)
     assert proc.stdout.readline().startswith("controlling 2 GPU(s)"), proc.stderr.read()
     deadline = time.time() + 30
     while max(limits_w()) >= 700 and time.time() < deadline:      # wait until the controller has capped

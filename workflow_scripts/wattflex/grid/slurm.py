@@ -7,8 +7,9 @@ from its ``nodes`` host list and its GPUs on each node from ``gres_detail``
 
 **Agents.** One ``wattflex control --budget-file`` per (job, node), started as a job step
 inside the job's own allocation: ``srun --overlap --jobid=J --nodes=1 --ntasks=1 -w NODE``
-(:func:`agent_command`). Why a step, not a node service: the step sees exactly the job's
-GPUs (Slurm's cgroup device constraint and ``CUDA_VISIBLE_DEVICES``), needs no daemon or
+(:func:`agent_command`), asking for the job's GPUs on that node (``--gres``). Why a step,
+not a node service: the step sees exactly the job's GPUs (Slurm's cgroup device constraint
+and ``CUDA_VISIBLE_DEVICES``), needs no daemon or
 root service beside ``slurmd``, is accounted to the job and ends with it, and the caps it
 sets are restored on exit and by the epilog's ``wattflex restore-caps`` as for any run
 (profiles/slurm). A node service would need its own job-to-GPU map, privileges and
@@ -116,7 +117,7 @@ def agent_command(job: SlurmJob, node: str, budget_dir: Path, period_s: float, d
     """The job step that runs the agent of (job, node) inside the job's allocation."""
     unit = unit_name(job.job_id, node)
     return ["srun", "--overlap", f"--jobid={job.job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={node}",
-            f"--job-name=wattflex-agent-{unit}", wattflex, "control",
+            f"--gres=gpu:{len(job.gpus[node])}", f"--job-name=wattflex-agent-{unit}", wattflex, "control",
             "--budget-file", str(budget_dir / f"{unit}.budget.json"),
             "--load-file", str(budget_dir / f"{unit}.load.json"),
             "--period-s", f"{period_s:g}", "--duration-s", f"{duration_s:g}", "--policy", policy]
@@ -203,3 +204,73 @@ def coordinate_once(jobs: Sequence[SlurmJob], budget_w: float, hold_until_unix: 
 
 def shell(cmd: Sequence[str]) -> str:
     return " ".join(shlex.quote(c) for c in cmd)
+
+
+# ---------------------------------------------------------------------------------------
+# The coordinator loop
+# ---------------------------------------------------------------------------------------
+
+@dataclass
+class ClusterRecord:
+    """Per coordinator period: time, the cluster budget, the cluster load (answering units'
+    measured load + the others at their uncapped power) and how many units answered."""
+    t_s: list[float]
+    budget_w: list[float]
+    power_w: list[float]
+    alive: list[int]
+    caps_w: list[list[float]]      # (none: caps are the agents'; kept for the M&V writer)
+
+
+def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float, period_s: float,
+                    discover_jobs: Any, launch: Any, *, min_w: float, max_w: float, stale_s: float,
+                    clock: Any = time.monotonic, sleep: Any = time.sleep) -> ClusterRecord:
+    """Follow ``source`` (a schedule or signal: ``budget(t, basis_w)``, ``active(t)``) over the
+    jobs ``discover_jobs()`` reports, ``launch(job, node)`` starting each new unit's agent.
+    The basis is ``nominal`` (GPUs x ``max_w``) or ``measured`` (the cluster load of the last
+    period before an event). At the end every unit is told: no budget (restore)."""
+    rec = ClusterRecord([], [], [], [], [])
+    launched: set[str] = set()
+    t0, t0_unix = clock(), time.time()
+    measured = math.nan
+    jobs: list[SlurmJob] = []
+    while (t := clock() - t0) <= duration_s:
+        jobs = list(discover_jobs())
+        for j in jobs:
+            for n in j.gpus:
+                if unit_name(j.job_id, n) not in launched:
+                    launch(j, n)
+                    launched.add(unit_name(j.job_id, n))
+        units = [(j, n) for j in jobs for n in j.gpus]
+        gpus = np.array([len(j.gpus[n]) for j, n in units], float)
+        loads = [read_fresh(budget_dir / f"{unit_name(j.job_id, n)}.load.json", stale_s) for j, n in units]
+        load = sum(float(d["load_w"]) if d is not None else g * max_w for d, g in zip(loads, gpus))
+        in_event = bool(np.asarray(source.active(t)))
+        if not in_event:
+            measured = load
+        basis_w = float(gpus.sum() * max_w) if basis == "nominal" else measured
+        budget = float(source.budget(t, basis_w)) if math.isfinite(basis_w) else math.inf
+        end = _event_end(source, t)
+        coordinate_once(jobs, budget, t0_unix + end if end is not None else -math.inf, budget_dir, min_w, max_w,
+                        stale_s)
+        rec.t_s.append(t)
+        rec.budget_w.append(budget)
+        rec.power_w.append(load)
+        rec.alive.append(sum(d is not None for d in loads))
+        rec.caps_w.append([])
+        sleep(max(0.0, t0 + (len(rec.t_s)) * period_s - clock()))
+    coordinate_once(jobs, math.inf, -math.inf, budget_dir, min_w, max_w, stale_s)
+    return rec
+
+
+def _event_end(source: Any, t_s: float) -> float | None:
+    """End (s) of the event in force at ``t_s``: a schedule's event, or the end of a signal's
+    curtailment span (searched on a 1-s grid)."""
+    event_at = getattr(source, "event_at", None)
+    if event_at is not None:
+        e = event_at(t_s)
+        return None if e is None else e.end_s
+    if not bool(np.asarray(source.active(t_s))):
+        return None
+    grid = np.arange(t_s, t_s + 7 * 86400.0, 1.0)
+    off = np.flatnonzero(~np.asarray(source.active(grid), bool))
+    return float(grid[off[0]]) if len(off) else float(grid[-1])

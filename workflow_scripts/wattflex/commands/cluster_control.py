@@ -1,0 +1,101 @@
+"""``wattflex cluster-control``: one grid event across the SLURM cluster's GPU jobs.
+
+The coordinator (:func:`wattflex.grid.slurm.run_coordinator`) learns the running GPU jobs
+from ``squeue --json`` every period, starts one agent per (job, node) as an ``srun --overlap``
+step into the job's allocation (``wattflex control --budget-file``; caps restored when the
+step ends, by any signal, and by the epilog), splits the event's budget over the units
+(one that stops answering counted at its uncapped power) through files in ``--budget-dir``
+(a folder every node sees), and at the end tells every agent to restore and stops them.
+``--mv-out`` writes the event's M&V on the cluster load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from wattflex.allocation.policies import CONTROL_POLICIES
+from wattflex.errors import UserError
+from wattflex.gpus import DEFAULT_GPU, GPUS
+
+NAME = "cluster-control"
+HELP = "Follow a grid event across the SLURM cluster's GPU jobs: one agent per job and node, the budget split"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--signal", required=True, help="event schedule CSV/JSON or time_s,fraction CSV (wattflex control)")
+    parser.add_argument("--budget-dir", required=True, help="folder on a filesystem every node sees (budget and load files)")
+    parser.add_argument("--duration-s", type=float, help="how long to coordinate (default: to the schedule's end + 2 periods)")
+    parser.add_argument("--period-s", type=float, default=5.0, help="coordination period (default 5 s)")
+    parser.add_argument("--basis", choices=("measured", "nominal"), default="measured",
+                        help="what fractions apply to: the cluster load before the event (default) or GPUs x max limit")
+    parser.add_argument("--policy", choices=CONTROL_POLICIES, default="equal-weight", help="each agent's policy")
+    parser.add_argument("--gpu", choices=sorted(GPUS), default=DEFAULT_GPU, help="the GPUs' model (their limits)")
+    parser.add_argument("--response-s", type=float, default=30.0, help="M&V deadline of events that name none")
+    parser.add_argument("--mv-out", metavar="DIR", help="write the M&V of every event here (cluster load)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from wattflex.commands.control import check_mv_dir, signal_end_s
+    from wattflex.control.mv import write_run_mv
+    from wattflex.grid.events import Schedule, check_schedule, read_schedule
+    from wattflex.grid.slurm import agent_command, discover, run_coordinator
+
+    if not (math.isfinite(args.period_s) and args.period_s >= 0.2):
+        raise UserError(f"--period-s {args.period_s:g}: must be at least 0.2 s")
+    if shutil.which("squeue") is None or shutil.which("srun") is None:
+        raise UserError("squeue/srun not on PATH: cluster-control runs on a SLURM login or batch node")
+    gpu = GPUS[args.gpu]
+    source = read_schedule(args.signal)
+    if isinstance(source, Schedule):
+        # overlapping or past events and bad rows are refused here; floors and ramps need the
+        # GPUs, which the agents check on their nodes
+        source = check_schedule(source, 0.0, 0.0, args.period_s).schedule
+        end_s = signal_end_s(source, 0.0, 2 * args.period_s)
+    else:
+        end_s = source.duration_s
+    duration = args.duration_s if args.duration_s is not None else end_s
+    out = Path(args.budget_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.mv_out:
+        check_mv_dir(Path(args.mv_out))
+    wattflex = shutil.which("wattflex") or "wattflex"
+    agents: list[subprocess.Popen] = []
+
+    def launch(job, node) -> None:
+        cmd = agent_command(job, node, out, args.period_s, duration + 10 * args.period_s, args.policy, wattflex)
+        log = open(out / f"{job.job_id}.{node}.agent.log", "w")
+        agents.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
+        print(f"agent for job {job.job_id} on {node} started ({len(job.gpus[node])} GPU(s))", flush=True)
+
+    try:
+        rec = run_coordinator(source, args.basis, out, duration, args.period_s, discover, launch,
+                              min_w=gpu.min_limit_w, max_w=gpu.max_limit_w, stale_s=3 * args.period_s)
+    finally:
+        for p in agents:               # SIGTERM: each agent's guard restores its caps
+            if p.poll() is None:
+                p.terminate()
+        for p in agents:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    failed = [p.args[2] for p in agents if p.returncode not in (0, -15, 143)]
+    print(f"done: {len(rec.t_s)} periods, {len(agents)} agent(s); every agent stopped (caps restored)", flush=True)
+    if failed:
+        print(f"warning: agent(s) {', '.join(failed)} ended with an error: see {out}/*.agent.log", file=sys.stderr)
+    if args.mv_out:
+        first = next((k for k, b in enumerate(rec.budget_w) if math.isfinite(b)), 0)
+        basis = rec.power_w[first - 1] if first > 0 else None       # the load just before the event
+        recs = write_run_mv(Path(args.mv_out), rec, source, args.response_s, math.nan,
+                            {k: v for k, v in vars(args).items() if not k.startswith("_")},
+                            basis if isinstance(source, Schedule) else None)
+        for r in recs:
+            print(f"M&V {r['event_id']}: response {r['response_time_s']} s, "
+                  f"{r['seconds_above_target_after_deadline']:g} s above target after the deadline "
+                  f"(worst {r['worst_w_above_target_after_deadline']:.0f} W); wrote {args.mv_out}/mv.json")
+    return 1 if failed else 0
