@@ -300,7 +300,7 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
       root on the compute node: nothing to check from the login node (``wattflex doctor``
       there says);
     * ``sweep: staircase | adaptive`` can step caps and read power (not ``observe``,
-      sampler on) and runs on one node.
+      sampler on); on one node or several (``wattflex.runs.sweep.real``).
 
     Relative paths are relative to ``cwd`` (Snakemake's working directory, where the runs
     start), default the current directory."""
@@ -330,9 +330,6 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
             raise ConfigError(f"{where}.cap_control: sweep: {cfg['sweep']} steps the GPUs' caps and reads their "
                               f"power: needs cap_control nvml or command (is {mode}) and sampler: true "
                               f"(is {cuda.get('sampler', True)}); use sweep: separate otherwise")
-        if cuda.get("nnodes") not in (None, 1):
-            raise ConfigError(f"{where}.nnodes: sweep: {cfg['sweep']} runs on one node (nnodes "
-                              f"{cuda['nnodes']}); use sweep: separate for multi-node jobs")
 
     catalog = cfg.get("_catalog", {})
     model_path = cuda.get("model_path")
