@@ -61,16 +61,118 @@ def test_groups_the_config_does_not_define_are_a_one_line_error(tmp_path, capsys
     assert "group(s) gpt3-xl are not groups of --config" in err and "add them to the config's groups" in err
 
 
-def test_the_perseus_a100_sweeps_cannot_calibrate_a_hopper_emulator(tmp_path, capsys):
-    """The Perseus (SOSP'24) A100/A40 power-limit sweeps shipped in resources/external: ingested
-    as a user's would be, then refused with the reason (no A100 in the catalogue)."""
-    runs = tmp_path / "runs.parquet"
-    assert main(["ingest", "perseus-sosp24", str(REPO / "resources" / "external" / "perseus-sosp24"),
-                 "-o", str(runs)]) == 0
+PERSEUS = REPO / "resources" / "external" / "perseus-sosp24"
+
+
+def _ingest(src, out, capsys):
+    assert main(["ingest", "perseus-sosp24", str(src), "-o", str(out)]) == 0
     capsys.readouterr()
+    return out
+
+
+def test_the_perseus_a40_sweeps_are_refused_for_their_gpu(tmp_path, capsys):
+    """The Perseus (SOSP'24) A100 + A40 power-limit sweeps shipped in resources/external, ingested
+    as a user's would be: the A40 (GA102, GDDR6) is not in the catalogue."""
+    runs = _ingest(PERSEUS, tmp_path / "runs.parquet", capsys)
+    assert main(["calibrate", "--runs", str(runs)]) == 2
+    assert "runs on A40; the emulator models H200, H100, A100 only" in capsys.readouterr().err
+
+
+def test_the_perseus_a100_sweeps_are_refused_for_their_pipeline_layout(tmp_path, capsys):
+    """The A100 is in the catalogue, but every Perseus job is a 4-stage pipeline (dp 1, tp 1,
+    pp 4) of models outside the catalogue (BERT, BLOOM, GPT-3 XL, T5, Wide-ResNet): the
+    emulator has no step for them at any anchor, and says so rather than fit nonsense."""
+    runs = _ingest(PERSEUS / "power_limit_sweeps_A100.csv", tmp_path / "a100.parquet", capsys)
     assert main(["calibrate", "--runs", str(runs)]) == 2
     err = capsys.readouterr().err
-    assert "runs on A100, A40; the emulator models H200, H100 only" in err
+    assert "5 group(s) are pipeline/tensor-parallel jobs (pp 4: a100-bert_huge_uncased-dp1tp1pp4-b256" in err
+    assert "no pipeline schedule (stage split, bubbles)" in err
+    assert "(bert-huge-uncased, bloom-3b, gpt3-xl, t5-3b, wide-resnet101_8) are not in the config's models" in err
+    assert err.count("\n") == 1
+
+
+A100_DENSE = ("dense-ft-mistral24b-x8", "dense-pt-mistral24b-x8", "dense-pt-qwen32b-x8-compile",
+              "dense-ft-llama70b-x8-compile")
+
+
+@pytest.fixture(scope="module")
+def a100(tmp_path_factory):
+    """A config whose dense groups run on A100s (caps 150-400 W), and their noise-free emulated
+    sweeps made with a known A100 anchor (1275 MHz), as a user's measured A100 sweeps would be."""
+    import yaml
+
+    tmp = tmp_path_factory.mktemp("a100")
+    raw = yaml.safe_load(CONFIG.read_text())
+    raw["groups"] = [{**g, "gpu": "A100", "caps": [150, 200, 250, 300, 350, 400], "set": "other"}
+                     for g in raw["groups"] if g["id"] in A100_DENSE]
+    raw["repeats"] = []
+    config = tmp / "a100.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    groups = cal.config_group_models(load_config(config))
+    truth = cal.physics_at_anchor(1275.0, die="GA100")
+    rows = []
+    for g in groups:
+        power, tput = fid.noise_free_curve(g, truth)
+        rows += [{"group": g.id, "cap_w": c, "power_w": p, "throughput": t, "gpu_model": "A100"}
+                 for c, p, t in zip(g.caps, power, tput)]
+    sweeps = tmp / "a100_sweeps.csv"
+    pd.DataFrame(rows).to_csv(sweeps, index=False)
+    return config, sweeps, groups
+
+
+def test_calibrate_recovers_a_known_a100_anchor_and_the_file_runs_a100_groups_only(a100, tmp_path, capsys):
+    config, sweeps, groups = a100
+    out = tmp_path / "a100_cal.json"
+    assert main(["calibrate", "--runs", str(sweeps), "--config", str(config), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("anchor 1275 MHz (fitted (a100_sweeps.csv), 4 groups)")
+    assert "GA100: no cap -> clock table, GH100 voltage shape assumed" in text
+    assert "in-sample mean |PFI error| 0.000; out of sample (leave one group out) 0.000" in text
+    c = cal.read_calibration(out)
+    assert c.gpu_die == "GA100" and c.curve.sm_dyn_w == pytest.approx(cal.table_free_curve(1275.0, GPUS["A100"]).sm_dyn_w)
+    # the file's physics emulates an A100 at its anchor: a bf16 GEMM at dense_gemm_eff holds
+    # 1275 MHz under the A100's 400 W default limit
+    ph = c.physics()
+    assert power_model_clock_for_cap(GPUS["A100"], 400, tensor_util=ph.dense_gemm_eff, physics=ph) == 1275.0
+    # an A100 campaign without it, or an H200 run with it, is refused with the way out
+    from wattflex.runs.emulator import physics_for_gpu
+
+    with pytest.raises(ValueError, match=r"no power curve for A100 \(GA100 die\): no calibration is given; fit one"):
+        physics_for_gpu(GPUS["A100"], None)
+    with pytest.raises(ValueError, match="H200 \\(GH100 die\\): emulator.calibration was fitted on GA100 sweeps"):
+        physics_for_gpu(GPUS["H200"], c.to_json())
+    assert physics_for_gpu(GPUS["A100"], c.to_json()) == ph
+
+
+def test_a100_sweeps_fitted_with_the_anchor_recovered_give_the_sweeps_back(a100):
+    """Not only the anchor: the PFI the fitted A100 physics gives each group is the sweep's, and a
+    different anchor gives visibly different PFI (the fit can fail)."""
+    _, sweeps, groups = a100
+    facts = cal.measured_facts(pd.read_csv(sweeps).rename(columns={"throughput": "tokens_per_s"}))
+    c = cal.calibrate(groups, facts, "fitted (test)")
+    assert c.anchor_clock_mhz == 1275.0 and c.in_sample_mae < 1e-9
+    pfi = fid.noise_free_pfi(groups, c.physics())
+    assert np.allclose(pfi[facts.index], facts, atol=1e-9)
+    other = fid.noise_free_pfi(groups, cal.physics_at_anchor(1150.0, die="GA100"))
+    assert (other[facts.index] - facts).abs().max() > 0.02
+    lo, hi = cal.anchor_grid("GA100")[[0, -1]]
+    assert GPUS["A100"].sm_clock_min_mhz < lo < c.anchor_clock_mhz < hi == GPUS["A100"].sm_clock_max_mhz
+
+
+def test_a100_sweeps_against_a_config_group_on_another_gpu_or_die_mix_are_one_line_errors(a100, tmp_path, capsys):
+    _, sweeps, _ = a100
+    # the default config's groups run on H200 / H100
+    rows = pd.read_csv(sweeps)
+    rows[rows["group"] == "dense-pt-mistral24b-x8"].to_csv(tmp_path / "one.csv", index=False)
+    assert main(["calibrate", "--runs", str(tmp_path / "one.csv")]) == 2
+    assert ("group dense-pt-mistral24b-x8 ran on A100 but its config group says gpu: H200"
+            in capsys.readouterr().err)
+    # one fit, one power curve: A100 and H100 groups together are refused
+    cfg = load_config(CONFIG)
+    mixed = [g for g in cal.config_group_models(cfg) if g.id == "h100-dense-pt-mistral24b-x8"] + a100[2][:1]
+    facts = pd.Series({g.id: 1.2 for g in mixed})
+    with pytest.raises(ValueError, match=r"different dies \(GA100, GH100\); fit each die's sweeps separately"):
+        cal.calibrate(mixed, facts, "fitted (mixed)")
 
 
 def _gemm_reading(anchor_mhz: float, activity: float, gpu: str = "H200") -> dict:

@@ -101,7 +101,7 @@ BROKEN = [
      "cuda.cap_control", "needs cap_control nvml or command"),
     ("group gpu H300", lambda t: merged({"groups": [{"id": "g", "model": "Qwen3-32B", "task": "pt", "gpus": 8,
                                                      "gpu": "H300"}], "repeats": []}),
-     "groups[0].gpu", "'H300' is not one of ['H200', 'H100']"),
+     "groups[0].gpu", "'H300' is not one of ['H200', 'H100', 'A100']"),
     ("group_defaults gpu H300", lambda t: merged({"group_defaults": {"gpu": "H300"}}),
      "group_defaults.gpu", "'H300' is not one of"),
     ("unknown slurm key", lambda t: {**merged(), "slurm_gpus_pernode": 4},

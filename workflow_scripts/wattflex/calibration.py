@@ -16,6 +16,13 @@ is the dense groups of Tables 7-8: dense jobs are mostly compute-bound, so their
 the power level with the least step-model error in it. A user's own measurements
 (``wattflex calibrate``) go through the same fit (:func:`measured_facts`).
 
+A part of another die (the A100, GA100) has no published cap -> clock table, so nothing
+fixes its voltage curve: its anchor is the clock a bf16 GEMM at ``dense_gemm_eff`` holds under
+the part's default limit, the GH100 voltage shape (``v_min``, ``v_exp``) is assumed, and
+``sm_dyn_w`` follows from the anchor point alone (:func:`table_free_curve`). It has no default:
+the anchor is exactly what ``wattflex calibrate`` fits on sweeps measured on it, and an emulated
+run on it needs that calibration (``emulator.physics_for_gpu``).
+
 A calibration file (``emulator: {calibration: FILE}``) is the JSON of :class:`Calibration`.
 """
 
@@ -35,7 +42,7 @@ from wattflex.analysis.fidelity import GroupModel, noise_free_pfi
 from wattflex.analysis.paper_tables import task_key
 from wattflex.analysis.published import load_published
 from wattflex.gpus import GPUS, GPUSpec
-from wattflex.runs.emulator import PHYSICS, Physics, calibrated_physics
+from wattflex.runs.emulator import DEFAULT_DIE, PHYSICS, Physics, calibrated_physics, voltage
 
 # Ujeniya et al. 2026 (arXiv:2604.11391), H100 (94 GB / 2.41 TB/s part), FP64 DGEMM:
 # cap (W) -> steady SM clock (MHz).
@@ -108,10 +115,56 @@ def fit_power_curve(anchor_clock_mhz: float, physics: Physics = PHYSICS, gpu: GP
     return PowerCurve(sm_dyn_w, v_min, v_exp, activity, float(err))
 
 
-def physics_at_anchor(anchor_clock_mhz: float, physics: Physics = PHYSICS) -> Physics:
-    """``physics`` with the anchor and the power curve it implies."""
-    curve = dataclasses.asdict(fit_power_curve(anchor_clock_mhz, physics))
+def anchor_gpu(die: str = DEFAULT_DIE) -> GPUSpec:
+    """The part an anchor of ``die`` is defined on: the H100 for GH100 (the DGEMM table's
+    part), else the catalogue's first part of that die."""
+    if die == DEFAULT_DIE:
+        return GPUS["H100"]
+    for gpu in GPUS.values():
+        if gpu.die == die:
+            return gpu
+    raise ValueError(f"no GPU of die {die!r} in the catalogue (wattflex.gpus.GPUS)")
+
+
+def anchor_grid(die: str = DEFAULT_DIE) -> np.ndarray:
+    """Anchors searched for ``die``: ``ANCHOR_GRID_MHZ`` for GH100; for a table-free die its
+    top 40 % of clocks, 5 MHz apart (assumed range: the H100 grid spans 76-100 % of f_max)."""
+    if die == DEFAULT_DIE:
+        return ANCHOR_GRID_MHZ
+    f_max = anchor_gpu(die).sm_clock_max_mhz
+    return np.arange(5.0 * math.ceil(0.6 * f_max / 5.0), f_max + 1e-9, 5.0)
+
+
+def table_free_curve(anchor_clock_mhz: float, gpu: GPUSpec, physics: Physics = PHYSICS) -> PowerCurve:
+    """The power curve of a part with no cap -> clock table: ``physics``'s voltage shape
+    (GH100's, assumed) and the ``sm_dyn_w`` at which a bf16 GEMM at ``dense_gemm_eff`` draws
+    ``gpu``'s default limit at ``anchor_clock_mhz`` (the anchor point of fit_power_curve, solved)."""
+    x = float(anchor_clock_mhz) / gpu.sm_clock_max_mhz
+    per_w = x * voltage(x, physics) ** 2 * (physics.sm_busy_weight + physics.tensor_weight * physics.dense_gemm_eff)
+    sm_dyn_w = (gpu.default_limit_w - gpu.idle_w - gpu.mem_dyn_w * physics.calib_dram_util) / per_w
+    return PowerCurve(float(sm_dyn_w), physics.v_min, physics.v_exp, physics.calib_tensor_util, math.nan)
+
+
+def power_curve(anchor_clock_mhz: float, physics: Physics = PHYSICS, die: str = DEFAULT_DIE) -> PowerCurve:
+    """The curve an anchor implies on ``die``: fitted with the H100 table on GH100, else table-free."""
+    if die == DEFAULT_DIE:
+        return fit_power_curve(anchor_clock_mhz, physics)
+    return table_free_curve(anchor_clock_mhz, anchor_gpu(die), physics)
+
+
+def physics_at_anchor(anchor_clock_mhz: float, physics: Physics = PHYSICS, die: str = DEFAULT_DIE) -> Physics:
+    """``physics`` with the anchor and the power curve it implies (on ``die``)."""
+    curve = dataclasses.asdict(power_curve(anchor_clock_mhz, physics, die))
     return calibrated_physics({"anchor_clock_mhz": anchor_clock_mhz, "curve": curve}, physics)
+
+
+def groups_die(groups: Sequence[GroupModel]) -> str:
+    """The one die the ``groups`` run on (a fit covers one power curve)."""
+    dies = sorted({GPUS[g.gpu].die for g in groups}) or [DEFAULT_DIE]
+    if len(dies) > 1:
+        raise ValueError(f"calibration: the fit groups run on GPUs of different dies ({', '.join(dies)}); "
+                         "fit each die's sweeps separately")
+    return dies[0]
 
 
 # ---------------------------------------------------------------------------------------
@@ -177,6 +230,7 @@ class Calibration:
     in_sample_mae: float = math.nan
     out_of_sample_mae: float = math.nan  # leave-one-group-out over fit_groups (NaN if < 3 groups)
     residuals: dict[str, float] = field(default_factory=dict)  # fitted - fact, per fit group
+    gpu_die: str = DEFAULT_DIE          # the die whose power curve this is (emulator.physics_for_gpu)
 
     def physics(self, base: Physics = PHYSICS) -> Physics:
         return calibrated_physics(self.to_json(), base)
@@ -196,7 +250,8 @@ class Calibration:
                        fit_groups=tuple(data.get("fit_groups", ())),
                        in_sample_mae=float(data.get("in_sample_mae", math.nan)),
                        out_of_sample_mae=float(data.get("out_of_sample_mae", math.nan)),
-                       residuals={str(k): float(v) for k, v in data.get("residuals", {}).items()})
+                       residuals={str(k): float(v) for k, v in data.get("residuals", {}).items()},
+                       gpu_die=str(data.get("gpu_die", DEFAULT_DIE)))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"{where}: malformed calibration ({exc}); regenerate it with `wattflex calibrate`") from None
 
@@ -227,11 +282,13 @@ def read_calibration(path: str | Path) -> Calibration:
     return Calibration.from_json(data, where=str(path))
 
 
-def pfi_grid(groups: Sequence[GroupModel], base: Physics = PHYSICS, grid: np.ndarray = ANCHOR_GRID_MHZ
+def pfi_grid(groups: Sequence[GroupModel], base: Physics = PHYSICS, grid: np.ndarray | None = None
              ) -> pd.DataFrame:
-    """Noise-free Eq. 1 PFI of each group (columns) at each grid anchor (index): every fit
-    on these groups is then an argmin over rows."""
-    return pd.DataFrame({float(a): noise_free_pfi(groups, physics_at_anchor(float(a), base)) for a in grid}).T
+    """Noise-free Eq. 1 PFI of each group (columns) at each grid anchor (index; default
+    ``anchor_grid`` of the groups' die): every fit on these groups is then an argmin over rows."""
+    die = groups_die(groups)
+    grid = anchor_grid(die) if grid is None else grid
+    return pd.DataFrame({float(a): noise_free_pfi(groups, physics_at_anchor(float(a), base, die)) for a in grid}).T
 
 
 def _check_facts(groups: Sequence[GroupModel], facts: pd.Series) -> list[GroupModel]:
@@ -253,19 +310,21 @@ def _argmin(table: pd.DataFrame, facts: pd.Series) -> tuple[float, pd.Series]:
 
 
 def fit_anchor(groups: Sequence[GroupModel], facts: pd.Series, base: Physics = PHYSICS,
-               grid: np.ndarray = ANCHOR_GRID_MHZ) -> tuple[float, pd.Series]:
+               grid: np.ndarray | None = None) -> tuple[float, pd.Series]:
     """The grid anchor minimising the squared PFI error over ``facts``; (anchor, residuals)."""
     return _argmin(pfi_grid(_check_facts(groups, facts), base, grid), facts)
 
 
 def calibrate(groups: Sequence[GroupModel], facts: pd.Series, source: str, base: Physics = PHYSICS,
-              grid: np.ndarray = ANCHOR_GRID_MHZ, cross_validate: bool = True,
+              grid: np.ndarray | None = None, cross_validate: bool = True,
               table: pd.DataFrame | None = None) -> Calibration:
     """Fit the anchor on ``facts`` ({group id: PFI}); with ``cross_validate``, each fit
     group's error when it is left out of the fit (leave-one-group-out). ``table``: a
     :func:`pfi_grid` holding the facts' groups, if already computed."""
+    use = _check_facts(groups, facts)
+    die = groups_die(use)
     if table is None:
-        table = pfi_grid(_check_facts(groups, facts), base, grid)
+        table = pfi_grid(use, base, grid)
     anchor, res = _argmin(table, facts)
     oos = math.nan
     if cross_validate and len(facts) >= 3:
@@ -274,9 +333,9 @@ def calibrate(groups: Sequence[GroupModel], facts: pd.Series, source: str, base:
             a, _ = _argmin(table, facts.drop(gid))
             errs.append(abs(float(table.loc[a, gid] - facts[gid])))
         oos = float(np.mean(errs))
-    return Calibration(anchor_clock_mhz=anchor, curve=fit_power_curve(anchor, base), source=source,
+    return Calibration(anchor_clock_mhz=anchor, curve=power_curve(anchor, base, die), source=source,
                        fit_groups=tuple(facts.index), in_sample_mae=float(res.abs().mean()),
-                       out_of_sample_mae=oos, residuals={k: float(v) for k, v in res.items()})
+                       out_of_sample_mae=oos, residuals={k: float(v) for k, v in res.items()}, gpu_die=die)
 
 
 def calibrate_published(groups: Sequence[GroupModel], tables_dir: str | Path, fit_set: str = DEFAULT_FIT_SET,

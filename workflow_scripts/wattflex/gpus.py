@@ -40,6 +40,10 @@ class GPUSpec:
     # x 1024 FLOP/clock x 1.83 GHz (the FP64-tensor 67 TFLOPS is quoted at 1.98 GHz).
     peak_clock_mhz: float = 1830.0
     slurm_name: str = ""           # default GRES/constraint name (profiles/slurm overrides it)
+    # The die whose SM power curve the part has. The emulator's default power curve is fitted on
+    # GH100 facts (wattflex.calibration); a part of another die has none until `wattflex
+    # calibrate` fits its anchor on sweeps measured on it (an emulated run refuses it without).
+    die: str = "GH100"
 
     def clock_bins(self) -> np.ndarray:
         import numpy as np
@@ -64,6 +68,20 @@ GPUS: dict[str, GPUSpec] = {
                     peak_bf16_tflops=989.4, hbm_tb_s=4.8, hbm_gib=141, slurm_name="h200"),
     "H100": GPUSpec("H100", 200, 700, 700, 345, 1980, 2619, idle_w=60, mem_idle_w=30, mem_dyn_w=48,
                     peak_bf16_tflops=989.4, hbm_tb_s=3.35, hbm_gib=80, slurm_name="h100"),
+    # A100 SXM4 80 GB (GA100). NVIDIA A100 datasheet: 400 W max TDP, 312 TFLOPS dense bf16,
+    # 80 GB HBM2e at 2039 GB/s; Ampere whitepaper: 1410 MHz boost, 108 SMs x 4 tensor cores x
+    # 512 dense bf16 FLOP/clock (108 x 4 x 512 x 1.41 GHz = 311.9 TFLOPS: the peak is quoted at
+    # the boost clock). nvidia-smi -q of A100-SXM4 parts: power limit 100-400 W, supported SM
+    # clocks 210-1410 MHz (15 MHz steps), memory 1593 MHz. Collective bandwidths: the H100
+    # entries' scaled by the links (assumed): NVLink 3 is 300 GB/s per direction vs NVLink 4's
+    # 450 (370 x 300/450), one 200 Gb/s HDR rail per GPU (DGX A100) vs 400 Gb/s NDR (90 x 200/400).
+    # Idle and HBM power: assumed (no measurement here): the H100's (60 W, 30 of it HBM; 48 W at
+    # full bandwidth), the HBM parts scaled by bandwidth (2.04 / 3.35). No cap -> clock table is
+    # published: its SM power level is the anchor `wattflex calibrate` fits on A100 sweeps (at
+    # its 400 W default limit), with the GH100 voltage shape assumed (wattflex.calibration).
+    "A100": GPUSpec("A100", 100, 400, 400, 210, 1410, 1593, idle_w=48, mem_idle_w=18, mem_dyn_w=29,
+                    peak_bf16_tflops=312.0, hbm_tb_s=2.039, hbm_gib=80, nvlink_gb_s=246.0, internode_gb_s=45.0,
+                    peak_clock_mhz=1410.0, slurm_name="a100", die="GA100"),
 }
 
 # Dense bf16 tensor peak of devices the real harness may meet but the emulator does not model,

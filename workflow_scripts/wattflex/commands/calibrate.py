@@ -58,7 +58,7 @@ def _runs_table(path: Path):
 
 
 def _check_gpus(runs, path: Path) -> None:
-    """Sweeps on a GPU the emulator does not model cannot calibrate it (its anchor is a Hopper one)."""
+    """Sweeps on a GPU the catalogue does not hold cannot calibrate the emulator (no power model of it)."""
     from wattflex.gpus import GPUS
 
     if "gpu_model" not in runs:
@@ -66,8 +66,44 @@ def _check_gpus(runs, path: Path) -> None:
     other = sorted({str(m) for m in runs["gpu_model"].dropna()} - set(GPUS))
     if other:
         raise UserError(f"--runs {path}: runs on {', '.join(other)}; the emulator models {', '.join(GPUS)} only "
-                        "(its anchor and DGEMM table are Hopper facts), so these sweeps cannot calibrate it: "
-                        "give sweeps measured on one of those")
+                        "(wattflex.gpus.GPUS: limits, clocks, peak rates and memory of each), so these sweeps "
+                        "cannot calibrate it: give sweeps measured on one of those")
+
+
+def _check_layouts(runs, path: Path, catalog) -> None:
+    """Pipeline- or tensor-parallel jobs (an ingested Perseus sweep) have no emulated step: the
+    emulator's step is one data-parallel (FSDP, expert-parallel) rank, so no anchor gives their PFI."""
+    split = [c for c in ("pp", "tp") if c in runs]
+    if not split:
+        return
+    layered = runs[(runs[split].fillna(1) > 1).any(axis=1)]
+    if layered.empty:
+        return
+    groups = sorted(layered["group"].astype(str).unique())
+    degrees = ", ".join(f"{c} {'/'.join(str(int(v)) for v in sorted(layered[c].dropna().unique()) if v > 1)}"
+                        for c in split if (layered[c] > 1).any())
+    models = sorted({str(m) for m in layered.get("model", [])} - set(catalog))
+    raise UserError(f"--runs {path}: {len(groups)} group(s) are pipeline/tensor-parallel jobs ({degrees}: "
+                    f"{', '.join(groups[:3])}{' ...' if len(groups) > 3 else ''}); the emulator's step is one "
+                    "data-parallel rank (FSDP, expert parallelism), with no pipeline schedule (stage split, "
+                    "bubbles) or tensor-parallel collectives, so no anchor gives their PFI"
+                    + (f"; their models ({', '.join(models)}) are not in the config's models catalogue either"
+                       if models else "")
+                    + ": give sweeps of data-parallel jobs that the config's groups describe")
+
+
+def _check_group_gpus(runs, groups, path: Path) -> None:
+    """A measured group must be on the GPU its config group names (the fit emulates that one)."""
+    if "gpu_model" not in runs:
+        return
+    want = {g.id: g.gpu for g in groups}
+    wrong = sorted({(str(g), str(m), want[g]) for g, m in zip(runs["group"], runs["gpu_model"])
+                    if g in want and isinstance(m, str) and m != want[g]})
+    if wrong:
+        g, m, w = wrong[0]
+        raise UserError(f"--runs {path}: group {g} ran on {m} but its config group says gpu: {w}"
+                        f"{f' (and {len(wrong) - 1} more)' if len(wrong) > 1 else ''}; set gpu: {m} in the "
+                        "config's group so the fit emulates the GPU the sweep was measured on")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
     from wattflex import calibration as cal
     from wattflex.config import REPO_ROOT, load_config
+    from wattflex.runs.emulator import DEFAULT_DIE
 
     tables = args.paper_tables or REPO_ROOT / "resources" / "paper" / "tables"
     if args.gpu_check:
@@ -87,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
     if args.runs:
         runs = _runs_table(args.runs)
         _check_gpus(runs, args.runs)
+        _check_layouts(runs, args.runs, cfg["_catalog"])
+        _check_group_gpus(runs, groups, args.runs)
         facts, source = cal.measured_facts(runs), f"fitted ({args.runs.name})"
         known = {g.id for g in groups}
         unknown = sorted(set(facts.index) - known)
@@ -103,10 +142,14 @@ def run(args: argparse.Namespace) -> int:
     fit_facts = facts.drop(holdout)
     if len(fit_facts) < 1:
         raise UserError("nothing left to fit on after --holdout")
-    c = cal.calibrate(groups, fit_facts, source)
+    try:
+        c = cal.calibrate(groups, fit_facts, source)
+    except ValueError as exc:   # fit groups on GPUs of different dies
+        raise UserError(str(exc)) from None
+    table_fit = (f"DGEMM table max error {c.curve.max_table_error_mhz:.0f} MHz" if c.gpu_die == DEFAULT_DIE
+                 else f"{c.gpu_die}: no cap -> clock table, GH100 voltage shape assumed")
     print(f"anchor {c.anchor_clock_mhz:.0f} MHz ({c.source}, {len(fit_facts)} groups): sm_dyn_w {c.curve.sm_dyn_w:.0f} W, "
-          f"v_min {c.curve.v_min:.3f}, v_exp {c.curve.v_exp:.2f}; DGEMM table max error "
-          f"{c.curve.max_table_error_mhz:.0f} MHz")
+          f"v_min {c.curve.v_min:.3f}, v_exp {c.curve.v_exp:.2f}; {table_fit}")
     print(f"in-sample mean |PFI error| {c.in_sample_mae:.3f}; out of sample (leave one group out) "
           + ("n/a (< 3 groups)" if math.isnan(c.out_of_sample_mae) else f"{c.out_of_sample_mae:.3f}"))
     from wattflex.analysis.fidelity import noise_free_pfi

@@ -30,7 +30,9 @@ of Tables 7-8 -- Table 6 never enters -- giving 1680 MHz, ``sm_dyn_w`` 1284 W an
 HMMA-equivalent activity 0.284; a user's measurements or the GPU check's anchor GEMM can
 replace it (``wattflex calibrate``, ``emulator: {calibration: FILE}``). No H200 cap table was
 found, so the H100 fit serves both (same GH100 die; they differ in HBM: 4.8 vs 3.35 TB/s,
-141 vs 80 GB, memory power).
+141 vs 80 GB, memory power). A part of another die (the A100) has no default curve: its
+anchor is fitted by ``wattflex calibrate`` on sweeps measured on it, and ``physics_for_gpu``
+refuses to emulate it without that calibration.
 
 **Training-step roofline** (``JobSpec``, ``step_kernels``). One optimizer step per GPU is a
 list of kernel classes, each with tensor FLOPs, DRAM bytes and SM issue cost, derived from the
@@ -218,6 +220,7 @@ class Physics:
 
 
 PHYSICS = Physics()
+DEFAULT_DIE = "GH100"   # the die PHYSICS's power curve is fitted for (the H100 table and the anchor above)
 # The constants a calibration (wattflex.calibration.Calibration, a calibration file) sets.
 CALIBRATED = ("anchor_clock_mhz", "sm_dyn_w", "v_min", "v_exp", "calib_tensor_util")
 
@@ -229,6 +232,20 @@ def calibrated_physics(calibration: dict[str, Any] | None, base: Physics = PHYSI
     curve = calibration["curve"]
     return dataclasses.replace(base, anchor_clock_mhz=float(calibration["anchor_clock_mhz"]),
                                **{k: float(curve[k]) for k in CALIBRATED[1:]})
+
+def physics_for_gpu(gpu: GPUSpec, calibration: dict[str, Any] | None, base: Physics = PHYSICS) -> Physics:
+    """:func:`calibrated_physics` for a run on ``gpu``: a calibration fitted on another die's
+    sweeps is refused, and so is a part whose die has no default power curve (``PHYSICS`` is
+    fitted on GH100 facts) when no calibration of its die is given."""
+    die = str((calibration or {}).get("gpu_die", DEFAULT_DIE))
+    if gpu.die != die:
+        how = ("no calibration is given" if not calibration
+               else f"emulator.calibration was fitted on {die} sweeps ({calibration.get('source', '?')})")
+        raise ValueError(f"the emulator has no power curve for {gpu.name} ({gpu.die} die): {how}; fit one with "
+                         f"`wattflex calibrate --runs <sweeps measured on {gpu.name}>` and set emulator: "
+                         "{calibration: FILE}")
+    return calibrated_physics(calibration, base)
+
 
 # Transition aliases (old names); new code reads ``PHYSICS`` or a ``physics`` argument.
 V_MIN = PHYSICS.v_min

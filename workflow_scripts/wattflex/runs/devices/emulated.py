@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
 from wattflex.runs.emulator import (PHYSICS, JobSpec, Physics, calibrated_physics, gpu_leakages, job_at_caps,
-                                    memory_footprint_gib)
+                                    memory_footprint_gib, physics_for_gpu)
 from wattflex.telemetry import STEP_COLUMNS, TELEMETRY_COLUMNS
 
 if TYPE_CHECKING:  # frames for callers that want them; a run's own job writes arrow tables (no pandas)
@@ -278,11 +278,12 @@ def run_emulated_tables(spec: dict[str, Any]) -> tuple[pa.Table, pa.Table, dict[
     seed = run_seed(spec.get("seed", 0), spec["campaign"], group["id"], spec["run_id"])
     hw_seed = hardware_seed(spec.get("seed", 0), group["id"])
     return simulate_run_tables(job, gpu, schedule, spec.get("run", {}), seed, hw_seed, model_name=group["model"],
-                               physics=spec_physics(spec))
+                               physics=spec_physics(spec, gpu))
 
 
-def spec_physics(spec: dict[str, Any]) -> Physics:
+def spec_physics(spec: dict[str, Any], gpu: GPUSpec | None = None) -> Physics:
     """The emulator's physics for a run spec: the campaign's calibration file
     (``emulator: {calibration: FILE}``, its JSON in ``spec["emulator"]["calibration"]``), else
-    the default ``PHYSICS``."""
-    return calibrated_physics((spec.get("emulator") or {}).get("calibration"))
+    the default ``PHYSICS``; on ``gpu``, one of its die (``emulator.physics_for_gpu``)."""
+    calibration = (spec.get("emulator") or {}).get("calibration")
+    return calibrated_physics(calibration) if gpu is None else physics_for_gpu(gpu, calibration)
