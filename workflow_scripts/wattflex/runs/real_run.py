@@ -354,9 +354,10 @@ class NodeSetup:
 
     @classmethod
     def open(cls, spec: dict[str, Any], outdir: Path, opts: RunOptions, t0: float, node_rank: int = 0,
-             rdzv: str | None = None, train_spec: dict[str, Any] | None = None) -> "NodeSetup":
-        """``train_spec`` (default ``spec``) is what the training config is built from."""
-        cfg = TrainConfig.from_spec(train_spec or spec, outdir)
+             rdzv: str | None = None, train_spec: dict[str, Any] | None = None,
+             launch: list[str] | None = None) -> "NodeSetup":
+        """``train_spec`` (default ``spec``) is what the training config is built from;
+        ``launch``: the user's own command instead (``wattflex.runs.command_run``), no config."""
         node_dir = outdir / NODE_DIR.format(rank=node_rank)
         node_dir.mkdir(parents=True, exist_ok=True)
         gpus: list[Any] = []
@@ -375,10 +376,12 @@ class NodeSetup:
         if opts.host_power and opts.sampler:
             host_reader = RaplReader()
             facts["host_power"] = host_reader.describe()
-        cfg_path = node_dir / "train_config.json"
-        cfg.to_json(cfg_path)
-        cmd = training_command(cfg_path, t0, opts.nproc_per_node, opts.nnodes, node_rank, rdzv,
-                               run_id=str(spec.get("run_id", "wattflex")))
+        cmd = launch
+        if cmd is None:
+            cfg_path = node_dir / "train_config.json"
+            TrainConfig.from_spec(train_spec or spec, outdir).to_json(cfg_path)
+            cmd = training_command(cfg_path, t0, opts.nproc_per_node, opts.nnodes, node_rank, rdzv,
+                                   run_id=str(spec.get("run_id", "wattflex")))
         log_path = outdir / ("train.log" if node_rank == 0 else f"train.node{node_rank}.log")
         return cls(spec, opts, node_dir, gpus, host_reader, facts, cmd, log_path, t0, opts.nccl or {})
 

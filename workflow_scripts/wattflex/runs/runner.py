@@ -58,7 +58,12 @@ def run_at_cap(spec: dict[str, Any], outdir: str | Path) -> Path:
             # Imported here: an emulated run (one job each) need not load the real backend.
             from wattflex.runs.real_run import run_real
 
-            run_real(spec, tmp)
+            if (spec.get("group") or {}).get("command"):       # the group's own training command
+                from wattflex.runs.command_run import run_command
+
+                run_command(spec, tmp)
+            else:
+                run_real(spec, tmp)
         else:
             raise ValueError(f"unknown backend {spec['backend']!r} (emulated | cuda)")
     return Path(outdir)

@@ -1,0 +1,105 @@
+"""The command launch (wattflex.runs.command_run): a real, unmodified CPU training script
+(tests/data/own_job/train_tiny_lm.py, a plain torch loop logging torchtitan-style lines) run
+at a cap on FAKE NVML GPUs (tests/fakes/fake_pynvml.py, the only fake). A command that exits
+non-zero, hangs past its limit or prints no throughput line fails with an error that says
+which, its processes gone and the caps restored."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
+from tests.unit.runs.test_real_run import _cmdline_has, cuda_spec
+from wattflex.provenance import read_json, read_parquet
+from wattflex.runs import command_run
+from wattflex.runs.command_run import CommandError, fill, program_path, run_command
+from wattflex.runs.runner import run_at_cap
+
+OWN_JOB = Path(__file__).resolve().parents[2] / "data" / "own_job" / "train_tiny_lm.py"
+pytestmark = pytest.mark.fake_gpu
+
+
+def command_spec(tmp_path, *args, grace_s=60, throughput=None, **cuda):
+    spec = cuda_spec(tmp_path, model="Llama-3.1-70B", task="pt", cap_control="nvml", sampler=True,
+                     sampler_period_s=0.1, **cuda)
+    spec["run"]["duration_s"] = 60
+    spec["group"]["gpus"] = 2
+    spec["group"]["command"] = {
+        "launch": [sys.executable, str(OWN_JOB), "--steps", "30", "--batch", "8", "--seq", "64", *args],
+        "throughput": throughput or {"preset": "torchtitan"}, "env": {"OWN_JOB_RUN_DIR": "{run_dir}"},
+        "grace_s": grace_s}
+    return spec
+
+
+def no_process_left(tmp_path):
+    return not [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, str(OWN_JOB))]
+
+
+@pytest.mark.slow
+def test_fake_nvml_own_script_runs_capped_and_its_tps_lines_become_steps(fake_nvml, tmp_path):
+    out = run_at_cap(command_spec(tmp_path, "--eval-freq", "10"), tmp_path / "run")
+    assert sorted(p.name for p in out.iterdir()) == ["run.json", "steps.parquet", "telemetry.parquet", "train.log"]
+    log = (out / "train.log").read_text()
+    logged = {int(line.split("step:")[1].split()[0]): float(line.split("tps: ")[1].split()[0].replace(",", ""))
+              for line in log.splitlines() if "tps: " in line}
+    assert sorted(logged) == list(range(1, 31))
+    steps = read_parquet(out / "steps.parquet")
+    assert steps["step"].iloc[-1] == 30 and steps["step"].is_monotonic_increasing
+    rate = steps["tokens"] / steps["t_end_s"].diff()
+    single = steps["step"].diff() == 1           # a row of one line (lines read together are one row)
+    assert single.sum() >= 5
+    for step, r in zip(steps["step"][single], rate[single]):
+        assert r == pytest.approx(2 * logged[int(step)])                 # tps per GPU x 2 GPUs
+    run = read_json(out / "run.json")
+    assert run["backend"] == "cuda" and run["launch"] == "command" and run["provenance"]["backend"] == "cuda"
+    assert run["training"]["command"][1] == str(OWN_JOB) and run["training"]["exit_status"] == 0
+    assert run["training"]["throughput"]["source"] == "preset torchtitan" and run["training"]["lines_matched"] == 30 and len(steps) >= 6
+    assert run["training"]["command_env"]["OWN_JOB_RUN_DIR"] == str(tmp_path / "run") or \
+        run["training"]["command_env"]["OWN_JOB_RUN_DIR"].startswith(str(tmp_path / ".run."))
+    assert run["enforced_limit_w"] == [400.0, 400.0] and limits_w() == [700.0, 700.0]
+    tel = read_parquet(out / "telemetry.parquet")
+    assert (tel["power_limit_w"] == 400.0).all() and run["telemetry"]["source"] == "nvml"
+    assert steps["t_end_s"].iloc[-1] <= tel["t_s"].max() + 1.0       # one clock for both
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, grace_s, throughput, message", [
+    (("--fail-at", "5"), 60, None, r"(?s)the command exited with status 1.*simulated failure at step 5"),
+    (("--hang-at", "3"), -57, None, "the command ran past its time limit of 3 s"),
+    (("--quiet",), 60, None, "the command printed no throughput line: none of its 2 output lines matched "
+                             "preset torchtitan"),
+    ((), 60, {"steps_file": "steps.csv"}, "wrote no step to its steps file"),
+])
+def test_fake_nvml_failed_command_says_which_and_restores(fake_nvml, tmp_path, args, grace_s, throughput, message):
+    spec = command_spec(tmp_path, *args, grace_s=grace_s, throughput=throughput)
+    with pytest.raises(CommandError, match=message):
+        run_command(spec, tmp_path / "run")
+    assert limits_w() == [700.0, 700.0]
+    assert [c[1] for c in fake_nvml.state()["set_calls"]] == [400_000, 400_000, 700_000, 700_000]
+    assert not list((tmp_path / "state").glob("caps-*.json"))
+    assert no_process_left(tmp_path)
+
+
+def test_fake_nvml_missing_program_fails_before_any_cap(fake_nvml, tmp_path):
+    spec = command_spec(tmp_path)
+    spec["group"]["command"]["launch"] = ["no-such-trainer-xyz", "--steps", "3"]
+    with pytest.raises(FileNotFoundError, match=r"launch\[0\]: program 'no-such-trainer-xyz' not found"):
+        run_command(spec, tmp_path / "run")
+    assert fake_nvml.state()["set_calls"] == []
+
+
+def test_fill_placeholders_and_refuse_unknown_ones():
+    values = command_run.placeholders({"group": {"id": "g", "gpus": 8}, "cap_w": 450.0, "seed": 1,
+                                       "run": {"duration_s": 600}, "cuda": {"nproc_per_node": 8}}, Path("/r"))
+    assert fill(["--ngpu={gpus}", "{run_dir}/out", "{cap_w}", "{duration_s}", "{nproc_per_node}"], values) == \
+        ["--ngpu=8", "/r/out", "450", "600", "8"]
+    with pytest.raises(ValueError, match=r"command.launch\[1\] '\{steps\}': unknown placeholder \{steps\}"):
+        fill(["a", "{steps}"], values)
+
+
+def test_program_path(tmp_path):
+    assert program_path("sh") == os.path.realpath(program_path("sh")) or program_path("sh")
+    assert program_path(sys.executable) == sys.executable
+    assert program_path(str(tmp_path / "nope")) is None and program_path("no-such-trainer-xyz") is None
