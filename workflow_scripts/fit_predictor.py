@@ -1,4 +1,5 @@
 """Rule script: the PFI predictor: Table 3 ablation, chosen model, predictions, Tables 12-13."""
+import sys
 from pathlib import Path
 
 from wattflex.analysis import predictor
@@ -13,6 +14,11 @@ cfg = smk.params.predictor
 # params.paper_tables is relative to the workflow directory (the parent of this script's)
 paper = Path(smk.scriptdir).parent / smk.params.paper_tables
 runs, pfi, backend = read_campaign(smk.input.runs, smk.input.pfi)
+try:
+    sources = predictor.telemetry_sources(runs, bool(cfg.get("allow_mixed_sources", False)))
+except ValueError as exc:  # one paragraph in the log and a failed job, not a traceback
+    log.error("%s", exc)
+    sys.exit(1)
 prov = provenance(params=cfg, inputs=list(smk.input), backend=backend)
 groups = predictor.group_table(runs, pfi)
 train = predictor.training_rows(groups, cfg.get("train_set", "headline"))
@@ -28,6 +34,7 @@ predictions = predictor.predictions_table(groups, model)
 holdout = predictor.holdout_scores(predictions)
 model["evaluation"] = holdout.to_dict(orient="records")
 model["backend"] = backend
+model["telemetry_sources"] = sources
 write_json(model, smk.output.model, prov)
 write_parquet(predictions, smk.output.predictions, prov)
 write_csv(holdout, smk.output.holdout, prov, backend=backend)

@@ -31,6 +31,8 @@ def summarize(inputs: list[str], output: str, log_path: str) -> None:
     row = {
         "group": run["group"], "run_id": run["run_id"], "cap_w": float(run["cap_w"]), "repeat": int(run["repeat"]),
         "backend": run["provenance"].get("backend", run.get("backend")), "gpu_model": run.get("device_model"),
+        # nvml | dcgm | steps on cuda runs (run.json), the backend's name where it made the trace itself
+        "telemetry_source": (run.get("telemetry") or {}).get("source") or run.get("backend"),
         **{k: group.get(k) for k in ("gpus", "model", "architecture", "task", "cluster", "set", "matches",
                                      "seq_len", "batch", "ep", "compile", "grad_checkpointing", "lora_rank")},
         **summary,

@@ -5,17 +5,16 @@ and on this machine as it is: nvidia-ml-py installed but no NVIDIA driver, so nv
 fails. Everything else is real: /proc, the SLURM profile, files, a local HTTP server.
 """
 
-import http.server
 import json
 import socket
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.fakes import fake_pynvml
+from tests.fakes.dcgm_fixture import serve_metrics
 from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
 from wattflex import cli, doctor
 from wattflex.errors import UserError
@@ -266,21 +265,8 @@ DCGM_FI_PROF_DRAM_ACTIVE{gpu="0",UUID="GPU-1"} 0.41
 
 @pytest.fixture
 def exporter():
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = SCRAPE.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    server.shutdown()
+    with serve_metrics([SCRAPE]) as url:
+        yield url
 
 
 def test_dcgm_exporter_metrics_are_mapped_to_telemetry_columns(exporter):

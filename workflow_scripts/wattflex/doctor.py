@@ -35,6 +35,7 @@ import yaml
 from wattflex import __version__
 from wattflex.config import REPO_ROOT, groups, load_config
 from wattflex.errors import UserError
+from wattflex.runs.devices import dcgm as dcgm_source
 from wattflex.runs.devices import nvml as nvml_devices
 from wattflex.runs.devices.caps import default_state_dir, restore_from_state_dir
 from wattflex.runs.devices.hostpower import POWERCAP, RaplReader
@@ -394,6 +395,18 @@ def check_config(cfg: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
         prog = shlex.split(opts.cap_command or "")[:1]
         need("the cap command's program", bool(prog) and shutil.which(prog[0]) is not None,
              f"cuda.cap_command {opts.cap_command!r}: {prog[0] if prog else '(empty)'} not found on PATH")
+    no_gpm = [g for g in nvml_found["gpus"] if not g.get("gpm_readable", True)]
+    if opts.sampler and (opts.telemetry == "dcgm" or (opts.telemetry == "auto" and no_gpm)):
+        # as the run decides (wattflex.runs.devices.dcgm.choose_source): dcgm fails a run whose
+        # DCGM does not answer; auto asks DCGM only where GPM is unreadable, else stays on NVML
+        why_not = dcgm_source.probe(opts.dcgm)
+        out["telemetry"] = {"mode": opts.telemetry, "dcgm": opts.dcgm.describe(), "dcgm_answers": why_not is None,
+                            "detail": why_not}
+        if opts.telemetry == "dcgm":
+            need(f"DCGM answering ({opts.dcgm.mode})", why_not is None, f"cuda.telemetry: dcgm: {why_not}")
+        elif why_not:
+            out["warnings"].append(f"cuda.telemetry: auto: GPM is unreadable on {len(no_gpm)} GPU(s) and DCGM "
+                                   f"does not answer ({why_not}): the profiling fields will be NaN")
     if out["sweep"] in ("staircase", "adaptive"):
         need(f"sweep: {out['sweep']} on cuda: settable caps and the sampler",
              opts.cap_control != "observe" and opts.sampler,

@@ -176,6 +176,22 @@ def evaluate(df: pd.DataFrame, features: Sequence[str], target: str = "pfi",
     return out
 
 
+def telemetry_sources(runs: pd.DataFrame, allow_mixed: bool = False) -> list[str]:
+    """The telemetry sources of a campaign's runs (``runs.parquet``'s ``telemetry_source``:
+    nvml, dcgm, steps, emulated; absent in older tables: []). Several are refused unless
+    ``allow_mixed`` (``predictor.allow_mixed_sources``): DCGM's profiling fields and NVML GPM's
+    are not the same counters, so one model over both fits a difference of instruments."""
+    if "telemetry_source" not in runs.columns:
+        return []
+    counts = runs["telemetry_source"].dropna().astype(str).value_counts().sort_index()
+    if len(counts) > 1 and not allow_mixed:
+        mix = ", ".join(f"{src}: {n} run(s)" for src, n in counts.items())
+        raise ValueError(f"runs.parquet: the campaign's runs mix telemetry sources ({mix}); the predictor's "
+                         f"features would come from different counters. Rerun them with one cuda.telemetry "
+                         f"(nvml or dcgm), or set predictor.allow_mixed_sources: true to fit over the mix")
+    return list(counts.index)
+
+
 def training_rows(groups: pd.DataFrame, train_set: str = "headline") -> pd.DataFrame:
     """Groups the predictor is trained on: the ``train_set`` with a finite measured PFI."""
     rows = groups[np.isfinite(groups["pfi"].astype(float))]

@@ -73,6 +73,7 @@ import psutil
 
 from wattflex.provenance import provenance, read_json, read_parquet, write_json, write_parquet
 from wattflex.runs.devices import caps, nvml
+from wattflex.runs.devices import dcgm as dcgm_source
 from wattflex.runs.devices.base import TelemetrySampler, telemetry_frame
 from wattflex.runs.devices.hostpower import RaplReader
 from wattflex.runs.training.config import TrainConfig
@@ -99,6 +100,8 @@ class RunOptions:
     nproc_per_node: int = 1
     nnodes: int = 1
     nccl: dict[str, str] | None = None     # NCCL's environment for every torchrun (nccl_env)
+    telemetry: str = "auto"                # nvml | dcgm | auto (wattflex.runs.devices.dcgm)
+    dcgm: dcgm_source.DcgmSettings | None = None
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> "RunOptions":
@@ -113,7 +116,10 @@ class RunOptions:
                    sampler_period_s=float(cuda.get("sampler_period_s") or run.get("sample_period_s") or 5.0),
                    gpm=bool(cuda.get("gpm", True)), host_power=bool(cuda.get("host_power", True)),
                    state_dir=cuda.get("state_dir"), nproc_per_node=nproc, nnodes=int(nnodes),
-                   nccl=nccl_env(cuda.get("nccl")))
+                   nccl=nccl_env(cuda.get("nccl")), telemetry=str(cuda.get("telemetry", "auto")),
+                   dcgm=dcgm_source.DcgmSettings.from_spec(cuda.get("dcgm")))
+        if opts.telemetry not in dcgm_source.TELEMETRY_MODES:
+            raise ValueError(f"cuda.telemetry {opts.telemetry!r}: expected one of {', '.join(dcgm_source.TELEMETRY_MODES)}")
         if opts.cap_control not in caps.MODES:
             raise ValueError(f"cuda.cap_control {opts.cap_control!r}: expected one of {', '.join(caps.MODES)}")
         caps.limit_setter(opts.cap_control, opts.cap_command)      # validates the command template
@@ -369,9 +375,15 @@ class NodeSetup:
             stale = caps.restore_from_state_dir(state_dir)
             facts["stale_cap_files"] = stale
             gpus = nvml.open_gpus(opts.nproc_per_node if opts.device == "cuda" else None,
-                                  set_limit=caps.limit_setter(opts.cap_control, opts.cap_command), gpm=opts.gpm)
+                                  set_limit=caps.limit_setter(opts.cap_control, opts.cap_command),
+                                  gpm=opts.gpm and opts.telemetry != "dcgm")   # dcgm: GPM left to DCGM
             for g in gpus:
                 g.node = host           # the SLURM node's name: telemetry rows of two nodes never merge
+            if opts.sampler:            # before any cap: cuda.telemetry dcgm that does not answer fails here
+                facts["telemetry"] = dcgm_source.choose_source(opts.telemetry, gpus, opts.dcgm)
+                if facts["telemetry"]["source"] == "dcgm":
+                    for g in gpus:
+                        g.gpm = None    # auto chose DCGM: its profiling fields, not GPM's
         host_reader = None
         if opts.host_power and opts.sampler:
             host_reader = RaplReader()
@@ -387,7 +399,10 @@ class NodeSetup:
 
     def sampler(self) -> TelemetrySampler:
         host = self.host_reader.read if self.host_reader and self.host_reader.available else None
-        return TelemetrySampler(self.gpus, self.opts.sampler_period_s, self.t0, host=host)
+        sampler = TelemetrySampler(self.gpus, self.opts.sampler_period_s, self.t0, host=host)
+        if self.facts.get("telemetry", {}).get("source") == "dcgm":
+            return dcgm_source.DcgmSampler.open(sampler, self.opts.dcgm, [g.index for g in self.gpus], self.facts["host"])
+        return sampler
 
     def finish(self, guard: caps.CapGuard, sampler: TelemetrySampler | None) -> None:
         """After the restore: the node's facts and telemetry into its node directory."""
@@ -397,7 +412,9 @@ class NodeSetup:
         facts["gpm"] = sorted({g.gpm.status for g in gpus if g.gpm is not None}) or ["off"]
         facts["device_model"] = gpus[0].model if gpus else None
         if sampler is not None:
-            facts["telemetry_source"] = "nvml"
+            facts["telemetry_source"] = facts.get("telemetry", {}).get("source", "nvml")
+            if isinstance(sampler, dcgm_source.DcgmSampler):
+                facts["telemetry"]["dcgm_reader"] = sampler.describe()
             write_parquet(sampler.frame(), self.node_dir / "telemetry.parquet", provenance(params=self.spec, backend="cuda"))
         write_json({"node": facts}, self.node_dir / "node.json")
 
@@ -543,7 +560,7 @@ def assemble(spec: dict[str, Any], outdir: Path, opts: RunOptions, nodes: list[d
     parts = [outdir / NODE_DIR.format(rank=n["node_rank"]) / "telemetry.parquet" for n in nodes]
     if all(p.is_file() for p in parts):
         tel = align_nodes(pd.concat([read_parquet(p) for p in parts], ignore_index=True), opts.sampler_period_s)
-        source = "nvml"
+        source = "+".join(sorted({n.get("telemetry_source", "nvml") for n in nodes}))   # nodes may choose apart
     else:
         end_s = max(float(steps["t_end_s"].max()) if len(steps) else 0.0, time.time() - t0)
         tel = telemetry_from_steps(steps, training["events"], opts.sampler_period_s,
@@ -565,7 +582,8 @@ def assemble(spec: dict[str, Any], outdir: Path, opts: RunOptions, nodes: list[d
         "start_utc": start_utc, "end_utc": end_utc, "t0_epoch": t0,
         "telemetry": {"source": source, "period_s": opts.sampler_period_s, "gpm": nodes[0].get("gpm"),
                       "host_power": nodes[0].get("host_power"),
-                      "note": None if source == "nvml" else
+                      "reason": [n.get("telemetry", {}).get("reason") for n in nodes],
+                      "note": None if source != "steps" else
                       "no sampler: gpu_util=100 while steps run, 0 otherwise; other fields NaN"},
         "nodes": nodes, "training": training, "spec": spec, **(extra or {}),
     }, outdir / "run.json", prov)

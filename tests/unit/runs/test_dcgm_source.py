@@ -1,0 +1,148 @@
+"""DCGM as a telemetry source (``wattflex.runs.devices.dcgm``): the FAKE ``dcgmi`` program
+(tests/fakes/fake_dcgmi.py, on PATH) replaying the dmon capture in tests/data, dcgm-exporter
+scrapes from tests/data served by a real HTTP server on 127.0.0.1, the sampler merging them
+with FAKE NVML GPUs (tests/fakes/fake_pynvml.py), the per-run source choice, and a real CPU
+training run with ``cuda.telemetry: dcgm``."""
+
+import math
+import time
+
+import pandas as pd
+import pytest
+
+from tests.fakes import fake_dcgmi
+from tests.fakes.dcgm_fixture import DMON, EXPORTER, exporter_url, fake_dcgmi_on_path, scrapes  # noqa: F401
+from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
+from wattflex.ingest.dcgm import read_dcgm_exporter, read_dcgmi_dmon
+from wattflex.provenance import read_json, read_parquet, read_parquet_meta
+from wattflex.runs.devices import dcgm, nvml
+from wattflex.runs.devices.base import TelemetrySampler
+from wattflex.runs import real_run
+
+PROFILING = ["dram_active", "sm_active", "tensor_active", "gpu_util", "mem_copy_util"]
+
+
+def by_sample(df: pd.DataFrame, cols: list[str]) -> list[list[tuple]]:
+    """Rows grouped per sample time: [[(gpu, *cols) per GPU]] in time order."""
+    return [[tuple([int(r.gpu)] + [None if math.isnan(getattr(r, c)) else round(getattr(r, c), 6) for c in cols])
+             for r in g.itertuples()] for _, g in df.sort_values(["t_s", "gpu"]).groupby("t_s", sort=True)]
+
+
+def test_fake_dcgmi_dmon_reader_stamps_and_parses_the_recorded_rows(fake_dcgmi_on_path):
+    settings = dcgm.DcgmSettings.from_spec({"mode": "dmon"})
+    reader = dcgm.DmonReader(settings, [0, 1], period_s=0.05, t0=time.time(), node="n1")
+    assert reader.command[:5] == ["dcgmi", "dmon", "-e", "1005,1002,1004,203,204", "-i"]
+    reader.start()
+    deadline = time.time() + 20
+    while len([ln for ln in reader.lines if "GPU" in ln]) < 2 * 9 and time.time() < deadline:
+        time.sleep(0.05)
+    reader.stop()
+    got = pd.DataFrame(reader.records())
+    want = read_dcgmi_dmon(DMON, period_s=1.0)
+    n = len(by_sample(want, PROFILING))
+    assert by_sample(got, PROFILING)[:n] == by_sample(want, PROFILING)      # the recording, value for value
+    assert set(got["node"]) == {"n1"} and got["t_s"].is_monotonic_increasing and got["t_s"].iloc[0] >= 0
+    assert reader.describe()["stderr"] is None
+
+
+def test_exporter_reader_reads_a_real_http_endpoint(exporter_url):
+    settings = dcgm.DcgmSettings.from_spec({"mode": "exporter", "url": exporter_url})
+    clock = iter(float(t) for t in range(100, 200)).__next__
+    reader = dcgm.ExporterReader(settings, [0, 1], period_s=5.0, t0=100.0, node="n1", clock=clock)
+    for _ in scrapes():
+        reader.scrape_once()
+    got = pd.DataFrame(reader.records())
+    want = read_dcgm_exporter([EXPORTER])
+    assert by_sample(got, PROFILING) == by_sample(want, PROFILING)
+    assert sorted(got["t_s"].unique()) == [float(i) for i in range(len(scrapes()))]   # our clock, not the file's
+    assert set(got["node"]) == {"n1"} and reader.describe()["failures"] == 0
+    assert dcgm.probe(settings) is None
+
+
+def test_exporter_reader_keeps_going_when_the_endpoint_is_gone():
+    settings = dcgm.DcgmSettings.from_spec({"mode": "exporter", "url": "http://127.0.0.1:9/metrics"})
+    reader = dcgm.ExporterReader(settings, [0], period_s=0.1, t0=0.0, node="n1")
+    reader.scrape_once()
+    assert reader.records() == [] and reader.describe()["failures"] == 1
+    assert "127.0.0.1:9" in dcgm.probe(settings, timeout_s=1.0)
+
+
+def test_merge_takes_the_latest_dcgm_reading_and_never_a_stale_one():
+    nvml_rows = pd.DataFrame({"t_s": [1.0, 2.0, 3.0, 9.0, 1.0], "gpu": [0, 0, 0, 0, 1], "power_w": [1, 2, 3, 4, 5.0],
+                              "dram_active": 0.9})
+    records = [{"t_s": 0.5, "gpu": 0, "dram_active": 0.1}, {"t_s": 2.5, "gpu": 0, "dram_active": 0.2},
+               {"t_s": 0.9, "gpu": 1, "dram_active": 0.7}]
+    out = dcgm.merge_dcgm(nvml_rows, records, ["dram_active", "sm_active"], staleness_s=2.0)
+    assert list(out.columns) == ["t_s", "gpu", "power_w", "dram_active", "sm_active"]
+    assert out["power_w"].tolist() == [1, 2, 3, 4, 5]
+    assert out["dram_active"].tolist()[:3] == [0.1, 0.1, 0.2] and math.isnan(out["dram_active"].iloc[3])
+    assert out["dram_active"].iloc[4] == 0.7 and out["sm_active"].isna().all()
+
+
+def test_settings_refuse_bad_input_with_the_key():
+    with pytest.raises(ValueError, match=r"cuda.dcgm.mode 'smi'"):
+        dcgm.DcgmSettings.from_spec({"mode": "smi"})
+    with pytest.raises(ValueError, match=r"cuda.dcgm.url None: mode exporter needs"):
+        dcgm.DcgmSettings.from_spec({"mode": "exporter"})
+    with pytest.raises(ValueError, match=r"cuda.dcgm.fields \[155\]"):
+        dcgm.DcgmSettings.from_spec({"fields": [1005, 155]})
+    with pytest.raises(ValueError, match=r"cuda.telemetry 'dcmg'"):
+        real_run.RunOptions.from_spec({"cuda": {"telemetry": "dcmg"}})
+    assert dcgm.DcgmSettings.from_spec({"fields": [1005]}).columns == ["dram_active"]
+
+
+@pytest.mark.fake_gpu
+def test_fake_nvml_auto_chooses_dcgm_only_when_gpm_fails_and_dcgm_answers(fake_nvml, fake_dcgmi_on_path,
+                                                                          monkeypatch):
+    settings = dcgm.DcgmSettings()
+    assert dcgm.choose_source("auto", nvml.open_gpus(gpm=True), settings)["source"] == "nvml"
+    fake_nvml.reset(n_gpus=2, path=fake_nvml._state_path(), gpm="no_permission")
+    gpus = nvml.open_gpus(gpm=True)
+    choice = dcgm.choose_source("auto", gpus, settings)
+    assert choice["source"] == "dcgm" and "no permission to profile" in choice["reason"]
+    monkeypatch.setenv(fake_dcgmi.DOWN_ENV, "1")
+    choice = dcgm.choose_source("auto", gpus, settings)
+    assert choice["source"] == "nvml" and "DCGM does not answer" in choice["reason"] and "exited 255" in choice["reason"]
+    with pytest.raises(RuntimeError, match="cuda.telemetry: dcgm, but DCGM does not answer: .*nv-hostengine"):
+        dcgm.choose_source("dcgm", gpus, settings)
+    assert dcgm.choose_source("nvml", gpus, settings)["source"] == "nvml"
+
+
+@pytest.mark.fake_gpu
+def test_fake_nvml_sampler_power_from_nvml_profiling_from_the_exporter(fake_nvml, exporter_url):
+    gpus = nvml.open_gpus(gpm=False)
+    settings = dcgm.DcgmSettings.from_spec({"mode": "exporter", "url": exporter_url})
+    sampler = dcgm.DcgmSampler.open(TelemetrySampler(gpus, 0.1, time.time()), settings, [0, 1], "n1")
+    with sampler:
+        time.sleep(1.2)
+    tel = sampler.frame()
+    assert len(tel) >= 2 * 8 and tel["power_w"].notna().all() and (tel["power_limit_w"] == 700).all()
+    recorded = set(read_dcgm_exporter([EXPORTER])["dram_active"].round(6))
+    assert tel["dram_active"].notna().mean() > 0.8 and set(tel["dram_active"].dropna().round(6)) <= recorded
+    assert sampler.describe()["scrapes"] >= 8
+
+
+@pytest.mark.slow
+@pytest.mark.fake_gpu
+def test_fake_nvml_real_cpu_run_with_dcgm_telemetry(fake_nvml, fake_dcgmi_on_path, tmp_path):
+    """A real torchrun training run on CPU, caps observed on FAKE NVML GPUs whose GPM is held
+    by "DCGM" (no permission), profiling fields from the FAKE dcgmi: run.json and the
+    telemetry metadata say dcgm, and the DCGM fields are the recording's values."""
+    from tests.unit.runs.test_real_run import cuda_spec
+
+    fake_nvml.reset(n_gpus=2, path=fake_nvml._state_path(), gpm="no_permission")
+    spec = cuda_spec(tmp_path, model="Llama-3.1-70B", task="pt", sampler=True, sampler_period_s=0.1,
+                     max_steps=None, telemetry="dcgm")
+    spec["run"]["duration_s"] = 2.0
+    out = tmp_path / "run"
+    real_run.run_real(spec, out)
+    run = read_json(out / "run.json")
+    assert run["telemetry"]["source"] == "dcgm" and run["telemetry"]["reason"] == ["cuda.telemetry: dcgm"]
+    assert run["telemetry"]["gpm"] == ["off"]                  # GPM left to DCGM: never opened
+    reader = run["nodes"][0]["telemetry"]["dcgm_reader"]
+    assert reader["command"][:2] == ["dcgmi", "dmon"] and reader["lines"] > 0
+    tel = read_parquet(out / "telemetry.parquet")
+    assert read_parquet_meta(out / "telemetry.parquet")["telemetry_source"] == "dcgm"
+    recorded = set(read_dcgmi_dmon(DMON, period_s=1.0)["dram_active"].round(6))
+    assert tel["dram_active"].notna().any() and set(tel["dram_active"].dropna().round(6)) <= recorded
+    assert tel["power_w"].notna().all() and limits_w() == [700.0, 700.0]

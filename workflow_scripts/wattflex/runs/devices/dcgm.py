@@ -1,0 +1,335 @@
+"""DCGM as a telemetry source of real runs (``cuda.telemetry: nvml | dcgm | auto``).
+
+Where a site runs dcgm-exporter or ``nv-hostengine`` with profiling, DCGM holds the GPUs'
+profiling counters and NVML's GPM reads fail or conflict, so the predictor's features come
+out NaN. Then the profiling fields are read from DCGM instead, and everything else still
+from NVML, on the sampler's clock:
+
+* from DCGM (``DCGM_COLUMNS``): ``dram_active`` (DCGM_FI_PROF_DRAM_ACTIVE, field 1005),
+  ``sm_active`` (PROF_SM_ACTIVE, 1002), ``tensor_active`` (PROF_PIPE_TENSOR_ACTIVE, 1004),
+  ``gpu_util`` (DEV_GPU_UTIL, 203), ``mem_copy_util`` (DEV_MEM_COPY_UTIL, 204): the
+  predictor's inputs, from one source;
+* from NVML (``devices.nvml.NvmlGpu``, GPM off): power, energy, clocks, temperature,
+  framebuffer, the management and enforced limits, clock event reasons; RAPL host power.
+  Caps are set and read back through NVML as always.
+
+Two ways to read DCGM (``cuda.dcgm.mode``):
+
+* ``dmon`` (default): a ``dcgmi dmon -e <field ids> -i <gpus> -d <period ms>`` subprocess for
+  the run's length; each ``GPU <i>`` line is stamped with the sampler's clock when it
+  arrives and the lines are parsed by ``wattflex.ingest.dcgm.parse_dcgmi_dmon``.
+* ``exporter``: dcgm-exporter's ``/metrics`` (``cuda.dcgm.url``) fetched every sampler
+  period, each scrape parsed by ``wattflex.ingest.dcgm.parse_dcgm_exporter`` and stamped
+  with the time it was fetched.
+
+Each NVML row gets the latest DCGM reading of its GPU at or before it, if that reading is
+less than ``staleness_s`` old (else NaN: a stalled DCGM never fills a row with old values).
+
+``auto`` decides once per node, at start, before any cap: NVML when GPM is readable on every
+GPU of the node (``GpmReader`` took a first sample); else DCGM if it answers (``dmon``:
+``dcgmi discovery -l`` exits 0 within ``PROBE_TIMEOUT_S``; ``exporter``: the URL returns a
+scrape with at least one of the fields); else NVML, profiling fields NaN. The choice and its
+reason go into run.json (``telemetry.source``, ``nodes[].telemetry``) and the telemetry
+parquet metadata (``telemetry_source``). ``dcgm`` that does not answer fails the run before
+any cap is set. A GPM failure that starts mid-run does not switch sources.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+
+from wattflex.ingest.dcgm import FIELDS, DcgmFormatError, parse_dcgm_exporter, parse_dcgmi_dmon
+
+log = logging.getLogger("wattflex.runs.devices.dcgm")
+
+TELEMETRY_MODES = ("nvml", "dcgm", "auto")
+READ_MODES = ("dmon", "exporter")
+DCGM_COLUMNS = ("dram_active", "sm_active", "tensor_active", "gpu_util", "mem_copy_util")
+COLUMN_FIELD_IDS = {col: fid for fid, (_, _, col, _) in FIELDS.items()}
+DEFAULT_FIELD_IDS = tuple(COLUMN_FIELD_IDS[c] for c in DCGM_COLUMNS)
+PROBE_TIMEOUT_S = 5.0
+STOP_TIMEOUT_S = 5.0
+
+
+@dataclass
+class DcgmSettings:
+    """``cuda.dcgm``: how DCGM is read (see the module docstring)."""
+
+    mode: str = "dmon"
+    url: str | None = None
+    fields: tuple[int, ...] = DEFAULT_FIELD_IDS
+    dcgmi: str = "dcgmi"
+
+    @classmethod
+    def from_spec(cls, dcgm: dict[str, Any] | None) -> "DcgmSettings":
+        dcgm = dict(dcgm or {})
+        mode = str(dcgm.get("mode", "dmon"))
+        if mode not in READ_MODES:
+            raise ValueError(f"cuda.dcgm.mode {mode!r}: expected one of {', '.join(READ_MODES)}")
+        url = dcgm.get("url")
+        if mode == "exporter" and not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+            raise ValueError(f"cuda.dcgm.url {url!r}: mode exporter needs the dcgm-exporter's http(s) URL, "
+                             "e.g. http://localhost:9400/metrics")
+        fields = tuple(int(f) for f in (dcgm.get("fields") or DEFAULT_FIELD_IDS))
+        unknown = [f for f in fields if f not in FIELDS or FIELDS[f][2] not in DCGM_COLUMNS]
+        if unknown:
+            known = ", ".join(f"{COLUMN_FIELD_IDS[c]} ({c})" for c in DCGM_COLUMNS)
+            raise ValueError(f"cuda.dcgm.fields {unknown}: not DCGM fields wattflex reads from DCGM; use some of {known}")
+        return cls(mode=mode, url=url, fields=fields, dcgmi=str(dcgm.get("dcgmi") or "dcgmi"))
+
+    @property
+    def columns(self) -> list[str]:
+        return [FIELDS[f][2] for f in self.fields]
+
+    def describe(self) -> dict[str, Any]:
+        return {"mode": self.mode, "url": self.url, "fields": list(self.fields), "columns": self.columns}
+
+
+def probe(settings: DcgmSettings, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """None if DCGM answers as ``settings`` would read it, else why not (one line)."""
+    if settings.mode == "dmon":
+        prog = shutil.which(settings.dcgmi)
+        if prog is None:
+            return f"{settings.dcgmi} not found on PATH (install DCGM, or set cuda.dcgm.dcgmi)"
+        try:
+            r = subprocess.run([prog, "discovery", "-l"], capture_output=True, text=True, timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"{prog} discovery -l: no answer ({type(exc).__name__})"
+        if r.returncode != 0:
+            last = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
+            return f"{prog} discovery -l exited {r.returncode}: {last[0]} (is nv-hostengine running?)"
+        return None
+    try:
+        records = parse_dcgm_exporter(fetch(settings.url, timeout_s), settings.url, time=0.0)
+    except (OSError, urllib.error.URLError, ValueError) as exc:
+        return f"dcgm-exporter at {settings.url}: {exc}"
+    if not any(c in r for r in records for c in settings.columns):
+        return f"dcgm-exporter at {settings.url} serves none of {', '.join(settings.columns)} (DCGM_FI_PROF_* need profiling)"
+    return None
+
+
+def fetch(url: str, timeout_s: float) -> str:
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        return resp.read().decode(errors="replace")
+
+
+def choose_source(mode: str, gpus: Sequence[Any], settings: DcgmSettings | None,
+                  answers: Callable[[DcgmSettings], str | None] = probe) -> dict[str, Any]:
+    """``{"source": "nvml" | "dcgm", "reason": ...}`` for ``cuda.telemetry: mode`` on a node whose
+    NVML GPUs are ``gpus`` (their ``gpm`` readers opened unless mode is dcgm). ``dcgm`` that
+    does not answer raises, before any cap is set."""
+    if mode not in TELEMETRY_MODES:
+        raise ValueError(f"cuda.telemetry {mode!r}: expected one of {', '.join(TELEMETRY_MODES)}")
+    settings = settings or DcgmSettings()
+    if mode == "nvml":
+        return {"source": "nvml", "reason": "cuda.telemetry: nvml"}
+    if mode == "dcgm":
+        why_not = answers(settings)
+        if why_not:
+            raise RuntimeError(f"cuda.telemetry: dcgm, but DCGM does not answer: {why_not}; "
+                               f"start it, or set cuda.telemetry: nvml or auto")
+        return {"source": "dcgm", "reason": "cuda.telemetry: dcgm", "dcgm": settings.describe()}
+    gpm = sorted({g.gpm.status if g.gpm is not None else "off" for g in gpus})
+    if gpm == ["enabled"]:
+        return {"source": "nvml", "reason": "auto: GPM readable on every GPU"}
+    why_not = answers(settings)
+    if why_not:
+        return {"source": "nvml", "reason": f"auto: GPM {'; '.join(gpm)}, and DCGM does not answer ({why_not}): "
+                                            f"profiling fields NaN"}
+    return {"source": "dcgm", "reason": f"auto: GPM {'; '.join(gpm)}; DCGM answers", "dcgm": settings.describe()}
+
+
+class DmonReader:
+    """``dcgmi dmon`` for the run's length; ``records()`` parses what it printed so far."""
+
+    def __init__(self, settings: DcgmSettings, gpu_ids: Sequence[int], period_s: float, t0: float, node: str,
+                 clock: Callable[[], float] = time.time):
+        self.settings, self.gpu_ids, self.period_s, self.t0, self.node, self.clock = \
+            settings, [int(g) for g in gpu_ids], period_s, t0, node, clock
+        self.lines: list[str] = []
+        self.proc: subprocess.Popen | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def command(self) -> list[str]:
+        return [self.settings.dcgmi, "dmon", "-e", ",".join(map(str, self.settings.fields)),
+                "-i", ",".join(map(str, self.gpu_ids)), "-d", str(max(1, round(self.period_s * 1000)))]
+
+    def start(self) -> None:
+        self._stderr = tempfile.TemporaryFile("w+")      # a file: a chatty stderr never blocks dmon
+        self.proc = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1)
+        self._thread = threading.Thread(target=self._read, name="wattflex-dcgmi-dmon", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            # dmon prints no times: a GPU line is stamped on the sampler's clock as it arrives
+            stamped = f"{self.clock() - self.t0:.3f} {line.strip()}" if line.lstrip().startswith("GPU") else line.rstrip()
+            with self._lock:
+                self.lines.append(stamped)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self._thread is not None:
+            self._thread.join(STOP_TIMEOUT_S)
+
+    def records(self) -> list[dict[str, Any]]:
+        with self._lock:
+            text = "\n".join(self.lines)
+        return parse_dcgmi_dmon(text, "dcgmi dmon output", node=self.node, gpu_ids=self.gpu_ids)
+
+    def describe(self) -> dict[str, Any]:
+        status = None if self.proc is None else self.proc.poll()
+        err = ""
+        if status not in (None, 0, -15):        # -15: our SIGTERM at the run's end
+            self._stderr.seek(0)
+            err = self._stderr.read().strip()
+        return {"command": self.command, "lines": len(self.lines), "exit_status": status,
+                "stderr": err.splitlines()[-1] if err else None}
+
+
+class ExporterReader:
+    """dcgm-exporter's ``/metrics`` fetched every ``period_s`` from a thread; each scrape is
+    stamped with the time it was fetched (on the sampler's clock) and this node's name."""
+
+    def __init__(self, settings: DcgmSettings, gpu_ids: Sequence[int], period_s: float, t0: float, node: str,
+                 clock: Callable[[], float] = time.time):
+        self.settings, self.gpu_ids, self.period_s, self.t0, self.node, self.clock = \
+            settings, [int(g) for g in gpu_ids], period_s, t0, node, clock
+        self.rows: list[dict[str, Any]] = []
+        self.scrapes, self.failures, self.last_error = 0, 0, None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def scrape_once(self) -> None:
+        t_s = self.clock() - self.t0
+        try:
+            records = parse_dcgm_exporter(fetch(self.settings.url, max(1.0, self.period_s)), self.settings.url,
+                                          time=t_s, gpu_ids=self.gpu_ids)
+        except (OSError, urllib.error.URLError, DcgmFormatError) as exc:
+            self.failures += 1
+            if self.last_error is None:
+                log.warning("dcgm-exporter %s failed (%s); DCGM fields NaN while it fails", self.settings.url, exc)
+            self.last_error = str(exc)
+            return
+        self.scrapes += 1
+        self.rows += [{**r, "t_s": t_s, "node": self.node} for r in records]
+
+    def _run(self) -> None:
+        next_t = self.clock()
+        while not self._stop.is_set():
+            self.scrape_once()
+            next_t = max(next_t + self.period_s, self.clock())
+            self._stop.wait(max(0.0, next_t - self.clock()))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="wattflex-dcgm-exporter", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(max(STOP_TIMEOUT_S, 2 * self.period_s))
+
+    def records(self) -> list[dict[str, Any]]:
+        return list(self.rows)
+
+    def describe(self) -> dict[str, Any]:
+        return {"url": self.settings.url, "scrapes": self.scrapes, "failures": self.failures,
+                "last_error": self.last_error}
+
+
+def merge_dcgm(nvml_rows: pd.DataFrame, dcgm_records: list[dict[str, Any]], columns: Sequence[str],
+               staleness_s: float) -> pd.DataFrame:
+    """``nvml_rows`` with ``columns`` replaced by each GPU's latest DCGM reading at or before
+    the row (NaN where none is younger than ``staleness_s``)."""
+    out = nvml_rows.copy()
+    out[list(columns)] = float("nan")
+    dcgm = pd.DataFrame.from_records(dcgm_records)
+    if out.empty or dcgm.empty:
+        return out
+    for c in columns:
+        if c not in dcgm:
+            dcgm[c] = float("nan")
+    dcgm = dcgm[["t_s", "gpu", *columns]].astype({"gpu": int, "t_s": float}).sort_values("t_s")
+    order = out.index
+    left = out.drop(columns=list(columns)).assign(_row=range(len(out))).sort_values("t_s")
+    merged = pd.merge_asof(left, dcgm, on="t_s", by="gpu", direction="backward", tolerance=staleness_s)
+    merged = merged.sort_values("_row").drop(columns="_row")
+    merged.index = order
+    return merged[list(out.columns)]
+
+
+@dataclass
+class DcgmSampler:
+    """The NVML ``TelemetrySampler`` (GPM off) with the profiling columns from DCGM; the same
+    start / stop / frame as the sampler it wraps."""
+
+    nvml: Any                       # devices.base.TelemetrySampler
+    reader: Any                     # DmonReader | ExporterReader
+    columns: list[str]
+    staleness_s: float
+    errors: list[str] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, nvml_sampler: Any, settings: DcgmSettings | None, gpu_ids: Sequence[int], node: str) -> "DcgmSampler":
+        settings = settings or DcgmSettings()
+        reader_cls = DmonReader if settings.mode == "dmon" else ExporterReader
+        period = nvml_sampler.period_s
+        reader = reader_cls(settings, gpu_ids, period, nvml_sampler.t0, node, clock=nvml_sampler.clock)
+        # two periods and a second of slack: dmon prints on its own phase, a scrape takes time
+        return cls(nvml_sampler, reader, settings.columns, staleness_s=2 * period + 1.0)
+
+    @property
+    def period_s(self) -> float:
+        return self.nvml.period_s
+
+    def start(self) -> "DcgmSampler":
+        self.reader.start()
+        self.nvml.start()
+        return self
+
+    def stop(self) -> None:
+        self.nvml.stop()
+        self.reader.stop()
+
+    def frame(self) -> pd.DataFrame:
+        try:
+            records = self.reader.records()
+        except DcgmFormatError as exc:      # never lose the NVML trace over a bad DCGM line
+            if str(exc) not in self.errors:
+                self.errors.append(str(exc))
+                log.warning("DCGM output unreadable (%s); DCGM fields NaN", exc)
+            records = []
+        return merge_dcgm(self.nvml.frame(), records, self.columns, self.staleness_s)
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.reader.describe(), "columns": self.columns, "staleness_s": self.staleness_s,
+                "errors": self.errors}
+
+    def __enter__(self) -> "DcgmSampler":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
