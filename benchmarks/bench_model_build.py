@@ -55,6 +55,7 @@ def worker(path: str, task: str, out: Path) -> None:
 
     cfg = train_config(task, str(out.parent))
     dist = loop.init_distributed(cfg)
+    models.import_libraries(cfg)        # as the harness: the baseline includes the libraries
     before, t = peak_rss(), time.perf_counter()
     if path == "whole":     # the harness before the sharded build, step for step
         from torch.distributed.fsdp import fully_shard

@@ -229,6 +229,7 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     clock = StartupClock(t0)
     dist = init_distributed(cfg)
     clock.mark("init_process_group")
+    models.import_libraries(cfg)        # the baseline includes the libraries, not the model
     rss_before_build = peak_rss_bytes()
     model, info = prepare_model(cfg, dist, clock)
     rss_after_build = peak_rss_bytes()

@@ -141,6 +141,22 @@ def from_config(cfg: TrainConfig, dtype: torch.dtype, ep: int = 1) -> nn.Module:
     return AutoModelForCausalLM.from_config(model_config(cfg, ep), dtype=dtype, **_attention_kwargs(cfg))
 
 
+def import_libraries(cfg: TrainConfig) -> None:
+    """Import what building ``cfg``'s model imports (transformers' modeling code of the family,
+    peft for LoRA), so memory measured after this and after the build differs by the model."""
+    import importlib
+
+    import transformers  # noqa: F401
+
+    mt = cfg.hf_model_type
+    try:
+        importlib.import_module(f"transformers.models.{mt}.modeling_{mt}")
+    except ModuleNotFoundError:     # a family outside the catalogue's: imported by the build
+        pass
+    if cfg.task == "lora":
+        import peft  # noqa: F401
+
+
 def build_model(cfg: TrainConfig, dtype: torch.dtype, ep: int = 1) -> nn.Module:
     """Random-init (tiny or full-size) or locally stored causal LM, whole in this process, never
     from the network. ``ep``: the expert-parallel degree it will be sharded with (sizes the tiny
