@@ -13,6 +13,7 @@ import pytest
 from tests.fakes import fake_dcgmi
 from tests.fakes.dcgm_fixture import DMON, EXPORTER, exporter_url, fake_dcgmi_on_path, scrapes  # noqa: F401
 from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
+from wattflex.errors import ConfigError
 from wattflex.ingest.dcgm import read_dcgm_exporter, read_dcgmi_dmon
 from wattflex.provenance import read_json, read_parquet, read_parquet_meta
 from wattflex.runs.devices import dcgm, nvml
@@ -146,3 +147,49 @@ def test_fake_nvml_real_cpu_run_with_dcgm_telemetry(fake_nvml, fake_dcgmi_on_pat
     recorded = set(read_dcgmi_dmon(DMON, period_s=1.0)["dram_active"].round(6))
     assert tel["dram_active"].notna().any() and set(tel["dram_active"].dropna().round(6)) <= recorded
     assert tel["power_w"].notna().all() and limits_w() == [700.0, 700.0]
+
+
+def test_schema_takes_the_dcgm_keys_and_wants_a_url_for_the_exporter():
+    import yaml
+
+    from wattflex.config import REPO_ROOT, validate_schema
+
+    base = {**yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text()), "backend": "cuda"}
+    validate_schema({**base, "cuda": {"telemetry": "dcgm", "dcgm": {"mode": "exporter", "url": "http://h:9400/metrics",
+                                                                     "fields": [1005, 1004]}}})
+    with pytest.raises(ConfigError, match=r"config error at cuda.dcgm: 'url' is a required property"):
+        validate_schema({**base, "cuda": {"telemetry": "dcgm", "dcgm": {"mode": "exporter"}}})
+    with pytest.raises(ConfigError, match=r"cuda.telemetry: 'dcgmi' is not one of"):
+        validate_schema({**base, "cuda": {"telemetry": "dcgmi"}})
+
+
+def test_dmon_dies_with_the_process_that_started_it(fake_dcgmi_on_path, tmp_path):
+    """A run SIGKILLed mid-measurement leaves no ``dcgmi dmon`` behind (PR_SET_PDEATHSIG). A
+    60 s period: dmon's next write, which would end it by SIGPIPE, is a minute away."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    code = ("import sys, time; from wattflex.runs.devices import dcgm; "
+            "r = dcgm.DmonReader(dcgm.DcgmSettings(), [0, 1], 60.0, time.time(), 'n1'); r.start()\n"
+            "while not r.lines: time.sleep(0.01)\n"        # its first sample is out: the next is 60 s away
+            "print(r.proc.pid, flush=True); time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    dmon_pid = int(parent.stdout.readline())
+    assert psutil.pid_exists(dmon_pid)
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            if psutil.Process(dmon_pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    else:
+        psutil.Process(dmon_pid).kill()
+        pytest.fail("dcgmi dmon outlived the run that started it")

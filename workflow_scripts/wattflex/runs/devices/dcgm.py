@@ -36,8 +36,11 @@ any cap is set. A GPM failure that starts mid-run does not switch sources.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -150,6 +153,13 @@ def choose_source(mode: str, gpus: Sequence[Any], settings: DcgmSettings | None,
     return {"source": "dcgm", "reason": f"auto: GPM {'; '.join(gpm)}; DCGM answers", "dcgm": settings.describe()}
 
 
+def _die_with_parent() -> None:
+    """In the dmon child: SIGTERM when the process that started it dies, also by SIGKILL, so a
+    killed run never leaves ``dcgmi dmon`` running (Linux ``prctl(PR_SET_PDEATHSIG)``)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)      # 1 = PR_SET_PDEATHSIG
+
+
 class DmonReader:
     """``dcgmi dmon`` for the run's length; ``records()`` parses what it printed so far."""
 
@@ -169,7 +179,8 @@ class DmonReader:
 
     def start(self) -> None:
         self._stderr = tempfile.TemporaryFile("w+")      # a file: a chatty stderr never blocks dmon
-        self.proc = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1)
+        self.proc = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1,
+                                     preexec_fn=_die_with_parent)
         self._thread = threading.Thread(target=self._read, name="wattflex-dcgmi-dmon", daemon=True)
         self._thread.start()
 
