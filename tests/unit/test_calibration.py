@@ -194,3 +194,27 @@ def test_a_calibration_reaches_the_cluster_simulations_truth_too(default):
     hotter = truth_table([g], 1, cap_step_w=250, physics=cal.physics_at_anchor(1560.0))
     top = default_truth["cap_w"].idxmax()
     assert hotter.loc[top, "sm_clock_mhz"] < default_truth.loc[top, "sm_clock_mhz"]  # more SM power: lower clock
+
+
+def test_an_emulated_a100_pipeline_run_needs_an_a100_calibration_and_runs_with_one(tmp_path):
+    """config/perseus-sosp24-a100-emulated.yaml's runs: refused without a calibration of the A100's
+    die (none is a default), run under its cap with one; a GH100 calibration is refused too."""
+    from wattflex.config import prepare, read_yaml, run_spec
+
+    doc = read_yaml(REPO / "config" / "perseus-sosp24-a100-emulated.yaml")
+    gid = "a100-bloom_3b-dp1tp1pp4-b512"
+    run = {"duration_s": 200, "sample_period_s": 5}
+    with pytest.raises(ValueError, match=r"no power curve for A100 \(GA100 die\): no calibration is given"):
+        run_emulated({**run_spec(prepare(dict(doc)), gid, "cap250"), "run": run})
+    gh100 = cal.write_calibration(cal.Calibration(1725.0, cal.fit_power_curve(1725.0), "fitted (mine)"),
+                                  tmp_path / "h.json")
+    with pytest.raises(ValueError, match="emulator.calibration was fitted on GH100 sweeps"):
+        run_emulated({**run_spec(prepare({**doc, "emulator": {"calibration": str(gh100)}}), gid, "cap250"),
+                      "run": run})
+    a100 = cal.Calibration(1240.0, cal.power_curve(1240.0, die="GA100"), "fitted (mine)", gpu_die="GA100")
+    path = cal.write_calibration(a100, tmp_path / "a.json")
+    spec = run_spec(prepare({**doc, "emulator": {"calibration": str(path)}}), gid, "cap250")
+    tel, _, facts = run_emulated({**spec, "run": run})
+    assert facts["emulator_anchor_clock_mhz"] == 1240.0
+    assert sorted(tel["gpu"].unique()) == [0, 1, 2, 3]
+    assert tel["power_w"].max() <= 250 * 1.05 and tel["sm_clock_mhz"].max() <= 1410

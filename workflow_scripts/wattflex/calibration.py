@@ -228,7 +228,7 @@ class Calibration:
     source: str                         # "fitted (<set>)" | "measured (<file>)"
     fit_groups: tuple[str, ...] = ()
     in_sample_mae: float = math.nan
-    out_of_sample_mae: float = math.nan  # leave-one-group-out over fit_groups (NaN if < 3 groups)
+    out_of_sample_mae: float = math.nan  # leave-one-group-out over fit_groups (NaN if < 2 groups)
     residuals: dict[str, float] = field(default_factory=dict)  # fitted - fact, per fit group
     gpu_die: str = DEFAULT_DIE          # the die whose power curve this is (emulator.physics_for_gpu)
 
@@ -327,7 +327,7 @@ def calibrate(groups: Sequence[GroupModel], facts: pd.Series, source: str, base:
         table = pfi_grid(use, base, grid)
     anchor, res = _argmin(table, facts)
     oos = math.nan
-    if cross_validate and len(facts) >= 3:
+    if cross_validate and len(facts) >= 2:
         errs = []
         for gid in facts.index:
             a, _ = _argmin(table, facts.drop(gid))
@@ -425,6 +425,11 @@ def leave_one_table_out(groups: Sequence[GroupModel], tables_dir: str | Path, ba
               "clusters_ordered", "spearman_table6", "max_pfi_table6", "spearman_h100_vs_h200")
     rows = []
     for fit_set in fit_sets:
+        if not len(facts[fit_set]):     # a campaign with none of the set's groups (e.g. a tiny one)
+            rows.append({"fit_set": fit_set, "default": fit_set == DEFAULT_FIT_SET, "n_facts": 0,
+                         "anchor_clock_mhz": math.nan, "sm_dyn_w": math.nan,
+                         **{k: math.nan for k in scored}, "fit_groups": ""})
+            continue
         c = calibrate(groups, facts[fit_set], f"fitted ({fit_set})", base, cross_validate=False, table=table)
         meta = group_meta(groups, published, c.fit_groups)
         m = metrics(noise_free_pfi(groups, c.physics(base)), meta, order=order, tests=False)

@@ -137,3 +137,28 @@ def test_lora_on_fused_experts_adds_their_weight_gradient_pass_and_the_fold(defa
     assert "lora_expert_fold" not in {x.name for x in step_kernels(pt, gpu)}      # full training: no adapters
     dense, dgpu = _job(default_config, "dense-ft-mistral24b-x8")
     assert "lora_expert_fold" not in {x.name for x in step_kernels(dense, dgpu)}  # no experts
+
+
+def test_a_pipeline_stage_runs_its_share_of_the_layers_and_idles_in_the_bubble(default_config):
+    """pp stages: each GPU runs layers / pp over all of its replica's tokens, idles (pp - 1) / m of
+    its busy time at barrier power (1F1B / GPipe bubble), and the job trains on dp = gpus / pp
+    replicas' tokens; pp 1 is the data-parallel step unchanged."""
+    from wattflex.runs.emulator import pipeline_bubble, pipeline_stage
+
+    job, gpu = _job(default_config, "dense-pt-qwen32b-x8-compile")
+    assert pipeline_stage(job) is job and pipeline_bubble(job) == 0.0
+    piped = dataclasses.replace(job, pp=4, microbatches=8)
+    stage = pipeline_stage(piped)
+    assert stage.layers == job.layers / 4 and stage.gpus == 2 and stage.total_params_b == job.total_params_b / 4
+    flops = {k.name: k.tensor_flops for k in step_kernels(job, gpu)}
+    piped_flops = {k.name: k.tensor_flops for k in step_kernels(piped, gpu)}
+    assert piped_flops["dense_gemm"] == pytest.approx(flops["dense_gemm"] / 4)
+    busy = operating_points(dataclasses.replace(piped, microbatches=10**9), gpu, clocks=F_MAX)
+    pts = operating_points(piped, gpu, clocks=F_MAX)
+    assert pts["step_s"][0] == pytest.approx(busy["step_s"][0] * (1 + 3 / 8), rel=1e-6)
+    energy = pts["power_w"][0] * pts["step_s"][0] - busy["power_w"][0] * busy["step_s"][0]
+    assert energy == pytest.approx((gpu.idle_w + PHYSICS.barrier_extra_w) * busy["step_s"][0] * 3 / 8, rel=1e-6)
+    st = job_at_cap(piped, gpu, 700, np.ones(8))
+    assert st.tokens_per_s == pytest.approx(job.tokens_per_gpu * 2 / st.step_s)
+    with pytest.raises(ValueError, match="pp 3 must divide gpus 8"):
+        step_kernels(dataclasses.replace(job, pp=3), gpu)

@@ -57,6 +57,9 @@ architecture, the task and the layout; each takes ``max(compute at f, memory, is
 * collectives: FSDP all-gather / reduce-scatter (hidden behind compute up to
   ``fsdp_overlap``) and, with ``ep > 1``, the all-to-all dispatch + combine (bf16, forward,
   recompute and backward; fully exposed, as transformers' EP waits on it);
+* pipeline parallelism (``pp`` > 1, emulated groups only; the Perseus sweeps): each GPU runs
+  ``layers / pp`` over all of its replica's tokens and idles ``(pp - 1) / microbatches`` of its
+  busy time in the schedule's bubble (``pipeline_stage``, ``pipeline_bubble``);
 * host: the per-step host work after the step's sync is exposed; kernel-launch time hides
   behind queued GPU work and shows only where it exceeds it (CUDA launches are asynchronous).
 
@@ -308,6 +311,8 @@ class JobSpec:
     lora_rank: int = 32
     attention: str = "sdpa"         # transformers attn_implementation the harness runs (see attention_impl)
     attention_sinks: bool = False   # per-head learned sink logits (gpt-oss)
+    pp: int = 1                     # pipeline stages (GPipe/1F1B; each GPU holds layers / pp)
+    microbatches: int = 1           # micro-batches per step through the pipeline (pp > 1)
 
     @classmethod
     def from_config(cls, group: dict[str, Any], model: dict[str, Any]) -> "JobSpec":
@@ -323,11 +328,18 @@ class JobSpec:
             grad_checkpointing=bool(group.get("grad_checkpointing", True)),
             lora_rank=int(group.get("lora_rank", 32)),
             attention=attention_impl(model, group["task"]), attention_sinks=bool(model.get("attention_sinks", False)),
+            pp=int(group.get("pp", 1)), microbatches=int(group.get("microbatches", 1)),
         )
 
     @property
     def tokens_per_gpu(self) -> int:
         return self.seq_len * self.batch
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens the whole job trains on per step: each data-parallel replica's (a pipeline's
+        stages all see the same tokens)."""
+        return self.tokens_per_gpu * (self.gpus // self.pp)
 
     @property
     def nodes(self) -> int:
@@ -372,9 +384,33 @@ def _attention_kernels(job: JobSpec, ph: Physics, fwd_passes: int) -> list[Kerne
             Kernel("attention_softmax", dram_bytes=chain_bytes, issue_bytes=chain_bytes)]
 
 
+def pipeline_stage(job: JobSpec) -> JobSpec:
+    """What one GPU of a ``pp``-stage pipeline runs: ``layers / pp`` of the model and of every
+    parameter count, embedding and LM head included (stages assumed balanced, as Perseus's
+    profiled partitions make them), over all of its replica's tokens; the data-parallel group
+    its collectives span is ``gpus / pp``. Stage-boundary sends (one activation and one gradient
+    per token and hidden unit, bf16) are left out: BLOOM-3B's are ~0.1 % of its step at 246 GB/s."""
+    if job.pp <= 1:
+        return job
+    if job.gpus % job.pp or job.microbatches < 1:
+        raise ValueError(f"job {job.model}: pp {job.pp} must divide gpus {job.gpus}, microbatches >= 1")
+    k = job.pp
+    return dataclasses.replace(job, layers=job.layers / k, total_params_b=job.total_params_b / k,
+                               active_params_b=job.active_params_b / k, expert_params_b=job.expert_params_b / k,
+                               vocab=job.vocab / k, gpus=job.gpus // k, pp=1, microbatches=1)
+
+
+def pipeline_bubble(job: JobSpec) -> float:
+    """Idle time of a pipeline stage per unit of its busy time: GPipe and 1F1B schedules leave
+    each stage idle for (pp - 1) micro-batch slots of the (m + pp - 1) a step takes (Narayanan
+    et al. 2021, Megatron-LM, eq. 1: bubble fraction (p - 1) / m of the ideal time)."""
+    return (job.pp - 1) / job.microbatches if job.pp > 1 else 0.0
+
+
 def step_kernels(job: JobSpec, gpu: GPUSpec, physics: Physics = PHYSICS) -> list[Kernel]:
     """Kernel classes of one optimizer step on one GPU (see module docstring)."""
     ph = physics
+    job = pipeline_stage(job)
     tok = job.tokens_per_gpu
     full = job.task == "pt"
     passes = (3 if full else 2) + (1 if job.grad_checkpointing else 0)
@@ -522,6 +558,13 @@ def operating_points(job: JobSpec, gpu: GPUSpec, leakage: float = 1.0,
             host_total = host_total + host_k
             energy += (gpu.idle_w + ph.host_extra_w + leakage * sm_dyn_w * x * v2 * ph.host_sm) * host_k
     step = t_compute + exposed
+    bubble = pipeline_bubble(job)
+    if bubble:
+        # the stage waits for the others' micro-batches: time that scales with theirs (the
+        # same cap on every stage), at the power of a GPU waiting at a barrier
+        wait = bubble * step
+        energy += (gpu.idle_w + ph.barrier_extra_w) * wait
+        step = step + wait
     return {
         "sm_clock_mhz": f,
         "step_s": step,
@@ -583,7 +626,7 @@ def _synchronous_step(job: JobSpec, gpu: GPUSpec, cap_w: float, curves: list[dic
             dram_active=float(pts["dram_active"][i] * scale), sm_active=float(pts["sm_active"][i] * scale),
             tensor_active=float(pts["tensor_active"][i] * scale), gpu_util=float(pts["gpu_util"][i] * scale + 100 * (1 - scale)),
             mem_copy_util=float(pts["mem_copy_util"][i] * scale)))
-    return JobAtCap(cap_w=cap_w, step_s=float(step), tokens_per_s=job.tokens_per_gpu * job.gpus / step, per_gpu=per_gpu)
+    return JobAtCap(cap_w=cap_w, step_s=float(step), tokens_per_s=job.tokens_per_step / step, per_gpu=per_gpu)
 
 
 def gpu_leakages(seed: int, n: int, physics: Physics = PHYSICS) -> np.ndarray:

@@ -163,7 +163,7 @@ def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple
     run_tput, run_power = run_factors(rng)  # nothing drew from rng before (run_factors)
 
     # ---- step log ----------------------------------------------------------------------
-    steps_t, tokens_per_step = [], job.tokens_per_gpu * job.gpus
+    steps_t, tokens_per_step = [], job.tokens_per_step
     step_noise = rng.normal(0.0, 0.008, 200_000)
     t, i = train_start, 0
     wi = 0
