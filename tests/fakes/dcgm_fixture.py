@@ -1,7 +1,8 @@
 """Fixtures for DCGM telemetry tests: ``fake_dcgmi_on_path`` (the FAKE ``dcgmi`` program,
 tests/fakes/fake_dcgmi.py, first on PATH, replaying tests/data/dcgm_dmon_h100x2.txt) and
 ``exporter_url`` (a real HTTP server on 127.0.0.1 serving the scrapes of
-tests/data/dcgm_exporter_h100x2.prom in turn, as a dcgm-exporter's /metrics does). Import
+tests/data/dcgm_exporter_h100x2.prom in turn, as a dcgm-exporter's /metrics does). Both
+captures are format samples of unrecorded provenance (see fake_dcgmi's docstring). Import
 them into a test module: ``from tests.fakes.dcgm_fixture import exporter_url, fake_dcgmi_on_path``."""
 
 import contextlib
@@ -69,6 +70,6 @@ def serve_metrics(bodies: list[str]):
 
 @pytest.fixture
 def exporter_url():
-    """The recorded scrapes (``scrapes()``) served in turn by ``serve_metrics``."""
+    """The captured scrapes (``scrapes()``) served in turn by ``serve_metrics``."""
     with serve_metrics(scrapes()) as url:
         yield url

@@ -1,19 +1,26 @@
 #!/usr/bin/env python3
-"""FAKE ``dcgmi``: replays a recorded ``dcgmi dmon`` capture, for tests without DCGM or a GPU.
+"""FAKE ``dcgmi``: replays a ``dcgmi dmon`` capture, for tests without DCGM or a GPU.
 
 Tests put a program named ``dcgmi`` that runs this file on PATH (``install(dir)``). It
 answers the two calls wattflex makes, with the real program's arguments:
 
 * ``dcgmi discovery -l``: exits 0 (the host engine answers) unless ``FAKE_DCGMI_DOWN`` is set,
   then exits 255 with DCGM's "Unable to establish a connection" line.
-* ``dcgmi dmon -e <field ids> [-i <gpu ids>] [-d <ms>] [-c <count>]``: prints the recording's
+* ``dcgmi dmon -e <field ids> [-i <gpu ids>] [-d <ms>] [-c <count>]``: prints the capture's
   rows (``FAKE_DCGMI_CAPTURE``, default ``tests/data/dcgm_dmon_h100x2.txt``) one sample (one
   row per GPU) every ``-d`` ms, starting over at its end, with the ``#Entity`` header and
   units line before the first sample and again every ``HEADER_EVERY`` samples (as dmon
   does). Only the columns asked for by ``-e`` are printed, in that order; a field id the
-  recording lacks is refused (the recording cannot make up values).
+  capture lacks is refused (the fake never makes up values).
 
-The recording's columns and their DCGM field ids (dcgm_fields.h): POWER 155, TOTEC 156, SMCLK
+Provenance of the capture: it came with the ingest commit (e9b6ea9, "Ingest: ... DCGM
+exporter/dcgmi dmon captures") with no source named; its exporter twin
+(dcgm_exporter_h100x2.prom) carries made-up-looking GPU UUIDs and scrape times of the commit's
+day, so treat both as format samples written to DCGM's layout, not as a recording of a GPU.
+What the tests rely on is the layout (header, units line, ``GPU <i>`` rows, ``N/A``), which
+follows dcgmi dmon's output.
+
+The capture's columns and their DCGM field ids (dcgm_fields.h): POWER 155, TOTEC 156, SMCLK
 100, MMCLK 101, TMPTR 150, GPUTL 203, MCUTL 204, FBUSD 252, SMACT 1002, TENSO 1004, DRAMA
 1005, PMLMT 160, EPLMT 164. Replaying loops TOTEC (the energy counter) back to its start.
 """
@@ -65,7 +72,7 @@ def dmon(args: argparse.Namespace) -> int:
         return 255
     lacking = [i for i in ids if FIELD_IDS.get(i) not in names]
     if lacking:
-        print(f"FAKE dcgmi: the recording has no field(s) {lacking}", file=sys.stderr)
+        print(f"FAKE dcgmi: the capture has no field(s) {lacking}", file=sys.stderr)
         return 255
     cols = [names.index(FIELD_IDS[i]) for i in ids]
     gpus = None if args.i is None else {int(g) for g in args.i.split(",")}

@@ -29,7 +29,7 @@ def by_sample(df: pd.DataFrame, cols: list[str]) -> list[list[tuple]]:
              for r in g.itertuples()] for _, g in df.sort_values(["t_s", "gpu"]).groupby("t_s", sort=True)]
 
 
-def test_fake_dcgmi_dmon_reader_stamps_and_parses_the_recorded_rows(fake_dcgmi_on_path):
+def test_fake_dcgmi_dmon_reader_stamps_and_parses_the_captured_rows(fake_dcgmi_on_path):
     settings = dcgm.DcgmSettings.from_spec({"mode": "dmon"})
     reader = dcgm.DmonReader(settings, [0, 1], period_s=0.05, t0=time.time(), node="n1")
     assert reader.command[:5] == ["dcgmi", "dmon", "-e", "1005,1002,1004,203,204", "-i"]
@@ -41,7 +41,7 @@ def test_fake_dcgmi_dmon_reader_stamps_and_parses_the_recorded_rows(fake_dcgmi_o
     got = pd.DataFrame(reader.records())
     want = read_dcgmi_dmon(DMON, period_s=1.0)
     n = len(by_sample(want, PROFILING))
-    assert by_sample(got, PROFILING)[:n] == by_sample(want, PROFILING)      # the recording, value for value
+    assert by_sample(got, PROFILING)[:n] == by_sample(want, PROFILING)      # the capture, value for value
     assert set(got["node"]) == {"n1"} and got["t_s"].is_monotonic_increasing and got["t_s"].iloc[0] >= 0
     assert reader.describe()["stderr"] is None
 
@@ -118,8 +118,8 @@ def test_fake_nvml_sampler_power_from_nvml_profiling_from_the_exporter(fake_nvml
         time.sleep(1.2)
     tel = sampler.frame()
     assert len(tel) >= 2 * 8 and tel["power_w"].notna().all() and (tel["power_limit_w"] == 700).all()
-    recorded = set(read_dcgm_exporter([EXPORTER])["dram_active"].round(6))
-    assert tel["dram_active"].notna().mean() > 0.8 and set(tel["dram_active"].dropna().round(6)) <= recorded
+    captured = set(read_dcgm_exporter([EXPORTER])["dram_active"].round(6))
+    assert tel["dram_active"].notna().mean() > 0.8 and set(tel["dram_active"].dropna().round(6)) <= captured
     assert sampler.describe()["scrapes"] >= 8
 
 
@@ -128,7 +128,7 @@ def test_fake_nvml_sampler_power_from_nvml_profiling_from_the_exporter(fake_nvml
 def test_fake_nvml_real_cpu_run_with_dcgm_telemetry(fake_nvml, fake_dcgmi_on_path, tmp_path):
     """A real torchrun training run on CPU, caps observed on FAKE NVML GPUs whose GPM is held
     by "DCGM" (no permission), profiling fields from the FAKE dcgmi: run.json and the
-    telemetry metadata say dcgm, and the DCGM fields are the recording's values."""
+    telemetry metadata say dcgm, and the DCGM fields are the capture's values."""
     from tests.unit.runs.test_real_run import cuda_spec
 
     fake_nvml.reset(n_gpus=2, path=fake_nvml._state_path(), gpm="no_permission")
@@ -144,8 +144,8 @@ def test_fake_nvml_real_cpu_run_with_dcgm_telemetry(fake_nvml, fake_dcgmi_on_pat
     assert reader["command"][:2] == ["dcgmi", "dmon"] and reader["lines"] > 0
     tel = read_parquet(out / "telemetry.parquet")
     assert read_parquet_meta(out / "telemetry.parquet")["telemetry_source"] == "dcgm"
-    recorded = set(read_dcgmi_dmon(DMON, period_s=1.0)["dram_active"].round(6))
-    assert tel["dram_active"].notna().any() and set(tel["dram_active"].dropna().round(6)) <= recorded
+    captured = set(read_dcgmi_dmon(DMON, period_s=1.0)["dram_active"].round(6))
+    assert tel["dram_active"].notna().any() and set(tel["dram_active"].dropna().round(6)) <= captured
     assert tel["power_w"].notna().all() and limits_w() == [700.0, 700.0]
 
 
