@@ -28,3 +28,32 @@ def test_mixed_sources_are_fitted_when_allowed():
 
 def test_tables_without_the_column_are_not_checked():
     assert predictor.telemetry_sources(runs("nvml").drop(columns="telemetry_source")) == []
+
+
+def test_fit_predictor_rule_script_fails_with_the_message_in_its_log(tmp_path):
+    """The rule script (workflow_scripts/fit_predictor.py, run as Snakemake runs it: with a
+    ``snakemake`` object) stops on a mixed campaign: exit 1, one line in its log, no model."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from wattflex.provenance import write_parquet
+
+    repo = Path(__file__).resolve().parents[3]
+    mixed = runs("nvml", "dcgm", "nvml").assign(backend="cuda")
+    write_parquet(mixed, tmp_path / "runs.parquet")
+    write_parquet(pd.DataFrame({"group": ["g0", "g1", "g2"], "pfi_ratio": [1.2, 1.5, 1.8]}), tmp_path / "pfi.parquet")
+    code = f"""
+import runpy, types
+ns = types.SimpleNamespace
+smk = ns(input=ns(runs={str(tmp_path / 'runs.parquet')!r}, pfi={str(tmp_path / 'pfi.parquet')!r}),
+         params=ns(predictor={{"features": "dram_copy_product"}}, paper_tables="resources/paper"),
+         output=ns(model={str(tmp_path / 'model.json')!r}), log=[{str(tmp_path / 'fit.log')!r}],
+         scriptdir={str(repo / 'workflow_scripts')!r})
+runpy.run_path({str(repo / 'workflow_scripts' / 'fit_predictor.py')!r}, init_globals={{"snakemake": smk}})
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    log = (tmp_path / "fit.log").read_text()
+    assert proc.returncode == 1, proc.stderr
+    assert "ERROR runs.parquet: the campaign's runs mix telemetry sources (dcgm: 1 run(s), nvml: 2 run(s))" in log
+    assert "Traceback" not in log and not (tmp_path / "model.json").exists()
