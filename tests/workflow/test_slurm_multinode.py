@@ -38,14 +38,15 @@ def two_nodes(tmp_path_factory):
         yield cluster
 
 
-def fake_gpus(tmp: Path) -> str:
-    """One FAKE H200 per node, each node's in its own file; the FAKE_PYNVML_STATE template."""
+def fake_gpus(tmp: Path, n_gpus: int = 1) -> str:
+    """``n_gpus`` FAKE H200s per node (one unless told), each node's in its own file; the
+    FAKE_PYNVML_STATE template."""
     template = str(tmp / "gpus-{node}.json")
     old = os.environ.get("SLURMD_NODENAME")
     try:
         for node in NODES:
             os.environ["SLURMD_NODENAME"] = node
-            fake_pynvml.reset(n_gpus=1, path=template)
+            fake_pynvml.reset(n_gpus=n_gpus, path=template)
     finally:
         fake_pynvml.reset()
         if old is not None:

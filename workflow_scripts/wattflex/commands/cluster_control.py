@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", choices=sorted(GPUS), default=DEFAULT_GPU, help="the GPUs' model (their limits)")
     parser.add_argument("--response-s", type=float, default=30.0, help="M&V deadline of events that name none")
     parser.add_argument("--mv-out", metavar="DIR", help="write the M&V of every event here (cluster load)")
+    parser.add_argument("--agent-state-dir", metavar="DIR", help="the agents' cap state folder, {node} replaced by the "
+                                                                 "node name (default: each node's $WATTFLEX_STATE_DIR "
+                                                                 "or /var/tmp/wattflex, what the epilog restores from)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,27 +67,31 @@ def run(args: argparse.Namespace) -> int:
     if args.mv_out:
         check_mv_dir(Path(args.mv_out))
     wattflex = shutil.which("wattflex") or "wattflex"
-    agents: list[subprocess.Popen] = []
+    agents: dict[str, subprocess.Popen] = {}
 
     def launch(job, node) -> None:
-        cmd = agent_command(job, node, out, args.period_s, duration + 10 * args.period_s, args.policy, wattflex)
-        log = open(out / f"{job.job_id}.{node}.agent.log", "w")
-        agents.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
+        # an agent runs a little past the coordinator, which tells it to restore at the end
+        cmd = agent_command(job, node, out, args.period_s, duration + 3 * args.period_s, args.policy, wattflex,
+                            args.agent_state_dir)
+        with open(out / f"{job.job_id}.{node}.agent.log", "w") as log:
+            agents[f"{job.job_id}.{node}"] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         print(f"agent for job {job.job_id} on {node} started ({len(job.gpus[node])} GPU(s))", flush=True)
 
     try:
         rec = run_coordinator(source, args.basis, out, duration, args.period_s, discover, launch,
                               min_w=gpu.min_limit_w, max_w=gpu.max_limit_w, stale_s=3 * args.period_s)
     finally:
-        for p in agents:               # SIGTERM: each agent's guard restores its caps
-            if p.poll() is None:
+        for p in agents.values():      # they end on their own (restored); SIGTERM after a minute:
+            try:                       # each agent's guard restores its caps then too
+                p.wait(timeout=60 + 3 * args.period_s)
+            except subprocess.TimeoutExpired:
                 p.terminate()
-        for p in agents:
+        for p in agents.values():
             try:
                 p.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 p.kill()
-    failed = [p.args[2] for p in agents if p.returncode not in (0, -15, 143)]
+    failed = [u for u, p in agents.items() if p.returncode != 0]
     print(f"done: {len(rec.t_s)} periods, {len(agents)} agent(s); every agent stopped (caps restored)", flush=True)
     if failed:
         print(f"warning: agent(s) {', '.join(failed)} ended with an error: see {out}/*.agent.log", file=sys.stderr)

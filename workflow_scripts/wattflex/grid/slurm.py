@@ -113,14 +113,16 @@ def discover(squeue: str = "squeue") -> list[SlurmJob]:
 
 
 def agent_command(job: SlurmJob, node: str, budget_dir: Path, period_s: float, duration_s: float,
-                  policy: str = "equal-weight", wattflex: str = "wattflex") -> list[str]:
-    """The job step that runs the agent of (job, node) inside the job's allocation."""
+                  policy: str = "equal-weight", wattflex: str = "wattflex", state_dir: str | None = None) -> list[str]:
+    """The job step that runs the agent of (job, node) inside the job's allocation
+    (``state_dir``: its cap state folder, ``{node}`` replaced; default: the node's own)."""
     unit = unit_name(job.job_id, node)
+    where = ["--state-dir", state_dir.replace("{node}", node)] if state_dir else []
     return ["srun", "--overlap", f"--jobid={job.job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={node}",
             f"--gres=gpu:{len(job.gpus[node])}", f"--job-name=wattflex-agent-{unit}", wattflex, "control",
             "--budget-file", str(budget_dir / f"{unit}.budget.json"),
             "--load-file", str(budget_dir / f"{unit}.load.json"),
-            "--period-s", f"{period_s:g}", "--duration-s", f"{duration_s:g}", "--policy", policy]
+            "--period-s", f"{period_s:g}", "--duration-s", f"{duration_s:g}", "--policy", policy, *where]
 
 
 # ---------------------------------------------------------------------------------------

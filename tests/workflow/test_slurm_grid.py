@@ -1,0 +1,73 @@
+"""A grid event across the local SLURM cluster (tests/slurm/cluster.sh ``--nodes 2``, two fake
+GPUs per node: FAKE NVML, tests/fakes/fake_pynvml.py through tests/fakes/pynvml_path, one
+state file per node, 650 W per GPU uncapped): one real two-node job, ``wattflex
+cluster-control`` learns it from ``squeue --json``, starts an ``srun --overlap`` agent on each
+node, follows a 30 % event with a 30 s deadline; its M&V has 0 W above target after the
+deadline and every cap is restored after."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from wattflex.provenance import read_json
+
+from .conftest import REPO
+from .test_slurm import local_cluster
+from .test_slurm_multinode import NODES, fake_gpus
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    with local_cluster(tmp_path_factory.mktemp("slurmgrid"), ngpus=2, nnodes=2) as cluster:
+        yield cluster
+
+
+def limits(tmp: Path, node: str) -> list[float]:
+    return [g["limit_mw"] / 1000 for g in json.loads((tmp / f"gpus-{node}.json").read_text())["gpus"]]
+
+
+def test_a_30pct_event_with_a_30s_deadline_across_two_nodes_fake_nvml(two_nodes, tmp_path):
+    template = fake_gpus(tmp_path, n_gpus=2)
+    env = {**os.environ, "FAKE_PYNVML_STATE": template, "WATTFLEX_STATE_DIR": str(tmp_path / "caps"),
+           "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fakes" / "pynvml_path"), str(REPO / "workflow_scripts")])}
+    job = subprocess.run(["sbatch", "--parsable", "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:2", "--mem=1000",
+                          "--time=10", "--partition=debug", f"--output={tmp_path}/job.out", "--wrap", "sleep 600"],
+                         capture_output=True, text=True, env=env, check=True).stdout.strip()
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout
+            if state.strip() == "RUNNING":
+                break
+            time.sleep(0.5)
+        assert state.strip() == "RUNNING"
+        events = tmp_path / "events.csv"
+        events.write_text("event_id,start_s,end_s,fraction,ramp_kw_per_s,deadline_s\nev30,40,100,0.7,,30\n")
+        run = subprocess.run(["wattflex", "cluster-control", "--signal", str(events), "--budget-dir",
+                              str(tmp_path / "budgets"), "--duration-s", "115", "--period-s", "2",
+                              "--mv-out", str(tmp_path / "mv"),
+                              # both nodes are this machine: a cap state folder each (a real node has its own)
+                              "--agent-state-dir", str(tmp_path / "caps-{node}")],
+                             capture_output=True, text=True, env=env, timeout=400)
+        logs = "\n".join(p.read_text()[-2000:] for p in sorted((tmp_path / "budgets").glob("*.agent.log")))
+        assert run.returncode == 0, f"{run.stdout}\n{run.stderr}\n{logs}"
+        assert run.stdout.count("agent for job") == 2 and "warning" not in run.stderr
+        rec = read_json(tmp_path / "mv" / "mv.json")["events"][0]
+        # the basis is the load of the last period before the event (both agents answering);
+        # the minute before it may hold periods where an agent had not started, counted uncapped
+        assert rec["target_w"] == pytest.approx(0.7 * 4 * 650.0), rec
+        assert 4 * 650.0 <= rec["baseline_pre_event_w"] <= 2 * 1300.0 + 200, rec
+        assert rec["worst_w_above_target_after_deadline"] == 0 and rec["seconds_above_target_after_deadline"] == 0
+        assert rec["deadline_met"] and rec["restore_time_s"] is not None, rec
+        for node in NODES:                                     # every cap restored after
+            assert limits(tmp_path, node) == [700.0, 700.0], logs
+    finally:
+        subprocess.run(["scancel", job], capture_output=True)
