@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Llama ({json.dumps(MODEL)}), gloo on CPU, OMP_NUM_THREADS=1, one run per cell; torch {torch.__version__}, "
         f"transformers {transformers.__version__}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"load average {load:.1f} at the start (shared machine: times are upper bounds). "
-        "pt: fp32 master weights; lora: bf16 frozen base. Build s: the slowest rank's wall time from before the "
+        "pt: fp32 master weights; lora: bf16 frozen base. Build s: the slowest rank's wall time, the model "
+        "libraries already imported (not timed), from before the "
         "build to the model ready to train (sharded: including allocation and init). RSS: each rank's peak "
         "resident memory (`ru_maxrss`) after the build, the largest rank shown; growth: after minus before the "
         "build.\n\n" + text + "\n")
