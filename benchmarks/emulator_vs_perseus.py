@@ -7,6 +7,9 @@ H200 group of the default campaign (config/config.yaml) at every SM clock bin, f
 ``wattflex.runs.emulator.operating_points`` as it is when this script runs (nothing here
 is fitted to either side).
 
+The decoder-only Perseus A100 jobs, emulated as A100 pipelines under the anchor
+``wattflex calibrate`` fits on their own power-limit sweeps, are set beside the A100 profiles too.
+
 Both are fitted the same way (``wattflex.analysis.clock_scaling``): time = a + b/f over the
 same relative clock range x = f/f_max, share = a / (a + b/f_max); power normalised to the
 top clock. Run:
@@ -21,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -109,6 +113,54 @@ def emulated_rows(win: dict[str, tuple[float, float]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def a100_rows(win: dict[str, tuple[float, float]]) -> tuple[pd.DataFrame, str]:
+    """The decoder-only Perseus A100 jobs as emulated A100 pipelines (config/perseus-sosp24-a100-
+    emulated.yaml) under the anchor `wattflex calibrate` fits on their own power-limit sweeps:
+    the same window fits as the H200 groups, and a line naming that calibration."""
+    from wattflex import calibration as cal
+    from wattflex.ingest.sources import ingest
+
+    cfg = load_config(REPO / "config" / "perseus-sosp24-a100-emulated.yaml", check_inputs=False)
+    groups_ = cal.config_group_models(cfg)
+    facts = cal.measured_facts(ingest("perseus-sosp24", PERSEUS / "power_limit_sweeps_A100.csv").runs)
+    c = cal.calibrate(groups_, facts.reindex([g.id for g in groups_]), "fitted (Perseus A100 sweeps)")
+    physics, gpu = c.physics(), gpu_spec("A100")
+    a100 = next(g for g in win if g.startswith("A100"))
+    rows = []
+    for g in groups(cfg):
+        pts = operating_points(JobSpec.from_config(g, cfg["_catalog"][g["model"]]), gpu, physics=physics)
+        for quantity in ("step_s", "compute_s"):
+            rows.append(fit_row(pts["sm_clock_mhz"], pts[quantity], pts["power_w"], gpu.sm_clock_max_mhz, *win[a100],
+                                gpu.clock_step_mhz, source="emulator", gpu=gpu.name, window=a100, subject=g["id"],
+                                cluster=g["cluster"], task=g["task"], set=g["set"], quantity=quantity,
+                                power_w_at_fmax=float(pts["power_w"][-1])))
+    note = (f"anchor {c.anchor_clock_mhz:.0f} MHz, sm_dyn_w {c.curve.sm_dyn_w:.0f} W, fitted on "
+            f"{', '.join(c.fit_groups)} (measured PFI "
+            f"{', '.join(f'{facts[g]:.2f}' for g in c.fit_groups)}; in-sample error {c.in_sample_mae:.3f}, "
+            f"leave one group out {c.out_of_sample_mae:.3f})")
+    return pd.DataFrame(rows), note
+
+
+def a100_section(per: pd.DataFrame, a100: pd.DataFrame, note: str, win: dict[str, tuple[float, float]]) -> list[str]:
+    name = next(g for g in win if g.startswith("A100"))
+    ref = per[(per["gpu"] == name) & (per["quantity"] == "forward+backward")]
+    step, kern = a100[a100["quantity"] == "step_s"], a100[a100["quantity"] == "compute_s"]
+    out = ["## Emulated A100: the Perseus A100 jobs, calibrated on their own sweeps", "",
+           f"BLOOM-3B and GPT-3 XL as 4-stage A100 pipelines (`config/perseus-sosp24-a100-emulated.yaml`; sequence"
+           f" length, checkpointing and compile assumed), {note}. The measured profiles beside them are the"
+           " profiles' own BLOOM and GPT-3 175B stages, not these jobs, so this is a plausibility check of the A100"
+           " model, not a match: the fit sees only each job's Eq. 1 PFI.", "",
+           "| what | window x | share (kernels only) | P(x_lo)/P(x_hi) | exponent near x_hi | P at f_max |",
+           "|---|---|---|---|---|---|",
+           f"| Perseus {name} profiles, one stage fwd+bwd | {win[name][0]:.3f}-{win[name][1]:.3f} | "
+           f"{span(ref['share'], 100)} % | {span(ref['power_ratio'], 1, 2)} | {span(ref['power_exponent_top'], 1, 2)} | |"]
+    for (_, s), (_, k) in zip(step.iterrows(), kern.iterrows()):
+        out.append(f"| emulated A100 {s['subject']} | {s['x_lo']:.3f}-{s['x_hi']:.3f} | {100 * s['share']:.1f} % "
+                   f"({100 * k['share']:.1f} %) | {s['power_ratio']:.2f} | {s['power_exponent_top']:.2f} | "
+                   f"{s['power_w_at_fmax']:.0f} W |")
+    return out
+
+
 def emulator_version() -> str:
     path = Path(emulator.__file__)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
@@ -179,7 +231,8 @@ def check_table(per: pd.DataFrame, emu: pd.DataFrame, win: dict[str, tuple[float
     return out
 
 
-def report(per: pd.DataFrame, emu: pd.DataFrame, win: dict[str, tuple[float, float]]) -> str:
+def report(per: pd.DataFrame, emu: pd.DataFrame, win: dict[str, tuple[float, float]],
+           a100_lines: Sequence[str] = ()) -> str:
     ptab = per.assign(share_pct=100 * per["share"], share_all_pct=100 * per["share_all_clocks"],
                       max_resid_pct=100 * per["max_rel_residual"])[
         ["gpu", "subject", "stages", "quantity", "x_lo", "x_hi", "share_pct", "share_all_pct", "r2",
@@ -244,6 +297,8 @@ def report(per: pd.DataFrame, emu: pd.DataFrame, win: dict[str, tuple[float, flo
         "",
         *reading(per, emu, win),
         "",
+        *a100_lines,
+        "",
         "## Perseus profiles (measured)",
         "",
         "```",
@@ -264,11 +319,12 @@ def main() -> None:
     win = windows(series)
     per = perseus_rows(series, win)
     emu = emulated_rows(win)
-    text = report(per, emu, win)
+    a100, note = a100_rows(win)
+    text = report(per, emu, win, a100_section(per, a100, note, win))
     print(text)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.with_suffix(".md").write_text(text)
-    pd.concat([per, emu], ignore_index=True).to_csv(OUT.with_suffix(".csv"), index=False, float_format="%.6g")
+    pd.concat([per, emu, a100], ignore_index=True).to_csv(OUT.with_suffix(".csv"), index=False, float_format="%.6g")
 
 
 if __name__ == "__main__":
