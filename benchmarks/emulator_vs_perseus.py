@@ -114,9 +114,9 @@ def emulated_rows(win: dict[str, tuple[float, float]]) -> pd.DataFrame:
 
 
 def a100_rows(win: dict[str, tuple[float, float]]) -> tuple[pd.DataFrame, str]:
-    """The decoder-only Perseus A100 jobs as emulated A100 pipelines (config/perseus-sosp24-a100-
-    emulated.yaml) under the anchor `wattflex calibrate` fits on their own power-limit sweeps:
-    the same window fits as the H200 groups, and a line naming that calibration."""
+    """The decoder-only Perseus A100 jobs as emulated A100 pipelines
+    (config/perseus-sosp24-a100-emulated.yaml) under the anchor `wattflex calibrate` fits on their
+    own power-limit sweeps: the same window fits as the H200 groups, and a line naming that calibration."""
     from wattflex import calibration as cal
     from wattflex.ingest.sources import ingest
 
