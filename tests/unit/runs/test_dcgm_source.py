@@ -193,3 +193,59 @@ def test_dmon_dies_with_the_process_that_started_it(fake_dcgmi_on_path, tmp_path
     else:
         psutil.Process(dmon_pid).kill()
         pytest.fail("dcgmi dmon outlived the run that started it")
+
+
+@pytest.mark.slow
+@pytest.mark.fake_gpu
+def test_fake_nvml_staircase_where_auto_chooses_dcgm(fake_nvml, fake_dcgmi_on_path, tmp_path):
+    """The one-run staircase (real CPU training steered through the cap grid on FAKE NVML)
+    where GPM is held by "DCGM": ``auto`` picks the FAKE dcgmi, every cap is still set and
+    restored through NVML, and the run's telemetry carries DCGM's fields."""
+    from tests.unit.runs.test_sweep_real import CAPS, sweep_spec
+    from wattflex.runs.sweep.real import write_real_sweep_run
+
+    fake_nvml.reset(n_gpus=2, path=fake_nvml._state_path(), gpm="no_permission")
+    out = tmp_path / "staircase"
+    write_real_sweep_run(sweep_spec(tmp_path, "staircase", telemetry="auto"), out)
+    run = read_json(out / "run.json")
+    assert run["telemetry"]["source"] == "dcgm"
+    assert run["telemetry"]["reason"][0].startswith("auto: GPM disabled: no permission to profile")
+    assert [v["cap_w"] for v in run["visits"]] == CAPS and limits_w() == [700.0, 700.0]
+    assert read_parquet_meta(out / "telemetry.parquet")["telemetry_source"] == "dcgm"
+    tel = read_parquet(out / "telemetry.parquet")
+    captured = set(read_dcgmi_dmon(DMON, period_s=1.0)["tensor_active"].dropna().round(6))
+    assert tel["tensor_active"].notna().any() and set(tel["tensor_active"].dropna().round(6)) <= captured
+    assert set(CAPS) <= set(tel["power_limit_w"].unique())          # limits: NVML's, per cap
+
+
+def test_dmon_lines_parsed_as_they_come_equal_one_parse_and_a_bad_chunk_is_left_out():
+    """records() parses only the lines since its last call (a sweep asks every period), never
+    the sample still being printed: the same readings as one parse of everything, whatever
+    the calls' timing; a line that does not parse costs only its sample."""
+    lines = ["#Entity   DRAMA     SMACT", "ID"] + [f"GPU {g}     0.{k}00     0.9{k}0" for k in range(6) for g in (0, 1)]
+    stamps = [None, None] + [0.5 * k + 0.01 * g for k in range(6) for g in (0, 1)]
+
+    def reader(calls_after=()):
+        r = dcgm.DmonReader(dcgm.DcgmSettings(fields=[1005, 1002]), [0, 1], 0.5, 0.0, "n1")
+        for i, (line, t) in enumerate(zip(lines, stamps)):
+            r.add_line(line, t)
+            if i in calls_after:
+                r.records()
+        return r
+
+    once = reader()
+    once.stop()
+    whole = once.records()
+    assert len(whole) == 12 and [r["t_s"] for r in whole[:4]] == [0.0, 0.0, 0.5, 0.5]   # a sample: one time
+    chunked = reader(calls_after={2, 5, 6, 9})
+    assert len(chunked.records()) == 10                    # the last sample may still be printing
+    chunked.stop()
+    assert chunked.records() == whole
+    bad = reader(calls_after={5})
+    bad.add_line("GPU 0     45.0     0.900", 3.0)            # a percentage where a ratio belongs
+    bad.add_line("GPU 0     0.700     0.900", 3.5)
+    bad.add_line("GPU 0     0.800     0.900", 4.0)
+    bad.stop()
+    got = bad.records()
+    assert got[:12] == whole and [r["dram_active"] for r in got[12:]] == [0.7, 0.8]    # only the bad one lost
+    assert "dram_active = 45 is outside 0-1" in bad.describe()["unreadable"][0]

@@ -50,6 +50,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from wattflex.ingest.dcgm import FIELDS, DcgmFormatError, parse_dcgm_exporter, parse_dcgmi_dmon
@@ -171,6 +172,12 @@ class DmonReader:
         self.proc: subprocess.Popen | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        # parsed so far: records() parses only the lines that came since (a sweep asks every period)
+        self._records: list[dict[str, Any]] = []
+        self._parsed, self._header, self.errors = 0, "", []
+        self._sample_gpus: set[str] = set()
+        self._sample_start = 0             # index in lines of the sample being printed
+        self._stopped = False
 
     @property
     def command(self) -> list[str]:
@@ -187,13 +194,28 @@ class DmonReader:
     def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         for line in self.proc.stdout:
-            # dmon prints no times: a GPU line is stamped on the sampler's clock as it arrives
-            stamped = f"{self.clock() - self.t0:.3f} {line.strip()}" if line.lstrip().startswith("GPU") else line.rstrip()
+            self.add_line(line)
+
+    def add_line(self, line: str, t_s: float | None = None) -> None:
+        """One line of dmon's output. dmon prints no times: a GPU line is stamped with ``t_s``
+        (default: the sampler's clock now); a GPU id seen since the last sample start begins
+        the next sample (the parser's rule), whose first line records() may cut before."""
+        tokens = line.split()
+        if tokens[:1] != ["GPU"] or len(tokens) < 2:
             with self._lock:
-                self.lines.append(stamped)
+                self.lines.append(line.rstrip())
+            return
+        t_s = self.clock() - self.t0 if t_s is None else t_s
+        with self._lock:
+            if tokens[1] in self._sample_gpus:
+                self._sample_gpus = set()
+                self._sample_start = len(self.lines)
+            self._sample_gpus.add(tokens[1])
+            self.lines.append(f"{t_s:.3f} {line.strip()}")
 
     def stop(self) -> None:
         if self.proc is None:
+            self._stopped = True
             return
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -204,11 +226,37 @@ class DmonReader:
             self.proc.wait()
         if self._thread is not None:
             self._thread.join(STOP_TIMEOUT_S)
+        self._stopped = True
 
     def records(self) -> list[dict[str, Any]]:
+        """Every complete sample so far (after ``stop``: every sample). The lines since the
+        last call, up to the start of the sample still being printed, are parsed on their own
+        under the last ``#Entity`` header seen (a chunk always begins a sample, so the
+        parser's grouping is the same as over the whole output); a chunk that does not parse
+        is logged once and left out, the rest kept."""
         with self._lock:
-            text = "\n".join(self.lines)
-        return parse_dcgmi_dmon(text, "dcgmi dmon output", node=self.node, gpu_ids=self.gpu_ids)
+            cut = len(self.lines) if self._stopped else max(self._parsed, self._sample_start)
+            new = self.lines[self._parsed:cut]
+            self._parsed = cut
+        header = self._header
+        for line in new:
+            if line.lstrip().startswith("#Entity"):
+                self._header = line
+        try:
+            self._records += self._parse(header, new)
+        except DcgmFormatError:            # keep every sample but the bad one(s)
+            for sample_header, sample in _samples(header, new):
+                try:
+                    self._records += self._parse(sample_header, sample)
+                except DcgmFormatError as exc:
+                    if not self.errors:
+                        log.warning("dcgmi dmon output unreadable (%s); that sample left out", exc)
+                    self.errors.append(str(exc))
+        return list(self._records)
+
+    def _parse(self, header: str, lines: list[str]) -> list[dict[str, Any]]:
+        return parse_dcgmi_dmon("\n".join([header, *lines]), "dcgmi dmon output", node=self.node,
+                                gpu_ids=self.gpu_ids)
 
     def describe(self) -> dict[str, Any]:
         status = None if self.proc is None else self.proc.poll()
@@ -217,7 +265,26 @@ class DmonReader:
             self._stderr.seek(0)
             err = self._stderr.read().strip()
         return {"command": self.command, "lines": len(self.lines), "exit_status": status,
-                "stderr": err.splitlines()[-1] if err else None}
+                "stderr": err.splitlines()[-1] if err else None, "unreadable": self.errors[:5]}
+
+
+def _samples(header: str, lines: list[str]) -> list[tuple[str, list[str]]]:
+    """dmon lines (stamped, from ``DmonReader.add_line``) cut into samples, each with the
+    ``#Entity`` header in force at its start: a GPU id seen since the last start begins one."""
+    out: list[tuple[str, list[str]]] = []
+    seen: set[str] = set()
+    for line in lines:
+        tokens = line.split()
+        if line.lstrip().startswith("#Entity"):
+            header = line
+        elif "GPU" in tokens[:2]:
+            gpu = tokens[tokens.index("GPU") + 1] if len(tokens) > tokens.index("GPU") + 1 else ""
+            if gpu in seen or not out:
+                out.append((header, []))
+                seen = set()
+            seen.add(gpu)
+            out[-1][1].append(line)
+    return out
 
 
 class ExporterReader:
@@ -274,22 +341,24 @@ class ExporterReader:
 def merge_dcgm(nvml_rows: pd.DataFrame, dcgm_records: list[dict[str, Any]], columns: Sequence[str],
                staleness_s: float) -> pd.DataFrame:
     """``nvml_rows`` with ``columns`` replaced by each GPU's latest DCGM reading at or before
-    the row (NaN where none is younger than ``staleness_s``)."""
-    out = nvml_rows.copy()
-    out[list(columns)] = float("nan")
-    dcgm = pd.DataFrame.from_records(dcgm_records)
-    if out.empty or dcgm.empty:
-        return out
-    for c in columns:
-        if c not in dcgm:
-            dcgm[c] = float("nan")
-    dcgm = dcgm[["t_s", "gpu", *columns]].astype({"gpu": int, "t_s": float}).sort_values("t_s")
-    order = out.index
-    left = out.drop(columns=list(columns)).assign(_row=range(len(out))).sort_values("t_s")
-    merged = pd.merge_asof(left, dcgm, on="t_s", by="gpu", direction="backward", tolerance=staleness_s)
-    merged = merged.sort_values("_row").drop(columns="_row")
-    merged.index = order
-    return merged[list(out.columns)]
+    the row (NaN where none is younger than ``staleness_s``). Only the key columns and the
+    DCGM ones are merged: a one-run sweep calls this every sampler period."""
+    out, cols = nvml_rows.copy(), list(columns)
+    merged = {c: np.full(len(out), np.nan) for c in cols}
+    if len(out) and dcgm_records:
+        dcgm = pd.DataFrame({"t_s": np.array([r["t_s"] for r in dcgm_records], dtype=float),
+                             "gpu": np.array([r["gpu"] for r in dcgm_records], dtype=np.int64),
+                             **{c: np.array([r.get(c, np.nan) for r in dcgm_records], dtype=float) for c in cols}})
+        left = pd.DataFrame({"t_s": out["t_s"].to_numpy(dtype=float), "gpu": out["gpu"].to_numpy(dtype=np.int64),
+                             "_row": np.arange(len(out))})
+        m = pd.merge_asof(left.sort_values("t_s", kind="stable"), dcgm.sort_values("t_s", kind="stable"),
+                          on="t_s", by="gpu", direction="backward", tolerance=staleness_s)
+        rows = m["_row"].to_numpy()
+        for c in cols:
+            merged[c][rows] = m[c].to_numpy(dtype=float)
+    for c in cols:
+        out[c] = merged[c]
+    return out
 
 
 @dataclass
