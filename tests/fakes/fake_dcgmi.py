@@ -4,8 +4,8 @@
 Tests put a program named ``dcgmi`` that runs this file on PATH (``install(dir)``). It
 answers the two calls wattflex makes, with the real program's arguments:
 
-* ``dcgmi discovery -l``: exits 0 (the host engine answers) unless ``FAKE_DCGMI_DOWN`` is set,
-  then exits 255 with DCGM's "Unable to establish a connection" line.
+* ``dcgmi discovery -l``: exits 0 (the host engine answers). With ``FAKE_DCGMI_DOWN`` set,
+  every command exits 255 with DCGM's "Unable to connect to host engine" lines.
 * ``dcgmi dmon -e <field ids> [-i <gpu ids>] [-d <ms>] [-c <count>]``: prints the capture's
   rows (``FAKE_DCGMI_CAPTURE``, default ``tests/data/dcgm_dmon_h100x2.txt``) one sample (one
   row per GPU) every ``-d`` ms, starting over at its end, with the ``#Entity`` header and
@@ -88,7 +88,8 @@ def dmon(args: argparse.Namespace) -> int:
                 print(f"GPU {gpu:<6}" + "".join(f"{values[c]:<10}" for c in cols))
         sys.stdout.flush()
         n += 1
-        time.sleep(args.d / 1000.0)
+        if args.c <= 0 or n < args.c:
+            time.sleep(args.d / 1000.0)
     return 0
 
 

@@ -25,7 +25,8 @@ def test_fake_nvml_dcgm_dmon_needs_the_host_engine_answering(fake_nvml, fake_dcg
     monkeypatch.setenv(fake_dcgmi.DOWN_ENV, "1")
     c = config_check(tmp_path, telemetry="dcgm")
     (miss,) = [m for m in c["missing"] if m["need"] == NEED_DMON]
-    assert "discovery -l exited 255" in miss["detail"] and "nv-hostengine" in miss["detail"]
+    assert "dcgmi dmon -e 1005,1002,1004,203,204 -c 1 exited 255: Error: Unable to connect to host engine" \
+        in miss["detail"] and "nv-hostengine" in miss["detail"]
 
 
 @pytest.mark.fake_gpu

@@ -104,6 +104,14 @@ def test_fake_nvml_auto_chooses_dcgm_only_when_gpm_fails_and_dcgm_answers(fake_n
     monkeypatch.setenv(fake_dcgmi.DOWN_ENV, "1")
     choice = dcgm.choose_source("auto", gpus, settings)
     assert choice["source"] == "nvml" and "DCGM does not answer" in choice["reason"] and "exited 255" in choice["reason"]
+    monkeypatch.delenv(fake_dcgmi.DOWN_ENV)
+    no_tensor = dcgm.DcgmSettings(fields=(1004,))                  # the capture's first sample: TENSO N/A
+    capture = fake_nvml._state_path() + ".dmon"
+    open(capture, "w").write("\n".join(DMON.read_text().splitlines()[:4]) + "\n")
+    monkeypatch.setenv(fake_dcgmi.CAPTURE_ENV, capture)
+    choice = dcgm.choose_source("auto", gpus, no_tensor)
+    assert choice["source"] == "nvml" and "gives no value for tensor_active" in choice["reason"]
+    monkeypatch.setenv(fake_dcgmi.DOWN_ENV, "1")
     with pytest.raises(RuntimeError, match="cuda.telemetry: dcgm, but DCGM does not answer: .*nv-hostengine"):
         dcgm.choose_source("dcgm", gpus, settings)
     assert dcgm.choose_source("nvml", gpus, settings)["source"] == "nvml"

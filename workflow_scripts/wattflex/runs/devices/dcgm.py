@@ -27,8 +27,9 @@ less than ``staleness_s`` old (else NaN: a stalled DCGM never fills a row with o
 
 ``auto`` decides once per node, at start, before any cap: NVML when GPM is readable on every
 GPU of the node (``GpmReader`` took a first sample); else DCGM if it answers (``dmon``:
-``dcgmi discovery -l`` exits 0 within ``PROBE_TIMEOUT_S``; ``exporter``: the URL returns a
-scrape with at least one of the fields); else NVML, profiling fields NaN. The choice and its
+``dcgmi dmon -e <fields> -c 1`` prints a value for at least one of the fields within
+``PROBE_TIMEOUT_S``; ``exporter``: the URL returns a scrape with at least one of them); else
+NVML, profiling fields NaN. The choice and its
 reason go into run.json (``telemetry.source``, ``nodes[].telemetry``) and the telemetry
 parquet metadata (``telemetry_source``). ``dcgm`` that does not answer fails the run before
 any cap is set. A GPM failure that starts mid-run does not switch sources.
@@ -39,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import math
 import shutil
 import signal
 import subprocess
@@ -106,13 +108,22 @@ def probe(settings: DcgmSettings, timeout_s: float = PROBE_TIMEOUT_S) -> str | N
         prog = shutil.which(settings.dcgmi)
         if prog is None:
             return f"{settings.dcgmi} not found on PATH (install DCGM, or set cuda.dcgm.dcgmi)"
+        # one sample of the very fields the run asks for: the host engine answers AND serves them
+        cmd = [prog, "dmon", "-e", ",".join(map(str, settings.fields)), "-c", "1"]
         try:
-            r = subprocess.run([prog, "discovery", "-l"], capture_output=True, text=True, timeout=timeout_s)
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"{prog} discovery -l: no answer ({type(exc).__name__})"
+            return f"{' '.join(cmd)}: no answer ({type(exc).__name__})"
         if r.returncode != 0:
             last = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
-            return f"{prog} discovery -l exited {r.returncode}: {last[0]} (is nv-hostengine running?)"
+            return f"{' '.join(cmd)} exited {r.returncode}: {last[0]} (is nv-hostengine running?)"
+        try:
+            records = parse_dcgmi_dmon(r.stdout, f"{' '.join(cmd)} output", period_s=1.0)
+        except DcgmFormatError as exc:
+            return str(exc)
+        if not any(not math.isnan(rec.get(c, math.nan)) for rec in records for c in settings.columns):
+            return (f"{' '.join(cmd)} gives no value for {', '.join(settings.columns)} "
+                    f"(DCGM_FI_PROF_* need DCGM's profiling module on a supported GPU)")
         return None
     try:
         records = parse_dcgm_exporter(fetch(settings.url, timeout_s), settings.url, time=0.0)
