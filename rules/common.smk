@@ -177,14 +177,21 @@ def outputs_of(*rule_names):
     return [str(f) for name in rule_names for f in getattr(rules, name).output]
 
 
-def all_outputs():
+def final_outputs():
     return outputs_of(*(FINAL_RULES if SOURCE == "generate" else INGEST_FINAL_RULES))
+
+
+def all_outputs():
+    """The final products and every run's summary.json: Snakemake remakes a missing
+    intermediate only when something downstream must run anyway, so a deleted summary is
+    rebuilt (with what reads it) only because rule all asks for it (issue 27)."""
+    return final_outputs() + summary_files()
 
 
 def report_inputs():
     """What the report shows: every final output of the campaign but the report itself."""
     own = set(outputs_of("report"))
-    return [f for f in all_outputs() if f not in own]
+    return [f for f in final_outputs() if f not in own]
 
 
 # ---- How runs are scheduled (README "Running on a SLURM cluster") ----------------------

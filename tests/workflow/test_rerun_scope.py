@@ -9,6 +9,7 @@ makes one change to the config or the code of the copy, and compares the job-cou
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -187,6 +188,18 @@ def test_plot_styling_reruns_figures_and_the_report_only(campaign):
 def test_summary_protocol_reruns_summaries_and_everything_downstream_never_runs(campaign):
     campaign.edit_config(lambda c: c["summary"].update(aggregate="mean"))
     assert campaign.plan() == {**EVERY_SUMMARY, **EVERYTHING_AFTER_SUMMARIES}
+
+
+def test_a_deleted_summary_is_rebuilt_with_what_reads_it_and_nothing_else(campaign):
+    """Issue 27: deleting one run's summary.json used to leave "Nothing to be done" (a
+    missing intermediate is remade only for a target); every summary is now one of rule all's."""
+    summary = campaign.work / "results" / "tiny" / "runs" / "moe-ft-qwen30ba3b-x8" / "cap200" / "summary.json"
+    before = json.loads(summary.read_text())
+    summary.unlink()
+    assert campaign.plan() == {SUMMARIZE["moe-ft-qwen30ba3b-x8"]: 1, **EVERYTHING_AFTER_SUMMARIES}
+    snakemake(campaign.workflow, campaign.work, campaign.config, "--cores", "2", "-q")
+    assert json.loads(summary.read_text()) == before
+    assert campaign.plan() == {}
 
 
 def test_one_groups_run_config_reruns_exactly_its_runs(campaign):
