@@ -112,37 +112,39 @@ def test_an_agent_follows_the_coordinator_and_restores_when_it_goes_quiet_fake_n
 def test_the_coordinator_holds_a_30pct_event_with_a_dead_unit_counted_uncapped_fake_nvml(fake_nvml, tmp_path):
     """run_coordinator with what SLURM would report (job 41 on node0, whose agent runs here on
     the two fake GPUs, and node1, whose agent never answers) and a launcher that starts the
-    node0 agent as a local process instead of an srun step: 30 % of the measured load
-    (1300 W + node1 at 1400 W uncapped) from t = 5 s to 11 s, deadline 2 s."""
+    node0 agent as a local process instead of an srun step (started first and waited for, so
+    a busy machine's slow Python start does not move the event): 30 % of the measured load
+    (1300 W + node1 at 1400 W uncapped) from t = 3 s to 9 s, deadline 2 s."""
     from wattflex.control.mv import event_mv
     from wattflex.grid.events import Event, Schedule
     from wattflex.grid.slurm import run_coordinator
 
     job = SlurmJob("41", "llama-ft", {"node0": (0, 1), "node1": (2, 3)})
-    sched = Schedule((Event("ev30", 5.0, 11.0, fraction=0.7, deadline_s=2.0),))
-    agents = []
-
-    def launch(j, node):
-        if node == "node0":
-            agents.append(control_popen(tmp_path, "--budget-file", str(tmp_path / "41.node0.budget.json"),
-                                        "--load-file", str(tmp_path / "41.node0.load.json"), "--period-s", "0.2",
-                                        "--duration-s", "30", "--state-dir", str(tmp_path / "st")))
+    sched = Schedule((Event("ev30", 3.0, 9.0, fraction=0.7, deadline_s=2.0),))
+    launched = []
+    agent = control_popen(tmp_path, "--budget-file", str(tmp_path / "41.node0.budget.json"),
+                          "--load-file", str(tmp_path / "41.node0.load.json"), "--period-s", "0.2",
+                          "--duration-s", "60", "--state-dir", str(tmp_path / "st"))
     try:
-        rec = run_coordinator(sched, "measured", tmp_path, 13.0, 0.25, lambda: [job], launch, min_w=200.0,
-                              max_w=700.0, stale_s=1.0)
+        up = time.time() + 60
+        while not (tmp_path / "41.node0.load.json").exists() and time.time() < up:
+            time.sleep(0.1)
+        assert (tmp_path / "41.node0.load.json").exists(), agent.stderr.read() if agent.poll() is not None else ""
+        rec = run_coordinator(sched, "measured", tmp_path, 11.0, 0.25, lambda: [job],
+                              lambda j, node: launched.append((j.job_id, node)), min_w=200.0, max_w=700.0,
+                              stale_s=1.0)
         deadline = time.time() + 5
         while limits_w() != [700.0, 700.0] and time.time() < deadline:     # the agent still runs: it is
             time.sleep(0.1)                                                 # told no budget, and uncaps
-        assert limits_w() == [700.0, 700.0] and agents[0].poll() is None
+        assert limits_w() == [700.0, 700.0] and agent.poll() is None
     finally:
-        for a in agents:
-            a.terminate()
-            a.wait(timeout=30)
+        agent.terminate()
+        agent.wait(timeout=30)
     t, power, budget = (np.array(x) for x in (rec.t_s, rec.power_w, rec.budget_w))
-    assert power[t < 5.0][-1] == 1300 + 1400                          # node1 counted at its uncapped power
-    r, _ = event_mv(t, power, budget, {"event_id": "ev30", "start_s": 5.0, "end_s": 11.0, "deadline_s": 2.0},
+    assert power[t < 3.0][-1] == 1300 + 1400                          # node1 counted at its uncapped power
+    r, _ = event_mv(t, power, budget, {"event_id": "ev30", "start_s": 3.0, "end_s": 9.0, "deadline_s": 2.0},
                     interval_s=1.0)
     assert r["target_w"] == pytest.approx(0.7 * 2700)
     assert r["seconds_above_target_after_deadline"] == 0 and r["deadline_met"]
-    assert max(rec.alive) == 1 and agents
+    assert max(rec.alive) == 1 and launched == [("41", "node0"), ("41", "node1")]
     assert limits_w() == [700.0, 700.0]
