@@ -22,5 +22,7 @@ rule resource_plan:
     log:
         f"{LOGS}/resource_plan.log",
     localrule: True
+    conda:
+        "../envs/analysis.yaml"
     script:
         "../workflow_scripts/resource_plan.py"
