@@ -335,6 +335,8 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
     model_path = cuda.get("model_path")
     from_config = bool(cuda.get("tiny")) or (bool(cuda.get("random_init")) and model_path is None)
     gs = groups(cfg)
+    check_commands([g for g in gs if g.get("command")])
+    gs = [g for g in gs if not g.get("command")]        # a group's own command brings its own model
     if from_config:
         for g in gs:
             mtype = catalog.get(g["model"], {}).get("hf_model_type", "")
@@ -342,7 +344,7 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
                 raise ConfigError(f"{where}: group {g['id']}: model {g['model']} (hf_model_type {mtype!r}) cannot "
                                   f"be built without weights (tiny / random_init); supported: "
                                   f"{', '.join(sorted(ARCHITECTURES))}; give cuda.model_path")
-    elif model_path is None:
+    elif model_path is None and gs:
         models = sorted({g["model"] for g in gs})
         raise ConfigError(f"{where}.model_path: missing: no model weights for {', '.join(models)} (runs are "
                           f"offline): set cuda.model_path to a local model directory, or cuda.random_init: true "
@@ -367,6 +369,21 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
     if data_path is not None and not local(data_path).exists():
         raise ConfigError(f"{where}.data_path: {local(data_path)}: no such file or directory (pre-tokenised "
                           f"parquet/arrow shards of token ids; omit for synthetic tokens)")
+
+
+def check_commands(command_groups: list[dict[str, Any]]) -> None:
+    """Each ``group.command``: its launch template's placeholders and its throughput source
+    (``wattflex.runs.command_run.check_command``). Its program is not looked up here: it lives
+    on the compute nodes (``wattflex doctor --configfile`` there does)."""
+    if not command_groups:
+        return
+    from wattflex.runs.command_run import check_command      # only campaigns that launch their own job
+
+    for g in command_groups:
+        try:
+            check_command(g["command"], f"config error at group {g['id']}: command", g, look_up=False)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def defaulted_sections(merged: dict[str, Any], user_files: list[str | Path],

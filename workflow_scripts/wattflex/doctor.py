@@ -395,6 +395,14 @@ def check_config(cfg: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
         prog = shlex.split(opts.cap_command or "")[:1]
         need("the cap command's program", bool(prog) and shutil.which(prog[0]) is not None,
              f"cuda.cap_command {opts.cap_command!r}: {prog[0] if prog else '(empty)'} not found on PATH")
+    from wattflex.runs.command_run import program_path      # a group's own training command
+
+    for g in groups(cfg):
+        if g.get("command"):
+            prog = str(g["command"]["launch"][0])
+            need(f"group {g['id']}'s command program", program_path(prog) is not None,
+                 f"group {g['id']}: command.launch[0] {prog!r} not found (not on PATH, or not an executable "
+                 f"file): give its full path or install it on this node")
     no_gpm = [g for g in nvml_found["gpus"] if not g.get("gpm_readable", True)]
     if opts.sampler and (opts.telemetry == "dcgm" or (opts.telemetry == "auto" and no_gpm)):
         # as the run decides (wattflex.runs.devices.dcgm.choose_source): dcgm fails a run whose

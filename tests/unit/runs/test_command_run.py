@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
-from tests.unit.runs.test_real_run import _cmdline_has, cuda_spec
+from tests.unit.runs.test_real_run import cuda_spec
 from wattflex.provenance import read_json, read_parquet
 from wattflex.runs import command_run
 from wattflex.runs.command_run import CommandError, fill, program_path, run_command
@@ -34,7 +34,18 @@ def command_spec(tmp_path, *args, grace_s=60, throughput=None, **cuda):
 
 
 def no_process_left(tmp_path):
-    return not [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, str(OWN_JOB))]
+    """No process of this test's command is alive (found by the run directory in its environment)."""
+    import psutil
+
+    left = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("OWN_JOB_RUN_DIR", "").startswith(str(tmp_path)) and \
+                    proc.status() != psutil.STATUS_ZOMBIE:
+                left.append(proc.pid)
+        except psutil.Error:
+            pass
+    return not left
 
 
 @pytest.mark.slow
@@ -103,3 +114,66 @@ def test_program_path(tmp_path):
     assert program_path("sh") == os.path.realpath(program_path("sh")) or program_path("sh")
     assert program_path(sys.executable) == sys.executable
     assert program_path(str(tmp_path / "nope")) is None and program_path("no-such-trainer-xyz") is None
+
+
+def test_doctor_checks_each_groups_command_program(tmp_path):
+    from wattflex import doctor
+    from wattflex.config import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[3] / "config" / "config.yaml")
+    own = {"launch": [sys.executable, str(OWN_JOB)], "throughput": {"preset": "torchtitan"}}
+    gone = {**own, "launch": ["no-such-trainer-xyz"]}
+    cfg = {**cfg, "backend": "cuda", "cuda": {"cap_control": "observe", "sampler": False},
+           "groups": [{**cfg["groups"][0], "command": own}, {**cfg["groups"][1], "id": "other", "command": gone}]}
+    found = {"nvml": {"available": True, "error": None, "gpus": [{"name": "NVIDIA H200"}]},
+             "torch": {"version": "2.x", "built_with_cuda": "12.8", "cuda_available": True, "device_count": 1,
+                       "devices": []}, "cap_permission": {"likely": True, "basis": "test"}}
+    c = doctor.check_config(cfg, found)
+    assert f"group {cfg['groups'][0]['id']}'s command program" in c["needs"]
+    assert [m["need"] for m in c["missing"]] == ["group other's command program"]
+    assert "'no-such-trainer-xyz' not found" in c["missing"][0]["detail"]
+
+
+def test_config_check_refuses_a_bad_command_naming_the_group(tmp_path):
+    from wattflex.config import ConfigError, check_commands
+
+    group = {"id": "g", "gpus": 2, "seq_len": 64}
+    check_commands([{**group, "command": {"launch": ["trainer", "--n={gpus}"], "throughput": {"preset": "nemo"}}}])
+    with pytest.raises(ConfigError, match=r"group g: command.launch\[1\] '\{ngpu\}': unknown placeholder"):
+        check_commands([{**group, "command": {"launch": ["t", "{ngpu}"], "throughput": {"preset": "nemo"}}}])
+    with pytest.raises(ConfigError, match="group g: command.throughput.preset: unknown preset 'titan'"):
+        check_commands([{**group, "command": {"launch": ["t"], "throughput": {"preset": "titan"}}}])
+
+
+@pytest.mark.slow
+def test_fake_nvml_staircase_steps_the_own_scripts_caps_in_one_run_and_stops_it(fake_nvml, tmp_path):
+    from tests.unit.runs.test_sweep_real import CAPS, set_calls_w, sweep_spec
+    from wattflex.runs.sweep.real import write_real_sweep_run
+
+    spec = sweep_spec(tmp_path, "staircase")
+    # Far more steps than the staircase needs: the sweep stops the script when it is done.
+    spec["group"]["command"] = command_spec(tmp_path, grace_s=60)["group"]["command"]
+    spec["group"]["command"]["launch"][3] = "100000"
+    spec["group"]["gpus"] = 2
+    out = tmp_path / "staircase"
+    write_real_sweep_run(spec, out)
+    calls = set_calls_w()
+    assert calls == [c for cap in CAPS for c in (cap, cap)] + [700.0, 700.0] and limits_w() == [700.0, 700.0]
+    assert no_process_left(tmp_path)
+    run = read_json(out / "run.json")
+    assert run["launch"] == "command" and run["stop_reason"] == "all_caps_measured"
+    assert [v["cap_w"] for v in run["visits"]] == CAPS and run["training"]["stopped_by_wattflex"]
+    steps = read_parquet(out / "steps.parquet")
+    assert len(steps) >= 10 and steps["step"].iloc[-1] < 100000
+
+
+@pytest.mark.slow
+def test_fake_nvml_staircase_of_a_command_that_prints_no_throughput_fails_restored(fake_nvml, tmp_path):
+    from tests.unit.runs.test_sweep_real import sweep_spec
+    from wattflex.runs.sweep.real import write_real_sweep_run
+
+    spec = sweep_spec(tmp_path, "staircase")
+    spec["group"]["command"] = command_spec(tmp_path, "--quiet")["group"]["command"]
+    with pytest.raises(CommandError, match="printed no throughput line"):
+        write_real_sweep_run(spec, tmp_path / "staircase")
+    assert limits_w() == [700.0, 700.0] and no_process_left(tmp_path)

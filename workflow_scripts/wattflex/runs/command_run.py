@@ -170,7 +170,7 @@ class LineFollower:
             last = steps_from_lines(self.rows[-2:]).iloc[-1]
             step = row[1] if math.isfinite(row[1]) else len(self.rows)
             with open(self.live_path, "a") as f:
-                f.write(f"{step:g},{row[0]!r},{last['tokens']!r},{row[3]!r}\n")
+                f.write(f"{float(step):g},{float(row[0])!r},{float(last['tokens'])!r},{float(row[3])!r}\n")
 
     def steps(self) -> pd.DataFrame:
         return steps_from_lines(list(self.rows))
@@ -216,6 +216,9 @@ class CommandJob:
                              f"set cuda.nnodes: 1 (got {self.opts.nnodes})")
         where = f"group {spec['group']['id']}: command"
         self.source = check_command(self.cmd, where, spec["group"], look_up=False)
+        if self.source.steps_file and spec.get("sweep", "separate") != "separate":
+            raise ValueError(f"{where}.throughput.steps_file: sweep: {spec['sweep']} reads the throughput while "
+                             f"the job runs, from its log lines: give a preset or regex, or use sweep: separate")
         values = placeholders(spec, self.outdir, cap_w)
         launch = fill(list(self.cmd["launch"]), values, f"{where}.launch")
         program = program_path(launch[0])
@@ -230,6 +233,7 @@ class CommandJob:
                                                                                                  DEFAULT_GRACE_S))
         self.node = NodeSetup.open(spec, self.outdir, self.opts, t0, launch=self.launch)
         self.node.env = {**self.node.env, **self.env}
+        self.follower: LineFollower | None = None
 
     def start(self, live: bool = False) -> tuple[subprocess.Popen, LineFollower | None]:
         follower = None
@@ -240,6 +244,55 @@ class CommandJob:
                 live_path = self.outdir / LIVE_STEPS_FILE
             follower = LineFollower(self.node.log_path, self.source, self.t0, live_path).start()
         return start_training(self.node.cmd, self.node.log_path, self.node.env), follower
+
+    def start_live(self) -> subprocess.Popen:
+        """Start for a one-run sweep: matched lines also go to the live step log the
+        controller reads (``steps.live.csv``); ``self.follower`` follows them."""
+        proc, self.follower = self.start(live=True)
+        return proc
+
+    def sweep_training(self, proc: subprocess.Popen) -> Any:
+        """The sweep controller's view of the command (``sweep.real._Training``): its steps
+        from the live step log; a stop ends the command (``terminate``: it knows no stop file)."""
+        from wattflex.runs.sweep.real import _Training      # lazy: sweep.real imports this module lazily
+
+        job = self
+
+        class CommandTraining(_Training):
+            stopped = False
+
+            def ended(self) -> bool:
+                if self.stopped:
+                    return True
+                rc = self.proc.poll()
+                if rc is not None and rc != 0:
+                    raise exit_error(rc, self.log_path)
+                return rc is not None
+
+            def wait_first_step(self, timeout_s: float, poll_s: float) -> None:
+                try:
+                    super().wait_first_step(timeout_s, poll_s)
+                except RuntimeError as exc:
+                    raise no_throughput_error(job.source, job.follower, self.log_path, job.outdir) from exc
+                if self.steps().empty:       # ended by itself before any throughput line
+                    raise no_throughput_error(job.source, job.follower, self.log_path, job.outdir)
+
+            def request_stop(self) -> None:
+                self.stopped = True
+                terminate(self.proc)
+
+            def finish(self, grace_s: float = 0.0) -> None:
+                self.ended()                 # a command that failed by itself says so
+
+        self.sweep = CommandTraining(proc, self.node.log_path, self.outdir)
+        return self.sweep
+
+    def write_sweep_outputs(self, training: Any) -> None:
+        """After a one-run sweep: the command's steps and record for ``real_run.assemble``."""
+        self.follower.stop()
+        steps = steps_table(self.cmd, self.source, self.follower, self.outdir, self.t0)
+        self.write_outputs(steps, self.training_record(training.proc.returncode, self.follower,
+                                                       stopped=training.stopped))
 
     def training_record(self, rc: int | None, follower: LineFollower | None, stopped: bool) -> dict[str, Any]:
         return {"launch": "command", "command": self.launch, "command_template": list(self.cmd["launch"]),

@@ -378,7 +378,8 @@ def check_plan(cfg: dict[str, Any], resolved: list[dict[str, Any]]) -> None:
     group, the resource and the numbers (``resolved``: ``wattflex.config.groups(cfg)``)."""
     if not enforced(cfg):
         return
-    short = refusals(plan_campaign(cfg, resolved))
+    # A group's own command (group.command) is not the harness: its memory is its own business.
+    short = refusals(plan_campaign(cfg, [g for g in resolved if not g.get("command")]))
     if short:
         raise ConfigError(
             f"config error at groups: {len(short)} group(s) cannot fit (wattflex.runs.plan, README \"Resource plan\"): "

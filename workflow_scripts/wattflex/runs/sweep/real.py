@@ -255,11 +255,12 @@ def run_sweep_node(spec: dict[str, Any], outdir: Path, t0: float, node_rank: int
 
 
 @contextlib.contextmanager
-def _capped_training(node: NodeSetup, cap_w: float) -> Iterator[tuple[Any, Any]]:
+def _capped_training(node: NodeSetup, cap_w: float, start: Callable[[], Any] | None = None) -> Iterator[tuple[Any, Any]]:
     """A sweep's training on this node: its GPUs at ``cap_w`` (the lowest cap, where the
     staircase starts, so warm-up lands there too) inside ``caps.CapGuard``, the sampler and
     torchrun started; yields (sampler, torchrun process); training stopped, sampler stopped
-    and caps restored however the block ends; then the node's facts and telemetry written."""
+    and caps restored however the block ends; then the node's facts and telemetry written.
+    ``start`` (default: torchrun of ``node``) starts the training and returns its process."""
     opts = node.opts
     guard = CapGuard(node.gpus, cap_w, opts.cap_control, opts.state_dir, opts.cap_command)
     with guard:
@@ -267,7 +268,7 @@ def _capped_training(node: NodeSetup, cap_w: float) -> Iterator[tuple[Any, Any]]
         sampler = node.sampler().start()
         proc = None
         try:
-            proc = start_training(node.cmd, node.log_path, node.env)
+            proc = start() if start is not None else start_training(node.cmd, node.log_path, node.env)
             yield sampler, proc
         finally:
             if proc is not None:
@@ -365,15 +366,24 @@ def run_real_sweep(spec: dict[str, Any], outdir: str | Path) -> None:
                          f"and cuda.sampler: true (got {opts.sampler}); use sweep: separate otherwise")
     caps, train_spec = _grid(spec)
     separate_s = separate_sweep_seconds(spec)
-    TrainConfig.from_spec(train_spec, outdir).validate()       # missing model/data: fail before any cap
+    command = (spec.get("group") or {}).get("command")      # the group's own job (wattflex.runs.command_run)
+    if not command:
+        TrainConfig.from_spec(train_spec, outdir).validate()   # missing model/data: fail before any cap
     start_utc, t0 = utc_now(), time.time()
-    if opts.nnodes > 1:
+    if opts.nnodes > 1 and not command:
         return _run_multi_node_sweep(spec, outdir, opts, caps, separate_s, start_utc, t0)
-    node = NodeSetup.open(spec, outdir, opts, t0, train_spec=train_spec)
+    job = None
+    if command:
+        from wattflex.runs.command_run import CommandJob
+
+        job = CommandJob(train_spec, outdir, t0)             # refuses nnodes > 1; nothing capped yet
+        node = job.node
+    else:
+        node = NodeSetup.open(spec, outdir, opts, t0, train_spec=train_spec)
     _check_grid(node.gpus, caps)
     n_gpus = len(node.gpus)
-    with _capped_training(node, caps[0]) as (sampler, proc):
-        training = _Training(proc, node.log_path, outdir)
+    with _capped_training(node, caps[0], job.start_live if job else None) as (sampler, proc):
+        training = job.sweep_training(proc) if job else _Training(proc, node.log_path, outdir)
         training.wait_first_step(separate_s, opts.sampler_period_s)
 
         def series() -> pd.DataFrame:
@@ -385,7 +395,11 @@ def run_real_sweep(spec: dict[str, Any], outdir: str | Path) -> None:
                          ended=training.ended)
         result = run_controller(run, spec, caps, separate_s)
         training.finish()
-    assemble(spec, outdir, opts, [node.facts], t0, start_utc, utc_now(), extra=sweep_record(spec, result))
+    extra = sweep_record(spec, result)
+    if job is not None:
+        job.write_sweep_outputs(training)
+        extra["launch"] = "command"
+    assemble(spec, outdir, opts, [node.facts], t0, start_utc, utc_now(), extra=extra)
 
 
 def write_real_sweep_run(spec: dict[str, Any], outdir: str | Path) -> Path:
