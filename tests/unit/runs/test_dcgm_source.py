@@ -257,3 +257,14 @@ def test_dmon_lines_parsed_as_they_come_equal_one_parse_and_a_bad_chunk_is_left_
     got = bad.records()
     assert got[:12] == whole and [r["dram_active"] for r in got[12:]] == [0.7, 0.8]    # only the bad one lost
     assert "dram_active = 45 is outside 0-1" in bad.describe()["unreadable"][0]
+
+
+def test_a_dmon_that_dies_mid_run_is_logged_and_the_run_goes_on(fake_dcgmi_on_path, monkeypatch, caplog):
+    monkeypatch.setenv(fake_dcgmi.DOWN_ENV, "1")
+    reader = dcgm.DmonReader(dcgm.DcgmSettings(), [0, 1], 0.05, time.time(), "n1")
+    with caplog.at_level("WARNING", logger="wattflex.runs.devices.dcgm"):
+        reader.start()
+        reader._thread.join(20)
+    assert "dcgmi dmon exited 255 mid-run (Error: Unable to connect to host engine" in caplog.text
+    reader.stop()
+    assert reader.records() == [] and reader.describe()["exit_status"] == 255

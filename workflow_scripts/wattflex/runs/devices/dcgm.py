@@ -188,7 +188,7 @@ class DmonReader:
         self._parsed, self._header, self.errors = 0, "", []
         self._sample_gpus: set[str] = set()
         self._sample_start = 0             # index in lines of the sample being printed
-        self._stopped = False
+        self._stopped = self._stopping = False
 
     @property
     def command(self) -> list[str]:
@@ -206,6 +206,10 @@ class DmonReader:
         assert self.proc is not None and self.proc.stdout is not None
         for line in self.proc.stdout:
             self.add_line(line)
+        rc = self.proc.wait()
+        if not self._stopping and rc != 0:         # died under the run: its fields are NaN from here
+            log.warning("dcgmi dmon exited %s mid-run (%s); DCGM fields NaN from %.0f s on", rc,
+                        self.describe()["stderr"], self.clock() - self.t0)
 
     def add_line(self, line: str, t_s: float | None = None) -> None:
         """One line of dmon's output. dmon prints no times: a GPU line is stamped with ``t_s``
@@ -225,6 +229,7 @@ class DmonReader:
             self.lines.append(f"{t_s:.3f} {line.strip()}")
 
     def stop(self) -> None:
+        self._stopping = True
         if self.proc is None:
             self._stopped = True
             return
