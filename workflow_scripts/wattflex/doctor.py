@@ -142,8 +142,9 @@ def probe_gpu(nv: Any, index: int) -> dict[str, Any]:
             "dram_active / sm_active / tensor_active are NaN in telemetry: no DRAM copy product, so no PFI "
             "prediction from runs measured here and empty activity figures",
             "GPM needs Hopper or newer; capture DCGM profiling metrics instead (wattflex ingest)" if unsupported else
-            "an admin allows profiling (driver option NVreg_RestrictProfilingToAdminUsers=0, or run as root) and "
-            "pauses DCGM profiling while wattflex samples (dcgmi profile --pause)"))
+            "read them from DCGM where it holds the counters (cuda.telemetry: dcgm, or auto), or an admin allows "
+            "profiling (driver option NVreg_RestrictProfilingToAdminUsers=0, or run as root) and pauses DCGM "
+            "profiling while wattflex samples (dcgmi profile --pause)"))
     if g["persistence_mode"] is False:
         probs.append(problem(
             f"{label}: persistence mode is off",
