@@ -50,9 +50,9 @@ Uncertainty
 -----------
 ``ci95_low/high`` (for ``pfi_ratio``) and ``pfi_robust_ci95_low/high`` come from
 ``mc_samples`` Monte Carlo resamples of every point's P and T from ``N(mean, sem)``
-(vectorised; the robust one refits the isotonic curve per resample with a vectorised
-min-max formula equivalent to scikit-learn's PAVA, keeping the binding set of the point
-estimate). Percentile intervals. Without SEMs the CI columns are NaN and ``notes`` say why.
+(vectorised across resamples and across groups of the same size; the robust one refits the
+isotonic curve per resample with a vectorised min-max formula equivalent to scikit-learn's
+PAVA, keeping the binding set of the point estimate). Percentile intervals. Without SEMs the CI columns are NaN and ``notes`` say why.
 Each group's random stream is seeded from ``(seed, group name)``, so a group's CI does not
 depend on which other groups are in the table.
 
@@ -221,13 +221,20 @@ def isotonic_fit_batch(power_w: np.ndarray, throughput: np.ndarray,
     p = np.atleast_2d(power_w)
     t = np.atleast_2d(throughput)
     w = np.ones_like(t) if weight is None else np.broadcast_to(weight, t.shape)
-    order = np.argsort(p, axis=1, kind="stable")
-    ys = np.take_along_axis(t, order, axis=1)
-    fitted_sorted = ys.copy()
+    ys = np.array(t, dtype=float)  # each row in power order, then fitted in place
+    # Resampled powers of a sweep are nearly always in cap order already: sort only the
+    # rows that are not (a stable sort of an ordered row is the identity).
+    unsorted = np.flatnonzero((np.diff(p, axis=1) < 0).any(axis=1))
+    order = np.argsort(p[unsorted], axis=1, kind="stable")
+    ys[unsorted] = np.take_along_axis(ys[unsorted], order, axis=1)
     bad = np.flatnonzero((np.diff(ys, axis=1) < 0).any(axis=1))  # rows already monotone: done
     if bad.size:
         yb = ys[bad]
-        wb = np.take_along_axis(w, order, axis=1)[bad]
+        wb = np.array(w[bad], dtype=float)
+        at = np.searchsorted(unsorted, bad)  # which bad rows were sorted, and how
+        hit = at < unsorted.size
+        hit[hit] = unsorted[at[hit]] == bad[hit]
+        wb[hit] = np.take_along_axis(wb[hit], order[at[hit]], axis=1)
         zeros = np.zeros((len(bad), 1))
         cw = np.concatenate([zeros, np.cumsum(wb, axis=1)], axis=1)
         cy = np.concatenate([zeros, np.cumsum(wb * yb, axis=1)], axis=1)
@@ -238,10 +245,11 @@ def isotonic_fit_batch(power_w: np.ndarray, throughput: np.ndarray,
             block = (cy[:, None, 1:] - cy[:, :-1, None]) / (cw[:, None, 1:] - cw[:, :-1, None])
         block = np.where(upper, block, np.inf)
         suffix_min = np.flip(np.minimum.accumulate(np.flip(block, axis=2), axis=2), axis=2)
-        fitted_sorted[bad] = np.where(upper, suffix_min, -np.inf).max(axis=1)
-    fitted = np.empty_like(fitted_sorted)
-    np.put_along_axis(fitted, order, fitted_sorted, axis=1)
-    return fitted
+        ys[bad] = np.where(upper, suffix_min, -np.inf).max(axis=1)
+    back = np.empty_like(order, dtype=float)
+    np.put_along_axis(back, order, ys[unsorted], axis=1)
+    ys[unsorted] = back
+    return ys
 
 
 # ---------------------------------------------------------------------------------------
@@ -329,14 +337,17 @@ def pfi_table(sweeps: pd.DataFrame, *, group_col: str = "group", cap_col: str = 
                          power_tol=power_tol, mc_samples=int(mc_samples), seed=int(seed),
                          has_sem=has_sem)
     df["bad"] = _invalid_rows(df)  # once for the table, not per group
-    grouped = df.groupby("group", sort=False)
-    rows, t0, shown = [], time.monotonic(), 0.0
-    for i, (g, part) in enumerate(grouped):
-        rows.append(_analyse_group(g, part, settings))
-        elapsed = time.monotonic() - t0
-        if progress is not None and elapsed - shown >= PROGRESS_EVERY_S:
-            shown = elapsed
-            progress(f"[{elapsed:6.1f} s] PFI of {i + 1} of {grouped.ngroups} groups")
+    parts = _group_parts(df)
+    rows, jobs, clock = [], [], _Progress(progress)
+    for i, (g, part) in enumerate(parts):
+        row, job = _analyse_group(g, part, settings)
+        rows.append(row)
+        if job is not None:
+            jobs.append((row, job))
+        clock.tick(lambda: f"PFI of {i + 1} of {len(parts)} groups")
+    _monte_carlo_all(jobs, settings, clock)
+    for row in rows:
+        row["notes"] = "; ".join(row["notes"])
     out = pd.DataFrame(rows, columns=list(OUTPUT_COLUMNS))
     out["n_caps"] = out["n_caps"].astype(int)
     out["n_binding"] = out["n_binding"].astype(int)
@@ -349,6 +360,35 @@ def pfi_table(sweeps: pd.DataFrame, *, group_col: str = "group", cap_col: str = 
 class _Settings:
     def __init__(self, **kw: Any) -> None:
         self.__dict__.update(kw)
+
+
+class _Progress:
+    """Calls ``progress`` with an elapsed-time line every ``PROGRESS_EVERY_S`` seconds."""
+
+    def __init__(self, progress: Callable[[str], None] | None) -> None:
+        self.progress, self.t0, self.shown = progress, time.monotonic(), 0.0
+
+    def tick(self, message: Callable[[], str]) -> None:
+        elapsed = time.monotonic() - self.t0
+        if self.progress is not None and elapsed - self.shown >= PROGRESS_EVERY_S:
+            self.shown = elapsed
+            self.progress(f"[{elapsed:6.1f} s] {message()}")
+
+
+_PART_COLUMNS = ("cap", "p", "t", "sp", "st", "gpus", "expect", "bad")
+
+
+def _group_parts(df: pd.DataFrame) -> list[tuple[Any, dict[str, np.ndarray]]]:
+    """``(group, {column: array})`` per group in order of first appearance, rows in input
+    order: one sort of the table instead of a pandas sub-frame per group (~1 ms each)."""
+    if df.empty:
+        return []
+    codes, names = pd.factorize(df["group"], sort=False)
+    order = np.argsort(codes, kind="stable")
+    cuts = np.flatnonzero(np.diff(codes[order])) + 1
+    columns = {c: df[c].to_numpy()[order] for c in _PART_COLUMNS}
+    bounds = zip(np.r_[0, cuts], np.r_[cuts, len(order)])
+    return [(names[i], {c: a[lo:hi] for c, a in columns.items()}) for i, (lo, hi) in enumerate(bounds)]
 
 
 def _constant_columns(sweeps: pd.DataFrame, group_col: str, exclude: set[str]) -> pd.DataFrame:
@@ -365,16 +405,22 @@ def _constant_columns(sweeps: pd.DataFrame, group_col: str, exclude: set[str]) -
     return grouped[keep].first() if keep else pd.DataFrame()
 
 
-def _average_repeats(part: pd.DataFrame) -> pd.DataFrame:
+def _average_repeats(part: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """One point per cap: mean P, T; SEMs combined as sqrt(sum sem^2)/n (NaN if any missing)."""
-    caps, idx = np.unique(part["cap"].to_numpy(), return_inverse=True)
+    caps, idx = np.unique(part["cap"], return_inverse=True)
     n_rows = np.bincount(idx, minlength=len(caps))
     out = {"cap": caps, "n_rows": n_rows}
     for col in ("p", "t", "gpus"):
-        out[col] = np.bincount(idx, part[col].to_numpy(), len(caps)) / n_rows
+        out[col] = np.bincount(idx, part[col].astype(float), len(caps)) / n_rows
     for col in ("sp", "st"):  # NaN propagates through the sum, as wanted
-        out[col] = np.sqrt(np.bincount(idx, part[col].to_numpy() ** 2, len(caps))) / n_rows
-    return pd.DataFrame(out)
+        out[col] = np.sqrt(np.bincount(idx, part[col].astype(float) ** 2, len(caps))) / n_rows
+    return out
+
+
+def _nanmax(a: np.ndarray) -> float:
+    """pandas' ``max``: NaN skipped, NaN when nothing is left."""
+    a = a[~np.isnan(a)]
+    return float(a.max()) if a.size else float("nan")
 
 
 def _invalid_rows(df: pd.DataFrame) -> np.ndarray:
@@ -391,17 +437,20 @@ def _fmt(x: float) -> str:
 class _Points:
     """One sweep group after averaging repeats, sorted by cap; ``ref`` is the uncapped point."""
 
-    def __init__(self, pts: pd.DataFrame) -> None:
-        self.cap, self.p, self.t = (pts[c].to_numpy() for c in ("cap", "p", "t"))
-        self.sp, self.st, self.gpus = (pts[c].to_numpy() for c in ("sp", "st", "gpus"))
-        self.n_rows = pts["n_rows"].to_numpy()
-        self.n = len(pts)
+    def __init__(self, pts: dict[str, np.ndarray]) -> None:
+        self.cap, self.p, self.t = (pts[c] for c in ("cap", "p", "t"))
+        self.sp, self.st, self.gpus = (pts[c] for c in ("sp", "st", "gpus"))
+        self.n_rows = pts["n_rows"]
+        self.n = len(self.cap)
         self.ref = self.n - 1
         self.capped = np.arange(self.n) < self.ref
         self.included = self.capped & (self.t != self.t[self.ref])  # Eq. 1's exclusion
 
 
-def _analyse_group(group: Any, part: pd.DataFrame, s: _Settings) -> dict[str, Any]:
+def _analyse_group(group: Any, part: dict[str, np.ndarray], s: _Settings
+                   ) -> tuple[dict[str, Any], "_MonteCarloJob | None"]:
+    """The group's row (``notes`` still a list) and its Monte Carlo job, run across groups
+    by ``_monte_carlo_all`` (None: no CI to compute)."""
     notes: list[str] = []
     statuses: set[str] = set()
     nan = float("nan")
@@ -411,30 +460,30 @@ def _analyse_group(group: Any, part: pd.DataFrame, s: _Settings) -> dict[str, An
                                robust_status="too_few_caps", n_binding=0, uncapped_cap_w=nan,
                                uncapped_power_w=nan, uncapped_throughput=nan, per_cap="[]")
 
-    bad = part["bad"].to_numpy()
-    top_cap_all = np.nanmax(part["cap"]) if part["cap"].notna().any() else nan
+    bad = part["bad"].astype(bool)
+    top_cap_all = _nanmax(part["cap"].astype(float))
     if bad.any():
         statuses.add("invalid_values")
-        caps = ", ".join(_fmt(c) for c in part.loc[bad, "cap"])
+        caps = ", ".join(_fmt(c) for c in part["cap"][bad])
         notes.append(f"invalid_values: dropped {int(bad.sum())} row(s) with a missing or "
                      f"non-positive cap/power/throughput or negative SEM (cap_w: {caps})")
-    part = part.loc[~bad]
+    part = {c: a[~bad] for c, a in part.items()}
     averaged = _average_repeats(part)
-    row["n_caps"] = len(averaged)
-    repeated = averaged[averaged.n_rows > 1]
-    if len(repeated):
+    n_caps = row["n_caps"] = len(averaged["cap"])
+    repeated = averaged["n_rows"] > 1
+    if repeated.any():
         notes.append("averaged repeats at cap_w " + ", ".join(
-            f"{_fmt(c)} (n={k})" for c, k in zip(repeated.cap, repeated.n_rows)))
-    if len(averaged) < 2:
+            f"{_fmt(c)} (n={k})" for c, k in zip(averaged["cap"][repeated], averaged["n_rows"][repeated])))
+    if n_caps < 2:
         statuses.add("too_few_caps")
-        notes.append(f"too_few_caps: {len(averaged)} valid cap(s); need an uncapped and at "
+        notes.append(f"too_few_caps: {n_caps} valid cap(s); need an uncapped and at "
                      "least one capped point")
-        return _finish(row, statuses, notes)
+        return _finish(row, statuses, notes), None
 
     x = _Points(averaged)
     ref = x.ref
     row.update(uncapped_cap_w=x.cap[ref], uncapped_power_w=x.p[ref], uncapped_throughput=x.t[ref])
-    expected = part["expect"].max()
+    expected = _nanmax(part["expect"].astype(float))
     if np.isfinite(top_cap_all) and top_cap_all > x.cap[ref]:
         statuses.add("missing_uncapped")
         notes.append(f"missing_uncapped: the rows at the highest cap {_fmt(top_cap_all)} W were "
@@ -501,6 +550,7 @@ def _analyse_group(group: Any, part: pd.DataFrame, s: _Settings) -> dict[str, An
     if row["robust_status"] != "ok":
         statuses.add(row["robust_status"])
 
+    job = None
     if s.mc_samples <= 0:
         notes.append("no CI: mc_samples=0")
     elif not s.has_sem:
@@ -508,12 +558,9 @@ def _analyse_group(group: Any, part: pd.DataFrame, s: _Settings) -> dict[str, An
     elif not sem_ok:
         missing = x.cap[~(np.isfinite(x.sp) & np.isfinite(x.st))]
         notes.append("no CI: SEM missing at cap_w " + ", ".join(_fmt(c) for c in missing))
-    else:
-        rng = np.random.default_rng([s.seed, zlib.crc32(str(group).encode())])
-        ratio_ci, robust_ci = _monte_carlo(x, rng, s, used if row["robust_status"] == "ok"
-                                           else None, weight, notes)
-        row["ci95_low"], row["ci95_high"] = ratio_ci
-        row["pfi_robust_ci95_low"], row["pfi_robust_ci95_high"] = robust_ci
+    else:  # its notes come last, as the row's last notes (the status does not depend on them)
+        job = _MonteCarloJob(x, [s.seed, zlib.crc32(str(group).encode())],
+                             used if row["robust_status"] == "ok" else None, weight)
 
     terms = np.where(x.included, _ratio_terms(x.p, x.t, ref), np.nan)
     row["per_cap"] = json.dumps([
@@ -527,7 +574,7 @@ def _analyse_group(group: Any, part: pd.DataFrame, s: _Settings) -> dict[str, An
                 + (["pooled_with_uncapped"] if binding[i] and pooled[i] else [])
                 + (["loss_within_noise"] if binding[i] and no_loss[i] and not pooled[i] else [])})
         for i in range(ref)])
-    return _finish(row, statuses, notes)
+    return _finish(row, statuses, notes), job
 
 
 def _noise(x: _Points, s: _Settings, sem_ok: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -539,26 +586,78 @@ def _noise(x: _Points, s: _Settings, sem_ok: bool) -> tuple[np.ndarray, np.ndarr
             s.rel_tol * x.t)
 
 
-def _monte_carlo(x: _Points, rng: np.random.Generator, s: _Settings, robust_used: np.ndarray | None,
-                 weight: np.ndarray | None, notes: list[str]) -> tuple[tuple[float, float], ...]:
-    """Percentile CIs of pfi_ratio and (if ``robust_used``) pfi_robust from N(mean, sem)
-    resamples of every point; the sets of terms are those of the point estimates."""
-    nan = (float("nan"), float("nan"))
-    ps = x.p + x.sp * rng.standard_normal((s.mc_samples, x.n))
-    ts = x.t + x.st * rng.standard_normal((s.mc_samples, x.n))
-    ratio_ci = robust_ci = nan
-    if x.included.any():
-        samples = _ratio_terms(ps, ts, x.ref)[:, x.included].mean(axis=1)
-        ratio_ci = _interval(samples, s.alpha, notes, "ci95")
-    if robust_used is not None:
-        fits = isotonic_fit_batch(ps, ts, weight)
-        lost = fits[:, robust_used] < fits[:, [x.ref]] * (1 - _POOL_RTOL)
-        rt = np.where(lost, _ratio_terms(ps, fits, x.ref)[:, robust_used], np.nan)
-        counts = lost.sum(axis=1)
+class _MonteCarloJob:
+    """What one group's CIs need: its points, the seed of its own random stream, the points
+    of its robust PFI (None: no robust CI) and the isotonic weights."""
+
+    def __init__(self, x: _Points, seed: list[int], robust_used: np.ndarray | None,
+                 weight: np.ndarray) -> None:
+        self.x, self.seed, self.robust_used, self.weight = x, seed, robust_used, weight
+
+
+# Resampled rows (groups x mc_samples) per batch: bounds the (rows, n, n) isotonic blocks
+# to ~100 MB at n = 6 points.
+_MC_ROWS_PER_BATCH = 400_000
+
+
+def _monte_carlo_all(jobs: list[tuple[dict[str, Any], _MonteCarloJob]], s: _Settings,
+                     clock: _Progress) -> None:
+    """Percentile CIs of pfi_ratio and pfi_robust for every job's row, written into it, from
+    N(mean, sem) resamples of every point; the sets of terms are those of the point
+    estimates. Each group draws from its own generator (seeded from seed and its name, so
+    its CI does not depend on the other groups); the arithmetic runs on groups with the
+    same number of points stacked, in batches: numbers identical to one group at a time."""
+    by_size: dict[int, list[tuple[dict[str, Any], _MonteCarloJob]]] = {}
+    for item in jobs:
+        by_size.setdefault(item[1].x.n, []).append(item)
+    per_batch = max(1, _MC_ROWS_PER_BATCH // max(s.mc_samples, 1))
+    done = 0
+    for batch in (items[i:i + per_batch] for items in by_size.values()
+                  for i in range(0, len(items), per_batch)):
+        _monte_carlo_batch(batch, s)
+        done += len(batch)
+        clock.tick(lambda: f"Monte Carlo CIs of {done} of {len(jobs)} groups")
+
+
+def _monte_carlo_batch(batch: list[tuple[dict[str, Any], _MonteCarloJob]], s: _Settings) -> None:
+    """``_monte_carlo_all`` on groups of one size: arrays (groups, mc_samples, n)."""
+    jobs = [job for _, job in batch]
+    n, k = jobs[0].x.n, len(jobs)
+    ps, ts = np.empty((k, s.mc_samples, n)), np.empty((k, s.mc_samples, n))
+    for i, job in enumerate(jobs):  # each group's own stream: P then T, as one group alone
+        rng = np.random.default_rng(job.seed)
+        ps[i] = job.x.p + job.x.sp * rng.standard_normal((s.mc_samples, n))
+        ts[i] = job.x.t + job.x.st * rng.standard_normal((s.mc_samples, n))
+    stack = lambda name: np.stack([getattr(job.x, name) for job in jobs])[:, None, :]  # noqa: E731
+    included = stack("included")
+    n_included = included.sum(axis=2)
+    # zeros in place of the excluded terms leave each sum as it was (bit for bit up to 8
+    # points; numpy sums longer rows pairwise, so there the last bit may differ)
+    terms = np.where(included, _ratio_terms(ps, ts, n - 1), 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = terms.sum(axis=2) / n_included
+    robust_rows = [i for i, job in enumerate(jobs) if job.robust_used is not None]
+    robust = None
+    if robust_rows:
+        r = np.asarray(robust_rows)
+        used = np.stack([jobs[i].robust_used for i in robust_rows])[:, None, :]
+        weight = np.stack([jobs[i].weight for i in robust_rows])[:, None, :]
+        fits = isotonic_fit_batch(ps[r].reshape(-1, n), ts[r].reshape(-1, n),
+                                  np.broadcast_to(weight, ps[r].shape).reshape(-1, n)).reshape(ps[r].shape)
+        lost = used & (fits < fits[..., [n - 1]] * (1 - _POOL_RTOL))
+        rt = np.where(lost, _ratio_terms(ps[r], fits, n - 1), np.nan)
+        counts = lost.sum(axis=2)
         # a resample where no point lost throughput has an unbounded PFI
-        samples = np.where(counts > 0, np.nansum(rt, axis=1) / np.maximum(counts, 1), np.inf)
-        robust_ci = _interval(samples, s.alpha, notes, "pfi_robust_ci95")
-    return ratio_ci, robust_ci
+        robust = np.where(counts > 0, np.nansum(rt, axis=2) / np.maximum(counts, 1), np.inf)
+    nan, robust_of = (float("nan"), float("nan")), {i: j for j, i in enumerate(robust_rows)}
+    for i, (row, job) in enumerate(batch):
+        notes = row["notes"]
+        ratio_ci = _interval(ratio[i], s.alpha, notes, "ci95") if job.x.included.any() else nan
+        robust_ci = nan
+        if job.robust_used is not None:
+            robust_ci = _interval(robust[robust_of[i]], s.alpha, notes, "pfi_robust_ci95")
+        row["ci95_low"], row["ci95_high"] = ratio_ci
+        row["pfi_robust_ci95_low"], row["pfi_robust_ci95_high"] = robust_ci
 
 
 def _interval(samples: np.ndarray, alpha: float, notes: list[str], label: str) -> tuple[float, float]:
@@ -591,5 +690,5 @@ def _finish(row: dict[str, Any], statuses: set[str], notes: list[str]) -> dict[s
     for key in ("pfi_ratio", "pfi_area", "pfi_elasticity", "pfi_robust"):
         if not np.isfinite(row[key]):
             row[key] = float("nan")
-    row["notes"] = "; ".join(notes)
+    row["notes"] = notes  # joined once the Monte Carlo notes are in (pfi_table)
     return row
