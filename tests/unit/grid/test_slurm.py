@@ -148,3 +148,106 @@ def test_the_coordinator_holds_a_30pct_event_with_a_dead_unit_counted_uncapped_f
     assert r["seconds_above_target_after_deadline"] == 0 and r["deadline_met"]
     assert max(rec.alive) == 1 and launched == [("41", "node0"), ("41", "node1")]
     assert limits_w() == [700.0, 700.0]
+
+
+def _campaign_runs():
+    """A runs table of two 2-GPU groups over caps 200-700 W, drawing 95 % of the cap: 'flex'
+    keeps its tokens/s under a cap (T ~ P**0.3), 'rigid' loses them in proportion (T ~ P)."""
+    import pandas as pd
+
+    caps = np.arange(200.0, 701.0, 100.0)
+    rows = []
+    for group, beta in (("flex", 0.3), ("rigid", 1.0)):
+        for cap in caps:
+            power = 2 * 0.95 * cap
+            rows.append({"group": group, "gpus": 2, "cap_w": cap, "power_w": power,
+                         "tokens_per_s": 2000.0 * (power / (2 * 0.95 * 700)) ** beta})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("policy", ["pfi-aware", "curve-aware", "oracle"])
+def test_a_curve_policy_cuts_the_flexible_job_deeper_and_meets_the_budget(tmp_path, policy):
+    """Job 41 'flex' on node0 (answers) and node2 (dead), job 44 'rigid' and job 45 with no
+    curve on node1: the dead unit is charged 1400 W, job 45 keeps its equal-weight share, the
+    curve jobs share the rest by ``policy`` (flex cut deeper) and the total is the budget."""
+    from wattflex.grid.slurm import ClusterSplit, group_curves, write_load
+
+    curves = group_curves(_campaign_runs())
+    assert curves.pfi[curves.index("flex")] > 1.5 > curves.pfi[curves.index("rigid")]
+    jobs = [SlurmJob("41", "flex", {"node0": (0, 1), "node2": (0, 1)}), SlurmJob("44", "rigid", {"node1": (0, 1)}),
+            SlurmJob("45", "other", {"node1": (2, 3)})]
+    for u in ("41.node0", "44.node1", "45.node1"):
+        write_load(tmp_path / f"{u}.load.json", u, 1300.0, [650.0, 650.0])
+    budget = 4800.0
+    eq = coordinate_once(jobs, budget, time.time() + 60, tmp_path, 200.0, 700.0, 5.0)
+    share = coordinate_once(jobs, budget, time.time() + 60, tmp_path, 200.0, 700.0, 5.0,
+                            ClusterSplit(policy, curves))
+    assert np.isnan(share["41.node2"]) and np.isnan(eq["41.node2"])          # dead: no share, charged
+    alive = ["41.node0", "44.node1", "45.node1"]
+    assert sum(share[u] for u in alive) == pytest.approx(budget - 1400.0)    # ... at 2 x 700 W
+    assert sum(eq[u] for u in alive) == pytest.approx(budget - 1400.0)
+    ceiling = 2 * 0.95 * 700
+    cut_flex, cut_rigid = ceiling - share["41.node0"], ceiling - share["44.node1"]
+    assert cut_flex > cut_rigid + 100.0                                      # the flexible job gives more
+    assert eq["41.node0"] == pytest.approx(eq["44.node1"])                   # equal weights: the same
+    # no curve: its equal part of the cut, the curve units taken at their measured uncapped power
+    equal_cut = (2 * ceiling + 1400.0 - (budget - 1400.0)) / 3
+    assert share["45.node1"] == pytest.approx(1400.0 - equal_cut)
+    assert cut_flex + cut_rigid == pytest.approx(2 * equal_cut)
+    on_disk = json.loads((tmp_path / "41.node0.budget.json").read_text())
+    assert on_disk["budget_w"] == pytest.approx(share["41.node0"])
+
+
+def test_jobs_match_groups_by_name_or_map_and_bad_maps_are_refused():
+    from wattflex.grid.slurm import ClusterSplit, group_curves
+
+    curves = group_curves(_campaign_runs())
+    split = ClusterSplit("oracle", curves, {"45": "rigid"})
+    assert split.group_of(SlurmJob("41", "flex", {})) == "flex"
+    assert split.group_of(SlurmJob("45", "other", {})) == "rigid"
+    assert split.group_of(SlurmJob("46", "other", {})) is None
+    with pytest.raises(ValueError, match="needs the campaign's curves"):
+        ClusterSplit("oracle")
+    with pytest.raises(ValueError, match="not in the curves"):
+        ClusterSplit("oracle", curves, {"45": "nope"})
+    with pytest.raises(ValueError, match="choose from"):
+        ClusterSplit("raw-dcgm", curves)
+
+
+def test_cluster_control_refuses_a_bad_split_before_starting_anything(tmp_path, capsys):
+    from wattflex.cli import main
+    from wattflex.commands.cluster_control import SPLIT_POLICIES as CLI_SPLIT_POLICIES
+    from wattflex.grid.slurm import SPLIT_POLICIES
+
+    assert CLI_SPLIT_POLICIES == SPLIT_POLICIES
+    sig = tmp_path / "ev.csv"
+    sig.write_text("event_id,start_s,end_s,fraction\nev,10,20,0.7\n")
+    base = ["cluster-control", "--signal", str(sig), "--budget-dir", str(tmp_path / "b")]
+    _campaign_runs().to_csv(tmp_path / "runs.csv", index=False)
+    for extra, said in ((["--policy", "oracle"], "give --curves"),
+                        (["--policy", "oracle", "--curves", str(tmp_path / "none.parquet")], "no such file"),
+                        (["--policy", "oracle", "--curves", str(tmp_path / "runs.csv"), "--job-map", "41"],
+                         "expected JOB=GROUP"),
+                        (["--policy", "oracle", "--curves", str(tmp_path / "runs.csv"), "--job-map", "41=nope"],
+                         "not in the curves")):
+        assert main(base + extra) == 2
+        assert said in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
+def test_the_coordinator_says_which_jobs_have_no_curve_and_records_it(tmp_path):
+    from wattflex.grid.events import Event, Schedule
+    from wattflex.grid.slurm import ClusterSplit, group_curves, run_coordinator, write_load
+
+    jobs = [SlurmJob("41", "flex", {"node0": (0, 1)}), SlurmJob("45", "other", {"node1": (0, 1)})]
+    for u in ("41.node0", "45.node1"):
+        write_load(tmp_path / f"{u}.load.json", u, 1300.0, [650.0, 650.0])
+    said = []
+    rec = run_coordinator(Schedule((Event("ev", 0.0, 5.0, fraction=0.7),)), "nominal", tmp_path, 0.3, 0.1,
+                          lambda: jobs, lambda j, n: None, min_w=200.0, max_w=700.0, stale_s=30.0,
+                          split=ClusterSplit("oracle", group_curves(_campaign_runs())), log=said.append)
+    assert rec.unit_group == {"41.node0": "flex", "45.node1": None}
+    assert any("45.node1" in s and "equal-weight share" in s for s in said)
+    assert any("41.node0" in s and "group flex" in s for s in said)
+    # the last word is restore
+    assert json.loads((tmp_path / "41.node0.budget.json").read_text())["budget_w"] is None

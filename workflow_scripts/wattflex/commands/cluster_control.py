@@ -4,7 +4,8 @@ The coordinator (:func:`wattflex.grid.slurm.run_coordinator`) learns the running
 from ``squeue --json`` every period, starts one agent per (job, node) as an ``srun --overlap``
 step into the job's allocation (``wattflex control --budget-file``; caps restored when the
 step ends, by any signal, and by the epilog), splits the event's budget over the units
-(one that stops answering counted at its uncapped power) through files in ``--budget-dir``
+(one that stops answering counted at its uncapped power; ``--policy`` and ``--curves``: by
+the allocation policies on the jobs' campaign curves, else equal weights) through files in ``--budget-dir``
 (a folder every node sees), and at the end tells every agent to restore and stops them.
 ``--mv-out`` writes the event's M&V on the cluster load.
 """
@@ -22,6 +23,8 @@ from wattflex.allocation.policies import CONTROL_POLICIES
 from wattflex.errors import UserError
 from wattflex.gpus import DEFAULT_GPU, GPUS
 
+# the split policies (wattflex.grid.slurm.SPLIT_POLICIES, kept light here for --help; a test holds them equal)
+SPLIT_POLICIES = ("equal-weight", "pfi-aware", "curve-aware", "oracle")
 NAME = "cluster-control"
 HELP = "Follow a grid event across the SLURM cluster's GPU jobs: one agent per job and node, the budget split"
 
@@ -33,7 +36,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--period-s", type=float, default=5.0, help="coordination period (default 5 s)")
     parser.add_argument("--basis", choices=("measured", "nominal"), default="measured",
                         help="what fractions apply to: the cluster load before the event (default) or GPUs x max limit")
-    parser.add_argument("--policy", choices=CONTROL_POLICIES, default="equal-weight", help="each agent's policy")
+    parser.add_argument("--policy", choices=SPLIT_POLICIES, default="equal-weight",
+                        help="how the budget is split over (job, node) units (default equal-weight; the others "
+                             "need --curves)")
+    parser.add_argument("--curves", metavar="RUNS", help="the campaign's runs.parquet (or .csv): each job's power -> "
+                                                         "tokens/s curve, per GPU, by its group")
+    parser.add_argument("--job-map", metavar="JOB=GROUP,...", default="",
+                        help="campaign group of a job (SLURM job id or name); default: the group named like the "
+                             "job; a job with no curve gets an equal-weight share")
+    parser.add_argument("--agent-policy", choices=CONTROL_POLICIES, default="equal-weight",
+                        help="each agent's policy over its unit's GPUs")
     parser.add_argument("--gpu", choices=sorted(GPUS), default=DEFAULT_GPU, help="the GPUs' model (their limits)")
     parser.add_argument("--response-s", type=float, default=30.0, help="M&V deadline of events that name none")
     parser.add_argument("--mv-out", metavar="DIR", help="write the M&V of every event here (cluster load)")
@@ -50,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not (math.isfinite(args.period_s) and args.period_s >= 0.2):
         raise UserError(f"--period-s {args.period_s:g}: must be at least 0.2 s")
+    split = cluster_split(args)      # bad input refused before anything starts
     if shutil.which("squeue") is None or shutil.which("srun") is None:
         raise UserError("squeue/srun not on PATH: cluster-control runs on a SLURM login or batch node")
     gpu = GPUS[args.gpu]
@@ -71,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
     def launch(job, node) -> None:
         # an agent runs a little past the coordinator, which tells it to restore at the end
-        cmd = agent_command(job, node, out, args.period_s, duration + 3 * args.period_s, args.policy, wattflex,
+        cmd = agent_command(job, node, out, args.period_s, duration + 3 * args.period_s, args.agent_policy, wattflex,
                             args.agent_state_dir)
         with open(out / f"{job.job_id}.{node}.agent.log", "w") as log:
             agents[f"{job.job_id}.{node}"] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -79,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         rec = run_coordinator(source, args.basis, out, duration, args.period_s, discover, launch,
-                              min_w=gpu.min_limit_w, max_w=gpu.max_limit_w, stale_s=3 * args.period_s)
+                              min_w=gpu.min_limit_w, max_w=gpu.max_limit_w, stale_s=3 * args.period_s, split=split,
+                              log=lambda msg: print(msg, flush=True))
     finally:
         for p in agents.values():      # they end on their own (restored); SIGTERM after a minute:
             try:                       # each agent's guard restores its caps then too
@@ -98,11 +112,32 @@ def run(args: argparse.Namespace) -> int:
     if args.mv_out:
         first = next((k for k, b in enumerate(rec.budget_w) if math.isfinite(b)), 0)
         basis = rec.power_w[first - 1] if first > 0 else None       # the load just before the event
-        recs = write_run_mv(Path(args.mv_out), rec, source, args.response_s, math.nan,
-                            {k: v for k, v in vars(args).items() if not k.startswith("_")},
+        params = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+        # which curve split each unit's share (a job without one: equal weight)
+        params["split_curve_by_unit"] = {u: g if g else "none: equal-weight share" for u, g in rec.unit_group.items()}
+        recs = write_run_mv(Path(args.mv_out), rec, source, args.response_s, math.nan, params,
                             basis if isinstance(source, Schedule) else None)
         for r in recs:
             print(f"M&V {r['event_id']}: response {r['response_time_s']} s, "
                   f"{r['seconds_above_target_after_deadline']:g} s above target after the deadline "
                   f"(worst {r['worst_w_above_target_after_deadline']:.0f} W); wrote {args.mv_out}/mv.json")
     return 1 if failed else 0
+
+
+def cluster_split(args: argparse.Namespace):
+    """The split of ``--policy``, ``--curves`` and ``--job-map``, refused with one line if bad."""
+    from wattflex.grid.slurm import ClusterSplit, read_group_curves
+
+    job_group = {}
+    for item in filter(None, (x.strip() for x in args.job_map.split(","))):
+        job, sep, group = item.partition("=")
+        if not (sep and job and group):
+            raise UserError(f"--job-map {item!r}: expected JOB=GROUP (SLURM job id or name = campaign group)")
+        job_group[job] = group
+    if args.policy != "equal-weight" and not args.curves:
+        raise UserError(f"--policy {args.policy} splits on the jobs' curves: give --curves <campaign runs.parquet>")
+    try:
+        curves = read_group_curves(args.curves) if args.curves else None
+        return ClusterSplit(args.policy, curves, job_group)
+    except (OSError, ValueError) as e:
+        raise UserError(str(e)) from None

@@ -18,9 +18,17 @@ lifecycle, which is what Slurm already keeps per step.
 **Budget split.** Every unit writes its measured load to ``<dir>/<unit>.load.json`` each
 period. A unit whose load file is older than ``stale_s`` (a node that stops answering) is
 counted at its uncapped power (GPUs x maximum limit) and gets no share; the rest of the
-budget is water-filled over the answering units above their floors with equal weights
-(:func:`wattflex.allocation.allocator.water_fill`, the equal-weight policy), and each
-agent splits its unit's share over its GPUs with the controller's policy. Budgets go to
+budget is split over the answering units (:func:`split_budget`). With the default
+``equal-weight`` it is water-filled above their floors with equal weights
+(:func:`wattflex.allocation.allocator.water_fill`). With another split policy
+(:data:`SPLIT_POLICIES`, from the allocation registry) and the campaign's curves
+(:class:`GroupCurves`, ``runs.parquet``: each group's measured power and tokens/s per cap,
+taken per GPU and scaled to the unit's GPUs), the units whose job has a curve (matched by
+SLURM job name or an explicit map, :class:`ClusterSplit`) share their part of the cut
+through :func:`wattflex.allocation.allocator.allocate` (PFI-aware weights, the curve-aware
+prediction or the oracle, on the curves' PFI as measured); a unit without a curve keeps its
+equal-weight share. Each agent splits its unit's share over its GPUs with the controller's
+policy. Budgets go to
 ``<dir>/<unit>.budget.json`` with the end of the event; an agent whose budget file goes
 stale holds the last budget to that end, then restores.
 """
@@ -34,13 +42,14 @@ import re
 import shlex
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from wattflex.allocation.allocator import water_fill
+from wattflex.allocation.allocator import allocate, water_fill
+from wattflex.allocation.curves import Curves, curves_from_points
 
 
 @dataclass(frozen=True)
@@ -129,19 +138,124 @@ def agent_command(job: SlurmJob, node: str, budget_dir: Path, period_s: float, d
 # The split, and the files between coordinator and agents
 # ---------------------------------------------------------------------------------------
 
-def split_budget(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarray, alive: np.ndarray) -> np.ndarray:
+# the allocation policies that can split across units: those reading no per-job feature
+# but the curves and their PFI (measured here, from the campaign's curves)
+SPLIT_POLICIES = ("equal-weight", "pfi-aware", "curve-aware", "oracle")
+
+
+@dataclass(frozen=True)
+class GroupCurves:
+    """The campaign's groups as per-GPU curves: ``per_gpu`` (G, K) power and tokens/s of one
+    GPU at each measured cap (the group's totals / its GPUs), ``pfi`` its measured PFI
+    (paper Eq. 1, :func:`wattflex.analysis.pfi.pfi_ratio`)."""
+    groups: tuple[str, ...]
+    per_gpu: Curves
+    pfi: np.ndarray
+
+    def index(self, group: str) -> int | None:
+        return self.groups.index(group) if group in self.groups else None
+
+
+def group_curves(runs: Any) -> GroupCurves:
+    """Per-GPU curves from ``runs.parquet`` rows (``group, gpus, cap_w, power_w,
+    tokens_per_s``; repeats averaged)."""
+    from wattflex.analysis.pfi import pfi_ratio
+
+    need = {"group", "gpus", "cap_w", "power_w", "tokens_per_s"} - set(runs.columns)
+    if need:
+        raise ValueError(f"curves need column(s) {', '.join(sorted(need))} (a runs.parquet)")
+    pts = runs.groupby(["group", "cap_w"], sort=True, as_index=False)[["gpus", "power_w", "tokens_per_s"]].mean()
+    names, curves = curves_from_points(pts["group"], pts["power_w"] / pts["gpus"], pts["tokens_per_s"] / pts["gpus"],
+                                       pts["cap_w"])
+    pfi = np.array([pfi_ratio(p, t) for p, t in zip(curves.power_w, curves.throughput)])
+    return GroupCurves(tuple(map(str, names)), curves, pfi)
+
+
+def read_group_curves(path: str | Path) -> GroupCurves:
+    """:func:`group_curves` of a runs table (``.parquet`` or ``.csv``)."""
+    import pandas as pd
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"--curves {p}: no such file (give a campaign's runs.parquet)")
+    runs = pd.read_parquet(p) if p.suffix in (".parquet", ".pq") else pd.read_csv(p)
+    try:
+        return group_curves(runs)
+    except ValueError as e:
+        raise ValueError(f"--curves {p}: {e}") from None
+
+
+@dataclass(frozen=True)
+class ClusterSplit:
+    """How the coordinator splits across units: a policy of :data:`SPLIT_POLICIES`, the
+    campaign's curves, and which group each job is (``job_group``: job id or SLURM job name
+    -> group; otherwise a job whose name is a group's is that group)."""
+    policy: str = "equal-weight"
+    curves: GroupCurves | None = None
+    job_group: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy not in SPLIT_POLICIES:
+            raise ValueError(f"split policy {self.policy!r}: choose from {', '.join(SPLIT_POLICIES)}")
+        if self.policy != "equal-weight" and self.curves is None:
+            raise ValueError(f"split policy {self.policy} needs the campaign's curves (--curves runs.parquet)")
+        missing = sorted(set((self.job_group or {}).values()) - set(self.curves.groups if self.curves else ()))
+        if missing:
+            raise ValueError(f"--job-map names group(s) {', '.join(missing)} not in the curves")
+
+    def group_of(self, job: SlurmJob) -> str | None:
+        """The job's campaign group, None if it has no curve (it then gets an equal-weight share)."""
+        if self.curves is None:
+            return None
+        m = self.job_group or {}
+        g = m.get(job.job_id, m.get(job.name, job.name))
+        return g if self.curves.index(g) is not None else None
+
+    def unit_curves(self, units: Sequence[tuple[SlurmJob, str]]) -> tuple[Curves | None, np.ndarray]:
+        """Each unit's curve (its group's per-GPU curve x its GPUs; rows without one are
+        placeholders) and the mask of units that have one."""
+        idx = [None if self.policy == "equal-weight" else self.group_of(j) for j, _ in units]
+        has = np.array([g is not None for g in idx], bool)
+        if self.curves is None or not has.any():
+            return None, has
+        rows = np.array([self.curves.index(g) if g is not None else 0 for g in idx])
+        gpus = np.array([len(j.gpus[n]) for j, n in units], float)[:, None]
+        c = self.curves.per_gpu.take(rows)
+        return Curves(c.power_w * gpus, c.throughput * gpus, c.cap_w), has
+
+    def unit_pfi(self, units: Sequence[tuple[SlurmJob, str]]) -> np.ndarray:
+        return np.array([self.curves.pfi[self.curves.index(g)] if self.curves is not None
+                         and (g := self.group_of(j)) is not None else np.nan for j, _ in units])
+
+
+def split_budget(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarray, alive: np.ndarray,
+                 policy: str = "equal-weight", curves: Curves | None = None, has_curve: np.ndarray | None = None,
+                 pfi: np.ndarray | None = None) -> np.ndarray:
     """Per-unit budgets (W): a unit not answering is charged its ceiling (uncapped) and gets
     NaN; the rest water-filled (equal weights) between the answering units' floors and
-    ceilings. ``inf`` (no event): every unit inf."""
-    floor_w, ceiling_w, alive = (np.asarray(a) for a in (floor_w, ceiling_w, alive))
+    ceilings. With ``curves`` (rows ``has_curve``) and a policy other than equal-weight, an
+    answering unit with a curve works between the curve's floor and ceiling (its lowest-cap
+    and uncapped power), and the units with curves re-split their equal-weight part of the
+    cut by ``policy`` (:func:`wattflex.allocation.allocator.allocate`, ``pfi``: their PFI);
+    those without keep their equal-weight share. ``inf`` (no event): every unit inf."""
+    floor_w, ceiling_w, alive = (np.array(a, dtype=float if k < 2 else bool) for k, a in
+                                 enumerate((floor_w, ceiling_w, alive)))
     if not math.isfinite(budget_w):
         return np.full(len(floor_w), np.inf)
     left = budget_w - ceiling_w[~alive].sum()
+    use = np.zeros(len(floor_w), bool) if curves is None or has_curve is None else np.asarray(has_curve) & alive
+    if use.any():
+        floor_w[use], ceiling_w[use] = curves.floor_w[use], curves.ceiling_w[use]
     cut = ceiling_w[alive].sum() - left
     share = np.full(len(floor_w), np.nan)
     head = np.where(alive, ceiling_w - floor_w, 0.0)
     shed = water_fill(np.array(max(cut, 0.0)), head, np.where(alive, 1.0, 0.0))
     share[alive] = (ceiling_w - shed)[alive]
+    if use.any() and policy != "equal-weight":
+        part = Curves(curves.power_w[use], curves.throughput[use])
+        pfi_use = np.full(int(use.sum()), np.nan) if pfi is None else np.asarray(pfi, float)[use]
+        a = allocate(part, float(share[use].sum()), policy, {"pfi": pfi_use})
+        share[use] = a.power_w
     return share
 
 
@@ -188,14 +302,18 @@ def write_load(path: str | Path, unit: str, load_w: float, caps_w: Sequence[floa
 
 
 def coordinate_once(jobs: Sequence[SlurmJob], budget_w: float, hold_until_unix: float, budget_dir: Path,
-                    min_w: float, max_w: float, stale_s: float) -> dict[str, float]:
+                    min_w: float, max_w: float, stale_s: float, split: ClusterSplit | None = None) -> dict[str, float]:
     """One coordinator period: read every unit's load file, split ``budget_w`` (units not
-    answering counted at ``max_w`` per GPU), write every unit's budget file."""
+    answering counted at ``max_w`` per GPU; ``split``: the policy and curves, default
+    equal weights), write every unit's budget file."""
+    split = split or ClusterSplit()
     units = [(j, n) for j in jobs for n in j.gpus]
     names = [unit_name(j.job_id, n) for j, n in units]
     gpus = np.array([len(j.gpus[n]) for j, n in units], float)
     alive = np.array([read_fresh(budget_dir / f"{u}.load.json", stale_s) is not None for u in names], bool)
-    share = split_budget(budget_w, gpus * min_w, gpus * max_w, alive)
+    curves, has_curve = split.unit_curves(units)
+    share = split_budget(budget_w, gpus * min_w, gpus * max_w, alive, split.policy, curves, has_curve,
+                         split.unit_pfi(units))
     now = time.time()
     for u, b in zip(names, share):
         write_json_atomic(budget_dir / f"{u}.budget.json",
@@ -221,15 +339,21 @@ class ClusterRecord:
     power_w: list[float]
     alive: list[int]
     caps_w: list[list[float]]      # (none: caps are the agents'; kept for the M&V writer)
+    # per unit: the campaign group whose curve split its share, or None (equal weight)
+    unit_group: dict[str, str | None] = field(default_factory=dict)
 
 
 def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float, period_s: float,
                     discover_jobs: Any, launch: Any, *, min_w: float, max_w: float, stale_s: float,
+                    split: ClusterSplit | None = None, log: Any = print,
                     clock: Any = time.monotonic, sleep: Any = time.sleep) -> ClusterRecord:
     """Follow ``source`` (a schedule or signal: ``budget(t, basis_w)``, ``active(t)``) over the
     jobs ``discover_jobs()`` reports, ``launch(job, node)`` starting each new unit's agent.
     The basis is ``nominal`` (GPUs x ``max_w``) or ``measured`` (the cluster load of the last
-    period before an event). At the end every unit is told: no budget (restore)."""
+    period before an event). ``split``: how the budget is split (default equal weights); a
+    new job whose share has no curve under a curve policy is said to ``log``. At the end
+    every unit is told: no budget (restore)."""
+    split = split or ClusterSplit()
     rec = ClusterRecord([], [], [], [], [])
     launched: set[str] = set()
     t0, t0_unix = clock(), time.time()
@@ -242,6 +366,12 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
                 if unit_name(j.job_id, n) not in launched:
                     launch(j, n)
                     launched.add(unit_name(j.job_id, n))
+                    group = split.group_of(j) if split.policy != "equal-weight" else None
+                    rec.unit_group[unit_name(j.job_id, n)] = group
+                    if split.policy != "equal-weight":
+                        log(f"unit {unit_name(j.job_id, n)} (job name {j.name!r}): "
+                            + (f"{split.policy} split on group {group}'s curve" if group else
+                               "no curve for this job: equal-weight share"))
         units = [(j, n) for j in jobs for n in j.gpus]
         gpus = np.array([len(j.gpus[n]) for j, n in units], float)
         loads = [read_fresh(budget_dir / f"{unit_name(j.job_id, n)}.load.json", stale_s) for j, n in units]
@@ -253,7 +383,7 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
         budget = float(source.budget(t, basis_w)) if math.isfinite(basis_w) else math.inf
         end = _event_end(source, t)
         coordinate_once(jobs, budget, t0_unix + end if end is not None else -math.inf, budget_dir, min_w, max_w,
-                        stale_s)
+                        stale_s, split)
         rec.t_s.append(t)
         rec.budget_w.append(budget)
         rec.power_w.append(load)
