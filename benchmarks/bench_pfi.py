@@ -7,9 +7,9 @@ the CSV, check every row, the PFI of every group with 10,000 Monte Carlo resampl
 CSV and its sidecar). Tables: N groups of 4 caps (200, 400, 600, 700 W per GPU, 8 GPUs), a
 power-law throughput loss with 0.5 % seeded noise and SEM columns, so every part of the
 analysis runs (isotonic fit, binding test, both CIs). ``--before DIR``: also run the library
-in DIR (e.g. ``git worktree add DIR <commit>``: its ``workflow_scripts``), interleaved with
-this checkout's, and check both give the same table (numbers to 1e-12). Prints a table and writes it to
-``benchmarks/results/pfi_scale.md`` (or ``--out``).
+in DIR (its ``workflow_scripts``: e.g. ``git archive <commit> workflow_scripts | tar -x -C DIR``),
+interleaved with this checkout's, and check both give the same table (numbers to 1e-12).
+Prints a table and writes it to ``benchmarks/results/pfi_scale.md`` (or ``--out``).
 """
 
 from __future__ import annotations

@@ -383,3 +383,24 @@ def test_long_tables_report_progress(monkeypatch):
     out = pfi.pfi_table(df, mc_samples=0, progress=lines.append)
     assert len(out) == 3 and [line.split("] ", 1)[1] for line in lines] == [
         f"PFI of {i} of 3 groups" for i in (1, 2, 3)]
+
+
+def test_monte_carlo_across_groups_equals_each_group_alone(monkeypatch):
+    """Issue 27 §4: the CIs run on groups stacked by size, in batches; a group's row (CIs and
+    their notes included) is the one it gets alone, across batch boundaries and sizes."""
+    import wattflex.analysis.pfi as pfi
+
+    monkeypatch.setattr(pfi, "_MC_ROWS_PER_BATCH", 1000)  # 2 groups a batch at 500 resamples
+    rng = np.random.default_rng(5)
+    parts = []
+    for g in range(7):
+        caps = CAPS if g % 2 else [200, 300, 400, 500, 600, 700]
+        thr = 100 * (1 - rng.uniform(0.2, 0.9) * (1 - np.asarray(caps) / 700) ** 1.5)
+        thr[1] *= 1.04 if g % 3 == 0 else 1.0  # a dip: the isotonic refit pools points
+        parts.append(sweep(caps=caps, power=8 * np.asarray(caps) * 0.95, throughput=thr, gpus=8,
+                           group=f"g{g}", power_w_sem=20.0, throughput_sem=rng.uniform(0.2, 3.0)))
+    table = pfi.pfi_table(pd.concat(parts, ignore_index=True), mc_samples=500, **SEM_COLS)
+    assert table.pfi_robust_ci95_low.notna().sum() >= 5
+    for part, (_, row) in zip(parts, table.iterrows()):
+        alone = pfi.pfi_table(part, mc_samples=500, **SEM_COLS).iloc[0]
+        assert row.equals(alone), row.group
