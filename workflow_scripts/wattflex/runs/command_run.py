@@ -251,42 +251,6 @@ class CommandJob:
         proc, self.follower = self.start(live=True)
         return proc
 
-    def sweep_training(self, proc: subprocess.Popen) -> Any:
-        """The sweep controller's view of the command (``sweep.real._Training``): its steps
-        from the live step log; a stop ends the command (``terminate``: it knows no stop file)."""
-        from wattflex.runs.sweep.real import _Training      # lazy: sweep.real imports this module lazily
-
-        job = self
-
-        class CommandTraining(_Training):
-            stopped = False
-
-            def ended(self) -> bool:
-                if self.stopped:
-                    return True
-                rc = self.proc.poll()
-                if rc is not None and rc != 0:
-                    raise exit_error(rc, self.log_path)
-                return rc is not None
-
-            def wait_first_step(self, timeout_s: float, poll_s: float) -> None:
-                try:
-                    super().wait_first_step(timeout_s, poll_s)
-                except RuntimeError as exc:
-                    raise no_throughput_error(job.source, job.follower, self.log_path, job.outdir) from exc
-                if self.steps().empty:       # ended by itself before any throughput line
-                    raise no_throughput_error(job.source, job.follower, self.log_path, job.outdir)
-
-            def request_stop(self) -> None:
-                self.stopped = True
-                terminate(self.proc)
-
-            def finish(self, grace_s: float = 0.0) -> None:
-                self.ended()                 # a command that failed by itself says so
-
-        self.sweep = CommandTraining(proc, self.node.log_path, self.outdir)
-        return self.sweep
-
     def write_sweep_outputs(self, training: Any) -> None:
         """After a one-run sweep: the command's steps and record for ``real_run.assemble``."""
         self.follower.stop()

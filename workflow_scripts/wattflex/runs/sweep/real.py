@@ -168,6 +168,46 @@ class _Training:
             raise training_error(rc, self.log_path)
 
 
+class _CommandTraining(_Training):
+    """A group's own command (``wattflex.runs.command_run.CommandJob``) seen from the controller:
+    its steps from the live step log its log lines become; a stop ends it (``terminate``: it
+    knows no stop file); the errors say how the command failed."""
+
+    def __init__(self, proc: Any, job: Any) -> None:
+        super().__init__(proc, job.node.log_path, job.outdir)
+        self.job, self.stopped = job, False
+
+    def ended(self) -> bool:
+        from wattflex.runs.command_run import exit_error
+
+        if self.stopped:
+            return True
+        rc = self.proc.poll()
+        if rc is not None and rc != 0:
+            raise exit_error(rc, self.log_path)
+        return rc is not None
+
+    def wait_first_step(self, timeout_s: float, poll_s: float) -> None:
+        from wattflex.runs.command_run import CommandError, no_throughput_error
+
+        job = self.job
+        try:
+            super().wait_first_step(timeout_s, poll_s)
+        except CommandError:         # it exited with an error status
+            raise
+        except RuntimeError as exc:  # no step within the time
+            raise no_throughput_error(job.source, job.follower, self.log_path, job.outdir) from exc
+        if self.steps().empty:       # ended by itself before any throughput line
+            raise no_throughput_error(job.source, job.follower, self.log_path, job.outdir)
+
+    def request_stop(self) -> None:
+        self.stopped = True
+        terminate(self.proc)
+
+    def finish(self, grace_s: float = 0.0) -> None:
+        self.ended()                 # a command that failed by itself says so
+
+
 def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     tmp.write_text(json.dumps(doc))
@@ -383,7 +423,7 @@ def run_real_sweep(spec: dict[str, Any], outdir: str | Path) -> None:
     _check_grid(node.gpus, caps)
     n_gpus = len(node.gpus)
     with _capped_training(node, caps[0], job.start_live if job else None) as (sampler, proc):
-        training = job.sweep_training(proc) if job else _Training(proc, node.log_path, outdir)
+        training = _CommandTraining(proc, job) if job else _Training(proc, node.log_path, outdir)
         training.wait_first_step(separate_s, opts.sampler_period_s)
 
         def series() -> pd.DataFrame:
