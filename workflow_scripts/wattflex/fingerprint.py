@@ -26,7 +26,8 @@ LIB = Path(__file__).resolve().parent
 PLUMBING = ("", "provenance", "smk", "errors", "fingerprint")
 #: The real backend is never fingerprinted (module docstring).
 REAL_BACKEND = ("runs.real_run", "runs.training", "runs.devices.base", "runs.devices.nvml",
-                "runs.devices.caps", "runs.devices.hostpower", "runs.sweep.real")
+                "runs.devices.caps", "runs.devices.hostpower", "runs.sweep.real",
+                "runs.command_run", "runs.throughput")      # a group's own command (real runs only)
 
 
 def _source(module: str) -> Path | None:

@@ -15,6 +15,7 @@ from tests.unit.runs.test_real_run import cuda_spec
 from wattflex.provenance import read_json, read_parquet
 from wattflex.runs import command_run
 from wattflex.runs.command_run import CommandError, fill, program_path, run_command
+from wattflex.runs.protection import holds_real_run
 from wattflex.runs.runner import run_at_cap
 
 OWN_JOB = Path(__file__).resolve().parents[2] / "data" / "own_job" / "train_tiny_lm.py"
@@ -70,6 +71,7 @@ def test_fake_nvml_own_script_runs_capped_and_its_tps_lines_become_steps(fake_nv
     assert run["training"]["command_env"]["OWN_JOB_RUN_DIR"] == str(tmp_path / "run") or \
         run["training"]["command_env"]["OWN_JOB_RUN_DIR"].startswith(str(tmp_path / ".run."))
     assert run["enforced_limit_w"] == [400.0, 400.0] and limits_w() == [700.0, 700.0]
+    assert holds_real_run(out)                      # protected as a harness run (backend cuda)
     tel = read_parquet(out / "telemetry.parquet")
     assert (tel["power_limit_w"] == 400.0).all() and run["telemetry"]["source"] == "nvml"
     assert steps["t_end_s"].iloc[-1] <= tel["t_s"].max() + 1.0       # one clock for both
@@ -177,3 +179,21 @@ def test_fake_nvml_staircase_of_a_command_that_prints_no_throughput_fails_restor
     with pytest.raises(CommandError, match="printed no throughput line"):
         write_real_sweep_run(spec, tmp_path / "staircase")
     assert limits_w() == [700.0, 700.0] and no_process_left(tmp_path)
+
+
+def test_a_failed_command_runs_record_is_protected_and_says_which(tmp_path):
+    from wattflex.runs.failures import record_failed_run
+
+    spec = command_spec(tmp_path)
+    out = record_failed_run(spec, tmp_path / "run", CommandError("the command exited with status 3"), 2)
+    run = read_json(out / "run.json")
+    assert run["status"] == "failed" and run["error"] == "CommandError: the command exited with status 3"
+    assert holds_real_run(out)
+
+
+def test_real_runs_code_is_never_fingerprinted():
+    from wattflex import fingerprint
+
+    script = Path(__file__).resolve().parents[3] / "workflow_scripts" / "run_at_cap.py"
+    assert not [m for m in fingerprint.closure(script)
+                if m in ("runs.command_run", "runs.throughput")]
