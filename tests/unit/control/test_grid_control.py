@@ -9,6 +9,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -104,4 +105,32 @@ def test_a_target_below_the_floors_and_a_deadline_the_ramp_misses_warn_and_hold_
     assert recs["low"]["seconds_above_target_after_deadline"] > 0                    # honest: the floor is above it
     assert recs["low"]["worst_w_above_target_after_deadline"] == pytest.approx(100.0)   # 400 W floor vs 300 W
     assert recs["slow"]["target_w"] == 700.0 and not recs["slow"]["deadline_met"]
+    assert limits_w() == [700.0, 700.0]
+
+
+def test_the_ramp_limit_bounds_every_steps_cap_changes_down_and_back_up_fake_nvml(fake_nvml, tmp_path):
+    """A 30 % event ramped at 0.5 kW/s on the two fake GPUs (650 W each): every period the load
+    the cap changes can move (a cut below what a GPU draws, a raise of its cap), summed over
+    both GPUs, stays within 0.5 kW/s x the period, down and back up after the end, where the
+    budget jumps to no limit; the event's target is still met by its deadline, caps restored."""
+    ramp_w_per_s = 500.0
+    ev = schedule(tmp_path, {"event_id": "ramped", "start_s": 0.5, "end_s": 4.0, "fraction": 0.7,
+                             "ramp_kw_per_s": ramp_w_per_s / 1e3, "deadline_s": 3.0})
+    assert cli.main(["control", "--signal", str(ev), "--basis", "measured", "--period-s", "0.1",
+                     "--state-dir", str(tmp_path / "st"), "--mv-out", str(tmp_path / "mv"),
+                     "--duration-s", "7"]) == 0
+    ts = read_csv(tmp_path / "mv" / "timeseries.csv")
+    t = ts["t_s"].to_numpy()
+    caps = ts[["cap_w:job0", "cap_w:job1"]].to_numpy()
+    drawn = np.minimum(caps[:-1], 650.0)                       # the fake GPUs draw 650 W uncapped
+    shed = np.clip(drawn - caps[1:], 0, None).sum(1)
+    rise = np.clip(caps[1:] - caps[:-1], 0, None).sum(1)      # a cap raised by x: at most x more
+    allow = ramp_w_per_s * np.diff(t) + 2 * 5.0                # + one 5 W cap step per GPU (rounding)
+    assert (shed <= allow).all() and (rise <= allow).all(), (shed.max(), rise.max(), allow.min())
+    assert shed.sum() >= 390 - 10 and rise.max() > 0           # it did cut ~390 W and come back
+    after = ts[ts["t_s"] > 4.0]
+    assert len(after) > 1 and (after["cap_w:job0"].iloc[-1], after["cap_w:job1"].iloc[-1]) == (700.0, 700.0)
+    rec = read_json(tmp_path / "mv" / "mv.json")["events"][0]
+    assert rec["target_w"] == pytest.approx(910.0) and rec["deadline_met"]
+    assert rec["seconds_above_target_after_deadline"] == 0
     assert limits_w() == [700.0, 700.0]

@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
 
     from wattflex.runs.devices.base import CapError
     from wattflex.runs.devices.caps import default_state_dir, limit_setter
-    from wattflex.control.controller import ControlConfig, Controller, pfi_from_model
+    from wattflex.control.controller import ControlConfig, Controller, pfi_from_model, ramp_at
     from wattflex.grid.events import Schedule, check_schedule, read_schedule
     from wattflex.control.loop import NodeJob, floor_w, job_table, read_jobs, run_loop, sample_devices
     from wattflex.runs.devices.nvml import local_gpu_indices, nvml, open_gpus
@@ -336,8 +336,10 @@ def run(args: argparse.Namespace) -> int:
 
         signal.rebase(datetime.now(timezone.utc))
     try:
+        # a schedule's (or VTN's) events also ramp-limit the cap changes, down and back up
+        ramp = None if signal is None else (lambda t: ramp_at(signal, t))
         rec = run_loop(jobs, budget_at, args.policy, cfg, duration, mode=args.cap_control, state_dir=state_dir,
-                       command=args.cap_command, predict_pfi=predict_pfi, on_period=on_period)
+                       command=args.cap_command, predict_pfi=predict_pfi, on_period=on_period, ramp_at=ramp)
     except CapError as exc:      # the guard has put back what it could; the message says what is left
         raise UserError(f"{exc} (--cap-control {args.cap_control})") from None
     finally:

@@ -42,6 +42,15 @@ profile is not declared gets one from its first steady uncapped telemetry (until
 guessed at: it gets the safe equal-weight cap, the budget divided evenly over all job GPUs,
 and the others share what is left. A budget of ``inf`` (no curtailment event) uncaps every
 job.
+
+**Ramp limit on caps.** With an event's ramp limit (``ramp_w_per_s`` to :meth:`Controller.step`,
+:func:`ramp_at` of a schedule), the load the cap changes of one step can move, summed over
+every job's GPUs, is held to ``ramp * (time since the last step)`` each way: going down, a
+GPU's cap below what it draws (``min(old cap, measured power per GPU)``) sheds that much;
+going up, a cap raised by x lets it draw at most x more. Every moving job gets the same
+fraction of its move (the budget's own ramp asks for about that much, so the two agree; a
+cap lowered only above the power drawn moves freely). It binds most at the restore, where
+the budget jumps to ``inf``. A job new to the controller is not limited.
 """
 
 from __future__ import annotations
@@ -193,6 +202,13 @@ class Readings:
     sm_active: np.ndarray | None = None
 
 
+def ramp_at(source: Any, t_s: float) -> float:
+    """The ramp limit (W/s) in force at ``t_s``: that of the latest event started by then (its
+    ramp back and the restore after it included); inf for a source without events."""
+    started = [e for e in getattr(source, "events", ()) if e.start_s <= t_s]
+    return float(started[-1].ramp_w_per_s) if started else math.inf
+
+
 def round_caps(cap_w: np.ndarray, lo: np.ndarray, hi: np.ndarray, step: float) -> np.ndarray:
     """Clip to the device range and round down to the cap grid (never above the request)."""
     c = np.clip(cap_w, lo, hi)
@@ -255,6 +271,7 @@ class Controller:
         self.trim = np.zeros(R)
         self.last_drop = -np.inf
         self.prev_budget = math.inf
+        self.prev_step_t = -np.inf                # when step last ran (the ramp limit's time base)
         self.restore_from = -np.inf               # when the last event's budget was lifted
         self.restore_order = np.zeros(0, int)     # jobs capped when it was lifted, in release order
         self.fallback = np.zeros((R, S), bool)
@@ -398,8 +415,10 @@ class Controller:
         return np.maximum.accumulate(np.maximum(self.mean, 0.0), axis=-1)
 
     # ---- one period ---------------------------------------------------------------------
-    def step(self, t_s: float, budget_w: float, jobs: JobTable, read: Readings) -> np.ndarray:
-        """Caps (R, S) per GPU for the next period (NaN for empty slots)."""
+    def step(self, t_s: float, budget_w: float, jobs: JobTable, read: Readings,
+             ramp_w_per_s: float = math.inf) -> np.ndarray:
+        """Caps (R, S) per GPU for the next period (NaN for empty slots); ``ramp_w_per_s``:
+        the most load the cap changes may move per second (module docstring)."""
         cfg = self.cfg
         self._admit(t_s, jobs)
         R = len(self.policies)
@@ -432,6 +451,8 @@ class Controller:
         caps = self._caps(budget_w, read, fresh, active)
         if not np.isfinite(budget_w):
             caps = self._stagger(t_s, caps, active)
+        caps = self._ramp(caps, read, active, ramp_w_per_s * (t_s - self.prev_step_t))
+        self.prev_step_t = t_s
         self._apply(t_s, caps, active)
         self.fallback = active & ~fresh & np.isfinite(budget_w)
         return self.caps.copy()
@@ -448,6 +469,28 @@ class Controller:
         held[self.restore_order[released:]] = True
         held &= active & np.isfinite(self.caps).all(0)       # a job that arrived meanwhile is not held
         return np.where(held[None, :], self.caps, caps)
+
+    def _ramp(self, caps: np.ndarray, read: Readings, active: np.ndarray, allow_w: float) -> np.ndarray:
+        """``caps`` with the load their changes move held to ``allow_w`` each way (R rows
+        apart); a down move's cap rounded up, an up move's down, to the cap grid."""
+        if not (math.isfinite(allow_w) and allow_w >= 0):
+            return caps
+        g, old = self.profile.gpus.astype(float), self.caps
+        with np.errstate(invalid="ignore", divide="ignore"):
+            drawn = np.where(np.isfinite(read.power_w), read.power_w / np.maximum(g, 1), np.inf)
+        eff = np.minimum(old, drawn)                       # what a GPU draws now, at most its cap
+        known = active & np.isfinite(old)
+        down, up = known & (caps < eff), known & (caps > old)
+        shed = (g * np.where(down, eff - caps, 0.0)).sum(-1, keepdims=True)
+        rise = (g * np.where(up, caps - old, 0.0)).sum(-1, keepdims=True)
+        f_down = np.minimum(1.0, np.divide(allow_w, shed, out=np.ones_like(shed), where=shed > 0))
+        f_up = np.minimum(1.0, np.divide(allow_w, rise, out=np.ones_like(rise), where=rise > 0))
+        step, p = self.cfg.cap_step_w, self.profile
+        lo, hi = p.min_cap_w[None, :], p.max_cap_w[None, :]
+        with np.errstate(invalid="ignore"):
+            cut = np.clip(np.ceil((eff - f_down * (eff - caps)) / step - 1e-9) * step, lo, hi)
+            lift = np.maximum(old, np.clip(np.floor((old + f_up * (caps - old)) / step + 1e-9) * step, lo, hi))
+        return np.where(down & (f_down < 1), cut, np.where(up & (f_up < 1), lift, caps))
 
     def _update_trim(self, t_s: float, budget_w: float, read: Readings) -> None:
         cfg = self.cfg

@@ -123,10 +123,12 @@ def run_loop(jobs: Sequence[NodeJob], budget_at: Callable[[float], float], polic
              command: str | None = None, handle_signals: bool = True,
              predict_pfi: Callable[[np.ndarray], np.ndarray] | None = None,
              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-             on_period: Callable[[LoopRecord], None] | None = None) -> LoopRecord:
+             on_period: Callable[[LoopRecord], None] | None = None,
+             ramp_at: Callable[[float], float] | None = None) -> LoopRecord:
     """Control ``jobs`` for ``duration_s`` seconds. Every GPU's original limit is recorded in
     a state file and restored on return, exception or signal (``CapGuard``); before the first
-    reading every GPU gets the safe equal-weight cap of the starting budget."""
+    reading every GPU gets the safe equal-weight cap of the starting budget. ``ramp_at(t)``: the
+    ramp limit (W/s) the controller holds its cap changes to (default none)."""
     devices = [d for j in jobs for d in j.devices]
     table = job_table(jobs)
     ctl = Controller([policy], cfg, len(jobs), predict_pfi)
@@ -149,7 +151,7 @@ def run_loop(jobs: Sequence[NodeJob], budget_at: Callable[[float], float], polic
                 log.warning("t=%.1f s: budget %.0f W is below the jobs' floor %.0f W (every GPU at its minimum "
                             "cap): capping at the floors, power may exceed the budget", t, budget, floor)
             read = read_jobs(jobs, t, raw=rec.last_readings)
-            caps = ctl.step(t, budget, table, read)[0]
+            caps = ctl.step(t, budget, table, read, math.inf if ramp_at is None else float(ramp_at(t)))[0]
             apply_caps(jobs, caps, current)
             rec.t_s.append(t)
             rec.budget_w.append(budget)
