@@ -13,9 +13,9 @@ A *throughput source* (``group.command.throughput``) is one of
 * ``steps_file``: a CSV or JSONL file the job writes (``step, t_end_s, tokens``; ``t_end_s``
   in Unix seconds, ``time.time()``), relative to the run directory.
 
-``per_gpu: true`` says the logged rate is per GPU (torchtitan's ``tps`` is tokens per second
-per device: MetricsProcessor divides by the non-data-parallel size... and the data-parallel
-ranks each log their own), so it is multiplied by the group's GPUs.
+``per_gpu: true`` says the logged rate is per GPU, so it is multiplied by the group's GPUs:
+torchtitan's ``tps`` is "tokens per second per device" (its MetricsProcessor divides the
+rank's tokens since the last log line by the time and by the non-data-parallel degree).
 
 A matched line becomes one step row ``step, t_end_s, tokens, loss`` (``telemetry.STEP_COLUMNS``):
 ``t_end_s`` is when wattflex read the line (seconds since the run's t0), and ``tokens`` the
