@@ -180,10 +180,14 @@ def test_every_group_of_the_default_config_is_planned_and_the_chosen_layouts_fit
         assert p.precision == "bf16" and p.fits, gid
         g = next(g for g in groups(cfg) if g["id"] == gid)
         assert not plan.plan_group({**g, "precision": "bf16-mixed"}, cfg["_catalog"][g["model"]]).fits, gid
-    # what still does not fit is bound by the loss's fp32 logits (65536 tokens per GPU), not a layout
-    for p in plans.values():
-        if not p.fits:
-            assert p.seq_len * p.batch == 65536 and p.logits_gib > p.gpu_avail_gib / 2, p.group
+    # with the chunked loss every group fits; the four at 65536 tokens per GPU did not without it
+    assert [p.group for p in plans.values() if not p.fits] == []
+    big = [gid for gid, p in plans.items() if p.seq_len * p.batch == 65536]
+    assert sorted(big) == sorted(["dense-pt-qwen32b-x32-seq8192-bs8", "moe-ft-qwen30ba3b-x8", "moe-ft-qwen30ba3b-x16",
+                                  "h100-moe-ft-qwen30ba3b-x8"])
+    unchunked = {**cfg, "cuda": {**(cfg.get("cuda") or {}), "loss_chunk_tokens": 0}}
+    for p in plan.plan_campaign(unchunked, [g for g in groups(cfg) if g["id"] in big]):
+        assert not p.fits and p.logits_gib > p.gpu_avail_gib / 2, p.group
 
 
 def test_the_readmes_plan_table_and_refusal_are_the_codes():
@@ -201,3 +205,16 @@ def test_a_group_without_shape_keys_is_planned_with_the_harness_defaults():
     bare = {"id": "g", "model": "Llama-3.1-70B", "task": "pt", "gpus": 8}
     p = plan.plan_group(bare, LLAMA)
     assert (p.seq_len, p.batch, p.gpu, p.grad_checkpointing, p.first_step_s) == (4096, 2, "H200", False, 60.0)
+
+
+def test_the_chunked_loss_counts_one_chunks_logits():
+    from wattflex.runs.training import TrainConfig
+
+    facts = yaml.safe_load((REPO_ROOT / "config" / "models.yaml").read_text())["models"]["Qwen3-32B"]
+    vocab = float(facts["vocab"])
+    def logits(tokens_per_chunk, seq_len=8192, batch=8):
+        return plan.activation_bytes(facts, seq_len, batch, False, "sdpa", tokens_per_chunk)["logits"]
+    assert logits(8192) == plan.LOGIT_BYTES * 8192 * vocab
+    assert logits(0) == plan.LOGIT_BYTES * 65536 * vocab                  # off: the whole sequence
+    assert logits(8192, seq_len=1024, batch=2) == plan.LOGIT_BYTES * 2048 * vocab   # a chunk is at most the batch
+    assert TrainConfig(model_facts={}).loss_chunk_tokens == plan.LOSS_CHUNK_TOKENS

@@ -273,3 +273,5 @@ def test_torchrun_two_process_gloo(model, task, parallel, tmp_path):
     ck = facts["events"][1]
     assert ck["async"] and ck["bytes"] > 0 and not Path(ck["path"]).exists()   # written, summed, removed
     assert facts["sharded_build"] == (parallel == "fsdp")
+    # the chunked loss (training.loss) under FSDP2; DDP keeps transformers' loss
+    assert (facts["loss_unchunked_because"] is None) == (parallel == "fsdp") and facts["loss_chunk_tokens"] == 8192

@@ -59,6 +59,10 @@ ACT_BYTES_CKPT_INPUT = 2.0
 # counted at the backward peak: fp32 saved log-softmax (4) + fp32 gradient of it (4) + fp32
 # gradient of the logits (4) = 12 B per logit (the forward peak is 2 bf16 + 4 + 4 = 10).
 LOGIT_BYTES = 12.0
+# The harness's chunked loss (wattflex.runs.training.loss, cuda.loss_chunk_tokens; 0 = off)
+# computes and recomputes the logits of one chunk of tokens at a time under checkpointing:
+# the same 12 B per logit, of one chunk (at most the GPU's seq_len x batch tokens) at once.
+LOSS_CHUNK_TOKENS = 8192    # training.config.TrainConfig.loss_chunk_tokens: keep the two equal
 # FSDP2 all-gathers the next unit while the current one computes (implicit prefetching in
 # forward and backward, torch.distributed.fsdp.fully_shard docs): two units' parameters in
 # the compute dtype are live at once, plus one unit's unsharded gradient (bf16-mixed: bf16
@@ -158,7 +162,7 @@ def attention_of(facts: dict[str, Any], task: str, override: str | None = None) 
 
 
 def activation_bytes(facts: dict[str, Any], seq_len: int, batch: int, grad_checkpointing: bool,
-                     attention: str) -> dict[str, float]:
+                     attention: str, loss_chunk_tokens: int = LOSS_CHUNK_TOKENS) -> dict[str, float]:
     """Per GPU: ``layers`` (live through the whole step: every layer's activations, or their
     checkpointed inputs), ``working`` (one recomputed layer's, checkpointing only) and
     ``logits`` (the loss's peak). The step's peak is layers + max(working, logits): the loss
@@ -166,7 +170,8 @@ def activation_bytes(facts: dict[str, Any], seq_len: int, batch: int, grad_check
     s, b, h, L = seq_len, batch, int(facts["hidden"]), int(facts["layers"])
     a = int(facts["heads"])
     per_layer = s * b * h * ACT_BYTES_PER_LAYER + (ATTN_SCORE_BYTES * a * s * s * b if attention == "eager" else 0.0)
-    logits = LOGIT_BYTES * s * b * float(facts["vocab"])
+    tokens = min(s * b, loss_chunk_tokens) if loss_chunk_tokens > 0 else s * b
+    logits = LOGIT_BYTES * tokens * float(facts["vocab"])
     if grad_checkpointing:
         return {"layers": ACT_BYTES_CKPT_INPUT * s * b * h * L, "working": per_layer, "logits": logits}
     return {"layers": per_layer * L, "working": 0.0, "logits": logits}
@@ -174,7 +179,7 @@ def activation_bytes(facts: dict[str, Any], seq_len: int, batch: int, grad_check
 
 def gpu_bytes(facts: dict[str, Any], task: str, gpus: int, ep: int, precision: str, seq_len: int, batch: int,
               grad_checkpointing: bool, lora_rank: int, attention: str,
-              embedding_units: str = EMBEDDING_UNITS) -> dict[str, float]:
+              embedding_units: str = EMBEDDING_UNITS, loss_chunk_tokens: int = LOSS_CHUNK_TOKENS) -> dict[str, float]:
     """Bytes per GPU by part (``states``: sharded weights + gradients + AdamW; ``gathered``:
     FSDP units unsharded at once; activations; ``framework``), and their ``total``."""
     if precision not in PT_LAYOUT:
@@ -195,7 +200,7 @@ def gpu_bytes(facts: dict[str, Any], task: str, gpus: int, ep: int, precision: s
         else:
             big = max(layer, sh.embedding)
             gathered = (big + layer) * gathered_b + big * grad_b
-    act = activation_bytes(facts, seq_len, batch, grad_checkpointing, attention)
+    act = activation_bytes(facts, seq_len, batch, grad_checkpointing, attention, loss_chunk_tokens)
     activations = act["layers"] + max(act["working"], act["logits"])
     framework = FRAMEWORK_GIB * GIB
     return {"states": states, "gathered": gathered, "activations": activations, "logits": act["logits"],
@@ -307,7 +312,8 @@ def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | 
     # defaults as TrainConfig.from_spec (a config need not set them)
     seq_len, batch = int(g.get("seq_len", 4096)), int(g.get("batch", 2))
     parts = gpu_bytes(facts, task, gpus, ep, precision, seq_len, batch, ckpt,
-                      int(g.get("lora_rank", 32)), attention)
+                      int(g.get("lora_rank", 32)), attention,
+                      loss_chunk_tokens=int(cuda.get("loss_chunk_tokens", LOSS_CHUNK_TOKENS)))
     spec = gpu_spec(g.get("gpu", DEFAULT_GPU))
     avail = spec.hbm_gib * HBM_USABLE
     need = parts["total"] / GIB

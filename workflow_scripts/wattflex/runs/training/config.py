@@ -36,6 +36,7 @@ class TrainConfig:
     ep: int = 1                             # expert-parallel degree (MoE pretraining; see training.parallel)
     compile: bool = False
     grad_checkpointing: bool = False
+    loss_chunk_tokens: int = 8192           # chunked loss (training.loss): tokens per lm_head chunk; 0 = off
     device: str = "cuda"                    # cuda | cpu
     model_path: str | None = None           # local HF model dir (or hub cache id with HF_HOME set)
     data_path: str | None = None            # parquet/arrow shards of token ids; None = synthetic
@@ -86,6 +87,7 @@ class TrainConfig:
             ep=int(group.get("ep", 1)),
             compile=bool(group.get("compile", False)),
             grad_checkpointing=bool(group.get("grad_checkpointing", False)),
+            loss_chunk_tokens=int(cuda.get("loss_chunk_tokens", 8192)),
             device=str(cuda.get("device", "cuda")),
             model_path=cuda.get("model_path"),
             data_path=cuda.get("data_path"),
@@ -122,6 +124,8 @@ class TrainConfig:
             raise ValueError(f"cuda.precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
         if self.parallel not in PARALLEL:
             raise ValueError(f"cuda.parallel {self.parallel!r}: expected one of {', '.join(PARALLEL)}")
+        if self.loss_chunk_tokens < 0:
+            raise ValueError(f"cuda.loss_chunk_tokens {self.loss_chunk_tokens}: expected tokens per chunk >= 1, or 0 (no chunking)")
         if self.ep < 1:
             raise ValueError(f"ep {self.ep}: must be >= 1")
         if self.ep > 1 and self.architecture == "moe" and self.task != "pt":

@@ -27,6 +27,7 @@ from torch import nn
 from wattflex import provenance as prov
 from wattflex.runs.training import checkpoint as ckpt
 from wattflex.runs.training import data
+from wattflex.runs.training.loss import causal_lm_loss, chunked_applies
 from wattflex.runs.training import models
 from wattflex.runs.training import parallel as par
 from wattflex.runs.training import sharded
@@ -209,14 +210,14 @@ def _autocast(cfg: TrainConfig, info: dict[str, Any]):
     return contextlib.nullcontext()
 
 
-def _evaluate(model: nn.Module, batches, n: int, dev: torch.device, amp) -> float:
+def _evaluate(model: nn.Module, batches, n: int, dev: torch.device, amp, chunk_tokens: int) -> float:
     model.eval()
     total = 0.0
     with torch.no_grad():
         for _ in range(n):
             x = next(batches).to(dev, non_blocking=True)
             with amp:
-                total += float(model(input_ids=x, labels=x).loss)
+                total += float(causal_lm_loss(model, x, chunk_tokens))
     model.train()
     return total / max(n, 1)
 
@@ -233,6 +234,8 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     rss_before_build = peak_rss_bytes()
     model, info = prepare_model(cfg, dist, clock)
     rss_after_build = peak_rss_bytes()
+    info["loss_chunk_tokens"] = cfg.loss_chunk_tokens
+    info["loss_unchunked_because"] = chunked_applies(model, cfg.loss_chunk_tokens)   # None: chunked
     vocab = int(info["hf_config"]["vocab_size"])
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, betas=(0.9, 0.95),
@@ -260,7 +263,7 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     while True:
         x = next(stream).to(dev, non_blocking=True)
         with amp:
-            loss = model(input_ids=x, labels=x).loss
+            loss = causal_lm_loss(model, x, cfg.loss_chunk_tokens)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -293,7 +296,7 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
             eval_pending = False
             t_a = time.time() - t0
             eval_stream = data.batches(cfg.data_path, vocab, cfg.seq_len, cfg.batch, cfg.seed + 1, dist.rank, dist.world)
-            eval_loss = _evaluate(model, eval_stream, cfg.eval_batches, dev, amp)
+            eval_loss = _evaluate(model, eval_stream, cfg.eval_batches, dev, amp, cfg.loss_chunk_tokens)
             prev_end = time.time() - t0
             events.append({"event": "eval", "after_step": step, "t_start_s": t_a, "t_end_s": prev_end,
                            "loss": eval_loss, "batches": cfg.eval_batches})

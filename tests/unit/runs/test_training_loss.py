@@ -1,0 +1,128 @@
+"""The chunked causal-LM loss (wattflex.runs.training.loss) equals transformers' own loss and
+gives the same gradients: real tiny models (dense, MoE, LoRA) in one process, and FSDP2 over
+2 real gloo ranks (lm_head, its own FSDP unit, called once per chunk and again in backward)."""
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from tests.unit.runs.training_helpers import run_probe
+from wattflex.runs.training import TrainConfig, models
+from wattflex.runs.training.loss import causal_lm_loss, chunked_applies, chunked_causal_lm_loss
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
+REPO = Path(__file__).resolve().parents[3]
+CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
+
+
+def tiny_cfg(model: str, outdir, **kw) -> TrainConfig:
+    base = dict(model_facts=CATALOG[model], task="pt", seq_len=32, batch=2, lora_rank=8, device="cpu", tiny=True,
+                max_steps=2, duration_s=120, eval_at_s=None, checkpoint_at_s=None, outdir=str(outdir))
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def loss_and_grads(model, x, loss_fn):
+    model.zero_grad(set_to_none=True)
+    loss = loss_fn(model, x)
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("model_name,task", [("Qwen3-32B", "pt"), ("Qwen3-30B-A3B", "pt"), ("Llama-3.1-70B", "lora")])
+def test_chunked_loss_and_gradients_equal_transformers(model_name, task, tmp_path):
+    cfg = tiny_cfg(model_name, tmp_path, task=task)
+    torch.manual_seed(0)
+    model = models.build_model(cfg, torch.float32, ep=1)
+    if task == "lora":
+        model = models.apply_lora(model, cfg)
+    x = torch.randint(0, model.config.vocab_size, (cfg.batch, cfg.seq_len))
+    assert chunked_applies(model, 7) is None
+    want, want_g = loss_and_grads(model, x, lambda m, ids: m(input_ids=ids, labels=ids).loss)
+    # 7 tokens a chunk: 64 tokens in 10 chunks, the last one short; one chunk of everything
+    for chunk in (7, 64, 10_000):
+        got, got_g = loss_and_grads(model, x, lambda m, ids: chunked_causal_lm_loss(m, ids, chunk))
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        assert got_g.keys() == want_g.keys() and want_g
+        for n in want_g:
+            torch.testing.assert_close(got_g[n], want_g[n], rtol=1e-5, atol=1e-6, msg=lambda m: f"{n}: {m}")
+
+
+def test_lm_head_sees_one_chunk_at_a_time_in_forward_and_in_backward(tmp_path):
+    cfg = tiny_cfg("Qwen3-32B", tmp_path)
+    model = models.build_model(cfg, torch.float32, ep=1)
+    rows: list[int] = []
+    model.get_output_embeddings().register_forward_hook(lambda _m, args, _o: rows.append(args[0].numel() // args[0].shape[-1]))
+    x = torch.randint(0, model.config.vocab_size, (2, 32))
+    loss = chunked_causal_lm_loss(model, x, 24)
+    forward = list(rows)
+    loss.backward()
+    # the model's forward projects no position; 64 tokens: chunks of 24, 24, 16, recomputed in backward
+    assert forward == [0, 24, 24, 16] and sorted(rows[len(forward):]) == [16, 24, 24]
+
+
+def test_unchunked_where_chunking_cannot_apply(tmp_path):
+    cfg = tiny_cfg("Qwen3-32B", tmp_path)
+    model = models.build_model(cfg, torch.float32, ep=1)
+    assert "0" in chunked_applies(model, 0)
+    model.config.output_router_logits = True
+    assert "router" in chunked_applies(model, 8)
+    x = torch.randint(0, model.config.vocab_size, (1, 8))
+    torch.testing.assert_close(causal_lm_loss(model, x, 0), model(input_ids=x, labels=x).loss)
+    with pytest.raises(ValueError, match="cuda.loss_chunk_tokens"):
+        tiny_cfg("Qwen3-32B", tmp_path, loss_chunk_tokens=-1).validate()
+
+
+# Each rank: the harness's FSDP2 model; transformers' loss and gradients, then the chunked ones,
+# gradients gathered to full tensors.
+FSDP_PROBE = """
+    from pathlib import Path
+    from wattflex.runs.training.loss import chunked_applies, chunked_causal_lm_loss
+    torch.manual_seed(100 + dist.rank)
+    x = torch.randint(0, sharded.hf_model(model).config.vocab_size, (cfg.batch, cfg.seq_len))
+    def run(fn):
+        model.zero_grad(set_to_none=True)
+        loss = fn()
+        loss.backward()
+        return float(loss), {n: p.grad.full_tensor() for n, p in model.named_parameters() if p.grad is not None}
+    want, want_g = run(lambda: model(input_ids=x, labels=x).loss)
+    got, got_g = run(lambda: chunked_causal_lm_loss(model, x, 7))
+    diffs = {}
+    for n in want_g:
+        try:
+            torch.testing.assert_close(got_g[n], want_g[n], rtol=1e-5, atol=1e-6)
+        except (AssertionError, KeyError) as e:
+            diffs[n] = str(e)[:300]
+    out = {"parallel": info["parallel"], "applies": chunked_applies(model, 7), "want": want, "got": got,
+           "grads": len(want_g), "same_keys": sorted(want_g) == sorted(got_g), "diffs": diffs}
+    (Path(cfg.outdir) / f"probe{dist.rank}.json").write_text(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["pt", "lora"])
+def test_chunked_loss_under_fsdp2_on_two_gloo_ranks(task, tmp_path):
+    cfg = tiny_cfg("Qwen3-32B", tmp_path, task=task, parallel="fsdp")
+    reports = run_probe(FSDP_PROBE, cfg, tmp_path)
+    for r in reports:
+        assert r["parallel"] == "fsdp" and r["applies"] is None
+        assert r["got"] == pytest.approx(r["want"], rel=1e-5)
+        assert r["grads"] > 0 and r["same_keys"] and r["diffs"] == {}
+
+
+def test_the_config_takes_loss_chunk_tokens_and_refuses_a_negative_one(tmp_path):
+    import copy
+
+    from wattflex.config import load_config, prepare
+    from wattflex.errors import ConfigError
+
+    cfg = load_config(REPO / "config" / "config.yaml", check_inputs=False)
+    raw = copy.deepcopy({k: v for k, v in cfg.items() if k != "_catalog"})
+    raw["cuda"] = {**(raw.get("cuda") or {}), "loss_chunk_tokens": 4096}
+    prepare(copy.deepcopy(raw), cwd=tmp_path)
+    assert TrainConfig.from_spec({"cuda": raw["cuda"]}, tmp_path).loss_chunk_tokens == 4096
+    raw["cuda"]["loss_chunk_tokens"] = -1
+    with pytest.raises(ConfigError, match="cuda.loss_chunk_tokens"):
+        prepare(raw, cwd=tmp_path)

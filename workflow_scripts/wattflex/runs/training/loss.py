@@ -1,0 +1,78 @@
+"""The causal-LM loss of a training step, optionally chunked over tokens.
+
+transformers' ``model(input_ids=x, labels=x).loss`` projects every token onto the whole
+vocabulary and upcasts the logits to fp32 (``ForCausalLMLoss``): at seq_len x batch x vocab
+that tensor, its log-softmax and their gradients dominate a step's memory for large
+vocabularies (``wattflex.runs.plan.LOGIT_BYTES``). The chunked loss (the technique of Liger
+Kernel's fused linear cross entropy and torchtitan's chunked loss) runs the model to its last
+hidden state, then for each chunk of ``chunk_tokens`` tokens computes ``lm_head(chunk).float()``
+and the summed shifted cross entropy under ``torch.utils.checkpoint`` (non-reentrant), so no
+chunk's logits are kept for backward: the logits peak is one chunk's. The sum is divided by
+the number of target tokens: the same value as ``ForCausalLMLoss``'s mean.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from wattflex.runs.training.sharded import hf_model
+
+IGNORE_INDEX = -100     # transformers' ignore_index (labels padded with it when shifted)
+
+
+def chunked_applies(model: nn.Module, chunk_tokens: int) -> str | None:
+    """Why the chunked loss is not used for ``model`` (None: it is). DDP marks each parameter
+    ready once per backward, and the chunks reuse lm_head's weight (each recomputed chunk
+    accumulates into its gradient); a MoE model's router auxiliary loss is part of
+    transformers' loss and not of this one."""
+    if chunk_tokens <= 0:
+        return "cuda.loss_chunk_tokens is 0"
+    if isinstance(model, nn.parallel.DistributedDataParallel):
+        return "DDP (a reused lm_head is marked ready more than once per backward)"
+    if getattr(hf_model(model).config, "output_router_logits", False):
+        return "output_router_logits (the router auxiliary loss is transformers')"
+    return None
+
+
+def _chunk_loss_sum(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    logits = head(hidden).float()
+    return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1),
+                           ignore_index=IGNORE_INDEX, reduction="sum")
+
+
+def last_hidden_state(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    """The decoder's last (normed) hidden state, through the model's own forward, so every
+    wrapper's hooks (FSDP2's root unit: norm, rotary) run; ``logits_to_keep`` of no position
+    keeps transformers from projecting any token onto the vocabulary."""
+    decoder = hf_model(model).get_decoder()
+    seen: list[torch.Tensor] = []
+    handle = decoder.register_forward_hook(lambda _m, _a, out: seen.append(out.last_hidden_state))
+    try:
+        model(input_ids=input_ids, logits_to_keep=torch.empty(0, dtype=torch.long, device=input_ids.device))
+    finally:
+        handle.remove()
+    return seen[-1]
+
+
+def chunked_causal_lm_loss(model: nn.Module, input_ids: torch.Tensor, chunk_tokens: int) -> torch.Tensor:
+    """Mean next-token cross entropy of ``input_ids`` (labels = inputs), ``chunk_tokens``
+    tokens of the flattened batch at a time."""
+    hidden = last_hidden_state(model, input_ids)
+    head = hf_model(model).get_output_embeddings()
+    targets = F.pad(input_ids, (0, 1), value=IGNORE_INDEX)[..., 1:]
+    hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+    total = hidden.new_zeros((), dtype=torch.float32)
+    for start in range(0, hidden.shape[0], chunk_tokens):
+        part = slice(start, start + chunk_tokens)
+        total = total + checkpoint(_chunk_loss_sum, head, hidden[part], targets[part], use_reentrant=False)
+    return total / (targets != IGNORE_INDEX).sum()
+
+
+def causal_lm_loss(model: nn.Module, input_ids: torch.Tensor, chunk_tokens: int) -> torch.Tensor:
+    """The step's loss: chunked where ``chunked_applies``, else transformers' own."""
+    if chunked_applies(model, chunk_tokens) is None:
+        return chunked_causal_lm_loss(model, input_ids, chunk_tokens)
+    return model(input_ids=input_ids, labels=input_ids).loss
