@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/plan_gpu_check.py [--model Llama-3.1-70B] [--layers 2] [--task pt]
            [--precision bf16-mixed] [--seq-len 2048] [--batch 2] [--no-grad-checkpointing]
-           [--steps 3] [--device cuda|cpu] [--out DIR]
+           [--loss-chunk-tokens 8192] [--steps 3] [--device cuda|cpu] [--out DIR]
 
 A catalogue model cut to ``--layers`` decoder layers (full width, full vocabulary: the layer,
 embedding and loss terms of the plan are the full model's) is trained with random weights
@@ -57,6 +57,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--no-grad-checkpointing", dest="grad_checkpointing", action="store_false")
+    # the harness's chunked loss (training.loss; 0: transformers' whole-sequence loss), planned alike
+    p.add_argument("--loss-chunk-tokens", type=int, default=plan.LOSS_CHUNK_TOKENS)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
@@ -74,7 +76,7 @@ def measure(args: argparse.Namespace, facts: dict[str, Any]) -> dict[str, Any]:
                           device=args.device, random_init=args.device == "cuda", tiny=args.device == "cpu",
                           max_steps=args.steps, duration_s=600, eval_at_s=None, checkpoint_at_s=None,
                           precision=args.precision, grad_checkpointing=args.grad_checkpointing, compile=False,
-                          outdir=out)
+                          loss_chunk_tokens=args.loss_chunk_tokens, outdir=out)
         if args.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         steps = train(cfg)
@@ -89,14 +91,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     facts = cut_to_layers(catalog[args.model], args.layers)
     attention = plan.attention_of(facts, args.task)
     parts = plan.gpu_bytes(facts, args.task, 1, 1, args.precision, args.seq_len, args.batch,
-                           args.grad_checkpointing, 32, attention)
+                           args.grad_checkpointing, 32, attention, loss_chunk_tokens=args.loss_chunk_tokens)
     planned = {k: v / GIB for k, v in parts.items()}
     measured = measure(args, facts)
     allocator = planned["total"] - planned["framework"]     # what max_memory_allocated can see
     peak = measured["peak_allocated_gib"]
     result = {"model": args.model, "layers": args.layers, "params_b": facts["total_params_b"], "task": args.task,
               "precision": args.precision, "seq_len": args.seq_len, "batch": args.batch,
-              "grad_checkpointing": args.grad_checkpointing, "attention": attention, "planned_gib": planned,
+              "grad_checkpointing": args.grad_checkpointing, "loss_chunk_tokens": args.loss_chunk_tokens,
+              "attention": attention, "planned_gib": planned,
               "planned_allocator_gib": allocator, **measured,
               "measured_over_planned": None if peak is None else peak / allocator}
     slug = measured["device"].replace("NVIDIA ", "").split()[0].lower() if peak is not None else "cpu"
@@ -107,7 +110,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ("measured peak allocated", peak)]
     md = [f"# Resource plan vs measured GPU memory: {args.model} cut to {args.layers} layers "
           f"({facts['total_params_b']:.2f}B params), {args.task}, {args.precision}, seq {args.seq_len} x batch "
-          f"{args.batch}, grad_checkpointing {args.grad_checkpointing}, on {measured['device']}", "",
+          f"{args.batch}, grad_checkpointing {args.grad_checkpointing}, loss_chunk_tokens {args.loss_chunk_tokens}, "
+          f"on {measured['device']}", "",
           "| part | GiB |", "| --- | --- |"]
     md += [f"| {name} | {'n/a (no GPU)' if v is None else f'{v:.2f}'} |" for name, v in rows]
     if peak is not None:
