@@ -128,6 +128,17 @@ def test_ablation_sets_and_all_dcgm_skips_constant_metrics():
         pr.resolve_features("dram_copy_product+magic")
 
 
+def test_ablation_scores_no_model_for_a_set_with_no_varying_metric():
+    df = groups_table()
+    for m in pr.DCGM_METRICS:          # identical telemetry in every group (fake GPUs, one job)
+        if m in df.columns:
+            df[m] = 1.0
+    table = pr.ablation(df).set_index("predictors")
+    assert table.loc["all_dcgm", "p"] == 0 and table.loc["all_dcgm", "features"] == ""
+    assert np.isnan(table.loc["all_dcgm", "loo_r2"]) and np.isnan(table.loc["all_dcgm", "r2_in"])
+    assert table.loc["job_metadata", "p"] == 3      # the other sets are still scored
+
+
 def test_within_cluster_subsets():
     table = pr.within_cluster(groups_table(), ["dram_copy_product"]).set_index("subset")
     assert table["n"].to_dict() == {"dense only": 6, "moe only": 7, "all but moe-ft": 10, "all": 13}

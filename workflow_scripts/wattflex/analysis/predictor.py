@@ -207,6 +207,9 @@ def ablation(train: pd.DataFrame, feature_sets: Iterable[str] = ABLATION_SETS) -
     rows = []
     for spec in feature_sets:
         features = resolve_features(spec, train)
+        if not features:    # e.g. all_dcgm where no metric varies across the groups: no model to score
+            rows.append({"predictors": spec, "p": 0, "n": len(train), "features": ""})
+            continue
         rows.append({"predictors": spec, **evaluate(train, features), "features": "+".join(features)})
     cols = ["predictors", "p", "r2_in", "loo_r2", "loo_rmse", "loo_spearman", "loco_r2", "loco_rmse",
             "loco_spearman", "n", "features"]
