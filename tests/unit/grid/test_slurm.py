@@ -251,3 +251,45 @@ def test_the_coordinator_says_which_jobs_have_no_curve_and_records_it(tmp_path):
     assert any("41.node0" in s and "group flex" in s for s in said)
     # the last word is restore
     assert json.loads((tmp_path / "41.node0.budget.json").read_text())["budget_w"] is None
+
+
+def test_each_agent_holds_its_cap_changes_to_its_share_of_the_ramp_fake_nvml(fake_nvml, tmp_path):
+    """An event ramped at 0.4 kW/s over job 41's four GPUs (node0 with the two fake GPUs,
+    node1): each unit's budget file carries 0.2 kW/s, and the node0 agent cutting from 1300 W
+    to 490 W moves its GPUs' load at most 0.2 kW/s x its 0.2 s period per step."""
+    from wattflex.grid.slurm import BudgetFile
+
+    job = SlurmJob("41", "llama-ft", {"node0": (0, 1), "node1": (2, 3)})
+    from wattflex.grid.slurm import write_load
+
+    (tmp_path / "41.node1.load.json").write_text("{}")        # never answers: charged 1400 W
+    write_load(tmp_path / "41.node0.load.json", "41.node0", 1300.0, [700.0, 700.0])
+    hold = time.time() + 3600
+    coordinate_once([job], 1890.0, hold, tmp_path, 200.0, 700.0, stale_s=60.0, ramp_w_per_s=400.0)
+    f = BudgetFile(tmp_path / "41.node0.budget.json", 60.0)
+    assert f.budget_at(0.0) == pytest.approx(490.0) and f.ramp_at(0.0) == pytest.approx(200.0)
+    assert json.loads((tmp_path / "41.node1.budget.json").read_text())["ramp_w_per_s"] == pytest.approx(200.0)
+    # the agent starts before the event (no budget), as cluster-control starts it
+    coordinate_once([job], np.inf, -np.inf, tmp_path, 200.0, 700.0, stale_s=60.0, ramp_w_per_s=400.0)
+    (tmp_path / "41.node0.load.json").unlink()
+    proc = control_popen(tmp_path, "--budget-file", str(tmp_path / "41.node0.budget.json"),
+                           "--load-file", str(tmp_path / "41.node0.load.json"), "--budget-stale-s", "60",
+                           "--period-s", "0.2", "--duration-s", "20", "--state-dir", str(tmp_path / "st"))
+    try:
+        deadline = time.time() + 60
+        while not (tmp_path / "41.node0.load.json").exists() and time.time() < deadline:
+            time.sleep(0.1)
+        coordinate_once([job], 1890.0, hold, tmp_path, 200.0, 700.0, stale_s=60.0, ramp_w_per_s=400.0)
+        while max(limits_w()) > 245.0 and time.time() < deadline:
+            time.sleep(0.2)
+        assert max(limits_w()) <= 245.0                                   # it gets there ...
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    per_gpu: dict[int, list[float]] = {}
+    for gpu, mw in fake_nvml.state()["set_calls"]:
+        per_gpu.setdefault(gpu, []).append(mw / 1000)
+    for caps in per_gpu.values():
+        cuts = [min(a, 650.0) - b for a, b in zip(caps, caps[1:])]
+        assert max(cuts) <= 200.0 * 0.2 + 5.0 and len(caps) > 8, caps    # ... at the ramp, not at once
+    assert limits_w() == [700.0, 700.0]

@@ -281,7 +281,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.budget_file:
         from wattflex.grid.slurm import BudgetFile
 
-        budget_at = BudgetFile(args.budget_file, args.budget_stale_s).budget_at
+        budget_file = BudgetFile(args.budget_file, args.budget_stale_s)
+        budget_at = budget_file.budget_at
         source = f"budget file {args.budget_file}"
         duration = args.duration_s
     else:
@@ -337,7 +338,9 @@ def run(args: argparse.Namespace) -> int:
         signal.rebase(datetime.now(timezone.utc))
     try:
         # a schedule's (or VTN's) events also ramp-limit the cap changes, down and back up
-        ramp = None if signal is None else (lambda t: ramp_at(signal, t))
+        # (a cluster-control agent: its unit's share of the event's ramp, in its budget file)
+        ramp = (lambda t: ramp_at(signal, t)) if signal is not None else (
+            budget_file.ramp_at if args.budget_file else None)
         rec = run_loop(jobs, budget_at, args.policy, cfg, duration, mode=args.cap_control, state_dir=state_dir,
                        command=args.cap_command, predict_pfi=predict_pfi, on_period=on_period, ramp_at=ramp)
     except CapError as exc:      # the guard has put back what it could; the message says what is left

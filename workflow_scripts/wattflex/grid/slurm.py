@@ -50,6 +50,7 @@ import numpy as np
 
 from wattflex.allocation.allocator import allocate, water_fill
 from wattflex.allocation.curves import Curves, curves_from_points
+from wattflex.control.controller import ramp_at
 
 
 @dataclass(frozen=True)
@@ -295,6 +296,11 @@ class BudgetFile:
         b = self.last.get("budget_w")
         return math.inf if b is None else float(b)
 
+    def ramp_at(self, _t_s: float) -> float:
+        """The unit's share of the event's ramp limit (W/s) in the last budget read; inf if none."""
+        r = self.last.get("ramp_w_per_s")
+        return math.inf if r is None else float(r)
+
 
 def write_load(path: str | Path, unit: str, load_w: float, caps_w: Sequence[float]) -> None:
     write_json_atomic(Path(path), {"unit": unit, "load_w": float(load_w), "caps_w": [float(c) for c in caps_w],
@@ -302,10 +308,12 @@ def write_load(path: str | Path, unit: str, load_w: float, caps_w: Sequence[floa
 
 
 def coordinate_once(jobs: Sequence[SlurmJob], budget_w: float, hold_until_unix: float, budget_dir: Path,
-                    min_w: float, max_w: float, stale_s: float, split: ClusterSplit | None = None) -> dict[str, float]:
+                    min_w: float, max_w: float, stale_s: float, split: ClusterSplit | None = None,
+                    ramp_w_per_s: float = math.inf) -> dict[str, float]:
     """One coordinator period: read every unit's load file, split ``budget_w`` (units not
     answering counted at ``max_w`` per GPU; ``split``: the policy and curves, default
-    equal weights), write every unit's budget file."""
+    equal weights), write every unit's budget file, with its share of the event's ramp
+    limit (in proportion to its GPUs) that its agent holds its cap changes to."""
     split = split or ClusterSplit()
     units = [(j, n) for j in jobs for n in j.gpus]
     names = [unit_name(j.job_id, n) for j, n in units]
@@ -315,10 +323,11 @@ def coordinate_once(jobs: Sequence[SlurmJob], budget_w: float, hold_until_unix: 
     share = split_budget(budget_w, gpus * min_w, gpus * max_w, alive, split.policy, curves, has_curve,
                          split.unit_pfi(units))
     now = time.time()
-    for u, b in zip(names, share):
+    ramp = ramp_w_per_s * gpus / max(gpus.sum(), 1.0)
+    for u, b, r in zip(names, share, ramp):
         write_json_atomic(budget_dir / f"{u}.budget.json",
                           {"budget_w": None if not np.isfinite(b) else float(b), "t_unix": now,
-                           "hold_until_unix": hold_until_unix})
+                           "hold_until_unix": hold_until_unix, "ramp_w_per_s": float(r) if np.isfinite(r) else None})
     return dict(zip(names, share))
 
 
@@ -383,14 +392,15 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
         budget = float(source.budget(t, basis_w)) if math.isfinite(basis_w) else math.inf
         end = _event_end(source, t)
         coordinate_once(jobs, budget, t0_unix + end if end is not None else -math.inf, budget_dir, min_w, max_w,
-                        stale_s, split)
+                        stale_s, split, ramp_at(source, t))
         rec.t_s.append(t)
         rec.budget_w.append(budget)
         rec.power_w.append(load)
         rec.alive.append(sum(d is not None for d in loads))
         rec.caps_w.append([])
         sleep(max(0.0, t0 + (len(rec.t_s)) * period_s - clock()))
-    coordinate_once(jobs, math.inf, -math.inf, budget_dir, min_w, max_w, stale_s)
+    # the last word: restore (still at the last event's ramp, so the agents do not surge together)
+    coordinate_once(jobs, math.inf, -math.inf, budget_dir, min_w, max_w, stale_s, split, ramp_at(source, duration_s))
     return rec
 
 
