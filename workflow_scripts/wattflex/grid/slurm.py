@@ -29,8 +29,9 @@ through :func:`wattflex.allocation.allocator.allocate` (PFI-aware weights, the c
 prediction or the oracle, on the curves' PFI as measured); a unit without a curve keeps its
 equal-weight share. Each agent splits its unit's share over its GPUs with the controller's
 policy. Budgets go to
-``<dir>/<unit>.budget.json`` with the end of the event; an agent whose budget file goes
-stale holds the last budget to that end, then restores.
+``<dir>/<unit>.budget.json`` with the end of the event and the unit's share of its ramp
+limit (in proportion to its GPUs), to which the agent holds its cap changes; an agent whose
+budget file goes stale holds the last budget to that end, then restores.
 """
 
 from __future__ import annotations
