@@ -112,16 +112,22 @@ def run(args: argparse.Namespace) -> int:
     if args.mv_out:
         first = next((k for k, b in enumerate(rec.budget_w) if math.isfinite(b)), 0)
         basis = rec.power_w[first - 1] if first > 0 else None       # the load just before the event
-        params = {k: v for k, v in vars(args).items() if not k.startswith("_")}
-        # which curve split each unit's share (a job without one: equal weight)
-        params["split_curve_by_unit"] = {u: g if g else "none: equal-weight share" for u, g in rec.unit_group.items()}
-        recs = write_run_mv(Path(args.mv_out), rec, source, args.response_s, math.nan, params,
+        recs = write_run_mv(Path(args.mv_out), rec, source, args.response_s, math.nan, mv_params(args, rec),
                             basis if isinstance(source, Schedule) else None)
         for r in recs:
             print(f"M&V {r['event_id']}: response {r['response_time_s']} s, "
                   f"{r['seconds_above_target_after_deadline']:g} s above target after the deadline "
                   f"(worst {r['worst_w_above_target_after_deadline']:.0f} W); wrote {args.mv_out}/mv.json")
     return 1 if failed else 0
+
+
+def mv_params(args: argparse.Namespace, rec) -> dict:
+    """The M&V record's parameters: the command's options and which campaign curve split each
+    unit's share (a unit whose job has none: its equal-weight share)."""
+    params = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    if args.policy != "equal-weight":
+        params["split_curve_by_unit"] = {u: g or "none: equal-weight share" for u, g in rec.unit_group.items()}
+    return params
 
 
 def cluster_split(args: argparse.Namespace):
