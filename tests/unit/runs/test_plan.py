@@ -218,3 +218,11 @@ def test_the_chunked_loss_counts_one_chunks_logits():
     assert logits(0) == plan.LOGIT_BYTES * 65536 * vocab                  # off: the whole sequence
     assert logits(8192, seq_len=1024, batch=2) == plan.LOGIT_BYTES * 2048 * vocab   # a chunk is at most the batch
     assert TrainConfig(model_facts={}).loss_chunk_tokens == plan.LOSS_CHUNK_TOKENS
+
+
+def test_expert_parallel_groups_are_planned_with_the_whole_sequence_loss():
+    facts = yaml.safe_load((REPO_ROOT / "config" / "models.yaml").read_text())["models"]["Qwen3-30B-A3B"]
+    g = {"id": "g", "model": "Qwen3-30B-A3B", "task": "pt", "gpus": 8, "seq_len": 4096, "batch": 4}
+    vocab = float(facts["vocab"])
+    assert plan.plan_group({**g, "ep": 8}, facts).logits_gib == pytest.approx(plan.LOGIT_BYTES * 16384 * vocab / 2**30)
+    assert plan.plan_group({**g, "ep": 1}, facts).logits_gib == pytest.approx(plan.LOGIT_BYTES * 8192 * vocab / 2**30)

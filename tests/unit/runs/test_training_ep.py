@@ -159,6 +159,7 @@ def test_torchrun_ep2_trains_like_fsdp_with_events(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     facts = json.loads((tmp_path / "ep2" / ".training.json").read_text())["training"]
     assert (facts["ep_used"], facts["ep_requested"], facts["parallel"], facts["world_size"]) == (2, 2, "fsdp", 2)
+    assert facts["loss_unchunked_because"].startswith("expert parallelism")      # training.loss: not chunked
     assert [e["event"] for e in facts["events"]] == ["eval", "checkpoint"]
     assert math.isfinite(facts["events"][0]["loss"])
     ep2 = read_parquet(tmp_path / "ep2" / "steps.parquet")

@@ -62,6 +62,7 @@ LOGIT_BYTES = 12.0
 # The harness's chunked loss (wattflex.runs.training.loss, cuda.loss_chunk_tokens; 0 = off)
 # computes and recomputes the logits of one chunk of tokens at a time under checkpointing:
 # the same 12 B per logit, of one chunk (at most the GPU's seq_len x batch tokens) at once.
+# Expert-parallel runs (ep > 1) keep transformers' whole-sequence loss (training.loss.chunked_applies).
 LOSS_CHUNK_TOKENS = 8192    # training.config.TrainConfig.loss_chunk_tokens: keep the two equal
 # FSDP2 all-gathers the next unit while the current one computes (implicit prefetching in
 # forward and backward, torch.distributed.fsdp.fully_shard docs): two units' parameters in
@@ -313,7 +314,7 @@ def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | 
     seq_len, batch = int(g.get("seq_len", 4096)), int(g.get("batch", 2))
     parts = gpu_bytes(facts, task, gpus, ep, precision, seq_len, batch, ckpt,
                       int(g.get("lora_rank", 32)), attention,
-                      loss_chunk_tokens=int(cuda.get("loss_chunk_tokens", LOSS_CHUNK_TOKENS)))
+                      loss_chunk_tokens=0 if ep > 1 else int(cuda.get("loss_chunk_tokens", LOSS_CHUNK_TOKENS)))
     spec = gpu_spec(g.get("gpu", DEFAULT_GPU))
     avail = spec.hbm_gib * HBM_USABLE
     need = parts["total"] / GIB
