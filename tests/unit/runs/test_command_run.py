@@ -59,15 +59,17 @@ def test_fake_nvml_own_script_runs_capped_and_its_tps_lines_become_steps(fake_nv
     assert sorted(logged) == list(range(1, 31))
     steps = read_parquet(out / "steps.parquet")
     assert steps["step"].iloc[-1] == 30 and steps["step"].is_monotonic_increasing
+    # Lines read in one poll are one row (how many depends on the machine's timing): every row's
+    # rate is its lines' job rates (tps per GPU x 2 GPUs) combined over their tokens.
     rate = steps["tokens"] / steps["t_end_s"].diff()
-    single = steps["step"].diff() == 1           # a row of one line (lines read together are one row)
-    assert single.sum() >= 5
-    for step, r in zip(steps["step"][single], rate[single]):
-        assert r == pytest.approx(2 * logged[int(step)])                 # tps per GPU x 2 GPUs
+    first = steps["step"].shift(1)
+    for prev, step, r in zip(first.iloc[1:], steps["step"].iloc[1:], rate.iloc[1:]):
+        lines = range(int(prev) + 1, int(step) + 1)
+        assert r == pytest.approx(len(lines) / sum(1 / (2 * logged[k]) for k in lines))
     run = read_json(out / "run.json")
     assert run["backend"] == "cuda" and run["launch"] == "command" and run["provenance"]["backend"] == "cuda"
     assert run["training"]["command"][1] == str(OWN_JOB) and run["training"]["exit_status"] == 0
-    assert run["training"]["throughput"]["source"] == "preset torchtitan" and run["training"]["lines_matched"] == 30 and len(steps) >= 6
+    assert run["training"]["throughput"]["source"] == "preset torchtitan" and run["training"]["lines_matched"] == 30 and len(steps) >= 2
     assert run["training"]["command_env"]["OWN_JOB_RUN_DIR"] == str(tmp_path / "run") or \
         run["training"]["command_env"]["OWN_JOB_RUN_DIR"].startswith(str(tmp_path / ".run."))
     assert run["enforced_limit_w"] == [400.0, 400.0] and limits_w() == [700.0, 700.0]
