@@ -210,14 +210,15 @@ def _autocast(cfg: TrainConfig, info: dict[str, Any]):
     return contextlib.nullcontext()
 
 
-def _evaluate(model: nn.Module, batches, n: int, dev: torch.device, amp, chunk_tokens: int) -> float:
+def _evaluate(model: nn.Module, batches, n: int, dev: torch.device, amp, chunk_tokens: int,
+              chunked: bool) -> float:
     model.eval()
     total = 0.0
     with torch.no_grad():
         for _ in range(n):
             x = next(batches).to(dev, non_blocking=True)
             with amp:
-                total += float(causal_lm_loss(model, x, chunk_tokens))
+                total += float(causal_lm_loss(model, x, chunk_tokens, chunked))
     model.train()
     return total / max(n, 1)
 
@@ -236,6 +237,7 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     rss_after_build = peak_rss_bytes()
     info["loss_chunk_tokens"] = cfg.loss_chunk_tokens
     info["loss_unchunked_because"] = chunked_applies(model, cfg.loss_chunk_tokens)   # None: chunked
+    chunked = info["loss_unchunked_because"] is None      # decided once, not per step
     vocab = int(info["hf_config"]["vocab_size"])
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, betas=(0.9, 0.95),
@@ -263,7 +265,7 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     while True:
         x = next(stream).to(dev, non_blocking=True)
         with amp:
-            loss = causal_lm_loss(model, x, cfg.loss_chunk_tokens)
+            loss = causal_lm_loss(model, x, cfg.loss_chunk_tokens, chunked)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -296,7 +298,7 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
             eval_pending = False
             t_a = time.time() - t0
             eval_stream = data.batches(cfg.data_path, vocab, cfg.seq_len, cfg.batch, cfg.seed + 1, dist.rank, dist.world)
-            eval_loss = _evaluate(model, eval_stream, cfg.eval_batches, dev, amp, cfg.loss_chunk_tokens)
+            eval_loss = _evaluate(model, eval_stream, cfg.eval_batches, dev, amp, cfg.loss_chunk_tokens, chunked)
             prev_end = time.time() - t0
             events.append({"event": "eval", "after_step": step, "t_start_s": t_a, "t_end_s": prev_end,
                            "loss": eval_loss, "batches": cfg.eval_batches})

@@ -76,8 +76,13 @@ def chunked_causal_lm_loss(model: nn.Module, input_ids: torch.Tensor, chunk_toke
     return total / (targets != IGNORE_INDEX).sum()
 
 
-def causal_lm_loss(model: nn.Module, input_ids: torch.Tensor, chunk_tokens: int) -> torch.Tensor:
-    """The step's loss: chunked where ``chunked_applies``, else transformers' own."""
-    if chunked_applies(model, chunk_tokens) is None:
+def causal_lm_loss(model: nn.Module, input_ids: torch.Tensor, chunk_tokens: int,
+                   chunked: bool | None = None) -> torch.Tensor:
+    """The step's loss: chunked where ``chunked_applies``, else transformers' own. The loop
+    decides ``chunked`` once (``chunked_applies`` walks every parameter for the EP check) and
+    passes it in; None decides here."""
+    if chunked is None:
+        chunked = chunked_applies(model, chunk_tokens) is None
+    if chunked:
         return chunked_causal_lm_loss(model, input_ids, chunk_tokens)
     return model(input_ids=input_ids, labels=input_ids).loss
