@@ -34,9 +34,9 @@ from typing import Any
 import jsonschema
 import yaml
 
+from wattflex.architectures import ARCHITECTURES
 from wattflex.errors import ConfigError
 from wattflex.gpus import DEFAULT_GPU, gpu_spec
-from wattflex.runs.training.config import ARCHITECTURES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "config" / "schema" / "config.schema.yaml"
