@@ -8,12 +8,14 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-wildcard_constraints:
-    group=r"[A-Za-z0-9][A-Za-z0-9._-]*",
-    run=r"cap[0-9.]+(_r[0-9]+)?",
-
-
 include: "rules/common.smk"
+
+
+wildcard_constraints:  # before any rule that uses them
+    group=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    run=RUN_ID_PATTERN,  # wattflex.run_ids
+
+
 include: "rules/runs.smk"
 include: "rules/sweeps.smk"
 include: "rules/pfi.smk"

@@ -28,7 +28,8 @@ from scipy import stats
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow_scripts"))
 
-from wattflex.config import groups, load_config, run_id, run_spec
+from wattflex.config import groups, load_config, run_spec
+from wattflex.run_ids import run_id
 from wattflex.runs.devices.emulated import run_emulated
 from wattflex.analysis.pfi import pfi_ratio, pfi_table
 from wattflex.provenance import provenance, write_csv

@@ -25,6 +25,7 @@ from wattflex.provenance import params_hash
 from wattflex.runs.plan import enforced as plan_enforced, plan_campaign, run_limit_s
 from wattflex.runs.protection import REDO_ENV, install_snakemake_guard, redo_runs
 from wattflex.report_sections import snakemake_category
+from wattflex.run_ids import RUN_ID_PATTERN, run_id
 from wattflex.smk import release_scheduler_timers, skip_exit_gc
 
 # snakemake itself exits without a last collection over its DAG (~0.5 s of a ~3 s no-op dry run)
@@ -153,7 +154,7 @@ def representative_run():
     """The run drawn in the paper's Fig. 2 analog: the first group's uncapped run."""
     first = next(iter(GROUPS.values()))
     mode = "" if SWEEP == "separate" else f"{SWEEP}/"  # one-run sweeps: its stretch at that cap
-    return f"{RESULTS}/runs/{first['id']}/{mode}cap{max(first['caps']):g}"
+    return f"{RESULTS}/runs/{first['id']}/{mode}{run_id(max(first['caps']))}"
 
 
 def representative_files():
@@ -262,7 +263,7 @@ def run_resources():
 
 # One-run sweep modes (rules/sweeps.smk).
 def sweep_summary_files():
-    return [f"{RESULTS}/runs/{gid}/{SWEEP}/cap{cap:g}/summary.json"
+    return [f"{RESULTS}/runs/{gid}/{SWEEP}/{run_id(cap)}/summary.json"
             for gid, g in GROUPS.items() for cap in g["caps"]]
 
 

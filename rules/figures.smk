@@ -21,6 +21,7 @@ rule core_figures:
         figures=[figure_output(f"{RESULTS}/figures/{name}.png") for name in CORE_FIGURES],
     params:
         figures=section("figures"),
+        protocol=section("summary"),  # Fig. 2 shades the phases the summaries used
         code=script_code("core_figures"),
     log:
         f"{LOGS}/core_figures.log",

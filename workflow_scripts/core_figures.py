@@ -6,6 +6,7 @@ from wattflex.plots import sweeps as figures
 from wattflex.plots.style import apply_style
 from wattflex.provenance import provenance, read_csv, read_json, read_parquet, save_png
 from wattflex.smk import rule_logger
+from wattflex.telemetry import SummaryProtocol
 
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
@@ -15,13 +16,14 @@ runs = read_parquet(smk.input.runs)
 pfi = read_parquet(smk.input.pfi)
 backends = runs["backend"].unique()
 out = {Path(p).stem: p for p in smk.output.figures}
-prov = provenance(params=cfg, inputs=[smk.input.runs, smk.input.pfi, smk.input.table6])
+prov = provenance(params={**cfg, "summary": smk.params.protocol}, inputs=[smk.input.runs, smk.input.pfi, smk.input.table6])
 
 tel_path, steps_path, summary_path = smk.input.representative
 rep = read_json(summary_path)["summary"]
 save_png(figures.timeseries_figure(read_parquet(tel_path), read_parquet(steps_path),
                                    f"{rep['group']} at {rep['cap_w']:g} W ({rep['gpus']} x {rep['gpu_model']})",
-                                   rep["backend"]), out["fig2_power_tokens_over_time"], prov)
+                                   rep["backend"], protocol=SummaryProtocol.from_config(smk.params.protocol)),
+         out["fig2_power_tokens_over_time"], prov)
 save_png(figures.curves_figure(runs, normalized=True), out["curves_normalized"], prov)
 save_png(figures.curves_figure(runs, normalized=False), out["curves_raw"], prov)
 headline = pfi[pfi["set"] == "headline"] if "set" in pfi else pfi

@@ -3,6 +3,7 @@ summarize_run) and the run's stretches at that cap (telemetry/steps, like a sepa
 import sys
 
 from wattflex.provenance import provenance, write_json, write_parquet
+from wattflex.run_ids import parse_run_id
 from wattflex.smk import rule_logger
 from wattflex.runs.sweep.steady import cap_rows, cap_slice, summary_row
 from wattflex.telemetry import RunFileError, SummaryProtocol, read_run_files
@@ -16,7 +17,7 @@ except RunFileError as exc:
     log.error("%s", exc)
     print(f"summarize_staircase: error: {exc}", file=sys.__stderr__)
     sys.exit(1)
-cap_w = float(smk.wildcards.run.removeprefix("cap"))
+cap_w, _ = parse_run_id(smk.wildcards.run)
 summary = cap_rows(telemetry, steps, run, SummaryProtocol.from_config(smk.params.protocol), caps=[cap_w])[cap_w]
 row = summary_row(run, cap_w, summary)
 log.info("%s/%s at %g W: %.0f W, %.0f tokens/s (%s)", row["group"], run["sweep_mode"], cap_w, row["power_w"],

@@ -104,9 +104,7 @@ def text_files() -> list[Path]:
 
 def resolves(dotted: str) -> bool:
     """True if ``wattflex.<dotted>`` names a real module or package, followed by attributes;
-    a package's attributes are its submodules and the names its __init__ exports."""
-    from wattflex import fingerprint
-
+    a package's attributes are its submodules and the names its __init__ defines."""
     node = ""
     for part in dotted.split("."):
         here = LIB.joinpath(*node.split(".")) if node else LIB
@@ -117,7 +115,7 @@ def resolves(dotted: str) -> bool:
             node = sub
             continue
         init = (here / "__init__.py").read_text()
-        return part in fingerprint.lazy_exports(node) or re.search(rf"^(def |class )?{part}\b", init, re.M) is not None
+        return re.search(rf"^(def |class )?{part}\b", init, re.M) is not None
     return True
 
 

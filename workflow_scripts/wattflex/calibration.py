@@ -42,6 +42,7 @@ from wattflex.analysis.fidelity import GroupModel, noise_free_pfi
 from wattflex.analysis.paper_tables import task_key
 from wattflex.analysis.published import load_published
 from wattflex.gpus import GPUS, GPUSpec
+from wattflex.run_ids import run_id
 from wattflex.runs.emulator import DEFAULT_DIE, PHYSICS, Physics, calibrated_physics, voltage
 
 # Ujeniya et al. 2026 (arXiv:2604.11391), H100 (94 GB / 2.41 TB/s part), FP64 DGEMM:
@@ -401,7 +402,7 @@ def config_group_models(cfg: Mapping[str, Any], runs: pd.DataFrame | None = None
     resolved = config_groups(dict(cfg))
     jobs = {g["id"]: {"group": g, "model_facts": cfg["_catalog"][g["model"]]} for g in resolved}
     if runs is None:
-        runs = pd.DataFrame([{"group": g["id"], "cap_w": float(c), "run_id": f"cap{c:g}"}
+        runs = pd.DataFrame([{"group": g["id"], "cap_w": float(c), "run_id": run_id(c)}
                              for g in resolved for c in g["caps"]])
     return group_models(jobs, runs)
 

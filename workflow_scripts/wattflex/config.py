@@ -34,9 +34,10 @@ from typing import Any
 import jsonschema
 import yaml
 
+from wattflex.architectures import ARCHITECTURES
 from wattflex.errors import ConfigError
 from wattflex.gpus import DEFAULT_GPU, gpu_spec
-from wattflex.runs.training.config import ARCHITECTURES
+from wattflex.run_ids import run_id
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "config" / "schema" / "config.schema.yaml"
@@ -471,10 +472,6 @@ def load_config(path: str | Path, base: Path = REPO_ROOT, check_inputs: bool = T
     except yaml.YAMLError as exc:
         raise ConfigError(f"config error: {path} is not valid YAML: {' '.join(str(exc).split())}") from None
     return prepare(cfg, base, check_inputs=check_inputs)
-
-
-def run_id(cap_w: float, repeat: int) -> str:
-    return f"cap{cap_w:g}" + (f"_r{repeat}" if repeat else "")
 
 
 def expand_runs(cfg: dict[str, Any]) -> list[dict[str, Any]]:

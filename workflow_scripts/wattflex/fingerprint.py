@@ -2,8 +2,8 @@
 
 Snakemake reruns a job when its rule script changes but not when a library module the
 script imports changes. Each rule therefore puts ``script_fingerprint(script)`` in its
-params: a hash of every wattflex module in the script's import closure (direct imports,
-imports inside functions, and names re-exported by a subpackage ``__init__``), so a new
+params: a hash of every wattflex module in the script's import closure (direct imports
+and imports inside functions), so a new
 import can never be forgotten and a removed one never reruns anything.
 
 Two kinds of module are left out of every closure, on purpose:
@@ -45,19 +45,6 @@ def _module_of(path: Path) -> tuple[str, bool]:
     rel = path.resolve().relative_to(LIB).with_suffix("")
     parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
     return ".".join(parts), rel.name == "__init__"
-
-
-@functools.lru_cache(maxsize=None)
-def lazy_exports(package: str) -> dict[str, str]:
-    """{public name: submodule} a subpackage re-exports (its ``EXPORTS`` literal)."""
-    src = _source(package)
-    if src is None or src.name != "__init__.py":
-        return {}
-    for node in ast.parse(src.read_text()).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "EXPORTS" for t in node.targets):
-            table = ast.literal_eval(node.value)
-            return {name: f"{package}.{sub}" for sub, names in table.items() for name in names}
-    return {}
 
 
 def direct_imports(path: str | Path) -> frozenset[str]:
@@ -110,13 +97,10 @@ def _direct_imports(path: Path, mtime_ns: int, size: int) -> frozenset[str]:
         else:
             continue
         found.add(mod)
-        exports = lazy_exports(mod)
         for alias in node.names:
             sub = f"{mod}.{alias.name}".lstrip(".")
             if _source(sub) is not None:
                 found.add(sub)
-            elif alias.name in exports:
-                found.add(exports[alias.name])
     return frozenset(m for m in found if _source(m) is not None)
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from wattflex.analysis.stats import telemetry_correlations
 from wattflex.plots import analysis, ingest, sweeps
+from wattflex.telemetry import SummaryProtocol
 
 LIB = Path(__file__).resolve().parents[3] / "workflow_scripts" / "wattflex"
 
@@ -47,7 +48,7 @@ def test_sweep_figures_render_and_say_emulated(tmp_path):
                         "ci95_low": [1.1, 1.3, 1.8], "ci95_high": [1.3, 1.7, 2.2]})
     table = pd.DataFrame({"cluster": ["dense", "moe-pt"], "pfi_published": [1.2, 1.5], "pfi": [1.25, 1.4]})
     figures = [
-        sweeps.timeseries_figure(telemetry, steps, "g0 at 700 W", "emulated"),
+        sweeps.timeseries_figure(telemetry, steps, "g0 at 700 W", "emulated", protocol=SummaryProtocol()),
         sweeps.curves_figure(runs, normalized=True),
         sweeps.curves_figure(runs, normalized=False),
         sweeps.pfi_by_cluster_figure(pfi, ["emulated"]),

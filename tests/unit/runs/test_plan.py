@@ -208,7 +208,7 @@ def test_a_group_without_shape_keys_is_planned_with_the_harness_defaults():
 
 
 def test_the_chunked_loss_counts_one_chunks_logits():
-    from wattflex.runs.training import TrainConfig
+    from wattflex.runs.training.config import TrainConfig
 
     facts = yaml.safe_load((REPO_ROOT / "config" / "models.yaml").read_text())["models"]["Qwen3-32B"]
     vocab = float(facts["vocab"])

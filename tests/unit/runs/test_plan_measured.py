@@ -7,7 +7,8 @@ import yaml
 
 from wattflex.provenance import read_json
 from wattflex.runs import plan
-from wattflex.runs.training import TrainConfig, train
+from wattflex.runs.training.config import TrainConfig
+from wattflex.runs.training.loop import train
 
 from .test_training import REPO
 

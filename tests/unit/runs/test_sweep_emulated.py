@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from wattflex.analysis.pfi import pfi_table
-from wattflex.config import groups, run_id, run_spec
+from wattflex.config import groups, run_spec
+from wattflex.run_ids import run_id
 from wattflex.runs.devices.emulated import run_emulated
 from wattflex.runs.sweep.algorithm import sweep_spec
 from wattflex.runs.sweep.emulated import EmulatedRun, run_sweep

@@ -27,7 +27,8 @@ from wattflex.provenance import read_json, read_parquet
 from wattflex.runs.sweep.algorithm import restored_on_exit
 from wattflex.runs.sweep.real import GpuSet, read_live_steps, write_real_sweep_run
 from wattflex.telemetry import job_series
-from wattflex.runs.training import TrainConfig, train
+from wattflex.runs.training.config import TrainConfig
+from wattflex.runs.training.loop import train
 from wattflex.runs.training.loop import LIVE_STEPS_FILE, STOP_FILE
 
 CAPS = [300.0, 450.0, 600.0]    # below the fake GPUs' 700 W limit, so the restore is a visible set

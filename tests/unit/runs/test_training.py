@@ -20,7 +20,8 @@ import torch
 import yaml
 
 from wattflex.provenance import read_json, read_parquet
-from wattflex.runs.training import TrainConfig, train
+from wattflex.runs.training.config import TrainConfig
+from wattflex.runs.training.loop import train
 from wattflex.runs.training import data
 from wattflex.runs.training import models
 from wattflex.gpus import peak_bf16_flops

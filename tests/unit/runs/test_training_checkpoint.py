@@ -8,7 +8,9 @@ import torch
 import yaml
 
 from wattflex.provenance import read_json
-from wattflex.runs.training import TrainConfig, checkpoint, train
+from wattflex.runs.training import checkpoint
+from wattflex.runs.training.config import TrainConfig
+from wattflex.runs.training.loop import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 REPO = Path(__file__).resolve().parents[3]

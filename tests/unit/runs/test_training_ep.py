@@ -14,7 +14,9 @@ import yaml
 
 from tests.unit.runs.training_helpers import run_probe, torchrun
 from wattflex.provenance import read_parquet
-from wattflex.runs.training import TrainConfig, models, train
+from wattflex.runs.training import models
+from wattflex.runs.training.config import TrainConfig
+from wattflex.runs.training.loop import train
 from wattflex.runs.training import parallel as par
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py

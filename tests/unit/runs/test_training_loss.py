@@ -9,7 +9,8 @@ import torch
 import yaml
 
 from tests.unit.runs.training_helpers import run_probe
-from wattflex.runs.training import TrainConfig, models
+from wattflex.runs.training import models
+from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.loss import causal_lm_loss, chunked_applies, chunked_causal_lm_loss
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py

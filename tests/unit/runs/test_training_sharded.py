@@ -13,7 +13,8 @@ import torch
 import yaml
 
 from tests.unit.runs.training_helpers import run_probe, torchrun
-from wattflex.runs.training import TrainConfig, models
+from wattflex.runs.training import models
+from wattflex.runs.training.config import TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 REPO = Path(__file__).resolve().parents[3]

@@ -42,8 +42,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from wattflex.config import run_id
 from wattflex.ingest.dcgm import range_problem
+from wattflex.run_ids import run_id
 from wattflex.telemetry import ACTIVITY_METRICS
 
 BACKEND = "ingest"

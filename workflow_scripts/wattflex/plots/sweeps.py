@@ -18,9 +18,12 @@ from wattflex.plots.style import CLUSTER_COLORS, CLUSTER_ORDER, label_backend, t
 from wattflex.telemetry import TRAINING, SummaryProtocol, detect_phases, job_series
 
 
-def timeseries_figure(telemetry: pd.DataFrame, steps: pd.DataFrame, title: str, backend: str,
-                      protocol: SummaryProtocol = SummaryProtocol()) -> plt.Figure:
-    """Paper Fig. 2 analog: job power and tokens/s over a run, phases shaded."""
+def timeseries_figure(telemetry: pd.DataFrame, steps: pd.DataFrame, title: str, backend: str, *,
+                      protocol: SummaryProtocol) -> plt.Figure:
+    """Paper Fig. 2 analog: job power and tokens/s over a run, phases shaded.
+
+    ``protocol``: the one the run's summary used (config ``summary``), so the shaded training
+    phase is the one its steady-state numbers come from."""
     series = job_series(telemetry)
     labels = detect_phases(series, protocol)
     t = series["t_s"].to_numpy(float)

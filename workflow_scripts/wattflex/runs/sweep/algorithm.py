@@ -44,7 +44,8 @@ import numpy as np
 import pandas as pd
 
 from wattflex.analysis.pfi import pfi_ratio, pfi_table
-from wattflex.config import groups, run_id, run_spec
+from wattflex.config import groups, run_spec
+from wattflex.run_ids import run_id
 from wattflex.runs.devices.caps import SIGNALS, CapSignal
 from wattflex.runs.sweep.steady import SteadyCriteria, Window, assess, se_mean_ar1
 from wattflex.telemetry import SummaryProtocol

@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from wattflex.run_ids import run_id
 from wattflex.telemetry import TRAINING, SummaryProtocol, detect_phases, job_series, summarize_run
 
 @dataclass(frozen=True)
@@ -355,7 +356,7 @@ GROUP_FIELDS = ("gpus", "model", "architecture", "task", "cluster", "set", "matc
 def summary_row(run_record: dict[str, Any], cap_w: float, summary: dict[str, Any]) -> dict[str, Any]:
     """A cap's row for runs.parquet: who it is (as ``summarize_run``'s rule writes it) + summary."""
     group = run_record["spec"]["group"]
-    return {"group": run_record["group"], "run_id": f"cap{cap_w:g}", "cap_w": float(cap_w), "repeat": 0,
+    return {"group": run_record["group"], "run_id": run_id(cap_w), "cap_w": float(cap_w), "repeat": 0,
             "backend": run_record["provenance"].get("backend", run_record.get("backend")),
             "gpu_model": run_record.get("device_model"), **{k: group.get(k) for k in GROUP_FIELDS}, **summary}
 

@@ -6,11 +6,6 @@ wraps it with LoRA; ``sharded`` builds it on the meta device and materialises ea
 shard (FSDP, with ``parallel`` for expert parallelism); ``data`` yields token batches;
 ``checkpoint`` writes the distributed checkpoint; ``loop.train`` runs the timed loop with
 the paper's eval and checkpoint events and writes ``steps.parquet``. The torchrun entry
-point is ``python -m wattflex.runs.training --config CFG.json --t0 EPOCH``. ``train`` is
-re-exported lazily: importing ``TrainConfig`` never imports torch.
+point is ``python -m wattflex.runs.training --config CFG.json --t0 EPOCH``. ``config`` imports
+no torch, so checking a ``TrainConfig`` never imports it.
 """
-
-from wattflex import lazy_exports
-
-EXPORTS = {"config": ["ARCHITECTURES", "TrainConfig"], "loop": ["train"]}
-__getattr__, __dir__, __all__ = lazy_exports(__name__, EXPORTS)

@@ -12,13 +12,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from wattflex.architectures import ARCHITECTURES
 from wattflex.runs.attention import catalog_attn_implementation
 
-# hf_model_type -> "dense" | "moe"; the families the harness builds and wraps with LoRA.
-ARCHITECTURES = {
-    "llama": "dense", "mistral": "dense", "qwen2": "dense", "qwen3": "dense",
-    "qwen3_moe": "moe", "mixtral": "moe", "gpt_oss": "moe", "deepseek_v2": "moe",
-}
 TASKS = ("pt", "lora")
 PRECISIONS = ("bf16-mixed", "bf16", "fp32")
 PARALLEL = ("auto", "ddp", "fsdp")

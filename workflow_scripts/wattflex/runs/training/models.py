@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from wattflex.runs.training.config import ARCHITECTURES, TrainConfig
+from wattflex.architectures import ARCHITECTURES
+from wattflex.runs.training.config import TrainConfig
 
 log = logging.getLogger("wattflex.runs.training")
 

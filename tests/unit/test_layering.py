@@ -1,0 +1,139 @@
+"""Package-level layering: no wattflex module imports a module of a higher layer.
+
+tests/unit/test_layout.py finds file-level import cycles; this finds the arrows that point
+up between packages (``runs.sweep -> analysis`` while ``analysis -> runs``: a package cycle
+no single module shows). Every import counts, at the top or inside a function (a lazy import
+is still a dependency). A module may import its own layer and the layers below.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+LIB = Path(__file__).resolve().parents[2] / "workflow_scripts" / "wattflex"
+
+#: Bottom to top. A name is a top-level module or a subpackage (and all its modules).
+LAYERS = [
+    # core: facts and plumbing every stage shares
+    ["wattflex", "errors", "provenance", "labels", "gpus", "architectures", "run_ids", "telemetry",
+     "fingerprint", "smk", "config"],
+    ["ingest"],                      # measured sweeps and DCGM captures from elsewhere
+    ["runs"],                        # where runs come from (emulator, devices, harness, sweeps)
+    ["analysis", "calibration"],     # PFI, statistics, predictor, tables; fitting the emulator to them
+    ["allocation"],                  # splitting a power cut across jobs
+    ["control", "grid"],             # following grid events with per-job caps
+    ["plots", "report_sections", "report", "doctor"],  # figures, the HTML report, what a machine offers
+    ["commands", "cli"],             # the `wattflex` command
+]
+
+#: Arrows that point up today, each with why it is allowed for now. Nothing else may.
+ALLOWED_UP = {
+    # moved by the pfi.py move (h27): wattflex/analysis/pfi.py -> wattflex/pfi.py, a core module
+    ("runs.sweep.algorithm", "analysis.pfi"),
+    # config's checks of cuda and command campaigns call the runs' own checks (lazily, only
+    # for such campaigns); they move out of config.py with its defaults rework (issue 28 item 1)
+    ("config", "runs.command_run"),
+    ("config", "runs.plan"),
+}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(LIB).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts) or "wattflex"
+
+
+def _resolve(base: str, names: list[str]) -> list[str]:
+    """``from base import a, b``: the modules it names (``a`` if it is a submodule, else base)."""
+    out = []
+    for name in names:
+        sub = f"{base}.{name}" if base != "wattflex" else name
+        rel = Path(*sub.split("."))
+        out.append(sub if (LIB / rel).with_suffix(".py").is_file() or (LIB / rel / "__init__.py").is_file()
+                   else base)
+    return out
+
+
+def imports(path: Path, source: str | None = None) -> set[str]:
+    """wattflex modules ``path`` (its text, or ``source``) imports anywhere in it, as names
+    relative to the package."""
+    here = _module_name(path)
+    package = here.split(".") if path.name == "__init__.py" else here.split(".")[:-1]
+    if package == ["wattflex"]:
+        package = []
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
+        if isinstance(node, ast.Import):
+            found.update(a.name.removeprefix("wattflex.") if a.name != "wattflex" else "wattflex"
+                         for a in node.names if a.name.split(".")[0] == "wattflex")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package[: len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+                base = ".".join(parts) or "wattflex"
+            elif node.module and node.module.split(".")[0] == "wattflex":
+                base = node.module.removeprefix("wattflex.") if node.module != "wattflex" else "wattflex"
+            else:
+                continue
+            found.update(_resolve(base, [a.name for a in node.names]))
+    return found
+
+
+def layer_of(module: str) -> int:
+    """The layer of a module (its longest listed prefix)."""
+    best = None
+    for i, names in enumerate(LAYERS):
+        for name in names:
+            if module == name or module.startswith(name + "."):
+                if best is None or len(name) > best[0]:
+                    best = (len(name), i)
+    if best is None:
+        raise KeyError(f"{module}: in no layer of tests/unit/test_layering.py's LAYERS; add it where it belongs")
+    return best[1]
+
+
+def edges() -> list[tuple[str, str]]:
+    return sorted((_module_name(p), dep) for p in LIB.rglob("*.py") if "__pycache__" not in p.parts
+                  for dep in imports(p))
+
+
+def upward(all_edges: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(a, b) for a, b in all_edges if layer_of(b) > layer_of(a)]
+
+
+def test_every_module_has_a_layer():
+    missing = []
+    for p in LIB.rglob("*.py"):
+        try:
+            layer_of(_module_name(p))
+        except KeyError as exc:
+            missing.append(str(exc))
+    assert not missing, "\n".join(missing)
+
+
+def test_nothing_imports_upward():
+    up = [e for e in upward(edges()) if e not in ALLOWED_UP]
+    assert not up, "imports of a higher layer (move the code down, or the import up):\n" + "\n".join(
+        f"wattflex.{a} (layer {layer_of(a)}) imports wattflex.{b} (layer {layer_of(b)})" for a, b in up)
+
+
+def test_every_allowed_exception_is_still_needed():
+    stale = ALLOWED_UP - set(upward(edges()))
+    assert not stale, f"no longer imported upward, remove from ALLOWED_UP: {sorted(stale)}"
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("import wattflex.analysis.pfi as pfi\n", {"analysis.pfi"}),
+    ("def f():\n    from wattflex.plots import sweeps\n", {"plots.sweeps"}),  # lazy imports count
+    ("from wattflex import calibration as cal, __version__\n", {"calibration", "wattflex"}),
+    ("from ..analysis.pfi import pfi_table\n", {"analysis.pfi"}),
+    ("from . import curves\n", {"allocation.curves"}),
+])
+def test_imports_sees_every_kind_of_import(source, expected):
+    # as if it were a module of wattflex.allocation, so relative imports resolve there
+    assert imports(LIB / "allocation" / "probe.py", source) == expected
+
+
+def test_an_upward_import_is_caught():
+    # runs importing a figure module: plots sit above runs
+    assert upward([("runs.runner", "plots.sweeps"), ("plots.sweeps", "runs.runner")]) == [("runs.runner", "plots.sweeps")]
