@@ -201,7 +201,7 @@ def published_facts(groups: Sequence[GroupModel], tables_dir: str | Path, fit_se
 def measured_facts(runs: pd.DataFrame) -> pd.Series:
     """Eq. 1 PFI per group of a measured ``runs.parquet`` (repeats averaged per cap, as
     compute_pfi does; failed runs, without power or throughput, left out)."""
-    from wattflex.analysis.pfi import pfi_ratio
+    from wattflex.pfi import pfi_ratio
 
     missing = {"group", "cap_w", "power_w", "tokens_per_s"} - set(runs.columns)
     if missing:

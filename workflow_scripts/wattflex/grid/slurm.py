@@ -149,7 +149,7 @@ SPLIT_POLICIES = ("equal-weight", "pfi-aware", "curve-aware", "oracle")
 class GroupCurves:
     """The campaign's groups as per-GPU curves: ``per_gpu`` (G, K) power and tokens/s of one
     GPU at each measured cap (the group's totals / its GPUs), ``pfi`` its measured PFI
-    (paper Eq. 1, :func:`wattflex.analysis.pfi.pfi_ratio`)."""
+    (paper Eq. 1, :func:`wattflex.pfi.pfi_ratio`)."""
     groups: tuple[str, ...]
     per_gpu: Curves
     pfi: np.ndarray
@@ -161,7 +161,7 @@ class GroupCurves:
 def group_curves(runs: Any) -> GroupCurves:
     """Per-GPU curves from ``runs.parquet`` rows (``group, gpus, cap_w, power_w,
     tokens_per_s``; repeats averaged)."""
-    from wattflex.analysis.pfi import pfi_ratio
+    from wattflex.pfi import pfi_ratio
 
     need = {"group", "gpus", "cap_w", "power_w", "tokens_per_s"} - set(runs.columns)
     if need:
