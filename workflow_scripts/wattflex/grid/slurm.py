@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from wattflex.provenance import strict_json
+
 import numpy as np
 
 from wattflex.allocation.allocator import allocate, water_fill
@@ -263,7 +265,7 @@ def split_budget(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarray, al
 
 def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc))
+    tmp.write_text(strict_json(doc))
     tmp.replace(path)
 
 
