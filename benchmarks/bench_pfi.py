@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -50,12 +51,17 @@ def same_points(a: pd.DataFrame, b: pd.DataFrame) -> bool:
     return len(a) == len(b) and all(a[c].equals(b[c]) for c in POINT_COLUMNS)
 
 
-def time_pfi(lib: Path, table: Path, out: Path) -> float:
+def time_pfi(lib: Path, table: Path, out: Path) -> tuple[float, float]:
+    """Wall and CPU seconds (user + system) of one ``wattflex pfi``: on a shared machine the
+    wall time follows the load, the CPU time much less."""
     env = {**os.environ, "PYTHONPATH": str(lib / "workflow_scripts")}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "wattflex.cli", "pfi", str(table), "-o", str(out)], check=True,
                    env=env, capture_output=True, text=True)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
@@ -69,12 +75,14 @@ def main() -> None:
         for n in [int(x) for x in args.groups.split(",")]:
             table = Path(tmp) / f"sweeps_{n}.csv"
             sweep_table(n).to_csv(table, index=False)
-            now = time_pfi(REPO, table, Path(tmp) / "now.csv")
-            row = {"groups": n, "rows": 4 * n, "now_s": now, "now_ms_per_group": 1000 * now / n}
+            now, now_cpu = time_pfi(REPO, table, Path(tmp) / "now.csv")
+            row = {"groups": n, "rows": 4 * n, "now_s": now, "now_cpu_s": now_cpu, "now_ms_per_group": 1000 * now / n,
+                   "load_1min": os.getloadavg()[0]}
             if args.before is not None:
-                before = time_pfi(args.before, table, Path(tmp) / "before.csv")
+                before, before_cpu = time_pfi(args.before, table, Path(tmp) / "before.csv")
                 same = same_points(pd.read_csv(Path(tmp) / "now.csv"), pd.read_csv(Path(tmp) / "before.csv"))
-                row.update(before_s=before, now_over_before=now / before, same_points=same)
+                row.update(before_s=before, before_cpu_s=before_cpu, now_over_before_cpu=now_cpu / before_cpu,
+                           same_points=same)
             rows.append(row)
             print(row, flush=True)
     df = pd.DataFrame(rows)
