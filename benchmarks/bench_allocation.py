@@ -52,7 +52,7 @@ from wattflex.gpus import GPUS
 from wattflex.runs import emulator as em
 from wattflex.allocation import oracle as orc
 from wattflex.config import groups, load_config
-from wattflex.analysis.pfi import pfi_ratio
+from wattflex.pfi import pfi_ratio
 
 OUT = REPO / "benchmarks" / "results"
 

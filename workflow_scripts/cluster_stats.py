@@ -25,7 +25,7 @@ log.info("%d groups of sets %s with a finite PFI", len(groups), sets)
 result = kruskal_dunn(groups, value_col="pfi", group_col="cluster", order=cfg.get("cluster_order", CLUSTER_ORDER),
                       p_adjust=cfg.get("p_adjust", "holm"), alpha=float(cfg.get("alpha", 0.05)))
 result["backend"] = backend
-write_json(result, smk.output.kruskal_dunn, prov, strict=True)  # undefined statistics: null, never NaN
+write_json(result, smk.output.kruskal_dunn, prov)  # undefined statistics: null, never NaN (strict JSON)
 log.info("Kruskal-Wallis H=%.3f p=%.4g", result["kruskal"]["H"], result["kruskal"]["p"])
 
 tests = cluster_tests_table(result)

@@ -1,8 +1,8 @@
-"""Rule script: PFI per sweep group from runs.parquet (wattflex.analysis.pfi.pfi_table)."""
+"""Rule script: PFI per sweep group from runs.parquet (wattflex.pfi.pfi_table)."""
 import pandas as pd
 
 from wattflex.runs.failures import MISSING_COLUMNS, annotate_missing, expected_uncapped
-from wattflex.analysis.pfi import pfi_table
+from wattflex.pfi import pfi_table
 from wattflex.provenance import provenance, read_parquet, read_parquet_meta, write_csv, write_parquet
 from wattflex.smk import rule_logger
 

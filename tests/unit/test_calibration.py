@@ -142,7 +142,7 @@ def test_measured_facts_average_repeats_and_need_the_runs_columns():
     runs = pd.DataFrame({"group": ["g"] * 3, "cap_w": [200.0, 700.0, 700.0], "power_w": [1600.0, 5000.0, 5200.0],
                          "tokens_per_s": [800.0, 1000.0, 1000.0]})
     got = cal.measured_facts(runs)["g"]
-    from wattflex.analysis.pfi import pfi_ratio
+    from wattflex.pfi import pfi_ratio
     assert got == pytest.approx(pfi_ratio(np.array([1600.0, 5100.0]), np.array([800.0, 1000.0])))
     with pytest.raises(ValueError, match="lacks column.*tokens_per_s"):
         cal.measured_facts(runs.drop(columns="tokens_per_s"))

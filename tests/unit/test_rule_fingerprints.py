@@ -61,18 +61,18 @@ def test_closures_follow_imports_and_leave_out_plumbing_and_the_real_backend():
 
 def test_an_import_added_or_removed_changes_the_fingerprint(tmp_path):
     script = tmp_path / "rule_script.py"
-    script.write_text("from wattflex.analysis.pfi import pfi_table\n")
+    script.write_text("from wattflex.pfi import pfi_table\n")
     with_pfi = fp.script_fingerprint(script)
-    assert fp.closure(script) == ["analysis.pfi"]
+    assert fp.closure(script) == ["pfi"]
     script.write_text(textwrap.dedent("""
-        from wattflex.analysis.pfi import pfi_table
+        from wattflex.pfi import pfi_table
 
         def later():
             from wattflex.analysis import stats  # imports inside functions count too
     """))
     assert "analysis.stats" in fp.closure(script)
     assert fp.script_fingerprint(script) != with_pfi
-    script.write_text("from wattflex.analysis.pfi import pfi_table\nimport numpy\n")
+    script.write_text("from wattflex.pfi import pfi_table\nimport numpy\n")
     assert fp.script_fingerprint(script) == with_pfi  # nothing reruns for a removed import
 
 

@@ -5,7 +5,7 @@ import re
 import pandas as pd
 import pytest
 
-from wattflex.analysis.pfi import STATUSES
+from wattflex.pfi import STATUSES
 from wattflex.provenance import read_parquet, read_parquet_meta, read_png_meta
 
 from .conftest import REPO, snakemake

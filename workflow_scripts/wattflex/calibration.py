@@ -202,7 +202,7 @@ def published_facts(groups: Sequence[GroupModel], tables_dir: str | Path, fit_se
 def measured_facts(runs: pd.DataFrame) -> pd.Series:
     """Eq. 1 PFI per group of a measured ``runs.parquet`` (repeats averaged per cap, as
     compute_pfi does; failed runs, without power or throughput, left out)."""
-    from wattflex.analysis.pfi import pfi_ratio
+    from wattflex.pfi import pfi_ratio
 
     missing = {"group", "cap_w", "power_w", "tokens_per_s"} - set(runs.columns)
     if missing:
@@ -246,22 +246,32 @@ class Calibration:
             raise ValueError(f"{where}: not a wattflex calibration file (kind "
                              f"{data.get('kind')!r}); make one with `wattflex calibrate`")
         try:
-            curve = PowerCurve(**data["curve"])
+            curve = PowerCurve(**{k: _number(v) for k, v in data["curve"].items()})
             return cls(anchor_clock_mhz=float(data["anchor_clock_mhz"]), curve=curve, source=str(data["source"]),
                        fit_groups=tuple(data.get("fit_groups", ())),
-                       in_sample_mae=float(data.get("in_sample_mae", math.nan)),
-                       out_of_sample_mae=float(data.get("out_of_sample_mae", math.nan)),
-                       residuals={str(k): float(v) for k, v in data.get("residuals", {}).items()},
+                       in_sample_mae=_number(data.get("in_sample_mae")),
+                       out_of_sample_mae=_number(data.get("out_of_sample_mae")),
+                       residuals={str(k): _number(v) for k, v in data.get("residuals", {}).items()},
                        gpu_die=str(data.get("gpu_die", DEFAULT_DIE)))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"{where}: malformed calibration ({exc}); regenerate it with `wattflex calibrate`") from None
 
 
+def _number(value: Any) -> float:
+    """A calibration number as read back: strict JSON writes an undefined one (an MAE over
+    fewer than 2 groups) as null."""
+    return math.nan if value is None else float(value)
+
+
 def write_calibration(cal: Calibration, path: str | Path) -> Path:
+    from wattflex.provenance import strict_json, undefined_values
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(cal.to_json(), indent=2, allow_nan=True) + "\n")
+    doc = cal.to_json()
+    undefined = undefined_values(doc)
+    tmp.write_text(strict_json({**doc, **({"undefined": undefined} if undefined else {})}, indent=2) + "\n")
     tmp.replace(path)
     return path
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -316,7 +317,7 @@ def write_parquet(df: pd.DataFrame | pa.Table, path: str | os.PathLike, prov: di
     table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
     doc = {"schema_version": SCHEMA_VERSION, "provenance": prov or provenance(), **meta}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                           META_KEY: json.dumps(doc, default=str).encode()})
+                                           META_KEY: strict_json(doc).encode()})
     _atomic_write(path, lambda tmp: pq.write_table(table, tmp))
 
 
@@ -351,20 +352,43 @@ def json_safe(obj: Any) -> Any:
     return obj
 
 
-def json_file(obj: dict[str, Any], path: str | os.PathLike, prov: dict[str, Any] | None = None,
-              strict: bool = False) -> tuple[str | os.PathLike, Any]:
-    """``(path, write)`` of a JSON artifact, for :func:`write_together`. ``strict``: NaN and
-    inf as null (:func:`json_safe`), what the commands' statistics files are; run records and
-    summaries keep NaN, which their readers (pandas frames of them) take as missing values."""
+def strict_json(obj: Any, **kwargs: Any) -> str:
+    """JSON text that strict parsers accept: non-finite floats as null (:func:`json_safe`),
+    and ``allow_nan=False`` at the writer so a NaN that slips past (one made by ``default``)
+    is an error here, never a ``NaN`` token in a file (issue 27 §3)."""
+    return json.dumps(json_safe(obj), allow_nan=False, **{"default": _json_default, **kwargs})
+
+
+def undefined_values(obj: Any, where: str = "") -> dict[str, str]:
+    """``{dotted.path: "NaN" | "inf" | "-inf"}`` of every non-finite float in ``obj``: the
+    reason beside each ``null`` :func:`strict_json` writes for one."""
+    if type(obj).__module__ == "numpy" and hasattr(obj, "tolist"):
+        obj = obj.tolist()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return {where: "NaN" if obj != obj else ("inf" if obj > 0 else "-inf")}
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    found: dict[str, str] = {}
+    for key, value in items:
+        found.update(undefined_values(value, f"{where}.{key}" if where else str(key)))
+    return found
+
+
+def json_file(obj: dict[str, Any], path: str | os.PathLike,
+              prov: dict[str, Any] | None = None) -> tuple[str | os.PathLike, Any]:
+    """``(path, write)`` of a JSON artifact, for :func:`write_together`. Strict JSON: an
+    undefined value (NaN, inf) is ``null``, and ``undefined`` maps its dotted path to what it
+    was (``{"summary.power_w_sem": "NaN"}``); pandas readers of these records take null as
+    missing, as they took NaN."""
     check_writable(path)
     doc = {"schema_version": SCHEMA_VERSION, **obj, "provenance": prov or provenance()}
-    text = json.dumps(json_safe(doc) if strict else doc, indent=2, default=_json_default, allow_nan=not strict) + "\n"
-    return path, lambda tmp: Path(tmp).write_text(text)
+    undefined = undefined_values(doc)
+    if undefined:
+        doc["undefined"] = undefined
+    return path, lambda tmp: Path(tmp).write_text(strict_json(doc, indent=2) + "\n")
 
 
-def write_json(obj: dict[str, Any], path: str | os.PathLike, prov: dict[str, Any] | None = None,
-               strict: bool = False) -> None:
-    write_together([json_file(obj, path, prov, strict=strict)])
+def write_json(obj: dict[str, Any], path: str | os.PathLike, prov: dict[str, Any] | None = None) -> None:
+    write_together([json_file(obj, path, prov)])
 
 
 def read_json(path: str | os.PathLike) -> dict[str, Any]:
@@ -405,7 +429,7 @@ def save_png(fig: Any, path: str | os.PathLike, prov: dict[str, Any] | None = No
     found on its own still says what made it. Written atomically, the chunk ahead of the pixels."""
     check_writable(path)
     doc = {"schema_version": SCHEMA_VERSION, **meta, "provenance": prov or provenance()}
-    text = json.dumps(doc, default=_json_default)
+    text = strict_json(doc)
     # zlib level 3, not Pillow's 6: the default campaign's 17 figures encode in 0.81 s instead
     # of 1.40 s for 1% more bytes (1.91 vs 1.89 MB; measured here, issue 15).
     _atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, metadata={META_KEY.decode(): text},

@@ -25,7 +25,7 @@ import pandas as pd
 import yaml
 
 from wattflex import SCHEMA_VERSION
-from wattflex.provenance import REPORT_META_ID, artifact_meta, check_schema_version, read_html_meta
+from wattflex.provenance import REPORT_META_ID, artifact_meta, check_schema_version, read_html_meta, strict_json
 # the sections and what each shows live in a light module: every snakemake start reads them
 from wattflex.report_sections import SECTIONS, Item, Section, campaign_relative
 
@@ -117,7 +117,7 @@ def table_html(df, max_rows: int = 60) -> str:
 
 
 def kv_html(pairs: dict[str, Any]) -> str:
-    rows = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(_fmt(v) if not isinstance(v, (list, dict)) else json.dumps(v))}</td></tr>"
+    rows = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(_fmt(v) if not isinstance(v, (list, dict)) else strict_json(v))}</td></tr>"
                    for k, v in pairs.items())
     return f'<div class="tbl"><table class="kv">{rows}</table></div>'
 
@@ -410,7 +410,7 @@ def render_report(files: Iterable[str | Path], campaign: str, config: dict[str, 
     body.append(_provenance_html(camp, config))
     toc.append('<li><a href="#provenance">Config and provenance</a></li>')
     meta = {"schema_version": SCHEMA_VERSION, "campaign": campaign, "sections": statuses, "provenance": prov or {}}
-    meta_json = json.dumps(meta, default=str).replace("</", "<\\/")
+    meta_json = strict_json(meta).replace("</", "<\\/")
     code = prov or {}
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

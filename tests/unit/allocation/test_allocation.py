@@ -23,7 +23,7 @@ from wattflex.allocation.simulate import (
     simulate_cuts,
     stratified_halves,
 )
-from wattflex.analysis.pfi import pfi_ratio
+from wattflex.pfi import pfi_ratio
 from wattflex.plots.allocation import out_of_sample_figure
 
 

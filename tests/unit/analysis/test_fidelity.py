@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from wattflex.analysis import fidelity as fid
-from wattflex.analysis.pfi import pfi_ratio
+from wattflex.pfi import pfi_ratio
 from wattflex.config import groups, load_config
 from wattflex.runs.devices.emulated import run_emulated
 from wattflex.runs.emulator import PHYSICS

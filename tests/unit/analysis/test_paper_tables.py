@@ -29,7 +29,7 @@ def test_beside_published_places_columns_and_survives_no_table():
 
 
 def test_grid_sensitivity_by_hand():
-    pytest.importorskip("wattflex.analysis.pfi")
+    pytest.importorskip("wattflex.pfi")
     six = ratio_sweep("six", {200: 1.5, 300: 1.4, 400: 1.3, 500: 1.6, 600: 2.0})
     four = ratio_sweep("four", {200: 1.2, 500: 1.3, 600: 1.4})  # already on the 4-cap grid
     other = ratio_sweep("val", {200: 1.5, 300: 1.4, 400: 1.3, 500: 1.6, 600: 2.0})

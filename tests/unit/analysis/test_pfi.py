@@ -1,4 +1,4 @@
-"""wattflex.analysis.pfi: published definitions against hand arithmetic, diagnostics on pathological
+"""wattflex.pfi: published definitions against hand arithmetic, diagnostics on pathological
 sweeps, the robust PFI and the Monte Carlo CIs."""
 
 import json
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wattflex.analysis.pfi import (
+from wattflex.pfi import (
     OUTPUT_COLUMNS,
     STATUSES,
     grid_sensitivity,
@@ -365,7 +365,7 @@ def test_grid_sensitivity_without_a_finer_swept_group_is_empty():
 def test_isotonic_fit_equals_scikit_learns_estimator(case):
     from sklearn.isotonic import IsotonicRegression
 
-    from wattflex.analysis.pfi import isotonic_fit
+    from wattflex.pfi import isotonic_fit
 
     p = np.array([900.0, 300, 500, 700]) if case != "tie in power" else np.array([900.0, 300, 500, 500])
     t = np.array([100.0, 60, 80, 95]) if case == "monotone" else np.array([100.0, 60, 90, 85])
@@ -375,7 +375,7 @@ def test_isotonic_fit_equals_scikit_learns_estimator(case):
 
 
 def test_long_tables_report_progress(monkeypatch):
-    import wattflex.analysis.pfi as pfi
+    import wattflex.pfi as pfi
 
     monkeypatch.setattr(pfi, "PROGRESS_EVERY_S", 0.0)
     df = pd.concat([sweep().assign(group=f"g{i}") for i in range(3)], ignore_index=True)
@@ -388,7 +388,7 @@ def test_long_tables_report_progress(monkeypatch):
 def test_monte_carlo_across_groups_equals_each_group_alone(monkeypatch):
     """Issue 27 §4: the CIs run on groups stacked by size, in batches; a group's row (CIs and
     their notes included) is the one it gets alone, across batch boundaries and sizes."""
-    import wattflex.analysis.pfi as pfi
+    import wattflex.pfi as pfi
 
     monkeypatch.setattr(pfi, "_MC_ROWS_PER_BATCH", 1000)  # 2 groups a batch at 500 resamples
     rng = np.random.default_rng(5)

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wattflex.analysis.pfi import pfi_table
+from wattflex.pfi import pfi_table
 from wattflex.cli import main as cli_main
 from wattflex.commands import ingest as ingest_command
 from wattflex.ingest.reader import IngestError

@@ -3,7 +3,7 @@ downstream stages apply."""
 import numpy as np
 import pandas as pd
 
-from wattflex.analysis.pfi import pfi_table
+from wattflex.pfi import pfi_table
 from wattflex.ingest.sources import ingest
 from wattflex.ingest.summary import stage_applicability, status_counts
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from wattflex.analysis.pfi import pfi_ratio
+from wattflex.pfi import pfi_ratio
 from wattflex.config import groups
 from wattflex.gpus import GPUS
 from wattflex.runs.emulator import PHYSICS, JobSpec, attention_impl, job_at_cap, operating_points, step_kernels

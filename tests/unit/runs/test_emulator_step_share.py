@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from wattflex.analysis.pfi import pfi_ratio
+from wattflex.pfi import pfi_ratio
 from wattflex.config import groups
 from wattflex.gpus import GPUS
 from wattflex.runs.emulator import PHYSICS, JobSpec, job_at_cap, operating_points

@@ -11,7 +11,7 @@ from wattflex.runs.failures import (
     record_failed_run,
     split_failed,
 )
-from wattflex.analysis.pfi import pfi_table
+from wattflex.pfi import pfi_table
 from wattflex.provenance import read_json, read_parquet, read_parquet_meta
 from wattflex.telemetry import STEP_COLUMNS, TELEMETRY_COLUMNS
 

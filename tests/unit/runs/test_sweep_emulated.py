@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wattflex.analysis.pfi import pfi_table
 from wattflex.config import groups, run_spec
+from wattflex.pfi import pfi_table
 from wattflex.run_ids import run_id
 from wattflex.runs.devices.emulated import run_emulated
 from wattflex.runs.sweep.algorithm import sweep_spec

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from wattflex.allocation.oracle import RTOL, concave_hull, interp
-from wattflex.analysis.pfi import isotonic_fit_batch
+from wattflex.pfi import isotonic_fit_batch
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """How well an EMULATED campaign reproduces the paper: per-group PFI, cluster statistics and
 their sensitivity to the emulator's assumptions, each beside the published value.
 
-Three emulated PFIs per group, all by the paper's Eq. 1 (:func:`wattflex.analysis.pfi.pfi_ratio`,
+Three emulated PFIs per group, all by the paper's Eq. 1 (:func:`wattflex.pfi.pfi_ratio`,
 reference = the group's highest cap):
 
 - **noise-free model**: :func:`wattflex.runs.emulator.job_at_caps` at each cap of the group
@@ -77,7 +77,7 @@ import numpy as np
 import pandas as pd
 
 from wattflex.analysis.paper_tables import PUBLISHED_SCALARS, spearman, task_key
-from wattflex.analysis.pfi import pfi_ratio
+from wattflex.pfi import pfi_ratio
 from wattflex.analysis.published import load_published
 from wattflex.analysis.stats import CLUSTER_ORDER, kruskal_dunn
 from wattflex.gpus import GPUS

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from wattflex.analysis.pfi import grid_sensitivity as pfi_grid_sensitivity
+from wattflex.pfi import grid_sensitivity as pfi_grid_sensitivity
 from wattflex.analysis.published import load_published
 from wattflex.gpus import DEFAULT_GPU
 from wattflex.provenance import read_parquet
@@ -94,7 +94,7 @@ def grid_sensitivity(runs: pd.DataFrame, pfi: pd.DataFrame, grid: Sequence[float
 
     A group qualifies when its caps strictly contain ``grid`` and (if ``pfi`` has a
     ``set`` column) it belongs to ``sets``. Both PFIs come from
-    :func:`wattflex.analysis.pfi.grid_sensitivity` on the same runs (repeats averaged as
+    :func:`wattflex.pfi.grid_sensitivity` on the same runs (repeats averaged as
     compute_pfi averages them); ``pfi_kwargs`` go to ``pfi_table``.
     """
 

@@ -71,6 +71,6 @@ def run(args: argparse.Namespace) -> int:
     prov = provenance(params=params, inputs=[args.curves])
     # the table, its sidecar and its totals appear together or not at all
     write_together([*csv_files(out, args.output, prov, policy=args.policy),
-                    json_file({"totals": totals}, f"{args.output}.totals.json", prov, strict=True)])
+                    json_file({"totals": totals}, f"{args.output}.totals.json", prov)])
     print(f"wrote {args.output} and {args.output}.totals.json", file=sys.stderr)
     return 0

@@ -11,7 +11,6 @@ cannot fit its GPUs or host memory (the resource plan, ``wattflex.runs.plan``), 
 from __future__ import annotations
 
 import argparse
-import json
 
 NAME = "doctor"
 HELP = "Report what this machine offers wattflex (NVML, GPUs, caps, DCGM, RAPL, torch, SLURM); changes nothing"
@@ -29,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     # Lazy, like every heavy import of a command (wattflex.cli).
     from wattflex.doctor import diagnose, format_report
+    from wattflex.provenance import strict_json
 
     report = diagnose(args.configfile, args.dcgm_exporter, args.state_dir)
-    print(json.dumps(report, indent=2, default=str) if args.json else format_report(report).rstrip("\n"))
+    print(strict_json(report, indent=2) if args.json else format_report(report).rstrip("\n"))
     return 0 if report["ok"] else 1

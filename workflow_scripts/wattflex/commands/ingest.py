@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     for where, reason in result.rejected.head(20).itertuples(index=False):
         print(f"  rejected {where}: {reason}")
     if args.pfi is not None:
-        from wattflex.analysis.pfi import pfi_table
+        from wattflex.pfi import pfi_table
 
         table = pfi_table(runs, throughput_col="tokens_per_s", power_sem_col="power_w_sem",
                           throughput_sem_col="tokens_per_s_sem")

@@ -6,7 +6,7 @@ In each group the highest ``cap_w`` is the uncapped reference. SEM columns, when
 (``power_w_sem`` and ``throughput_sem`` by default, or named with the options), give the
 Monte Carlo CIs. Output: one row per group, ``group, n_caps, pfi_ratio, pfi_area,
 pfi_elasticity, ci95_low, ci95_high, status`` first, then the robust PFI and diagnostics
-(see ``wattflex.analysis.pfi``), with a provenance sidecar ``OUT.csv.meta.json``.
+(see ``wattflex.pfi``), with a provenance sidecar ``OUT.csv.meta.json``.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def read_sweeps(path: Path):
 
 
 def run(args: argparse.Namespace) -> int:
-    from wattflex.analysis.pfi import pfi_table
+    from wattflex.pfi import pfi_table
     from wattflex.ingest.reader import check_cells
     from wattflex.provenance import check_outputs, provenance, write_csv
 

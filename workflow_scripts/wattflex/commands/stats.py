@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from wattflex.errors import UserError
@@ -55,7 +54,7 @@ def _fmt(x: float | None, spec: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from wattflex.analysis.stats import kruskal_dunn
     from wattflex.ingest.reader import check_cells, read_typed_table
-    from wattflex.provenance import check_outputs, json_safe, provenance, write_json
+    from wattflex.provenance import check_outputs, provenance, strict_json, write_json
 
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha {args.alpha:g} is not a significance level in (0, 1) (e.g. 0.05, not 5)")
@@ -68,11 +67,11 @@ def run(args: argparse.Namespace) -> int:
                           order=[o for o in args.order.split(",") if o], p_adjust=args.p_adjust, alpha=args.alpha)
     result["input"] = str(args.table)
     if not args.output:
-        json.dump(json_safe(result), sys.stdout, indent=2, allow_nan=False)
+        sys.stdout.write(strict_json(result, indent=2))
         print()
         return 0
     params = {k: v for k, v in vars(args).items() if not k.startswith("_")}
-    write_json(result, args.output, provenance(params=params, inputs=[args.table]), strict=True)
+    write_json(result, args.output, provenance(params=params, inputs=[args.table]))
     kw = result["kruskal"]
     if kw["H"] is None:
         print(f"Kruskal-Wallis (df {kw['df']}, n {kw['n']}): {kw.get('note', 'undefined')}")

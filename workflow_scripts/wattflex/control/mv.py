@@ -148,7 +148,7 @@ def write_run_mv(out_dir: Any, rec: Any, source: Any, response_s: float, uncappe
     for k, caps in enumerate(np.asarray(rec.caps_w, float).T):
         ts[f"cap_w:job{k}"] = caps
     prov = provenance(params=dict(params), backend="nvml")
-    files = [json_file({"events": recs, "sample_s": period}, out / "mv.json", prov, strict=True),
+    files = [json_file({"events": recs, "sample_s": period}, out / "mv.json", prov),
              *csv_files(intervals, out / "mv_intervals.csv", prov), *csv_files(ts, out / "timeseries.csv", prov)]
     write_together(files)
     return recs

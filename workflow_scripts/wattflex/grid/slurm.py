@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from wattflex.provenance import strict_json
+
 import numpy as np
 
 from wattflex.allocation.allocator import allocate, water_fill
@@ -149,7 +151,7 @@ SPLIT_POLICIES = ("equal-weight", "pfi-aware", "curve-aware", "oracle")
 class GroupCurves:
     """The campaign's groups as per-GPU curves: ``per_gpu`` (G, K) power and tokens/s of one
     GPU at each measured cap (the group's totals / its GPUs), ``pfi`` its measured PFI
-    (paper Eq. 1, :func:`wattflex.analysis.pfi.pfi_ratio`)."""
+    (paper Eq. 1, :func:`wattflex.pfi.pfi_ratio`)."""
     groups: tuple[str, ...]
     per_gpu: Curves
     pfi: np.ndarray
@@ -161,7 +163,7 @@ class GroupCurves:
 def group_curves(runs: Any) -> GroupCurves:
     """Per-GPU curves from ``runs.parquet`` rows (``group, gpus, cap_w, power_w,
     tokens_per_s``; repeats averaged)."""
-    from wattflex.analysis.pfi import pfi_ratio
+    from wattflex.pfi import pfi_ratio
 
     need = {"group", "gpus", "cap_w", "power_w", "tokens_per_s"} - set(runs.columns)
     if need:
@@ -263,7 +265,7 @@ def split_budget(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarray, al
 
 def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc))
+    tmp.write_text(strict_json(doc))
     tmp.replace(path)
 
 

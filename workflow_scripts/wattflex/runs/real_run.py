@@ -71,7 +71,7 @@ import numpy as np
 import pandas as pd
 import psutil
 
-from wattflex.provenance import provenance, read_json, read_parquet, write_json, write_parquet
+from wattflex.provenance import provenance, read_json, read_parquet, strict_json, write_json, write_parquet
 from wattflex.runs.devices import caps, nvml
 from wattflex.runs.devices import dcgm as dcgm_source
 from wattflex.runs.devices.base import TelemetrySampler, telemetry_frame
@@ -539,7 +539,7 @@ def run_real(spec: dict[str, Any], outdir: str | Path) -> None:
             raise RuntimeError(f"cuda.nnodes is {opts.nnodes} but the SLURM allocation has {len(hosts)} node(s) "
                                f"({', '.join(hosts)}); ask for as many nodes (slurm_gpus_per_node)")
         spec_path = outdir / "spec.json"
-        spec_path.write_text(json.dumps(spec, indent=2, default=str))
+        spec_path.write_text(strict_json(spec, indent=2))
         rdzv = rendezvous_endpoint(hosts[0])
         run_training(node_agent_command(spec_path, outdir, t0, opts.nnodes, rdzv, gpus_per_node(spec, opts.nnodes)),
                      outdir / "nodes.log")

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from wattflex.provenance import strict_json
+
 from wattflex.runs.devices.base import (
     CapConstraintError,
     CapError,
@@ -116,7 +118,7 @@ def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as fh:
-        json.dump(doc, fh, indent=2)
+        fh.write(strict_json(doc, indent=2))
         fh.flush()
         os.fsync(fh.fileno())
     tmp.replace(path)

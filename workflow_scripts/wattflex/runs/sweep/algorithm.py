@@ -43,8 +43,8 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 import numpy as np
 import pandas as pd
 
-from wattflex.analysis.pfi import pfi_ratio, pfi_table
 from wattflex.config import groups, run_spec
+from wattflex.pfi import pfi_ratio, pfi_table
 from wattflex.run_ids import run_id
 from wattflex.runs.devices.caps import SIGNALS, CapSignal
 from wattflex.runs.sweep.steady import SteadyCriteria, Window, assess, se_mean_ar1

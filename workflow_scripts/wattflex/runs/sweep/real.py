@@ -38,7 +38,7 @@ import pandas as pd
 
 from wattflex.runs.devices.base import check_cap
 from wattflex.runs.devices.caps import CapError, CapGuard, restore_each
-from wattflex.provenance import read_json
+from wattflex.provenance import read_json, strict_json
 from wattflex.runs.real_run import (NODE_DIR, NodeSetup, RunOptions, _node_hosts, align_nodes, assemble,
                                     gpus_per_node, node_agent_command, node_main, rendezvous_endpoint, start_training,
                                     terminate, training_error, utc_now)
@@ -210,7 +210,7 @@ class _CommandTraining(_Training):
 
 def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(doc))
+    tmp.write_text(strict_json(doc))
     tmp.replace(path)
 
 
@@ -366,7 +366,7 @@ def _run_multi_node_sweep(spec: dict[str, Any], outdir: Path, opts: RunOptions, 
     if len(hosts) < opts.nnodes:
         raise RuntimeError(f"cuda.nnodes is {opts.nnodes} but the SLURM allocation has {len(hosts)} node(s)")
     spec_path = outdir / "spec.json"
-    spec_path.write_text(json.dumps(spec, indent=2, default=str))
+    spec_path.write_text(strict_json(spec, indent=2))
     cmd = node_agent_command(spec_path, outdir, t0, opts.nnodes, rendezvous_endpoint(hosts[0]),
                              gpus_per_node(spec, opts.nnodes), module="wattflex.runs.sweep.real")
     log_path = outdir / "nodes.log"

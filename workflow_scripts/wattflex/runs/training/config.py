@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from wattflex.architectures import ARCHITECTURES
+from wattflex.provenance import strict_json
 from wattflex.runs.attention import catalog_attn_implementation
 
 TASKS = ("pt", "lora")
@@ -162,7 +163,7 @@ class TrainConfig:
                              f"(default 1800: loading a large model can take tens of minutes)")
 
     def to_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=2, default=str) + "\n")
+        Path(path).write_text(strict_json(asdict(self), indent=2) + "\n")
 
     @classmethod
     def from_json(cls, path: str | Path) -> "TrainConfig":

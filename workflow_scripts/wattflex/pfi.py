@@ -52,9 +52,12 @@ Uncertainty
 ``mc_samples`` Monte Carlo resamples of every point's P and T from ``N(mean, sem)``
 (vectorised across resamples and across groups of the same size; the robust one refits the
 isotonic curve per resample with a vectorised min-max formula equivalent to scikit-learn's
-PAVA, keeping the binding set of the point estimate). Percentile intervals. Without SEMs the CI columns are NaN and ``notes`` say why.
-Each group's random stream is seeded from ``(seed, group name)``, so a group's CI does not
-depend on which other groups are in the table.
+PAVA, keeping the binding set of the point estimate). Percentile intervals. Without SEMs the
+CI columns are NaN and ``notes`` say why. The standard normals are one batched stream per
+group size, seeded from ``(seed, number of points)`` and shared by every group of that size
+(common random numbers, issue 27 §4): each group's resamples are still independent
+``N(mean, sem)`` draws, a group's CI does not depend on which other groups are in the table,
+and 25,000 groups cost one draw of ``mc_samples x n`` normals instead of 25,000.
 
 Status vocabulary (``status`` = the most severe that applies; ``notes`` list all)
 ---------------------------------------------------------------------------------
@@ -102,7 +105,6 @@ from __future__ import annotations
 
 import json
 import time
-import zlib
 from statistics import NormalDist
 from typing import Any, Callable, Iterable, Sequence
 
@@ -196,16 +198,22 @@ def isotonic_fit(power_w: np.ndarray, throughput: np.ndarray,
     scikit-learn's PAVA (``sklearn.isotonic.isotonic_regression``) on the points sorted by
     power, which is what ``IsotonicRegression`` runs once it has pooled points of equal
     power; with ties it is used itself. The estimator's input checks cost ~2 ms a call, a
-    third of a group's analysis on 25,000-group tables (issue 27)."""
-    from sklearn.isotonic import IsotonicRegression, isotonic_regression
-
+    third of a group's analysis on 25,000-group tables (issue 27). Throughput already
+    non-decreasing in power (distinct powers) is its own fit: PAVA pools nothing and returns
+    it unchanged, so it is returned without the call (most sweeps)."""
     p = np.asarray(power_w, dtype=float)
     order = np.argsort(p, kind="stable")
-    if np.any(np.diff(p[order]) == 0):
+    ties = np.any(np.diff(p[order]) == 0)
+    y = np.asarray(throughput, dtype=float)
+    if not ties and np.all(np.diff(y[order]) >= 0):
+        return y.copy()
+    from sklearn.isotonic import IsotonicRegression, isotonic_regression
+
+    if ties:
         return IsotonicRegression(increasing=True).fit_transform(p, throughput, sample_weight=weight)
     w = None if weight is None else np.asarray(weight, dtype=float)[order]
     fitted = np.empty(p.size)
-    fitted[order] = isotonic_regression(np.asarray(throughput, dtype=float)[order], sample_weight=w)
+    fitted[order] = isotonic_regression(y[order], sample_weight=w)
     return fitted
 
 
@@ -559,8 +567,7 @@ def _analyse_group(group: Any, part: dict[str, np.ndarray], s: _Settings
         missing = x.cap[~(np.isfinite(x.sp) & np.isfinite(x.st))]
         notes.append("no CI: SEM missing at cap_w " + ", ".join(_fmt(c) for c in missing))
     else:  # its notes come last, as the row's last notes (the status does not depend on them)
-        job = _MonteCarloJob(x, [s.seed, zlib.crc32(str(group).encode())],
-                             used if row["robust_status"] == "ok" else None, weight)
+        job = _MonteCarloJob(x, used if row["robust_status"] == "ok" else None, weight)
 
     terms = np.where(x.included, _ratio_terms(x.p, x.t, ref), np.nan)
     row["per_cap"] = json.dumps([
@@ -573,7 +580,7 @@ def _analyse_group(group: Any, part: dict[str, np.ndarray], s: _Settings
                 + (["excluded_t_equals_tmax"] if not x.included[i] else [])
                 + (["pooled_with_uncapped"] if binding[i] and pooled[i] else [])
                 + (["loss_within_noise"] if binding[i] and no_loss[i] and not pooled[i] else [])})
-        for i in range(ref)])
+        for i in range(ref)], allow_nan=False)
     return _finish(row, statuses, notes), job
 
 
@@ -587,84 +594,117 @@ def _noise(x: _Points, s: _Settings, sem_ok: bool) -> tuple[np.ndarray, np.ndarr
 
 
 class _MonteCarloJob:
-    """What one group's CIs need: its points, the seed of its own random stream, the points
-    of its robust PFI (None: no robust CI) and the isotonic weights."""
+    """What one group's CIs need: its points, the points of its robust PFI (None: no robust
+    CI) and the isotonic weights."""
 
-    def __init__(self, x: _Points, seed: list[int], robust_used: np.ndarray | None,
-                 weight: np.ndarray) -> None:
-        self.x, self.seed, self.robust_used, self.weight = x, seed, robust_used, weight
+    def __init__(self, x: _Points, robust_used: np.ndarray | None, weight: np.ndarray) -> None:
+        self.x, self.robust_used, self.weight = x, robust_used, weight
 
 
 # Resampled rows (groups x mc_samples) per batch: bounds the (rows, n, n) isotonic blocks
 # to ~100 MB at n = 6 points.
-_MC_ROWS_PER_BATCH = 400_000
+_MC_ROWS_PER_BATCH = 100_000
 
 
 def _monte_carlo_all(jobs: list[tuple[dict[str, Any], _MonteCarloJob]], s: _Settings,
                      clock: _Progress) -> None:
     """Percentile CIs of pfi_ratio and pfi_robust for every job's row, written into it, from
     N(mean, sem) resamples of every point; the sets of terms are those of the point
-    estimates. Each group draws from its own generator (seeded from seed and its name, so
-    its CI does not depend on the other groups); the arithmetic runs on groups with the
-    same number of points stacked, in batches: numbers identical to one group at a time."""
+    estimates. Groups with the same number of points share one draw of standard normals
+    (seeded from seed and that number, so a group's CI does not depend on the other groups)
+    and are stacked, in batches: numbers identical to one group at a time."""
     by_size: dict[int, list[tuple[dict[str, Any], _MonteCarloJob]]] = {}
     for item in jobs:
         by_size.setdefault(item[1].x.n, []).append(item)
     per_batch = max(1, _MC_ROWS_PER_BATCH // max(s.mc_samples, 1))
     done = 0
-    for batch in (items[i:i + per_batch] for items in by_size.values()
-                  for i in range(0, len(items), per_batch)):
-        _monte_carlo_batch(batch, s)
-        done += len(batch)
+    for n, items in by_size.items():
+        z = np.random.default_rng([s.seed, n]).standard_normal((2, s.mc_samples, n))
+        for batch in (items[i:i + per_batch] for i in range(0, len(items), per_batch)):
+            _monte_carlo_batch(batch, z, s)
+            done += len(batch)
         clock.tick(lambda: f"Monte Carlo CIs of {done} of {len(jobs)} groups")
 
 
-def _monte_carlo_batch(batch: list[tuple[dict[str, Any], _MonteCarloJob]], s: _Settings) -> None:
-    """``_monte_carlo_all`` on groups of one size: arrays (groups, mc_samples, n)."""
+def _monte_carlo_batch(batch: list[tuple[dict[str, Any], _MonteCarloJob]], z: np.ndarray,
+                       s: _Settings) -> None:
+    """``_monte_carlo_all`` on groups of one size; ``z`` the shared standard normals of P and
+    T, (2, mc_samples, n). Column by column: each point's resamples are one contiguous
+    (groups, mc_samples) array, so a sweep's few points cost a few passes over memory."""
     jobs = [job for _, job in batch]
-    n, k = jobs[0].x.n, len(jobs)
-    ps, ts = np.empty((k, s.mc_samples, n)), np.empty((k, s.mc_samples, n))
-    for i, job in enumerate(jobs):  # each group's own stream: P then T, as one group alone
-        rng = np.random.default_rng(job.seed)
-        ps[i] = job.x.p + job.x.sp * rng.standard_normal((s.mc_samples, n))
-        ts[i] = job.x.t + job.x.st * rng.standard_normal((s.mc_samples, n))
-    stack = lambda name: np.stack([getattr(job.x, name) for job in jobs])[:, None, :]  # noqa: E731
-    included = stack("included")
-    n_included = included.sum(axis=2)
-    # zeros in place of the excluded terms leave each sum as it was (bit for bit up to 8
-    # points; numpy sums longer rows pairwise, so there the last bit may differ)
-    terms = np.where(included, _ratio_terms(ps, ts, n - 1), 0.0)
+    n, ref = jobs[0].x.n, jobs[0].x.n - 1
+    stack = lambda name: np.stack([getattr(job.x, name) for job in jobs])  # noqa: E731  (groups, n)
+    p, sp, t, st, included = stack("p"), stack("sp"), stack("t"), stack("st"), stack("included")
+    ps = [p[:, [i]] + sp[:, [i]] * z[0, :, i] for i in range(n)]
+    ts = [t[:, [i]] + st[:, [i]] * z[1, :, i] for i in range(n)]
     with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = terms.sum(axis=2) / n_included
-    robust_rows = [i for i, job in enumerate(jobs) if job.robust_used is not None]
-    robust = None
-    if robust_rows:
-        r = np.asarray(robust_rows)
-        used = np.stack([jobs[i].robust_used for i in robust_rows])[:, None, :]
-        weight = np.stack([jobs[i].weight for i in robust_rows])[:, None, :]
-        fits = isotonic_fit_batch(ps[r].reshape(-1, n), ts[r].reshape(-1, n),
-                                  np.broadcast_to(weight, ps[r].shape).reshape(-1, n)).reshape(ps[r].shape)
-        lost = used & (fits < fits[..., [n - 1]] * (1 - _POOL_RTOL))
-        rt = np.where(lost, _ratio_terms(ps[r], fits, n - 1), np.nan)
-        counts = lost.sum(axis=2)
-        # a resample where no point lost throughput has an unbounded PFI
-        robust = np.where(counts > 0, np.nansum(rt, axis=2) / np.maximum(counts, 1), np.inf)
+        terms = [(1.0 - ps[i] / ps[ref]) / (1.0 - ts[i] / ts[ref]) for i in range(ref)]  # Eq. 1
+        ratio = sum(np.where(included[:, [i]], terms[i], 0.0) for i in range(ref)) / included.sum(axis=1)[:, None]
+    robust_rows = np.asarray([i for i, job in enumerate(jobs) if job.robust_used is not None], dtype=int)
+    robust = unbounded = None
+    if robust_rows.size:
+        robust, unbounded = _robust_resamples(
+            [a[robust_rows] for a in ps], [a[robust_rows] for a in ts], [a[robust_rows] for a in terms],
+            np.stack([jobs[i].robust_used for i in robust_rows]), np.stack([jobs[i].weight for i in robust_rows]))
     nan, robust_of = (float("nan"), float("nan")), {i: j for j, i in enumerate(robust_rows)}
+    q = [s.alpha / 2, 1 - s.alpha / 2]
+    ratio_q = np.quantile(ratio, q, axis=1).T  # one call for the batch: (groups, 2)
+    ratio_unbounded = (~np.isfinite(ratio)).mean(axis=1)
+    robust_q = np.quantile(robust, q, axis=1).T if robust is not None else None
     for i, (row, job) in enumerate(batch):
         notes = row["notes"]
-        ratio_ci = _interval(ratio[i], s.alpha, notes, "ci95") if job.x.included.any() else nan
+        ratio_ci = _interval(ratio_q[i], ratio_unbounded[i], notes, "ci95") if job.x.included.any() else nan
         robust_ci = nan
         if job.robust_used is not None:
-            robust_ci = _interval(robust[robust_of[i]], s.alpha, notes, "pfi_robust_ci95")
+            j = robust_of[i]
+            robust_ci = _interval(robust_q[j], unbounded[j], notes, "pfi_robust_ci95")
         row["ci95_low"], row["ci95_high"] = ratio_ci
         row["pfi_robust_ci95_low"], row["pfi_robust_ci95_high"] = robust_ci
 
 
-def _interval(samples: np.ndarray, alpha: float, notes: list[str], label: str) -> tuple[float, float]:
-    """Percentile interval; +inf samples stand for an unbounded PFI, NaN is never returned
-    silently: a bound that is not finite becomes NaN with a note."""
-    lo, hi = np.quantile(samples, [alpha / 2, 1 - alpha / 2])
-    unbounded = float(np.mean(~np.isfinite(samples)))
+def _robust_resamples(ps: list[np.ndarray], ts: list[np.ndarray], terms: list[np.ndarray],
+                      used: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The robust PFI of every resample, (groups, mc_samples), and each group's fraction of
+    unbounded resamples (+inf: no used point lost throughput). ``ps, ts`` per point,
+    ``terms`` Eq. 1 on the raw resamples per capped point, ``used`` (groups, n) the point
+    estimate's contributing points. A resample already sorted by power with throughput
+    non-decreasing is its own isotonic fit (its terms are ``terms``); only the others are refit."""
+    n, ref = len(ps), len(ps) - 1
+    ordered = np.ones(ps[0].shape, dtype=bool)
+    for i in range(ref):
+        ordered &= (ps[i + 1] >= ps[i]) & (ts[i + 1] >= ts[i])
+    robust = _robust_mean(ts, terms, used)
+    refit = np.nonzero(~ordered)  # (group, resample) pairs
+    if refit[0].size:
+        fitted = isotonic_fit_batch(np.stack([a[refit] for a in ps], axis=1),
+                                    np.stack([a[refit] for a in ts], axis=1), weight[refit[0]])
+        fits = [fitted[:, [i]] for i in range(n)]  # (pairs, 1): one resample a row
+        power = [a[refit][:, None] for a in ps]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            refit_terms = [(1.0 - power[i] / power[ref]) / (1.0 - fits[i] / fits[ref]) for i in range(ref)]
+        robust[refit] = _robust_mean(fits, refit_terms, used[refit[0]])[:, 0]
+    return robust, np.isinf(robust).mean(axis=1)
+
+
+def _robust_mean(fits: list[np.ndarray], terms: list[np.ndarray], used: np.ndarray) -> np.ndarray:
+    """Mean of the Eq. 1 ``terms`` of the used points that lost throughput in ``fits`` (per
+    point, each (groups, resamples); ``used`` (groups, n)), +inf where none did."""
+    ref = len(fits) - 1
+    total = np.zeros(fits[0].shape)
+    counts = np.zeros(fits[0].shape, dtype=int)
+    for i in range(ref):
+        lost = used[:, [i]] & (fits[i] < fits[ref] * (1 - _POOL_RTOL))
+        counts += lost
+        total += np.where(lost & ~np.isnan(terms[i]), terms[i], 0.0)
+    # a resample where no point lost throughput has an unbounded PFI
+    return np.where(counts > 0, total / np.maximum(counts, 1), np.inf)
+
+
+def _interval(bounds: np.ndarray, unbounded: float, notes: list[str], label: str) -> tuple[float, float]:
+    """The percentile interval ``bounds``; ``unbounded`` the fraction of resamples with an
+    unbounded PFI. NaN is never returned silently: a bound that is not finite becomes NaN
+    with a note."""
+    lo, hi = bounds
     if unbounded:
         notes.append(f"{label}: {unbounded:.1%} of resamples unbounded (no throughput loss)")
     if not np.isfinite(hi):
