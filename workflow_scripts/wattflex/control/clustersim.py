@@ -22,7 +22,8 @@ held through the event: a demand-response baseline), ``uncapped`` (the same, fol
 the jobs as they come and go) or ``nominal`` (``nominal_w``). A fraction >= 1 is no event
 (no budget). Compliance is judged against the *required* budget: the highest budget of the
 last ``response_s`` seconds, so a cut must be met within ``response_s`` and a release is
-usable at once.
+usable at once. An event's ramp limit bounds the budget and, as on a real node, every cap
+step of the controllers and the oracle (:func:`wattflex.control.controller.ramp_caps`).
 
 **Controllers.** Every policy of :mod:`wattflex.control.controller` runs in its own copy of the
 cluster, reading that copy's telemetry (period means; tokens/s with ``tokens_noise``) and

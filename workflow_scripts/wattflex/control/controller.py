@@ -49,8 +49,11 @@ every job's GPUs, is held to ``ramp * (time since the last step)`` each way: goi
 GPU's cap below what it draws (``min(old cap, measured power per GPU)``) sheds that much;
 going up, a cap raised by x lets it draw at most x more. Every moving job gets the same
 fraction of its move (the budget's own ramp asks for about that much, so the two agree; a
-cap lowered only above the power drawn moves freely). It binds most at the restore, where
-the budget jumps to ``inf``. A job new to the controller is not limited.
+cap lowered only above the power drawn moves freely); what the rounding to the cap grid
+leaves of the allowance buys whole cap steps, one per job in slot order, so a slow ramp over
+many GPUs still moves. It binds most at the restore, where the budget jumps to ``inf``. A
+job new to the controller is not limited. :func:`ramp_caps` is the one implementation: the
+cluster simulation holds its oracle to it too (wattflex.control.clustersim).
 """
 
 from __future__ import annotations
