@@ -168,6 +168,7 @@ def representative_files():
 FINAL_RULES = ["collect_runs", "compute_pfi", "compare_pfi_published", "core_figures", "cluster_stats", "fit_predictor",
                "paper_tables", "analysis_figures", "simulate_allocation", "allocation_figures", "resource_plan", "report"]
 FINAL_RULES += ["control_figures"] if config.get("control", {}).get("scenarios") else []  # rules/control.smk
+FINAL_RULES += ["offer"]   # rules/control.smk: the flexibility offer from the campaign's curves (issue 26)
 # Fidelity against the paper: generated, emulated campaigns only (rules/fidelity.smk).
 FIDELITY = SOURCE == "generate" and config.get("backend", "emulated") == "emulated"
 FINAL_RULES += ["fidelity", "fidelity_figure"] if FIDELITY else []

@@ -93,7 +93,8 @@ rule control_figures:
 rule offer:
     """The flexibility offer of the campaign's jobs (one per sweep group, wattflex.grid.offer):
     kW sheddable at <= 10/25/50 % throughput loss per job, held for 4 h (`wattflex offer`
-    chooses others), and the curve behind it. Not in `all`: ask for results/<campaign>/offer/offer.png."""
+    chooses others), and the curve behind it. A final product (common.smk FINAL_RULES), shown
+    in the report's offer section."""
     input:
         runs=f"{RESULTS}/runs.parquet",
     output:

@@ -34,7 +34,7 @@ N_RUNS = 6 + 4 + 4 + 1  # first group on the six-cap grid, two on four caps, one
 # analysis includes it.
 FIDELITY = {"fidelity": 1, "fidelity_figure": 1}
 ANALYSIS = {"collect_runs": 1, "compute_pfi": 1, "compare_pfi_published": 1, "core_figures": 1, "cluster_stats": 1,
-            "fit_predictor": 1, "paper_tables": 1, "analysis_figures": 1, **FIDELITY}
+            "fit_predictor": 1, "paper_tables": 1, "analysis_figures": 1, "offer": 1, **FIDELITY}
 
 
 def allocation_wired() -> bool:
@@ -181,8 +181,8 @@ def test_predictor_features_rerun_predictor_allocation_and_reports_not_runs_or_p
 
 def test_plot_styling_reruns_figures_and_the_report_only(campaign):
     campaign.edit_config(lambda c: c["figures"].update(dpi=61))
-    assert campaign.plan() == {"core_figures": 1, "analysis_figures": 1, "fidelity_figure": 1, **ALLOCATION_FIGURES,
-                               **FINAL}
+    assert campaign.plan() == {"core_figures": 1, "analysis_figures": 1, "fidelity_figure": 1, "offer": 1,
+                               **ALLOCATION_FIGURES, **FINAL}
 
 
 def test_summary_protocol_reruns_summaries_and_everything_downstream_never_runs(campaign):
@@ -246,7 +246,7 @@ def test_a_statistics_setting_reruns_only_its_stage_and_what_reads_it(campaign):
 
 # ---- code changes (Snakemake does not see imported modules: code_fingerprint does) -------
 
-FIGURE_RULES = {"core_figures": 1, "analysis_figures": 1, "fidelity_figure": 1, **ALLOCATION_FIGURES}
+FIGURE_RULES = {"core_figures": 1, "analysis_figures": 1, "fidelity_figure": 1, "offer": 1, **ALLOCATION_FIGURES}
 
 
 @pytest.mark.parametrize("module, expected", [

@@ -2,7 +2,8 @@
 GPUs per node: FAKE NVML, tests/fakes/fake_pynvml.py through tests/fakes/pynvml_path, one
 state file per node, 650 W per GPU uncapped): one real two-node job, ``wattflex
 cluster-control`` learns it from ``squeue --json``, starts an ``srun --overlap`` agent on each
-node, follows a 30 % event with a 30 s deadline; its M&V has 0 W above target after the
+node, follows a 30 % event with a 30 s deadline; its M&V (tables and figure, the baseline from
+the job's campaign curve and from the load before the event) has 0 W above target after the
 deadline and every cap is restored after."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from wattflex.provenance import read_json
+from wattflex.provenance import read_json, read_png_meta
 
 from .conftest import REPO
 from .test_slurm import local_cluster
@@ -49,11 +50,16 @@ def test_a_30pct_event_with_a_30s_deadline_across_two_nodes_fake_nvml(two_nodes,
                 break
             time.sleep(0.5)
         assert state.strip() == "RUNNING"
+        # the job's campaign curve: 4 GPUs drawing 640 W each uncapped (95 % of a cap below 675 W)
+        caps = [300.0, 400.0, 500.0, 600.0, 700.0]
+        (tmp_path / "runs.csv").write_text("group,gpus,cap_w,power_w,tokens_per_s\n" + "".join(
+            f"llama-ft,4,{c},{4 * min(0.95 * c, 640.0)},{1000 * min(0.95 * c, 640.0) / 640.0}\n" for c in caps))
         events = tmp_path / "events.csv"
         events.write_text("event_id,start_s,end_s,fraction,ramp_kw_per_s,deadline_s\nev30,40,100,0.7,,30\n")
         run = subprocess.run(["wattflex", "cluster-control", "--signal", str(events), "--budget-dir",
                               str(tmp_path / "budgets"), "--duration-s", "115", "--period-s", "2",
-                              "--mv-out", str(tmp_path / "mv"),
+                              "--mv-out", str(tmp_path / "mv"), "--curves", str(tmp_path / "runs.csv"),
+                              "--job-map", f"{job}=llama-ft",
                               # both nodes are this machine: a cap state folder each (a real node has its own)
                               "--agent-state-dir", str(tmp_path / "caps-{node}")],
                              capture_output=True, text=True, env=env, timeout=400)
@@ -67,6 +73,10 @@ def test_a_30pct_event_with_a_30s_deadline_across_two_nodes_fake_nvml(two_nodes,
         assert 4 * 650.0 <= rec["baseline_pre_event_w"] <= 2 * 1300.0 + 200, rec
         assert rec["worst_w_above_target_after_deadline"] == 0 and rec["seconds_above_target_after_deadline"] == 0
         assert rec["deadline_met"] and rec["restore_time_s"] is not None, rec
+        # the baseline from the curves: the job's curve uncapped, 4 x 640 W, beside the pre-event one
+        assert rec["baseline_curves_w"] == pytest.approx(4 * 640.0), rec
+        png = tmp_path / "mv" / "mv.png"                       # and the M&V figure the simulation gets
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and read_png_meta(png)["event_id"] == "ev30"
         for node in NODES:                                     # every cap restored after
             assert limits(tmp_path, node) == [700.0, 700.0], logs
     finally:

@@ -129,6 +129,12 @@ SECTIONS: tuple[Section, ...] = (
         Item("control/*/jobs.csv", "Per-job outcome", render="file"),
         Item("control/*.png", "Control"),
     ), optional=True),
+    Section("offer", "Beyond the paper: the flexibility offer (demand response)", (
+        Item("offer/offer.png", "kW the campaign's jobs can shed at each throughput loss, per job and in total: "
+                                "the curve behind the offer (wattflex.grid.offer)"),
+        Item("offer/offer.csv", "The offer: kW sheddable for the hours held at <= 10 / 25 / 50 % throughput loss, "
+                                "per job and TOTAL"),
+    ), optional=True),
 )
 
 

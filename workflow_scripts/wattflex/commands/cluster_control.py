@@ -7,7 +7,8 @@ step ends, by any signal, and by the epilog), splits the event's budget over the
 (one that stops answering counted at its uncapped power; ``--policy`` and ``--curves``: by
 the allocation policies on the jobs' campaign curves, else equal weights) through files in ``--budget-dir``
 (a folder every node sees), and at the end tells every agent to restore and stops them.
-``--mv-out`` writes the event's M&V on the cluster load.
+``--mv-out`` writes the event's M&V on the cluster load (tables and figure), its baseline
+from the load just before the event and, with ``--curves``, from the jobs' curves.
 """
 
 from __future__ import annotations
@@ -55,8 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from wattflex.commands.control import check_mv_dir, signal_end_s
-    from wattflex.control.mv import write_run_mv
+    from wattflex.commands.control import check_mv_dir, signal_end_s, write_run_mv_report
     from wattflex.grid.events import Schedule, check_schedule, read_schedule
     from wattflex.grid.slurm import agent_command, discover, run_coordinator
 
@@ -112,12 +112,11 @@ def run(args: argparse.Namespace) -> int:
     if args.mv_out:
         first = next((k for k, b in enumerate(rec.budget_w) if math.isfinite(b)), 0)
         basis = rec.power_w[first - 1] if first > 0 else None       # the load just before the event
-        recs = write_run_mv(Path(args.mv_out), rec, source, args.response_s, math.nan, mv_params(args, rec),
-                            basis if isinstance(source, Schedule) else None)
-        for r in recs:
-            print(f"M&V {r['event_id']}: response {r['response_time_s']} s, "
-                  f"{r['seconds_above_target_after_deadline']:g} s above target after the deadline "
-                  f"(worst {r['worst_w_above_target_after_deadline']:.0f} W); wrote {args.mv_out}/mv.json")
+        # the counterfactual uncapped load: from the jobs' curves (--curves) and, in the M&V,
+        # from the load just before the event
+        write_run_mv_report(Path(args.mv_out), rec, source, args.response_s, rec.baseline_curves_w,
+                            mv_params(args, rec), basis if isinstance(source, Schedule) else None,
+                            "wattflex cluster-control (SLURM)")
     return 1 if failed else 0
 
 
@@ -127,6 +126,8 @@ def mv_params(args: argparse.Namespace, rec) -> dict:
     params = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     if args.policy != "equal-weight":
         params["split_curve_by_unit"] = {u: g or "none: equal-weight share" for u, g in rec.unit_group.items()}
+    if args.curves:
+        params["baseline_curves_by_unit"] = dict(rec.baseline_by_unit)
     return params
 
 

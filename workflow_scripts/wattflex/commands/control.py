@@ -357,17 +357,42 @@ def run(args: argparse.Namespace) -> int:
     print(f"done: {len(rec.t_s)} periods, worst reading {max(over, default=0):+.0f} W vs the budget; "
           f"power limits restored")
     if args.mv_out and signal is not None:
-        from wattflex.control.mv import write_run_mv
-
         p_max = float(np.nansum([j.p_max_w for j in jobs]))
-        recs = write_run_mv(Path(args.mv_out), rec, signal, args.response_s, p_max,
-                            {k: v for k, v in vars(args).items() if not k.startswith("_")}, basis)
-        for r in recs:
-            print(f"M&V {r['event_id']}: response {r['response_time_s']} s, "
-                  f"{r['seconds_above_target_after_deadline']:g} s above target after the deadline "
-                  f"(worst {r['worst_w_above_target_after_deadline']:.0f} W), restored after {r['restore_time_s']} s; "
-                  f"wrote {args.mv_out}/mv.json")
+        write_run_mv_report(Path(args.mv_out), rec, signal, args.response_s, p_max,
+                            {k: v for k, v in vars(args).items() if not k.startswith("_")}, basis,
+                            f"wattflex control on {os.uname().nodename}")
     return 0
+
+
+def write_run_mv_report(out: Path, rec, source, response_s: float, uncapped_w, params: dict,
+                        basis_w: float | None, title: str) -> list[dict]:
+    """A real run's M&V (:func:`wattflex.control.mv.write_run_mv`: mv.json, mv_intervals.csv,
+    timeseries.csv) and the figure the cluster simulation draws per event
+    (:func:`wattflex.plots.grid.mv_figure`): ``mv.png`` for the first event, ``mv_<k>.png``
+    for the k-th after it; one line per event said."""
+    import numpy as np
+
+    from wattflex.control.mv import write_run_mv
+    from wattflex.plots.grid import mv_figure
+    from wattflex.provenance import provenance, save_png
+
+    recs, ts = write_run_mv(out, rec, source, response_s, uncapped_w, params, basis_w)
+    prov = provenance(params=params, backend="nvml")
+    curves = ts["baseline_curves_w"].to_numpy(float)
+    for k, r in enumerate(recs):
+        png = out / mv_png_name(k)
+        fig = mv_figure(ts["t_s"].to_numpy(float), {"measured load": ts["power_w"].to_numpy(float)},
+                        ts["budget_w"].to_numpy(float), r, curves if np.isfinite(curves).any() else None, "nvml", title)
+        save_png(fig, png, prov, event_id=r["event_id"])
+        print(f"M&V {r['event_id']}: response {r['response_time_s']} s, "
+              f"{r['seconds_above_target_after_deadline']:g} s above target after the deadline "
+              f"(worst {r['worst_w_above_target_after_deadline']:.0f} W), restored after {r['restore_time_s']} s; "
+              f"wrote {out}/mv.json and {png}", flush=True)
+    return recs
+
+
+def mv_png_name(k: int) -> str:
+    return "mv.png" if k == 0 else f"mv_{k + 1}.png"
 
 
 def start_ven(args: argparse.Namespace, floor_w: float, basis_w: float, load_w: list[float]):
@@ -409,5 +434,5 @@ def check_mv_dir(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise UserError(f"--mv-out {out}: is a file, not a folder")
     out.mkdir(parents=True, exist_ok=True)
-    check_outputs([out / "mv.json", out / "mv_intervals.csv", out / "timeseries.csv"], [])
+    check_outputs([out / "mv.json", out / "mv_intervals.csv", out / "timeseries.csv", out / mv_png_name(0)], [])
 

@@ -22,7 +22,8 @@ held through the event: a demand-response baseline), ``uncapped`` (the same, fol
 the jobs as they come and go) or ``nominal`` (``nominal_w``). A fraction >= 1 is no event
 (no budget). Compliance is judged against the *required* budget: the highest budget of the
 last ``response_s`` seconds, so a cut must be met within ``response_s`` and a release is
-usable at once.
+usable at once. An event's ramp limit bounds the budget and, as on a real node, every cap
+step of the controllers and the oracle (:func:`wattflex.control.controller.ramp_caps`).
 
 **Controllers.** Every policy of :mod:`wattflex.control.controller` runs in its own copy of the
 cluster, reading that copy's telemetry (period means; tokens/s with ``tokens_noise``) and
@@ -59,6 +60,8 @@ from wattflex.control.controller import (
     Signal,
     curve_pfi,
     pfi_from_model,
+    ramp_at,
+    ramp_caps,
 )
 from wattflex.grid.events import Schedule, read_schedule
 from wattflex.runs.devices.emulated import SETTLE_TAU_S, hardware_seed, stable_seed, steady_temp_c
@@ -498,13 +501,19 @@ def simulate(tables: Tables, scenario: Scenario, policies: Sequence[str], ctl_cf
                         mem_copy_util=tables.metrics["mem_copy_util"][slot_g, idx[:NC]],
                         sm_active=tables.metrics["sm_active"][slot_g, idx[:NC]])
         b_now = float(scenario.signal.budget(t1, basis))
-        new = ctl.step(t1, b_now, table, read)
+        # the event's ramp limit holds every cap step (kW/s), as on a real node (wattflex control)
+        ramp_w_per_s = ramp_at(scenario.signal, t1)
+        new = ctl.step(t1, b_now, table, read, ramp_w_per_s)
         moved = np.isfinite(new) & ~(np.abs(new - caps[:NC]) < 1e-9)
         changes[:NC] += moved.sum(-1)
         fallback_s[:NC] += ctl.fallback.sum(-1) * period
         caps[:NC] = new
         b_oracle = float(scenario.signal.budget(t1 + np.arange(0.0, ctl_cfg.settle_s + period + 1e-9, 1.0), basis).min())
         new_o = oracle.caps(b_oracle, slot_g, active, idle_gpus * idle_w)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            drawn_o = np.where(active, acc_p[ORACLE] / n_sub / np.maximum(gpus, 1), np.inf)
+        new_o = ramp_caps(caps[ORACLE], new_o, drawn_o, gpus, g_lo[slot_g], g_hi[slot_g], tables.step_w,
+                          ramp_w_per_s * period, active)
         changes[ORACLE] += (np.isfinite(new_o) & ~(np.abs(new_o - caps[ORACLE]) < 1e-9)).sum()
         caps[ORACLE] = new_o
         caps[UNCAPPED] = np.where(active, g_hi[slot_g], np.nan)

@@ -49,8 +49,11 @@ every job's GPUs, is held to ``ramp * (time since the last step)`` each way: goi
 GPU's cap below what it draws (``min(old cap, measured power per GPU)``) sheds that much;
 going up, a cap raised by x lets it draw at most x more. Every moving job gets the same
 fraction of its move (the budget's own ramp asks for about that much, so the two agree; a
-cap lowered only above the power drawn moves freely). It binds most at the restore, where
-the budget jumps to ``inf``. A job new to the controller is not limited.
+cap lowered only above the power drawn moves freely); what the rounding to the cap grid
+leaves of the allowance buys whole cap steps, one per job in slot order, so a slow ramp over
+many GPUs still moves. It binds most at the restore, where the budget jumps to ``inf``. A
+job new to the controller is not limited. :func:`ramp_caps` is the one implementation: the
+cluster simulation holds its oracle to it too (wattflex.control.clustersim).
 """
 
 from __future__ import annotations
@@ -207,6 +210,45 @@ def ramp_at(source: Any, t_s: float) -> float:
     ramp back and the restore after it included); inf for a source without events."""
     started = [e for e in getattr(source, "events", ()) if e.start_s <= t_s]
     return float(started[-1].ramp_w_per_s) if started else math.inf
+
+
+def ramp_caps(old_w: np.ndarray, caps_w: np.ndarray, drawn_w: np.ndarray, gpus: np.ndarray, min_cap_w: np.ndarray,
+              max_cap_w: np.ndarray, cap_step_w: float, allow_w: float, active: np.ndarray | None = None) -> np.ndarray:
+    """The ramp limit on one step's cap changes, shared by the controller and the cluster
+    simulation's oracle: per-GPU ``caps_w`` (R, S) from ``old_w`` (the caps applied now; NaN:
+    a job new to them, not limited) with the load the changes move, summed over every job's
+    ``gpus``, held to ``allow_w`` each way (R rows apart). Going down a GPU sheds from what it
+    draws (``min(old cap, drawn_w)``, per GPU), going up a raise by x lets it draw x more;
+    every moving job gets the same fraction of its move, a down move's cap rounded up, an up
+    move's down, to the ``cap_step_w`` grid within ``min_cap_w``..``max_cap_w``."""
+    if not (math.isfinite(allow_w) and allow_w >= 0):
+        return caps_w
+    g, old = np.asarray(gpus, float), np.asarray(old_w, float)
+    eff = np.minimum(old, drawn_w)                       # what a GPU draws now, at most its cap
+    known = np.isfinite(old) if active is None else np.asarray(active, bool) & np.isfinite(old)
+    down, up = known & (caps_w < eff), known & (caps_w > old)
+    shed = (g * np.where(down, eff - caps_w, 0.0)).sum(-1, keepdims=True)
+    rise = (g * np.where(up, caps_w - old, 0.0)).sum(-1, keepdims=True)
+    f_down = np.minimum(1.0, np.divide(allow_w, shed, out=np.ones_like(shed), where=shed > 0))
+    f_up = np.minimum(1.0, np.divide(allow_w, rise, out=np.ones_like(rise), where=rise > 0))
+    lo, hi = np.asarray(min_cap_w, float), np.asarray(max_cap_w, float)
+    with np.errstate(invalid="ignore"):
+        cut = np.clip(np.ceil((eff - f_down * (eff - caps_w)) / cap_step_w - 1e-9) * cap_step_w, lo, hi)
+        lift = np.maximum(old, np.clip(np.floor((old + f_up * (caps_w - old)) / cap_step_w + 1e-9) * cap_step_w, lo, hi))
+    slow_down, slow_up = down & (f_down < 1), up & (f_up < 1)
+    # the rounding keeps each move under its share; what it left of the allowance buys whole
+    # cap steps, one per job in slot order, or a slow ramp over many GPUs would never move
+    step_w = g * cap_step_w
+    left_down = allow_w - (g * np.where(down, eff - np.where(slow_down, cut, caps_w), 0.0)).sum(-1, keepdims=True)
+    more_down = slow_down & (cut - cap_step_w >= caps_w - 1e-9)
+    cut = np.where(more_down & (np.cumsum(np.where(more_down, step_w, 0.0), -1) <= left_down + 1e-9),
+                   cut - cap_step_w, cut)
+    left_up = allow_w - (g * np.where(up, np.where(slow_up, lift, caps_w) - old, 0.0)).sum(-1, keepdims=True)
+    more_up = slow_up & (lift + cap_step_w <= caps_w + 1e-9)
+    lift = np.where(more_up & (np.cumsum(np.where(more_up, step_w, 0.0), -1) <= left_up + 1e-9),
+                    lift + cap_step_w, lift)
+    return np.where(slow_down, cut, np.where(slow_up, lift, caps_w))
+
 
 
 def round_caps(cap_w: np.ndarray, lo: np.ndarray, hi: np.ndarray, step: float) -> np.ndarray:
@@ -471,26 +513,12 @@ class Controller:
         return np.where(held[None, :], self.caps, caps)
 
     def _ramp(self, caps: np.ndarray, read: Readings, active: np.ndarray, allow_w: float) -> np.ndarray:
-        """``caps`` with the load their changes move held to ``allow_w`` each way (R rows
-        apart); a down move's cap rounded up, an up move's down, to the cap grid."""
-        if not (math.isfinite(allow_w) and allow_w >= 0):
-            return caps
-        g, old = self.profile.gpus.astype(float), self.caps
+        """``caps`` held to the ramp limit (:func:`ramp_caps`) from the caps now applied."""
         with np.errstate(invalid="ignore", divide="ignore"):
-            drawn = np.where(np.isfinite(read.power_w), read.power_w / np.maximum(g, 1), np.inf)
-        eff = np.minimum(old, drawn)                       # what a GPU draws now, at most its cap
-        known = active & np.isfinite(old)
-        down, up = known & (caps < eff), known & (caps > old)
-        shed = (g * np.where(down, eff - caps, 0.0)).sum(-1, keepdims=True)
-        rise = (g * np.where(up, caps - old, 0.0)).sum(-1, keepdims=True)
-        f_down = np.minimum(1.0, np.divide(allow_w, shed, out=np.ones_like(shed), where=shed > 0))
-        f_up = np.minimum(1.0, np.divide(allow_w, rise, out=np.ones_like(rise), where=rise > 0))
-        step, p = self.cfg.cap_step_w, self.profile
-        lo, hi = p.min_cap_w[None, :], p.max_cap_w[None, :]
-        with np.errstate(invalid="ignore"):
-            cut = np.clip(np.ceil((eff - f_down * (eff - caps)) / step - 1e-9) * step, lo, hi)
-            lift = np.maximum(old, np.clip(np.floor((old + f_up * (caps - old)) / step + 1e-9) * step, lo, hi))
-        return np.where(down & (f_down < 1), cut, np.where(up & (f_up < 1), lift, caps))
+            drawn = np.where(np.isfinite(read.power_w), read.power_w / np.maximum(self.profile.gpus, 1), np.inf)
+        p = self.profile
+        return ramp_caps(self.caps, caps, drawn, p.gpus, p.min_cap_w, p.max_cap_w, self.cfg.cap_step_w, allow_w,
+                         active)
 
     def _update_trim(self, t_s: float, budget_w: float, read: Readings) -> None:
         cfg = self.cfg

@@ -124,14 +124,17 @@ def simulation_mv(res: Any, source: Any, response_s: float, **kw: Any) -> tuple[
     return pd.DataFrame(recs), (pd.concat(tabs, ignore_index=True) if tabs else pd.DataFrame())
 
 
-def write_run_mv(out_dir: Any, rec: Any, source: Any, response_s: float, uncapped_w: float,
+def write_run_mv(out_dir: Any, rec: Any, source: Any, response_s: float, uncapped_w: Any,
                  params: Mapping[str, Any], basis_w: float | None = None,
-                 interval_s: float = 60.0) -> list[dict[str, Any]]:
-    """M&V of a real controlled run (a :class:`wattflex.control.loop.LoopRecord`, one sample
-    per period): ``mv.json``, ``mv_intervals.csv`` and ``timeseries.csv``, written together
-    (figures are the workflow's: only ``wattflex.plots`` draws). The curve baseline is the jobs' uncapped power (``uncapped_w``,
-    measured before the controller capped them; NaN when they started capped). Tokens are
-    not known to a GPU: no throughput-vs-oracle figure here (the simulation has it)."""
+                 interval_s: float = 60.0) -> tuple[list[dict[str, Any]], pd.DataFrame]:
+    """M&V of a real controlled run (a :class:`wattflex.control.loop.LoopRecord` or the
+    cluster coordinator's record, one sample per period): ``mv.json``, ``mv_intervals.csv``
+    and ``timeseries.csv``, written together; the event records and the time series back
+    (figures: :func:`wattflex.commands.control.write_run_mv_report`, only ``wattflex.plots``
+    draws). The curve baseline ``uncapped_w`` is one number (a node's jobs' uncapped power,
+    measured before the controller capped them; NaN when they started capped) or one per
+    sample (the cluster's, from the jobs' campaign curves). Tokens are not known to a GPU:
+    no throughput-vs-oracle figure here (the simulation has it)."""
     from pathlib import Path
 
     from wattflex.grid.events import windows
@@ -140,15 +143,15 @@ def write_run_mv(out_dir: Any, rec: Any, source: Any, response_s: float, uncappe
     out = Path(out_dir)
     t = np.asarray(rec.t_s, float)
     power, budget = np.asarray(rec.power_w, float), np.asarray(rec.budget_w, float)
-    curves = np.full_like(t, uncapped_w)
+    curves = np.broadcast_to(np.asarray(uncapped_w, float), t.shape).copy()
     period = float(np.median(np.diff(t))) if len(t) > 1 else 1.0
     recs, intervals = mv_table(t, power, budget, windows(source, t, response_s, basis_w), baseline_curves_w=curves,
                                pre_s=60.0, interval_s=interval_s)
-    ts = pd.DataFrame({"t_s": t, "budget_w": budget, "power_w": power})
+    ts = pd.DataFrame({"t_s": t, "budget_w": budget, "power_w": power, "baseline_curves_w": curves})
     for k, caps in enumerate(np.asarray(rec.caps_w, float).T):
         ts[f"cap_w:job{k}"] = caps
     prov = provenance(params=dict(params), backend="nvml")
     files = [json_file({"events": recs, "sample_s": period}, out / "mv.json", prov),
              *csv_files(intervals, out / "mv_intervals.csv", prov), *csv_files(ts, out / "timeseries.csv", prov)]
     write_together(files)
-    return recs
+    return recs, ts

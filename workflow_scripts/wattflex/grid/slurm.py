@@ -227,6 +227,13 @@ class ClusterSplit:
         c = self.curves.per_gpu.take(rows)
         return Curves(c.power_w * gpus, c.throughput * gpus, c.cap_w), has
 
+    def unit_uncapped_w(self, units: Sequence[tuple[SlurmJob, str]]) -> np.ndarray:
+        """Each unit's uncapped power from its group's curve (the curve's top point per GPU x
+        its GPUs), whatever the split policy; NaN for a unit whose job has no curve."""
+        return np.array([self.curves.per_gpu.ceiling_w[self.curves.index(g)] * len(j.gpus[n])
+                         if self.curves is not None and (g := self.group_of(j)) is not None else np.nan
+                         for j, n in units])
+
     def unit_pfi(self, units: Sequence[tuple[SlurmJob, str]]) -> np.ndarray:
         return np.array([self.curves.pfi[self.curves.index(g)] if self.curves is not None
                          and (g := self.group_of(j)) is not None else np.nan for j, _ in units])
@@ -353,6 +360,12 @@ class ClusterRecord:
     caps_w: list[list[float]]      # (none: caps are the agents'; kept for the M&V writer)
     # per unit: the campaign group whose curve split its share, or None (equal weight)
     unit_group: dict[str, str | None] = field(default_factory=dict)
+    # the counterfactual uncapped load from the curves per period (NaN without curves): each
+    # unit with a curve at its curve's uncapped power, one without at its load last measured
+    # outside an event; and what each unit was counted at
+    baseline_curves_w: list[float] = field(default_factory=list)
+    baseline_by_unit: dict[str, str] = field(default_factory=dict)
+    unit_pre_event_w: dict[str, float] = field(default_factory=dict)     # last load outside an event
 
 
 def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float, period_s: float,
@@ -391,6 +404,7 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
         in_event = bool(np.asarray(source.active(t)))
         if not in_event:
             measured = load
+        rec.baseline_curves_w.append(_curves_baseline(rec, split, units, loads, gpus * max_w, in_event))
         basis_w = float(gpus.sum() * max_w) if basis == "nominal" else measured
         budget = float(source.budget(t, basis_w)) if math.isfinite(basis_w) else math.inf
         end = _event_end(source, t)
@@ -405,6 +419,27 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
     # the last word: restore (still at the last event's ramp, so the agents do not surge together)
     coordinate_once(jobs, math.inf, -math.inf, budget_dir, min_w, max_w, stale_s, split, ramp_at(source, duration_s))
     return rec
+
+
+def _curves_baseline(rec: ClusterRecord, split: ClusterSplit, units: Sequence[tuple[SlurmJob, str]],
+                     loads: Sequence[Mapping[str, Any] | None], uncapped_w: np.ndarray, in_event: bool) -> float:
+    """This period's counterfactual uncapped cluster load from the curves (NaN without curves):
+    a unit with a curve at its curve's uncapped power, one without at its load last measured
+    outside an event (at its GPUs x the max limit until then, as a unit not answering)."""
+    if split.curves is None:
+        return math.nan
+    total = 0.0
+    for (job, node), c, d, top in zip(units, split.unit_uncapped_w(units), loads, uncapped_w):
+        u = unit_name(job.job_id, node)
+        if not in_event and d is not None:
+            rec.unit_pre_event_w[u] = float(d["load_w"])
+        if np.isfinite(c):
+            total += float(c)
+            rec.baseline_by_unit[u] = f"curve of group {split.group_of(job)}"
+        else:
+            total += rec.unit_pre_event_w.get(u, float(top))
+            rec.baseline_by_unit[u] = "no curve: its load before the event"
+    return total
 
 
 def _event_end(source: Any, t_s: float) -> float | None:

@@ -70,7 +70,8 @@ def mv_figure(t_s: np.ndarray, loads_w: Mapping[str, np.ndarray], budget_w: np.n
         a.set_xlabel("time (s)")
         a.set_ylabel("power (kW)")
     ax.set_title(f"{title}: event {rec['event_id']}", fontsize=10)
-    zx.set_xlim(t[near].min(initial=start - 30), t[near].max(initial=start + 30))
+    if near.any():                      # a short run's samples, not the full window
+        zx.set_xlim(t[near].min(), t[near].max())
     zx.set_title("response to the start", fontsize=9)
     zx.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     tight_layout(fig, (0, 0.03, 1, 1))
