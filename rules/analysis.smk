@@ -1,6 +1,6 @@
 # Stage 4-6 (analysis): cluster statistics, the PFI predictor, the paper's other tables.
-# Needs common.smk (section, script_code, PAPER_TABLES); its final files are listed
-# in common.smk's FINAL_RULES.
+# Needs rules/common/ (section, script_code, PAPER_TABLES, published_tables); its final files
+# are listed in rules/common/paths.smk's FINAL_RULES.
 
 
 rule cluster_stats:
@@ -8,6 +8,7 @@ rule cluster_stats:
     input:
         runs=f"{RESULTS}/runs.parquet",
         pfi=f"{RESULTS}/pfi.parquet",
+        published=published_tables("cluster_stats"),
     output:
         **with_sidecars(
             kruskal_dunn=f"{RESULTS}/stats/kruskal_dunn.json",
@@ -33,6 +34,7 @@ rule fit_predictor:
     input:
         runs=f"{RESULTS}/runs.parquet",
         pfi=f"{RESULTS}/pfi.parquet",
+        published=published_tables("fit_predictor"),
     output:
         **with_sidecars(
             model=f"{RESULTS}/predictor/model.json",
@@ -61,6 +63,7 @@ rule paper_tables:
         runs=f"{RESULTS}/runs.parquet",
         pfi=f"{RESULTS}/pfi.parquet",
         predictions=rules.fit_predictor.output.predictions,
+        published=published_tables("paper_tables"),
     output:
         **with_sidecars(
             table9=f"{RESULTS}/tables/table9_grid_sensitivity.csv",

@@ -14,6 +14,7 @@ rule fidelity:
     input:
         runs=f"{RESULTS}/runs.parquet",
         pfi=f"{RESULTS}/pfi.parquet",
+        published=published_tables("fidelity"),
     output:
         **with_sidecars(
             groups=f"{FIDELITY_TABLES}/fidelity.csv",

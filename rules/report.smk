@@ -8,7 +8,8 @@ rule report:
     """results/<campaign>/report.html: the whole reproduction in one document."""
     input:
         # at DAG time: rules/ingest.smk (an ingest campaign's final rules) is included after this file
-        lambda wc: report_inputs(),
+        products=lambda wc: report_inputs(),
+        published=published_tables("report"),
     output:
         html=f"{RESULTS}/report.html",
     params:
