@@ -1,5 +1,5 @@
 # Stage 4-6 (analysis): cluster statistics, the PFI predictor, the paper's other tables.
-# Needs rules/common/ (section, script_code, PAPER_TABLES, published_tables); its final files
+# Needs rules/common/ (section, script_code, published_tables, published_dir); its final files
 # are listed in rules/common/paths.smk's FINAL_RULES.
 
 
@@ -18,7 +18,7 @@ rule cluster_stats:
         ),
     params:
         stats=section("stats"),
-        paper_tables=PAPER_TABLES,
+        paper_tables=published_dir,
         code=script_code("cluster_stats"),
     log:
         f"{LOGS}/cluster_stats.log",
@@ -46,7 +46,7 @@ rule fit_predictor:
         ),
     params:
         predictor=section("predictor"),
-        paper_tables=PAPER_TABLES,
+        paper_tables=published_dir,
         code=script_code("fit_predictor"),
     log:
         f"{LOGS}/fit_predictor.log",
@@ -76,7 +76,7 @@ rule paper_tables:
     params:
         tables=section("tables"),
         run={"duration_s": section("run").get("duration_s", 1800)},
-        paper_tables=PAPER_TABLES,
+        paper_tables=published_dir,
         code=script_code("paper_tables"),
     log:
         f"{LOGS}/paper_tables.log",

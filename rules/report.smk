@@ -15,7 +15,7 @@ rule report:
     params:
         campaign=CAMPAIGN,
         shown_config=result_config(),
-        paper_tables=PAPER_TABLES,
+        paper_tables=published_dir,
         code=script_code("make_report"),
     log:
         f"{LOGS}/report.log",

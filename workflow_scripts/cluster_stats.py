@@ -13,7 +13,7 @@ from wattflex.analysis.stats import CLUSTER_ORDER, cluster_tests_table, kruskal_
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 cfg = smk.params.stats
-# the published tables' folder (rules/common/paths.smk); the tables read are input.published
+# the folder of input.published, the published tables this rule reads (rules/common/paths.smk)
 paper = Path(smk.params.paper_tables)
 runs, pfi, backend = read_campaign(smk.input.runs, smk.input.pfi)
 prov = provenance(params=cfg, inputs=list(smk.input), backend=backend)

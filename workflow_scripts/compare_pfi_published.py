@@ -10,7 +10,7 @@ from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
-# the published tables' folder (rules/common/paths.smk); the tables read are input.published
+# the folder of input.published, the published tables this rule reads (rules/common/paths.smk)
 paper = Path(smk.params.paper_tables)
 pfi = read_parquet(smk.input[0])
 tables = [t for t in (load_published(paper, "table6_pfi_h200"), load_published(paper, "table7_validation_h200"))

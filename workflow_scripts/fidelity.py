@@ -11,7 +11,7 @@ from wattflex.smk import rule_logger
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 cfg, stats = smk.params.fidelity, smk.params.stats
-# the published tables' folder (rules/common/paths.smk); the tables read are input.published
+# the folder of input.published, the published tables this rule reads (rules/common/paths.smk)
 paper = Path(smk.params.paper_tables)
 runs, pfi = read_parquet(smk.input.runs), read_parquet(smk.input.pfi)
 # statsmodels' Holm correction runs gc.collect() on every call (one per noise seed):

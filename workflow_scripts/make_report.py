@@ -7,7 +7,7 @@ from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
-# the published tables' folder (rules/common/paths.smk); the tables read are input.published
+# the folder of input.published, the published tables this rule reads (rules/common/paths.smk)
 paper = Path(smk.params.paper_tables)
 files = list(smk.input.products)  # input.published: the tables shown beside them
 prov = provenance(params=smk.params.shown_config, inputs=files)

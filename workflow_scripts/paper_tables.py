@@ -11,7 +11,7 @@ from wattflex.smk import rule_logger
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 cfg, run_cfg = smk.params.tables, smk.params.run
-# the published tables' folder (rules/common/paths.smk); the tables read are input.published
+# the folder of input.published, the published tables this rule reads (rules/common/paths.smk)
 paper = Path(smk.params.paper_tables)
 runs, pfi, backend = pt.read_campaign(smk.input.runs, smk.input.pfi)
 predictions = read_parquet(smk.input.predictions)

@@ -30,8 +30,8 @@ def workflow_file(path):
 
 
 # The paper's published tables (resources/paper/tables; paper_tables_dir relative to the
-# workflow directory). Rule scripts get the folder in params and read the tables they use,
-# listed per rule here as input:, so editing a published CSV reruns what shows it.
+# workflow directory). The tables each rule's script reads are its input.published (listed
+# below), so editing a published CSV reruns what shows it; the script gets their folder.
 PAPER_TABLES = workflow_file(config.get("paper_tables_dir", "resources/paper/tables"))
 PUBLISHED_BY_RULE = {  # rule: the published tables its script reads (wattflex.analysis.published.load_published)
     "compare_pfi_published": ("table6_pfi_h200", "table7_validation_h200"),
@@ -48,6 +48,12 @@ def published_tables(rule_name):
     as missing, load_published); one appearing later reruns the rule."""
     paths = (f"{PAPER_TABLES}/{stem}.csv" for stem in PUBLISHED_BY_RULE[rule_name])
     return [p for p in paths if Path(p).is_file()]
+
+
+def published_dir(wildcards, input):
+    """params.paper_tables: the folder of the rule's input.published (where Snakemake put
+    them), or the configured folder when none of its tables exists."""
+    return os.path.dirname(input.published[0]) if input.published else PAPER_TABLES
 
 
 def run_dirs():
