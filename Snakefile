@@ -2,7 +2,7 @@
 # Default: the paper's experiment matrix on an emulated H200/H100 (config/config.yaml).
 from snakemake.utils import min_version
 
-min_version("9.0")
+min_version("9.27")  # pyproject.toml pins the release wattflex.snakemake_internals is checked against
 
 
 configfile: "config/config.yaml"
@@ -43,6 +43,10 @@ rule all:
     input:
         all_outputs(),
     default_target: True
+
+
+# Snakemake's private scheduler timers, released once the run is over.
+from wattflex.snakemake_internals import release_scheduler_timers
 
 
 onsuccess:

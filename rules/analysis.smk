@@ -1,6 +1,6 @@
 # Stage 4-6 (analysis): cluster statistics, the PFI predictor, the paper's other tables.
-# Needs common.smk (section, script_code, PAPER_TABLES); its final files are listed
-# in common.smk's FINAL_RULES.
+# Needs rules/common/ (section, script_code, published_tables, published_dir); its final files
+# are listed in rules/common/paths.smk's FINAL_RULES.
 
 
 rule cluster_stats:
@@ -8,6 +8,7 @@ rule cluster_stats:
     input:
         runs=f"{RESULTS}/runs.parquet",
         pfi=f"{RESULTS}/pfi.parquet",
+        published=published_tables("cluster_stats"),
     output:
         **with_sidecars(
             kruskal_dunn=f"{RESULTS}/stats/kruskal_dunn.json",
@@ -17,7 +18,7 @@ rule cluster_stats:
         ),
     params:
         stats=section("stats"),
-        paper_tables=PAPER_TABLES,
+        paper_tables=published_dir,
         code=script_code("cluster_stats"),
     log:
         f"{LOGS}/cluster_stats.log",
@@ -33,6 +34,7 @@ rule fit_predictor:
     input:
         runs=f"{RESULTS}/runs.parquet",
         pfi=f"{RESULTS}/pfi.parquet",
+        published=published_tables("fit_predictor"),
     output:
         **with_sidecars(
             model=f"{RESULTS}/predictor/model.json",
@@ -44,7 +46,7 @@ rule fit_predictor:
         ),
     params:
         predictor=section("predictor"),
-        paper_tables=PAPER_TABLES,
+        paper_tables=published_dir,
         code=script_code("fit_predictor"),
     log:
         f"{LOGS}/fit_predictor.log",
@@ -61,6 +63,7 @@ rule paper_tables:
         runs=f"{RESULTS}/runs.parquet",
         pfi=f"{RESULTS}/pfi.parquet",
         predictions=rules.fit_predictor.output.predictions,
+        published=published_tables("paper_tables"),
     output:
         **with_sidecars(
             table9=f"{RESULTS}/tables/table9_grid_sensitivity.csv",
@@ -73,7 +76,7 @@ rule paper_tables:
     params:
         tables=section("tables"),
         run={"duration_s": section("run").get("duration_s", 1800)},
-        paper_tables=PAPER_TABLES,
+        paper_tables=published_dir,
         code=script_code("paper_tables"),
     log:
         f"{LOGS}/paper_tables.log",

@@ -36,7 +36,7 @@ rule simulate_control:
     input:
         truth=rules.control_truth.output.truth,
         model=f"{RESULTS}/predictor/model.json",
-        signal=lambda wc: str(Path(workflow.basedir) / CONTROL["scenarios"][wc.scenario]["signal"]),
+        signal=lambda wc: workflow_file(CONTROL["scenarios"][wc.scenario]["signal"]),
     output:
         **with_sidecars(
             summary=f"{CONTROL_DIR}/{{scenario}}/summary.csv",

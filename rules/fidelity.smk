@@ -14,6 +14,7 @@ rule fidelity:
     input:
         runs=f"{RESULTS}/runs.parquet",
         pfi=f"{RESULTS}/pfi.parquet",
+        published=published_tables("fidelity"),
     output:
         **with_sidecars(
             groups=f"{FIDELITY_TABLES}/fidelity.csv",
@@ -33,7 +34,7 @@ rule fidelity:
         fidelity={"noise_seeds": 20, "perturbation": 0.25},
         # The campaign's own cluster tests' settings (rules/analysis.smk cluster_stats).
         stats={k: v for k, v in section("stats").items() if k in ("alpha", "cluster_order")},
-        paper_tables=PAPER_TABLES,
+        paper_tables=published_dir,
         code=script_code("fidelity"),
     log:
         f"{LOGS}/fidelity.log",

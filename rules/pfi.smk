@@ -27,10 +27,11 @@ rule compare_pfi_published:
     and cluster medians (its own job: core_figures then draws it without importing scipy)."""
     input:
         f"{RESULTS}/pfi.parquet",
+        published=published_tables("compare_pfi_published"),
     output:
         **with_sidecars(table6=f"{RESULTS}/tables/table6_pfi.csv"),
     params:
-        paper_tables=PAPER_TABLES,
+        paper_tables=published_dir,
         code=script_code("compare_pfi_published"),
     log:
         f"{LOGS}/compare_pfi_published.log",

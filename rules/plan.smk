@@ -1,7 +1,6 @@
 # The memory and time plan of every group (wattflex.runs.plan; README "Resource plan"). A
 # real campaign whose groups cannot fit is refused when the config is read (wattflex.config
 # check_plan); the planned start-up is in each run's SLURM time limit (common.smk run_minutes).
-from wattflex.config import resolve_path
 from wattflex.runs.plan import GROUP_KEYS as PLAN_GROUP_KEYS
 
 
@@ -9,7 +8,7 @@ rule resource_plan:
     """tables/resource_plan.csv: bytes per GPU, host RAM per node, start-up, checkpoint, fits."""
     input:
         # the model catalogue the plan sizes (its provenance names it; params hold the facts used)
-        catalog=stable_path(resolve_path(config.get("models_catalog", "config/models.yaml"), Path(workflow.basedir))),
+        catalog=workflow_file(config.get("models_catalog", "config/models.yaml")),
     output:
         **with_sidecars(table=f"{RESULTS}/tables/resource_plan.csv"),
     params:

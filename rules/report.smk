@@ -8,13 +8,14 @@ rule report:
     """results/<campaign>/report.html: the whole reproduction in one document."""
     input:
         # at DAG time: rules/ingest.smk (an ingest campaign's final rules) is included after this file
-        lambda wc: report_inputs(),
+        products=lambda wc: report_inputs(),
+        published=published_tables("report"),
     output:
         html=f"{RESULTS}/report.html",
     params:
         campaign=CAMPAIGN,
         shown_config=result_config(),
-        paper_tables=PAPER_TABLES,
+        paper_tables=published_dir,
         code=script_code("make_report"),
     log:
         f"{LOGS}/report.log",

@@ -13,8 +13,8 @@ from wattflex.analysis.stats import CLUSTER_ORDER, cluster_tests_table, kruskal_
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 cfg = smk.params.stats
-# params.paper_tables is relative to the workflow directory (the parent of this script's)
-paper = Path(smk.scriptdir).parent / smk.params.paper_tables
+# the folder of input.published, the published tables this rule reads (rules/common/paths.smk)
+paper = Path(smk.params.paper_tables)
 runs, pfi, backend = read_campaign(smk.input.runs, smk.input.pfi)
 prov = provenance(params=cfg, inputs=list(smk.input), backend=backend)
 sets = cfg.get("sets", ["headline"])

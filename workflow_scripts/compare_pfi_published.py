@@ -10,8 +10,8 @@ from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
-# params.paper_tables is relative to the workflow directory (the parent of this script's)
-paper = Path(smk.scriptdir).parent / smk.params.paper_tables
+# the folder of input.published, the published tables this rule reads (rules/common/paths.smk)
+paper = Path(smk.params.paper_tables)
 pfi = read_parquet(smk.input[0])
 tables = [t for t in (load_published(paper, "table6_pfi_h200"), load_published(paper, "table7_validation_h200"))
           if t is not None]

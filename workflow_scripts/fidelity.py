@@ -11,8 +11,8 @@ from wattflex.smk import rule_logger
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 cfg, stats = smk.params.fidelity, smk.params.stats
-# params.paper_tables is relative to the workflow directory (the parent of this script's)
-paper = Path(smk.scriptdir).parent / smk.params.paper_tables
+# the folder of input.published, the published tables this rule reads (rules/common/paths.smk)
+paper = Path(smk.params.paper_tables)
 runs, pfi = read_parquet(smk.input.runs), read_parquet(smk.input.pfi)
 # statsmodels' Holm correction runs gc.collect() on every call (one per noise seed):
 # freezing what the imports allocated keeps each of those collections small.

@@ -11,8 +11,8 @@ from wattflex.smk import rule_logger
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 cfg = smk.params.predictor
-# params.paper_tables is relative to the workflow directory (the parent of this script's)
-paper = Path(smk.scriptdir).parent / smk.params.paper_tables
+# the folder of input.published, the published tables this rule reads (rules/common/paths.smk)
+paper = Path(smk.params.paper_tables)
 runs, pfi, backend = read_campaign(smk.input.runs, smk.input.pfi)
 try:
     sources = predictor.telemetry_sources(runs, bool(cfg.get("allow_mixed_sources", False)))

@@ -7,9 +7,9 @@ from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
-# params.paper_tables is relative to the workflow directory (the parent of this script's)
-paper = Path(smk.scriptdir).parent / smk.params.paper_tables
-files = list(smk.input)
+# the folder of input.published, the published tables this rule reads (rules/common/paths.smk)
+paper = Path(smk.params.paper_tables)
+files = list(smk.input.products)  # input.published: the tables shown beside them
 prov = provenance(params=smk.params.shown_config, inputs=files)
 statuses = write_report(files, smk.output.html, smk.params.campaign, smk.params.shown_config,
                         paper, prov)

@@ -11,8 +11,8 @@ from wattflex.smk import rule_logger
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 cfg, run_cfg = smk.params.tables, smk.params.run
-# params.paper_tables is relative to the workflow directory (the parent of this script's)
-paper = Path(smk.scriptdir).parent / smk.params.paper_tables
+# the folder of input.published, the published tables this rule reads (rules/common/paths.smk)
+paper = Path(smk.params.paper_tables)
 runs, pfi, backend = pt.read_campaign(smk.input.runs, smk.input.pfi)
 predictions = read_parquet(smk.input.predictions)
 prov = provenance(params={"tables": cfg, "run": run_cfg}, inputs=list(smk.input), backend=backend)

@@ -107,7 +107,7 @@ MODULE_RE = re.compile(r"(?<![\w./-])wattflex\.([a-z_][\w]*(?:\.[a-z_][\w]*)*)")
 
 
 def text_files() -> list[Path]:
-    files = [REPO / "README.md", REPO / "Snakefile", *REPO.glob("rules/*.smk"), *REPO.glob("config/**/*.yaml"),
+    files = [REPO / "README.md", REPO / "Snakefile", *REPO.glob("rules/**/*.smk"), *REPO.glob("config/**/*.yaml"),
              *REPO.glob("workflow_scripts/**/*.py"), *REPO.glob("benchmarks/*.py"), *REPO.glob("resources/**/*.md")]
     return [f for f in files if "__pycache__" not in f.parts]
 
@@ -156,7 +156,7 @@ def test_what_the_snakefile_imports_at_every_start_stays_light():
     import subprocess
     import sys
 
-    modules = sorted({m for smk in (REPO / "rules").glob("*.smk") if smk.name != "ingest.smk"
+    modules = sorted({m for smk in (REPO / "rules").glob("**/*.smk") if smk.name != "ingest.smk"
                       for m in re.findall(r"^from (wattflex[\w.]*) import", smk.read_text(), re.M)})
     assert "wattflex.config" in modules and "wattflex.report_sections" in modules
     code = (f"import sys; import {', '.join(modules)}; "

@@ -1,5 +1,5 @@
-"""Snakemake glue (wattflex.smk): the exit hook that cancels the scheduler's pending timers,
-and the exit without a final garbage collection."""
+"""Snakemake glue: the exit hook that cancels the scheduler's pending timers
+(wattflex.snakemake_internals), and the exit without a final garbage collection (wattflex.smk)."""
 
 import subprocess
 import sys
@@ -7,7 +7,7 @@ import threading
 import types
 from pathlib import Path
 
-from wattflex.smk import SCHEDULER_MODULE, release_scheduler_timers
+from wattflex.snakemake_internals import SCHEDULER_MODULE, release_scheduler_timers
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,5 +63,5 @@ def test_a_rule_script_exits_without_collecting_and_loses_no_log_line(tmp_path):
 
 
 def test_snakemake_exits_without_collecting_too():
-    common = (ROOT / "rules" / "common.smk").read_text()
+    common = (ROOT / "rules" / "common" / "setup.smk").read_text()
     assert "\nskip_exit_gc()\n" in common

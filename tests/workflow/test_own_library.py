@@ -3,7 +3,7 @@
 With ``pip install -e`` from one checkout, the editable .pth file puts that checkout's
 workflow_scripts/ on every interpreter's sys.path, and Snakemake's script preamble only
 appends the script's folder: a second clone's rule scripts imported the first clone's
-``wattflex``. rules/common.smk now prepends the workflow's own workflow_scripts/ to
+``wattflex``. rules/common/setup.smk now prepends the workflow's own workflow_scripts/ to
 PYTHONPATH, which every job inherits.
 """
 

@@ -5,7 +5,8 @@ Write protection is a file mode, and Snakemake decides with os.access(W_OK), alw
 root; it also reruns a job whose script is newer than its outputs, or that --forcerun, -F or
 -R force. These tests run the real Snakemake CLI on a real-backend (``cuda`` on the CPU, tiny
 model) run whose files were made writable again (so no file mode helps) and check that the
-workflow itself refuses to overwrite or delete it (wattflex.runs.protection, rules/common.smk).
+workflow itself refuses to overwrite or delete it (wattflex.runs.protection, wattflex.snakemake_internals,
+rules/common/protection.smk).
 """
 
 from __future__ import annotations

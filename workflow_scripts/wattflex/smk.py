@@ -1,5 +1,5 @@
-"""Glue between Snakemake and wattflex: logging to a rule's ``log:`` file, and the
-workflow's exit hooks.
+"""Glue between Snakemake and wattflex: logging to a rule's ``log:`` file, and exiting
+without the final garbage collection (Snakemake's private internals: wattflex.snakemake_internals).
 
 Rule scripts stay thin: ``log = rule_logger(snakemake)``, then library calls.
 """
@@ -48,25 +48,3 @@ def rule_logger(smk: Any, name: str = "wattflex") -> logging.Logger:
     logger.addHandler(handler)
     logging.captureWarnings(True)
     return logger
-
-
-#: The module of the callbacks Snakemake's job scheduler hands to its re-scheduling timers.
-SCHEDULER_MODULE = "snakemake.scheduling.job_scheduler"
-
-
-def release_scheduler_timers() -> int:
-    """Let `snakemake` exit as soon as its run is over (the Snakefile's onsuccess/onerror).
-
-    Snakemake's scheduler re-opens itself after every round through a threading.Timer of its
-    --max-jobs-per-timespan window (1 s by default; the option's format allows no shorter),
-    and the timer is not a daemon thread: the interpreter waits for the last one before it
-    exits, up to a second of every run that executed jobs (0.97 s measured after a
-    plot-setting rerun). Nothing is scheduled after those hooks, so the scheduler's pending
-    timers are cancelled, and no other timer. Returns how many were cancelled."""
-    import threading
-
-    pending = [t for t in threading.enumerate() if isinstance(t, threading.Timer) and t.is_alive()
-               and getattr(t.function, "__module__", "") == SCHEDULER_MODULE]
-    for timer in pending:
-        timer.cancel()
-    return len(pending)
