@@ -19,7 +19,7 @@ LAYERS = [
     ["wattflex", "errors", "provenance", "labels", "gpus", "architectures", "run_ids", "telemetry",
      "fingerprint", "smk", "config", "pfi"],
     ["ingest"],                      # measured sweeps and DCGM captures from elsewhere
-    ["runs"],                        # where runs come from (emulator, devices, harness, sweeps)
+    ["runs", "snakemake_internals"],  # where runs come from; the Snakemake hooks that guard real runs
     ["analysis", "calibration"],     # PFI, statistics, predictor, tables; fitting the emulator to them
     ["allocation"],                  # splitting a power cut across jobs
     ["control", "grid"],             # following grid events with per-job caps
