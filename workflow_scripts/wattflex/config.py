@@ -46,7 +46,7 @@ SCHEMA_PATH = REPO_ROOT / "config" / "schema" / "config.schema.yaml"
 # specs, so changing them never reruns a run.
 SCHEDULING_KEYS = ("parallel_within_group", "retries")
 # Keys prepare() adds to a validated config (not the user's; skipped when validating again).
-INTERNAL_KEYS = ("_catalog", "_emulator_calibration")
+INTERNAL_KEYS = ("_catalog", "_emulator_calibration", "_schema_defaulted")
 # Top-level keys only generated campaigns read (an ingested one takes its runs from data).
 GENERATE_ONLY_KEYS = ("backend", "sweep", "models_catalog", "seed", "run", "staircase", "cap_grids",
                       "group_defaults", "groups", "repeats", "cuda", "emulator")
@@ -133,6 +133,38 @@ def check_config_files(paths: list[str | Path]) -> None:
             read_yaml(path)
         except yaml.YAMLError as exc:
             raise ConfigError(f"config error: {path} is not valid YAML: {' '.join(str(exc).split())}") from None
+
+
+def _fill_properties(validator, properties, instance, schema):
+    """The ``properties`` keyword that first sets each absent key that has a ``default:``
+    (python-jsonschema FAQ, "Why doesn't my schema's default property set the default on my
+    instance?"), then validates as usual, so a section defaulted to ``{}`` gets its keys' defaults
+    too. A schema marked ``x-no-defaults: true`` (a group: it takes ``group_defaults``'s) is skipped."""
+    if isinstance(instance, dict) and not schema.get("x-no-defaults"):
+        for key, sub in properties.items():
+            if isinstance(sub, dict) and "default" in sub:
+                instance.setdefault(key, copy.deepcopy(sub["default"]))
+    yield from _VALIDATE_PROPERTIES(validator, properties, instance, schema)
+
+
+_VALIDATE_PROPERTIES = jsonschema.Draft202012Validator.VALIDATORS["properties"]
+_DefaultFillingValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator,
+                                                        {"properties": _fill_properties})
+
+
+def fill_defaults(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> list[str]:
+    """Set every key the schema gives a ``default:`` and ``cfg`` leaves out, in place, at every
+    level (the schema is the one place defaults are stated; code reads ``cfg[key]``). Returns
+    the top-level keys so filled. An ingested campaign gets none of the keys it never reads."""
+    before = set(cfg)
+    for _ in _DefaultFillingValidator(read_yaml(schema_path)).iter_errors(cfg):
+        pass        # filling only: validate_schema reports the problems
+    filled = [k for k in cfg if k not in before]
+    if cfg.get("source") == "ingest":
+        for k in [k for k in filled if k in GENERATE_ONLY_KEYS]:
+            del cfg[k]
+            filled.remove(k)
+    return filled
 
 
 def validate_schema(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> None:
@@ -228,6 +260,34 @@ def check_run_timeline(run: dict[str, Any]) -> None:
         raise ConfigError(f"config error at run.sample_period_s: {float(run.get('sample_period_s', 1)):g} s gives "
                           f"{samples:.3g} samples per GPU over {duration:g} s (at most {MAX_SAMPLES_PER_RUN:.0e}): "
                           f"sample less often")
+
+
+def _check_known(values: list[Any], known: Any, where: str, what: str) -> None:
+    for i, v in enumerate(values):
+        if v not in known:
+            raise ConfigError(f"config error at {where}[{i}]: unknown {what} {v!r}; known: "
+                              f"{', '.join(map(str, known))}")
+
+
+def check_names(cfg: dict[str, Any]) -> None:
+    """Names the config gives, against the registries that define them (the schema states no
+    copy of them): policies (wattflex.allocation.policies), the GPU of group_defaults
+    (wattflex.gpus; each group's is checked in check_semantics) and DCGM fields (wattflex.metrics)."""
+    from wattflex import metrics
+    from wattflex.allocation.policies import CONTROL_POLICIES, POLICIES
+
+    _check_known((cfg.get("allocation") or {}).get("policies", []), POLICIES, "allocation.policies", "policy")
+    _check_known(cfg["control"].get("policies", []), CONTROL_POLICIES, "control.policies",
+                 "closed-loop policy")
+    gpu = cfg.get("group_defaults", {}).get("gpu")
+    if gpu is not None:
+        try:
+            gpu_spec(gpu)
+        except KeyError as exc:
+            raise ConfigError(f"config error at group_defaults.gpu: {exc.args[0]}") from None
+    fields = [m.dcgm_field for m in metrics.METRICS if m.dcgm_profiling]
+    _check_known(((cfg.get("cuda") or {}).get("dcgm") or {}).get("fields", []), fields, "cuda.dcgm.fields",
+                 "DCGM profiling field")
 
 
 def check_semantics(cfg: dict[str, Any]) -> None:
@@ -401,6 +461,7 @@ def defaulted_sections(merged: dict[str, Any], user_files: list[str | Path],
             continue
         if isinstance(doc, dict):
             given |= set(doc)
+    given |= set(merged.get("_schema_defaulted", []))      # the schema's defaults, not the default config's
     return [k for k in merged if k not in given and k not in INTERNAL_KEYS]
 
 
@@ -411,9 +472,12 @@ def prepare(cfg: dict[str, Any], base: Path = REPO_ROOT, schema_path: str | Path
     exist (``check_cuda``; relative paths against ``cwd``)."""
     if not isinstance(cfg, dict):
         raise ConfigError("config error at (top level): expected a mapping")
+    filled = fill_defaults(cfg, schema_path)
+    cfg["_schema_defaulted"] = sorted(set(cfg.get("_schema_defaulted", [])) | set(filled))
     validate_schema(cfg, schema_path)
-    if cfg.get("source", "generate") == "generate":
-        cat_path = resolve_path(cfg.get("models_catalog", "config/models.yaml"), base)
+    check_names(cfg)
+    if cfg["source"] == "generate":
+        cat_path = resolve_path(cfg["models_catalog"], base)
         if not cat_path.is_file():
             raise ConfigError(f"config error at models_catalog: file not found: {cat_path}")
         cfg["_catalog"] = load_catalog(cat_path)
