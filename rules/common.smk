@@ -57,13 +57,15 @@ CAMPAIGN = config["campaign"]
 # (matching was a third of a no-op DAG build; it fell ~40 %, the build ~25 %; issue 15).
 RESULTS = f"results/{CAMPAIGN}"
 LOGS = f"logs/{CAMPAIGN}"
-SOURCE = config.get("source", "generate")  # ingest: runs.parquet from data (rules/ingest.smk)
+SOURCE = config["source"]  # ingest: runs.parquet from data (rules/ingest.smk)
 RUNS = expand_runs(config) if SOURCE == "generate" else []
 GROUPS = {g["id"]: g for g in groups(config)} if SOURCE == "generate" else {}
-SWEEP = config.get("sweep", "separate")  # staircase | adaptive: one run per group (rules/sweeps.smk)
+# Config defaults are the schema's (config/schema), filled by prepare(): keys are read directly.
+BACKEND = config["backend"]
+SWEEP = config["sweep"]  # staircase | adaptive: one run per group (rules/sweeps.smk)
 # Relative to the workflow directory (rule scripts resolve it there), so that moving the
 # checkout changes no params and reruns nothing.
-PAPER_TABLES = config.get("paper_tables_dir", "resources/paper/tables")
+PAPER_TABLES = config["paper_tables_dir"]
 
 
 def run_dirs():
@@ -99,9 +101,9 @@ def sweep_spec(cfg, group, mode):
     return spec(cfg, group, mode)
 
 
-def section(name, default=None):
+def section(name):
     """The config slice a rule uses (goes into params, so changing it reruns that rule)."""
-    return canonical(config.get(name, default if default is not None else {}))
+    return canonical(config[name])
 
 
 def with_sidecars(**outputs):
@@ -123,14 +125,14 @@ def run_output(path):
     so no code or config change can make Snakemake regenerate or delete it; redoing one
     takes an explicit WATTFLEX_REDO_RUNS (+ unprotect, --force: README "Real runs are
     protected"). Root ignores file modes: the spec check at the end of this file does not."""
-    return path if config.get("backend", "emulated") == "emulated" else protected(path)
+    return path if BACKEND == "emulated" else protected(path)
 
 
 # The library code an emulated run depends on: the runner's import closure (the GPU and job
 # model, its device, the runner that writes the run's files). telemetry (column names) and
 # failures are contracts, not physics: changing them regenerates no run. A real run depends
 # on its spec alone, so no code change anywhere can rerun it.
-RUN_CODE = script_fingerprint("runs.runner", ignore=("telemetry", "runs.failures")) if config.get("backend", "emulated") == "emulated" else ""
+RUN_CODE = script_fingerprint("runs.runner", ignore=("telemetry", "runs.failures")) if BACKEND == "emulated" else ""
 
 
 def script_code(script):
@@ -166,9 +168,9 @@ def representative_files():
 # Rules whose outputs are the workflow's final products (rule all asks for all of them).
 FINAL_RULES = ["collect_runs", "compute_pfi", "compare_pfi_published", "core_figures", "cluster_stats", "fit_predictor",
                "paper_tables", "analysis_figures", "simulate_allocation", "allocation_figures", "resource_plan", "report"]
-FINAL_RULES += ["control_figures"] if config.get("control", {}).get("scenarios") else []  # rules/control.smk
+FINAL_RULES += ["control_figures"] if config["control"]["scenarios"] else []  # rules/control.smk
 # Fidelity against the paper: generated, emulated campaigns only (rules/fidelity.smk).
-FIDELITY = SOURCE == "generate" and config.get("backend", "emulated") == "emulated"
+FIDELITY = SOURCE == "generate" and BACKEND == "emulated"
 FINAL_RULES += ["fidelity", "fidelity_figure"] if FIDELITY else []
 
 
@@ -200,12 +202,13 @@ def report_inputs():
 SLURM = {"slurm_gpus_per_node": 8, "slurm_gpu_model": "none",
          "slurm_gpu_names": {name: gpu.slurm_name for name, gpu in GPUS.items()}, "slurm_runtime_margin_min": 20}
 SLURM.update({k: config[k] for k in SLURM if k in config})
-RUN_RETRIES = int(config.get("run", {}).get("retries", 1))
+RUN = config["run"]
+RUN_RETRIES = int(RUN["retries"])
 
 # Runs of one sweep group execute one after another (the paper's protocol): each holds its
 # group's slot, a Snakemake resource of capacity 1, unless run.parallel_within_group.
 GROUP_SLOTS = {}
-if not config.get("run", {}).get("parallel_within_group", False):
+if not RUN["parallel_within_group"]:
     for i, gid in enumerate(GROUPS):
         slot = "sweep_" + "".join(c if c.isalnum() else "_" for c in gid)
         GROUP_SLOTS[gid] = slot if slot not in GROUP_SLOTS.values() else f"{slot}_{i}"
@@ -223,12 +226,11 @@ def run_minutes(group, attempt, duration_s=None, gap_s=None):
     """SLURM time limit of one run of ``group`` (its loop ``duration_s`` and ``gap_s`` default
     to run.*): planned start-up (real runs), the loop (a checkpoint outlasting the rest of it
     extends it), the gap, plus a margin that grows per retry."""
-    run = config.get("run", {})
-    duration = float(run.get("duration_s", 1800)) if duration_s is None else float(duration_s)
-    gap = float(run.get("gap_s", 0)) if gap_s is None else float(gap_s)
+    duration = float(RUN["duration_s"]) if duration_s is None else float(duration_s)
+    gap = float(RUN["gap_s"]) if gap_s is None else float(gap_s)
     seconds = duration + gap
     if group in REAL_PLANS:
-        seconds = run_limit_s(REAL_PLANS[group], duration, gap, run.get("checkpoint_at_s"))
+        seconds = run_limit_s(REAL_PLANS[group], duration, gap, RUN["checkpoint_at_s"])
     return int(-(-seconds // 60)) + int(SLURM["slurm_runtime_margin_min"]) * attempt
 
 
@@ -269,7 +271,7 @@ def sweep_summary_files():
 def sweep_minutes(wildcards, attempt):
     """SLURM time limit: the one run never outlasts the separate runs it replaces (their
     measured time; one planned start-up for real runs)."""
-    seconds = len(GROUPS[wildcards.group]["caps"]) * float(config.get("run", {}).get("duration_s", 1800))
+    seconds = len(GROUPS[wildcards.group]["caps"]) * float(RUN["duration_s"])
     return run_minutes(wildcards.group, attempt, duration_s=seconds, gap_s=0)
 
 

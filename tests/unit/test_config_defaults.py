@@ -67,11 +67,12 @@ def test_group_keys_default_in_group_defaults_so_group_defaults_still_apply():
     assert [g["gpu"] for g in groups(cfg)] == ["H100", "H200"]
 
 
-def test_an_ingested_campaign_gets_no_generate_only_keys():
-    cfg = load_config(REPO / "config" / "zeus-nsdi23.yaml", base=REPO)
-    assert cfg["source"] == "ingest"
-    assert not {"backend", "run", "sweep", "cuda", "seed"} & set(cfg)
-    assert cfg["summary"]["aggregate"] == "top10"
+def test_an_ingested_campaign_is_filled_too_and_not_told_its_runs_keys_came_from_the_default(tmp_path):
+    path = REPO / "config" / "zeus-nsdi23.yaml"
+    cfg = load_config(path, base=REPO)
+    assert cfg["source"] == "ingest" and cfg["summary"]["aggregate"] == "top10"
+    assert cfg["backend"] == "emulated" and cfg["run"]["duration_s"] == 1800   # read by no ingest rule
+    assert defaulted_sections(cfg, [path]) == []
 
 
 def test_schema_defaults_are_not_reported_as_the_default_configs_sections(tmp_path):

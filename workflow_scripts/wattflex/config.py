@@ -35,7 +35,7 @@ import jsonschema
 import yaml
 
 from wattflex.errors import ConfigError
-from wattflex.gpus import DEFAULT_GPU, gpu_spec
+from wattflex.gpus import gpu_spec
 from wattflex.runs.training.config import ARCHITECTURES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -155,16 +155,11 @@ _DefaultFillingValidator = jsonschema.validators.extend(jsonschema.Draft202012Va
 def fill_defaults(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> list[str]:
     """Set every key the schema gives a ``default:`` and ``cfg`` leaves out, in place, at every
     level (the schema is the one place defaults are stated; code reads ``cfg[key]``). Returns
-    the top-level keys so filled. An ingested campaign gets none of the keys it never reads."""
+    the top-level keys so filled."""
     before = set(cfg)
     for _ in _DefaultFillingValidator(read_yaml(schema_path)).iter_errors(cfg):
         pass        # filling only: validate_schema reports the problems
-    filled = [k for k in cfg if k not in before]
-    if cfg.get("source") == "ingest":
-        for k in [k for k in filled if k in GENERATE_ONLY_KEYS]:
-            del cfg[k]
-            filled.remove(k)
-    return filled
+    return [k for k in cfg if k not in before]
 
 
 def validate_schema(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> None:
@@ -202,13 +197,10 @@ def resolve_path(cfg_value: str, base: Path = REPO_ROOT) -> Path:
 def groups(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     """Groups with defaults applied, caps resolved and cluster derived."""
     out = []
-    defaults = cfg.get("group_defaults", {})
+    defaults = cfg["group_defaults"]   # the schema's group defaults filled in (fill_defaults)
     catalog = cfg.get("_catalog", {})
     for raw in cfg["groups"]:
         g = {**copy.deepcopy(defaults), **raw}
-        g.setdefault("gpu", DEFAULT_GPU)
-        g.setdefault("set", "headline")
-        g.setdefault("matches", "")
         if "caps" not in g:
             g["caps"] = list(cfg.get("cap_grids", {}).get(g.get("cap_grid", ""), []))
         g["caps"] = sorted(float(c) for c in g["caps"])
@@ -247,7 +239,7 @@ def check_expert_parallel(g: dict[str, Any], facts: dict[str, Any], where: str) 
 
 def check_run_timeline(run: dict[str, Any]) -> None:
     """run.*: the evaluation and checkpoint inside the run, the run and its samples bounded."""
-    duration = float(run.get("duration_s", 1800))
+    duration = float(run["duration_s"])
     if duration > MAX_DURATION_S:
         raise ConfigError(f"config error at run.duration_s: {duration:g} s is longer than a week "
                           f"({MAX_DURATION_S} s); the paper's runs are 1800 s")
@@ -255,9 +247,9 @@ def check_run_timeline(run: dict[str, Any]) -> None:
         if run.get(key) is not None and float(run[key]) >= duration:
             raise ConfigError(f"config error at run.{key}: {float(run[key]):g} s is not before the run ends "
                               f"(run.duration_s {duration:g} s): move it earlier, or null to skip it")
-    samples = duration / float(run.get("sample_period_s", 1))
+    samples = duration / float(run["sample_period_s"])
     if samples > MAX_SAMPLES_PER_RUN:
-        raise ConfigError(f"config error at run.sample_period_s: {float(run.get('sample_period_s', 1)):g} s gives "
+        raise ConfigError(f"config error at run.sample_period_s: {float(run['sample_period_s']):g} s gives "
                           f"{samples:.3g} samples per GPU over {duration:g} s (at most {MAX_SAMPLES_PER_RUN:.0e}): "
                           f"sample less often")
 
@@ -276,23 +268,21 @@ def check_names(cfg: dict[str, Any]) -> None:
     from wattflex import metrics
     from wattflex.allocation.policies import CONTROL_POLICIES, POLICIES
 
-    _check_known((cfg.get("allocation") or {}).get("policies", []), POLICIES, "allocation.policies", "policy")
+    _check_known(cfg["allocation"].get("policies", []), POLICIES, "allocation.policies", "policy")
     _check_known(cfg["control"].get("policies", []), CONTROL_POLICIES, "control.policies",
                  "closed-loop policy")
-    gpu = cfg.get("group_defaults", {}).get("gpu")
-    if gpu is not None:
-        try:
-            gpu_spec(gpu)
-        except KeyError as exc:
-            raise ConfigError(f"config error at group_defaults.gpu: {exc.args[0]}") from None
+    try:
+        gpu_spec(cfg["group_defaults"]["gpu"])
+    except KeyError as exc:
+        raise ConfigError(f"config error at group_defaults.gpu: {exc.args[0]}") from None
     fields = [m.dcgm_field for m in metrics.METRICS if m.dcgm_profiling]
-    _check_known(((cfg.get("cuda") or {}).get("dcgm") or {}).get("fields", []), fields, "cuda.dcgm.fields",
+    _check_known((cfg["cuda"].get("dcgm") or {}).get("fields", []), fields, "cuda.dcgm.fields",
                  "DCGM profiling field")
 
 
 def check_semantics(cfg: dict[str, Any]) -> None:
     catalog = cfg["_catalog"]
-    check_run_timeline(cfg.get("run") or {})
+    check_run_timeline(cfg["run"])
     seen: dict[str, int] = {}
     for i, (raw, g) in enumerate(zip(cfg["groups"], groups(cfg))):
         where = f"groups[{i}]"
@@ -323,7 +313,7 @@ def check_semantics(cfg: dict[str, Any]) -> None:
             raise ConfigError(f"config error at {where}.caps: duplicate caps {g['caps']}")
         check_expert_parallel(g, catalog[g["model"]], where)
     by_id = {g["id"]: g for g in groups(cfg)}
-    for i, r in enumerate(cfg.get("repeats", []) or []):
+    for i, r in enumerate(cfg["repeats"]):
         if r["group"] not in by_id:
             raise ConfigError(f"config error at repeats[{i}].group: unknown group {r['group']!r}")
         if float(r["cap_w"]) not in by_id[r["group"]]["caps"]:
@@ -364,7 +354,7 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
 
     Relative paths are relative to ``cwd`` (Snakemake's working directory, where the runs
     start), default the current directory."""
-    cuda = cfg.get("cuda") or {}
+    cuda = cfg["cuda"]
     base = Path(cwd) if cwd is not None else Path.cwd()
     where = "config error at cuda"
 
@@ -372,7 +362,7 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
         q = Path(p).expanduser()
         return q if q.is_absolute() else base / q
 
-    mode = cuda.get("cap_control", "nvml")
+    mode = cuda["cap_control"]
     if mode == "command":
         cmd = cuda.get("cap_command")
         if not cmd:
@@ -385,11 +375,11 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
             shlex.split(cmd)
         except ValueError as exc:
             raise ConfigError(f"{where}.cap_command: {cmd!r} cannot be split into words: {exc}") from None
-    if cfg.get("sweep", "separate") != "separate":
-        if mode == "observe" or not cuda.get("sampler", True):
+    if cfg["sweep"] != "separate":
+        if mode == "observe" or not cuda["sampler"]:
             raise ConfigError(f"{where}.cap_control: sweep: {cfg['sweep']} steps the GPUs' caps and reads their "
                               f"power: needs cap_control nvml or command (is {mode}) and sampler: true "
-                              f"(is {cuda.get('sampler', True)}); use sweep: separate otherwise")
+                              f"(is {cuda['sampler']}); use sweep: separate otherwise")
 
     catalog = cfg.get("_catalog", {})
     model_path = cuda.get("model_path")
@@ -481,11 +471,11 @@ def prepare(cfg: dict[str, Any], base: Path = REPO_ROOT, schema_path: str | Path
         if not cat_path.is_file():
             raise ConfigError(f"config error at models_catalog: file not found: {cat_path}")
         cfg["_catalog"] = load_catalog(cat_path)
-        cal = (cfg.get("emulator") or {}).get("calibration")
+        cal = cfg["emulator"]["calibration"]
         if cal:
             cfg["_emulator_calibration"] = load_emulator_calibration(resolve_path(cal, base))
         check_semantics(cfg)
-        if check_inputs and cfg.get("backend") == "cuda":
+        if check_inputs and cfg["backend"] == "cuda":
             check_cuda(cfg, cwd)
             from wattflex.runs.plan import check_plan   # lazy: cuda campaigns only
 
@@ -543,7 +533,7 @@ def run_id(cap_w: float, repeat: int) -> str:
 
 def expand_runs(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     """The sweep table: one dict per (group, cap, repeat)."""
-    n_rep = {(r["group"], float(r["cap_w"])): int(r["n"]) for r in cfg.get("repeats", []) or []}
+    n_rep = {(r["group"], float(r["cap_w"])): int(r["n"]) for r in cfg["repeats"]}
     rows = []
     for g in groups(cfg):
         for cap in g["caps"]:
@@ -561,13 +551,13 @@ def run_spec(cfg: dict[str, Any], group_id: str, run: str) -> dict[str, Any]:
     row = next(r for r in expand_runs(own) if r["run_id"] == run)
     spec = {
         "campaign": cfg["campaign"], "backend": cfg["backend"], "run_id": run, "cap_w": row["cap_w"],
-        "repeat": row["repeat"], "seed": int(cfg.get("seed", 0)),
+        "repeat": row["repeat"], "seed": int(cfg["seed"]),
         "group": {k: v for k, v in g.items() if k not in ("caps",)},
         "model_facts": cfg["_catalog"][g["model"]],
-        "run": {k: v for k, v in cfg.get("run", {}).items() if k not in SCHEDULING_KEYS},
+        "run": {k: v for k, v in cfg["run"].items() if k not in SCHEDULING_KEYS},
     }
     if cfg["backend"] == "cuda":
-        spec["cuda"] = dict(cfg.get("cuda", {}))
+        spec["cuda"] = dict(cfg["cuda"])
     elif cfg.get("_emulator_calibration"):   # the emulator's calibrated power level (wattflex calibrate)
         spec["emulator"] = {"calibration": cfg["_emulator_calibration"]}
     return spec
