@@ -1,6 +1,7 @@
 """The metric registry (wattflex.metrics) is the one place a telemetry metric is declared:
 a metric added there alone reaches the telemetry schema, the NVML sampler's rows (against a
-FAKE pynvml: only the NVML library is fake), the run summary and the predictor's candidates."""
+FAKE pynvml: only the NVML library is fake), the emulator's telemetry, the run summary and the
+predictor's candidates."""
 
 import dataclasses
 
@@ -43,6 +44,17 @@ def test_a_metric_added_to_the_registry_is_summarised_and_a_predictor_candidate(
     assert predictor.feature_definitions()["nvlink_util"] == "NVLink utilisation (%)"
     train = pd.DataFrame({"nvlink_util": [1.0, 2.0, 3.0], "gpu_util": [5.0, 5.0, 5.0]})
     assert predictor.resolve_features("all_dcgm", train) == ["nvlink_util"]   # constant gpu_util dropped
+
+
+def test_a_metric_added_to_the_registry_is_a_column_of_emulated_telemetry(default_config, with_fake_metric):
+    from wattflex.config import run_spec
+    from wattflex.runs.devices.emulated import run_emulated
+
+    spec = run_spec(default_config, "dense-pt-mistral24b-x8", "cap700")
+    spec["run"] = {**spec["run"], "duration_s": 300, "eval_at_s": None, "checkpoint_at_s": None}
+    tel, _, _ = run_emulated(spec)
+    assert list(tel.columns) == telemetry.TELEMETRY_COLUMNS
+    assert tel["nvlink_util"].isna().all() and tel["power_w"].notna().all()   # no emulator source: NaN
 
 
 def test_without_the_fake_metric_nothing_of_it_is_left():
