@@ -35,7 +35,7 @@ import jsonschema
 import yaml
 
 from wattflex.errors import ConfigError
-from wattflex.gpus import gpu_spec
+from wattflex.gpus import DEFAULT_GPU, gpu_spec
 from wattflex.runs.training.config import ARCHITECTURES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -463,6 +463,8 @@ def prepare(cfg: dict[str, Any], base: Path = REPO_ROOT, schema_path: str | Path
     if not isinstance(cfg, dict):
         raise ConfigError("config error at (top level): expected a mapping")
     filled = fill_defaults(cfg, schema_path)
+    if isinstance(cfg.get("group_defaults"), dict):
+        cfg["group_defaults"].setdefault("gpu", DEFAULT_GPU)   # the GPU catalogue's default (wattflex.gpus)
     cfg["_schema_defaulted"] = sorted(set(cfg.get("_schema_defaulted", [])) | set(filled))
     validate_schema(cfg, schema_path)
     check_names(cfg)
