@@ -75,7 +75,7 @@ rule paper_tables:
         ),
     params:
         tables=section("tables"),
-        run={"duration_s": section("run").get("duration_s", 1800)},
+        run={"duration_s": section("run")["duration_s"]},
         paper_tables=published_dir,
         code=script_code("paper_tables"),
     log:

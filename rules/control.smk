@@ -6,9 +6,9 @@
 
 CONTROL = section("control")
 CONTROL_DIR = f"{RESULTS}/control"
-CONTROL_SCENARIOS = list(CONTROL.get("scenarios", {}))
+CONTROL_SCENARIOS = list(CONTROL["scenarios"])
 CONTROL_GROUPS = canonical([{**g, "model_facts": config["_catalog"][g["model"]]} for g in GROUPS.values()
-                            if g["set"] == CONTROL.get("groups_set", "headline")])
+                            if g["set"] == CONTROL["groups_set"]])
 
 
 rule control_truth:
@@ -17,8 +17,8 @@ rule control_truth:
         truth=f"{CONTROL_DIR}/truth.parquet",
     params:
         groups=CONTROL_GROUPS,
-        seed=config.get("seed", 0),
-        cap_step_w=CONTROL.get("cap_step_w", 5),
+        seed=config["seed"],
+        cap_step_w=CONTROL["cap_step_w"],
         # the campaign's emulator calibration (emulator.calibration), as its runs have it
         calibration=config.get("_emulator_calibration"),
         code=script_code("control_truth"),

@@ -26,7 +26,7 @@ rule fidelity:
         # What the emulator is given per group (its config group and model facts).
         jobs=canonical({gid: {"group": g, "model_facts": config["_catalog"][g["model"]]} for gid, g in GROUPS.items()}),
         campaign=CAMPAIGN,  # the emulated runs' seeds derive from it
-        seed=int(config.get("seed", 0)),
+        seed=int(config["seed"]),
         sweep=SWEEP,
         # The campaign's calibration file's contents (emulator.calibration), or None: the default anchor.
         calibration=config.get("_emulator_calibration"),

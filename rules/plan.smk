@@ -8,15 +8,15 @@ rule resource_plan:
     """tables/resource_plan.csv: bytes per GPU, host RAM per node, start-up, checkpoint, fits."""
     input:
         # the model catalogue the plan sizes (its provenance names it; params hold the facts used)
-        catalog=workflow_file(config.get("models_catalog", "config/models.yaml")),
+        catalog=workflow_file(config["models_catalog"]),
     output:
         **with_sidecars(table=f"{RESULTS}/tables/resource_plan.csv"),
     params:
-        backend=config.get("backend", "emulated"),
+        backend=config["backend"],
         groups=canonical([{k: g[k] for k in PLAN_GROUP_KEYS if k in g} for g in GROUPS.values()]),
         catalog=canonical({g["model"]: config["_catalog"][g["model"]] for g in GROUPS.values()}),
         cuda=section("cuda"),
-        checkpoint_at_s=config.get("run", {}).get("checkpoint_at_s", 1200.0),
+        checkpoint_at_s=config["run"]["checkpoint_at_s"],
         code=script_code("resource_plan"),
     log:
         f"{LOGS}/resource_plan.log",

@@ -20,7 +20,7 @@ rule run_staircase:
         # As for run_at_cap: an emulated run depends on the physics and the controller, a
         # real one on its spec alone.
         code=script_code("run_staircase")
-        if config.get("backend", "emulated") == "emulated"
+        if BACKEND == "emulated"
         else "",
     log:
         f"{LOGS}/runs/{{group}}/{{mode}}.log",

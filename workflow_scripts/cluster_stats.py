@@ -8,7 +8,7 @@ from wattflex.analysis.predictor import CORRELATION_METRICS, group_table
 from wattflex.provenance import provenance, write_csv, write_json
 from wattflex.analysis.published import load_published
 from wattflex.smk import rule_logger
-from wattflex.analysis.stats import CLUSTER_ORDER, cluster_tests_table, kruskal_dunn, telemetry_correlations
+from wattflex.analysis.stats import cluster_tests_table, kruskal_dunn, telemetry_correlations
 
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
@@ -17,13 +17,13 @@ cfg = smk.params.stats
 paper = Path(smk.params.paper_tables)
 runs, pfi, backend = read_campaign(smk.input.runs, smk.input.pfi)
 prov = provenance(params=cfg, inputs=list(smk.input), backend=backend)
-sets = cfg.get("sets", ["headline"])
+sets = cfg["sets"]
 groups = group_table(runs, pfi)
 groups = groups[groups["set"].isin(sets) & np.isfinite(groups["pfi"].astype(float))]
 log.info("%d groups of sets %s with a finite PFI", len(groups), sets)
 
-result = kruskal_dunn(groups, value_col="pfi", group_col="cluster", order=cfg.get("cluster_order", CLUSTER_ORDER),
-                      p_adjust=cfg.get("p_adjust", "holm"), alpha=float(cfg.get("alpha", 0.05)))
+result = kruskal_dunn(groups, value_col="pfi", group_col="cluster", order=cfg["cluster_order"],
+                      p_adjust=cfg["p_adjust"], alpha=float(cfg["alpha"]))
 result["backend"] = backend
 write_json(result, smk.output.kruskal_dunn, prov)  # undefined statistics: null, never NaN (strict JSON)
 log.info("Kruskal-Wallis H=%.3f p=%.4g", result["kruskal"]["H"], result["kruskal"]["p"])

@@ -14,8 +14,8 @@ runs = read_parquet(smk.input[0])
 missing = pd.DataFrame(read_parquet_meta(smk.input[0]).get("missing_runs", []), columns=MISSING_COLUMNS)
 runs["expected_uncapped_cap_w"] = expected_uncapped(runs, missing)
 table = pfi_table(runs, throughput_col="tokens_per_s", power_sem_col="power_w_sem",
-                  throughput_sem_col="tokens_per_s_sem", mc_samples=int(cfg.get("mc_samples", 10_000)),
-                  ci=float(cfg.get("ci", 0.95)), seed=int(cfg.get("seed", 0)), uncapped_cap_w="expected_uncapped_cap_w")
+                  throughput_sem_col="tokens_per_s_sem", mc_samples=int(cfg["mc_samples"]),
+                  ci=float(cfg["ci"]), seed=int(cfg["seed"]), uncapped_cap_w="expected_uncapped_cap_w")
 table = annotate_missing(table, missing)
 meta = read_parquet_meta(smk.input[0])["provenance"]
 prov = provenance(params=cfg, inputs=list(smk.input), backend=meta.get("backend"), device_model=meta.get("device_model"))

@@ -18,7 +18,7 @@ runs, pfi = read_parquet(smk.input.runs), read_parquet(smk.input.pfi)
 # freezing what the imports allocated keeps each of those collections small.
 gc.freeze()
 groups = fid.group_models(smk.params.jobs, runs, smk.params.sweep)
-order = stats.get("cluster_order", fid.CLUSTER_ORDER)
+order = stats["cluster_order"]
 physics = calibrated_physics(smk.params.calibration)
 # In sample: the groups the campaign's anchor was fitted on (its calibration file, else the default fit set).
 fit_groups = (smk.params.calibration["fit_groups"] if smk.params.calibration
@@ -27,7 +27,7 @@ log.info("%d emulated groups, %d noise seeds, perturbation +-%g; anchor %g MHz, 
          cfg["noise_seeds"], cfg["perturbation"], physics.anchor_clock_mhz, len(fit_groups))
 result = fid.fidelity(groups, pfi.set_index("group")["pfi_ratio"], smk.params.campaign, int(smk.params.seed),
                       str(paper), n_seeds=int(cfg["noise_seeds"]), fraction=float(cfg["perturbation"]), physics=physics,
-                      alpha=float(stats.get("alpha", 0.05)), order=order, fit_groups=fit_groups)
+                      alpha=float(stats["alpha"]), order=order, fit_groups=fit_groups)
 loto = cal.leave_one_table_out(groups, paper, physics, order=order)
 prov = provenance(params={k: smk.params[k] for k in ("jobs", "seed", "sweep", "fidelity", "stats", "calibration")},
                   inputs=list(smk.input), backend=fid.BACKEND)

@@ -15,13 +15,13 @@ cfg = smk.params.predictor
 paper = Path(smk.params.paper_tables)
 runs, pfi, backend = read_campaign(smk.input.runs, smk.input.pfi)
 try:
-    sources = predictor.telemetry_sources(runs, bool(cfg.get("allow_mixed_sources", False)))
+    sources = predictor.telemetry_sources(runs, bool(cfg["allow_mixed_sources"]))
 except ValueError as exc:  # one paragraph in the log and a failed job, not a traceback
     log.error("%s", exc)
     sys.exit(1)
 prov = provenance(params=cfg, inputs=list(smk.input), backend=backend)
 groups = predictor.group_table(runs, pfi)
-train = predictor.training_rows(groups, cfg.get("train_set", "headline"))
+train = predictor.training_rows(groups, cfg["train_set"])
 log.info("training on %d groups", len(train))
 
 ablation = predictor.ablation(train, cfg.get("ablation_sets", predictor.ABLATION_SETS))
@@ -29,7 +29,7 @@ published = load_published(paper, "table3_predictor_ablation")
 columns = ["p", "r2_in", "loo_r2", "loo_rmse", "loo_spearman", "loco_r2", "loco_rmse", "loco_spearman"]
 write_csv(beside_published(ablation, published, "predictors", columns), smk.output.ablation, prov, backend=backend)
 
-model = predictor.fit_model(train, cfg.get("features", "dram_copy_product"))
+model = predictor.fit_model(train, cfg["features"])
 predictions = predictor.predictions_table(groups, model)
 holdout = predictor.holdout_scores(predictions)
 model["evaluation"] = holdout.to_dict(orient="records")
@@ -42,7 +42,7 @@ log.info("model %s: %s", model["feature_spec"], model["metrics"])
 log.info("held-out scores:\n%s", holdout.to_string(index=False))
 
 features = model["features"]
-write_csv(predictor.leverage_sensitivity(train, features, int(cfg.get("leverage_k_max", 5))),
+write_csv(predictor.leverage_sensitivity(train, features, int(cfg["leverage_k_max"])),
           smk.output.leverage, prov, backend=backend, features=features)
 write_csv(predictor.within_cluster(train, features), smk.output.within_cluster, prov, backend=backend,
           features=features)

@@ -20,7 +20,7 @@ summary = []
 
 # Same columns as compute_pfi; no Monte Carlo (Table 9 compares point estimates).
 pfi_kwargs = {"power_sem_col": "power_w_sem", "throughput_sem_col": "tokens_per_s_sem", "mc_samples": 0}
-table9 = pt.grid_sensitivity(runs, pfi, cfg.get("grid_caps", pt.FOUR_CAP_GRID), cfg.get("grid_sets", ["headline"]),
+table9 = pt.grid_sensitivity(runs, pfi, cfg["grid_caps"], cfg["grid_sets"],
                              pfi_kwargs)
 write_csv(pt.table9_beside_published(table9, paper), smk.output.table9, prov, backend=backend)
 summary += pt.summary_rows("grid_sensitivity", pt.grid_summary(table9))
@@ -35,8 +35,8 @@ repeats = pt.repeatability(runs)
 write_csv(repeats, smk.output.repeatability, prov, backend=backend)
 summary += pt.summary_rows("repeatability", pt.repeatability_summary(repeats))
 
-table4, table5 = pt.compute_accounting(runs, float(run_cfg.get("duration_s", 1800)),
-                                       float(cfg.get("run_overhead_s", 300)))
+table4, table5 = pt.compute_accounting(runs, float(run_cfg["duration_s"]),
+                                       float(cfg["run_overhead_s"]))
 write_csv(pt.table4_beside_published(table4, paper), smk.output.table4, prov, backend=backend,
           note="H200 sweep runs (first run at each cap; repeats in table5)")
 write_csv(table5, smk.output.table5, prov, backend=backend)

@@ -16,7 +16,7 @@ spec = smk.params.spec
 attempt, attempts = int(smk.resources.run_attempt), int(smk.resources.run_attempts)
 log.info("run %s/%s at %s W on the %s backend (attempt %d of %d)", spec["group"]["id"], spec["run_id"],
          spec["cap_w"], spec["backend"], attempt, attempts)
-gap_s = float(spec["run"].get("gap_s", 0))
+gap_s = float(spec["run"]["gap_s"])
 if spec["backend"] != "emulated" and gap_s > 0:
     log.info("GPUs idle for run.gap_s = %g s before the run (paper protocol)", gap_s)
     time.sleep(gap_s)

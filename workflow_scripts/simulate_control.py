@@ -25,7 +25,7 @@ prov = provenance(params=smk.params.control, inputs=list(smk.input), backend="em
 write_csv(summary, smk.output.summary, prov, scenario=scenario, backend="emulated")
 write_csv(res.jobs, smk.output.jobs, prov, scenario=scenario, backend="emulated")
 write_parquet(res.timeseries(), smk.output.timeseries, prov, scenario=scenario)
-mv, intervals = simulation_mv(res, read_schedule(smk.input.signal), float(smk.params.control["scenario"].get("response_s", 30.0)))
+mv, intervals = simulation_mv(res, read_schedule(smk.input.signal), float(smk.params.control["scenario"]["response_s"]))
 for _, r in mv.iterrows():
     log.info("M&V %-16s %s: response %s s, %g s above target after the deadline, restored after %s s", r["policy"],
              r["event_id"], r["response_time_s"], r["seconds_above_target_after_deadline"], r["restore_time_s"])

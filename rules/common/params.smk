@@ -28,9 +28,9 @@ def sweep_spec(cfg, group, mode):
     return spec(cfg, group, mode)
 
 
-def section(name, default=None):
+def section(name):
     """The config slice a rule uses (goes into params, so changing it reruns that rule)."""
-    return canonical(config.get(name, default if default is not None else {}))
+    return canonical(config[name])
 
 
 def with_sidecars(**outputs):
@@ -52,14 +52,14 @@ def run_output(path):
     so no code or config change can make Snakemake regenerate or delete it; redoing one
     takes an explicit WATTFLEX_REDO_RUNS (+ unprotect, --force: README "Real runs are
     protected"). Root ignores file modes: rules/common/protection.smk does not."""
-    return path if config.get("backend", "emulated") == "emulated" else protected(path)
+    return path if BACKEND == "emulated" else protected(path)
 
 
 # The library code an emulated run depends on: the runner's import closure (the GPU and job
 # model, its device, the runner that writes the run's files). telemetry (column names) and
 # failures are contracts, not physics: changing them regenerates no run. A real run depends
 # on its spec alone, so no code change anywhere can rerun it.
-RUN_CODE = script_fingerprint("runs.runner", ignore=("telemetry", "runs.failures")) if config.get("backend", "emulated") == "emulated" else ""
+RUN_CODE = script_fingerprint("runs.runner", ignore=("telemetry", "runs.failures")) if BACKEND == "emulated" else ""
 
 
 def script_code(script):

@@ -12,10 +12,12 @@ CAMPAIGN = config["campaign"]
 # (matching was a third of a no-op DAG build; it fell ~40 %, the build ~25 %; issue 15).
 RESULTS = f"results/{CAMPAIGN}"
 LOGS = f"logs/{CAMPAIGN}"
-SOURCE = config.get("source", "generate")  # ingest: runs.parquet from data (rules/ingest.smk)
+SOURCE = config["source"]  # ingest: runs.parquet from data (rules/ingest.smk)
 RUNS = expand_runs(config) if SOURCE == "generate" else []
 GROUPS = {g["id"]: g for g in groups(config)} if SOURCE == "generate" else {}
-SWEEP = config.get("sweep", "separate")  # staircase | adaptive: one run per group (rules/sweeps.smk)
+# Config defaults are the schema's (config/schema), filled by prepare(): keys are read directly.
+BACKEND = config["backend"]
+SWEEP = config["sweep"]  # staircase | adaptive: one run per group (rules/sweeps.smk)
 
 
 def stable_path(path):
@@ -33,7 +35,7 @@ def workflow_file(path):
 # The paper's published tables (resources/paper/tables; paper_tables_dir relative to the
 # workflow directory). The tables each rule's script reads are its input.published (listed
 # below), so editing a published CSV reruns what shows it; the script gets their folder.
-PAPER_TABLES = workflow_file(config.get("paper_tables_dir", "resources/paper/tables"))
+PAPER_TABLES = workflow_file(config["paper_tables_dir"])
 PUBLISHED_BY_RULE = {  # rule: the published tables its script reads (wattflex.analysis.published.load_published)
     "compare_pfi_published": ("table6_pfi_h200", "table7_validation_h200"),
     "cluster_stats": ("table10_11_cluster_tests",),
@@ -90,10 +92,10 @@ def representative_files():
 # Rules whose outputs are the workflow's final products (rule all asks for all of them).
 FINAL_RULES = ["collect_runs", "compute_pfi", "compare_pfi_published", "core_figures", "cluster_stats", "fit_predictor",
                "paper_tables", "analysis_figures", "simulate_allocation", "allocation_figures", "resource_plan", "report"]
-FINAL_RULES += ["control_figures"] if config.get("control", {}).get("scenarios") else []  # rules/control.smk
+FINAL_RULES += ["control_figures"] if config["control"]["scenarios"] else []  # rules/control.smk
 FINAL_RULES += ["offer"]   # rules/control.smk: the flexibility offer from the campaign's curves (issue 26)
 # Fidelity against the paper: generated, emulated campaigns only (rules/fidelity.smk).
-FIDELITY = SOURCE == "generate" and config.get("backend", "emulated") == "emulated"
+FIDELITY = SOURCE == "generate" and BACKEND == "emulated"
 FINAL_RULES += ["fidelity", "fidelity_figure"] if FIDELITY else []
 
 

@@ -7,12 +7,13 @@ from wattflex.runs.plan import enforced as plan_enforced, plan_campaign, run_lim
 SLURM = {"slurm_gpus_per_node": 8, "slurm_gpu_model": "none",
          "slurm_gpu_names": {name: gpu.slurm_name for name, gpu in GPUS.items()}, "slurm_runtime_margin_min": 20}
 SLURM.update({k: config[k] for k in SLURM if k in config})
-RUN_RETRIES = int(config.get("run", {}).get("retries", 1))
+RUN = config["run"]
+RUN_RETRIES = int(RUN["retries"])
 
 # Runs of one sweep group execute one after another (the paper's protocol): each holds its
 # group's slot, a Snakemake resource of capacity 1, unless run.parallel_within_group.
 GROUP_SLOTS = {}
-if not config.get("run", {}).get("parallel_within_group", False):
+if not RUN["parallel_within_group"]:
     for i, gid in enumerate(GROUPS):
         slot = "sweep_" + "".join(c if c.isalnum() else "_" for c in gid)
         GROUP_SLOTS[gid] = slot if slot not in GROUP_SLOTS.values() else f"{slot}_{i}"
@@ -30,12 +31,11 @@ def run_minutes(group, attempt, duration_s=None, gap_s=None):
     """SLURM time limit of one run of ``group`` (its loop ``duration_s`` and ``gap_s`` default
     to run.*): planned start-up (real runs), the loop (a checkpoint outlasting the rest of it
     extends it), the gap, plus a margin that grows per retry."""
-    run = config.get("run", {})
-    duration = float(run.get("duration_s", 1800)) if duration_s is None else float(duration_s)
-    gap = float(run.get("gap_s", 0)) if gap_s is None else float(gap_s)
+    duration = float(RUN["duration_s"]) if duration_s is None else float(duration_s)
+    gap = float(RUN["gap_s"]) if gap_s is None else float(gap_s)
     seconds = duration + gap
     if group in REAL_PLANS:
-        seconds = run_limit_s(REAL_PLANS[group], duration, gap, run.get("checkpoint_at_s"))
+        seconds = run_limit_s(REAL_PLANS[group], duration, gap, RUN["checkpoint_at_s"])
     return int(-(-seconds // 60)) + int(SLURM["slurm_runtime_margin_min"]) * attempt
 
 
@@ -70,5 +70,5 @@ def run_resources():
 def sweep_minutes(wildcards, attempt):
     """SLURM time limit of a one-run sweep (rules/sweeps.smk): the one run never outlasts
     the separate runs it replaces (their measured time; one planned start-up for real runs)."""
-    seconds = len(GROUPS[wildcards.group]["caps"]) * float(config.get("run", {}).get("duration_s", 1800))
+    seconds = len(GROUPS[wildcards.group]["caps"]) * float(RUN["duration_s"])
     return run_minutes(wildcards.group, attempt, duration_s=seconds, gap_s=0)

@@ -15,7 +15,6 @@ import yaml
 from snakemake.utils import update_config
 
 from wattflex.config import ConfigError, check_semantics, defaulted_sections, prepare
-from wattflex.gpus import GPUS
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "config" / "config.yaml"
@@ -101,9 +100,9 @@ BROKEN = [
      "cuda.cap_control", "needs cap_control nvml or command"),
     ("group gpu H300", lambda t: merged({"groups": [{"id": "g", "model": "Qwen3-32B", "task": "pt", "gpus": 8,
                                                      "gpu": "H300"}], "repeats": []}),
-     "groups[0].gpu", "'H300' is not one of ['H200', 'H100', 'A100']"),
+     "groups[0].gpu", "unknown GPU model 'H300'; known: H200, H100, A100"),
     ("group_defaults gpu H300", lambda t: merged({"group_defaults": {"gpu": "H300"}}),
-     "group_defaults.gpu", "'H300' is not one of"),
+     "group_defaults.gpu", "unknown GPU model 'H300'; known: H200, H100, A100"),
     ("unknown slurm key", lambda t: {**merged(), "slurm_gpus_pernode": 4},
      "(top level)", "did you mean 'slurm_gpus_per_node'?"),
 ]
@@ -221,11 +220,6 @@ def test_dry_run_says_which_sections_came_from_the_default_config(tmp_path):
     assert "come from config/config.yaml: sweep, emulator, staircase, stats, predictor, tables, control" in lines[0]
     assert "--replace-workflow-config" in lines[0]
     assert proc.returncode == 0, proc.stdout[-3000:]
-
-
-def test_gpu_enum_is_the_catalogue():
-    schema = load(REPO / "config" / "schema" / "config.schema.yaml")
-    assert schema["properties"]["group_defaults"]["properties"]["gpu"]["enum"] == list(GPUS)
 
 
 def test_the_readmes_minimal_measured_campaign_validates(tmp_path):

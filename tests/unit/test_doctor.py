@@ -219,14 +219,14 @@ def test_check_config_lists_only_what_the_cuda_section_uses(default_config):
     assert doctor.check_config({**cfg, "backend": "emulated"}, found(False, 0, False, False))["needs"] == []
     full = doctor.check_config(cfg, found())
     assert full["missing"] == [] and len(full["needs"]) == 5
-    c = doctor.check_config({**cfg, "cuda": {"cap_control": "observe"}}, found(permission=False))
+    c = doctor.check_config({**cfg, "cuda": {**cfg["cuda"], "cap_control": "observe"}}, found(permission=False))
     assert c["missing"] == [] and "permission to set power limits" not in c["needs"]
     command = {"cap_control": "command", "cap_command": "/nonexistent/setcap {gpu} {watts}"}
-    c = doctor.check_config({**cfg, "cuda": command}, found())
+    c = doctor.check_config({**cfg, "cuda": {**cfg["cuda"], **command}}, found())
     assert [m["need"] for m in c["missing"]] == ["the cap command's program"]
-    c = doctor.check_config({**cfg, "sweep": "staircase", "cuda": {"cap_control": "observe"}}, found())
+    c = doctor.check_config({**cfg, "sweep": "staircase", "cuda": {**cfg["cuda"], "cap_control": "observe"}}, found())
     assert [m["need"] for m in c["missing"]] == ["sweep: staircase on cuda: settable caps and the sampler"]
-    c = doctor.check_config({**cfg, "cuda": {"cap_control": "sudo-please"}}, found())
+    c = doctor.check_config({**cfg, "cuda": {**cfg["cuda"], "cap_control": "sudo-please"}}, found())
     assert c["missing"][0]["need"] == "a valid cuda: section" and "cap_control" in c["missing"][0]["detail"]
     h100 = found()
     h100["nvml"]["gpus"] = [{"name": "NVIDIA H100 80GB HBM3"}]

@@ -1,10 +1,9 @@
-"""The GPU catalogue is the one place a GPU model is defined: the config schema, the default,
+"""The GPU catalogue is the one place a GPU model is defined: config validation, the default,
 SLURM names and peak rates all come from it."""
 
 from pathlib import Path
 
 import pytest
-import yaml
 
 from wattflex.config import ConfigError, check_semantics
 from wattflex.gpus import DEFAULT_GPU, GPUS, gpu_spec, peak_bf16_flops
@@ -12,23 +11,14 @@ from wattflex.gpus import DEFAULT_GPU, GPUS, gpu_spec, peak_bf16_flops
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_the_schema_gpu_enum_is_the_catalogue():
-    schema = yaml.safe_load((REPO / "config" / "schema" / "config.schema.yaml").read_text())
-    enums = []
+def test_the_schema_states_no_gpu_names_the_catalogue_fills_and_checks_them():
+    schema = (REPO / "config" / "schema" / "config.schema.yaml").read_text()
+    assert not [name for name in GPUS if name in schema]
+    from wattflex.config import groups, prepare
 
-    def walk(node):
-        if isinstance(node, dict):
-            if isinstance(node.get("gpu"), dict) and "enum" in node["gpu"]:
-                enums.append(node["gpu"]["enum"])
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(schema)
-    assert enums and all(e == list(GPUS) for e in enums)
-    assert DEFAULT_GPU in GPUS
+    cfg = {"campaign": "c", "cap_grids": {"four": [200, 500, 600, 700]},
+           "groups": [{"id": "g", "model": "Qwen3-32B", "task": "pt", "gpus": 8, "cap_grid": "four"}]}
+    assert DEFAULT_GPU in GPUS and groups(prepare(cfg, base=REPO))[0]["gpu"] == DEFAULT_GPU
 
 
 def test_every_entry_is_physically_consistent():

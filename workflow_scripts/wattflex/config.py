@@ -47,7 +47,7 @@ SCHEMA_PATH = REPO_ROOT / "config" / "schema" / "config.schema.yaml"
 # specs, so changing them never reruns a run.
 SCHEDULING_KEYS = ("parallel_within_group", "retries")
 # Keys prepare() adds to a validated config (not the user's; skipped when validating again).
-INTERNAL_KEYS = ("_catalog", "_emulator_calibration")
+INTERNAL_KEYS = ("_catalog", "_emulator_calibration", "_schema_defaulted")
 # Top-level keys only generated campaigns read (an ingested one takes its runs from data).
 GENERATE_ONLY_KEYS = ("backend", "sweep", "models_catalog", "seed", "run", "staircase", "cap_grids",
                       "group_defaults", "groups", "repeats", "cuda", "emulator")
@@ -136,6 +136,33 @@ def check_config_files(paths: list[str | Path]) -> None:
             raise ConfigError(f"config error: {path} is not valid YAML: {' '.join(str(exc).split())}") from None
 
 
+def _fill_properties(validator, properties, instance, schema):
+    """The ``properties`` keyword that first sets each absent key that has a ``default:``
+    (python-jsonschema FAQ, "Why doesn't my schema's default property set the default on my
+    instance?"), then validates as usual, so a section defaulted to ``{}`` gets its keys' defaults
+    too. A schema marked ``x-no-defaults: true`` (a group: it takes ``group_defaults``'s) is skipped."""
+    if isinstance(instance, dict) and not schema.get("x-no-defaults"):
+        for key, sub in properties.items():
+            if isinstance(sub, dict) and "default" in sub:
+                instance.setdefault(key, copy.deepcopy(sub["default"]))
+    yield from _VALIDATE_PROPERTIES(validator, properties, instance, schema)
+
+
+_VALIDATE_PROPERTIES = jsonschema.Draft202012Validator.VALIDATORS["properties"]
+_DefaultFillingValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator,
+                                                        {"properties": _fill_properties})
+
+
+def fill_defaults(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> list[str]:
+    """Set every key the schema gives a ``default:`` and ``cfg`` leaves out, in place, at every
+    level (the schema is the one place defaults are stated; code reads ``cfg[key]``). Returns
+    the top-level keys so filled."""
+    before = set(cfg)
+    for _ in _DefaultFillingValidator(read_yaml(schema_path)).iter_errors(cfg):
+        pass        # filling only: validate_schema reports the problems
+    return [k for k in cfg if k not in before]
+
+
 def validate_schema(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> None:
 
     schema = read_yaml(schema_path)
@@ -171,13 +198,10 @@ def resolve_path(cfg_value: str, base: Path = REPO_ROOT) -> Path:
 def groups(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     """Groups with defaults applied, caps resolved and cluster derived."""
     out = []
-    defaults = cfg.get("group_defaults", {})
+    defaults = cfg["group_defaults"]   # the schema's group defaults filled in (fill_defaults)
     catalog = cfg.get("_catalog", {})
     for raw in cfg["groups"]:
         g = {**copy.deepcopy(defaults), **raw}
-        g.setdefault("gpu", DEFAULT_GPU)
-        g.setdefault("set", "headline")
-        g.setdefault("matches", "")
         if "caps" not in g:
             g["caps"] = list(cfg.get("cap_grids", {}).get(g.get("cap_grid", ""), []))
         g["caps"] = sorted(float(c) for c in g["caps"])
@@ -216,7 +240,7 @@ def check_expert_parallel(g: dict[str, Any], facts: dict[str, Any], where: str) 
 
 def check_run_timeline(run: dict[str, Any]) -> None:
     """run.*: the evaluation and checkpoint inside the run, the run and its samples bounded."""
-    duration = float(run.get("duration_s", 1800))
+    duration = float(run["duration_s"])
     if duration > MAX_DURATION_S:
         raise ConfigError(f"config error at run.duration_s: {duration:g} s is longer than a week "
                           f"({MAX_DURATION_S} s); the paper's runs are 1800 s")
@@ -224,16 +248,42 @@ def check_run_timeline(run: dict[str, Any]) -> None:
         if run.get(key) is not None and float(run[key]) >= duration:
             raise ConfigError(f"config error at run.{key}: {float(run[key]):g} s is not before the run ends "
                               f"(run.duration_s {duration:g} s): move it earlier, or null to skip it")
-    samples = duration / float(run.get("sample_period_s", 1))
+    samples = duration / float(run["sample_period_s"])
     if samples > MAX_SAMPLES_PER_RUN:
-        raise ConfigError(f"config error at run.sample_period_s: {float(run.get('sample_period_s', 1)):g} s gives "
+        raise ConfigError(f"config error at run.sample_period_s: {float(run['sample_period_s']):g} s gives "
                           f"{samples:.3g} samples per GPU over {duration:g} s (at most {MAX_SAMPLES_PER_RUN:.0e}): "
                           f"sample less often")
 
 
+def _check_known(values: list[Any], known: Any, where: str, what: str) -> None:
+    for i, v in enumerate(values):
+        if v not in known:
+            raise ConfigError(f"config error at {where}[{i}]: unknown {what} {v!r}; known: "
+                              f"{', '.join(map(str, known))}")
+
+
+def check_names(cfg: dict[str, Any]) -> None:
+    """Names the config gives, against the registries that define them (the schema states no
+    copy of them): policies (wattflex.allocation.policies), the GPU of group_defaults
+    (wattflex.gpus; each group's is checked in check_semantics) and DCGM fields (wattflex.metrics)."""
+    from wattflex import metrics
+    from wattflex.allocation.policies import CONTROL_POLICIES, POLICIES
+
+    _check_known(cfg["allocation"].get("policies", []), POLICIES, "allocation.policies", "policy")
+    _check_known(cfg["control"].get("policies", []), CONTROL_POLICIES, "control.policies",
+                 "closed-loop policy")
+    try:
+        gpu_spec(cfg["group_defaults"]["gpu"])
+    except KeyError as exc:
+        raise ConfigError(f"config error at group_defaults.gpu: {exc.args[0]}") from None
+    fields = [m.dcgm_field for m in metrics.METRICS if m.dcgm_profiling]
+    _check_known((cfg["cuda"].get("dcgm") or {}).get("fields", []), fields, "cuda.dcgm.fields",
+                 "DCGM profiling field")
+
+
 def check_semantics(cfg: dict[str, Any]) -> None:
     catalog = cfg["_catalog"]
-    check_run_timeline(cfg.get("run") or {})
+    check_run_timeline(cfg["run"])
     seen: dict[str, int] = {}
     for i, (raw, g) in enumerate(zip(cfg["groups"], groups(cfg))):
         where = f"groups[{i}]"
@@ -264,7 +314,7 @@ def check_semantics(cfg: dict[str, Any]) -> None:
             raise ConfigError(f"config error at {where}.caps: duplicate caps {g['caps']}")
         check_expert_parallel(g, catalog[g["model"]], where)
     by_id = {g["id"]: g for g in groups(cfg)}
-    for i, r in enumerate(cfg.get("repeats", []) or []):
+    for i, r in enumerate(cfg["repeats"]):
         if r["group"] not in by_id:
             raise ConfigError(f"config error at repeats[{i}].group: unknown group {r['group']!r}")
         if float(r["cap_w"]) not in by_id[r["group"]]["caps"]:
@@ -305,7 +355,7 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
 
     Relative paths are relative to ``cwd`` (Snakemake's working directory, where the runs
     start), default the current directory."""
-    cuda = cfg.get("cuda") or {}
+    cuda = cfg["cuda"]
     base = Path(cwd) if cwd is not None else Path.cwd()
     where = "config error at cuda"
 
@@ -313,7 +363,7 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
         q = Path(p).expanduser()
         return q if q.is_absolute() else base / q
 
-    mode = cuda.get("cap_control", "nvml")
+    mode = cuda["cap_control"]
     if mode == "command":
         cmd = cuda.get("cap_command")
         if not cmd:
@@ -326,11 +376,11 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
             shlex.split(cmd)
         except ValueError as exc:
             raise ConfigError(f"{where}.cap_command: {cmd!r} cannot be split into words: {exc}") from None
-    if cfg.get("sweep", "separate") != "separate":
-        if mode == "observe" or not cuda.get("sampler", True):
+    if cfg["sweep"] != "separate":
+        if mode == "observe" or not cuda["sampler"]:
             raise ConfigError(f"{where}.cap_control: sweep: {cfg['sweep']} steps the GPUs' caps and reads their "
                               f"power: needs cap_control nvml or command (is {mode}) and sampler: true "
-                              f"(is {cuda.get('sampler', True)}); use sweep: separate otherwise")
+                              f"(is {cuda['sampler']}); use sweep: separate otherwise")
 
     catalog = cfg.get("_catalog", {})
     model_path = cuda.get("model_path")
@@ -402,6 +452,7 @@ def defaulted_sections(merged: dict[str, Any], user_files: list[str | Path],
             continue
         if isinstance(doc, dict):
             given |= set(doc)
+    given |= set(merged.get("_schema_defaulted", []))      # the schema's defaults, not the default config's
     return [k for k in merged if k not in given and k not in INTERNAL_KEYS]
 
 
@@ -412,17 +463,22 @@ def prepare(cfg: dict[str, Any], base: Path = REPO_ROOT, schema_path: str | Path
     exist (``check_cuda``; relative paths against ``cwd``)."""
     if not isinstance(cfg, dict):
         raise ConfigError("config error at (top level): expected a mapping")
+    filled = fill_defaults(cfg, schema_path)
+    if isinstance(cfg.get("group_defaults"), dict):
+        cfg["group_defaults"].setdefault("gpu", DEFAULT_GPU)   # the GPU catalogue's default (wattflex.gpus)
+    cfg["_schema_defaulted"] = sorted(set(cfg.get("_schema_defaulted", [])) | set(filled))
     validate_schema(cfg, schema_path)
-    if cfg.get("source", "generate") == "generate":
-        cat_path = resolve_path(cfg.get("models_catalog", "config/models.yaml"), base)
+    check_names(cfg)
+    if cfg["source"] == "generate":
+        cat_path = resolve_path(cfg["models_catalog"], base)
         if not cat_path.is_file():
             raise ConfigError(f"config error at models_catalog: file not found: {cat_path}")
         cfg["_catalog"] = load_catalog(cat_path)
-        cal = (cfg.get("emulator") or {}).get("calibration")
+        cal = cfg["emulator"]["calibration"]
         if cal:
             cfg["_emulator_calibration"] = load_emulator_calibration(resolve_path(cal, base))
         check_semantics(cfg)
-        if check_inputs and cfg.get("backend") == "cuda":
+        if check_inputs and cfg["backend"] == "cuda":
             check_cuda(cfg, cwd)
             from wattflex.runs.plan import check_plan   # lazy: cuda campaigns only
 
@@ -476,7 +532,7 @@ def load_config(path: str | Path, base: Path = REPO_ROOT, check_inputs: bool = T
 
 def expand_runs(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     """The sweep table: one dict per (group, cap, repeat)."""
-    n_rep = {(r["group"], float(r["cap_w"])): int(r["n"]) for r in cfg.get("repeats", []) or []}
+    n_rep = {(r["group"], float(r["cap_w"])): int(r["n"]) for r in cfg["repeats"]}
     rows = []
     for g in groups(cfg):
         for cap in g["caps"]:
@@ -494,13 +550,13 @@ def run_spec(cfg: dict[str, Any], group_id: str, run: str) -> dict[str, Any]:
     row = next(r for r in expand_runs(own) if r["run_id"] == run)
     spec = {
         "campaign": cfg["campaign"], "backend": cfg["backend"], "run_id": run, "cap_w": row["cap_w"],
-        "repeat": row["repeat"], "seed": int(cfg.get("seed", 0)),
+        "repeat": row["repeat"], "seed": int(cfg["seed"]),
         "group": {k: v for k, v in g.items() if k not in ("caps",)},
         "model_facts": cfg["_catalog"][g["model"]],
-        "run": {k: v for k, v in cfg.get("run", {}).items() if k not in SCHEDULING_KEYS},
+        "run": {k: v for k, v in cfg["run"].items() if k not in SCHEDULING_KEYS},
     }
     if cfg["backend"] == "cuda":
-        spec["cuda"] = dict(cfg.get("cuda", {}))
+        spec["cuda"] = dict(cfg["cuda"])
     elif cfg.get("_emulator_calibration"):   # the emulator's calibrated power level (wattflex calibrate)
         spec["emulator"] = {"calibration": cfg["_emulator_calibration"]}
     return spec

@@ -360,8 +360,8 @@ def probe_cap_state(state_dir: str | Path | None = None) -> dict[str, Any]:
 def check_config(cfg: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
     """What a campaign config needs of this machine (``found``: the probes' results) and which
     of it is missing. The emulated backend (and ingest campaigns) need nothing GPU-related."""
-    backend = cfg.get("backend", "emulated")
-    out: dict[str, Any] = {"backend": backend, "source": cfg.get("source", "generate"), "needs": [], "missing": [],
+    backend = cfg["backend"]
+    out: dict[str, Any] = {"backend": backend, "source": cfg["source"], "needs": [], "missing": [],
                            "warnings": []}
     if backend != "cuda" or out["source"] != "generate":
         return out
@@ -372,7 +372,7 @@ def check_config(cfg: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
         out["missing"].append({"need": "a valid cuda: section", "detail": str(exc)})
         return out
     out.update(device=opts.device, cap_control=opts.cap_control, sampler=opts.sampler,
-               sweep=cfg.get("sweep", "separate"))
+               sweep=cfg["sweep"])
     nvml_found, torch_found = found["nvml"], found["torch"]
     n_gpus = len(nvml_found["gpus"]) if nvml_found["available"] else torch_found["device_count"]
 

@@ -14,21 +14,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from wattflex.metrics import activity_metrics, telemetry_columns
 from wattflex.provenance import read_json, read_parquet
 
 if TYPE_CHECKING:  # the column names are imported by every run's job, which needs no pandas
     import pandas as pd
 
-TELEMETRY_COLUMNS = [
-    "t_s", "node", "gpu", "power_w", "energy_j", "sm_clock_mhz", "mem_clock_mhz", "gpu_util",
-    "mem_copy_util", "dram_active", "sm_active", "tensor_active", "fb_used_gib", "temp_c",
-    "power_limit_w", "enforced_limit_w",
-]
 STEP_COLUMNS = ["step", "t_end_s", "tokens", "loss"]
-# Metrics aggregated per run (job-level mean over GPUs, except power which is summed).
-ACTIVITY_METRICS = ["sm_clock_mhz", "mem_clock_mhz", "gpu_util", "mem_copy_util", "dram_active",
-                    "sm_active", "tensor_active", "fb_used_gib", "temp_c", "power_limit_w",
-                    "enforced_limit_w"]
+
+
+def __getattr__(name: str) -> list[str]:
+    """``TELEMETRY_COLUMNS`` (the per-GPU sample columns) and ``ACTIVITY_METRICS`` (aggregated
+    per run: job-level mean over GPUs; power is summed), both from the metric registry
+    (``wattflex.metrics``) when asked for; code here calls the registry's functions."""
+    if name == "TELEMETRY_COLUMNS":
+        return telemetry_columns()
+    if name == "ACTIVITY_METRICS":
+        return activity_metrics()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 WARMUP, STARTUP, TRAINING, DIP = "warmup", "startup", "training", "dip"
 
@@ -49,7 +52,7 @@ class SummaryProtocol:
 def job_series(telemetry: pd.DataFrame) -> pd.DataFrame:
     """Job-level time series: power summed over GPUs, other metrics averaged."""
     g = telemetry.groupby("t_s", sort=True)
-    out = g[[c for c in ACTIVITY_METRICS if c in telemetry]].mean()
+    out = g[[c for c in activity_metrics() if c in telemetry]].mean()
     out["power_w"] = g["power_w"].sum(min_count=1)
     # Host power (RAPL, real backend): one value per node, on that node's first GPU row.
     host = [c for c in ("host_cpu_w", "host_dram_w") if c in telemetry]
@@ -146,7 +149,7 @@ def summarize_run(telemetry: pd.DataFrame, steps: pd.DataFrame,
     if rates.size == 0:
         raise ValueError("no complete training step inside the training phase")
     out["tokens_per_s"], out["tokens_per_s_sem"], out["tokens_per_s_mean"] = _aggregate(rates, protocol)
-    for m in ACTIVITY_METRICS:
+    for m in activity_metrics():
         if m in series:
             out[m] = float(np.nanmean(series.loc[train, m])) if series.loc[train, m].notna().any() else float("nan")
     gpus = int(series["n_gpus"].max())

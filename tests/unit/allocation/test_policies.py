@@ -1,5 +1,5 @@
 """The policy registry (wattflex.allocation.policies) is the single source of policy names:
-the config schema, the CLI and the controller agree with it; it stays light enough for
+config validation (wattflex.config.check_names), the CLI and the controller use it; it stays light enough for
 ``wattflex --help``; and the allocation/control packages never draw figures."""
 
 import argparse
@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
 from wattflex import cli
 from wattflex.allocation.policies import (
@@ -20,17 +19,6 @@ from wattflex.allocation.policies import (
     REGISTRY,
     WEIGHTED_POLICIES,
 )
-
-
-@pytest.fixture(scope="module")
-def schema(repo):
-    return yaml.safe_load((repo / "config" / "schema" / "config.schema.yaml").read_text())
-
-
-@pytest.mark.parametrize("section, capability", [("allocation", "allocation"), ("control", "control")])
-def test_schema_enum_is_the_registry(schema, section, capability):
-    enum = schema["properties"][section]["properties"]["policies"]["items"]["enum"]
-    assert tuple(enum) == tuple(name for name, p in REGISTRY.items() if getattr(p, capability))
 
 
 def test_derived_tuples_are_views_of_the_registry():

@@ -37,17 +37,21 @@ def test_fit_predictor_rule_script_fails_with_the_message_in_its_log(tmp_path):
     import sys
     from pathlib import Path
 
+    from wattflex.config import fill_defaults
     from wattflex.provenance import write_parquet
 
     repo = Path(__file__).resolve().parents[3]
     mixed = runs("nvml", "dcgm", "nvml").assign(backend="cuda")
     write_parquet(mixed, tmp_path / "runs.parquet")
     write_parquet(pd.DataFrame({"group": ["g0", "g1", "g2"], "pfi_ratio": [1.2, 1.5, 1.8]}), tmp_path / "pfi.parquet")
+    # the rule's params.predictor: the prepared config's section (the schema's defaults filled in)
+    predictor_section = {"campaign": "t", "predictor": {"features": "dram_copy_product"}}
+    fill_defaults(predictor_section)
     code = f"""
 import runpy, types
 ns = types.SimpleNamespace
 smk = ns(input=ns(runs={str(tmp_path / 'runs.parquet')!r}, pfi={str(tmp_path / 'pfi.parquet')!r}),
-         params=ns(predictor={{"features": "dram_copy_product"}}, paper_tables="resources/paper"),
+         params=ns(predictor={predictor_section["predictor"]!r}, paper_tables="resources/paper"),
          output=ns(model={str(tmp_path / 'model.json')!r}), log=[{str(tmp_path / 'fit.log')!r}],
          scriptdir={str(repo / 'workflow_scripts')!r})
 runpy.run_path({str(repo / 'workflow_scripts' / 'fit_predictor.py')!r}, init_globals={{"snakemake": smk}})

@@ -127,7 +127,7 @@ def test_doctor_checks_each_groups_command_program(tmp_path):
     cfg = load_config(Path(__file__).resolve().parents[3] / "config" / "config.yaml")
     own = {"launch": [sys.executable, str(OWN_JOB)], "throughput": {"preset": "torchtitan"}}
     gone = {**own, "launch": ["no-such-trainer-xyz"]}
-    cfg = {**cfg, "backend": "cuda", "cuda": {"cap_control": "observe", "sampler": False},
+    cfg = {**cfg, "backend": "cuda", "cuda": {**cfg["cuda"], "cap_control": "observe", "sampler": False},
            "groups": [{**cfg["groups"][0], "command": own}, {**cfg["groups"][1], "id": "other", "command": gone}]}
     found = {"nvml": {"available": True, "error": None, "gpus": [{"name": "NVIDIA H200"}]},
              "torch": {"version": "2.x", "built_with_cuda": "12.8", "cuda_available": True, "device_count": 1,

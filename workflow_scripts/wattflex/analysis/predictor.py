@@ -13,7 +13,7 @@ repeats at that cap are averaged):
   and ``log2_gpus``.
 - ``all_dcgm`` = every job-level DCGM-style metric in ``runs.parquet`` that varies across
   the training groups (the paper used 13; the emulated backend records the 10 in
-  :data:`DCGM_METRICS`; limits and constant columns carry no information and are skipped).
+  :func:`dcgm_metrics`; limits and constant columns carry no information and are skipped).
 
 Models are ordinary least squares (scikit-learn). Evaluation follows Table 3: in-sample
 R², then leave-one-out (LOO) and leave-one-cluster-out (LOCO) predictions pooled over the
@@ -27,14 +27,12 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-#: Job-level steady-state DCGM-style metrics of ``runs.parquet`` (the ``all_dcgm`` set).
-DCGM_METRICS = ("power_per_gpu_w", "sm_clock_mhz", "mem_clock_mhz", "gpu_util", "mem_copy_util",
-                "dram_active", "sm_active", "tensor_active", "fb_used_gib", "temp_c")
-JOB_METADATA = ("is_moe", "is_lora", "log2_gpus")
-#: Metrics correlated with PFI (Fig. 5/14 analog): the DCGM set, job power, the composites.
-CORRELATION_METRICS = DCGM_METRICS + ("power_w", "dram_copy_product", "arithmetic_intensity")
+from wattflex.metrics import descriptions, predictor_metrics
 
-FEATURE_DEFINITIONS = {
+JOB_METADATA = ("is_moe", "is_lora", "log2_gpus")
+
+# Features that are not one telemetry metric (those come from the registry, wattflex.metrics).
+_OWN_DEFINITIONS = {
     "dram_copy_product": "dram_active (DCGM_FI_PROF_DRAM_ACTIVE, 0-1) x mem_copy_util "
                          "(DCGM_FI_DEV_MEM_COPY_UTIL, %), range 0-100",
     "arithmetic_intensity": "tensor_active / dram_active (both 0-1 fractions)",
@@ -42,12 +40,31 @@ FEATURE_DEFINITIONS = {
     "is_lora": "1 if task is LoRA fine-tuning ('lora', 'ft', 'sft') else 0",
     "log2_gpus": "log2(number of GPUs of the job)",
     "power_per_gpu_w": "mean board power per GPU (W)",
-    "sm_clock_mhz": "SM clock (MHz)", "mem_clock_mhz": "memory clock (MHz)",
-    "gpu_util": "GPU utilisation (%)", "mem_copy_util": "memory copy utilisation (%)",
-    "dram_active": "DRAM active fraction (0-1)", "sm_active": "SM active fraction (0-1)",
-    "tensor_active": "tensor pipe active fraction (0-1)", "fb_used_gib": "framebuffer used (GiB)",
-    "temp_c": "GPU temperature (C)",
 }
+
+
+def dcgm_metrics() -> tuple[str, ...]:
+    """Job-level steady-state DCGM-style metrics of ``runs.parquet`` (the ``all_dcgm`` set):
+    power per GPU and the registry's predictor metrics."""
+    return ("power_per_gpu_w",) + tuple(predictor_metrics())
+
+
+def feature_definitions() -> dict[str, str]:
+    metric_text = descriptions()
+    return {**_OWN_DEFINITIONS, **{m: metric_text[m] for m in predictor_metrics()}}
+
+
+def __getattr__(name: str) -> Any:
+    """``DCGM_METRICS``, ``CORRELATION_METRICS`` (correlated with PFI, Fig. 5/14 analog: the
+    DCGM set, job power, the composites) and ``FEATURE_DEFINITIONS``, from the registry."""
+    if name == "DCGM_METRICS":
+        return dcgm_metrics()
+    if name == "CORRELATION_METRICS":
+        return dcgm_metrics() + ("power_w", "dram_copy_product", "arithmetic_intensity")
+    if name == "FEATURE_DEFINITIONS":
+        return feature_definitions()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 # What each derived feature is computed from.
 _DERIVED_INPUTS = {
     "dram_copy_product": ("dram_active", "mem_copy_util"),
@@ -116,12 +133,12 @@ def resolve_features(spec: str | Sequence[str], df: pd.DataFrame | None = None) 
         if part == "job_metadata":
             cols += JOB_METADATA
         elif part == "all_dcgm":
-            cols += [m for m in DCGM_METRICS if df is None or
+            cols += [m for m in dcgm_metrics() if df is None or
                      (m in df.columns and pd.to_numeric(df[m], errors="coerce").nunique(dropna=True) > 1)]
-        elif part in FEATURE_DEFINITIONS:
+        elif part in feature_definitions():
             cols.append(part)
         else:
-            raise ValueError(f"unknown feature {part!r}; known: {sorted(FEATURE_DEFINITIONS)} "
+            raise ValueError(f"unknown feature {part!r}; known: {sorted(feature_definitions())} "
                              f"and the sets job_metadata, all_dcgm")
     return list(dict.fromkeys(cols))
 
@@ -278,7 +295,7 @@ def fit_model(train: pd.DataFrame, spec: str | Sequence[str], target: str = "pfi
         "kind": "ols", "target": target,
         "feature_spec": spec if isinstance(spec, str) else "+".join(spec),
         "features": features,
-        "feature_definitions": {f: FEATURE_DEFINITIONS[f] for f in features},
+        "feature_definitions": {f: feature_definitions()[f] for f in features},
         "required_columns": sorted({c for f in features for c in _DERIVED_INPUTS.get(f, (f,))}),
         "coefficients": {f: float(c) for f, c in zip(features, reg.coef_)},
         "intercept": float(reg.intercept_),

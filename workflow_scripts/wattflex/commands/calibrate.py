@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     if args.gpu_check:
         return _from_gpu_check(args, cal)
     cfg = load_config(args.config, check_inputs=False)
-    if cfg.get("source", "generate") != "generate":
+    if cfg["source"] != "generate":
         raise UserError(f"--config {args.config}: an ingested campaign's config has no jobs for the emulator; "
                         "give the config whose groups describe the measured jobs")
     groups = cal.config_group_models(cfg)

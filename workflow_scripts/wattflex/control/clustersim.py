@@ -51,7 +51,7 @@ from wattflex.allocation.allocator import allocate
 from wattflex.allocation.curves import Curves
 from wattflex.allocation.oracle import interp
 from wattflex.allocation.policies import CLUSTER_REFERENCES, CONTROL_POLICIES
-from wattflex.analysis.predictor import predict
+from wattflex.analysis.predictor import dcgm_metrics, predict
 from wattflex.control.controller import (
     ControlConfig,
     Controller,
@@ -71,9 +71,13 @@ from wattflex.runs.emulator import PHYSICS, JobSpec, Physics, gpu_leakages, job_
 log = logging.getLogger("wattflex.control.clustersim")
 
 # Per (group, cap) truth; the activity metrics are what a predictor of any feature set
-# (wattflex.analysis.predictor.DCGM_METRICS) may ask of a job's uncapped profile.
-TABLE_METRICS = ["power_w", "tokens_per_s", "dram_active", "mem_copy_util", "sm_active", "gpu_util",
-                 "tensor_active", "sm_clock_mhz", "mem_clock_mhz", "power_per_gpu_w", "fb_used_gib", "temp_c"]
+# (wattflex.analysis.predictor.dcgm_metrics, from the metric registry) may ask of a job's
+# uncapped profile. Their order is the order declared_profiles draws their noise in: kept as
+# it was (the seeded study's numbers stay the same), a metric new to the registry drawn last.
+_DRAW_ORDER = ("dram_active", "mem_copy_util", "sm_active", "gpu_util", "tensor_active", "sm_clock_mhz",
+               "mem_clock_mhz", "power_per_gpu_w", "fb_used_gib", "temp_c")
+TABLE_METRICS = ["power_w", "tokens_per_s",
+                 *sorted(dcgm_metrics(), key=lambda m: _DRAW_ORDER.index(m) if m in _DRAW_ORDER else len(_DRAW_ORDER))]
 STARTUP_EXTRA_W = 15.0      # per GPU above idle while weights load (emulated backend's start-up phase)
 CHECKPOINT_EXTRA_W = 30.0   # per GPU above idle while a checkpoint is written
 CHECKPOINT_UTIL = 4.0

@@ -37,58 +37,21 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from wattflex.telemetry import TELEMETRY_COLUMNS
+from wattflex import metrics
+from wattflex.metrics import telemetry_columns
 
-# DCGM field -> (telemetry column, factor to the schema's unit). Field ids and dmon short
-# names from DCGM's dcgm_fields; exporter metric names are DCGM_FI_<field>.
-FIELDS = {
-    # id: (exporter name, dmon short name, column, factor)
-    100: ("DCGM_FI_DEV_SM_CLOCK", "SMCLK", "sm_clock_mhz", 1.0),
-    101: ("DCGM_FI_DEV_MEM_CLOCK", "MMCLK", "mem_clock_mhz", 1.0),
-    150: ("DCGM_FI_DEV_GPU_TEMP", "TMPTR", "temp_c", 1.0),
-    155: ("DCGM_FI_DEV_POWER_USAGE", "POWER", "power_w", 1.0),
-    156: ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "TOTEC", "energy_j", 1e-3),   # mJ
-    160: ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "PMLMT", "power_limit_w", 1.0),
-    164: ("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "EPLMT", "enforced_limit_w", 1.0),
-    203: ("DCGM_FI_DEV_GPU_UTIL", "GPUTL", "gpu_util", 1.0),
-    204: ("DCGM_FI_DEV_MEM_COPY_UTIL", "MCUTL", "mem_copy_util", 1.0),
-    252: ("DCGM_FI_DEV_FB_USED", "FBUSD", "fb_used_gib", 1.0 / 1024),         # MiB
-    1002: ("DCGM_FI_PROF_SM_ACTIVE", "SMACT", "sm_active", 1.0),
-    1004: ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "TENSO", "tensor_active", 1.0),
-    1005: ("DCGM_FI_PROF_DRAM_ACTIVE", "DRAMA", "dram_active", 1.0),
-}
+# DCGM field id -> (exporter name, dmon short name, column, factor to the schema's unit), from
+# the metric registry (wattflex.metrics; ids and names are DCGM's dcgm_fields).
+FIELDS = metrics.dcgm_fields()
 # The dmon field ids to ask for: `dcgmi dmon -e <DMON_FIELD_IDS> -d 5000`.
 DMON_FIELD_IDS = ",".join(str(i) for i in FIELDS)
-# Newer DCGM names for the same fields, and the dcgm-exporter 1.x names.
-_ALIASES = {
-    "DCGM_FI_DEV_BOARD_POWER_WATTS": "power_w",
-    "DCGM_FI_DEV_BOARD_POWER_LIMIT_REQUESTED_WATTS": "power_limit_w",
-    "DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS": "enforced_limit_w",
-    "dcgm_sm_clock": "sm_clock_mhz", "dcgm_memory_clock": "mem_clock_mhz",
-    "dcgm_gpu_temp": "temp_c", "dcgm_power_usage": "power_w",
-    "dcgm_total_energy_consumption": "energy_j", "dcgm_gpu_utilization": "gpu_util",
-    "dcgm_mem_copy_utilization": "mem_copy_util", "dcgm_fb_used": "fb_used_gib",
-}
+# Exporter metric names, with newer DCGM and dcgm-exporter 1.x names of the same fields.
 EXPORTER_METRICS = {name: (col, f) for name, _, col, f in FIELDS.values()}
-EXPORTER_METRICS.update({k: (v, next(f for _, _, c, f in FIELDS.values() if c == v)) for k, v in _ALIASES.items()})
+EXPORTER_METRICS.update({k: (v, next(f for _, _, c, f in FIELDS.values() if c == v))
+                         for k, v in metrics.dcgm_aliases().items()})
 DMON_NAMES = {short: (col, f) for _, short, col, f in FIELDS.values()}
-
 # Plausible range of each column in the schema's unit, and the hint when a value is outside.
-METRIC_RANGES = {
-    "power_w": (0.0, 2000.0, "W per GPU (in mW or kW?)"),
-    "energy_j": (0.0, 1e13, "J"),
-    "sm_clock_mhz": (0.0, 5000.0, "MHz"),
-    "mem_clock_mhz": (0.0, 20000.0, "MHz"),
-    "gpu_util": (0.0, 100.0, "%"),
-    "mem_copy_util": (0.0, 100.0, "%"),
-    "dram_active": (0.0, 1.0, "(a 0-1 ratio, not a percentage)"),
-    "sm_active": (0.0, 1.0, "(a 0-1 ratio, not a percentage)"),
-    "tensor_active": (0.0, 1.0, "(a 0-1 ratio, not a percentage)"),
-    "fb_used_gib": (0.0, 1024.0, "GiB"),
-    "temp_c": (-20.0, 130.0, "deg C"),
-    "power_limit_w": (0.0, 2000.0, "W per GPU"),
-    "enforced_limit_w": (0.0, 2000.0, "W per GPU"),
-}
+METRIC_RANGES = metrics.ranges()
 _RANGE_SLACK = 1e-6  # ratios come out as 1.0000001 from float formatting
 
 
@@ -123,10 +86,11 @@ def _parse_time(token: str) -> float | None:
 
 def _frame(records: list[dict]) -> pd.DataFrame:
     df = pd.DataFrame.from_records(records)
-    for col in TELEMETRY_COLUMNS:
+    columns = telemetry_columns()
+    for col in columns:
         if col not in df:
             df[col] = np.nan
-    df = df[TELEMETRY_COLUMNS]
+    df = df[columns]
     df["node"] = df["node"].astype(str)
     df["gpu"] = df["gpu"].astype(int)
     return df.sort_values(["t_s", "node", "gpu"], kind="stable").reset_index(drop=True)

@@ -72,10 +72,9 @@ def _same_gap(space: float, extent: float, new_extent: float, n: int) -> float:
     return gap / ((new_extent - gap * (n - 1)) / n)
 
 
-def apply_style(cfg: dict[str, Any] | None) -> None:
-    """The ``figures`` config's style and dpi. Figures are laid out at the dpi they are saved
+def apply_style(cfg: dict[str, Any]) -> None:
+    """The ``figures`` config's style and dpi (the schema's defaults filled in). Figures are laid out at the dpi they are saved
     at (figure.dpi = savefig.dpi), so tight_layout and savefig share one renderer and its
     text-extent cache; the rule scripts save without naming a dpi."""
-    cfg = cfg or {}
-    plt.style.use(cfg.get("style", "default"))
-    plt.rcParams["figure.dpi"] = plt.rcParams["savefig.dpi"] = int(cfg.get("dpi", 110))
+    plt.style.use(cfg["style"])
+    plt.rcParams["figure.dpi"] = plt.rcParams["savefig.dpi"] = int(cfg["dpi"])

@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from wattflex.provenance import provenance, write_json, write_parquet
-from wattflex.telemetry import STEP_COLUMNS, TELEMETRY_COLUMNS
+from wattflex.metrics import telemetry_columns
+from wattflex.telemetry import STEP_COLUMNS
 
 FAILED = "failed"
 MISSING_COLUMNS = ["group", "run_id", "cap_w", "repeat", "attempts", "error"]
@@ -37,7 +38,7 @@ def record_failed_run(spec: dict[str, Any], outdir: str | Path, error: BaseExcep
     outdir.mkdir(parents=True, exist_ok=True)
     prov = provenance(params=spec, backend=spec["backend"], status=FAILED)
     ids = {"run_id": spec["run_id"], "group": spec["group"]["id"]}
-    write_parquet(pd.DataFrame({c: pd.Series(dtype=float) for c in TELEMETRY_COLUMNS}),
+    write_parquet(pd.DataFrame({c: pd.Series(dtype=float) for c in telemetry_columns()}),
                   outdir / "telemetry.parquet", prov, status=FAILED, **ids)
     write_parquet(pd.DataFrame({c: pd.Series(dtype=float) for c in STEP_COLUMNS}),
                   outdir / "steps.parquet", prov, status=FAILED, **ids)

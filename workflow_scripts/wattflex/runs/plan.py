@@ -363,8 +363,7 @@ def plan_groups(groups: list[dict[str, Any]], catalog: dict[str, dict[str, Any]]
 def plan_campaign(cfg: dict[str, Any], resolved: list[dict[str, Any]]) -> list[GroupPlan]:
     """The groups ``resolved`` (``wattflex.config.groups(cfg)``) of a prepared config ``cfg``
     (``_catalog`` attached), with its cuda section and run.checkpoint_at_s."""
-    ckpt = (cfg.get("run") or {}).get("checkpoint_at_s", 1200.0)
-    return plan_groups(resolved, cfg["_catalog"], cfg.get("cuda"), ckpt)
+    return plan_groups(resolved, cfg["_catalog"], cfg["cuda"], cfg["run"]["checkpoint_at_s"])
 
 
 def refusals(plans: list[GroupPlan]) -> list[str]:
@@ -376,8 +375,8 @@ def enforced(cfg: dict[str, Any]) -> bool:
     """Whether a campaign's plan is binding: real runs of full-size models on GPUs (``backend:
     cuda``, not ``cuda.tiny``, not ``cuda.device: cpu``). The emulator has no memory, a tiny
     smoke model always fits, and a CPU run has no GPU memory to plan."""
-    cuda = cfg.get("cuda") or {}
-    return cfg.get("backend") == "cuda" and not cuda.get("tiny") and cuda.get("device", "cuda") != "cpu"
+    cuda = cfg["cuda"]       # a prepared config: the schema's defaults filled in
+    return cfg["backend"] == "cuda" and not cuda.get("tiny") and cuda["device"] != "cpu"
 
 
 def check_plan(cfg: dict[str, Any], resolved: list[dict[str, Any]]) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import pandas as pd
 
-from wattflex.telemetry import TELEMETRY_COLUMNS
+from wattflex.metrics import telemetry_columns
 
 log = logging.getLogger("wattflex.runs.devices")
 
@@ -75,14 +75,14 @@ class TelemetrySource(Protocol):
 
 
 def empty_row(t_s: float, node: str | int, gpu: int) -> dict[str, Any]:
-    row: dict[str, Any] = {c: math.nan for c in TELEMETRY_COLUMNS + EXTRA_COLUMNS}
+    row: dict[str, Any] = {c: math.nan for c in telemetry_columns() + EXTRA_COLUMNS}
     row.update(t_s=t_s, node=node, gpu=gpu)
     return row
 
 
 def telemetry_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Rows -> the telemetry table: TELEMETRY_COLUMNS first, then EXTRA_COLUMNS."""
-    cols = TELEMETRY_COLUMNS + EXTRA_COLUMNS
+    cols = telemetry_columns() + EXTRA_COLUMNS
     df = pd.DataFrame(list(rows), columns=cols)
     for c in cols:
         if c not in ("node", "gpu"):

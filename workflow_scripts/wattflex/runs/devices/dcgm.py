@@ -56,12 +56,14 @@ import numpy as np
 import pandas as pd
 
 from wattflex.ingest.dcgm import FIELDS, DcgmFormatError, parse_dcgm_exporter, parse_dcgmi_dmon
+from wattflex.metrics import dcgm_profiling_columns
 
 log = logging.getLogger("wattflex.runs.devices.dcgm")
 
 TELEMETRY_MODES = ("nvml", "dcgm", "auto")
 READ_MODES = ("dmon", "exporter")
-DCGM_COLUMNS = ("dram_active", "sm_active", "tensor_active", "gpu_util", "mem_copy_util")
+# The profiling columns read from DCGM where GPM cannot (the metric registry's dcgm_profiling).
+DCGM_COLUMNS = dcgm_profiling_columns()
 COLUMN_FIELD_IDS = {col: fid for fid, (_, _, col, _) in FIELDS.items()}
 DEFAULT_FIELD_IDS = tuple(COLUMN_FIELD_IDS[c] for c in DCGM_COLUMNS)
 PROBE_TIMEOUT_S = 5.0

@@ -27,7 +27,8 @@ import pyarrow as pa
 from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
 from wattflex.runs.emulator import (PHYSICS, JobSpec, Physics, calibrated_physics, gpu_leakages, job_at_caps,
                                     memory_footprint_gib, physics_for_gpu)
-from wattflex.telemetry import STEP_COLUMNS, TELEMETRY_COLUMNS
+from wattflex.metrics import telemetry_columns
+from wattflex.telemetry import STEP_COLUMNS
 
 if TYPE_CHECKING:  # frames for callers that want them; a run's own job writes arrow tables (no pandas)
     import pandas as pd
@@ -241,14 +242,16 @@ def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple
     energy = np.cumsum(power * dt, axis=0)
 
     gpu_ids = np.arange(G)
-    tel = numpy_table({
+    columns = {
         "t_s": np.repeat(ts, G), "node": np.tile(gpu_ids // 8, n), "gpu": np.tile(gpu_ids % 8, n),
         "power_w": power.ravel(), "energy_j": energy.ravel(), "sm_clock_mhz": clock.ravel(),
         "mem_clock_mhz": np.full(n * G, gpu.mem_clock_mhz), "gpu_util": util.ravel(),
         "mem_copy_util": copy.ravel(), "dram_active": dram.ravel(), "sm_active": sm.ravel(),
         "tensor_active": tensor.ravel(), "fb_used_gib": fb.ravel(), "temp_c": temp.ravel(),
         "power_limit_w": np.repeat(caps_at, G), "enforced_limit_w": np.repeat(enforced_at, G),
-    }).select(TELEMETRY_COLUMNS)
+    }
+    # the registry's columns, in its order; a metric the emulator does not model is NaN
+    tel = numpy_table({c: columns.get(c, np.full(n * G, np.nan)) for c in telemetry_columns()})
     device.restore()
     facts = {
         "backend": "emulated", "device_model": gpu.name, "device": device.name, "gpus": G,

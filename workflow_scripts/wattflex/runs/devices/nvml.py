@@ -28,6 +28,7 @@ import os
 import socket
 from typing import Any, Callable
 
+from wattflex.metrics import gpm_metrics
 from wattflex.runs.devices.base import LIMIT_TOLERANCE_W, CapError, CapPermissionError, check_cap, empty_row
 
 log = logging.getLogger("wattflex.runs.devices.nvml")
@@ -67,8 +68,7 @@ class GpmReader:
 
     def __init__(self, nv: Any, handle: Any, label: str):
         self.nv, self.handle, self.label = nv, handle, label
-        self.metrics = {"dram_active": nv.NVML_GPM_METRIC_DRAM_BW_UTIL, "sm_active": nv.NVML_GPM_METRIC_SM_UTIL,
-                        "tensor_active": nv.NVML_GPM_METRIC_ANY_TENSOR_UTIL}
+        self.metrics = {col: getattr(nv, const) for col, const in gpm_metrics().items()}
         self.status = "enabled"
         self._prev = None
         try:

@@ -293,8 +293,8 @@ def sweep_spec(cfg: dict[str, Any], group_id: str, mode: str) -> dict[str, Any]:
         raise ValueError(f"unknown sweep mode {mode!r} (one of {', '.join(MODES)})")
     g = next(g for g in groups(cfg) if g["id"] == group_id)
     spec = run_spec(cfg, group_id, run_id(max(g["caps"]), 0))
-    phases = {k: v for k, v in cfg.get("summary", {}).items() if k in ("train_util_threshold", "warmup_fb_gib")}
-    spec.update(run_id=mode, sweep=mode, caps=list(g["caps"]), staircase=dict(cfg.get("staircase", {})),
+    phases = {k: v for k, v in cfg["summary"].items() if k in ("train_util_threshold", "warmup_fb_gib")}
+    spec.update(run_id=mode, sweep=mode, caps=list(g["caps"]), staircase=dict(cfg["staircase"]),
                 phases=phases)
     return spec
 
@@ -308,7 +308,7 @@ def run_controller(run: LiveRun, spec: dict[str, Any], caps: list[float], separa
         return staircase(run, caps, criteria, protocol, settings.max_dwell_s)
     return adaptive(run, caps, criteria, protocol, settings.max_dwell_s, settings.target_ci_rel,
                     budget_s=settings.budget_fraction * separate_s, mc_samples=settings.mc_samples,
-                    seed=int(spec.get("seed", 0)))
+                    seed=int(spec["seed"]))
 
 
 def sweep_record(spec: dict[str, Any], result: Result) -> dict[str, Any]:
@@ -319,4 +319,4 @@ def sweep_record(spec: dict[str, Any], result: Result) -> dict[str, Any]:
 
 def separate_sweep_seconds(spec: dict[str, Any]) -> float:
     """Run time of the group's separate sweep: the one-run sweep never runs longer."""
-    return len(spec["caps"]) * float(spec.get("run", {}).get("duration_s", 1800))
+    return len(spec["caps"]) * float(spec["run"]["duration_s"])
