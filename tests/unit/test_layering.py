@@ -17,7 +17,7 @@ LIB = Path(__file__).resolve().parents[2] / "workflow_scripts" / "wattflex"
 LAYERS = [
     # core: facts and plumbing every stage shares
     ["wattflex", "errors", "provenance", "labels", "gpus", "architectures", "run_ids", "telemetry",
-     "fingerprint", "smk", "config", "pfi"],
+     "fingerprint", "smk", "config", "pfi", "metrics"],
     ["ingest"],                      # measured sweeps and DCGM captures from elsewhere
     ["runs", "snakemake_internals"],  # where runs come from; the Snakemake hooks that guard real runs
     ["analysis", "calibration"],     # PFI, statistics, predictor, tables; fitting the emulator to them
@@ -33,6 +33,9 @@ ALLOWED_UP = {
     # for such campaigns); they move out of config.py with its defaults rework (issue 28 item 1)
     ("config", "runs.command_run"),
     ("config", "runs.plan"),
+    # the config's policy names are checked where it is validated against the allocation
+    # registry itself (lazily, in check_names), not against a copy of it kept in the core
+    ("config", "allocation.policies"),
 }
 
 
