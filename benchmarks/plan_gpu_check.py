@@ -1,4 +1,4 @@
-"""The resource plan's GPU memory, measured on one GPU (wattflex.runs.plan; README "Resource plan").
+"""The resource plan's GPU memory, measured on one GPU (wattflex.runs.plan; docs/resource-plan.md).
 
 Usage: python benchmarks/plan_gpu_check.py [--model Llama-3.1-70B] [--layers 2] [--task pt]
            [--precision bf16-mixed] [--seq-len 2048] [--batch 2] [--no-grad-checkpointing]

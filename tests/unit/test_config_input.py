@@ -222,8 +222,8 @@ def test_dry_run_says_which_sections_came_from_the_default_config(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
 
 
-def test_the_readmes_minimal_measured_campaign_validates(tmp_path):
-    text = (REPO / "README.md").read_text()
+def test_the_docs_minimal_measured_campaign_validates(tmp_path):
+    text = (REPO / "docs" / "measured.md").read_text()
     block = text.split("A minimal measured campaign", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     doc = yaml.safe_load(block)
     facts = load(REPO / "config" / "models.yaml")["models"]["Qwen3-32B"]

@@ -107,7 +107,7 @@ MODULE_RE = re.compile(r"(?<![\w./-])wattflex\.([a-z_][\w]*(?:\.[a-z_][\w]*)*)")
 
 
 def text_files() -> list[Path]:
-    files = [REPO / "README.md", REPO / "Snakefile", *REPO.glob("rules/**/*.smk"), *REPO.glob("config/**/*.yaml"),
+    files = [REPO / "README.md", *REPO.glob("docs/**/*.md"), REPO / "Snakefile", *REPO.glob("rules/**/*.smk"), *REPO.glob("config/**/*.yaml"),
              *REPO.glob("workflow_scripts/**/*.py"), *REPO.glob("benchmarks/*.py"), *REPO.glob("resources/**/*.md")]
     return [f for f in files if "__pycache__" not in f.parts]
 

@@ -331,12 +331,12 @@ def probe_slurm(profile: str | Path = SLURM_PROFILE) -> dict[str, Any]:
         out["problems"].append(problem(
             f"{out['profile']} still has the shipped {' and '.join(shipped)}",
             "jobs go to a partition/account that may not exist on your cluster and are refused",
-            "edit the lines marked CHANGE (README: Running on a SLURM cluster)"))
+            "edit the lines marked CHANGE (docs/slurm.md)"))
     return out
 
 
 def _shown(path: str | Path) -> str:
-    """``path`` relative to the repository when inside it (as the README names files)."""
+    """``path`` relative to the repository when inside it (as the docs name files)."""
     p = Path(path).resolve()
     return str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(path)
 

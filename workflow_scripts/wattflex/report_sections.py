@@ -53,7 +53,7 @@ SECTIONS: tuple[Section, ...] = (
         Item("tables/table5_compute_campaign.csv", "Table 5: compute of the whole campaign (repeats, H100)"),
         Item("missing_runs.csv", "Runs that failed after their last retry"),
         Item("tables/resource_plan.csv", "Resource plan per group: GPU memory, host RAM per node, start-up, "
-             "checkpoint, fits (README \"Resource plan\")", render="file"),
+             "checkpoint, fits (docs/resource-plan.md)", render="file"),
     ), summary=("compute",), needs="runs.parquet from run_at_cap/collect_runs"),
     Section("pfi", "§4 PFI per group, clusters and mechanism (Tables 6-7, 10-11)", (
         Item("tables/table6_pfi.csv", "Tables 6-7: PFI per group (ratio, 95% Monte Carlo CI) beside the published values"),

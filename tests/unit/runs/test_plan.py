@@ -190,12 +190,12 @@ def test_every_group_of_the_default_config_is_planned_and_the_chosen_layouts_fit
         assert not p.fits and p.logits_gib > p.gpu_avail_gib / 2, p.group
 
 
-def test_the_readmes_plan_table_and_refusal_are_the_codes():
-    readme = (REPO_ROOT / "README.md").read_text()
-    block = readme.split("<!-- resource-plan -->\n", 1)[1].split("\n<!-- /resource-plan -->", 1)[0]
+def test_the_docs_plan_table_and_refusal_are_the_codes():
+    page = (REPO_ROOT / "docs" / "resource-plan.md").read_text()
+    block = page.split("<!-- resource-plan -->\n", 1)[1].split("\n<!-- /resource-plan -->", 1)[0]
     cfg = load_config(REPO_ROOT / "config" / "config.yaml")
     assert block == plan.markdown([p.row() for p in plan.plan_campaign(cfg, groups(cfg))])
-    quoted = readme.split("the default group settings):\n\n```text\n", 1)[1].split(" ...\n```", 1)[0]
+    quoted = page.split("the default group settings):\n\n```text\n", 1)[1].split(" ...\n```", 1)[0]
     with pytest.raises(ConfigError) as err:
         prepare(_cuda_campaign({"random_init": True, "cap_control": "observe"}))
     assert str(err.value).startswith(quoted)

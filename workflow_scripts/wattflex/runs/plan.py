@@ -388,7 +388,7 @@ def check_plan(cfg: dict[str, Any], resolved: list[dict[str, Any]]) -> None:
     short = refusals(plan_campaign(cfg, [g for g in resolved if not g.get("command")]))
     if short:
         raise ConfigError(
-            f"config error at groups: {len(short)} group(s) cannot fit (wattflex.runs.plan, README \"Resource plan\"): "
+            f"config error at groups: {len(short)} group(s) cannot fit (wattflex.runs.plan, docs/resource-plan.md): "
             + " | ".join(short) + ". Give the group precision: bf16, grad_checkpointing: true, more gpus or a "
             "smaller batch/seq_len; host memory: cuda.host_mem_gb (the SLURM profile's mem_mb)")
 
@@ -403,7 +403,7 @@ def run_limit_s(plan: GroupPlan, duration_s: float, gap_s: float, checkpoint_at_
     return plan.startup_s + loop + float(gap_s)
 
 
-# ---- the README's table -----------------------------------------------------------------
+# ---- the docs' table (docs/resource-plan.md) -------------------------------------------
 README_COLUMNS = (("group", "group"), ("precision", "precision"), ("gpu_need_gib", "GPU GiB needed"),
                   ("gpu_avail_gib", "usable"), ("states_gib", "states"), ("gathered_gib", "gathered"),
                   ("activations_gib", "activations"), ("logits_gib", "of which logits"),
@@ -413,7 +413,7 @@ README_COLUMNS = (("group", "group"), ("precision", "precision"), ("gpu_need_gib
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    """The README's plan table from rows of tables/resource_plan.csv (or GroupPlan.row())."""
+    """docs/resource-plan.md's plan table from rows of tables/resource_plan.csv (or GroupPlan.row())."""
     def cell(key: str, v: Any) -> str:
         if key == "fits":
             return "yes" if str(v) == "True" else "**no**"

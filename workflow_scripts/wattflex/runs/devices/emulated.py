@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # frames for callers that want them; a run's own job writes a
 SETTLE_TAU_S = 2.0
 # Per-run factors (sd), drawn first (tokens/s) then second (power) from each run's generator;
 # of the order of the paper's run-to-run repeatability (median CV 0.4 % power, 0.5 % tokens/s
-# over 35 repeated runs; the summaries' top-10 % aggregate then gives ~0.3 %, README).
+# over 35 repeated runs; the summaries' top-10 % aggregate then gives ~0.3 %, docs/emulator.md).
 RUN_NOISE = {"tokens_per_s_sd": 0.006, "power_sd": 0.005}
 
 
