@@ -1,4 +1,4 @@
-# The memory and time plan of every group (wattflex.runs.plan; README "Resource plan"). A
+# The memory and time plan of every group (wattflex.runs.plan; docs/resource-plan.md). A
 # real campaign whose groups cannot fit is refused when the config is read (wattflex.config
 # check_plan); the planned start-up is in each run's SLURM time limit (common.smk run_minutes).
 from wattflex.runs.plan import GROUP_KEYS as PLAN_GROUP_KEYS

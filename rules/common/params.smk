@@ -50,7 +50,7 @@ def figure_output(path):
 def run_output(path):
     """An output of run_at_cap: write-protected for real runs (backend other than emulated),
     so no code or config change can make Snakemake regenerate or delete it; redoing one
-    takes an explicit WATTFLEX_REDO_RUNS (+ unprotect, --force: README "Real runs are
+    takes an explicit WATTFLEX_REDO_RUNS (+ unprotect, --force: docs/reliability.md "Real runs are
     protected"). Root ignores file modes: rules/common/protection.smk does not."""
     return path if BACKEND == "emulated" else protected(path)
 

@@ -1,4 +1,4 @@
-# Real runs are protected, as root too (README "Real runs are protected").
+# Real runs are protected, as root too (docs/reliability.md "Real runs are protected").
 # protected() is a file mode, and Snakemake decides with os.access(W_OK), which is always
 # true for root: as root a changed spec would rerun (overwrite) a measured run and
 # --delete-all-output would delete it. So before any job runs, or anything is deleted, the

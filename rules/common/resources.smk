@@ -1,4 +1,4 @@
-# How runs are scheduled (README "Running on a SLURM cluster"). Cluster facts arrive as
+# How runs are scheduled (docs/slurm.md). Cluster facts arrive as
 # config keys slurm_* (profiles/slurm/config.yaml sets them); they shape SLURM requests
 # only, never a run's params, so changing them reruns nothing.
 from wattflex.gpus import GPUS

@@ -3,7 +3,7 @@
 Three hooks, each for a reason Snakemake's public interface does not cover:
 
 - :func:`install_real_run_guard`: measured runs are never overwritten or re-measured
-  (README "Real runs are protected"). Snakemake decides write protection with
+  (docs/reliability.md "Real runs are protected"). Snakemake decides write protection with
   ``os.access(W_OK)`` (always true for root) and deletes a job's outputs right before running
   it, so the guard wraps ``Job.check_protected_output``, which Snakemake awaits for every job
   it plans (when it builds the DAG and again before deleting outputs), and
