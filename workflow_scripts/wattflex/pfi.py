@@ -719,8 +719,9 @@ def _monte_carlo_batch(batch: list[tuple[dict[str, Any], _MonteCarloJob]], z: np
     robust_rows = np.asarray([i for i, job in enumerate(jobs) if job.robust_used is not None], dtype=int)
     robust = unbounded = None
     if robust_rows.size:
+        pick = (lambda a: a) if robust_rows.size == len(jobs) else (lambda a: a[robust_rows])  # noqa: E731  (no copy)
         robust, unbounded = _robust_resamples(
-            [a[robust_rows] for a in ps], [a[robust_rows] for a in ts], [a[robust_rows] for a in terms],
+            [pick(a) for a in ps], [pick(a) for a in ts], [pick(a) for a in terms],
             np.stack([jobs[i].robust_used for i in robust_rows]), np.stack([jobs[i].weight for i in robust_rows]))
     nan, robust_of = (float("nan"), float("nan")), {i: j for j, i in enumerate(robust_rows)}
     q = [s.alpha / 2, 1 - s.alpha / 2]
@@ -768,10 +769,11 @@ def _robust_mean(fits: list[np.ndarray], terms: list[np.ndarray], used: np.ndarr
     ref = len(fits) - 1
     total = np.zeros(fits[0].shape)
     counts = np.zeros(fits[0].shape, dtype=int)
-    for i in range(ref):
-        lost = used[:, [i]] & (fits[i] < fits[ref] * (1 - _POOL_RTOL))
+    below = fits[ref] * (1 - _POOL_RTOL)
+    for i in np.flatnonzero(used[:, :ref].any(axis=0)):  # a point no group uses adds nothing
+        lost = used[:, [i]] & (fits[i] < below)
         counts += lost
-        total += np.where(lost & ~np.isnan(terms[i]), terms[i], 0.0)
+        np.add(total, terms[i], out=total, where=lost & ~np.isnan(terms[i]))
     # a resample where no point lost throughput has an unbounded PFI
     return np.where(counts > 0, total / np.maximum(counts, 1), np.inf)
 
