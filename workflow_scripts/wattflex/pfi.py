@@ -696,6 +696,7 @@ def _monte_carlo_all(jobs: list[tuple[dict[str, Any], _MonteCarloJob]], s: _Sett
     done = 0
     for n, items in by_size.items():
         z = np.random.default_rng([s.seed, n]).standard_normal((2, s.mc_samples, n))
+        z = np.ascontiguousarray(z.transpose(0, 2, 1))  # (2, n, mc_samples): each point's draws contiguous
         for batch in (items[i:i + per_batch] for i in range(0, len(items), per_batch)):
             _monte_carlo_batch(batch, z, s)
             done += len(batch)
@@ -711,10 +712,10 @@ def _monte_carlo_batch(batch: list[tuple[dict[str, Any], _MonteCarloJob]], z: np
     n, ref = jobs[0].x.n, jobs[0].x.n - 1
     stack = lambda name: np.stack([getattr(job.x, name) for job in jobs])  # noqa: E731  (groups, n)
     p, sp, t, st, included = stack("p"), stack("sp"), stack("t"), stack("st"), stack("included")
-    ps = [p[:, [i]] + sp[:, [i]] * z[0, :, i] for i in range(n)]
-    ts = [t[:, [i]] + st[:, [i]] * z[1, :, i] for i in range(n)]
+    ps = [p[:, [i]] + sp[:, [i]] * z[0, i] for i in range(n)]
+    ts = [t[:, [i]] + st[:, [i]] * z[1, i] for i in range(n)]
     with np.errstate(invalid="ignore", divide="ignore"):
-        terms = [(1.0 - ps[i] / ps[ref]) / (1.0 - ts[i] / ts[ref]) for i in range(ref)]  # Eq. 1
+        terms = [_eq1_term(ps[i], ps[ref], ts[i], ts[ref]) for i in range(ref)]
         ratio = sum(np.where(included[:, [i]], terms[i], 0.0) for i in range(ref)) / included.sum(axis=1)[:, None]
     robust_rows = np.asarray([i for i, job in enumerate(jobs) if job.robust_used is not None], dtype=int)
     robust = unbounded = None
@@ -739,6 +740,16 @@ def _monte_carlo_batch(batch: list[tuple[dict[str, Any], _MonteCarloJob]], z: np
         row["pfi_robust_ci95_low"], row["pfi_robust_ci95_high"] = robust_ci
 
 
+def _eq1_term(p: np.ndarray, p_ref: np.ndarray, t: np.ndarray, t_ref: np.ndarray) -> np.ndarray:
+    """Eq. 1's ``(1 - p/p_ref) / (1 - t/t_ref)`` element-wise, in place in two temporaries
+    (the same operations as ``_ratio_terms``, so the same bits)."""
+    num = np.divide(p, p_ref)
+    np.subtract(1.0, num, out=num)
+    den = np.divide(t, t_ref)
+    np.subtract(1.0, den, out=den)
+    return np.divide(num, den, out=num)
+
+
 def _robust_resamples(ps: list[np.ndarray], ts: list[np.ndarray], terms: list[np.ndarray],
                       used: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The robust PFI of every resample, (groups, mc_samples), and each group's fraction of
@@ -758,7 +769,7 @@ def _robust_resamples(ps: list[np.ndarray], ts: list[np.ndarray], terms: list[np
         fits = [fitted[:, [i]] for i in range(n)]  # (pairs, 1): one resample a row
         power = [a[refit][:, None] for a in ps]
         with np.errstate(invalid="ignore", divide="ignore"):
-            refit_terms = [(1.0 - power[i] / power[ref]) / (1.0 - fits[i] / fits[ref]) for i in range(ref)]
+            refit_terms = [_eq1_term(power[i], power[ref], fits[i], fits[ref]) for i in range(ref)]
         robust[refit] = _robust_mean(fits, refit_terms, used[refit[0]])[:, 0]
     return robust, np.isinf(robust).mean(axis=1)
 
