@@ -682,6 +682,31 @@ class _MonteCarloJob:
 _MC_ROWS_PER_BATCH = 100_000
 
 
+# glibc mallopt parameters (malloc.h) and values: each batch allocates and frees tens of MB of
+# ~1 MB arrays; by default glibc hands that memory back to the OS after each batch (heap trim),
+# so the next batch page-faults it in again: 2,000 bench groups 3.9 CPU-s by default, 1.8 CPU-s
+# with freed memory kept (h27b, benchmarks/results/pfi_scale.md).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_TRIM_THRESHOLD_B = 256 * 2**20  # freed memory kept for reuse, at most
+_MMAP_THRESHOLD_B = 32 * 2**20   # glibc's largest: arrays below it come from the reusable heap
+
+
+def _keep_freed_memory() -> None:
+    """Ask glibc (if this is glibc) to keep freed memory for reuse instead of returning it
+    to the OS and faulting it in again at the next batch; elsewhere nothing is done."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        if libc is not None and hasattr(libc, "mallopt") and hasattr(libc, "gnu_get_libc_version"):
+            libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_B)
+            libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_B)
+    except OSError:  # no loadable C library: the defaults stay
+        pass
+
+
 def _monte_carlo_all(jobs: list[tuple[dict[str, Any], _MonteCarloJob]], s: _Settings,
                      clock: _Progress) -> None:
     """Percentile CIs of pfi_ratio and pfi_robust for every job's row, written into it, from
@@ -689,6 +714,7 @@ def _monte_carlo_all(jobs: list[tuple[dict[str, Any], _MonteCarloJob]], s: _Sett
     estimates. Groups with the same number of points share one draw of standard normals
     (seeded from seed and that number, so a group's CI does not depend on the other groups)
     and are stacked, in batches: numbers identical to one group at a time."""
+    _keep_freed_memory()
     by_size: dict[int, list[tuple[dict[str, Any], _MonteCarloJob]]] = {}
     for item in jobs:
         by_size.setdefault(item[1].x.n, []).append(item)
