@@ -26,8 +26,10 @@ and fixes the two things that break it:
 
 1. *Noise in T.* Throughput cannot physically rise when power falls, so a monotone
    (isotonic, non-decreasing in power) curve is fitted to all points of the group,
-   uncapped included, with ``sklearn.isotonic.IsotonicRegression`` weighted by
-   ``1/sem_T**2`` when SEMs are given (uniform otherwise). ``T_max`` becomes the fitted
+   uncapped included, by weighted least squares (weights ``1/sem_T**2`` when SEMs are
+   given, uniform otherwise): the min-max formula of ``isotonic_fit_batch`` across groups,
+   scikit-learn's ``IsotonicRegression`` for a group with equal powers (ties), agreeing with
+   scikit-learn's PAVA to rounding (tests). ``T_max`` becomes the fitted
    value at the uncapped point, each ``T_i`` its fitted value. Points that violate
    monotonicity are pooled with their neighbours instead of producing negative terms.
 2. *Caps that did not bind.* Only *binding* points enter: a capped point binds when its
