@@ -26,8 +26,10 @@ and fixes the two things that break it:
 
 1. *Noise in T.* Throughput cannot physically rise when power falls, so a monotone
    (isotonic, non-decreasing in power) curve is fitted to all points of the group,
-   uncapped included, with ``sklearn.isotonic.IsotonicRegression`` weighted by
-   ``1/sem_T**2`` when SEMs are given (uniform otherwise). ``T_max`` becomes the fitted
+   uncapped included, by weighted least squares (weights ``1/sem_T**2`` when SEMs are
+   given, uniform otherwise): the min-max formula of ``isotonic_fit_batch`` across groups,
+   scikit-learn's ``IsotonicRegression`` for a group with equal powers (ties), agreeing with
+   scikit-learn's PAVA to rounding (tests). ``T_max`` becomes the fitted
    value at the uncapped point, each ``T_i`` its fitted value. Points that violate
    monotonicity are pooled with their neighbours instead of producing negative terms.
 2. *Caps that did not bind.* Only *binding* points enter: a capped point binds when its
@@ -104,6 +106,7 @@ Recompute on a subset of caps (paper Table 9) with ``grid_subset`` + ``pfi_table
 from __future__ import annotations
 
 import json
+import math
 import time
 from statistics import NormalDist
 from typing import Any, Callable, Iterable, Sequence
@@ -345,14 +348,9 @@ def pfi_table(sweeps: pd.DataFrame, *, group_col: str = "group", cap_col: str = 
                          power_tol=power_tol, mc_samples=int(mc_samples), seed=int(seed),
                          has_sem=has_sem)
     df["bad"] = _invalid_rows(df)  # once for the table, not per group
-    parts = _group_parts(df)
-    rows, jobs, clock = [], [], _Progress(progress)
-    for i, (g, part) in enumerate(parts):
-        row, job = _analyse_group(g, part, settings)
-        rows.append(row)
-        if job is not None:
-            jobs.append((row, job))
-        clock.tick(lambda: f"PFI of {i + 1} of {len(parts)} groups")
+    df["code"], names = pd.factorize(df["group"], sort=False)  # groups in order of first appearance
+    clock = _Progress(progress)
+    rows, jobs = _analyse_all(df, names, settings, clock)
     _monte_carlo_all(jobs, settings, clock)
     for row in rows:
         row["notes"] = "; ".join(row["notes"])
@@ -383,22 +381,6 @@ class _Progress:
             self.progress(f"[{elapsed:6.1f} s] {message()}")
 
 
-_PART_COLUMNS = ("cap", "p", "t", "sp", "st", "gpus", "expect", "bad")
-
-
-def _group_parts(df: pd.DataFrame) -> list[tuple[Any, dict[str, np.ndarray]]]:
-    """``(group, {column: array})`` per group in order of first appearance, rows in input
-    order: one sort of the table instead of a pandas sub-frame per group (~1 ms each)."""
-    if df.empty:
-        return []
-    codes, names = pd.factorize(df["group"], sort=False)
-    order = np.argsort(codes, kind="stable")
-    cuts = np.flatnonzero(np.diff(codes[order])) + 1
-    columns = {c: df[c].to_numpy()[order] for c in _PART_COLUMNS}
-    bounds = zip(np.r_[0, cuts], np.r_[cuts, len(order)])
-    return [(names[i], {c: a[lo:hi] for c, a in columns.items()}) for i, (lo, hi) in enumerate(bounds)]
-
-
 def _constant_columns(sweeps: pd.DataFrame, group_col: str, exclude: set[str]) -> pd.DataFrame:
     """Columns of ``sweeps`` constant within every group, one row per group (index = group)."""
     cols = [c for c in sweeps.columns if c not in exclude and c != group_col]
@@ -413,24 +395,6 @@ def _constant_columns(sweeps: pd.DataFrame, group_col: str, exclude: set[str]) -
     return grouped[keep].first() if keep else pd.DataFrame()
 
 
-def _average_repeats(part: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One point per cap: mean P, T; SEMs combined as sqrt(sum sem^2)/n (NaN if any missing)."""
-    caps, idx = np.unique(part["cap"], return_inverse=True)
-    n_rows = np.bincount(idx, minlength=len(caps))
-    out = {"cap": caps, "n_rows": n_rows}
-    for col in ("p", "t", "gpus"):
-        out[col] = np.bincount(idx, part[col].astype(float), len(caps)) / n_rows
-    for col in ("sp", "st"):  # NaN propagates through the sum, as wanted
-        out[col] = np.sqrt(np.bincount(idx, part[col].astype(float) ** 2, len(caps))) / n_rows
-    return out
-
-
-def _nanmax(a: np.ndarray) -> float:
-    """pandas' ``max``: NaN skipped, NaN when nothing is left."""
-    a = a[~np.isnan(a)]
-    return float(a.max()) if a.size else float("nan")
-
-
 def _invalid_rows(df: pd.DataFrame) -> np.ndarray:
     cap, p, t, sp, st = (df[c].to_numpy(dtype=float) for c in ("cap", "p", "t", "sp", "st"))
     with np.errstate(invalid="ignore"):
@@ -442,155 +406,269 @@ def _fmt(x: float) -> str:
     return f"{x:g}"
 
 
-class _Points:
-    """One sweep group after averaging repeats, sorted by cap; ``ref`` is the uncapped point."""
+def _averaged_points(df: pd.DataFrame) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Every group's points after dropping invalid rows and averaging repeats, for the whole
+    table at once: ``(codes, points)``, the group code (order of first appearance) of each
+    point and the point columns, sorted by group then cap. P, T (and gpus) are arithmetic
+    means of a cap's rows, their SEMs ``sqrt(sum sem^2) / n`` (NaN if any is missing)."""
+    valid = ~df["bad"].to_numpy(bool)
+    codes = df["code"].to_numpy()[valid]
+    cols = {c: df[c].to_numpy(dtype=float)[valid] for c in ("cap", "p", "t", "sp", "st", "gpus")}
+    order = np.lexsort((cols["cap"], codes))  # stable: repeats summed in input order
+    codes, cols = codes[order], {c: a[order] for c, a in cols.items()}
+    new = np.ones(codes.size, dtype=bool)
+    new[1:] = (codes[1:] != codes[:-1]) | (cols["cap"][1:] != cols["cap"][:-1])
+    starts = np.flatnonzero(new)
+    n_rows = np.diff(np.r_[starts, codes.size])
+    pts = {"cap": cols["cap"][starts], "n_rows": n_rows}
+    if not starts.size:
+        return codes[starts], {**pts, **{c: np.empty(0) for c in ("p", "t", "gpus", "sp", "st")}}
+    for c in ("p", "t", "gpus"):
+        pts[c] = np.add.reduceat(cols[c], starts) / n_rows
+    for c in ("sp", "st"):  # NaN propagates through the sum, as wanted
+        pts[c] = np.sqrt(np.add.reduceat(cols[c] ** 2, starts)) / n_rows
+    return codes[starts], pts
 
-    def __init__(self, pts: dict[str, np.ndarray]) -> None:
-        self.cap, self.p, self.t = (pts[c] for c in ("cap", "p", "t"))
-        self.sp, self.st, self.gpus = (pts[c] for c in ("sp", "st", "gpus"))
-        self.n_rows = pts["n_rows"]
-        self.n = len(self.cap)
-        self.ref = self.n - 1
-        self.capped = np.arange(self.n) < self.ref
-        self.included = self.capped & (self.t != self.t[self.ref])  # Eq. 1's exclusion
+
+def _group_max(codes: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per group code, the largest value, NaN skipped (NaN where none)."""
+    out = np.full(n_groups, -np.inf)
+    keep = ~np.isnan(values)
+    np.maximum.at(out, codes[keep], values[keep])
+    out[np.isneginf(out)] = np.nan
+    return out
 
 
-def _analyse_group(group: Any, part: dict[str, np.ndarray], s: _Settings
-                   ) -> tuple[dict[str, Any], "_MonteCarloJob | None"]:
-    """The group's row (``notes`` still a list) and its Monte Carlo job, run across groups
-    by ``_monte_carlo_all`` (None: no CI to compute)."""
-    notes: list[str] = []
-    statuses: set[str] = set()
+def _nan_row(group: Any) -> dict[str, Any]:
     nan = float("nan")
-    row: dict[str, Any] = dict(group=group, n_caps=0, pfi_ratio=nan, pfi_area=nan,
-                               pfi_elasticity=nan, ci95_low=nan, ci95_high=nan,
-                               pfi_robust=nan, pfi_robust_ci95_low=nan, pfi_robust_ci95_high=nan,
-                               robust_status="too_few_caps", n_binding=0, uncapped_cap_w=nan,
-                               uncapped_power_w=nan, uncapped_throughput=nan, per_cap="[]")
-
-    bad = part["bad"].astype(bool)
-    top_cap_all = _nanmax(part["cap"].astype(float))
-    if bad.any():
-        statuses.add("invalid_values")
-        caps = ", ".join(_fmt(c) for c in part["cap"][bad])
-        notes.append(f"invalid_values: dropped {int(bad.sum())} row(s) with a missing or "
-                     f"non-positive cap/power/throughput or negative SEM (cap_w: {caps})")
-    part = {c: a[~bad] for c, a in part.items()}
-    averaged = _average_repeats(part)
-    n_caps = row["n_caps"] = len(averaged["cap"])
-    repeated = averaged["n_rows"] > 1
-    if repeated.any():
-        notes.append("averaged repeats at cap_w " + ", ".join(
-            f"{_fmt(c)} (n={k})" for c, k in zip(averaged["cap"][repeated], averaged["n_rows"][repeated])))
-    if n_caps < 2:
-        statuses.add("too_few_caps")
-        notes.append(f"too_few_caps: {n_caps} valid cap(s); need an uncapped and at "
-                     "least one capped point")
-        return _finish(row, statuses, notes), None
-
-    x = _Points(averaged)
-    ref = x.ref
-    row.update(uncapped_cap_w=x.cap[ref], uncapped_power_w=x.p[ref], uncapped_throughput=x.t[ref])
-    expected = _nanmax(part["expect"].astype(float))
-    if np.isfinite(top_cap_all) and top_cap_all > x.cap[ref]:
-        statuses.add("missing_uncapped")
-        notes.append(f"missing_uncapped: the rows at the highest cap {_fmt(top_cap_all)} W were "
-                     f"invalid; reference is cap {_fmt(x.cap[ref])} W")
-    elif np.isfinite(expected) and x.cap[ref] < expected:
-        statuses.add("missing_uncapped")
-        notes.append(f"missing_uncapped: highest cap {_fmt(x.cap[ref])} W is below the uncapped "
-                     f"{_fmt(expected)} W; PFIs are relative to a capped run")
-
-    # The published definitions, unchanged
-    row["pfi_ratio"] = pfi_ratio(x.p, x.t, ref)
-    row["pfi_area"] = pfi_area(x.p, x.t, ref)
-    row["pfi_elasticity"] = pfi_elasticity(x.p, x.t)
-    if x.capped.any() and not x.included.any():
-        notes.append("pfi_ratio: every capped point has T == T_max exactly, no term left")
-    elif (x.capped & (x.t == x.t[ref])).any():
-        notes.append("pfi_ratio: Eq. 1 excludes cap_w " + ", ".join(
-            _fmt(c) for c in x.cap[x.capped & (x.t == x.t[ref])]) + " (T == T_max)")
-    if np.ptp(x.p) == 0:
-        notes.append("pfi_elasticity: all points at the same power, no fit")
-
-    sem_ok = s.has_sem and np.isfinite(x.sp).all() and np.isfinite(x.st).all()
-    if not sem_ok:
-        why = "SEM missing at some cap" if s.has_sem else "no SEMs"
-        notes.append(f"{why}: noise taken as rel_tol={_fmt(s.rel_tol)} of the reference")
-    noise_p, noise_t, noise_t_own = _noise(x, s, sem_ok)
-    power_near_cap = x.p / x.gpus >= (1 - s.power_tol) * x.cap
-    t_sig_below = x.t[ref] - x.t > noise_t
-    flags = {
-        "capped_faster": x.capped & (x.t > x.t[ref]),
-        "capped_more_power": x.capped & (x.p >= x.p[ref]),
-        "nonbinding_cap": x.capped & ~power_near_cap & ~t_sig_below,
-        "ill_conditioned": x.included & (np.abs(x.t[ref] - x.t) <= noise_t),
-    }
-    for name, flagged in flags.items():
-        if flagged.any():
-            statuses.add(name)
-            notes.append(f"{name} at cap_w " + ", ".join(_fmt(c) for c in x.cap[flagged]))
-
-    # Robust: monotone fit over all points, Eq. 1 on binding points that lost throughput
-    binding = x.capped & (x.p[ref] - x.p > noise_p) & (power_near_cap | t_sig_below)
-    weight = 1.0 / np.maximum(x.st, 1e-12 * x.t) ** 2 if sem_ok else None
-    fit = isotonic_fit(x.p, x.t, weight)
-    moved = np.abs(fit - x.t) > noise_t_own
-    if moved.any():
-        statuses.add("non_monotone")
-        notes.append("non_monotone: the monotone fit moved throughput beyond noise at cap_w "
-                     + ", ".join(_fmt(c) for c in x.cap[moved]))
-    pooled = fit >= fit[ref] * (1 - _POOL_RTOL)
-    no_loss = fit[ref] - fit <= noise_t  # pooled, or a loss within noise: term is noise/noise
-    used = binding & ~no_loss
-    robust_terms = np.where(used, _ratio_terms(x.p, fit, ref), np.nan)
-    row["n_binding"] = int(binding.sum())
-    if binding.sum() < 2:
-        row["robust_status"] = "too_few_binding"
-        notes.append(f"too_few_binding: {int(binding.sum())} binding cap(s), pfi_robust needs 2")
-    elif not used.any():
-        row["robust_status"] = "no_throughput_loss"
-        notes.append("no_throughput_loss: no binding cap lost throughput beyond noise in the "
-                     "monotone fit (PFI unbounded over the swept range)")
-    else:
-        row["robust_status"] = "ok"
-        row["pfi_robust"] = float(np.mean(robust_terms[used]))
-    if row["robust_status"] != "ok":
-        statuses.add(row["robust_status"])
-
-    job = None
-    if s.mc_samples <= 0:
-        notes.append("no CI: mc_samples=0")
-    elif not s.has_sem:
-        notes.append("no CI: no SEM columns given")
-    elif not sem_ok:
-        missing = x.cap[~(np.isfinite(x.sp) & np.isfinite(x.st))]
-        notes.append("no CI: SEM missing at cap_w " + ", ".join(_fmt(c) for c in missing))
-    else:  # its notes come last, as the row's last notes (the status does not depend on them)
-        job = _MonteCarloJob(x, used if row["robust_status"] == "ok" else None, weight)
-
-    terms = np.where(x.included, _ratio_terms(x.p, x.t, ref), np.nan)
-    row["per_cap"] = json.dumps([
-        _clean({"cap_w": x.cap[i], "power_w": x.p[i], "throughput": x.t[i],
-                "n_rows": int(x.n_rows[i]), "power_w_sem": x.sp[i], "throughput_sem": x.st[i],
-                "power_ratio": x.p[i] / x.p[ref], "throughput_ratio": x.t[i] / x.t[ref],
-                "term": terms[i], "binding": bool(binding[i]),
-                "robust_throughput": fit[i], "robust_term": robust_terms[i],
-                "flags": [f for f in _POINT_STATUS_FLAGS if flags[f][i]]
-                + (["excluded_t_equals_tmax"] if not x.included[i] else [])
-                + (["pooled_with_uncapped"] if binding[i] and pooled[i] else [])
-                + (["loss_within_noise"] if binding[i] and no_loss[i] and not pooled[i] else [])})
-        for i in range(ref)], allow_nan=False)
-    return _finish(row, statuses, notes), job
+    return dict(group=group, n_caps=0, pfi_ratio=nan, pfi_area=nan, pfi_elasticity=nan, ci95_low=nan,
+                ci95_high=nan, pfi_robust=nan, pfi_robust_ci95_low=nan, pfi_robust_ci95_high=nan,
+                robust_status="too_few_caps", n_binding=0, uncapped_cap_w=nan, uncapped_power_w=nan,
+                uncapped_throughput=nan, per_cap="[]")
 
 
-def _noise(x: _Points, s: _Settings, sem_ok: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Noise of P_max - P_i, of T_max - T_i, and of T_i itself (z * SEMs, else rel_tol)."""
-    ref = x.ref
-    if sem_ok:
-        return s.z * np.hypot(x.sp, x.sp[ref]), s.z * np.hypot(x.st, x.st[ref]), s.z * x.st
-    return (np.full(x.n, s.rel_tol * x.p[ref]), np.full(x.n, s.rel_tol * x.t[ref]),
-            s.rel_tol * x.t)
+def _analyse_all(df: pd.DataFrame, names: pd.Index, s: _Settings, clock: _Progress
+                 ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], "_MonteCarloJob"]]]:
+    """Every group's row (``notes`` still lists) and the Monte Carlo jobs, run across groups
+    by ``_monte_carlo_all``. The numbers are computed for all groups with the same number of
+    points at once (``_Size``, padded-free (groups, n) arrays); only the notes and ``per_cap``
+    JSON are written group by group."""
+    n_groups = len(names)
+    codes_all = df["code"].to_numpy()
+    bad = df["bad"].to_numpy(bool)
+    cap_all = df["cap"].to_numpy(dtype=float)
+    top_cap_all = _group_max(codes_all, cap_all, n_groups)
+    expected = _group_max(codes_all[~bad], df["expect"].to_numpy(dtype=float)[~bad], n_groups)
+    bad_caps: dict[int, list[float]] = {}
+    for code, cap in zip(codes_all[bad].tolist(), cap_all[bad].tolist()):
+        bad_caps.setdefault(code, []).append(cap)
+    codes, pts = _averaged_points(df)
+    n_caps = np.bincount(codes, minlength=n_groups)
+    first = np.r_[0, np.cumsum(n_caps)[:-1]]
+    rows: list[dict[str, Any]] = [_nan_row(g) for g in names]
+    notes: list[list[str]] = [[] for _ in range(n_groups)]
+    statuses: list[set[str]] = [set() for _ in range(n_groups)]
+    for code, caps in bad_caps.items():
+        statuses[code].add("invalid_values")
+        notes[code].append(f"invalid_values: dropped {len(caps)} row(s) with a missing or non-positive "
+                           f"cap/power/throughput or negative SEM (cap_w: {', '.join(map(_fmt, caps))})")
+    for code in np.unique(codes[pts["n_rows"] > 1]).tolist():
+        at = slice(first[code], first[code] + n_caps[code])
+        notes[code].append("averaged repeats at cap_w " + ", ".join(
+            f"{_fmt(c)} (n={k})" for c, k in zip(pts["cap"][at].tolist(), pts["n_rows"][at].tolist()) if k > 1))
+    for code in np.flatnonzero(n_caps < 2).tolist():
+        rows[code]["n_caps"] = int(n_caps[code])
+        statuses[code].add("too_few_caps")
+        notes[code].append(f"too_few_caps: {n_caps[code]} valid cap(s); need an uncapped and at "
+                           "least one capped point")
+    jobs, done = [], 0
+    for n in np.unique(n_caps[n_caps >= 2]).tolist():
+        members = np.flatnonzero(n_caps == n)
+        index = first[members][:, None] + np.arange(n)
+        size = _Size({c: a[index] for c, a in pts.items()}, s)
+        size.write(members, rows, notes, statuses, top_cap_all, expected, s, jobs)
+        done += len(members)
+        clock.tick(lambda: f"PFI of {done} of {n_groups} groups")
+    for code in range(n_groups):
+        rows[code] = _finish(rows[code], statuses[code], notes[code])
+    return rows, jobs
+
+
+class _Points:
+    """One group's points (views into its ``_Size`` arrays), what its Monte Carlo job needs."""
+
+    def __init__(self, p: np.ndarray, sp: np.ndarray, t: np.ndarray, st: np.ndarray,
+                 included: np.ndarray) -> None:
+        self.p, self.sp, self.t, self.st, self.included, self.n = p, sp, t, st, included, len(p)
+
+
+class _Size:
+    """The analysis of all groups with the same number ``n`` of points, each (groups, n)
+    array a group per row, sorted by cap; the last column is the uncapped reference. The
+    same steps as the module docstring gives, on whole arrays."""
+
+    def __init__(self, x: dict[str, np.ndarray], s: _Settings) -> None:
+        self.cap, self.p, self.t, self.sp, self.st = (x[c] for c in ("cap", "p", "t", "sp", "st"))
+        self.n_rows = x["n_rows"]
+        g, n = self.p.shape
+        ref = n - 1
+        p, t = self.p, self.t
+        p_ref, t_ref = p[:, [ref]], t[:, [ref]]
+        capped = np.arange(n) < ref
+        self.included = capped & (t != t_ref)  # Eq. 1's exclusion
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.terms = _ratio_terms(p, t)
+            count = self.included.sum(axis=1)
+            self.ratio = np.where(count > 0, np.where(self.included, self.terms, 0.0).sum(axis=1) / count, np.nan)
+            # pfi_area: trapezoid from (0, 0) through the points sorted by relative power
+            xr, yr = p / p_ref, t / t_ref
+            order = np.argsort(xr, axis=1, kind="stable")
+            xs = np.concatenate([np.zeros((g, 1)), np.take_along_axis(xr, order, axis=1)], axis=1)
+            ys = np.concatenate([np.zeros((g, 1)), np.take_along_axis(yr, order, axis=1)], axis=1)
+            self.area = np.trapezoid(ys, xs, axis=1) - 0.5
+            # pfi_elasticity: OLS slope of log T on log P in closed form (all values > 0 here)
+            lx, ly = np.log(p), np.log(t)
+            dx = lx - lx.mean(axis=1, keepdims=True)
+            flat = np.ptp(p, axis=1) == 0
+            self.elasticity = np.where(flat, np.nan, 1.0 - (dx * (ly - ly.mean(axis=1, keepdims=True))).sum(axis=1)
+                                       / np.where(flat, 1.0, (dx ** 2).sum(axis=1)))
+        self.sem_ok = s.has_sem & np.isfinite(self.sp).all(axis=1) & np.isfinite(self.st).all(axis=1)
+        ok = self.sem_ok[:, None]
+        noise_p = np.where(ok, s.z * np.hypot(self.sp, self.sp[:, [ref]]), s.rel_tol * p_ref)
+        noise_t = np.where(ok, s.z * np.hypot(self.st, self.st[:, [ref]]), s.rel_tol * t_ref)
+        noise_t_own = np.where(ok, s.z * self.st, s.rel_tol * t)
+        power_near_cap = p / x["gpus"] >= (1 - s.power_tol) * self.cap
+        t_sig_below = t_ref - t > noise_t
+        self.flags = {
+            "capped_faster": capped & (t > t_ref),
+            "capped_more_power": capped & (p >= p_ref),
+            "nonbinding_cap": capped & ~power_near_cap & ~t_sig_below,
+            "ill_conditioned": self.included & (np.abs(t_ref - t) <= noise_t),
+        }
+        # Robust: monotone fit over all points, Eq. 1 on binding points that lost throughput
+        self.binding = capped & (p_ref - p > noise_p) & (power_near_cap | t_sig_below)
+        with np.errstate(divide="ignore"):
+            self.weight = np.where(ok, 1.0 / np.maximum(self.st, 1e-12 * t) ** 2, 1.0)
+        self.fit = self._isotonic()
+        self.moved = np.abs(self.fit - t) > noise_t_own
+        fit_ref = self.fit[:, [ref]]
+        self.pooled = self.fit >= fit_ref * (1 - _POOL_RTOL)
+        self.no_loss = fit_ref - self.fit <= noise_t  # pooled, or a loss within noise: noise/noise
+        self.used = self.binding & ~self.no_loss
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.robust_terms = np.where(self.used, _ratio_terms(p, self.fit), np.nan)
+            n_used = self.used.sum(axis=1)
+            self.robust = np.where(n_used > 0, np.where(self.used, self.robust_terms, 0.0).sum(axis=1)
+                                   / np.maximum(n_used, 1), np.nan)
+        self.n_binding = self.binding.sum(axis=1)
+
+    def _isotonic(self) -> np.ndarray:
+        """``isotonic_fit`` of every row: rows already non-decreasing in power are their own fit,
+        rows with equal powers go to scikit-learn one by one (they need its pooling of ties),
+        the others to the vectorised ``isotonic_fit_batch``."""
+        p, t = self.p, self.t
+        order = np.argsort(p, axis=1, kind="stable")
+        ps, ts = np.take_along_axis(p, order, axis=1), np.take_along_axis(t, order, axis=1)
+        ties = (np.diff(ps, axis=1) == 0).any(axis=1)
+        fit = t.copy()
+        batch = np.flatnonzero(~ties & (np.diff(ts, axis=1) < 0).any(axis=1))
+        if batch.size:
+            fit[batch] = isotonic_fit_batch(p[batch], t[batch], self.weight[batch])
+        for i in np.flatnonzero(ties):
+            fit[i] = isotonic_fit(p[i], t[i], self.weight[i] if self.sem_ok[i] else None)
+        return fit
+
+    def write(self, members: np.ndarray, rows: list[dict[str, Any]], notes: list[list[str]],
+              statuses: list[set[str]], top_cap_all: np.ndarray, expected: np.ndarray, s: _Settings,
+              jobs: list) -> None:
+        """Each group's row, notes and statuses (``members`` the group codes of the rows)."""
+        n = self.p.shape[1]
+        ref = n - 1
+        cap, p, t = self.cap.tolist(), self.p.tolist(), self.t.tolist()
+        sp, st, n_rows = self.sp.tolist(), self.st.tolist(), self.n_rows.tolist()
+        flags = {k: v.tolist() for k, v in self.flags.items()}
+        flag_any = {k: v.any(axis=1).tolist() for k, v in self.flags.items()}
+        included, binding = self.included.tolist(), self.binding.tolist()
+        pooled, no_loss = self.pooled.tolist(), self.no_loss.tolist()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = np.where(self.included, self.terms, np.nan).tolist()
+        fit, robust_terms = self.fit.tolist(), self.robust_terms.tolist()
+        moved_any, used_any = self.moved.any(axis=1).tolist(), self.used.any(axis=1).tolist()
+        sem_ok, sp_ok = self.sem_ok.tolist(), (np.isfinite(self.sp) & np.isfinite(self.st)).tolist()
+        numbers = zip(self.ratio.tolist(), self.area.tolist(), self.elasticity.tolist(),
+                      self.robust.tolist(), self.n_binding.tolist())
+        for k, (code, (ratio, area, elasticity, robust, n_binding)) in enumerate(zip(members.tolist(), numbers)):
+            row, note, status = rows[code], notes[code], statuses[code]
+            c, pk, tk = cap[k], p[k], t[k]
+            row.update(n_caps=n, uncapped_cap_w=c[ref], uncapped_power_w=pk[ref], uncapped_throughput=tk[ref],
+                       pfi_ratio=ratio, pfi_area=area, pfi_elasticity=elasticity, n_binding=n_binding)
+            if np.isfinite(top_cap_all[code]) and top_cap_all[code] > c[ref]:
+                status.add("missing_uncapped")
+                note.append(f"missing_uncapped: the rows at the highest cap {_fmt(top_cap_all[code])} W were "
+                            f"invalid; reference is cap {_fmt(c[ref])} W")
+            elif np.isfinite(expected[code]) and c[ref] < expected[code]:
+                status.add("missing_uncapped")
+                note.append(f"missing_uncapped: highest cap {_fmt(c[ref])} W is below the uncapped "
+                            f"{_fmt(expected[code])} W; PFIs are relative to a capped run")
+            equal = [i for i in range(ref) if tk[i] == tk[ref]]
+            if len(equal) == ref:
+                note.append("pfi_ratio: every capped point has T == T_max exactly, no term left")
+            elif equal:
+                note.append("pfi_ratio: Eq. 1 excludes cap_w " + ", ".join(_fmt(c[i]) for i in equal)
+                            + " (T == T_max)")
+            if max(pk) == min(pk):
+                note.append("pfi_elasticity: all points at the same power, no fit")
+            if not sem_ok[k]:
+                why = "SEM missing at some cap" if s.has_sem else "no SEMs"
+                note.append(f"{why}: noise taken as rel_tol={_fmt(s.rel_tol)} of the reference")
+            for name, flagged in flags.items():
+                if flag_any[name][k]:
+                    status.add(name)
+                    note.append(f"{name} at cap_w " + ", ".join(_fmt(c[i]) for i in range(n) if flagged[k][i]))
+            if moved_any[k]:
+                status.add("non_monotone")
+                moved = self.moved[k]
+                note.append("non_monotone: the monotone fit moved throughput beyond noise at cap_w "
+                            + ", ".join(_fmt(c[i]) for i in range(n) if moved[i]))
+            if n_binding < 2:
+                row["robust_status"] = "too_few_binding"
+                note.append(f"too_few_binding: {n_binding} binding cap(s), pfi_robust needs 2")
+            elif not used_any[k]:
+                row["robust_status"] = "no_throughput_loss"
+                note.append("no_throughput_loss: no binding cap lost throughput beyond noise in the "
+                            "monotone fit (PFI unbounded over the swept range)")
+            else:
+                row["robust_status"] = "ok"
+                row["pfi_robust"] = robust
+            if row["robust_status"] != "ok":
+                status.add(row["robust_status"])
+            if s.mc_samples <= 0:
+                note.append("no CI: mc_samples=0")
+            elif not s.has_sem:
+                note.append("no CI: no SEM columns given")
+            elif not sem_ok[k]:
+                note.append("no CI: SEM missing at cap_w " + ", ".join(_fmt(c[i]) for i in range(n) if not sp_ok[k][i]))
+            else:  # its notes come last, as the row's last notes (the status does not depend on them)
+                jobs.append((row, _MonteCarloJob(
+                    _Points(self.p[k], self.sp[k], self.t[k], self.st[k], self.included[k]),
+                    self.used[k] if row["robust_status"] == "ok" else None, self.weight[k])))
+            bk, fk, pok, nok = binding[k], fit[k], pooled[k], no_loss[k]
+            row["per_cap"] = json.dumps([
+                {"cap_w": c[i], "power_w": pk[i], "throughput": tk[i], "n_rows": n_rows[k][i],
+                 "power_w_sem": _finite(sp[k][i]), "throughput_sem": _finite(st[k][i]),
+                 "power_ratio": _finite(pk[i] / pk[ref]), "throughput_ratio": _finite(tk[i] / tk[ref]),
+                 "term": _finite(terms[k][i]), "binding": bk[i],
+                 "robust_throughput": _finite(fk[i]), "robust_term": _finite(robust_terms[k][i]),
+                 "flags": [f for f in _POINT_STATUS_FLAGS if flags[f][k][i]]
+                 + (["excluded_t_equals_tmax"] if not included[k][i] else [])
+                 + (["pooled_with_uncapped"] if bk[i] and pok[i] else [])
+                 + (["loss_within_noise"] if bk[i] and nok[i] and not pok[i] else [])}
+                for i in range(ref)], allow_nan=False)
+
+
+def _finite(v: float) -> float | None:
+    """JSON-safe: NaN/inf to null."""
+    return v if math.isfinite(v) else None
 
 
 class _MonteCarloJob:
@@ -606,6 +684,31 @@ class _MonteCarloJob:
 _MC_ROWS_PER_BATCH = 100_000
 
 
+# glibc mallopt parameters (malloc.h) and values: each batch allocates and frees tens of MB of
+# ~1 MB arrays; by default glibc hands that memory back to the OS after each batch (heap trim),
+# so the next batch page-faults it in again: 2,000 bench groups 3.9 CPU-s by default, 1.8 CPU-s
+# with freed memory kept (h27b, benchmarks/results/pfi_scale.md).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_TRIM_THRESHOLD_B = 256 * 2**20  # freed memory kept for reuse, at most
+_MMAP_THRESHOLD_B = 32 * 2**20   # glibc's largest: arrays below it come from the reusable heap
+
+
+def _keep_freed_memory() -> None:
+    """Ask glibc (if this is glibc) to keep freed memory for reuse instead of returning it
+    to the OS and faulting it in again at the next batch; elsewhere nothing is done."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        if libc is not None and hasattr(libc, "mallopt") and hasattr(libc, "gnu_get_libc_version"):
+            libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_B)
+            libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_B)
+    except OSError:  # no loadable C library: the defaults stay
+        pass
+
+
 def _monte_carlo_all(jobs: list[tuple[dict[str, Any], _MonteCarloJob]], s: _Settings,
                      clock: _Progress) -> None:
     """Percentile CIs of pfi_ratio and pfi_robust for every job's row, written into it, from
@@ -613,6 +716,7 @@ def _monte_carlo_all(jobs: list[tuple[dict[str, Any], _MonteCarloJob]], s: _Sett
     estimates. Groups with the same number of points share one draw of standard normals
     (seeded from seed and that number, so a group's CI does not depend on the other groups)
     and are stacked, in batches: numbers identical to one group at a time."""
+    _keep_freed_memory()
     by_size: dict[int, list[tuple[dict[str, Any], _MonteCarloJob]]] = {}
     for item in jobs:
         by_size.setdefault(item[1].x.n, []).append(item)
@@ -620,6 +724,7 @@ def _monte_carlo_all(jobs: list[tuple[dict[str, Any], _MonteCarloJob]], s: _Sett
     done = 0
     for n, items in by_size.items():
         z = np.random.default_rng([s.seed, n]).standard_normal((2, s.mc_samples, n))
+        z = np.ascontiguousarray(z.transpose(0, 2, 1))  # (2, n, mc_samples): each point's draws contiguous
         for batch in (items[i:i + per_batch] for i in range(0, len(items), per_batch)):
             _monte_carlo_batch(batch, z, s)
             done += len(batch)
@@ -635,16 +740,17 @@ def _monte_carlo_batch(batch: list[tuple[dict[str, Any], _MonteCarloJob]], z: np
     n, ref = jobs[0].x.n, jobs[0].x.n - 1
     stack = lambda name: np.stack([getattr(job.x, name) for job in jobs])  # noqa: E731  (groups, n)
     p, sp, t, st, included = stack("p"), stack("sp"), stack("t"), stack("st"), stack("included")
-    ps = [p[:, [i]] + sp[:, [i]] * z[0, :, i] for i in range(n)]
-    ts = [t[:, [i]] + st[:, [i]] * z[1, :, i] for i in range(n)]
+    ps = [p[:, [i]] + sp[:, [i]] * z[0, i] for i in range(n)]
+    ts = [t[:, [i]] + st[:, [i]] * z[1, i] for i in range(n)]
     with np.errstate(invalid="ignore", divide="ignore"):
-        terms = [(1.0 - ps[i] / ps[ref]) / (1.0 - ts[i] / ts[ref]) for i in range(ref)]  # Eq. 1
+        terms = [_eq1_term(ps[i], ps[ref], ts[i], ts[ref]) for i in range(ref)]
         ratio = sum(np.where(included[:, [i]], terms[i], 0.0) for i in range(ref)) / included.sum(axis=1)[:, None]
     robust_rows = np.asarray([i for i, job in enumerate(jobs) if job.robust_used is not None], dtype=int)
     robust = unbounded = None
     if robust_rows.size:
+        pick = (lambda a: a) if robust_rows.size == len(jobs) else (lambda a: a[robust_rows])  # noqa: E731  (no copy)
         robust, unbounded = _robust_resamples(
-            [a[robust_rows] for a in ps], [a[robust_rows] for a in ts], [a[robust_rows] for a in terms],
+            [pick(a) for a in ps], [pick(a) for a in ts], [pick(a) for a in terms],
             np.stack([jobs[i].robust_used for i in robust_rows]), np.stack([jobs[i].weight for i in robust_rows]))
     nan, robust_of = (float("nan"), float("nan")), {i: j for j, i in enumerate(robust_rows)}
     q = [s.alpha / 2, 1 - s.alpha / 2]
@@ -660,6 +766,16 @@ def _monte_carlo_batch(batch: list[tuple[dict[str, Any], _MonteCarloJob]], z: np
             robust_ci = _interval(robust_q[j], unbounded[j], notes, "pfi_robust_ci95")
         row["ci95_low"], row["ci95_high"] = ratio_ci
         row["pfi_robust_ci95_low"], row["pfi_robust_ci95_high"] = robust_ci
+
+
+def _eq1_term(p: np.ndarray, p_ref: np.ndarray, t: np.ndarray, t_ref: np.ndarray) -> np.ndarray:
+    """Eq. 1's ``(1 - p/p_ref) / (1 - t/t_ref)`` element-wise, in place in two temporaries
+    (the same operations as ``_ratio_terms``, so the same bits)."""
+    num = np.divide(p, p_ref)
+    np.subtract(1.0, num, out=num)
+    den = np.divide(t, t_ref)
+    np.subtract(1.0, den, out=den)
+    return np.divide(num, den, out=num)
 
 
 def _robust_resamples(ps: list[np.ndarray], ts: list[np.ndarray], terms: list[np.ndarray],
@@ -681,7 +797,7 @@ def _robust_resamples(ps: list[np.ndarray], ts: list[np.ndarray], terms: list[np
         fits = [fitted[:, [i]] for i in range(n)]  # (pairs, 1): one resample a row
         power = [a[refit][:, None] for a in ps]
         with np.errstate(invalid="ignore", divide="ignore"):
-            refit_terms = [(1.0 - power[i] / power[ref]) / (1.0 - fits[i] / fits[ref]) for i in range(ref)]
+            refit_terms = [_eq1_term(power[i], power[ref], fits[i], fits[ref]) for i in range(ref)]
         robust[refit] = _robust_mean(fits, refit_terms, used[refit[0]])[:, 0]
     return robust, np.isinf(robust).mean(axis=1)
 
@@ -692,10 +808,11 @@ def _robust_mean(fits: list[np.ndarray], terms: list[np.ndarray], used: np.ndarr
     ref = len(fits) - 1
     total = np.zeros(fits[0].shape)
     counts = np.zeros(fits[0].shape, dtype=int)
-    for i in range(ref):
-        lost = used[:, [i]] & (fits[i] < fits[ref] * (1 - _POOL_RTOL))
+    below = fits[ref] * (1 - _POOL_RTOL)
+    for i in np.flatnonzero(used[:, :ref].any(axis=0)):  # a point no group uses adds nothing
+        lost = used[:, [i]] & (fits[i] < below)
         counts += lost
-        total += np.where(lost & ~np.isnan(terms[i]), terms[i], 0.0)
+        np.add(total, terms[i], out=total, where=lost & ~np.isnan(terms[i]))
     # a resample where no point lost throughput has an unbounded PFI
     return np.where(counts > 0, total / np.maximum(counts, 1), np.inf)
 
@@ -713,16 +830,6 @@ def _interval(bounds: np.ndarray, unbounded: float, notes: list[str], label: str
         notes.append(f"{label}: lower bound unbounded, reported NaN")
     return (float(lo) if np.isfinite(lo) else float("nan"),
             float(hi) if np.isfinite(hi) else float("nan"))
-
-
-def _clean(d: dict[str, Any]) -> dict[str, Any]:
-    """JSON-safe: numpy scalars to Python, NaN/inf to null."""
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, (float, np.floating)):
-            v = float(v) if np.isfinite(v) else None
-        out[k] = v
-    return out
 
 
 def _finish(row: dict[str, Any], statuses: set[str], notes: list[str]) -> dict[str, Any]:

@@ -378,11 +378,13 @@ def test_long_tables_report_progress(monkeypatch):
     import wattflex.pfi as pfi
 
     monkeypatch.setattr(pfi, "PROGRESS_EVERY_S", 0.0)
-    df = pd.concat([sweep().assign(group=f"g{i}") for i in range(3)], ignore_index=True)
+    # groups are analysed by number of caps: a line after each size
+    df = pd.concat([sweep().assign(group=f"g{i}") for i in range(3)]
+                   + [sweep().iloc[1:].assign(group="short")], ignore_index=True)
     lines = []
     out = pfi.pfi_table(df, mc_samples=0, progress=lines.append)
-    assert len(out) == 3 and [line.split("] ", 1)[1] for line in lines] == [
-        f"PFI of {i} of 3 groups" for i in (1, 2, 3)]
+    assert len(out) == 4 and [line.split("] ", 1)[1] for line in lines] == [
+        "PFI of 1 of 4 groups", "PFI of 4 of 4 groups"]
 
 
 def test_monte_carlo_across_groups_equals_each_group_alone(monkeypatch):

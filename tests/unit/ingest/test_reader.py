@@ -49,7 +49,7 @@ def test_bad_rows_are_reported_by_line_and_nothing_is_dropped_silently():
         "job-a,300,0,2400": "duplicate run", "job-a,300,0,2405": "duplicate run",
         "job-b,700": "dram_active = 41 is outside 0-1", "job-b,500": "gpu_model 'A100' differs from 'H100'",
         "job c": "group 'job c'", "job-d,700": "6 fields, the header has 8",
-        "job-d,-200": "cap_w is missing or not positive", "job-d,500": "over 1.5x the cap",
+        "job-d,-200": "cap_w -200 is not a finite positive number", "job-d,500": "over 1.5x the cap",
     }
     with pytest.raises(IngestError) as err:
         ingest("sweep-table", path)

@@ -119,25 +119,8 @@ def run(args: argparse.Namespace) -> int:
 
 def dropped_rows(df, sem_cols) -> list[dict]:
     """The rows ``pfi_table`` leaves out (status ``invalid_values``), by file and line and why:
-    a cap, power or throughput that is not a finite positive number, a cap out of the per-GPU
-    range in W (the ingest rule, ``wattflex.ingest.reader.cap_problem``), or a negative SEM."""
-    import numpy as np
+    the rules ingest rejects rows by (``wattflex.ingest.reader.value_problems``)."""
+    from wattflex.ingest.reader import value_problems
 
-    from wattflex.ingest.reader import cap_problem
-
-    values = {c: df[c].to_numpy(dtype=float) for c in ("cap_w", "power_w", "throughput")}
-    with np.errstate(invalid="ignore"):  # rows to explain: one vectorised test, then each
-        suspect = ~np.logical_and.reduce([np.isfinite(v) & (v > 0) for v in values.values()])
-        suspect |= np.isin(values["cap_w"], [c for c in np.unique(values["cap_w"]) if cap_problem(c)])
-        for c in sem_cols:
-            suspect |= (df[c].to_numpy(dtype=float) < 0) if c is not None else False
-    out = []
-    for i in np.flatnonzero(suspect):
-        row = df.iloc[i]
-        reasons = [f"{c} {row[c]:g} is not a finite positive number" for c in ("cap_w", "power_w", "throughput")
-                   if not (np.isfinite(row[c]) and row[c] > 0)]
-        reasons += [p for p in [cap_problem(row["cap_w"])] if p]
-        reasons += [f"{c} {row[c]:g} is negative" for c in sem_cols if c is not None and row[c] < 0]
-        if reasons:
-            out.append({"where": row["_where"], "reason": "; ".join(reasons)})
-    return out
+    return [{"where": where, "reason": "; ".join(r)}
+            for where, r in zip(df["_where"], value_problems(df, sem_cols)) if r]

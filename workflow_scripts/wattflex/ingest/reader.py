@@ -69,6 +69,8 @@ THROUGHPUT_ALIASES = {"tokens_per_s": ("throughput", "tokens/s"),
                       "tokens_per_s_sem": ("throughput_sem", None)}
 CAP_RANGE_W = (10.0, 2000.0)        # per GPU
 POWER_RANGE_W = (1.0, 2000.0)       # per GPU
+VALUE_COLUMNS = ("cap_w", "power_w", "throughput")  # a run's numbers: finite, positive
+SEM_COLUMNS = ("power_w_sem", "throughput_sem")
 MAX_POWER_OVER_CAP = 1.5            # averages above 1.5x the cap: job total vs per-GPU mix-up
 # Group names are labels (no file path is made of an ingested group), and public sweeps name
 # groups after their models (meta-llama/Llama-3.1-8B): letters, digits and . _ - / + : @.
@@ -271,21 +273,41 @@ def cap_problem(cap: float) -> str | None:
     return None
 
 
+def value_problems(df: pd.DataFrame, sem_cols: Iterable[str | None] = SEM_COLUMNS,
+                   reasons: list[list[str]] | None = None) -> list[list[str]]:
+    """The rules on a run's numbers that every reader applies (``wattflex pfi`` leaves such
+    rows out, ingest rejects them): cap, power and throughput finite and positive, the cap a
+    per-GPU cap in W (``cap_problem``), no negative SEM. Appends to ``reasons`` (one list per
+    row of ``df``, new ones if None) and returns it; a cell already reported as not a number
+    gets no second reason."""
+    reasons = [[] for _ in range(len(df))] if reasons is None else reasons
+    with np.errstate(invalid="ignore"):  # one vectorised test per rule, then only the rows it hits
+        for col in VALUE_COLUMNS:
+            v = df[col].to_numpy(dtype=float)
+            for i in np.flatnonzero(~(np.isfinite(v) & (v > 0))):
+                if not any(r.startswith(f"{col} is not a number") for r in reasons[i]):
+                    reasons[i].append(f"{col} is empty" if np.isnan(v[i])
+                                      else f"{col} {v[i]:g} is not a finite positive number")
+        cap = df["cap_w"].to_numpy(dtype=float)
+        for i in np.flatnonzero((cap < CAP_RANGE_W[0]) | (cap > CAP_RANGE_W[1])):
+            problem = cap_problem(cap[i])
+            if problem:
+                reasons[i].append(problem)
+        for col in (c for c in sem_cols if c is not None and c in df):
+            v = df[col].to_numpy(dtype=float)
+            for i in np.flatnonzero(v < 0):
+                reasons[i].append(f"{col} {v[i]:g} is negative")
+    return reasons
+
+
 def _row_checks(df: pd.DataFrame, reasons: list[list[str]]) -> None:
+    value_problems(df, reasons=reasons)
     gpus = df["gpus"].to_numpy(float)
     for i in range(len(df)):
         r = reasons[i]
         group = df["group"].iloc[i]
         if pd.isna(group) or not GROUP_NAME.match(str(group)):
             r.append(f"group {group!r} is empty or has characters other than letters, digits, . _ - / + : @")
-        for col in ("cap_w", "power_w", "throughput"):
-            v = df[col].iloc[i]
-            if not np.isfinite(v) or v <= 0:
-                if not any(s.startswith(f"{col} is not a number") for s in r):
-                    r.append(f"{col} is missing or not positive ({df[col].iloc[i]})")
-        for col in ("power_w_sem", "throughput_sem"):
-            if col in df and df[col].iloc[i] < 0:
-                r.append(f"{col} is negative ({df[col].iloc[i]:g})")
         for col in INTEGER:
             v = df[col].iloc[i] if col in df else np.nan
             if col in ("gpus", "repeat") and col in df and not np.isfinite(v):
@@ -295,9 +317,6 @@ def _row_checks(df: pd.DataFrame, reasons: list[list[str]]) -> None:
                 r.append(f"{col} must be a whole number >= {0 if col == 'repeat' else 1} ({v:g})")
         n = gpus[i] if np.isfinite(gpus[i]) and gpus[i] >= 1 else np.nan
         cap, power = df["cap_w"].iloc[i], df["power_w"].iloc[i]
-        problem = cap_problem(cap)
-        if problem:
-            r.append(problem)
         if np.isfinite(power) and power > 0 and np.isfinite(n):
             per_gpu = power / n
             if not POWER_RANGE_W[0] <= per_gpu <= POWER_RANGE_W[1]:
