@@ -9,7 +9,7 @@ from wattflex.provenance import read_json
 from wattflex.runs import plan
 from wattflex.runs.training import TrainConfig, train
 
-from .test_training import REPO
+from .training.test_training import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]

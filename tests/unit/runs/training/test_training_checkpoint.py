@@ -11,7 +11,7 @@ from wattflex.provenance import read_json
 from wattflex.runs.training import TrainConfig, checkpoint, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
 
 
