@@ -4,6 +4,7 @@ Everything under tests/workflow/ is slow. A test that starts Snakemake or torchr
 marked slow, and one that starts Snakemake must live under tests/workflow/: a test that breaks
 this fails when it starts the process, naming the rule, so the fast tier stays fast.
 (Processes started by the started process, and fixtures wider than a test, are not watched.)
+With pytest-xdist (``-n 4 --dist loadgroup``), tests that share a wide fixture run on one worker.
 """
 
 from __future__ import annotations
@@ -46,10 +47,25 @@ def tier_violation(tool: str, test_path: Path, slow: bool) -> str:
     return ""
 
 
+def xdist_group(item) -> str:
+    """The pytest-xdist worker group (``--dist loadgroup``) of a test ('' for any worker): the
+    SLURM tests share one local cluster; tests that share a module- or session-scoped fixture of
+    their own (a Snakemake run of a campaign, a VTN) go to one worker, which builds it once."""
+    if item.get_closest_marker("slurm"):
+        return "slurm_cluster"
+    shared = sorted(f"{d.scope}:{d.baseid}::{name}" for name, defs in item._fixtureinfo.name2fixturedefs.items()
+                    for d in defs if d.baseid not in ("", "tests")  # the root conftest's are constants
+                    and (d.scope == "module" or d.scope == "session" and d.argnames))  # a session one that builds
+    return shared[0] if shared else ""
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(items):
     for item in items:
         if Path(item.path).resolve().is_relative_to(WORKFLOW_TESTS):
             item.add_marker(pytest.mark.slow)
+        if group := xdist_group(item):
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)

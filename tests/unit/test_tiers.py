@@ -49,6 +49,11 @@ def test_everything_under_tests_workflow_is_in_the_slow_tier():
         def add_marker(self, mark):
             self.marks.append(mark.name)
 
+        def get_closest_marker(self, name):
+            return None
+
+    Item._fixtureinfo = type("FixtureInfo", (), {"name2fixturedefs": {}})
+
     workflow, unit = Item(WORKFLOW_TESTS / "test_x.py"), Item(UNIT_TEST)
     pytest_collection_modifyitems([workflow, unit])
     assert workflow.marks == ["slow"] and unit.marks == []
