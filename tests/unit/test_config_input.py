@@ -4,10 +4,6 @@ models; every shipped config still validates; the merge onto config/config.yaml 
 
 import copy
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -184,42 +180,6 @@ def test_defaulted_sections_names_what_the_users_file_left_out(tmp_path):
     zeus = REPO / "config" / "zeus-nsdi23.yaml"
     got = defaulted_sections(merged(load(zeus)), [zeus])
     assert "allocation" in got and "groups" not in got and "backend" not in got
-
-
-def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    """A dry run in ``workdir``, which holds a copy of config/ as a checkout does (the
-    Snakefile's ``configfile: "config/config.yaml"`` is relative to the working directory)."""
-    shutil.copytree(REPO / "config", workdir / "config", dirs_exist_ok=True)
-    exe = Path(sys.executable).parent / "snakemake"
-    return subprocess.run([str(exe), "-s", str(REPO / "Snakefile"), "-d", str(workdir), "-n", "--cores", "1", *args],
-                          capture_output=True, text=True, cwd=REPO, timeout=300,
-                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
-
-
-def test_dry_run_of_a_cuda_campaign_without_weights_fails_naming_the_key(tmp_path):
-    cfg = load(TINY)
-    cfg.update(campaign="tiny-cuda", backend="cuda", cuda={"modle_path": "/models/mistral"})
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-    proc = _snakemake(tmp_path, "--configfile", str(tmp_path / "c.yaml"))
-    assert proc.returncode != 0
-    assert "config error at cuda: unknown key 'modle_path' (did you mean 'model_path'?)" in proc.stdout + proc.stderr
-    cfg["cuda"] = {"cap_control": "nvml"}
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-    proc = _snakemake(tmp_path, "--configfile", str(tmp_path / "c.yaml"))
-    assert proc.returncode != 0
-    assert "config error at cuda.model_path: missing: no model weights" in proc.stdout + proc.stderr
-
-
-def test_dry_run_says_which_sections_came_from_the_default_config(tmp_path):
-    cfg = load(TINY)
-    cfg.update(backend="cuda", cuda={"tiny": True})      # a complete measured campaign
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-    proc = _snakemake(tmp_path, "--configfile", str(tmp_path / "c.yaml"))
-    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("wattflex: sections not in")]
-    assert len(lines) == 1, proc.stderr[-3000:]
-    assert "come from config/config.yaml: sweep, emulator, staircase, stats, predictor, tables, control" in lines[0]
-    assert "--replace-workflow-config" in lines[0]
-    assert proc.returncode == 0, proc.stdout[-3000:]
 
 
 def test_the_docs_minimal_measured_campaign_validates(tmp_path):

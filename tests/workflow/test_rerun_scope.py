@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 import yaml
 
 from .conftest import REPO
+from .file_modes import bound_by_file_modes, why_not_bound
 
 pytestmark = pytest.mark.slow
 
@@ -83,10 +83,12 @@ def campaign_config() -> dict:
 
 
 def snakemake(workflow: Path, work: Path, config: Path, *args: str, check: bool = True,
-              user: int | None = None) -> subprocess.CompletedProcess:
+              user: int | None = None, file_modes_bind: bool = False) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(workflow / "workflow_scripts")}
     cmd = [sys.executable, "-m", "snakemake", "-s", str(workflow / "Snakefile"), "--directory", str(work),
            "--configfile", str(config), *args]
+    if file_modes_bind:
+        cmd = bound_by_file_modes(cmd)
     if user is not None:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
         env["HOME"] = str(work)
@@ -304,33 +306,23 @@ def test_run_outputs_are_write_protected_for_real_backends_only(campaign, backen
     assert (m.group(3) == "''") == run_code_empty  # a real run's params carry no code fingerprint
 
 
-def _can_drop_privileges() -> bool:
-    return os.geteuid() == 0 and shutil.which("setpriv") is not None
-
-
-@pytest.mark.skipif(not _can_drop_privileges(),
-                    reason="needs root + setpriv to act as an unprivileged user (root ignores write protection)")
-def test_snakemake_refuses_to_regenerate_a_write_protected_run(base):
+@pytest.mark.skipif(bool(why_not_bound()), reason=why_not_bound())
+def test_snakemake_refuses_to_regenerate_a_write_protected_run(campaign):
     """What Snakemake leaves after a real run (read-only files) is never overwritten: a
-    change to that run's spec makes Snakemake stop and name the files, for a non-root user."""
-    root = Path(tempfile.mkdtemp(prefix="wattflex-protect-", dir="/tmp"))
+    change to that run's spec makes Snakemake stop and name the files, for a process that file
+    modes bind (an unprivileged user; root without its file-permission capabilities), from a
+    clone anywhere (tests/workflow/file_modes.py)."""
+    run_dir = campaign.work / "results" / "tiny" / "runs" / "moe-ft-qwen30ba3b-x8" / "cap200"
+    for f in ("telemetry.parquet", "steps.parquet", "run.json"):
+        os.chmod(run_dir / f, 0o444)
     try:
-        os.chmod(root, 0o755)
-        camp = Campaign(copy_workflow(root / "workflow", base.workflow), root / "work", root / "campaign.yaml")
-        copy_tree(base.work, camp.work)
-        copy_tree(base.config, camp.config)
-        run_dir = camp.work / "results" / "tiny" / "runs" / "moe-ft-qwen30ba3b-x8" / "cap200"
-        for dirpath, _, files in os.walk(root):
-            os.chown(dirpath, 65534, 65534)
-            for f in files:
-                os.chown(os.path.join(dirpath, f), 65534, 65534)
-        for f in ("telemetry.parquet", "steps.parquet", "run.json"):
-            os.chmod(run_dir / f, 0o444)
-        camp.edit_config(lambda c: c["groups"][2].update(batch=8))  # that run's spec changes
-        proc = snakemake(camp.workflow, camp.work, camp.config, "-n", "--cores", "2", check=False, user=65534)
+        campaign.edit_config(lambda c: c["groups"][2].update(batch=8))  # that run's spec changes
+        proc = snakemake(campaign.workflow, campaign.work, campaign.config, "-n", "--cores", "2", check=False,
+                         file_modes_bind=True)
         text = proc.stdout + proc.stderr
         assert proc.returncode != 0 and "Write-protected output files" in text, text[-3000:]
         assert "moe-ft-qwen30ba3b-x8/cap200/run.json" in text
         assert (run_dir / "run.json").is_file()
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        for f in ("telemetry.parquet", "steps.parquet", "run.json"):
+            os.chmod(run_dir / f, 0o644)  # so that pytest can clean tmp_path up as any user

@@ -158,7 +158,7 @@ def test_fake_nvml_caps_set_and_restored_on_both_nodes(two_node_run):
 
 # ---- the staircase across both nodes ----------------------------------------------------------
 STAIRCASE_CAPS = [300, 450, 600]       # below the FAKE GPUs' 700 W, so each set and the restore show
-# Loose enough for CPU step-time noise (tests/unit/runs/test_sweep_real.py): control flow, not precision.
+# Loose enough for CPU step-time noise (tests/unit/runs/sweep/test_sweep_real.py): control flow, not precision.
 CRITERIA = {"target_rel_se": 0.5, "min_settle_s": 0.3, "min_samples": 4, "min_steps": 2, "max_dwell_s": 8.0}
 
 

@@ -151,7 +151,7 @@ def test_config_check_refuses_a_bad_command_naming_the_group(tmp_path):
 
 @pytest.mark.slow
 def test_fake_nvml_staircase_steps_the_own_scripts_caps_in_one_run_and_stops_it(fake_nvml, tmp_path):
-    from tests.unit.runs.test_sweep_real import CAPS, set_calls_w, sweep_spec
+    from tests.unit.runs.sweep.test_sweep_real import CAPS, set_calls_w, sweep_spec
     from wattflex.runs.sweep.real import write_real_sweep_run
 
     spec = sweep_spec(tmp_path, "staircase")
@@ -173,7 +173,7 @@ def test_fake_nvml_staircase_steps_the_own_scripts_caps_in_one_run_and_stops_it(
 
 @pytest.mark.slow
 def test_fake_nvml_staircase_of_a_command_that_prints_no_throughput_fails_restored(fake_nvml, tmp_path):
-    from tests.unit.runs.test_sweep_real import sweep_spec
+    from tests.unit.runs.sweep.test_sweep_real import sweep_spec
     from wattflex.runs.sweep.real import write_real_sweep_run
 
     spec = sweep_spec(tmp_path, "staircase")

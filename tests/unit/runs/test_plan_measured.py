@@ -10,7 +10,7 @@ from wattflex.runs import plan
 from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.loop import train
 
-from .test_training import REPO
+from .training.test_training import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]

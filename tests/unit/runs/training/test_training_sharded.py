@@ -12,12 +12,12 @@ import pytest
 import torch
 import yaml
 
-from tests.unit.runs.training_helpers import run_probe, torchrun
+from tests.unit.runs.training.helpers import run_probe, torchrun
 from wattflex.runs.training import models
 from wattflex.runs.training.config import TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
 
 

@@ -105,7 +105,7 @@ def test_adaptive_spends_its_budget_where_the_pfi_is_uncertain(default_config):
 
 
 def test_run_sweep_refuses_an_unknown_backend_with_a_clear_message(spec):
-    # (the cuda backend: tests/unit/runs/test_sweep_real.py)
+    # (the cuda backend: tests/unit/runs/sweep/test_sweep_real.py)
     with pytest.raises(ValueError, match="unknown backend 'rocm'"):
         run_sweep({**spec, "backend": "rocm"})
     with pytest.raises(ValueError, match="wattflex.runs.sweep.real"):

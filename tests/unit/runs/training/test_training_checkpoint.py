@@ -13,7 +13,7 @@ from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.loop import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
 
 

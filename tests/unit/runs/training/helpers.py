@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 
 # A probe's first lines: the harness's model (``model``, ``info``) in this rank, and a whole,
 # one-process reference (``ref``, ``ref_params``) built from the same config and seed.

@@ -5,7 +5,7 @@ eval batch's ``causal_lm_loss``: a real tiny model trained for a few steps on CP
 import pytest
 import torch
 
-from tests.unit.runs.test_training_loss import tiny_cfg
+from tests.unit.runs.training.test_training_loss import tiny_cfg
 from wattflex.runs.training import loop, loss, models
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py

@@ -209,7 +209,7 @@ def test_fake_nvml_staircase_where_auto_chooses_dcgm(fake_nvml, fake_dcgmi_on_pa
     """The one-run staircase (real CPU training steered through the cap grid on FAKE NVML)
     where GPM is held by "DCGM": ``auto`` picks the FAKE dcgmi, every cap is still set and
     restored through NVML, and the run's telemetry carries DCGM's fields."""
-    from tests.unit.runs.test_sweep_real import CAPS, sweep_spec
+    from tests.unit.runs.sweep.test_sweep_real import CAPS, sweep_spec
     from wattflex.runs.sweep.real import write_real_sweep_run
 
     fake_nvml.reset(n_gpus=2, path=fake_nvml._state_path(), gpm="no_permission")

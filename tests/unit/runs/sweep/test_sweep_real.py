@@ -21,7 +21,7 @@ import pytest
 from tests.fakes import fake_pynvml
 from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
 from tests.unit.runs.test_real_run import _cmdline_has, cuda_spec
-from tests.unit.runs.test_sweep_algorithm import FakeGpu
+from tests.unit.runs.sweep.test_sweep_algorithm import FakeGpu
 from wattflex.runs.devices.caps import CapConstraintError, CapError, CapSignal
 from wattflex.provenance import read_json, read_parquet
 from wattflex.runs.sweep.algorithm import restored_on_exit

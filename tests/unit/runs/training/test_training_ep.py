@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from tests.unit.runs.training_helpers import run_probe, torchrun
+from tests.unit.runs.training.helpers import run_probe, torchrun
 from wattflex.provenance import read_parquet
 from wattflex.runs.training import models
 from wattflex.runs.training.config import TrainConfig
@@ -20,7 +20,7 @@ from wattflex.runs.training.loop import train
 from wattflex.runs.training import parallel as par
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
 QWEN_MOE, GPT_OSS, LLAMA = "Qwen3-30B-A3B", "gpt-oss-20b", "Llama-3.1-70B"
 

@@ -16,7 +16,7 @@ from wattflex.runs.sweep.algorithm import restored_on_exit, staircase
 from wattflex.runs.sweep.real import PollingRun
 from wattflex.runs.sweep.steady import SteadyCriteria
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 
 
 class FakeGpu:

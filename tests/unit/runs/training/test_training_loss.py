@@ -8,13 +8,13 @@ import pytest
 import torch
 import yaml
 
-from tests.unit.runs.training_helpers import run_probe
+from tests.unit.runs.training.helpers import run_probe
 from wattflex.runs.training import models
 from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.loss import causal_lm_loss, chunked_applies, chunked_causal_lm_loss
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
 
 

@@ -27,7 +27,7 @@ from wattflex.runs.training import models
 from wattflex.gpus import peak_bf16_flops
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
 # One catalog model per family: Llama, Qwen3 (dense), Qwen3-MoE, gpt-oss, Mixtral-style, DeepSeek-V2
 FAMILIES = {"llama": "Llama-3.1-70B", "qwen3": "Qwen3-32B", "qwen3_moe": "Qwen3-30B-A3B",

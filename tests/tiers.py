@@ -1,0 +1,83 @@
+"""The two test tiers (issue 28): ``pytest -m "not slow"`` is the fast tier, ``-m slow`` the rest.
+
+Everything under tests/workflow/ is slow. A test that starts Snakemake or torchrun must be
+marked slow, and one that starts Snakemake must live under tests/workflow/: a test that breaks
+this fails when it starts the process, naming the rule, so the fast tier stays fast.
+(Processes started by the started process, and fixtures wider than a test, are not watched.)
+With pytest-xdist (``-n 4 --dist loadgroup``), tests that share a wide fixture run on one worker.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+WORKFLOW_TESTS = Path(__file__).resolve().parent / "workflow"
+# What starts Snakemake or torchrun: the console scripts, or python -m of their modules.
+SCRIPTS = {"snakemake": "Snakemake", "torchrun": "torchrun"}
+MODULES = {"snakemake": "Snakemake", "torch.distributed.run": "torchrun", "torch.distributed.launch": "torchrun"}
+
+
+def started_tool(argv) -> str:
+    """'Snakemake' or 'torchrun' if ``argv`` starts one, else ''."""
+    args = [argv] if isinstance(argv, (str, bytes, os.PathLike)) else list(argv)
+    args = [os.fsdecode(a) for a in args]
+    if len(args) == 1 and " " in args[0]:  # a shell command line
+        args = args[0].split()
+    for i, arg in enumerate(args):
+        if os.path.basename(arg) in SCRIPTS:
+            return SCRIPTS[os.path.basename(arg)]
+        if arg == "-m" and i + 1 < len(args) and args[i + 1] in MODULES:
+            return MODULES[args[i + 1]]
+    return ""
+
+
+def tier_violation(tool: str, test_path: Path, slow: bool) -> str:
+    """Why a test at ``test_path`` may not start ``tool`` ('' if it may)."""
+    if not tool:
+        return ""
+    if not slow:
+        return f"starts {tool} but is not marked slow: mark it @pytest.mark.slow" + (
+            " and move it under tests/workflow/" if tool == "Snakemake" else "")
+    if tool == "Snakemake" and not test_path.resolve().is_relative_to(WORKFLOW_TESTS):
+        return "starts Snakemake outside tests/workflow/: move it there"
+    return ""
+
+
+def xdist_group(item) -> str:
+    """The pytest-xdist worker group (``--dist loadgroup``) of a test ('' for any worker): the
+    SLURM tests share one local cluster; tests that share a module- or session-scoped fixture of
+    their own (a Snakemake run of a campaign, a VTN) go to one worker, which builds it once."""
+    if item.get_closest_marker("slurm"):
+        return "slurm_cluster"
+    shared = sorted(f"{d.scope}:{d.baseid}::{name}" for name, defs in item._fixtureinfo.name2fixturedefs.items()
+                    for d in defs if d.baseid not in ("", "tests")  # the root conftest's are constants
+                    and (d.scope == "module" or d.scope == "session" and d.argnames))  # a session one that builds
+    return shared[0] if shared else ""
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if Path(item.path).resolve().is_relative_to(WORKFLOW_TESTS):
+            item.add_marker(pytest.mark.slow)
+        if group := xdist_group(item):
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(autouse=True)
+def _tier_guard(request, monkeypatch):
+    slow = request.node.get_closest_marker("slow") is not None
+    test_path = Path(request.node.path)
+    popen_init = subprocess.Popen.__init__
+
+    def guarded(self, args, *rest, **kwargs):
+        why = tier_violation(started_tool(args), test_path, slow)
+        if why:
+            pytest.fail(f"{request.node.nodeid} {why} (tests/tiers.py)", pytrace=False)
+        popen_init(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded)

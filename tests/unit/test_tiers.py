@@ -1,0 +1,59 @@
+"""tests/tiers.py: what counts as starting Snakemake or torchrun, and where such a test may live."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.tiers import WORKFLOW_TESTS, pytest_collection_modifyitems, started_tool, tier_violation
+
+UNIT_TEST = WORKFLOW_TESTS.parent / "unit" / "test_x.py"
+
+
+@pytest.mark.parametrize("argv, tool", [
+    ([sys.executable, "-m", "snakemake", "-n"], "Snakemake"),
+    (["/venv/bin/snakemake", "--cores", "1"], "Snakemake"),
+    (["setpriv", "--inh-caps=-all", sys.executable, "-m", "snakemake"], "Snakemake"),
+    ("snakemake -n --cores 1", "Snakemake"),
+    ([sys.executable, "-m", "torch.distributed.run", "--standalone", "x.py"], "torchrun"),
+    (["torchrun", "--nproc-per-node=2", "x.py"], "torchrun"),
+    ([sys.executable, "tests/fakes/fake_torchrun.py"], ""),
+    ([sys.executable, "-m", "wattflex.cli", "pfi"], ""),
+    ([sys.executable, "-c", "import snakemake"], ""),
+])
+def test_started_tool(argv, tool):
+    assert started_tool(argv) == tool
+
+
+def test_where_each_tool_may_run():
+    assert "not marked slow" in tier_violation("torchrun", UNIT_TEST, slow=False)
+    assert tier_violation("torchrun", UNIT_TEST, slow=True) == ""
+    assert "move it under tests/workflow/" in tier_violation("Snakemake", UNIT_TEST, slow=False)
+    assert "outside tests/workflow/" in tier_violation("Snakemake", UNIT_TEST, slow=True)
+    assert tier_violation("Snakemake", WORKFLOW_TESTS / "test_x.py", slow=True) == ""
+    assert tier_violation("", UNIT_TEST, slow=False) == ""
+
+
+def test_this_fast_test_may_not_start_snakemake():
+    """The guard is on in this very test (not slow, under tests/unit/)."""
+    with pytest.raises(pytest.fail.Exception, match="starts Snakemake but is not marked slow"):
+        subprocess.run([sys.executable, "-m", "snakemake", "--version"], capture_output=True)
+    assert subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True, text=True).stdout == "1\n"
+
+
+def test_everything_under_tests_workflow_is_in_the_slow_tier():
+    class Item:
+        def __init__(self, path):
+            self.path, self.marks = path, []
+
+        def add_marker(self, mark):
+            self.marks.append(mark.name)
+
+        def get_closest_marker(self, name):
+            return None
+
+    Item._fixtureinfo = type("FixtureInfo", (), {"name2fixturedefs": {}})
+
+    workflow, unit = Item(WORKFLOW_TESTS / "test_x.py"), Item(UNIT_TEST)
+    pytest_collection_modifyitems([workflow, unit])
+    assert workflow.marks == ["slow"] and unit.marks == []
