@@ -51,6 +51,10 @@ class SnakemakeInternalsChanged(RuntimeError):
 
 def _resolve(dotted: str) -> Any:
     module, _, name = dotted.rpartition(".")
+    # Snakemake's modules load in the order its API imports them: snakemake.workflow imported
+    # first in a process that has only imported snakemake.jobs is a circular import
+    # (ImportError: partially initialized module), as a fresh pytest-xdist worker found.
+    importlib.import_module("snakemake.api")
     return getattr(importlib.import_module(module), name)
 
 
