@@ -105,6 +105,7 @@ Recompute on a subset of caps (paper Table 9) with ``grid_subset`` + ``pfi_table
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -693,16 +694,15 @@ _TRIM_THRESHOLD_B = 256 * 2**20  # freed memory kept for reuse, at most
 _MMAP_THRESHOLD_B = 32 * 2**20   # glibc's largest: arrays below it come from the reusable heap
 
 
+@functools.cache  # a process-wide setting: asked once, not on every pfi_table call
 def _keep_freed_memory() -> None:
     """Ask glibc (if this is glibc) to keep freed memory for reuse instead of returning it
     to the OS and faulting it in again at the next batch; elsewhere nothing is done."""
     import ctypes
-    import ctypes.util
 
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name) if name else None
-        if libc is not None and hasattr(libc, "mallopt") and hasattr(libc, "gnu_get_libc_version"):
+        libc = ctypes.CDLL(None)  # the process's own symbols: libc's where it is linked in
+        if hasattr(libc, "mallopt") and hasattr(libc, "gnu_get_libc_version"):
             libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_B)
             libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_B)
     except OSError:  # no loadable C library: the defaults stay
