@@ -153,19 +153,20 @@ _DefaultFillingValidator = jsonschema.validators.extend(jsonschema.Draft202012Va
                                                         {"properties": _fill_properties})
 
 
-def fill_defaults(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> list[str]:
+def fill_defaults(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH,
+                  schema: dict[str, Any] | None = None) -> list[str]:
     """Set every key the schema gives a ``default:`` and ``cfg`` leaves out, in place, at every
     level (the schema is the one place defaults are stated; code reads ``cfg[key]``). Returns
-    the top-level keys so filled."""
+    the top-level keys so filled. ``schema``: the schema already read (prepare reads it once)."""
     before = set(cfg)
-    for _ in _DefaultFillingValidator(read_yaml(schema_path)).iter_errors(cfg):
+    for _ in _DefaultFillingValidator(schema if schema is not None else read_yaml(schema_path)).iter_errors(cfg):
         pass        # filling only: validate_schema reports the problems
     return [k for k in cfg if k not in before]
 
 
-def validate_schema(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> None:
-
-    schema = read_yaml(schema_path)
+def validate_schema(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH,
+                    schema: dict[str, Any] | None = None) -> None:
+    schema = schema if schema is not None else read_yaml(schema_path)
     validator = jsonschema.Draft202012Validator(schema)
     cfg = {k: v for k, v in cfg.items() if k not in INTERNAL_KEYS}
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
@@ -463,11 +464,12 @@ def prepare(cfg: dict[str, Any], base: Path = REPO_ROOT, schema_path: str | Path
     exist (``check_cuda``; relative paths against ``cwd``)."""
     if not isinstance(cfg, dict):
         raise ConfigError("config error at (top level): expected a mapping")
-    filled = fill_defaults(cfg, schema_path)
+    schema = read_yaml(schema_path)          # once: filling and validating read the same schema
+    filled = fill_defaults(cfg, schema=schema)
     if isinstance(cfg.get("group_defaults"), dict):
         cfg["group_defaults"].setdefault("gpu", DEFAULT_GPU)   # the GPU catalogue's default (wattflex.gpus)
     cfg["_schema_defaulted"] = sorted(set(cfg.get("_schema_defaulted", [])) | set(filled))
-    validate_schema(cfg, schema_path)
+    validate_schema(cfg, schema=schema)
     check_names(cfg)
     if cfg["source"] == "generate":
         cat_path = resolve_path(cfg["models_catalog"], base)
