@@ -91,8 +91,7 @@ def _scheduler_problem() -> str | None:
 @functools.cache
 def check_internals() -> None:
     """Raise SnakemakeInternalsChanged naming every patched internal that changed."""
-    import snakemake
-    import snakemake.api  # noqa: F401  (imports snakemake.workflow, which alone hits an import cycle)
+    import snakemake   # its version, for the message (_resolve imports the modules, snakemake.api first)
 
     problems = [p for p in (*(_problem(*entry) for entry in PATCHED), _scheduler_problem()) if p]
     if problems:
