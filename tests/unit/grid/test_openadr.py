@@ -17,7 +17,9 @@ from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
 from wattflex import cli
 from wattflex.provenance import read_csv, read_json
 
-pytestmark = pytest.mark.fake_gpu
+# slow: each test follows a real openleadr VTN for 5-11 s of wall time (the serial slow tier, not
+# the 4 parallel workers of the fast one, whose load could starve that timing)
+pytestmark = [pytest.mark.fake_gpu, pytest.mark.slow]
 VEN_ID = "ven-wattflex"
 
 
