@@ -57,3 +57,25 @@ def test_everything_under_tests_workflow_is_in_the_slow_tier():
     workflow, unit = Item(WORKFLOW_TESTS / "test_x.py"), Item(UNIT_TEST)
     pytest_collection_modifyitems([workflow, unit])
     assert workflow.marks == ["slow"] and unit.marks == []
+
+
+def test_xdist_keeps_each_group_on_one_worker(tmp_path):
+    """With the installed pytest and pytest-xdist, ``--dist loadgroup`` really sends a group to one
+    worker. pytest 9.2 broke this silently (pytest-xdist#1386: the SLURM modules then ran on three
+    workers, each tearing down the others' cluster); this fails instead."""
+    (tmp_path / "tests" / "workflow").mkdir(parents=True)
+    (tmp_path / "tests" / "__init__.py").touch()
+    (tmp_path / "tests" / "workflow" / "__init__.py").touch()
+    (tmp_path / "tests" / "tiers.py").write_text((WORKFLOW_TESTS.parent / "tiers.py").read_text())
+    (tmp_path / "tests" / "conftest.py").write_text('pytest_plugins = ["tests.tiers"]\n')
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: s\n    slurm: s\n")
+    for name in "abc":
+        (tmp_path / "tests" / "workflow" / f"test_{name}.py").write_text(
+            "import pytest\npytestmark = pytest.mark.slurm\n"
+            "def test_1(): pass\ndef test_2(): pass\n")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-n", "3", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider",
+                          "tests"], cwd=tmp_path, capture_output=True, text=True, timeout=120).stdout
+    ran = [line.split() for line in out.splitlines() if " PASSED " in line]
+    assert len(ran) == 6, out
+    assert all(words[-1].endswith("@slurm_cluster") for words in ran), out
+    assert len({words[0] for words in ran}) == 1, f"the SLURM group ran on several workers:\n{out}"

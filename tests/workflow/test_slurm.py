@@ -13,6 +13,7 @@ job and checks that a 2-GPU run waits for them although CPUs are free.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -77,6 +78,11 @@ def local_cluster(tmp: Path, ngpus: int, nnodes: int = 1):
         pytest.skip("slurmctld/munged not installed (apt-get install slurm-wlm munge): SLURM tests skipped")
     if os.geteuid() != 0:
         pytest.skip("starting a SLURM cluster needs root: SLURM tests skipped")
+    # One cluster on this machine at a time (cluster.sh brings the previous one down): xdist keeps the
+    # SLURM tests on one worker (the "slurm_cluster" group, tests/tiers.py); this lock holds if that
+    # ever stops, so a second worker waits for the first's cluster instead of tearing it down.
+    lock = open(Path(os.environ.get("TMPDIR", "/tmp")) / "wattflex-test-slurm.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
     # Every job ends with the shipped epilog (real wattflex, an empty cap-record directory);
     # the wrapper notes each job it ran for, so the test can see it ran and kept the node up.
     ran = tmp / "epilog-ran.txt"
@@ -92,6 +98,7 @@ def local_cluster(tmp: Path, ngpus: int, nnodes: int = 1):
                         text=True)
     if up.returncode != 0:
         subprocess.run([str(CLUSTER), "down"], capture_output=True)
+        lock.close()
         pytest.fail(f"cluster.sh up failed:\n{up.stdout}\n{up.stderr}")
     conf = subprocess.run([str(CLUSTER), "env"], capture_output=True, text=True, check=True).stdout
     old = os.environ.get("SLURM_CONF")
@@ -100,6 +107,7 @@ def local_cluster(tmp: Path, ngpus: int, nnodes: int = 1):
         yield {"epilog_ran": ran, "epilog_log": tmp / "epilog.log"}
     finally:
         subprocess.run([str(CLUSTER), "down"], capture_output=True, text=True)
+        lock.close()  # releases the flock
         if old is None:
             os.environ.pop("SLURM_CONF", None)
         else:
