@@ -38,9 +38,9 @@ from wattflex.architectures import ARCHITECTURES
 from wattflex.errors import ConfigError
 from wattflex.gpus import DEFAULT_GPU, gpu_spec
 from wattflex.run_ids import run_id
+# the schema's reading lives below config, so the dataclasses of lower layers can take their defaults
+from wattflex.schema import REPO_ROOT, SCHEMA_PATH, DuplicateKeyError, read_schema, read_yaml  # noqa: F401
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SCHEMA_PATH = REPO_ROOT / "config" / "schema" / "config.schema.yaml"
 
 
 # run.* keys that decide how runs are scheduled, not what they measure: kept out of run
@@ -81,51 +81,6 @@ def _unknown_keys(instance: dict[str, Any], schema: dict[str, Any]) -> str:
             f"{', '.join(known) or 'none'}")
 
 
-class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-    """libyaml's safe loader where PyYAML has it (same documents as ``yaml.safe_load``, ~10x
-    faster: the schema is read at every ``snakemake`` start) that refuses a key given twice
-    in one mapping: YAML requires unique keys, PyYAML silently keeps the last one."""
-
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            first: dict[Any, int] = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue  # `<<: *defaults`: keys given beside it override, by design
-                key = self.construct_object(key_node, deep=True)
-                line = key_node.start_mark.line + 1
-                try:
-                    if key in first:
-                        raise DuplicateKeyError(line, f"key {key!r} given twice in one mapping (first at line "
-                                                      f"{first[key]}); YAML keeps only the last: delete one")
-                    first[key] = line
-                except TypeError:  # an unhashable (complex) key: the constructor reports it
-                    pass
-        return super().construct_mapping(node, deep=deep)
-
-
-class DuplicateKeyError(yaml.YAMLError):
-    def __init__(self, line: int, message: str):
-        super().__init__(message)
-        self.line, self.message = line, message
-
-
-def read_yaml(path: str | Path) -> Any:
-    """A YAML file (UTF-8, a byte-order mark allowed) with unique keys; a file in another
-    encoding or with a key given twice raises :class:`ConfigError` naming the file (and line)."""
-    raw = Path(path).read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        found = "UTF-16 (it starts with a UTF-16 byte-order mark)" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") \
-            else f"byte {raw[exc.start]:#04x} at offset {exc.start} is not UTF-8"
-        raise ConfigError(f"{path}: not UTF-8 text: {found}; save it as UTF-8") from None
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)
-    except DuplicateKeyError as exc:
-        raise ConfigError(f"{path}:{exc.line}: {exc.message}") from None
-
-
 def check_config_files(paths: list[str | Path]) -> None:
     """Read each config file as wattflex reads YAML (:func:`read_yaml`): Snakemake loads
     ``--configfile`` files itself, keeping the last of duplicate keys."""
@@ -153,20 +108,26 @@ _DefaultFillingValidator = jsonschema.validators.extend(jsonschema.Draft202012Va
                                                         {"properties": _fill_properties})
 
 
+def _read_schema(schema_path: str | Path) -> dict[str, Any]:
+    """The schema at ``schema_path``; the shipped one is read once per process (read_schema),
+    shared with the dataclasses that take their defaults from it."""
+    return read_schema() if Path(schema_path) == SCHEMA_PATH else read_yaml(schema_path)
+
+
 def fill_defaults(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH,
                   schema: dict[str, Any] | None = None) -> list[str]:
     """Set every key the schema gives a ``default:`` and ``cfg`` leaves out, in place, at every
     level (the schema is the one place defaults are stated; code reads ``cfg[key]``). Returns
     the top-level keys so filled. ``schema``: the schema already read (prepare reads it once)."""
     before = set(cfg)
-    for _ in _DefaultFillingValidator(schema if schema is not None else read_yaml(schema_path)).iter_errors(cfg):
+    for _ in _DefaultFillingValidator(schema if schema is not None else _read_schema(schema_path)).iter_errors(cfg):
         pass        # filling only: validate_schema reports the problems
     return [k for k in cfg if k not in before]
 
 
 def validate_schema(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH,
                     schema: dict[str, Any] | None = None) -> None:
-    schema = schema if schema is not None else read_yaml(schema_path)
+    schema = schema if schema is not None else _read_schema(schema_path)
     validator = jsonschema.Draft202012Validator(schema)
     cfg = {k: v for k, v in cfg.items() if k not in INTERNAL_KEYS}
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
@@ -464,7 +425,7 @@ def prepare(cfg: dict[str, Any], base: Path = REPO_ROOT, schema_path: str | Path
     exist (``check_cuda``; relative paths against ``cwd``)."""
     if not isinstance(cfg, dict):
         raise ConfigError("config error at (top level): expected a mapping")
-    schema = read_yaml(schema_path)          # once: filling and validating read the same schema
+    schema = _read_schema(schema_path)       # once: filling and validating read the same schema
     filled = fill_defaults(cfg, schema=schema)
     if isinstance(cfg.get("group_defaults"), dict):
         cfg["group_defaults"].setdefault("gpu", DEFAULT_GPU)   # the GPU catalogue's default (wattflex.gpus)
