@@ -16,6 +16,7 @@ import numpy as np
 
 from wattflex.metrics import activity_metrics, telemetry_columns
 from wattflex.provenance import read_json, read_parquet
+from wattflex.schema import section_defaults
 
 if TYPE_CHECKING:  # the column names are imported by every run's job, which needs no pandas
     import pandas as pd
@@ -36,13 +37,16 @@ def __getattr__(name: str) -> list[str]:
 WARMUP, STARTUP, TRAINING, DIP = "warmup", "startup", "training", "dip"
 
 
+_SUMMARY = section_defaults("summary")
+
+
 @dataclass(frozen=True)
 class SummaryProtocol:
-    """How a run's steady state is condensed (paper §2 by default)."""
-    aggregate: str = "top10"          # "top10": mean of the top fraction of samples; "mean": plain mean
-    top_fraction: float = 0.10
-    train_util_threshold: float = 50.0
-    warmup_fb_gib: float = 10.0
+    """How a run's steady state is condensed (config ``summary:``; defaults: the schema's, the paper's §2)."""
+    aggregate: str = _SUMMARY["aggregate"]   # "top10": mean of the top fraction of samples; "mean": plain mean
+    top_fraction: float = _SUMMARY["top_fraction"]
+    train_util_threshold: float = _SUMMARY["train_util_threshold"]
+    warmup_fb_gib: float = _SUMMARY["warmup_fb_gib"]
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any] | None) -> "SummaryProtocol":

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from wattflex.allocation.policies import POLICIES
+from wattflex.schema import section_defaults
 
 # Settings the per-cut simulation does not read: changing them reruns only the merge.
 MERGE_ONLY_KEYS = ("cuts", "headline", "published")
@@ -20,50 +21,67 @@ def cut_label(cut: float) -> str:
     return repr(float(cut))
 
 
+# The ``allocation:`` section's nested mappings and the flat fields their keys become.
+NESTED_KEYS = {
+    "production": {"pretraining_fraction": "pretraining_fraction"},
+    "sla": {"tiers": "sla_tiers", "tier_weights": "sla_tier_weights"},
+    "out_of_sample": {"splits": "oos_splits", "workloads": "oos_workloads"},
+    "headline": {"mix": "headline_mix", "cut": "headline_cut"},
+    "published": {"tokens_per_s_per_job": "published_tokens_per_s_per_job", "gap_closed": "published_gap_closed"},
+}
+
+
+def flatten(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The nested config layout (see config.yaml) as SimulationConfig's flat fields; flat keys kept
+    (a nested key the schema does not list is left out: the schema refuses it when a config is loaded)."""
+    flat: dict[str, Any] = {}
+    for key, val in cfg.items():
+        if key in NESTED_KEYS:
+            flat.update({NESTED_KEYS[key][k]: v for k, v in val.items() if k in NESTED_KEYS[key]})
+        else:
+            flat[key] = val
+    return flat
+
+
+_DEFAULTS = flatten(section_defaults("allocation"))   # the schema's (the paper's setup)
+
+
+def _default(name: str) -> Any:
+    """A field's default, a fresh copy of a list for each instance."""
+    value = _DEFAULTS[name]
+    return field(default_factory=lambda: list(value)) if isinstance(value, list) else value
+
+
 @dataclass
 class SimulationConfig:
-    """The ``allocation:`` config slice (defaults = the paper's setup, see config.yaml)."""
-    groups_set: str = "headline"
-    n_workloads: int = 500
-    jobs_per_workload: int = 100
-    cuts: list[float] = field(default_factory=lambda: [round(0.05 * i, 2) for i in range(9)])
-    mixes: list[str] = field(default_factory=lambda: ["random", "production"])
+    """The ``allocation:`` config slice (defaults: the schema's, the paper's setup)."""
+    groups_set: str = _default("groups_set")
+    n_workloads: int = _default("n_workloads")
+    jobs_per_workload: int = _default("jobs_per_workload")
+    cuts: list[float] = _default("cuts")
+    mixes: list[str] = _default("mixes")
     # Share of pretraining jobs in the "production" mix (count share among training jobs);
     # see config.yaml for the source and caveat.
-    pretraining_fraction: float = 0.2
+    pretraining_fraction: float = _default("pretraining_fraction")
+    # every allocation policy of the registry (the schema states no copy of it)
     policies: list[str] = field(default_factory=lambda: list(POLICIES))
-    pfi_column: str = "pfi_pred"
-    moe_ft_share: float = 2.0
-    curve_nodes: int = 6
-    seed: int = 20260911
-    sla_tiers: list[float] = field(default_factory=lambda: [0.0, 0.10, 0.25, 0.50])
-    sla_tier_weights: list[float] = field(default_factory=lambda: [0.25, 0.25, 0.25, 0.25])
-    oos_splits: int = 10
-    oos_workloads: int = 100
-    headline_mix: str = "production"
-    headline_cut: float = 0.30
-    published_tokens_per_s_per_job: float = 1500.0
-    published_gap_closed: float = 0.63
+    pfi_column: str = _default("pfi_column")
+    moe_ft_share: float = _default("moe_ft_share")
+    curve_nodes: int = _default("curve_nodes")
+    seed: int = _default("seed")
+    sla_tiers: list[float] = _default("sla_tiers")
+    sla_tier_weights: list[float] = _default("sla_tier_weights")
+    oos_splits: int = _default("oos_splits")
+    oos_workloads: int = _default("oos_workloads")
+    headline_mix: str = _default("headline_mix")
+    headline_cut: float = _default("headline_cut")
+    published_tokens_per_s_per_job: float = _default("published_tokens_per_s_per_job")
+    published_gap_closed: float = _default("published_gap_closed")
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> "SimulationConfig":
         """Accept the nested config layout (see config.yaml) or flat keys."""
-        cfg = dict(cfg or {})
-        flat: dict[str, Any] = {}
-        for key, val in cfg.items():
-            if key == "production":
-                flat["pretraining_fraction"] = val.get("pretraining_fraction", cls.pretraining_fraction)
-            elif key == "sla":
-                flat.update({"sla_tiers": val.get("tiers"), "sla_tier_weights": val.get("tier_weights")})
-            elif key == "out_of_sample":
-                flat.update({"oos_splits": val.get("splits"), "oos_workloads": val.get("workloads")})
-            elif key == "headline":
-                flat.update({"headline_mix": val.get("mix"), "headline_cut": val.get("cut")})
-            elif key == "published":
-                flat.update({"published_tokens_per_s_per_job": val.get("tokens_per_s_per_job"),
-                             "published_gap_closed": val.get("gap_closed")})
-            else:
-                flat[key] = val
+        flat = flatten(dict(cfg or {}))
         known = {f.name for f in fields(cls)}
         unknown = set(flat) - known
         if unknown:

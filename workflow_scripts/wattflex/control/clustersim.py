@@ -67,6 +67,7 @@ from wattflex.grid.events import Schedule, read_schedule
 from wattflex.runs.devices.emulated import SETTLE_TAU_S, hardware_seed, stable_seed, steady_temp_c
 from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.runs.emulator import PHYSICS, JobSpec, Physics, gpu_leakages, job_at_caps, memory_footprint_gib
+from wattflex.schema import section_defaults
 
 log = logging.getLogger("wattflex.control.clustersim")
 
@@ -150,33 +151,42 @@ class Tables:
 # Configuration
 # ---------------------------------------------------------------------------------------
 
+def _flat_cluster(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``control.cluster`` with its ``duration:`` mapping as ClusterConfig's ``duration_*`` fields."""
+    flat = {}
+    for key, val in cfg.items():
+        if key == "duration":
+            flat.update({f"duration_{k}": v for k, v in val.items()})
+        else:
+            flat[key] = val
+    return flat
+
+
+_CLUSTER = _flat_cluster(section_defaults("control", "cluster"))
+
+
 @dataclass
 class ClusterConfig:
-    """The simulated cluster and its job stream (config ``control.cluster``)."""
-    gpus: int = 256
-    mix: str = "production"              # random (uniform over groups) | production
-    pretraining_fraction: float = 0.2    # production mix: share of pretraining jobs
-    mean_interarrival_s: float = 400.0
-    duration_median_s: float = 7200.0
-    duration_sigma: float = 0.8
-    duration_min_s: float = 900.0
-    duration_max_s: float = 43200.0
-    startup_s: float = 120.0
-    checkpoint_every_s: float = 1800.0
-    checkpoint_s: float = 30.0
-    power_noise: float = 0.01            # per-GPU power fluctuation sd (AR(1), 5 s)
-    tokens_noise: float = 0.005          # sd of one period's measured tokens/s
-    profile_noise: float = 0.005         # sd of a declared profile (a previous run's uncapped telemetry)
-    initial_profiles: str = "observed"   # jobs running at t=0: observed live | declared
+    """The simulated cluster and its job stream (config ``control.cluster``; defaults: the schema's)."""
+    gpus: int = _CLUSTER["gpus"]
+    mix: str = _CLUSTER["mix"]                                   # random (uniform over groups) | production
+    pretraining_fraction: float = _CLUSTER["pretraining_fraction"]   # production mix: share of pretraining jobs
+    mean_interarrival_s: float = _CLUSTER["mean_interarrival_s"]
+    duration_median_s: float = _CLUSTER["duration_median_s"]
+    duration_sigma: float = _CLUSTER["duration_sigma"]
+    duration_min_s: float = _CLUSTER["duration_min_s"]
+    duration_max_s: float = _CLUSTER["duration_max_s"]
+    startup_s: float = _CLUSTER["startup_s"]
+    checkpoint_every_s: float = _CLUSTER["checkpoint_every_s"]
+    checkpoint_s: float = _CLUSTER["checkpoint_s"]
+    power_noise: float = _CLUSTER["power_noise"]                 # per-GPU power fluctuation sd (AR(1), 5 s)
+    tokens_noise: float = _CLUSTER["tokens_noise"]               # sd of one period's measured tokens/s
+    profile_noise: float = _CLUSTER["profile_noise"]             # sd of a declared profile (a previous run's uncapped telemetry)
+    initial_profiles: str = _CLUSTER["initial_profiles"]         # jobs running at t=0: observed live | declared
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> "ClusterConfig":
-        flat = {}
-        for key, val in dict(cfg or {}).items():
-            if key == "duration":
-                flat.update({f"duration_{k}": v for k, v in val.items()})
-            else:
-                flat[key] = val
+        flat = _flat_cluster(dict(cfg or {}))
         unknown = set(flat) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown control.cluster key(s): {', '.join(sorted(unknown))}")
@@ -544,16 +554,17 @@ def _phases(elapsed_s: np.ndarray, active: np.ndarray, cc: ClusterConfig) -> tup
 
 def simulate_scenario(tables: Tables, control: Mapping[str, Any], name: str, signal_path: str,
                       model: Mapping[str, Any] | None = None) -> SimResult:
-    """One scenario from the ``control`` config slice (``controller``, ``cluster``,
-    ``policies``, ``seed``, ``cap_step_w`` and this scenario's settings under ``scenario``)."""
-    ctl_cfg = ControlConfig.from_dict({**control.get("controller", {}), "cap_step_w": control.get("cap_step_w", 5.0)})
+    """One scenario from the ``control`` config slice as a loaded config has it, the schema's
+    defaults filled (``controller``, ``cluster``, ``policies``, ``seed``, ``cap_step_w``), and this
+    scenario's settings under ``scenario``."""
+    ctl_cfg = ControlConfig.from_dict({**control["controller"], "cap_step_w": control["cap_step_w"]})
     if abs(ctl_cfg.cap_step_w - tables.step_w) > 1e-9:
         raise ValueError(f"control.cap_step_w {ctl_cfg.cap_step_w:g} W differs from the truth table's grid {tables.step_w:g} W")
     settings = {k: v for k, v in dict(control.get("scenario", {})).items() if k != "signal"}
     scenario = Scenario(name, read_schedule(signal_path), **settings)
     policies = list(control.get("policies") or CONTROL_POLICIES)
-    return simulate(tables, scenario, policies, ctl_cfg, ClusterConfig.from_dict(control.get("cluster")),
-                    int(control.get("seed", 0)), model)
+    return simulate(tables, scenario, policies, ctl_cfg, ClusterConfig.from_dict(control["cluster"]),
+                    int(control["seed"]), model)
 
 
 def _trailing_max(x: np.ndarray, window: int) -> np.ndarray:

@@ -70,6 +70,7 @@ from wattflex.allocation.allocator import policy_weights, predicted_curves, wate
 from wattflex.allocation.curves import Curves
 from wattflex.allocation.oracle import concave_hull, hull_greedy, plan_greedy
 from wattflex.allocation.policies import CONTROL_POLICIES, CURVE_POLICIES
+from wattflex.schema import section_defaults
 
 
 # ---------------------------------------------------------------------------------------
@@ -122,29 +123,33 @@ def read_signal(path: str | Path) -> Signal:
 # Configuration, inputs
 # ---------------------------------------------------------------------------------------
 
+_CONTROLLER = {**section_defaults("control", "controller"), "cap_step_w": section_defaults("control")["cap_step_w"]}
+
+
 @dataclass
 class ControlConfig:
-    """The controller's settings (config ``control.controller``)."""
-    period_s: float = 5.0            # control period (the DCGM exporter's period)
-    tolerance: float = 0.01          # overshoot allowed once the response time has passed (fraction of budget)
-    target_margin: float = 0.005     # aim this far below the budget
-    settle_s: float = 10.0           # telemetry after a cap change is trusted from then on (firmware tau ~2 s)
-    stale_after_s: float = 15.0      # older telemetry -> safe equal-weight cap for that job
-    steady_util: float = 90.0        # GPU util (%) over a whole period that marks steady training
-    cap_step_w: float = 5.0          # caps are rounded down to this grid
-    idle_headroom_w: float = 25.0    # charged per GPU without a job, above its measured power
-    ratio_decay: float = 0.002       # per period: how fast the power/cap ratio may fall toward observations
-    trim_gain: float = 1.0           # fraction of a settled overshoot removed per period
-    trim_recover: float = 0.001      # trim relaxes by this fraction of the budget per second
-    knots: int = 8                   # points of each learned curve
-    prior_rel_sd: float = 0.10       # prior sd of throughput at the lowest knot, fraction of T_max
-    prior_corr: float = 0.3          # correlation length along the curve (fraction of its power range)
-    obs_rel_sd: float = 0.01         # sd of one period's tokens/s, fraction of T_max (noise + model misfit)
-    moe_ft_share: float = 2.0        # moe-ft-weighted: MoE fine-tuning jobs take this multiple of the cut
-    profile_tolerance: float = 0.02  # a declared uncapped power this far off the measured one is replaced
-    steady_power_change: float = 0.02  # steady: job power within this fraction of the previous period's
-    replan_s: float = 30.0           # online-learning: learned curves enter the allocation this often
-    restore_stagger_s: float = 0.0   # after an event, uncap one job per this many seconds (0: all at once)
+    """The controller's settings (config ``control.controller``, and ``control.cap_step_w``);
+    defaults: the schema's."""
+    period_s: float = _CONTROLLER["period_s"]            # control period (the DCGM exporter's period)
+    tolerance: float = _CONTROLLER["tolerance"]          # overshoot allowed once the response time has passed (fraction of budget)
+    target_margin: float = _CONTROLLER["target_margin"]  # aim this far below the budget
+    settle_s: float = _CONTROLLER["settle_s"]            # telemetry after a cap change is trusted from then on (firmware tau ~2 s)
+    stale_after_s: float = _CONTROLLER["stale_after_s"]  # older telemetry -> safe equal-weight cap for that job
+    steady_util: float = _CONTROLLER["steady_util"]      # GPU util (%) over a whole period that marks steady training
+    cap_step_w: float = _CONTROLLER["cap_step_w"]        # caps are rounded down to this grid
+    idle_headroom_w: float = _CONTROLLER["idle_headroom_w"]  # charged per GPU without a job, above its measured power
+    ratio_decay: float = _CONTROLLER["ratio_decay"]      # per period: how fast the power/cap ratio may fall toward observations
+    trim_gain: float = _CONTROLLER["trim_gain"]          # fraction of a settled overshoot removed per period
+    trim_recover: float = _CONTROLLER["trim_recover"]    # trim relaxes by this fraction of the budget per second
+    knots: int = _CONTROLLER["knots"]                    # points of each learned curve
+    prior_rel_sd: float = _CONTROLLER["prior_rel_sd"]    # prior sd of throughput at the lowest knot, fraction of T_max
+    prior_corr: float = _CONTROLLER["prior_corr"]        # correlation length along the curve (fraction of its power range)
+    obs_rel_sd: float = _CONTROLLER["obs_rel_sd"]        # sd of one period's tokens/s, fraction of T_max (noise + model misfit)
+    moe_ft_share: float = _CONTROLLER["moe_ft_share"]    # moe-ft-weighted: MoE fine-tuning jobs take this multiple of the cut
+    profile_tolerance: float = _CONTROLLER["profile_tolerance"]  # a declared uncapped power this far off the measured one is replaced
+    steady_power_change: float = _CONTROLLER["steady_power_change"]  # steady: job power within this fraction of the previous period's
+    replan_s: float = _CONTROLLER["replan_s"]            # online-learning: learned curves enter the allocation this often
+    restore_stagger_s: float = _CONTROLLER["restore_stagger_s"]  # after an event, uncap one job per this many seconds (0: all at once)
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> "ControlConfig":

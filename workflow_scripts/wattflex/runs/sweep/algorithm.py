@@ -48,9 +48,11 @@ from wattflex.pfi import pfi_ratio, pfi_table
 from wattflex.run_ids import run_id
 from wattflex.runs.devices.caps import SIGNALS, CapSignal
 from wattflex.runs.sweep.steady import SteadyCriteria, Window, assess, se_mean_ar1
+from wattflex.schema import section_defaults
 from wattflex.telemetry import SummaryProtocol
 
 MODES = ("staircase", "adaptive")
+_STAIRCASE = section_defaults("staircase")   # the controller's defaults: SweepSettings, the functions below
 
 
 # ---------------------------------------------------------------------------------------
@@ -178,7 +180,7 @@ def measure_at(run: LiveRun, cap_w: float, criteria: SteadyCriteria, protocol: S
 
 
 def staircase(run: LiveRun, caps: Sequence[float], criteria: SteadyCriteria = SteadyCriteria(),
-              protocol: SummaryProtocol = SummaryProtocol(), max_dwell_s: float = 900.0) -> Result:
+              protocol: SummaryProtocol = SummaryProtocol(), max_dwell_s: float = _STAIRCASE["max_dwell_s"]) -> Result:
     """Visit each cap once, lowest first; the original cap is restored however this ends."""
     result = Result("staircase", sorted(float(c) for c in caps))
     with restored_on_exit(run.device):
@@ -194,7 +196,7 @@ def staircase(run: LiveRun, caps: Sequence[float], criteria: SteadyCriteria = St
     return result
 
 
-def pfi_with_ci(points: pd.DataFrame, mc_samples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+def pfi_with_ci(points: pd.DataFrame, mc_samples: int = _STAIRCASE["mc_samples"], seed: int = 0) -> tuple[float, float, float]:
     """(pfi_ratio, ci95_low, ci95_high) of pooled staircase points (``Result.points``)."""
     table = pfi_table(points.assign(group="g"), throughput_col="tokens_per_s", power_sem_col="power_se_w",
                       throughput_sem_col="tokens_per_s_se", gpus_col=None, mc_samples=mc_samples, seed=seed)
@@ -219,8 +221,9 @@ def variance_shares(points: pd.DataFrame) -> np.ndarray:
 
 
 def adaptive(run: LiveRun, caps: Sequence[float], criteria: SteadyCriteria = SteadyCriteria(),
-             protocol: SummaryProtocol = SummaryProtocol(), max_dwell_s: float = 900.0,
-             target_ci_rel: float = 0.02, budget_s: float | None = None, mc_samples: int = 2000,
+             protocol: SummaryProtocol = SummaryProtocol(), max_dwell_s: float = _STAIRCASE["max_dwell_s"],
+             target_ci_rel: float = _STAIRCASE["target_ci_rel"], budget_s: float | None = None,
+             mc_samples: int = _STAIRCASE["mc_samples"],
              seed: int = 0) -> Result:
     """The staircase pass, then revisit the cap that buys the most PFI precision per second
     until the CI half-width is at most ``target_ci_rel`` of the PFI, or the next revisit
@@ -275,11 +278,11 @@ def _step_seconds(result: Result, pts: pd.DataFrame) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SweepSettings:
-    """Config ``staircase:`` (steady-state criteria are read from the same section)."""
-    max_dwell_s: float = 900.0       # give up waiting for one cap after this long
-    target_ci_rel: float = 0.02      # adaptive: stop at a PFI 95 % CI half-width of 2 %
-    budget_fraction: float = 0.10    # adaptive: revisits end by this fraction of a separate sweep's run time
-    mc_samples: int = 2000           # adaptive: Monte Carlo samples of each CI check
+    """Config ``staircase:`` (steady-state criteria are read from the same section); defaults: the schema's."""
+    max_dwell_s: float = _STAIRCASE["max_dwell_s"]           # give up waiting for one cap after this long
+    target_ci_rel: float = _STAIRCASE["target_ci_rel"]       # adaptive: stop at this PFI 95 % CI half-width
+    budget_fraction: float = _STAIRCASE["budget_fraction"]   # adaptive: revisits end by this fraction of a separate sweep's run time
+    mc_samples: int = _STAIRCASE["mc_samples"]               # adaptive: Monte Carlo samples of each CI check
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any] | None) -> "SweepSettings":

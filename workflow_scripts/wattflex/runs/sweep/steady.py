@@ -43,16 +43,20 @@ import pandas as pd
 from scipy import stats
 
 from wattflex.run_ids import run_id
+from wattflex.schema import section_defaults
 from wattflex.telemetry import TRAINING, SummaryProtocol, detect_phases, job_series, summarize_run
+
+_STAIRCASE = section_defaults("staircase")
+
 
 @dataclass(frozen=True)
 class SteadyCriteria:
-    """When a cap's point is settled and precise enough (config ``staircase:``)."""
-    target_rel_se: float = 0.005   # SE of each mean / mean, power and tokens/s
-    min_settle_s: float = 10.0     # never use data closer than this to a cap change or a dip
-    min_samples: int = 8           # telemetry samples in the window
-    min_steps: int = 3             # complete training steps in the window
-    drift_z: float = 3.0           # significance of a trend before it can disqualify a window
+    """When a cap's point is settled and precise enough (config ``staircase:``; defaults: the schema's)."""
+    target_rel_se: float = _STAIRCASE["target_rel_se"]   # SE of each mean / mean, power and tokens/s
+    min_settle_s: float = _STAIRCASE["min_settle_s"]     # never use data closer than this to a cap change or a dip
+    min_samples: int = _STAIRCASE["min_samples"]         # telemetry samples in the window
+    min_steps: int = _STAIRCASE["min_steps"]             # complete training steps in the window
+    drift_z: float = _STAIRCASE["drift_z"]               # significance of a trend before it can disqualify a window
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any] | None) -> "SteadyCriteria":
