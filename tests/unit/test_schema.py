@@ -1,17 +1,18 @@
 """The schema is the one source of defaults (wattflex.schema): the dataclasses a config section
-becomes take their field defaults from it."""
+becomes take their field defaults from it, and a group without compile / grad_checkpointing
+gets the schema's group default wherever it is read."""
 
 from dataclasses import fields
 
 import pytest
 
 from wattflex.allocation.settings import SimulationConfig, flatten
-from wattflex.config import prepare
+from wattflex.config import groups, prepare
 from wattflex.control.clustersim import ClusterConfig
 from wattflex.control.controller import ControlConfig
 from wattflex.runs.sweep.algorithm import SweepSettings
 from wattflex.runs.sweep.steady import SteadyCriteria
-from wattflex.schema import defaults, read_schema, section_defaults
+from wattflex.schema import defaults, group_default, read_schema, section_defaults
 from wattflex.telemetry import SummaryProtocol
 
 from tests.unit.test_config_defaults import REPO, bare
@@ -78,3 +79,10 @@ def test_the_staircase_section_is_the_two_dataclasses_and_nothing_else():
     keys = set(read_schema()["properties"]["staircase"]["properties"])
     assert keys == set(SteadyCriteria.__dataclass_fields__) | set(SweepSettings.__dataclass_fields__)
 
+
+def test_every_group_of_a_loaded_config_has_compile_and_grad_checkpointing():
+    raw = bare()
+    raw["groups"].append({**raw["groups"][0], "id": "h", "compile": False})
+    gs = groups(prepare(raw, base=REPO))
+    assert [(g["compile"], g["grad_checkpointing"]) for g in gs] == \
+        [(group_default("compile"), group_default("grad_checkpointing")), (False, group_default("grad_checkpointing"))]

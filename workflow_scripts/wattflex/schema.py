@@ -99,3 +99,10 @@ def section_defaults(*path: str, schema: dict[str, Any] | None = None) -> dict[s
     for key in path:
         node = node["properties"][key]
     return defaults(node)
+
+
+def group_default(key: str) -> Any:
+    """A group key's default, as ``prepare`` fills it into ``group_defaults`` (and so into every
+    group of a loaded config), for a group dict that did not come from ``wattflex.config.groups``
+    (the library API, tests)."""
+    return section_defaults("group_defaults")[key]

@@ -201,10 +201,19 @@ def test_the_docs_plan_table_and_refusal_are_the_codes():
     assert str(err.value).startswith(quoted)
 
 
-def test_a_group_without_shape_keys_is_planned_with_the_harness_defaults():
+def test_a_group_without_shape_keys_is_planned_with_the_harness_defaults(tmp_path):
+    from wattflex.runs.emulator import JobSpec
+    from wattflex.runs.training.config import TrainConfig
+
     bare = {"id": "g", "model": "Llama-3.1-70B", "task": "pt", "gpus": 8}
     p = plan.plan_group(bare, LLAMA)
-    assert (p.seq_len, p.batch, p.gpu, p.grad_checkpointing, p.first_step_s) == (4096, 2, "H200", False, 60.0)
+    assert (p.seq_len, p.batch, p.gpu) == (4096, 2, "H200")
+    # compile and grad_checkpointing: the one default a group without them gets, in the plan, the
+    # harness and the emulator alike (the schema's group default, config/config.yaml's value)
+    harness = TrainConfig.from_spec({"group": bare, "model_facts": LLAMA}, tmp_path)
+    emulated = JobSpec.from_config({**bare, "seq_len": 4096, "batch": 2}, {**LLAMA, "architecture": "dense"})
+    assert p.grad_checkpointing is harness.grad_checkpointing is emulated.grad_checkpointing is True
+    assert p.first_step_s == plan.FIRST_STEP_S[True] and harness.compile is emulated.compile is True
 
 
 def test_the_chunked_loss_counts_one_chunks_logits():

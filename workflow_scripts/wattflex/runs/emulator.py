@@ -81,6 +81,7 @@ import numpy as np
 
 from wattflex.gpus import GPUSpec
 from wattflex.runs.attention import catalog_attn_implementation
+from wattflex.schema import group_default
 
 GIB = 1024**3
 
@@ -306,8 +307,8 @@ class JobSpec:
     experts: int = 0
     experts_active: int = 0
     ep: int = 1
-    compile: bool = True
-    grad_checkpointing: bool = True
+    compile: bool = group_default("compile")
+    grad_checkpointing: bool = group_default("grad_checkpointing")
     lora_rank: int = 32
     attention: str = "sdpa"         # transformers attn_implementation the harness runs (see attention_impl)
     attention_sinks: bool = False   # per-head learned sink logits (gpt-oss)
@@ -324,8 +325,8 @@ class JobSpec:
             hidden=int(model["hidden"]), heads=int(model["heads"]), head_dim=int(model["head_dim"]),
             intermediate=int(model["intermediate"]), vocab=int(model["vocab"]),
             experts=int(model.get("experts", 0) or 0), experts_active=int(model.get("experts_active", 0) or 0),
-            ep=int(group.get("ep", 1)), compile=bool(group.get("compile", True)),
-            grad_checkpointing=bool(group.get("grad_checkpointing", True)),
+            ep=int(group.get("ep", 1)), compile=bool(group.get("compile", group_default("compile"))),
+            grad_checkpointing=bool(group.get("grad_checkpointing", group_default("grad_checkpointing"))),
             lora_rank=int(group.get("lora_rank", 32)),
             attention=attention_impl(model, group["task"]), attention_sinks=bool(model.get("attention_sinks", False)),
             pp=int(group.get("pp", 1)), microbatches=int(group.get("microbatches", 1)),

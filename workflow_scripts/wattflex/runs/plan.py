@@ -38,6 +38,7 @@ from typing import Any
 from wattflex.errors import ConfigError
 from wattflex.gpus import DEFAULT_GPU, gpu_spec
 from wattflex.runs.attention import catalog_attn_implementation
+from wattflex.schema import group_default
 
 GB = 1e9
 GIB = 2**30
@@ -308,7 +309,7 @@ def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | 
     # as TrainConfig.dtype_policy: the group's, the campaign's, else bf16-mixed on cuda, fp32 on cpu
     precision = g.get("precision") or cuda.get("precision") or ("fp32" if cuda.get("device") == "cpu" else "bf16-mixed")
     ep = int(g.get("ep", 1)) if facts.get("experts") and task == "pt" else 1
-    ckpt = bool(g.get("grad_checkpointing", False))
+    ckpt = bool(g.get("grad_checkpointing", group_default("grad_checkpointing")))
     attention = attention_of(facts, task, cuda.get("attn_implementation"))
     # defaults as TrainConfig.from_spec (a config need not set them)
     seq_len, batch = int(g.get("seq_len", 4096)), int(g.get("batch", 2))
@@ -330,7 +331,7 @@ def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | 
     host_avail = float(cuda.get("host_mem_gb") or HOST_MEM_GB)
     fs = float(cuda.get("fs_gb_s") or FS_GB_S)
     b_s = build_s(sh.params, gpus, nodes, path, fs)
-    first = FIRST_STEP_S[bool(g.get("compile", False))]
+    first = FIRST_STEP_S[bool(g.get("compile", group_default("compile")))]
     short = []
     if need > avail:
         short.append(f"GPU memory: needs {need:.1f} GiB per {spec.name}, {avail:.1f} GiB usable "

@@ -15,6 +15,7 @@ from typing import Any
 from wattflex.architectures import ARCHITECTURES
 from wattflex.provenance import strict_json
 from wattflex.runs.attention import catalog_attn_implementation
+from wattflex.schema import group_default
 
 TASKS = ("pt", "lora")
 PRECISIONS = ("bf16-mixed", "bf16", "fp32")
@@ -82,8 +83,9 @@ class TrainConfig:
             batch=int(group.get("batch", 2)),
             lora_rank=int(group.get("lora_rank", 32)),
             ep=int(group.get("ep", 1)),
-            compile=bool(group.get("compile", False)),
-            grad_checkpointing=bool(group.get("grad_checkpointing", False)),
+            # a spec from wattflex.config.run_spec has both; one without takes the schema's group default
+            compile=bool(group.get("compile", group_default("compile"))),
+            grad_checkpointing=bool(group.get("grad_checkpointing", group_default("grad_checkpointing"))),
             loss_chunk_tokens=int(cuda.get("loss_chunk_tokens", 8192)),
             device=str(cuda.get("device", "cuda")),
             model_path=cuda.get("model_path"),
