@@ -80,9 +80,10 @@ from wattflex.analysis.paper_tables import PUBLISHED_SCALARS, spearman, task_key
 from wattflex.pfi import pfi_ratio
 from wattflex.analysis.published import load_published
 from wattflex.analysis.stats import CLUSTER_ORDER, kruskal_dunn
-from wattflex.gpus import GPUS
+from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.runs.devices.emulated import RUN_NOISE, hardware_seed, run_factors, run_seed
 from wattflex.runs.emulator import PHYSICS, JobSpec, Physics, gpu_leakages, job_at_caps
+from wattflex.schema import group_default
 
 BACKEND = "emulated"
 MEDIAN_TOLERANCE = 0.15
@@ -124,8 +125,8 @@ def group_models(jobs: Mapping[str, Mapping[str, Any]], runs: pd.DataFrame, swee
         g, facts = jobs[gid]["group"], jobs[gid]["model_facts"]
         keys = tuple(sorted((float(c), str(r) if sweep == "separate" else sweep)
                             for c, r in zip(rows["cap_w"], rows["run_id"])))
-        out.append(GroupModel(id=str(gid), cluster=str(g.get("cluster", "")), set=str(g.get("set", "headline")),
-                              gpu=str(g.get("gpu", "H200")), model=str(g["model"]), task=str(g["task"]),
+        out.append(GroupModel(id=str(gid), cluster=str(g.get("cluster", "")), set=str(g.get("set", group_default("set"))),
+                              gpu=str(g.get("gpu", DEFAULT_GPU)), model=str(g["model"]), task=str(g["task"]),
                               matches=str(g.get("matches") or ""), job=JobSpec.from_config(g, facts), runs=keys))
     return out
 

@@ -77,6 +77,7 @@ from wattflex.runs.devices import dcgm as dcgm_source
 from wattflex.runs.devices.base import TelemetrySampler, telemetry_frame
 from wattflex.runs.devices.hostpower import RaplReader
 from wattflex.runs.training.config import TrainConfig
+from wattflex.schema import section_defaults
 
 log = logging.getLogger("wattflex.runs.real_run")
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -85,38 +86,42 @@ TERMINATE_GRACE_S = 30.0
 RDZV_BASE_PORT = 29400      # torchrun's default c10d port; the fallback port is derived from it
 
 
+# A spec from wattflex.config.run_spec has these keys (the schema's defaults filled); one without takes them.
+_CUDA, _RUN = section_defaults("cuda"), section_defaults("run")
+
+
 @dataclass
 class RunOptions:
     """The measurement side of ``spec["cuda"]`` (the training side is ``TrainConfig``)."""
 
-    device: str = "cuda"
-    cap_control: str = "nvml"
+    device: str = _CUDA["device"]
+    cap_control: str = _CUDA["cap_control"]
     cap_command: str | None = None
-    sampler: bool = True
-    sampler_period_s: float = 5.0
-    gpm: bool = True
+    sampler: bool = _CUDA["sampler"]
+    sampler_period_s: float = _RUN["sample_period_s"]
+    gpm: bool = _CUDA["gpm"]
     host_power: bool = True
     state_dir: str | None = None
     nproc_per_node: int = 1
     nnodes: int = 1
     nccl: dict[str, str] | None = None     # NCCL's environment for every torchrun (nccl_env)
-    telemetry: str = "auto"                # nvml | dcgm | auto (wattflex.runs.devices.dcgm)
+    telemetry: str = _CUDA["telemetry"]    # nvml | dcgm | auto (wattflex.runs.devices.dcgm)
     dcgm: dcgm_source.DcgmSettings | None = None
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> "RunOptions":
         cuda, run, group = spec.get("cuda", {}), spec.get("run", {}), spec.get("group", {})
-        device = str(cuda.get("device", "cuda"))
+        device = str(cuda.get("device", _CUDA["device"]))
         nproc = int(cuda.get("nproc_per_node") or (min(int(group.get("gpus", 1)), 8) if device == "cuda" else 1))
         nnodes = cuda.get("nnodes")
         if nnodes is None:
             nnodes = max(1, math.ceil(int(group.get("gpus", nproc)) / nproc)) if device == "cuda" else 1
-        opts = cls(device=device, cap_control=str(cuda.get("cap_control", "nvml")), cap_command=cuda.get("cap_command"),
-                   sampler=bool(cuda.get("sampler", True)),
-                   sampler_period_s=float(cuda.get("sampler_period_s") or run.get("sample_period_s") or 5.0),
-                   gpm=bool(cuda.get("gpm", True)), host_power=bool(cuda.get("host_power", True)),
+        opts = cls(device=device, cap_control=str(cuda.get("cap_control", _CUDA["cap_control"])),
+                   cap_command=cuda.get("cap_command"), sampler=bool(cuda.get("sampler", _CUDA["sampler"])),
+                   sampler_period_s=float(cuda.get("sampler_period_s") or run.get("sample_period_s") or _RUN["sample_period_s"]),
+                   gpm=bool(cuda.get("gpm", _CUDA["gpm"])), host_power=bool(cuda.get("host_power", True)),
                    state_dir=cuda.get("state_dir"), nproc_per_node=nproc, nnodes=int(nnodes),
-                   nccl=nccl_env(cuda.get("nccl")), telemetry=str(cuda.get("telemetry", "auto")),
+                   nccl=nccl_env(cuda.get("nccl")), telemetry=str(cuda.get("telemetry", _CUDA["telemetry"])),
                    dcgm=dcgm_source.DcgmSettings.from_spec(cuda.get("dcgm")))
         if opts.telemetry not in dcgm_source.TELEMETRY_MODES:
             raise ValueError(f"cuda.telemetry {opts.telemetry!r}: expected one of {', '.join(dcgm_source.TELEMETRY_MODES)}")

@@ -28,6 +28,7 @@ from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
 from wattflex.runs.emulator import (PHYSICS, JobSpec, Physics, calibrated_physics, gpu_leakages, job_at_caps,
                                     memory_footprint_gib, physics_for_gpu)
 from wattflex.metrics import telemetry_columns
+from wattflex.schema import section_defaults
 from wattflex.telemetry import STEP_COLUMNS
 
 if TYPE_CHECKING:  # frames for callers that want them; a run's own job writes arrow tables (no pandas)
@@ -135,8 +136,9 @@ def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple
                         run_cfg: dict[str, Any], seed: int, hw_seed: int, model_name: str = "",
                         physics: Physics = PHYSICS) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
     """``simulate_run`` as pyarrow tables (what a run writes), without loading pandas."""
-    duration = float(run_cfg.get("duration_s", 1800))
-    dt = float(run_cfg.get("sample_period_s", 5))
+    run_defaults = section_defaults("run")     # a run_cfg from wattflex.config.run_spec has both
+    duration = float(run_cfg.get("duration_s", run_defaults["duration_s"]))
+    dt = float(run_cfg.get("sample_period_s", run_defaults["sample_period_s"]))
     eval_at = run_cfg.get("eval_at_s")
     ckpt_at = run_cfg.get("checkpoint_at_s")
     rng = np.random.default_rng(seed)

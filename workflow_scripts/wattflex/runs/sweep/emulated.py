@@ -16,6 +16,7 @@ from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.runs.devices.emulated import EmulatedDevice, run_emulated
 from wattflex.runs.runner import atomic_run_dir, write_run_files
 from wattflex.runs.sweep.algorithm import run_controller, separate_sweep_seconds, sweep_record
+from wattflex.schema import section_defaults
 from wattflex.telemetry import job_series
 
 
@@ -34,7 +35,7 @@ class EmulatedRun:
         run_cfg["duration_s"] = float(max_duration_s)
         self.spec = {**spec, "run": run_cfg}
         self.max_duration_s = float(max_duration_s)
-        self.poll_s = float(run_cfg.get("sample_period_s", 5))
+        self.poll_s = float(run_cfg.get("sample_period_s", section_defaults("run")["sample_period_s"]))
         self.now_s = 0.0
         self.stopped_s: float | None = None
         run = self

@@ -15,7 +15,7 @@ from typing import Any
 from wattflex.architectures import ARCHITECTURES
 from wattflex.provenance import strict_json
 from wattflex.runs.attention import catalog_attn_implementation
-from wattflex.schema import group_default
+from wattflex.schema import group_default, section_defaults
 
 TASKS = ("pt", "lora")
 PRECISIONS = ("bf16-mixed", "bf16", "fp32")
@@ -87,13 +87,13 @@ class TrainConfig:
             compile=bool(group.get("compile", group_default("compile"))),
             grad_checkpointing=bool(group.get("grad_checkpointing", group_default("grad_checkpointing"))),
             loss_chunk_tokens=int(cuda.get("loss_chunk_tokens", 8192)),
-            device=str(cuda.get("device", "cuda")),
+            device=str(cuda.get("device", section_defaults("cuda")["device"])),
             model_path=cuda.get("model_path"),
             data_path=cuda.get("data_path"),
             tiny=bool(cuda.get("tiny", False)),
             random_init=bool(cuda.get("random_init", False)),
             seed=int(spec.get("seed", 0)),
-            duration_s=float(run.get("duration_s", 1800)),
+            duration_s=float(run.get("duration_s", section_defaults("run")["duration_s"])),
             max_steps=_opt_int(cuda.get("max_steps")),
             eval_at_s=_opt_float(run.get("eval_at_s")),
             eval_batches=int(cuda.get("eval_batches", 20)),
