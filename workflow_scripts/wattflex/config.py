@@ -21,7 +21,7 @@ profile's ``slurm_*`` keys). So a section you leave out of your file is not abse
 the default campaign's. ``defaulted_sections`` names those top-level sections and
 ``rules/common.smk`` logs them in one line. ``snakemake --replace-workflow-config
 --configfile my.yaml`` uses your files alone, as does a working directory without
-config/config.yaml; sections then missing take the rules' built-in defaults.
+config/config.yaml; sections then missing take the schema's defaults (filled by prepare).
 """
 
 from __future__ import annotations
