@@ -17,9 +17,9 @@ def test_ci_runs_the_readme_test_command(repo):
                        "| sed -n '/^```bash$/,/^```$/p' | sed '1d;$d'"],
         cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
     assert extracted == test_cmd
-    # both tiers (tests/tiers.py), the fast one first on 4 xdist workers, the slow one serially
+    # both tiers (tests/tiers.py), the fast one first, each on 4 xdist workers
     assert "torch==2.13.0" in test_cmd and test_cmd.rstrip().endswith(
-        'pytest -m "not slow" -n 4 --dist loadgroup && pytest -m slow')
+        'pytest -m "not slow" -n 4 --dist loadgroup && pytest -m slow -n 4 --dist loadgroup')
 
 
 def test_run_command_runs_the_default_workflow(repo):

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .conftest import REPO
-from .test_rerun_scope import copy_workflow
+from .campaigns import copy_workflow
 
 TARGET = "results/tiny/runs/dense-pt-mistral24b-x8/cap600/run.json"
 LOG = "logs/tiny/runs/dense-pt-mistral24b-x8/cap600.log"

@@ -28,7 +28,7 @@ from wattflex.runs.failures import failure_summary
 from wattflex.telemetry import RunFileError, read_run_files
 
 from .conftest import REPO
-from .test_rerun_scope import copy_workflow, planned, snakemake
+from .campaigns import copy_workflow, planned, snakemake
 
 pytestmark = pytest.mark.slow
 

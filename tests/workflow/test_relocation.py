@@ -5,14 +5,13 @@ editing one reruns exactly those (and the report), with the real Snakemake CLI."
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
-from .conftest import REPO
-from .test_rerun_scope import copy_workflow, planned, snakemake
+from .campaigns import campaign_config, copy_workflow, planned, snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +22,9 @@ TABLES = Path("resources/paper/tables")
 def finished(tmp_path_factory) -> Path:
     """The workflow with the tiny campaign run to the end inside it (its own working directory)."""
     root = copy_workflow(tmp_path_factory.mktemp("relocation") / "original")
-    shutil.copy2(REPO / "tests" / "data" / "tiny.yaml", root / "tiny.yaml")
+    # The working directory is the workflow's, so config/config.yaml (control study included) is
+    # merged under the campaign; the small allocation study of the rerun tests keeps it quick.
+    (root / "tiny.yaml").write_text(yaml.safe_dump(campaign_config(), sort_keys=False))
     snakemake(root, root, root / "tiny.yaml", "--cores", "2")
     assert planned(snakemake(root, root, root / "tiny.yaml", "-n", "--cores", "2")) == {}
     return root
