@@ -1,5 +1,7 @@
-"""``run_real`` (backend: cuda) end to end on CPU: real torchrun training of a tiny model,
-with the sampler off (smoke variant) or on FAKE NVML GPUs (tests/fakes/fake_pynvml.py)."""
+"""``run_real`` (backend: cuda) on CPU without torchrun: launch commands, rendezvous, telemetry
+from steps, node alignment, NCCL settings (a FAKE torchrun), a refusal before any cap on FAKE
+NVML GPUs (tests/fakes/fake_pynvml.py), and ``cuda_spec``, the spec the real-run tests share.
+End to end, real torchrun training of a tiny model: tests/workflow/torchrun/test_real_run.py."""
 
 import json
 import socket

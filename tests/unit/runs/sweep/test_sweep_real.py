@@ -1,11 +1,12 @@
-"""The one-run sweep on the cuda backend (wattflex.runs.sweep.real), on CPU: real
-torchrun training of a tiny random-init model, steered while it runs, on FAKE NVML GPUs
-(tests/fakes/fake_pynvml.py in ``sys.modules["pynvml"]``; NvmlGpu, the sampler, CapGuard and
-the controller are the real code).
+"""The one-run sweep on the cuda backend (wattflex.runs.sweep.real), on CPU: its refusals
+before any cap, the live step log, GpuSet, and ``sweep_spec``. With it
+tests/workflow/torchrun/test_sweep_real.py steers real torchrun training of a tiny random-init
+model on FAKE NVML GPUs (tests/fakes/fake_pynvml.py in ``sys.modules["pynvml"]``; NvmlGpu, the
+sampler, CapGuard and the controller are the real code).
 
 The fake GPUs draw exactly min(demand, cap) with no noise and no settling transient: they do
 not respond to caps the way a real GPU does, and the tiny model's throughput does not depend
-on them at all. These tests check the control flow (every cap of the grid set through NVML,
+on them at all. The torchrun tests check the control flow (every cap of the grid set through NVML,
 each window measured at its own cap, training stopped, the original limits restored on
 every exit path, the run's files written), not the PFI."""
 
