@@ -1,8 +1,8 @@
 """The two test tiers (issue 28): ``pytest -m "not slow"`` is the fast tier, ``-m slow`` the rest.
 
 Everything under tests/workflow/ is slow. A test that starts Snakemake or torchrun must be
-marked slow, and one that starts Snakemake must live under tests/workflow/: a test that breaks
-this fails when it starts the process, naming the rule, so the fast tier stays fast.
+marked slow and live under tests/workflow/ (the torchrun ones go in tests/workflow/torchrun/): a
+test that breaks this fails when it starts the process, naming the rule, so the fast tier stays fast.
 (Processes started by the started process, and fixtures wider than a test, are not watched.)
 With pytest-xdist (``-n 4 --dist loadgroup``), tests that share a wide fixture run on one worker.
 """
@@ -19,6 +19,8 @@ WORKFLOW_TESTS = Path(__file__).resolve().parent / "workflow"
 # What starts Snakemake or torchrun: the console scripts, or python -m of their modules.
 SCRIPTS = {"snakemake": "Snakemake", "torchrun": "torchrun"}
 MODULES = {"snakemake": "Snakemake", "torch.distributed.run": "torchrun", "torch.distributed.launch": "torchrun"}
+# Where a test that starts each tool goes, under WORKFLOW_TESTS (the guard's message says so).
+HOMES = {"Snakemake": "tests/workflow/", "torchrun": "tests/workflow/torchrun/"}
 
 
 def started_tool(argv) -> str:
@@ -40,10 +42,9 @@ def tier_violation(tool: str, test_path: Path, slow: bool) -> str:
     if not tool:
         return ""
     if not slow:
-        return f"starts {tool} but is not marked slow: mark it @pytest.mark.slow" + (
-            " and move it under tests/workflow/" if tool == "Snakemake" else "")
-    if tool == "Snakemake" and not test_path.resolve().is_relative_to(WORKFLOW_TESTS):
-        return "starts Snakemake outside tests/workflow/: move it there"
+        return f"starts {tool} but is not marked slow: mark it @pytest.mark.slow and move it under {HOMES[tool]}"
+    if not test_path.resolve().is_relative_to(WORKFLOW_TESTS):
+        return f"starts {tool} outside tests/workflow/: move it under {HOMES[tool]}"
     return ""
 
 

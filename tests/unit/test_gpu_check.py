@@ -1,26 +1,15 @@
-"""benchmarks/gpu_check.py end to end on the CPU: real torchrun training of a tiny model, the
-real sampler, staircase and ``wattflex control --dry-run``, against FAKE NVML GPUs
-(tests/fakes/fake_pynvml.py) or against this machine's missing NVML. The reports go to
-tmp_path, never to benchmarks/results."""
+"""benchmarks/gpu_check.py's parts on the CPU, loaded as a module (``gpu_check``). The script end
+to end, real torchrun training against FAKE NVML GPUs or no NVML at all:
+tests/workflow/torchrun/test_gpu_check.py."""
 
 import importlib.util
-import json
 import math
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.fakes import fake_pynvml
-from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
-
 REPO = Path(__file__).resolve().parents[2]
-SECTIONS = ["## a) wattflex doctor", "## b) Sampler overhead", "## c) Telemetry columns",
-            "## d) Staircase and controller dry runs (what they WOULD set)", "## e) All-reduce across this node's GPUs",
-            "## Verdict"]
-TINY_RUN = ["--device", "cpu", "--seconds", "4", "--pairs", "1", "--staircase-seconds", "6", "--caps", "300", "700",
-            "--configfile", str(REPO / "config" / "config.yaml")]
 
 
 @pytest.fixture(scope="module")
@@ -29,71 +18,6 @@ def gpu_check():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-@pytest.mark.slow
-@pytest.mark.fake_gpu
-def test_gpu_check_on_cpu_with_fake_nvml_writes_every_section_and_sets_no_limit(gpu_check, fake_nvml, monkeypatch,
-                                                                                  tmp_path):
-    set_calls = []
-    monkeypatch.setattr(fake_pynvml, "nvmlDeviceSetPowerManagementLimit", lambda h, mw: set_calls.append((h, mw)))
-    out = tmp_path / "results"
-    assert gpu_check.main([*TINY_RUN, "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["gpu_check_h200_cpu-training.json",
-                                                     "gpu_check_h200_cpu-training.md"]
-    md = (out / "gpu_check_h200_cpu-training.md").read_text()
-    assert all(s in md for s in SECTIONS), md
-    assert "**FAKE NVML**" in md and "**Training on the CPU**" in md and "**unchanged**" in md
-    assert "Steps failed: none." in md
-    res = json.loads((out / "gpu_check_h200_cpu-training.json").read_text())
-    steps = res["steps"]
-    assert all(steps[k]["ok"] for k in ("doctor", "sampler_overhead", "telemetry", "dry_runs"))
-    assert steps["doctor"]["report"]["nvml"]["available"] and res["fake_nvml"] is True
-    runs = steps["sampler_overhead"]["runs"]
-    assert [r["sampler"] for r in runs] == [False, True] and all(r["tokens_per_s"] > 0 for r in runs)
-    assert runs[0]["telemetry_source"] == "steps" and runs[1]["telemetry_source"] == "nvml"
-    assert runs[1]["sampler_hz"] == pytest.approx(10, rel=0.3)
-    assert len(steps["sampler_overhead"]["overhead_pct_per_pair"]) == 1
-    cols = {c["column"]: c for c in steps["telemetry"]["columns"]}
-    assert cols["dram_active"]["source"] == "GPM" and cols["dram_active"]["max"] == pytest.approx(0.45)
-    assert cols["power_limit_w"]["min"] == cols["power_limit_w"]["max"] == 700.0 and cols["power_w"]["nan"] == 0
-    assert cols["host_cpu_w"]["source"] == "RAPL"
-    d = steps["dry_runs"]
-    assert [v["would_set_w"] for v in d["visits"]] == [300.0, 700.0]      # lowest first, as the staircase does
-    assert all(v["enforced_limit_w_now"] == 700.0 for v in d["visits"]) and d["restore_calls"] == 1
-    assert [c["exit"] for c in d["control"]] == [0, 0]
-    for c in d["control"]:
-        assert len(c["would_set_w"]) == 2 and sum(c["would_set_w"].values()) <= c["budget_w"]
-        assert "no power limit was changed" in c["stdout"]
-    assert res["limits_before"] == res["limits_after"] == {"0": 700.0, "1": 700.0} and res["limits_unchanged"]
-    assert set_calls == [] and fake_nvml.state()["set_calls"] == [] and limits_w() == [700.0, 700.0]
-    e = steps["allreduce"]      # on cpu: gloo across 2 processes (NCCL itself only on a GPU node)
-    assert e["ok"] and e["backend"] == "gloo" and e["world_size"] == 2 and e["sum_correct"] and e["busbw_gb_s"] > 0
-    assert e["nccl_env"] == {"NCCL_DEBUG": "WARN"}
-
-
-@pytest.mark.slow
-def test_gpu_check_without_nvml_records_each_step_even_when_later_ones_fail(gpu_check, monkeypatch, tmp_path):
-    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
-    import pynvml
-    try:
-        pynvml.nvmlInit()
-        pynvml.nvmlShutdown()
-        pytest.skip("this machine has an NVIDIA driver")
-    except pynvml.NVMLError:
-        pass
-    monkeypatch.setattr("wattflex.runs.devices.nvml._initialised", False)
-    out = tmp_path / "results"
-    assert gpu_check.main([*TINY_RUN, "--out", str(out)]) == 1
-    res = json.loads((out / "gpu_check_no-gpu_cpu-training.json").read_text())
-    s = res["steps"]
-    assert s["doctor"]["ok"] and not s["doctor"]["report"]["nvml"]["available"]
-    off, on = s["sampler_overhead"]["runs"]
-    assert off["tokens_per_s"] > 0 and "NVML" in on["error"] and not s["sampler_overhead"]["ok"]
-    assert not s["telemetry"]["ok"] and "no sampler-on run succeeded" in s["telemetry"]["error"]
-    assert not s["dry_runs"]["ok"] and "NVML" in s["dry_runs"]["error"]
-    md = (out / "gpu_check_no-gpu_cpu-training.md").read_text()
-    assert all(x in md for x in SECTIONS) and "Steps failed: sampler_overhead, telemetry, dry_runs." in md
 
 
 def test_steady_tokens_per_s_drops_the_warm_up(gpu_check):

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tests.tiers import WORKFLOW_TESTS, pytest_collection_modifyitems, started_tool, tier_violation
+from tests.tiers import HOMES, WORKFLOW_TESTS, pytest_collection_modifyitems, started_tool, tier_violation
 
 UNIT_TEST = WORKFLOW_TESTS.parent / "unit" / "test_x.py"
 
@@ -26,18 +26,27 @@ def test_started_tool(argv, tool):
 
 
 def test_where_each_tool_may_run():
-    assert "not marked slow" in tier_violation("torchrun", UNIT_TEST, slow=False)
-    assert tier_violation("torchrun", UNIT_TEST, slow=True) == ""
-    assert "move it under tests/workflow/" in tier_violation("Snakemake", UNIT_TEST, slow=False)
-    assert "outside tests/workflow/" in tier_violation("Snakemake", UNIT_TEST, slow=True)
-    assert tier_violation("Snakemake", WORKFLOW_TESTS / "test_x.py", slow=True) == ""
+    """Both only marked slow and under tests/workflow/; the message says where to move the test."""
+    assert HOMES == {"Snakemake": "tests/workflow/", "torchrun": "tests/workflow/torchrun/"}
+    assert all((WORKFLOW_TESTS.parents[1] / home).resolve().is_relative_to(WORKFLOW_TESTS) and
+               (WORKFLOW_TESTS.parents[1] / home / "__init__.py").is_file() for home in HOMES.values())
+    for tool, home in HOMES.items():
+        assert tier_violation(tool, UNIT_TEST, slow=False) == \
+            f"starts {tool} but is not marked slow: mark it @pytest.mark.slow and move it under {home}"
+        assert tier_violation(tool, UNIT_TEST, slow=True) == f"starts {tool} outside tests/workflow/: move it under {home}"
+        assert "not marked slow" in tier_violation(tool, WORKFLOW_TESTS / "torchrun" / "test_x.py", slow=False)
+        assert tier_violation(tool, WORKFLOW_TESTS / "test_x.py", slow=True) == ""
+        assert tier_violation(tool, WORKFLOW_TESTS / "torchrun" / "test_x.py", slow=True) == ""
     assert tier_violation("", UNIT_TEST, slow=False) == ""
 
 
-def test_this_fast_test_may_not_start_snakemake():
-    """The guard is on in this very test (not slow, under tests/unit/)."""
+def test_this_fast_test_may_not_start_snakemake_or_torchrun():
+    """The guard is on in this very test (not slow, under tests/unit/): it fails the test before
+    the process starts."""
     with pytest.raises(pytest.fail.Exception, match="starts Snakemake but is not marked slow"):
         subprocess.run([sys.executable, "-m", "snakemake", "--version"], capture_output=True)
+    with pytest.raises(pytest.fail.Exception, match="starts torchrun but is not marked slow"):
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--help"], capture_output=True)
     assert subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True, text=True).stdout == "1\n"
 
 

@@ -1,14 +1,3 @@
 """Fixtures shared by the runs/ tests."""
 
-import pytest
-
-
-@pytest.fixture
-def one_thread():
-    """Torch on one thread: tiny models train faster without thread contention on 2 cores."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+from tests.torch_threads import one_thread  # noqa: F401 (fixture)

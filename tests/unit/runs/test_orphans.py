@@ -1,14 +1,13 @@
 """``real_run.terminate`` leaves no process of a training run alive: real processes started by
 ``start_training``, laid out as torchrun lays out its workers (each in a session of its own;
-tests/fakes/fake_torchrun.py), and a real torchrun. Survival is read from the pids that the
-processes write themselves; a zombie counts as dead (it holds no memory and only its parent
-can reap it)."""
+tests/fakes/fake_torchrun.py); a real torchrun: tests/workflow/torchrun/test_orphans.py.
+Survival is read from the pids that the processes write themselves; a zombie counts as dead
+(it holds no memory and only its parent can reap it)."""
 
 import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -178,31 +177,3 @@ def test_fake_nvml_signals_to_run_node_kill_the_run_before_restoring_caps(fake_n
     assert time.monotonic() - t < 40.0                     # the second signal cut the 60 s grace short
     assert len(procs) == 7 and alive_at_restore == []
     assert limits_w() == [700.0, 700.0]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("ignores_term", [False, True], ids=["sigterm", "sigkill_fallback"])
-def test_real_torchrun_workers_are_gone_after_terminate(tmp_path, monkeypatch, cleanup, ignores_term):
-    """The real launcher (torch.distributed.run, 2 workers on CPU): after ``terminate`` neither
-    torchrun nor its workers live, also when the workers ignore SIGTERM."""
-    monkeypatch.setattr(real_run, "TERMINATE_GRACE_S", 3.0)
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
-    worker = tmp_path / "worker.py"
-    worker.write_text(textwrap.dedent(f"""\
-        import os, signal, sys, time
-        if {ignores_term}:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        sys.path.insert(0, {str(FAKE_TORCHRUN.parent)!r})
-        from fake_torchrun import sleep_forever, write_pid
-        write_pid({str(pid_dir)!r}, "worker-" + os.environ["LOCAL_RANK"])
-        sleep_forever()
-        """))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(worker)]
-    proc = real_run.start_training(cmd, tmp_path / "train.log")
-    cleanup(proc)
-    (pid_dir / "launcher-0.pid").write_text(str(proc.pid))
-    procs = wait_up(pid_dir, names("worker"))
-    assert all(os.getsid(p.pid) == p.pid for n, p in procs.items() if n != "launcher-0")   # as read in torch
-    real_run.terminate(proc)
-    assert survivors(procs) == []

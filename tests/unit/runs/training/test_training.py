@@ -1,15 +1,12 @@
 """The training harness on CPU with tiny random-init models of each catalog family.
 
 Real torch, transformers and peft throughout; only the model size is small (hidden 64,
-2 layers, vocab 256, seq 32). The torchrun tests start real 2-process gloo jobs.
+2 layers, vocab 256, seq 32). In real 2-process gloo torchrun jobs:
+tests/workflow/torchrun/test_training.py.
 """
 
 import dataclasses
-import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -247,32 +244,3 @@ def test_flex_attention_with_sinks_falls_back_to_eager_on_cpu(tmp_path):
     cfg = tiny_cfg("gpt-oss-20b", "pt", tmp_path, attn_implementation="flex_attention")
     model = models.build_model(cfg, torch.float32)
     assert model.config._attn_implementation == "eager"  # transformers raises for sinks + flex on CPU
-
-
-def torchrun(cfg: TrainConfig, tmp_path: Path, nproc: int = 2) -> subprocess.CompletedProcess:
-    cfg.to_json(tmp_path / "cfg.json")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts"), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                           "-m", "wattflex.runs.training", "--config", str(tmp_path / "cfg.json")],
-                          capture_output=True, text=True, env=env, timeout=300)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("model, task, parallel", [("Llama-3.1-70B", "pt", "ddp"),
-                                                   ("gpt-oss-20b", "lora", "fsdp")])
-def test_torchrun_two_process_gloo(model, task, parallel, tmp_path):
-    cfg = tiny_cfg(model, task, tmp_path, batch=2, max_steps=6, eval_at_s=0.0, eval_batches=1,
-                   checkpoint_at_s=0.0, parallel=parallel)
-    r = torchrun(cfg, tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    steps = read_parquet(tmp_path / "steps.parquet")
-    assert list(steps["step"]) == list(range(1, 7))
-    assert (steps["tokens"] == 2 * 2 * 32).all()                  # job tokens: both ranks
-    facts = json.loads((tmp_path / ".training.json").read_text())["training"]
-    assert facts["world_size"] == 2 and facts["parallel"] == parallel
-    assert [e["event"] for e in facts["events"]] == ["eval", "checkpoint"]
-    ck = facts["events"][1]
-    assert ck["async"] and ck["bytes"] > 0 and not Path(ck["path"]).exists()   # written, summed, removed
-    assert facts["sharded_build"] == (parallel == "fsdp")
-    # the chunked loss (training.loss) under FSDP2; DDP keeps transformers' loss
-    assert (facts["loss_unchunked_because"] is None) == (parallel == "fsdp") and facts["loss_chunk_tokens"] == 8192

@@ -1,19 +1,16 @@
 """Expert parallelism (ep > 1) in the training harness, through transformers' DistributedConfig.
 
-Real torch, transformers and gloo throughout: tiny random-init MoE models (hidden 64, 2 layers,
-4 experts, 2 active) trained by real 2- and 4-process torchrun jobs on CPU.
+Real torch and transformers: the layout decisions, and tiny random-init MoE models (hidden 64,
+2 layers, 4 experts, 2 active) in one process. Trained by real 2- and 4-process torchrun jobs
+on CPU: tests/workflow/torchrun/test_training_ep.py.
 """
 
 import json
-import math
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
-from tests.unit.runs.training.helpers import run_probe, torchrun
-from wattflex.provenance import read_parquet
 from wattflex.runs.training import models
 from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.loop import train
@@ -30,13 +27,6 @@ def tiny_cfg(model: str, outdir, **kw) -> TrainConfig:
                 max_steps=6, duration_s=120, eval_at_s=None, checkpoint_at_s=None, lr=3e-3, outdir=str(outdir))
     base.update(kw)
     return TrainConfig(**base)
-
-
-def train_torchrun(cfg: TrainConfig, nproc: int = 2):
-    Path(cfg.outdir).mkdir(parents=True, exist_ok=True)
-    path = Path(cfg.outdir) / "cfg.json"
-    cfg.to_json(path)
-    return torchrun(["-m", "wattflex.runs.training", "--config", str(path)], nproc)
 
 
 # ---- layout decisions (no processes) ------------------------------------------------------------
@@ -99,96 +89,3 @@ def test_ep_1_run_records_no_expert_parallelism(tmp_path):
     train(tiny_cfg(QWEN_MOE, tmp_path, max_steps=2))
     facts = json.loads((tmp_path / ".training.json").read_text())["training"]
     assert (facts["ep_requested"], facts["ep_used"]) == (1, 1) and "ep_note" not in facts
-
-
-# ---- real multi-process runs (gloo) -------------------------------------------------------------
-# Each rank builds the harness's model, then reports what it holds and computes: its slice of the
-# expert weights against an unsharded reference from the same seed, and the loss of one batch.
-PROBE = """
-    out = {"info": {k: info[k] for k in ("ep_used", "ep_requested", "parallel")}, "experts": {}}
-    for name, p in model.named_parameters():
-        if ".mlp.experts." in name:
-            local = p.to_local()
-            n = local.shape[0]
-            out["experts"][name] = {
-                "global": list(p.shape), "local": list(local.shape), "mesh": list(p.device_mesh.mesh_dim_names),
-                "is_own_slice": bool(torch.equal(local, ref_params[name][dist.rank * n:(dist.rank + 1) * n])),
-                "std": float(local.std()), "ref_std": float(ref_params[name].std()), "first": float(local.flatten()[0]),
-                "module_experts": model.get_submodule(name.rsplit(".", 1)[0]).num_experts}
-    x = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(dist.rank))
-    with torch.no_grad():
-        out["loss"], out["ref_loss"] = float(model(input_ids=x, labels=x).loss), float(ref(input_ids=x, labels=x).loss)
-    open(f"{cfg.outdir}/probe{dist.rank}.json", "w").write(json.dumps(out))
-    torch.distributed.destroy_process_group()
-"""
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("source", ["random_init", "model_path"])
-def test_ep2_each_rank_holds_and_runs_half_the_experts(source, tmp_path):
-    kw = {}
-    if source == "model_path":     # a stored model, loaded offline like real weights
-        torch.manual_seed(1)
-        models.build_model(tiny_cfg(QWEN_MOE, tmp_path), torch.float32).save_pretrained(tmp_path / "model")
-        kw = {"tiny": False, "model_path": str(tmp_path / "model")}
-    for probe in run_probe(PROBE, tiny_cfg(QWEN_MOE, tmp_path, ep=2, **kw), tmp_path):
-        assert probe["info"] == {"ep_used": 2, "ep_requested": 2, "parallel": "fsdp"}
-        assert len(probe["experts"]) == 4                           # gate_up_proj + down_proj, 2 layers
-        for name, e in probe["experts"].items():
-            assert e["global"][0] == 4 and e["local"][0] == 2, name   # 2 of the 4 experts on this rank
-            assert e["module_experts"] == 2 and "ep" in e["mesh"], name
-            if source == "model_path":
-                assert e["is_own_slice"], name                      # rank r: experts 2r, 2r+1
-            else:   # built on meta, each rank initialises its own experts: the init's spread, not the copy's
-                assert not e["is_own_slice"] and e["std"] == pytest.approx(e["ref_std"], rel=0.2), name
-        if source == "model_path":
-            assert probe["loss"] == pytest.approx(probe["ref_loss"], rel=1e-5)   # same function as unsharded
-        else:
-            assert math.isfinite(probe["loss"]) and probe["loss"] == pytest.approx(probe["ref_loss"], rel=0.05)
-    if source == "random_init":     # the two ranks' experts are drawn apart, not copies
-        firsts = [json.loads((tmp_path / f"probe{r}.json").read_text())["experts"] for r in (0, 1)]
-        assert all(firsts[0][n]["first"] != firsts[1][n]["first"] for n in firsts[0])
-
-
-@pytest.mark.slow
-def test_torchrun_ep2_trains_like_fsdp_with_events(tmp_path):
-    # One stored model for both: built sharded, random init would differ between the two layouts
-    torch.manual_seed(1)
-    models.build_model(tiny_cfg(QWEN_MOE, tmp_path), torch.float32).save_pretrained(tmp_path / "model")
-    events = dict(eval_at_s=0.0, eval_batches=1, checkpoint_at_s=0.0, grad_checkpointing=True,
-                  tiny=False, model_path=str(tmp_path / "model"))
-    r = train_torchrun(tiny_cfg(QWEN_MOE, tmp_path / "ep2", ep=2, **events))
-    assert r.returncode == 0, r.stderr[-3000:]
-    facts = json.loads((tmp_path / "ep2" / ".training.json").read_text())["training"]
-    assert (facts["ep_used"], facts["ep_requested"], facts["parallel"], facts["world_size"]) == (2, 2, "fsdp", 2)
-    assert facts["loss_unchunked_because"].startswith("expert parallelism")      # training.loss: not chunked
-    assert [e["event"] for e in facts["events"]] == ["eval", "checkpoint"]
-    assert math.isfinite(facts["events"][0]["loss"])
-    ep2 = read_parquet(tmp_path / "ep2" / "steps.parquet")
-    assert list(ep2["step"]) == list(range(1, 7)) and (ep2["tokens"] == 2 * 2 * 32).all()
-    assert ep2["loss"].map(math.isfinite).all()
-    # Same seed, data and optimiser with experts FSDP-sharded instead: the same training, up to float error
-    r = train_torchrun(tiny_cfg(QWEN_MOE, tmp_path / "ep1", parallel="fsdp", **events))
-    assert r.returncode == 0, r.stderr[-3000:]
-    ep1 = read_parquet(tmp_path / "ep1" / "steps.parquet")
-    assert json.loads((tmp_path / "ep1" / ".training.json").read_text())["training"]["ep_used"] == 1
-    assert list(ep2["loss"]) == pytest.approx(list(ep1["loss"]), rel=1e-4)
-
-
-@pytest.mark.slow
-def test_torchrun_ep2_of_4_processes_shards_expert_copies_with_fsdp(tmp_path):
-    """The paper's ep4-of-8 shape at small scale: 2 expert groups, each expert's 2 copies FSDP-sharded."""
-    r = train_torchrun(tiny_cfg(GPT_OSS, tmp_path, ep=2, max_steps=3), nproc=4)
-    assert r.returncode == 0, r.stderr[-3000:]
-    facts = json.loads((tmp_path / ".training.json").read_text())["training"]
-    assert (facts["ep_used"], facts["world_size"]) == (2, 4)
-    steps = read_parquet(tmp_path / "steps.parquet")
-    assert len(steps) == 3 and steps["loss"].map(math.isfinite).all()
-
-
-@pytest.mark.slow
-def test_torchrun_ep_that_does_not_divide_the_processes_fails_clearly(tmp_path):
-    r = train_torchrun(tiny_cfg(QWEN_MOE, tmp_path, ep=3), nproc=2)
-    assert r.returncode != 0
-    assert "ep 3 does not divide the 2 training processes" in r.stderr
-    assert not (tmp_path / "steps.parquet").exists()

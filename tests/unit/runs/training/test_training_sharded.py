@@ -1,32 +1,17 @@
-"""Sharded construction in the training harness (training.sharded): models built on the meta
-device, sharded, then each rank allocating and filling only its shard.
-
-Real torch, transformers, peft and gloo throughout: tiny random-init or locally saved models
-in real 2-process torchrun jobs on CPU, and one ~200M-parameter model to measure memory.
+"""The training harness and gpt-oss checkpoints: MXFP4 ones are dequantised explicitly. (Sharded
+construction, in real 2-process torchrun jobs: tests/workflow/torchrun/test_training_sharded.py.)
 """
 
-import json
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
-from tests.unit.runs.training.helpers import run_probe, torchrun
 from wattflex.runs.training import models
-from wattflex.runs.training.config import TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 REPO = Path(__file__).resolve().parents[4]
 CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
-
-
-def tiny_cfg(model: str, outdir, **kw) -> TrainConfig:
-    base = dict(model_facts=CATALOG[model], task="pt", seq_len=32, batch=2, lora_rank=8, device="cpu", tiny=True,
-                max_steps=2, duration_s=120, eval_at_s=None, checkpoint_at_s=None, lr=3e-3, parallel="fsdp",
-                outdir=str(outdir))
-    base.update(kw)
-    return TrainConfig(**base)
 
 
 # ---- gpt-oss checkpoints (no processes) ---------------------------------------------------------
@@ -40,117 +25,3 @@ def test_mxfp4_checkpoints_are_dequantised_explicitly():
     assert isinstance(kw["quantization_config"], Mxfp4Config) and kw["quantization_config"].dequantize
     cfg.quantization_config = {"quant_method": "fp8"}               # other schemes: transformers' own handling
     assert models.quantization_kwargs(cfg) == {}
-
-
-# ---- what each rank holds after prepare_model (real 2-process gloo jobs) ------------------------
-# Each rank builds the harness's model; its full tensors (gathered) are compared with a whole,
-# one-process build of the same config (random init) or with the saved weights (model_path).
-PROBE = """
-    from torch.distributed.fsdp import FSDPModule
-    ref_buffers = dict(ref.named_buffers())
-    out = {"info": {k: info[k] for k in ("parallel", "sharded_build", "model_bytes", "params_total")},
-           "params": {}, "buffers": {}}
-    for name, p in model.named_parameters():
-        full, want = p.full_tensor().float(), ref_params[name].float()
-        out["params"][name] = {"equal": bool(torch.equal(full, want)), "constant": bool(want.std() == 0) if want.numel() > 1 else True,
-                               "numel": want.numel(), "std": float(full.std()), "ref_std": float(want.std()),
-                               "local_first": float(p.to_local().flatten()[0]) if p.to_local().numel() else None}
-    for name, b in model.named_buffers():
-        out["buffers"][name] = bool(torch.equal(b, ref_buffers[name]))
-    base = sharded.hf_model(model)
-    out["fsdp_units"] = sorted(n for n, m in model.named_modules() if isinstance(m, FSDPModule))
-    out["embed_unit"] = isinstance(base.get_input_embeddings(), FSDPModule)
-    out["head_unit"] = isinstance(base.get_output_embeddings(), FSDPModule)
-    gloo = torch.distributed.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
-    out["pg_timeout_s"] = gloo.options._timeout.total_seconds()     # what init_process_group was given
-    open(f"{cfg.outdir}/probe{dist.rank}.json", "w").write(json.dumps(out))
-    torch.distributed.destroy_process_group()
-"""
-
-
-def probe(cfg: TrainConfig, tmp_path: Path) -> list[dict]:
-    return run_probe(PROBE, cfg, tmp_path)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("model, task", [("Llama-3.1-70B", "pt"), ("gpt-oss-20b", "lora")])
-def test_random_init_on_each_shard_matches_the_models_own_init(model, task, tmp_path):
-    ranks = probe(tiny_cfg(model, tmp_path, task=task, dist_timeout_s=1234.0), tmp_path)
-    for out in ranks:
-        assert out["pg_timeout_s"] == 1234.0                     # cuda.dist_timeout_s
-        assert out["info"]["parallel"] == "fsdp" and out["info"]["sharded_build"]
-        assert out["info"]["model_bytes"] == out["info"]["params_total"] * 4      # fp32
-        assert out["embed_unit"] and out["head_unit"]           # their own FSDP units, as torchtitan's
-        assert all(out["buffers"].values()), out["buffers"]     # RoPE inv_freq recomputed, not garbage
-        for name, p in out["params"].items():
-            if p["constant"]:       # norms at 1, biases and lora_B at 0: exactly the model's init
-                assert p["equal"], name
-            elif p["numel"] >= 256:  # random: the init's spread (other draws than the whole build)
-                assert not p["equal"] and p["std"] == pytest.approx(p["ref_std"], rel=0.2), name
-    # on CPU each rank draws its own shard (seed + rank): the shards are not copies of each other
-    random = [n for n, p in ranks[0]["params"].items() if not p["constant"] and p["numel"] >= 256]
-    assert random and all(ranks[0]["params"][n]["local_first"] != ranks[1]["params"][n]["local_first"] for n in random)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("model, task", [("Qwen3-32B", "pt"), ("Qwen3-30B-A3B", "lora")])
-def test_real_weights_reach_every_shard_exactly(model, task, tmp_path):
-    torch.manual_seed(3)                # the saved weights are not what seed 0 would build
-    models.build_model(tiny_cfg(model, tmp_path), torch.float32).save_pretrained(tmp_path / "model")
-    cfg = tiny_cfg(model, tmp_path, task=task, tiny=False, model_path=str(tmp_path / "model"))
-    for out in probe(cfg, tmp_path):
-        assert out["info"]["sharded_build"] and all(out["buffers"].values())
-        base = {n: p for n, p in out["params"].items() if "lora_" not in n}
-        assert base and all(p["equal"] for p in base.values()), [n for n, p in base.items() if not p["equal"]]
-
-
-# ---- the test that can fail: memory per rank (a ~200M-parameter model) -------------------------
-# 176M parameters in tensors of at most 17 MB: a rank's peak is its shard plus a few whole tensors
-# in flight (rank 0's broadcast sends one at a time), far from the whole model
-MEDIUM = {"hf_model_type": "llama", "hidden": 1024, "layers": 10, "heads": 16, "kv_heads": 16, "head_dim": 64,
-          "intermediate": 4096, "vocab": 4096}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("source", ["random_init", "model_path"])
-def test_no_rank_holds_the_whole_model(source, tmp_path):
-    """Each rank's peak RSS grows by well under the whole model's bytes while the model is built
-    (about 0.55x here; the old whole build per rank grew by 1.03-1.06x and failed this).
-    From real weights rank 0 reads the checkpoint whole (and sends the slices): the others not."""
-    cfg = TrainConfig(model_facts=MEDIUM, task="pt", seq_len=32, batch=1, device="cpu", random_init=True,
-                      max_steps=1, duration_s=120, eval_at_s=None, checkpoint_at_s=None, parallel="fsdp",
-                      outdir=str(tmp_path))
-    if source == "model_path":
-        models.build_model(cfg, torch.float32).save_pretrained(tmp_path / "model")
-        cfg.model_path = str(tmp_path / "model")
-    cfg.to_json(tmp_path / "cfg.json")
-    r = torchrun(["-m", "wattflex.runs.training", "--config", str(tmp_path / "cfg.json")])
-    assert r.returncode == 0, r.stderr[-3000:]
-    facts = json.loads((tmp_path / ".training.json").read_text())["training"]
-    assert facts["model_bytes"] > 700e6                          # 176M fp32 parameters
-    peaks = facts["peak_rss_bytes_per_rank"]
-    assert [p["rank"] for p in peaks] == [0, 1]
-    for p in peaks[1 if source == "model_path" else 0:]:
-        growth = p["after_build"] - p["before_build"]
-        assert 0 < growth < 0.75 * facts["model_bytes"], (p["rank"], growth, facts["model_bytes"])
-    t = facts["timings"]
-    made = t["load_s"] if source == "model_path" else t["materialize_s"]
-    assert 0 < t["init_process_group_s"] <= t["build_s"] <= made <= t["loop_start_s"] <= t["first_step_s"]
-
-
-@pytest.mark.slow
-def test_random_init_on_cpu_refuses_parameters_copied_across_ranks(tmp_path):
-    body = """
-    unsharded = sharded.on_meta(lambda: torch.nn.Linear(4, 4))      # never sharded: a copy on each rank
-    try:
-        sharded.init_random(unsharded, torch.device("cpu"), 0, dist.rank)
-        error = None
-    except RuntimeError as exc:
-        error = str(exc)
-    out = {"error": error, "harness_copies": sharded.replicated(model)}
-    open(f"{cfg.outdir}/probe{dist.rank}.json", "w").write(json.dumps(out))
-    torch.distributed.destroy_process_group()
-    """
-    for out in run_probe(body, tiny_cfg("Llama-3.1-70B", tmp_path), tmp_path):
-        assert out["harness_copies"] == []                              # the harness's FSDP model: all sharded
-        assert "random init on cpu: weight is replicated across ranks" in out["error"]

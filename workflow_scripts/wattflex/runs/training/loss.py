@@ -29,8 +29,8 @@ def chunked_applies(model: nn.Module, chunk_tokens: int) -> str | None:
     ready once per backward, and the chunks reuse lm_head's weight (each recomputed chunk
     accumulates into its gradient); a MoE model's router auxiliary loss is part of
     transformers' loss and not of this one. Expert-parallel layouts (ep > 1) keep transformers'
-    loss too: there the chunked loss crashed both gloo ranks (SIGSEGV, tests/unit/runs/
-    training/test_training_ep.py's ep2 run; cause not found yet)."""
+    loss too: there the chunked loss crashed both gloo ranks (SIGSEGV,
+    tests/workflow/torchrun/test_training_ep.py's ep2 run; cause not found yet)."""
     if chunk_tokens <= 0:
         return "cuda.loss_chunk_tokens is 0"
     if isinstance(model, nn.parallel.DistributedDataParallel):

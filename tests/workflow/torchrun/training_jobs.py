@@ -1,5 +1,5 @@
-"""Helpers of the training-harness tests: real torchrun jobs on CPU, and probe scripts that
-build the harness's model in every rank and report what that rank holds."""
+"""Helpers of the training-harness tests: real torchrun jobs on CPU (the harness itself, or probe
+scripts that build the harness's model in every rank and report what that rank holds)."""
 
 import json
 import os
@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[4]
+REPO = Path(__file__).resolve().parents[3]
 
 # A probe's first lines: the harness's model (``model``, ``info``) in this rank, and a whole,
 # one-process reference (``ref``, ``ref_params``) built from the same config and seed.
@@ -32,6 +32,15 @@ def torchrun(args: list[str], nproc: int = 2) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts"), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            f"--nproc-per-node={nproc}", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def train_torchrun(cfg, nproc: int = 2) -> subprocess.CompletedProcess:
+    """The harness (``python -m wattflex.runs.training``) on ``cfg`` in ``nproc`` ranks; the
+    config goes to cfg.json in ``cfg.outdir``."""
+    Path(cfg.outdir).mkdir(parents=True, exist_ok=True)
+    path = Path(cfg.outdir) / "cfg.json"
+    cfg.to_json(path)
+    return torchrun(["-m", "wattflex.runs.training", "--config", str(path)], nproc)
 
 
 def run_probe(body: str, cfg, tmp_path: Path, nproc: int = 2) -> list[dict]:

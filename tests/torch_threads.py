@@ -1,0 +1,15 @@
+"""The ``one_thread`` pytest fixture, for tests that train tiny models in the test process; a
+conftest.py imports it: ``from tests.torch_threads import one_thread``."""
+
+import pytest
+
+
+@pytest.fixture
+def one_thread():
+    """Torch on one thread: tiny models train faster without thread contention on 2 cores."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

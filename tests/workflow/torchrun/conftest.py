@@ -1,0 +1,3 @@
+"""Fixtures shared by the torchrun tests."""
+
+from tests.torch_threads import one_thread  # noqa: F401 (fixture)
