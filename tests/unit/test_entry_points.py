@@ -1,29 +1,18 @@
 """Issue 17 (case 7): ``wattflex run-at-cap`` / ``wattflex restore-caps`` and the readers of a
 run's files stop on bad input with one line naming the file and what is wrong (exit 2 for
-the commands), never a traceback, and never after the (possibly hour-long) run."""
+the commands), never a traceback, and never after the (possibly hour-long) run. The commands run in this
+process (the ``run_cli`` fixture, tests/unit/conftest.py)."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from wattflex.telemetry import RunFileError, read_run_files
-
-REPO = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts")}
-
-
-def wattflex(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "wattflex.cli", *args], cwd=cwd, capture_output=True,
-                          text=True, env=ENV, timeout=120)
-
 
 def one_line_error(proc: subprocess.CompletedProcess, command: str) -> str:
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
@@ -68,7 +57,7 @@ RUN_AT_CAP_CASES = {
 
 
 @pytest.mark.parametrize("case", RUN_AT_CAP_CASES, ids=list(RUN_AT_CAP_CASES))
-def test_run_at_cap_bad_input_is_one_line(tmp_path, spec, case):
+def test_run_at_cap_bad_input_is_one_line(tmp_path, spec, case, run_cli):
     text, outdir, expected = RUN_AT_CAP_CASES[case]
     if text == "ok":
         text = json.dumps(spec)
@@ -77,21 +66,21 @@ def test_run_at_cap_bad_input_is_one_line(tmp_path, spec, case):
     if text is not None:
         (tmp_path / "spec.json").write_text(text)
     (tmp_path / "afile").write_text("keep me\n")
-    line = one_line_error(wattflex("run-at-cap", "spec.json", outdir, cwd=tmp_path), "run-at-cap")
+    line = one_line_error(run_cli("run-at-cap", "spec.json", outdir, cwd=tmp_path), "run-at-cap")
     assert expected in line, line
     assert (tmp_path / "afile").read_text() == "keep me\n"  # nothing destroyed
     assert not (tmp_path / "out").exists()
 
 
-def test_run_at_cap_good_spec_still_runs(tmp_path, spec):
+def test_run_at_cap_good_spec_still_runs(tmp_path, spec, run_cli):
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    proc = wattflex("run-at-cap", "spec.json", "out", cwd=tmp_path)
+    proc = run_cli("run-at-cap", "spec.json", "out", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"telemetry.parquet", "steps.parquet", "run.json"}
 
 
 @pytest.mark.parametrize("held", ["real", "emulated", "other"])
-def test_run_at_cap_refuses_an_outdir_that_holds_files(tmp_path, spec, held):
+def test_run_at_cap_refuses_an_outdir_that_holds_files(tmp_path, spec, held, run_cli):
     """Issue 27 §1: `run-at-cap SPEC <a measured run's dir>` replaced the run (exit 0)."""
     out = tmp_path / "out"
     out.mkdir()
@@ -101,27 +90,27 @@ def test_run_at_cap_refuses_an_outdir_that_holds_files(tmp_path, spec, held):
     for name, data in files.items():
         (out / name).write_bytes(data)
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    line = one_line_error(wattflex("run-at-cap", "spec.json", "out", cwd=tmp_path), "run-at-cap")
+    line = one_line_error(run_cli("run-at-cap", "spec.json", "out", cwd=tmp_path), "run-at-cap")
     what = {"real": "holds a run (cuda backend)", "emulated": "holds a run (emulated backend)", "other": "is not empty"}
     assert f"out: OUTDIR {what[held]}: {', '.join(sorted(files))}; " in line, line
     assert {p.name: p.read_bytes() for p in out.iterdir()} == files
 
 
-def test_run_at_cap_writes_into_an_empty_outdir(tmp_path, spec):
+def test_run_at_cap_writes_into_an_empty_outdir(tmp_path, spec, run_cli):
     (tmp_path / "out").mkdir()
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    assert wattflex("run-at-cap", "spec.json", "out", cwd=tmp_path).returncode == 0
+    assert run_cli("run-at-cap", "spec.json", "out", cwd=tmp_path).returncode == 0
     assert (tmp_path / "out" / "run.json").is_file()
 
 
-def test_restore_caps_state_dir_a_file_is_one_line(tmp_path):
+def test_restore_caps_state_dir_a_file_is_one_line(tmp_path, run_cli):
     (tmp_path / "afile").write_text("x")
-    line = one_line_error(wattflex("restore-caps", "--state-dir", "afile", cwd=tmp_path), "restore-caps")
+    line = one_line_error(run_cli("restore-caps", "--state-dir", "afile", cwd=tmp_path), "restore-caps")
     assert line.endswith("afile: the state dir is a file, not a directory")
 
 
-def test_restore_caps_missing_state_dir_has_nothing_to_restore(tmp_path):
-    proc = wattflex("restore-caps", "--state-dir", "nodir", cwd=tmp_path)
+def test_restore_caps_missing_state_dir_has_nothing_to_restore(tmp_path, run_cli):
+    proc = run_cli("restore-caps", "--state-dir", "nodir", cwd=tmp_path)
     assert proc.returncode == 0 and "nothing to restore" in proc.stdout
 
 
@@ -134,7 +123,7 @@ STATE_FILES = {
 }
 
 
-def test_restore_caps_bad_state_files_are_reported_each_and_others_go_on(tmp_path):
+def test_restore_caps_bad_state_files_are_reported_each_and_others_go_on(tmp_path, run_cli):
     """A malformed state file is named with what is wrong (exit 1), never a traceback that
     would stop an epilog from restoring the other files."""
     sd = tmp_path / "sd"
@@ -142,7 +131,7 @@ def test_restore_caps_bad_state_files_are_reported_each_and_others_go_on(tmp_pat
     host = socket.gethostname()
     for i, (text, _) in enumerate(STATE_FILES.values()):
         (sd / f"caps-{host}-{i}.json").write_text(text)
-    proc = wattflex("restore-caps", "--state-dir", "sd", "--dry-run", cwd=tmp_path)
+    proc = run_cli("restore-caps", "--state-dir", "sd", "--dry-run", cwd=tmp_path)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == len(STATE_FILES)
