@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from tests.tiers import HOMES, WORKFLOW_TESTS, pytest_collection_modifyitems, started_tool, tier_violation
+from tests.tiers import (HOMES, WORKFLOW_TESTS, pytest_collection_modifyitems, pytest_ignore_collect, started_tool,
+                         tier_violation)
 
 UNIT_TEST = WORKFLOW_TESTS.parent / "unit" / "test_x.py"
 
@@ -66,6 +67,22 @@ def test_everything_under_tests_workflow_is_in_the_slow_tier():
     workflow, unit = Item(WORKFLOW_TESTS / "test_x.py"), Item(UNIT_TEST)
     pytest_collection_modifyitems([workflow, unit])
     assert workflow.marks == ["slow"] and unit.marks == []
+
+
+def test_the_fast_tier_does_not_collect_tests_workflow():
+    class Config:
+        def __init__(self, markexpr):
+            self.markexpr = markexpr
+
+        def getoption(self, name):
+            return {"markexpr": self.markexpr}[name]
+
+    workflow_module = WORKFLOW_TESTS / "test_x.py"
+    assert pytest_ignore_collect(workflow_module, Config("not slow")) is True
+    assert pytest_ignore_collect(WORKFLOW_TESTS / "torchrun", Config("not slow")) is True
+    assert pytest_ignore_collect(UNIT_TEST, Config("not slow")) is None            # the unit tests are collected
+    for markexpr in ("slow", "", "slow and not slurm", "not slurm"):                # any other selection: all
+        assert pytest_ignore_collect(workflow_module, Config(markexpr)) is None
 
 
 def test_xdist_keeps_each_group_on_one_worker(tmp_path):

@@ -33,7 +33,7 @@ def scrape(url):
 
 
 def test_a_30pct_event_is_met_scraped_live_and_every_cap_restored_fake_nvml(fake_nvml, tmp_path):
-    ev = schedule(tmp_path, {"event_id": "ev30", "start_s": 1.0, "end_s": 6.0, "fraction": 0.7, "deadline_s": 1.0})
+    ev = schedule(tmp_path, {"event_id": "ev30", "start_s": 1.0, "end_s": 4.0, "fraction": 0.7, "deadline_s": 1.0})
     mv = tmp_path / "mv"
     proc = control_process(tmp_path, "--signal", str(ev), "--basis", "measured", "--period-s", "0.2",
                            "--state-dir", str(tmp_path / "st"), "--mv-out", str(mv), "--metrics-port", "0",
@@ -64,7 +64,7 @@ def test_a_30pct_event_is_met_scraped_live_and_every_cap_restored_fake_nvml(fake
     assert rec["deadline_met"] and rec["response_time_s"] <= 1.0
     assert rec["delivered_w_vs_pre_event"] >= 390 and rec["restore_time_s"] is not None
     ts = read_csv(mv / "timeseries.csv")
-    after = ts[ts["t_s"] >= 6.0]
+    after = ts[ts["t_s"] >= 4.0]
     assert (after["cap_w:job0"].iloc[-1], after["cap_w:job1"].iloc[-1]) == (700.0, 700.0)
     # staggered: one job uncapped first, the other 0.4 s later
     first_up = after[(after["cap_w:job0"] == 700) | (after["cap_w:job1"] == 700)].iloc[0]
@@ -92,13 +92,13 @@ def test_bad_schedules_stop_before_any_cap_changes_fake_nvml(fake_nvml, tmp_path
 def test_a_target_below_the_floors_and_a_deadline_the_ramp_misses_warn_and_hold_safe_fake_nvml(
         fake_nvml, tmp_path, capsys):
     ev = schedule(tmp_path, {"event_id": "low", "start_s": 0.2, "end_s": 0.8, "target_kw": 0.3, "deadline_s": 0.2},
-                  {"event_id": "slow", "start_s": 1.0, "end_s": 1.6, "fraction": 0.5, "ramp_kw_per_s": 0.1,
+                  {"event_id": "slow", "start_s": 1.0, "end_s": 1.6, "fraction": 0.5, "ramp_kw_per_s": 0.35,
                    "deadline_s": 0.2})
     assert cli.main(["control", "--signal", str(ev), "--period-s", "0.1", "--state-dir", str(tmp_path / "st"),
                      "--mv-out", str(tmp_path / "mv")]) == 0
     err = capsys.readouterr().err
     assert "event 'low': target 300 W is below the GPUs' floor of 400 W" in err
-    assert "event 'slow': the ramp of 0.1 kW/s from 1400 W to 700 W" in err and "the deadline missed" in err
+    assert "event 'slow': the ramp of 0.35 kW/s from 1400 W to 700 W" in err and "the deadline missed" in err
     calls = fake_nvml.state()["set_calls"]
     assert min(mw for _, mw in calls) >= 200_000                                       # never below a floor
     recs = {r["event_id"]: r for r in read_json(tmp_path / "mv" / "mv.json")["events"]}

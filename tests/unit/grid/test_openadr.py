@@ -11,7 +11,6 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from openleadr import OpenADRServer
 
 from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
 from wattflex import cli
@@ -41,6 +40,8 @@ class VTN:
         started = threading.Event()
 
         def run():
+            from openleadr import OpenADRServer  # here, not at the top: the fast tier collects this module too
+
             asyncio.set_event_loop(self.loop)
             self.server = OpenADRServer(vtn_id="test-vtn", http_host="127.0.0.1", http_port=self.port,
                                         requested_poll_freq=timedelta(seconds=1))

@@ -15,8 +15,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from aiohttp import web
-from toadr3.models import Event, Report
 
 from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
 from wattflex import cli
@@ -29,6 +27,8 @@ EXCHANGE = json.loads((Path(__file__).parent / "openadr3_exchange.json").read_te
 
 
 def test_the_exchange_is_valid_openadr3_objects():
+    from toadr3.models import Event  # here, not at the top: the fast tier collects this module too
+
     for item in EXCHANGE["events"]:
         doc = json.loads(json.dumps(item["event"]).replace('"START"', '"2027-01-15T17:00:00Z"'))
         ev = Event.model_validate(doc)
@@ -39,6 +39,8 @@ class ReplayVTN:
     """GET /events (the exchange's events, start = serving time + start_in_s), POST /reports."""
 
     def __init__(self):
+        from aiohttp import web
+
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -108,6 +110,8 @@ def test_the_capacity_limit_is_followed_and_load_reported_fake_nvml(fake_nvml, v
     rec = read_json(tmp_path / "mv" / "mv.json")["events"][0]
     assert rec["event_id"] == "ev30" and rec["target_w"] == pytest.approx(910.0)
     assert rec["seconds_above_target_after_deadline"] == 0 and rec["deadline_met"]
+    from toadr3.models import Report
+
     reports = [Report.model_validate(r) for r in vtn.reports]
     assert reports and {r.event_id for r in reports} == {"ev30"} and {r.client_name for r in reports} == {"gpu-node"}
     loads = [r.resources[0].intervals[0].payloads[0] for r in reports]

@@ -23,7 +23,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 @pytest.mark.fake_gpu
 def test_wattflex_control_writes_the_mv_figure_beside_its_tables_fake_nvml(fake_nvml, tmp_path):
     ev = tmp_path / "events.json"
-    ev.write_text(json.dumps({"events": [{"event_id": "ev30", "start_s": 1.0, "end_s": 4.0, "fraction": 0.7,
+    ev.write_text(json.dumps({"events": [{"event_id": "ev30", "start_s": 1.0, "end_s": 2.5, "fraction": 0.7,
                                           "deadline_s": 1.0}]}))
     proc = control_process(tmp_path, "--signal", str(ev), "--basis", "measured", "--period-s", "0.2",
                            "--state-dir", str(tmp_path / "st"), "--mv-out", str(tmp_path / "mv"))
