@@ -196,8 +196,13 @@ def test_a_closed_pipe_exits_quietly(inputs, command):
 # the start of the monotone fit (inside allocate_table), where a real SIGINT then lands. The
 # pause is this test's, added in the child; the signal, the handler and the exit are the real ones.
 PAUSED_ALLOCATE = """
-import sys, time
+import signal, sys, time
 import wattflex.allocation.allocator as allocator
+
+# Ctrl-C as a terminal delivers it to a foreground command: Python's own handler. A child of a
+# backgrounded job inherits SIGINT ignored (POSIX: `cmd &` in a non-interactive shell), and
+# Python then installs no handler: the signal would be dropped and the test time out.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def paused(*args, **kwargs):
     print("paused in monotone_fit", file=sys.stderr, flush=True)

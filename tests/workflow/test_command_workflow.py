@@ -101,12 +101,11 @@ def test_fake_nvml_own_script_three_caps_to_pfi_summaries_and_report(tmp_path):
 
 def test_fake_nvml_own_script_staircase_one_run_per_group_to_pfi_and_report(tmp_path):
     """The same through sweep: staircase: one long run of the script per group, its caps stepped
-    while it trains, the script stopped when every cap is measured. To the PFI, the core figures
-    and the report (the FAKE GPUs give every group the same telemetry, so the predictor's
-    all_dcgm set has no feature and is reported unscored)."""
+    while it trains, the script stopped when every cap is measured. To the PFI and the core
+    figures; what reads them downstream (statistics, predictor, allocation, the report: 18 more
+    jobs) is the same for both sweep modes and is run from the command runs in the test above."""
     out = run_snakemake(tmp_path, campaign(tmp_path, sweep="staircase", steps=1_000_000),
-                        "results/own/pfi.parquet", "results/own/figures/curves_normalized.png",
-                        "results/own/report.html")
+                        "results/own/pfi.parquet", "results/own/figures/curves_normalized.png")
     for gid in GROUPS:
         run = read_json(out / "runs" / gid / "staircase" / "run.json")
         assert run["launch"] == "command" and run["stop_reason"] == "all_caps_measured"
@@ -119,6 +118,4 @@ def test_fake_nvml_own_script_staircase_one_run_per_group_to_pfi_and_report(tmp_
     pfi = read_parquet(out / "pfi.parquet")
     assert sorted(pfi["group"]) == sorted(GROUPS) and np.isfinite(pfi["pfi_ratio"]).all()
     assert (out / "figures" / "curves_normalized.png").stat().st_size > 0
-    html = (out / "report.html").read_text()
-    assert all(g in html for g in GROUPS)
     assert fake_limits_w(tmp_path) == [700.0, 700.0]
