@@ -9,8 +9,10 @@ With pytest-xdist (``-n 4 --dist loadgroup``), tests that share a wide fixture r
 
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,12 +66,10 @@ def pytest_configure(config):
     """An xdist worker ends without Python's finalization (module teardown, torch's and
     matplotlib's destructors, a last collection of every test's garbage): the controller waits
     for each worker to exit, and that took 5.4 s after the last worker's tests on the fast tier
-    at -n 3 (1.2 s with this; benchmarks/results/tests.md). Registered here, early, so the other
-    atexit handlers (registered later, run first) still run."""
+    at -n 3 (1.2 s with this; benchmarks/results/tests.md). Registered here, before anything a
+    test registers, so those handlers (weakref finalizers included) run first; the two registered
+    before it are skipped, logging's shutdown among them (a worker logs to no file of its own)."""
     if hasattr(config, "workerinput"):
-        import atexit
-        import sys
-
         def exit_now():
             sys.stdout.flush()
             sys.stderr.flush()

@@ -1,7 +1,7 @@
 """Issue 17 (case 7): ``wattflex run-at-cap`` / ``wattflex restore-caps`` and the readers of a
 run's files stop on bad input with one line naming the file and what is wrong (exit 2 for
-the commands), never a traceback, and never after the (possibly hour-long) run. The commands run in this
-process (the ``run_cli`` fixture, tests/unit/conftest.py)."""
+the commands), never a traceback, and never after the (possibly hour-long) run. The commands
+run in this process (the ``run_cli`` fixture, tests/unit/conftest.py)."""
 
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ def test_fake_nvml_own_script_three_caps_to_pfi_summaries_and_report(tmp_path):
     assert fake_limits_w(tmp_path) == [700.0, 700.0]
 
 
-def test_fake_nvml_own_script_staircase_one_run_per_group_to_pfi_and_report(tmp_path):
+def test_fake_nvml_own_script_staircase_one_run_per_group_to_pfi_and_core_figures(tmp_path):
     """The same through sweep: staircase: one long run of the script per group, its caps stepped
     while it trains, the script stopped when every cap is measured. To the PFI and the core
     figures; what reads them downstream (statistics, predictor, allocation, the report: 18 more
