@@ -4,14 +4,18 @@ real Snakemake CLI on the copy."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
 import subprocess
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
+import pytest
 import yaml
 
 from .conftest import REPO
@@ -100,10 +104,39 @@ class Campaign:
         return planned(snakemake(self.workflow, self.work, self.config, "-n", "--cores", "2"))
 
 
-def run_campaign(root: Path, config: dict) -> Campaign:
-    """``root``/workflow (a copy of this one), ``root``/work, ``root``/campaign.yaml; run to the end."""
-    camp = Campaign(copy_workflow(root / "workflow"), root / "work", root / "campaign.yaml")
-    camp.work.mkdir()
-    camp.config.write_text(yaml.safe_dump(config, sort_keys=False))
-    snakemake(camp.workflow, camp.work, camp.config, "--cores", "2", "-q")
-    return camp
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder ``name`` made by ``build(folder)`` once per test session, by whichever pytest-xdist
+    worker asks first; the others wait for it (a file lock in the folder all workers share, as
+    pytest-xdist's docs do it) and get the same folder. Read it only: a test copies it first. A
+    failed build fails every test that asks, with the first worker's error, and is not retried."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent   # each worker's basetemp is a folder of the session's
+    folder, built, failed = shared / name, shared / f"{name}.built", shared / f"{name}.failed"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes
+        if failed.exists():
+            pytest.fail(f"building {name} failed (on another worker):\n{failed.read_text()}", pytrace=False)
+        if not built.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            try:
+                build(folder)
+            except BaseException:
+                failed.write_text(traceback.format_exc()[-8000:])
+                raise
+            built.touch()
+    return folder
+
+
+def finished_campaign(tmp_path_factory) -> Path:
+    """The workflow (a copy) with the campaign of ``campaign_config()`` run to the end inside it, as
+    its own working directory, so config/config.yaml (control study included) is merged under the
+    campaign; ``tiny.yaml`` beside the Snakefile. Built once per session (``built_once``) for the
+    modules that change or move a finished campaign: copy it (``copy_tree``, ``cp -a``) first."""
+    def build(root: Path) -> None:
+        copy_workflow(root)
+        (root / "tiny.yaml").write_text(yaml.safe_dump(campaign_config(), sort_keys=False))
+        snakemake(root, root, root / "tiny.yaml", "--cores", "2", "-q")
+        assert planned(snakemake(root, root, root / "tiny.yaml", "-n", "--cores", "2")) == {}
+
+    return built_once(tmp_path_factory, "finished_tiny", build)

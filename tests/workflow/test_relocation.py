@@ -9,9 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
-from .campaigns import campaign_config, copy_workflow, planned, snakemake
+from .campaigns import finished_campaign, planned, snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -20,14 +19,9 @@ TABLES = Path("resources/paper/tables")
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
-    """The workflow with the tiny campaign run to the end inside it (its own working directory)."""
-    root = copy_workflow(tmp_path_factory.mktemp("relocation") / "original")
-    # The working directory is the workflow's, so config/config.yaml (control study included) is
-    # merged under the campaign; the small allocation study of the rerun tests keeps it quick.
-    (root / "tiny.yaml").write_text(yaml.safe_dump(campaign_config(), sort_keys=False))
-    snakemake(root, root, root / "tiny.yaml", "--cores", "2")
-    assert planned(snakemake(root, root, root / "tiny.yaml", "-n", "--cores", "2")) == {}
-    return root
+    """The workflow with the tiny campaign run to the end inside it (its own working directory),
+    shared with test_rerun_scope: read only, copied before any change."""
+    return finished_campaign(tmp_path_factory)
 
 
 def copied(finished: Path, dst: Path) -> Path:

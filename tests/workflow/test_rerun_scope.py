@@ -1,10 +1,11 @@
 """Rerun scope: a change reruns exactly the jobs it affects (issue 8), tested with the real
 Snakemake CLI on a copy of the tiny campaign.
 
-One base run per module; each test copies it (results, logs and .snakemake metadata, mtimes
-kept) together with a copy of the workflow (Snakefile, rules/, workflow_scripts/, config/),
-makes one change to the config or the code of the copy, and compares the job-count table of
-`snakemake -n` with the exact set of jobs the change must plan.
+One finished campaign per session, shared with test_relocation (campaigns.finished_campaign:
+the workflow with the campaign run inside it, control study included); each test copies it
+(workflow, results, logs and .snakemake metadata, mtimes kept), makes one change to the config
+or the code of the copy, and compares the job-count table of `snakemake -n` with the exact set
+of jobs the change must plan.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 import pytest
 import yaml
 
-from .campaigns import Campaign, campaign_config, copy_tree, copy_workflow, run_campaign, snakemake
+from .campaigns import Campaign, copy_tree, finished_campaign, snakemake
 from .conftest import REPO
 from .file_modes import why_not_bound
 
@@ -44,7 +45,13 @@ ALLOCATION_MERGE = {"simulate_allocation": 1, "allocation_figures": 1} if alloca
 ALLOCATION = {"simulate_allocation_cut": N_CUTS, **ALLOCATION_MERGE} if allocation_wired() else {}
 ALLOCATION_FIGURES = {"allocation_figures": 1} if allocation_wired() else {}
 FINAL = {"report": 1, "all": 1}
-EVERYTHING_AFTER_SUMMARIES = {**ANALYSIS, **ALLOCATION, **FINAL}
+# The control study (rules/control.smk; config/config.yaml's, merged under the campaign): the
+# truth tables of the groups (their config, the emulator, the telemetry columns), then one
+# simulation per scenario, which reads the predictor's model, then the figures.
+CONTROL_FIGURES = {"control_figures": 1}
+CONTROL_SIMULATIONS = {"simulate_control": 2, **CONTROL_FIGURES}
+CONTROL = {"control_truth": 1, **CONTROL_SIMULATIONS}
+EVERYTHING_AFTER_SUMMARIES = {**ANALYSIS, **ALLOCATION, **CONTROL_SIMULATIONS, **FINAL}
 # One summary job per sweep group (rules/runs.smk), each writing its runs' summary.json.
 SUMMARIZE = {"dense-pt-mistral24b-x8": "summaries_dense_pt_mistral24b_x8",
              "moe-pt-gptoss20b-x8-ep8": "summaries_moe_pt_gptoss20b_x8_ep8",
@@ -53,17 +60,16 @@ EVERY_SUMMARY = {rule: 1 for rule in SUMMARIZE.values()}
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Campaign:
-    return run_campaign(tmp_path_factory.mktemp("rerun_base"), campaign_config())
+def base(tmp_path_factory):
+    return finished_campaign(tmp_path_factory)
 
 
 @pytest.fixture
 def campaign(base, tmp_path) -> Campaign:
-    """A private copy of the base campaign (workflow, results + metadata, config)."""
-    camp = Campaign(copy_workflow(tmp_path / "workflow", base.workflow), tmp_path / "work", tmp_path / "campaign.yaml")
-    copy_tree(base.work, camp.work)
-    copy_tree(base.config, camp.config)
-    return camp
+    """A private copy of the finished campaign (workflow, results + metadata, config)."""
+    root = tmp_path / "campaign"
+    copy_tree(base, root)
+    return Campaign(root, root, root / "tiny.yaml")
 
 
 def test_base_campaign_is_complete_and_a_rerun_is_a_no_op(campaign):
@@ -91,13 +97,14 @@ def test_predictor_features_rerun_predictor_allocation_and_reports_not_runs_or_p
     campaign.edit_config(lambda c: c.setdefault("predictor", {}).update(features="dram_copy_product+arithmetic_intensity"))
     # paper_tables (Table 8: the H200 predictor on H100) and analysis_figures (Fig. 7)
     # report the predictions, so they rerun with it.
-    assert campaign.plan() == {"fit_predictor": 1, "paper_tables": 1, "analysis_figures": 1, **ALLOCATION, **FINAL}
+    assert campaign.plan() == {"fit_predictor": 1, "paper_tables": 1, "analysis_figures": 1, **ALLOCATION,
+                               **CONTROL_SIMULATIONS, **FINAL}
 
 
 def test_plot_styling_reruns_figures_and_the_report_only(campaign):
     campaign.edit_config(lambda c: c["figures"].update(dpi=61))
     assert campaign.plan() == {"core_figures": 1, "analysis_figures": 1, "fidelity_figure": 1, "offer": 1,
-                               **ALLOCATION_FIGURES, **FINAL}
+                               **ALLOCATION_FIGURES, **CONTROL_FIGURES, **FINAL}
 
 
 def test_summary_protocol_reruns_summaries_and_everything_downstream_never_runs(campaign):
@@ -121,20 +128,21 @@ def test_one_groups_run_config_reruns_exactly_its_runs(campaign):
     campaign.edit_config(lambda c: c["groups"][2].update(batch=8))  # moe-ft, four caps
     # and the resource plan, which reads a group's shape (not its caps: see the next test)
     assert campaign.plan() == {"run_at_cap": 4, SUMMARIZE["moe-ft-qwen30ba3b-x8"]: 1, "resource_plan": 1,
-                               **EVERYTHING_AFTER_SUMMARIES}
+                               "control_truth": 1, **EVERYTHING_AFTER_SUMMARIES}
 
 
 def test_adding_a_cap_runs_only_the_new_run(campaign):
     campaign.edit_config(lambda c: c["groups"][1].update(caps=[200, 300, 500, 600, 700]))
     # The new run only; its group's summaries are redone (ms each), no other group's.
-    assert campaign.plan() == {"run_at_cap": 1, SUMMARIZE["moe-pt-gptoss20b-x8-ep8"]: 1, **EVERYTHING_AFTER_SUMMARIES}
+    assert campaign.plan() == {"run_at_cap": 1, SUMMARIZE["moe-pt-gptoss20b-x8-ep8"]: 1, "control_truth": 1,
+                               **EVERYTHING_AFTER_SUMMARIES}
 
 
 def test_adding_a_group_runs_only_its_runs(campaign):
     campaign.edit_config(lambda c: c["groups"].append(
         {"id": "dense-ft-mistral24b-x8", "model": "Mistral-Small-24B-Base-2501", "task": "lora", "gpus": 8}))
     assert campaign.plan() == {"run_at_cap": 4, "summaries_dense_ft_mistral24b_x8": 1, "resource_plan": 1,
-                               **EVERYTHING_AFTER_SUMMARIES}
+                               "control_truth": 1, **EVERYTHING_AFTER_SUMMARIES}
 
 
 def test_scheduling_settings_rerun_nothing(campaign):
@@ -161,14 +169,16 @@ def test_a_statistics_setting_reruns_only_its_stage_and_what_reads_it(campaign):
 
 # ---- code changes (Snakemake does not see imported modules: code_fingerprint does) -------
 
-FIGURE_RULES = {"core_figures": 1, "analysis_figures": 1, "fidelity_figure": 1, "offer": 1, **ALLOCATION_FIGURES}
+FIGURE_RULES = {"core_figures": 1, "analysis_figures": 1, "fidelity_figure": 1, "offer": 1, **ALLOCATION_FIGURES,
+                **CONTROL_FIGURES}
 
 
 @pytest.mark.parametrize("module, expected", [
-    ("runs/emulator", {"run_at_cap": N_RUNS, **EVERY_SUMMARY, **EVERYTHING_AFTER_SUMMARIES}),
-    ("telemetry", {**EVERY_SUMMARY, **EVERYTHING_AFTER_SUMMARIES}),
+    ("runs/emulator", {"run_at_cap": N_RUNS, **EVERY_SUMMARY, **EVERYTHING_AFTER_SUMMARIES, **CONTROL}),
+    ("telemetry", {**EVERY_SUMMARY, **EVERYTHING_AFTER_SUMMARIES, **CONTROL}),
+    # the control study's cluster reads the predictor's features (so its truth tables rerun too)
     ("analysis/predictor", {"cluster_stats": 1, "fit_predictor": 1, "paper_tables": 1, "analysis_figures": 1,
-                            **ALLOCATION, **FINAL}),
+                            **ALLOCATION, **CONTROL, **FINAL}),
     # A plot-only change (the shared style of every figure) plans the figure rules and the
     # report, never a simulation: no module outside plots/ imports plot code.
     ("plots/style", {**FIGURE_RULES, **FINAL}),
