@@ -120,7 +120,8 @@ class LineFollower:
     """Follows a growing log file in a thread: each complete line (ended by \\n or \\r, as
     tqdm's bars are) that the throughput source matches is kept with the time it was read
     (seconds since ``t0``); ``rows`` so far, ``lines`` read. With ``live_path``, matched
-    lines are also appended there as step rows (the one-run sweep's live step log)."""
+    lines of each read are also appended there as one step row, the row ``steps()`` makes of
+    them (the one-run sweep's live step log)."""
 
     def __init__(self, path: Path, source: ThroughputSource, t0: float, live_path: Path | None = None) -> None:
         self.path, self.source, self.t0, self.live_path = path, source, t0, live_path
@@ -129,6 +130,7 @@ class LineFollower:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="wattflex-line-follower", daemon=True)
         self._pos, self._rest = 0, b""
+        self._live_rows = 0
         if live_path is not None:
             live_path.write_text("step,t_end_s,tokens,loss\n")
 
@@ -158,19 +160,25 @@ class LineFollower:
         self._pos += len(chunk)
         parts = (self._rest + chunk).replace(b"\r", b"\n").split(b"\n")
         self._rest = parts.pop()
+        hits = 0
         for raw in parts:
             self.lines += 1
             hit = self.source.parse(raw.decode("utf-8", "replace"))
             if hit is not None:
-                self._add((t_s, *hit))
+                self.rows.append((t_s, *hit))
+                hits += 1
+        if hits and self.live_path is not None:
+            self._write_live(hits)
 
-    def _add(self, row: tuple[float, float, float, float]) -> None:
-        self.rows.append(row)
-        if self.live_path is not None:
-            last = steps_from_lines(self.rows[-2:]).iloc[-1]
-            step = row[1] if math.isfinite(row[1]) else len(self.rows)
-            with open(self.live_path, "a") as f:
-                f.write(f"{float(step):g},{float(row[0])!r},{float(last['tokens'])!r},{float(row[3])!r}\n")
+    def _write_live(self, hits: int) -> None:
+        """One live row for the ``hits`` lines of this read, as ``steps()`` merges them: a row
+        per line would give lines read together the same time, steps of no duration, a median
+        step of 0 s, and every real step counted as a stall (the staircase then saw no step)."""
+        last = steps_from_lines(self.rows[-(hits + 1):]).iloc[-1]    # the previous read's line, then this read's
+        self._live_rows += 1
+        step = last["step"] if math.isfinite(self.rows[-1][1]) else self._live_rows   # as steps() numbers them
+        with open(self.live_path, "a") as f:
+            f.write(f"{float(step):g},{float(last['t_end_s'])!r},{float(last['tokens'])!r},{float(last['loss'])!r}\n")
 
     def steps(self) -> pd.DataFrame:
         return steps_from_lines(list(self.rows))
