@@ -1,6 +1,6 @@
-"""A copy of the workflow with a campaign in a working folder beside it: the helpers of the tests
-that change or move a finished campaign (rerun scope, relocation, write protection) and run the
-real Snakemake CLI on the copy."""
+"""A copy of the workflow with a campaign, in the workflow's folder (``finished_campaign``) or in a
+working folder beside it: the helpers of the tests that change or move a finished campaign
+(rerun scope, relocation, write protection) and run the real Snakemake CLI on the copy."""
 
 from __future__ import annotations
 
