@@ -9,7 +9,8 @@ RESOURCES = REPO / "resources"  # published data shipped with the repository
 sys.path.insert(0, str(REPO / "workflow_scripts"))
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-pytest_plugins = ["tests.tiers"]  # the fast and slow tiers, and the guard that keeps them apart
+# the fast and slow tiers, and the guard that keeps them apart; the SLURM tests' cluster, stopped at the end
+pytest_plugins = ["tests.tiers", "tests.slurm_cluster"]
 
 
 @pytest.fixture(scope="session")

@@ -51,11 +51,12 @@ def tier_violation(tool: str, test_path: Path, slow: bool) -> str:
 
 
 def xdist_group(item) -> str:
-    """The pytest-xdist worker group (``--dist loadgroup``) of a test ('' for any worker): the
-    SLURM tests share one local cluster; tests that share a module- or session-scoped fixture of
+    """The pytest-xdist worker group (``--dist loadgroup``) of a test ('' for any worker): a SLURM
+    test module's tests go to one worker (the module has a partition of the session's cluster to
+    itself: tests/slurm_cluster.py); tests that share a module- or session-scoped fixture of
     their own (a Snakemake run of a campaign, a VTN) go to one worker, which builds it once."""
     if item.get_closest_marker("slurm"):
-        return "slurm_cluster"
+        return f"slurm:{Path(item.path).stem}"
     shared = sorted(f"{d.scope}:{d.baseid}::{name}" for name, defs in item._fixtureinfo.name2fixturedefs.items()
                     for d in defs if d.baseid not in ("", "tests")  # the root conftest's are constants
                     and (d.scope == "module" or d.scope == "session" and d.argnames))  # a session one that builds

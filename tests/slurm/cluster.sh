@@ -1,34 +1,39 @@
 #!/usr/bin/env bash
 # A SLURM on localhost for the workflow's SLURM tests (and for trying the SLURM profile by
-# hand): one node, or several. Needs root and Debian's slurm-wlm + munge; no systemd, no accounting.
+# hand): one node or several, in one partition or several. Needs root and Debian's
+# slurm-wlm + munge; no systemd, no accounting.
 #
-#   tests/slurm/cluster.sh up [NGPUS] [--nodes N]   start munged, slurmctld, N slurmd (idempotent)
+#   tests/slurm/cluster.sh up [NGPUS] [--nodes N]   N nodes (default 1) with NGPUS fake GPUs each
+#                                                   (default 8), in one partition, debug (idempotent)
+#   tests/slurm/cluster.sh up --partition NAME:N:G ...   a partition of N nodes with G fake GPUs
+#                                                   each per --partition; the first is the default
 #   tests/slurm/cluster.sh down         cancel our jobs, stop what `up` started (idempotent)
 #   tests/slurm/cluster.sh status       exit 0 if the cluster answers and every node is usable
 #   tests/slurm/cluster.sh env          print `export SLURM_CONF=...` for the client commands
+#   tests/slurm/cluster.sh nodes NAME   print partition NAME's nodes, one a line
 #
-# --nodes N (default 1) runs N slurmd on this machine, one per node (`slurmd -N <name>`, each
-# with its own port, spool directory, pid and log file: %n in slurm.conf), named
-# wattflex-node0 .. wattflex-node<N-1>, each with NGPUS fake GPUs (the nodes list the same
-# /dev/fakegpuN files, which only SLURM's bookkeeping reads). A job on two of them is a real
-# two-node allocation (a slurmstepd and SLURMD_NODENAME / SLURM_NODEID per node, srun steps
-# across both) whose processes share this machine's CPUs, loopback and filesystem.
+# Every node is one slurmd on this machine (`slurmd -N <name>`, each with its own port, spool
+# directory, pid and log file: %n in slurm.conf), named wattflex-node0, wattflex-node1, ...
+# through the partitions in order. A job on two of them is a real two-node allocation (a
+# slurmstepd and SLURMD_NODENAME / SLURM_NODEID per node, srun steps across both) whose
+# processes share this machine's CPUs, loopback and filesystem. Partitions give tests that
+# run at the same time nodes of their own on one cluster (tests/slurm_cluster.py).
 # Everything lives in $WATTFLEX_SLURM_DIR (default /run/slurm): slurm.conf, gres.conf, state,
 # spool, logs and pid files. /etc/slurm/slurm.conf becomes a link to our slurm.conf while the
-# cluster is up, because the executor's job step strips SLURM_CONF before calling srun; an
-# existing slurm.conf there (a real cluster) is never touched: `up` refuses. GPUs are fake: NGPUS
-# character devices /dev/fakegpuN (a copy of /dev/null) listed in gres.conf with type
-# "h200", which is all slurmd needs to schedule them (file-less GPUs are dropped); the node
-# also has the feature "h200", so both ways of asking for a GPU model can be tried.
-# WATTFLEX_SLURM_EPILOG=PATH installs PATH as the node's Epilog.
+# cluster is up, because the executor's job step strips SLURM_CONF before calling srun (so
+# one such cluster per machine); an existing slurm.conf there (a real cluster) is never
+# touched: `up` refuses. GPUs are fake: character devices /dev/fakegpuN (a copy of /dev/null)
+# listed in gres.conf with type "h200", which is all slurmd needs to schedule them
+# (file-less GPUs are dropped); the nodes also have the feature "h200", so both ways of
+# asking for a GPU model can be tried.
+# WATTFLEX_SLURM_EPILOG=PATH installs PATH as the nodes' Epilog.
 # Without accounting the Snakemake executor must poll with squeue, which only sees jobs
 # that ended within MinJobAge: keep it far above 3x the first status-check delay.
 set -euo pipefail
 
 DIR=${WATTFLEX_SLURM_DIR:-/run/slurm}
 PORT=${WATTFLEX_SLURM_PORT:-6817}          # slurmctld; slurmd uses PORT+1
-NODE=${WATTFLEX_SLURM_NODE:-wattflex-node0}   # the first node; --nodes 2 adds wattflex-node1
-NODE_BASE=${NODE%0}
+NODE_BASE=wattflex-node                        # nodes wattflex-node0, wattflex-node1, ...
 GPU_TYPE=h200
 CONF=$DIR/slurm.conf
 ETC_CONF=/etc/slurm/slurm.conf
@@ -74,16 +79,18 @@ start_munge() {
   cp /run/munge/munged.pid "$DIR/munged.pid"   # ours: `down` stops it
 }
 
+# slurm.conf and gres.conf for the partitions NAME:N:G given, nodes numbered through them.
 write_conf() {
-  local ngpus=$1 nnodes=$2 geometry last i name
+  local geometry part pname n g i k=0 maxg=0 members default=YES
   # Node geometry as slurmd itself reports it (CPUs, sockets, cores, memory).
   geometry=$(slurmd -C | head -n1 | sed -e 's/^NodeName=[^ ]* //' -e 's/ UpTime=.*//')
-  last=$((ngpus - 1))
-  for i in $(seq 0 "$last"); do
+  for part in "$@"; do g=${part##*:}; [ "$g" -gt "$maxg" ] && maxg=$g; done
+  for i in $(seq 0 $((maxg - 1))); do
     [ -c "/dev/fakegpu$i" ] || mknod "/dev/fakegpu$i" c 1 3
   done
   cat >"$CONF" <<EOF
-# Written by tests/slurm/cluster.sh: $nnodes-node test cluster on one machine, fake GPUs, no accounting.
+# Written by tests/slurm/cluster.sh: a test cluster on one machine, fake GPUs, no accounting.
+# Partitions: $*
 ClusterName=wattflex-test
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=$PORT
@@ -118,32 +125,49 @@ ${WATTFLEX_SLURM_EPILOG:+Epilog=$WATTFLEX_SLURM_EPILOG}
 GresTypes=gpu
 EOF
   : >"$DIR/gres.conf"
-  for i in $(seq 0 $((nnodes - 1))); do
-    name=$NODE_BASE$i
-    echo "NodeName=$name NodeAddr=127.0.0.1 NodeHostname=$name Port=$((PORT + 1 + i)) $geometry Gres=gpu:$GPU_TYPE:$ngpus Feature=$GPU_TYPE State=UNKNOWN" >>"$CONF"
-    echo "NodeName=$name Name=gpu Type=$GPU_TYPE File=/dev/fakegpu[0-$last]" >>"$DIR/gres.conf"
-    mkdir -p "$DIR/d/$name"
+  for part in "$@"; do
+    IFS=: read -r pname n g <<<"$part"
+    members=""
+    for _ in $(seq "$n"); do
+      name=$NODE_BASE$k
+      echo "NodeName=$name NodeAddr=127.0.0.1 NodeHostname=$name Port=$((PORT + 1 + k)) $geometry Gres=gpu:$GPU_TYPE:$g Feature=$GPU_TYPE State=UNKNOWN" >>"$CONF"
+      echo "NodeName=$name Name=gpu Type=$GPU_TYPE File=/dev/fakegpu[0-$((g - 1))]" >>"$DIR/gres.conf"
+      mkdir -p "$DIR/d/$name"
+      members=${members:+$members,}$name
+      k=$((k + 1))
+    done
+    echo "PartitionName=$pname Nodes=$members Default=$default MaxTime=INFINITE State=UP" >>"$CONF.partitions"
+    default=NO
   done
-  echo "PartitionName=debug Nodes=$(nodes | paste -sd,) Default=YES MaxTime=INFINITE State=UP" >>"$CONF"
+  cat "$CONF.partitions" >>"$CONF" && rm -f "$CONF.partitions"
 }
 
 up() {
-  local ngpus=8 nnodes=1 n
+  local ngpus=8 nnodes=1 n part parts=()
   while [ $# -gt 0 ]; do
     case "$1" in
       --nodes) nnodes=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
       --nodes=*) nnodes=${1#--nodes=}; shift ;;
+      --partition) parts+=("${2:-}"); shift $(($# > 1 ? 2 : 1)) ;;
+      --partition=*) parts+=("${1#--partition=}"); shift ;;
       *) ngpus=$1; shift ;;
     esac
   done
   [[ $ngpus =~ ^[1-9][0-9]*$ && $nnodes =~ ^[1-9][0-9]*$ ]] \
     || die "up: NGPUS and --nodes take positive integers (got NGPUS=$ngpus, --nodes=$nnodes)"
+  [ ${#parts[@]} -gt 0 ] || parts=("debug:$nnodes:$ngpus")
+  for part in "${parts[@]}"; do
+    [[ $part =~ ^[A-Za-z][A-Za-z0-9_]*:[1-9][0-9]*:[1-9][0-9]*$ ]] \
+      || die "up: --partition takes NAME:NODES:GPUS, e.g. debug:2:1 (got '$part')"
+  done
   need_tools
-  if cluster_ok && [ "$(nodes | wc -l)" = "$nnodes" ]; then echo "cluster.sh: already up ($CONF)"; return; fi
+  if cluster_ok && [ "$(sed -n 's/^# Partitions: //p' "$CONF")" = "${parts[*]}" ]; then
+    echo "cluster.sh: already up ($CONF)"; return
+  fi
   down_daemons
   mkdir -p "$DIR/ctld" "$DIR/d"
   start_munge
-  write_conf "$ngpus" "$nnodes"
+  write_conf "${parts[@]}"
   if [ -e "$ETC_CONF" ] || [ -L "$ETC_CONF" ]; then
     [ "$(readlink "$ETC_CONF")" = "$CONF" ] || die "$ETC_CONF exists and is not ours; not starting a test cluster here"
   else
@@ -158,7 +182,7 @@ up() {
     for _ in $(seq 50); do cluster_ok && break; sleep 0.2; done
   fi
   cluster_ok || { tail -n 20 "$DIR"/slurmctld.log "$DIR"/slurmd.*.log >&2 || true; die "cluster did not come up"; }
-  echo "cluster.sh: up: $nnodes node(s) $(nodes | paste -sd,), $ngpus fake GPUs and $(sinfo -h -o %c -n "$NODE") CPUs each; export SLURM_CONF=$CONF"
+  echo "cluster.sh: up: partitions ${parts[*]} (NAME:NODES:GPUS per node), nodes $(nodes | paste -sd,), $(sinfo -h -o %c -n "${NODE_BASE}0") CPUs each; export SLURM_CONF=$CONF"
 }
 
 stop_pid() {  # stop the daemon whose pid file is $1, if it is still running
@@ -195,5 +219,8 @@ case "${1:-}" in
   down) down ;;
   status) cluster_ok ;;
   env) echo "export SLURM_CONF=$CONF" ;;
-  *) echo "usage: $0 up [NGPUS] [--nodes N] | down | status | env" >&2; exit 2 ;;
+  nodes) [ -n "${2:-}" ] || die "nodes: name a partition"
+         sed -n "s/^PartitionName=$2 Nodes=\([^ ]*\) .*/\1/p" "$CONF" | tr , '\n' ;;
+  *) echo "usage: $0 up [NGPUS] [--nodes N] | up --partition NAME:NODES:GPUS ... | down | status | env | nodes NAME" >&2
+     exit 2 ;;
 esac

@@ -87,8 +87,8 @@ def test_the_fast_tier_does_not_collect_tests_workflow():
 
 def test_xdist_keeps_each_group_on_one_worker(tmp_path):
     """With the installed pytest and pytest-xdist, ``--dist loadgroup`` really sends a group to one
-    worker. pytest 9.2 broke this silently (pytest-xdist#1386: the SLURM modules then ran on three
-    workers, each tearing down the others' cluster); this fails instead."""
+    worker: each SLURM module's tests, which share its partition. pytest 9.2 broke this silently
+    (pytest-xdist#1386: a group's tests then ran on several workers); this fails instead."""
     (tmp_path / "tests" / "workflow").mkdir(parents=True)
     (tmp_path / "tests" / "__init__.py").touch()
     (tmp_path / "tests" / "workflow" / "__init__.py").touch()
@@ -103,5 +103,10 @@ def test_xdist_keeps_each_group_on_one_worker(tmp_path):
                           "tests"], cwd=tmp_path, capture_output=True, text=True, timeout=120).stdout
     ran = [line.split() for line in out.splitlines() if " PASSED " in line]
     assert len(ran) == 6, out
-    assert all(words[-1].endswith("@slurm_cluster") for words in ran), out
-    assert len({words[0] for words in ran}) == 1, f"the SLURM group ran on several workers:\n{out}"
+    workers: dict[str, set[str]] = {}
+    for words in ran:                   # [gwN] [ 16%] PASSED tests/workflow/test_a.py::test_1@slurm:test_a
+        module = words[-1].split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
+        assert words[-1].endswith(f"@slurm:{module}"), out
+        workers.setdefault(module, set()).add(words[0])
+    assert sorted(workers) == ["test_a", "test_b", "test_c"]
+    assert all(len(w) == 1 for w in workers.values()), f"a SLURM module ran on several workers:\n{out}"

@@ -1,5 +1,5 @@
-"""The workflow on a real SLURM: a single-node cluster on localhost (tests/slurm/cluster.sh)
-and the real executor plugin with the shipped profile (profiles/slurm), overridden only
+"""The workflow on a real SLURM: a one-node partition of the session's SLURM on localhost
+(tests/slurm/cluster.sh, tests/slurm_cluster.py) and the real executor plugin with the shipped profile (profiles/slurm), overridden only
 where the test node differs (2 CPUs, no accounting). Its GPUs are fake character devices
 that SLURM schedules like GPUs; nothing runs on them (the runs use the emulated backend).
 
@@ -12,10 +12,6 @@ job and checks that a 2-GPU run waits for them although CPUs are free.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
-import shutil
 import subprocess
 import threading
 import time
@@ -30,29 +26,36 @@ import yaml
 from wattflex.config import expand_runs, load_config
 from wattflex.provenance import read_parquet
 
+from tests.slurm_cluster import Partition, partition
+
 from .conftest import REPO, snakemake
 
-CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
-EPILOG = REPO / "slurm" / "epilog.sh"
 NODE_GPUS = 8
+PARTITION = "single"              # this module's partition of the session's cluster (tests/slurm_cluster.py)
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-# The shipped profile, with what this node lacks overridden (CLI options replace the profile's).
-SLURM_ARGS = [
-    "--profile", "profiles/slurm",
-    "--default-resources", "slurm_partition='debug'", "mem_mb=100", "runtime=10",
-    "--set-resources", "run_at_cap:cpus_per_task=1", "run_at_cap:mem_mb=200",
-    "--slurm-no-account",
-    # No accounting on the test cluster: poll with squeue (its MinJobAge is 600 s).
-    "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
-    "--latency-wait", "5", "--jobs", "4",
-]
+
+def slurm_args(partition: str) -> list[str]:
+    """The shipped profile, with what the test nodes lack overridden (CLI options replace the
+    profile's), jobs sent to ``partition``."""
+    return [
+        "--profile", "profiles/slurm",
+        "--default-resources", f"slurm_partition='{partition}'", "mem_mb=100", "runtime=10",
+        "--set-resources", "run_at_cap:cpus_per_task=1", "run_at_cap:mem_mb=200",
+        "--slurm-no-account",
+        # No accounting on the test cluster: poll with squeue (its MinJobAge is 600 s).
+        "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
+        "--latency-wait", "5", "--jobs", "4",
+    ]
 
 
-def squeue(fmt: str = "%i|%T|%r|%S|%e|%k") -> list[list[str]]:
-    """All jobs the controller still knows (running, pending and ended within MinJobAge)."""
-    out = subprocess.run(["squeue", "--states=all", "--noheader", f"--format={fmt}"], capture_output=True,
-                         text=True, check=True).stdout
+SLURM_ARGS = slurm_args(PARTITION)
+
+
+def squeue(fmt: str = "%i|%T|%r|%S|%e|%k", partition: str = PARTITION) -> list[list[str]]:
+    """All jobs of ``partition`` the controller still knows (running, pending and ended within MinJobAge)."""
+    out = subprocess.run(["squeue", "--states=all", f"--partition={partition}", "--noheader", f"--format={fmt}"],
+                         capture_output=True, text=True, check=True).stdout
     return [line.split("|") for line in out.splitlines() if line.strip()]
 
 
@@ -61,8 +64,8 @@ def job_field(jobid: str, name: str) -> str:
     return next((kv.split("=", 1)[1] for kv in out.split() if kv.startswith(f"{name}=")), "")
 
 
-def node_field(name: str) -> str:
-    out = subprocess.run(["scontrol", "show", "node", "-o"], capture_output=True, text=True, check=True).stdout
+def node_field(node: str, name: str) -> str:
+    out = subprocess.run(["scontrol", "show", "node", "-o", node], capture_output=True, text=True, check=True).stdout
     return next((kv.split("=", 1)[1] for kv in out.split() if kv.startswith(f"{name}=")), "")
 
 
@@ -70,55 +73,10 @@ def ts(value: str) -> datetime:
     return datetime.fromisoformat(value)
 
 
-@contextlib.contextmanager
-def local_cluster(tmp: Path, ngpus: int, nnodes: int = 1):
-    """A fresh cluster of ``nnodes`` nodes with ``ngpus`` fake GPUs each (tests/slurm/cluster.sh),
-    SLURM_CONF set for this process; always torn down."""
-    if shutil.which("slurmctld") is None or shutil.which("munged") is None:
-        pytest.skip("slurmctld/munged not installed (apt-get install slurm-wlm munge): SLURM tests skipped")
-    if os.geteuid() != 0:
-        pytest.skip("starting a SLURM cluster needs root: SLURM tests skipped")
-    # One cluster on this machine at a time (cluster.sh brings the previous one down): xdist keeps the
-    # SLURM tests on one worker (the "slurm_cluster" group, tests/tiers.py); this lock holds if that
-    # ever stops, so a second worker waits for the first's cluster instead of tearing it down.
-    lock = open(Path(os.environ.get("TMPDIR", "/tmp")) / "wattflex-test-slurm.lock", "w")
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    # Every job ends with the shipped epilog (real wattflex, an empty cap-record directory);
-    # the wrapper notes each job it ran for, so the test can see it ran and kept the node up.
-    ran = tmp / "epilog-ran.txt"
-    wrapper = tmp / "epilog.sh"
-    wrapper.write_text(f"#!/bin/bash\necho \"$SLURM_JOB_ID\" >> {ran}\n"
-                       f"WATTFLEX={shutil.which('wattflex') or 'wattflex'} WATTFLEX_STATE_DIR={tmp / 'caps'} "
-                       f"WATTFLEX_EPILOG_LOG={tmp / 'epilog.log'} exec {EPILOG}\n")
-    wrapper.chmod(0o755)
-    (tmp / "caps").mkdir()
-    env = {**os.environ, "WATTFLEX_SLURM_EPILOG": str(wrapper)}
-    subprocess.run([str(CLUSTER), "down"], env=env, capture_output=True, text=True)
-    up = subprocess.run([str(CLUSTER), "up", str(ngpus), "--nodes", str(nnodes)], env=env, capture_output=True,
-                        text=True)
-    if up.returncode != 0:
-        subprocess.run([str(CLUSTER), "down"], capture_output=True)
-        lock.close()
-        pytest.fail(f"cluster.sh up failed:\n{up.stdout}\n{up.stderr}")
-    conf = subprocess.run([str(CLUSTER), "env"], capture_output=True, text=True, check=True).stdout
-    old = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = conf.strip().split("=", 1)[1]
-    try:
-        yield {"epilog_ran": ran, "epilog_log": tmp / "epilog.log"}
-    finally:
-        subprocess.run([str(CLUSTER), "down"], capture_output=True, text=True)
-        lock.close()  # releases the flock
-        if old is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = old
-
-
 @pytest.fixture(scope="module")
-def slurm_cluster(tmp_path_factory):
-    """A fresh single-node cluster for this module (test_slurm_multinode brings up its own)."""
-    with local_cluster(tmp_path_factory.mktemp("slurm"), NODE_GPUS) as cluster:
-        yield cluster
+def slurm_cluster(tmp_path_factory) -> Partition:
+    """This module's partition: one node with 8 fake GPUs."""
+    return partition(tmp_path_factory, PARTITION)
 
 
 @dataclass
@@ -209,9 +167,9 @@ def test_every_run_is_one_slurm_job_with_its_groups_gpus(sweep, tiny_config, slu
         # Time limit: the run's length plus the profile's 20-min margin per attempt.
         assert job_field(jobid, "TimeLimit") == f"00:{run_min + 20 * attempt:02d}:00"
     # The shipped epilog ran after every job and never drained the node.
-    ran = set(slurm_cluster["epilog_ran"].read_text().split())
+    ran = set(slurm_cluster.epilog_ran.read_text().split())
     assert set(sweep.jobs["jobid"]) <= ran
-    assert node_field("State") in ("IDLE", "MIXED")
+    assert node_field(slurm_cluster.nodes[0], "State") in ("IDLE", "MIXED")
 
 
 def test_runs_wait_for_gpus_another_run_holds(sweep):
@@ -271,7 +229,7 @@ def test_two_gpu_run_waits_while_another_job_holds_the_gpus(slurm_cluster, tmp_p
     config = tmp_path / "x2.yaml"
     config.write_text(yaml.safe_dump(cfg))
     release = tmp_path / "release"
-    holder = subprocess.run(["sbatch", "--parsable", f"--gpus={NODE_GPUS - 1}", "-o", "/dev/null",
+    holder = subprocess.run(["sbatch", "--parsable", f"--partition={PARTITION}", f"--gpus={NODE_GPUS - 1}", "-o", "/dev/null",
                              "--wrap", f"while [ ! -e {release} ]; do sleep 0.2; done"],
                             capture_output=True, text=True, check=True).stdout.strip()
     work = tmp_path / "work"
@@ -293,7 +251,8 @@ def test_two_gpu_run_waits_while_another_job_holds_the_gpus(slurm_cluster, tmp_p
         assert waiting, "the 2-GPU run never waited behind the job holding 7 GPUs"
         time.sleep(2)  # still waiting a while later, with a CPU free all along
         assert {j[0]: j[1] for j in squeue("%i|%T")}[waiting] == "PENDING"
-        assert int(node_field("CPUAlloc")) < int(node_field("CPUTot"))
+        node = slurm_cluster.nodes[0]
+        assert int(node_field(node, "CPUAlloc")) < int(node_field(node, "CPUTot"))
         assert job_field(waiting, "TresPerJob") == "gres:gpu:2"
         assert job_field(waiting, "Features") == "h200"
     finally:

@@ -1,5 +1,5 @@
-"""A grid event across the local SLURM cluster (tests/slurm/cluster.sh ``--nodes 2``, two fake
-GPUs per node: FAKE NVML, tests/fakes/fake_pynvml.py through tests/fakes/pynvml_path, one
+"""A grid event across the local SLURM cluster (its two-node partition "grid", tests/slurm_cluster.py,
+two fake GPUs per node: FAKE NVML, tests/fakes/fake_pynvml.py through tests/fakes/pynvml_path, one
 state file per node, 650 W per GPU uncapped): one real two-node job, ``wattflex
 cluster-control`` learns it from ``squeue --json``, starts an ``srun --overlap`` agent on each
 node, follows a 30 % event with a 30 s deadline; its M&V (tables and figure, the baseline from
@@ -18,17 +18,19 @@ import pytest
 
 from wattflex.provenance import read_json, read_png_meta
 
+from tests.slurm_cluster import nodes_of, partition
+
 from .conftest import REPO
-from .test_slurm import local_cluster
-from .test_slurm_multinode import NODES, fake_gpus
+from .test_slurm_multinode import fake_gpus
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+PARTITION = "grid"
+NODES = nodes_of(PARTITION)
 
 
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory):
-    with local_cluster(tmp_path_factory.mktemp("slurmgrid"), ngpus=2, nnodes=2) as cluster:
-        yield cluster
+    return partition(tmp_path_factory, PARTITION)
 
 
 def limits(tmp: Path, node: str) -> list[float]:
@@ -36,11 +38,11 @@ def limits(tmp: Path, node: str) -> list[float]:
 
 
 def test_a_30pct_event_with_a_30s_deadline_across_two_nodes_fake_nvml(two_nodes, tmp_path):
-    template = fake_gpus(tmp_path, n_gpus=2)
+    template = fake_gpus(tmp_path, n_gpus=2, nodes=NODES)
     env = {**os.environ, "FAKE_PYNVML_STATE": template, "WATTFLEX_STATE_DIR": str(tmp_path / "caps"),
            "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fakes" / "pynvml_path"), str(REPO / "workflow_scripts")])}
     job = subprocess.run(["sbatch", "--parsable", "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:2", "--mem=1000",
-                          "--time=10", "--partition=debug", f"--output={tmp_path}/job.out", "--wrap", "sleep 600"],
+                          "--time=10", f"--partition={PARTITION}", f"--output={tmp_path}/job.out", "--wrap", "sleep 600"],
                          capture_output=True, text=True, env=env, check=True).stdout.strip()
     try:
         deadline = time.time() + 60
@@ -55,9 +57,12 @@ def test_a_30pct_event_with_a_30s_deadline_across_two_nodes_fake_nvml(two_nodes,
         (tmp_path / "runs.csv").write_text("group,gpus,cap_w,power_w,tokens_per_s\n" + "".join(
             f"llama-ft,4,{c},{4 * min(0.95 * c, 640.0)},{1000 * min(0.95 * c, 640.0) / 640.0}\n" for c in caps))
         events = tmp_path / "events.csv"
-        events.write_text("event_id,start_s,end_s,fraction,ramp_kw_per_s,deadline_s\nev30,40,100,0.7,,30\n")
+        # 25 s for both agents to start and report (the basis), 15 s of the event past its deadline,
+        # 15 s after it for the restore
+        events.write_text("event_id,start_s,end_s,fraction,ramp_kw_per_s,deadline_s\nev30,25,70,0.7,,30\n")
         run = subprocess.run(["wattflex", "cluster-control", "--signal", str(events), "--budget-dir",
-                              str(tmp_path / "budgets"), "--duration-s", "115", "--period-s", "2",
+                              str(tmp_path / "budgets"), "--duration-s", "85", "--period-s", "2",
+                              "--partition", PARTITION,     # the other partitions' tests run GPU jobs too
                               "--mv-out", str(tmp_path / "mv"), "--curves", str(tmp_path / "runs.csv"),
                               "--job-map", f"{job}=llama-ft",
                               # both nodes are this machine: a cap state folder each (a real node has its own)

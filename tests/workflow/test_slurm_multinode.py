@@ -1,6 +1,7 @@
-"""A real run across two SLURM nodes, through the workflow: tests/slurm/cluster.sh ``--nodes 2``
-(two slurmd on this machine, one FAKE GPU each), the real executor plugin with the shipped
-profile, ``backend: cuda`` with ``device: cpu``: one tiny model trained by torchrun on gloo,
+"""A real run across two SLURM nodes, through the workflow: the two-node partition of the
+session's SLURM (tests/slurm_cluster.py: two slurmd on this machine, one FAKE GPU each), the
+real executor plugin with the shipped profile, ``backend: cuda`` with ``device: cpu``: one
+tiny model trained by torchrun on gloo,
 one process per node, rendezvous through c10d on the first node. Each node's agent caps,
 samples and restores its node's FAKE NVML GPU (tests/fakes/fake_pynvml.py, one state file per
 node, imported as ``pynvml`` through tests/fakes/pynvml_path in the SLURM steps).
@@ -21,30 +22,35 @@ from tests.fakes import fake_pynvml
 from wattflex.provenance import read_json, read_parquet
 from wattflex.telemetry import job_series
 
+from tests.slurm_cluster import Partition, nodes_of, partition
 from tests.unit.runs.test_real_run import _cmdline_has
 
 from .conftest import REPO, SNAKEMAKE
-from .test_slurm import SLURM_ARGS, job_field, local_cluster, squeue
+from .test_slurm import job_field, slurm_args, squeue as squeue_all
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-NODES = ["wattflex-node0", "wattflex-node1"]
+PARTITION = "pair"
+NODES = nodes_of(PARTITION)
 GROUP = "dense-pt-llama70b-x2"
 CAP_W = 400
 
 
 @pytest.fixture(scope="module")
-def two_nodes(tmp_path_factory):
-    with local_cluster(tmp_path_factory.mktemp("slurm2"), ngpus=1, nnodes=2) as cluster:
-        yield cluster
+def two_nodes(tmp_path_factory) -> Partition:
+    return partition(tmp_path_factory, PARTITION)
 
 
-def fake_gpus(tmp: Path, n_gpus: int = 1) -> str:
-    """``n_gpus`` FAKE H200s per node (one unless told), each node's in its own file; the
-    FAKE_PYNVML_STATE template."""
+def squeue(fmt: str = "%i|%T|%r|%S|%e|%k") -> list[list[str]]:
+    return squeue_all(fmt, PARTITION)
+
+
+def fake_gpus(tmp: Path, n_gpus: int = 1, nodes: list[str] = NODES) -> str:
+    """``n_gpus`` FAKE H200s per node of ``nodes`` (one unless told), each node's in its own file;
+    the FAKE_PYNVML_STATE template."""
     template = str(tmp / "gpus-{node}.json")
     old = os.environ.get("SLURMD_NODENAME")
     try:
-        for node in NODES:
+        for node in nodes:
             os.environ["SLURMD_NODENAME"] = node
             fake_pynvml.reset(n_gpus=n_gpus, path=template)
     finally:
@@ -86,7 +92,7 @@ def workflow(tmp: Path, config: Path, target: str) -> tuple[list[str], dict[str,
     work = tmp / "work"
     work.mkdir()
     # Both CPUs of each node (its step should get them all: launch facts below).
-    args = [a.replace("cpus_per_task=1", "cpus_per_task=2") for a in SLURM_ARGS]
+    args = [a.replace("cpus_per_task=1", "cpus_per_task=2") for a in slurm_args(PARTITION)]
     # This cluster's nodes have one GPU each (replaces the profile's --config).
     args += ["--config", "slurm_gpus_per_node=1", "slurm_gpu_model=gpu_model"]
     env = {**os.environ, "FAKE_PYNVML_STATE": template,
@@ -117,9 +123,11 @@ def two_node_run(two_nodes, tmp_path_factory):
 def test_one_run_is_one_slurm_job_on_both_nodes(two_node_run, two_nodes):
     (jobid, state, comment), = two_node_run["jobs"]
     assert state == "COMPLETED" and comment.startswith("rule_run_at_cap_")
-    assert job_field(jobid, "NumNodes") == "2" and job_field(jobid, "NodeList") == "wattflex-node[0-1]"
+    hostlist = subprocess.run(["scontrol", "show", "hostlist", ",".join(NODES)], capture_output=True, text=True,
+                              check=True).stdout.strip()                       # wattflex-node[1-2]
+    assert job_field(jobid, "NumNodes") == "2" and job_field(jobid, "NodeList") == hostlist
     assert job_field(jobid, "TresPerJob") == "gres:gpu:h200:2"
-    assert jobid in two_nodes["epilog_ran"].read_text().split()      # the epilog ran (on each node)
+    assert jobid in two_nodes.epilog_ran.read_text().split()      # the epilog ran (on each node)
 
 
 def test_torchrun_trained_across_both_nodes(two_node_run):
