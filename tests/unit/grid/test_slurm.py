@@ -49,6 +49,14 @@ def test_running_gpu_jobs_are_read_from_squeue_json():
     assert jobs[0].units() == ["41.wattflex-node0", "41.wattflex-node1"]
 
 
+def test_only_the_jobs_of_the_partitions_asked_for_are_followed():
+    doc = {"jobs": [{**j, "partition": p} for j, p in zip(SQUEUE["jobs"], ["gpu", "gpu,long", "gpu", "inference"])]}
+    assert [j.job_id for j in parse_squeue(doc)] == ["41", "44"]
+    assert [j.job_id for j in parse_squeue(doc, ["gpu"])] == ["41"]
+    assert [j.job_id for j in parse_squeue(doc, ["inference", "gpu"])] == ["41", "44"]
+    assert parse_squeue(doc, ["long"]) == []          # 42 is pending there, not running
+
+
 def test_a_unit_that_stops_answering_is_charged_uncapped_and_the_rest_share_the_cut():
     floor, ceil = np.array([400.0, 400, 800]), np.array([1400.0, 1400, 2800])
     share = split_budget(4500.0, floor, ceil, np.array([True, False, True]))
@@ -229,7 +237,8 @@ def test_cluster_control_refuses_a_bad_split_before_starting_anything(tmp_path, 
                         (["--policy", "oracle", "--curves", str(tmp_path / "runs.csv"), "--job-map", "41"],
                          "expected JOB=GROUP"),
                         (["--policy", "oracle", "--curves", str(tmp_path / "runs.csv"), "--job-map", "41=nope"],
-                         "not in the curves")):
+                         "not in the curves"),
+                        (["--partition", " , "], "name at least one partition")):
         assert main(base + extra) == 2
         assert said in capsys.readouterr().err
     assert not (tmp_path / "b").exists()

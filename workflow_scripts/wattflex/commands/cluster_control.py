@@ -35,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget-dir", required=True, help="folder on a filesystem every node sees (budget and load files)")
     parser.add_argument("--duration-s", type=float, help="how long to coordinate (default: to the schedule's end + 2 periods)")
     parser.add_argument("--period-s", type=float, default=5.0, help="coordination period (default 5 s)")
+    parser.add_argument("--partition", metavar="NAME[,NAME...]", default="",
+                        help="only the jobs running in these SLURM partitions (default: every partition's GPU jobs)")
     parser.add_argument("--basis", choices=("measured", "nominal"), default="measured",
                         help="what fractions apply to: the cluster load before the event (default) or GPUs x max limit")
     parser.add_argument("--policy", choices=SPLIT_POLICIES, default="equal-weight",
@@ -63,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.period_s) and args.period_s >= 0.2):
         raise UserError(f"--period-s {args.period_s:g}: must be at least 0.2 s")
     split = cluster_split(args)      # bad input refused before anything starts
+    partitions = [p.strip() for p in args.partition.split(",") if p.strip()]
+    if args.partition and not partitions:
+        raise UserError(f"--partition {args.partition!r}: name at least one partition")
     if shutil.which("squeue") is None or shutil.which("srun") is None:
         raise UserError("squeue/srun not on PATH: cluster-control runs on a SLURM login or batch node")
     gpu = GPUS[args.gpu]
@@ -91,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"agent for job {job.job_id} on {node} started ({len(job.gpus[node])} GPU(s))", flush=True)
 
     try:
-        rec = run_coordinator(source, args.basis, out, duration, args.period_s, discover, launch,
+        rec = run_coordinator(source, args.basis, out, duration, args.period_s,
+                              lambda: discover(partitions=partitions), launch,
                               min_w=gpu.min_limit_w, max_w=gpu.max_limit_w, stale_s=3 * args.period_s, split=split,
                               log=lambda msg: print(msg, flush=True))
     finally:

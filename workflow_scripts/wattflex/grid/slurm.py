@@ -1,8 +1,8 @@
 """Cluster-wide events on SLURM: jobs and GPUs from SLURM itself, the event's budget split
 over (job, node) units, one agent per unit.
 
-**Discovery.** ``squeue --json --states=RUNNING`` lists the running jobs; a job's nodes come
-from its ``nodes`` host list and its GPUs on each node from ``gres_detail``
+**Discovery.** ``squeue --json --states=RUNNING`` lists the running jobs (of the partitions
+asked for, if any); a job's nodes come from its ``nodes`` host list and its GPUs on each node from ``gres_detail``
 (``gpu[:type]:N(IDX:0-3)``, one entry per node in host-list order). Nothing here schedules.
 
 **Agents.** One ``wattflex control --budget-file`` per (job, node), started as a job step
@@ -102,11 +102,14 @@ def _state(job: Mapping[str, Any]) -> str:
     return str(s[0] if isinstance(s, list) and s else s)      # a list from Slurm 23.02 on
 
 
-def parse_squeue(doc: Mapping[str, Any]) -> list[SlurmJob]:
-    """Running jobs holding GPUs, from ``squeue --json``."""
+def parse_squeue(doc: Mapping[str, Any], partitions: Sequence[str] | None = None) -> list[SlurmJob]:
+    """Running jobs holding GPUs, from ``squeue --json``; only those running in one of
+    ``partitions``, if given."""
     jobs = []
     for j in doc.get("jobs", []):
         if _state(j) != "RUNNING":
+            continue
+        if partitions and not set(str(j.get("partition", "")).split(",")) & set(partitions):
             continue
         nodes = expand_hostlist(str(j.get("nodes", "")))
         detail = list(j.get("gres_detail") or [])
@@ -117,12 +120,13 @@ def parse_squeue(doc: Mapping[str, Any]) -> list[SlurmJob]:
     return jobs
 
 
-def discover(squeue: str = "squeue") -> list[SlurmJob]:
-    """The running GPU jobs as SLURM reports them now."""
+def discover(squeue: str = "squeue", partitions: Sequence[str] | None = None) -> list[SlurmJob]:
+    """The running GPU jobs as SLURM reports them now (of ``partitions`` only, if given: filtered
+    here, since ``squeue --json`` of some Slurm releases, 22.05 among them, ignores its filters)."""
     out = subprocess.run([squeue, "--json", "--states=RUNNING"], capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         raise RuntimeError(f"{squeue} --json failed ({out.returncode}): {out.stderr.strip()[:200]}")
-    return parse_squeue(json.loads(out.stdout))
+    return parse_squeue(json.loads(out.stdout), partitions)
 
 
 def agent_command(job: SlurmJob, node: str, budget_dir: Path, period_s: float, duration_s: float,
