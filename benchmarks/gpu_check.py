@@ -1,6 +1,6 @@
 """One GPU node, checked before the first measured campaign; observe-only (<= 10 min).
 
-Usage: python benchmarks/gpu_check.py [--seconds 60] [--pairs 2] [--staircase-seconds 90]
+Usage: python benchmarks/gpu_check.py [--seconds 60] [--pairs 2] [--staircase-seconds 90] [--allreduce-mb 256]
                                       [--device cuda|cpu] [--model small|tiny] [--caps W ...] [--out DIR]
 
 Nothing here sets a power limit, clock or mode: training runs with ``cuda.cap_control:
@@ -151,7 +151,7 @@ def allreduce(args: argparse.Namespace, work: Path, n_gpus: int) -> dict[str, An
         raise RuntimeError("no GPU to all-reduce across")
     out, log_path = work / "allreduce.json", work / "allreduce.log"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", __file__,
-           "--allreduce-worker", backend, "--allreduce-out", str(out)]
+           "--allreduce-worker", backend, "--allreduce-out", str(out), "--allreduce-mb", f"{args.allreduce_mb:g}"]
     with open(log_path, "wb") as logf:
         rc = subprocess.run(cmd, env={**os.environ, **env}, stdout=logf, stderr=subprocess.STDOUT, timeout=600).returncode
     text = log_path.read_text(errors="replace")
@@ -177,11 +177,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--anchor-seconds", type=float, default=30.0, help="g) each of the anchor GEMM and the triad (s)")
     p.add_argument("--model-path", help="h) a local checkpoint (e.g. gpt-oss MXFP4) to load and step once")
     p.add_argument("--keep", action="store_true", help="keep the runs' directories (printed) instead of deleting them")
+    p.add_argument("--allreduce-mb", type=float, default=ALLREDUCE_MB,
+                   help=f"e) MB per rank of each all-reduce (default {ALLREDUCE_MB}; less on cpu: a check, not a bandwidth)")
     p.add_argument("--allreduce-worker", choices=("nccl", "gloo"), help=argparse.SUPPRESS)   # torchrun's workers
     p.add_argument("--allreduce-out", type=Path, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    if a.seconds <= 0 or a.staircase_seconds <= 0 or a.pairs < 1:
-        p.error("--seconds and --staircase-seconds must be > 0 and --pairs >= 1")
+    if a.seconds <= 0 or a.staircase_seconds <= 0 or a.pairs < 1 or a.allreduce_mb <= 0:
+        p.error("--seconds, --staircase-seconds and --allreduce-mb must be > 0 and --pairs >= 1")
     a.model = a.model or ("small" if a.device == "cuda" else "tiny")
     return a
 
@@ -669,7 +671,7 @@ def markdown(res: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.allreduce_worker:
-        allreduce_worker(args.allreduce_worker, args.allreduce_out, ALLREDUCE_MB)
+        allreduce_worker(args.allreduce_worker, args.allreduce_out, args.allreduce_mb)
         return 0
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="wattflex-gpu-check-"))

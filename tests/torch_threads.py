@@ -13,3 +13,11 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def one_thread_subprocesses(monkeypatch):
+    """Torch on one thread in the processes a test starts (OMP_NUM_THREADS, which torch reads at
+    start; torchrun sets it only for more than one process per node): a tiny model's second
+    thread mostly spins, and under the tests' load (4 workers on 2 cores) it takes another's core."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")

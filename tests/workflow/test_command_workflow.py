@@ -24,17 +24,22 @@ pytestmark = [pytest.mark.slow, pytest.mark.fake_gpu]
 OWN_JOB = REPO / "tests" / "data" / "own_job" / "train_tiny_lm.py"
 GROUPS = ["dense-pt-own-tinylm-x2", "moe-pt-own-tinylm-x2", "moe-ft-own-tinylm-x2"]
 CAPS = [300, 500, 700]
+# The staircase's job runs until the controller stops it, so its CPU is the staircase's seconds
+# times the host's share of a step. Its steps last 0.1 s (the script's --step-s: the host waits
+# out the device's time, as on a GPU): ~10x the ~8 ms of CPU a step computes here (measured),
+# so the compute's jitter under load barely moves the step time the staircase must measure.
+STAIRCASE_STEP_S = 0.1
 
 
-def own_group(gid: str, model: str, task: str, cluster: str, dim: int, steps: int) -> dict:
+def own_group(gid: str, model: str, task: str, cluster: str, dim: int, steps: int, step_s: float) -> dict:
     """A group whose job is the shipped script, launched as a user would launch their own."""
     return {"id": gid, "model": model, "task": task, "cluster": cluster, "gpus": 2, "command": {
         "launch": [sys.executable, str(OWN_JOB), "--steps", str(steps), "--batch", "{nproc_per_node}", "--seq", "64",
-                   "--dim", str(dim), "--eval-freq", "20"],
+                   "--dim", str(dim), "--eval-freq", "20", "--step-s", str(step_s)],
         "throughput": {"preset": "torchtitan"}}}
 
 
-def campaign(tmp: Path, sweep: str = "separate", steps: int = 60) -> Path:
+def campaign(tmp: Path, sweep: str = "separate", steps: int = 60, step_s: float = 0.0) -> Path:
     config = {
         "campaign": "own", "backend": "cuda", "sweep": sweep, "models_catalog": str(REPO / "config" / "models.yaml"),
         "seed": 1, "run": {"duration_s": 60, "sample_period_s": 0.2, "eval_at_s": 0, "checkpoint_at_s": 0, "gap_s": 0},
@@ -44,9 +49,9 @@ def campaign(tmp: Path, sweep: str = "separate", steps: int = 60) -> Path:
         "cap_grids": {"grid": CAPS},
         "group_defaults": {"gpu": "H200", "set": "headline", "seq_len": 64, "batch": 8, "ep": 1, "compile": False,
                            "grad_checkpointing": False, "cap_grid": "grid"},
-        "groups": [own_group(GROUPS[0], "Mistral-Small-24B-Base-2501", "pt", "dense", 64, steps),
-                   own_group(GROUPS[1], "gpt-oss-20b", "pt", "moe-pt", 96, steps),
-                   own_group(GROUPS[2], "Qwen3-30B-A3B", "lora", "moe-ft", 48, steps)],
+        "groups": [own_group(GROUPS[0], "Mistral-Small-24B-Base-2501", "pt", "dense", 64, steps, step_s),
+                   own_group(GROUPS[1], "gpt-oss-20b", "pt", "moe-pt", 96, steps, step_s),
+                   own_group(GROUPS[2], "Qwen3-30B-A3B", "lora", "moe-ft", 48, steps, step_s)],
         "repeats": [],
         "cuda": {"device": "cuda", "cap_control": "nvml", "sampler": True, "sampler_period_s": 0.2,
                  "nproc_per_node": 2, "state_dir": str(tmp / "caps")},
@@ -104,8 +109,8 @@ def test_fake_nvml_own_script_staircase_one_run_per_group_to_pfi_and_core_figure
     while it trains, the script stopped when every cap is measured. To the PFI and the core
     figures; what reads them downstream (statistics, predictor, allocation, the report: 18 more
     jobs) is the same for both sweep modes and is run from the command runs in the test above."""
-    out = run_snakemake(tmp_path, campaign(tmp_path, sweep="staircase", steps=1_000_000),
-                        "results/own/pfi.parquet", "results/own/figures/curves_normalized.png")
+    config = campaign(tmp_path, sweep="staircase", steps=1_000_000, step_s=STAIRCASE_STEP_S)
+    out = run_snakemake(tmp_path, config, "results/own/pfi.parquet", "results/own/figures/curves_normalized.png")
     for gid in GROUPS:
         run = read_json(out / "runs" / gid / "staircase" / "run.json")
         assert run["launch"] == "command" and run["stop_reason"] == "all_caps_measured"

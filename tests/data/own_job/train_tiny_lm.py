@@ -7,7 +7,11 @@ way torchtitan's MetricsProcessor does (``step: N  loss: L  memory: ...  tps: T 
 mfu: ...``, tps = tokens per second per device over the steps since the last line), and
 every ``--eval-freq`` steps it runs a few evaluation batches (a throughput dip, as a real
 job's eval is). ``--fail-at STEP`` raises at that step (a crashing job), ``--hang-at STEP``
-sleeps forever there (a hung job), ``--quiet`` logs nothing of its rate.
+sleeps forever there (a hung job), ``--quiet`` logs nothing of its rate. ``--step-s S`` makes
+each step last at least S seconds, the host sleeping out the rest: on a GPU the host queues a
+step's kernels and then waits for the device, so a step's time is the device's and its host
+thread mostly sleeps (a long run then costs a fraction of its seconds in CPU, as a GPU job's
+host does).
 
     python train_tiny_lm.py --steps 60 --batch 4 --seq 64
 """
@@ -48,6 +52,7 @@ def main() -> None:
     p.add_argument("--fail-at", type=int, default=0)
     p.add_argument("--hang-at", type=int, default=0)
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--step-s", type=float, default=0.0)
     a = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -58,6 +63,7 @@ def main() -> None:
     logger.info("Model tiny_lm: %d parameters, %d steps of %d x %d tokens", n_params, a.steps, a.batch, a.seq)
     tokens_since, t_last = 0, time.perf_counter()
     for step in range(1, a.steps + 1):
+        t_step = time.perf_counter()
         if step == a.fail_at:
             raise RuntimeError(f"simulated failure at step {step}")
         if step == a.hang_at:
@@ -70,6 +76,7 @@ def main() -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
+        time.sleep(max(0.0, t_step + a.step_s - time.perf_counter()))     # the device's part of the step
         tokens_since += a.batch * a.seq
         if step % a.log_freq == 0 and not a.quiet:
             dt = time.perf_counter() - t_last

@@ -1,3 +1,3 @@
 """Fixtures shared by the torchrun tests."""
 
-from tests.torch_threads import one_thread  # noqa: F401 (fixture)
+from tests.torch_threads import one_thread, one_thread_subprocesses  # noqa: F401 (fixtures)

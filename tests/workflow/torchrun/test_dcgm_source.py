@@ -11,6 +11,8 @@ from wattflex.ingest.dcgm import read_dcgmi_dmon
 from wattflex.provenance import read_json, read_parquet, read_parquet_meta
 from wattflex.runs import real_run
 
+pytestmark = pytest.mark.usefixtures("one_thread_subprocesses")   # tiny models: torch on one thread
+
 
 @pytest.mark.slow
 @pytest.mark.fake_gpu

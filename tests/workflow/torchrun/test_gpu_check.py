@@ -12,11 +12,15 @@ from tests.fakes import fake_pynvml
 from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
 from tests.unit.test_gpu_check import REPO, gpu_check  # noqa: F401 (fixture: the script as a module)
 
+pytestmark = pytest.mark.usefixtures("one_thread_subprocesses")
 SECTIONS = ["## a) wattflex doctor", "## b) Sampler overhead", "## c) Telemetry columns",
             "## d) Staircase and controller dry runs (what they WOULD set)", "## e) All-reduce across this node's GPUs",
             "## Verdict"]
-TINY_RUN = ["--device", "cpu", "--seconds", "4", "--pairs", "1", "--staircase-seconds", "6", "--caps", "300", "700",
-            "--configfile", str(REPO / "config" / "config.yaml")]
+# Short: 2 s of training per sampler run (the sampler's rate is read over the whole run, start-up
+# included), 2 s per staircase cap, and 4 MB all-reduces (enough to check gloo's sum and time it;
+# the default 256 MB is for a bandwidth on NVLink and costs ~14 s of CPU on gloo).
+TINY_RUN = ["--device", "cpu", "--seconds", "2", "--pairs", "1", "--staircase-seconds", "4", "--caps", "300", "700",
+            "--allreduce-mb", "4", "--configfile", str(REPO / "config" / "config.yaml")]
 
 
 @pytest.mark.slow

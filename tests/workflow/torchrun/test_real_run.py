@@ -23,6 +23,8 @@ from wattflex.runs.devices.base import EXTRA_COLUMNS
 from wattflex.provenance import read_json, read_parquet
 from wattflex.telemetry import TELEMETRY_COLUMNS
 
+pytestmark = pytest.mark.usefixtures("one_thread_subprocesses")   # tiny models: torch on one thread
+
 REPO = Path(__file__).resolve().parents[3]
 
 

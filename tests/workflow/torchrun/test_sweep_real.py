@@ -19,6 +19,8 @@ from wattflex.runs.devices.caps import CapSignal
 from wattflex.runs.sweep.real import write_real_sweep_run
 from wattflex.telemetry import job_series
 
+pytestmark = pytest.mark.usefixtures("one_thread_subprocesses")   # tiny models: torch on one thread
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["staircase", "adaptive"])
