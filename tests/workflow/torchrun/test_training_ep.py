@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.unit.runs.training.test_training_ep import GPT_OSS, QWEN_MOE, tiny_cfg
-from tests.workflow.torchrun.training_jobs import run_probe, train_torchrun
+from tests.workflow.torchrun.training_jobs import ProbeJob, run_probes, train_torchrun
 from wattflex.provenance import read_parquet
 from wattflex.runs.training import models
 
@@ -39,15 +39,23 @@ PROBE = """
 """
 
 
+@pytest.fixture(scope="module")
+def ep2_probes(tmp_path_factory) -> ProbeJob:
+    """Both sources' probes in one 2-rank job (a launch costs ~8.5 s of CPU)."""
+    work = tmp_path_factory.mktemp("ep2_probes")
+    stored = work / "model"     # a stored model, loaded offline like real weights
+    torch.manual_seed(1)
+    models.build_model(tiny_cfg(QWEN_MOE, work), torch.float32).save_pretrained(stored)
+    return run_probes({"random_init": (PROBE, tiny_cfg(QWEN_MOE, work / "random_init", ep=2)),
+                       "model_path": (PROBE, tiny_cfg(QWEN_MOE, work / "model_path", ep=2, tiny=False,
+                                                      model_path=str(stored)))}, work)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("source", ["random_init", "model_path"])
-def test_ep2_each_rank_holds_and_runs_half_the_experts(source, tmp_path):
-    kw = {}
-    if source == "model_path":     # a stored model, loaded offline like real weights
-        torch.manual_seed(1)
-        models.build_model(tiny_cfg(QWEN_MOE, tmp_path), torch.float32).save_pretrained(tmp_path / "model")
-        kw = {"tiny": False, "model_path": str(tmp_path / "model")}
-    for probe in run_probe(PROBE, tiny_cfg(QWEN_MOE, tmp_path, ep=2, **kw), tmp_path):
+def test_ep2_each_rank_holds_and_runs_half_the_experts(source, ep2_probes):
+    probes = ep2_probes.reports(source)
+    for probe in probes:
         assert probe["info"] == {"ep_used": 2, "ep_requested": 2, "parallel": "fsdp"}
         assert len(probe["experts"]) == 4                           # gate_up_proj + down_proj, 2 layers
         for name, e in probe["experts"].items():
@@ -62,7 +70,7 @@ def test_ep2_each_rank_holds_and_runs_half_the_experts(source, tmp_path):
         else:
             assert math.isfinite(probe["loss"]) and probe["loss"] == pytest.approx(probe["ref_loss"], rel=0.05)
     if source == "random_init":     # the two ranks' experts are drawn apart, not copies
-        firsts = [json.loads((tmp_path / f"probe{r}.json").read_text())["experts"] for r in (0, 1)]
+        firsts = [probe["experts"] for probe in probes]
         assert all(firsts[0][n]["first"] != firsts[1][n]["first"] for n in firsts[0])
 
 

@@ -6,7 +6,7 @@ tests/unit/runs/training/test_training_loss.py.)"""
 import pytest
 
 from tests.unit.runs.training.test_training_loss import tiny_cfg
-from tests.workflow.torchrun.training_jobs import run_probe
+from tests.workflow.torchrun.training_jobs import ProbeJob, run_probes
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/workflow/torchrun/conftest.py
 
@@ -37,12 +37,21 @@ FSDP_PROBE = """
 """
 
 
+TASKS = ["pt", "lora"]
+
+
+@pytest.fixture(scope="module")
+def fsdp_probes(tmp_path_factory) -> ProbeJob:
+    """Both tasks' probes in one 2-rank job (a launch costs ~8.5 s of CPU)."""
+    work = tmp_path_factory.mktemp("fsdp_probes")
+    return run_probes({task: (FSDP_PROBE, tiny_cfg("Qwen3-32B", work / task, task=task, parallel="fsdp"))
+                       for task in TASKS}, work)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("task", ["pt", "lora"])
-def test_chunked_loss_under_fsdp2_on_two_gloo_ranks(task, tmp_path):
-    cfg = tiny_cfg("Qwen3-32B", tmp_path, task=task, parallel="fsdp")
-    reports = run_probe(FSDP_PROBE, cfg, tmp_path)
-    for r in reports:
+@pytest.mark.parametrize("task", TASKS)
+def test_chunked_loss_under_fsdp2_on_two_gloo_ranks(task, fsdp_probes):
+    for r in fsdp_probes.reports(task):
         assert r["parallel"] == "fsdp" and r["applies"] is None
         assert r["got"] == pytest.approx(r["want"], rel=1e-5)
         assert r["grads"] > 0 and r["same_keys"] and r["diffs"] == {}

@@ -7,13 +7,12 @@ in real 2-process torchrun jobs on CPU, and one ~200M-parameter model to measure
 """
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
 from tests.unit.runs.training.test_training_sharded import CATALOG
-from tests.workflow.torchrun.training_jobs import run_probe, train_torchrun
+from tests.workflow.torchrun.training_jobs import ProbeJob, run_probes, train_torchrun
 from wattflex.runs.training import models
 from wattflex.runs.training.config import TrainConfig
 
@@ -54,14 +53,43 @@ PROBE = """
 """
 
 
-def probe(cfg: TrainConfig, tmp_path: Path) -> list[dict]:
-    return run_probe(PROBE, cfg, tmp_path)
+# A parameter copied on every rank makes random init on CPU fail; the harness's model has none.
+REFUSAL_PROBE = """
+    unsharded = sharded.on_meta(lambda: torch.nn.Linear(4, 4))      # never sharded: a copy on each rank
+    try:
+        sharded.init_random(unsharded, torch.device("cpu"), 0, dist.rank)
+        error = None
+    except RuntimeError as exc:
+        error = str(exc)
+    out = {"error": error, "harness_copies": sharded.replicated(model)}
+    open(f"{cfg.outdir}/probe{dist.rank}.json", "w").write(json.dumps(out))
+    torch.distributed.destroy_process_group()
+"""
+RANDOM_INIT = [("Llama-3.1-70B", "pt"), ("gpt-oss-20b", "lora")]
+REAL_WEIGHTS = [("Qwen3-32B", "pt"), ("Qwen3-30B-A3B", "lora")]
+
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory) -> ProbeJob:
+    """Every probe of this module's tests in one 2-rank job (a launch costs ~8.5 s of CPU)."""
+    work = tmp_path_factory.mktemp("sharded_probes")
+    cases = {}
+    for model, task in RANDOM_INIT:
+        out = work / f"random_init-{model}-{task}"
+        cases[out.name] = (PROBE, tiny_cfg(model, out, task=task, dist_timeout_s=1234.0))
+    for model, task in REAL_WEIGHTS:
+        out = work / f"real_weights-{model}-{task}"
+        torch.manual_seed(3)                # the saved weights are not what seed 0 would build
+        models.build_model(tiny_cfg(model, out), torch.float32).save_pretrained(out / "model")
+        cases[out.name] = (PROBE, tiny_cfg(model, out, task=task, tiny=False, model_path=str(out / "model")))
+    cases["refusal"] = (REFUSAL_PROBE, tiny_cfg("Llama-3.1-70B", work / "refusal"))
+    return run_probes(cases, work)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model, task", [("Llama-3.1-70B", "pt"), ("gpt-oss-20b", "lora")])
-def test_random_init_on_each_shard_matches_the_models_own_init(model, task, tmp_path):
-    ranks = probe(tiny_cfg(model, tmp_path, task=task, dist_timeout_s=1234.0), tmp_path)
+@pytest.mark.parametrize("model, task", RANDOM_INIT)
+def test_random_init_on_each_shard_matches_the_models_own_init(model, task, probes):
+    ranks = probes.reports(f"random_init-{model}-{task}")
     for out in ranks:
         assert out["pg_timeout_s"] == 1234.0                     # cuda.dist_timeout_s
         assert out["info"]["parallel"] == "fsdp" and out["info"]["sharded_build"]
@@ -79,12 +107,9 @@ def test_random_init_on_each_shard_matches_the_models_own_init(model, task, tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model, task", [("Qwen3-32B", "pt"), ("Qwen3-30B-A3B", "lora")])
-def test_real_weights_reach_every_shard_exactly(model, task, tmp_path):
-    torch.manual_seed(3)                # the saved weights are not what seed 0 would build
-    models.build_model(tiny_cfg(model, tmp_path), torch.float32).save_pretrained(tmp_path / "model")
-    cfg = tiny_cfg(model, tmp_path, task=task, tiny=False, model_path=str(tmp_path / "model"))
-    for out in probe(cfg, tmp_path):
+@pytest.mark.parametrize("model, task", REAL_WEIGHTS)
+def test_real_weights_reach_every_shard_exactly(model, task, probes):
+    for out in probes.reports(f"real_weights-{model}-{task}"):
         assert out["info"]["sharded_build"] and all(out["buffers"].values())
         base = {n: p for n, p in out["params"].items() if "lora_" not in n}
         assert base and all(p["equal"] for p in base.values()), [n for n, p in base.items() if not p["equal"]]
@@ -124,18 +149,7 @@ def test_no_rank_holds_the_whole_model(source, tmp_path):
 
 
 @pytest.mark.slow
-def test_random_init_on_cpu_refuses_parameters_copied_across_ranks(tmp_path):
-    body = """
-    unsharded = sharded.on_meta(lambda: torch.nn.Linear(4, 4))      # never sharded: a copy on each rank
-    try:
-        sharded.init_random(unsharded, torch.device("cpu"), 0, dist.rank)
-        error = None
-    except RuntimeError as exc:
-        error = str(exc)
-    out = {"error": error, "harness_copies": sharded.replicated(model)}
-    open(f"{cfg.outdir}/probe{dist.rank}.json", "w").write(json.dumps(out))
-    torch.distributed.destroy_process_group()
-    """
-    for out in run_probe(body, tiny_cfg("Llama-3.1-70B", tmp_path), tmp_path):
+def test_random_init_on_cpu_refuses_parameters_copied_across_ranks(probes):
+    for out in probes.reports("refusal"):
         assert out["harness_copies"] == []                              # the harness's FSDP model: all sharded
         assert "random init on cpu: weight is replicated across ranks" in out["error"]

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
@@ -43,11 +44,74 @@ def train_torchrun(cfg, nproc: int = 2) -> subprocess.CompletedProcess:
     return torchrun(["-m", "wattflex.runs.training", "--config", str(path)], nproc)
 
 
-def run_probe(body: str, cfg, tmp_path: Path, nproc: int = 2) -> list[dict]:
-    """Run ``PROBE_PREAMBLE + body`` in ``nproc`` ranks; ``body`` writes ``probe<rank>.json``
-    into ``cfg.outdir``. Returns every rank's report."""
-    cfg.to_json(tmp_path / "cfg.json")
-    (tmp_path / "probe.py").write_text(PROBE_PREAMBLE + textwrap.dedent(body))
-    r = torchrun([str(tmp_path / "probe.py"), str(tmp_path / "cfg.json")], nproc)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return [json.loads((Path(cfg.outdir) / f"probe{rank}.json").read_text()) for rank in range(nproc)]
+# One torchrun job for many probes: each rank imports torch, transformers and peft once (~3.6 s
+# of CPU), then runs each case's script in a process forked from it, so that every case starts
+# from a state no other case touched (torch caches DTensor layouts across process groups).
+PROBE_DRIVER = textwrap.dedent("""
+    import ctypes, json, os, runpy, signal, sys, traceback
+    import peft, torch, transformers
+    from torch.distributed import distributed_c10d
+    from wattflex.runs.training import loop, models, sharded
+    rank = os.environ["RANK"]
+    for i, (case, script, cfg_path, outdir) in enumerate(json.loads(open(sys.argv[1]).read())):
+        print(f"rank {rank}: probe case {case}", file=sys.stderr, flush=True)
+        pid = os.fork()
+        if pid == 0:
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG: dies with its rank
+            # the store still holds the last case's connection keys under the group names "0", ...
+            distributed_c10d._world.group_count = 1000 * i
+            code = 0
+            try:
+                sys.argv = [script, cfg_path]
+                runpy.run_path(script, run_name="__main__")
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0:
+            sys.exit(f"rank {rank}: probe case {case} failed")
+        open(f"{outdir}/done{rank}", "w").close()
+""")
+
+
+@dataclass
+class ProbeJob:
+    """The reports of one torchrun job that ran several probe cases in turn."""
+    result: subprocess.CompletedProcess
+    outdirs: dict[str, Path]
+    nproc: int
+
+    def reports(self, case: str) -> list[dict]:
+        """Every rank's report of ``case``; fails, naming the case and with the rank logs, unless
+        every rank finished it (a case that failed stops the job), or if the job failed after
+        its last case."""
+        outdir = self.outdirs[case]
+        unfinished = [rank for rank in range(self.nproc) if not (outdir / f"done{rank}").exists()]
+        log = self.result.stderr
+        log = log[log.rfind("\n", 0, max(log.find(f": probe case {case}\n"), 0)) + 1:][-4000:]   # from this case on
+        assert not unfinished, f"probe case {case}: rank(s) {unfinished} did not finish it " \
+                               f"(the job exited {self.result.returncode}):\n{log}"
+        finished_all = all((d / f"done{rank}").exists() for d in self.outdirs.values() for rank in range(self.nproc))
+        assert self.result.returncode == 0 or not finished_all, f"the probe job failed after its last case:\n{log}"
+        return [json.loads((outdir / f"probe{rank}.json").read_text()) for rank in range(self.nproc)]
+
+
+def run_probes(cases: dict[str, tuple[str, object]], workdir: Path, nproc: int = 2) -> ProbeJob:
+    """One job of ``nproc`` ranks that runs ``PROBE_PREAMBLE + body`` for each case ``name: (body,
+    cfg)`` in turn; ``body`` writes ``probe<rank>.json`` into its ``cfg.outdir`` (one per case)."""
+    plan = []
+    outdirs = {case: Path(cfg.outdir) for case, (_, cfg) in cases.items()}
+    assert len(set(outdirs.values())) == len(outdirs), "each case needs its own outdir"
+    for case, (body, cfg) in cases.items():
+        outdirs[case].mkdir(parents=True, exist_ok=True)
+        # the case's name as a file name, e.g. "random_init-Llama-3.1-70B-pt"
+        script, cfg_path = workdir / f"probe-{case}.py", workdir / f"cfg-{case}.json"
+        script.write_text(PROBE_PREAMBLE + textwrap.dedent(body))
+        cfg.to_json(cfg_path)
+        plan.append((case, str(script), str(cfg_path), cfg.outdir))
+    (workdir / "probes.json").write_text(json.dumps(plan))
+    (workdir / "probes.py").write_text(PROBE_DRIVER)
+    r = torchrun([str(workdir / "probes.py"), str(workdir / "probes.json")], nproc)
+    return ProbeJob(r, outdirs, nproc)
