@@ -25,8 +25,18 @@ def tiny_config() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory, tiny_config):
-    """The tiny emulated campaign run end to end once per session (real Snakemake)."""
-    work = tmp_path_factory.mktemp("tiny")
-    snakemake("--cores", "2", "--configfile", str(tiny_config), cwd=work)
-    return work / "results" / "tiny"
+def tiny_campaign(tmp_path_factory):
+    """The tiny emulated campaign run end to end (real Snakemake): the finished campaign the rerun
+    and relocation tests copy (tests/workflow/campaigns.py, built once per session), copied once
+    for the tests on this worker that read it, so their dry runs never meet another's copy."""
+    from .campaigns import Campaign, copy_tree, finished_campaign
+
+    root = tmp_path_factory.mktemp("tiny") / "campaign"
+    copy_tree(finished_campaign(tmp_path_factory), root)
+    return Campaign(root, root, root / "tiny.yaml")
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_campaign) -> Path:
+    """The tiny campaign's results folder."""
+    return tiny_campaign.work / "results" / "tiny"

@@ -20,13 +20,15 @@ from wattflex.provenance import (
 )
 from wattflex.report import read_report_meta
 
-from .conftest import snakemake
+from .campaigns import snakemake
 
 pytestmark = pytest.mark.slow
 
 PROVENANCE_KEYS = {"wattflex_version", "git_commit", "git_dirty", "params_hash", "inputs", "packages", "backend",
                    "device_model"}
-RUN_FILES = {"telemetry.parquet", "steps.parquet", "run.json"}  # made from a spec, not from other files
+# made from a spec (config, emulator), not from other files: each run's, and the control study's truth table
+RUN_FILES = {"telemetry.parquet", "steps.parquet", "run.json"}
+SPEC_MADE = {"control/truth.parquet"}
 
 
 def artifacts(campaign_dir):
@@ -45,13 +47,15 @@ def test_every_artifact_has_schema_version_and_full_provenance(tiny_run):
         prov = doc["provenance"]
         assert PROVENANCE_KEYS <= set(prov), (where, PROVENANCE_KEYS - set(prov))
         assert prov["backend"] == "emulated" and "H200" in prov["device_model"], (where, prov["backend"])
-        assert prov["git_commit"] and isinstance(prov["git_dirty"], bool), where
+        # the campaign's workflow is a copy without .git (campaigns.copy_workflow): no commit is
+        # claimed (a git checkout's commit: tests/unit/test_provenance_git.py)
+        assert "git_commit" in prov and prov["git_commit"] is None and prov["git_dirty"] is None, where
         assert {"numpy", "pandas", "snakemake"} <= set(prov["packages"]), where
-        if path.name not in RUN_FILES:  # derived: names and checksums what it was made from
+        if path.name not in RUN_FILES and where.as_posix() not in SPEC_MADE:  # derived: names and checksums what it was made from
             assert prov["inputs"] and all(re.fullmatch(r"[0-9a-f]{16}", c) for c in prov["inputs"].values()), where
             assert prov["params_hash"], where
         seen += 1
-    assert seen > 13 * 4  # four files per run, plus the campaign's tables, figures and report
+    assert seen > 15 * 4  # four files per run, plus the campaign's tables, figures and report
 
 
 def _bump(doc):
@@ -97,18 +101,16 @@ def test_readers_refuse_an_unknown_major_schema_version_of_real_artifacts(tiny_r
         read_report_meta(tmp_path / "report.html")
 
 
-def test_a_second_campaign_in_the_same_directory_writes_only_under_its_own_name(tiny_run, tiny_config, tmp_path):
-    work = tiny_run.parent.parent
+def test_a_second_campaign_in_the_same_directory_writes_only_under_its_own_name(tiny_campaign, tmp_path):
     other = tmp_path / "other.yaml"
-    other.write_text(tiny_config.read_text().replace("campaign: tiny", "campaign: tiny-b"))
-    proc = snakemake("-n", "--cores", "2", "--configfile", str(other), cwd=work)
+    other.write_text(tiny_campaign.config.read_text().replace("campaign: tiny", "campaign: tiny-b"))
+    proc = snakemake(tiny_campaign.workflow, tiny_campaign.work, other, "-n", "--cores", "2")
     written = re.findall(r"^\s+(?:output|log): (.+)$", proc.stdout, re.M)
     paths = [p.strip() for line in written for p in line.split(",")]
-    assert len(paths) > 13 * 3
+    assert len(paths) > 15 * 3
     assert all(p.startswith(("results/tiny-b/", "logs/tiny-b/")) for p in paths), \
         [p for p in paths if not p.startswith(("results/tiny-b/", "logs/tiny-b/"))]
     jobs = re.search(r"^run_at_cap\s+(\d+)$", proc.stdout, re.M)
-    assert jobs and int(jobs.group(1)) == 13  # all of campaign B's runs: none is taken from A
+    assert jobs and int(jobs.group(1)) == 15  # all of campaign B's runs: none is taken from A
     # and campaign A is still complete and up to date
-    proc = snakemake("-n", "--cores", "2", "--configfile", str(tiny_config), cwd=work)
-    assert "Nothing to be done" in proc.stdout + proc.stderr
+    assert tiny_campaign.plan() == {}

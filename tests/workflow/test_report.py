@@ -66,13 +66,13 @@ def test_every_figure_loads_in_headless_chromium(tiny_run, tmp_path):
     assert broken.group(1) == "none", f"figures that did not load: {broken.group(1)}"
 
 
-def test_snakemakes_own_report_files_every_figure_under_its_paper_section(tiny_run, tiny_config, tmp_path):
+def test_snakemakes_own_report_files_every_figure_under_its_paper_section(tiny_campaign, tiny_run, tmp_path):
     import zipfile
 
-    from .conftest import snakemake
+    from .campaigns import snakemake
 
     out = tmp_path / "snakemake_report.zip"
-    snakemake("--report", str(out), "--configfile", str(tiny_config), cwd=tiny_run.parent.parent)
+    snakemake(tiny_campaign.workflow, tiny_campaign.work, tiny_campaign.config, "--report", str(out))
     with zipfile.ZipFile(out) as zf:
         names = zf.namelist()
         page = zf.read(next(n for n in names if n.endswith("/report.html"))).decode()
