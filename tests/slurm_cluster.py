@@ -87,5 +87,6 @@ def pytest_sessionfinish(session):
     """The controller (or the one process without xdist) stops the cluster if a test started it."""
     if hasattr(session.config, "workerinput"):
         return
+    # pytest's session temp factory, the one pytest-xdist itself hands the workers their basetemp from
     if (session.config._tmp_path_factory.getbasetemp() / f"{NAME}.built").exists():
         subprocess.run([str(CLUSTER), "down"], capture_output=True, text=True)
