@@ -118,7 +118,7 @@ STATE_FILES = {
     "list": ("[1]", "a JSON object expected, found list"),
     "pid": ('{"pid": "x", "gpus": []}', "pid 'x' is not an integer"),
     "gpus": ('{"pid": 999999999, "gpus": "abc"}', "gpus is not a list"),
-    "gpu entry": ('{"pid": 999999999, "gpus": [{"index": 0}]}', "lacks an integer index and a numeric original_limit_w"),
+    "gpu entry": ('{"pid": 999999999, "gpus": [{"index": 0}]}', "lacks an integer index and a finite original_limit_w"),
     "not JSON": ("{", "unreadable: "),
 }
 

@@ -13,7 +13,7 @@ import pytest
 from wattflex import provenance
 from wattflex.calibration import Calibration, PowerCurve, read_calibration, write_calibration
 from wattflex.grid.slurm import write_json_atomic
-from wattflex.runs.devices import caps
+from wattflex.runs.devices import cap_state
 from wattflex.runs.sweep import real as sweep_real
 
 PACKAGE = Path(provenance.__file__).resolve().parent
@@ -69,7 +69,7 @@ def test_csv_sidecar_and_parquet_metadata_are_strict(tmp_path):
 @pytest.mark.parametrize("writer", ["cap state", "sweep state", "slurm budget"])
 def test_state_files_are_strict(tmp_path, writer):
     path = tmp_path / "state.json"
-    write = {"cap state": caps._write_atomic, "sweep state": sweep_real._write_atomic,
+    write = {"cap state": lambda p, d: cap_state.write_record(p.parent, p.name, d), "sweep state": sweep_real._write_atomic,
              "slurm budget": write_json_atomic}[writer]
     write(path, {"caps_w": [700.0, math.nan], "load_w": math.inf})
     assert strict_load(path.read_text()) == {"caps_w": [700.0, None], "load_w": None}

@@ -353,6 +353,12 @@ def probe_cap_state(state_dir: str | Path | None = None) -> dict[str, Any]:
             f"{len(stale)} cap state file(s) of killed runs in {where}",
             "their GPUs may still be capped: the next measurement starts from a wrong limit",
             "wattflex restore-caps (the SLURM epilog does it after each job)"))
+    for r in records:
+        if r.get("action") == "untrusted":
+            out["problems"].append(problem(
+                f"{r['path']}: {r['note']}",
+                "another user may have planted it; wattflex never reads it, and a run refuses an unsafe folder",
+                "remove it, or set cuda.state_dir / $WATTFLEX_STATE_DIR to a folder only you (or root) can write"))
     return out
 
 

@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cap-control", choices=("nvml", "command"), default="nvml",
                         help="how limits are set: NVML directly (root) or --cap-command")
     parser.add_argument("--cap-command", help="admin-approved command, e.g. 'sudo /usr/local/bin/setcap {gpu} {watts}'")
-    parser.add_argument("--state-dir", help="cap state files (default $WATTFLEX_STATE_DIR or /var/tmp/wattflex)")
+    parser.add_argument("--state-dir", help="cap state files (default $WATTFLEX_STATE_DIR, else /var/tmp/wattflex for root, /var/tmp/wattflex-<uid> for a user)")
     parser.add_argument("--restore-stagger-s", type=float, default=0.0,
                         help="after an event, uncap one job every this many seconds (default 0: all at once)")
     parser.add_argument("--mv-out", metavar="DIR", help="write the M&V of every event here (mv.json, mv_intervals.csv, "
@@ -149,25 +149,34 @@ def check_cap_command(template: str | None) -> None:
 
 
 def check_state_dir(state_dir: Path) -> None:
-    """The state directory must be (or become) a writable directory."""
+    """The state directory must be (or become) a writable directory no other user can write."""
+    from wattflex.runs.devices.cap_state import UnsafeStateDir, open_folder, trusted_uids
+
     if state_dir.exists() and not state_dir.is_dir():
         raise UserError(f"--state-dir {state_dir}: is a file, not a directory (cap state files go there)")
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        with open_folder(state_dir, trusted_uids(), create=True):
+            pass
+    except UnsafeStateDir as exc:
+        raise UserError(f"--state-dir: {exc}") from None
     except OSError as exc:
         raise UserError(f"--state-dir {state_dir}: cannot create it ({exc.strerror or exc})") from None
     if not os.access(state_dir, os.W_OK | os.X_OK):
         raise UserError(f"--state-dir {state_dir}: not writable (cap state files go there)")
 
 
-def restore_stale(state_dir: Path, flat: list[int], dry_run: bool) -> None:
+def restore_stale(state_dir: Path, flat: list[int], dry_run: bool, cap_command: str | None = None) -> None:
     """Before any limit is read as an original: put back the limits recorded by runs that were
-    killed (SIGKILL), as a real run does; refuse GPUs another live process is capping."""
+    killed (SIGKILL), as a real run does; refuse GPUs another live process is capping. Records
+    another user planted are reported and left alone; ``cap_command`` is this agent's own."""
     from wattflex.runs.devices.caps import restore_from_state_dir
 
-    for r in restore_from_state_dir(state_dir, dry_run=dry_run, only_gpus=flat):
-        gpus = ", ".join(f"GPU {g['index']} -> {g['original_limit_w']:g} W" for g in r.get("gpus", []))
-        if r["action"] == "restored":
+    for r in restore_from_state_dir(state_dir, dry_run=dry_run, only_gpus=flat, cap_command=cap_command):
+        gpus = ", ".join(f"GPU {g['index']} -> {g.get('restored_w', g['original_limit_w']):g} W"
+                         for g in r.get("gpus", []))
+        if r["action"] == "untrusted":
+            print(f"warning: {r['path']}: {r['note']}; left alone", file=sys.stderr)
+        elif r["action"] == "restored":
             print(f"restored the power limits left by killed process {r['pid']} ({gpus}; state file {r['path']})",
                   file=sys.stderr)
         elif r["action"] == "would restore":
@@ -221,7 +230,8 @@ def run(args: argparse.Namespace) -> int:
         if state_dir.is_dir():
             restore_stale(state_dir, flat, dry_run=True)
     else:
-        restore_stale(state_dir, flat, dry_run=False)
+        restore_stale(state_dir, flat, dry_run=False,
+                      cap_command=args.cap_command if args.cap_control == "command" else None)
     setter = None if args.dry_run else limit_setter(args.cap_control, args.cap_command)
     gpus = {g.index: g for g in open_gpus(set_limit=setter, indices=flat)}
     model = None

@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                              "(default: config/config.yaml in the current directory, if present)")
     parser.add_argument("--dcgm-exporter", metavar="URL",
                         help="dcgm-exporter endpoint to check, e.g. http://localhost:9400/metrics (2 s timeout)")
-    parser.add_argument("--state-dir", help="cap state files (default $WATTFLEX_STATE_DIR or /var/tmp/wattflex)")
+    parser.add_argument("--state-dir", help="cap state files (default $WATTFLEX_STATE_DIR, else /var/tmp/wattflex for root, /var/tmp/wattflex-<uid> for a user)")
 
 
 def run(args: argparse.Namespace) -> int:

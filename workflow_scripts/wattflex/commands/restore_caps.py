@@ -5,19 +5,31 @@ before changing them and removes the file after restoring. A file whose process 
 means the run was killed (SIGKILL, node crash): this command restores those limits on
 this host. Run it from a SLURM epilog (``wattflex restore-caps`` as root) or by hand.
 Exit status 1 when a restore failed.
+
+Run as root, it trusts only what root, its own user or the job's user (``--job-uid``) wrote
+(``wattflex.runs.devices.cap_state``); it never runs a command read from a record, and puts back
+at most the card's range (a user's record: the card's default limit).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
 NAME = "restore-caps"
 HELP = "Restore GPU power limits left behind by a killed wattflex run on this host"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--state-dir", help="directory of cap state files (default $WATTFLEX_STATE_DIR "
-                        "or /var/tmp/wattflex)")
+    parser.add_argument("--state-dir", action="append",
+                        help="directory of cap state files; repeat for several (default $WATTFLEX_STATE_DIR, "
+                        "else /var/tmp/wattflex for root and /var/tmp/wattflex-<uid> for a user, and, for root "
+                        "with --job-uid, that user's folder too)")
+    parser.add_argument("--cap-command", help="the installation's cap command template (e.g. 'sudo "
+                        "/usr/local/bin/setcap {gpu} {watts}'); default: NVML, which needs root. A command "
+                        "recorded in a state file is never run")
+    parser.add_argument("--job-uid", type=_uid, default=os.environ.get("SLURM_JOB_UID") or None,
+                        help="also trust records owned by this user (default $SLURM_JOB_UID: the epilog's job)")
     parser.add_argument("--force", action="store_true",
                         help="also restore files whose process still runs (it will find its cap gone)")
     parser.add_argument("--dry-run", action="store_true", help="list what would be restored, change nothing")
@@ -25,26 +37,67 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Lazy, like every heavy import of a command (wattflex.cli): --help must not load the run stack.
-    from wattflex.runs.devices.caps import default_state_dir, restore_from_state_dir
+    from wattflex.runs.devices.caps import restore_from_state_dir
 
     from pathlib import Path
 
     from wattflex.errors import UserError
 
-    state_dir = args.state_dir or default_state_dir()
-    # A file where the folder should be would read as "nothing to restore": GPUs left capped.
-    if Path(state_dir).exists() and not Path(state_dir).is_dir():
-        raise UserError(f"{state_dir}: the state dir is a file, not a directory")
-    results = restore_from_state_dir(state_dir, force=args.force, dry_run=args.dry_run)
+    if args.cap_command:
+        check_template(args.cap_command)
+    job_uid = args.job_uid
+    folders = args.state_dir or default_folders(job_uid)
+    results = []
+    for state_dir in folders:
+        # A file where the folder should be would read as "nothing to restore": GPUs left capped.
+        if Path(state_dir).exists() and not Path(state_dir).is_dir() and not Path(state_dir).is_symlink():
+            raise UserError(f"{state_dir}: the state dir is a file, not a directory")
+        results += restore_from_state_dir(state_dir, force=args.force, dry_run=args.dry_run,
+                                          cap_command=args.cap_command, job_uid=job_uid)
     if not results:
-        print(f"no cap state files for this host in {state_dir}: nothing to restore")
+        print(f"no cap state files for this host in {', '.join(map(str, folders))}: nothing to restore")
         return 0
     failed = 0
     for r in results:
-        gpus = ", ".join(f"GPU {g['index']} -> {g['original_limit_w']:g} W" for g in r.get("gpus", []))
+        gpus = ", ".join(f"GPU {g['index']} -> {g.get('restored_w', g['original_limit_w']):g} W"
+                         for g in r.get("gpus", []))
         line = f"{r['path']}: {r['action']}" + (f" ({gpus})" if gpus else "")
         if r.get("error"):
             failed += 1
             line += f": {r['error']}"
+        elif r.get("note"):   # untrusted: no trusted run wrote it, so no GPU is capped by it
+            line += f": {r['note']}; left alone"
         print(line)
     return 1 if failed else 0
+
+
+def default_folders(job_uid: int | None) -> list[Path]:
+    """This user's default folder and, for root restoring a job, the job user's."""
+    from wattflex.runs.devices.caps import default_state_dir
+
+    folders = [default_state_dir()]
+    if job_uid is not None and os.geteuid() == 0 and default_state_dir(job_uid) not in folders:
+        folders.append(default_state_dir(job_uid))
+    return folders
+
+
+def check_template(template: str) -> None:
+    from wattflex.errors import UserError
+    from wattflex.runs.devices.caps import command_setter
+
+    try:
+        command_setter(template)
+    except ValueError as exc:
+        raise UserError(f"--cap-command: {exc}") from None
+
+
+def _uid(text: str) -> int:
+    from wattflex.errors import UserError
+
+    try:
+        uid = int(text)
+    except (TypeError, ValueError):
+        raise UserError(f"--job-uid {text!r}: a numeric user id expected") from None
+    if not 0 <= uid < 2**32:
+        raise UserError(f"--job-uid {text!r}: a user id is 0 to 4294967295")
+    return uid

@@ -377,7 +377,8 @@ class NodeSetup:
                                  "nccl_env": opts.nccl or {}}
         if opts.uses_nvml:
             state_dir = opts.state_dir or caps.default_state_dir()
-            stale = caps.restore_from_state_dir(state_dir)
+            stale = caps.restore_from_state_dir(       # this run's own cap command, never the record's
+                state_dir, cap_command=opts.cap_command if opts.cap_control == "command" else None)
             facts["stale_cap_files"] = stale
             gpus = nvml.open_gpus(opts.nproc_per_node if opts.device == "cuda" else None,
                                   set_limit=caps.limit_setter(opts.cap_control, opts.cap_command),

@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import math
 import os
 import shlex
 import signal
@@ -29,8 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from wattflex.provenance import strict_json
-
+from wattflex.runs.devices import cap_state
 from wattflex.runs.devices.base import (
     CapConstraintError,
     CapError,
@@ -38,17 +38,16 @@ from wattflex.runs.devices.base import (
     PowerCapDevice,
     check_cap,
 )
+from wattflex.runs.devices.cap_state import STATE_DIR_ENV, UnsafeStateDir, default_state_dir, trusted_uids
 from wattflex.runs.devices.nvml import NvmlGpu
 
 log = logging.getLogger("wattflex.runs.devices.caps")
 MODES = ("nvml", "command", "observe")
-STATE_DIR_ENV = "WATTFLEX_STATE_DIR"
-DEFAULT_STATE_DIR = "/var/tmp/wattflex"     # survives the job (SLURM may give each job its own /tmp)
 # the termination signals a user, a shell or SLURM sends (all end the process by default): each restores the caps first
 SIGNALS = tuple(s for s in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2") if hasattr(signal, s))
 
-__all__ = ["CapGuard", "CapSignal", "CapError", "CapConstraintError", "CapPermissionError",
-           "command_setter", "default_state_dir", "restore_from_state_dir", "MODES"]
+__all__ = ["CapGuard", "CapSignal", "CapError", "CapConstraintError", "CapPermissionError", "UnsafeStateDir",
+           "STATE_DIR_ENV", "command_setter", "default_state_dir", "restore_from_state_dir", "MODES"]
 
 
 class CapSignal(SystemExit):
@@ -58,10 +57,6 @@ class CapSignal(SystemExit):
     def __init__(self, signum: int):
         super().__init__(128 + signum)
         self.signum = signum
-
-
-def default_state_dir() -> Path:
-    return Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
 
 
 def command_setter(template: str, timeout_s: float = 60.0) -> Callable[[int, float], None]:
@@ -95,7 +90,7 @@ def limit_setter(mode: str, command: str | None) -> Callable[[int, float], None]
     return None
 
 
-# ---- state files ---------------------------------------------------------------------------
+# ---- state files (wattflex.runs.devices.cap_state: what root may trust) ------------------
 def _proc_start(pid: int) -> str | None:
     """Process start time (clock ticks since boot) to tell a live pid from a reused one."""
     try:
@@ -114,49 +109,65 @@ def _alive(pid: int, start: str | None) -> bool:
     return start is None or _proc_start(pid) in (None, start)
 
 
-def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as fh:
-        fh.write(strict_json(doc, indent=2))
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
-
-
-def state_files(state_dir: str | Path, host: str | None = None) -> list[Path]:
-    host = host or socket.gethostname()
-    return sorted(Path(state_dir).glob(f"caps-{host}-*.json"))
-
-
 def _state_doc_problem(doc: Any) -> str | None:
     """What is wrong with a parsed state file (None when it has what a restore needs)."""
     if not isinstance(doc, dict):
         return f"a JSON object expected, found {type(doc).__name__}"
-    if not isinstance(doc.get("pid", -1), int):
+    if not isinstance(doc.get("pid", -1), int) or isinstance(doc.get("pid"), bool):
         return f"pid {doc['pid']!r} is not an integer"
+    if doc.get("mode", "nvml") not in ("nvml", "command"):
+        return f"mode {doc.get('mode')!r} is not nvml or command"
     if not isinstance(doc.get("gpus", []), list):
         return "gpus is not a list"
     for g in doc.get("gpus", []):
-        if not (isinstance(g, dict) and isinstance(g.get("index"), int)
-                and isinstance(g.get("original_limit_w"), (int, float))):
-            return f"gpus entry {g!r:.60} lacks an integer index and a numeric original_limit_w"
+        if not (isinstance(g, dict) and isinstance(g.get("index"), int) and not isinstance(g.get("index"), bool)
+                and isinstance(g.get("original_limit_w"), (int, float)) and not isinstance(g["original_limit_w"], bool)
+                and math.isfinite(g["original_limit_w"])):
+            return f"gpus entry {g!r:.60} lacks an integer index and a finite original_limit_w"
+    return None
+
+
+def restore_target_w(gpu: Any, recorded_w: float, owner: int | None) -> tuple[float, str]:
+    """The limit to put back and why: the recorded original, clamped to the card's range; for a
+    file another user owns (root restoring a user's run), the card's default limit, since that
+    user could have written any number there."""
+    lo, hi = gpu.constraints()
+    if owner not in (None, os.geteuid()) and owner != 0:
+        default = float(gpu.default_limit_w())
+        return default, f"default {default:g} W (record owned by uid {owner}, not trusted for a value)"
+    target = min(max(float(recorded_w), lo), hi)
+    return target, ("recorded" if target == recorded_w else f"recorded {recorded_w:g} W clamped to {lo:g}-{hi:g} W")
+
+
+def restore_setter(mode: str, cap_command: str | None) -> Callable[[int, float], None] | None:
+    """How to restore a record of ``mode``: with the caller's installed cap command (never one read
+    from the record), else NVML, which needs root."""
+    if cap_command:
+        return command_setter(cap_command)
+    if mode == "command" and os.geteuid() != 0:
+        raise CapError("the record was made with cap_control: command; restoring it without root needs "
+                       "the installation's cap command (restore-caps --cap-command, or cuda.cap_command)")
     return None
 
 
 def restore_from_state_dir(state_dir: str | Path | None = None, force: bool = False, dry_run: bool = False,
-                           only_gpus: Sequence[int] | None = None) -> list[dict[str, Any]]:
+                           only_gpus: Sequence[int] | None = None, cap_command: str | None = None,
+                           job_uid: int | None = None) -> list[dict[str, Any]]:
     """Restore the limits recorded in this host's state files whose process is gone (all of
-    them with ``force``). Returns one record per file: path, gpus, action, error."""
+    them with ``force``). Returns one record per file: path, gpus, action, error.
+
+    Only records root, this user or ``job_uid`` own are read (``cap_state``); the others are
+    reported as ``untrusted`` and left alone. ``cap_command``: the installed cap command, used
+    instead of NVML; the record's own mode only says whether root is needed."""
     out = []
-    for path in state_files(state_dir or default_state_dir()):
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            out.append({"path": str(path), "action": "unreadable", "error": str(exc)})
+    pattern = f"caps-{socket.gethostname()}-*.json"
+    for rec_file in cap_state.read_records(state_dir or default_state_dir(), pattern, trusted_uids(job_uid)):
+        path, doc = rec_file["path"], rec_file["doc"]
+        if rec_file["untrusted"]:   # no wattflex run of a trusted user wrote it: say so, act on nothing
+            out.append({"path": str(path), "action": "untrusted", "note": rec_file["problem"]})
             continue
-        bad = _state_doc_problem(doc)
-        if bad:  # a hand-edited or foreign file: say so, go on with the others (exit 1)
+        bad = rec_file["problem"] or _state_doc_problem(doc)
+        if bad:  # a hand-edited or damaged file of ours: say so, go on with the others (exit 1)
             out.append({"path": str(path), "action": "unreadable", "error": f"not a cap state file: {bad}"})
             continue
         gpus = doc.get("gpus", [])
@@ -169,20 +180,28 @@ def restore_from_state_dir(state_dir: str | Path | None = None, force: bool = Fa
         if dry_run:
             out.append({**rec, "action": "would restore"})
             continue
-        try:
-            setter = limit_setter(doc.get("mode", "nvml"), doc.get("command"))
-            for g in gpus:
-                gpu = NvmlGpu(g["index"], set_limit=setter, gpm=False)
-                if g.get("uuid") and gpu.uuid != g["uuid"]:
-                    raise CapError(f"GPU index {g['index']} is now {gpu.uuid}, state file says {g['uuid']}")
-                gpu.set_limit_w(float(g["original_limit_w"]))
-            path.unlink()
-            out.append({**rec, "action": "restored"})
-            log.warning("restored power limits left by process %s: %s", doc.get("pid"),
-                        ", ".join(f"GPU {g['index']} -> {g['original_limit_w']:g} W" for g in gpus))
-        except (CapError, RuntimeError, ValueError) as exc:
-            out.append({**rec, "action": "failed", "error": str(exc)})
+        out.append({**rec, **_restore_record(path, doc, rec_file["owner"], cap_command)})
     return out
+
+
+def _restore_record(path: Path, doc: dict[str, Any], owner: int | None, cap_command: str | None) -> dict[str, Any]:
+    """Put back one record's GPUs; removes the record when every GPU is back."""
+    try:
+        setter = restore_setter(doc.get("mode", "nvml"), cap_command)
+        done = []
+        for g in doc["gpus"]:
+            gpu = NvmlGpu(g["index"], set_limit=setter, gpm=False)
+            if g.get("uuid") and gpu.uuid != g["uuid"]:
+                raise CapError(f"GPU index {g['index']} is now {gpu.uuid}, state file says {g['uuid']}")
+            target, why = restore_target_w(gpu, g["original_limit_w"], owner)
+            gpu.set_limit_w(target)
+            done.append({**g, "restored_w": target, "restored_from": why})
+        cap_state.remove_record(path)
+        log.warning("restored power limits left by process %s: %s", doc.get("pid"),
+                    ", ".join(f"GPU {g['index']} -> {g['restored_w']:g} W" for g in done))
+        return {"action": "restored", "gpus": done}
+    except (CapError, RuntimeError, ValueError) as exc:
+        return {"action": "failed", "error": str(exc)}
 
 
 # ---- the guard -----------------------------------------------------------------------------
@@ -253,9 +272,10 @@ class CapGuard:
             return self
         for g in self.gpus:                 # refuse before touching anything
             check_cap(g, self.cap_w)
-        _write_atomic(self.state_path, {
+        # the record names no command: a restore uses the installed one (restore_setter)
+        cap_state.write_record(self.state_dir, self.state_path.name, {
             "host": socket.gethostname(), "pid": os.getpid(), "pid_start": _proc_start(os.getpid()),
-            "created": time.time(), "mode": self.mode, "command": self.command, "cap_w": self.cap_w,
+            "created": time.time(), "mode": self.mode, "cap_w": self.cap_w,
             "gpus": [{"index": getattr(g, "index", i), "uuid": getattr(g, "uuid", None), "original_limit_w": w}
                      for i, (g, w) in enumerate(zip(self.gpus, self.original_w))]})
         self._install()
@@ -282,7 +302,7 @@ class CapGuard:
             if errors:
                 raise CapError("could not restore every power limit (state file kept at "
                                f"{self.state_path}; run `wattflex restore-caps`): " + "; ".join(errors))
-            self.state_path.unlink(missing_ok=True)
+            cap_state.remove_record(self.state_path)
             log.info("power limits restored: %s W", ", ".join(f"{w:g}" for w in self.original_w))
         finally:
             self._restoring = False

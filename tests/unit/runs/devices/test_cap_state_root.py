@@ -1,0 +1,193 @@
+"""Root never trusts a cap state file or folder another user could write (issue 37's security
+cases), on FAKE NVML GPUs (tests/fakes/fake_pynvml.py).
+
+Run as root, the files and folders are planted by another uid (``setpriv --reuid 65534``, a
+real second user), in a world-writable sticky folder like ``/var/tmp``. Nothing from such a
+file may run, be written through, or decide a limit."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
+from wattflex import cli
+from wattflex.runs.devices import cap_state, caps
+from wattflex.runs.devices.nvml import open_gpus
+
+pytestmark = [pytest.mark.fake_gpu,
+              pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                                 reason="root planting as another user needs root and setpriv")]
+NOBODY = 65534
+HOST = socket.gethostname()
+EPILOG = Path(__file__).resolve().parents[4] / "slurm" / "epilog.sh"
+
+
+@pytest.fixture
+def var_tmp():
+    """A world-writable sticky folder, as /var/tmp is (pytest's tmp_path is root's 0700)."""
+    where = Path(tempfile.mkdtemp(prefix="wattflex-vartmp-"))
+    where.chmod(0o1777)
+    yield where
+    shutil.rmtree(where, ignore_errors=True)
+
+
+def as_nobody(*argv: str) -> None:
+    subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv], check=True)
+
+
+def plant(path: Path, doc: dict) -> None:
+    """``doc`` written to ``path`` by uid 65534."""
+    as_nobody("sh", "-c", 'printf "%s" "$1" > "$2"', "sh", json.dumps(doc), str(path))
+
+
+def record(mode="nvml", limit_w=200.0, **extra) -> dict:
+    return {"host": HOST, "pid": 2**22 + 12345, "mode": mode, "cap_w": 300.0, **extra,
+            "gpus": [{"index": 0, "uuid": "GPU-fake-0000", "original_limit_w": limit_w}]}
+
+
+def test_a_command_in_a_planted_record_is_never_run_by_root(fake_nvml, var_tmp, run_cli):
+    """The issue's case: nobody creates the state folder and a command-mode record; root's
+    restore-caps (the epilog) and control's stale restore run nothing and change nothing."""
+    state, pwned = var_tmp / "wattflex", var_tmp / "pwned"
+    as_nobody("mkdir", "-m", "0755", str(state))
+    plant(state / f"caps-{HOST}-999999.json", record("command", command=f"touch {pwned} {{gpu}} {{watts}}"))
+    fake_nvml.update_gpu(0, limit_mw=400_000)
+    proc = run_cli("restore-caps", "--state-dir", state, cwd=var_tmp)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "untrusted" in proc.stdout and "owned by uid 65534" in proc.stdout
+    caps.restore_from_state_dir(state)                       # what `wattflex control` calls at start
+    assert not pwned.exists() and limits_w() == [400.0, 700.0]
+    assert fake_nvml.state()["set_calls"] == []
+
+
+def test_a_planted_record_in_roots_own_folder_is_not_read(fake_nvml, var_tmp):
+    """Root's folder, but the file is nobody's (a folder made writable by mistake is refused
+    whole: the next test)."""
+    state = var_tmp / "root-state"
+    state.mkdir(mode=0o755)
+    planted = state / f"caps-{HOST}-999999.json"
+    planted.write_text(json.dumps(record()))
+    os.chown(planted, NOBODY, NOBODY)
+    (res,) = caps.restore_from_state_dir(state)
+    assert res["action"] == "untrusted" and fake_nvml.state()["set_calls"] == []
+
+
+def test_a_folder_others_can_write_or_a_link_is_refused_before_any_gpu_changes(fake_nvml, var_tmp):
+    writable = var_tmp / "open"
+    writable.mkdir()
+    writable.chmod(0o777)
+    link = var_tmp / "link"
+    link.symlink_to(writable)
+    theirs = var_tmp / "theirs"
+    as_nobody("mkdir", "-m", "0700", str(theirs))
+    for folder in (writable, link, theirs):
+        with pytest.raises(caps.UnsafeStateDir, match="not used"):
+            with caps.CapGuard(open_gpus(gpm=False), 300, "nvml", folder):
+                pass
+        assert fake_nvml.state()["set_calls"] == [] and limits_w() == [700.0, 700.0]
+        (res,) = caps.restore_from_state_dir(folder)
+        assert res["action"] == "untrusted"
+
+
+def test_the_job_users_record_restores_the_cards_default_not_its_number(fake_nvml, var_tmp, run_cli):
+    """The issue's second case: a record the job's user owns (the epilog trusts it, --job-uid)
+    may say 200 W; root puts back the card's default limit, which that user cannot choose."""
+    state = var_tmp / f"wattflex-{NOBODY}"
+    as_nobody("mkdir", "-m", "0700", str(state))
+    plant(state / f"caps-{HOST}-999999.json", record("command", limit_w=200.0, command="id -u"))
+    fake_nvml.update_gpu(0, limit_mw=300_000)
+    proc = run_cli("restore-caps", "--state-dir", state, "--job-uid", NOBODY, cwd=var_tmp)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "restored (GPU 0 -> 700 W)" in proc.stdout
+    assert limits_w() == [700.0, 700.0] and fake_nvml.state()["set_calls"] == [[0, 700_000]]
+    assert not list(state.glob("caps-*.json"))
+
+
+def test_roots_own_record_is_clamped_to_the_cards_range(fake_nvml, tmp_path):
+    state = tmp_path / "state"
+    cap_state.write_record(state, f"caps-{HOST}-999999.json", record(limit_w=5000.0))
+    fake_nvml.update_gpu(0, limit_mw=300_000)
+    (res,) = caps.restore_from_state_dir(state)
+    assert res["action"] == "restored" and res["gpus"][0]["restored_w"] == 700.0
+    assert "clamped" in res["gpus"][0]["restored_from"] and limits_w() == [700.0, 700.0]
+
+
+def test_the_record_is_never_written_through_a_planted_link(fake_nvml, var_tmp):
+    """The issue's third case: links planted at the record's name and at the old predictable
+    temporary name (``caps-<host>-<pid>.tmp``) in the folder; root's guard writes neither target."""
+    state = var_tmp / "shared"
+    state.mkdir(mode=0o755)
+    target = var_tmp / "precious"
+    target.write_text("root's file\n")
+    name = f"caps-{HOST}-{os.getpid()}"
+    for suffix in (".json", ".tmp"):
+        (state / f"{name}{suffix}").symlink_to(target)
+    with caps.CapGuard(open_gpus(gpm=False), 300, "nvml", state) as guard:
+        assert not guard.state_path.is_symlink() and json.loads(guard.state_path.read_text())["cap_w"] == 300.0
+        assert limits_w() == [300.0, 300.0]
+    assert target.read_text() == "root's file\n" and limits_w() == [700.0, 700.0]
+    assert "command" not in json.dumps(guard.record())
+
+
+def test_a_record_names_no_command_and_restore_uses_the_installed_one(fake_nvml, tmp_path):
+    """The restore command comes from the caller (restore-caps --cap-command, the run's own
+    cap_command), never from the record: a record with a command restores through NVML."""
+    fakes = Path(__file__).resolve().parents[3] / "fakes"
+    template = f"{sys.executable} {fakes / 'fake_setcap.py'} {{gpu}} {{watts}}"
+    with caps.CapGuard(open_gpus(set_limit=caps.limit_setter("command", template), gpm=False), 350, "command",
+                       tmp_path / "st", template, handle_signals=False) as guard:
+        assert "command" not in json.loads(guard.state_path.read_text())
+        guard.applied = False                                # leave the record, as SIGKILL would
+    doc = json.loads(guard.state_path.read_text())
+    doc["pid"] = 2**22 + 1
+    doc["command"] = f"touch {tmp_path / 'pwned'} {{gpu}} {{watts}}"
+    cap_state.write_record(tmp_path / "st", guard.state_path.name, doc)
+    assert [r["action"] for r in caps.restore_from_state_dir(tmp_path / "st")] == ["restored"]
+    assert not (tmp_path / "pwned").exists() and limits_w() == [700.0, 700.0]
+
+
+def test_the_epilog_never_appends_through_a_planted_log_link(var_tmp, tmp_path):
+    """The epilog's own log: a link in a folder another user can write is not followed
+    (the message goes to syslog instead)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "caps-x-1.json").write_text("{}")
+    target = tmp_path / "precious"
+    target.write_text("root's file\n")
+    (var_tmp / "epilog.log").symlink_to(target)
+    stub = tmp_path / "wattflex"
+    stub.write_text("#!/bin/bash\necho ran\n")
+    stub.chmod(0o755)
+    env = {**os.environ, "WATTFLEX": str(stub), "WATTFLEX_STATE_DIR": str(state),
+           "WATTFLEX_EPILOG_LOG": str(var_tmp / "epilog.log"), "SLURM_JOB_ID": "7"}
+    subprocess.run(["bash", str(EPILOG)], env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert target.read_text() == "root's file\n"
+
+
+def test_the_epilog_does_not_run_a_wattflex_another_user_can_write(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "caps-x-1.json").write_text("{}")
+    stub = tmp_path / "wattflex"
+    stub.write_text(f"#!/bin/bash\ntouch {tmp_path / 'ran'}\n")
+    stub.chmod(0o777)
+    env = {**os.environ, "WATTFLEX": str(stub), "WATTFLEX_STATE_DIR": str(state),
+           "WATTFLEX_EPILOG_LOG": str(tmp_path / "epilog.log"), "SLURM_JOB_ID": "8"}
+    proc = subprocess.run(["bash", str(EPILOG)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and not (tmp_path / "ran").exists()
+    assert "others can write it" in (tmp_path / "epilog.log").read_text()
+
+
+def test_a_user_default_folder_is_their_own(monkeypatch):
+    monkeypatch.delenv(cap_state.STATE_DIR_ENV, raising=False)
+    assert cap_state.default_state_dir(0) == Path("/var/tmp/wattflex")
+    assert cap_state.default_state_dir(1000) == Path("/var/tmp/wattflex-1000")
