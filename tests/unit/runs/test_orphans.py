@@ -130,10 +130,12 @@ def test_run_training_leaves_nothing_of_a_launcher_that_exited(tmp_path, cleanup
 
 
 @pytest.mark.fake_gpu
-def test_fake_nvml_signals_to_run_node_kill_the_run_before_restoring_caps(fake_nvml, tmp_path, monkeypatch, cleanup):
-    """The signal path of a real run (``run_node`` under ``CapGuard``): the first SIGTERM starts
-    ``terminate``, a second one during its grace period (workers ignoring SIGTERM) cuts the
-    grace short; every process of the run is dead when the caps are restored."""
+def test_fake_nvml_signals_to_run_node_restore_caps_first_then_kill_the_run(fake_nvml, tmp_path, monkeypatch, cleanup):
+    """The signal path of a real run (``run_node`` under ``CapGuard``): the first SIGTERM puts
+    the caps back at once, before the run is stopped (SLURM's KillWait, 30 s by default, would
+    SIGKILL this agent before a 30 s grace and a 30 s kill sweep end); a second one during the
+    grace period (workers ignoring SIGTERM) still cuts the grace short, and every process of the
+    run is dead when run_node returns."""
     from tests.unit.runs.test_real_run import cuda_spec
 
     pid_dir = tmp_path / "pids"
@@ -142,7 +144,7 @@ def test_fake_nvml_signals_to_run_node_kill_the_run_before_restoring_caps(fake_n
             "--launcher-ignores-term", "--child", "--daemon"]
     monkeypatch.setattr(real_run, "training_command", lambda *a, **k: fake)
     monkeypatch.setattr(real_run, "TERMINATE_GRACE_S", 60.0)
-    started, procs, alive_at_restore = [], {}, []
+    started, procs, restored_at = [], {}, []
     start_training = real_run.start_training
 
     def start_and_record(*a, **k):
@@ -153,16 +155,17 @@ def test_fake_nvml_signals_to_run_node_kill_the_run_before_restoring_caps(fake_n
     restore_each = caps.restore_each
 
     def restore_and_record(gpus):
-        if not started:                                    # the stale-state check before the run
-            return restore_each(gpus)
-        alive_at_restore.extend(survivors(procs) + ([f"torchrun {started[0].pid}"] * (started[0].poll() is None)))
+        if started:                                        # not the stale-state check before the run
+            restored_at.append((time.monotonic(), len(survivors(procs))))
         return restore_each(gpus)
 
     monkeypatch.setattr(real_run, "start_training", start_and_record)
     monkeypatch.setattr(caps, "restore_each", restore_and_record)
+    signalled = []
 
     def signal_twice():
         procs.update(wait_up(pid_dir, names("worker", "child", "daemon")))
+        signalled.append(time.monotonic())
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(1.0)
         os.kill(os.getpid(), signal.SIGTERM)
@@ -175,5 +178,6 @@ def test_fake_nvml_signals_to_run_node_kill_the_run_before_restoring_caps(fake_n
         real_run.run_node(spec, tmp_path / "run", time.time())
     sender.join()
     assert time.monotonic() - t < 40.0                     # the second signal cut the 60 s grace short
-    assert len(procs) == 7 and alive_at_restore == []
-    assert limits_w() == [700.0, 700.0]
+    (when, alive), = restored_at                           # restored once, first, the run still up
+    assert alive == 7 and when - signalled[0] < 1.0
+    assert survivors(procs) == [] and limits_w() == [700.0, 700.0]

@@ -55,7 +55,7 @@ import pandas as pd
 
 from wattflex.provenance import provenance, write_json, write_parquet
 from wattflex.runs.devices import caps
-from wattflex.runs.real_run import NodeSetup, RunOptions, start_training, terminate, utc_now
+from wattflex.runs.real_run import NodeSetup, RunOptions, first_on_interrupt, start_training, terminate, utc_now
 from wattflex.runs.throughput import ThroughputSource, read_steps_file, steps_from_lines
 
 PLACEHOLDERS = ("gpus", "nodes", "nproc_per_node", "run_dir", "cap_w", "duration_s", "seed", "group")
@@ -301,11 +301,12 @@ def run_command(spec: dict[str, Any], outdir: str | Path) -> None:
             sampler = node.sampler().start()
         proc = None
         try:
-            proc, follower = job.start()
-            try:
-                rc = proc.wait(job.time_limit_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
+            with first_on_interrupt(lambda: guard.restore(keep_handlers=True)):   # caps back within KillWait
+                proc, follower = job.start()
+                try:
+                    rc = proc.wait(job.time_limit_s)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
         finally:
             if proc is not None:
                 terminate(proc)

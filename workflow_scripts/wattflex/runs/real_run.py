@@ -65,7 +65,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -260,7 +260,7 @@ def _termination_signals_held():
 def terminate(proc: subprocess.Popen) -> None:
     """Stop the training run, torchrun and every process it started, also those that left
     its session or outlived it; nothing of the run runs when this returns (else: an error
-    is logged). The caller restores the caps only after this.
+    is logged). A caller stopped by a signal has put the caps back before this (``run_training``).
 
     1. Find the run's processes before any signal (torchrun's children are found through
        it only while it lives).
@@ -302,12 +302,30 @@ def training_error(rc: int, log_path: Path) -> RuntimeError:
                         + "\n".join(text.splitlines()[-15:]))
 
 
-def run_training(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+@contextlib.contextmanager
+def first_on_interrupt(action: Callable[[], None] | None):
+    """Run ``action`` (putting the caps back) as soon as the body is interrupted by a signal
+    or an error, before the caller's cleanup stops the training (``terminate``)."""
+    try:
+        yield
+    except BaseException:
+        if action is not None:
+            action()
+        raise
+
+
+def run_training(cmd: list[str], log_path: Path, env: dict[str, str] | None = None,
+                 before_stop: Callable[[], None] | None = None) -> None:
     """Run ``cmd`` (torchrun) in its own session; on any exit path the run is stopped, and
-    whatever it left behind (workers of a torchrun that died) with it."""
+    whatever it left behind (workers of a torchrun that died) with it.
+
+    ``before_stop`` runs first when the wait is interrupted (a signal, an error): the caps go
+    back before the up to ``TERMINATE_GRACE_S + KILL_WAIT_S`` that stopping takes, since
+    SLURM's KillWait (30 s by default) SIGKILLs this agent after its SIGTERM."""
     proc = start_training(cmd, log_path, env)
     try:
-        rc = proc.wait()
+        with first_on_interrupt(before_stop):
+            rc = proc.wait()
     finally:
         terminate(proc)
     if rc != 0:
@@ -337,7 +355,7 @@ def run_node(spec: dict[str, Any], outdir: Path, t0: float, node_rank: int = 0, 
         if opts.sampler and gpus:
             sampler = node.sampler().start()
         try:
-            run_training(node.cmd, node.log_path, node.env)
+            run_training(node.cmd, node.log_path, node.env, before_stop=lambda: guard.restore(keep_handlers=True))
         finally:
             if sampler is not None:
                 sampler.stop()

@@ -289,16 +289,23 @@ class CapGuard:
                  ", ".join(f"{w:g}" for w in self.enforced_w))
         return self
 
-    def restore(self) -> None:
+    def restore(self, keep_handlers: bool = False) -> None:
         """Put every GPU back to its original limit (idempotent). The state file is removed
-        only when all GPUs were restored, so a failed restore can be retried later."""
+        only when all GPUs were restored, so a failed restore can be retried later.
+
+        ``keep_handlers``: the caps go back now, but a later signal still raises ``CapSignal``
+        (a run restored first on SIGTERM, then stopping its training, stays interruptible);
+        the handlers go at ``__exit__``."""
         if not self.applied or self._restoring:
+            if not keep_handlers and not self._restoring:
+                self._uninstall()
             return
         self._restoring = True
         try:
             errors = restore_each(self.gpus)
             self.applied = False
-            self._uninstall()
+            if not keep_handlers:
+                self._uninstall()
             if errors:
                 raise CapError("could not restore every power limit (state file kept at "
                                f"{self.state_path}; run `wattflex restore-caps`): " + "; ".join(errors))

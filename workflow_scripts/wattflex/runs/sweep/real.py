@@ -40,8 +40,8 @@ from wattflex.runs.devices.base import check_cap
 from wattflex.runs.devices.caps import CapError, CapGuard, restore_each
 from wattflex.provenance import read_json, strict_json
 from wattflex.runs.real_run import (NODE_DIR, NodeSetup, RunOptions, _node_hosts, align_nodes, assemble,
-                                    gpus_per_node, node_agent_command, node_main, rendezvous_endpoint, start_training,
-                                    terminate, training_error, utc_now)
+                                    first_on_interrupt, gpus_per_node, node_agent_command, node_main,
+                                    rendezvous_endpoint, start_training, terminate, training_error, utc_now)
 from wattflex.runs.runner import atomic_run_dir
 from wattflex.runs.sweep.algorithm import CapDevice, run_controller, separate_sweep_seconds, sweep_record
 from wattflex.runs.training.config import TrainConfig
@@ -308,8 +308,9 @@ def _capped_training(node: NodeSetup, cap_w: float, start: Callable[[], Any] | N
         sampler = node.sampler().start()
         proc = None
         try:
-            proc = start() if start is not None else start_training(node.cmd, node.log_path, node.env)
-            yield sampler, proc
+            with first_on_interrupt(lambda: guard.restore(keep_handlers=True)):   # caps back within KillWait
+                proc = start() if start is not None else start_training(node.cmd, node.log_path, node.env)
+                yield sampler, proc
         finally:
             if proc is not None:
                 terminate(proc)
