@@ -131,8 +131,16 @@ def test_nccl_env_defaults_and_keys():
     assert real_run.nccl_env(None) == {"NCCL_DEBUG": "WARN"}
     env = real_run.nccl_env({"debug": "INFO", "socket_ifname": "ib0", "ib_hca": "mlx5_0,mlx5_1",
                              "env": {"NCCL_NET_GDR_LEVEL": "PHB", "NCCL_IB_TIMEOUT": 22}})
-    assert env == {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "ib0", "NCCL_IB_HCA": "mlx5_0,mlx5_1",
-                   "NCCL_NET_GDR_LEVEL": "PHB", "NCCL_IB_TIMEOUT": "22"}
+    assert env == {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "ib0", "GLOO_SOCKET_IFNAME": "ib0",
+                   "NCCL_IB_HCA": "mlx5_0,mlx5_1", "NCCL_NET_GDR_LEVEL": "PHB", "NCCL_IB_TIMEOUT": "22"}
+
+
+@pytest.mark.parametrize("ifname, gloo", [("ib0,ib1", "ib0,ib1"), ("=eth1", "eth1"), ("^lo,docker", None)])
+def test_one_key_names_the_interface_for_nccl_and_gloo(ifname, gloo):
+    """The checkpoint's gloo group binds where NCCL does (one key, cuda.nccl.socket_ifname);
+    NCCL's exclusion form has no gloo equivalent and leaves gloo to its default."""
+    env = real_run.nccl_env({"socket_ifname": ifname})
+    assert env["NCCL_SOCKET_IFNAME"] == ifname and env.get("GLOO_SOCKET_IFNAME") == gloo
 
 
 def test_nccl_settings_reach_torchrun_and_run_json(tmp_path, monkeypatch):
@@ -147,6 +155,8 @@ def test_nccl_settings_reach_torchrun_and_run_json(tmp_path, monkeypatch):
     out.mkdir()
     facts = real_run.run_node(spec, out, time.time())
     env = json.loads(seen.read_text())
-    assert (env["NCCL_DEBUG"], env["NCCL_SOCKET_IFNAME"], env["NCCL_ALGO"]) == ("WARN", "eth7", "Ring")
-    assert facts["nccl_env"] == {"NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "eth7", "NCCL_ALGO": "Ring"}
+    assert (env["NCCL_DEBUG"], env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"], env["NCCL_ALGO"]) == (
+        "WARN", "eth7", "eth7", "Ring")
+    assert facts["nccl_env"] == {"NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "eth7", "GLOO_SOCKET_IFNAME": "eth7",
+                                 "NCCL_ALGO": "Ring"}
     assert facts["host"] == "gpu-node-7" and facts["launch"]["cpus_usable"] >= 1

@@ -139,14 +139,27 @@ def nccl_env(nccl: dict[str, Any] | None) -> dict[str, str]:
     """NCCL's settings (``cuda.nccl``) as the environment of every node's torchrun: ``debug``
     (NCCL_DEBUG, default WARN: NCCL's warnings reach train.log, its INFO chatter does not),
     ``socket_ifname`` (NCCL_SOCKET_IFNAME: the interface(s) for NCCL's bootstrap and socket
-    transport, e.g. ``ib0`` or ``^lo,docker``), ``ib_hca`` (NCCL_IB_HCA, e.g. ``mlx5_0,mlx5_1``),
+    transport, e.g. ``ib0`` or ``^lo,docker``; named interfaces also GLOO_SOCKET_IFNAME), ``ib_hca`` (NCCL_IB_HCA, e.g. ``mlx5_0,mlx5_1``),
     and ``env`` (any further variables, e.g. NCCL_NET_GDR_LEVEL). Unset keys leave the
     environment the job was started with alone."""
     nccl = {"debug": "WARN", **(nccl or {})}
     named = {"debug": "NCCL_DEBUG", "socket_ifname": "NCCL_SOCKET_IFNAME", "ib_hca": "NCCL_IB_HCA"}
     env = {var: str(nccl[key]) for key, var in named.items() if nccl.get(key) is not None}
+    if nccl.get("socket_ifname") is not None:
+        env.update(gloo_ifname(str(nccl["socket_ifname"])))
     env.update({str(k): str(v) for k, v in (nccl.get("env") or {}).items()})
     return env
+
+
+def gloo_ifname(nccl_ifname: str) -> dict[str, str]:
+    """GLOO_SOCKET_IFNAME for the same interfaces as ``socket_ifname``: the checkpoint's gloo
+    group otherwise binds to the interface the host name resolves to, on a multi-NIC node not
+    always one the other nodes reach. Gloo takes interface names only (torch's
+    ProcessGroupGloo: a comma-separated list), so NCCL's prefix forms (``^`` to exclude, ``=``
+    for exact names) have no gloo equivalent except ``=`` dropped; ``^`` leaves gloo alone."""
+    if nccl_ifname.startswith("^"):
+        return {}
+    return {"GLOO_SOCKET_IFNAME": nccl_ifname.removeprefix("=")}
 
 
 def utc_now() -> str:
