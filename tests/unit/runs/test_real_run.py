@@ -98,6 +98,9 @@ def test_launch_commands_single_and_multi_node(tmp_path):
     assert "--standalone" not in multi and not any(a.startswith("--node-rank") for a in multi)   # c10d ignores it
     first = real_run.training_command(tmp_path / "c.json", 1.0, 8, nnodes=2, node_rank=0, rdzv="n1:29400")
     assert "--rdzv-conf=is_host=1" in first          # the first node hosts the c10d store
+    assert not any(a.startswith("--local-addr") for a in first)
+    named = real_run.training_command(tmp_path / "c.json", 1.0, 8, nnodes=2, rdzv="10.1.0.1:29400", local_addr="10.1.0.1")
+    assert "--local-addr=10.1.0.1" in named          # not getfqdn(): the address SLURM reaches the node at
     agent = real_run.node_agent_command(tmp_path / "s.json", tmp_path, 1.0, 2, "n1:29400", gpus_per_node=8)
     assert agent[:5] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--gpus-per-node=8"]
     assert agent[6:9] == ["-m", "wattflex.runs.real_run", "node"]
@@ -118,6 +121,14 @@ def test_rendezvous_on_the_first_nodes_address_and_a_free_port(monkeypatch):
     monkeypatch.setenv("SLURMD_NODENAME", "gpu-a02")
     monkeypatch.setenv("SLURM_JOB_ID", "123456")
     assert real_run.rendezvous_endpoint("gpu-b07") == f"gpu-b07:{29400 + 123456 % 3000}"   # no NodeAddr: the name
+
+
+def test_node_address_is_slurms_node_addr_or_none(monkeypatch):
+    monkeypatch.setattr(real_run, "_scontrol_field", lambda kind, name, key: {"gpu-a01": "10.1.0.1"}.get(name, ""))
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-a01")
+    assert real_run.node_address() == "10.1.0.1"
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-a09")
+    assert real_run.node_address() is None
 
 
 def test_gpus_per_node_from_the_group(tmp_path):

@@ -168,7 +168,7 @@ def utc_now() -> str:
 
 # ---- training subprocess -----------------------------------------------------------------------
 def training_command(config_path: Path, t0: float, nproc: int, nnodes: int = 1, node_rank: int = 0,
-                     rdzv: str | None = None, run_id: str = "wattflex") -> list[str]:
+                     rdzv: str | None = None, run_id: str = "wattflex", local_addr: str | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
     if nnodes == 1:
         cmd.append("--standalone")
@@ -179,6 +179,11 @@ def training_command(config_path: Path, t0: float, nproc: int, nnodes: int = 1, 
         # their addresses itself.
         cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv}", f"--rdzv-id={run_id}",
                 f"--rdzv-conf=is_host={int(node_rank == 0)}"]
+        if local_addr:
+            # without it the rendezvous names this node by socket.getfqdn() (torch's
+            # dynamic_rendezvous), and rank 0's becomes every worker's MASTER_ADDR: a name
+            # that does not resolve to a routable address hangs init
+            cmd.append(f"--local-addr={local_addr}")
     return cmd + ["-m", "wattflex.runs.training", "--config", str(config_path), "--t0", repr(t0)]
 
 
@@ -430,7 +435,8 @@ class NodeSetup:
             cfg_path = node_dir / "train_config.json"
             TrainConfig.from_spec(train_spec or spec, outdir).to_json(cfg_path)
             cmd = training_command(cfg_path, t0, opts.nproc_per_node, opts.nnodes, node_rank, rdzv,
-                                   run_id=str(spec.get("run_id", "wattflex")))
+                                   run_id=str(spec.get("run_id", "wattflex")),
+                                   local_addr=node_address() if opts.nnodes > 1 else None)
         log_path = outdir / ("train.log" if node_rank == 0 else f"train.node{node_rank}.log")
         return cls(spec, opts, node_dir, gpus, host_reader, facts, cmd, log_path, t0, opts.nccl or {})
 
@@ -511,6 +517,14 @@ def align_nodes(tel: pd.DataFrame, period_s: float) -> pd.DataFrame:
 def _scontrol_field(kind: str, name: str, key: str) -> str:
     out = subprocess.run(["scontrol", "show", kind, "-o", name], capture_output=True, text=True, check=True).stdout
     return next((kv.split("=", 1)[1] for kv in out.split() if kv.startswith(f"{key}=")), "")
+
+
+def node_address() -> str | None:
+    """This node's address as SLURM reaches it (its NodeAddr; None outside SLURM or without one)."""
+    try:
+        return _scontrol_field("node", node_name(), "NodeAddr") or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def _node_hosts() -> list[str]:
