@@ -51,13 +51,19 @@ def check_schema_version(found: str | None, path: str | os.PathLike) -> None:
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> dict[str, Any]:
-    """Git commit of the wattflex source tree and whether it had uncommitted changes."""
+    """Git commit of the wattflex source tree and whether it had uncommitted changes. A commit
+    is claimed only when the repository around the tree tracks its files: a copy without
+    ``.git`` dropped (untracked or ignored) into another repository is not that repository's
+    commit, and claims none."""
     here = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=5,
+                              check=True).stdout.strip()
+
     try:
-        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=5, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--", "."],
-                                    capture_output=True, text=True, timeout=5).stdout.strip())
+        commit = git("rev-parse", "HEAD") if git("ls-files", "--", ".") else None
+        dirty = bool(git("status", "--porcelain", "--", ".")) if commit else None
     except (OSError, subprocess.SubprocessError):
         commit, dirty = None, None
     return {"wattflex_version": __version__, "git_commit": commit, "git_dirty": dirty}
