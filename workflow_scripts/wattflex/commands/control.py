@@ -429,7 +429,7 @@ def signal_end_s(schedule, basis_w: float, extra_s: float) -> float:
 
 def check_mv_dir(out: Path) -> None:
     """The M&V folder must be (or become) a folder we can write; refused before any cap is set."""
-    from wattflex.provenance import check_outputs
+    from wattflex.commands._outputs import check_outputs
 
     if out.exists() and not out.is_dir():
         raise UserError(f"--mv-out {out}: is a file, not a folder")
