@@ -149,6 +149,17 @@ def test_no_command_writes_into_a_measured_run(tmp_path, run_cli, argv):
     assert files_of(run_dir) == before
 
 
+
+def test_control_refuses_an_mv_folder_in_a_measured_run_before_making_it(tmp_path):
+    """``control`` and ``cluster-control --mv-out``: checked before any cap is set or folder made."""
+    from wattflex.commands.control import check_mv_dir
+    from wattflex.provenance import OutputPathError
+
+    run_dir = measured_run(tmp_path)
+    with pytest.raises(OutputPathError, match="--mv-out lies in the measured run"):
+        check_mv_dir(run_dir / "mv")
+    assert not (run_dir / "mv").exists()
+
 def test_every_command_checks_its_outputs_with_the_measured_run_check():
     """The core's check_outputs cannot know measured runs (the workflow writes their
     summary.json); a command that imported it directly would skip the check."""
