@@ -264,15 +264,14 @@ def _number(value: Any) -> float:
 
 
 def write_calibration(cal: Calibration, path: str | Path) -> Path:
-    from wattflex.provenance import strict_json, undefined_values
+    from wattflex.provenance import strict_json, undefined_values, write_together
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
     doc = cal.to_json()
     undefined = undefined_values(doc)
-    tmp.write_text(strict_json({**doc, **({"undefined": undefined} if undefined else {})}, indent=2) + "\n")
-    tmp.replace(path)
+    text = strict_json({**doc, **({"undefined": undefined} if undefined else {})}, indent=2) + "\n"
+    # a temp name of its own (mkstemp), never a predictable one a planted link could redirect
+    write_together([(path, lambda tmp: Path(tmp).write_text(text))])
     return path
 
 

@@ -51,13 +51,19 @@ def check_schema_version(found: str | None, path: str | os.PathLike) -> None:
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> dict[str, Any]:
-    """Git commit of the wattflex source tree and whether it had uncommitted changes."""
+    """Git commit of the wattflex source tree and whether it had uncommitted changes. A commit
+    is claimed only when the repository around the tree tracks its files: a copy without
+    ``.git`` dropped (untracked or ignored) into another repository is not that repository's
+    commit, and claims none."""
     here = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=5,
+                              check=True).stdout.strip()
+
     try:
-        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=5, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--", "."],
-                                    capture_output=True, text=True, timeout=5).stdout.strip())
+        commit = git("rev-parse", "HEAD") if git("ls-files", "--", ".") else None
+        dirty = bool(git("status", "--porcelain", "--", ".")) if commit else None
     except (OSError, subprocess.SubprocessError):
         commit, dirty = None, None
     return {"wattflex_version": __version__, "git_commit": commit, "git_dirty": dirty}
@@ -261,8 +267,10 @@ def write_together(files: list[tuple[str | os.PathLike, Any]]) -> None:
     the first path last, so a reader that finds it finds its companions (a CSV and its
     sidecar). A reader never sees half a file; a failure while writing leaves every old file
     as it was and no new one, and a rename that fails puts back what the set had renamed
-    (kept meanwhile as hard links). The OS's refusal becomes :class:`OutputWriteError`
-    naming the output, not a temporary name."""
+    (kept meanwhile as hard links). Every file gets the first one's mode (a 0600 CSV keeps a
+    0600 sidecar). The renames of a set hold a lock on its folder (:func:`_folder_lock`), so
+    two commands writing one output at once leave one's CSV with that one's sidecar. The OS's
+    refusal becomes :class:`OutputWriteError` naming the output, not a temporary name."""
     import tempfile
 
     paths = [Path(p) for p, _ in files]
@@ -270,6 +278,8 @@ def write_together(files: list[tuple[str | os.PathLike, Any]]) -> None:
     olds: list[str | None] = [None] * len(files)
     done: list[int] = []
     current = paths[0]
+    mode = _new_file_mode(paths[0])
+    lock = None
     try:
         for i, (path, write) in enumerate(zip(paths, (w for _, w in files))):
             current = path
@@ -277,7 +287,8 @@ def write_together(files: list[tuple[str | os.PathLike, Any]]) -> None:
             fd, tmps[i] = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".tmp", dir=path.parent)
             os.close(fd)
             write(tmps[i])
-            os.chmod(tmps[i], _new_file_mode(path))
+            os.chmod(tmps[i], mode)
+        lock = _folder_lock(paths) if len(files) > 1 else None
         for i in reversed(range(len(files))):
             current = paths[i]
             if paths[i].exists():
@@ -298,8 +309,29 @@ def write_together(files: list[tuple[str | os.PathLike, Any]]) -> None:
             raise OutputWriteError(exc.errno, f"{current}: cannot write it: {exc.strerror or exc}{rest}") from None
         raise
     finally:
+        if lock is not None:
+            os.close(lock)  # releases the lock
         for tmp in (*tmps, *olds):
             _unlink(tmp)
+
+
+def _folder_lock(paths: list[Path]) -> int | None:
+    """An exclusive ``flock`` on the folder of ``paths[0]`` (a descriptor; closing it unlocks),
+    held while a set is renamed into place: a lock on the folder itself leaves no lock file
+    behind. A filesystem without flock on folders (some NFS) gets None: the renames go on
+    unlocked, as before."""
+    import fcntl
+
+    try:
+        fd = os.open(paths[0].parent, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _atomic_write(path: str | os.PathLike, write: Any) -> None:

@@ -50,7 +50,8 @@ def read_curves(path: str):
 
 def run(args: argparse.Namespace) -> int:
     from wattflex.allocation.allocator import allocate_table
-    from wattflex.provenance import check_outputs, csv_files, json_file, provenance, write_together
+    from wattflex.commands._outputs import check_outputs
+    from wattflex.provenance import csv_files, json_file, provenance, write_together
 
     if args.output:  # issue 17: never write over the input, a link, a folder or a device
         check_outputs(

@@ -58,6 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from wattflex.commands._outputs import check_not_in_measured_run
     from wattflex.commands.control import check_mv_dir, signal_end_s, write_run_mv_report
     from wattflex.grid.events import Schedule, check_schedule, read_schedule
     from wattflex.grid.slurm import agent_command, discover, run_coordinator
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         end_s = source.duration_s
     duration = args.duration_s if args.duration_s is not None else end_s
     out = Path(args.budget_dir)
+    check_not_in_measured_run(out, "--budget-dir")
     out.mkdir(parents=True, exist_ok=True)
     if args.mv_out:
         check_mv_dir(Path(args.mv_out))

@@ -439,10 +439,11 @@ def signal_end_s(schedule, basis_w: float, extra_s: float) -> float:
 
 def check_mv_dir(out: Path) -> None:
     """The M&V folder must be (or become) a folder we can write; refused before any cap is set."""
-    from wattflex.provenance import check_outputs
+    from wattflex.commands._outputs import check_not_in_measured_run, check_outputs
 
     if out.exists() and not out.is_dir():
         raise UserError(f"--mv-out {out}: is a file, not a folder")
+    check_not_in_measured_run(out, "--mv-out")  # before the folder is made
     out.mkdir(parents=True, exist_ok=True)
     check_outputs([out / "mv.json", out / "mv_intervals.csv", out / "timeseries.csv", out / mv_png_name(0)], [])
 

@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from wattflex.ingest.sources import ingest
-    from wattflex.provenance import check_outputs, provenance, write_csv, write_parquet
+    from wattflex.commands._outputs import check_outputs
+    from wattflex.provenance import provenance, write_csv, write_parquet
 
     outputs = [args.output] + [f"{p}.meta.json" for p in (args.output, args.rejected, args.pfi)
                                if p is not None and p.suffix.lower() not in (".parquet", ".pq")]

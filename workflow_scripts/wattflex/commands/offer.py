@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     from wattflex.commands.allocate import read_curves
     from wattflex.errors import UserError
     from wattflex.grid.offer import LOSSES, offer_table
-    from wattflex.provenance import check_outputs, csv_files, provenance, write_together
+    from wattflex.commands._outputs import check_outputs
+    from wattflex.provenance import csv_files, provenance, write_together
 
     losses = tuple(args.loss) if args.loss else LOSSES
     if not all(0 < x < 1 for x in losses):

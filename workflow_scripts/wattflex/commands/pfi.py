@@ -66,7 +66,8 @@ def read_sweeps(path: Path):
 def run(args: argparse.Namespace) -> int:
     from wattflex.pfi import pfi_table
     from wattflex.ingest.reader import check_cells
-    from wattflex.provenance import check_outputs, provenance, write_csv
+    from wattflex.commands._outputs import check_outputs
+    from wattflex.provenance import provenance, write_csv
 
     if args.output is not None:
         check_outputs([args.output, f"{args.output}.meta.json"], [args.sweeps])

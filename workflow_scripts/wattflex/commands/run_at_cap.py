@@ -5,16 +5,28 @@ repeat, seed, backend, group, model_facts, run, and for ``backend: cuda`` a ``cu
 section; see ``wattflex.runs.real_run``). OUTDIR receives telemetry.parquet, steps.parquet and
 run.json. ``--cap-w`` overrides the spec's cap. A termination signal restores the GPU
 power limits and exits with status 128+signal.
+
+OUTDIR is claimed only at the end, in one step: the run is written into a private folder
+beside it, which is then renamed onto OUTDIR; the OS does that only while OUTDIR is absent or
+empty. A run (a measured one, or a second ``run-at-cap``) that landed in OUTDIR meanwhile is
+kept as it is, and this run is kept in its private folder, named in the error.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from wattflex.errors import UserError
+from wattflex.commands._outputs import check_not_in_measured_run
 from wattflex.runs.protection import recorded_backend
 
 NAME = "run-at-cap"
@@ -56,11 +68,15 @@ def check_spec(spec: object, path: Path) -> None:
 def check_outdir(outdir: Path) -> None:
     """OUTDIR (or a folder above it) must not be a file: found only after the run, it wasted
     the run. Nor may OUTDIR hold files: a run written into it would replace a run that may be
-    measured, or sit beside another run's stale summary.json and logs."""
+    measured, or sit beside another run's stale summary.json and logs. Nor be a link, or lie
+    in a measured run (the final rename would fail, or write into that run)."""
     for p in (outdir, *outdir.parents):
         if p.exists() and not p.is_dir():
             what = "OUTDIR" if p == outdir else f"{p}, a folder above OUTDIR,"
             raise UserError(f"{outdir}: {what} is a file, not a directory")
+    if outdir.is_symlink():
+        raise UserError(f"{outdir}: OUTDIR is a symbolic link (to {os.readlink(outdir)}); run-at-cap does not "
+                        "write through links: give the target's own path")
     held = sorted(p.name for p in outdir.iterdir()) if outdir.is_dir() else []
     if held:
         backend = recorded_backend(outdir)
@@ -68,6 +84,32 @@ def check_outdir(outdir: Path) -> None:
         raise UserError(f"{outdir}: OUTDIR {what}: {', '.join(held[:4])}{' ...' if len(held) > 4 else ''}; "
                         f"run-at-cap writes only into a new or empty directory: give another OUTDIR, or move "
                         f"that one away first")
+    check_not_in_measured_run(outdir, "OUTDIR")  # a folder above it holds a measured run
+
+
+@contextmanager
+def claimed_outdir(outdir: Path) -> Iterator[Path]:
+    """A private folder beside ``outdir`` for the run, renamed onto ``outdir`` on success.
+    ``rename`` replaces only a missing or empty directory, so whatever filled OUTDIR during
+    the run (a measured run copied there, a concurrent run-at-cap) is never replaced; this
+    run is kept in its folder then. A failed run's folder is removed."""
+    outdir.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{outdir.name[:64]}.run-at-cap.", dir=outdir.parent))
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(stage, 0o777 & ~umask)  # an ordinary folder's mode, not mkdtemp's 0700
+    try:
+        os.rename(stage, outdir)
+    except OSError as exc:
+        why = ("was filled while this run ran: " + ", ".join(sorted(p.name for p in outdir.iterdir())[:4])
+               if exc.errno in (errno.ENOTEMPTY, errno.EEXIST) else f"cannot be replaced ({exc.strerror})")
+        raise UserError(f"{outdir}: OUTDIR {why}; left it as it is. This run is kept in {stage}: "
+                        f"move it where it belongs") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
             if spec["backend"] != "cuda":
                 raise UserError(f"backend {spec['backend']!r} needs wattflex.runs.runner, missing from this install")
             from wattflex.runs.real_run import run_real as run_at_cap
-        run_at_cap(spec, args.outdir)
+        with claimed_outdir(args.outdir) as stage:
+            run_at_cap(spec, stage)
     except CapSignal as sig:
         return int(sig.code)
     print(f"{args.outdir}: telemetry.parquet, steps.parquet, run.json")
