@@ -26,12 +26,15 @@ result = kruskal_dunn(groups, value_col="pfi", group_col="cluster", order=cfg["c
                       p_adjust=cfg["p_adjust"], alpha=float(cfg["alpha"]))
 result["backend"] = backend
 write_json(result, smk.output.kruskal_dunn, prov)  # undefined statistics: null, never NaN (strict JSON)
-log.info("Kruskal-Wallis H=%.3f p=%.4g", result["kruskal"]["H"], result["kruskal"]["p"])
+kw = result["kruskal"]
+log.info("Kruskal-Wallis H=%s p=%s%s", kw["H"], kw["p"], f" ({result['reason']})" if "reason" in result else "")
 
 tests = cluster_tests_table(result)
 published = load_published(paper, "table10_11_cluster_tests")
+# one cluster: the table says not_tested and why (the report shows it above the table)
+untested = {"status": result["status"], "reason": result["reason"]} if "reason" in result else {}
 write_csv(beside_published(tests, published, ["test", "comparison"], ["n", "statistic", "p_raw", "p_holm"]),
-          smk.output.cluster_tests, prov, backend=backend)
+          smk.output.cluster_tests, prov, backend=backend, **untested)
 
 correlations = telemetry_correlations(groups, cfg.get("metrics", CORRELATION_METRICS), target="pfi")
 write_csv(correlations, smk.output.correlations, prov, backend=backend,

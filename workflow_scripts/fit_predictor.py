@@ -2,6 +2,8 @@
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from wattflex.analysis import predictor
 from wattflex.analysis.paper_tables import beside_published, read_campaign
 from wattflex.provenance import provenance, write_csv, write_json, write_parquet
@@ -21,7 +23,19 @@ except ValueError as exc:  # one paragraph in the log and a failed job, not a tr
     sys.exit(1)
 prov = provenance(params=cfg, inputs=list(smk.input), backend=backend)
 groups = predictor.group_table(runs, pfi)
-train = predictor.training_rows(groups, cfg["train_set"])
+try:
+    train = predictor.training_rows(groups, cfg["train_set"])
+except predictor.TooFewGroups as exc:  # too little data: outputs that say so, and the analysis goes on
+    log.warning("predictor not fitted: %s", exc)
+    model = {**predictor.not_fitted_model(cfg["features"], str(exc)), "evaluation": [], "backend": backend,
+             "telemetry_sources": sources}
+    write_json(model, smk.output.model, prov)
+    write_parquet(predictor.predictions_table(groups, model), smk.output.predictions, prov)
+    for name, columns in (("ablation", predictor.ABLATION_COLUMNS), ("holdout", predictor.HOLDOUT_COLUMNS),
+                          ("leverage", predictor.LEVERAGE_COLUMNS), ("within_cluster", predictor.WITHIN_CLUSTER_COLUMNS)):
+        write_csv(pd.DataFrame(columns=columns), smk.output[name], prov, backend=backend,
+                  status=predictor.NOT_FITTED, reason=str(exc))
+    sys.exit(0)
 log.info("training on %d groups", len(train))
 
 ablation = predictor.ablation(train, cfg.get("ablation_sets", predictor.ABLATION_SETS))

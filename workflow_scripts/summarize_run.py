@@ -4,10 +4,10 @@ paid once per group, not once per ~10 ms summary."""
 import sys
 from types import SimpleNamespace
 
-from wattflex.runs.failures import failed_summary, is_failed
+from wattflex.runs.failures import failed_summary, is_failed, unsummarised_summary
 from wattflex.provenance import provenance, write_json
 from wattflex.smk import rule_logger
-from wattflex.telemetry import RunFileError, SummaryProtocol, read_run_files, summarize_run
+from wattflex.telemetry import NoSteadyState, RunFileError, SummaryProtocol, read_run_files, summarize_run
 
 smk = snakemake  # noqa: F821
 protocol = SummaryProtocol.from_config(smk.params.protocol)
@@ -26,7 +26,13 @@ def summarize(inputs: list[str], output: str, log_path: str) -> None:
         log.warning("%s/%s failed after %s attempts: %s", run["group"], run["run_id"], run.get("attempts"), run.get("error"))
         write_json({"summary": failed_summary(run)}, output, provenance(params=smk.params.protocol, inputs=inputs))
         return
-    summary = summarize_run(telemetry, steps, protocol)
+    try:
+        summary = summarize_run(telemetry, steps, protocol)
+    except NoSteadyState as exc:  # sound files, nothing to summarise: recorded, the group's other runs go on
+        row = unsummarised_summary(run, str(exc))
+        log.warning("%s/%s: %s", row["group"], row["run_id"], row["error"])
+        write_json({"summary": row}, output, provenance(params=smk.params.protocol, inputs=inputs, backend=row["backend"]))
+        return
     group = run["spec"]["group"] if "spec" in run else run.get("group_facts", {})
     row = {
         "group": run["group"], "run_id": run["run_id"], "cap_w": float(run["cap_w"]), "repeat": int(run["repeat"]),

@@ -131,3 +131,26 @@ def test_invalid_yaml_is_a_config_error(tmp_path):
     p.write_text("campaign: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(p)
+
+
+# Issue 37: configurations that validated, then failed in a job after the runs (numpy's
+# default_rng(-1), rng.choice with weights summing to 0 or of the wrong length, a run with no
+# sample, the headline read from a cut never simulated): refused at validation, naming the key.
+@pytest.mark.parametrize("mutate,key,words", [
+    (lambda c: c.setdefault("pfi", {}).update(seed=-1), "pfi.seed", "less than the minimum of 0"),
+    (lambda c: c["allocation"].update(seed=-1), "allocation.seed", "less than the minimum of 0"),
+    (lambda c: c["allocation"].update(sla={"tiers": [0.0, 0.1], "tier_weights": [0, 0]}),
+     "allocation.sla.tier_weights", "all weights are 0"),
+    (lambda c: c["allocation"].update(sla={"tiers": [0.0, 0.1], "tier_weights": [1, 1, 1]}),
+     "allocation.sla.tier_weights", "3 weights for 2 tiers"),
+    (lambda c: c["allocation"].update(headline={"cut": 0.33}), "allocation.headline.cut", "is not one of allocation.cuts"),
+    (lambda c: c["run"].update(duration_s=60, sample_period_s=100, eval_at_s=None, checkpoint_at_s=None),
+     "run.sample_period_s", "fewer than 2 samples in a run of 60 s"),
+])
+def test_cross_field_rules_are_checked_at_validation_naming_the_key(raw, repo, mutate, key, words):
+    mutate(raw)
+    with pytest.raises(ConfigError) as err:
+        prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+    msg = str(err.value)
+    assert msg.startswith(f"config error at {key}: ") and words in msg, msg
+

@@ -2,6 +2,8 @@
 import re
 import subprocess
 
+import pandas as pd
+
 
 def _block(text: str, tag: str) -> str:
     m = re.search(rf"<!-- {tag} -->\s*```bash\n(.*?)\n```\s*<!-- /{tag} -->", text, re.S)
@@ -41,7 +43,10 @@ def test_the_docs_own_sweep_table_gives_a_pfi(repo, tmp_path):
     from wattflex import cli
 
     page = (repo / "docs" / "cli.md").read_text()
-    table = re.search(r"```csv\n(group,cap_w,power_w,throughput\n.*?)```", page, re.S).group(1)
+    table = re.search(r"```csv\n(group,gpus,cap_w,power_w,throughput\n.*?)```", page, re.S).group(1)
     (tmp_path / "sweeps.csv").write_text(table)
     assert cli.main(["pfi", str(tmp_path / "sweeps.csv"), "-o", str(tmp_path / "pfi.csv")]) == 0
     assert "llama-ft" in (tmp_path / "pfi.csv").read_text()
+    # and as the `source: ingest` campaign it documents (issue 37: refused, a job's 5200 W read as one GPU's)
+    assert cli.main(["ingest", "sweep-table", str(tmp_path / "sweeps.csv"), "-o", str(tmp_path / "runs.parquet")]) == 0
+    assert len(pd.read_parquet(tmp_path / "runs.parquet")) == 3

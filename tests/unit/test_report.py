@@ -153,3 +153,14 @@ def read_report_meta_from(html):
     import json
 
     return json.loads(re.search(r'<script type="application/json" id="wattflex-meta">(.*?)</script>', html, re.S).group(1))
+
+
+@pytest.mark.parametrize("status,label", [("not_fitted", "Not fitted"), ("not_tested", "Not tested")])
+def test_a_stage_with_too_little_data_says_why_above_its_empty_table(campaign, status, label):
+    """Issue 37: the predictor on one group (and the cluster tests on one cluster) write empty
+    tables whose sidecar says why; the report shows the reason, not a bare '(no rows)'."""
+    root, files, paper = campaign
+    write_csv(pd.DataFrame(columns=["predictors", "p"]), root / "predictor" / "ablation.csv",
+              provenance(params={}, backend="cuda"), status=status, reason="need at least 3 groups, have 1")
+    html = render_report([*files, root / "predictor" / "ablation.csv"], "real", {"source": "generate"}, paper)
+    assert f"<b>{label}:</b> need at least 3 groups, have 1" in _section(html, "predictor")

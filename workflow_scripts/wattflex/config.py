@@ -2,7 +2,8 @@
 
 ``load_config`` reads YAML, validates it against ``config/schema/config.schema.yaml`` and
 then checks what a schema cannot (models exist in the catalog, caps inside the device's
-limits, unique group ids, known cap grids, repeats naming real runs). Every problem is a
+limits, unique group ids, known cap grids, repeats naming real runs, keys that must fit
+together: one SLA weight per tier, a sample period that leaves samples in the run). Every problem is a
 ``ConfigError`` whose message names the offending key, e.g. ``groups[3].caps``.
 ``expand_runs`` turns a validated config into the sweep table: one row per
 (group, cap, repeat).
@@ -180,6 +181,8 @@ def groups(cfg: dict[str, Any]) -> list[dict[str, Any]]:
 # 10^12 spun for minutes, issue 27).
 MAX_DURATION_S = 7 * 24 * 3600
 MAX_SAMPLES_PER_RUN = 1_000_000
+# A run's sample period is the median gap between its samples (wattflex.telemetry): two at least.
+MIN_SAMPLES_PER_RUN = 2
 
 
 def check_expert_parallel(g: dict[str, Any], facts: dict[str, Any], where: str) -> None:
@@ -210,11 +213,34 @@ def check_run_timeline(run: dict[str, Any]) -> None:
         if run.get(key) is not None and float(run[key]) >= duration:
             raise ConfigError(f"config error at run.{key}: {float(run[key]):g} s is not before the run ends "
                               f"(run.duration_s {duration:g} s): move it earlier, or null to skip it")
+    if float(run["sample_period_s"]) > duration / MIN_SAMPLES_PER_RUN:
+        raise ConfigError(f"config error at run.sample_period_s: {float(run['sample_period_s']):g} s leaves fewer "
+                          f"than {MIN_SAMPLES_PER_RUN} samples in a run of {duration:g} s (run.duration_s): "
+                          f"use at most {duration / MIN_SAMPLES_PER_RUN:g} s")
     samples = duration / float(run["sample_period_s"])
     if samples > MAX_SAMPLES_PER_RUN:
         raise ConfigError(f"config error at run.sample_period_s: {float(run['sample_period_s']):g} s gives "
                           f"{samples:.3g} samples per GPU over {duration:g} s (at most {MAX_SAMPLES_PER_RUN:.0e}): "
                           f"sample less often")
+
+
+def check_allocation(allocation: dict[str, Any]) -> None:
+    """allocation.*: what the study draws from and reports must fit together (a schema states
+    each key alone): one weight per SLA tier, not all zero; the headline cut among the cuts."""
+    sla = allocation["sla"]
+    tiers, weights = sla["tiers"], sla["tier_weights"]
+    if len(weights) != len(tiers):
+        raise ConfigError(f"config error at allocation.sla.tier_weights: {len(weights)} weights for "
+                          f"{len(tiers)} tiers (allocation.sla.tiers): give one weight per tier")
+    if not sum(float(w) for w in weights) > 0:
+        raise ConfigError("config error at allocation.sla.tier_weights: all weights are 0; a job draws its "
+                          "tier with these weights: give at least one a positive weight")
+    head = allocation["headline"]
+    cuts = [float(c) for c in allocation["cuts"]]
+    if head["mix"] in allocation["mixes"] and not any(abs(float(head["cut"]) - c) < 1e-9 for c in cuts):
+        raise ConfigError(f"config error at allocation.headline.cut: {float(head['cut']):g} is not one of "
+                          f"allocation.cuts ({', '.join(f'{c:g}' for c in cuts)}): the headline is read "
+                          "from a simulated cut")
 
 
 def _check_known(values: list[Any], known: Any, where: str, what: str) -> None:
@@ -432,6 +458,7 @@ def prepare(cfg: dict[str, Any], base: Path = REPO_ROOT, schema_path: str | Path
     cfg["_schema_defaulted"] = sorted(set(cfg.get("_schema_defaulted", [])) | set(filled))
     validate_schema(cfg, schema=schema)
     check_names(cfg)
+    check_allocation(cfg["allocation"])
     if cfg["source"] == "generate":
         cat_path = resolve_path(cfg["models_catalog"], base)
         if not cat_path.is_file():

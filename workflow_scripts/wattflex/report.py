@@ -307,12 +307,26 @@ def _section_html(sec: Section, camp: _Campaign, paper_tables: Path | None, sour
     parts.append(summary)
     for item, rel in found:
         camp.claimed.add(rel)
-        parts.append(_item_html(item, camp.files[rel], rel, paper_tables))
+        parts.append(_not_run_html(camp.files[rel]) + _item_html(item, camp.files[rel], rel, paper_tables))
     missing = [i.path for i in sec.items if "*" not in i.path and not camp.match(i.path)]
     if missing:
         parts.append(f'<p class="note">Not produced for this campaign: {_esc(", ".join(missing))}.</p>')
     parts.append("</section>")
     return "".join(parts), "shown"
+
+
+#: Sidecar statuses of a stage that had too little data to run, as the report labels them.
+_NOT_RUN = {"not_fitted": "Not fitted", "not_tested": "Not tested"}
+
+
+def _not_run_html(path: Path) -> str:
+    """A stage that had too little data to run (its sidecar says ``status: not_fitted``, e.g.
+    the predictor on fewer than 3 groups, or ``not_tested``, the cluster tests on one cluster)
+    wrote empty tables: say why above them."""
+    meta = _meta(path)
+    if meta.get("status") not in _NOT_RUN:
+        return ""
+    return f'<p class="skipped"><b>{_NOT_RUN[meta["status"]]}:</b> {_esc(meta.get("reason") or "no reason recorded")}</p>'
 
 
 def _other_html(camp: _Campaign, paper_tables: Path | None) -> str:

@@ -130,18 +130,25 @@ def training_windows(times: np.ndarray, labels: np.ndarray, period: float) -> li
     return windows
 
 
+class NoSteadyState(ValueError):
+    """A run whose files are sound but hold nothing to summarise (no training phase, no
+    complete step in it: a run too short for its start-up). Not a damaged file: redoing the
+    same run gives the same; the summary records it as failed (wattflex.runs.failures)."""
+
+
 def summarize_run(telemetry: pd.DataFrame, steps: pd.DataFrame,
                   protocol: SummaryProtocol = SummaryProtocol()) -> dict[str, Any]:
-    """Steady-state aggregates of one run (the paper's protocol, or the plain mean)."""
+    """Steady-state aggregates of one run (the paper's protocol, or the plain mean);
+    :class:`NoSteadyState` when there is none."""
     series = job_series(telemetry)
     if series.empty:
-        raise ValueError("telemetry is empty")
+        raise NoSteadyState("telemetry is empty")
     labels = detect_phases(series, protocol)
     times = series["t_s"].to_numpy(float)
     period = float(np.median(np.diff(times))) if len(times) > 1 else 1.0
     train = labels == TRAINING
     if not train.any():
-        raise ValueError(f"no training phase found (no sample with GPU util >= {protocol.train_util_threshold}%)")
+        raise NoSteadyState(f"no training phase found (no sample with GPU util >= {protocol.train_util_threshold}%)")
     out: dict[str, Any] = {"aggregate": protocol.aggregate, "top_fraction": protocol.top_fraction}
     out["power_w"], out["power_w_sem"], out["power_w_mean"] = _aggregate(series.loc[train, "power_w"].to_numpy(float), protocol)
     if "host_power_w" in series and series.loc[train, "host_power_w"].notna().any():
@@ -151,7 +158,7 @@ def summarize_run(telemetry: pd.DataFrame, steps: pd.DataFrame,
     windows = training_windows(times, labels, period)
     rates = step_throughput(steps, windows)
     if rates.size == 0:
-        raise ValueError("no complete training step inside the training phase")
+        raise NoSteadyState("no complete training step inside the training phase")
     out["tokens_per_s"], out["tokens_per_s_sem"], out["tokens_per_s_mean"] = _aggregate(rates, protocol)
     for m in activity_metrics():
         if m in series:
@@ -208,7 +215,9 @@ def read_run_files(telemetry: str | Path, steps: str | Path, run: str | Path,
 
         return doc, pd.DataFrame(), pd.DataFrame()
     frames = []
-    for path, required in ((telemetry, REQUIRED_TELEMETRY), (steps, REQUIRED_STEPS)):
+    # A step log without rows is sound: no step completed (summarize_run says so); telemetry is
+    # written from the first sample on, so a telemetry without rows was cut short.
+    for path, required, rows in ((telemetry, REQUIRED_TELEMETRY, True), (steps, REQUIRED_STEPS, False)):
         try:
             df = read_parquet(path)
         except Exception as exc:  # pyarrow raises its own (ArrowInvalid, ...) next to OSError/ValueError
@@ -216,7 +225,7 @@ def read_run_files(telemetry: str | Path, steps: str | Path, run: str | Path,
         absent = [c for c in required if c not in df.columns]
         if absent:
             raise fail(path, f"column(s) {', '.join(absent)} missing")
-        if df.empty:
+        if rows and df.empty:
             raise fail(path, "no rows")
         frames.append(df)
     return doc, frames[0], frames[1]

@@ -190,3 +190,22 @@ def test_cli_predict(tmp_path, capsys):
     jobs.drop(columns="mem_copy_util").to_csv(tmp_path / "bad.csv", index=False)
     assert main(["predict", str(tmp_path / "bad.csv"), "--model", str(tmp_path / "model.json")]) == 2
     assert "mem_copy_util" in capsys.readouterr().err
+
+
+# Issue 37: a campaign of one or two groups has no predictor to fit; the analysis records why
+# (a model that says not_fitted, predictions without pfi_pred) and goes on.
+def test_too_few_groups_give_a_model_that_says_not_fitted_and_why(tmp_path, capsys):
+    df = groups_table().iloc[:2]
+    with pytest.raises(pr.TooFewGroups, match=r"need at least 3 groups .* in set 'headline' .*have 2") as err:
+        pr.training_rows(df, "headline")
+    model = pr.not_fitted_model("dram_copy_product", str(err.value))
+    assert model["status"] == pr.NOT_FITTED and not pr.is_fitted(model) and model["reason"] == str(err.value)
+    preds = pr.predictions_table(df, model)
+    assert list(preds["group"]) == list(df["group"]) and preds["pfi_pred"].isna().all()
+    assert preds["pfi"].tolist() == pytest.approx(df["pfi"].tolist())
+    with pytest.raises(ValueError, match="not fitted: need at least 3 groups"):
+        pr.predict(model, df)
+    write_json(model, tmp_path / "model.json", provenance(params={}))
+    pd.DataFrame({"dram_active": [0.1], "mem_copy_util": [10.0]}).to_csv(tmp_path / "jobs.csv", index=False)
+    assert main(["predict", str(tmp_path / "jobs.csv"), "--model", str(tmp_path / "model.json")]) == 2
+    assert "was not fitted: need at least 3 groups" in capsys.readouterr().err

@@ -99,8 +99,6 @@ def test_kruskal_dunn_drops_missing_and_rejects_bad_input():
         kruskal_dunn(TIED, value_col="pfi_ratio")
     with pytest.raises(ValueError, match="non-numeric"):
         kruskal_dunn(TIED.assign(pfi=TIED["pfi"].astype(object).where(TIED.index != 3, "n/a")), value_col="pfi")
-    with pytest.raises(ValueError, match="at least 2 groups"):
-        kruskal_dunn(TIED[TIED["cluster"] == "dense"], value_col="pfi")
 
 
 def test_cluster_tests_table_has_the_published_rows():
@@ -196,3 +194,15 @@ def test_json_safe_turns_non_finite_numbers_into_null():
     doc = {"a": float("nan"), "b": [np.float64("inf"), np.float32("nan"), 1.5], "c": {"d": -np.inf, "e": "x"},
            "f": np.int64(3)}
     assert json_safe(doc) == {"a": None, "b": [None, None, 1.5], "c": {"d": None, "e": "x"}, "f": 3}
+
+
+def test_one_cluster_is_not_tested_and_says_why():
+    """Issue 37: a campaign of one cluster has nothing to compare: a result that says so, not a failed job."""
+    res = kruskal_dunn(TIED[TIED["cluster"] == "dense"], value_col="pfi")
+    assert res["status"] == "not_tested" and res["dunn"] == []
+    assert res["reason"] == "need at least 2 groups in 'cluster' to compare, found 1 (dense)"
+    assert res["kruskal"]["H"] is None and res["kruskal"]["p"] is None and res["kruskal"]["n"] == 14
+    assert res["groups"][0]["group"] == "dense" and res["groups"][0]["n"] == 14
+    json.dumps(res, allow_nan=False)   # strict JSON, as cluster_stats writes it
+    table = cluster_tests_table(res)
+    assert list(table["test"]) == ["kruskal_wallis"] and table["statistic"].isna().all()

@@ -88,3 +88,43 @@ def test_nothing_missing_leaves_pfi_table_unchanged_but_for_an_empty_column():
     out = annotate_missing(table, pd.DataFrame(columns=MISSING_COLUMNS))
     pd.testing.assert_frame_equal(out.drop(columns="missing_runs"), table)
     assert (out["missing_runs"] == "").all()
+
+
+@pytest.fixture(scope="module")
+def short_runs(tmp_path_factory):
+    """Emulated runs too short for the 24B model's start-up: 120 s never reaches training,
+    160 s steps only outside its training phase (issue 37)."""
+    import copy
+    from pathlib import Path
+
+    import yaml
+
+    from wattflex.config import prepare, run_spec
+    from wattflex.runs.runner import run_at_cap
+
+    repo = Path(__file__).resolve().parents[3]
+    raw = yaml.safe_load((repo / "tests" / "data" / "tiny.yaml").read_text())
+    out = {}
+    for duration in (120, 160):
+        cfg = copy.deepcopy(raw)
+        cfg["run"].update(duration_s=duration, eval_at_s=None, checkpoint_at_s=None)
+        run = run_spec(prepare(cfg, base=repo), "dense-pt-mistral24b-x8", "cap700")
+        d = run_at_cap(run, tmp_path_factory.mktemp(f"d{duration}") / "cap700")
+        out[duration] = (d / "telemetry.parquet", d / "steps.parquet", d / "run.json")
+    return out
+
+
+@pytest.mark.parametrize("duration,reason", [(120, "no training phase found"), (160, "no complete training step")])
+def test_a_run_too_short_to_summarise_is_a_failed_summary_naming_why(short_runs, duration, reason):
+    from wattflex.telemetry import NoSteadyState, read_run_files, summarize_run
+
+    run, tel, steps = read_run_files(*short_runs[duration])    # sound files, not a damaged run
+    with pytest.raises(NoSteadyState, match=reason) as err:
+        summarize_run(tel, steps)
+    from wattflex.runs.failures import unsummarised_summary
+
+    row = unsummarised_summary(run, str(err.value))
+    assert row["status"] == FAILED and row["failed_stage"] == "summary" and row["run_id"] == "cap700"
+    assert row["error"].startswith(f"no summary: {reason}") and "run.duration_s" in row["error"]
+    ok, missing = split_failed([row])
+    assert ok == [] and list(missing["run_id"]) == ["cap700"] and missing["error"].iat[0] == row["error"]

@@ -209,14 +209,42 @@ def telemetry_sources(runs: pd.DataFrame, allow_mixed: bool = False) -> list[str
     return list(counts.index)
 
 
+#: Groups an OLS with intercept and a leave-one-out score needs at the least.
+MIN_TRAIN_GROUPS = 3
+NOT_FITTED = "not_fitted"
+#: Columns of the tables fit_predictor writes, empty when the model is not fitted.
+ABLATION_COLUMNS = ["predictors", "p", "r2_in", "loo_r2", "loo_rmse", "loo_spearman", "loco_r2", "loco_rmse",
+                    "loco_spearman", "n", "features"]
+HOLDOUT_COLUMNS = ["set", "n", "prediction", "r2", "rmse", "spearman"]
+LEVERAGE_COLUMNS = ["k", "n", "dropped_group", "dropped_leverage", "spearman_rho", "spearman_p", "r2_in", "loo_r2"]
+WITHIN_CLUSTER_COLUMNS = ["subset", "clusters", "n", "spearman_rho", "spearman_p"]
+
+
+class TooFewGroups(ValueError):
+    """Too few groups to fit the predictor on: the campaign's analysis records it (a model
+    that says ``not_fitted`` and why) and goes on."""
+
+
 def training_rows(groups: pd.DataFrame, train_set: str = "headline") -> pd.DataFrame:
     """Groups the predictor is trained on: the ``train_set`` with a finite measured PFI."""
     rows = groups[np.isfinite(groups["pfi"].astype(float))]
     if "set" in rows.columns and train_set:
         rows = rows[rows["set"] == train_set]
-    if len(rows) < 3:
-        raise ValueError(f"need at least 3 groups with a finite PFI in set {train_set!r}, have {len(rows)}")
+    if len(rows) < MIN_TRAIN_GROUPS:
+        raise TooFewGroups(f"need at least {MIN_TRAIN_GROUPS} groups with a finite PFI in set {train_set!r} "
+                           f"(predictor.train_set), have {len(rows)}")
     return rows.reset_index(drop=True)
+
+
+def not_fitted_model(spec: str, reason: str) -> dict[str, Any]:
+    """The model document of a predictor that could not be fitted: no features, no
+    coefficients, the ``reason`` (what a figure and the report show)."""
+    return {"kind": "ols", "status": NOT_FITTED, "reason": reason, "feature_spec": spec, "features": [],
+            "coefficients": {}, "training_groups": [], "n_train": 0}
+
+
+def is_fitted(model: dict[str, Any]) -> bool:
+    return model.get("status", "fitted") != NOT_FITTED
 
 
 def ablation(train: pd.DataFrame, feature_sets: Iterable[str] = ABLATION_SETS) -> pd.DataFrame:
@@ -228,9 +256,7 @@ def ablation(train: pd.DataFrame, feature_sets: Iterable[str] = ABLATION_SETS) -
             rows.append({"predictors": spec, "p": 0, "n": len(train), "features": ""})
             continue
         rows.append({"predictors": spec, **evaluate(train, features), "features": "+".join(features)})
-    cols = ["predictors", "p", "r2_in", "loo_r2", "loo_rmse", "loo_spearman", "loco_r2", "loco_rmse",
-            "loco_spearman", "n", "features"]
-    return pd.DataFrame(rows)[cols]
+    return pd.DataFrame(rows)[ABLATION_COLUMNS]
 
 
 def leverage(X: np.ndarray) -> np.ndarray:
@@ -292,7 +318,7 @@ def fit_model(train: pd.DataFrame, spec: str | Sequence[str], target: str = "pfi
     X, y = design_matrix(train, features), train["pfi"].to_numpy(dtype=float)
     reg = _ols().fit(X, y)
     return {
-        "kind": "ols", "target": target,
+        "kind": "ols", "status": "fitted", "target": target,
         "feature_spec": spec if isinstance(spec, str) else "+".join(spec),
         "features": features,
         "feature_definitions": {f: feature_definitions()[f] for f in features},
@@ -351,6 +377,8 @@ def input_problems(df: pd.DataFrame, columns: Iterable[str]) -> list[tuple[int, 
 
 def predict(model: dict[str, Any], df: pd.DataFrame) -> np.ndarray:
     """PFI predicted by a model document from :func:`fit_model` for each row of ``df``."""
+    if not is_fitted(model):
+        raise ValueError(f"the predictor model was not fitted: {model.get('reason', 'no reason recorded')}")
     for key in ("features", "coefficients", "intercept"):
         if key not in model:
             raise ValueError(f"not a wattflex predictor model: no {key!r}")
@@ -368,7 +396,7 @@ def predictions_table(groups: pd.DataFrame, model: dict[str, Any]) -> pd.DataFra
     out = pd.DataFrame({c: groups[c] if c in groups.columns else pd.NA
                         for c in ("group", "set", "cluster", "gpu_model", "matches")})
     out["pfi"] = groups["pfi"].astype(float)
-    out["pfi_pred"] = predict(model, groups)
+    out["pfi_pred"] = predict(model, groups) if is_fitted(model) else np.nan
     out["pfi_pred_loo"] = np.nan
     train = groups["group"].isin(model["training_groups"]).to_numpy()
     if train.sum() > 2:

@@ -97,8 +97,8 @@ def kruskal_dunn(df: pd.DataFrame, value_col: str = "pfi_ratio", group_col: str 
 
     clean = _clean(df, value_col, group_col)
     names = group_order(clean["group"], order)
-    if len(names) < 2:
-        raise ValueError(f"need at least 2 groups in {group_col!r}, found {names}")
+    if len(names) < 2:  # nothing to compare: the result says so (status not_tested), the analysis goes on
+        return _not_tested(df, clean, names, value_col, group_col, p_adjust, alpha)
     samples = [clean.loc[clean["group"] == g, "value"].to_numpy() for g in names]
     # All values equal: ranks carry no information, and every statistic divides 0 by 0.
     # Say so (null with a reason) rather than NaN and SciPy's RuntimeWarnings.
@@ -133,6 +133,19 @@ def kruskal_dunn(df: pd.DataFrame, value_col: str = "pfi_ratio", group_col: str 
         "groups": summary,
         "ties": tied_values(clean, "value", "group"),
     }
+
+
+def _not_tested(df: pd.DataFrame, clean: pd.DataFrame, names: list[Any], value_col: str, group_col: str,
+                p_adjust: str, alpha: float) -> dict[str, Any]:
+    """The result of :func:`kruskal_dunn` on fewer than 2 groups: no statistic, the reason."""
+    reason = f"need at least 2 groups in {group_col!r} to compare, found {len(names)} ({', '.join(map(str, names)) or 'none'})"
+    summary = [{"group": g, "n": int(s.size), "median": float(np.median(s)), "mean": float(np.mean(s)),
+                "min": float(np.min(s)), "max": float(np.max(s))}
+               for g, s in ((g, clean.loc[clean["group"] == g, "value"].to_numpy()) for g in names)]
+    return {"value_col": value_col, "group_col": group_col, "p_adjust": p_adjust, "alpha": alpha,
+            "status": "not_tested", "reason": reason, "n_dropped": int(len(df) - len(clean)),
+            "kruskal": {"H": None, "df": 0, "p": None, "n": int(len(clean)), "groups": names, "note": reason},
+            "dunn": [], "groups": summary, "ties": tied_values(clean, "value", "group")}
 
 
 def cluster_tests_table(result: dict[str, Any]) -> pd.DataFrame:

@@ -36,6 +36,8 @@ def load_model(path: str) -> dict:
     if not isinstance(doc, dict):
         raise UserError(f"{path}: not a wattflex predictor model (a JSON {type(doc).__name__}, not an object)")
     check_schema_version(doc.get("schema_version"), path)
+    if doc.get("status") == "not_fitted":
+        raise UserError(f"{path}: the predictor in this model file was not fitted: {doc.get('reason', 'no reason recorded')}")
     missing = [k for k in ("features", "coefficients", "intercept") if k not in doc]
     if missing:
         raise UserError(f"{path}: not a wattflex predictor model (no {', '.join(map(repr, missing))}); "

@@ -66,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     check_values(table, args.value_col, args.table)
     result = kruskal_dunn(table.drop(columns="_where"), value_col=args.value_col, group_col=args.group_col,
                           order=[o for o in args.order.split(",") if o], p_adjust=args.p_adjust, alpha=args.alpha)
+    if result.get("status") == "not_tested":   # the workflow records it and goes on; asked for, it is an error
+        raise UserError(f"{args.table}: {result['reason']} (--group-col {args.group_col})")
     result["input"] = str(args.table)
     if not args.output:
         sys.stdout.write(strict_json(result, indent=2))

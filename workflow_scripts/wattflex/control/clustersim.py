@@ -51,7 +51,7 @@ from wattflex.allocation.allocator import allocate
 from wattflex.allocation.curves import Curves
 from wattflex.allocation.oracle import interp
 from wattflex.allocation.policies import CLUSTER_REFERENCES, CONTROL_POLICIES
-from wattflex.analysis.predictor import dcgm_metrics, predict
+from wattflex.analysis.predictor import dcgm_metrics, is_fitted, predict
 from wattflex.control.controller import (
     ControlConfig,
     Controller,
@@ -356,7 +356,7 @@ def declared_profiles(tables: Tables, schedule: pd.DataFrame, model: Mapping[str
     meta = tables.groups.iloc[g].reset_index(drop=True)
     prof["gpus"], prof["task"] = meta["gpus"].to_numpy(), meta["task"].to_numpy()
     prof["architecture"] = np.where(meta["cluster"].str.startswith("moe"), "moe", "dense")
-    prof["pfi"] = predict(model, prof) if model is not None else np.nan
+    prof["pfi"] = predict(model, prof) if model is not None and is_fitted(model) else np.nan
     return prof
 
 

@@ -55,8 +55,10 @@ def telemetry_grid(groups: pd.DataFrame, correlations: pd.DataFrame, backend) ->
     return fig
 
 
-def predicted_vs_measured(predictions: pd.DataFrame, holdout: pd.DataFrame, features, backend) -> plt.Figure:
-    """Measured vs predicted PFI: training groups (LOO), validation and H100 groups (Fig. 7)."""
+def predicted_vs_measured(predictions: pd.DataFrame, holdout: pd.DataFrame, features, backend,
+                          not_fitted: str | None = None) -> plt.Figure:
+    """Measured vs predicted PFI: training groups (LOO), validation and H100 groups (Fig. 7).
+    ``not_fitted``: why there is no model (the figure says so instead of showing predictions)."""
     fig, ax = plt.subplots(figsize=(5.8, 5.4))
     for set_name, marker in SET_MARKERS.items():
         sub = predictions[(predictions["set"] == set_name) & predictions["pfi"].notna()]
@@ -76,7 +78,8 @@ def predicted_vs_measured(predictions: pd.DataFrame, holdout: pd.DataFrame, feat
     _identity(ax, pd.concat([predictions["pfi"], predictions["pfi_pred"]]))
     ax.set_xlabel("measured PFI")
     ax.set_ylabel("predicted PFI")
-    ax.set_title(f"PFI predicted from {'+'.join(features)}")
+    ax.set_title(f"PFI predictor not fitted: {not_fitted}" if not_fitted else f"PFI predicted from {'+'.join(features)}",
+                 wrap=True)
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
     label_backend(fig, backend)

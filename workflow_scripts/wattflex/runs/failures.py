@@ -11,6 +11,10 @@ uncapped run is missing gets status ``missing_uncapped``, one without any run a 
 status ``too_few_caps``. A record is never retried by itself (real runs are expensive):
 delete the run's directory to try it again.
 
+A run that ran but cannot be summarised (no training phase, no complete step in it: too
+short for its start-up) gets the same failed summary, with ``failed_stage: "summary"``
+(``unsummarised_summary``); its group's other runs keep theirs.
+
 A run killed from outside (``scancel``, time limit, node failure) leaves no record: SLURM
 reports the job failed, Snakemake retries it or, after the last retry, reports the error.
 """
@@ -58,6 +62,16 @@ def failed_summary(run_record: dict[str, Any]) -> dict[str, Any]:
     return {"group": run_record["group"], "run_id": run_record["run_id"], "cap_w": float(run_record["cap_w"]),
             "repeat": int(run_record["repeat"]), "backend": run_record["provenance"].get("backend"),
             "status": FAILED, "attempts": int(run_record.get("attempts", 0)), "error": run_record.get("error", "")}
+
+
+def unsummarised_summary(run_record: dict[str, Any], reason: str) -> dict[str, Any]:
+    """The summary row of a run that ran but holds no steady state to summarise (``reason``:
+    the ``wattflex.telemetry.NoSteadyState``): failed like a failure record, so the group's
+    other runs keep their summaries and the analysis leaves it out and names it."""
+    error = (f"no summary: {reason} (the run is too short for its start-up, or never trained: "
+             "a longer run.duration_s, or read the run's log)")
+    return {**failed_summary({**run_record, "attempts": run_record.get("attempts", 1), "error": error}),
+            "failed_stage": "summary"}
 
 
 def split_failed(rows: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], pd.DataFrame]:
