@@ -118,13 +118,15 @@ def check_command(cmd: dict[str, Any], where: str, group: dict[str, Any], cwd: P
 
 class LineFollower:
     """Follows a growing log file in a thread: each complete line (ended by \\n or \\r, as
-    tqdm's bars are) that the throughput source matches is kept with the time it was read
+    tqdm's bars are) that the throughput source matches (a ``LineReader``: a bar's redraw is
+    no new step) is kept with the time it was read
     (seconds since ``t0``); ``rows`` so far, ``lines`` read. With ``live_path``, matched
     lines of each read are also appended there as one step row, the row ``steps()`` makes of
     them (the one-run sweep's live step log)."""
 
     def __init__(self, path: Path, source: ThroughputSource, t0: float, live_path: Path | None = None) -> None:
         self.path, self.source, self.t0, self.live_path = path, source, t0, live_path
+        self._reader = source.reader()
         self.rows: list[tuple[float, float, float, float]] = []
         self.lines = 0
         self._stop = threading.Event()
@@ -163,7 +165,7 @@ class LineFollower:
         hits = 0
         for raw in parts:
             self.lines += 1
-            hit = self.source.parse(raw.decode("utf-8", "replace"))
+            hit = self._reader.parse(raw.decode("utf-8", "replace"))
             if hit is not None:
                 self.rows.append((t_s, *hit))
                 hits += 1

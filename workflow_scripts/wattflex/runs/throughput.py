@@ -4,7 +4,8 @@ A *throughput source* (``group.command.throughput``) is one of
 
 * ``preset``: a shipped regex for a framework's log line (``PRESETS``: torchtitan, megatron,
   nemo, hf-trainer), each tested on a real excerpt in ``tests/data/logs/`` (SOURCE.md there
-  names where each comes from);
+  names where each comes from) and on lines the framework's own code wrote
+  (``tests/data/logs/<framework>/``, README.md there names the upstream file and version);
 * ``regex``: the user's own, over each line of stdout/stderr, with named groups:
   ``tokens_per_s``; or ``step_time_s`` / ``step_time_ms`` / ``steps_per_s`` with tokens per
   step (``tokens_per_step``, or a ``samples_per_step`` group or ``samples_per_step`` value
@@ -23,6 +24,11 @@ logged rate times the time since the previous matched line, so that the steady-s
 rate (tokens over the time between rows, ``telemetry.step_throughput``) is the rate the job
 logged; the first row has no previous one and no rate (as a harness run's first step).
 Eval and checkpoint pauses show up as long gaps between rows, found by the same protocol.
+
+Lines are matched without their terminal escapes (torchtitan colours its line by default).
+Evaluation is never a step: no preset matches a framework's validation line, a tqdm bar drawn
+below another (the HF Trainer's and Lightning's evaluation bars) is skipped, and a bar redrawn
+at the count it showed last (``LineReader``) is no new step.
 """
 
 from __future__ import annotations
@@ -41,11 +47,16 @@ from wattflex.telemetry import STEP_COLUMNS
 
 _NUM = r"[0-9][0-9,]*(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
 
-# Each preset: the regex and the factors the framework's line leaves to the config.
+# Each preset: the regex and the factors the framework's line leaves to the config. A ``bar``
+# group is a tqdm bar's ``n/total``: the same count again is the bar redrawn, not a new step
+# (``LineReader``). Which of its framework's outputs each reads, and at which upstream version
+# each is tested: tests/data/logs/<framework>/README.md.
 PRESETS: dict[str, dict[str, Any]] = {
-    # torchtitan (torchtitan/components/metrics.py): "step: 14  loss:  3.24405 ... tps: 7,282 ..."
-    # tps = tokens per second per device.
-    "torchtitan": {"regex": rf"step:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>{_NUM}).*?\btps:\s*(?P<tokens_per_s>{_NUM})",
+    # torchtitan's MetricsProcessor.log (torchtitan/components/metrics.py), coloured by default
+    # (escapes stripped first): "step: 14  loss:  3.24405 ... tps: 7,282 ...", tps = tokens per
+    # second per device. Not its log_validation line, "validate step:  5  loss: ... tps: ...".
+    "torchtitan": {"regex": rf"(?<!validate )step:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>{_NUM}).*?\btps:\s*"
+                            rf"(?P<tokens_per_s>{_NUM})",
                    "per_gpu": True},
     # Megatron-LM (megatron/training/training.py training_log): "iteration 71/ 100 | ... elapsed time
     # per iteration (ms): 5361.6 | ... global batch size: 128 | lm loss: 1.8E+00 |"; tokens per
@@ -53,16 +64,26 @@ PRESETS: dict[str, dict[str, Any]] = {
     "megatron": {"regex": rf"iteration\s+(?P<step>\d+)/\s*\d+\s*\|.*?elapsed time per iteration \(ms\):\s*"
                           rf"(?P<step_time_ms>{_NUM}).*?global batch size:\s*(?P<samples_per_step>\d+)"
                           rf"(?:.*?lm loss:\s*(?P<loss>{_NUM}))?"},
-    # NeMo 2 (lightning's MegatronProgressBar): "Training epoch 0, iteration 120/149 | ... global_batch_size: 1
-    # | global_step: 120 | reduced_train_loss: 1.233 | train_step_timing in s: 0.03146"
-    "nemo": {"regex": rf"global_batch_size:\s*(?P<samples_per_step>\d+)\s*\|\s*global_step:\s*(?P<step>\d+)"
-                      rf"(?:.*?reduced_train_loss:\s*(?P<loss>{_NUM}))?.*?train_step_timing in s:\s*(?P<step_time_s>{_NUM})"},
-    # Hugging Face Trainer: its tqdm bar, "  2/203 [00:12<16:46,  5.01s/it" or "... 1.49it/s]"
-    # (updates end in \r, read as lines); tokens per step (global batch x sequence length) from
-    # the config: the Trainer's own per-step log lines carry no rate.
-    "hf-trainer": {"regex": rf"(?P<step>\d+)/\d+ \[[0-9:]+<[0-9:?]+,\s*(?:(?P<steps_per_s>{_NUM})it/s|"
+    # NeMo 2, both of its progress callbacks (nemo/lightning/pytorch/callbacks/): ProgressPrinter,
+    # "Training epoch 0, iteration 120/149 | ... global_batch_size: 1 | global_step: 120 |
+    # reduced_train_loss: 1.233 | train_step_timing in s: 0.03146", and MegatronProgressBar, the
+    # tqdm bar "Epoch 0: :  33%|###| 2/6 [00:00<00:00, ... global_batch_size=8.000, global_step=0.000,
+    # reduced_train_loss=2.000, train_step_timing in s=0.250]". Not their validation lines or bar.
+    "nemo": {"regex": rf"(?:(?P<bar>\d+/\d+) \[.*?)?global_batch_size[:=]\s*(?P<samples_per_step>{_NUM})"
+                      rf"(?:.*?global_step[:=]\s*(?P<step>{_NUM}))?(?:.*?reduced_train_loss[:=]\s*(?P<loss>{_NUM}))?"
+                      rf".*?train_step_timing in s[:=]\s*(?P<step_time_s>{_NUM})"},
+    # Hugging Face Trainer: its ProgressCallback's training bar, "  2/203 [00:12<16:46,  5.01s/it" or
+    # "... 1.49it/s]" (updates end in \r, read as lines); tokens per step (global batch x sequence
+    # length) from the config: the Trainer's own per-step log lines carry no rate. Not its
+    # evaluation bar (drawn below the training bar, see NESTED_BAR).
+    "hf-trainer": {"regex": rf"(?P<bar>(?P<step>\d+)/\d+) \[[0-9:]+<[0-9:?]+,\s*(?:(?P<steps_per_s>{_NUM})it/s|"
                             rf"(?P<step_time_s>{_NUM})s/it)"},
 }
+# Terminal escapes (ECMA-48 control sequences: colours, cursor moves), removed before matching.
+CSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+# A line with a cursor-up: tqdm draws a second bar (an evaluation under the training bar) one
+# row down and moves back up after it; the training bar, at the top, never does.
+NESTED_BAR = re.compile(r"\x1b\[[0-9]*A")
 RATE_GROUPS = ("tokens_per_s", "samples_per_s", "step_time_s", "step_time_ms", "steps_per_s")
 
 
@@ -122,11 +143,20 @@ class ThroughputSource:
             raise ThroughputError(f"{where}: samples_per_s needs tokens_per_sample (or the group's seq_len)")
         return src
 
+    def match(self, line: str) -> re.Match | None:
+        """The regex's match in ``line`` without its terminal escapes; None for a bar drawn below
+        another (``NESTED_BAR``) or no match."""
+        if self.regex is None or NESTED_BAR.search(line):
+            return None
+        return self.regex.search(CSI.sub("", line))
+
     def parse(self, line: str) -> tuple[float, float, float] | None:
         """(step or NaN, tokens per second of the job, loss or NaN) from one log line, or None."""
-        m = self.regex.search(line) if self.regex is not None else None
-        if m is None:
-            return None
+        m = self.match(line)
+        return None if m is None else self.row(m)
+
+    def row(self, m: re.Match) -> tuple[float, float, float] | None:
+        """``parse``'s answer for a match (None where it carries no positive rate)."""
         g = {k: v for k, v in m.groupdict().items() if v is not None}
         per_step = self.tokens_per_step
         if per_step is None and self.tokens_per_sample:
@@ -148,9 +178,33 @@ class ThroughputSource:
             return None
         return _num(g.get("step")), tps * self.gpu_factor, _num(g.get("loss"))
 
+    def reader(self) -> "LineReader":
+        return LineReader(self)
+
     def describe(self) -> dict[str, Any]:
         return {"source": self.name, "tokens_per_step": self.tokens_per_step, "samples_per_step": self.samples_per_step,
                 "tokens_per_sample": self.tokens_per_sample, "gpu_factor": self.gpu_factor}
+
+
+class LineReader:
+    """One log's lines read in order with ``source``: as ``source.parse``, but a bar's line with the
+    count of the bar's previous line is that bar redrawn (after an evaluation, or around the
+    Trainer's printed metrics), not a step of its own."""
+
+    def __init__(self, source: ThroughputSource) -> None:
+        self.source = source
+        self._last_bar: str | None = None
+
+    def parse(self, line: str) -> tuple[float, float, float] | None:
+        m = self.source.match(line)
+        if m is None:
+            return None
+        bar = m.groupdict().get("bar")
+        if bar is not None:
+            if bar == self._last_bar:
+                return None
+            self._last_bar = bar
+        return self.source.row(m)
 
 
 def steps_from_lines(rows: list[tuple[float, float, float, float]]) -> pd.DataFrame:
