@@ -68,6 +68,54 @@ REFUSAL_PROBE = """
 RANDOM_INIT = [("Llama-3.1-70B", "pt"), ("gpt-oss-20b", "lora")]
 REAL_WEIGHTS = [("Qwen3-32B", "pt"), ("Qwen3-30B-A3B", "lora")]
 
+# Tied input and output embeddings (Qwen3-0.6B..4B, Gemma tie them): the harness's model against
+# the unsharded one, logits on the same tokens and one training step, weights saved by
+# save_pretrained (model_path) or the model's own random init (tiny, the catalogue fact).
+TIED_PROBE = """
+    from torch.distributed.fsdp import FSDPModule
+    from wattflex.runs.training.loss import causal_lm_loss
+    base = sharded.hf_model(model)
+    torch.manual_seed(7)
+    x = torch.randint(0, base.config.vocab_size, (cfg.batch, cfg.seq_len))
+    if cfg.tiny:                                  # random init differs per rank: the gathered weights
+        ref.load_state_dict({n: p.full_tensor() for n, p in model.state_dict().items()})
+    weight = base.get_input_embeddings().weight     # the sharded one (a forward swaps in the gathered)
+    before = weight.full_tensor().clone()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)     # on the sharded parameters
+    with torch.no_grad():
+        diff = float((model(input_ids=x).logits - ref(input_ids=x).logits).abs().max())
+    loss = causal_lm_loss(model, x, 7)              # both ranks on the same tokens: the mean gradient
+    loss.backward()
+    causal_lm_loss(ref, x, 7).backward()            # is the unsharded model's
+    grad_diff = float((weight.grad.full_tensor() - ref.get_input_embeddings().weight.grad).abs().max())
+    optimizer.step()
+    out = {"tied": base.get_output_embeddings().weight is base.get_input_embeddings().weight,
+           "ref_tied": ref.get_output_embeddings().weight is ref.get_input_embeddings().weight,
+           "sharded": isinstance(weight, torch.distributed.tensor.DTensor),
+           "logits_max_diff": diff, "grad_max_diff": grad_diff, "loss": float(loss),
+           "embedding_moved": float((weight.full_tensor() - before).abs().max()),
+           "embed_unit": isinstance(base.get_input_embeddings(), FSDPModule),
+           "head_unit": isinstance(base.get_output_embeddings(), FSDPModule)}
+    open(f"{cfg.outdir}/probe{dist.rank}.json", "w").write(json.dumps(out))
+    torch.distributed.destroy_process_group()
+"""
+TIED = ["model_path", "random_init"]
+
+
+def tied_cfg(source: str, out) -> TrainConfig:
+    """A tiny Qwen3 with tied embeddings: saved by save_pretrained and loaded from its path, or
+    built at random from the catalogue's facts with ``tie_word_embeddings``."""
+    from transformers import AutoModelForCausalLM
+
+    facts = {**CATALOG["Qwen3-32B"], "tie_word_embeddings": True}
+    if source == "random_init":
+        return tiny_cfg("Qwen3-32B", out, model_facts=facts)
+    hf_cfg = models.hf_config(CATALOG["Qwen3-32B"], tiny=True)
+    hf_cfg.tie_word_embeddings = True
+    torch.manual_seed(3)
+    AutoModelForCausalLM.from_config(hf_cfg).save_pretrained(out / "model")
+    return tiny_cfg("Qwen3-32B", out, tiny=False, model_path=str(out / "model"))
+
 
 @pytest.fixture(scope="module")
 def probes(tmp_path_factory) -> ProbeJob:
@@ -82,6 +130,9 @@ def probes(tmp_path_factory) -> ProbeJob:
         torch.manual_seed(3)                # the saved weights are not what seed 0 would build
         models.build_model(tiny_cfg(model, out), torch.float32).save_pretrained(out / "model")
         cases[out.name] = (PROBE, tiny_cfg(model, out, task=task, tiny=False, model_path=str(out / "model")))
+    for source in TIED:
+        out = work / f"tied-{source}"
+        cases[out.name] = (TIED_PROBE, tied_cfg(source, out))
     cases["refusal"] = (REFUSAL_PROBE, tiny_cfg("Llama-3.1-70B", work / "refusal"))
     return run_probes(cases, work)
 
@@ -113,6 +164,20 @@ def test_real_weights_reach_every_shard_exactly(model, task, probes):
         assert out["info"]["sharded_build"] and all(out["buffers"].values())
         base = {n: p for n, p in out["params"].items() if "lora_" not in n}
         assert base and all(p["equal"] for p in base.values()), [n for n, p in base.items() if not p["equal"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", TIED)
+def test_tied_embeddings_shard_in_one_unit_and_train(source, probes):
+    """embed_tokens and lm_head share one weight: one FSDP group, the root, holds both (a unit of
+    its own for the embedding, the head left in the root, crashed the first forward); the
+    logits and the shared weight's gradient are the unsharded model's, and a step moves it."""
+    for out in probes.reports(f"tied-{source}"):
+        assert out["ref_tied"] and out["tied"] and out["sharded"]   # one parameter, sharded
+        assert not out["embed_unit"] and not out["head_unit"]       # both in the root
+        assert out["logits_max_diff"] < 1e-5 and out["grad_max_diff"] < 1e-6
+        assert out["loss"] == pytest.approx(5.5, abs=0.5)       # ln(256): a fresh model's cross entropy
+        assert out["embedding_moved"] > 1e-4                    # the step trained the tied weight
 
 
 # ---- the test that can fail: memory per rank (a ~200M-parameter model) -------------------------

@@ -99,6 +99,21 @@ def test_parameter_and_flop_counts_follow_routing(tmp_path):
     assert peak_bf16_flops("cpu") is None
 
 
+def test_random_builds_keep_tied_embeddings_and_count_the_head_once(tmp_path, monkeypatch):
+    """A random build ties its embeddings where the catalogue (``tie_word_embeddings``) or the
+    family's config says so; the tied head's matmul is still active, its weight counted once."""
+    untied = models.build_model(tiny_cfg("Qwen3-32B", "pt", tmp_path), torch.float32)
+    facts = {**CATALOG["Qwen3-32B"], "tie_word_embeddings": True}
+    tied = models.build_model(tiny_cfg("Qwen3-32B", "pt", tmp_path, model_facts=facts), torch.float32)
+    assert tied.lm_head.weight is tied.model.embed_tokens.weight
+    assert untied.lm_head.weight is not untied.model.embed_tokens.weight
+    one, two = (models.parameter_counts(m, None, None) for m in (tied, untied))
+    assert one["params_total"] == two["params_total"] - 256 * 64 and one["params_active"] == two["params_active"]
+    # a family whose config ties by default (Gemma; none of the catalogue's yet): kept
+    monkeypatch.setitem(models.ARCHITECTURES, "gemma3_text", "dense")
+    assert models.hf_config({"hf_model_type": "gemma3_text"}, tiny=True).tie_word_embeddings is True
+
+
 def test_full_size_config_matches_the_catalog():
     cfg = models.hf_config(CATALOG["Qwen3-30B-A3B"], seq_len=4096)
     assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_experts, cfg.num_experts_per_tok,

@@ -50,17 +50,27 @@ def test_chunked_loss_and_gradients_equal_transformers(model_name, task, tmp_pat
             torch.testing.assert_close(got_g[n], want_g[n], rtol=1e-5, atol=1e-6, msg=lambda m: f"{n}: {m}")
 
 
-def test_lm_head_sees_one_chunk_at_a_time_in_forward_and_in_backward(tmp_path):
+def test_lm_head_sees_one_chunk_at_a_time_in_forward_and_in_backward(tmp_path, monkeypatch):
     cfg = tiny_cfg("Qwen3-32B", tmp_path)
     model = models.build_model(cfg, torch.float32, ep=1)
-    rows: list[int] = []
-    model.get_output_embeddings().register_forward_hook(lambda _m, args, _o: rows.append(args[0].numel() // args[0].shape[-1]))
+    head, calls, rows = model.get_output_embeddings(), [], []
+    head.register_forward_hook(lambda _m, args, _o: calls.append(args[0].shape[:-1].numel()))
+    linear = torch.nn.functional.linear
+
+    def projection(x, weight, bias=None):       # lm_head's matmul, whichever call runs it
+        if weight is head.weight:
+            rows.append(x.numel() // x.shape[-1])
+        return linear(x, weight, bias)
+
+    monkeypatch.setattr(torch.nn.functional, "linear", projection)
     x = torch.randint(0, model.config.vocab_size, (2, 32))
     loss = chunked_causal_lm_loss(model, x, 24)
     forward = list(rows)
     loss.backward()
     # the model's forward projects no position; 64 tokens: chunks of 24, 24, 16, recomputed in backward
     assert forward == [0, 24, 24, 16] and sorted(rows[len(forward):]) == [16, 24, 24]
+    # the chunks inside one call of lm_head (its hooks, FSDP2's gather, once), after the model's own
+    assert calls == [0, 64]
 
 
 def test_unchunked_where_chunking_cannot_apply(tmp_path):

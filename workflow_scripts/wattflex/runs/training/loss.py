@@ -7,7 +7,8 @@ vocabularies (``wattflex.runs.plan.LOGIT_BYTES``). The chunked loss (the techniq
 Kernel's fused linear cross entropy and torchtitan's chunked loss) runs the model to its last
 hidden state, then for each chunk of ``chunk_tokens`` tokens computes ``lm_head(chunk).float()``
 and the summed shifted cross entropy under ``torch.utils.checkpoint`` (non-reentrant), so no
-chunk's logits are kept for backward: the logits peak is one chunk's. The sum is divided by
+chunk's logits are kept for backward: the logits peak is one chunk's. All chunks run inside one
+call of ``lm_head`` (its hooks once), so FSDP2 gathers it once a step, not once per chunk. The sum is divided by
 the number of target tokens: the same value as ``ForCausalLMLoss``'s mean.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 from torch.utils.checkpoint import checkpoint
 
 from wattflex.runs.training.parallel import ep_in_effect
@@ -42,10 +44,39 @@ def chunked_applies(model: nn.Module, chunk_tokens: int) -> str | None:
     return None
 
 
-def _chunk_loss_sum(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    logits = head(hidden).float()
+def _chunk_loss_sum(project, head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    logits = project(head, hidden).float()
     return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1),
                            ignore_index=IGNORE_INDEX, reduction="sum")
+
+
+def _loss_sum_over_chunks(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
+                          chunk_tokens: int) -> torch.Tensor:
+    """The summed cross entropy, one checkpointed chunk at a time, each projected by the head's
+    own forward without its hooks (the call around this one runs them)."""
+    project = type(head).forward
+    total = hidden.new_zeros((), dtype=torch.float32)
+    for start in range(0, hidden.shape[0], chunk_tokens):
+        part = slice(start, start + chunk_tokens)
+        total = total + checkpoint(_chunk_loss_sum, project, head, hidden[part], targets[part], use_reentrant=False)
+    return total
+
+
+def _in_one_call(module: nn.Module, fn, *args):
+    """``fn(*args)`` as the forward of one call of ``module``, so its hooks run once around all
+    of it: FSDP2's unshard before (a no-op after the model's own forward, as the head is not
+    resharded after forward: training.sharded.apply_fsdp) and, in backward, one reduce-scatter
+    once every chunk's gradient is in. A call per chunk all-gathered the head again for each
+    chunk's recomputation in backward."""
+    own = module.__dict__.get("forward")
+    module.forward = fn
+    try:
+        return module(*args)
+    finally:
+        if own is None:
+            del module.forward
+        else:
+            module.forward = own
 
 
 def last_hidden_state(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
@@ -69,10 +100,9 @@ def chunked_causal_lm_loss(model: nn.Module, input_ids: torch.Tensor, chunk_toke
     head = hf_model(model).get_output_embeddings()
     targets = F.pad(input_ids, (0, 1), value=IGNORE_INDEX)[..., 1:]
     hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
-    total = hidden.new_zeros((), dtype=torch.float32)
-    for start in range(0, hidden.shape[0], chunk_tokens):
-        part = slice(start, start + chunk_tokens)
-        total = total + checkpoint(_chunk_loss_sum, head, hidden[part], targets[part], use_reentrant=False)
+    total = _in_one_call(head, lambda h, t: _loss_sum_over_chunks(head, h, t, chunk_tokens), hidden, targets)
+    if not torch.is_grad_enabled() and isinstance(head, FSDPModule):
+        head.reshard()      # no backward to reshard it (evaluation)
     return total / (targets != IGNORE_INDEX).sum()
 
 

@@ -18,6 +18,7 @@ from torch import nn
 
 from wattflex.architectures import ARCHITECTURES
 from wattflex.runs.training.config import TrainConfig
+from wattflex.runs.training.sharded import hf_model, tied_embeddings
 
 log = logging.getLogger("wattflex.runs.training")
 
@@ -64,8 +65,10 @@ def hf_config(facts: dict[str, Any], *, tiny: bool = False, seq_len: int = 4096,
     kw: dict[str, Any] = dict(
         vocab_size=int(f["vocab"]), hidden_size=int(f["hidden"]), num_hidden_layers=int(f["layers"]),
         num_attention_heads=int(f["heads"]), num_key_value_heads=int(f.get("kv_heads") or f["heads"]),
-        tie_word_embeddings=False, use_cache=False,
+        use_cache=False,
     )
+    if "tie_word_embeddings" in facts:      # else the family's default (Gemma ties, the others do not)
+        kw["tie_word_embeddings"] = bool(facts["tie_word_embeddings"])
     if f.get("head_dim"):
         kw["head_dim"] = int(f["head_dim"])
     inter = int(f["intermediate"])
@@ -198,11 +201,12 @@ def routing(hf_cfg: Any) -> tuple[int | None, int | None]:
 
 
 def parameter_counts(model: nn.Module, experts: int | None, experts_active: int | None) -> dict[str, int]:
-    """Total, trainable and per-token active matmul parameters (input embedding excluded,
-    routed experts counted at ``experts_active / experts``)."""
+    """Total, trainable and per-token active matmul parameters (input embedding excluded, but
+    a tied one counted once as the output head's matmul; routed experts counted at
+    ``experts_active / experts``)."""
     total = trainable = active = 0.0
     share = (experts_active / experts) if experts and experts_active else 1.0
-    for name, p in model.named_parameters():
+    for name, p in model.named_parameters():        # a tied weight once, under embed_tokens
         n = p.numel()
         total += n
         trainable += n if p.requires_grad else 0
@@ -210,6 +214,8 @@ def parameter_counts(model: nn.Module, experts: int | None, experts_active: int 
             continue
         routed = ".experts." in name and "shared_experts" not in name and p.dim() >= 2 and "lora_" not in name
         active += n * share if routed else n
+    if tied_embeddings(model):
+        active += hf_model(model).get_output_embeddings().weight.numel()
     return {"params_total": int(total), "params_trainable": int(trainable), "params_active": int(active)}
 
 

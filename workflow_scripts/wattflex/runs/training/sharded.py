@@ -4,7 +4,8 @@ real weights, below).
 The pattern of torchtitan's trainer and transformers' own distributed loading: build the model
 under ``torch.device("meta")`` (shapes, no storage), wrap it (LoRA, checkpointing, compile),
 shard it (FSDP2 ``fully_shard`` per decoder layer, the input embedding and the output head
-each their own unit as torchtitan does, then the root), and only then ``to_empty`` on the
+each their own unit as torchtitan does, both in the root where their weights are tied, then
+the root), and only then ``to_empty`` on the
 training device: each rank allocates its shard alone. Values then come from
 
 - random init: the model's own ``initialize_weights`` (transformers' ``_init_weights`` per
@@ -36,24 +37,36 @@ def hf_model(model: nn.Module) -> nn.Module:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
+def tied_embeddings(model: nn.Module) -> bool:
+    """Whether the output head's weight is the input embedding's (``tie_word_embeddings``)."""
+    base = hf_model(model)
+    head = base.get_output_embeddings()
+    return head is not None and head.weight is base.get_input_embeddings().weight
+
+
 def fsdp_units(model: nn.Module, decoder_layers: list[nn.Module]) -> list[nn.Module]:
     """The modules sharded as their own FSDP units, innermost first: every decoder layer, the
-    input embedding and the output head (one unit with the embedding where the two are tied)."""
+    input embedding and the output head. Tied, the two share one weight, which one FSDP group
+    must hold: both stay in the root (transformers' FSDP plan keeps such a tied pair gathered
+    too); a unit for the embedding with the head in the root fails FSDP2's first forward
+    ("shared with a parameter already managed by another FSDP group")."""
     base = hf_model(model)
-    embed, head = base.get_input_embeddings(), base.get_output_embeddings()
-    units = [*decoder_layers, embed]
-    if head is not None and head.weight is not embed.weight:
-        units.append(head)
-    return units
+    if tied_embeddings(model):
+        return list(decoder_layers)
+    head = base.get_output_embeddings()
+    return [*decoder_layers, base.get_input_embeddings(), *([head] if head is not None else [])]
 
 
 def apply_fsdp(model: nn.Module, decoder_layers: list[nn.Module], mp_policy: Any) -> nn.Module:
     """FSDP2 over the default process group: the units of ``fsdp_units``, then the root
-    (norms, rotary embedding and whatever else is left)."""
+    (norms, rotary embedding and whatever else is left). The output head, the forward's last
+    unit, is not resharded after forward (torchtitan's last unit): backward starts with it,
+    and the chunked loss (training.loss) uses the forward's gather for all its chunks."""
     from torch.distributed.fsdp import fully_shard
 
+    head = hf_model(model).get_output_embeddings()
     for unit in fsdp_units(model, decoder_layers):
-        fully_shard(unit, mp_policy=mp_policy)
+        fully_shard(unit, mp_policy=mp_policy, reshard_after_forward=unit is not head)
     fully_shard(model, mp_policy=mp_policy)
     return model
 
