@@ -28,9 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def read_curves(path: str):
-    """The curve points, a CSV or parquet table as pandas types it (job ids keep pandas'
-    typing, which the allocation output echoes); a clear error when the file is missing or
-    unreadable. Bad values are named by line in ``allocate_table`` (``source=``)."""
+    """The curve points, a CSV or parquet table as pandas types it, except a CSV's job ids
+    (``job``, or a runs table's ``group``), read as text: ``01`` and ``1`` are two jobs, and
+    ``007`` keeps its zeros (issue 37). A clear error when the file is missing or unreadable.
+    Bad values are named by line in ``allocate_table`` (``source=``)."""
     import pandas as pd
 
     from wattflex.ingest.reader import check_input_file
@@ -43,7 +44,7 @@ def read_curves(path: str):
             raise ValueError(f"{path}: not a readable parquet file "
                              f"({(str(exc) or repr(exc)).splitlines()[0]})") from None
     try:
-        return pd.read_csv(path)
+        return pd.read_csv(path, dtype={"job": str, "group": str})
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
         raise ValueError(f"{path}: not a readable CSV ({exc})") from None
 

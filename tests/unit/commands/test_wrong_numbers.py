@@ -1,0 +1,45 @@
+"""Issue 37, "wrong numbers with exit 0": inputs and options that gave a wrong number and
+exit 0 are read as meant (job ids as text) or refused with one line naming what is wrong."""
+
+import pytest
+
+from wattflex.provenance import read_csv
+
+CURVES = """job,power_w,throughput,cap_w,gpus
+01,1600,3000,200,8
+01,3000,7000,400,8
+01,5500,10500,700,8
+1,1550,60000,200,8
+1,3100,130000,400,8
+1,5400,150000,700,8
+007,1600,3000,200,8
+007,3000,7000,400,8
+"""
+
+
+@pytest.fixture
+def curves(tmp_path):
+    path = tmp_path / "curves.csv"
+    path.write_text(CURVES)
+    return path
+
+
+def one_error_line(result, command: str) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"wattflex {command}: ") and "Traceback" not in result.stderr
+    return lines[0]
+
+
+def test_allocate_keeps_job_ids_01_and_1_apart_and_007_whole(run_cli, curves, tmp_path):
+    out = tmp_path / "alloc.csv"
+    assert run_cli("allocate", curves, "--cut", "0.3", "--policy", "equal-weight", "-o", out,
+                   cwd=tmp_path).returncode == 0
+    assert list(read_csv(out, dtype={"job": str})["job"]) == ["01", "1", "007"]
+
+
+def test_offer_finds_job_007_and_keeps_01_apart_from_1(run_cli, curves, tmp_path):
+    result = run_cli("offer", curves, "--job", "007", "--job", "01", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    jobs = [line.split()[0] for line in result.stdout.splitlines()[2:]]
+    assert jobs == ["007"] * 3 + ["01"] * 3 + ["TOTAL"] * 3
