@@ -43,3 +43,19 @@ def test_offer_finds_job_007_and_keeps_01_apart_from_1(run_cli, curves, tmp_path
     assert result.returncode == 0, result.stderr
     jobs = [line.split()[0] for line in result.stdout.splitlines()[2:]]
     assert jobs == ["007"] * 3 + ["01"] * 3 + ["TOTAL"] * 3
+
+
+@pytest.mark.parametrize("solo", [
+    "solo,700,5400,10000\nsolo,700,5450,10000\n",   # repeats at one cap, power differing by noise
+    "solo,700,5400,10000\n",                        # one run
+])
+def test_offer_charges_nothing_for_a_group_with_one_cap_and_says_so(run_cli, tmp_path, solo):
+    runs = tmp_path / "runs.csv"
+    runs.write_text("group,cap_w,power_w,tokens_per_s\ndense,200,1600,3000\ndense,400,3000,7000\n"
+                    "dense,700,5500,10500\n" + solo)
+    out = tmp_path / "offer.csv"
+    assert run_cli("offer", runs, "-o", out, cwd=tmp_path).returncode == 0
+    t = read_csv(out, keep_default_na=False).set_index(["job", "max_throughput_loss"])
+    assert (t.loc["solo", "shed_kw"] == 0).all() and (t.loc["solo", "tokens_lost"] == 0).all()
+    assert (t.loc["solo", "note"] == "one cap: no curve, cannot shed").all()
+    assert (t.loc["TOTAL", "tokens_lost"] == t.loc["dense", "tokens_lost"]).all()

@@ -87,8 +87,9 @@ def run(args: argparse.Namespace) -> int:
     path = args.curves or default_curves(args.config)
     check_outputs([p for p in (args.output, args.output and f"{args.output}.meta.json") if p], [path])
     points, chosen = job_points(read_curves(path), args.job)
-    check_points(points[["job", "power_w", "throughput"]], source=path)
-    ids, curves = curves_from_points(points["job"], points["power_w"], points["throughput"])
+    check_points(points[["job", "power_w", "throughput"]], source=path, single_ok=True)
+    caps = points["cap_w"] if "cap_w" in points.columns else None  # a job at one cap cannot shed
+    ids, curves = curves_from_points(points["job"], points["power_w"], points["throughput"], caps)
     index = {j: i for i, j in enumerate(ids)}
     rows = np.array([index[name] for name, n in chosen for _ in range(n)])
     names = [name if n == 1 else f"{name}#{k + 1}" for name, n in chosen for k in range(n)]
