@@ -59,3 +59,26 @@ def test_offer_charges_nothing_for_a_group_with_one_cap_and_says_so(run_cli, tmp
     assert (t.loc["solo", "shed_kw"] == 0).all() and (t.loc["solo", "tokens_lost"] == 0).all()
     assert (t.loc["solo", "note"] == "one cap: no curve, cannot shed").all()
     assert (t.loc["TOTAL", "tokens_lost"] == t.loc["dense", "tokens_lost"]).all()
+
+
+ALLOCATE = ["allocate", "curves.csv", "--cut", "0.3", "--policy", "curve-aware"]
+
+
+@pytest.mark.parametrize("command, option, value, allowed", [
+    (ALLOCATE, "--curve-nodes", "0", "whole number >= 2 and <= 50"),
+    (ALLOCATE, "--moe-ft-share", "-1", "finite number > 0"),
+    (ALLOCATE, "--moe-ft-share", "nan", "finite number > 0"),
+    (["offer", "curves.csv"], "--hours", "1e308", "finite number > 0 and <= 8784"),
+    (["offer", "curves.csv"], "--hours", "0", "finite number > 0 and <= 8784"),
+    (["offer", "curves.csv"], "--hours", "inf", "finite number > 0 and <= 8784"),
+    (["pfi", "sweeps.csv"], "--rel-tol", "-1", "finite number >= 0 and <= 1"),
+    (["pfi", "sweeps.csv"], "--rel-tol", "nan", "finite number >= 0 and <= 1"),
+    (["cluster-control", "--signal", "s.csv", "--budget-dir", "b"], "--duration-s", "nan", "finite number > 0"),
+    (["cluster-control", "--signal", "s.csv", "--budget-dir", "b"], "--duration-s", "-5", "finite number > 0"),
+])
+def test_out_of_range_options_are_refused_where_parsed(run_cli, curves, tmp_path, command, option, value, allowed):
+    (tmp_path / "sweeps.csv").write_text("group,cap_w,power_w,throughput\ng,300,280,50\ng,700,600,100\n")
+    result = run_cli(*command, option, value, cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert f"argument {option}: {value!r}: must be a {allowed}" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "b").exists()

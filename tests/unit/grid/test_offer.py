@@ -48,7 +48,6 @@ def test_offer_command_on_a_curve_table(tmp_path, capsys):
     (["--job", "zz"], "--job 'zz': no curve for 'zz'"),
     (["--job", "a=0"], "N must be a whole number > 0"),
     (["--loss", "1.5"], "--loss 1.5: each must be a fraction in (0, 1)"),
-    (["--hours", "0"], "--hours 0: must be a finite number > 0"),
 ])
 def test_bad_offer_arguments_are_one_line(tmp_path, capsys, args, message):
     src = tmp_path / "curves.csv"
