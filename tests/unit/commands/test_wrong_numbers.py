@@ -82,3 +82,21 @@ def test_out_of_range_options_are_refused_where_parsed(run_cli, curves, tmp_path
     assert result.returncode == 2 and result.stdout == ""
     assert f"argument {option}: {value!r}: must be a {allowed}" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "b").exists()
+
+
+CAL_GROUP = "dense-ft-mistral24b-x8"   # a group of config/config.yaml
+
+
+@pytest.mark.parametrize("points, reason", [
+    ([(300, 2400, 0), (500, 4000, 0), (700, 5600, 0)], "no PFI: throughput zero or flat across caps"),
+    ([(300, 2400, 100), (500, 4000, 100), (700, 5600, 100)], "no PFI: throughput zero or flat across caps"),
+    ([(300, 5600, 50), (500, 5600, 80), (700, 5600, 100)], "PFI 0: power identical across caps"),
+])
+def test_calibrate_refuses_sweeps_that_cannot_pin_the_anchor(run_cli, repo, tmp_path, points, reason):
+    runs = tmp_path / "runs.csv"
+    runs.write_text("group,cap_w,power_w,throughput\n" + "".join(f"{CAL_GROUP},{c},{p},{t}\n" for c, p, t in points))
+    out = tmp_path / "cal.json"
+    result = run_cli("calibrate", "--runs", runs, "--config", repo / "config/config.yaml", "-o", out, cwd=tmp_path)
+    line = one_error_line(result, "calibrate")
+    assert "cannot pin the fit" in line and f"{CAL_GROUP} ({reason})" in line
+    assert not out.exists() and "anchor" not in result.stdout
