@@ -100,3 +100,20 @@ def test_calibrate_refuses_sweeps_that_cannot_pin_the_anchor(run_cli, repo, tmp_
     line = one_error_line(result, "calibrate")
     assert "cannot pin the fit" in line and f"{CAL_GROUP} ({reason})" in line
     assert not out.exists() and "anchor" not in result.stdout
+
+
+def test_ingest_dcgm_runs_counts_no_instant_twice_when_the_capture_clock_steps_back(run_cli, tmp_path):
+    from tests.unit.ingest.test_dcgm import exporter_capture
+
+    steps = "step,t_end_s,tokens,loss\n" + "".join(f"{s},{1795956000 + 2 * s},16384,1.0\n" for s in range(1, 100))
+    (tmp_path / "steps.csv").write_text(steps)
+    power = {}
+    for name, back in (("mono", 0.0), ("back", 15.0)):
+        exporter_capture(tmp_path / f"{name}.prom", step_back_s=back, n=40)
+        (tmp_path / f"{name}.csv").write_text("group,cap_w,telemetry,telemetry_format,steps,gpu_model\n"
+                                              f"g,700,{name}.prom,dcgm-exporter,steps.csv,H100\n")
+        result = run_cli("ingest", "dcgm-runs", f"{name}.csv", "-o", f"{name}.runs.csv", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        power[name] = read_csv(tmp_path / f"{name}.runs.csv")["power_w"].item()
+        assert ("the clock goes back" in result.stdout) == (name == "back")
+    assert power["back"] == pytest.approx(power["mono"]) == 610
