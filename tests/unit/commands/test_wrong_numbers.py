@@ -3,6 +3,7 @@ exit 0 are read as meant (job ids as text) or refused with one line naming what 
 
 import pytest
 
+from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
 from wattflex.provenance import read_csv
 
 CURVES = """job,power_w,throughput,cap_w,gpus
@@ -117,3 +118,15 @@ def test_ingest_dcgm_runs_counts_no_instant_twice_when_the_capture_clock_steps_b
         power[name] = read_csv(tmp_path / f"{name}.runs.csv")["power_w"].item()
         assert ("the clock goes back" in result.stdout) == (name == "back")
     assert power["back"] == pytest.approx(power["mono"]) == 610
+
+
+@pytest.mark.fake_gpu
+@pytest.mark.parametrize("name, text, message", [
+    ("s.json", '{"events": [{"start_s": 0, "end_s": 60, "target_kw": true}]}', "target_kw true is not a number"),
+    ("s.csv", "time_s,fraction\n-100,0.5\n-50,0.6\n", "time_s ends at -50 s, before the start"),
+])
+def test_control_refuses_a_signal_that_would_be_followed_wrong_fake_nvml(fake_nvml, run_cli, tmp_path, name, text,
+                                                                        message):
+    (tmp_path / name).write_text(text)
+    result = run_cli("control", "--signal", name, "--state-dir", tmp_path / "st", "--duration-s", "5", cwd=tmp_path)
+    assert message in one_error_line(result, "control") and limits_w() == [700.0, 700.0]
