@@ -130,3 +130,17 @@ def test_control_refuses_a_signal_that_would_be_followed_wrong_fake_nvml(fake_nv
     (tmp_path / name).write_text(text)
     result = run_cli("control", "--signal", name, "--state-dir", tmp_path / "st", "--duration-s", "5", cwd=tmp_path)
     assert message in one_error_line(result, "control") and limits_w() == [700.0, 700.0]
+
+
+@pytest.mark.parametrize("coefficients, intercept, message", [
+    ('{"dram_copy_product": 1e308}', "1e308", "PFI of data row(s) 1, 2 is not a finite number"),
+    ('{"dram_copy_product": 1e999}', "0.5", "coefficient 'dram_copy_product' inf is not a finite number"),
+])
+def test_predict_refuses_a_model_that_gives_no_finite_pfi(run_cli, tmp_path, coefficients, intercept, message):
+    from wattflex.provenance import SCHEMA_VERSION
+
+    (tmp_path / "model.json").write_text(f'{{"schema_version": "{SCHEMA_VERSION}", "features": ["dram_copy_product"], '
+                                         f'"coefficients": {coefficients}, "intercept": {intercept}}}')
+    (tmp_path / "jobs.csv").write_text("job,dram_active,mem_copy_util\na,0.1,10\nb,0.4,30\n")
+    result = run_cli("predict", "jobs.csv", "--model", "model.json", "-o", "pred.csv", cwd=tmp_path)
+    assert message in one_error_line(result, "predict") and not (tmp_path / "pred.csv").exists()
