@@ -309,7 +309,24 @@ def _check_facts(groups: Sequence[GroupModel], facts: pd.Series) -> list[GroupMo
                          "add them to the config's groups (the emulator needs their job) or drop them")
     if not use:
         raise ValueError("calibration: no facts to fit on (no group with a measured or published PFI)")
+    _check_fact_values(facts)
     return use
+
+
+def _check_fact_values(facts: pd.Series) -> None:
+    """A PFI that is not a finite number > 0 cannot pin the anchor: every grid anchor then
+    fits it equally badly (NaN) or for the wrong reason, and the first one would be returned."""
+    def why(value: float) -> str:
+        if not np.isfinite(value):
+            return "no PFI: throughput zero or flat across caps"
+        if value == 0:
+            return "PFI 0: power identical across caps"
+        return f"PFI {value:.3g}: throughput rises as power falls"
+
+    bad = [f"{gid} ({why(float(v))})" for gid, v in facts.items() if not (np.isfinite(v) and v > 0)]
+    if bad:
+        raise ValueError(f"calibration: the data cannot pin the fit: group(s) {'; '.join(bad)}; measure them "
+                         "again or leave them out of the runs table")
 
 
 def _argmin(table: pd.DataFrame, facts: pd.Series) -> tuple[float, pd.Series]:

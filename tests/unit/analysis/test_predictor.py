@@ -4,6 +4,7 @@ known, leverage against statsmodels, the saved model and its predictions."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -174,6 +175,19 @@ def test_predict_names_the_missing_raw_columns():
     model = pr.fit_model(groups_table(), "dram_copy_product+job_metadata")
     with pytest.raises(ValueError, match=r"mem_copy_util"):
         pr.predict(model, pd.DataFrame({"dram_active": [0.2], "architecture": ["moe"], "task": ["pt"], "gpus": [8]}))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"coefficients": {"dram_copy_product": 1e308}, "intercept": 1e308},
+     "PFI of data row(s) 1, 2 is not a finite number"),             # finite numbers whose sum overflows
+    ({"intercept": float("inf")}, "intercept inf is not a finite number"),
+    ({"coefficients": {"dram_copy_product": True}}, "coefficient 'dram_copy_product' True is not a finite number"),
+])
+def test_predict_refuses_a_model_that_gives_no_finite_pfi(change, message):
+    model = {**pr.fit_model(groups_table(), "dram_copy_product"), **change}
+    jobs = pd.DataFrame({"dram_active": [0.1, 0.4], "mem_copy_util": [10.0, 30.0]})
+    with pytest.raises(ValueError, match=re.escape(message)):
+        pr.predict(model, jobs)
 
 
 def test_cli_predict(tmp_path, capsys):

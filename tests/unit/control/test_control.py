@@ -62,6 +62,7 @@ def test_signal_steps_ramps_and_holds(tmp_path):
     ("time_s,frac\n0,1\n", "missing column.*fraction"),
     ("time_s,fraction\n0,1\n10,0.5\n5,0.5\n", "must not decrease"),
     ("time_s,fraction\n0,1\n10,-0.5\n", "fraction must be in"),
+    ("time_s,fraction\n-100,0.5\n-50,0.6\n", "time_s ends at -50 s, before the start"),   # would run "for -50 s"
 ])
 def test_bad_signal_is_refused_clearly(tmp_path, text, match):
     path = tmp_path / "bad.csv"

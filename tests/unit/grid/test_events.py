@@ -92,3 +92,12 @@ def test_an_event_under_way_starts_now_a_low_target_and_a_short_deadline_warn():
     assert "event 'fast': the ramp of 0.01 kW/s from 1400 W to 700 W with a 5 s control period needs 77.0 s, " \
            "over the 30 s deadline" in w
     assert math.isinf(chk.schedule.budget(150.0, 1400.0))
+
+
+@pytest.mark.parametrize("key", ["target_kw", "fraction", "start_s", "ramp_kw_per_s"])
+def test_json_booleans_are_not_numbers(tmp_path, key):
+    event = {"start_s": 0, "end_s": 60, "fraction": 0.5, key: True}
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps({"events": [event]}))
+    with pytest.raises(ScheduleError, match=f"event 1: {key} true is not a number"):
+        read_schedule(p, NOW)

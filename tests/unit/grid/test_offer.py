@@ -48,7 +48,6 @@ def test_offer_command_on_a_curve_table(tmp_path, capsys):
     (["--job", "zz"], "--job 'zz': no curve for 'zz'"),
     (["--job", "a=0"], "N must be a whole number > 0"),
     (["--loss", "1.5"], "--loss 1.5: each must be a fraction in (0, 1)"),
-    (["--hours", "0"], "--hours 0: must be a finite number > 0"),
 ])
 def test_bad_offer_arguments_are_one_line(tmp_path, capsys, args, message):
     src = tmp_path / "curves.csv"
@@ -62,3 +61,15 @@ def test_no_default_campaign_results_is_a_clear_error(tmp_path, capsys, monkeypa
     monkeypatch.chdir(tmp_path)
     assert cli.main(["offer", "--config", "nope.yaml"]) == 2
     assert "--config nope.yaml: no such file" in capsys.readouterr().err
+
+
+def test_a_job_at_one_cap_cannot_shed_costs_nothing_and_says_so():
+    # job c: two repeats at one cap (700 W), their power differing by noise only
+    curves = Curves(np.array([[400.0, 1000.0, 1000.0], [5400.0, 5450.0, 5450.0]]),
+                    np.array([[0.0, 100.0, 100.0], [10000.0, 10000.0, 10000.0]]),
+                    np.array([[200.0, 700.0, 700.0], [700.0, 700.0, 700.0]]))
+    t = offer_table(["a", "c"], curves, [0.25], hours=4.0).set_index("job")
+    assert t.loc["c", "shed_kw"] == 0 and t.loc["c", "tokens_lost"] == 0 and "no curve" in t.loc["c", "note"]
+    assert t.loc["TOTAL", "tokens_lost"] == t.loc["a", "tokens_lost"] == pytest.approx(0.25 * 100 * 3600 * 4)
+    assert t.loc["TOTAL", "shed_kw"] == t.loc["a", "shed_kw"] and "1 job(s) with one cap" in t.loc["TOTAL", "note"]
+    assert t.loc["a", "note"] == ""

@@ -8,6 +8,7 @@ quiet, then restoring. The squeue documents below are shaped after Slurm 22.05's
 SLURM cluster is not here."""
 
 import json
+import math
 import threading
 import time
 
@@ -308,3 +309,23 @@ def test_each_agent_holds_its_cap_changes_to_its_share_of_the_ramp_fake_nvml(fak
         cuts = [min(a, 650.0) - b for a, b in zip(caps, caps[1:])]
         assert max(cuts) <= 200.0 * 0.2 + 5.0 and len(caps) > 8, caps    # ... at the ramp, not at once
     assert limits_w() == [700.0, 700.0]
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('{"budget_w": NaN, "t_unix": %s}', "budget_w nan is not a finite number >= 0"),
+    ('{"budget_w": true, "t_unix": %s}', "budget_w True is not a finite number >= 0"),
+    ('{"budget_w": "abc", "t_unix": %s}', "budget_w 'abc' is not a finite number >= 0"),
+    ('{"budget_w": 400, "ramp_w_per_s": -5, "t_unix": %s}', "ramp_w_per_s -5 is not a finite number >= 0"),
+])
+def test_a_budget_the_agent_cannot_follow_is_no_word_and_said_once(tmp_path, text, problem):
+    from wattflex.grid.slurm import BudgetFile
+
+    path = tmp_path / "u.budget.json"
+    warnings = []
+    agent = BudgetFile(path, stale_s=60.0, warn=warnings.append)
+    path.write_text(json.dumps({"budget_w": 500.0, "t_unix": time.time(), "hold_until_unix": time.time() + 600}))
+    assert agent.budget_at(0.0) == 500.0
+    path.write_text(text % time.time())
+    # held at the last budget until its event's end, as when the coordinator is quiet
+    assert agent.budget_at(1.0) == 500.0 and agent.budget_at(2.0) == 500.0 and agent.ramp_at(2.0) == math.inf
+    assert len(warnings) == 1 and problem in warnings[0] and str(path) in warnings[0]

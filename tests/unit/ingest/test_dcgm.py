@@ -155,3 +155,26 @@ def test_captures_summarise_with_the_run_protocol(capture):
     assert summary["dram_active"] == pytest.approx(tel.loc[tel["gpu_util"] >= 50, "dram_active"].mean())
     rate = steps["tokens"] / steps["t_end_s"].diff()
     assert rate.min() <= summary["tokens_per_s"] <= rate.max()
+
+
+def exporter_capture(path, step_back_s: float = 0.0, n: int = 12):
+    """Scrapes every 5 s of two busy GPUs at 300 and 310 W; from the middle scrape on the
+    clock is ``step_back_s`` behind (an NTP step)."""
+    lines = []
+    for k in range(n):
+        lines.append(f"# scrape_time {1795956000 + 5 * k - (step_back_s if k >= n // 2 else 0):.3f}")
+        for g in (0, 1):
+            lines += [f'DCGM_FI_DEV_POWER_USAGE{{gpu="{g}",Hostname="n1"}} {300 + 10 * g}',
+                      f'DCGM_FI_DEV_GPU_UTIL{{gpu="{g}",Hostname="n1"}} 99']
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_exporter_samples_whose_clock_goes_back_are_left_out_with_a_note(tmp_path):
+    tel = read_dcgm_exporter([exporter_capture(tmp_path / "back.prom", step_back_s=15.0)])
+    # scrapes 6-8 (stamped 15, 20, 25 s) are not later than scrape 5 (25 s): 9 scrapes kept
+    assert len(tel) == 2 * 9 and not tel.duplicated(["t_s", "node", "gpu"]).any()
+    assert (tel.groupby("t_s")["power_w"].sum() == 610).all()   # never two samples of a GPU at one instant
+    (note,) = tel.attrs["notes"]
+    assert "back.prom: the clock goes back" in note and "left out 6 sample(s)" in note
+    assert read_dcgm_exporter([exporter_capture(tmp_path / "mono.prom")]).attrs["notes"] == []

@@ -103,11 +103,12 @@ def curves_from_points(job: Sequence[Any], power_w: Sequence[float], throughput:
 MAX_JOB_POWER_W = 1e9  # a gigawatt: a whole AI data centre, not one job
 
 
-def check_points(points: pd.DataFrame, source: str | None = None) -> None:
+def check_points(points: pd.DataFrame, source: str | None = None, single_ok: bool = False) -> None:
     """Refuse curve points that would give a wrong allocation, with one line naming the job
     and (for a file ``source``) its line: a missing job id, power or throughput that is not
     a positive finite number, two rows of a job at the same power with different
-    throughput, and a job with a single measured power (no curve: floor == ceiling)."""
+    throughput, and (unless ``single_ok``: an offer reports such a job as one that cannot
+    shed) a job with a single measured power (no curve: floor == ceiling)."""
     def where(pos: int) -> str:
         if source is None:
             return f"row {pos + 1}"
@@ -151,7 +152,7 @@ def check_points(points: pd.DataFrame, source: str | None = None) -> None:
                          f"throughput {first[i]:g}, here {df['throughput'].iloc[i]:g} (conflicting duplicate; "
                          f"average the repeats or drop one){more(conflict.size)}")
     n_powers = df.groupby("job", sort=False)["power_w"].transform("nunique").to_numpy()
-    single = np.flatnonzero(n_powers < 2)
+    single = np.flatnonzero(n_powers < 2) if not single_ok else np.array([], int)
     if single.size:
         i = single[0]
         n_jobs = df["job"].iloc[single].nunique()

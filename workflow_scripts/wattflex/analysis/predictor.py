@@ -22,7 +22,8 @@ folds, scored by R² (against the pooled mean), RMSE and Spearman rho.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+import math
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -375,17 +376,39 @@ def input_problems(df: pd.DataFrame, columns: Iterable[str]) -> list[tuple[int, 
     return sorted(out)
 
 
+def model_number_problem(model: Mapping[str, Any]) -> str | None:
+    """Why a model's coefficients or intercept cannot be used (not a finite number: ``1e999``
+    reads as inf, ``true`` as 1), or None."""
+    numbers = {**{f"coefficient {f!r}": v for f, v in dict(model["coefficients"]).items()},
+               "intercept": model["intercept"]}
+    for name, v in numbers.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return f"{name} {v!r} is not a finite number"
+    return None
+
+
 def predict(model: dict[str, Any], df: pd.DataFrame) -> np.ndarray:
-    """PFI predicted by a model document from :func:`fit_model` for each row of ``df``."""
+    """PFI predicted by a model document from :func:`fit_model` for each row of ``df``; NaN
+    where an input is missing, an error where finite inputs give no finite PFI."""
     if not is_fitted(model):
         raise ValueError(f"the predictor model was not fitted: {model.get('reason', 'no reason recorded')}")
     for key in ("features", "coefficients", "intercept"):
         if key not in model:
             raise ValueError(f"not a wattflex predictor model: no {key!r}")
+    problem = model_number_problem(model)
+    if problem:
+        raise ValueError(f"predictor model: {problem}")
     features = list(model["features"])
     X = design_matrix(df, features)
     coef = np.array([model["coefficients"][f] for f in features], dtype=float)
-    return X @ coef + float(model["intercept"])
+    with np.errstate(over="ignore", invalid="ignore"):
+        pred = X @ coef + float(model["intercept"])
+    overflow = np.flatnonzero(~np.isfinite(pred) & np.isfinite(X).all(axis=1))
+    if overflow.size:
+        rows = ", ".join(str(i + 1) for i in overflow[:5]) + (" ..." if overflow.size > 5 else "")
+        raise ValueError(f"predictor model: the PFI of data row(s) {rows} is not a finite number (coefficients "
+                         f"x inputs overflow); the model's coefficients are not a fitted PFI predictor's")
+    return pred
 
 
 def predictions_table(groups: pd.DataFrame, model: dict[str, Any]) -> pd.DataFrame:

@@ -1,1 +1,45 @@
-"""Subcommands of ``wattflex``: one module each (see ``wattflex.cli``)."""
+"""Subcommands of ``wattflex``: one module each (see ``wattflex.cli``), and the argparse
+``type`` helpers their options share: a number is range-checked where it is parsed, so
+``nan``, ``inf`` or ``-5`` never reach a command as a value it quietly runs on."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def finite_float(min: float | None = None, max: float | None = None, strict: bool = False):
+    """An argparse ``type``: a finite number in ``[min, max]`` (``(min, max]`` if ``strict``);
+    anything else is argparse's usage error naming the option and the range allowed."""
+    low = "" if min is None else f"{'>' if strict else '>='} {min:g}"
+    allowed = " and ".join(filter(None, (low, "" if max is None else f"<= {max:g}")))
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        too_low = min is not None and (value <= min if strict else value < min)
+        if not math.isfinite(value) or too_low or (max is not None and value > max):
+            raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number{' ' + allowed if allowed else ''}")
+        return value
+
+    parse.__name__ = "number"  # argparse names the type by it in its own messages
+    return parse
+
+
+def whole_number(min: int | None = None, max: int | None = None):
+    """An argparse ``type``: a whole number in ``[min, max]``, else a usage error saying so."""
+    allowed = " and ".join(filter(None, ("" if min is None else f">= {min}", "" if max is None else f"<= {max}")))
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or (min is not None and value < min) or (max is not None and value > max):
+            raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number{' ' + allowed if allowed else ''}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from wattflex.allocation.policies import POLICIES
+from wattflex.commands import finite_float, whole_number
 
 NAME = "allocate"
 HELP = "Split a cluster power cut across jobs (equal-weight, PFI-aware, ..., exact oracle)"
@@ -19,18 +20,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--cut", type=float, help="fraction of the jobs' uncapped power to shed, e.g. 0.3")
     how.add_argument("--budget-w", type=float, help="cluster power budget in W instead of --cut")
     parser.add_argument("--policy", choices=POLICIES, default="oracle", help="allocation policy (default: oracle)")
-    parser.add_argument("--moe-ft-share", type=float, default=2.0,
+    parser.add_argument("--moe-ft-share", type=finite_float(min=0, strict=True), default=2.0,
                         help="share multiplier of MoE fine-tuning jobs for moe-ft-weighted (default: 2)")
-    parser.add_argument("--curve-nodes", type=int, default=6,
+    parser.add_argument("--curve-nodes", type=whole_number(min=2, max=50), default=6,
                         help="points of each predicted curve for curve-aware (default: 6)")
     parser.add_argument("-o", "--output", help="write job,power_w,throughput[,cap_w] here and the totals to "
                                                "OUTPUT.totals.json (default: CSV on stdout)")
 
 
 def read_curves(path: str):
-    """The curve points, a CSV or parquet table as pandas types it (job ids keep pandas'
-    typing, which the allocation output echoes); a clear error when the file is missing or
-    unreadable. Bad values are named by line in ``allocate_table`` (``source=``)."""
+    """The curve points, a CSV or parquet table as pandas types it, except a CSV's job ids
+    (``job``, or a runs table's ``group``), read as text: ``01`` and ``1`` are two jobs, and
+    ``007`` keeps its zeros (issue 37). A clear error when the file is missing or unreadable.
+    Bad values are named by line in ``allocate_table`` (``source=``)."""
     import pandas as pd
 
     from wattflex.ingest.reader import check_input_file
@@ -43,7 +45,7 @@ def read_curves(path: str):
             raise ValueError(f"{path}: not a readable parquet file "
                              f"({(str(exc) or repr(exc)).splitlines()[0]})") from None
     try:
-        return pd.read_csv(path)
+        return pd.read_csv(path, dtype={"job": str, "group": str})
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
         raise ValueError(f"{path}: not a readable CSV ({exc})") from None
 

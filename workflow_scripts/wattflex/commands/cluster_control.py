@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from wattflex.allocation.policies import CONTROL_POLICIES
+from wattflex.commands import finite_float
 from wattflex.errors import UserError
 from wattflex.gpus import DEFAULT_GPU, GPUS
 
@@ -33,7 +34,8 @@ HELP = "Follow a grid event across the SLURM cluster's GPU jobs: one agent per j
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--signal", required=True, help="event schedule CSV/JSON or time_s,fraction CSV (wattflex control)")
     parser.add_argument("--budget-dir", required=True, help="folder on a filesystem every node sees (budget and load files)")
-    parser.add_argument("--duration-s", type=float, help="how long to coordinate (default: to the schedule's end + 2 periods)")
+    parser.add_argument("--duration-s", type=finite_float(min=0, strict=True),
+                        help="how long to coordinate, > 0 (default: to the schedule's end + 2 periods)")
     parser.add_argument("--period-s", type=float, default=5.0, help="coordination period (default 5 s)")
     parser.add_argument("--partition", metavar="NAME[,NAME...]", default="",
                         help="only the jobs running in these SLURM partitions (default: every partition's GPU jobs)")

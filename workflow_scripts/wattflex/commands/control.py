@@ -291,7 +291,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.budget_file:
         from wattflex.grid.slurm import BudgetFile
 
-        budget_file = BudgetFile(args.budget_file, args.budget_stale_s)
+        budget_file = BudgetFile(args.budget_file, args.budget_stale_s,
+                                 lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
         budget_at = budget_file.budget_at
         source = f"budget file {args.budget_file}"
         duration = args.duration_s

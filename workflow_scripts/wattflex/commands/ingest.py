@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
           f"{len(result.rejected)} row(s) rejected")
     for where, reason in result.rejected.head(20).itertuples(index=False):
         print(f"  rejected {where}: {reason}")
+    for note in result.notes:
+        print(f"  note: {note}")
     if args.pfi is not None:
         from wattflex.pfi import pfi_table
 

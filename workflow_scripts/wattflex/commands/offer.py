@@ -16,6 +16,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from wattflex.commands import finite_float
+
+HOURS_IN_A_YEAR = 8784  # a leap year: no enrolment is held longer, and kWh and tokens stay finite
 NAME = "offer"
 HELP = "kW the jobs can shed for how long at which throughput cost (a demand-response offer), from PFI curves"
 
@@ -28,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a job (sweep group or curve job id) that runs, N of them (repeat; default: one of each)")
     parser.add_argument("--loss", action="append", type=float, metavar="FRACTION",
                         help="throughput loss levels, fractions (repeat; default 0.10 0.25 0.50)")
-    parser.add_argument("--hours", type=float, default=4.0, help="how long the offer is held (default 4 h)")
+    parser.add_argument("--hours", type=finite_float(min=0, max=HOURS_IN_A_YEAR, strict=True), default=4.0,
+                        help=f"how long the offer is held, at most {HOURS_IN_A_YEAR} (a leap year; default 4 h)")
     parser.add_argument("-o", "--output", help="write the offer table here (CSV, with a .meta.json sidecar)")
 
 
@@ -83,13 +87,12 @@ def run(args: argparse.Namespace) -> int:
     losses = tuple(args.loss) if args.loss else LOSSES
     if not all(0 < x < 1 for x in losses):
         raise UserError(f"--loss {', '.join(f'{x:g}' for x in losses)}: each must be a fraction in (0, 1)")
-    if not (args.hours > 0 and np.isfinite(args.hours)):
-        raise UserError(f"--hours {args.hours:g}: must be a finite number > 0")
     path = args.curves or default_curves(args.config)
     check_outputs([p for p in (args.output, args.output and f"{args.output}.meta.json") if p], [path])
     points, chosen = job_points(read_curves(path), args.job)
-    check_points(points[["job", "power_w", "throughput"]], source=path)
-    ids, curves = curves_from_points(points["job"], points["power_w"], points["throughput"])
+    check_points(points[["job", "power_w", "throughput"]], source=path, single_ok=True)
+    caps = points["cap_w"] if "cap_w" in points.columns else None  # a job at one cap cannot shed
+    ids, curves = curves_from_points(points["job"], points["power_w"], points["throughput"], caps)
     index = {j: i for i, j in enumerate(ids)}
     rows = np.array([index[name] for name, n in chosen for _ in range(n)])
     names = [name if n == 1 else f"{name}#{k + 1}" for name, n in chosen for k in range(n)]

@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from wattflex.commands import finite_float
 from wattflex.errors import UserError
 
 NAME = "pfi"
@@ -39,8 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--uncapped-cap-w", type=float,
                         help="cap of an uncapped run (e.g. 700 on H200); groups below it are "
                         "flagged missing_uncapped")
-    parser.add_argument("--rel-tol", type=float, default=0.02,
-                        help="relative noise level used where no SEM is given (default 0.02)")
+    parser.add_argument("--rel-tol", type=finite_float(min=0, max=1), default=0.02,
+                        help="relative noise level used where no SEM is given, 0 to 1 (default 0.02)")
     parser.add_argument("--power-tol", type=float, default=0.10,
                         help="a cap binds if realised per-GPU power is within this fraction "
                         "of it (default 0.10)")

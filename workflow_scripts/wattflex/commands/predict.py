@@ -23,6 +23,7 @@ def load_model(path: str) -> dict:
     import json
     from pathlib import Path
 
+    from wattflex.analysis.predictor import model_number_problem
     from wattflex.provenance import check_schema_version
 
     p = Path(path)
@@ -46,6 +47,9 @@ def load_model(path: str) -> dict:
     if (not isinstance(feats, list) or not isinstance(doc["coefficients"], dict)
             or any(f not in doc["coefficients"] for f in feats)):
         raise UserError(f"{path}: not a wattflex predictor model (features and coefficients do not match)")
+    problem = model_number_problem(doc)
+    if problem:
+        raise UserError(f"{path}: {problem}; a fitted model's coefficients and intercept are finite numbers")
     return doc
 
 

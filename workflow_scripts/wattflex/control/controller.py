@@ -114,6 +114,9 @@ def read_signal(path: str | Path) -> Signal:
         raise ValueError(f"signal {path}: empty or non-numeric time_s/fraction")
     if (np.diff(t) < 0).any():
         raise ValueError(f"signal {path}: time_s must not decrease (row {int(np.argmax(np.diff(t) < 0)) + 3})")
+    if t[-1] < 0:  # its length is its last time: it would run "for -50 s"
+        raise ValueError(f"signal {path}: time_s ends at {t[-1]:g} s, before the start: times are seconds "
+                         "from the start, the last one >= 0")
     if (f <= 0).any() or (f > 2).any():
         raise ValueError(f"signal {path}: fraction must be in (0, 2], got {f.min():g}..{f.max():g}")
     return Signal(t, f)

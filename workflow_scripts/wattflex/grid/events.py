@@ -129,6 +129,8 @@ def _number(row: Mapping[str, Any], key: str, where: str) -> float | None:
     v = row.get(key)
     if v is None or (isinstance(v, str) and not v.strip()) or (isinstance(v, float) and math.isnan(v)):
         return None
+    if isinstance(v, bool):  # JSON true/false: float() would follow true as 1
+        raise ScheduleError(f"{where}: {key} {json.dumps(v)} is not a number")
     try:
         return float(v)
     except (TypeError, ValueError):

@@ -7,7 +7,8 @@ down to the lowest power on its curve whose throughput is still ``(1 - loss) * T
 training job holds a cap for as long as it runs, so an offer held for ``hours`` costs
 ``loss * T_max * 3600 * hours`` tokens and sheds ``shed * hours`` kWh. The total offer at
 a loss level is the sum over jobs each held to that loss (a per-job service level, the
-form a programme enrolment takes: "X kW for H hours").
+form a programme enrolment takes: "X kW for H hours"). A job measured at one cap only (or
+one power) has no curve: it cannot shed and costs nothing, and its rows say so (``note``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ from wattflex.allocation.curves import Curves
 
 LOSSES = (0.10, 0.25, 0.50)     # the issue's levels: kW available at <= 10 / 25 / 50 % throughput loss
 GRID = 512                      # points per curve on which the lowest power is searched
+NO_CURVE = "one cap: no curve, cannot shed"
+
+
+def without_curve(curves: Curves) -> np.ndarray:
+    """(J,) jobs measured at a single cap (or, caps unknown, a single power): their repeats'
+    spread in power is noise, not a curve to shed along."""
+    levels = curves.power_w if curves.cap_w is None else curves.cap_w
+    return np.ptp(np.asarray(levels, float), axis=-1) == 0
 
 
 def sheddable_w(curves: Curves, losses: Sequence[float]) -> np.ndarray:
@@ -35,6 +44,7 @@ def sheddable_w(curves: Curves, losses: Sequence[float]) -> np.ndarray:
         ok = t >= (1.0 - loss) * t_max - 1e-9 * np.abs(t_max)
         lowest = grid[np.arange(len(P)), np.argmax(ok, axis=-1)]
         out[:, k] = P[:, -1] - lowest
+    out[without_curve(curves)] = 0.0
     return np.maximum(out, 0.0)
 
 
@@ -44,16 +54,19 @@ def offer_table(jobs: Sequence[str], curves: Curves, losses: Sequence[float] = L
     shed = sheddable_w(curves, losses)
     p_max = np.asarray(curves.power_w, float)[:, -1]
     t_max = np.asarray(curves.throughput, float)[:, -1]
+    flat = without_curve(curves)
     rows = []
     for j, job in enumerate(jobs):
         for k, loss in enumerate(losses):
             rows.append({"job": str(job), "max_throughput_loss": loss, "uncapped_kw": p_max[j] / 1e3,
                          "shed_kw": shed[j, k] / 1e3, "shed_fraction": shed[j, k] / p_max[j], "hours": hours,
                          "energy_kwh": shed[j, k] / 1e3 * hours,
-                         "tokens_lost": loss * t_max[j] * 3600.0 * hours})
+                         "tokens_lost": 0.0 if flat[j] else loss * t_max[j] * 3600.0 * hours,
+                         "note": NO_CURVE if flat[j] else ""})
     df = pd.DataFrame(rows)
     tot = df.groupby("max_throughput_loss", as_index=False)[["uncapped_kw", "shed_kw", "energy_kwh", "tokens_lost"]].sum()
     tot["job"], tot["hours"] = "TOTAL", hours
+    tot["note"] = f"{flat.sum()} job(s) with one cap: 0 kW, 0 tokens" if flat.any() else ""
     tot["shed_fraction"] = tot["shed_kw"] / tot["uncapped_kw"]
     return pd.concat([df, tot[df.columns]], ignore_index=True)
 

@@ -45,7 +45,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from wattflex.provenance import strict_json
 
@@ -290,17 +290,44 @@ def read_fresh(path: Path, stale_s: float, now: float | None = None) -> dict[str
     return doc if now - float(doc.get("t_unix", -math.inf)) <= stale_s else None
 
 
+BUDGET_NUMBERS = ("budget_w", "hold_until_unix", "ramp_w_per_s")  # null, or a finite number >= 0
+
+
+def budget_problem(doc: Mapping[str, Any]) -> str | None:
+    """Why a budget document cannot be followed, or None. ``NaN`` is no budget the
+    coordinator writes (it writes ``null`` for none), and ``true`` is not a number: read as
+    budgets they would mean no curtailment, or 1 W."""
+    for key in BUDGET_NUMBERS:
+        v = doc.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or not math.isfinite(v) or v < 0):
+            return f"{key} {v!r} is not a finite number >= 0 (or null)"
+    return None
+
+
 class BudgetFile:
     """The agent's side: ``budget_at(t)`` reads the coordinator's file; a stale or missing
-    file holds the last budget until the event end it named, then no budget (restore)."""
+    file holds the last budget until the event end it named, then no budget (restore). A
+    document that cannot be followed (``budget_problem``) counts as no word, and ``warn``
+    is told once per distinct problem."""
 
-    def __init__(self, path: str | Path, stale_s: float):
+    def __init__(self, path: str | Path, stale_s: float, warn: Callable[[str], None] | None = None):
         self.path, self.stale_s = Path(path), stale_s
         self.last: dict[str, Any] = {"budget_w": None, "hold_until_unix": -math.inf}
         self.stale_periods = 0
+        self.warn, self.problems = warn, set()
+
+    def _usable(self, doc: dict[str, Any] | None) -> dict[str, Any] | None:
+        problem = None if doc is None else budget_problem(doc)
+        if problem is None:
+            return doc
+        if problem not in self.problems and self.warn is not None:
+            self.warn(f"budget file {self.path}: {problem}; not followed (held as no word from the coordinator)")
+        self.problems.add(problem)
+        return None
 
     def budget_at(self, _t_s: float) -> float:
-        doc = read_fresh(self.path, self.stale_s)
+        doc = self._usable(read_fresh(self.path, self.stale_s))
         if doc is not None:
             self.last = doc
         else:

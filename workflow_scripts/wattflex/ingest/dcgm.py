@@ -23,7 +23,9 @@ Units are converted to the schema's (framebuffer MiB -> GiB, energy mJ -> J) and
 is range-checked (a DRAM activity of 45 is a percentage where a 0-1 ratio is expected, a
 power of 250000 is mW): a bad or unparseable line raises ``DcgmFormatError`` naming the file
 and line, never a silent skip. All samples of one scrape / one dmon sample share one ``t_s``
-so that ``job_series`` sums power over the job's GPUs at each instant.
+so that ``job_series`` sums power over the job's GPUs at each instant. A capture whose clock
+steps back (NTP, a node reboot) has samples of a GPU not later than an earlier one: they are
+left out, with a note (``attrs["notes"]`` of the table), so that no instant counts twice.
 """
 
 from __future__ import annotations
@@ -84,7 +86,28 @@ def _parse_time(token: str) -> float | None:
     return t.timestamp()
 
 
-def _frame(records: list[dict]) -> pd.DataFrame:
+def drop_backward_samples(records: list[dict], name: str) -> tuple[list[dict], list[str]]:
+    """The records (in capture order) less each GPU's samples not later than its latest earlier
+    one, and a note saying how many went. Kept, they would sort in beside the samples of those
+    seconds already read, and ``job_series`` would add the two up as if they were two GPUs:
+    a clock stepping back 15 s doubled a run's power."""
+    latest: dict[tuple[str, int], float] = {}
+    kept, dropped, back = [], 0, 0.0
+    for record in records:
+        key = (str(record["node"]), int(record["gpu"]))
+        last = latest.get(key)
+        if last is not None and record["t_s"] <= last:
+            dropped, back = dropped + 1, max(back, last - record["t_s"])
+            continue
+        latest[key] = record["t_s"]
+        kept.append(record)
+    if not dropped:
+        return kept, []
+    return kept, [f"{name}: the clock goes back (by up to {back:g} s): left out {dropped} sample(s) not later "
+                  "than an earlier one of their GPU, so that no instant is counted twice"]
+
+
+def _frame(records: list[dict], notes: Sequence[str] = ()) -> pd.DataFrame:
     df = pd.DataFrame.from_records(records)
     columns = telemetry_columns()
     for col in columns:
@@ -93,7 +116,9 @@ def _frame(records: list[dict]) -> pd.DataFrame:
     df = df[columns]
     df["node"] = df["node"].astype(str)
     df["gpu"] = df["gpu"].astype(int)
-    return df.sort_values(["t_s", "node", "gpu"], kind="stable").reset_index(drop=True)
+    df = df.sort_values(["t_s", "node", "gpu"], kind="stable").reset_index(drop=True)
+    df.attrs["notes"] = list(notes)
+    return df
 
 
 def _check(record: dict, where: str) -> None:
@@ -211,12 +236,16 @@ def read_dcgm_exporter(sources: Sequence[str | Path], times: Sequence[float] | N
     if times is not None and len(times) != len(sources):
         raise DcgmFormatError(f"{len(times)} scrape times given for {len(sources)} files")
     records: list[dict] = []
+    notes: list[str] = []
     for i, source in enumerate(sources):
         text, name = _read_text(source)
-        records += parse_dcgm_exporter(text, name, None if times is None else float(times[i]), node, gpu_ids)
+        kept, dropped = drop_backward_samples(
+            parse_dcgm_exporter(text, name, None if times is None else float(times[i]), node, gpu_ids), name)
+        records += kept
+        notes += dropped
     if not records:
         raise DcgmFormatError(f"{', '.join(map(str, sources))}: no DCGM power/clock/activity samples found")
-    return _frame(records)
+    return _frame(records, notes)
 
 
 # ---------------------------------------------------------------------------------------
@@ -235,7 +264,7 @@ def read_dcgmi_dmon(source: str | Path, period_s: float | None = None, node: str
     records = parse_dcgmi_dmon(text, name, period_s, node, gpu_ids)
     if not records:
         raise DcgmFormatError(f"{name}: no 'GPU <i>' sample lines")
-    return _frame(records)
+    return _frame(*drop_backward_samples(records, name))
 
 
 def parse_dcgmi_dmon(text: str, name: str, period_s: float | None = None, node: str = "node0",

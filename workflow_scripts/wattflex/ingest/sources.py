@@ -260,16 +260,19 @@ def read_run_telemetry(files: Sequence[Path], fmt: str, period_s: float | None, 
     if fmt == "dcgmi-dmon":
         parts = [read_dcgmi_dmon(f, period_s=period_s, node=node or f"node{k}", gpu_ids=gpu_ids)
                  for k, f in enumerate(files)]
-        return pd.concat(parts, ignore_index=True)
+        tel = pd.concat(parts, ignore_index=True)
+        tel.attrs["notes"] = [n for p in parts for n in p.attrs["notes"]]
+        return tel
     raise IngestError(f"telemetry_format must be one of {', '.join(TELEMETRY_FORMATS)}, not {fmt!r}")
 
 
 def dcgm_runs_table(manifest: str | Path, protocol: SummaryProtocol = SummaryProtocol(),
-                    telemetry_format: str | None = None) -> tuple[pd.DataFrame, list[dict]]:
-    """A dcgm-runs manifest -> a generic sweep table, one summarised run per row."""
+                    telemetry_format: str | None = None) -> tuple[pd.DataFrame, list[dict], list[str]]:
+    """A dcgm-runs manifest -> a generic sweep table, one summarised run per row; the rows
+    that cannot be read (where, reason); notes on the captures (samples left out)."""
     manifest = Path(manifest)
     df = _manifest(manifest)
-    rows, bad = [], []
+    rows, bad, notes = [], [], []
     for _, m in df.iterrows():
         where = m["_where"]
         try:
@@ -281,6 +284,7 @@ def dcgm_runs_table(manifest: str | Path, protocol: SummaryProtocol = SummaryPro
             node = m["node"] if "node" in m and not pd.isna(m["node"]) else None
             start = float(m["start_unix"]) if "start_unix" in m and not pd.isna(m["start_unix"]) else None
             tel = read_run_telemetry(files, fmt or "", period, node, gpu_ids)
+            notes += [f"{where}: {note}" for note in tel.attrs["notes"]]
             tel, steps = align_clocks(tel, read_steps(manifest.parent / str(m["steps"]).strip()), start)
             s = summarize_run(tel, steps, protocol)
         except (DcgmFormatError, IngestError, ValueError) as exc:
@@ -297,7 +301,7 @@ def dcgm_runs_table(manifest: str | Path, protocol: SummaryProtocol = SummaryPro
             row["repeat"] = m["repeat"]
         row.update({k: m[k] for k in _MANIFEST_META if k in m and k != "gpus" and not pd.isna(m[k])})
         rows.append(row)
-    return pd.DataFrame(rows), bad
+    return pd.DataFrame(rows), bad, notes
 
 
 # ---------------------------------------------------------------------------------------
@@ -316,12 +320,13 @@ def ingest_files(fmt: str, files: Sequence[str | Path], *, on_bad_rows: str = "e
     the manifest first). ``on_bad_rows``: ``error`` raises on any bad row, ``skip`` leaves
     them out and lists them in ``rejected``; ``defaults`` fills columns a table lacks."""
     files = [Path(f) for f in files]
+    notes: list[str] = []
     if fmt == "zeus-nsdi23":
         table, bad = zeus_nsdi23_table(files)
     elif fmt == "perseus-sosp24":
         table, bad = perseus_sosp24_table(files)
     elif fmt == "dcgm-runs":
-        table, bad = dcgm_runs_table(files[0], protocol, telemetry_format)
+        table, bad, notes = dcgm_runs_table(files[0], protocol, telemetry_format)
     elif fmt == "sweep-table":
         parts = [read_table(f) for f in files]
         table = pd.concat([p[0] for p in parts], ignore_index=True)
@@ -333,6 +338,7 @@ def ingest_files(fmt: str, files: Sequence[str | Path], *, on_bad_rows: str = "e
                           + (f" ({len(bad)} bad, first: {bad[0]['where']}: {bad[0]['reason']})" if bad else ""))
     result = validate_sweep(table, throughput_unit=throughput_unit, defaults=defaults, source_bad=bad)
     result.inputs = [str(f) for f in files]
+    result.notes += notes
     check_rejected(result, on_bad_rows)
     if result.runs.empty:
         raise IngestError(f"{', '.join(map(str, files))}: every row was rejected")
