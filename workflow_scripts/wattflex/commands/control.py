@@ -37,6 +37,7 @@ from wattflex.errors import UserError
 NAME = "control"
 HELP = "Per-job GPU caps that follow a power budget or signal (--dry-run: print them, change nothing)"
 MIN_PERIOD_S = 0.1      # a shorter period only busies NVML (a limit takes ~100 ms to act)
+MAX_GPU_INDEX = 1023    # no node has more GPUs; checked before a range is expanded into a list
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,6 +96,9 @@ def parse_gpus(spec: str) -> list[int]:
             raise ValueError(f"--job {spec!r}: expected NVML indices like 0-3 or 0,2")
         if hi and int(hi) < int(lo):
             raise ValueError(f"--job {spec!r}: range {part} runs backwards (write {hi}-{lo})")
+        if int(hi or lo) > MAX_GPU_INDEX:
+            raise ValueError(f"--job {spec!r}: GPU index {int(hi or lo)} is over {MAX_GPU_INDEX} "
+                             f"(NVML indices of this node's GPUs, 0-{MAX_GPU_INDEX})")
         out += list(range(int(lo), int(hi or lo) + 1))
     if not out:
         raise ValueError(f"--job {spec!r}: names no GPU (expected NVML indices like 0-3 or 0,2)")
@@ -226,9 +230,9 @@ def run(args: argparse.Namespace) -> int:
     gpus = {g.index: g for g in open_gpus(set_limit=setter, indices=flat)}
     model = None
     if args.model:
-        from wattflex.provenance import read_json
+        from wattflex.commands.predict import load_model
 
-        model = read_json(args.model)
+        model = load_model(args.model)
     jobs = []
     for n, idx in enumerate(indices):
         devs = [gpus[i] for i in idx]

@@ -21,15 +21,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def load_model(path: str) -> dict:
     """A predictor model.json, or one line naming the file and what is wrong with it."""
     import json
-    from pathlib import Path
-
     from wattflex.provenance import check_schema_version
 
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"{path}: no such model file" + (" (a folder)" if p.is_dir() else ""))
+    from wattflex.ingest.reader import read_input_text
+
+    text = read_input_text(path, "--model")  # not a file, or too big: says so
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = json.loads(text)
     except (UnicodeDecodeError, ValueError) as exc:
         raise UserError(f"{path}: not a JSON file ({str(exc).splitlines()[0]}); --model wants the model.json "
                         "written by the fit_predictor rule") from None
