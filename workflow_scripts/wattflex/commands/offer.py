@@ -69,7 +69,7 @@ def job_points(points, jobs: list[str]):
             raise UserError(f"--job {spec!r}: no curve for {name!r} (known: {', '.join(known[:6])}"
                             f"{', ...' if len(known) > 6 else ''})")
         if n and not (n.isdigit() and 0 < int(n) <= MAX_COPIES):
-            raise UserError(f"--job {spec!r}: N must be a whole number in 1..{MAX_COPIES:,}")
+            raise UserError(f"--job {spec!r}: N must be a whole number > 0 and at most {MAX_COPIES:,}")
         chosen.append((name, int(n or 1)))
     return points, chosen
 

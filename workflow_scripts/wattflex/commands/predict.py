@@ -38,10 +38,15 @@ def load_model(path: str) -> dict:
     if missing:
         raise UserError(f"{path}: not a wattflex predictor model (no {', '.join(map(repr, missing))}); "
                         "--model wants the model.json written by the fit_predictor rule")
-    feats = doc["features"]
-    if (not isinstance(feats, list) or not isinstance(doc["coefficients"], dict)
-            or any(f not in doc["coefficients"] for f in feats)):
+    feats, coefs = doc["features"], doc["coefficients"]
+    if not isinstance(feats, list) or not all(isinstance(f, str) and f for f in feats):
+        raise UserError(f"{path}: features: {feats!r} is not a list of feature names (e.g. [\"dram_copy_product\"])")
+    if not isinstance(coefs, dict) or any(f not in coefs for f in feats):
         raise UserError(f"{path}: not a wattflex predictor model (features and coefficients do not match)")
+    numbers = {"intercept": doc["intercept"], **{f"coefficients.{f}": coefs[f] for f in feats}}
+    for field, v in numbers.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise UserError(f"{path}: {field}: {v!r} is not a number")
     return doc
 
 

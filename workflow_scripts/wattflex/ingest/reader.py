@@ -163,6 +163,33 @@ def read_input_text(path: str | Path, what: str = "", max_bytes: int = MAX_DOC_B
         raise IngestError(f"{label}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
+def strip_columns(df: pd.DataFrame, where: str | Path) -> pd.DataFrame:
+    """``df`` with its column names stripped of blanks (`` cap_w`` is ``cap_w``); two names
+    that are one once stripped are refused, by name, not left to fail later."""
+    names = [str(c).strip() for c in df.columns]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise IngestError(f"{where}: duplicate column name(s) {', '.join(map(repr, twice))} "
+                          f"(blanks around a name do not count; columns: {', '.join(map(repr, map(str, df.columns)))})")
+    df.columns = names
+    return df
+
+
+def check_single_values(df: pd.DataFrame, where: str | Path) -> None:
+    """Every cell one value: a parquet table can hold lists or maps in a cell, which no
+    reader of a table takes; the first such cell of each column is named."""
+    bad = []
+    for col in df.columns[df.dtypes == object]:
+        nested = df[col].map(lambda v: isinstance(v, (list, tuple, dict, set, np.ndarray))).to_numpy(bool)
+        if nested.any():
+            i = int(np.flatnonzero(nested)[0])
+            kind = "map" if isinstance(df[col].iloc[i], dict) else "list"
+            bad.append(f"column {col!r} holds a {kind} in row {i + 1} "
+                       f"({int(nested.sum())} such cell(s))")
+    if bad:
+        raise IngestError(f"{where}: cells must hold one number or text each: " + "; ".join(bad))
+
+
 def read_table(path: str | Path, *, na_values: Iterable[str] = ("",),
                pad_short_rows: bool = False) -> tuple[pd.DataFrame, list[dict]]:
     """A CSV (cells as text) or parquet file, plus a ``_where`` column ("f.csv line 7").
@@ -179,7 +206,8 @@ def read_table(path: str | Path, *, na_values: Iterable[str] = ("",),
             df = pd.read_parquet(path)
         except (OSError, ValueError) as exc:
             raise IngestError(f"{path}: cannot read: {(str(exc) or repr(exc)).splitlines()[0]}") from None
-        df.columns = [str(c).strip() for c in df.columns]
+        strip_columns(df, path)
+        check_single_values(df, path)
         df["_where"] = [f"{path.name} row {i + 1}" for i in range(len(df))]
         return df, []
     rows, wheres, bad = [], [], []
@@ -192,7 +220,7 @@ def read_table(path: str | Path, *, na_values: Iterable[str] = ("",),
                 if not any(c.strip() for c in cells):
                     continue
                 if header is None:
-                    header = [c.strip() for c in cells]
+                    header = list(strip_columns(pd.DataFrame(columns=cells), path).columns)
                     continue
                 where = f"{path.name} line {reader.line_num}"
                 if pad_short_rows and len(cells) < len(header):
@@ -206,8 +234,6 @@ def read_table(path: str | Path, *, na_values: Iterable[str] = ("",),
             raise IngestError(f"{path}: cannot read: {exc}") from None
     if header is None:
         raise IngestError(f"{path}: empty file (no header line)")
-    if len(set(header)) != len(header):
-        raise IngestError(f"{path}: duplicate column names in the header: {header}")
     df = pd.DataFrame(rows, columns=header, dtype=object).replace(dict.fromkeys(na_values, np.nan))
     df["_where"] = wheres
     return df, bad
@@ -409,7 +435,8 @@ def validate_sweep(table: pd.DataFrame, *, throughput_unit: str | None = None,
     df = table.copy().reset_index(drop=True)
     if "_where" not in df:
         df["_where"] = [f"table row {i + 1}" for i in range(len(df))]
-    df.columns = [str(c).strip() for c in df.columns]
+    strip_columns(df, "sweep table")
+    check_single_values(df, "sweep table")
     df, throughput_unit = _apply_aliases(df, throughput_unit)
     missing = [c for c in ("group", "cap_w", "power_w", "throughput") if c not in df]
     if missing:
