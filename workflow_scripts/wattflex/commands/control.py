@@ -143,12 +143,17 @@ def check_gpu_indices(flat: list[int], count: int) -> None:
 
 
 def check_cap_command(template: str | None) -> None:
-    """The cap command's program must exist; its template is checked by ``command_setter``."""
-    try:
-        parts = shlex.split(template or "")
-    except ValueError as exc:
-        raise UserError(f"--cap-command {template!r}: {exc}") from None
-    if parts and shutil.which(parts[0]) is None:
+    """The cap command's template (``cap_command_problem``: only {gpu} and {watts}, valid
+    format syntax) and its program, which must exist: all before anything is read or set."""
+    from wattflex.runs.devices.caps import cap_command_problem
+
+    if not template:
+        raise UserError("--cap-control command needs --cap-command, e.g. 'sudo /usr/local/bin/setcap {gpu} {watts}'")
+    problem = cap_command_problem(template)
+    if problem:
+        raise UserError(f"--cap-command {template!r}: {problem}")
+    parts = shlex.split(template)
+    if shutil.which(parts[0]) is None:
         raise UserError(f"--cap-command {template!r}: {parts[0]!r} is not an executable on PATH")
 
 
@@ -204,7 +209,6 @@ def run(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
     if not args.dry_run:
         if args.cap_control == "command":
-            limit_setter(args.cap_control, args.cap_command)        # the template (ValueError: one line)
             check_cap_command(args.cap_command)
         check_state_dir(state_dir)
         if args.mv_out:
