@@ -196,3 +196,11 @@ def test_json_safe_turns_non_finite_numbers_into_null():
     doc = {"a": float("nan"), "b": [np.float64("inf"), np.float32("nan"), 1.5], "c": {"d": -np.inf, "e": "x"},
            "f": np.int64(3)}
     assert json_safe(doc) == {"a": None, "b": [None, None, 1.5], "c": {"d": None, "e": "x"}, "f": 3}
+
+
+def test_kruskal_dunn_refuses_an_unknown_p_adjust_before_any_test():
+    # issue 37: statsmodels said only "method not recognized"; the config's stats.p_adjust goes here too
+    df = pd.DataFrame({"cluster": ["dense", "dense", "moe-pt", "moe-pt"], "pfi_ratio": [1.0, 1.2, 2.0, 2.2]})
+    with pytest.raises(ValueError, match=r"p_adjust 'bogus': not a multiple-comparison method of statsmodels; "
+                                         r"one of b, s, h"):
+        kruskal_dunn(df, p_adjust="bogus")
