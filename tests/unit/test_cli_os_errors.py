@@ -246,10 +246,10 @@ def test_an_input_that_is_not_a_regular_file_says_what_it_is(tmp_path, command, 
     if kind == "folder":
         (tmp_path / "in").mkdir()
         (tmp_path / "in" / "x.csv").write_text(SWEEPS)
-        expected = "in: is a folder, not a table file"
+        expected = "in: is a directory, not a file"
     else:
         os.mkfifo(tmp_path / "in")
-        expected = "in: is a named pipe (FIFO), not a regular file"
+        expected = "in: is a FIFO (named pipe), not a regular file"
     argv = INPUT_COMMANDS[command]
     argv = [*argv[:2], "in", *argv[2:]] if command == "ingest" else [argv[0], "in", *argv[1:]]
     line = one_line(run_cli(*argv, cwd=tmp_path), command)

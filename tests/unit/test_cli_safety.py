@@ -230,7 +230,7 @@ def test_predict_good_input_and_percent_hint_absent_above_100(tmp_path, capsys):
     ('{"schema_version": "1.0", "hello": 1}', "not a wattflex predictor model (no 'features'"),
     ("[1, 2]", "not a wattflex predictor model (a JSON list"),
     ("group,cap_w\n", "not a JSON file"),
-    (b"\xff\xfe\x00garbage", "not a JSON file"),
+    (b"\xff\xfe\x00garbage", "not UTF-8 text"),
 ])
 def test_predict_bad_model_names_the_file(tmp_path, capsys, content, needle):
     (tmp_path / "jobs.csv").write_text(JOBS)
@@ -242,7 +242,7 @@ def test_predict_bad_model_names_the_file(tmp_path, capsys, content, needle):
 
 def test_predict_missing_model(tmp_path, capsys):
     (tmp_path / "jobs.csv").write_text(JOBS)
-    _fails(capsys, ["predict", tmp_path / "jobs.csv", "--model", tmp_path / "none.json"], "none.json: no such model")
+    _fails(capsys, ["predict", tmp_path / "jobs.csv", "--model", tmp_path / "none.json"], "none.json: no such file")
 
 
 @pytest.mark.parametrize("make", ["garbage", "truncated"])

@@ -39,7 +39,7 @@ def _bad(spec: dict, change) -> str:
 
 RUN_AT_CAP_CASES = {
     # name: (spec text (None: no file), outdir, what the message says)
-    "spec missing": (None, "out", "spec.json: cannot read the spec ([Errno 2]"),
+    "spec missing": (None, "out", "SPEC spec.json: no such file"),
     "spec not JSON": ("{not json", "out", "spec.json: cannot read the spec (Expecting property name"),
     "spec a list": ("[1, 2]", "out", "spec.json: not a run spec (a JSON object expected, found list)"),
     "spec no keys": ('{"a": 1}', "out", "spec.json: not a run spec: missing backend, cap_w, group, run_id, repeat"),

@@ -33,6 +33,8 @@ ALLOWED_UP = {
     # for such campaigns); they move out of config.py with its defaults rework (issue 28 item 1)
     ("config", "runs.command_run"),
     ("config", "runs.plan"),
+    # ... and its check of cuda.cap_command is the cap command's own rule (cap_command_problem)
+    ("config", "runs.devices.caps"),
     # the config's policy names are checked where it is validated against the allocation
     # registry itself (lazily, in check_names), not against a copy of it kept in the core
     ("config", "allocation.policies"),

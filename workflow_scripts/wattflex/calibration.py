@@ -278,11 +278,15 @@ def write_calibration(cal: Calibration, path: str | Path) -> Path:
 def read_json(path: str | Path, what: str, how: str) -> Any:
     """A JSON file; a missing or unreadable one is a one-line error naming ``what`` it is
     and ``how`` to make it."""
+    from wattflex.ingest.reader import IngestError, read_input_text
+
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"{what}: {path} not found; {how}")
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_input_text(path, what))
+    except IngestError as exc:
+        raise ValueError(f"{exc}; {how}") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{what}: {path} is not JSON ({exc})") from None
 

@@ -28,7 +28,6 @@ config/config.yaml; sections then missing take the schema's defaults (filled by 
 from __future__ import annotations
 
 import copy
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -357,13 +356,11 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
         if not cmd:
             raise ConfigError(f"{where}.cap_command: cap_control: command needs cap_command, "
                               f"e.g. {CAP_COMMAND_EXAMPLE!r}")
-        if "{gpu}" not in cmd or "{watts}" not in cmd:
-            raise ConfigError(f"{where}.cap_command: {cmd!r} must contain {{gpu}} and {{watts}}, "
-                              f"e.g. {CAP_COMMAND_EXAMPLE!r}")
-        try:
-            shlex.split(cmd)
-        except ValueError as exc:
-            raise ConfigError(f"{where}.cap_command: {cmd!r} cannot be split into words: {exc}") from None
+        from wattflex.runs.devices.caps import cap_command_problem
+
+        problem = cap_command_problem(cmd)
+        if problem:
+            raise ConfigError(f"{where}.cap_command: {cmd!r} {problem}")
     if cfg["sweep"] != "separate":
         if mode == "observe" or not cuda["sampler"]:
             raise ConfigError(f"{where}.cap_control: sweep: {cfg['sweep']} steps the GPUs' caps and reads their "

@@ -35,6 +35,7 @@ import yaml
 from wattflex import __version__
 from wattflex.config import REPO_ROOT, groups, load_config
 from wattflex.errors import UserError
+from wattflex.ingest.reader import MAX_DOC_BYTES, check_input_file
 from wattflex.runs.devices import dcgm as dcgm_source
 from wattflex.runs.devices import nvml as nvml_devices
 from wattflex.runs.devices.caps import default_state_dir, restore_from_state_dir
@@ -471,8 +472,7 @@ def diagnose(config_path: str | Path | None = None, exporter_url: str | None = N
         report["config"] = {"path": None, "needs": [], "missing": [], "warnings": [],
                             "note": "no config given and no config/config.yaml here: nothing required"}
     else:
-        if not Path(config_path).is_file():
-            raise UserError(f"--configfile {config_path}: no such file")
+        check_input_file(config_path, "--configfile", MAX_DOC_BYTES)
         # This machine's part only: weights/data paths are checked where snakemake runs (config.check_cuda).
         report["config"] = {"path": str(config_path),
                             **check_config(load_config(config_path, check_inputs=False, onto_default=True), report)}

@@ -206,3 +206,11 @@ def test_one_cluster_is_not_tested_and_says_why():
     json.dumps(res, allow_nan=False)   # strict JSON, as cluster_stats writes it
     table = cluster_tests_table(res)
     assert list(table["test"]) == ["kruskal_wallis"] and table["statistic"].isna().all()
+
+
+def test_kruskal_dunn_refuses_an_unknown_p_adjust_before_any_test():
+    # issue 37: statsmodels said only "method not recognized"; the config's stats.p_adjust goes here too
+    df = pd.DataFrame({"cluster": ["dense", "dense", "moe-pt", "moe-pt"], "pfi_ratio": [1.0, 1.2, 2.0, 2.2]})
+    with pytest.raises(ValueError, match=r"p_adjust 'bogus': not a multiple-comparison method of statsmodels; "
+                                         r"one of b, s, h"):
+        kruskal_dunn(df, p_adjust="bogus")

@@ -52,12 +52,16 @@ def test_calibrate_on_the_papers_default_set_gives_the_emulators_anchor(capsys):
     assert capsys.readouterr().out.startswith(f"anchor {PHYSICS.anchor_clock_mhz:.0f} MHz (fitted (tables7-8-dense), 5")
 
 
-def test_groups_the_config_does_not_define_are_a_one_line_error(tmp_path, capsys):
-    path = tmp_path / "other.csv"
-    pd.DataFrame({"group": ["gpt3-xl"] * 2, "cap_w": [200, 300], "power_w": [800, 1100],
-                  "throughput": [1.0, 1.2]}).to_csv(path, index=False)
+def refused_runs(path, capsys, group: str, cap_w: list, power_w: list, throughput: list) -> str:
+    """``wattflex calibrate --runs`` on a two-row sweep of ``group``: its error (exit 2)."""
+    pd.DataFrame({"group": [group] * 2, "cap_w": cap_w, "power_w": power_w,
+                  "throughput": throughput}).to_csv(path, index=False)
     assert main(["calibrate", "--runs", str(path)]) == 2
-    err = capsys.readouterr().err
+    return capsys.readouterr().err
+
+
+def test_groups_the_config_does_not_define_are_a_one_line_error(tmp_path, capsys):
+    err = refused_runs(tmp_path / "other.csv", capsys, "gpt3-xl", [200, 300], [800, 1100], [1.0, 1.2])
     assert "group(s) gpt3-xl are not groups of --config" in err and "add them to the config's groups" in err
 
 
@@ -231,3 +235,16 @@ def test_a_gemm_that_never_reached_the_limit_is_no_calibration(tmp_path, capsys)
     path.write_text(json.dumps({"steps": {}}))
     assert main(["calibrate", "--gpu-check", str(path)]) == 2
     assert "no steps.anchor_gemm reading" in capsys.readouterr().err
+
+
+def test_no_fact_to_fit_on_names_the_real_reason_not_a_holdout(tmp_path, capsys):
+    # issue 37: one cap per group (no PFI) said "nothing left to fit on after --holdout" with no --holdout
+    err = refused_runs(tmp_path / "onecap.csv", capsys, "dense-ft-mistral24b-x8", [300, 300], [2000, 2010], [10.0, 10.0])
+    assert "onecap.csv: no group has a PFI to fit on (each needs finite power_w and throughput at 2 or more caps)" in err
+    assert "--holdout" not in err
+
+
+def test_a_holdout_of_every_group_says_so(sweeps, capsys):
+    assert main(["calibrate", "--runs", str(sweeps), "--holdout", ",".join(DENSE)]) == 2
+    err = capsys.readouterr().err
+    assert f"--holdout {','.join(DENSE)}: holds out every fact group" in err and "nothing is left to fit on" in err

@@ -4,6 +4,7 @@ limit as an original; every termination signal restores the caps. FAKE NVML only
 (tests/fakes/fake_pynvml.py): two fake H200s, 200-700 W."""
 
 import logging
+import os
 import signal
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import pytest
 from tests.fakes import fake_pynvml
 from tests.fakes.nvml_fixture import control_process, fake_nvml, limits_w  # noqa: F401 (fixture)
 from wattflex import cli
+
+from .test_odd_inputs import no_hang
 
 FAKES = Path(fake_pynvml.__file__).resolve().parent
 REPO = FAKES.parents[1]
@@ -72,6 +75,10 @@ def test_control_restores_caps_on_quit_and_usr_signals_fake_nvml(fake_nvml, tmp_
 RUN = ["--duration-s", "1", "--period-s", "0.1"]
 
 
+def cap_command(template: str) -> list[str]:
+    return ["--budget-w", "800", "--cap-control", "command", "--cap-command", template, *RUN]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--budget-w", "100", *RUN], "--budget-w 100 W is below these GPUs' floor of 400 W (the sum of their minimum caps, 2 GPU(s))"),
     (["--dry-run", "--budget-w", "100"], "--budget-w 100 W is below these GPUs' floor of 400 W"),
@@ -91,19 +98,36 @@ RUN = ["--duration-s", "1", "--period-s", "0.1"]
     (["--budget-w", "800", "--cap-control", "command", "--cap-command", "false {gpu} {watts}", *RUN],
      "cap command false 0 "),
     (["--budget-w", "800", "--cap-control", "command", "--cap-command", "true", *RUN], "must contain {gpu} and {watts}"),
+    # issue 37: a template that str.format cannot fill is refused before "controlling...", not at the first cap
+    (cap_command("echo {node} {gpu} {watts}"),
+     "--cap-command 'echo {node} {gpu} {watts}': has placeholder(s) {node}; only {gpu} and {watts} are filled in"),
+    (cap_command("echo { {gpu} {watts}"),
+     "--cap-command 'echo { {gpu} {watts}': is not a valid template"),
+    (cap_command("echo {gpu} {watts} }"),
+     "is not a valid template (Single '}' encountered"),
+    (cap_command("echo {gpu} {watts:q}"),
+     "is not a valid template (Unknown format code 'q'"),
+    (cap_command("echo {{gpu}} {watts}"),
+     "must contain {gpu} and {watts}"),
+    (cap_command("echo {} {gpu} {watts}"),
+     "has placeholder(s) {}"),
+    (["--budget-w", "800", "--cap-control", "command", *RUN], "--cap-control command needs --cap-command"),
+    (["--signal", "{fifo}", *RUN], "schedule {fifo}: is a FIFO (named pipe), not a regular file"),
     (["--budget-w", "800", "--state-dir", "{file}", *RUN], "--state-dir {file}: is a file, not a directory"),
 ])
 def test_control_bad_input_is_one_line_and_changes_nothing_fake_nvml(fake_nvml, tmp_path, capsys, args, message):
     afile = tmp_path / "a_file"
     afile.write_text("not a directory\n")
-    args = [a.replace("{file}", str(afile)) for a in args]
+    os.mkfifo(tmp_path / "fifo")
+    args = [a.replace("{file}", str(afile)).replace("{fifo}", str(tmp_path / "fifo")) for a in args]
     if "--state-dir" not in args:
         args += ["--state-dir", str(tmp_path / "st")]
-    assert cli.main(["control", *args]) == 2
+    with no_hang():  # a FIFO --signal blocked the open
+        assert cli.main(["control", *args]) == 2
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("wattflex control: error: "), err
-    assert message.replace("{file}", str(afile)) in lines[0]
+    assert message.replace("{file}", str(afile)).replace("{fifo}", str(tmp_path / "fifo")) in lines[0]
     assert "Traceback" not in err and "power limits restored" not in out
     assert limits_w() == [700.0, 700.0] and afile.read_text() == "not a directory\n"
     assert not list((tmp_path / "st").glob("caps-*.json"))

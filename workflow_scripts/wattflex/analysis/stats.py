@@ -80,6 +80,19 @@ def _number(x: Any) -> float | None:
     return x if np.isfinite(x) else None
 
 
+def check_p_adjust(method: str, where: str = "p_adjust") -> None:
+    """``method`` must be one statsmodels' ``multipletests`` takes (it is tried on one p-value:
+    its aliases count too); else a ``ValueError`` naming ``where`` and the methods, not
+    statsmodels' bare "method not recognized" after the table is read."""
+    from statsmodels.stats.multitest import multipletests, multitest_methods_names
+
+    try:
+        multipletests([0.5], method=method)
+    except (ValueError, AttributeError, TypeError):
+        raise ValueError(f"{where} {method!r}: not a multiple-comparison method of statsmodels; one of "
+                         f"{', '.join(multitest_methods_names)} (or their long names, e.g. holm, bonferroni)") from None
+
+
 def kruskal_dunn(df: pd.DataFrame, value_col: str = "pfi_ratio", group_col: str = "cluster",
                  order: Sequence[str] | None = CLUSTER_ORDER, p_adjust: str = "holm",
                  alpha: float = 0.05) -> dict[str, Any]:
@@ -95,6 +108,7 @@ def kruskal_dunn(df: pd.DataFrame, value_col: str = "pfi_ratio", group_col: str 
     import scikit_posthocs as sp
     from scipy.stats import kruskal, rankdata
 
+    check_p_adjust(p_adjust)
     clean = _clean(df, value_col, group_col)
     names = group_order(clean["group"], order)
     if len(names) < 2:  # nothing to compare: the result says so (status not_tested), the analysis goes on

@@ -35,19 +35,22 @@ def read_curves(path: str):
     Bad values are named by line in ``allocate_table`` (``source=``)."""
     import pandas as pd
 
-    from wattflex.ingest.reader import check_input_file
+    from wattflex.ingest.reader import check_input_file, check_single_values, strip_columns
 
     check_input_file(path)
     if path.endswith((".parquet", ".pq")):
         try:
-            return pd.read_parquet(path)
+            points = pd.read_parquet(path)
         except (OSError, ValueError) as exc:
             raise ValueError(f"{path}: not a readable parquet file "
                              f"({(str(exc) or repr(exc)).splitlines()[0]})") from None
-    try:
-        return pd.read_csv(path, dtype={"job": str, "group": str})
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise ValueError(f"{path}: not a readable CSV ({exc})") from None
+    else:
+        try:
+            points = pd.read_csv(path, dtype={"job": str, "group": str})
+        except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+            raise ValueError(f"{path}: not a readable CSV ({exc})") from None
+    check_single_values(strip_columns(points, path), path)
+    return points
 
 
 def run(args: argparse.Namespace) -> int:

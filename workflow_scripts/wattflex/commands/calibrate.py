@@ -122,6 +122,15 @@ def _check_group_gpus(runs, groups, path: Path) -> None:
                         "config's group so the fit emulates the GPU the sweep was measured on")
 
 
+def _no_facts(args: argparse.Namespace) -> str:
+    """Why there is no PFI fact to fit on, by the source the facts came from."""
+    if args.runs:
+        return (f"--runs {args.runs}: no group has a PFI to fit on (each needs finite power_w and throughput "
+                "at 2 or more caps)")
+    return (f"--published {args.published}: none of the groups of --config {args.config} has a published PFI "
+            "in this set; give another set or the config whose groups it holds")
+
+
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -148,13 +157,16 @@ def run(args: argparse.Namespace) -> int:
         facts = facts.drop(_unknown_groups(runs, facts, {g.id for g in groups}, cfg["_catalog"], args))
     else:
         facts, source = cal.published_facts(groups, tables, args.published), f"fitted ({args.published})"
+    if facts.empty:
+        raise UserError(_no_facts(args))
     holdout = [h for h in args.holdout.split(",") if h]
     missing = sorted(set(holdout) - set(facts.index))
     if missing:
         raise UserError(f"--holdout: {', '.join(missing)} not among the fact groups ({', '.join(facts.index)})")
     fit_facts = facts.drop(holdout)
     if len(fit_facts) < 1:
-        raise UserError("nothing left to fit on after --holdout")
+        raise UserError(f"--holdout {args.holdout}: holds out every fact group ({', '.join(facts.index)}); "
+                        "nothing is left to fit on")
     try:
         c = cal.calibrate(groups, fit_facts, source)
     except ValueError as exc:   # fit groups on GPUs of different dies

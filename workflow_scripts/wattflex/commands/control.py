@@ -37,6 +37,7 @@ from wattflex.errors import UserError
 NAME = "control"
 HELP = "Per-job GPU caps that follow a power budget or signal (--dry-run: print them, change nothing)"
 MIN_PERIOD_S = 0.1      # a shorter period only busies NVML (a limit takes ~100 ms to act)
+MAX_GPU_INDEX = 1023    # no node has more GPUs; checked before a range is expanded into a list
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,6 +96,9 @@ def parse_gpus(spec: str) -> list[int]:
             raise ValueError(f"--job {spec!r}: expected NVML indices like 0-3 or 0,2")
         if hi and int(hi) < int(lo):
             raise ValueError(f"--job {spec!r}: range {part} runs backwards (write {hi}-{lo})")
+        if int(hi or lo) > MAX_GPU_INDEX:
+            raise ValueError(f"--job {spec!r}: GPU index {int(hi or lo)} is over {MAX_GPU_INDEX} "
+                             f"(NVML indices of this node's GPUs, 0-{MAX_GPU_INDEX})")
         out += list(range(int(lo), int(hi or lo) + 1))
     if not out:
         raise ValueError(f"--job {spec!r}: names no GPU (expected NVML indices like 0-3 or 0,2)")
@@ -139,12 +143,17 @@ def check_gpu_indices(flat: list[int], count: int) -> None:
 
 
 def check_cap_command(template: str | None) -> None:
-    """The cap command's program must exist; its template is checked by ``command_setter``."""
-    try:
-        parts = shlex.split(template or "")
-    except ValueError as exc:
-        raise UserError(f"--cap-command {template!r}: {exc}") from None
-    if parts and shutil.which(parts[0]) is None:
+    """The cap command's template (``cap_command_problem``: only {gpu} and {watts}, valid
+    format syntax) and its program, which must exist: all before anything is read or set."""
+    from wattflex.runs.devices.caps import cap_command_problem
+
+    if not template:
+        raise UserError("--cap-control command needs --cap-command, e.g. 'sudo /usr/local/bin/setcap {gpu} {watts}'")
+    problem = cap_command_problem(template)
+    if problem:
+        raise UserError(f"--cap-command {template!r}: {problem}")
+    parts = shlex.split(template)
+    if shutil.which(parts[0]) is None:
         raise UserError(f"--cap-command {template!r}: {parts[0]!r} is not an executable on PATH")
 
 
@@ -209,7 +218,6 @@ def run(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
     if not args.dry_run:
         if args.cap_control == "command":
-            limit_setter(args.cap_control, args.cap_command)        # the template (ValueError: one line)
             check_cap_command(args.cap_command)
         check_state_dir(state_dir)
         if args.mv_out:
@@ -236,9 +244,9 @@ def run(args: argparse.Namespace) -> int:
     gpus = {g.index: g for g in open_gpus(set_limit=setter, indices=flat)}
     model = None
     if args.model:
-        from wattflex.provenance import read_json
+        from wattflex.commands.predict import load_model
 
-        model = read_json(args.model)
+        model = load_model(args.model)
     jobs = []
     for n, idx in enumerate(indices):
         devs = [gpus[i] for i in idx]

@@ -21,6 +21,7 @@ from wattflex.commands import finite_float
 HOURS_IN_A_YEAR = 8784  # a leap year: no enrolment is held longer, and kWh and tokens stay finite
 NAME = "offer"
 HELP = "kW the jobs can shed for how long at which throughput cost (a demand-response offer), from PFI curves"
+MAX_COPIES = 100_000    # --job GROUP=N: one table row per copy; more is a typo, not a cluster
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,9 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def default_curves(config: str) -> str:
     from wattflex.config import load_config
     from wattflex.errors import UserError
+    from wattflex.ingest.reader import MAX_DOC_BYTES, IngestError, check_input_file
 
-    if not Path(config).is_file():
-        raise UserError(f"--config {config}: no such file (give the runs.parquet or curve table instead)")
+    try:
+        check_input_file(config, "--config", MAX_DOC_BYTES)
+    except IngestError as exc:
+        raise UserError(f"{exc}; or name the runs.parquet or curve table") from None
     campaign = load_config(config)["campaign"]
     path = Path("results") / campaign / "runs.parquet"
     if not path.is_file():
@@ -68,8 +72,8 @@ def job_points(points, jobs: list[str]):
         if name not in known:
             raise UserError(f"--job {spec!r}: no curve for {name!r} (known: {', '.join(known[:6])}"
                             f"{', ...' if len(known) > 6 else ''})")
-        if n and not (n.isdigit() and int(n) > 0):
-            raise UserError(f"--job {spec!r}: N must be a whole number > 0")
+        if n and not (n.isdigit() and 0 < int(n) <= MAX_COPIES):
+            raise UserError(f"--job {spec!r}: N must be a whole number > 0 and at most {MAX_COPIES:,}")
         chosen.append((name, int(n or 1)))
     return points, chosen
 

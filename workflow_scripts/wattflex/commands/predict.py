@@ -21,16 +21,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def load_model(path: str) -> dict:
     """A predictor model.json, or one line naming the file and what is wrong with it."""
     import json
-    from pathlib import Path
 
     from wattflex.analysis.predictor import model_number_problem
+    from wattflex.ingest.reader import read_input_text
     from wattflex.provenance import check_schema_version
 
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"{path}: no such model file" + (" (a folder)" if p.is_dir() else ""))
+    text = read_input_text(path, "--model")  # not a file, or too big: says so
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = json.loads(text)
     except (UnicodeDecodeError, ValueError) as exc:
         raise UserError(f"{path}: not a JSON file ({str(exc).splitlines()[0]}); --model wants the model.json "
                         "written by the fit_predictor rule") from None
@@ -43,10 +41,15 @@ def load_model(path: str) -> dict:
     if missing:
         raise UserError(f"{path}: not a wattflex predictor model (no {', '.join(map(repr, missing))}); "
                         "--model wants the model.json written by the fit_predictor rule")
-    feats = doc["features"]
-    if (not isinstance(feats, list) or not isinstance(doc["coefficients"], dict)
-            or any(f not in doc["coefficients"] for f in feats)):
+    feats, coefs = doc["features"], doc["coefficients"]
+    if not isinstance(feats, list) or not all(isinstance(f, str) and f for f in feats):
+        raise UserError(f"{path}: features: {feats!r} is not a list of feature names (e.g. [\"dram_copy_product\"])")
+    if not isinstance(coefs, dict) or any(f not in coefs for f in feats):
         raise UserError(f"{path}: not a wattflex predictor model (features and coefficients do not match)")
+    numbers = {"intercept": doc["intercept"], **{f"coefficients.{f}": coefs[f] for f in feats}}
+    for field, v in numbers.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise UserError(f"{path}: {field}: {v!r} is not a number")
     problem = model_number_problem(doc)
     if problem:
         raise UserError(f"{path}: {problem}; a fitted model's coefficients and intercept are finite numbers")

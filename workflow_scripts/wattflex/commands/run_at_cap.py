@@ -116,8 +116,11 @@ def run(args: argparse.Namespace) -> int:
     # Lazy, like every heavy import of a command (wattflex.cli): --help must not load the run stack.
     from wattflex.runs.devices.caps import CapSignal
 
+    from wattflex.ingest.reader import read_input_text
+
+    text = read_input_text(args.spec, "SPEC")  # not a file, or too big: says so
     try:
-        spec = json.loads(args.spec.read_text())
+        spec = json.loads(text)
     except (OSError, ValueError) as exc:
         raise UserError(f"{args.spec}: cannot read the spec ({exc})") from exc
     if args.cap_w is not None:

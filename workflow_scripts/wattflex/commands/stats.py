@@ -52,13 +52,17 @@ def _fmt(x: float | None, spec: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from wattflex.analysis.stats import kruskal_dunn
+    from wattflex.analysis.stats import check_p_adjust, kruskal_dunn
     from wattflex.ingest.reader import check_cells, read_typed_table
     from wattflex.commands._outputs import check_outputs
     from wattflex.provenance import provenance, strict_json, write_json
 
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha {args.alpha:g} is not a significance level in (0, 1) (e.g. 0.05, not 5)")
+    try:
+        check_p_adjust(args.p_adjust, "--p-adjust")
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     if args.output:
         check_outputs([args.output], [args.table])
     table = read_typed_table(args.table)

@@ -188,16 +188,19 @@ def read_schedule(path: str | Path, now: datetime | None = None):
 
     from wattflex.control.controller import read_signal
 
+    from wattflex.ingest.reader import MAX_DOC_BYTES, check_input_file, read_input_text
+
     path = Path(path)
     if path.suffix.lower() == ".json":
         try:
-            doc = json.loads(path.read_text())
+            doc = json.loads(read_input_text(path, "schedule"))
         except json.JSONDecodeError as exc:
             raise ScheduleError(f"schedule {path}: not valid JSON ({exc})") from None
         rows = doc.get("events") if isinstance(doc, dict) else None
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise ScheduleError(f'schedule {path}: expected {{"events": [{{"start_s": ..., "end_s": ..., ...}}]}}')
     else:
+        check_input_file(path, "schedule", MAX_DOC_BYTES)
         df = pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
         if {"time_s", "fraction"} <= set(df.columns) and "start_s" not in df.columns and "start" not in df.columns:
             return read_signal(path)

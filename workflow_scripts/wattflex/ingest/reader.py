@@ -77,6 +77,10 @@ MAX_POWER_OVER_CAP = 1.5            # averages above 1.5x the cap: job total vs 
 GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+:@-]{0,199}$")
 MAX_LISTED = 20                     # bad rows spelled out in an error message
 PARQUET_SUFFIXES = (".parquet", ".pq")
+# The largest input read (``check_input_file``): a sweep table or capture, and a document
+# (JSON/YAML config, model, spec, schedule). Bigger is a mistake (/dev/zero, a sparse file).
+MAX_TABLE_BYTES = 512 * 2**20
+MAX_DOC_BYTES = 64 * 2**20
 # pandas.read_csv's default missing-value tokens: the tables the commands read
 # (read_typed_table) have always taken these as empty cells.
 PANDAS_NA = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
@@ -105,20 +109,85 @@ class IngestResult:
 # Reading tables with line numbers
 # ---------------------------------------------------------------------------------------
 
-def check_input_file(path: str | Path) -> None:
-    """An input table must be a readable regular file: say what it is instead (a folder, a
-    named pipe or device, missing, unreadable) and what to give."""
+def check_input_file(path: str | Path, what: str = "", max_bytes: int = MAX_TABLE_BYTES) -> None:
+    """An input must be a readable regular file of at most ``max_bytes``: say what it is
+    instead (a folder, a named pipe or device, missing, unreadable, too big) and what to
+    give; ``what`` names the option (``--configfile``). Every command's input passes here,
+    before it is opened: a FIFO would block the open, ``/dev/zero`` or a huge file would
+    fill the memory."""
     path = Path(path)
-    if path.is_dir():
-        raise IngestError(f"{path}: is a folder, not a table file: give the CSV or parquet file in it "
+    label = f"{what} {path}" if what else str(path)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise IngestError(f"{label}: no such file" + (" (a broken symbolic link)" if path.is_symlink() else "")) from None
+    except OSError as exc:
+        raise IngestError(f"{label}: cannot be read ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(mode):
+        raise IngestError(f"{label}: is a directory, not a file: give the file in it "
                           "(a folder of captures goes to `wattflex ingest <format> FOLDER`)")
-    if not path.exists():
-        raise IngestError(f"{path}: no such file" + (" (a broken symbolic link)" if path.is_symlink() else ""))
-    if not path.is_file():
-        kind = "a named pipe (FIFO)" if stat.S_ISFIFO(path.stat().st_mode) else "a device or socket"
-        raise IngestError(f"{path}: is {kind}, not a regular file: write the table to a file and give that")
+    if not stat.S_ISREG(mode):
+        raise IngestError(f"{label}: is {_file_kind(mode)}, not a regular file: write it to a file and give that")
     if not os.access(path, os.R_OK):
-        raise IngestError(f"{path}: cannot be read (permission denied)")
+        raise IngestError(f"{label}: cannot be read (permission denied)")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise IngestError(f"{label}: is {size / 2**20:,.0f} MiB, over the {max_bytes / 2**20:,.0f} MiB limit "
+                          "of an input")
+
+
+def _file_kind(mode: int) -> str:
+    """What a file that is not a regular file or folder is, in words."""
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+
+
+def read_input_text(path: str | Path, what: str = "", max_bytes: int = MAX_DOC_BYTES) -> str:
+    """The text (UTF-8) of a small input (a JSON or YAML document, a model, a spec), checked
+    by ``check_input_file`` and read with a bounded read: a file that grows past
+    ``max_bytes`` after the check is refused too."""
+    check_input_file(path, what, max_bytes)
+    with open(path, "rb") as fh:
+        data = fh.read(max_bytes + 1)
+    label = f"{what} {path}" if what else str(path)
+    if len(data) > max_bytes:
+        raise IngestError(f"{label}: over the {max_bytes / 2**20:,.0f} MiB limit of an input")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise IngestError(f"{label}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def strip_columns(df: pd.DataFrame, where: str | Path) -> pd.DataFrame:
+    """``df`` with its column names stripped of blanks (`` cap_w`` is ``cap_w``); two names
+    that are one once stripped are refused, by name, not left to fail later."""
+    names = [str(c).strip() for c in df.columns]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise IngestError(f"{where}: duplicate column name(s) {', '.join(map(repr, twice))} "
+                          f"(blanks around a name do not count; columns: {', '.join(map(repr, map(str, df.columns)))})")
+    df.columns = names
+    return df
+
+
+def check_single_values(df: pd.DataFrame, where: str | Path) -> None:
+    """Every cell one value: a parquet table can hold lists or maps in a cell, which no
+    reader of a table takes; the first such cell of each column is named."""
+    bad = []
+    for col in df.columns[df.dtypes == object]:
+        nested = df[col].map(lambda v: isinstance(v, (list, tuple, dict, set, np.ndarray))).to_numpy(bool)
+        if nested.any():
+            i = int(np.flatnonzero(nested)[0])
+            kind = "map" if isinstance(df[col].iloc[i], dict) else "list"
+            bad.append(f"column {col!r} holds a {kind} in row {i + 1} "
+                       f"({int(nested.sum())} such cell(s))")
+    if bad:
+        raise IngestError(f"{where}: cells must hold one number or text each: " + "; ".join(bad))
 
 
 def read_table(path: str | Path, *, na_values: Iterable[str] = ("",),
@@ -137,7 +206,8 @@ def read_table(path: str | Path, *, na_values: Iterable[str] = ("",),
             df = pd.read_parquet(path)
         except (OSError, ValueError) as exc:
             raise IngestError(f"{path}: cannot read: {(str(exc) or repr(exc)).splitlines()[0]}") from None
-        df.columns = [str(c).strip() for c in df.columns]
+        strip_columns(df, path)
+        check_single_values(df, path)
         df["_where"] = [f"{path.name} row {i + 1}" for i in range(len(df))]
         return df, []
     rows, wheres, bad = [], [], []
@@ -150,7 +220,7 @@ def read_table(path: str | Path, *, na_values: Iterable[str] = ("",),
                 if not any(c.strip() for c in cells):
                     continue
                 if header is None:
-                    header = [c.strip() for c in cells]
+                    header = list(strip_columns(pd.DataFrame(columns=cells), path).columns)
                     continue
                 where = f"{path.name} line {reader.line_num}"
                 if pad_short_rows and len(cells) < len(header):
@@ -164,8 +234,6 @@ def read_table(path: str | Path, *, na_values: Iterable[str] = ("",),
             raise IngestError(f"{path}: cannot read: {exc}") from None
     if header is None:
         raise IngestError(f"{path}: empty file (no header line)")
-    if len(set(header)) != len(header):
-        raise IngestError(f"{path}: duplicate column names in the header: {header}")
     df = pd.DataFrame(rows, columns=header, dtype=object).replace(dict.fromkeys(na_values, np.nan))
     df["_where"] = wheres
     return df, bad
@@ -367,7 +435,8 @@ def validate_sweep(table: pd.DataFrame, *, throughput_unit: str | None = None,
     df = table.copy().reset_index(drop=True)
     if "_where" not in df:
         df["_where"] = [f"table row {i + 1}" for i in range(len(df))]
-    df.columns = [str(c).strip() for c in df.columns]
+    strip_columns(df, "sweep table")
+    check_single_values(df, "sweep table")
     df, throughput_unit = _apply_aliases(df, throughput_unit)
     missing = [c for c in ("group", "cap_w", "power_w", "throughput") if c not in df]
     if missing:

@@ -25,6 +25,7 @@ import os
 import shlex
 import signal
 import socket
+import string
 import subprocess
 import time
 from pathlib import Path
@@ -59,11 +60,42 @@ class CapSignal(SystemExit):
         self.signum = signum
 
 
+CAP_COMMAND_FIELDS = ("gpu", "watts")
+
+
+def cap_command_problem(template: str) -> str | None:
+    """What is wrong with a cap command template, or None: it must split into words (no
+    shell) and, as ``str.format`` reads it, name exactly the fields ``{gpu}`` and ``{watts}``
+    (``{node}``, a lone ``{`` or ``{watts:x}`` would fail only when the first cap is set).
+    The one rule of ``--cap-command`` and ``cuda.cap_command``."""
+    example = "e.g. 'sudo /usr/local/bin/setcap {gpu} {watts}' ({{ and }} for a literal brace)"
+    try:
+        parts = shlex.split(template)
+    except ValueError as exc:
+        return f"cannot be split into words: {exc}"
+    fields: set[str] = set()
+    for part in parts:
+        try:
+            fields |= {name for _, name, _, _ in string.Formatter().parse(part) if name is not None}
+            part.format(gpu=0, watts=300)
+        except ValueError as exc:      # a lone { or }, a bad format spec
+            return f"is not a valid template ({exc}); {example}"
+        except (KeyError, IndexError, AttributeError):
+            pass                       # an unknown field: named below
+    unknown = sorted(fields - set(CAP_COMMAND_FIELDS))
+    if unknown:
+        return (f"has placeholder(s) {', '.join('{' + f + '}' for f in unknown)}; only {{gpu}} and {{watts}} "
+                f"are filled in, {example}")
+    if not set(CAP_COMMAND_FIELDS) <= fields:
+        return f"must contain {{gpu}} and {{watts}}, {example}"
+    return None
+
+
 def command_setter(template: str, timeout_s: float = 60.0) -> Callable[[int, float], None]:
     """``(gpu_index, watts) -> None`` that runs ``template`` (no shell) and checks its status."""
-    if "{gpu}" not in template or "{watts}" not in template:
-        raise ValueError(f"cap_command {template!r}: must contain {{gpu}} and {{watts}}, e.g. "
-                         f"'sudo /usr/local/bin/setcap {{gpu}} {{watts}}'")
+    problem = cap_command_problem(template)
+    if problem:
+        raise ValueError(f"cap_command {template!r}: {problem}")
     parts = shlex.split(template)
 
     def set_limit(gpu: int, watts: float) -> None:
