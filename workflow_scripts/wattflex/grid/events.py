@@ -130,7 +130,7 @@ def _number(row: Mapping[str, Any], key: str, where: str) -> float | None:
     if v is None or (isinstance(v, str) and not v.strip()) or (isinstance(v, float) and math.isnan(v)):
         return None
     if isinstance(v, bool):  # JSON true/false: float() would follow true as 1
-        raise ScheduleError(f"{where}: {key} {json.dumps(v)} is not a number")
+        raise ScheduleError(f"{where}: {key} {str(v).lower()} is not a number")  # as JSON spells it
     try:
         return float(v)
     except (TypeError, ValueError):
