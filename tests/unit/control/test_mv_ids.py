@@ -25,7 +25,7 @@ def test_two_events_with_one_name_get_one_id_each_in_the_mv_files(tmp_path):
     rows = read_csv(tmp_path / "mv_intervals.csv")
     assert set(rows["event_id"]) == set(ids)
     first, second = (rows[rows["event_id"] == i] for i in ids)
-    assert first["interval_start_s"].min() == 0 and second["interval_start_s"].min() == 80   # each from its own pre-period
+    assert first["interval_start_s"].min() == 0 and second["interval_start_s"].min() == 80   # own pre-periods
 
 
 def test_ids_stay_as_named_when_unique_and_a_counter_parts_exact_repeats():
