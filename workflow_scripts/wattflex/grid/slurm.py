@@ -124,8 +124,9 @@ def parse_squeue(doc: Mapping[str, Any], partitions: Sequence[str] | None = None
     to ``report`` (default: logged); a document that is no job list is a :class:`SqueueError`."""
     listed = doc.get("jobs") if isinstance(doc, dict) else None
     if not isinstance(listed, list):
-        raise SqueueError(f"squeue --json answered no job list ({'jobs: ' if isinstance(doc, dict) else ''}"
-                          f"a JSON {type(listed if isinstance(doc, dict) else doc).__name__})")
+        what = (f"a JSON {type(doc).__name__}" if not isinstance(doc, dict) else "no 'jobs'" if listed is None
+                else f"'jobs' is a JSON {type(listed).__name__}")
+        raise SqueueError(f"squeue --json answered no job list ({what})")
     jobs = []
     for k, j in enumerate(listed):
         try:
