@@ -26,10 +26,18 @@ def _command_modules() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_"))
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad input is one line and exit status 2 (docs/cli.md), also argparse's own errors: an
+    out-of-range number (``wattflex.commands.finite_float``), a missing argument, a bad choice."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="wattflex", description="Measure and exploit the power flexibility (PFI) of AI training jobs.")
+    parser = OneLineParser(prog="wattflex", description="Measure and exploit the power flexibility (PFI) of AI training jobs.")
     parser.add_argument("--version", action="version", version=f"wattflex {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name in _command_modules():
         mod = importlib.import_module(f"{commands.__name__}.{name}")
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)

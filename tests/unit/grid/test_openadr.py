@@ -130,3 +130,23 @@ def test_no_vtn_is_one_line_and_nothing_capped_fake_nvml(fake_nvml, tmp_path, ca
     err = capsys.readouterr().err
     assert f"OpenADR VTN {url}: no registration" in err and len(err.strip().splitlines()) == 1
     assert limits_w() == [700.0, 700.0] and time.monotonic() - start < 60
+
+
+def test_a_ven_stopped_mid_poll_stops_cleanly_without_a_cancelled_traceback(vtn, caplog):
+    """The VTN kept busy (its loop asleep 3 s) so that the VEN's next scheduled poll (every
+    1 s) is in flight when the VEN stops: openleadr's scheduler logged that poll's
+    cancellation as a failed job, with a CancelledError traceback."""
+    import logging
+
+    from wattflex.grid.openadr import OpenADRVen, VenSettings
+
+    caplog.set_level(logging.INFO)
+    ven = OpenADRVen(VenSettings("gpu-node", vtn.url, floor_w=400.0, basis_w=1300.0, period_s=0.2), lambda: 1000.0)
+    ven.start()
+    vtn.loop.call_soon_threadsafe(time.sleep, 3.0)
+    time.sleep(1.5)                                   # a scheduled poll has started and waits on the VTN
+    loop = ven._loop
+    ven.stop()
+    assert not ven._thread.is_alive() and not loop.is_running()
+    assert not [r for r in caplog.records if r.exc_info or "raised an exception" in r.getMessage()]
+    assert not asyncio.all_tasks(loop)                # nothing left pending on the VEN's loop

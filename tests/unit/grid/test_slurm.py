@@ -311,21 +311,44 @@ def test_each_agent_holds_its_cap_changes_to_its_share_of_the_ramp_fake_nvml(fak
     assert limits_w() == [700.0, 700.0]
 
 
-@pytest.mark.parametrize("text, problem", [
-    ('{"budget_w": NaN, "t_unix": %s}', "budget_w nan is not a finite number >= 0"),
-    ('{"budget_w": true, "t_unix": %s}', "budget_w True is not a finite number >= 0"),
-    ('{"budget_w": "abc", "t_unix": %s}', "budget_w 'abc' is not a finite number >= 0"),
-    ('{"budget_w": 400, "ramp_w_per_s": -5, "t_unix": %s}', "ramp_w_per_s -5 is not a finite number >= 0"),
-])
-def test_a_budget_the_agent_cannot_follow_is_no_word_and_said_once(tmp_path, text, problem):
-    from wattflex.grid.slurm import BudgetFile
+@pytest.mark.parametrize("bad", [{"budget_w": "abc"}, {"budget_w": float("nan")}, {"budget_w": True},
+                                 {"budget_w": -1}, {"ramp_w_per_s": "fast"}, {"t_unix": "now"}, "[1, 2]", "not json"])
+def test_a_budget_file_that_cannot_be_used_holds_the_last_good_budget_and_is_said_once(tmp_path, caplog, bad):
+    from wattflex.grid.slurm import BudgetFile, write_json_atomic
 
-    path = tmp_path / "u.budget.json"
-    warnings = []
-    agent = BudgetFile(path, stale_s=60.0, warn=warnings.append)
-    path.write_text(json.dumps({"budget_w": 500.0, "t_unix": time.time(), "hold_until_unix": time.time() + 600}))
-    assert agent.budget_at(0.0) == 500.0
-    path.write_text(text % time.time())
-    # held at the last budget until its event's end, as when the coordinator is quiet
-    assert agent.budget_at(1.0) == 500.0 and agent.budget_at(2.0) == 500.0 and agent.ramp_at(2.0) == math.inf
-    assert len(warnings) == 1 and problem in warnings[0] and str(path) in warnings[0]
+    path = tmp_path / "41.node0.budget.json"
+    good = {"budget_w": 490.0, "t_unix": time.time(), "hold_until_unix": time.time() + 3600, "ramp_w_per_s": 50.0}
+    write_json_atomic(path, good)
+    agent = BudgetFile(path, stale_s=30.0)
+    assert agent.budget_at(0.0) == 490.0
+    path.write_text(json.dumps({**good, "t_unix": time.time(), **bad}) if isinstance(bad, dict) else bad)
+    assert [agent.budget_at(t) for t in (1.0, 2.0, 3.0)] == [490.0] * 3       # held, not followed, not raised
+    assert agent.ramp_at(3.0) == 50.0
+    said = [r.getMessage() for r in caplog.records if "budget file" in r.getMessage()]
+    assert len(said) == 1 and str(path) in said[0] and "holding the last good budget" in said[0]
+    write_json_atomic(path, {**good, "budget_w": None, "t_unix": time.time()})
+    assert agent.budget_at(4.0) == float("inf")                             # a good word again: followed
+
+
+def test_an_agent_given_a_budget_of_abc_mid_event_holds_its_caps_and_keeps_running_fake_nvml(fake_nvml, tmp_path):
+    from wattflex.grid.slurm import write_json_atomic
+
+    path = tmp_path / "41.node0.budget.json"
+    word = {"budget_w": 490.0, "t_unix": time.time(), "hold_until_unix": time.time() + 3600, "ramp_w_per_s": None}
+    write_json_atomic(path, word)
+    proc = control_process(tmp_path, "--budget-file", str(path), "--load-file", str(tmp_path / "41.node0.load.json"),
+                           "--period-s", "0.2", "--duration-s", "60", "--state-dir", str(tmp_path / "st"))
+    try:
+        for _ in range(10):                                          # 2 s of a bad word, rewritten each period
+            write_json_atomic(path, {**word, "budget_w": "abc", "t_unix": time.time()})
+            time.sleep(0.2)
+        assert proc.poll() is None and max(limits_w()) <= 245.0          # still running, the event held
+        write_json_atomic(path, {**word, "budget_w": None, "t_unix": time.time()})
+        deadline = time.time() + 10
+        while limits_w() != [700.0, 700.0] and time.time() < deadline:
+            time.sleep(0.1)
+        assert limits_w() == [700.0, 700.0] and proc.poll() is None     # told no budget: restored
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert err.count("budget_w \"abc\": must be null or a finite number >= 0") == 1 and "Traceback" not in err

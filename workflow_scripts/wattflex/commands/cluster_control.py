@@ -7,6 +7,10 @@ step ends, by any signal, and by the epilog), splits the event's budget over the
 (one that stops answering counted at its uncapped power; ``--policy`` and ``--curves``: by
 the allocation policies on the jobs' campaign curves, else equal weights) through files in ``--budget-dir``
 (a folder every node sees), and at the end tells every agent to restore and stops them.
+However it ends (an error, SIGINT/SIGTERM/SIGHUP/...), every agent is told to restore first,
+given two periods, then stopped (SIGTERM: each agent's guard restores its caps then too). A
+``squeue`` that fails is retried, then the last known jobs are held; a job it describes badly
+is skipped with a warning (said once).
 ``--mv-out`` writes the event's M&V on the cluster load (tables and figure), its baseline
 from the load just before the event and, with ``--curves``, from the jobs' curves.
 """
@@ -16,14 +20,19 @@ from __future__ import annotations
 import argparse
 import math
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from wattflex.allocation.policies import CONTROL_POLICIES
 from wattflex.commands import finite_float
 from wattflex.errors import UserError
 from wattflex.gpus import DEFAULT_GPU, GPUS
+
+MAX_PERIOD_S = 3600.0      # a coordination period longer than an hour follows no grid event
 
 # the split policies (wattflex.grid.slurm.SPLIT_POLICIES, kept light here for --help; a test holds them equal)
 SPLIT_POLICIES = ("equal-weight", "pfi-aware", "curve-aware", "oracle")
@@ -63,10 +72,10 @@ def run(args: argparse.Namespace) -> int:
     from wattflex.commands._outputs import check_not_in_measured_run
     from wattflex.commands.control import check_mv_dir, signal_end_s, write_run_mv_report
     from wattflex.grid.events import Schedule, check_schedule, read_schedule
-    from wattflex.grid.slurm import agent_command, discover, run_coordinator
+    from wattflex.grid.slurm import OnceLog, agent_command, discover, run_coordinator
 
-    if not (math.isfinite(args.period_s) and args.period_s >= 0.2):
-        raise UserError(f"--period-s {args.period_s:g}: must be at least 0.2 s")
+    if not (math.isfinite(args.period_s) and 0.2 <= args.period_s <= MAX_PERIOD_S):
+        raise UserError(f"--period-s {args.period_s:g}: must be from 0.2 to {MAX_PERIOD_S:g} s")
     split = cluster_split(args)      # bad input refused before anything starts
     partitions = [p.strip() for p in args.partition.split(",") if p.strip()]
     if args.partition and not partitions:
@@ -99,22 +108,17 @@ def run(args: argparse.Namespace) -> int:
             agents[f"{job.job_id}.{node}"] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         print(f"agent for job {job.job_id} on {node} started ({len(job.gpus[node])} GPU(s))", flush=True)
 
+    bad_job = OnceLog(lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
+    ended = False
     try:
-        rec = run_coordinator(source, args.basis, out, duration, args.period_s,
-                              lambda: discover(partitions=partitions), launch,
-                              min_w=gpu.min_limit_w, max_w=gpu.max_limit_w, stale_s=3 * args.period_s, split=split,
-                              log=lambda msg: print(msg, flush=True))
+        with termination_raises():     # a signal unwinds through here: the agents are told and stopped
+            rec = run_coordinator(source, args.basis, out, duration, args.period_s,
+                                  lambda: discover(partitions=partitions, report=bad_job), launch,
+                                  min_w=gpu.min_limit_w, max_w=gpu.max_limit_w, stale_s=3 * args.period_s,
+                                  split=split, log=lambda msg: print(msg, flush=True))
+        ended = True
     finally:
-        for p in agents.values():      # they end on their own (restored); SIGTERM after a minute:
-            try:                       # each agent's guard restores its caps then too
-                p.wait(timeout=60 + 3 * args.period_s)
-            except subprocess.TimeoutExpired:
-                p.terminate()
-        for p in agents.values():
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_agents(agents.values(), args.period_s, ended)
     failed = [u for u, p in agents.items() if p.returncode != 0]
     print(f"done: {len(rec.t_s)} periods, {len(agents)} agent(s); every agent stopped (caps restored)", flush=True)
     if failed:
@@ -128,6 +132,40 @@ def run(args: argparse.Namespace) -> int:
                             mv_params(args, rec), basis if isinstance(source, Schedule) else None,
                             "wattflex cluster-control (SLURM)")
     return 1 if failed else 0
+
+
+@contextmanager
+def termination_raises():
+    """SIGINT, SIGTERM & co. raised as :class:`CapSignal` (exit 128 + signal) in the main
+    thread while the coordinator runs, so every ``finally`` runs (a signal's default action
+    ends the process without them, the agents never told to restore)."""
+    from wattflex.runs.devices.caps import SIGNALS, CapSignal
+
+    def on_signal(signum, _frame):
+        raise CapSignal(signum)
+    old = {sig: signal.signal(sig, on_signal) for sig in (getattr(signal, name) for name in SIGNALS)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def stop_agents(agents, period_s: float, ended: bool) -> None:
+    """Every agent stopped. At the planned end each ends on its own, restored, a little after
+    the coordinator (SIGTERM after a minute); after an early stop (an error, a signal) each
+    has two periods to read the restore word, then SIGTERM. SIGKILL a minute after that."""
+    deadline = time.monotonic() + (60 + 3 * period_s if ended else 2 * period_s + 1)
+    for p in agents:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.terminate()              # each agent's guard restores its caps then too
+    for p in agents:
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 def mv_params(args: argparse.Namespace, rec) -> dict:

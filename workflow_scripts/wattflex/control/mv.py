@@ -92,12 +92,21 @@ def event_mv(t_s: np.ndarray, power_w: np.ndarray, budget_w: np.ndarray, window:
     return rec, pd.DataFrame(rows)
 
 
+def occurrence_ids(windows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each event's id, unique per occurrence: a name that several events share gets its start
+    (``ev@3600s``), and a counter if that still repeats, so their rows stay apart."""
+    names = [str(w["event_id"]) for w in windows]
+    ids = [f"{n}@{float(w['start_s']):g}s" if names.count(n) > 1 else n for n, w in zip(names, windows)]
+    return [f"{i}#{ids[:k].count(i) + 1}" if ids.count(i) > 1 else i for k, i in enumerate(ids)]
+
+
 def mv_table(t_s: np.ndarray, power_w: np.ndarray, budget_w: np.ndarray, windows: Sequence[Mapping[str, Any]],
              **kw: Any) -> tuple[list[dict[str, Any]], pd.DataFrame]:
-    """:func:`event_mv` for every event; the interval tables concatenated."""
+    """:func:`event_mv` for every event (ids unique per occurrence, :func:`occurrence_ids`);
+    the interval tables concatenated."""
     recs, tabs = [], []
-    for w in windows:
-        r, tab = event_mv(t_s, power_w, budget_w, w, **kw)
+    for w, eid in zip(windows, occurrence_ids(windows)):
+        r, tab = event_mv(t_s, power_w, budget_w, {**w, "event_id": eid}, **kw)
         recs.append(r)
         tabs.append(tab)
     return recs, (pd.concat(tabs, ignore_index=True) if tabs else pd.DataFrame())

@@ -144,6 +144,7 @@ class OpenADRVen:
         self._thread: threading.Thread | None = None
         self._client: Any = None
         self._ready = threading.Event()
+        self._stopping = False
         self.registered = False
 
     async def on_event(self, event: dict[str, Any]) -> str:
@@ -178,7 +179,12 @@ class OpenADRVen:
         poll = client._poll
 
         async def watched_poll() -> None:     # when the VTN last answered a poll
-            await poll()
+            try:
+                await poll()
+            except asyncio.CancelledError:
+                if not self._stopping:
+                    raise
+                return                        # stopped mid-poll: not a failed job for openleadr's scheduler to log
             self.last_poll_ok = time.monotonic()
         client._poll = watched_poll
         self._client = client
@@ -201,11 +207,21 @@ class OpenADRVen:
             raise ConnectionError(f"OpenADR VTN {self.s.vtn_url}: no registration within {timeout_s:g} s "
                                   f"(is the VTN running, and is this its OpenADR2/Simple/2.0b URL?)")
 
+    async def _shutdown(self) -> None:
+        """openleadr's stop, then every task still on the VEN's loop (a poll in flight)
+        cancelled and awaited, so none is left pending when the loop stops."""
+        await self._client.stop()
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in rest:
+            t.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
     def stop(self) -> None:
         if self._loop is None:
             return
+        self._stopping = True
         if self._client is not None:
-            asyncio.run_coroutine_threadsafe(self._client.stop(), self._loop).result(timeout=10)
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=10)

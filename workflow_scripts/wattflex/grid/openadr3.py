@@ -12,11 +12,19 @@ an event the VTN no longer lists is dropped (the controller restores). While an 
 active the VEN posts a ``DEMAND`` report (the measured load in kW) when the event asks for
 one (``reportDescriptors``). As with OpenADR 2.0b, events are held locally with their end
 times: a VTN that stops answering leaves them followed to their end, never past it.
+
+**One bad event stops nothing.** The list is read as JSON and each event validated on its
+own: an event that cannot be used (not a valid OpenADR 3 object, a limit that is not a
+number) is logged once with its id and refused, and the rest of the list is still followed,
+withdrawals included. An event listed again with other content (same id, e.g. a new limit)
+replaces the one held; an update that cannot be used or is refused leaves the earlier
+version followed, and says so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import threading
@@ -51,6 +59,8 @@ def events_from_oadr3(event: Any, s: VenSettings, t0_wall: datetime) -> tuple[Ev
         values = [p.values[0] for p in iv.payloads if p.type == PAYLOAD and p.values]
         if not values:
             continue
+        if isinstance(values[0], bool) or not isinstance(values[0], (int, float)):   # the model also allows str, Point
+            raise ScheduleError(f"event {eid!r}: interval {iv.id}: {PAYLOAD} value {values[0]!r} is not a number")
         begin = (start - t0_wall).total_seconds()
         out.append(Event(eid if len(event.intervals) == 1 else f"{eid}.{iv.id}", begin,
                          begin + period.duration.total_seconds(), target_w=float(values[0]) * scale,
@@ -60,6 +70,13 @@ def events_from_oadr3(event: Any, s: VenSettings, t0_wall: datetime) -> tuple[Ev
     return tuple(out)
 
 
+def _reason(exc: Exception) -> str:
+    """One line for an event the OpenADR 3 model refuses (pydantic says one error a line)."""
+    errors = exc.errors()
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{'.'.join(map(str, errors[0]['loc'])) or 'the event'}: {errors[0]['msg']}{more}"
+
+
 class OpenADR3Ven:
     """Polls in a background thread: ``start()`` (first poll must succeed), ``stop()``."""
 
@@ -67,7 +84,9 @@ class OpenADR3Ven:
                  poll_s: float = 2.0, token: str | None = None):
         self.s, self.program_id, self.load_w, self.poll_s = settings, program_id, load_w, poll_s
         self.live = LiveSchedule()
-        self.accepted: dict[str, bool] = {}
+        self.accepted: dict[str, bool] = {}          # per event id: held (followed) or refused
+        self._versions: dict[str, str] = {}           # per listed event id: the content last considered
+        self._held: dict[str, Any] = {}               # per event id: the toadr3 Event held
         self.messages: list[str] = []
         self.reports_sent = 0
         self.last_poll_ok: float | None = None
@@ -83,29 +102,61 @@ class OpenADR3Ven:
         return {k: "followed" if v else "refused" for k, v in self.accepted.items()}
 
     async def _poll_once(self, client: Any) -> None:
-        events = await client.get_events(program_id=self.program_id, custom_headers=self._headers)
+        docs = await self._get_events(client)
         self.last_poll_ok = time.monotonic()
-        listed = set()
-        for ev in events:
-            eid = str(ev.id)
-            listed.add(eid)
-            if eid not in self.accepted:
-                try:
-                    taken, msgs = self.live.offer(eid, events_from_oadr3(ev, self.s, self.live.t0_wall), self.s)
-                except ScheduleError as exc:
-                    taken, msgs = False, [str(exc)]
-                self.accepted[eid] = taken
-                self.messages += msgs
-                for m in msgs:
-                    (log.info if taken else log.warning)("OpenADR 3 %s", m)
-            if self.accepted.get(eid) and ev.report_descriptors and math.isfinite(self.load_w()):
-                now_s = (datetime.now(timezone.utc) - self.live.t0_wall).total_seconds()
-                if self.live.active(now_s):
-                    await self._report(client, ev)
+        listed = {}
+        for k, doc in enumerate(docs):
+            eid = str(doc["id"]) if isinstance(doc, dict) and doc.get("id") is not None else f"(no id, item {k})"
+            listed[eid] = version = json.dumps(doc, sort_keys=True)
+            if self._versions.get(eid) != version:       # new, or updated by the VTN: (re)considered once
+                self._versions[eid] = version
+                self._consider(eid, doc)
         for eid in [e for e in self.accepted if e not in listed and self.accepted[e]]:
             self.live.drop(eid)                          # withdrawn by the VTN
             self.accepted[eid] = False
             self.messages.append(f"event {eid!r} withdrawn by the VTN: dropped")
+        self._versions = {k: v for k, v in self._versions.items() if k in listed}
+        now_s = (datetime.now(timezone.utc) - self.live.t0_wall).total_seconds()
+        if math.isfinite(self.load_w()) and self.live.active(now_s):
+            for eid, ev in self._held.items():
+                if self.accepted.get(eid) and ev.report_descriptors:
+                    await self._report(client, ev)
+
+    async def _get_events(self, client: Any) -> list[Any]:
+        """The VTN's event list as JSON (toadr3's ``get_events`` validates the whole list at
+        once: one malformed event would hide every other)."""
+        params = {"programID": self.program_id} if self.program_id else {}
+        async with client.client_session.get(f"{client.vtn_url}/events", params=params,
+                                             headers=self._headers) as resp:
+            resp.raise_for_status()
+            docs = await resp.json(content_type=None)
+        if not isinstance(docs, list):
+            raise ValueError(f"GET /events answered a {type(docs).__name__}, not a list of events")
+        return docs
+
+    def _consider(self, eid: str, doc: Any) -> None:
+        """Offer one listed event (new or updated) to the schedule; log what became of it."""
+        from pydantic import ValidationError
+        from toadr3.models import Event as Oadr3Event
+
+        update = self.accepted.get(eid, False)
+        try:
+            ev = Oadr3Event.model_validate(doc)
+            taken, msgs = self.live.offer(eid, events_from_oadr3(ev, self.s, self.live.t0_wall), self.s)
+        except ValidationError as exc:
+            taken, msgs = False, [f"event {eid!r} is not a valid OpenADR 3 event: {_reason(exc)}"]
+        except ScheduleError as exc:                     # names the event
+            taken, msgs = False, [str(exc)]
+        if taken:
+            self._held[eid] = ev
+            if update:
+                msgs.insert(0, f"event {eid!r} updated by the VTN: the new version replaces the old")
+        elif update:
+            msgs.append(f"event {eid!r}: the VTN's update is refused; the earlier version is still followed")
+        self.accepted[eid] = taken or update
+        self.messages += msgs
+        for m in msgs:
+            (log.info if taken else log.warning)("OpenADR 3 %s", m)
 
     async def _report(self, client: Any, ev: Any) -> None:
         from toadr3.models import Report

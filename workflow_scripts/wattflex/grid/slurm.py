@@ -32,11 +32,20 @@ policy. Budgets go to
 ``<dir>/<unit>.budget.json`` with the end of the event and the unit's share of its ramp
 limit (in proportion to its GPUs), to which the agent holds its cap changes; an agent whose
 budget file goes stale holds the last budget to that end, then restores.
+
+**One bad answer stops nothing.** A budget or load file that cannot be used (not JSON, a
+field that is not a finite number) is reported once and counted as stale: the agent holds
+its last good budget to the end it named, the coordinator counts the unit as not answering.
+A failed ``squeue`` (exit status, no answer, not a job list) is retried with backoff within
+the period, then the last known job set is held (and asked again the next period); a job
+``squeue`` describes badly (no ``job_id``, odd ``gres_detail``) is skipped with a report.
+``run_coordinator`` writes its last word (restore) however it ends.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -54,6 +63,12 @@ import numpy as np
 from wattflex.allocation.allocator import allocate, water_fill
 from wattflex.allocation.curves import Curves, curves_from_points
 from wattflex.control.controller import ramp_at
+
+log = logging.getLogger("wattflex.grid.slurm")
+
+
+class SqueueError(RuntimeError):
+    """``squeue --json`` failed or answered no job list (transient: asked again)."""
 
 
 @dataclass(frozen=True)
@@ -102,31 +117,78 @@ def _state(job: Mapping[str, Any]) -> str:
     return str(s[0] if isinstance(s, list) and s else s)      # a list from Slurm 23.02 on
 
 
-def parse_squeue(doc: Mapping[str, Any], partitions: Sequence[str] | None = None) -> list[SlurmJob]:
+def parse_squeue(doc: Mapping[str, Any], partitions: Sequence[str] | None = None,
+                 report: Any = None) -> list[SlurmJob]:
     """Running jobs holding GPUs, from ``squeue --json``; only those running in one of
-    ``partitions``, if given."""
+    ``partitions``, if given. A job described in a way this cannot read is skipped and said
+    to ``report`` (default: logged); a document that is no job list is a :class:`SqueueError`."""
+    listed = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(listed, list):
+        what = (f"a JSON {type(doc).__name__}" if not isinstance(doc, dict) else "no 'jobs'" if listed is None
+                else f"'jobs' is a JSON {type(listed).__name__}")
+        raise SqueueError(f"squeue --json answered no job list ({what})")
     jobs = []
-    for j in doc.get("jobs", []):
-        if _state(j) != "RUNNING":
+    for k, j in enumerate(listed):
+        try:
+            job = _gpu_job(j, partitions)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            what = j.get("job_id", f"#{k}") if isinstance(j, dict) else f"#{k}"
+            why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            (report or log.warning)(f"squeue job {what} skipped: cannot read it ({why})")
             continue
-        if partitions and not set(str(j.get("partition", "")).split(",")) & set(partitions):
-            continue
-        nodes = expand_hostlist(str(j.get("nodes", "")))
-        detail = list(j.get("gres_detail") or [])
-        gpus = {n: gres_indices(d) for n, d in zip(nodes, detail)}
-        gpus = {n: g for n, g in gpus.items() if g}
-        if gpus:
-            jobs.append(SlurmJob(str(j["job_id"]), str(j.get("name", "")), gpus))
+        if job is not None:
+            jobs.append(job)
     return jobs
 
 
-def discover(squeue: str = "squeue", partitions: Sequence[str] | None = None) -> list[SlurmJob]:
+def _gpu_job(j: Mapping[str, Any], partitions: Sequence[str] | None) -> SlurmJob | None:
+    """One ``squeue --json`` job as a :class:`SlurmJob`; None if not running here with GPUs."""
+    if _state(j) != "RUNNING":
+        return None
+    if partitions and not set(str(j.get("partition", "")).split(",")) & set(partitions):
+        return None
+    if j.get("job_id") in (None, ""):
+        raise ValueError("no job_id")
+    if "gres_detail" not in j:
+        raise ValueError("no gres_detail: which GPUs it holds is not known")
+    nodes = expand_hostlist(str(j.get("nodes", "")))
+    detail = j.get("gres_detail") or []
+    if not isinstance(detail, list):
+        raise TypeError(f"gres_detail is a {type(detail).__name__}, not a list")
+    gpus = {n: gres_indices(str(d)) for n, d in zip(nodes, detail)}
+    gpus = {n: g for n, g in gpus.items() if g}
+    return SlurmJob(str(j["job_id"]), str(j.get("name", "")), gpus) if gpus else None
+
+
+def discover(squeue: str = "squeue", partitions: Sequence[str] | None = None, report: Any = None) -> list[SlurmJob]:
     """The running GPU jobs as SLURM reports them now (of ``partitions`` only, if given: filtered
-    here, since ``squeue --json`` of some Slurm releases, 22.05 among them, ignores its filters)."""
-    out = subprocess.run([squeue, "--json", "--states=RUNNING"], capture_output=True, text=True, timeout=60)
+    here, since ``squeue --json`` of some Slurm releases, 22.05 among them, ignores its filters).
+    :class:`SqueueError` when ``squeue`` fails or its answer is no job list."""
+    try:
+        out = subprocess.run([squeue, "--json", "--states=RUNNING"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SqueueError(f"{squeue} --json: {exc}") from None
     if out.returncode != 0:
-        raise RuntimeError(f"{squeue} --json failed ({out.returncode}): {out.stderr.strip()[:200]}")
-    return parse_squeue(json.loads(out.stdout), partitions)
+        raise SqueueError(f"{squeue} --json failed ({out.returncode}): {out.stderr.strip()[:200]}")
+    try:
+        doc = json.loads(out.stdout)
+    except ValueError as exc:
+        raise SqueueError(f"{squeue} --json answered no JSON ({exc})") from None
+    return parse_squeue(doc, partitions, report)
+
+
+def jobs_or_last(discover_jobs: Any, last: list[SlurmJob], sleep: Any,
+                 backoff_s: Sequence[float]) -> tuple[list[SlurmJob], str | None]:
+    """``discover_jobs()``, retried after each of ``backoff_s`` when SLURM fails; when every
+    try failed, the last known job set (held safe: its units keep their shares) and why."""
+    for wait in (*backoff_s, None):
+        try:
+            return list(discover_jobs()), None
+        except SqueueError as exc:
+            why = str(exc)
+            if wait is not None:
+                sleep(wait)
+    return last, why
 
 
 def agent_command(job: SlurmJob, node: str, budget_dir: Path, period_s: float, duration_s: float,
@@ -257,6 +319,8 @@ def split_budget(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarray, al
                                  enumerate((floor_w, ceiling_w, alive)))
     if not math.isfinite(budget_w):
         return np.full(len(floor_w), np.inf)
+    if not len(floor_w):                  # no GPU job known (none running, or SLURM down from the start)
+        return np.zeros(0)
     left = budget_w - ceiling_w[~alive].sum()
     use = np.zeros(len(floor_w), bool) if curves is None or has_curve is None else np.asarray(has_curve) & alive
     if use.any():
@@ -280,59 +344,85 @@ def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
     tmp.replace(path)
 
 
-def read_fresh(path: Path, stale_s: float, now: float | None = None) -> dict[str, Any] | None:
-    """The JSON document at ``path`` if it was written less than ``stale_s`` ago, else None."""
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    now = time.time() if now is None else now
-    return doc if now - float(doc.get("t_unix", -math.inf)) <= stale_s else None
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-BUDGET_NUMBERS = ("budget_w", "hold_until_unix", "ramp_w_per_s")  # null, or a finite number >= 0
+# what each field of the files between coordinator and agents must be (null: none)
+BUDGET_FIELDS = {
+    "t_unix": ("a finite number", _finite),
+    "budget_w": ("null or a finite number >= 0", lambda v: v is None or _finite(v) and v >= 0),
+    "hold_until_unix": ("null or a finite number", lambda v: v is None or _finite(v)),
+    "ramp_w_per_s": ("null or a finite number > 0", lambda v: v is None or _finite(v) and v > 0),
+}
+LOAD_FIELDS = {"t_unix": BUDGET_FIELDS["t_unix"], "load_w": ("a finite number >= 0", lambda v: _finite(v) and v >= 0)}
 
 
-def budget_problem(doc: Mapping[str, Any]) -> str | None:
-    """Why a budget document cannot be followed, or None. ``NaN`` is no budget the
-    coordinator writes (it writes ``null`` for none), and ``true`` is not a number: read as
-    budgets they would mean no curtailment, or 1 W."""
-    for key in BUDGET_NUMBERS:
-        v = doc.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
-                              or not math.isfinite(v) or v < 0):
-            return f"{key} {v!r} is not a finite number >= 0 (or null)"
+def file_problem(doc: Any, fields: Mapping[str, tuple[str, Any]]) -> str | None:
+    """Why a budget or load file's document cannot be used (None: it can)."""
+    if not isinstance(doc, dict):
+        return f"a JSON {type(doc).__name__}, not an object"
+    for key, (rule, ok) in fields.items():
+        if not ok(doc.get(key)):
+            return f"{key} {json.dumps(doc.get(key))}: must be {rule}"
     return None
 
 
+def read_fresh(path: Path, stale_s: float, now: float | None = None,
+               fields: Mapping[str, tuple[str, Any]] = LOAD_FIELDS, bad: Any = None) -> dict[str, Any] | None:
+    """The JSON document at ``path`` if it was written less than ``stale_s`` ago and its
+    ``fields`` are usable, else None (one that cannot be used is said to ``bad``)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        problem: str | None = f"not JSON ({exc})"
+    else:
+        problem = file_problem(doc, fields)
+    if problem is not None:
+        if bad is not None:
+            bad(f"{path}: {problem}")
+        return None
+    now = time.time() if now is None else now
+    return doc if now - float(doc["t_unix"]) <= stale_s else None
+
+
+class OnceLog:
+    """Says each distinct message once (a bad file or job read every period is said once)."""
+
+    def __init__(self, say: Any):
+        self.say, self.said = say, set()
+
+    def __call__(self, msg: str) -> None:
+        if msg not in self.said:
+            self.said.add(msg)
+            self.say(msg)
+
+
 class BudgetFile:
-    """The agent's side: ``budget_at(t)`` reads the coordinator's file; a stale or missing
-    file holds the last budget until the event end it named, then no budget (restore). A
-    document that cannot be followed (``budget_problem``) counts as no word, and ``warn``
-    is told once per distinct problem."""
+    """The agent's side: ``budget_at(t)`` reads the coordinator's file; a stale, missing or
+    unusable file (reported once) holds the last good budget until the event end it named,
+    then no budget (restore)."""
 
     def __init__(self, path: str | Path, stale_s: float, warn: Callable[[str], None] | None = None):
         self.path, self.stale_s = Path(path), stale_s
         self.last: dict[str, Any] = {"budget_w": None, "hold_until_unix": -math.inf}
         self.stale_periods = 0
-        self.warn, self.problems = warn, set()
-
-    def _usable(self, doc: dict[str, Any] | None) -> dict[str, Any] | None:
-        problem = None if doc is None else budget_problem(doc)
-        if problem is None:
-            return doc
-        if problem not in self.problems and self.warn is not None:
-            self.warn(f"budget file {self.path}: {problem}; not followed (held as no word from the coordinator)")
-        self.problems.add(problem)
-        return None
+        say = warn or (lambda msg: log.warning("%s", msg))     # control prints it; else the log
+        self._bad = OnceLog(lambda m: say(f"budget file {m}; holding the last good budget to its end"))
 
     def budget_at(self, _t_s: float) -> float:
-        doc = self._usable(read_fresh(self.path, self.stale_s))
+        doc = read_fresh(self.path, self.stale_s, fields=BUDGET_FIELDS, bad=self._bad)
         if doc is not None:
             self.last = doc
+            self._bad.said.clear()                    # a later bad file is said again
         else:
             self.stale_periods += 1
-            if time.time() >= float(self.last.get("hold_until_unix") or -math.inf):
+            hold = self.last.get("hold_until_unix")
+            if time.time() >= (-math.inf if hold is None else float(hold)):
                 return math.inf
         b = self.last.get("budget_w")
         return math.inf if b is None else float(b)
@@ -407,48 +497,64 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
     jobs ``discover_jobs()`` reports, ``launch(job, node)`` starting each new unit's agent.
     The basis is ``nominal`` (GPUs x ``max_w``) or ``measured`` (the cluster load of the last
     period before an event). ``split``: how the budget is split (default equal weights); a
-    new job whose share has no curve under a curve policy is said to ``log``. At the end
-    every unit is told: no budget (restore)."""
+    new job whose share has no curve under a curve policy is said to ``log``, and so are a
+    SLURM failure (retried, then the last job set held) and a load file that cannot be used.
+    At the end, however the loop ends (an exception, a signal raised as one), every unit is
+    told: no budget (restore)."""
     split = split or ClusterSplit()
     rec = ClusterRecord([], [], [], [], [])
     launched: set[str] = set()
     t0, t0_unix = clock(), time.time()
     measured = math.nan
     jobs: list[SlurmJob] = []
-    while (t := clock() - t0) <= duration_s:
-        jobs = list(discover_jobs())
-        for j in jobs:
-            for n in j.gpus:
-                if unit_name(j.job_id, n) not in launched:
-                    launch(j, n)
-                    launched.add(unit_name(j.job_id, n))
-                    group = split.group_of(j) if split.policy != "equal-weight" else None
-                    rec.unit_group[unit_name(j.job_id, n)] = group
-                    if split.policy != "equal-weight":
-                        log(f"unit {unit_name(j.job_id, n)} (job name {j.name!r}): "
-                            + (f"{split.policy} split on group {group}'s curve" if group else
-                               "no curve for this job: equal-weight share"))
-        units = [(j, n) for j in jobs for n in j.gpus]
-        gpus = np.array([len(j.gpus[n]) for j, n in units], float)
-        loads = [read_fresh(budget_dir / f"{unit_name(j.job_id, n)}.load.json", stale_s) for j, n in units]
-        load = sum(float(d["load_w"]) if d is not None else g * max_w for d, g in zip(loads, gpus))
-        in_event = bool(np.asarray(source.active(t)))
-        if not in_event:
-            measured = load
-        rec.baseline_curves_w.append(_curves_baseline(rec, split, units, loads, gpus * max_w, in_event))
-        basis_w = float(gpus.sum() * max_w) if basis == "nominal" else measured
-        budget = float(source.budget(t, basis_w)) if math.isfinite(basis_w) else math.inf
-        end = _event_end(source, t)
-        coordinate_once(jobs, budget, t0_unix + end if end is not None else -math.inf, budget_dir, min_w, max_w,
-                        stale_s, split, ramp_at(source, t))
-        rec.t_s.append(t)
-        rec.budget_w.append(budget)
-        rec.power_w.append(load)
-        rec.alive.append(sum(d is not None for d in loads))
-        rec.caps_w.append([])
-        sleep(max(0.0, t0 + (len(rec.t_s)) * period_s - clock()))
-    # the last word: restore (still at the last event's ramp, so the agents do not surge together)
-    coordinate_once(jobs, math.inf, -math.inf, budget_dir, min_w, max_w, stale_s, split, ramp_at(source, duration_s))
+    slurm_failing: str | None = None                  # why SLURM failed, while the last job set is held
+    bad_load = OnceLog(lambda m: log(f"warning: load file {m}: unit counted as not answering"))
+    backoff_s = tuple(f * period_s for f in (0.05, 0.1, 0.2))      # within one period
+    try:
+        while (t := clock() - t0) <= duration_s:
+            jobs, why = jobs_or_last(discover_jobs, jobs, sleep, backoff_s)
+            if why is not None and slurm_failing is None:
+                log(f"warning: SLURM failed {len(backoff_s) + 1} times ({why}); holding the last known "
+                    f"{len(jobs)} job(s) and their shares, asking again each period")
+            elif why is None and slurm_failing is not None:
+                log("SLURM answers again: following its job list")
+            slurm_failing = why
+            for j in jobs:
+                for n in j.gpus:
+                    if unit_name(j.job_id, n) not in launched:
+                        launch(j, n)
+                        launched.add(unit_name(j.job_id, n))
+                        group = split.group_of(j) if split.policy != "equal-weight" else None
+                        rec.unit_group[unit_name(j.job_id, n)] = group
+                        if split.policy != "equal-weight":
+                            log(f"unit {unit_name(j.job_id, n)} (job name {j.name!r}): "
+                                + (f"{split.policy} split on group {group}'s curve" if group else
+                                   "no curve for this job: equal-weight share"))
+            units = [(j, n) for j in jobs for n in j.gpus]
+            gpus = np.array([len(j.gpus[n]) for j, n in units], float)
+            loads = [read_fresh(budget_dir / f"{unit_name(j.job_id, n)}.load.json", stale_s, bad=bad_load)
+                     for j, n in units]
+            load = sum(float(d["load_w"]) if d is not None else g * max_w for d, g in zip(loads, gpus))
+            in_event = bool(np.asarray(source.active(t)))
+            if not in_event:
+                measured = load
+            rec.baseline_curves_w.append(_curves_baseline(rec, split, units, loads, gpus * max_w, in_event))
+            basis_w = float(gpus.sum() * max_w) if basis == "nominal" else measured
+            budget = float(source.budget(t, basis_w)) if math.isfinite(basis_w) else math.inf
+            end = _event_end(source, t)
+            coordinate_once(jobs, budget, t0_unix + end if end is not None else -math.inf, budget_dir, min_w, max_w,
+                            stale_s, split, ramp_at(source, t))
+            rec.t_s.append(t)
+            rec.budget_w.append(budget)
+            rec.power_w.append(load)
+            rec.alive.append(sum(d is not None for d in loads))
+            rec.caps_w.append([])
+            sleep(max(0.0, t0 + (len(rec.t_s)) * period_s - clock()))
+    finally:
+        # the last word, however the loop ends: restore (still at the last event's ramp, so
+        # the agents do not surge together)
+        coordinate_once(jobs, math.inf, -math.inf, budget_dir, min_w, max_w, stale_s, split,
+                        ramp_at(source, duration_s))
     return rec
 
 
