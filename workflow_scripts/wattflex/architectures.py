@@ -9,5 +9,5 @@ from __future__ import annotations
 # hf_model_type -> "dense" | "moe" (transformers 5 model classes wattflex.runs.training.models builds).
 ARCHITECTURES = {
     "llama": "dense", "mistral": "dense", "qwen2": "dense", "qwen3": "dense",
-    "qwen3_moe": "moe", "mixtral": "moe", "gpt_oss": "moe", "deepseek_v2": "moe",
+    "qwen3_moe": "moe", "mixtral": "moe", "gpt_oss": "moe", "deepseek_v2": "moe", "gemma4_text": "moe",
 }

@@ -58,6 +58,30 @@ def test_lora_llama70b_on_8_fits_with_a_bf16_base_and_fp32_adapters():
     assert p.checkpoint_gb == pytest.approx((70.6e9 * 2 + adapters * 12) / 1e9)
 
 
+def test_gemma4_adapters_are_peft_s_on_the_real_class_and_its_tied_embedding_is_gathered_once():
+    """Gemma-4's layers are not alike (sliding-window: head_dim 256, 8 kv heads; every 6th full
+    attention: 512, 2 kv heads, no v_proj) and run a dense MLP beside the experts: the plan's
+    adapter count is what peft adds to transformers' Gemma4ForCausalLM at the catalogue's
+    geometry (on the meta device). Its tied embedding and head are one weight in the FSDP root."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from wattflex.runs.training import models
+    from wattflex.runs.training.config import TrainConfig
+
+    gemma = CATALOG["Gemma-4-26B-A4B"]
+    cfg = TrainConfig(model_facts=gemma, task="lora", lora_rank=8, device="cpu")
+    with torch.device("meta"):
+        model = models.apply_lora(AutoModelForCausalLM.from_config(models.hf_config(gemma)), cfg)
+    adapters = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
+    assert plan.lora_params(gemma, 8) == adapters
+    sh = plan.shape(gemma)
+    assert sh.tied and sh.params == pytest.approx(sh.embedding + 30 * (sh.layer_dense + sh.layer_expert))
+    own = plan.gpu_bytes({**gemma, "tie_word_embeddings": False}, "pt", 8, 1, "bf16-mixed", 4096, 1, True, 0, "sdpa")
+    tied = plan.gpu_bytes(gemma, "pt", 8, 1, "bf16-mixed", 4096, 1, True, 0, "sdpa")
+    assert tied["gathered"] > own["gathered"]       # the embedding gathered all step, not a unit at a time
+
+
 def test_gpt_oss_pretraining_ep8_gathers_one_eighth_of_a_layers_experts():
     ep1 = plan.plan_group(group(model="gpt-oss-20b", seq_len=4096, ep=1), GPTOSS)
     ep8 = plan.plan_group(group(model="gpt-oss-20b", seq_len=4096, ep=8), GPTOSS)

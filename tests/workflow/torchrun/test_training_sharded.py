@@ -117,6 +117,53 @@ def tied_cfg(source: str, out) -> TrainConfig:
     return tiny_cfg("Qwen3-32B", out, tiny=False, model_path=str(out / "model"))
 
 
+# Gemma-4 as transformers' own Gemma4ForCausalLM (the catalogue's geometry, tiny): a heterogeneous
+# config (head_dim and kv heads per layer), tied embeddings, an embedding that scales by a
+# non-persistent buffer (embed_scale = sqrt(hidden)), soft-capped logits, dense MLP + experts.
+GEMMA = "Gemma-4-26B-A4B"
+GEMMA_PROBE = """
+    from wattflex.runs.training.loss import causal_lm_loss
+    base = sharded.hf_model(model)
+    ref_buffers = dict(ref.named_buffers())        # a fresh unsharded build's (before any copy below)
+    buffers = {n: bool(torch.equal(b, ref_buffers[n])) for n, b in model.named_buffers()}
+    if cfg.tiny:                                  # random init differs per rank: the gathered weights
+        full = {n: t.full_tensor() if isinstance(t, torch.distributed.tensor.DTensor) else t
+                for n, t in model.state_dict().items()}
+        ref.load_state_dict(full)
+    torch.manual_seed(7)
+    x = torch.randint(0, base.config.vocab_size, (cfg.batch, cfg.seq_len))
+    watched = {n: p for n, p in model.named_parameters() if n.endswith(("embed_tokens.weight", "experts.down_proj"))}
+    before = {n: p.full_tensor().clone() for n, p in watched.items()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    with torch.no_grad():
+        diff = float((model(input_ids=x).logits - ref(input_ids=x).logits).abs().max())
+    loss = causal_lm_loss(model, x, 7)             # the harness's chunked loss
+    ref_loss = ref(input_ids=x, labels=x).loss      # transformers' own (soft-capped logits)
+    loss.backward()
+    optimizer.step()
+    out = {"model_class": info["model_class"], "hf_config": info["hf_config"], "buffers": buffers,
+           "embed_scale": float(getattr(base.get_input_embeddings(), "embed_scale", float("nan"))),
+           "tied": base.get_output_embeddings().weight is base.get_input_embeddings().weight,
+           "logits_max_diff": diff, "loss": float(loss), "loss_diff": abs(float(loss) - float(ref_loss)),
+           "moved": {n: float((p.full_tensor() - before[n]).abs().max()) for n, p in watched.items()}}
+    open(f"{cfg.outdir}/probe{dist.rank}.json", "w").write(json.dumps(out))
+    torch.distributed.destroy_process_group()
+"""
+GEMMA_SOURCES = ["model_path", "random_init"]
+
+
+def gemma_cfg(source: str, out) -> TrainConfig:
+    """A tiny Gemma-4 of the catalogue's geometry: saved by save_pretrained and loaded from its
+    path, or the model's own random init."""
+    from transformers import AutoModelForCausalLM
+
+    if source == "random_init":
+        return tiny_cfg(GEMMA, out)
+    torch.manual_seed(3)
+    AutoModelForCausalLM.from_config(models.hf_config(CATALOG[GEMMA], tiny=True)).save_pretrained(out / "model")
+    return tiny_cfg(GEMMA, out, tiny=False, model_path=str(out / "model"))
+
+
 @pytest.fixture(scope="module")
 def probes(tmp_path_factory) -> ProbeJob:
     """Every probe of this module's tests in one 2-rank job (a launch costs ~8.5 s of CPU)."""
@@ -133,6 +180,9 @@ def probes(tmp_path_factory) -> ProbeJob:
     for source in TIED:
         out = work / f"tied-{source}"
         cases[out.name] = (TIED_PROBE, tied_cfg(source, out))
+    for source in GEMMA_SOURCES:
+        out = work / f"gemma-{source}"
+        cases[out.name] = (GEMMA_PROBE, gemma_cfg(source, out))
     cases["refusal"] = (REFUSAL_PROBE, tiny_cfg("Llama-3.1-70B", work / "refusal"))
     return run_probes(cases, work)
 
@@ -178,6 +228,25 @@ def test_tied_embeddings_shard_in_one_unit_and_train(source, probes):
         assert out["logits_max_diff"] < 1e-5 and out["grad_max_diff"] < 1e-6
         assert out["loss"] == pytest.approx(5.5, abs=0.5)       # ln(256): a fresh model's cross entropy
         assert out["embedding_moved"] > 1e-4                    # the step trained the tied weight
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", GEMMA_SOURCES)
+def test_gemma4_runs_as_its_own_class_with_every_buffer_a_fresh_models(source, probes):
+    """Gemma-4 through the sharded path on 2 gloo ranks: its own transformers class (was a Mixtral
+    stand-in), per-layer attributes read per layer (a global read of head_dim raised
+    AmbiguousGlobalPerLayerAttributeError), every buffer a fresh unsharded model's (the
+    embedding's embed_scale stayed uninitialised after loading), logits and loss the unsharded
+    model's (the chunked loss now soft-caps as Gemma's forward does), and a step trains."""
+    for out in probes.reports(f"gemma-{source}"):
+        assert out["model_class"] == "Gemma4ForCausalLM" and out["tied"]
+        assert out["hf_config"]["head_dim"] == [16, 32]                 # sliding, full attention
+        assert out["hf_config"]["layer_types"] == ["sliding_attention", "full_attention"]
+        assert all(out["buffers"].values()), out["buffers"]
+        assert "model.embed_tokens.embed_scale" in out["buffers"] and out["embed_scale"] == 8.0   # sqrt(64)
+        assert out["logits_max_diff"] < 1e-5 and out["loss_diff"] < 1e-5, out
+        assert out["loss"] == pytest.approx(5.5, abs=0.5)               # ln(256): a fresh model
+        assert len(out["moved"]) == 3 and min(out["moved"].values()) > 1e-4, out["moved"]   # embedding, experts
 
 
 # ---- the test that can fail: memory per rank (a ~200M-parameter model) -------------------------

@@ -80,7 +80,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from wattflex.gpus import GPUSpec
-from wattflex.runs.attention import catalog_attn_implementation
+from wattflex.runs.attention import catalog_attn_implementation, mean_head_dim
 from wattflex.schema import group_default
 
 GIB = 1024**3
@@ -301,7 +301,7 @@ class JobSpec:
     layers: int
     hidden: int
     heads: int
-    head_dim: int
+    head_dim: int                   # averaged over the layers (runs.attention.mean_head_dim)
     intermediate: int
     vocab: int
     experts: int = 0
@@ -322,7 +322,7 @@ class JobSpec:
             gpus=int(group["gpus"]), seq_len=int(group["seq_len"]), batch=int(group["batch"]),
             total_params_b=float(model["total_params_b"]), active_params_b=float(model["active_params_b"]),
             expert_params_b=float(model.get("expert_params_b", 0.0)), layers=int(model["layers"]),
-            hidden=int(model["hidden"]), heads=int(model["heads"]), head_dim=int(model["head_dim"]),
+            hidden=int(model["hidden"]), heads=int(model["heads"]), head_dim=round(mean_head_dim(model)),
             intermediate=int(model["intermediate"]), vocab=int(model["vocab"]),
             experts=int(model.get("experts", 0) or 0), experts_active=int(model.get("experts_active", 0) or 0),
             ep=int(group.get("ep", 1)), compile=bool(group.get("compile", group_default("compile"))),

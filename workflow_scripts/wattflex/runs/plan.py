@@ -37,7 +37,7 @@ from typing import Any
 
 from wattflex.errors import ConfigError
 from wattflex.gpus import DEFAULT_GPU, gpu_spec
-from wattflex.runs.attention import catalog_attn_implementation
+from wattflex.runs.attention import attention_layers, catalog_attn_implementation
 from wattflex.schema import group_default
 
 GB = 1e9
@@ -122,12 +122,14 @@ GROUP_KEYS = ("id", "model", "task", "gpus", "gpu", "seq_len", "batch", "ep", "c
 
 @dataclass(frozen=True)
 class Shape:
-    """A catalogue model's parameter counts (all layers alike; embedding and lm_head untied)."""
+    """A catalogue model's parameter counts (all layers alike; embedding and lm_head one weight
+    where ``tie_word_embeddings``, as Gemma's, else two)."""
     params: float
     embedding: float            # one of embedding / lm_head: vocab x hidden
     layer_dense: float          # per decoder layer, routed experts excluded
     layer_expert: float         # per decoder layer, routed experts
     adapters: float             # LoRA adapter params at the group's rank (0 for pt)
+    tied: bool = False          # lm_head is the embedding's weight (both in the FSDP root)
 
 
 def shape(facts: dict[str, Any], lora_rank: int = 0) -> Shape:
@@ -135,28 +137,31 @@ def shape(facts: dict[str, Any], lora_rank: int = 0) -> Shape:
     layers, h = int(facts["layers"]), int(facts["hidden"])
     emb = float(facts["vocab"]) * h
     expert = float(facts.get("expert_params_b", 0.0) or 0.0) * 1e9
-    return Shape(params=total, embedding=emb, layer_dense=(total - expert - 2 * emb) / layers,
-                 layer_expert=expert / layers, adapters=lora_params(facts, lora_rank))
+    tied = bool(facts.get("tie_word_embeddings", False))
+    return Shape(params=total, embedding=emb, layer_dense=(total - expert - (1 if tied else 2) * emb) / layers,
+                 layer_expert=expert / layers, adapters=lora_params(facts, lora_rank), tied=tied)
 
 
 def lora_params(facts: dict[str, Any], rank: int) -> float:
     """Adapter parameters of rank ``rank`` on the harness's targets (wattflex.runs.training.
-    models.lora_targets): attention q/k/v/o, the dense MLP's gate/up/down, and the fused expert
-    weights of MoE layers (peft target_parameters: rank x experts per weight). r x (in + out)
-    per matrix."""
+    models.lora_targets): attention q/k/v/o (each kind of attention layer at its widths), the
+    dense MLP's gate/up/down (beside the experts where ``dense_intermediate``, as in Gemma-4), and
+    the fused expert weights of MoE layers (peft target_parameters: rank x experts per weight).
+    r x (in + out) per matrix."""
     if rank <= 0:
         return 0.0
     h, layers = int(facts["hidden"]), int(facts["layers"])
-    q = int(facts["heads"]) * int(facts["head_dim"])
-    kv = int(facts.get("kv_heads", facts["heads"])) * int(facts["head_dim"])
+    attention = sum(k.count * ((h + k.q_width) + (2 if k.has_v_proj else 1) * (h + k.kv_width) + (k.q_width + h))
+                    for k in attention_layers(facts))
     inter = int(facts["intermediate"])
-    per_layer = (h + q) + 2 * (h + kv) + (q + h)
     experts = int(facts.get("experts", 0) or 0)
     if experts:
-        per_layer += experts * ((h + 2 * inter) + (inter + h))      # gate_up_proj, down_proj
+        per_layer = experts * ((h + 2 * inter) + (inter + h))      # gate_up_proj, down_proj
+        if facts.get("dense_intermediate"):
+            per_layer += 3 * (h + int(facts["dense_intermediate"]))
     else:
-        per_layer += 3 * (h + inter)
-    return float(rank * per_layer * layers)
+        per_layer = 3 * (h + inter)
+    return float(rank * (attention + per_layer * layers))
 
 
 def attention_of(facts: dict[str, Any], task: str, override: str | None = None) -> str:
@@ -197,8 +202,10 @@ def gpu_bytes(facts: dict[str, Any], task: str, gpus: int, ep: int, precision: s
     if gpus > 1:
         # A rank gathers its ep-slice of a layer's experts (all of them over the efsdp ranks).
         layer = sh.layer_dense + sh.layer_expert / max(ep, 1)
-        if embedding_units == "root":   # root never resharded: embedding + lm_head live all step
-            gathered = 2 * sh.embedding * (gathered_b + grad_b) + UNITS_IN_FLIGHT * layer * gathered_b + layer * grad_b
+        if embedding_units == "root" or sh.tied:   # root never resharded: embedding + lm_head live all step
+            copies = 1 if sh.tied else 2            # tied: one weight, in the root (training.sharded.fsdp_units)
+            gathered = (copies * sh.embedding * (gathered_b + grad_b) + UNITS_IN_FLIGHT * layer * gathered_b
+                        + layer * grad_b)
         else:
             big = max(layer, sh.embedding)
             gathered = (big + layer) * gathered_b + big * grad_b

@@ -26,14 +26,17 @@ from wattflex.gpus import peak_bf16_flops
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 REPO = Path(__file__).resolve().parents[4]
 CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
-# One catalog model per family: Llama, Qwen3 (dense), Qwen3-MoE, gpt-oss, Mixtral-style, DeepSeek-V2
+# Mixtral: a family the harness builds that no catalogue model uses (Gemma-4 was its stand-in)
+MIXTRAL_STYLE = "Mixtral-style (test)"
+FACTS = {**CATALOG, MIXTRAL_STYLE: {**CATALOG["Qwen3-30B-A3B"], "hf_model_type": "mixtral"}}
+# One catalog model per family: Llama, Qwen3 (dense), Qwen3-MoE, gpt-oss, Mixtral, DeepSeek-V2, Gemma-4
 FAMILIES = {"llama": "Llama-3.1-70B", "qwen3": "Qwen3-32B", "qwen3_moe": "Qwen3-30B-A3B",
-            "gpt_oss": "gpt-oss-20b", "mixtral": "Gemma-4-26B-A4B", "deepseek_v2": "DeepSeek-V2-Lite",
-            "mistral": "Mistral-Small-24B-Base-2501"}
+            "gpt_oss": "gpt-oss-20b", "mixtral": MIXTRAL_STYLE, "deepseek_v2": "DeepSeek-V2-Lite",
+            "mistral": "Mistral-Small-24B-Base-2501", "gemma4_text": "Gemma-4-26B-A4B"}
 
 
 def tiny_cfg(model: str, task: str, outdir, **kw) -> TrainConfig:
-    base = dict(model_facts=CATALOG[model], task=task, seq_len=32, batch=4, lora_rank=8, device="cpu",
+    base = dict(model_facts=FACTS[model], task=task, seq_len=32, batch=4, lora_rank=8, device="cpu",
                 tiny=True, max_steps=30, duration_s=120, eval_at_s=None, checkpoint_at_s=None,
                 lr=3e-3 if task == "pt" else 5e-3, outdir=str(outdir))
     base.update(kw)
@@ -57,12 +60,13 @@ def test_each_family_trains_in_both_modes(family, task, tmp_path):
     assert facts["hf_model_type"] == family and facts["steps"] == 30 and facts["hf_config"]["vocab_size"] == 256
 
 
-@pytest.mark.parametrize("family", ["qwen3_moe", "gpt_oss", "mixtral", "deepseek_v2"])
+@pytest.mark.parametrize("family", ["qwen3_moe", "gpt_oss", "mixtral", "deepseek_v2", "gemma4_text"])
 def test_lora_on_moe_reaches_the_fused_expert_weights(family, tmp_path):
     cfg = tiny_cfg(FAMILIES[family], "lora", tmp_path)
     model = models.build_model(cfg, torch.float32)
     modules, params = models.lora_targets(model, family)
-    assert params == ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
+    under = "" if family == "gemma4_text" else "mlp."      # Gemma-4: experts beside the dense MLP
+    assert params == [f"{under}experts.gate_up_proj", f"{under}experts.down_proj"]
     assert {"q_proj", "o_proj"} <= set(modules)
     peft_model = models.apply_lora(model, cfg)
     trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
@@ -109,9 +113,11 @@ def test_random_builds_keep_tied_embeddings_and_count_the_head_once(tmp_path, mo
     assert untied.lm_head.weight is not untied.model.embed_tokens.weight
     one, two = (models.parameter_counts(m, None, None) for m in (tied, untied))
     assert one["params_total"] == two["params_total"] - 256 * 64 and one["params_active"] == two["params_active"]
-    # a family whose config ties by default (Gemma; none of the catalogue's yet): kept
+    # a family whose config ties by default (Gemma): kept
     monkeypatch.setitem(models.ARCHITECTURES, "gemma3_text", "dense")
     assert models.hf_config({"hf_model_type": "gemma3_text"}, tiny=True).tie_word_embeddings is True
+    gemma = models.build_model(tiny_cfg("Gemma-4-26B-A4B", "pt", tmp_path), torch.float32)
+    assert gemma.lm_head.weight is gemma.model.embed_tokens.weight
 
 
 def test_full_size_config_matches_the_catalog():
@@ -122,6 +128,49 @@ def test_full_size_config_matches_the_catalog():
     assert (gpt.num_local_experts, gpt.num_experts_per_tok, gpt.intermediate_size) == (32, 4, 2880)
     llama = models.hf_config(CATALOG["Llama-3.1-70B"], seq_len=8192)
     assert (llama.intermediate_size, llama.num_key_value_heads, llama.model_type) == (28672, 8, "llama")
+
+
+def test_gemma4_is_its_own_class_at_its_published_geometry():
+    """Gemma-4-26B-A4B as transformers' Gemma4TextConfig, at the text_config of its published
+    config.json (config/models.yaml cites it): sliding-window layers of head_dim 256 with 8 kv
+    heads, every 6th layer full attention with 512 and 2 (keys as values), 128 experts top-8
+    beside a dense MLP, tied embeddings, soft-capped logits. Built on the meta device, that class
+    has the catalogue's parameter counts."""
+    from transformers import AutoModelForCausalLM, Gemma4TextConfig
+
+    facts = CATALOG["Gemma-4-26B-A4B"]
+    cfg = models.hf_config(facts, seq_len=4096)
+    assert isinstance(cfg, Gemma4TextConfig) and cfg.is_heterogeneous
+    full = [i for i, t in enumerate(cfg.layer_types) if t == "full_attention"]
+    assert full == [5, 11, 17, 23, 29] and len(cfg.layer_types) == 30
+    assert models.per_layer(cfg, "head_dim") == [512 if i in full else 256 for i in range(30)]
+    assert models.per_layer(cfg, "num_key_value_heads") == [2 if i in full else 8 for i in range(30)]
+    assert (cfg.hidden_size, cfg.num_attention_heads, cfg.intermediate_size, cfg.moe_intermediate_size,
+            cfg.num_experts, cfg.top_k_experts, cfg.vocab_size, cfg.sliding_window) == \
+        (2816, 16, 2112, 704, 128, 8, 262144, 1024)
+    assert cfg.attention_k_eq_v and cfg.enable_moe_block and cfg.hidden_size_per_layer_input == 0
+    assert (cfg.final_logit_softcapping, cfg.max_position_embeddings, cfg.tie_word_embeddings) == (30.0, 262144, True)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    counts = models.parameter_counts(model, *models.routing(cfg))
+    experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
+    assert counts["params_total"] / 1e9 == pytest.approx(facts["total_params_b"], abs=0.005)
+    assert experts / 1e9 == pytest.approx(facts["expert_params_b"], abs=0.005)
+    # active: the catalogue counts the embedding; parameter_counts counts the tied head once
+    assert counts["params_active"] / 1e9 == pytest.approx(facts["active_params_b"], abs=0.005)
+    # FLOPs: each layer's attention at its own width (a global head_dim read raised here)
+    per_layer_attn = models.flops_per_token(0, facts, cfg, 4096, "lora") / 2
+    assert per_layer_attn == pytest.approx(2 * 4096 * 16 * (25 * 256 + 5 * 512))
+
+
+def test_run_record_lists_per_layer_attributes_by_layer(tmp_path):
+    cfg = models.hf_config(CATALOG["Gemma-4-26B-A4B"], tiny=True)
+    record = models.per_layer_record(cfg, ("vocab_size", "head_dim", "num_key_value_heads", "layer_types"))
+    assert record == {"vocab_size": 256, "head_dim": [16, 32], "num_key_value_heads": [2, 1],
+                      "layer_types": ["sliding_attention", "full_attention"]}
+    llama = models.hf_config(CATALOG["Llama-3.1-70B"], tiny=True)
+    assert models.per_layer(llama, "head_dim") == [16, 16]
+    assert models.per_layer_record(llama, ("head_dim",)) == {"head_dim": 16}
 
 
 def test_eval_and_checkpoint_events_and_grad_checkpointing(tmp_path):

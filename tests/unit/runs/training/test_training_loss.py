@@ -50,6 +50,22 @@ def test_chunked_loss_and_gradients_equal_transformers(model_name, task, tmp_pat
             torch.testing.assert_close(got_g[n], want_g[n], rtol=1e-5, atol=1e-6, msg=lambda m: f"{n}: {m}")
 
 
+def test_chunked_loss_soft_caps_the_logits_as_gemma_does(tmp_path):
+    """Gemma-4's forward soft-caps its logits (tanh, final_logit_softcapping 30 in the published
+    config); the chunked loss projected without the cap and trained on other logits. A cap near
+    the tiny model's logit scale makes the difference plain."""
+    facts = {**CATALOG["Gemma-4-26B-A4B"], "final_logit_softcapping": 0.05}
+    torch.manual_seed(0)
+    model = models.build_model(tiny_cfg("Gemma-4-26B-A4B", tmp_path, model_facts=facts), torch.float32)
+    assert type(model).__name__ == "Gemma4ForCausalLM" and model.config.final_logit_softcapping == 0.05
+    x = torch.randint(0, model.config.vocab_size, (2, 32))
+    want, want_g = loss_and_grads(model, x, lambda m, ids: m(input_ids=ids, labels=ids).loss)
+    got, got_g = loss_and_grads(model, x, lambda m, ids: chunked_causal_lm_loss(m, ids, 7))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for n in want_g:
+        torch.testing.assert_close(got_g[n], want_g[n], rtol=1e-5, atol=1e-6, msg=lambda m: f"{n}: {m}")
+
+
 def test_lm_head_sees_one_chunk_at_a_time_in_forward_and_in_backward(tmp_path, monkeypatch):
     cfg = tiny_cfg("Qwen3-32B", tmp_path)
     model = models.build_model(cfg, torch.float32, ep=1)

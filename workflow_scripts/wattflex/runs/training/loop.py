@@ -42,7 +42,8 @@ LIVE_STEPS_FILE = "steps.live.csv"  # rank 0 appends "step,t_end_s,tokens,loss" 
 STOP_FILE = ".stop"                 # created by the orchestrator: stop after the current step
 HF_CONFIG_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
                   "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "num_experts",
-                  "num_local_experts", "n_routed_experts", "num_experts_per_tok", "max_position_embeddings")
+                  "num_local_experts", "n_routed_experts", "num_experts_per_tok", "top_k_experts",
+                  "layer_types", "max_position_embeddings")
 
 
 @dataclass
@@ -193,7 +194,7 @@ def prepare_model(cfg: TrainConfig, dist: Dist, clock: StartupClock | None = Non
             "model_bytes": sharded.model_bytes(inner),
             "model_class": sharded.model_class(inner), "load_dtype": str(load_dtype).replace("torch.", ""),
             "attn_implementation": getattr(hf_cfg, "_attn_implementation", None),
-            "hf_config": {k: v for k, v in hf_cfg.to_dict().items() if k in HF_CONFIG_KEYS}}
+            "hf_config": models.per_layer_record(hf_cfg, HF_CONFIG_KEYS)}
     info["parallel"] = parallel if dist.active else "none"
     info["sharded_build"] = layout.ep > 1 or info["parallel"] == "fsdp"
     info["ep_requested"] = cfg.ep

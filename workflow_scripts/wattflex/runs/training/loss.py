@@ -6,6 +6,7 @@ that tensor, its log-softmax and their gradients dominate a step's memory for la
 vocabularies (``wattflex.runs.plan.LOGIT_BYTES``). The chunked loss (the technique of Liger
 Kernel's fused linear cross entropy and torchtitan's chunked loss) runs the model to its last
 hidden state, then for each chunk of ``chunk_tokens`` tokens computes ``lm_head(chunk).float()``
+(tanh soft-capped where the config's ``final_logit_softcapping`` says so, as Gemma's forward does)
 and the summed shifted cross entropy under ``torch.utils.checkpoint`` (non-reentrant), so no
 chunk's logits are kept for backward: the logits peak is one chunk's. All chunks run inside one
 call of ``lm_head`` (its hooks once), so FSDP2 gathers it once a step, not once per chunk. The sum is divided by
@@ -44,21 +45,25 @@ def chunked_applies(model: nn.Module, chunk_tokens: int) -> str | None:
     return None
 
 
-def _chunk_loss_sum(project, head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def _chunk_loss_sum(project, head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
+                    softcap: float | None) -> torch.Tensor:
     logits = project(head, hidden).float()
+    if softcap:         # the model's final_logit_softcapping, as its own forward applies it (Gemma)
+        logits = torch.tanh(logits / softcap) * softcap
     return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1),
                            ignore_index=IGNORE_INDEX, reduction="sum")
 
 
 def _loss_sum_over_chunks(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
-                          chunk_tokens: int) -> torch.Tensor:
+                          chunk_tokens: int, softcap: float | None = None) -> torch.Tensor:
     """The summed cross entropy, one checkpointed chunk at a time, each projected by the head's
     own forward without its hooks (the call around this one runs them)."""
     project = type(head).forward
     total = hidden.new_zeros((), dtype=torch.float32)
     for start in range(0, hidden.shape[0], chunk_tokens):
         part = slice(start, start + chunk_tokens)
-        total = total + checkpoint(_chunk_loss_sum, project, head, hidden[part], targets[part], use_reentrant=False)
+        total = total + checkpoint(_chunk_loss_sum, project, head, hidden[part], targets[part], softcap,
+                                   use_reentrant=False)
     return total
 
 
@@ -100,7 +105,8 @@ def chunked_causal_lm_loss(model: nn.Module, input_ids: torch.Tensor, chunk_toke
     head = hf_model(model).get_output_embeddings()
     targets = F.pad(input_ids, (0, 1), value=IGNORE_INDEX)[..., 1:]
     hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
-    total = _in_one_call(head, lambda h, t: _loss_sum_over_chunks(head, h, t, chunk_tokens), hidden, targets)
+    softcap = getattr(hf_model(model).config, "final_logit_softcapping", None)
+    total = _in_one_call(head, lambda h, t: _loss_sum_over_chunks(head, h, t, chunk_tokens, softcap), hidden, targets)
     if not torch.is_grad_enabled() and isinstance(head, FSDPModule):
         head.reshard()      # no backward to reshard it (evaluation)
     return total / (targets != IGNORE_INDEX).sum()

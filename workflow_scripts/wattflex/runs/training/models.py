@@ -5,7 +5,12 @@ MoE families in transformers 5 keep each layer's routed experts as fused 3-D par
 (``mlp.experts.gate_up_proj`` [E, ...] and ``mlp.experts.down_proj`` [E, ...], plus
 ``*_bias`` in gpt-oss), not one ``nn.Linear`` per expert, so ``target_modules`` cannot reach
 them; LoRA reaches them through peft's ``target_parameters`` (checked against the modeling
-files of transformers 5.24 for qwen3_moe, mixtral, gpt_oss and deepseek_v2).
+files of transformers 5.24 for qwen3_moe, mixtral, gpt_oss and deepseek_v2; Gemma-4 keeps them
+beside the dense MLP, ``experts.gate_up_proj``, in transformers 5.25).
+
+Some configs keep attributes per layer (transformers' heterogeneous configs: Gemma-4's
+``head_dim`` is 256 in its sliding-window layers, 512 in its full-attention ones) and raise
+``AmbiguousGlobalPerLayerAttributeError`` on a global read: ``per_layer`` reads them.
 """
 
 from __future__ import annotations
@@ -30,10 +35,61 @@ DEFAULT_ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 DENSE_MLP_MODULES = ["gate_proj", "up_proj", "down_proj"]
 # Fused routed-expert weights (peft target_parameters); biases stay frozen.
 EXPERT_PARAMETERS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
+EXPERT_PARAMETERS_BY_FAMILY = {"gemma4_text": ["experts.gate_up_proj", "experts.down_proj"]}
 # Peak dense bf16 tensor throughput per GPU (SXM parts), for MFU.
 
 TINY = {"hidden": 64, "layers": 2, "heads": 4, "head_dim": 16, "vocab": 256,
-        "intermediate": 128, "expert_intermediate": 32, "experts": 4, "experts_active": 2}
+        "intermediate": 128, "expert_intermediate": 32, "experts": 4, "experts_active": 2,
+        "sliding_window": 16}
+
+
+def per_layer(hf_cfg: Any, key: str, default: Any = None) -> list[Any]:
+    """``key`` of every decoder layer: its layer's own value where the config keeps it per layer
+    (``per_layer_config``, transformers 5.24+), else the global value for each layer."""
+    layers = int(hf_cfg.num_hidden_layers)
+    view = getattr(hf_cfg, "per_layer_config", None)
+    if view is None:
+        return [getattr(hf_cfg, key, default)] * layers
+    return [getattr(view[i], key, default) for i in range(layers)]
+
+
+def per_layer_record(hf_cfg: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The config's ``keys`` for run.json: a per-layer attribute as its list of layer values."""
+    varying = getattr(hf_cfg, "per_layer_attributes", None) or set()
+    out = {k: v for k, v in hf_cfg.to_dict().items() if k in keys and k not in varying}
+    out.update({k: per_layer(hf_cfg, k) for k in sorted(varying) if k in keys})
+    return out
+
+
+def _gemma4_kwargs(f: dict[str, Any], facts: dict[str, Any], tiny: bool) -> dict[str, Any]:
+    """Gemma-4's own geometry (transformers' Gemma4TextConfig): sliding-window layers with
+    ``head_dim`` and ``kv_heads``, every ``full_attention_every``-th layer full attention with
+    ``global_head_dim`` and ``global_kv_heads`` (keys shared with values: ``attention_k_eq_v``),
+    a dense MLP of ``dense_intermediate`` beside the routed experts in every layer, tanh
+    soft-capped logits. Tiny: the same kinds of layers (2: one sliding, one full), widths shrunk
+    by the catalogue's ratios."""
+    layers = int(f["layers"])
+    every = int(facts.get("full_attention_every", 6))
+    layer_types = (["sliding_attention", "full_attention"] if tiny else
+                   ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(layers)])
+    layer_types[-1] = "full_attention"      # transformers forces the last layer to full attention
+    head_dim = int(f["head_dim"])
+    global_ratio = int(facts.get("global_head_dim", head_dim)) // int(facts.get("head_dim", head_dim))
+    kv = int(f.get("kv_heads") or f["heads"])
+    kv_ratio = max(1, int(facts.get("kv_heads", kv)) // max(1, int(facts.get("global_kv_heads", kv))))
+    dense = int(facts.get("dense_intermediate", f["intermediate"]))
+    return dict(
+        intermediate_size=TINY["intermediate"] if tiny else dense,
+        moe_intermediate_size=int(f["intermediate"]), enable_moe_block=True,
+        num_experts=int(f["experts"]), top_k_experts=int(f["experts_active"]),
+        layer_types=layer_types, global_head_dim=head_dim * global_ratio,
+        num_global_key_value_heads=max(1, kv // kv_ratio),
+        attention_k_eq_v=bool(facts.get("attention_k_eq_v", False)),
+        sliding_window=TINY["sliding_window"] if tiny else int(facts.get("sliding_window", 1024)),
+        final_logit_softcapping=facts.get("final_logit_softcapping"),
+        hidden_size_per_layer_input=0,      # no per-layer input embeddings in the 26B-A4B
+        **({} if tiny or "max_position" not in facts else {"max_position_embeddings": int(facts["max_position"])}),
+    )
 
 
 def hf_config(facts: dict[str, Any], *, tiny: bool = False, seq_len: int = 4096, ep: int = 1):
@@ -78,6 +134,8 @@ def hf_config(facts: dict[str, Any], *, tiny: bool = False, seq_len: int = 4096,
     elif mt in ("mixtral", "gpt_oss"):
         kw.update(intermediate_size=inter, num_local_experts=int(f["experts"]),
                   num_experts_per_tok=int(f["experts_active"]))
+    elif mt == "gemma4_text":
+        kw.update(_gemma4_kwargs(f, facts, tiny))
     elif mt == "deepseek_v2":
         head_dim = int(f.get("head_dim") or 128)
         kw.pop("head_dim", None)
@@ -177,7 +235,8 @@ def lora_targets(model: nn.Module, hf_model_type: str) -> tuple[list[str], list[
     names = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)}
     modules = [m for m in ATTENTION_MODULES.get(hf_model_type, DEFAULT_ATTENTION) + DENSE_MLP_MODULES
                if m in names]
-    params = [p for p in EXPERT_PARAMETERS if any(n.endswith(p) for n, _ in model.named_parameters())]
+    experts = EXPERT_PARAMETERS_BY_FAMILY.get(hf_model_type, EXPERT_PARAMETERS)
+    params = [p for p in experts if any(n.endswith(p) for n, _ in model.named_parameters())]
     return modules, params
 
 
@@ -197,7 +256,9 @@ def routing(hf_cfg: Any) -> tuple[int | None, int | None]:
     """(routed experts per layer, experts active per token) of a config; (None, None) if dense."""
     experts = next((getattr(hf_cfg, k) for k in ("num_experts", "num_local_experts", "n_routed_experts")
                     if getattr(hf_cfg, k, None)), None)
-    return experts, (getattr(hf_cfg, "num_experts_per_tok", None) if experts else None)
+    active = next((getattr(hf_cfg, k) for k in ("num_experts_per_tok", "top_k_experts")
+                   if getattr(hf_cfg, k, None)), None)
+    return experts, (active if experts else None)
 
 
 def parameter_counts(model: nn.Module, experts: int | None, experts_active: int | None) -> dict[str, int]:
@@ -221,12 +282,12 @@ def parameter_counts(model: nn.Module, experts: int | None, experts_active: int 
 
 def flops_per_token(params_active: int, facts: dict[str, Any], hf_cfg: Any, seq_len: int, task: str) -> float:
     """Model FLOPs per trained token (recomputation from checkpointing not counted):
-    forward = 2 x active params + causal attention; pretraining = 3 x forward, LoRA = 2 x
+    forward = 2 x active params + causal attention (each layer at its own head width; sliding
+    windows counted as full causal, as MFU conventions do); pretraining = 3 x forward, LoRA = 2 x
     forward (frozen weights get no weight-gradient GEMM)."""
-    layers = int(getattr(hf_cfg, "num_hidden_layers", facts.get("layers", 0)))
-    heads = int(getattr(hf_cfg, "num_attention_heads", facts.get("heads", 0)))
-    head_dim = int(getattr(hf_cfg, "head_dim", None) or getattr(hf_cfg, "v_head_dim", None)
-                   or facts.get("head_dim") or hf_cfg.hidden_size // max(heads, 1))
-    attn = 2 * 2 * seq_len * heads * head_dim * layers / 2     # QK^T and AV, causal half
+    heads = per_layer(hf_cfg, "num_attention_heads", facts.get("heads", 0))
+    widths = [int(h) * int(d or v or facts.get("head_dim") or hf_cfg.hidden_size // max(int(h), 1))
+              for h, d, v in zip(heads, per_layer(hf_cfg, "head_dim"), per_layer(hf_cfg, "v_head_dim"))]
+    attn = 2 * 2 * seq_len * sum(widths) / 2     # QK^T and AV, causal half
     forward = 2 * params_active + attn
     return float(forward * (3 if task == "pt" else 2))

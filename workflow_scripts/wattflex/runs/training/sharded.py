@@ -18,11 +18,13 @@ training device: each rank allocates its shard alone. Values then come from
   ``seed + rank`` there, else every shard would be a copy of the first.
 - real weights: rank 0 reads the checkpoint once (whole, in host memory) and
   ``set_model_state_dict(..., broadcast_from_rank0=True, full_state_dict=True)`` sends each
-  rank its slice; the other ranks never hold more than their shard.
+  rank its slice; the other ranks never hold more than their shard. The non-persistent buffers,
+  which no state dict carries, are then recomputed by the model's own init (``init_buffers``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, Callable
 
@@ -119,14 +121,36 @@ def reset_lora(model: nn.Module) -> None:
 
 @torch.no_grad()
 def init_buffers(model: nn.Module) -> None:
-    """Recompute the non-persistent buffers (RoPE ``inv_freq``), which no state dict carries and
-    ``to_empty`` leaves uninitialised, with the model's own ``_init_weights`` of the modules that
-    hold them (only parameter-free ones, so no loaded weight is touched)."""
+    """Recompute the non-persistent buffers, which no state dict carries and ``to_empty`` leaves
+    uninitialised (RoPE's ``inv_freq``, Gemma's ``embed_scale`` in its embedding modules), with the
+    model's own ``_init_weights`` of every module that holds one. That module's parameters and
+    persistent buffers (loaded) are marked ``_is_hf_initialized`` meanwhile: transformers' init
+    functions skip tensors so marked (from_pretrained initialises what a checkpoint lacks the
+    same way), so no loaded value is touched."""
     base = hf_model(model)
     for module in base.modules():
-        own_buffers = {n for n, _ in module.named_buffers(recurse=False)}
-        if own_buffers & module._non_persistent_buffers_set and not any(True for _ in module.parameters(recurse=False)):
+        if not module._non_persistent_buffers_set:
+            continue
+        loaded = [*module.parameters(recurse=False),
+                  *(b for n, b in module.named_buffers(recurse=False) if n not in module._non_persistent_buffers_set)]
+        with _marked_initialized(loaded):
             base._init_weights(module)
+
+
+@contextlib.contextmanager
+def _marked_initialized(tensors: list[torch.Tensor]):
+    """``tensors`` flagged ``_is_hf_initialized`` inside the block; their own flags restored after."""
+    before = [t.__dict__.get("_is_hf_initialized") for t in tensors]
+    for t in tensors:
+        t._is_hf_initialized = True
+    try:
+        yield
+    finally:
+        for t, flag in zip(tensors, before):
+            if flag is None:
+                del t._is_hf_initialized
+            else:
+                t._is_hf_initialized = flag
 
 
 def load_from_rank0(model: nn.Module, full_state_dict: dict[str, torch.Tensor] | None, device: torch.device) -> None:
