@@ -4,7 +4,9 @@ real executor plugin with the shipped profile, ``backend: cuda`` with ``device: 
 tiny model trained by torchrun on gloo,
 one process per node, rendezvous through c10d on the first node. Each node's agent caps,
 samples and restores its node's FAKE NVML GPU (tests/fakes/fake_pynvml.py, one state file per
-node, imported as ``pynvml`` through tests/fakes/pynvml_path in the SLURM steps).
+node, imported as ``pynvml`` through tests/fakes/pynvml_path in the SLURM steps). One test
+runs the user's own script (tests/data/own_job) on one of the nodes: a job that ignores SIGTERM,
+scancel'ed under the cluster's KillWait of 5 s.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -202,19 +205,18 @@ def test_staircase_steps_both_nodes_through_every_cap_and_restores_both(two_node
     assert not list(run_dir.glob(".node*")) and not (run_dir / ".sweep_cap.json").exists()
 
 
-def test_scancel_mid_run_restores_the_caps_on_both_nodes(two_nodes, tmp_path):
-    """A run cancelled while it trains (scancel: SIGTERM to the batch script and to each node's
-    agent): each agent stops its training and restores its own node's GPU."""
-    config = campaign(tmp_path, [CAP_W], {"run": {"duration_s": 300, "sample_period_s": 0.5, "eval_at_s": 0,
-                                                  "checkpoint_at_s": 0, "gap_s": 0, "retries": 0}})
-    cmd, env, work = workflow(tmp_path, config, f"results/mn/runs/{GROUP}/cap{CAP_W}/run.json")
+def scancel_while_training(tmp: Path, cmd: list[str], env: dict[str, str], work: Path, step_line: str,
+                           every_node: bool = True) -> tuple[str, str]:
+    """Start the workflow, wait until every node (else: one) is capped at CAP_W and a train.log
+    shows ``step_line``, then scancel the run's job; its id and the workflow's output once it failed."""
     before = {j[0] for j in squeue()}
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    capped = all if every_node else any
     try:
         deadline = time.monotonic() + 180
-        while not (all(node_state(tmp_path, n)["gpus"][0]["limit_mw"] == CAP_W * 1000 for n in NODES)
-                   and any("step 2 " in p.read_text(errors="replace") for p in work.rglob("train*.log"))):
-            assert time.monotonic() < deadline and proc.poll() is None, "the run never trained capped on both nodes"
+        while not (capped(node_state(tmp, n)["gpus"][0]["limit_mw"] == CAP_W * 1000 for n in NODES)
+                   and any(step_line in p.read_text(errors="replace") for p in work.rglob("train*.log"))):
+            assert time.monotonic() < deadline and proc.poll() is None, "the run never trained capped"
             time.sleep(0.3)
         (jobid, _, _), = [j for j in squeue("%i|%T|%k") if j[0] not in before]
         subprocess.run(["scancel", jobid], check=True)
@@ -223,11 +225,49 @@ def test_scancel_mid_run_restores_the_caps_on_both_nodes(two_nodes, tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0, output[-3000:]
+    return jobid, output
+
+
+def test_scancel_mid_run_restores_the_caps_on_both_nodes(two_nodes, tmp_path):
+    """A run cancelled while it trains (scancel: SIGTERM to the batch script and to each node's
+    agent): each agent stops its training and restores its own node's GPU."""
+    config = campaign(tmp_path, [CAP_W], {"run": {"duration_s": 300, "sample_period_s": 0.5, "eval_at_s": 0,
+                                                  "checkpoint_at_s": 0, "gap_s": 0, "retries": 0}})
+    cmd, env, work = workflow(tmp_path, config, f"results/mn/runs/{GROUP}/cap{CAP_W}/run.json")
+    _, output = scancel_while_training(tmp_path, cmd, env, work, "step 2 ")
     for node in NODES:
         state = node_state(tmp_path, node)
         assert state["gpus"][0]["limit_mw"] == 700_000, output[-3000:]
         assert [c[1] for c in state["set_calls"]] == [CAP_W * 1000, 700_000]
     assert not list((tmp_path / "caps").glob("caps-*.json"))      # restored by the agents, not left for the epilog
+    left = [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, str(work))]
+    assert not left, "processes of the cancelled run are still alive"
+
+
+OWN_JOB = REPO / "tests" / "data" / "own_job" / "train_tiny_lm.py"
+
+
+def test_scancel_of_a_job_that_ignores_sigterm_restores_the_caps_before_killwait(two_nodes, tmp_path):
+    """scancel of a run whose training ignores SIGTERM (the user's own script, command backend,
+    one node of the pair): stopping it takes the agent's whole grace (30 s), far past the
+    cluster's KillWait (5 s, tests/slurm/cluster.sh), so SLURM SIGKILLs the agent. The caps
+    are back by then, put back by the agent itself (its state file gone; the epilog reads
+    another state folder and has no FAKE NVML), not left capped for the epilog (issue 36)."""
+    group = {"id": "dense-pt-own-tinylm-x1", "model": "Mistral-Small-24B-Base-2501", "task": "pt", "gpus": 1,
+             "command": {"launch": [sys.executable, str(OWN_JOB), "--steps", "1000000", "--step-s", "0.1",
+                                    "--ignore-term"], "throughput": {"preset": "torchtitan"}}}
+    config = campaign(tmp_path, [CAP_W], {"groups": [group],
+                                          "run": {"duration_s": 300, "sample_period_s": 0.5, "eval_at_s": 0,
+                                                  "checkpoint_at_s": 0, "gap_s": 0, "retries": 0}},
+                      nnodes=1, tiny=False)
+    cmd, env, work = workflow(tmp_path, config, f"results/mn/runs/{group['id']}/cap{CAP_W}/run.json")
+    jobid, output = scancel_while_training(tmp_path, cmd, env, work, "step:  2 ", every_node=False)
+    (node,) = [n for n in NODES if node_state(tmp_path, n)["set_calls"]]
+    state = node_state(tmp_path, node)
+    assert state["gpus"][0]["limit_mw"] == 700_000, output[-3000:]
+    assert [c[1] for c in state["set_calls"]] == [CAP_W * 1000, 700_000]
+    assert not list((tmp_path / "caps").glob("caps-*.json"))      # the agent's own restore, not the epilog's
+    assert jobid in two_nodes.epilog_ran.read_text().split()       # the job did end (its epilog ran)
     left = [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, str(work))]
     assert not left, "processes of the cancelled run are still alive"
 

@@ -7,7 +7,8 @@ way torchtitan's MetricsProcessor does (``step: N  loss: L  memory: ...  tps: T 
 mfu: ...``, tps = tokens per second per device over the steps since the last line), and
 every ``--eval-freq`` steps it runs a few evaluation batches (a throughput dip, as a real
 job's eval is). ``--fail-at STEP`` raises at that step (a crashing job), ``--hang-at STEP``
-sleeps forever there (a hung job), ``--quiet`` logs nothing of its rate. ``--step-s S`` makes
+sleeps forever there (a hung job), ``--ignore-term`` ignores SIGTERM (a job slow to stop, which
+only SIGKILL ends), ``--quiet`` logs nothing of its rate. ``--step-s S`` makes
 each step last at least S seconds, the host sleeping out the rest: on a GPU the host queues a
 step's kernels and then waits for the device, so a step's time is the device's and its host
 thread mostly sleeps (a long run then costs a fraction of its seconds in CPU, as a GPU job's
@@ -18,6 +19,7 @@ host does).
 
 import argparse
 import logging
+import signal
 import time
 
 import torch
@@ -51,9 +53,12 @@ def main() -> None:
     p.add_argument("--eval-freq", type=int, default=0)
     p.add_argument("--fail-at", type=int, default=0)
     p.add_argument("--hang-at", type=int, default=0)
+    p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--step-s", type=float, default=0.0)
     a = p.parse_args()
+    if a.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = TinyLM(a.vocab, a.dim, 2)

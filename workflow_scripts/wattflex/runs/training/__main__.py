@@ -8,6 +8,7 @@ import os
 import sys
 
 from wattflex.runs.training.config import TrainConfig
+from wattflex.runs.training.cpus import bind_this_rank
 
 # Runs never reach the network: models and data come from local paths or are synthetic.
 for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
@@ -22,10 +23,13 @@ def main(argv: list[str] | None = None) -> int:
     rank = os.environ.get("RANK", "0")
     logging.basicConfig(level=logging.INFO if rank == "0" else logging.WARNING,
                         format=f"%(asctime)s rank{rank} %(levelname)s %(message)s", stream=sys.stderr)
+    cfg = TrainConfig.from_json(args.config)
+    if cfg.cpu_binding:         # before torch starts a thread: every thread inherits it
+        bind_this_rank()
     # Lazy: loop imports torch; ``--help`` must not need it.
     from wattflex.runs.training.loop import train
 
-    train(TrainConfig.from_json(args.config), args.t0)
+    train(cfg, args.t0)
     return 0
 
 

@@ -49,6 +49,7 @@ class TrainConfig:
     checkpoint_dir: str | None = None       # default <outdir>/checkpoint; $VARS and {run} (training.checkpoint)
     checkpoint_async: bool = True           # DCP async_save: training resumes once the state is copied
     dist_timeout_s: float = 1800.0          # process-group timeout: a 70B load outlasts torch's 10 min
+    cpu_binding: bool = True                # each local rank on its own share of the task's CPUs (training.cpus)
     keep_checkpoint: bool = False           # the paper's checkpoint is an I/O event, not an artifact
     lr: float | None = None                 # default: 3e-4 (pt), 2e-4 (lora)
     precision: str | None = None            # default: bf16-mixed on cuda, fp32 on cpu
@@ -102,6 +103,7 @@ class TrainConfig:
             keep_checkpoint=bool(cuda.get("keep_checkpoint", False)),
             checkpoint_async=bool(cuda.get("checkpoint_async", True)),
             dist_timeout_s=float(cuda.get("dist_timeout_s", 1800.0)),
+            cpu_binding=bool(cuda.get("cpu_binding", True)),
             lr=_opt_float(cuda.get("lr")),
             # a group's own layout (the one its plan fits with: wattflex.runs.plan) over the campaign's
             precision=group.get("precision") or cuda.get("precision"),

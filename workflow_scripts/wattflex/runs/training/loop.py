@@ -320,7 +320,12 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     for save in saves:
         ckpt.finish(save, dist.rank, dist.world, cfg.keep_checkpoint, ckpt_group)
     info["timings"] = {**clock.marks, "loop_start_s": t_loop - t0}
-    info["peak_rss_bytes_per_rank"] = _gather_peaks([rss_before_build, rss_after_build, peak_rss_bytes()], dist)
+    info["peak_rss_bytes_per_rank"] = [
+        {"rank": r, "before_build": v[0], "after_build": v[1], "run": v[2]}
+        for r, v in enumerate(_every_rank([rss_before_build, rss_after_build, peak_rss_bytes()], dist))]
+    info["cpu_binding"] = cfg.cpu_binding
+    info["cpus_per_rank"] = [{"rank": r, "local_rank": v[0], "cpus": v[1]} for r, v in
+                             enumerate(_every_rank([dist.local_rank, sorted(os.sched_getaffinity(0))], dist))]
     steps = pd.DataFrame(rows)
     if dist.rank == 0:
         _write_outputs(cfg, steps, events, info, dist, t0, t_loop)
@@ -335,13 +340,14 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _gather_peaks(values: list[int], dist: Dist) -> list[dict[str, int]]:
-    """Every rank's peak RSS (before the model build, after it, whole run), in rank order."""
-    per_rank = [values]
+def _every_rank(value: Any, dist: Dist) -> list[Any]:
+    """Every rank's ``value``, in rank order (peak RSS: before the model build, after it, whole
+    run; the CPUs a rank runs on)."""
+    per_rank = [value]
     if dist.active:
         per_rank = [None] * dist.world
-        torch.distributed.all_gather_object(per_rank, values)
-    return [{"rank": r, "before_build": v[0], "after_build": v[1], "run": v[2]} for r, v in enumerate(per_rank)]
+        torch.distributed.all_gather_object(per_rank, value)
+    return per_rank
 
 
 def _write_outputs(cfg: TrainConfig, steps: pd.DataFrame, events: list, info: dict, dist: Dist,
