@@ -44,16 +44,39 @@ GB = 1e9
 GIB = 2**30
 
 # ---- GPU memory -------------------------------------------------------------------------
-# Activation bytes per layer, Korthikanti et al. 2022, "Reducing Activation Recomputation in
-# Large Transformer Models" (arXiv:2205.05198) §4.1, 16-bit activations, no tensor or sequence
-# parallelism: s*b*h*(34 + 5*a*s/h). The 5*a*s^2*b score/softmax term exists only where the
-# attention materialises the scores (eager); FlashAttention (sdpa on H100/H200 in bf16) and
-# FlexAttention do not. The 34 counts a GPT-style block (4h GeLU MLP); it is applied to
-# SwiGLU and MoE blocks unchanged (routed-token copies of MoE layers are not counted).
-ACT_BYTES_PER_LAYER = 34.0
-ATTN_SCORE_BYTES = 5.0
-# Activation checkpointing keeps each layer's input (2*s*b*h, bf16) and recomputes one layer
-# at a time in backward, so one layer's full set above is live at once (same paper, §4.1).
+# Activation bytes per layer, measured: bytes a real transformers decoder layer of each family
+# saves for backward (bf16, the catalogue's attention, LoRA rank 32 with fp32 adapters), counted
+# with saved-tensor hooks by benchmarks/activation_bytes.py (benchmarks/results/activation_bytes.md;
+# 2026-12-03, torch 2.13.0, transformers 5.25.0, peft 0.21.2, CPU). Per (hf_model_type, task):
+# ``factor`` bytes per s*b*h (the catalogue model's widths; Korthikanti et al. 2022's GPT block
+# is 34, a SwiGLU/MoE block with qk-norm or top-8 routing saves 1.4-3x that), ``score`` bytes
+# per a*s^2*b (eager attention only: scores and softmax; sdpa and flex keep none; None: not
+# measured, Korthikanti's 5 used), ``expert_weight`` bytes per routed-expert parameter of the
+# layer (peft's target_parameters LoRA merges each expert weight with its delta, and grouped_mm
+# saves that bf16 copy for backward: 2 B/param of the layer's experts, whatever the tokens).
+# gpt-oss pretraining runs FlexAttention (CUDA only with sinks): measured as eager, scores left out.
+
+
+@dataclass(frozen=True)
+class ActivationFactors:
+    factor: float
+    score: float | None = None
+    expert_weight: float = 0.0
+
+
+ACTIVATION_FACTORS = {
+    ("llama", "pt"): ActivationFactors(48.5), ("llama", "lora"): ActivationFactors(71.6),
+    ("mistral", "pt"): ActivationFactors(71.2), ("mistral", "lora"): ActivationFactors(99.4),
+    ("qwen3", "pt"): ActivationFactors(74.1), ("qwen3", "lora"): ActivationFactors(99.1),
+    ("qwen3_moe", "pt"): ActivationFactors(95.0), ("qwen3_moe", "lora"): ActivationFactors(102.8, None, 2.0),
+    ("mixtral", "pt"): ActivationFactors(70.3), ("mixtral", "lora"): ActivationFactors(78.5, None, 2.0),
+    ("deepseek_v2", "pt"): ActivationFactors(108.2), ("deepseek_v2", "lora"): ActivationFactors(103.7, None, 2.0),
+    ("gpt_oss", "pt"): ActivationFactors(103.7), ("gpt_oss", "lora"): ActivationFactors(106.7, 2.0, 2.0),
+}
+ATTN_SCORE_BYTES = 5.0      # Korthikanti's s^2 term, where a family's eager scores were not measured
+# Activation checkpointing keeps each layer's input (2*s*b*h, bf16; measured: the benchmark's
+# "on" rows) and recomputes one layer at a time in backward, so one layer's full set above is
+# live at once (Korthikanti et al. §4.1).
 ACT_BYTES_CKPT_INPUT = 2.0
 # The loss over the full vocabulary: transformers 5's ForCausalLMLoss upcasts the logits to
 # fp32 (``logits.float()``) and torch's cross_entropy keeps the fp32 log-softmax for backward;
@@ -163,15 +186,34 @@ def attention_of(facts: dict[str, Any], task: str, override: str | None = None) 
     return override or catalog_attn_implementation(facts, task) or "sdpa"
 
 
+def activation_factors(family: str, task: str) -> ActivationFactors:
+    """The measured factors of ``family`` (hf_model_type) and ``task``; a family not measured
+    gets the largest of the task's (each field its own maximum), so its plan errs high."""
+    if (family, task) in ACTIVATION_FACTORS:
+        return ACTIVATION_FACTORS[(family, task)]
+    known = [f for (_, t), f in ACTIVATION_FACTORS.items() if t == task]
+    return ActivationFactors(max(f.factor for f in known), None, max(f.expert_weight for f in known))
+
+
+def layer_activation_bytes(facts: dict[str, Any], task: str, seq_len: int, batch: int, attention: str,
+                           ep: int = 1) -> float:
+    """Bytes one decoder layer saves for backward on this GPU (its ep-slice of the experts)."""
+    s, b, h, a = seq_len, batch, int(facts["hidden"]), int(facts["heads"])
+    f = activation_factors(str(facts.get("hf_model_type", "")), task)
+    score = (ATTN_SCORE_BYTES if f.score is None else f.score) * a * s * s * b if attention == "eager" else 0.0
+    expert = f.expert_weight * shape(facts).layer_expert / max(ep, 1)
+    return s * b * h * f.factor + score + expert
+
+
 def activation_bytes(facts: dict[str, Any], seq_len: int, batch: int, grad_checkpointing: bool,
-                     attention: str, loss_chunk_tokens: int = LOSS_CHUNK_TOKENS) -> dict[str, float]:
+                     attention: str, loss_chunk_tokens: int = LOSS_CHUNK_TOKENS, task: str = "pt",
+                     ep: int = 1) -> dict[str, float]:
     """Per GPU: ``layers`` (live through the whole step: every layer's activations, or their
     checkpointed inputs), ``working`` (one recomputed layer's, checkpointing only) and
     ``logits`` (the loss's peak). The step's peak is layers + max(working, logits): the loss
     runs before backward recomputes any layer."""
     s, b, h, L = seq_len, batch, int(facts["hidden"]), int(facts["layers"])
-    a = int(facts["heads"])
-    per_layer = s * b * h * ACT_BYTES_PER_LAYER + (ATTN_SCORE_BYTES * a * s * s * b if attention == "eager" else 0.0)
+    per_layer = layer_activation_bytes(facts, task, s, b, attention, ep)
     tokens = min(s * b, loss_chunk_tokens) if loss_chunk_tokens > 0 else s * b
     logits = LOGIT_BYTES * tokens * float(facts["vocab"])
     if grad_checkpointing:
@@ -202,7 +244,7 @@ def gpu_bytes(facts: dict[str, Any], task: str, gpus: int, ep: int, precision: s
         else:
             big = max(layer, sh.embedding)
             gathered = (big + layer) * gathered_b + big * grad_b
-    act = activation_bytes(facts, seq_len, batch, grad_checkpointing, attention, loss_chunk_tokens)
+    act = activation_bytes(facts, seq_len, batch, grad_checkpointing, attention, loss_chunk_tokens, task, ep)
     activations = act["layers"] + max(act["working"], act["logits"])
     framework = FRAMEWORK_GIB * GIB
     return {"states": states, "gathered": gathered, "activations": activations, "logits": act["logits"],
