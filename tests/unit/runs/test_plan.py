@@ -44,7 +44,11 @@ def test_llama70b_pretraining_fits_with_bf16_states_and_the_parts_add_up():
     # layer's measured 48.5sbh
     s, b, h = 2048, 2, 8192
     assert p.activations_gib == pytest.approx((2 * s * b * h * 80 + max(12 * s * b * 128256, 48.5 * s * b * h)) / GIB)
-    assert p.gpu_need_gib == pytest.approx(p.states_gib + p.gathered_gib + p.activations_gib + 6.0)
+    # the AdamW step's bf16 sqrt(exp_avg_sq) copy of the shard (2 B/param, 16.4 GiB) just tops
+    # the backward's gathered units + activations
+    step = 70.6e9 * 2 / 8 / GIB
+    assert step > p.gathered_gib + p.activations_gib
+    assert p.gpu_need_gib == pytest.approx(p.states_gib + step + 6.0)
     assert p.fits and p.reason == "fits"
 
 
@@ -257,3 +261,16 @@ def test_expert_parallel_groups_are_planned_with_the_whole_sequence_loss():
     vocab = float(facts["vocab"])
     assert plan.plan_group({**g, "ep": 8}, facts).logits_gib == pytest.approx(plan.LOGIT_BYTES * 16384 * vocab / 2**30)
     assert plan.plan_group({**g, "ep": 1}, facts).logits_gib == pytest.approx(plan.LOGIT_BYTES * 8192 * vocab / 2**30)
+
+
+def test_the_adamw_steps_temporary_copy_of_the_second_moment_is_planned():
+    # fp32 pretraining at a short sequence: the step's sqrt(exp_avg_sq) copy of the rank's shard
+    # (4 B/param, torch's _multi_tensor_adam) outgrows the backward's gathered units + activations
+    parts = plan.gpu_bytes(LLAMA, "pt", 8, 1, "fp32", 256, 1, True, 0, "sdpa")
+    assert parts["optimizer_step"] == pytest.approx(70.6e9 * 4 / 8)
+    assert parts["optimizer_step"] > parts["gathered"] + parts["activations"]
+    assert parts["total"] == pytest.approx(parts["states"] + parts["optimizer_step"] + parts["framework"])
+    # bf16 states: a bf16 copy; LoRA: the fp32 adapters' only
+    assert plan.gpu_bytes(LLAMA, "pt", 8, 1, "bf16", 256, 1, True, 0, "sdpa")["optimizer_step"] == pytest.approx(70.6e9 * 2 / 8)
+    lora = plan.gpu_bytes(LLAMA, "lora", 8, 1, "bf16-mixed", 256, 1, True, 32, "sdpa")
+    assert lora["optimizer_step"] == pytest.approx(plan.lora_params(LLAMA, 32) * 4 / 8)

@@ -99,6 +99,12 @@ FRAMEWORK_GIB = 6.0
 # the emulator's hbm_usable (wattflex.runs.emulator.Physics; a test keeps them equal).
 HBM_USABLE = 0.95
 EMBEDDING_UNITS = "own"    # training.sharded.fsdp_units: the embedding and the lm_head each a unit
+# torch's foreach AdamW (the harness's torch.optim.AdamW, foreach by default on CUDA; torch 2.13
+# torch/optim/adam.py _multi_tensor_adam) allocates exp_avg_sq_sqrt = torch._foreach_sqrt(
+# exp_avg_sqs): one copy of the second moment of every trainable parameter in a device/dtype
+# group, i.e. of the rank's whole shard, in the states' dtype (half the optimizer bytes per
+# param). It lives in the step, after backward: activations freed, units resharded.
+OPTIMIZER_TEMP_STATES = 0.5     # of the two AdamW states' bytes
 
 # bytes per parameter: (sharded weight, sharded gradient, optimizer states, gathered, unsharded grad)
 PT_LAYOUT = {"bf16-mixed": (4, 4, 8, 2, 2 + 4), "bf16": (2, 2, 4, 2, 2), "fp32": (4, 4, 8, 4, 4)}
@@ -225,7 +231,9 @@ def gpu_bytes(facts: dict[str, Any], task: str, gpus: int, ep: int, precision: s
               grad_checkpointing: bool, lora_rank: int, attention: str,
               embedding_units: str = EMBEDDING_UNITS, loss_chunk_tokens: int = LOSS_CHUNK_TOKENS) -> dict[str, float]:
     """Bytes per GPU by part (``states``: sharded weights + gradients + AdamW; ``gathered``:
-    FSDP units unsharded at once; activations; ``framework``), and their ``total``."""
+    FSDP units unsharded at once; activations; ``optimizer_step``: AdamW's temporary, live
+    without the two before it; ``framework``), and their ``total`` (the larger of the
+    backward's and the optimizer step's peaks)."""
     if precision not in PT_LAYOUT:
         raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
     sh = shape(facts, lora_rank if task == "lora" else 0)
@@ -235,6 +243,8 @@ def gpu_bytes(facts: dict[str, Any], task: str, gpus: int, ep: int, precision: s
     else:
         gathered_b, grad_b = LORA_BASE_BYTES[precision], 0      # frozen base: no base gradients
         states = sh.params * LORA_BASE_BYTES[precision] / gpus + sh.adapters * ADAPTER_BYTES / gpus
+    trainable = sh.params * PT_LAYOUT[precision][2] if task == "pt" else sh.adapters * ADAPTER_BYTES / 2
+    optimizer_step = trainable * OPTIMIZER_TEMP_STATES / gpus
     gathered = 0.0
     if gpus > 1:
         # A rank gathers its ep-slice of a layer's experts (all of them over the efsdp ranks).
@@ -248,7 +258,8 @@ def gpu_bytes(facts: dict[str, Any], task: str, gpus: int, ep: int, precision: s
     activations = act["layers"] + max(act["working"], act["logits"])
     framework = FRAMEWORK_GIB * GIB
     return {"states": states, "gathered": gathered, "activations": activations, "logits": act["logits"],
-            "framework": framework, "total": states + gathered + activations + framework}
+            "optimizer_step": optimizer_step, "framework": framework,
+            "total": states + max(gathered + activations, optimizer_step) + framework}
 
 
 def weights_path(cuda: dict[str, Any]) -> str:
@@ -380,6 +391,7 @@ def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | 
                      f"({need - avail:.1f} GiB over: states {parts['states'] / GIB:.1f} at precision {precision}, "
                      f"gathered units {parts['gathered'] / GIB:.1f}, activations {parts['activations'] / GIB:.1f} "
                      f"(loss logits {parts['logits'] / GIB:.1f}; grad_checkpointing {ckpt}), "
+                     f"or in the optimizer step its temporary {parts['optimizer_step'] / GIB:.1f}, "
                      f"framework {parts['framework'] / GIB:.1f})")
     if host > host_avail:
         short.append(f"host memory: needs {host:.0f} GB on a node ({path} weights, checkpoint staging "
