@@ -44,16 +44,39 @@ GB = 1e9
 GIB = 2**30
 
 # ---- GPU memory -------------------------------------------------------------------------
-# Activation bytes per layer, Korthikanti et al. 2022, "Reducing Activation Recomputation in
-# Large Transformer Models" (arXiv:2205.05198) §4.1, 16-bit activations, no tensor or sequence
-# parallelism: s*b*h*(34 + 5*a*s/h). The 5*a*s^2*b score/softmax term exists only where the
-# attention materialises the scores (eager); FlashAttention (sdpa on H100/H200 in bf16) and
-# FlexAttention do not. The 34 counts a GPT-style block (4h GeLU MLP); it is applied to
-# SwiGLU and MoE blocks unchanged (routed-token copies of MoE layers are not counted).
-ACT_BYTES_PER_LAYER = 34.0
-ATTN_SCORE_BYTES = 5.0
-# Activation checkpointing keeps each layer's input (2*s*b*h, bf16) and recomputes one layer
-# at a time in backward, so one layer's full set above is live at once (same paper, §4.1).
+# Activation bytes per layer, measured: bytes a real transformers decoder layer of each family
+# saves for backward (bf16, the catalogue's attention, LoRA rank 32 with fp32 adapters), counted
+# with saved-tensor hooks by benchmarks/activation_bytes.py (benchmarks/results/activation_bytes.md;
+# 2026-12-03, torch 2.13.0, transformers 5.25.0, peft 0.21.2, CPU). Per (hf_model_type, task):
+# ``factor`` bytes per s*b*h (the catalogue model's widths; Korthikanti et al. 2022's GPT block
+# is 34, a SwiGLU/MoE block with qk-norm or top-8 routing saves 1.4-3x that), ``score`` bytes
+# per a*s^2*b (eager attention only: scores and softmax; sdpa and flex keep none; None: not
+# measured, Korthikanti's 5 used), ``expert_weight`` bytes per routed-expert parameter of the
+# layer (peft's target_parameters LoRA merges each expert weight with its delta, and grouped_mm
+# saves that bf16 copy for backward: 2 B/param of the layer's experts, whatever the tokens).
+# gpt-oss pretraining runs FlexAttention (CUDA only with sinks): measured as eager, scores left out.
+
+
+@dataclass(frozen=True)
+class ActivationFactors:
+    factor: float
+    score: float | None = None
+    expert_weight: float = 0.0
+
+
+ACTIVATION_FACTORS = {
+    ("llama", "pt"): ActivationFactors(48.5), ("llama", "lora"): ActivationFactors(71.6),
+    ("mistral", "pt"): ActivationFactors(71.2), ("mistral", "lora"): ActivationFactors(99.4),
+    ("qwen3", "pt"): ActivationFactors(74.1), ("qwen3", "lora"): ActivationFactors(99.1),
+    ("qwen3_moe", "pt"): ActivationFactors(95.0), ("qwen3_moe", "lora"): ActivationFactors(102.8, None, 2.0),
+    ("mixtral", "pt"): ActivationFactors(70.3), ("mixtral", "lora"): ActivationFactors(78.5, None, 2.0),
+    ("deepseek_v2", "pt"): ActivationFactors(108.2), ("deepseek_v2", "lora"): ActivationFactors(103.7, None, 2.0),
+    ("gpt_oss", "pt"): ActivationFactors(103.7), ("gpt_oss", "lora"): ActivationFactors(106.7, 2.0, 2.0),
+}
+ATTN_SCORE_BYTES = 5.0      # Korthikanti's s^2 term, where a family's eager scores were not measured
+# Activation checkpointing keeps each layer's input (2*s*b*h, bf16; measured: the benchmark's
+# "on" rows) and recomputes one layer at a time in backward, so one layer's full set above is
+# live at once (Korthikanti et al. §4.1).
 ACT_BYTES_CKPT_INPUT = 2.0
 # The loss over the full vocabulary: transformers 5's ForCausalLMLoss upcasts the logits to
 # fp32 (``logits.float()``) and torch's cross_entropy keeps the fp32 log-softmax for backward;
@@ -76,6 +99,12 @@ FRAMEWORK_GIB = 6.0
 # the emulator's hbm_usable (wattflex.runs.emulator.Physics; a test keeps them equal).
 HBM_USABLE = 0.95
 EMBEDDING_UNITS = "own"    # training.sharded.fsdp_units: the embedding and the lm_head each a unit
+# torch's foreach AdamW (the harness's torch.optim.AdamW, foreach by default on CUDA; torch 2.13
+# torch/optim/adam.py _multi_tensor_adam) allocates exp_avg_sq_sqrt = torch._foreach_sqrt(
+# exp_avg_sqs): one copy of the second moment of every trainable parameter in a device/dtype
+# group, i.e. of the rank's whole shard, in the states' dtype (half the optimizer bytes per
+# param). It lives in the step, after backward: activations freed, units resharded.
+OPTIMIZER_TEMP_STATES = 0.5     # of the two AdamW states' bytes
 
 # bytes per parameter: (sharded weight, sharded gradient, optimizer states, gathered, unsharded grad)
 PT_LAYOUT = {"bf16-mixed": (4, 4, 8, 2, 2 + 4), "bf16": (2, 2, 4, 2, 2), "fp32": (4, 4, 8, 4, 4)}
@@ -168,15 +197,34 @@ def attention_of(facts: dict[str, Any], task: str, override: str | None = None) 
     return override or catalog_attn_implementation(facts, task) or "sdpa"
 
 
+def activation_factors(family: str, task: str) -> ActivationFactors:
+    """The measured factors of ``family`` (hf_model_type) and ``task``; a family not measured
+    gets the largest of the task's (each field its own maximum), so its plan errs high."""
+    if (family, task) in ACTIVATION_FACTORS:
+        return ACTIVATION_FACTORS[(family, task)]
+    known = [f for (_, t), f in ACTIVATION_FACTORS.items() if t == task]
+    return ActivationFactors(max(f.factor for f in known), None, max(f.expert_weight for f in known))
+
+
+def layer_activation_bytes(facts: dict[str, Any], task: str, seq_len: int, batch: int, attention: str,
+                           ep: int = 1) -> float:
+    """Bytes one decoder layer saves for backward on this GPU (its ep-slice of the experts)."""
+    s, b, h, a = seq_len, batch, int(facts["hidden"]), int(facts["heads"])
+    f = activation_factors(str(facts.get("hf_model_type", "")), task)
+    score = (ATTN_SCORE_BYTES if f.score is None else f.score) * a * s * s * b if attention == "eager" else 0.0
+    expert = f.expert_weight * shape(facts).layer_expert / max(ep, 1)
+    return s * b * h * f.factor + score + expert
+
+
 def activation_bytes(facts: dict[str, Any], seq_len: int, batch: int, grad_checkpointing: bool,
-                     attention: str, loss_chunk_tokens: int = LOSS_CHUNK_TOKENS) -> dict[str, float]:
+                     attention: str, loss_chunk_tokens: int = LOSS_CHUNK_TOKENS, task: str = "pt",
+                     ep: int = 1) -> dict[str, float]:
     """Per GPU: ``layers`` (live through the whole step: every layer's activations, or their
     checkpointed inputs), ``working`` (one recomputed layer's, checkpointing only) and
     ``logits`` (the loss's peak). The step's peak is layers + max(working, logits): the loss
     runs before backward recomputes any layer."""
     s, b, h, L = seq_len, batch, int(facts["hidden"]), int(facts["layers"])
-    a = int(facts["heads"])
-    per_layer = s * b * h * ACT_BYTES_PER_LAYER + (ATTN_SCORE_BYTES * a * s * s * b if attention == "eager" else 0.0)
+    per_layer = layer_activation_bytes(facts, task, s, b, attention, ep)
     tokens = min(s * b, loss_chunk_tokens) if loss_chunk_tokens > 0 else s * b
     logits = LOGIT_BYTES * tokens * float(facts["vocab"])
     if grad_checkpointing:
@@ -188,7 +236,9 @@ def gpu_bytes(facts: dict[str, Any], task: str, gpus: int, ep: int, precision: s
               grad_checkpointing: bool, lora_rank: int, attention: str,
               embedding_units: str = EMBEDDING_UNITS, loss_chunk_tokens: int = LOSS_CHUNK_TOKENS) -> dict[str, float]:
     """Bytes per GPU by part (``states``: sharded weights + gradients + AdamW; ``gathered``:
-    FSDP units unsharded at once; activations; ``framework``), and their ``total``."""
+    FSDP units unsharded at once; activations; ``optimizer_step``: AdamW's temporary, live
+    without the two before it; ``framework``), and their ``total`` (the larger of the
+    backward's and the optimizer step's peaks)."""
     if precision not in PT_LAYOUT:
         raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
     sh = shape(facts, lora_rank if task == "lora" else 0)
@@ -198,6 +248,8 @@ def gpu_bytes(facts: dict[str, Any], task: str, gpus: int, ep: int, precision: s
     else:
         gathered_b, grad_b = LORA_BASE_BYTES[precision], 0      # frozen base: no base gradients
         states = sh.params * LORA_BASE_BYTES[precision] / gpus + sh.adapters * ADAPTER_BYTES / gpus
+    trainable = sh.params * PT_LAYOUT[precision][2] if task == "pt" else sh.adapters * ADAPTER_BYTES / 2
+    optimizer_step = trainable * OPTIMIZER_TEMP_STATES / gpus
     gathered = 0.0
     if gpus > 1:
         # A rank gathers its ep-slice of a layer's experts (all of them over the efsdp ranks).
@@ -209,11 +261,12 @@ def gpu_bytes(facts: dict[str, Any], task: str, gpus: int, ep: int, precision: s
         else:
             big = max(layer, sh.embedding)
             gathered = (big + layer) * gathered_b + big * grad_b
-    act = activation_bytes(facts, seq_len, batch, grad_checkpointing, attention, loss_chunk_tokens)
+    act = activation_bytes(facts, seq_len, batch, grad_checkpointing, attention, loss_chunk_tokens, task, ep)
     activations = act["layers"] + max(act["working"], act["logits"])
     framework = FRAMEWORK_GIB * GIB
     return {"states": states, "gathered": gathered, "activations": activations, "logits": act["logits"],
-            "framework": framework, "total": states + gathered + activations + framework}
+            "optimizer_step": optimizer_step, "framework": framework,
+            "total": states + max(gathered + activations, optimizer_step) + framework}
 
 
 def weights_path(cuda: dict[str, Any]) -> str:
@@ -345,6 +398,7 @@ def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | 
                      f"({need - avail:.1f} GiB over: states {parts['states'] / GIB:.1f} at precision {precision}, "
                      f"gathered units {parts['gathered'] / GIB:.1f}, activations {parts['activations'] / GIB:.1f} "
                      f"(loss logits {parts['logits'] / GIB:.1f}; grad_checkpointing {ckpt}), "
+                     f"or in the optimizer step its temporary {parts['optimizer_step'] / GIB:.1f}, "
                      f"framework {parts['framework'] / GIB:.1f})")
     if host > host_avail:
         short.append(f"host memory: needs {host:.0f} GB on a node ({path} weights, checkpoint staging "
