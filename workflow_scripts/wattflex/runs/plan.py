@@ -69,7 +69,7 @@ ACTIVATION_FACTORS = {
     ("mistral", "pt"): ActivationFactors(71.2), ("mistral", "lora"): ActivationFactors(99.4),
     ("qwen3", "pt"): ActivationFactors(74.1), ("qwen3", "lora"): ActivationFactors(99.1),
     ("qwen3_moe", "pt"): ActivationFactors(95.0), ("qwen3_moe", "lora"): ActivationFactors(102.8, None, 2.0),
-    ("mixtral", "pt"): ActivationFactors(70.3), ("mixtral", "lora"): ActivationFactors(78.5, None, 2.0),
+    ("gemma4_text", "pt"): ActivationFactors(173.3), ("gemma4_text", "lora"): ActivationFactors(153.6, None, 2.0),
     ("deepseek_v2", "pt"): ActivationFactors(108.2), ("deepseek_v2", "lora"): ActivationFactors(103.7, None, 2.0),
     ("gpt_oss", "pt"): ActivationFactors(103.7), ("gpt_oss", "lora"): ActivationFactors(106.7, 2.0, 2.0),
 }
