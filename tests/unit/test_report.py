@@ -164,3 +164,22 @@ def test_a_stage_with_too_little_data_says_why_above_its_empty_table(campaign, s
               provenance(params={}, backend="cuda"), status=status, reason="need at least 3 groups, have 1")
     html = render_report([*files, root / "predictor" / "ablation.csv"], "real", {"source": "generate"}, paper)
     assert f"<b>{label}:</b> need at least 3 groups, have 1" in _section(html, "predictor")
+
+
+def test_the_allocation_section_names_the_mixes_and_policies_it_left_out(campaign):
+    """Issue 37: a one-group campaign cannot form the production mix, and an unfitted predictor
+    gives the PFI-aware policies nothing to read; the report says so once, and why the headline is empty."""
+    root, files, paper = campaign
+    prov = provenance(params={}, backend="cuda")
+    left_out = {"skipped_mixes": {"production": "all 1 group(s) are pretraining (task pt)"},
+                "skipped_policies": {"pfi-aware": "no predicted PFI"}, "skipped_splits": {}}
+    write_csv(pd.DataFrame({"mix": ["random"], "cut": [0.3], "policy": ["oracle"]}), root / "allocation" / "summary.csv",
+              prov, **left_out)
+    write_csv(pd.DataFrame(columns=["mix", "cut", "policy"]), root / "allocation" / "headline.csv", prov, **left_out,
+              status="not_simulated", reason="the headline's production mix was not simulated")
+    html = render_report([*files, root / "allocation" / "summary.csv", root / "allocation" / "headline.csv"],
+                         "real", {"source": "generate"}, paper)
+    section = _section(html, "allocation")
+    assert section.count("<b>Not simulated:</b> the production mix: all 1 group(s) are pretraining (task pt)") == 1
+    assert "<b>Not simulated:</b> the pfi-aware policy: no predicted PFI" in section
+    assert "<b>Not simulated:</b> the headline&#x27;s production mix was not simulated" in section

@@ -305,6 +305,7 @@ def _section_html(sec: Section, camp: _Campaign, paper_tables: Path | None, sour
     if summary:  # its rows are shown section by section, not again under "Other outputs"
         camp.claimed.add("tables/analysis_summary.csv")
     parts.append(summary)
+    parts.append(_left_out_html([camp.files[rel] for _, rel in found]))
     for item, rel in found:
         camp.claimed.add(rel)
         parts.append(_not_run_html(camp.files[rel]) + _item_html(item, camp.files[rel], rel, paper_tables))
@@ -316,7 +317,7 @@ def _section_html(sec: Section, camp: _Campaign, paper_tables: Path | None, sour
 
 
 #: Sidecar statuses of a stage that had too little data to run, as the report labels them.
-_NOT_RUN = {"not_fitted": "Not fitted", "not_tested": "Not tested"}
+_NOT_RUN = {"not_fitted": "Not fitted", "not_tested": "Not tested", "not_simulated": "Not simulated"}
 
 
 def _not_run_html(path: Path) -> str:
@@ -327,6 +328,23 @@ def _not_run_html(path: Path) -> str:
     if meta.get("status") not in _NOT_RUN:
         return ""
     return f'<p class="skipped"><b>{_NOT_RUN[meta["status"]]}:</b> {_esc(meta.get("reason") or "no reason recorded")}</p>'
+
+
+#: Sidecar entries of a stage that ran without some of its parts (the allocation study on
+#: groups that cannot form a mix or lack a policy's input), as the report names them.
+_LEFT_OUT = {"skipped_mixes": "mix", "skipped_policies": "policy", "skipped_splits": "out-of-sample split"}
+
+
+def _left_out_html(paths: list[Path]) -> str:
+    """Once per section: each part its artifacts' sidecars say was left out, and why."""
+    seen: dict[tuple[str, str], str] = {}
+    for path in paths:
+        meta = _meta(path)
+        for key, label in _LEFT_OUT.items():
+            for what, why in (meta.get(key) or {}).items():
+                seen.setdefault((label, what), why)
+    return "".join(f'<p class="skipped"><b>Not simulated:</b> the {_esc(what)} {label}: {_esc(why)}</p>'
+                   for (label, what), why in seen.items())
 
 
 def _other_html(camp: _Campaign, paper_tables: Path | None) -> str:

@@ -13,6 +13,7 @@ from wattflex.allocation.curves import Curves, curves_from_points, is_concave, p
 from wattflex.allocation.policies import POLICIES, WEIGHTED_POLICIES
 from wattflex.allocation.settings import MERGE_ONLY_KEYS, cut_label
 from wattflex.allocation.simulate import (
+    HEADLINE_COLUMNS,
     PART_TABLES,
     SimulationConfig,
     combine,
@@ -24,7 +25,7 @@ from wattflex.allocation.simulate import (
     stratified_halves,
 )
 from wattflex.pfi import pfi_ratio
-from wattflex.plots.allocation import out_of_sample_figure
+from wattflex.plots.allocation import fig8_figure, out_of_sample_figure
 
 
 def random_curves(rng, shape, K, concave):
@@ -467,3 +468,79 @@ def test_oracle_guard_allows_a_policy_above_the_oracle_only_within_its_proven_ga
         _check_oracle_dominates(frames(np.array([1000.6, 2000.0])), 0.3, oracle_total, gap, skip=("oracle",))
     with pytest.raises(AssertionError, match="beat the oracle"):  # no gap: only float rounding allowed
         _check_oracle_dominates(frames(np.array([1000.0, 2000.01])), 0.3, oracle_total, gap, skip=("oracle",))
+
+
+# --------------------------------------------------------------------------- too little data (issue 37)
+
+def pretraining_only(n_groups=6, **cfg):
+    """The synthetic campaign's pretraining groups only (no fine-tuning: no production mix)."""
+    runs, pfi_table, preds = synthetic_campaign(n_groups=n_groups)
+    runs = runs[runs["task"] == "pt"]
+    keep = runs["group"].unique()
+    return group_table(runs, pfi_table[pfi_table["group"].isin(keep)], preds[preds["group"].isin(keep)],
+                       small_config(**cfg)), small_config(**cfg)
+
+
+def test_a_mix_the_groups_cannot_form_is_skipped_with_its_reason_and_the_headline_says_so():
+    table, cfg = pretraining_only()
+    out = simulate(table, cfg)
+    assert set(out["summary"]["mix"]) == set(out["sla"]["mix"]) == {"random"}
+    assert out["skipped"].mixes == {"production": "the production mix needs both pretraining and fine-tuning "
+                                                  "groups; all 3 group(s) are pretraining (task pt)"}
+    # the headline (production by default) has its columns, no rows, and says why
+    assert list(out["headline"].columns) == HEADLINE_COLUMNS and out["headline"].empty
+    assert "production mix (allocation.headline.mix) was not simulated" in out["skipped"].headline
+    # per-cut parts merge the same way (each job leaves out the same mix)
+    merged = combine([simulate_cuts(table, cfg, [c]) for c in cfg.cuts], table, cfg)
+    pd.testing.assert_frame_equal(merged["summary"], out["summary"])
+
+
+def test_out_of_sample_splits_whose_test_half_cannot_form_a_mix_skip_that_mix():
+    runs, pfi_table, preds = synthetic_campaign(n_groups=12)
+    cfg = small_config(out_of_sample={"splits": 3, "workloads": 8})
+    out = simulate(group_table(runs, pfi_table, preds, cfg), cfg)
+    assert out["skipped"].splits == {}  # 12 groups: every half carries both mixes
+    table, cfg = pretraining_only(n_groups=3, out_of_sample={"splits": 2, "workloads": 8})  # 2 pt groups
+    out = simulate(table, cfg)
+    assert set(out["skipped"].splits) == {"0", "1"}  # one group per half: no refit
+    assert "the refit needs 2" in out["skipped"].splits["0"]
+    assert list(out["out_of_sample"].columns)[:6] == ["mix", "cut", "policy", "variant", "n_splits", "gap_closed_mean"]
+
+
+def test_no_mix_left_gives_tables_without_rows_and_a_figure_that_says_why():
+    table, cfg = pretraining_only(mixes=["production"])
+    out = simulate(table, cfg)
+    assert all(out[name].empty for name in (*PART_TABLES, "headline"))
+    assert list(out["headline"].columns) == HEADLINE_COLUMNS
+    fig = fig8_figure(out["summary"], out["headline"], ["emulated"], out["skipped"].mixes, out["skipped"].headline)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert any(t.startswith("nothing to show: production mix not simulated: the production mix needs") for t in texts)
+
+
+def test_a_headline_mix_not_simulated_is_written_with_its_columns_and_read_back(tmp_path):
+    """mixes: [random] (headline on production): the headline is a table with its columns and
+    no rows, which the figure rule reads back (an empty DataFrame wrote a file pandas cannot read)."""
+    runs, pfi_table, preds = synthetic_campaign()
+    cfg = small_config(mixes=["random"])
+    out = simulate(group_table(runs, pfi_table, preds, cfg), cfg)
+    assert "is not among allocation.mixes ['random']" in out["skipped"].headline
+    out["headline"].to_csv(tmp_path / "headline.csv", index=False)
+    back = pd.read_csv(tmp_path / "headline.csv")
+    assert list(back.columns) == HEADLINE_COLUMNS and back.empty
+    fig = fig8_figure(out["summary"], back, ["emulated"], {}, out["skipped"].headline)
+    assert any("no headline: the headline's mix 'production'" in t.get_text() for t in fig.texts)
+
+
+def test_policies_without_a_predicted_pfi_are_left_out_not_simulated_as_nan():
+    """A predictor not fitted (too few groups) leaves pfi_pred empty: the policies that read it
+    are left out with the reason; the rest run and every number is finite."""
+    runs, pfi_table, preds = synthetic_campaign()
+    preds["pfi_pred"] = np.nan
+    cfg = small_config()
+    out = simulate(group_table(runs, pfi_table, preds, cfg), cfg)
+    assert set(out["skipped"].policies) == {"pfi-aware", "curve-aware"}
+    assert "needs the predicted PFI (allocation.pfi_column 'pfi_pred'" in out["skipped"].policies["pfi-aware"]
+    assert set(out["summary"]["policy"]) == set(POLICIES) - {"pfi-aware", "curve-aware"}
+    assert np.isfinite(out["results"]["total_tokens_per_s"]).all()
+    assert set(out["out_of_sample"].query("variant == 'in-sample'")["policy"]) == set()
+    assert set(out["out_of_sample"].query("variant == 'out-of-sample'")["policy"]) == {"pfi-aware", "curve-aware"}

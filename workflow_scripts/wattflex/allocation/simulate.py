@@ -15,15 +15,17 @@ merges into exactly the tables of one single run (rules/allocation.smk).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from dataclasses import dataclass
-from typing import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from wattflex.allocation.allocator import allocate, predicted_curves
 from wattflex.allocation.curves import Curves, curves_from_runs, is_concave
+from wattflex.allocation.policies import POLICY_FEATURES
 from wattflex.allocation.settings import PART_TABLES, SimulationConfig
 
 log = logging.getLogger("wattflex.allocation.simulate")
@@ -69,21 +71,79 @@ def group_table(runs: pd.DataFrame, pfi: pd.DataFrame, predictions: pd.DataFrame
     return GroupTable(groups, curves, backends[0] if len(backends) == 1 else "+".join(backends))
 
 
+def mix_unavailable(groups: pd.DataFrame, mix: str) -> str | None:
+    """Why ``groups`` cannot form ``mix`` (None when they can)."""
+    if mix not in ("random", "production"):
+        raise ValueError(f"unknown mix {mix!r} (random | production)")
+    if len(groups) == 0:
+        return "no groups to draw jobs from"
+    is_pt = (groups["task"] == "pt").to_numpy()
+    if mix == "production" and (is_pt.all() or not is_pt.any()):
+        kind = "pretraining (task pt)" if is_pt.all() else "fine-tuning"
+        return (f"the production mix needs both pretraining and fine-tuning groups; "
+                f"all {len(groups)} group(s) are {kind}")
+    return None
+
+
 def sample_workloads(groups: pd.DataFrame, mix: str, n_workloads: int, n_jobs: int,
                      rng: np.random.Generator, pretraining_fraction: float) -> np.ndarray:
     """Indices (n_workloads, n_jobs) into ``groups`` for one mix."""
-    G = len(groups)
+    why_not = mix_unavailable(groups, mix)
+    if why_not:
+        raise ValueError(why_not)
     if mix == "random":
-        return rng.integers(0, G, size=(n_workloads, n_jobs))
-    if mix != "production":
-        raise ValueError(f"unknown mix {mix!r} (random | production)")
+        return rng.integers(0, len(groups), size=(n_workloads, n_jobs))
     is_pt = (groups["task"] == "pt").to_numpy()
     pt, ft = np.flatnonzero(is_pt), np.flatnonzero(~is_pt)
-    if len(pt) == 0 or len(ft) == 0:
-        raise ValueError("the production mix needs both pretraining and fine-tuning groups")
     draw_pt = rng.random((n_workloads, n_jobs)) < pretraining_fraction
     return np.where(draw_pt, pt[rng.integers(0, len(pt), (n_workloads, n_jobs))],
                     ft[rng.integers(0, len(ft), (n_workloads, n_jobs))])
+
+
+#: Where each per-job policy input comes from, for the reason a policy is left out.
+FEATURE_SOURCES = {"pfi": "the predicted PFI (allocation.pfi_column {column!r}; predictor/model.json says why)",
+                   "pfi_measured": "the measured PFI (pfi.csv says why)",
+                   "dram_copy_product": "the DRAM copy product (predictor/predictions.parquet)"}
+
+
+def policy_unavailable(table: GroupTable, cfg: SimulationConfig, policy: str) -> str | None:
+    """Why ``policy`` cannot run on the campaign's groups (None when it can): a per-job
+    input it reads is missing for some group (e.g. no ``pfi_pred`` from an unfitted predictor),
+    which would make every allocation of it NaN."""
+    feature = POLICY_FEATURES.get(policy)
+    if feature not in FEATURE_SOURCES:
+        return None
+    values = table.groups[feature].to_numpy(float)
+    bad = table.groups["group"][~np.isfinite(values)].tolist()
+    if not bad:
+        return None
+    source = FEATURE_SOURCES[feature].format(column=cfg.pfi_column)
+    return f"{policy} needs {source} for every group; {len(bad)} of {len(values)} have none ({', '.join(bad[:5])})"
+
+
+@dataclass
+class Skipped:
+    """What the study left out and why: mixes the groups cannot form, policies whose input
+    is missing, out-of-sample splits (or a mix in one) the halves cannot carry."""
+    mixes: dict[str, str] = field(default_factory=dict)
+    policies: dict[str, str] = field(default_factory=dict)
+    splits: dict[str, str] = field(default_factory=dict)
+    headline: str | None = None   # why the headline has no rows (its own sidecar's reason)
+
+    def meta(self) -> dict[str, dict[str, str]]:
+        """The sidecar entries of the allocation outputs (docs/outputs.md)."""
+        return {"skipped_mixes": self.mixes, "skipped_policies": self.policies, "skipped_splits": self.splits}
+
+
+def runnable(table: GroupTable, cfg: SimulationConfig) -> tuple[SimulationConfig, Skipped]:
+    """The study the campaign's groups can carry: ``cfg`` without the mixes they cannot form
+    and the policies they lack an input for, and why each was left out. Deterministic, so
+    every per-cut job and the merge leave out the same."""
+    mixes = {mix: mix_unavailable(table.groups, mix) for mix in cfg.mixes}
+    policies = {policy: policy_unavailable(table, cfg, policy) for policy in cfg.policies}
+    kept = dataclasses.replace(cfg, mixes=[m for m, why in mixes.items() if why is None],
+                               policies=[p for p, why in policies.items() if why is None])
+    return kept, Skipped({m: why for m, why in mixes.items() if why}, {p: why for p, why in policies.items() if why})
 
 
 def evaluate_policies(table: GroupTable, index: np.ndarray, cuts: Sequence[float],
@@ -185,6 +245,11 @@ def summarize(results: pd.DataFrame, keys: Sequence[str] = ("mix", "cut")) -> pd
     return pd.DataFrame(rows)
 
 
+HEADLINE_COLUMNS = ["mix", "cut", "policy", "tokens_per_s_per_job_recovered", "recovered_p5", "recovered_p95",
+                    "gap_closed", "published_tokens_per_s_per_job_recovered", "published_gap_closed",
+                    "equal_weight_per_job_tokens_per_s", "oracle_per_job_tokens_per_s", "backend"]
+
+
 def headline(summary: pd.DataFrame, results: pd.DataFrame, cfg: SimulationConfig, backend: str) -> pd.DataFrame:
     """The paper's headline: at ``headline_cut`` on ``headline_mix``, tokens/s per job each
     policy recovers over equal weight and its share of the equal-weight-to-oracle gap,
@@ -209,7 +274,7 @@ def headline(summary: pd.DataFrame, results: pd.DataFrame, cfg: SimulationConfig
             "oracle_per_job_tokens_per_s": float(wide["oracle"].mean() / n_jobs),
             "backend": backend,
         })
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=HEADLINE_COLUMNS)
 
 
 def draw_tiers(shape: tuple[int, ...], cfg: SimulationConfig, rng: np.random.Generator) -> np.ndarray:
@@ -291,6 +356,7 @@ class Draws:
     workloads: dict[str, np.ndarray]   # mix -> (n_workloads, n_jobs) group indices
     tiers: dict[str, np.ndarray]       # mix -> (n_workloads, n_jobs) per-job SLA tier
     splits: list[OosSplit]
+    skipped_splits: dict[str, str] = field(default_factory=dict)  # "<split>" or "<split>/<mix>" -> why
 
 
 def draw(table: GroupTable, cfg: SimulationConfig) -> Draws:
@@ -301,25 +367,47 @@ def draw(table: GroupTable, cfg: SimulationConfig) -> Draws:
                                        rng, cfg.pretraining_fraction) for mix in cfg.mixes}
     tier_rng = np.random.default_rng([cfg.seed, 1])
     tiers = {mix: draw_tiers(index.shape, cfg, tier_rng) for mix, index in workloads.items()}
-    return Draws(workloads, tiers, draw_splits(table, cfg, np.random.default_rng([cfg.seed, 2])))
+    skipped: dict[str, str] = {}
+    splits = draw_splits(table, cfg, np.random.default_rng([cfg.seed, 2]), skipped)
+    return Draws(workloads, tiers, splits, skipped)
 
 
-def draw_splits(table: GroupTable, cfg: SimulationConfig, rng: np.random.Generator) -> list[OosSplit]:
+#: Groups a training half needs for the one-feature OLS (a slope needs two points).
+MIN_OOS_TRAIN_GROUPS = 2
+
+
+def draw_splits(table: GroupTable, cfg: SimulationConfig, rng: np.random.Generator,
+                skipped: dict[str, str] | None = None) -> list[OosSplit]:
     """``oos_splits`` stratified halves: the OLS PFI predictor refitted on the training half
-    and ``oos_workloads`` workloads per mix from the test half."""
+    and ``oos_workloads`` workloads per mix from the test half. A split whose halves cannot
+    carry the fit (or a mix its test half cannot form) is left out, why in ``skipped``."""
+    skipped = {} if skipped is None else skipped
     g = table.groups
     x, y = g["dram_copy_product"].to_numpy(float), g["pfi_measured"].to_numpy(float)
     splits = []
     for split in range(cfg.oos_splits):
         train = stratified_halves(g, rng)
+        n_fit = int((train & np.isfinite(x) & np.isfinite(y)).sum())
+        if n_fit < MIN_OOS_TRAIN_GROUPS or train.all():
+            skipped[str(split)] = (f"{n_fit} training group(s) with a PFI and a DRAM copy product (the refit needs "
+                                   f"{MIN_OOS_TRAIN_GROUPS}) and {int((~train).sum())} test group(s) (needs 1), "
+                                   f"of {len(g)} groups")
+            continue
         slope, intercept = fit_pfi_ols(x[train], y[train])
         pfi_oos = intercept + slope * x
         resid = y[~train] - pfi_oos[~train]
-        r2 = 1.0 - (resid ** 2).sum() / ((y[~train] - y[~train].mean()) ** 2).sum()
+        spread = ((y[~train] - y[~train].mean()) ** 2).sum()
+        r2 = 1.0 - (resid ** 2).sum() / spread if spread > 0 else np.nan  # no R^2 on one test group
         test = np.flatnonzero(~train)
         test_groups = g.iloc[test].reset_index(drop=True)
-        workloads = {mix: test[sample_workloads(test_groups, mix, cfg.oos_workloads, cfg.jobs_per_workload, rng,
-                                                cfg.pretraining_fraction)] for mix in cfg.mixes}
+        workloads = {}
+        for mix in cfg.mixes:
+            why_not = mix_unavailable(test_groups, mix)
+            if why_not:
+                skipped[f"{split}/{mix}"] = f"its test half: {why_not}"
+                continue
+            workloads[mix] = test[sample_workloads(test_groups, mix, cfg.oos_workloads, cfg.jobs_per_workload, rng,
+                                                   cfg.pretraining_fraction)]
         splits.append(OosSplit(split, pfi_oos, float(r2), workloads))
     return splits
 
@@ -334,6 +422,9 @@ def out_of_sample(table: GroupTable, cfg: SimulationConfig, splits: Sequence[Oos
     prediction (``pfi_column``, fitted on all groups) and the oracle; repeated over the
     stratified random halves ``splits`` (:func:`draw_splits`). Per (mix, cut, policy,
     variant): mean and spread over splits."""
+    # a policy whose in-sample input is missing (e.g. no pfi_pred) is left out of the in-sample variant
+    in_sample = [p for p in ("equal-weight", "pfi-aware", "curve-aware", "raw-dcgm", "oracle")
+                 if policy_unavailable(table, cfg, p) is None]
     uses_pfi = ["pfi-aware", "curve-aware"]
     blocks = [(sp, mix, index) for sp in splits for mix, index in sp.workloads.items()]
     if not blocks:
@@ -342,7 +433,7 @@ def out_of_sample(table: GroupTable, cfg: SimulationConfig, splits: Sequence[Oos
     # workloads (each workload's result is its own), then cut back into blocks
     start = np.cumsum([0] + [len(index) for _, _, index in blocks])
     ins_all = evaluate_policies(table, np.concatenate([index for _, _, index in blocks]), cuts, cfg,
-                                policies=["equal-weight", *uses_pfi, "raw-dcgm", "oracle"])
+                                policies=in_sample)
     block_of = np.searchsorted(start, ins_all["workload"].to_numpy(), side="right") - 1
     frames = []
     for b, (sp, mix, index) in enumerate(blocks):
@@ -382,8 +473,12 @@ def simulate_cuts(table: GroupTable, cfg: SimulationConfig, cuts: Sequence[float
     """The study at ``cuts`` only (one Snakemake job per cut): ``results`` (per workload),
     ``summary``, ``sla`` and ``out_of_sample``. Every row of these belongs to one cut, so
     :func:`combine` of the parts of any partition of ``cfg.cuts`` gives :func:`simulate`'s
-    tables exactly."""
+    tables exactly. Mixes and policies the groups cannot carry are left out (:func:`runnable`);
+    with no mix left the tables have no rows."""
+    cfg, _ = runnable(table, cfg)
     draws = draws or draw(table, cfg)
+    if not draws.workloads:
+        return {name: pd.DataFrame(columns=EMPTY_PART_COLUMNS[name]) for name in PART_TABLES}
     frames, sla_frames = [], []
     for mix, index in draws.workloads.items():
         tiers = draws.tiers[mix]
@@ -400,6 +495,14 @@ def simulate_cuts(table: GroupTable, cfg: SimulationConfig, cuts: Sequence[float
             "out_of_sample": out_of_sample(table, cfg, draws.splits, cuts)}
 
 
+#: The key columns of each part table when no mix could be simulated (no rows to fill the rest).
+EMPTY_PART_COLUMNS = {"results": ["mix", "cut", "workload", "policy", "total_tokens_per_s", "feasible",
+                                  "exact_fallback"],
+                      "summary": ["mix", "cut", "policy", "n_workloads"],
+                      "sla": ["mix", "cut", "policy", "n_workloads"],
+                      "out_of_sample": OOS_COLUMNS}
+
+
 def _in_study_order(df: pd.DataFrame, cfg: SimulationConfig, variant_first: bool = False) -> pd.DataFrame:
     """Rows of per-cut parts back in the single-run order: by mix, (out-of-sample variant
     after the others,) cut, then as they were."""
@@ -414,30 +517,46 @@ def _in_study_order(df: pd.DataFrame, cfg: SimulationConfig, variant_first: bool
 
 
 def combine(parts: Sequence[Mapping[str, pd.DataFrame]], table: GroupTable,
-            cfg: SimulationConfig) -> dict[str, pd.DataFrame]:
+            cfg: SimulationConfig) -> dict[str, Any]:
     """Merge :func:`simulate_cuts` parts covering ``cfg.cuts`` into the full study's tables:
-    ``results``, ``summary``, ``headline``, ``sla``, ``out_of_sample`` and ``diagnostics``."""
+    ``results``, ``summary``, ``headline``, ``sla``, ``out_of_sample`` and ``diagnostics``, and
+    ``skipped`` (:class:`Skipped`: what the study left out and why)."""
+    cfg, skipped = runnable(table, cfg)
+    skipped.splits = draw(table, cfg).skipped_splits
     cat = {name: pd.concat([p[name] for p in parts], ignore_index=True) for name in PART_TABLES}
-    missing = set(cfg.cuts) - set(cat["results"]["cut"])
+    missing = set(cfg.cuts) - set(cat["results"]["cut"]) if cfg.mixes else set()
     if missing:
         raise ValueError(f"no simulated part for cut(s) {sorted(missing)}")
     out = {name: _in_study_order(cat[name], cfg, variant_first=name == "out_of_sample") for name in PART_TABLES}
     if out["out_of_sample"].empty:
         out["out_of_sample"] = pd.DataFrame(columns=OOS_COLUMNS)
     results = out["results"]
-    out["headline"] = (headline(out["summary"], results, cfg, table.backend)
-                       if cfg.headline_mix in cfg.mixes else pd.DataFrame())
+    skipped.headline = headline_unavailable(cfg, skipped)
+    out["headline"] = (pd.DataFrame(columns=HEADLINE_COLUMNS) if skipped.headline
+                       else headline(out["summary"], results, cfg, table.backend))
     oracle_rows = results[results["policy"] == "oracle"]
     concave = is_concave(table.curves)
     out["diagnostics"] = pd.DataFrame([{
         "groups": len(table.groups), "concave_groups": int(concave.sum()),
         "non_concave_groups": ",".join(table.groups["group"][~concave]),
         "oracle_workload_cuts": len(oracle_rows),
-        "oracle_milp_fraction": float(oracle_rows["exact_fallback"].mean()),
+        "oracle_milp_fraction": float(oracle_rows["exact_fallback"].mean()) if len(oracle_rows) else None,
     }])
+    out["skipped"] = skipped
     return out
 
 
-def simulate(table: GroupTable, cfg: SimulationConfig) -> dict[str, pd.DataFrame]:
+def headline_unavailable(cfg: SimulationConfig, skipped: Skipped) -> str | None:
+    """Why the headline has no rows (None when it has): its mix is not simulated."""
+    if cfg.headline_mix in skipped.mixes:
+        return f"the headline's {cfg.headline_mix} mix (allocation.headline.mix) was not simulated: " \
+               f"{skipped.mixes[cfg.headline_mix]}"
+    if cfg.headline_mix not in cfg.mixes:
+        return (f"the headline's mix {cfg.headline_mix!r} (allocation.headline.mix) is not among "
+                f"allocation.mixes {cfg.mixes}")
+    return None
+
+
+def simulate(table: GroupTable, cfg: SimulationConfig) -> dict[str, Any]:
     """The full study in one process: :func:`combine` of :func:`simulate_cuts` at every cut."""
     return combine([simulate_cuts(table, cfg, cfg.cuts)], table, cfg)

@@ -5,6 +5,7 @@ styles come from :data:`wattflex.plots.style.POLICY_LOOK`.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import matplotlib
@@ -21,10 +22,31 @@ from wattflex.plots.style import POLICY_LOOK, label_backend, tight_layout
 FIGURE_POLICIES = {name: POLICY_LOOK[name] for name in POLICIES}
 
 
-def fig8_figure(summary: pd.DataFrame, headline_table: pd.DataFrame, backends: Any):
+def nothing_to_show(reason: str, backends: Any, title: str | None = None):
+    """A one-panel figure that says why a figure has nothing to show."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    ax.text(0.5, 0.5, f"nothing to show: {reason}", ha="center", va="center", wrap=True, fontsize=9)
+    ax.axis("off")
+    if title:
+        fig.suptitle(title)
+    label_backend(fig, backends)
+    return fig
+
+
+def fig8_figure(summary: pd.DataFrame, headline_table: pd.DataFrame, backends: Any,
+                skipped_mixes: dict[str, str] | None = None, headline_reason: str | None = None):
     """Fig. 8 analog: per mix, tokens/s per job vs cut (mean; p5-p95 over workloads for equal
-    weight and the oracle) and the share of the equal-weight-to-oracle gap closed."""
+    weight and the oracle) and the share of the equal-weight-to-oracle gap closed.
+    ``skipped_mixes``: mixes not simulated and why, named under the panels (the only content
+    when no mix was); ``headline_reason``: why the headline has no rows."""
+    skipped_mixes = skipped_mixes or {}
+    notes = [f"{mix} mix not simulated: {why}" for mix, why in skipped_mixes.items()]
+    if headline_reason and not any(why in headline_reason for why in skipped_mixes.values()):
+        notes.append(f"no headline: {headline_reason}")
     mixes = list(dict.fromkeys(summary["mix"]))
+    if not mixes:
+        return nothing_to_show("; ".join(notes) or "no mix was simulated", backends,
+                               "Allocation under a cluster power cut (Fig. 8 analog)")
     fig, axes = plt.subplots(2, len(mixes), figsize=(5.2 * len(mixes), 7.5), sharex=True, squeeze=False)
     for col, mix in enumerate(mixes):
         part = summary[summary["mix"] == mix]
@@ -58,7 +80,11 @@ def fig8_figure(summary: pd.DataFrame, headline_table: pd.DataFrame, backends: A
                              f"{100 * r['published_gap_closed']:.0f}%)", fontsize=8)
     axes[0, -1].legend(fontsize=7, loc="lower left")
     fig.suptitle("Allocation under a cluster power cut (Fig. 8 analog)")
-    tight_layout(fig, (0, 0.02, 1, 1))
+    # the notes under the panels, wrapped to the figure's width (about 17 characters an inch at 7 pt)
+    lines = [line for note in notes for line in textwrap.wrap(note, int(17 * fig.get_figwidth()))]
+    if lines:
+        fig.text(0.5, 0.03, "\n".join(lines), ha="center", va="bottom", fontsize=7)
+    tight_layout(fig, (0, 0.02 + 0.02 * len(lines) + (0.01 if lines else 0), 1, 1))
     label_backend(fig, backends)
     return fig
 
