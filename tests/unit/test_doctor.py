@@ -132,13 +132,51 @@ def test_fake_nvml_non_root_is_told_to_use_the_cap_command_and_a_cuda_config_fai
     assert "no permission to set power limits (inferred: effective uid 1000, CAP_SYS_ADMIN not in CapEff)" in out
     assert "runs with cuda.cap_control: nvml fail at the first cap" in out
     assert "cuda.cap_control: command with cuda.cap_command" in out and "or run as root" in out
-    assert "- permission to set power limits: inferred: effective uid 1000" in out and "exit status 1" in out
+    assert "- permission to set power limits: cuda.cap_control: nvml needs root (inferred: effective uid 1000" in out
+    assert "exit status 1" in out
     # the same config with an admin-approved command (its program exists) needs no permission
     cfg = cuda_config(tmp_path, cap_control="command", cap_command=f"{sys.executable} {{gpu}} {{watts}}")
     report = doctor.diagnose(cfg, state_dir=tmp_path / "st")
     assert "permission to set power limits" not in report["config"]["needs"]
     assert "the cap command's program" in report["config"]["needs"]
     assert fake_nvml.state()["set_calls"] == []
+
+
+def test_a_non_root_user_is_told_caps_need_root_and_pointed_to_the_documented_path(monkeypatch, tmp_path,
+                                                                                  default_config):
+    """Issue 36 item 9: the fix names the wrapper and sudoers rule (`wattflex setcap-rule`), the
+    docs section and the exact cap_command; the config check says nvml needs root."""
+    monkeypatch.setattr(doctor.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(doctor, "PROC_STATUS", status_file(tmp_path, CAP_EFF_NONE))
+    (p,) = doctor.probe_cap_permission()["problems"]
+    assert p["what"].endswith("CAP_SYS_ADMIN not in CapEff): setting one needs root")
+    cfg = {**default_config, "backend": "cuda", "groups": fitting(default_config["groups"])}
+    (m,) = doctor.check_config(cfg, found(permission=False))["missing"]
+    for fix in (p["fix"], m["detail"]):
+        assert "capping without root (docs/slurm.md, 'Capping without root')" in fix
+        assert "the admin installs the wrapper /usr/local/sbin/wattflex-setcap and its sudoers rule, both printed " \
+               "by `wattflex setcap-rule`" in fix
+        assert "cuda.cap_control: command with cuda.cap_command: " \
+               "'sudo -n /usr/local/sbin/wattflex-setcap {gpu} {watts}'" in fix
+    assert m["detail"].startswith("cuda.cap_control: nvml needs root (inferred: test)")
+    installed = tmp_path / "sbin" / "wattflex-setcap"
+    installed.parent.mkdir()
+    installed.write_text("#!/usr/bin/python3 -I\n")
+    assert f"the wrapper is installed here ({installed}); then use cuda.cap_control: command with " \
+           f"cuda.cap_command: 'sudo -n {installed} {{gpu}} {{watts}}'" in doctor.without_root_fix(installed)
+
+
+@pytest.mark.skipif(doctor.shutil.which("sudo") is None or doctor.os.geteuid() != 0, reason="needs sudo, as root")
+def test_a_sudo_cap_command_is_checked_with_sudo_l_and_never_run(default_config, tmp_path):
+    """Root may run anything without a password, so root's check passes; the refusal of a
+    non-root user is seen through real sudo in tests/unit/commands/test_setcap_rule.py."""
+    ran = tmp_path / "ran"
+    cfg = {**default_config, "backend": "cuda", "groups": fitting(default_config["groups"]),
+           "cuda": {**default_config["cuda"], "cap_control": "command",
+                    "cap_command": f"sudo -n /usr/bin/touch {ran} {{gpu}} {{watts}}"}}
+    c = doctor.check_config(cfg, found())
+    assert "sudo allowing the cap command without a password" in c["needs"] and c["missing"] == []
+    assert not ran.exists()
 
 
 # ---- permission inference ------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from wattflex.errors import UserError
 from wattflex.ingest.reader import MAX_DOC_BYTES, check_input_file
 from wattflex.runs.devices import dcgm as dcgm_source
 from wattflex.runs.devices import nvml as nvml_devices
+from wattflex.runs.devices import setcap
 from wattflex.runs.devices.caps import default_state_dir, restore_from_state_dir
 from wattflex.runs.devices.hostpower import POWERCAP, RaplReader
 from wattflex.runs.plan import enforced as plan_enforced, plan_campaign
@@ -210,13 +211,34 @@ def probe_cap_permission(euid: int | None = None, status_path: Path | None = Non
                            "basis": basis, "inferred": True, "problems": []}
     if not likely:
         out["problems"].append(problem(
-            "no permission to set power limits (inferred: " + basis + ")",
+            "no permission to set power limits (inferred: " + basis + "): setting one needs root",
             "runs with cuda.cap_control: nvml fail at the first cap, and so do `wattflex control` and "
             "sweep: staircase/adaptive",
-            "use cuda.cap_control: command with cuda.cap_command set to an admin-approved wrapper (e.g. "
-            "'sudo /usr/local/bin/setcap {gpu} {watts}'; `wattflex control --cap-control command --cap-command ...`), "
-            "cuda.cap_control: observe to run at the GPUs' current limits, or run as root"))
+            f"{without_root_fix()}; or cuda.cap_control: observe to run at the GPUs' current limits, or run as root"))
     return out
+
+
+def without_root_fix(wrapper: Path | None = None) -> str:
+    """The documented unprivileged path, and whether its wrapper is installed here."""
+    wrapper = Path(wrapper or setcap.DEFAULT_PATH)
+    installed = (f"the wrapper is installed here ({wrapper})" if wrapper.is_file() else
+                 f"the admin installs the wrapper {wrapper} and its sudoers rule, both printed by "
+                 f"`wattflex setcap-rule`")
+    return (f"capping without root (docs/slurm.md, 'Capping without root'): {installed}; then use "
+            f"cuda.cap_control: command with cuda.cap_command: '{setcap.cap_command(str(wrapper))}' "
+            f"(`wattflex control --cap-control command --cap-command ...`)")
+
+
+def sudo_refusal(argv: list[str], timeout_s: float = NETWORK_TIMEOUT_S) -> str | None:
+    """Why ``sudo`` would not run ``argv`` (``sudo -n ...``) without a password for this user;
+    None when it would. Asked with ``sudo -n -l``, which lists and runs nothing."""
+    try:
+        r = subprocess.run([argv[0], "-n", "-l", *argv[1:]], capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{argv[0]} -n -l could not run ({type(exc).__name__})"
+    if r.returncode == 0:
+        return None
+    return (r.stderr.strip().splitlines()[-1:] or [f"no sudoers rule allows it (sudo -n -l exit {r.returncode})"])[0]
 
 
 # ---- DCGM, host power, torch, SLURM, cap state --------------------------------------------------
@@ -397,12 +419,18 @@ def check_config(cfg: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
              f"torch {torch_found['version']} (CUDA build: {torch_found['built_with_cuda']}) sees no GPU")
     if opts.cap_control == "nvml":
         perm = found["cap_permission"]
-        need("permission to set power limits", perm["likely"], f"inferred: {perm['basis']}; or set cuda.cap_control: "
-             "command with cuda.cap_command, or observe")
+        need("permission to set power limits", perm["likely"], f"cuda.cap_control: nvml needs root (inferred: "
+             f"{perm['basis']}); {without_root_fix()}; or cuda.cap_control: observe")
     elif opts.cap_control == "command":
-        prog = shlex.split(opts.cap_command or "")[:1]
-        need("the cap command's program", bool(prog) and shutil.which(prog[0]) is not None,
-             f"cuda.cap_command {opts.cap_command!r}: {prog[0] if prog else '(empty)'} not found on PATH")
+        argv = shlex.split(opts.cap_command or "")
+        need("the cap command's program", bool(argv) and shutil.which(argv[0]) is not None,
+             f"cuda.cap_command {opts.cap_command!r}: {argv[0] if argv else '(empty)'} not found on PATH")
+        if argv and Path(argv[0]).name == "sudo" and shutil.which(argv[0]):
+            formatted = [a.format(gpu=0, watts=0) for a in argv]
+            refusal = sudo_refusal(formatted)
+            need("sudo allowing the cap command without a password", refusal is None,
+                 f"cuda.cap_command {opts.cap_command!r}: sudo would not run it for this user ({refusal}); "
+                 f"{without_root_fix()}")
     from wattflex.runs.command_run import program_path      # a group's own training command
 
     for g in groups(cfg):
