@@ -98,7 +98,7 @@ def test_fake_nvml_sigterm_during_run_stops_training_and_restores(fake_nvml, tmp
     proc = subprocess.Popen([sys.executable, "-c", code, "run-at-cap", str(tmp_path / "spec.json"), str(out)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 120
-    while not any("step 1 " in p.read_text(errors="replace") for p in out.parent.glob(".run.*/train.log")):
+    while not any("step 1 " in p.read_text(errors="replace") for p in out.parent.glob(".*/train.log")):
         if time.time() > deadline or proc.poll() is not None:
             proc.kill()
             pytest.fail("training never started: " + proc.communicate()[0][-2000:])
