@@ -32,6 +32,7 @@ from wattflex.commands import finite_float
 from wattflex.errors import UserError
 from wattflex.gpus import DEFAULT_GPU, GPUS
 
+MIN_PERIOD_S = 0.2         # twice an agent's floor (control.MIN_PERIOD_S): a period also runs squeue and writes every unit's file
 MAX_PERIOD_S = 3600.0      # a coordination period longer than an hour follows no grid event
 
 # the split policies (wattflex.grid.slurm.SPLIT_POLICIES, kept light here for --help; a test holds them equal)
@@ -45,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget-dir", required=True, help="folder on a filesystem every node sees (budget and load files)")
     parser.add_argument("--duration-s", type=finite_float(min=0, strict=True),
                         help="how long to coordinate, > 0 (default: to the schedule's end + 2 periods)")
-    parser.add_argument("--period-s", type=float, default=5.0, help="coordination period (default 5 s)")
+    parser.add_argument("--period-s", type=finite_float(min=MIN_PERIOD_S, max=MAX_PERIOD_S), default=5.0,
+                        help=f"coordination period, {MIN_PERIOD_S:g} to {MAX_PERIOD_S:g} s (default 5 s)")
     parser.add_argument("--partition", metavar="NAME[,NAME...]", default="",
                         help="only the jobs running in these SLURM partitions (default: every partition's GPU jobs)")
     parser.add_argument("--basis", choices=("measured", "nominal"), default="measured",
@@ -74,8 +76,6 @@ def run(args: argparse.Namespace) -> int:
     from wattflex.grid.events import Schedule, check_schedule, read_schedule
     from wattflex.grid.slurm import OnceLog, agent_command, discover, run_coordinator
 
-    if not (math.isfinite(args.period_s) and 0.2 <= args.period_s <= MAX_PERIOD_S):
-        raise UserError(f"--period-s {args.period_s:g}: must be from 0.2 to {MAX_PERIOD_S:g} s")
     split = cluster_split(args)      # bad input refused before anything starts
     partitions = [p.strip() for p in args.partition.split(",") if p.strip()]
     if args.partition and not partitions:
