@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from wattflex.commands import whole_number
+
 NAME = "restore-caps"
 HELP = "Restore GPU power limits left behind by a killed wattflex run on this host"
 
@@ -28,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cap-command", help="the installation's cap command template (e.g. 'sudo "
                         "/usr/local/bin/setcap {gpu} {watts}'); default: NVML, which needs root. A command "
                         "recorded in a state file is never run")
-    parser.add_argument("--job-uid", type=_uid, default=os.environ.get("SLURM_JOB_UID") or None,
+    parser.add_argument("--job-uid", type=whole_number(0, 2**32 - 1), default=os.environ.get("SLURM_JOB_UID") or None,
                         help="also trust records owned by this user (default $SLURM_JOB_UID: the epilog's job)")
     parser.add_argument("--force", action="store_true",
                         help="also restore files whose process still runs (it will find its cap gone)")
@@ -37,14 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Lazy, like every heavy import of a command (wattflex.cli): --help must not load the run stack.
-    from wattflex.runs.devices.caps import restore_from_state_dir
-
     from pathlib import Path
 
     from wattflex.errors import UserError
+    from wattflex.runs.devices.caps import cap_command_problem, restore_from_state_dir
 
-    if args.cap_command:
-        check_template(args.cap_command)
+    problem = cap_command_problem(args.cap_command) if args.cap_command else None
+    if problem:
+        raise UserError(f"--cap-command {args.cap_command!r}: {problem}")
     job_uid = args.job_uid
     folders = args.state_dir or default_folders(job_uid)
     results = []
@@ -80,24 +82,3 @@ def default_folders(job_uid: int | None) -> list[Path]:
         folders.append(default_state_dir(job_uid))
     return folders
 
-
-def check_template(template: str) -> None:
-    from wattflex.errors import UserError
-    from wattflex.runs.devices.caps import command_setter
-
-    try:
-        command_setter(template)
-    except ValueError as exc:
-        raise UserError(f"--cap-command: {exc}") from None
-
-
-def _uid(text: str) -> int:
-    from wattflex.errors import UserError
-
-    try:
-        uid = int(text)
-    except (TypeError, ValueError):
-        raise UserError(f"--job-uid {text!r}: a numeric user id expected") from None
-    if not 0 <= uid < 2**32:
-        raise UserError(f"--job-uid {text!r}: a user id is 0 to 4294967295")
-    return uid

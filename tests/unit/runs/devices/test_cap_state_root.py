@@ -191,3 +191,13 @@ def test_a_user_default_folder_is_their_own(monkeypatch):
     monkeypatch.delenv(cap_state.STATE_DIR_ENV, raising=False)
     assert cap_state.default_state_dir(0) == Path("/var/tmp/wattflex")
     assert cap_state.default_state_dir(1000) == Path("/var/tmp/wattflex-1000")
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--job-uid", "alice"], "argument --job-uid: 'alice': must be a whole number >= 0 and <= 4294967295"),
+    (["--job-uid", "-1"], "argument --job-uid: '-1': must be a whole number >= 0"),
+    (["--cap-command", "setcap {node} {watts}"], "--cap-command 'setcap {node} {watts}': has placeholder(s) {node}"),
+])
+def test_restore_caps_refuses_a_bad_job_uid_or_cap_command_in_one_line(tmp_path, run_cli, argv, said):
+    proc = run_cli("restore-caps", "--state-dir", tmp_path, *argv, cwd=tmp_path)
+    assert proc.returncode == 2 and said in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
