@@ -8,7 +8,6 @@ quiet, then restoring. The squeue documents below are shaped after Slurm 22.05's
 SLURM cluster is not here."""
 
 import json
-import math
 import threading
 import time
 

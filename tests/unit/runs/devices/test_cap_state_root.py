@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
-from wattflex import cli
 from wattflex.runs.devices import cap_state, caps
 from wattflex.runs.devices.nvml import open_gpus
 

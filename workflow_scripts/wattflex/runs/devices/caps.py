@@ -18,7 +18,6 @@ Cap control modes:
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import math
 import os
@@ -164,7 +163,7 @@ def restore_target_w(gpu: Any, recorded_w: float, owner: int | None) -> tuple[fl
     file another user owns (root restoring a user's run), the card's default limit, since that
     user could have written any number there."""
     lo, hi = gpu.constraints()
-    if owner not in (None, os.geteuid()) and owner != 0:
+    if owner not in (0, os.geteuid()):
         default = float(gpu.default_limit_w())
         return default, f"default {default:g} W (record owned by uid {owner}, not trusted for a value)"
     target = min(max(float(recorded_w), lo), hi)
