@@ -118,19 +118,19 @@ def check_input_file(path: str | Path, what: str = "", max_bytes: int = MAX_TABL
     path = Path(path)
     label = f"{what} {path}" if what else str(path)
     try:
-        mode = path.stat().st_mode
+        st = path.stat()
     except FileNotFoundError:
         raise IngestError(f"{label}: no such file" + (" (a broken symbolic link)" if path.is_symlink() else "")) from None
     except OSError as exc:
         raise IngestError(f"{label}: cannot be read ({exc.strerror or exc})") from None
-    if stat.S_ISDIR(mode):
+    if stat.S_ISDIR(st.st_mode):
         raise IngestError(f"{label}: is a directory, not a file: give the file in it "
                           "(a folder of captures goes to `wattflex ingest <format> FOLDER`)")
-    if not stat.S_ISREG(mode):
-        raise IngestError(f"{label}: is {_file_kind(mode)}, not a regular file: write it to a file and give that")
+    if not stat.S_ISREG(st.st_mode):
+        raise IngestError(f"{label}: is {_file_kind(st.st_mode)}, not a regular file: write it to a file and give that")
     if not os.access(path, os.R_OK):
         raise IngestError(f"{label}: cannot be read (permission denied)")
-    size = path.stat().st_size
+    size = st.st_size
     if size > max_bytes:
         raise IngestError(f"{label}: is {size / 2**20:,.0f} MiB, over the {max_bytes / 2**20:,.0f} MiB limit "
                           "of an input")
