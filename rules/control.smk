@@ -111,3 +111,44 @@ rule offer:
     localrule: True
     script:
         "../workflow_scripts/offer.py"
+
+
+rule flexibility_statement:
+    """The site's flexibility statement (wattflex.grid.statement): kW shed against depth with
+    5-95 % ranges, tokens lost per event and per year, response and ramp from the controlled
+    events' M&V, meter baselines against the true load, as tables, OpenADR 3 objects and one
+    page an operator hands over. A final product (FINAL_RULES in rules/common/paths.smk)."""
+    input:
+        runs=f"{RESULTS}/runs.parquet",
+        **({"mv": f"{CONTROL_DIR}/mv.csv"} if CONTROL_SCENARIOS else {}),
+    output:
+        **with_sidecars(
+            shed=f"{RESULTS}/statement/shed.csv",
+            events=f"{RESULTS}/statement/events.csv",
+            calendar=f"{RESULTS}/statement/calendar.csv",
+            response=f"{RESULTS}/statement/response.csv",
+            notice=f"{RESULTS}/statement/notice.csv",
+            baselines=f"{RESULTS}/statement/baselines.csv",
+            baseline_days=f"{RESULTS}/statement/baseline_days.csv",
+        ),
+        program=f"{RESULTS}/statement/openadr3_program.json",
+        program_meta=f"{RESULTS}/statement/openadr3_program.json.meta.json",
+        report=f"{RESULTS}/statement/openadr3_report.json",
+        report_meta=f"{RESULTS}/statement/openadr3_report.json.meta.json",
+        page=f"{RESULTS}/statement/statement.md",
+        page_meta=f"{RESULTS}/statement/statement.md.meta.json",
+        figure=figure_output(f"{RESULTS}/statement/statement.png"),
+    params:
+        statement=section("statement"),
+        allocation=section("allocation"),
+        cluster=canonical(CONTROL["cluster"]),
+        campaign=config["campaign"],
+        figures=section("figures"),
+        code=script_code("flexibility_statement"),
+    log:
+        f"{LOGS}/flexibility_statement.log",
+    conda:
+        "../envs/analysis.yaml"
+    localrule: True
+    script:
+        "../workflow_scripts/flexibility_statement.py"

@@ -93,7 +93,7 @@ def representative_files():
 FINAL_RULES = ["collect_runs", "compute_pfi", "compare_pfi_published", "core_figures", "cluster_stats", "fit_predictor",
                "paper_tables", "analysis_figures", "simulate_allocation", "allocation_figures", "resource_plan", "report"]
 FINAL_RULES += ["control_figures"] if config["control"]["scenarios"] else []  # rules/control.smk
-FINAL_RULES += ["offer"]   # rules/control.smk: the flexibility offer from the campaign's curves (issue 26)
+FINAL_RULES += ["offer", "flexibility_statement"]   # rules/control.smk: the offer and the statement from the curves
 # Fidelity against the paper: generated, emulated campaigns only (rules/fidelity.smk).
 FIDELITY = SOURCE == "generate" and BACKEND == "emulated"
 FINAL_RULES += ["fidelity", "fidelity_figure"] if FIDELITY else []

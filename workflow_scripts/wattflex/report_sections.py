@@ -135,6 +135,23 @@ SECTIONS: tuple[Section, ...] = (
         Item("offer/offer.csv", "The offer: kW sheddable for the hours held at <= 10 / 25 / 50 % throughput loss, "
                                 "per job and TOTAL"),
     ), optional=True),
+    Section("statement", "Beyond the paper: the site's flexibility statement (demand response)", (
+        Item("statement/statement.png", "How much the site can shed and at what cost in training (5-95 % over job "
+                                        "mixes and curve re-measurements), tokens lost per year per curtailment "
+                                        "calendar, and the meter baselines' error on simulated event days"),
+        Item("statement/shed.csv", "Per depth: kW shed, whether power caps alone reach it, throughput and tokens lost",
+             note="Computed from the campaign's curves (wattflex.grid.statement); no published counterpart."),
+        Item("statement/calendar.csv", "Per curtailment rate (share of the year's hours): events and tokens lost a year",
+             note="Curtailment rates: Norris et al., Rethinking Load Growth (Duke, 2025)."),
+        Item("statement/response.csv", "Response time, ramp rate and restore time of the controlled events (M&V)",
+             note="From the control study's events (control/mv.csv)."),
+        Item("statement/baselines.csv", "Meter baselines (X of Y days, same-day adjusted, pre-event) and the curve "
+                                        "baseline against the true load on simulated event days",
+             note="The meter history is simulated from the control study's job stream."),
+        Item("statement/statement.md", "The page an operator hands over"),
+        Item("statement/openadr3_program.json", "The statement as an OpenADR 3 program object"),
+        Item("statement/openadr3_report.json", "The statement as an OpenADR 3 report object"),
+    ), optional=True),
 )
 
 

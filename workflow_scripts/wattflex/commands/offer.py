@@ -8,6 +8,11 @@ Prints, per job and in total, the kW sheddable while each job keeps at least 90 
 of its throughput (``--loss``), held for ``--hours``: kWh and tokens it costs; ``-o``
 writes that table (CSV + sidecar). The figure of the curve behind it is the workflow's
 ``results/<campaign>/offer/offer.png`` (rule ``offer``; only ``wattflex.plots`` draws).
+
+``--statement DIR`` writes the site's flexibility statement instead (``wattflex.grid.statement``,
+what the workflow's rule ``flexibility_statement`` writes, without its figure): from a
+``runs.parquet``, the ``statement:``, ``allocation:`` and ``control.cluster`` sections of
+``--config``, and ``--mv`` (a ``control/mv.csv``) for the response time.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hours", type=finite_float(min=0, max=HOURS_IN_A_YEAR, strict=True), default=4.0,
                         help=f"how long the offer is held, at most {HOURS_IN_A_YEAR} (a leap year; default 4 h)")
     parser.add_argument("-o", "--output", help="write the offer table here (CSV, with a .meta.json sidecar)")
+    parser.add_argument("--statement", metavar="DIR", help="write the site's flexibility statement into DIR instead "
+                                                          "(needs a runs.parquet)")
+    parser.add_argument("--mv", metavar="MV.csv", help="--statement: M&V records of controlled events (control/mv.csv)")
 
 
 def default_curves(config: str) -> str:
@@ -78,6 +86,46 @@ def job_points(points, jobs: list[str]):
     return points, chosen
 
 
+STATEMENT_FILES = {"shed": "shed.csv", "events": "events.csv", "calendar": "calendar.csv", "response": "response.csv",
+                   "notice": "notice.csv", "baselines": "baselines.csv", "baseline_days": "baseline_days.csv",
+                   "program": "openadr3_program.json", "report": "openadr3_report.json", "page": "statement.md"}
+
+
+def write_statement(args: argparse.Namespace, path: str) -> int:
+    """``--statement DIR``: the flexibility statement of the runs at ``path``."""
+    from wattflex.commands._outputs import check_outputs
+    from wattflex.config import load_config
+    from wattflex.control.clustersim import ClusterConfig
+    from wattflex.errors import UserError
+    from wattflex.grid.statement import StatementSettings, build_statement, statement_files
+    from wattflex.ingest.reader import check_input_file
+    from wattflex.provenance import provenance, read_csv, read_parquet, write_together
+
+    if not str(path).endswith(".parquet"):
+        raise UserError(f"--statement needs a campaign's runs.parquet (got {path})")
+    cfg = load_config(args.config)
+    out = Path(args.statement)
+    paths = {k: str(out / name) for k, name in STATEMENT_FILES.items()}
+    inputs = [path] + ([args.mv] if args.mv else [])
+    check_outputs([p for v in paths.values() for p in (v, f"{v}.meta.json")], inputs)
+    if args.mv:
+        check_input_file(args.mv, "--mv")
+    runs = read_parquet(path)
+    missing = {"group", "cap_w", "power_w", "tokens_per_s", "gpus", "task"} - set(runs.columns)
+    if missing:
+        raise UserError(f"{path}: not a runs table (missing {', '.join(sorted(missing))})")
+    settings = StatementSettings.from_config(cfg["statement"], cfg["allocation"])
+    stmt = build_statement(runs, read_csv(args.mv) if args.mv else None, settings,
+                           ClusterConfig.from_dict(cfg["control"]["cluster"]), cfg["campaign"],
+                           cfg["allocation"]["groups_set"])
+    out.mkdir(parents=True, exist_ok=True)
+    prov = provenance(params={"statement": cfg["statement"], "config": args.config}, inputs=inputs, backend=stmt.backend)
+    write_together(statement_files(stmt, paths, prov))
+    print("\n".join(stmt.lines))
+    print(f"wrote {out}/ ({', '.join(STATEMENT_FILES.values())})", file=sys.stderr)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -92,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
     if not all(0 < x < 1 for x in losses):
         raise UserError(f"--loss {', '.join(f'{x:g}' for x in losses)}: each must be a fraction in (0, 1)")
     path = args.curves or default_curves(args.config)
+    if args.statement:
+        return write_statement(args, path)
     check_outputs([p for p in (args.output, args.output and f"{args.output}.meta.json") if p], [path])
     points, chosen = job_points(read_curves(path), args.job)
     check_points(points[["job", "power_w", "throughput"]], source=path, single_ok=True)

@@ -77,3 +77,49 @@ def mv_figure(t_s: np.ndarray, loads_w: Mapping[str, np.ndarray], budget_w: np.n
     tight_layout(fig, (0, 0.03, 1, 1))
     label_backend(fig, backend)
     return fig
+
+
+def statement_figure(shed: Any, calendar: Any, baselines: Any, backend: Any, headline_depth: float):
+    """The flexibility statement on one page: kW shed and throughput lost against depth (5-95 %
+    bands; where power caps alone stop), tokens lost a year per curtailment calendar, and each
+    meter baseline's error on simulated event days."""
+    fig, (ax, cx, bx) = plt.subplots(1, 3, figsize=(14.5, 4.4))
+    d = 100 * shed["depth"].to_numpy(float)
+    ok = shed["caps_feasible_share"].to_numpy(float) >= 0.95
+    ax.plot(d, shed["shed_kw"], color="black", lw=1.6, label="kW shed (median site)")
+    ax.fill_between(d, shed["shed_kw_p5"], shed["shed_kw_p95"], color="black", alpha=0.12)
+    lx = ax.twinx()
+    loss = 100 * shed["throughput_loss"].to_numpy(float)
+    lx.plot(d[ok], loss[ok], color="#d62728", lw=1.6, marker="o", ms=3, label="throughput lost (caps)")
+    lx.fill_between(d, 100 * shed["throughput_loss_p5"], 100 * shed["throughput_loss_p95"], color="#d62728", alpha=0.15)
+    deepest = shed.loc[ok, "depth"].max() if ok.any() else None
+    if deepest is not None and not ok.all():
+        ax.axvline(100 * deepest, color="grey", ls="--", lw=0.9)
+        ax.annotate("power caps alone\nstop here (95 % of draws)", (100 * deepest, ax.get_ylim()[1] * 0.9),
+                    fontsize=7, ha="right", xytext=(-4, 0), textcoords="offset points")
+    ax.set_xlabel("depth: share of the site's uncapped power shed (%)")
+    ax.set_ylabel("power shed (kW)")
+    lx.set_ylabel("training throughput lost (%)", color="#d62728")
+    ax.set_title("how much, and at what cost", fontsize=10)
+    at = calendar[np.isclose(calendar["depth"], shed.iloc[(shed["depth"] - headline_depth).abs().argmin()]["depth"])]
+    x = np.arange(len(at))
+    cx.bar(x, at["tokens_lost_per_year"], color="#1f77b4", alpha=0.8)
+    cx.errorbar(x, at["tokens_lost_per_year"], yerr=[at["tokens_lost_per_year"] - at["tokens_lost_per_year_p5"],
+                                                      at["tokens_lost_per_year_p95"] - at["tokens_lost_per_year"]],
+                fmt="none", color="black", capsize=3)
+    cx.set_xticks(x, [f"{100 * r:g} %\n{n:.0f} x {h:g} h" for r, n, h in
+                      zip(at["curtailment_rate"], at["events_per_year"], at["event_hours"])], fontsize=8)
+    cx.set_ylabel("tokens lost per year")
+    cx.set_title(f"how often: at {100 * headline_depth:.0f} % depth", fontsize=10)
+    cols = [c for c in baselines.columns if c.endswith("_error_pct")]
+    bx.boxplot([baselines[c].dropna() for c in cols], tick_labels=[c[: -len("_error_pct")].replace("_", " ") for c in cols])
+    bx.axhline(0, color="grey", lw=0.6)
+    bx.axhline(100 * headline_depth, color="#d62728", lw=0.8, ls=":", label=f"the shed at {100 * headline_depth:.0f} %")
+    bx.axhline(-100 * headline_depth, color="#d62728", lw=0.8, ls=":")
+    bx.set_ylabel("baseline error on event days (% of load)")
+    bx.set_title("baselines against the true load", fontsize=10)
+    bx.tick_params(axis="x", labelsize=7)
+    bx.legend(fontsize=7)
+    tight_layout(fig, (0, 0.03, 1, 1))
+    label_backend(fig, backend)
+    return fig

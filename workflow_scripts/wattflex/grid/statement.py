@@ -1,0 +1,449 @@
+"""The site's flexibility statement: how much it can shed, how fast, for how long, how often,
+and at what cost in training, with the evidence behind each number.
+
+A grid operator that grants a flexible connection asks these questions of a large load. The
+answers come from the campaign's measured curves (one per sweep group) and its simulated or
+real events:
+
+- **Depth.** A site of ``jobs_per_workload`` jobs, drawn from the groups as the allocation
+  study draws them (``mix``), is cut to ``(1 - depth)`` of its uncapped power; the oracle
+  splits the cut across the jobs' caps. Caps stop at each job's floor (its lowest measured
+  power), so past ``1 - sum(floor) / sum(uncapped)`` caps alone cannot meet the depth.
+- **Uncertainty.** Each of ``n_draws`` draws takes a new job mix and a new measurement of
+  every group's curve: each point's tokens/s and power shifted by its standard error
+  (``tokens_per_s_sem``, ``power_w_sem``; the same errors behind the PFI's CIs), then made
+  monotone again. Every figure is the median with the 5th-95th percentile range.
+- **Duration and frequency.** A cap is held for as long as an event lasts, so tokens lost
+  grow linearly with its hours; a calendar of curtailment rates (share of a year's hours)
+  gives events and tokens per year.
+- **Speed.** Response time, ramp rate and restore time come from the M&V of the events the
+  campaign controlled (``wattflex.control.mv``); an event whose notice is shorter than the
+  response time is short of its target for the difference.
+- **Baselines.** :mod:`wattflex.grid.baselines` applied to a simulated meter history of the
+  site (the control study's job stream, uncapped), against the true counterfactual load.
+
+Everything is pure: the rule script and ``wattflex offer --statement`` read and write files.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from wattflex.allocation.allocator import allocate
+from wattflex.allocation.curves import Curves, curves_from_points, monotone_fit
+from wattflex.allocation.simulate import sample_workloads
+from wattflex.grid.baselines import DAY_S, BaselineRule, average_days, pre_event, same_day_adjusted, window_mean
+from wattflex.schema import section_defaults
+
+HOURS_PER_YEAR = 8760.0
+QUANTILES = (0.05, 0.5, 0.95)
+_S = section_defaults("statement")
+
+
+def _floats(key: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in _S[key])
+
+
+@dataclass(frozen=True)
+class StatementSettings:
+    """What the statement covers (config ``statement:``; defaults: the schema's, where the
+    curtailment calendar's source is named) and the site it is for: the allocation study's
+    workload (``jobs_per_workload``, ``mix``, ``pretraining_fraction``, ``seed``; no default)."""
+    jobs_per_workload: int
+    mix: str
+    pretraining_fraction: float
+    seed: int
+    depths: tuple[float, ...] = _floats("depths")
+    headline_depth: float = _S["headline_depth"]
+    durations_h: tuple[float, ...] = _floats("durations_h")
+    notices_s: tuple[float, ...] = _floats("notices_s")
+    curtailment_rates: tuple[float, ...] = _floats("curtailment_rates")
+    event_hours: float = _S["event_hours"]
+    n_draws: int = _S["n_draws"]
+    policy: str = _S["policy"]
+    history_days: int = _S["history_days"]
+    event_start_h: float = _S["event_start_h"]
+    baseline: BaselineRule = field(default_factory=BaselineRule)
+
+    def __post_init__(self) -> None:
+        if not self.depths or any(not 0 < d < 1 for d in self.depths):
+            raise ValueError("statement.depths: fractions of site power in (0, 1)")
+        if any(h <= 0 for h in self.durations_h) or self.event_hours <= 0 or self.event_hours > 24:
+            raise ValueError("statement: durations and event hours must be > 0 (event hours at most 24)")
+        if any(not 0 < r < 1 for r in self.curtailment_rates):
+            raise ValueError("statement.curtailment_rates: shares of a year in (0, 1)")
+        if self.n_draws < 1 or self.jobs_per_workload < 1:
+            raise ValueError("statement: n_draws and jobs_per_workload must be >= 1")
+        if self.history_days < self.baseline.days + 1:
+            raise ValueError(f"statement.history_days must exceed the baseline's {self.baseline.days} days")
+        if not 0 <= self.event_start_h < 24 or self.event_start_h + self.event_hours > 24:
+            raise ValueError("statement.event_start_h: the event must end within its day")
+
+    @classmethod
+    def from_config(cls, statement: Mapping[str, Any] | None, allocation: Mapping[str, Any]) -> "StatementSettings":
+        """From the ``statement:`` and ``allocation:`` config sections (as a loaded config has them)."""
+        cfg = dict(statement or {})
+        rule = BaselineRule(**dict(cfg.pop("baseline", {}) or {}))
+        tuples = {k: tuple(float(x) for x in v) for k, v in cfg.items() if isinstance(v, (list, tuple))}
+        site = {"jobs_per_workload": int(allocation["jobs_per_workload"]), "mix": str(allocation["headline"]["mix"]),
+                "pretraining_fraction": float(allocation["production"]["pretraining_fraction"]),
+                "seed": int(allocation["seed"])}
+        return cls(**{**site, **cfg, **tuples, "baseline": rule})
+
+
+@dataclass(frozen=True)
+class Groups:
+    """The campaign's sweep groups as the statement uses them: curves and their errors."""
+    names: list[str]
+    curves: Curves               # (G, K): job power (W) -> tokens/s
+    tokens_sem: np.ndarray       # (G, K)
+    power_sem: np.ndarray        # (G, K)
+    table: pd.DataFrame          # one row per group: gpus, task, gpu
+
+
+def groups_from_runs(runs: pd.DataFrame) -> Groups:
+    """One curve per group of ``runs.parquet`` (repeats averaged, their SEMs combined)."""
+    need = {"group", "cap_w", "power_w", "tokens_per_s", "gpus", "task"}
+    missing = sorted(need - set(runs.columns))
+    if missing:
+        raise ValueError(f"runs table lacks column(s) {', '.join(missing)}")
+    df = runs.copy()
+    for col in ("tokens_per_s_sem", "power_w_sem"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").fillna(0.0) if col in df else 0.0
+    df["_t2"], df["_p2"] = df["tokens_per_s_sem"] ** 2, df["power_w_sem"] ** 2
+    pts = df.groupby(["group", "cap_w"], sort=True, as_index=False).agg(
+        power_w=("power_w", "mean"), tokens_per_s=("tokens_per_s", "mean"), t2=("_t2", "mean"),
+        p2=("_p2", "mean"), n=("power_w", "size"))
+    t_sem, p_sem = np.sqrt(pts["t2"] / pts["n"]), np.sqrt(pts["p2"] / pts["n"])
+    names, curves = curves_from_points(pts["group"], pts["power_w"], pts["tokens_per_s"], pts["cap_w"])
+    _, t_err = curves_from_points(pts["group"], pts["power_w"], t_sem)
+    _, p_err = curves_from_points(pts["group"], pts["power_w"], p_sem)
+    cols = [c for c in ("gpus", "task", "gpu") if c in df]
+    table = df.groupby("group", sort=False)[cols].first().loc[names].reset_index()
+    return Groups(list(map(str, names)), curves, t_err.throughput, p_err.throughput, table)
+
+
+def measured_again(groups: Groups, rng: np.random.Generator, n: int) -> Curves:
+    """``n`` re-measurements of every group's curve, (n, G, K): each point shifted by its
+    standard errors, tokens/s made non-decreasing in power again (isotonic fit)."""
+    P = groups.curves.power_w[None] + rng.standard_normal((n, *groups.curves.power_w.shape)) * groups.power_sem
+    T = groups.curves.throughput[None] + rng.standard_normal((n, *groups.curves.throughput.shape)) * groups.tokens_sem
+    P = np.maximum.accumulate(np.maximum(P, 0.0), axis=-1)     # powers stay in cap order
+    G, K = groups.curves.power_w.shape
+    fit, _ = monotone_fit(Curves(P.reshape(n * G, K), np.maximum(T, 0.0).reshape(n * G, K)))
+    return Curves(fit.power_w.reshape(n, G, K), fit.throughput.reshape(n, G, K))
+
+
+def _quantiles(x: np.ndarray, name: str) -> dict[str, float]:
+    """``name`` p5 / median / p95 over draws (NaN draws left out; all NaN: NaN)."""
+    x = np.asarray(x, float)
+    x = x[np.isfinite(x)]
+    q = np.quantile(x, QUANTILES) if len(x) else [math.nan] * 3
+    return {f"{name}_p5": float(q[0]), f"{name}": float(q[1]), f"{name}_p95": float(q[2])}
+
+
+def shed_by_depth(groups: Groups, s: StatementSettings) -> pd.DataFrame:
+    """Per depth: kW shed, whether caps alone reach it, tokens/s and share of throughput lost
+    (median and 5-95 % over draws of the job mix and of the curves)."""
+    rng = np.random.default_rng(s.seed)
+    index = sample_workloads(groups.table, s.mix, s.n_draws, s.jobs_per_workload, rng, s.pretraining_fraction)
+    again = measured_again(groups, rng, s.n_draws)
+    draw = np.arange(s.n_draws)[:, None]
+    site = Curves(again.power_w[draw, index], again.throughput[draw, index])     # (B, N, K)
+    p_max, t_max = site.ceiling_w.sum(-1), site.uncapped_throughput.sum(-1)
+    floor_depth = 1.0 - site.floor_w.sum(-1) / p_max
+    rows = []
+    for depth in s.depths:
+        alloc = allocate(site, (1.0 - depth) * p_max, "oracle")
+        ok = alloc.feasible
+        lost = np.where(ok, t_max - alloc.total_throughput, np.nan)
+        rows.append({"depth": depth, **_quantiles(p_max / 1e3, "site_kw"), **_quantiles(depth * p_max / 1e3, "shed_kw"),
+                     "caps_feasible_share": float(ok.mean()),
+                     **_quantiles(lost * 3600.0, "tokens_lost_per_h"),
+                     **_quantiles(lost / t_max, "throughput_loss"),
+                     **_quantiles(floor_depth, "caps_max_depth")})
+    return pd.DataFrame(rows)
+
+
+def events_table(shed: pd.DataFrame, s: StatementSettings) -> pd.DataFrame:
+    """Per depth and event duration: kWh shed and tokens lost per event (caps held throughout)."""
+    rows = []
+    for _, r in shed.iterrows():
+        for h in s.durations_h:
+            rows.append({"depth": r["depth"], "hours": h, "shed_kw": r["shed_kw"], "energy_kwh": r["shed_kw"] * h,
+                         "caps_feasible_share": r["caps_feasible_share"],
+                         **{f"tokens_lost{q}": r[f"tokens_lost_per_h{q}"] * h for q in ("_p5", "", "_p95")}})
+    return pd.DataFrame(rows)
+
+
+def calendar_table(shed: pd.DataFrame, s: StatementSettings) -> pd.DataFrame:
+    """Per curtailment rate, at every depth: events and hours a year, tokens lost a year and
+    their share of the year's tokens."""
+    rows = []
+    for rate in s.curtailment_rates:
+        hours = rate * HOURS_PER_YEAR
+        for _, r in shed.iterrows():
+            rows.append({"curtailment_rate": rate, "hours_per_year": hours, "events_per_year": hours / s.event_hours,
+                         "event_hours": s.event_hours, "depth": r["depth"], "energy_mwh_per_year": r["shed_kw"] * hours / 1e3,
+                         "caps_feasible_share": r["caps_feasible_share"],
+                         **{f"tokens_lost_per_year{q}": r[f"tokens_lost_per_h{q}"] * hours for q in ("_p5", "", "_p95")},
+                         "share_of_year_tokens": rate * r["throughput_loss"]})
+    return pd.DataFrame(rows)
+
+
+def response_table(mv: pd.DataFrame | None, policy: str | None = None) -> pd.DataFrame:
+    """Response time, ramp rates and restore time of the campaign's controlled events (M&V
+    records, one per event and policy), per policy: median and worst."""
+    cols = ["policy", "events", "response_time_s", "response_time_s_max", "ramp_down_kw_per_s",
+            "ramp_up_kw_per_s", "restore_time_s", "restore_time_s_max", "deadline_met_share"]
+    if mv is None or mv.empty:
+        return pd.DataFrame(columns=cols)
+    df = mv if "policy" in mv else mv.assign(policy="controller")
+    if policy is not None:
+        df = df[df["policy"] == policy]
+    rows = []
+    for name, g in df.groupby("policy", sort=True):
+        resp = pd.to_numeric(g["response_time_s"], errors="coerce")
+        rest = pd.to_numeric(g["restore_time_s"], errors="coerce")
+        rows.append({"policy": name, "events": len(g), "response_time_s": resp.median(), "response_time_s_max": resp.max(),
+                     "ramp_down_kw_per_s": pd.to_numeric(g["max_ramp_down_w_per_s"]).median() / 1e3,
+                     "ramp_up_kw_per_s": pd.to_numeric(g["max_ramp_up_w_per_s"]).median() / 1e3,
+                     "restore_time_s": rest.median(), "restore_time_s_max": rest.max(),
+                     "deadline_met_share": float(g["deadline_met"].astype(bool).mean())})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def notice_table(response: pd.DataFrame, s: StatementSettings) -> pd.DataFrame:
+    """Per notice: whether the target is met from the event's start (notice >= the worst
+    response time measured), and for how long it is short otherwise."""
+    worst = float(response["response_time_s_max"].max()) if len(response) else math.nan
+    rows = [{"notice_s": n, "worst_response_time_s": worst,
+             "met_from_start": bool(math.isfinite(worst) and n >= worst),
+             "short_for_s": max(worst - n, 0.0) if math.isfinite(worst) else math.nan} for n in s.notices_s]
+    return pd.DataFrame(rows)
+
+
+# ---- the meter history and its baselines --------------------------------------------------------
+def site_history(groups: Groups, p_max_w: np.ndarray, cluster: Any, s: StatementSettings,
+                 idle_w_per_gpu: float, rng: np.random.Generator, period_s: float = 60.0) -> tuple[np.ndarray, np.ndarray]:
+    """A meter history of the site, uncapped: ``(t_s, load_w)`` every ``period_s`` over
+    ``history_days``. Jobs arrive and run as the control study's job stream
+    (``wattflex.control.clustersim.draw_schedule``, ``cluster``: its ``ClusterConfig``); a job
+    draws its group's uncapped power ``p_max_w`` while it trains and idle power during its
+    start-up and checkpoints; free GPUs idle."""
+    from wattflex.control.clustersim import draw_schedule
+
+    horizon = s.history_days * DAY_S
+    sched = draw_schedule(groups.table, cluster, horizon, period_s, rng)
+    t = np.arange(0.0, horizon, period_s)
+    load = np.full(len(t), cluster.gpus * idle_w_per_gpu)
+    for job in sched.itertuples():
+        lo, hi = np.searchsorted(t, [max(job.start_s, 0.0), min(job.end_s, horizon)])
+        if hi <= lo:
+            continue
+        own = np.full(hi - lo, p_max_w[job.group] - job.gpus * idle_w_per_gpu)
+        since = t[lo:hi] - job.start_s - cluster.startup_s
+        pause = (since < 0) | ((since >= cluster.checkpoint_every_s)
+                               & (np.mod(since, cluster.checkpoint_every_s) < cluster.checkpoint_s))
+        load[lo:hi] += np.where(pause, 0.0, own)
+    return t, load
+
+
+def baseline_errors(t_s: np.ndarray, true_w: np.ndarray, curves_w: np.ndarray, s: StatementSettings) -> pd.DataFrame:
+    """One row per simulated event day: the true (uncapped) load of the event window and each
+    baseline's error against it, in % (positive: the baseline credits more than was shed)."""
+    rule, rows = s.baseline, []
+    for day in range(rule.days, s.history_days):
+        start = day * DAY_S + 3600.0 * s.event_start_h
+        end = start + 3600.0 * s.event_hours
+        true = window_mean(t_s, true_w, start, end)
+        est = {"curves": window_mean(t_s, curves_w, start, end),
+               f"{rule.days}_of_{rule.days}": average_days(t_s, true_w, start, end, set(), rule),
+               f"{rule.days}_of_{rule.days}_same_day": same_day_adjusted(t_s, true_w, start, end, set(), rule),
+               "pre_event": pre_event(t_s, true_w, start, rule)}
+        rows.append({"day": day, "true_kw": true / 1e3,
+                     **{f"{k}_error_pct": 100.0 * (v - true) / true for k, v in est.items()}})
+    return pd.DataFrame(rows)
+
+
+def baseline_summary(errors: pd.DataFrame, shed: pd.DataFrame, s: StatementSettings) -> pd.DataFrame:
+    """Per baseline method: bias, mean absolute and 90th-percentile absolute error (% of the
+    load), and the worst error as a share of the kW shed at the headline depth."""
+    methods = [c[: -len("_error_pct")] for c in errors.columns if c.endswith("_error_pct")]
+    head = shed.iloc[(shed["depth"] - s.headline_depth).abs().argmin()]
+    rows = []
+    for m in methods:
+        e = errors[f"{m}_error_pct"].to_numpy(float)
+        rows.append({"method": m, "event_days": int(np.isfinite(e).sum()), "bias_pct": float(np.nanmean(e)),
+                     "mean_abs_error_pct": float(np.nanmean(np.abs(e))),
+                     "p90_abs_error_pct": float(np.nanquantile(np.abs(e), 0.9)),
+                     "headline_depth": float(head["depth"]),
+                     "p90_error_share_of_shed": float(np.nanquantile(np.abs(e), 0.9) / 100.0 / head["depth"])})
+    return pd.DataFrame(rows)
+
+
+def curve_powers(groups: Groups, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Each group's uncapped job power, true and as a site would know it from its curve (one
+    re-measurement: the power's standard error)."""
+    true = groups.curves.ceiling_w
+    return true, true + rng.standard_normal(true.shape) * groups.power_sem[:, -1]
+
+
+# ---- the statement as OpenADR 3 objects ------------------------------------------------------
+def openadr3_objects(shed: pd.DataFrame, response: pd.DataFrame, s: StatementSettings,
+                     campaign: str, backend: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The statement as an OpenADR 3 program (what the site enrols in: a capacity limit in
+    kW) and a report (``DOWN_REGULATION_AVAILABLE`` per event duration: the kW caps alone can
+    shed in 95 % of draws, and ``BASELINE``: the site's uncapped kW), built and validated with
+    ``toadr3``'s models. JSON-ready dicts."""
+    import datetime as dt
+
+    from toadr3.models import (EventPayloadDescriptor, Interval, IntervalPeriod, Program, Report, ReportData,
+                               ReportPayloadDescriptor, ValuesMap)
+
+    sure = shed[shed["caps_feasible_share"] >= 0.95]
+    kw = float(sure["shed_kw_p5"].max()) if len(sure) else 0.0
+    site_kw = float(shed["site_kw"].median())
+    program = Program(program_name=f"wattflex-{campaign}", program_long_name=(
+        f"Flexibility of the {campaign} training site ({backend}): up to {kw:.0f} kW by power caps"),
+        program_type="LOAD_CONTROL", binding_events=True,
+        payload_descriptors=[EventPayloadDescriptor(payload_type="IMPORT_CAPACITY_LIMIT", units="KW")])
+    resp = float(response["response_time_s_max"].max()) if len(response) else math.nan
+    start = dt.datetime(2027, 1, 1, tzinfo=dt.timezone.utc)
+    intervals = [Interval(id=k, interval_period=IntervalPeriod(start=start, duration=f"PT{round(3600 * h)}S"),
+                          payloads=[ValuesMap(type="DOWN_REGULATION_AVAILABLE", values=[round(kw, 3)]),
+                                    ValuesMap(type="BASELINE", values=[round(site_kw, 3)])])
+                 for k, h in enumerate(s.durations_h)]
+    report = Report(program_id=program.program_name, event_id="capability-statement", client_name=campaign,
+                    report_name=(f"wattflex flexibility statement ({backend}); worst response time "
+                                 f"{resp:.0f} s" if math.isfinite(resp) else f"wattflex flexibility statement ({backend})"),
+                    payload_descriptors=[ReportPayloadDescriptor(payload_type="DOWN_REGULATION_AVAILABLE", units="KW",
+                                                                 confidence=95),
+                                         ReportPayloadDescriptor(payload_type="BASELINE", units="KW")],
+                    resources=[ReportData(resource_name="site", intervals=intervals)])
+    dump = lambda m: m.model_dump(mode="json", by_alias=True, exclude_none=True)  # noqa: E731
+    return dump(program), dump(report)
+
+
+def headline(shed: pd.DataFrame, s: StatementSettings) -> Mapping[str, Any]:
+    """The row at the headline depth."""
+    return shed.iloc[(shed["depth"] - s.headline_depth).abs().argmin()].to_dict()
+
+
+def statement_lines(shed: pd.DataFrame, calendar: pd.DataFrame, response: pd.DataFrame,
+                    baselines: pd.DataFrame, s: StatementSettings, backend: str) -> list[str]:
+    """The statement in sentences, for the page an operator hands over."""
+    h = headline(shed, s)
+    sure = shed[shed["caps_feasible_share"] >= 0.95]
+    deepest = float(sure["depth"].max()) if len(sure) else 0.0
+    lines = [f"Numbers are {backend.upper()}: from the campaign's {backend} sweeps, "
+             f"{s.n_draws} draws of a {s.jobs_per_workload}-job site ({s.mix} mix); "
+             "ranges are the 5th-95th percentiles.",
+             f"The site draws {h['site_kw']:.0f} kW uncapped ({h['site_kw_p5']:.0f}-{h['site_kw_p95']:.0f}).",
+             f"Power caps alone shed up to {100 * deepest:.0f} % of it in 95 % of draws; deeper cuts need "
+             "jobs paused or requeued.",
+             f"At {100 * h['depth']:.0f} % ({h['shed_kw']:.0f} kW) training loses "
+             f"{100 * h['throughput_loss']:.1f} % of its throughput "
+             f"({100 * h['throughput_loss_p5']:.1f}-{100 * h['throughput_loss_p95']:.1f} %), "
+             f"{h['tokens_lost_per_h']:.3g} tokens an hour."]
+    if len(response):
+        r = response.iloc[0] if len(response) == 1 else response.sort_values("response_time_s_max").iloc[0]
+        lines.append(f"It reaches a target within {r['response_time_s_max']:.0f} s (median {r['response_time_s']:.0f} s, "
+                     f"policy {r['policy']}), ramping down at up to {r['ramp_down_kw_per_s']:.1f} kW/s, and is back "
+                     f"within {r['restore_time_s_max']:.0f} s of the event's end.")
+    at = calendar[np.isclose(calendar["depth"], h["depth"])]
+    for _, c in at.iterrows():
+        lines.append(f"At {100 * c['curtailment_rate']:g} % curtailment ({c['events_per_year']:.0f} events of "
+                     f"{c['event_hours']:g} h a year): {c['tokens_lost_per_year']:.3g} tokens a year, "
+                     f"{100 * c['share_of_year_tokens']:.3f} % of the year's training.")
+    for _, b in baselines.iterrows():
+        lines.append(f"Baseline {b['method']}: bias {b['bias_pct']:+.1f} %, 90 % of event days within "
+                     f"{b['p90_abs_error_pct']:.1f} % ({100 * b['p90_error_share_of_shed']:.0f} % of the shed at "
+                     f"{100 * b['headline_depth']:.0f} %).")
+    return lines
+
+
+def as_markdown(lines: Sequence[str], tables: Mapping[str, pd.DataFrame], title: str) -> str:
+    """The handover page: the statement's sentences, then its tables."""
+    out = [f"# {title}", ""] + [f"- {line}" for line in lines] + [""]
+    for name, df in tables.items():
+        out += [f"## {name}", "", df.to_markdown(index=False, floatfmt=".4g"), ""]
+    return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class Statement:
+    """Everything the statement says, ready to write."""
+    tables: dict[str, pd.DataFrame]      # shed, events, calendar, response, notice, baselines, baseline_days
+    program: dict[str, Any]              # OpenADR 3 program object (JSON-ready)
+    report: dict[str, Any]               # OpenADR 3 report object
+    lines: list[str]                     # the statement in sentences
+    notes: list[str]                     # what was left out or replaced, and why
+    page: str                            # the handover page (markdown)
+    settings: StatementSettings
+    backend: str
+
+
+def build_statement(runs: pd.DataFrame, mv: pd.DataFrame | None, s: StatementSettings, cluster: Any,
+                    campaign: str, groups_set: str | None = None) -> Statement:
+    """The statement of a campaign: its ``runs.parquet`` rows (those of ``groups_set`` when it
+    has some), its controlled events' M&V records (``None``: none were run) and the control
+    study's ``ClusterConfig`` (the meter history's job stream)."""
+    from dataclasses import replace
+
+    from wattflex.allocation.simulate import mix_unavailable
+    from wattflex.gpus import GPUS
+    from wattflex.labels import backend_label
+
+    chosen = runs[runs["set"] == groups_set] if groups_set is not None and "set" in runs else runs
+    groups = groups_from_runs(chosen if len(chosen) else runs)
+    notes = []
+    why_not = mix_unavailable(groups.table, s.mix)
+    if why_not:
+        notes.append(f"{why_not}: the site is drawn from all groups uniformly (mix random)")
+        s = replace(s, mix="random")
+    if mv is None:
+        notes.append("no controlled events: response time and ramp rate unknown")
+    backend = ",".join(sorted(runs["backend"].astype(str).unique())) if "backend" in runs else "measured"
+    shed = shed_by_depth(groups, s)
+    calendar = calendar_table(shed, s)
+    response = response_table(mv, s.policy)
+    rng = np.random.default_rng(s.seed)
+    true_w, known_w = curve_powers(groups, rng)
+    models = groups.table["gpu_model"] if "gpu_model" in groups.table else ["H200"]
+    idle_w = float(np.median([GPUS[g].idle_w for g in models]))
+    t, true_load = site_history(groups, true_w, cluster, s, idle_w, np.random.default_rng(s.seed + 1))
+    _, known_load = site_history(groups, known_w, cluster, s, idle_w, np.random.default_rng(s.seed + 1))
+    days = baseline_errors(t, true_load, known_load, s)
+    tables = {"shed": shed, "events": events_table(shed, s), "calendar": calendar, "response": response,
+              "notice": notice_table(response, s), "baselines": baseline_summary(days, shed, s), "baseline_days": days}
+    program, report = openadr3_objects(shed, response, s, campaign, backend)
+    lines = statement_lines(shed, calendar, response, tables["baselines"], s, backend) + notes
+    shown = {k.replace("_", " ").capitalize(): v for k, v in tables.items() if k != "baseline_days"}
+    page = as_markdown(lines, shown, f"Flexibility statement: {campaign} ({backend_label(backend)})")
+    return Statement(tables, program, report, lines, notes, page, s, backend)
+
+
+def statement_files(stmt: Statement, paths: Mapping[str, Any], prov: Mapping[str, Any]) -> list[tuple[Any, Any]]:
+    """``(path, write)`` pairs of every file of the statement, for ``write_together``:
+    ``paths`` maps each table name, ``program``, ``report`` and ``page`` to its path. Tables
+    are CSVs with sidecars; the OpenADR 3 objects and the page are plain documents, their
+    provenance in a ``.meta.json`` sidecar."""
+    import json
+    from pathlib import Path
+
+    from wattflex.provenance import csv_files, json_file
+
+    def plain(text: str, path: Any) -> list[tuple[Any, Any]]:
+        return [(path, lambda tmp: Path(tmp).write_text(text)),
+                json_file({"artifact": Path(path).name, "notes": stmt.notes}, f"{path}.meta.json", dict(prov))]
+
+    files = [f for name, df in stmt.tables.items() for f in csv_files(df, paths[name], dict(prov), notes=stmt.notes)]
+    files += plain(json.dumps(stmt.program, indent=2) + "\n", paths["program"])
+    files += plain(json.dumps(stmt.report, indent=2) + "\n", paths["report"])
+    return files + plain(stmt.page, paths["page"])
