@@ -251,7 +251,8 @@ def real_weights(args: argparse.Namespace) -> dict[str, Any]:
            "params": sum(p.numel() for p in model.parameters())}
     if args.device == "cuda":
         out["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    ok = math.isfinite(out["loss"]) and experts <= {"torch.bfloat16"} and out["expert_lora_params_with_grad"] > 0
+    # a dense checkpoint has no expert adapters to check; an MoE one must train them
+    ok = math.isfinite(out["loss"]) and experts <= {"torch.bfloat16"} and (not experts or out["expert_lora_params_with_grad"] > 0)
     return {**out, **({} if ok else {"ok": False, "error": "not trainable as loaded (see dtypes, loss, grads)"})}
 
 
