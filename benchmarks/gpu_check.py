@@ -2,6 +2,8 @@
 
 Usage: python benchmarks/gpu_check.py [--seconds 60] [--pairs 2] [--staircase-seconds 90] [--allreduce-mb 256]
                                       [--device cuda|cpu] [--model small|tiny] [--caps W ...] [--out DIR]
+                                      [--model-path DIR [--real-steps 30]] [--nodes N]
+                                      [--compile-families TYPE ...] [--compile-tasks pt lora] [--compile-budget-s 150]
 
 Nothing here sets a power limit, clock or mode: training runs with ``cuda.cap_control:
 observe``; the staircase drives a recording device whose ``set_cap`` records the cap and
@@ -35,13 +37,32 @@ h) real weights (``--model-path``, e.g. a local gpt-oss MXFP4 checkpoint): loade
    loads them (``models.load_pretrained``: MXFP4 dequantised to bf16 explicitly), LoRA-wrapped,
    one forward and backward on GPU 0; records whether the checkpoint was MXFP4, the experts'
    dtype, the load time, the loss and whether the adapters on the fused expert weights got
-   gradients. Skipped without ``--model-path``. Unproven: no GPU has run it yet;
+   gradients; then ``--real-steps`` LoRA steps on it through the real harness (``run_real``,
+   torchrun, observe: at the current limit; seq 2048 x batch 1, checkpointing, on cuda), steady
+   tokens/s as in b) (``real_weights_throughput``). Skipped without ``--model-path``. Unproven:
+   no GPU has run it yet (on cpu a tiny ``save_pretrained`` checkpoint is tested);
+i) the all-reduce of e) across ``--nodes`` nodes of the SLURM allocation: one srun task per node
+   (``real_run.node_agent_command``/``node_main``), each a torchrun share with c10d at the first
+   node's address and ``--local-addr`` its own (``real_run.torchrun_command``, ``rendezvous_endpoint``,
+   ``node_address``), the config's ``cuda.nccl`` (``socket_ifname``, ``ib_hca``) with NCCL_DEBUG=INFO;
+   records the transport NCCL used across nodes (``NET/IB`` or ``NET/Socket``, parsed from its
+   INFO lines), GPUDirect RDMA, bus bandwidth; fails where ``ib_hca`` is set and NCCL used
+   anything but IB. Skipped on cuda with ``--nodes 1``; ``--device cpu``: 2 local agents of one
+   gloo process each on 127.0.0.1 (the same agents and c10d rendezvous; transport ``gloo``).
+   Unproven: no GPU has run it yet;
+j) torch.compile graph breaks per decoder layer: each catalogue family's tiny model built as the
+   harness builds it (``--compile-tasks`` pt and lora), each layer's inputs caught in an eager
+   forward, ``torch._dynamo.explain`` per layer (graphs, breaks, their reasons) and each distinct
+   kind of layer compiled as ``training.loop`` compiles it, a layer at a time (inductor on cuda,
+   aot_eager on cpu), forward and backward, against eager; no new compile after
+   ``--compile-budget-s``. Unproven: no GPU has run it yet;
 f) gpu_check_<gpu>.md and .json in benchmarks/results/ (``--out`` elsewhere); ``--device cpu``
    trains on the CPU (the NVML GPUs are still read) and adds ``_cpu-training`` to the name.
 
 Defaults: a 190M-parameter Llama-style model (``--model small``, seq 2048 x batch 8) on
-cuda, the catalogue's tiny model on cpu; about 4 x (60 s + start-up) + 90 s + start-up,
-8-9 minutes on one GPU.
+cuda, the catalogue's tiny model on cpu; about 4 x (60 s + start-up) + 90 s + start-up + 60 s
+(g) + at most ~3 min (j, its budget and the compile under way), under 10 minutes on one GPU
+(h with ``--model-path`` and i with ``--nodes`` add their load and launch times).
 """
 
 from __future__ import annotations
@@ -61,6 +82,7 @@ import sys
 import tempfile
 import time
 import traceback
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -76,7 +98,9 @@ from wattflex.doctor import diagnose, format_report, probe_nvml
 from wattflex.provenance import read_json, read_parquet
 from wattflex.runs.devices import nvml
 from wattflex.runs.devices.base import EXTRA_COLUMNS, CapError, TelemetrySampler, check_cap
-from wattflex.runs.real_run import nccl_env, run_real, start_training, terminate, training_command, training_error
+from wattflex.runs.real_run import (_node_hosts, nccl_env, node_address, node_agent_args, node_agent_command, node_main,
+                                     rendezvous_endpoint, run_real, run_training, start_training, terminate,
+                                     torchrun_command, training_command, training_error)
 from wattflex.runs.sweep.algorithm import staircase
 from wattflex.runs.sweep.real import PollingRun, read_live_steps
 from wattflex.runs.sweep.steady import SteadyCriteria
@@ -91,7 +115,7 @@ BUDGET_FRACTIONS = (0.8, 0.5)     # controller dry runs: budget = fraction x the
 # A model that keeps an H200 busy (191M parameters, 126M without embeddings; Llama, the catalogue's dense family).
 SMALL_MODEL = {"layers": 8, "hidden": 1024, "heads": 16, "kv_heads": 8, "head_dim": 64, "intermediate": 4096,
                "vocab": 32000}
-SHAPE = {"small": (2048, 8), "tiny": (32, 4)}     # (seq_len, micro-batch)
+SHAPE = {"small": (2048, 8), "tiny": (32, 4), "real": (2048, 1)}     # (seq_len, micro-batch); real: --model-path on cuda
 GPM_COLUMNS = {"dram_active", "sm_active", "tensor_active"}
 ALLREDUCE_MB = 256                # per rank, fp32: large enough for bandwidth, not latency (nccl-tests' range)
 ALLREDUCE_ITERS = (3, 10)         # warm-up, timed
@@ -99,6 +123,7 @@ HOST_COLUMNS = {"host_cpu_w", "host_dram_w"}
 ANCHOR_GEMM_N = 8192              # bf16 8192^3 GEMMs: compute-bound, ~1.1 TFLOP each, the tensor pipes' steady state
 TRIAD_MB = 2048                   # per fp32 array of the HBM triad (3 arrays): far beyond the 50-60 MB L2
 ANCHOR_SAMPLE_S = 0.2
+UNPROVEN = "**Unproven on GPU**: no GPU has run this step yet (its CPU path is tested: tests/unit/test_gpu_check.py)."
 
 
 # ---- e) all-reduce ------------------------------------------------------------------------------
@@ -179,11 +204,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--keep", action="store_true", help="keep the runs' directories (printed) instead of deleting them")
     p.add_argument("--allreduce-mb", type=float, default=ALLREDUCE_MB,
                    help=f"e) MB per rank of each all-reduce (default {ALLREDUCE_MB}; less on cpu: a check, not a bandwidth)")
+    p.add_argument("--nodes", type=int, default=1,
+                   help="i) all-reduce across this many nodes of the SLURM allocation (srun; default 1: skipped on cuda, "
+                        "2 local gloo agents on cpu)")
+    p.add_argument("--compile-families", nargs="+", help="j) hf_model_types to compile (default: every catalogue family)")
+    p.add_argument("--compile-tasks", nargs="+", choices=("pt", "lora"), default=["pt", "lora"], help="j) tasks (default both)")
+    p.add_argument("--compile-budget-s", type=float, default=150.0,
+                   help="j) no new layer compiled after this many seconds (explain still runs; default 150)")
+    p.add_argument("--real-steps", type=int, default=30, help="h) LoRA steps on --model-path through the harness (default 30)")
     p.add_argument("--allreduce-worker", choices=("nccl", "gloo"), help=argparse.SUPPRESS)   # torchrun's workers
     p.add_argument("--allreduce-out", type=Path, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.seconds <= 0 or a.staircase_seconds <= 0 or a.pairs < 1 or a.allreduce_mb <= 0:
         p.error("--seconds, --staircase-seconds and --allreduce-mb must be > 0 and --pairs >= 1")
+    if a.nodes < 1 or a.real_steps < 3 or a.compile_budget_s < 0:
+        p.error("--nodes must be >= 1, --real-steps >= 3 (steady tokens/s drops the first steps), --compile-budget-s >= 0")
     a.model = a.model or ("small" if a.device == "cuda" else "tiny")
     return a
 
@@ -216,8 +251,226 @@ def real_weights(args: argparse.Namespace) -> dict[str, Any]:
            "params": sum(p.numel() for p in model.parameters())}
     if args.device == "cuda":
         out["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    ok = math.isfinite(out["loss"]) and experts <= {"torch.bfloat16"} and out["expert_lora_params_with_grad"] > 0
+    # a dense checkpoint has no expert adapters to check; an MoE one must train them
+    ok = math.isfinite(out["loss"]) and experts <= {"torch.bfloat16"} and (not experts or out["expert_lora_params_with_grad"] > 0)
     return {**out, **({} if ok else {"ok": False, "error": "not trainable as loaded (see dtypes, loss, grads)"})}
+
+
+def real_weight_throughput(args: argparse.Namespace, work: Path, cap_w: float, sampler: bool) -> dict[str, Any]:
+    """h) ``--real-steps`` LoRA steps on ``--model-path`` through the real harness (``run_real``,
+    torchrun, cap_control observe: the GPU's current limit), steady tokens/s as in b); on cuda
+    seq 2048 x batch 1 with checkpointing. ``sampler``: NVML is there (the run's mean power too)."""
+    if not args.model_path:
+        return {"skipped": "no --model-path given"}
+    from transformers import AutoConfig
+
+    mt = AutoConfig.from_pretrained(args.model_path, local_files_only=True).model_type
+    r = training_run(args, work, "real-weights", sampler, cap_w, {"hf_model_type": mt, "steps": args.real_steps})
+    out = {**r, "hf_model_type": mt, "steps_asked": args.real_steps, "seq_len_batch": list(
+        SHAPE["real" if args.device == "cuda" else args.model]), "cap_w": cap_w}
+    facts = read_json(Path(r["dir"]) / "run.json")
+    out.update(params_total=facts["training"].get("params_total"), model_class=facts["training"].get("model_class"))
+    if sampler:
+        tel = read_parquet(Path(r["dir"]) / "telemetry.parquet")
+        out["power_w_mean"] = float(tel.loc[tel["gpu_util"] > 0, "power_w"].mean()) if len(tel) else math.nan
+    if not (math.isfinite(out["tokens_per_s"]) and out["tokens_per_s"] > 0):
+        return {**out, "ok": False, "error": f"no steady tokens/s from {r['steps']} steps; raise --real-steps"}
+    return out
+
+
+# ---- i) all-reduce across nodes -------------------------------------------------------------------
+# NCCL_DEBUG=INFO lines, format from NVIDIA/nccl: src/init.cc INFO(NCCL_INIT, "Using network %s") and
+# src/transport/net.cc (commit 022c022aadf39e370f14668935069c35863ff525) "Channel %02d/%d : %d[%d] ->
+# %d[%d] [send] via NET/%s/%d%s%s%s" (NET/<plugin>/<dev>[/GDRDMA]); P2P and SHM print "... via P2P/..."
+NCCL_NETWORK = re.compile(r"NCCL INFO Using network (\S+)")
+NCCL_CHANNEL = re.compile(r"NCCL INFO Channel \d+/\d+ : \d+\[\d+\] -> \d+\[\d+\] (?:\[(?:send|receive)\] )?via (\S+)")
+
+
+def nccl_transports(text: str) -> dict[str, Any]:
+    """What NCCL says it used: the network plugin(s) (``IB``, ``Socket``), each channel's transport
+    (``NET/IB``, ``NET/Socket``, ``P2P``, ``SHM``), GPUDirect RDMA on any network channel, and
+    ``transport``: the network channels' kind (what crosses nodes), None if no channel used one."""
+    via = NCCL_CHANNEL.findall(text)
+    kinds = {"/".join(v.split("/")[:2]) if v.startswith("NET/") else v.split("/")[0] for v in via}
+    net = sorted(k for k in kinds if k.startswith("NET/"))
+    return {"networks": sorted(set(NCCL_NETWORK.findall(text))), "channel_transports": sorted(kinds),
+            "channels": len(via), "gdrdma": any(v.startswith("NET/") and "/GDRDMA" in v for v in via),
+            "transport": "+".join(net) or None}
+
+
+def allreduce_node(spec: dict[str, Any], outdir: Path, t0: float, node_rank: int, rdzv: str) -> None:
+    """One node agent of i) (``real_run.node_main``: an srun task, or a local process on cpu): this
+    node's torchrun share, c10d at ``rdzv`` with this node's address, the config's NCCL environment."""
+    c = spec["cuda"]
+    cmd = torchrun_command(int(c["nproc_per_node"]), int(c["nnodes"]), node_rank, rdzv, spec["run_id"],
+                           c.get("local_addr") or node_address())
+    cmd += [str(Path(__file__).resolve()), "--allreduce-worker", spec["backend"], "--allreduce-out",
+            str(outdir / "allreduce.json"), "--allreduce-mb", f"{spec['allreduce_mb']:g}"]
+    run_training(cmd, outdir / f"allreduce.node{node_rank}.log", env=nccl_env(c.get("nccl")))
+
+
+def config_nccl(args: argparse.Namespace) -> dict[str, Any]:
+    cfg = load_config(Path(args.configfile or REPO / "config" / "config.yaml"), base=REPO)
+    return dict((cfg.get("cuda") or {}).get("nccl") or {})
+
+
+def allreduce_nodes(args: argparse.Namespace, work: Path, n_gpus: int) -> dict[str, Any]:
+    """i) e)'s all-reduce across ``--nodes`` nodes: one srun task per node (``real_run``'s node
+    agents), c10d rendezvous on the first node's address, NCCL_DEBUG=INFO so the log says which
+    transport crossed the nodes. ``--device cpu`` without SLURM: 2 local agents of one gloo
+    process each on 127.0.0.1 (the same rendezvous and agents; transport ``gloo``)."""
+    cuda = args.device == "cuda"
+    if cuda and args.nodes < 2:
+        return {"skipped": "one node (--nodes 1): run with --nodes N inside a SLURM allocation of N nodes"}
+    nccl = {**config_nccl(args), "debug": "INFO"}          # INFO: NCCL's transport lines
+    backend, nproc = ("nccl", n_gpus) if cuda else ("gloo", 1)
+    if nproc < 1:
+        raise RuntimeError("no GPU to all-reduce across")
+    srun = args.nodes > 1
+    nnodes = args.nodes if srun else 2
+    # srun: the node agents write beside the report (a shared file system), not in this node's /tmp
+    d = (args.out.resolve() / f".gpu_check_nodes_{uuid.uuid4().hex[:8]}") if srun else work / "allreduce_nodes"
+    d.mkdir(parents=True)
+    spec = {"run_id": f"gpu-check-{uuid.uuid4().hex[:8]}", "backend": backend, "allreduce_mb": args.allreduce_mb,
+            "cuda": {"nproc_per_node": nproc, "nnodes": nnodes, "nccl": nccl,
+                     **({} if srun else {"local_addr": "127.0.0.1"})}}
+    spec_path = d / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    t0 = time.time()
+    try:
+        if srun:
+            rdzv = rendezvous_endpoint(_node_hosts()[0])
+            run_training(node_agent_command(spec_path, d, t0, nnodes, rdzv, nproc if cuda else None,
+                                            program=[sys.executable, str(Path(__file__).resolve())]), d / "nodes.log")
+        else:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                rdzv = f"127.0.0.1:{sock.getsockname()[1]}"
+            agent = [sys.executable, str(Path(__file__).resolve()), *node_agent_args(spec_path, d, t0, rdzv)]
+            procs = [start_training(agent, d / f"agent{r}.log", env={"SLURM_NODEID": str(r)})   # srun's node id
+                     for r in range(nnodes)]
+            try:
+                for r, proc in enumerate(procs):
+                    if (rc := proc.wait(FIRST_STEP_TIMEOUT_S)) != 0:
+                        raise training_error(rc, d / f"agent{r}.log")
+            finally:
+                for proc in procs:
+                    terminate(proc)
+        text = "\n".join(p.read_text(errors="replace") for p in sorted(d.glob("allreduce.node*.log")))
+        res = json.loads((d / "allreduce.json").read_text())
+    finally:
+        if srun and not args.keep:
+            shutil.rmtree(d, ignore_errors=True)
+    res.update(nnodes=nnodes, nproc_per_node=nproc, rdzv=rdzv, launcher="srun" if srun else "local agents",
+               nccl_env=nccl_env(nccl), warnings=[ln for ln in text.splitlines() if "NCCL WARN" in ln][:10])
+    res.update(nccl_transports(text) if cuda else {"transport": "gloo"})
+    if not res["sum_correct"]:
+        return {**res, "ok": False, "error": "all-reduce sum is wrong"}
+    if cuda and res["transport"] is None:
+        return {**res, "ok": False, "error": "no NCCL channel over a network in the INFO log (one node?)"}
+    if cuda and nccl.get("ib_hca") and res["transport"] != "NET/IB":
+        return {**res, "ok": False, "error": f"cuda.nccl.ib_hca is set but NCCL used {res['transport']}"}
+    return res
+
+
+# ---- j) compile graph breaks per layer --------------------------------------------------------------
+def catalogue_families(only: list[str] | None) -> dict[str, tuple[str, dict[str, Any]]]:
+    """hf_model_type -> (the first catalogue model of that family, its facts)."""
+    fams: dict[str, tuple[str, dict[str, Any]]] = {}
+    for name, facts in load_catalog(REPO / "config" / "models.yaml").items():
+        fams.setdefault(str(facts["hf_model_type"]), (name, dict(facts)))
+    unknown = sorted(set(only or []) - set(fams))
+    if unknown:
+        raise ValueError(f"--compile-families {unknown}: the catalogue's are {sorted(fams)}")
+    return {k: v for k, v in fams.items() if not only or k in only}
+
+
+def _first_tensor(out: Any) -> Any:
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def layer_graph_breaks(mt: str, model_name: str, facts: dict[str, Any], task: str, device: str, backend: str,
+                       deadline: float) -> dict[str, Any]:
+    """One family's tiny model built as the harness builds it (``models.build_model``, LoRA and
+    checkpointing by ``loop._adapt``), each decoder layer's inputs caught in one eager forward;
+    per layer ``torch._dynamo.explain`` (graphs, breaks and their reasons), and each distinct
+    kind of layer (class, layer type) compiled with ``backend`` (forward and backward, the output
+    against eager) as ``loop`` compiles it, a layer at a time, until ``deadline``."""
+    import torch
+
+    from wattflex.runs.training import models
+    from wattflex.runs.training.loop import _adapt, decoder_layers
+
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    cfg = TrainConfig(model_facts=facts, tiny=True, device=device, task=task, lora_rank=8, seq_len=32, batch=2,
+                      outdir=".")
+    torch.manual_seed(0)
+    model = _adapt(models.build_model(cfg, dtype), cfg).to(device)
+    layers, caught = decoder_layers(model), {}
+    hooks = [layer.register_forward_pre_hook(lambda m, a, kw, i=i: caught.setdefault(i, (a, kw)), with_kwargs=True)
+             for i, layer in enumerate(layers)]
+    with torch.no_grad():
+        model(input_ids=torch.randint(0, int(models.model_config(cfg).vocab_size), (2, 32), device=device))
+    for h in hooks:
+        h.remove()
+    layer_types = getattr(models.model_config(cfg), "layer_types", None) or [None] * len(layers)
+    rows, compiled = [], {}
+    for i, layer in enumerate(layers):
+        a, kw = caught[i]
+        torch._dynamo.reset()
+        e = torch._dynamo.explain(layer)(*a, **kw)
+        row = {"index": i, "class": type(layer).__name__, "layer_type": layer_types[i], "graphs": int(e.graph_count),
+               "graph_breaks": int(e.graph_break_count), "break_reasons": [str(r.reason) for r in e.break_reasons],
+               "ops_per_graph": [len(o) for o in e.ops_per_graph or []]}
+        kind = (row["class"], row["layer_type"])
+        if kind in compiled:
+            row["compiled"] = {"same_kind_as_layer": compiled[kind]}
+        elif time.monotonic() > deadline:
+            row["compiled"] = {"skipped": "--compile-budget-s spent"}
+        else:
+            compiled[kind] = i
+            row["compiled"] = compile_layer(layer, a, kw, backend)
+        rows.append(row)
+    torch._dynamo.reset()
+    return {"family": mt, "model": model_name, "task": task, "layers": rows}
+
+
+def compile_layer(layer: Any, a: tuple, kw: dict[str, Any], backend: str) -> dict[str, Any]:
+    """``layer`` through ``torch.compile(backend)``: forward and backward once, timed, the
+    output's largest difference from the eager layer's; a compile error is the finding."""
+    import torch
+
+    def fresh() -> list[Any]:   # the hidden states as a leaf with a gradient, the rest as caught
+        return [x.detach().clone().requires_grad_(x.is_floating_point()) if isinstance(x, torch.Tensor) else x
+                for x in a]
+
+    t = time.monotonic()
+    try:
+        torch._dynamo.reset()
+        out = _first_tensor(torch.compile(layer, backend=backend)(*fresh(), **kw))
+        out.float().sum().backward()
+        seconds = time.monotonic() - t
+        with torch.no_grad():
+            ref = _first_tensor(layer(*a, **kw))
+        return {"ok": True, "seconds": round(seconds, 2), "max_abs_diff": float((out.detach() - ref).abs().max())}
+    except Exception as exc:  # a layer the backend cannot compile is what this step looks for
+        return {"ok": False, "seconds": round(time.monotonic() - t, 2), "error": f"{type(exc).__name__}: {exc}"[:500]}
+    finally:
+        torch._dynamo.reset()
+
+
+def compile_breaks(args: argparse.Namespace) -> dict[str, Any]:
+    """j) Graph breaks per decoder layer for each catalogue family and ``--compile-tasks``
+    (inductor on cuda; aot_eager on cpu, where inductor's C++ compile is minutes)."""
+    backend = "inductor" if args.device == "cuda" else "aot_eager"
+    deadline = time.monotonic() + args.compile_budget_s
+    fams = [layer_graph_breaks(mt, name, facts, task, args.device, backend, deadline)
+            for mt, (name, facts) in catalogue_families(args.compile_families).items() for task in args.compile_tasks]
+    failed = [f"{f['family']}/{f['task']} layer {r['index']}" for f in fams for r in f["layers"]
+              if r["compiled"].get("ok") is False]
+    out = {"backend": backend, "families": fams,
+           "layers_with_breaks": sum(r["graph_breaks"] > 0 for f in fams for r in f["layers"])}
+    return {**out, "ok": False, "error": "compile failed: " + ", ".join(failed)} if failed else out
 
 
 # ---- the steps --------------------------------------------------------------------------------
@@ -246,11 +499,12 @@ def model_facts(size: str) -> dict[str, Any]:
 
 
 def run_spec(args: argparse.Namespace, name: str, sampler: bool, duration_s: float, state_dir: Path,
-             cap_w: float) -> dict[str, Any]:
+             cap_w: float, real_weights: dict[str, Any] | None = None) -> dict[str, Any]:
     """A ``run_real`` spec that changes nothing: cap_control observe, and a state directory of
-    its own (empty), so the stale-cap restore ``run_real`` does first finds nothing to restore."""
-    seq_len, batch = SHAPE[args.model]
-    return {
+    its own (empty), so the stale-cap restore ``run_real`` does first finds nothing to restore.
+    ``real_weights`` (``hf_model_type``, ``steps``): LoRA on ``--model-path`` for that many steps."""
+    seq_len, batch = SHAPE["real" if real_weights and args.device == "cuda" else args.model]
+    spec = {
         "campaign": "gpu-check", "run_id": name, "cap_w": cap_w, "repeat": 0, "seed": 0, "backend": "cuda",
         "group": {"id": "gpu-check", "model": f"gpu-check-{args.model}", "task": "pt", "gpus": 1, "seq_len": seq_len,
                   "batch": batch, "ep": 1, "compile": False, "grad_checkpointing": False, "lora_rank": 8},
@@ -260,6 +514,13 @@ def run_spec(args: argparse.Namespace, name: str, sampler: bool, duration_s: flo
                  "random_init": args.model == "small", "sampler": sampler, "sampler_period_s": SAMPLER_PERIOD_S,
                  "gpm": True, "host_power": True, "state_dir": str(state_dir), "nproc_per_node": 1, "nnodes": 1},
     }
+    if real_weights:            # the checkpoint's own family and geometry (models.model_config reads it)
+        spec["group"].update(model=f"gpu-check-{Path(args.model_path).name}", task="lora",
+                             grad_checkpointing=args.device == "cuda")
+        spec["model_facts"] = {"hf_model_type": real_weights["hf_model_type"], "source": f"--model-path {args.model_path}"}
+        spec["cuda"].update(tiny=False, random_init=False, model_path=str(args.model_path),
+                            max_steps=int(real_weights["steps"]))
+    return spec
 
 
 def steady_tokens_per_s(steps: pd.DataFrame) -> tuple[float, int]:
@@ -278,10 +539,11 @@ def sampler_rate_hz(tel: pd.DataFrame) -> float:
     return float((t.size - 1) / (t[-1] - t[0])) if t.size > 1 and t[-1] > t[0] else math.nan
 
 
-def training_run(args: argparse.Namespace, work: Path, name: str, sampler: bool, cap_w: float) -> dict[str, Any]:
+def training_run(args: argparse.Namespace, work: Path, name: str, sampler: bool, cap_w: float,
+                 real_weights: dict[str, Any] | None = None) -> dict[str, Any]:
     outdir = work / name
     t = time.monotonic()
-    run_real(run_spec(args, name, sampler, args.seconds, work / "state", cap_w), outdir)
+    run_real(run_spec(args, name, sampler, args.seconds, work / "state", cap_w, real_weights), outdir)
     steps = read_parquet(outdir / "steps.parquet")
     tel = read_parquet(outdir / "telemetry.parquet")
     facts = read_json(outdir / "run.json")
@@ -563,6 +825,13 @@ def _skipped_or_failed(step: dict[str, Any]) -> list[str]:
     return lines + ([f"failed: {step.get('error', '')[:1500]}", ""] if not step.get("ok", True) else [])
 
 
+def _allreduce_text(e: dict[str, Any], ranks: str) -> str:
+    return (f"{e['backend']} ({e.get('nccl_version') or 'no NCCL'}), {ranks}, {e['mb_per_rank']:g} MB per rank, "
+            f"{e['iters']} timed all-reduces: {e['seconds_per_iter'] * 1e3:.2f} ms each, algorithm bandwidth "
+            f"{e['algbw_gb_s']:.2f} GB/s, bus bandwidth **{e['busbw_gb_s']:.2f} GB/s**; sum "
+            f"{'correct' if e['sum_correct'] else 'WRONG'}.")
+
+
 def markdown(res: dict[str, Any]) -> str:
     s = res["steps"]
     lines = [f"# GPU check: {res['gpu_model'] or 'no GPU'} on {res['host']} ({res['started_utc']})", ""]
@@ -636,11 +905,8 @@ def markdown(res: dict[str, Any]) -> str:
     lines += ["## e) All-reduce across this node's GPUs", ""]
     e = s.get("allreduce", {})
     if "busbw_gb_s" in e:
-        lines += [f"{e['backend']} ({e.get('nccl_version') or 'no NCCL'}), {e['world_size']} ranks, {e['mb_per_rank']:g} MB "
-                  f"per rank, {e['iters']} timed all-reduces: {e['seconds_per_iter'] * 1e3:.2f} ms each, algorithm "
-                  f"bandwidth {e['algbw_gb_s']:.2f} GB/s, bus bandwidth **{e['busbw_gb_s']:.2f} GB/s**; sum "
-                  f"{'correct' if e['sum_correct'] else 'WRONG'}. Environment from `cuda.nccl`: `{e['nccl_env']}`. "
-                  f"NCCL warnings: {e['warnings'] or 'none'}. One node only: NCCL across nodes is not exercised.", ""]
+        lines += [_allreduce_text(e, f"{e['world_size']} ranks") + f" Environment from `cuda.nccl`: `{e['nccl_env']}`. "
+                  f"NCCL warnings: {e['warnings'] or 'none'}. One node only: NCCL across nodes is i)'s.", ""]
     if not e.get("ok"):
         lines += [f"failed: {e.get('error', '')[:1500]}", ""]
     lines += ["## g) The emulator's anchor, measured (bf16 GEMM and HBM triad at the current limit)", ""]
@@ -663,12 +929,54 @@ def markdown(res: dict[str, Any]) -> str:
                   f"{h['expert_lora_params_with_grad']} expert adapters with gradients"
                   + (f", peak GPU memory {h['peak_gpu_gib']:.1f} GiB." if "peak_gpu_gib" in h else "."), ""]
     lines += _skipped_or_failed(h)
+    ht = s.get("real_weights_throughput", {})
+    if "tokens_per_s" in ht:
+        seq, batch = ht["seq_len_batch"]
+        lines += [f"Through the harness (`run_real`, torchrun, LoRA, seq {seq} x batch {batch}) at the current limit "
+                  f"({_f(ht['cap_w'], 'g')} W): {ht['steps']} of {ht['steps_asked']} steps, steady **"
+                  f"{_f(ht['tokens_per_s'], '.1f')} tokens/s** over {ht['steps_used']} (median step "
+                  f"{_f(ht['step_s_median'], '.3f')} s)" + (f", mean power {_f(ht.get('power_w_mean'), '.0f')} W"
+                                                             if "power_w_mean" in ht else "") + ".", ""]
+    lines += _skipped_or_failed(ht)
+    lines += [UNPROVEN, ""]
+
+    lines += ["## i) All-reduce across nodes", ""]
+    i = s.get("allreduce_nodes", {})
+    if "busbw_gb_s" in i:
+        ranks = f"{i['nnodes']} nodes x {i['nproc_per_node']} rank(s) ({i['launcher']}, c10d at `{i['rdzv']}`)"
+        lines += [_allreduce_text(i, ranks) + f" Transport across nodes **{i['transport'] or 'none over a network'}**"
+                  + (f" (networks {i['networks']}, channels {i['channel_transports']}, GPUDirect RDMA {i['gdrdma']})"
+                     if "networks" in i else "") + f". Environment: `{i['nccl_env']}`.", ""]
+    lines += _skipped_or_failed(i)
+    lines += [UNPROVEN, ""]
+
+    lines += ["## j) torch.compile graph breaks per decoder layer (tiny models of the catalogue's families)", ""]
+    j = s.get("compile_breaks", {})
+    if j.get("families"):
+        lines += [f"Backend `{j['backend']}`; {j['layers_with_breaks']} layer(s) with graph breaks.", "",
+                  "| family | task | layer | class | type | graphs | breaks | compiled | reasons |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for f in j["families"]:
+            for r in f["layers"]:
+                c = r["compiled"]
+                comp = (f"ok {c['seconds']} s, diff {c['max_abs_diff']:.2g}" if c.get("ok") else
+                        f"FAILED: {c['error'][:100]}" if "error" in c else
+                        f"as layer {c['same_kind_as_layer']}" if "same_kind_as_layer" in c else c.get("skipped", ""))
+                reasons = "; ".join((x.splitlines() or [""])[0].replace("|", "/")[:120] for x in r["break_reasons"]) or "-"
+                lines.append(f"| {f['family']} | {f['task']} | {r['index']} | {r['class']} | {r['layer_type'] or '-'} | "
+                             f"{r['graphs']} | {r['graph_breaks']} | {comp} | {reasons} |")
+        lines.append("")
+    lines += _skipped_or_failed(j)
+    lines += [UNPROVEN, ""]
     failed = [k for k, v in s.items() if not v.get("ok")]
     lines += ["## Verdict", "", f"Steps failed: {', '.join(failed) if failed else 'none'}."]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["node"]:           # i)'s node agents (an srun task, or a local one on cpu)
+        return node_main(argv, run=allreduce_node, prog="benchmarks/gpu_check.py")
     args = parse_args(argv)
     if args.allreduce_worker:
         allreduce_worker(args.allreduce_worker, args.allreduce_out, args.allreduce_mb)
@@ -679,7 +987,7 @@ def main(argv: list[str] | None = None) -> int:
     res: dict[str, Any] = {"host": socket.gethostname(), "device": args.device, "model": args.model,
                            "model_path": args.model_path,
                            "seconds": args.seconds,
-                           "command": "python benchmarks/gpu_check.py " + " ".join(argv or sys.argv[1:]),
+                           "command": "python benchmarks/gpu_check.py " + " ".join(argv),
                            "started_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "steps": {}}
     doctor = record_step(res, "doctor", lambda: {"report": diagnose(args.configfile)})
     report = doctor.get("report", {})
@@ -700,6 +1008,10 @@ def main(argv: list[str] | None = None) -> int:
     if "anchor_gemm" in anchor:   # where wattflex calibrate --gpu-check reads it
         res["steps"]["anchor_gemm"] = {"ok": anchor["ok"], **anchor["anchor_gemm"]}
     record_step(res, "real_weights", lambda: real_weights(args))
+    record_step(res, "real_weights_throughput",
+                lambda: real_weight_throughput(args, work, first_limit, bool(nv.get("available"))))
+    record_step(res, "allreduce_nodes", lambda: allreduce_nodes(args, work, len(nv.get("gpus") or [])))
+    record_step(res, "compile_breaks", lambda: compile_breaks(args))
 
     res["limits_after"] = limits(probe_nvml())
     res["limits_unchanged"] = res["limits_after"] == res["limits_before"]

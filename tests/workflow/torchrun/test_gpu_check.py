@@ -15,12 +15,14 @@ from tests.unit.test_gpu_check import REPO, gpu_check  # noqa: F401 (fixture: th
 pytestmark = pytest.mark.usefixtures("one_thread_subprocesses")
 SECTIONS = ["## a) wattflex doctor", "## b) Sampler overhead", "## c) Telemetry columns",
             "## d) Staircase and controller dry runs (what they WOULD set)", "## e) All-reduce across this node's GPUs",
-            "## Verdict"]
+            "## i) All-reduce across nodes", "## j) torch.compile graph breaks per decoder layer", "## Verdict"]
 # Short: 2 s of training per sampler run (the sampler's rate is read over the whole run, start-up
 # included), 2 s per staircase cap, and 4 MB all-reduces (enough to check gloo's sum and time it;
 # the default 256 MB is for a bandwidth on NVLink and costs ~14 s of CPU on gloo).
+# j) on one family and task (each costs ~10-25 s of CPU to trace and compile).
 TINY_RUN = ["--device", "cpu", "--seconds", "2", "--pairs", "1", "--staircase-seconds", "4", "--caps", "300", "700",
-            "--allreduce-mb", "4", "--configfile", str(REPO / "config" / "config.yaml")]
+            "--allreduce-mb", "4", "--configfile", str(REPO / "config" / "config.yaml"),
+            "--compile-families", "llama", "--compile-tasks", "pt"]
 
 
 @pytest.mark.slow
@@ -30,7 +32,16 @@ def test_gpu_check_on_cpu_with_fake_nvml_writes_every_section_and_sets_no_limit(
     set_calls = []
     monkeypatch.setattr(fake_pynvml, "nvmlDeviceSetPowerManagementLimit", lambda h, mw: set_calls.append((h, mw)))
     out = tmp_path / "results"
-    assert gpu_check.main([*TINY_RUN, "--out", str(out)]) == 0
+    # h) on a saved tiny Qwen3 (tied embeddings: the real-weights path through the sharded harness)
+    import torch
+
+    from wattflex.runs.training import models
+    from wattflex.runs.training.config import TrainConfig
+    facts = {"hf_model_type": "qwen3", "tie_word_embeddings": True}
+    models.build_model(TrainConfig(model_facts=facts, tiny=True, device="cpu", outdir=str(tmp_path)),
+                       torch.float32).save_pretrained(tmp_path / "model")
+    assert gpu_check.main([*TINY_RUN, "--out", str(out), "--model-path", str(tmp_path / "model"),
+                           "--real-steps", "6"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["gpu_check_h200_cpu-training.json",
                                                      "gpu_check_h200_cpu-training.md"]
     md = (out / "gpu_check_h200_cpu-training.md").read_text()
@@ -64,6 +75,19 @@ def test_gpu_check_on_cpu_with_fake_nvml_writes_every_section_and_sets_no_limit(
     e = steps["allreduce"]      # on cpu: gloo across 2 processes (NCCL itself only on a GPU node)
     assert e["ok"] and e["backend"] == "gloo" and e["world_size"] == 2 and e["sum_correct"] and e["busbw_gb_s"] > 0
     assert e["nccl_env"] == {"NCCL_DEBUG": "WARN"}
+    h = steps["real_weights_throughput"]     # through run_real on the saved checkpoint, at the fake 700 W
+    assert h["ok"] and h["hf_model_type"] == "qwen3" and h["steps"] == 6 and h["tokens_per_s"] > 0 and h["cap_w"] == 700
+    assert h["telemetry_source"] == "nvml" and h["power_w_mean"] > 0 and steps["real_weights"]["ok"]
+    i = steps["allreduce_nodes"]              # 2 local node agents, c10d on 127.0.0.1, gloo
+    assert i["ok"] and i["transport"] == "gloo" and i["nnodes"] == 2 and i["world_size"] == 2 and i["sum_correct"]
+    assert i["launcher"] == "local agents" and i["rdzv"].startswith("127.0.0.1:") and i["busbw_gb_s"] > 0
+    assert i["nccl_env"]["NCCL_DEBUG"] == "INFO"
+    j = steps["compile_breaks"]
+    assert j["ok"] and j["backend"] == "aot_eager" and [(f["family"], f["task"]) for f in j["families"]] == [("llama", "pt")]
+    layers = j["families"][0]["layers"]
+    assert layers[0]["compiled"]["ok"] and layers[0]["compiled"]["max_abs_diff"] < 1e-5
+    assert layers[1]["compiled"] == {"same_kind_as_layer": 0} and all(isinstance(r["graphs"], int) for r in layers)
+    assert md.count("**Unproven on GPU**") == 3 and "tokens/s** over" in md and "transport across nodes **gloo**" in md.lower()
 
 
 @pytest.mark.slow
@@ -88,3 +112,6 @@ def test_gpu_check_without_nvml_records_each_step_even_when_later_ones_fail(gpu_
     assert not s["dry_runs"]["ok"] and "NVML" in s["dry_runs"]["error"]
     md = (out / "gpu_check_no-gpu_cpu-training.md").read_text()
     assert all(x in md for x in SECTIONS) and "Steps failed: sampler_overhead, telemetry, dry_runs." in md
+    assert s["allreduce_nodes"]["ok"] and s["compile_breaks"]["ok"]     # neither needs NVML
+    assert s["real_weights_throughput"] == {"ok": True, "skipped": "no --model-path given",
+                                            "seconds": s["real_weights_throughput"]["seconds"]}

@@ -169,6 +169,14 @@ def utc_now() -> str:
 # ---- training subprocess -----------------------------------------------------------------------
 def training_command(config_path: Path, t0: float, nproc: int, nnodes: int = 1, node_rank: int = 0,
                      rdzv: str | None = None, run_id: str = "wattflex", local_addr: str | None = None) -> list[str]:
+    return (torchrun_command(nproc, nnodes, node_rank, rdzv, run_id, local_addr)
+            + ["-m", "wattflex.runs.training", "--config", str(config_path), "--t0", repr(t0)])
+
+
+def torchrun_command(nproc: int, nnodes: int = 1, node_rank: int = 0, rdzv: str | None = None,
+                     run_id: str = "wattflex", local_addr: str | None = None) -> list[str]:
+    """torchrun as every node runs it, up to the program: standalone on one node, else c10d at
+    ``rdzv`` (also benchmarks/gpu_check.py's all-reduce across nodes)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
     if nnodes == 1:
         cmd.append("--standalone")
@@ -184,7 +192,7 @@ def training_command(config_path: Path, t0: float, nproc: int, nnodes: int = 1, 
             # dynamic_rendezvous), and rank 0's becomes every worker's MASTER_ADDR: a name
             # that does not resolve to a routable address hangs init
             cmd.append(f"--local-addr={local_addr}")
-    return cmd + ["-m", "wattflex.runs.training", "--config", str(config_path), "--t0", repr(t0)]
+    return cmd
 
 
 # Stopping training. torchrun's elastic agent starts every worker in a session of its own
@@ -558,14 +566,21 @@ def rendezvous_endpoint(first_node: str) -> str:
 
 
 def node_agent_command(spec_path: Path, outdir: Path, t0: float, nnodes: int, rdzv: str,
-                       gpus_per_node: int | None = None, module: str = "wattflex.runs.real_run") -> list[str]:
+                       gpus_per_node: int | None = None, module: str = "wattflex.runs.real_run",
+                       program: list[str] | None = None) -> list[str]:
     """One srun step, one task (node agent) per node. Without ``--exact`` a step gets all the
     job's CPUs and memory on each node (srun(1)); ``--gpus-per-node`` names the GPUs each
     node's agent gets (omitted: the job's, SLURM's default for a step's GRES). ``module``: this
-    one (a run at one cap, ``run_node``) or ``wattflex.runs.sweep.real`` (``run_sweep_node``)."""
+    one (a run at one cap, ``run_node``) or ``wattflex.runs.sweep.real`` (``run_sweep_node``);
+    ``program`` instead of ``python -m module`` (benchmarks/gpu_check.py: its script)."""
     gpus = [f"--gpus-per-node={gpus_per_node}"] if gpus_per_node else []
     return ["srun", f"--nodes={nnodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *gpus,
-            sys.executable, "-m", module, "node", str(spec_path), str(outdir), "--t0", repr(t0), "--rdzv", rdzv]
+            *(program or [sys.executable, "-m", module]), *node_agent_args(spec_path, outdir, t0, rdzv)]
+
+
+def node_agent_args(spec_path: Path, outdir: Path, t0: float, rdzv: str) -> list[str]:
+    """What ``node_main`` parses: ``node SPEC OUTDIR --t0 T --rdzv HOST:PORT``."""
+    return ["node", str(spec_path), str(outdir), "--t0", repr(t0), "--rdzv", rdzv]
 
 
 def gpus_per_node(spec: dict[str, Any], nnodes: int) -> int | None:
