@@ -76,9 +76,11 @@ def test_events_and_calendar_scale_with_hours():
 def test_response_and_notice_come_from_mv_records():
     mv = pd.DataFrame({"policy": ["a", "a", "b"], "response_time_s": [20.0, 40.0, 90.0],
                        "max_ramp_down_w_per_s": [5e3, 7e3, 1e3], "max_ramp_up_w_per_s": [1e3, 1e3, 1e3],
-                       "restore_time_s": [30.0, None, 60.0], "deadline_met": [True, True, False]})
+                       "restore_time_s": [30.0, None, 60.0], "deadline_met": [True, True, False],
+                       "sample_s": [1.0, 1.0, 5.0]})
     resp = st.response_table(mv, "a")
     assert resp.iloc[0]["response_time_s_max"] == 40.0 and resp.iloc[0]["ramp_down_kw_per_s"] == pytest.approx(6.0)
+    assert resp.iloc[0]["sample_s"] == 1.0
     notice = st.notice_table(resp, SETTINGS).set_index("notice_s")
     assert not notice.loc[30.0, "met_from_start"] and notice.loc[30.0, "short_for_s"] == 10.0
     assert notice.loc[60.0, "met_from_start"]

@@ -200,7 +200,7 @@ def response_table(mv: pd.DataFrame | None, policy: str | None = None) -> pd.Dat
     """Response time, ramp rates and restore time of the campaign's controlled events (M&V
     records, one per event and policy), per policy: median and worst."""
     cols = ["policy", "events", "response_time_s", "response_time_s_max", "ramp_down_kw_per_s",
-            "ramp_up_kw_per_s", "restore_time_s", "restore_time_s_max", "deadline_met_share"]
+            "ramp_up_kw_per_s", "restore_time_s", "restore_time_s_max", "deadline_met_share", "sample_s"]
     if mv is None or mv.empty:
         return pd.DataFrame(columns=cols)
     df = mv if "policy" in mv else mv.assign(policy="controller")
@@ -214,7 +214,8 @@ def response_table(mv: pd.DataFrame | None, policy: str | None = None) -> pd.Dat
                      "ramp_down_kw_per_s": pd.to_numeric(g["max_ramp_down_w_per_s"]).median() / 1e3,
                      "ramp_up_kw_per_s": pd.to_numeric(g["max_ramp_up_w_per_s"]).median() / 1e3,
                      "restore_time_s": rest.median(), "restore_time_s_max": rest.max(),
-                     "deadline_met_share": float(g["deadline_met"].astype(bool).mean())})
+                     "deadline_met_share": float(g["deadline_met"].astype(bool).mean()),
+                     "sample_s": float(pd.to_numeric(g["sample_s"]).max()) if "sample_s" in g else math.nan})
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -353,9 +354,10 @@ def statement_lines(shed: pd.DataFrame, calendar: pd.DataFrame, response: pd.Dat
              f"{h['tokens_lost_per_h']:.3g} tokens an hour."]
     if len(response):
         r = response.iloc[0] if len(response) == 1 else response.sort_values("response_time_s_max").iloc[0]
-        lines.append(f"It reaches a target within {r['response_time_s_max']:.0f} s (median {r['response_time_s']:.0f} s, "
-                     f"policy {r['policy']}), ramping down at up to {r['ramp_down_kw_per_s']:.1f} kW/s, and is back "
-                     f"within {r['restore_time_s_max']:.0f} s of the event's end.")
+        resolution = f"; M&V samples every {r['sample_s']:g} s" if math.isfinite(r["sample_s"]) else ""
+        lines.append(f"In {r['events']} controlled event(s) (policy {r['policy']}{resolution}) it reached its target "
+                     f"within {r['response_time_s_max']:g} s of the start, ramping down at up to "
+                     f"{r['ramp_down_kw_per_s']:.1f} kW/s, and was back within {r['restore_time_s_max']:g} s of the end.")
     at = calendar[np.isclose(calendar["depth"], h["depth"])]
     for _, c in at.iterrows():
         lines.append(f"At {100 * c['curtailment_rate']:g} % curtailment ({c['events_per_year']:.0f} events of "
