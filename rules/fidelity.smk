@@ -30,7 +30,7 @@ rule fidelity:
         sweep=SWEEP,
         # The campaign's calibration file's contents (emulator.calibration), or None: the default anchor.
         calibration=config.get("_emulator_calibration"),
-        # >= 20 noise seeds and +-25 % per constant (issue 14); not a config section.
+        # >= 20 noise seeds and +-25 % per constant; not a config section.
         fidelity={"noise_seeds": 20, "perturbation": 0.25},
         # The campaign's own cluster tests' settings (rules/analysis.smk cluster_stats).
         stats={k: v for k, v in section("stats").items() if k in ("alpha", "cluster_order")},

@@ -9,7 +9,7 @@ CAMPAIGN = config["campaign"]
 # The configured campaign's folders, written into every path (not a {campaign} wildcard): a
 # rule makes only this config's files, and Snakemake matches each requested file to its rule
 # by the paths' constant prefixes, which a wildcard right after results/ made useless
-# (matching was a third of a no-op DAG build; it fell ~40 %, the build ~25 %; issue 15).
+# (matching was a third of a no-op DAG build; it fell ~40 %, the build ~25 %).
 RESULTS = f"results/{CAMPAIGN}"
 LOGS = f"logs/{CAMPAIGN}"
 SOURCE = config["source"]  # ingest: runs.parquet from data (rules/ingest.smk)
@@ -111,7 +111,7 @@ def final_outputs():
 def all_outputs():
     """The final products and every run's summary.json: Snakemake remakes a missing
     intermediate only when something downstream must run anyway, so a deleted summary is
-    rebuilt (with what reads it) only because rule all asks for it (issue 27)."""
+    rebuilt (with what reads it) only because rule all asks for it."""
     return final_outputs() + summary_files()
 
 

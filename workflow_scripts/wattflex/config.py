@@ -177,7 +177,7 @@ def groups(cfg: dict[str, Any]) -> list[dict[str, Any]]:
 
 # Bounds of a run's timeline. A week is far beyond any sweep run (the paper's are 30 min) yet
 # within SLURM limits; 10^6 samples per GPU keep an emulated run to seconds (duration_s =
-# 10^12 spun for minutes, issue 27).
+# 10^12 spun for minutes).
 MAX_DURATION_S = 7 * 24 * 3600
 MAX_SAMPLES_PER_RUN = 1_000_000
 # A run's sample period is the median gap between its samples (wattflex.telemetry): two at least.

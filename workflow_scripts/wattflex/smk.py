@@ -21,7 +21,7 @@ def skip_exit_gc() -> None:
     At exit the interpreter runs the garbage collector over all it holds: 0.22-0.27 s for a
     rule script that imported pandas and matplotlib (half of it each), ~0.5 s for a no-op
     ``snakemake -n`` with the default campaign's DAG, where the whole dry run takes ~3 s
-    (measured here, issue 15). An atexit hook that calls ``gc.freeze()`` moves the live
+    (measured on 2 cores). An atexit hook that calls ``gc.freeze()`` moves the live
     objects out of the collector's reach; atexit handlers, stream flushes and module
     teardown still run. Only reference cycles still alive at exit stay uncollected: an
     object in one is not finalized, so files are closed where they are written, never

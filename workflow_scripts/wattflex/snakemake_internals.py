@@ -148,8 +148,8 @@ def install_real_run_guard(rule_names: Iterable[str]) -> None:
 
 def guard_delete_output(workflow: Any, refusal: Callable[[bool], str | None]) -> None:
     """Wrap ``workflow.delete_output`` (--delete-all-output / --delete-temp-output): when
-    ``refusal(only_temp)`` returns a message, raise it instead of deleting (a dry run lists
-    as before). Snakemake parses the Snakefile, then calls workflow.delete_output: the
+    ``refusal(only_temp)`` returns a message, raise it instead of deleting (a dry run still
+    lists what it would delete). Snakemake parses the Snakefile, then calls workflow.delete_output: the
     workflow object does not know the mode at parse time, so the call is guarded instead."""
     from snakemake.exceptions import WorkflowError
 

@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def read_curves(path: str):
     """The curve points, a CSV or parquet table as pandas types it, except a CSV's job ids
     (``job``, or a runs table's ``group``), read as text: ``01`` and ``1`` are two jobs, and
-    ``007`` keeps its zeros (issue 37). A clear error when the file is missing or unreadable.
+    ``007`` keeps its zeros. A clear error when the file is missing or unreadable.
     Bad values are named by line in ``allocate_table`` (``source=``)."""
     import pandas as pd
 
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from wattflex.commands._outputs import check_outputs
     from wattflex.provenance import csv_files, json_file, provenance, write_together
 
-    if args.output:  # issue 17: never write over the input, a link, a folder or a device
+    if args.output:  # never write over the input, a link, a folder or a device
         check_outputs(
             [args.output, f"{args.output}.meta.json", f"{args.output}.totals.json"], [args.curves])
     points = read_curves(args.curves)

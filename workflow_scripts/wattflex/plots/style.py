@@ -41,7 +41,7 @@ def tight_layout(fig: plt.Figure, rect: tuple[float, float, float, float] = (0, 
     """``fig.tight_layout(rect=rect)`` with one measuring pass instead of two.
 
     Given a rect, Matplotlib measures every Axes' decorations (tick layout and text extents:
-    tight_layout was 18-27 % of a figure job's profiled time here, issue 15) twice, on the
+    tight_layout was 18-27 % of a figure job's profiled time on 2 cores) twice, on the
     same unchanged geometry: once without the rect, then again to place those margins inside
     it (``_tight_layout.get_tight_layout_figure``, Matplotlib 3.8-3.11). This measures once,
     then does the second pass's arithmetic: the margins shift into the rect, and the gaps
