@@ -20,7 +20,7 @@ replaces the default's; a mapping such as ``allocation:`` is merged key by key, 
 left out of yours keeps the default's value), then ``--config KEY=VALUE`` (the SLURM
 profile's ``slurm_*`` keys). So a section you leave out of your file is not absent: it is
 the default campaign's. ``defaulted_sections`` names those top-level sections and
-``rules/common.smk`` logs them in one line. ``snakemake --replace-workflow-config
+``rules/common/setup.smk`` logs them in one line. ``snakemake --replace-workflow-config
 --configfile my.yaml`` uses your files alone, as does a working directory without
 config/config.yaml; sections then missing take the schema's defaults (filled by prepare).
 """

@@ -9,7 +9,7 @@ import can never be forgotten and a removed one never reruns anything.
 Two kinds of module are left out of every closure, on purpose:
 - plumbing that shapes no result (artifact metadata, logging, errors, this module);
 - the real-GPU backend (NVML, caps, the training harness, real runs): a real run's result
-  depends on its spec alone, and its outputs are write-protected (rules/common.smk).
+  depends on its spec alone, and its outputs are write-protected (rules/common/protection.smk).
 """
 
 from __future__ import annotations

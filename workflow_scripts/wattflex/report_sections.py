@@ -1,5 +1,5 @@
 """What each section of the reproduction report shows, in the paper's order (wattflex.report
-renders them). Light on purpose: every `snakemake` start imports it through rules/common.smk,
+renders them). Light on purpose: every `snakemake` start imports it through rules/common/params.smk,
 which files each output under its section in Snakemake's own report (``snakemake_category``).
 """
 

@@ -2,8 +2,9 @@
 
 Every policy name the library knows (the allocation simulation, ``wattflex allocate``, the
 closed-loop controller, the cluster simulation's references and the figures) comes from
-:data:`REGISTRY`; the tuples below are views of it, in registry order. The config schema's
-policy enums list the same names (tests/unit/allocation/test_policies.py holds them equal).
+:data:`REGISTRY`; the tuples below are views of it, in registry order. The config schema holds
+no copy: ``wattflex.config`` checks a config's ``allocation.policies`` and ``control.policies``
+against the registry.
 The algorithms live in :mod:`wattflex.allocation.allocator` and
 :mod:`wattflex.control.controller`; each policy's label, colour and line style in figures
 are in :data:`wattflex.plots.style.POLICY_LOOK` (a test holds the two in step), so that a

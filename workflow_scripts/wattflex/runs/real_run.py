@@ -32,7 +32,7 @@ one: the rule runs through snakemake-executor-plugin-slurm-jobstep, which wraps 
 on N > 1 nodes that step cannot even start (``-n1`` puts it on one node, which lacks the
 group's GPUs: "Invalid generic resource specification", tried on tests/slurm/cluster.sh
 ``--nodes 2``), and a step nested in it would have to share its resources (``--overlap``).
-So ``run_resources()`` (rules/common.smk) gives multi-node runs the plugin's MPI route
+So ``run_resources()`` (rules/common/resources.smk) gives multi-node runs the plugin's MPI route
 (``mpi``, ``tasks`` = nodes): the plugin then runs the rule in the batch script on the
 allocation's first node, and this process's srun is the one step, which by SLURM's default
 gets all the job's CPUs and memory on each node, and here explicitly its GPUs per node. The

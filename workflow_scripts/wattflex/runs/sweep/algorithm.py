@@ -27,7 +27,7 @@ Both backends drive the same controller through two small interfaces: a device w
 SIGINT/SIGTERM/SIGHUP. It lives here, not with the real backend, because the controller
 itself relies on it and the emulated device's restore is part of the emulated record.
 
-``sweep_spec`` (the run spec ``rules/common.smk`` builds per group and mode), ``SweepSettings``
+``sweep_spec`` (the run spec ``rules/common/params.smk`` builds per group and mode), ``SweepSettings``
 and ``run_controller`` turn the config's ``staircase:`` section into a controller run; both
 backends share them, so they live with the algorithm.
 """
