@@ -160,10 +160,10 @@ def test_calibrate_recovers_a_known_a100_anchor_and_the_file_runs_a100_groups_on
     assert "in-sample mean |PFI error| 0.000; out of sample (leave one group out) 0.000" in text
     c = cal.read_calibration(out)
     assert c.gpu_die == "GA100" and c.curve.sm_dyn_w == pytest.approx(cal.table_free_curve(1275.0, GPUS["A100"]).sm_dyn_w)
-    # the file's physics emulates an A100 at its anchor: a bf16 GEMM at dense_gemm_eff holds
+    # the file's physics emulates an A100 at its anchor: a bf16 GEMM at anchor_tensor_util holds
     # 1275 MHz under the A100's 400 W default limit
     ph = c.physics()
-    assert power_model_clock_for_cap(GPUS["A100"], 400, tensor_util=ph.dense_gemm_eff, physics=ph) == 1275.0
+    assert power_model_clock_for_cap(GPUS["A100"], 400, tensor_util=ph.anchor_tensor_util, physics=ph) == 1275.0
     # an A100 campaign without it, or an H200 run with it, is refused with the way out
     from wattflex.runs.emulator import physics_for_gpu
 
