@@ -199,6 +199,23 @@ def published_facts(groups: Sequence[GroupModel], tables_dir: str | Path, fit_se
     return pd.Series(out, dtype=float, name="pfi")
 
 
+def unmeasured_draws(runs: pd.DataFrame) -> str:
+    """Why a sweep table with caps holds no power level to fit, or "" if it has measured draws:
+    a cap is a limit, not a draw, and Eq. 1 reads the measured power at each cap, so a sweep
+    whose ``power_w`` is absent or empty cannot show the level (the fit would land anywhere)."""
+    if "cap_w" not in runs:
+        return ""
+    caps = sorted({float(c) for c in runs["cap_w"] if c == c})
+    draws = pd.to_numeric(runs["power_w"], errors="coerce") if "power_w" in runs else pd.Series(dtype=float)
+    if len(caps) and not np.isfinite(draws.to_numpy(dtype=float)).any():
+        shown = ", ".join(f"{c:g}" for c in caps[:8]) + (" ..." if len(caps) > 8 else "")
+        return (f"the sweep has caps ({shown} W, {len(runs)} runs) but no measured power draw "
+                f"({'no power_w column' if 'power_w' not in runs else 'power_w empty'}): a cap is a limit, not a "
+                "draw, and the power level is read from the draws, so it cannot be fitted on these runs; give "
+                "sweeps with their measured board power (e.g. wattflex ingest with a power column)")
+    return ""
+
+
 def measured_facts(runs: pd.DataFrame) -> pd.Series:
     """Eq. 1 PFI per group of a measured ``runs.parquet`` (repeats averaged per cap, as
     compute_pfi does; failed runs, without power or throughput, left out)."""
@@ -232,6 +249,9 @@ class Calibration:
     out_of_sample_mae: float = math.nan  # leave-one-group-out over fit_groups (NaN if < 2 groups)
     residuals: dict[str, float] = field(default_factory=dict)  # fitted - fact, per fit group
     gpu_die: str = DEFAULT_DIE          # the die whose power curve this is (emulator.physics_for_gpu)
+    # False when the fit landed on an edge of its search grid: the facts want a level at or
+    # beyond it, so they do not pin the level (the edge is a bound, not a fit)
+    pinned: bool = True
 
     def physics(self, base: Physics = PHYSICS) -> Physics:
         return calibrated_physics(self.to_json(), base)
@@ -252,7 +272,7 @@ class Calibration:
                        in_sample_mae=_number(data.get("in_sample_mae")),
                        out_of_sample_mae=_number(data.get("out_of_sample_mae")),
                        residuals={str(k): _number(v) for k, v in data.get("residuals", {}).items()},
-                       gpu_die=str(data.get("gpu_die", DEFAULT_DIE)))
+                       gpu_die=str(data.get("gpu_die", DEFAULT_DIE)), pinned=bool(data.get("pinned", True)))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"{where}: malformed calibration ({exc}); regenerate it with `wattflex calibrate`") from None
 
@@ -357,6 +377,7 @@ def calibrate(groups: Sequence[GroupModel], facts: pd.Series, source: str, base:
     if table is None:
         table = pfi_grid(use, base, grid)
     anchor, res = _argmin(table, facts)
+    pinned = bool(table.index.min() < anchor < table.index.max())
     oos = math.nan
     if cross_validate and len(facts) >= 2:
         errs = []
@@ -366,7 +387,8 @@ def calibrate(groups: Sequence[GroupModel], facts: pd.Series, source: str, base:
         oos = float(np.mean(errs))
     return Calibration(anchor_clock_mhz=anchor, curve=power_curve(anchor, base, die), source=source,
                        fit_groups=tuple(facts.index), in_sample_mae=float(res.abs().mean()),
-                       out_of_sample_mae=oos, residuals={k: float(v) for k, v in res.items()}, gpu_die=die)
+                       out_of_sample_mae=oos, residuals={k: float(v) for k, v in res.items()}, gpu_die=die,
+                       pinned=pinned)
 
 
 def calibrate_published(groups: Sequence[GroupModel], tables_dir: str | Path, fit_set: str = DEFAULT_FIT_SET,
@@ -458,14 +480,14 @@ def leave_one_table_out(groups: Sequence[GroupModel], tables_dir: str | Path, ba
     for fit_set in fit_sets:
         if not len(facts[fit_set]):     # a campaign with none of the set's groups (e.g. a tiny one)
             rows.append({"fit_set": fit_set, "default": fit_set == DEFAULT_FIT_SET, "n_facts": 0,
-                         "anchor_clock_mhz": math.nan, "sm_dyn_w": math.nan,
+                         "anchor_clock_mhz": math.nan, "anchor_pinned": math.nan, "sm_dyn_w": math.nan,
                          **{k: math.nan for k in scored}, "fit_groups": ""})
             continue
         c = calibrate(groups, facts[fit_set], f"fitted ({fit_set})", base, cross_validate=False, table=table)
         meta = group_meta(groups, published, c.fit_groups)
         m = metrics(noise_free_pfi(groups, c.physics(base)), meta, order=order, tests=False)
         rows.append({"fit_set": fit_set, "default": fit_set == DEFAULT_FIT_SET, "n_facts": len(c.fit_groups),
-                     "anchor_clock_mhz": c.anchor_clock_mhz, "sm_dyn_w": c.curve.sm_dyn_w,
+                     "anchor_clock_mhz": c.anchor_clock_mhz, "anchor_pinned": c.pinned, "sm_dyn_w": c.curve.sm_dyn_w,
                      **{k: m[k] for k in scored}, "fit_groups": " ".join(c.fit_groups)})
     # the paper's values of the metrics it states, for reference (Table 6, its text)
     pub = published_metrics(str(tables_dir), order=order)
