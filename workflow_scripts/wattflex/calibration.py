@@ -47,6 +47,17 @@ from wattflex.runs.emulator import DEFAULT_DIE, PHYSICS, Physics, calibrated_phy
 
 # Ujeniya et al. 2026 (arXiv:2604.11391), H100 (94 GB / 2.41 TB/s part), FP64 DGEMM:
 # cap (W) -> steady SM clock (MHz).
+# Re-read for issue 38, which quotes a reading of v2 labelling these six clocks ViT-L/16 TF32
+# inference (Fig. 6b) at a measured 647 W under the 700 W cap. What could be reached here is the
+# paper's abstract and summaries of it (arXiv abstract page; no figure, no table, no artifact
+# repository): its workloads are DGEMM (compute bound) and TheBandwidthBenchmark (memory bound),
+# on Helma nodes of four H100 (HBM2e, 94 GB, 2.41 TB/s) or H200 (HBM3e, 144 GB, 4.89 TB/s),
+# caps 200-700 W, with SM clock and total, SM and memory power recorded. No ViT workload is
+# named. So the table keeps its DGEMM label and its draws stay unread: the fit still treats each
+# cap as the draw (at 700 W possibly not binding, which the quoted 647 W would mean). Neither the
+# label nor the draws were verified against the figures; no H200 table is used for the same
+# reason. (The same group's arXiv:2603.16164, Mayr et al., does benchmark vision models under
+# H100/H200 power limits; whether the quoted figure is from it was not checked.)
 UJENIYA_H100_DGEMM: dict[float, float] = {200: 625, 300: 1132, 400: 1501, 500: 1731, 600: 1889, 700: 1969}
 ANCHOR_CAP_W = 700.0
 # The anchor's search range: below 1500 MHz the DGEMM table can no longer be met together
