@@ -1,7 +1,7 @@
 """``wattflex calibrate``: fit the emulator's power level to your own measurements.
 
 The emulator has one fitted global constant, the anchor (the SM clock a bf16 GEMM at the
-dense-GEMM efficiency holds under 700 W; ``wattflex.calibration``). This command fits it, as
+reference activity anchor_tensor_util, 0.70, holds under 700 W; ``wattflex.calibration``). This command fits it, as
 the default is fitted on the paper's Tables 7-8, on one of:
 
 - ``--runs runs.parquet`` (or a CSV): measured sweeps, one row per run with ``group, cap_w,
