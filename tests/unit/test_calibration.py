@@ -191,7 +191,7 @@ def test_a_calibration_reaches_the_cluster_simulations_truth_too(default):
     g = next(g for g in config_groups(cfg) if g["id"] == "dense-pt-mistral24b-x8")
     g = {**g, "model_facts": cfg["_catalog"][g["model"]]}
     default_truth = truth_table([g], 1, cap_step_w=250)
-    hotter = truth_table([g], 1, cap_step_w=250, physics=cal.physics_at_anchor(1560.0))
+    hotter = truth_table([g], 1, cap_step_w=250, physics=cal.physics_at_anchor(PHYSICS.anchor_clock_mhz - 100))
     top = default_truth["cap_w"].idxmax()
     assert hotter.loc[top, "sm_clock_mhz"] < default_truth.loc[top, "sm_clock_mhz"]  # more SM power: lower clock
 

@@ -2,7 +2,7 @@
 
 The H100 cap -> clock table of Ujeniya et al. 2026 (an FP64 DGEMM) fixes the voltage curve
 and the DGEMM's SM power, but not how much of that power a bf16 GEMM draws. One number
-closes it: the **anchor**, the SM clock a bf16 GEMM at tensor activity ``dense_gemm_eff``
+closes it: the **anchor**, the SM clock a bf16 GEMM at tensor activity ``anchor_tensor_util``
 holds under 700 W. Given an anchor, :func:`fit_power_curve` refits ``sm_dyn_w``, ``v_min``,
 ``v_exp`` and the DGEMM's activity to the table plus that one point (least squares), so the
 anchor is the single global constant the calibration chooses.
@@ -17,7 +17,7 @@ the power level with the least step-model error in it. A user's own measurements
 (``wattflex calibrate``) go through the same fit (:func:`measured_facts`).
 
 A part of another die (the A100, GA100) has no published cap -> clock table, so nothing
-fixes its voltage curve: its anchor is the clock a bf16 GEMM at ``dense_gemm_eff`` holds under
+fixes its voltage curve: its anchor is the clock a bf16 GEMM at ``anchor_tensor_util`` holds under
 the part's default limit, the GH100 voltage shape (``v_min``, ``v_exp``) is assumed, and
 ``sm_dyn_w`` follows from the anchor point alone (:func:`table_free_curve`). It has no default:
 the anchor is exactly what ``wattflex calibrate`` fits on sweeps measured on it, and an emulated
@@ -47,6 +47,17 @@ from wattflex.runs.emulator import DEFAULT_DIE, PHYSICS, Physics, calibrated_phy
 
 # Ujeniya et al. 2026 (arXiv:2604.11391), H100 (94 GB / 2.41 TB/s part), FP64 DGEMM:
 # cap (W) -> steady SM clock (MHz).
+# Re-read for issue 38, which quotes a reading of v2 labelling these six clocks ViT-L/16 TF32
+# inference (Fig. 6b) at a measured 647 W under the 700 W cap. What could be reached here is the
+# paper's abstract and summaries of it (arXiv abstract page; no figure, no table, no artifact
+# repository): its workloads are DGEMM (compute bound) and TheBandwidthBenchmark (memory bound),
+# on Helma nodes of four H100 (HBM2e, 94 GB, 2.41 TB/s) or H200 (HBM3e, 144 GB, 4.89 TB/s),
+# caps 200-700 W, with SM clock and total, SM and memory power recorded. No ViT workload is
+# named. So the table keeps its DGEMM label and its draws stay unread: the fit still treats each
+# cap as the draw (at 700 W possibly not binding, which the quoted 647 W would mean). Neither the
+# label nor the draws were verified against the figures; no H200 table is used for the same
+# reason. (The same group's arXiv:2603.16164, Mayr et al., does benchmark vision models under
+# H100/H200 power limits; whether the quoted figure is from it was not checked.)
 UJENIYA_H100_DGEMM: dict[float, float] = {200: 625, 300: 1132, 400: 1501, 500: 1731, 600: 1889, 700: 1969}
 ANCHOR_CAP_W = 700.0
 # The anchor's search range: below 1500 MHz the DGEMM table can no longer be met together
@@ -90,7 +101,7 @@ def fit_power_curve(anchor_clock_mhz: float, physics: Physics = PHYSICS, gpu: GP
                     anchor_power_w: float = ANCHOR_CAP_W, anchor_gpu: GPUSpec | None = None) -> PowerCurve:
     """``sm_dyn_w``, ``v_min``, ``v_exp`` and the DGEMM's activity fitted (least squares, in
     units of 10 W) to the DGEMM cap -> clock ``table`` (an H100's) plus one bf16 GEMM point:
-    tensor activity ``anchor_activity`` (default ``dense_gemm_eff``) drawing ``anchor_power_w``
+    tensor activity ``anchor_activity`` (default ``anchor_tensor_util``) drawing ``anchor_power_w``
     at ``anchor_clock_mhz`` on ``anchor_gpu`` (default the H100; its idle and HBM power)."""
     from scipy.optimize import least_squares
 
@@ -99,7 +110,7 @@ def fit_power_curve(anchor_clock_mhz: float, physics: Physics = PHYSICS, gpu: GP
     gpu = gpu or GPUS["H100"]
     caps = np.array(list(table), float)
     clocks = np.array(list(table.values()), float)
-    activity_bf16 = physics.dense_gemm_eff if anchor_activity is None else float(anchor_activity)
+    activity_bf16 = physics.anchor_tensor_util if anchor_activity is None else float(anchor_activity)
 
     def residuals(p: np.ndarray) -> np.ndarray:
         sm_dyn_w, v_min, v_exp, activity = p
@@ -138,10 +149,10 @@ def anchor_grid(die: str = DEFAULT_DIE) -> np.ndarray:
 
 def table_free_curve(anchor_clock_mhz: float, gpu: GPUSpec, physics: Physics = PHYSICS) -> PowerCurve:
     """The power curve of a part with no cap -> clock table: ``physics``'s voltage shape
-    (GH100's, assumed) and the ``sm_dyn_w`` at which a bf16 GEMM at ``dense_gemm_eff`` draws
+    (GH100's, assumed) and the ``sm_dyn_w`` at which a bf16 GEMM at ``anchor_tensor_util`` draws
     ``gpu``'s default limit at ``anchor_clock_mhz`` (the anchor point of fit_power_curve, solved)."""
     x = float(anchor_clock_mhz) / gpu.sm_clock_max_mhz
-    per_w = x * voltage(x, physics) ** 2 * (physics.sm_busy_weight + physics.tensor_weight * physics.dense_gemm_eff)
+    per_w = x * voltage(x, physics) ** 2 * (physics.sm_busy_weight + physics.tensor_weight * physics.anchor_tensor_util)
     sm_dyn_w = (gpu.default_limit_w - gpu.idle_w - gpu.mem_dyn_w * physics.calib_dram_util) / per_w
     return PowerCurve(float(sm_dyn_w), physics.v_min, physics.v_exp, physics.calib_tensor_util, math.nan)
 
@@ -199,6 +210,23 @@ def published_facts(groups: Sequence[GroupModel], tables_dir: str | Path, fit_se
     return pd.Series(out, dtype=float, name="pfi")
 
 
+def unmeasured_draws(runs: pd.DataFrame) -> str:
+    """Why a sweep table with caps holds no power level to fit, or "" if it has measured draws:
+    a cap is a limit, not a draw, and Eq. 1 reads the measured power at each cap, so a sweep
+    whose ``power_w`` is absent or empty cannot show the level (the fit would land anywhere)."""
+    if "cap_w" not in runs:
+        return ""
+    caps = sorted({float(c) for c in runs["cap_w"] if c == c})
+    draws = pd.to_numeric(runs["power_w"], errors="coerce") if "power_w" in runs else pd.Series(dtype=float)
+    if len(caps) and not np.isfinite(draws.to_numpy(dtype=float)).any():
+        shown = ", ".join(f"{c:g}" for c in caps[:8]) + (" ..." if len(caps) > 8 else "")
+        return (f"the sweep has caps ({shown} W, {len(runs)} runs) but no measured power draw "
+                f"({'no power_w column' if 'power_w' not in runs else 'power_w empty'}): a cap is a limit, not a "
+                "draw, and the power level is read from the draws, so it cannot be fitted on these runs; give "
+                "sweeps with their measured board power (e.g. wattflex ingest with a power column)")
+    return ""
+
+
 def measured_facts(runs: pd.DataFrame) -> pd.Series:
     """Eq. 1 PFI per group of a measured ``runs.parquet`` (repeats averaged per cap, as
     compute_pfi does; failed runs, without power or throughput, left out)."""
@@ -232,6 +260,9 @@ class Calibration:
     out_of_sample_mae: float = math.nan  # leave-one-group-out over fit_groups (NaN if < 2 groups)
     residuals: dict[str, float] = field(default_factory=dict)  # fitted - fact, per fit group
     gpu_die: str = DEFAULT_DIE          # the die whose power curve this is (emulator.physics_for_gpu)
+    # False when the fit landed on an edge of its search grid: the facts want a level at or
+    # beyond it, so they do not pin the level (the edge is a bound, not a fit)
+    pinned: bool = True
 
     def physics(self, base: Physics = PHYSICS) -> Physics:
         return calibrated_physics(self.to_json(), base)
@@ -252,7 +283,7 @@ class Calibration:
                        in_sample_mae=_number(data.get("in_sample_mae")),
                        out_of_sample_mae=_number(data.get("out_of_sample_mae")),
                        residuals={str(k): _number(v) for k, v in data.get("residuals", {}).items()},
-                       gpu_die=str(data.get("gpu_die", DEFAULT_DIE)))
+                       gpu_die=str(data.get("gpu_die", DEFAULT_DIE)), pinned=bool(data.get("pinned", True)))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"{where}: malformed calibration ({exc}); regenerate it with `wattflex calibrate`") from None
 
@@ -357,6 +388,7 @@ def calibrate(groups: Sequence[GroupModel], facts: pd.Series, source: str, base:
     if table is None:
         table = pfi_grid(use, base, grid)
     anchor, res = _argmin(table, facts)
+    pinned = bool(table.index.min() < anchor < table.index.max())
     oos = math.nan
     if cross_validate and len(facts) >= 2:
         errs = []
@@ -366,7 +398,8 @@ def calibrate(groups: Sequence[GroupModel], facts: pd.Series, source: str, base:
         oos = float(np.mean(errs))
     return Calibration(anchor_clock_mhz=anchor, curve=power_curve(anchor, base, die), source=source,
                        fit_groups=tuple(facts.index), in_sample_mae=float(res.abs().mean()),
-                       out_of_sample_mae=oos, residuals={k: float(v) for k, v in res.items()}, gpu_die=die)
+                       out_of_sample_mae=oos, residuals={k: float(v) for k, v in res.items()}, gpu_die=die,
+                       pinned=pinned)
 
 
 def calibrate_published(groups: Sequence[GroupModel], tables_dir: str | Path, fit_set: str = DEFAULT_FIT_SET,
@@ -400,7 +433,7 @@ def calibration_from_gpu_check(reading: Mapping[str, Any], base: Physics = PHYSI
     """A calibration from a measured bf16 GEMM (``anchor_gemm``): its steady clock, power and
     tensor activity (achieved FLOP/s over the peak at that clock) are the bf16 point of
     :func:`fit_power_curve` (with the idle and HBM power of the GPU it ran on); the anchor is
-    then the clock the fitted curve gives a GEMM at ``dense_gemm_eff`` under 700 W on the
+    then the clock the fitted curve gives a GEMM at ``anchor_tensor_util`` under 700 W on the
     catalogue H100, where the anchor is defined (15 MHz bins, as the firmware steps)."""
     from wattflex.runs.emulator import power_model_clock_for_cap
 
@@ -419,7 +452,7 @@ def calibration_from_gpu_check(reading: Mapping[str, Any], base: Physics = PHYSI
                             anchor_gpu=GPUS[model])
     ph = calibrated_physics({"anchor_clock_mhz": clock, "curve": dataclasses.asdict(curve)}, base)
     # the anchor is defined on the catalogue H100 (its idle and HBM power), as fit_power_curve's point
-    anchor = power_model_clock_for_cap(GPUS["H100"], ANCHOR_CAP_W, tensor_util=base.dense_gemm_eff, physics=ph)
+    anchor = power_model_clock_for_cap(GPUS["H100"], ANCHOR_CAP_W, tensor_util=base.anchor_tensor_util, physics=ph)
     return Calibration(anchor_clock_mhz=float(anchor), curve=curve, source=f"measured ({where})")
 
 
@@ -458,16 +491,76 @@ def leave_one_table_out(groups: Sequence[GroupModel], tables_dir: str | Path, ba
     for fit_set in fit_sets:
         if not len(facts[fit_set]):     # a campaign with none of the set's groups (e.g. a tiny one)
             rows.append({"fit_set": fit_set, "default": fit_set == DEFAULT_FIT_SET, "n_facts": 0,
-                         "anchor_clock_mhz": math.nan, "sm_dyn_w": math.nan,
+                         "anchor_clock_mhz": math.nan, "anchor_pinned": math.nan, "sm_dyn_w": math.nan,
                          **{k: math.nan for k in scored}, "fit_groups": ""})
             continue
         c = calibrate(groups, facts[fit_set], f"fitted ({fit_set})", base, cross_validate=False, table=table)
         meta = group_meta(groups, published, c.fit_groups)
         m = metrics(noise_free_pfi(groups, c.physics(base)), meta, order=order, tests=False)
         rows.append({"fit_set": fit_set, "default": fit_set == DEFAULT_FIT_SET, "n_facts": len(c.fit_groups),
-                     "anchor_clock_mhz": c.anchor_clock_mhz, "sm_dyn_w": c.curve.sm_dyn_w,
+                     "anchor_clock_mhz": c.anchor_clock_mhz, "anchor_pinned": c.pinned, "sm_dyn_w": c.curve.sm_dyn_w,
                      **{k: m[k] for k in scored}, "fit_groups": " ".join(c.fit_groups)})
     # the paper's values of the metrics it states, for reference (Table 6, its text)
     pub = published_metrics(str(tables_dir), order=order)
     rows.append({"fit_set": "(published)", **{k: pub.get(k, math.nan) for k in scored}, "fit_groups": ""})
     return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------
+# Achieved GEMM efficiency from published framework throughput
+# ---------------------------------------------------------------------------------------
+
+TORCHTITAN_H100 = Path(__file__).resolve().parents[2] / "resources" / "external" / "torchtitan-h100-202412" / "peak_memory.csv"
+# torchtitan's llama3 "8B" flavour (meta-llama/Llama-3.1-8B config.json): dim 4096, 32 layers,
+# 32 heads of 128, ffn 14336, vocab 128256, 8.03B parameters, embedding and output untied.
+LLAMA_8B_FACTS = {"architecture": "dense", "total_params_b": 8.03, "active_params_b": 8.03, "expert_params_b": 0,
+                  "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "intermediate": 14336,
+                  "vocab": 128256}
+# The torchtitan hosts' H100 (resources/external/torchtitan-h100-202412/README.md): HBM2e, 96 GB,
+# 2.4 TB/s, run at its 500 W default limit; the catalogue H100's clocks, power and links.
+TORCHTITAN_LIMIT_W = 500.0
+
+
+def torchtitan_rows(path: str | Path = TORCHTITAN_H100) -> list[dict[str, str]]:
+    """The bf16 (no Float8) pure-FSDP Llama-3.1-8B rows of torchtitan's published H100 table:
+    the runs whose step this emulator models (selective activation checkpointing)."""
+    import csv
+
+    with Path(path).open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    return [r for r in rows if r["model"] == "Llama-3.1-8B" and r["cp"] == r["tp"] == "1" and r["float8"] == "false"]
+
+
+def torchtitan_tokens_per_s(row: Mapping[str, str], physics: Physics = PHYSICS) -> float:
+    """The emulator's tokens/s per GPU of one torchtitan row (at the 500 W limit). Selective
+    checkpointing (torchtitan's ``op`` policy recomputes some matmuls) is modelled as none: the
+    least work, so an efficiency derived from it is a lower bound."""
+    from wattflex.runs.emulator import JobSpec, job_at_cap
+
+    gpu = dataclasses.replace(GPUS["H100"], name="H100-96GB-HBM2e", hbm_tb_s=2.4, hbm_gib=96)
+    job = JobSpec(model="Llama-3.1-8B", architecture="dense", task="pt", gpus=int(row["gpus"]),
+                  seq_len=int(row["seq_len"]), batch=int(row["local_batch"]), total_params_b=8.03,
+                  active_params_b=8.03, expert_params_b=0.0, layers=32, hidden=4096, heads=32, head_dim=128,
+                  intermediate=14336, vocab=128256, compile=row["compile"] == "true", grad_checkpointing=False)
+    state = job_at_cap(job, gpu, TORCHTITAN_LIMIT_W, np.ones(1), physics=physics)
+    return state.tokens_per_s / job.gpus
+
+
+def derive_dense_gemm_eff(physics: Physics = PHYSICS, rows: Sequence[Mapping[str, str]] | None = None,
+                          grid: np.ndarray | None = None) -> tuple[float, pd.DataFrame]:
+    """The ``dense_gemm_eff`` (0.01 grid) whose emulated tokens/s per GPU of torchtitan's bf16
+    Llama-3.1-8B H100 rows is closest to the published (least squares in log ratio), with the
+    rest of ``physics`` (its power curve included) as given; (efficiency, per-row table)."""
+    rows = torchtitan_rows() if rows is None else rows
+    grid = np.round(np.arange(0.30, 0.90 + 1e-9, 0.01), 2) if grid is None else grid
+    measured = np.array([float(r["tps_per_gpu"]) for r in rows])
+
+    def emulated(eff: float) -> np.ndarray:
+        ph = dataclasses.replace(physics, dense_gemm_eff=float(eff))
+        return np.array([torchtitan_tokens_per_s(r, ph) for r in rows])
+
+    errs = [float(np.sum(np.log(emulated(e) / measured) ** 2)) for e in grid]
+    best = float(grid[int(np.argmin(errs))])
+    table = pd.DataFrame({"gpus": [int(r["gpus"]) for r in rows], "compile": [r["compile"] for r in rows],
+                          "published_tps": measured, "emulated_tps": emulated(best)})
+    return best, table

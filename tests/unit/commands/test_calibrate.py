@@ -160,10 +160,10 @@ def test_calibrate_recovers_a_known_a100_anchor_and_the_file_runs_a100_groups_on
     assert "in-sample mean |PFI error| 0.000; out of sample (leave one group out) 0.000" in text
     c = cal.read_calibration(out)
     assert c.gpu_die == "GA100" and c.curve.sm_dyn_w == pytest.approx(cal.table_free_curve(1275.0, GPUS["A100"]).sm_dyn_w)
-    # the file's physics emulates an A100 at its anchor: a bf16 GEMM at dense_gemm_eff holds
+    # the file's physics emulates an A100 at its anchor: a bf16 GEMM at anchor_tensor_util holds
     # 1275 MHz under the A100's 400 W default limit
     ph = c.physics()
-    assert power_model_clock_for_cap(GPUS["A100"], 400, tensor_util=ph.dense_gemm_eff, physics=ph) == 1275.0
+    assert power_model_clock_for_cap(GPUS["A100"], 400, tensor_util=ph.anchor_tensor_util, physics=ph) == 1275.0
     # an A100 campaign without it, or an H200 run with it, is refused with the way out
     from wattflex.runs.emulator import physics_for_gpu
 
@@ -248,3 +248,32 @@ def test_a_holdout_of_every_group_says_so(sweeps, capsys):
     assert main(["calibrate", "--runs", str(sweeps), "--holdout", ",".join(DENSE)]) == 2
     err = capsys.readouterr().err
     assert f"--holdout {','.join(DENSE)}: holds out every fact group" in err and "nothing is left to fit on" in err
+
+
+def test_a_sweep_with_caps_but_no_measured_draws_is_refused_not_fitted(tmp_path, capsys):
+    # issue 38: the power level is read from the draws; caps alone cannot show it
+    err = refused_runs(tmp_path / "capsonly.csv", capsys, "dense-ft-mistral24b-x8", [300, 700],
+                       [float("nan")] * 2, [8.0, 10.0])
+    assert "capsonly.csv: the sweep has caps (300, 700 W, 2 runs) but no measured power draw (power_w empty)" in err
+    assert "cannot be fitted on these runs" in err
+    path = tmp_path / "nopower.csv"
+    pd.DataFrame({"group": ["dense-ft-mistral24b-x8"] * 2, "cap_w": [300, 700], "throughput": [8.0, 10.0]}).to_csv(path, index=False)
+    assert main(["calibrate", "--runs", str(path)]) == 2
+    assert "no measured power draw (no power_w column)" in capsys.readouterr().err
+
+
+def test_a_fit_on_the_edge_of_its_grid_is_reported_unpinned(tmp_path, capsys):
+    # sweeps made with an anchor below the grid: the best fit is the grid's floor, a bound
+    groups = [g for g in cal.config_group_models(load_config(CONFIG)) if g.id in DENSE[:2]]
+    truth = cal.physics_at_anchor(1400.0)
+    rows = []
+    for g in groups:
+        power, tput = fid.noise_free_curve(g, truth)
+        rows += [{"group": g.id, "cap_w": c, "power_w": p, "throughput": t} for c, p, t in zip(g.caps, power, tput)]
+    path, out = tmp_path / "low.csv", tmp_path / "low.json"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    assert main(["calibrate", "--runs", str(path), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"anchor {cal.ANCHOR_GRID_MHZ[0]:.0f} MHz") and "unpinned: the fit landed on the edge" in text
+    assert cal.read_calibration(out).pinned is False
+    assert cal.read_calibration(out).to_json()["pinned"] is False

@@ -24,7 +24,7 @@ def test_calibration_reproduces_the_published_h100_dgemm_cap_to_clock_table(cap_
 
 
 def test_a_bf16_gemm_holds_the_anchor_clock_under_700_w():
-    clock = power_model_clock_for_cap(GPUS["H100"], 700, tensor_util=PHYSICS.dense_gemm_eff)
+    clock = power_model_clock_for_cap(GPUS["H100"], 700, tensor_util=PHYSICS.anchor_tensor_util)
     assert abs(clock - PHYSICS.anchor_clock_mhz) <= 15
 
 
@@ -45,7 +45,7 @@ def test_a_lower_anchor_means_more_sm_power_and_the_same_voltage_curve():
     # issue 14's reading (the datasheet's 1830 MHz as the bf16 clock) gave 1045 W
     assert hi.sm_dyn_w == pytest.approx(1045, rel=0.01)
     ph = physics_at_anchor(1605.0)
-    assert abs(power_model_clock_for_cap(GPUS["H100"], 700, tensor_util=ph.dense_gemm_eff, physics=ph) - 1605) <= 15
+    assert abs(power_model_clock_for_cap(GPUS["H100"], 700, tensor_util=ph.anchor_tensor_util, physics=ph) - 1605) <= 15
 
 
 def test_voltage_curve_is_flat_at_low_clocks_and_steep_near_the_top():

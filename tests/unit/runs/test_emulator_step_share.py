@@ -48,7 +48,8 @@ def test_exposing_fsdp_traffic_raises_pfi_never_lowers_it(default_config):
         ph = dataclasses.replace(PHYSICS, fsdp_overlap=overlap)
         assert _independent_share(job, gpu, ph) >= _independent_share(job, gpu)
         assert _pfi(job, gpu, caps, ph) >= base - 1e-9
-    slow = dataclasses.replace(gpu, internode_gb_s=gpu.internode_gb_s / 2)
+    # a quarter of the bandwidth: at the achieved GEMM efficiency the step hides half of it
+    slow = dataclasses.replace(gpu, internode_gb_s=gpu.internode_gb_s / 4)
     assert _independent_share(job, slow) > _independent_share(job, gpu) + 0.05
     assert _pfi(job, slow, caps) > base
 

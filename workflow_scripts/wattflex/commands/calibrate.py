@@ -1,7 +1,7 @@
 """``wattflex calibrate``: fit the emulator's power level to your own measurements.
 
 The emulator has one fitted global constant, the anchor (the SM clock a bf16 GEMM at the
-dense-GEMM efficiency holds under 700 W; ``wattflex.calibration``). This command fits it, as
+reference activity anchor_tensor_util, 0.70, holds under 700 W; ``wattflex.calibration``). This command fits it, as
 the default is fitted on the paper's Tables 7-8, on one of:
 
 - ``--runs runs.parquet`` (or a CSV): measured sweeps, one row per run with ``group, cap_w,
@@ -150,6 +150,9 @@ def run(args: argparse.Namespace) -> int:
     groups = cal.config_group_models(cfg)
     if args.runs:
         runs = _runs_table(args.runs)
+        unseen = cal.unmeasured_draws(runs)
+        if unseen:
+            raise UserError(f"--runs {args.runs}: {unseen}")
         _check_gpus(runs, args.runs)
         _check_layouts(runs, groups, args.runs)
         _check_group_gpus(runs, groups, args.runs)
@@ -175,6 +178,11 @@ def run(args: argparse.Namespace) -> int:
                  else f"{c.gpu_die}: no cap -> clock table, GH100 voltage shape assumed")
     print(f"anchor {c.anchor_clock_mhz:.0f} MHz ({c.source}, {len(fit_facts)} groups): sm_dyn_w {c.curve.sm_dyn_w:.0f} W, "
           f"v_min {c.curve.v_min:.3f}, v_exp {c.curve.v_exp:.2f}; {table_fit}")
+    if not c.pinned:
+        grid = cal.anchor_grid(c.gpu_die)
+        print(f"unpinned: the fit landed on the edge of its search grid ({grid[0]:.0f}-{grid[-1]:.0f} MHz): the facts "
+              f"want a level at or beyond {c.anchor_clock_mhz:.0f} MHz, so they bound it but do not pin it; the "
+              "calibration file says pinned: false")
     print(f"in-sample mean |PFI error| {c.in_sample_mae:.3f}; out of sample (leave one group out) "
           + ("n/a (< 2 groups)" if math.isnan(c.out_of_sample_mae) else f"{c.out_of_sample_mae:.3f}"))
     from wattflex.analysis.fidelity import noise_free_pfi
