@@ -41,8 +41,11 @@ def test_every_controller_and_the_oracle_move_their_load_at_most_at_the_ramp(ram
     assert np.ptp(res.power_w[res.rows.index("uncapped")]) == 0          # quiet: only caps move the load
     window = 30
     # a window of 30 s holds at most 7 cap steps (one period on either side, the firmware settling
-    # in between), each within ramp x period
-    allow = RAMP_W_PER_S * (window + 2 * PERIOD_S)
+    # in between), each within ramp x period. The limit holds the load the caps are *estimated*
+    # to move (a GPU sheds from what it draws down to its new cap); under a binding cap an
+    # emulated 8-GPU job draws 7-19 W per GPU below it, the gap changing with the cap (the GPUs
+    # wait for the leakiest), so a step moves up to a few % more than estimated: 5 % allowed.
+    allow = RAMP_W_PER_S * (window + 2 * PERIOD_S) * 1.05
     for name in ("equal-weight", "curve-aware", "oracle"):
         p = res.power_w[res.rows.index(name)]
         fall, rise = worst_move_w(p, window)
