@@ -158,3 +158,15 @@ def test_the_config_check_finds_a_restated_key_and_a_restated_scenario_key():
            "control": {"scenarios": {"s": {"signal": "x.csv", "response_s": 30}}}}
     hits = list(restated_in_config(doc))
     assert [h.split(":")[0] for h in hits] == ["run.duration_s", "control.scenarios.s.response_s"]
+
+
+def test_a_train_config_without_a_spec_is_the_job_an_empty_spec_describes():
+    """TrainConfig's defaults are the schema's, as from_spec fills them for a spec that sets nothing."""
+    from dataclasses import asdict
+
+    from wattflex.runs.training.config import TrainConfig
+
+    bare, spec = asdict(TrainConfig(model_facts={})), asdict(TrainConfig.from_spec({}, "."))
+    bare.pop("attn_implementation"), spec.pop("attn_implementation")   # the catalog's, per model
+    assert bare == spec
+    assert bare["compile"] is True and bare["eval_at_s"] is None and bare["seq_len"] == 4096

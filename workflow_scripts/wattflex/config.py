@@ -38,6 +38,7 @@ from wattflex.architectures import ARCHITECTURES
 from wattflex.errors import ConfigError
 from wattflex.gpus import DEFAULT_GPU, gpu_spec
 from wattflex.run_ids import run_id
+from wattflex.vocabulary import cluster_of
 # the schema's reading lives below config, so the dataclasses of lower layers can take their defaults
 from wattflex.schema import REPO_ROOT, SCHEMA_PATH, DuplicateKeyError, group_default, read_schema, read_yaml  # noqa: F401
 
@@ -169,7 +170,7 @@ def groups(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         g["caps"] = sorted(float(c) for c in g["caps"])
         g.pop("cap_grid", None)
         arch = catalog.get(g["model"], {}).get("architecture", "dense")
-        g.setdefault("cluster", "dense" if arch == "dense" else ("moe-pt" if g["task"] == "pt" else "moe-ft"))
+        g.setdefault("cluster", cluster_of(arch, g["task"]))
         g["architecture"] = arch
         out.append(g)
     return out

@@ -16,8 +16,8 @@ from wattflex.architectures import ARCHITECTURES
 from wattflex.provenance import strict_json
 from wattflex.runs.attention import catalog_attn_implementation
 from wattflex.schema import section_defaults
+from wattflex.vocabulary import TASKS
 
-TASKS = ("pt", "lora")
 PRECISIONS = ("bf16-mixed", "bf16", "fp32")
 PARALLEL = ("auto", "ddp", "fsdp")
 
