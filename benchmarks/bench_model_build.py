@@ -40,7 +40,7 @@ def train_config(task: str, outdir: str):
     from wattflex.runs.training.config import TrainConfig
 
     return TrainConfig(model_facts=MODEL, task=task, seq_len=32, batch=1, device="cpu", random_init=True,
-                       precision="bf16-mixed" if task == "lora" else "fp32", parallel="fsdp", outdir=outdir)
+                       compile=False, grad_checkpointing=False, precision="bf16-mixed" if task == "lora" else "fp32", parallel="fsdp", outdir=outdir)
 
 
 def peak_rss() -> int:

@@ -235,7 +235,8 @@ def real_weights(args: argparse.Namespace) -> dict[str, Any]:
 
     hf_cfg = AutoConfig.from_pretrained(args.model_path, local_files_only=True)
     cfg = TrainConfig(model_facts={"hf_model_type": hf_cfg.model_type}, task="lora", seq_len=512, batch=1,
-                      lora_rank=8, device=args.device, model_path=args.model_path, outdir=".")
+                      lora_rank=8, device=args.device, model_path=args.model_path, compile=False,
+                      grad_checkpointing=False, outdir=".")
     t = time.monotonic()
     model = models.load_pretrained(cfg, torch.bfloat16)
     load_s = time.monotonic() - t

@@ -1,10 +1,10 @@
 # How runs are scheduled (docs/slurm.md). Cluster facts arrive as
 # config keys slurm_* (profiles/slurm/config.yaml sets them); they shape SLURM requests
 # only, never a run's params, so changing them reruns nothing.
-from wattflex.gpus import GPUS
+from wattflex.gpus import GPUS, GPUS_PER_NODE
 from wattflex.runs.plan import enforced as plan_enforced, plan_campaign, run_limit_s
 
-SLURM = {"slurm_gpus_per_node": 8, "slurm_gpu_model": "none",
+SLURM = {"slurm_gpus_per_node": GPUS_PER_NODE, "slurm_gpu_model": "none",
          "slurm_gpu_names": {name: gpu.slurm_name for name, gpu in GPUS.items()}, "slurm_runtime_margin_min": 20}
 SLURM.update({k: config[k] for k in SLURM if k in config})
 RUN = config["run"]

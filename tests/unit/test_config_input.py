@@ -182,7 +182,7 @@ def test_defaulted_sections_names_what_the_users_file_left_out(tmp_path):
     got = defaulted_sections(cfg, [user], {"slurm_gpus_per_node": 4})
     assert "allocation" in got and "control" in got
     assert not {"campaign", "groups", "summary", "slurm_gpus_per_node"} & set(got)
-    assert defaulted_sections({**cfg, "_catalog": {}}, [DEFAULT]) == []
+    assert defaulted_sections({**merged(), "_catalog": {}}, [DEFAULT]) == []   # the default config alone
     zeus = REPO / "config" / "zeus-nsdi23.yaml"
     got = defaulted_sections(merged(load(zeus)), [zeus])
     assert "allocation" in got and "groups" not in got and "backend" not in got

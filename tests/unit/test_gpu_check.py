@@ -50,7 +50,7 @@ def test_real_weights_step_loads_and_trains_a_saved_model(gpu_check, tmp_path):
     from wattflex.runs.training.config import TrainConfig
 
     facts = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]["gpt-oss-20b"]
-    cfg = TrainConfig(model_facts=facts, tiny=True, device="cpu", outdir=str(tmp_path))
+    cfg = TrainConfig(model_facts=facts, tiny=True, device="cpu", compile=False, grad_checkpointing=False, outdir=str(tmp_path))
     models.build_model(cfg, torch.bfloat16).save_pretrained(tmp_path / "model")
     out = gpu_check.real_weights(argparse.Namespace(model_path=str(tmp_path / "model"), device="cpu"))
     assert out.get("ok", True), out

@@ -16,7 +16,7 @@ LIB = Path(__file__).resolve().parents[2] / "workflow_scripts" / "wattflex"
 #: Bottom to top. A name is a top-level module or a subpackage (and all its modules).
 LAYERS = [
     # core: facts and plumbing every stage shares
-    ["wattflex", "errors", "provenance", "labels", "gpus", "architectures", "run_ids", "schema", "telemetry",
+    ["wattflex", "errors", "provenance", "labels", "vocabulary", "gpus", "architectures", "run_ids", "schema", "telemetry",
      "fingerprint", "smk", "config", "pfi", "metrics"],
     ["ingest"],                      # measured sweeps and DCGM captures from elsewhere
     ["runs", "snakemake_internals"],  # where runs come from; the Snakemake hooks that guard real runs

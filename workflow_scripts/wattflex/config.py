@@ -38,8 +38,9 @@ from wattflex.architectures import ARCHITECTURES
 from wattflex.errors import ConfigError
 from wattflex.gpus import DEFAULT_GPU, gpu_spec
 from wattflex.run_ids import run_id
+from wattflex.vocabulary import cluster_of
 # the schema's reading lives below config, so the dataclasses of lower layers can take their defaults
-from wattflex.schema import REPO_ROOT, SCHEMA_PATH, DuplicateKeyError, read_schema, read_yaml  # noqa: F401
+from wattflex.schema import REPO_ROOT, SCHEMA_PATH, DuplicateKeyError, group_default, read_schema, read_yaml  # noqa: F401
 
 
 
@@ -169,7 +170,7 @@ def groups(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         g["caps"] = sorted(float(c) for c in g["caps"])
         g.pop("cap_grid", None)
         arch = catalog.get(g["model"], {}).get("architecture", "dense")
-        g.setdefault("cluster", "dense" if arch == "dense" else ("moe-pt" if g["task"] == "pt" else "moe-ft"))
+        g.setdefault("cluster", cluster_of(arch, g["task"]))
         g["architecture"] = arch
         out.append(g)
     return out
@@ -187,7 +188,7 @@ MIN_SAMPLES_PER_RUN = 2
 def check_expert_parallel(g: dict[str, Any], facts: dict[str, Any], where: str) -> None:
     """EP (expert parallelism) splits the ranks into groups of ``ep`` and each model's experts
     across a group: ``ep`` must divide the GPUs and the model's experts."""
-    ep = int(g.get("ep", 1))
+    ep = int(g.get("ep", group_default("ep")))
     if ep == 1:
         return
     if facts.get("architecture") != "moe":

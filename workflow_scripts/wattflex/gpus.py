@@ -16,6 +16,9 @@ if TYPE_CHECKING:  # numpy is imported where used: the Snakefile reads this cata
     import numpy as np
 
 DEFAULT_GPU = "H200"  # the paper's headline GPU
+# GPUs per node where a campaign does not say (cuda.nproc_per_node, slurm_gpus_per_node): an HGX
+# H100/H200 baseboard's 8 SXM GPUs (NVIDIA HGX datasheet), the paper's 8-GPU nodes.
+GPUS_PER_NODE = 8
 
 
 @dataclass(frozen=True)
@@ -88,9 +91,9 @@ GPUS: dict[str, GPUSpec] = {
                     peak_clock_mhz=1410.0, slurm_name="a100", die="GA100"),
 }
 
-# Dense bf16 tensor peak of devices the real harness may meet but the emulator does not model,
-# for MFU in run records (NVIDIA datasheets: A100 SXM 312, B200 2250 TFLOPS; H100/H200 989.4).
-PEAK_BF16_TFLOPS: dict[str, float] = {"H100": 989.4, "H200": 989.4, "B200": 2250.0, "A100": 312.0}
+# Dense bf16 tensor peak per device name, for MFU in run records: the catalogue's (GPUS), plus
+# a device the real harness may meet but the emulator does not model (NVIDIA B200 datasheet: 2250 TFLOPS).
+PEAK_BF16_TFLOPS: dict[str, float] = {**{name: g.peak_bf16_tflops for name, g in GPUS.items()}, "B200": 2250.0}
 
 
 def gpu_spec(name: str) -> GPUSpec:

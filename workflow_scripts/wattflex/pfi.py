@@ -115,6 +115,10 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from wattflex.schema import section_defaults
+
+_PFI = section_defaults("pfi")   # the pfi: section's defaults: pfi_table's and `wattflex pfi`'s
+
 PROGRESS_EVERY_S = 5.0  # a progress line this often on long tables (wattflex pfi prints them)
 STATUSES = ("too_few_caps", "missing_uncapped", "capped_faster", "capped_more_power",
             "nonbinding_cap", "ill_conditioned", "non_monotone", "invalid_values",
@@ -299,7 +303,7 @@ def pfi_table(sweeps: pd.DataFrame, *, group_col: str = "group", cap_col: str = 
               power_col: str = "power_w", throughput_col: str = "throughput",
               power_sem_col: str | None = None, throughput_sem_col: str | None = None,
               gpus_col: str | None = "gpus", uncapped_cap_w: float | str | None = None,
-              mc_samples: int = 10_000, ci: float = 0.95, seed: int = 0,
+              mc_samples: int = _PFI["mc_samples"], ci: float = _PFI["ci"], seed: int = _PFI["seed"],
               rel_tol: float = 0.02, power_tol: float = 0.10,
               progress: Callable[[str], None] | None = None) -> pd.DataFrame:
     """One row per group: published PFIs, robust PFI, Monte Carlo CIs, status and diagnostics.

@@ -28,6 +28,7 @@ from wattflex import SCHEMA_VERSION
 from wattflex.provenance import REPORT_META_ID, artifact_meta, check_schema_version, read_html_meta, strict_json
 # the sections and what each shows live in a light module: every snakemake start reads them
 from wattflex.report_sections import SECTIONS, Item, Section, campaign_relative
+from wattflex.schema import section_defaults
 
 META_ID = REPORT_META_ID
 
@@ -426,7 +427,7 @@ def render_report(files: Iterable[str | Path], campaign: str, config: dict[str, 
     campaign_backends = (sorted(pd.read_csv(runs_csv, usecols=["backend"])["backend"].dropna().astype(str).unique())
                          if runs_csv is not None else [])
     camp.default_backend = ",".join(campaign_backends) or None
-    source = (config or {}).get("source", "generate")
+    source = (config or {}).get("source", section_defaults()["source"])
     tables_dir = Path(paper_tables) if paper_tables else None
     body, toc, statuses = [], [], {}
     for sec in SECTIONS:

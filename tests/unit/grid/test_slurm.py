@@ -224,10 +224,10 @@ def test_jobs_match_groups_by_name_or_map_and_bad_maps_are_refused():
 
 def test_cluster_control_refuses_a_bad_split_before_starting_anything(tmp_path, capsys):
     from wattflex.cli import main
-    from wattflex.commands.cluster_control import SPLIT_POLICIES as CLI_SPLIT_POLICIES
-    from wattflex.grid.slurm import SPLIT_POLICIES
+    from wattflex.allocation.policies import SPLIT_POLICIES
 
-    assert CLI_SPLIT_POLICIES == SPLIT_POLICIES
+    # the registry's split policies: those reading no per-job feature but the curves and their PFI
+    assert SPLIT_POLICIES == ("equal-weight", "pfi-aware", "curve-aware", "oracle")
     sig = tmp_path / "ev.csv"
     sig.write_text("event_id,start_s,end_s,fraction\nev,10,20,0.7\n")
     base = ["cluster-control", "--signal", str(sig), "--budget-dir", str(tmp_path / "b")]

@@ -21,7 +21,8 @@ OVERHEAD_MAX = 400_000
 def checkpoint_of(model, task, precision, tmp_path):
     (tmp_path / f"{task}-{precision}").mkdir()
     cfg = TrainConfig(model_facts=CATALOG[model], task=task, seq_len=32, batch=4, lora_rank=8, device="cpu",
-                      tiny=True, max_steps=2, duration_s=60, eval_at_s=None, checkpoint_at_s=0.0,
+                      tiny=True, compile=False, grad_checkpointing=False, max_steps=2, duration_s=60,
+                      eval_at_s=None, checkpoint_at_s=0.0,
                       precision=precision, outdir=str(tmp_path / f"{task}-{precision}"))
     train(cfg)
     facts = read_json(tmp_path / f"{task}-{precision}" / ".training.json")["training"]

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/workflow/torchrun/co
 
 def tiny_cfg(model: str, outdir, **kw) -> TrainConfig:
     base = dict(model_facts=CATALOG[model], task="pt", seq_len=32, batch=2, lora_rank=8, device="cpu", tiny=True,
-                max_steps=2, duration_s=120, eval_at_s=None, checkpoint_at_s=None, lr=3e-3, parallel="fsdp",
+                compile=False, grad_checkpointing=False, max_steps=2, duration_s=120, eval_at_s=None, checkpoint_at_s=None, lr=3e-3, parallel="fsdp",
                 outdir=str(outdir))
     base.update(kw)
     return TrainConfig(**base)
@@ -263,7 +263,7 @@ def test_no_rank_holds_the_whole_model(source, tmp_path):
     (about 0.55x here; the old whole build per rank grew by 1.03-1.06x and failed this).
     From real weights rank 0 reads the checkpoint whole (and sends the slices): the others not."""
     cfg = TrainConfig(model_facts=MEDIUM, task="pt", seq_len=32, batch=1, device="cpu", random_init=True,
-                      max_steps=1, duration_s=120, eval_at_s=None, checkpoint_at_s=None, parallel="fsdp",
+                      compile=False, grad_checkpointing=False, max_steps=1, duration_s=120, eval_at_s=None, checkpoint_at_s=None, parallel="fsdp",
                       outdir=str(tmp_path))
     if source == "model_path":
         models.build_model(cfg, torch.float32).save_pretrained(tmp_path / "model")

@@ -46,6 +46,9 @@ from wattflex.allocation.curves import (Curves, check_points, curves_from_points
                                         sla_floor)
 from wattflex.allocation.oracle import RTOL, concave_hull, oracle, plan_greedy
 from wattflex.allocation.policies import POLICIES, POLICY_FEATURES, WEIGHTED_POLICIES
+from wattflex.schema import section_defaults
+
+_ALLOCATION = section_defaults("allocation")   # moe_ft_share, curve_nodes: the schema's
 
 
 class InfeasibleBudget(ValueError):
@@ -84,7 +87,7 @@ def water_fill(cut_w: np.ndarray, headroom_w: np.ndarray, weights: np.ndarray) -
 
 
 def policy_weights(policy: str, curves: Curves, features: Mapping[str, np.ndarray],
-                   moe_ft_share: float = 2.0) -> np.ndarray:
+                   moe_ft_share: float = _ALLOCATION["moe_ft_share"]) -> np.ndarray:
     p_max, t_max = curves.ceiling_w, curves.uncapped_throughput
     if policy == "equal-weight":
         return p_max
@@ -158,8 +161,8 @@ class Allocation:
 
 def allocate(curves: Curves, budget_w: np.ndarray | float, policy: str,
              features: Mapping[str, np.ndarray] | None = None, *,
-             max_slowdown: np.ndarray | None = None, moe_ft_share: float = 2.0,
-             curve_nodes: int = 6, cache: dict[str, Any] | None = None) -> Allocation:
+             max_slowdown: np.ndarray | None = None, moe_ft_share: float = _ALLOCATION["moe_ft_share"],
+             curve_nodes: int = _ALLOCATION["curve_nodes"], cache: dict[str, Any] | None = None) -> Allocation:
     """Allocate ``budget_w`` (scalar or per workload) over the jobs of ``curves`` (..., n, K).
 
     ``features``: per-job arrays the policy needs (``pfi``, ``pfi_measured``, ``moe_ft``,
@@ -232,8 +235,8 @@ JOB_COLUMNS = ("pfi", "pfi_measured", "gpus", "max_slowdown", "cluster", "dram_c
 
 
 def allocate_table(points: pd.DataFrame, policy: str, *, cut: float | None = None,
-                   budget_w: float | None = None, moe_ft_share: float = 2.0,
-                   curve_nodes: int = 6, source: str | None = None,
+                   budget_w: float | None = None, moe_ft_share: float = _ALLOCATION["moe_ft_share"],
+                   curve_nodes: int = _ALLOCATION["curve_nodes"], source: str | None = None,
                    log: Callable[[str], None] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Allocate one workload given as long-format points.
 

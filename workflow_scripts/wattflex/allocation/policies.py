@@ -2,9 +2,8 @@
 
 Every policy name the library knows (the allocation simulation, ``wattflex allocate``, the
 closed-loop controller, the cluster simulation's references and the figures) comes from
-:data:`REGISTRY`; the tuples below are views of it, in registry order. The config schema holds
-no copy: ``wattflex.config`` checks a config's ``allocation.policies`` and ``control.policies``
-against the registry.
+:data:`REGISTRY`; the tuples below are views of it, in registry order. A config's policy names
+are checked against it (wattflex.config.check_names).
 The algorithms live in :mod:`wattflex.allocation.allocator` and
 :mod:`wattflex.control.controller`; each policy's label, colour and line style in figures
 are in :data:`wattflex.plots.style.POLICY_LOOK` (a test holds the two in step), so that a
@@ -26,19 +25,20 @@ class Policy:
     allocation: bool = False     # run by the allocation simulation and ``wattflex allocate``
     control: bool = False        # run by the closed-loop controller
     cluster_reference: bool = False  # run beside the controllers in the cluster simulation
+    split: bool = False          # splits a cluster's budget across SLURM units (wattflex.grid.slurm)
 
 
 REGISTRY: dict[str, Policy] = {p.name: p for p in (
-    Policy("equal-weight", weighted=True, allocation=True, control=True),
-    Policy("pfi-aware", feature="pfi", weighted=True, allocation=True, control=True),
+    Policy("equal-weight", weighted=True, allocation=True, control=True, split=True),
+    Policy("pfi-aware", feature="pfi", weighted=True, allocation=True, control=True, split=True),
     # the measured PFI: a reference for the predictor, so offline only
     Policy("pfi-aware-measured", feature="pfi_measured", weighted=True, allocation=True),
     Policy("moe-ft-weighted", feature="moe_ft", weighted=True, allocation=True, control=True),
     Policy("raw-dcgm", feature="dram_copy_product", weighted=True, allocation=True, control=True),
-    Policy("curve-aware", feature="pfi", allocation=True, control=True),
+    Policy("curve-aware", feature="pfi", allocation=True, control=True, split=True),
     # refines each job's prior curve (from its PFI) with its own telemetry, so it exists only in the loop
     Policy("online-learning", feature="pfi", control=True),
-    Policy("oracle", allocation=True, cluster_reference=True),
+    Policy("oracle", allocation=True, cluster_reference=True, split=True),
     # no control at all: the tokens a cut costs
     Policy("uncapped", cluster_reference=True),
 )}
@@ -55,3 +55,4 @@ POLICY_FEATURES = {p.name: p.feature for p in REGISTRY.values() if p.allocation 
 CONTROL_POLICIES = names(control=True)                     # the closed-loop controller's, `wattflex control`'s
 CURVE_POLICIES = names(control=True, weighted=False)       # the controller's that allocate on curves
 CLUSTER_REFERENCES = names(cluster_reference=True)         # run beside the controllers, not controllers
+SPLIT_POLICIES = names(split=True)                         # the cluster coordinator's (wattflex.grid.slurm)

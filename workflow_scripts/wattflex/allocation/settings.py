@@ -32,7 +32,7 @@ NESTED_KEYS = {
 
 
 def flatten(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The nested config layout (see config.yaml) as SimulationConfig's flat fields; flat keys kept
+    """The nested config layout (the schema's allocation:) as SimulationConfig's flat fields; flat keys kept
     (a nested key the schema does not list is left out: the schema refuses it when a config is loaded)."""
     flat: dict[str, Any] = {}
     for key, val in cfg.items():
@@ -61,7 +61,7 @@ class SimulationConfig:
     cuts: list[float] = _default("cuts")
     mixes: list[str] = _default("mixes")
     # Share of pretraining jobs in the "production" mix (count share among training jobs);
-    # see config.yaml for the source and caveat.
+    # the schema's comment on allocation.production gives the source and caveat.
     pretraining_fraction: float = _default("pretraining_fraction")
     # every allocation policy of the registry (the schema states no copy of it)
     policies: list[str] = field(default_factory=lambda: list(POLICIES))
@@ -80,7 +80,7 @@ class SimulationConfig:
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> "SimulationConfig":
-        """Accept the nested config layout (see config.yaml) or flat keys."""
+        """Accept the nested config layout (the schema's allocation:) or flat keys."""
         flat = flatten(dict(cfg or {}))
         known = {f.name for f in fields(cls)}
         unknown = set(flat) - known

@@ -18,8 +18,10 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from wattflex.vocabulary import CLUSTERS
+
 #: The paper's clusters in the order its Tables 10–11 use.
-CLUSTER_ORDER = ("dense", "moe-pt", "moe-ft")
+CLUSTER_ORDER = CLUSTERS   # the paper's (wattflex.vocabulary)
 
 
 def _clean(df: pd.DataFrame, value_col: str, group_col: str) -> pd.DataFrame:

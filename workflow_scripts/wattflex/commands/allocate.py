@@ -7,6 +7,9 @@ import sys
 
 from wattflex.allocation.policies import POLICIES
 from wattflex.commands import finite_float, whole_number
+from wattflex.schema import section_defaults
+
+_ALLOCATION = section_defaults("allocation")   # the campaign's allocation: defaults
 
 NAME = "allocate"
 HELP = "Split a cluster power cut across jobs (equal-weight, PFI-aware, ..., exact oracle)"
@@ -20,10 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--cut", type=float, help="fraction of the jobs' uncapped power to shed, e.g. 0.3")
     how.add_argument("--budget-w", type=float, help="cluster power budget in W instead of --cut")
     parser.add_argument("--policy", choices=POLICIES, default="oracle", help="allocation policy (default: oracle)")
-    parser.add_argument("--moe-ft-share", type=finite_float(min=0, strict=True), default=2.0,
-                        help="share multiplier of MoE fine-tuning jobs for moe-ft-weighted (default: 2)")
-    parser.add_argument("--curve-nodes", type=whole_number(min=2, max=50), default=6,
-                        help="points of each predicted curve for curve-aware (default: 6)")
+    parser.add_argument("--moe-ft-share", type=finite_float(min=0, strict=True), default=_ALLOCATION["moe_ft_share"],
+                        help=f"share multiplier of MoE fine-tuning jobs for moe-ft-weighted "
+                             f"(default: {_ALLOCATION['moe_ft_share']:g})")
+    parser.add_argument("--curve-nodes", type=whole_number(min=2, max=50), default=_ALLOCATION["curve_nodes"],
+                        help=f"points of each predicted curve for curve-aware (default: {_ALLOCATION['curve_nodes']})")
     parser.add_argument("-o", "--output", help="write job,power_w,throughput[,cap_w] here and the totals to "
                                                "OUTPUT.totals.json (default: CSV on stdout)")
 

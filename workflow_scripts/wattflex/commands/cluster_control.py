@@ -27,7 +27,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from wattflex.allocation.policies import CONTROL_POLICIES
+from wattflex.allocation.policies import CONTROL_POLICIES, SPLIT_POLICIES
 from wattflex.commands import finite_float
 from wattflex.errors import UserError
 from wattflex.gpus import DEFAULT_GPU, GPUS
@@ -35,8 +35,6 @@ from wattflex.gpus import DEFAULT_GPU, GPUS
 MIN_PERIOD_S = 0.2         # twice an agent's floor (control.MIN_PERIOD_S): a period also runs squeue and writes every unit's file
 MAX_PERIOD_S = 3600.0      # a coordination period longer than an hour follows no grid event
 
-# the split policies (wattflex.grid.slurm.SPLIT_POLICIES, kept light here for --help; a test holds them equal)
-SPLIT_POLICIES = ("equal-weight", "pfi-aware", "curve-aware", "oracle")
 NAME = "cluster-control"
 HELP = "Follow a grid event across the SLURM cluster's GPU jobs: one agent per job and node, the budget split"
 

@@ -17,6 +17,9 @@ from pathlib import Path
 
 from wattflex.commands import finite_float
 from wattflex.errors import UserError
+from wattflex.schema import section_defaults
+
+_PFI = section_defaults("pfi")   # the campaign's pfi: defaults (wattflex.pfi.pfi_table's)
 
 NAME = "pfi"
 HELP = "Power Flexibility Index (published + robust, with CI and diagnostics) of power-cap sweeps"
@@ -30,9 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sweeps", type=Path, help="sweep table (.csv, or .parquet/.pq)")
     parser.add_argument("-o", "--output", type=Path,
                         help="output CSV (with provenance sidecar); omitted: print a summary")
-    parser.add_argument("--mc-samples", type=int, default=10_000,
-                        help="Monte Carlo resamples for the CIs (default 10000; 0 = none)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--mc-samples", type=int, default=_PFI["mc_samples"],
+                        help=f"Monte Carlo resamples for the CIs (default {_PFI['mc_samples']}; 0 = none)")
+    parser.add_argument("--seed", type=int, default=_PFI["seed"], help=f"random seed (default {_PFI['seed']})")
     parser.add_argument("--power-sem-col", help="column with the SEM of power_w "
                         f"(default {DEFAULT_SEM_COLS[0]} if present)")
     parser.add_argument("--throughput-sem-col", help="column with the SEM of throughput "

@@ -67,7 +67,7 @@ from wattflex.grid.events import Schedule, read_schedule
 from wattflex.runs.devices.emulated import SETTLE_TAU_S, hardware_seed, stable_seed, steady_temp_c
 from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.runs.emulator import PHYSICS, JobSpec, Physics, gpu_leakages, job_at_caps, memory_footprint_gib
-from wattflex.schema import section_defaults
+from wattflex.schema import defaults, read_schema, section_defaults
 
 log = logging.getLogger("wattflex.control.clustersim")
 
@@ -163,6 +163,8 @@ def _flat_cluster(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _CLUSTER = _flat_cluster(section_defaults("control", "cluster"))
+# a scenario's defaults (control.scenarios.<name>, a mapping of any names: its additionalProperties)
+_SCENARIO = defaults(read_schema()["properties"]["control"]["properties"]["scenarios"]["additionalProperties"])
 
 
 @dataclass
@@ -203,7 +205,7 @@ class Scenario:
     signal: Signal | Schedule     # anything with budget(t, basis_w) and active(t)
     basis: str = "baseline"
     nominal_w: float | None = None
-    response_s: float = 30.0
+    response_s: float = _SCENARIO["response_s"]
     tail_s: float = 0.0              # simulated past the signal's end (an event's ramp back and restore)
     # telemetry outages: [{start_s, duration_s, fraction}] of jobs whose feed goes stale
     telemetry_dropouts: list[dict[str, float]] = field(default_factory=list)

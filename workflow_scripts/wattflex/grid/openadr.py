@@ -36,6 +36,7 @@ from typing import Any, Callable
 import numpy as np
 
 from wattflex.grid.events import Event, Schedule, ScheduleError, check_schedule
+from wattflex.schema import section_defaults
 
 log = logging.getLogger("wattflex.grid.openadr")
 
@@ -48,7 +49,7 @@ class VenSettings:
     vtn_url: str
     floor_w: float                  # the GPUs' floor (every GPU at its minimum cap)
     basis_w: float                  # what fractions apply to
-    period_s: float = 5.0
+    period_s: float = section_defaults("control", "controller")["period_s"]   # the controller's period
     ramp_w_per_s: float = math.inf
     deadline_s: float = math.inf
 

@@ -62,6 +62,7 @@ import numpy as np
 
 from wattflex.allocation.allocator import allocate, water_fill
 from wattflex.allocation.curves import Curves, curves_from_points
+from wattflex.allocation.policies import SPLIT_POLICIES
 from wattflex.control.controller import ramp_at
 
 log = logging.getLogger("wattflex.grid.slurm")
@@ -208,9 +209,8 @@ def agent_command(job: SlurmJob, node: str, budget_dir: Path, period_s: float, d
 # The split, and the files between coordinator and agents
 # ---------------------------------------------------------------------------------------
 
-# the allocation policies that can split across units: those reading no per-job feature
-# but the curves and their PFI (measured here, from the campaign's curves)
-SPLIT_POLICIES = ("equal-weight", "pfi-aware", "curve-aware", "oracle")
+# SPLIT_POLICIES (the registry's split=True): the allocation policies that can split across units,
+# those reading no per-job feature but the curves and their PFI (measured here, from the campaign's curves)
 
 
 @dataclass(frozen=True)

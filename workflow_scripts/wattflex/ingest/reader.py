@@ -45,6 +45,7 @@ import pandas as pd
 from wattflex.ingest.dcgm import range_problem
 from wattflex.run_ids import run_id
 from wattflex.telemetry import ACTIVITY_METRICS
+from wattflex.vocabulary import VOCABULARY, cluster_of
 
 BACKEND = "ingest"
 # runs.parquet columns (the contract every source of runs writes), in order; ingest adds
@@ -57,8 +58,6 @@ RUN_COLUMNS = ["group", "run_id", "cap_w", "repeat", "backend", "gpu_model", "gp
 # Constant within a group (a job's description, not a run's measurement).
 GROUP_META = ("gpus", "gpu_model", "model", "architecture", "task", "cluster", "set", "matches",
               "seq_len", "batch", "ep", "compile", "throughput_unit")
-VOCABULARY = {"architecture": ("dense", "moe"), "task": ("pt", "lora"),
-              "cluster": ("dense", "moe-pt", "moe-ft"), "set": ("headline", "validation", "h100", "other")}
 NUMERIC = ("cap_w", "power_w", "throughput", "power_w_sem", "throughput_sem", "gpus", "repeat",
            "seq_len", "batch", "ep", "power_w_mean", "tokens_per_s_mean", *ACTIVITY_METRICS)
 INTEGER = ("gpus", "repeat", "seq_len", "batch", "ep")
@@ -478,12 +477,9 @@ def _where_key(where: str) -> tuple[str, int]:
 
 
 def _derive_cluster(arch: Any, task: Any) -> Any:
-    """The paper's clusters (as ``config.groups`` derives them): dense; MoE by task."""
-    if arch == "dense":
-        return "dense"
-    if arch == "moe" and task in ("pt", "lora"):
-        return "moe-pt" if task == "pt" else "moe-ft"
-    return np.nan
+    """The paper's clusters (wattflex.vocabulary.cluster_of); NaN outside the vocabulary."""
+    cluster = cluster_of(arch, task)
+    return np.nan if cluster is None else cluster
 
 
 def _run_rows(df: pd.DataFrame) -> pd.DataFrame:

@@ -57,6 +57,9 @@ from wattflex.provenance import provenance, write_json, write_parquet
 from wattflex.runs.devices import caps
 from wattflex.runs.real_run import NodeSetup, RunOptions, first_on_interrupt, start_training, terminate, utc_now
 from wattflex.runs.throughput import ThroughputSource, read_steps_file, steps_from_lines
+from wattflex.schema import section_defaults
+
+_TOP = section_defaults()   # the campaign's top-level defaults (seed, sweep)
 
 PLACEHOLDERS = ("gpus", "nodes", "nproc_per_node", "run_dir", "cap_w", "duration_s", "seed", "group")
 DEFAULT_GRACE_S = 120.0
@@ -76,7 +79,7 @@ def placeholders(spec: dict[str, Any], run_dir: Path, cap_w: float | None = None
     cap = spec.get("cap_w") if cap_w is None else cap_w
     return {"gpus": str(group.get("gpus", 1)), "nodes": str(opts.nnodes), "nproc_per_node": str(opts.nproc_per_node),
             "run_dir": str(run_dir), "cap_w": f"{float(cap):g}" if cap is not None else "",
-            "duration_s": f"{float(spec.get('run', {}).get('duration_s', 0)):g}", "seed": str(spec.get("seed", 0)),
+            "duration_s": f"{float(spec.get('run', {}).get('duration_s', 0)):g}", "seed": str(spec.get("seed", _TOP["seed"])),
             "group": str(group.get("id", ""))}
 
 
@@ -226,7 +229,7 @@ class CommandJob:
                              f"set cuda.nnodes: 1 (got {self.opts.nnodes})")
         where = f"group {spec['group']['id']}: command"
         self.source = check_command(self.cmd, where, spec["group"], look_up=False)
-        if self.source.steps_file and spec.get("sweep", "separate") != "separate":
+        if self.source.steps_file and spec.get("sweep", _TOP["sweep"]) != "separate":
             raise ValueError(f"{where}.throughput.steps_file: sweep: {spec['sweep']} reads the throughput while "
                              f"the job runs, from its log lines: give a preset or regex, or use sweep: separate")
         values = placeholders(spec, self.outdir, cap_w)

@@ -89,7 +89,10 @@ import numpy as np
 
 from wattflex.gpus import GPUSpec
 from wattflex.runs.attention import catalog_attn_implementation, mean_head_dim
-from wattflex.schema import group_default
+from wattflex.runs.plan import FRAMEWORK_GIB, HBM_USABLE
+from wattflex.schema import section_defaults
+
+_GROUP = section_defaults("group_defaults")
 
 GIB = 1024**3
 # dense_gemm_eff as benchmarks/derive_gemm_efficiency.py derives it (tests/unit/runs/test_emulator_efficiency.py
@@ -251,11 +254,11 @@ class Physics:
     # --- per-GPU variation and memory footprint ----------------------------------------
     leakage_sd: float = _c(0.03, "assumed: silicon-to-silicon sd of dynamic power (few % in GPU fleet studies)")
     leakage_clip: float = _c(0.10, "clip of the per-GPU leakage factor at 1 +- this", False)
-    hbm_usable: float = _c(0.95, "fraction of HBM the caching allocator can hand out", False)
+    hbm_usable: float = _c(HBM_USABLE, "fraction of HBM the caching allocator can hand out (runs.plan)", False)
     act_bytes_ckpt: float = _c(2.0, "bf16 checkpointed layer input per hidden element", False)
     act_bytes_full: float = _c(34.0, "activation bytes per hidden element per layer without checkpointing "
                                 "(Korthikanti et al. 2022, 34 sbh per layer)", False)
-    framework_gib: float = _c(6.0, "assumed: CUDA context, NCCL buffers, allocator slack (GiB)", False)
+    framework_gib: float = _c(FRAMEWORK_GIB, "assumed: CUDA context, NCCL buffers, allocator slack (GiB; runs.plan)", False)
 
 
 PHYSICS = Physics()
@@ -354,10 +357,10 @@ class JobSpec:
     vocab: int
     experts: int = 0
     experts_active: int = 0
-    ep: int = 1
-    compile: bool = group_default("compile")
-    grad_checkpointing: bool = group_default("grad_checkpointing")
-    lora_rank: int = 32
+    ep: int = _GROUP["ep"]
+    compile: bool = _GROUP["compile"]
+    grad_checkpointing: bool = _GROUP["grad_checkpointing"]
+    lora_rank: int = _GROUP["lora_rank"]
     attention: str = "sdpa"         # transformers attn_implementation the harness runs (see attention_impl)
     attention_sinks: bool = False   # per-head learned sink logits (gpt-oss)
     pp: int = 1                     # pipeline stages (GPipe/1F1B; each GPU holds layers / pp)
@@ -373,9 +376,9 @@ class JobSpec:
             hidden=int(model["hidden"]), heads=int(model["heads"]), head_dim=round(mean_head_dim(model)),
             intermediate=int(model["intermediate"]), vocab=int(model["vocab"]),
             experts=int(model.get("experts", 0) or 0), experts_active=int(model.get("experts_active", 0) or 0),
-            ep=int(group.get("ep", 1)), compile=bool(group.get("compile", group_default("compile"))),
-            grad_checkpointing=bool(group.get("grad_checkpointing", group_default("grad_checkpointing"))),
-            lora_rank=int(group.get("lora_rank", 32)),
+            ep=int(group.get("ep", _GROUP["ep"])), compile=bool(group.get("compile", _GROUP["compile"])),
+            grad_checkpointing=bool(group.get("grad_checkpointing", _GROUP["grad_checkpointing"])),
+            lora_rank=int(group.get("lora_rank", _GROUP["lora_rank"])),
             attention=attention_impl(model, group["task"]), attention_sinks=bool(model.get("attention_sinks", False)),
             pp=int(group.get("pp", 1)), microbatches=int(group.get("microbatches", 1)),
         )

@@ -36,9 +36,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from wattflex.errors import ConfigError
-from wattflex.gpus import DEFAULT_GPU, gpu_spec
+from wattflex.gpus import DEFAULT_GPU, GPUS_PER_NODE, gpu_spec
 from wattflex.runs.attention import attention_layers, catalog_attn_implementation
-from wattflex.schema import group_default
+from wattflex.schema import REPO_ROOT, read_yaml, section_defaults
+
+_GROUP = section_defaults("group_defaults")
+SLURM_PROFILE = REPO_ROOT / "profiles" / "slurm" / "config.yaml"
 
 GB = 1e9
 GIB = 2**30
@@ -87,16 +90,16 @@ LOGIT_BYTES = 12.0
 # computes and recomputes the logits of one chunk of tokens at a time under checkpointing:
 # the same 12 B per logit, of one chunk (at most the GPU's seq_len x batch tokens) at once.
 # Expert-parallel runs (ep > 1) keep transformers' whole-sequence loss (training.loss.chunked_applies).
-LOSS_CHUNK_TOKENS = 8192    # training.config.TrainConfig.loss_chunk_tokens: keep the two equal
+LOSS_CHUNK_TOKENS = section_defaults("cuda")["loss_chunk_tokens"]   # the schema's, TrainConfig's too
 # FSDP2 all-gathers the next unit while the current one computes (implicit prefetching in
 # forward and backward, torch.distributed.fsdp.fully_shard docs): two units' parameters in
 # the compute dtype are live at once, plus one unit's unsharded gradient (bf16-mixed: bf16
 # then its fp32 copy for the reduce-scatter, reduce_dtype=float32).
 UNITS_IN_FLIGHT = 2
-# CUDA context, NCCL buffers and allocator slack (GiB): assumed, the emulator's framework_gib.
+# CUDA context, NCCL buffers and allocator slack (GiB): assumed; the emulator's framework_gib is this.
 FRAMEWORK_GIB = 6.0
 # Fraction of a GPU's memory the caching allocator can hand out (fragmentation): assumed,
-# the emulator's hbm_usable (wattflex.runs.emulator.Physics; a test keeps them equal).
+# the emulator's hbm_usable (wattflex.runs.emulator.Physics) is this.
 HBM_USABLE = 0.95
 EMBEDDING_UNITS = "own"    # training.sharded.fsdp_units: the embedding and the lm_head each a unit
 # torch's foreach AdamW (the harness's torch.optim.AdamW, foreach by default on CUDA; torch 2.13
@@ -142,8 +145,10 @@ FS_GB_S = 2.0
 # Process start, NCCL init and the first step (s): assumed; torch.compile of the decoder
 # layer (one graph serves every layer: inlined nn.Module parameters, torch >= 2.5) adds more.
 FIRST_STEP_S = {False: 60.0, True: 180.0}
-HOST_MEM_GB = 512.0         # profiles/slurm's run_at_cap mem_mb (512000): keep the two equal
-RANKS_PER_NODE = 8          # the harness's default torchrun layout (real_run.RunOptions): 8 GPUs a node
+# Host memory per node (GB) where cuda.host_mem_gb is not set: the SLURM profile's run_at_cap
+# mem_mb (profiles/slurm/config.yaml, its one home), in GB.
+HOST_MEM_GB = read_yaml(SLURM_PROFILE)["set-resources"]["run_at_cap"]["mem_mb"] / 1000
+RANKS_PER_NODE = GPUS_PER_NODE   # the harness's default torchrun layout (real_run.RunOptions)
 # What the plan reads of a group (the rule's params: nothing else of a group reruns it).
 GROUP_KEYS = ("id", "model", "task", "gpus", "gpu", "seq_len", "batch", "ep", "compile", "grad_checkpointing",
               "lora_rank", "precision")
@@ -368,30 +373,30 @@ def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | 
     task, gpus = g["task"], int(g["gpus"])
     # as TrainConfig.dtype_policy: the group's, the campaign's, else bf16-mixed on cuda, fp32 on cpu
     precision = g.get("precision") or cuda.get("precision") or ("fp32" if cuda.get("device") == "cpu" else "bf16-mixed")
-    ep = int(g.get("ep", 1)) if facts.get("experts") and task == "pt" else 1
-    ckpt = bool(g.get("grad_checkpointing", group_default("grad_checkpointing")))
+    ep = int(g.get("ep", _GROUP["ep"])) if facts.get("experts") and task == "pt" else 1
+    ckpt = bool(g.get("grad_checkpointing", _GROUP["grad_checkpointing"]))
     attention = attention_of(facts, task, cuda.get("attn_implementation"))
-    # defaults as TrainConfig.from_spec (a config need not set them)
-    seq_len, batch = int(g.get("seq_len", 4096)), int(g.get("batch", 2))
+    # defaults: the schema's, as TrainConfig.from_spec (a group from the library API need not set them)
+    seq_len, batch = int(g.get("seq_len", _GROUP["seq_len"])), int(g.get("batch", _GROUP["batch"]))
     parts = gpu_bytes(facts, task, gpus, ep, precision, seq_len, batch, ckpt,
-                      int(g.get("lora_rank", 32)), attention,
+                      int(g.get("lora_rank", _GROUP["lora_rank"])), attention,
                       loss_chunk_tokens=0 if ep > 1 else int(cuda.get("loss_chunk_tokens", LOSS_CHUNK_TOKENS)))
     spec = gpu_spec(g.get("gpu", DEFAULT_GPU))
     avail = spec.hbm_gib * HBM_USABLE
     need = parts["total"] / GIB
-    # as the harness lays ranks out (real_run.RunOptions.from_spec): nproc_per_node, else 8 per node
+    # as the harness lays ranks out (real_run.RunOptions.from_spec): nproc_per_node, else GPUS_PER_NODE
     ranks_per_node = min(gpus, int(cuda.get("nproc_per_node") or RANKS_PER_NODE))
     nodes = int(cuda.get("nnodes") or math.ceil(gpus / ranks_per_node))
     path = weights_path(cuda)
-    sh = shape(facts, int(g.get("lora_rank", 32)) if task == "lora" else 0)
+    sh = shape(facts, int(g.get("lora_rank", _GROUP["lora_rank"])) if task == "lora" else 0)
     ck_bytes = checkpoint_bytes(sh.params, sh.adapters, task, precision)
     # training.loop: DCP async_save (cuda.checkpoint_async, default on) stages in host memory
-    staging = ck_bytes if cuda.get("checkpoint_async", True) and checkpoint_at_s is not None else 0.0
+    staging = ck_bytes if cuda.get("checkpoint_async", section_defaults("cuda")["checkpoint_async"]) and checkpoint_at_s is not None else 0.0
     host = host_gb_per_node(sh.params, task, precision, gpus, ranks_per_node, path, staging)
     host_avail = float(cuda.get("host_mem_gb") or HOST_MEM_GB)
     fs = float(cuda.get("fs_gb_s") or FS_GB_S)
     b_s = build_s(sh.params, gpus, nodes, path, fs)
-    first = FIRST_STEP_S[bool(g.get("compile", group_default("compile")))]
+    first = FIRST_STEP_S[bool(g.get("compile", _GROUP["compile"]))]
     short = []
     if need > avail:
         short.append(f"GPU memory: needs {need:.1f} GiB per {spec.name}, {avail:.1f} GiB usable "

@@ -71,6 +71,7 @@ import numpy as np
 import pandas as pd
 import psutil
 
+from wattflex.gpus import GPUS_PER_NODE
 from wattflex.provenance import provenance, read_json, read_parquet, strict_json, write_json, write_parquet
 from wattflex.runs.devices import caps, nvml
 from wattflex.runs.devices import dcgm as dcgm_source
@@ -112,7 +113,7 @@ class RunOptions:
     def from_spec(cls, spec: dict[str, Any]) -> "RunOptions":
         cuda, run, group = spec.get("cuda", {}), spec.get("run", {}), spec.get("group", {})
         device = str(cuda.get("device", _CUDA["device"]))
-        nproc = int(cuda.get("nproc_per_node") or (min(int(group.get("gpus", 1)), 8) if device == "cuda" else 1))
+        nproc = int(cuda.get("nproc_per_node") or (min(int(group.get("gpus", 1)), GPUS_PER_NODE) if device == "cuda" else 1))
         nnodes = cuda.get("nnodes")
         if nnodes is None:
             nnodes = max(1, math.ceil(int(group.get("gpus", nproc)) / nproc)) if device == "cuda" else 1

@@ -62,7 +62,7 @@ def test_fake_nvml_cuda_sweep_refuses_observe_mode_and_bad_caps_before_any_cap(f
 def test_live_step_log_matches_steps_parquet_and_a_stop_file_ends_training(tmp_path):
     catalog = cuda_spec(tmp_path)["model_facts"]
     cfg = dict(model_facts=catalog, task="pt", seq_len=16, batch=2, device="cpu", tiny=True, duration_s=60,
-               eval_at_s=None, checkpoint_at_s=None)
+               compile=False, grad_checkpointing=False, eval_at_s=None, checkpoint_at_s=None)
     (tmp_path / "a").mkdir()
     steps = train(TrainConfig(**cfg, max_steps=4, outdir=str(tmp_path / "a")))
     live = read_live_steps(tmp_path / "a" / LIVE_STEPS_FILE)

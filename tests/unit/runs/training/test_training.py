@@ -37,7 +37,7 @@ FAMILIES = {"llama": "Llama-3.1-70B", "qwen3": "Qwen3-32B", "qwen3_moe": "Qwen3-
 
 def tiny_cfg(model: str, task: str, outdir, **kw) -> TrainConfig:
     base = dict(model_facts=FACTS[model], task=task, seq_len=32, batch=4, lora_rank=8, device="cpu",
-                tiny=True, max_steps=30, duration_s=120, eval_at_s=None, checkpoint_at_s=None,
+                tiny=True, compile=False, grad_checkpointing=False, max_steps=30, duration_s=120, eval_at_s=None, checkpoint_at_s=None,
                 lr=3e-3 if task == "pt" else 5e-3, outdir=str(outdir))
     base.update(kw)
     return TrainConfig(**base)

@@ -31,7 +31,7 @@ def test_checkpoint_location_takes_env_vars_and_the_run(tmp_path, monkeypatch):
 def _run(outdir: Path, use_async: bool) -> dict:
     outdir.mkdir(parents=True)
     cfg = TrainConfig(model_facts=CATALOG["Qwen3-32B"], task="pt", seq_len=32, batch=2, device="cpu", tiny=True,
-                      max_steps=3, duration_s=60, eval_at_s=None, checkpoint_at_s=0.0, keep_checkpoint=True,
+                      compile=False, grad_checkpointing=False, max_steps=3, duration_s=60, eval_at_s=None, checkpoint_at_s=0.0, keep_checkpoint=True,
                       checkpoint_async=use_async, checkpoint_dir=str(outdir / "ckpt" / "{run}"), outdir=str(outdir))
     train(cfg)
     return read_json(outdir / ".training.json")["training"]["events"][0]

@@ -24,6 +24,7 @@ QWEN_MOE, GPT_OSS, LLAMA = "Qwen3-30B-A3B", "gpt-oss-20b", "Llama-3.1-70B"
 
 def tiny_cfg(model: str, outdir, **kw) -> TrainConfig:
     base = dict(model_facts=CATALOG[model], task="pt", seq_len=32, batch=2, device="cpu", tiny=True,
+                compile=False, grad_checkpointing=False,
                 max_steps=6, duration_s=120, eval_at_s=None, checkpoint_at_s=None, lr=3e-3, outdir=str(outdir))
     base.update(kw)
     return TrainConfig(**base)

@@ -19,7 +19,7 @@ CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"
 
 def tiny_cfg(model: str, outdir, **kw) -> TrainConfig:
     base = dict(model_facts=CATALOG[model], task="pt", seq_len=32, batch=2, lora_rank=8, device="cpu", tiny=True,
-                max_steps=2, duration_s=120, eval_at_s=None, checkpoint_at_s=None, outdir=str(outdir))
+                compile=False, grad_checkpointing=False, max_steps=2, duration_s=120, eval_at_s=None, checkpoint_at_s=None, outdir=str(outdir))
     base.update(kw)
     return TrainConfig(**base)
 

@@ -280,8 +280,9 @@ def run_emulated_tables(spec: dict[str, Any]) -> tuple[pa.Table, pa.Table, dict[
     gpu = GPUS[group.get("gpu", DEFAULT_GPU)]
     job = JobSpec.from_config(group, spec["model_facts"])
     schedule = spec.get("cap_schedule") or [(0.0, float(spec["cap_w"]))]
-    seed = run_seed(spec.get("seed", 0), spec["campaign"], group["id"], spec["run_id"])
-    hw_seed = hardware_seed(spec.get("seed", 0), group["id"])
+    campaign_seed = spec.get("seed", section_defaults()["seed"])
+    seed = run_seed(campaign_seed, spec["campaign"], group["id"], spec["run_id"])
+    hw_seed = hardware_seed(campaign_seed, group["id"])
     return simulate_run_tables(job, gpu, schedule, spec.get("run", {}), seed, hw_seed, model_name=group["model"],
                                physics=spec_physics(spec, gpu))
 

@@ -15,45 +15,51 @@ from typing import Any
 from wattflex.architectures import ARCHITECTURES
 from wattflex.provenance import strict_json
 from wattflex.runs.attention import catalog_attn_implementation
-from wattflex.schema import group_default, section_defaults
+from wattflex.schema import section_defaults
+from wattflex.vocabulary import TASKS
 
-TASKS = ("pt", "lora")
 PRECISIONS = ("bf16-mixed", "bf16", "fp32")
 PARALLEL = ("auto", "ddp", "fsdp")
 
 
+# The schema's defaults (config/schema/config.schema.yaml): TrainConfig() is the job from_spec({}) describes.
+_TOP, _GROUP = section_defaults(), section_defaults("group_defaults")
+_RUN, _CUDA = section_defaults("run"), section_defaults("cuda")
+
+
 @dataclass
 class TrainConfig:
-    """One training job. Times are seconds since the training loop started."""
+    """One training job. Times are seconds since the training loop started. Defaults: the
+    schema's (a group's, ``run:``'s, ``cuda:``'s and the campaign's ``seed``)."""
 
     model_facts: dict[str, Any]
     task: str = "pt"                        # pt (full AdamW) | lora (LoRA SFT)
-    seq_len: int = 4096
-    batch: int = 2                          # micro-batch per GPU (sequences)
-    lora_rank: int = 32
-    ep: int = 1                             # expert-parallel degree (MoE pretraining; see training.parallel)
-    compile: bool = False
-    grad_checkpointing: bool = False
-    loss_chunk_tokens: int = 8192           # chunked loss (training.loss): tokens per lm_head chunk; 0 = off
-    device: str = "cuda"                    # cuda | cpu
+    seq_len: int = _GROUP["seq_len"]
+    batch: int = _GROUP["batch"]            # micro-batch per GPU (sequences)
+    lora_rank: int = _GROUP["lora_rank"]
+    ep: int = _GROUP["ep"]                  # expert-parallel degree (MoE pretraining; see training.parallel)
+    compile: bool = _GROUP["compile"]
+    grad_checkpointing: bool = _GROUP["grad_checkpointing"]
+    loss_chunk_tokens: int = _CUDA["loss_chunk_tokens"]  # chunked loss (training.loss): tokens per lm_head chunk; 0 = off
+    device: str = _CUDA["device"]           # cuda | cpu
     model_path: str | None = None           # local HF model dir (or hub cache id with HF_HOME set)
     data_path: str | None = None            # parquet/arrow shards of token ids; None = synthetic
-    tiny: bool = False                      # random-init tiny model from model_facts' family
-    random_init: bool = False               # full-size model from model_facts with random weights
-    seed: int = 0
-    duration_s: float = 1800.0
+    tiny: bool = _CUDA["tiny"]              # random-init tiny model from model_facts' family
+    random_init: bool = _CUDA["random_init"]  # full-size model from model_facts with random weights
+    seed: int = _TOP["seed"]
+    duration_s: float = float(_RUN["duration_s"])
     max_steps: int | None = None
-    eval_at_s: float | None = 600.0         # None: no eval event
-    eval_batches: int = 20
-    checkpoint_at_s: float | None = 1200.0  # None: no checkpoint event
+    eval_at_s: float | None = _RUN["eval_at_s"]              # None: no eval event
+    eval_batches: int = _CUDA["eval_batches"]
+    checkpoint_at_s: float | None = _RUN["checkpoint_at_s"]  # None: no checkpoint event
     checkpoint_dir: str | None = None       # default <outdir>/checkpoint; $VARS and {run} (training.checkpoint)
-    checkpoint_async: bool = True           # DCP async_save: training resumes once the state is copied
-    dist_timeout_s: float = 1800.0          # process-group timeout: a 70B load outlasts torch's 10 min
-    cpu_binding: bool = True                # each local rank on its own share of the task's CPUs (training.cpus)
-    keep_checkpoint: bool = False           # the paper's checkpoint is an I/O event, not an artifact
+    checkpoint_async: bool = _CUDA["checkpoint_async"]  # DCP async_save: training resumes once the state is copied
+    dist_timeout_s: float = float(_CUDA["dist_timeout_s"])  # process-group timeout: a 70B load outlasts torch's 10 min
+    cpu_binding: bool = _CUDA["cpu_binding"]  # each local rank on its own share of the task's CPUs (training.cpus)
+    keep_checkpoint: bool = _CUDA["keep_checkpoint"]  # the paper's checkpoint is an I/O event, not an artifact
     lr: float | None = None                 # default: 3e-4 (pt), 2e-4 (lora)
     precision: str | None = None            # default: bf16-mixed on cuda, fp32 on cpu
-    parallel: str = "auto"                  # auto: FSDP2 on multi-GPU cuda, DDP on cpu
+    parallel: str = _CUDA["parallel"]       # auto: FSDP2 on multi-GPU cuda, DDP on cpu
     attn_implementation: str | None = None  # None: transformers' default for the family
     outdir: str = "."
 
@@ -80,34 +86,34 @@ class TrainConfig:
         return cls(
             model_facts=dict(spec.get("model_facts") or {}),
             task=str(group.get("task", "pt")),
-            seq_len=int(group.get("seq_len", 4096)),
-            batch=int(group.get("batch", 2)),
-            lora_rank=int(group.get("lora_rank", 32)),
-            ep=int(group.get("ep", 1)),
+            seq_len=int(group.get("seq_len", _GROUP["seq_len"])),
+            batch=int(group.get("batch", _GROUP["batch"])),
+            lora_rank=int(group.get("lora_rank", _GROUP["lora_rank"])),
+            ep=int(group.get("ep", _GROUP["ep"])),
             # a spec from wattflex.config.run_spec has both; one without takes the schema's group default
-            compile=bool(group.get("compile", group_default("compile"))),
-            grad_checkpointing=bool(group.get("grad_checkpointing", group_default("grad_checkpointing"))),
-            loss_chunk_tokens=int(cuda.get("loss_chunk_tokens", 8192)),
-            device=str(cuda.get("device", section_defaults("cuda")["device"])),
+            compile=bool(group.get("compile", _GROUP["compile"])),
+            grad_checkpointing=bool(group.get("grad_checkpointing", _GROUP["grad_checkpointing"])),
+            loss_chunk_tokens=int(cuda.get("loss_chunk_tokens", _CUDA["loss_chunk_tokens"])),
+            device=str(cuda.get("device", _CUDA["device"])),
             model_path=cuda.get("model_path"),
             data_path=cuda.get("data_path"),
-            tiny=bool(cuda.get("tiny", False)),
-            random_init=bool(cuda.get("random_init", False)),
-            seed=int(spec.get("seed", 0)),
-            duration_s=float(run.get("duration_s", section_defaults("run")["duration_s"])),
+            tiny=bool(cuda.get("tiny", _CUDA["tiny"])),
+            random_init=bool(cuda.get("random_init", _CUDA["random_init"])),
+            seed=int(spec.get("seed", _TOP["seed"])),
+            duration_s=float(run.get("duration_s", _RUN["duration_s"])),
             max_steps=_opt_int(cuda.get("max_steps")),
             eval_at_s=_opt_float(run.get("eval_at_s")),
-            eval_batches=int(cuda.get("eval_batches", 20)),
+            eval_batches=int(cuda.get("eval_batches", _CUDA["eval_batches"])),
             checkpoint_at_s=_opt_float(run.get("checkpoint_at_s")),
             checkpoint_dir=cuda.get("checkpoint_dir"),
-            keep_checkpoint=bool(cuda.get("keep_checkpoint", False)),
-            checkpoint_async=bool(cuda.get("checkpoint_async", True)),
-            dist_timeout_s=float(cuda.get("dist_timeout_s", 1800.0)),
-            cpu_binding=bool(cuda.get("cpu_binding", True)),
+            keep_checkpoint=bool(cuda.get("keep_checkpoint", _CUDA["keep_checkpoint"])),
+            checkpoint_async=bool(cuda.get("checkpoint_async", _CUDA["checkpoint_async"])),
+            dist_timeout_s=float(cuda.get("dist_timeout_s", _CUDA["dist_timeout_s"])),
+            cpu_binding=bool(cuda.get("cpu_binding", _CUDA["cpu_binding"])),
             lr=_opt_float(cuda.get("lr")),
             # a group's own layout (the one its plan fits with: wattflex.runs.plan) over the campaign's
             precision=group.get("precision") or cuda.get("precision"),
-            parallel=str(cuda.get("parallel", "auto")),
+            parallel=str(cuda.get("parallel", _CUDA["parallel"])),
             # The catalog's choice for the task unless the cuda section overrides it, so the
             # harness runs the attention the emulator models (wattflex.runs.attention).
             attn_implementation=(cuda.get("attn_implementation")

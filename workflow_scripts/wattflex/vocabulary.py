@@ -1,0 +1,24 @@
+"""The workload vocabulary: the names a group's architecture, task, cluster and set take, and
+the rule that derives a cluster from architecture and task (the paper's three clusters,
+Tables 10-11). One registry: the config (``wattflex.config.groups``), the ingest reader,
+statistics, the predictor and the figures read it; the schema's enums list the same names
+(tests/unit/test_vocabulary.py holds them equal). Light: no imports.
+"""
+
+from __future__ import annotations
+
+ARCHITECTURES = ("dense", "moe")
+TASKS = ("pt", "lora")                       # pt: pretraining (full AdamW); lora: LoRA fine-tuning
+CLUSTERS = ("dense", "moe-pt", "moe-ft")     # the paper's order (Tables 10-11)
+SETS = ("headline", "validation", "h100", "other")
+VOCABULARY = {"architecture": ARCHITECTURES, "task": TASKS, "cluster": CLUSTERS, "set": SETS}
+
+
+def cluster_of(architecture: str, task: str) -> str | None:
+    """The paper's cluster of a job: dense whatever its task; MoE by task (pt: moe-pt, lora:
+    moe-ft). None for an architecture or task outside the vocabulary."""
+    if architecture == "dense":
+        return "dense"
+    if architecture == "moe" and task in TASKS:
+        return "moe-pt" if task == "pt" else "moe-ft"
+    return None
