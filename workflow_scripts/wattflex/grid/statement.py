@@ -65,7 +65,7 @@ class StatementSettings:
     curtailment_rates: tuple[float, ...] = _floats("curtailment_rates")
     event_hours: float = _S["event_hours"]
     n_draws: int = _S["n_draws"]
-    policy: str = _S["policy"]
+    response_policy: str = _S["response_policy"]
     history_days: int = _S["history_days"]
     event_start_h: float = _S["event_start_h"]
     baseline: BaselineRule = field(default_factory=BaselineRule)
@@ -414,7 +414,10 @@ def build_statement(runs: pd.DataFrame, mv: pd.DataFrame | None, s: StatementSet
     backend = ",".join(sorted(runs["backend"].astype(str).unique())) if "backend" in runs else "measured"
     shed = shed_by_depth(groups, s)
     calendar = calendar_table(shed, s)
-    response = response_table(mv, s.policy)
+    response = response_table(mv, s.response_policy)
+    if mv is not None and response.empty:
+        notes.append(f"no M&V records of policy {s.response_policy!r} (statement.response_policy): "
+                     "response time and ramp rate unknown")
     rng = np.random.default_rng(s.seed)
     true_w, known_w = curve_powers(groups, rng)
     models = groups.table["gpu_model"] if "gpu_model" in groups.table else ["H200"]
