@@ -16,10 +16,11 @@ writes the files the emulated backend writes:
   start/end wall-clock, the training facts (parameters, FLOPs/token, events), the spec.
 * ``train.log``: the torchrun output.
 
-Spec keys used (``spec["cuda"]``): device (cuda|cpu), cap_control (nvml|command|observe),
-cap_command, model_path, data_path, tiny, sampler, sampler_period_s, gpm (default true),
-host_power (default true), state_dir, nproc_per_node, nnodes (default: group.gpus /
-nproc_per_node on cuda), nccl (``nccl_env``), max_steps, and training extras
+The spec arrives parsed (``wattflex.runs.spec.RunSpec``; a dict is parsed on entry), its
+``cuda`` section as ``RunOptions`` and ``TrainConfig``. Spec keys used (``spec["cuda"]``):
+device (cuda|cpu), cap_control (nvml|command|observe), cap_command, model_path, data_path,
+tiny, sampler, sampler_period_s, gpm (default true), host_power (default true), state_dir,
+nproc_per_node, nnodes (default: group.gpus / nproc_per_node on cuda), nccl (``nccl_env``), max_steps, and training extras
 (``training.config.TrainConfig``). ``run.gap_s`` (the paper's idle pause between runs) is the
 rule script's job, not this one.
 
