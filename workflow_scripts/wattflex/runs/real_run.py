@@ -20,8 +20,8 @@ The spec arrives parsed (``wattflex.runs.spec.RunSpec``; a dict is parsed on ent
 ``cuda`` section as ``RunOptions`` and ``TrainConfig``. Spec keys used (``spec["cuda"]``):
 device (cuda|cpu), cap_control (nvml|command|observe), cap_command, model_path, data_path,
 tiny, sampler, sampler_period_s, gpm (default true), host_power (default true), state_dir,
-nproc_per_node, nnodes (default: group.gpus / nproc_per_node on cuda), nccl (``nccl_env``), max_steps, and training extras
-(``training.config.TrainConfig``). ``run.gap_s`` (the paper's idle pause between runs) is the
+nproc_per_node, nnodes (default: group.gpus / nproc_per_node on cuda), nccl (``nccl_env``),
+max_steps, and training extras (``training.config.TrainConfig``). ``run.gap_s`` (the paper's idle pause between runs) is the
 rule script's job, not this one.
 
 Multi-node jobs (``nnodes > 1``, inside a SLURM allocation) start one node agent per node with
@@ -461,7 +461,8 @@ class NodeSetup:
             facts["telemetry_source"] = facts.get("telemetry", {}).get("source", "nvml")
             if isinstance(sampler, dcgm_source.DcgmSampler):
                 facts["telemetry"]["dcgm_reader"] = sampler.describe()
-            write_parquet(sampler.frame(), self.node_dir / "telemetry.parquet", provenance(params=self.spec.raw, backend="cuda"))
+            write_parquet(sampler.frame(), self.node_dir / "telemetry.parquet",
+                          provenance(params=self.spec.raw, backend="cuda"))
         write_json({"node": facts}, self.node_dir / "node.json")
 
 

@@ -7,8 +7,8 @@ where a run starts (``runs.runner.run_at_cap``; ``real_run.run_real`` and
 
 | field | from the dict | parsed by |
 |:--|:--|:--|
-| ``options`` | ``cuda``, ``run.sample_period_s``, ``group.gpus`` | ``real_run.RunOptions.from_spec`` (cuda backend) |
-| ``train`` | ``group``, ``run``, ``cuda``, ``model_facts``, ``seed`` | ``training.config.TrainConfig.from_spec`` (cuda backend, no ``group.command``) |
+| ``options`` | ``cuda``, ``run``, ``group.gpus`` | ``real_run.RunOptions.from_spec`` (cuda) |
+| ``train`` | ``group``, ``run``, ``cuda``, ``model_facts``, ``seed`` | ``TrainConfig.from_spec`` (cuda, no command) |
 | the rest | the keys of the same name | this module |
 
 ``raw`` is the dict itself: it goes unchanged into run.json and the provenance, and into
@@ -75,7 +75,8 @@ class RunSpec:
                    cap_w=spec.get("cap_w"), repeat=spec.get("repeat"), seed=int(spec.get("seed", 0)), group=group,
                    model_facts=spec.get("model_facts") or {}, run=spec.get("run") or {},
                    command=group.get("command"), calibration=(spec.get("emulator") or {}).get("calibration"),
-                   cap_schedule=spec.get("cap_schedule"), sweep=str(spec.get("sweep", "separate")), options=options, train=train)
+                   cap_schedule=spec.get("cap_schedule"), sweep=str(spec.get("sweep", "separate")),
+                   options=options, train=train)
 
     @property
     def group_id(self) -> str | None:

@@ -146,5 +146,6 @@ def write_sweep_run(spec: dict[str, Any], outdir: str | Path) -> Path:
     atomically into ``outdir`` (``runner.atomic_run_dir``)."""
     with atomic_run_dir(outdir) as tmp:
         tel, steps, record = run_sweep(spec)
-        write_run_files(tmp, RunSpec.of(spec, backend="emulated"), tel, steps, record, cap_w=max(spec["caps"]), repeat=0)
+        write_run_files(tmp, RunSpec.of(spec, backend="emulated"), tel, steps, record, cap_w=max(spec["caps"]),
+                        repeat=0)
     return Path(outdir)
