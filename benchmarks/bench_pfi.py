@@ -1,6 +1,6 @@
 """How long ``wattflex pfi`` takes on large sweep tables (issue 27 §4).
 
-Usage: python benchmarks/bench_pfi.py [--groups 1000,5000] [--before DIR] [--out FILE]
+Usage: python benchmarks/bench_pfi.py [--groups 1000,5000] [--before DIR] [--mc-samples N] [--out FILE]
 
 Each run is the ``wattflex pfi TABLE -o OUT.csv`` command end to end in a subprocess (read
 the CSV, check every row, the PFI of every group with 10,000 Monte Carlo resamples, write the
@@ -9,6 +9,7 @@ power-law throughput loss with 0.5 % seeded noise and SEM columns, so every part
 analysis runs (isotonic fit, binding test, both CIs). ``--before DIR``: also run the library
 in DIR (its ``workflow_scripts``: e.g. ``git archive <commit> workflow_scripts | tar -x -C DIR``),
 interleaved with this checkout's, and check both give the same point estimates (exactly).
+``--mc-samples 0``: no CIs, so the time is the point estimates, notes and ``per_cap`` JSON.
 Prints a table and writes it to ``benchmarks/results/pfi_scale.md`` (or ``--out``).
 """
 
@@ -61,13 +62,14 @@ def same_points(a: pd.DataFrame, b: pd.DataFrame) -> bool:
             and all(len(x := numbers(u)) == len(y := numbers(v)) and close(x, y) for u, v in zip(a.per_cap, b.per_cap)))
 
 
-def time_pfi(lib: Path, table: Path, out: Path) -> tuple[float, float]:
+def time_pfi(lib: Path, table: Path, out: Path, mc_samples: int = 10_000) -> tuple[float, float]:
     """Wall and CPU seconds (user + system) of one ``wattflex pfi``: on a shared machine the
     wall time follows the load, the CPU time much less."""
     env = {**os.environ, "PYTHONPATH": str(lib / "workflow_scripts")}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "wattflex.cli", "pfi", str(table), "-o", str(out)], check=True,
+    subprocess.run([sys.executable, "-m", "wattflex.cli", "pfi", str(table), "-o", str(out),
+                    "--mc-samples", str(mc_samples)], check=True,
                    env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -78,6 +80,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--groups", default="1000,5000", help="comma-separated group counts")
     ap.add_argument("--before", type=Path, help="checkout of the earlier version to compare with")
+    ap.add_argument("--mc-samples", type=int, default=10_000, help="Monte Carlo resamples (0: no CIs)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "pfi_scale.md")
     args = ap.parse_args()
     rows = []
@@ -85,11 +88,11 @@ def main() -> None:
         for n in [int(x) for x in args.groups.split(",")]:
             table = Path(tmp) / f"sweeps_{n}.csv"
             sweep_table(n).to_csv(table, index=False)
-            now, now_cpu = time_pfi(REPO, table, Path(tmp) / "now.csv")
+            now, now_cpu = time_pfi(REPO, table, Path(tmp) / "now.csv", args.mc_samples)
             row = {"groups": n, "rows": 4 * n, "now_s": now, "now_cpu_s": now_cpu, "now_ms_per_group": 1000 * now / n,
                    "load_1min": os.getloadavg()[0]}
             if args.before is not None:
-                before, before_cpu = time_pfi(args.before, table, Path(tmp) / "before.csv")
+                before, before_cpu = time_pfi(args.before, table, Path(tmp) / "before.csv", args.mc_samples)
                 same = same_points(pd.read_csv(Path(tmp) / "now.csv"), pd.read_csv(Path(tmp) / "before.csv"))
                 row.update(before_s=before, before_cpu_s=before_cpu, now_over_before_cpu=now_cpu / before_cpu,
                            same_points=same)
@@ -98,7 +101,8 @@ def main() -> None:
     df = pd.DataFrame(rows)
     text = ("# `wattflex pfi` at scale (benchmarks/bench_pfi.py)\n\n"
             f"Command: `python benchmarks/bench_pfi.py --groups {args.groups}"
-            f"{' --before ' + str(args.before) if args.before else ''}`; 4 caps per group, 10,000 Monte Carlo "
+            f"{' --before ' + str(args.before) if args.before else ''} --mc-samples {args.mc_samples}`; 4 caps per "
+            f"group, {args.mc_samples:,} Monte Carlo "
             "resamples, end to end in a subprocess; shared 2-core machine (upper bounds).\n\n"
             + df.to_markdown(index=False, floatfmt=".3g") + "\n")
     args.out.write_text(text)

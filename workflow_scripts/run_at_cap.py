@@ -6,21 +6,22 @@ import time
 from pathlib import Path
 
 from wattflex.runs.runner import run_at_cap
+from wattflex.runs.spec import RunSpec
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 # scancel and SLURM's time limit send SIGTERM: unwind (temp files, caps) instead of dying.
 signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-spec = smk.params.spec
 attempt, attempts = int(smk.resources.run_attempt), int(smk.resources.run_attempts)
-log.info("run %s/%s at %s W on the %s backend (attempt %d of %d)", spec["group"]["id"], spec["run_id"],
-         spec["cap_w"], spec["backend"], attempt, attempts)
-gap_s = float(spec["run"]["gap_s"])
-if spec["backend"] != "emulated" and gap_s > 0:
-    log.info("GPUs idle for run.gap_s = %g s before the run (paper protocol)", gap_s)
-    time.sleep(gap_s)
 try:
+    spec = RunSpec.of(smk.params.spec, backend=None)     # parsed once; a bad spec is a failed attempt
+    log.info("run %s/%s at %s W on the %s backend (attempt %d of %d)", spec.group_id, spec.run_id,
+             spec.cap_w, spec.backend, attempt, attempts)
+    gap_s = float(spec.run["gap_s"])
+    if spec.backend != "emulated" and gap_s > 0:
+        log.info("GPUs idle for run.gap_s = %g s before the run (paper protocol)", gap_s)
+        time.sleep(gap_s)
     run_at_cap(spec, Path(smk.output.run).parent)
 except Exception as exc:
     if attempt < attempts:
@@ -28,5 +29,5 @@ except Exception as exc:
     log.exception("last attempt failed; recording the run as failed (delete its directory to retry)")
     from wattflex.runs.failures import record_failed_run  # only ever needed here
 
-    record_failed_run(spec, Path(smk.output.run).parent, exc, attempt)
+    record_failed_run(smk.params.spec, Path(smk.output.run).parent, exc, attempt)
 log.info("done")

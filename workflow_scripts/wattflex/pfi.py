@@ -486,17 +486,16 @@ def _analyse_all(df: pd.DataFrame, names: pd.Index, s: _Settings, clock: _Progre
         statuses[code].add("too_few_caps")
         notes[code].append(f"too_few_caps: {n_caps[code]} valid cap(s); need an uncapped and at "
                            "least one capped point")
-    jobs, done = [], 0
+    out, done = _Table(rows, notes, statuses, top_cap_all, expected), 0
     for n in np.unique(n_caps[n_caps >= 2]).tolist():
         members = np.flatnonzero(n_caps == n)
         index = first[members][:, None] + np.arange(n)
-        size = _Size({c: a[index] for c, a in pts.items()}, s)
-        size.write(members, rows, notes, statuses, top_cap_all, expected, s, jobs)
+        _Size({c: a[index] for c, a in pts.items()}, s).write(members, out, s)
         done += len(members)
         clock.tick(lambda: f"PFI of {done} of {n_groups} groups")
     for code in range(n_groups):
         rows[code] = _finish(rows[code], statuses[code], notes[code])
-    return rows, jobs
+    return rows, out.jobs
 
 
 class _Points:
@@ -583,92 +582,153 @@ class _Size:
             fit[i] = isotonic_fit(p[i], t[i], self.weight[i] if self.sem_ok[i] else None)
         return fit
 
-    def write(self, members: np.ndarray, rows: list[dict[str, Any]], notes: list[list[str]],
-              statuses: list[set[str]], top_cap_all: np.ndarray, expected: np.ndarray, s: _Settings,
-              jobs: list) -> None:
-        """Each group's row, notes and statuses (``members`` the group codes of the rows)."""
-        n = self.p.shape[1]
-        ref = n - 1
-        cap, p, t = self.cap.tolist(), self.p.tolist(), self.t.tolist()
-        sp, st, n_rows = self.sp.tolist(), self.st.tolist(), self.n_rows.tolist()
-        flags = {k: v.tolist() for k, v in self.flags.items()}
-        flag_any = {k: v.any(axis=1).tolist() for k, v in self.flags.items()}
-        included, binding = self.included.tolist(), self.binding.tolist()
-        pooled, no_loss = self.pooled.tolist(), self.no_loss.tolist()
+    def write(self, members: np.ndarray, out: _Table, s: _Settings) -> None:
+        """Each group's row, notes and statuses into ``out`` (``members``: the group codes, one
+        per row of the arrays), and its Monte Carlo job if it has CIs."""
+        writer = _GroupWriter(self, out, s)
+        for k, code in enumerate(members.tolist()):
+            writer.write(k, code)
+
+
+class _Table:
+    """What ``_analyse_all`` fills, by group code: each group's row, notes and statuses; the
+    Monte Carlo jobs; the caps the uncapped reference is checked against (the highest cap
+    of any of its rows, valid or not, and the uncapped cap expected)."""
+
+    def __init__(self, rows: list[dict[str, Any]], notes: list[list[str]], statuses: list[set[str]],
+                 top_cap: np.ndarray, expected: np.ndarray) -> None:
+        self.rows, self.notes, self.statuses = rows, notes, statuses
+        self.top_cap, self.expected = top_cap, expected
+        self.jobs: list[tuple[dict[str, Any], _MonteCarloJob]] = []
+
+
+class _GroupWriter:
+    """``_Size.write``'s steps for one group (row ``k`` of the arrays, group code ``code``):
+    the numbers, the notes on the reference, on the points and on the robust PFI, the CI job,
+    the ``per_cap`` JSON. The arrays are read as Python lists made once per size: indexing
+    numpy element by element costs several times more."""
+
+    def __init__(self, size: _Size, out: _Table, s: _Settings) -> None:
+        self.size, self.out, self.s = size, out, s
+        self.n = size.p.shape[1]
+        self.ref = self.n - 1
+        self.cap, self.p, self.t = size.cap.tolist(), size.p.tolist(), size.t.tolist()
+        self.sp, self.st, self.n_rows = size.sp.tolist(), size.st.tolist(), size.n_rows.tolist()
+        self.flags = {k: v.tolist() for k, v in size.flags.items()}
+        self.flag_any = {k: v.any(axis=1).tolist() for k, v in size.flags.items()}
+        self.included, self.binding = size.included.tolist(), size.binding.tolist()
+        self.pooled, self.no_loss = size.pooled.tolist(), size.no_loss.tolist()
         with np.errstate(divide="ignore", invalid="ignore"):
-            terms = np.where(self.included, self.terms, np.nan).tolist()
-        fit, robust_terms = self.fit.tolist(), self.robust_terms.tolist()
-        moved_any, used_any = self.moved.any(axis=1).tolist(), self.used.any(axis=1).tolist()
-        sem_ok, sp_ok = self.sem_ok.tolist(), (np.isfinite(self.sp) & np.isfinite(self.st)).tolist()
-        numbers = zip(self.ratio.tolist(), self.area.tolist(), self.elasticity.tolist(),
-                      self.robust.tolist(), self.n_binding.tolist())
-        for k, (code, (ratio, area, elasticity, robust, n_binding)) in enumerate(zip(members.tolist(), numbers)):
-            row, note, status = rows[code], notes[code], statuses[code]
-            c, pk, tk = cap[k], p[k], t[k]
-            row.update(n_caps=n, uncapped_cap_w=c[ref], uncapped_power_w=pk[ref], uncapped_throughput=tk[ref],
-                       pfi_ratio=ratio, pfi_area=area, pfi_elasticity=elasticity, n_binding=n_binding)
-            if np.isfinite(top_cap_all[code]) and top_cap_all[code] > c[ref]:
-                status.add("missing_uncapped")
-                note.append(f"missing_uncapped: the rows at the highest cap {_fmt(top_cap_all[code])} W were "
-                            f"invalid; reference is cap {_fmt(c[ref])} W")
-            elif np.isfinite(expected[code]) and c[ref] < expected[code]:
-                status.add("missing_uncapped")
-                note.append(f"missing_uncapped: highest cap {_fmt(c[ref])} W is below the uncapped "
-                            f"{_fmt(expected[code])} W; PFIs are relative to a capped run")
-            equal = [i for i in range(ref) if tk[i] == tk[ref]]
-            if len(equal) == ref:
-                note.append("pfi_ratio: every capped point has T == T_max exactly, no term left")
-            elif equal:
-                note.append("pfi_ratio: Eq. 1 excludes cap_w " + ", ".join(_fmt(c[i]) for i in equal)
-                            + " (T == T_max)")
-            if max(pk) == min(pk):
-                note.append("pfi_elasticity: all points at the same power, no fit")
-            if not sem_ok[k]:
-                why = "SEM missing at some cap" if s.has_sem else "no SEMs"
-                note.append(f"{why}: noise taken as rel_tol={_fmt(s.rel_tol)} of the reference")
-            for name, flagged in flags.items():
-                if flag_any[name][k]:
-                    status.add(name)
-                    note.append(f"{name} at cap_w " + ", ".join(_fmt(c[i]) for i in range(n) if flagged[k][i]))
-            if moved_any[k]:
-                status.add("non_monotone")
-                moved = self.moved[k]
-                note.append("non_monotone: the monotone fit moved throughput beyond noise at cap_w "
-                            + ", ".join(_fmt(c[i]) for i in range(n) if moved[i]))
-            if n_binding < 2:
-                row["robust_status"] = "too_few_binding"
-                note.append(f"too_few_binding: {n_binding} binding cap(s), pfi_robust needs 2")
-            elif not used_any[k]:
-                row["robust_status"] = "no_throughput_loss"
-                note.append("no_throughput_loss: no binding cap lost throughput beyond noise in the "
-                            "monotone fit (PFI unbounded over the swept range)")
-            else:
-                row["robust_status"] = "ok"
-                row["pfi_robust"] = robust
-            if row["robust_status"] != "ok":
-                status.add(row["robust_status"])
-            if s.mc_samples <= 0:
-                note.append("no CI: mc_samples=0")
-            elif not s.has_sem:
-                note.append("no CI: no SEM columns given")
-            elif not sem_ok[k]:
-                note.append("no CI: SEM missing at cap_w " + ", ".join(_fmt(c[i]) for i in range(n) if not sp_ok[k][i]))
-            else:  # its notes come last, as the row's last notes (the status does not depend on them)
-                jobs.append((row, _MonteCarloJob(
-                    _Points(self.p[k], self.sp[k], self.t[k], self.st[k], self.included[k]),
-                    self.used[k] if row["robust_status"] == "ok" else None, self.weight[k])))
-            bk, fk, pok, nok = binding[k], fit[k], pooled[k], no_loss[k]
-            row["per_cap"] = json.dumps([
-                {"cap_w": c[i], "power_w": pk[i], "throughput": tk[i], "n_rows": n_rows[k][i],
-                 "power_w_sem": _finite(sp[k][i]), "throughput_sem": _finite(st[k][i]),
-                 "power_ratio": _finite(pk[i] / pk[ref]), "throughput_ratio": _finite(tk[i] / tk[ref]),
-                 "term": _finite(terms[k][i]), "binding": bk[i],
-                 "robust_throughput": _finite(fk[i]), "robust_term": _finite(robust_terms[k][i]),
-                 "flags": [f for f in _POINT_STATUS_FLAGS if flags[f][k][i]]
-                 + (["excluded_t_equals_tmax"] if not included[k][i] else [])
-                 + (["pooled_with_uncapped"] if bk[i] and pok[i] else [])
-                 + (["loss_within_noise"] if bk[i] and nok[i] and not pok[i] else [])}
-                for i in range(ref)], allow_nan=False)
+            self.terms = np.where(size.included, size.terms, np.nan).tolist()
+        self.fit, self.robust_terms = size.fit.tolist(), size.robust_terms.tolist()
+        self.moved_any, self.used_any = size.moved.any(axis=1).tolist(), size.used.any(axis=1).tolist()
+        self.sem_ok = size.sem_ok.tolist()
+        self.sem_finite = (np.isfinite(size.sp) & np.isfinite(size.st)).tolist()
+        self.ratio, self.area, self.elasticity = size.ratio.tolist(), size.area.tolist(), size.elasticity.tolist()
+        self.robust, self.n_binding = size.robust.tolist(), size.n_binding.tolist()
+
+    def write(self, k: int, code: int) -> None:
+        row, note, status = self.out.rows[code], self.out.notes[code], self.out.statuses[code]
+        self.numbers(k, row)
+        self.reference_notes(k, code, note, status)
+        self.point_notes(k, note, status)
+        self.robust_status(k, row, note, status)
+        self.ci(k, row, note)
+        row["per_cap"] = self.per_cap(k)
+
+    def caps_where(self, k: int, at: list[bool]) -> str:
+        """The caps of group ``k`` where ``at`` holds, for a note."""
+        return ", ".join(_fmt(self.cap[k][i]) for i in range(self.n) if at[i])
+
+    def numbers(self, k: int, row: dict[str, Any]) -> None:
+        ref = self.ref
+        row.update(n_caps=self.n, uncapped_cap_w=self.cap[k][ref], uncapped_power_w=self.p[k][ref],
+                   uncapped_throughput=self.t[k][ref], pfi_ratio=self.ratio[k], pfi_area=self.area[k],
+                   pfi_elasticity=self.elasticity[k], n_binding=self.n_binding[k])
+
+    def reference_notes(self, k: int, code: int, note: list[str], status: set[str]) -> None:
+        """missing_uncapped: the reference is not the uncapped run."""
+        ref_cap, top, expected = self.cap[k][self.ref], self.out.top_cap[code], self.out.expected[code]
+        if np.isfinite(top) and top > ref_cap:
+            status.add("missing_uncapped")
+            note.append(f"missing_uncapped: the rows at the highest cap {_fmt(top)} W were "
+                        f"invalid; reference is cap {_fmt(ref_cap)} W")
+        elif np.isfinite(expected) and ref_cap < expected:
+            status.add("missing_uncapped")
+            note.append(f"missing_uncapped: highest cap {_fmt(ref_cap)} W is below the uncapped "
+                        f"{_fmt(expected)} W; PFIs are relative to a capped run")
+
+    def point_notes(self, k: int, note: list[str], status: set[str]) -> None:
+        """Eq. 1's exclusions, a flat power, SEMs taken as rel_tol, the point flags, non_monotone."""
+        ref, c, pk, tk = self.ref, self.cap[k], self.p[k], self.t[k]
+        equal = [i for i in range(ref) if tk[i] == tk[ref]]
+        if len(equal) == ref:
+            note.append("pfi_ratio: every capped point has T == T_max exactly, no term left")
+        elif equal:
+            note.append("pfi_ratio: Eq. 1 excludes cap_w " + ", ".join(_fmt(c[i]) for i in equal) + " (T == T_max)")
+        if max(pk) == min(pk):
+            note.append("pfi_elasticity: all points at the same power, no fit")
+        if not self.sem_ok[k]:
+            why = "SEM missing at some cap" if self.s.has_sem else "no SEMs"
+            note.append(f"{why}: noise taken as rel_tol={_fmt(self.s.rel_tol)} of the reference")
+        for name, flagged in self.flags.items():
+            if self.flag_any[name][k]:
+                status.add(name)
+                note.append(f"{name} at cap_w " + self.caps_where(k, flagged[k]))
+        if self.moved_any[k]:
+            status.add("non_monotone")
+            note.append("non_monotone: the monotone fit moved throughput beyond noise at cap_w "
+                        + self.caps_where(k, self.size.moved[k]))
+
+    def robust_status(self, k: int, row: dict[str, Any], note: list[str], status: set[str]) -> None:
+        """pfi_robust, or why there is none."""
+        n_binding = self.n_binding[k]
+        if n_binding < 2:
+            row["robust_status"] = "too_few_binding"
+            note.append(f"too_few_binding: {n_binding} binding cap(s), pfi_robust needs 2")
+        elif not self.used_any[k]:
+            row["robust_status"] = "no_throughput_loss"
+            note.append("no_throughput_loss: no binding cap lost throughput beyond noise in the "
+                        "monotone fit (PFI unbounded over the swept range)")
+        else:
+            row["robust_status"] = "ok"
+            row["pfi_robust"] = self.robust[k]
+        if row["robust_status"] != "ok":
+            status.add(row["robust_status"])
+
+    def ci(self, k: int, row: dict[str, Any], note: list[str]) -> None:
+        """The group's Monte Carlo job, or why it has no CI. The job's notes come last, as the
+        row's last notes (the status does not depend on them)."""
+        s, size = self.s, self.size
+        if s.mc_samples <= 0:
+            note.append("no CI: mc_samples=0")
+        elif not s.has_sem:
+            note.append("no CI: no SEM columns given")
+        elif not self.sem_ok[k]:
+            note.append("no CI: SEM missing at cap_w " + ", ".join(
+                _fmt(self.cap[k][i]) for i in range(self.n) if not self.sem_finite[k][i]))
+        else:
+            points = _Points(size.p[k], size.sp[k], size.t[k], size.st[k], size.included[k])
+            used = size.used[k] if row["robust_status"] == "ok" else None
+            self.out.jobs.append((row, _MonteCarloJob(points, used, size.weight[k])))
+
+    def per_cap(self, k: int) -> str:
+        """The capped points of group ``k`` as JSON, with their point flags."""
+        ref, c, pk, tk = self.ref, self.cap[k], self.p[k], self.t[k]
+        sp, st, n_rows, terms = self.sp[k], self.st[k], self.n_rows[k], self.terms[k]
+        binding, fit, pooled, no_loss = self.binding[k], self.fit[k], self.pooled[k], self.no_loss[k]
+        included, robust_terms, flags = self.included[k], self.robust_terms[k], self.flags
+        return json.dumps([
+            {"cap_w": c[i], "power_w": pk[i], "throughput": tk[i], "n_rows": n_rows[i],
+             "power_w_sem": _finite(sp[i]), "throughput_sem": _finite(st[i]),
+             "power_ratio": _finite(pk[i] / pk[ref]), "throughput_ratio": _finite(tk[i] / tk[ref]),
+             "term": _finite(terms[i]), "binding": binding[i],
+             "robust_throughput": _finite(fit[i]), "robust_term": _finite(robust_terms[i]),
+             "flags": [f for f in _POINT_STATUS_FLAGS if flags[f][k][i]]
+             + (["excluded_t_equals_tmax"] if not included[i] else [])
+             + (["pooled_with_uncapped"] if binding[i] and pooled[i] else [])
+             + (["loss_within_noise"] if binding[i] and no_loss[i] and not pooled[i] else [])}
+            for i in range(ref)], allow_nan=False)
 
 
 def _finite(v: float) -> float | None:

@@ -128,12 +128,15 @@ def run(args: argparse.Namespace) -> int:
     check_spec(spec, args.spec)
     check_outdir(args.outdir)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    from wattflex.runs.spec import RunSpec
+
+    spec = RunSpec.of(spec, backend=None)        # parsed once, before OUTDIR is claimed
     try:
         try:
             from wattflex.runs.runner import run_at_cap
         except ImportError:
-            if spec["backend"] != "cuda":
-                raise UserError(f"backend {spec['backend']!r} needs wattflex.runs.runner, missing from this install")
+            if spec.backend != "cuda":
+                raise UserError(f"backend {spec.backend!r} needs wattflex.runs.runner, missing from this install")
             from wattflex.runs.real_run import run_real as run_at_cap
         with claimed_outdir(args.outdir) as stage:
             run_at_cap(spec, stage)

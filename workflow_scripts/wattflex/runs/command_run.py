@@ -55,11 +55,9 @@ import pandas as pd
 
 from wattflex.provenance import provenance, write_json, write_parquet
 from wattflex.runs.devices import caps
-from wattflex.runs.real_run import NodeSetup, RunOptions, first_on_interrupt, start_training, terminate, utc_now
+from wattflex.runs.real_run import NodeSetup, first_on_interrupt, start_training, terminate, utc_now
+from wattflex.runs.spec import RunSpec
 from wattflex.runs.throughput import ThroughputSource, read_steps_file, steps_from_lines
-from wattflex.schema import section_defaults
-
-_TOP = section_defaults()   # the campaign's top-level defaults (seed, sweep)
 
 PLACEHOLDERS = ("gpus", "nodes", "nproc_per_node", "run_dir", "cap_w", "duration_s", "seed", "group")
 DEFAULT_GRACE_S = 120.0
@@ -70,17 +68,13 @@ class CommandError(RuntimeError):
     """The user's command failed; the message says how (status, time limit, no throughput)."""
 
 
-def command_of(spec: dict[str, Any]) -> dict[str, Any] | None:
-    return (spec.get("group") or {}).get("command")
-
-
-def placeholders(spec: dict[str, Any], run_dir: Path, cap_w: float | None = None) -> dict[str, str]:
-    group, opts = spec["group"], RunOptions.from_spec(spec)
-    cap = spec.get("cap_w") if cap_w is None else cap_w
+def placeholders(spec: dict[str, Any] | RunSpec, run_dir: Path, cap_w: float | None = None) -> dict[str, str]:
+    spec = RunSpec.of(spec)
+    group, opts = spec.group, spec.options
+    cap = spec.cap_w if cap_w is None else cap_w
     return {"gpus": str(group.get("gpus", 1)), "nodes": str(opts.nnodes), "nproc_per_node": str(opts.nproc_per_node),
             "run_dir": str(run_dir), "cap_w": f"{float(cap):g}" if cap is not None else "",
-            "duration_s": f"{float(spec.get('run', {}).get('duration_s', 0)):g}", "seed": str(spec.get("seed", _TOP["seed"])),
-            "group": str(group.get("id", ""))}
+            "duration_s": f"{spec.duration_s:g}", "seed": str(spec.seed), "group": str(group.get("id", ""))}
 
 
 def fill(words: list[str], values: dict[str, str], where: str = "command.launch") -> list[str]:
@@ -220,17 +214,17 @@ class CommandJob:
     """The user's command on this node, prepared before any cap (``open``): the filled launch,
     its environment, the throughput source and a ``NodeSetup`` (GPUs, RAPL, facts)."""
 
-    def __init__(self, spec: dict[str, Any], outdir: Path, t0: float, cap_w: float | None = None) -> None:
+    def __init__(self, spec: RunSpec, outdir: Path, t0: float, cap_w: float | None = None) -> None:
         self.spec, self.outdir, self.t0 = spec, Path(outdir), t0
-        self.cmd = command_of(spec)
-        self.opts = RunOptions.from_spec(spec)
+        self.cmd = spec.command
+        self.opts = spec.options
         if self.opts.nnodes > 1:
-            raise ValueError(f"group {spec['group']['id']}: a command run caps and measures one node; "
+            raise ValueError(f"group {spec.group_id}: a command run caps and measures one node; "
                              f"set cuda.nnodes: 1 (got {self.opts.nnodes})")
-        where = f"group {spec['group']['id']}: command"
-        self.source = check_command(self.cmd, where, spec["group"], look_up=False)
-        if self.source.steps_file and spec.get("sweep", _TOP["sweep"]) != "separate":
-            raise ValueError(f"{where}.throughput.steps_file: sweep: {spec['sweep']} reads the throughput while "
+        where = f"group {spec.group_id}: command"
+        self.source = check_command(self.cmd, where, spec.group, look_up=False)
+        if self.source.steps_file and spec.sweep != "separate":
+            raise ValueError(f"{where}.throughput.steps_file: sweep: {spec.sweep} reads the throughput while "
                              f"the job runs, from its log lines: give a preset or regex, or use sweep: separate")
         values = placeholders(spec, self.outdir, cap_w)
         launch = fill(list(self.cmd["launch"]), values, f"{where}.launch")
@@ -242,9 +236,8 @@ class CommandJob:
         self.env = {"PYTHONUNBUFFERED": "1",
                     **dict(zip(self.cmd.get("env", {}), fill(list(self.cmd.get("env", {}).values()), values,
                                                              f"{where}.env")))}
-        self.time_limit_s = float(spec.get("run", {}).get("duration_s", 0)) + float(self.cmd.get("grace_s",
-                                                                                                 DEFAULT_GRACE_S))
-        self.node = NodeSetup.open(spec, self.outdir, self.opts, t0, launch=self.launch)
+        self.time_limit_s = spec.duration_s + float(self.cmd.get("grace_s", DEFAULT_GRACE_S))
+        self.node = NodeSetup.open(spec, self.outdir, t0, launch=self.launch)
         self.node.env = {**self.node.env, **self.env}
         self.follower: LineFollower | None = None
 
@@ -282,22 +275,23 @@ class CommandJob:
         """The files ``real_run.assemble`` merges, as the harness leaves them."""
         from wattflex.runs.training.loop import RESULT_FILE, STEPS_FILE      # lazy: imports torch
 
-        prov = provenance(params=self.spec, backend="cuda")
+        prov = provenance(params=self.spec.raw, backend="cuda")
         write_parquet(steps, self.outdir / STEPS_FILE, prov, tokens="job tokens per step, from the command's "
                       f"throughput ({self.source.name})")
         write_json({"training": training}, self.outdir / RESULT_FILE, prov)
 
 
-def run_command(spec: dict[str, Any], outdir: str | Path) -> None:
+def run_command(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> None:
     """``spec``'s run of the group's own command (module docstring); writes what ``real_run.run_real`` writes."""
     from wattflex.runs.real_run import assemble
 
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
+    spec = RunSpec.of(spec)
     start_utc, t0 = utc_now(), time.time()
     job = CommandJob(spec, outdir, t0)
     node, opts = job.node, job.opts
-    guard = caps.CapGuard(node.gpus, spec["cap_w"], opts.cap_control if node.gpus else "observe", opts.state_dir,
+    guard = caps.CapGuard(node.gpus, spec.cap_w, opts.cap_control if node.gpus else "observe", opts.state_dir,
                           opts.cap_command)
     rc, sampler, follower, timed_out = None, None, None, False
     with guard:

@@ -16,11 +16,12 @@ writes the files the emulated backend writes:
   start/end wall-clock, the training facts (parameters, FLOPs/token, events), the spec.
 * ``train.log``: the torchrun output.
 
-Spec keys used (``spec["cuda"]``): device (cuda|cpu), cap_control (nvml|command|observe),
-cap_command, model_path, data_path, tiny, sampler, sampler_period_s, gpm (default true),
-host_power (default true), state_dir, nproc_per_node, nnodes (default: group.gpus /
-nproc_per_node on cuda), nccl (``nccl_env``), max_steps, and training extras
-(``training.config.TrainConfig``). ``run.gap_s`` (the paper's idle pause between runs) is the
+The spec arrives parsed (``wattflex.runs.spec.RunSpec``; a dict is parsed on entry), its
+``cuda`` section as ``RunOptions`` and ``TrainConfig``. Spec keys used (``spec["cuda"]``):
+device (cuda|cpu), cap_control (nvml|command|observe), cap_command, model_path, data_path,
+tiny, sampler, sampler_period_s, gpm (default true), host_power (default true), state_dir,
+nproc_per_node, nnodes (default: group.gpus / nproc_per_node on cuda), nccl (``nccl_env``),
+max_steps, and training extras (``training.config.TrainConfig``). ``run.gap_s`` (the paper's idle pause between runs) is the
 rule script's job, not this one.
 
 Multi-node jobs (``nnodes > 1``, inside a SLURM allocation) start one node agent per node with
@@ -77,6 +78,7 @@ from wattflex.runs.devices import caps, nvml
 from wattflex.runs.devices import dcgm as dcgm_source
 from wattflex.runs.devices.base import TelemetrySampler, telemetry_frame
 from wattflex.runs.devices.hostpower import RaplReader
+from wattflex.runs.spec import RunSpec
 from wattflex.runs.training.config import TrainConfig
 from wattflex.schema import section_defaults
 
@@ -369,13 +371,14 @@ def root_cause(log_text: str) -> str:
 
 
 # ---- one node -----------------------------------------------------------------------------------
-def run_node(spec: dict[str, Any], outdir: Path, t0: float, node_rank: int = 0, rdzv: str | None = None) -> dict[str, Any]:
+def run_node(spec: dict[str, Any] | RunSpec, outdir: Path, t0: float, node_rank: int = 0,
+             rdzv: str | None = None) -> dict[str, Any]:
     """Cap this node's GPUs, sample them, run this node's torchrun share; write the node's
     telemetry under ``outdir/.node<rank>/`` and return its facts."""
-    opts = RunOptions.from_spec(spec)
-    node = NodeSetup.open(spec, outdir, opts, t0, node_rank, rdzv)
-    gpus, facts, sampler = node.gpus, node.facts, None
-    guard = caps.CapGuard(gpus, spec["cap_w"], opts.cap_control if gpus else "observe", opts.state_dir,
+    spec = RunSpec.of(spec)
+    node = NodeSetup.open(spec, outdir, t0, node_rank, rdzv)
+    gpus, facts, sampler, opts = node.gpus, node.facts, None, node.opts
+    guard = caps.CapGuard(gpus, spec.cap_w, opts.cap_control if gpus else "observe", opts.state_dir,
                           opts.cap_command)
     with guard:
         facts["gpus_after_set"] = [g.describe() for g in gpus]
@@ -397,7 +400,7 @@ class NodeSetup:
     left by killed runs restored first), the RAPL reader, the training config and command.
     Shared by ``run_node`` and the one-run sweep on real GPUs (``wattflex.runs.sweep.real``)."""
 
-    spec: dict[str, Any]
+    spec: RunSpec
     opts: RunOptions
     node_dir: Path
     gpus: list[Any]
@@ -409,11 +412,11 @@ class NodeSetup:
     env: dict[str, str]
 
     @classmethod
-    def open(cls, spec: dict[str, Any], outdir: Path, opts: RunOptions, t0: float, node_rank: int = 0,
-             rdzv: str | None = None, train_spec: dict[str, Any] | None = None,
-             launch: list[str] | None = None) -> "NodeSetup":
-        """``train_spec`` (default ``spec``) is what the training config is built from;
+    def open(cls, spec: RunSpec, outdir: Path, t0: float, node_rank: int = 0, rdzv: str | None = None,
+             train: TrainConfig | None = None, launch: list[str] | None = None) -> "NodeSetup":
+        """``train`` (default ``spec``'s, into ``outdir``) is the training job it launches;
         ``launch``: the user's own command instead (``wattflex.runs.command_run``), no config."""
+        opts = spec.options
         node_dir = outdir / NODE_DIR.format(rank=node_rank)
         node_dir.mkdir(parents=True, exist_ok=True)
         gpus: list[Any] = []
@@ -442,9 +445,9 @@ class NodeSetup:
         cmd = launch
         if cmd is None:
             cfg_path = node_dir / "train_config.json"
-            TrainConfig.from_spec(train_spec or spec, outdir).to_json(cfg_path)
+            (train or spec.train_config(outdir)).to_json(cfg_path)
             cmd = training_command(cfg_path, t0, opts.nproc_per_node, opts.nnodes, node_rank, rdzv,
-                                   run_id=str(spec.get("run_id", "wattflex")),
+                                   run_id=str(spec.run_id or "wattflex"),
                                    local_addr=node_address() if opts.nnodes > 1 else None)
         log_path = outdir / ("train.log" if node_rank == 0 else f"train.node{node_rank}.log")
         return cls(spec, opts, node_dir, gpus, host_reader, facts, cmd, log_path, t0, opts.nccl or {})
@@ -467,7 +470,8 @@ class NodeSetup:
             facts["telemetry_source"] = facts.get("telemetry", {}).get("source", "nvml")
             if isinstance(sampler, dcgm_source.DcgmSampler):
                 facts["telemetry"]["dcgm_reader"] = sampler.describe()
-            write_parquet(sampler.frame(), self.node_dir / "telemetry.parquet", provenance(params=self.spec, backend="cuda"))
+            write_parquet(sampler.frame(), self.node_dir / "telemetry.parquet",
+                          provenance(params=self.spec.raw, backend="cuda"))
         write_json({"node": facts}, self.node_dir / "node.json")
 
 
@@ -584,19 +588,19 @@ def node_agent_args(spec_path: Path, outdir: Path, t0: float, rdzv: str) -> list
     return ["node", str(spec_path), str(outdir), "--t0", repr(t0), "--rdzv", rdzv]
 
 
-def gpus_per_node(spec: dict[str, Any], nnodes: int) -> int | None:
+def gpus_per_node(spec: dict[str, Any] | RunSpec, nnodes: int) -> int | None:
     """The GPUs each node of the group has in its allocation (``group.gpus`` / nodes), if even."""
-    gpus = int(spec.get("group", {}).get("gpus") or 0)
+    gpus = int(RunSpec.of(spec).group.get("gpus") or 0)
     return gpus // nnodes if gpus and gpus % nnodes == 0 else None
 
 
-def run_real(spec: dict[str, Any], outdir: str | Path) -> None:
+def run_real(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> None:
     """Run ``spec`` (``backend: cuda``) and write telemetry.parquet, steps.parquet, run.json."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    opts = RunOptions.from_spec(spec)
-    cfg = TrainConfig.from_spec(spec, outdir)
-    cfg.validate()                                      # missing model/data: fail before any cap
+    spec = RunSpec.of(spec)
+    opts = spec.options
+    spec.train_config(outdir).validate()                                      # missing model/data: fail before any cap
     start_utc, t0 = utc_now(), time.time()
     if opts.nnodes == 1:
         nodes = [run_node(spec, outdir, t0)]
@@ -606,7 +610,7 @@ def run_real(spec: dict[str, Any], outdir: str | Path) -> None:
             raise RuntimeError(f"cuda.nnodes is {opts.nnodes} but the SLURM allocation has {len(hosts)} node(s) "
                                f"({', '.join(hosts)}); ask for as many nodes (slurm_gpus_per_node)")
         spec_path = outdir / "spec.json"
-        spec_path.write_text(strict_json(spec, indent=2))
+        spec_path.write_text(strict_json(spec.raw, indent=2))      # each node agent parses it (node_main)
         rdzv = rendezvous_endpoint(hosts[0])
         run_training(node_agent_command(spec_path, outdir, t0, opts.nnodes, rdzv, gpus_per_node(spec, opts.nnodes)),
                      outdir / "nodes.log")
@@ -615,7 +619,7 @@ def run_real(spec: dict[str, Any], outdir: str | Path) -> None:
     assemble(spec, outdir, opts, nodes, t0, start_utc, end_utc)
 
 
-def assemble(spec: dict[str, Any], outdir: Path, opts: RunOptions, nodes: list[dict[str, Any]], t0: float,
+def assemble(spec: RunSpec, outdir: Path, opts: RunOptions, nodes: list[dict[str, Any]], t0: float,
              start_utc: str, end_utc: str, extra: dict[str, Any] | None = None) -> None:
     """The run's files from the training's and the nodes' outputs; ``extra`` goes into run.json
     (the in-run staircase's record). The training's and nodes' scratch files are removed."""
@@ -634,14 +638,14 @@ def assemble(spec: dict[str, Any], outdir: Path, opts: RunOptions, nodes: list[d
                                    opts.nproc_per_node * opts.nnodes, nodes[0]["host"], end_s)
         source = "steps"
     device_model = nodes[0].get("device_model") or training.get("device_name") or opts.device
-    prov = provenance(params=spec, backend="cuda", device_model=device_model)
-    meta = {"run_id": spec.get("run_id"), "group": spec.get("group", {}).get("id")}
+    prov = provenance(params=spec.raw, backend="cuda", device_model=device_model)
+    meta = {"run_id": spec.run_id, "group": spec.group_id}
     write_parquet(tel.reset_index(drop=True), outdir / "telemetry.parquet", prov, telemetry_source=source, **meta)
     write_parquet(steps, outdir / STEPS_FILE, prov, **meta)
     gpus = [g for n in nodes for g in n.get("gpus_before_restore", [])]
     write_json({
-        "run_id": spec.get("run_id"), "campaign": spec.get("campaign"), "group": spec.get("group", {}).get("id"),
-        "cap_w": spec.get("cap_w"), "repeat": spec.get("repeat"), "backend": "cuda", "device_model": device_model,
+        "run_id": spec.run_id, "campaign": spec.campaign, "group": spec.group_id,
+        "cap_w": spec.cap_w, "repeat": spec.repeat, "backend": "cuda", "device_model": device_model,
         "device": opts.device, "cap_control": nodes[0]["caps"]["cap_control"], "cap_command": opts.cap_command,
         "original_limit_w": [w for n in nodes for w in n["caps"]["original_limit_w"]],
         "enforced_limit_w": [g["enforced_limit_w"] for g in gpus],
@@ -652,7 +656,7 @@ def assemble(spec: dict[str, Any], outdir: Path, opts: RunOptions, nodes: list[d
                       "reason": [n.get("telemetry", {}).get("reason") for n in nodes],
                       "note": None if source != "steps" else
                       "no sampler: gpu_util=100 while steps run, 0 otherwise; other fields NaN"},
-        "nodes": nodes, "training": training, "spec": spec, **(extra or {}),
+        "nodes": nodes, "training": training, "spec": spec.raw, **(extra or {}),
     }, outdir / "run.json", prov)
     for scratch in (RESULT_FILE, LIVE_STEPS_FILE, STOP_FILE):
         (outdir / scratch).unlink(missing_ok=True)

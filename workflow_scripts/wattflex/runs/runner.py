@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from wattflex.provenance import provenance, write_json, write_parquet
 from wattflex.runs.devices.emulated import run_emulated_tables
+from wattflex.runs.spec import RunSpec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,33 +38,31 @@ def atomic_run_dir(outdir: str | Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_run_files(rundir: Path, spec: dict[str, Any], telemetry: pa.Table | pd.DataFrame, steps: pa.Table | pd.DataFrame,
+def write_run_files(rundir: Path, spec: RunSpec, telemetry: pa.Table | pd.DataFrame, steps: pa.Table | pd.DataFrame,
                     record: dict[str, Any], **run_fields: Any) -> None:
     """telemetry.parquet, steps.parquet and run.json of one (emulated) run, with provenance."""
-    prov = provenance(params=spec, backend=spec["backend"], device_model=record.get("device_model"))
-    ids = {"run_id": spec["run_id"], "group": spec["group"]["id"]}
+    prov = provenance(params=spec.raw, backend=spec.backend, device_model=record.get("device_model"))
+    ids = {"run_id": spec.run_id, "group": spec.group_id}
     write_parquet(telemetry, rundir / "telemetry.parquet", prov, **ids)
     write_parquet(steps, rundir / "steps.parquet", prov, **ids)
-    write_json({**ids, **run_fields, "spec": spec, **record}, rundir / "run.json", prov)
+    write_json({**ids, **run_fields, "spec": spec.raw, **record}, rundir / "run.json", prov)
 
 
-def run_at_cap(spec: dict[str, Any], outdir: str | Path) -> Path:
-    """Run ``spec`` and write its artifacts atomically into ``outdir``."""
+def run_at_cap(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> Path:
+    """Run ``spec`` and write its artifacts atomically into ``outdir``. The spec is parsed
+    here, once (``RunSpec``); the backends read the parsed one."""
+    spec = RunSpec.of(spec, backend=None)    # no backend: refused
     with atomic_run_dir(outdir) as tmp:
-        if spec["backend"] == "emulated":
+        if spec.backend == "emulated":
             # Arrow tables, not frames: the job of each emulated run never imports pandas.
             tel, steps, facts = run_emulated_tables(spec)
-            write_run_files(tmp, spec, tel, steps, facts, cap_w=spec["cap_w"], repeat=spec["repeat"])
-        elif spec["backend"] == "cuda":
-            # Imported here: an emulated run (one job each) need not load the real backend.
+            write_run_files(tmp, spec, tel, steps, facts, cap_w=spec.cap_w, repeat=spec.repeat)
+        elif spec.command:                  # the group's own training command
+            from wattflex.runs.command_run import run_command
+
+            run_command(spec, tmp)
+        else:
             from wattflex.runs.real_run import run_real
 
-            if (spec.get("group") or {}).get("command"):       # the group's own training command
-                from wattflex.runs.command_run import run_command
-
-                run_command(spec, tmp)
-            else:
-                run_real(spec, tmp)
-        else:
-            raise ValueError(f"unknown backend {spec['backend']!r} (emulated | cuda)")
+            run_real(spec, tmp)
     return Path(outdir)

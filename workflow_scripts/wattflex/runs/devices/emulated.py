@@ -28,6 +28,7 @@ from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
 from wattflex.runs.emulator import (PHYSICS, JobSpec, Physics, calibrated_physics, gpu_leakages, job_at_caps,
                                     memory_footprint_gib, physics_for_gpu)
 from wattflex.metrics import telemetry_columns
+from wattflex.runs.spec import RunSpec
 from wattflex.schema import section_defaults
 from wattflex.telemetry import STEP_COLUMNS
 
@@ -268,28 +269,28 @@ def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple
     return tel, steps.select(STEP_COLUMNS), facts
 
 
-def run_emulated(spec: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+def run_emulated(spec: dict[str, Any] | RunSpec) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """One emulated run from a run spec (``wattflex.config.run_spec``)."""
     tel, steps, facts = run_emulated_tables(spec)
     return tel.to_pandas(), steps.to_pandas(), facts
 
 
-def run_emulated_tables(spec: dict[str, Any]) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
+def run_emulated_tables(spec: dict[str, Any] | RunSpec) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
     """``run_emulated`` as pyarrow tables, the files' contents (the runner writes these)."""
-    group = spec["group"]
+    spec = RunSpec.of(spec, backend="emulated")
+    group = spec.group
     gpu = GPUS[group.get("gpu", DEFAULT_GPU)]
-    job = JobSpec.from_config(group, spec["model_facts"])
-    schedule = spec.get("cap_schedule") or [(0.0, float(spec["cap_w"]))]
-    campaign_seed = spec.get("seed", section_defaults()["seed"])
-    seed = run_seed(campaign_seed, spec["campaign"], group["id"], spec["run_id"])
-    hw_seed = hardware_seed(campaign_seed, group["id"])
-    return simulate_run_tables(job, gpu, schedule, spec.get("run", {}), seed, hw_seed, model_name=group["model"],
+    job = JobSpec.from_config(group, spec.model_facts)
+    schedule = spec.cap_schedule or [(0.0, float(spec.cap_w))]
+    seed = run_seed(spec.seed, spec.campaign, group["id"], spec.run_id)
+    hw_seed = hardware_seed(spec.seed, group["id"])
+    return simulate_run_tables(job, gpu, schedule, spec.run, seed, hw_seed, model_name=group["model"],
                                physics=spec_physics(spec, gpu))
 
 
-def spec_physics(spec: dict[str, Any], gpu: GPUSpec | None = None) -> Physics:
+def spec_physics(spec: dict[str, Any] | RunSpec, gpu: GPUSpec | None = None) -> Physics:
     """The emulator's physics for a run spec: the campaign's calibration file
     (``emulator: {calibration: FILE}``, its JSON in ``spec["emulator"]["calibration"]``), else
     the default ``PHYSICS``; on ``gpu``, one of its die (``emulator.physics_for_gpu``)."""
-    calibration = (spec.get("emulator") or {}).get("calibration")
+    calibration = RunSpec.of(spec, backend="emulated").calibration
     return calibrated_physics(calibration) if gpu is None else physics_for_gpu(gpu, calibration)

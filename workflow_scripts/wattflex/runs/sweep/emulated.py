@@ -15,6 +15,7 @@ import pandas as pd
 from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.runs.devices.emulated import EmulatedDevice, run_emulated
 from wattflex.runs.runner import atomic_run_dir, write_run_files
+from wattflex.runs.spec import RunSpec
 from wattflex.runs.sweep.algorithm import run_controller, separate_sweep_seconds, sweep_record
 from wattflex.schema import section_defaults
 from wattflex.telemetry import job_series
@@ -145,5 +146,6 @@ def write_sweep_run(spec: dict[str, Any], outdir: str | Path) -> Path:
     atomically into ``outdir`` (``runner.atomic_run_dir``)."""
     with atomic_run_dir(outdir) as tmp:
         tel, steps, record = run_sweep(spec)
-        write_run_files(tmp, spec, tel, steps, record, cap_w=max(spec["caps"]), repeat=0)
+        write_run_files(tmp, RunSpec.of(spec, backend="emulated"), tel, steps, record, cap_w=max(spec["caps"]),
+                        repeat=0)
     return Path(outdir)

@@ -44,7 +44,7 @@ from wattflex.runs.real_run import (NODE_DIR, NodeSetup, RunOptions, _node_hosts
                                     rendezvous_endpoint, start_training, terminate, training_error, utc_now)
 from wattflex.runs.runner import atomic_run_dir
 from wattflex.runs.sweep.algorithm import CapDevice, run_controller, separate_sweep_seconds, sweep_record
-from wattflex.runs.training.config import TrainConfig
+from wattflex.runs.spec import RunSpec
 from wattflex.telemetry import job_series
 
 STOP_GRACE_S = 300.0  # a stop waits for the current step, or an eval/checkpoint in progress
@@ -279,14 +279,15 @@ class NodeAgents:
         return s[s["n_gpus"] == n_gpus].reset_index(drop=True)
 
 
-def run_sweep_node(spec: dict[str, Any], outdir: Path, t0: float, node_rank: int, rdzv: str) -> None:
+def run_sweep_node(spec: dict[str, Any] | RunSpec, outdir: Path, t0: float, node_rank: int, rdzv: str) -> None:
     """One node of a multi-node sweep (an srun task): its GPUs capped at the lowest cap, sampled,
     its torchrun share started; then each command of the controller carried out and
     acknowledged, and the node's telemetry published every sampler period, until training
     ends; its GPUs restored on every exit path; its facts and telemetry in its node directory."""
-    opts = RunOptions.from_spec(spec)
+    spec = RunSpec.of(spec)
+    opts = spec.options
     caps, train_spec = _grid(spec)
-    node = NodeSetup.open(spec, outdir, opts, t0, node_rank, rdzv, train_spec=train_spec)
+    node = NodeSetup.open(spec, outdir, t0, node_rank, rdzv, train=train_spec.train_config(outdir))
     _check_grid(node.gpus, caps)
     with _capped_training(node, caps[0]) as (sampler, proc):
         _follow_commands(outdir / CAP_FILE, node.node_dir, GpuSet(node.gpus), sampler, proc, opts.sampler_period_s)
@@ -344,12 +345,10 @@ def _follow_commands(cap_file: Path, node_dir: Path, gpus: GpuSet, sampler: Any,
         time.sleep(AGENT_POLL_S)
 
 
-def _grid(spec: dict[str, Any]) -> tuple[list[float], dict[str, Any]]:
+def _grid(spec: RunSpec) -> tuple[list[float], RunSpec]:
     """The cap grid, lowest first, and the training spec: training may run as long as the
     separate sweep would; the controller stops it sooner."""
-    separate_s = separate_sweep_seconds(spec)
-    return (sorted(float(c) for c in spec["caps"]),
-            {**spec, "run": {**spec.get("run", {}), "duration_s": separate_s}})
+    return sorted(float(c) for c in spec.raw["caps"]), spec.with_duration(separate_sweep_seconds(spec.raw))
 
 
 def _check_grid(gpus: Sequence[Any], caps: list[float]) -> None:
@@ -360,14 +359,14 @@ def _check_grid(gpus: Sequence[Any], caps: list[float]) -> None:
             check_cap(gpu, cap)
 
 
-def _run_multi_node_sweep(spec: dict[str, Any], outdir: Path, opts: RunOptions, caps: list[float],
+def _run_multi_node_sweep(spec: RunSpec, outdir: Path, opts: RunOptions, caps: list[float],
                           separate_s: float, start_utc: str, t0: float) -> None:
     """The controller of a sweep across ``opts.nnodes`` nodes (inside their SLURM allocation)."""
     hosts = _node_hosts()
     if len(hosts) < opts.nnodes:
         raise RuntimeError(f"cuda.nnodes is {opts.nnodes} but the SLURM allocation has {len(hosts)} node(s)")
     spec_path = outdir / "spec.json"
-    spec_path.write_text(strict_json(spec, indent=2))
+    spec_path.write_text(strict_json(spec.raw, indent=2))      # each node agent parses it (node_main)
     cmd = node_agent_command(spec_path, outdir, t0, opts.nnodes, rendezvous_endpoint(hosts[0]),
                              gpus_per_node(spec, opts.nnodes), module="wattflex.runs.sweep.real")
     log_path = outdir / "nodes.log"
@@ -378,16 +377,16 @@ def _run_multi_node_sweep(spec: dict[str, Any], outdir: Path, opts: RunOptions, 
         training.wait_first_step(separate_s, opts.sampler_period_s)
         run = PollingRun(agents, agents.series, training.steps, training.request_stop, max_duration_s=separate_s,
                          poll_s=opts.sampler_period_s, t0=t0, clock=time.time, ended=training.ended)
-        result = run_controller(run, spec, caps, separate_s)
+        result = run_controller(run, spec.raw, caps, separate_s)
         training.finish()
     finally:
         terminate(proc)
     nodes = [read_json(outdir / NODE_DIR.format(rank=r) / "node.json")["node"] for r in range(opts.nnodes)]
-    assemble(spec, outdir, opts, nodes, t0, start_utc, utc_now(), extra=sweep_record(spec, result))
+    assemble(spec, outdir, opts, nodes, t0, start_utc, utc_now(), extra=sweep_record(spec.raw, result))
     (outdir / CAP_FILE).unlink(missing_ok=True)
 
 
-def run_real_sweep(spec: dict[str, Any], outdir: str | Path) -> None:
+def run_real_sweep(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> None:
     """``backend: cuda``: one real training run (torchrun, as ``real_run``) whose NVML GPUs the
     controller steps through the cap grid, reading the sampler's telemetry and the trainer's
     live step log while it runs; training is stopped when the sweep ends. Everything runs
@@ -400,16 +399,17 @@ def run_real_sweep(spec: dict[str, Any], outdir: str | Path) -> None:
     steered through the run directory (module docstring)."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    opts = RunOptions.from_spec(spec)
+    spec = RunSpec.of(spec)
+    opts = spec.options
     if opts.cap_control == "observe" or not opts.sampler:
-        raise ValueError(f"sweep: {spec['sweep']} on the cuda backend steps the GPUs' power caps and reads "
+        raise ValueError(f"sweep: {spec.sweep} on the cuda backend steps the GPUs' power caps and reads "
                          f"their power: it needs cuda.cap_control nvml or command (got {opts.cap_control}) "
                          f"and cuda.sampler: true (got {opts.sampler}); use sweep: separate otherwise")
     caps, train_spec = _grid(spec)
-    separate_s = separate_sweep_seconds(spec)
-    command = (spec.get("group") or {}).get("command")      # the group's own job (wattflex.runs.command_run)
+    separate_s = separate_sweep_seconds(spec.raw)
+    command = spec.command                                  # the group's own job (wattflex.runs.command_run)
     if not command:
-        TrainConfig.from_spec(train_spec, outdir).validate()   # missing model/data: fail before any cap
+        train_spec.train_config(outdir).validate()          # missing model/data: fail before any cap
     start_utc, t0 = utc_now(), time.time()
     if opts.nnodes > 1 and not command:
         return _run_multi_node_sweep(spec, outdir, opts, caps, separate_s, start_utc, t0)
@@ -420,7 +420,7 @@ def run_real_sweep(spec: dict[str, Any], outdir: str | Path) -> None:
         job = CommandJob(train_spec, outdir, t0)             # refuses nnodes > 1; nothing capped yet
         node = job.node
     else:
-        node = NodeSetup.open(spec, outdir, opts, t0, train_spec=train_spec)
+        node = NodeSetup.open(spec, outdir, t0, train=train_spec.train_config(outdir))
     _check_grid(node.gpus, caps)
     n_gpus = len(node.gpus)
     with _capped_training(node, caps[0], job.start_live if job else None) as (sampler, proc):
@@ -434,9 +434,9 @@ def run_real_sweep(spec: dict[str, Any], outdir: str | Path) -> None:
         run = PollingRun(GpuSet(node.gpus), series, training.steps, training.request_stop,
                          max_duration_s=separate_s, poll_s=opts.sampler_period_s, t0=t0, clock=time.time,
                          ended=training.ended)
-        result = run_controller(run, spec, caps, separate_s)
+        result = run_controller(run, spec.raw, caps, separate_s)
         training.finish()
-    extra = sweep_record(spec, result)
+    extra = sweep_record(spec.raw, result)
     if job is not None:
         job.write_sweep_outputs(training)
         extra["launch"] = "command"

@@ -1,0 +1,105 @@
+"""One run's spec, parsed once: ``RunSpec``.
+
+``wattflex.config.run_spec`` builds a run's spec as a JSON-able dict: the ``run_at_cap``
+rule's params, the file ``wattflex run-at-cap SPEC.json`` reads. ``RunSpec.of`` parses it once
+where a run starts (``runs.runner.run_at_cap``; ``real_run.run_real`` and
+``command_run.run_command`` when called on their own); everything below it reads the fields.
+
+| field | from the dict | parsed by |
+|:--|:--|:--|
+| ``options`` | ``cuda``, ``run``, ``group.gpus`` | ``real_run.RunOptions.from_spec`` (cuda) |
+| ``train`` | ``group``, ``run``, ``cuda``, ``model_facts``, ``seed`` | ``TrainConfig.from_spec`` (cuda, no command) |
+| the rest | the keys of the same name | this module |
+
+``raw`` is the dict itself: it goes unchanged into run.json and the provenance, and into
+``spec.json`` for the node agents of a multi-node run, each of which parses it once again
+(another process). ``train`` is built with ``outdir`` ``.``; ``train_config(outdir)`` gives
+the one a run writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from wattflex.schema import section_defaults
+
+if TYPE_CHECKING:
+    from wattflex.runs.real_run import RunOptions
+    from wattflex.runs.training.config import TrainConfig
+
+BACKENDS = ("emulated", "cuda")
+_TOP = section_defaults()   # the campaign's top-level defaults (seed, sweep)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A run spec's fields, typed; ``options`` and ``train`` only on the cuda backend."""
+
+    raw: Mapping[str, Any]
+    backend: str
+    run_id: str | None
+    campaign: str | None
+    cap_w: float | None                         # as given (a JSON number): run.json repeats it
+    repeat: int | None
+    seed: int
+    group: Mapping[str, Any]
+    model_facts: Mapping[str, Any]
+    run: Mapping[str, Any]
+    command: Mapping[str, Any] | None           # group.command: the group's own training command
+    calibration: Any                            # emulator.calibration: the calibration's JSON
+    cap_schedule: list[Any] | None              # emulated cap steps [(t_s, cap_w), ...] of a sweep
+    sweep: str                                  # separate (one run per cap) | a one-run sweep's name
+    options: RunOptions | None = None
+    train: TrainConfig | None = None
+
+    @classmethod
+    def of(cls, spec: RunSpec | Mapping[str, Any], backend: str | None = "cuda") -> RunSpec:
+        """``spec`` parsed (a ``RunSpec`` as it is); ``backend``: the one a dict without a
+        ``backend`` key is for (the entry point's own)."""
+        if isinstance(spec, RunSpec):
+            return spec
+        backend = spec.get("backend", backend)
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r} (emulated | cuda)")
+        group = spec.get("group") or {}
+        options = train = None
+        if backend == "cuda":
+            # Imported here: an emulated run (one job each) never loads the real backend.
+            from wattflex.runs.real_run import RunOptions
+            from wattflex.runs.training.config import TrainConfig
+
+            options = RunOptions.from_spec(spec)
+            if not group.get("command"):
+                train = TrainConfig.from_spec(spec, ".")
+        return cls(raw=spec, backend=backend, run_id=spec.get("run_id"), campaign=spec.get("campaign"),
+                   cap_w=spec.get("cap_w"), repeat=spec.get("repeat"), seed=int(spec.get("seed", _TOP["seed"])), group=group,
+                   model_facts=spec.get("model_facts") or {}, run=spec.get("run") or {},
+                   command=group.get("command"), calibration=(spec.get("emulator") or {}).get("calibration"),
+                   cap_schedule=spec.get("cap_schedule"), sweep=str(spec.get("sweep", _TOP["sweep"])),
+                   options=options, train=train)
+
+    @property
+    def group_id(self) -> str | None:
+        return self.group.get("id")
+
+    @property
+    def duration_s(self) -> float:
+        """``run.duration_s`` (0 when absent)."""
+        return float(self.run.get("duration_s", 0))
+
+    def train_config(self, outdir: str | Path) -> TrainConfig:
+        """The training job of this run, writing into ``outdir``."""
+        if self.train is None:
+            raise ValueError(f"run {self.run_id}: no training job to configure "
+                             f"({'the group runs its own command' if self.command else f'backend {self.backend}'})")
+        return dataclasses.replace(self.train, outdir=str(outdir))
+
+    def with_duration(self, duration_s: float) -> RunSpec:
+        """This spec with ``run.duration_s`` replaced (the one-run sweep trains as long as the
+        separate sweep would); ``raw`` too, as run.json records it."""
+        run = {**self.run, "duration_s": duration_s}
+        train = None if self.train is None else dataclasses.replace(self.train, duration_s=float(duration_s))
+        return dataclasses.replace(self, raw={**self.raw, "run": run}, run=run, train=train)
