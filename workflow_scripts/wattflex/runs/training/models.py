@@ -152,12 +152,35 @@ def hf_config(facts: dict[str, Any], *, tiny: bool = False, seq_len: int = 4096,
     return cfg
 
 
+# Published checkpoints of some families are multimodal: the text decoder is one part of a larger
+# model. checkpoint config's model_type -> where the text decoder's weights sit in its state dict
+# (transformers 5.25: Gemma4ForConditionalGeneration keeps Gemma4TextModel at
+# ``model.language_model`` and ties ``lm_head.weight`` to ``model.language_model.embed_tokens.weight``,
+# its _tied_weights_keys; google/gemma-4-26B-A4B's config.json is this model_type "gemma4", with
+# the decoder's config under text_config and vision and audio towers beside it).
+MULTIMODAL_TEXT_PREFIX = {"gemma4": "model.language_model."}
+
+
+def checkpoint_config(cfg: TrainConfig):
+    """The config.json of the checkpoint ``cfg.model_path`` as transformers reads it (offline)."""
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(cfg.model_path, local_files_only=True)
+
+
+def text_decoder_config(hf_cfg: Any):
+    """The config of the causal LM the harness trains from a checkpoint's config: the config
+    itself, or a multimodal checkpoint's text decoder (``text_config``; its vision and audio
+    towers are not built: the measured workloads are text-only)."""
+    if hf_cfg.model_type in MULTIMODAL_TEXT_PREFIX:
+        return hf_cfg.get_text_config(decoder=True)
+    return hf_cfg
+
+
 def model_config(cfg: TrainConfig, ep: int = 1):
     """The transformers config of the model ``build_model`` gives, without building it."""
     if cfg.model_path and not cfg.tiny:
-        from transformers import AutoConfig
-
-        return AutoConfig.from_pretrained(cfg.model_path, local_files_only=True)
+        return text_decoder_config(checkpoint_config(cfg))
     return hf_config(cfg.model_facts, tiny=cfg.tiny, seq_len=cfg.seq_len, ep=ep)
 
 
@@ -185,15 +208,33 @@ def quantization_kwargs(hf_cfg: Any) -> dict[str, Any]:
 
 
 def load_pretrained(cfg: TrainConfig, dtype: torch.dtype) -> nn.Module:
-    """The local checkpoint ``cfg.model_path``, whole in this process, offline."""
+    """The local checkpoint ``cfg.model_path``, whole in this process, offline: the causal LM of
+    ``model_config`` (a multimodal checkpoint's text decoder alone, its weights renamed from
+    where the multimodal model keeps them; the other towers' weights are not loaded). Every
+    weight of the model must come from the checkpoint: transformers initialises missing ones at
+    random with a log line only, which would train (and measure) a different model."""
     from transformers import AutoModelForCausalLM
 
-    quant = quantization_kwargs(model_config(cfg))
+    full = checkpoint_config(cfg)
+    text = text_decoder_config(full)
+    kw: dict[str, Any] = {}
+    if text is not full:
+        prefix = MULTIMODAL_TEXT_PREFIX[full.model_type]
+        kw = {"config": text, "key_mapping": {"^" + prefix.replace(".", r"\."): "model."}}
     try:
-        return AutoModelForCausalLM.from_pretrained(cfg.model_path, dtype=dtype, local_files_only=True,
-                                                    **_attention_kwargs(cfg), **quant)
+        model, loading = AutoModelForCausalLM.from_pretrained(
+            cfg.model_path, dtype=dtype, local_files_only=True, output_loading_info=True,
+            **_attention_kwargs(cfg), **quantization_kwargs(full), **kw)
     except OSError as exc:
         raise FileNotFoundError(f"cannot load model from {cfg.model_path} (offline): {exc}") from exc
+    missing = sorted({*loading.get("missing_keys", ()), *(k[0] if isinstance(k, tuple) else k
+                                                          for k in loading.get("mismatched_keys", ()))})
+    if missing:
+        raise ValueError(f"cuda.model_path {cfg.model_path}: the checkpoint has no (or a differently shaped) "
+                         f"{', '.join(missing[:5])}{f' and {len(missing) - 5} more' if len(missing) > 5 else ''} "
+                         f"for {type(model).__name__} (model_type {full.model_type!r}); transformers would "
+                         f"initialise them at random")
+    return model
 
 
 def from_config(cfg: TrainConfig, dtype: torch.dtype, ep: int = 1) -> nn.Module:
