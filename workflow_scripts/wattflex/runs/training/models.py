@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from wattflex.architectures import ARCHITECTURES
+from wattflex.architectures import ARCHITECTURES, MULTIMODAL_TEXT_PREFIX
 from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.sharded import hf_model, tied_embeddings
 
@@ -152,15 +152,6 @@ def hf_config(facts: dict[str, Any], *, tiny: bool = False, seq_len: int = 4096,
     return cfg
 
 
-# Published checkpoints of some families are multimodal: the text decoder is one part of a larger
-# model. checkpoint config's model_type -> where the text decoder's weights sit in its state dict
-# (transformers 5.25: Gemma4ForConditionalGeneration keeps Gemma4TextModel at
-# ``model.language_model`` and ties ``lm_head.weight`` to ``model.language_model.embed_tokens.weight``,
-# its _tied_weights_keys; google/gemma-4-26B-A4B's config.json is this model_type "gemma4", with
-# the decoder's config under text_config and vision and audio towers beside it).
-MULTIMODAL_TEXT_PREFIX = {"gemma4": "model.language_model."}
-
-
 def checkpoint_config(cfg: TrainConfig):
     """The config.json of the checkpoint ``cfg.model_path`` as transformers reads it (offline)."""
     from transformers import AutoConfig
@@ -170,8 +161,9 @@ def checkpoint_config(cfg: TrainConfig):
 
 def text_decoder_config(hf_cfg: Any):
     """The config of the causal LM the harness trains from a checkpoint's config: the config
-    itself, or a multimodal checkpoint's text decoder (``text_config``; its vision and audio
-    towers are not built: the measured workloads are text-only)."""
+    itself, or a multimodal checkpoint's text decoder (``text_config``, architectures'
+    ``MULTIMODAL_TEXT_PREFIX``; its vision and audio towers are not built: the measured workloads
+    are text-only)."""
     if hf_cfg.model_type in MULTIMODAL_TEXT_PREFIX:
         return hf_cfg.get_text_config(decoder=True)
     return hf_cfg
