@@ -38,6 +38,15 @@ def yes(v: bool) -> str:
     return "yes" if v else "**no**"
 
 
+def lora_cell(job, fc, family) -> str:
+    """LoRA from the checkpoint: base weights equal, logits and gradient diffs, adapters moved."""
+    if family.name not in fc.LORA:
+        return "—"
+    s = fc.summary(job.reports(f"{family.name}-lora"))
+    return (f"{yes(s['params_equal'] and s['buffers_equal'])}, {s['logits_max_diff']:.0e} / {s['grad_max_diff']:.0e}, "
+            f"{s['moved']} of {s['trainable']} moved{'' if s['step_taken'] else ' **no step**'}")
+
+
 def main() -> None:
     import torch
     import transformers
@@ -65,7 +74,7 @@ def main() -> None:
                         f"| {ck['logits_max_diff']:.1e} | {ck['grad_max_diff']:.1e} | {yes(ck['params_equal'])} "
                         f"| {yes(ck['buffers_equal'])} ({len(ck['buffers'])}) | {yes(ck['step_taken'])} ({ck['loss']:.3f}) "
                         f"| {yes(ri['buffers_equal'])} ({len(ri['buffers'])}) | {ri['logits_max_diff']:.1e} "
-                        f"| {yes(ri['step_taken'])} |")
+                        f"| {yes(ri['step_taken'])} | {lora_cell(job, fc, f)} |")
             print(rows[-1], flush=True)
         mm_line = ""
         if fc.MULTIMODAL in cases:
@@ -80,7 +89,8 @@ def main() -> None:
                        f"| {max(r['logits_max_diff'] for r in mm):.1e} | {r0['loss']:.3f} |")
     header = ("| family | hf_model_type | class | tied | logits max diff | grad max diff | weights equal "
               "| buffers equal (n) | step taken (loss) | random init: buffers equal (n) | random init: logits max diff "
-              "| random init: step taken |\n|" + "---|" * 12)
+              "| random init: step taken | LoRA from the checkpoint: weights and buffers equal, logits / grad max diff, "
+              "adapters moved |\n|" + "---|" * 13)
     text = f"""# Every catalogue family through the sharded path (issue 36)
 
 `python benchmarks/family_checkpoints.py` — one 2-rank gloo torchrun job on CPU ({wall:.0f} s for
@@ -94,6 +104,9 @@ unsharded model's), every parameter and buffer gathered; one AdamW step (lr 1e-2
 finite loss and every trainable parameter moved. Random init: the harness's tiny sharded build, its
 buffers against a fresh unsharded build's (weights differ by construction: each rank draws its own
 shard on CPU), then logits and step against the unsharded model given the gathered weights.
+LoRA (rank 4, peft; the fused expert weights through `target_parameters`) from the checkpoint for
+the MoE families and a tied dense one: the step moves every `lora_B` (and no `lora_A`: its gradient
+is zero while `lora_B` is).
 Figures: the worse of the two ranks; fp32.
 
 {header}

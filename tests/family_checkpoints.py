@@ -12,6 +12,7 @@ fresh unsharded build's.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,11 +51,11 @@ FAMILIES = [
     Family("Llama-3.1-70B", CATALOG["Llama-3.1-70B"], False,
            {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-           "meta-llama/Llama-3.1-70B config.json"),
+           "meta-llama/Llama-3.1-70B config.json", {"max_position_embeddings": 131072}),
     Family("Llama-3.2-1B", {**CATALOG["Llama-3.1-70B"], "heads": 32, "kv_heads": 8}, True,
            {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-           "meta-llama/Llama-3.2-1B config.json (tie_word_embeddings true)"),
+           "meta-llama/Llama-3.2-1B config.json (tie_word_embeddings true)", {"max_position_embeddings": 131072}),
     Family("Mistral-Small-24B-Base-2501", CATALOG["Mistral-Small-24B-Base-2501"], False,
            {"rope_type": "default", "rope_theta": 100000000.0},
            "mistralai/Mistral-Small-24B-Base-2501 config.json"),
@@ -75,11 +76,11 @@ FAMILIES = [
            {"rope_type": "default", "rope_theta": 1000000.0}, "mistralai/Mixtral-8x7B-v0.1 config.json"),
     Family("gpt-oss-20b", CATALOG["gpt-oss-20b"], False,
            {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
-            "truncate": False, "original_max_position_embeddings": 4096}, "openai/gpt-oss-20b config.json"),
+            "truncate": False, "original_max_position_embeddings": 4096}, "openai/gpt-oss-20b config.json", {"max_position_embeddings": 131072}),
     Family("DeepSeek-V2-Lite", CATALOG["DeepSeek-V2-Lite"], False,
            {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "beta_fast": 32.0, "beta_slow": 1.0,
             "mscale": 0.707, "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096},
-           "deepseek-ai/DeepSeek-V2-Lite config.json"),
+           "deepseek-ai/DeepSeek-V2-Lite config.json", {"max_position_embeddings": 163840}),
     Family("Gemma-4-26B-A4B", CATALOG["Gemma-4-26B-A4B"], True, None,
            "google/gemma-4-26B-A4B config.json text_config (Gemma4TextConfig's own rope defaults)"),
 ]
@@ -149,8 +150,9 @@ FAMILY_PROBE = """
     trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
     before = {n: full(p).detach().clone() for n, p in trainable.items()}
     optimizer = torch.optim.AdamW(list(trainable.values()), lr=1e-2, weight_decay=0.0)
-    if cfg.tiny:
-        ref.load_state_dict({n: full(t) for n, t in model.state_dict().items()})
+    # random init and LoRA's lora_A: other draws than the one-process build; the comparisons below are
+    # of the computation, on the same (gathered) weights
+    ref.load_state_dict({n: full(t) for n, t in model.state_dict().items()})
     torch.manual_seed(7)
     x = torch.randint(0, base.config.vocab_size, (cfg.batch, cfg.seq_len))
     with torch.no_grad():
@@ -165,6 +167,7 @@ FAMILY_PROBE = """
                     if p.grad is not None and ref_grads.get(n) is not None)
     no_grad = sorted(n for n, p in trainable.items() if p.grad is None)
     ref_no_grad = sorted(n for n, p in ref.named_parameters() if p.requires_grad and p.grad is None)
+    zero_grad = sorted(n for n, p in trainable.items() if ref_grads.get(n) is None or not ref_grads[n].any())
     optimizer.step()
     unchanged = sorted(n for n, p in trainable.items() if torch.equal(full(p).detach(), before[n]))
     out = {"model_class": info["model_class"], "sharded_build": info["sharded_build"],
@@ -172,11 +175,14 @@ FAMILY_PROBE = """
            "ref_tied": ref.get_output_embeddings().weight is ref.get_input_embeddings().weight,
            "buffers": buffers, "params_equal": params_equal, "logits_max_diff": logits_diff,
            "loss": float(loss), "ref_loss": float(ref_loss), "grad_max_diff": grad_diff, "chunked": chunked,
-           "params": len(trainable), "unchanged": unchanged, "no_grad": no_grad, "ref_no_grad": ref_no_grad}
+           "params": len(trainable), "unchanged": unchanged, "zero_grad": zero_grad, "no_grad": no_grad, "ref_no_grad": ref_no_grad}
     open(f"{cfg.outdir}/probe{dist.rank}.json", "w").write(json.dumps(out))
     torch.distributed.destroy_process_group()
 """
 SOURCES = ("model_path", "random_init")
+# LoRA (peft, the fused experts through target_parameters) from the checkpoint: the MoE families and
+# a tied dense one
+LORA = ("Qwen3-0.6B", "Qwen3-30B-A3B", "Mixtral-8x7B-v0.1", "gpt-oss-20b", "DeepSeek-V2-Lite", "Gemma-4-26B-A4B")
 
 # A multimodal Gemma-4 checkpoint: the harness's text decoder against the whole
 # Gemma4ForConditionalGeneration loaded by transformers in one process (its text-only logits, its
@@ -213,14 +219,14 @@ MULTIMODAL_PROBE = """
 MULTIMODAL = "Gemma-4-26B-A4B-multimodal_checkpoint"
 
 
-def train_config(family: Family, source: str, outdir: Path):
+def train_config(family: Family, source: str, outdir: Path, task: str = "pt"):
     """The harness's config for ``family``: the saved checkpoint's path, or the tiny random build of
     the same config (the family's tying and rope as catalogue facts the tiny build does not read:
     random init is compared on buffers, which it recomputes)."""
     from wattflex.runs.training.config import TrainConfig
 
     facts = {**family.facts, "tie_word_embeddings": family.tied}
-    kw = dict(model_facts=facts, task="pt", seq_len=32, batch=2, device="cpu", max_steps=1, duration_s=120,
+    kw = dict(model_facts=facts, task=task, lora_rank=4, seq_len=32, batch=2, device="cpu", max_steps=1, duration_s=120,
               eval_at_s=None, checkpoint_at_s=None, parallel="fsdp", outdir=str(outdir))
     if source == "random_init":
         return TrainConfig(tiny=True, **kw)
@@ -235,6 +241,9 @@ def cases(work: Path) -> dict[str, tuple[str, Any]]:
         for source in SOURCES:
             d = work / f"{family.name}-{source}"
             out[d.name] = (FAMILY_PROBE, train_config(family, source, d))
+        if family.name in LORA:
+            d = work / f"{family.name}-lora"
+            out[d.name] = (FAMILY_PROBE, train_config(family, "model_path", d, task="lora"))
     d = work / MULTIMODAL
     save_multimodal_gemma4(d / "model")
     cfg = train_config(GEMMA4, "random_init", d)
@@ -250,9 +259,12 @@ def summary(reports: list[dict]) -> dict[str, Any]:
             "buffers_equal": all(all(r["buffers"].values()) for r in reports),
             "buffers": sorted(reports[0]["buffers"]),
             "unequal_buffers": sorted({n for r in reports for n, ok in r["buffers"].items() if not ok}),
-            "params_equal": all(all(r["params_equal"].values()) for r in reports),
-            "step_taken": all(r["loss"] == r["loss"] and abs(r["loss"]) != float("inf") and not r["unchanged"]
-                              for r in reports),
+            # the base model's weights (LoRA's lora_A are each rank's own draws)
+            "params_equal": all(ok for r in reports for n, ok in r["params_equal"].items() if "lora_" not in n),
+            # a finite loss, and every parameter moved but those of no gradient (lora_A while lora_B is 0)
+            "step_taken": all(math.isfinite(r["loss"]) and len(r["unchanged"]) < r["params"]
+                              and set(r["unchanged"]) <= set(r["zero_grad"]) for r in reports),
+            "moved": min(r["params"] - len(r["unchanged"]) for r in reports), "trainable": reports[0]["params"],
             "loss": reports[0]["loss"], "ref_loss": reports[0]["ref_loss"],
             "unchanged": sorted({n for r in reports for n in r["unchanged"]}),
             "tied": all(r["tied"] for r in reports), "model_class": reports[0]["model_class"]}

@@ -50,10 +50,27 @@ def test_random_init_of_every_family_has_a_fresh_models_buffers_and_trains(famil
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", fc.LORA)
+def test_lora_from_every_moe_familys_checkpoint_trains_the_adapters(name, family_probes):
+    """peft's adapters on the loaded checkpoint (the fused experts through target_parameters): the
+    base weights the checkpoint's, logits and gradient the unsharded model's, every adapter with a
+    gradient moved by the step (lora_A has none while lora_B is zero)."""
+    reports = family_probes.reports(f"{name}-lora")
+    s = fc.summary(reports)
+    assert s["params_equal"] and s["buffers_equal"], s["unequal_buffers"]
+    assert s["logits_max_diff"] < 1e-5 and s["grad_max_diff"] < 1e-6, s
+    assert s["step_taken"], s["unchanged"]
+    assert all(all("lora_A" in n for n in r["unchanged"]) for r in reports), s["unchanged"]
+    assert s["moved"] >= s["trainable"] // 2                     # every lora_B
+
+
+@pytest.mark.slow
 def test_multimodal_gemma4_checkpoint_trains_its_text_decoder_only(family_probes):
-    """google/gemma-4-26B-A4B is a Gemma4ForConditionalGeneration checkpoint: the harness built that
-    whole class (vision and audio towers, the first ``layers`` list found, the vision encoder's, as
-    FSDP units) from it; now Gemma4ForCausalLM from its text_config, the decoder's weights read from
+    """google/gemma-4-26B-A4B is a Gemma4ForConditionalGeneration checkpoint: the harness built and
+    loaded that whole class sharded (vision and audio towers; the first ``layers`` list found, the
+    vision encoder's, as the FSDP units), then failed reading the decoder's facts off the multimodal
+    config (``'Gemma4Config' object has no attribute 'num_hidden_layers'``, in flops_per_token); now
+    Gemma4ForCausalLM from its text_config, the decoder's weights read from
     ``model.language_model.*``, the towers never loaded."""
     for r in family_probes.reports(fc.MULTIMODAL):
         assert r["model_class"] == "Gemma4ForCausalLM" and r["hf_config"]["model_type"] == "gemma4_text"
