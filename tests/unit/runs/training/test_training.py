@@ -308,3 +308,33 @@ def test_flex_attention_with_sinks_falls_back_to_eager_on_cpu(tmp_path):
     cfg = tiny_cfg("gpt-oss-20b", "pt", tmp_path, attn_implementation="flex_attention")
     model = models.build_model(cfg, torch.float32)
     assert model.config._attn_implementation == "eager"  # transformers raises for sinks + flex on CPU
+
+
+def test_import_libraries_imports_every_familys_modeling_code():
+    """The memory baseline before the build includes the family's modeling code (training.loop):
+    for gemma4_text the module path built from the model_type (models/gemma4_text/) does not exist
+    and nothing was imported. In a fresh interpreter, one family after another."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from wattflex.architectures import ARCHITECTURES
+
+    code = (
+        "import sys, json\n"
+        "from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as M\n"
+        "from wattflex.runs.training import models\n"
+        "from wattflex.runs.training.config import TrainConfig\n"
+        "out = {}\n"
+        "for mt in sys.argv[1:]:\n"
+        "    before = set(sys.modules)\n"
+        "    models.import_libraries(TrainConfig(model_facts={'hf_model_type': mt}, task='pt'))\n"
+        "    new = set(sys.modules) - before\n"
+        "    import transformers\n"
+        "    out[mt] = getattr(transformers, M[mt]).__module__ in new\n"
+        "print(json.dumps(out))\n")
+    r = subprocess.run([sys.executable, "-c", code, *sorted(ARCHITECTURES)], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts")}, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.splitlines()[-1]) == {mt: True for mt in ARCHITECTURES}

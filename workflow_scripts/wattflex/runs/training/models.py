@@ -239,15 +239,15 @@ def from_config(cfg: TrainConfig, dtype: torch.dtype, ep: int = 1) -> nn.Module:
 def import_libraries(cfg: TrainConfig) -> None:
     """Import what building ``cfg``'s model imports (transformers' modeling code of the family,
     peft for LoRA), so memory measured after this and after the build differs by the model."""
-    import importlib
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    import transformers  # noqa: F401
-
-    mt = cfg.hf_model_type
-    try:
-        importlib.import_module(f"transformers.models.{mt}.modeling_{mt}")
-    except ModuleNotFoundError:     # a family outside the catalogue's: imported by the build
-        pass
+    # the family's causal-LM class, wherever transformers keeps it (gemma4_text's is in
+    # models/gemma4/modeling_gemma4, not models/gemma4_text/: a path built from the model_type
+    # missed it, and its import counted as the model's memory)
+    name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(cfg.hf_model_type)
+    if name:                        # a family outside the catalogue's: imported by the build
+        getattr(transformers, name)
     if cfg.task == "lora":
         import peft  # noqa: F401
 
