@@ -76,3 +76,38 @@ def test_a_checkpoint_without_some_weights_is_refused(tmp_path):
     save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ValueError, match=r"checkpoint has no .*model\.layers\.1\.mlp\.down_proj\.weight"):
         models.load_pretrained(checkpoint_cfg(tmp_path, "Qwen3-32B"), torch.float32)
+
+
+def test_an_mxfp4_gpt_oss_checkpoint_loads_dequantised_with_every_weight(tmp_path):
+    """openai/gpt-oss-20b's format: the routed experts as MXFP4 ``*_blocks`` (uint8, two FP4 values a
+    byte, 32 a block) and ``*_scales`` (uint8 exponents, bias 127) with quantization_config mxfp4:
+    loaded for training as float experts (transformers' dequantisation), and no weight reported
+    missing (the refusal of checkpoints lacking weights must not refuse this one)."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    from tests.family_checkpoints import FAMILIES, save_checkpoint
+
+    family = next(f for f in FAMILIES if f.hf_model_type == "gpt_oss")
+    save_checkpoint(family, tmp_path)
+    weights, packed = load_file(tmp_path / "model.safetensors"), {}
+    g = torch.Generator().manual_seed(0)
+    for k in [k for k in weights if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+        experts, d_in, d_out = weights.pop(k).shape         # [E, in, out] in the model, [E, out, ...] packed
+        packed[k] = (torch.randint(0, 256, (experts, d_out, d_in // 32, 16), dtype=torch.uint8, generator=g),
+                     torch.randint(124, 130, (experts, d_out, d_in // 32), dtype=torch.uint8, generator=g))
+        weights[k + "_blocks"], weights[k + "_scales"] = packed[k]
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    model = models.load_pretrained(checkpoint_cfg(tmp_path, "gpt-oss-20b"), torch.float32)
+    params = dict(model.named_parameters())
+    for k, (blocks, scales) in packed.items():
+        assert params[k].dtype == torch.float32 and params[k].requires_grad
+        # transformers' own unpacking ([E, out, in/32, 16] bytes -> [E, in, out] values)
+        assert torch.equal(params[k].detach(), convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)), k
