@@ -128,6 +128,11 @@ def test_full_size_config_matches_the_catalog():
     assert (gpt.num_local_experts, gpt.num_experts_per_tok, gpt.intermediate_size) == (32, 4, 2880)
     llama = models.hf_config(CATALOG["Llama-3.1-70B"], seq_len=8192)
     assert (llama.intermediate_size, llama.num_key_value_heads, llama.model_type) == (28672, 8, "llama")
+    # deepseek-ai/DeepSeek-V2-Lite config.json: a dense first layer of 10944 (was built 8 x 1408 = 11264)
+    ds = models.hf_config(CATALOG["DeepSeek-V2-Lite"], seq_len=4096)
+    assert (ds.intermediate_size, ds.moe_intermediate_size, ds.first_k_dense_replace, ds.n_shared_experts,
+            ds.n_routed_experts, ds.num_experts_per_tok, ds.kv_lora_rank, ds.q_lora_rank) == \
+        (10944, 1408, 1, 2, 64, 6, 512, None)
 
 
 def test_gemma4_is_its_own_class_at_its_published_geometry():
