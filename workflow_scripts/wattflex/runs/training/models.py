@@ -141,7 +141,7 @@ def hf_config(facts: dict[str, Any], *, tiny: bool = False, seq_len: int = 4096,
         kw.pop("head_dim", None)
         # the first layer's dense MLP: the catalogue's published width (was assumed 8 x the expert's:
         # 11264 for DeepSeek-V2-Lite, whose config.json has 10944)
-        dense = TINY["intermediate"] if tiny else int(facts.get("dense_layer_intermediate", inter * 8))
+        dense = inter * 8 if tiny else int(facts.get("dense_layer_intermediate", inter * 8))
         kw.update(moe_intermediate_size=inter, intermediate_size=dense, n_routed_experts=int(f["experts"]),
                   num_experts_per_tok=int(f["experts_active"]), n_shared_experts=2 if not tiny else 1,
                   first_k_dense_replace=1 if not tiny else 0, q_lora_rank=None,
