@@ -6,8 +6,10 @@ For each ``hf_model_type`` of ``wattflex.architectures.ARCHITECTURES``: a tiny c
 real transformers class (``models.hf_config(..., tiny=True)``) with the published config's
 rotary settings and its embedding tying, saved by ``save_pretrained`` and loaded through
 ``loop.prepare_model`` (FSDP2 on 2 ranks), compared with the same checkpoint loaded whole in
-one process; and the same family built at random by the harness, its buffers compared with a
-fresh unsharded build's.
+one process; the same family built at random by the harness, its buffers compared with a
+fresh unsharded build's; LoRA from the checkpoint for the MoE families and a tied dense one; and
+a multimodal Gemma-4 checkpoint (Gemma4ForConditionalGeneration), of which the harness trains the
+text decoder.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ class Family:
     """One row: ``facts`` a catalogue entry (or the published config's head counts for the
     families the catalogue has no model of), ``rope`` the published config's rotary settings
     (transformers 5 ``rope_parameters``; None: the config class's default), ``tied`` whether
-    lm_head is the input embedding."""
+    lm_head is the input embedding, ``extra`` other published config values set on the tiny
+    config (max_position_embeddings beside a rope scaling that names an original length)."""
     name: str
     facts: dict[str, Any]
     tied: bool
