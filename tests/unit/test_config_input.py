@@ -37,7 +37,7 @@ def tiny_cuda(**cuda) -> dict:
 
 def model_dir(tmp_path: Path, **facts) -> Path:
     d = tmp_path / "model"
-    d.mkdir()
+    d.mkdir(parents=True)
     (d / "config.json").write_text(json.dumps(facts))
     return d
 
@@ -197,3 +197,27 @@ def test_the_docs_minimal_measured_campaign_validates(tmp_path):
                   hidden_size=facts["hidden"])
     doc["cuda"]["model_path"] = str(d)
     prepare(merged(doc), base=REPO, cwd=tmp_path)
+
+
+# google/gemma-4-26B-A4B's config.json (its shape: Gemma4ForConditionalGeneration, the text decoder's
+# facts under text_config; the values the catalogue's: config/models.yaml)
+GEMMA4_PUBLISHED = {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"],
+                    "text_config": {"model_type": "gemma4_text", "num_hidden_layers": 30, "hidden_size": 2816},
+                    "vision_config": {"model_type": "gemma4_vision", "num_hidden_layers": 27, "hidden_size": 1152}}
+
+
+def gemma4_campaign(tmp_path: Path, config_json: dict) -> dict:
+    cfg = tiny_cuda(model_path=str(model_dir(tmp_path, **config_json)))
+    cfg["groups"], cfg["repeats"] = [{"id": "moe-pt-gemma4-x8", "model": "Gemma-4-26B-A4B", "task": "pt", "gpus": 8}], []
+    return cfg
+
+
+def test_a_published_multimodal_checkpoint_is_its_text_decoders_model(tmp_path):
+    """The harness trains a multimodal checkpoint's text decoder (runs.training.models): the check
+    compared the multimodal model_type ('gemma4') with the catalogue's ('gemma4_text') and refused
+    the published Gemma-4; the decoder's facts are still checked."""
+    prepare(gemma4_campaign(tmp_path / "a", GEMMA4_PUBLISHED), base=REPO, cwd=tmp_path)
+    other = copy.deepcopy(GEMMA4_PUBLISHED)
+    other["text_config"]["num_hidden_layers"] = 35                  # another size of the family
+    with pytest.raises(ConfigError, match="is not Gemma-4-26B-A4B .*num_hidden_layers 35"):
+        prepare(gemma4_campaign(tmp_path / "b", other), base=REPO, cwd=tmp_path)

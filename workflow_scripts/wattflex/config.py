@@ -34,7 +34,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from wattflex.architectures import ARCHITECTURES
+from wattflex.architectures import ARCHITECTURES, MULTIMODAL_TEXT_PREFIX
 from wattflex.errors import ConfigError
 from wattflex.gpus import DEFAULT_GPU, gpu_spec
 from wattflex.run_ids import run_id
@@ -396,8 +396,11 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
         for g in ([] if cuda.get("tiny") else gs):
             want = catalog.get(g["model"], {})
             pairs = (("model_type", "hf_model_type"), ("num_hidden_layers", "layers"), ("hidden_size", "hidden"))
+            # a multimodal checkpoint's text decoder is the catalogue's model (its text_config; the
+            # harness trains that: runs.training.models.text_decoder_config)
+            decoder = (facts.get("text_config") or {}) if facts.get("model_type") in MULTIMODAL_TEXT_PREFIX else {}
             for key, cat_key in pairs:
-                have = facts.get(key, (facts.get("text_config") or {}).get(key))
+                have = decoder.get(key, facts.get(key, (facts.get("text_config") or {}).get(key)))
                 if cat_key in want and have is not None and have != want[cat_key]:
                     raise ConfigError(f"{where}.model_path: {d} is not {g['model']} (group {g['id']}): its "
                                       f"config.json has {key} {have!r}, the catalog {cat_key} {want[cat_key]!r}; "

@@ -128,6 +128,11 @@ def test_full_size_config_matches_the_catalog():
     assert (gpt.num_local_experts, gpt.num_experts_per_tok, gpt.intermediate_size) == (32, 4, 2880)
     llama = models.hf_config(CATALOG["Llama-3.1-70B"], seq_len=8192)
     assert (llama.intermediate_size, llama.num_key_value_heads, llama.model_type) == (28672, 8, "llama")
+    # deepseek-ai/DeepSeek-V2-Lite config.json: a dense first layer of 10944 (was built 8 x 1408 = 11264)
+    ds = models.hf_config(CATALOG["DeepSeek-V2-Lite"], seq_len=4096)
+    assert (ds.intermediate_size, ds.moe_intermediate_size, ds.first_k_dense_replace, ds.n_shared_experts,
+            ds.n_routed_experts, ds.num_experts_per_tok, ds.kv_lora_rank, ds.q_lora_rank) == \
+        (10944, 1408, 1, 2, 64, 6, 512, None)
 
 
 def test_gemma4_is_its_own_class_at_its_published_geometry():
@@ -308,3 +313,33 @@ def test_flex_attention_with_sinks_falls_back_to_eager_on_cpu(tmp_path):
     cfg = tiny_cfg("gpt-oss-20b", "pt", tmp_path, attn_implementation="flex_attention")
     model = models.build_model(cfg, torch.float32)
     assert model.config._attn_implementation == "eager"  # transformers raises for sinks + flex on CPU
+
+
+def test_import_libraries_imports_every_familys_modeling_code():
+    """The memory baseline before the build includes the family's modeling code (training.loop):
+    for gemma4_text the module path built from the model_type (models/gemma4_text/) does not exist
+    and nothing was imported. In a fresh interpreter, one family after another."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from wattflex.architectures import ARCHITECTURES
+
+    code = (
+        "import sys, json\n"
+        "from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as M\n"
+        "from wattflex.runs.training import models\n"
+        "from wattflex.runs.training.config import TrainConfig\n"
+        "out = {}\n"
+        "for mt in sys.argv[1:]:\n"
+        "    before = set(sys.modules)\n"
+        "    models.import_libraries(TrainConfig(model_facts={'hf_model_type': mt}, task='pt'))\n"
+        "    new = set(sys.modules) - before\n"
+        "    import transformers\n"
+        "    out[mt] = getattr(transformers, M[mt]).__module__ in new\n"
+        "print(json.dumps(out))\n")
+    r = subprocess.run([sys.executable, "-c", code, *sorted(ARCHITECTURES)], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts")}, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.splitlines()[-1]) == {mt: True for mt in ARCHITECTURES}

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from wattflex.architectures import ARCHITECTURES
+from wattflex.architectures import ARCHITECTURES, MULTIMODAL_TEXT_PREFIX
 from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.sharded import hf_model, tied_embeddings
 
@@ -139,7 +139,10 @@ def hf_config(facts: dict[str, Any], *, tiny: bool = False, seq_len: int = 4096,
     elif mt == "deepseek_v2":
         head_dim = int(f.get("head_dim") or 128)
         kw.pop("head_dim", None)
-        kw.update(moe_intermediate_size=inter, intermediate_size=inter * 8, n_routed_experts=int(f["experts"]),
+        # the first layer's dense MLP: the catalogue's published width (was assumed 8 x the expert's:
+        # 11264 for DeepSeek-V2-Lite, whose config.json has 10944)
+        dense = inter * 8 if tiny else int(facts.get("dense_layer_intermediate", inter * 8))
+        kw.update(moe_intermediate_size=inter, intermediate_size=dense, n_routed_experts=int(f["experts"]),
                   num_experts_per_tok=int(f["experts_active"]), n_shared_experts=2 if not tiny else 1,
                   first_k_dense_replace=1 if not tiny else 0, q_lora_rank=None,
                   kv_lora_rank=512 if not tiny else 16, qk_nope_head_dim=head_dim,
@@ -152,12 +155,27 @@ def hf_config(facts: dict[str, Any], *, tiny: bool = False, seq_len: int = 4096,
     return cfg
 
 
+def checkpoint_config(cfg: TrainConfig):
+    """The config.json of the checkpoint ``cfg.model_path`` as transformers reads it (offline)."""
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(cfg.model_path, local_files_only=True)
+
+
+def text_decoder_config(hf_cfg: Any):
+    """The config of the causal LM the harness trains from a checkpoint's config: the config
+    itself, or a multimodal checkpoint's text decoder (``text_config``, architectures'
+    ``MULTIMODAL_TEXT_PREFIX``; its vision and audio towers are not built: the measured workloads
+    are text-only)."""
+    if hf_cfg.model_type in MULTIMODAL_TEXT_PREFIX:
+        return hf_cfg.get_text_config(decoder=True)
+    return hf_cfg
+
+
 def model_config(cfg: TrainConfig, ep: int = 1):
     """The transformers config of the model ``build_model`` gives, without building it."""
     if cfg.model_path and not cfg.tiny:
-        from transformers import AutoConfig
-
-        return AutoConfig.from_pretrained(cfg.model_path, local_files_only=True)
+        return text_decoder_config(checkpoint_config(cfg))
     return hf_config(cfg.model_facts, tiny=cfg.tiny, seq_len=cfg.seq_len, ep=ep)
 
 
@@ -185,15 +203,33 @@ def quantization_kwargs(hf_cfg: Any) -> dict[str, Any]:
 
 
 def load_pretrained(cfg: TrainConfig, dtype: torch.dtype) -> nn.Module:
-    """The local checkpoint ``cfg.model_path``, whole in this process, offline."""
+    """The local checkpoint ``cfg.model_path``, whole in this process, offline: the causal LM of
+    ``model_config`` (a multimodal checkpoint's text decoder alone, its weights renamed from
+    where the multimodal model keeps them; the other towers' weights are not loaded). Every
+    weight of the model must come from the checkpoint: transformers initialises missing ones at
+    random with a log line only, which would train (and measure) a different model."""
     from transformers import AutoModelForCausalLM
 
-    quant = quantization_kwargs(model_config(cfg))
+    full = checkpoint_config(cfg)
+    text = text_decoder_config(full)
+    kw: dict[str, Any] = {}
+    if text is not full:
+        prefix = MULTIMODAL_TEXT_PREFIX[full.model_type]
+        kw = {"config": text, "key_mapping": {"^" + prefix.replace(".", r"\."): "model."}}
     try:
-        return AutoModelForCausalLM.from_pretrained(cfg.model_path, dtype=dtype, local_files_only=True,
-                                                    **_attention_kwargs(cfg), **quant)
+        model, loading = AutoModelForCausalLM.from_pretrained(
+            cfg.model_path, dtype=dtype, local_files_only=True, output_loading_info=True,
+            **_attention_kwargs(cfg), **quantization_kwargs(full), **kw)
     except OSError as exc:
         raise FileNotFoundError(f"cannot load model from {cfg.model_path} (offline): {exc}") from exc
+    missing = sorted({*loading.get("missing_keys", ()), *(k[0] if isinstance(k, tuple) else k
+                                                          for k in loading.get("mismatched_keys", ()))})
+    if missing:
+        raise ValueError(f"cuda.model_path {cfg.model_path}: the checkpoint has no (or a differently shaped) "
+                         f"{', '.join(missing[:5])}{f' and {len(missing) - 5} more' if len(missing) > 5 else ''} "
+                         f"for {type(model).__name__} (model_type {full.model_type!r}); transformers would "
+                         f"initialise them at random")
+    return model
 
 
 def from_config(cfg: TrainConfig, dtype: torch.dtype, ep: int = 1) -> nn.Module:
@@ -206,15 +242,15 @@ def from_config(cfg: TrainConfig, dtype: torch.dtype, ep: int = 1) -> nn.Module:
 def import_libraries(cfg: TrainConfig) -> None:
     """Import what building ``cfg``'s model imports (transformers' modeling code of the family,
     peft for LoRA), so memory measured after this and after the build differs by the model."""
-    import importlib
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    import transformers  # noqa: F401
-
-    mt = cfg.hf_model_type
-    try:
-        importlib.import_module(f"transformers.models.{mt}.modeling_{mt}")
-    except ModuleNotFoundError:     # a family outside the catalogue's: imported by the build
-        pass
+    # the family's causal-LM class, wherever transformers keeps it (gemma4_text's is in
+    # models/gemma4/modeling_gemma4, not models/gemma4_text/: a path built from the model_type
+    # missed it, and its import counted as the model's memory)
+    name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(cfg.hf_model_type)
+    if name:                        # a family outside the catalogue's: imported by the build
+        getattr(transformers, name)
     if cfg.task == "lora":
         import peft  # noqa: F401
 
