@@ -159,8 +159,12 @@ class Allocation:
 def allocate(curves: Curves, budget_w: np.ndarray | float, policy: str,
              features: Mapping[str, np.ndarray] | None = None, *,
              max_slowdown: np.ndarray | None = None, moe_ft_share: float = 2.0,
-             curve_nodes: int = 6, cache: dict[str, Any] | None = None) -> Allocation:
+             curve_nodes: int = 6, cache: dict[str, Any] | None = None, nested: Any = None) -> Allocation:
     """Allocate ``budget_w`` (scalar or per workload) over the jobs of ``curves`` (..., n, K).
+
+    ``nested``: the site's nested limits over the jobs (a
+    :class:`wattflex.allocation.nested.Laminar`: feeds, PDUs, racks, nodes), held by every
+    policy besides the budget (:func:`_allocate_nested`).
 
     ``features``: per-job arrays the policy needs (``pfi``, ``pfi_measured``, ``moe_ft``,
     ``dram_copy_product``; see ``POLICY_FEATURES``). ``max_slowdown``: per-job SLA tier
@@ -177,6 +181,8 @@ def allocate(curves: Curves, budget_w: np.ndarray | float, policy: str,
     need = POLICY_FEATURES.get(policy)
     if need is not None and need not in features:
         raise ValueError(f"policy {policy} needs per-job {need!r}")
+    if nested is not None:
+        return _allocate_nested(curves, budget_w, policy, features, nested, max_slowdown, moe_ft_share, curve_nodes)
     budget = np.broadcast_to(np.asarray(budget_w, float), curves.power_w.shape[:-2]).copy()
     keep_plan = cache is not None  # without a cache the oracle plans (and batches one workload) itself
     cache = {} if cache is None else cache
@@ -209,6 +215,38 @@ def allocate(curves: Curves, budget_w: np.ndarray | float, policy: str,
     feasible = floor.sum(-1) <= budget + RTOL * np.maximum(np.abs(budget), 1.0)
     power = np.where(feasible[..., None], power, floor)
     return Allocation(policy, power, curves.throughput_at(power), budget, feasible, floor, fallback, **oracle_path)
+
+
+def _allocate_nested(curves: Curves, budget_w: Any, policy: str, features: Mapping[str, np.ndarray], nested: Any,
+                     max_slowdown: np.ndarray | None, moe_ft_share: float, curve_nodes: int) -> Allocation:
+    """:func:`allocate` under nested limits, one workload at a time: the curve policies by
+    :func:`wattflex.allocation.nested.nested_oracle` (exact), the weighted ones by
+    :func:`wattflex.allocation.nested.nested_water_fill`. Infeasible (floors over the budget
+    or over a group's limit): the floors, ``feasible`` False."""
+    from wattflex.allocation.nested import floors_fit, nested_oracle, nested_water_fill
+
+    lead = curves.power_w.shape[:-2]
+    budget = np.broadcast_to(np.asarray(budget_w, float), lead).copy()
+    base = predicted_curves(curves, features["pfi"], curve_nodes) if policy == "curve-aware" else curves
+    floor = sla_floor(base, max_slowdown) if max_slowdown is not None else base.floor_w
+    power = np.empty(curves.power_w.shape[:-1])
+    feasible = np.empty(lead, bool)
+    method = np.full(lead, "", dtype="<U14")
+    gap = np.zeros(lead)
+    for idx in np.ndindex(*lead):
+        b, fl = float(budget[idx]), floor[idx]
+        feasible[idx] = floors_fit(nested.with_budget(b), fl)
+        if policy in ("oracle", "curve-aware"):
+            work = base.take(idx).restrict(fl) if max_slowdown is not None else base.take(idx)
+            sol = nested_oracle(work.power_w, work.throughput, b, nested)
+            power[idx], method[idx], gap[idx] = sol.power_w, str(sol.method), float(sol.gap_rel)
+        else:
+            w = policy_weights(policy, curves.take(idx), {k: np.asarray(v)[idx] for k, v in features.items()},
+                               moe_ft_share)
+            power[idx] = nested_water_fill(b, fl, curves.take(idx).ceiling_w, w, nested)
+    power = np.where(feasible[..., None], power, floor)
+    path = {"oracle_method": method, "oracle_gap_rel": gap} if policy in ("oracle", "curve-aware") else {}
+    return Allocation(policy, power, curves.throughput_at(power), budget, feasible, floor, None, **path)
 
 
 def _hull_by_key(curves: Curves, key: np.ndarray | None) -> np.ndarray | None:
