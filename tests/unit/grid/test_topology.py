@@ -1,0 +1,71 @@
+"""The site file: the electrical tree, where each node sits, and one-line refusals."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+from wattflex.errors import ConfigError
+from wattflex.grid.topology import parse_site, read_site, slurm_node_features
+
+SITE = {
+    "site": "dc1", "limit_kw": 2.4,
+    "feeds": [{"name": "a", "limit_kw": 2.4, "pdus": [
+        {"name": "p1", "limit_kw": 2.4, "racks": [
+            {"name": "r1", "limit_kw": 0.8, "nodes": ["node[1-2]"]},
+            {"name": "r2", "limit_kw": 1.4, "nodes": ["node3", {"name": "node4", "limit_kw": 0.6}]}]}]}],
+}
+
+
+def test_the_tree_and_the_node_map_from_the_file(tmp_path):
+    f = tmp_path / "site.yaml"
+    f.write_text(yaml.safe_dump(SITE))
+    site = read_site(f)
+    assert [lv.name for lv in site.levels] == ["site:dc1", "feed:a", "pdu:p1", "rack:r1", "rack:r2", "node:node4"]
+    assert site.rack_of == {"node1": "r1", "node2": "r1", "node3": "r2", "node4": "r2"}
+    fam = site.laminar(["node1", "node2", "node3", "node4", "node1"])
+    assert fam.loads(np.array([400.0, 400.0, 700.0, 600.0, 1.0]))[3] == pytest.approx(801.0)   # rack r1: 3 units
+    assert [v[0] for v in fam.violations(np.array([400.0, 400.0, 700.0, 600.0, 1.0]))] == ["rack:r1"]
+    assert fam.limit_w[5] == 600.0 and fam.parent[5] == 4
+    # a node alone: its equal share of every level (r1's 800 W over its two nodes)
+    assert site.node_share_w("node1") == 400.0 and site.node_share_w("node3") == pytest.approx(2400 / 4)  # the site over 4 nodes (r2: 700 each)
+    assert site.node_share_w("node4") == 600.0                    # its own limit is the tighter
+
+
+def test_the_node_map_from_slurm_features_and_names():
+    doc = {**SITE, "feeds": [{**SITE["feeds"][0], "pdus": [{**SITE["feeds"][0]["pdus"][0], "racks": [
+        {"name": "r1", "limit_kw": 0.8}, {"name": "r2", "limit_kw": 1.4}]}]}]}
+    scontrol = {"nodes": [{"name": "n1", "features": ["h200", "r1"]}, {"name": "n2", "features": "h200,r2"},
+                          {"name": "n3", "features": ["h200"]}]}
+    site = parse_site({**doc, "node_map": {"from": "slurm-features"}}, slurm_nodes=slurm_node_features(scontrol))
+    assert site.rack_of == {"n1": "r1", "n2": "r2"}
+    site = parse_site({**doc, "node_map": {"from": "slurm-names", "pattern": r"^(?P<rack>r\d)n\d+$"}},
+                      slurm_nodes={"r1n01": [], "r2n07": [], "login": []})
+    assert site.rack_of == {"r1n01": "r1", "r2n07": "r2"}
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["feeds"][0].pop("limit_kw"), r"site file: feeds\[0\]: 'limit_kw' is a required property"),
+    (lambda d: d["feeds"][0]["pdus"][0]["racks"][0].update(limit_kw=-1), r"racks\[0\]\.limit_kw: -1"),
+    (lambda d: d.update(fedes=[]), "fedes"),
+    (lambda d: d["feeds"][0]["pdus"][0]["racks"][1]["nodes"].append("node2"), "node 'node2' is in two racks"),
+    (lambda d: d["feeds"][0]["pdus"][0]["racks"][1].update(name="r1"), "rack 'r1' is named twice"),
+    (lambda d: d.update(node_map={"from": "slurm-names"}), "slurm-names needs a pattern|but racks list nodes"),
+])
+def test_a_bad_site_file_is_refused_in_one_line(change, message):
+    import copy
+    doc = copy.deepcopy(SITE)
+    change(doc)
+    with pytest.raises(ConfigError, match=message) as e:
+        parse_site(doc, slurm_nodes={})
+    assert "\n" not in str(e.value) and str(e.value).startswith("site file")
+
+
+def test_a_missing_site_file(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        read_site(tmp_path / "nope.yaml")
+    no_limit = {k: v for k, v in SITE.items() if k != "limit_kw"}
+    assert math.isinf(parse_site(no_limit).levels[0].limit_w)        # a site without its own limit
