@@ -58,11 +58,14 @@ def test_the_nested_oracle_equals_brute_force_on_random_laminar_instances(concav
         fam = random_laminar(rng, n, [int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(1, 4))],
                              ceiling_w=P[:, -1], floor_w=P[:, 0])
         budget = P[:, 0].sum() + rng.uniform(0.1, 1.1) * (P[:, -1] - P[:, 0]).sum()
-        sol = nested_oracle(P, T, budget, fam)
+        sol = nested_oracle(P, T, budget, fam, gap_tol=0.0)       # exact: no rounding kept
         assert bool(sol.feasible)
         best = brute_force(P, T, budget, fam)
         value = float(sol.throughput.sum())
         assert abs(value - best) <= 1e-9 * max(abs(best), 1.0), (trial, value, best, str(sol.method))
+        quick = nested_oracle(P, T, budget, fam)                   # the default: within its proven gap
+        assert float(quick.throughput.sum()) >= best - float(quick.gap) - 1e-9 * abs(best)
+        assert float(quick.gap_rel) <= 1e-6 + 1e-12 and not fam.violations(quick.power_w)
         assert not fam.violations(sol.power_w) and sol.power_w.sum() <= budget * (1 + 1e-12)
         assert np.all(sol.power_w >= P[:, 0] - 1e-9) and np.all(sol.power_w <= P[:, -1] + 1e-9)
         checked += 1

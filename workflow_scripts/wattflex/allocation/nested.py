@@ -34,7 +34,8 @@ from typing import Sequence
 
 import numpy as np
 
-from wattflex.allocation.oracle import RTOL, Solution, concave_hull, interp, milp_oracle
+from wattflex.allocation.oracle import GAP_TOL, RTOL, Solution, concave_hull, interp, milp_oracle
+from wattflex.allocation.waterfill import water_fill
 
 
 @dataclass(frozen=True)
@@ -162,12 +163,35 @@ def nested_greedy(power_w: np.ndarray, throughput: np.ndarray, fam: Laminar,
     return np.clip(floor + np.asarray(add), floor, P[:, -1])
 
 
+def freeze_round(P: np.ndarray, T: np.ndarray, hull: np.ndarray, fam: Laminar, alloc: np.ndarray,
+                 rounds: int = 64) -> np.ndarray:
+    """A feasible allocation on the true curves from the nested greedy's: every job left
+    inside a hull bridge (off its curve) is held at the bridge's lower end (a hull vertex,
+    on its curve: the loads only fall, so every limit still holds) and the greedy re-runs
+    for the others with what that freed, until no job is off its curve."""
+    tol = RTOL * (np.abs(T).max(-1) + 1.0)
+    on_hull = T >= hull - tol[:, None]
+    Pr, Tr, Hr = P.copy(), T.copy(), hull.copy()
+    for _ in range(rounds):
+        off = np.flatnonzero(interp(P, T, alloc) < interp(Pr, Hr, alloc) - tol)
+        if not len(off):
+            break
+        for j in off:
+            end = P[j][on_hull[j] & (P[j] <= alloc[j] + 1e-9)].max()
+            Pr[j], Tr[j], Hr[j] = end, interp(P[j], T[j], np.array(end)), interp(P[j], T[j], np.array(end))
+        alloc = nested_greedy(Pr, Tr, fam, Hr)
+    return alloc
+
+
 def nested_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float, fam: Laminar,
-                  time_limit_s: float = 120.0) -> Solution:
+                  time_limit_s: float = 120.0, gap_tol: float = GAP_TOL) -> Solution:
     """The throughput-maximising allocation of one workload (n, K) under the site budget and
     every limit of ``fam``: the nested greedy on the hulls, certified where every job ends
-    on its curve (always, for concave curves), else the MILP with a row per group. Floors
-    that do not fit some group: the floors, ``feasible`` False."""
+    on its curve (always, for concave curves, ``method`` "nested-greedy"); else
+    :func:`freeze_round`, kept when its proven gap to the hull bound is at most ``gap_tol``
+    (``"nested-rounded"``, as the flat oracle's ``"hull-certified"``; 0: never); else the
+    MILP with a row per group (``"milp"``). Floors that do not fit some group: the floors,
+    ``feasible`` False."""
     P = np.asarray(power_w, float)
     T = np.asarray(throughput, float)
     full = fam.with_budget(float(budget_w)) if math.isfinite(budget_w) else fam
@@ -184,10 +208,16 @@ def nested_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float, 
         gap = max(bound - float(value.sum()), 0.0)
         return Solution(alloc, value, np.asarray(True), np.asarray(True), np.asarray(bound), np.asarray(gap),
                         np.asarray("nested-greedy"), np.asarray(gap / max(abs(bound), 1e-12)))
+    rounded = freeze_round(P, T, hull, full, alloc)
+    r_value = interp(P, T, rounded)
+    r_gap = max(bound - float(r_value.sum()), 0.0)
+    if r_gap <= gap_tol * max(abs(bound), 1e-12):
+        return Solution(rounded, r_value, np.asarray(True), np.asarray(True), np.asarray(bound), np.asarray(r_gap),
+                        np.asarray("nested-rounded"), np.asarray(r_gap / max(abs(bound), 1e-12)))
     groups = [(m, float(lim)) for m, lim in zip(fam.members(), fam.limit_w) if math.isfinite(lim)]
     one = milp_oracle(P, T, float(budget_w), time_limit_s, groups=groups, leaf=np.asarray(fam.leaf))
-    if float(one.throughput.sum()) < float(value.sum()):    # never worse than the greedy's own allocation
-        one.power_w, one.throughput = alloc, value
+    if float(one.throughput.sum()) < float(r_value.sum()):  # never worse than the rounding
+        one.power_w, one.throughput = rounded, r_value
     gap = max(float(one.bound) - float(one.throughput.sum()), 0.0)
     return Solution(one.power_w, one.throughput, np.asarray(True), np.asarray(False), one.bound, np.asarray(gap),
                     np.asarray("milp"), np.asarray(gap / max(abs(float(one.bound)), 1e-12)))
@@ -197,8 +227,6 @@ def nested_water_fill(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarra
                       fam: Laminar) -> np.ndarray:
     """A weighted policy's powers (n,) under ``budget_w`` and every limit (module docstring).
     Floors that do not fit: every job at its floor (the caller reports it)."""
-    from wattflex.allocation.allocator import water_fill
-
     floor, ceil = np.asarray(floor_w, float), np.asarray(ceiling_w, float)
     full = fam.with_budget(float(budget_w)) if math.isfinite(budget_w) else fam
     if not floors_fit(full, floor):
