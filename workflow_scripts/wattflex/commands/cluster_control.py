@@ -137,7 +137,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: agent(s) {', '.join(failed)} ended with an error: see {out}/*.agent.log", file=sys.stderr)
     if args.mv_out:
         first = next((k for k, b in enumerate(rec.budget_w) if math.isfinite(b)), 0)
-        basis = rec.power_w[first - 1] if first > 0 else None       # the load just before the event
+        # what the event's fraction applied to: the load just before it (--basis measured) or
+        # the GPUs x their max limit (nominal), as the coordinator had it
+        basis = rec.basis_w[first] if rec.basis_w and math.isfinite(rec.basis_w[first]) else None
         # the counterfactual uncapped load: from the jobs' curves (--curves) and, in the M&V,
         # from the load just before the event
         write_run_mv_report(Path(args.mv_out), rec, source, args.response_s, rec.baseline_curves_w,

@@ -189,6 +189,8 @@ def write_run_mv(out_dir: Any, rec: Any, source: Any, response_s: float, uncappe
     for k, caps in enumerate(np.asarray(rec.caps_w, float).T):
         ts[f"cap_w:job{k}"] = caps
     doc: dict[str, Any] = {"events": recs, "sample_s": period}
+    if getattr(rec, "alive", None) and len(rec.alive) == len(t):
+        ts["units_answering"] = np.asarray(rec.alive, int)       # the coordinator's: the others counted uncapped
     if getattr(rec, "level_w", None):          # the site's levels (wattflex cluster-control --site)
         for name, series in rec.level_w.items():
             ts[f"load_w:{name}"] = np.asarray(series, float)

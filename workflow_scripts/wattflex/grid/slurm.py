@@ -499,7 +499,14 @@ def coordinate_once(jobs: Sequence[SlurmJob], budget_w: float, hold_until_unix: 
     nested = site.laminar([n for _, n in units]) if site is not None else None
     args = (gpus * min_w, gpus * max_w, alive, split.policy, curves, has_curve, split.unit_pfi(units))
     share = split_budget(budget_w, *args, nested=nested)
-    limit = split_budget(math.inf, *args, nested=nested) if nested is not None else np.full(len(units), np.inf)
+    limit = np.full(len(units), np.inf)
+    if nested is not None:
+        # an answering unit: its share with the silent ones at their ceilings; a silent one
+        # (an agent starting, or one whose load file is late): its share were all answering,
+        # so that it is held from its first period, and the sum still fits (its share is at
+        # most the ceiling it is charged at in the others')
+        every = split_budget(math.inf, args[0], args[1], np.ones(len(units), bool), *args[3:], nested=nested)
+        limit = np.where(alive, split_budget(math.inf, *args, nested=nested), every)
     now = time.time()
     ramp = ramp_w_per_s * gpus / max(gpus.sum(), 1.0)
     for u, b, r, lim in zip(names, share, ramp, limit):
@@ -540,6 +547,7 @@ class ClusterRecord:
     level_w: dict[str, list[float]] = field(default_factory=dict)
     level_limit_w: dict[str, float] = field(default_factory=dict)
     level_kind: dict[str, str] = field(default_factory=dict)
+    basis_w: list[float] = field(default_factory=list)      # what the fractions applied to, per period
 
 
 def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float, period_s: float,
@@ -602,6 +610,7 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
                 _record_levels(rec, site, units, loads, gpus * max_w, len(rec.t_s))
             rec.t_s.append(t)
             rec.budget_w.append(budget)
+            rec.basis_w.append(basis_w)
             rec.power_w.append(load)
             rec.alive.append(sum(d is not None for d in loads))
             rec.caps_w.append([])
