@@ -12,10 +12,7 @@ and the site target is met after the deadline; every cap is restored after."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -26,8 +23,7 @@ from wattflex.provenance import read_json
 
 from tests.slurm_cluster import nodes_of, partition
 
-from .conftest import REPO
-from .test_slurm_multinode import fake_gpus
+from .test_slurm_grid import fake_gpu_env, limits, running_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 PARTITION = "topo"
@@ -38,10 +34,6 @@ RACK_KW = {"r1": 0.9, "r2": 1.4}
 @pytest.fixture(scope="module")
 def four_nodes(tmp_path_factory):
     return partition(tmp_path_factory, PARTITION)
-
-
-def limits(tmp: Path, node: str) -> list[float]:
-    return [g["limit_mw"] / 1000 for g in json.loads((tmp / f"gpus-{node}.json").read_text())["gpus"]]
 
 
 def site_file(tmp: Path) -> Path:
@@ -57,20 +49,9 @@ def site_file(tmp: Path) -> Path:
 def test_no_rack_above_its_limit_in_any_period_and_the_site_target_met_fake_nvml(four_nodes, tmp_path):
     target_w = 0.7 * 4 * 700.0
     assert RACK_KW["r1"] * 1000 < target_w / 2 < 2 * 650.0      # r1's limit is tighter than its site share
-    template = fake_gpus(tmp_path, n_gpus=1, nodes=NODES)
-    env = {**os.environ, "FAKE_PYNVML_STATE": template, "WATTFLEX_STATE_DIR": str(tmp_path / "caps"),
-           "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fakes" / "pynvml_path"), str(REPO / "workflow_scripts")])}
-    job = subprocess.run(["sbatch", "--parsable", "--nodes=4", "--ntasks-per-node=1", "--gres=gpu:1", "--mem=500",
-                          "--time=10", f"--partition={PARTITION}", f"--output={tmp_path}/job.out", "--wrap", "sleep 600"],
-                         capture_output=True, text=True, env=env, check=True).stdout.strip()
+    env = fake_gpu_env(tmp_path, NODES, 1)
+    job = running_job(tmp_path, env, PARTITION, 4, 1, 500)
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout
-            if state.strip() == "RUNNING":
-                break
-            time.sleep(0.5)
-        assert state.strip() == "RUNNING"
         events = tmp_path / "events.csv"
         # 25 s for the four agents to start, the event ramps down at 50 W/s (17 s from 2800 W
         # nominal) within its 30 s deadline, 15 s past it, then the ramp back and the restore

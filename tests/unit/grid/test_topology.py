@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
+from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
 from wattflex.errors import ConfigError
 from wattflex.grid.topology import parse_site, read_site, slurm_node_features
 
@@ -69,3 +70,62 @@ def test_a_missing_site_file(tmp_path):
         read_site(tmp_path / "nope.yaml")
     no_limit = {k: v for k, v in SITE.items() if k != "limit_kw"}
     assert math.isinf(parse_site(no_limit).levels[0].limit_w)        # a site without its own limit
+
+
+def _write_load(path, load_w):
+    from wattflex.grid.slurm import write_load
+    write_load(path, path.name.removesuffix(".load.json"), load_w, [])
+
+
+def test_the_coordinator_holds_every_rack_and_tells_each_agent_its_limit(tmp_path):
+    """Four 1-GPU units, rack r1 (node1, node2) at 0.8 kW: a 30 % event on 2.8 kW (1960 W)
+    would give r1 980 W split evenly; with the site r1 gets 800 W and r2 the rest, and every
+    budget file carries the unit's share of the limits alone. A unit that has not answered
+    yet (an agent starting) still gets its limit share; the others count it uncapped."""
+    import json as _json
+    import time
+
+    from wattflex.grid.slurm import SlurmJob, coordinate_once
+
+    site = parse_site(SITE)
+    job = SlurmJob("7", "x", {f"node{i}": (0,) for i in range(1, 5)})
+    for i in range(1, 5):
+        _write_load(tmp_path / f"7.node{i}.load.json", 650.0)
+    share = coordinate_once([job], 1960.0, time.time() + 60, tmp_path, 200.0, 700.0, 30.0, site=site)
+    r1 = share["7.node1"] + share["7.node2"]
+    assert r1 == pytest.approx(800.0) and sum(share.values()) == pytest.approx(1960.0)
+    assert share["7.node4"] <= 600.0 + 1e-9                                   # node4's own limit
+    docs = {i: _json.loads((tmp_path / f"7.node{i}.budget.json").read_text()) for i in range(1, 5)}
+    assert docs[1]["limit_w"] == pytest.approx(400.0) and docs[2]["limit_w"] == pytest.approx(400.0)
+    assert docs[4]["limit_w"] == pytest.approx(600.0)
+    flat = coordinate_once([job], 1960.0, time.time() + 60, tmp_path, 200.0, 700.0, 30.0)
+    assert flat["7.node1"] + flat["7.node2"] > 800.0                           # without the site: r1 overloaded
+    # no event: only the limits, and a unit no limit binds gets no budget at all
+    share = coordinate_once([job], float("inf"), -1.0, tmp_path, 200.0, 700.0, 30.0, site=site)
+    assert share["7.node1"] == pytest.approx(400.0) and share["7.node3"] == float("inf")
+    # node2's agent has not answered yet: counted uncapped (700 W) for node1, its own limit share kept
+    (tmp_path / "7.node2.load.json").unlink()
+    coordinate_once([job], float("inf"), -1.0, tmp_path, 200.0, 700.0, 30.0, site=site)
+    docs = {i: _json.loads((tmp_path / f"7.node{i}.budget.json").read_text()) for i in range(1, 5)}
+    assert docs[1]["limit_w"] == pytest.approx(200.0) and docs[2]["limit_w"] == pytest.approx(400.0)
+    assert docs[1]["limit_w"] + docs[2]["limit_w"] <= 800.0
+
+
+@pytest.mark.fake_gpu
+def test_control_on_one_node_holds_its_share_of_every_level_fake_nvml(fake_nvml, tmp_path, capsys):  # noqa: F811
+    from wattflex import cli
+
+    f = tmp_path / "site.yaml"
+    f.write_text(yaml.safe_dump(SITE))
+    sig = tmp_path / "s.csv"
+    sig.write_text("time_s,fraction\n0,0.9\n0.6,0.9\n")              # 0.9 x 1400 W: above node1's 400 W share
+    assert cli.main(["control", "--signal", str(sig), "--period-s", "0.1", "--state-dir", str(tmp_path / "st"),
+                     "--site", str(f), "--node", "node1"]) == 0
+    out = capsys.readouterr().out
+    assert "node node1's share of the site's limits 400 W" in out
+    calls = fake_nvml.state()["set_calls"]
+    capped = [mw / 1000 for _, mw in calls if mw < 700_000]
+    assert capped and 2 * max(capped) <= 400.0 and limits_w() == [700.0, 700.0]
+    assert cli.main(["control", "--signal", str(sig), "--site", str(f), "--node", "nodeX", "--state-dir",
+                     str(tmp_path / "st")]) == 2
+    assert "node 'nodeX' is not in the site file" in capsys.readouterr().err
