@@ -34,7 +34,7 @@ from typing import Sequence
 
 import numpy as np
 
-from wattflex.allocation.oracle import GAP_TOL, RTOL, Solution, concave_hull, interp, milp_oracle
+from wattflex.allocation.oracle import GAP_TOL, RTOL, Solution, concave_hull, interp, milp_oracle, price_domains
 from wattflex.allocation.waterfill import water_fill
 
 
@@ -124,10 +124,11 @@ def floors_fit(fam: Laminar, floor_w: np.ndarray) -> bool:
 
 
 def nested_greedy(power_w: np.ndarray, throughput: np.ndarray, fam: Laminar,
-                  hull: np.ndarray | None = None) -> np.ndarray:
+                  hull: np.ndarray | None = None, full_at: list[float] | None = None) -> np.ndarray:
     """The greedy on the concave hulls of curves (n, K) under ``fam``'s limits (module
     docstring): each hull segment, steepest first (positive slopes only), takes as much of
-    its width as every group above its job has room for. Floors must fit. Returns powers."""
+    its width as every group above its job has room for. Floors must fit. Returns powers;
+    ``full_at`` (a list, filled): per group the slope at which it filled (0: it did not)."""
     P = np.asarray(power_w, float)
     n, K = P.shape
     H = concave_hull(P, throughput) if hull is None else hull
@@ -144,6 +145,8 @@ def nested_greedy(power_w: np.ndarray, throughput: np.ndarray, fam: Laminar,
     w = width.ravel().tolist()
     add = [0.0] * n
     full = [False] * len(room)
+    slopes = flat.tolist()
+    at = [0.0] * len(room)
     for t in order.tolist():
         j = t // (K - 1)
         p = paths[j]
@@ -159,8 +162,35 @@ def nested_greedy(power_w: np.ndarray, throughput: np.ndarray, fam: Laminar,
         for g in p:
             room[g] -= take
             if room[g] <= 1e-12 * max(abs(fam.limit_w[g]), 1.0):
-                full[g] = True
+                full[g], at[g] = True, slopes[t]
+    if full_at is not None:
+        full_at[:] = at
     return np.clip(floor + np.asarray(add), floor, P[:, -1])
+
+
+def group_prices(fam: Laminar, full_at: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Dual prices from the greedy: a group's effective price ``e_g`` is the highest slope at
+    which it or a group above it filled; ``mu_g = e_g - e_parent >= 0``, and a job's price
+    (the sum of ``mu`` over the groups holding it) is ``e`` of its smallest group. Any
+    ``mu >= 0`` gives the Lagrangian bound ``sum_i max_p (T_i(p) - price_i p) + sum_g mu_g
+    limit_g`` (weak duality); these make it the greedy's hull bound. Returns (mu (G,),
+    price (n,))."""
+    G = len(fam.parent)
+    e = np.zeros(G)
+    done = np.zeros(G, bool)
+
+    def eff(g: int) -> float:
+        if g < 0:
+            return 0.0
+        if not done[g]:
+            e[g], done[g] = max(float(full_at[g]), eff(int(fam.parent[g]))), True
+        return float(e[g])
+
+    for g in range(G):
+        eff(g)
+    parent_e = np.array([e[p] if p >= 0 else 0.0 for p in np.asarray(fam.parent, int)])
+    leaf = np.asarray(fam.leaf, int)
+    return e - parent_e, np.where(leaf >= 0, e[np.maximum(leaf, 0)], 0.0)
 
 
 def freeze_round(P: np.ndarray, T: np.ndarray, hull: np.ndarray, fam: Laminar, alloc: np.ndarray,
@@ -181,6 +211,24 @@ def freeze_round(P: np.ndarray, T: np.ndarray, hull: np.ndarray, fam: Laminar, a
             Pr[j], Tr[j], Hr[j] = end, interp(P[j], T[j], np.array(end)), interp(P[j], T[j], np.array(end))
         alloc = nested_greedy(Pr, Tr, fam, Hr)
     return alloc
+
+
+def polish(P: np.ndarray, T: np.ndarray, fam: Laminar, power_w: np.ndarray) -> np.ndarray:
+    """The MILP's allocation made exactly feasible and exactly optimal for its choice of
+    curve segment: each job restricted to the segment it sits on (the one below a vertex it
+    sits at, so it can give back what HiGHS's feasibility tolerance let it overdraw), where
+    the curves are linear, so the nested greedy is exact on them."""
+    n, K = P.shape
+    rows = np.arange(n)
+    p = np.asarray(power_w, float)
+    s = np.clip((P[:, 1:-1] <= p[:, None]).sum(-1), 0, K - 2) if K > 2 else np.zeros(n, int)
+    at_vertex = (np.abs(p - P[rows, s]) <= 1e-6 * np.maximum(np.abs(p), 1.0)) & (s > 0)
+    s = np.where(at_vertex, s - 1, s)
+    lo, hi = P[rows, s], P[rows, s + 1]
+    Pr = np.clip(P, lo[:, None], hi[:, None])
+    if not floors_fit(fam, Pr[:, 0]):
+        return p
+    return nested_greedy(Pr, interp(P, T, Pr), fam)
 
 
 def nested_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float, fam: Laminar,
@@ -214,8 +262,20 @@ def nested_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float, 
     if r_gap <= gap_tol * max(abs(bound), 1e-12):
         return Solution(rounded, r_value, np.asarray(True), np.asarray(True), np.asarray(bound), np.asarray(r_gap),
                         np.asarray("nested-rounded"), np.asarray(r_gap / max(abs(bound), 1e-12)))
+    # Lagrangian fixing with the greedy's prices (as the flat oracle's): no allocation better
+    # than the rounding leaves these ranges, so the MILP only sees them
+    at: list[float] = []
+    nested_greedy(P, T, full, hull, at)
+    mu, price = group_prices(full, at)
+    lag = float((T - price[:, None] * P).max(-1).sum() + (mu * np.where(np.isfinite(full.limit_w), full.limit_w,
+                                                                        0.0)).sum())
+    lo, hi = price_domains(P, T, price, lag - float(r_value.sum()))
+    Pr = np.clip(P, lo[:, None], hi[:, None])
     groups = [(m, float(lim)) for m, lim in zip(fam.members(), fam.limit_w) if math.isfinite(lim)]
-    one = milp_oracle(P, T, float(budget_w), time_limit_s, groups=groups, leaf=np.asarray(fam.leaf))
+    one = milp_oracle(Pr, interp(P, T, Pr), float(budget_w), time_limit_s, groups=groups, leaf=np.asarray(fam.leaf))
+    one.power_w = polish(P, T, full, one.power_w)
+    one.throughput = interp(P, T, one.power_w)
+    one.bound = np.asarray(min(max(float(one.bound), float(r_value.sum())), lag, bound))
     if float(one.throughput.sum()) < float(r_value.sum()):  # never worse than the rounding
         one.power_w, one.throughput = rounded, r_value
     gap = max(float(one.bound) - float(one.throughput.sum()), 0.0)

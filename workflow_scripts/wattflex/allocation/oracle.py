@@ -254,9 +254,20 @@ def lagrangian_domains(power_w: np.ndarray, throughput: np.ndarray, budget_w: fl
     slack = budget_w - P[:, 0].sum()
     k = int(np.searchsorted(np.cumsum(plan.sorted_width), slack))
     lam = float(max(plan.sorted_slope[k], 0.0)) if k < len(plan.sorted_slope) else 0.0
-    r = T - lam * P
+    best = (T - lam * P).max(-1)
+    return price_domains(P, T, np.full(len(P), lam), best.sum() + lam * budget_w - incumbent)
+
+
+def price_domains(power_w: np.ndarray, throughput: np.ndarray, price: np.ndarray,
+                  gap: float) -> tuple[np.ndarray, np.ndarray]:
+    """Power ranges (lo, hi) per job (n, K) where ``r_i(p) = T_i(p) - price_i * p`` is within
+    ``gap`` of its maximum: with ``price_i`` the sum of the dual prices of the constraints
+    job i is in and ``gap`` the Lagrangian bound less an incumbent, no better allocation
+    leaves them (:func:`lagrangian_domains`; the nested limits:
+    :func:`wattflex.allocation.nested.nested_oracle`)."""
+    P, T = power_w, throughput
+    r = T - np.asarray(price, float)[:, None] * P
     best = r.max(-1)
-    gap = best.sum() + lam * budget_w - incumbent
     tol = RTOL * (np.abs(T).max(-1).sum() + 1.0)
     thr = (best - max(gap, 0.0) - tol)[:, None]
     ok = r >= thr
