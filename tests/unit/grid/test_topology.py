@@ -120,12 +120,15 @@ def test_control_on_one_node_holds_its_share_of_every_level_fake_nvml(fake_nvml,
     sig = tmp_path / "s.csv"
     sig.write_text("time_s,fraction\n0,0.9\n0.6,0.9\n")              # 0.9 x 1400 W: above node1's 400 W share
     assert cli.main(["control", "--signal", str(sig), "--period-s", "0.1", "--state-dir", str(tmp_path / "st"),
-                     "--site", str(f), "--node", "node1"]) == 0
+                     "--site", str(f), "--node", "node1", "--mv-out", str(tmp_path / "mv")]) == 0
     out = capsys.readouterr().out
     assert "node node1's share of the site's limits 400 W" in out
     calls = fake_nvml.state()["set_calls"]
     capped = [mw / 1000 for _, mw in calls if mw < 700_000]
     assert capped and 2 * max(capped) <= 400.0 and limits_w() == [700.0, 700.0]
+    from wattflex.provenance import read_json
+    (node,) = read_json(tmp_path / "mv" / "mv.json")["levels"]        # the M&V reports the node's level
+    assert node["limit_w"] == 400.0 and node["periods_above_limit"] == 0 and 0 < node["max_w"] <= 400.0
     assert cli.main(["control", "--signal", str(sig), "--site", str(f), "--node", "nodeX", "--state-dir",
                      str(tmp_path / "st")]) == 2
     assert "node 'nodeX' is not in the site file" in capsys.readouterr().err
