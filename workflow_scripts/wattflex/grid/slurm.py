@@ -481,8 +481,7 @@ def write_load(path: str | Path, unit: str, load_w: float, caps_w: Sequence[floa
 
 def coordinate_once(jobs: Sequence[SlurmJob], budget_w: float, hold_until_unix: float, budget_dir: Path,
                     min_w: float, max_w: float, stale_s: float, split: ClusterSplit | None = None,
-                    ramp_w_per_s: float = math.inf, site: Any = None,
-                    loads: Sequence[Mapping[str, Any] | None] | None = None) -> dict[str, float]:
+                    ramp_w_per_s: float = math.inf, site: Any = None) -> dict[str, float]:
     """One coordinator period: read every unit's load file, split ``budget_w`` (units not
     answering counted at ``max_w`` per GPU; ``split``: the policy and curves, default
     equal weights), write every unit's budget file, with its share of the event's ramp
@@ -586,6 +585,9 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
                     if unit_name(j.job_id, n) not in launched:
                         launch(j, n)
                         launched.add(unit_name(j.job_id, n))
+                        if site is not None and n not in site.node_level:
+                            log(f"warning: node {n} (unit {unit_name(j.job_id, n)}) is not in the site file: "
+                                f"held by the site's limit only, no rack or feed of it")
                         group = split.group_of(j) if split.policy != "equal-weight" else None
                         rec.unit_group[unit_name(j.job_id, n)] = group
                         if split.policy != "equal-weight":
