@@ -37,21 +37,32 @@ def limits(tmp: Path, node: str) -> list[float]:
     return [g["limit_mw"] / 1000 for g in json.loads((tmp / f"gpus-{node}.json").read_text())["gpus"]]
 
 
+def fake_gpu_env(tmp: Path, nodes: list[str], n_gpus: int) -> dict[str, str]:
+    """The environment of a cluster-control run whose agents see ``n_gpus`` FAKE GPUs per node."""
+    template = fake_gpus(tmp, n_gpus=n_gpus, nodes=nodes)
+    return {**os.environ, "FAKE_PYNVML_STATE": template, "WATTFLEX_STATE_DIR": str(tmp / "caps"),
+            "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fakes" / "pynvml_path"), str(REPO / "workflow_scripts")])}
+
+
+def running_job(tmp: Path, env: dict[str, str], partition_name: str, nodes: int, gpus: int, mem_mb: int) -> str:
+    """A ``sleep 600`` job on ``nodes`` nodes of the partition holding ``gpus`` GPUs each, once RUNNING."""
+    job = subprocess.run(["sbatch", "--parsable", f"--nodes={nodes}", "--ntasks-per-node=1", f"--gres=gpu:{gpus}",
+                          f"--mem={mem_mb}", "--time=10", f"--partition={partition_name}", f"--output={tmp}/job.out",
+                          "--wrap", "sleep 600"], capture_output=True, text=True, env=env, check=True).stdout.strip()
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout
+        if state.strip() == "RUNNING":
+            return job
+        time.sleep(0.5)
+    subprocess.run(["scancel", job], capture_output=True)
+    raise AssertionError(f"job {job} not RUNNING after 60 s ({state.strip()})")
+
+
 def test_a_30pct_event_with_a_30s_deadline_across_two_nodes_fake_nvml(two_nodes, tmp_path):
-    template = fake_gpus(tmp_path, n_gpus=2, nodes=NODES)
-    env = {**os.environ, "FAKE_PYNVML_STATE": template, "WATTFLEX_STATE_DIR": str(tmp_path / "caps"),
-           "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fakes" / "pynvml_path"), str(REPO / "workflow_scripts")])}
-    job = subprocess.run(["sbatch", "--parsable", "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:2", "--mem=1000",
-                          "--time=10", f"--partition={PARTITION}", f"--output={tmp_path}/job.out", "--wrap", "sleep 600"],
-                         capture_output=True, text=True, env=env, check=True).stdout.strip()
+    env = fake_gpu_env(tmp_path, NODES, 2)
+    job = running_job(tmp_path, env, PARTITION, 2, 2, 1000)
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout
-            if state.strip() == "RUNNING":
-                break
-            time.sleep(0.5)
-        assert state.strip() == "RUNNING"
         # the job's campaign curve: 4 GPUs drawing 640 W each uncapped (95 % of a cap below 675 W)
         caps = [300.0, 400.0, 500.0, 600.0, 700.0]
         (tmp_path / "runs.csv").write_text("group,gpus,cap_w,power_w,tokens_per_s\n" + "".join(

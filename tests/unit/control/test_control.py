@@ -361,3 +361,23 @@ def test_controller_hulls_recomputed_only_for_changed_rows_equal_the_full_hull()
         rows = rng.integers(0, 9, 2)
         T[step % 2, rows] = np.cumsum(rng.uniform(-1, 5, (2, 8)), -1)  # relearned curves
         P[:, rows[0]] = 0.0                                               # a job left
+
+
+def test_an_electrical_limit_holds_in_every_period_whatever_the_ramp(tmp_path):
+    """A limit (the node's share of its rack) that drops at t=10 s while the event's ramp
+    allows 10 W/s: the ramp paces the budget, never the limit. Every period from t=10 s the
+    GPUs' limits sum under it (power <= cap), during the event and at its restore too."""
+    devs, jobs = emulated_jobs()
+    clock = FakeClock()
+    seen = []
+    limit_at = lambda t: 1600.0 if t >= 10 else math.inf  # noqa: E731
+    budget_at = lambda t: 1400.0 if 20 <= t < 40 else math.inf  # noqa: E731
+    rec = run_loop(jobs, budget_at, "equal-weight", ControlConfig(), 60.0, state_dir=tmp_path, clock=clock,
+                   sleep=clock.sleep, ramp_at=lambda t: 10.0, limit_at=limit_at,
+                   on_period=lambda r: seen.append((r.t_s[-1], sum(d.limit_w for ds in devs for d in ds))))
+    assert seen[0] == (0.0, 2800.0)
+    held = [s for t, s in seen if t >= 10]
+    assert held and max(held) <= 1600.0                     # the first period of the limit included
+    assert min(s for t, s in seen if 20 <= t < 40) < 1600.0   # the event still cut below it (ramped)
+    assert rec.limit_w[-1] == 1600.0
+    assert [d.limit_w for ds in devs for d in ds] == [700.0] * 4   # restored at the end

@@ -46,6 +46,7 @@ from wattflex.allocation.curves import (Curves, check_points, curves_from_points
                                         sla_floor)
 from wattflex.allocation.oracle import RTOL, concave_hull, oracle, plan_greedy
 from wattflex.allocation.policies import POLICIES, POLICY_FEATURES, WEIGHTED_POLICIES
+from wattflex.allocation.waterfill import water_fill  # noqa: F401 (the policies' split, re-exported)
 from wattflex.schema import section_defaults
 
 _ALLOCATION = section_defaults("allocation")   # moe_ft_share, curve_nodes: the schema's
@@ -53,37 +54,6 @@ _ALLOCATION = section_defaults("allocation")   # moe_ft_share, curve_nodes: the 
 
 class InfeasibleBudget(ValueError):
     """The jobs' floors (raised by SLA tiers, if any) need more power than the budget."""
-
-
-def water_fill(cut_w: np.ndarray, headroom_w: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Split ``cut_w`` (...) over jobs (..., n) in proportion to ``weights``, no job giving
-    more than its ``headroom_w``; what saturated jobs cannot give goes to the others in the
-    same proportions (``C_i = min(lambda * w_i, h_i)``, ``sum C_i = cut``). Zero/NaN-weight
-    jobs are cut last, in proportion to their headroom. If the cut exceeds the total
-    headroom every job gives all of it (the caller reports infeasibility)."""
-    cut = np.maximum(np.asarray(cut_w, float), 0.0)
-    h = np.maximum(np.asarray(headroom_w, float), 0.0)
-    w = np.asarray(weights, float)
-    w = np.where(np.isfinite(w) & (w > 0) & (h > 0), w, 0.0)
-    ratio = np.divide(h, w, out=np.full_like(h, np.inf), where=w > 0)
-    order = np.argsort(ratio, axis=-1, kind="stable")
-    r = np.take_along_axis(ratio, order, -1)
-    hs = np.take_along_axis(h, order, -1)
-    ws = np.take_along_axis(w, order, -1)
-    h_before = np.cumsum(hs, -1) - hs
-    w_from = np.cumsum(ws[..., ::-1], -1)[..., ::-1]
-    with np.errstate(invalid="ignore"):
-        reach = np.where(np.isfinite(r), h_before + r * w_from, np.inf)
-    m = np.argmax(reach >= cut[..., None], axis=-1)[..., None]
-    w_rest = np.take_along_axis(w_from, m, -1)[..., 0]
-    lam = np.divide(cut - np.take_along_axis(h_before, m, -1)[..., 0], w_rest,
-                    out=np.full_like(cut, np.inf), where=w_rest > 0)
-    with np.errstate(invalid="ignore"):  # inf * 0 where a job has no weight
-        c = np.where(w > 0, np.minimum(lam[..., None] * w, h), 0.0)
-    rest = np.maximum(cut - c.sum(-1), 0.0)
-    h_left = h - c
-    share = np.divide(rest, h_left.sum(-1), out=np.zeros_like(rest), where=h_left.sum(-1) > 0)
-    return c + h_left * np.minimum(share, 1.0)[..., None]
 
 
 def policy_weights(policy: str, curves: Curves, features: Mapping[str, np.ndarray],
@@ -162,8 +132,13 @@ class Allocation:
 def allocate(curves: Curves, budget_w: np.ndarray | float, policy: str,
              features: Mapping[str, np.ndarray] | None = None, *,
              max_slowdown: np.ndarray | None = None, moe_ft_share: float = _ALLOCATION["moe_ft_share"],
-             curve_nodes: int = _ALLOCATION["curve_nodes"], cache: dict[str, Any] | None = None) -> Allocation:
+             curve_nodes: int = _ALLOCATION["curve_nodes"], cache: dict[str, Any] | None = None,
+             nested: Any = None) -> Allocation:
     """Allocate ``budget_w`` (scalar or per workload) over the jobs of ``curves`` (..., n, K).
+
+    ``nested``: the site's nested limits over the jobs (a
+    :class:`wattflex.allocation.nested.Laminar`: feeds, PDUs, racks, nodes), held by every
+    policy besides the budget (:func:`_allocate_nested`).
 
     ``features``: per-job arrays the policy needs (``pfi``, ``pfi_measured``, ``moe_ft``,
     ``dram_copy_product``; see ``POLICY_FEATURES``). ``max_slowdown``: per-job SLA tier
@@ -180,6 +155,8 @@ def allocate(curves: Curves, budget_w: np.ndarray | float, policy: str,
     need = POLICY_FEATURES.get(policy)
     if need is not None and need not in features:
         raise ValueError(f"policy {policy} needs per-job {need!r}")
+    if nested is not None:
+        return _allocate_nested(curves, budget_w, policy, features, nested, max_slowdown, moe_ft_share, curve_nodes)
     budget = np.broadcast_to(np.asarray(budget_w, float), curves.power_w.shape[:-2]).copy()
     keep_plan = cache is not None  # without a cache the oracle plans (and batches one workload) itself
     cache = {} if cache is None else cache
@@ -212,6 +189,38 @@ def allocate(curves: Curves, budget_w: np.ndarray | float, policy: str,
     feasible = floor.sum(-1) <= budget + RTOL * np.maximum(np.abs(budget), 1.0)
     power = np.where(feasible[..., None], power, floor)
     return Allocation(policy, power, curves.throughput_at(power), budget, feasible, floor, fallback, **oracle_path)
+
+
+def _allocate_nested(curves: Curves, budget_w: Any, policy: str, features: Mapping[str, np.ndarray], nested: Any,
+                     max_slowdown: np.ndarray | None, moe_ft_share: float, curve_nodes: int) -> Allocation:
+    """:func:`allocate` under nested limits, one workload at a time: the curve policies by
+    :func:`wattflex.allocation.nested.nested_oracle` (exact), the weighted ones by
+    :func:`wattflex.allocation.nested.nested_water_fill`. Infeasible (floors over the budget
+    or over a group's limit): the floors, ``feasible`` False."""
+    from wattflex.allocation.nested import floors_fit, nested_oracle, nested_water_fill
+
+    lead = curves.power_w.shape[:-2]
+    budget = np.broadcast_to(np.asarray(budget_w, float), lead).copy()
+    base = predicted_curves(curves, features["pfi"], curve_nodes) if policy == "curve-aware" else curves
+    floor = sla_floor(base, max_slowdown) if max_slowdown is not None else base.floor_w
+    power = np.empty(curves.power_w.shape[:-1])
+    feasible = np.empty(lead, bool)
+    method = np.full(lead, "", dtype="<U14")
+    gap = np.zeros(lead)
+    for idx in np.ndindex(*lead):
+        b, fl = float(budget[idx]), floor[idx]
+        feasible[idx] = floors_fit(nested.with_budget(b), fl)
+        if policy in ("oracle", "curve-aware"):
+            work = base.take(idx).restrict(fl) if max_slowdown is not None else base.take(idx)
+            sol = nested_oracle(work.power_w, work.throughput, b, nested)
+            power[idx], method[idx], gap[idx] = sol.power_w, str(sol.method), float(sol.gap_rel)
+        else:
+            w = policy_weights(policy, curves.take(idx), {k: np.asarray(v)[idx] for k, v in features.items()},
+                               moe_ft_share)
+            power[idx] = nested_water_fill(b, fl, curves.take(idx).ceiling_w, w, nested)
+    power = np.where(feasible[..., None], power, floor)
+    path = {"oracle_method": method, "oracle_gap_rel": gap} if policy in ("oracle", "curve-aware") else {}
+    return Allocation(policy, power, curves.throughput_at(power), budget, feasible, floor, None, **path)
 
 
 def _hull_by_key(curves: Curves, key: np.ndarray | None) -> np.ndarray | None:

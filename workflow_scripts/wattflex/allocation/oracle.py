@@ -254,9 +254,20 @@ def lagrangian_domains(power_w: np.ndarray, throughput: np.ndarray, budget_w: fl
     slack = budget_w - P[:, 0].sum()
     k = int(np.searchsorted(np.cumsum(plan.sorted_width), slack))
     lam = float(max(plan.sorted_slope[k], 0.0)) if k < len(plan.sorted_slope) else 0.0
-    r = T - lam * P
+    best = (T - lam * P).max(-1)
+    return price_domains(P, T, np.full(len(P), lam), best.sum() + lam * budget_w - incumbent)
+
+
+def price_domains(power_w: np.ndarray, throughput: np.ndarray, price: np.ndarray,
+                  gap: float) -> tuple[np.ndarray, np.ndarray]:
+    """Power ranges (lo, hi) per job (n, K) where ``r_i(p) = T_i(p) - price_i * p`` is within
+    ``gap`` of its maximum: with ``price_i`` the sum of the dual prices of the constraints
+    job i is in and ``gap`` the Lagrangian bound less an incumbent, no better allocation
+    leaves them (:func:`lagrangian_domains`; the nested limits:
+    :func:`wattflex.allocation.nested.nested_oracle`)."""
+    P, T = power_w, throughput
+    r = T - np.asarray(price, float)[:, None] * P
     best = r.max(-1)
-    gap = best.sum() + lam * budget_w - incumbent
     tol = RTOL * (np.abs(T).max(-1).sum() + 1.0)
     thr = (best - max(gap, 0.0) - tol)[:, None]
     ok = r >= thr
@@ -276,7 +287,8 @@ def lagrangian_domains(power_w: np.ndarray, throughput: np.ndarray, budget_w: fl
 
 
 def milp_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float,
-                time_limit_s: float = 120.0) -> Solution:
+                time_limit_s: float = 120.0, *, groups: list[tuple[np.ndarray, float]] | None = None,
+                leaf: np.ndarray | None = None) -> Solution:
     """Exact optimum of one workload (n, K) as a MILP (scipy.optimize.milp / HiGHS).
 
     An optimal allocation exists with every job but one on a curve vertex (fix each job's
@@ -289,13 +301,19 @@ def milp_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float,
     (a segment is used only once the one below it is full), so power and throughput are
     exact for any curve shape. Merging removes the symmetry between identical copies that
     otherwise makes branching explode.
+
+    ``groups``: nested limits (wattflex.allocation.nested), one row each, ``(members (n,)
+    bool, limit_w)``; ``leaf``: each job's smallest group. Only copies in the same smallest
+    group are merged (they share every row, so moving power between two of them changes no
+    row and the at-most-one-off-vertex argument holds within the class).
     """
     P = np.asarray(power_w, dtype=float)
     T = np.asarray(throughput, dtype=float)
     floor = P[:, 0]
     if floor.sum() > budget_w + RTOL * max(abs(budget_w), 1.0):
         return Solution(floor.copy(), T[:, 0].copy(), np.asarray(False), np.asarray(True), T[:, 0].sum(), np.asarray(0.0))
-    classes, job_class, counts = np.unique(np.hstack([P, T]), axis=0, return_inverse=True, return_counts=True)
+    key = np.hstack([P, T] if leaf is None else [P, T, np.asarray(leaf, float)[:, None]])
+    classes, job_class, counts = np.unique(key, axis=0, return_inverse=True, return_counts=True)
     job_class = job_class.ravel()
     K = P.shape[1]
     cost: list[float] = []
@@ -306,7 +324,10 @@ def milp_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float,
     row_lo: list[float] = []
     row_hi: list[float] = []
 
+    owner: list[int] = []                      # the class of each variable
+
     def var(gain: float, w: float, ub: float, is_int: bool) -> int:
+        owner.append(len(counted))
         cost.append(-gain)
         watts.append(w)
         upper.append(ub)
@@ -319,11 +340,11 @@ def milp_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float,
         row_hi.append(hi)
 
     # a concave curve fills its segments in order at any optimum: no binaries needed
-    class_T = classes[:, K:]
+    class_T = classes[:, K:2 * K]
     concave = np.all(class_T >= concave_hull(classes[:, :K], class_T) - _throughput_tol(class_T)[:, None], axis=-1)
     free, counted = [], []
     for curve, k, is_concave in zip(classes, counts, concave):
-        Pc, Tc = curve[:K], curve[K:]
+        Pc, Tc = curve[:K], curve[K:2 * K]
         segs = [s for s in range(K - 1) if Pc[s + 1] > Pc[s]]
         deltas = [var(Tc[s + 1] - Tc[s], Pc[s + 1] - Pc[s], 1.0, False) for s in segs]
         for below, above in ([] if is_concave else zip(deltas[:-1], deltas[1:])):
@@ -338,6 +359,11 @@ def milp_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float,
             row([(m, 1.0) for m, _ in copies], k - 1, k - 1)
         counted.append(copies)
     row([(v, w) for v, w in enumerate(watts) if w], -np.inf, budget_w - floor.sum())
+    for members, limit in groups or ():
+        inside = np.zeros(len(classes), bool)
+        inside[job_class[np.asarray(members, bool)]] = True
+        row([(v, w) for v, w in enumerate(watts) if w and inside[owner[v]]], -np.inf,
+            limit - floor[np.asarray(members, bool)].sum())
     r, c, a = zip(*entries)
     A = coo_matrix((a, (r, c)), shape=(len(row_lo), len(cost))).tocsr()
     res = milp(np.asarray(cost), constraints=LinearConstraint(A, row_lo, row_hi),

@@ -63,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", choices=sorted(GPUS), default=DEFAULT_GPU, help="the GPUs' model (their limits)")
     parser.add_argument("--response-s", type=float, default=30.0, help="M&V deadline of events that name none")
     parser.add_argument("--mv-out", metavar="DIR", help="write the M&V of every event here (cluster load)")
+    parser.add_argument("--site", metavar="YAML", help="the site's electrical tree (feeds > PDUs > racks > nodes, "
+                                                       "limits in kW; docs/grid.md): every level held in every period, "
+                                                       "events or not, and reported in the M&V")
     parser.add_argument("--agent-state-dir", metavar="DIR", help="the agents' cap state folder, {node} replaced by the "
                                                                  "node name (default: each node's $WATTFLEX_STATE_DIR "
                                                                  "or /var/tmp/wattflex, what the epilog restores from)")
@@ -75,6 +78,15 @@ def run(args: argparse.Namespace) -> int:
     from wattflex.grid.slurm import OnceLog, agent_command, discover, run_coordinator
 
     split = cluster_split(args)      # bad input refused before anything starts
+    site = None
+    if args.site:
+        from wattflex.errors import ConfigError
+        from wattflex.grid.topology import read_site
+
+        try:
+            site = read_site(args.site)
+        except ConfigError as e:
+            raise UserError(str(e)) from None
     partitions = [p.strip() for p in args.partition.split(",") if p.strip()]
     if args.partition and not partitions:
         raise UserError(f"--partition {args.partition!r}: name at least one partition")
@@ -113,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
             rec = run_coordinator(source, args.basis, out, duration, args.period_s,
                                   lambda: discover(partitions=partitions, report=bad_job), launch,
                                   min_w=gpu.min_limit_w, max_w=gpu.max_limit_w, stale_s=3 * args.period_s,
-                                  split=split, log=lambda msg: print(msg, flush=True))
+                                  split=split, log=lambda msg: print(msg, flush=True), site=site)
         ended = True
     finally:
         stop_agents(agents.values(), args.period_s, ended)
@@ -123,7 +135,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: agent(s) {', '.join(failed)} ended with an error: see {out}/*.agent.log", file=sys.stderr)
     if args.mv_out:
         first = next((k for k, b in enumerate(rec.budget_w) if math.isfinite(b)), 0)
-        basis = rec.power_w[first - 1] if first > 0 else None       # the load just before the event
+        # what the event's fraction applied to: the load just before it (--basis measured) or
+        # the GPUs x their max limit (nominal), as the coordinator had it
+        basis = rec.basis_w[first] if rec.basis_w and math.isfinite(rec.basis_w[first]) else None
         # the counterfactual uncapped load: from the jobs' curves (--curves) and, in the M&V,
         # from the load just before the event
         write_run_mv_report(Path(args.mv_out), rec, source, args.response_s, rec.baseline_curves_w,

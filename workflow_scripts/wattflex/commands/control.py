@@ -54,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                            "file holds (rewritten every period; stale: held to the "
                                                            "event's end, then restored)")
     parser.add_argument("--load-file", metavar="JSON", help="write this node's measured load here every period")
+    parser.add_argument("--site", metavar="YAML", help="the site's electrical tree (docs/grid.md): this node holds its "
+                                                       "equal share of every level above it in every period, ramps "
+                                                       "included (a --budget-file agent gets its share from the "
+                                                       "coordinator instead)")
+    parser.add_argument("--node", help="--site: this node's name in it (default $SLURMD_NODENAME, else the host name)")
     parser.add_argument("--budget-stale-s", type=float, default=15.0,
                         help="--budget-file: older than this counts as no word from the coordinator (default 15 s)")
     parser.add_argument("--openadr3-program", metavar="ID", help="--openadr3-vtn: only this program's events")
@@ -308,12 +313,28 @@ def run(args: argparse.Namespace) -> int:
         budget_at = lambda t: float(args.budget_w)  # noqa: E731
         source = f"--budget-w {args.budget_w:g}"
         duration = args.duration_s if args.duration_s is not None else math.inf
+    limit_at = budget_file.limit_at if args.budget_file else None
+    if args.site:
+        from wattflex.errors import ConfigError
+        from wattflex.grid.topology import read_site
+
+        node = args.node or os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+        try:
+            share = read_site(args.site).node_share_w(node)
+        except ConfigError as e:
+            raise UserError(str(e)) from None
+        if share < floor:
+            raise UserError(f"--site {args.site}: node {node}'s share of its limits is {share:.0f} W, below these "
+                            f"GPUs' floor of {floor:.0f} W: no cap keeps them under it")
+        coordinated = limit_at
+        limit_at = (lambda t: min(share, coordinated(t))) if coordinated else (lambda t: share)
+        source += f", node {node}'s share of the site's limits {share:.0f} W"
     cfg = ControlConfig(period_s=args.period_s, restore_stagger_s=args.restore_stagger_s)
     if args.dry_run:
         t = args.at_s if args.signal else 0.0
         budget = budget_at(t)
         ctl = Controller([args.policy], cfg, len(jobs), predict_pfi)
-        caps = ctl.step(t, budget, job_table(jobs), first)[0]
+        caps = ctl.step(t, budget, job_table(jobs), first, limit_w=math.inf if limit_at is None else limit_at(t))[0]
         print(f"wattflex control --dry-run: policy {args.policy}, budget "
               f"{'none (no curtailment)' if not math.isfinite(budget) else f'{budget:.0f} W'} from {source} "
               f"at t={t:g} s, {len(flat)} GPU(s) in {len(jobs)} job(s)")
@@ -361,7 +382,8 @@ def run(args: argparse.Namespace) -> int:
         ramp = (lambda t: ramp_at(signal, t)) if signal is not None else (
             budget_file.ramp_at if args.budget_file else None)
         rec = run_loop(jobs, budget_at, args.policy, cfg, duration, mode=args.cap_control, state_dir=state_dir,
-                       command=args.cap_command, predict_pfi=predict_pfi, on_period=on_period, ramp_at=ramp)
+                       command=args.cap_command, predict_pfi=predict_pfi, on_period=on_period, ramp_at=ramp,
+                       limit_at=limit_at)
     except CapError as exc:      # the guard has put back what it could; the message says what is left
         raise UserError(f"{exc} (--cap-control {args.cap_control})") from None
     finally:

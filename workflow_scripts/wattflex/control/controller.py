@@ -466,10 +466,15 @@ class Controller:
 
     # ---- one period ---------------------------------------------------------------------
     def step(self, t_s: float, budget_w: float, jobs: JobTable, read: Readings,
-             ramp_w_per_s: float = math.inf) -> np.ndarray:
+             ramp_w_per_s: float = math.inf, limit_w: float = math.inf) -> np.ndarray:
         """Caps (R, S) per GPU for the next period (NaN for empty slots); ``ramp_w_per_s``:
-        the most load the cap changes may move per second (module docstring)."""
+        the most load the cap changes may move per second (module docstring); ``limit_w``:
+        an electrical limit on these jobs together (their node's share of its rack, PDU,
+        feed and site: wattflex.grid.topology), held in every period whatever the ramp (the
+        ramp paces the event, never a breaker): the budget is at most it, and after the
+        ramp every cap is at most the cap the limit alone gives."""
         cfg = self.cfg
+        budget_w = min(budget_w, limit_w)
         self._admit(t_s, jobs)
         R = len(self.policies)
         as2d = lambda a: np.broadcast_to(np.asarray(a, float), (R, len(self.uid)))  # noqa: E731
@@ -498,10 +503,13 @@ class Controller:
             self.restore_order = np.flatnonzero(active & (self.caps < self.profile.max_cap_w - 1e-6).any(0))
         self.prev_budget = budget_w
         self._update_trim(t_s, budget_w, read)
+        hard = self._caps(limit_w, read, fresh, active) if math.isfinite(limit_w) else None
         caps = self._caps(budget_w, read, fresh, active)
         if not np.isfinite(budget_w):
             caps = self._stagger(t_s, caps, active)
         caps = self._ramp(caps, read, active, ramp_w_per_s * (t_s - self.prev_step_t))
+        if hard is not None:
+            caps = np.fmin(caps, hard)
         self.prev_step_t = t_s
         self._apply(t_s, caps, active)
         self.fallback = active & ~fresh & np.isfinite(budget_w)

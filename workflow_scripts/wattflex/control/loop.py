@@ -111,6 +111,7 @@ def apply_caps(jobs: Sequence[NodeJob], caps_w: np.ndarray, current: dict[int, f
 class LoopRecord:
     t_s: list[float] = field(default_factory=list)
     budget_w: list[float] = field(default_factory=list)
+    limit_w: list[float] = field(default_factory=list)         # the electrical limit in force (inf: none)
     power_w: list[float] = field(default_factory=list)
     caps_w: list[list[float]] = field(default_factory=list)
     fallback: list[list[bool]] = field(default_factory=list)
@@ -124,16 +125,18 @@ def run_loop(jobs: Sequence[NodeJob], budget_at: Callable[[float], float], polic
              predict_pfi: Callable[[np.ndarray], np.ndarray] | None = None,
              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
              on_period: Callable[[LoopRecord], None] | None = None,
-             ramp_at: Callable[[float], float] | None = None) -> LoopRecord:
+             ramp_at: Callable[[float], float] | None = None,
+             limit_at: Callable[[float], float] | None = None) -> LoopRecord:
     """Control ``jobs`` for ``duration_s`` seconds. Every GPU's original limit is recorded in
     a state file and restored on return, exception or signal (``CapGuard``); before the first
     reading every GPU gets the safe equal-weight cap of the starting budget. ``ramp_at(t)``: the
-    ramp limit (W/s) the controller holds its cap changes to (default none)."""
+    ramp limit (W/s) the controller holds its cap changes to (default none); ``limit_at(t)``:
+    the electrical limit (W) on these jobs together, held whatever the ramp (default none)."""
     devices = [d for j in jobs for d in j.devices]
     table = job_table(jobs)
     ctl = Controller([policy], cfg, len(jobs), predict_pfi)
     lo, hi = float(table.min_cap_w.max()), float(table.max_cap_w.min())
-    b0 = budget_at(0.0)
+    b0 = min(budget_at(0.0), math.inf if limit_at is None else float(limit_at(0.0)))
     start_cap = hi if not np.isfinite(b0) else float(round_caps(np.array(b0 * (1 - cfg.target_margin) / max(len(devices), 1)),
                                                                  np.array(lo), np.array(hi), cfg.cap_step_w))
     floor = floor_w(table)
@@ -151,10 +154,12 @@ def run_loop(jobs: Sequence[NodeJob], budget_at: Callable[[float], float], polic
                 log.warning("t=%.1f s: budget %.0f W is below the jobs' floor %.0f W (every GPU at its minimum "
                             "cap): capping at the floors, power may exceed the budget", t, budget, floor)
             read = read_jobs(jobs, t, raw=rec.last_readings)
-            caps = ctl.step(t, budget, table, read, math.inf if ramp_at is None else float(ramp_at(t)))[0]
+            limit = math.inf if limit_at is None else float(limit_at(t))
+            caps = ctl.step(t, budget, table, read, math.inf if ramp_at is None else float(ramp_at(t)), limit)[0]
             apply_caps(jobs, caps, current)
             rec.t_s.append(t)
             rec.budget_w.append(budget)
+            rec.limit_w.append(limit)
             rec.power_w.append(float(read.total_power_w[0]))
             rec.caps_w.append([float(c) for c in caps])
             rec.fallback.append([bool(f) for f in ctl.fallback[0]])

@@ -12,7 +12,10 @@ The same function reads the cluster simulation (1-s samples) and a real controll
 - **time above target** after the deadline (the compliance figure), and how far above;
 - **restore time**: from the end until the load is back to ``restored_at`` of the
   pre-event baseline;
-- measured ramp rates, and **throughput lost vs the oracle** when tokens are given.
+- measured ramp rates, and **throughput lost vs the oracle** when tokens are given;
+- with a site file (``wattflex cluster-control --site``), **every level** of the electrical
+  tree (site, feeds, PDUs, racks, nodes: :func:`level_mv`): its limit, its highest load,
+  the periods above its limit and the worst excess, over the run and within each event.
 """
 
 from __future__ import annotations
@@ -133,6 +136,34 @@ def simulation_mv(res: Any, source: Any, response_s: float, **kw: Any) -> tuple[
     return pd.DataFrame(recs), (pd.concat(tabs, ignore_index=True) if tabs else pd.DataFrame())
 
 
+def level_mv(t_s: np.ndarray, level_w: Mapping[str, Sequence[float]], limit_w: Mapping[str, Any],
+             kind: Mapping[str, str], windows: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """One record per level of the site: ``limit_w`` (one number, or one per period: the
+    lowest is reported), ``max_w`` and ``mean_w`` over the run, ``periods_above_limit`` and
+    ``worst_w_above_limit`` (0 when it never was), and the same within each event
+    (``events``: id, max_w, periods_above_limit)."""
+    t = np.asarray(t_s, float)
+    out = []
+    for name, series in level_w.items():
+        p = np.asarray(series, float)
+        lims = np.broadcast_to(np.asarray(limit_w[name], float), p.shape)
+        lim = float(lims.min()) if len(lims) else math.inf
+        above = np.where(np.isfinite(lims), p - lims, -np.inf)
+        tol = 1e-6 * np.maximum(np.abs(np.where(np.isfinite(lims), lims, 0.0)), 1.0)
+        per_event = []
+        for w, eid in zip(windows, occurrence_ids(windows)):
+            m = (t >= float(w["start_s"])) & (t < float(w["end_s"])) & np.isfinite(p)
+            per_event.append({"event_id": eid, "max_w": float(p[m].max()) if m.any() else math.nan,
+                              "periods_above_limit": int((above[m] > tol[m]).sum())})
+        ok = np.isfinite(p)
+        out.append({"level": name, "kind": kind.get(name, ""), "limit_w": lim if math.isfinite(lim) else None,
+                    "max_w": float(p[ok].max()) if ok.any() else math.nan, "mean_w": _mean(p[ok]),
+                    "periods": int(ok.sum()), "periods_above_limit": int((above[ok] > tol[ok]).sum()),
+                    "worst_w_above_limit": float(max(above[ok].max(initial=-np.inf), 0.0)),
+                    "events": per_event})
+    return out
+
+
 def write_run_mv(out_dir: Any, rec: Any, source: Any, response_s: float, uncapped_w: Any,
                  params: Mapping[str, Any], basis_w: float | None = None,
                  interval_s: float = 60.0) -> tuple[list[dict[str, Any]], pd.DataFrame]:
@@ -159,8 +190,21 @@ def write_run_mv(out_dir: Any, rec: Any, source: Any, response_s: float, uncappe
     ts = pd.DataFrame({"t_s": t, "budget_w": budget, "power_w": power, "baseline_curves_w": curves})
     for k, caps in enumerate(np.asarray(rec.caps_w, float).T):
         ts[f"cap_w:job{k}"] = caps
+    doc: dict[str, Any] = {"events": recs, "sample_s": period}
+    if getattr(rec, "alive", None) and len(rec.alive) == len(t):
+        ts["units_answering"] = np.asarray(rec.alive, int)       # the coordinator's: the others counted uncapped
+    if getattr(rec, "level_w", None):          # the site's levels (wattflex cluster-control --site)
+        for name, series in rec.level_w.items():
+            ts[f"load_w:{name}"] = np.asarray(series, float)
+        doc["levels"] = level_mv(t, rec.level_w, rec.level_limit_w, rec.level_kind,
+                                 windows(source, t, response_s, basis_w))
+    elif np.isfinite(np.asarray(getattr(rec, "limit_w", None) or [np.inf], float)).any():
+        # one node (wattflex control --site or a cluster-control agent): its share of the limits
+        ts["limit_w"] = np.asarray(rec.limit_w, float)
+        doc["levels"] = level_mv(t, {"node": power}, {"node": ts["limit_w"].to_numpy()}, {"node": "node"},
+                                 windows(source, t, response_s, basis_w))
     prov = provenance(params=dict(params), backend="nvml")
-    files = [json_file({"events": recs, "sample_s": period}, out / "mv.json", prov),
+    files = [json_file(doc, out / "mv.json", prov),
              *csv_files(intervals, out / "mv_intervals.csv", prov), *csv_files(ts, out / "timeseries.csv", prov)]
     write_together(files)
     return recs, ts

@@ -307,20 +307,28 @@ class ClusterSplit:
 
 def split_budget(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarray, alive: np.ndarray,
                  policy: str = "equal-weight", curves: Curves | None = None, has_curve: np.ndarray | None = None,
-                 pfi: np.ndarray | None = None) -> np.ndarray:
+                 pfi: np.ndarray | None = None, nested: Any = None) -> np.ndarray:
     """Per-unit budgets (W): a unit not answering is charged its ceiling (uncapped) and gets
     NaN; the rest water-filled (equal weights) between the answering units' floors and
     ceilings. With ``curves`` (rows ``has_curve``) and a policy other than equal-weight, an
     answering unit with a curve works between the curve's floor and ceiling (its lowest-cap
     and uncapped power), and the units with curves re-split their equal-weight part of the
     cut by ``policy`` (:func:`wattflex.allocation.allocator.allocate`, ``pfi``: their PFI);
-    those without keep their equal-weight share. ``inf`` (no event): every unit inf."""
+    those without keep their equal-weight share. ``inf`` (no event): every unit inf.
+
+    ``nested``: the site's limits over the units (:meth:`wattflex.grid.topology.Site.laminar`),
+    a unit not answering charged its ceiling in every group above it; the split then holds
+    every level (:func:`wattflex.allocation.nested.nested_water_fill`, and the policy through
+    ``allocate(nested=...)``), and ``inf`` gives what the limits alone allow (a unit no limit
+    binds: inf)."""
     floor_w, ceiling_w, alive = (np.array(a, dtype=float if k < 2 else bool) for k, a in
                                  enumerate((floor_w, ceiling_w, alive)))
-    if not math.isfinite(budget_w):
+    if not math.isfinite(budget_w) and nested is None:
         return np.full(len(floor_w), np.inf)
     if not len(floor_w):                  # no GPU job known (none running, or SLURM down from the start)
         return np.zeros(0)
+    if nested is not None:
+        return _split_nested(budget_w, floor_w, ceiling_w, alive, policy, curves, has_curve, pfi, nested)
     left = budget_w - ceiling_w[~alive].sum()
     use = np.zeros(len(floor_w), bool) if curves is None or has_curve is None else np.asarray(has_curve) & alive
     if use.any():
@@ -335,6 +343,31 @@ def split_budget(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarray, al
         pfi_use = np.full(int(use.sum()), np.nan) if pfi is None else np.asarray(pfi, float)[use]
         a = allocate(part, float(share[use].sum()), policy, {"pfi": pfi_use})
         share[use] = a.power_w
+    return share
+
+
+def _split_nested(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarray, alive: np.ndarray, policy: str,
+                  curves: Curves | None, has_curve: np.ndarray | None, pfi: np.ndarray | None, nested: Any) -> np.ndarray:
+    """:func:`split_budget` under the site's nested limits (its docstring): equal weights
+    first, then the units with curves re-split their part by ``policy`` within what the
+    limits leave them beside the others' shares."""
+    from wattflex.allocation.nested import nested_water_fill
+
+    use = np.zeros(len(floor_w), bool) if curves is None or has_curve is None else np.asarray(has_curve) & alive
+    if use.any():
+        floor_w[use], ceiling_w[use] = curves.floor_w[use], curves.ceiling_w[use]
+    fam = nested.subset(alive, ceiling_w)                    # the silent units at their ceilings
+    share = np.full(len(floor_w), np.nan)
+    share[alive] = nested_water_fill(budget_w, floor_w[alive], ceiling_w[alive], np.ones(int(alive.sum())), fam)
+    if use.any() and policy != "equal-weight" and math.isfinite(budget_w):
+        sub = nested.subset(use, np.where(alive, np.nan_to_num(share), ceiling_w))
+        part = Curves(curves.power_w[use][None], curves.throughput[use][None])
+        pfi_use = np.full(int(use.sum()), np.nan) if pfi is None else np.asarray(pfi, float)[use]
+        a = allocate(part, float(share[use].sum()), policy, {"pfi": pfi_use[None]}, nested=sub)
+        if bool(a.feasible[0]):
+            share[use] = a.power_w[0]
+    if not math.isfinite(budget_w):                          # no event: only where a limit binds
+        share = np.where(share >= ceiling_w * (1 - 1e-9), np.inf, share)
     return share
 
 
@@ -354,6 +387,8 @@ BUDGET_FIELDS = {
     "budget_w": ("null or a finite number >= 0", lambda v: v is None or _finite(v) and v >= 0),
     "hold_until_unix": ("null or a finite number", lambda v: v is None or _finite(v)),
     "ramp_w_per_s": ("null or a finite number > 0", lambda v: v is None or _finite(v) and v > 0),
+    # the unit's share of the site's electrical limits (wattflex.grid.topology), held whatever the ramp
+    "limit_w": ("null or a finite number >= 0", lambda v: v is None or _finite(v) and v >= 0),
 }
 LOAD_FIELDS = {"t_unix": BUDGET_FIELDS["t_unix"], "load_w": ("a finite number >= 0", lambda v: _finite(v) and v >= 0)}
 
@@ -432,6 +467,12 @@ class BudgetFile:
         r = self.last.get("ramp_w_per_s")
         return math.inf if r is None else float(r)
 
+    def limit_at(self, _t_s: float) -> float:
+        """The unit's share of the site's electrical limits (W) in the last budget read (held
+        while the file is stale: a breaker does not go away with the coordinator); inf if none."""
+        r = self.last.get("limit_w")
+        return math.inf if r is None else float(r)
+
 
 def write_load(path: str | Path, unit: str, load_w: float, caps_w: Sequence[float]) -> None:
     write_json_atomic(Path(path), {"unit": unit, "load_w": float(load_w), "caps_w": [float(c) for c in caps_w],
@@ -440,25 +481,38 @@ def write_load(path: str | Path, unit: str, load_w: float, caps_w: Sequence[floa
 
 def coordinate_once(jobs: Sequence[SlurmJob], budget_w: float, hold_until_unix: float, budget_dir: Path,
                     min_w: float, max_w: float, stale_s: float, split: ClusterSplit | None = None,
-                    ramp_w_per_s: float = math.inf) -> dict[str, float]:
+                    ramp_w_per_s: float = math.inf, site: Any = None) -> dict[str, float]:
     """One coordinator period: read every unit's load file, split ``budget_w`` (units not
     answering counted at ``max_w`` per GPU; ``split``: the policy and curves, default
     equal weights), write every unit's budget file, with its share of the event's ramp
-    limit (in proportion to its GPUs) that its agent holds its cap changes to."""
+    limit (in proportion to its GPUs) that its agent holds its cap changes to. ``site``
+    (:class:`wattflex.grid.topology.Site`): the split holds every level of it, and every
+    unit's file also carries ``limit_w``, its share of the limits alone (the event aside),
+    which its agent holds whatever the ramp."""
     split = split or ClusterSplit()
     units = [(j, n) for j in jobs for n in j.gpus]
     names = [unit_name(j.job_id, n) for j, n in units]
     gpus = np.array([len(j.gpus[n]) for j, n in units], float)
     alive = np.array([read_fresh(budget_dir / f"{u}.load.json", stale_s) is not None for u in names], bool)
     curves, has_curve = split.unit_curves(units)
-    share = split_budget(budget_w, gpus * min_w, gpus * max_w, alive, split.policy, curves, has_curve,
-                         split.unit_pfi(units))
+    nested = site.laminar([n for _, n in units]) if site is not None else None
+    args = (gpus * min_w, gpus * max_w, alive, split.policy, curves, has_curve, split.unit_pfi(units))
+    share = split_budget(budget_w, *args, nested=nested)
+    limit = np.full(len(units), np.inf)
+    if nested is not None:
+        # an answering unit: its share with the silent ones at their ceilings; a silent one
+        # (an agent starting, or one whose load file is late): its share were all answering,
+        # so that it is held from its first period, and the sum still fits (its share is at
+        # most the ceiling it is charged at in the others')
+        every = split_budget(math.inf, args[0], args[1], np.ones(len(units), bool), *args[3:], nested=nested)
+        limit = np.where(alive, split_budget(math.inf, *args, nested=nested), every)
     now = time.time()
     ramp = ramp_w_per_s * gpus / max(gpus.sum(), 1.0)
-    for u, b, r in zip(names, share, ramp):
+    for u, b, r, lim in zip(names, share, ramp, limit):
         write_json_atomic(budget_dir / f"{u}.budget.json",
                           {"budget_w": None if not np.isfinite(b) else float(b), "t_unix": now,
-                           "hold_until_unix": hold_until_unix, "ramp_w_per_s": float(r) if np.isfinite(r) else None})
+                           "hold_until_unix": hold_until_unix, "ramp_w_per_s": float(r) if np.isfinite(r) else None,
+                           "limit_w": float(lim) if np.isfinite(lim) else None})
     return dict(zip(names, share))
 
 
@@ -487,12 +541,18 @@ class ClusterRecord:
     baseline_curves_w: list[float] = field(default_factory=list)
     baseline_by_unit: dict[str, str] = field(default_factory=dict)
     unit_pre_event_w: dict[str, float] = field(default_factory=dict)     # last load outside an event
+    # with a site file: per level of it (``rack:r1``), its load each period (its units' loads,
+    # a silent unit at its GPUs x the max limit) and its limit (W)
+    level_w: dict[str, list[float]] = field(default_factory=dict)
+    level_limit_w: dict[str, float] = field(default_factory=dict)
+    level_kind: dict[str, str] = field(default_factory=dict)
+    basis_w: list[float] = field(default_factory=list)      # what the fractions applied to, per period
 
 
 def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float, period_s: float,
                     discover_jobs: Any, launch: Any, *, min_w: float, max_w: float, stale_s: float,
                     split: ClusterSplit | None = None, log: Any = print,
-                    clock: Any = time.monotonic, sleep: Any = time.sleep) -> ClusterRecord:
+                    clock: Any = time.monotonic, sleep: Any = time.sleep, site: Any = None) -> ClusterRecord:
     """Follow ``source`` (a schedule or signal: ``budget(t, basis_w)``, ``active(t)``) over the
     jobs ``discover_jobs()`` reports, ``launch(job, node)`` starting each new unit's agent.
     The basis is ``nominal`` (GPUs x ``max_w``) or ``measured`` (the cluster load of the last
@@ -500,7 +560,8 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
     new job whose share has no curve under a curve policy is said to ``log``, and so are a
     SLURM failure (retried, then the last job set held) and a load file that cannot be used.
     At the end, however the loop ends (an exception, a signal raised as one), every unit is
-    told: no budget (restore)."""
+    told: no budget (restore). ``site`` (:class:`wattflex.grid.topology.Site`): every level's
+    limit held in every period (:func:`coordinate_once`) and its load recorded."""
     split = split or ClusterSplit()
     rec = ClusterRecord([], [], [], [], [])
     launched: set[str] = set()
@@ -524,6 +585,9 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
                     if unit_name(j.job_id, n) not in launched:
                         launch(j, n)
                         launched.add(unit_name(j.job_id, n))
+                        if site is not None and n not in site.node_level:
+                            log(f"warning: node {n} (unit {unit_name(j.job_id, n)}) is not in the site file: "
+                                f"held by the site's limit only, no rack or feed of it")
                         group = split.group_of(j) if split.policy != "equal-weight" else None
                         rec.unit_group[unit_name(j.job_id, n)] = group
                         if split.policy != "equal-weight":
@@ -543,9 +607,12 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
             budget = float(source.budget(t, basis_w)) if math.isfinite(basis_w) else math.inf
             end = _event_end(source, t)
             coordinate_once(jobs, budget, t0_unix + end if end is not None else -math.inf, budget_dir, min_w, max_w,
-                            stale_s, split, ramp_at(source, t))
+                            stale_s, split, ramp_at(source, t), site)
+            if site is not None:
+                _record_levels(rec, site, units, loads, gpus * max_w, len(rec.t_s))
             rec.t_s.append(t)
             rec.budget_w.append(budget)
+            rec.basis_w.append(basis_w)
             rec.power_w.append(load)
             rec.alive.append(sum(d is not None for d in loads))
             rec.caps_w.append([])
@@ -554,8 +621,20 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
         # the last word, however the loop ends: restore (still at the last event's ramp, so
         # the agents do not surge together)
         coordinate_once(jobs, math.inf, -math.inf, budget_dir, min_w, max_w, stale_s, split,
-                        ramp_at(source, duration_s))
+                        ramp_at(source, duration_s), site)
     return rec
+
+
+def _record_levels(rec: ClusterRecord, site: Any, units: Sequence[tuple[SlurmJob, str]],
+                   loads: Sequence[Mapping[str, Any] | None], uncapped_w: np.ndarray, k: int) -> None:
+    """This period's load of every level of the site (a silent unit at ``uncapped_w``)."""
+    fam = site.laminar([n for _, n in units])
+    power = np.array([float(d["load_w"]) if d is not None else float(u) for d, u in zip(loads, uncapped_w)])
+    for name, kind, lim, load in zip(fam.names, fam.kinds, fam.limit_w, fam.loads(power) if len(units) else
+                                     np.zeros(len(fam.names))):
+        series = rec.level_w.setdefault(name, [math.nan] * k)
+        series.append(float(load))
+        rec.level_limit_w[name], rec.level_kind[name] = float(lim), kind
 
 
 def _curves_baseline(rec: ClusterRecord, split: ClusterSplit, units: Sequence[tuple[SlurmJob, str]],
