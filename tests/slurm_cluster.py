@@ -28,8 +28,8 @@ EPILOG = REPO / "slurm" / "epilog.sh"
 NAME = "slurm_cluster"          # built_once's folder (epilog wrapper, its logs) in the session's shared folder
 # Partition -> (nodes, fake GPUs per node). single: the one-node sweep (tests/workflow/test_slurm.py),
 # pair: runs across two nodes (test_slurm_multinode.py), grid: a grid event over a two-node job
-# (test_slurm_grid.py).
-PARTITIONS = {"single": (1, 8), "pair": (2, 1), "grid": (2, 2)}
+# (test_slurm_grid.py), knobs: pause and requeue of harness jobs (test_slurm_knobs.py).
+PARTITIONS = {"single": (1, 8), "pair": (2, 1), "grid": (2, 2), "knobs": (1, 2)}
 
 
 def nodes_of(name: str) -> list[str]:
