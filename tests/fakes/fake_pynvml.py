@@ -14,7 +14,8 @@ Processes the tests cannot patch (SLURM job steps) import it as ``pynvml`` throu
 ``allow_set`` (False: setting a limit raises NoPermission; per GPU: ``deny_set``, or ``deny_set_mw``:
 the limits in mW it refuses so), ``gpm`` ("ok" |
 "no_permission" | "unsupported"), ``instant_power`` (False: the field read fails),
-``demand_w`` (what the job would draw uncapped), ``extra_limit_w`` (a lower limit enforced
+``demand_w`` (what the job would draw uncapped), ``locked_mhz`` (the SM clock lock FAKE
+``nvmlDeviceSetGpuLockedClocks`` set, None when reset; ``deny_lock``: locking raises NoPermission), ``extra_limit_w`` (a lower limit enforced
 by someone else), ``persistence`` (False: persistence mode off).
 """
 
@@ -77,7 +78,8 @@ def _default_gpu(i: int) -> dict[str, Any]:
     return {"name": "NVIDIA H200", "uuid": f"GPU-fake-{i:04d}", "min_mw": 200_000, "max_mw": 700_000,
             "default_mw": 700_000, "limit_mw": 700_000, "demand_w": 650.0, "extra_limit_w": None,
             "sm_clock_max": 1980, "mem_clock": 3201, "util": 98, "mem_util": 40, "fb_used": 80 * 1024**3,
-            "temp": 55, "gpm_values": {"10": 45.0, "2": 90.0, "5": 60.0}, "persistence": True}
+            "temp": 55, "gpm_values": {"10": 45.0, "2": 90.0, "5": 60.0}, "persistence": True,
+            "sm_clock_min": 345, "locked_mhz": None}
 
 
 _memory_state: dict[str, Any] = {}
@@ -86,7 +88,7 @@ _memory_state: dict[str, Any] = {}
 def reset(n_gpus: int = 2, path: str | os.PathLike | None = None, **knobs: Any) -> dict[str, Any]:
     """Fresh fake GPUs (in memory, or in ``path`` which is then exported as FAKE_PYNVML_STATE)."""
     state = {"gpus": [_default_gpu(i) for i in range(n_gpus)], "allow_set": True, "gpm": "ok",
-             "instant_power": True, "t_start": time.time(), "set_calls": []}
+             "instant_power": True, "t_start": time.time(), "set_calls": [], "clock_calls": []}
     state.update(knobs)
     if path is not None:
         os.environ[STATE_ENV] = str(path)
@@ -140,8 +142,15 @@ def _enforced_mw(g: dict[str, Any]) -> int:
     return min(g["limit_mw"], int(extra * 1000)) if extra else g["limit_mw"]
 
 
+def _lock_fraction(g: dict[str, Any]) -> float:
+    """Power fraction at the locked clock: (f / f_max)^2, the inverse of this fake's own
+    clock-under-cap rule (``nvmlDeviceGetClockInfo``: clock = f_max * throttle^0.5)."""
+    lock = g.get("locked_mhz")
+    return 1.0 if lock is None else min(1.0, lock / g["sm_clock_max"]) ** 2
+
+
 def _power_mw(g: dict[str, Any]) -> int:
-    return int(min(g["demand_w"] * 1000, _enforced_mw(g)))
+    return int(min(g["demand_w"] * 1000 * _lock_fraction(g), _enforced_mw(g)))
 
 
 # ---- the pynvml API subset --------------------------------------------------------------------
@@ -224,6 +233,30 @@ def nvmlDeviceSetPowerManagementLimit(handle: int, limit_mw: int) -> None:
     _save(s)
 
 
+def nvmlDeviceSetGpuLockedClocks(handle: int, min_mhz: int, max_mhz: int) -> None:
+    """FAKE: holds the SM clock at [min, max] (wattflex locks min == max)."""
+    s = _load()
+    g = s["gpus"][handle]
+    if not s["allow_set"] or g.get("deny_set") or g.get("deny_lock"):
+        raise NVMLError_NoPermission()
+    if not g["sm_clock_min"] <= min_mhz <= max_mhz <= g["sm_clock_max"]:
+        raise NVMLError_InvalidArgument()
+    g["locked_mhz"] = int(max_mhz)
+    s["clock_calls"].append([handle, int(min_mhz), int(max_mhz)])
+    _save(s)
+
+
+def nvmlDeviceResetGpuLockedClocks(handle: int) -> None:
+    """FAKE: the firmware picks the SM clock again."""
+    s = _load()
+    g = s["gpus"][handle]
+    if not s["allow_set"] or g.get("deny_set"):
+        raise NVMLError_NoPermission()
+    g["locked_mhz"] = None
+    s["clock_calls"].append([handle, "reset"])
+    _save(s)
+
+
 def nvmlDeviceGetFieldValues(handle: int, field_ids: list[int]) -> list[SimpleNamespace]:
     s, g = _load(), _gpu(handle)
     out = []
@@ -250,7 +283,8 @@ def _throttle(g: dict[str, Any]) -> float:
 def nvmlDeviceGetClockInfo(handle: int, clock: int) -> int:
     g = _gpu(handle)
     if clock == NVML_CLOCK_SM:
-        return int(g["sm_clock_max"] * _throttle(g) ** 0.5)
+        capped = g["sm_clock_max"] * _throttle(g) ** 0.5
+        return int(capped if g.get("locked_mhz") is None else min(capped, g["locked_mhz"]))
     return g["mem_clock"]
 
 
