@@ -53,7 +53,8 @@ def run_at_cap(spec: dict[str, Any], outdir: str | Path) -> Path:
         if spec["backend"] == "emulated":
             # Arrow tables, not frames: the job of each emulated run never imports pandas.
             tel, steps, facts = run_emulated_tables(spec)
-            write_run_files(tmp, spec, tel, steps, facts, cap_w=spec["cap_w"], repeat=spec["repeat"])
+            clock = {"knob": "clock", "clock_mhz": spec["clock_mhz"]} if "clock_mhz" in spec else {}
+            write_run_files(tmp, spec, tel, steps, facts, cap_w=spec["cap_w"], repeat=spec["repeat"], **clock)
         elif spec["backend"] == "cuda":
             # Imported here: an emulated run (one job each) need not load the real backend.
             from wattflex.runs.real_run import run_real

@@ -126,3 +126,19 @@ def test_fake_nvml_clock_restore_skips_live_and_damaged_records(fake_nvml, tmp_p
     bad = tmp_path / f"clocks-{os.uname().nodename}-1.json"
     bad.write_text(json.dumps({"pid": 1, "gpus": [{"index": "zero"}]}))
     assert clocks.restore_clocks_from_state_dir(tmp_path)[0]["action"] == "unreadable"
+
+
+def test_fake_nvml_cuda_backend_locks_a_clock_runs_gpus_and_not_a_cap_runs(fake_nvml, tmp_path):
+    from types import SimpleNamespace
+
+    from wattflex.runs.real_run import clock_guard
+
+    opts = SimpleNamespace(cap_control="nvml", state_dir=tmp_path)
+    gpus = open_gpus(gpm=False)
+    with clock_guard({"cap_w": 700, "clock_mhz": 1395.0}, gpus, opts) as guard:
+        assert locks() == [1395, 1395] and guard.record()["clock_control"] == "nvml"
+    assert locks() == [None, None]
+    with clock_guard({"cap_w": 400}, gpus, opts) as guard:
+        assert guard is None and locks() == [None, None]
+    with clock_guard({"cap_w": 700, "clock_mhz": 1395.0}, gpus, SimpleNamespace(cap_control="observe", state_dir=tmp_path)):
+        assert locks() == [None, None]               # observe: nothing changed
