@@ -440,18 +440,22 @@ def write_load(path: str | Path, unit: str, load_w: float, caps_w: Sequence[floa
 
 def coordinate_once(jobs: Sequence[SlurmJob], budget_w: float, hold_until_unix: float, budget_dir: Path,
                     min_w: float, max_w: float, stale_s: float, split: ClusterSplit | None = None,
-                    ramp_w_per_s: float = math.inf) -> dict[str, float]:
+                    ramp_w_per_s: float = math.inf, charged: Mapping[str, float] | None = None) -> dict[str, float]:
     """One coordinator period: read every unit's load file, split ``budget_w`` (units not
     answering counted at ``max_w`` per GPU; ``split``: the policy and curves, default
     equal weights), write every unit's budget file, with its share of the event's ramp
-    limit (in proportion to its GPUs) that its agent holds its cap changes to."""
+    limit (in proportion to its GPUs) that its agent holds its cap changes to. ``charged``:
+    units a knob shed (paused, requeued: ``slurm_knobs.KnobPlan``), counted at that power, no share."""
     split = split or ClusterSplit()
+    charged = charged or {}
     units = [(j, n) for j in jobs for n in j.gpus]
     names = [unit_name(j.job_id, n) for j, n in units]
     gpus = np.array([len(j.gpus[n]) for j, n in units], float)
-    alive = np.array([read_fresh(budget_dir / f"{u}.load.json", stale_s) is not None for u in names], bool)
+    alive = np.array([u not in charged and read_fresh(budget_dir / f"{u}.load.json", stale_s) is not None
+                      for u in names], bool)
+    ceiling = np.array([charged.get(u, g * max_w) for u, g in zip(names, gpus)], float)
     curves, has_curve = split.unit_curves(units)
-    share = split_budget(budget_w, gpus * min_w, gpus * max_w, alive, split.policy, curves, has_curve,
+    share = split_budget(budget_w, gpus * min_w, ceiling, alive, split.policy, curves, has_curve,
                          split.unit_pfi(units))
     now = time.time()
     ramp = ramp_w_per_s * gpus / max(gpus.sum(), 1.0)
@@ -492,7 +496,7 @@ class ClusterRecord:
 def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float, period_s: float,
                     discover_jobs: Any, launch: Any, *, min_w: float, max_w: float, stale_s: float,
                     split: ClusterSplit | None = None, log: Any = print,
-                    clock: Any = time.monotonic, sleep: Any = time.sleep) -> ClusterRecord:
+                    clock: Any = time.monotonic, sleep: Any = time.sleep, knobs: Any = None) -> ClusterRecord:
     """Follow ``source`` (a schedule or signal: ``budget(t, basis_w)``, ``active(t)``) over the
     jobs ``discover_jobs()`` reports, ``launch(job, node)`` starting each new unit's agent.
     The basis is ``nominal`` (GPUs x ``max_w``) or ``measured`` (the cluster load of the last
@@ -500,7 +504,9 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
     new job whose share has no curve under a curve policy is said to ``log``, and so are a
     SLURM failure (retried, then the last job set held) and a load file that cannot be used.
     At the end, however the loop ends (an exception, a signal raised as one), every unit is
-    told: no budget (restore)."""
+    told: no budget (restore). ``knobs`` (a :class:`wattflex.grid.slurm_knobs.KnobPlan`): the
+    knob menu's choice, carried out at each event's start (its jobs' units then counted at
+    what the knob leaves) and undone at its end, and however the loop ends."""
     split = split or ClusterSplit()
     rec = ClusterRecord([], [], [], [], [])
     launched: set[str] = set()
@@ -508,6 +514,7 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
     measured = math.nan
     jobs: list[SlurmJob] = []
     slurm_failing: str | None = None                  # why SLURM failed, while the last job set is held
+    knob_on = False                                   # the knob choice carried out (an event in force)
     bad_load = OnceLog(lambda m: log(f"warning: load file {m}: unit counted as not answering"))
     backoff_s = tuple(f * period_s for f in (0.05, 0.1, 0.2))      # within one period
     try:
@@ -519,6 +526,17 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
             elif why is None and slurm_failing is not None:
                 log("SLURM answers again: following its job list")
             slurm_failing = why
+            if why is None:      # a requeued job that runs again gets a new agent (its old one ended with it)
+                launched &= {unit_name(j.job_id, n) for j in jobs for n in j.gpus}
+            in_event = bool(np.asarray(source.active(t)))
+            if knobs is not None and in_event != knob_on:
+                if in_event:
+                    knobs.start(jobs)
+                else:
+                    knobs.end()
+                knob_on = in_event
+            charged = {unit_name(j.job_id, n): c for j in jobs for n in j.gpus
+                       if knobs is not None and (c := knobs.charged_w(j, n)) is not None}
             for j in jobs:
                 for n in j.gpus:
                     if unit_name(j.job_id, n) not in launched:
@@ -534,8 +552,8 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
             gpus = np.array([len(j.gpus[n]) for j, n in units], float)
             loads = [read_fresh(budget_dir / f"{unit_name(j.job_id, n)}.load.json", stale_s, bad=bad_load)
                      for j, n in units]
-            load = sum(float(d["load_w"]) if d is not None else g * max_w for d, g in zip(loads, gpus))
-            in_event = bool(np.asarray(source.active(t)))
+            load = sum(charged[u] if (u := unit_name(j.job_id, n)) in charged else
+                       float(d["load_w"]) if d is not None else g * max_w for (j, n), d, g in zip(units, loads, gpus))
             if not in_event:
                 measured = load
             rec.baseline_curves_w.append(_curves_baseline(rec, split, units, loads, gpus * max_w, in_event))
@@ -543,7 +561,7 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
             budget = float(source.budget(t, basis_w)) if math.isfinite(basis_w) else math.inf
             end = _event_end(source, t)
             coordinate_once(jobs, budget, t0_unix + end if end is not None else -math.inf, budget_dir, min_w, max_w,
-                            stale_s, split, ramp_at(source, t))
+                            stale_s, split, ramp_at(source, t), charged)
             rec.t_s.append(t)
             rec.budget_w.append(budget)
             rec.power_w.append(load)
@@ -551,6 +569,8 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
             rec.caps_w.append([])
             sleep(max(0.0, t0 + (len(rec.t_s)) * period_s - clock()))
     finally:
+        if knobs is not None:        # no job left paused or held, however the loop ends
+            knobs.end()
         # the last word, however the loop ends: restore (still at the last event's ramp, so
         # the agents do not surge together)
         coordinate_once(jobs, math.inf, -math.inf, budget_dir, min_w, max_w, stale_s, split,
