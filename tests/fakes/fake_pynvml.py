@@ -21,12 +21,14 @@ by someone else), ``persistence`` (False: persistence mode off).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+from contextlib import contextmanager
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterator
 
 STATE_ENV = "FAKE_PYNVML_STATE"
 
@@ -123,14 +125,31 @@ def _save(state: dict[str, Any]) -> None:
         _memory_state.update(state)
 
 
+@contextmanager
+def _mutate() -> Iterator[dict[str, Any]]:
+    """The state to change, saved on leaving; with a state file, under an exclusive lock on
+    ``<file>.lock``, so processes setting limits and clocks at once (a SLURM job and its agent on
+    one node) never lose each other's change."""
+    path = _state_path()
+    if not path:
+        s = _load()
+        yield s
+        _save(s)
+        return
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        s = _load()
+        yield s
+        _save(s)
+
+
 def state() -> dict[str, Any]:
     return _load()
 
 
 def update_gpu(i: int, **kw: Any) -> None:
-    s = _load()
-    s["gpus"][i].update(kw)
-    _save(s)
+    with _mutate() as s:
+        s["gpus"][i].update(kw)
 
 
 def _gpu(handle: int) -> dict[str, Any]:
@@ -222,39 +241,36 @@ def nvmlDeviceGetEnforcedPowerLimit(handle: int) -> int:
 
 
 def nvmlDeviceSetPowerManagementLimit(handle: int, limit_mw: int) -> None:
-    s = _load()
-    g = s["gpus"][handle]
-    if not s["allow_set"] or g.get("deny_set") or int(limit_mw) in g.get("deny_set_mw", []):
-        raise NVMLError_NoPermission()
-    if not g["min_mw"] <= limit_mw <= g["max_mw"]:
-        raise NVMLError_InvalidArgument()
-    g["limit_mw"] = int(limit_mw)
-    s["set_calls"].append([handle, int(limit_mw)])
-    _save(s)
+    with _mutate() as s:
+        g = s["gpus"][handle]
+        if not s["allow_set"] or g.get("deny_set") or int(limit_mw) in g.get("deny_set_mw", []):
+            raise NVMLError_NoPermission()
+        if not g["min_mw"] <= limit_mw <= g["max_mw"]:
+            raise NVMLError_InvalidArgument()
+        g["limit_mw"] = int(limit_mw)
+        s["set_calls"].append([handle, int(limit_mw)])
 
 
 def nvmlDeviceSetGpuLockedClocks(handle: int, min_mhz: int, max_mhz: int) -> None:
     """FAKE: holds the SM clock at [min, max] (wattflex locks min == max)."""
-    s = _load()
-    g = s["gpus"][handle]
-    if not s["allow_set"] or g.get("deny_set") or g.get("deny_lock"):
-        raise NVMLError_NoPermission()
-    if not g["sm_clock_min"] <= min_mhz <= max_mhz <= g["sm_clock_max"]:
-        raise NVMLError_InvalidArgument()
-    g["locked_mhz"] = int(max_mhz)
-    s["clock_calls"].append([handle, int(min_mhz), int(max_mhz)])
-    _save(s)
+    with _mutate() as s:
+        g = s["gpus"][handle]
+        if not s["allow_set"] or g.get("deny_set") or g.get("deny_lock"):
+            raise NVMLError_NoPermission()
+        if not g["sm_clock_min"] <= min_mhz <= max_mhz <= g["sm_clock_max"]:
+            raise NVMLError_InvalidArgument()
+        g["locked_mhz"] = int(max_mhz)
+        s["clock_calls"].append([handle, int(min_mhz), int(max_mhz)])
 
 
 def nvmlDeviceResetGpuLockedClocks(handle: int) -> None:
     """FAKE: the firmware picks the SM clock again."""
-    s = _load()
-    g = s["gpus"][handle]
-    if not s["allow_set"] or g.get("deny_set"):
-        raise NVMLError_NoPermission()
-    g["locked_mhz"] = None
-    s["clock_calls"].append([handle, "reset"])
-    _save(s)
+    with _mutate() as s:
+        g = s["gpus"][handle]
+        if not s["allow_set"] or g.get("deny_set"):
+            raise NVMLError_NoPermission()
+        g["locked_mhz"] = None
+        s["clock_calls"].append([handle, "reset"])
 
 
 def nvmlDeviceGetFieldValues(handle: int, field_ids: list[int]) -> list[SimpleNamespace]:

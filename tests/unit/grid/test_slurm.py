@@ -371,10 +371,14 @@ def test_the_knob_choice_is_carried_out_at_the_event_start_and_undone_at_its_end
     plan = slurm_knobs.KnobPlan(pd.DataFrame({"job": ["paused-one", "capped"], "knob": ["pause", "cap"]}), 75.0,
                                 log=lambda m: None)
     t = iter(np.arange(0.0, 100.0, 0.1))
+    launched = []
+    # as squeue --states=RUNNING: a SUSPENDED job is not listed
     rec = run_coordinator(Schedule((Event("ev", 0.25, 0.55, fraction=0.4),)), "nominal", tmp_path, 0.75, 0.1,
-                          lambda: jobs, lambda j, n: None, min_w=200.0, max_w=700.0, stale_s=30.0,
-                          clock=lambda: next(t), sleep=lambda s: None, knobs=plan)
+                          lambda: [j for j in jobs if j.job_id not in plan.done], lambda j, n: launched.append(n),
+                          min_w=200.0, max_w=700.0, stale_s=30.0, clock=lambda: next(t), sleep=lambda s: None,
+                          knobs=plan)
     assert calls == [("pause", "41"), ("resume", "41")]
+    assert launched == ["node0", "node1"]        # the paused job's agent is not started again
     during = [k for k, b in enumerate(rec.budget_w) if np.isfinite(b)]
     assert during
     for k in during:           # the paused unit at its 2 GPUs' idle power; the other unit keeps the rest

@@ -526,6 +526,8 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
             elif why is None and slurm_failing is not None:
                 log("SLURM answers again: following its job list")
             slurm_failing = why
+            if knobs is not None:    # a paused job is SUSPENDED, not RUNNING: still here, at idle power
+                jobs = jobs + knobs.kept(jobs)
             if why is None:      # a requeued job that runs again gets a new agent (its old one ended with it)
                 launched &= {unit_name(j.job_id, n) for j in jobs for n in j.gpus}
             in_event = bool(np.asarray(source.active(t)))

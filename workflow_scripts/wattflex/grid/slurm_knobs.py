@@ -93,6 +93,7 @@ class KnobPlan:
         self.done: dict[str, str] = {}          # job id -> action, while the event lasts
         self.ids: dict[str, str] = {}
         self.requeued: set[str] = set()         # every job id requeued (its agents end with it)
+        self.paused: list[Any] = []             # the paused jobs, as discovered at the start
 
     def start(self, jobs: Sequence[Any]) -> None:
         """At the event's start: pause / requeue (held) the chosen jobs among ``jobs``."""
@@ -102,9 +103,16 @@ class KnobPlan:
             self.ids.setdefault(j.name, j.job_id)
         done = apply(self.choice, self.ids, hold=True)
         self.done = {self.ids[name]: action for name, action in done.items()}
+        self.paused = [j for j in jobs if self.done.get(j.job_id) == "pause"]
         self.requeued |= {job for job, a in self.done.items() if a == "requeue"}
         for job, action in self.done.items():
             self.log(f"knob: job {job} {'paused (scontrol suspend)' if action == 'pause' else 'requeued held'}")
+
+    def kept(self, listed: Sequence[Any]) -> list[Any]:
+        """The paused jobs ``squeue --states=RUNNING`` no longer lists (SUSPENDED): still the
+        cluster's, at idle power, their agents stopped with them (not started again)."""
+        have = {j.job_id for j in listed}
+        return [j for j in self.paused if self.done.get(j.job_id) == "pause" and j.job_id not in have]
 
     def charged_w(self, job: Any, node: str) -> float | None:
         """What a unit of a paused / requeued job is counted at during the event (None: as measured)."""
