@@ -14,8 +14,9 @@ log = rule_logger(smk)
 signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 spec = smk.params.spec
 attempt, attempts = int(smk.resources.run_attempt), int(smk.resources.run_attempts)
-log.info("run %s/%s at %s W on the %s backend (attempt %d of %d)", spec["group"]["id"], spec["run_id"],
-         spec["cap_w"], spec["backend"], attempt, attempts)
+setpoint = f"{spec['cap_w']} W" + (f", SM clock locked at {spec['clock_mhz']:g} MHz" if "clock_mhz" in spec else "")
+log.info("run %s/%s at %s on the %s backend (attempt %d of %d)", spec["group"]["id"], spec["run_id"],
+         setpoint, spec["backend"], attempt, attempts)
 gap_s = float(spec["run"]["gap_s"])
 if spec["backend"] != "emulated" and gap_s > 0:
     log.info("GPUs idle for run.gap_s = %g s before the run (paper protocol)", gap_s)

@@ -38,3 +38,11 @@ def run_knob(rid: str) -> str:
     """``cap`` or ``clock``: the knob a run id's setpoint is of."""
     parse_run_id(rid)
     return "clock" if rid.startswith("clk") else "cap"
+
+
+def cap_rows(runs):
+    """The rows of a runs table (``runs.parquet``, ``pfi.parquet``) that are cap groups': a ``knob:
+    clock`` group's runs all sit at the default limit (their setpoint is ``clock_mhz``), so no cap
+    curve or cap analysis takes them; the knob menu (``wattflex.allocation.knobs``) takes their
+    clock curve."""
+    return runs[runs["knob"].ne("clock")] if "knob" in runs.columns else runs

@@ -83,3 +83,15 @@ def test_emulated_clock_runs_give_a_power_throughput_curve_and_its_pfi(raw, repo
     row = table.iloc[0]
     assert row["knob"] == "clock" and row["n_caps"] == 4 and row["uncapped_cap_w"] == 1980
     assert np.isfinite(row["pfi_ratio"]) and row["n_binding"] >= 2, row["notes"]
+
+
+def test_cap_curves_and_analyses_leave_clock_groups_to_the_knob_menu():
+    from wattflex.allocation.curves import curves_from_runs
+    from wattflex.grid.slurm import group_curves
+
+    runs = pd.DataFrame({"group": ["a", "a", "c", "c"], "gpus": 8, "cap_w": [300.0, 700.0, 700.0, 700.0],
+                         "power_w": [2000.0, 4000.0, 3000.0, 5000.0], "tokens_per_s": [80.0, 100.0, 70.0, 100.0],
+                         "knob": [None, None, "clock", "clock"], "clock_mhz": [np.nan, np.nan, 990.0, 1980.0]})
+    names, curves = curves_from_runs(runs)
+    assert names == ["a"] and curves.power_w.shape == (1, 2)     # c's runs at one limit are no cap curve
+    assert group_curves(runs).groups == ("a",)

@@ -61,7 +61,7 @@ from wattflex.provenance import strict_json
 import numpy as np
 
 from wattflex.allocation.allocator import allocate, water_fill
-from wattflex.allocation.curves import Curves, curves_from_points
+from wattflex.allocation.curves import Curves, cap_rows, curves_from_points
 from wattflex.control.controller import ramp_at
 
 log = logging.getLogger("wattflex.grid.slurm")
@@ -234,7 +234,7 @@ def group_curves(runs: Any) -> GroupCurves:
     need = {"group", "gpus", "cap_w", "power_w", "tokens_per_s"} - set(runs.columns)
     if need:
         raise ValueError(f"curves need column(s) {', '.join(sorted(need))} (a runs.parquet)")
-    pts = runs.groupby(["group", "cap_w"], sort=True, as_index=False)[["gpus", "power_w", "tokens_per_s"]].mean()
+    pts = cap_rows(runs).groupby(["group", "cap_w"], sort=True, as_index=False)[["gpus", "power_w", "tokens_per_s"]].mean()
     names, curves = curves_from_points(pts["group"], pts["power_w"] / pts["gpus"], pts["tokens_per_s"] / pts["gpus"],
                                        pts["cap_w"])
     pfi = np.array([pfi_ratio(p, t) for p, t in zip(curves.power_w, curves.throughput)])
