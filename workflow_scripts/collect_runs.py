@@ -26,7 +26,8 @@ if not rows:
     # job (snakemake exits non-zero), rather than go on to analyse nothing.
     log.error("%s", failure_summary(missing, n_total, records))
     sys.exit(1)
-runs = pd.DataFrame(rows).sort_values(["group", "cap_w", "repeat"]).reset_index(drop=True)
+runs = pd.DataFrame(rows)
+runs = runs.sort_values(["group", "cap_w", *(["clock_mhz"] if "clock_mhz" in runs else []), "repeat"]).reset_index(drop=True)
 backends = sorted(runs["backend"].dropna().unique())
 prov = provenance(params={"code": smk.params.code}, inputs=list(smk.input), backend=",".join(backends), device_model=",".join(sorted(runs["gpu_model"].dropna().unique())),
                   n_runs=len(runs), n_groups=int(runs["group"].nunique()), n_missing=len(missing))

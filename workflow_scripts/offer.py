@@ -1,6 +1,6 @@
 """Rule script: the campaign's flexibility offer (wattflex.grid.offer) from its runs' curves,
 one job per sweep group: the table and the curve behind it."""
-from wattflex.allocation.curves import curves_from_points
+from wattflex.allocation.curves import cap_rows, curves_from_points
 from wattflex.grid.offer import LOSSES, offer_curve, offer_table
 from wattflex.plots.grid import offer_figure
 from wattflex.plots.style import apply_style
@@ -10,7 +10,7 @@ from wattflex.smk import rule_logger
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 apply_style(smk.params.figures)
-runs = read_parquet(smk.input.runs)
+runs = cap_rows(read_parquet(smk.input.runs))      # the cap curves (a clock group's runs: the knob menu's)
 hours = float(smk.params.offer.get("hours", 4.0))
 losses = tuple(smk.params.offer.get("losses", LOSSES))
 jobs, curves = curves_from_points(runs["group"], runs["power_w"], runs["tokens_per_s"], runs["cap_w"])

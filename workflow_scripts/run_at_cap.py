@@ -16,8 +16,10 @@ signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 attempt, attempts = int(smk.resources.run_attempt), int(smk.resources.run_attempts)
 try:
     spec = RunSpec.of(smk.params.spec, backend=None)     # parsed once; a bad spec is a failed attempt
-    log.info("run %s/%s at %s W on the %s backend (attempt %d of %d)", spec.group_id, spec.run_id,
-             spec.cap_w, spec.backend, attempt, attempts)
+    clock = spec.raw.get("clock_mhz")
+    setpoint = f"{spec.cap_w} W" + (f", SM clock locked at {clock:g} MHz" if clock is not None else "")
+    log.info("run %s/%s at %s on the %s backend (attempt %d of %d)", spec.group_id, spec.run_id,
+             setpoint, spec.backend, attempt, attempts)
     gap_s = float(spec.run["gap_s"])
     if spec.backend != "emulated" and gap_s > 0:
         log.info("GPUs idle for run.gap_s = %g s before the run (paper protocol)", gap_s)

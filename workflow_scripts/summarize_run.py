@@ -42,6 +42,8 @@ def summarize(inputs: list[str], output: str, log_path: str) -> None:
         **{k: group.get(k) for k in ("gpus", "model", "architecture", "task", "cluster", "set", "matches",
                                      "seq_len", "batch", "ep", "compile", "grad_checkpointing", "lora_rank")},
         **summary,
+        # a clock run's setpoint (knob: clock); a cap run's row is as before
+        **({"knob": "clock", "clock_mhz": float(run["clock_mhz"])} if run.get("knob") == "clock" else {}),
     }
     log.info("%s/%s: %.0f W, %.0f tokens/s", row["group"], row["run_id"], row["power_w"], row["tokens_per_s"])
     write_json({"summary": row}, output,

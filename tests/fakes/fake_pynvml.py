@@ -14,18 +14,21 @@ Processes the tests cannot patch (SLURM job steps) import it as ``pynvml`` throu
 ``allow_set`` (False: setting a limit raises NoPermission; per GPU: ``deny_set``, or ``deny_set_mw``:
 the limits in mW it refuses so), ``gpm`` ("ok" |
 "no_permission" | "unsupported"), ``instant_power`` (False: the field read fails),
-``demand_w`` (what the job would draw uncapped), ``extra_limit_w`` (a lower limit enforced
+``demand_w`` (what the job would draw uncapped), ``locked_mhz`` (the SM clock lock FAKE
+``nvmlDeviceSetGpuLockedClocks`` set, None when reset; ``deny_lock``: locking raises NoPermission), ``extra_limit_w`` (a lower limit enforced
 by someone else), ``persistence`` (False: persistence mode off).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+from contextlib import contextmanager
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterator
 
 STATE_ENV = "FAKE_PYNVML_STATE"
 
@@ -77,7 +80,8 @@ def _default_gpu(i: int) -> dict[str, Any]:
     return {"name": "NVIDIA H200", "uuid": f"GPU-fake-{i:04d}", "min_mw": 200_000, "max_mw": 700_000,
             "default_mw": 700_000, "limit_mw": 700_000, "demand_w": 650.0, "extra_limit_w": None,
             "sm_clock_max": 1980, "mem_clock": 3201, "util": 98, "mem_util": 40, "fb_used": 80 * 1024**3,
-            "temp": 55, "gpm_values": {"10": 45.0, "2": 90.0, "5": 60.0}, "persistence": True}
+            "temp": 55, "gpm_values": {"10": 45.0, "2": 90.0, "5": 60.0}, "persistence": True,
+            "sm_clock_min": 345, "locked_mhz": None}
 
 
 _memory_state: dict[str, Any] = {}
@@ -86,7 +90,7 @@ _memory_state: dict[str, Any] = {}
 def reset(n_gpus: int = 2, path: str | os.PathLike | None = None, **knobs: Any) -> dict[str, Any]:
     """Fresh fake GPUs (in memory, or in ``path`` which is then exported as FAKE_PYNVML_STATE)."""
     state = {"gpus": [_default_gpu(i) for i in range(n_gpus)], "allow_set": True, "gpm": "ok",
-             "instant_power": True, "t_start": time.time(), "set_calls": []}
+             "instant_power": True, "t_start": time.time(), "set_calls": [], "clock_calls": []}
     state.update(knobs)
     if path is not None:
         os.environ[STATE_ENV] = str(path)
@@ -121,14 +125,31 @@ def _save(state: dict[str, Any]) -> None:
         _memory_state.update(state)
 
 
+@contextmanager
+def _mutate() -> Iterator[dict[str, Any]]:
+    """The state to change, saved on leaving; with a state file, under an exclusive lock on
+    ``<file>.lock``, so processes setting limits and clocks at once (a SLURM job and its agent on
+    one node) never lose each other's change."""
+    path = _state_path()
+    if not path:
+        s = _load()
+        yield s
+        _save(s)
+        return
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        s = _load()
+        yield s
+        _save(s)
+
+
 def state() -> dict[str, Any]:
     return _load()
 
 
 def update_gpu(i: int, **kw: Any) -> None:
-    s = _load()
-    s["gpus"][i].update(kw)
-    _save(s)
+    with _mutate() as s:
+        s["gpus"][i].update(kw)
 
 
 def _gpu(handle: int) -> dict[str, Any]:
@@ -140,8 +161,15 @@ def _enforced_mw(g: dict[str, Any]) -> int:
     return min(g["limit_mw"], int(extra * 1000)) if extra else g["limit_mw"]
 
 
+def _lock_fraction(g: dict[str, Any]) -> float:
+    """Power fraction at the locked clock: (f / f_max)^2, the inverse of this fake's own
+    clock-under-cap rule (``nvmlDeviceGetClockInfo``: clock = f_max * throttle^0.5)."""
+    lock = g.get("locked_mhz")
+    return 1.0 if lock is None else min(1.0, lock / g["sm_clock_max"]) ** 2
+
+
 def _power_mw(g: dict[str, Any]) -> int:
-    return int(min(g["demand_w"] * 1000, _enforced_mw(g)))
+    return int(min(g["demand_w"] * 1000 * _lock_fraction(g), _enforced_mw(g)))
 
 
 # ---- the pynvml API subset --------------------------------------------------------------------
@@ -213,15 +241,36 @@ def nvmlDeviceGetEnforcedPowerLimit(handle: int) -> int:
 
 
 def nvmlDeviceSetPowerManagementLimit(handle: int, limit_mw: int) -> None:
-    s = _load()
-    g = s["gpus"][handle]
-    if not s["allow_set"] or g.get("deny_set") or int(limit_mw) in g.get("deny_set_mw", []):
-        raise NVMLError_NoPermission()
-    if not g["min_mw"] <= limit_mw <= g["max_mw"]:
-        raise NVMLError_InvalidArgument()
-    g["limit_mw"] = int(limit_mw)
-    s["set_calls"].append([handle, int(limit_mw)])
-    _save(s)
+    with _mutate() as s:
+        g = s["gpus"][handle]
+        if not s["allow_set"] or g.get("deny_set") or int(limit_mw) in g.get("deny_set_mw", []):
+            raise NVMLError_NoPermission()
+        if not g["min_mw"] <= limit_mw <= g["max_mw"]:
+            raise NVMLError_InvalidArgument()
+        g["limit_mw"] = int(limit_mw)
+        s["set_calls"].append([handle, int(limit_mw)])
+
+
+def nvmlDeviceSetGpuLockedClocks(handle: int, min_mhz: int, max_mhz: int) -> None:
+    """FAKE: holds the SM clock at [min, max] (wattflex locks min == max)."""
+    with _mutate() as s:
+        g = s["gpus"][handle]
+        if not s["allow_set"] or g.get("deny_set") or g.get("deny_lock"):
+            raise NVMLError_NoPermission()
+        if not g["sm_clock_min"] <= min_mhz <= max_mhz <= g["sm_clock_max"]:
+            raise NVMLError_InvalidArgument()
+        g["locked_mhz"] = int(max_mhz)
+        s["clock_calls"].append([handle, int(min_mhz), int(max_mhz)])
+
+
+def nvmlDeviceResetGpuLockedClocks(handle: int) -> None:
+    """FAKE: the firmware picks the SM clock again."""
+    with _mutate() as s:
+        g = s["gpus"][handle]
+        if not s["allow_set"] or g.get("deny_set"):
+            raise NVMLError_NoPermission()
+        g["locked_mhz"] = None
+        s["clock_calls"].append([handle, "reset"])
 
 
 def nvmlDeviceGetFieldValues(handle: int, field_ids: list[int]) -> list[SimpleNamespace]:
@@ -250,7 +299,8 @@ def _throttle(g: dict[str, Any]) -> float:
 def nvmlDeviceGetClockInfo(handle: int, clock: int) -> int:
     g = _gpu(handle)
     if clock == NVML_CLOCK_SM:
-        return int(g["sm_clock_max"] * _throttle(g) ** 0.5)
+        capped = g["sm_clock_max"] * _throttle(g) ** 0.5
+        return int(capped if g.get("locked_mhz") is None else min(capped, g["locked_mhz"]))
     return g["mem_clock"]
 
 

@@ -36,7 +36,7 @@ import yaml
 
 from wattflex.architectures import ARCHITECTURES, MULTIMODAL_TEXT_PREFIX
 from wattflex.errors import ConfigError
-from wattflex.gpus import DEFAULT_GPU, gpu_spec
+from wattflex.gpus import DEFAULT_GPU, GPUS, gpu_spec
 from wattflex.run_ids import run_id
 from wattflex.vocabulary import cluster_of
 # the schema's reading lives below config, so the dataclasses of lower layers can take their defaults
@@ -165,7 +165,11 @@ def groups(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     catalog = cfg.get("_catalog", {})
     for raw in cfg["groups"]:
         g = {**copy.deepcopy(defaults), **raw}
-        if "caps" not in g:
+        if g.get("knob", "cap") == "clock":
+            # a clock group sweeps its clocks at the part's default power limit (``caps``: that one limit)
+            g["clocks"] = sorted(float(c) for c in g.get("clocks", []))
+            g["caps"] = [float(GPUS[g.get("gpu", DEFAULT_GPU)].default_limit_w)] if g.get("gpu", DEFAULT_GPU) in GPUS else []
+        elif "caps" not in g:
             g["caps"] = list(cfg.get("cap_grids", {}).get(g.get("cap_grid", ""), []))
         g["caps"] = sorted(float(c) for c in g["caps"])
         g.pop("cap_grid", None)
@@ -281,6 +285,12 @@ def check_semantics(cfg: dict[str, Any]) -> None:
         if g["model"] not in catalog:
             raise ConfigError(f"config error at {where}.model: unknown model {g['model']!r}; "
                               f"known: {', '.join(sorted(catalog))}")
+        if g.get("knob", "cap") == "clock":
+            check_clock_group(cfg, raw, g, where)
+            check_expert_parallel(g, catalog[g["model"]], where)
+            continue
+        if "clocks" in raw:
+            raise ConfigError(f"config error at {where}.clocks: clocks are for knob: clock groups (this one sweeps caps)")
         if "cap_grid" in raw and raw["cap_grid"] not in cfg.get("cap_grids", {}):
             raise ConfigError(f"config error at {where}.cap_grid: unknown cap grid {raw['cap_grid']!r}")
         if "cap_grid" in raw and "caps" in raw:
@@ -290,26 +300,56 @@ def check_semantics(cfg: dict[str, Any]) -> None:
                               f"{raw.get('cap_grid', cfg.get('group_defaults', {}).get('cap_grid'))!r}")
         if not g["caps"]:
             raise ConfigError(f"config error at {where}.caps: empty cap grid")
-        try:
-            spec = gpu_spec(g["gpu"])
-        except KeyError as exc:
-            raise ConfigError(f"config error at {where}.gpu: {exc.args[0]}") from None
-        for c in g["caps"]:
-            if not spec.min_limit_w <= c <= spec.max_limit_w:
-                raise ConfigError(f"config error at {where}.caps: cap {c:g} W is outside the {spec.name}'s "
-                                  f"power-limit range {spec.min_limit_w:g}-{spec.max_limit_w:g} W")
-        if len(set(g["caps"])) != len(g["caps"]):
-            raise ConfigError(f"config error at {where}.caps: duplicate caps {g['caps']}")
+        spec = _group_gpu(g, where)
+        check_setpoints(g["caps"], (spec.min_limit_w, spec.max_limit_w), f"{where}.caps", "cap", "W",
+                        f"{spec.name}'s power-limit range")
         check_expert_parallel(g, catalog[g["model"]], where)
     by_id = {g["id"]: g for g in groups(cfg)}
     for i, r in enumerate(cfg["repeats"]):
         if r["group"] not in by_id:
             raise ConfigError(f"config error at repeats[{i}].group: unknown group {r['group']!r}")
+        if by_id[r["group"]].get("knob", "cap") == "clock":
+            raise ConfigError(f"config error at repeats[{i}].group: {r['group']} is a knob: clock group; repeats "
+                              f"are for cap groups")
         if float(r["cap_w"]) not in by_id[r["group"]]["caps"]:
             raise ConfigError(f"config error at repeats[{i}].cap_w: {r['cap_w']} W is not in the caps of {r['group']}")
     for g in by_id.values():
         if g["matches"] and g["matches"] not in by_id:
             raise ConfigError(f"config error at group {g['id']}.matches: unknown group {g['matches']!r}")
+
+
+def _group_gpu(g: dict[str, Any], where: str) -> Any:
+    try:
+        return gpu_spec(g["gpu"])
+    except KeyError as exc:
+        raise ConfigError(f"config error at {where}.gpu: {exc.args[0]}") from None
+
+
+def check_setpoints(values: list[float], bounds: tuple[float, float], where: str, what: str, unit: str,
+                    range_name: str) -> None:
+    """A group's caps (W) or clocks (MHz): each within ``bounds``, none twice."""
+    lo, hi = bounds
+    for c in values:
+        if not lo <= c <= hi:
+            raise ConfigError(f"config error at {where}: {what} {c:g} {unit} is outside the {range_name} "
+                              f"{lo:g}-{hi:g} {unit}")
+    if len(set(values)) != len(values):
+        raise ConfigError(f"config error at {where}: duplicate {what}s {values}")
+
+
+def check_clock_group(cfg: dict[str, Any], raw: dict[str, Any], g: dict[str, Any], where: str) -> None:
+    """A ``knob: clock`` group: clocks given, distinct, within its GPU's SM clock range
+    (``wattflex.gpus``); no caps; the separate sweep only (staircase and adaptive step caps)."""
+    if "caps" in raw or "cap_grid" in raw:
+        raise ConfigError(f"config error at {where}: knob: clock sweeps clocks, not caps; drop caps/cap_grid")
+    if not g["clocks"]:
+        raise ConfigError(f"config error at {where}.clocks: a knob: clock group needs clocks (MHz)")
+    spec = _group_gpu(g, where)
+    check_setpoints(g["clocks"], (spec.sm_clock_min_mhz, spec.sm_clock_max_mhz), f"{where}.clocks", "clock", "MHz",
+                    f"{spec.name}'s SM clock range")
+    if cfg.get("sweep", "separate") != "separate":
+        raise ConfigError(f"config error at {where}.knob: knob: clock needs sweep: separate (sweep: {cfg['sweep']} "
+                          f"steps caps)")
 
 
 CAP_COMMAND_EXAMPLE = "sudo /usr/local/bin/setcap {gpu} {watts}"
@@ -526,6 +566,10 @@ def expand_runs(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     n_rep = {(r["group"], float(r["cap_w"])): int(r["n"]) for r in cfg["repeats"]}
     rows = []
     for g in groups(cfg):
+        if g.get("knob", "cap") == "clock":     # at the default limit, one run per locked clock
+            rows += [{"group": g["id"], "cap_w": g["caps"][0], "clock_mhz": c, "repeat": 0,
+                      "run_id": run_id(c, 0, "clock")} for c in g["clocks"]]
+            continue
         for cap in g["caps"]:
             for k in range(n_rep.get((g["id"], cap), 1)):
                 rows.append({"group": g["id"], "cap_w": cap, "repeat": k, "run_id": run_id(cap, k)})
@@ -542,10 +586,13 @@ def run_spec(cfg: dict[str, Any], group_id: str, run: str) -> dict[str, Any]:
     spec = {
         "campaign": cfg["campaign"], "backend": cfg["backend"], "run_id": run, "cap_w": row["cap_w"],
         "repeat": row["repeat"], "seed": int(cfg["seed"]),
-        "group": {k: v for k, v in g.items() if k not in ("caps",)},
+        # a cap group's spec as before the clock knob (its runs' records unchanged)
+        "group": {k: v for k, v in g.items() if k not in ("caps", "clocks") and (k, v) != ("knob", "cap")},
         "model_facts": cfg["_catalog"][g["model"]],
         "run": {k: v for k, v in cfg["run"].items() if k not in SCHEDULING_KEYS},
     }
+    if "clock_mhz" in row:
+        spec["clock_mhz"] = row["clock_mhz"]
     if cfg["backend"] == "cuda":
         spec["cuda"] = dict(cfg["cuda"])
     elif cfg.get("_emulator_calibration"):   # the emulator's calibrated power level (wattflex calibrate)

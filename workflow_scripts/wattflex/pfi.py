@@ -299,6 +299,16 @@ def grid_sensitivity(sweeps: pd.DataFrame, caps: Iterable[float], *, group_col: 
     return out.rename_axis("group").reset_index()
 
 
+def clock_pfi_table(sweeps: pd.DataFrame, *, clock_col: str = "clock_mhz", **kw: Any) -> pd.DataFrame:
+    """``pfi_table`` of ``knob: clock`` groups (issue 39): the same power -> throughput curve,
+    its setpoints the locked SM clocks (MHz) instead of caps. The reference is the highest
+    clock. A lock has no power number to sit near, so a point binds when it saved power
+    beyond noise (``power_tol=1``: the near-the-cap test always passes); ``uncapped_cap_w``,
+    ``per_cap``'s ``cap_w`` and the setpoints are MHz (``knob`` column: ``clock``)."""
+    kw = {**kw, "cap_col": clock_col, "power_tol": 1.0, "uncapped_cap_w": None}
+    return pfi_table(sweeps, **kw).assign(knob="clock")
+
+
 def pfi_table(sweeps: pd.DataFrame, *, group_col: str = "group", cap_col: str = "cap_w",
               power_col: str = "power_w", throughput_col: str = "throughput",
               power_sem_col: str | None = None, throughput_sem_col: str | None = None,

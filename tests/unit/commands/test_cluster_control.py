@@ -122,3 +122,18 @@ def test_out_of_range_periods_and_durations_are_one_line(tmp_path, slurm_bin, op
         proc.kill()
     assert proc.returncode == 2 and err.count("\n") == 1 and option in err and "Traceback" not in err
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("content, words", [(None, "No such file"), ("job,action\n1,pause\n", "needs column(s) knob")])
+def test_a_bad_knob_choice_is_one_line_before_anything_starts(tmp_path, slurm_bin, content, words):
+    slurm_bin([GOOD])
+    choice = tmp_path / "choice.csv"
+    if content is not None:
+        choice.write_text(content)
+    proc = cluster_control_process(cluster_control_args(tmp_path) + ["--knob-choice", str(choice)])
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2 and "--knob-choice" in err and words in err and "Traceback" not in err, err
+    assert not (tmp_path / "b").exists()

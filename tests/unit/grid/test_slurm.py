@@ -351,3 +351,68 @@ def test_an_agent_given_a_budget_of_abc_mid_event_holds_its_caps_and_keeps_runni
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     assert err.count("budget_w \"abc\": must be null or a finite number >= 0") == 1 and "Traceback" not in err
+
+
+def test_the_knob_choice_is_carried_out_at_the_event_start_and_undone_at_its_end(tmp_path, monkeypatch):
+    """cluster-control's --knob-choice (wattflex.grid.slurm_knobs.KnobPlan): at the event's start the
+    chosen job is paused (scontrol suspend, here recorded), its unit counted at idle power and given
+    no share, the other unit gets the rest; at the end (and however the loop ends) it is resumed."""
+    import pandas as pd
+
+    from wattflex.grid import slurm_knobs
+    from wattflex.grid.events import Event, Schedule
+    from wattflex.grid.slurm import run_coordinator, write_load
+
+    calls = []
+    monkeypatch.setattr(slurm_knobs, "scontrol", lambda action, job, timeout_s=30.0: calls.append((action, job)))
+    jobs = [SlurmJob("41", "paused-one", {"node0": (0, 1)}), SlurmJob("45", "capped", {"node1": (0, 1)})]
+    for u in ("41.node0", "45.node1"):
+        write_load(tmp_path / f"{u}.load.json", u, 1300.0, [650.0, 650.0])
+    plan = slurm_knobs.KnobPlan(pd.DataFrame({"job": ["paused-one", "capped"], "knob": ["pause", "cap"]}), 75.0,
+                                log=lambda m: None)
+    t = iter(np.arange(0.0, 100.0, 0.1))
+    launched = []
+    # as squeue --states=RUNNING: a SUSPENDED job is not listed
+    rec = run_coordinator(Schedule((Event("ev", 0.25, 0.55, fraction=0.4),)), "nominal", tmp_path, 0.75, 0.1,
+                          lambda: [j for j in jobs if j.job_id not in plan.done], lambda j, n: launched.append(n),
+                          min_w=200.0, max_w=700.0, stale_s=30.0, clock=lambda: next(t), sleep=lambda s: None,
+                          knobs=plan)
+    assert calls == [("pause", "41"), ("resume", "41")]
+    assert launched == ["node0", "node1"]        # the paused job's agent is not started again
+    during = [k for k, b in enumerate(rec.budget_w) if np.isfinite(b)]
+    assert during
+    for k in during:           # the paused unit at its 2 GPUs' idle power; the other unit keeps the rest
+        assert rec.power_w[k] == pytest.approx(150.0 + 1300.0)
+    share = slurm_knobs.KnobPlan(plan.choice, 75.0)
+    assert share.charged_w(jobs[0], "node0") is None              # outside an event: as measured
+    # in the event the budget 0.4 x 2800 W = 1120 W: 150 W charged to the paused unit, 970 W to the other
+    from wattflex.grid.slurm import coordinate_once
+    monkeypatch.setattr(slurm_knobs, "scontrol", lambda *a, **k: None)
+    share.start(jobs)
+    got = coordinate_once(jobs, 1120.0, time.time() + 60, tmp_path, 200.0, 700.0, 30.0,
+                          charged={"41.node0": share.charged_w(jobs[0], "node0")})
+    assert np.isnan(got["41.node0"]) and got["45.node1"] == pytest.approx(970.0)
+
+
+def test_calls_end_even_when_the_coordinator_fails(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from wattflex.grid import slurm_knobs
+    from wattflex.grid.events import Event, Schedule
+    from wattflex.grid.slurm import run_coordinator
+
+    calls = []
+    monkeypatch.setattr(slurm_knobs, "scontrol", lambda action, job, timeout_s=30.0: calls.append((action, job)))
+    jobs = [SlurmJob("41", "req", {"node0": (0,)})]
+    plan = slurm_knobs.KnobPlan(pd.DataFrame({"job": ["41"], "knob": ["requeue"]}), 75.0, log=lambda m: None)
+    n = iter(range(100))
+
+    def discover():
+        if next(n) >= 2:
+            raise RuntimeError("coordinator broke")
+        return jobs
+    with pytest.raises(RuntimeError, match="coordinator broke"):
+        run_coordinator(Schedule((Event("ev", 0.0, 50.0, fraction=0.4),)), "nominal", tmp_path, 60.0, 0.1,
+                        discover, lambda j, n: None, min_w=200.0, max_w=700.0, stale_s=30.0, sleep=lambda s: None,
+                        knobs=plan)
+    assert calls == [("requeuehold", "41"), ("release", "41")] and plan.requeued == {"41"}

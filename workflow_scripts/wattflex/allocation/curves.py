@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from wattflex.run_ids import cap_rows  # noqa: F401 (also the curves' users' import)
 from wattflex.allocation.oracle import RTOL, concave_hull, interp
 from wattflex.pfi import isotonic_fit_batch
 
@@ -183,7 +184,8 @@ def monotone_fit(curves: Curves) -> tuple[Curves, np.ndarray]:
 
 def curves_from_runs(runs: pd.DataFrame) -> tuple[list[str], Curves]:
     """One curve per group of ``runs.parquet`` rows: (power_w, tokens_per_s) per cap_w,
-    repeats averaged."""
+    repeats averaged (cap groups only: :func:`cap_rows`)."""
+    runs = cap_rows(runs)
     pts = runs.groupby(["group", "cap_w"], sort=True, as_index=False)[["power_w", "tokens_per_s"]].mean()
     return curves_from_points(pts["group"], pts["power_w"], pts["tokens_per_s"], pts["cap_w"])
 

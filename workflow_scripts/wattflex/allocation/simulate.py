@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from wattflex.allocation.allocator import allocate, predicted_curves
-from wattflex.allocation.curves import Curves, curves_from_runs, is_concave
+from wattflex.allocation.curves import Curves, cap_rows, curves_from_runs, is_concave
 from wattflex.allocation.policies import POLICY_FEATURES
 from wattflex.allocation.settings import PART_TABLES, SimulationConfig
 
@@ -51,7 +51,7 @@ def group_table(runs: pd.DataFrame, pfi: pd.DataFrame, predictions: pd.DataFrame
                 cfg: SimulationConfig) -> GroupTable:
     """Join runs (curves), pfi (measured PFI) and predictions (predicted PFI, DRAM copy
     product) for the groups of ``cfg.groups_set``."""
-    runs = runs[runs["set"] == cfg.groups_set]
+    runs = cap_rows(runs[runs["set"] == cfg.groups_set])     # cap curves only (a clock group: the knob menu)
     if runs.empty:
         raise ValueError(f"no runs with set == {cfg.groups_set!r} to build workloads from")
     names, curves = curves_from_runs(runs)

@@ -62,9 +62,12 @@ def beside_published(ours: pd.DataFrame, published: pd.DataFrame | None, on: str
 
 
 def read_campaign(runs_path: str, pfi_path: str) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    """runs.parquet, pfi.parquet and the backend(s) the runs came from (e.g. ``emulated``)."""
+    """runs.parquet, pfi.parquet and the backend(s) the runs came from (e.g. ``emulated``): the
+    cap groups' (the paper's analyses are of power caps; a ``knob: clock`` group's curve is the
+    knob menu's, ``wattflex.allocation.knobs``)."""
+    from wattflex.run_ids import cap_rows
 
-    runs, pfi = read_parquet(runs_path), read_parquet(pfi_path)
+    runs, pfi = cap_rows(read_parquet(runs_path)), cap_rows(read_parquet(pfi_path))
     return runs, pfi, ",".join(sorted(runs["backend"].dropna().astype(str).unique()))
 
 

@@ -11,6 +11,10 @@ However it ends (an error, SIGINT/SIGTERM/SIGHUP/...), every agent is told to re
 given two periods, then stopped (SIGTERM: each agent's guard restores its caps then too). A
 ``squeue`` that fails is retried, then the last known jobs are held; a job it describes badly
 is skipped with a warning (said once).
+``--knob-choice`` (the knob menu's choice, ``wattflex.allocation.knobs.choose(...).table`` as
+CSV/JSON: ``job`` = SLURM job id or name, ``knob``) meets an event deeper than the caps' floor:
+at its start the chosen jobs are paused (``scontrol suspend``) or requeued held, counted at idle
+power / nothing, and at its end resumed / released (:class:`wattflex.grid.slurm_knobs.KnobPlan`).
 ``--mv-out`` writes the event's M&V on the cluster load (tables and figure), its baseline
 from the load just before the event and, with ``--curves``, from the jobs' curves.
 """
@@ -66,6 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--site", metavar="YAML", help="the site's electrical tree (feeds > PDUs > racks > nodes, "
                                                        "limits in kW; docs/grid.md): every level held in every period, "
                                                        "events or not, and reported in the M&V")
+    parser.add_argument("--knob-choice", metavar="FILE", help="the knob menu's choice (CSV/JSON: job, knob): jobs "
+                        "to pause or requeue (held) at each event's start, resumed / released at its end")
     parser.add_argument("--agent-state-dir", metavar="DIR", help="the agents' cap state folder, {node} replaced by the "
                                                                  "node name (default: each node's $WATTFLEX_STATE_DIR "
                                                                  "or /var/tmp/wattflex, what the epilog restores from)")
@@ -87,6 +93,14 @@ def run(args: argparse.Namespace) -> int:
             site = read_site(args.site)
         except ConfigError as e:
             raise UserError(str(e)) from None
+    knobs = None
+    if args.knob_choice:
+        from wattflex.grid.slurm_knobs import KnobPlan, read_choice
+
+        try:
+            knobs = KnobPlan(read_choice(args.knob_choice), GPUS[args.gpu].idle_w, log=lambda m: print(m, flush=True))
+        except (OSError, ValueError) as e:
+            raise UserError(f"--knob-choice: {e}") from None
     partitions = [p.strip() for p in args.partition.split(",") if p.strip()]
     if args.partition and not partitions:
         raise UserError(f"--partition {args.partition!r}: name at least one partition")
@@ -114,8 +128,10 @@ def run(args: argparse.Namespace) -> int:
         # an agent runs a little past the coordinator, which tells it to restore at the end
         cmd = agent_command(job, node, out, args.period_s, duration + 3 * args.period_s, args.agent_policy, wattflex,
                             args.agent_state_dir)
-        with open(out / f"{job.job_id}.{node}.agent.log", "w") as log:
-            agents[f"{job.job_id}.{node}"] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        unit = f"{job.job_id}.{node}"
+        k = sum(a == unit or a.startswith(f"{unit}#") for a in agents)      # a requeued job's next agent
+        with open(out / f"{unit}.agent.log", "a" if k else "w") as log:
+            agents[unit if not k else f"{unit}#{k}"] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         print(f"agent for job {job.job_id} on {node} started ({len(job.gpus[node])} GPU(s))", flush=True)
 
     bad_job = OnceLog(lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
@@ -125,11 +141,13 @@ def run(args: argparse.Namespace) -> int:
             rec = run_coordinator(source, args.basis, out, duration, args.period_s,
                                   lambda: discover(partitions=partitions, report=bad_job), launch,
                                   min_w=gpu.min_limit_w, max_w=gpu.max_limit_w, stale_s=3 * args.period_s,
-                                  split=split, log=lambda msg: print(msg, flush=True), site=site)
+                                  split=split, log=lambda msg: print(msg, flush=True), site=site, knobs=knobs)
         ended = True
     finally:
         stop_agents(agents.values(), args.period_s, ended)
-    failed = [u for u, p in agents.items() if p.returncode != 0]
+    # a requeued job's agent ended with the job (the requeue stopped it): not a failure
+    requeued = knobs.requeued if knobs is not None else set()
+    failed = [u for u, p in agents.items() if p.returncode != 0 and u.split(".", 1)[0] not in requeued]
     print(f"done: {len(rec.t_s)} periods, {len(agents)} agent(s); every agent stopped (caps restored)", flush=True)
     if failed:
         print(f"warning: agent(s) {', '.join(failed)} ended with an error: see {out}/*.agent.log", file=sys.stderr)

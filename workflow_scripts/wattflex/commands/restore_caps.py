@@ -1,9 +1,10 @@
-"""``wattflex restore-caps [--state-dir D]``: put back GPU power limits a killed run left.
+"""``wattflex restore-caps [--state-dir D]``: put back GPU power limits (and reset SM clock locks) a killed run left.
 
 Every capped run writes the original limits to ``<state-dir>/caps-<host>-<pid>.json``
 before changing them and removes the file after restoring. A file whose process is gone
 means the run was killed (SIGKILL, node crash): this command restores those limits on
-this host. Run it from a SLURM epilog (``wattflex restore-caps`` as root) or by hand.
+this host. A clock-locked run (``knob: clock``) writes ``clocks-<host>-<pid>.json`` the same way;
+its locks are reset through NVML (root). Run it from a SLURM epilog (``wattflex restore-caps`` as root) or by hand.
 Exit status 1 when a restore failed.
 
 Run as root, it trusts only what root, its own user or the job's user (``--job-uid``) wrote
@@ -19,7 +20,7 @@ import os
 from wattflex.commands import whole_number
 
 NAME = "restore-caps"
-HELP = "Restore GPU power limits left behind by a killed wattflex run on this host"
+HELP = "Restore GPU power limits and SM clock locks left behind by a killed wattflex run on this host"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     from wattflex.errors import UserError
     from wattflex.runs.devices.caps import cap_command_problem, restore_from_state_dir
+    from wattflex.runs.devices.clocks import restore_clocks_from_state_dir
 
     problem = cap_command_problem(args.cap_command) if args.cap_command else None
     if problem:
@@ -56,12 +58,14 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{state_dir}: the state dir is a file, not a directory")
         results += restore_from_state_dir(state_dir, force=args.force, dry_run=args.dry_run,
                                           cap_command=args.cap_command, job_uid=job_uid)
+        results += restore_clocks_from_state_dir(state_dir, force=args.force, dry_run=args.dry_run, job_uid=job_uid)
     if not results:
-        print(f"no cap state files for this host in {', '.join(map(str, folders))}: nothing to restore")
+        print(f"no cap or clock state files for this host in {', '.join(map(str, folders))}: nothing to restore")
         return 0
     failed = 0
     for r in results:
-        gpus = ", ".join(f"GPU {g['index']} -> {g.get('restored_w', g['original_limit_w']):g} W"
+        gpus = ", ".join(f"GPU {g['index']} clock lock reset" if r.get("kind") == "clock" else
+                         f"GPU {g['index']} -> {g.get('restored_w', g['original_limit_w']):g} W"
                          for g in r.get("gpus", []))
         line = f"{r['path']}: {r['action']}" + (f" ({gpus})" if gpus else "")
         if r.get("error"):

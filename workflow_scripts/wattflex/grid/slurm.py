@@ -61,7 +61,7 @@ from wattflex.provenance import strict_json
 import numpy as np
 
 from wattflex.allocation.allocator import allocate, water_fill
-from wattflex.allocation.curves import Curves, curves_from_points
+from wattflex.allocation.curves import Curves, cap_rows, curves_from_points
 from wattflex.allocation.policies import SPLIT_POLICIES
 from wattflex.control.controller import ramp_at
 
@@ -234,7 +234,7 @@ def group_curves(runs: Any) -> GroupCurves:
     need = {"group", "gpus", "cap_w", "power_w", "tokens_per_s"} - set(runs.columns)
     if need:
         raise ValueError(f"curves need column(s) {', '.join(sorted(need))} (a runs.parquet)")
-    pts = runs.groupby(["group", "cap_w"], sort=True, as_index=False)[["gpus", "power_w", "tokens_per_s"]].mean()
+    pts = cap_rows(runs).groupby(["group", "cap_w"], sort=True, as_index=False)[["gpus", "power_w", "tokens_per_s"]].mean()
     names, curves = curves_from_points(pts["group"], pts["power_w"] / pts["gpus"], pts["tokens_per_s"] / pts["gpus"],
                                        pts["cap_w"])
     pfi = np.array([pfi_ratio(p, t) for p, t in zip(curves.power_w, curves.throughput)])
@@ -481,22 +481,27 @@ def write_load(path: str | Path, unit: str, load_w: float, caps_w: Sequence[floa
 
 def coordinate_once(jobs: Sequence[SlurmJob], budget_w: float, hold_until_unix: float, budget_dir: Path,
                     min_w: float, max_w: float, stale_s: float, split: ClusterSplit | None = None,
-                    ramp_w_per_s: float = math.inf, site: Any = None) -> dict[str, float]:
+                    ramp_w_per_s: float = math.inf, site: Any = None,
+                    charged: Mapping[str, float] | None = None) -> dict[str, float]:
     """One coordinator period: read every unit's load file, split ``budget_w`` (units not
     answering counted at ``max_w`` per GPU; ``split``: the policy and curves, default
     equal weights), write every unit's budget file, with its share of the event's ramp
     limit (in proportion to its GPUs) that its agent holds its cap changes to. ``site``
     (:class:`wattflex.grid.topology.Site`): the split holds every level of it, and every
     unit's file also carries ``limit_w``, its share of the limits alone (the event aside),
-    which its agent holds whatever the ramp."""
+    which its agent holds whatever the ramp. ``charged``: units a knob shed (paused,
+    requeued: ``slurm_knobs.KnobPlan``), counted at that power, no share."""
     split = split or ClusterSplit()
+    charged = charged or {}
     units = [(j, n) for j in jobs for n in j.gpus]
     names = [unit_name(j.job_id, n) for j, n in units]
     gpus = np.array([len(j.gpus[n]) for j, n in units], float)
-    alive = np.array([read_fresh(budget_dir / f"{u}.load.json", stale_s) is not None for u in names], bool)
+    alive = np.array([u not in charged and read_fresh(budget_dir / f"{u}.load.json", stale_s) is not None
+                      for u in names], bool)
+    ceiling = np.array([charged.get(u, g * max_w) for u, g in zip(names, gpus)], float)
     curves, has_curve = split.unit_curves(units)
     nested = site.laminar([n for _, n in units]) if site is not None else None
-    args = (gpus * min_w, gpus * max_w, alive, split.policy, curves, has_curve, split.unit_pfi(units))
+    args = (gpus * min_w, ceiling, alive, split.policy, curves, has_curve, split.unit_pfi(units))
     share = split_budget(budget_w, *args, nested=nested)
     limit = np.full(len(units), np.inf)
     if nested is not None:
@@ -552,7 +557,8 @@ class ClusterRecord:
 def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float, period_s: float,
                     discover_jobs: Any, launch: Any, *, min_w: float, max_w: float, stale_s: float,
                     split: ClusterSplit | None = None, log: Any = print,
-                    clock: Any = time.monotonic, sleep: Any = time.sleep, site: Any = None) -> ClusterRecord:
+                    clock: Any = time.monotonic, sleep: Any = time.sleep, site: Any = None,
+                    knobs: Any = None) -> ClusterRecord:
     """Follow ``source`` (a schedule or signal: ``budget(t, basis_w)``, ``active(t)``) over the
     jobs ``discover_jobs()`` reports, ``launch(job, node)`` starting each new unit's agent.
     The basis is ``nominal`` (GPUs x ``max_w``) or ``measured`` (the cluster load of the last
@@ -561,7 +567,10 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
     SLURM failure (retried, then the last job set held) and a load file that cannot be used.
     At the end, however the loop ends (an exception, a signal raised as one), every unit is
     told: no budget (restore). ``site`` (:class:`wattflex.grid.topology.Site`): every level's
-    limit held in every period (:func:`coordinate_once`) and its load recorded."""
+    limit held in every period (:func:`coordinate_once`) and its load recorded. ``knobs`` (a
+    :class:`wattflex.grid.slurm_knobs.KnobPlan`): the knob menu's choice, carried out at each
+    event's start (its jobs' units then counted at what the knob leaves) and undone at its
+    end, and however the loop ends."""
     split = split or ClusterSplit()
     rec = ClusterRecord([], [], [], [], [])
     launched: set[str] = set()
@@ -569,6 +578,7 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
     measured = math.nan
     jobs: list[SlurmJob] = []
     slurm_failing: str | None = None                  # why SLURM failed, while the last job set is held
+    knob_on = False                                   # the knob choice carried out (an event in force)
     bad_load = OnceLog(lambda m: log(f"warning: load file {m}: unit counted as not answering"))
     backoff_s = tuple(f * period_s for f in (0.05, 0.1, 0.2))      # within one period
     try:
@@ -580,6 +590,19 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
             elif why is None and slurm_failing is not None:
                 log("SLURM answers again: following its job list")
             slurm_failing = why
+            if knobs is not None:    # a paused job is SUSPENDED, not RUNNING: still here, at idle power
+                jobs = jobs + knobs.kept(jobs)
+            if why is None:      # a requeued job that runs again gets a new agent (its old one ended with it)
+                launched &= {unit_name(j.job_id, n) for j in jobs for n in j.gpus}
+            in_event = bool(np.asarray(source.active(t)))
+            if knobs is not None and in_event != knob_on:
+                if in_event:
+                    knobs.start(jobs)
+                else:
+                    knobs.end()
+                knob_on = in_event
+            charged = {unit_name(j.job_id, n): c for j in jobs for n in j.gpus
+                       if knobs is not None and (c := knobs.charged_w(j, n)) is not None}
             for j in jobs:
                 for n in j.gpus:
                     if unit_name(j.job_id, n) not in launched:
@@ -598,8 +621,8 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
             gpus = np.array([len(j.gpus[n]) for j, n in units], float)
             loads = [read_fresh(budget_dir / f"{unit_name(j.job_id, n)}.load.json", stale_s, bad=bad_load)
                      for j, n in units]
-            load = sum(float(d["load_w"]) if d is not None else g * max_w for d, g in zip(loads, gpus))
-            in_event = bool(np.asarray(source.active(t)))
+            load = sum(charged[u] if (u := unit_name(j.job_id, n)) in charged else
+                       float(d["load_w"]) if d is not None else g * max_w for (j, n), d, g in zip(units, loads, gpus))
             if not in_event:
                 measured = load
             rec.baseline_curves_w.append(_curves_baseline(rec, split, units, loads, gpus * max_w, in_event))
@@ -607,7 +630,7 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
             budget = float(source.budget(t, basis_w)) if math.isfinite(basis_w) else math.inf
             end = _event_end(source, t)
             coordinate_once(jobs, budget, t0_unix + end if end is not None else -math.inf, budget_dir, min_w, max_w,
-                            stale_s, split, ramp_at(source, t), site)
+                            stale_s, split, ramp_at(source, t), site, charged)
             if site is not None:
                 _record_levels(rec, site, units, loads, gpus * max_w, len(rec.t_s))
             rec.t_s.append(t)
@@ -618,6 +641,8 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
             rec.caps_w.append([])
             sleep(max(0.0, t0 + (len(rec.t_s)) * period_s - clock()))
     finally:
+        if knobs is not None:        # no job left paused or held, however the loop ends
+            knobs.end()
         # the last word, however the loop ends: restore (still at the last event's ramp, so
         # the agents do not surge together)
         coordinate_once(jobs, math.inf, -math.inf, budget_dir, min_w, max_w, stale_s, split,

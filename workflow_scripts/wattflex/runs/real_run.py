@@ -380,7 +380,9 @@ def run_node(spec: dict[str, Any] | RunSpec, outdir: Path, t0: float, node_rank:
     gpus, facts, sampler, opts = node.gpus, node.facts, None, node.opts
     guard = caps.CapGuard(gpus, spec.cap_w, opts.cap_control if gpus else "observe", opts.state_dir,
                           opts.cap_command)
-    with guard:
+    with guard, clock_guard(spec.raw, gpus, opts) as clock:
+        if clock is not None:               # knob: clock: the SM clock locked (reset on every path)
+            facts["clock_lock"] = clock.record()
         facts["gpus_after_set"] = [g.describe() for g in gpus]
         if opts.sampler and gpus:
             sampler = node.sampler().start()
@@ -392,6 +394,17 @@ def run_node(spec: dict[str, Any] | RunSpec, outdir: Path, t0: float, node_rank:
         facts["gpus_before_restore"] = [g.describe() for g in gpus]
     node.finish(guard, sampler)
     return facts
+
+
+def clock_guard(spec: dict[str, Any], gpus: list[Any], opts: "RunOptions") -> contextlib.AbstractContextManager:
+    """A clock group's (``knob: clock``) ``ClockGuard`` at ``spec["clock_mhz"]``, NVML locking
+    unless the run only observes; a cap group's: nothing."""
+    if spec.get("clock_mhz") is None:
+        return contextlib.nullcontext()
+    from wattflex.runs.devices.clocks import ClockGuard
+
+    mode = "nvml" if gpus and opts.cap_control != "observe" else "observe"
+    return ClockGuard(gpus, float(spec["clock_mhz"]), mode, opts.state_dir)
 
 
 @dataclass
@@ -428,6 +441,11 @@ class NodeSetup:
             stale = caps.restore_from_state_dir(       # this run's own cap command, never the record's
                 state_dir, cap_command=opts.cap_command if opts.cap_control == "command" else None)
             facts["stale_cap_files"] = stale
+            from wattflex.runs.devices.clocks import restore_clocks_from_state_dir
+
+            stale_clocks = restore_clocks_from_state_dir(state_dir)
+            if stale_clocks:            # clock locks a killed clock run left (knob: clock)
+                facts["stale_clock_files"] = stale_clocks
             gpus = nvml.open_gpus(opts.nproc_per_node if opts.device == "cuda" else None,
                                   set_limit=caps.limit_setter(opts.cap_control, opts.cap_command),
                                   gpm=opts.gpm and opts.telemetry != "dcgm")   # dcgm: GPM left to DCGM
@@ -646,6 +664,7 @@ def assemble(spec: RunSpec, outdir: Path, opts: RunOptions, nodes: list[dict[str
     write_json({
         "run_id": spec.run_id, "campaign": spec.campaign, "group": spec.group_id,
         "cap_w": spec.cap_w, "repeat": spec.repeat, "backend": "cuda", "device_model": device_model,
+        **({"knob": "clock", "clock_mhz": spec.raw["clock_mhz"]} if spec.raw.get("clock_mhz") is not None else {}),
         "device": opts.device, "cap_control": nodes[0]["caps"]["cap_control"], "cap_command": opts.cap_command,
         "original_limit_w": [w for n in nodes for w in n["caps"]["original_limit_w"]],
         "enforced_limit_w": [g["enforced_limit_w"] for g in gpus],

@@ -19,6 +19,7 @@ import yaml
 from wattflex.provenance import read_json, read_parquet
 from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.loop import train
+from wattflex.runs.training import checkpoint as ckpt
 from wattflex.runs.training import data
 from wattflex.runs.training import models
 from wattflex.gpus import peak_bf16_flops
@@ -199,6 +200,32 @@ def test_eval_and_checkpoint_events_and_grad_checkpointing(tmp_path):
 def test_checkpoint_is_removed_unless_kept(tmp_path):
     train(tiny_cfg("Qwen3-32B", "lora", tmp_path, max_steps=2, checkpoint_at_s=0.0))
     assert not (tmp_path / "checkpoint").exists()
+
+
+def test_a_resumed_run_goes_on_from_its_newest_checkpoint(tmp_path):
+    """A requeued job (issue 39): the restart loads model and optimizer from the newest complete
+    checkpoint and counts on from its step; a write cut short (no metadata) is skipped."""
+    first = tiny_cfg("Llama-3.1-70B", "pt", tmp_path, max_steps=3, checkpoint_at_s=0.0,
+                     keep_checkpoint=True, checkpoint_async=False)
+    train(first)
+    (tmp_path / "checkpoint" / "step9").mkdir()                     # a torn write: no .metadata
+    assert ckpt.latest(tmp_path / "checkpoint")[0] == 1             # the checkpoint after step 1
+    steps = train(dataclasses.replace(first, max_steps=5, resume=True, checkpoint_at_s=None))
+    assert list(steps["step"]) == [2, 3, 4, 5]
+    events = read_json(tmp_path / ".training.json")["training"]["events"]
+    assert [(e["event"], e["from_step"]) for e in events] == [("resume", 1)]
+    # what it loads is the checkpoint: a fresh model and optimizer loaded from it hold its weights
+    import torch.distributed.checkpoint as dcp
+    torch.manual_seed(123)
+    model = models.build_model(first, torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    ckpt.load(model, opt, tmp_path / "checkpoint" / "step1")
+    saved = {k: torch.empty_like(v) for k, v in model.state_dict().items()}
+    dcp.load({"model": saved}, checkpoint_id=str(tmp_path / "checkpoint" / "step1"))
+    assert all(torch.equal(model.state_dict()[k], saved[k]) for k in saved)
+    assert any(not torch.equal(before[k], saved[k]) for k in saved)
+    assert opt.state_dict()["state"]
 
 
 def test_duration_stops_the_loop(tmp_path):

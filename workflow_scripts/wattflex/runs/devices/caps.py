@@ -190,19 +190,31 @@ def restore_from_state_dir(state_dir: str | Path | None = None, force: bool = Fa
     Only records root, this user or ``job_uid`` own are read (``cap_state``); the others are
     reported as ``untrusted`` and left alone. ``cap_command``: the installed cap command, used
     instead of NVML; the record's own mode only says whether root is needed."""
+    return restore_records(state_dir, "caps", _state_doc_problem,
+                           lambda path, doc, owner: _restore_record(path, doc, owner, cap_command),
+                           force=force, dry_run=dry_run, only_gpus=only_gpus, job_uid=job_uid, what="cap")
+
+
+def restore_records(state_dir: str | Path | None, prefix: str, doc_problem: Callable[[Any], str | None],
+                    act: Callable[[Path, dict[str, Any], int | None], dict[str, Any]], force: bool = False,
+                    dry_run: bool = False, only_gpus: Sequence[int] | None = None, job_uid: int | None = None,
+                    what: str = "cap") -> list[dict[str, Any]]:
+    """The loop of every restore (caps here, clock locks in ``devices.clocks``): each trusted
+    ``<prefix>-<host>-*.json`` whose process is gone (every one with ``force``) is handed to
+    ``act(path, doc, owner)``; untrusted, damaged and live ones are reported, not acted on."""
     out = []
-    pattern = f"caps-{socket.gethostname()}-*.json"
+    pattern = f"{prefix}-{socket.gethostname()}-*.json"
     for rec_file in cap_state.read_records(state_dir or default_state_dir(), pattern, trusted_uids(job_uid)):
         path, doc = rec_file["path"], rec_file["doc"]
         if rec_file["untrusted"]:   # no wattflex run of a trusted user wrote it: say so, act on nothing
             out.append({"path": str(path), "action": "untrusted", "note": rec_file["problem"]})
             continue
-        bad = rec_file["problem"] or _state_doc_problem(doc)
+        bad = rec_file["problem"] or doc_problem(doc)
         if bad:  # a hand-edited or damaged file of ours: say so, go on with the others (exit 1)
-            out.append({"path": str(path), "action": "unreadable", "error": f"not a cap state file: {bad}"})
+            out.append({"path": str(path), "action": "unreadable", "error": f"not a {what} state file: {bad}"})
             continue
         gpus = doc.get("gpus", [])
-        rec: dict[str, Any] = {"path": str(path), "pid": doc.get("pid"), "gpus": gpus}
+        rec: dict[str, Any] = {"path": str(path), "pid": doc.get("pid"), "gpus": gpus, "kind": what}
         if only_gpus is not None and not {g["index"] for g in gpus} & set(only_gpus):
             continue
         if not force and _alive(int(doc.get("pid", -1)), doc.get("pid_start")):
@@ -211,7 +223,7 @@ def restore_from_state_dir(state_dir: str | Path | None = None, force: bool = Fa
         if dry_run:
             out.append({**rec, "action": "would restore"})
             continue
-        out.append({**rec, **_restore_record(path, doc, rec_file["owner"], cap_command)})
+        out.append({**rec, **act(path, doc, rec_file["owner"])})
     return out
 
 
@@ -236,12 +248,13 @@ def _restore_record(path: Path, doc: dict[str, Any], owner: int | None, cap_comm
 
 
 # ---- the guard -----------------------------------------------------------------------------
-def restore_each(gpus: Any) -> list[str]:
-    """Restore every GPU's original limit, trying all of them; the errors, one per GPU."""
+def restore_each(gpus: Any, method: str = "restore") -> list[str]:
+    """Restore every GPU's original limit (``method``: ``reset_clock`` for clock locks), trying
+    all of them; the errors, one per GPU."""
     errors = []
     for g in gpus:
         try:
-            g.restore()
+            getattr(g, method)()
         except Exception as exc:  # one failing GPU must not keep the others capped
             errors.append(f"{getattr(g, 'name', g)}: {exc}")
     return errors
@@ -252,7 +265,12 @@ class CapGuard:
 
     Refuses a cap outside any GPU's constraints before changing anything. ``record()``
     returns what run.json stores: mode, requested cap, original / set / enforced limits.
+    Subclasses (``devices.clocks.ClockGuard``) change what is set and undone through
+    ``STATE_PREFIX``, ``WHAT``, ``__enter__`` and ``_undo``; the signals and state file are shared.
     """
+
+    STATE_PREFIX = "caps"          # state file name: <prefix>-<host>-<pid>.json
+    WHAT = "power limits"          # what the log and errors say is set and put back
 
     def __init__(self, gpus: Sequence[PowerCapDevice], cap_w: float, mode: str = "nvml",
                  state_dir: str | Path | None = None, command: str | None = None, handle_signals: bool = True):
@@ -261,7 +279,7 @@ class CapGuard:
         self.gpus, self.cap_w, self.mode, self.command = list(gpus), float(cap_w), mode, command
         self.state_dir = Path(state_dir) if state_dir else default_state_dir()
         self.handle_signals = handle_signals
-        self.state_path = self.state_dir / f"caps-{socket.gethostname()}-{os.getpid()}.json"
+        self.state_path = self.state_dir / f"{self.STATE_PREFIX}-{socket.gethostname()}-{os.getpid()}.json"
         self.original_w = [float(getattr(g, "original_limit_w", float("nan"))) for g in self.gpus]
         self.enforced_w: list[float] = []
         self.applied = False
@@ -276,7 +294,7 @@ class CapGuard:
         if self._restoring:
             self._pending_signal = signum   # finish restoring first; the exit follows
             return
-        log.warning("%s received: restoring power limits before exiting", signal.Signals(signum).name)
+        log.warning("%s received: restoring %s before exiting", signal.Signals(signum).name, self.WHAT)
         raise CapSignal(signum)
 
     def _install(self) -> None:
@@ -297,6 +315,16 @@ class CapGuard:
         self._old_handlers.clear()
 
     # cap ----------------------------------------------------------------------------------
+    def _write_state(self, fields: dict[str, Any], per_gpu: list[dict[str, Any]]) -> None:
+        """Write the state file (before anything changes), then arm the handlers."""
+        cap_state.write_record(self.state_dir, self.state_path.name, {
+            "host": socket.gethostname(), "pid": os.getpid(), "pid_start": _proc_start(os.getpid()),
+            "created": time.time(), "mode": self.mode, **fields,
+            "gpus": [{"index": getattr(g, "index", i), "uuid": getattr(g, "uuid", None), **extra}
+                     for i, (g, extra) in enumerate(zip(self.gpus, per_gpu))]})
+        self._install()
+        self.applied = True
+
     def __enter__(self) -> "CapGuard":
         if self.mode == "observe":
             self.enforced_w = [g.enforced_limit_w() for g in self.gpus]
@@ -304,13 +332,7 @@ class CapGuard:
         for g in self.gpus:                 # refuse before touching anything
             check_cap(g, self.cap_w)
         # the record names no command: a restore uses the installed one (restore_setter)
-        cap_state.write_record(self.state_dir, self.state_path.name, {
-            "host": socket.gethostname(), "pid": os.getpid(), "pid_start": _proc_start(os.getpid()),
-            "created": time.time(), "mode": self.mode, "cap_w": self.cap_w,
-            "gpus": [{"index": getattr(g, "index", i), "uuid": getattr(g, "uuid", None), "original_limit_w": w}
-                     for i, (g, w) in enumerate(zip(self.gpus, self.original_w))]})
-        self._install()
-        self.applied = True
+        self._write_state({"cap_w": self.cap_w}, [{"original_limit_w": w} for w in self.original_w])
         try:
             self.enforced_w = [g.set_cap(self.cap_w) for g in self.gpus]
         except BaseException:
@@ -333,20 +355,27 @@ class CapGuard:
             return
         self._restoring = True
         try:
-            errors = restore_each(self.gpus)
+            errors = self._undo()
             self.applied = False
             if not keep_handlers:
                 self._uninstall()
             if errors:
-                raise CapError("could not restore every power limit (state file kept at "
+                raise CapError(f"could not restore every one of the {self.WHAT} (state file kept at "
                                f"{self.state_path}; run `wattflex restore-caps`): " + "; ".join(errors))
             cap_state.remove_record(self.state_path)
-            log.info("power limits restored: %s W", ", ".join(f"{w:g}" for w in self.original_w))
+            self._log_restored()
         finally:
             self._restoring = False
         if self._pending_signal is not None:
             signum, self._pending_signal = self._pending_signal, None
             raise CapSignal(signum)
+
+    def _undo(self) -> list[str]:
+        """Put every GPU back; the errors, one per GPU."""
+        return restore_each(self.gpus)
+
+    def _log_restored(self) -> None:
+        log.info("power limits restored: %s W", ", ".join(f"{w:g}" for w in self.original_w))
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self.restore()

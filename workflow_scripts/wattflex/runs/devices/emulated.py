@@ -135,8 +135,10 @@ def simulate_run(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple[float,
 
 def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple[float, float]],
                         run_cfg: dict[str, Any], seed: int, hw_seed: int, model_name: str = "",
-                        physics: Physics = PHYSICS) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
-    """``simulate_run`` as pyarrow tables (what a run writes), without loading pandas."""
+                        physics: Physics = PHYSICS, clock_mhz: float | None = None) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
+    """``simulate_run`` as pyarrow tables (what a run writes), without loading pandas.
+    ``clock_mhz``: every GPU's SM clock locked there (``knob: clock``; the schedule's caps
+    are then the power limits the lock runs under, :func:`wattflex.runs.clock_knob.job_at_clock`)."""
     run_defaults = section_defaults("run")     # a run_cfg from wattflex.config.run_spec has both
     duration = float(run_cfg.get("duration_s", run_defaults["duration_s"]))
     dt = float(run_cfg.get("sample_period_s", run_defaults["sample_period_s"]))
@@ -148,7 +150,12 @@ def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple
 
     schedule = sorted((float(t), float(c)) for t, c in cap_schedule)
     enforced = [device.set_cap(cap) for _, cap in schedule]
-    states = job_at_caps(job, gpu, [cap for _, cap in schedule], leak, physics=physics)
+    if clock_mhz is None:
+        states = job_at_caps(job, gpu, [cap for _, cap in schedule], leak, physics=physics)
+    else:
+        from wattflex.runs.clock_knob import job_at_clock
+
+        states = [job_at_clock(job, gpu, clock_mhz, leak, physics, limit_w=cap) for _, cap in schedule]
     seg_start = np.array([t for t, _ in schedule])
 
     fb_gib = memory_footprint_gib(job, gpu, physics)
@@ -220,7 +227,7 @@ def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple
         util[mask] = u
         for arr in (dram, sm, tensor, copy):
             arr[mask] = 0.0
-        clock[mask] = gpu.sm_clock_max_mhz
+        clock[mask] = gpu.sm_clock_max_mhz if clock_mhz is None else min(float(clock_mhz), gpu.sm_clock_max_mhz)
     fb[warm] = (0.5 + 7.5 * ts[warm] / warmup_s)[:, None]
     for w0, wl, kind in windows:
         m = (ts > w0) & (ts <= w0 + wl)
@@ -266,6 +273,8 @@ def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple
         "n_steps": n_steps, "model": model_name,
         "emulator_anchor_clock_mhz": physics.anchor_clock_mhz,
     }
+    if clock_mhz is not None:
+        facts["clock_lock"] = {"clock_control": "emulated", "clock_mhz_requested": float(clock_mhz)}
     return tel, steps.select(STEP_COLUMNS), facts
 
 
@@ -285,7 +294,7 @@ def run_emulated_tables(spec: dict[str, Any] | RunSpec) -> tuple[pa.Table, pa.Ta
     seed = run_seed(spec.seed, spec.campaign, group["id"], spec.run_id)
     hw_seed = hardware_seed(spec.seed, group["id"])
     return simulate_run_tables(job, gpu, schedule, spec.run, seed, hw_seed, model_name=group["model"],
-                               physics=spec_physics(spec, gpu))
+                               physics=spec_physics(spec, gpu), clock_mhz=spec.raw.get("clock_mhz"))
 
 
 def spec_physics(spec: dict[str, Any] | RunSpec, gpu: GPUSpec | None = None) -> Physics:

@@ -187,6 +187,37 @@ class NvmlGpu:
         if abs(self.power_limit_w() - self.original_limit_w) > LIMIT_TOLERANCE_W / 2:
             self.set_limit_w(self.original_limit_w)
 
+    # ---- SM clock lock (MHz; wattflex.runs.devices.clocks.ClockGuard) -------------------
+    def sm_clock_range(self) -> tuple[float, float]:
+        """The SM clocks a lock may name: the catalogue's lowest clock for this model
+        (``wattflex.gpus``; 0 for a model it lacks) to NVML's maximum SM clock."""
+        from wattflex.gpus import GPUS
+
+        hi = float(self.nv.nvmlDeviceGetMaxClockInfo(self.handle, self.nv.NVML_CLOCK_SM))
+        lo = next((spec.sm_clock_min_mhz for key, spec in GPUS.items() if key in self.model), 0.0)
+        return lo, hi
+
+    def sm_clock_mhz(self) -> float:
+        return float(self.nv.nvmlDeviceGetClockInfo(self.handle, self.nv.NVML_CLOCK_SM))
+
+    def _clock_call(self, what: str, fn: Callable, *args: Any) -> None:
+        try:
+            fn(self.handle, *args)
+        except self.nv.NVMLError as exc:
+            if _is_no_permission(self.nv, exc):
+                raise CapPermissionError(f"{self.name}: not permitted to {what} (NVML needs root; "
+                                         f"or use SLURM --gpu-freq)") from exc
+            raise CapError(f"{self.name}: {what} failed: {exc}") from exc
+
+    def lock_clock(self, mhz: float) -> None:
+        """``nvmlDeviceSetGpuLockedClocks(f, f)``: the SM clock held at ``mhz`` (the power limit still holds)."""
+        f = int(round(mhz))
+        self._clock_call(f"lock the SM clock at {f} MHz", self.nv.nvmlDeviceSetGpuLockedClocks, f, f)
+
+    def reset_clock(self) -> None:
+        """``nvmlDeviceResetGpuLockedClocks``: the firmware picks the SM clock again."""
+        self._clock_call("reset the locked SM clock", self.nv.nvmlDeviceResetGpuLockedClocks)
+
     # ---- telemetry ----------------------------------------------------------------------
     def _read(self, field: str, fn: Callable, *args: Any) -> Any:
         try:

@@ -69,6 +69,27 @@ def start(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path: Path, 
     return save
 
 
+def latest(root: Path) -> tuple[int, Path] | None:
+    """The newest complete checkpoint under ``root`` (``step<N>`` folders whose DCP metadata,
+    written last, is there): (N, path), or None. A write cut short (a job killed for a
+    requeue while writing) has no metadata and is skipped."""
+    done = [(int(p.name[4:]), p) for p in Path(root).glob("step*")
+            if p.name[4:].isdigit() and (p / ".metadata").is_file()]
+    return max(done) if done else None
+
+
+def load(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> None:
+    """Load a checkpoint written by :func:`start` into ``model`` and ``optimizer`` (every rank
+    reads its shard; the optimizer's states are initialised first so DCP has them to fill)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    msd, osd = get_state_dict(model, optimizer)
+    state = {"model": msd, "optim": osd}
+    dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
 def bytes_written(path: Path, rank: int) -> int:
     """Bytes of the files this rank wrote into the DCP directory ``path`` (its ``__<rank>_*``
     shards; rank 0 also the metadata), so a sum over ranks counts each file once whether the

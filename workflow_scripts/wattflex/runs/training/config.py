@@ -57,6 +57,7 @@ class TrainConfig:
     dist_timeout_s: float = float(_CUDA["dist_timeout_s"])  # process-group timeout: a 70B load outlasts torch's 10 min
     cpu_binding: bool = _CUDA["cpu_binding"]  # each local rank on its own share of the task's CPUs (training.cpus)
     keep_checkpoint: bool = _CUDA["keep_checkpoint"]  # the paper's checkpoint is an I/O event, not an artifact
+    resume: bool = False                    # start from the newest complete checkpoint (a requeued job)
     lr: float | None = None                 # default: 3e-4 (pt), 2e-4 (lora)
     precision: str | None = None            # default: bf16-mixed on cuda, fp32 on cpu
     parallel: str = _CUDA["parallel"]       # auto: FSDP2 on multi-GPU cuda, DDP on cpu

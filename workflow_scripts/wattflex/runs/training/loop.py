@@ -259,10 +259,17 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     if live:
         live.write("step,t_end_s,tokens,loss\n")
     stop_path = Path(cfg.outdir) / STOP_FILE
+    step = 0
+    found = ckpt.latest(ckpt.checkpoint_root(cfg.checkpoint_dir, cfg.outdir)) if cfg.resume else None
+    if found is not None:       # a requeued job: on from its newest checkpoint
+        ckpt.load(model, optimizer, found[1])
+        step = found[0]
+        events.append({"event": "resume", "from_step": step, "path": str(found[1]), "t_s": time.time() - t0})
+        if dist.rank == 0:
+            log.info("resumed from step %d (%s)", step, found[1])
     model.train()
     t_loop = time.time()
     prev_end = t_loop - t0
-    step = 0
     while True:
         x = next(stream).to(dev, non_blocking=True)
         with amp:
