@@ -40,7 +40,8 @@ from wattflex.gpus import DEFAULT_GPU, GPUS, gpu_spec
 from wattflex.run_ids import run_id
 from wattflex.vocabulary import cluster_of
 # the schema's reading lives below config, so the dataclasses of lower layers can take their defaults
-from wattflex.schema import REPO_ROOT, SCHEMA_PATH, DuplicateKeyError, group_default, read_schema, read_yaml  # noqa: F401
+from wattflex.schema import (REPO_ROOT, SCHEMA_PATH, DuplicateKeyError, group_default, read_schema,  # noqa: F401
+                             read_yaml, section_defaults)
 
 
 
@@ -165,7 +166,7 @@ def groups(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     catalog = cfg.get("_catalog", {})
     for raw in cfg["groups"]:
         g = {**copy.deepcopy(defaults), **raw}
-        if g.get("knob", "cap") == "clock":
+        if g.get("knob", group_default("knob")) == "clock":
             # a clock group sweeps its clocks at the part's default power limit (``caps``: that one limit)
             g["clocks"] = sorted(float(c) for c in g.get("clocks", []))
             g["caps"] = [float(GPUS[g.get("gpu", DEFAULT_GPU)].default_limit_w)] if g.get("gpu", DEFAULT_GPU) in GPUS else []
@@ -285,7 +286,7 @@ def check_semantics(cfg: dict[str, Any]) -> None:
         if g["model"] not in catalog:
             raise ConfigError(f"config error at {where}.model: unknown model {g['model']!r}; "
                               f"known: {', '.join(sorted(catalog))}")
-        if g.get("knob", "cap") == "clock":
+        if g.get("knob", group_default("knob")) == "clock":
             check_clock_group(cfg, raw, g, where)
             check_expert_parallel(g, catalog[g["model"]], where)
             continue
@@ -308,7 +309,7 @@ def check_semantics(cfg: dict[str, Any]) -> None:
     for i, r in enumerate(cfg["repeats"]):
         if r["group"] not in by_id:
             raise ConfigError(f"config error at repeats[{i}].group: unknown group {r['group']!r}")
-        if by_id[r["group"]].get("knob", "cap") == "clock":
+        if by_id[r["group"]].get("knob", group_default("knob")) == "clock":
             raise ConfigError(f"config error at repeats[{i}].group: {r['group']} is a knob: clock group; repeats "
                               f"are for cap groups")
         if float(r["cap_w"]) not in by_id[r["group"]]["caps"]:
@@ -347,7 +348,7 @@ def check_clock_group(cfg: dict[str, Any], raw: dict[str, Any], g: dict[str, Any
     spec = _group_gpu(g, where)
     check_setpoints(g["clocks"], (spec.sm_clock_min_mhz, spec.sm_clock_max_mhz), f"{where}.clocks", "clock", "MHz",
                     f"{spec.name}'s SM clock range")
-    if cfg.get("sweep", "separate") != "separate":
+    if cfg.get("sweep", section_defaults()["sweep"]) != "separate":
         raise ConfigError(f"config error at {where}.knob: knob: clock needs sweep: separate (sweep: {cfg['sweep']} "
                           f"steps caps)")
 
@@ -566,7 +567,7 @@ def expand_runs(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     n_rep = {(r["group"], float(r["cap_w"])): int(r["n"]) for r in cfg["repeats"]}
     rows = []
     for g in groups(cfg):
-        if g.get("knob", "cap") == "clock":     # at the default limit, one run per locked clock
+        if g.get("knob", group_default("knob")) == "clock":     # at the default limit, one run per locked clock
             rows += [{"group": g["id"], "cap_w": g["caps"][0], "clock_mhz": c, "repeat": 0,
                       "run_id": run_id(c, 0, "clock")} for c in g["clocks"]]
             continue
