@@ -61,9 +61,9 @@ def clock_fit(clock_mhz, time_s, power_w, f_max_mhz: float, x_lo: float, x_hi: f
     keep = (clock / f_max_mhz >= x_lo - half) & (clock / f_max_mhz <= x_hi + half)
     fit = fit_clock_scaling(clock[keep], np.asarray(time_s, float)[keep], x_hi * f_max_mhz)
     shape = power_shape(clock, power_w, f_max_mhz, x_lo, x_hi, TOP_WIDTH)
-    return {"share": fit.clock_independent_share, "r2": fit.r2, "max_rel_residual": fit.max_rel_residual,
-            "n_clocks": fit.n, "power_ratio": shape.ratio, "power_exponent_top": shape.exponent_top,
-            "a_s": fit.a_s, "b_s_mhz": fit.b_s_mhz}
+    return {"share": fit.clock_independent_share, "a_s": fit.a_s, "b_s_mhz": fit.b_s_mhz, "r2": fit.r2,
+            "max_rel_residual": fit.max_rel_residual, "n_clocks": fit.n, "power_ratio": shape.ratio,
+            "power_exponent_top": shape.exponent_top}
 
 
 def profile_series(paths: Sequence[str | Path], passes: Sequence[str]) -> list[tuple[pd.DataFrame, list[int], str, pd.DataFrame]]:
