@@ -61,10 +61,12 @@ rule fidelity:
 
 
 rule fidelity_figure:
-    """Emulated PFI per group (noise-free, campaign, seed band) vs published, with y = x."""
+    """Emulated PFI per group (noise-free, campaign, seed band) vs published, with y = x; below,
+    every test set's out-of-sample PFI error side by side."""
     input:
         groups=rules.fidelity.output.groups,
         summary=rules.fidelity.output.summary,
+        test_sets=rules.fidelity.output.test_sets,
     output:
         figure=figure_output(f"{RESULTS}/figures/fidelity_vs_published.png"),
     params:

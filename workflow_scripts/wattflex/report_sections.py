@@ -70,7 +70,7 @@ SECTIONS: tuple[Section, ...] = (
                        "MoE-FT significant after Holm; DRAM activity and the DRAM copy product correlate positively "
                        "with PFI, tensor-pipe activity negatively."),
     Section("fidelity", "Fidelity of the EMULATED reproduction against the paper (beyond the paper)", (
-        Item("tables/fidelity_summary.csv", "Headline metrics of the emulation against the issue's targets",
+        Item("tables/fidelity_summary.csv", "Headline metrics of the emulation against its targets",
              render="fidelity"),
         Item("figures/fidelity_vs_published.png", "Emulated PFI per group vs published, with the 1:1 line"),
         Item("tables/fidelity.csv", "Per group: emulated PFI (noise-free model, this campaign, noise-seed 5-95 %) "
