@@ -42,11 +42,12 @@ seeds and draws for the first two and leaves out the third:
   emulator's current physics" (``pfi.parquet`` was made by older code): both are worth
   knowing before reading its residual.
 
-The whole computation (35 groups, 20 seeds, 42 perturbed constants x 2) takes 5.8 s of one
-core, and the leave-one-table-out refits (``wattflex.calibration``) 1.2 s more (``python
-benchmarks/fidelity_speed.py``, CPU time, 2026-12-02, on a machine shared with other jobs;
-4.5 s on 2026-12-01); each GPU's operating points are computed once per group and reused
-across its caps (``job_at_caps``).
+The whole computation (35 groups, 20 seeds, 44 perturbed constants and the HBM power x 2, the
+sensitivity on every group) takes 6.1 s of one core, the leave-one-table-out refits
+(``wattflex.calibration``) 0.9 s more and the public sweeps (``wattflex.analysis.public_sweeps``)
+0.2 s (``python benchmarks/fidelity_speed.py``, CPU time, 2026-12-04, on a machine shared with
+other jobs); each GPU's operating points are computed once per group and reused across its
+caps (``job_at_caps``).
 
 Targets: noise-free Spearman vs Table 6 >= 0.70; cluster medians ordered dense < MoE-PT <
 MoE-FT and each within 0.15 of the published; no Table 6 group above 3.0 (the published range
