@@ -16,6 +16,7 @@ import pandas as pd
 
 from wattflex import calibration as cal
 from wattflex.analysis import fidelity as fid
+from wattflex.analysis import public_sweeps as ps
 from wattflex.config import groups, load_config
 from wattflex.provenance import read_parquet
 
@@ -41,11 +42,14 @@ def main(results: Path) -> pd.DataFrame:
     timed(f"noise-free model ({len(models)} groups)", lambda: fid.noise_free_pfi(models), rows)
     timed("one noise-seed draw", lambda: fid.seed_pfi(models, cfg["campaign"], 1), rows)
     timed("metrics incl. Kruskal-Wallis/Dunn, one set", lambda: fid.metrics(pfi.set_index("group")["pfi_ratio"], meta), rows)
-    timed(f"sensitivity ({len(fid.sensitive_constants())} constants x 2)", lambda: fid.sensitivity(models, meta), rows)
+    timed(f"sensitivity, every group ({len(fid.perturbations())} perturbations: constants and HBM power)",
+          lambda: fid.sensitivity_runs(models, meta), rows)
     timed(f"fidelity() total, {fid.DEFAULT_SEEDS} seeds", lambda: fid.fidelity(
         models, pfi.set_index("group")["pfi_ratio"], cfg["campaign"], cfg["seed"], paper), rows)
     timed(f"leave-one-table-out ({len(cal.FIT_SETS)} anchor refits, {len(cal.ANCHOR_GRID_MHZ)}-point grid)",
           lambda: cal.leave_one_table_out(models, paper), rows)
+    timed("public sweeps (Perseus A100 leave one job out, SM-clock profiles)", lambda: ps.perseus_a100_rows(
+        ps.PERSEUS / "power_limit_sweeps_A100.csv", sorted(ps.PERSEUS.glob("sm_frequency_profile_*.csv"))), rows)
     return pd.DataFrame(rows)
 
 

@@ -7,20 +7,35 @@
 FIDELITY_TABLES = f"{RESULTS}/tables"
 
 
+def public_sweep_files(folder, pattern):
+    """The shipped public sweep files of resources/external/<folder> matching ``pattern``."""
+    return sorted(workflow_file(p) for p in (Path(workflow.basedir) / "resources" / "external" / folder).glob(pattern))
+
+
 rule fidelity:
     """fidelity.csv (per group, in or out of the calibration's sample), fidelity_summary.csv
     (metrics vs targets, seed distribution), fidelity_sensitivity.csv (one constant at a time),
-    fidelity_calibration.csv (the anchor refitted on each allowed published set, scored on the rest)."""
+    fidelity_calibration.csv (the anchor refitted on each allowed published set, scored on the rest),
+    fidelity_test_sets.csv (Table 6, each refit and each public sweep side by side, with what the
+    emulator was and was not fitted to)."""
     input:
         runs=f"{RESULTS}/runs.parquet",
         pfi=f"{RESULTS}/pfi.parquet",
         published=published_tables("fidelity"),
+        # The public measured sweeps scored beside Table 6 (wattflex.analysis.public_sweeps).
+        perseus_a100=workflow_file("resources/external/perseus-sosp24/power_limit_sweeps_A100.csv"),
+        perseus_a100_config=workflow_file("config/perseus-sosp24-a100-emulated.yaml"),
+        perseus_catalog=workflow_file("config/catalogs/perseus-sosp24.yaml"),
+        perseus_profiles=public_sweep_files("perseus-sosp24", "sm_frequency_profile_*.csv"),
+        other_sweeps=public_sweep_files("perseus-sosp24", "power_limit_sweeps_*.csv")
+        + public_sweep_files("zeus-nsdi23", "summary_power_*.csv"),
     output:
         **with_sidecars(
             groups=f"{FIDELITY_TABLES}/fidelity.csv",
             summary=f"{FIDELITY_TABLES}/fidelity_summary.csv",
             sensitivity=f"{FIDELITY_TABLES}/fidelity_sensitivity.csv",
             calibration=f"{FIDELITY_TABLES}/fidelity_calibration.csv",
+            test_sets=f"{FIDELITY_TABLES}/fidelity_test_sets.csv",
         ),
     params:
         # What the emulator is given per group (its config group and model facts).
@@ -46,10 +61,12 @@ rule fidelity:
 
 
 rule fidelity_figure:
-    """Emulated PFI per group (noise-free, campaign, seed band) vs published, with y = x."""
+    """Emulated PFI per group (noise-free, campaign, seed band) vs published, with y = x; below,
+    every test set's out-of-sample PFI error side by side."""
     input:
         groups=rules.fidelity.output.groups,
         summary=rules.fidelity.output.summary,
+        test_sets=rules.fidelity.output.test_sets,
     output:
         figure=figure_output(f"{RESULTS}/figures/fidelity_vs_published.png"),
     params:

@@ -17,6 +17,7 @@ for metric in ("spearman_table6", "median_dense", "median_moe-pt", "median_moe-f
         fmt = lambda v: f"{v:.2f}" if pd.notna(v) else "n/a"  # noqa: E731 (too few groups: NaN)
         pub = f", published {fmt(r.published)}" if pd.notna(r.published) else ""
         lines.append(f"{metric}: noise-free {fmt(r.noise_free)}, campaign {fmt(r.campaign)}{pub}")
-save_png(emulated_vs_published(groups, "\n".join(lines), groups["backend"].unique()), smk.output.figure,
+test_sets = pd.read_csv(smk.input.test_sets)
+save_png(emulated_vs_published(groups, "\n".join(lines), groups["backend"].unique(), test_sets), smk.output.figure,
          provenance(params=smk.params.figures, inputs=list(smk.input)))
 log.info("wrote %s", smk.output.figure)

@@ -47,7 +47,7 @@ from wattflex.runs.emulator import DEFAULT_DIE, PHYSICS, Physics, calibrated_phy
 
 # Ujeniya et al. 2026 (arXiv:2604.11391), H100 (94 GB / 2.41 TB/s part), FP64 DGEMM:
 # cap (W) -> steady SM clock (MHz).
-# Re-read for issue 38, which quotes a reading of v2 labelling these six clocks ViT-L/16 TF32
+# Re-read after a review quoted a reading of v2 labelling these six clocks ViT-L/16 TF32
 # inference (Fig. 6b) at a measured 647 W under the 700 W cap. What could be reached here is the
 # paper's abstract and summaries of it (arXiv abstract page; no figure, no table, no artifact
 # repository): its workloads are DGEMM (compute bound) and TheBandwidthBenchmark (memory bound),

@@ -60,9 +60,9 @@ class GPUSpec:
 
 # Limits, clocks, peak rates and memory: NVIDIA H100/H200 SXM datasheets (dense bf16 989 TFLOPS,
 # 3.35 / 4.8 TB/s, 80 / 141 GB, 700 W). Idle and HBM power (idle_w, mem_idle_w, mem_dyn_w): assumed.
-# They were labelled "measured" with no source; none was found (issue 38). Ujeniya et al. 2026
+# They were labelled "measured" with no source; none was found. Ujeniya et al. 2026
 # (arXiv:2604.11391) record memory power per cap on a 94 GB H100 and a 144 GB H200, but their
-# figures could not be read here, so no value of theirs is used (a reading quoted in issue 38,
+# figures could not be read here, so no value of theirs is used (a reading quoted in a review,
 # 72-120 W on the 94 GB part, is unverified and not applied). The SM power curve is
 # one for both (same GH100 die; wattflex.calibration): fitted to the Ujeniya et al. 2026
 # cap -> clock table (labelled FP64 DGEMM; wattflex.calibration says what of that was verified), which was measured on an HBM2e 94 GB / 2.41 TB/s H100 part

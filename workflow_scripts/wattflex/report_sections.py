@@ -70,19 +70,29 @@ SECTIONS: tuple[Section, ...] = (
                        "MoE-FT significant after Holm; DRAM activity and the DRAM copy product correlate positively "
                        "with PFI, tensor-pipe activity negatively."),
     Section("fidelity", "Fidelity of the EMULATED reproduction against the paper (beyond the paper)", (
-        Item("tables/fidelity_summary.csv", "Headline metrics of the emulation against the issue's targets",
+        Item("tables/fidelity_summary.csv", "Headline metrics of the emulation against its targets",
              render="fidelity"),
         Item("figures/fidelity_vs_published.png", "Emulated PFI per group vs published, with the 1:1 line"),
         Item("tables/fidelity.csv", "Per group: emulated PFI (noise-free model, this campaign, noise-seed 5-95 %) "
              "beside the published value; residual = emulated - published; calibration = in-sample (the anchor "
-             "was fitted on it) or out-of-sample"),
+             "was fitted on it) or out-of-sample; top_assumption: the assumed constant (or HBM power) whose "
+             "+-25 % moves the group's noise-free PFI most, by top_assumption_delta_pfi; delta_pfi[...]: the "
+             "largest |change| of each named assumption"),
+        Item("tables/fidelity_test_sets.csv", "Every test set side by side: Table 6 out of sample, each "
+             "leave-one-table-out refit, each public measured sweep, with what the emulator was and was not fitted "
+             "to", render="table",
+             note="pfi_mae: mean |emulated - measured or published| PFI of the scored groups; spearman: rank "
+                  "correlation with Table 6; clock_share_error_pp / power_exponent_error: emulated minus measured "
+                  "clock-independent share of kernel time and power exponent near the top clock "
+                  "(wattflex.analysis.public_sweeps). A row with no score says why."),
         Item("tables/fidelity_calibration.csv", "Leave-one-table-out: the power-level anchor refitted on each allowed "
              "set of published facts (never Table 6), the noise-free model scored on the rest", render="table",
              note="Each row is a whole refit (wattflex.calibration.leave_one_table_out); the default row is what "
                   "the rest of this section uses. mae_*: mean |emulated - published| in sample, out of sample on "
                   "Table 6, out of sample on the other published groups."),
         Item("tables/fidelity_sensitivity.csv", "Sensitivity of the noise-free model: each physics constant "
-             "-25 % and +25 %, one at a time (largest effect first)", render="sensitivity"),
+             "and the GPUs' HBM power -25 % and +25 %, one at a time (largest effect first); assumed = no public "
+             "fact settles it; groups_decided = groups whose PFI it moves more than any other assumption does", render="sensitivity"),
     ), optional=True),
     Section("predictor", "§5 Predicting PFI from one uncapped run (Tables 3, 8, 12, 13; Fig. 7)", (
         Item("predictor/ablation.csv", "Table 3: predictor ablation (in-sample, leave-one-out, leave-one-cluster-out)"),

@@ -205,7 +205,8 @@ def test_sensitivity_has_two_rows_per_sensitive_constant_and_a_zero_perturbation
                              for f in constants)
     table = fid.sensitivity(models, meta, fraction=0.25)
     perturbed = table[table["constant"] != "(none: baseline)"]
-    assert len(perturbed) == 2 * len(constants)
+    assert len(perturbed) == 2 * (len(constants) + 1)  # and the catalogue's HBM power
+    assert set(perturbed["constant"]) == {f.name for f in constants} | {fid.HBM_POWER}
     assert sorted(perturbed.groupby("constant")["change"].agg(tuple).iloc[0]) == ["+25%", "-25%"]
     up = perturbed[perturbed["change"] == "+25%"]
     assert np.allclose(up["perturbed_value"], 1.25 * up["baseline_value"])
@@ -224,3 +225,40 @@ def test_some_constant_moves_the_medians(tiny):
     moved = table[[c for c in table.columns if c.startswith("delta_median_")]].abs().max(axis=1)
     assert moved.max() > 1e-3
     assert table.loc[moved.idxmax(), "source"]  # and it says where the constant comes from
+
+
+def test_hbm_power_scales_memory_watts_and_the_idle_power_that_holds_them():
+    from wattflex.gpus import GPUS
+
+    up = fid.hbm_scaled(1.25)
+    for name, g in GPUS.items():
+        assert up[name].mem_dyn_w == pytest.approx(1.25 * g.mem_dyn_w)
+        assert up[name].idle_w - g.idle_w == pytest.approx(0.25 * g.mem_idle_w)
+        assert up[name].sm_clock_max_mhz == g.sm_clock_max_mhz
+
+
+def test_each_group_names_the_assumption_that_moves_its_pfi_most(tiny):
+    """Per group, top_assumption is the assumed perturbation with the largest |PFI change|
+    (recomputed here by perturbing it alone), and the named assumptions each have a column."""
+    _, models = tiny
+    meta = fid.group_meta(models, fid.published_pfi(models, PAPER))
+    sens = fid.sensitivity_runs(models, meta)
+    table = sens.table
+    assert table.loc[table["constant"] == fid.HBM_POWER, "assumed"].all()
+    assert table.loc[table["constant"] == "lora_gemm_eff", "assumed"].all()  # its source: "assumed"
+    assert table.loc[table["constant"] == "expert_gemm_rel_eff", "assumed"].all()  # UNSETTLED
+    assert not table.loc[table["constant"] == "attention_eff", "assumed"].any()  # a published figure
+    top = fid.top_assumptions(sens.per_group, table.loc[1:].set_index(["constant", "change"])["assumed"])
+    assert set(top["group"]) == {g.id for g in models}
+    assert [c for c in top.columns if c.startswith("delta_pfi[")] == [f"delta_pfi[{n}]" for n in fid.NAMED_ASSUMPTIONS]
+    g = next(m for m in models if m.cluster == "moe-ft")
+    r = top.set_index("group").loc[g.id]
+    assert r["top_assumption"] and abs(r["top_assumption_delta_pfi"]) > 0
+    pert = next(p for p in fid.perturbations() if (p.constant, p.change) == (r["top_assumption"], r["top_assumption_change"]))
+    again = fid.noise_free_pfi([g], pert.physics, pert.catalogue)[g.id] - fid.noise_free_pfi([g])[g.id]
+    assert again == pytest.approx(r["top_assumption_delta_pfi"])
+    assumed = [p for p in fid.perturbations() if p.assumed]
+    moved = [abs(fid.noise_free_pfi([g], p.physics, p.catalogue)[g.id] - fid.noise_free_pfi([g])[g.id]) for p in assumed]
+    assert abs(r["top_assumption_delta_pfi"]) == pytest.approx(max(moved))
+    assert r[f"delta_pfi[{fid.HBM_POWER}]"] > 0  # HBM power moves a capped job's PFI
+    assert table["groups_decided"].sum() == len(models)

@@ -251,7 +251,7 @@ def test_a_holdout_of_every_group_says_so(sweeps, capsys):
 
 
 def test_a_sweep_with_caps_but_no_measured_draws_is_refused_not_fitted(tmp_path, capsys):
-    # issue 38: the power level is read from the draws; caps alone cannot show it
+    # the power level is read from the draws; caps alone cannot show it
     err = refused_runs(tmp_path / "capsonly.csv", capsys, "dense-ft-mistral24b-x8", [300, 700],
                        [float("nan")] * 2, [8.0, 10.0])
     assert "capsonly.csv: the sweep has caps (300, 700 W, 2 runs) but no measured power draw (power_w empty)" in err

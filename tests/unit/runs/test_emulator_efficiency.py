@@ -1,4 +1,4 @@
-"""Achieved efficiency and SM activity from published facts (issue 38): the dense-GEMM
+"""Achieved efficiency and SM activity from published facts: the dense-GEMM
 efficiency is what torchtitan's published H100 throughput implies, and a kernel's SM power
 follows its own roofline activity."""
 

@@ -42,16 +42,23 @@ seeds and draws for the first two and leaves out the third:
   emulator's current physics" (``pfi.parquet`` was made by older code): both are worth
   knowing before reading its residual.
 
-The whole computation (35 groups, 20 seeds, 42 perturbed constants x 2) takes 5.8 s of one
-core, and the leave-one-table-out refits (``wattflex.calibration``) 1.2 s more (``python
-benchmarks/fidelity_speed.py``, CPU time, 2026-12-02, on a machine shared with other jobs;
-4.5 s on 2026-12-01); each GPU's operating points are computed once per group and reused
-across its caps (``job_at_caps``).
+The whole computation (35 groups, 20 seeds, 44 perturbed constants and the HBM power x 2, the
+sensitivity on every group) takes 6.1 s of one core, the leave-one-table-out refits
+(``wattflex.calibration``) 0.9 s more and the public sweeps (``wattflex.analysis.public_sweeps``)
+0.2 s (``python benchmarks/fidelity_speed.py``, CPU time, 2026-12-04, on a machine shared with
+other jobs); each GPU's operating points are computed once per group and reused across its
+caps (``job_at_caps``).
 
-Targets are issues 14 and 25's (noise-free Spearman vs Table 6 >= 0.70; cluster medians
-ordered dense < MoE-PT < MoE-FT and each within 0.15 of the published; no Table 6 group
-above 3.0; Dunn-Holm significant for dense vs MoE-FT only; H100 vs H200 rank correlation
->= 0.8). They are reported, met or missed, never fitted to.
+Targets: noise-free Spearman vs Table 6 >= 0.70; cluster medians ordered dense < MoE-PT <
+MoE-FT and each within 0.15 of the published; no Table 6 group above 3.0 (the published range
+is 1.10-2.67); Dunn-Holm significant for dense vs MoE-FT only; H100 vs H200 rank correlation
+>= 0.8. They are reported, met or missed, never fitted to.
+
+Sensitivity: each sensitive ``Physics`` constant and the catalogue's HBM power (``gpus.py``)
+at +-25 %, one at a time, on every group's noise-free PFI. A constant whose source says
+"assumed", or that no public fact settles (``UNSETTLED``), is an assumption; each group's row
+of ``fidelity.csv`` names the assumption that moves its PFI most and by how much, and the
+largest change of each assumption the emulator's review named (``NAMED_ASSUMPTIONS``).
 
 In and out of sample: the emulator's one fitted global constant, the power-level anchor
 (``wattflex.calibration``), is fitted on published groups that are not in Table 6 (default:
@@ -80,7 +87,7 @@ from wattflex.analysis.paper_tables import PUBLISHED_SCALARS, spearman, task_key
 from wattflex.pfi import pfi_ratio
 from wattflex.analysis.published import load_published
 from wattflex.analysis.stats import CLUSTER_ORDER, kruskal_dunn
-from wattflex.gpus import DEFAULT_GPU, GPUS
+from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
 from wattflex.runs.devices.emulated import RUN_NOISE, hardware_seed, run_factors, run_seed
 from wattflex.runs.emulator import PHYSICS, JobSpec, Physics, gpu_leakages, job_at_caps
 from wattflex.schema import group_default
@@ -89,7 +96,7 @@ BACKEND = "emulated"
 MEDIAN_TOLERANCE = 0.15
 SPEARMAN_TARGET = 0.70
 H100_TARGET = 0.80
-MAX_PFI_TARGET = 3.0   # issue 25: no Table 6 group above 3.0 (published range 1.10-2.67)
+MAX_PFI_TARGET = 3.0   # no Table 6 group above 3.0 (published range 1.10-2.67)
 PERTURBATION = 0.25
 DEFAULT_SEEDS = 20
 
@@ -135,23 +142,28 @@ def group_models(jobs: Mapping[str, Mapping[str, Any]], runs: pd.DataFrame, swee
 # Emulated PFI: noise-free, and one noise seed
 # ---------------------------------------------------------------------------------------
 
-def job_states(group: GroupModel, leakages: np.ndarray, physics: Physics = PHYSICS) -> dict[float, Any]:
-    """``job_at_caps`` of the group at each of its caps with these per-GPU leakages."""
-    gpu = GPUS[group.gpu]
+def job_states(group: GroupModel, leakages: np.ndarray, physics: Physics = PHYSICS,
+               gpus: Mapping[str, GPUSpec] = GPUS) -> dict[float, Any]:
+    """``job_at_caps`` of the group at each of its caps with these per-GPU leakages
+    (``gpus``: the GPU catalogue, perturbed by the sensitivity table's HBM power)."""
+    gpu = gpus[group.gpu]
     return dict(zip(group.caps, job_at_caps(group.job, gpu, group.caps, leakages, physics=physics)))
 
 
-def noise_free_curve(group: GroupModel, physics: Physics = PHYSICS, gpus: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def noise_free_curve(group: GroupModel, physics: Physics = PHYSICS, gpus: int = 1,
+                     catalogue: Mapping[str, GPUSpec] = GPUS) -> tuple[np.ndarray, np.ndarray]:
     """(job power W, tokens/s) at each cap (ascending) with ``gpus`` GPUs of leakage 1.0;
     power is scaled to the whole job."""
-    states = list(job_states(group, np.ones(gpus), physics).values())
+    states = list(job_states(group, np.ones(gpus), physics, catalogue).values())
     scale = group.job.gpus / gpus
     return (np.array([s.power_w * scale for s in states]), np.array([s.tokens_per_s for s in states]))
 
 
-def noise_free_pfi(groups: Iterable[GroupModel], physics: Physics = PHYSICS) -> pd.Series:
+def noise_free_pfi(groups: Iterable[GroupModel], physics: Physics = PHYSICS,
+                   catalogue: Mapping[str, GPUSpec] = GPUS) -> pd.Series:
     """Eq. 1 PFI of each group from the noise-free model."""
-    return pd.Series({g.id: pfi_ratio(*noise_free_curve(g, physics)) for g in groups}, dtype=float)
+    return pd.Series({g.id: pfi_ratio(*noise_free_curve(g, physics, catalogue=catalogue)) for g in groups},
+                     dtype=float)
 
 
 def seed_pfi(groups: Iterable[GroupModel], campaign: str, seed: int, physics: Physics = PHYSICS,
@@ -335,8 +347,8 @@ def with_pattern(values: dict[str, float], published: Mapping[str, float]) -> di
 # ---------------------------------------------------------------------------------------
 
 def _targets(order: Sequence[str]) -> dict[str, tuple[str, Callable[[float, float], bool]]]:
-    """{metric: (target text, test(value, published) -> met)}: issue 14's targets. Other
-    metrics are reported, not judged."""
+    """{metric: (target text, test(value, published) -> met)}: the targets of the module
+    docstring. Other metrics are reported, not judged."""
     out: dict[str, tuple[str, Callable[[float, float], bool]]] = {
         "spearman_table6": (f">= {SPEARMAN_TARGET:g}", lambda v, p: v >= SPEARMAN_TARGET),
         "clusters_ordered": ("1 (dense < MoE-PT < MoE-FT)", lambda v, p: v == 1.0),
@@ -433,8 +445,19 @@ def group_table(meta: pd.DataFrame, noise_free: pd.Series, campaign: pd.Series, 
 
 
 # ---------------------------------------------------------------------------------------
-# Sensitivity: each global physics constant +-25 %, one at a time
+# Sensitivity: each global physics constant and the catalogue's HBM power +-25 %, one at a time
 # ---------------------------------------------------------------------------------------
+
+# Sensitive constants no public fact settles, beside those whose source says "assumed":
+# expert_gemm_rel_eff is derived from a whole-job throughput ratio, which bounds the grouped-GEMM
+# penalty but does not measure it (its source in Physics).
+UNSETTLED = ("expert_gemm_rel_eff",)
+HBM_POWER = "hbm_power"
+HBM_POWER_SOURCE = ("assumed: every GPU's HBM power (gpus.py mem_idle_w, with idle_w by the same watts, and "
+                    "mem_dyn_w) scaled together; no published per-cap memory power of these parts was read")
+# The assumptions every group's row names (the others enter its top_assumption only).
+NAMED_ASSUMPTIONS = ("sm_stall_activity", "expert_gemm_rel_eff", "lora_gemm_eff", "lora_rs_factor", HBM_POWER)
+
 
 def sensitive_constants(physics: Physics = PHYSICS) -> list[dataclasses.Field]:
     """Float fields of ``physics`` whose metadata marks a +-25 % change as meaningful."""
@@ -442,44 +465,126 @@ def sensitive_constants(physics: Physics = PHYSICS) -> list[dataclasses.Field]:
             if f.metadata.get("sensitivity", False) and isinstance(getattr(physics, f.name), float)]
 
 
-def _headline_metrics(groups: Sequence[GroupModel], meta: pd.DataFrame, physics: Physics,
-                      order: Sequence[str]) -> dict[str, float]:
-    m = metrics(noise_free_pfi(groups, physics), meta, order=order, tests=False)
-    return {k: m[k] for k in (*(f"median_{c}" for c in order), "clusters_ordered", "spearman_table6")}
+def hbm_scaled(factor: float, catalogue: Mapping[str, GPUSpec] = GPUS) -> dict[str, GPUSpec]:
+    """The GPU catalogue with every part's HBM power times ``factor``: ``mem_idle_w`` (and
+    ``idle_w``, which holds it, by the same watts) and ``mem_dyn_w``."""
+    return {name: dataclasses.replace(g, mem_idle_w=g.mem_idle_w * factor, mem_dyn_w=g.mem_dyn_w * factor,
+                                      idle_w=g.idle_w + g.mem_idle_w * (factor - 1.0))
+            for name, g in catalogue.items()}
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    """One row of the sensitivity table: a constant (or the HBM power) at (1 +- fraction) x."""
+    constant: str
+    change: str
+    baseline_value: float
+    perturbed_value: float
+    source: str
+    assumed: bool            # no public fact settles it (source "assumed", or UNSETTLED)
+    physics: Physics
+    catalogue: Mapping[str, GPUSpec]
+
+
+def perturbations(fraction: float = PERTURBATION, physics: Physics = PHYSICS,
+                  catalogue: Mapping[str, GPUSpec] = GPUS) -> list[Perturbation]:
+    """Each sensitive constant, then the HBM power, at ``(1 - fraction)`` and ``(1 + fraction)``."""
+    out = []
+    for f in sensitive_constants(physics):
+        value, source = getattr(physics, f.name), str(f.metadata.get("source", ""))
+        assumed = source.lower().startswith("assumed") or f.name in UNSETTLED
+        for sign in (-1.0, 1.0):
+            new = value * (1.0 + sign * fraction)
+            out.append(Perturbation(f.name, f"{sign * fraction:+.0%}", value, new, source, assumed,
+                                    dataclasses.replace(physics, **{f.name: new}), catalogue))
+    for sign in (-1.0, 1.0):
+        out.append(Perturbation(HBM_POWER, f"{sign * fraction:+.0%}", 1.0, 1.0 + sign * fraction, HBM_POWER_SOURCE,
+                                True, physics, hbm_scaled(1.0 + sign * fraction, catalogue)))
+    return out
+
+
+@dataclass
+class Sensitivity:
+    table: pd.DataFrame     # one row per perturbation (fidelity_sensitivity.csv)
+    per_group: pd.DataFrame  # one row per perturbation, one column per group: PFI - unperturbed PFI
+
+
+def sensitivity_runs(groups: Sequence[GroupModel], meta: pd.DataFrame, fraction: float = PERTURBATION,
+                     physics: Physics = PHYSICS, order: Sequence[str] = CLUSTER_ORDER,
+                     catalogue: Mapping[str, GPUSpec] = GPUS) -> Sensitivity:
+    """One-at-a-time sensitivity of the noise-free model: for each perturbation
+    (:func:`perturbations`), every group's PFI and, over the headline groups, the three cluster
+    medians, whether they are ordered, the Table 6 Spearman, and each one's change from the
+    unperturbed model; per perturbation, how many groups it moves more than any other
+    assumption does (``groups_decided``). A perturbation the model rejects is a row with its
+    error."""
+    base_pfi = noise_free_pfi(groups, physics, catalogue)
+    head = meta["group"].isin([g.id for g in groups if g.set == "headline"])
+    head_meta = meta[head]
+
+    def headline(pfi: pd.Series) -> dict[str, float]:
+        m = metrics(pfi, head_meta, order=order, tests=False)
+        return {k: m[k] for k in (*(f"median_{c}" for c in order), "clusters_ordered", "spearman_table6")}
+
+    base = headline(base_pfi)
+    rows, deltas = [], []
+    for p in perturbations(fraction, physics, catalogue):
+        row = {"constant": p.constant, "change": p.change, "baseline_value": p.baseline_value,
+               "perturbed_value": p.perturbed_value, "assumed": p.assumed, "source": p.source, "error": ""}
+        try:
+            pfi = noise_free_pfi(groups, p.physics, p.catalogue)
+            got = headline(pfi)
+        except (ValueError, ZeroDivisionError, FloatingPointError) as exc:
+            pfi = pd.Series(math.nan, index=base_pfi.index)
+            got = {k: math.nan for k in base}
+            row["error"] = f"{type(exc).__name__}: {exc}"
+        for k, v in got.items():
+            row[k] = v
+            if k != "clusters_ordered":
+                row[f"delta_{k}"] = v - base[k]
+        rows.append(row)
+        deltas.append(pfi - base_pfi)
+    baseline = {"constant": "(none: baseline)", "change": "0%", "baseline_value": math.nan, "perturbed_value": math.nan,
+                "assumed": False, "source": "", "error": "", **base,
+                **{f"delta_{k}": 0.0 for k in base if k != "clusters_ordered"}}
+    table = pd.DataFrame([baseline, *rows])
+    per_group = pd.DataFrame(deltas, index=pd.MultiIndex.from_frame(table.loc[1:, ["constant", "change"]]))
+    cols = [c for c in table.columns if c.startswith("delta_")]
+    table["max_abs_delta_median"] = table[[c for c in cols if c.startswith("delta_median_")]].abs().max(axis=1)
+    table["max_abs_delta_pfi_group"] = [0.0, *per_group.abs().max(axis=1).to_numpy(float)]
+    top = top_assumptions(per_group, table.loc[1:].set_index(["constant", "change"])["assumed"])
+    decided = top["top_assumption"].value_counts()
+    table["groups_decided"] = table["constant"].map(decided).fillna(0).astype(int).where(table.index > 0, 0)
+    table.loc[table.duplicated("constant"), "groups_decided"] = 0  # counted once per constant, on its first row
+    return Sensitivity(table=table.assign(backend=BACKEND), per_group=per_group)
+
+
+def top_assumptions(per_group: pd.DataFrame, assumed: pd.Series) -> pd.DataFrame:
+    """Per group (the columns of ``per_group``): the assumed perturbation that moves its PFI
+    most (``top_assumption``, ``top_assumption_change``, the signed ``top_assumption_delta_pfi``)
+    and each of ``NAMED_ASSUMPTIONS``' largest |change| (``delta_pfi[name]``)."""
+    ours = per_group[assumed.reindex(per_group.index).fillna(False).to_numpy(bool)]
+    rows = []
+    for gid in per_group.columns:
+        col = ours[gid].astype(float)
+        row: dict[str, Any] = {"group": gid, "top_assumption": "", "top_assumption_change": "",
+                               "top_assumption_delta_pfi": math.nan}
+        if np.isfinite(col).any():
+            (name, change) = col.abs().idxmax()
+            row.update(top_assumption=name, top_assumption_change=change, top_assumption_delta_pfi=float(col[(name, change)]))
+        for name in NAMED_ASSUMPTIONS:
+            sub = per_group[gid][per_group.index.get_level_values("constant") == name].astype(float)
+            row[f"delta_pfi[{name}]"] = float(sub.abs().max()) if np.isfinite(sub).any() else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["group", "top_assumption", "top_assumption_change", "top_assumption_delta_pfi",
+                                       *(f"delta_pfi[{n}]" for n in NAMED_ASSUMPTIONS)])
 
 
 def sensitivity(groups: Sequence[GroupModel], meta: pd.DataFrame, fraction: float = PERTURBATION,
                 physics: Physics = PHYSICS, order: Sequence[str] = CLUSTER_ORDER) -> pd.DataFrame:
-    """One-at-a-time sensitivity of the noise-free model: for each sensitive constant (see
-    :func:`sensitive_constants`) at ``(1 - fraction)`` and ``(1 + fraction)`` times its value,
-    the three cluster medians, whether they are ordered, the Table 6 Spearman, and each
-    one's change from the unperturbed model. Only headline groups are modelled (the
-    metrics use no others). A perturbation the model rejects is a row with its error."""
+    """The sensitivity table of :func:`sensitivity_runs` over the headline groups."""
     head = [g for g in groups if g.set == "headline"]
-    base = _headline_metrics(head, meta, physics, order)
-    rows = []
-    for f in sensitive_constants(physics):
-        value = getattr(physics, f.name)
-        for sign in (-1.0, 1.0):
-            new = value * (1.0 + sign * fraction)
-            row = {"constant": f.name, "change": f"{sign * fraction:+.0%}", "baseline_value": value,
-                   "perturbed_value": new, "source": f.metadata.get("source", ""), "error": ""}
-            try:
-                got = _headline_metrics(head, meta, dataclasses.replace(physics, **{f.name: new}), order)
-            except (ValueError, ZeroDivisionError, FloatingPointError) as exc:
-                got = {k: math.nan for k in base}
-                row["error"] = f"{type(exc).__name__}: {exc}"
-            for k, v in got.items():
-                row[k] = v
-                if k != "clusters_ordered":
-                    row[f"delta_{k}"] = v - base[k]
-            rows.append(row)
-    baseline = {"constant": "(none: baseline)", "change": "0%", "baseline_value": math.nan, "perturbed_value": math.nan,
-                "source": "", "error": "", **base, **{f"delta_{k}": 0.0 for k in base if k != "clusters_ordered"}}
-    table = pd.DataFrame([baseline, *rows])
-    deltas = [c for c in table.columns if c.startswith("delta_")]
-    table["max_abs_delta_median"] = table[[c for c in deltas if c.startswith("delta_median_")]].abs().max(axis=1)
-    return table.assign(backend=BACKEND)
+    return sensitivity_runs(head, meta, fraction, physics, order).table
 
 
 # ---------------------------------------------------------------------------------------
@@ -491,6 +596,7 @@ class Fidelity:
     groups: pd.DataFrame        # per-group table (fidelity.csv)
     summary: pd.DataFrame       # scalar metrics (fidelity_summary.csv)
     sensitivity: pd.DataFrame   # one-at-a-time sensitivity (fidelity_sensitivity.csv)
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)  # the noise-free model's metrics
 
 
 def fidelity(groups: Sequence[GroupModel], campaign_pfi: pd.Series, campaign: str, campaign_seed: int,
@@ -516,6 +622,9 @@ def fidelity(groups: Sequence[GroupModel], campaign_pfi: pd.Series, campaign: st
                                       "seed draws leave out (per-sample jitter, top-10 % aggregate)"),
              "replay_median_abs_error": (float(err.median()) if err.notna().any() else math.nan,
                                          "median of the same over groups")}
-    return Fidelity(groups=group_table(meta, nf, campaign_pfi, seeds, replay),
-                    summary=summary_table(nf_m, camp_m, seed_m, pub, order, extra),
-                    sensitivity=sensitivity(groups, meta, fraction, physics, order))
+    sens = sensitivity_runs(groups, meta, fraction, physics, order)
+    top = top_assumptions(sens.per_group, sens.table.loc[1:].set_index(["constant", "change"])["assumed"])
+    table = group_table(meta, nf, campaign_pfi, seeds, replay)
+    table = table.drop(columns="backend").merge(top, on="group", how="left").assign(backend=BACKEND)
+    return Fidelity(groups=table, summary=summary_table(nf_m, camp_m, seed_m, pub, order, extra),
+                    sensitivity=sens.table, metrics=nf_m)

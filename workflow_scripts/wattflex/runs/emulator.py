@@ -31,11 +31,11 @@ fidelity does not score). The H100 cap -> SM clock table of Ujeniya et al. 2026
 not the bf16 (HMMA) pipes that ``tensor_util`` counts; its power in HMMA units is not
 published. The table fixes the voltage curve (``v_min`` 0.798, ``v_exp`` 7.61) and the
 DGEMM's total SM power; one more number splits that power: the **anchor**, the SM clock a
-bf16 GEMM at ``anchor_tensor_util`` (0.70) holds under 700 W. Issue 14 took the datasheet's 1830 MHz
+bf16 GEMM at ``anchor_tensor_util`` (0.70) holds under 700 W. An earlier version took the datasheet's 1830 MHz
 (the clock its 989.4 TFLOPS is quoted at, an arithmetic clock, not a measurement; 1045 W).
 Now the anchor is fitted (``calibrate_published``, 5 MHz grid) to the PFI of the dense groups
 of Tables 7-8 -- Table 6 never enters -- giving 1505 MHz, ``sm_dyn_w`` 1550 W and the DGEMM's
-HMMA-equivalent activity 0.162 (1680 / 1284 W / 0.284 before issue 38's achieved efficiencies); a user's measurements or the GPU check's anchor GEMM can
+HMMA-equivalent activity 0.162 (1680 / 1284 W / 0.284 before the per-kernel-class achieved efficiencies); a user's measurements or the GPU check's anchor GEMM can
 replace it (``wattflex calibrate``, ``emulator: {calibration: FILE}``). No H200 cap table was
 found, so the H100 fit serves both (same GH100 die; they differ in HBM: 4.8 vs 3.35 TB/s,
 141 vs 80 GB, memory power). A part of another die (the A100) has no default curve: its
@@ -122,7 +122,7 @@ class Physics:
                                  "fixed point). 1505 is one step above the grid's 1500 MHz floor, below which the DGEMM "
                                  "table cannot be met within 20 MHz: the facts would go lower, so the table's edge pins "
                                  "the level more than they do (1680 with the assumed 0.70 efficiency). It replaces "
-                                 "issue 14's reading of the datasheet's 1830 MHz as a measured clock", False)
+                                 "the earlier reading of the datasheet's 1830 MHz as a measured clock", False)
     sm_dyn_w: float = _c(1550.0, "fitted with the anchor (wattflex.calibration.fit_power_curve): SM dynamic power at "
                          "f_max, v = 1, full activity; with v_min, v_exp and calib_tensor_util to the Ujeniya et al. "
                          "2026 H100 FP64-DGEMM cap->clock table (arXiv:2604.11391) plus the anchor point. One die "
@@ -136,7 +136,7 @@ class Physics:
                                   "roofline: max(compute, issue) time over kernel time, floored at this (no "
                                   "published per-SM power split of a stalled SM was found)")
     anchor_tensor_util: float = _c(0.70, "definition: the tensor activity of the anchor's reference kernel, a large "
-                                   "bf16 GEMM (issue 14's value, kept so the anchor and the fitted curve keep their "
+                                   "bf16 GEMM (the earlier value, kept so the anchor and the fitted curve keep their "
                                    "meaning); not a training job's efficiency (dense_gemm_eff and the other per-class "
                                    "efficiencies below)", False)
     tensor_weight: float = _c(0.70, "assumed: 1 - sm_busy_weight (tensor pipes at full activity)", False)
