@@ -392,8 +392,10 @@ def _first_tensor(out: Any) -> Any:
 
 def layer_graph_breaks(mt: str, model_name: str, facts: dict[str, Any], task: str, device: str, backend: str,
                        deadline: float) -> dict[str, Any]:
-    """One family's tiny model built as the harness builds it (``models.build_model``, LoRA and
-    checkpointing by ``loop._adapt``), each decoder layer's inputs caught in one eager forward;
+    """One family's tiny model built as the harness builds it (``models.build_model``, LoRA by
+    ``loop._adapt``; without activation checkpointing, under which ``explain`` sees no graph of
+    the layer, and without the harness's own compile), each decoder layer's inputs caught in
+    one eager forward;
     per layer ``torch._dynamo.explain`` (graphs, breaks and their reasons), and each distinct
     kind of layer (class, layer type) compiled with ``backend`` (forward and backward, the output
     against eager) as ``loop`` compiles it, a layer at a time, until ``deadline``."""
@@ -403,7 +405,8 @@ def layer_graph_breaks(mt: str, model_name: str, facts: dict[str, Any], task: st
     from wattflex.runs.training.loop import _adapt, decoder_layers
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    cfg = TrainConfig(model_facts=facts, tiny=True, device=device, task=task, lora_rank=8, seq_len=32, batch=2,
+    cfg = TrainConfig(model_facts=facts, tiny=True, device=device, task=task, lora_rank=8, seq_len=32, batch=2, compile=False,
+                      grad_checkpointing=False,  # the layers as dynamo sees them; loop compiles each layer itself
                       outdir=".")
     torch.manual_seed(0)
     model = _adapt(models.build_model(cfg, dtype), cfg).to(device)

@@ -439,16 +439,15 @@ def statement_files(stmt: Statement, paths: Mapping[str, Any], prov: Mapping[str
     ``paths`` maps each table name, ``program``, ``report`` and ``page`` to its path. Tables
     are CSVs with sidecars; the OpenADR 3 objects and the page are plain documents, their
     provenance in a ``.meta.json`` sidecar."""
-    import json
     from pathlib import Path
 
-    from wattflex.provenance import csv_files, json_file
+    from wattflex.provenance import csv_files, json_file, strict_json
 
     def plain(text: str, path: Any) -> list[tuple[Any, Any]]:
         return [(path, lambda tmp: Path(tmp).write_text(text)),
                 json_file({"artifact": Path(path).name, "notes": stmt.notes}, f"{path}.meta.json", dict(prov))]
 
     files = [f for name, df in stmt.tables.items() for f in csv_files(df, paths[name], dict(prov), notes=stmt.notes)]
-    files += plain(json.dumps(stmt.program, indent=2) + "\n", paths["program"])
-    files += plain(json.dumps(stmt.report, indent=2) + "\n", paths["report"])
+    files += plain(strict_json(stmt.program, indent=2) + "\n", paths["program"])
+    files += plain(strict_json(stmt.report, indent=2) + "\n", paths["report"])
     return files + plain(stmt.page, paths["page"])

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from wattflex.schema import section_defaults
 
 if TYPE_CHECKING:
-    from wattflex.runs.real_run import RunOptions
+    from wattflex.runs.options import RunOptions
     from wattflex.runs.training.config import TrainConfig
 
 BACKENDS = ("emulated", "cuda")
@@ -68,7 +68,7 @@ class RunSpec:
         options = train = None
         if backend == "cuda":
             # Imported here: an emulated run (one job each) never loads the real backend.
-            from wattflex.runs.real_run import RunOptions
+            from wattflex.runs.options import RunOptions
             from wattflex.runs.training.config import TrainConfig
 
             options = RunOptions.from_spec(spec)

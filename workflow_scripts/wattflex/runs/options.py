@@ -1,0 +1,90 @@
+"""A real run's measurement options: the ``cuda:`` section of its spec as ``RunOptions``
+(caps, sampler, telemetry, torchrun layout, NCCL and gloo environment). Its own module so the
+run spec (``runs.spec``) and the harness (``runs.real_run``) both read it without an import
+cycle."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from wattflex.gpus import GPUS_PER_NODE
+from wattflex.runs.devices import caps
+from wattflex.runs.devices import dcgm as dcgm_source
+from wattflex.schema import section_defaults
+
+# A spec from wattflex.config.run_spec has these keys (the schema's defaults filled); one without takes them.
+_CUDA, _RUN = section_defaults("cuda"), section_defaults("run")
+
+
+@dataclass
+class RunOptions:
+    """The measurement side of ``spec["cuda"]`` (the training side is ``TrainConfig``)."""
+
+    device: str = _CUDA["device"]
+    cap_control: str = _CUDA["cap_control"]
+    cap_command: str | None = None
+    sampler: bool = _CUDA["sampler"]
+    sampler_period_s: float = _RUN["sample_period_s"]
+    gpm: bool = _CUDA["gpm"]
+    host_power: bool = True
+    state_dir: str | None = None
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    nccl: dict[str, str] | None = None     # NCCL's environment for every torchrun (nccl_env)
+    telemetry: str = _CUDA["telemetry"]    # nvml | dcgm | auto (wattflex.runs.devices.dcgm)
+    dcgm: dcgm_source.DcgmSettings | None = None
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> "RunOptions":
+        cuda, run, group = spec.get("cuda", {}), spec.get("run", {}), spec.get("group", {})
+        device = str(cuda.get("device", _CUDA["device"]))
+        nproc = int(cuda.get("nproc_per_node") or (min(int(group.get("gpus", 1)), GPUS_PER_NODE) if device == "cuda" else 1))
+        nnodes = cuda.get("nnodes")
+        if nnodes is None:
+            nnodes = max(1, math.ceil(int(group.get("gpus", nproc)) / nproc)) if device == "cuda" else 1
+        opts = cls(device=device, cap_control=str(cuda.get("cap_control", _CUDA["cap_control"])),
+                   cap_command=cuda.get("cap_command"), sampler=bool(cuda.get("sampler", _CUDA["sampler"])),
+                   sampler_period_s=float(cuda.get("sampler_period_s") or run.get("sample_period_s") or _RUN["sample_period_s"]),
+                   gpm=bool(cuda.get("gpm", _CUDA["gpm"])), host_power=bool(cuda.get("host_power", True)),
+                   state_dir=cuda.get("state_dir"), nproc_per_node=nproc, nnodes=int(nnodes),
+                   nccl=nccl_env(cuda.get("nccl")), telemetry=str(cuda.get("telemetry", _CUDA["telemetry"])),
+                   dcgm=dcgm_source.DcgmSettings.from_spec(cuda.get("dcgm")))
+        if opts.telemetry not in dcgm_source.TELEMETRY_MODES:
+            raise ValueError(f"cuda.telemetry {opts.telemetry!r}: expected one of {', '.join(dcgm_source.TELEMETRY_MODES)}")
+        if opts.cap_control not in caps.MODES:
+            raise ValueError(f"cuda.cap_control {opts.cap_control!r}: expected one of {', '.join(caps.MODES)}")
+        caps.limit_setter(opts.cap_control, opts.cap_command)      # validates the command template
+        return opts
+
+    @property
+    def uses_nvml(self) -> bool:
+        return self.sampler or self.cap_control != "observe"
+
+
+def nccl_env(nccl: dict[str, Any] | None) -> dict[str, str]:
+    """NCCL's settings (``cuda.nccl``) as the environment of every node's torchrun: ``debug``
+    (NCCL_DEBUG, default WARN: NCCL's warnings reach train.log, its INFO chatter does not),
+    ``socket_ifname`` (NCCL_SOCKET_IFNAME: the interface(s) for NCCL's bootstrap and socket
+    transport, e.g. ``ib0`` or ``^lo,docker``; named interfaces also GLOO_SOCKET_IFNAME), ``ib_hca`` (NCCL_IB_HCA, e.g. ``mlx5_0,mlx5_1``),
+    and ``env`` (any further variables, e.g. NCCL_NET_GDR_LEVEL). Unset keys leave the
+    environment the job was started with alone."""
+    nccl = {"debug": "WARN", **(nccl or {})}
+    named = {"debug": "NCCL_DEBUG", "socket_ifname": "NCCL_SOCKET_IFNAME", "ib_hca": "NCCL_IB_HCA"}
+    env = {var: str(nccl[key]) for key, var in named.items() if nccl.get(key) is not None}
+    if nccl.get("socket_ifname") is not None:
+        env.update(gloo_ifname(str(nccl["socket_ifname"])))
+    env.update({str(k): str(v) for k, v in (nccl.get("env") or {}).items()})
+    return env
+
+
+def gloo_ifname(nccl_ifname: str) -> dict[str, str]:
+    """GLOO_SOCKET_IFNAME for the same interfaces as ``socket_ifname``: the checkpoint's gloo
+    group otherwise binds to the interface the host name resolves to, on a multi-NIC node not
+    always one the other nodes reach. Gloo takes interface names only (torch's
+    ProcessGroupGloo: a comma-separated list), so NCCL's prefix forms (``^`` to exclude, ``=``
+    for exact names) have no gloo equivalent except ``=`` dropped; ``^`` leaves gloo alone."""
+    if nccl_ifname.startswith("^"):
+        return {}
+    return {"GLOO_SOCKET_IFNAME": nccl_ifname.removeprefix("=")}
