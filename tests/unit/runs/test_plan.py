@@ -300,3 +300,30 @@ def test_the_adamw_steps_temporary_copy_of_the_second_moment_is_planned():
     assert plan.gpu_bytes(LLAMA, "pt", 8, 1, "bf16", 256, 1, True, 0, "sdpa")["optimizer_step"] == pytest.approx(70.6e9 * 2 / 8)
     lora = plan.gpu_bytes(LLAMA, "lora", 8, 1, "bf16-mixed", 256, 1, True, 32, "sdpa")
     assert lora["optimizer_step"] == pytest.approx(plan.lora_params(LLAMA, 32) * 4 / 8)
+
+
+def test_fp32_layers_save_the_measured_multiple_of_a_bf16_layers_activations():
+    s, b, h, L = 1024, 2, 8192, 80
+    for task, scale in (("pt", 1.83), ("lora", 1.19)):      # benchmarks/results/step_memory.md
+        bf16 = plan.activation_bytes(LLAMA, s, b, False, "sdpa", task=task, precision="bf16-mixed")
+        fp32 = plan.activation_bytes(LLAMA, s, b, False, "sdpa", task=task, precision="fp32")
+        assert fp32["layers"] == pytest.approx(scale * bf16["layers"])
+        assert fp32["logits"] == bf16["logits"]             # the loss is fp32 either way
+    # checkpointed: each layer keeps its input, 4 B per element in fp32
+    ckpt = plan.activation_bytes(LLAMA, s, b, True, "sdpa", precision="fp32")
+    assert ckpt["layers"] == pytest.approx(4 * s * b * h * L)
+
+
+def test_a_cpu_rank_holds_the_process_in_place_of_the_cuda_framework():
+    small = {"hf_model_type": "llama", "total_params_b": 0.173, "layers": 8, "hidden": 1024, "heads": 16,
+             "kv_heads": 2, "head_dim": 64, "intermediate": 3584, "vocab": 32000}
+    cpu = plan.cpu_rank_bytes(small, "pt", 4, 256, 1)
+    gpu = plan.gpu_bytes(small, "pt", 4, 1, "fp32", 256, 1, False, 32, "sdpa")
+    assert cpu["framework"] == plan.CPU_PROCESS_GB * 1e9
+    assert cpu["total"] == pytest.approx(gpu["total"] - gpu["framework"] + plan.CPU_PROCESS_GB * 1e9)
+    assert cpu["states"] == pytest.approx(0.173e9 * 16 / 4)          # fp32 weights, grads, 2 AdamW states
+    emb, layer = 32000 * 1024, (0.173e9 - 2 * 32000 * 1024) / 8
+    assert cpu["gathered"] == pytest.approx((2 * emb + layer) * 4 + emb * 4)   # lm_head's copy-out + its grad
+    p = plan.plan_group({"id": "g", "model": "m", "task": "pt", "gpus": 4, "seq_len": 256, "batch": 1,
+                         "grad_checkpointing": False}, small, {"device": "cpu"})
+    assert p.precision == "fp32" and p.cpu_rank_gb == pytest.approx(cpu["total"] / 1e9)

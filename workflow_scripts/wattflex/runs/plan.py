@@ -78,8 +78,8 @@ ATTN_SCORE_BYTES = 5.0      # Korthikanti's s^2 term, where a family's eager sco
 # not twice as much: what bf16 already saved in fp32 (LoRA's upcast inputs to its fp32 adapters,
 # the fp32 softmax statistics) does not grow. fp32 over bf16 bytes saved per layer, measured with
 # the same hooks on Llama- and Qwen3-shaped layers (benchmarks/step_memory.py --factors,
-# benchmarks/results/step_memory.md: 1.79-1.85 pretraining, 1.13-1.19 LoRA), the largest of each task's.
-FP32_ACTIVATION_SCALE = {"pt": 1.85, "lora": 1.19}
+# benchmarks/results/step_memory.md: 1.79-1.83 pretraining, 1.13-1.19 LoRA), the larger of each task's.
+FP32_ACTIVATION_SCALE = {"pt": 1.83, "lora": 1.19}
 # Activation checkpointing keeps each layer's input (2*s*b*h, bf16; measured: the benchmark's
 # "on" rows) and recomputes one layer at a time in backward, so one layer's full set above is
 # live at once (Korthikanti et al. §4.1).
