@@ -6,7 +6,7 @@ FSDP2's all-gather buffers, the activations and the loss's chunk), and not far u
 
 Before the harness fixed glibc's mmap threshold (wattflex.runs.training.hostmem) the freed
 tensors stayed in malloc's arenas and the steps' RSS per rank rose step after step past the plan
-(benchmarks/results/step_memory.md: 1.3-1.8x it with the same model and glibc's default)."""
+(benchmarks/results/step_memory.md: 1.1-1.5x it after 3 steps, with the same model and glibc's default)."""
 
 import importlib.util
 import json
