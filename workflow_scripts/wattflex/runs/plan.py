@@ -77,10 +77,17 @@ ACTIVATION_FACTORS = {
     ("gpt_oss", "pt"): ActivationFactors(103.7), ("gpt_oss", "lora"): ActivationFactors(106.7, 2.0, 2.0),
 }
 ATTN_SCORE_BYTES = 5.0      # Korthikanti's s^2 term, where a family's eager scores were not measured
+# The factors above are bf16 layers'; an fp32 layer (precision fp32, every CPU run) saves more, but
+# not twice as much: what bf16 already saved in fp32 (LoRA's upcast inputs to its fp32 adapters,
+# the fp32 softmax statistics) does not grow. fp32 over bf16 bytes saved per layer, measured with
+# the same hooks on Llama- and Qwen3-shaped layers (benchmarks/step_memory.py --factors,
+# benchmarks/results/step_memory.md: 1.79-1.83 pretraining, 1.13-1.19 LoRA), the larger of each task's.
+FP32_ACTIVATION_SCALE = {"pt": 1.83, "lora": 1.19}
 # Activation checkpointing keeps each layer's input (2*s*b*h, bf16; measured: the benchmark's
 # "on" rows) and recomputes one layer at a time in backward, so one layer's full set above is
 # live at once (Korthikanti et al. §4.1).
 ACT_BYTES_CKPT_INPUT = 2.0
+ACT_BYTES_CKPT_INPUT_FP32 = 4.0
 # The loss over the full vocabulary: transformers 5's ForCausalLMLoss upcasts the logits to
 # fp32 (``logits.float()``) and torch's cross_entropy keeps the fp32 log-softmax for backward;
 # counted at the backward peak: fp32 saved log-softmax (4) + fp32 gradient of it (4) + fp32
@@ -91,11 +98,16 @@ LOGIT_BYTES = 12.0
 # the same 12 B per logit, of one chunk (at most the GPU's seq_len x batch tokens) at once.
 # Expert-parallel runs (ep > 1) keep transformers' whole-sequence loss (training.loss.chunked_applies).
 LOSS_CHUNK_TOKENS = section_defaults("cuda")["loss_chunk_tokens"]   # the schema's, TrainConfig's too
-# FSDP2 all-gathers the next unit while the current one computes (implicit prefetching in
-# forward and backward, torch.distributed.fsdp.fully_shard docs): two units' parameters in
-# the compute dtype are live at once, plus one unit's unsharded gradient (bf16-mixed: bf16
-# then its fp32 copy for the reduce-scatter, reduce_dtype=float32).
-UNITS_IN_FLIGHT = 2
+# FSDP2 all-gathers a unit into one flat buffer, then copies it out into the unit's own
+# parameters (torch 2.13 _fsdp_collectives.foreach_all_gather_copy_out). In forward that buffer
+# is kept until the next unit's copy-out, to overlap the copy with the next all-gather
+# (_fsdp_param_group.wait_for_unshard; freed at the root's post-forward), so a unit's copy-out
+# holds its parameters, its buffer and the previous unit's buffer: three units' worth in the
+# compute dtype where they are alike; after the last layer, the lm_head twice and a layer (the
+# forward's peak measured on CPU: benchmarks/results/step_memory.md). In backward the buffer is
+# freed at once, the next unit is prefetched, and one unit's unsharded gradient is live
+# (bf16-mixed: bf16, then its fp32 copy for the reduce-scatter, reduce_dtype=float32).
+UNITS_AT_COPY_OUT = 3
 # CUDA context, NCCL buffers and allocator slack (GiB): assumed; the emulator's framework_gib is this.
 FRAMEWORK_GIB = 6.0
 # Fraction of a GPU's memory the caching allocator can hand out (fragmentation): assumed,
@@ -120,6 +132,10 @@ PRECISIONS = tuple(PT_LAYOUT)
 # loader): assumed 4 GB. Measured on CPU (issue 23): 1.26 GB peak per rank with meta init of
 # a 450.7M model, its fp32 shard included; CUDA's libraries add host memory on a GPU node.
 PROCESS_HOST_GB = 4.0
+# RSS of one CPU rank (cuda.device: cpu) before its model is built: torch, transformers and peft
+# imported, gloo initialised. Measured 0.47 GB per rank on 4 gloo ranks (benchmarks/step_memory.py,
+# benchmarks/results/step_memory.md: the "before build" column), rounded up.
+CPU_PROCESS_GB = 0.5
 CHECKPOINT_DTYPE_BYTES = 2  # published weights are bf16 safetensors (gpt-oss MXFP4 dequantised)
 # How a rank gets its weights: "meta" (random init: built on the meta device, sharded, then
 # materialised: each rank holds only its shard, on the GPU), "rank0-broadcast" (rank 0 loads
@@ -212,28 +228,31 @@ def activation_factors(family: str, task: str) -> ActivationFactors:
 
 
 def layer_activation_bytes(facts: dict[str, Any], task: str, seq_len: int, batch: int, attention: str,
-                           ep: int = 1) -> float:
-    """Bytes one decoder layer saves for backward on this GPU (its ep-slice of the experts)."""
+                           ep: int = 1, precision: str = "bf16-mixed") -> float:
+    """Bytes one decoder layer saves for backward on this GPU (its ep-slice of the experts), its
+    compute in bf16 (bf16-mixed, bf16) or fp32 (``FP32_ACTIVATION_SCALE``)."""
     s, b, h, a = seq_len, batch, int(facts["hidden"]), int(facts["heads"])
     f = activation_factors(str(facts.get("hf_model_type", "")), task)
     score = (ATTN_SCORE_BYTES if f.score is None else f.score) * a * s * s * b if attention == "eager" else 0.0
     expert = f.expert_weight * shape(facts).layer_expert / max(ep, 1)
-    return s * b * h * f.factor + score + expert
+    scale = FP32_ACTIVATION_SCALE[task] if precision == "fp32" else 1.0
+    return (s * b * h * f.factor + score + expert) * scale
 
 
 def activation_bytes(facts: dict[str, Any], seq_len: int, batch: int, grad_checkpointing: bool,
                      attention: str, loss_chunk_tokens: int = LOSS_CHUNK_TOKENS, task: str = "pt",
-                     ep: int = 1) -> dict[str, float]:
+                     ep: int = 1, precision: str = "bf16-mixed") -> dict[str, float]:
     """Per GPU: ``layers`` (live through the whole step: every layer's activations, or their
     checkpointed inputs), ``working`` (one recomputed layer's, checkpointing only) and
     ``logits`` (the loss's peak). The step's peak is layers + max(working, logits): the loss
     runs before backward recomputes any layer."""
     s, b, h, L = seq_len, batch, int(facts["hidden"]), int(facts["layers"])
-    per_layer = layer_activation_bytes(facts, task, s, b, attention, ep)
+    per_layer = layer_activation_bytes(facts, task, s, b, attention, ep, precision)
     tokens = min(s * b, loss_chunk_tokens) if loss_chunk_tokens > 0 else s * b
     logits = LOGIT_BYTES * tokens * float(facts["vocab"])
     if grad_checkpointing:
-        return {"layers": ACT_BYTES_CKPT_INPUT * s * b * h * L, "working": per_layer, "logits": logits}
+        kept = ACT_BYTES_CKPT_INPUT_FP32 if precision == "fp32" else ACT_BYTES_CKPT_INPUT
+        return {"layers": kept * s * b * h * L, "working": per_layer, "logits": logits}
     return {"layers": per_layer * L, "working": 0.0, "logits": logits}
 
 
@@ -261,17 +280,32 @@ def gpu_bytes(facts: dict[str, Any], task: str, gpus: int, ep: int, precision: s
         layer = sh.layer_dense + sh.layer_expert / max(ep, 1)
         if embedding_units == "root" or sh.tied:   # root never resharded: embedding + lm_head live all step
             copies = 1 if sh.tied else 2            # tied: one weight, in the root (training.sharded.fsdp_units)
-            gathered = (copies * sh.embedding * (gathered_b + grad_b) + UNITS_IN_FLIGHT * layer * gathered_b
+            gathered = (copies * sh.embedding * (gathered_b + grad_b) + UNITS_AT_COPY_OUT * layer * gathered_b
                         + layer * grad_b)
-        else:
+        else:   # the largest unit's copy-out (its parameters and buffer) after a layer's
             big = max(layer, sh.embedding)
-            gathered = (big + layer) * gathered_b + big * grad_b
-    act = activation_bytes(facts, seq_len, batch, grad_checkpointing, attention, loss_chunk_tokens, task, ep)
+            gathered = (2 * big + layer) * gathered_b + big * grad_b
+    act = activation_bytes(facts, seq_len, batch, grad_checkpointing, attention, loss_chunk_tokens, task, ep,
+                           precision)
     activations = act["layers"] + max(act["working"], act["logits"])
     framework = FRAMEWORK_GIB * GIB
     return {"states": states, "gathered": gathered, "activations": activations, "logits": act["logits"],
             "optimizer_step": optimizer_step, "framework": framework,
             "total": states + max(gathered + activations, optimizer_step) + framework}
+
+
+def cpu_rank_bytes(facts: dict[str, Any], task: str, ranks: int, seq_len: int, batch: int, lora_rank: int = 32,
+                   grad_checkpointing: bool = False, attention: str = "sdpa", precision: str = "fp32",
+                   loss_chunk_tokens: int = LOSS_CHUNK_TOKENS) -> dict[str, float]:
+    """Host bytes of one rank of a CPU run (cuda.device: cpu, cuda.parallel: fsdp: FSDP2 over
+    ``ranks`` gloo ranks) during its steps: ``gpu_bytes``' parts, the rank's memory being the
+    host's, with ``CPU_PROCESS_GB`` for the process in place of the CUDA framework; ``total`` is
+    the steps' peak RSS per rank the plan expects (training.loop records the measured one as
+    ``peak_rss_bytes_per_rank[*].steps`` in run.json)."""
+    parts = gpu_bytes(facts, task, ranks, 1, precision, seq_len, batch, grad_checkpointing, lora_rank, attention,
+                      loss_chunk_tokens=loss_chunk_tokens)
+    process = CPU_PROCESS_GB * GB
+    return {**parts, "framework": process, "total": parts["total"] - parts["framework"] + process}
 
 
 def weights_path(cuda: dict[str, Any]) -> str:
@@ -353,6 +387,7 @@ class GroupPlan:
     host_need_gb: float
     host_avail_gb: float
     host_whole_build_gb: float
+    cpu_rank_gb: float          # host GB per rank if the group runs on CPU ranks (cpu_rank_bytes)
     build_s: float
     first_step_s: float
     startup_s: float
@@ -417,6 +452,8 @@ def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | 
         framework_gib=parts["framework"] / GIB,
         gpu_need_gib=need, gpu_avail_gib=avail, weights_path=path, host_need_gb=host, host_avail_gb=host_avail,
         host_whole_build_gb=host_gb_per_node(sh.params, task, precision, gpus, ranks_per_node, "whole"),
+        cpu_rank_gb=cpu_rank_bytes(facts, task, gpus, seq_len, batch, int(g.get("lora_rank", 32)), ckpt, attention,
+                                   precision, 0 if ep > 1 else int(cuda.get("loss_chunk_tokens", LOSS_CHUNK_TOKENS)))["total"] / GB,
         build_s=b_s, first_step_s=first, startup_s=b_s + first, checkpoint_gb=ck_bytes / GB,
         checkpoint_write_s=ck_bytes / GB / (fs * nodes), fits=not short, reason="; ".join(short) or "fits")
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
-import resource
 import math
 import os
 import time
@@ -27,6 +26,7 @@ from torch import nn
 from wattflex import provenance as prov
 from wattflex.runs.training import checkpoint as ckpt
 from wattflex.runs.training import data
+from wattflex.runs.training import hostmem
 from wattflex.runs.training.loss import causal_lm_loss, chunked_applies
 from wattflex.runs.training import models
 from wattflex.runs.training import parallel as par
@@ -229,6 +229,7 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     ``.training.json`` to ``cfg.outdir`` and gets the step log back."""
     cfg.validate()
     t0 = time.time() if t0 is None else t0
+    malloc_fixed = hostmem.fixed_mmap_threshold()     # freed tensors back to the kernel (training.hostmem)
     clock = StartupClock(t0)
     dist = init_distributed(cfg)
     clock.mark("init_process_group")
@@ -236,6 +237,7 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     rss_before_build = peak_rss_bytes()
     model, info = prepare_model(cfg, dist, clock)
     rss_after_build = peak_rss_bytes()
+    step_peak_measured = hostmem.reset_peak_rss()       # VmHWM from here on: the steps' own peak
     info["loss_chunk_tokens"] = cfg.loss_chunk_tokens
     info["loss_unchunked_because"] = chunked_applies(model, cfg.loss_chunk_tokens)   # None: chunked
     chunked = info["loss_unchunked_because"] is None      # decided once, not per step
@@ -324,12 +326,17 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
             break
     if live:
         live.close()
+    rss_steps = hostmem.hwm_bytes() if step_peak_measured else None
     for save in saves:
         ckpt.finish(save, dist.rank, dist.world, cfg.keep_checkpoint, ckpt_group)
     info["timings"] = {**clock.marks, "loop_start_s": t_loop - t0}
+    # "steps": the peak from the end of the build to the end of the loop (None where the kernel's
+    # mark cannot be reset); "run": the whole run's (the mark reset: the larger of it and the build's)
     info["peak_rss_bytes_per_rank"] = [
-        {"rank": r, "before_build": v[0], "after_build": v[1], "run": v[2]}
-        for r, v in enumerate(_every_rank([rss_before_build, rss_after_build, peak_rss_bytes()], dist))]
+        {"rank": r, "before_build": v[0], "after_build": v[1], "steps": v[2], "run": v[3]}
+        for r, v in enumerate(_every_rank([rss_before_build, rss_after_build, rss_steps,
+                                           max(rss_after_build, peak_rss_bytes())], dist))]
+    info["malloc_mmap_threshold_fixed"] = malloc_fixed
     info["cpu_binding"] = cfg.cpu_binding
     info["cpus_per_rank"] = [{"rank": r, "local_rank": v[0], "cpus": v[1]} for r, v in
                              enumerate(_every_rank([dist.local_rank, sorted(os.sched_getaffinity(0))], dist))]
@@ -342,9 +349,7 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     return steps
 
 
-def peak_rss_bytes() -> int:
-    """This process's peak resident memory so far (Linux reports ru_maxrss in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak_rss_bytes = hostmem.peak_rss_bytes
 
 
 def _every_rank(value: Any, dist: Dist) -> list[Any]:
