@@ -4,7 +4,7 @@ A *sweep group* is one job run at several power caps. For capped run i, ``P_i`` 
 job's power (W) and ``T_i`` its throughput (any unit); ``(P_max, T_max)`` is the run at the
 highest cap of the group, the uncapped reference.
 
-Published definitions (paper §"PFI", DIGEST §1), reported unchanged
+Published definitions (the paper's §"PFI"), reported unchanged
 -------------------------------------------------------------------
 - ``pfi_ratio`` (Eq. 1, the headline): ``mean_i (1 - P_i/P_max) / (1 - T_i/T_max)`` over the
   capped points, excluding any with ``T_i == T_max`` exactly (as the paper does).
@@ -17,7 +17,7 @@ Published definitions (paper §"PFI", DIGEST §1), reported unchanged
 - ``pfi_elasticity``: ordinary least squares ``log T = a log P + c`` over all points
   (uncapped included); PFI = ``1 - a``.
 
-Robust PFI (issue 7)
+Robust PFI
 --------------------
 On real sweeps Eq. 1 is ill-conditioned: a capped run as fast as or faster than the
 uncapped one (the cap never bound, or noise) makes a term explode or turn negative. The
@@ -57,7 +57,7 @@ isotonic curve per resample with a vectorised min-max formula equivalent to scik
 PAVA, keeping the binding set of the point estimate). Percentile intervals. Without SEMs the
 CI columns are NaN and ``notes`` say why. The standard normals are one batched stream per
 group size, seeded from ``(seed, number of points)`` and shared by every group of that size
-(common random numbers, issue 27 §4): each group's resamples are still independent
+(common random numbers): each group's resamples are still independent
 ``N(mean, sem)`` draws, a group's CI does not depend on which other groups are in the table,
 and 25,000 groups cost one draw of ``mc_samples x n`` normals instead of 25,000.
 
@@ -206,7 +206,7 @@ def isotonic_fit(power_w: np.ndarray, throughput: np.ndarray,
     scikit-learn's PAVA (``sklearn.isotonic.isotonic_regression``) on the points sorted by
     power, which is what ``IsotonicRegression`` runs once it has pooled points of equal
     power; with ties it is used itself. The estimator's input checks cost ~2 ms a call, a
-    third of a group's analysis on 25,000-group tables (issue 27). Throughput already
+    third of a group's analysis on 25,000-group tables. Throughput already
     non-decreasing in power (distinct powers) is its own fit: PAVA pools nothing and returns
     it unchanged, so it is returned without the call (most sweeps)."""
     p = np.asarray(power_w, dtype=float)
@@ -300,7 +300,7 @@ def grid_sensitivity(sweeps: pd.DataFrame, caps: Iterable[float], *, group_col: 
 
 
 def clock_pfi_table(sweeps: pd.DataFrame, *, clock_col: str = "clock_mhz", **kw: Any) -> pd.DataFrame:
-    """``pfi_table`` of ``knob: clock`` groups (issue 39): the same power -> throughput curve,
+    """``pfi_table`` of ``knob: clock`` groups: the same power -> throughput curve,
     its setpoints the locked SM clocks (MHz) instead of caps. The reference is the highest
     clock. A lock has no power number to sit near, so a point binds when it saved power
     beyond noise (``power_tol=1``: the near-the-cap test always passes); ``uncapped_cap_w``,

@@ -34,8 +34,8 @@ restrict the curves first.) Method, for curves of any shape:
    power range where it could still beat the best allocation found so far (the rounding;
    on the MILP-only path, a dive); most jobs end up on a locally concave piece that needs
    no binary variable. (The rounding suffices: on the default campaign's uncertified
-   workloads a dive on top made the MILPs no faster and cost as much as they did.) ``oracle(..., method="milp")`` skips step 3: the oracle as it was before
-   issue 15 (on 10,000 distinct non-concave jobs it stops at the MILP's 120 s time limit,
+   workloads a dive on top made the MILPs no faster and cost as much as they did.) ``oracle(..., method="milp")`` skips step 3: the oracle without the
+   rounding (on 10,000 distinct non-concave jobs it stops at the MILP's 120 s time limit,
    ~130 s in all, with a proven gap of 6.6e-9).
 
 Tests check the greedy and the MILP against brute-force vertex enumeration on small
@@ -54,7 +54,7 @@ from scipy.sparse import coo_matrix
 # Relative tolerance on throughput (hull vs curve) and on power (budget feasibility).
 RTOL = 1e-9
 # Largest proven relative gap, (hull bound - value) / hull bound, at which the oracle keeps
-# the rounded hull solution instead of running the MILP (issue 15's target).
+# the rounded hull solution instead of running the MILP (far below any throughput difference a measurement resolves).
 GAP_TOL = 1e-6
 METHODS = ("auto", "milp")  # oracle(method=...): rounding then MILP, or the MILP path only
 
@@ -506,7 +506,7 @@ def oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: np.ndarray,
     ``"hull-certified"``, ``certified`` True, ``bound`` the hull bound, ``gap`` and
     ``gap_rel`` the proven gap); else the MILP (``"milp"``, ``certified`` False).
     ``method="milp"``: every workload the greedy does not certify exactly goes to the MILP
-    (the oracle before issue 15). The MILP's ``gap`` is within HiGHS's ``mip_rel_gap``
+    (the oracle without the rounding). The MILP's ``gap`` is within HiGHS's ``mip_rel_gap``
     (1e-10) unless it hit its time limit (then a warning and the proven gap). Before the
     MILP, the rounding (``"auto"``) or a dive (``"milp"``) is the incumbent for Lagrangian
     fixing, which narrows every job's power range.

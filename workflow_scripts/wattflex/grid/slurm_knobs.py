@@ -1,4 +1,4 @@
-"""The knob menu's SLURM actions (issue 39 item 2): pause and checkpoint-and-requeue a job.
+"""The knob menu's SLURM actions: pause and checkpoint-and-requeue a job.
 
 - **pause**: ``scontrol suspend JOB`` stops every process of the job (SIGSTOP: GPUs idle,
   memory kept); ``scontrol resume JOB`` continues them where they stopped.

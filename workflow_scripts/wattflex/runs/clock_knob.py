@@ -1,4 +1,4 @@
-"""The SM clock lock as a knob, emulated through the DVFS model (issue 39 item 2).
+"""The SM clock lock as a knob, emulated through the DVFS model.
 
 A locked SM clock runs every GPU of a job at the same clock ``f`` (NVML
 ``nvmlDeviceSetGpuLockedClocks(f, f)``, SLURM ``--gpu-freq``); the board's power limit still

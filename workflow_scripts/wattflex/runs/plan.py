@@ -11,7 +11,7 @@ refuses a ``backend: cuda`` campaign whose groups cannot fit (``check_plan``), a
 The layout modelled is the harness's (``wattflex.runs.training.sharded.apply_fsdp``):
 FSDP2 over all ``gpus`` ranks (expert weights over ``ep`` x ``gpus / ep``: per rank still
 1/gpus of them), one FSDP unit per decoder layer, and the embedding and lm_head in units of
-their own (``EMBEDDING_UNITS = "own"``, torchtitan's layout) or, as before issue 23, in the
+their own (``EMBEDDING_UNITS = "own"``, torchtitan's layout) or, as the harness once did, in the
 root unit (``"root"``: ``fully_shard(model)`` over them; FSDP2 never reshards the root after
 forward, so both stay gathered all step). Precision layouts (``cuda.precision`` or a group's
 ``precision``), bytes per parameter:
@@ -129,7 +129,7 @@ PRECISIONS = tuple(PT_LAYOUT)
 
 # ---- host memory ------------------------------------------------------------------------
 # RSS of one training process before any weights (torch + CUDA libraries, NCCL, data
-# loader): assumed 4 GB. Measured on CPU (issue 23): 1.26 GB peak per rank with meta init of
+# loader): assumed 4 GB. Measured on CPU: 1.26 GB peak per rank with meta init of
 # a 450.7M model, its fp32 shard included; CUDA's libraries add host memory on a GPU node.
 PROCESS_HOST_GB = 4.0
 # RSS of one CPU rank (cuda.device: cpu) before its model is built: torch, transformers and peft
@@ -143,17 +143,17 @@ CHECKPOINT_DTYPE_BYTES = 2  # published weights are bf16 safetensors (gpt-oss MX
 # full_state_dict=True, broadcast_from_rank0=True), what training.loop does), "per-rank" (each
 # rank reads its bf16 slice: transformers 5's from_pretrained(..., distributed_config=...), not
 # used by the harness), "whole" (every rank builds or loads the whole model, then shards: the
-# harness before issue 23).
+# harness's old build).
 WEIGHTS_PATHS = ("meta", "rank0-broadcast", "per-rank", "whole")
 REAL_WEIGHTS_PATH = "rank0-broadcast"
 
 # ---- time -------------------------------------------------------------------------------
 # Random init of a whole model on one CPU thread (torchrun sets OMP_NUM_THREADS=1): ~21M
-# params/s per rank, measured (issue 23: 450.7M-param Llama, 20-22 s).
+# params/s per rank, measured (450.7M-param Llama, 20-22 s).
 WHOLE_INIT_PARAMS_PER_S = 21e6
 # Meta init (build on meta, fully_shard, to_empty, the model's _init_weights): 450.7M params
-# in 4.0 s on 2 gloo ranks, i.e. ~56M params of a rank's shard per second, measured on CPU
-# (issue 23). On a GPU the init runs on the device: an upper bound there.
+# in 4.0 s on 2 gloo ranks, i.e. ~56M params of a rank's shard per second, measured on CPU.
+# On a GPU the init runs on the device: an upper bound there.
 META_INIT_PARAMS_PER_S = 450.7e6 / 2 / 4.0
 # Filesystem bandwidth per node for reading weights and writing checkpoints (GB/s):
 # assumed; cuda.fs_gb_s sets the cluster's.
@@ -355,7 +355,7 @@ def build_s(params: float, gpus: int, nodes: int, path: str, fs_gb_s: float) -> 
 def checkpoint_bytes(params: float, adapters: float, task: str, precision: str) -> float:
     """What the harness's checkpoint saves (torch get_state_dict(model, optimizer): every
     parameter, frozen ones included, plus the optimizer states). Pretraining at bf16-mixed:
-    fp32 weights + 2 fp32 AdamW states = 12 B/param, as measured (issue 23)."""
+    fp32 weights + 2 fp32 AdamW states = 12 B/param, as measured."""
     if task == "pt":
         w, _, o, _, _ = PT_LAYOUT[precision]
         return params * (w + o)

@@ -1,4 +1,4 @@
-"""A GPU is never left clock-locked: the SM clock lock guard and restore-after-kill (issue 39, knob: clock).
+"""A GPU is never left clock-locked: the SM clock lock guard and restore-after-kill (``knob: clock``).
 
 ``ClockGuard`` locks the SM clock of every local GPU of a job through NVML
 (``nvmlDeviceSetGpuLockedClocks(f, f)``) and releases it (``nvmlDeviceResetGpuLockedClocks``)

@@ -1,7 +1,7 @@
 """Host memory of a training rank: glibc's malloc kept from hoarding freed tensors, and the
 peak resident memory of the steps alone.
 
-Why (issue 36, benchmarks/results/step_memory.md): glibc serves a request of at least
+Why (benchmarks/results/step_memory.md): glibc serves a request of at least
 ``M_MMAP_THRESHOLD`` bytes by a mapping of its own, unmapped when freed; smaller ones come from
 the heap (the arenas), whose free memory goes back to the kernel only from the top of each heap.
 The threshold starts at 128 KiB and, by default, rises to the size of every mapped chunk freed,
