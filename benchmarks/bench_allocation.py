@@ -46,13 +46,13 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow_scripts"))
 
+from wattflex.allocation import oracle as orc
 from wattflex.allocation import simulate as al
 from wattflex.allocation.curves import is_concave
-from wattflex.gpus import GPUS
-from wattflex.runs import emulator as em
-from wattflex.allocation import oracle as orc
 from wattflex.config import groups, load_config
+from wattflex.gpus import GPUS
 from wattflex.pfi import pfi_ratio
+from wattflex.runs import emulator as em
 
 OUT = REPO / "benchmarks" / "results"
 

@@ -33,7 +33,7 @@ with contextlib.redirect_stdout(io.StringIO()):
 mods = sorted(sys.modules)
 print(json.dumps({"n": len(mods), "wattflex": sum(m.startswith("wattflex") for m in mods),
                   "heavy": [h for h in %r if h in sys.modules]}))
-""" % (HEAVY,)
+""" % (HEAVY,)  # noqa: UP031 (a program text: %r is its literal)
 
 
 def _env(tree: Path) -> dict[str, str]:

@@ -30,7 +30,6 @@ from importlib import metadata
 from pathlib import Path
 
 import yaml
-
 from checkouts import REPO, describe, jobs_by_rule, per_group_summaries, snakemake, workflow_copy
 
 

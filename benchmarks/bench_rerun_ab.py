@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import yaml
-
 from bench_incremental import cell, executor_plugins, speed_probe
 from checkouts import REPO, describe, snakemake, workflow_copy
 

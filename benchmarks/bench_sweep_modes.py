@@ -29,10 +29,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow_scripts"))
 
 from wattflex.config import groups, load_config, run_spec
-from wattflex.run_ids import run_id
-from wattflex.runs.devices.emulated import run_emulated
 from wattflex.pfi import pfi_ratio, pfi_table
 from wattflex.provenance import provenance, write_csv
+from wattflex.run_ids import run_id
+from wattflex.runs.devices.emulated import run_emulated
 from wattflex.runs.sweep.algorithm import sweep_spec
 from wattflex.runs.sweep.emulated import run_sweep
 from wattflex.runs.sweep.steady import cap_rows

@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import yaml
-
 from checkouts import FIRST_LANDING, REPO, describe, jobs_by_rule, per_group_summaries, snakemake, workflow_copy
 
 

@@ -83,8 +83,9 @@ import tempfile
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -98,9 +99,22 @@ from wattflex.doctor import diagnose, format_report, probe_nvml
 from wattflex.provenance import read_json, read_parquet
 from wattflex.runs.devices import nvml
 from wattflex.runs.devices.base import EXTRA_COLUMNS, CapError, TelemetrySampler, check_cap
-from wattflex.runs.real_run import (_node_hosts, nccl_env, node_address, node_agent_args, node_agent_command, node_main,
-                                     rendezvous_endpoint, run_real, run_training, start_training, terminate,
-                                     torchrun_command, training_command, training_error)
+from wattflex.runs.real_run import (
+    _node_hosts,
+    nccl_env,
+    node_address,
+    node_agent_args,
+    node_agent_command,
+    node_main,
+    rendezvous_endpoint,
+    run_real,
+    run_training,
+    start_training,
+    terminate,
+    torchrun_command,
+    training_command,
+    training_error,
+)
 from wattflex.runs.sweep.algorithm import staircase
 from wattflex.runs.sweep.real import PollingRun, read_live_steps
 from wattflex.runs.sweep.steady import SteadyCriteria
@@ -992,7 +1006,7 @@ def main(argv: list[str] | None = None) -> int:
                            "model_path": args.model_path,
                            "seconds": args.seconds,
                            "command": "python benchmarks/gpu_check.py " + " ".join(argv),
-                           "started_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "steps": {}}
+                           "started_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "steps": {}}
     doctor = record_step(res, "doctor", lambda: {"report": diagnose(args.configfile)})
     report = doctor.get("report", {})
     if doctor["ok"]:

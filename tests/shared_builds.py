@@ -6,8 +6,8 @@ import fcntl
 import os
 import shutil
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

@@ -5,10 +5,10 @@ import numpy as np
 
 from wattflex.analysis.paper_tables import beside_published, read_campaign
 from wattflex.analysis.predictor import CORRELATION_METRICS, group_table
-from wattflex.provenance import provenance, write_csv, write_json
 from wattflex.analysis.published import load_published
-from wattflex.smk import rule_logger
 from wattflex.analysis.stats import cluster_tests_table, kruskal_dunn, telemetry_correlations
+from wattflex.provenance import provenance, write_csv, write_json
+from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)

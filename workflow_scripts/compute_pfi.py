@@ -1,9 +1,9 @@
 """Rule script: PFI per sweep group from runs.parquet (wattflex.pfi.pfi_table)."""
 import pandas as pd
 
-from wattflex.runs.failures import MISSING_COLUMNS, annotate_missing, expected_uncapped
 from wattflex.pfi import clock_pfi_table, pfi_table
 from wattflex.provenance import provenance, read_parquet, read_parquet_meta, write_csv, write_parquet
+from wattflex.runs.failures import MISSING_COLUMNS, annotate_missing, expected_uncapped
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821

@@ -4,8 +4,8 @@ paid once per group, not once per ~10 ms summary."""
 import sys
 from types import SimpleNamespace
 
-from wattflex.runs.failures import failed_summary, is_failed, unsummarised_summary
 from wattflex.provenance import provenance, write_json
+from wattflex.runs.failures import failed_summary, is_failed, unsummarised_summary
 from wattflex.smk import rule_logger
 from wattflex.telemetry import NoSteadyState, RunFileError, SummaryProtocol, read_run_files, summarize_run
 

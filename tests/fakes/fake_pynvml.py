@@ -24,11 +24,12 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from contextlib import contextmanager
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import Any
 
 STATE_ENV = "FAKE_PYNVML_STATE"
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.conftest import REPO
 from wattflex import calibration as cal
 from wattflex.analysis import fidelity as fid
 from wattflex.analysis import published as published_mod
@@ -17,8 +18,6 @@ from wattflex.config import load_config
 from wattflex.runs.devices.emulated import run_emulated
 from wattflex.runs.emulator import PHYSICS
 from wattflex.telemetry import SummaryProtocol, summarize_run
-
-from tests.conftest import REPO
 
 PAPER = REPO / "resources" / "paper" / "tables"
 FIT_GROUPS = ("dense-ft-mistral24b-x8", "dense-pt-mistral24b-x8", "h100-dense-ft-llama70b-x8",
@@ -149,8 +148,7 @@ def test_measured_facts_average_repeats_and_need_the_runs_columns():
 
 
 def test_a_campaigns_calibration_file_reaches_every_emulated_run_spec(tmp_path):
-    from wattflex.config import ConfigError, read_yaml, run_spec
-    from wattflex.config import prepare
+    from wattflex.config import ConfigError, prepare, read_yaml, run_spec
 
     c = cal.Calibration(1725.0, cal.fit_power_curve(1725.0), "fitted (mine)", ("a",), 0.1, 0.2)
     path = cal.write_calibration(c, tmp_path / "cal.json")

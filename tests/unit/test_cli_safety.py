@@ -14,8 +14,15 @@ import pytest
 
 from wattflex.analysis import predictor as pr
 from wattflex.cli import main
-from wattflex.provenance import (OutputPathError, check_outputs, check_writable, provenance, write_csv,
-                                 write_json, write_parquet)
+from wattflex.provenance import (
+    OutputPathError,
+    check_outputs,
+    check_writable,
+    provenance,
+    write_csv,
+    write_json,
+    write_parquet,
+)
 
 SWEEPS = "group,cap_w,power_w,throughput\n" + "".join(
     f"{g},{c},{p},{t}\n" for g, rows in {"a": [(300, 290, 80), (400, 380, 95), (500, 450, 100)],

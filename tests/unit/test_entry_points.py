@@ -14,6 +14,7 @@ import pytest
 
 from wattflex.telemetry import RunFileError, read_run_files
 
+
 def one_line_error(proc: subprocess.CompletedProcess, command: str) -> str:
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -136,7 +137,7 @@ def test_restore_caps_bad_state_files_are_reported_each_and_others_go_on(tmp_pat
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == len(STATE_FILES)
     for i, (_, expected) in enumerate(STATE_FILES.values()):
-        line = next(l for l in lines if l.startswith(f"sd/caps-{host}-{i}.json: unreadable"))
+        line = next(ln for ln in lines if ln.startswith(f"sd/caps-{host}-{i}.json: unreadable"))
         assert expected in line, line
 
 

@@ -101,7 +101,7 @@ def test_each_subpackage_says_what_it_is_for(package):
 
 TOP_DIRS = ("benchmarks", "tests", "rules", "config", "workflow_scripts", "resources", "profiles", "slurm",
             "envs", ".ci")
-PATH_RE = re.compile(r"(?<![\w/.-])((?:%s)/[\w./-]*\w)" % "|".join(re.escape(d) for d in TOP_DIRS))
+PATH_RE = re.compile(r"(?<![\w/.-])((?:" + "|".join(re.escape(d) for d in TOP_DIRS) + r")/[\w./-]*\w)")
 LIB_PATH_RE = re.compile(r"(?<![\w/.-])wattflex/([\w/]+\.py)")
 MODULE_RE = re.compile(r"(?<![\w./-])wattflex\.([a-z_][\w]*(?:\.[a-z_][\w]*)*)")
 

@@ -7,9 +7,8 @@ import json
 import pytest
 import yaml
 
-from wattflex.runs import plan
-
 from tests.conftest import REPO
+from wattflex.runs import plan
 
 
 def load_check():

@@ -7,9 +7,8 @@ import sys
 
 import pytest
 
-from wattflex.provenance import code_version
-
 from tests.conftest import REPO
+from wattflex.provenance import code_version
 
 
 def _git(*args: str) -> str:

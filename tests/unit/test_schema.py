@@ -6,6 +6,7 @@ from dataclasses import fields
 
 import pytest
 
+from tests.unit.test_config_defaults import REPO, bare
 from wattflex.allocation.settings import SimulationConfig, flatten
 from wattflex.config import groups, prepare
 from wattflex.control.clustersim import ClusterConfig
@@ -14,8 +15,6 @@ from wattflex.runs.sweep.algorithm import SweepSettings
 from wattflex.runs.sweep.steady import SteadyCriteria
 from wattflex.schema import defaults, group_default, read_schema, section_defaults
 from wattflex.telemetry import SummaryProtocol
-
-from tests.unit.test_config_defaults import REPO, bare
 
 TINY = {
     "type": "object",

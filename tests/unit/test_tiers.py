@@ -5,8 +5,14 @@ import sys
 
 import pytest
 
-from tests.tiers import (HOMES, WORKFLOW_TESTS, pytest_collection_modifyitems, pytest_ignore_collect, started_tool,
-                         tier_violation)
+from tests.tiers import (
+    HOMES,
+    WORKFLOW_TESTS,
+    pytest_collection_modifyitems,
+    pytest_ignore_collect,
+    started_tool,
+    tier_violation,
+)
 
 UNIT_TEST = WORKFLOW_TESTS.parent / "unit" / "test_x.py"
 

@@ -1,7 +1,6 @@
 import re
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from wattflex.provenance import read_parquet, read_parquet_meta

@@ -14,8 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import REPO
 from .campaigns import copy_workflow
+from .conftest import REPO
 
 TARGET = "results/tiny/runs/dense-pt-mistral24b-x8/cap600/run.json"
 LOG = "logs/tiny/runs/dense-pt-mistral24b-x8/cap600.log"

@@ -27,8 +27,8 @@ import yaml
 from wattflex.runs.failures import failure_summary
 from wattflex.telemetry import RunFileError, read_run_files
 
-from .conftest import REPO
 from .campaigns import copy_workflow, planned, snakemake
+from .conftest import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -19,10 +19,11 @@ import sys
 import pytest
 import yaml
 
+from wattflex.schema import section_defaults
+
 from .campaigns import Campaign, copy_tree, finished_campaign, snakemake
 from .conftest import REPO
 from .file_modes import why_not_bound
-from wattflex.schema import section_defaults
 
 pytestmark = pytest.mark.slow
 

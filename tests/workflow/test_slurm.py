@@ -23,10 +23,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.slurm_cluster import Partition, partition
 from wattflex.config import expand_runs, load_config
 from wattflex.provenance import read_parquet
-
-from tests.slurm_cluster import Partition, partition
 
 from .conftest import REPO, snakemake
 

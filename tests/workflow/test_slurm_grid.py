@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from wattflex.provenance import read_json, read_png_meta
-
 from tests.slurm_cluster import nodes_of, partition
+from wattflex.provenance import read_json, read_png_meta
 
 from .conftest import REPO
 from .test_slurm_multinode import fake_gpus

@@ -21,15 +21,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.slurm_cluster import partition
+from tests.unit.runs.training.test_training import tiny_cfg
+from tests.workflow.test_slurm_multinode import fake_gpus
 from wattflex.allocation import knobs as kn
 from wattflex.grid import slurm_knobs
-from wattflex.runs.training.config import TrainConfig
-
-from tests.slurm_cluster import partition
-from tests.workflow.test_slurm_multinode import fake_gpus
 
 from .conftest import REPO
-from tests.unit.runs.training.test_training import tiny_cfg
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 PARTITION = "knobs"

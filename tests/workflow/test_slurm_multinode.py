@@ -22,14 +22,14 @@ import pytest
 import yaml
 
 from tests.fakes import fake_pynvml
+from tests.slurm_cluster import Partition, nodes_of, partition
+from tests.unit.runs.test_real_run import _cmdline_has
 from wattflex.provenance import read_json, read_parquet
 from wattflex.telemetry import job_series
 
-from tests.slurm_cluster import Partition, nodes_of, partition
-from tests.unit.runs.test_real_run import _cmdline_has
-
 from .conftest import REPO, SNAKEMAKE
-from .test_slurm import job_field, slurm_args, squeue as squeue_all
+from .test_slurm import job_field, slurm_args
+from .test_slurm import squeue as squeue_all
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 PARTITION = "pair"

@@ -19,9 +19,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from wattflex.provenance import read_json
-
 from tests.slurm_cluster import nodes_of, partition
+from wattflex.provenance import read_json
 
 from .test_slurm_grid import fake_gpu_env, limits, running_job
 

@@ -31,9 +31,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -272,7 +273,7 @@ class Calibration:
                 **dataclasses.asdict(self), "fit_groups": list(self.fit_groups)}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], where: str = "calibration") -> "Calibration":
+    def from_json(cls, data: Mapping[str, Any], where: str = "calibration") -> Calibration:
         if data.get("kind") != "wattflex-emulator-calibration":
             raise ValueError(f"{where}: not a wattflex calibration file (kind "
                              f"{data.get('kind')!r}); make one with `wattflex calibrate`")

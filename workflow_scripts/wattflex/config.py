@@ -38,12 +38,18 @@ from wattflex.architectures import ARCHITECTURES, MULTIMODAL_TEXT_PREFIX
 from wattflex.errors import ConfigError
 from wattflex.gpus import DEFAULT_GPU, GPUS, gpu_spec
 from wattflex.run_ids import run_id
-from wattflex.vocabulary import cluster_of
+
 # the schema's reading lives below config, so the dataclasses of lower layers can take their defaults
-from wattflex.schema import (REPO_ROOT, SCHEMA_PATH, DuplicateKeyError, group_default, read_schema,  # noqa: F401
-                             read_yaml, section_defaults)
-
-
+from wattflex.schema import (  # noqa: F401
+    REPO_ROOT,
+    SCHEMA_PATH,
+    DuplicateKeyError,
+    group_default,
+    read_schema,
+    read_yaml,
+    section_defaults,
+)
+from wattflex.vocabulary import cluster_of
 
 # run.* keys that decide how runs are scheduled, not what they measure: kept out of run
 # specs, so changing them never reruns a run.
@@ -458,7 +464,7 @@ def check_commands(command_groups: list[dict[str, Any]]) -> None:
     on the compute nodes (``wattflex doctor --configfile`` there does)."""
     if not command_groups:
         return
-    from wattflex.runs.command_run import check_command      # only campaigns that launch their own job
+    from wattflex.runs.command_run import check_command  # only campaigns that launch their own job
 
     for g in command_groups:
         try:
@@ -512,7 +518,7 @@ def prepare(cfg: dict[str, Any], base: Path = REPO_ROOT, schema_path: str | Path
         check_semantics(cfg)
         if check_inputs and cfg["backend"] == "cuda":
             check_cuda(cfg, cwd)
-            from wattflex.runs.plan import check_plan   # lazy: cuda campaigns only
+            from wattflex.runs.plan import check_plan  # lazy: cuda campaigns only
 
             check_plan(cfg, groups(cfg))
     return cfg

@@ -27,8 +27,9 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -41,7 +42,8 @@ from wattflex.runs.devices import nvml as nvml_devices
 from wattflex.runs.devices import setcap
 from wattflex.runs.devices.caps import default_state_dir, restore_from_state_dir
 from wattflex.runs.devices.hostpower import POWERCAP, RaplReader
-from wattflex.runs.plan import enforced as plan_enforced, plan_campaign
+from wattflex.runs.plan import enforced as plan_enforced
+from wattflex.runs.plan import plan_campaign
 from wattflex.runs.real_run import RunOptions
 
 PROC_STATUS = Path("/proc/self/status")
@@ -264,7 +266,7 @@ def probe_dcgm(exporter_url: str | None = None, timeout_s: float = NETWORK_TIMEO
         if not exporter_url.startswith(("http://", "https://")):
             raise UserError(f"--dcgm-exporter {exporter_url!r}: expected an http(s) URL, "
                             f"e.g. http://localhost:9400/metrics")
-        from wattflex.ingest.dcgm import EXPORTER_METRICS   # lazy: pandas, only when asked
+        from wattflex.ingest.dcgm import EXPORTER_METRICS  # lazy: pandas, only when asked
 
         try:
             with urllib.request.urlopen(exporter_url, timeout=timeout_s) as resp:
@@ -431,7 +433,7 @@ def check_config(cfg: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
             need("sudo allowing the cap command without a password", refusal is None,
                  f"cuda.cap_command {opts.cap_command!r}: sudo would not run it for this user ({refusal}); "
                  f"{without_root_fix()}")
-    from wattflex.runs.command_run import program_path      # a group's own training command
+    from wattflex.runs.command_run import program_path  # a group's own training command
 
     for g in groups(cfg):
         if g.get("command"):
@@ -482,7 +484,7 @@ def diagnose(config_path: str | Path | None = None, exporter_url: str | None = N
     """Every probe, then the config check (``config_path``; None: ``config/config.yaml`` in
     the current directory if present). A probe that crashes is reported, never raised."""
     report: dict[str, Any] = {"wattflex_version": __version__, "host": socket.gethostname(),
-                              "time_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                              "time_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                               "observe_only": True}
     kwargs = {"dcgm": {"exporter_url": exporter_url}, "cap_state": {"state_dir": state_dir}}
     for name, probe in PROBES.items():

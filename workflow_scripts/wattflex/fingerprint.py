@@ -75,7 +75,7 @@ def _import_nodes(source: str) -> list[ast.stmt]:
     return nodes
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _direct_imports(path: Path, mtime_ns: int, size: int) -> frozenset[str]:
     inside = path.resolve().is_relative_to(LIB)
     here, is_pkg = _module_of(path) if inside else ("", False)

@@ -109,8 +109,9 @@ import functools
 import json
 import math
 import time
+from collections.abc import Callable, Iterable, Sequence
 from statistics import NormalDist
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -463,7 +464,7 @@ def _nan_row(group: Any) -> dict[str, Any]:
 
 
 def _analyse_all(df: pd.DataFrame, names: pd.Index, s: _Settings, clock: _Progress
-                 ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], "_MonteCarloJob"]]]:
+                 ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], _MonteCarloJob]]]:
     """Every group's row (``notes`` still lists) and the Monte Carlo jobs, run across groups
     by ``_monte_carlo_all``. The numbers are computed for all groups with the same number of
     points at once (``_Size``, padded-free (groups, n) arrays); only the notes and ``per_cap``

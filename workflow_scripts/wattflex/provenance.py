@@ -16,9 +16,10 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     # Imported where used: the Snakefile imports this module at every `snakemake` start, and an

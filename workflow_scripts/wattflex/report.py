@@ -15,17 +15,18 @@ from __future__ import annotations
 import base64
 import fnmatch
 import html
-import json
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import pandas as pd
 import yaml
 
 from wattflex import SCHEMA_VERSION
 from wattflex.provenance import REPORT_META_ID, artifact_meta, check_schema_version, read_html_meta, strict_json
+
 # the sections and what each shows live in a light module: every snakemake start reads them
 from wattflex.report_sections import SECTIONS, Item, Section, campaign_relative
 from wattflex.schema import section_defaults

@@ -25,8 +25,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import inspect
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from wattflex.runs.protection import holds_real_run, kept_real_runs, overwrite_refusal
 
@@ -91,7 +92,7 @@ def _scheduler_problem() -> str | None:
 @functools.cache
 def check_internals() -> None:
     """Raise SnakemakeInternalsChanged naming every patched internal that changed."""
-    import snakemake   # its version, for the message (_resolve imports the modules, snakemake.api first)
+    import snakemake  # its version, for the message (_resolve imports the modules, snakemake.api first)
 
     problems = [p for p in (*(_problem(*entry) for entry in PATCHED), _scheduler_problem()) if p]
     if problems:

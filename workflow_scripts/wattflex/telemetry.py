@@ -49,7 +49,7 @@ class SummaryProtocol:
     warmup_fb_gib: float = _SUMMARY["warmup_fb_gib"]
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any] | None) -> "SummaryProtocol":
+    def from_config(cls, cfg: dict[str, Any] | None) -> SummaryProtocol:
         return cls(**{k: v for k, v in (cfg or {}).items() if k in cls.__dataclass_fields__})
 
 

@@ -7,8 +7,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from wattflex import cli
 from wattflex.allocation.policies import (
     CLUSTER_REFERENCES,

@@ -5,8 +5,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wattflex.analysis.clock_scaling import (distinct_stages, fit_clock_scaling, held_clock_max, power_shape,
-                                             read_perseus_profile, stage_series)
+from wattflex.analysis.clock_scaling import (
+    distinct_stages,
+    fit_clock_scaling,
+    held_clock_max,
+    power_shape,
+    read_perseus_profile,
+    stage_series,
+)
 
 CLOCKS = np.arange(855.0, 1410.0 + 1, 15.0)   # the A100 profiles' locked clocks
 

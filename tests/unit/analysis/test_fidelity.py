@@ -8,14 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.conftest import REPO
 from wattflex.analysis import fidelity as fid
-from wattflex.pfi import pfi_ratio
 from wattflex.config import groups, load_config
+from wattflex.pfi import pfi_ratio
 from wattflex.runs.devices.emulated import run_emulated
 from wattflex.runs.emulator import PHYSICS
 from wattflex.telemetry import SummaryProtocol, summarize_run
-
-from tests.conftest import REPO
 
 TINY = REPO / "tests" / "data" / "tiny.yaml"
 PAPER = str(REPO / "resources" / "paper" / "tables")

@@ -7,14 +7,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.conftest import REPO
 from wattflex import calibration as cal
 from wattflex.analysis import fidelity as fid
 from wattflex.cli import main
 from wattflex.config import load_config
 from wattflex.gpus import GPUS
 from wattflex.runs.emulator import PHYSICS, power_model_clock_for_cap, voltage
-
-from tests.conftest import REPO
 
 CONFIG = REPO / "config" / "config.yaml"
 DENSE = ("dense-ft-mistral24b-x8", "dense-pt-mistral24b-x8", "dense-pt-qwen32b-x8-compile",

@@ -211,7 +211,7 @@ def test_a_capguard_in_command_mode_caps_and_restores_as_the_job_user(rig, run_c
                           cwd=tmp_path).stdout.strip()
     state = Path(tempfile.mkdtemp(prefix="wattflex_state_"))
     os.chown(state, NOBODY, NOBODY)
-    code = ("import sys, json; sys.path[:0] = [%r]; import fake_pynvml; sys.modules['pynvml'] = fake_pynvml\n"
+    code = ("import sys, json; sys.path[:0] = [%r]; import fake_pynvml; sys.modules['pynvml'] = fake_pynvml\n"  # noqa: UP031
             "from wattflex.runs.devices.caps import CapGuard, limit_setter\n"
             "from wattflex.runs.devices.nvml import NvmlGpu\n"
             "gpus = [NvmlGpu(i, set_limit=limit_setter('command', %r), gpm=False) for i in (0, 1)]\n"

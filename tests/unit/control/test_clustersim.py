@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from wattflex.allocation.policies import CONTROL_POLICIES
+from wattflex.config import groups
 from wattflex.control.clustersim import (
     ClusterConfig,
     Scenario,
@@ -16,10 +17,9 @@ from wattflex.control.clustersim import (
     summarize,
     truth_table,
 )
-from wattflex.config import groups
 from wattflex.control.controller import ControlConfig, Signal
-from wattflex.runs.devices.emulated import stable_seed
 from wattflex.gpus import GPUS
+from wattflex.runs.devices.emulated import stable_seed
 from wattflex.runs.emulator import JobSpec, gpu_leakages, job_at_cap
 
 GROUPS = ["dense-pt-qwen32b-x8-compile", "moe-ft-qwen30ba3b-x8", "moe-pt-gptoss20b-x8-ep8-compile"]

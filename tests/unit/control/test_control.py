@@ -20,8 +20,8 @@ from wattflex.allocation.curves import Curves
 from wattflex.allocation.policies import CONTROL_POLICIES
 from wattflex.control.controller import ControlConfig, Controller, JobTable, Readings, read_signal, round_caps
 from wattflex.control.loop import NodeJob, run_loop
-from wattflex.runs.devices.emulated import EmulatedDevice
 from wattflex.gpus import GPUS
+from wattflex.runs.devices.emulated import EmulatedDevice
 
 FAKES = Path(fake_pynvml.__file__).resolve().parent
 REPO = FAKES.parents[1]

@@ -7,7 +7,6 @@ with one line before any limit changes."""
 import json
 import time
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -4,7 +4,7 @@ or warn about bad events before anything is capped."""
 
 import json
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -12,7 +12,7 @@ import pytest
 from wattflex.control.controller import Signal
 from wattflex.grid.events import Event, Schedule, ScheduleError, check_schedule, read_schedule, windows
 
-NOW = datetime(2027, 1, 15, 17, 0, tzinfo=timezone.utc)
+NOW = datetime(2027, 1, 15, 17, 0, tzinfo=UTC)
 
 
 def test_csv_and_json_schedules_read_the_same_events(tmp_path):

@@ -8,7 +8,7 @@ import asyncio
 import socket
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -65,7 +65,7 @@ class VTN:
     def add_event(self, event_id, start_in_s, duration_s, name, kind, payload):
         def add():
             self.server.add_event(ven_id=VEN_ID, event_id=event_id, signal_name=name, signal_type=kind,
-                                  intervals=[{"dtstart": datetime.now(timezone.utc) + timedelta(seconds=start_in_s),
+                                  intervals=[{"dtstart": datetime.now(UTC) + timedelta(seconds=start_in_s),
                                               "duration": timedelta(seconds=duration_s), "signal_payload": payload}],
                                   callback=lambda ven_id, event_id, opt_type: self.opts.__setitem__(event_id, opt_type))
         self.loop.call_soon_threadsafe(add)

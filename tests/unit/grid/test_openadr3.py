@@ -11,7 +11,7 @@ import copy
 import json
 import socket
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -44,7 +44,7 @@ class ReplayVTN:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        t0 = datetime.now(timezone.utc)
+        t0 = datetime.now(UTC)
         self.events = []
         for item in EXCHANGE["events"]:
             ev = copy.deepcopy(item["event"])

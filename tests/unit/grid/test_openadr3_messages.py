@@ -7,7 +7,7 @@ id, new limit) replaces the one held. No GPU: the VEN's schedule is read directl
 import copy
 import logging
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -22,7 +22,7 @@ def cap_event(eid, limit_kw, start_in_s=30.0):
     """The exchange's ev30 (a capacity limit, DEMAND reports asked), as ``eid`` with ``limit_kw``."""
     ev = copy.deepcopy(EXCHANGE["events"][0]["event"])
     ev["id"] = eid
-    ev["intervalPeriod"] = {"start": (datetime.now(timezone.utc) + timedelta(seconds=start_in_s)).isoformat(),
+    ev["intervalPeriod"] = {"start": (datetime.now(UTC) + timedelta(seconds=start_in_s)).isoformat(),
                             "duration": "PT60S"}
     ev["intervals"][0]["payloads"][0]["values"] = [limit_kw]
     return ev

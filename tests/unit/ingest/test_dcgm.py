@@ -5,10 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.conftest import REPO
 from wattflex.ingest.dcgm import DcgmFormatError, parse_labels, read_dcgm_exporter, read_dcgmi_dmon
 from wattflex.telemetry import TELEMETRY_COLUMNS, SummaryProtocol, summarize_run
-
-from tests.conftest import REPO
 
 DATA = REPO / "tests" / "data"
 EXPORTER = DATA / "dcgm_exporter_h100x2.prom"

@@ -4,6 +4,7 @@ reported with the same words by ``wattflex ingest``, ``wattflex pfi`` and ``watt
 import pandas as pd
 import pytest
 
+from tests.conftest import REPO
 from wattflex.cli import main as cli_main
 from wattflex.ingest.reader import (
     RUN_COLUMNS,
@@ -14,8 +15,6 @@ from wattflex.ingest.reader import (
     validate_sweep,
 )
 from wattflex.ingest.sources import ingest
-
-from tests.conftest import REPO
 
 DATA = REPO / "tests" / "data"
 

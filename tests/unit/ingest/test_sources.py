@@ -7,14 +7,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wattflex.pfi import pfi_table
+from tests.conftest import REPO
 from wattflex.cli import main as cli_main
 from wattflex.commands import ingest as ingest_command
 from wattflex.ingest.reader import IngestError
 from wattflex.ingest.sources import FORMATS, align_clocks, config_files, ingest
+from wattflex.pfi import pfi_table
 from wattflex.provenance import read_parquet
-
-from tests.conftest import REPO
 
 DATA = REPO / "tests" / "data"
 

@@ -3,11 +3,10 @@ downstream stages apply."""
 import numpy as np
 import pandas as pd
 
-from wattflex.pfi import pfi_table
+from tests.conftest import REPO
 from wattflex.ingest.sources import ingest
 from wattflex.ingest.summary import stage_applicability, status_counts
-
-from tests.conftest import REPO
+from wattflex.pfi import pfi_table
 
 DATA = REPO / "tests" / "data"
 

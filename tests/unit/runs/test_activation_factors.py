@@ -8,9 +8,8 @@ import sys
 
 import pytest
 
-from wattflex.runs import plan
-
 from tests.conftest import REPO
+from wattflex.runs import plan
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TOLERANCE = 0.15

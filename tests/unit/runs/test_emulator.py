@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from wattflex.config import groups
-from wattflex.runs.devices.emulated import CapOutOfRange, EmulatedDevice, run_emulated
 from wattflex.gpus import GPUS
+from wattflex.runs.devices.emulated import CapOutOfRange, EmulatedDevice, run_emulated
 from wattflex.runs.emulator import (
     JobSpec,
     enforce_cap,
@@ -11,6 +11,7 @@ from wattflex.runs.emulator import (
     job_at_cap,
     operating_points,
 )
+
 
 def _job(default_config, gid):
     g = next(g for g in groups(default_config) if g["id"] == gid)

@@ -3,7 +3,6 @@ wattflex.runs.emulator's docstring): the DGEMM table, the anchor and what it imp
 
 import dataclasses
 
-import numpy as np
 import pytest
 
 from wattflex.calibration import UJENIYA_H100_DGEMM, fit_power_curve, physics_at_anchor

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from wattflex.pfi import pfi_ratio
 from wattflex.config import groups
 from wattflex.gpus import GPUS
+from wattflex.pfi import pfi_ratio
 from wattflex.runs.emulator import PHYSICS, JobSpec, attention_impl, job_at_cap, operating_points, step_kernels
 
 F_MAX = np.array([1980.0])

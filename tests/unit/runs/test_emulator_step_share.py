@@ -10,9 +10,9 @@ import dataclasses
 
 import numpy as np
 
-from wattflex.pfi import pfi_ratio
 from wattflex.config import groups
 from wattflex.gpus import GPUS
+from wattflex.pfi import pfi_ratio
 from wattflex.runs.emulator import PHYSICS, JobSpec, job_at_cap, operating_points
 
 ALL_CAPS = (200, 300, 400, 500, 600, 700)

@@ -1,6 +1,8 @@
 import pandas as pd
 import pytest
 
+from wattflex.pfi import pfi_table
+from wattflex.provenance import read_json, read_parquet, read_parquet_meta
 from wattflex.runs.failures import (
     FAILED,
     MISSING_COLUMNS,
@@ -11,8 +13,6 @@ from wattflex.runs.failures import (
     record_failed_run,
     split_failed,
 )
-from wattflex.pfi import pfi_table
-from wattflex.provenance import read_json, read_parquet, read_parquet_meta
 from wattflex.telemetry import STEP_COLUMNS, TELEMETRY_COLUMNS
 
 

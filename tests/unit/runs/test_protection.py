@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from wattflex.runs.protection import (holds_real_run, kept_real_runs, overwrite_refusal, recorded_backend,
-                                      redo_command, redo_runs, run_key)
+from wattflex.runs.protection import (
+    holds_real_run,
+    kept_real_runs,
+    overwrite_refusal,
+    recorded_backend,
+    redo_command,
+    redo_runs,
+    run_key,
+)
 
 
 def _run(tmp_path: Path, name: str, text: str | None) -> Path:

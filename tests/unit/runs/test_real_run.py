@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.fakes import fake_pynvml
 from tests.fakes.nvml_fixture import fake_nvml  # noqa: F401 (fixture)
 from wattflex.runs import real_run
 from wattflex.runs.devices.base import EXTRA_COLUMNS, telemetry_frame

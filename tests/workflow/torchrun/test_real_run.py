@@ -18,9 +18,9 @@ import pytest
 from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
 from tests.unit.runs.test_real_run import _cmdline_has, cuda_spec
 from wattflex import cli
+from wattflex.provenance import read_json, read_parquet
 from wattflex.runs import real_run
 from wattflex.runs.devices.base import EXTRA_COLUMNS
-from wattflex.provenance import read_json, read_parquet
 from wattflex.telemetry import TELEMETRY_COLUMNS
 
 pytestmark = pytest.mark.usefixtures("one_thread_subprocesses")   # tiny models: torch on one thread

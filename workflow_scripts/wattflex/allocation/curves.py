@@ -14,15 +14,16 @@ point.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from wattflex.run_ids import cap_rows  # noqa: F401 (also the curves' users' import)
 from wattflex.allocation.oracle import RTOL, concave_hull, interp
 from wattflex.pfi import isotonic_fit_batch
+from wattflex.run_ids import cap_rows  # noqa: F401 (also the curves' users' import)
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Curves:
     def uncapped_throughput(self) -> np.ndarray:
         return self.throughput[..., -1]
 
-    def take(self, index: np.ndarray) -> "Curves":
+    def take(self, index: np.ndarray) -> Curves:
         """Curves of jobs ``index`` (any shape) out of a (n_groups, K) table."""
         return Curves(self.power_w[index], self.throughput[index],
                       None if self.cap_w is None else self.cap_w[index])
@@ -57,7 +58,7 @@ class Curves:
     def throughput_at(self, power_w: np.ndarray) -> np.ndarray:
         return interp(self.power_w, self.throughput, power_w)
 
-    def restrict(self, lo_w: np.ndarray, hi_w: np.ndarray | None = None) -> "Curves":
+    def restrict(self, lo_w: np.ndarray, hi_w: np.ndarray | None = None) -> Curves:
         """The same curves on ``[lo_w, hi_w]`` (points outside collapse onto the ends)."""
         hi = self.ceiling_w if hi_w is None else hi_w
         P = np.clip(self.power_w, np.asarray(lo_w)[..., None], np.asarray(hi)[..., None])

@@ -33,8 +33,9 @@ which knob it took and why: each option's price in tokens per kWh shed and its m
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

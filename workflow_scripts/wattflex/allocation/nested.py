@@ -29,8 +29,8 @@ proportions hold wherever no limit binds.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -91,14 +91,14 @@ class Laminar:
         """Per group (..., G): the summed power of its items (..., n)."""
         return np.asarray(power_w, float) @ self.members().T.astype(float)
 
-    def with_budget(self, budget_w: float) -> "Laminar":
+    def with_budget(self, budget_w: float) -> Laminar:
         """The family with one more top group over every item (the event's site budget)."""
         G = len(self.parent)
         parent = np.append(np.where(np.asarray(self.parent) < 0, G, self.parent), -1)
         leaf = np.where(np.asarray(self.leaf) < 0, G, self.leaf)
         return Laminar(parent, np.append(self.limit_w, budget_w), leaf, (*self.names, "budget"), (*self.kinds, "budget"))
 
-    def subset(self, keep: np.ndarray, reserved_w: np.ndarray) -> "Laminar":
+    def subset(self, keep: np.ndarray, reserved_w: np.ndarray) -> Laminar:
         """The family over items ``keep`` (bool mask), every limit less the power
         ``reserved_w`` (n,) of the items left out that it holds."""
         keep = np.asarray(keep, bool)

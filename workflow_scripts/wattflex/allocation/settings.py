@@ -4,8 +4,9 @@ numpy, pandas or scipy at parse time."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any
 
 from wattflex.allocation.policies import POLICIES
 from wattflex.schema import section_defaults
@@ -79,7 +80,7 @@ class SimulationConfig:
     published_gap_closed: float = _default("published_gap_closed")
 
     @classmethod
-    def from_dict(cls, cfg: Mapping[str, Any] | None) -> "SimulationConfig":
+    def from_dict(cls, cfg: Mapping[str, Any] | None) -> SimulationConfig:
         """Accept the nested config layout (the schema's allocation:) or flat keys."""
         flat = flatten(dict(cfg or {}))
         known = {f.name for f in fields(cls)}

@@ -77,17 +77,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from wattflex.analysis.paper_tables import PUBLISHED_SCALARS, spearman, task_key
-from wattflex.pfi import pfi_ratio
 from wattflex.analysis.published import load_published
 from wattflex.analysis.stats import CLUSTER_ORDER, kruskal_dunn
 from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
+from wattflex.pfi import pfi_ratio
 from wattflex.runs.devices.emulated import RUN_NOISE, hardware_seed, run_factors, run_seed
 from wattflex.runs.emulator import PHYSICS, JobSpec, Physics, gpu_leakages, job_at_caps
 from wattflex.schema import group_default

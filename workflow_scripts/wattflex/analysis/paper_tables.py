@@ -11,14 +11,15 @@ table keeps its own columns and gets ``<col>_published`` right beside each of th
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from wattflex.pfi import grid_sensitivity as pfi_grid_sensitivity
 from wattflex.analysis.published import load_published
 from wattflex.gpus import DEFAULT_GPU
+from wattflex.pfi import grid_sensitivity as pfi_grid_sensitivity
 from wattflex.provenance import read_parquet
 
 #: Headline numbers the paper states in its text rather than in a table (paper §1, §2, §4).

@@ -23,7 +23,8 @@ folds, scored by R² (against the pooled mean), RMSE and Spearman rho.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -22,14 +22,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from wattflex.analysis.clock_scaling import (distinct_stages, fit_clock_scaling, held_clock_max, power_shape,
-                                             read_perseus_profile, stage_series)
+from wattflex.analysis.clock_scaling import (
+    distinct_stages,
+    fit_clock_scaling,
+    held_clock_max,
+    power_shape,
+    read_perseus_profile,
+    stage_series,
+)
 from wattflex.gpus import GPUS
 
 REPO = Path(__file__).resolve().parents[3]

@@ -12,8 +12,9 @@ ranks and therefore H, z and p.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from itertools import combinations
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -9,7 +9,7 @@ The workflow's own rules write a measured run's summary.json, so the core writer
 from __future__ import annotations
 
 import os
-from typing import Iterable
+from collections.abc import Iterable
 
 from wattflex.provenance import OutputPathError
 from wattflex.provenance import check_outputs as check_output_paths

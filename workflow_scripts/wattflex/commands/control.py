@@ -29,6 +29,7 @@ import os
 import shlex
 import shutil
 import sys
+from datetime import UTC
 from pathlib import Path
 
 from wattflex.allocation.policies import CONTROL_POLICIES, REGISTRY
@@ -211,11 +212,11 @@ def restore_stale(state_dir: Path, flat: list[int], dry_run: bool, cap_command: 
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from wattflex.control.controller import ControlConfig, Controller, pfi_from_model, ramp_at
+    from wattflex.control.loop import NodeJob, floor_w, job_table, read_jobs, run_loop, sample_devices
+    from wattflex.grid.events import Schedule, check_schedule, read_schedule
     from wattflex.runs.devices.base import CapError
     from wattflex.runs.devices.caps import default_state_dir, limit_setter
-    from wattflex.control.controller import ControlConfig, Controller, pfi_from_model, ramp_at
-    from wattflex.grid.events import Schedule, check_schedule, read_schedule
-    from wattflex.control.loop import NodeJob, floor_w, job_table, read_jobs, run_loop, sample_devices
     from wattflex.runs.devices.nvml import local_gpu_indices, nvml, open_gpus
 
     check_args(args)
@@ -373,9 +374,9 @@ def run(args: argparse.Namespace) -> int:
         if exporter is not None:
             exporter.update(r, jobs)
     if ven is not None:
-        from datetime import datetime, timezone
+        from datetime import datetime
 
-        signal.rebase(datetime.now(timezone.utc))
+        signal.rebase(datetime.now(UTC))
     try:
         # a schedule's (or VTN's) events also ramp-limit the cap changes, down and back up
         # (a cluster-control agent: its unit's share of the event's ramp, in its budget file)

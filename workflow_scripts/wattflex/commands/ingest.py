@@ -32,8 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from wattflex.ingest.sources import ingest
     from wattflex.commands._outputs import check_outputs
+    from wattflex.ingest.sources import ingest
     from wattflex.provenance import provenance, write_csv, write_parquet
 
     outputs = [args.output] + [f"{p}.meta.json" for p in (args.output, args.rejected, args.pfi)

@@ -130,10 +130,10 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from wattflex.allocation.curves import check_points, curves_from_points
+    from wattflex.commands._outputs import check_outputs
     from wattflex.commands.allocate import read_curves
     from wattflex.errors import UserError
     from wattflex.grid.offer import LOSSES, offer_table
-    from wattflex.commands._outputs import check_outputs
     from wattflex.provenance import csv_files, provenance, write_together
 
     losses = tuple(args.loss) if args.loss else LOSSES

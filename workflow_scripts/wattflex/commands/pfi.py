@@ -68,9 +68,9 @@ def read_sweeps(path: Path):
 
 
 def run(args: argparse.Namespace) -> int:
-    from wattflex.pfi import pfi_table
-    from wattflex.ingest.reader import check_cells
     from wattflex.commands._outputs import check_outputs
+    from wattflex.ingest.reader import check_cells
+    from wattflex.pfi import pfi_table
     from wattflex.provenance import provenance, write_csv
 
     if args.output is not None:

@@ -58,8 +58,8 @@ def load_model(path: str) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from wattflex.analysis.predictor import add_features, feature_inputs, input_problems, predict
-    from wattflex.ingest.reader import check_cells, describe_bad_rows, read_typed_table
     from wattflex.commands._outputs import check_outputs
+    from wattflex.ingest.reader import check_cells, describe_bad_rows, read_typed_table
     from wattflex.provenance import provenance, write_csv
 
     if args.output:

@@ -21,12 +21,12 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
-from wattflex.errors import UserError
 from wattflex.commands._outputs import check_not_in_measured_run
+from wattflex.errors import UserError
 from wattflex.runs.protection import recorded_backend
 
 NAME = "run-at-cap"
@@ -114,9 +114,8 @@ def claimed_outdir(outdir: Path) -> Iterator[Path]:
 
 def run(args: argparse.Namespace) -> int:
     # Lazy, like every heavy import of a command (wattflex.cli): --help must not load the run stack.
-    from wattflex.runs.devices.caps import CapSignal
-
     from wattflex.ingest.reader import read_input_text
+    from wattflex.runs.devices.caps import CapSignal
 
     text = read_input_text(args.spec, "SPEC")  # not a file, or too big: says so
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from wattflex.runs.devices import setcap    # light (re, the schema's paths): --help may import it
+from wattflex.runs.devices import setcap  # light (re, the schema's paths): --help may import it
 
 NAME = "setcap-rule"
 HELP = ("Print the wrapper, sudoers rule and cuda.cap_command that let non-root users cap their own "

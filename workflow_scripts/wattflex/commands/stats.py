@@ -53,8 +53,8 @@ def _fmt(x: float | None, spec: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from wattflex.analysis.stats import check_p_adjust, kruskal_dunn
-    from wattflex.ingest.reader import check_cells, read_typed_table
     from wattflex.commands._outputs import check_outputs
+    from wattflex.ingest.reader import check_cells, read_typed_table
     from wattflex.provenance import provenance, strict_json, write_json
 
     if not 0 < args.alpha < 1:

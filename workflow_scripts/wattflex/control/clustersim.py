@@ -40,8 +40,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -63,9 +64,9 @@ from wattflex.control.controller import (
     ramp_at,
     ramp_caps,
 )
+from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.grid.events import Schedule, read_schedule
 from wattflex.runs.devices.emulated import SETTLE_TAU_S, hardware_seed, stable_seed, steady_temp_c
-from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.runs.emulator import PHYSICS, JobSpec, Physics, gpu_leakages, job_at_caps, memory_footprint_gib
 from wattflex.schema import defaults, read_schema, section_defaults
 
@@ -125,7 +126,7 @@ class Tables:
     metrics: dict[str, np.ndarray]
 
     @classmethod
-    def from_frame(cls, df: pd.DataFrame) -> "Tables":
+    def from_frame(cls, df: pd.DataFrame) -> Tables:
         caps = np.sort(df["cap_w"].unique())
         if len(caps) < 2 or not np.allclose(np.diff(caps), caps[1] - caps[0]):
             raise ValueError("truth table: caps must be one evenly spaced grid shared by all groups")
@@ -187,7 +188,7 @@ class ClusterConfig:
     initial_profiles: str = _CLUSTER["initial_profiles"]         # jobs running at t=0: observed live | declared
 
     @classmethod
-    def from_dict(cls, cfg: Mapping[str, Any] | None) -> "ClusterConfig":
+    def from_dict(cls, cfg: Mapping[str, Any] | None) -> ClusterConfig:
         flat = _flat_cluster(dict(cfg or {}))
         unknown = set(flat) - {f.name for f in fields(cls)}
         if unknown:

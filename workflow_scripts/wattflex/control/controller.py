@@ -59,9 +59,10 @@ cluster simulation holds its oracle to it too (wattflex.control.clustersim).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -71,7 +72,6 @@ from wattflex.allocation.curves import Curves
 from wattflex.allocation.oracle import concave_hull, hull_greedy, plan_greedy
 from wattflex.allocation.policies import CONTROL_POLICIES, CURVE_POLICIES
 from wattflex.schema import section_defaults
-
 
 # ---------------------------------------------------------------------------------------
 # Budget signal
@@ -155,7 +155,7 @@ class ControlConfig:
     restore_stagger_s: float = _CONTROLLER["restore_stagger_s"]  # after an event, uncap one job per this many seconds (0: all at once)
 
     @classmethod
-    def from_dict(cls, cfg: Mapping[str, Any] | None) -> "ControlConfig":
+    def from_dict(cls, cfg: Mapping[str, Any] | None) -> ControlConfig:
         cfg = dict(cfg or {})
         known = {f.name for f in fields(cls)}
         unknown = set(cfg) - known
@@ -186,7 +186,7 @@ class JobTable:
     pfi: np.ndarray
 
     @classmethod
-    def empty(cls, n: int) -> "JobTable":
+    def empty(cls, n: int) -> JobTable:
         nan = lambda: np.full(n, np.nan)  # noqa: E731
         return cls(np.full(n, -1), np.zeros(n, int), np.full(n, 200.0), np.full(n, 700.0), np.zeros(n, bool),
                    nan(), nan(), nan(), nan())

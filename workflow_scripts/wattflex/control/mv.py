@@ -21,7 +21,8 @@ The same function reads the cluster simulation (1-s samples) and a real controll
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -156,7 +157,7 @@ def _time(row: Mapping[str, Any], key: str, where: str, now: datetime) -> float 
 
 def event_from_row(row: Mapping[str, Any], where: str, now: datetime | None = None) -> Event:
     """One event from a schedule row / JSON object (kW and seconds, see ``EVENT_KEYS``)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     unknown = set(row) - set(EVENT_KEYS)
     if unknown:
         raise ScheduleError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(EVENT_KEYS)})")
@@ -187,7 +188,6 @@ def read_schedule(path: str | Path, now: datetime | None = None):
     import pandas as pd
 
     from wattflex.control.controller import read_signal
-
     from wattflex.ingest.reader import MAX_DOC_BYTES, check_input_file, read_input_text
 
     path = Path(path)

@@ -13,7 +13,7 @@ one power) has no curve: it cannot shed and costs nothing, and its rows say so (
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

@@ -29,9 +29,10 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 
@@ -59,7 +60,7 @@ class LiveSchedule:
     are seconds from ``t0_wall`` (the controller's start)."""
 
     def __init__(self, t0_wall: datetime | None = None):
-        self.t0_wall = t0_wall or datetime.now(timezone.utc)
+        self.t0_wall = t0_wall or datetime.now(UTC)
         self._events: dict[str, tuple[Event, ...]] = {}
         self._lock = threading.Lock()
 
@@ -81,7 +82,7 @@ class LiveSchedule:
     def offer(self, event_id: str, events: tuple[Event, ...], s: VenSettings) -> tuple[bool, list[str]]:
         """Take the event if the schedule with it passes the checks; ``(taken, messages)``."""
         with self._lock:
-            now_s = (datetime.now(timezone.utc) - self.t0_wall).total_seconds()
+            now_s = (datetime.now(UTC) - self.t0_wall).total_seconds()
             others = tuple(e for k, evs in self._events.items() if k != event_id for e in evs if e.end_s > now_s)
             try:
                 shifted = Schedule(tuple(_shift(e, -now_s) for e in others + events))

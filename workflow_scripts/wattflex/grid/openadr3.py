@@ -29,8 +29,9 @@ import logging
 import math
 import threading
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from wattflex.grid.events import Event, ScheduleError
 from wattflex.grid.openadr import LiveSchedule, VenSettings
@@ -116,7 +117,7 @@ class OpenADR3Ven:
             self.accepted[eid] = False
             self.messages.append(f"event {eid!r} withdrawn by the VTN: dropped")
         self._versions = {k: v for k, v in self._versions.items() if k in listed}
-        now_s = (datetime.now(timezone.utc) - self.live.t0_wall).total_seconds()
+        now_s = (datetime.now(UTC) - self.live.t0_wall).total_seconds()
         if math.isfinite(self.load_w()) and self.live.active(now_s):
             for eid, ev in self._held.items():
                 if self.accepted.get(eid) and ev.report_descriptors:

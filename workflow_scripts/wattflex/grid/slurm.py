@@ -52,11 +52,10 @@ import re
 import shlex
 import subprocess
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
-
-from wattflex.provenance import strict_json
+from typing import Any
 
 import numpy as np
 
@@ -64,6 +63,7 @@ from wattflex.allocation.allocator import allocate, water_fill
 from wattflex.allocation.curves import Curves, cap_rows, curves_from_points
 from wattflex.allocation.policies import SPLIT_POLICIES
 from wattflex.control.controller import ramp_at
+from wattflex.provenance import strict_json
 
 log = logging.getLogger("wattflex.grid.slurm")
 

@@ -21,8 +21,9 @@ nothing), and at the end (or however the coordinator stops) resumes and releases
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 

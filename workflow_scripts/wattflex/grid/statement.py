@@ -28,8 +28,9 @@ Everything is pure: the rule script and ``wattflex offer --statement`` read and 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -85,7 +86,7 @@ class StatementSettings:
             raise ValueError("statement.event_start_h: the event must end within its day")
 
     @classmethod
-    def from_config(cls, statement: Mapping[str, Any] | None, allocation: Mapping[str, Any]) -> "StatementSettings":
+    def from_config(cls, statement: Mapping[str, Any] | None, allocation: Mapping[str, Any]) -> StatementSettings:
         """From the ``statement:`` and ``allocation:`` config sections (as a loaded config has them)."""
         cfg = dict(statement or {})
         rule = BaselineRule(**dict(cfg.pop("baseline", {}) or {}))
@@ -304,8 +305,16 @@ def openadr3_objects(shed: pd.DataFrame, response: pd.DataFrame, s: StatementSet
     ``toadr3``'s models. JSON-ready dicts."""
     import datetime as dt
 
-    from toadr3.models import (EventPayloadDescriptor, Interval, IntervalPeriod, Program, Report, ReportData,
-                               ReportPayloadDescriptor, ValuesMap)
+    from toadr3.models import (
+        EventPayloadDescriptor,
+        Interval,
+        IntervalPeriod,
+        Program,
+        Report,
+        ReportData,
+        ReportPayloadDescriptor,
+        ValuesMap,
+    )
 
     sure = shed[shed["caps_feasible_share"] >= 0.95]
     kw = float(sure["shed_kw_p5"].max()) if len(sure) else 0.0
@@ -315,7 +324,7 @@ def openadr3_objects(shed: pd.DataFrame, response: pd.DataFrame, s: StatementSet
         program_type="LOAD_CONTROL", binding_events=True,
         payload_descriptors=[EventPayloadDescriptor(payload_type="IMPORT_CAPACITY_LIMIT", units="KW")])
     resp = float(response["response_time_s_max"].max()) if len(response) else math.nan
-    start = dt.datetime(2027, 1, 1, tzinfo=dt.timezone.utc)
+    start = dt.datetime(2027, 1, 1, tzinfo=dt.UTC)
     intervals = [Interval(id=k, interval_period=IntervalPeriod(start=start, duration=f"PT{round(3600 * h)}S"),
                           payloads=[ValuesMap(type="DOWN_REGULATION_AVAILABLE", values=[round(kw, 3)]),
                                     ValuesMap(type="BASELINE", values=[round(site_kw, 3)])])

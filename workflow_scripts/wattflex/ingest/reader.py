@@ -35,9 +35,10 @@ import csv
 import os
 import re
 import stat
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -178,7 +179,7 @@ def check_single_values(df: pd.DataFrame, where: str | Path) -> None:
     """Every cell one value: a parquet table can hold lists or maps in a cell, which no
     reader of a table takes; the first such cell of each column is named."""
     bad = []
-    for col in df.columns[df.dtypes == object]:
+    for col in df.select_dtypes(include="object").columns:
         nested = df[col].map(lambda v: isinstance(v, (list, tuple, dict, set, np.ndarray))).to_numpy(bool)
         if nested.any():
             i = int(np.flatnonzero(nested)[0])

@@ -34,15 +34,22 @@ added in this module (and to the choices of ``wattflex ingest``); the reader kno
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from wattflex.ingest.dcgm import DcgmFormatError, read_dcgm_exporter, read_dcgmi_dmon
-from wattflex.ingest.reader import (IngestError, IngestResult, check_input_file, check_rejected, read_table,
-                                    validate_sweep)
+from wattflex.ingest.reader import (
+    IngestError,
+    IngestResult,
+    check_input_file,
+    check_rejected,
+    read_table,
+    validate_sweep,
+)
 from wattflex.telemetry import ACTIVITY_METRICS, STEP_COLUMNS, SummaryProtocol, summarize_run
 
 FORMATS = ("sweep-table", "zeus-nsdi23", "perseus-sosp24", "dcgm-runs")

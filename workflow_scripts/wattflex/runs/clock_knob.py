@@ -17,7 +17,7 @@ beside the cap curve.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -133,7 +133,7 @@ class LineFollower:
         if live_path is not None:
             live_path.write_text("step,t_end_s,tokens,loss\n")
 
-    def start(self) -> "LineFollower":
+    def start(self) -> LineFollower:
         self._thread.start()
         return self
 
@@ -246,7 +246,7 @@ class CommandJob:
         if not self.source.steps_file:
             live_path = None
             if live:
-                from wattflex.runs.training.loop import LIVE_STEPS_FILE     # lazy: imports torch
+                from wattflex.runs.training.loop import LIVE_STEPS_FILE  # lazy: imports torch
                 live_path = self.outdir / LIVE_STEPS_FILE
             follower = LineFollower(self.node.log_path, self.source, self.t0, live_path).start()
         return start_training(self.node.cmd, self.node.log_path, self.node.env), follower
@@ -273,7 +273,7 @@ class CommandJob:
 
     def write_outputs(self, steps: pd.DataFrame, training: dict[str, Any]) -> None:
         """The files ``real_run.assemble`` merges, as the harness leaves them."""
-        from wattflex.runs.training.loop import RESULT_FILE, STEPS_FILE      # lazy: imports torch
+        from wattflex.runs.training.loop import RESULT_FILE, STEPS_FILE  # lazy: imports torch
 
         prov = provenance(params=self.spec.raw, backend="cuda")
         write_parquet(steps, self.outdir / STEPS_FILE, prov, tokens="job tokens per step, from the command's "

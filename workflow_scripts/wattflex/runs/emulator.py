@@ -82,8 +82,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -367,7 +368,7 @@ class JobSpec:
     microbatches: int = 1           # micro-batches per step through the pipeline (pp > 1)
 
     @classmethod
-    def from_config(cls, group: dict[str, Any], model: dict[str, Any]) -> "JobSpec":
+    def from_config(cls, group: dict[str, Any], model: dict[str, Any]) -> JobSpec:
         return cls(
             model=group["model"], architecture=model["architecture"], task=group["task"],
             gpus=int(group["gpus"]), seq_len=int(group["seq_len"]), batch=int(group["batch"]),
@@ -472,7 +473,6 @@ def step_kernels(job: JobSpec, gpu: GPUSpec, physics: Physics = PHYSICS) -> list
     n_dense = n_total - n_expert
     # Embedding lookup is not a GEMM; the LM head is.
     n_dense_gemm = max(n_dense - job.vocab * job.hidden, 0.1 * n_dense)
-    d_attn = job.heads * job.head_dim
     kernels: list[Kernel] = []
 
     # Dense GEMMs; weights read once per pass (bf16), activations streamed.

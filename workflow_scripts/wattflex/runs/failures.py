@@ -22,14 +22,15 @@ reports the job failed, Snakemake retries it or, after the last retry, reports t
 from __future__ import annotations
 
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from wattflex.provenance import provenance, write_json, write_parquet
 from wattflex.metrics import telemetry_columns
+from wattflex.provenance import provenance, write_json, write_parquet
 from wattflex.telemetry import STEP_COLUMNS
 
 FAILED = "failed"

@@ -37,7 +37,7 @@ class RunOptions:
     dcgm: dcgm_source.DcgmSettings | None = None
 
     @classmethod
-    def from_spec(cls, spec: dict[str, Any]) -> "RunOptions":
+    def from_spec(cls, spec: dict[str, Any]) -> RunOptions:
         cuda, run, group = spec.get("cuda", {}), spec.get("run", {}), spec.get("group", {})
         device = str(cuda.get("device", _CUDA["device"]))
         nproc = int(cuda.get("nproc_per_node") or (min(int(group.get("gpus", 1)), GPUS_PER_NODE) if device == "cuda" else 1))

@@ -294,7 +294,7 @@ def gpu_bytes(facts: dict[str, Any], task: str, gpus: int, ep: int, precision: s
             "total": states + max(gathered + activations, optimizer_step) + framework}
 
 
-def cpu_rank_bytes(facts: dict[str, Any], task: str, ranks: int, seq_len: int, batch: int, lora_rank: int = 32,
+def cpu_rank_bytes(facts: dict[str, Any], task: str, ranks: int, seq_len: int, batch: int, lora_rank: int = _GROUP["lora_rank"],
                    grad_checkpointing: bool = False, attention: str = "sdpa", precision: str = "fp32",
                    loss_chunk_tokens: int = LOSS_CHUNK_TOKENS) -> dict[str, float]:
     """Host bytes of one rank of a CPU run (cuda.device: cpu, cuda.parallel: fsdp: FSDP2 over
@@ -452,7 +452,7 @@ def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | 
         framework_gib=parts["framework"] / GIB,
         gpu_need_gib=need, gpu_avail_gib=avail, weights_path=path, host_need_gb=host, host_avail_gb=host_avail,
         host_whole_build_gb=host_gb_per_node(sh.params, task, precision, gpus, ranks_per_node, "whole"),
-        cpu_rank_gb=cpu_rank_bytes(facts, task, gpus, seq_len, batch, int(g.get("lora_rank", 32)), ckpt, attention,
+        cpu_rank_gb=cpu_rank_bytes(facts, task, gpus, seq_len, batch, int(g.get("lora_rank", _GROUP["lora_rank"])), ckpt, attention,
                                    precision, 0 if ep > 1 else int(cuda.get("loss_chunk_tokens", LOSS_CHUNK_TOKENS)))["total"] / GB,
         build_s=b_s, first_step_s=first, startup_s=b_s + first, checkpoint_gb=ck_bytes / GB,
         checkpoint_write_s=ck_bytes / GB / (fs * nodes), fits=not short, reason="; ".join(short) or "fits")

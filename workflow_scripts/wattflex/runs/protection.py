@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 REDO_ENV = "WATTFLEX_REDO_RUNS"
 RUN_RECORD = "run.json"

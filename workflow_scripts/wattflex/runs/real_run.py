@@ -53,7 +53,6 @@ import contextlib
 import datetime as dt
 import json
 import logging
-import math
 import os
 import re
 import shlex
@@ -64,9 +63,10 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -89,7 +89,7 @@ RDZV_BASE_PORT = 29400      # torchrun's default c10d port; the fallback port is
 
 
 def utc_now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 # ---- training subprocess -----------------------------------------------------------------------
@@ -319,7 +319,7 @@ def run_node(spec: dict[str, Any] | RunSpec, outdir: Path, t0: float, node_rank:
     return facts
 
 
-def clock_guard(spec: dict[str, Any], gpus: list[Any], opts: "RunOptions") -> contextlib.AbstractContextManager:
+def clock_guard(spec: dict[str, Any], gpus: list[Any], opts: RunOptions) -> contextlib.AbstractContextManager:
     """A clock group's (``knob: clock``) ``ClockGuard`` at ``spec["clock_mhz"]``, NVML locking
     unless the run only observes; a cap group's: nothing."""
     if spec.get("clock_mhz") is None:
@@ -349,7 +349,7 @@ class NodeSetup:
 
     @classmethod
     def open(cls, spec: RunSpec, outdir: Path, t0: float, node_rank: int = 0, rdzv: str | None = None,
-             train: TrainConfig | None = None, launch: list[str] | None = None) -> "NodeSetup":
+             train: TrainConfig | None = None, launch: list[str] | None = None) -> NodeSetup:
         """``train`` (default ``spec``'s, into ``outdir``) is the training job it launches;
         ``launch``: the user's own command instead (``wattflex.runs.command_run``), no config."""
         opts = spec.options

@@ -109,7 +109,7 @@ class ThroughputSource:
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any], where: str = "command.throughput", seq_len: int | None = None,
-                  gpus: int = 1) -> "ThroughputSource":
+                  gpus: int = 1) -> ThroughputSource:
         spec = dict(spec or {})
         kinds = [k for k in ("preset", "regex", "steps_file") if spec.get(k)]
         if len(kinds) != 1:
@@ -178,7 +178,7 @@ class ThroughputSource:
             return None
         return _num(g.get("step")), tps * self.gpu_factor, _num(g.get("loss"))
 
-    def reader(self) -> "LineReader":
+    def reader(self) -> LineReader:
         return LineReader(self)
 
     def describe(self) -> dict[str, Any]:

@@ -3,8 +3,11 @@
 callbacks (its ProgressCallback draws the bars; disable_tqdm=False). Its output, to a file,
 is what tqdm writes there (\\r updates, the evaluation bar one row down).
 usage: run_trainer.py OUTPUT_DIR > trainer.log"""
-import sys, torch
+import sys
+
+import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
 torch.manual_seed(0)
 cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                   num_key_value_heads=1, max_position_embeddings=32)

@@ -4,10 +4,13 @@ files) in a real Lightning 2.6.6 Trainer on CPU: 6 steps, validation every 3 (2 
 The module logs the progress-bar metrics NeMo's MegatronStrategy / MegatronDataSampler /
 TimingCallback log (same names, prog_bar=True), with fixed values so the lines are predictable.
 usage: make_lines.py NEMO_CALLBACKS_DIR bar|printer"""
-import importlib.util, sys
-import torch
+import importlib.util
+import sys
+
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.strategies import SingleDeviceStrategy
+
 
 def load(name):
     spec = importlib.util.spec_from_file_location(name, f"{sys.argv[1]}/{name}.py")

@@ -2,7 +2,9 @@
 torchtitan 0.3.0 wheel, its logger's format from init_logger) for a short run: steps 1-5,
 validation at step 5, steps 6-7; each step 8,192 tokens on a clock advanced by hand.
 usage: PYTHONPATH=<torchtitan 0.3.0 wheel, unpacked> make_lines.py color|plain"""
-import importlib.abc, importlib.machinery, sys
+import importlib.abc
+import importlib.machinery
+import sys
 from unittest import mock
 
 # torchtitan's import-time dependencies that the metrics code does not use here.

@@ -13,10 +13,10 @@ import pytest
 from tests.fakes import fake_pynvml
 from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
 from wattflex import cli
+from wattflex.gpus import GPUS
 from wattflex.runs.devices import caps
 from wattflex.runs.devices.emulated import EmulatedDevice
 from wattflex.runs.devices.nvml import open_gpus
-from wattflex.gpus import GPUS
 
 pytestmark = pytest.mark.fake_gpu
 FAKES = Path(fake_pynvml.__file__).resolve().parent

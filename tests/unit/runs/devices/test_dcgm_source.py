@@ -15,9 +15,9 @@ from tests.fakes.dcgm_fixture import DMON, EXPORTER, exporter_url, fake_dcgmi_on
 from tests.fakes.nvml_fixture import fake_nvml  # noqa: F401 (fixture)
 from wattflex.errors import ConfigError
 from wattflex.ingest.dcgm import read_dcgm_exporter, read_dcgmi_dmon
+from wattflex.runs import real_run
 from wattflex.runs.devices import dcgm, nvml
 from wattflex.runs.devices.base import TelemetrySampler
-from wattflex.runs import real_run
 
 PROFILING = ["dram_active", "sm_active", "tensor_active", "gpu_util", "mem_copy_util"]
 

@@ -3,7 +3,6 @@ only the NVML library is fake; wattflex's device, sampler and schema code is rea
 
 import logging
 import math
-import sys
 import time
 
 import pytest

@@ -18,14 +18,13 @@ import pytest
 
 from tests.fakes import fake_pynvml
 from tests.fakes.nvml_fixture import fake_nvml  # noqa: F401 (fixture)
-from tests.unit.runs.test_real_run import _cmdline_has, cuda_spec
 from tests.unit.runs.sweep.test_sweep_algorithm import FakeGpu
+from tests.unit.runs.test_real_run import _cmdline_has, cuda_spec
 from wattflex.runs.devices.caps import CapConstraintError, CapError
 from wattflex.runs.sweep.algorithm import restored_on_exit
 from wattflex.runs.sweep.real import GpuSet, read_live_steps, write_real_sweep_run
 from wattflex.runs.training.config import TrainConfig
-from wattflex.runs.training.loop import train
-from wattflex.runs.training.loop import LIVE_STEPS_FILE, STOP_FILE
+from wattflex.runs.training.loop import LIVE_STEPS_FILE, STOP_FILE, train
 
 CAPS = [300.0, 450.0, 600.0]    # below the fake GPUs' 700 W limit, so the restore is a visible set
 # Loose enough for CPU step-time noise: these tests are about control flow, not precision.

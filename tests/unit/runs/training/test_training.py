@@ -16,13 +16,12 @@ import pytest
 import torch
 import yaml
 
+from wattflex.gpus import peak_bf16_flops
 from wattflex.provenance import read_json, read_parquet
+from wattflex.runs.training import checkpoint as ckpt
+from wattflex.runs.training import data, models
 from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.loop import train
-from wattflex.runs.training import checkpoint as ckpt
-from wattflex.runs.training import data
-from wattflex.runs.training import models
-from wattflex.gpus import peak_bf16_flops
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 REPO = Path(__file__).resolve().parents[4]

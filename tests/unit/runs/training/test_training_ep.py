@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from wattflex.runs.training import models
+from wattflex.runs.training import parallel as par
 from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.loop import train
-from wattflex.runs.training import parallel as par
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 REPO = Path(__file__).resolve().parents[4]

@@ -13,7 +13,8 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import pandas as pd
 
@@ -42,7 +43,7 @@ class CapPermissionError(CapError, PermissionError):
 LIMIT_TOLERANCE_W = 1.0     # NVML limits are in mW; differences below 1 W are rounding
 
 
-def check_cap(device: "PowerCapDevice", cap_w: float) -> None:
+def check_cap(device: PowerCapDevice, cap_w: float) -> None:
     """Refuse a cap outside what ``device`` accepts, with a message that says the range."""
     lo, hi = device.constraints()
     if not lo - LIMIT_TOLERANCE_W <= cap_w <= hi + LIMIT_TOLERANCE_W:
@@ -137,7 +138,7 @@ class TelemetrySampler:
             next_t = max(next_t + self.period_s, self.clock())   # a slow read skips ahead, no burst
             self._stop.wait(max(0.0, next_t - self.clock()))
 
-    def start(self) -> "TelemetrySampler":
+    def start(self) -> TelemetrySampler:
         self._thread = threading.Thread(target=self._run, name="wattflex-sampler", daemon=True)
         self._thread.start()
         return self
@@ -150,7 +151,7 @@ class TelemetrySampler:
     def frame(self) -> pd.DataFrame:
         return telemetry_frame(self.rows)
 
-    def __enter__(self) -> "TelemetrySampler":
+    def __enter__(self) -> TelemetrySampler:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

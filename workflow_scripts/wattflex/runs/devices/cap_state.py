@@ -24,9 +24,10 @@ import json
 import os
 import secrets
 import stat
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from wattflex.provenance import strict_json
 from wattflex.runs.devices.base import CapError

@@ -27,8 +27,9 @@ import socket
 import string
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from wattflex.runs.devices import cap_state
 from wattflex.runs.devices.base import (
@@ -325,7 +326,7 @@ class CapGuard:
         self._install()
         self.applied = True
 
-    def __enter__(self) -> "CapGuard":
+    def __enter__(self) -> CapGuard:
         if self.mode == "observe":
             self.enforced_w = [g.enforced_limit_w() for g in self.gpus]
             return self

@@ -18,8 +18,9 @@ at the job's end).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from wattflex.runs.devices import cap_state
 from wattflex.runs.devices.base import CapConstraintError, CapError
@@ -57,7 +58,7 @@ class ClockGuard(CapGuard):
         self.mode, self.clock_mhz = mode, float(clock_mhz)
         self.clocks_read: list[float] = []
 
-    def __enter__(self) -> "ClockGuard":
+    def __enter__(self) -> ClockGuard:
         if self.mode == "observe":
             self.clocks_read = [g.sm_clock_mhz() for g in self.gpus]
             return self

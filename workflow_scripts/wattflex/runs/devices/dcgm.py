@@ -49,8 +49,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -80,7 +81,7 @@ class DcgmSettings:
     dcgmi: str = "dcgmi"
 
     @classmethod
-    def from_spec(cls, dcgm: dict[str, Any] | None) -> "DcgmSettings":
+    def from_spec(cls, dcgm: dict[str, Any] | None) -> DcgmSettings:
         dcgm = dict(dcgm or {})
         mode = str(dcgm.get("mode", "dmon"))
         if mode not in READ_MODES:
@@ -391,7 +392,7 @@ class DcgmSampler:
     errors: list[str] = field(default_factory=list)
 
     @classmethod
-    def open(cls, nvml_sampler: Any, settings: DcgmSettings | None, gpu_ids: Sequence[int], node: str) -> "DcgmSampler":
+    def open(cls, nvml_sampler: Any, settings: DcgmSettings | None, gpu_ids: Sequence[int], node: str) -> DcgmSampler:
         settings = settings or DcgmSettings()
         reader_cls = DmonReader if settings.mode == "dmon" else ExporterReader
         period = nvml_sampler.period_s
@@ -403,7 +404,7 @@ class DcgmSampler:
     def period_s(self) -> float:
         return self.nvml.period_s
 
-    def start(self) -> "DcgmSampler":
+    def start(self) -> DcgmSampler:
         self.reader.start()
         self.nvml.start()
         return self
@@ -426,7 +427,7 @@ class DcgmSampler:
         return {**self.reader.describe(), "columns": self.columns, "staleness_s": self.staleness_s,
                 "errors": self.errors}
 
-    def __enter__(self) -> "DcgmSampler":
+    def __enter__(self) -> DcgmSampler:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -18,16 +18,25 @@ between. Deterministic per seed.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
-from wattflex.runs.emulator import (PHYSICS, JobSpec, Physics, calibrated_physics, gpu_leakages, job_at_caps,
-                                    memory_footprint_gib, physics_for_gpu)
 from wattflex.metrics import telemetry_columns
+from wattflex.runs.emulator import (
+    PHYSICS,
+    JobSpec,
+    Physics,
+    calibrated_physics,
+    gpu_leakages,
+    job_at_caps,
+    memory_footprint_gib,
+    physics_for_gpu,
+)
 from wattflex.runs.spec import RunSpec
 from wattflex.schema import section_defaults
 from wattflex.telemetry import STEP_COLUMNS

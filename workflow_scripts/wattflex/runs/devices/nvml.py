@@ -26,7 +26,8 @@ import logging
 import math
 import os
 import socket
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from wattflex.metrics import gpm_metrics
 from wattflex.runs.devices.base import LIMIT_TOLERANCE_W, CapError, CapPermissionError, check_cap, empty_row

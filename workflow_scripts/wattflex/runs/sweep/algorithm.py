@@ -37,8 +37,9 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -285,7 +286,7 @@ class SweepSettings:
     mc_samples: int = _STAIRCASE["mc_samples"]               # adaptive: Monte Carlo samples of each CI check
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any] | None) -> "SweepSettings":
+    def from_config(cls, cfg: dict[str, Any] | None) -> SweepSettings:
         return cls(**{k: v for k, v in (cfg or {}).items() if k in cls.__dataclass_fields__})
 
 

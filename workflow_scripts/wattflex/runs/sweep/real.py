@@ -31,20 +31,35 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import pandas as pd
 
+from wattflex.provenance import read_json, strict_json
 from wattflex.runs.devices.base import check_cap
 from wattflex.runs.devices.caps import CapError, CapGuard, restore_each
-from wattflex.provenance import read_json, strict_json
-from wattflex.runs.real_run import (NODE_DIR, NodeSetup, RunOptions, _node_hosts, align_nodes, assemble,
-                                    first_on_interrupt, gpus_per_node, node_agent_command, node_main,
-                                    rendezvous_endpoint, start_training, terminate, training_error, utc_now)
+from wattflex.runs.real_run import (
+    NODE_DIR,
+    NodeSetup,
+    RunOptions,
+    _node_hosts,
+    align_nodes,
+    assemble,
+    first_on_interrupt,
+    gpus_per_node,
+    node_agent_command,
+    node_main,
+    rendezvous_endpoint,
+    start_training,
+    terminate,
+    training_error,
+    utc_now,
+)
 from wattflex.runs.runner import atomic_run_dir
-from wattflex.runs.sweep.algorithm import CapDevice, run_controller, separate_sweep_seconds, sweep_record
 from wattflex.runs.spec import RunSpec
+from wattflex.runs.sweep.algorithm import CapDevice, run_controller, separate_sweep_seconds, sweep_record
 from wattflex.telemetry import job_series
 
 STOP_GRACE_S = 300.0  # a stop waits for the current step, or an eval/checkpoint in progress

@@ -35,8 +35,9 @@ samples the controller accepted.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -59,7 +60,7 @@ class SteadyCriteria:
     drift_z: float = _STAIRCASE["drift_z"]               # significance of a trend before it can disqualify a window
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any] | None) -> "SteadyCriteria":
+    def from_config(cls, cfg: dict[str, Any] | None) -> SteadyCriteria:
         return cls(**{k: v for k, v in (cfg or {}).items() if k in cls.__dataclass_fields__})
 
 

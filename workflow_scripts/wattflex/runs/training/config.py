@@ -81,7 +81,7 @@ class TrainConfig:
         return self.precision or ("bf16-mixed" if self.device == "cuda" else "fp32")
 
     @classmethod
-    def from_spec(cls, spec: dict[str, Any], outdir: str | Path) -> "TrainConfig":
+    def from_spec(cls, spec: dict[str, Any], outdir: str | Path) -> TrainConfig:
         """The training part of a ``run_at_cap`` spec (see ``wattflex.runs.real_run``)."""
         group, run, cuda = spec.get("group", {}), spec.get("run", {}), spec.get("cuda", {})
         return cls(
@@ -177,7 +177,7 @@ class TrainConfig:
         Path(path).write_text(strict_json(asdict(self), indent=2) + "\n")
 
     @classmethod
-    def from_json(cls, path: str | Path) -> "TrainConfig":
+    def from_json(cls, path: str | Path) -> TrainConfig:
         return cls(**json.loads(Path(path).read_text()))
 
 

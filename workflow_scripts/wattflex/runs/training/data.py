@@ -12,8 +12,8 @@ with a per-sequence start and stride), so a few steps of training visibly lower 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
