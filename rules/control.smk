@@ -120,6 +120,7 @@ rule flexibility_statement:
     page an operator hands over. A final product (FINAL_RULES in rules/common/paths.smk)."""
     input:
         runs=f"{RESULTS}/runs.parquet",
+        plan=f"{RESULTS}/tables/resource_plan.csv",
         **({"mv": f"{CONTROL_DIR}/mv.csv"} if CONTROL_SCENARIOS else {}),
     output:
         **with_sidecars(
@@ -130,6 +131,8 @@ rule flexibility_statement:
             notice=f"{RESULTS}/statement/notice.csv",
             baselines=f"{RESULTS}/statement/baselines.csv",
             baseline_days=f"{RESULTS}/statement/baseline_days.csv",
+            knobs=f"{RESULTS}/statement/knobs.csv",
+            knob_jobs=f"{RESULTS}/statement/knob_jobs.csv",
         ),
         program=f"{RESULTS}/statement/openadr3_program.json",
         program_meta=f"{RESULTS}/statement/openadr3_program.json.meta.json",

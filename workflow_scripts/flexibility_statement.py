@@ -16,7 +16,7 @@ runs = read_parquet(smk.input.runs)
 mv = read_csv(smk.input.mv) if smk.input.get("mv") else None
 log.info("statement: %d draws of a %d-job site", settings.n_draws, settings.jobs_per_workload)
 stmt = build_statement(runs, mv, settings, ClusterConfig.from_dict(smk.params.cluster), smk.params.campaign,
-                       smk.params.allocation["groups_set"])
+                       smk.params.allocation["groups_set"], read_csv(smk.input.plan))
 prov = provenance(params={"statement": smk.params.statement, "allocation": smk.params.allocation,
                           "cluster": smk.params.cluster}, inputs=list(smk.input), backend=stmt.backend)
 write_together(statement_files(stmt, dict(smk.output.items()), prov))

@@ -169,3 +169,20 @@ def test_offer_statement_refuses_a_curve_table(tmp_path, run_cli):
     pd.DataFrame({"job": ["a", "a"], "power_w": [1, 2], "throughput": [1, 2]}).to_csv(tmp_path / "c.csv", index=False)
     res = run_cli("offer", "c.csv", "--statement", "st", cwd=tmp_path)
     assert res.returncode == 2 and "runs.parquet" in res.stderr and not (tmp_path / "st").exists()
+
+
+def test_deep_events_past_the_caps_floor_take_the_cheapest_mix():
+    groups = st.groups_from_runs(runs_table())
+    plan = pd.DataFrame({"group": ["pt", "lora"], "startup_s": [120.0, 60.0], "checkpoint_write_s": [30.0, 10.0]})
+    s = st.StatementSettings(**SITE, depths=(0.1,), n_draws=2, history_days=12, baseline=st.BaselineRule(days=10),
+                             deep_depths=(0.3, 0.8), deep_notice_s=600.0)
+    jobs = st.knob_jobs(groups, np.array([0, 1]), plan, 1800.0, np.random.default_rng(0))
+    knobs, per_job = st.deep_events(jobs, s)
+    by = knobs.set_index(["depth", "strategy"])
+    # floors: 400 + 300 of 1500 W, so caps reach 53 % and not 80 %
+    assert by.loc[(0.3, "caps only"), "feasible"] and not by.loc[(0.8, "caps only"), "feasible"]
+    mix = by.loc[(0.8, "chosen mix")]
+    assert mix["feasible"] and mix["tokens_lost"] <= by.loc[(0.8, "pause only"), "tokens_lost"] + 1e-6
+    assert by.loc[(0.3, "chosen mix"), "tokens_lost"] <= by.loc[(0.3, "caps only"), "tokens_lost"] + 1e-6
+    assert set(per_job["depth"]) == {0.8} and per_job["why"].map(bool).all()
+    assert any("cannot" in line for line in st.knob_lines(knobs))

@@ -43,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--statement", metavar="DIR", help="write the site's flexibility statement into DIR instead "
                                                           "(needs a runs.parquet)")
     parser.add_argument("--mv", metavar="MV.csv", help="--statement: M&V records of controlled events (control/mv.csv)")
+    parser.add_argument("--plan", metavar="PLAN.csv", help="--statement: the resource plan (tables/resource_plan.csv), "
+                                                           "for the knob menu's deep events")
 
 
 def default_curves(config: str) -> str:
@@ -88,6 +90,7 @@ def job_points(points, jobs: list[str]):
 
 STATEMENT_FILES = {"shed": "shed.csv", "events": "events.csv", "calendar": "calendar.csv", "response": "response.csv",
                    "notice": "notice.csv", "baselines": "baselines.csv", "baseline_days": "baseline_days.csv",
+                   "knobs": "knobs.csv", "knob_jobs": "knob_jobs.csv",
                    "program": "openadr3_program.json", "report": "openadr3_report.json", "page": "statement.md"}
 
 
@@ -106,10 +109,11 @@ def write_statement(args: argparse.Namespace, path: str) -> int:
     cfg = load_config(args.config)
     out = Path(args.statement)
     paths = {k: str(out / name) for k, name in STATEMENT_FILES.items()}
-    inputs = [path] + ([args.mv] if args.mv else [])
+    inputs = [path] + [p for p in (args.mv, args.plan) if p]
     check_outputs([p for v in paths.values() for p in (v, f"{v}.meta.json")], inputs)
-    if args.mv:
-        check_input_file(args.mv, "--mv")
+    for opt, given in (("--mv", args.mv), ("--plan", args.plan)):
+        if given:
+            check_input_file(given, opt)
     runs = read_parquet(path)
     missing = {"group", "cap_w", "power_w", "tokens_per_s", "gpus", "task"} - set(runs.columns)
     if missing:
@@ -117,7 +121,7 @@ def write_statement(args: argparse.Namespace, path: str) -> int:
     settings = StatementSettings.from_config(cfg["statement"], cfg["allocation"])
     stmt = build_statement(runs, read_csv(args.mv) if args.mv else None, settings,
                            ClusterConfig.from_dict(cfg["control"]["cluster"]), cfg["campaign"],
-                           cfg["allocation"]["groups_set"])
+                           cfg["allocation"]["groups_set"], read_csv(args.plan) if args.plan else None)
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance(params={"statement": cfg["statement"], "config": args.config}, inputs=inputs, backend=stmt.backend)
     write_together(statement_files(stmt, paths, prov))

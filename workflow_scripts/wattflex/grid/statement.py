@@ -68,6 +68,8 @@ class StatementSettings:
     n_draws: int = _S["n_draws"]
     response_policy: str = _S["response_policy"]
     history_days: int = _S["history_days"]
+    deep_depths: tuple[float, ...] = _floats("deep_depths")
+    deep_notice_s: float = _S["deep_notice_s"]
     event_start_h: float = _S["event_start_h"]
     baseline: BaselineRule = field(default_factory=BaselineRule)
 
@@ -379,12 +381,79 @@ def statement_lines(shed: pd.DataFrame, calendar: pd.DataFrame, response: pd.Dat
     return lines
 
 
+def knob_lines(knobs: pd.DataFrame) -> list[str]:
+    """The deep events in sentences: what caps alone cannot do, and the chosen mix's cost."""
+    if knobs.empty:
+        return []
+    out = []
+    for depth, d in knobs.groupby("depth", sort=True):
+        by = d.set_index("strategy")
+        mix = by.loc["chosen mix"]
+        caps = "caps alone can" if by.loc["caps only", "feasible"] else "caps alone cannot"
+        if not mix["feasible"]:
+            out.append(f"A {100 * depth:.0f} % cut ({mix['shed_kw']:.0f} kW): no mix reaches it ({mix['reason']}).")
+            continue
+        pause = by.loc["pause only"]
+        alt = f"; pausing alone {pause['tokens_lost']:.3g}" if pause["feasible"] else "; pausing alone cannot"
+        out.append(f"A {100 * depth:.0f} % cut ({mix['shed_kw']:.0f} kW of the first drawn site): {caps}; the "
+                   f"cheapest mix ({mix['knobs']}) loses {mix['tokens_lost']:.3g} tokens{alt}.")
+    return out
+
+
 def as_markdown(lines: Sequence[str], tables: Mapping[str, pd.DataFrame], title: str) -> str:
     """The handover page: the statement's sentences, then its tables."""
     out = [f"# {title}", ""] + [f"- {line}" for line in lines] + [""]
     for name, df in tables.items():
         out += [f"## {name}", "", df.to_markdown(index=False, floatfmt=".4g"), ""]
     return "\n".join(out)
+
+
+KNOB_STRATEGIES = {"caps only": ("cap",), "pause only": ("pause",), "requeue only": ("requeue",),
+                   "chosen mix": ("cap", "pause", "requeue")}
+
+
+def knob_jobs(groups: Groups, index: np.ndarray, plan: pd.DataFrame, checkpoint_every_s: float,
+              rng: np.random.Generator) -> list[Any]:
+    """The jobs of one drawn site as the knob menu sees them: each group's measured cap curve,
+    its GPUs' idle power, the resource plan's start-up and checkpoint write time, and the age
+    of its last checkpoint drawn uniform in ``[0, checkpoint_every_s)`` (the control study's
+    checkpoint interval). No clock curve: the campaign's cap groups measured none."""
+    from wattflex.allocation.knobs import Job
+    from wattflex.gpus import GPUS
+
+    by_group = plan.set_index("group")
+    jobs = []
+    for k, g in enumerate(index):
+        name, row = groups.names[g], groups.table.iloc[g]
+        p = by_group.loc[name]
+        gpu = GPUS[str(row.get("gpu_model", "H200"))]
+        jobs.append(Job(f"{k:03d}:{name}", (groups.curves.power_w[g], groups.curves.throughput[g]),
+                        idle_w=float(row["gpus"]) * gpu.idle_w, restart_s=float(p["startup_s"]),
+                        checkpoint_write_s=float(p["checkpoint_write_s"]),
+                        since_checkpoint_s=float(rng.uniform(0.0, checkpoint_every_s))))
+    return jobs
+
+
+def deep_events(jobs: Sequence[Any], s: StatementSettings) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per deep depth and strategy (caps only, pause only, requeue only, the chosen mix of
+    all three): tokens lost over an event of ``event_hours`` with ``deep_notice_s`` notice,
+    or why it is infeasible; and the deepest feasible mix's per-job table (knob, kW, tokens,
+    why)."""
+    from wattflex.allocation.knobs import Event, choose
+
+    site_w = sum(j.ceiling_w for j in jobs)
+    rows, deepest = [], None
+    for depth in s.deep_depths:
+        event = Event(depth * site_w, 3600.0 * s.event_hours, s.deep_notice_s)
+        for name, knobs in KNOB_STRATEGIES.items():
+            c = choose(jobs, event, knobs)
+            rows.append({"depth": depth, "shed_kw": depth * site_w / 1e3, "strategy": name, "feasible": c.feasible,
+                         "tokens_lost": c.tokens_lost if c.feasible else math.nan,
+                         "knobs": ", ".join(f"{k} {v}" for k, v in sorted(c.counts().items())) if c.feasible else "",
+                         "reason": c.reason})
+            if name == "chosen mix" and c.feasible:
+                deepest = c.table.assign(depth=depth)
+    return pd.DataFrame(rows), (deepest if deepest is not None else pd.DataFrame(columns=["job", "knob", "why"]))
 
 
 @dataclass(frozen=True)
@@ -401,10 +470,12 @@ class Statement:
 
 
 def build_statement(runs: pd.DataFrame, mv: pd.DataFrame | None, s: StatementSettings, cluster: Any,
-                    campaign: str, groups_set: str | None = None) -> Statement:
+                    campaign: str, groups_set: str | None = None, plan: pd.DataFrame | None = None) -> Statement:
     """The statement of a campaign: its ``runs.parquet`` rows (those of ``groups_set`` when it
-    has some), its controlled events' M&V records (``None``: none were run) and the control
-    study's ``ClusterConfig`` (the meter history's job stream)."""
+    has some), its controlled events' M&V records (``None``: none were run), the control
+    study's ``ClusterConfig`` (the meter history's job stream) and the resource plan's table
+    (``tables/resource_plan.csv``: start-up and checkpoint times for the knob menu; ``None``:
+    no deep events)."""
     from dataclasses import replace
 
     from wattflex.allocation.simulate import mix_unavailable
@@ -436,9 +507,17 @@ def build_statement(runs: pd.DataFrame, mv: pd.DataFrame | None, s: StatementSet
     days = baseline_errors(t, true_load, known_load, s)
     tables = {"shed": shed, "events": events_table(shed, s), "calendar": calendar, "response": response,
               "notice": notice_table(response, s), "baselines": baseline_summary(days, shed, s), "baseline_days": days}
+    if plan is not None and set(groups.names) <= set(plan["group"]):
+        index = sample_workloads(groups.table, s.mix, 1, s.jobs_per_workload, np.random.default_rng(s.seed),
+                                 s.pretraining_fraction)[0]
+        jobs = knob_jobs(groups, index, plan, cluster.checkpoint_every_s, np.random.default_rng(s.seed + 2))
+        tables["knobs"], tables["knob_jobs"] = deep_events(jobs, s)
+    else:
+        notes.append("no resource plan for every group: deep events (the knob menu) left out")
+        tables["knobs"], tables["knob_jobs"] = pd.DataFrame(), pd.DataFrame()
     program, report = openadr3_objects(shed, response, s, campaign, backend)
-    lines = statement_lines(shed, calendar, response, tables["baselines"], s, backend) + notes
-    shown = {k.replace("_", " ").capitalize(): v for k, v in tables.items() if k != "baseline_days"}
+    lines = statement_lines(shed, calendar, response, tables["baselines"], s, backend) + knob_lines(tables["knobs"]) + notes
+    shown = {k.replace("_", " ").capitalize(): v for k, v in tables.items() if k not in ("baseline_days", "knob_jobs")}
     page = as_markdown(lines, shown, f"Flexibility statement: {campaign} ({backend_label(backend)})")
     return Statement(tables, program, report, lines, notes, page, s, backend)
 
