@@ -143,7 +143,11 @@ rule flexibility_statement:
         figure=figure_output(f"{RESULTS}/statement/statement.png"),
     params:
         statement=section("statement"),
-        allocation=section("allocation"),
+        # only the allocation study's site (StatementSettings.from_config): its other settings rerun nothing here
+        allocation=canonical({"jobs_per_workload": config["allocation"]["jobs_per_workload"],
+                              "headline": {"mix": config["allocation"]["headline"]["mix"]},
+                              "production": {"pretraining_fraction": config["allocation"]["production"]["pretraining_fraction"]},
+                              "seed": config["allocation"]["seed"], "groups_set": config["allocation"]["groups_set"]}),
         cluster=canonical(CONTROL["cluster"]),
         campaign=config["campaign"],
         figures=section("figures"),

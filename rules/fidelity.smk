@@ -7,11 +7,6 @@
 FIDELITY_TABLES = f"{RESULTS}/tables"
 
 
-def public_sweep_files(folder, pattern):
-    """The shipped public sweep files of resources/external/<folder> matching ``pattern``."""
-    return sorted(workflow_file(p) for p in (Path(workflow.basedir) / "resources" / "external" / folder).glob(pattern))
-
-
 rule fidelity:
     """fidelity.csv (per group, in or out of the calibration's sample), fidelity_summary.csv
     (metrics vs targets, seed distribution), fidelity_sensitivity.csv (one constant at a time),

@@ -32,6 +32,12 @@ def workflow_file(path):
     return stable_path(resolve_path(path, Path(workflow.basedir)))
 
 
+def public_sweep_files(folder, pattern):
+    """The shipped public sweep files of resources/external/<folder> matching ``pattern``
+    (rules/fidelity.smk scores the emulator on them)."""
+    return sorted(workflow_file(p) for p in (Path(workflow.basedir) / "resources" / "external" / folder).glob(pattern))
+
+
 # The paper's published tables (resources/paper/tables; paper_tables_dir relative to the
 # workflow directory). The tables each rule's script reads are its input.published (listed
 # below), so editing a published CSV reruns what shows it; the script gets their folder.

@@ -34,7 +34,8 @@ N_RUNS = 6 + 4 + 4 + 1  # first group on the six-cap grid, two on four caps, one
 # analysis includes it.
 FIDELITY = {"fidelity": 1, "fidelity_figure": 1}
 ANALYSIS = {"collect_runs": 1, "compute_pfi": 1, "compare_pfi_published": 1, "core_figures": 1, "cluster_stats": 1,
-            "fit_predictor": 1, "paper_tables": 1, "analysis_figures": 1, "offer": 1, **FIDELITY}
+            "fit_predictor": 1, "paper_tables": 1, "analysis_figures": 1, "offer": 1, "flexibility_statement": 1,
+            **FIDELITY}
 
 
 def allocation_wired() -> bool:
@@ -49,8 +50,9 @@ ALLOCATION_FIGURES = {"allocation_figures": 1} if allocation_wired() else {}
 FINAL = {"report": 1, "all": 1}
 # The control study (rules/control.smk; config/config.yaml's, merged under the campaign): the
 # truth tables of the groups (their config, the emulator, the telemetry columns), then one
-# simulation per scenario, which reads the predictor's model, then the figures.
-CONTROL_FIGURES = {"control_figures": 1}
+# simulation per scenario, which reads the predictor's model, then the figures and the
+# flexibility statement (its response times come from the control study's M&V).
+CONTROL_FIGURES = {"control_figures": 1, "flexibility_statement": 1}
 CONTROL_SIMULATIONS = {"simulate_control": 2, **CONTROL_FIGURES}
 CONTROL = {"control_truth": 1, **CONTROL_SIMULATIONS}
 EVERYTHING_AFTER_SUMMARIES = {**ANALYSIS, **ALLOCATION, **CONTROL_SIMULATIONS, **FINAL}
@@ -105,6 +107,7 @@ def test_predictor_features_rerun_predictor_allocation_and_reports_not_runs_or_p
 def test_plot_styling_reruns_figures_and_the_report_only(campaign):
     campaign.edit_config(lambda c: c["figures"].update(dpi=61))
     assert campaign.plan() == {"core_figures": 1, "analysis_figures": 1, "fidelity_figure": 1, "offer": 1,
+                               "flexibility_statement": 1,
                                **ALLOCATION_FIGURES, **CONTROL_FIGURES, **FINAL}
 
 
@@ -170,7 +173,8 @@ def test_a_statistics_setting_reruns_only_its_stage_and_what_reads_it(campaign):
 
 # ---- code changes (Snakemake does not see imported modules: code_fingerprint does) -------
 
-FIGURE_RULES = {"core_figures": 1, "analysis_figures": 1, "fidelity_figure": 1, "offer": 1, **ALLOCATION_FIGURES,
+FIGURE_RULES = {"core_figures": 1, "analysis_figures": 1, "fidelity_figure": 1, "offer": 1, "flexibility_statement": 1,
+                **ALLOCATION_FIGURES,
                 **CONTROL_FIGURES}
 
 

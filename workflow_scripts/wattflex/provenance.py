@@ -122,9 +122,11 @@ def provenance(params: Any = None, inputs: Iterable[str | os.PathLike] = (), bac
 
 def artifact_meta(path: str | os.PathLike) -> dict[str, Any] | None:
     """The ``{schema_version, provenance, ...}`` document of any wattflex artifact (parquet,
-    JSON, CSV via its sidecar, PNG, report HTML), or None if ``path`` carries none."""
+    JSON, CSV via its sidecar, PNG, report HTML, a plain document such as an OpenADR object via
+    its sidecar), or None if ``path`` carries none."""
     path = Path(path)
     suffix = path.suffix.lower()
+    sidecar = Path(f"{path}.meta.json")
     try:
         if suffix == ".parquet":
             import pyarrow.parquet as pq
@@ -133,9 +135,10 @@ def artifact_meta(path: str | os.PathLike) -> dict[str, Any] | None:
             return json.loads(raw) if raw else None
         if suffix == ".json":
             doc = json.loads(path.read_text())
-            return doc if isinstance(doc, dict) and "schema_version" in doc else None
-        if suffix == ".csv":
-            sidecar = Path(f"{path}.meta.json")
+            if isinstance(doc, dict) and "schema_version" in doc:
+                return doc
+            return json.loads(sidecar.read_text()) if sidecar.is_file() else None
+        if suffix in (".csv", ".md"):
             return json.loads(sidecar.read_text()) if sidecar.is_file() else None
         if suffix == ".png":
             from PIL import Image

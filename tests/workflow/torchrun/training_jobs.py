@@ -29,10 +29,11 @@ PROBE_PREAMBLE = textwrap.dedent("""
 """)
 
 
-def torchrun(args: list[str], nproc: int = 2) -> subprocess.CompletedProcess:
+def torchrun(args: list[str], nproc: int = 2, timeout_s: float = 300.0) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts"), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc-per-node={nproc}", *args], capture_output=True, text=True, env=env, timeout=300)
+                           f"--nproc-per-node={nproc}", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout_s)
 
 
 def train_torchrun(cfg, nproc: int = 2) -> subprocess.CompletedProcess:
@@ -98,7 +99,8 @@ class ProbeJob:
         return [json.loads((outdir / f"probe{rank}.json").read_text()) for rank in range(self.nproc)]
 
 
-def run_probes(cases: dict[str, tuple[str, object]], workdir: Path, nproc: int = 2) -> ProbeJob:
+def run_probes(cases: dict[str, tuple[str, object]], workdir: Path, nproc: int = 2,
+               timeout_s: float = 300.0) -> ProbeJob:
     """One job of ``nproc`` ranks that runs ``PROBE_PREAMBLE + body`` for each case ``name: (body,
     cfg)`` in turn; ``body`` writes ``probe<rank>.json`` into its ``cfg.outdir`` (one per case)."""
     plan = []
@@ -113,5 +115,5 @@ def run_probes(cases: dict[str, tuple[str, object]], workdir: Path, nproc: int =
         plan.append((case, str(script), str(cfg_path), cfg.outdir))
     (workdir / "probes.json").write_text(json.dumps(plan))
     (workdir / "probes.py").write_text(PROBE_DRIVER)
-    r = torchrun([str(workdir / "probes.py"), str(workdir / "probes.json")], nproc)
+    r = torchrun([str(workdir / "probes.py"), str(workdir / "probes.json")], nproc, timeout_s)
     return ProbeJob(r, outdirs, nproc)
