@@ -116,8 +116,14 @@ def test_openadr3_objects_validate_with_toadr3():
                                            "max_ramp_up_w_per_s": [1.0], "restore_time_s": [5.0],
                                            "deadline_met": [True]}))
     program, report = st.openadr3_objects(shed, resp, SETTINGS, "demo", "emulated")
-    Program.model_validate(json.loads(json.dumps(program)))
+    prog = Program.model_validate(json.loads(json.dumps(program)))
     rep = Report.model_validate(json.loads(json.dumps(report)))
+    # every field given is one the specification's models know and read back unchanged
+    for ours, model in ((program, prog), (report, rep)):
+        back = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+        assert set(ours) <= set(back)
+        assert {k: back[k] for k in ours if k not in ("resources",)} == {k: v for k, v in ours.items() if k != "resources"}
+    assert prog.program_name == "wattflex-demo" and rep.program_id == "wattflex-demo"
     kw = rep.resources[0].intervals[0].payloads[0].values[0]
     sure = shed[shed["caps_feasible_share"] >= 0.95]
     assert kw == pytest.approx(sure["shed_kw_p5"].max(), abs=1e-3)
