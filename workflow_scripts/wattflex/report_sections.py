@@ -160,7 +160,7 @@ SECTIONS: tuple[Section, ...] = (
              note="The meter history is simulated from the control study's job stream."),
         Item("statement/knobs.csv", "Events deeper than the caps' floor: tokens lost by caps only, pause only, "
                                     "requeue only and the cheapest mix (wattflex.allocation.knobs)",
-             note="The first drawn site; restart and checkpoint times from the resource plan."),
+             note="One site drawn as the statement draws its sites; restart and checkpoint times from the resource plan."),
         Item("statement/knob_jobs.csv", "The deepest feasible mix: which job took which knob and why"),
         Item("statement/statement.md", "The page an operator hands over"),
         Item("statement/openadr3_program.json", "The statement as an OpenADR 3 program object"),

@@ -192,3 +192,13 @@ def test_deep_events_past_the_caps_floor_take_the_cheapest_mix():
     assert by.loc[(0.3, "chosen mix"), "tokens_lost"] <= by.loc[(0.3, "caps only"), "tokens_lost"] + 1e-6
     assert set(per_job["depth"]) == {0.8} and per_job["why"].map(bool).all()
     assert any("cannot" in line for line in st.knob_lines(knobs))
+
+
+def test_two_power_sets_on_one_job_stream_are_each_ones_own_history():
+    groups = st.groups_from_runs(runs_table())
+    cc = ClusterConfig(gpus=8, mean_interarrival_s=3600.0)
+    p_max, known = st.curve_powers(groups, np.random.default_rng(0))
+    t, both = st.site_history(groups, np.stack([p_max, known + 10.0]), cc, SETTINGS, 50.0, np.random.default_rng(1))
+    _, one = st.site_history(groups, p_max, cc, SETTINGS, 50.0, np.random.default_rng(1))
+    _, other = st.site_history(groups, known + 10.0, cc, SETTINGS, 50.0, np.random.default_rng(1))
+    assert both.shape == (2, len(t)) and np.array_equal(both[0], one) and np.array_equal(both[1], other)

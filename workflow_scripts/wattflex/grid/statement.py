@@ -239,23 +239,24 @@ def site_history(groups: Groups, p_max_w: np.ndarray, cluster: Any, s: Statement
     ``history_days``. Jobs arrive and run as the control study's job stream
     (``wattflex.control.clustersim.draw_schedule``, ``cluster``: its ``ClusterConfig``); a job
     draws its group's uncapped power ``p_max_w`` while it trains and idle power during its
-    start-up and checkpoints; free GPUs idle."""
+    start-up and checkpoints; free GPUs idle. ``p_max_w`` (G,) or (R, G): R sets of group
+    powers on the one job stream give R histories, (R, len(t_s))."""
     from wattflex.control.clustersim import draw_schedule
 
     horizon = s.history_days * DAY_S
     sched = draw_schedule(groups.table, cluster, horizon, period_s, rng)
+    powers = np.atleast_2d(np.asarray(p_max_w, float))
     t = np.arange(0.0, horizon, period_s)
-    load = np.full(len(t), cluster.gpus * idle_w_per_gpu)
+    load = np.full((len(powers), len(t)), cluster.gpus * idle_w_per_gpu)
     for job in sched.itertuples():
         lo, hi = np.searchsorted(t, [max(job.start_s, 0.0), min(job.end_s, horizon)])
         if hi <= lo:
             continue
-        own = np.full(hi - lo, p_max_w[job.group] - job.gpus * idle_w_per_gpu)
         since = t[lo:hi] - job.start_s - cluster.startup_s
         pause = (since < 0) | ((since >= cluster.checkpoint_every_s)
                                & (np.mod(since, cluster.checkpoint_every_s) < cluster.checkpoint_s))
-        load[lo:hi] += np.where(pause, 0.0, own)
-    return t, load
+        load[:, lo:hi] += np.where(pause, 0.0, (powers[:, job.group] - job.gpus * idle_w_per_gpu)[:, None])
+    return t, (load[0] if np.ndim(p_max_w) == 1 else load)
 
 
 def baseline_errors(t_s: np.ndarray, true_w: np.ndarray, curves_w: np.ndarray, s: StatementSettings) -> pd.DataFrame:
@@ -279,7 +280,7 @@ def baseline_summary(errors: pd.DataFrame, shed: pd.DataFrame, s: StatementSetti
     """Per baseline method: bias, mean absolute and 90th-percentile absolute error (% of the
     load), and the worst error as a share of the kW shed at the headline depth."""
     methods = [c[: -len("_error_pct")] for c in errors.columns if c.endswith("_error_pct")]
-    head = shed.iloc[(shed["depth"] - s.headline_depth).abs().argmin()]
+    head = headline(shed, s)
     rows = []
     for m in methods:
         e = errors[f"{m}_error_pct"].to_numpy(float)
@@ -385,7 +386,7 @@ def knob_lines(knobs: pd.DataFrame) -> list[str]:
             continue
         pause = by.loc["pause only"]
         alt = f"; pausing alone {pause['tokens_lost']:.3g}" if pause["feasible"] else "; pausing alone cannot"
-        out.append(f"A {100 * depth:.0f} % cut ({mix['shed_kw']:.0f} kW of the first drawn site): {caps}; the "
+        out.append(f"A {100 * depth:.0f} % cut ({mix['shed_kw']:.0f} kW of one drawn site): {caps}; the "
                    f"cheapest mix ({mix['knobs']}) loses {mix['tokens_lost']:.3g} tokens{alt}.")
     return out
 
@@ -492,8 +493,9 @@ def build_statement(runs: pd.DataFrame, mv: pd.DataFrame | None, s: StatementSet
     true_w, known_w = curve_powers(groups, rng)
     models = groups.table["gpu_model"] if "gpu_model" in groups.table else ["H200"]
     idle_w = float(np.median([GPUS[g].idle_w for g in models]))
-    t, true_load = site_history(groups, true_w, cluster, s, idle_w, np.random.default_rng(s.seed + 1))
-    _, known_load = site_history(groups, known_w, cluster, s, idle_w, np.random.default_rng(s.seed + 1))
+    # one job stream, metered twice: with the true uncapped powers and as the curves know them
+    t, (true_load, known_load) = site_history(groups, np.stack([true_w, known_w]), cluster, s, idle_w,
+                                              np.random.default_rng(s.seed + 1))
     days = baseline_errors(t, true_load, known_load, s)
     tables = {"shed": shed, "events": events_table(shed, s), "calendar": calendar, "response": response,
               "notice": notice_table(response, s), "baselines": baseline_summary(days, shed, s), "baseline_days": days}
