@@ -250,6 +250,7 @@ def nvmlDeviceSetPowerManagementLimit(handle: int, limit_mw: int) -> None:
             raise NVMLError_InvalidArgument()
         g["limit_mw"] = int(limit_mw)
         s["set_calls"].append([handle, int(limit_mw)])
+        s.setdefault("set_t", []).append(time.time())      # when: a ramp is per second, not per call
 
 
 def nvmlDeviceSetGpuLockedClocks(handle: int, min_mhz: int, max_mhz: int) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from tests.fakes.nvml_fixture import control_popen, control_process, fake_nvml, limits_w  # noqa: F401 (fixture)
+from wattflex.allocation.nested import Laminar
 from wattflex.grid.slurm import (
     SlurmJob,
     agent_command,
@@ -66,6 +67,19 @@ def test_a_unit_that_stops_answering_is_charged_uncapped_and_the_rest_share_the_
     deep = split_budget(3500.0, floor, ceil, np.array([True, False, True]))
     np.testing.assert_allclose(deep[[0, 2]], [400, 1700])                 # one unit down to its floor
     assert np.isinf(split_budget(np.inf, floor, ceil, np.ones(3, bool))).all()
+
+
+def test_a_rack_whose_units_all_stop_answering_is_held_at_their_ceilings_and_the_rest_split():
+    # two racks of two units; rack r1's units fall silent (their agents slow to start): the
+    # split must go on over r2's units (it once failed on r1's empty water-fill)
+    fam = Laminar(np.array([-1, -1]), np.array([1500.0, np.inf]), np.array([0, 0, 1, 1]), ("rack:r1", "rack:r2"))
+    floor, ceil = np.full(4, 200.0), np.full(4, 700.0)
+    share = split_budget(2000.0, floor, ceil, np.array([False, False, True, True]), nested=fam)
+    assert np.isnan(share[:2]).all()
+    np.testing.assert_allclose(share[2:], [300.0, 300.0])          # 2000 less r1's 1400 uncapped
+    silent = split_budget(2000.0, floor, ceil, np.zeros(4, bool), nested=fam)
+    assert np.isnan(silent).all()
+    assert np.isnan(split_budget(np.inf, floor, ceil, np.array([False, False, True, True]), nested=fam)[:2]).all()
 
 
 def test_the_agent_is_a_step_inside_the_jobs_allocation(tmp_path):
@@ -301,12 +315,15 @@ def test_each_agent_holds_its_cap_changes_to_its_share_of_the_ramp_fake_nvml(fak
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    per_gpu: dict[int, list[float]] = {}
-    for gpu, mw in fake_nvml.state()["set_calls"]:
-        per_gpu.setdefault(gpu, []).append(mw / 1000)
-    for caps in per_gpu.values():
-        cuts = [min(a, 650.0) - b for a, b in zip(caps, caps[1:])]
-        assert max(cuts) <= 200.0 * 0.2 + 5.0 and len(caps) > 8, caps    # ... at the ramp, not at once
+    per_gpu: dict[int, list[tuple[float, float]]] = {}
+    state = fake_nvml.state()
+    for (gpu, mw), t in zip(state["set_calls"], state["set_t"]):
+        per_gpu.setdefault(gpu, []).append((t, mw / 1000))
+    for sets in per_gpu.values():
+        # each step moves at most the ramp x the time since the last (0.2 s, more on a loaded machine)
+        allowed = [200.0 * max(0.2, t1 - t0 + 0.05) + 5.0 for (t0, _), (t1, _) in zip(sets, sets[1:])]
+        cuts = [min(a, 650.0) - b for (_, a), (_, b) in zip(sets, sets[1:])]
+        assert all(c <= lim for c, lim in zip(cuts, allowed)) and len(sets) > 8, sets   # ... at the ramp, not at once
     assert limits_w() == [700.0, 700.0]
 
 

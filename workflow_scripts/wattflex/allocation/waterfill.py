@@ -15,6 +15,8 @@ def water_fill(cut_w: np.ndarray, headroom_w: np.ndarray, weights: np.ndarray) -
     cut = np.maximum(np.asarray(cut_w, float), 0.0)
     h = np.maximum(np.asarray(headroom_w, float), 0.0)
     w = np.asarray(weights, float)
+    if h.shape[-1] == 0:                  # no job (a rack whose units are all silent): nothing to split
+        return np.zeros(np.broadcast_shapes(cut.shape + (0,), h.shape))
     w = np.where(np.isfinite(w) & (w > 0) & (h > 0), w, 0.0)
     ratio = np.divide(h, w, out=np.full_like(h, np.inf), where=w > 0)
     order = np.argsort(ratio, axis=-1, kind="stable")

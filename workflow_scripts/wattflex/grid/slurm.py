@@ -358,7 +358,8 @@ def _split_nested(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarray, a
         floor_w[use], ceiling_w[use] = curves.floor_w[use], curves.ceiling_w[use]
     fam = nested.subset(alive, ceiling_w)                    # the silent units at their ceilings
     share = np.full(len(floor_w), np.nan)
-    share[alive] = nested_water_fill(budget_w, floor_w[alive], ceiling_w[alive], np.ones(int(alive.sum())), fam)
+    left = budget_w - ceiling_w[~alive].sum()                # the site's budget less the silent units
+    share[alive] = nested_water_fill(left, floor_w[alive], ceiling_w[alive], np.ones(int(alive.sum())), fam)
     if use.any() and policy != "equal-weight" and math.isfinite(budget_w):
         sub = nested.subset(use, np.where(alive, np.nan_to_num(share), ceiling_w))
         part = Curves(curves.power_w[use][None], curves.throughput[use][None])
