@@ -97,7 +97,7 @@ def main() -> None:
 {len(cases)} cases), torch {torch.__version__}, transformers {transformers.__version__}, {platform.machine()}.
 Each family: a tiny config of its transformers class (hidden 64, 2 layers, vocab 256; the published
 config's rotary settings and embedding tying: `tests/family_checkpoints.py` names each source),
-`save_pretrained`, loaded by the harness (`loop.prepare_model`, `cuda.model_path`, FSDP2 on 2 ranks)
+`save_pretrained`, loaded by the harness (`loop.prepare_model`, `cuda.model_path`, FSDP2 on 2 ranks, compile off)
 and compared with the same checkpoint loaded whole in one process: logits on the same 2 x 32 tokens,
 the gradient of the harness's loss (both ranks on the same tokens, so the reduced gradient is the
 unsharded model's), every parameter and buffer gathered; one AdamW step (lr 1e-2, no weight decay):

@@ -228,8 +228,10 @@ def train_config(family: Family, source: str, outdir: Path, task: str = "pt"):
     from wattflex.runs.training.config import TrainConfig
 
     facts = {**family.facts, "tie_word_embeddings": family.tied}
+    # compile off: what is checked is the load, the sharding and one step, not torch.compile (traced
+    # per layer on the CPU it was ~70 % of the job's CPU time; gpu_check's step j is the compile check)
     kw = dict(model_facts=facts, task=task, lora_rank=4, seq_len=32, batch=2, device="cpu", max_steps=1, duration_s=120,
-              eval_at_s=None, checkpoint_at_s=None, parallel="fsdp", outdir=str(outdir))
+              eval_at_s=None, checkpoint_at_s=None, parallel="fsdp", compile=False, outdir=str(outdir))
     if source == "random_init":
         return TrainConfig(tiny=True, **kw)
     save_checkpoint(family, outdir / "model")

@@ -45,6 +45,12 @@ def steps_of(outdir: Path) -> list[int]:
     return [int(line.split(",")[0]) for line in live.read_text().splitlines()[1:] if line.strip()]
 
 
+# The jobs train a tiny model for as long as the test follows them (minutes, a core each): at the
+# lowest priority, so that beside the other slow tests on 2 cores they take only what is left (a
+# step is milliseconds: they still train)
+NICE = "nice -n 19"
+
+
 def wait(what, predicate, timeout_s: float = 120.0):
     deadline = time.time() + timeout_s
     while time.time() < deadline:
@@ -77,7 +83,7 @@ def test_pause_and_requeue_by_the_menu_on_slurm(knobs_partition, tmp_path):
         ids[name] = subprocess.run(
             ["sbatch", "--parsable", "--requeue", "--open-mode=append", "--ntasks=1", "--mem=2000", "--time=10",
              f"--partition={PARTITION}", f"--output={out}/job.out",
-             "--wrap", f"{sys.executable} -m wattflex.runs.training --config {out / 'cfg.json'}"],
+             "--wrap", f"{NICE} {sys.executable} -m wattflex.runs.training --config {out / 'cfg.json'}"],
             capture_output=True, text=True, env=env, check=True).stdout.strip()
         outdirs[name] = out
     try:
@@ -140,7 +146,7 @@ def test_cluster_control_carries_out_the_menus_choice_caps_and_clocks_right_fake
         cfg = tiny_cfg("Llama-3.1-70B", "pt", out, max_steps=None, duration_s=400, checkpoint_at_s=1.0,
                        keep_checkpoint=True, checkpoint_async=False, resume=True, cpu_binding=False)
         cfg.to_json(out / "cfg.json")
-        train = f"{sys.executable} -m wattflex.runs.training --config {out / 'cfg.json'}"
+        train = f"{NICE} {sys.executable} -m wattflex.runs.training --config {out / 'cfg.json'}"
         wrap = train if name == "paused" else f"{sys.executable} {fakes / 'clock_locked_run.py'} 1200 {train}"
         ids[name] = subprocess.run(
             ["sbatch", "--parsable", "--requeue", "--open-mode=append", "--ntasks=1", "--gres=gpu:1", "--mem=2000",

@@ -15,8 +15,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/workflow/torchrun/co
 
 @pytest.fixture(scope="module")
 def family_probes(tmp_path_factory) -> ProbeJob:
-    """All cases in one job (a launch costs ~10 s of CPU on 2 cores; the cases ~4 s each, 31 of
-    them: ~3 min alone, more beside the other slow tests on 2 cores)."""
+    """All cases in one job (a launch costs ~10 s of CPU on 2 cores; the cases, compile off, ~1-2 s
+    each, 31 of them: ~1 min alone, more beside the other slow tests on 2 cores)."""
     work = tmp_path_factory.mktemp("family_probes")
     return run_probes(fc.cases(work), work, timeout_s=900.0)
 
