@@ -111,6 +111,34 @@ def test_the_job_users_record_restores_the_cards_default_not_its_number(fake_nvm
     assert not list(state.glob("caps-*.json"))
 
 
+def clock_record(**extra) -> dict:
+    return {"host": HOST, "pid": 2**22 + 12345, "mode": "nvml", "clock_mhz": 345, **extra,
+            "gpus": [{"index": 0, "uuid": "GPU-fake-0000"}]}
+
+
+def test_a_planted_clock_record_is_refused_and_the_job_users_only_resets_to_the_default(fake_nvml, var_tmp, run_cli):
+    """Clock records (``knob: clock``) go through the same reader as cap records: one that nobody
+    planted in a folder of theirs is reported untrusted and no clock changes; the job user's own
+    (the epilog trusts it, --job-uid) resets the lock to the driver's default, whatever clock or
+    command it names: no record can set a clock."""
+    state, pwned = var_tmp / "wattflex", var_tmp / "pwned"
+    as_nobody("mkdir", "-m", "0755", str(state))
+    plant(state / f"clocks-{HOST}-999999.json", clock_record(command=f"touch {pwned}"))
+    proc = run_cli("restore-caps", "--state-dir", state, cwd=var_tmp)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "untrusted" in proc.stdout and "owned by uid 65534" in proc.stdout
+    assert fake_nvml.state()["clock_calls"] == [] and not pwned.exists()
+
+    mine = var_tmp / f"wattflex-{NOBODY}"
+    as_nobody("mkdir", "-m", "0700", str(mine))
+    plant(mine / f"clocks-{HOST}-999999.json", clock_record(clock_mhz=1980, command=f"touch {pwned}"))
+    proc = run_cli("restore-caps", "--state-dir", mine, "--job-uid", NOBODY, cwd=var_tmp)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "GPU 0 clock lock reset" in proc.stdout
+    assert fake_nvml.state()["clock_calls"] == [[0, "reset"]] and not pwned.exists()
+    assert fake_nvml.state()["set_calls"] == [] and limits_w() == [700.0, 700.0]
+
+
 def test_roots_own_record_is_clamped_to_the_cards_range(fake_nvml, tmp_path):
     state = tmp_path / "state"
     cap_state.write_record(state, f"caps-{HOST}-999999.json", record(limit_w=5000.0))
