@@ -364,6 +364,17 @@ def test_cap_state_files_of_killed_runs_are_listed_not_restored(tmp_path):
     assert "wattflex restore-caps" in c["problems"][0]["fix"]
 
 
+def test_clock_lock_files_of_killed_runs_are_listed_not_reset(tmp_path):
+    state = tmp_path / "st"
+    state.mkdir()
+    dead = state / f"clocks-{socket.gethostname()}-999999999.json"
+    dead.write_text(json.dumps({"pid": 999999999, "mode": "nvml", "clock_mhz": 1200, "gpus": [{"index": 0}]}))
+    c = doctor.probe_cap_state(state)
+    assert c["stale"] == 0 and c["stale_clocks"] == 1 and dead.is_file()
+    assert [f["action"] for f in c["files"]] == ["would restore"]
+    assert "clock-lock state file(s)" in c["problems"][0]["what"] and "restore-caps" in c["problems"][0]["fix"]
+
+
 def test_a_missing_configfile_is_a_user_error(tmp_path, capsys):
     assert cli.main(["doctor", "--configfile", str(tmp_path / "nope.yaml")]) == 2
     assert "no such file" in capsys.readouterr().err

@@ -367,17 +367,29 @@ def _shown(path: str | Path) -> str:
 
 
 def probe_cap_state(state_dir: str | Path | None = None) -> dict[str, Any]:
-    """Cap state files on this host: left by a run that was killed while its GPUs were
-    capped (listed with ``restore-caps``'s dry run; nothing restored)."""
+    """Cap and clock-lock state files on this host: left by a run that was killed while its
+    GPUs were capped or clock-locked (``knob: clock``), listed with ``restore-caps``'s dry run;
+    nothing restored."""
+    from wattflex.runs.devices.clocks import restore_clocks_from_state_dir
+
     where = Path(state_dir) if state_dir else default_state_dir()
     records = restore_from_state_dir(where, dry_run=True)
+    clock_records = restore_clocks_from_state_dir(where, dry_run=True)
     stale = [r for r in records if r.get("action") == "would restore"]
-    out: dict[str, Any] = {"state_dir": str(where), "files": records, "stale": len(stale), "problems": []}
+    stale_clocks = [r for r in clock_records if r.get("action") == "would restore"]
+    out: dict[str, Any] = {"state_dir": str(where), "files": records + clock_records, "stale": len(stale),
+                           "stale_clocks": len(stale_clocks), "problems": []}
     if stale:
         out["problems"].append(problem(
             f"{len(stale)} cap state file(s) of killed runs in {where}",
             "their GPUs may still be capped: the next measurement starts from a wrong limit",
             "wattflex restore-caps (the SLURM epilog does it after each job)"))
+    if stale_clocks:
+        out["problems"].append(problem(
+            f"{len(stale_clocks)} clock-lock state file(s) of killed runs in {where}",
+            "their GPUs' SM clocks may still be locked: the next measurement runs at a fixed clock",
+            "wattflex restore-caps (it resets the locks; the SLURM epilog does it after each job)"))
+    records = records + clock_records
     for r in records:
         if r.get("action") == "untrusted":
             out["problems"].append(problem(
@@ -567,7 +579,8 @@ def format_report(r: dict[str, Any]) -> str:
             lines.append(f"            (not checked against the cluster; to check: {s['check']})")
     cs = r["cap_state"]
     if "state_dir" in cs:
-        lines.append(f"Cap state   {len(cs['files'])} state file(s) in {cs['state_dir']}, {cs['stale']} of killed runs")
+        lines.append(f"Cap state   {len(cs['files'])} state file(s) in {cs['state_dir']}, {cs['stale']} of killed runs"
+                     + (f" ({cs['stale_clocks']} clock locks)" if cs.get("stale_clocks") else ""))
     for name in PROBES:
         if "error" in r[name] and name != "nvml":
             lines.append(f"{name}: probe failed: {r[name]['error']}")
