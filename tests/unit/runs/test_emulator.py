@@ -101,3 +101,23 @@ def test_cap_schedule_settles_to_the_new_cap(default_config):
     job = tel.groupby("t_s")["power_w"].sum()
     assert job.loc[380:395].mean() > 1.5 * job.loc[450:].mean()
     assert (tel.loc[tel["t_s"] > 420, "power_w"] <= 300 * 1.011).all()
+
+
+@pytest.mark.parametrize("gid", ["moe-pt-deepseekv2lite-x8", "moe-pt-gptoss20b-x8-ep8-compile"])
+def test_without_checkpointing_the_framebuffer_holds_the_plans_activations(default_config, gid):
+    """The emulator's framebuffer and the resource plan count a layer's saved activations alike
+    (the plan's bytes measured on real layers per family), not a 34 sbh rule of thumb."""
+    from dataclasses import replace
+
+    from wattflex.runs import plan
+    from wattflex.runs.emulator import PHYSICS, memory_footprint_gib
+
+    job, gpu = _job(default_config, gid)
+    facts = default_config["_catalog"][job.model]
+    per_layer = plan.layer_activation_bytes(facts, job.task, job.seq_len, job.batch, job.attention, job.ep)
+    kept = job.tokens_per_gpu * job.hidden * PHYSICS.act_bytes_ckpt
+    without = memory_footprint_gib(replace(job, grad_checkpointing=False), gpu)
+    with_ckpt = memory_footprint_gib(replace(job, grad_checkpointing=True), gpu)
+    assert without < gpu.hbm_gib * PHYSICS.hbm_usable          # not clipped at the card
+    assert without - with_ckpt == pytest.approx(job.layers * (per_layer - kept) / plan.GIB, rel=1e-9)
+    assert per_layer > 34 * job.tokens_per_gpu * job.hidden     # the measured factors exceed 34 sbh

@@ -90,7 +90,7 @@ import numpy as np
 
 from wattflex.gpus import GPUSpec
 from wattflex.runs.attention import catalog_attn_implementation, mean_head_dim
-from wattflex.runs.plan import FRAMEWORK_GIB, HBM_USABLE
+from wattflex.runs.plan import FRAMEWORK_GIB, HBM_USABLE, layer_activation_bytes
 from wattflex.schema import section_defaults
 
 _GROUP = section_defaults("group_defaults")
@@ -257,8 +257,6 @@ class Physics:
     leakage_clip: float = _c(0.10, "clip of the per-GPU leakage factor at 1 +- this", False)
     hbm_usable: float = _c(HBM_USABLE, "fraction of HBM the caching allocator can hand out (runs.plan)", False)
     act_bytes_ckpt: float = _c(2.0, "bf16 checkpointed layer input per hidden element", False)
-    act_bytes_full: float = _c(34.0, "activation bytes per hidden element per layer without checkpointing "
-                                "(Korthikanti et al. 2022, 34 sbh per layer)", False)
     framework_gib: float = _c(FRAMEWORK_GIB, "assumed: CUDA context, NCCL buffers, allocator slack (GiB; runs.plan)", False)
 
 
@@ -366,6 +364,7 @@ class JobSpec:
     attention_sinks: bool = False   # per-head learned sink logits (gpt-oss)
     pp: int = 1                     # pipeline stages (GPipe/1F1B; each GPU holds layers / pp)
     microbatches: int = 1           # micro-batches per step through the pipeline (pp > 1)
+    family: str = ""                # hf_model_type: picks runs.plan's measured activation bytes
 
     @classmethod
     def from_config(cls, group: dict[str, Any], model: dict[str, Any]) -> JobSpec:
@@ -382,6 +381,7 @@ class JobSpec:
             lora_rank=int(group.get("lora_rank", _GROUP["lora_rank"])),
             attention=attention_impl(model, group["task"]), attention_sinks=bool(model.get("attention_sinks", False)),
             pp=int(group.get("pp", 1)), microbatches=int(group.get("microbatches", 1)),
+            family=str(model.get("hf_model_type", "")),
         )
 
     @property
@@ -688,12 +688,24 @@ def gpu_leakages(seed: int, n: int, physics: Physics = PHYSICS) -> np.ndarray:
 
 
 def memory_footprint_gib(job: JobSpec, gpu: GPUSpec, physics: Physics = PHYSICS) -> float:
-    """Framebuffer in use during training (bf16 weights, fp32 AdamW states, activations)."""
+    """Framebuffer in use during training (bf16 weights, fp32 AdamW states, activations).
+    Without checkpointing a layer keeps what the resource plan counts for it
+    (``runs.plan.layer_activation_bytes``: bytes measured on real decoder layers per family and
+    task, benchmarks/results/activation_bytes.md), so the two never disagree on a job's memory."""
     n_total = job.total_params_b * 1e9
     states = n_total * (2 + (16 if job.task == "pt" else 0)) / job.gpus
-    act = physics.act_bytes_ckpt if job.grad_checkpointing else physics.act_bytes_full
-    acts = job.tokens_per_gpu * job.hidden * job.layers * act
+    if job.grad_checkpointing:
+        acts = job.tokens_per_gpu * job.hidden * job.layers * physics.act_bytes_ckpt
+    else:
+        acts = job.layers * layer_activation_bytes(_plan_facts(job), job.task, job.seq_len, job.batch,
+                                                   job.attention, job.ep)
     return float(min(gpu.hbm_gib * physics.hbm_usable, (states + acts) / GIB + physics.framework_gib))
+
+
+def _plan_facts(job: JobSpec) -> dict[str, Any]:
+    """The catalogue facts ``runs.plan`` reads for a layer's activation bytes."""
+    return {"hf_model_type": job.family, "hidden": job.hidden, "heads": job.heads, "layers": job.layers,
+            "vocab": job.vocab, "total_params_b": job.total_params_b, "expert_params_b": job.expert_params_b}
 
 
 def power_model_clock_for_cap(gpu: GPUSpec, cap_w: float, tensor_util: float | None = None,
