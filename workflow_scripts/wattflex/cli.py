@@ -16,10 +16,13 @@ import os
 import pkgutil
 import signal
 import sys
+import traceback
 
 from wattflex import __version__, commands
 from wattflex.errors import UserError
 from wattflex.provenance import OutputWriteError
+
+TRACEBACK_ENV = "WATTFLEX_TRACEBACK"   # set (not 0): the traceback above the one-line error
 
 
 def _command_modules() -> list[str]:
@@ -65,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wattflex {args.command}: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
     except (UserError, OSError, ValueError, KeyError) as exc:
+        if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+            traceback.print_exc()   # a message that names no input of yours may be a bug: this shows where
         print(f"wattflex {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
 
