@@ -16,7 +16,13 @@ import numpy as np
 import pandas as pd
 
 from wattflex.allocation.curves import Curves, curves_from_runs
-from wattflex.allocation.simulate import GroupTable, SimulationConfig, evaluate_policies, sample_workloads, summarize
+from wattflex.allocation.simulate import (
+    GroupTable,
+    SimulationConfig,
+    evaluate_policies,
+    sample_workloads,
+    summarize,
+)
 from wattflex.provenance import read_parquet
 
 REPO = Path(__file__).resolve().parents[1]

@@ -24,7 +24,15 @@ import time
 from pathlib import Path
 
 import yaml
-from checkouts import FIRST_LANDING, REPO, describe, jobs_by_rule, per_group_summaries, snakemake, workflow_copy
+from checkouts import (
+    FIRST_LANDING,
+    REPO,
+    describe,
+    jobs_by_rule,
+    per_group_summaries,
+    snakemake,
+    workflow_copy,
+)
 
 
 def measure(ref: str, root: Path, cores: str, noop_repeats: int) -> dict:

@@ -111,7 +111,12 @@ def save_multimodal_gemma4(path: Path, seed: int = 3) -> None:
     google/gemma-4-26B-A4B's published checkpoint (config model_type "gemma4": the text decoder's
     config under text_config, its weights under ``model.language_model.``, a vision tower and an
     audio tower beside it; transformers 5.25), the text decoder the catalogue's tiny Gemma-4."""
-    from transformers import Gemma4AudioConfig, Gemma4Config, Gemma4ForConditionalGeneration, Gemma4VisionConfig
+    from transformers import (
+        Gemma4AudioConfig,
+        Gemma4Config,
+        Gemma4ForConditionalGeneration,
+        Gemma4VisionConfig,
+    )
 
     vision = Gemma4VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                                 num_key_value_heads=2, head_dim=16, position_embedding_size=64)

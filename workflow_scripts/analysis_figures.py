@@ -4,7 +4,12 @@ from pathlib import Path
 import pandas as pd
 
 from wattflex.analysis.predictor import is_fitted
-from wattflex.plots.analysis import beside_published_scatter, predicted_vs_measured, summary_text, telemetry_grid
+from wattflex.plots.analysis import (
+                               beside_published_scatter,
+                               predicted_vs_measured,
+                               summary_text,
+                               telemetry_grid,
+)
 from wattflex.plots.style import apply_style
 from wattflex.provenance import provenance, read_json, read_parquet, save_png
 from wattflex.smk import rule_logger

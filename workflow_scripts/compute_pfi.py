@@ -2,7 +2,13 @@
 import pandas as pd
 
 from wattflex.pfi import clock_pfi_table, pfi_table
-from wattflex.provenance import provenance, read_parquet, read_parquet_meta, write_csv, write_parquet
+from wattflex.provenance import (
+    provenance,
+    read_parquet,
+    read_parquet_meta,
+    write_csv,
+    write_parquet,
+)
 from wattflex.runs.failures import MISSING_COLUMNS, annotate_missing, expected_uncapped
 from wattflex.smk import rule_logger
 

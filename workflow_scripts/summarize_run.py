@@ -7,7 +7,13 @@ from types import SimpleNamespace
 from wattflex.provenance import provenance, write_json
 from wattflex.runs.failures import failed_summary, is_failed, unsummarised_summary
 from wattflex.smk import rule_logger
-from wattflex.telemetry import NoSteadyState, RunFileError, SummaryProtocol, read_run_files, summarize_run
+from wattflex.telemetry import (
+    NoSteadyState,
+    RunFileError,
+    SummaryProtocol,
+    read_run_files,
+    summarize_run,
+)
 
 smk = snakemake  # noqa: F821
 protocol = SummaryProtocol.from_config(smk.params.protocol)

@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from wattflex.config import ConfigError, defaulted_sections, fill_defaults, load_config, merge_config, prepare
+from wattflex.config import (
+    ConfigError,
+    defaulted_sections,
+    fill_defaults,
+    load_config,
+    merge_config,
+    prepare,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "config" / "schema" / "config.schema.yaml"

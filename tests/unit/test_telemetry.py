@@ -2,7 +2,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wattflex.telemetry import DIP, STARTUP, TRAINING, WARMUP, SummaryProtocol, detect_phases, summarize_run
+from wattflex.telemetry import (
+    DIP,
+    STARTUP,
+    TRAINING,
+    WARMUP,
+    SummaryProtocol,
+    detect_phases,
+    summarize_run,
+)
 
 
 def trace(n_warm=10, n_start=6, n_train=100, dip=(50, 6), power=600.0, gpus=2, period=5.0, seed=0):

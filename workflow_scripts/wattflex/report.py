@@ -25,7 +25,13 @@ import pandas as pd
 import yaml
 
 from wattflex import SCHEMA_VERSION
-from wattflex.provenance import REPORT_META_ID, artifact_meta, check_schema_version, read_html_meta, strict_json
+from wattflex.provenance import (
+    REPORT_META_ID,
+    artifact_meta,
+    check_schema_version,
+    read_html_meta,
+    strict_json,
+)
 
 # the sections and what each shows live in a light module: every snakemake start reads them
 from wattflex.report_sections import SECTIONS, Item, Section, campaign_relative

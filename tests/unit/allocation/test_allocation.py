@@ -9,7 +9,13 @@ import pytest
 
 from wattflex.allocation import oracle as orc
 from wattflex.allocation.allocator import allocate, predicted_curves, water_fill
-from wattflex.allocation.curves import Curves, curves_from_points, is_concave, power_to_cap, sla_floor
+from wattflex.allocation.curves import (
+    Curves,
+    curves_from_points,
+    is_concave,
+    power_to_cap,
+    sla_floor,
+)
 from wattflex.allocation.policies import POLICIES, WEIGHTED_POLICIES
 from wattflex.allocation.settings import MERGE_ONLY_KEYS, cut_label
 from wattflex.allocation.simulate import (

@@ -13,7 +13,13 @@ import scikit_posthocs as sp
 from scipy.stats import norm, rankdata
 from statsmodels.stats.multitest import multipletests
 
-from wattflex.analysis.stats import bh_fdr, cluster_tests_table, dunn_z, kruskal_dunn, telemetry_correlations
+from wattflex.analysis.stats import (
+    bh_fdr,
+    cluster_tests_table,
+    dunn_z,
+    kruskal_dunn,
+    telemetry_correlations,
+)
 from wattflex.cli import main
 
 DATA = Path(__file__).resolve().parents[2] / "data"

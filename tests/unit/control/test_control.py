@@ -18,7 +18,14 @@ from wattflex import cli
 from wattflex.allocation.allocator import predicted_curves
 from wattflex.allocation.curves import Curves
 from wattflex.allocation.policies import CONTROL_POLICIES
-from wattflex.control.controller import ControlConfig, Controller, JobTable, Readings, read_signal, round_caps
+from wattflex.control.controller import (
+    ControlConfig,
+    Controller,
+    JobTable,
+    Readings,
+    read_signal,
+    round_caps,
+)
 from wattflex.control.loop import NodeJob, run_loop
 from wattflex.gpus import GPUS
 from wattflex.runs.devices.emulated import EmulatedDevice

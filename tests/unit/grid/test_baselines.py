@@ -3,7 +3,14 @@
 import numpy as np
 import pytest
 
-from wattflex.grid.baselines import DAY_S, BaselineRule, average_days, eligible_days, pre_event, same_day_adjusted
+from wattflex.grid.baselines import (
+    DAY_S,
+    BaselineRule,
+    average_days,
+    eligible_days,
+    pre_event,
+    same_day_adjusted,
+)
 
 RULE = BaselineRule(days=3, adjust_hours=2.0, adjust_gap_hours=1.0, cap=0.2, pre_s=1800.0)
 

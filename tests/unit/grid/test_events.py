@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 from wattflex.control.controller import Signal
-from wattflex.grid.events import Event, Schedule, ScheduleError, check_schedule, read_schedule, windows
+from wattflex.grid.events import (
+    Event,
+    Schedule,
+    ScheduleError,
+    check_schedule,
+    read_schedule,
+    windows,
+)
 
 NOW = datetime(2027, 1, 15, 17, 0, tzinfo=UTC)
 

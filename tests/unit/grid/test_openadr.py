@@ -40,7 +40,9 @@ class VTN:
         started = threading.Event()
 
         def run():
-            from openleadr import OpenADRServer  # here, not at the top: the fast tier collects this module too
+            from openleadr import (
+                OpenADRServer,  # here, not at the top: the fast tier collects this module too
+            )
 
             asyncio.set_event_loop(self.loop)
             self.server = OpenADRServer(vtn_id="test-vtn", http_host="127.0.0.1", http_port=self.port,

@@ -9,7 +9,14 @@ from scipy.stats import spearmanr
 from wattflex.config import groups
 from wattflex.gpus import GPUS
 from wattflex.pfi import pfi_ratio
-from wattflex.runs.emulator import PHYSICS, JobSpec, attention_impl, job_at_cap, operating_points, step_kernels
+from wattflex.runs.emulator import (
+    PHYSICS,
+    JobSpec,
+    attention_impl,
+    job_at_cap,
+    operating_points,
+    step_kernels,
+)
 
 F_MAX = np.array([1980.0])
 

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from wattflex.runs.throughput import ThroughputError, ThroughputSource, read_steps_file, steps_from_lines
+from wattflex.runs.throughput import (
+    ThroughputError,
+    ThroughputSource,
+    read_steps_file,
+    steps_from_lines,
+)
 
 LOGS = Path(__file__).resolve().parents[2] / "data" / "logs"
 

@@ -43,7 +43,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wattflex.allocation.curves import Curves, check_points, curves_from_points, monotone_fit, power_to_cap, sla_floor
+from wattflex.allocation.curves import (
+    Curves,
+    check_points,
+    curves_from_points,
+    monotone_fit,
+    power_to_cap,
+    sla_floor,
+)
 from wattflex.allocation.oracle import RTOL, concave_hull, oracle, plan_greedy
 from wattflex.allocation.policies import POLICIES, POLICY_FEATURES, WEIGHTED_POLICIES
 from wattflex.allocation.waterfill import water_fill  # noqa: F401 (the policies' split, re-exported)

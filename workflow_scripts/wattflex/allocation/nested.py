@@ -34,7 +34,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from wattflex.allocation.oracle import GAP_TOL, RTOL, Solution, concave_hull, interp, milp_oracle, price_domains
+from wattflex.allocation.oracle import (
+    GAP_TOL,
+    RTOL,
+    Solution,
+    concave_hull,
+    interp,
+    milp_oracle,
+    price_domains,
+)
 from wattflex.allocation.waterfill import water_fill
 
 

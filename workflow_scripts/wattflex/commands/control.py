@@ -213,7 +213,14 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from wattflex.control.controller import ControlConfig, Controller, pfi_from_model, ramp_at
-    from wattflex.control.loop import NodeJob, floor_w, job_table, read_jobs, run_loop, sample_devices
+    from wattflex.control.loop import (
+        NodeJob,
+        floor_w,
+        job_table,
+        read_jobs,
+        run_loop,
+        sample_devices,
+    )
     from wattflex.grid.events import Schedule, check_schedule, read_schedule
     from wattflex.runs.devices.base import CapError
     from wattflex.runs.devices.caps import default_state_dir, limit_setter

@@ -38,7 +38,14 @@ import pandas as pd
 from wattflex.allocation.allocator import allocate
 from wattflex.allocation.curves import Curves, curves_from_points, monotone_fit
 from wattflex.allocation.simulate import sample_workloads
-from wattflex.grid.baselines import DAY_S, BaselineRule, average_days, pre_event, same_day_adjusted, window_mean
+from wattflex.grid.baselines import (
+    DAY_S,
+    BaselineRule,
+    average_days,
+    pre_event,
+    same_day_adjusted,
+    window_mean,
+)
 from wattflex.schema import section_defaults
 
 HOURS_PER_YEAR = 8760.0

@@ -22,7 +22,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from wattflex.gpus import GPUSpec
-from wattflex.runs.emulator import PHYSICS, JobAtCap, JobSpec, Operating, Physics, enforce_cap, operating_points
+from wattflex.runs.emulator import (
+    PHYSICS,
+    JobAtCap,
+    JobSpec,
+    Operating,
+    Physics,
+    enforce_cap,
+    operating_points,
+)
 
 # Clocks a clock sweep locks at when none are given: 20 % to 100 % of the part's maximum SM
 # clock in 6 even steps (chosen here, not measured: 20 % of the H100/H200's 1980 MHz, 390 MHz

@@ -72,7 +72,14 @@ import numpy as np
 import pandas as pd
 import psutil
 
-from wattflex.provenance import provenance, read_json, read_parquet, strict_json, write_json, write_parquet
+from wattflex.provenance import (
+    provenance,
+    read_json,
+    read_parquet,
+    strict_json,
+    write_json,
+    write_parquet,
+)
 from wattflex.runs.devices import caps, nvml
 from wattflex.runs.devices import dcgm as dcgm_source
 from wattflex.runs.devices.base import TelemetrySampler, telemetry_frame

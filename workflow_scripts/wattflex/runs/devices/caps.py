@@ -39,7 +39,12 @@ from wattflex.runs.devices.base import (
     PowerCapDevice,
     check_cap,
 )
-from wattflex.runs.devices.cap_state import STATE_DIR_ENV, UnsafeStateDir, default_state_dir, trusted_uids
+from wattflex.runs.devices.cap_state import (
+    STATE_DIR_ENV,
+    UnsafeStateDir,
+    default_state_dir,
+    trusted_uids,
+)
 from wattflex.runs.devices.nvml import NvmlGpu
 
 log = logging.getLogger("wattflex.runs.devices.caps")

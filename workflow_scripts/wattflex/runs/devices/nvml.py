@@ -30,7 +30,13 @@ from collections.abc import Callable
 from typing import Any
 
 from wattflex.metrics import gpm_metrics
-from wattflex.runs.devices.base import LIMIT_TOLERANCE_W, CapError, CapPermissionError, check_cap, empty_row
+from wattflex.runs.devices.base import (
+    LIMIT_TOLERANCE_W,
+    CapError,
+    CapPermissionError,
+    check_cap,
+    empty_row,
+)
 
 log = logging.getLogger("wattflex.runs.devices.nvml")
 GIB = 1024**3

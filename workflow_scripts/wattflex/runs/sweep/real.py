@@ -59,7 +59,12 @@ from wattflex.runs.real_run import (
 )
 from wattflex.runs.runner import atomic_run_dir
 from wattflex.runs.spec import RunSpec
-from wattflex.runs.sweep.algorithm import CapDevice, run_controller, separate_sweep_seconds, sweep_record
+from wattflex.runs.sweep.algorithm import (
+    CapDevice,
+    run_controller,
+    separate_sweep_seconds,
+    sweep_record,
+)
 from wattflex.telemetry import job_series
 
 STOP_GRACE_S = 300.0  # a stop waits for the current step, or an eval/checkpoint in progress
