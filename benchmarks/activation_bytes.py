@@ -40,7 +40,7 @@ CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"
 SEQ_LENS = (32, 64, 128)
 LORA_RANK = 32
 WIDTH_KEYS = ("hidden", "head_dim", "intermediate")
-DEEPSEEK_KV_LORA_RANK = 512       # wattflex.runs.training.models.hf_config's full-size value
+DEEPSEEK_KV_LORA_RANK = 512  # wattflex.runs.training.models.hf_config's full-size value
 
 
 def families() -> dict[str, str]:
@@ -54,10 +54,11 @@ def families() -> dict[str, str]:
 def shrink_factor(facts: dict, max_k: int = 16) -> int:
     """The largest k <= ``max_k`` that leaves, at 1/2k, rotary an even head_dim and hidden and
     intermediate multiples of 8 (grouped_mm wants 16-byte strides)."""
-    rope_even = 4 if facts["hf_model_type"] == "deepseek_v2" else 2    # DeepSeek ropes head_dim / 2
+    rope_even = 4 if facts["hf_model_type"] == "deepseek_v2" else 2  # DeepSeek ropes head_dim / 2
     for k in (2**i for i in range(int(math.log2(max_k)), -1, -1)):
-        if (int(facts["head_dim"]) % (2 * k * rope_even) == 0
-                and all(int(facts[key]) % (16 * k) == 0 for key in ("hidden", "intermediate"))):
+        if int(facts["head_dim"]) % (2 * k * rope_even) == 0 and all(
+            int(facts[key]) % (16 * k) == 0 for key in ("hidden", "intermediate")
+        ):
             return k
     raise ValueError(f"{facts['hf_model_type']}: no width divisor")
 
@@ -71,23 +72,36 @@ def one_layer_model(facts: dict, k: int, task: str, attention: str, seq_len: int
     small = {**facts, "layers": 1, **{key: int(facts[key]) // k for key in WIDTH_KEYS}}
     cfg = hf_config(small, seq_len=seq_len)
     if facts["hf_model_type"] == "deepseek_v2":
-        cfg.first_k_dense_replace, cfg.kv_lora_rank = 0, DEEPSEEK_KV_LORA_RANK // k   # the MoE layer
+        cfg.first_k_dense_replace, cfg.kv_lora_rank = 0, DEEPSEEK_KV_LORA_RANK // k  # the MoE layer
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16,
-                                             attn_implementation="eager" if attention == "flex_attention" else attention)
+    model = AutoModelForCausalLM.from_config(
+        cfg,
+        dtype=torch.bfloat16,
+        attn_implementation="eager" if attention == "flex_attention" else attention,
+    )
     if task == "lora":
         from peft import LoraConfig, inject_adapter_in_model
 
         modules, params = lora_targets(model, facts["hf_model_type"])
         model.requires_grad_(False)
-        inject_adapter_in_model(LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, lora_dropout=0.0,
-                                           target_modules=modules, target_parameters=params or None), model)
+        inject_adapter_in_model(
+            LoraConfig(
+                r=LORA_RANK,
+                lora_alpha=2 * LORA_RANK,
+                lora_dropout=0.0,
+                target_modules=modules,
+                target_parameters=params or None,
+            ),
+            model,
+        )
         for name, p in model.named_parameters():
             if "lora_" in name:
                 p.data = p.data.float()
                 p.requires_grad_(True)
         # a layer past the first gets an input that needs grad (the adapters below it)
-        model.model.embed_tokens.register_forward_hook(lambda mod, args, out: out.detach().requires_grad_())
+        model.model.embed_tokens.register_forward_hook(
+            lambda mod, args, out: out.detach().requires_grad_()
+        )
     return model
 
 
@@ -109,7 +123,7 @@ def saved_bytes(model, seq_len: int, batch: int = 1) -> tuple[int, int]:
 
     def start(mod, args, kwargs):
         layer_input[0] = args[0].untyped_storage().nbytes()
-        for v in kwargs.values():      # shared by every layer: position embeddings, mask
+        for v in kwargs.values():  # shared by every layer: position embeddings, mask
             for t in v if isinstance(v, tuple) else (v,):
                 if isinstance(t, torch.Tensor):
                     skip.add(t.untyped_storage().data_ptr())
@@ -118,9 +132,17 @@ def saved_bytes(model, seq_len: int, batch: int = 1) -> tuple[int, int]:
     def stop(mod, args, kwargs, out):
         counting[0] = False
 
-    hooks = [layer.register_forward_pre_hook(start, with_kwargs=True), layer.register_forward_hook(stop, with_kwargs=True)]
+    hooks = [
+        layer.register_forward_pre_hook(start, with_kwargs=True),
+        layer.register_forward_hook(stop, with_kwargs=True),
+    ]
     try:
-        ids = torch.randint(0, int(model.config.vocab_size), (batch, seq_len), generator=torch.Generator().manual_seed(0))
+        ids = torch.randint(
+            0,
+            int(model.config.vocab_size),
+            (batch, seq_len),
+            generator=torch.Generator().manual_seed(0),
+        )
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             model.model(input_ids=ids)
     finally:
@@ -130,7 +152,9 @@ def saved_bytes(model, seq_len: int, batch: int = 1) -> tuple[int, int]:
 
 
 def routed_expert_params(model) -> int:
-    return sum(p.numel() for n, p in model.named_parameters() if ".experts." in n and "lora_" not in n)
+    return sum(
+        p.numel() for n, p in model.named_parameters() if ".experts." in n and "lora_" not in n
+    )
 
 
 @dataclass(frozen=True)
@@ -139,22 +163,23 @@ class Measured:
     model: str
     task: str
     attention: str
-    factor: float               # bytes per s*b*h at the catalogue's hidden (c1 + c0/h)
-    checkpointed: float         # bytes per s*b*h a checkpointed layer keeps (its input)
-    score: float                # bytes per a*s^2*b (eager's scores and softmax)
-    expert_weight: float        # s-independent bytes per routed-expert parameter of the layer
+    factor: float  # bytes per s*b*h at the catalogue's hidden (c1 + c0/h)
+    checkpointed: float  # bytes per s*b*h a checkpointed layer keeps (its input)
+    score: float  # bytes per a*s^2*b (eager's scores and softmax)
+    expert_weight: float  # s-independent bytes per routed-expert parameter of the layer
     small_hidden: int
 
 
 @dataclass(frozen=True)
 class WidthFit:
     """One width's bytes: s*per_token + a*s^2*per_score + weights (b = 1)."""
+
     hidden: int
     per_token: float
     per_score: float
     weights: float
     expert_params: int
-    checkpointed: float         # the layer input's bytes per s*h
+    checkpointed: float  # the layer input's bytes per s*h
 
 
 def fit_width(facts: dict, k: int, task: str, attention: str) -> WidthFit:
@@ -164,12 +189,21 @@ def fit_width(facts: dict, k: int, task: str, attention: str) -> WidthFit:
     model = one_layer_model(facts, k, task, attention, max(SEQ_LENS))
     measured = [saved_bytes(model, s) for s in SEQ_LENS]
     a, h = int(facts["heads"]), int(facts["hidden"]) // k
-    per_token, per_score, weights = np.linalg.solve(np.array([[s, a * s * s, 1.0] for s in SEQ_LENS], dtype=float),
-                                                    [saved for saved, _ in measured])
+    per_token, per_score, weights = np.linalg.solve(
+        np.array([[s, a * s * s, 1.0] for s in SEQ_LENS], dtype=float),
+        [saved for saved, _ in measured],
+    )
     if attention != "eager":
-        per_score = 0.0         # sdpa/flex keep no s^2 tensor; what remains is rounding
+        per_score = 0.0  # sdpa/flex keep no s^2 tensor; what remains is rounding
     s, (_, inp) = SEQ_LENS[-1], measured[-1]
-    return WidthFit(h, float(per_token), float(per_score), float(weights), routed_expert_params(model), inp / (s * h))
+    return WidthFit(
+        h,
+        float(per_token),
+        float(per_score),
+        float(weights),
+        routed_expert_params(model),
+        inp / (s * h),
+    )
 
 
 def measure(family: str, task: str, max_k: int = 16) -> Measured:
@@ -180,14 +214,25 @@ def measure(family: str, task: str, max_k: int = 16) -> Measured:
     attention = plan.attention_of(facts, task)
     k = shrink_factor(facts, max_k)
     wide, narrow = fit_width(facts, k, task, attention), fit_width(facts, 2 * k, task, attention)
-    c1 = (wide.per_token - narrow.per_token) / (wide.hidden - narrow.hidden)    # per token and hidden unit
-    c0 = wide.per_token - c1 * wide.hidden                                      # per token, width-free
+    c1 = (wide.per_token - narrow.per_token) / (
+        wide.hidden - narrow.hidden
+    )  # per token and hidden unit
+    c0 = wide.per_token - c1 * wide.hidden  # per token, width-free
     # weight-sized tensors: a part ~ width^2 (merged expert weights) and one ~ width (rank-r
     # products); at full size the first dominates, so it is the one kept, per expert parameter
     squared = 2 * (wide.weights - 2 * narrow.weights)
     per_param = max(squared, 0.0) / wide.expert_params if wide.expert_params else 0.0
-    return Measured(family, name, task, attention, c1 + c0 / int(facts["hidden"]), wide.checkpointed,
-                    wide.per_score, per_param, wide.hidden)
+    return Measured(
+        family,
+        name,
+        task,
+        attention,
+        c1 + c0 / int(facts["hidden"]),
+        wide.checkpointed,
+        wide.per_score,
+        per_param,
+        wide.hidden,
+    )
 
 
 def measure_all() -> list[Measured]:
@@ -196,14 +241,21 @@ def measure_all() -> list[Measured]:
 
 
 def table(rows: list[Measured]) -> str:
-    lines = ["| family | model | task | attention | checkpointing | measured B/(s·b·h) | plan's factor | "
-             "measured B/(a·s²·b) | B/routed-expert param |", "|" + " --- |" * 9]
+    lines = [
+        "| family | model | task | attention | checkpointing | measured B/(s·b·h) | plan's factor | "
+        "measured B/(a·s²·b) | B/routed-expert param |",
+        "|" + " --- |" * 9,
+    ]
     for r in rows:
         used = plan.activation_factors(r.family, r.task)
-        lines.append(f"| {r.family} | {r.model} | {r.task} | {r.attention} | off | {r.factor:.1f} | {used.factor:.1f} | "
-                     f"{r.score:.2f} | {r.expert_weight:.2f} |")
-        lines.append(f"| {r.family} | {r.model} | {r.task} | {r.attention} | on | {r.checkpointed:.1f} | "
-                     f"{plan.ACT_BYTES_CKPT_INPUT:.1f} | - | - |")
+        lines.append(
+            f"| {r.family} | {r.model} | {r.task} | {r.attention} | off | {r.factor:.1f} | {used.factor:.1f} | "
+            f"{r.score:.2f} | {r.expert_weight:.2f} |"
+        )
+        lines.append(
+            f"| {r.family} | {r.model} | {r.task} | {r.attention} | on | {r.checkpointed:.1f} | "
+            f"{plan.ACT_BYTES_CKPT_INPUT:.1f} | - | - |"
+        )
     return "\n".join(lines)
 
 
@@ -222,16 +274,22 @@ CPU; what a GPU's kernels (FlashAttention, grouped GEMM) save is not measured he
 
 def main(argv: list[str] | None = None) -> list[Measured]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "activation_bytes.md")
+    ap.add_argument(
+        "--out", type=Path, default=REPO / "benchmarks" / "results" / "activation_bytes.md"
+    )
     args = ap.parse_args(argv)
     import peft
     import transformers
 
     rows = measure_all()
-    doc = (f"# Activation bytes per decoder layer (`python benchmarks/activation_bytes.py`)\n\n"
-           f"Measured {datetime.date.today().isoformat()} on CPU, torch {torch.__version__}, transformers "
-           f"{transformers.__version__}, peft {peft.__version__}; bf16 layers, LoRA rank {LORA_RANK}.\n\n"
-           + table(rows) + "\n\n" + NOTES)
+    doc = (
+        f"# Activation bytes per decoder layer (`python benchmarks/activation_bytes.py`)\n\n"
+        f"Measured {datetime.date.today().isoformat()} on CPU, torch {torch.__version__}, transformers "
+        f"{transformers.__version__}, peft {peft.__version__}; bf16 layers, LoRA rank {LORA_RANK}.\n\n"
+        + table(rows)
+        + "\n\n"
+        + NOTES
+    )
     print(doc)
     args.out.write_text(doc)
     return rows

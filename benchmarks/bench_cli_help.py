@@ -45,11 +45,18 @@ def measure(tree: Path, runs: int) -> dict:
     walls = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "wattflex.cli", "--help"], env=env, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "wattflex.cli", "--help"],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         walls.append(time.perf_counter() - t0)
-    info = json.loads(subprocess.run([sys.executable, "-c", PROBE], env=env, check=True,
-                                     capture_output=True, text=True).stdout)
+    info = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", PROBE], env=env, check=True, capture_output=True, text=True
+        ).stdout
+    )
     return {"median_s": statistics.median(walls), "min_s": min(walls), **info}
 
 
@@ -62,8 +69,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for tree in args.trees:
         r = measure(tree.resolve(), args.runs)
-        print(f"| {tree} | {r['median_s']:.3f} | {r['min_s']:.3f} | {r['n']} | {r['wattflex']} | "
-              f"{', '.join(r['heavy']) or 'none'} |")
+        print(
+            f"| {tree} | {r['median_s']:.3f} | {r['min_s']:.3f} | {r['n']} | {r['wattflex']} | "
+            f"{', '.join(r['heavy']) or 'none'} |"
+        )
 
 
 if __name__ == "__main__":

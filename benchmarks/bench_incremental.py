@@ -41,13 +41,27 @@ def snapshot(root: Path, ref: str, with_allocation: bool) -> tuple[Path, bool]:
     """The workflow and library of ``ref``, and whether the allocation stage had to be wired in
     (only if asked)."""
     dst = workflow_copy(ref, root)
-    patch = with_allocation and not allocation_wired(dst) and (dst / "rules" / "allocation.smk").is_file()
+    patch = (
+        with_allocation
+        and not allocation_wired(dst)
+        and (dst / "rules" / "allocation.smk").is_file()
+    )
     if patch:
         snakefile, common = dst / "Snakefile", dst / "rules" / "common.smk"
-        snakefile.write_text(snakefile.read_text().replace(
-            'include: "rules/report.smk"', 'include: "rules/allocation.smk"\ninclude: "rules/report.smk"', 1))
-        common.write_text(common.read_text().replace(
-            '"analysis_figures", "report"]', '"analysis_figures", "simulate_allocation", "allocation_figures", "report"]', 1))
+        snakefile.write_text(
+            snakefile.read_text().replace(
+                'include: "rules/report.smk"',
+                'include: "rules/allocation.smk"\ninclude: "rules/report.smk"',
+                1,
+            )
+        )
+        common.write_text(
+            common.read_text().replace(
+                '"analysis_figures", "report"]',
+                '"analysis_figures", "simulate_allocation", "allocation_figures", "report"]',
+                1,
+            )
+        )
     return dst, patch
 
 
@@ -61,13 +75,25 @@ def changes(cfg: dict, with_allocation: bool) -> list[tuple[str, dict]]:
     out = []
     if with_allocation:
         cuts = list(cfg.get("allocation", {}).get("cuts", [0.0, 0.1, 0.2, 0.3, 0.4]))
-        out.append(("change an allocation setting (`allocation.cuts`: drop the largest cut)",
-                    {"allocation": {"cuts": cuts[:-1]}}))
+        out.append(
+            (
+                "change an allocation setting (`allocation.cuts`: drop the largest cut)",
+                {"allocation": {"cuts": cuts[:-1]}},
+            )
+        )
     feats = cfg.get("predictor", {}).get("features", "dram_copy_product")
-    out.append(("change the predictor's features (`predictor.features`)",
-                {"predictor": {"features": feats + "+arithmetic_intensity"}}))
-    out.append(("change a plot setting (`figures.dpi`)",
-                {"figures": {"dpi": int(cfg.get("figures", {}).get("dpi", 110)) + 10}}))
+    out.append(
+        (
+            "change the predictor's features (`predictor.features`)",
+            {"predictor": {"features": feats + "+arithmetic_intensity"}},
+        )
+    )
+    out.append(
+        (
+            "change a plot setting (`figures.dpi`)",
+            {"figures": {"dpi": int(cfg.get("figures", {}).get("dpi", 110)) + 10}},
+        )
+    )
     return out
 
 
@@ -86,12 +112,24 @@ def speed_probe(repeats: int = 3) -> float:
 def executor_plugins() -> list[str]:
     """Installed Snakemake executor plugins: Snakemake imports every one at each start (the
     SLURM plugin imports pandas, ~0.3 s)."""
-    return sorted({d.metadata["Name"] for d in metadata.distributions()
-                   if (d.metadata["Name"] or "").lower().startswith("snakemake-executor-plugin-")})
+    return sorted(
+        {
+            d.metadata["Name"]
+            for d in metadata.distributions()
+            if (d.metadata["Name"] or "").lower().startswith("snakemake-executor-plugin-")
+        }
+    )
 
 
-def timed(workflow: Path, work: Path, config: Path, cores: str, repeats: int, revert: Path | None,
-          *extra: str) -> tuple[list[float], int, str]:
+def timed(
+    workflow: Path,
+    work: Path,
+    config: Path,
+    cores: str,
+    repeats: int,
+    revert: Path | None,
+    *extra: str,
+) -> tuple[list[float], int, str]:
     """Wall times of ``repeats`` identical runs with ``config``; after each, a run with
     ``revert`` (untimed) brings the results back, so every timed run does the same work."""
     times, n, out = [], 0, ""
@@ -112,18 +150,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cores", default=str(os.cpu_count()))
     ap.add_argument("--configfile", help="default: the timed workflow's own config/config.yaml")
-    ap.add_argument("--ref", default="HEAD", help="the workflow to time: a commit (default HEAD) or `tree`")
-    ap.add_argument("--repeats", type=int, default=3,
-                    help="timed runs of each change (the table gives the median, min-max); default 3")
-    ap.add_argument("--with-allocation", action="store_true",
-                    help="wire rules/allocation.smk into the snapshot if the Snakefile does not include it yet")
+    ap.add_argument(
+        "--ref", default="HEAD", help="the workflow to time: a commit (default HEAD) or `tree`"
+    )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="timed runs of each change (the table gives the median, min-max); default 3",
+    )
+    ap.add_argument(
+        "--with-allocation",
+        action="store_true",
+        help="wire rules/allocation.smk into the snapshot if the Snakefile does not include it yet",
+    )
     args = ap.parse_args()
     rows = []
     probe_before = speed_probe()
     print(f"speed probe: {probe_before:.2f} s", flush=True)
     with tempfile.TemporaryDirectory(prefix="wattflex-bench-") as tmp:
         workflow, patched = snapshot(Path(tmp) / "checkout", args.ref, args.with_allocation)
-        base_cfg = yaml.safe_load(Path(args.configfile or workflow / "config" / "config.yaml").read_text())
+        base_cfg = yaml.safe_load(
+            Path(args.configfile or workflow / "config" / "config.yaml").read_text()
+        )
         work, config, base = Path(tmp) / "work", Path(tmp) / "config.yaml", Path(tmp) / "base.yaml"
         wired = allocation_wired(workflow)
         work.mkdir()
@@ -142,21 +191,36 @@ def main() -> None:
             print(f"{label}: {cell(times)} s", flush=True)
         # Nothing to do: the dry run a user types to see what would run (`snakemake -n`), and
         # the real call; more repeats, as each is short and the noise is not.
-        for label, extra in (("no change, dry run (`snakemake -n`)", ("-n",)), ("no change, `snakemake`", ())):
-            times, n, out = timed(workflow, work, base, args.cores, max(5, args.repeats), None, *extra)
+        for label, extra in (
+            ("no change, dry run (`snakemake -n`)", ("-n",)),
+            ("no change, `snakemake`", ()),
+        ):
+            times, n, out = timed(
+                workflow, work, base, args.cores, max(5, args.repeats), None, *extra
+            )
             rows.append((label, 0 if extra else n, times, which_jobs(out)))
             print(f"{label}: {cell(times)} s", flush=True)
     probe_after = speed_probe()
     full = rows[0][2][0]
-    lines = ["| what | jobs | wall time (s): median (min-max) | vs full run | jobs run |",
-             "| --- | ---: | ---: | ---: | --- |"]
-    lines += [f"| {w} | {n} | {cell(t)} | {statistics.median(t) / full:.1%} | {which} |" for w, n, t, which in rows]
+    lines = [
+        "| what | jobs | wall time (s): median (min-max) | vs full run | jobs run |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
+    lines += [
+        f"| {w} | {n} | {cell(t)} | {statistics.median(t) / full:.1%} | {which} |"
+        for w, n, t, which in rows
+    ]
     table = "\n".join(lines)
     print(table)
-    note = ("\nThe allocation stage was not yet included by the checkout's Snakefile: this run wired "
-            "rules/allocation.smk into the snapshot (--with-allocation), as the final workflow does.\n" if patched else
-            "" if wired else "\nThe allocation stage was not wired into the Snakefile when this ran, so its row is "
-            "missing; the predictor and plot rows stand in for it.\n")
+    note = (
+        "\nThe allocation stage was not yet included by the checkout's Snakefile: this run wired "
+        "rules/allocation.smk into the snapshot (--with-allocation), as the final workflow does.\n"
+        if patched
+        else ""
+        if wired
+        else "\nThe allocation stage was not wired into the Snakefile when this ran, so its row is "
+        "missing; the predictor and plot rows stand in for it.\n"
+    )
     out_dir = REPO / "benchmarks" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "incremental.md").write_text(
@@ -168,7 +232,8 @@ def main() -> None:
         f"{', '.join(executor_plugins()) or 'none'}.\n\n"
         f"Machine speed probe (`import pandas, matplotlib.pyplot` in a fresh interpreter, min of 3): "
         f"{probe_before:.2f} s before, {probe_after:.2f} s after.\n\n"
-        f"{table}\n{note}")
+        f"{table}\n{note}"
+    )
 
 
 if __name__ == "__main__":

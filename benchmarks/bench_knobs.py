@@ -47,8 +47,13 @@ OUT = REPO / "benchmarks" / "results" / "knobs.md"
 # age of its last checkpoint at the event is uniform over that interval.
 CHECKPOINT_INTERVAL_S = 1800.0
 DEPTHS = (0.3, 0.5, 0.6, 0.7, 0.75, 0.8)
-STRATEGIES = {"caps only": ("cap",), "pause only": ("pause",), "requeue only": ("requeue",),
-              "caps + clock": ("cap", "clock"), "chosen mix": kn.KNOBS}
+STRATEGIES = {
+    "caps only": ("cap",),
+    "pause only": ("pause",),
+    "requeue only": ("requeue",),
+    "caps + clock": ("cap", "clock"),
+    "chosen mix": kn.KNOBS,
+}
 
 
 def site_jobs(cfg: dict, n: int, seed: int) -> list[kn.Job]:
@@ -59,7 +64,9 @@ def site_jobs(cfg: dict, n: int, seed: int) -> list[kn.Job]:
     plans = {p.group: p for p in plan_campaign(cfg, resolved)}
     meta = pd.DataFrame({"group": names, "task": [by_id[g]["task"] for g in names]})
     rng = np.random.default_rng(seed)
-    index = sample_workloads(meta, "production", 1, n, rng, cfg["allocation"]["production"]["pretraining_fraction"])[0]
+    index = sample_workloads(
+        meta, "production", 1, n, rng, cfg["allocation"]["production"]["pretraining_fraction"]
+    )[0]
     clock_of = {}
     jobs = []
     for k, gi in enumerate(index):
@@ -71,16 +78,28 @@ def site_jobs(cfg: dict, n: int, seed: int) -> list[kn.Job]:
             _, P, T = clock_curve(spec, gpu, leak)
             # on the cap curve's uncapped point (the same run): the clock knob's top
             top_p, top_t = curves.power_w[gi, -1], curves.throughput[gi, -1]
-            clock_of[gi] = (np.append(P[P < top_p], top_p), np.append(T[P < top_p] * top_t / T[-1], top_t))
+            clock_of[gi] = (
+                np.append(P[P < top_p], top_p),
+                np.append(T[P < top_p] * top_t / T[-1], top_t),
+            )
         plan = plans[g["id"]]
-        jobs.append(kn.Job(f"{k:03d}:{g['id']}", (curves.power_w[gi], curves.throughput[gi]),
-                           idle_w=g["gpus"] * gpu.idle_w, restart_s=plan.startup_s,
-                           checkpoint_write_s=plan.checkpoint_write_s,
-                           since_checkpoint_s=float(rng.uniform(0, CHECKPOINT_INTERVAL_S)), clock=clock_of[gi]))
+        jobs.append(
+            kn.Job(
+                f"{k:03d}:{g['id']}",
+                (curves.power_w[gi], curves.throughput[gi]),
+                idle_w=g["gpus"] * gpu.idle_w,
+                restart_s=plan.startup_s,
+                checkpoint_write_s=plan.checkpoint_write_s,
+                since_checkpoint_s=float(rng.uniform(0, CHECKPOINT_INTERVAL_S)),
+                clock=clock_of[gi],
+            )
+        )
     return jobs
 
 
-def study(jobs: list[kn.Job], duration_s: float, notice_s: float) -> tuple[pd.DataFrame, dict[float, kn.Choice]]:
+def study(
+    jobs: list[kn.Job], duration_s: float, notice_s: float
+) -> tuple[pd.DataFrame, dict[float, kn.Choice]]:
     site = sum(j.ceiling_w for j in jobs)
     rows, mixes = [], {}
     for depth in DEPTHS:
@@ -109,25 +128,45 @@ def main() -> None:
     site = sum(j.ceiling_w for j in jobs)
     floors = sum(j.cap[0][0] for j in jobs)
     fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
-    text = ["# The knob menu on the default campaign: deep events", "",
-            f"Command: `python benchmarks/bench_knobs.py --jobs {a.jobs} --seed {a.seed}` "
-            "(module docstring: curves, restart times, checkpoint ages)", "",
-            f"Site: {a.jobs} jobs (production mix of the headline groups, emulated H200), "
-            f"{site / 1e3:.1f} kW uncapped GPU power; the caps' floors sum to {floors / 1e3:.1f} kW, "
-            f"so caps alone cannot cut deeper than {1 - floors / site:.1%}. Tokens lost in millions "
-            "over the event; `infeasible`: the knobs cannot reach the target.", ""]
+    text = [
+        "# The knob menu on the default campaign: deep events",
+        "",
+        f"Command: `python benchmarks/bench_knobs.py --jobs {a.jobs} --seed {a.seed}` "
+        "(module docstring: curves, restart times, checkpoint ages)",
+        "",
+        f"Site: {a.jobs} jobs (production mix of the headline groups, emulated H200), "
+        f"{site / 1e3:.1f} kW uncapped GPU power; the caps' floors sum to {floors / 1e3:.1f} kW, "
+        f"so caps alone cannot cut deeper than {1 - floors / site:.1%}. Tokens lost in millions "
+        "over the event; `infeasible`: the knobs cannot reach the target.",
+        "",
+    ]
     for duration, notice in ((3600.0, 600.0), (3600.0, 0.0)):
         table, mixes = study(jobs, duration, notice)
-        text += [f"## {duration / 3600:g} h event, {notice / 60:g} min notice", "", "```",
-                 table.to_string(index=False, formatters={c: fmt for c in table.columns}), "```", ""]
+        text += [
+            f"## {duration / 3600:g} h event, {notice / 60:g} min notice",
+            "",
+            "```",
+            table.to_string(index=False, formatters={c: fmt for c in table.columns}),
+            "```",
+            "",
+        ]
     deep = max(d for d in mixes if mixes[d].feasible)
     c = mixes[deep]
     shown = c.table.sort_values(["knob", "job"]).groupby("knob", sort=True).head(3)
-    text += [f"### Which job took which knob and why ({deep:.0%} cut, 1 h, no notice; 3 jobs per knob)", "",
-             "Prices in tokens per kWh shed at each knob's deepest point; `*` marks the one taken.", "", "```",
-             shown[["job", "knob", "shed_kw", "tokens_lost", "why"]].to_string(
-                 index=False, formatters={"shed_kw": "{:.2f}".format, "tokens_lost": "{:,.0f}".format},
-                 max_colwidth=200), "```", ""]
+    text += [
+        f"### Which job took which knob and why ({deep:.0%} cut, 1 h, no notice; 3 jobs per knob)",
+        "",
+        "Prices in tokens per kWh shed at each knob's deepest point; `*` marks the one taken.",
+        "",
+        "```",
+        shown[["job", "knob", "shed_kw", "tokens_lost", "why"]].to_string(
+            index=False,
+            formatters={"shed_kw": "{:.2f}".format, "tokens_lost": "{:,.0f}".format},
+            max_colwidth=200,
+        ),
+        "```",
+        "",
+    ]
     out = "\n".join(text)
     print(out)
     OUT.write_text(out + "\n")

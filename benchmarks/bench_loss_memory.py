@@ -47,18 +47,37 @@ def main(argv: list[str] | None = None) -> str:
     args = p.parse_args(argv)
     from wattflex.runs.plan import LOGIT_BYTES
 
-    env = {"PYTHONPATH": str(REPO / "workflow_scripts"), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    env = {
+        "PYTHONPATH": str(REPO / "workflow_scripts"),
+        "OMP_NUM_THREADS": "1",
+        "PATH": "/usr/bin:/bin",
+    }
     rows = []
     for chunk in args.chunks:
-        out = subprocess.run([sys.executable, "-c", STEP, str(args.tokens), str(args.vocab), str(chunk)],
-                             capture_output=True, text=True, env=env, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", STEP, str(args.tokens), str(args.vocab), str(chunk)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
         r = json.loads(out.stdout.strip().splitlines()[-1])
         in_chunk = min(chunk, args.tokens) if chunk > 0 else args.tokens
-        rows.append((chunk or "off", r["loss"], r["step_peak_bytes"] / 2**30, LOGIT_BYTES * in_chunk * args.vocab / 2**30))
-    md = [f"# Loss memory on CPU: {args.tokens} tokens, vocab {args.vocab}, fp32 (`python benchmarks/bench_loss_memory.py"
-          f" --tokens {args.tokens} --vocab {args.vocab} --chunks {' '.join(map(str, args.chunks))}`)", "",
-          "| loss_chunk_tokens | loss | step peak RSS GiB (measured) | plan's logits GiB | measured - plan GiB |",
-          "| --- | --- | --- | --- | --- |"]
+        rows.append(
+            (
+                chunk or "off",
+                r["loss"],
+                r["step_peak_bytes"] / 2**30,
+                LOGIT_BYTES * in_chunk * args.vocab / 2**30,
+            )
+        )
+    md = [
+        f"# Loss memory on CPU: {args.tokens} tokens, vocab {args.vocab}, fp32 (`python benchmarks/bench_loss_memory.py"
+        f" --tokens {args.tokens} --vocab {args.vocab} --chunks {' '.join(map(str, args.chunks))}`)",
+        "",
+        "| loss_chunk_tokens | loss | step peak RSS GiB (measured) | plan's logits GiB | measured - plan GiB |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     md += [f"| {c} | {loss:.6f} | {m:.2f} | {pl:.2f} | {m - pl:.2f} |" for c, loss, m, pl in rows]
     text = "\n".join(md) + "\n"
     args.out.write_text(text)

@@ -32,15 +32,34 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow_scripts"))
 
 # 451M parameters: 24 layers of hidden 1024 (GQA 16/8 heads, MLP 4096), vocab 36000, untied head
-MODEL = {"hf_model_type": "llama", "hidden": 1024, "layers": 24, "heads": 16, "kv_heads": 8, "head_dim": 64,
-         "intermediate": 4096, "vocab": 36000}
+MODEL = {
+    "hf_model_type": "llama",
+    "hidden": 1024,
+    "layers": 24,
+    "heads": 16,
+    "kv_heads": 8,
+    "head_dim": 64,
+    "intermediate": 4096,
+    "vocab": 36000,
+}
 
 
 def train_config(task: str, outdir: str):
     from wattflex.runs.training.config import TrainConfig
 
-    return TrainConfig(model_facts=MODEL, task=task, seq_len=32, batch=1, device="cpu", random_init=True,
-                       compile=False, grad_checkpointing=False, precision="bf16-mixed" if task == "lora" else "fp32", parallel="fsdp", outdir=outdir)
+    return TrainConfig(
+        model_facts=MODEL,
+        task=task,
+        seq_len=32,
+        batch=1,
+        device="cpu",
+        random_init=True,
+        compile=False,
+        grad_checkpointing=False,
+        precision="bf16-mixed" if task == "lora" else "fp32",
+        parallel="fsdp",
+        outdir=outdir,
+    )
 
 
 def peak_rss() -> int:
@@ -55,9 +74,9 @@ def worker(path: str, task: str, out: Path) -> None:
 
     cfg = train_config(task, str(out.parent))
     dist = loop.init_distributed(cfg)
-    models.import_libraries(cfg)        # as the harness: the baseline includes the libraries
+    models.import_libraries(cfg)  # as the harness: the baseline includes the libraries
     before, t = peak_rss(), time.perf_counter()
-    if path == "whole":     # the harness before the sharded build, step for step
+    if path == "whole":  # the harness before the sharded build, step for step
         from torch.distributed.fsdp import fully_shard
 
         torch.manual_seed(cfg.seed)
@@ -74,8 +93,15 @@ def worker(path: str, task: str, out: Path) -> None:
     rows = [None] * dist.world
     torch.distributed.all_gather_object(rows, row)
     if dist.rank == 0:
-        out.write_text(json.dumps({"ranks": rows, "model_bytes": sharded.model_bytes(model),
-                                   "params": sum(p.numel() for p in model.parameters())}))
+        out.write_text(
+            json.dumps(
+                {
+                    "ranks": rows,
+                    "model_bytes": sharded.model_bytes(model),
+                    "params": sum(p.numel() for p in model.parameters()),
+                }
+            )
+        )
     torch.distributed.destroy_process_group()
 
 
@@ -83,25 +109,53 @@ def cell(ranks: int, path: str, task: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench_model_build_") as tmp:
         out = Path(tmp) / "cell.json"
         env = {**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts"), "OMP_NUM_THREADS": "1"}
-        r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-                            __file__, "--worker", path, task, str(out)], capture_output=True, text=True, env=env)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={ranks}",
+                __file__,
+                "--worker",
+                path,
+                task,
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         if r.returncode != 0:
-            raise RuntimeError(f"{ranks} ranks, {path}, {task}: torchrun failed\n{r.stderr[-3000:]}")
+            raise RuntimeError(
+                f"{ranks} ranks, {path}, {task}: torchrun failed\n{r.stderr[-3000:]}"
+            )
         facts = json.loads(out.read_text())
     per_rank = facts["ranks"]
-    return {"ranks": ranks, "path": path, "task": task, "params": facts["params"], "model_bytes": facts["model_bytes"],
-            "build_s": max(p["build_s"] for p in per_rank),
-            "peak_rss": max(p["rss_after"] for p in per_rank),
-            "growth": max(p["rss_after"] - p["rss_before"] for p in per_rank)}
+    return {
+        "ranks": ranks,
+        "path": path,
+        "task": task,
+        "params": facts["params"],
+        "model_bytes": facts["model_bytes"],
+        "build_s": max(p["build_s"] for p in per_rank),
+        "peak_rss": max(p["rss_after"] for p in per_rank),
+        "growth": max(p["rss_after"] - p["rss_before"] for p in per_rank),
+    }
 
 
 def table(rows: list[dict]) -> str:
     gb = 1e9
-    lines = ["| ranks | path | task | build s (slowest rank) | peak RSS per rank GB | RSS growth in build GB | "
-             "growth / model bytes | full model GB |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| ranks | path | task | build s (slowest rank) | peak RSS per rank GB | RSS growth in build GB | "
+        "growth / model bytes | full model GB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
-        lines.append(f"| {r['ranks']} | {r['path']} | {r['task']} | {r['build_s']:.1f} | {r['peak_rss'] / gb:.2f} | "
-                     f"{r['growth'] / gb:.2f} | {r['growth'] / r['model_bytes']:.2f} | {r['model_bytes'] / gb:.2f} |")
+        lines.append(
+            f"| {r['ranks']} | {r['path']} | {r['task']} | {r['build_s']:.1f} | {r['peak_rss'] / gb:.2f} | "
+            f"{r['growth'] / gb:.2f} | {r['growth'] / r['model_bytes']:.2f} | {r['model_bytes'] / gb:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -112,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--tasks", nargs="+", choices=["pt", "lora"], default=["pt", "lora"])
-    ap.add_argument("--paths", nargs="+", choices=["whole", "sharded"], default=["whole", "sharded"])
+    ap.add_argument(
+        "--paths", nargs="+", choices=["whole", "sharded"], default=["whole", "sharded"]
+    )
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "model_build.md")
     args = ap.parse_args(argv)
     load = os.getloadavg()[0]
@@ -124,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(table(rows[-1:]).splitlines()[-1], flush=True)
     text = table(rows)
     print(text)
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+    ).stdout.strip()
     import torch
     import transformers
 
@@ -138,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         "libraries already imported (not timed), from before the "
         "build to the model ready to train (sharded: including allocation and init). RSS: each rank's peak "
         "resident memory (`ru_maxrss`) after the build, the largest rank shown; growth: after minus before the "
-        "build.\n\n" + text + "\n")
+        "build.\n\n" + text + "\n"
+    )
     return 0
 
 

@@ -30,7 +30,11 @@ def main() -> None:
     ap.add_argument("--after", default="HEAD", help="a commit or `tree` (the working tree)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cores", default="2")
-    ap.add_argument("--out", default="benchmarks/results/rerun_ab.md", help="the Markdown result, under the repository")
+    ap.add_argument(
+        "--out",
+        default="benchmarks/results/rerun_ab.md",
+        help="the Markdown result, under the repository",
+    )
     args = ap.parse_args()
     probe_before = speed_probe()
     times: dict[str, dict[str, list[float]]] = {}
@@ -41,7 +45,13 @@ def main() -> None:
             cfg = yaml.safe_load((workflow / "config" / "config.yaml").read_text())
             base, dpi = Path(tmp) / f"{name}-base.yaml", Path(tmp) / f"{name}-dpi.yaml"
             base.write_text(yaml.safe_dump(cfg, sort_keys=False))
-            changed = {**cfg, "figures": {**cfg.get("figures", {}), "dpi": int(cfg.get("figures", {}).get("dpi", 110)) + 10}}
+            changed = {
+                **cfg,
+                "figures": {
+                    **cfg.get("figures", {}),
+                    "dpi": int(cfg.get("figures", {}).get("dpi", 110)) + 10,
+                },
+            }
             dpi.write_text(yaml.safe_dump(changed, sort_keys=False))
             work = Path(tmp) / name / "work"
             dt, n, _ = snakemake(workflow, work, base, "--cores", args.cores)
@@ -55,12 +65,20 @@ def main() -> None:
                 snakemake(workflow, work, base, "--cores", args.cores)  # back, untimed
                 dt, _, _ = snakemake(workflow, work, base, "-n")
                 times[name]["noop"].append(dt)
-                print(f"round {r + 1} {name}: plot {times[name]['plot'][-1]:.1f} s, no-op {dt:.2f} s", flush=True)
+                print(
+                    f"round {r + 1} {name}: plot {times[name]['plot'][-1]:.1f} s, no-op {dt:.2f} s",
+                    flush=True,
+                )
     probe_after = speed_probe()
     rows = ["| what | before | after | after / before |", "| --- | ---: | ---: | ---: |"]
-    for key, label in (("plot", "rerun after a plot setting (`figures.dpi`)"), ("noop", "no-op `snakemake -n`")):
+    for key, label in (
+        ("plot", "rerun after a plot setting (`figures.dpi`)"),
+        ("noop", "no-op `snakemake -n`"),
+    ):
         b, a = times["before"][key], times["after"][key]
-        rows.append(f"| {label} | {cell(b)} | {cell(a)} | {statistics.median(a) / statistics.median(b):.2f} |")
+        rows.append(
+            f"| {label} | {cell(b)} | {cell(a)} | {statistics.median(a) / statistics.median(b):.2f} |"
+        )
     table = "\n".join(rows)
     print(table)
     out = REPO / args.out
@@ -72,7 +90,8 @@ def main() -> None:
         f"Snakemake executor plugins installed: {', '.join(executor_plugins()) or 'none'}.\n\n"
         f"Machine speed probe (`import pandas, matplotlib.pyplot` in a fresh interpreter, min of 3): "
         f"{probe_before:.2f} s before, {probe_after:.2f} s after. Times: median (min-max) of {args.rounds} rounds, s.\n\n"
-        f"{table}\n")
+        f"{table}\n"
+    )
 
 
 if __name__ == "__main__":

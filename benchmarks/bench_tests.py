@@ -12,6 +12,7 @@ instead of 8.2 s, measured 2026-12-02 on the 2-core machine).
     python benchmarks/bench_tests.py --tiers fast --workers 0 4   # 0: no xdist
     python benchmarks/bench_tests.py --tiers slow --extra '-m "slow and not slurm"'
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,31 +32,56 @@ TIERS = {"fast": "not slow", "slow": "slow"}
 
 
 def run_tier(marker: str, workers: int, extra: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", marker,
-           *(["-n", str(workers), "--dist", "loadgroup"] if workers else []), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        marker,
+        *(["-n", str(workers), "--dist", "loadgroup"] if workers else []),
+        *extra,
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load0, t0 = os.getloadavg()[0], time.monotonic()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|error)", proc.stdout.splitlines()[-1]
-                                                 if proc.stdout.strip() else "")}
-    return {"marker": marker, "workers": workers, "passed": counts.get("passed", 0),
-            "failed": counts.get("failed", 0) + counts.get("error", 0), "skipped": counts.get("skipped", 0),
-            "wall_s": round(wall, 1),
-            "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
-            "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2),
-            "exit": proc.returncode}
+    counts = {
+        k: int(n)
+        for n, k in re.findall(
+            r"(\d+) (passed|failed|skipped|error)",
+            proc.stdout.splitlines()[-1] if proc.stdout.strip() else "",
+        )
+    }
+    return {
+        "marker": marker,
+        "workers": workers,
+        "passed": counts.get("passed", 0),
+        "failed": counts.get("failed", 0) + counts.get("error", 0),
+        "skipped": counts.get("skipped", 0),
+        "wall_s": round(wall, 1),
+        "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
+        "load_before": round(load0, 2),
+        "load_after": round(os.getloadavg()[0], 2),
+        "exit": proc.returncode,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiers", nargs="+", choices=list(TIERS), default=list(TIERS))
-    ap.add_argument("--workers", nargs="+", type=int, default=[4], help="xdist workers per run (0: no xdist)")
+    ap.add_argument(
+        "--workers", nargs="+", type=int, default=[4], help="xdist workers per run (0: no xdist)"
+    )
     ap.add_argument("--extra", default="", help="more pytest arguments, one shell-quoted string")
     args = ap.parse_args(argv)
-    rows = [run_tier(TIERS[t], w, shlex.split(args.extra)) for t in args.tiers for w in args.workers]
+    rows = [
+        run_tier(TIERS[t], w, shlex.split(args.extra)) for t in args.tiers for w in args.workers
+    ]
     print(pd.DataFrame(rows).to_string(index=False))
     return 0
 

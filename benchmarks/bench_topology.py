@@ -40,7 +40,9 @@ from wattflex.allocation.oracle import milp_oracle, oracle  # noqa: E402
 OUT = Path(__file__).resolve().parent / "results" / "topology_oracle.md"
 
 
-def curves(rng: np.random.Generator, n: int, K: int, concave: bool) -> tuple[np.ndarray, np.ndarray]:
+def curves(
+    rng: np.random.Generator, n: int, K: int, concave: bool
+) -> tuple[np.ndarray, np.ndarray]:
     floor = rng.uniform(100, 300, n)
     width = rng.uniform(20, 200, (n, K - 1))
     P = np.concatenate([floor[:, None], floor[:, None] + np.cumsum(width, -1)], -1)
@@ -64,7 +66,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=10_000)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--no-milp", action="store_true", help="skip the non-concave row and the LP check")
+    ap.add_argument(
+        "--no-milp", action="store_true", help="skip the non-concave row and the LP check"
+    )
     args = ap.parse_args()
     rng = np.random.default_rng(39)
     n = args.jobs
@@ -74,7 +78,9 @@ def main() -> None:
             continue
         P, T = curves(rng, n, 6, concave)
         fam = random_laminar(rng, n, [4, 16, 160], ceiling_w=P[:, -1], floor_w=P[:, 0])
-        fam = Laminar(fam.parent, fam.limit_w, fam.leaf, tuple(f"g{k}" for k in range(len(fam.parent))))
+        fam = Laminar(
+            fam.parent, fam.limit_w, fam.leaf, tuple(f"g{k}" for k in range(len(fam.parent)))
+        )
         most = nested_water_fill(np.inf, P[:, 0], P[:, -1], np.ones(n), fam).sum()
         budget = P[:, 0].sum() + 0.7 * (most - P[:, 0].sum())
         t, sol = timed(lambda: nested_oracle(P, T, budget, fam), args.repeats if concave else 1)
@@ -83,28 +89,68 @@ def main() -> None:
         if concave and not args.no_milp:
             groups = [(m, float(lim)) for m, lim in zip(fam.members(), fam.limit_w)]
             t_lp, ref = timed(lambda: milp_oracle(P, T, budget, groups=groups, leaf=fam.leaf), 1)
-            rel = abs(float(sol.throughput.sum()) - float(ref.throughput.sum())) / float(ref.throughput.sum())
+            rel = abs(float(sol.throughput.sum()) - float(ref.throughput.sum())) / float(
+                ref.throughput.sum()
+            )
             check = f"vs HiGHS LP ({t_lp:.2f} s): rel. diff {rel:.1e}"
-        rows.append((f"nested {'greedy, concave' if concave else 'oracle, non-concave'}", n, len(fam.parent),
-                     t, str(sol.method), float(sol.gap_rel), len(over), float(sol.power_w.sum() / budget), check))
-        if not concave:          # the rounding alone, kept at a looser gap
+        rows.append(
+            (
+                f"nested {'greedy, concave' if concave else 'oracle, non-concave'}",
+                n,
+                len(fam.parent),
+                t,
+                str(sol.method),
+                float(sol.gap_rel),
+                len(over),
+                float(sol.power_w.sum() / budget),
+                check,
+            )
+        )
+        if not concave:  # the rounding alone, kept at a looser gap
             t, sol = timed(lambda: nested_oracle(P, T, budget, fam, gap_tol=1e-4), 1)
-            rows.append(("nested oracle, non-concave, gap_tol 1e-4", n, len(fam.parent), t, str(sol.method),
-                         float(sol.gap_rel), len(fam.violations(sol.power_w)), float(sol.power_w.sum() / budget),
-                         "freeze_round, no MILP"))
+            rows.append(
+                (
+                    "nested oracle, non-concave, gap_tol 1e-4",
+                    n,
+                    len(fam.parent),
+                    t,
+                    str(sol.method),
+                    float(sol.gap_rel),
+                    len(fam.violations(sol.power_w)),
+                    float(sol.power_w.sum() / budget),
+                    "freeze_round, no MILP",
+                )
+            )
         tf, flat = timed(lambda: oracle(P, T, budget), args.repeats if concave else 1)
-        rows.append((f"flat oracle (site only), {'concave' if concave else 'non-concave'}", n, 1, tf,
-                     str(flat.method), float(flat.gap_rel), len(fam.violations(flat.power_w)),
-                     float(flat.power_w.sum() / budget), "levels ignored"))
-    lines = ["# Nested-limit oracle at 10,000 jobs x 3 levels", "",
-             f"`python benchmarks/bench_topology.py --jobs {n}` on {platform.processor() or platform.machine()}, "
-             f"{os.cpu_count()} CPU(s), numpy {np.__version__}; best of {args.repeats} (the MILP row: one run).", "",
-             "Tree: 4 feeds > 16 PDUs > 160 racks (+ the site budget), limits 20-100 % of each group's range; "
-             "the budget 70 % of what the limits allow.", "",
-             "| case | jobs | groups | time (s) | path | proven gap (rel.) | groups over limit | power / budget | check |",
-             "|---|---:|---:|---:|---|---:|---:|---:|---|"]
+        rows.append(
+            (
+                f"flat oracle (site only), {'concave' if concave else 'non-concave'}",
+                n,
+                1,
+                tf,
+                str(flat.method),
+                float(flat.gap_rel),
+                len(fam.violations(flat.power_w)),
+                float(flat.power_w.sum() / budget),
+                "levels ignored",
+            )
+        )
+    lines = [
+        "# Nested-limit oracle at 10,000 jobs x 3 levels",
+        "",
+        f"`python benchmarks/bench_topology.py --jobs {n}` on {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPU(s), numpy {np.__version__}; best of {args.repeats} (the MILP row: one run).",
+        "",
+        "Tree: 4 feeds > 16 PDUs > 160 racks (+ the site budget), limits 20-100 % of each group's range; "
+        "the budget 70 % of what the limits allow.",
+        "",
+        "| case | jobs | groups | time (s) | path | proven gap (rel.) | groups over limit | power / budget | check |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---|",
+    ]
     for name, jobs, groups, t, method, gap, over, frac, check in rows:
-        lines.append(f"| {name} | {jobs:,} | {groups} | {t:.3f} | {method} | {gap:.1e} | {over} | {frac:.6f} | {check} |")
+        lines.append(
+            f"| {name} | {jobs:,} | {groups} | {t:.3f} | {method} | {gap:.1e} | {over} | {frac:.6f} | {check} |"
+        )
     text = "\n".join(lines) + "\n"
     print(text)
     if n == 10_000:

@@ -20,7 +20,15 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-WORKFLOW_PARTS = ("Snakefile", "rules", "workflow_scripts", "config", "envs", "profiles", "resources")
+WORKFLOW_PARTS = (
+    "Snakefile",
+    "rules",
+    "workflow_scripts",
+    "config",
+    "envs",
+    "profiles",
+    "resources",
+)
 FIRST_LANDING = "20fe11c"
 
 
@@ -34,10 +42,16 @@ def from_commit(rev: str, root: Path) -> Path:
     """The workflow of commit ``rev`` in ``root/wattflex`` (``root/shared`` beside it)."""
     dst = root / "wattflex"
     dst.mkdir(parents=True)
-    listed = subprocess.run(["git", "-C", str(REPO), "ls-tree", "--name-only", rev], capture_output=True, text=True,
-                            check=True).stdout.split()
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-tree", "--name-only", rev],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     parts = [p for p in WORKFLOW_PARTS if p in listed]
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, *parts], capture_output=True, check=True)
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev, *parts], capture_output=True, check=True
+    )
     subprocess.run(["tar", "-x", "-C", str(dst)], input=archive.stdout, check=True)
     _link_shared(root)
     return dst
@@ -65,19 +79,35 @@ def workflow_copy(ref: str, root: Path) -> Path:
 
 def describe(ref: str) -> str:
     if ref == "tree":
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        )
         return f"working tree (HEAD {head.stdout.strip()} + uncommitted edits)"
-    full = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", ref], capture_output=True, text=True)
+    full = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", ref], capture_output=True, text=True
+    )
     return f"commit {full.stdout.strip() or ref}"
 
 
-def snakemake(workflow: Path, work: Path, config: Path, *args: str, check: bool = True) -> tuple[float, int, str]:
+def snakemake(
+    workflow: Path, work: Path, config: Path, *args: str, check: bool = True
+) -> tuple[float, int, str]:
     """(wall seconds, jobs in its job table, output) of one `snakemake` call of ``workflow``
     in the working directory ``work``; a failure exits unless ``check`` is False, when the
     output starts with FAILED and names the failing rules."""
     work.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(workflow / "Snakefile"), "-d", str(work),
-           "--configfile", str(config), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(workflow / "Snakefile"),
+        "-d",
+        str(work),
+        "--configfile",
+        str(config),
+        *args,
+    ]
     env = {**os.environ, "PYTHONPATH": str(workflow / "workflow_scripts")}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=workflow, capture_output=True, text=True, env=env)
@@ -86,14 +116,19 @@ def snakemake(workflow: Path, work: Path, config: Path, *args: str, check: bool 
     if proc.returncode:
         if check:
             sys.exit(f"failed: {' '.join(cmd)}\n{out[-4000:]}")
-        out = "FAILED in " + ", ".join(sorted(set(re.findall(r"^Error in rule (\w+):", out, re.M)))) + "\n" + out
+        out = (
+            "FAILED in "
+            + ", ".join(sorted(set(re.findall(r"^Error in rule (\w+):", out, re.M))))
+            + "\n"
+            + out
+        )
     m = re.search(r"^total\s+(\d+)$", out, re.M)
     return dt, int(m.group(1)) if m else 0, out
 
 
 def jobs_by_rule(out: str) -> dict[str, int]:
     """{rule: jobs} from the job table of a `snakemake` output (``all`` left out)."""
-    table = out[out.index("Job stats:"):] if "Job stats:" in out else ""
+    table = out[out.index("Job stats:") :] if "Job stats:" in out else ""
     counts = {}
     for line in table.splitlines()[3:]:
         m = re.match(r"^(\w+)\s+(\d+)$", line.strip())

@@ -7,6 +7,7 @@ the dense groups of Tables 7-8 with the efficiency in the jobs). Table 6 never e
 
 Prints each fixed-point step and the constants to put in wattflex.runs.emulator.Physics.
 """
+
 import dataclasses
 
 from wattflex import calibration as cal
@@ -22,9 +23,11 @@ def main() -> None:
         eff, table = cal.derive_dense_gemm_eff(ph)
         base = dataclasses.replace(ph, dense_gemm_eff=eff)
         c = cal.calibrate_published(groups, tables, base=base)
-        print(f"step {step}: dense_gemm_eff {eff:.2f} -> anchor {c.anchor_clock_mhz:.0f} MHz, "
-              f"sm_dyn_w {c.curve.sm_dyn_w:.0f}, v_min {c.curve.v_min:.4f}, v_exp {c.curve.v_exp:.3f}, "
-              f"calib_tensor_util {c.curve.calib_tensor_util:.4f}, table error {c.curve.max_table_error_mhz:.0f} MHz")
+        print(
+            f"step {step}: dense_gemm_eff {eff:.2f} -> anchor {c.anchor_clock_mhz:.0f} MHz, "
+            f"sm_dyn_w {c.curve.sm_dyn_w:.0f}, v_min {c.curve.v_min:.4f}, v_exp {c.curve.v_exp:.3f}, "
+            f"calib_tensor_util {c.curve.calib_tensor_util:.4f}, table error {c.curve.max_table_error_mhz:.0f} MHz"
+        )
         new = c.physics(base)
         if new == ph:
             break

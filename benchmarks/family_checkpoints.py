@@ -43,8 +43,10 @@ def lora_cell(job, fc, family) -> str:
     if family.name not in fc.LORA:
         return "—"
     s = fc.summary(job.reports(f"{family.name}-lora"))
-    return (f"{yes(s['params_equal'] and s['buffers_equal'])}, {s['logits_max_diff']:.0e} / {s['grad_max_diff']:.0e}, "
-            f"{s['moved']} of {s['trainable']} moved{'' if s['step_taken'] else ' **no step**'}")
+    return (
+        f"{yes(s['params_equal'] and s['buffers_equal'])}, {s['logits_max_diff']:.0e} / {s['grad_max_diff']:.0e}, "
+        f"{s['moved']} of {s['trainable']} moved{'' if s['step_taken'] else ' **no step**'}"
+    )
 
 
 def main() -> None:
@@ -55,14 +57,21 @@ def main() -> None:
     from tests.workflow.torchrun.training_jobs import run_probes
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--families", nargs="*", default=None, help="rows of FAMILIES by name (default: all)")
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "family_checkpoints.md")
+    ap.add_argument(
+        "--families", nargs="*", default=None, help="rows of FAMILIES by name (default: all)"
+    )
+    ap.add_argument(
+        "--out", type=Path, default=REPO / "benchmarks" / "results" / "family_checkpoints.md"
+    )
     args = ap.parse_args()
     families = [f for f in fc.FAMILIES if args.families is None or f.name in args.families]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        cases = {k: v for k, v in fc.cases(work).items()
-                 if any(k.startswith(f.name + "-") for f in families)}
+        cases = {
+            k: v
+            for k, v in fc.cases(work).items()
+            if any(k.startswith(f.name + "-") for f in families)
+        }
         t = time.time()
         job = run_probes(cases, work)
         wall = time.time() - t
@@ -70,27 +79,36 @@ def main() -> None:
         for f in families:
             ck = fc.summary(job.reports(f"{f.name}-model_path"))
             ri = fc.summary(job.reports(f"{f.name}-random_init"))
-            rows.append(f"| {f.name} | `{f.hf_model_type}` | {ck['model_class']} | {yes(ck['tied']) if f.tied else 'no'} "
-                        f"| {ck['logits_max_diff']:.1e} | {ck['grad_max_diff']:.1e} | {yes(ck['params_equal'])} "
-                        f"| {yes(ck['buffers_equal'])} ({len(ck['buffers'])}) | {yes(ck['step_taken'])} ({ck['loss']:.3f}) "
-                        f"| {yes(ri['buffers_equal'])} ({len(ri['buffers'])}) | {ri['logits_max_diff']:.1e} "
-                        f"| {yes(ri['step_taken'])} | {lora_cell(job, fc, f)} |")
+            rows.append(
+                f"| {f.name} | `{f.hf_model_type}` | {ck['model_class']} | {yes(ck['tied']) if f.tied else 'no'} "
+                f"| {ck['logits_max_diff']:.1e} | {ck['grad_max_diff']:.1e} | {yes(ck['params_equal'])} "
+                f"| {yes(ck['buffers_equal'])} ({len(ck['buffers'])}) | {yes(ck['step_taken'])} ({ck['loss']:.3f}) "
+                f"| {yes(ri['buffers_equal'])} ({len(ri['buffers'])}) | {ri['logits_max_diff']:.1e} "
+                f"| {yes(ri['step_taken'])} | {lora_cell(job, fc, f)} |"
+            )
             print(rows[-1], flush=True)
         mm_line = ""
         if fc.MULTIMODAL in cases:
             mm = job.reports(fc.MULTIMODAL)
             r0 = mm[0]
-            text_only = all(sorted(r["params"]) == sorted(n.replace("model.language_model.", "model.", 1)
-                                                          for n in r["text_params"]) for r in mm)
-            mm_line = (f"| {fc.MULTIMODAL} | {r0['model_class']} | {len(r0['params'])} of the checkpoint's "
-                       f"{len(r0['text_params'])} text-decoder parameters ({'only those' if text_only else '**others too**'}) "
-                       f"| {yes(all(all(r['params_equal'].values()) for r in mm))} "
-                       f"| {yes(all(all(r['buffers'].values()) for r in mm))} "
-                       f"| {max(r['logits_max_diff'] for r in mm):.1e} | {r0['loss']:.3f} |")
-    header = ("| family | hf_model_type | class | tied | logits max diff | grad max diff | weights equal "
-              "| buffers equal (n) | step taken (loss) | random init: buffers equal (n) | random init: logits max diff "
-              "| random init: step taken | LoRA from the checkpoint: weights and buffers equal, logits / grad max diff, "
-              "adapters moved |\n|" + "---|" * 13)
+            text_only = all(
+                sorted(r["params"])
+                == sorted(n.replace("model.language_model.", "model.", 1) for n in r["text_params"])
+                for r in mm
+            )
+            mm_line = (
+                f"| {fc.MULTIMODAL} | {r0['model_class']} | {len(r0['params'])} of the checkpoint's "
+                f"{len(r0['text_params'])} text-decoder parameters ({'only those' if text_only else '**others too**'}) "
+                f"| {yes(all(all(r['params_equal'].values()) for r in mm))} "
+                f"| {yes(all(all(r['buffers'].values()) for r in mm))} "
+                f"| {max(r['logits_max_diff'] for r in mm):.1e} | {r0['loss']:.3f} |"
+            )
+    header = (
+        "| family | hf_model_type | class | tied | logits max diff | grad max diff | weights equal "
+        "| buffers equal (n) | step taken (loss) | random init: buffers equal (n) | random init: logits max diff "
+        "| random init: step taken | LoRA from the checkpoint: weights and buffers equal, logits / grad max diff, "
+        "adapters moved |\n|" + "---|" * 13
+    )
     text = f"""# Every catalogue family through the sharded path (issue 36)
 
 `python benchmarks/family_checkpoints.py` — one 2-rank gloo torchrun job on CPU ({wall:.0f} s for

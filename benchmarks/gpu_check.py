@@ -121,21 +121,34 @@ from wattflex.runs.sweep.steady import SteadyCriteria
 from wattflex.runs.training.config import TrainConfig
 from wattflex.telemetry import TELEMETRY_COLUMNS, SummaryProtocol, job_series
 
-SAMPLER_PERIOD_S = 0.1            # 10 Hz: 50x the campaign's 5 s, so an overhead shows if there is one
+SAMPLER_PERIOD_S = 0.1  # 10 Hz: 50x the campaign's 5 s, so an overhead shows if there is one
 OVERHEAD_GOAL_PCT = 0.5
-WARMUP_FRACTION = 0.2             # of a run's step time, dropped before tokens/s
+WARMUP_FRACTION = 0.2  # of a run's step time, dropped before tokens/s
 FIRST_STEP_TIMEOUT_S = 300.0
-BUDGET_FRACTIONS = (0.8, 0.5)     # controller dry runs: budget = fraction x the GPUs' maximum limits
+BUDGET_FRACTIONS = (0.8, 0.5)  # controller dry runs: budget = fraction x the GPUs' maximum limits
 # A model that keeps an H200 busy (191M parameters, 126M without embeddings; Llama, the catalogue's dense family).
-SMALL_MODEL = {"layers": 8, "hidden": 1024, "heads": 16, "kv_heads": 8, "head_dim": 64, "intermediate": 4096,
-               "vocab": 32000}
-SHAPE = {"small": (2048, 8), "tiny": (32, 4), "real": (2048, 1)}     # (seq_len, micro-batch); real: --model-path on cuda
+SMALL_MODEL = {
+    "layers": 8,
+    "hidden": 1024,
+    "heads": 16,
+    "kv_heads": 8,
+    "head_dim": 64,
+    "intermediate": 4096,
+    "vocab": 32000,
+}
+SHAPE = {
+    "small": (2048, 8),
+    "tiny": (32, 4),
+    "real": (2048, 1),
+}  # (seq_len, micro-batch); real: --model-path on cuda
 GPM_COLUMNS = {"dram_active", "sm_active", "tensor_active"}
-ALLREDUCE_MB = 256                # per rank, fp32: large enough for bandwidth, not latency (nccl-tests' range)
-ALLREDUCE_ITERS = (3, 10)         # warm-up, timed
+ALLREDUCE_MB = 256  # per rank, fp32: large enough for bandwidth, not latency (nccl-tests' range)
+ALLREDUCE_ITERS = (3, 10)  # warm-up, timed
 HOST_COLUMNS = {"host_cpu_w", "host_dram_w"}
-ANCHOR_GEMM_N = 8192              # bf16 8192^3 GEMMs: compute-bound, ~1.1 TFLOP each, the tensor pipes' steady state
-TRIAD_MB = 2048                   # per fp32 array of the HBM triad (3 arrays): far beyond the 50-60 MB L2
+ANCHOR_GEMM_N = (
+    8192  # bf16 8192^3 GEMMs: compute-bound, ~1.1 TFLOP each, the tensor pipes' steady state
+)
+TRIAD_MB = 2048  # per fp32 array of the HBM triad (3 arrays): far beyond the 50-60 MB L2
 ANCHOR_SAMPLE_S = 0.2
 UNPROVEN = "**Unproven on GPU**: no GPU has run this step yet (its CPU path is tested: tests/unit/test_gpu_check.py)."
 
@@ -174,10 +187,23 @@ def allreduce_worker(backend: str, out: Path, mb: float) -> None:
     if rank == 0:
         nbytes = x.numel() * 4
         algbw = nbytes / seconds / 1e9
-        out.write_text(json.dumps({
-            "backend": backend, "world_size": world, "mb_per_rank": mb, "iters": timed, "seconds_per_iter": seconds,
-            "algbw_gb_s": algbw, "busbw_gb_s": algbw * 2 * (world - 1) / world, "sum_correct": correct,
-            "nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else None}))
+        out.write_text(
+            json.dumps(
+                {
+                    "backend": backend,
+                    "world_size": world,
+                    "mb_per_rank": mb,
+                    "iters": timed,
+                    "seconds_per_iter": seconds,
+                    "algbw_gb_s": algbw,
+                    "busbw_gb_s": algbw * 2 * (world - 1) / world,
+                    "sum_correct": correct,
+                    "nccl_version": ".".join(map(str, torch.cuda.nccl.version()))
+                    if backend == "nccl"
+                    else None,
+                }
+            )
+        )
     dist.destroy_process_group()
 
 
@@ -189,15 +215,35 @@ def allreduce(args: argparse.Namespace, work: Path, n_gpus: int) -> dict[str, An
     if nproc < 1:
         raise RuntimeError("no GPU to all-reduce across")
     out, log_path = work / "allreduce.json", work / "allreduce.log"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", __file__,
-           "--allreduce-worker", backend, "--allreduce-out", str(out), "--allreduce-mb", f"{args.allreduce_mb:g}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        __file__,
+        "--allreduce-worker",
+        backend,
+        "--allreduce-out",
+        str(out),
+        "--allreduce-mb",
+        f"{args.allreduce_mb:g}",
+    ]
     with open(log_path, "wb") as logf:
-        rc = subprocess.run(cmd, env={**os.environ, **env}, stdout=logf, stderr=subprocess.STDOUT, timeout=600).returncode
+        rc = subprocess.run(
+            cmd, env={**os.environ, **env}, stdout=logf, stderr=subprocess.STDOUT, timeout=600
+        ).returncode
     text = log_path.read_text(errors="replace")
     if rc != 0 or not out.is_file():
-        raise RuntimeError(f"all-reduce exited with status {rc}: " + "\n".join(text.splitlines()[-15:]))
+        raise RuntimeError(
+            f"all-reduce exited with status {rc}: " + "\n".join(text.splitlines()[-15:])
+        )
     res = json.loads(out.read_text())
-    res.update(nccl_env=env, command=" ".join(cmd[1:5]), warnings=[ln for ln in text.splitlines() if "NCCL WARN" in ln][:10])
+    res.update(
+        nccl_env=env,
+        command=" ".join(cmd[1:5]),
+        warnings=[ln for ln in text.splitlines() if "NCCL WARN" in ln][:10],
+    )
     if not res["sum_correct"]:
         return {**res, "ok": False, "error": "all-reduce sum is wrong"}
     return res
@@ -205,34 +251,96 @@ def allreduce(args: argparse.Namespace, work: Path, n_gpus: int) -> dict[str, An
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seconds", type=float, default=60.0, help="training time of each sampler on/off run (s)")
-    p.add_argument("--pairs", type=int, default=2, help="sampler off/on pairs, in ABBA order (default 2)")
-    p.add_argument("--staircase-seconds", type=float, default=90.0, help="staircase dry run, all caps together (s)")
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="where the model trains")
+    p.add_argument(
+        "--seconds", type=float, default=60.0, help="training time of each sampler on/off run (s)"
+    )
+    p.add_argument(
+        "--pairs", type=int, default=2, help="sampler off/on pairs, in ABBA order (default 2)"
+    )
+    p.add_argument(
+        "--staircase-seconds",
+        type=float,
+        default=90.0,
+        help="staircase dry run, all caps together (s)",
+    )
+    p.add_argument(
+        "--device", choices=("cuda", "cpu"), default="cuda", help="where the model trains"
+    )
     p.add_argument("--model", choices=("small", "tiny"), help="default: small on cuda, tiny on cpu")
-    p.add_argument("--caps", type=float, nargs="+", help="staircase caps in W (default: 6 across the GPU's range)")
-    p.add_argument("--configfile", help="config for doctor's verdict (default: config/config.yaml here)")
-    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results", help="where the report goes")
-    p.add_argument("--anchor-seconds", type=float, default=30.0, help="g) each of the anchor GEMM and the triad (s)")
-    p.add_argument("--model-path", help="h) a local checkpoint (e.g. gpt-oss MXFP4) to load and step once")
-    p.add_argument("--keep", action="store_true", help="keep the runs' directories (printed) instead of deleting them")
-    p.add_argument("--allreduce-mb", type=float, default=ALLREDUCE_MB,
-                   help=f"e) MB per rank of each all-reduce (default {ALLREDUCE_MB}; less on cpu: a check, not a bandwidth)")
-    p.add_argument("--nodes", type=int, default=1,
-                   help="i) all-reduce across this many nodes of the SLURM allocation (srun; default 1: skipped on cuda, "
-                        "2 local gloo agents on cpu)")
-    p.add_argument("--compile-families", nargs="+", help="j) hf_model_types to compile (default: every catalogue family)")
-    p.add_argument("--compile-tasks", nargs="+", choices=("pt", "lora"), default=["pt", "lora"], help="j) tasks (default both)")
-    p.add_argument("--compile-budget-s", type=float, default=150.0,
-                   help="j) no new layer compiled after this many seconds (explain still runs; default 150)")
-    p.add_argument("--real-steps", type=int, default=30, help="h) LoRA steps on --model-path through the harness (default 30)")
-    p.add_argument("--allreduce-worker", choices=("nccl", "gloo"), help=argparse.SUPPRESS)   # torchrun's workers
+    p.add_argument(
+        "--caps",
+        type=float,
+        nargs="+",
+        help="staircase caps in W (default: 6 across the GPU's range)",
+    )
+    p.add_argument(
+        "--configfile", help="config for doctor's verdict (default: config/config.yaml here)"
+    )
+    p.add_argument(
+        "--out", type=Path, default=REPO / "benchmarks" / "results", help="where the report goes"
+    )
+    p.add_argument(
+        "--anchor-seconds",
+        type=float,
+        default=30.0,
+        help="g) each of the anchor GEMM and the triad (s)",
+    )
+    p.add_argument(
+        "--model-path", help="h) a local checkpoint (e.g. gpt-oss MXFP4) to load and step once"
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the runs' directories (printed) instead of deleting them",
+    )
+    p.add_argument(
+        "--allreduce-mb",
+        type=float,
+        default=ALLREDUCE_MB,
+        help=f"e) MB per rank of each all-reduce (default {ALLREDUCE_MB}; less on cpu: a check, not a bandwidth)",
+    )
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="i) all-reduce across this many nodes of the SLURM allocation (srun; default 1: skipped on cuda, "
+        "2 local gloo agents on cpu)",
+    )
+    p.add_argument(
+        "--compile-families",
+        nargs="+",
+        help="j) hf_model_types to compile (default: every catalogue family)",
+    )
+    p.add_argument(
+        "--compile-tasks",
+        nargs="+",
+        choices=("pt", "lora"),
+        default=["pt", "lora"],
+        help="j) tasks (default both)",
+    )
+    p.add_argument(
+        "--compile-budget-s",
+        type=float,
+        default=150.0,
+        help="j) no new layer compiled after this many seconds (explain still runs; default 150)",
+    )
+    p.add_argument(
+        "--real-steps",
+        type=int,
+        default=30,
+        help="h) LoRA steps on --model-path through the harness (default 30)",
+    )
+    p.add_argument(
+        "--allreduce-worker", choices=("nccl", "gloo"), help=argparse.SUPPRESS
+    )  # torchrun's workers
     p.add_argument("--allreduce-out", type=Path, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.seconds <= 0 or a.staircase_seconds <= 0 or a.pairs < 1 or a.allreduce_mb <= 0:
         p.error("--seconds, --staircase-seconds and --allreduce-mb must be > 0 and --pairs >= 1")
     if a.nodes < 1 or a.real_steps < 3 or a.compile_budget_s < 0:
-        p.error("--nodes must be >= 1, --real-steps >= 3 (steady tokens/s drops the first steps), --compile-budget-s >= 0")
+        p.error(
+            "--nodes must be >= 1, --real-steps >= 3 (steady tokens/s drops the first steps), --compile-budget-s >= 0"
+        )
     a.model = a.model or ("small" if a.device == "cuda" else "tiny")
     return a
 
@@ -248,9 +356,18 @@ def real_weights(args: argparse.Namespace) -> dict[str, Any]:
     from wattflex.runs.training import models
 
     hf_cfg = AutoConfig.from_pretrained(args.model_path, local_files_only=True)
-    cfg = TrainConfig(model_facts={"hf_model_type": hf_cfg.model_type}, task="lora", seq_len=512, batch=1,
-                      lora_rank=8, device=args.device, model_path=args.model_path, compile=False,
-                      grad_checkpointing=False, outdir=".")
+    cfg = TrainConfig(
+        model_facts={"hf_model_type": hf_cfg.model_type},
+        task="lora",
+        seq_len=512,
+        batch=1,
+        lora_rank=8,
+        device=args.device,
+        model_path=args.model_path,
+        compile=False,
+        grad_checkpointing=False,
+        outdir=".",
+    )
     t = time.monotonic()
     model = models.load_pretrained(cfg, torch.bfloat16)
     load_s = time.monotonic() - t
@@ -259,19 +376,40 @@ def real_weights(args: argparse.Namespace) -> dict[str, Any]:
     x = torch.randint(0, hf_cfg.vocab_size, (1, 512), device=args.device)
     loss = model(input_ids=x, labels=x).loss
     loss.backward()
-    grads = [float(p.grad.abs().sum()) for n, p in model.named_parameters()
-             if "lora_" in n and ".experts." in n and p.grad is not None]
-    out = {"mxfp4_checkpoint": bool(models.quantization_kwargs(hf_cfg)), "expert_dtypes": sorted(experts),
-           "load_s": load_s, "loss": float(loss), "expert_lora_params_with_grad": sum(g > 0 for g in grads),
-           "params": sum(p.numel() for p in model.parameters())}
+    grads = [
+        float(p.grad.abs().sum())
+        for n, p in model.named_parameters()
+        if "lora_" in n and ".experts." in n and p.grad is not None
+    ]
+    out = {
+        "mxfp4_checkpoint": bool(models.quantization_kwargs(hf_cfg)),
+        "expert_dtypes": sorted(experts),
+        "load_s": load_s,
+        "loss": float(loss),
+        "expert_lora_params_with_grad": sum(g > 0 for g in grads),
+        "params": sum(p.numel() for p in model.parameters()),
+    }
     if args.device == "cuda":
         out["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
     # a dense checkpoint has no expert adapters to check; an MoE one must train them
-    ok = math.isfinite(out["loss"]) and experts <= {"torch.bfloat16"} and (not experts or out["expert_lora_params_with_grad"] > 0)
-    return {**out, **({} if ok else {"ok": False, "error": "not trainable as loaded (see dtypes, loss, grads)"})}
+    ok = (
+        math.isfinite(out["loss"])
+        and experts <= {"torch.bfloat16"}
+        and (not experts or out["expert_lora_params_with_grad"] > 0)
+    )
+    return {
+        **out,
+        **(
+            {}
+            if ok
+            else {"ok": False, "error": "not trainable as loaded (see dtypes, loss, grads)"}
+        ),
+    }
 
 
-def real_weight_throughput(args: argparse.Namespace, work: Path, cap_w: float, sampler: bool) -> dict[str, Any]:
+def real_weight_throughput(
+    args: argparse.Namespace, work: Path, cap_w: float, sampler: bool
+) -> dict[str, Any]:
     """h) ``--real-steps`` LoRA steps on ``--model-path`` through the real harness (``run_real``,
     torchrun, cap_control observe: the GPU's current limit), steady tokens/s as in b); on cuda
     seq 2048 x batch 1 with checkpointing. ``sampler``: NVML is there (the run's mean power too)."""
@@ -280,16 +418,32 @@ def real_weight_throughput(args: argparse.Namespace, work: Path, cap_w: float, s
     from transformers import AutoConfig
 
     mt = AutoConfig.from_pretrained(args.model_path, local_files_only=True).model_type
-    r = training_run(args, work, "real-weights", sampler, cap_w, {"hf_model_type": mt, "steps": args.real_steps})
-    out = {**r, "hf_model_type": mt, "steps_asked": args.real_steps, "seq_len_batch": list(
-        SHAPE["real" if args.device == "cuda" else args.model]), "cap_w": cap_w}
+    r = training_run(
+        args, work, "real-weights", sampler, cap_w, {"hf_model_type": mt, "steps": args.real_steps}
+    )
+    out = {
+        **r,
+        "hf_model_type": mt,
+        "steps_asked": args.real_steps,
+        "seq_len_batch": list(SHAPE["real" if args.device == "cuda" else args.model]),
+        "cap_w": cap_w,
+    }
     facts = read_json(Path(r["dir"]) / "run.json")
-    out.update(params_total=facts["training"].get("params_total"), model_class=facts["training"].get("model_class"))
+    out.update(
+        params_total=facts["training"].get("params_total"),
+        model_class=facts["training"].get("model_class"),
+    )
     if sampler:
         tel = read_parquet(Path(r["dir"]) / "telemetry.parquet")
-        out["power_w_mean"] = float(tel.loc[tel["gpu_util"] > 0, "power_w"].mean()) if len(tel) else math.nan
+        out["power_w_mean"] = (
+            float(tel.loc[tel["gpu_util"] > 0, "power_w"].mean()) if len(tel) else math.nan
+        )
     if not (math.isfinite(out["tokens_per_s"]) and out["tokens_per_s"] > 0):
-        return {**out, "ok": False, "error": f"no steady tokens/s from {r['steps']} steps; raise --real-steps"}
+        return {
+            **out,
+            "ok": False,
+            "error": f"no steady tokens/s from {r['steps']} steps; raise --real-steps",
+        }
     return out
 
 
@@ -298,7 +452,9 @@ def real_weight_throughput(args: argparse.Namespace, work: Path, cap_w: float, s
 # src/transport/net.cc (commit 022c022aadf39e370f14668935069c35863ff525) "Channel %02d/%d : %d[%d] ->
 # %d[%d] [send] via NET/%s/%d%s%s%s" (NET/<plugin>/<dev>[/GDRDMA]); P2P and SHM print "... via P2P/..."
 NCCL_NETWORK = re.compile(r"NCCL INFO Using network (\S+)")
-NCCL_CHANNEL = re.compile(r"NCCL INFO Channel \d+/\d+ : \d+\[\d+\] -> \d+\[\d+\] (?:\[(?:send|receive)\] )?via (\S+)")
+NCCL_CHANNEL = re.compile(
+    r"NCCL INFO Channel \d+/\d+ : \d+\[\d+\] -> \d+\[\d+\] (?:\[(?:send|receive)\] )?via (\S+)"
+)
 
 
 def nccl_transports(text: str) -> dict[str, Any]:
@@ -308,19 +464,38 @@ def nccl_transports(text: str) -> dict[str, Any]:
     via = NCCL_CHANNEL.findall(text)
     kinds = {"/".join(v.split("/")[:2]) if v.startswith("NET/") else v.split("/")[0] for v in via}
     net = sorted(k for k in kinds if k.startswith("NET/"))
-    return {"networks": sorted(set(NCCL_NETWORK.findall(text))), "channel_transports": sorted(kinds),
-            "channels": len(via), "gdrdma": any(v.startswith("NET/") and "/GDRDMA" in v for v in via),
-            "transport": "+".join(net) or None}
+    return {
+        "networks": sorted(set(NCCL_NETWORK.findall(text))),
+        "channel_transports": sorted(kinds),
+        "channels": len(via),
+        "gdrdma": any(v.startswith("NET/") and "/GDRDMA" in v for v in via),
+        "transport": "+".join(net) or None,
+    }
 
 
-def allreduce_node(spec: dict[str, Any], outdir: Path, t0: float, node_rank: int, rdzv: str) -> None:
+def allreduce_node(
+    spec: dict[str, Any], outdir: Path, t0: float, node_rank: int, rdzv: str
+) -> None:
     """One node agent of i) (``real_run.node_main``: an srun task, or a local process on cpu): this
     node's torchrun share, c10d at ``rdzv`` with this node's address, the config's NCCL environment."""
     c = spec["cuda"]
-    cmd = torchrun_command(int(c["nproc_per_node"]), int(c["nnodes"]), node_rank, rdzv, spec["run_id"],
-                           c.get("local_addr") or node_address())
-    cmd += [str(Path(__file__).resolve()), "--allreduce-worker", spec["backend"], "--allreduce-out",
-            str(outdir / "allreduce.json"), "--allreduce-mb", f"{spec['allreduce_mb']:g}"]
+    cmd = torchrun_command(
+        int(c["nproc_per_node"]),
+        int(c["nnodes"]),
+        node_rank,
+        rdzv,
+        spec["run_id"],
+        c.get("local_addr") or node_address(),
+    )
+    cmd += [
+        str(Path(__file__).resolve()),
+        "--allreduce-worker",
+        spec["backend"],
+        "--allreduce-out",
+        str(outdir / "allreduce.json"),
+        "--allreduce-mb",
+        f"{spec['allreduce_mb']:g}",
+    ]
     run_training(cmd, outdir / f"allreduce.node{node_rank}.log", env=nccl_env(c.get("nccl")))
 
 
@@ -336,34 +511,66 @@ def allreduce_nodes(args: argparse.Namespace, work: Path, n_gpus: int) -> dict[s
     process each on 127.0.0.1 (the same rendezvous and agents; transport ``gloo``)."""
     cuda = args.device == "cuda"
     if cuda and args.nodes < 2:
-        return {"skipped": "one node (--nodes 1): run with --nodes N inside a SLURM allocation of N nodes"}
-    nccl = {**config_nccl(args), "debug": "INFO"}          # INFO: NCCL's transport lines
+        return {
+            "skipped": "one node (--nodes 1): run with --nodes N inside a SLURM allocation of N nodes"
+        }
+    nccl = {**config_nccl(args), "debug": "INFO"}  # INFO: NCCL's transport lines
     backend, nproc = ("nccl", n_gpus) if cuda else ("gloo", 1)
     if nproc < 1:
         raise RuntimeError("no GPU to all-reduce across")
     srun = args.nodes > 1
     nnodes = args.nodes if srun else 2
     # srun: the node agents write beside the report (a shared file system), not in this node's /tmp
-    d = (args.out.resolve() / f".gpu_check_nodes_{uuid.uuid4().hex[:8]}") if srun else work / "allreduce_nodes"
+    d = (
+        (args.out.resolve() / f".gpu_check_nodes_{uuid.uuid4().hex[:8]}")
+        if srun
+        else work / "allreduce_nodes"
+    )
     d.mkdir(parents=True)
-    spec = {"run_id": f"gpu-check-{uuid.uuid4().hex[:8]}", "backend": backend, "allreduce_mb": args.allreduce_mb,
-            "cuda": {"nproc_per_node": nproc, "nnodes": nnodes, "nccl": nccl,
-                     **({} if srun else {"local_addr": "127.0.0.1"})}}
+    spec = {
+        "run_id": f"gpu-check-{uuid.uuid4().hex[:8]}",
+        "backend": backend,
+        "allreduce_mb": args.allreduce_mb,
+        "cuda": {
+            "nproc_per_node": nproc,
+            "nnodes": nnodes,
+            "nccl": nccl,
+            **({} if srun else {"local_addr": "127.0.0.1"}),
+        },
+    }
     spec_path = d / "spec.json"
     spec_path.write_text(json.dumps(spec))
     t0 = time.time()
     try:
         if srun:
             rdzv = rendezvous_endpoint(_node_hosts()[0])
-            run_training(node_agent_command(spec_path, d, t0, nnodes, rdzv, nproc if cuda else None,
-                                            program=[sys.executable, str(Path(__file__).resolve())]), d / "nodes.log")
+            run_training(
+                node_agent_command(
+                    spec_path,
+                    d,
+                    t0,
+                    nnodes,
+                    rdzv,
+                    nproc if cuda else None,
+                    program=[sys.executable, str(Path(__file__).resolve())],
+                ),
+                d / "nodes.log",
+            )
         else:
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
                 rdzv = f"127.0.0.1:{sock.getsockname()[1]}"
-            agent = [sys.executable, str(Path(__file__).resolve()), *node_agent_args(spec_path, d, t0, rdzv)]
-            procs = [start_training(agent, d / f"agent{r}.log", env={"SLURM_NODEID": str(r)})   # srun's node id
-                     for r in range(nnodes)]
+            agent = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                *node_agent_args(spec_path, d, t0, rdzv),
+            ]
+            procs = [
+                start_training(
+                    agent, d / f"agent{r}.log", env={"SLURM_NODEID": str(r)}
+                )  # srun's node id
+                for r in range(nnodes)
+            ]
             try:
                 for r, proc in enumerate(procs):
                     if (rc := proc.wait(FIRST_STEP_TIMEOUT_S)) != 0:
@@ -371,20 +578,36 @@ def allreduce_nodes(args: argparse.Namespace, work: Path, n_gpus: int) -> dict[s
             finally:
                 for proc in procs:
                     terminate(proc)
-        text = "\n".join(p.read_text(errors="replace") for p in sorted(d.glob("allreduce.node*.log")))
+        text = "\n".join(
+            p.read_text(errors="replace") for p in sorted(d.glob("allreduce.node*.log"))
+        )
         res = json.loads((d / "allreduce.json").read_text())
     finally:
         if srun and not args.keep:
             shutil.rmtree(d, ignore_errors=True)
-    res.update(nnodes=nnodes, nproc_per_node=nproc, rdzv=rdzv, launcher="srun" if srun else "local agents",
-               nccl_env=nccl_env(nccl), warnings=[ln for ln in text.splitlines() if "NCCL WARN" in ln][:10])
+    res.update(
+        nnodes=nnodes,
+        nproc_per_node=nproc,
+        rdzv=rdzv,
+        launcher="srun" if srun else "local agents",
+        nccl_env=nccl_env(nccl),
+        warnings=[ln for ln in text.splitlines() if "NCCL WARN" in ln][:10],
+    )
     res.update(nccl_transports(text) if cuda else {"transport": "gloo"})
     if not res["sum_correct"]:
         return {**res, "ok": False, "error": "all-reduce sum is wrong"}
     if cuda and res["transport"] is None:
-        return {**res, "ok": False, "error": "no NCCL channel over a network in the INFO log (one node?)"}
+        return {
+            **res,
+            "ok": False,
+            "error": "no NCCL channel over a network in the INFO log (one node?)",
+        }
     if cuda and nccl.get("ib_hca") and res["transport"] != "NET/IB":
-        return {**res, "ok": False, "error": f"cuda.nccl.ib_hca is set but NCCL used {res['transport']}"}
+        return {
+            **res,
+            "ok": False,
+            "error": f"cuda.nccl.ib_hca is set but NCCL used {res['transport']}",
+        }
     return res
 
 
@@ -404,8 +627,15 @@ def _first_tensor(out: Any) -> Any:
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
-def layer_graph_breaks(mt: str, model_name: str, facts: dict[str, Any], task: str, device: str, backend: str,
-                       deadline: float) -> dict[str, Any]:
+def layer_graph_breaks(
+    mt: str,
+    model_name: str,
+    facts: dict[str, Any],
+    task: str,
+    device: str,
+    backend: str,
+    deadline: float,
+) -> dict[str, Any]:
     """One family's tiny model built as the harness builds it (``models.build_model``, LoRA by
     ``loop._adapt``; without activation checkpointing, under which ``explain`` sees no graph of
     the layer, and without the harness's own compile), each decoder layer's inputs caught in
@@ -419,16 +649,33 @@ def layer_graph_breaks(mt: str, model_name: str, facts: dict[str, Any], task: st
     from wattflex.runs.training.loop import _adapt, decoder_layers
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    cfg = TrainConfig(model_facts=facts, tiny=True, device=device, task=task, lora_rank=8, seq_len=32, batch=2, compile=False,
-                      grad_checkpointing=False,  # the layers as dynamo sees them; loop compiles each layer itself
-                      outdir=".")
+    cfg = TrainConfig(
+        model_facts=facts,
+        tiny=True,
+        device=device,
+        task=task,
+        lora_rank=8,
+        seq_len=32,
+        batch=2,
+        compile=False,
+        grad_checkpointing=False,  # the layers as dynamo sees them; loop compiles each layer itself
+        outdir=".",
+    )
     torch.manual_seed(0)
     model = _adapt(models.build_model(cfg, dtype), cfg).to(device)
     layers, caught = decoder_layers(model), {}
-    hooks = [layer.register_forward_pre_hook(lambda m, a, kw, i=i: caught.setdefault(i, (a, kw)), with_kwargs=True)
-             for i, layer in enumerate(layers)]
+    hooks = [
+        layer.register_forward_pre_hook(
+            lambda m, a, kw, i=i: caught.setdefault(i, (a, kw)), with_kwargs=True
+        )
+        for i, layer in enumerate(layers)
+    ]
     with torch.no_grad():
-        model(input_ids=torch.randint(0, int(models.model_config(cfg).vocab_size), (2, 32), device=device))
+        model(
+            input_ids=torch.randint(
+                0, int(models.model_config(cfg).vocab_size), (2, 32), device=device
+            )
+        )
     for h in hooks:
         h.remove()
     layer_types = getattr(models.model_config(cfg), "layer_types", None) or [None] * len(layers)
@@ -437,9 +684,15 @@ def layer_graph_breaks(mt: str, model_name: str, facts: dict[str, Any], task: st
         a, kw = caught[i]
         torch._dynamo.reset()
         e = torch._dynamo.explain(layer)(*a, **kw)
-        row = {"index": i, "class": type(layer).__name__, "layer_type": layer_types[i], "graphs": int(e.graph_count),
-               "graph_breaks": int(e.graph_break_count), "break_reasons": [str(r.reason) for r in e.break_reasons],
-               "ops_per_graph": [len(o) for o in e.ops_per_graph or []]}
+        row = {
+            "index": i,
+            "class": type(layer).__name__,
+            "layer_type": layer_types[i],
+            "graphs": int(e.graph_count),
+            "graph_breaks": int(e.graph_break_count),
+            "break_reasons": [str(r.reason) for r in e.break_reasons],
+            "ops_per_graph": [len(o) for o in e.ops_per_graph or []],
+        }
         kind = (row["class"], row["layer_type"])
         if kind in compiled:
             row["compiled"] = {"same_kind_as_layer": compiled[kind]}
@@ -458,9 +711,13 @@ def compile_layer(layer: Any, a: tuple, kw: dict[str, Any], backend: str) -> dic
     output's largest difference from the eager layer's; a compile error is the finding."""
     import torch
 
-    def fresh() -> list[Any]:   # the hidden states as a leaf with a gradient, the rest as caught
-        return [x.detach().clone().requires_grad_(x.is_floating_point()) if isinstance(x, torch.Tensor) else x
-                for x in a]
+    def fresh() -> list[Any]:  # the hidden states as a leaf with a gradient, the rest as caught
+        return [
+            x.detach().clone().requires_grad_(x.is_floating_point())
+            if isinstance(x, torch.Tensor)
+            else x
+            for x in a
+        ]
 
     t = time.monotonic()
     try:
@@ -470,9 +727,17 @@ def compile_layer(layer: Any, a: tuple, kw: dict[str, Any], backend: str) -> dic
         seconds = time.monotonic() - t
         with torch.no_grad():
             ref = _first_tensor(layer(*a, **kw))
-        return {"ok": True, "seconds": round(seconds, 2), "max_abs_diff": float((out.detach() - ref).abs().max())}
+        return {
+            "ok": True,
+            "seconds": round(seconds, 2),
+            "max_abs_diff": float((out.detach() - ref).abs().max()),
+        }
     except Exception as exc:  # a layer the backend cannot compile is what this step looks for
-        return {"ok": False, "seconds": round(time.monotonic() - t, 2), "error": f"{type(exc).__name__}: {exc}"[:500]}
+        return {
+            "ok": False,
+            "seconds": round(time.monotonic() - t, 2),
+            "error": f"{type(exc).__name__}: {exc}"[:500],
+        }
     finally:
         torch._dynamo.reset()
 
@@ -482,17 +747,29 @@ def compile_breaks(args: argparse.Namespace) -> dict[str, Any]:
     (inductor on cuda; aot_eager on cpu, where inductor's C++ compile is minutes)."""
     backend = "inductor" if args.device == "cuda" else "aot_eager"
     deadline = time.monotonic() + args.compile_budget_s
-    fams = [layer_graph_breaks(mt, name, facts, task, args.device, backend, deadline)
-            for mt, (name, facts) in catalogue_families(args.compile_families).items() for task in args.compile_tasks]
-    failed = [f"{f['family']}/{f['task']} layer {r['index']}" for f in fams for r in f["layers"]
-              if r["compiled"].get("ok") is False]
-    out = {"backend": backend, "families": fams,
-           "layers_with_breaks": sum(r["graph_breaks"] > 0 for f in fams for r in f["layers"])}
+    fams = [
+        layer_graph_breaks(mt, name, facts, task, args.device, backend, deadline)
+        for mt, (name, facts) in catalogue_families(args.compile_families).items()
+        for task in args.compile_tasks
+    ]
+    failed = [
+        f"{f['family']}/{f['task']} layer {r['index']}"
+        for f in fams
+        for r in f["layers"]
+        if r["compiled"].get("ok") is False
+    ]
+    out = {
+        "backend": backend,
+        "families": fams,
+        "layers_with_breaks": sum(r["graph_breaks"] > 0 for f in fams for r in f["layers"]),
+    }
     return {**out, "ok": False, "error": "compile failed: " + ", ".join(failed)} if failed else out
 
 
 # ---- the steps --------------------------------------------------------------------------------
-def record_step(result: dict[str, Any], name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def record_step(
+    result: dict[str, Any], name: str, fn: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
     """Run one step; its result or its error goes into ``result["steps"][name]`` (a step that
     measured something and still failed returns ``ok: False`` and ``error`` itself)."""
     t = time.monotonic()
@@ -500,12 +777,18 @@ def record_step(result: dict[str, Any], name: str, fn: Callable[[], dict[str, An
     try:
         out = {"ok": True, **fn()}
     except Exception as exc:  # a failed step is a finding; the next steps still run
-        out = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
-               "traceback": traceback.format_exc().splitlines()[-12:]}
+        out = {
+            "ok": False,
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc().splitlines()[-12:],
+        }
     out["seconds"] = round(time.monotonic() - t, 1)
     result["steps"][name] = out
-    print(f"[gpu_check] {name}: {'ok' if out['ok'] else out.get('error')} ({out['seconds']} s)", file=sys.stderr,
-          flush=True)
+    print(
+        f"[gpu_check] {name}: {'ok' if out['ok'] else out.get('error')} ({out['seconds']} s)",
+        file=sys.stderr,
+        flush=True,
+    )
     return out
 
 
@@ -516,28 +799,73 @@ def model_facts(size: str) -> dict[str, Any]:
     return facts
 
 
-def run_spec(args: argparse.Namespace, name: str, sampler: bool, duration_s: float, state_dir: Path,
-             cap_w: float, real_weights: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_spec(
+    args: argparse.Namespace,
+    name: str,
+    sampler: bool,
+    duration_s: float,
+    state_dir: Path,
+    cap_w: float,
+    real_weights: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A ``run_real`` spec that changes nothing: cap_control observe, and a state directory of
     its own (empty), so the stale-cap restore ``run_real`` does first finds nothing to restore.
     ``real_weights`` (``hf_model_type``, ``steps``): LoRA on ``--model-path`` for that many steps."""
     seq_len, batch = SHAPE["real" if real_weights and args.device == "cuda" else args.model]
     spec = {
-        "campaign": "gpu-check", "run_id": name, "cap_w": cap_w, "repeat": 0, "seed": 0, "backend": "cuda",
-        "group": {"id": "gpu-check", "model": f"gpu-check-{args.model}", "task": "pt", "gpus": 1, "seq_len": seq_len,
-                  "batch": batch, "ep": 1, "compile": False, "grad_checkpointing": False, "lora_rank": 8},
+        "campaign": "gpu-check",
+        "run_id": name,
+        "cap_w": cap_w,
+        "repeat": 0,
+        "seed": 0,
+        "backend": "cuda",
+        "group": {
+            "id": "gpu-check",
+            "model": f"gpu-check-{args.model}",
+            "task": "pt",
+            "gpus": 1,
+            "seq_len": seq_len,
+            "batch": batch,
+            "ep": 1,
+            "compile": False,
+            "grad_checkpointing": False,
+            "lora_rank": 8,
+        },
         "model_facts": model_facts(args.model),
-        "run": {"duration_s": duration_s, "sample_period_s": SAMPLER_PERIOD_S},     # no eval, no checkpoint
-        "cuda": {"device": args.device, "cap_control": "observe", "tiny": args.model == "tiny",
-                 "random_init": args.model == "small", "sampler": sampler, "sampler_period_s": SAMPLER_PERIOD_S,
-                 "gpm": True, "host_power": True, "state_dir": str(state_dir), "nproc_per_node": 1, "nnodes": 1},
+        "run": {
+            "duration_s": duration_s,
+            "sample_period_s": SAMPLER_PERIOD_S,
+        },  # no eval, no checkpoint
+        "cuda": {
+            "device": args.device,
+            "cap_control": "observe",
+            "tiny": args.model == "tiny",
+            "random_init": args.model == "small",
+            "sampler": sampler,
+            "sampler_period_s": SAMPLER_PERIOD_S,
+            "gpm": True,
+            "host_power": True,
+            "state_dir": str(state_dir),
+            "nproc_per_node": 1,
+            "nnodes": 1,
+        },
     }
-    if real_weights:            # the checkpoint's own family and geometry (models.model_config reads it)
-        spec["group"].update(model=f"gpu-check-{Path(args.model_path).name}", task="lora",
-                             grad_checkpointing=args.device == "cuda")
-        spec["model_facts"] = {"hf_model_type": real_weights["hf_model_type"], "source": f"--model-path {args.model_path}"}
-        spec["cuda"].update(tiny=False, random_init=False, model_path=str(args.model_path),
-                            max_steps=int(real_weights["steps"]))
+    if real_weights:  # the checkpoint's own family and geometry (models.model_config reads it)
+        spec["group"].update(
+            model=f"gpu-check-{Path(args.model_path).name}",
+            task="lora",
+            grad_checkpointing=args.device == "cuda",
+        )
+        spec["model_facts"] = {
+            "hf_model_type": real_weights["hf_model_type"],
+            "source": f"--model-path {args.model_path}",
+        }
+        spec["cuda"].update(
+            tiny=False,
+            random_init=False,
+            model_path=str(args.model_path),
+            max_steps=int(real_weights["steps"]),
+        )
     return spec
 
 
@@ -548,7 +876,7 @@ def steady_tokens_per_s(steps: pd.DataFrame) -> tuple[float, int]:
         return math.nan, 0
     k = int(np.searchsorted(t, t[0] + WARMUP_FRACTION * (t[-1] - t[0])))
     k = min(max(k, 1), t.size - 2)
-    return float(tok[k + 1:].sum() / (t[-1] - t[k])), int(t.size - k - 1)
+    return float(tok[k + 1 :].sum() / (t[-1] - t[k])), int(t.size - k - 1)
 
 
 def sampler_rate_hz(tel: pd.DataFrame) -> float:
@@ -557,54 +885,99 @@ def sampler_rate_hz(tel: pd.DataFrame) -> float:
     return float((t.size - 1) / (t[-1] - t[0])) if t.size > 1 and t[-1] > t[0] else math.nan
 
 
-def training_run(args: argparse.Namespace, work: Path, name: str, sampler: bool, cap_w: float,
-                 real_weights: dict[str, Any] | None = None) -> dict[str, Any]:
+def training_run(
+    args: argparse.Namespace,
+    work: Path,
+    name: str,
+    sampler: bool,
+    cap_w: float,
+    real_weights: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     outdir = work / name
     t = time.monotonic()
-    run_real(run_spec(args, name, sampler, args.seconds, work / "state", cap_w, real_weights), outdir)
+    run_real(
+        run_spec(args, name, sampler, args.seconds, work / "state", cap_w, real_weights), outdir
+    )
     steps = read_parquet(outdir / "steps.parquet")
     tel = read_parquet(outdir / "telemetry.parquet")
     facts = read_json(outdir / "run.json")
     tps, n = steady_tokens_per_s(steps)
-    return {"name": name, "sampler": sampler, "tokens_per_s": tps, "steps": int(len(steps)), "steps_used": n,
-            "step_s_median": float(steps["step_time_s"].median()), "wall_s": round(time.monotonic() - t, 1),
-            "telemetry_source": facts["telemetry"]["source"], "gpm": facts["telemetry"]["gpm"],
-            "host_power": facts["telemetry"]["host_power"],
-            "sampler_hz": sampler_rate_hz(tel) if sampler else None, "dir": str(outdir)}
+    return {
+        "name": name,
+        "sampler": sampler,
+        "tokens_per_s": tps,
+        "steps": int(len(steps)),
+        "steps_used": n,
+        "step_s_median": float(steps["step_time_s"].median()),
+        "wall_s": round(time.monotonic() - t, 1),
+        "telemetry_source": facts["telemetry"]["source"],
+        "gpm": facts["telemetry"]["gpm"],
+        "host_power": facts["telemetry"]["host_power"],
+        "sampler_hz": sampler_rate_hz(tel) if sampler else None,
+        "dir": str(outdir),
+    }
 
 
 def sampler_overhead(args: argparse.Namespace, work: Path, cap_w: float) -> dict[str, Any]:
     """Pairs of runs without / with the sampler, ABBA (off-on, on-off, ...) so a drift cancels."""
     runs, errors = [], []
     for pair in range(args.pairs):
-        for sampler in ((False, True) if pair % 2 == 0 else (True, False)):
+        for sampler in (False, True) if pair % 2 == 0 else (True, False):
             name = f"pair{pair}-sampler-{'on' if sampler else 'off'}"
             try:
                 runs.append({"pair": pair, **training_run(args, work, name, sampler, cap_w)})
             except Exception as exc:  # the other runs still say something
                 errors.append(f"{name}: {type(exc).__name__}: {exc}")
-                runs.append({"pair": pair, "name": name, "sampler": sampler, "error": f"{type(exc).__name__}: {exc}"})
+                runs.append(
+                    {
+                        "pair": pair,
+                        "name": name,
+                        "sampler": sampler,
+                        "error": f"{type(exc).__name__}: {exc}",
+                    }
+                )
     per_pair = []
     for pair in range(args.pairs):
-        on = [r["tokens_per_s"] for r in runs if r["pair"] == pair and r["sampler"] and "error" not in r]
-        off = [r["tokens_per_s"] for r in runs if r["pair"] == pair and not r["sampler"] and "error" not in r]
+        on = [
+            r["tokens_per_s"]
+            for r in runs
+            if r["pair"] == pair and r["sampler"] and "error" not in r
+        ]
+        off = [
+            r["tokens_per_s"]
+            for r in runs
+            if r["pair"] == pair and not r["sampler"] and "error" not in r
+        ]
         if on and off:
             per_pair.append(100.0 * (1.0 - on[0] / off[0]))
-    out: dict[str, Any] = {"runs": runs, "overhead_pct_per_pair": per_pair, "goal_pct": OVERHEAD_GOAL_PCT,
-                           "sampler_period_s": SAMPLER_PERIOD_S}
+    out: dict[str, Any] = {
+        "runs": runs,
+        "overhead_pct_per_pair": per_pair,
+        "goal_pct": OVERHEAD_GOAL_PCT,
+        "sampler_period_s": SAMPLER_PERIOD_S,
+    }
     if per_pair:
         off_all = [r["tokens_per_s"] for r in runs if not r["sampler"] and "error" not in r]
-        out.update(overhead_pct=float(np.mean(per_pair)), overhead_pct_min=float(min(per_pair)),
-                   overhead_pct_max=float(max(per_pair)),
-                   off_run_cv_pct=float(100 * np.std(off_all, ddof=1) / np.mean(off_all)) if len(off_all) > 1 else None)
-    if errors:                  # the step failed, but what the other runs measured stays
+        out.update(
+            overhead_pct=float(np.mean(per_pair)),
+            overhead_pct_min=float(min(per_pair)),
+            overhead_pct_max=float(max(per_pair)),
+            off_run_cv_pct=float(100 * np.std(off_all, ddof=1) / np.mean(off_all))
+            if len(off_all) > 1
+            else None,
+        )
+    if errors:  # the step failed, but what the other runs measured stays
         out.update(ok=False, error="; ".join(errors))
     return out
 
 
 def telemetry_columns(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per telemetry column of the sampler-on runs: where it comes from, min, max, NaNs."""
-    frames = [read_parquet(Path(r["dir"]) / "telemetry.parquet") for r in runs if r.get("sampler") and "error" not in r]
+    frames = [
+        read_parquet(Path(r["dir"]) / "telemetry.parquet")
+        for r in runs
+        if r.get("sampler") and "error" not in r
+    ]
     if not frames:
         raise RuntimeError("no sampler-on run succeeded: no NVML telemetry to show")
     tel = pd.concat(frames, ignore_index=True)
@@ -614,10 +987,21 @@ def telemetry_columns(runs: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         v = tel[c].to_numpy(float)
         fin = v[np.isfinite(v)]
-        cols.append({"column": c, "source": "GPM" if c in GPM_COLUMNS else "RAPL" if c in HOST_COLUMNS else "NVML",
-                     "min": float(fin.min()) if fin.size else None, "max": float(fin.max()) if fin.size else None,
-                     "nan": int(v.size - fin.size), "n": int(v.size)})
-    return {"rows": int(len(tel)), "gpus": sorted(int(g) for g in tel["gpu"].unique()), "columns": cols}
+        cols.append(
+            {
+                "column": c,
+                "source": "GPM" if c in GPM_COLUMNS else "RAPL" if c in HOST_COLUMNS else "NVML",
+                "min": float(fin.min()) if fin.size else None,
+                "max": float(fin.max()) if fin.size else None,
+                "nan": int(v.size - fin.size),
+                "n": int(v.size),
+            }
+        )
+    return {
+        "rows": int(len(tel)),
+        "gpus": sorted(int(g) for g in tel["gpu"].unique()),
+        "columns": cols,
+    }
 
 
 class RecordingDevice:
@@ -634,8 +1018,13 @@ class RecordingDevice:
         for g in self.gpus:
             check_cap(g, cap_w)
         enforced = min(g.enforced_limit_w() for g in self.gpus)
-        self.asked.append({"t_s": round(time.time() - self.t0, 2), "would_set_w": float(cap_w),
-                           "enforced_limit_w_now": enforced})
+        self.asked.append(
+            {
+                "t_s": round(time.time() - self.t0, 2),
+                "would_set_w": float(cap_w),
+                "enforced_limit_w_now": enforced,
+            }
+        )
         return enforced
 
     def restore(self) -> None:
@@ -662,10 +1051,20 @@ def control_dry_runs(gpus: list[Any], device: str) -> list[dict[str, Any]]:
         so, se = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
             rc = cli.main(argv)
-        rows = [line.split() for line in so.getvalue().splitlines() if re.match(r"^gpu[\d+]+\s", line)]
-        out.append({"budget_w": budget, "fraction": f, "command": "wattflex " + " ".join(argv), "exit": rc,
-                    "would_set_w": {int(r[1]): float(r[4]) for r in rows}, "stdout": so.getvalue(),
-                    "stderr": se.getvalue()})
+        rows = [
+            line.split() for line in so.getvalue().splitlines() if re.match(r"^gpu[\d+]+\s", line)
+        ]
+        out.append(
+            {
+                "budget_w": budget,
+                "fraction": f,
+                "command": "wattflex " + " ".join(argv),
+                "exit": rc,
+                "would_set_w": {int(r[1]): float(r[4]) for r in rows},
+                "stdout": so.getvalue(),
+                "stderr": se.getvalue(),
+            }
+        )
     return out
 
 
@@ -679,8 +1078,14 @@ def dry_runs(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     gpus = nvml.open_gpus(1 if args.device == "cuda" else None, set_limit=refuse_to_set, gpm=True)
     caps = sorted(args.caps) if args.caps else default_caps(gpus[0])
     dwell = args.staircase_seconds / len(caps)
-    spec = run_spec(args, "staircase", True, FIRST_STEP_TIMEOUT_S + 2 * args.staircase_seconds, work / "state",
-                    gpus[0].power_limit_w())
+    spec = run_spec(
+        args,
+        "staircase",
+        True,
+        FIRST_STEP_TIMEOUT_S + 2 * args.staircase_seconds,
+        work / "state",
+        gpus[0].power_limit_w(),
+    )
     cfg = TrainConfig.from_spec(spec, outdir)
     cfg.validate()
     cfg.to_json(outdir / "train_config.json")
@@ -695,41 +1100,70 @@ def dry_runs(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             if proc.poll() is not None:
                 raise training_error(proc.returncode, log_path)
             if time.monotonic() > deadline:
-                raise RuntimeError(f"no training step within {FIRST_STEP_TIMEOUT_S:g} s (see {log_path})")
+                raise RuntimeError(
+                    f"no training step within {FIRST_STEP_TIMEOUT_S:g} s (see {log_path})"
+                )
             time.sleep(0.2)
-        time.sleep(min(5.0, dwell))               # a few seconds of training before the controller reads power
+        time.sleep(min(5.0, dwell))  # a few seconds of training before the controller reads power
         control = control_dry_runs(gpus, args.device)
 
         def series() -> pd.DataFrame:
             s = job_series(sampler.frame())
             return s[s["n_gpus"] == len(gpus)].reset_index(drop=True)
 
-        run = PollingRun(device, series, lambda: read_live_steps(outdir / LIVE_STEPS_FILE),
-                         lambda: (outdir / STOP_FILE).touch(), max_duration_s=time.time() - t0 + args.staircase_seconds,
-                         poll_s=max(0.5, 5 * SAMPLER_PERIOD_S), t0=t0, clock=time.time,
-                         ended=lambda: proc.poll() is not None)
+        run = PollingRun(
+            device,
+            series,
+            lambda: read_live_steps(outdir / LIVE_STEPS_FILE),
+            lambda: (outdir / STOP_FILE).touch(),
+            max_duration_s=time.time() - t0 + args.staircase_seconds,
+            poll_s=max(0.5, 5 * SAMPLER_PERIOD_S),
+            t0=t0,
+            clock=time.time,
+            ended=lambda: proc.poll() is not None,
+        )
         criteria = SteadyCriteria(min_settle_s=min(10.0, dwell / 3))
         result = staircase(run, caps, criteria, SummaryProtocol(), max_dwell_s=dwell)
         with contextlib.suppress(Exception):
-            proc.wait(60)                         # the stop file ends training after its current step
+            proc.wait(60)  # the stop file ends training after its current step
     finally:
         terminate(proc)
         sampler.stop()
     if proc.returncode not in (0, None) and not result.visits:
         raise training_error(proc.returncode, log_path)
-    visits = [{**a, **{k: v.record()[k] for k in ("settled", "reason", "n_samples", "n_steps", "power_w",
-                                                  "tokens_per_s")}}
-              for a, v in zip(device.asked, result.visits)]
-    return {"caps": caps, "dwell_s": dwell, "gpus": [g.index for g in gpus], "visits": visits,
-            "stop_reason": result.stop_reason, "restore_calls": device.restores,
-            "set_calls_to_nvml": 0, "control": control,
-            "note": "The staircase's device records set_cap and sets nothing: every window was measured at the "
-                    "GPUs' current limit, so its power (job total) and tokens/s are the same job at one limit"}
+    visits = [
+        {
+            **a,
+            **{
+                k: v.record()[k]
+                for k in ("settled", "reason", "n_samples", "n_steps", "power_w", "tokens_per_s")
+            },
+        }
+        for a, v in zip(device.asked, result.visits)
+    ]
+    return {
+        "caps": caps,
+        "dwell_s": dwell,
+        "gpus": [g.index for g in gpus],
+        "visits": visits,
+        "stop_reason": result.stop_reason,
+        "restore_calls": device.restores,
+        "set_calls_to_nvml": 0,
+        "control": control,
+        "note": "The staircase's device records set_cap and sets nothing: every window was measured at the "
+        "GPUs' current limit, so its power (job total) and tokens/s are the same job at one limit",
+    }
 
 
 # ---- g) the anchor, measured -----------------------------------------------------------------------
-def kernel_timeline(kind: str, device: str, seconds: float, sample: Callable[[float], dict[str, Any]],
-                    n: int = ANCHOR_GEMM_N, triad_mb: float = TRIAD_MB) -> dict[str, Any]:
+def kernel_timeline(
+    kind: str,
+    device: str,
+    seconds: float,
+    sample: Callable[[float], dict[str, Any]],
+    n: int = ANCHOR_GEMM_N,
+    triad_mb: float = TRIAD_MB,
+) -> dict[str, Any]:
     """Run a bf16 GEMM (``kind`` gemm) or an fp32 triad ``a = b + 3 c`` (``kind`` triad) back to
     back for ``seconds`` while a thread reads ``sample(t)`` (an NVML row) every 0.2 s; the work
     done (FLOP or bytes) against time, and the samples. Sets nothing."""
@@ -744,7 +1178,10 @@ def kernel_timeline(kind: str, device: str, seconds: float, sample: Callable[[fl
     else:
         elems = int(triad_mb * 2**20 // 4)
         a, b, c = (torch.rand(elems, device=device) for _ in range(3))
-        step, work = (lambda: torch.add(b, c, alpha=3.0, out=a)), 3.0 * 4 * elems   # STREAM counts 3 arrays
+        step, work = (
+            (lambda: torch.add(b, c, alpha=3.0, out=a)),
+            3.0 * 4 * elems,
+        )  # STREAM counts 3 arrays
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     step()
     sync()
@@ -782,21 +1219,31 @@ def steady_reading(kind: str, run: dict[str, Any], gpu_model: str | None) -> dic
     w = np.array([p[1] for p in run["timeline"]])
     late = t >= half
     if late.sum() < 2:
-        raise RuntimeError(f"{kind}: fewer than 2 timed batches in the second half; raise --anchor-seconds")
+        raise RuntimeError(
+            f"{kind}: fewer than 2 timed batches in the second half; raise --anchor-seconds"
+        )
     rate = (w[late][-1] - w[late][0]) / (t[late][-1] - t[late][0])
     s = pd.DataFrame(run["samples"])
     s = s[s["t_s"] >= half] if len(s) else s
     if s.empty:
         raise RuntimeError(f"{kind}: no NVML sample in the second half")
-    out = {"sm_clock_mhz": float(s["sm_clock_mhz"].median()), "mem_clock_mhz": float(s["mem_clock_mhz"].median()),
-           "power_w": float(s["power_w"].mean()), "power_limit_w": float(s["power_limit_w"].median()),
-           "enforced_limit_w": float(s["enforced_limit_w"].median()), "n_samples": int(len(s)),
-           "gpu_model": gpu_model}
+    out = {
+        "sm_clock_mhz": float(s["sm_clock_mhz"].median()),
+        "mem_clock_mhz": float(s["mem_clock_mhz"].median()),
+        "power_w": float(s["power_w"].mean()),
+        "power_limit_w": float(s["power_limit_w"].median()),
+        "enforced_limit_w": float(s["enforced_limit_w"].median()),
+        "n_samples": int(len(s)),
+        "gpu_model": gpu_model,
+    }
     spec = GPUS.get(gpu_model or "")
     if kind == "gemm":
         out["tflops"] = rate / 1e12
-        out["tensor_activity"] = (rate / (spec.tensor_flops_per_s(out["sm_clock_mhz"] / spec.sm_clock_max_mhz))
-                                  if spec else math.nan)
+        out["tensor_activity"] = (
+            rate / (spec.tensor_flops_per_s(out["sm_clock_mhz"] / spec.sm_clock_max_mhz))
+            if spec
+            else math.nan
+        )
     else:
         out["bandwidth_gb_s"] = rate / 1e9
         out["hbm_efficiency"] = rate / (spec.hbm_tb_s * 1e12) if spec else math.nan
@@ -813,20 +1260,26 @@ def catalogue_model(nvml_name: str | None) -> str | None:
 def anchor_kernels(args: argparse.Namespace, nvml_name: str | None) -> dict[str, Any]:
     """g) The anchor GEMM and the HBM triad on GPU 0 (observe-only)."""
     if args.device != "cuda":
-        return {"skipped": "needs --device cuda: a CPU GEMM says nothing about the GPU's clock under its limit"}
+        return {
+            "skipped": "needs --device cuda: a CPU GEMM says nothing about the GPU's clock under its limit"
+        }
     gpu = nvml.open_gpus(indices=[0], gpm=False, set_limit=refuse_to_set)[0]
     model = catalogue_model(nvml_name)
     out: dict[str, Any] = {}
     for kind in ("gemm", "triad"):
         out["anchor_gemm" if kind == "gemm" else "hbm_triad"] = steady_reading(
-            kind, kernel_timeline(kind, "cuda", args.anchor_seconds, gpu.sample), model)
+            kind, kernel_timeline(kind, "cuda", args.anchor_seconds, gpu.sample), model
+        )
     out["limit_binds"] = out["anchor_gemm"]["power_w"] >= 0.97 * out["anchor_gemm"]["power_limit_w"]
     return out
 
 
 # ---- the report ---------------------------------------------------------------------------------
 def gpu_slug(model: str | None) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", (model or "no-gpu").lower().replace("nvidia", "")).strip("-") or "gpu"
+    return (
+        re.sub(r"[^a-z0-9]+", "-", (model or "no-gpu").lower().replace("nvidia", "")).strip("-")
+        or "gpu"
+    )
 
 
 def limits(report: dict[str, Any]) -> dict[int, float | None]:
@@ -840,52 +1293,77 @@ def _f(v: Any, fmt: str = ".4g") -> str:
 def _skipped_or_failed(step: dict[str, Any]) -> list[str]:
     """The lines of a step that was skipped or that failed (none for one that ran fine)."""
     lines = [f"skipped: {step['skipped']}", ""] if step.get("skipped") else []
-    return lines + ([f"failed: {step.get('error', '')[:1500]}", ""] if not step.get("ok", True) else [])
+    return lines + (
+        [f"failed: {step.get('error', '')[:1500]}", ""] if not step.get("ok", True) else []
+    )
 
 
 def _allreduce_text(e: dict[str, Any], ranks: str) -> str:
-    return (f"{e['backend']} ({e.get('nccl_version') or 'no NCCL'}), {ranks}, {e['mb_per_rank']:g} MB per rank, "
-            f"{e['iters']} timed all-reduces: {e['seconds_per_iter'] * 1e3:.2f} ms each, algorithm bandwidth "
-            f"{e['algbw_gb_s']:.2f} GB/s, bus bandwidth **{e['busbw_gb_s']:.2f} GB/s**; sum "
-            f"{'correct' if e['sum_correct'] else 'WRONG'}.")
+    return (
+        f"{e['backend']} ({e.get('nccl_version') or 'no NCCL'}), {ranks}, {e['mb_per_rank']:g} MB per rank, "
+        f"{e['iters']} timed all-reduces: {e['seconds_per_iter'] * 1e3:.2f} ms each, algorithm bandwidth "
+        f"{e['algbw_gb_s']:.2f} GB/s, bus bandwidth **{e['busbw_gb_s']:.2f} GB/s**; sum "
+        f"{'correct' if e['sum_correct'] else 'WRONG'}."
+    )
 
 
 def markdown(res: dict[str, Any]) -> str:
     s = res["steps"]
-    lines = [f"# GPU check: {res['gpu_model'] or 'no GPU'} on {res['host']} ({res['started_utc']})", ""]
+    lines = [
+        f"# GPU check: {res['gpu_model'] or 'no GPU'} on {res['host']} ({res['started_utc']})",
+        "",
+    ]
     if res["fake_nvml"]:
-        lines += ["**FAKE NVML** (tests/fakes/fake_pynvml.py): a dry run of this script, not a measurement.", ""]
+        lines += [
+            "**FAKE NVML** (tests/fakes/fake_pynvml.py): a dry run of this script, not a measurement.",
+            "",
+        ]
     if res["device"] == "cpu":
-        lines += ["**Training on the CPU** (`--device cpu`): tokens/s and the overhead say nothing about a GPU.", ""]
-    lines += [f"Observe-only: no power limit, clock or mode was set. Power limits before {res['limits_before']}, "
-              f"after {res['limits_after']}: **{'unchanged' if res['limits_unchanged'] else 'CHANGED'}**.",
-              f"Command: `{res['command']}`; {res['total_s']:.0f} s in all.", ""]
+        lines += [
+            "**Training on the CPU** (`--device cpu`): tokens/s and the overhead say nothing about a GPU.",
+            "",
+        ]
+    lines += [
+        f"Observe-only: no power limit, clock or mode was set. Power limits before {res['limits_before']}, "
+        f"after {res['limits_after']}: **{'unchanged' if res['limits_unchanged'] else 'CHANGED'}**.",
+        f"Command: `{res['command']}`; {res['total_s']:.0f} s in all.",
+        "",
+    ]
     lines += ["## a) wattflex doctor", ""]
     a = s.get("doctor", {})
-    lines += (["```", a["text"].rstrip(), "```"] if a.get("ok") else [f"failed: {a.get('error')}"]) + [""]
+    lines += (
+        ["```", a["text"].rstrip(), "```"] if a.get("ok") else [f"failed: {a.get('error')}"]
+    ) + [""]
 
     lines += ["## b) Sampler overhead", ""]
     b = s.get("sampler_overhead", {})
     if b.get("runs"):
-        lines += [f"Model `{res['model']}` trained through the harness (`run_real`, torchrun) for {res['seconds']:g} s "
-                  f"per run; steady tokens/s after the first {WARMUP_FRACTION:.0%} of the step time. Sampler at "
-                  f"{1 / SAMPLER_PERIOD_S:g} Hz in the orchestrating process, as in real runs.", "",
-                  "| pair | run | sampler | tokens/s | steps used | median step s | sampler Hz |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            f"Model `{res['model']}` trained through the harness (`run_real`, torchrun) for {res['seconds']:g} s "
+            f"per run; steady tokens/s after the first {WARMUP_FRACTION:.0%} of the step time. Sampler at "
+            f"{1 / SAMPLER_PERIOD_S:g} Hz in the orchestrating process, as in real runs.",
+            "",
+            "| pair | run | sampler | tokens/s | steps used | median step s | sampler Hz |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for r in b["runs"]:
             head = f"| {r['pair']} | {r['name']} | {'on' if r['sampler'] else 'off'} |"
             if "error" in r:
                 lines.append(f"{head} failed: {r['error'][:120]} | | | |")
             else:
-                lines.append(f"{head} {_f(r['tokens_per_s'], '.1f')} | {r['steps_used']} | "
-                             f"{_f(r['step_s_median'], '.4f')} | {_f(r['sampler_hz'], '.2f')} |")
+                lines.append(
+                    f"{head} {_f(r['tokens_per_s'], '.1f')} | {r['steps_used']} | "
+                    f"{_f(r['step_s_median'], '.4f')} | {_f(r['sampler_hz'], '.2f')} |"
+                )
         lines.append("")
     if b.get("overhead_pct_per_pair"):
         per_pair = ", ".join(f"{v:+.2f} %" for v in b["overhead_pct_per_pair"])
-        lines.append(f"Overhead 1 - on/off per pair: {per_pair}; mean **{b['overhead_pct']:+.2f} %** (spread "
-                     f"{b['overhead_pct_min']:+.2f} to {b['overhead_pct_max']:+.2f} %; run-to-run CV without the "
-                     f"sampler {_f(b.get('off_run_cv_pct'), '.2f')} %). Goal <= {OVERHEAD_GOAL_PCT} %: "
-                     f"{'met' if b['overhead_pct'] <= OVERHEAD_GOAL_PCT else 'NOT met'}.")
+        lines.append(
+            f"Overhead 1 - on/off per pair: {per_pair}; mean **{b['overhead_pct']:+.2f} %** (spread "
+            f"{b['overhead_pct_min']:+.2f} to {b['overhead_pct_max']:+.2f} %; run-to-run CV without the "
+            f"sampler {_f(b.get('off_run_cv_pct'), '.2f')} %). Goal <= {OVERHEAD_GOAL_PCT} %: "
+            f"{'met' if b['overhead_pct'] <= OVERHEAD_GOAL_PCT else 'NOT met'}."
+        )
     if not b.get("ok"):
         lines.append(f"failed: {b.get('error', '')[:1500]}")
     lines.append("")
@@ -893,10 +1371,16 @@ def markdown(res: dict[str, Any]) -> str:
     lines += ["## c) Telemetry columns (sampler-on runs)", ""]
     c = s.get("telemetry", {})
     if c.get("ok"):
-        lines += [f"{c['rows']} rows, GPUs {c['gpus']}.", "", "| column | source | min | max | NaN | rows |",
-                  "| --- | --- | --- | --- | --- | --- |"]
-        lines += [f"| {x['column']} | {x['source']} | {_f(x['min'])} | {_f(x['max'])} | {x['nan']} | {x['n']} |"
-                  for x in c["columns"]]
+        lines += [
+            f"{c['rows']} rows, GPUs {c['gpus']}.",
+            "",
+            "| column | source | min | max | NaN | rows |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| {x['column']} | {x['source']} | {_f(x['min'])} | {_f(x['max'])} | {x['nan']} | {x['n']} |"
+            for x in c["columns"]
+        ]
     else:
         lines.append(f"failed: {c.get('error')}")
     lines.append("")
@@ -904,57 +1388,91 @@ def markdown(res: dict[str, Any]) -> str:
     lines += ["## d) Staircase and controller dry runs (what they WOULD set)", ""]
     d = s.get("dry_runs", {})
     if d.get("ok"):
-        lines += [f"Staircase on a live training run of GPU(s) {d['gpus']}, caps {d['caps']} W, at most "
-                  f"{d['dwell_s']:.0f} s each; stop reason `{d['stop_reason']}`. {d['note']}; NVML setter calls: "
-                  f"{d['set_calls_to_nvml']}, restore calls recorded: {d['restore_calls']}.", "",
-                  "| t s | would set W | enforced now W | settled | reason | samples | steps | job power W "
-                  "| tokens/s |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        lines += [f"| {v['t_s']} | {v['would_set_w']:g} | {_f(v['enforced_limit_w_now'], 'g')} | {v['settled']} | "
-                  f"{v['reason']} | {v['n_samples']} | {v['n_steps']} | {_f(v['power_w'], '.1f')} | "
-                  f"{_f(v['tokens_per_s'], '.1f')} |" for v in d["visits"]]
+        lines += [
+            f"Staircase on a live training run of GPU(s) {d['gpus']}, caps {d['caps']} W, at most "
+            f"{d['dwell_s']:.0f} s each; stop reason `{d['stop_reason']}`. {d['note']}; NVML setter calls: "
+            f"{d['set_calls_to_nvml']}, restore calls recorded: {d['restore_calls']}.",
+            "",
+            "| t s | would set W | enforced now W | settled | reason | samples | steps | job power W "
+            "| tokens/s |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| {v['t_s']} | {v['would_set_w']:g} | {_f(v['enforced_limit_w_now'], 'g')} | {v['settled']} | "
+            f"{v['reason']} | {v['n_samples']} | {v['n_steps']} | {_f(v['power_w'], '.1f')} | "
+            f"{_f(v['tokens_per_s'], '.1f')} |"
+            for v in d["visits"]
+        ]
         lines.append("")
         for ctl in d["control"]:
-            lines += [f"`{ctl['command']}` (exit {ctl['exit']}):", "", "```", ctl["stdout"].rstrip(),
-                      *([ctl["stderr"].rstrip()] if ctl["stderr"].strip() else []), "```", ""]
+            lines += [
+                f"`{ctl['command']}` (exit {ctl['exit']}):",
+                "",
+                "```",
+                ctl["stdout"].rstrip(),
+                *([ctl["stderr"].rstrip()] if ctl["stderr"].strip() else []),
+                "```",
+                "",
+            ]
     else:
         lines.append(f"failed: {d.get('error')}")
     lines.append("")
     lines += ["## e) All-reduce across this node's GPUs", ""]
     e = s.get("allreduce", {})
     if "busbw_gb_s" in e:
-        lines += [_allreduce_text(e, f"{e['world_size']} ranks") + f" Environment from `cuda.nccl`: `{e['nccl_env']}`. "
-                  f"NCCL warnings: {e['warnings'] or 'none'}. One node only: NCCL across nodes is i)'s.", ""]
+        lines += [
+            _allreduce_text(e, f"{e['world_size']} ranks")
+            + f" Environment from `cuda.nccl`: `{e['nccl_env']}`. "
+            f"NCCL warnings: {e['warnings'] or 'none'}. One node only: NCCL across nodes is i)'s.",
+            "",
+        ]
     if not e.get("ok"):
         lines += [f"failed: {e.get('error', '')[:1500]}", ""]
-    lines += ["## g) The emulator's anchor, measured (bf16 GEMM and HBM triad at the current limit)", ""]
+    lines += [
+        "## g) The emulator's anchor, measured (bf16 GEMM and HBM triad at the current limit)",
+        "",
+    ]
     g = s.get("anchor", {})
     if "anchor_gemm" in g:
         m, h = g["anchor_gemm"], g["hbm_triad"]
-        lines += [f"bf16 GEMM {ANCHOR_GEMM_N}^3: **{m['sm_clock_mhz']:.0f} MHz** at {m['power_w']:.0f} W of a "
-                  f"{m['power_limit_w']:g} W limit ({'binds' if g['limit_binds'] else 'does NOT bind: no anchor'}), "
-                  f"{m['tflops']:.0f} TFLOPS, tensor activity {_f(m['tensor_activity'], '.3f')}. HBM triad: "
-                  f"{h['bandwidth_gb_s']:.0f} GB/s (efficiency {_f(h['hbm_efficiency'], '.3f')}) at "
-                  f"{h['sm_clock_mhz']:.0f} MHz, {h['power_w']:.0f} W. `wattflex calibrate --gpu-check <this .json>` "
-                  "turns the GEMM into a calibration file.", ""]
+        lines += [
+            f"bf16 GEMM {ANCHOR_GEMM_N}^3: **{m['sm_clock_mhz']:.0f} MHz** at {m['power_w']:.0f} W of a "
+            f"{m['power_limit_w']:g} W limit ({'binds' if g['limit_binds'] else 'does NOT bind: no anchor'}), "
+            f"{m['tflops']:.0f} TFLOPS, tensor activity {_f(m['tensor_activity'], '.3f')}. HBM triad: "
+            f"{h['bandwidth_gb_s']:.0f} GB/s (efficiency {_f(h['hbm_efficiency'], '.3f')}) at "
+            f"{h['sm_clock_mhz']:.0f} MHz, {h['power_w']:.0f} W. `wattflex calibrate --gpu-check <this .json>` "
+            "turns the GEMM into a calibration file.",
+            "",
+        ]
     lines += _skipped_or_failed(g)
     lines += ["## h) Real weights, loaded as the harness loads them", ""]
     h = s.get("real_weights", {})
     if "loss" in h:
-        lines += [f"`{res['model_path']}`: MXFP4 checkpoint {h['mxfp4_checkpoint']}, experts loaded as "
-                  f"{', '.join(h['expert_dtypes']) or 'no experts'}, {h['params'] / 1e9:.2f}B parameters with LoRA, "
-                  f"loaded in {h['load_s']:.0f} s; one LoRA step: loss {h['loss']:.3f}, "
-                  f"{h['expert_lora_params_with_grad']} expert adapters with gradients"
-                  + (f", peak GPU memory {h['peak_gpu_gib']:.1f} GiB." if "peak_gpu_gib" in h else "."), ""]
+        lines += [
+            f"`{res['model_path']}`: MXFP4 checkpoint {h['mxfp4_checkpoint']}, experts loaded as "
+            f"{', '.join(h['expert_dtypes']) or 'no experts'}, {h['params'] / 1e9:.2f}B parameters with LoRA, "
+            f"loaded in {h['load_s']:.0f} s; one LoRA step: loss {h['loss']:.3f}, "
+            f"{h['expert_lora_params_with_grad']} expert adapters with gradients"
+            + (f", peak GPU memory {h['peak_gpu_gib']:.1f} GiB." if "peak_gpu_gib" in h else "."),
+            "",
+        ]
     lines += _skipped_or_failed(h)
     ht = s.get("real_weights_throughput", {})
     if "tokens_per_s" in ht:
         seq, batch = ht["seq_len_batch"]
-        lines += [f"Through the harness (`run_real`, torchrun, LoRA, seq {seq} x batch {batch}) at the current limit "
-                  f"({_f(ht['cap_w'], 'g')} W): {ht['steps']} of {ht['steps_asked']} steps, steady **"
-                  f"{_f(ht['tokens_per_s'], '.1f')} tokens/s** over {ht['steps_used']} (median step "
-                  f"{_f(ht['step_s_median'], '.3f')} s)" + (f", mean power {_f(ht.get('power_w_mean'), '.0f')} W"
-                                                             if "power_w_mean" in ht else "") + ".", ""]
+        lines += [
+            f"Through the harness (`run_real`, torchrun, LoRA, seq {seq} x batch {batch}) at the current limit "
+            f"({_f(ht['cap_w'], 'g')} W): {ht['steps']} of {ht['steps_asked']} steps, steady **"
+            f"{_f(ht['tokens_per_s'], '.1f')} tokens/s** over {ht['steps_used']} (median step "
+            f"{_f(ht['step_s_median'], '.3f')} s)"
+            + (
+                f", mean power {_f(ht.get('power_w_mean'), '.0f')} W"
+                if "power_w_mean" in ht
+                else ""
+            )
+            + ".",
+            "",
+        ]
     lines += _skipped_or_failed(ht)
     lines += [UNPROVEN, ""]
 
@@ -962,27 +1480,55 @@ def markdown(res: dict[str, Any]) -> str:
     i = s.get("allreduce_nodes", {})
     if "busbw_gb_s" in i:
         ranks = f"{i['nnodes']} nodes x {i['nproc_per_node']} rank(s) ({i['launcher']}, c10d at `{i['rdzv']}`)"
-        lines += [_allreduce_text(i, ranks) + f" Transport across nodes **{i['transport'] or 'none over a network'}**"
-                  + (f" (networks {i['networks']}, channels {i['channel_transports']}, GPUDirect RDMA {i['gdrdma']})"
-                     if "networks" in i else "") + f". Environment: `{i['nccl_env']}`.", ""]
+        lines += [
+            _allreduce_text(i, ranks)
+            + f" Transport across nodes **{i['transport'] or 'none over a network'}**"
+            + (
+                f" (networks {i['networks']}, channels {i['channel_transports']}, GPUDirect RDMA {i['gdrdma']})"
+                if "networks" in i
+                else ""
+            )
+            + f". Environment: `{i['nccl_env']}`.",
+            "",
+        ]
     lines += _skipped_or_failed(i)
     lines += [UNPROVEN, ""]
 
-    lines += ["## j) torch.compile graph breaks per decoder layer (tiny models of the catalogue's families)", ""]
+    lines += [
+        "## j) torch.compile graph breaks per decoder layer (tiny models of the catalogue's families)",
+        "",
+    ]
     j = s.get("compile_breaks", {})
     if j.get("families"):
-        lines += [f"Backend `{j['backend']}`; {j['layers_with_breaks']} layer(s) with graph breaks.", "",
-                  "| family | task | layer | class | type | graphs | breaks | compiled | reasons |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            f"Backend `{j['backend']}`; {j['layers_with_breaks']} layer(s) with graph breaks.",
+            "",
+            "| family | task | layer | class | type | graphs | breaks | compiled | reasons |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for f in j["families"]:
             for r in f["layers"]:
                 c = r["compiled"]
-                comp = (f"ok {c['seconds']} s, diff {c['max_abs_diff']:.2g}" if c.get("ok") else
-                        f"FAILED: {c['error'][:100]}" if "error" in c else
-                        f"as layer {c['same_kind_as_layer']}" if "same_kind_as_layer" in c else c.get("skipped", ""))
-                reasons = "; ".join((x.splitlines() or [""])[0].replace("|", "/")[:120] for x in r["break_reasons"]) or "-"
-                lines.append(f"| {f['family']} | {f['task']} | {r['index']} | {r['class']} | {r['layer_type'] or '-'} | "
-                             f"{r['graphs']} | {r['graph_breaks']} | {comp} | {reasons} |")
+                comp = (
+                    f"ok {c['seconds']} s, diff {c['max_abs_diff']:.2g}"
+                    if c.get("ok")
+                    else f"FAILED: {c['error'][:100]}"
+                    if "error" in c
+                    else f"as layer {c['same_kind_as_layer']}"
+                    if "same_kind_as_layer" in c
+                    else c.get("skipped", "")
+                )
+                reasons = (
+                    "; ".join(
+                        (x.splitlines() or [""])[0].replace("|", "/")[:120]
+                        for x in r["break_reasons"]
+                    )
+                    or "-"
+                )
+                lines.append(
+                    f"| {f['family']} | {f['task']} | {r['index']} | {r['class']} | {r['layer_type'] or '-'} | "
+                    f"{r['graphs']} | {r['graph_breaks']} | {comp} | {reasons} |"
+                )
         lines.append("")
     lines += _skipped_or_failed(j)
     lines += [UNPROVEN, ""]
@@ -993,7 +1539,7 @@ def markdown(res: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["node"]:           # i)'s node agents (an srun task, or a local one on cpu)
+    if argv[:1] == ["node"]:  # i)'s node agents (an srun task, or a local one on cpu)
         return node_main(argv, run=allreduce_node, prog="benchmarks/gpu_check.py")
     args = parse_args(argv)
     if args.allreduce_worker:
@@ -1002,11 +1548,16 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="wattflex-gpu-check-"))
     (work / "state").mkdir()
-    res: dict[str, Any] = {"host": socket.gethostname(), "device": args.device, "model": args.model,
-                           "model_path": args.model_path,
-                           "seconds": args.seconds,
-                           "command": "python benchmarks/gpu_check.py " + " ".join(argv),
-                           "started_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "steps": {}}
+    res: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "device": args.device,
+        "model": args.model,
+        "model_path": args.model_path,
+        "seconds": args.seconds,
+        "command": "python benchmarks/gpu_check.py " + " ".join(argv),
+        "started_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "steps": {},
+    }
     doctor = record_step(res, "doctor", lambda: {"report": diagnose(args.configfile)})
     report = doctor.get("report", {})
     if doctor["ok"]:
@@ -1023,18 +1574,25 @@ def main(argv: list[str] | None = None) -> int:
     record_step(res, "dry_runs", lambda: dry_runs(args, work))
     record_step(res, "allreduce", lambda: allreduce(args, work, len(nv.get("gpus") or [])))
     anchor = record_step(res, "anchor", lambda: anchor_kernels(args, res["gpu_model"]))
-    if "anchor_gemm" in anchor:   # where wattflex calibrate --gpu-check reads it
+    if "anchor_gemm" in anchor:  # where wattflex calibrate --gpu-check reads it
         res["steps"]["anchor_gemm"] = {"ok": anchor["ok"], **anchor["anchor_gemm"]}
     record_step(res, "real_weights", lambda: real_weights(args))
-    record_step(res, "real_weights_throughput",
-                lambda: real_weight_throughput(args, work, first_limit, bool(nv.get("available"))))
-    record_step(res, "allreduce_nodes", lambda: allreduce_nodes(args, work, len(nv.get("gpus") or [])))
+    record_step(
+        res,
+        "real_weights_throughput",
+        lambda: real_weight_throughput(args, work, first_limit, bool(nv.get("available"))),
+    )
+    record_step(
+        res, "allreduce_nodes", lambda: allreduce_nodes(args, work, len(nv.get("gpus") or []))
+    )
     record_step(res, "compile_breaks", lambda: compile_breaks(args))
 
     res["limits_after"] = limits(probe_nvml())
     res["limits_unchanged"] = res["limits_after"] == res["limits_before"]
     res["total_s"] = time.monotonic() - started
-    name = f"gpu_check_{gpu_slug(res['gpu_model'])}" + ("_cpu-training" if args.device == "cpu" else "")
+    name = f"gpu_check_{gpu_slug(res['gpu_model'])}" + (
+        "_cpu-training" if args.device == "cpu" else ""
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{name}.md").write_text(markdown(res))
     (args.out / f"{name}.json").write_text(json.dumps(res, indent=2, default=str) + "\n")

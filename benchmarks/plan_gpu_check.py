@@ -43,7 +43,12 @@ def cut_to_layers(facts: dict[str, Any], layers: int) -> dict[str, Any]:
     per_layer = sh.layer_dense + sh.layer_expert
     total = 2 * sh.embedding + layers * per_layer
     experts = sh.layer_expert * layers
-    return {**facts, "layers": layers, "total_params_b": total / 1e9, "expert_params_b": experts / 1e9}
+    return {
+        **facts,
+        "layers": layers,
+        "total_params_b": total / 1e9,
+        "expert_params_b": experts / 1e9,
+    }
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -73,17 +78,34 @@ def measure(args: argparse.Namespace, facts: dict[str, Any]) -> dict[str, Any]:
     from wattflex.runs.training.loop import train
 
     with tempfile.TemporaryDirectory() as out:
-        cfg = TrainConfig(model_facts=facts, task=args.task, seq_len=args.seq_len, batch=args.batch,
-                          device=args.device, random_init=args.device == "cuda", tiny=args.device == "cpu",
-                          max_steps=args.steps, duration_s=600, eval_at_s=None, checkpoint_at_s=None,
-                          precision=args.precision, grad_checkpointing=args.grad_checkpointing, compile=False,
-                          loss_chunk_tokens=args.loss_chunk_tokens, outdir=out)
+        cfg = TrainConfig(
+            model_facts=facts,
+            task=args.task,
+            seq_len=args.seq_len,
+            batch=args.batch,
+            device=args.device,
+            random_init=args.device == "cuda",
+            tiny=args.device == "cpu",
+            max_steps=args.steps,
+            duration_s=600,
+            eval_at_s=None,
+            checkpoint_at_s=None,
+            precision=args.precision,
+            grad_checkpointing=args.grad_checkpointing,
+            compile=False,
+            loss_chunk_tokens=args.loss_chunk_tokens,
+            outdir=out,
+        )
         if args.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         steps = train(cfg)
         peak = torch.cuda.max_memory_allocated() if args.device == "cuda" else None
         name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    return {"device": name, "steps": int(len(steps)), "peak_allocated_gib": None if peak is None else peak / GIB}
+    return {
+        "device": name,
+        "steps": int(len(steps)),
+        "peak_allocated_gib": None if peak is None else peak / GIB,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -91,29 +113,60 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     catalog = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
     facts = cut_to_layers(catalog[args.model], args.layers)
     attention = plan.attention_of(facts, args.task)
-    parts = plan.gpu_bytes(facts, args.task, 1, 1, args.precision, args.seq_len, args.batch,
-                           args.grad_checkpointing, 32, attention, loss_chunk_tokens=args.loss_chunk_tokens)
+    parts = plan.gpu_bytes(
+        facts,
+        args.task,
+        1,
+        1,
+        args.precision,
+        args.seq_len,
+        args.batch,
+        args.grad_checkpointing,
+        32,
+        attention,
+        loss_chunk_tokens=args.loss_chunk_tokens,
+    )
     planned = {k: v / GIB for k, v in parts.items()}
     measured = measure(args, facts)
-    allocator = planned["total"] - planned["framework"]     # what max_memory_allocated can see
+    allocator = planned["total"] - planned["framework"]  # what max_memory_allocated can see
     peak = measured["peak_allocated_gib"]
-    result = {"model": args.model, "layers": args.layers, "params_b": facts["total_params_b"], "task": args.task,
-              "precision": args.precision, "seq_len": args.seq_len, "batch": args.batch,
-              "grad_checkpointing": args.grad_checkpointing, "loss_chunk_tokens": args.loss_chunk_tokens,
-              "attention": attention, "planned_gib": planned,
-              "planned_allocator_gib": allocator, **measured,
-              "measured_over_planned": None if peak is None else peak / allocator}
-    slug = measured["device"].replace("NVIDIA ", "").split()[0].lower() if peak is not None else "cpu"
+    result = {
+        "model": args.model,
+        "layers": args.layers,
+        "params_b": facts["total_params_b"],
+        "task": args.task,
+        "precision": args.precision,
+        "seq_len": args.seq_len,
+        "batch": args.batch,
+        "grad_checkpointing": args.grad_checkpointing,
+        "loss_chunk_tokens": args.loss_chunk_tokens,
+        "attention": attention,
+        "planned_gib": planned,
+        "planned_allocator_gib": allocator,
+        **measured,
+        "measured_over_planned": None if peak is None else peak / allocator,
+    }
+    slug = (
+        measured["device"].replace("NVIDIA ", "").split()[0].lower() if peak is not None else "cpu"
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"plan_gpu_check_{slug}.json").write_text(json.dumps(result, indent=2) + "\n")
-    rows = [("states", planned["states"]), ("activations (logits)", planned["activations"]),
-            ("of which loss logits", planned["logits"]), ("planned, allocator's view", allocator),
-            ("measured peak allocated", peak)]
-    md = [f"# Resource plan vs measured GPU memory: {args.model} cut to {args.layers} layers "
-          f"({facts['total_params_b']:.2f}B params), {args.task}, {args.precision}, seq {args.seq_len} x batch "
-          f"{args.batch}, grad_checkpointing {args.grad_checkpointing}, loss_chunk_tokens {args.loss_chunk_tokens}, "
-          f"on {measured['device']}", "",
-          "| part | GiB |", "| --- | --- |"]
+    rows = [
+        ("states", planned["states"]),
+        ("activations (logits)", planned["activations"]),
+        ("of which loss logits", planned["logits"]),
+        ("planned, allocator's view", allocator),
+        ("measured peak allocated", peak),
+    ]
+    md = [
+        f"# Resource plan vs measured GPU memory: {args.model} cut to {args.layers} layers "
+        f"({facts['total_params_b']:.2f}B params), {args.task}, {args.precision}, seq {args.seq_len} x batch "
+        f"{args.batch}, grad_checkpointing {args.grad_checkpointing}, loss_chunk_tokens {args.loss_chunk_tokens}, "
+        f"on {measured['device']}",
+        "",
+        "| part | GiB |",
+        "| --- | --- |",
+    ]
     md += [f"| {name} | {'n/a (no GPU)' if v is None else f'{v:.2f}'} |" for name, v in rows]
     if peak is not None:
         md += ["", f"measured / planned: {result['measured_over_planned']:.3f}"]

@@ -34,28 +34,69 @@ from wattflex.runs.training.hostmem import KEEP_DYNAMIC_ENV  # noqa: E402
 
 # Llama-3.1-70B's layer proportions (config.json: hidden 8192, 64 heads, 8 kv heads, MLP 28672)
 # at hidden 1024, 8 layers, a 32000-token vocabulary: 173M parameters, 0.69 GB in fp32.
-STEP_MODEL = {"hf_model_type": "llama", "hidden": 1024, "layers": 8, "heads": 16, "kv_heads": 2, "head_dim": 64,
-              "intermediate": 3584, "vocab": 32000}
+STEP_MODEL = {
+    "hf_model_type": "llama",
+    "hidden": 1024,
+    "layers": 8,
+    "heads": 16,
+    "kv_heads": 2,
+    "head_dim": 64,
+    "intermediate": 3584,
+    "vocab": 32000,
+}
 RANKS = 4
 SEQ_LEN, BATCH, LORA_RANK = 256, 1, 8
 GB = 1e9
 
 
 def config(task: str, outdir: Path, steps: int = 3) -> TrainConfig:
-    return TrainConfig(model_facts=STEP_MODEL, task=task, seq_len=SEQ_LEN, batch=BATCH, lora_rank=LORA_RANK,
-                       device="cpu", random_init=True, parallel="fsdp", max_steps=steps, duration_s=1200,
-                       eval_at_s=None, checkpoint_at_s=None, outdir=str(outdir))
+    return TrainConfig(
+        model_facts=STEP_MODEL,
+        task=task,
+        seq_len=SEQ_LEN,
+        batch=BATCH,
+        lora_rank=LORA_RANK,
+        device="cpu",
+        random_init=True,
+        parallel="fsdp",
+        max_steps=steps,
+        duration_s=1200,
+        eval_at_s=None,
+        checkpoint_at_s=None,
+        outdir=str(outdir),
+    )
 
 
-def torchrun_harness(cfg: TrainConfig, ranks: int = RANKS, env: dict | None = None) -> subprocess.CompletedProcess:
+def torchrun_harness(
+    cfg: TrainConfig, ranks: int = RANKS, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """The harness on ``cfg`` in ``ranks`` gloo ranks (its config in cfg.json in ``cfg.outdir``)."""
     Path(cfg.outdir).mkdir(parents=True, exist_ok=True)
     path = Path(cfg.outdir) / "cfg.json"
     cfg.to_json(path)
-    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts"), "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-                           "-m", "wattflex.runs.training", "--config", str(path)],
-                          capture_output=True, text=True, env=env, timeout=1500)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "workflow_scripts"),
+        "OMP_NUM_THREADS": "1",
+        **(env or {}),
+    }
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={ranks}",
+            "-m",
+            "wattflex.runs.training",
+            "--config",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1500,
+    )
 
 
 def planned(task: str, params_total: int, ranks: int = RANKS) -> dict[str, float]:
@@ -71,7 +112,12 @@ def measure(task: str, dynamic: bool, workdir: Path, steps: int = 3) -> dict:
     if r.returncode != 0:
         raise RuntimeError(f"{task} run failed:\n{r.stderr[-3000:]}")
     facts = json.loads((Path(cfg.outdir) / ".training.json").read_text())["training"]
-    return {"task": task, "dynamic": dynamic, "facts": facts, "plan": planned(task, facts["params_total"])}
+    return {
+        "task": task,
+        "dynamic": dynamic,
+        "facts": facts,
+        "plan": planned(task, facts["params_total"]),
+    }
 
 
 def probe(task: str, dynamic: bool, workdir: Path, steps: int = 3) -> dict:
@@ -79,24 +125,49 @@ def probe(task: str, dynamic: bool, workdir: Path, steps: int = 3) -> dict:
     cfg = config(task, workdir / f"probe-{task}-{'dynamic' if dynamic else 'fixed'}", steps)
     Path(cfg.outdir).mkdir(parents=True, exist_ok=True)
     cfg.to_json(Path(cfg.outdir) / "cfg.json")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts"), "OMP_NUM_THREADS": "1",
-           **({KEEP_DYNAMIC_ENV: "1"} if dynamic else {})}
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={RANKS}",
-                        str(REPO / "benchmarks" / "step_memory_probe.py"), str(Path(cfg.outdir) / "cfg.json")],
-                       capture_output=True, text=True, env=env, timeout=1500)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "workflow_scripts"),
+        "OMP_NUM_THREADS": "1",
+        **({KEEP_DYNAMIC_ENV: "1"} if dynamic else {}),
+    }
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={RANKS}",
+            str(REPO / "benchmarks" / "step_memory_probe.py"),
+            str(Path(cfg.outdir) / "cfg.json"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1500,
+    )
     if r.returncode != 0:
         raise RuntimeError(f"probe {task} failed:\n{r.stderr[-3000:]}")
-    return {"task": task, "dynamic": dynamic, **json.loads((Path(cfg.outdir) / "probe0.json").read_text())}
+    return {
+        "task": task,
+        "dynamic": dynamic,
+        **json.loads((Path(cfg.outdir) / "probe0.json").read_text()),
+    }
 
 
 def probe_table(rows: list[dict]) -> str:
-    lines = ["| task | glibc mmap threshold | phase (end of) | RSS GB | peak in phase GB | allocated GB | "
-             "arenas GB | free in arenas GB | units gathered |", "|" + " --- |" * 9]
+    lines = [
+        "| task | glibc mmap threshold | phase (end of) | RSS GB | peak in phase GB | allocated GB | "
+        "arenas GB | free in arenas GB | units gathered |",
+        "|" + " --- |" * 9,
+    ]
     for row in rows:
         for snap in row["snapshots"]:
-            lines.append(f"| {row['task']} | {'rising' if row['dynamic'] else 'fixed'} | {snap['tag']} "
-                         f"| {snap['rss'] / GB:.3f} | {snap['peak_since_last'] / GB:.3f} | {snap['allocated'] / GB:.3f} "
-                         f"| {snap['arenas'] / GB:.3f} | {snap['arenas_free'] / GB:.3f} | {snap.get('gathered_units', '-')} |")
+            lines.append(
+                f"| {row['task']} | {'rising' if row['dynamic'] else 'fixed'} | {snap['tag']} "
+                f"| {snap['rss'] / GB:.3f} | {snap['peak_since_last'] / GB:.3f} | {snap['allocated'] / GB:.3f} "
+                f"| {snap['arenas'] / GB:.3f} | {snap['arenas_free'] / GB:.3f} | {snap.get('gathered_units', '-')} |"
+            )
     return "\n".join(lines)
 
 
@@ -107,7 +178,9 @@ def fp32_factors() -> list[tuple[str, str, int, float, float]]:
 
     import torch
 
-    spec = importlib.util.spec_from_file_location("activation_bytes_bench", REPO / "benchmarks" / "activation_bytes.py")
+    spec = importlib.util.spec_from_file_location(
+        "activation_bytes_bench", REPO / "benchmarks" / "activation_bytes.py"
+    )
     ab = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = ab
     spec.loader.exec_module(ab)
@@ -129,14 +202,19 @@ def fp32_factors() -> list[tuple[str, str, int, float, float]]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| task | glibc mmap threshold | rank | before build GB | after build GB | steps' peak GB | plan GB | "
-             "measured / plan |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| task | glibc mmap threshold | rank | before build GB | after build GB | steps' peak GB | plan GB | "
+        "measured / plan |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for row in rows:
         total = row["plan"]["total"]
         for p in row["facts"]["peak_rss_bytes_per_rank"]:
-            lines.append(f"| {row['task']} | {'rising (glibc default)' if row['dynamic'] else 'fixed 128 KiB (harness)'} "
-                         f"| {p['rank']} | {p['before_build'] / GB:.3f} | {p['after_build'] / GB:.3f} "
-                         f"| {p['steps'] / GB:.3f} | {total / GB:.3f} | {p['steps'] / total:.2f} |")
+            lines.append(
+                f"| {row['task']} | {'rising (glibc default)' if row['dynamic'] else 'fixed 128 KiB (harness)'} "
+                f"| {p['rank']} | {p['before_build'] / GB:.3f} | {p['after_build'] / GB:.3f} "
+                f"| {p['steps'] / GB:.3f} | {total / GB:.3f} | {p['steps'] / total:.2f} |"
+            )
     return "\n".join(lines)
 
 
@@ -145,36 +223,75 @@ def plan_parts(rows: list[dict]) -> str:
     lines = ["| task | params | " + " | ".join(keys) + " |", "|" + " --- |" * (len(keys) + 2)]
     for row in rows:
         if not row["dynamic"]:
-            lines.append(f"| {row['task']} | {row['facts']['params_total'] / 1e6:.1f}M | "
-                         + " | ".join(f"{row['plan'][k] / GB:.3f}" for k in keys) + " |")
+            lines.append(
+                f"| {row['task']} | {row['facts']['params_total'] / 1e6:.1f}M | "
+                + " | ".join(f"{row['plan'][k] / GB:.3f}" for k in keys)
+                + " |"
+            )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=None, help="write the tables to this markdown file too")
-    ap.add_argument("--factors", action="store_true", help="also measure the fp32/bf16 activation ratios")
-    ap.add_argument("--probe", action="store_true", help="also rank 0's phases of a LoRA run (step_memory_probe.py)")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="write the tables to this markdown file too"
+    )
+    ap.add_argument(
+        "--factors", action="store_true", help="also measure the fp32/bf16 activation ratios"
+    )
+    ap.add_argument(
+        "--probe",
+        action="store_true",
+        help="also rank 0's phases of a LoRA run (step_memory_probe.py)",
+    )
     ap.add_argument("--steps", type=int, default=3)
     args = ap.parse_args(argv)
     import torch
 
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [measure(task, dynamic, Path(tmp), args.steps) for task in ("lora", "pt") for dynamic in (False, True)]
-        probes = [probe("lora", dynamic, Path(tmp), args.steps) for dynamic in (True, False)] if args.probe else []
+        rows = [
+            measure(task, dynamic, Path(tmp), args.steps)
+            for task in ("lora", "pt")
+            for dynamic in (False, True)
+        ]
+        probes = (
+            [probe("lora", dynamic, Path(tmp), args.steps) for dynamic in (True, False)]
+            if args.probe
+            else []
+        )
     flags = "".join(f" --{f}" for f in ("factors", "probe") if getattr(args, f))
-    doc = [f"Measured {datetime.date.today()} (`python benchmarks/step_memory.py{flags}`), "
-           f"torch {torch.__version__}, {RANKS} gloo ranks on CPU, fp32, FSDP2, seq {SEQ_LEN} x batch {BATCH}, "
-           f"LoRA rank {LORA_RANK}, {args.steps} steps.", "", table(rows), "", "The plan's parts per rank (GB):", "",
-           plan_parts(rows)]
+    doc = [
+        f"Measured {datetime.date.today()} (`python benchmarks/step_memory.py{flags}`), "
+        f"torch {torch.__version__}, {RANKS} gloo ranks on CPU, fp32, FSDP2, seq {SEQ_LEN} x batch {BATCH}, "
+        f"LoRA rank {LORA_RANK}, {args.steps} steps.",
+        "",
+        table(rows),
+        "",
+        "The plan's parts per rank (GB):",
+        "",
+        plan_parts(rows),
+    ]
     if probes:
-        doc += ["", "Rank 0 of the LoRA run, phase by phase (allocated: malloc's bytes in use, mallinfo2 "
-                "uordblks + hblkhd; the peak: VmHWM, reset at each phase's start):", "", probe_table(probes)]
+        doc += [
+            "",
+            "Rank 0 of the LoRA run, phase by phase (allocated: malloc's bytes in use, mallinfo2 "
+            "uordblks + hblkhd; the peak: VmHWM, reset at each phase's start):",
+            "",
+            probe_table(probes),
+        ]
     if args.factors:
-        doc += ["", "fp32 over bf16 bytes a decoder layer saves for backward (B per s·b·h, one layer at 1/8 of the "
-                "catalogue's widths, seq 128):", "", "| family | task | hidden | bf16 | fp32 | ratio |",
-                "| --- | --- | --- | --- | --- | --- |"]
-        doc += [f"| {f} | {t} | {h} | {b:.1f} | {x:.1f} | {x / b:.3f} |" for f, t, h, b, x in fp32_factors()]
+        doc += [
+            "",
+            "fp32 over bf16 bytes a decoder layer saves for backward (B per s·b·h, one layer at 1/8 of the "
+            "catalogue's widths, seq 128):",
+            "",
+            "| family | task | hidden | bf16 | fp32 | ratio |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        doc += [
+            f"| {f} | {t} | {h} | {b:.1f} | {x:.1f} | {x / b:.3f} |"
+            for f, t, h, b, x in fp32_factors()
+        ]
     text = "\n".join(doc)
     print(text)
     if args.out:

@@ -23,9 +23,11 @@ from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.loss import causal_lm_loss, chunked_applies
 
 
-class MallInfo2(ctypes.Structure):      # glibc >= 2.33, malloc.h
-    _fields_ = [(n, ctypes.c_size_t) for n in
-                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+class MallInfo2(ctypes.Structure):  # glibc >= 2.33, malloc.h
+    _fields_ = [
+        (n, ctypes.c_size_t)
+        for n in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
+    ]
 
 
 LIBC = ctypes.CDLL("libc.so.6")
@@ -38,11 +40,23 @@ def rss() -> int:
 
 def snapshot(tag: str, model=None) -> dict:
     m = LIBC.mallinfo2()
-    out = {"tag": tag, "rss": rss(), "peak_since_last": hostmem.hwm_bytes(), "allocated": m.uordblks + m.hblkhd,
-           "mapped": m.hblkhd, "arenas": m.arena, "arenas_free": m.fordblks}
+    out = {
+        "tag": tag,
+        "rss": rss(),
+        "peak_since_last": hostmem.hwm_bytes(),
+        "allocated": m.uordblks + m.hblkhd,
+        "mapped": m.hblkhd,
+        "arenas": m.arena,
+        "arenas_free": m.fordblks,
+    }
     if model is not None:
-        out["gathered_units"] = sum(1 for mod in model.modules() if isinstance(mod, FSDPModule)
-                                    and (g := mod._get_fsdp_state()._fsdp_param_group) is not None and g.is_unsharded)
+        out["gathered_units"] = sum(
+            1
+            for mod in model.modules()
+            if isinstance(mod, FSDPModule)
+            and (g := mod._get_fsdp_state()._fsdp_param_group) is not None
+            and g.is_unsharded
+        )
     hostmem.reset_peak_rss()
     return out
 
@@ -71,7 +85,14 @@ def main() -> None:
         optimizer.zero_grad(set_to_none=True)
         snaps.append(snapshot(f"step {step} optimizer", model))
     with open(f"{cfg.outdir}/probe{dist.rank}.json", "w") as f:
-        json.dump({"mmap_threshold_fixed": fixed, "params_total": info["params_total"], "snapshots": snaps}, f)
+        json.dump(
+            {
+                "mmap_threshold_fixed": fixed,
+                "params_total": info["params_total"],
+                "snapshots": snaps,
+            },
+            f,
+        )
     torch.distributed.destroy_process_group()
 
 

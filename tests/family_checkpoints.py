@@ -35,6 +35,7 @@ class Family:
     (transformers 5 ``rope_parameters``; None: the config class's default), ``tied`` whether
     lm_head is the input embedding, ``extra`` other published config values set on the tiny
     config (max_position_embeddings beside a rope scaling that names an original length)."""
+
     name: str
     facts: dict[str, Any]
     tied: bool
@@ -51,41 +52,125 @@ class Family:
 # rope_parameters). Tied: the small Llama-3.2, Qwen2.5 and Qwen3 models tie their embeddings, the
 # catalogue's large ones do not; Gemma-4 ties.
 FAMILIES = [
-    Family("Llama-3.1-70B", CATALOG["Llama-3.1-70B"], False,
-           {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-           "meta-llama/Llama-3.1-70B config.json", {"max_position_embeddings": 131072}),
-    Family("Llama-3.2-1B", {**CATALOG["Llama-3.1-70B"], "heads": 32, "kv_heads": 8}, True,
-           {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-           "meta-llama/Llama-3.2-1B config.json (tie_word_embeddings true)", {"max_position_embeddings": 131072}),
-    Family("Mistral-Small-24B-Base-2501", CATALOG["Mistral-Small-24B-Base-2501"], False,
-           {"rope_type": "default", "rope_theta": 100000000.0},
-           "mistralai/Mistral-Small-24B-Base-2501 config.json"),
-    Family("Qwen2.5-7B", {"hf_model_type": "qwen2", "heads": 28, "kv_heads": 4}, False,
-           {"rope_type": "default", "rope_theta": 1000000.0}, "Qwen/Qwen2.5-7B config.json"),
-    Family("Qwen2.5-0.5B", {"hf_model_type": "qwen2", "heads": 14, "kv_heads": 2}, True,
-           {"rope_type": "default", "rope_theta": 1000000.0},
-           "Qwen/Qwen2.5-0.5B config.json (tie_word_embeddings true)"),
-    Family("Qwen3-32B", CATALOG["Qwen3-32B"], False, {"rope_type": "default", "rope_theta": 1000000.0},
-           "Qwen/Qwen3-32B config.json"),
-    Family("Qwen3-0.6B", {**CATALOG["Qwen3-32B"], "heads": 16, "kv_heads": 8}, True,
-           {"rope_type": "default", "rope_theta": 1000000.0},
-           "Qwen/Qwen3-0.6B config.json (tie_word_embeddings true)"),
-    Family("Qwen3-30B-A3B", CATALOG["Qwen3-30B-A3B"], False, {"rope_type": "default", "rope_theta": 1000000.0},
-           "Qwen/Qwen3-30B-A3B config.json"),
-    Family("Mixtral-8x7B-v0.1", {"hf_model_type": "mixtral", "heads": 32, "kv_heads": 8, "experts": 8,
-                                 "experts_active": 2}, False,
-           {"rope_type": "default", "rope_theta": 1000000.0}, "mistralai/Mixtral-8x7B-v0.1 config.json"),
-    Family("gpt-oss-20b", CATALOG["gpt-oss-20b"], False,
-           {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
-            "truncate": False, "original_max_position_embeddings": 4096}, "openai/gpt-oss-20b config.json", {"max_position_embeddings": 131072}),
-    Family("DeepSeek-V2-Lite", CATALOG["DeepSeek-V2-Lite"], False,
-           {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "beta_fast": 32.0, "beta_slow": 1.0,
-            "mscale": 0.707, "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096},
-           "deepseek-ai/DeepSeek-V2-Lite config.json", {"max_position_embeddings": 163840}),
-    Family("Gemma-4-26B-A4B", CATALOG["Gemma-4-26B-A4B"], True, None,
-           "google/gemma-4-26B-A4B config.json text_config (Gemma4TextConfig's own rope defaults)"),
+    Family(
+        "Llama-3.1-70B",
+        CATALOG["Llama-3.1-70B"],
+        False,
+        {
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        "meta-llama/Llama-3.1-70B config.json",
+        {"max_position_embeddings": 131072},
+    ),
+    Family(
+        "Llama-3.2-1B",
+        {**CATALOG["Llama-3.1-70B"], "heads": 32, "kv_heads": 8},
+        True,
+        {
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        "meta-llama/Llama-3.2-1B config.json (tie_word_embeddings true)",
+        {"max_position_embeddings": 131072},
+    ),
+    Family(
+        "Mistral-Small-24B-Base-2501",
+        CATALOG["Mistral-Small-24B-Base-2501"],
+        False,
+        {"rope_type": "default", "rope_theta": 100000000.0},
+        "mistralai/Mistral-Small-24B-Base-2501 config.json",
+    ),
+    Family(
+        "Qwen2.5-7B",
+        {"hf_model_type": "qwen2", "heads": 28, "kv_heads": 4},
+        False,
+        {"rope_type": "default", "rope_theta": 1000000.0},
+        "Qwen/Qwen2.5-7B config.json",
+    ),
+    Family(
+        "Qwen2.5-0.5B",
+        {"hf_model_type": "qwen2", "heads": 14, "kv_heads": 2},
+        True,
+        {"rope_type": "default", "rope_theta": 1000000.0},
+        "Qwen/Qwen2.5-0.5B config.json (tie_word_embeddings true)",
+    ),
+    Family(
+        "Qwen3-32B",
+        CATALOG["Qwen3-32B"],
+        False,
+        {"rope_type": "default", "rope_theta": 1000000.0},
+        "Qwen/Qwen3-32B config.json",
+    ),
+    Family(
+        "Qwen3-0.6B",
+        {**CATALOG["Qwen3-32B"], "heads": 16, "kv_heads": 8},
+        True,
+        {"rope_type": "default", "rope_theta": 1000000.0},
+        "Qwen/Qwen3-0.6B config.json (tie_word_embeddings true)",
+    ),
+    Family(
+        "Qwen3-30B-A3B",
+        CATALOG["Qwen3-30B-A3B"],
+        False,
+        {"rope_type": "default", "rope_theta": 1000000.0},
+        "Qwen/Qwen3-30B-A3B config.json",
+    ),
+    Family(
+        "Mixtral-8x7B-v0.1",
+        {"hf_model_type": "mixtral", "heads": 32, "kv_heads": 8, "experts": 8, "experts_active": 2},
+        False,
+        {"rope_type": "default", "rope_theta": 1000000.0},
+        "mistralai/Mixtral-8x7B-v0.1 config.json",
+    ),
+    Family(
+        "gpt-oss-20b",
+        CATALOG["gpt-oss-20b"],
+        False,
+        {
+            "rope_type": "yarn",
+            "rope_theta": 150000.0,
+            "factor": 32.0,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "truncate": False,
+            "original_max_position_embeddings": 4096,
+        },
+        "openai/gpt-oss-20b config.json",
+        {"max_position_embeddings": 131072},
+    ),
+    Family(
+        "DeepSeek-V2-Lite",
+        CATALOG["DeepSeek-V2-Lite"],
+        False,
+        {
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 40.0,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "mscale": 0.707,
+            "mscale_all_dim": 0.707,
+            "original_max_position_embeddings": 4096,
+        },
+        "deepseek-ai/DeepSeek-V2-Lite config.json",
+        {"max_position_embeddings": 163840},
+    ),
+    Family(
+        "Gemma-4-26B-A4B",
+        CATALOG["Gemma-4-26B-A4B"],
+        True,
+        None,
+        "google/gemma-4-26B-A4B config.json text_config (Gemma4TextConfig's own rope defaults)",
+    ),
 ]
 assert {f.hf_model_type for f in FAMILIES} == set(ARCHITECTURES), "every catalogue family has a row"
 
@@ -118,12 +203,27 @@ def save_multimodal_gemma4(path: Path, seed: int = 3) -> None:
         Gemma4VisionConfig,
     )
 
-    vision = Gemma4VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                                num_key_value_heads=2, head_dim=16, position_embedding_size=64)
-    audio = Gemma4AudioConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, output_proj_dims=32,
-                              subsampling_conv_channels=[8, 4])
-    cfg = Gemma4Config(text_config=tiny_hf_config(GEMMA4).to_dict(), vision_config=vision.to_dict(),
-                       audio_config=audio.to_dict())
+    vision = Gemma4VisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        position_embedding_size=64,
+    )
+    audio = Gemma4AudioConfig(
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        output_proj_dims=32,
+        subsampling_conv_channels=[8, 4],
+    )
+    cfg = Gemma4Config(
+        text_config=tiny_hf_config(GEMMA4).to_dict(),
+        vision_config=vision.to_dict(),
+        audio_config=audio.to_dict(),
+    )
     torch.manual_seed(seed)
     Gemma4ForConditionalGeneration(cfg).save_pretrained(path)
 
@@ -135,7 +235,9 @@ def save_checkpoint(family: Family, path: Path, seed: int = 3) -> None:
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(tiny_hf_config(family))
-    assert (model.get_output_embeddings().weight is model.get_input_embeddings().weight) == family.tied
+    assert (
+        model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    ) == family.tied
     model.save_pretrained(path)
 
 
@@ -189,7 +291,14 @@ FAMILY_PROBE = """
 SOURCES = ("model_path", "random_init")
 # LoRA (peft, the fused experts through target_parameters) from the checkpoint: the MoE families and
 # a tied dense one
-LORA = ("Qwen3-0.6B", "Qwen3-30B-A3B", "Mixtral-8x7B-v0.1", "gpt-oss-20b", "DeepSeek-V2-Lite", "Gemma-4-26B-A4B")
+LORA = (
+    "Qwen3-0.6B",
+    "Qwen3-30B-A3B",
+    "Mixtral-8x7B-v0.1",
+    "gpt-oss-20b",
+    "DeepSeek-V2-Lite",
+    "Gemma-4-26B-A4B",
+)
 
 # A multimodal Gemma-4 checkpoint: the harness's text decoder against the whole
 # Gemma4ForConditionalGeneration loaded by transformers in one process (its text-only logits, its
@@ -235,8 +344,21 @@ def train_config(family: Family, source: str, outdir: Path, task: str = "pt"):
     facts = {**family.facts, "tie_word_embeddings": family.tied}
     # compile off: what is checked is the load, the sharding and one step, not torch.compile (traced
     # per layer on the CPU it was ~70 % of the job's CPU time; gpu_check's step j is the compile check)
-    kw = dict(model_facts=facts, task=task, lora_rank=4, seq_len=32, batch=2, device="cpu", max_steps=1, duration_s=120,
-              eval_at_s=None, checkpoint_at_s=None, parallel="fsdp", compile=False, outdir=str(outdir))
+    kw = dict(
+        model_facts=facts,
+        task=task,
+        lora_rank=4,
+        seq_len=32,
+        batch=2,
+        device="cpu",
+        max_steps=1,
+        duration_s=120,
+        eval_at_s=None,
+        checkpoint_at_s=None,
+        parallel="fsdp",
+        compile=False,
+        outdir=str(outdir),
+    )
     if source == "random_init":
         return TrainConfig(tiny=True, **kw)
     save_checkpoint(family, outdir / "model")
@@ -263,17 +385,28 @@ def cases(work: Path) -> dict[str, tuple[str, Any]]:
 
 def summary(reports: list[dict]) -> dict[str, Any]:
     """One row of the table from every rank's report of a case (the worst rank's figures)."""
-    return {"logits_max_diff": max(r["logits_max_diff"] for r in reports),
-            "grad_max_diff": max(r["grad_max_diff"] for r in reports),
-            "buffers_equal": all(all(r["buffers"].values()) for r in reports),
-            "buffers": sorted(reports[0]["buffers"]),
-            "unequal_buffers": sorted({n for r in reports for n, ok in r["buffers"].items() if not ok}),
-            # the base model's weights (LoRA's lora_A are each rank's own draws)
-            "params_equal": all(ok for r in reports for n, ok in r["params_equal"].items() if "lora_" not in n),
-            # a finite loss, and every parameter moved but those of no gradient (lora_A while lora_B is 0)
-            "step_taken": all(math.isfinite(r["loss"]) and len(r["unchanged"]) < r["params"]
-                              and set(r["unchanged"]) <= set(r["zero_grad"]) for r in reports),
-            "moved": min(r["params"] - len(r["unchanged"]) for r in reports), "trainable": reports[0]["params"],
-            "loss": reports[0]["loss"], "ref_loss": reports[0]["ref_loss"],
-            "unchanged": sorted({n for r in reports for n in r["unchanged"]}),
-            "tied": all(r["tied"] for r in reports), "model_class": reports[0]["model_class"]}
+    return {
+        "logits_max_diff": max(r["logits_max_diff"] for r in reports),
+        "grad_max_diff": max(r["grad_max_diff"] for r in reports),
+        "buffers_equal": all(all(r["buffers"].values()) for r in reports),
+        "buffers": sorted(reports[0]["buffers"]),
+        "unequal_buffers": sorted({n for r in reports for n, ok in r["buffers"].items() if not ok}),
+        # the base model's weights (LoRA's lora_A are each rank's own draws)
+        "params_equal": all(
+            ok for r in reports for n, ok in r["params_equal"].items() if "lora_" not in n
+        ),
+        # a finite loss, and every parameter moved but those of no gradient (lora_A while lora_B is 0)
+        "step_taken": all(
+            math.isfinite(r["loss"])
+            and len(r["unchanged"]) < r["params"]
+            and set(r["unchanged"]) <= set(r["zero_grad"])
+            for r in reports
+        ),
+        "moved": min(r["params"] - len(r["unchanged"]) for r in reports),
+        "trainable": reports[0]["params"],
+        "loss": reports[0]["loss"],
+        "ref_loss": reports[0]["ref_loss"],
+        "unchanged": sorted({n for r in reports for n in r["unchanged"]}),
+        "tied": all(r["tied"] for r in reports),
+        "model_class": reports[0]["model_class"],
+    }

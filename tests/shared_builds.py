@@ -19,12 +19,14 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Pa
     failed build fails every test that asks, with the first worker's error, and is not retried."""
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent   # each worker's basetemp is a folder of the session's
+        shared = shared.parent  # each worker's basetemp is a folder of the session's
     folder, built, failed = shared / name, shared / f"{name}.built", shared / f"{name}.failed"
     with open(shared / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if failed.exists():
-            pytest.fail(f"building {name} failed (on another worker):\n{failed.read_text()}", pytrace=False)
+            pytest.fail(
+                f"building {name} failed (on another worker):\n{failed.read_text()}", pytrace=False
+            )
         if not built.exists():
             shutil.rmtree(folder, ignore_errors=True)
             try:

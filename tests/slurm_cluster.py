@@ -25,7 +25,9 @@ from tests.shared_builds import built_once
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
 EPILOG = REPO / "slurm" / "epilog.sh"
-NAME = "slurm_cluster"          # built_once's folder (epilog wrapper, its logs) in the session's shared folder
+NAME = (
+    "slurm_cluster"  # built_once's folder (epilog wrapper, its logs) in the session's shared folder
+)
 # Partition -> (nodes, fake GPUs per node). single: the one-node sweep (tests/workflow/test_slurm.py),
 # pair: runs across two nodes (test_slurm_multinode.py), grid: a grid event over a two-node job
 # (test_slurm_grid.py), topo: a site of 2 racks x 2 nodes under its electrical limits
@@ -48,7 +50,7 @@ class Partition:
     name: str
     nodes: list[str]
     gpus_per_node: int
-    epilog_ran: Path        # one SLURM job id per line, for every job the epilog ran for (all partitions)
+    epilog_ran: Path  # one SLURM job id per line, for every job the epilog ran for (all partitions)
     epilog_log: Path
 
 
@@ -56,12 +58,16 @@ def _start(folder: Path) -> None:
     folder.mkdir()
     (folder / "caps").mkdir()
     wrapper = folder / "epilog.sh"
-    wrapper.write_text(f"#!/bin/bash\necho \"$SLURM_JOB_ID\" >> {folder / 'epilog-ran.txt'}\n"
-                       f"WATTFLEX={shutil.which('wattflex') or 'wattflex'} WATTFLEX_STATE_DIR={folder / 'caps'} "
-                       f"WATTFLEX_EPILOG_LOG={folder / 'epilog.log'} exec {EPILOG}\n")
+    wrapper.write_text(
+        f'#!/bin/bash\necho "$SLURM_JOB_ID" >> {folder / "epilog-ran.txt"}\n'
+        f"WATTFLEX={shutil.which('wattflex') or 'wattflex'} WATTFLEX_STATE_DIR={folder / 'caps'} "
+        f"WATTFLEX_EPILOG_LOG={folder / 'epilog.log'} exec {EPILOG}\n"
+    )
     wrapper.chmod(0o755)
     env = {**os.environ, "WATTFLEX_SLURM_EPILOG": str(wrapper)}
-    subprocess.run([str(CLUSTER), "down"], env=env, capture_output=True, text=True)   # one left by a killed session
+    subprocess.run(
+        [str(CLUSTER), "down"], env=env, capture_output=True, text=True
+    )  # one left by a killed session
     parts = [a for name, (n, g) in PARTITIONS.items() for a in ("--partition", f"{name}:{n}:{g}")]
     up = subprocess.run([str(CLUSTER), "up", *parts], env=env, capture_output=True, text=True)
     if up.returncode != 0:
@@ -73,15 +79,21 @@ def partition(tmp_path_factory, name: str) -> Partition:
     """Partition ``name`` of the session's cluster (started if it is not up yet); SLURM_CONF set
     for this process."""
     if shutil.which("slurmctld") is None or shutil.which("munged") is None:
-        pytest.skip("slurmctld/munged not installed (apt-get install slurm-wlm munge): SLURM tests skipped")
+        pytest.skip(
+            "slurmctld/munged not installed (apt-get install slurm-wlm munge): SLURM tests skipped"
+        )
     if os.geteuid() != 0:
         pytest.skip("starting a SLURM cluster needs root: SLURM tests skipped")
     folder = built_once(tmp_path_factory, NAME, _start)
     conf = subprocess.run([str(CLUSTER), "env"], capture_output=True, text=True, check=True).stdout
     os.environ["SLURM_CONF"] = conf.strip().split("=", 1)[1]
-    nodes = subprocess.run([str(CLUSTER), "nodes", name], capture_output=True, text=True, check=True).stdout.split()
+    nodes = subprocess.run(
+        [str(CLUSTER), "nodes", name], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert nodes == nodes_of(name), f"partition {name}: nodes {nodes}, expected {nodes_of(name)}"
-    return Partition(name, nodes, PARTITIONS[name][1], folder / "epilog-ran.txt", folder / "epilog.log")
+    return Partition(
+        name, nodes, PARTITIONS[name][1], folder / "epilog-ran.txt", folder / "epilog.log"
+    )
 
 
 def pytest_sessionfinish(session):

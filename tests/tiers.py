@@ -20,7 +20,11 @@ import pytest
 WORKFLOW_TESTS = Path(__file__).resolve().parent / "workflow"
 # What starts Snakemake or torchrun: the console scripts, or python -m of their modules.
 SCRIPTS = {"snakemake": "Snakemake", "torchrun": "torchrun"}
-MODULES = {"snakemake": "Snakemake", "torch.distributed.run": "torchrun", "torch.distributed.launch": "torchrun"}
+MODULES = {
+    "snakemake": "Snakemake",
+    "torch.distributed.run": "torchrun",
+    "torch.distributed.launch": "torchrun",
+}
 # Where a test that starts each tool goes, under WORKFLOW_TESTS (the guard's message says so).
 HOMES = {"Snakemake": "tests/workflow/", "torchrun": "tests/workflow/torchrun/"}
 
@@ -57,9 +61,13 @@ def xdist_group(item) -> str:
     their own (a Snakemake run of a campaign, a VTN) go to one worker, which builds it once."""
     if item.get_closest_marker("slurm"):
         return f"slurm:{Path(item.path).stem}"
-    shared = sorted(f"{d.scope}:{d.baseid}::{name}" for name, defs in item._fixtureinfo.name2fixturedefs.items()
-                    for d in defs if d.baseid not in ("", "tests")  # the root conftest's are constants
-                    and (d.scope == "module" or d.scope == "session" and d.argnames))  # a session one that builds
+    shared = sorted(
+        f"{d.scope}:{d.baseid}::{name}"
+        for name, defs in item._fixtureinfo.name2fixturedefs.items()
+        for d in defs
+        if d.baseid not in ("", "tests")  # the root conftest's are constants
+        and (d.scope == "module" or d.scope == "session" and d.argnames)
+    )  # a session one that builds
     return shared[0] if shared else ""
 
 
@@ -71,6 +79,7 @@ def pytest_configure(config):
     test registers, so those handlers (weakref finalizers included) run first; the two registered
     before it are skipped, logging's shutdown among them (a worker logs to no file of its own)."""
     if hasattr(config, "workerinput"):
+
         def exit_now():
             sys.stdout.flush()
             sys.stderr.flush()
@@ -82,7 +91,9 @@ def pytest_configure(config):
 def pytest_ignore_collect(collection_path, config):
     """The fast tier (``-m "not slow"``) selects nothing under tests/workflow/ (all of it is
     slow), so it does not import those modules: ~0.7 s of CPU less per xdist worker."""
-    if config.getoption("markexpr") == "not slow" and Path(collection_path).resolve().is_relative_to(WORKFLOW_TESTS):
+    if config.getoption("markexpr") == "not slow" and Path(
+        collection_path
+    ).resolve().is_relative_to(WORKFLOW_TESTS):
         return True
     return None
 

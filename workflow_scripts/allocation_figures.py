@@ -1,4 +1,5 @@
 """Rule script: the Fig. 8 analog and the out-of-sample figure of the allocation stage."""
+
 import pandas as pd
 
 from wattflex.plots.allocation import fig8_figure, out_of_sample_figure
@@ -14,8 +15,21 @@ backend = summary_meta["provenance"].get("backend")
 skipped_mixes = summary_meta.get("skipped_mixes") or {}
 headline_reason = read_json(f"{smk.input.headline}.meta.json").get("reason")
 prov = provenance(params=smk.params.figures, inputs=list(smk.input), backend=backend)
-save_png(fig8_figure(pd.read_csv(smk.input.summary), pd.read_csv(smk.input.headline), [backend],
-                     skipped_mixes, headline_reason),
-         smk.output.fig8, prov, skipped_mixes=skipped_mixes)
-save_png(out_of_sample_figure(pd.read_csv(smk.input.out_of_sample), [backend]), smk.output.out_of_sample, prov)
+save_png(
+    fig8_figure(
+        pd.read_csv(smk.input.summary),
+        pd.read_csv(smk.input.headline),
+        [backend],
+        skipped_mixes,
+        headline_reason,
+    ),
+    smk.output.fig8,
+    prov,
+    skipped_mixes=skipped_mixes,
+)
+save_png(
+    out_of_sample_figure(pd.read_csv(smk.input.out_of_sample), [backend]),
+    smk.output.out_of_sample,
+    prov,
+)
 log.info("wrote %s and %s", smk.output.fig8, smk.output.out_of_sample)

@@ -1,4 +1,5 @@
 """Rule script: Kruskal-Wallis + Dunn-Holm across clusters and telemetry-PFI correlations."""
+
 from pathlib import Path
 
 import numpy as np
@@ -22,23 +23,48 @@ groups = group_table(runs, pfi)
 groups = groups[groups["set"].isin(sets) & np.isfinite(groups["pfi"].astype(float))]
 log.info("%d groups of sets %s with a finite PFI", len(groups), sets)
 
-result = kruskal_dunn(groups, value_col="pfi", group_col="cluster", order=cfg["cluster_order"],
-                      p_adjust=cfg["p_adjust"], alpha=float(cfg["alpha"]))
+result = kruskal_dunn(
+    groups,
+    value_col="pfi",
+    group_col="cluster",
+    order=cfg["cluster_order"],
+    p_adjust=cfg["p_adjust"],
+    alpha=float(cfg["alpha"]),
+)
 result["backend"] = backend
-write_json(result, smk.output.kruskal_dunn, prov)  # undefined statistics: null, never NaN (strict JSON)
+write_json(
+    result, smk.output.kruskal_dunn, prov
+)  # undefined statistics: null, never NaN (strict JSON)
 kw = result["kruskal"]
-log.info("Kruskal-Wallis H=%s p=%s%s", kw["H"], kw["p"], f" ({result['reason']})" if "reason" in result else "")
+log.info(
+    "Kruskal-Wallis H=%s p=%s%s",
+    kw["H"],
+    kw["p"],
+    f" ({result['reason']})" if "reason" in result else "",
+)
 
 tests = cluster_tests_table(result)
 published = load_published(paper, "table10_11_cluster_tests")
 # one cluster: the table says not_tested and why (the report shows it above the table)
 untested = {"status": result["status"], "reason": result["reason"]} if "reason" in result else {}
-write_csv(beside_published(tests, published, ["test", "comparison"], ["n", "statistic", "p_raw", "p_holm"]),
-          smk.output.cluster_tests, prov, backend=backend, **untested)
+write_csv(
+    beside_published(
+        tests, published, ["test", "comparison"], ["n", "statistic", "p_raw", "p_holm"]
+    ),
+    smk.output.cluster_tests,
+    prov,
+    backend=backend,
+    **untested,
+)
 
 correlations = telemetry_correlations(groups, cfg.get("metrics", CORRELATION_METRICS), target="pfi")
-write_csv(correlations, smk.output.correlations, prov, backend=backend,
-          note="bh_q: Benjamini-Hochberg over the Spearman p-values of all metrics tested; ols_q: same for OLS")
+write_csv(
+    correlations,
+    smk.output.correlations,
+    prov,
+    backend=backend,
+    note="bh_q: Benjamini-Hochberg over the Spearman p-values of all metrics tested; ols_q: same for OLS",
+)
 write_csv(groups, smk.output.groups, prov, backend=backend)
 for row in correlations.itertuples():
     log.info("%s: rho=%.3f q=%.3g", row.metric, row.spearman_rho, row.bh_q)

@@ -1,5 +1,6 @@
 """Rule script: per scenario, cluster power vs the budget, tokens lost per policy and the M&V
 of its first event; all scenarios' summaries and M&V records in one table each."""
+
 import numpy as np
 import pandas as pd
 
@@ -22,25 +23,46 @@ def first_column(df: pd.DataFrame) -> pd.DataFrame:
 
 
 for name, summary_csv, ts_path, mv_csv, power_png, tokens_png, mv_png in zip(
-        scenarios, smk.input.summaries, smk.input.timeseries, smk.input.mv, smk.output.power, smk.output.tokens,
-        smk.output.mv):
+    scenarios,
+    smk.input.summaries,
+    smk.input.timeseries,
+    smk.input.mv,
+    smk.output.power,
+    smk.output.tokens,
+    smk.output.mv,
+):
     summary = read_csv(summary_csv)
     ts = read_parquet(ts_path)
     mv = read_csv(mv_csv)
-    for fig, path in ((power_figure(ts, name, "emulated"), power_png),
-                      (tokens_figure(summary, name, "emulated"), tokens_png)):
+    for fig, path in (
+        (power_figure(ts, name, "emulated"), power_png),
+        (tokens_figure(summary, name, "emulated"), tokens_png),
+    ):
         save_png(fig, path, prov, scenario=name)
     if len(mv):
         rec = mv.iloc[0].replace({np.nan: None}).to_dict()
-        loads = {c.split(":", 1)[1]: ts[c].to_numpy(float) for c in ts.columns
-                 if c.startswith("power_w:") and not c.endswith(":uncapped")}
-        fig = mv_figure(ts["t_s"].to_numpy(float), loads, ts["budget_w"].to_numpy(float), rec,
-                        ts["power_w:uncapped"].to_numpy(float), "emulated", name, POLICY_STYLE)
+        loads = {
+            c.split(":", 1)[1]: ts[c].to_numpy(float)
+            for c in ts.columns
+            if c.startswith("power_w:") and not c.endswith(":uncapped")
+        }
+        fig = mv_figure(
+            ts["t_s"].to_numpy(float),
+            loads,
+            ts["budget_w"].to_numpy(float),
+            rec,
+            ts["power_w:uncapped"].to_numpy(float),
+            "emulated",
+            name,
+            POLICY_STYLE,
+        )
         save_png(fig, mv_png, prov, scenario=name)
     tables.append(summary.assign(scenario=name))
     mvs.append(mv.assign(scenario=name))
     log.info("%s: figures written", name)
-combined = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=["scenario", "policy"])
+combined = (
+    pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=["scenario", "policy"])
+)
 write_csv(first_column(combined), smk.output.summary, prov, backend="emulated")
 mv_all = pd.concat(mvs, ignore_index=True) if mvs else pd.DataFrame(columns=["scenario", "policy"])
 write_csv(first_column(mv_all), smk.output.mv_table, prov, backend="emulated")

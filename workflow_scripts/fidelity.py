@@ -1,4 +1,5 @@
 """Rule script: fidelity of an emulated campaign against the paper (wattflex.analysis.fidelity)."""
+
 import gc
 from pathlib import Path
 
@@ -22,33 +23,98 @@ groups = fid.group_models(smk.params.jobs, runs, smk.params.sweep)
 order = stats["cluster_order"]
 physics = calibrated_physics(smk.params.calibration)
 # In sample: the groups the campaign's anchor was fitted on (its calibration file, else the default fit set).
-fit_groups = (smk.params.calibration["fit_groups"] if smk.params.calibration
-              else list(cal.published_facts(groups, paper, cal.DEFAULT_FIT_SET).index))
-log.info("%d emulated groups, %d noise seeds, perturbation +-%g; anchor %g MHz, %d groups in sample", len(groups),
-         cfg["noise_seeds"], cfg["perturbation"], physics.anchor_clock_mhz, len(fit_groups))
-result = fid.fidelity(groups, pfi.set_index("group")["pfi_ratio"], smk.params.campaign, int(smk.params.seed),
-                      str(paper), n_seeds=int(cfg["noise_seeds"]), fraction=float(cfg["perturbation"]), physics=physics,
-                      alpha=float(stats["alpha"]), order=order, fit_groups=fit_groups)
+fit_groups = (
+    smk.params.calibration["fit_groups"]
+    if smk.params.calibration
+    else list(cal.published_facts(groups, paper, cal.DEFAULT_FIT_SET).index)
+)
+log.info(
+    "%d emulated groups, %d noise seeds, perturbation +-%g; anchor %g MHz, %d groups in sample",
+    len(groups),
+    cfg["noise_seeds"],
+    cfg["perturbation"],
+    physics.anchor_clock_mhz,
+    len(fit_groups),
+)
+result = fid.fidelity(
+    groups,
+    pfi.set_index("group")["pfi_ratio"],
+    smk.params.campaign,
+    int(smk.params.seed),
+    str(paper),
+    n_seeds=int(cfg["noise_seeds"]),
+    fraction=float(cfg["perturbation"]),
+    physics=physics,
+    alpha=float(stats["alpha"]),
+    order=order,
+    fit_groups=fit_groups,
+)
 loto = cal.leave_one_table_out(groups, paper, physics, order=order)
-public = ps.perseus_a100_rows(smk.input.perseus_a100, list(smk.input.perseus_profiles), smk.input.perseus_a100_config)
+public = ps.perseus_a100_rows(
+    smk.input.perseus_a100, list(smk.input.perseus_profiles), smk.input.perseus_a100_config
+)
 public += ps.unscored_rows(list(smk.input.other_sweeps))
 n_table6 = int(result.groups["in_spearman"].sum())
-fit_source = smk.params.calibration.get("source", "calibration file") if smk.params.calibration else cal.DEFAULT_FIT_SET
-test_sets = ps.scored_sets_table(result.metrics, fit_groups, fit_source, n_table6, loto, public, physics)
-prov = provenance(params={k: smk.params[k] for k in ("jobs", "seed", "sweep", "fidelity", "stats", "calibration")},
-                  inputs=list(smk.input), backend=fid.BACKEND)
+fit_source = (
+    smk.params.calibration.get("source", "calibration file")
+    if smk.params.calibration
+    else cal.DEFAULT_FIT_SET
+)
+test_sets = ps.scored_sets_table(
+    result.metrics, fit_groups, fit_source, n_table6, loto, public, physics
+)
+prov = provenance(
+    params={
+        k: smk.params[k] for k in ("jobs", "seed", "sweep", "fidelity", "stats", "calibration")
+    },
+    inputs=list(smk.input),
+    backend=fid.BACKEND,
+)
 note = "EMULATED: every PFI here comes from the emulator (wattflex.runs.emulator), none is a measurement"
 write_csv(result.groups, smk.output.groups, prov, backend=fid.BACKEND, note=note)
-write_csv(result.summary, smk.output.summary, prov, backend=fid.BACKEND, note=note,
-          noise_seeds=int(cfg["noise_seeds"]), seed_draws="leakages and per-run factors as the emulated backend "
-          "draws them; per-sample jitter and the top-10 % aggregate left out (wattflex.analysis.fidelity)")
-write_csv(result.sensitivity, smk.output.sensitivity, prov, backend=fid.BACKEND, note=note,
-          perturbation=float(cfg["perturbation"]))
-write_csv(loto.assign(backend=fid.BACKEND), smk.output.calibration, prov, backend=fid.BACKEND, note=note,
-          method="anchor fitted (5 MHz grid, least squares on noise-free Eq. 1 PFI) on each fit set of Tables 7-8; "
-          "Table 6 never in a fit (wattflex.calibration)")
-write_csv(test_sets.assign(backend=fid.BACKEND), smk.output.test_sets, prov, backend=fid.BACKEND,
-          note="EMULATED scores against measured or published data; each row says what the emulator was fitted to")
+write_csv(
+    result.summary,
+    smk.output.summary,
+    prov,
+    backend=fid.BACKEND,
+    note=note,
+    noise_seeds=int(cfg["noise_seeds"]),
+    seed_draws="leakages and per-run factors as the emulated backend "
+    "draws them; per-sample jitter and the top-10 % aggregate left out (wattflex.analysis.fidelity)",
+)
+write_csv(
+    result.sensitivity,
+    smk.output.sensitivity,
+    prov,
+    backend=fid.BACKEND,
+    note=note,
+    perturbation=float(cfg["perturbation"]),
+)
+write_csv(
+    loto.assign(backend=fid.BACKEND),
+    smk.output.calibration,
+    prov,
+    backend=fid.BACKEND,
+    note=note,
+    method="anchor fitted (5 MHz grid, least squares on noise-free Eq. 1 PFI) on each fit set of Tables 7-8; "
+    "Table 6 never in a fit (wattflex.calibration)",
+)
+write_csv(
+    test_sets.assign(backend=fid.BACKEND),
+    smk.output.test_sets,
+    prov,
+    backend=fid.BACKEND,
+    note="EMULATED scores against measured or published data; each row says what the emulator was fitted to",
+)
 for row in result.summary.itertuples():
-    log.info("%s: noise-free %.3f, campaign %.3f, seeds %.3f [%.3f, %.3f], published %.3f %s", row.metric,
-             row.noise_free, row.campaign, row.seed_median, row.seed_p05, row.seed_p95, row.published, row.target)
+    log.info(
+        "%s: noise-free %.3f, campaign %.3f, seeds %.3f [%.3f, %.3f], published %.3f %s",
+        row.metric,
+        row.noise_free,
+        row.campaign,
+        row.seed_median,
+        row.seed_p05,
+        row.seed_p95,
+        row.published,
+        row.target,
+    )

@@ -1,4 +1,5 @@
 """Rule script: the fidelity figure, emulated vs published PFI per group (wattflex.plots.fidelity)."""
+
 import pandas as pd
 
 from wattflex.plots.fidelity import emulated_vs_published
@@ -18,6 +19,9 @@ for metric in ("spearman_table6", "median_dense", "median_moe-pt", "median_moe-f
         pub = f", published {fmt(r.published)}" if pd.notna(r.published) else ""
         lines.append(f"{metric}: noise-free {fmt(r.noise_free)}, campaign {fmt(r.campaign)}{pub}")
 test_sets = pd.read_csv(smk.input.test_sets)
-save_png(emulated_vs_published(groups, "\n".join(lines), groups["backend"].unique(), test_sets), smk.output.figure,
-         provenance(params=smk.params.figures, inputs=list(smk.input)))
+save_png(
+    emulated_vs_published(groups, "\n".join(lines), groups["backend"].unique(), test_sets),
+    smk.output.figure,
+    provenance(params=smk.params.figures, inputs=list(smk.input)),
+)
 log.info("wrote %s", smk.output.figure)

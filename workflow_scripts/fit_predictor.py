@@ -1,4 +1,5 @@
 """Rule script: the PFI predictor: Table 3 ablation, chosen model, predictions, Tables 12-13."""
+
 import sys
 from pathlib import Path
 
@@ -25,23 +26,53 @@ prov = provenance(params=cfg, inputs=list(smk.input), backend=backend)
 groups = predictor.group_table(runs, pfi)
 try:
     train = predictor.training_rows(groups, cfg["train_set"])
-except predictor.TooFewGroups as exc:  # too little data: outputs that say so, and the analysis goes on
+except (
+    predictor.TooFewGroups
+) as exc:  # too little data: outputs that say so, and the analysis goes on
     log.warning("predictor not fitted: %s", exc)
-    model = {**predictor.not_fitted_model(cfg["features"], str(exc)), "evaluation": [], "backend": backend,
-             "telemetry_sources": sources}
+    model = {
+        **predictor.not_fitted_model(cfg["features"], str(exc)),
+        "evaluation": [],
+        "backend": backend,
+        "telemetry_sources": sources,
+    }
     write_json(model, smk.output.model, prov)
     write_parquet(predictor.predictions_table(groups, model), smk.output.predictions, prov)
-    for name, columns in (("ablation", predictor.ABLATION_COLUMNS), ("holdout", predictor.HOLDOUT_COLUMNS),
-                          ("leverage", predictor.LEVERAGE_COLUMNS), ("within_cluster", predictor.WITHIN_CLUSTER_COLUMNS)):
-        write_csv(pd.DataFrame(columns=columns), smk.output[name], prov, backend=backend,
-                  status=predictor.NOT_FITTED, reason=str(exc))
+    for name, columns in (
+        ("ablation", predictor.ABLATION_COLUMNS),
+        ("holdout", predictor.HOLDOUT_COLUMNS),
+        ("leverage", predictor.LEVERAGE_COLUMNS),
+        ("within_cluster", predictor.WITHIN_CLUSTER_COLUMNS),
+    ):
+        write_csv(
+            pd.DataFrame(columns=columns),
+            smk.output[name],
+            prov,
+            backend=backend,
+            status=predictor.NOT_FITTED,
+            reason=str(exc),
+        )
     sys.exit(0)
 log.info("training on %d groups", len(train))
 
 ablation = predictor.ablation(train, cfg.get("ablation_sets", predictor.ABLATION_SETS))
 published = load_published(paper, "table3_predictor_ablation")
-columns = ["p", "r2_in", "loo_r2", "loo_rmse", "loo_spearman", "loco_r2", "loco_rmse", "loco_spearman"]
-write_csv(beside_published(ablation, published, "predictors", columns), smk.output.ablation, prov, backend=backend)
+columns = [
+    "p",
+    "r2_in",
+    "loo_r2",
+    "loo_rmse",
+    "loo_spearman",
+    "loco_r2",
+    "loco_rmse",
+    "loco_spearman",
+]
+write_csv(
+    beside_published(ablation, published, "predictors", columns),
+    smk.output.ablation,
+    prov,
+    backend=backend,
+)
 
 model = predictor.fit_model(train, cfg["features"])
 predictions = predictor.predictions_table(groups, model)
@@ -56,7 +87,17 @@ log.info("model %s: %s", model["feature_spec"], model["metrics"])
 log.info("held-out scores:\n%s", holdout.to_string(index=False))
 
 features = model["features"]
-write_csv(predictor.leverage_sensitivity(train, features, int(cfg["leverage_k_max"])),
-          smk.output.leverage, prov, backend=backend, features=features)
-write_csv(predictor.within_cluster(train, features), smk.output.within_cluster, prov, backend=backend,
-          features=features)
+write_csv(
+    predictor.leverage_sensitivity(train, features, int(cfg["leverage_k_max"])),
+    smk.output.leverage,
+    prov,
+    backend=backend,
+    features=features,
+)
+write_csv(
+    predictor.within_cluster(train, features),
+    smk.output.within_cluster,
+    prov,
+    backend=backend,
+    features=features,
+)

@@ -1,5 +1,6 @@
 """Rule script: the ingest report (status counts, robust vs ratio PFI, which stages apply),
 the per-group table, and the figures of an ingested campaign."""
+
 from pathlib import Path
 
 import pandas as pd
@@ -24,14 +25,20 @@ campaign = smk.params.campaign
 by_gpu = runs.assign(cluster=runs["gpu_model"].astype(str))
 save_png(curves_figure(by_gpu, normalized=True), smk.output.curves_normalized, prov)
 save_png(curves_figure(by_gpu, normalized=False), smk.output.curves_raw, prov)
-save_png(robust_vs_ratio_figure(pfi, f"{campaign}: robust vs ratio PFI, {len(pfi)} groups"), smk.output.scatter, prov)
+save_png(
+    robust_vs_ratio_figure(pfi, f"{campaign}: robust vs ratio PFI, {len(pfi)} groups"),
+    smk.output.scatter,
+    prov,
+)
 
 write_csv(status_counts(pfi), smk.output.counts, prov)
 write_csv(group_table(pfi), smk.output.groups, prov)
 rel = Path(smk.output.scatter).relative_to(Path(smk.output.report).parent)
 rejected = pd.DataFrame(summary["rejected"], columns=["where", "reason"])
 text = report_markdown(campaign, summary, rejected, runs, pfi, str(rel))
-footer = (f"\n---\nwattflex {prov['wattflex_version']}, commit {prov['git_commit']}"
-          f"{' (dirty)' if prov['git_dirty'] else ''}, params {prov['params_hash']}\n")
+footer = (
+    f"\n---\nwattflex {prov['wattflex_version']}, commit {prov['git_commit']}"
+    f"{' (dirty)' if prov['git_dirty'] else ''}, params {prov['params_hash']}\n"
+)
 Path(smk.output.report).write_text(text + footer)
 log.info("ingest report: %d groups, status %s", len(pfi), dict(pfi["status"].value_counts()))

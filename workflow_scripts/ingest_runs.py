@@ -1,4 +1,5 @@
 """Rule script: measured sweeps / DCGM captures -> runs.parquet (wattflex.ingest.sources)."""
+
 import sys
 
 from wattflex.ingest.dcgm import DcgmFormatError
@@ -17,15 +18,35 @@ except (IngestError, DcgmFormatError) as exc:
     print(f"ingest_runs: error: {exc}", file=sys.__stderr__)
     sys.exit(1)
 runs = result.runs
-prov = provenance(params=cfg, inputs=list(smk.input), backend="ingest",
-                  device_model=",".join(sorted(runs["gpu_model"].dropna().astype(str).unique())),
-                  ingest_format=cfg["format"], n_runs=len(runs), n_groups=int(runs["group"].nunique()))
+prov = provenance(
+    params=cfg,
+    inputs=list(smk.input),
+    backend="ingest",
+    device_model=",".join(sorted(runs["gpu_model"].dropna().astype(str).unique())),
+    ingest_format=cfg["format"],
+    n_runs=len(runs),
+    n_groups=int(runs["group"].nunique()),
+)
 write_parquet(runs, smk.output.parquet, prov)
 write_csv(runs, smk.output.csv, prov)
 write_csv(result.rejected, smk.output.rejected, prov)
-write_json({"ingest": {"format": cfg["format"], **result.summary(),
-                       "rejected": result.rejected.to_dict("records")}}, smk.output.summary, prov)
-log.info("%d runs of %d groups from %d file(s); %d row(s) rejected", len(runs), runs["group"].nunique(),
-         len(result.inputs), len(result.rejected))
+write_json(
+    {
+        "ingest": {
+            "format": cfg["format"],
+            **result.summary(),
+            "rejected": result.rejected.to_dict("records"),
+        }
+    },
+    smk.output.summary,
+    prov,
+)
+log.info(
+    "%d runs of %d groups from %d file(s); %d row(s) rejected",
+    len(runs),
+    runs["group"].nunique(),
+    len(result.inputs),
+    len(result.rejected),
+)
 for where, reason in result.rejected.itertuples(index=False):
     log.warning("rejected %s: %s", where, reason)

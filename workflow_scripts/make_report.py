@@ -1,4 +1,5 @@
 """Rule script: the campaign's self-contained HTML reproduction report (wattflex.report)."""
+
 from pathlib import Path
 
 from wattflex.provenance import provenance
@@ -11,7 +12,8 @@ log = rule_logger(smk)
 paper = Path(smk.params.paper_tables)
 files = list(smk.input.products)  # input.published: the tables shown beside them
 prov = provenance(params=smk.params.shown_config, inputs=files)
-statuses = write_report(files, smk.output.html, smk.params.campaign, smk.params.shown_config,
-                        paper, prov)
+statuses = write_report(
+    files, smk.output.html, smk.params.campaign, smk.params.shown_config, paper, prov
+)
 for key, status in statuses.items():
     log.info("section %s: %s", key, status)

@@ -1,5 +1,6 @@
 """Rule script: the campaign's flexibility offer (wattflex.grid.offer) from its runs' curves,
 one job per sweep group: the table and the curve behind it."""
+
 from wattflex.allocation.curves import cap_rows, curves_from_points
 from wattflex.grid.offer import LOSSES, offer_curve, offer_table
 from wattflex.plots.grid import offer_figure
@@ -10,10 +11,14 @@ from wattflex.smk import rule_logger
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 apply_style(smk.params.figures)
-runs = cap_rows(read_parquet(smk.input.runs))      # the cap curves (a clock group's runs: the knob menu's)
+runs = cap_rows(
+    read_parquet(smk.input.runs)
+)  # the cap curves (a clock group's runs: the knob menu's)
 hours = float(smk.params.offer.get("hours", 4.0))
 losses = tuple(smk.params.offer.get("losses", LOSSES))
-jobs, curves = curves_from_points(runs["group"], runs["power_w"], runs["tokens_per_s"], runs["cap_w"])
+jobs, curves = curves_from_points(
+    runs["group"], runs["power_w"], runs["tokens_per_s"], runs["cap_w"]
+)
 table = offer_table(jobs, curves, losses, hours)
 backend = ",".join(sorted(runs["backend"].astype(str).unique()))
 prov = provenance(params=smk.params.offer, inputs=[smk.input.runs])
@@ -21,5 +26,9 @@ write_csv(table, smk.output.table, prov, hours=hours, losses=list(losses))
 grid, shed = offer_curve(curves)
 save_png(offer_figure(jobs, grid, shed, losses, backend, hours), smk.output.figure, prov)
 for _, r in table[table["job"] == "TOTAL"].iterrows():
-    log.info("offer: %.1f kW for %g h at <= %.0f%% throughput loss per job", r["shed_kw"], hours,
-             100 * r["max_throughput_loss"])
+    log.info(
+        "offer: %.1f kW for %g h at <= %.0f%% throughput loss per job",
+        r["shed_kw"],
+        hours,
+        100 * r["max_throughput_loss"],
+    )

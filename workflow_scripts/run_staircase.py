@@ -1,6 +1,7 @@
 """Rule script: a group's whole cap sweep inside one run (wattflex.runs.sweep.emulated, or
 wattflex.runs.sweep.real on the cuda backend), with the original power limit restored on
 every exit (the controller's guard handles SIGTERM too)."""
+
 from pathlib import Path
 
 from wattflex.runs.sweep.emulated import write_sweep_run
@@ -9,8 +10,13 @@ from wattflex.smk import rule_logger
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 spec = smk.params.spec
-log.info("%s sweep of %s over caps %s W on the %s backend", spec["sweep"], spec["group"]["id"],
-         ", ".join(f"{c:g}" for c in spec["caps"]), spec["backend"])
+log.info(
+    "%s sweep of %s over caps %s W on the %s backend",
+    spec["sweep"],
+    spec["group"]["id"],
+    ", ".join(f"{c:g}" for c in spec["caps"]),
+    spec["backend"],
+)
 if spec["backend"] == "cuda":
     # Only here: an emulated sweep never loads the real-GPU controller.
     from wattflex.runs.sweep.real import write_real_sweep_run

@@ -1,6 +1,7 @@
 """Rule script: steady-state summaries of one sweep group's runs (wattflex.telemetry.summarize_run),
 one summary.json and one log per run. One job per group: the interpreter and the imports are
 paid once per group, not once per ~10 ms summary."""
+
 import sys
 from types import SimpleNamespace
 
@@ -28,34 +29,91 @@ def summarize(inputs: list[str], output: str, log_path: str) -> None:
         log.error("%s", exc)
         print(f"summarize_run: error: {exc}", file=sys.__stderr__)
         sys.exit(1)
-    if is_failed(run):  # failed on its last attempt: a summary that says so (wattflex.runs.failures)
-        log.warning("%s/%s failed after %s attempts: %s", run["group"], run["run_id"], run.get("attempts"), run.get("error"))
-        write_json({"summary": failed_summary(run)}, output, provenance(params=smk.params.protocol, inputs=inputs))
+    if is_failed(
+        run
+    ):  # failed on its last attempt: a summary that says so (wattflex.runs.failures)
+        log.warning(
+            "%s/%s failed after %s attempts: %s",
+            run["group"],
+            run["run_id"],
+            run.get("attempts"),
+            run.get("error"),
+        )
+        write_json(
+            {"summary": failed_summary(run)},
+            output,
+            provenance(params=smk.params.protocol, inputs=inputs),
+        )
         return
     try:
         summary = summarize_run(telemetry, steps, protocol)
-    except NoSteadyState as exc:  # sound files, nothing to summarise: recorded, the group's other runs go on
+    except (
+        NoSteadyState
+    ) as exc:  # sound files, nothing to summarise: recorded, the group's other runs go on
         row = unsummarised_summary(run, str(exc))
         log.warning("%s/%s: %s", row["group"], row["run_id"], row["error"])
-        write_json({"summary": row}, output, provenance(params=smk.params.protocol, inputs=inputs, backend=row["backend"]))
+        write_json(
+            {"summary": row},
+            output,
+            provenance(params=smk.params.protocol, inputs=inputs, backend=row["backend"]),
+        )
         return
     group = run["spec"]["group"] if "spec" in run else run.get("group_facts", {})
     row = {
-        "group": run["group"], "run_id": run["run_id"], "cap_w": float(run["cap_w"]), "repeat": int(run["repeat"]),
-        "backend": run["provenance"].get("backend", run.get("backend")), "gpu_model": run.get("device_model"),
+        "group": run["group"],
+        "run_id": run["run_id"],
+        "cap_w": float(run["cap_w"]),
+        "repeat": int(run["repeat"]),
+        "backend": run["provenance"].get("backend", run.get("backend")),
+        "gpu_model": run.get("device_model"),
         # nvml | dcgm | steps on cuda runs (run.json), the backend's name where it made the trace itself
         "telemetry_source": (run.get("telemetry") or {}).get("source") or run.get("backend"),
-        **{k: group.get(k) for k in ("gpus", "model", "architecture", "task", "cluster", "set", "matches",
-                                     "seq_len", "batch", "ep", "compile", "grad_checkpointing", "lora_rank")},
+        **{
+            k: group.get(k)
+            for k in (
+                "gpus",
+                "model",
+                "architecture",
+                "task",
+                "cluster",
+                "set",
+                "matches",
+                "seq_len",
+                "batch",
+                "ep",
+                "compile",
+                "grad_checkpointing",
+                "lora_rank",
+            )
+        },
         **summary,
         # a clock run's setpoint (knob: clock); a cap run's row is as before
-        **({"knob": "clock", "clock_mhz": float(run["clock_mhz"])} if run.get("knob") == "clock" else {}),
+        **(
+            {"knob": "clock", "clock_mhz": float(run["clock_mhz"])}
+            if run.get("knob") == "clock"
+            else {}
+        ),
     }
-    log.info("%s/%s: %.0f W, %.0f tokens/s", row["group"], row["run_id"], row["power_w"], row["tokens_per_s"])
-    write_json({"summary": row}, output,
-               provenance(params=smk.params.protocol, inputs=inputs, backend=row["backend"],
-                          device_model=row["gpu_model"]))
+    log.info(
+        "%s/%s: %.0f W, %.0f tokens/s",
+        row["group"],
+        row["run_id"],
+        row["power_w"],
+        row["tokens_per_s"],
+    )
+    write_json(
+        {"summary": row},
+        output,
+        provenance(
+            params=smk.params.protocol,
+            inputs=inputs,
+            backend=row["backend"],
+            device_model=row["gpu_model"],
+        ),
+    )
 
 
-for *inputs, output, log_path in zip(smk.input.telemetry, smk.input.steps, smk.input.run, smk.output, smk.log):
+for *inputs, output, log_path in zip(
+    smk.input.telemetry, smk.input.steps, smk.input.run, smk.output, smk.log
+):
     summarize(inputs, output, log_path)

@@ -14,7 +14,9 @@ import pynvml  # FAKE: tests/fakes/pynvml_path must be on PYTHONPATH
 from wattflex.runs.devices import clocks
 from wattflex.runs.devices.nvml import open_gpus
 
-assert "fake" in (pynvml.__doc__ or "").lower() + getattr(pynvml, "__file__", ""), "not the FAKE pynvml"
+assert "fake" in (pynvml.__doc__ or "").lower() + getattr(pynvml, "__file__", ""), (
+    "not the FAKE pynvml"
+)
 with clocks.ClockGuard(open_gpus(gpm=False), float(sys.argv[1]), "nvml"):
     print("CLOCK LOCKED", flush=True)
     rc = subprocess.call(sys.argv[2:])

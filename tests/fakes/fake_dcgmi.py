@@ -37,8 +37,21 @@ from pathlib import Path
 CAPTURE_ENV = "FAKE_DCGMI_CAPTURE"
 DOWN_ENV = "FAKE_DCGMI_DOWN"
 DEFAULT_CAPTURE = Path(__file__).resolve().parents[1] / "data" / "dcgm_dmon_h100x2.txt"
-FIELD_IDS = {155: "POWER", 156: "TOTEC", 100: "SMCLK", 101: "MMCLK", 150: "TMPTR", 203: "GPUTL", 204: "MCUTL",
-             252: "FBUSD", 1002: "SMACT", 1004: "TENSO", 1005: "DRAMA", 160: "PMLMT", 164: "EPLMT"}
+FIELD_IDS = {
+    155: "POWER",
+    156: "TOTEC",
+    100: "SMCLK",
+    101: "MMCLK",
+    150: "TMPTR",
+    203: "GPUTL",
+    204: "MCUTL",
+    252: "FBUSD",
+    1002: "SMACT",
+    1004: "TENSO",
+    1005: "DRAMA",
+    160: "PMLMT",
+    164: "EPLMT",
+}
 HEADER_EVERY = 10
 
 
@@ -105,9 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     disc.add_argument("-l", action="store_true")
     a = p.parse_args(argv)
     if os.environ.get(DOWN_ENV):
-        print("Error: unable to establish a connection to the specified host: localhost", file=sys.stderr)
-        print("Error: Unable to connect to host engine. Host engine connection invalid/disconnected.",
-              file=sys.stderr)
+        print(
+            "Error: unable to establish a connection to the specified host: localhost",
+            file=sys.stderr,
+        )
+        print(
+            "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.",
+            file=sys.stderr,
+        )
         return 255
     if a.cmd == "discovery":
         print("2 GPUs found.")
@@ -122,7 +140,7 @@ def install(bin_dir: Path) -> Path:
     """Write an executable ``dcgmi`` into ``bin_dir`` that runs this fake; returns its path."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     prog = bin_dir / "dcgmi"
-    prog.write_text(f"#!/bin/sh\nexec {sys.executable} {Path(__file__).resolve()} \"$@\"\n")
+    prog.write_text(f'#!/bin/sh\nexec {sys.executable} {Path(__file__).resolve()} "$@"\n')
     prog.chmod(prog.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return prog
 

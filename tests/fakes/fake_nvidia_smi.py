@@ -4,6 +4,7 @@
 ``-i N -pl W`` only. Every call is appended to ``nvidia-smi.calls`` (one JSON argv a line)
 beside it; limits go to the FAKE NVML GPUs in ``gpus.json`` beside it (tests/fakes/fake_pynvml.py,
 copied there too), so a run reading NVML sees the limit this set."""
+
 import json
 import os
 import sys
@@ -27,7 +28,9 @@ elif len(args) == 4 and args[2] == "-pl":
     gpu["limit_mw"] = int(float(args[3]) * 1000)
     state["set_calls"].append([int(args[1]), gpu["limit_mw"]])
     nv._save(state)
-    print(f"Power limit for GPU 00000000:{int(args[1]):02X}:00.0 was set to {float(args[3]):.2f} W from ...")
+    print(
+        f"Power limit for GPU 00000000:{int(args[1]):02X}:00.0 was set to {float(args[3]):.2f} W from ..."
+    )
 else:
     print(f"fake nvidia-smi: unsupported call {args}", file=sys.stderr)
     sys.exit(6)

@@ -58,8 +58,12 @@ class NVMLError(Exception):
         self.value = value
 
     def __str__(self) -> str:
-        return {2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
-                6: "Not Found"}.get(self.value, f"NVML error {self.value}")
+        return {
+            2: "Invalid Argument",
+            3: "Not Supported",
+            4: "Insufficient Permissions",
+            6: "Not Found",
+        }.get(self.value, f"NVML error {self.value}")
 
 
 class NVMLError_InvalidArgument(NVMLError):
@@ -78,11 +82,26 @@ class NVMLError_NoPermission(NVMLError):
 
 
 def _default_gpu(i: int) -> dict[str, Any]:
-    return {"name": "NVIDIA H200", "uuid": f"GPU-fake-{i:04d}", "min_mw": 200_000, "max_mw": 700_000,
-            "default_mw": 700_000, "limit_mw": 700_000, "demand_w": 650.0, "extra_limit_w": None,
-            "sm_clock_max": 1980, "mem_clock": 3201, "util": 98, "mem_util": 40, "fb_used": 80 * 1024**3,
-            "temp": 55, "gpm_values": {"10": 45.0, "2": 90.0, "5": 60.0}, "persistence": True,
-            "sm_clock_min": 345, "locked_mhz": None}
+    return {
+        "name": "NVIDIA H200",
+        "uuid": f"GPU-fake-{i:04d}",
+        "min_mw": 200_000,
+        "max_mw": 700_000,
+        "default_mw": 700_000,
+        "limit_mw": 700_000,
+        "demand_w": 650.0,
+        "extra_limit_w": None,
+        "sm_clock_max": 1980,
+        "mem_clock": 3201,
+        "util": 98,
+        "mem_util": 40,
+        "fb_used": 80 * 1024**3,
+        "temp": 55,
+        "gpm_values": {"10": 45.0, "2": 90.0, "5": 60.0},
+        "persistence": True,
+        "sm_clock_min": 345,
+        "locked_mhz": None,
+    }
 
 
 _memory_state: dict[str, Any] = {}
@@ -90,8 +109,15 @@ _memory_state: dict[str, Any] = {}
 
 def reset(n_gpus: int = 2, path: str | os.PathLike | None = None, **knobs: Any) -> dict[str, Any]:
     """Fresh fake GPUs (in memory, or in ``path`` which is then exported as FAKE_PYNVML_STATE)."""
-    state = {"gpus": [_default_gpu(i) for i in range(n_gpus)], "allow_set": True, "gpm": "ok",
-             "instant_power": True, "t_start": time.time(), "set_calls": [], "clock_calls": []}
+    state = {
+        "gpus": [_default_gpu(i) for i in range(n_gpus)],
+        "allow_set": True,
+        "gpm": "ok",
+        "instant_power": True,
+        "t_start": time.time(),
+        "set_calls": [],
+        "clock_calls": [],
+    }
     state.update(knobs)
     if path is not None:
         os.environ[STATE_ENV] = str(path)
@@ -191,7 +217,7 @@ def nvmlSystemGetNVMLVersion() -> str:
 
 
 def nvmlSystemGetCudaDriverVersion() -> int:
-    return 12080                                    # 1000 * major + 10 * minor
+    return 12080  # 1000 * major + 10 * minor
 
 
 def nvmlDeviceGetCount() -> int:
@@ -250,7 +276,7 @@ def nvmlDeviceSetPowerManagementLimit(handle: int, limit_mw: int) -> None:
             raise NVMLError_InvalidArgument()
         g["limit_mw"] = int(limit_mw)
         s["set_calls"].append([handle, int(limit_mw)])
-        s.setdefault("set_t", []).append(time.time())      # when: a ramp is per second, not per call
+        s.setdefault("set_t", []).append(time.time())  # when: a ramp is per second, not per call
 
 
 def nvmlDeviceSetGpuLockedClocks(handle: int, min_mhz: int, max_mhz: int) -> None:
@@ -280,8 +306,13 @@ def nvmlDeviceGetFieldValues(handle: int, field_ids: list[int]) -> list[SimpleNa
     out = []
     for fid in field_ids:
         ok = fid == NVML_FI_DEV_POWER_INSTANT and s["instant_power"]
-        out.append(SimpleNamespace(fieldId=fid, nvmlReturn=NVML_SUCCESS if ok else NVML_ERROR_NOT_SUPPORTED,
-                                   value=SimpleNamespace(uiVal=_power_mw(g) if ok else 0)))
+        out.append(
+            SimpleNamespace(
+                fieldId=fid,
+                nvmlReturn=NVML_SUCCESS if ok else NVML_ERROR_NOT_SUPPORTED,
+                value=SimpleNamespace(uiVal=_power_mw(g) if ok else 0),
+            )
+        )
     return out
 
 
@@ -291,7 +322,7 @@ def nvmlDeviceGetPowerUsage(handle: int) -> int:
 
 def nvmlDeviceGetTotalEnergyConsumption(handle: int) -> int:
     g = _gpu(handle)
-    return int(1e9 + _power_mw(g) * (time.time() - _load()["t_start"]))     # mJ since "driver load"
+    return int(1e9 + _power_mw(g) * (time.time() - _load()["t_start"]))  # mJ since "driver load"
 
 
 def _throttle(g: dict[str, Any]) -> float:
@@ -349,7 +380,9 @@ class c_nvmlGpmMetricsGet_t:
         self.version = 0
         self.numMetrics = 0
         self.sample1 = self.sample2 = None
-        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=NVML_SUCCESS, value=0.0) for _ in range(16)]
+        self.metrics = [
+            SimpleNamespace(metricId=0, nvmlReturn=NVML_SUCCESS, value=0.0) for _ in range(16)
+        ]
 
 
 def nvmlGpmQueryDeviceSupport(handle: int) -> SimpleNamespace:
@@ -379,6 +412,6 @@ def nvmlGpmMetricsGet(req: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
         raise NVMLError_InvalidArgument()
     if req.sample1.values is None or req.sample2.values is None:
         raise NVMLError_InvalidArgument()
-    for m in req.metrics[:req.numMetrics]:
+    for m in req.metrics[: req.numMetrics]:
         m.value = float(req.sample2.values.get(str(m.metricId), 0.0))
     return req

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-SQUEUE = '''
+SQUEUE = """
 import json, sys
 from pathlib import Path
 here = Path(__file__).resolve().parent
@@ -25,9 +25,9 @@ a = answers[min(n, len(answers) - 1)]
 sys.stdout.write(a.get("stdout", ""))
 sys.stderr.write(a.get("stderr", ""))
 sys.exit(a.get("rc", 0))
-'''
+"""
 
-SRUN = '''
+SRUN = """
 import json, os, signal, sys, time
 from pathlib import Path
 here = Path(__file__).resolve().parent
@@ -44,7 +44,7 @@ while time.time() < end:
                                "caps_w": [650.0, 650.0], "t_unix": time.time()}))
     tmp.replace(load)
     time.sleep(0.1)
-'''
+"""
 
 
 def install(bin_dir: Path, answers: list[dict]) -> Path:
@@ -65,8 +65,14 @@ def squeue_json(*jobs: dict) -> dict:
 
 def gpu_job(job_id, node="node0", gpus="0-1", **extra) -> dict:
     """A running job holding GPUs ``gpus`` on ``node``, as ``squeue --json`` describes it."""
-    return {"job_id": job_id, "name": f"job{job_id}", "job_state": ["RUNNING"], "nodes": node,
-            "gres_detail": [f"gpu:h200:2(IDX:{gpus})"], **extra}
+    return {
+        "job_id": job_id,
+        "name": f"job{job_id}",
+        "job_state": ["RUNNING"],
+        "nodes": node,
+        "gres_detail": [f"gpu:h200:2(IDX:{gpus})"],
+        **extra,
+    }
 
 
 def terminated(bin_dir: Path) -> int:

@@ -31,7 +31,7 @@ def write_pid(pid_dir: Path | str, name: str) -> None:
     pid_dir = Path(pid_dir)
     tmp = pid_dir / f".{name}.tmp"
     tmp.write_text(str(os.getpid()))
-    os.replace(tmp, pid_dir / f"{name}.pid")     # whole or absent: the test polls for it
+    os.replace(tmp, pid_dir / f"{name}.pid")  # whole or absent: the test polls for it
 
 
 def sleep_forever() -> None:
@@ -41,7 +41,9 @@ def sleep_forever() -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("role", nargs="?", default="launcher", choices=["launcher", "worker", "child", "daemon"])
+    p.add_argument(
+        "role", nargs="?", default="launcher", choices=["launcher", "worker", "child", "daemon"]
+    )
     p.add_argument("pid_dir", type=Path)
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--workers", type=int, default=2)
@@ -53,27 +55,37 @@ def main() -> None:
     a = p.parse_args()
     me = [sys.executable, __file__]
     if a.role == "launcher":
-        worker = [str(a.pid_dir), *(["--worker-ignores-term"] if a.worker_ignores_term else []),
-                  *(["--child"] if a.child else []), *(["--daemon"] if a.daemon else [])]
-        procs = [subprocess.Popen([*me, "worker", *worker, "--rank", str(r)], start_new_session=True)
-                 for r in range(a.workers)]
+        worker = [
+            str(a.pid_dir),
+            *(["--worker-ignores-term"] if a.worker_ignores_term else []),
+            *(["--child"] if a.child else []),
+            *(["--daemon"] if a.daemon else []),
+        ]
+        procs = [
+            subprocess.Popen([*me, "worker", *worker, "--rank", str(r)], start_new_session=True)
+            for r in range(a.workers)
+        ]
         if a.launcher_ignores_term:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)   # after the Popen: workers would inherit it
+            signal.signal(
+                signal.SIGTERM, signal.SIG_IGN
+            )  # after the Popen: workers would inherit it
         write_pid(a.pid_dir, "launcher-0")
         if a.launcher_exits:
             expected = a.workers * (1 + a.child + a.daemon) + 1
             while len(list(a.pid_dir.glob("*.pid"))) < expected:
                 time.sleep(0.05)
-            os._exit(0)                                     # no wait for the workers: they live on
+            os._exit(0)  # no wait for the workers: they live on
         for proc in procs:
             proc.wait()
         return
     if a.worker_ignores_term:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)       # inherited by what it starts
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by what it starts
     if a.role == "worker":
         if a.child:
-            subprocess.Popen([*me, "child", str(a.pid_dir), "--rank", str(a.rank)], start_new_session=True)
-        if a.daemon and os.fork() == 0:                     # classic double fork
+            subprocess.Popen(
+                [*me, "child", str(a.pid_dir), "--rank", str(a.rank)], start_new_session=True
+            )
+        if a.daemon and os.fork() == 0:  # classic double fork
             os.setsid()
             if os.fork() == 0:
                 os.execv(sys.executable, [*me, "daemon", str(a.pid_dir), "--rank", str(a.rank)])

@@ -33,13 +33,23 @@ REPO = FAKES.parents[1]
 
 def control_popen(tmp_path, *args):
     """``wattflex control ARGS`` started in its own process on the fake GPUs (their state file shared)."""
-    code = (f"import sys; sys.path.insert(0, {str(FAKES)!r}); import fake_pynvml; sys.modules['pynvml'] = fake_pynvml; "
-            f"from wattflex import cli; sys.exit(cli.main({['control', *args]!r}))")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "workflow_scripts"), str(REPO)]),
-           "FAKE_PYNVML_STATE": str(tmp_path / "gpus.json")}
+    code = (
+        f"import sys; sys.path.insert(0, {str(FAKES)!r}); import fake_pynvml; sys.modules['pynvml'] = fake_pynvml; "
+        f"from wattflex import cli; sys.exit(cli.main({['control', *args]!r}))"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "workflow_scripts"), str(REPO)]),
+        "FAKE_PYNVML_STATE": str(tmp_path / "gpus.json"),
+    }
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def control_process(tmp_path, *args):
@@ -47,7 +57,7 @@ def control_process(tmp_path, *args):
     proc = control_popen(tmp_path, *args)
     assert proc.stdout.readline().startswith("controlling 2 GPU(s)"), proc.stderr.read()
     deadline = time.time() + 30
-    while max(limits_w()) >= 700 and time.time() < deadline:      # wait until the controller has capped
+    while max(limits_w()) >= 700 and time.time() < deadline:  # wait until the controller has capped
         time.sleep(0.05)
     assert max(limits_w()) < 700
     return proc

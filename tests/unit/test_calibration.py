@@ -20,8 +20,13 @@ from wattflex.runs.emulator import PHYSICS
 from wattflex.telemetry import SummaryProtocol, summarize_run
 
 PAPER = REPO / "resources" / "paper" / "tables"
-FIT_GROUPS = ("dense-ft-mistral24b-x8", "dense-pt-mistral24b-x8", "h100-dense-ft-llama70b-x8",
-              "h100-dense-ft-mistral24b-x8", "h100-dense-pt-mistral24b-x8")
+FIT_GROUPS = (
+    "dense-ft-mistral24b-x8",
+    "dense-pt-mistral24b-x8",
+    "h100-dense-ft-llama70b-x8",
+    "h100-dense-ft-mistral24b-x8",
+    "h100-dense-pt-mistral24b-x8",
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +50,9 @@ def test_the_emulators_anchor_is_the_default_fit_and_says_so(default):
     assert c.anchor_clock_mhz == PHYSICS.anchor_clock_mhz
     assert c.curve.sm_dyn_w == pytest.approx(PHYSICS.sm_dyn_w, rel=0.002)
     assert c.source == f"fitted ({cal.DEFAULT_FIT_SET})"
-    source = next(f for f in dataclasses.fields(PHYSICS) if f.name == "anchor_clock_mhz").metadata["source"]
+    source = next(f for f in dataclasses.fields(PHYSICS) if f.name == "anchor_clock_mhz").metadata[
+        "source"
+    ]
     assert source.startswith(f"fitted ({cal.DEFAULT_FIT_SET})")
     assert c.in_sample_mae < 0.15
 
@@ -73,10 +80,14 @@ def test_table_6_values_never_reach_the_fit(default, tmp_path, monkeypatch):
     real = published_mod.load_published
     monkeypatch.setattr(cal, "load_published", lambda d, name: opened.append(name) or real(d, name))
     for fit_set in cal.FIT_SETS:
-        pd.testing.assert_series_equal(cal.published_facts(groups, tmp_path / "t", fit_set),
-                                       cal.published_facts(groups, PAPER, fit_set))
+        pd.testing.assert_series_equal(
+            cal.published_facts(groups, tmp_path / "t", fit_set),
+            cal.published_facts(groups, PAPER, fit_set),
+        )
     assert opened and "table6_pfi_h200" not in opened
-    assert cal.calibrate_published(groups, tmp_path / "t").anchor_clock_mhz == PHYSICS.anchor_clock_mhz
+    assert (
+        cal.calibrate_published(groups, tmp_path / "t").anchor_clock_mhz == PHYSICS.anchor_clock_mhz
+    )
 
 
 def test_an_unknown_fit_set_or_a_fact_without_a_group_is_a_clear_error(default):
@@ -108,14 +119,28 @@ def test_emulated_sweeps_made_with_a_known_anchor_recover_it(default):
     rows = []
     for gid, g in resolved.items():
         for cap in g["caps"]:
-            spec = {"group": g, "model_facts": cfg["_catalog"][g["model"]], "campaign": "recover",
-                    "run_id": f"cap{cap:g}", "seed": 3, "cap_w": cap, "run": run_cfg,
-                    "emulator": {"calibration": calibration}}
+            spec = {
+                "group": g,
+                "model_facts": cfg["_catalog"][g["model"]],
+                "campaign": "recover",
+                "run_id": f"cap{cap:g}",
+                "seed": 3,
+                "cap_w": cap,
+                "run": run_cfg,
+                "emulator": {"calibration": calibration},
+            }
             tel, steps, facts = run_emulated(spec)
             assert facts["emulator_anchor_clock_mhz"] == 1755.0
             s = summarize_run(tel, steps, SummaryProtocol())
-            rows.append({"group": gid, "cap_w": float(cap), "run_id": f"cap{cap:g}",
-                         "power_w": s["power_w"], "tokens_per_s": s["tokens_per_s"]})
+            rows.append(
+                {
+                    "group": gid,
+                    "cap_w": float(cap),
+                    "run_id": f"cap{cap:g}",
+                    "power_w": s["power_w"],
+                    "tokens_per_s": s["tokens_per_s"],
+                }
+            )
     runs = pd.DataFrame(rows)
     c = cal.calibrate(groups, cal.measured_facts(runs), "fitted (recover)", cross_validate=False)
     assert abs(c.anchor_clock_mhz - 1755.0) <= 20
@@ -125,11 +150,15 @@ def test_emulated_sweeps_made_with_a_known_anchor_recover_it(default):
 
 
 def test_a_calibration_file_round_trips_and_bad_files_say_what_to_do(tmp_path):
-    c = cal.Calibration(1700.0, cal.fit_power_curve(1700.0), "fitted (x)", ("a", "b"), 0.1, 0.2, {"a": 0.1})
+    c = cal.Calibration(
+        1700.0, cal.fit_power_curve(1700.0), "fitted (x)", ("a", "b"), 0.1, 0.2, {"a": 0.1}
+    )
     path = cal.write_calibration(c, tmp_path / "cal.json")
     back = cal.read_calibration(path)
     assert back == c
-    assert back.physics().anchor_clock_mhz == 1700.0 and back.physics().sm_dyn_w == pytest.approx(c.curve.sm_dyn_w)
+    assert back.physics().anchor_clock_mhz == 1700.0 and back.physics().sm_dyn_w == pytest.approx(
+        c.curve.sm_dyn_w
+    )
     (tmp_path / "bad.json").write_text(json.dumps({"kind": "other"}))
     with pytest.raises(ValueError, match="not a wattflex calibration file.*wattflex calibrate"):
         cal.read_calibration(tmp_path / "bad.json")
@@ -138,10 +167,17 @@ def test_a_calibration_file_round_trips_and_bad_files_say_what_to_do(tmp_path):
 
 
 def test_measured_facts_average_repeats_and_need_the_runs_columns():
-    runs = pd.DataFrame({"group": ["g"] * 3, "cap_w": [200.0, 700.0, 700.0], "power_w": [1600.0, 5000.0, 5200.0],
-                         "tokens_per_s": [800.0, 1000.0, 1000.0]})
+    runs = pd.DataFrame(
+        {
+            "group": ["g"] * 3,
+            "cap_w": [200.0, 700.0, 700.0],
+            "power_w": [1600.0, 5000.0, 5200.0],
+            "tokens_per_s": [800.0, 1000.0, 1000.0],
+        }
+    )
     got = cal.measured_facts(runs)["g"]
     from wattflex.pfi import pfi_ratio
+
     assert got == pytest.approx(pfi_ratio(np.array([1600.0, 5100.0]), np.array([800.0, 1000.0])))
     with pytest.raises(ValueError, match="lacks column.*tokens_per_s"):
         cal.measured_facts(runs.drop(columns="tokens_per_s"))
@@ -160,7 +196,9 @@ def test_a_campaigns_calibration_file_reaches_every_emulated_run_spec(tmp_path):
     assert facts["emulator_anchor_clock_mhz"] == 1725.0
     assert "emulator" not in run_spec(prepare(dict(doc)), "dense-pt-mistral24b-x8", "cap700")
     (tmp_path / "bad.json").write_text("{}")
-    with pytest.raises(ConfigError, match="emulator.calibration: .*bad.json is not a wattflex calibration file"):
+    with pytest.raises(
+        ConfigError, match="emulator.calibration: .*bad.json is not a wattflex calibration file"
+    ):
         prepare({**doc, "emulator": {"calibration": str(tmp_path / "bad.json")}})
     with pytest.raises(ConfigError, match="emulator.calibration: .*nope.json not found"):
         prepare({**doc, "emulator": {"calibration": str(tmp_path / "nope.json")}})
@@ -170,13 +208,17 @@ def test_leave_one_table_out_refits_on_every_allowed_set(default):
     _, groups = default
     t = cal.leave_one_table_out(groups, PAPER).set_index("fit_set")
     assert list(t.index) == [*cal.FIT_SETS, "(published)"] and t["default"].sum() == 1
-    assert t.loc["(published)", "median_moe-ft"] == pytest.approx(2.10) and np.isnan(t.loc["(published)", "anchor_clock_mhz"])
+    assert t.loc["(published)", "median_moe-ft"] == pytest.approx(2.10) and np.isnan(
+        t.loc["(published)", "anchor_clock_mhz"]
+    )
     t = t.drop("(published)")
     assert t.loc[cal.DEFAULT_FIT_SET, "anchor_clock_mhz"] == PHYSICS.anchor_clock_mhz
     assert t.loc[cal.DEFAULT_FIT_SET, "n_facts"] == len(FIT_GROUPS)
     # every set leaves Table 6 out of sample; the sets differ, and so do their anchors
     assert t["mae_out_of_sample_table6"].notna().all() and t["anchor_clock_mhz"].nunique() > 1
-    assert np.isnan(t.loc["tables7-8", "mae_out_of_sample_other"])  # nothing published is left outside it
+    assert np.isnan(
+        t.loc["tables7-8", "mae_out_of_sample_other"]
+    )  # nothing published is left outside it
 
 
 def test_a_calibration_reaches_the_cluster_simulations_truth_too(default):
@@ -189,9 +231,13 @@ def test_a_calibration_reaches_the_cluster_simulations_truth_too(default):
     g = next(g for g in config_groups(cfg) if g["id"] == "dense-pt-mistral24b-x8")
     g = {**g, "model_facts": cfg["_catalog"][g["model"]]}
     default_truth = truth_table([g], 1, cap_step_w=250)
-    hotter = truth_table([g], 1, cap_step_w=250, physics=cal.physics_at_anchor(PHYSICS.anchor_clock_mhz - 100))
+    hotter = truth_table(
+        [g], 1, cap_step_w=250, physics=cal.physics_at_anchor(PHYSICS.anchor_clock_mhz - 100)
+    )
     top = default_truth["cap_w"].idxmax()
-    assert hotter.loc[top, "sm_clock_mhz"] < default_truth.loc[top, "sm_clock_mhz"]  # more SM power: lower clock
+    assert (
+        hotter.loc[top, "sm_clock_mhz"] < default_truth.loc[top, "sm_clock_mhz"]
+    )  # more SM power: lower clock
 
 
 def test_an_emulated_a100_pipeline_run_needs_an_a100_calibration_and_runs_with_one(tmp_path):
@@ -202,14 +248,25 @@ def test_an_emulated_a100_pipeline_run_needs_an_a100_calibration_and_runs_with_o
     doc = read_yaml(REPO / "config" / "perseus-sosp24-a100-emulated.yaml")
     gid = "a100-bloom_3b-dp1tp1pp4-b512"
     run = {"duration_s": 200, "sample_period_s": 5}
-    with pytest.raises(ValueError, match=r"no power curve for A100 \(GA100 die\): no calibration is given"):
+    with pytest.raises(
+        ValueError, match=r"no power curve for A100 \(GA100 die\): no calibration is given"
+    ):
         run_emulated({**run_spec(prepare(dict(doc)), gid, "cap250"), "run": run})
-    gh100 = cal.write_calibration(cal.Calibration(1725.0, cal.fit_power_curve(1725.0), "fitted (mine)"),
-                                  tmp_path / "h.json")
+    gh100 = cal.write_calibration(
+        cal.Calibration(1725.0, cal.fit_power_curve(1725.0), "fitted (mine)"), tmp_path / "h.json"
+    )
     with pytest.raises(ValueError, match="emulator.calibration was fitted on GH100 sweeps"):
-        run_emulated({**run_spec(prepare({**doc, "emulator": {"calibration": str(gh100)}}), gid, "cap250"),
-                      "run": run})
-    a100 = cal.Calibration(1240.0, cal.power_curve(1240.0, die="GA100"), "fitted (mine)", gpu_die="GA100")
+        run_emulated(
+            {
+                **run_spec(
+                    prepare({**doc, "emulator": {"calibration": str(gh100)}}), gid, "cap250"
+                ),
+                "run": run,
+            }
+        )
+    a100 = cal.Calibration(
+        1240.0, cal.power_curve(1240.0, die="GA100"), "fitted (mine)", gpu_die="GA100"
+    )
     path = cal.write_calibration(a100, tmp_path / "a.json")
     spec = run_spec(prepare({**doc, "emulator": {"calibration": str(path)}}), gid, "cap250")
     tel, _, facts = run_emulated({**spec, "run": run})

@@ -65,6 +65,7 @@ def _left(folder: Path) -> list[str]:
 
 # ---- paths the OS refuses, any user --------------------------------------------------------
 
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_an_output_under_a_file_is_one_line(inputs, command, run_cli):
     (inputs / "afile").write_text("x")
@@ -82,6 +83,7 @@ def test_a_name_too_long_is_one_line(inputs, command, run_cli):
 
 # ---- a filesystem of the test's own: read-only, then full (root) ---------------------------
 
+
 @pytest.fixture
 def small_fs(tmp_path):
     """A 256 KiB tmpfs mounted for this test (and unmounted after)."""
@@ -89,7 +91,11 @@ def small_fs(tmp_path):
         pytest.skip("mounting a tmpfs needs root (.ci/run runs as root)")
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     try:
@@ -111,7 +117,9 @@ def _fill(fs: Path, leave_bytes: int) -> None:
 def test_a_read_only_filesystem_is_one_line(inputs, small_fs, command, run_cli):
     subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
     line = one_line(run_cli(*_argv(command, str(small_fs / "out.csv")), cwd=inputs), command)
-    assert f"{small_fs / 'out.csv'}: cannot write into {small_fs} (a read-only file system)" in line, line
+    assert (
+        f"{small_fs / 'out.csv'}: cannot write into {small_fs} (a read-only file system)" in line
+    ), line
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -128,16 +136,20 @@ def test_a_disk_that_fills_between_the_csv_and_its_sidecar_leaves_neither(small_
     _fill(small_fs, os.statvfs(small_fs).f_frsize)
     with pytest.raises(OutputWriteError) as err:
         write_csv(table, small_fs / "pfi.csv", provenance(params={}))
-    assert str(err.value).startswith(f"{small_fs / 'pfi.csv.meta.json'}: cannot write it: No space left on device")
+    assert str(err.value).startswith(
+        f"{small_fs / 'pfi.csv.meta.json'}: cannot write it: No space left on device"
+    )
     assert _left(small_fs) == ["filler"]
 
 
 # ---- the pair, on any filesystem -------------------------------------------------------------
 
+
 def _failing(path):
     def write(tmp):
         Path(tmp).write_text("half")
         raise OSError(errno.ENOSPC, "No space left on device")
+
     return path, write
 
 
@@ -184,8 +196,15 @@ def test_a_closed_pipe_exits_quietly(inputs, command):
     """`wattflex ... | head -0`: the reader is gone before the first line is written."""
     reader, writer = os.pipe()
     os.close(reader)  # closed before the command starts: its first write meets EPIPE
-    proc = subprocess.run([*WATTFLEX, *PIPED[command]], cwd=inputs, stdout=writer, stderr=subprocess.PIPE,
-                          text=True, env=ENV, timeout=300)
+    proc = subprocess.run(
+        [*WATTFLEX, *PIPED[command]],
+        cwd=inputs,
+        stdout=writer,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
     os.close(writer)
     assert proc.returncode == 128 + signal.SIGPIPE, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
@@ -215,9 +234,24 @@ sys.exit(main(sys.argv[1:]))
 
 
 def test_ctrl_c_during_allocate_is_one_line_and_writes_nothing(inputs):
-    proc = subprocess.Popen([sys.executable, "-c", PAUSED_ALLOCATE, "allocate", "cv.csv", "--cut", "0.3",
-                             "-o", "out.csv"], cwd=inputs, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=ENV)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            PAUSED_ALLOCATE,
+            "allocate",
+            "cv.csv",
+            "--cut",
+            "0.3",
+            "-o",
+            "out.csv",
+        ],
+        cwd=inputs,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     seen = []
     for line in proc.stderr:  # Ctrl-C once the command has read its input (inside main, mid-work)
         seen.append(line)
@@ -228,14 +262,20 @@ def test_ctrl_c_during_allocate_is_one_line_and_writes_nothing(inputs):
     out, err = proc.communicate(timeout=120)
     err = "".join(seen) + err
     assert proc.returncode == 130, (proc.returncode, err[-2000:])
-    assert "Traceback" not in err and err.strip().splitlines()[-1] == "wattflex allocate: interrupted", err[-2000:]
+    assert (
+        "Traceback" not in err and err.strip().splitlines()[-1] == "wattflex allocate: interrupted"
+    ), err[-2000:]
     assert sorted(_left(inputs)) == ["cv.csv", "st.csv", "sw.csv"]
 
 
 # ---- issue 27 §4: an input that is not a regular file says what it is -------------------------
 
-INPUT_COMMANDS = {"pfi": ["pfi"], "stats": ["stats"], "allocate": ["allocate", "--cut", "0.2"],
-                  "ingest": ["ingest", "sweep-table", "-o", "runs.csv"]}
+INPUT_COMMANDS = {
+    "pfi": ["pfi"],
+    "stats": ["stats"],
+    "allocate": ["allocate", "--cut", "0.2"],
+    "ingest": ["ingest", "sweep-table", "-o", "runs.csv"],
+}
 
 
 @pytest.mark.parametrize("kind", ["folder", "fifo"])

@@ -9,16 +9,20 @@ def test_an_error_is_one_line_without_a_traceback(run_cli, tmp_path, monkeypatch
     monkeypatch.delenv("WATTFLEX_TRACEBACK", raising=False)
     r = run_cli("pfi", "bad.csv", cwd=tmp_path)
     assert r.returncode == 2
-    assert r.stderr.splitlines() == ["wattflex pfi: error: 1 bad row(s): bad.csv line 2: power_w is not a number: 'abc'"]
+    assert r.stderr.splitlines() == [
+        "wattflex pfi: error: 1 bad row(s): bad.csv line 2: power_w is not a number: 'abc'"
+    ]
 
 
-def test_wattflex_traceback_prints_where_the_error_came_from_above_the_line(run_cli, tmp_path, monkeypatch):
+def test_wattflex_traceback_prints_where_the_error_came_from_above_the_line(
+    run_cli, tmp_path, monkeypatch
+):
     (tmp_path / "bad.csv").write_text(BAD)
     monkeypatch.setenv("WATTFLEX_TRACEBACK", "1")
     r = run_cli("pfi", "bad.csv", cwd=tmp_path)
     lines = r.stderr.splitlines()
     assert r.returncode == 2 and lines[0] == "Traceback (most recent call last):"
-    assert any("wattflex/ingest/reader.py" in line for line in lines)    # the frame that refused it
+    assert any("wattflex/ingest/reader.py" in line for line in lines)  # the frame that refused it
     assert lines[-1].startswith("wattflex pfi: error: 1 bad row(s)")
 
 

@@ -25,30 +25,54 @@ def test_default_config_expands_the_paper_matrix(default_config):
     # 21 extra repeats
     assert len(runs) == 16 * 6 + 8 * 4 + 3 + 24 + 34 + 21
     # Table 4's runs per cluster size: 120 on 8 GPUs (headline + validation), 19 on 16, 16 on 32
-    first = [r for r in runs if r["repeat"] == 0 and next(g for g in gs if g["id"] == r["group"])["set"] != "h100"]
+    first = [
+        r
+        for r in runs
+        if r["repeat"] == 0 and next(g for g in gs if g["id"] == r["group"])["set"] != "h100"
+    ]
     sizes = [next(g for g in gs if g["id"] == r["group"])["gpus"] for r in first]
     assert {n: sizes.count(n) for n in (8, 16, 32)} == {8: 120, 16: 19, 32: 16}
     clusters = {g["cluster"] for g in gs if g["set"] == "headline"}
     assert clusters == {"dense", "moe-pt", "moe-ft"}
-    n_repeat_runs = sum(1 for r in runs if (r["group"], r["cap_w"]) in {(x["group"], float(x["cap_w"])) for x in default_config["repeats"]})
+    n_repeat_runs = sum(
+        1
+        for r in runs
+        if (r["group"], r["cap_w"])
+        in {(x["group"], float(x["cap_w"])) for x in default_config["repeats"]}
+    )
     assert n_repeat_runs == 35
 
 
-@pytest.mark.parametrize("mutate,key,words", [
-    (lambda c: c["groups"][0].update(model="GPT-99"), "groups[0].model", "unknown model"),
-    (lambda c: c["groups"][1].update(caps=[100, 700]), "groups[1].caps", "outside the H200"),
-    (lambda c: c["groups"][2].update(caps=[]), "groups[2].caps", "should be non-empty"),
-    (lambda c: c["groups"][3].update(id=c["groups"][0]["id"]), "groups[3].id", "duplicate group id"),
-    (lambda c: c["groups"][0].update(id="bad id; rm -rf"), "groups[0].id", "unsafe in paths or shells"),
-    (lambda c: c["groups"][0].update(model="../etc/passwd"), "groups[0].model", "unsafe"),
-    (lambda c: c.update(groups=[]), "groups", "should be non-empty"),
-    (lambda c: c["groups"][0].update(task="rl"), "groups[0].task", "is not one of"),
-    (lambda c: c["groups"][0].update(cap_grid="nine"), "groups[0].cap_grid", "unknown cap grid"),
-    (lambda c: c["groups"][0].update(cap_grid="four"), "groups[0]", "both caps and cap_grid"),
-    (lambda c: c["groups"][0].update(colour="red"), "groups[0]", "unknown key"),
-    (lambda c: c["repeats"][0].update(cap_w=450), "repeats[0].cap_w", "not in the caps"),
-    (lambda c: c.update(backend="tpu"), "backend", "is not one of"),
-])
+@pytest.mark.parametrize(
+    "mutate,key,words",
+    [
+        (lambda c: c["groups"][0].update(model="GPT-99"), "groups[0].model", "unknown model"),
+        (lambda c: c["groups"][1].update(caps=[100, 700]), "groups[1].caps", "outside the H200"),
+        (lambda c: c["groups"][2].update(caps=[]), "groups[2].caps", "should be non-empty"),
+        (
+            lambda c: c["groups"][3].update(id=c["groups"][0]["id"]),
+            "groups[3].id",
+            "duplicate group id",
+        ),
+        (
+            lambda c: c["groups"][0].update(id="bad id; rm -rf"),
+            "groups[0].id",
+            "unsafe in paths or shells",
+        ),
+        (lambda c: c["groups"][0].update(model="../etc/passwd"), "groups[0].model", "unsafe"),
+        (lambda c: c.update(groups=[]), "groups", "should be non-empty"),
+        (lambda c: c["groups"][0].update(task="rl"), "groups[0].task", "is not one of"),
+        (
+            lambda c: c["groups"][0].update(cap_grid="nine"),
+            "groups[0].cap_grid",
+            "unknown cap grid",
+        ),
+        (lambda c: c["groups"][0].update(cap_grid="four"), "groups[0]", "both caps and cap_grid"),
+        (lambda c: c["groups"][0].update(colour="red"), "groups[0]", "unknown key"),
+        (lambda c: c["repeats"][0].update(cap_w=450), "repeats[0].cap_w", "not in the caps"),
+        (lambda c: c.update(backend="tpu"), "backend", "is not one of"),
+    ],
+)
 def test_bad_config_stops_with_one_message_naming_the_key(raw, repo, mutate, key, words):
     mutate(raw)
     with pytest.raises(ConfigError) as err:
@@ -64,15 +88,38 @@ def _moe_pt(c):
 
 # Issue 27 §3: semantic checks with bounds, the same for every backend.
 @pytest.mark.parametrize("backend", ["emulated", "cuda"])
-@pytest.mark.parametrize("mutate,key,words", [
-    (lambda c: _moe_pt(c).update(ep=3), "ep", "expert-parallel degree 3 does not divide gpus 8"),
-    (lambda c: c["groups"][0].update(ep=2), "groups[0].ep", "needs a mixture-of-experts model"),
-    (lambda c: c["run"].update(eval_at_s=2000), "run.eval_at_s", "2000 s is not before the run ends"),
-    (lambda c: c["run"].update(checkpoint_at_s=1800), "run.checkpoint_at_s", "not before the run ends"),
-    (lambda c: c["run"].update(duration_s=10**12), "run.duration_s", "longer than a week"),
-    (lambda c: c["run"].update(duration_s="1e12"), "run.duration_s", "write 1.0e+12 or 1000000000000"),
-    (lambda c: c["run"].update(sample_period_s=0.0001), "run.sample_period_s", "samples per GPU"),
-])
+@pytest.mark.parametrize(
+    "mutate,key,words",
+    [
+        (
+            lambda c: _moe_pt(c).update(ep=3),
+            "ep",
+            "expert-parallel degree 3 does not divide gpus 8",
+        ),
+        (lambda c: c["groups"][0].update(ep=2), "groups[0].ep", "needs a mixture-of-experts model"),
+        (
+            lambda c: c["run"].update(eval_at_s=2000),
+            "run.eval_at_s",
+            "2000 s is not before the run ends",
+        ),
+        (
+            lambda c: c["run"].update(checkpoint_at_s=1800),
+            "run.checkpoint_at_s",
+            "not before the run ends",
+        ),
+        (lambda c: c["run"].update(duration_s=10**12), "run.duration_s", "longer than a week"),
+        (
+            lambda c: c["run"].update(duration_s="1e12"),
+            "run.duration_s",
+            "write 1.0e+12 or 1000000000000",
+        ),
+        (
+            lambda c: c["run"].update(sample_period_s=0.0001),
+            "run.sample_period_s",
+            "samples per GPU",
+        ),
+    ],
+)
 def test_run_and_group_bounds_name_the_key(raw, repo, mutate, key, words, backend):
     raw["backend"] = backend
     mutate(raw)
@@ -106,8 +153,10 @@ def test_a_key_given_twice_is_refused_naming_file_line_and_key(tmp_path, case):
     p.write_text(text)
     with pytest.raises(ConfigError) as err:
         load_config(p)
-    assert str(err.value) == (f"{p}:{line}: key {key} given twice in one mapping (first at line {first}); "
-                              "YAML keeps only the last: delete one")
+    assert str(err.value) == (
+        f"{p}:{line}: key {key} given twice in one mapping (first at line {first}); "
+        "YAML keeps only the last: delete one"
+    )
 
 
 def test_merge_keys_may_be_overridden(tmp_path):
@@ -123,7 +172,10 @@ def test_a_utf16_config_is_refused_naming_the_encoding(tmp_path, repo):
     p.write_bytes((repo / "tests" / "data" / "tiny.yaml").read_text().encode("utf-16"))
     with pytest.raises(ConfigError) as err:
         load_config(p)
-    assert str(err.value) == f"{p}: not UTF-8 text: UTF-16 (it starts with a UTF-16 byte-order mark); save it as UTF-8"
+    assert (
+        str(err.value)
+        == f"{p}: not UTF-8 text: UTF-16 (it starts with a UTF-16 byte-order mark); save it as UTF-8"
+    )
 
 
 def test_invalid_yaml_is_a_config_error(tmp_path):
@@ -136,21 +188,46 @@ def test_invalid_yaml_is_a_config_error(tmp_path):
 # Issue 37: configurations that validated, then failed in a job after the runs (numpy's
 # default_rng(-1), rng.choice with weights summing to 0 or of the wrong length, a run with no
 # sample, the headline read from a cut never simulated): refused at validation, naming the key.
-@pytest.mark.parametrize("mutate,key,words", [
-    (lambda c: c.setdefault("pfi", {}).update(seed=-1), "pfi.seed", "less than the minimum of 0"),
-    (lambda c: c["allocation"].update(seed=-1), "allocation.seed", "less than the minimum of 0"),
-    (lambda c: c["allocation"].update(sla={"tiers": [0.0, 0.1], "tier_weights": [0, 0]}),
-     "allocation.sla.tier_weights", "all weights are 0"),
-    (lambda c: c["allocation"].update(sla={"tiers": [0.0, 0.1], "tier_weights": [1, 1, 1]}),
-     "allocation.sla.tier_weights", "3 weights for 2 tiers"),
-    (lambda c: c["allocation"].update(headline={"cut": 0.33}), "allocation.headline.cut", "is not one of allocation.cuts"),
-    (lambda c: c["run"].update(duration_s=60, sample_period_s=100, eval_at_s=None, checkpoint_at_s=None),
-     "run.sample_period_s", "fewer than 2 samples in a run of 60 s"),
-])
+@pytest.mark.parametrize(
+    "mutate,key,words",
+    [
+        (
+            lambda c: c.setdefault("pfi", {}).update(seed=-1),
+            "pfi.seed",
+            "less than the minimum of 0",
+        ),
+        (
+            lambda c: c["allocation"].update(seed=-1),
+            "allocation.seed",
+            "less than the minimum of 0",
+        ),
+        (
+            lambda c: c["allocation"].update(sla={"tiers": [0.0, 0.1], "tier_weights": [0, 0]}),
+            "allocation.sla.tier_weights",
+            "all weights are 0",
+        ),
+        (
+            lambda c: c["allocation"].update(sla={"tiers": [0.0, 0.1], "tier_weights": [1, 1, 1]}),
+            "allocation.sla.tier_weights",
+            "3 weights for 2 tiers",
+        ),
+        (
+            lambda c: c["allocation"].update(headline={"cut": 0.33}),
+            "allocation.headline.cut",
+            "is not one of allocation.cuts",
+        ),
+        (
+            lambda c: c["run"].update(
+                duration_s=60, sample_period_s=100, eval_at_s=None, checkpoint_at_s=None
+            ),
+            "run.sample_period_s",
+            "fewer than 2 samples in a run of 60 s",
+        ),
+    ],
+)
 def test_cross_field_rules_are_checked_at_validation_naming_the_key(raw, repo, mutate, key, words):
     mutate(raw)
     with pytest.raises(ConfigError) as err:
         prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
     msg = str(err.value)
     assert msg.startswith(f"config error at {key}: ") and words in msg, msg
-

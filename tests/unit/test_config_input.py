@@ -50,63 +50,183 @@ def one_group(cfg: dict, model="Mistral-Small-24B-Base-2501") -> dict:
 
 # (name, config maker (tmp_path -> cfg), key the message names, words in it)
 BROKEN = [
-    ("unknown top-level key", lambda t: {**merged(), "sumary": {"aggregate": "mean"}},
-     "(top level)", "unknown key 'sumary' (did you mean 'summary'?)"),
-    ("unknown key in summary", lambda t: merged({"summary": {"agregate": "mean"}}),
-     "summary", "unknown key 'agregate' (did you mean 'aggregate'?)"),
-    ("unknown key in allocation", lambda t: merged({"allocation": {"n_workload": 5}}),
-     "allocation", "unknown key 'n_workload'"),
-    ("unknown key in allocation.sla", lambda t: merged({"allocation": {"sla": {"tier": [0.1]}}}),
-     "allocation.sla", "unknown key 'tier'"),
-    ("unknown key in group_defaults", lambda t: merged({"group_defaults": {"colour": "red"}}),
-     "group_defaults", "unknown key 'colour'"),
-    ("unknown key in cuda", lambda t: tiny_cuda(tiny=True, sampler_period=5),
-     "cuda", "unknown key 'sampler_period' (did you mean 'sampler_period_s'?)"),
-    ("misspelled cuda key", lambda t: tiny_cuda(modle_path="/models/mistral"),
-     "cuda", "unknown key 'modle_path' (did you mean 'model_path'?)"),
-    ("cuda.cap_control not a mode", lambda t: tiny_cuda(tiny=True, cap_control="sudo"),
-     "cuda.cap_control", "is not one of"),
-    ("cuda.precision not a policy", lambda t: tiny_cuda(tiny=True, precision="fp8"),
-     "cuda.precision", "is not one of"),
-    ("cuda.tiny a string", lambda t: tiny_cuda(tiny="yes"), "cuda.tiny", "is not of type 'boolean'"),
-    ("cuda.nnodes zero", lambda t: tiny_cuda(tiny=True, nnodes=0), "cuda.nnodes", "less than the minimum"),
-    ("backend cuda without a cuda section", lambda t: merged({"backend": "cuda"}),
-     "cuda.model_path", "no model weights for"),
-    ("backend cuda, cuda section without weights", lambda t: tiny_cuda(cap_control="observe"),
-     "cuda.model_path", "set cuda.model_path to a local model directory"),
-    ("model_path not there", lambda t: tiny_cuda(model_path=str(t / "nope")),
-     "cuda.model_path", "not a model directory with a readable config.json"),
-    ("model_path not a model dir (tiny too)", lambda t: tiny_cuda(tiny=True, model_path=str(t)),
-     "cuda.model_path", "not a model directory"),
-    ("model_path: one model for groups of three", lambda t: tiny_cuda(
-        model_path=str(model_dir(t, model_type="mistral", num_hidden_layers=40, hidden_size=5120))),
-     "cuda.model_path", "is not gpt-oss-20b"),
-    ("model_path: same family, other size", lambda t: {**one_group(tiny_cuda(
-        model_path=str(model_dir(t, model_type="mistral", num_hidden_layers=32, hidden_size=4096))))},
-     "cuda.model_path", "num_hidden_layers 32"),
-    ("data_path not there", lambda t: tiny_cuda(tiny=True, data_path=str(t / "shards")),
-     "cuda.data_path", "no such file or directory"),
-    ("cap_control command without cap_command", lambda t: tiny_cuda(tiny=True, cap_control="command"),
-     "cuda.cap_command", "cap_control: command needs cap_command"),
-    ("cap_command without placeholders", lambda t: tiny_cuda(tiny=True, cap_control="command",
-                                                             cap_command="sudo setcap"),
-     "cuda.cap_command", "must contain {gpu} and {watts}"),
-    ("cap_command with {node}", lambda t: tiny_cuda(tiny=True, cap_control="command",
-                                                    cap_command="setcap {node} {gpu} {watts}"),
-     "cuda.cap_command", "has placeholder(s) {node}; only {gpu} and {watts} are filled in"),
-    ("cap_command with a lone {", lambda t: tiny_cuda(tiny=True, cap_control="command",
-                                                      cap_command="setcap { {gpu} {watts}"),
-     "cuda.cap_command", "is not a valid template"),
-    ("staircase on cuda with observed caps", lambda t: {**tiny_cuda(tiny=True, cap_control="observe"),
-                                                       "sweep": "staircase"},
-     "cuda.cap_control", "needs cap_control nvml or command"),
-    ("group gpu H300", lambda t: merged({"groups": [{"id": "g", "model": "Qwen3-32B", "task": "pt", "gpus": 8,
-                                                     "gpu": "H300"}], "repeats": []}),
-     "groups[0].gpu", "unknown GPU model 'H300'; known: H200, H100, A100"),
-    ("group_defaults gpu H300", lambda t: merged({"group_defaults": {"gpu": "H300"}}),
-     "group_defaults.gpu", "unknown GPU model 'H300'; known: H200, H100, A100"),
-    ("unknown slurm key", lambda t: {**merged(), "slurm_gpus_pernode": 4},
-     "(top level)", "did you mean 'slurm_gpus_per_node'?"),
+    (
+        "unknown top-level key",
+        lambda t: {**merged(), "sumary": {"aggregate": "mean"}},
+        "(top level)",
+        "unknown key 'sumary' (did you mean 'summary'?)",
+    ),
+    (
+        "unknown key in summary",
+        lambda t: merged({"summary": {"agregate": "mean"}}),
+        "summary",
+        "unknown key 'agregate' (did you mean 'aggregate'?)",
+    ),
+    (
+        "unknown key in allocation",
+        lambda t: merged({"allocation": {"n_workload": 5}}),
+        "allocation",
+        "unknown key 'n_workload'",
+    ),
+    (
+        "unknown key in allocation.sla",
+        lambda t: merged({"allocation": {"sla": {"tier": [0.1]}}}),
+        "allocation.sla",
+        "unknown key 'tier'",
+    ),
+    (
+        "unknown key in group_defaults",
+        lambda t: merged({"group_defaults": {"colour": "red"}}),
+        "group_defaults",
+        "unknown key 'colour'",
+    ),
+    (
+        "unknown key in cuda",
+        lambda t: tiny_cuda(tiny=True, sampler_period=5),
+        "cuda",
+        "unknown key 'sampler_period' (did you mean 'sampler_period_s'?)",
+    ),
+    (
+        "misspelled cuda key",
+        lambda t: tiny_cuda(modle_path="/models/mistral"),
+        "cuda",
+        "unknown key 'modle_path' (did you mean 'model_path'?)",
+    ),
+    (
+        "cuda.cap_control not a mode",
+        lambda t: tiny_cuda(tiny=True, cap_control="sudo"),
+        "cuda.cap_control",
+        "is not one of",
+    ),
+    (
+        "cuda.precision not a policy",
+        lambda t: tiny_cuda(tiny=True, precision="fp8"),
+        "cuda.precision",
+        "is not one of",
+    ),
+    (
+        "cuda.tiny a string",
+        lambda t: tiny_cuda(tiny="yes"),
+        "cuda.tiny",
+        "is not of type 'boolean'",
+    ),
+    (
+        "cuda.nnodes zero",
+        lambda t: tiny_cuda(tiny=True, nnodes=0),
+        "cuda.nnodes",
+        "less than the minimum",
+    ),
+    (
+        "backend cuda without a cuda section",
+        lambda t: merged({"backend": "cuda"}),
+        "cuda.model_path",
+        "no model weights for",
+    ),
+    (
+        "backend cuda, cuda section without weights",
+        lambda t: tiny_cuda(cap_control="observe"),
+        "cuda.model_path",
+        "set cuda.model_path to a local model directory",
+    ),
+    (
+        "model_path not there",
+        lambda t: tiny_cuda(model_path=str(t / "nope")),
+        "cuda.model_path",
+        "not a model directory with a readable config.json",
+    ),
+    (
+        "model_path not a model dir (tiny too)",
+        lambda t: tiny_cuda(tiny=True, model_path=str(t)),
+        "cuda.model_path",
+        "not a model directory",
+    ),
+    (
+        "model_path: one model for groups of three",
+        lambda t: tiny_cuda(
+            model_path=str(
+                model_dir(t, model_type="mistral", num_hidden_layers=40, hidden_size=5120)
+            )
+        ),
+        "cuda.model_path",
+        "is not gpt-oss-20b",
+    ),
+    (
+        "model_path: same family, other size",
+        lambda t: {
+            **one_group(
+                tiny_cuda(
+                    model_path=str(
+                        model_dir(t, model_type="mistral", num_hidden_layers=32, hidden_size=4096)
+                    )
+                )
+            )
+        },
+        "cuda.model_path",
+        "num_hidden_layers 32",
+    ),
+    (
+        "data_path not there",
+        lambda t: tiny_cuda(tiny=True, data_path=str(t / "shards")),
+        "cuda.data_path",
+        "no such file or directory",
+    ),
+    (
+        "cap_control command without cap_command",
+        lambda t: tiny_cuda(tiny=True, cap_control="command"),
+        "cuda.cap_command",
+        "cap_control: command needs cap_command",
+    ),
+    (
+        "cap_command without placeholders",
+        lambda t: tiny_cuda(tiny=True, cap_control="command", cap_command="sudo setcap"),
+        "cuda.cap_command",
+        "must contain {gpu} and {watts}",
+    ),
+    (
+        "cap_command with {node}",
+        lambda t: tiny_cuda(
+            tiny=True, cap_control="command", cap_command="setcap {node} {gpu} {watts}"
+        ),
+        "cuda.cap_command",
+        "has placeholder(s) {node}; only {gpu} and {watts} are filled in",
+    ),
+    (
+        "cap_command with a lone {",
+        lambda t: tiny_cuda(tiny=True, cap_control="command", cap_command="setcap { {gpu} {watts}"),
+        "cuda.cap_command",
+        "is not a valid template",
+    ),
+    (
+        "staircase on cuda with observed caps",
+        lambda t: {**tiny_cuda(tiny=True, cap_control="observe"), "sweep": "staircase"},
+        "cuda.cap_control",
+        "needs cap_control nvml or command",
+    ),
+    (
+        "group gpu H300",
+        lambda t: merged(
+            {
+                "groups": [
+                    {"id": "g", "model": "Qwen3-32B", "task": "pt", "gpus": 8, "gpu": "H300"}
+                ],
+                "repeats": [],
+            }
+        ),
+        "groups[0].gpu",
+        "unknown GPU model 'H300'; known: H200, H100, A100",
+    ),
+    (
+        "group_defaults gpu H300",
+        lambda t: merged({"group_defaults": {"gpu": "H300"}}),
+        "group_defaults.gpu",
+        "unknown GPU model 'H300'; known: H200, H100, A100",
+    ),
+    (
+        "unknown slurm key",
+        lambda t: {**merged(), "slurm_gpus_pernode": 4},
+        "(top level)",
+        "did you mean 'slurm_gpus_per_node'?",
+    ),
 ]
 
 
@@ -124,23 +244,43 @@ def test_an_unknown_gpu_past_the_schema_names_the_known_models():
     """check_semantics looks the GPU up with gpus.gpu_spec: a ConfigError, not a bare KeyError."""
     cfg = prepare(merged(load(TINY)), base=REPO)
     cfg["groups"][0]["gpu"] = "H300"
-    with pytest.raises(ConfigError, match=r"at groups\[0\]\.gpu: unknown GPU model 'H300'; known: H200, H100"):
+    with pytest.raises(
+        ConfigError, match=r"at groups\[0\]\.gpu: unknown GPU model 'H300'; known: H200, H100"
+    ):
         check_semantics(cfg)
 
 
-@pytest.mark.parametrize("cuda", [
-    {"tiny": True},                                                  # random-init smoke model: no weights
-    {"random_init": True, "cap_control": "observe", "sampler": False, "device": "cpu"},
-    {"tiny": True, "cap_control": "command", "cap_command": "sudo /usr/local/bin/setcap {gpu} {watts}"},
-    {"tiny": True, "cap_control": "nvml", "precision": None, "max_steps": None, "nnodes": None},
-    {"tiny": True, "nnodes": 2, "nccl": {"debug": "INFO", "socket_ifname": "ib0", "ib_hca": "mlx5_0",
-                                         "env": {"NCCL_NET_GDR_LEVEL": "PHB"}}},
-], ids=["tiny", "random_init-cpu", "cap-command", "nulls", "two-nodes-nccl"])
+@pytest.mark.parametrize(
+    "cuda",
+    [
+        {"tiny": True},  # random-init smoke model: no weights
+        {"random_init": True, "cap_control": "observe", "sampler": False, "device": "cpu"},
+        {
+            "tiny": True,
+            "cap_control": "command",
+            "cap_command": "sudo /usr/local/bin/setcap {gpu} {watts}",
+        },
+        {"tiny": True, "cap_control": "nvml", "precision": None, "max_steps": None, "nnodes": None},
+        {
+            "tiny": True,
+            "nnodes": 2,
+            "nccl": {
+                "debug": "INFO",
+                "socket_ifname": "ib0",
+                "ib_hca": "mlx5_0",
+                "env": {"NCCL_NET_GDR_LEVEL": "PHB"},
+            },
+        },
+    ],
+    ids=["tiny", "random_init-cpu", "cap-command", "nulls", "two-nodes-nccl"],
+)
 def test_a_complete_cuda_section_validates(tmp_path, cuda):
     prepare(tiny_cuda(**cuda), base=REPO, cwd=tmp_path)
 
 
-def test_a_model_directory_of_the_groups_model_validates_relative_to_the_working_directory(tmp_path):
+def test_a_model_directory_of_the_groups_model_validates_relative_to_the_working_directory(
+    tmp_path,
+):
     model_dir(tmp_path, model_type="mistral", num_hidden_layers=40, hidden_size=5120)
     (tmp_path / "shards").mkdir()
     cfg = one_group(tiny_cuda(model_path="model", data_path="shards"))
@@ -153,10 +293,14 @@ def test_schema_covers_every_cuda_key_the_run_code_reads():
     schema = load(REPO / "config" / "schema" / "config.schema.yaml")
     known = set(schema["properties"]["cuda"]["properties"])
     import re
+
     read = set()
-    for f in ("workflow_scripts/wattflex/runs/options.py", "workflow_scripts/wattflex/runs/real_run.py",
-              "workflow_scripts/wattflex/runs/training/config.py",
-              "workflow_scripts/wattflex/runs/plan.py"):
+    for f in (
+        "workflow_scripts/wattflex/runs/options.py",
+        "workflow_scripts/wattflex/runs/real_run.py",
+        "workflow_scripts/wattflex/runs/training/config.py",
+        "workflow_scripts/wattflex/runs/plan.py",
+    ):
         read |= set(re.findall(r'cuda\.get\("([a-z_]+)"', (REPO / f).read_text()))
     assert read and read == known
 
@@ -167,9 +311,9 @@ SHIPPED = sorted(p for p in (REPO / "config").glob("*.yaml") if p.name != "model
 @pytest.mark.parametrize("path", SHIPPED + [TINY], ids=lambda p: p.name)
 def test_every_shipped_config_still_validates(path):
     doc = load(path)
-    prepare(merged(doc), base=REPO)                  # as `snakemake --configfile` sees it
+    prepare(merged(doc), base=REPO)  # as `snakemake --configfile` sees it
     if "groups" in doc or doc.get("source") == "ingest":
-        prepare(copy.deepcopy(doc), base=REPO)     # on its own (wattflex commands)
+        prepare(copy.deepcopy(doc), base=REPO)  # on its own (wattflex commands)
 
 
 def test_the_slurm_profiles_config_keys_validate():
@@ -183,7 +327,9 @@ def test_defaulted_sections_names_what_the_users_file_left_out(tmp_path):
     got = defaulted_sections(cfg, [user], {"slurm_gpus_per_node": 4})
     assert "allocation" in got and "control" in got
     assert not {"campaign", "groups", "summary", "slurm_gpus_per_node"} & set(got)
-    assert defaulted_sections({**merged(), "_catalog": {}}, [DEFAULT]) == []   # the default config alone
+    assert (
+        defaulted_sections({**merged(), "_catalog": {}}, [DEFAULT]) == []
+    )  # the default config alone
     zeus = REPO / "config" / "zeus-nsdi23.yaml"
     got = defaulted_sections(merged(load(zeus)), [zeus])
     assert "allocation" in got and "groups" not in got and "backend" not in got
@@ -191,25 +337,37 @@ def test_defaulted_sections_names_what_the_users_file_left_out(tmp_path):
 
 def test_the_docs_minimal_measured_campaign_validates(tmp_path):
     text = (REPO / "docs" / "measured.md").read_text()
-    block = text.split("A minimal measured campaign", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    block = (
+        text.split("A minimal measured campaign", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    )
     doc = yaml.safe_load(block)
     facts = load(REPO / "config" / "models.yaml")["models"]["Qwen3-32B"]
-    d = model_dir(tmp_path, model_type=facts["hf_model_type"], num_hidden_layers=facts["layers"],
-                  hidden_size=facts["hidden"])
+    d = model_dir(
+        tmp_path,
+        model_type=facts["hf_model_type"],
+        num_hidden_layers=facts["layers"],
+        hidden_size=facts["hidden"],
+    )
     doc["cuda"]["model_path"] = str(d)
     prepare(merged(doc), base=REPO, cwd=tmp_path)
 
 
 # google/gemma-4-26B-A4B's config.json (its shape: Gemma4ForConditionalGeneration, the text decoder's
 # facts under text_config; the values the catalogue's: config/models.yaml)
-GEMMA4_PUBLISHED = {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"],
-                    "text_config": {"model_type": "gemma4_text", "num_hidden_layers": 30, "hidden_size": 2816},
-                    "vision_config": {"model_type": "gemma4_vision", "num_hidden_layers": 27, "hidden_size": 1152}}
+GEMMA4_PUBLISHED = {
+    "model_type": "gemma4",
+    "architectures": ["Gemma4ForConditionalGeneration"],
+    "text_config": {"model_type": "gemma4_text", "num_hidden_layers": 30, "hidden_size": 2816},
+    "vision_config": {"model_type": "gemma4_vision", "num_hidden_layers": 27, "hidden_size": 1152},
+}
 
 
 def gemma4_campaign(tmp_path: Path, config_json: dict) -> dict:
     cfg = tiny_cuda(model_path=str(model_dir(tmp_path, **config_json)))
-    cfg["groups"], cfg["repeats"] = [{"id": "moe-pt-gemma4-x8", "model": "Gemma-4-26B-A4B", "task": "pt", "gpus": 8}], []
+    cfg["groups"], cfg["repeats"] = (
+        [{"id": "moe-pt-gemma4-x8", "model": "Gemma-4-26B-A4B", "task": "pt", "gpus": 8}],
+        [],
+    )
     return cfg
 
 
@@ -219,6 +377,6 @@ def test_a_published_multimodal_checkpoint_is_its_text_decoders_model(tmp_path):
     the published Gemma-4; the decoder's facts are still checked."""
     prepare(gemma4_campaign(tmp_path / "a", GEMMA4_PUBLISHED), base=REPO, cwd=tmp_path)
     other = copy.deepcopy(GEMMA4_PUBLISHED)
-    other["text_config"]["num_hidden_layers"] = 35                  # another size of the family
+    other["text_config"]["num_hidden_layers"] = 35  # another size of the family
     with pytest.raises(ConfigError, match="is not Gemma-4-26B-A4B .*num_hidden_layers 35"):
         prepare(gemma4_campaign(tmp_path / "b", other), base=REPO, cwd=tmp_path)

@@ -1,4 +1,5 @@
 """The documentation site builds with every page link and anchor resolving (mkdocs.yml's validation + --strict)."""
+
 import os
 import re
 import subprocess
@@ -7,13 +8,34 @@ import sys
 
 def test_mkdocs_build_strict_is_green(repo, tmp_path):
     # mkdocs is in the test extra (pyproject.toml), so a missing mkdocs is a failure, not a skip
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # material's end-of-life banner, not about these pages
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(repo / "mkdocs.yml"),
-                           "-d", str(tmp_path / "site")], cwd=repo, capture_output=True, text=True, env=env)
+    env = {
+        **os.environ,
+        "NO_MKDOCS_2_WARNING": "1",
+    }  # material's end-of-life banner, not about these pages
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(repo / "mkdocs.yml"),
+            "-d",
+            str(tmp_path / "site"),
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     cli_page = (tmp_path / "site" / "cli" / "index.html").read_text()
     # docs/hooks/table_pipes.py: GitHub's `\|` in a table's code span renders as a plain pipe on the site
-    assert "<code>wattflex allocate CURVES.csv (--cut 0.3 | --budget-w W)" in cli_page and "\\|" not in cli_page
+    assert (
+        "<code>wattflex allocate CURVES.csv (--cut 0.3 | --budget-w W)" in cli_page
+        and "\\|" not in cli_page
+    )
 
 
 def test_every_docs_page_is_in_the_nav_and_every_nav_page_exists(repo):

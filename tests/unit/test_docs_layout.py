@@ -11,14 +11,17 @@ PACKAGE = REPO / "workflow_scripts" / "wattflex"
 
 def modules() -> set[str]:
     """Every module, as its path under ``wattflex/`` without ``.py`` (``runs/devices/nvml``)."""
-    return {p.relative_to(PACKAGE).with_suffix("").as_posix() for p in PACKAGE.rglob("*.py")
-            if p.name != "__init__.py"}
+    return {
+        p.relative_to(PACKAGE).with_suffix("").as_posix()
+        for p in PACKAGE.rglob("*.py")
+        if p.name != "__init__.py"
+    }
 
 
 def listed(text: str) -> set[str]:
     """The modules the library's tables name: a first cell's backticked names, each under the
     package its section's heading names (``### `wattflex/runs/`: ...``), else under ``wattflex/``."""
-    library = text[text.index("## The library"):]
+    library = text[text.index("## The library") :]
     names: set[str] = set()
     prefix = ""
     for line in library.splitlines():
@@ -44,5 +47,9 @@ def test_the_layout_page_names_no_module_that_is_gone():
 
 
 def test_a_missing_module_is_found(tmp_path):
-    text = (REPO / "docs" / "layout.md").read_text().replace("| `control/mv` |", "| `control/nothing` |")
+    text = (
+        (REPO / "docs" / "layout.md")
+        .read_text()
+        .replace("| `control/mv` |", "| `control/nothing` |")
+    )
     assert "control/mv" not in listed(text) and "control/nothing" in listed(text)

@@ -31,8 +31,12 @@ def blocks(text: str) -> list[str]:
             fence = not fence
             flush()
             continue
-        if fence or not s or s.startswith(("#", "|", "<!--", "!!!", "--8<--")) \
-                or (line.startswith("    ") and not cur and not ITEM.match(line)):
+        if (
+            fence
+            or not s
+            or s.startswith(("#", "|", "<!--", "!!!", "--8<--"))
+            or (line.startswith("    ") and not cur and not ITEM.match(line))
+        ):
             flush()
             continue
         if ITEM.match(line):
@@ -45,7 +49,11 @@ def blocks(text: str) -> list[str]:
 
 
 def word_counts() -> list[tuple[int, str, str]]:
-    return [(len(b.split()), page.name, b[:80]) for page in sorted(DOCS.glob("*.md")) for b in blocks(page.read_text())]
+    return [
+        (len(b.split()), page.name, b[:80])
+        for page in sorted(DOCS.glob("*.md"))
+        for b in blocks(page.read_text())
+    ]
 
 
 def test_paragraphs_are_short():

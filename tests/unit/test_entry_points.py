@@ -41,19 +41,59 @@ def _bad(spec: dict, change) -> str:
 RUN_AT_CAP_CASES = {
     # name: (spec text (None: no file), outdir, what the message says)
     "spec missing": (None, "out", "SPEC spec.json: no such file"),
-    "spec not JSON": ("{not json", "out", "spec.json: cannot read the spec (Expecting property name"),
-    "spec a list": ("[1, 2]", "out", "spec.json: not a run spec (a JSON object expected, found list)"),
-    "spec no keys": ('{"a": 1}', "out", "spec.json: not a run spec: missing backend, cap_w, group, run_id, repeat"),
+    "spec not JSON": (
+        "{not json",
+        "out",
+        "spec.json: cannot read the spec (Expecting property name",
+    ),
+    "spec a list": (
+        "[1, 2]",
+        "out",
+        "spec.json: not a run spec (a JSON object expected, found list)",
+    ),
+    "spec no keys": (
+        '{"a": 1}',
+        "out",
+        "spec.json: not a run spec: missing backend, cap_w, group, run_id, repeat",
+    ),
     "no run_id": (lambda s: s.pop("run_id"), "out", "spec.json: not a run spec: missing run_id"),
-    "cap_w text": (lambda s: s.update(cap_w="abc"), "out", "spec.json: cap_w: 'abc' is not a positive number of watts"),
-    "cap_w negative": (lambda s: s.update(cap_w=-5), "out", "spec.json: cap_w: -5 is not a positive number of watts"),
-    "group text": (lambda s: s.update(group="x"), "out", "spec.json: group: a JSON object with an id expected"),
-    "backend": (lambda s: s.update(backend="foo"), "out", "spec.json: backend: 'foo' is not one of emulated, cuda"),
+    "cap_w text": (
+        lambda s: s.update(cap_w="abc"),
+        "out",
+        "spec.json: cap_w: 'abc' is not a positive number of watts",
+    ),
+    "cap_w negative": (
+        lambda s: s.update(cap_w=-5),
+        "out",
+        "spec.json: cap_w: -5 is not a positive number of watts",
+    ),
+    "group text": (
+        lambda s: s.update(group="x"),
+        "out",
+        "spec.json: group: a JSON object with an id expected",
+    ),
+    "backend": (
+        lambda s: s.update(backend="foo"),
+        "out",
+        "spec.json: backend: 'foo' is not one of emulated, cuda",
+    ),
     "run text": (lambda s: s.update(run="x"), "out", "spec.json: run: a JSON object expected"),
-    "gpus 0": (lambda s: s["group"].update(gpus=0), "out", "spec.json: group.gpus: 0 is not a positive whole number"),
-    "gpus text": (lambda s: s["group"].update(gpus="8"), "out", "spec.json: group.gpus: '8' is not a positive whole"),
+    "gpus 0": (
+        lambda s: s["group"].update(gpus=0),
+        "out",
+        "spec.json: group.gpus: 0 is not a positive whole number",
+    ),
+    "gpus text": (
+        lambda s: s["group"].update(gpus="8"),
+        "out",
+        "spec.json: group.gpus: '8' is not a positive whole",
+    ),
     "outdir a file": ("ok", "afile", "afile: OUTDIR is a file, not a directory"),
-    "outdir under a file": ("ok", "afile/sub", "afile/sub: afile, a folder above OUTDIR, is a file, not a directory"),
+    "outdir under a file": (
+        "ok",
+        "afile/sub",
+        "afile/sub: afile, a folder above OUTDIR, is a file, not a directory",
+    ),
 }
 
 
@@ -77,7 +117,11 @@ def test_run_at_cap_good_spec_still_runs(tmp_path, spec, run_cli):
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     proc = run_cli("run-at-cap", "spec.json", "out", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert {p.name for p in (tmp_path / "out").iterdir()} == {"telemetry.parquet", "steps.parquet", "run.json"}
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {
+        "telemetry.parquet",
+        "steps.parquet",
+        "run.json",
+    }
 
 
 @pytest.mark.parametrize("held", ["real", "emulated", "other"])
@@ -87,12 +131,18 @@ def test_run_at_cap_refuses_an_outdir_that_holds_files(tmp_path, spec, held, run
     out.mkdir()
     files = {"train.log": b"the measured run's log\n"}
     if held != "other":
-        files["run.json"] = json.dumps({"provenance": {"backend": "cuda" if held == "real" else "emulated"}}).encode()
+        files["run.json"] = json.dumps(
+            {"provenance": {"backend": "cuda" if held == "real" else "emulated"}}
+        ).encode()
     for name, data in files.items():
         (out / name).write_bytes(data)
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     line = one_line_error(run_cli("run-at-cap", "spec.json", "out", cwd=tmp_path), "run-at-cap")
-    what = {"real": "holds a run (cuda backend)", "emulated": "holds a run (emulated backend)", "other": "is not empty"}
+    what = {
+        "real": "holds a run (cuda backend)",
+        "emulated": "holds a run (emulated backend)",
+        "other": "is not empty",
+    }
     assert f"out: OUTDIR {what[held]}: {', '.join(sorted(files))}; " in line, line
     assert {p.name: p.read_bytes() for p in out.iterdir()} == files
 
@@ -106,7 +156,9 @@ def test_run_at_cap_writes_into_an_empty_outdir(tmp_path, spec, run_cli):
 
 def test_restore_caps_state_dir_a_file_is_one_line(tmp_path, run_cli):
     (tmp_path / "afile").write_text("x")
-    line = one_line_error(run_cli("restore-caps", "--state-dir", "afile", cwd=tmp_path), "restore-caps")
+    line = one_line_error(
+        run_cli("restore-caps", "--state-dir", "afile", cwd=tmp_path), "restore-caps"
+    )
     assert line.endswith("afile: the state dir is a file, not a directory")
 
 
@@ -119,7 +171,10 @@ STATE_FILES = {
     "list": ("[1]", "a JSON object expected, found list"),
     "pid": ('{"pid": "x", "gpus": []}', "pid 'x' is not an integer"),
     "gpus": ('{"pid": 999999999, "gpus": "abc"}', "gpus is not a list"),
-    "gpu entry": ('{"pid": 999999999, "gpus": [{"index": 0}]}', "lacks an integer index and a finite original_limit_w"),
+    "gpu entry": (
+        '{"pid": 999999999, "gpus": [{"index": 0}]}',
+        "lacks an integer index and a finite original_limit_w",
+    ),
     "not JSON": ("{", "unreadable: "),
 }
 
@@ -142,6 +197,7 @@ def test_restore_caps_bad_state_files_are_reported_each_and_others_go_on(tmp_pat
 
 
 # --- the readers of a run's files ---------------------------------------------------------
+
 
 @pytest.fixture
 def run_dir(tmp_path, spec) -> Path:
@@ -170,16 +226,52 @@ def _empty(path: Path) -> None:
 
 CORRUPT = {
     # name: (file, how, what the message says)
-    "telemetry truncated": ("telemetry.parquet", lambda p: p.write_bytes(p.read_bytes()[:100]), "not a readable parquet file ("),
-    "telemetry text": ("telemetry.parquet", lambda p: p.write_text("hello"), "not a readable parquet file ("),
-    "telemetry empty file": ("telemetry.parquet", lambda p: p.write_bytes(b""), "not a readable parquet file ("),
-    "telemetry no power": ("telemetry.parquet", lambda p: _drop_column(p, "power_w"), "column(s) power_w missing"),
+    "telemetry truncated": (
+        "telemetry.parquet",
+        lambda p: p.write_bytes(p.read_bytes()[:100]),
+        "not a readable parquet file (",
+    ),
+    "telemetry text": (
+        "telemetry.parquet",
+        lambda p: p.write_text("hello"),
+        "not a readable parquet file (",
+    ),
+    "telemetry empty file": (
+        "telemetry.parquet",
+        lambda p: p.write_bytes(b""),
+        "not a readable parquet file (",
+    ),
+    "telemetry no power": (
+        "telemetry.parquet",
+        lambda p: _drop_column(p, "power_w"),
+        "column(s) power_w missing",
+    ),
     "telemetry no rows": ("telemetry.parquet", _empty, "no rows"),
-    "steps truncated": ("steps.parquet", lambda p: p.write_bytes(p.read_bytes()[:-50]), "not a readable parquet file ("),
-    "steps no tokens": ("steps.parquet", lambda p: _drop_column(p, "tokens"), "column(s) tokens missing"),
-    "run.json truncated": ("run.json", lambda p: p.write_text(p.read_text()[:40]), "not a readable run record ("),
-    "run.json a list": ("run.json", lambda p: p.write_text("[]"), "not a run record (a JSON object expected, found list)"),
-    "run.json binary": ("run.json", lambda p: p.write_bytes(b"\xff\xfe\x00"), "not a readable run record ("),
+    "steps truncated": (
+        "steps.parquet",
+        lambda p: p.write_bytes(p.read_bytes()[:-50]),
+        "not a readable parquet file (",
+    ),
+    "steps no tokens": (
+        "steps.parquet",
+        lambda p: _drop_column(p, "tokens"),
+        "column(s) tokens missing",
+    ),
+    "run.json truncated": (
+        "run.json",
+        lambda p: p.write_text(p.read_text()[:40]),
+        "not a readable run record (",
+    ),
+    "run.json a list": (
+        "run.json",
+        lambda p: p.write_text("[]"),
+        "not a run record (a JSON object expected, found list)",
+    ),
+    "run.json binary": (
+        "run.json",
+        lambda p: p.write_bytes(b"\xff\xfe\x00"),
+        "not a readable run record (",
+    ),
 }
 
 
@@ -192,8 +284,10 @@ def test_damaged_run_file_names_the_file_and_the_rerun(run_dir, case):
     msg = str(err.value)
     assert "\n" not in msg
     assert msg.startswith(f"{run_dir / name}: {expected}"), msg
-    assert msg.endswith(f"; redo that run alone: WATTFLEX_REDO_RUNS=g/cap500 snakemake --cores all --force "
-                        f"{run_dir / 'run.json'}"), msg
+    assert msg.endswith(
+        f"; redo that run alone: WATTFLEX_REDO_RUNS=g/cap500 snakemake --cores all --force "
+        f"{run_dir / 'run.json'}"
+    ), msg
 
 
 def test_intact_run_files_read_back(run_dir):

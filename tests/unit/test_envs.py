@@ -1,10 +1,15 @@
 """envs/*.yaml (for --sdm conda) must list what pyproject.toml requires, with the same ranges."""
+
 import re
 import tomllib
 
 import yaml
 
-CONDA_NAMES = {"torch": "pytorch", "snakemake": "snakemake-minimal", "prometheus-client": "prometheus_client"}
+CONDA_NAMES = {
+    "torch": "pytorch",
+    "snakemake": "snakemake-minimal",
+    "prometheus-client": "prometheus_client",
+}
 
 
 def _spec(req: str) -> tuple[str, str]:
@@ -39,4 +44,6 @@ def test_every_rule_with_a_script_names_a_conda_env(repo):
         text = smk.read_text()
         for block in re.split(r"\nrule ", text)[1:]:
             if "script:" in block:
-                assert "conda:" in block, f"{smk.name}: rule {block.split(':')[0]} has no conda: directive"
+                assert "conda:" in block, (
+                    f"{smk.name}: rule {block.split(':')[0]} has no conda: directive"
+                )

@@ -16,15 +16,38 @@ LIB = Path(__file__).resolve().parents[2] / "workflow_scripts" / "wattflex"
 #: Bottom to top. A name is a top-level module or a subpackage (and all its modules).
 LAYERS = [
     # core: facts and plumbing every stage shares
-    ["wattflex", "errors", "provenance", "labels", "vocabulary", "gpus", "architectures", "run_ids", "schema", "telemetry",
-     "fingerprint", "smk", "config", "pfi", "metrics"],
-    ["ingest"],                      # measured sweeps and DCGM captures from elsewhere
-    ["runs", "snakemake_internals"],  # where runs come from; the Snakemake hooks that guard real runs
-    ["analysis", "calibration"],     # PFI, statistics, predictor, tables; fitting the emulator to them
-    ["allocation"],                  # splitting a power cut across jobs
-    ["control", "grid"],             # following grid events with per-job caps
-    ["plots", "report_sections", "report", "doctor"],  # figures, the HTML report, what a machine offers
-    ["commands", "cli"],             # the `wattflex` command
+    [
+        "wattflex",
+        "errors",
+        "provenance",
+        "labels",
+        "vocabulary",
+        "gpus",
+        "architectures",
+        "run_ids",
+        "schema",
+        "telemetry",
+        "fingerprint",
+        "smk",
+        "config",
+        "pfi",
+        "metrics",
+    ],
+    ["ingest"],  # measured sweeps and DCGM captures from elsewhere
+    [
+        "runs",
+        "snakemake_internals",
+    ],  # where runs come from; the Snakemake hooks that guard real runs
+    ["analysis", "calibration"],  # PFI, statistics, predictor, tables; fitting the emulator to them
+    ["allocation"],  # splitting a power cut across jobs
+    ["control", "grid"],  # following grid events with per-job caps
+    [
+        "plots",
+        "report_sections",
+        "report",
+        "doctor",
+    ],  # figures, the HTML report, what a machine offers
+    ["commands", "cli"],  # the `wattflex` command
 ]
 
 #: Arrows that point up today, each with why it is allowed for now. Nothing else may.
@@ -53,8 +76,11 @@ def _resolve(base: str, names: list[str]) -> list[str]:
     for name in names:
         sub = f"{base}.{name}" if base != "wattflex" else name
         rel = Path(*sub.split("."))
-        out.append(sub if (LIB / rel).with_suffix(".py").is_file() or (LIB / rel / "__init__.py").is_file()
-                   else base)
+        out.append(
+            sub
+            if (LIB / rel).with_suffix(".py").is_file() or (LIB / rel / "__init__.py").is_file()
+            else base
+        )
     return out
 
 
@@ -68,14 +94,23 @@ def imports(path: Path, source: str | None = None) -> set[str]:
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
         if isinstance(node, ast.Import):
-            found.update(a.name.removeprefix("wattflex.") if a.name != "wattflex" else "wattflex"
-                         for a in node.names if a.name.split(".")[0] == "wattflex")
+            found.update(
+                a.name.removeprefix("wattflex.") if a.name != "wattflex" else "wattflex"
+                for a in node.names
+                if a.name.split(".")[0] == "wattflex"
+            )
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                parts = package[: len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+                parts = package[: len(package) - (node.level - 1)] + (
+                    node.module.split(".") if node.module else []
+                )
                 base = ".".join(parts) or "wattflex"
             elif node.module and node.module.split(".")[0] == "wattflex":
-                base = node.module.removeprefix("wattflex.") if node.module != "wattflex" else "wattflex"
+                base = (
+                    node.module.removeprefix("wattflex.")
+                    if node.module != "wattflex"
+                    else "wattflex"
+                )
             else:
                 continue
             found.update(_resolve(base, [a.name for a in node.names]))
@@ -91,13 +126,19 @@ def layer_of(module: str) -> int:
                 if best is None or len(name) > best[0]:
                     best = (len(name), i)
     if best is None:
-        raise KeyError(f"{module}: in no layer of tests/unit/test_layering.py's LAYERS; add it where it belongs")
+        raise KeyError(
+            f"{module}: in no layer of tests/unit/test_layering.py's LAYERS; add it where it belongs"
+        )
     return best[1]
 
 
 def edges() -> list[tuple[str, str]]:
-    return sorted((_module_name(p), dep) for p in LIB.rglob("*.py") if "__pycache__" not in p.parts
-                  for dep in imports(p))
+    return sorted(
+        (_module_name(p), dep)
+        for p in LIB.rglob("*.py")
+        if "__pycache__" not in p.parts
+        for dep in imports(p)
+    )
 
 
 def upward(all_edges: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -116,8 +157,13 @@ def test_every_module_has_a_layer():
 
 def test_nothing_imports_upward():
     up = [e for e in upward(edges()) if e not in ALLOWED_UP]
-    assert not up, "imports of a higher layer (move the code down, or the import up):\n" + "\n".join(
-        f"wattflex.{a} (layer {layer_of(a)}) imports wattflex.{b} (layer {layer_of(b)})" for a, b in up)
+    assert not up, (
+        "imports of a higher layer (move the code down, or the import up):\n"
+        + "\n".join(
+            f"wattflex.{a} (layer {layer_of(a)}) imports wattflex.{b} (layer {layer_of(b)})"
+            for a, b in up
+        )
+    )
 
 
 def test_every_allowed_exception_is_still_needed():
@@ -125,13 +171,19 @@ def test_every_allowed_exception_is_still_needed():
     assert not stale, f"no longer imported upward, remove from ALLOWED_UP: {sorted(stale)}"
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("import wattflex.analysis.pfi as pfi\n", {"analysis.pfi"}),
-    ("def f():\n    from wattflex.plots import sweeps\n", {"plots.sweeps"}),  # lazy imports count
-    ("from wattflex import calibration as cal, __version__\n", {"calibration", "wattflex"}),
-    ("from ..analysis.pfi import pfi_table\n", {"analysis.pfi"}),
-    ("from . import curves\n", {"allocation.curves"}),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("import wattflex.analysis.pfi as pfi\n", {"analysis.pfi"}),
+        (
+            "def f():\n    from wattflex.plots import sweeps\n",
+            {"plots.sweeps"},
+        ),  # lazy imports count
+        ("from wattflex import calibration as cal, __version__\n", {"calibration", "wattflex"}),
+        ("from ..analysis.pfi import pfi_table\n", {"analysis.pfi"}),
+        ("from . import curves\n", {"allocation.curves"}),
+    ],
+)
 def test_imports_sees_every_kind_of_import(source, expected):
     # as if it were a module of wattflex.allocation, so relative imports resolve there
     assert imports(LIB / "allocation" / "probe.py", source) == expected
@@ -139,4 +191,6 @@ def test_imports_sees_every_kind_of_import(source, expected):
 
 def test_an_upward_import_is_caught():
     # runs importing a figure module: plots sit above runs
-    assert upward([("runs.runner", "plots.sweeps"), ("plots.sweeps", "runs.runner")]) == [("runs.runner", "plots.sweeps")]
+    assert upward([("runs.runner", "plots.sweeps"), ("plots.sweeps", "runs.runner")]) == [
+        ("runs.runner", "plots.sweeps")
+    ]

@@ -32,14 +32,20 @@ def imports_of(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name.startswith("wattflex"))
         elif isinstance(node, ast.ImportFrom):
-            mod = ".".join([*pkg[: len(pkg) - node.level + 1], *(node.module or "").split(".")]).strip(".") \
-                if node.level else node.module or ""
+            mod = (
+                ".".join(
+                    [*pkg[: len(pkg) - node.level + 1], *(node.module or "").split(".")]
+                ).strip(".")
+                if node.level
+                else node.module or ""
+            )
             if mod.split(".")[0] != "wattflex":
                 continue
             for a in node.names:  # `from pkg import submodule` depends on the submodule only
                 sub = f"{mod}.{a.name}"
-                if (LIB.parent / sub.replace(".", "/")).with_suffix(".py").is_file() or \
-                        (LIB.parent / sub.replace(".", "/") / "__init__.py").is_file():
+                if (LIB.parent / sub.replace(".", "/")).with_suffix(".py").is_file() or (
+                    LIB.parent / sub.replace(".", "/") / "__init__.py"
+                ).is_file():
                     out.add(sub)
                 else:
                     out.add(mod)
@@ -57,7 +63,7 @@ def test_no_import_cycle_in_the_package():
             if dep == "wattflex" or dep not in graph:  # the root package holds no logic
                 continue
             if state.get(dep) == 1:
-                cycles.append(stack[stack.index(dep):] + [dep] if dep in stack else [mod, dep])
+                cycles.append(stack[stack.index(dep) :] + [dep] if dep in stack else [mod, dep])
             elif dep not in state:
                 visit(dep, stack + [dep])
         state[mod] = 2
@@ -81,34 +87,67 @@ def test_matplotlib_is_imported_only_under_plots():
         tree = ast.parse(path.read_text())
         top = set(map(id, tree.body))
         for node in ast.walk(tree):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            if any(n.split(".")[0] == "matplotlib" or n.startswith("wattflex.plots") for n in names):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(
+                n.split(".")[0] == "matplotlib" or n.startswith("wattflex.plots") for n in names
+            ):
                 if rel.parts[0] != "commands" or id(node) in top:
                     offenders.append(str(rel))
-    assert not offenders, f"modules outside plots/ that import matplotlib or plot code: {sorted(set(offenders))}"
-    rule_scripts = [p for p in (REPO / "workflow_scripts").glob("*.py") if "wattflex.commands" in p.read_text()]
+    assert not offenders, (
+        f"modules outside plots/ that import matplotlib or plot code: {sorted(set(offenders))}"
+    )
+    rule_scripts = [
+        p for p in (REPO / "workflow_scripts").glob("*.py") if "wattflex.commands" in p.read_text()
+    ]
     assert not rule_scripts, f"rule scripts importing a command (and so plot code): {rule_scripts}"
 
 
 @pytest.mark.parametrize("package", sorted(p.parent.name for p in LIB.glob("*/__init__.py")))
 def test_each_subpackage_says_what_it_is_for(package):
     doc = ast.get_docstring(ast.parse((LIB / package / "__init__.py").read_text()))
-    assert doc and len(doc.split()) >= 8, f"wattflex/{package}/__init__.py needs a docstring stating its job"
+    assert doc and len(doc.split()) >= 8, (
+        f"wattflex/{package}/__init__.py needs a docstring stating its job"
+    )
 
 
 # ---- references in comments, docstrings and docs ---------------------------------------
 
-TOP_DIRS = ("benchmarks", "tests", "rules", "config", "workflow_scripts", "resources", "profiles", "slurm",
-            "envs", ".ci")
-PATH_RE = re.compile(r"(?<![\w/.-])((?:" + "|".join(re.escape(d) for d in TOP_DIRS) + r")/[\w./-]*\w)")
+TOP_DIRS = (
+    "benchmarks",
+    "tests",
+    "rules",
+    "config",
+    "workflow_scripts",
+    "resources",
+    "profiles",
+    "slurm",
+    "envs",
+    ".ci",
+)
+PATH_RE = re.compile(
+    r"(?<![\w/.-])((?:" + "|".join(re.escape(d) for d in TOP_DIRS) + r")/[\w./-]*\w)"
+)
 LIB_PATH_RE = re.compile(r"(?<![\w/.-])wattflex/([\w/]+\.py)")
 MODULE_RE = re.compile(r"(?<![\w./-])wattflex\.([a-z_][\w]*(?:\.[a-z_][\w]*)*)")
 
 
 def text_files() -> list[Path]:
-    files = [REPO / "README.md", *REPO.glob("docs/**/*.md"), REPO / "Snakefile", *REPO.glob("rules/**/*.smk"), *REPO.glob("config/**/*.yaml"),
-             *REPO.glob("workflow_scripts/**/*.py"), *REPO.glob("benchmarks/*.py"), *REPO.glob("resources/**/*.md")]
+    files = [
+        REPO / "README.md",
+        *REPO.glob("docs/**/*.md"),
+        REPO / "Snakefile",
+        *REPO.glob("rules/**/*.smk"),
+        *REPO.glob("config/**/*.yaml"),
+        *REPO.glob("workflow_scripts/**/*.py"),
+        *REPO.glob("benchmarks/*.py"),
+        *REPO.glob("resources/**/*.md"),
+    ]
     return [f for f in files if "__pycache__" not in f.parts]
 
 
@@ -145,7 +184,9 @@ def test_no_text_names_a_repo_file_or_module_that_does_not_exist():
         for m in MODULE_RE.finditer(text):
             if not resolves(m.group(1)):
                 missing.append(f"{f.relative_to(REPO)}: wattflex.{m.group(1)}")
-    assert not missing, "references to files/modules that do not exist:\n" + "\n".join(sorted(set(missing)))
+    assert not missing, "references to files/modules that do not exist:\n" + "\n".join(
+        sorted(set(missing))
+    )
 
 
 def test_what_the_snakefile_imports_at_every_start_stays_light():
@@ -156,12 +197,25 @@ def test_what_the_snakefile_imports_at_every_start_stays_light():
     import subprocess
     import sys
 
-    modules = sorted({m for smk in (REPO / "rules").glob("**/*.smk") if smk.name != "ingest.smk"
-                      for m in re.findall(r"^from (wattflex[\w.]*) import", smk.read_text(), re.M)})
+    modules = sorted(
+        {
+            m
+            for smk in (REPO / "rules").glob("**/*.smk")
+            if smk.name != "ingest.smk"
+            for m in re.findall(r"^from (wattflex[\w.]*) import", smk.read_text(), re.M)
+        }
+    )
     assert "wattflex.config" in modules and "wattflex.report_sections" in modules
-    code = (f"import sys; import {', '.join(modules)}; "
-            "heavy = sorted(m for m in ('numpy', 'pandas', 'pyarrow', 'scipy', 'matplotlib') if m in sys.modules); "
-            "assert not heavy, heavy")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=REPO / "workflow_scripts")
+    code = (
+        f"import sys; import {', '.join(modules)}; "
+        "heavy = sorted(m for m in ('numpy', 'pandas', 'pyarrow', 'scipy', 'matplotlib') if m in sys.modules); "
+        "assert not heavy, heavy"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO / "workflow_scripts",
+    )
     assert res.returncode == 0, res.stderr

@@ -31,22 +31,36 @@ def test_a_metric_added_to_the_registry_reaches_the_telemetry_schema(with_fake_m
 
 
 @pytest.mark.fake_gpu
-def test_a_metric_added_to_the_registry_is_a_column_of_the_nvml_samplers_rows(fake_nvml, with_fake_metric):
+def test_a_metric_added_to_the_registry_is_a_column_of_the_nvml_samplers_rows(
+    fake_nvml, with_fake_metric
+):
     row = nvml.NvmlGpu(0).sample(0.0)
-    assert "nvlink_util" in row and row["nvlink_util"] != row["nvlink_util"]   # NaN: no NVML source yet
+    assert (
+        "nvlink_util" in row and row["nvlink_util"] != row["nvlink_util"]
+    )  # NaN: no NVML source yet
 
 
 def test_a_metric_added_to_the_registry_is_summarised_and_a_predictor_candidate(with_fake_metric):
-    tel = pd.DataFrame({"t_s": [0.0, 0.0], "power_w": [300.0, 310.0], "gpu_util": [90.0, 92.0],
-                        "nvlink_util": [20.0, 30.0]})
+    tel = pd.DataFrame(
+        {
+            "t_s": [0.0, 0.0],
+            "power_w": [300.0, 310.0],
+            "gpu_util": [90.0, 92.0],
+            "nvlink_util": [20.0, 30.0],
+        }
+    )
     assert telemetry.job_series(tel)["nvlink_util"].tolist() == [25.0]
     assert "nvlink_util" in predictor.resolve_features("all_dcgm")
     assert predictor.feature_definitions()["nvlink_util"] == "NVLink utilisation (%)"
     train = pd.DataFrame({"nvlink_util": [1.0, 2.0, 3.0], "gpu_util": [5.0, 5.0, 5.0]})
-    assert predictor.resolve_features("all_dcgm", train) == ["nvlink_util"]   # constant gpu_util dropped
+    assert predictor.resolve_features("all_dcgm", train) == [
+        "nvlink_util"
+    ]  # constant gpu_util dropped
 
 
-def test_a_metric_added_to_the_registry_is_a_column_of_emulated_telemetry(default_config, with_fake_metric):
+def test_a_metric_added_to_the_registry_is_a_column_of_emulated_telemetry(
+    default_config, with_fake_metric
+):
     from wattflex.config import run_spec
     from wattflex.runs.devices.emulated import run_emulated
 
@@ -54,7 +68,9 @@ def test_a_metric_added_to_the_registry_is_a_column_of_emulated_telemetry(defaul
     spec["run"] = {**spec["run"], "duration_s": 300, "eval_at_s": None, "checkpoint_at_s": None}
     tel, _, _ = run_emulated(spec)
     assert list(tel.columns) == telemetry.TELEMETRY_COLUMNS
-    assert tel["nvlink_util"].isna().all() and tel["power_w"].notna().all()   # no emulator source: NaN
+    assert (
+        tel["nvlink_util"].isna().all() and tel["power_w"].notna().all()
+    )  # no emulator source: NaN
 
 
 def test_without_the_fake_metric_nothing_of_it_is_left():
@@ -67,11 +83,18 @@ def test_the_dcgm_parser_tables_come_from_the_registry():
     assert set(ingest_dcgm.FIELDS) == set(by_field)
     for fid, (exporter, dmon, column, factor) in ingest_dcgm.FIELDS.items():
         m = by_field[fid]
-        assert (exporter, dmon, column, factor) == (m.dcgm_exporter, m.dcgm_dmon, m.name, m.dcgm_factor)
+        assert (exporter, dmon, column, factor) == (
+            m.dcgm_exporter,
+            m.dcgm_dmon,
+            m.name,
+            m.dcgm_factor,
+        )
         assert ingest_dcgm.EXPORTER_METRICS[exporter] == (column, factor)
         assert ingest_dcgm.DMON_NAMES[dmon] == (column, factor)
-    assert ingest_dcgm.range_problem("dram_active", 45.0) == \
-        "dram_active = 45 is outside 0-1 (a 0-1 ratio, not a percentage)"
+    assert (
+        ingest_dcgm.range_problem("dram_active", 45.0)
+        == "dram_active = 45 is outside 0-1 (a 0-1 ratio, not a percentage)"
+    )
 
 
 def test_every_registry_entry_is_complete_and_unique():

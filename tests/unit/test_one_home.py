@@ -24,11 +24,16 @@ CONFIG = REPO / "config" / "config.yaml"
 
 # Dataclass fields named like a schema key that are another fact (not a config key's default).
 OTHER_FACTS = {
-    ("Schedule", "source"): "a grid schedule's origin (wattflex.grid.events), not the campaign's source:",
+    (
+        "Schedule",
+        "source",
+    ): "a grid schedule's origin (wattflex.grid.events), not the campaign's source:",
 }
 
 
-def schema_defaults(node: dict[str, Any], path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+def schema_defaults(
+    node: dict[str, Any], path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], Any]]:
     """(path, default) of every leaf key with a ``default:`` (a section's ``{}`` is structure,
     not a fact); ``*`` stands for any key of a mapping (``control.scenarios.<name>``)."""
     for key, sub in (node.get("properties") or {}).items():
@@ -53,7 +58,13 @@ def same(a: Any, b: Any) -> bool:
 
 
 def same_kind(a: Any, b: Any) -> bool:
-    kind = lambda v: "bool" if isinstance(v, bool) else "number" if isinstance(v, (int, float)) else type(v).__name__
+    kind = lambda v: (
+        "bool"
+        if isinstance(v, bool)
+        else "number"
+        if isinstance(v, (int, float))
+        else type(v).__name__
+    )
     return kind(a) == kind(b)
 
 
@@ -78,14 +89,19 @@ def literal(node: ast.AST) -> tuple[bool, Any]:
 def is_dataclass(cls: ast.ClassDef) -> bool:
     for d in cls.decorator_list:
         f = d.func if isinstance(d, ast.Call) else d
-        if (isinstance(f, ast.Name) and f.id == "dataclass") or (isinstance(f, ast.Attribute) and f.attr == "dataclass"):
+        if (isinstance(f, ast.Name) and f.id == "dataclass") or (
+            isinstance(f, ast.Attribute) and f.attr == "dataclass"
+        ):
             return True
     return False
 
 
 def field_default(value: ast.AST | None) -> ast.AST | None:
     """The default expression of ``x: T = value`` (``field(default=...)`` too)."""
-    if isinstance(value, ast.Call) and getattr(value.func, "id", getattr(value.func, "attr", "")) == "field":
+    if (
+        isinstance(value, ast.Call)
+        and getattr(value.func, "id", getattr(value.func, "attr", "")) == "field"
+    ):
         return next((k.value for k in value.keywords if k.arg == "default"), None)
     return value
 
@@ -98,20 +114,36 @@ def restated_in_code(tree: ast.AST, where: str) -> Iterator[str]:
                     continue
                 name, expr = stmt.target.id, field_default(stmt.value)
                 ok, value = literal(expr) if expr is not None else (False, None)
-                if not ok or value is None or name not in BY_NAME or (node.name, name) in OTHER_FACTS:
+                if (
+                    not ok
+                    or value is None
+                    or name not in BY_NAME
+                    or (node.name, name) in OTHER_FACTS
+                ):
                     continue
                 # the same value restated, or one that disagrees with it (of its kind, or where it has none)
-                hits = [p for p, d in BY_NAME[name] if same(value, d) or same_kind(value, d) or d is None]
+                hits = [
+                    p
+                    for p, d in BY_NAME[name]
+                    if same(value, d) or same_kind(value, d) or d is None
+                ]
                 if hits:
                     yield f"{where}:{stmt.lineno}: {node.name}.{name} = {value!r} (schema: {', '.join(hits)})"
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and node.func.attr in ("get", "setdefault", "pop") and len(node.args) == 2
-              and isinstance(node.args[0], ast.Constant) and node.args[0].value in BY_NAME):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("get", "setdefault", "pop")
+            and len(node.args) == 2
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value in BY_NAME
+        ):
             ok, value = literal(node.args[1])
             hits = [p for p, d in BY_NAME[node.args[0].value] if ok and same(value, d)]
             if hits:
-                yield (f"{where}:{node.lineno}: .{node.func.attr}({node.args[0].value!r}, {value!r}) "
-                       f"(schema: {', '.join(hits)})")
+                yield (
+                    f"{where}:{node.lineno}: .{node.func.attr}({node.args[0].value!r}, {value!r}) "
+                    f"(schema: {', '.join(hits)})"
+                )
 
 
 def package_restatements() -> list[str]:
@@ -123,40 +155,60 @@ def package_restatements() -> list[str]:
 
 def test_config_yaml_states_only_what_differs_from_the_schema():
     restated = list(restated_in_config(read_yaml(CONFIG)))
-    assert not restated, ("config/config.yaml restates the schema's defaults (delete them there; the "
-                          "schema is their home):\n  " + "\n  ".join(restated))
+    assert not restated, (
+        "config/config.yaml restates the schema's defaults (delete them there; the "
+        "schema is their home):\n  " + "\n  ".join(restated)
+    )
 
 
 def test_no_dataclass_default_or_get_default_restates_the_schema():
     restated = package_restatements()
-    assert not restated, ("a schema default stated again in code (take it from wattflex.schema."
-                          "section_defaults):\n  " + "\n  ".join(restated))
+    assert not restated, (
+        "a schema default stated again in code (take it from wattflex.schema."
+        "section_defaults):\n  " + "\n  ".join(restated)
+    )
 
 
-@pytest.mark.parametrize("source, found", [
-    ("from dataclasses import dataclass\n@dataclass\nclass T:\n    duration_s: float = 1800.0\n", "T.duration_s"),
-    ("from dataclasses import dataclass, field\n@dataclass\nclass T:\n    compile: bool = field(default=False)\n",
-     "T.compile"),
-    ("def f(run):\n    return run.get('sample_period_s', 5)\n", ".get('sample_period_s', 5)"),
-    ("def f(g):\n    return g.setdefault('aggregate', 'top10')\n", ".setdefault('aggregate', 'top10')"),
-])
+@pytest.mark.parametrize(
+    "source, found",
+    [
+        (
+            "from dataclasses import dataclass\n@dataclass\nclass T:\n    duration_s: float = 1800.0\n",
+            "T.duration_s",
+        ),
+        (
+            "from dataclasses import dataclass, field\n@dataclass\nclass T:\n    compile: bool = field(default=False)\n",
+            "T.compile",
+        ),
+        ("def f(run):\n    return run.get('sample_period_s', 5)\n", ".get('sample_period_s', 5)"),
+        (
+            "def f(g):\n    return g.setdefault('aggregate', 'top10')\n",
+            ".setdefault('aggregate', 'top10')",
+        ),
+    ],
+)
 def test_the_check_finds_each_kind_of_restatement(source, found):
     hits = list(restated_in_code(ast.parse(source), "x.py"))
     assert len(hits) == 1 and found in hits[0]
 
 
-@pytest.mark.parametrize("source", [
-    "def f(run):\n    return run.get('sample_period_s')\n",                 # no default: the filled config's
-    "def f(g):\n    return g.get('gpus', 1)\n",                             # not control.cluster.gpus' 256
-    "from dataclasses import dataclass\n@dataclass\nclass T:\n    duration_s: float = DEFAULTS['duration_s']\n",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def f(run):\n    return run.get('sample_period_s')\n",  # no default: the filled config's
+        "def f(g):\n    return g.get('gpus', 1)\n",  # not control.cluster.gpus' 256
+        "from dataclasses import dataclass\n@dataclass\nclass T:\n    duration_s: float = DEFAULTS['duration_s']\n",
+    ],
+)
 def test_the_check_leaves_defaults_taken_from_the_schema(source):
     assert list(restated_in_code(ast.parse(source), "x.py")) == []
 
 
 def test_the_config_check_finds_a_restated_key_and_a_restated_scenario_key():
-    doc = {"run": {"duration_s": 1800, "gap_s": 60},
-           "control": {"scenarios": {"s": {"signal": "x.csv", "response_s": 30}}}}
+    doc = {
+        "run": {"duration_s": 1800, "gap_s": 60},
+        "control": {"scenarios": {"s": {"signal": "x.csv", "response_s": 30}}},
+    }
     hits = list(restated_in_config(doc))
     assert [h.split(":")[0] for h in hits] == ["run.duration_s", "control.scenarios.s.response_s"]
 
@@ -168,6 +220,6 @@ def test_a_train_config_without_a_spec_is_the_job_an_empty_spec_describes():
     from wattflex.runs.training.config import TrainConfig
 
     bare, spec = asdict(TrainConfig(model_facts={})), asdict(TrainConfig.from_spec({}, "."))
-    bare.pop("attn_implementation"), spec.pop("attn_implementation")   # the catalog's, per model
+    bare.pop("attn_implementation"), spec.pop("attn_implementation")  # the catalog's, per model
     assert bare == spec
     assert bare["compile"] is True and bare["eval_at_s"] is None and bare["seq_len"] == 4096

@@ -19,7 +19,11 @@ from wattflex.provenance import (
 
 def test_parquet_roundtrip_carries_schema_version_and_provenance(tmp_path):
     df = pd.DataFrame({"a": [1, 2]})
-    write_parquet(df, tmp_path / "x.parquet", provenance(params={"k": 1}, backend="emulated", device_model="H200"))
+    write_parquet(
+        df,
+        tmp_path / "x.parquet",
+        provenance(params={"k": 1}, backend="emulated", device_model="H200"),
+    )
     meta = read_parquet_meta(tmp_path / "x.parquet")
     assert meta["schema_version"] == SCHEMA_VERSION
     assert meta["provenance"]["backend"] == "emulated" and meta["provenance"]["params_hash"]
@@ -41,7 +45,10 @@ def test_reader_refuses_unknown_major_schema(tmp_path):
 
 
 def test_params_hash_ignores_key_order():
-    assert provenance(params={"a": 1, "b": 2})["params_hash"] == provenance(params={"b": 2, "a": 1})["params_hash"]
+    assert (
+        provenance(params={"a": 1, "b": 2})["params_hash"]
+        == provenance(params={"b": 2, "a": 1})["params_hash"]
+    )
 
 
 def _figure():
@@ -61,7 +68,9 @@ def test_save_png_carries_provenance_ahead_of_the_pixels(tmp_path):
     from wattflex.provenance import artifact_meta, read_png_meta, save_png
 
     path = tmp_path / "figs" / "a.png"
-    save_png(_figure(), path, provenance(params={"dpi": 40}, backend="emulated"), dpi=40, scenario="s1")
+    save_png(
+        _figure(), path, provenance(params={"dpi": 40}, backend="emulated"), dpi=40, scenario="s1"
+    )
     doc = read_png_meta(path)
     assert doc["schema_version"] == SCHEMA_VERSION and doc["scenario"] == "s1"
     assert doc["provenance"]["backend"] == "emulated"
@@ -80,7 +89,9 @@ def test_save_png_keeps_the_old_figure_when_drawing_fails(tmp_path):
     save_png(_figure(), path, provenance(params={"v": 1}))
     before = path.read_bytes()
     fig = _figure()
-    fig.axes[0].set_title("$\\notacommand$")  # mathtext fails while drawing, after the temp file opened
+    fig.axes[0].set_title(
+        "$\\notacommand$"
+    )  # mathtext fails while drawing, after the temp file opened
     with pytest.raises(ValueError):
         save_png(fig, path, provenance(params={"v": 2}))
     assert path.read_bytes() == before and read_png_meta(path)["provenance"]["params_hash"]
@@ -105,7 +116,9 @@ def test_artifact_meta_reads_a_png_whose_chunk_follows_the_pixels(tmp_path):
     # move the tEXt chunk after IDAT, before IEND (12 bytes: length, type, CRC)
     iend = raw.rindex(b"IEND") - 4
     body = chunk[0] + chunk[1]
-    text_chunk = struct.pack(">I", len(chunk[1])) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
+    text_chunk = (
+        struct.pack(">I", len(chunk[1])) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
+    )
     (tmp_path / "late.png").write_bytes(raw[:iend] + text_chunk + raw[iend:])
     with Image.open(tmp_path / "late.png") as img:
         assert "wattflex" not in img.info

@@ -36,7 +36,9 @@ def test_every_declared_table_exists_and_its_rules_code_can_read_it():
     for rule, declared in published_by_rule().items():
         script = SCRIPTS / f"{SCRIPT_OF.get(rule, rule)}.py"
         readable = stems(script).union(*(stems(module_file(m)) for m in closure(script)))
-        assert set(declared) <= readable, f"{rule} declares tables its code never reads: {set(declared) - readable}"
+        assert set(declared) <= readable, (
+            f"{rule} declares tables its code never reads: {set(declared) - readable}"
+        )
         assert all((TABLES / f"{s}.csv").is_file() for s in declared), rule
 
 
@@ -44,7 +46,9 @@ def test_a_rule_script_reads_only_the_tables_its_rule_declares():
     by_rule = published_by_rule()
     for rule, declared in by_rule.items():
         own = stems(SCRIPTS / f"{SCRIPT_OF.get(rule, rule)}.py")
-        assert own <= set(declared), f"{rule}'s script reads {own - set(declared)}, not in its input"
+        assert own <= set(declared), (
+            f"{rule}'s script reads {own - set(declared)}, not in its input"
+        )
 
 
 def test_every_table_the_library_reads_is_some_rules_input():

@@ -1,4 +1,5 @@
 """The README's set-up commands are the ones CI runs; the command table and examples of docs/cli.md are true."""
+
 import re
 import subprocess
 
@@ -15,13 +16,22 @@ def test_ci_runs_the_readme_test_command(repo):
     readme = (repo / "README.md").read_text()
     test_cmd = _block(readme, "test-command")
     extracted = subprocess.run(
-        ["bash", "-c", "sed -n '/<!-- test-command -->/,/<!-- \\/test-command -->/p' README.md "
-                       "| sed -n '/^```bash$/,/^```$/p' | sed '1d;$d'"],
-        cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+        [
+            "bash",
+            "-c",
+            "sed -n '/<!-- test-command -->/,/<!-- \\/test-command -->/p' README.md "
+            "| sed -n '/^```bash$/,/^```$/p' | sed '1d;$d'",
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert extracted == test_cmd
     # both tiers (tests/tiers.py), the fast one first, each on 4 xdist workers
     assert "torch==2.13.0" in test_cmd and test_cmd.rstrip().endswith(
-        'pytest -m "not slow" -n 4 --dist loadgroup && pytest -m slow -n 4 --dist loadgroup')
+        'pytest -m "not slow" -n 4 --dist loadgroup && pytest -m slow -n 4 --dist loadgroup'
+    )
 
 
 def test_run_command_runs_the_default_workflow(repo):
@@ -33,9 +43,12 @@ def test_every_wattflex_command_is_documented_in_the_docs(repo):
     from wattflex import cli
 
     page = (repo / "docs" / "cli.md").read_text()
-    table = page[page.index("| command | what it does |"):page.index("## Input rules")]
-    missing = [name for name in cli._command_modules()
-               if f"`wattflex {name.replace('_', '-')} " not in table]
+    table = page[page.index("| command | what it does |") : page.index("## Input rules")]
+    missing = [
+        name
+        for name in cli._command_modules()
+        if f"`wattflex {name.replace('_', '-')} " not in table
+    ]
     assert not missing, f"commands without a line in docs/cli.md's command table: {missing}"
 
 
@@ -48,5 +61,16 @@ def test_the_docs_own_sweep_table_gives_a_pfi(repo, tmp_path):
     assert cli.main(["pfi", str(tmp_path / "sweeps.csv"), "-o", str(tmp_path / "pfi.csv")]) == 0
     assert "llama-ft" in (tmp_path / "pfi.csv").read_text()
     # and as the `source: ingest` campaign it documents (issue 37: refused, a job's 5200 W read as one GPU's)
-    assert cli.main(["ingest", "sweep-table", str(tmp_path / "sweeps.csv"), "-o", str(tmp_path / "runs.parquet")]) == 0
+    assert (
+        cli.main(
+            [
+                "ingest",
+                "sweep-table",
+                str(tmp_path / "sweeps.csv"),
+                "-o",
+                str(tmp_path / "runs.parquet"),
+            ]
+        )
+        == 0
+    )
     assert len(pd.read_parquet(tmp_path / "runs.parquet")) == 3

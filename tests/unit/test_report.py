@@ -24,17 +24,31 @@ def campaign(tmp_path):
     """A measured (cuda) campaign with runs, a Table 6, a figure and a table the report does not know."""
     root = tmp_path / "results" / "real"
     cuda = provenance(params={}, backend="cuda", device_model="H200")
-    runs = pd.DataFrame({"group": ["g1", "g1", "g2"], "run_id": ["cap200", "cap700", "cap700"], "backend": "cuda",
-                         "gpu_model": "H200", "set": "headline", "cluster": ["dense", "dense", "moe-ft"]})
+    runs = pd.DataFrame(
+        {
+            "group": ["g1", "g1", "g2"],
+            "run_id": ["cap200", "cap700", "cap700"],
+            "backend": "cuda",
+            "gpu_model": "H200",
+            "set": "headline",
+            "cluster": ["dense", "dense", "moe-ft"],
+        }
+    )
     write_csv(runs, root / "runs.csv", cuda)
-    write_csv(pd.DataFrame({"group": ["g1"], "pfi": [1.31], "pfi_published": [1.27]}), root / "tables" / "table6_pfi.csv",
-              cuda, summary={"spearman_rho": 0.9})
+    write_csv(
+        pd.DataFrame({"group": ["g1"], "pfi": [1.31], "pfi_published": [1.27]}),
+        root / "tables" / "table6_pfi.csv",
+        cuda,
+        summary={"spearman_rho": 0.9},
+    )
     write_csv(pd.DataFrame({"x": [1]}), root / "tables" / "extra_analysis.csv", cuda)
     _png(root / "figures" / "pfi_by_cluster.png", cuda)
     _png(root / "allocation" / "fig8_allocation.png", cuda)  # named and matched by a glob too
     paper = tmp_path / "paper"
     paper.mkdir()
-    pd.DataFrame({"model": ["Qwen3-32B"], "gpus": ["8|16"]}).to_csv(paper / "table1_experiment_matrix.csv", index=False)
+    pd.DataFrame({"model": ["Qwen3-32B"], "gpus": ["8|16"]}).to_csv(
+        paper / "table1_experiment_matrix.csv", index=False
+    )
     files = [p for p in root.rglob("*") if p.is_file()]
     return root, files, paper
 
@@ -47,15 +61,22 @@ def _section(html, key):
 
 def test_report_labels_measured_data_and_embeds_figures(campaign):
     root, files, paper = campaign
-    html = render_report(files, "real", {"campaign": "real", "source": "generate"}, paper,
-                         provenance(params={}, inputs=files))
+    html = render_report(
+        files,
+        "real",
+        {"campaign": "real", "source": "generate"},
+        paper,
+        provenance(params={}, inputs=files),
+    )
     pfi = _section(html, "pfi")
     assert '<div class="banner measured"><b>MEASURED</b>' in pfi
     assert "data:image/png;base64," in pfi and 'class="pub">1.27</td>' in pfi
     assert "spearman_rho" in pfi  # the summary stored in the table's sidecar
     assert "Not produced for this campaign: figures/fig2" not in pfi
     assert "Published: table1_experiment_matrix.csv" in _section(html, "matrix")
-    assert "tables/extra_analysis.csv" in _section(html, "other")  # nothing the campaign made is dropped
+    assert "tables/extra_analysis.csv" in _section(
+        html, "other"
+    )  # nothing the campaign made is dropped
     assert "EMULATED" not in html
     assert html.count("data:image/png;base64,") == 2  # each figure once
     assert 'class="banner top measured"' in html
@@ -66,7 +87,9 @@ def test_sections_without_artifacts_are_skipped_with_the_reason(campaign):
     html = render_report(files, "real", {"source": "ingest"}, paper)
     sweeps = _section(html, "sweeps")
     assert "Skipped:" in sweeps and "source: ingest" in sweeps and "per-run telemetry" in sweeps
-    assert "Skipped:" in _section(html, "predictor") and "LOO R² 0.524" in _section(html, "predictor")
+    assert "Skipped:" in _section(html, "predictor") and "LOO R² 0.524" in _section(
+        html, "predictor"
+    )
     assert '<section id="ingest">' not in html  # optional sections vanish instead
     assert [m for m in re.findall(r'<section id="(\w+)">', html)][:3] == ["sweeps", "matrix", "pfi"]
 
@@ -102,31 +125,79 @@ def emulated_fidelity(tmp_path):
 
     root = tmp_path / "results" / "emu"
     emu = provenance(params={}, backend="emulated", device_model="H200")
-    nf = {"spearman_table6": 0.72, "median_dense": 1.30, "median_moe-pt": 1.62, "median_moe-ft": 2.0,
-          "clusters_ordered": 1.0, "kruskal_H": 14.0, "dunn_significant[dense vs moe-pt]": 1.0}
-    seeds = pd.DataFrame({"spearman_table6": [0.6, 0.65, 0.7, 0.75], "kruskal_H": [13.0, 14.0, 15.0, 16.0]})
-    pub = {"median_dense": 1.27, "median_moe-pt": 1.43, "median_moe-ft": 2.10, "kruskal_H": 12.37,
-           "dunn_significant[dense vs moe-pt]": 0.0}
-    summary = fid.summary_table(nf, {**nf, "spearman_table6": 0.61}, seeds, pub,
-                                extra={"replay_max_abs_error": (0.02, "what the seed draws leave out")})
-    meta = pd.DataFrame({"group": ["g1", "g2"], "set": "headline", "cluster": ["dense", "moe-ft"], "gpu": "H200",
-                         "model": "m", "task": "pt", "pfi_published": [1.27, float("nan")],
-                         "published_source": ["table6", ""], "in_spearman": [True, False]})
-    groups = fid.group_table(meta, pd.Series({"g1": 1.31, "g2": 2.2}), pd.Series({"g1": 1.29, "g2": 2.1}),
-                             pd.DataFrame({"g1": [1.2, 1.3], "g2": [2.0, 2.3]}))
-    sens = pd.DataFrame({"constant": ["(none: baseline)", "calib_tensor_util", "calib_tensor_util"],
-                         "change": ["0%", "-25%", "+25%"], "median_dense": [1.3, 1.2, 1.45],
-                         "delta_median_dense": [0.0, -0.1, 0.15], "spearman_table6": [0.72, 0.7, 0.71],
-                         "delta_spearman_table6": [0.0, -0.02, -0.01], "source": ["", "assumed", "assumed"],
-                         "backend": "emulated"})
+    nf = {
+        "spearman_table6": 0.72,
+        "median_dense": 1.30,
+        "median_moe-pt": 1.62,
+        "median_moe-ft": 2.0,
+        "clusters_ordered": 1.0,
+        "kruskal_H": 14.0,
+        "dunn_significant[dense vs moe-pt]": 1.0,
+    }
+    seeds = pd.DataFrame(
+        {"spearman_table6": [0.6, 0.65, 0.7, 0.75], "kruskal_H": [13.0, 14.0, 15.0, 16.0]}
+    )
+    pub = {
+        "median_dense": 1.27,
+        "median_moe-pt": 1.43,
+        "median_moe-ft": 2.10,
+        "kruskal_H": 12.37,
+        "dunn_significant[dense vs moe-pt]": 0.0,
+    }
+    summary = fid.summary_table(
+        nf,
+        {**nf, "spearman_table6": 0.61},
+        seeds,
+        pub,
+        extra={"replay_max_abs_error": (0.02, "what the seed draws leave out")},
+    )
+    meta = pd.DataFrame(
+        {
+            "group": ["g1", "g2"],
+            "set": "headline",
+            "cluster": ["dense", "moe-ft"],
+            "gpu": "H200",
+            "model": "m",
+            "task": "pt",
+            "pfi_published": [1.27, float("nan")],
+            "published_source": ["table6", ""],
+            "in_spearman": [True, False],
+        }
+    )
+    groups = fid.group_table(
+        meta,
+        pd.Series({"g1": 1.31, "g2": 2.2}),
+        pd.Series({"g1": 1.29, "g2": 2.1}),
+        pd.DataFrame({"g1": [1.2, 1.3], "g2": [2.0, 2.3]}),
+    )
+    sens = pd.DataFrame(
+        {
+            "constant": ["(none: baseline)", "calib_tensor_util", "calib_tensor_util"],
+            "change": ["0%", "-25%", "+25%"],
+            "median_dense": [1.3, 1.2, 1.45],
+            "delta_median_dense": [0.0, -0.1, 0.15],
+            "spearman_table6": [0.72, 0.7, 0.71],
+            "delta_spearman_table6": [0.0, -0.02, -0.01],
+            "source": ["", "assumed", "assumed"],
+            "backend": "emulated",
+        }
+    )
     write_csv(summary, root / "tables" / "fidelity_summary.csv", emu)
     write_csv(groups, root / "tables" / "fidelity.csv", emu)
     write_csv(sens, root / "tables" / "fidelity_sensitivity.csv", emu)
     from wattflex.analysis.public_sweeps import row
 
-    sets = pd.DataFrame([row(test_set="Table 6 out of sample (this campaign's calibration)", fitted_to="the anchor",
-                             not_fitted_to="Table 6", pfi_mae=0.21),
-                         row(test_set="Zeus NSDI'23 V100 power-limit sweeps", note="not scored: no V100 model")])
+    sets = pd.DataFrame(
+        [
+            row(
+                test_set="Table 6 out of sample (this campaign's calibration)",
+                fitted_to="the anchor",
+                not_fitted_to="Table 6",
+                pfi_mae=0.21,
+            ),
+            row(test_set="Zeus NSDI'23 V100 power-limit sweeps", note="not scored: no V100 model"),
+        ]
+    )
     write_csv(sets.assign(backend="emulated"), root / "tables" / "fidelity_test_sets.csv", emu)
     return [p for p in root.rglob("*") if p.is_file()]
 
@@ -134,21 +205,36 @@ def emulated_fidelity(tmp_path):
 def test_fidelity_section_marks_each_target_and_says_emulated(emulated_fidelity, tmp_path):
     html = render_report(emulated_fidelity, "emu", {"source": "generate"}, tmp_path)
     sec = _section(html, "fidelity")
-    assert '<div class="banner emulated"><b>EMULATED</b>' in sec and "Every number in this section is EMULATED" in sec
-    targets = sec[sec.index("<h3>Targets</h3>"):sec.index("</table>", sec.index("<h3>Targets</h3>"))]
+    assert (
+        '<div class="banner emulated"><b>EMULATED</b>' in sec
+        and "Every number in this section is EMULATED" in sec
+    )
+    targets = sec[
+        sec.index("<h3>Targets</h3>") : sec.index("</table>", sec.index("<h3>Targets</h3>"))
+    ]
     rows = re.findall(r"<tr>(.*?)</tr>", targets)
     spearman = next(r for r in rows if ">spearman_table6<" in r)
-    assert "✓ met" in spearman and "✗ missed" in spearman  # noise-free 0.72 >= 0.70, campaign 0.61 not
+    assert (
+        "✓ met" in spearman and "✗ missed" in spearman
+    )  # noise-free 0.72 >= 0.70, campaign 0.61 not
     assert "✗ missed" in next(r for r in rows if ">median_moe-pt<" in r)  # 1.62 vs 1.43
     assert "0.675 [0.6075, 0.7425]" in spearman  # seed median [5 %, 95 %]
     assert "Kruskal-Wallis and Dunn-Holm" in sec and "replay_max_abs_error" in sec
     assert 'class="pub">pfi_published</th>' in sec and "left out of every correlation" in sec
-    sens = sec[sec.index("fidelity_sensitivity"):]
-    assert sens.index("+25%") < sens.index("-25%") < sens.index("(none: baseline)")  # largest effect first
+    sens = sec[sec.index("fidelity_sensitivity") :]
+    assert (
+        sens.index("+25%") < sens.index("-25%") < sens.index("(none: baseline)")
+    )  # largest effect first
     assert "MEASURED" not in sec
-    assert "within 0.15 of the published" in sec and "issue" not in sec.lower()  # targets stated, not cited
-    sets = sec[sec.index("Every test set side by side"):]
-    assert sets.index("Table 6 out of sample") < sets.index("not scored: no V100 model") < sets.index("fidelity_calibration")
+    assert (
+        "within 0.15 of the published" in sec and "issue" not in sec.lower()
+    )  # targets stated, not cited
+    sets = sec[sec.index("Every test set side by side") :]
+    assert (
+        sets.index("Table 6 out of sample")
+        < sets.index("not scored: no V100 model")
+        < sets.index("fidelity_calibration")
+    )
 
 
 def test_fidelity_section_is_omitted_for_a_measured_campaign(campaign):
@@ -161,17 +247,30 @@ def test_fidelity_section_is_omitted_for_a_measured_campaign(campaign):
 def read_report_meta_from(html):
     import json
 
-    return json.loads(re.search(r'<script type="application/json" id="wattflex-meta">(.*?)</script>', html, re.S).group(1))
+    return json.loads(
+        re.search(
+            r'<script type="application/json" id="wattflex-meta">(.*?)</script>', html, re.S
+        ).group(1)
+    )
 
 
-@pytest.mark.parametrize("status,label", [("not_fitted", "Not fitted"), ("not_tested", "Not tested")])
+@pytest.mark.parametrize(
+    "status,label", [("not_fitted", "Not fitted"), ("not_tested", "Not tested")]
+)
 def test_a_stage_with_too_little_data_says_why_above_its_empty_table(campaign, status, label):
     """Issue 37: the predictor on one group (and the cluster tests on one cluster) write empty
     tables whose sidecar says why; the report shows the reason, not a bare '(no rows)'."""
     root, files, paper = campaign
-    write_csv(pd.DataFrame(columns=["predictors", "p"]), root / "predictor" / "ablation.csv",
-              provenance(params={}, backend="cuda"), status=status, reason="need at least 3 groups, have 1")
-    html = render_report([*files, root / "predictor" / "ablation.csv"], "real", {"source": "generate"}, paper)
+    write_csv(
+        pd.DataFrame(columns=["predictors", "p"]),
+        root / "predictor" / "ablation.csv",
+        provenance(params={}, backend="cuda"),
+        status=status,
+        reason="need at least 3 groups, have 1",
+    )
+    html = render_report(
+        [*files, root / "predictor" / "ablation.csv"], "real", {"source": "generate"}, paper
+    )
     assert f"<b>{label}:</b> need at least 3 groups, have 1" in _section(html, "predictor")
 
 
@@ -180,15 +279,37 @@ def test_the_allocation_section_names_the_mixes_and_policies_it_left_out(campaig
     gives the PFI-aware policies nothing to read; the report says so once, and why the headline is empty."""
     root, files, paper = campaign
     prov = provenance(params={}, backend="cuda")
-    left_out = {"skipped_mixes": {"production": "all 1 group(s) are pretraining (task pt)"},
-                "skipped_policies": {"pfi-aware": "no predicted PFI"}, "skipped_splits": {}}
-    write_csv(pd.DataFrame({"mix": ["random"], "cut": [0.3], "policy": ["oracle"]}), root / "allocation" / "summary.csv",
-              prov, **left_out)
-    write_csv(pd.DataFrame(columns=["mix", "cut", "policy"]), root / "allocation" / "headline.csv", prov, **left_out,
-              status="not_simulated", reason="the headline's production mix was not simulated")
-    html = render_report([*files, root / "allocation" / "summary.csv", root / "allocation" / "headline.csv"],
-                         "real", {"source": "generate"}, paper)
+    left_out = {
+        "skipped_mixes": {"production": "all 1 group(s) are pretraining (task pt)"},
+        "skipped_policies": {"pfi-aware": "no predicted PFI"},
+        "skipped_splits": {},
+    }
+    write_csv(
+        pd.DataFrame({"mix": ["random"], "cut": [0.3], "policy": ["oracle"]}),
+        root / "allocation" / "summary.csv",
+        prov,
+        **left_out,
+    )
+    write_csv(
+        pd.DataFrame(columns=["mix", "cut", "policy"]),
+        root / "allocation" / "headline.csv",
+        prov,
+        **left_out,
+        status="not_simulated",
+        reason="the headline's production mix was not simulated",
+    )
+    html = render_report(
+        [*files, root / "allocation" / "summary.csv", root / "allocation" / "headline.csv"],
+        "real",
+        {"source": "generate"},
+        paper,
+    )
     section = _section(html, "allocation")
-    assert section.count("<b>Not simulated:</b> the production mix: all 1 group(s) are pretraining (task pt)") == 1
+    assert (
+        section.count(
+            "<b>Not simulated:</b> the production mix: all 1 group(s) are pretraining (task pt)"
+        )
+        == 1
+    )
     assert "<b>Not simulated:</b> the pfi-aware policy: no predicted PFI" in section
     assert "<b>Not simulated:</b> the headline&#x27;s production mix was not simulated" in section

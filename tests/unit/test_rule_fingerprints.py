@@ -19,7 +19,9 @@ def rule_blocks() -> dict[str, str]:
     (``rule:`` with ``name:``, e.g. one summary rule per sweep group) is keyed by the
     expression of its name, ``name: <expr>``."""
     blocks = {}
-    included = re.findall(r'^\s*include: "(rules/[\w.]+\.smk)"', (REPO / "Snakefile").read_text(), re.M)
+    included = re.findall(
+        r'^\s*include: "(rules/[\w.]+\.smk)"', (REPO / "Snakefile").read_text(), re.M
+    )
     for smk in sorted(REPO / f for f in included):
         parts = re.split(r"^[ \t]*rule(?: (\w+))?:\n", smk.read_text(), flags=re.M)
         for name, body in zip(parts[1::2], parts[2::2]):
@@ -32,8 +34,11 @@ def test_every_rule_with_a_script_fingerprints_that_script_closure():
     blocks = rule_blocks()
     assert {"run_at_cap", "compute_pfi", "report"} <= set(blocks)
     # The per-group summary rules (rules/runs.smk), made in a loop, are checked like the rest.
-    assert any(re.search(r'"\.\./workflow_scripts/summarize_run\.py"', body) for name, body in blocks.items()
-               if name.startswith("name: "))
+    assert any(
+        re.search(r'"\.\./workflow_scripts/summarize_run\.py"', body)
+        for name, body in blocks.items()
+        if name.startswith("name: ")
+    )
     wrong = {}
     for name, body in blocks.items():
         script = re.search(r'script:\s*\n\s*"\.\./workflow_scripts/(\w+)\.py"', body)
@@ -50,26 +55,33 @@ def test_every_rule_with_a_script_fingerprints_that_script_closure():
 def test_closures_follow_imports_and_leave_out_plumbing_and_the_real_backend():
     alloc = fp.closure(SCRIPTS / "simulate_allocation.py")
     assert "allocation.oracle" in alloc
-    assert not any(m.startswith("plots") for m in alloc), "the allocation simulation must not depend on plot code"
+    assert not any(m.startswith("plots") for m in alloc), (
+        "the allocation simulation must not depend on plot code"
+    )
     run_code = fp.closure("runs.runner", ignore=("telemetry", "runs.failures"))
     assert {"runs.runner", "runs.emulator", "runs.devices.emulated"} <= set(run_code)
     for script in SCRIPTS.glob("*.py"):
         for mod in fp.closure(script):
             assert mod not in fp.PLUMBING
-            assert not any(mod == r or mod.startswith(r + ".") for r in fp.REAL_BACKEND), (script.name, mod)
+            assert not any(mod == r or mod.startswith(r + ".") for r in fp.REAL_BACKEND), (
+                script.name,
+                mod,
+            )
 
 
 def test_an_import_added_or_removed_changes_the_fingerprint(tmp_path):
     script = tmp_path / "rule_script.py"
     script.write_text("from wattflex.pfi import pfi_table\n")
     with_pfi = fp.script_fingerprint(script)
-    assert fp.closure(script) == ["pfi", "schema"]   # pfi and the one library module it imports
-    script.write_text(textwrap.dedent("""
+    assert fp.closure(script) == ["pfi", "schema"]  # pfi and the one library module it imports
+    script.write_text(
+        textwrap.dedent("""
         from wattflex.pfi import pfi_table
 
         def later():
             from wattflex.analysis import stats  # imports inside functions count too
-    """))
+    """)
+    )
     assert "analysis.stats" in fp.closure(script)
     assert fp.script_fingerprint(script) != with_pfi
     script.write_text("from wattflex.pfi import pfi_table\nimport numpy\n")
@@ -78,6 +90,8 @@ def test_an_import_added_or_removed_changes_the_fingerprint(tmp_path):
 
 def test_code_fingerprint_is_order_free_and_refuses_unknown_modules():
     assert fp.code_fingerprint("runs.emulator") != fp.code_fingerprint("telemetry")
-    assert fp.code_fingerprint("runs.emulator", "telemetry") == fp.code_fingerprint("telemetry", "runs.emulator")
+    assert fp.code_fingerprint("runs.emulator", "telemetry") == fp.code_fingerprint(
+        "telemetry", "runs.emulator"
+    )
     with pytest.raises(ValueError, match="no wattflex module"):
         fp.code_fingerprint("emulator")

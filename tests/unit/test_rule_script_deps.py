@@ -20,8 +20,12 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "workflow_scripts"
 
 # import name -> the core distribution it comes from (where the two names differ)
-IMPORT_NAMES = {"sklearn": "scikit-learn", "scikit_posthocs": "scikit-posthocs", "yaml": "pyyaml",
-                "prometheus_client": "prometheus-client"}
+IMPORT_NAMES = {
+    "sklearn": "scikit-learn",
+    "scikit_posthocs": "scikit-posthocs",
+    "yaml": "pyyaml",
+    "prometheus_client": "prometheus-client",
+}
 # imported through a core dependency's own requirements
 TRANSITIVE = {"PIL": "matplotlib requires pillow"}
 # modules of the measured path (a real GPU run: ``pip install -e '.[train]'``), and what they import
@@ -79,7 +83,7 @@ def third_party_reached() -> dict[str, set[str]]:
 
 def test_the_walk_sees_the_imports_it_must():
     reached = third_party_reached()
-    assert {"numpy", "pandas", "matplotlib", "torch"} <= set(reached)       # torch: the measured path
+    assert {"numpy", "pandas", "matplotlib", "torch"} <= set(reached)  # torch: the measured path
     assert "wattflex.runs.training.loop" in reached["torch"]
 
 
@@ -92,5 +96,7 @@ def test_every_rule_script_runs_on_the_core_install():
         outside = sorted(m for m in where if not m.startswith(MEASURED_PATH))
         if outside:
             wrong[top] = outside
-    assert not wrong, ("rule scripts reach packages the core install does not have (import them in the "
-                       f"measured path only, or make them core dependencies): {wrong}")
+    assert not wrong, (
+        "rule scripts reach packages the core install does not have (import them in the "
+        f"measured path only, or make them core dependencies): {wrong}"
+    )

@@ -8,10 +8,17 @@ from wattflex.config import expand_runs
 from wattflex.run_ids import RUN_ID_PATTERN, parse_run_id, run_id
 
 
-@pytest.mark.parametrize("cap_w, repeat, expected", [
-    (437.5, 0, "cap437.5"), (1000.0, 0, "cap1000"), (1000, 2, "cap1000_r2"), (100.25, 1, "cap100.25_r1"),
-    (700.0, 0, "cap700"), (300.00000000000006, 0, "cap300"),  # an ingested 0.3 kW
-])
+@pytest.mark.parametrize(
+    "cap_w, repeat, expected",
+    [
+        (437.5, 0, "cap437.5"),
+        (1000.0, 0, "cap1000"),
+        (1000, 2, "cap1000_r2"),
+        (100.25, 1, "cap100.25_r1"),
+        (700.0, 0, "cap700"),
+        (300.00000000000006, 0, "cap300"),  # an ingested 0.3 kW
+    ],
+)
 def test_run_id_round_trips_odd_caps(cap_w, repeat, expected):
     rid = run_id(cap_w, repeat)
     assert rid == expected

@@ -43,7 +43,7 @@ def test_the_first_caller_builds_and_the_others_wait_for_its_folder(tmp_path, mo
 
     def build(folder):
         builds.append(folder)
-        time.sleep(0.2)              # long enough that the others arrive while it builds
+        time.sleep(0.2)  # long enough that the others arrive while it builds
         folder.mkdir()
         (folder / "done").write_text("yes")
 
@@ -56,7 +56,10 @@ def test_the_first_caller_builds_and_the_others_wait_for_its_folder(tmp_path, mo
 def test_workers_share_the_folder_above_their_own_basetemp(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
     (tmp_path / "popen-gw1").mkdir()
-    assert built_once(Factory(tmp_path / "popen-gw1"), "camp", lambda f: f.mkdir()) == tmp_path / "camp"
+    assert (
+        built_once(Factory(tmp_path / "popen-gw1"), "camp", lambda f: f.mkdir())
+        == tmp_path / "camp"
+    )
 
 
 def test_a_failed_build_fails_every_caller_with_its_error_and_is_not_retried(tmp_path, monkeypatch):

@@ -53,11 +53,20 @@ print("frozen before exit:", gc.get_freeze_count() > 0, "| exit hooks:", atexit.
 
 def test_a_rule_script_exits_without_collecting_and_loses_no_log_line(tmp_path):
     log = tmp_path / "rule.log"
-    out = subprocess.run([sys.executable, "-c", EXIT_PROBE, str(log)], capture_output=True, text=True, check=True,
-                         cwd=ROOT).stdout.splitlines()
+    out = subprocess.run(
+        [sys.executable, "-c", EXIT_PROBE, str(log)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout.splitlines()
     assert out[0].startswith("frozen before exit: False")
-    before = subprocess.run([sys.executable, "-c", "import atexit, logging; print(atexit._ncallbacks())"],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    before = subprocess.run(
+        [sys.executable, "-c", "import atexit, logging; print(atexit._ncallbacks())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert out[0].endswith(f"exit hooks: {int(before) + 2}")  # the probe's own, and one freeze hook
     assert out[1].startswith("frozen at exit: True") and out[1].endswith("INFO written")
 

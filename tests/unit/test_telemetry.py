@@ -22,19 +22,33 @@ def trace(n_warm=10, n_start=6, n_train=100, dip=(50, 6), power=600.0, gpus=2, p
     fb = np.r_[np.linspace(0.5, 8, n_warm), np.full(n_start + n_train, 40.0)]
     p = np.r_[np.full(n_warm + n_start, 80.0), np.full(n_train, power)]
     d0 = n_warm + n_start + dip[0]
-    util[d0:d0 + dip[1]] = 5.0
-    p[d0:d0 + dip[1]] = 110.0
+    util[d0 : d0 + dip[1]] = 5.0
+    p[d0 : d0 + dip[1]] = 110.0
     rows = []
     for g in range(gpus):
         noise = rng.normal(0, 1.0, n) * (util > 50)
-        rows.append(pd.DataFrame({"t_s": t, "node": 0, "gpu": g, "power_w": p + noise, "gpu_util": util,
-                                  "fb_used_gib": fb, "sm_clock_mhz": 1800.0, "mem_clock_mhz": 3201.0,
-                                  "energy_j": np.cumsum(p) * period}))
+        rows.append(
+            pd.DataFrame(
+                {
+                    "t_s": t,
+                    "node": 0,
+                    "gpu": g,
+                    "power_w": p + noise,
+                    "gpu_util": util,
+                    "fb_used_gib": fb,
+                    "sm_clock_mhz": 1800.0,
+                    "mem_clock_mhz": 3201.0,
+                    "energy_j": np.cumsum(p) * period,
+                }
+            )
+        )
     tel = pd.concat(rows, ignore_index=True)
     t0 = (n_warm + n_start) * period
     t_dip0, t_dip1 = t0 + dip[0] * period, t0 + (dip[0] + dip[1]) * period
     ends = [x for x in np.arange(t0 + 2.0, t[-1], 2.0) if not (t_dip0 < x < t_dip1)]
-    steps = pd.DataFrame({"step": np.arange(1, len(ends) + 1), "t_end_s": ends, "tokens": 1000, "loss": 1.0})
+    steps = pd.DataFrame(
+        {"step": np.arange(1, len(ends) + 1), "t_end_s": ends, "tokens": 1000, "loss": 1.0}
+    )
     return tel, steps
 
 

@@ -17,17 +17,20 @@ from tests.tiers import (
 UNIT_TEST = WORKFLOW_TESTS.parent / "unit" / "test_x.py"
 
 
-@pytest.mark.parametrize("argv, tool", [
-    ([sys.executable, "-m", "snakemake", "-n"], "Snakemake"),
-    (["/venv/bin/snakemake", "--cores", "1"], "Snakemake"),
-    (["setpriv", "--inh-caps=-all", sys.executable, "-m", "snakemake"], "Snakemake"),
-    ("snakemake -n --cores 1", "Snakemake"),
-    ([sys.executable, "-m", "torch.distributed.run", "--standalone", "x.py"], "torchrun"),
-    (["torchrun", "--nproc-per-node=2", "x.py"], "torchrun"),
-    ([sys.executable, "tests/fakes/fake_torchrun.py"], ""),
-    ([sys.executable, "-m", "wattflex.cli", "pfi"], ""),
-    ([sys.executable, "-c", "import snakemake"], ""),
-])
+@pytest.mark.parametrize(
+    "argv, tool",
+    [
+        ([sys.executable, "-m", "snakemake", "-n"], "Snakemake"),
+        (["/venv/bin/snakemake", "--cores", "1"], "Snakemake"),
+        (["setpriv", "--inh-caps=-all", sys.executable, "-m", "snakemake"], "Snakemake"),
+        ("snakemake -n --cores 1", "Snakemake"),
+        ([sys.executable, "-m", "torch.distributed.run", "--standalone", "x.py"], "torchrun"),
+        (["torchrun", "--nproc-per-node=2", "x.py"], "torchrun"),
+        ([sys.executable, "tests/fakes/fake_torchrun.py"], ""),
+        ([sys.executable, "-m", "wattflex.cli", "pfi"], ""),
+        ([sys.executable, "-c", "import snakemake"], ""),
+    ],
+)
 def test_started_tool(argv, tool):
     assert started_tool(argv) == tool
 
@@ -35,13 +38,23 @@ def test_started_tool(argv, tool):
 def test_where_each_tool_may_run():
     """Both only marked slow and under tests/workflow/; the message says where to move the test."""
     assert HOMES == {"Snakemake": "tests/workflow/", "torchrun": "tests/workflow/torchrun/"}
-    assert all((WORKFLOW_TESTS.parents[1] / home).resolve().is_relative_to(WORKFLOW_TESTS) and
-               (WORKFLOW_TESTS.parents[1] / home / "__init__.py").is_file() for home in HOMES.values())
+    assert all(
+        (WORKFLOW_TESTS.parents[1] / home).resolve().is_relative_to(WORKFLOW_TESTS)
+        and (WORKFLOW_TESTS.parents[1] / home / "__init__.py").is_file()
+        for home in HOMES.values()
+    )
     for tool, home in HOMES.items():
-        assert tier_violation(tool, UNIT_TEST, slow=False) == \
-            f"starts {tool} but is not marked slow: mark it @pytest.mark.slow and move it under {home}"
-        assert tier_violation(tool, UNIT_TEST, slow=True) == f"starts {tool} outside tests/workflow/: move it under {home}"
-        assert "not marked slow" in tier_violation(tool, WORKFLOW_TESTS / "torchrun" / "test_x.py", slow=False)
+        assert (
+            tier_violation(tool, UNIT_TEST, slow=False)
+            == f"starts {tool} but is not marked slow: mark it @pytest.mark.slow and move it under {home}"
+        )
+        assert (
+            tier_violation(tool, UNIT_TEST, slow=True)
+            == f"starts {tool} outside tests/workflow/: move it under {home}"
+        )
+        assert "not marked slow" in tier_violation(
+            tool, WORKFLOW_TESTS / "torchrun" / "test_x.py", slow=False
+        )
         assert tier_violation(tool, WORKFLOW_TESTS / "test_x.py", slow=True) == ""
         assert tier_violation(tool, WORKFLOW_TESTS / "torchrun" / "test_x.py", slow=True) == ""
     assert tier_violation("", UNIT_TEST, slow=False) == ""
@@ -53,8 +66,13 @@ def test_this_fast_test_may_not_start_snakemake_or_torchrun():
     with pytest.raises(pytest.fail.Exception, match="starts Snakemake but is not marked slow"):
         subprocess.run([sys.executable, "-m", "snakemake", "--version"], capture_output=True)
     with pytest.raises(pytest.fail.Exception, match="starts torchrun but is not marked slow"):
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--help"], capture_output=True)
-    assert subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True, text=True).stdout == "1\n"
+        subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--help"], capture_output=True
+        )
+    assert (
+        subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True, text=True).stdout
+        == "1\n"
+    )
 
 
 def test_everything_under_tests_workflow_is_in_the_slow_tier():
@@ -86,8 +104,10 @@ def test_the_fast_tier_does_not_collect_tests_workflow():
     workflow_module = WORKFLOW_TESTS / "test_x.py"
     assert pytest_ignore_collect(workflow_module, Config("not slow")) is True
     assert pytest_ignore_collect(WORKFLOW_TESTS / "torchrun", Config("not slow")) is True
-    assert pytest_ignore_collect(UNIT_TEST, Config("not slow")) is None            # the unit tests are collected
-    for markexpr in ("slow", "", "slow and not slurm", "not slurm"):                # any other selection: all
+    assert (
+        pytest_ignore_collect(UNIT_TEST, Config("not slow")) is None
+    )  # the unit tests are collected
+    for markexpr in ("slow", "", "slow and not slurm", "not slurm"):  # any other selection: all
         assert pytest_ignore_collect(workflow_module, Config(markexpr)) is None
 
 
@@ -104,15 +124,35 @@ def test_xdist_keeps_each_group_on_one_worker(tmp_path):
     for name in "abc":
         (tmp_path / "tests" / "workflow" / f"test_{name}.py").write_text(
             "import pytest\npytestmark = pytest.mark.slurm\n"
-            "def test_1(): pass\ndef test_2(): pass\n")
-    out = subprocess.run([sys.executable, "-m", "pytest", "-n", "3", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider",
-                          "tests"], cwd=tmp_path, capture_output=True, text=True, timeout=120).stdout
+            "def test_1(): pass\ndef test_2(): pass\n"
+        )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "3",
+            "--dist",
+            "loadgroup",
+            "-v",
+            "-p",
+            "no:cacheprovider",
+            "tests",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     ran = [line.split() for line in out.splitlines() if " PASSED " in line]
     assert len(ran) == 6, out
     workers: dict[str, set[str]] = {}
-    for words in ran:                   # [gwN] [ 16%] PASSED tests/workflow/test_a.py::test_1@slurm:test_a
+    for words in ran:  # [gwN] [ 16%] PASSED tests/workflow/test_a.py::test_1@slurm:test_a
         module = words[-1].split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
         assert words[-1].endswith(f"@slurm:{module}"), out
         workers.setdefault(module, set()).add(words[0])
     assert sorted(workers) == ["test_a", "test_b", "test_c"]
-    assert all(len(w) == 1 for w in workers.values()), f"a SLURM module ran on several workers:\n{out}"
+    assert all(len(w) == 1 for w in workers.values()), (
+        f"a SLURM module ran on several workers:\n{out}"
+    )

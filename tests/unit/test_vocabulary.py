@@ -25,11 +25,18 @@ def test_the_schemas_enums_are_the_registrys_names():
     for key, names in VOCABULARY.items():
         found = enums(schema, key)
         assert found, key
-        assert set(found) == {names}, f"{key}: the schema lists {found}, wattflex.vocabulary {names}"
+        assert set(found) == {names}, (
+            f"{key}: the schema lists {found}, wattflex.vocabulary {names}"
+        )
 
 
 def test_cluster_of_is_the_papers_rule():
-    assert [cluster_of(a, t) for a in ("dense", "moe") for t in TASKS] == ["dense", "dense", "moe-pt", "moe-ft"]
+    assert [cluster_of(a, t) for a in ("dense", "moe") for t in TASKS] == [
+        "dense",
+        "dense",
+        "moe-pt",
+        "moe-ft",
+    ]
     assert cluster_of("ssm", "pt") is None and cluster_of("moe", "sft") is None
     assert set(CLUSTERS) == {cluster_of(a, t) for a in ("dense", "moe") for t in TASKS}
 

@@ -20,14 +20,27 @@ from .conftest import REPO
 from .file_modes import bound_by_file_modes
 
 # What a user copies to run the workflow elsewhere (no tests/, no .git).
-WORKFLOW_PARTS = ("Snakefile", "rules", "workflow_scripts", "config", "envs", "profiles", "resources")
+WORKFLOW_PARTS = (
+    "Snakefile",
+    "rules",
+    "workflow_scripts",
+    "config",
+    "envs",
+    "profiles",
+    "resources",
+)
 
 
 def copy_tree(src: Path, dst: Path) -> None:
     """Copy keeping mtimes, so Snakemake sees the copy exactly as it saw the original."""
     if src.is_dir():
-        shutil.copytree(src, dst, copy_function=shutil.copy2, symlinks=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache"))
+        shutil.copytree(
+            src,
+            dst,
+            copy_function=shutil.copy2,
+            symlinks=True,
+            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache"),
+        )
     else:
         shutil.copy2(src, dst)
 
@@ -46,15 +59,36 @@ def campaign_config() -> dict:
     cfg = yaml.safe_load((REPO / "tests" / "data" / "tiny.yaml").read_text())
     cfg["groups"][0]["cap_grid"] = "six"
     # A small allocation study (merged over config.yaml's): workloads, not the method, shrink.
-    cfg["allocation"] = {"n_workloads": 20, "jobs_per_workload": 20, "out_of_sample": {"splits": 0, "workloads": 10}}
+    cfg["allocation"] = {
+        "n_workloads": 20,
+        "jobs_per_workload": 20,
+        "out_of_sample": {"splits": 0, "workloads": 10},
+    }
     return cfg
 
 
-def snakemake(workflow: Path, work: Path, config: Path, *args: str, check: bool = True,
-              user: int | None = None, file_modes_bind: bool = False) -> subprocess.CompletedProcess:
+def snakemake(
+    workflow: Path,
+    work: Path,
+    config: Path,
+    *args: str,
+    check: bool = True,
+    user: int | None = None,
+    file_modes_bind: bool = False,
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(workflow / "workflow_scripts")}
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(workflow / "Snakefile"), "--directory", str(work),
-           "--configfile", str(config), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(workflow / "Snakefile"),
+        "--directory",
+        str(work),
+        "--configfile",
+        str(config),
+        *args,
+    ]
     if file_modes_bind:
         cmd = bound_by_file_modes(cmd)
     if user is not None:
@@ -62,8 +96,10 @@ def snakemake(workflow: Path, work: Path, config: Path, *args: str, check: bool 
         env["HOME"] = str(work)
     proc = subprocess.run(cmd, cwd=workflow, capture_output=True, text=True, env=env, timeout=600)
     if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
-                             f"{proc.stderr[-5000:]}")
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
+            f"{proc.stderr[-5000:]}"
+        )
     return proc
 
 
@@ -72,7 +108,7 @@ def planned(proc: subprocess.CompletedProcess) -> dict[str, int]:
     text = proc.stdout + proc.stderr
     if "Nothing to be done" in text:
         return {}
-    table = text[text.index("Job stats:"):]
+    table = text[text.index("Job stats:") :]
     counts = {}
     for line in table.splitlines()[3:]:
         m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
@@ -94,7 +130,9 @@ class Campaign:
         change(cfg)
         self.config.write_text(yaml.safe_dump(cfg, sort_keys=False))
 
-    def edit_code(self, rel: str, text: str = "\n# an edit that changes the module's source\n") -> None:
+    def edit_code(
+        self, rel: str, text: str = "\n# an edit that changes the module's source\n"
+    ) -> None:
         with open(self.workflow / rel, "a") as fh:
             fh.write(text)
 
@@ -107,6 +145,7 @@ def finished_campaign(tmp_path_factory) -> Path:
     its own working directory, so config/config.yaml (control study included) is merged under the
     campaign; ``tiny.yaml`` beside the Snakefile. Built once per session (``built_once``) for the
     modules that change or move a finished campaign: copy it (``copy_tree``, ``cp -a``) first."""
+
     def build(root: Path) -> None:
         copy_workflow(root)
         (root / "tiny.yaml").write_text(yaml.safe_dump(campaign_config(), sort_keys=False))

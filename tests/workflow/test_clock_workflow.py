@@ -23,8 +23,12 @@ def test_a_clock_group_runs_at_its_clocks_and_gets_a_clock_pfi(tmp_path, tiny_co
     assert run["knob"] == "clock" and run["clock_mhz"] == 990 and run["cap_w"] == 700
     runs = read_parquet(tmp_path / "results/tiny/runs.parquet")
     clocks = runs[runs["group"] == "clk-x8"].sort_values("clock_mhz")
-    assert list(clocks["run_id"]) == ["clk990", "clk1590", "clk1980"] and set(clocks["knob"]) == {"clock"}
-    assert clocks["power_w"].is_monotonic_increasing and clocks["tokens_per_s"].is_monotonic_increasing
+    assert list(clocks["run_id"]) == ["clk990", "clk1590", "clk1980"] and set(clocks["knob"]) == {
+        "clock"
+    }
+    assert (
+        clocks["power_w"].is_monotonic_increasing and clocks["tokens_per_s"].is_monotonic_increasing
+    )
     assert runs[runs["group"] == caps["id"]]["clock_mhz"].isna().all()
     pfi = read_parquet(tmp_path / "results/tiny/pfi.parquet").set_index("group")
     assert pfi.loc["clk-x8", "knob"] == "clock" and pfi.loc["clk-x8", "uncapped_cap_w"] == 1980

@@ -27,9 +27,14 @@ def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     Snakefile's ``configfile: "config/config.yaml"`` is relative to the working directory)."""
     shutil.copytree(REPO / "config", workdir / "config", dirs_exist_ok=True)
     exe = Path(sys.executable).parent / "snakemake"
-    return subprocess.run([str(exe), "-s", str(REPO / "Snakefile"), "-d", str(workdir), "-n", "--cores", "1", *args],
-                          capture_output=True, text=True, cwd=REPO, timeout=300,
-                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    return subprocess.run(
+        [str(exe), "-s", str(REPO / "Snakefile"), "-d", str(workdir), "-n", "--cores", "1", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
 
 
 def test_dry_run_of_a_cuda_campaign_without_weights_fails_naming_the_key(tmp_path):
@@ -38,7 +43,10 @@ def test_dry_run_of_a_cuda_campaign_without_weights_fails_naming_the_key(tmp_pat
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     proc = _snakemake(tmp_path, "--configfile", str(tmp_path / "c.yaml"))
     assert proc.returncode != 0
-    assert "config error at cuda: unknown key 'modle_path' (did you mean 'model_path'?)" in proc.stdout + proc.stderr
+    assert (
+        "config error at cuda: unknown key 'modle_path' (did you mean 'model_path'?)"
+        in proc.stdout + proc.stderr
+    )
     cfg["cuda"] = {"cap_control": "nvml"}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     proc = _snakemake(tmp_path, "--configfile", str(tmp_path / "c.yaml"))
@@ -48,11 +56,17 @@ def test_dry_run_of_a_cuda_campaign_without_weights_fails_naming_the_key(tmp_pat
 
 def test_dry_run_says_which_sections_came_from_the_default_config(tmp_path):
     cfg = load(TINY)
-    cfg.update(backend="cuda", cuda={"tiny": True})      # a complete measured campaign
+    cfg.update(backend="cuda", cuda={"tiny": True})  # a complete measured campaign
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     proc = _snakemake(tmp_path, "--configfile", str(tmp_path / "c.yaml"))
-    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("wattflex: sections not in")]
+    lines = [
+        ln
+        for ln in (proc.stdout + proc.stderr).splitlines()
+        if ln.startswith("wattflex: sections not in")
+    ]
     assert len(lines) == 1, proc.stderr[-3000:]
-    assert "come from config/config.yaml: control " in lines[0]   # the rest it leaves out: the schema's defaults
+    assert (
+        "come from config/config.yaml: control " in lines[0]
+    )  # the rest it leaves out: the schema's defaults
     assert "--replace-workflow-config" in lines[0]
     assert proc.returncode == 0, proc.stdout[-3000:]

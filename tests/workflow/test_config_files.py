@@ -18,4 +18,6 @@ def test_a_key_given_twice_in_the_configfile_stops_snakemake(tmp_path):
     proc = snakemake("-n", "--cores", "1", "--configfile", str(config), cwd=tmp_path, check=False)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0, text[-2000:]
-    assert f"{config}:{line}: key 'seed' given twice in one mapping (first at line {line - 1})" in text, text[-2000:]
+    assert (
+        f"{config}:{line}: key 'seed' given twice in one mapping (first at line {line - 1})" in text
+    ), text[-2000:]

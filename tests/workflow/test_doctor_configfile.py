@@ -27,8 +27,23 @@ def test_doctor_and_snakemake_agree_on_a_partial_config(tmp_path):
     # when snakemake runs in the checkout.
     (tmp_path / "config").symlink_to(REPO / "config")
     assert snakemake("-n", "--cores", "1", "--configfile", str(cfg), cwd=tmp_path).returncode == 0
-    proc = subprocess.run([sys.executable, "-m", "wattflex.cli", "doctor", "--json", "--configfile", str(cfg),
-                           "--state-dir", str(tmp_path / "st")], cwd=REPO, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(REPO / "workflow_scripts"), "PATH": "/usr/bin:/bin"}, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wattflex.cli",
+            "doctor",
+            "--json",
+            "--configfile",
+            str(cfg),
+            "--state-dir",
+            str(tmp_path / "st"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(REPO / "workflow_scripts"), "PATH": "/usr/bin:/bin"},
+        timeout=300,
+    )
     assert "config error" not in proc.stderr, proc.stderr
     assert json.loads(proc.stdout)["config"]["path"] == str(cfg), proc.stdout[-2000:]

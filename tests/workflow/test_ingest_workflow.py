@@ -1,5 +1,6 @@
 """The two shipped real campaigns (Zeus NSDI'23, Perseus SOSP'24) end to end through
 Snakemake: ingest -> runs.parquet -> pfi.parquet -> ingest report and figures."""
+
 import re
 
 import pandas as pd
@@ -22,7 +23,9 @@ def campaign_run(request, tmp_path_factory, resources):
     data = resources / "external" / CAMPAIGNS[name][0]
     work = tmp_path_factory.mktemp(name)
     snakemake("--cores", "2", "--configfile", str(REPO / "config" / f"{name}.yaml"), cwd=work)
-    raw = pd.concat([pd.read_csv(f) for f in sorted(data.glob(CAMPAIGNS[name][1]))], ignore_index=True)
+    raw = pd.concat(
+        [pd.read_csv(f) for f in sorted(data.glob(CAMPAIGNS[name][1]))], ignore_index=True
+    )
     return name, work, work / "results" / name, raw
 
 
@@ -49,7 +52,9 @@ def test_real_campaign_end_to_end(campaign_run):
     for png in ("curves_normalized", "curves_raw", "pfi_robust_vs_ratio"):
         assert (results / "figures" / f"{png}.png").stat().st_size > 10_000
         # each figure says what made it, like every other campaign's figures
-        assert read_png_meta(results / "figures" / f"{png}.png")["provenance"]["backend"] == "ingest"
+        assert (
+            read_png_meta(results / "figures" / f"{png}.png")["provenance"]["backend"] == "ingest"
+        )
     # stages whose inputs ingested data lacks are not scheduled at all
     assert not (results / "predictor").exists() and not (results / "stats").exists()
 
@@ -57,16 +62,29 @@ def test_real_campaign_end_to_end(campaign_run):
 @pytest.mark.slow
 def test_real_campaign_rerun_is_a_no_op(campaign_run):
     name, work, _, _ = campaign_run
-    proc = snakemake("-n", "--cores", "2", "--configfile", str(REPO / "config" / f"{name}.yaml"), cwd=work)
+    proc = snakemake(
+        "-n", "--cores", "2", "--configfile", str(REPO / "config" / f"{name}.yaml"), cwd=work
+    )
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
 def test_missing_data_folder_is_a_clear_error(tmp_path):
-    proc = snakemake("-n", "--configfile", str(REPO / "config" / "zeus-nsdi23.yaml"),
-                     "--config", "ingest={path: /nonexistent/zeus}", cwd=tmp_path, check=False)
+    proc = snakemake(
+        "-n",
+        "--configfile",
+        str(REPO / "config" / "zeus-nsdi23.yaml"),
+        "--config",
+        "ingest={path: /nonexistent/zeus}",
+        cwd=tmp_path,
+        check=False,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "config error at ingest.path" in out and "/nonexistent/zeus" in out and "does not exist" in out
+    assert (
+        "config error at ingest.path" in out
+        and "/nonexistent/zeus" in out
+        and "does not exist" in out
+    )
 
 
 def test_ingest_campaign_needs_an_ingest_section(tmp_path):
@@ -86,7 +104,9 @@ def test_an_ingest_campaign_with_a_bad_file_logs_one_line(tmp_path):
     bad = good[:3] + [good[3].replace(",", ",abc,", 1)] + good[4:]  # one line with an extra field
     (data / "sweep.csv").write_text("\n".join(bad) + "\n")
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"campaign: mine\nsource: ingest\ningest: {{format: sweep-table, path: {data}, on_bad_rows: error}}\n")
+    cfg.write_text(
+        f"campaign: mine\nsource: ingest\ningest: {{format: sweep-table, path: {data}, on_bad_rows: error}}\n"
+    )
     proc = snakemake("--cores", "1", "--configfile", str(cfg), cwd=tmp_path, check=False)
     assert proc.returncode != 0, (proc.stdout + proc.stderr)[-2000:]
     log = (tmp_path / "logs" / "mine" / "ingest_runs.log").read_text()

@@ -37,7 +37,9 @@ RUN_DIR = f"results/tiny/runs/{GROUP}/cap700"
 TARGET = f"{RUN_DIR}/run.json"
 RUN_FILES = ("telemetry.parquet", "steps.parquet", "run.json")
 NOBODY = 65534
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="tests what root can do (root ignores write protection)")
+as_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="tests what root can do (root ignores write protection)"
+)
 
 
 def real_config(path: Path, **cuda) -> Path:
@@ -48,7 +50,14 @@ def real_config(path: Path, **cuda) -> Path:
     cfg["groups"] = [{**cfg["groups"][0], "caps": [700]}]
     cfg["repeats"] = []
     cfg["run"].update(duration_s=60, eval_at_s=30, checkpoint_at_s=45, sample_period_s=1, retries=0)
-    cfg["cuda"] = {"device": "cpu", "tiny": True, "sampler": False, "cap_control": "observe", "max_steps": 3, **cuda}
+    cfg["cuda"] = {
+        "device": "cpu",
+        "tiny": True,
+        "sampler": False,
+        "cap_control": "observe",
+        "max_steps": 3,
+        **cuda,
+    }
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
 
@@ -112,12 +121,32 @@ def _user_can_run_the_workflow(real: RealRun) -> str:
     under a 0700 folder (issue 28) is out of its reach."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         return "needs root and setpriv to act as an unprivileged user"
-    probe = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
-                            "-c", "import snakemake, wattflex.runs.protection"], cwd=real.workflow,
-                           capture_output=True, text=True, env={**os.environ, "HOME": str(real.work),
-                                                                "PYTHONPATH": str(real.workflow / "workflow_scripts")})
-    return "" if probe.returncode == 0 else (
-        f"uid {NOBODY} cannot run {sys.executable} (a folder above it is not world-readable): {probe.stderr[-200:]}")
+    probe = subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            "import snakemake, wattflex.runs.protection",
+        ],
+        cwd=real.workflow,
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "HOME": str(real.work),
+            "PYTHONPATH": str(real.workflow / "workflow_scripts"),
+        },
+    )
+    return (
+        ""
+        if probe.returncode == 0
+        else (
+            f"uid {NOBODY} cannot run {sys.executable} (a folder above it is not world-readable): {probe.stderr[-200:]}"
+        )
+    )
 
 
 @pytest.fixture(params=["root_or_current_user", "unprivileged_user"])
@@ -163,12 +192,23 @@ FORCING = {
 @pytest.mark.parametrize("dry", [False, True], ids=["run", "dry_run"])
 @pytest.mark.parametrize("trigger", FORCING, ids=list(FORCING))
 def test_forcing_a_real_run_is_refused(real_run, user, trigger, dry):
-    proc = run_snakemake(real_run, *(["-n"] if dry else []), "--cores", "1", *FORCING[trigger],
-                         *([] if TARGET in FORCING[trigger] else [TARGET]), user=user)
+    proc = run_snakemake(
+        real_run,
+        *(["-n"] if dry else []),
+        "--cores",
+        "1",
+        *FORCING[trigger],
+        *([] if TARGET in FORCING[trigger] else [TARGET]),
+        user=user,
+    )
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0, text[-3000:]
-    assert "refusing to overwrite 1 measured (real-backend) run(s)" in text and TARGET in text, text[-3000:]
-    assert f"WATTFLEX_REDO_RUNS={GROUP}/cap700 snakemake --cores all --force {TARGET}" in text, text[-3000:]
+    assert "refusing to overwrite 1 measured (real-backend) run(s)" in text and TARGET in text, (
+        text[-3000:]
+    )
+    assert f"WATTFLEX_REDO_RUNS={GROUP}/cap700 snakemake --cores all --force {TARGET}" in text, (
+        text[-3000:]
+    )
     assert "Traceback" not in text, text[-3000:]
     assert unchanged(real_run)
 
@@ -188,11 +228,17 @@ def test_the_damaged_run_hint_redoes_exactly_that_run(real_run, user):
     """The command a damaged run file's message gives plans one run_at_cap job and nothing
     else (dry run), for a real run too."""
     run_dir = Path(RUN_DIR)
-    with pytest.raises(RunFileError) as err:  # as the summary rule reads it, relative to the work dir
+    with pytest.raises(
+        RunFileError
+    ) as err:  # as the summary rule reads it, relative to the work dir
         cwd = os.getcwd()
         os.chdir(real_run.work)
         try:
-            read_run_files(run_dir / "telemetry.parquet", run_dir / "missing-steps.parquet", run_dir / "run.json")
+            read_run_files(
+                run_dir / "telemetry.parquet",
+                run_dir / "missing-steps.parquet",
+                run_dir / "run.json",
+            )
         finally:
             os.chdir(cwd)
     command = str(err.value).rsplit("redo that run alone: ", 1)[1]
@@ -207,12 +253,24 @@ def test_the_damaged_run_hint_redoes_exactly_that_run(real_run, user):
 @as_root
 @pytest.mark.parametrize("dry", [True, False], ids=["dry_run", "run"])
 def test_changed_spec_of_a_real_run_is_refused_as_root(real_run, tmp_path, dry):
-    changed = edited(real_run.config, tmp_path / "changed.yaml", lambda c: c["groups"][0].update(batch=4))
-    proc = snakemake(real_run.workflow, real_run.work, changed, *(["-n"] if dry else []), "--cores", "1", TARGET,
-                     check=False)
+    changed = edited(
+        real_run.config, tmp_path / "changed.yaml", lambda c: c["groups"][0].update(batch=4)
+    )
+    proc = snakemake(
+        real_run.workflow,
+        real_run.work,
+        changed,
+        *(["-n"] if dry else []),
+        "--cores",
+        "1",
+        TARGET,
+        check=False,
+    )
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0, text[-3000:]
-    assert "spec of 1 measured (real-backend) run(s) of campaign 'tiny' changed" in text, text[-3000:]
+    assert "spec of 1 measured (real-backend) run(s) of campaign 'tiny' changed" in text, text[
+        -3000:
+    ]
     assert TARGET in text and f"WATTFLEX_REDO_RUNS={GROUP}/cap700" in text
     assert "Traceback" not in text
     assert unchanged(real_run)
@@ -220,7 +278,9 @@ def test_changed_spec_of_a_real_run_is_refused_as_root(real_run, tmp_path, dry):
 
 @as_root
 def test_redo_opt_in_plans_the_changed_real_run(real_run, tmp_path, monkeypatch):
-    changed = edited(real_run.config, tmp_path / "changed.yaml", lambda c: c["groups"][0].update(batch=4))
+    changed = edited(
+        real_run.config, tmp_path / "changed.yaml", lambda c: c["groups"][0].update(batch=4)
+    )
     monkeypatch.setenv("WATTFLEX_REDO_RUNS", f"{GROUP}/cap700")
     proc = snakemake(real_run.workflow, real_run.work, changed, "-n", "--cores", "1", TARGET)
     assert planned(proc) == {"run_at_cap": 1}, (proc.stdout + proc.stderr)[-3000:]
@@ -230,7 +290,9 @@ def test_redo_opt_in_plans_the_changed_real_run(real_run, tmp_path, monkeypatch)
 @as_root
 @pytest.mark.parametrize("mode", ["--delete-all-output", "--delete-temp-output"])
 def test_deleting_output_of_a_campaign_with_real_runs_is_refused_as_root(real_run, mode):
-    proc = snakemake(real_run.workflow, real_run.work, real_run.config, "--cores", "1", mode, TARGET, check=False)
+    proc = snakemake(
+        real_run.workflow, real_run.work, real_run.config, "--cores", "1", mode, TARGET, check=False
+    )
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0, text[-3000:]
     assert f"{mode} refused" in text and TARGET in text, text[-3000:]
@@ -254,9 +316,17 @@ def test_a_campaign_whose_runs_all_failed_exits_non_zero_with_a_summary(tmp_path
 
 
 def test_failure_summary_of_some_failed_runs_names_the_most_common_cause():
-    missing = pd.DataFrame({"group": ["g", "g", "h"], "run_id": ["cap200", "cap300", "cap200"],
-                            "error": ["OOM: out of memory\nlog tail 1", "OOM: out of memory\nlog tail 2",
-                                      "RuntimeError: node lost"]})
+    missing = pd.DataFrame(
+        {
+            "group": ["g", "g", "h"],
+            "run_id": ["cap200", "cap300", "cap200"],
+            "error": [
+                "OOM: out of memory\nlog tail 1",
+                "OOM: out of memory\nlog tail 2",
+                "RuntimeError: node lost",
+            ],
+        }
+    )
     text = failure_summary(missing, 10, ["results/c/runs/g/cap200/run.json"])
     assert text.startswith("3 of 10 runs failed")
     assert "most common cause (2 of 3 runs): OOM: out of memory;" in text

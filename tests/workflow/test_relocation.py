@@ -54,13 +54,21 @@ def edit_published(root: Path, stem: str) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-@pytest.mark.parametrize("stem, expected", [
-    # Tables 6-7: the comparison, the figure that draws it, the fidelity tables and their figure
-    ("table6_pfi_h200", {"compare_pfi_published": 1, "core_figures": 1, "fidelity": 1, "fidelity_figure": 1}),
-    # Table 1 is shown in the report only
-    ("table1_experiment_matrix", {}),
-])
-def test_editing_a_published_table_reruns_its_tables_and_the_report(finished, tmp_path, stem, expected):
+@pytest.mark.parametrize(
+    "stem, expected",
+    [
+        # Tables 6-7: the comparison, the figure that draws it, the fidelity tables and their figure
+        (
+            "table6_pfi_h200",
+            {"compare_pfi_published": 1, "core_figures": 1, "fidelity": 1, "fidelity_figure": 1},
+        ),
+        # Table 1 is shown in the report only
+        ("table1_experiment_matrix", {}),
+    ],
+)
+def test_editing_a_published_table_reruns_its_tables_and_the_report(
+    finished, tmp_path, stem, expected
+):
     camp = copied(finished, tmp_path / "edited")
     edit_published(camp, stem)
     assert plan(camp) == {**expected, "report": 1, "all": 1}

@@ -14,8 +14,16 @@ from wattflex.report_sections import SECTIONS
 pytestmark = pytest.mark.slow
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 # Appended to a copy of the report: after load, the body says how many images there are
 # and which did not decode (naturalWidth 0).
 IMAGE_PROBE = """<script>window.addEventListener('load', () => {
@@ -27,7 +35,9 @@ IMAGE_PROBE = """<script>window.addEventListener('load', () => {
 
 
 def campaign_pngs(campaign_dir: Path) -> list[Path]:
-    return sorted(p for p in campaign_dir.rglob("*.png") if "runs" not in p.relative_to(campaign_dir).parts)
+    return sorted(
+        p for p in campaign_dir.rglob("*.png") if "runs" not in p.relative_to(campaign_dir).parts
+    )
 
 
 def test_report_shows_the_papers_sections_in_order_labelled_emulated(tiny_run):
@@ -44,19 +54,33 @@ def test_report_shows_the_papers_sections_in_order_labelled_emulated(tiny_run):
     assert banners and set(banners) == {"emulated"}
     # every figure of the campaign is embedded, not linked; published values sit beside ours
     assert text.count('<img src="data:image/png;base64,') == len(campaign_pngs(tiny_run))
-    assert "src=\"http" not in text and "<link" not in text
+    assert 'src="http' not in text and "<link" not in text
     assert 'class="pub">pfi_published</th>' in text
     assert "Published: table1_experiment_matrix.csv" in text
     assert "Config (result-shaping keys)" in text and "campaign: tiny" in text
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install chromium; .ci/run does)")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium not installed (apt-get install chromium; .ci/run does)"
+)
 def test_every_figure_loads_in_headless_chromium(tiny_run, tmp_path):
     page = tmp_path / "report.html"
-    page.write_text((tiny_run / "report.html").read_text().replace("</body>", IMAGE_PROBE + "</body>"))
-    proc = subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
-                           "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
-                          capture_output=True, text=True, timeout=180)
+    page.write_text(
+        (tiny_run / "report.html").read_text().replace("</body>", IMAGE_PROBE + "</body>")
+    )
+    proc = subprocess.run(
+        [
+            CHROMIUM,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     body = re.search(r"<body([^>]*)>", proc.stdout)
     assert body, proc.stderr[-2000:]
     n_images = re.search(r'data-images="(\d+)"', body.group(1))
@@ -66,16 +90,26 @@ def test_every_figure_loads_in_headless_chromium(tiny_run, tmp_path):
     assert broken.group(1) == "none", f"figures that did not load: {broken.group(1)}"
 
 
-def test_snakemakes_own_report_files_every_figure_under_its_paper_section(tiny_campaign, tiny_run, tmp_path):
+def test_snakemakes_own_report_files_every_figure_under_its_paper_section(
+    tiny_campaign, tiny_run, tmp_path
+):
     import zipfile
 
     from .campaigns import snakemake
 
     out = tmp_path / "snakemake_report.zip"
-    snakemake(tiny_campaign.workflow, tiny_campaign.work, tiny_campaign.config, "--report", str(out))
+    snakemake(
+        tiny_campaign.workflow, tiny_campaign.work, tiny_campaign.config, "--report", str(out)
+    )
     with zipfile.ZipFile(out) as zf:
         names = zf.namelist()
         page = zf.read(next(n for n in names if n.endswith("/report.html"))).decode()
-    assert sorted(Path(n).name for n in names if n.endswith(".png")) == sorted(p.name for p in campaign_pngs(tiny_run))
-    for category in ("Measurement: power-cap sweeps", "PFI per group, clusters", "Predicting PFI from one"):
+    assert sorted(Path(n).name for n in names if n.endswith(".png")) == sorted(
+        p.name for p in campaign_pngs(tiny_run)
+    )
+    for category in (
+        "Measurement: power-cap sweeps",
+        "PFI per group, clusters",
+        "Predicting PFI from one",
+    ):
         assert category in page

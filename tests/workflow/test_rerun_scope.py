@@ -33,9 +33,19 @@ N_RUNS = 6 + 4 + 4 + 1  # first group on the six-cap grid, two on four caps, one
 # Fidelity against the paper (rules/fidelity.smk) reads runs and PFI: an emulated campaign's
 # analysis includes it.
 FIDELITY = {"fidelity": 1, "fidelity_figure": 1}
-ANALYSIS = {"collect_runs": 1, "compute_pfi": 1, "compare_pfi_published": 1, "core_figures": 1, "cluster_stats": 1,
-            "fit_predictor": 1, "paper_tables": 1, "analysis_figures": 1, "offer": 1, "flexibility_statement": 1,
-            **FIDELITY}
+ANALYSIS = {
+    "collect_runs": 1,
+    "compute_pfi": 1,
+    "compare_pfi_published": 1,
+    "core_figures": 1,
+    "cluster_stats": 1,
+    "fit_predictor": 1,
+    "paper_tables": 1,
+    "analysis_figures": 1,
+    "offer": 1,
+    "flexibility_statement": 1,
+    **FIDELITY,
+}
 
 
 def allocation_wired() -> bool:
@@ -57,9 +67,11 @@ CONTROL_SIMULATIONS = {"simulate_control": 2, **CONTROL_FIGURES}
 CONTROL = {"control_truth": 1, **CONTROL_SIMULATIONS}
 EVERYTHING_AFTER_SUMMARIES = {**ANALYSIS, **ALLOCATION, **CONTROL_SIMULATIONS, **FINAL}
 # One summary job per sweep group (rules/runs.smk), each writing its runs' summary.json.
-SUMMARIZE = {"dense-pt-mistral24b-x8": "summaries_dense_pt_mistral24b_x8",
-             "moe-pt-gptoss20b-x8-ep8": "summaries_moe_pt_gptoss20b_x8_ep8",
-             "moe-ft-qwen30ba3b-x8": "summaries_moe_ft_qwen30ba3b_x8"}
+SUMMARIZE = {
+    "dense-pt-mistral24b-x8": "summaries_dense_pt_mistral24b_x8",
+    "moe-pt-gptoss20b-x8-ep8": "summaries_moe_pt_gptoss20b_x8_ep8",
+    "moe-ft-qwen30ba3b-x8": "summaries_moe_ft_qwen30ba3b_x8",
+}
 EVERY_SUMMARY = {rule: 1 for rule in SUMMARIZE.values()}
 
 
@@ -83,32 +95,56 @@ def test_base_campaign_is_complete_and_a_rerun_is_a_no_op(campaign):
 
 # ---- config changes --------------------------------------------------------------------
 
-@pytest.mark.skipif(not allocation_wired(), reason="allocation stage not included in the Snakefile yet")
+
+@pytest.mark.skipif(
+    not allocation_wired(), reason="allocation stage not included in the Snakefile yet"
+)
 def test_allocation_setting_reruns_only_allocation_its_figures_and_the_report(campaign):
     campaign.edit_config(lambda c: c["allocation"].update(cuts=[0.0, 0.1, 0.3]))
     # Dropping cuts reruns only the merge: the kept cuts' jobs are up to date.
     assert campaign.plan() == {**ALLOCATION_MERGE, **FINAL}
 
 
-@pytest.mark.skipif(not allocation_wired(), reason="allocation stage not included in the Snakefile yet")
+@pytest.mark.skipif(
+    not allocation_wired(), reason="allocation stage not included in the Snakefile yet"
+)
 def test_a_new_cut_runs_only_its_simulation_job_and_the_merge(campaign):
-    campaign.edit_config(lambda c: c["allocation"].update(cuts=[*section_defaults("allocation")["cuts"], 0.45]))
+    campaign.edit_config(
+        lambda c: c["allocation"].update(cuts=[*section_defaults("allocation")["cuts"], 0.45])
+    )
     assert campaign.plan() == {"simulate_allocation_cut": 1, **ALLOCATION_MERGE, **FINAL}
 
 
 def test_predictor_features_rerun_predictor_allocation_and_reports_not_runs_or_pfi(campaign):
-    campaign.edit_config(lambda c: c.setdefault("predictor", {}).update(features="dram_copy_product+arithmetic_intensity"))
+    campaign.edit_config(
+        lambda c: c.setdefault("predictor", {}).update(
+            features="dram_copy_product+arithmetic_intensity"
+        )
+    )
     # paper_tables (Table 8: the H200 predictor on H100) and analysis_figures (Fig. 7)
     # report the predictions, so they rerun with it.
-    assert campaign.plan() == {"fit_predictor": 1, "paper_tables": 1, "analysis_figures": 1, **ALLOCATION,
-                               **CONTROL_SIMULATIONS, **FINAL}
+    assert campaign.plan() == {
+        "fit_predictor": 1,
+        "paper_tables": 1,
+        "analysis_figures": 1,
+        **ALLOCATION,
+        **CONTROL_SIMULATIONS,
+        **FINAL,
+    }
 
 
 def test_plot_styling_reruns_figures_and_the_report_only(campaign):
     campaign.edit_config(lambda c: c["figures"].update(dpi=61))
-    assert campaign.plan() == {"core_figures": 1, "analysis_figures": 1, "fidelity_figure": 1, "offer": 1,
-                               "flexibility_statement": 1,
-                               **ALLOCATION_FIGURES, **CONTROL_FIGURES, **FINAL}
+    assert campaign.plan() == {
+        "core_figures": 1,
+        "analysis_figures": 1,
+        "fidelity_figure": 1,
+        "offer": 1,
+        "flexibility_statement": 1,
+        **ALLOCATION_FIGURES,
+        **CONTROL_FIGURES,
+        **FINAL,
+    }
 
 
 def test_summary_protocol_reruns_summaries_and_everything_downstream_never_runs(campaign):
@@ -119,14 +155,29 @@ def test_summary_protocol_reruns_summaries_and_everything_downstream_never_runs(
 def test_a_deleted_summary_is_rebuilt_with_what_reads_it_and_nothing_else(campaign):
     """Issue 27: deleting one run's summary.json used to leave "Nothing to be done" (a
     missing intermediate is remade only for a target); every summary is now one of rule all's."""
-    summary = campaign.work / "results" / "tiny" / "runs" / "moe-ft-qwen30ba3b-x8" / "cap200" / "summary.json"
+    summary = (
+        campaign.work
+        / "results"
+        / "tiny"
+        / "runs"
+        / "moe-ft-qwen30ba3b-x8"
+        / "cap200"
+        / "summary.json"
+    )
     before = json.loads(summary.read_text())
     summary.unlink()
     assert campaign.plan() == {SUMMARIZE["moe-ft-qwen30ba3b-x8"]: 1, **EVERYTHING_AFTER_SUMMARIES}
     # remade as it was, by itself (its readers, planned above, are a whole analysis on 2 cores);
     # then nothing is left to do: the readers' inputs are as they were
-    snakemake(campaign.workflow, campaign.work, campaign.config, "-q", "--cores", "2",
-              str(summary.relative_to(campaign.work)))
+    snakemake(
+        campaign.workflow,
+        campaign.work,
+        campaign.config,
+        "-q",
+        "--cores",
+        "2",
+        str(summary.relative_to(campaign.work)),
+    )
     assert json.loads(summary.read_text()) == before
     assert campaign.plan() == {}
 
@@ -134,28 +185,51 @@ def test_a_deleted_summary_is_rebuilt_with_what_reads_it_and_nothing_else(campai
 def test_one_groups_run_config_reruns_exactly_its_runs(campaign):
     campaign.edit_config(lambda c: c["groups"][2].update(batch=8))  # moe-ft, four caps
     # and the resource plan, which reads a group's shape (not its caps: see the next test)
-    assert campaign.plan() == {"run_at_cap": 4, SUMMARIZE["moe-ft-qwen30ba3b-x8"]: 1, "resource_plan": 1,
-                               "control_truth": 1, **EVERYTHING_AFTER_SUMMARIES}
+    assert campaign.plan() == {
+        "run_at_cap": 4,
+        SUMMARIZE["moe-ft-qwen30ba3b-x8"]: 1,
+        "resource_plan": 1,
+        "control_truth": 1,
+        **EVERYTHING_AFTER_SUMMARIES,
+    }
 
 
 def test_adding_a_cap_runs_only_the_new_run(campaign):
     campaign.edit_config(lambda c: c["groups"][1].update(caps=[200, 300, 500, 600, 700]))
     # The new run only; its group's summaries are redone (ms each), no other group's.
-    assert campaign.plan() == {"run_at_cap": 1, SUMMARIZE["moe-pt-gptoss20b-x8-ep8"]: 1, "control_truth": 1,
-                               **EVERYTHING_AFTER_SUMMARIES}
+    assert campaign.plan() == {
+        "run_at_cap": 1,
+        SUMMARIZE["moe-pt-gptoss20b-x8-ep8"]: 1,
+        "control_truth": 1,
+        **EVERYTHING_AFTER_SUMMARIES,
+    }
 
 
 def test_adding_a_group_runs_only_its_runs(campaign):
-    campaign.edit_config(lambda c: c["groups"].append(
-        {"id": "dense-ft-mistral24b-x8", "model": "Mistral-Small-24B-Base-2501", "task": "lora", "gpus": 8}))
-    assert campaign.plan() == {"run_at_cap": 4, "summaries_dense_ft_mistral24b_x8": 1, "resource_plan": 1,
-                               "control_truth": 1, **EVERYTHING_AFTER_SUMMARIES}
+    campaign.edit_config(
+        lambda c: c["groups"].append(
+            {
+                "id": "dense-ft-mistral24b-x8",
+                "model": "Mistral-Small-24B-Base-2501",
+                "task": "lora",
+                "gpus": 8,
+            }
+        )
+    )
+    assert campaign.plan() == {
+        "run_at_cap": 4,
+        "summaries_dense_ft_mistral24b_x8": 1,
+        "resource_plan": 1,
+        "control_truth": 1,
+        **EVERYTHING_AFTER_SUMMARIES,
+    }
 
 
 def test_scheduling_settings_rerun_nothing(campaign):
     def change(c):
         c["run"].update(retries=3, parallel_within_group=True)
         c["slurm_gpus_per_node"] = 4
+
     campaign.edit_config(change)
     assert campaign.plan() == {}
 
@@ -176,24 +250,47 @@ def test_a_statistics_setting_reruns_only_its_stage_and_what_reads_it(campaign):
 
 # ---- code changes (Snakemake does not see imported modules: code_fingerprint does) -------
 
-FIGURE_RULES = {"core_figures": 1, "analysis_figures": 1, "fidelity_figure": 1, "offer": 1, "flexibility_statement": 1,
-                **ALLOCATION_FIGURES,
-                **CONTROL_FIGURES}
+FIGURE_RULES = {
+    "core_figures": 1,
+    "analysis_figures": 1,
+    "fidelity_figure": 1,
+    "offer": 1,
+    "flexibility_statement": 1,
+    **ALLOCATION_FIGURES,
+    **CONTROL_FIGURES,
+}
 
 
-@pytest.mark.parametrize("module, expected", [
-    ("runs/emulator", {"run_at_cap": N_RUNS, **EVERY_SUMMARY, **EVERYTHING_AFTER_SUMMARIES, **CONTROL}),
-    ("telemetry", {**EVERY_SUMMARY, **EVERYTHING_AFTER_SUMMARIES, **CONTROL}),
-    # the control study's cluster reads the predictor's features (so its truth tables rerun too)
-    ("analysis/predictor", {"cluster_stats": 1, "fit_predictor": 1, "paper_tables": 1, "analysis_figures": 1,
-                            **ALLOCATION, **CONTROL, **FINAL}),
-    # A plot-only change (the shared style of every figure) plans the figure rules and the
-    # report, never a simulation: no module outside plots/ imports plot code.
-    ("plots/style", {**FIGURE_RULES, **FINAL}),
-    ("report", FINAL),
-    ("analysis/fidelity", {**FIDELITY, **FINAL}),
-    ("plots/fidelity", {"fidelity_figure": 1, **FINAL}),
-], ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize(
+    "module, expected",
+    [
+        (
+            "runs/emulator",
+            {"run_at_cap": N_RUNS, **EVERY_SUMMARY, **EVERYTHING_AFTER_SUMMARIES, **CONTROL},
+        ),
+        ("telemetry", {**EVERY_SUMMARY, **EVERYTHING_AFTER_SUMMARIES, **CONTROL}),
+        # the control study's cluster reads the predictor's features (so its truth tables rerun too)
+        (
+            "analysis/predictor",
+            {
+                "cluster_stats": 1,
+                "fit_predictor": 1,
+                "paper_tables": 1,
+                "analysis_figures": 1,
+                **ALLOCATION,
+                **CONTROL,
+                **FINAL,
+            },
+        ),
+        # A plot-only change (the shared style of every figure) plans the figure rules and the
+        # report, never a simulation: no module outside plots/ imports plot code.
+        ("plots/style", {**FIGURE_RULES, **FINAL}),
+        ("report", FINAL),
+        ("analysis/fidelity", {**FIDELITY, **FINAL}),
+        ("plots/fidelity", {"fidelity_figure": 1, **FINAL}),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
 def test_library_code_change_reruns_exactly_its_dependents(campaign, module, expected):
     campaign.edit_code(f"workflow_scripts/wattflex/{module}.py")
     assert campaign.plan() == expected
@@ -223,14 +320,34 @@ with SnakemakeApi(OutputSettings()) as api:
 """
 
 
-@pytest.mark.parametrize("backend, n_protected, run_code_empty", [("emulated", 0, False), ("cuda", 3, True)])
-def test_run_outputs_are_write_protected_for_real_backends_only(campaign, backend, n_protected, run_code_empty):
+@pytest.mark.parametrize(
+    "backend, n_protected, run_code_empty", [("emulated", 0, False), ("cuda", 3, True)]
+)
+def test_run_outputs_are_write_protected_for_real_backends_only(
+    campaign, backend, n_protected, run_code_empty
+):
     # A cuda campaign must say where its weights come from (config.check_cuda): tiny needs none.
-    campaign.edit_config(lambda c: c.update(backend=backend, **({"cuda": {"tiny": True}} if backend == "cuda" else {})))
+    campaign.edit_config(
+        lambda c: c.update(
+            backend=backend, **({"cuda": {"tiny": True}} if backend == "cuda" else {})
+        )
+    )
     env = {**os.environ, "PYTHONPATH": str(campaign.workflow / "workflow_scripts")}
-    proc = subprocess.run([sys.executable, "-c", PROTECTED_FLAGS, str(campaign.workflow / "Snakefile"),
-                           str(campaign.work), str(campaign.config)], capture_output=True, text=True, env=env,
-                          cwd=campaign.workflow, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PROTECTED_FLAGS,
+            str(campaign.workflow / "Snakefile"),
+            str(campaign.work),
+            str(campaign.config),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=campaign.workflow,
+        timeout=300,
+    )
     m = re.search(r"^PROTECTED (\d+) (\d+) (.*)$", proc.stdout, re.M)
     assert m, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert (int(m.group(1)), int(m.group(2))) == (n_protected, 3)
@@ -248,8 +365,16 @@ def test_snakemake_refuses_to_regenerate_a_write_protected_run(campaign):
         os.chmod(run_dir / f, 0o444)
     try:
         campaign.edit_config(lambda c: c["groups"][2].update(batch=8))  # that run's spec changes
-        proc = snakemake(campaign.workflow, campaign.work, campaign.config, "-n", "--cores", "2", check=False,
-                         file_modes_bind=True)
+        proc = snakemake(
+            campaign.workflow,
+            campaign.work,
+            campaign.config,
+            "-n",
+            "--cores",
+            "2",
+            check=False,
+            file_modes_bind=True,
+        )
         text = proc.stdout + proc.stderr
         assert proc.returncode != 0 and "Write-protected output files" in text, text[-3000:]
         assert "moe-ft-qwen30ba3b-x8/cap200/run.json" in text

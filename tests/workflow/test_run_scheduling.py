@@ -35,10 +35,25 @@ def run_resources(stdout: str) -> dict[str, dict[str, str]]:
 
 def test_run_jobs_ask_for_the_groups_gpus_nodes_model_and_time(tmp_path, tiny_config):
     cfg = yaml.safe_load(tiny_config.read_text())
-    x16 = {"id": "h100-dense-pt-x16", "model": "Mistral-Small-24B-Base-2501", "task": "pt", "gpus": 16, "gpu": "H100"}
+    x16 = {
+        "id": "h100-dense-pt-x16",
+        "model": "Mistral-Small-24B-Base-2501",
+        "task": "pt",
+        "gpus": 16,
+        "gpu": "H100",
+    }
     config = write_config(tmp_path, tiny_config, groups=cfg["groups"][:1] + [x16], repeats=[])
-    proc = snakemake("-n", "--cores", "1", "--configfile", str(config), "--config", "slurm_gpu_model=constraint",
-                     "slurm_gpus_per_node=8", cwd=tmp_path)
+    proc = snakemake(
+        "-n",
+        "--cores",
+        "1",
+        "--configfile",
+        str(config),
+        "--config",
+        "slurm_gpu_model=constraint",
+        "slurm_gpus_per_node=8",
+        cwd=tmp_path,
+    )
     res = run_resources(proc.stdout)
     assert len(res) == 8
     big = res["h100-dense-pt-x16/cap200"]
@@ -56,9 +71,15 @@ def test_run_jobs_ask_for_the_groups_gpus_nodes_model_and_time(tmp_path, tiny_co
 
 
 def test_parallel_within_group_drops_the_group_slot(tmp_path, tiny_config):
-    run = {**yaml.safe_load(tiny_config.read_text())["run"], "parallel_within_group": True, "retries": 3}
+    run = {
+        **yaml.safe_load(tiny_config.read_text())["run"],
+        "parallel_within_group": True,
+        "retries": 3,
+    }
     config = write_config(tmp_path, tiny_config, run=run)
-    res = run_resources(snakemake("-n", "--cores", "1", "--configfile", str(config), cwd=tmp_path).stdout)
+    res = run_resources(
+        snakemake("-n", "--cores", "1", "--configfile", str(config), cwd=tmp_path).stdout
+    )
     assert res and not any(k.startswith("sweep_") for r in res.values() for k in r)
     assert {r["run_attempts"] for r in res.values()} == {"4"}
 
@@ -67,7 +88,9 @@ def test_scheduling_keys_never_change_a_runs_spec(tiny_config):
     cfg = load_config(tiny_config, base=REPO)
     other = copy.deepcopy(cfg)
     other["run"].update(parallel_within_group=True, retries=5)
-    assert run_spec(cfg, "dense-pt-mistral24b-x8", "cap500") == run_spec(other, "dense-pt-mistral24b-x8", "cap500")
+    assert run_spec(cfg, "dense-pt-mistral24b-x8", "cap500") == run_spec(
+        other, "dense-pt-mistral24b-x8", "cap500"
+    )
 
 
 @pytest.mark.slow
@@ -75,14 +98,21 @@ def test_run_failing_on_every_attempt_is_recorded_and_the_sweep_finishes(tmp_pat
     """A model whose catalog entry lacks its layer count fails in every attempt; the other
     group's runs, runs.parquet and the PFI table are still produced, naming what is missing."""
     catalog = yaml.safe_load((REPO / "config/models.yaml").read_text())
-    broken = {k: v for k, v in catalog["models"]["Mistral-Small-24B-Base-2501"].items() if k != "layers"}
+    broken = {
+        k: v for k, v in catalog["models"]["Mistral-Small-24B-Base-2501"].items() if k != "layers"
+    }
     catalog["models"]["Broken-24B"] = broken
     (tmp_path / "models.yaml").write_text(yaml.safe_dump(catalog))
     cfg = yaml.safe_load(tiny_config.read_text())
     good = {**cfg["groups"][0], "caps": [500, 700]}
     bad = {**cfg["groups"][0], "id": "broken-x8", "model": "Broken-24B", "caps": [700]}
-    config = write_config(tmp_path, tiny_config, groups=[good, bad], repeats=[],
-                          models_catalog=str(tmp_path / "models.yaml"))
+    config = write_config(
+        tmp_path,
+        tiny_config,
+        groups=[good, bad],
+        repeats=[],
+        models_catalog=str(tmp_path / "models.yaml"),
+    )
     snakemake("results/tiny/pfi.parquet", "--cores", "1", "--configfile", str(config), cwd=tmp_path)
     log = (tmp_path / "logs/tiny/runs/broken-x8/cap700.log").read_text()
     assert "(attempt 2 of 2)" in log and "KeyError: 'layers'" in log  # the log of the last attempt

@@ -30,7 +30,7 @@ from wattflex.provenance import read_parquet
 from .conftest import REPO, snakemake
 
 NODE_GPUS = 8
-PARTITION = "single"              # this module's partition of the session's cluster (tests/slurm_cluster.py)
+PARTITION = "single"  # this module's partition of the session's cluster (tests/slurm_cluster.py)
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
@@ -38,13 +38,25 @@ def slurm_args(partition: str) -> list[str]:
     """The shipped profile, with what the test nodes lack overridden (CLI options replace the
     profile's), jobs sent to ``partition``."""
     return [
-        "--profile", "profiles/slurm",
-        "--default-resources", f"slurm_partition='{partition}'", "mem_mb=100", "runtime=10",
-        "--set-resources", "run_at_cap:cpus_per_task=1", "run_at_cap:mem_mb=200",
+        "--profile",
+        "profiles/slurm",
+        "--default-resources",
+        f"slurm_partition='{partition}'",
+        "mem_mb=100",
+        "runtime=10",
+        "--set-resources",
+        "run_at_cap:cpus_per_task=1",
+        "run_at_cap:mem_mb=200",
         "--slurm-no-account",
         # No accounting on the test cluster: poll with squeue (its MinJobAge is 600 s).
-        "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
-        "--latency-wait", "5", "--jobs", "4",
+        "--slurm-status-command",
+        "squeue",
+        "--slurm-init-seconds-before-status-checks",
+        "2",
+        "--latency-wait",
+        "5",
+        "--jobs",
+        "4",
     ]
 
 
@@ -53,18 +65,26 @@ SLURM_ARGS = slurm_args(PARTITION)
 
 def squeue(fmt: str = "%i|%T|%r|%S|%e|%k", partition: str = PARTITION) -> list[list[str]]:
     """All jobs of ``partition`` the controller still knows (running, pending and ended within MinJobAge)."""
-    out = subprocess.run(["squeue", "--states=all", f"--partition={partition}", "--noheader", f"--format={fmt}"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["squeue", "--states=all", f"--partition={partition}", "--noheader", f"--format={fmt}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [line.split("|") for line in out.splitlines() if line.strip()]
 
 
 def job_field(jobid: str, name: str) -> str:
-    out = subprocess.run(["scontrol", "show", "job", "-o", jobid], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["scontrol", "show", "job", "-o", jobid], capture_output=True, text=True, check=True
+    ).stdout
     return next((kv.split("=", 1)[1] for kv in out.split() if kv.startswith(f"{name}=")), "")
 
 
 def node_field(node: str, name: str) -> str:
-    out = subprocess.run(["scontrol", "show", "node", "-o", node], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["scontrol", "show", "node", "-o", node], capture_output=True, text=True, check=True
+    ).stdout
     return next((kv.split("=", 1)[1] for kv in out.split() if kv.startswith(f"{name}=")), "")
 
 
@@ -82,8 +102,8 @@ def slurm_cluster(tmp_path_factory) -> Partition:
 class Sweep:
     work: Path
     local: Path
-    jobs: pd.DataFrame                      # one row per SLURM job of this sweep
-    snapshots: list[list[list[str]]]        # squeue polls taken while it ran
+    jobs: pd.DataFrame  # one row per SLURM job of this sweep
+    snapshots: list[list[list[str]]]  # squeue polls taken while it ran
     cancelled: dict[str, str] = field(default_factory=dict)  # SLURM job id -> comment
     wall_s: float = 0.0
 
@@ -140,8 +160,10 @@ def sweep(slurm_cluster, tmp_path_factory, tiny_config) -> Sweep:
         local_thread.join()
     if local_error:
         raise local_error[0]
-    jobs = pd.DataFrame([j for j in squeue() if j[0] not in before],
-                        columns=["jobid", "state", "reason", "start", "end", "comment"])
+    jobs = pd.DataFrame(
+        [j for j in squeue() if j[0] not in before],
+        columns=["jobid", "state", "reason", "start", "end", "comment"],
+    )
     print(f"SLURM sweep of the tiny campaign: {wall:.0f} s, {len(jobs)} SLURM jobs")
     return Sweep(work, local, jobs, watcher.snapshots, watcher.cancelled, wall)
 
@@ -178,9 +200,16 @@ def test_runs_wait_for_gpus_another_run_holds(sweep):
     for (_, end), (start, _) in zip(spans, spans[1:]):
         assert start >= end
     # ...because a queued run waited for resources while another one ran.
-    waited = [snap for snap in sweep.snapshots
-              if any(j[1] == "RUNNING" for j in snap if j[0] in set(ran["jobid"]))
-              and any(j[1] == "PENDING" and j[2] == "Resources" for j in snap if j[3].startswith("rule_run_at_cap"))]
+    waited = [
+        snap
+        for snap in sweep.snapshots
+        if any(j[1] == "RUNNING" for j in snap if j[0] in set(ran["jobid"]))
+        and any(
+            j[1] == "PENDING" and j[2] == "Resources"
+            for j in snap
+            if j[3].startswith("rule_run_at_cap")
+        )
+    ]
     assert waited
 
 
@@ -190,7 +219,11 @@ def test_runs_of_a_group_go_one_at_a_time(sweep):
 
     queued_together = 0
     for snap in sweep.snapshots:
-        active = [group(j[3]) for j in snap if j[1] in ("PENDING", "RUNNING") and j[3].startswith("rule_run_at_cap")]
+        active = [
+            group(j[3])
+            for j in snap
+            if j[1] in ("PENDING", "RUNNING") and j[3].startswith("rule_run_at_cap")
+        ]
         assert len(active) == len(set(active)), f"two runs of one group queued at once: {active}"
         queued_together = max(queued_together, len(active))
     assert queued_together >= 2  # different groups were queued side by side
@@ -198,13 +231,24 @@ def test_runs_of_a_group_go_one_at_a_time(sweep):
 
 def test_scancelled_run_is_retried_and_leaves_nothing_behind(sweep):
     assert len(sweep.cancelled) == 1
-    (jobid, comment), = sweep.cancelled.items()
+    ((jobid, comment),) = sweep.cancelled.items()
     row = sweep.jobs.set_index("jobid").loc[jobid]
     assert row["state"] == "CANCELLED"
-    later = sweep.jobs[(sweep.jobs["comment"] == comment) & (sweep.jobs["jobid"].astype(int) > int(jobid))]
+    later = sweep.jobs[
+        (sweep.jobs["comment"] == comment) & (sweep.jobs["jobid"].astype(int) > int(jobid))
+    ]
     assert list(later["state"]) == ["COMPLETED"]
-    run_dir = sweep.work / "results/tiny/runs" / comment.removeprefix("rule_run_at_cap_wildcards_").replace("_cap", "/cap")
-    assert sorted(p.name for p in run_dir.iterdir()) == ["run.json", "steps.parquet", "summary.json", "telemetry.parquet"]
+    run_dir = (
+        sweep.work
+        / "results/tiny/runs"
+        / comment.removeprefix("rule_run_at_cap_wildcards_").replace("_cap", "/cap")
+    )
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "run.json",
+        "steps.parquet",
+        "summary.json",
+        "telemetry.parquet",
+    ]
     leftovers = [p for p in (sweep.work / "results/tiny/runs").rglob(".cap*")]
     assert not leftovers, f"temporary run directories left behind: {leftovers}"
     assert pd.read_csv(sweep.work / "results/tiny/missing_runs.csv").empty
@@ -228,23 +272,56 @@ def test_two_gpu_run_waits_while_another_job_holds_the_gpus(slurm_cluster, tmp_p
     config = tmp_path / "x2.yaml"
     config.write_text(yaml.safe_dump(cfg))
     release = tmp_path / "release"
-    holder = subprocess.run(["sbatch", "--parsable", f"--partition={PARTITION}", f"--gpus={NODE_GPUS - 1}", "-o", "/dev/null",
-                             "--wrap", f"while [ ! -e {release} ]; do sleep 0.2; done"],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    holder = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            f"--partition={PARTITION}",
+            f"--gpus={NODE_GPUS - 1}",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            f"while [ ! -e {release} ]; do sleep 0.2; done",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     work = tmp_path / "work"
     work.mkdir()
     result: list = []
-    sweep_thread = threading.Thread(target=lambda: result.append(snakemake(
-        f"results/tiny/runs/{group['id']}/cap700/run.json", *SLURM_ARGS,
-        "--config", "slurm_gpu_model=constraint", "--configfile", str(config), cwd=work, check=False, timeout=240)))
+    sweep_thread = threading.Thread(
+        target=lambda: result.append(
+            snakemake(
+                f"results/tiny/runs/{group['id']}/cap700/run.json",
+                *SLURM_ARGS,
+                "--config",
+                "slurm_gpu_model=constraint",
+                "--configfile",
+                str(config),
+                cwd=work,
+                check=False,
+                timeout=240,
+            )
+        )
+    )
     sweep_thread.start()
     try:
         deadline = time.monotonic() + 120
         waiting = None
         while time.monotonic() < deadline and waiting is None:
             jobs = {j[0]: j for j in squeue("%i|%T|%r|%k")}
-            runs = [j for j in jobs.values() if j[3].startswith(f"rule_run_at_cap_wildcards_{group['id']}")]
-            if runs and runs[0][1] == "PENDING" and runs[0][2] == "Resources" and jobs[holder][1] == "RUNNING":
+            runs = [
+                j
+                for j in jobs.values()
+                if j[3].startswith(f"rule_run_at_cap_wildcards_{group['id']}")
+            ]
+            if (
+                runs
+                and runs[0][1] == "PENDING"
+                and runs[0][2] == "Resources"
+                and jobs[holder][1] == "RUNNING"
+            ):
                 waiting = runs[0][0]
             time.sleep(0.3)
         assert waiting, "the 2-GPU run never waited behind the job holding 7 GPUs"

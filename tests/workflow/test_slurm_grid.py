@@ -33,24 +33,52 @@ def two_nodes(tmp_path_factory):
 
 
 def limits(tmp: Path, node: str) -> list[float]:
-    return [g["limit_mw"] / 1000 for g in json.loads((tmp / f"gpus-{node}.json").read_text())["gpus"]]
+    return [
+        g["limit_mw"] / 1000 for g in json.loads((tmp / f"gpus-{node}.json").read_text())["gpus"]
+    ]
 
 
 def fake_gpu_env(tmp: Path, nodes: list[str], n_gpus: int) -> dict[str, str]:
     """The environment of a cluster-control run whose agents see ``n_gpus`` FAKE GPUs per node."""
     template = fake_gpus(tmp, n_gpus=n_gpus, nodes=nodes)
-    return {**os.environ, "FAKE_PYNVML_STATE": template, "WATTFLEX_STATE_DIR": str(tmp / "caps"),
-            "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fakes" / "pynvml_path"), str(REPO / "workflow_scripts")])}
+    return {
+        **os.environ,
+        "FAKE_PYNVML_STATE": template,
+        "WATTFLEX_STATE_DIR": str(tmp / "caps"),
+        "PYTHONPATH": os.pathsep.join(
+            [str(REPO / "tests" / "fakes" / "pynvml_path"), str(REPO / "workflow_scripts")]
+        ),
+    }
 
 
-def running_job(tmp: Path, env: dict[str, str], partition_name: str, nodes: int, gpus: int, mem_mb: int) -> str:
+def running_job(
+    tmp: Path, env: dict[str, str], partition_name: str, nodes: int, gpus: int, mem_mb: int
+) -> str:
     """A ``sleep 600`` job on ``nodes`` nodes of the partition holding ``gpus`` GPUs each, once RUNNING."""
-    job = subprocess.run(["sbatch", "--parsable", f"--nodes={nodes}", "--ntasks-per-node=1", f"--gres=gpu:{gpus}",
-                          f"--mem={mem_mb}", "--time=10", f"--partition={partition_name}", f"--output={tmp}/job.out",
-                          "--wrap", "sleep 600"], capture_output=True, text=True, env=env, check=True).stdout.strip()
+    job = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            f"--nodes={nodes}",
+            "--ntasks-per-node=1",
+            f"--gres=gpu:{gpus}",
+            f"--mem={mem_mb}",
+            "--time=10",
+            f"--partition={partition_name}",
+            f"--output={tmp}/job.out",
+            "--wrap",
+            "sleep 600",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout.strip()
     deadline = time.time() + 60
     while time.time() < deadline:
-        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout
+        state = subprocess.run(
+            ["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True
+        ).stdout
         if state.strip() == "RUNNING":
             return job
         time.sleep(0.5)
@@ -64,21 +92,51 @@ def test_a_30pct_event_with_a_30s_deadline_across_two_nodes_fake_nvml(two_nodes,
     try:
         # the job's campaign curve: 4 GPUs drawing 640 W each uncapped (95 % of a cap below 675 W)
         caps = [300.0, 400.0, 500.0, 600.0, 700.0]
-        (tmp_path / "runs.csv").write_text("group,gpus,cap_w,power_w,tokens_per_s\n" + "".join(
-            f"llama-ft,4,{c},{4 * min(0.95 * c, 640.0)},{1000 * min(0.95 * c, 640.0) / 640.0}\n" for c in caps))
+        (tmp_path / "runs.csv").write_text(
+            "group,gpus,cap_w,power_w,tokens_per_s\n"
+            + "".join(
+                f"llama-ft,4,{c},{4 * min(0.95 * c, 640.0)},{1000 * min(0.95 * c, 640.0) / 640.0}\n"
+                for c in caps
+            )
+        )
         events = tmp_path / "events.csv"
         # 25 s for both agents to start and report (the basis), 15 s of the event past its deadline,
         # 15 s after it for the restore
-        events.write_text("event_id,start_s,end_s,fraction,ramp_kw_per_s,deadline_s\nev30,25,70,0.7,,30\n")
-        run = subprocess.run(["wattflex", "cluster-control", "--signal", str(events), "--budget-dir",
-                              str(tmp_path / "budgets"), "--duration-s", "85", "--period-s", "2",
-                              "--partition", PARTITION,     # the other partitions' tests run GPU jobs too
-                              "--mv-out", str(tmp_path / "mv"), "--curves", str(tmp_path / "runs.csv"),
-                              "--job-map", f"{job}=llama-ft",
-                              # both nodes are this machine: a cap state folder each (a real node has its own)
-                              "--agent-state-dir", str(tmp_path / "caps-{node}")],
-                             capture_output=True, text=True, env=env, timeout=400)
-        logs = "\n".join(p.read_text()[-2000:] for p in sorted((tmp_path / "budgets").glob("*.agent.log")))
+        events.write_text(
+            "event_id,start_s,end_s,fraction,ramp_kw_per_s,deadline_s\nev30,25,70,0.7,,30\n"
+        )
+        run = subprocess.run(
+            [
+                "wattflex",
+                "cluster-control",
+                "--signal",
+                str(events),
+                "--budget-dir",
+                str(tmp_path / "budgets"),
+                "--duration-s",
+                "85",
+                "--period-s",
+                "2",
+                "--partition",
+                PARTITION,  # the other partitions' tests run GPU jobs too
+                "--mv-out",
+                str(tmp_path / "mv"),
+                "--curves",
+                str(tmp_path / "runs.csv"),
+                "--job-map",
+                f"{job}=llama-ft",
+                # both nodes are this machine: a cap state folder each (a real node has its own)
+                "--agent-state-dir",
+                str(tmp_path / "caps-{node}"),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=400,
+        )
+        logs = "\n".join(
+            p.read_text()[-2000:] for p in sorted((tmp_path / "budgets").glob("*.agent.log"))
+        )
         assert run.returncode == 0, f"{run.stdout}\n{run.stderr}\n{logs}"
         assert run.stdout.count("agent for job") == 2 and "warning" not in run.stderr
         rec = read_json(tmp_path / "mv" / "mv.json")["events"][0]
@@ -86,13 +144,19 @@ def test_a_30pct_event_with_a_30s_deadline_across_two_nodes_fake_nvml(two_nodes,
         # the minute before it may hold periods where an agent had not started, counted uncapped
         assert rec["target_w"] == pytest.approx(0.7 * 4 * 650.0), rec
         assert 4 * 650.0 <= rec["baseline_pre_event_w"] <= 2 * 1300.0 + 200, rec
-        assert rec["worst_w_above_target_after_deadline"] == 0 and rec["seconds_above_target_after_deadline"] == 0
+        assert (
+            rec["worst_w_above_target_after_deadline"] == 0
+            and rec["seconds_above_target_after_deadline"] == 0
+        )
         assert rec["deadline_met"] and rec["restore_time_s"] is not None, rec
         # the baseline from the curves: the job's curve uncapped, 4 x 640 W, beside the pre-event one
         assert rec["baseline_curves_w"] == pytest.approx(4 * 640.0), rec
-        png = tmp_path / "mv" / "mv.png"                       # and the M&V figure the simulation gets
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and read_png_meta(png)["event_id"] == "ev30"
-        for node in NODES:                                     # every cap restored after
+        png = tmp_path / "mv" / "mv.png"  # and the M&V figure the simulation gets
+        assert (
+            png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            and read_png_meta(png)["event_id"] == "ev30"
+        )
+        for node in NODES:  # every cap restored after
             assert limits(tmp_path, node) == [700.0, 700.0], logs
     finally:
         subprocess.run(["scancel", job], capture_output=True)

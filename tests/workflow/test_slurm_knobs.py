@@ -64,30 +64,68 @@ def wait(what, predicate, timeout_s: float = 120.0):
 def test_pause_and_requeue_by_the_menu_on_slurm(knobs_partition, tmp_path):
     # the menu: caps cannot reach a 90 % cut; "paused" may pause, "requeued" may not for so long
     curve = (np.array([300.0, 1000.0]), np.array([60.0, 100.0]))
-    jobs = [kn.Job("paused", curve, idle_w=100, restart_s=600, checkpoint_write_s=1, since_checkpoint_s=0),
-            kn.Job("requeued", curve, idle_w=100, restart_s=10, checkpoint_write_s=1, since_checkpoint_s=0,
-                   max_pause_s=60)]
+    jobs = [
+        kn.Job(
+            "paused", curve, idle_w=100, restart_s=600, checkpoint_write_s=1, since_checkpoint_s=0
+        ),
+        kn.Job(
+            "requeued",
+            curve,
+            idle_w=100,
+            restart_s=10,
+            checkpoint_write_s=1,
+            since_checkpoint_s=0,
+            max_pause_s=60,
+        ),
+    ]
     event = kn.Event(depth_w=0.9 * 2000, duration_s=600, notice_s=30)
     assert not kn.choose(jobs, event, ("cap",)).feasible
     choice = kn.choose(jobs, event)
-    assert dict(zip(choice.table["job"], choice.table["knob"])) == {"paused": "pause", "requeued": "requeue"}
+    assert dict(zip(choice.table["job"], choice.table["knob"])) == {
+        "paused": "pause",
+        "requeued": "requeue",
+    }
 
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts"), "OMP_NUM_THREADS": "1"}
     ids, outdirs = {}, {}
     for name in ("paused", "requeued"):
         out = tmp_path / name
         out.mkdir()
-        cfg = tiny_cfg("Llama-3.1-70B", "pt", out, max_steps=None, duration_s=240, checkpoint_at_s=1.0,
-                       keep_checkpoint=True, checkpoint_async=False, resume=True, cpu_binding=False)
+        cfg = tiny_cfg(
+            "Llama-3.1-70B",
+            "pt",
+            out,
+            max_steps=None,
+            duration_s=240,
+            checkpoint_at_s=1.0,
+            keep_checkpoint=True,
+            checkpoint_async=False,
+            resume=True,
+            cpu_binding=False,
+        )
         cfg.to_json(out / "cfg.json")
         ids[name] = subprocess.run(
-            ["sbatch", "--parsable", "--requeue", "--open-mode=append", "--ntasks=1", "--mem=2000", "--time=10",
-             f"--partition={PARTITION}", f"--output={out}/job.out",
-             "--wrap", f"{NICE} {sys.executable} -m wattflex.runs.training --config {out / 'cfg.json'}"],
-            capture_output=True, text=True, env=env, check=True).stdout.strip()
+            [
+                "sbatch",
+                "--parsable",
+                "--requeue",
+                "--open-mode=append",
+                "--ntasks=1",
+                "--mem=2000",
+                "--time=10",
+                f"--partition={PARTITION}",
+                f"--output={out}/job.out",
+                "--wrap",
+                f"{NICE} {sys.executable} -m wattflex.runs.training --config {out / 'cfg.json'}",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        ).stdout.strip()
         outdirs[name] = out
     try:
-        for name in ids:   # both training, the requeued one past its checkpoint
+        for name in ids:  # both training, the requeued one past its checkpoint
             wait(f"{name} steps", lambda: len(steps_of(outdirs[name])) >= 3, 180)
         ck = outdirs["requeued"] / "checkpoint"
         wait("the checkpoint", lambda: list(ck.glob("step*/.metadata")))
@@ -107,7 +145,9 @@ def test_pause_and_requeue_by_the_menu_on_slurm(knobs_partition, tmp_path):
         slurm_knobs.end_event(done, ids)
         assert wait("running again", lambda: slurm_knobs.job_state(ids["paused"]) == "RUNNING", 30)
         wait("steps after the resume", lambda: len(steps_of(outdirs["paused"])) > len(held) + 1, 60)
-        assert steps_of(outdirs["paused"])[:len(held)] == held    # the same run went on: nothing lost
+        assert (
+            steps_of(outdirs["paused"])[: len(held)] == held
+        )  # the same run went on: nothing lost
     finally:
         for job in ids.values():
             subprocess.run(["scancel", job], capture_output=True)
@@ -117,7 +157,9 @@ def fake_state(template: str, node: str) -> list[dict]:
     return json.loads(Path(template.replace("{node}", node)).read_text())["gpus"]
 
 
-def test_cluster_control_carries_out_the_menus_choice_caps_and_clocks_right_fake_nvml(knobs_partition, tmp_path):
+def test_cluster_control_carries_out_the_menus_choice_caps_and_clocks_right_fake_nvml(
+    knobs_partition, tmp_path
+):
     """A 90 % event (deeper than the caps' floor, 2 x 200 W of 2 x 650 W) over two harness jobs of
     one FAKE GPU each: the menu pauses one, requeues the other (held to the event's end, then
     restarted from its checkpoint); the site target is met after the deadline; the clock-locked job's
@@ -125,77 +167,178 @@ def test_cluster_control_carries_out_the_menus_choice_caps_and_clocks_right_fake
     capped or locked and no cap or clock record is left."""
     node = knobs_partition.nodes[0]
     template = fake_gpus(tmp_path, n_gpus=2, nodes=[node])
-    curve = (np.array([200.0, 650.0]), np.array([60.0, 100.0]))        # per job: 1 GPU, floor 200 W
-    jobs = [kn.Job("paused", curve, idle_w=75, restart_s=600, checkpoint_write_s=1, since_checkpoint_s=0),
-            kn.Job("requeued", curve, idle_w=75, restart_s=10, checkpoint_write_s=1, since_checkpoint_s=0,
-                   max_pause_s=20)]
+    curve = (np.array([200.0, 650.0]), np.array([60.0, 100.0]))  # per job: 1 GPU, floor 200 W
+    jobs = [
+        kn.Job(
+            "paused", curve, idle_w=75, restart_s=600, checkpoint_write_s=1, since_checkpoint_s=0
+        ),
+        kn.Job(
+            "requeued",
+            curve,
+            idle_w=75,
+            restart_s=10,
+            checkpoint_write_s=1,
+            since_checkpoint_s=0,
+            max_pause_s=20,
+        ),
+    ]
     event = kn.Event(depth_w=0.9 * 1300, duration_s=40, notice_s=30)
-    assert not kn.choose(jobs, event, ("cap",)).feasible               # caps alone cannot
+    assert not kn.choose(jobs, event, ("cap",)).feasible  # caps alone cannot
     choice = kn.choose(jobs, event)
-    assert dict(zip(choice.table["job"], choice.table["knob"])) == {"paused": "pause", "requeued": "requeue"}
+    assert dict(zip(choice.table["job"], choice.table["knob"])) == {
+        "paused": "pause",
+        "requeued": "requeue",
+    }
     choice.table.to_csv(tmp_path / "choice.csv", index=False)
 
     fakes = REPO / "tests" / "fakes"
-    env = {**os.environ, "FAKE_PYNVML_STATE": template, "WATTFLEX_STATE_DIR": str(tmp_path / "caps"),
-           "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(fakes / "pynvml_path"), str(REPO / "workflow_scripts"), str(REPO)])}
+    env = {
+        **os.environ,
+        "FAKE_PYNVML_STATE": template,
+        "WATTFLEX_STATE_DIR": str(tmp_path / "caps"),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(
+            [str(fakes / "pynvml_path"), str(REPO / "workflow_scripts"), str(REPO)]
+        ),
+    }
     ids, outdirs = {}, {}
     for name in ("paused", "requeued"):
         out = tmp_path / name
         out.mkdir()
-        cfg = tiny_cfg("Llama-3.1-70B", "pt", out, max_steps=None, duration_s=400, checkpoint_at_s=1.0,
-                       keep_checkpoint=True, checkpoint_async=False, resume=True, cpu_binding=False)
+        cfg = tiny_cfg(
+            "Llama-3.1-70B",
+            "pt",
+            out,
+            max_steps=None,
+            duration_s=400,
+            checkpoint_at_s=1.0,
+            keep_checkpoint=True,
+            checkpoint_async=False,
+            resume=True,
+            cpu_binding=False,
+        )
         cfg.to_json(out / "cfg.json")
         train = f"{NICE} {sys.executable} -m wattflex.runs.training --config {out / 'cfg.json'}"
-        wrap = train if name == "paused" else f"{sys.executable} {fakes / 'clock_locked_run.py'} 1200 {train}"
+        wrap = (
+            train
+            if name == "paused"
+            else f"{sys.executable} {fakes / 'clock_locked_run.py'} 1200 {train}"
+        )
         ids[name] = subprocess.run(
-            ["sbatch", "--parsable", "--requeue", "--open-mode=append", "--ntasks=1", "--gres=gpu:1", "--mem=2000",
-             "--time=15", f"--job-name={name}", f"--partition={PARTITION}", f"--output={out}/job.out", "--wrap", wrap],
-            capture_output=True, text=True, env=env, check=True).stdout.strip()
+            [
+                "sbatch",
+                "--parsable",
+                "--requeue",
+                "--open-mode=append",
+                "--ntasks=1",
+                "--gres=gpu:1",
+                "--mem=2000",
+                "--time=15",
+                f"--job-name={name}",
+                f"--partition={PARTITION}",
+                f"--output={out}/job.out",
+                "--wrap",
+                wrap,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        ).stdout.strip()
         outdirs[name] = out
-    locks = lambda: [g["locked_mhz"] for g in fake_state(template, node)]        # noqa: E731
-    limits = lambda: [g["limit_mw"] / 1000 for g in fake_state(template, node)]   # noqa: E731
+    locks = lambda: [g["locked_mhz"] for g in fake_state(template, node)]  # noqa: E731
+    limits = lambda: [g["limit_mw"] / 1000 for g in fake_state(template, node)]  # noqa: E731
     try:
         for name in ids:
             wait(f"{name} steps", lambda: len(steps_of(outdirs[name])) >= 3, 240)
         ck = outdirs["requeued"] / "checkpoint"
         wait("the checkpoint", lambda: list(ck.glob("step*/.metadata")))
-        assert sorted(locks(), key=str) == [1200, None]                # the clock job's GPU locked, the other free
+        assert sorted(locks(), key=str) == [
+            1200,
+            None,
+        ]  # the clock job's GPU locked, the other free
         events = tmp_path / "events.csv"
-        events.write_text("event_id,start_s,end_s,fraction,ramp_kw_per_s,deadline_s\nev90,20,60,0.1,,10\n")
+        events.write_text(
+            "event_id,start_s,end_s,fraction,ramp_kw_per_s,deadline_s\nev90,20,60,0.1,,10\n"
+        )
         cc = subprocess.Popen(
-            ["wattflex", "cluster-control", "--signal", str(events), "--budget-dir", str(tmp_path / "budgets"),
-             "--duration-s", "75", "--period-s", "2", "--partition", PARTITION, "--knob-choice",
-             str(tmp_path / "choice.csv"), "--mv-out", str(tmp_path / "mv"),
-             "--agent-state-dir", str(tmp_path / "agent-caps")],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            [
+                "wattflex",
+                "cluster-control",
+                "--signal",
+                str(events),
+                "--budget-dir",
+                str(tmp_path / "budgets"),
+                "--duration-s",
+                "75",
+                "--period-s",
+                "2",
+                "--partition",
+                PARTITION,
+                "--knob-choice",
+                str(tmp_path / "choice.csv"),
+                "--mv-out",
+                str(tmp_path / "mv"),
+                "--agent-state-dir",
+                str(tmp_path / "agent-caps"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         # during the event: paused SUSPENDED, requeued held off the node; its clock lock released
         wait("suspended", lambda: slurm_knobs.job_state(ids["paused"]) == "SUSPENDED", 60)
         wait("held", lambda: slurm_knobs.job_state(ids["requeued"]) == "PENDING", 60)
         wait("the lock released", lambda: locks() == [None, None], 45)
         held = steps_of(outdirs["paused"])
         time.sleep(4)
-        assert steps_of(outdirs["paused"]) == held and slurm_knobs.job_state(ids["requeued"]) == "PENDING"
-        assert limits() == [700.0, 700.0]        # the knobs took the cut: no cap set, the held job's agent restored
+        assert (
+            steps_of(outdirs["paused"]) == held
+            and slurm_knobs.job_state(ids["requeued"]) == "PENDING"
+        )
+        assert limits() == [
+            700.0,
+            700.0,
+        ]  # the knobs took the cut: no cap set, the held job's agent restored
         out, err = cc.communicate(timeout=300)
-        logs = "\n".join(p.read_text()[-2000:] for p in sorted((tmp_path / "budgets").glob("*.agent.log")))
+        logs = "\n".join(
+            p.read_text()[-2000:] for p in sorted((tmp_path / "budgets").glob("*.agent.log"))
+        )
         assert cc.returncode == 0, f"{out}\n{err}\n{logs}"
-        assert "knob: job" in out and "paused" in out and "requeued held" in out and "resumed" in out, out
+        assert (
+            "knob: job" in out and "paused" in out and "requeued held" in out and "resumed" in out
+        ), out
         rec = json.loads((tmp_path / "mv" / "mv.json").read_text())["events"][0]
         assert rec["worst_w_above_target_after_deadline"] == 0 and rec["deadline_met"], rec
         # after: the paused job goes on, the requeued one restarts from its checkpoint, locked again
         assert wait("running again", lambda: slurm_knobs.job_state(ids["paused"]) == "RUNNING", 30)
         wait("steps after the resume", lambda: len(steps_of(outdirs["paused"])) > len(held) + 1, 90)
-        assert steps_of(outdirs["paused"])[:len(held)] == held
+        assert steps_of(outdirs["paused"])[: len(held)] == held
         ck_step = int(sorted(ck.glob("step*/.metadata"))[0].parent.name[4:])
-        wait("the restart", lambda: f"resumed from step {ck_step}" in (outdirs["requeued"] / "job.out").read_text(), 300)
+        wait(
+            "the restart",
+            lambda: f"resumed from step {ck_step}" in (outdirs["requeued"] / "job.out").read_text(),
+            300,
+        )
         wait("locked again", lambda: sorted(locks(), key=str) == [1200, None], 60)
-        assert limits() == [700.0, 700.0]                              # every agent's cap restored
+        assert limits() == [700.0, 700.0]  # every agent's cap restored
     finally:
         for job in ids.values():
             subprocess.run(["scancel", job], capture_output=True)
-    wait("both jobs gone", lambda: all(slurm_knobs.job_state(j) in ("", "COMPLETED", "CANCELLED") for j in ids.values()), 90)
+    wait(
+        "both jobs gone",
+        lambda: all(
+            slurm_knobs.job_state(j) in ("", "COMPLETED", "CANCELLED") for j in ids.values()
+        ),
+        90,
+    )
     wait("nothing locked", lambda: locks() == [None, None], 60)
     assert limits() == [700.0, 700.0]
-    left = [p.name for d in (tmp_path / "caps", tmp_path / "agent-caps") if d.exists() for p in d.glob("*.json")]
+    left = [
+        p.name
+        for d in (tmp_path / "caps", tmp_path / "agent-caps")
+        if d.exists()
+        for p in d.glob("*.json")
+    ]
     assert left == [], left

@@ -72,15 +72,42 @@ def node_state(tmp: Path, node: str) -> dict:
 def campaign(tmp: Path, caps: list[int], config: dict | None = None, **cuda) -> Path:
     """A cuda campaign of one 2-GPU group on the 2-node cluster (one process per node, cpu)."""
     config = {
-        "campaign": "mn", "backend": "cuda", "models_catalog": str(REPO / "config" / "models.yaml"), "seed": 1,
-        "run": {"duration_s": 60, "sample_period_s": 0.5, "eval_at_s": 0, "checkpoint_at_s": 0, "gap_s": 0},
+        "campaign": "mn",
+        "backend": "cuda",
+        "models_catalog": str(REPO / "config" / "models.yaml"),
+        "seed": 1,
+        "run": {
+            "duration_s": 60,
+            "sample_period_s": 0.5,
+            "eval_at_s": 0,
+            "checkpoint_at_s": 0,
+            "gap_s": 0,
+        },
         "cap_grids": {"grid": caps},
-        "group_defaults": {"gpu": "H200", "set": "headline", "seq_len": 32, "batch": 2, "ep": 1, "compile": False,
-                           "grad_checkpointing": False, "cap_grid": "grid"},
+        "group_defaults": {
+            "gpu": "H200",
+            "set": "headline",
+            "seq_len": 32,
+            "batch": 2,
+            "ep": 1,
+            "compile": False,
+            "grad_checkpointing": False,
+            "cap_grid": "grid",
+        },
         "groups": [{"id": GROUP, "model": "Llama-3.1-70B", "task": "pt", "gpus": 2}],
         "repeats": [],
-        "cuda": {"device": "cpu", "tiny": True, "cap_control": "nvml", "sampler": True, "sampler_period_s": 0.5,
-                 "nproc_per_node": 1, "nnodes": 2, "state_dir": str(tmp / "caps"), "eval_batches": 1, **cuda},
+        "cuda": {
+            "device": "cpu",
+            "tiny": True,
+            "cap_control": "nvml",
+            "sampler": True,
+            "sampler_period_s": 0.5,
+            "nproc_per_node": 1,
+            "nnodes": 2,
+            "state_dir": str(tmp / "caps"),
+            "eval_batches": 1,
+            **cuda,
+        },
         **(config or {}),
     }
     path = tmp / "mn.yaml"
@@ -98,10 +125,24 @@ def workflow(tmp: Path, config: Path, target: str) -> tuple[list[str], dict[str,
     args = [a.replace("cpus_per_task=1", "cpus_per_task=2") for a in slurm_args(PARTITION)]
     # This cluster's nodes have one GPU each (replaces the profile's --config).
     args += ["--config", "slurm_gpus_per_node=1", "slurm_gpu_model=gpu_model"]
-    env = {**os.environ, "FAKE_PYNVML_STATE": template,
-           "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fakes" / "pynvml_path"), str(REPO / "workflow_scripts")])}
-    cmd = [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(work), target, *args,
-           "--configfile", str(config)]
+    env = {
+        **os.environ,
+        "FAKE_PYNVML_STATE": template,
+        "PYTHONPATH": os.pathsep.join(
+            [str(REPO / "tests" / "fakes" / "pynvml_path"), str(REPO / "workflow_scripts")]
+        ),
+    }
+    cmd = [
+        *SNAKEMAKE,
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(work),
+        target,
+        *args,
+        "--configfile",
+        str(config),
+    ]
     return cmd, env, work
 
 
@@ -120,17 +161,23 @@ def run_workflow(tmp: Path, config: Path, target: str) -> dict:
 def two_node_run(two_nodes, tmp_path_factory):
     """One run at CAP_W (8 steps)."""
     tmp = tmp_path_factory.mktemp("multinode")
-    return run_workflow(tmp, campaign(tmp, [CAP_W], max_steps=8), f"results/mn/runs/{GROUP}/cap{CAP_W}/run.json")
+    return run_workflow(
+        tmp, campaign(tmp, [CAP_W], max_steps=8), f"results/mn/runs/{GROUP}/cap{CAP_W}/run.json"
+    )
 
 
 def test_one_run_is_one_slurm_job_on_both_nodes(two_node_run, two_nodes):
-    (jobid, state, comment), = two_node_run["jobs"]
+    ((jobid, state, comment),) = two_node_run["jobs"]
     assert state == "COMPLETED" and comment.startswith("rule_run_at_cap_")
-    hostlist = subprocess.run(["scontrol", "show", "hostlist", ",".join(NODES)], capture_output=True, text=True,
-                              check=True).stdout.strip()                       # wattflex-node[1-2]
+    hostlist = subprocess.run(
+        ["scontrol", "show", "hostlist", ",".join(NODES)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()  # wattflex-node[1-2]
     assert job_field(jobid, "NumNodes") == "2" and job_field(jobid, "NodeList") == hostlist
     assert job_field(jobid, "TresPerJob") == "gres:gpu:h200:2"
-    assert jobid in two_nodes.epilog_ran.read_text().split()      # the epilog ran (on each node)
+    assert jobid in two_nodes.epilog_ran.read_text().split()  # the epilog ran (on each node)
 
 
 def test_torchrun_trained_across_both_nodes(two_node_run):
@@ -151,7 +198,9 @@ def test_torchrun_trained_across_both_nodes(two_node_run):
 def test_fake_nvml_caps_set_and_restored_on_both_nodes(two_node_run):
     run = read_json(two_node_run["run_dir"] / "run.json")
     assert run["original_limit_w"] == [700.0, 700.0]
-    assert run["enforced_limit_w"] == [float(CAP_W)] * 2 and run["power_limit_w"] == [float(CAP_W)] * 2
+    assert (
+        run["enforced_limit_w"] == [float(CAP_W)] * 2 and run["power_limit_w"] == [float(CAP_W)] * 2
+    )
     for n in run["nodes"]:
         assert [g["power_limit_w"] for g in n["gpus_after_set"]] == [float(CAP_W)]
         assert n["gpus_after_restore"] == [{"index": 0, "power_limit_w": 700.0}]
@@ -160,7 +209,7 @@ def test_fake_nvml_caps_set_and_restored_on_both_nodes(two_node_run):
     # Both nodes' samples on one grid: every job-level sample sums both GPUs.
     series = job_series(tel)
     assert len(series) >= 10 and (series["n_gpus"] == 2).all()
-    for node in NODES:           # each node's FAKE GPU is back at its original limit
+    for node in NODES:  # each node's FAKE GPU is back at its original limit
         state = node_state(two_node_run["tmp"], node)
         assert state["gpus"][0]["limit_mw"] == 700_000
         assert [c[1] for c in state["set_calls"]] == [CAP_W * 1000, 700_000]
@@ -168,9 +217,15 @@ def test_fake_nvml_caps_set_and_restored_on_both_nodes(two_node_run):
 
 
 # ---- the staircase across both nodes ----------------------------------------------------------
-STAIRCASE_CAPS = [300, 450, 600]       # below the FAKE GPUs' 700 W, so each set and the restore show
+STAIRCASE_CAPS = [300, 450, 600]  # below the FAKE GPUs' 700 W, so each set and the restore show
 # Loose enough for CPU step-time noise (tests/unit/runs/sweep/test_sweep_real.py): control flow, not precision.
-CRITERIA = {"target_rel_se": 0.5, "min_settle_s": 0.3, "min_samples": 4, "min_steps": 2, "max_dwell_s": 8.0}
+CRITERIA = {
+    "target_rel_se": 0.5,
+    "min_settle_s": 0.3,
+    "min_samples": 4,
+    "min_steps": 2,
+    "max_dwell_s": 8.0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +244,7 @@ def test_staircase_steps_both_nodes_through_every_cap_and_restores_both(two_node
     series = job_series(tel)
     assert (series["n_gpus"] == 2).all()
     period = read_json(run_dir / "run.json")["telemetry"]["period_s"]
-    for visit in run["visits"]:      # each window measured at its own cap, on both nodes
+    for visit in run["visits"]:  # each window measured at its own cap, on both nodes
         # (a sample is labelled up to one period before it was read: align_nodes)
         window = tel[(tel.t_s >= visit["t_settled_s"]) & (tel.t_s <= visit["t_end_s"] - period)]
         assert sorted(window["node"].unique()) == NODES
@@ -205,20 +260,32 @@ def test_staircase_steps_both_nodes_through_every_cap_and_restores_both(two_node
     assert not list(run_dir.glob(".node*")) and not (run_dir / ".sweep_cap.json").exists()
 
 
-def scancel_while_training(tmp: Path, cmd: list[str], env: dict[str, str], work: Path, step_line: str,
-                           every_node: bool = True) -> tuple[str, str]:
+def scancel_while_training(
+    tmp: Path,
+    cmd: list[str],
+    env: dict[str, str],
+    work: Path,
+    step_line: str,
+    every_node: bool = True,
+) -> tuple[str, str]:
     """Start the workflow, wait until every node (else: one) is capped at CAP_W and a train.log
     shows ``step_line``, then scancel the run's job; its id and the workflow's output once it failed."""
     before = {j[0] for j in squeue()}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     capped = all if every_node else any
     try:
         deadline = time.monotonic() + 180
-        while not (capped(node_state(tmp, n)["gpus"][0]["limit_mw"] == CAP_W * 1000 for n in NODES)
-                   and any(step_line in p.read_text(errors="replace") for p in work.rglob("train*.log"))):
-            assert time.monotonic() < deadline and proc.poll() is None, "the run never trained capped"
+        while not (
+            capped(node_state(tmp, n)["gpus"][0]["limit_mw"] == CAP_W * 1000 for n in NODES)
+            and any(step_line in p.read_text(errors="replace") for p in work.rglob("train*.log"))
+        ):
+            assert time.monotonic() < deadline and proc.poll() is None, (
+                "the run never trained capped"
+            )
             time.sleep(0.3)
-        (jobid, _, _), = [j for j in squeue("%i|%T|%k") if j[0] not in before]
+        ((jobid, _, _),) = [j for j in squeue("%i|%T|%k") if j[0] not in before]
         subprocess.run(["scancel", jobid], check=True)
         output = proc.communicate(timeout=120)[0]
     finally:
@@ -231,15 +298,29 @@ def scancel_while_training(tmp: Path, cmd: list[str], env: dict[str, str], work:
 def test_scancel_mid_run_restores_the_caps_on_both_nodes(two_nodes, tmp_path):
     """A run cancelled while it trains (scancel: SIGTERM to the batch script and to each node's
     agent): each agent stops its training and restores its own node's GPU."""
-    config = campaign(tmp_path, [CAP_W], {"run": {"duration_s": 300, "sample_period_s": 0.5, "eval_at_s": 0,
-                                                  "checkpoint_at_s": 0, "gap_s": 0, "retries": 0}})
+    config = campaign(
+        tmp_path,
+        [CAP_W],
+        {
+            "run": {
+                "duration_s": 300,
+                "sample_period_s": 0.5,
+                "eval_at_s": 0,
+                "checkpoint_at_s": 0,
+                "gap_s": 0,
+                "retries": 0,
+            }
+        },
+    )
     cmd, env, work = workflow(tmp_path, config, f"results/mn/runs/{GROUP}/cap{CAP_W}/run.json")
     _, output = scancel_while_training(tmp_path, cmd, env, work, "step 2 ")
     for node in NODES:
         state = node_state(tmp_path, node)
         assert state["gpus"][0]["limit_mw"] == 700_000, output[-3000:]
         assert [c[1] for c in state["set_calls"]] == [CAP_W * 1000, 700_000]
-    assert not list((tmp_path / "caps").glob("caps-*.json"))      # restored by the agents, not left for the epilog
+    assert not list(
+        (tmp_path / "caps").glob("caps-*.json")
+    )  # restored by the agents, not left for the epilog
     left = [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, str(work))]
     assert not left, "processes of the cancelled run are still alive"
 
@@ -247,27 +328,61 @@ def test_scancel_mid_run_restores_the_caps_on_both_nodes(two_nodes, tmp_path):
 OWN_JOB = REPO / "tests" / "data" / "own_job" / "train_tiny_lm.py"
 
 
-def test_scancel_of_a_job_that_ignores_sigterm_restores_the_caps_before_killwait(two_nodes, tmp_path):
+def test_scancel_of_a_job_that_ignores_sigterm_restores_the_caps_before_killwait(
+    two_nodes, tmp_path
+):
     """scancel of a run whose training ignores SIGTERM (the user's own script, command backend,
     one node of the pair): stopping it takes the agent's whole grace (30 s), far past the
     cluster's KillWait (5 s, tests/slurm/cluster.sh), so SLURM SIGKILLs the agent. The caps
     are back by then, put back by the agent itself (its state file gone; the epilog reads
     another state folder and has no FAKE NVML), not left capped for the epilog (issue 36)."""
-    group = {"id": "dense-pt-own-tinylm-x1", "model": "Mistral-Small-24B-Base-2501", "task": "pt", "gpus": 1,
-             "command": {"launch": [sys.executable, str(OWN_JOB), "--steps", "1000000", "--step-s", "0.1",
-                                    "--ignore-term"], "throughput": {"preset": "torchtitan"}}}
-    config = campaign(tmp_path, [CAP_W], {"groups": [group],
-                                          "run": {"duration_s": 300, "sample_period_s": 0.5, "eval_at_s": 0,
-                                                  "checkpoint_at_s": 0, "gap_s": 0, "retries": 0}},
-                      nnodes=1, tiny=False)
-    cmd, env, work = workflow(tmp_path, config, f"results/mn/runs/{group['id']}/cap{CAP_W}/run.json")
+    group = {
+        "id": "dense-pt-own-tinylm-x1",
+        "model": "Mistral-Small-24B-Base-2501",
+        "task": "pt",
+        "gpus": 1,
+        "command": {
+            "launch": [
+                sys.executable,
+                str(OWN_JOB),
+                "--steps",
+                "1000000",
+                "--step-s",
+                "0.1",
+                "--ignore-term",
+            ],
+            "throughput": {"preset": "torchtitan"},
+        },
+    }
+    config = campaign(
+        tmp_path,
+        [CAP_W],
+        {
+            "groups": [group],
+            "run": {
+                "duration_s": 300,
+                "sample_period_s": 0.5,
+                "eval_at_s": 0,
+                "checkpoint_at_s": 0,
+                "gap_s": 0,
+                "retries": 0,
+            },
+        },
+        nnodes=1,
+        tiny=False,
+    )
+    cmd, env, work = workflow(
+        tmp_path, config, f"results/mn/runs/{group['id']}/cap{CAP_W}/run.json"
+    )
     jobid, output = scancel_while_training(tmp_path, cmd, env, work, "step:  2 ", every_node=False)
     (node,) = [n for n in NODES if node_state(tmp_path, n)["set_calls"]]
     state = node_state(tmp_path, node)
     assert state["gpus"][0]["limit_mw"] == 700_000, output[-3000:]
     assert [c[1] for c in state["set_calls"]] == [CAP_W * 1000, 700_000]
-    assert not list((tmp_path / "caps").glob("caps-*.json"))      # the agent's own restore, not the epilog's
-    assert jobid in two_nodes.epilog_ran.read_text().split()       # the job did end (its epilog ran)
+    assert not list(
+        (tmp_path / "caps").glob("caps-*.json")
+    )  # the agent's own restore, not the epilog's
+    assert jobid in two_nodes.epilog_ran.read_text().split()  # the job did end (its epilog ran)
     left = [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, str(work))]
     assert not left, "processes of the cancelled run are still alive"
 
@@ -276,9 +391,22 @@ def test_a_cap_one_node_refuses_mid_staircase_ends_the_sweep_restored_on_both(tw
     """Node 1's GPU refuses the second cap (FAKE NVML NoPermission for 450 W only): its agent
     reports the error and exits, the controller's sweep fails with it, and both nodes' GPUs
     are back at their original limit (node 0's agent stopped by srun, node 1's by the error)."""
-    config = campaign(tmp_path, STAIRCASE_CAPS, {"sweep": "staircase", "staircase": CRITERIA,
-                                                 "run": {"duration_s": 60, "sample_period_s": 0.5, "eval_at_s": 0,
-                                                         "checkpoint_at_s": 0, "gap_s": 0, "retries": 0}})
+    config = campaign(
+        tmp_path,
+        STAIRCASE_CAPS,
+        {
+            "sweep": "staircase",
+            "staircase": CRITERIA,
+            "run": {
+                "duration_s": 60,
+                "sample_period_s": 0.5,
+                "eval_at_s": 0,
+                "checkpoint_at_s": 0,
+                "gap_s": 0,
+                "retries": 0,
+            },
+        },
+    )
     cmd, env, work = workflow(tmp_path, config, f"results/mn/runs/{GROUP}/staircase/run.json")
     state_path = tmp_path / f"gpus-{NODES[1]}.json"
     state = json.loads(state_path.read_text())
@@ -289,7 +417,9 @@ def test_a_cap_one_node_refuses_mid_staircase_ends_the_sweep_restored_on_both(tw
     assert proc.returncode != 0 and "node 1: " in log and "450" in log, log[-3000:]
     for node, sets in zip(NODES, ([300_000, 450_000, 700_000], [300_000, 700_000])):
         s = node_state(tmp_path, node)
-        assert s["gpus"][0]["limit_mw"] == 700_000 and [c[1] for c in s["set_calls"]] == sets, log[-3000:]
+        assert s["gpus"][0]["limit_mw"] == 700_000 and [c[1] for c in s["set_calls"]] == sets, log[
+            -3000:
+        ]
     assert not list((tmp_path / "caps").glob("caps-*.json"))
     left = [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, str(work))]
     assert not left, "processes of the failed sweep are still alive"

@@ -40,18 +40,31 @@ def test_a_one_group_campaign_runs_to_the_end_and_says_what_it_could_not_do(tmp_
     assert model["status"] == "not_fitted" and "need at least 3 groups" in model["reason"]
 
     summary_meta = json.loads((results / "allocation" / "summary.csv.meta.json").read_text())
-    assert "needs both pretraining and fine-tuning groups" in summary_meta["skipped_mixes"]["production"]
-    assert set(summary_meta["skipped_policies"]) == {"pfi-aware", "curve-aware"}  # no pfi_pred to read
+    assert (
+        "needs both pretraining and fine-tuning groups"
+        in summary_meta["skipped_mixes"]["production"]
+    )
+    assert set(summary_meta["skipped_policies"]) == {
+        "pfi-aware",
+        "curve-aware",
+    }  # no pfi_pred to read
     assert set(summary_meta["skipped_splits"]) == {"0", "1"}
     assert set(pd.read_csv(results / "allocation" / "summary.csv")["mix"]) == {"random"}
     headline = pd.read_csv(results / "allocation" / "headline.csv")
     assert headline.empty and "tokens_per_s_per_job_recovered" in headline.columns
     headline_meta = json.loads((results / "allocation" / "headline.csv.meta.json").read_text())
-    assert headline_meta["status"] == "not_simulated" and "production mix" in headline_meta["reason"]
-    assert json.loads((results / "stats" / "kruskal_dunn.json").read_text())["status"] == "not_tested"
+    assert (
+        headline_meta["status"] == "not_simulated" and "production mix" in headline_meta["reason"]
+    )
+    assert (
+        json.loads((results / "stats" / "kruskal_dunn.json").read_text())["status"] == "not_tested"
+    )
     assert (results / "control" / "summary.csv").is_file()  # the control study ran on the one group
 
     report = (results / "report.html").read_text()
     assert "<b>Not fitted:</b> need at least 3 groups" in report
-    assert "<b>Not simulated:</b> the production mix: the production mix needs both pretraining" in report
+    assert (
+        "<b>Not simulated:</b> the production mix: the production mix needs both pretraining"
+        in report
+    )
     assert "<b>Not simulated:</b> the pfi-aware policy:" in report

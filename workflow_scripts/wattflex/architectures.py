@@ -8,8 +8,15 @@ from __future__ import annotations
 
 # hf_model_type -> "dense" | "moe" (transformers 5 model classes wattflex.runs.training.models builds).
 ARCHITECTURES = {
-    "llama": "dense", "mistral": "dense", "qwen2": "dense", "qwen3": "dense",
-    "qwen3_moe": "moe", "mixtral": "moe", "gpt_oss": "moe", "deepseek_v2": "moe", "gemma4_text": "moe",
+    "llama": "dense",
+    "mistral": "dense",
+    "qwen2": "dense",
+    "qwen3": "dense",
+    "qwen3_moe": "moe",
+    "mixtral": "moe",
+    "gpt_oss": "moe",
+    "deepseek_v2": "moe",
+    "gemma4_text": "moe",
 }
 
 # Published checkpoints of some families are multimodal, the text decoder one part of a larger model:

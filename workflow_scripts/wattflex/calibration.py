@@ -59,7 +59,14 @@ from wattflex.runs.emulator import DEFAULT_DIE, PHYSICS, Physics, calibrated_phy
 # label nor the draws were verified against the figures; no H200 table is used for the same
 # reason. (The same group's arXiv:2603.16164, Mayr et al., does benchmark vision models under
 # H100/H200 power limits; whether the quoted figure is from it was not checked.)
-UJENIYA_H100_DGEMM: dict[float, float] = {200: 625, 300: 1132, 400: 1501, 500: 1731, 600: 1889, 700: 1969}
+UJENIYA_H100_DGEMM: dict[float, float] = {
+    200: 625,
+    300: 1132,
+    400: 1501,
+    500: 1731,
+    600: 1889,
+    700: 1969,
+}
 ANCHOR_CAP_W = 700.0
 # The anchor's search range: below 1500 MHz the DGEMM table can no longer be met together
 # with it (the fit's residual grows past 20 MHz); above f_max the limit would not bind.
@@ -82,6 +89,7 @@ DEFAULT_FIT_SET = "tables7-8-dense"
 @dataclass(frozen=True)
 class PowerCurve:
     """The power-model constants one anchor implies (see module docstring)."""
+
     sm_dyn_w: float
     v_min: float
     v_exp: float
@@ -89,17 +97,33 @@ class PowerCurve:
     max_table_error_mhz: float  # worst |model - published| clock over the DGEMM table
 
 
-def _sm_power(gpu: GPUSpec, f_mhz: np.ndarray, sm_dyn_w: float, v_min: float, v_exp: float,
-              activity: float, ph: Physics) -> np.ndarray:
+def _sm_power(
+    gpu: GPUSpec,
+    f_mhz: np.ndarray,
+    sm_dyn_w: float,
+    v_min: float,
+    v_exp: float,
+    activity: float,
+    ph: Physics,
+) -> np.ndarray:
     x = np.asarray(f_mhz, float) / gpu.sm_clock_max_mhz
     v = v_min + (1 - v_min) * x**v_exp
-    return (gpu.idle_w + gpu.mem_dyn_w * ph.calib_dram_util
-            + sm_dyn_w * x * v**2 * (ph.sm_busy_weight + ph.tensor_weight * activity))
+    return (
+        gpu.idle_w
+        + gpu.mem_dyn_w * ph.calib_dram_util
+        + sm_dyn_w * x * v**2 * (ph.sm_busy_weight + ph.tensor_weight * activity)
+    )
 
 
-def fit_power_curve(anchor_clock_mhz: float, physics: Physics = PHYSICS, gpu: GPUSpec | None = None,
-                    table: Mapping[float, float] = UJENIYA_H100_DGEMM, anchor_activity: float | None = None,
-                    anchor_power_w: float = ANCHOR_CAP_W, anchor_gpu: GPUSpec | None = None) -> PowerCurve:
+def fit_power_curve(
+    anchor_clock_mhz: float,
+    physics: Physics = PHYSICS,
+    gpu: GPUSpec | None = None,
+    table: Mapping[float, float] = UJENIYA_H100_DGEMM,
+    anchor_activity: float | None = None,
+    anchor_power_w: float = ANCHOR_CAP_W,
+    anchor_gpu: GPUSpec | None = None,
+) -> PowerCurve:
     """``sm_dyn_w``, ``v_min``, ``v_exp`` and the DGEMM's activity fitted (least squares, in
     units of 10 W) to the DGEMM cap -> clock ``table`` (an H100's) plus one bf16 GEMM point:
     tensor activity ``anchor_activity`` (default ``anchor_tensor_util``) drawing ``anchor_power_w``
@@ -111,19 +135,36 @@ def fit_power_curve(anchor_clock_mhz: float, physics: Physics = PHYSICS, gpu: GP
     gpu = gpu or GPUS["H100"]
     caps = np.array(list(table), float)
     clocks = np.array(list(table.values()), float)
-    activity_bf16 = physics.anchor_tensor_util if anchor_activity is None else float(anchor_activity)
+    activity_bf16 = (
+        physics.anchor_tensor_util if anchor_activity is None else float(anchor_activity)
+    )
 
     def residuals(p: np.ndarray) -> np.ndarray:
         sm_dyn_w, v_min, v_exp, activity = p
         r = (_sm_power(gpu, clocks, sm_dyn_w, v_min, v_exp, activity, physics) - caps) / 10.0
-        bf16 = _sm_power(anchor_gpu or gpu, np.array([anchor_clock_mhz]), sm_dyn_w, v_min, v_exp, activity_bf16,
-                         physics)
+        bf16 = _sm_power(
+            anchor_gpu or gpu,
+            np.array([anchor_clock_mhz]),
+            sm_dyn_w,
+            v_min,
+            v_exp,
+            activity_bf16,
+            physics,
+        )
         return np.append(r, (bf16 - anchor_power_w) / 10.0)
 
-    fit = least_squares(residuals, [1200.0, 0.8, 7.0, 0.3], bounds=([200, 0.3, 1, 0], [5000, 1, 20, 1]))
+    fit = least_squares(
+        residuals, [1200.0, 0.8, 7.0, 0.3], bounds=([200, 0.3, 1, 0], [5000, 1, 20, 1])
+    )
     sm_dyn_w, v_min, v_exp, activity = (float(v) for v in fit.x)
-    ph = dataclasses.replace(physics, sm_dyn_w=sm_dyn_w, v_min=v_min, v_exp=v_exp, calib_tensor_util=activity,
-                             anchor_clock_mhz=float(anchor_clock_mhz))
+    ph = dataclasses.replace(
+        physics,
+        sm_dyn_w=sm_dyn_w,
+        v_min=v_min,
+        v_exp=v_exp,
+        calib_tensor_util=activity,
+        anchor_clock_mhz=float(anchor_clock_mhz),
+    )
     err = max(abs(power_model_clock_for_cap(gpu, c, physics=ph) - f) for c, f in table.items())
     return PowerCurve(sm_dyn_w, v_min, v_exp, activity, float(err))
 
@@ -148,24 +189,36 @@ def anchor_grid(die: str = DEFAULT_DIE) -> np.ndarray:
     return np.arange(5.0 * math.ceil(0.6 * f_max / 5.0), f_max + 1e-9, 5.0)
 
 
-def table_free_curve(anchor_clock_mhz: float, gpu: GPUSpec, physics: Physics = PHYSICS) -> PowerCurve:
+def table_free_curve(
+    anchor_clock_mhz: float, gpu: GPUSpec, physics: Physics = PHYSICS
+) -> PowerCurve:
     """The power curve of a part with no cap -> clock table: ``physics``'s voltage shape
     (GH100's, assumed) and the ``sm_dyn_w`` at which a bf16 GEMM at ``anchor_tensor_util`` draws
     ``gpu``'s default limit at ``anchor_clock_mhz`` (the anchor point of fit_power_curve, solved)."""
     x = float(anchor_clock_mhz) / gpu.sm_clock_max_mhz
-    per_w = x * voltage(x, physics) ** 2 * (physics.sm_busy_weight + physics.tensor_weight * physics.anchor_tensor_util)
+    per_w = (
+        x
+        * voltage(x, physics) ** 2
+        * (physics.sm_busy_weight + physics.tensor_weight * physics.anchor_tensor_util)
+    )
     sm_dyn_w = (gpu.default_limit_w - gpu.idle_w - gpu.mem_dyn_w * physics.calib_dram_util) / per_w
-    return PowerCurve(float(sm_dyn_w), physics.v_min, physics.v_exp, physics.calib_tensor_util, math.nan)
+    return PowerCurve(
+        float(sm_dyn_w), physics.v_min, physics.v_exp, physics.calib_tensor_util, math.nan
+    )
 
 
-def power_curve(anchor_clock_mhz: float, physics: Physics = PHYSICS, die: str = DEFAULT_DIE) -> PowerCurve:
+def power_curve(
+    anchor_clock_mhz: float, physics: Physics = PHYSICS, die: str = DEFAULT_DIE
+) -> PowerCurve:
     """The curve an anchor implies on ``die``: fitted with the H100 table on GH100, else table-free."""
     if die == DEFAULT_DIE:
         return fit_power_curve(anchor_clock_mhz, physics)
     return table_free_curve(anchor_clock_mhz, anchor_gpu(die), physics)
 
 
-def physics_at_anchor(anchor_clock_mhz: float, physics: Physics = PHYSICS, die: str = DEFAULT_DIE) -> Physics:
+def physics_at_anchor(
+    anchor_clock_mhz: float, physics: Physics = PHYSICS, die: str = DEFAULT_DIE
+) -> Physics:
     """``physics`` with the anchor and the power curve it implies (on ``die``)."""
     curve = dataclasses.asdict(power_curve(anchor_clock_mhz, physics, die))
     return calibrated_physics({"anchor_clock_mhz": anchor_clock_mhz, "curve": curve}, physics)
@@ -175,8 +228,10 @@ def groups_die(groups: Sequence[GroupModel]) -> str:
     """The one die the ``groups`` run on (a fit covers one power curve)."""
     dies = sorted({GPUS[g.gpu].die for g in groups}) or [DEFAULT_DIE]
     if len(dies) > 1:
-        raise ValueError(f"calibration: the fit groups run on GPUs of different dies ({', '.join(dies)}); "
-                         "fit each die's sweeps separately")
+        raise ValueError(
+            f"calibration: the fit groups run on GPUs of different dies ({', '.join(dies)}); "
+            "fit each die's sweeps separately"
+        )
     return dies[0]
 
 
@@ -184,21 +239,28 @@ def groups_die(groups: Sequence[GroupModel]) -> str:
 # Facts: (group, PFI, source) the anchor is fitted on
 # ---------------------------------------------------------------------------------------
 
-def published_facts(groups: Sequence[GroupModel], tables_dir: str | Path, fit_set: str = DEFAULT_FIT_SET
-                    ) -> pd.Series:
+
+def published_facts(
+    groups: Sequence[GroupModel], tables_dir: str | Path, fit_set: str = DEFAULT_FIT_SET
+) -> pd.Series:
     """PFI of the groups in ``fit_set`` (``FIT_SETS``) from Tables 7 and 8, by group id.
 
     Table 7 by group id (H200 validation groups); Table 8's ``pfi_h100`` by (model, task) for
     the H100 groups. Table 6 is never read, nor Table 8's ``pfi_h200`` (Table 6's values)."""
     if fit_set not in FIT_SETS:
-        raise ValueError(f"calibration fit set {fit_set!r} unknown; expected one of {', '.join(FIT_SETS)}")
+        raise ValueError(
+            f"calibration fit set {fit_set!r} unknown; expected one of {', '.join(FIT_SETS)}"
+        )
     t7 = load_published(tables_dir, "table7_validation_h200")
     t8 = load_published(tables_dir, "table8_h100_vs_h200")
     by_table: dict[str, dict[str, float]] = {"table7": {}, "table8": {}}
     if t7 is not None:
         by_table["table7"] = {str(g): float(p) for g, p in zip(t7["group"], t7["pfi"])}
     if t8 is not None:
-        h100 = {(str(m), str(t)): float(p) for m, t, p in zip(t8["model"], task_key(t8["task"]), t8["pfi_h100"])}
+        h100 = {
+            (str(m), str(t)): float(p)
+            for m, t, p in zip(t8["model"], task_key(t8["task"]), t8["pfi_h100"])
+        }
         for g in groups:
             key = (g.model, task_key(pd.Series([g.task])).iloc[0])
             if g.gpu == "H100" and key in h100:
@@ -218,13 +280,19 @@ def unmeasured_draws(runs: pd.DataFrame) -> str:
     if "cap_w" not in runs:
         return ""
     caps = sorted({float(c) for c in runs["cap_w"] if c == c})
-    draws = pd.to_numeric(runs["power_w"], errors="coerce") if "power_w" in runs else pd.Series(dtype=float)
+    draws = (
+        pd.to_numeric(runs["power_w"], errors="coerce")
+        if "power_w" in runs
+        else pd.Series(dtype=float)
+    )
     if len(caps) and not np.isfinite(draws.to_numpy(dtype=float)).any():
         shown = ", ".join(f"{c:g}" for c in caps[:8]) + (" ..." if len(caps) > 8 else "")
-        return (f"the sweep has caps ({shown} W, {len(runs)} runs) but no measured power draw "
-                f"({'no power_w column' if 'power_w' not in runs else 'power_w empty'}): a cap is a limit, not a "
-                "draw, and the power level is read from the draws, so it cannot be fitted on these runs; give "
-                "sweeps with their measured board power (e.g. wattflex ingest with a power column)")
+        return (
+            f"the sweep has caps ({shown} W, {len(runs)} runs) but no measured power draw "
+            f"({'no power_w column' if 'power_w' not in runs else 'power_w empty'}): a cap is a limit, not a "
+            "draw, and the power level is read from the draws, so it cannot be fitted on these runs; give "
+            "sweeps with their measured board power (e.g. wattflex ingest with a power column)"
+        )
     return ""
 
 
@@ -235,14 +303,18 @@ def measured_facts(runs: pd.DataFrame) -> pd.Series:
 
     missing = {"group", "cap_w", "power_w", "tokens_per_s"} - set(runs.columns)
     if missing:
-        raise ValueError(f"runs table lacks column(s) {', '.join(sorted(missing))}; expected a runs.parquet "
-                         "(wattflex collect / ingest)")
+        raise ValueError(
+            f"runs table lacks column(s) {', '.join(sorted(missing))}; expected a runs.parquet "
+            "(wattflex collect / ingest)"
+        )
     ok = runs[np.isfinite(runs["power_w"]) & np.isfinite(runs["tokens_per_s"])]
     out = {}
     for gid, rows in ok.groupby("group", sort=True):
         per_cap = rows.groupby("cap_w")[["power_w", "tokens_per_s"]].mean().sort_index()
         if len(per_cap) >= 2:
-            out[str(gid)] = pfi_ratio(per_cap["power_w"].to_numpy(), per_cap["tokens_per_s"].to_numpy())
+            out[str(gid)] = pfi_ratio(
+                per_cap["power_w"].to_numpy(), per_cap["tokens_per_s"].to_numpy()
+            )
     return pd.Series(out, dtype=float, name="pfi")
 
 
@@ -250,17 +322,19 @@ def measured_facts(runs: pd.DataFrame) -> pd.Series:
 # The fit
 # ---------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Calibration:
     """A fitted (or measured) anchor, the constants it implies, and how well it fits."""
+
     anchor_clock_mhz: float
     curve: PowerCurve
-    source: str                         # "fitted (<set>)" | "measured (<file>)"
+    source: str  # "fitted (<set>)" | "measured (<file>)"
     fit_groups: tuple[str, ...] = ()
     in_sample_mae: float = math.nan
     out_of_sample_mae: float = math.nan  # leave-one-group-out over fit_groups (NaN if < 2 groups)
     residuals: dict[str, float] = field(default_factory=dict)  # fitted - fact, per fit group
-    gpu_die: str = DEFAULT_DIE          # the die whose power curve this is (emulator.physics_for_gpu)
+    gpu_die: str = DEFAULT_DIE  # the die whose power curve this is (emulator.physics_for_gpu)
     # False when the fit landed on an edge of its search grid: the facts want a level at or
     # beyond it, so they do not pin the level (the edge is a bound, not a fit)
     pinned: bool = True
@@ -269,24 +343,37 @@ class Calibration:
         return calibrated_physics(self.to_json(), base)
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, "kind": "wattflex-emulator-calibration",
-                **dataclasses.asdict(self), "fit_groups": list(self.fit_groups)}
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "wattflex-emulator-calibration",
+            **dataclasses.asdict(self),
+            "fit_groups": list(self.fit_groups),
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str = "calibration") -> Calibration:
         if data.get("kind") != "wattflex-emulator-calibration":
-            raise ValueError(f"{where}: not a wattflex calibration file (kind "
-                             f"{data.get('kind')!r}); make one with `wattflex calibrate`")
+            raise ValueError(
+                f"{where}: not a wattflex calibration file (kind "
+                f"{data.get('kind')!r}); make one with `wattflex calibrate`"
+            )
         try:
             curve = PowerCurve(**{k: _number(v) for k, v in data["curve"].items()})
-            return cls(anchor_clock_mhz=float(data["anchor_clock_mhz"]), curve=curve, source=str(data["source"]),
-                       fit_groups=tuple(data.get("fit_groups", ())),
-                       in_sample_mae=_number(data.get("in_sample_mae")),
-                       out_of_sample_mae=_number(data.get("out_of_sample_mae")),
-                       residuals={str(k): _number(v) for k, v in data.get("residuals", {}).items()},
-                       gpu_die=str(data.get("gpu_die", DEFAULT_DIE)), pinned=bool(data.get("pinned", True)))
+            return cls(
+                anchor_clock_mhz=float(data["anchor_clock_mhz"]),
+                curve=curve,
+                source=str(data["source"]),
+                fit_groups=tuple(data.get("fit_groups", ())),
+                in_sample_mae=_number(data.get("in_sample_mae")),
+                out_of_sample_mae=_number(data.get("out_of_sample_mae")),
+                residuals={str(k): _number(v) for k, v in data.get("residuals", {}).items()},
+                gpu_die=str(data.get("gpu_die", DEFAULT_DIE)),
+                pinned=bool(data.get("pinned", True)),
+            )
         except (KeyError, TypeError) as exc:
-            raise ValueError(f"{where}: malformed calibration ({exc}); regenerate it with `wattflex calibrate`") from None
+            raise ValueError(
+                f"{where}: malformed calibration ({exc}); regenerate it with `wattflex calibrate`"
+            ) from None
 
 
 def _number(value: Any) -> float:
@@ -328,23 +415,30 @@ def read_calibration(path: str | Path) -> Calibration:
     return Calibration.from_json(data, where=str(path))
 
 
-def pfi_grid(groups: Sequence[GroupModel], base: Physics = PHYSICS, grid: np.ndarray | None = None
-             ) -> pd.DataFrame:
+def pfi_grid(
+    groups: Sequence[GroupModel], base: Physics = PHYSICS, grid: np.ndarray | None = None
+) -> pd.DataFrame:
     """Noise-free Eq. 1 PFI of each group (columns) at each grid anchor (index; default
     ``anchor_grid`` of the groups' die): every fit on these groups is then an argmin over rows."""
     die = groups_die(groups)
     grid = anchor_grid(die) if grid is None else grid
-    return pd.DataFrame({float(a): noise_free_pfi(groups, physics_at_anchor(float(a), base, die)) for a in grid}).T
+    return pd.DataFrame(
+        {float(a): noise_free_pfi(groups, physics_at_anchor(float(a), base, die)) for a in grid}
+    ).T
 
 
 def _check_facts(groups: Sequence[GroupModel], facts: pd.Series) -> list[GroupModel]:
     use = [g for g in groups if g.id in facts.index]
     missing = sorted(set(facts.index) - {g.id for g in use})
     if missing:
-        raise ValueError(f"calibration facts name group(s) {', '.join(missing)} the config does not define; "
-                         "add them to the config's groups (the emulator needs their job) or drop them")
+        raise ValueError(
+            f"calibration facts name group(s) {', '.join(missing)} the config does not define; "
+            "add them to the config's groups (the emulator needs their job) or drop them"
+        )
     if not use:
-        raise ValueError("calibration: no facts to fit on (no group with a measured or published PFI)")
+        raise ValueError(
+            "calibration: no facts to fit on (no group with a measured or published PFI)"
+        )
     _check_fact_values(facts)
     return use
 
@@ -352,6 +446,7 @@ def _check_facts(groups: Sequence[GroupModel], facts: pd.Series) -> list[GroupMo
 def _check_fact_values(facts: pd.Series) -> None:
     """A PFI that is not a finite number > 0 cannot pin the anchor: every grid anchor then
     fits it equally badly (NaN) or for the wrong reason, and the first one would be returned."""
+
     def why(value: float) -> str:
         if not np.isfinite(value):
             return "no PFI: throughput zero or flat across caps"
@@ -361,8 +456,10 @@ def _check_fact_values(facts: pd.Series) -> None:
 
     bad = [f"{gid} ({why(float(v))})" for gid, v in facts.items() if not (np.isfinite(v) and v > 0)]
     if bad:
-        raise ValueError(f"calibration: the data cannot pin the fit: group(s) {'; '.join(bad)}; measure them "
-                         "again or leave them out of the runs table")
+        raise ValueError(
+            f"calibration: the data cannot pin the fit: group(s) {'; '.join(bad)}; measure them "
+            "again or leave them out of the runs table"
+        )
 
 
 def _argmin(table: pd.DataFrame, facts: pd.Series) -> tuple[float, pd.Series]:
@@ -372,15 +469,25 @@ def _argmin(table: pd.DataFrame, facts: pd.Series) -> tuple[float, pd.Series]:
     return float(table.index[i]), res.iloc[i]
 
 
-def fit_anchor(groups: Sequence[GroupModel], facts: pd.Series, base: Physics = PHYSICS,
-               grid: np.ndarray | None = None) -> tuple[float, pd.Series]:
+def fit_anchor(
+    groups: Sequence[GroupModel],
+    facts: pd.Series,
+    base: Physics = PHYSICS,
+    grid: np.ndarray | None = None,
+) -> tuple[float, pd.Series]:
     """The grid anchor minimising the squared PFI error over ``facts``; (anchor, residuals)."""
     return _argmin(pfi_grid(_check_facts(groups, facts), base, grid), facts)
 
 
-def calibrate(groups: Sequence[GroupModel], facts: pd.Series, source: str, base: Physics = PHYSICS,
-              grid: np.ndarray | None = None, cross_validate: bool = True,
-              table: pd.DataFrame | None = None) -> Calibration:
+def calibrate(
+    groups: Sequence[GroupModel],
+    facts: pd.Series,
+    source: str,
+    base: Physics = PHYSICS,
+    grid: np.ndarray | None = None,
+    cross_validate: bool = True,
+    table: pd.DataFrame | None = None,
+) -> Calibration:
     """Fit the anchor on ``facts`` ({group id: PFI}); with ``cross_validate``, each fit
     group's error when it is left out of the fit (leave-one-group-out). ``table``: a
     :func:`pfi_grid` holding the facts' groups, if already computed."""
@@ -397,18 +504,32 @@ def calibrate(groups: Sequence[GroupModel], facts: pd.Series, source: str, base:
             a, _ = _argmin(table, facts.drop(gid))
             errs.append(abs(float(table.loc[a, gid] - facts[gid])))
         oos = float(np.mean(errs))
-    return Calibration(anchor_clock_mhz=anchor, curve=power_curve(anchor, base, die), source=source,
-                       fit_groups=tuple(facts.index), in_sample_mae=float(res.abs().mean()),
-                       out_of_sample_mae=oos, residuals={k: float(v) for k, v in res.items()}, gpu_die=die,
-                       pinned=pinned)
+    return Calibration(
+        anchor_clock_mhz=anchor,
+        curve=power_curve(anchor, base, die),
+        source=source,
+        fit_groups=tuple(facts.index),
+        in_sample_mae=float(res.abs().mean()),
+        out_of_sample_mae=oos,
+        residuals={k: float(v) for k, v in res.items()},
+        gpu_die=die,
+        pinned=pinned,
+    )
 
 
-def calibrate_published(groups: Sequence[GroupModel], tables_dir: str | Path, fit_set: str = DEFAULT_FIT_SET,
-                        base: Physics = PHYSICS, cross_validate: bool = False,
-                        table: pd.DataFrame | None = None) -> Calibration:
+def calibrate_published(
+    groups: Sequence[GroupModel],
+    tables_dir: str | Path,
+    fit_set: str = DEFAULT_FIT_SET,
+    base: Physics = PHYSICS,
+    cross_validate: bool = False,
+    table: pd.DataFrame | None = None,
+) -> Calibration:
     """:func:`calibrate` on the published facts of ``fit_set``."""
     facts = published_facts(groups, tables_dir, fit_set)
-    return calibrate(groups, facts, f"fitted ({fit_set})", base, cross_validate=cross_validate, table=table)
+    return calibrate(
+        groups, facts, f"fitted ({fit_set})", base, cross_validate=cross_validate, table=table
+    )
 
 
 def anchor_from_gpu_check(reading: Mapping[str, Any], where: str = "gpu check") -> float:
@@ -417,20 +538,29 @@ def anchor_from_gpu_check(reading: Mapping[str, Any], where: str = "gpu check") 
     GEMM drew within 3 % of it); a GEMM that never reached the limit bounds the anchor from
     below only, which is no calibration."""
     try:
-        clock, power, limit = (float(reading[k]) for k in ("sm_clock_mhz", "power_w", "power_limit_w"))
+        clock, power, limit = (
+            float(reading[k]) for k in ("sm_clock_mhz", "power_w", "power_limit_w")
+        )
     except KeyError as exc:
-        raise ValueError(f"{where}: anchor_gemm reading lacks {exc}; rerun benchmarks/gpu_check.py") from None
+        raise ValueError(
+            f"{where}: anchor_gemm reading lacks {exc}; rerun benchmarks/gpu_check.py"
+        ) from None
     if abs(limit - ANCHOR_CAP_W) > 1:
-        raise ValueError(f"{where}: anchor_gemm ran under a {limit:g} W limit; the anchor is defined at "
-                         f"{ANCHOR_CAP_W:g} W (the default limit): rerun with the default limit")
+        raise ValueError(
+            f"{where}: anchor_gemm ran under a {limit:g} W limit; the anchor is defined at "
+            f"{ANCHOR_CAP_W:g} W (the default limit): rerun with the default limit"
+        )
     if power < 0.97 * limit:
-        raise ValueError(f"{where}: the GEMM drew {power:.0f} W of a {limit:g} W limit: the limit did not bind, "
-                         f"so {clock:.0f} MHz is only a lower bound on the anchor; use a larger GEMM")
+        raise ValueError(
+            f"{where}: the GEMM drew {power:.0f} W of a {limit:g} W limit: the limit did not bind, "
+            f"so {clock:.0f} MHz is only a lower bound on the anchor; use a larger GEMM"
+        )
     return clock
 
 
-def calibration_from_gpu_check(reading: Mapping[str, Any], base: Physics = PHYSICS,
-                               where: str = "gpu check") -> Calibration:
+def calibration_from_gpu_check(
+    reading: Mapping[str, Any], base: Physics = PHYSICS, where: str = "gpu check"
+) -> Calibration:
     """A calibration from a measured bf16 GEMM (``anchor_gemm``): its steady clock, power and
     tensor activity (achieved FLOP/s over the peak at that clock) are the bf16 point of
     :func:`fit_power_curve` (with the idle and HBM power of the GPU it ran on); the anchor is
@@ -442,22 +572,37 @@ def calibration_from_gpu_check(reading: Mapping[str, Any], base: Physics = PHYSI
     try:
         activity = float(reading["tensor_activity"])
     except KeyError:
-        raise ValueError(f"{where}: anchor_gemm reading lacks tensor_activity; rerun benchmarks/gpu_check.py") from None
+        raise ValueError(
+            f"{where}: anchor_gemm reading lacks tensor_activity; rerun benchmarks/gpu_check.py"
+        ) from None
     if not 0.05 <= activity <= 1.0:
-        raise ValueError(f"{where}: anchor_gemm tensor_activity {activity:g} is outside 0.05-1 (achieved over peak "
-                         "bf16 FLOP/s at the measured clock): check the reading")
+        raise ValueError(
+            f"{where}: anchor_gemm tensor_activity {activity:g} is outside 0.05-1 (achieved over peak "
+            "bf16 FLOP/s at the measured clock): check the reading"
+        )
     model = str(reading.get("gpu_model", "H100"))
     if model not in GPUS:
-        raise ValueError(f"{where}: anchor_gemm ran on {model!r}; the emulator models {', '.join(GPUS)} only")
-    curve = fit_power_curve(clock, base, anchor_activity=activity, anchor_power_w=float(reading["power_w"]),
-                            anchor_gpu=GPUS[model])
+        raise ValueError(
+            f"{where}: anchor_gemm ran on {model!r}; the emulator models {', '.join(GPUS)} only"
+        )
+    curve = fit_power_curve(
+        clock,
+        base,
+        anchor_activity=activity,
+        anchor_power_w=float(reading["power_w"]),
+        anchor_gpu=GPUS[model],
+    )
     ph = calibrated_physics({"anchor_clock_mhz": clock, "curve": dataclasses.asdict(curve)}, base)
     # the anchor is defined on the catalogue H100 (its idle and HBM power), as fit_power_curve's point
-    anchor = power_model_clock_for_cap(GPUS["H100"], ANCHOR_CAP_W, tensor_util=base.anchor_tensor_util, physics=ph)
+    anchor = power_model_clock_for_cap(
+        GPUS["H100"], ANCHOR_CAP_W, tensor_util=base.anchor_tensor_util, physics=ph
+    )
     return Calibration(anchor_clock_mhz=float(anchor), curve=curve, source=f"measured ({where})")
 
 
-def config_group_models(cfg: Mapping[str, Any], runs: pd.DataFrame | None = None) -> list[GroupModel]:
+def config_group_models(
+    cfg: Mapping[str, Any], runs: pd.DataFrame | None = None
+) -> list[GroupModel]:
     """The groups of a loaded config (``wattflex.config.load_config``) as the emulator sees
     them; their runs from ``runs`` (group, cap_w, run_id) if given, else one per cap."""
     from wattflex.analysis.fidelity import group_models
@@ -466,14 +611,23 @@ def config_group_models(cfg: Mapping[str, Any], runs: pd.DataFrame | None = None
     resolved = config_groups(dict(cfg))
     jobs = {g["id"]: {"group": g, "model_facts": cfg["_catalog"][g["model"]]} for g in resolved}
     if runs is None:
-        runs = pd.DataFrame([{"group": g["id"], "cap_w": float(c), "run_id": run_id(c)}
-                             for g in resolved for c in g["caps"]])
+        runs = pd.DataFrame(
+            [
+                {"group": g["id"], "cap_w": float(c), "run_id": run_id(c)}
+                for g in resolved
+                for c in g["caps"]
+            ]
+        )
     return group_models(jobs, runs)
 
 
-def leave_one_table_out(groups: Sequence[GroupModel], tables_dir: str | Path, base: Physics = PHYSICS,
-                        fit_sets: Sequence[str] = tuple(FIT_SETS), order: Sequence[str] | None = None
-                        ) -> pd.DataFrame:
+def leave_one_table_out(
+    groups: Sequence[GroupModel],
+    tables_dir: str | Path,
+    base: Physics = PHYSICS,
+    fit_sets: Sequence[str] = tuple(FIT_SETS),
+    order: Sequence[str] | None = None,
+) -> pd.DataFrame:
     """Fit the anchor on each allowed published set and score the noise-free model on the
     rest: one row per fit set with the anchor, ``sm_dyn_w``, the errors in and out of sample
     (``fidelity.calibration_errors``) and the Table 6 metrics the issue targets, then a
@@ -486,24 +640,54 @@ def leave_one_table_out(groups: Sequence[GroupModel], tables_dir: str | Path, ba
     facts = {s: published_facts(groups, tables_dir, s) for s in fit_sets}
     candidates = sorted(set().union(*(f.index for f in facts.values())))
     table = pfi_grid([g for g in groups if g.id in candidates], base)
-    scored = ("mae_in_sample", "mae_out_of_sample_table6", "mae_out_of_sample_other", *(f"median_{g}" for g in order),
-              "clusters_ordered", "spearman_table6", "max_pfi_table6", "spearman_h100_vs_h200")
+    scored = (
+        "mae_in_sample",
+        "mae_out_of_sample_table6",
+        "mae_out_of_sample_other",
+        *(f"median_{g}" for g in order),
+        "clusters_ordered",
+        "spearman_table6",
+        "max_pfi_table6",
+        "spearman_h100_vs_h200",
+    )
     rows = []
     for fit_set in fit_sets:
-        if not len(facts[fit_set]):     # a campaign with none of the set's groups (e.g. a tiny one)
-            rows.append({"fit_set": fit_set, "default": fit_set == DEFAULT_FIT_SET, "n_facts": 0,
-                         "anchor_clock_mhz": math.nan, "anchor_pinned": math.nan, "sm_dyn_w": math.nan,
-                         **{k: math.nan for k in scored}, "fit_groups": ""})
+        if not len(facts[fit_set]):  # a campaign with none of the set's groups (e.g. a tiny one)
+            rows.append(
+                {
+                    "fit_set": fit_set,
+                    "default": fit_set == DEFAULT_FIT_SET,
+                    "n_facts": 0,
+                    "anchor_clock_mhz": math.nan,
+                    "anchor_pinned": math.nan,
+                    "sm_dyn_w": math.nan,
+                    **{k: math.nan for k in scored},
+                    "fit_groups": "",
+                }
+            )
             continue
-        c = calibrate(groups, facts[fit_set], f"fitted ({fit_set})", base, cross_validate=False, table=table)
+        c = calibrate(
+            groups, facts[fit_set], f"fitted ({fit_set})", base, cross_validate=False, table=table
+        )
         meta = group_meta(groups, published, c.fit_groups)
         m = metrics(noise_free_pfi(groups, c.physics(base)), meta, order=order, tests=False)
-        rows.append({"fit_set": fit_set, "default": fit_set == DEFAULT_FIT_SET, "n_facts": len(c.fit_groups),
-                     "anchor_clock_mhz": c.anchor_clock_mhz, "anchor_pinned": c.pinned, "sm_dyn_w": c.curve.sm_dyn_w,
-                     **{k: m[k] for k in scored}, "fit_groups": " ".join(c.fit_groups)})
+        rows.append(
+            {
+                "fit_set": fit_set,
+                "default": fit_set == DEFAULT_FIT_SET,
+                "n_facts": len(c.fit_groups),
+                "anchor_clock_mhz": c.anchor_clock_mhz,
+                "anchor_pinned": c.pinned,
+                "sm_dyn_w": c.curve.sm_dyn_w,
+                **{k: m[k] for k in scored},
+                "fit_groups": " ".join(c.fit_groups),
+            }
+        )
     # the paper's values of the metrics it states, for reference (Table 6, its text)
     pub = published_metrics(str(tables_dir), order=order)
-    rows.append({"fit_set": "(published)", **{k: pub.get(k, math.nan) for k in scored}, "fit_groups": ""})
+    rows.append(
+        {"fit_set": "(published)", **{k: pub.get(k, math.nan) for k in scored}, "fit_groups": ""}
+    )
     return pd.DataFrame(rows)
 
 
@@ -511,12 +695,28 @@ def leave_one_table_out(groups: Sequence[GroupModel], tables_dir: str | Path, ba
 # Achieved GEMM efficiency from published framework throughput
 # ---------------------------------------------------------------------------------------
 
-TORCHTITAN_H100 = Path(__file__).resolve().parents[2] / "resources" / "external" / "torchtitan-h100-202412" / "peak_memory.csv"
+TORCHTITAN_H100 = (
+    Path(__file__).resolve().parents[2]
+    / "resources"
+    / "external"
+    / "torchtitan-h100-202412"
+    / "peak_memory.csv"
+)
 # torchtitan's llama3 "8B" flavour (meta-llama/Llama-3.1-8B config.json): dim 4096, 32 layers,
 # 32 heads of 128, ffn 14336, vocab 128256, 8.03B parameters, embedding and output untied.
-LLAMA_8B_FACTS = {"architecture": "dense", "total_params_b": 8.03, "active_params_b": 8.03, "expert_params_b": 0,
-                  "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "intermediate": 14336,
-                  "vocab": 128256}
+LLAMA_8B_FACTS = {
+    "architecture": "dense",
+    "total_params_b": 8.03,
+    "active_params_b": 8.03,
+    "expert_params_b": 0,
+    "layers": 32,
+    "hidden": 4096,
+    "heads": 32,
+    "kv_heads": 8,
+    "head_dim": 128,
+    "intermediate": 14336,
+    "vocab": 128256,
+}
 # The torchtitan hosts' H100 (resources/external/torchtitan-h100-202412/README.md): HBM2e, 96 GB,
 # 2.4 TB/s, run at its 500 W default limit; the catalogue H100's clocks, power and links.
 TORCHTITAN_LIMIT_W = 500.0
@@ -529,7 +729,11 @@ def torchtitan_rows(path: str | Path = TORCHTITAN_H100) -> list[dict[str, str]]:
 
     with Path(path).open(newline="") as f:
         rows = list(csv.DictReader(f))
-    return [r for r in rows if r["model"] == "Llama-3.1-8B" and r["cp"] == r["tp"] == "1" and r["float8"] == "false"]
+    return [
+        r
+        for r in rows
+        if r["model"] == "Llama-3.1-8B" and r["cp"] == r["tp"] == "1" and r["float8"] == "false"
+    ]
 
 
 def torchtitan_tokens_per_s(row: Mapping[str, str], physics: Physics = PHYSICS) -> float:
@@ -539,16 +743,34 @@ def torchtitan_tokens_per_s(row: Mapping[str, str], physics: Physics = PHYSICS) 
     from wattflex.runs.emulator import JobSpec, job_at_cap
 
     gpu = dataclasses.replace(GPUS["H100"], name="H100-96GB-HBM2e", hbm_tb_s=2.4, hbm_gib=96)
-    job = JobSpec(model="Llama-3.1-8B", architecture="dense", task="pt", gpus=int(row["gpus"]),
-                  seq_len=int(row["seq_len"]), batch=int(row["local_batch"]), total_params_b=8.03,
-                  active_params_b=8.03, expert_params_b=0.0, layers=32, hidden=4096, heads=32, head_dim=128,
-                  intermediate=14336, vocab=128256, compile=row["compile"] == "true", grad_checkpointing=False)
+    job = JobSpec(
+        model="Llama-3.1-8B",
+        architecture="dense",
+        task="pt",
+        gpus=int(row["gpus"]),
+        seq_len=int(row["seq_len"]),
+        batch=int(row["local_batch"]),
+        total_params_b=8.03,
+        active_params_b=8.03,
+        expert_params_b=0.0,
+        layers=32,
+        hidden=4096,
+        heads=32,
+        head_dim=128,
+        intermediate=14336,
+        vocab=128256,
+        compile=row["compile"] == "true",
+        grad_checkpointing=False,
+    )
     state = job_at_cap(job, gpu, TORCHTITAN_LIMIT_W, np.ones(1), physics=physics)
     return state.tokens_per_s / job.gpus
 
 
-def derive_dense_gemm_eff(physics: Physics = PHYSICS, rows: Sequence[Mapping[str, str]] | None = None,
-                          grid: np.ndarray | None = None) -> tuple[float, pd.DataFrame]:
+def derive_dense_gemm_eff(
+    physics: Physics = PHYSICS,
+    rows: Sequence[Mapping[str, str]] | None = None,
+    grid: np.ndarray | None = None,
+) -> tuple[float, pd.DataFrame]:
     """The ``dense_gemm_eff`` (0.01 grid) whose emulated tokens/s per GPU of torchtitan's bf16
     Llama-3.1-8B H100 rows is closest to the published (least squares in log ratio), with the
     rest of ``physics`` (its power curve included) as given; (efficiency, per-row table)."""
@@ -562,6 +784,12 @@ def derive_dense_gemm_eff(physics: Physics = PHYSICS, rows: Sequence[Mapping[str
 
     errs = [float(np.sum(np.log(emulated(e) / measured) ** 2)) for e in grid]
     best = float(grid[int(np.argmin(errs))])
-    table = pd.DataFrame({"gpus": [int(r["gpus"]) for r in rows], "compile": [r["compile"] for r in rows],
-                          "published_tps": measured, "emulated_tps": emulated(best)})
+    table = pd.DataFrame(
+        {
+            "gpus": [int(r["gpus"]) for r in rows],
+            "compile": [r["compile"] for r in rows],
+            "published_tps": measured,
+            "emulated_tps": emulated(best),
+        }
+    )
     return best, table

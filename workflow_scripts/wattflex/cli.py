@@ -22,11 +22,13 @@ from wattflex import __version__, commands
 from wattflex.errors import UserError
 from wattflex.provenance import OutputWriteError
 
-TRACEBACK_ENV = "WATTFLEX_TRACEBACK"   # set (not 0): the traceback above the one-line error
+TRACEBACK_ENV = "WATTFLEX_TRACEBACK"  # set (not 0): the traceback above the one-line error
 
 
 def _command_modules() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_"))
+    return sorted(
+        m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_")
+    )
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -38,7 +40,10 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="wattflex", description="Measure and exploit the power flexibility (PFI) of AI training jobs.")
+    parser = OneLineParser(
+        prog="wattflex",
+        description="Measure and exploit the power flexibility (PFI) of AI training jobs.",
+    )
     parser.add_argument("--version", action="version", version=f"wattflex {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name in _command_modules():
@@ -69,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGINT
     except (UserError, OSError, ValueError, KeyError) as exc:
         if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
-            traceback.print_exc()   # a message that names no input of yours may be a bug: this shows where
+            traceback.print_exc()  # a message that names no input of yours may be a bug: this shows where
         print(f"wattflex {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
 

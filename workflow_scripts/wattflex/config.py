@@ -57,8 +57,20 @@ SCHEDULING_KEYS = ("parallel_within_group", "retries")
 # Keys prepare() adds to a validated config (not the user's; skipped when validating again).
 INTERNAL_KEYS = ("_catalog", "_emulator_calibration", "_schema_defaulted")
 # Top-level keys only generated campaigns read (an ingested one takes its runs from data).
-GENERATE_ONLY_KEYS = ("backend", "sweep", "models_catalog", "seed", "run", "staircase", "cap_grids",
-                      "group_defaults", "groups", "repeats", "cuda", "emulator")
+GENERATE_ONLY_KEYS = (
+    "backend",
+    "sweep",
+    "models_catalog",
+    "seed",
+    "run",
+    "staircase",
+    "cap_grids",
+    "group_defaults",
+    "groups",
+    "repeats",
+    "cuda",
+    "emulator",
+)
 
 
 def _key_path(path) -> str:
@@ -85,8 +97,10 @@ def _unknown_keys(instance: dict[str, Any], schema: dict[str, Any]) -> str:
     for k in [k for k in instance if k not in known]:
         close = difflib.get_close_matches(str(k), known, n=1, cutoff=0.6)
         parts.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    return (f"unknown key{'s' if len(parts) > 1 else ''} {', '.join(parts)}; allowed here: "
-            f"{', '.join(known) or 'none'}")
+    return (
+        f"unknown key{'s' if len(parts) > 1 else ''} {', '.join(parts)}; allowed here: "
+        f"{', '.join(known) or 'none'}"
+    )
 
 
 def check_config_files(paths: list[str | Path]) -> None:
@@ -96,7 +110,9 @@ def check_config_files(paths: list[str | Path]) -> None:
         try:
             read_yaml(path)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config error: {path} is not valid YAML: {' '.join(str(exc).split())}") from None
+            raise ConfigError(
+                f"config error: {path} is not valid YAML: {' '.join(str(exc).split())}"
+            ) from None
 
 
 def _fill_properties(validator, properties, instance, schema):
@@ -112,8 +128,9 @@ def _fill_properties(validator, properties, instance, schema):
 
 
 _VALIDATE_PROPERTIES = jsonschema.Draft202012Validator.VALIDATORS["properties"]
-_DefaultFillingValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator,
-                                                        {"properties": _fill_properties})
+_DefaultFillingValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator, {"properties": _fill_properties}
+)
 
 
 def _read_schema(schema_path: str | Path) -> dict[str, Any]:
@@ -122,31 +139,40 @@ def _read_schema(schema_path: str | Path) -> dict[str, Any]:
     return read_schema() if Path(schema_path) == SCHEMA_PATH else read_yaml(schema_path)
 
 
-def fill_defaults(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH,
-                  schema: dict[str, Any] | None = None) -> list[str]:
+def fill_defaults(
+    cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH, schema: dict[str, Any] | None = None
+) -> list[str]:
     """Set every key the schema gives a ``default:`` and ``cfg`` leaves out, in place, at every
     level (the schema is the one place defaults are stated; code reads ``cfg[key]``). Returns
     the top-level keys so filled. ``schema``: the schema already read (prepare reads it once)."""
     before = set(cfg)
-    for _ in _DefaultFillingValidator(schema if schema is not None else _read_schema(schema_path)).iter_errors(cfg):
-        pass        # filling only: validate_schema reports the problems
+    for _ in _DefaultFillingValidator(
+        schema if schema is not None else _read_schema(schema_path)
+    ).iter_errors(cfg):
+        pass  # filling only: validate_schema reports the problems
     return [k for k in cfg if k not in before]
 
 
-def validate_schema(cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH,
-                    schema: dict[str, Any] | None = None) -> None:
+def validate_schema(
+    cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH, schema: dict[str, Any] | None = None
+) -> None:
     schema = schema if schema is not None else _read_schema(schema_path)
     validator = jsonschema.Draft202012Validator(schema)
     cfg = {k: v for k, v in cfg.items() if k not in INTERNAL_KEYS}
-    errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    errors = sorted(
+        validator.iter_errors(cfg),
+        key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))),
+    )
     if errors:
         e = errors[0]
         msg = e.message
         if e.validator == "pattern":
             msg = f"{e.instance!r} has characters unsafe in paths or shells (allowed: letters, digits, . _ -)"
         elif e.validator == "type" and isinstance(e.instance, str) and _is_number(e.instance):
-            msg += (f" ({e.instance} is text to YAML 1.1, which reads an exponent only after a dot and "
-                    f"with a sign: write {float(e.instance):.1e} or {float(e.instance):.0f})")
+            msg += (
+                f" ({e.instance} is text to YAML 1.1, which reads an exponent only after a dot and "
+                f"with a sign: write {float(e.instance):.1e} or {float(e.instance):.0f})"
+            )
         elif e.validator == "additionalProperties" and isinstance(e.instance, dict):
             msg = _unknown_keys(e.instance, e.schema)
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
@@ -168,14 +194,18 @@ def resolve_path(cfg_value: str, base: Path = REPO_ROOT) -> Path:
 def groups(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     """Groups with defaults applied, caps resolved and cluster derived."""
     out = []
-    defaults = cfg["group_defaults"]   # the schema's group defaults filled in (fill_defaults)
+    defaults = cfg["group_defaults"]  # the schema's group defaults filled in (fill_defaults)
     catalog = cfg.get("_catalog", {})
     for raw in cfg["groups"]:
         g = {**copy.deepcopy(defaults), **raw}
         if g.get("knob", group_default("knob")) == "clock":
             # a clock group sweeps its clocks at the part's default power limit (``caps``: that one limit)
             g["clocks"] = sorted(float(c) for c in g.get("clocks", []))
-            g["caps"] = [float(GPUS[g.get("gpu", DEFAULT_GPU)].default_limit_w)] if g.get("gpu", DEFAULT_GPU) in GPUS else []
+            g["caps"] = (
+                [float(GPUS[g.get("gpu", DEFAULT_GPU)].default_limit_w)]
+                if g.get("gpu", DEFAULT_GPU) in GPUS
+                else []
+            )
         elif "caps" not in g:
             g["caps"] = list(cfg.get("cap_grids", {}).get(g.get("cap_grid", ""), []))
         g["caps"] = sorted(float(c) for c in g["caps"])
@@ -203,36 +233,50 @@ def check_expert_parallel(g: dict[str, Any], facts: dict[str, Any], where: str) 
     if ep == 1:
         return
     if facts.get("architecture") != "moe":
-        raise ConfigError(f"config error at {where}.ep: ep {ep} needs a mixture-of-experts model; "
-                          f"{g['model']} is {facts.get('architecture', 'dense')}: use ep: 1")
+        raise ConfigError(
+            f"config error at {where}.ep: ep {ep} needs a mixture-of-experts model; "
+            f"{g['model']} is {facts.get('architecture', 'dense')}: use ep: 1"
+        )
     if ep > g["gpus"] or g["gpus"] % ep:
-        raise ConfigError(f"config error at {where}.ep: expert-parallel degree {ep} does not divide gpus "
-                          f"{g['gpus']}: use a divisor of {g['gpus']}")
+        raise ConfigError(
+            f"config error at {where}.ep: expert-parallel degree {ep} does not divide gpus "
+            f"{g['gpus']}: use a divisor of {g['gpus']}"
+        )
     experts = facts.get("experts")
     if experts and int(experts) % ep:
-        raise ConfigError(f"config error at {where}.ep: expert-parallel degree {ep} does not divide the "
-                          f"{experts} experts of {g['model']}: use a divisor of {experts}")
+        raise ConfigError(
+            f"config error at {where}.ep: expert-parallel degree {ep} does not divide the "
+            f"{experts} experts of {g['model']}: use a divisor of {experts}"
+        )
 
 
 def check_run_timeline(run: dict[str, Any]) -> None:
     """run.*: the evaluation and checkpoint inside the run, the run and its samples bounded."""
     duration = float(run["duration_s"])
     if duration > MAX_DURATION_S:
-        raise ConfigError(f"config error at run.duration_s: {duration:g} s is longer than a week "
-                          f"({MAX_DURATION_S} s); the paper's runs are 1800 s")
+        raise ConfigError(
+            f"config error at run.duration_s: {duration:g} s is longer than a week "
+            f"({MAX_DURATION_S} s); the paper's runs are 1800 s"
+        )
     for key in ("eval_at_s", "checkpoint_at_s"):
         if run.get(key) is not None and float(run[key]) >= duration:
-            raise ConfigError(f"config error at run.{key}: {float(run[key]):g} s is not before the run ends "
-                              f"(run.duration_s {duration:g} s): move it earlier, or null to skip it")
+            raise ConfigError(
+                f"config error at run.{key}: {float(run[key]):g} s is not before the run ends "
+                f"(run.duration_s {duration:g} s): move it earlier, or null to skip it"
+            )
     if float(run["sample_period_s"]) > duration / MIN_SAMPLES_PER_RUN:
-        raise ConfigError(f"config error at run.sample_period_s: {float(run['sample_period_s']):g} s leaves fewer "
-                          f"than {MIN_SAMPLES_PER_RUN} samples in a run of {duration:g} s (run.duration_s): "
-                          f"use at most {duration / MIN_SAMPLES_PER_RUN:g} s")
+        raise ConfigError(
+            f"config error at run.sample_period_s: {float(run['sample_period_s']):g} s leaves fewer "
+            f"than {MIN_SAMPLES_PER_RUN} samples in a run of {duration:g} s (run.duration_s): "
+            f"use at most {duration / MIN_SAMPLES_PER_RUN:g} s"
+        )
     samples = duration / float(run["sample_period_s"])
     if samples > MAX_SAMPLES_PER_RUN:
-        raise ConfigError(f"config error at run.sample_period_s: {float(run['sample_period_s']):g} s gives "
-                          f"{samples:.3g} samples per GPU over {duration:g} s (at most {MAX_SAMPLES_PER_RUN:.0e}): "
-                          f"sample less often")
+        raise ConfigError(
+            f"config error at run.sample_period_s: {float(run['sample_period_s']):g} s gives "
+            f"{samples:.3g} samples per GPU over {duration:g} s (at most {MAX_SAMPLES_PER_RUN:.0e}): "
+            f"sample less often"
+        )
 
 
 def check_allocation(allocation: dict[str, Any]) -> None:
@@ -241,24 +285,34 @@ def check_allocation(allocation: dict[str, Any]) -> None:
     sla = allocation["sla"]
     tiers, weights = sla["tiers"], sla["tier_weights"]
     if len(weights) != len(tiers):
-        raise ConfigError(f"config error at allocation.sla.tier_weights: {len(weights)} weights for "
-                          f"{len(tiers)} tiers (allocation.sla.tiers): give one weight per tier")
+        raise ConfigError(
+            f"config error at allocation.sla.tier_weights: {len(weights)} weights for "
+            f"{len(tiers)} tiers (allocation.sla.tiers): give one weight per tier"
+        )
     if not sum(float(w) for w in weights) > 0:
-        raise ConfigError("config error at allocation.sla.tier_weights: all weights are 0; a job draws its "
-                          "tier with these weights: give at least one a positive weight")
+        raise ConfigError(
+            "config error at allocation.sla.tier_weights: all weights are 0; a job draws its "
+            "tier with these weights: give at least one a positive weight"
+        )
     head = allocation["headline"]
     cuts = [float(c) for c in allocation["cuts"]]
-    if head["mix"] in allocation["mixes"] and not any(abs(float(head["cut"]) - c) < 1e-9 for c in cuts):
-        raise ConfigError(f"config error at allocation.headline.cut: {float(head['cut']):g} is not one of "
-                          f"allocation.cuts ({', '.join(f'{c:g}' for c in cuts)}): the headline is read "
-                          "from a simulated cut")
+    if head["mix"] in allocation["mixes"] and not any(
+        abs(float(head["cut"]) - c) < 1e-9 for c in cuts
+    ):
+        raise ConfigError(
+            f"config error at allocation.headline.cut: {float(head['cut']):g} is not one of "
+            f"allocation.cuts ({', '.join(f'{c:g}' for c in cuts)}): the headline is read "
+            "from a simulated cut"
+        )
 
 
 def _check_known(values: list[Any], known: Any, where: str, what: str) -> None:
     for i, v in enumerate(values):
         if v not in known:
-            raise ConfigError(f"config error at {where}[{i}]: unknown {what} {v!r}; known: "
-                              f"{', '.join(map(str, known))}")
+            raise ConfigError(
+                f"config error at {where}[{i}]: unknown {what} {v!r}; known: "
+                f"{', '.join(map(str, known))}"
+            )
 
 
 def check_names(cfg: dict[str, Any]) -> None:
@@ -269,15 +323,23 @@ def check_names(cfg: dict[str, Any]) -> None:
     from wattflex.allocation.policies import CONTROL_POLICIES, POLICIES
 
     _check_known(cfg["allocation"].get("policies", []), POLICIES, "allocation.policies", "policy")
-    _check_known(cfg["control"].get("policies", []), CONTROL_POLICIES, "control.policies",
-                 "closed-loop policy")
+    _check_known(
+        cfg["control"].get("policies", []),
+        CONTROL_POLICIES,
+        "control.policies",
+        "closed-loop policy",
+    )
     try:
         gpu_spec(cfg["group_defaults"]["gpu"])
     except KeyError as exc:
         raise ConfigError(f"config error at group_defaults.gpu: {exc.args[0]}") from None
     fields = [m.dcgm_field for m in metrics.METRICS if m.dcgm_profiling]
-    _check_known((cfg["cuda"].get("dcgm") or {}).get("fields", []), fields, "cuda.dcgm.fields",
-                 "DCGM profiling field")
+    _check_known(
+        (cfg["cuda"].get("dcgm") or {}).get("fields", []),
+        fields,
+        "cuda.dcgm.fields",
+        "DCGM profiling field",
+    )
 
 
 def check_semantics(cfg: dict[str, Any]) -> None:
@@ -287,42 +349,66 @@ def check_semantics(cfg: dict[str, Any]) -> None:
     for i, (raw, g) in enumerate(zip(cfg["groups"], groups(cfg))):
         where = f"groups[{i}]"
         if g["id"] in seen:
-            raise ConfigError(f"config error at {where}.id: duplicate group id {g['id']!r} (also groups[{seen[g['id']]}])")
+            raise ConfigError(
+                f"config error at {where}.id: duplicate group id {g['id']!r} (also groups[{seen[g['id']]}])"
+            )
         seen[g["id"]] = i
         if g["model"] not in catalog:
-            raise ConfigError(f"config error at {where}.model: unknown model {g['model']!r}; "
-                              f"known: {', '.join(sorted(catalog))}")
+            raise ConfigError(
+                f"config error at {where}.model: unknown model {g['model']!r}; "
+                f"known: {', '.join(sorted(catalog))}"
+            )
         if g.get("knob", group_default("knob")) == "clock":
             check_clock_group(cfg, raw, g, where)
             check_expert_parallel(g, catalog[g["model"]], where)
             continue
         if "clocks" in raw:
-            raise ConfigError(f"config error at {where}.clocks: clocks are for knob: clock groups (this one sweeps caps)")
+            raise ConfigError(
+                f"config error at {where}.clocks: clocks are for knob: clock groups (this one sweeps caps)"
+            )
         if "cap_grid" in raw and raw["cap_grid"] not in cfg.get("cap_grids", {}):
-            raise ConfigError(f"config error at {where}.cap_grid: unknown cap grid {raw['cap_grid']!r}")
+            raise ConfigError(
+                f"config error at {where}.cap_grid: unknown cap grid {raw['cap_grid']!r}"
+            )
         if "cap_grid" in raw and "caps" in raw:
             raise ConfigError(f"config error at {where}: both caps and cap_grid given; keep one")
-        if "caps" not in raw and raw.get("cap_grid", cfg.get("group_defaults", {}).get("cap_grid")) not in cfg.get("cap_grids", {}):
-            raise ConfigError(f"config error at {where}.cap_grid: unknown cap grid "
-                              f"{raw.get('cap_grid', cfg.get('group_defaults', {}).get('cap_grid'))!r}")
+        if "caps" not in raw and raw.get(
+            "cap_grid", cfg.get("group_defaults", {}).get("cap_grid")
+        ) not in cfg.get("cap_grids", {}):
+            raise ConfigError(
+                f"config error at {where}.cap_grid: unknown cap grid "
+                f"{raw.get('cap_grid', cfg.get('group_defaults', {}).get('cap_grid'))!r}"
+            )
         if not g["caps"]:
             raise ConfigError(f"config error at {where}.caps: empty cap grid")
         spec = _group_gpu(g, where)
-        check_setpoints(g["caps"], (spec.min_limit_w, spec.max_limit_w), f"{where}.caps", "cap", "W",
-                        f"{spec.name}'s power-limit range")
+        check_setpoints(
+            g["caps"],
+            (spec.min_limit_w, spec.max_limit_w),
+            f"{where}.caps",
+            "cap",
+            "W",
+            f"{spec.name}'s power-limit range",
+        )
         check_expert_parallel(g, catalog[g["model"]], where)
     by_id = {g["id"]: g for g in groups(cfg)}
     for i, r in enumerate(cfg["repeats"]):
         if r["group"] not in by_id:
             raise ConfigError(f"config error at repeats[{i}].group: unknown group {r['group']!r}")
         if by_id[r["group"]].get("knob", group_default("knob")) == "clock":
-            raise ConfigError(f"config error at repeats[{i}].group: {r['group']} is a knob: clock group; repeats "
-                              f"are for cap groups")
+            raise ConfigError(
+                f"config error at repeats[{i}].group: {r['group']} is a knob: clock group; repeats "
+                f"are for cap groups"
+            )
         if float(r["cap_w"]) not in by_id[r["group"]]["caps"]:
-            raise ConfigError(f"config error at repeats[{i}].cap_w: {r['cap_w']} W is not in the caps of {r['group']}")
+            raise ConfigError(
+                f"config error at repeats[{i}].cap_w: {r['cap_w']} W is not in the caps of {r['group']}"
+            )
     for g in by_id.values():
         if g["matches"] and g["matches"] not in by_id:
-            raise ConfigError(f"config error at group {g['id']}.matches: unknown group {g['matches']!r}")
+            raise ConfigError(
+                f"config error at group {g['id']}.matches: unknown group {g['matches']!r}"
+            )
 
 
 def _group_gpu(g: dict[str, Any], where: str) -> Any:
@@ -332,31 +418,51 @@ def _group_gpu(g: dict[str, Any], where: str) -> Any:
         raise ConfigError(f"config error at {where}.gpu: {exc.args[0]}") from None
 
 
-def check_setpoints(values: list[float], bounds: tuple[float, float], where: str, what: str, unit: str,
-                    range_name: str) -> None:
+def check_setpoints(
+    values: list[float],
+    bounds: tuple[float, float],
+    where: str,
+    what: str,
+    unit: str,
+    range_name: str,
+) -> None:
     """A group's caps (W) or clocks (MHz): each within ``bounds``, none twice."""
     lo, hi = bounds
     for c in values:
         if not lo <= c <= hi:
-            raise ConfigError(f"config error at {where}: {what} {c:g} {unit} is outside the {range_name} "
-                              f"{lo:g}-{hi:g} {unit}")
+            raise ConfigError(
+                f"config error at {where}: {what} {c:g} {unit} is outside the {range_name} "
+                f"{lo:g}-{hi:g} {unit}"
+            )
     if len(set(values)) != len(values):
         raise ConfigError(f"config error at {where}: duplicate {what}s {values}")
 
 
-def check_clock_group(cfg: dict[str, Any], raw: dict[str, Any], g: dict[str, Any], where: str) -> None:
+def check_clock_group(
+    cfg: dict[str, Any], raw: dict[str, Any], g: dict[str, Any], where: str
+) -> None:
     """A ``knob: clock`` group: clocks given, distinct, within its GPU's SM clock range
     (``wattflex.gpus``); no caps; the separate sweep only (staircase and adaptive step caps)."""
     if "caps" in raw or "cap_grid" in raw:
-        raise ConfigError(f"config error at {where}: knob: clock sweeps clocks, not caps; drop caps/cap_grid")
+        raise ConfigError(
+            f"config error at {where}: knob: clock sweeps clocks, not caps; drop caps/cap_grid"
+        )
     if not g["clocks"]:
         raise ConfigError(f"config error at {where}.clocks: a knob: clock group needs clocks (MHz)")
     spec = _group_gpu(g, where)
-    check_setpoints(g["clocks"], (spec.sm_clock_min_mhz, spec.sm_clock_max_mhz), f"{where}.clocks", "clock", "MHz",
-                    f"{spec.name}'s SM clock range")
+    check_setpoints(
+        g["clocks"],
+        (spec.sm_clock_min_mhz, spec.sm_clock_max_mhz),
+        f"{where}.clocks",
+        "clock",
+        "MHz",
+        f"{spec.name}'s SM clock range",
+    )
     if cfg.get("sweep", section_defaults()["sweep"]) != "separate":
-        raise ConfigError(f"config error at {where}.knob: knob: clock needs sweep: separate (sweep: {cfg['sweep']} "
-                          f"steps caps)")
+        raise ConfigError(
+            f"config error at {where}.knob: knob: clock needs sweep: separate (sweep: {cfg['sweep']} "
+            f"steps caps)"
+        )
 
 
 CAP_COMMAND_EXAMPLE = "sudo /usr/local/bin/setcap {gpu} {watts}"
@@ -402,8 +508,10 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
     if mode == "command":
         cmd = cuda.get("cap_command")
         if not cmd:
-            raise ConfigError(f"{where}.cap_command: cap_control: command needs cap_command, "
-                              f"e.g. {CAP_COMMAND_EXAMPLE!r}")
+            raise ConfigError(
+                f"{where}.cap_command: cap_control: command needs cap_command, "
+                f"e.g. {CAP_COMMAND_EXAMPLE!r}"
+            )
         from wattflex.runs.devices.caps import cap_command_problem
 
         problem = cap_command_problem(cmd)
@@ -411,51 +519,71 @@ def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
             raise ConfigError(f"{where}.cap_command: {cmd!r} {problem}")
     if cfg["sweep"] != "separate":
         if mode == "observe" or not cuda["sampler"]:
-            raise ConfigError(f"{where}.cap_control: sweep: {cfg['sweep']} steps the GPUs' caps and reads their "
-                              f"power: needs cap_control nvml or command (is {mode}) and sampler: true "
-                              f"(is {cuda['sampler']}); use sweep: separate otherwise")
+            raise ConfigError(
+                f"{where}.cap_control: sweep: {cfg['sweep']} steps the GPUs' caps and reads their "
+                f"power: needs cap_control nvml or command (is {mode}) and sampler: true "
+                f"(is {cuda['sampler']}); use sweep: separate otherwise"
+            )
 
     catalog = cfg.get("_catalog", {})
     model_path = cuda.get("model_path")
     from_config = bool(cuda.get("tiny")) or (bool(cuda.get("random_init")) and model_path is None)
     gs = groups(cfg)
     check_commands([g for g in gs if g.get("command")])
-    gs = [g for g in gs if not g.get("command")]        # a group's own command brings its own model
+    gs = [g for g in gs if not g.get("command")]  # a group's own command brings its own model
     if from_config:
         for g in gs:
             mtype = catalog.get(g["model"], {}).get("hf_model_type", "")
             if mtype not in ARCHITECTURES:
-                raise ConfigError(f"{where}: group {g['id']}: model {g['model']} (hf_model_type {mtype!r}) cannot "
-                                  f"be built without weights (tiny / random_init); supported: "
-                                  f"{', '.join(sorted(ARCHITECTURES))}; give cuda.model_path")
+                raise ConfigError(
+                    f"{where}: group {g['id']}: model {g['model']} (hf_model_type {mtype!r}) cannot "
+                    f"be built without weights (tiny / random_init); supported: "
+                    f"{', '.join(sorted(ARCHITECTURES))}; give cuda.model_path"
+                )
     elif model_path is None and gs:
         models = sorted({g["model"] for g in gs})
-        raise ConfigError(f"{where}.model_path: missing: no model weights for {', '.join(models)} (runs are "
-                          f"offline): set cuda.model_path to a local model directory, or cuda.random_init: true "
-                          f"(full-size, random weights) or cuda.tiny: true (tiny smoke model)")
+        raise ConfigError(
+            f"{where}.model_path: missing: no model weights for {', '.join(models)} (runs are "
+            f"offline): set cuda.model_path to a local model directory, or cuda.random_init: true "
+            f"(full-size, random weights) or cuda.tiny: true (tiny smoke model)"
+        )
     if model_path is not None:
         d = local(model_path)
         facts = _model_dir_facts(d) if d.is_dir() else None
         if facts is None:
-            raise ConfigError(f"{where}.model_path: {d}: not a model directory with a readable config.json "
-                              f"(download the weights beforehand; runs never reach the network)")
+            raise ConfigError(
+                f"{where}.model_path: {d}: not a model directory with a readable config.json "
+                f"(download the weights beforehand; runs never reach the network)"
+            )
         # One directory serves every group: it must be every group's model (tiny ignores it).
-        for g in ([] if cuda.get("tiny") else gs):
+        for g in [] if cuda.get("tiny") else gs:
             want = catalog.get(g["model"], {})
-            pairs = (("model_type", "hf_model_type"), ("num_hidden_layers", "layers"), ("hidden_size", "hidden"))
+            pairs = (
+                ("model_type", "hf_model_type"),
+                ("num_hidden_layers", "layers"),
+                ("hidden_size", "hidden"),
+            )
             # a multimodal checkpoint's text decoder is the catalogue's model (its text_config; the
             # harness trains that: runs.training.models.text_decoder_config)
-            decoder = (facts.get("text_config") or {}) if facts.get("model_type") in MULTIMODAL_TEXT_PREFIX else {}
+            decoder = (
+                (facts.get("text_config") or {})
+                if facts.get("model_type") in MULTIMODAL_TEXT_PREFIX
+                else {}
+            )
             for key, cat_key in pairs:
                 have = decoder.get(key, facts.get(key, (facts.get("text_config") or {}).get(key)))
                 if cat_key in want and have is not None and have != want[cat_key]:
-                    raise ConfigError(f"{where}.model_path: {d} is not {g['model']} (group {g['id']}): its "
-                                      f"config.json has {key} {have!r}, the catalog {cat_key} {want[cat_key]!r}; "
-                                      f"one model_path serves every group: one campaign per model")
+                    raise ConfigError(
+                        f"{where}.model_path: {d} is not {g['model']} (group {g['id']}): its "
+                        f"config.json has {key} {have!r}, the catalog {cat_key} {want[cat_key]!r}; "
+                        f"one model_path serves every group: one campaign per model"
+                    )
     data_path = cuda.get("data_path")
     if data_path is not None and not local(data_path).exists():
-        raise ConfigError(f"{where}.data_path: {local(data_path)}: no such file or directory (pre-tokenised "
-                          f"parquet/arrow shards of token ids; omit for synthetic tokens)")
+        raise ConfigError(
+            f"{where}.data_path: {local(data_path)}: no such file or directory (pre-tokenised "
+            f"parquet/arrow shards of token ids; omit for synthetic tokens)"
+        )
 
 
 def check_commands(command_groups: list[dict[str, Any]]) -> None:
@@ -468,13 +596,16 @@ def check_commands(command_groups: list[dict[str, Any]]) -> None:
 
     for g in command_groups:
         try:
-            check_command(g["command"], f"config error at group {g['id']}: command", g, look_up=False)
+            check_command(
+                g["command"], f"config error at group {g['id']}: command", g, look_up=False
+            )
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
 
-def defaulted_sections(merged: dict[str, Any], user_files: list[str | Path],
-                       overrides: dict[str, Any] | None = None) -> list[str]:
+def defaulted_sections(
+    merged: dict[str, Any], user_files: list[str | Path], overrides: dict[str, Any] | None = None
+) -> list[str]:
     """Top-level keys of ``merged`` that none of ``user_files`` (the ``--configfile`` files)
     nor ``overrides`` (``--config``) set: they came from the workflow's default config.
     An ingested campaign (``source: ingest``) does not list the keys it never reads."""
@@ -488,21 +619,30 @@ def defaulted_sections(merged: dict[str, Any], user_files: list[str | Path],
             continue
         if isinstance(doc, dict):
             given |= set(doc)
-    given |= set(merged.get("_schema_defaulted", []))      # the schema's defaults, not the default config's
+    given |= set(
+        merged.get("_schema_defaulted", [])
+    )  # the schema's defaults, not the default config's
     return [k for k in merged if k not in given and k not in INTERNAL_KEYS]
 
 
-def prepare(cfg: dict[str, Any], base: Path = REPO_ROOT, schema_path: str | Path = SCHEMA_PATH,
-            check_inputs: bool = True, cwd: str | Path | None = None) -> dict[str, Any]:
+def prepare(
+    cfg: dict[str, Any],
+    base: Path = REPO_ROOT,
+    schema_path: str | Path = SCHEMA_PATH,
+    check_inputs: bool = True,
+    cwd: str | Path | None = None,
+) -> dict[str, Any]:
     """Validate a loaded config in place and attach the model catalog (``_catalog``).
     ``check_inputs``: also check that the files a ``backend: cuda`` campaign's runs need
     exist (``check_cuda``; relative paths against ``cwd``)."""
     if not isinstance(cfg, dict):
         raise ConfigError("config error at (top level): expected a mapping")
-    schema = _read_schema(schema_path)       # once: filling and validating read the same schema
+    schema = _read_schema(schema_path)  # once: filling and validating read the same schema
     filled = fill_defaults(cfg, schema=schema)
     if isinstance(cfg.get("group_defaults"), dict):
-        cfg["group_defaults"].setdefault("gpu", DEFAULT_GPU)   # the GPU catalogue's default (wattflex.gpus)
+        cfg["group_defaults"].setdefault(
+            "gpu", DEFAULT_GPU
+        )  # the GPU catalogue's default (wattflex.gpus)
     cfg["_schema_defaulted"] = sorted(set(cfg.get("_schema_defaulted", [])) | set(filled))
     validate_schema(cfg, schema=schema)
     check_names(cfg)
@@ -531,16 +671,24 @@ def load_emulator_calibration(path: Path) -> dict[str, Any]:
 
     where = f"config error at emulator.calibration: {path}"
     if not path.is_file():
-        raise ConfigError(f"{where} not found; make one with `wattflex calibrate` (relative paths: "
-                          "against the repository)")
+        raise ConfigError(
+            f"{where} not found; make one with `wattflex calibrate` (relative paths: "
+            "against the repository)"
+        )
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{where} is not JSON ({exc})") from None
     curve = data.get("curve") if isinstance(data, dict) else None
-    if (not isinstance(curve, dict) or data.get("kind") != "wattflex-emulator-calibration"
-            or "anchor_clock_mhz" not in data or not {"sm_dyn_w", "v_min", "v_exp", "calib_tensor_util"} <= set(curve)):
-        raise ConfigError(f"{where} is not a wattflex calibration file; make one with `wattflex calibrate`")
+    if (
+        not isinstance(curve, dict)
+        or data.get("kind") != "wattflex-emulator-calibration"
+        or "anchor_clock_mhz" not in data
+        or not {"sm_dyn_w", "v_min", "v_exp", "calib_tensor_util"} <= set(curve)
+    ):
+        raise ConfigError(
+            f"{where} is not a wattflex calibration file; make one with `wattflex calibrate`"
+        )
     return data
 
 
@@ -550,21 +698,31 @@ def merge_config(base_cfg: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any
     anything else replaced."""
     out = dict(base_cfg)
     for key, value in cfg.items():
-        out[key] = merge_config(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
+        out[key] = (
+            merge_config(out[key], value)
+            if isinstance(value, dict) and isinstance(out.get(key), dict)
             else value
+        )
     return out
 
 
-def load_config(path: str | Path, base: Path = REPO_ROOT, check_inputs: bool = True,
-                onto_default: bool = False) -> dict[str, Any]:
+def load_config(
+    path: str | Path, base: Path = REPO_ROOT, check_inputs: bool = True, onto_default: bool = False
+) -> dict[str, Any]:
     """The config in ``path``, validated; ``onto_default``: merged onto ``config/config.yaml``
     first, which is what ``snakemake --configfile path`` runs (``wattflex doctor`` checks that)."""
     try:
         cfg = read_yaml(path)
-        if onto_default and isinstance(cfg, dict) and Path(path).resolve() != (base / "config" / "config.yaml").resolve():
+        if (
+            onto_default
+            and isinstance(cfg, dict)
+            and Path(path).resolve() != (base / "config" / "config.yaml").resolve()
+        ):
             cfg = merge_config(read_yaml(base / "config" / "config.yaml"), cfg)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config error: {path} is not valid YAML: {' '.join(str(exc).split())}") from None
+        raise ConfigError(
+            f"config error: {path} is not valid YAML: {' '.join(str(exc).split())}"
+        ) from None
     return prepare(cfg, base, check_inputs=check_inputs)
 
 
@@ -573,9 +731,19 @@ def expand_runs(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     n_rep = {(r["group"], float(r["cap_w"])): int(r["n"]) for r in cfg["repeats"]}
     rows = []
     for g in groups(cfg):
-        if g.get("knob", group_default("knob")) == "clock":     # at the default limit, one run per locked clock
-            rows += [{"group": g["id"], "cap_w": g["caps"][0], "clock_mhz": c, "repeat": 0,
-                      "run_id": run_id(c, 0, "clock")} for c in g["clocks"]]
+        if (
+            g.get("knob", group_default("knob")) == "clock"
+        ):  # at the default limit, one run per locked clock
+            rows += [
+                {
+                    "group": g["id"],
+                    "cap_w": g["caps"][0],
+                    "clock_mhz": c,
+                    "repeat": 0,
+                    "run_id": run_id(c, 0, "clock"),
+                }
+                for c in g["clocks"]
+            ]
             continue
         for cap in g["caps"]:
             for k in range(n_rep.get((g["id"], cap), 1)):
@@ -591,10 +759,16 @@ def run_spec(cfg: dict[str, Any], group_id: str, run: str) -> dict[str, Any]:
     g = groups(own)[0]
     row = next(r for r in expand_runs(own) if r["run_id"] == run)
     spec = {
-        "campaign": cfg["campaign"], "backend": cfg["backend"], "run_id": run, "cap_w": row["cap_w"],
-        "repeat": row["repeat"], "seed": int(cfg["seed"]),
+        "campaign": cfg["campaign"],
+        "backend": cfg["backend"],
+        "run_id": run,
+        "cap_w": row["cap_w"],
+        "repeat": row["repeat"],
+        "seed": int(cfg["seed"]),
         # a cap group's spec as before the clock knob (its runs' records unchanged)
-        "group": {k: v for k, v in g.items() if k not in ("caps", "clocks") and (k, v) != ("knob", "cap")},
+        "group": {
+            k: v for k, v in g.items() if k not in ("caps", "clocks") and (k, v) != ("knob", "cap")
+        },
         "model_facts": cfg["_catalog"][g["model"]],
         "run": {k: v for k, v in cfg["run"].items() if k not in SCHEDULING_KEYS},
     }
@@ -602,6 +776,8 @@ def run_spec(cfg: dict[str, Any], group_id: str, run: str) -> dict[str, Any]:
         spec["clock_mhz"] = row["clock_mhz"]
     if cfg["backend"] == "cuda":
         spec["cuda"] = dict(cfg["cuda"])
-    elif cfg.get("_emulator_calibration"):   # the emulator's calibrated power level (wattflex calibrate)
+    elif cfg.get(
+        "_emulator_calibration"
+    ):  # the emulator's calibrated power level (wattflex calibrate)
         spec["emulator"] = {"calibration": cfg["_emulator_calibration"]}
     return spec

@@ -25,9 +25,17 @@ LIB = Path(__file__).resolve().parent
 #: Modules that shape no result: artifact metadata, logging, errors, the package itself.
 PLUMBING = ("", "provenance", "smk", "errors", "fingerprint")
 #: The real backend is never fingerprinted (module docstring).
-REAL_BACKEND = ("runs.real_run", "runs.training", "runs.devices.base", "runs.devices.nvml",
-                "runs.devices.caps", "runs.devices.hostpower", "runs.sweep.real",
-                "runs.command_run", "runs.throughput")      # a group's own command (real runs only)
+REAL_BACKEND = (
+    "runs.real_run",
+    "runs.training",
+    "runs.devices.base",
+    "runs.devices.nvml",
+    "runs.devices.caps",
+    "runs.devices.hostpower",
+    "runs.sweep.real",
+    "runs.command_run",
+    "runs.throughput",
+)  # a group's own command (real runs only)
 
 
 def _source(module: str) -> Path | None:
@@ -56,8 +64,11 @@ def direct_imports(path: str | Path) -> frozenset[str]:
 #: An import statement at the start of a line (``from x import (...)`` over several lines,
 #: backslash continuations): parsing only these, not the whole module, keeps the
 #: fingerprints of every rule at ~0.1 s of each `snakemake` start instead of ~1 s.
-_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]*\([^)]*\)"
-                     r"|(?:from[ \t]+[.\w]+[ \t]+)?import[ \t](?:[^\n]*\\\n)*[^\n]*)", re.M)
+_IMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]*\([^)]*\)"
+    r"|(?:from[ \t]+[.\w]+[ \t]+)?import[ \t](?:[^\n]*\\\n)*[^\n]*)",
+    re.M,
+)
 
 
 def _import_nodes(source: str) -> list[ast.stmt]:
@@ -71,7 +82,11 @@ def _import_nodes(source: str) -> list[ast.stmt]:
         try:
             nodes.extend(ast.parse(m.group(0).strip()).body)
         except SyntaxError:
-            return [n for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.Import, ast.ImportFrom))]
+            return [
+                n
+                for n in ast.walk(ast.parse(source))
+                if isinstance(n, (ast.Import, ast.ImportFrom))
+            ]
     return nodes
 
 
@@ -84,8 +99,11 @@ def _direct_imports(path: Path, mtime_ns: int, size: int) -> frozenset[str]:
     found: set[str] = set()
     for node in _import_nodes(path.read_text()):
         if isinstance(node, ast.Import):
-            found.update(a.name.removeprefix("wattflex").lstrip(".") for a in node.names
-                         if a.name == "wattflex" or a.name.startswith("wattflex."))
+            found.update(
+                a.name.removeprefix("wattflex").lstrip(".")
+                for a in node.names
+                if a.name == "wattflex" or a.name.startswith("wattflex.")
+            )
             continue
         if not isinstance(node, ast.ImportFrom):
             continue
@@ -105,7 +123,9 @@ def _direct_imports(path: Path, mtime_ns: int, size: int) -> frozenset[str]:
 
 
 def _excluded(module: str, ignore: tuple[str, ...]) -> bool:
-    return module in PLUMBING or any(module == x or module.startswith(x + ".") for x in (*REAL_BACKEND, *ignore))
+    return module in PLUMBING or any(
+        module == x or module.startswith(x + ".") for x in (*REAL_BACKEND, *ignore)
+    )
 
 
 def closure(*roots: str | Path, ignore: tuple[str, ...] = ()) -> list[str]:

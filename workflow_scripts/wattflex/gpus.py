@@ -30,19 +30,21 @@ class GPUSpec:
     sm_clock_min_mhz: float
     sm_clock_max_mhz: float
     mem_clock_mhz: float
-    idle_w: float            # board power at idle, memory included
-    mem_idle_w: float        # part of idle_w that is HBM
-    mem_dyn_w: float         # extra HBM power at full bandwidth
+    idle_w: float  # board power at idle, memory included
+    mem_idle_w: float  # part of idle_w that is HBM
+    mem_dyn_w: float  # extra HBM power at full bandwidth
     peak_bf16_tflops: float  # dense bf16 tensor rate at peak_clock_mhz (the datasheet's figure)
     hbm_tb_s: float
     hbm_gib: float
-    nvlink_gb_s: float = 370.0     # achievable per-GPU collective bandwidth in a node
-    internode_gb_s: float = 90.0   # per-GPU bus bandwidth of rail-optimised NCCL collectives across nodes
+    nvlink_gb_s: float = 370.0  # achievable per-GPU collective bandwidth in a node
+    internode_gb_s: float = (
+        90.0  # per-GPU bus bandwidth of rail-optimised NCCL collectives across nodes
+    )
     clock_step_mhz: float = 15.0
     # SM clock the datasheet's bf16 peak is quoted at: 989.4 TFLOPS = 132 SMs x 4 tensor cores
     # x 1024 FLOP/clock x 1.83 GHz (the FP64-tensor 67 TFLOPS is quoted at 1.98 GHz).
     peak_clock_mhz: float = 1830.0
-    slurm_name: str = ""           # default GRES/constraint name (profiles/slurm overrides it)
+    slurm_name: str = ""  # default GRES/constraint name (profiles/slurm overrides it)
     # The die whose SM power curve the part has. The emulator's default power curve is fitted on
     # GH100 facts (wattflex.calibration); a part of another die has none until `wattflex
     # calibrate` fits its anchor on sweeps measured on it (an emulated run refuses it without).
@@ -71,10 +73,38 @@ class GPUSpec:
 # limits); the fit uses the catalogue H100's idle and HBM power for the DGEMM (an
 # approximation: the 94 GB part's memory power differs and is not published per cap).
 GPUS: dict[str, GPUSpec] = {
-    "H200": GPUSpec("H200", 200, 700, 700, 345, 1980, 3201, idle_w=75, mem_idle_w=42, mem_dyn_w=70,
-                    peak_bf16_tflops=989.4, hbm_tb_s=4.8, hbm_gib=141, slurm_name="h200"),
-    "H100": GPUSpec("H100", 200, 700, 700, 345, 1980, 2619, idle_w=60, mem_idle_w=30, mem_dyn_w=48,
-                    peak_bf16_tflops=989.4, hbm_tb_s=3.35, hbm_gib=80, slurm_name="h100"),
+    "H200": GPUSpec(
+        "H200",
+        200,
+        700,
+        700,
+        345,
+        1980,
+        3201,
+        idle_w=75,
+        mem_idle_w=42,
+        mem_dyn_w=70,
+        peak_bf16_tflops=989.4,
+        hbm_tb_s=4.8,
+        hbm_gib=141,
+        slurm_name="h200",
+    ),
+    "H100": GPUSpec(
+        "H100",
+        200,
+        700,
+        700,
+        345,
+        1980,
+        2619,
+        idle_w=60,
+        mem_idle_w=30,
+        mem_dyn_w=48,
+        peak_bf16_tflops=989.4,
+        hbm_tb_s=3.35,
+        hbm_gib=80,
+        slurm_name="h100",
+    ),
     # A100 SXM4 80 GB (GA100). NVIDIA A100 datasheet: 400 W max TDP, 312 TFLOPS dense bf16,
     # 80 GB HBM2e at 2039 GB/s; Ampere whitepaper: 1410 MHz boost, 108 SMs x 4 tensor cores x
     # 512 dense bf16 FLOP/clock (108 x 4 x 512 x 1.41 GHz = 311.9 TFLOPS: the peak is quoted at
@@ -86,14 +116,34 @@ GPUS: dict[str, GPUSpec] = {
     # full bandwidth), the HBM parts scaled by bandwidth (2.04 / 3.35). No cap -> clock table is
     # published: its SM power level is the anchor `wattflex calibrate` fits on A100 sweeps (at
     # its 400 W default limit), with the GH100 voltage shape assumed (wattflex.calibration).
-    "A100": GPUSpec("A100", 100, 400, 400, 210, 1410, 1593, idle_w=48, mem_idle_w=18, mem_dyn_w=29,
-                    peak_bf16_tflops=312.0, hbm_tb_s=2.039, hbm_gib=80, nvlink_gb_s=246.0, internode_gb_s=45.0,
-                    peak_clock_mhz=1410.0, slurm_name="a100", die="GA100"),
+    "A100": GPUSpec(
+        "A100",
+        100,
+        400,
+        400,
+        210,
+        1410,
+        1593,
+        idle_w=48,
+        mem_idle_w=18,
+        mem_dyn_w=29,
+        peak_bf16_tflops=312.0,
+        hbm_tb_s=2.039,
+        hbm_gib=80,
+        nvlink_gb_s=246.0,
+        internode_gb_s=45.0,
+        peak_clock_mhz=1410.0,
+        slurm_name="a100",
+        die="GA100",
+    ),
 }
 
 # Dense bf16 tensor peak per device name, for MFU in run records: the catalogue's (GPUS), plus
 # a device the real harness may meet but the emulator does not model (NVIDIA B200 datasheet: 2250 TFLOPS).
-PEAK_BF16_TFLOPS: dict[str, float] = {**{name: g.peak_bf16_tflops for name, g in GPUS.items()}, "B200": 2250.0}
+PEAK_BF16_TFLOPS: dict[str, float] = {
+    **{name: g.peak_bf16_tflops for name, g in GPUS.items()},
+    "B200": 2250.0,
+}
 
 
 def gpu_spec(name: str) -> GPUSpec:

@@ -118,16 +118,42 @@ import pandas as pd
 
 from wattflex.schema import section_defaults
 
-_PFI = section_defaults("pfi")   # the pfi: section's defaults: pfi_table's and `wattflex pfi`'s
+_PFI = section_defaults("pfi")  # the pfi: section's defaults: pfi_table's and `wattflex pfi`'s
 
 PROGRESS_EVERY_S = 5.0  # a progress line this often on long tables (wattflex pfi prints them)
-STATUSES = ("too_few_caps", "missing_uncapped", "capped_faster", "capped_more_power",
-            "nonbinding_cap", "ill_conditioned", "non_monotone", "invalid_values",
-            "too_few_binding", "no_throughput_loss", "ok")
-OUTPUT_COLUMNS = ("group", "n_caps", "pfi_ratio", "pfi_area", "pfi_elasticity", "ci95_low",
-                  "ci95_high", "status", "pfi_robust", "pfi_robust_ci95_low",
-                  "pfi_robust_ci95_high", "robust_status", "n_binding", "uncapped_cap_w",
-                  "uncapped_power_w", "uncapped_throughput", "per_cap", "notes")
+STATUSES = (
+    "too_few_caps",
+    "missing_uncapped",
+    "capped_faster",
+    "capped_more_power",
+    "nonbinding_cap",
+    "ill_conditioned",
+    "non_monotone",
+    "invalid_values",
+    "too_few_binding",
+    "no_throughput_loss",
+    "ok",
+)
+OUTPUT_COLUMNS = (
+    "group",
+    "n_caps",
+    "pfi_ratio",
+    "pfi_area",
+    "pfi_elasticity",
+    "ci95_low",
+    "ci95_high",
+    "status",
+    "pfi_robust",
+    "pfi_robust_ci95_low",
+    "pfi_robust_ci95_high",
+    "robust_status",
+    "n_binding",
+    "uncapped_cap_w",
+    "uncapped_power_w",
+    "uncapped_throughput",
+    "per_cap",
+    "notes",
+)
 # Per-point flags that raise a group status of the same name.
 _POINT_STATUS_FLAGS = ("capped_faster", "capped_more_power", "nonbinding_cap", "ill_conditioned")
 # Relative tolerance for "fitted throughput equals the fitted T_max" (pooled block means).
@@ -137,6 +163,7 @@ _POOL_RTOL = 1e-9
 # ---------------------------------------------------------------------------------------
 # The three published definitions on plain arrays
 # ---------------------------------------------------------------------------------------
+
 
 def _ratio_terms(power_w: np.ndarray, throughput: np.ndarray, ref: int = -1) -> np.ndarray:
     """Eq. 1 terms ``(1 - P_i/P_ref) / (1 - T_i/T_ref)`` for every column (..., n)."""
@@ -200,8 +227,10 @@ def pfi_elasticity(power_w: Sequence[float], throughput: Sequence[float]) -> flo
 # Monotone fit: scikit-learn for the point estimate, a vectorised twin for Monte Carlo
 # ---------------------------------------------------------------------------------------
 
-def isotonic_fit(power_w: np.ndarray, throughput: np.ndarray,
-                 weight: np.ndarray | None = None) -> np.ndarray:
+
+def isotonic_fit(
+    power_w: np.ndarray, throughput: np.ndarray, weight: np.ndarray | None = None
+) -> np.ndarray:
     """Throughput fitted non-decreasing in power (weighted least squares), in input order.
 
     scikit-learn's PAVA (``sklearn.isotonic.isotonic_regression``) on the points sorted by
@@ -219,15 +248,18 @@ def isotonic_fit(power_w: np.ndarray, throughput: np.ndarray,
     from sklearn.isotonic import IsotonicRegression, isotonic_regression
 
     if ties:
-        return IsotonicRegression(increasing=True).fit_transform(p, throughput, sample_weight=weight)
+        return IsotonicRegression(increasing=True).fit_transform(
+            p, throughput, sample_weight=weight
+        )
     w = None if weight is None else np.asarray(weight, dtype=float)[order]
     fitted = np.empty(p.size)
     fitted[order] = isotonic_regression(y[order], sample_weight=w)
     return fitted
 
 
-def isotonic_fit_batch(power_w: np.ndarray, throughput: np.ndarray,
-                       weight: np.ndarray | None = None) -> np.ndarray:
+def isotonic_fit_batch(
+    power_w: np.ndarray, throughput: np.ndarray, weight: np.ndarray | None = None
+) -> np.ndarray:
     """Row-wise isotonic regression of ``throughput`` on ``power_w``, both (S, n).
 
     The min-max formula ``f_i = max_{j<=i} min_{k>=i} mean_w(y_j..y_k)`` on each row's
@@ -273,15 +305,25 @@ def isotonic_fit_batch(power_w: np.ndarray, throughput: np.ndarray,
 # Sweep tables
 # ---------------------------------------------------------------------------------------
 
-def grid_subset(sweeps: pd.DataFrame, caps: Iterable[float], *, cap_col: str = "cap_w") -> pd.DataFrame:
+
+def grid_subset(
+    sweeps: pd.DataFrame, caps: Iterable[float], *, cap_col: str = "cap_w"
+) -> pd.DataFrame:
     """Rows of ``sweeps`` whose cap is in ``caps`` (paper Table 9: a 6-cap sweep on the 4-cap
     grid). Include the uncapped cap in ``caps``; pass the result to ``pfi_table``."""
     wanted = np.asarray(sorted(set(float(c) for c in caps)))
     return sweeps[np.isin(sweeps[cap_col].astype(float), wanted)].copy()
 
 
-def grid_sensitivity(sweeps: pd.DataFrame, caps: Iterable[float], *, group_col: str = "group",
-                     cap_col: str = "cap_w", value: str = "pfi_ratio", **pfi_kwargs: Any) -> pd.DataFrame:
+def grid_sensitivity(
+    sweeps: pd.DataFrame,
+    caps: Iterable[float],
+    *,
+    group_col: str = "group",
+    cap_col: str = "cap_w",
+    value: str = "pfi_ratio",
+    **pfi_kwargs: Any,
+) -> pd.DataFrame:
     """PFI on each group's full grid vs on the subset ``caps`` (Table 9), for the groups whose
     grid strictly contains ``caps``: ``group, pfi_full, pfi_subset, delta, delta_pct``."""
     caps = sorted(set(float(c) for c in caps))
@@ -300,7 +342,9 @@ def grid_sensitivity(sweeps: pd.DataFrame, caps: Iterable[float], *, group_col: 
     return out.rename_axis("group").reset_index()
 
 
-def clock_pfi_table(sweeps: pd.DataFrame, *, clock_col: str = "clock_mhz", **kw: Any) -> pd.DataFrame:
+def clock_pfi_table(
+    sweeps: pd.DataFrame, *, clock_col: str = "clock_mhz", **kw: Any
+) -> pd.DataFrame:
     """``pfi_table`` of ``knob: clock`` groups: the same power -> throughput curve,
     its setpoints the locked SM clocks (MHz) instead of caps. The reference is the highest
     clock. A lock has no power number to sit near, so a point binds when it saved power
@@ -310,13 +354,24 @@ def clock_pfi_table(sweeps: pd.DataFrame, *, clock_col: str = "clock_mhz", **kw:
     return pfi_table(sweeps, **kw).assign(knob="clock")
 
 
-def pfi_table(sweeps: pd.DataFrame, *, group_col: str = "group", cap_col: str = "cap_w",
-              power_col: str = "power_w", throughput_col: str = "throughput",
-              power_sem_col: str | None = None, throughput_sem_col: str | None = None,
-              gpus_col: str | None = "gpus", uncapped_cap_w: float | str | None = None,
-              mc_samples: int = _PFI["mc_samples"], ci: float = _PFI["ci"], seed: int = _PFI["seed"],
-              rel_tol: float = 0.02, power_tol: float = 0.10,
-              progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+def pfi_table(
+    sweeps: pd.DataFrame,
+    *,
+    group_col: str = "group",
+    cap_col: str = "cap_w",
+    power_col: str = "power_w",
+    throughput_col: str = "throughput",
+    power_sem_col: str | None = None,
+    throughput_sem_col: str | None = None,
+    gpus_col: str | None = "gpus",
+    uncapped_cap_w: float | str | None = None,
+    mc_samples: int = _PFI["mc_samples"],
+    ci: float = _PFI["ci"],
+    seed: int = _PFI["seed"],
+    rel_tol: float = 0.02,
+    power_tol: float = 0.10,
+    progress: Callable[[str], None] | None = None,
+) -> pd.DataFrame:
     """One row per group: published PFIs, robust PFI, Monte Carlo CIs, status and diagnostics.
 
     ``sweeps`` has one row per run (repeats allowed; see the module docstring for how they
@@ -334,8 +389,10 @@ def pfi_table(sweeps: pd.DataFrame, *, group_col: str = "group", cap_col: str = 
         optional.append(uncapped_cap_w)
     missing = [c for c in required + optional if c not in sweeps.columns]
     if missing:
-        raise ValueError(f"sweep table lacks column(s) {', '.join(missing)}; "
-                         f"has {', '.join(map(str, sweeps.columns))}")
+        raise ValueError(
+            f"sweep table lacks column(s) {', '.join(missing)}; "
+            f"has {', '.join(map(str, sweeps.columns))}"
+        )
     if sweeps[group_col].isna().any():
         raise ValueError(f"{int(sweeps[group_col].isna().sum())} row(s) have no {group_col}")
     if not 0 < ci < 1:
@@ -343,26 +400,40 @@ def pfi_table(sweeps: pd.DataFrame, *, group_col: str = "group", cap_col: str = 
     if (power_sem_col is None) != (throughput_sem_col is None):
         raise ValueError("give both power_sem_col and throughput_sem_col, or neither")
 
-    df = pd.DataFrame({
-        "group": sweeps[group_col].to_numpy(),
-        "cap": pd.to_numeric(sweeps[cap_col], errors="coerce").to_numpy(dtype=float),
-        "p": pd.to_numeric(sweeps[power_col], errors="coerce").to_numpy(dtype=float),
-        "t": pd.to_numeric(sweeps[throughput_col], errors="coerce").to_numpy(dtype=float),
-    })
+    df = pd.DataFrame(
+        {
+            "group": sweeps[group_col].to_numpy(),
+            "cap": pd.to_numeric(sweeps[cap_col], errors="coerce").to_numpy(dtype=float),
+            "p": pd.to_numeric(sweeps[power_col], errors="coerce").to_numpy(dtype=float),
+            "t": pd.to_numeric(sweeps[throughput_col], errors="coerce").to_numpy(dtype=float),
+        }
+    )
     has_sem = power_sem_col is not None
     for name, col in (("sp", power_sem_col), ("st", throughput_sem_col)):
-        df[name] = (pd.to_numeric(sweeps[col], errors="coerce").to_numpy(dtype=float)
-                    if col is not None else np.nan)
-    df["gpus"] = (pd.to_numeric(sweeps[gpus_col], errors="coerce").to_numpy(dtype=float)
-                  if gpus_col is not None and gpus_col in sweeps.columns else 1.0)
+        df[name] = (
+            pd.to_numeric(sweeps[col], errors="coerce").to_numpy(dtype=float)
+            if col is not None
+            else np.nan
+        )
+    df["gpus"] = (
+        pd.to_numeric(sweeps[gpus_col], errors="coerce").to_numpy(dtype=float)
+        if gpus_col is not None and gpus_col in sweeps.columns
+        else 1.0
+    )
     if isinstance(uncapped_cap_w, str):
         df["expect"] = pd.to_numeric(sweeps[uncapped_cap_w], errors="coerce").to_numpy(dtype=float)
     else:
         df["expect"] = np.nan if uncapped_cap_w is None else float(uncapped_cap_w)
 
-    settings = _Settings(z=NormalDist().inv_cdf(0.5 + ci / 2), alpha=1 - ci, rel_tol=rel_tol,
-                         power_tol=power_tol, mc_samples=int(mc_samples), seed=int(seed),
-                         has_sem=has_sem)
+    settings = _Settings(
+        z=NormalDist().inv_cdf(0.5 + ci / 2),
+        alpha=1 - ci,
+        rel_tol=rel_tol,
+        power_tol=power_tol,
+        mc_samples=int(mc_samples),
+        seed=int(seed),
+        has_sem=has_sem,
+    )
     df["bad"] = _invalid_rows(df)  # once for the table, not per group
     df["code"], names = pd.factorize(df["group"], sort=False)  # groups in order of first appearance
     clock = _Progress(progress)
@@ -457,14 +528,29 @@ def _group_max(codes: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarr
 
 def _nan_row(group: Any) -> dict[str, Any]:
     nan = float("nan")
-    return dict(group=group, n_caps=0, pfi_ratio=nan, pfi_area=nan, pfi_elasticity=nan, ci95_low=nan,
-                ci95_high=nan, pfi_robust=nan, pfi_robust_ci95_low=nan, pfi_robust_ci95_high=nan,
-                robust_status="too_few_caps", n_binding=0, uncapped_cap_w=nan, uncapped_power_w=nan,
-                uncapped_throughput=nan, per_cap="[]")
+    return dict(
+        group=group,
+        n_caps=0,
+        pfi_ratio=nan,
+        pfi_area=nan,
+        pfi_elasticity=nan,
+        ci95_low=nan,
+        ci95_high=nan,
+        pfi_robust=nan,
+        pfi_robust_ci95_low=nan,
+        pfi_robust_ci95_high=nan,
+        robust_status="too_few_caps",
+        n_binding=0,
+        uncapped_cap_w=nan,
+        uncapped_power_w=nan,
+        uncapped_throughput=nan,
+        per_cap="[]",
+    )
 
 
-def _analyse_all(df: pd.DataFrame, names: pd.Index, s: _Settings, clock: _Progress
-                 ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], _MonteCarloJob]]]:
+def _analyse_all(
+    df: pd.DataFrame, names: pd.Index, s: _Settings, clock: _Progress
+) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], _MonteCarloJob]]]:
     """Every group's row (``notes`` still lists) and the Monte Carlo jobs, run across groups
     by ``_monte_carlo_all``. The numbers are computed for all groups with the same number of
     points at once (``_Size``, padded-free (groups, n) arrays); only the notes and ``per_cap``
@@ -486,17 +572,27 @@ def _analyse_all(df: pd.DataFrame, names: pd.Index, s: _Settings, clock: _Progre
     statuses: list[set[str]] = [set() for _ in range(n_groups)]
     for code, caps in bad_caps.items():
         statuses[code].add("invalid_values")
-        notes[code].append(f"invalid_values: dropped {len(caps)} row(s) with a missing or non-positive "
-                           f"cap/power/throughput or negative SEM (cap_w: {', '.join(map(_fmt, caps))})")
+        notes[code].append(
+            f"invalid_values: dropped {len(caps)} row(s) with a missing or non-positive "
+            f"cap/power/throughput or negative SEM (cap_w: {', '.join(map(_fmt, caps))})"
+        )
     for code in np.unique(codes[pts["n_rows"] > 1]).tolist():
         at = slice(first[code], first[code] + n_caps[code])
-        notes[code].append("averaged repeats at cap_w " + ", ".join(
-            f"{_fmt(c)} (n={k})" for c, k in zip(pts["cap"][at].tolist(), pts["n_rows"][at].tolist()) if k > 1))
+        notes[code].append(
+            "averaged repeats at cap_w "
+            + ", ".join(
+                f"{_fmt(c)} (n={k})"
+                for c, k in zip(pts["cap"][at].tolist(), pts["n_rows"][at].tolist())
+                if k > 1
+            )
+        )
     for code in np.flatnonzero(n_caps < 2).tolist():
         rows[code]["n_caps"] = int(n_caps[code])
         statuses[code].add("too_few_caps")
-        notes[code].append(f"too_few_caps: {n_caps[code]} valid cap(s); need an uncapped and at "
-                           "least one capped point")
+        notes[code].append(
+            f"too_few_caps: {n_caps[code]} valid cap(s); need an uncapped and at "
+            "least one capped point"
+        )
     out, done = _Table(rows, notes, statuses, top_cap_all, expected), 0
     for n in np.unique(n_caps[n_caps >= 2]).tolist():
         members = np.flatnonzero(n_caps == n)
@@ -512,8 +608,9 @@ def _analyse_all(df: pd.DataFrame, names: pd.Index, s: _Settings, clock: _Progre
 class _Points:
     """One group's points (views into its ``_Size`` arrays), what its Monte Carlo job needs."""
 
-    def __init__(self, p: np.ndarray, sp: np.ndarray, t: np.ndarray, st: np.ndarray,
-                 included: np.ndarray) -> None:
+    def __init__(
+        self, p: np.ndarray, sp: np.ndarray, t: np.ndarray, st: np.ndarray, included: np.ndarray
+    ) -> None:
         self.p, self.sp, self.t, self.st, self.included, self.n = p, sp, t, st, included, len(p)
 
 
@@ -534,7 +631,9 @@ class _Size:
         with np.errstate(divide="ignore", invalid="ignore"):
             self.terms = _ratio_terms(p, t)
             count = self.included.sum(axis=1)
-            self.ratio = np.where(count > 0, np.where(self.included, self.terms, 0.0).sum(axis=1) / count, np.nan)
+            self.ratio = np.where(
+                count > 0, np.where(self.included, self.terms, 0.0).sum(axis=1) / count, np.nan
+            )
             # pfi_area: trapezoid from (0, 0) through the points sorted by relative power
             xr, yr = p / p_ref, t / t_ref
             order = np.argsort(xr, axis=1, kind="stable")
@@ -545,9 +644,16 @@ class _Size:
             lx, ly = np.log(p), np.log(t)
             dx = lx - lx.mean(axis=1, keepdims=True)
             flat = np.ptp(p, axis=1) == 0
-            self.elasticity = np.where(flat, np.nan, 1.0 - (dx * (ly - ly.mean(axis=1, keepdims=True))).sum(axis=1)
-                                       / np.where(flat, 1.0, (dx ** 2).sum(axis=1)))
-        self.sem_ok = s.has_sem & np.isfinite(self.sp).all(axis=1) & np.isfinite(self.st).all(axis=1)
+            self.elasticity = np.where(
+                flat,
+                np.nan,
+                1.0
+                - (dx * (ly - ly.mean(axis=1, keepdims=True))).sum(axis=1)
+                / np.where(flat, 1.0, (dx**2).sum(axis=1)),
+            )
+        self.sem_ok = (
+            s.has_sem & np.isfinite(self.sp).all(axis=1) & np.isfinite(self.st).all(axis=1)
+        )
         ok = self.sem_ok[:, None]
         noise_p = np.where(ok, s.z * np.hypot(self.sp, self.sp[:, [ref]]), s.rel_tol * p_ref)
         noise_t = np.where(ok, s.z * np.hypot(self.st, self.st[:, [ref]]), s.rel_tol * t_ref)
@@ -573,8 +679,11 @@ class _Size:
         with np.errstate(divide="ignore", invalid="ignore"):
             self.robust_terms = np.where(self.used, _ratio_terms(p, self.fit), np.nan)
             n_used = self.used.sum(axis=1)
-            self.robust = np.where(n_used > 0, np.where(self.used, self.robust_terms, 0.0).sum(axis=1)
-                                   / np.maximum(n_used, 1), np.nan)
+            self.robust = np.where(
+                n_used > 0,
+                np.where(self.used, self.robust_terms, 0.0).sum(axis=1) / np.maximum(n_used, 1),
+                np.nan,
+            )
         self.n_binding = self.binding.sum(axis=1)
 
     def _isotonic(self) -> np.ndarray:
@@ -606,8 +715,14 @@ class _Table:
     Monte Carlo jobs; the caps the uncapped reference is checked against (the highest cap
     of any of its rows, valid or not, and the uncapped cap expected)."""
 
-    def __init__(self, rows: list[dict[str, Any]], notes: list[list[str]], statuses: list[set[str]],
-                 top_cap: np.ndarray, expected: np.ndarray) -> None:
+    def __init__(
+        self,
+        rows: list[dict[str, Any]],
+        notes: list[list[str]],
+        statuses: list[set[str]],
+        top_cap: np.ndarray,
+        expected: np.ndarray,
+    ) -> None:
         self.rows, self.notes, self.statuses = rows, notes, statuses
         self.top_cap, self.expected = top_cap, expected
         self.jobs: list[tuple[dict[str, Any], _MonteCarloJob]] = []
@@ -632,10 +747,17 @@ class _GroupWriter:
         with np.errstate(divide="ignore", invalid="ignore"):
             self.terms = np.where(size.included, size.terms, np.nan).tolist()
         self.fit, self.robust_terms = size.fit.tolist(), size.robust_terms.tolist()
-        self.moved_any, self.used_any = size.moved.any(axis=1).tolist(), size.used.any(axis=1).tolist()
+        self.moved_any, self.used_any = (
+            size.moved.any(axis=1).tolist(),
+            size.used.any(axis=1).tolist(),
+        )
         self.sem_ok = size.sem_ok.tolist()
         self.sem_finite = (np.isfinite(size.sp) & np.isfinite(size.st)).tolist()
-        self.ratio, self.area, self.elasticity = size.ratio.tolist(), size.area.tolist(), size.elasticity.tolist()
+        self.ratio, self.area, self.elasticity = (
+            size.ratio.tolist(),
+            size.area.tolist(),
+            size.elasticity.tolist(),
+        )
         self.robust, self.n_binding = size.robust.tolist(), size.n_binding.tolist()
 
     def write(self, k: int, code: int) -> None:
@@ -653,21 +775,36 @@ class _GroupWriter:
 
     def numbers(self, k: int, row: dict[str, Any]) -> None:
         ref = self.ref
-        row.update(n_caps=self.n, uncapped_cap_w=self.cap[k][ref], uncapped_power_w=self.p[k][ref],
-                   uncapped_throughput=self.t[k][ref], pfi_ratio=self.ratio[k], pfi_area=self.area[k],
-                   pfi_elasticity=self.elasticity[k], n_binding=self.n_binding[k])
+        row.update(
+            n_caps=self.n,
+            uncapped_cap_w=self.cap[k][ref],
+            uncapped_power_w=self.p[k][ref],
+            uncapped_throughput=self.t[k][ref],
+            pfi_ratio=self.ratio[k],
+            pfi_area=self.area[k],
+            pfi_elasticity=self.elasticity[k],
+            n_binding=self.n_binding[k],
+        )
 
     def reference_notes(self, k: int, code: int, note: list[str], status: set[str]) -> None:
         """missing_uncapped: the reference is not the uncapped run."""
-        ref_cap, top, expected = self.cap[k][self.ref], self.out.top_cap[code], self.out.expected[code]
+        ref_cap, top, expected = (
+            self.cap[k][self.ref],
+            self.out.top_cap[code],
+            self.out.expected[code],
+        )
         if np.isfinite(top) and top > ref_cap:
             status.add("missing_uncapped")
-            note.append(f"missing_uncapped: the rows at the highest cap {_fmt(top)} W were "
-                        f"invalid; reference is cap {_fmt(ref_cap)} W")
+            note.append(
+                f"missing_uncapped: the rows at the highest cap {_fmt(top)} W were "
+                f"invalid; reference is cap {_fmt(ref_cap)} W"
+            )
         elif np.isfinite(expected) and ref_cap < expected:
             status.add("missing_uncapped")
-            note.append(f"missing_uncapped: highest cap {_fmt(ref_cap)} W is below the uncapped "
-                        f"{_fmt(expected)} W; PFIs are relative to a capped run")
+            note.append(
+                f"missing_uncapped: highest cap {_fmt(ref_cap)} W is below the uncapped "
+                f"{_fmt(expected)} W; PFIs are relative to a capped run"
+            )
 
     def point_notes(self, k: int, note: list[str], status: set[str]) -> None:
         """Eq. 1's exclusions, a flat power, SEMs taken as rel_tol, the point flags, non_monotone."""
@@ -676,7 +813,11 @@ class _GroupWriter:
         if len(equal) == ref:
             note.append("pfi_ratio: every capped point has T == T_max exactly, no term left")
         elif equal:
-            note.append("pfi_ratio: Eq. 1 excludes cap_w " + ", ".join(_fmt(c[i]) for i in equal) + " (T == T_max)")
+            note.append(
+                "pfi_ratio: Eq. 1 excludes cap_w "
+                + ", ".join(_fmt(c[i]) for i in equal)
+                + " (T == T_max)"
+            )
         if max(pk) == min(pk):
             note.append("pfi_elasticity: all points at the same power, no fit")
         if not self.sem_ok[k]:
@@ -688,8 +829,10 @@ class _GroupWriter:
                 note.append(f"{name} at cap_w " + self.caps_where(k, flagged[k]))
         if self.moved_any[k]:
             status.add("non_monotone")
-            note.append("non_monotone: the monotone fit moved throughput beyond noise at cap_w "
-                        + self.caps_where(k, self.size.moved[k]))
+            note.append(
+                "non_monotone: the monotone fit moved throughput beyond noise at cap_w "
+                + self.caps_where(k, self.size.moved[k])
+            )
 
     def robust_status(self, k: int, row: dict[str, Any], note: list[str], status: set[str]) -> None:
         """pfi_robust, or why there is none."""
@@ -699,8 +842,10 @@ class _GroupWriter:
             note.append(f"too_few_binding: {n_binding} binding cap(s), pfi_robust needs 2")
         elif not self.used_any[k]:
             row["robust_status"] = "no_throughput_loss"
-            note.append("no_throughput_loss: no binding cap lost throughput beyond noise in the "
-                        "monotone fit (PFI unbounded over the swept range)")
+            note.append(
+                "no_throughput_loss: no binding cap lost throughput beyond noise in the "
+                "monotone fit (PFI unbounded over the swept range)"
+            )
         else:
             row["robust_status"] = "ok"
             row["pfi_robust"] = self.robust[k]
@@ -716,8 +861,12 @@ class _GroupWriter:
         elif not s.has_sem:
             note.append("no CI: no SEM columns given")
         elif not self.sem_ok[k]:
-            note.append("no CI: SEM missing at cap_w " + ", ".join(
-                _fmt(self.cap[k][i]) for i in range(self.n) if not self.sem_finite[k][i]))
+            note.append(
+                "no CI: SEM missing at cap_w "
+                + ", ".join(
+                    _fmt(self.cap[k][i]) for i in range(self.n) if not self.sem_finite[k][i]
+                )
+            )
         else:
             points = _Points(size.p[k], size.sp[k], size.t[k], size.st[k], size.included[k])
             used = size.used[k] if row["robust_status"] == "ok" else None
@@ -727,19 +876,39 @@ class _GroupWriter:
         """The capped points of group ``k`` as JSON, with their point flags."""
         ref, c, pk, tk = self.ref, self.cap[k], self.p[k], self.t[k]
         sp, st, n_rows, terms = self.sp[k], self.st[k], self.n_rows[k], self.terms[k]
-        binding, fit, pooled, no_loss = self.binding[k], self.fit[k], self.pooled[k], self.no_loss[k]
+        binding, fit, pooled, no_loss = (
+            self.binding[k],
+            self.fit[k],
+            self.pooled[k],
+            self.no_loss[k],
+        )
         included, robust_terms, flags = self.included[k], self.robust_terms[k], self.flags
-        return json.dumps([
-            {"cap_w": c[i], "power_w": pk[i], "throughput": tk[i], "n_rows": n_rows[i],
-             "power_w_sem": _finite(sp[i]), "throughput_sem": _finite(st[i]),
-             "power_ratio": _finite(pk[i] / pk[ref]), "throughput_ratio": _finite(tk[i] / tk[ref]),
-             "term": _finite(terms[i]), "binding": binding[i],
-             "robust_throughput": _finite(fit[i]), "robust_term": _finite(robust_terms[i]),
-             "flags": [f for f in _POINT_STATUS_FLAGS if flags[f][k][i]]
-             + (["excluded_t_equals_tmax"] if not included[i] else [])
-             + (["pooled_with_uncapped"] if binding[i] and pooled[i] else [])
-             + (["loss_within_noise"] if binding[i] and no_loss[i] and not pooled[i] else [])}
-            for i in range(ref)], allow_nan=False)
+        return json.dumps(
+            [
+                {
+                    "cap_w": c[i],
+                    "power_w": pk[i],
+                    "throughput": tk[i],
+                    "n_rows": n_rows[i],
+                    "power_w_sem": _finite(sp[i]),
+                    "throughput_sem": _finite(st[i]),
+                    "power_ratio": _finite(pk[i] / pk[ref]),
+                    "throughput_ratio": _finite(tk[i] / tk[ref]),
+                    "term": _finite(terms[i]),
+                    "binding": binding[i],
+                    "robust_throughput": _finite(fit[i]),
+                    "robust_term": _finite(robust_terms[i]),
+                    "flags": [f for f in _POINT_STATUS_FLAGS if flags[f][k][i]]
+                    + (["excluded_t_equals_tmax"] if not included[i] else [])
+                    + (["pooled_with_uncapped"] if binding[i] and pooled[i] else [])
+                    + (
+                        ["loss_within_noise"] if binding[i] and no_loss[i] and not pooled[i] else []
+                    ),
+                }
+                for i in range(ref)
+            ],
+            allow_nan=False,
+        )
 
 
 def _finite(v: float) -> float | None:
@@ -766,7 +935,7 @@ _MC_ROWS_PER_BATCH = 100_000
 # with freed memory kept (h27b, benchmarks/results/pfi_scale.md).
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _TRIM_THRESHOLD_B = 256 * 2**20  # freed memory kept for reuse, at most
-_MMAP_THRESHOLD_B = 32 * 2**20   # glibc's largest: arrays below it come from the reusable heap
+_MMAP_THRESHOLD_B = 32 * 2**20  # glibc's largest: arrays below it come from the reusable heap
 
 
 @functools.cache  # a process-wide setting: asked once, not on every pfi_table call
@@ -784,8 +953,9 @@ def _keep_freed_memory() -> None:
         pass
 
 
-def _monte_carlo_all(jobs: list[tuple[dict[str, Any], _MonteCarloJob]], s: _Settings,
-                     clock: _Progress) -> None:
+def _monte_carlo_all(
+    jobs: list[tuple[dict[str, Any], _MonteCarloJob]], s: _Settings, clock: _Progress
+) -> None:
     """Percentile CIs of pfi_ratio and pfi_robust for every job's row, written into it, from
     N(mean, sem) resamples of every point; the sets of terms are those of the point
     estimates. Groups with the same number of points share one draw of standard normals
@@ -799,15 +969,18 @@ def _monte_carlo_all(jobs: list[tuple[dict[str, Any], _MonteCarloJob]], s: _Sett
     done = 0
     for n, items in by_size.items():
         z = np.random.default_rng([s.seed, n]).standard_normal((2, s.mc_samples, n))
-        z = np.ascontiguousarray(z.transpose(0, 2, 1))  # (2, n, mc_samples): each point's draws contiguous
-        for batch in (items[i:i + per_batch] for i in range(0, len(items), per_batch)):
+        z = np.ascontiguousarray(
+            z.transpose(0, 2, 1)
+        )  # (2, n, mc_samples): each point's draws contiguous
+        for batch in (items[i : i + per_batch] for i in range(0, len(items), per_batch)):
             _monte_carlo_batch(batch, z, s)
             done += len(batch)
         clock.tick(lambda: f"Monte Carlo CIs of {done} of {len(jobs)} groups")
 
 
-def _monte_carlo_batch(batch: list[tuple[dict[str, Any], _MonteCarloJob]], z: np.ndarray,
-                       s: _Settings) -> None:
+def _monte_carlo_batch(
+    batch: list[tuple[dict[str, Any], _MonteCarloJob]], z: np.ndarray, s: _Settings
+) -> None:
     """``_monte_carlo_all`` on groups of one size; ``z`` the shared standard normals of P and
     T, (2, mc_samples, n). Column by column: each point's resamples are one contiguous
     (groups, mc_samples) array, so a sweep's few points cost a few passes over memory."""
@@ -819,14 +992,23 @@ def _monte_carlo_batch(batch: list[tuple[dict[str, Any], _MonteCarloJob]], z: np
     ts = [t[:, [i]] + st[:, [i]] * z[1, i] for i in range(n)]
     with np.errstate(invalid="ignore", divide="ignore"):
         terms = [_eq1_term(ps[i], ps[ref], ts[i], ts[ref]) for i in range(ref)]
-        ratio = sum(np.where(included[:, [i]], terms[i], 0.0) for i in range(ref)) / included.sum(axis=1)[:, None]
-    robust_rows = np.asarray([i for i, job in enumerate(jobs) if job.robust_used is not None], dtype=int)
+        ratio = (
+            sum(np.where(included[:, [i]], terms[i], 0.0) for i in range(ref))
+            / included.sum(axis=1)[:, None]
+        )
+    robust_rows = np.asarray(
+        [i for i, job in enumerate(jobs) if job.robust_used is not None], dtype=int
+    )
     robust = unbounded = None
     if robust_rows.size:
         pick = (lambda a: a) if robust_rows.size == len(jobs) else (lambda a: a[robust_rows])  # noqa: E731  (no copy)
         robust, unbounded = _robust_resamples(
-            [pick(a) for a in ps], [pick(a) for a in ts], [pick(a) for a in terms],
-            np.stack([jobs[i].robust_used for i in robust_rows]), np.stack([jobs[i].weight for i in robust_rows]))
+            [pick(a) for a in ps],
+            [pick(a) for a in ts],
+            [pick(a) for a in terms],
+            np.stack([jobs[i].robust_used for i in robust_rows]),
+            np.stack([jobs[i].weight for i in robust_rows]),
+        )
     nan, robust_of = (float("nan"), float("nan")), {i: j for j, i in enumerate(robust_rows)}
     q = [s.alpha / 2, 1 - s.alpha / 2]
     ratio_q = np.quantile(ratio, q, axis=1).T  # one call for the batch: (groups, 2)
@@ -834,7 +1016,11 @@ def _monte_carlo_batch(batch: list[tuple[dict[str, Any], _MonteCarloJob]], z: np
     robust_q = np.quantile(robust, q, axis=1).T if robust is not None else None
     for i, (row, job) in enumerate(batch):
         notes = row["notes"]
-        ratio_ci = _interval(ratio_q[i], ratio_unbounded[i], notes, "ci95") if job.x.included.any() else nan
+        ratio_ci = (
+            _interval(ratio_q[i], ratio_unbounded[i], notes, "ci95")
+            if job.x.included.any()
+            else nan
+        )
         robust_ci = nan
         if job.robust_used is not None:
             j = robust_of[i]
@@ -853,8 +1039,13 @@ def _eq1_term(p: np.ndarray, p_ref: np.ndarray, t: np.ndarray, t_ref: np.ndarray
     return np.divide(num, den, out=num)
 
 
-def _robust_resamples(ps: list[np.ndarray], ts: list[np.ndarray], terms: list[np.ndarray],
-                      used: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _robust_resamples(
+    ps: list[np.ndarray],
+    ts: list[np.ndarray],
+    terms: list[np.ndarray],
+    used: np.ndarray,
+    weight: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """The robust PFI of every resample, (groups, mc_samples), and each group's fraction of
     unbounded resamples (+inf: no used point lost throughput). ``ps, ts`` per point,
     ``terms`` Eq. 1 on the raw resamples per capped point, ``used`` (groups, n) the point
@@ -867,8 +1058,11 @@ def _robust_resamples(ps: list[np.ndarray], ts: list[np.ndarray], terms: list[np
     robust = _robust_mean(ts, terms, used)
     refit = np.nonzero(~ordered)  # (group, resample) pairs
     if refit[0].size:
-        fitted = isotonic_fit_batch(np.stack([a[refit] for a in ps], axis=1),
-                                    np.stack([a[refit] for a in ts], axis=1), weight[refit[0]])
+        fitted = isotonic_fit_batch(
+            np.stack([a[refit] for a in ps], axis=1),
+            np.stack([a[refit] for a in ts], axis=1),
+            weight[refit[0]],
+        )
         fits = [fitted[:, [i]] for i in range(n)]  # (pairs, 1): one resample a row
         power = [a[refit][:, None] for a in ps]
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -892,7 +1086,9 @@ def _robust_mean(fits: list[np.ndarray], terms: list[np.ndarray], used: np.ndarr
     return np.where(counts > 0, total / np.maximum(counts, 1), np.inf)
 
 
-def _interval(bounds: np.ndarray, unbounded: float, notes: list[str], label: str) -> tuple[float, float]:
+def _interval(
+    bounds: np.ndarray, unbounded: float, notes: list[str], label: str
+) -> tuple[float, float]:
     """The percentile interval ``bounds``; ``unbounded`` the fraction of resamples with an
     unbounded PFI. NaN is never returned silently: a bound that is not finite becomes NaN
     with a note."""
@@ -903,8 +1099,10 @@ def _interval(bounds: np.ndarray, unbounded: float, notes: list[str], label: str
         notes.append(f"{label}: upper bound unbounded, reported NaN")
     if not np.isfinite(lo):
         notes.append(f"{label}: lower bound unbounded, reported NaN")
-    return (float(lo) if np.isfinite(lo) else float("nan"),
-            float(hi) if np.isfinite(hi) else float("nan"))
+    return (
+        float(lo) if np.isfinite(lo) else float("nan"),
+        float(hi) if np.isfinite(hi) else float("nan"),
+    )
 
 
 def _finish(row: dict[str, Any], statuses: set[str], notes: list[str]) -> dict[str, Any]:

@@ -31,9 +31,21 @@ from wattflex import SCHEMA_VERSION, __version__
 
 META_KEY = b"wattflex"
 REPORT_META_ID = "wattflex-meta"  # id of the JSON <script> that carries a report's metadata
-_PACKAGES = ("numpy", "pandas", "pyarrow", "scipy", "scikit-learn", "scikit-posthocs",
-             "statsmodels", "snakemake", "matplotlib", "torch", "transformers", "peft",
-             "nvidia-ml-py")
+_PACKAGES = (
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "scipy",
+    "scikit-learn",
+    "scikit-posthocs",
+    "statsmodels",
+    "snakemake",
+    "matplotlib",
+    "torch",
+    "transformers",
+    "peft",
+    "nvidia-ml-py",
+)
 
 
 class SchemaVersionError(ValueError):
@@ -42,12 +54,15 @@ class SchemaVersionError(ValueError):
 
 def check_schema_version(found: str | None, path: str | os.PathLike) -> None:
     if found is None:
-        raise SchemaVersionError(f"{path}: no schema_version; not a wattflex artifact (or written by a pre-1.0 tool)")
+        raise SchemaVersionError(
+            f"{path}: no schema_version; not a wattflex artifact (or written by a pre-1.0 tool)"
+        )
     major = str(found).split(".")[0]
     if major != SCHEMA_VERSION.split(".")[0]:
         raise SchemaVersionError(
             f"{path}: schema_version {found} is not readable by wattflex {__version__} "
-            f"(reads {SCHEMA_VERSION.split('.')[0]}.x); rerun the stage that wrote it or upgrade wattflex")
+            f"(reads {SCHEMA_VERSION.split('.')[0]}.x); rerun the stage that wrote it or upgrade wattflex"
+        )
 
 
 @functools.lru_cache(maxsize=1)
@@ -59,8 +74,9 @@ def code_version() -> dict[str, Any]:
     here = Path(__file__).resolve().parent
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=5,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(here), *args], capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
 
     try:
         commit = git("rev-parse", "HEAD") if git("ls-files", "--", ".") else None
@@ -95,8 +111,13 @@ def file_checksum(path: str | os.PathLike) -> str:
     return h.hexdigest()[:16]
 
 
-def provenance(params: Any = None, inputs: Iterable[str | os.PathLike] = (), backend: str | None = None,
-               device_model: str | None = None, **extra: Any) -> dict[str, Any]:
+def provenance(
+    params: Any = None,
+    inputs: Iterable[str | os.PathLike] = (),
+    backend: str | None = None,
+    device_model: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """The provenance record stored with every artifact.
 
     ``backend`` and ``device_model`` default to those of the wattflex artifacts among
@@ -180,13 +201,17 @@ def check_writable(path: str | os.PathLike) -> None:
     p = Path(path)
     _check_folder(p)
     if p.is_symlink():
-        raise OutputPathError(f"{path}: output is a symbolic link (to {os.readlink(p)}); wattflex does not "
-                              "replace links or write through them: give the target path or remove the link")
+        raise OutputPathError(
+            f"{path}: output is a symbolic link (to {os.readlink(p)}); wattflex does not "
+            "replace links or write through them: give the target path or remove the link"
+        )
     if p.is_dir():
         raise OutputPathError(f"{path}: output is a folder; give a file name")
     if p.exists() and not p.is_file():
-        raise OutputPathError(f"{path}: output exists and is not a regular file (a device, FIFO or socket); "
-                              "wattflex only writes regular files")
+        raise OutputPathError(
+            f"{path}: output exists and is not a regular file (a device, FIFO or socket); "
+            "wattflex only writes regular files"
+        )
 
 
 def _check_folder(p: Path) -> None:
@@ -196,23 +221,30 @@ def _check_folder(p: Path) -> None:
     ancestor = p.parent
     while not ancestor.is_dir():
         if ancestor.exists() or ancestor.is_symlink():
-            raise OutputPathError(f"{p}: {ancestor}, a folder above the output, is a file (or a broken link), "
-                                  "not a folder: give another output path")
+            raise OutputPathError(
+                f"{p}: {ancestor}, a folder above the output, is a file (or a broken link), "
+                "not a folder: give another output path"
+            )
         ancestor = ancestor.parent
     if not os.access(ancestor, os.W_OK | os.X_OK):
         readonly = bool(os.statvfs(ancestor).f_flag & os.ST_RDONLY)
-        raise OutputPathError(f"{p}: cannot write into {ancestor} ("
-                              f"{'a read-only file system' if readonly else 'permission denied'}): "
-                              "give an output path in a writable folder")
+        raise OutputPathError(
+            f"{p}: cannot write into {ancestor} ("
+            f"{'a read-only file system' if readonly else 'permission denied'}): "
+            "give an output path in a writable folder"
+        )
     name_max = os.pathconf(ancestor, "PC_NAME_MAX")
     too_long = [part for part in p.relative_to(ancestor).parts if len(os.fsencode(part)) > name_max]
     if too_long:
-        raise OutputPathError(f"{p}: the name {too_long[0][:40]}... is {len(os.fsencode(too_long[0]))} bytes long; "
-                              f"this filesystem allows {name_max}: give a shorter name")
+        raise OutputPathError(
+            f"{p}: the name {too_long[0][:40]}... is {len(os.fsencode(too_long[0]))} bytes long; "
+            f"this filesystem allows {name_max}: give a shorter name"
+        )
 
 
-def check_outputs(outputs: Iterable[str | os.PathLike | None],
-                  inputs: Iterable[str | os.PathLike | None]) -> None:
+def check_outputs(
+    outputs: Iterable[str | os.PathLike | None], inputs: Iterable[str | os.PathLike | None]
+) -> None:
     """The output-path check every command runs before it reads or writes anything big:
     each output passes :func:`check_writable`, no two outputs are the same file and no
     output is (after resolving links, ``..`` and hard links) one of the ``inputs``, so a
@@ -235,8 +267,10 @@ def check_outputs(outputs: Iterable[str | os.PathLike | None],
                 except OSError:
                     pass
             if same:
-                raise OutputPathError(f"{out}: output is the input {inp}; writing it would destroy the "
-                                      "input: choose another output path")
+                raise OutputPathError(
+                    f"{out}: output is the input {inp}; writing it would destroy the "
+                    "input: choose another output path"
+                )
 
 
 class OutputWriteError(OSError):
@@ -288,7 +322,9 @@ def write_together(files: list[tuple[str | os.PathLike, Any]]) -> None:
         for i, (path, write) in enumerate(zip(paths, (w for _, w in files))):
             current = path
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmps[i] = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".tmp", dir=path.parent)
+            fd, tmps[i] = tempfile.mkstemp(
+                prefix=f".{path.name[:64]}.", suffix=".tmp", dir=path.parent
+            )
             os.close(fd)
             write(tmps[i])
             os.chmod(tmps[i], mode)
@@ -310,7 +346,9 @@ def write_together(files: list[tuple[str | os.PathLike, Any]]) -> None:
                 _unlink(paths[i])
         if isinstance(exc, OSError) and not isinstance(exc, OutputWriteError):
             rest = "" if len(files) == 1 else f" (none of its {len(files)} files was written)"
-            raise OutputWriteError(exc.errno, f"{current}: cannot write it: {exc.strerror or exc}{rest}") from None
+            raise OutputWriteError(
+                exc.errno, f"{current}: cannot write it: {exc.strerror or exc}{rest}"
+            ) from None
         raise
     finally:
         if lock is not None:
@@ -343,8 +381,12 @@ def _atomic_write(path: str | os.PathLike, write: Any) -> None:
     write_together([(path, write)])
 
 
-def write_parquet(df: pd.DataFrame | pa.Table, path: str | os.PathLike, prov: dict[str, Any] | None = None,
-                  **meta: Any) -> None:
+def write_parquet(
+    df: pd.DataFrame | pa.Table,
+    path: str | os.PathLike,
+    prov: dict[str, Any] | None = None,
+    **meta: Any,
+) -> None:
     """A DataFrame (its index dropped) or a pyarrow Table as a wattflex parquet artifact."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -352,8 +394,9 @@ def write_parquet(df: pd.DataFrame | pa.Table, path: str | os.PathLike, prov: di
     check_writable(path)
     table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
     doc = {"schema_version": SCHEMA_VERSION, "provenance": prov or provenance(), **meta}
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                           META_KEY: strict_json(doc).encode()})
+    table = table.replace_schema_metadata(
+        {**(table.schema.metadata or {}), META_KEY: strict_json(doc).encode()}
+    )
     _atomic_write(path, lambda tmp: pq.write_table(table, tmp))
 
 
@@ -402,15 +445,22 @@ def undefined_values(obj: Any, where: str = "") -> dict[str, str]:
         obj = obj.tolist()
     if isinstance(obj, float) and not math.isfinite(obj):
         return {where: "NaN" if obj != obj else ("inf" if obj > 0 else "-inf")}
-    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    items = (
+        obj.items()
+        if isinstance(obj, dict)
+        else enumerate(obj)
+        if isinstance(obj, (list, tuple))
+        else ()
+    )
     found: dict[str, str] = {}
     for key, value in items:
         found.update(undefined_values(value, f"{where}.{key}" if where else str(key)))
     return found
 
 
-def json_file(obj: dict[str, Any], path: str | os.PathLike,
-              prov: dict[str, Any] | None = None) -> tuple[str | os.PathLike, Any]:
+def json_file(
+    obj: dict[str, Any], path: str | os.PathLike, prov: dict[str, Any] | None = None
+) -> tuple[str | os.PathLike, Any]:
     """``(path, write)`` of a JSON artifact, for :func:`write_together`. Strict JSON: an
     undefined value (NaN, inf) is ``null``, and ``undefined`` maps its dotted path to what it
     was (``{"summary.power_w_sem": "NaN"}``); pandas readers of these records take null as
@@ -423,7 +473,9 @@ def json_file(obj: dict[str, Any], path: str | os.PathLike,
     return path, lambda tmp: Path(tmp).write_text(strict_json(doc, indent=2) + "\n")
 
 
-def write_json(obj: dict[str, Any], path: str | os.PathLike, prov: dict[str, Any] | None = None) -> None:
+def write_json(
+    obj: dict[str, Any], path: str | os.PathLike, prov: dict[str, Any] | None = None
+) -> None:
     write_together([json_file(obj, path, prov)])
 
 
@@ -433,18 +485,23 @@ def read_json(path: str | os.PathLike) -> dict[str, Any]:
     return doc
 
 
-def csv_files(df: pd.DataFrame, path: str | os.PathLike, prov: dict[str, Any] | None = None,
-              **meta: Any) -> list[tuple[str | os.PathLike, Any]]:
+def csv_files(
+    df: pd.DataFrame, path: str | os.PathLike, prov: dict[str, Any] | None = None, **meta: Any
+) -> list[tuple[str | os.PathLike, Any]]:
     """The CSV and its ``<path>.meta.json`` sidecar as ``(path, write)`` pairs, CSV first
     (:func:`write_together` renames it last)."""
     check_writable(path)
-    sidecar = json_file({"artifact": Path(path).name, "columns": list(map(str, df.columns)), **meta},
-                        f"{path}.meta.json", prov)
+    sidecar = json_file(
+        {"artifact": Path(path).name, "columns": list(map(str, df.columns)), **meta},
+        f"{path}.meta.json",
+        prov,
+    )
     return [(path, lambda tmp: df.to_csv(tmp, index=False)), sidecar]
 
 
-def write_csv(df: pd.DataFrame, path: str | os.PathLike, prov: dict[str, Any] | None = None,
-              **meta: Any) -> None:
+def write_csv(
+    df: pd.DataFrame, path: str | os.PathLike, prov: dict[str, Any] | None = None, **meta: Any
+) -> None:
     """CSV for people and spreadsheets, with provenance in ``<path>.meta.json``; the two
     appear together or not at all."""
     write_together(csv_files(df, path, prov, **meta))
@@ -458,8 +515,13 @@ def read_csv(path: str | os.PathLike, **kwargs: Any) -> pd.DataFrame:
     return pd.read_csv(path, **kwargs)
 
 
-def save_png(fig: Any, path: str | os.PathLike, prov: dict[str, Any] | None = None,
-             dpi: float | None = None, **meta: Any) -> None:
+def save_png(
+    fig: Any,
+    path: str | os.PathLike,
+    prov: dict[str, Any] | None = None,
+    dpi: float | None = None,
+    **meta: Any,
+) -> None:
     """Save a matplotlib figure (anything with ``savefig``; only ``plots`` imports matplotlib)
     as a PNG carrying schema version and provenance in its text chunk ``wattflex``, so a figure
     found on its own still says what made it. Written atomically, the chunk ahead of the pixels."""
@@ -468,8 +530,16 @@ def save_png(fig: Any, path: str | os.PathLike, prov: dict[str, Any] | None = No
     text = strict_json(doc)
     # zlib level 3, not Pillow's 6: the default campaign's 17 figures encode in 0.81 s instead
     # of 1.40 s for 1% more bytes (1.91 vs 1.89 MB; measured on 2 cores).
-    _atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, metadata={META_KEY.decode(): text},
-                                                pil_kwargs={"compress_level": 3}))
+    _atomic_write(
+        path,
+        lambda tmp: fig.savefig(
+            tmp,
+            format="png",
+            dpi=dpi,
+            metadata={META_KEY.decode(): text},
+            pil_kwargs={"compress_level": 3},
+        ),
+    )
 
 
 def read_png_meta(path: str | os.PathLike) -> dict[str, Any]:
@@ -491,6 +561,9 @@ def _json_default(o: Any) -> Any:
 
 def read_html_meta(path: str | os.PathLike) -> dict[str, Any]:
     """The JSON document embedded in a wattflex HTML report ({} if it carries none)."""
-    m = re.search(rf'<script type="application/json" id="{REPORT_META_ID}">(.*?)</script>',
-                  Path(path).read_text(), re.S)
+    m = re.search(
+        rf'<script type="application/json" id="{REPORT_META_ID}">(.*?)</script>',
+        Path(path).read_text(),
+        re.S,
+    )
     return json.loads(m.group(1)) if m else {}

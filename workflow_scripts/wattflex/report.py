@@ -50,6 +50,7 @@ _NEVER_SHOWN = (".meta.json",)
 # Reading artifacts
 # ---------------------------------------------------------------------------------------
 
+
 def _meta(path: Path) -> dict[str, Any]:
     return artifact_meta(path) or {}
 
@@ -89,6 +90,7 @@ def _backend_names(backends: Iterable[str | None]) -> str:
 # HTML pieces
 # ---------------------------------------------------------------------------------------
 
+
 def _esc(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
@@ -117,36 +119,49 @@ def table_html(df, max_rows: int = 60) -> str:
     head = "".join(f'<th class="{"pub" if is_published(c) else ""}">{_esc(c)}</th>' for c in cols)
     rows = []
     for rec in df.head(max_rows).itertuples(index=False):
-        cells = "".join(f'<td class="{"pub" if is_published(c) else ""}">{_esc(_fmt(v))}</td>'
-                        for c, v in zip(cols, rec))
+        cells = "".join(
+            f'<td class="{"pub" if is_published(c) else ""}">{_esc(_fmt(v))}</td>'
+            for c, v in zip(cols, rec)
+        )
         rows.append(f"<tr>{cells}</tr>")
-    more = f'<p class="note">{len(df) - max_rows} more rows in the CSV.</p>' if len(df) > max_rows else ""
+    more = (
+        f'<p class="note">{len(df) - max_rows} more rows in the CSV.</p>'
+        if len(df) > max_rows
+        else ""
+    )
     return f'<div class="tbl"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{more}'
 
 
 def kv_html(pairs: dict[str, Any]) -> str:
-    rows = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(_fmt(v) if not isinstance(v, (list, dict)) else strict_json(v))}</td></tr>"
-                   for k, v in pairs.items())
+    rows = "".join(
+        f"<tr><th>{_esc(k)}</th><td>{_esc(_fmt(v) if not isinstance(v, (list, dict)) else strict_json(v))}</td></tr>"
+        for k, v in pairs.items()
+    )
     return f'<div class="tbl"><table class="kv">{rows}</table></div>'
 
 
 def image_html(path: Path, title: str) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
-    return (f'<figure><img src="data:image/png;base64,{data}" alt="{_esc(title)}">'
-            f"<figcaption>{_esc(title)}</figcaption></figure>")
+    return (
+        f'<figure><img src="data:image/png;base64,{data}" alt="{_esc(title)}">'
+        f"<figcaption>{_esc(title)}</figcaption></figure>"
+    )
 
 
 def banner_html(backends: Sequence[str | None]) -> str:
     kind = backend_kind(backends)
     label, what = BANNERS[kind]
     names = _backend_names(backends)
-    return (f'<div class="banner {kind}"><b>{label}</b> — {_esc(what)}'
-            f'{f" (backend: {_esc(names)})" if names else ""}</div>')
+    return (
+        f'<div class="banner {kind}"><b>{label}</b> — {_esc(what)}'
+        f"{f' (backend: {_esc(names)})' if names else ''}</div>"
+    )
 
 
 # ---------------------------------------------------------------------------------------
 # Sections
 # ---------------------------------------------------------------------------------------
+
 
 def _matrix(runs_csv: Path):
     """Groups and runs per set (and GPU model) beside the paper's counts, clusters spelled out."""
@@ -159,7 +174,12 @@ def _matrix(runs_csv: Path):
         key = key if isinstance(key, tuple) else (key,)
         row = dict(zip(keys, key))
         pub = PUBLISHED_COUNTS.get(row.get("set"), (None, None))
-        row.update(groups=int(sub["group"].nunique()), groups_published=pub[0], runs=len(sub), runs_published=pub[1])
+        row.update(
+            groups=int(sub["group"].nunique()),
+            groups_published=pub[0],
+            runs=len(sub),
+            runs_published=pub[1],
+        )
         if "cluster" in sub:
             per = sub.groupby("cluster")["group"].nunique()
             row["groups by cluster"] = ", ".join(f"{c} {n}" for c, n in per.items())
@@ -171,12 +191,16 @@ def _published_html(paper_tables: Path | None, stem: str) -> str:
     path = paper_tables / f"{stem}.csv" if paper_tables else None
     if path is None or not path.is_file():
         return f'<p class="note">Published {stem}: not found in the paper tables directory.</p>'
-    return (f"<details open><summary>Published: {_esc(stem)}.csv</summary>"
-            f"{table_html(pd.read_csv(path))}</details>")
+    return (
+        f"<details open><summary>Published: {_esc(stem)}.csv</summary>"
+        f"{table_html(pd.read_csv(path))}</details>"
+    )
 
 
 def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> str:
-    render = item.render or {".png": "figure", ".csv": "table", ".md": "text"}.get(path.suffix, "file")
+    render = item.render or {".png": "figure", ".csv": "table", ".md": "text"}.get(
+        path.suffix, "file"
+    )
     title = item.title if "*" not in item.path else f"{item.title}: {path.stem}"
     out = [f'<div class="item" data-artifact="{_esc(rel)}">']
     if render == "figure":
@@ -184,18 +208,26 @@ def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> s
     elif render == "matrix":
         out.append(f"<h3>{_esc(title)}</h3>")
         out.append('<div class="beside"><div>' + table_html(_matrix(path)) + "</div>")
-        out.append("<div>" + (_published_html(paper_tables, item.published) if item.published else "") + "</div></div>")
+        out.append(
+            "<div>"
+            + (_published_html(paper_tables, item.published) if item.published else "")
+            + "</div></div>"
+        )
     elif render == "table":
         df = pd.read_csv(path)
         out.append(f"<h3>{_esc(title)}</h3>")
         out.append(table_html(df) if len(df) else '<p class="note">(no rows)</p>')
         summary = _meta(path).get("summary")
         if isinstance(summary, dict):
-            out.append("<p class=\"note\">Summary stored with the table:</p>" + kv_html(summary))
+            out.append('<p class="note">Summary stored with the table:</p>' + kv_html(summary))
         if item.published:
             out.append(_published_html(paper_tables, item.published))
-        elif not item.note and not any(is_published(c) for c in df.columns):   # a note says what it compares with
-            out.append('<p class="note">No published values for this table in the paper tables directory.</p>')
+        elif not item.note and not any(
+            is_published(c) for c in df.columns
+        ):  # a note says what it compares with
+            out.append(
+                '<p class="note">No published values for this table in the paper tables directory.</p>'
+            )
     elif render == "fidelity":
         out.append(f"<h3>{_esc(title)}</h3>" + fidelity_summary_html(pd.read_csv(path)))
     elif render == "sensitivity":
@@ -203,7 +235,9 @@ def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> s
     elif render == "text":
         out.append(f"<h3>{_esc(title)}</h3><pre>{_esc(path.read_text())}</pre>")
     else:
-        out.append(f'<p class="file">{_esc(title)}: <code>{_esc(rel)}</code> ({path.stat().st_size:,} bytes)</p>')
+        out.append(
+            f'<p class="file">{_esc(title)}: <code>{_esc(rel)}</code> ({path.stat().st_size:,} bytes)</p>'
+        )
     if item.note:
         out.append(f'<p class="note">{_esc(item.note)}</p>')
     out.append(f'<p class="src"><code>{_esc(rel)}</code></p></div>')
@@ -223,7 +257,8 @@ _FIDELITY_INTRO = (
     "group above 3.0; after Holm only dense vs MoE-FT significant; H100 vs H200 Spearman &ge; 0.8. They are "
     "reported, met or missed, never fitted to. Below the targets: every test set side by side (Table 6, each "
     "leave-one-table-out refit, each public measured sweep), each saying what the emulator was and was not "
-    "fitted to; per group, the assumption (no public fact settles it) that moves its PFI most at &plusmn;25 %.")
+    "fitted to; per group, the assumption (no public fact settles it) that moves its PFI most at &plusmn;25 %."
+)
 
 
 def _mark(value: Any) -> str:
@@ -238,24 +273,46 @@ def fidelity_summary_html(df: pd.DataFrame) -> str:
     each with the noise-free model, the campaign, the seed distribution and the published value."""
     n = int(df["n_seeds"].max()) if "n_seeds" in df and len(df) else 0
     parts = [f'<p class="note">{_FIDELITY_INTRO.format(n=n)}</p>']
-    seeds = df["seed_median"].map(_fmt) + " [" + df["seed_p05"].map(_fmt) + ", " + df["seed_p95"].map(_fmt) + "]"
-    shown = pd.DataFrame({"metric": df["metric"], "noise-free": df["noise_free"], "campaign": df["campaign"],
-                          "seeds: median [5 %, 95 %]": seeds, "published": df["published"]})
+    seeds = (
+        df["seed_median"].map(_fmt)
+        + " ["
+        + df["seed_p05"].map(_fmt)
+        + ", "
+        + df["seed_p95"].map(_fmt)
+        + "]"
+    )
+    shown = pd.DataFrame(
+        {
+            "metric": df["metric"],
+            "noise-free": df["noise_free"],
+            "campaign": df["campaign"],
+            "seeds: median [5 %, 95 %]": seeds,
+            "published": df["published"],
+        }
+    )
     judged = df["target"].fillna("").astype(str) != ""
     targets = shown[judged].assign(
-        target=df.loc[judged, "target"], **{"noise-free: target": df.loc[judged, "met_noise_free"].map(_mark),
-                                            "campaign: target": df.loc[judged, "met_campaign"].map(_mark),
-                                            "share of seeds meeting it": df.loc[judged, "seed_share_met"]})
+        target=df.loc[judged, "target"],
+        **{
+            "noise-free: target": df.loc[judged, "met_noise_free"].map(_mark),
+            "campaign: target": df.loc[judged, "met_campaign"].map(_mark),
+            "share of seeds meeting it": df.loc[judged, "seed_share_met"],
+        },
+    )
     parts.append("<h3>Targets</h3>" + table_html(targets.reset_index(drop=True)))
     for topic, rows in df[~judged].groupby("topic", sort=False):
         table = shown.loc[rows.index]
         if rows["note"].fillna("").astype(str).str.len().any():
             table = table.assign(note=rows["note"].fillna(""))
-        title = {"cluster tests": "Kruskal-Wallis and Dunn-Holm across clusters, beside the published (Tables 10-11)",
-                 "rank agreement": "Rank agreement with Table 6 (overall and within each cluster)",
-                 "calibration": "In and out of the calibration's sample: mean |emulated - published| PFI"
-                 }.get(topic, topic)
-        parts.append(f"<h3>{_esc(title[0].upper() + title[1:])}</h3>" + table_html(table.reset_index(drop=True)))
+        title = {
+            "cluster tests": "Kruskal-Wallis and Dunn-Holm across clusters, beside the published (Tables 10-11)",
+            "rank agreement": "Rank agreement with Table 6 (overall and within each cluster)",
+            "calibration": "In and out of the calibration's sample: mean |emulated - published| PFI",
+        }.get(topic, topic)
+        parts.append(
+            f"<h3>{_esc(title[0].upper() + title[1:])}</h3>"
+            + table_html(table.reset_index(drop=True))
+        )
     return "".join(parts)
 
 
@@ -264,10 +321,14 @@ def sensitivity_html(df: pd.DataFrame) -> str:
     deltas = [c for c in df.columns if str(c).startswith("delta_")]
     effect = df[deltas].abs().max(axis=1) if deltas else pd.Series(0.0, index=df.index)
     order = effect.sort_values(ascending=False, kind="stable").index
-    cols = [c for c in df.columns if c not in ("source", "backend")] + [c for c in ("source",) if c in df]
+    cols = [c for c in df.columns if c not in ("source", "backend")] + [
+        c for c in ("source",) if c in df
+    ]
     moved = int((effect > 0.005).sum())
-    note = (f'<p class="note">{moved} of {len(df) - 1} perturbations move a cluster median or the Spearman by more '
-            "than 0.005 (EMULATED, noise-free model, headline groups). Each constant's source is in the CSV.</p>")
+    note = (
+        f'<p class="note">{moved} of {len(df) - 1} perturbations move a cluster median or the Spearman by more '
+        "than 0.005 (EMULATED, noise-free model, headline groups). Each constant's source is in the CSV.</p>"
+    )
     return note + table_html(df.loc[order, cols].reset_index(drop=True), max_rows=len(df))
 
 
@@ -278,20 +339,26 @@ def _summary_rows(summary_csv: Path | None, keys: Sequence[str]) -> str:
     df = df[df["table"].isin(keys)]
     if df.empty:
         return ""
-    return "<h3>Headline numbers (this campaign vs published)</h3>" + table_html(df.reset_index(drop=True))
+    return "<h3>Headline numbers (this campaign vs published)</h3>" + table_html(
+        df.reset_index(drop=True)
+    )
 
 
 @dataclass
 class _Campaign:
-    files: dict[str, Path]                    # rel path -> path, the artifacts the report was given
-    default_backend: str | None = None        # the runs' backend, for artifacts without provenance
+    files: dict[str, Path]  # rel path -> path, the artifacts the report was given
+    default_backend: str | None = None  # the runs' backend, for artifacts without provenance
     claimed: set[str] = field(default_factory=set)
 
     def match(self, pattern: str) -> list[str]:
-        return sorted(r for r in self.files if fnmatch.fnmatch(r, pattern) and not r.endswith(_NEVER_SHOWN))
+        return sorted(
+            r for r in self.files if fnmatch.fnmatch(r, pattern) and not r.endswith(_NEVER_SHOWN)
+        )
 
 
-def _section_html(sec: Section, camp: _Campaign, paper_tables: Path | None, source: str) -> tuple[str, str]:
+def _section_html(
+    sec: Section, camp: _Campaign, paper_tables: Path | None, source: str
+) -> tuple[str, str]:
     """(HTML, status) of one section; status is shown, skipped or omitted."""
     found, seen = [], set(camp.claimed)
     for item in sec.items:  # first item that matches a file shows it (specific names before globs)
@@ -304,15 +371,26 @@ def _section_html(sec: Section, camp: _Campaign, paper_tables: Path | None, sour
         if sec.optional:
             return "", "omitted"
         expected = ", ".join(i.path for i in sec.items)
-        why = (f"this campaign (source: {source}) has none of its artifacts ({expected}); "
-               f"the section needs {sec.needs or 'them'}.")
-        pub = f'<p class="published"><b>Published:</b> {_esc(sec.published_text)}</p>' if sec.published_text else ""
-        return f'{anchor}<p class="skipped"><b>Skipped:</b> {_esc(why)}</p>{pub}</section>', "skipped"
+        why = (
+            f"this campaign (source: {source}) has none of its artifacts ({expected}); "
+            f"the section needs {sec.needs or 'them'}."
+        )
+        pub = (
+            f'<p class="published"><b>Published:</b> {_esc(sec.published_text)}</p>'
+            if sec.published_text
+            else ""
+        )
+        return (
+            f'{anchor}<p class="skipped"><b>Skipped:</b> {_esc(why)}</p>{pub}</section>',
+            "skipped",
+        )
     backends = [backend_of(_meta(camp.files[rel])) for _, rel in found]
     known = [b for b in backends if b]
     parts = [anchor, banner_html(known or [camp.default_backend])]
     if sec.published_text:
-        parts.append(f'<p class="published"><b>Published (paper text):</b> {_esc(sec.published_text)}</p>')
+        parts.append(
+            f'<p class="published"><b>Published (paper text):</b> {_esc(sec.published_text)}</p>'
+        )
     summary = _summary_rows(camp.files.get("tables/analysis_summary.csv"), sec.summary)
     if summary:  # its rows are shown section by section, not again under "Other outputs"
         camp.claimed.add("tables/analysis_summary.csv")
@@ -320,16 +398,24 @@ def _section_html(sec: Section, camp: _Campaign, paper_tables: Path | None, sour
     parts.append(_left_out_html([camp.files[rel] for _, rel in found]))
     for item, rel in found:
         camp.claimed.add(rel)
-        parts.append(_not_run_html(camp.files[rel]) + _item_html(item, camp.files[rel], rel, paper_tables))
+        parts.append(
+            _not_run_html(camp.files[rel]) + _item_html(item, camp.files[rel], rel, paper_tables)
+        )
     missing = [i.path for i in sec.items if "*" not in i.path and not camp.match(i.path)]
     if missing:
-        parts.append(f'<p class="note">Not produced for this campaign: {_esc(", ".join(missing))}.</p>')
+        parts.append(
+            f'<p class="note">Not produced for this campaign: {_esc(", ".join(missing))}.</p>'
+        )
     parts.append("</section>")
     return "".join(parts), "shown"
 
 
 #: Sidecar statuses of a stage that had too little data to run, as the report labels them.
-_NOT_RUN = {"not_fitted": "Not fitted", "not_tested": "Not tested", "not_simulated": "Not simulated"}
+_NOT_RUN = {
+    "not_fitted": "Not fitted",
+    "not_tested": "Not tested",
+    "not_simulated": "Not simulated",
+}
 
 
 def _not_run_html(path: Path) -> str:
@@ -344,7 +430,11 @@ def _not_run_html(path: Path) -> str:
 
 #: Sidecar entries of a stage that ran without some of its parts (the allocation study on
 #: groups that cannot form a mix or lack a policy's input), as the report names them.
-_LEFT_OUT = {"skipped_mixes": "mix", "skipped_policies": "policy", "skipped_splits": "out-of-sample split"}
+_LEFT_OUT = {
+    "skipped_mixes": "mix",
+    "skipped_policies": "policy",
+    "skipped_splits": "out-of-sample split",
+}
 
 
 def _left_out_html(paths: list[Path]) -> str:
@@ -355,13 +445,20 @@ def _left_out_html(paths: list[Path]) -> str:
         for key, label in _LEFT_OUT.items():
             for what, why in (meta.get(key) or {}).items():
                 seen.setdefault((label, what), why)
-    return "".join(f'<p class="skipped"><b>Not simulated:</b> the {_esc(what)} {label}: {_esc(why)}</p>'
-                   for (label, what), why in seen.items())
+    return "".join(
+        f'<p class="skipped"><b>Not simulated:</b> the {_esc(what)} {label}: {_esc(why)}</p>'
+        for (label, what), why in seen.items()
+    )
 
 
 def _other_html(camp: _Campaign, paper_tables: Path | None) -> str:
-    rest = [r for r in sorted(camp.files) if r not in camp.claimed and not r.endswith(_NEVER_SHOWN)
-            and Path(r).suffix in (".png", ".csv")]
+    rest = [
+        r
+        for r in sorted(camp.files)
+        if r not in camp.claimed
+        and not r.endswith(_NEVER_SHOWN)
+        and Path(r).suffix in (".png", ".csv")
+    ]
     if not rest:
         return ""
     parts = ['<section id="other"><h2>Other outputs</h2>']
@@ -378,7 +475,12 @@ def _counts_html(camp: _Campaign) -> str:
     facts = {"runs": len(runs), "groups": int(runs["group"].nunique())}
     for col in ("backend", "gpu_model", "set"):
         if col in runs:
-            facts.update({f"runs ({col}={k})": int(v) for k, v in runs[col].value_counts().sort_index().items()})
+            facts.update(
+                {
+                    f"runs ({col}={k})": int(v)
+                    for k, v in runs[col].value_counts().sort_index().items()
+                }
+            )
     missing = camp.files.get("missing_runs.csv")
     if missing is not None:
         facts["runs failed after their last retry"] = len(pd.read_csv(missing))
@@ -394,12 +496,24 @@ def _provenance_html(camp: _Campaign, config: dict[str, Any] | None) -> str:
         doc = _meta(path)
         prov = doc.get("provenance") or {}
         packages = packages or prov.get("packages", {})
-        rows.append({"artifact": rel, "schema_version": doc.get("schema_version"), "backend": backend_of(doc),
-                     "device_model": prov.get("device_model"), "git_commit": (prov.get("git_commit") or "")[:10],
-                     "git_dirty": prov.get("git_dirty"), "wattflex_version": prov.get("wattflex_version"),
-                     "params_hash": prov.get("params_hash"), "inputs": len(prov.get("inputs") or {})})
-    parts = ['<section id="provenance"><h2>Config and provenance</h2>',
-             "<h3>Provenance of every artifact in this report</h3>", table_html(pd.DataFrame(rows), max_rows=500)]
+        rows.append(
+            {
+                "artifact": rel,
+                "schema_version": doc.get("schema_version"),
+                "backend": backend_of(doc),
+                "device_model": prov.get("device_model"),
+                "git_commit": (prov.get("git_commit") or "")[:10],
+                "git_dirty": prov.get("git_dirty"),
+                "wattflex_version": prov.get("wattflex_version"),
+                "params_hash": prov.get("params_hash"),
+                "inputs": len(prov.get("inputs") or {}),
+            }
+        )
+    parts = [
+        '<section id="provenance"><h2>Config and provenance</h2>',
+        "<h3>Provenance of every artifact in this report</h3>",
+        table_html(pd.DataFrame(rows), max_rows=500),
+    ]
     if packages:
         parts.append("<h3>Package versions</h3>" + kv_html(packages))
     if config is not None:
@@ -430,13 +544,21 @@ nav ol{columns:2} pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:1
 """
 
 
-def render_report(files: Iterable[str | Path], campaign: str, config: dict[str, Any] | None = None,
-                  paper_tables: str | Path | None = None, prov: dict[str, Any] | None = None) -> str:
+def render_report(
+    files: Iterable[str | Path],
+    campaign: str,
+    config: dict[str, Any] | None = None,
+    paper_tables: str | Path | None = None,
+    prov: dict[str, Any] | None = None,
+) -> str:
     """The report HTML for the artifacts ``files`` (paths under ``results/<campaign>/``)."""
     camp = _Campaign({campaign_relative(str(f)): Path(f) for f in files})
     runs_csv = camp.files.get("runs.csv")
-    campaign_backends = (sorted(pd.read_csv(runs_csv, usecols=["backend"])["backend"].dropna().astype(str).unique())
-                         if runs_csv is not None else [])
+    campaign_backends = (
+        sorted(pd.read_csv(runs_csv, usecols=["backend"])["backend"].dropna().astype(str).unique())
+        if runs_csv is not None
+        else []
+    )
     camp.default_backend = ",".join(campaign_backends) or None
     source = (config or {}).get("source", section_defaults()["source"])
     tables_dir = Path(paper_tables) if paper_tables else None
@@ -446,14 +568,21 @@ def render_report(files: Iterable[str | Path], campaign: str, config: dict[str, 
         statuses[sec.key] = status
         if status != "omitted":
             body.append(html_)
-            toc.append(f'<li><a href="#{sec.key}">{_esc(sec.title)}</a>{" (skipped)" if status == "skipped" else ""}</li>')
+            toc.append(
+                f'<li><a href="#{sec.key}">{_esc(sec.title)}</a>{" (skipped)" if status == "skipped" else ""}</li>'
+            )
     other = _other_html(camp, tables_dir)
     if other:
         body.append(other)
         toc.append('<li><a href="#other">Other outputs</a></li>')
     body.append(_provenance_html(camp, config))
     toc.append('<li><a href="#provenance">Config and provenance</a></li>')
-    meta = {"schema_version": SCHEMA_VERSION, "campaign": campaign, "sections": statuses, "provenance": prov or {}}
+    meta = {
+        "schema_version": SCHEMA_VERSION,
+        "campaign": campaign,
+        "sections": statuses,
+        "provenance": prov or {},
+    }
     meta_json = strict_json(meta).replace("</", "<\\/")
     code = prov or {}
     return f"""<!DOCTYPE html>
@@ -477,8 +606,14 @@ Columns ending in <code>_published</code> (shaded blue) are the paper's values, 
 """
 
 
-def write_report(files: Iterable[str | Path], out: str | Path, campaign: str, config: dict[str, Any] | None = None,
-                 paper_tables: str | Path | None = None, prov: dict[str, Any] | None = None) -> dict[str, str]:
+def write_report(
+    files: Iterable[str | Path],
+    out: str | Path,
+    campaign: str,
+    config: dict[str, Any] | None = None,
+    paper_tables: str | Path | None = None,
+    prov: dict[str, Any] | None = None,
+) -> dict[str, str]:
     """Write the report; returns each section's status (shown, skipped, omitted)."""
     text = render_report(files, campaign, config, paper_tables, prov)
     Path(out).parent.mkdir(parents=True, exist_ok=True)

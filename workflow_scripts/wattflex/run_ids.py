@@ -29,8 +29,10 @@ def parse_run_id(rid: str) -> tuple[float, int]:
     ``clk`` id the clock in MHz: :func:`run_knob` says which)."""
     m = _PARSE.fullmatch(rid)
     if m is None:
-        raise ValueError(f"run id {rid!r}: expected cap<watts> or cap<watts>_r<repeat> (e.g. cap437.5_r1), "
-                         f"or clk<MHz>[_r<repeat>] for a clock group")
+        raise ValueError(
+            f"run id {rid!r}: expected cap<watts> or cap<watts>_r<repeat> (e.g. cap437.5_r1), "
+            f"or clk<MHz>[_r<repeat>] for a clock group"
+        )
     return float(m["cap"]), int(m["repeat"] or 0)
 
 

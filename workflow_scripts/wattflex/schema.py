@@ -41,8 +41,11 @@ class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
                 line = key_node.start_mark.line + 1
                 try:
                     if key in first:
-                        raise DuplicateKeyError(line, f"key {key!r} given twice in one mapping (first at line "
-                                                      f"{first[key]}); YAML keeps only the last: delete one")
+                        raise DuplicateKeyError(
+                            line,
+                            f"key {key!r} given twice in one mapping (first at line "
+                            f"{first[key]}); YAML keeps only the last: delete one",
+                        )
                     first[key] = line
                 except TypeError:  # an unhashable (complex) key: the constructor reports it
                     pass
@@ -62,8 +65,11 @@ def read_yaml(path: str | Path) -> Any:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        found = "UTF-16 (it starts with a UTF-16 byte-order mark)" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") \
+        found = (
+            "UTF-16 (it starts with a UTF-16 byte-order mark)"
+            if raw[:2] in (b"\xff\xfe", b"\xfe\xff")
             else f"byte {raw[exc.start]:#04x} at offset {exc.start} is not UTF-8"
+        )
         raise ConfigError(f"{path}: not UTF-8 text: {found}; save it as UTF-8") from None
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)

@@ -70,9 +70,11 @@ def _problem(owner: str, attr: str, params: tuple[str, ...], kind: str) -> str |
     if kind == "attr":
         return None
     func = getattr(member, "__wrapped__", member)  # our own guard, if already installed
-    checks = {"async": (inspect.iscoroutinefunction, "a coroutine function"),
-              "asyncgen": (inspect.isasyncgenfunction, "an async generator function"),
-              "def": (inspect.isfunction, "a function")}
+    checks = {
+        "async": (inspect.iscoroutinefunction, "a coroutine function"),
+        "asyncgen": (inspect.isasyncgenfunction, "an async generator function"),
+        "def": (inspect.isfunction, "a function"),
+    }
     is_kind, what = checks[kind]
     if not is_kind(func):
         return f"{owner}.{attr} is no longer {what}"
@@ -99,7 +101,8 @@ def check_internals() -> None:
         raise SnakemakeInternalsChanged(
             f"snakemake {getattr(snakemake, '__version__', '?')} changed internals wattflex hooks "
             f"(wattflex.snakemake_internals): {'; '.join(problems)}. Install the Snakemake version pinned in "
-            f"pyproject.toml, or update wattflex/snakemake_internals.py.")
+            f"pyproject.toml, or update wattflex/snakemake_internals.py."
+        )
 
 
 # ---- Real runs are never overwritten -----------------------------------------------------
@@ -129,10 +132,16 @@ def install_real_run_guard(rule_names: Iterable[str]) -> None:
 
     @functools.wraps(check_protected_output)
     async def guarded_check(job):
-        if job.rule.name in _GUARDED_RULES and not job.dag.workflow.touch and kept_real_runs([_run_dir(job)]):
+        if (
+            job.rule.name in _GUARDED_RULES
+            and not job.dag.workflow.touch
+            and kept_real_runs([_run_dir(job)])
+        ):
             planned = [j for j in job.dag.needrun_jobs() if j.rule.name in _GUARDED_RULES]
             kept = kept_real_runs(dict.fromkeys(_run_dir(j) for j in planned)) or [_run_dir(job)]
-            raise WorkflowError(overwrite_refusal(kept, str(job.dag.reason(job)).replace("\n", " ").strip()))
+            raise WorkflowError(
+                overwrite_refusal(kept, str(job.dag.reason(job)).replace("\n", " ").strip())
+            )
         await check_protected_output(job)
 
     @functools.wraps(outputs_older_than_script)
@@ -178,8 +187,13 @@ def release_scheduler_timers() -> int:
     timers are cancelled, and no other timer. Returns how many were cancelled."""
     import threading
 
-    pending = [t for t in threading.enumerate() if isinstance(t, threading.Timer) and t.is_alive()
-               and getattr(t.function, "__module__", "") == SCHEDULER_MODULE]
+    pending = [
+        t
+        for t in threading.enumerate()
+        if isinstance(t, threading.Timer)
+        and t.is_alive()
+        and getattr(t.function, "__module__", "") == SCHEDULER_MODULE
+    ]
     for timer in pending:
         timer.cancel()
     return len(pending)

@@ -34,6 +34,7 @@ def __getattr__(name: str) -> list[str]:
         return activity_metrics()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 WARMUP, STARTUP, TRAINING, DIP = "warmup", "startup", "training", "dip"
 
 
@@ -43,7 +44,10 @@ _SUMMARY = section_defaults("summary")
 @dataclass(frozen=True)
 class SummaryProtocol:
     """How a run's steady state is condensed (config ``summary:``; defaults: the schema's, the paper's §2)."""
-    aggregate: str = _SUMMARY["aggregate"]   # "top10": mean of the top fraction of samples; "mean": plain mean
+
+    aggregate: str = _SUMMARY[
+        "aggregate"
+    ]  # "top10": mean of the top fraction of samples; "mean": plain mean
     top_fraction: float = _SUMMARY["top_fraction"]
     train_util_threshold: float = _SUMMARY["train_util_threshold"]
     warmup_fb_gib: float = _SUMMARY["warmup_fb_gib"]
@@ -66,7 +70,9 @@ def job_series(telemetry: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def detect_phases(series: pd.DataFrame, protocol: SummaryProtocol = SummaryProtocol()) -> np.ndarray:
+def detect_phases(
+    series: pd.DataFrame, protocol: SummaryProtocol = SummaryProtocol()
+) -> np.ndarray:
     """Label each job-level sample warmup / startup / training / dip.
 
     warmup: framebuffer below ``warmup_fb_gib`` before training starts; startup: weights
@@ -74,7 +80,11 @@ def detect_phases(series: pd.DataFrame, protocol: SummaryProtocol = SummaryProto
     first training sample, samples below the threshold (eval, checkpoint) are dips.
     """
     util = series["gpu_util"].to_numpy(float)
-    fb = series["fb_used_gib"].to_numpy(float) if "fb_used_gib" in series else np.full(len(series), np.inf)
+    fb = (
+        series["fb_used_gib"].to_numpy(float)
+        if "fb_used_gib" in series
+        else np.full(len(series), np.inf)
+    )
     busy = util >= protocol.train_util_threshold
     labels = np.full(len(series), STARTUP, dtype=object)
     first = int(np.argmax(busy)) if busy.any() else len(series)
@@ -116,7 +126,9 @@ def step_throughput(steps: pd.DataFrame, train_windows: list[tuple[float, float]
     return rate[inside & ~stalled & np.isfinite(rate)]
 
 
-def training_windows(times: np.ndarray, labels: np.ndarray, period: float) -> list[tuple[float, float]]:
+def training_windows(
+    times: np.ndarray, labels: np.ndarray, period: float
+) -> list[tuple[float, float]]:
     """Contiguous training stretches as (start, end) times; a sample covers (t - period, t]."""
     windows, start = [], None
     for t, lab in zip(times, labels):
@@ -136,8 +148,9 @@ class NoSteadyState(ValueError):
     same run gives the same; the summary records it as failed (wattflex.runs.failures)."""
 
 
-def summarize_run(telemetry: pd.DataFrame, steps: pd.DataFrame,
-                  protocol: SummaryProtocol = SummaryProtocol()) -> dict[str, Any]:
+def summarize_run(
+    telemetry: pd.DataFrame, steps: pd.DataFrame, protocol: SummaryProtocol = SummaryProtocol()
+) -> dict[str, Any]:
     """Steady-state aggregates of one run (the paper's protocol, or the plain mean);
     :class:`NoSteadyState` when there is none."""
     series = job_series(telemetry)
@@ -148,9 +161,13 @@ def summarize_run(telemetry: pd.DataFrame, steps: pd.DataFrame,
     period = float(np.median(np.diff(times))) if len(times) > 1 else 1.0
     train = labels == TRAINING
     if not train.any():
-        raise NoSteadyState(f"no training phase found (no sample with GPU util >= {protocol.train_util_threshold}%)")
+        raise NoSteadyState(
+            f"no training phase found (no sample with GPU util >= {protocol.train_util_threshold}%)"
+        )
     out: dict[str, Any] = {"aggregate": protocol.aggregate, "top_fraction": protocol.top_fraction}
-    out["power_w"], out["power_w_sem"], out["power_w_mean"] = _aggregate(series.loc[train, "power_w"].to_numpy(float), protocol)
+    out["power_w"], out["power_w_sem"], out["power_w_mean"] = _aggregate(
+        series.loc[train, "power_w"].to_numpy(float), protocol
+    )
     if "host_power_w" in series and series.loc[train, "host_power_w"].notna().any():
         # The paper measured GPU board power only; with RAPL we also report GPU + host.
         host, _, host_mean = _aggregate(series.loc[train, "host_power_w"].to_numpy(float), protocol)
@@ -159,10 +176,16 @@ def summarize_run(telemetry: pd.DataFrame, steps: pd.DataFrame,
     rates = step_throughput(steps, windows)
     if rates.size == 0:
         raise NoSteadyState("no complete training step inside the training phase")
-    out["tokens_per_s"], out["tokens_per_s_sem"], out["tokens_per_s_mean"] = _aggregate(rates, protocol)
+    out["tokens_per_s"], out["tokens_per_s_sem"], out["tokens_per_s_mean"] = _aggregate(
+        rates, protocol
+    )
     for m in activity_metrics():
         if m in series:
-            out[m] = float(np.nanmean(series.loc[train, m])) if series.loc[train, m].notna().any() else float("nan")
+            out[m] = (
+                float(np.nanmean(series.loc[train, m]))
+                if series.loc[train, m].notna().any()
+                else float("nan")
+            )
     gpus = int(series["n_gpus"].max())
     out["gpus_seen"] = gpus
     out["power_per_gpu_w"] = out["power_w"] / gpus
@@ -187,14 +210,20 @@ class RunFileError(ValueError):
     naming the file, what is wrong and how to redo the run."""
 
 
-def read_run_files(telemetry: str | Path, steps: str | Path, run: str | Path,
-                   run_keys: tuple[str, ...] = ("group", "run_id")) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
+def read_run_files(
+    telemetry: str | Path,
+    steps: str | Path,
+    run: str | Path,
+    run_keys: tuple[str, ...] = ("group", "run_id"),
+) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
     """``(run.json, telemetry, steps)`` of one run, checked; a damaged file raises
     :class:`RunFileError` instead of a pyarrow/JSON traceback deep in the aggregation."""
     # --force on the run's own file redoes that one job; a real run must be named on purpose
     # (wattflex.runs.protection). Not --forcerun: it takes the path for a rule name too.
-    hint = f"redo that run alone: WATTFLEX_REDO_RUNS={Path(run).parent.parent.name}/{Path(run).parent.name} " \
-           f"snakemake --cores all --force {run}"
+    hint = (
+        f"redo that run alone: WATTFLEX_REDO_RUNS={Path(run).parent.parent.name}/{Path(run).parent.name} "
+        f"snakemake --cores all --force {run}"
+    )
 
     def fail(path: str | Path, what: str) -> RunFileError:
         return RunFileError(f"{path}: {what}; {hint}")
@@ -210,17 +239,24 @@ def read_run_files(telemetry: str | Path, steps: str | Path, run: str | Path,
     missing = [k for k in run_keys if k not in doc]
     if missing:
         raise fail(run, f"not a run record: missing {', '.join(missing)}")
-    if doc.get("status") == "failed":  # a failure record (wattflex.runs.failures) has no parquet to read
+    if (
+        doc.get("status") == "failed"
+    ):  # a failure record (wattflex.runs.failures) has no parquet to read
         import pandas as pd
 
         return doc, pd.DataFrame(), pd.DataFrame()
     frames = []
     # A step log without rows is sound: no step completed (summarize_run says so); telemetry is
     # written from the first sample on, so a telemetry without rows was cut short.
-    for path, required, rows in ((telemetry, REQUIRED_TELEMETRY, True), (steps, REQUIRED_STEPS, False)):
+    for path, required, rows in (
+        (telemetry, REQUIRED_TELEMETRY, True),
+        (steps, REQUIRED_STEPS, False),
+    ):
         try:
             df = read_parquet(path)
-        except Exception as exc:  # pyarrow raises its own (ArrowInvalid, ...) next to OSError/ValueError
+        except (
+            Exception
+        ) as exc:  # pyarrow raises its own (ArrowInvalid, ...) next to OSError/ValueError
             raise fail(path, f"not a readable parquet file ({_one_line(exc)})") from None
         absent = [c for c in required if c not in df.columns]
         if absent:

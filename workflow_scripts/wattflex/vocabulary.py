@@ -8,8 +8,8 @@ statistics, the predictor and the figures read it; the schema's enums list the s
 from __future__ import annotations
 
 ARCHITECTURES = ("dense", "moe")
-TASKS = ("pt", "lora")                       # pt: pretraining (full AdamW); lora: LoRA fine-tuning
-CLUSTERS = ("dense", "moe-pt", "moe-ft")     # the paper's order (Tables 10-11)
+TASKS = ("pt", "lora")  # pt: pretraining (full AdamW); lora: LoRA fine-tuning
+CLUSTERS = ("dense", "moe-pt", "moe-ft")  # the paper's order (Tables 10-11)
 SETS = ("headline", "validation", "h100", "other")
 VOCABULARY = {"architecture": ARCHITECTURES, "task": TASKS, "cluster": CLUSTERS, "set": SETS}
 

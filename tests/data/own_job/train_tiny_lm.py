@@ -25,7 +25,9 @@ import time
 import torch
 from torch import nn
 
-logging.basicConfig(format="[titan] %(asctime)s - %(name)s - %(levelname)s - %(message)s", level=logging.INFO)
+logging.basicConfig(
+    format="[titan] %(asctime)s - %(name)s - %(levelname)s - %(message)s", level=logging.INFO
+)
 logger = logging.getLogger("root")
 
 
@@ -65,7 +67,13 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
     n_params = sum(p.numel() for p in model.parameters())
-    logger.info("Model tiny_lm: %d parameters, %d steps of %d x %d tokens", n_params, a.steps, a.batch, a.seq)
+    logger.info(
+        "Model tiny_lm: %d parameters, %d steps of %d x %d tokens",
+        n_params,
+        a.steps,
+        a.batch,
+        a.seq,
+    )
     tokens_since, t_last = 0, time.perf_counter()
     for step in range(1, a.steps + 1):
         t_step = time.perf_counter()
@@ -81,14 +89,21 @@ def main() -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        time.sleep(max(0.0, t_step + a.step_s - time.perf_counter()))     # the device's part of the step
+        time.sleep(
+            max(0.0, t_step + a.step_s - time.perf_counter())
+        )  # the device's part of the step
         tokens_since += a.batch * a.seq
         if step % a.log_freq == 0 and not a.quiet:
             dt = time.perf_counter() - t_last
             tps = tokens_since / dt
             tflops = 6 * n_params * tps / 1e12
-            logger.info("step: %2d  loss: %7.4f  memory:  0.00GiB(0.00%%)  tps: %s  tflops: %.4f  mfu: 0.00%%",
-                        step, loss.item(), f"{tps:,.0f}", tflops)
+            logger.info(
+                "step: %2d  loss: %7.4f  memory:  0.00GiB(0.00%%)  tps: %s  tflops: %.4f  mfu: 0.00%%",
+                step,
+                loss.item(),
+                f"{tps:,.0f}",
+                tflops,
+            )
             tokens_since, t_last = 0, time.perf_counter()
         if a.eval_freq and step % a.eval_freq == 0:
             with torch.no_grad():

@@ -78,6 +78,7 @@ def grid_search(P, T, budget, m=41):
 
 # --------------------------------------------------------------------------- geometry
 
+
 def test_interp_matches_numpy_rowwise_with_padding():
     rng = np.random.default_rng(0)
     P, T = random_curves(rng, (30,), 5, concave=False)
@@ -87,7 +88,9 @@ def test_interp_matches_numpy_rowwise_with_padding():
     expected = [np.interp(x[i], P[i], T[i]) for i in range(30)]
     np.testing.assert_allclose(orc.interp(P, T, x), expected, rtol=1e-12)
     many = rng.uniform(P[:, :1], P[:, -1:], (30, 7))
-    np.testing.assert_allclose(orc.interp(P, T, many), [np.interp(many[i], P[i], T[i]) for i in range(30)])
+    np.testing.assert_allclose(
+        orc.interp(P, T, many), [np.interp(many[i], P[i], T[i]) for i in range(30)]
+    )
 
 
 def test_concave_hull_is_the_least_concave_majorant():
@@ -104,6 +107,7 @@ def test_concave_hull_is_the_least_concave_majorant():
 
 
 # --------------------------------------------------------------------------- the oracle
+
 
 @pytest.mark.parametrize("concave", [True, False])
 @pytest.mark.parametrize("seed", range(12))
@@ -149,8 +153,9 @@ def test_fallback_with_domain_fixing_matches_the_plain_milp():
         ref = orc.milp_oracle(P[w], T[w], budget[w])
         assert sol.throughput[w].sum() == pytest.approx(ref.throughput.sum(), rel=1e-9, abs=1e-6)
         assert sol.power_w[w].sum() <= budget[w] * (1 + 1e-9)
-        lo, hi = orc.lagrangian_domains(P[w], T[w], budget[w], ref.throughput.sum() - 1e-6,
-                                        orc.plan_greedy(P[w], T[w]))
+        lo, hi = orc.lagrangian_domains(
+            P[w], T[w], budget[w], ref.throughput.sum() - 1e-6, orc.plan_greedy(P[w], T[w])
+        )
         assert (ref.power_w >= lo - 1e-6).all() and (ref.power_w <= hi + 1e-6).all()  # optimum kept
 
 
@@ -161,10 +166,13 @@ def test_greedy_certificate_catches_a_bridge():
     g = orc.hull_greedy(P[None], T[None], np.array([400.0]))
     assert not g.certified[0] and g.bound[0] > g.throughput[0].sum()
     best = orc.oracle(P[None], T[None], np.array([400.0]))
-    assert best.throughput[0].sum() == pytest.approx(brute_force(P, T, 400.0)) == pytest.approx(200.0)
+    assert (
+        best.throughput[0].sum() == pytest.approx(brute_force(P, T, 400.0)) == pytest.approx(200.0)
+    )
 
 
 # --------------------------------------------------------------------------- policies
+
 
 def workload_batch(seed, W=40, n=8, K=5, concave_share=0.7):
     rng = np.random.default_rng(seed)
@@ -172,8 +180,12 @@ def workload_batch(seed, W=40, n=8, K=5, concave_share=0.7):
     Pn, Tn = random_curves(rng, (W, n), K, concave=False)
     swap = rng.random((W, n)) > concave_share
     P[swap], T[swap] = Pn[swap], Tn[swap]
-    feats = {"pfi": rng.uniform(0.9, 2.5, (W, n)), "pfi_measured": rng.uniform(1.0, 2.5, (W, n)),
-             "moe_ft": rng.random((W, n)) < 0.3, "dram_copy_product": rng.uniform(0.0, 5.0, (W, n))}
+    feats = {
+        "pfi": rng.uniform(0.9, 2.5, (W, n)),
+        "pfi_measured": rng.uniform(1.0, 2.5, (W, n)),
+        "moe_ft": rng.random((W, n)) < 0.3,
+        "dram_copy_product": rng.uniform(0.0, 5.0, (W, n)),
+    }
     return Curves(P, T), feats, rng
 
 
@@ -188,8 +200,12 @@ def test_every_policy_meets_the_budget_and_never_beats_the_oracle(cut):
     for policy in POLICIES:
         a = allocate(curves, budget, policy, feats)
         ok = a.feasible
-        assert (a.power_w >= curves.floor_w - 1e-9).all() and (a.power_w <= curves.ceiling_w + 1e-9).all()
-        assert (a.total_throughput[ok] <= best.total_throughput[ok] * (1 + 1e-9) + 1e-6).all(), policy
+        assert (a.power_w >= curves.floor_w - 1e-9).all() and (
+            a.power_w <= curves.ceiling_w + 1e-9
+        ).all()
+        assert (a.total_throughput[ok] <= best.total_throughput[ok] * (1 + 1e-9) + 1e-6).all(), (
+            policy
+        )
         if policy in WEIGHTED_POLICIES:  # water-filling spends exactly the budget
             np.testing.assert_allclose(a.power_w.sum(-1)[ok], budget[ok], rtol=1e-9)
 
@@ -199,12 +215,16 @@ def test_water_filling_redistributes_at_the_floor():
     c = water_fill(np.array(60.0), np.array([10.0, 100.0, 100.0]), np.array([1.0, 1.0, 1.0]))
     np.testing.assert_allclose(c, [10.0, 25.0, 25.0])
     # proportional while nobody saturates
-    np.testing.assert_allclose(water_fill(np.array(30.0), np.array([50.0, 50.0]), np.array([1.0, 2.0])), [10, 20])
+    np.testing.assert_allclose(
+        water_fill(np.array(30.0), np.array([50.0, 50.0]), np.array([1.0, 2.0])), [10, 20]
+    )
     # zero-weight jobs are cut only once the weighted ones reach their floors
     c = water_fill(np.array(70.0), np.array([30.0, 20.0, 40.0]), np.array([1.0, 1.0, 0.0]))
     np.testing.assert_allclose(c, [30.0, 20.0, 20.0])
     # more than the total headroom: everyone at the floor (the caller flags infeasibility)
-    np.testing.assert_allclose(water_fill(np.array(500.0), np.array([30.0, 20.0]), np.array([1.0, 1.0])), [30, 20])
+    np.testing.assert_allclose(
+        water_fill(np.array(500.0), np.array([30.0, 20.0]), np.array([1.0, 1.0])), [30, 20]
+    )
 
 
 def test_equal_weight_cut_is_proportional_to_uncapped_power_until_floors():
@@ -240,6 +260,7 @@ def test_pfi_aware_cuts_flexible_jobs_more():
 
 # --------------------------------------------------------------------------- SLA tiers
 
+
 def test_sla_floor_on_a_hand_curve():
     c = Curves(np.array([[200.0, 400.0, 600.0]]), np.array([[40.0, 80.0, 100.0]]))
     # 10% slowdown -> T >= 90 -> halfway up the top segment
@@ -271,9 +292,14 @@ def test_sla_tiers_are_honoured_by_every_policy_that_knows_the_curves():
 
 # --------------------------------------------------------------------------- curves
 
+
 def test_curves_from_points_sorts_merges_and_pads():
-    jobs, c = curves_from_points(["b", "a", "a", "a", "b", "a"], [300, 500, 100, 300, 100, 300],
-                                    [3, 5, 1, 2, 1, 4], cap_w=[400, 700, 200, 400, 200, 400])
+    jobs, c = curves_from_points(
+        ["b", "a", "a", "a", "b", "a"],
+        [300, 500, 100, 300, 100, 300],
+        [3, 5, 1, 2, 1, 4],
+        cap_w=[400, 700, 200, 400, 200, 400],
+    )
     assert jobs == ["b", "a"]
     np.testing.assert_allclose(c.power_w, [[100, 300, 300], [100, 300, 500]])
     np.testing.assert_allclose(c.throughput, [[1, 3, 3], [1, 3, 5]])  # repeats at 300 W averaged
@@ -283,8 +309,11 @@ def test_curves_from_points_sorts_merges_and_pads():
 
 
 def test_power_to_cap_inverts_the_measured_relation():
-    c = Curves(np.array([[1600.0, 3000.0, 5500.0]]), np.array([[1.0, 2.0, 3.0]]),
-                  cap_w=np.array([[200.0, 400.0, 700.0]]))
+    c = Curves(
+        np.array([[1600.0, 3000.0, 5500.0]]),
+        np.array([[1.0, 2.0, 3.0]]),
+        cap_w=np.array([[200.0, 400.0, 700.0]]),
+    )
     np.testing.assert_allclose(power_to_cap(c, np.array([2300.0])), [300.0])
     np.testing.assert_allclose(power_to_cap(c, np.array([5500.0])), [700.0])
     bare = Curves(c.power_w, c.throughput)
@@ -304,6 +333,7 @@ def test_predicted_curve_reproduces_the_predicted_pfi(pfi):
 
 # --------------------------------------------------------------------------- simulation
 
+
 def synthetic_campaign(seed=0, n_groups=12):
     """runs / pfi / predictions tables shaped like the workflow's, from power-law curves."""
     rng = np.random.default_rng(seed)
@@ -320,10 +350,23 @@ def synthetic_campaign(seed=0, n_groups=12):
             p = min(cap * gpus * 0.98, p_max)
             t = t_max * (p / p_max) ** (1 / pfi) * (1 + rng.normal(0, 0.002))
             for rep in range(2 if cap == 700 else 1):
-                rows.append({"group": f"g{g}", "cap_w": cap, "repeat": rep, "set": "headline", "task": task,
-                             "cluster": cluster, "gpus": gpus, "backend": "emulated", "power_w": p,
-                             "tokens_per_s": t})
-        groups.append({"group": f"g{g}", "pfi_ratio": pfi, "dram_copy_product": pfi * 2 + rng.normal(0, 0.3)})
+                rows.append(
+                    {
+                        "group": f"g{g}",
+                        "cap_w": cap,
+                        "repeat": rep,
+                        "set": "headline",
+                        "task": task,
+                        "cluster": cluster,
+                        "gpus": gpus,
+                        "backend": "emulated",
+                        "power_w": p,
+                        "tokens_per_s": t,
+                    }
+                )
+        groups.append(
+            {"group": f"g{g}", "pfi_ratio": pfi, "dram_copy_product": pfi * 2 + rng.normal(0, 0.3)}
+        )
     runs = pd.DataFrame(rows)
     pfi_table = pd.DataFrame(groups)[["group", "pfi_ratio"]]
     preds = pd.DataFrame(groups).rename(columns={"pfi_ratio": "pfi"})
@@ -332,9 +375,16 @@ def synthetic_campaign(seed=0, n_groups=12):
 
 
 def small_config(**kw):
-    return SimulationConfig.from_dict({"n_workloads": 24, "jobs_per_workload": 12, "cuts": [0.0, 0.2, 0.4],
-                                          "out_of_sample": {"splits": 2, "workloads": 8}, "headline": {"cut": 0.2},
-                                          **kw})
+    return SimulationConfig.from_dict(
+        {
+            "n_workloads": 24,
+            "jobs_per_workload": 12,
+            "cuts": [0.0, 0.2, 0.4],
+            "out_of_sample": {"splits": 2, "workloads": 8},
+            "headline": {"cut": 0.2},
+            **kw,
+        }
+    )
 
 
 def test_simulation_outputs_and_invariants():
@@ -373,17 +423,31 @@ def test_per_cut_parts_merge_to_exactly_the_single_run_tables():
     table = group_table(runs, pfi_table, preds, cfg)
     whole = simulate(table, cfg)
     # a part job reads only the settings the cuts' numbers depend on
-    part_cfg = SimulationConfig.from_dict({k: v for k, v in {
-        "n_workloads": 24, "jobs_per_workload": 12, "out_of_sample": {"splits": 2, "workloads": 8}}.items()
-        if k not in MERGE_ONLY_KEYS})
+    part_cfg = SimulationConfig.from_dict(
+        {
+            k: v
+            for k, v in {
+                "n_workloads": 24,
+                "jobs_per_workload": 12,
+                "out_of_sample": {"splits": 2, "workloads": 8},
+            }.items()
+            if k not in MERGE_ONLY_KEYS
+        }
+    )
     parts = [simulate_cuts(table, part_cfg, [float(cut_label(c))]) for c in reversed(cfg.cuts)]
     merged = combine(parts, table, cfg)
-    one_pass = simulate_cuts(table, cfg, cfg.cuts)  # every cut at once: rows in the study's own order
+    one_pass = simulate_cuts(
+        table, cfg, cfg.cuts
+    )  # every cut at once: rows in the study's own order
     for name in PART_TABLES:
         pd.testing.assert_frame_equal(merged[name], one_pass[name], check_exact=True, obj=name)
     for name in ("headline", "diagnostics"):
         pd.testing.assert_frame_equal(merged[name], whole[name], check_exact=True, obj=name)
-    assert list(merged["out_of_sample"]["variant"].unique()) == ["no PFI", "in-sample", "out-of-sample"]
+    assert list(merged["out_of_sample"]["variant"].unique()) == [
+        "no PFI",
+        "in-sample",
+        "out-of-sample",
+    ]
     with pytest.raises(ValueError, match="no simulated part for cut"):
         combine(parts[1:], table, cfg)
 
@@ -397,6 +461,7 @@ def test_production_mix_follows_the_pretraining_fraction():
     rnd = sample_workloads(table.groups, "random", 200, 100, np.random.default_rng(0), 0.2)
     counts = np.bincount(rnd.ravel(), minlength=len(table.groups))
     from scipy.stats import chisquare
+
     assert chisquare(counts).pvalue > 1e-4  # uniform over groups
 
 
@@ -407,14 +472,22 @@ def test_stratified_halves_split_every_stratum_and_ols_fits_the_half():
     train = stratified_halves(g, np.random.default_rng(3))
     for _, part in g.assign(train=train).groupby(["cluster", "task"]):
         assert abs(part["train"].sum() - (~part["train"]).sum()) <= 1
-    slope, intercept = fit_pfi_ols(g["dram_copy_product"].to_numpy()[train], g["pfi_measured"].to_numpy()[train])
-    np.testing.assert_allclose([slope, intercept],
-                               np.polyfit(g["dram_copy_product"][train], g["pfi_measured"][train], 1))
+    slope, intercept = fit_pfi_ols(
+        g["dram_copy_product"].to_numpy()[train], g["pfi_measured"].to_numpy()[train]
+    )
+    np.testing.assert_allclose(
+        [slope, intercept], np.polyfit(g["dram_copy_product"][train], g["pfi_measured"][train], 1)
+    )
 
 
 def test_config_accepts_the_nested_layout_and_rejects_unknown_keys():
-    cfg = SimulationConfig.from_dict({"production": {"pretraining_fraction": 0.3}, "sla": {"tiers": [0, 0.5],
-                                         "tier_weights": [1, 1]}, "policies": ["pfi-aware"]})
+    cfg = SimulationConfig.from_dict(
+        {
+            "production": {"pretraining_fraction": 0.3},
+            "sla": {"tiers": [0, 0.5], "tier_weights": [1, 1]},
+            "policies": ["pfi-aware"],
+        }
+    )
     assert cfg.pretraining_fraction == 0.3 and cfg.sla_tiers == [0, 0.5]
     assert cfg.policies == ["equal-weight", "pfi-aware", "oracle"]  # the gap needs both ends
     with pytest.raises(ValueError, match="unknown allocation config"):
@@ -444,8 +517,11 @@ def test_oracle_on_one_workload_without_a_leading_axis_matches_the_batched_call(
 
 def test_hull_per_distinct_curve_equals_the_full_hull_and_the_oracle_reports_its_path():
     from wattflex.allocation.allocator import _hull_by_key
+
     rng = np.random.default_rng(3)
-    groups = Curves(np.cumsum(rng.uniform(50, 300, (5, 6)), -1), np.cumsum(rng.uniform(-1, 5, (5, 6)), -1))
+    groups = Curves(
+        np.cumsum(rng.uniform(50, 300, (5, 6)), -1), np.cumsum(rng.uniform(-1, 5, (5, 6)), -1)
+    )
     index = rng.integers(0, 5, (4, 30))
     curves = groups.take(index)
     full = orc.concave_hull(curves.power_w, curves.throughput)
@@ -463,36 +539,63 @@ def test_hull_per_distinct_curve_equals_the_full_hull_and_the_oracle_reports_its
 
 def test_oracle_guard_allows_a_policy_above_the_oracle_only_within_its_proven_gap():
     from wattflex.allocation.simulate import _check_oracle_dominates
+
     oracle_total, gap = np.array([1000.0, 2000.0]), np.array([0.5, 0.0])
 
     def frames(policy_total):
-        return [pd.DataFrame({"cut": 0.3, "policy": "oracle", "feasible": True, "total_tokens_per_s": oracle_total}),
-                pd.DataFrame({"cut": 0.3, "policy": "x", "feasible": True, "total_tokens_per_s": policy_total})]
+        return [
+            pd.DataFrame(
+                {
+                    "cut": 0.3,
+                    "policy": "oracle",
+                    "feasible": True,
+                    "total_tokens_per_s": oracle_total,
+                }
+            ),
+            pd.DataFrame(
+                {"cut": 0.3, "policy": "x", "feasible": True, "total_tokens_per_s": policy_total}
+            ),
+        ]
 
-    _check_oracle_dominates(frames(np.array([1000.4, 2000.0])), 0.3, oracle_total, gap, skip=("oracle",))
+    _check_oracle_dominates(
+        frames(np.array([1000.4, 2000.0])), 0.3, oracle_total, gap, skip=("oracle",)
+    )
     with pytest.raises(AssertionError, match="beat the oracle"):
-        _check_oracle_dominates(frames(np.array([1000.6, 2000.0])), 0.3, oracle_total, gap, skip=("oracle",))
-    with pytest.raises(AssertionError, match="beat the oracle"):  # no gap: only float rounding allowed
-        _check_oracle_dominates(frames(np.array([1000.0, 2000.01])), 0.3, oracle_total, gap, skip=("oracle",))
+        _check_oracle_dominates(
+            frames(np.array([1000.6, 2000.0])), 0.3, oracle_total, gap, skip=("oracle",)
+        )
+    with pytest.raises(
+        AssertionError, match="beat the oracle"
+    ):  # no gap: only float rounding allowed
+        _check_oracle_dominates(
+            frames(np.array([1000.0, 2000.01])), 0.3, oracle_total, gap, skip=("oracle",)
+        )
 
 
 # --------------------------------------------------------------------------- too little data (issue 37)
+
 
 def pretraining_only(n_groups=6, **cfg):
     """The synthetic campaign's pretraining groups only (no fine-tuning: no production mix)."""
     runs, pfi_table, preds = synthetic_campaign(n_groups=n_groups)
     runs = runs[runs["task"] == "pt"]
     keep = runs["group"].unique()
-    return group_table(runs, pfi_table[pfi_table["group"].isin(keep)], preds[preds["group"].isin(keep)],
-                       small_config(**cfg)), small_config(**cfg)
+    return group_table(
+        runs,
+        pfi_table[pfi_table["group"].isin(keep)],
+        preds[preds["group"].isin(keep)],
+        small_config(**cfg),
+    ), small_config(**cfg)
 
 
 def test_a_mix_the_groups_cannot_form_is_skipped_with_its_reason_and_the_headline_says_so():
     table, cfg = pretraining_only()
     out = simulate(table, cfg)
     assert set(out["summary"]["mix"]) == set(out["sla"]["mix"]) == {"random"}
-    assert out["skipped"].mixes == {"production": "the production mix needs both pretraining and fine-tuning "
-                                                  "groups; all 3 group(s) are pretraining (task pt)"}
+    assert out["skipped"].mixes == {
+        "production": "the production mix needs both pretraining and fine-tuning "
+        "groups; all 3 group(s) are pretraining (task pt)"
+    }
     # the headline (production by default) has its columns, no rows, and says why
     assert list(out["headline"].columns) == HEADLINE_COLUMNS and out["headline"].empty
     assert "production mix (allocation.headline.mix) was not simulated" in out["skipped"].headline
@@ -506,11 +609,20 @@ def test_out_of_sample_splits_whose_test_half_cannot_form_a_mix_skip_that_mix():
     cfg = small_config(out_of_sample={"splits": 3, "workloads": 8})
     out = simulate(group_table(runs, pfi_table, preds, cfg), cfg)
     assert out["skipped"].splits == {}  # 12 groups: every half carries both mixes
-    table, cfg = pretraining_only(n_groups=3, out_of_sample={"splits": 2, "workloads": 8})  # 2 pt groups
+    table, cfg = pretraining_only(
+        n_groups=3, out_of_sample={"splits": 2, "workloads": 8}
+    )  # 2 pt groups
     out = simulate(table, cfg)
     assert set(out["skipped"].splits) == {"0", "1"}  # one group per half: no refit
     assert "the refit needs 2" in out["skipped"].splits["0"]
-    assert list(out["out_of_sample"].columns)[:6] == ["mix", "cut", "policy", "variant", "n_splits", "gap_closed_mean"]
+    assert list(out["out_of_sample"].columns)[:6] == [
+        "mix",
+        "cut",
+        "policy",
+        "variant",
+        "n_splits",
+        "gap_closed_mean",
+    ]
 
 
 def test_no_mix_left_gives_tables_without_rows_and_a_figure_that_says_why():
@@ -518,9 +630,14 @@ def test_no_mix_left_gives_tables_without_rows_and_a_figure_that_says_why():
     out = simulate(table, cfg)
     assert all(out[name].empty for name in (*PART_TABLES, "headline"))
     assert list(out["headline"].columns) == HEADLINE_COLUMNS
-    fig = fig8_figure(out["summary"], out["headline"], ["emulated"], out["skipped"].mixes, out["skipped"].headline)
+    fig = fig8_figure(
+        out["summary"], out["headline"], ["emulated"], out["skipped"].mixes, out["skipped"].headline
+    )
     texts = [t.get_text() for ax in fig.axes for t in ax.texts]
-    assert any(t.startswith("nothing to show: production mix not simulated: the production mix needs") for t in texts)
+    assert any(
+        t.startswith("nothing to show: production mix not simulated: the production mix needs")
+        for t in texts
+    )
 
 
 def test_a_headline_mix_not_simulated_is_written_with_its_columns_and_read_back(tmp_path):
@@ -545,8 +662,14 @@ def test_policies_without_a_predicted_pfi_are_left_out_not_simulated_as_nan():
     cfg = small_config()
     out = simulate(group_table(runs, pfi_table, preds, cfg), cfg)
     assert set(out["skipped"].policies) == {"pfi-aware", "curve-aware"}
-    assert "needs the predicted PFI (allocation.pfi_column 'pfi_pred'" in out["skipped"].policies["pfi-aware"]
+    assert (
+        "needs the predicted PFI (allocation.pfi_column 'pfi_pred'"
+        in out["skipped"].policies["pfi-aware"]
+    )
     assert set(out["summary"]["policy"]) == set(POLICIES) - {"pfi-aware", "curve-aware"}
     assert np.isfinite(out["results"]["total_tokens_per_s"]).all()
     assert set(out["out_of_sample"].query("variant == 'in-sample'")["policy"]) == set()
-    assert set(out["out_of_sample"].query("variant == 'out-of-sample'")["policy"]) == {"pfi-aware", "curve-aware"}
+    assert set(out["out_of_sample"].query("variant == 'out-of-sample'")["policy"]) == {
+        "pfi-aware",
+        "curve-aware",
+    }

@@ -18,14 +18,23 @@ def random_jobs(rng, n, clock=False):
     jobs = []
     for i in range(n):
         ck = None
-        if clock:   # a clock curve on the same uncapped point, its own floor and shape
+        if clock:  # a clock curve on the same uncapped point, its own floor and shape
             scale = P[i, -1] / Pc[i, -1]
             pc = Pc[i] * scale
             tc = T[i, -1] - (Tc[i, -1] - Tc[i]) * rng.uniform(0.3, 1.5)
             ck = (pc, tc)
-        jobs.append(kn.Job(f"j{i}", (P[i], T[i]), idle_w=rng.uniform(20, 150), restart_s=rng.uniform(0, 600),
-                           checkpoint_write_s=rng.uniform(5, 120), since_checkpoint_s=rng.uniform(0, 1800),
-                           clock=ck, requeue_residual_w=rng.choice([0.0, 30.0])))
+        jobs.append(
+            kn.Job(
+                f"j{i}",
+                (P[i], T[i]),
+                idle_w=rng.uniform(20, 150),
+                restart_s=rng.uniform(0, 600),
+                checkpoint_write_s=rng.uniform(5, 120),
+                since_checkpoint_s=rng.uniform(0, 1800),
+                clock=ck,
+                requeue_residual_w=rng.choice([0.0, 30.0]),
+            )
+        )
     return jobs
 
 
@@ -59,7 +68,7 @@ def brute_force(jobs, event, knobs):
         curves = []
         for job, m, k in zip(jobs, menus, pick):
             o = m[k]
-            if k in kn.CURVE_KNOBS:   # tokens lost = duration * (T_max - T): maximise T
+            if k in kn.CURVE_KNOBS:  # tokens lost = duration * (T_max - T): maximise T
                 curves.append((o.power_w, -o.tokens_lost))
             else:
                 fixed_w += o.power_w[0]
@@ -77,8 +86,11 @@ def test_the_mix_is_the_brute_force_optimum(seed):
     rng = np.random.default_rng(seed)
     jobs = random_jobs(rng, 3, clock=seed % 2 == 1)
     site = sum(j.ceiling_w for j in jobs)
-    event = kn.Event(depth_w=rng.uniform(0.2, 0.95) * site, duration_s=rng.uniform(600, 7200),
-                     notice_s=rng.choice([0.0, 300.0]))
+    event = kn.Event(
+        depth_w=rng.uniform(0.2, 0.95) * site,
+        duration_s=rng.uniform(600, 7200),
+        notice_s=rng.choice([0.0, 300.0]),
+    )
     for knobs in (kn.KNOBS, ("cap",), ("pause",), ("requeue", "pause"), ("cap", "pause")):
         want = brute_force(jobs, event, knobs)
         got = kn.choose(jobs, event, knobs)
@@ -105,24 +117,40 @@ def test_caps_stop_at_the_floors_and_the_mix_goes_deeper():
     pause_only = kn.choose(jobs, deep, ("pause",))
     assert pause_only.feasible and mix.tokens_lost <= pause_only.tokens_lost + 1e-6
     # pause only pauses the jobs needed: the others run uncapped (and lose nothing)
-    assert "none" in set(pause_only.table["knob"]) and set(pause_only.table["knob"]) <= {"pause", "none"}
+    assert "none" in set(pause_only.table["knob"]) and set(pause_only.table["knob"]) <= {
+        "pause",
+        "none",
+    }
     # every row says why: the taken knob marked among the priced options
     assert all("*" in why for why, k in zip(mix.table["why"], mix.table["knob"]) if k != "none")
 
 
 def test_notice_lets_a_requeue_write_a_fresh_checkpoint():
-    job = kn.Job("a", (np.array([200.0, 700.0]), np.array([50.0, 100.0])), idle_w=75, restart_s=100,
-                 checkpoint_write_s=30, since_checkpoint_s=900)
+    job = kn.Job(
+        "a",
+        (np.array([200.0, 700.0]), np.array([50.0, 100.0])),
+        idle_w=75,
+        restart_s=100,
+        checkpoint_write_s=30,
+        since_checkpoint_s=900,
+    )
     cost = lambda notice: kn.options(job, kn.Event(500, 600, notice))[3].tokens_lost[0]  # noqa: E731
     assert cost(0) == pytest.approx(100 * (900 + 100 + 600))
     assert cost(60) == pytest.approx(100 * (30 + 100 + 600))
 
 
 def test_a_pause_longer_than_the_job_allows_is_off_the_menu():
-    job = kn.Job("a", (np.array([200.0, 700.0]), np.array([50.0, 100.0])), idle_w=75, restart_s=100,
-                 checkpoint_write_s=30, since_checkpoint_s=0, max_pause_s=600)
+    job = kn.Job(
+        "a",
+        (np.array([200.0, 700.0]), np.array([50.0, 100.0])),
+        idle_w=75,
+        restart_s=100,
+        checkpoint_write_s=30,
+        since_checkpoint_s=0,
+        max_pause_s=600,
+    )
     short, long = kn.Event(600, 300), kn.Event(600, 1200)
-    assert kn.choose([job], short).table["knob"].tolist() == ["pause"]       # cheaper than restart
+    assert kn.choose([job], short).table["knob"].tolist() == ["pause"]  # cheaper than restart
     c = kn.choose([job], long)
     assert c.table["knob"].tolist() == ["requeue"] and "pause unavailable" in c.table["why"][0]
     assert not kn.choose([job], long, ("cap", "pause")).feasible

@@ -47,8 +47,9 @@ def hull_lp_bound(P, T, budget):
     hull = orc.concave_hull(P, T)
     width = np.diff(P, axis=-1).ravel()
     gain = np.diff(hull, axis=-1).ravel()
-    res = linprog(-gain, A_ub=width[None], b_ub=[budget - P[:, 0].sum()], bounds=(0, 1),
-                  method="highs")
+    res = linprog(
+        -gain, A_ub=width[None], b_ub=[budget - P[:, 0].sum()], bounds=(0, 1), method="highs"
+    )
     assert res.status == 0
     return hull[:, 0].sum() - res.fun
 
@@ -168,7 +169,9 @@ def test_sla_raised_floors_and_collapsed_points_are_respected():
     assert sol.power_w.sum() <= budget * (1 + 1e-12)
     assert sol.method == "hull-certified"
     hit = np.isfinite(tiers)
-    assert (curves.throughput_at(sol.power_w)[hit] >= (1 - tiers[hit]) * T[hit, -1] * (1 - 1e-9)).all()
+    assert (
+        curves.throughput_at(sol.power_w)[hit] >= (1 - tiers[hit]) * T[hit, -1] * (1 - 1e-9)
+    ).all()
 
 
 def test_infeasible_floors_get_the_floors_and_an_exact_certificate():
@@ -204,14 +207,20 @@ def reference_hull(P, T):
             for i in range(k):
                 for j in range(k + 1, len(p)):
                     if p[j] > p[i]:
-                        hull[idx + (k,)] = max(hull[idx + (k,)], t[i] + (t[j] - t[i]) / (p[j] - p[i]) * (p[k] - p[i]))
+                        hull[idx + (k,)] = max(
+                            hull[idx + (k,)], t[i] + (t[j] - t[i]) / (p[j] - p[i]) * (p[k] - p[i])
+                        )
     return hull
 
 
 @pytest.mark.parametrize("K", [1, 2, 3, 6, 9])
 def test_vertex_major_hull_equals_the_chord_scan_bit_for_bit(K):
     rng = np.random.default_rng(K)
-    P, T = random_curves(rng, (4, 7), K) if K > 1 else (rng.uniform(100, 800, (4, 7, 1)), rng.uniform(0, 9, (4, 7, 1)))
+    P, T = (
+        random_curves(rng, (4, 7), K)
+        if K > 1
+        else (rng.uniform(100, 800, (4, 7, 1)), rng.uniform(0, 9, (4, 7, 1)))
+    )
     if K > 3:
         P[..., -1] = P[..., -2]  # padding: a zero-width last segment
     np.testing.assert_array_equal(orc.concave_hull(P, T), reference_hull(P, T))

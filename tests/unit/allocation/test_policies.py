@@ -42,11 +42,15 @@ def test_cli_policy_choices_are_the_registry():
 
 
 def test_registry_and_policy_commands_import_no_numpy_or_pandas(repo):
-    code = ("import sys, wattflex.allocation.policies, wattflex.commands.allocate, wattflex.commands.control; "
-            "heavy = sorted(m for m in ('numpy', 'pandas', 'matplotlib') if m in sys.modules); "
-            "assert not heavy, heavy")
+    code = (
+        "import sys, wattflex.allocation.policies, wattflex.commands.allocate, wattflex.commands.control; "
+        "heavy = sorted(m for m in ('numpy', 'pandas', 'matplotlib') if m in sys.modules); "
+        "assert not heavy, heavy"
+    )
     env = {**os.environ, "PYTHONPATH": str(repo / "workflow_scripts")}
-    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stderr
 
 

@@ -11,14 +11,25 @@ def mixed_table(n_groups: int = 160, seed: int = 11) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     parts = []
     for g in range(n_groups):
-        caps = np.array([200.0, 300.0, 400.0, 500.0, 600.0, 700.0])[np.sort(rng.choice(6, 3 + g % 4, replace=False))]
+        caps = np.array([200.0, 300.0, 400.0, 500.0, 600.0, 700.0])[
+            np.sort(rng.choice(6, 3 + g % 4, replace=False))
+        ]
         caps[-1] = 700.0 if g % 9 else caps[-1]
         k = rng.uniform(0.2, 1.0)
         t = 100 * (1 - k * (1 - caps / 700) ** 1.5) * rng.normal(1, 0.02, caps.size)
         p = 8 * caps * rng.uniform(0.85, 0.99, caps.size)
-        d = pd.DataFrame({"group": f"m/{g}", "cap_w": caps, "power_w": p, "throughput": t,
-                          "power_w_sem": rng.uniform(1, 8, caps.size), "throughput_sem": rng.uniform(0.1, 1.5, caps.size),
-                          "gpus": 8, "expect": 700.0})
+        d = pd.DataFrame(
+            {
+                "group": f"m/{g}",
+                "cap_w": caps,
+                "power_w": p,
+                "throughput": t,
+                "power_w_sem": rng.uniform(1, 8, caps.size),
+                "throughput_sem": rng.uniform(0.1, 1.5, caps.size),
+                "gpus": 8,
+                "expect": 700.0,
+            }
+        )
         kind = g % 13
         if kind == 1:  # a repeat at the lowest cap
             d = pd.concat([d, d.iloc[[0]].assign(throughput=d.throughput.iloc[0] * 1.01)])
@@ -33,7 +44,10 @@ def mixed_table(n_groups: int = 160, seed: int = 11) -> pd.DataFrame:
         elif kind == 6:  # T == T_max exactly
             d.loc[d.index[0], "throughput"] = d.throughput.iloc[-1]
         elif kind == 7:  # a capped run faster, at more power
-            d.loc[d.index[-2], ["throughput", "power_w"]] = [d.throughput.iloc[-1] * 1.05, d.power_w.iloc[-1] * 1.01]
+            d.loc[d.index[-2], ["throughput", "power_w"]] = [
+                d.throughput.iloc[-1] * 1.05,
+                d.power_w.iloc[-1] * 1.01,
+            ]
         elif kind == 8:  # one cap left
             d = d.iloc[[0]]
         elif kind == 9:  # no SEMs
@@ -44,4 +58,6 @@ def mixed_table(n_groups: int = 160, seed: int = 11) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-KWARGS = dict(power_sem_col="power_w_sem", throughput_sem_col="throughput_sem", uncapped_cap_w="expect")
+KWARGS = dict(
+    power_sem_col="power_w_sem", throughput_sem_col="throughput_sem", uncapped_cap_w="expect"
+)

@@ -29,8 +29,9 @@ THROUGHPUT = [50.0, 70.0, 80.0]
 
 
 def sweep(caps=CAPS, power=POWER, throughput=THROUGHPUT, group="g", gpus=4, **extra):
-    df = pd.DataFrame({"group": group, "cap_w": caps, "power_w": power, "throughput": throughput,
-                       "gpus": gpus})
+    df = pd.DataFrame(
+        {"group": group, "cap_w": caps, "power_w": power, "throughput": throughput, "gpus": gpus}
+    )
     for k, v in extra.items():
         df[k] = v
     return df
@@ -48,6 +49,7 @@ def per_cap(row):
 
 
 # --- the three published definitions, by hand ------------------------------------------
+
 
 def test_ratio_by_hand():
     # terms: (1 - 800/1600) / (1 - 50/80) = 0.5 / 0.375 ; (1 - 1200/1600) / (1 - 70/80) = 0.25 / 0.125
@@ -88,6 +90,7 @@ def test_elasticity_by_hand_uses_all_points():
 
 # --- pfi_table on clean and pathological sweeps ----------------------------------------
 
+
 def test_clean_sweep_table_row():
     row = one(sweep(cluster="dense", model="m"))
     assert list(pfi_table(sweep(), mc_samples=0).columns[:8]) == list(OUTPUT_COLUMNS[:8])
@@ -105,16 +108,21 @@ def test_clean_sweep_table_row():
 
 
 def test_duplicated_caps_are_averaged_with_sems_combined():
-    df = sweep(caps=[200, 300, 300, 400], power=[800, 1100, 1300, 1600],
-               throughput=[50, 68, 72, 80], power_w_sem=[1.0, 2.0, 2.0, 1.0],
-               throughput_sem=[0.1, 0.3, 0.4, 0.1], repeat=[0, 0, 1, 0])
+    df = sweep(
+        caps=[200, 300, 300, 400],
+        power=[800, 1100, 1300, 1600],
+        throughput=[50, 68, 72, 80],
+        power_w_sem=[1.0, 2.0, 2.0, 1.0],
+        throughput_sem=[0.1, 0.3, 0.4, 0.1],
+        repeat=[0, 0, 1, 0],
+    )
     row = one(df, power_sem_col="power_w_sem", throughput_sem_col="throughput_sem")
     assert row.n_caps == 3
     assert row.pfi_ratio == pytest.approx(5 / 3)  # same means as the clean sweep
     pts = per_cap(row)
     assert pts[300]["n_rows"] == 2
-    assert pts[300]["power_w_sem"] == pytest.approx(math.sqrt(2.0 ** 2 + 2.0 ** 2) / 2)
-    assert pts[300]["throughput_sem"] == pytest.approx(math.sqrt(0.3 ** 2 + 0.4 ** 2) / 2)
+    assert pts[300]["power_w_sem"] == pytest.approx(math.sqrt(2.0**2 + 2.0**2) / 2)
+    assert pts[300]["throughput_sem"] == pytest.approx(math.sqrt(0.3**2 + 0.4**2) / 2)
     assert "averaged repeats at cap_w 300 (n=2)" in row.notes
     assert "repeat" not in row.index  # varies within the group: not carried
 
@@ -164,8 +172,11 @@ def test_nonbinding_detection_uses_per_gpu_power():
 
 def test_flat_curve_caps_never_bind():
     # power and throughput flat (within 2 %) while the caps sit far above the realised power
-    row = one(sweep(caps=[200, 250, 300], power=[89.5, 89.8, 90.0], throughput=[99.6, 99.8, 100.0],
-                    gpus=1))
+    row = one(
+        sweep(
+            caps=[200, 250, 300], power=[89.5, 89.8, 90.0], throughput=[99.6, 99.8, 100.0], gpus=1
+        )
+    )
     assert row.status == "nonbinding_cap"
     assert np.isfinite(row.pfi_ratio)  # the published value is still reported
     assert math.isnan(row.pfi_robust) and row.robust_status == "too_few_binding"
@@ -173,8 +184,14 @@ def test_flat_curve_caps_never_bind():
 
 
 def test_flat_throughput_with_binding_power_is_unbounded_not_inf():
-    row = one(sweep(caps=[400, 500, 600, 700], power=[390, 480, 590, 650],
-                    throughput=[100, 100, 100, 100], gpus=1))
+    row = one(
+        sweep(
+            caps=[400, 500, 600, 700],
+            power=[390, 480, 590, 650],
+            throughput=[100, 100, 100, 100],
+            gpus=1,
+        )
+    )
     assert math.isnan(row.pfi_ratio)  # every term excluded (T == T_max): NaN, never inf
     assert row.status == "no_throughput_loss"  # Eq. 1's exclusion, not faster (issue 27)
     assert row.robust_status == "no_throughput_loss" and math.isnan(row.pfi_robust)
@@ -188,7 +205,9 @@ def test_non_monotone_interior_point():
     # published: terms 0.6/0.375, 0.4/0.0625, 0.2/0.125
     assert row.pfi_ratio == pytest.approx((1.6 + 6.4 + 1.6) / 3)
     # robust: 75 and 70 pooled to 72.5
-    assert row.pfi_robust == pytest.approx((0.6 / 0.375 + 0.4 / (1 - 72.5 / 80) + 0.2 / (1 - 72.5 / 80)) / 3)
+    assert row.pfi_robust == pytest.approx(
+        (0.6 / 0.375 + 0.4 / (1 - 72.5 / 80) + 0.2 / (1 - 72.5 / 80)) / 3
+    )
     assert per_cap(row)[300]["robust_throughput"] == pytest.approx(72.5)
 
 
@@ -201,8 +220,11 @@ def test_single_binding_point():
 
 def test_loss_within_noise_is_not_a_robust_term():
     # 375 W point: cap binds in power but T fell 0.5 % (< rel_tol 2 %): term would be ~10
-    row = one(sweep(caps=[200, 300, 375, 400], power=[800, 1200, 1500, 1600],
-                    throughput=[50, 70, 79.6, 80]))
+    row = one(
+        sweep(
+            caps=[200, 300, 375, 400], power=[800, 1200, 1500, 1600], throughput=[50, 70, 79.6, 80]
+        )
+    )
     assert row.status == "ill_conditioned"
     assert row.pfi_robust == pytest.approx(5 / 3)
     assert "loss_within_noise" in per_cap(row)[375]["flags"]
@@ -213,7 +235,9 @@ def test_missing_uncapped_point():
     assert row.status == "missing_uncapped"
     assert row.pfi_ratio == pytest.approx(5 / 3)  # computed relative to the highest cap
     # the uncapped row present but invalid: same status, the row is reported dropped
-    df = sweep(caps=[200, 300, 400, 700], power=POWER + [float("nan")], throughput=THROUGHPUT + [90])
+    df = sweep(
+        caps=[200, 300, 400, 700], power=POWER + [float("nan")], throughput=THROUGHPUT + [90]
+    )
     row = one(df)
     assert row.status == "missing_uncapped"
     assert "invalid_values: dropped 1 row" in row.notes
@@ -223,7 +247,9 @@ def test_only_one_point():
     row = one(sweep(caps=[700], power=[5000], throughput=[100]))
     assert row.status == "too_few_caps" and row.robust_status == "too_few_caps"
     assert row.n_caps == 1
-    assert all(math.isnan(row[c]) for c in ("pfi_ratio", "pfi_area", "pfi_elasticity", "pfi_robust"))
+    assert all(
+        math.isnan(row[c]) for c in ("pfi_ratio", "pfi_area", "pfi_elasticity", "pfi_robust")
+    )
 
 
 def test_invalid_values_dropped_and_reported():
@@ -248,11 +274,23 @@ def test_random_sweeps_never_inf_and_nan_always_explained():
     parts = []
     for g in range(150):
         n = int(rng.integers(1, 7))
-        parts.append(sweep(caps=list(range(100, 100 * n + 1, 100)), group=f"g{g}", gpus=1,
-                           power=rng.uniform(50, 600, n), throughput=rng.uniform(0.5, 1.5, n),
-                           power_w_sem=rng.uniform(0, 5, n), throughput_sem=rng.uniform(0, 0.05, n)))
-    out = pfi_table(pd.concat(parts), power_sem_col="power_w_sem", throughput_sem_col="throughput_sem",
-                    mc_samples=200)
+        parts.append(
+            sweep(
+                caps=list(range(100, 100 * n + 1, 100)),
+                group=f"g{g}",
+                gpus=1,
+                power=rng.uniform(50, 600, n),
+                throughput=rng.uniform(0.5, 1.5, n),
+                power_w_sem=rng.uniform(0, 5, n),
+                throughput_sem=rng.uniform(0, 0.05, n),
+            )
+        )
+    out = pfi_table(
+        pd.concat(parts),
+        power_sem_col="power_w_sem",
+        throughput_sem_col="throughput_sem",
+        mc_samples=200,
+    )
     numeric = out.select_dtypes("number")
     assert not np.isinf(numeric.to_numpy()).any()
     assert set(out.status) <= set(STATUSES)
@@ -263,6 +301,7 @@ def test_random_sweeps_never_inf_and_nan_always_explained():
 
 
 # --- monotone fit ------------------------------------------------------------------------
+
 
 def test_vectorised_isotonic_matches_scikit_learn():
     rng = np.random.default_rng(0)
@@ -275,6 +314,7 @@ def test_vectorised_isotonic_matches_scikit_learn():
 
 
 # --- Monte Carlo CIs ----------------------------------------------------------------------
+
 
 def sem_sweep(power_sem, throughput_sem, throughput=THROUGHPUT):
     return sweep(throughput=throughput, power_w_sem=power_sem, throughput_sem=throughput_sem)
@@ -290,8 +330,9 @@ def test_ci_contains_estimate_and_narrows_with_smaller_sem():
         assert row.ci95_low < row.pfi_ratio < row.ci95_high
         assert row.pfi_robust_ci95_low < row.pfi_robust < row.pfi_robust_ci95_high
     assert narrow.ci95_high - narrow.ci95_low < 0.5 * (wide.ci95_high - wide.ci95_low)
-    assert (narrow.pfi_robust_ci95_high - narrow.pfi_robust_ci95_low
-            < 0.5 * (wide.pfi_robust_ci95_high - wide.pfi_robust_ci95_low))
+    assert narrow.pfi_robust_ci95_high - narrow.pfi_robust_ci95_low < 0.5 * (
+        wide.pfi_robust_ci95_high - wide.pfi_robust_ci95_low
+    )
 
 
 def test_ci_deterministic_per_seed_and_independent_of_other_groups():
@@ -301,8 +342,9 @@ def test_ci_deterministic_per_seed_and_independent_of_other_groups():
     c = one(df, mc_samples=2000, seed=2, **SEM_COLS)
     assert (a.ci95_low, a.ci95_high) == (b.ci95_low, b.ci95_high)
     assert a.ci95_low != c.ci95_low
-    both = pfi_table(pd.concat([df, sem_sweep(8.0, 0.4).assign(group="h")]), mc_samples=2000,
-                     seed=1, **SEM_COLS)
+    both = pfi_table(
+        pd.concat([df, sem_sweep(8.0, 0.4).assign(group="h")]), mc_samples=2000, seed=1, **SEM_COLS
+    )
     assert both.iloc[0].ci95_low == a.ci95_low
 
 
@@ -322,8 +364,17 @@ def test_monte_carlo_is_fast_for_35_groups():
         k = rng.uniform(1.1, 2.5)
         power = np.array([8 * c * 0.97 for c in caps[:-1]] + [8 * 690.0])
         thr = 1000 * (1 - (1 - power / power[-1]) / k)
-        parts.append(sweep(caps=caps, group=f"g{g}", gpus=8, power=power, throughput=thr,
-                           power_w_sem=2.0, throughput_sem=1.0))
+        parts.append(
+            sweep(
+                caps=caps,
+                group=f"g{g}",
+                gpus=8,
+                power=power,
+                throughput=thr,
+                power_w_sem=2.0,
+                throughput_sem=1.0,
+            )
+        )
     df = pd.concat(parts)
     pfi_table(df.head(6), mc_samples=100, **SEM_COLS)  # warm the imports
     start = time.perf_counter()
@@ -334,6 +385,7 @@ def test_monte_carlo_is_fast_for_35_groups():
 
 
 # --- cap-grid sensitivity (Table 9) -------------------------------------------------------
+
 
 def test_grid_subset_and_sensitivity_by_hand():
     caps = [200, 300, 400, 500, 600, 700]
@@ -353,13 +405,26 @@ def test_grid_subset_and_sensitivity_by_hand():
 
 
 def test_grid_sensitivity_without_a_finer_swept_group_is_empty():
-    four_caps = pd.DataFrame({"group": ["g"] * 4, "cap_w": [200.0, 500.0, 600.0, 700.0],
-                              "power_w": [2.0, 3.0, 3.5, 4.0], "throughput": [2.5, 3.4, 3.8, 4.0]})
+    four_caps = pd.DataFrame(
+        {
+            "group": ["g"] * 4,
+            "cap_w": [200.0, 500.0, 600.0, 700.0],
+            "power_w": [2.0, 3.0, 3.5, 4.0],
+            "throughput": [2.5, 3.4, 3.8, 4.0],
+        }
+    )
     sens = grid_sensitivity(four_caps, [200, 500, 600, 700])
-    assert sens.empty and list(sens.columns) == ["group", "pfi_full", "pfi_subset", "delta", "delta_pct"]
+    assert sens.empty and list(sens.columns) == [
+        "group",
+        "pfi_full",
+        "pfi_subset",
+        "delta",
+        "delta_pct",
+    ]
 
 
 # ---- issue 27 §4: the point estimate's isotonic fit, and progress on long tables --------------
+
 
 @pytest.mark.parametrize("case", ["monotone", "dip", "weighted dip", "tie in power"])
 def test_isotonic_fit_equals_scikit_learns_estimator(case):
@@ -367,7 +432,11 @@ def test_isotonic_fit_equals_scikit_learns_estimator(case):
 
     from wattflex.pfi import isotonic_fit
 
-    p = np.array([900.0, 300, 500, 700]) if case != "tie in power" else np.array([900.0, 300, 500, 500])
+    p = (
+        np.array([900.0, 300, 500, 700])
+        if case != "tie in power"
+        else np.array([900.0, 300, 500, 500])
+    )
     t = np.array([100.0, 60, 80, 95]) if case == "monotone" else np.array([100.0, 60, 90, 85])
     w = np.array([1.0, 4.0, 1.0, 9.0]) if case == "weighted dip" else None
     expected = IsotonicRegression(increasing=True).fit_transform(p, t, sample_weight=w)
@@ -379,12 +448,17 @@ def test_long_tables_report_progress(monkeypatch):
 
     monkeypatch.setattr(pfi, "PROGRESS_EVERY_S", 0.0)
     # groups are analysed by number of caps: a line after each size
-    df = pd.concat([sweep().assign(group=f"g{i}") for i in range(3)]
-                   + [sweep().iloc[1:].assign(group="short")], ignore_index=True)
+    df = pd.concat(
+        [sweep().assign(group=f"g{i}") for i in range(3)]
+        + [sweep().iloc[1:].assign(group="short")],
+        ignore_index=True,
+    )
     lines = []
     out = pfi.pfi_table(df, mc_samples=0, progress=lines.append)
     assert len(out) == 4 and [line.split("] ", 1)[1] for line in lines] == [
-        "PFI of 1 of 4 groups", "PFI of 4 of 4 groups"]
+        "PFI of 1 of 4 groups",
+        "PFI of 4 of 4 groups",
+    ]
 
 
 def test_monte_carlo_across_groups_equals_each_group_alone(monkeypatch):
@@ -399,8 +473,17 @@ def test_monte_carlo_across_groups_equals_each_group_alone(monkeypatch):
         caps = CAPS if g % 2 else [200, 300, 400, 500, 600, 700]
         thr = 100 * (1 - rng.uniform(0.2, 0.9) * (1 - np.asarray(caps) / 700) ** 1.5)
         thr[1] *= 1.04 if g % 3 == 0 else 1.0  # a dip: the isotonic refit pools points
-        parts.append(sweep(caps=caps, power=8 * np.asarray(caps) * 0.95, throughput=thr, gpus=8,
-                           group=f"g{g}", power_w_sem=20.0, throughput_sem=rng.uniform(0.2, 3.0)))
+        parts.append(
+            sweep(
+                caps=caps,
+                power=8 * np.asarray(caps) * 0.95,
+                throughput=thr,
+                gpus=8,
+                group=f"g{g}",
+                power_w_sem=20.0,
+                throughput_sem=rng.uniform(0.2, 3.0),
+            )
+        )
     table = pfi.pfi_table(pd.concat(parts, ignore_index=True), mc_samples=500, **SEM_COLS)
     assert table.pfi_robust_ci95_low.notna().sum() >= 5
     for part, (_, row) in zip(parts, table.iterrows()):

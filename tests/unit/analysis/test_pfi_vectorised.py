@@ -16,8 +16,17 @@ from wattflex.pfi import pfi_table
 from .pfi_mixed import KWARGS, mixed_table
 
 DATA = Path(__file__).resolve().parents[2] / "data"
-NUMBERS = ["n_caps", "pfi_ratio", "pfi_area", "pfi_elasticity", "pfi_robust", "n_binding",
-           "uncapped_cap_w", "uncapped_power_w", "uncapped_throughput"]
+NUMBERS = [
+    "n_caps",
+    "pfi_ratio",
+    "pfi_area",
+    "pfi_elasticity",
+    "pfi_robust",
+    "n_binding",
+    "uncapped_cap_w",
+    "uncapped_power_w",
+    "uncapped_throughput",
+]
 TEXT = ["group", "status", "robust_status", "notes"]
 
 
@@ -26,7 +35,9 @@ def assert_same_points(got: pd.DataFrame, want: pd.DataFrame) -> None:
     for c in TEXT:
         assert got[c].fillna("").astype(str).tolist() == want[c].fillna("").astype(str).tolist(), c
     for c in NUMBERS:
-        np.testing.assert_allclose(got[c].to_numpy(float), want[c].to_numpy(float), rtol=1e-12, err_msg=c)
+        np.testing.assert_allclose(
+            got[c].to_numpy(float), want[c].to_numpy(float), rtol=1e-12, err_msg=c
+        )
     for g, a, b in zip(got["group"], got["per_cap"], want["per_cap"]):
         a, b = json.loads(a), json.loads(b)
         assert [sorted(x) for x in a] == [sorted(x) for x in b], g
@@ -38,12 +49,22 @@ def assert_same_points(got: pd.DataFrame, want: pd.DataFrame) -> None:
                     assert v == y[key], (g, key)
 
 
-@pytest.mark.parametrize("sems,expected", [(True, "pfi_mixed_expected.csv"), (False, "pfi_mixed_nosem_expected.csv")])
+@pytest.mark.parametrize(
+    "sems,expected", [(True, "pfi_mixed_expected.csv"), (False, "pfi_mixed_nosem_expected.csv")]
+)
 def test_vectorised_points_agree_with_the_per_group_code(sems, expected):
     kwargs = KWARGS if sems else {"uncapped_cap_w": KWARGS["uncapped_cap_w"]}
     got = pfi_table(mixed_table(), mc_samples=0, **kwargs)
     want = pd.read_csv(DATA / expected)
     # the CSV round trip the campaign's pfi.csv also takes
     assert_same_points(got, want)
-    assert set(want["status"]) >= {"ok", "capped_faster", "nonbinding_cap", "non_monotone", "missing_uncapped",
-                                   "too_few_caps", "ill_conditioned", "invalid_values"}
+    assert set(want["status"]) >= {
+        "ok",
+        "capped_faster",
+        "nonbinding_cap",
+        "non_monotone",
+        "missing_uncapped",
+        "too_few_caps",
+        "ill_conditioned",
+        "invalid_values",
+    }

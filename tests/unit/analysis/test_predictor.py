@@ -21,26 +21,50 @@ def groups_table(n_per_cluster=(6, 4, 3), seed=3) -> pd.DataFrame:
     """Per-group telemetry where PFI rises with the DRAM copy product, plus noise."""
     rng = np.random.default_rng(seed)
     rows = []
-    for cluster, n, arch, task in zip(("dense", "moe-pt", "moe-ft"), n_per_cluster, ("dense", "moe", "moe"),
-                                      ("pt", "pt", "lora")):
+    for cluster, n, arch, task in zip(
+        ("dense", "moe-pt", "moe-ft"), n_per_cluster, ("dense", "moe", "moe"), ("pt", "pt", "lora")
+    ):
         for i in range(n):
             dram = rng.uniform(0.05, 0.3) + (0.1 if arch == "moe" else 0)
             copy = rng.uniform(5, 35)
-            rows.append({"group": f"{cluster}-{i}", "cluster": cluster, "set": "headline", "architecture": arch,
-                         "task": task, "gpus": [8, 16, 32][i % 3], "dram_active": dram, "mem_copy_util": copy,
-                         "tensor_active": rng.uniform(0.3, 0.65), "sm_active": rng.uniform(0.8, 0.9),
-                         "sm_clock_mhz": rng.uniform(1850, 1980), "mem_clock_mhz": 3201.0,
-                         "gpu_util": rng.uniform(92, 99), "fb_used_gib": rng.uniform(20, 130),
-                         "temp_c": rng.uniform(70, 77), "power_per_gpu_w": rng.uniform(650, 695)})
+            rows.append(
+                {
+                    "group": f"{cluster}-{i}",
+                    "cluster": cluster,
+                    "set": "headline",
+                    "architecture": arch,
+                    "task": task,
+                    "gpus": [8, 16, 32][i % 3],
+                    "dram_active": dram,
+                    "mem_copy_util": copy,
+                    "tensor_active": rng.uniform(0.3, 0.65),
+                    "sm_active": rng.uniform(0.8, 0.9),
+                    "sm_clock_mhz": rng.uniform(1850, 1980),
+                    "mem_clock_mhz": 3201.0,
+                    "gpu_util": rng.uniform(92, 99),
+                    "fb_used_gib": rng.uniform(20, 130),
+                    "temp_c": rng.uniform(70, 77),
+                    "power_per_gpu_w": rng.uniform(650, 695),
+                }
+            )
     df = pr.add_features(pd.DataFrame(rows))
     df["pfi"] = 1.2 + 0.08 * df["dram_copy_product"] + rng.normal(0, 0.05, len(df))
     return df
 
 
 def test_features_scaling_and_metadata():
-    df = pr.add_features(pd.DataFrame({"dram_active": [0.6, 0.0], "mem_copy_util": [40.0, 10.0],
-                                       "tensor_active": [0.3, 0.5], "architecture": ["moe", "dense"],
-                                       "task": ["lora", "pt"], "gpus": [16, 8]}))
+    df = pr.add_features(
+        pd.DataFrame(
+            {
+                "dram_active": [0.6, 0.0],
+                "mem_copy_util": [40.0, 10.0],
+                "tensor_active": [0.3, 0.5],
+                "architecture": ["moe", "dense"],
+                "task": ["lora", "pt"],
+                "gpus": [16, 8],
+            }
+        )
+    )
     assert df["dram_copy_product"].tolist() == pytest.approx([24.0, 0.0])  # fraction x percent
     assert df["arithmetic_intensity"].iloc[0] == pytest.approx(0.5)
     assert np.isnan(df["arithmetic_intensity"].iloc[1])  # no DRAM activity: undefined, not inf
@@ -48,9 +72,15 @@ def test_features_scaling_and_metadata():
 
 
 def test_uncapped_telemetry_averages_repeats_at_the_top_cap():
-    runs = pd.DataFrame({"group": ["g"] * 4 + ["h"] * 2, "cap_w": [200, 700, 700, 700, 300, 600],
-                         "repeat": [0, 0, 1, 2, 0, 0], "dram_active": [0.9, 0.1, 0.2, 0.3, 0.5, 0.7],
-                         "cluster": ["dense"] * 4 + ["moe-ft"] * 2})
+    runs = pd.DataFrame(
+        {
+            "group": ["g"] * 4 + ["h"] * 2,
+            "cap_w": [200, 700, 700, 700, 300, 600],
+            "repeat": [0, 0, 1, 2, 0, 0],
+            "dram_active": [0.9, 0.1, 0.2, 0.3, 0.5, 0.7],
+            "cluster": ["dense"] * 4 + ["moe-ft"] * 2,
+        }
+    )
     top = pr.uncapped_telemetry(runs).set_index("group")
     assert top.loc["g", "dram_active"] == pytest.approx(0.2)
     assert top.loc["h", "dram_active"] == pytest.approx(0.7)
@@ -93,11 +123,15 @@ def test_loco_folds_are_clusters_with_a_known_answer():
     assert m["loco_r2"] == pytest.approx(1 - np.sum((y - pred) ** 2) / np.sum((y - y.mean()) ** 2))
 
 
-@pytest.mark.parametrize("cols", [["dram_copy_product"], ["dram_copy_product", "tensor_active", "log2_gpus"]])
+@pytest.mark.parametrize(
+    "cols", [["dram_copy_product"], ["dram_copy_product", "tensor_active", "log2_gpus"]]
+)
 def test_leverage_equals_statsmodels_hat_diagonal(cols):
     df = groups_table()
     X = df[cols].to_numpy()
-    ref = OLSInfluence(OLS(df["pfi"].to_numpy(), np.column_stack([np.ones(len(X)), X])).fit()).hat_matrix_diag
+    ref = OLSInfluence(
+        OLS(df["pfi"].to_numpy(), np.column_stack([np.ones(len(X)), X])).fit()
+    ).hat_matrix_diag
     h = pr.leverage(X)
     assert h == pytest.approx(ref, rel=1e-9)
     assert h.sum() == pytest.approx(len(cols) + 1)
@@ -121,7 +155,10 @@ def test_ablation_sets_and_all_dcgm_skips_constant_metrics():
     df = groups_table()
     table = pr.ablation(df).set_index("predictors")
     assert list(table.index) == list(pr.ABLATION_SETS)
-    assert table.loc["job_metadata", "p"] == 3 and table.loc["dram_copy_product+job_metadata", "p"] == 4
+    assert (
+        table.loc["job_metadata", "p"] == 3
+        and table.loc["dram_copy_product+job_metadata", "p"] == 4
+    )
     assert "mem_clock_mhz" not in table.loc["all_dcgm", "features"]  # constant: no information
     assert table.loc["all_dcgm", "p"] == len(pr.DCGM_METRICS) - 1
     assert table.loc["dram_copy_product", "r2_in"] >= table.loc["dram_copy_product", "loo_r2"]
@@ -131,13 +168,13 @@ def test_ablation_sets_and_all_dcgm_skips_constant_metrics():
 
 def test_ablation_scores_no_model_for_a_set_with_no_varying_metric():
     df = groups_table()
-    for m in pr.DCGM_METRICS:          # identical telemetry in every group (fake GPUs, one job)
+    for m in pr.DCGM_METRICS:  # identical telemetry in every group (fake GPUs, one job)
         if m in df.columns:
             df[m] = 1.0
     table = pr.ablation(df).set_index("predictors")
     assert table.loc["all_dcgm", "p"] == 0 and table.loc["all_dcgm", "features"] == ""
     assert np.isnan(table.loc["all_dcgm", "loo_r2"]) and np.isnan(table.loc["all_dcgm", "r2_in"])
-    assert table.loc["job_metadata", "p"] == 3      # the other sets are still scored
+    assert table.loc["job_metadata", "p"] == 3  # the other sets are still scored
 
 
 def test_within_cluster_subsets():
@@ -148,7 +185,9 @@ def test_within_cluster_subsets():
 
 def test_model_document_round_trip_and_predictions_table(tmp_path):
     df = groups_table()
-    extra = df.iloc[:2].assign(group=["val-0", "h100-0"], set=["validation", "h100"], pfi=[np.nan, 1.5])
+    extra = df.iloc[:2].assign(
+        group=["val-0", "h100-0"], set=["validation", "h100"], pfi=[np.nan, 1.5]
+    )
     model = pr.fit_model(df, "dram_copy_product")
     write_json(model, tmp_path / "model.json", provenance(params={}))
     loaded = json.loads((tmp_path / "model.json").read_text())
@@ -174,15 +213,28 @@ def test_model_document_round_trip_and_predictions_table(tmp_path):
 def test_predict_names_the_missing_raw_columns():
     model = pr.fit_model(groups_table(), "dram_copy_product+job_metadata")
     with pytest.raises(ValueError, match=r"mem_copy_util"):
-        pr.predict(model, pd.DataFrame({"dram_active": [0.2], "architecture": ["moe"], "task": ["pt"], "gpus": [8]}))
+        pr.predict(
+            model,
+            pd.DataFrame(
+                {"dram_active": [0.2], "architecture": ["moe"], "task": ["pt"], "gpus": [8]}
+            ),
+        )
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"coefficients": {"dram_copy_product": 1e308}, "intercept": 1e308},
-     "PFI of data row(s) 1, 2 is not a finite number"),             # finite numbers whose sum overflows
-    ({"intercept": float("inf")}, "intercept inf is not a finite number"),
-    ({"coefficients": {"dram_copy_product": True}}, "coefficient 'dram_copy_product' True is not a finite number"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"coefficients": {"dram_copy_product": 1e308}, "intercept": 1e308},
+            "PFI of data row(s) 1, 2 is not a finite number",
+        ),  # finite numbers whose sum overflows
+        ({"intercept": float("inf")}, "intercept inf is not a finite number"),
+        (
+            {"coefficients": {"dram_copy_product": True}},
+            "coefficient 'dram_copy_product' True is not a finite number",
+        ),
+    ],
+)
 def test_predict_refuses_a_model_that_gives_no_finite_pfi(change, message):
     model = {**pr.fit_model(groups_table(), "dram_copy_product"), **change}
     jobs = pd.DataFrame({"dram_active": [0.1, 0.4], "mem_copy_util": [10.0, 30.0]})
@@ -193,16 +245,32 @@ def test_predict_refuses_a_model_that_gives_no_finite_pfi(change, message):
 def test_cli_predict(tmp_path, capsys):
     model = pr.fit_model(groups_table(), "dram_copy_product")
     write_json(model, tmp_path / "model.json", provenance(params={}))
-    jobs = pd.DataFrame({"job": ["a", "b"], "dram_active": [0.1, 0.4], "mem_copy_util": [10.0, 30.0]})
+    jobs = pd.DataFrame(
+        {"job": ["a", "b"], "dram_active": [0.1, 0.4], "mem_copy_util": [10.0, 30.0]}
+    )
     jobs.to_csv(tmp_path / "jobs.csv", index=False)
     out = tmp_path / "pred.csv"
-    assert main(["predict", str(tmp_path / "jobs.csv"), "--model", str(tmp_path / "model.json"), "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                str(tmp_path / "jobs.csv"),
+                "--model",
+                str(tmp_path / "model.json"),
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     got = pd.read_csv(out)
     expect = model["intercept"] + model["coefficients"]["dram_copy_product"] * np.array([1.0, 12.0])
     assert got["pfi_pred"].to_numpy() == pytest.approx(expect)
     assert (tmp_path / "pred.csv.meta.json").is_file()
     jobs.drop(columns="mem_copy_util").to_csv(tmp_path / "bad.csv", index=False)
-    assert main(["predict", str(tmp_path / "bad.csv"), "--model", str(tmp_path / "model.json")]) == 2
+    assert (
+        main(["predict", str(tmp_path / "bad.csv"), "--model", str(tmp_path / "model.json")]) == 2
+    )
     assert "mem_copy_util" in capsys.readouterr().err
 
 
@@ -210,16 +278,26 @@ def test_cli_predict(tmp_path, capsys):
 # (a model that says not_fitted, predictions without pfi_pred) and goes on.
 def test_too_few_groups_give_a_model_that_says_not_fitted_and_why(tmp_path, capsys):
     df = groups_table().iloc[:2]
-    with pytest.raises(pr.TooFewGroups, match=r"need at least 3 groups .* in set 'headline' .*have 2") as err:
+    with pytest.raises(
+        pr.TooFewGroups, match=r"need at least 3 groups .* in set 'headline' .*have 2"
+    ) as err:
         pr.training_rows(df, "headline")
     model = pr.not_fitted_model("dram_copy_product", str(err.value))
-    assert model["status"] == pr.NOT_FITTED and not pr.is_fitted(model) and model["reason"] == str(err.value)
+    assert (
+        model["status"] == pr.NOT_FITTED
+        and not pr.is_fitted(model)
+        and model["reason"] == str(err.value)
+    )
     preds = pr.predictions_table(df, model)
     assert list(preds["group"]) == list(df["group"]) and preds["pfi_pred"].isna().all()
     assert preds["pfi"].tolist() == pytest.approx(df["pfi"].tolist())
     with pytest.raises(ValueError, match="not fitted: need at least 3 groups"):
         pr.predict(model, df)
     write_json(model, tmp_path / "model.json", provenance(params={}))
-    pd.DataFrame({"dram_active": [0.1], "mem_copy_util": [10.0]}).to_csv(tmp_path / "jobs.csv", index=False)
-    assert main(["predict", str(tmp_path / "jobs.csv"), "--model", str(tmp_path / "model.json")]) == 2
+    pd.DataFrame({"dram_active": [0.1], "mem_copy_util": [10.0]}).to_csv(
+        tmp_path / "jobs.csv", index=False
+    )
+    assert (
+        main(["predict", str(tmp_path / "jobs.csv"), "--model", str(tmp_path / "model.json")]) == 2
+    )
     assert "was not fitted: need at least 3 groups" in capsys.readouterr().err

@@ -1,4 +1,5 @@
 """The test-set rows of the fidelity section: the shipped public sweeps, scored by the emulator."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -8,8 +9,10 @@ from wattflex.analysis import public_sweeps as ps
 
 @pytest.fixture(scope="module")
 def perseus():
-    return ps.perseus_a100_rows(ps.PERSEUS / "power_limit_sweeps_A100.csv",
-                                sorted(ps.PERSEUS.glob("sm_frequency_profile_*.csv")))
+    return ps.perseus_a100_rows(
+        ps.PERSEUS / "power_limit_sweeps_A100.csv",
+        sorted(ps.PERSEUS.glob("sm_frequency_profile_*.csv")),
+    )
 
 
 def test_perseus_sweeps_score_each_job_with_the_anchor_fitted_on_the_other(perseus):
@@ -35,27 +38,63 @@ def test_perseus_profiles_row_is_the_emulated_minus_the_measured_clock_shape(per
 
 
 def test_sweeps_on_gpus_without_a_model_are_rows_that_say_so():
-    files = sorted(ps.ZEUS.glob("summary_power_*.csv")) + sorted(ps.PERSEUS.glob("power_limit_sweeps_*.csv"))
+    files = sorted(ps.ZEUS.glob("summary_power_*.csv")) + sorted(
+        ps.PERSEUS.glob("power_limit_sweeps_*.csv")
+    )
     rows = ps.unscored_rows(files)
     names = {r["test_set"] for r in rows}
-    assert "Zeus NSDI'23 V100 power-limit sweeps" in names and "Perseus SOSP'24 A40 power-limit sweeps" in names
+    assert (
+        "Zeus NSDI'23 V100 power-limit sweeps" in names
+        and "Perseus SOSP'24 A40 power-limit sweeps" in names
+    )
     assert not any("A100" in n for n in names)
     assert all(np.isnan(r["pfi_mae"]) and "no " in r["note"] for r in rows)
 
 
 def test_scored_sets_table_puts_table6_the_refits_and_the_sweeps_side_by_side(perseus):
-    loto = pd.DataFrame([
-        {"fit_set": "tables7-8-dense", "default": True, "n_facts": 5, "mae_out_of_sample_table6": 0.2,
-         "mae_out_of_sample_other": 0.1, "spearman_table6": 0.6},
-        {"fit_set": "table7", "default": False, "n_facts": 0, "mae_out_of_sample_table6": np.nan,
-         "mae_out_of_sample_other": np.nan, "spearman_table6": np.nan},
-        {"fit_set": "(published)", "default": np.nan, "n_facts": np.nan, "mae_out_of_sample_table6": np.nan,
-         "mae_out_of_sample_other": np.nan, "spearman_table6": 1.0}])
-    t = ps.scored_sets_table({"mae_out_of_sample_table6": 0.21, "spearman_table6": 0.62}, ["a", "b"],
-                             "tables7-8-dense", 24, loto, perseus)
+    loto = pd.DataFrame(
+        [
+            {
+                "fit_set": "tables7-8-dense",
+                "default": True,
+                "n_facts": 5,
+                "mae_out_of_sample_table6": 0.2,
+                "mae_out_of_sample_other": 0.1,
+                "spearman_table6": 0.6,
+            },
+            {
+                "fit_set": "table7",
+                "default": False,
+                "n_facts": 0,
+                "mae_out_of_sample_table6": np.nan,
+                "mae_out_of_sample_other": np.nan,
+                "spearman_table6": np.nan,
+            },
+            {
+                "fit_set": "(published)",
+                "default": np.nan,
+                "n_facts": np.nan,
+                "mae_out_of_sample_table6": np.nan,
+                "mae_out_of_sample_other": np.nan,
+                "spearman_table6": 1.0,
+            },
+        ]
+    )
+    t = ps.scored_sets_table(
+        {"mae_out_of_sample_table6": 0.21, "spearman_table6": 0.62},
+        ["a", "b"],
+        "tables7-8-dense",
+        24,
+        loto,
+        perseus,
+    )
     assert list(t.columns) == list(ps.COLUMNS)
     assert t["test_set"].str.startswith("Table 6").sum() == 1
-    assert t.loc[0, "pfi_mae"] == 0.21 and t.loc[0, "spearman"] == 0.62 and t.loc[0, "not_fitted_to"] == "Table 6"
+    assert (
+        t.loc[0, "pfi_mae"] == 0.21
+        and t.loc[0, "spearman"] == 0.62
+        and t.loc[0, "not_fitted_to"] == "Table 6"
+    )
     assert "anchor_clock_mhz" in t.loc[0, "fitted_to"] and "dense_gemm_eff" in t.loc[0, "fitted_to"]
     refits = t[t["test_set"].str.startswith("leave one table out")]
     assert list(refits["pfi_mae"].fillna(-1)) == [0.2, -1]  # (published) is no test set

@@ -24,12 +24,38 @@ from wattflex.cli import main
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 # Three clusters with ties inside and across clusters, unequal sizes (14/7/4 like the paper).
-TIED = pd.DataFrame({
-    "cluster": ["dense"] * 14 + ["moe-pt"] * 7 + ["moe-ft"] * 4,
-    "pfi": [1.10, 1.22, 1.27, 1.52, 1.17, 1.23, 1.25, 1.26, 1.27, 1.30, 1.30, 1.34, 1.47, 1.51,
-            1.24, 1.35, 1.36, 1.43, 1.45, 1.52, 1.57,
-            1.79, 2.00, 2.20, 2.67],
-})
+TIED = pd.DataFrame(
+    {
+        "cluster": ["dense"] * 14 + ["moe-pt"] * 7 + ["moe-ft"] * 4,
+        "pfi": [
+            1.10,
+            1.22,
+            1.27,
+            1.52,
+            1.17,
+            1.23,
+            1.25,
+            1.26,
+            1.27,
+            1.30,
+            1.30,
+            1.34,
+            1.47,
+            1.51,
+            1.24,
+            1.35,
+            1.36,
+            1.43,
+            1.45,
+            1.52,
+            1.57,
+            1.79,
+            2.00,
+            2.20,
+            2.67,
+        ],
+    }
+)
 
 
 def hand_kruskal_h(values, groups) -> float:
@@ -37,15 +63,21 @@ def hand_kruskal_h(values, groups) -> float:
     values, groups = np.asarray(values, float), np.asarray(groups)
     n = values.size
     ranks = rankdata(values)
-    h = 12 / (n * (n + 1)) * sum(ranks[groups == g].sum() ** 2 / (groups == g).sum() for g in set(groups))
+    h = (
+        12
+        / (n * (n + 1))
+        * sum(ranks[groups == g].sum() ** 2 / (groups == g).sum() for g in set(groups))
+    )
     h -= 3 * (n + 1)
     _, t = np.unique(values, return_counts=True)
-    return h / (1 - np.sum(t ** 3 - t) / (n ** 3 - n))
+    return h / (1 - np.sum(t**3 - t) / (n**3 - n))
 
 
 def test_kruskal_h_matches_hand_formula_with_ties():
     res = kruskal_dunn(TIED, value_col="pfi")
-    assert res["kruskal"]["H"] == pytest.approx(hand_kruskal_h(TIED["pfi"], TIED["cluster"]), rel=1e-12)
+    assert res["kruskal"]["H"] == pytest.approx(
+        hand_kruskal_h(TIED["pfi"], TIED["cluster"]), rel=1e-12
+    )
     assert res["kruskal"]["df"] == 2 and res["kruskal"]["n"] == 25
     assert [t["value"] for t in res["ties"]] == [1.27, 1.30, 1.52]
     assert [t["across_groups"] for t in res["ties"]] == [False, False, True]
@@ -53,7 +85,9 @@ def test_kruskal_h_matches_hand_formula_with_ties():
 
 def test_dunn_z_by_hand_without_and_with_ties():
     # No ties: mean ranks 2 and 5, SE = sqrt(6*7/12 * (1/3 + 1/3)).
-    assert dunn_z([1, 2, 3, 4, 5, 6], list("aaabbb"), "a", "b") == pytest.approx(-3 / np.sqrt(3.5 * 2 / 3))
+    assert dunn_z([1, 2, 3, 4, 5, 6], list("aaabbb"), "a", "b") == pytest.approx(
+        -3 / np.sqrt(3.5 * 2 / 3)
+    )
     # Three tied pairs: ranks 1.5,1.5,3.5 | 3.5,5.5,5.5; tie term 3*(2^3-2)/(12*5) = 0.3.
     z = dunn_z([1, 1, 2, 2, 3, 3], list("aaabbb"), "a", "b")
     assert z == pytest.approx((13 / 6 - 29 / 6) / np.sqrt((3.5 - 0.3) * 2 / 3))
@@ -67,8 +101,14 @@ def test_dunn_p_values_equal_scikit_posthocs_and_holm_equals_statsmodels():
         # Our own tie-corrected z reproduces scikit-posthocs' raw p exactly.
         assert 2 * norm.sf(abs(d["z"])) == pytest.approx(ref.loc[d["a"], d["b"]], rel=1e-12)
     raw = [d["p_raw"] for d in res["dunn"]]
-    assert [d["p_holm"] for d in res["dunn"]] == pytest.approx(multipletests(raw, method="holm")[1], rel=1e-12)
-    assert [(d["a"], d["b"]) for d in res["dunn"]] == [("dense", "moe-pt"), ("dense", "moe-ft"), ("moe-pt", "moe-ft")]
+    assert [d["p_holm"] for d in res["dunn"]] == pytest.approx(
+        multipletests(raw, method="holm")[1], rel=1e-12
+    )
+    assert [(d["a"], d["b"]) for d in res["dunn"]] == [
+        ("dense", "moe-pt"),
+        ("dense", "moe-ft"),
+        ("moe-pt", "moe-ft"),
+    ]
     assert all(d["z"] < 0 for d in res["dunn"])  # clusters listed in increasing PFI
 
 
@@ -86,8 +126,11 @@ def test_published_table6_with_the_rounding_tie_broken_reproduces_tables_10_11()
     res = kruskal_dunn(untied, value_col="pfi")
     assert res["kruskal"]["H"] == pytest.approx(12.37, abs=0.01)
     assert res["kruskal"]["p"] == pytest.approx(0.0021, abs=5e-5)
-    published = {("dense", "moe-ft"): (-3.44, 0.0006, 0.0017), ("moe-pt", "moe-ft"): (-1.90, 0.0568, 0.1137),
-                 ("dense", "moe-pt"): (-1.64, 0.1020, 0.1137)}
+    published = {
+        ("dense", "moe-ft"): (-3.44, 0.0006, 0.0017),
+        ("moe-pt", "moe-ft"): (-1.90, 0.0568, 0.1137),
+        ("dense", "moe-pt"): (-1.64, 0.1020, 0.1137),
+    }
     for d in res["dunn"]:
         z, p_raw, p_holm = published[(d["a"], d["b"])]
         assert d["z"] == pytest.approx(z, abs=0.03)
@@ -98,19 +141,28 @@ def test_published_table6_with_the_rounding_tie_broken_reproduces_tables_10_11()
 
 
 def test_kruskal_dunn_drops_missing_and_rejects_bad_input():
-    df = pd.concat([TIED, pd.DataFrame({"cluster": ["dense", None], "pfi": [np.nan, 1.3]})], ignore_index=True)
+    df = pd.concat(
+        [TIED, pd.DataFrame({"cluster": ["dense", None], "pfi": [np.nan, 1.3]})], ignore_index=True
+    )
     res = kruskal_dunn(df, value_col="pfi")
     assert res["n_dropped"] == 2 and res["kruskal"]["n"] == 25
     with pytest.raises(ValueError, match="missing column"):
         kruskal_dunn(TIED, value_col="pfi_ratio")
     with pytest.raises(ValueError, match="non-numeric"):
-        kruskal_dunn(TIED.assign(pfi=TIED["pfi"].astype(object).where(TIED.index != 3, "n/a")), value_col="pfi")
+        kruskal_dunn(
+            TIED.assign(pfi=TIED["pfi"].astype(object).where(TIED.index != 3, "n/a")),
+            value_col="pfi",
+        )
 
 
 def test_cluster_tests_table_has_the_published_rows():
     table = cluster_tests_table(kruskal_dunn(TIED, value_col="pfi"))
-    assert table["comparison"].tolist() == ["dense|moe-pt|moe-ft", "dense vs moe-pt", "dense vs moe-ft",
-                                            "moe-pt vs moe-ft"]
+    assert table["comparison"].tolist() == [
+        "dense|moe-pt|moe-ft",
+        "dense vs moe-pt",
+        "dense vs moe-ft",
+        "moe-pt vs moe-ft",
+    ]
     assert table["n"].tolist() == ["25", "14|7", "14|4", "7|4"]
     assert np.isnan(table["p_holm"].iloc[0])
 
@@ -125,8 +177,9 @@ def test_bh_fdr_matches_statsmodels_and_keeps_nan_out_of_the_family():
 
 def test_telemetry_correlations_slope_rho_and_constant_metric():
     x = np.array([0.1, 0.2, 0.3, 0.5, 0.8, 1.3])
-    groups = pd.DataFrame({"pfi": 1 + 2 * x, "good": x, "inverse": -x ** 2 + [0, .01, 0, .02, 0, 0],
-                           "flat": 5.0})
+    groups = pd.DataFrame(
+        {"pfi": 1 + 2 * x, "good": x, "inverse": -(x**2) + [0, 0.01, 0, 0.02, 0, 0], "flat": 5.0}
+    )
     out = telemetry_correlations(groups, ["good", "inverse", "flat", "absent"]).set_index("metric")
     assert out.loc["good", "ols_slope"] == pytest.approx(2.0)
     assert out.loc["good", "spearman_rho"] == pytest.approx(1.0)
@@ -135,13 +188,27 @@ def test_telemetry_correlations_slope_rho_and_constant_metric():
     assert out.loc["absent", "note"] == "absent"
     tested = out["spearman_p"].notna()
     assert out.loc[tested, "bh_q"].to_numpy() == pytest.approx(
-        multipletests(out.loc[tested, "spearman_p"], method="fdr_bh")[1])
+        multipletests(out.loc[tested, "spearman_p"], method="fdr_bh")[1]
+    )
 
 
 def test_cli_stats_on_table6_writes_json(tmp_path, capsys):
     out = tmp_path / "stats.json"
-    assert main(["stats", str(DATA / "analysis_table6_pfi.csv"), "--value-col", "pfi", "--group-col", "cluster",
-                 "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "stats",
+                str(DATA / "analysis_table6_pfi.csv"),
+                "--value-col",
+                "pfi",
+                "--group-col",
+                "cluster",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     doc = json.loads(out.read_text())
     assert set(doc["kruskal"]) >= {"H", "df", "p"}
     assert {k for d in doc["dunn"] for k in d} >= {"a", "b", "n_a", "n_b", "z", "p_raw", "p_holm"}
@@ -158,6 +225,7 @@ def test_cli_stats_missing_column_is_a_one_line_error(tmp_path, capsys):
 
 # ---- issue 27 §3: undefined statistics are null with a reason, never NaN or SciPy warnings ----
 
+
 def _strict(text: str):
     def refuse(constant):
         raise ValueError(f"non-standard JSON constant {constant}")
@@ -168,25 +236,43 @@ def _strict(text: str):
 def test_all_tied_values_give_null_statistics_with_a_reason():
     import warnings
 
-    df = pd.DataFrame({"cluster": ["dense", "dense", "moe-pt", "moe-pt", "moe-ft", "moe-ft"], "pfi_ratio": [1.0] * 6})
+    df = pd.DataFrame(
+        {
+            "cluster": ["dense", "dense", "moe-pt", "moe-pt", "moe-ft", "moe-ft"],
+            "pfi_ratio": [1.0] * 6,
+        }
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a SciPy RuntimeWarning fails the test
         result = kruskal_dunn(df)
     kw = result["kruskal"]
     assert kw["H"] is None and kw["p"] is None
     assert kw["note"] == "undefined: all 6 values are equal (1), so ranks carry no information"
-    assert all(d["z"] is None and d["p_raw"] is None and d["p_holm"] is None and not d["significant"]
-               and d["note"] == kw["note"] for d in result["dunn"])
+    assert all(
+        d["z"] is None
+        and d["p_raw"] is None
+        and d["p_holm"] is None
+        and not d["significant"]
+        and d["note"] == kw["note"]
+        for d in result["dunn"]
+    )
 
 
 def test_stats_json_is_strict_json_on_tied_values(tmp_path, run_cli):
     import warnings
 
-    (tmp_path / "t.csv").write_text("group,cluster,pfi_ratio\n" + "".join(
-        f"g{i},{c},1.0\n" for i, c in enumerate(["dense", "dense", "moe-pt", "moe-pt", "moe-ft", "moe-ft"])))
+    (tmp_path / "t.csv").write_text(
+        "group,cluster,pfi_ratio\n"
+        + "".join(
+            f"g{i},{c},1.0\n"
+            for i, c in enumerate(["dense", "dense", "moe-pt", "moe-pt", "moe-ft", "moe-ft"])
+        )
+    )
     for extra in ([], ["-o", "out.json"]):
         with warnings.catch_warnings():
-            warnings.simplefilter("error")  # scipy's or numpy's warning on tied values fails the test
+            warnings.simplefilter(
+                "error"
+            )  # scipy's or numpy's warning on tied values fails the test
             proc = run_cli("stats", "t.csv", *extra, cwd=tmp_path)
         assert proc.returncode == 0 and "Warning" not in proc.stderr, proc.stderr
         doc = _strict(proc.stdout if not extra else (tmp_path / "out.json").read_text())
@@ -197,8 +283,12 @@ def test_stats_json_is_strict_json_on_tied_values(tmp_path, run_cli):
 def test_json_safe_turns_non_finite_numbers_into_null():
     from wattflex.provenance import json_safe
 
-    doc = {"a": float("nan"), "b": [np.float64("inf"), np.float32("nan"), 1.5], "c": {"d": -np.inf, "e": "x"},
-           "f": np.int64(3)}
+    doc = {
+        "a": float("nan"),
+        "b": [np.float64("inf"), np.float32("nan"), 1.5],
+        "c": {"d": -np.inf, "e": "x"},
+        "f": np.int64(3),
+    }
     assert json_safe(doc) == {"a": None, "b": [None, None, 1.5], "c": {"d": None, "e": "x"}, "f": 3}
 
 
@@ -209,14 +299,19 @@ def test_one_cluster_is_not_tested_and_says_why():
     assert res["reason"] == "need at least 2 groups in 'cluster' to compare, found 1 (dense)"
     assert res["kruskal"]["H"] is None and res["kruskal"]["p"] is None and res["kruskal"]["n"] == 14
     assert res["groups"][0]["group"] == "dense" and res["groups"][0]["n"] == 14
-    json.dumps(res, allow_nan=False)   # strict JSON, as cluster_stats writes it
+    json.dumps(res, allow_nan=False)  # strict JSON, as cluster_stats writes it
     table = cluster_tests_table(res)
     assert list(table["test"]) == ["kruskal_wallis"] and table["statistic"].isna().all()
 
 
 def test_kruskal_dunn_refuses_an_unknown_p_adjust_before_any_test():
     # issue 37: statsmodels said only "method not recognized"; the config's stats.p_adjust goes here too
-    df = pd.DataFrame({"cluster": ["dense", "dense", "moe-pt", "moe-pt"], "pfi_ratio": [1.0, 1.2, 2.0, 2.2]})
-    with pytest.raises(ValueError, match=r"p_adjust 'bogus': not a multiple-comparison method of statsmodels; "
-                                         r"one of b, s, h"):
+    df = pd.DataFrame(
+        {"cluster": ["dense", "dense", "moe-pt", "moe-pt"], "pfi_ratio": [1.0, 1.2, 2.0, 2.2]}
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"p_adjust 'bogus': not a multiple-comparison method of statsmodels; "
+        r"one of b, s, h",
+    ):
         kruskal_dunn(df, p_adjust="bogus")

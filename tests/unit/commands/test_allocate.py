@@ -30,7 +30,10 @@ def curves_csv(tmp_path):
 
 def test_oracle_allocation_meets_the_budget_and_reports_caps(curves_csv, tmp_path, capsys):
     out = tmp_path / "out.csv"
-    assert main(["allocate", str(curves_csv), "--cut", "0.3", "--policy", "oracle", "-o", str(out)]) == 0
+    assert (
+        main(["allocate", str(curves_csv), "--cut", "0.3", "--policy", "oracle", "-o", str(out)])
+        == 0
+    )
     df = pd.read_csv(out)
     assert list(df.columns) == ["job", "power_w", "throughput", "cap_w"]
     budget = 0.7 * (5500 + 5400)
@@ -41,7 +44,9 @@ def test_oracle_allocation_meets_the_budget_and_reports_caps(curves_csv, tmp_pat
     assert got.loc["dense", "power_w"] == pytest.approx(budget - 5400.0) == pytest.approx(2230.0)
     assert got.loc["moe", "cap_w"] == pytest.approx(700.0)
     assert got.loc["dense", "cap_w"] == pytest.approx(200 + 200 * (2230 - 1600) / 1400)
-    assert got.loc["dense", "throughput"] == pytest.approx(np.interp(2230, [1600, 3000, 5500], [3000, 7000, 10500]))
+    assert got.loc["dense", "throughput"] == pytest.approx(
+        np.interp(2230, [1600, 3000, 5500], [3000, 7000, 10500])
+    )
     totals = json.loads((tmp_path / "out.csv.totals.json").read_text())["totals"]
     assert totals["total_throughput"] == pytest.approx(df["throughput"].sum())
     assert totals["oracle_throughput"] == pytest.approx(totals["total_throughput"])
@@ -53,7 +58,9 @@ def test_oracle_allocation_meets_the_budget_and_reports_caps(curves_csv, tmp_pat
 @pytest.mark.parametrize("policy", ["equal-weight", "pfi-aware", "moe-ft-weighted", "curve-aware"])
 def test_heuristic_policies_stay_below_the_oracle(curves_csv, tmp_path, policy):
     out = tmp_path / f"{policy}.csv"
-    assert main(["allocate", str(curves_csv), "--cut", "0.3", "--policy", policy, "-o", str(out)]) == 0
+    assert (
+        main(["allocate", str(curves_csv), "--cut", "0.3", "--policy", policy, "-o", str(out)]) == 0
+    )
     totals = json.loads((tmp_path / f"{policy}.csv.totals.json").read_text())["totals"]
     assert totals["total_throughput"] <= totals["oracle_throughput"] + 1e-6
     assert totals["total_power_w"] <= totals["budget_w"] + 1e-6
@@ -68,11 +75,30 @@ def test_budget_below_the_floors_is_an_error(curves_csv, capsys):
 
 def test_sla_tier_raises_the_floor_and_can_make_the_cut_infeasible(tmp_path, capsys):
     path = tmp_path / "sla.csv"
-    path.write_text(CURVES.replace("job,power_w,throughput,cap_w,gpus,pfi,cluster",
-                                   "job,power_w,throughput,cap_w,gpus,pfi,cluster,max_slowdown")
-                    .replace("dense\n", "dense,\n").replace("moe-ft\n", "moe-ft,0.05\n"))
+    path.write_text(
+        CURVES.replace(
+            "job,power_w,throughput,cap_w,gpus,pfi,cluster",
+            "job,power_w,throughput,cap_w,gpus,pfi,cluster,max_slowdown",
+        )
+        .replace("dense\n", "dense,\n")
+        .replace("moe-ft\n", "moe-ft,0.05\n")
+    )
     out = tmp_path / "o.csv"
-    assert main(["allocate", str(path), "--budget-w", "8000", "--policy", "equal-weight", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "allocate",
+                str(path),
+                "--budget-w",
+                "8000",
+                "--policy",
+                "equal-weight",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     moe = pd.read_csv(out).set_index("job").loc["moe"]
     assert moe["throughput"] >= 0.95 * 150000 - 1e-6  # tier honoured
     assert main(["allocate", str(path), "--cut", "0.6"]) == 2

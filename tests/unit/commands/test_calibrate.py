@@ -16,8 +16,13 @@ from wattflex.gpus import GPUS
 from wattflex.runs.emulator import PHYSICS, power_model_clock_for_cap, voltage
 
 CONFIG = REPO / "config" / "config.yaml"
-DENSE = ("dense-ft-mistral24b-x8", "dense-pt-mistral24b-x8", "dense-pt-qwen32b-x8-compile",
-         "h100-dense-ft-mistral24b-x8", "dense-ft-llama70b-x8-compile")
+DENSE = (
+    "dense-ft-mistral24b-x8",
+    "dense-pt-mistral24b-x8",
+    "dense-pt-qwen32b-x8-compile",
+    "h100-dense-ft-mistral24b-x8",
+    "dense-ft-llama70b-x8-compile",
+)
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +33,10 @@ def sweeps(tmp_path_factory):
     rows = []
     for g in groups:
         power, tput = fid.noise_free_curve(g, truth)
-        rows += [{"group": g.id, "cap_w": c, "power_w": p, "throughput": t} for c, p, t in zip(g.caps, power, tput)]
+        rows += [
+            {"group": g.id, "cap_w": c, "power_w": p, "throughput": t}
+            for c, p, t in zip(g.caps, power, tput)
+        ]
     path = tmp_path_factory.mktemp("cal") / "sweeps.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
     return path
@@ -36,8 +44,20 @@ def sweeps(tmp_path_factory):
 
 def test_calibrate_recovers_the_anchor_of_the_sweeps_and_writes_a_file(sweeps, tmp_path, capsys):
     out = tmp_path / "mine.json"
-    assert main(["calibrate", "--runs", str(sweeps), "--holdout", "dense-pt-qwen32b-x8-compile",
-                 "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--runs",
+                str(sweeps),
+                "--holdout",
+                "dense-pt-qwen32b-x8-compile",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert text.startswith("anchor 1755 MHz (fitted (sweeps.csv), 4 groups)")
     assert "holdout mean |PFI error| 0.000" in text and "out (holdout)" in text
@@ -48,20 +68,28 @@ def test_calibrate_recovers_the_anchor_of_the_sweeps_and_writes_a_file(sweeps, t
 
 def test_calibrate_on_the_papers_default_set_gives_the_emulators_anchor(capsys):
     assert main(["calibrate", "--published", cal.DEFAULT_FIT_SET]) == 0
-    assert capsys.readouterr().out.startswith(f"anchor {PHYSICS.anchor_clock_mhz:.0f} MHz (fitted (tables7-8-dense), 5")
+    assert capsys.readouterr().out.startswith(
+        f"anchor {PHYSICS.anchor_clock_mhz:.0f} MHz (fitted (tables7-8-dense), 5"
+    )
 
 
 def refused_runs(path, capsys, group: str, cap_w: list, power_w: list, throughput: list) -> str:
     """``wattflex calibrate --runs`` on a two-row sweep of ``group``: its error (exit 2)."""
-    pd.DataFrame({"group": [group] * 2, "cap_w": cap_w, "power_w": power_w,
-                  "throughput": throughput}).to_csv(path, index=False)
+    pd.DataFrame(
+        {"group": [group] * 2, "cap_w": cap_w, "power_w": power_w, "throughput": throughput}
+    ).to_csv(path, index=False)
     assert main(["calibrate", "--runs", str(path)]) == 2
     return capsys.readouterr().err
 
 
 def test_groups_the_config_does_not_define_are_a_one_line_error(tmp_path, capsys):
-    err = refused_runs(tmp_path / "other.csv", capsys, "gpt3-xl", [200, 300], [800, 1100], [1.0, 1.2])
-    assert "group(s) gpt3-xl are not groups of --config" in err and "add them to the config's groups" in err
+    err = refused_runs(
+        tmp_path / "other.csv", capsys, "gpt3-xl", [200, 300], [800, 1100], [1.0, 1.2]
+    )
+    assert (
+        "group(s) gpt3-xl are not groups of --config" in err
+        and "add them to the config's groups" in err
+    )
 
 
 PERSEUS = REPO / "resources" / "external" / "perseus-sosp24"
@@ -84,14 +112,19 @@ def test_the_perseus_a40_sweeps_are_refused_for_their_gpu(tmp_path, capsys):
 PERSEUS_CONFIG = REPO / "config" / "perseus-sosp24-a100-emulated.yaml"
 
 
-def test_the_perseus_a100_sweeps_against_the_default_config_say_what_the_emulator_lacks(tmp_path, capsys):
+def test_the_perseus_a100_sweeps_against_the_default_config_say_what_the_emulator_lacks(
+    tmp_path, capsys
+):
     """Every Perseus A100 job is a 4-stage pipeline (dp 1, tp 1, pp 4) of a model outside the
     paper's catalogue: against config/config.yaml nothing is left to fit, and the error says why."""
     runs = _ingest(PERSEUS / "power_limit_sweeps_A100.csv", tmp_path / "a100.parquet", capsys)
     assert main(["calibrate", "--runs", str(runs)]) == 2
     err = capsys.readouterr().err
     assert "are not groups of --config config/config.yaml" in err
-    assert "models not in the config's catalogue: bert-huge-uncased, bloom-3b, gpt3-xl, t5-3b, wide-resnet101_8" in err
+    assert (
+        "models not in the config's catalogue: bert-huge-uncased, bloom-3b, gpt3-xl, t5-3b, wide-resnet101_8"
+        in err
+    )
     assert "pipeline-parallel (pp 4): a group of theirs needs pp and microbatches" in err
     assert err.count("\n") == 1
 
@@ -102,15 +135,21 @@ def test_calibrate_fits_an_a100_anchor_on_the_shipped_perseus_a100_sweeps(tmp_pa
     errors in sample and leave-one-group-out; BERT, T5 and Wide-ResNet are left out with the reason."""
     runs = _ingest(PERSEUS / "power_limit_sweeps_A100.csv", tmp_path / "a100.parquet", capsys)
     out = tmp_path / "perseus_a100.json"
-    assert main(["calibrate", "--runs", str(runs), "--config", str(PERSEUS_CONFIG), "-o", str(out)]) == 0
+    assert (
+        main(["calibrate", "--runs", str(runs), "--config", str(PERSEUS_CONFIG), "-o", str(out)])
+        == 0
+    )
     text = capsys.readouterr().out
     assert text.startswith("left out (not groups of --config ")
-    assert "a100-bert_huge_uncased-dp1tp1pp4-b256, a100-t5_3b-dp1tp1pp4-b128, a100-wide_resnet101_8" in text
+    assert (
+        "a100-bert_huge_uncased-dp1tp1pp4-b256, a100-t5_3b-dp1tp1pp4-b128, a100-wide_resnet101_8"
+        in text
+    )
     c = cal.read_calibration(out)
     assert c.gpu_die == "GA100"
     assert set(c.fit_groups) == {"a100-bloom_3b-dp1tp1pp4-b512", "a100-gpt3_xl-dp1tp1pp4-b1024"}
     grid = cal.anchor_grid("GA100")
-    assert grid[0] < c.anchor_clock_mhz < grid[-1]          # not pinned at an end of the search
+    assert grid[0] < c.anchor_clock_mhz < grid[-1]  # not pinned at an end of the search
     assert 0 < c.in_sample_mae < 0.3 and np.isfinite(c.out_of_sample_mae)
     assert f"out of sample (leave one group out) {c.out_of_sample_mae:.3f}" in text
     # the measured PFI the fit saw are Eq. 1 on the sweeps themselves
@@ -120,8 +159,12 @@ def test_calibrate_fits_an_a100_anchor_on_the_shipped_perseus_a100_sweeps(tmp_pa
         assert res == pytest.approx(pfi[gid] - facts[gid])
 
 
-A100_DENSE = ("dense-ft-mistral24b-x8", "dense-pt-mistral24b-x8", "dense-pt-qwen32b-x8-compile",
-              "dense-ft-llama70b-x8-compile")
+A100_DENSE = (
+    "dense-ft-mistral24b-x8",
+    "dense-pt-mistral24b-x8",
+    "dense-pt-qwen32b-x8-compile",
+    "dense-ft-llama70b-x8-compile",
+)
 
 
 @pytest.fixture(scope="module")
@@ -132,8 +175,11 @@ def a100(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("a100")
     raw = yaml.safe_load(CONFIG.read_text())
-    raw["groups"] = [{**g, "gpu": "A100", "caps": [150, 200, 250, 300, 350, 400], "set": "other"}
-                     for g in raw["groups"] if g["id"] in A100_DENSE]
+    raw["groups"] = [
+        {**g, "gpu": "A100", "caps": [150, 200, 250, 300, 350, 400], "set": "other"}
+        for g in raw["groups"]
+        if g["id"] in A100_DENSE
+    ]
     raw["repeats"] = []
     config = tmp / "a100.yaml"
     config.write_text(yaml.safe_dump(raw))
@@ -142,14 +188,18 @@ def a100(tmp_path_factory):
     rows = []
     for g in groups:
         power, tput = fid.noise_free_curve(g, truth)
-        rows += [{"group": g.id, "cap_w": c, "power_w": p, "throughput": t, "gpu_model": "A100"}
-                 for c, p, t in zip(g.caps, power, tput)]
+        rows += [
+            {"group": g.id, "cap_w": c, "power_w": p, "throughput": t, "gpu_model": "A100"}
+            for c, p, t in zip(g.caps, power, tput)
+        ]
     sweeps = tmp / "a100_sweeps.csv"
     pd.DataFrame(rows).to_csv(sweeps, index=False)
     return config, sweeps, groups
 
 
-def test_calibrate_recovers_a_known_a100_anchor_and_the_file_runs_a100_groups_only(a100, tmp_path, capsys):
+def test_calibrate_recovers_a_known_a100_anchor_and_the_file_runs_a100_groups_only(
+    a100, tmp_path, capsys
+):
     config, sweeps, groups = a100
     out = tmp_path / "a100_cal.json"
     assert main(["calibrate", "--runs", str(sweeps), "--config", str(config), "-o", str(out)]) == 0
@@ -158,17 +208,26 @@ def test_calibrate_recovers_a_known_a100_anchor_and_the_file_runs_a100_groups_on
     assert "GA100: no cap -> clock table, GH100 voltage shape assumed" in text
     assert "in-sample mean |PFI error| 0.000; out of sample (leave one group out) 0.000" in text
     c = cal.read_calibration(out)
-    assert c.gpu_die == "GA100" and c.curve.sm_dyn_w == pytest.approx(cal.table_free_curve(1275.0, GPUS["A100"]).sm_dyn_w)
+    assert c.gpu_die == "GA100" and c.curve.sm_dyn_w == pytest.approx(
+        cal.table_free_curve(1275.0, GPUS["A100"]).sm_dyn_w
+    )
     # the file's physics emulates an A100 at its anchor: a bf16 GEMM at anchor_tensor_util holds
     # 1275 MHz under the A100's 400 W default limit
     ph = c.physics()
-    assert power_model_clock_for_cap(GPUS["A100"], 400, tensor_util=ph.anchor_tensor_util, physics=ph) == 1275.0
+    assert (
+        power_model_clock_for_cap(GPUS["A100"], 400, tensor_util=ph.anchor_tensor_util, physics=ph)
+        == 1275.0
+    )
     # an A100 campaign without it, or an H200 run with it, is refused with the way out
     from wattflex.runs.emulator import physics_for_gpu
 
-    with pytest.raises(ValueError, match=r"no power curve for A100 \(GA100 die\): no calibration is given; fit one"):
+    with pytest.raises(
+        ValueError, match=r"no power curve for A100 \(GA100 die\): no calibration is given; fit one"
+    ):
         physics_for_gpu(GPUS["A100"], None)
-    with pytest.raises(ValueError, match="H200 \\(GH100 die\\): emulator.calibration was fitted on GA100 sweeps"):
+    with pytest.raises(
+        ValueError, match="H200 \\(GH100 die\\): emulator.calibration was fitted on GA100 sweeps"
+    ):
         physics_for_gpu(GPUS["H200"], c.to_json())
     assert physics_for_gpu(GPUS["A100"], c.to_json()) == ph
 
@@ -185,22 +244,36 @@ def test_a100_sweeps_fitted_with_the_anchor_recovered_give_the_sweeps_back(a100)
     other = fid.noise_free_pfi(groups, cal.physics_at_anchor(1150.0, die="GA100"))
     assert (other[facts.index] - facts).abs().max() > 0.02
     lo, hi = cal.anchor_grid("GA100")[[0, -1]]
-    assert GPUS["A100"].sm_clock_min_mhz < lo < c.anchor_clock_mhz < hi == GPUS["A100"].sm_clock_max_mhz
+    assert (
+        GPUS["A100"].sm_clock_min_mhz
+        < lo
+        < c.anchor_clock_mhz
+        < hi
+        == GPUS["A100"].sm_clock_max_mhz
+    )
 
 
-def test_a100_sweeps_against_a_config_group_on_another_gpu_or_die_mix_are_one_line_errors(a100, tmp_path, capsys):
+def test_a100_sweeps_against_a_config_group_on_another_gpu_or_die_mix_are_one_line_errors(
+    a100, tmp_path, capsys
+):
     _, sweeps, _ = a100
     # the default config's groups run on H200 / H100
     rows = pd.read_csv(sweeps)
     rows[rows["group"] == "dense-pt-mistral24b-x8"].to_csv(tmp_path / "one.csv", index=False)
     assert main(["calibrate", "--runs", str(tmp_path / "one.csv")]) == 2
-    assert ("group dense-pt-mistral24b-x8 ran on A100 but its config group says gpu: H200"
-            in capsys.readouterr().err)
+    assert (
+        "group dense-pt-mistral24b-x8 ran on A100 but its config group says gpu: H200"
+        in capsys.readouterr().err
+    )
     # one fit, one power curve: A100 and H100 groups together are refused
     cfg = load_config(CONFIG)
-    mixed = [g for g in cal.config_group_models(cfg) if g.id == "h100-dense-pt-mistral24b-x8"] + a100[2][:1]
+    mixed = [
+        g for g in cal.config_group_models(cfg) if g.id == "h100-dense-pt-mistral24b-x8"
+    ] + a100[2][:1]
     facts = pd.Series({g.id: 1.2 for g in mixed})
-    with pytest.raises(ValueError, match=r"different dies \(GA100, GH100\); fit each die's sweeps separately"):
+    with pytest.raises(
+        ValueError, match=r"different dies \(GA100, GH100\); fit each die's sweeps separately"
+    ):
         cal.calibrate(mixed, facts, "fitted (mixed)")
 
 
@@ -208,12 +281,22 @@ def _gemm_reading(anchor_mhz: float, activity: float, gpu: str = "H200") -> dict
     """What the GPU check would read from a GEMM of ``activity`` on a GPU whose anchor is ``anchor_mhz``."""
     ph = cal.physics_at_anchor(anchor_mhz)
     spec = GPUS[gpu]
-    clock = power_model_clock_for_cap(spec, 700, tensor_util=activity, dram_util=ph.calib_dram_util, physics=ph)
+    clock = power_model_clock_for_cap(
+        spec, 700, tensor_util=activity, dram_util=ph.calib_dram_util, physics=ph
+    )
     x = clock / spec.sm_clock_max_mhz
-    power = (spec.idle_w + spec.mem_dyn_w * ph.calib_dram_util
-             + ph.sm_dyn_w * x * voltage(x, ph) ** 2 * (ph.sm_busy_weight + ph.tensor_weight * activity))
-    return {"sm_clock_mhz": clock, "power_w": float(power), "power_limit_w": 700.0, "tensor_activity": activity,
-            "gpu_model": gpu}
+    power = (
+        spec.idle_w
+        + spec.mem_dyn_w * ph.calib_dram_util
+        + ph.sm_dyn_w * x * voltage(x, ph) ** 2 * (ph.sm_busy_weight + ph.tensor_weight * activity)
+    )
+    return {
+        "sm_clock_mhz": clock,
+        "power_w": float(power),
+        "power_limit_w": 700.0,
+        "tensor_activity": activity,
+        "gpu_model": gpu,
+    }
 
 
 def test_a_gpu_check_anchor_gemm_reading_gives_the_anchor_back(tmp_path, capsys):
@@ -238,25 +321,49 @@ def test_a_gemm_that_never_reached_the_limit_is_no_calibration(tmp_path, capsys)
 
 def test_no_fact_to_fit_on_names_the_real_reason_not_a_holdout(tmp_path, capsys):
     # issue 37: one cap per group (no PFI) said "nothing left to fit on after --holdout" with no --holdout
-    err = refused_runs(tmp_path / "onecap.csv", capsys, "dense-ft-mistral24b-x8", [300, 300], [2000, 2010], [10.0, 10.0])
-    assert "onecap.csv: no group has a PFI to fit on (each needs finite power_w and throughput at 2 or more caps)" in err
+    err = refused_runs(
+        tmp_path / "onecap.csv",
+        capsys,
+        "dense-ft-mistral24b-x8",
+        [300, 300],
+        [2000, 2010],
+        [10.0, 10.0],
+    )
+    assert (
+        "onecap.csv: no group has a PFI to fit on (each needs finite power_w and throughput at 2 or more caps)"
+        in err
+    )
     assert "--holdout" not in err
 
 
 def test_a_holdout_of_every_group_says_so(sweeps, capsys):
     assert main(["calibrate", "--runs", str(sweeps), "--holdout", ",".join(DENSE)]) == 2
     err = capsys.readouterr().err
-    assert f"--holdout {','.join(DENSE)}: holds out every fact group" in err and "nothing is left to fit on" in err
+    assert (
+        f"--holdout {','.join(DENSE)}: holds out every fact group" in err
+        and "nothing is left to fit on" in err
+    )
 
 
 def test_a_sweep_with_caps_but_no_measured_draws_is_refused_not_fitted(tmp_path, capsys):
     # the power level is read from the draws; caps alone cannot show it
-    err = refused_runs(tmp_path / "capsonly.csv", capsys, "dense-ft-mistral24b-x8", [300, 700],
-                       [float("nan")] * 2, [8.0, 10.0])
-    assert "capsonly.csv: the sweep has caps (300, 700 W, 2 runs) but no measured power draw (power_w empty)" in err
+    err = refused_runs(
+        tmp_path / "capsonly.csv",
+        capsys,
+        "dense-ft-mistral24b-x8",
+        [300, 700],
+        [float("nan")] * 2,
+        [8.0, 10.0],
+    )
+    assert (
+        "capsonly.csv: the sweep has caps (300, 700 W, 2 runs) but no measured power draw (power_w empty)"
+        in err
+    )
     assert "cannot be fitted on these runs" in err
     path = tmp_path / "nopower.csv"
-    pd.DataFrame({"group": ["dense-ft-mistral24b-x8"] * 2, "cap_w": [300, 700], "throughput": [8.0, 10.0]}).to_csv(path, index=False)
+    pd.DataFrame(
+        {"group": ["dense-ft-mistral24b-x8"] * 2, "cap_w": [300, 700], "throughput": [8.0, 10.0]}
+    ).to_csv(path, index=False)
     assert main(["calibrate", "--runs", str(path)]) == 2
     assert "no measured power draw (no power_w column)" in capsys.readouterr().err
 
@@ -268,11 +375,17 @@ def test_a_fit_on_the_edge_of_its_grid_is_reported_unpinned(tmp_path, capsys):
     rows = []
     for g in groups:
         power, tput = fid.noise_free_curve(g, truth)
-        rows += [{"group": g.id, "cap_w": c, "power_w": p, "throughput": t} for c, p, t in zip(g.caps, power, tput)]
+        rows += [
+            {"group": g.id, "cap_w": c, "power_w": p, "throughput": t}
+            for c, p, t in zip(g.caps, power, tput)
+        ]
     path, out = tmp_path / "low.csv", tmp_path / "low.json"
     pd.DataFrame(rows).to_csv(path, index=False)
     assert main(["calibrate", "--runs", str(path), "-o", str(out)]) == 0
     text = capsys.readouterr().out
-    assert text.startswith(f"anchor {cal.ANCHOR_GRID_MHZ[0]:.0f} MHz") and "unpinned: the fit landed on the edge" in text
+    assert (
+        text.startswith(f"anchor {cal.ANCHOR_GRID_MHZ[0]:.0f} MHz")
+        and "unpinned: the fit landed on the edge" in text
+    )
     assert cal.read_calibration(out).pinned is False
     assert cal.read_calibration(out).to_json()["pinned"] is False

@@ -50,8 +50,16 @@ sys.exit(main(job["argv"]))
 def run_at_once(cwd: Path, jobs: list[dict]) -> list[subprocess.CompletedProcess]:
     """``jobs`` (``{"argv", "delay", "pause"}``) as processes that all start their command at once."""
     gate = cwd / "gate"
-    procs = [subprocess.Popen([sys.executable, "-c", RACER, str(gate), json.dumps({"delay": 0, "pause": 0, **j})],
-                              cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for j in jobs]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(gate), json.dumps({"delay": 0, "pause": 0, **j})],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for j in jobs
+    ]
     deadline = time.monotonic() + 120
     while len(list(cwd.glob("gate.ready.*"))) < len(jobs) and time.monotonic() < deadline:
         assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
@@ -74,7 +82,10 @@ def files_of(folder: Path) -> dict[str, bytes]:
 
 # --- run-at-cap claims OUTDIR only if nothing landed there during the run -----------------
 
-def test_run_at_cap_keeps_a_measured_run_that_lands_in_outdir_during_the_run(tmp_path, spec, run_cli, monkeypatch):
+
+def test_run_at_cap_keeps_a_measured_run_that_lands_in_outdir_during_the_run(
+    tmp_path, spec, run_cli, monkeypatch
+):
     """Before: the measured run was replaced by this emulated one, exit 0."""
     import wattflex.runs.runner as runner
 
@@ -90,7 +101,10 @@ def test_run_at_cap_keeps_a_measured_run_that_lands_in_outdir_during_the_run(tmp
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     proc = run_cli("run-at-cap", "spec.json", "out", cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert "out: OUTDIR was filled while this run ran: run.json; left it as it is. This run is kept in" in proc.stderr
+    assert (
+        "out: OUTDIR was filled while this run ran: run.json; left it as it is. This run is kept in"
+        in proc.stderr
+    )
     assert files_of(out) == {"run.json": MEASURED.encode()}
     kept = Path(proc.stderr.split("This run is kept in ")[1].split(":")[0])
     assert json.loads((kept / "run.json").read_text())["provenance"]["backend"] == "emulated"
@@ -100,12 +114,16 @@ def test_two_run_at_cap_into_one_new_outdir_one_wins_and_no_run_is_lost(tmp_path
     """Before: both exited 0, and the first run was silently replaced by the second."""
     for cap in (400, 500):
         (tmp_path / f"spec{cap}.json").write_text(json.dumps({**spec, "cap_w": cap}))
-    procs = run_at_once(tmp_path, [{"argv": ["run-at-cap", f"spec{cap}.json", "out"]} for cap in (400, 500)])
+    procs = run_at_once(
+        tmp_path, [{"argv": ["run-at-cap", f"spec{cap}.json", "out"]} for cap in (400, 500)]
+    )
     assert sorted(p.returncode for p in procs) == [0, 2], [(p.returncode, p.stderr) for p in procs]
     winner, loser = sorted(procs, key=lambda p: p.returncode)
     won_cap = json.loads((tmp_path / "out" / "run.json").read_text())["cap_w"]
     assert f"spec{won_cap:.0f}.json" in winner.args[-1]
-    assert "OUTDIR was filled while this run ran" in loser.stderr and "Traceback" not in loser.stderr
+    assert (
+        "OUTDIR was filled while this run ran" in loser.stderr and "Traceback" not in loser.stderr
+    )
     kept = Path(tmp_path, loser.stderr.split("This run is kept in ")[1].split(":")[0])
     assert json.loads((kept / "run.json").read_text())["cap_w"] == 900 - won_cap
 
@@ -117,7 +135,9 @@ def test_run_at_cap_refuses_an_outdir_inside_a_measured_run_or_a_link(tmp_path, 
     (tmp_path / "empty").mkdir()
     os.symlink(tmp_path / "empty", tmp_path / "link")
     proc = run_cli("run-at-cap", "spec.json", run_dir / "sub", cwd=tmp_path)
-    assert proc.returncode == 2 and f"OUTDIR lies in the measured run {run_dir}" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and f"OUTDIR lies in the measured run {run_dir}" in proc.stderr, (
+        proc.stderr
+    )
     proc = run_cli("run-at-cap", "spec.json", "link", cwd=tmp_path)
     assert proc.returncode == 2 and "link: OUTDIR is a symbolic link" in proc.stderr, proc.stderr
     assert files_of(run_dir) == before and not list((tmp_path / "empty").iterdir())
@@ -125,29 +145,39 @@ def test_run_at_cap_refuses_an_outdir_inside_a_measured_run_or_a_link(tmp_path, 
 
 # --- no command writes into a measured run ------------------------------------------------
 
-@pytest.mark.parametrize("argv", [
-    ["pfi", "sw.csv", "-o", "link/summary.json"],
-    ["pfi", "sw.csv", "-o", "link/new/pfi.csv"],
-    ["stats", "st.csv", "-o", "link/stats.json"],
-    ["allocate", "cv.csv", "--cut", "0.3", "-o", "results/c/runs/g/cap700/run.json"],
-    ["ingest", "sweep-table", "sw.csv", "-o", "link/runs.parquet"],
-    ["offer", "cv.csv", "-o", "results/c/runs/g/cap700/offer.csv"],
-    ["calibrate", "--gpu-check", "check.json", "-o", "link/cal.json"],
-], ids=lambda a: f"{a[0]} -o {a[-1]}")
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["pfi", "sw.csv", "-o", "link/summary.json"],
+        ["pfi", "sw.csv", "-o", "link/new/pfi.csv"],
+        ["stats", "st.csv", "-o", "link/stats.json"],
+        ["allocate", "cv.csv", "--cut", "0.3", "-o", "results/c/runs/g/cap700/run.json"],
+        ["ingest", "sweep-table", "sw.csv", "-o", "link/runs.parquet"],
+        ["offer", "cv.csv", "-o", "results/c/runs/g/cap700/offer.csv"],
+        ["calibrate", "--gpu-check", "check.json", "-o", "link/cal.json"],
+    ],
+    ids=lambda a: f"{a[0]} -o {a[-1]}",
+)
 def test_no_command_writes_into_a_measured_run(tmp_path, run_cli, argv):
     """Before: pfi wrote through the link, allocate replaced the run's run.json (exit 0)."""
     run_dir = measured_run(tmp_path)
     os.symlink(run_dir, tmp_path / "link")
     (tmp_path / "sw.csv").write_text(SWEEPS.format(g="a"))
-    (tmp_path / "st.csv").write_text("group,cluster,pfi_ratio\ng1,dense,1.2\ng2,dense,1.4\ng3,moe,2.0\ng4,moe,2.5\n")
+    (tmp_path / "st.csv").write_text(
+        "group,cluster,pfi_ratio\ng1,dense,1.2\ng2,dense,1.4\ng3,moe,2.0\ng4,moe,2.5\n"
+    )
     (tmp_path / "cv.csv").write_text("job,power_w,throughput\nj1,300,80\nj1,400,95\nj1,500,100\n")
-    (tmp_path / "check.json").write_text(json.dumps({"steps": {"anchor_gemm": _gemm_reading(1740.0, 0.62)}}))
+    (tmp_path / "check.json").write_text(
+        json.dumps({"steps": {"anchor_gemm": _gemm_reading(1740.0, 0.62)}})
+    )
     before = files_of(run_dir)
     proc = run_cli(*argv, cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert f"lies in the measured run {run_dir}" in proc.stderr and "backend cuda" in proc.stderr, proc.stderr
+    assert f"lies in the measured run {run_dir}" in proc.stderr and "backend cuda" in proc.stderr, (
+        proc.stderr
+    )
     assert files_of(run_dir) == before
-
 
 
 def test_control_refuses_an_mv_folder_in_a_measured_run_before_making_it(tmp_path):
@@ -160,6 +190,7 @@ def test_control_refuses_an_mv_folder_in_a_measured_run_before_making_it(tmp_pat
         check_mv_dir(run_dir / "mv")
     assert not (run_dir / "mv").exists()
 
+
 def test_every_command_checks_its_outputs_with_the_measured_run_check():
     """The core's check_outputs cannot know measured runs (the workflow writes their
     summary.json); a command that imported it directly would skip the check."""
@@ -167,11 +198,16 @@ def test_every_command_checks_its_outputs_with_the_measured_run_check():
     for path in sorted(set(COMMANDS.glob("*.py")) - {COMMANDS / "_outputs.py"}):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module == "wattflex.provenance":
-                direct += [f"{path.name}: {a.name}" for a in node.names if a.name in ("check_outputs", "check_writable")]
+                direct += [
+                    f"{path.name}: {a.name}"
+                    for a in node.names
+                    if a.name in ("check_outputs", "check_writable")
+                ]
     assert not direct, direct
 
 
 # --- an output and its sidecar belong together ----------------------------------------------
+
 
 def test_two_pfi_into_one_output_leave_a_csv_with_its_own_sidecar(tmp_path):
     """Before: A's sidecar landed, B's sidecar and CSV landed, then A's CSV: a.csv's groups
@@ -179,12 +215,20 @@ def test_two_pfi_into_one_output_leave_a_csv_with_its_own_sidecar(tmp_path):
     for g in "ab":
         (tmp_path / f"{g}.csv").write_text(SWEEPS.format(g=g))
     argv = ["pfi", "{}.csv", "--mc-samples", "0", "-o", "out.csv"]
-    procs = run_at_once(tmp_path, [{"argv": [a.format("a") for a in argv], "pause": 1.0},
-                                   {"argv": [a.format("b") for a in argv], "delay": 0.3}])
+    procs = run_at_once(
+        tmp_path,
+        [
+            {"argv": [a.format("a") for a in argv], "pause": 1.0},
+            {"argv": [a.format("b") for a in argv], "delay": 0.3},
+        ],
+    )
     assert [p.returncode for p in procs] == [0, 0], [p.stderr for p in procs]
     groups = set(pd.read_csv(tmp_path / "out.csv")["group"])
     sidecar = json.loads((tmp_path / "out.csv.meta.json").read_text())
-    assert [f"{g}.csv" for g in sorted(groups)] == list(sidecar["provenance"]["inputs"]), (groups, sidecar)
+    assert [f"{g}.csv" for g in sorted(groups)] == list(sidecar["provenance"]["inputs"]), (
+        groups,
+        sidecar,
+    )
 
 
 def test_a_sidecar_takes_the_mode_of_its_output(tmp_path, run_cli):
@@ -194,4 +238,6 @@ def test_a_sidecar_takes_the_mode_of_its_output(tmp_path, run_cli):
     assert run_cli(*argv, cwd=tmp_path).returncode == 0
     os.chmod(tmp_path / "out.csv", 0o600)
     assert run_cli(*argv, cwd=tmp_path).returncode == 0
-    assert {(tmp_path / f).stat().st_mode & 0o777 for f in ("out.csv", "out.csv.meta.json")} == {0o600}
+    assert {(tmp_path / f).stat().st_mode & 0o777 for f in ("out.csv", "out.csv.meta.json")} == {
+        0o600
+    }

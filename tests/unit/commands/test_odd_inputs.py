@@ -22,20 +22,33 @@ INPUTS = {
     "offer --config": ["offer", "--config", "IN"],
     "predict --model": ["predict", "t.csv", "--model", "IN"],
     "doctor --configfile": ["doctor", "--configfile", "IN"],
-    "cluster-control --signal": ["cluster-control", "--signal", "IN", "--budget-dir", "bd", "--duration-s", "1"],
+    "cluster-control --signal": [
+        "cluster-control",
+        "--signal",
+        "IN",
+        "--budget-dir",
+        "bd",
+        "--duration-s",
+        "1",
+    ],
     "run-at-cap SPEC": ["run-at-cap", "IN", "out"],
     "calibrate --gpu-check": ["calibrate", "--gpu-check", "IN"],
 }
-KINDS = {"fifo": "is a FIFO (named pipe), not a regular file", "folder": "is a directory, not a file",
-         "/dev/zero": "/dev/zero: is a character device, not a regular file",
-         "sparse 1 GiB": "is 1,024 MiB, over the"}
+KINDS = {
+    "fifo": "is a FIFO (named pipe), not a regular file",
+    "folder": "is a directory, not a file",
+    "/dev/zero": "/dev/zero: is a character device, not a regular file",
+    "sparse 1 GiB": "is 1,024 MiB, over the",
+}
 
 
 @contextmanager
 def no_hang(seconds: int = 30):
     """A command that blocks on opening a FIFO fails the test instead of hanging it."""
+
     def stop(signum, frame):
         raise TimeoutError(f"the command still runs after {seconds} s (blocked opening the input?)")
+
     old = signal.signal(signal.SIGALRM, stop)
     signal.alarm(seconds)
     try:
@@ -72,7 +85,9 @@ def one_line(proc, command: str) -> str:
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("option", INPUTS)
-def test_an_input_that_is_not_a_regular_file_or_too_big_says_what_it_is(tmp_path, option, kind, run_cli):
+def test_an_input_that_is_not_a_regular_file_or_too_big_says_what_it_is(
+    tmp_path, option, kind, run_cli
+):
     (tmp_path / "t.csv").write_text("job,dram_active\nj,0.5\n")
     name = odd_input(tmp_path, kind)
     argv = [name if a == "IN" else a for a in INPUTS[option]]
@@ -91,8 +106,12 @@ def test_offer_refuses_an_absurd_job_count_before_making_its_rows(tmp_path, run_
 
 
 @pytest.mark.parametrize("spec, index", [("0-99999999999", 99999999999), ("0,1024", 1024)])
-def test_control_refuses_a_gpu_index_no_node_has_before_expanding_the_range(tmp_path, run_cli, spec, index):
-    line = one_line(run_cli("control", "--dry-run", "--budget-w", "500", "--job", spec, cwd=tmp_path), "control")
+def test_control_refuses_a_gpu_index_no_node_has_before_expanding_the_range(
+    tmp_path, run_cli, spec, index
+):
+    line = one_line(
+        run_cli("control", "--dry-run", "--budget-w", "500", "--job", spec, cwd=tmp_path), "control"
+    )
     assert f"--job {spec!r}: GPU index {index} is over 1023" in line, line
 
 
@@ -104,6 +123,7 @@ def test_the_sweep_fixture_still_reads(tmp_path, run_cli):
 
 # ---- TypeError on odd tables and models: a UserError naming the column or field -------------
 
+
 def _parquet(tmp_path, name: str, columns: dict) -> str:
     import pandas as pd
 
@@ -111,14 +131,21 @@ def _parquet(tmp_path, name: str, columns: dict) -> str:
     return name
 
 
-SWEEP_COLUMNS = {"group": ["a"] * 3, "cap_w": [300, 400, 500], "power_w": [290, 380, 450], "throughput": [80, 95, 100]}
+SWEEP_COLUMNS = {
+    "group": ["a"] * 3,
+    "cap_w": [300, 400, 500],
+    "power_w": [290, 380, 450],
+    "throughput": [80, 95, 100],
+}
 
 
 @pytest.mark.parametrize("argv", [["pfi", "IN"], ["ingest", "sweep-table", "IN", "-o", "runs.csv"]])
 def test_two_columns_one_name_once_stripped_are_named(tmp_path, run_cli, argv):
     name = _parquet(tmp_path, "dup.parquet", {**SWEEP_COLUMNS, " cap_w": [1, 2, 3]})
     line = one_line(run_cli(*[name if a == "IN" else a for a in argv], cwd=tmp_path), argv[0])
-    assert "dup.parquet: duplicate column name(s) 'cap_w' (blanks around a name do not count" in line, line
+    assert (
+        "dup.parquet: duplicate column name(s) 'cap_w' (blanks around a name do not count" in line
+    ), line
 
 
 def test_allocate_refuses_a_curve_column_given_twice_once_stripped(tmp_path, run_cli):
@@ -127,27 +154,61 @@ def test_allocate_refuses_a_curve_column_given_twice_once_stripped(tmp_path, run
     assert "c.csv: duplicate column name(s) 'power_w'" in line, line
 
 
-@pytest.mark.parametrize("argv, columns, column", [
-    (["pfi", "IN"], {**SWEEP_COLUMNS, "group": [["a"]] * 3}, "group"),
-    (["allocate", "IN", "--cut", "0.2"], {"job": [["a"]] * 3, "power_w": [300, 400, 500], "throughput": [80, 95, 100]},
-     "job"),
-    (["offer", "IN"], {"job": [["a"]] * 3, "power_w": [300, 400, 500], "throughput": [80, 95, 100]}, "job"),
-    (["stats", "IN"], {"group": ["g1", "g2", "g3", "g4"], "cluster": [{"c": "dense"}] * 4, "pfi_ratio": [1.0, 2, 3, 4]},
-     "cluster"),
-])
-def test_a_table_cell_that_holds_a_list_or_map_is_named_by_column(tmp_path, run_cli, argv, columns, column):
+@pytest.mark.parametrize(
+    "argv, columns, column",
+    [
+        (["pfi", "IN"], {**SWEEP_COLUMNS, "group": [["a"]] * 3}, "group"),
+        (
+            ["allocate", "IN", "--cut", "0.2"],
+            {"job": [["a"]] * 3, "power_w": [300, 400, 500], "throughput": [80, 95, 100]},
+            "job",
+        ),
+        (
+            ["offer", "IN"],
+            {"job": [["a"]] * 3, "power_w": [300, 400, 500], "throughput": [80, 95, 100]},
+            "job",
+        ),
+        (
+            ["stats", "IN"],
+            {
+                "group": ["g1", "g2", "g3", "g4"],
+                "cluster": [{"c": "dense"}] * 4,
+                "pfi_ratio": [1.0, 2, 3, 4],
+            },
+            "cluster",
+        ),
+    ],
+)
+def test_a_table_cell_that_holds_a_list_or_map_is_named_by_column(
+    tmp_path, run_cli, argv, columns, column
+):
     name = _parquet(tmp_path, "nested.parquet", columns)
     line = one_line(run_cli(*[name if a == "IN" else a for a in argv], cwd=tmp_path), argv[0])
-    assert f"nested.parquet: cells must hold one number or text each: column {column!r} holds a" in line, line
+    assert (
+        f"nested.parquet: cells must hold one number or text each: column {column!r} holds a"
+        in line
+    ), line
     assert "in row 1" in line, line
 
 
-@pytest.mark.parametrize("model, field", [
-    ({"features": [{}], "coefficients": {}, "intercept": 0.0}, "features: [{}] is not a list of feature names"),
-    ({"features": ["dram_copy_product"], "coefficients": {"dram_copy_product": [1]}, "intercept": 0.0},
-     "coefficients.dram_copy_product: [1] is not a number"),
-    ({"features": [], "coefficients": {}, "intercept": "x"}, "intercept: 'x' is not a number"),
-])
+@pytest.mark.parametrize(
+    "model, field",
+    [
+        (
+            {"features": [{}], "coefficients": {}, "intercept": 0.0},
+            "features: [{}] is not a list of feature names",
+        ),
+        (
+            {
+                "features": ["dram_copy_product"],
+                "coefficients": {"dram_copy_product": [1]},
+                "intercept": 0.0,
+            },
+            "coefficients.dram_copy_product: [1] is not a number",
+        ),
+        ({"features": [], "coefficients": {}, "intercept": "x"}, "intercept: 'x' is not a number"),
+    ],
+)
 def test_a_model_with_odd_features_or_numbers_names_the_field(tmp_path, run_cli, model, field):
     import json
 

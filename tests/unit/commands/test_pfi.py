@@ -14,8 +14,16 @@ import pytest
 from wattflex.cli import main
 from wattflex.provenance import read_json
 
-HEAD = ["group", "n_caps", "pfi_ratio", "pfi_area", "pfi_elasticity", "ci95_low", "ci95_high",
-        "status"]
+HEAD = [
+    "group",
+    "n_caps",
+    "pfi_ratio",
+    "pfi_area",
+    "pfi_elasticity",
+    "ci95_low",
+    "ci95_high",
+    "status",
+]
 
 
 def run_cli(*args):
@@ -35,10 +43,13 @@ def test_happy_path_values_status_and_provenance(repo, tmp_path):
     assert a.model == "llama" and a.gpus == 4  # extra columns carried through
     # noisy-b: the 500 W run beats the uncapped one
     assert b.status == "capped_faster"
-    assert b.pfi_ratio == pytest.approx(((1 - 4000 / 5000) / (1 - 101 / 100)
-                                         + (1 - 4700 / 5000) / (1 - 92 / 100)) / 2)
+    assert b.pfi_ratio == pytest.approx(
+        ((1 - 4000 / 5000) / (1 - 101 / 100) + (1 - 4700 / 5000) / (1 - 92 / 100)) / 2
+    )
     pooled = (101 + 92) / 2  # monotone fit pools the 500 and 600 W runs
-    assert b.pfi_robust == pytest.approx(((1 - 4000 / 5000) + (1 - 4700 / 5000)) / 2 / (1 - pooled / 100))
+    assert b.pfi_robust == pytest.approx(
+        ((1 - 4000 / 5000) + (1 - 4700 / 5000)) / 2 / (1 - pooled / 100)
+    )
     assert math.isnan(a.ci95_low)  # no SEM columns in the input
     meta = read_json(f"{out}.meta.json")
     assert meta["columns"][:8] == HEAD and meta["provenance"]["inputs"]
@@ -73,11 +84,14 @@ def test_non_numeric_value_names_column_and_line(repo, tmp_path, capsys):
     assert not (tmp_path / "o.csv").exists()
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "empty file"),
-    ("group,cap_w,power_w,throughput\n", "no data rows"),
-    ("group,cap_w,power_w,throughput\na,200,800,\n", "line 2: throughput is empty"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "empty file"),
+        ("group,cap_w,power_w,throughput\n", "no data rows"),
+        ("group,cap_w,power_w,throughput\na,200,800,\n", "line 2: throughput is empty"),
+    ],
+)
 def test_empty_inputs(tmp_path, capsys, text, message):
     src = tmp_path / "s.csv"
     src.write_text(text)
@@ -90,8 +104,12 @@ def test_console_script_runs(repo, tmp_path):
     if exe is None:
         pytest.skip("wattflex console script not installed beside this Python")
     out = tmp_path / "pfi.csv"
-    proc = subprocess.run([exe, "pfi", repo / "tests/data/pfi_sweeps.csv", "-o", out],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [exe, "pfi", repo / "tests/data/pfi_sweeps.csv", "-o", out],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "wrote 2 group(s)" in proc.stdout and out.is_file()
 
@@ -101,10 +119,22 @@ def test_real_zeus_a40_sweeps(resources, tmp_path):
     non-ok status saying why not; nothing is inf, nothing silently NaN."""
     src = resources / "external/zeus-nsdi23/summary_power_a40.csv"
     raw = pd.read_csv(src)
-    sweeps = pd.DataFrame({
-        "group": raw.dataset + "/" + raw.network + "/" + raw.batch_size.astype(str) + "/" + raw.optimizer,
-        "cap_w": raw.power_limit, "power_w": raw.average_power, "throughput": 1.0 / raw.time_per_epoch,
-        "dataset": raw.dataset, "network": raw.network})
+    sweeps = pd.DataFrame(
+        {
+            "group": raw.dataset
+            + "/"
+            + raw.network
+            + "/"
+            + raw.batch_size.astype(str)
+            + "/"
+            + raw.optimizer,
+            "cap_w": raw.power_limit,
+            "power_w": raw.average_power,
+            "throughput": 1.0 / raw.time_per_epoch,
+            "dataset": raw.dataset,
+            "network": raw.network,
+        }
+    )
     csv = tmp_path / "zeus_a40.csv"
     sweeps.to_csv(csv, index=False)
     out = tmp_path / "pfi.csv"
@@ -128,6 +158,7 @@ def test_real_zeus_a40_sweeps(resources, tmp_path):
 
 # ---- issue 27 §3: the same input gets the same verdict from `pfi` and `ingest` -----------------
 
+
 def _both(tmp_path, text, capsys):
     src = tmp_path / "s.csv"
     src.write_text(text)
@@ -147,7 +178,9 @@ def test_caps_in_kw_are_refused_by_pfi_as_by_ingest(tmp_path, capsys):
 
 
 def test_one_cap_in_kw_leaves_its_row_out_with_the_ingest_reason(tmp_path, capsys):
-    text = "group,cap_w,power_w,throughput\na,300,290,80\na,400,380,95\na,500,450,100\na,0.2,200,60\n"
+    text = (
+        "group,cap_w,power_w,throughput\na,300,290,80\na,400,380,95\na,500,450,100\na,0.2,200,60\n"
+    )
     assert run_cli(_write(tmp_path, text), "-o", tmp_path / "pfi.csv") == 0
     out = capsys.readouterr().out
     assert "s.csv line 5: cap_w = 0.2 is outside 10-2000 W per GPU" in out, out
@@ -168,8 +201,15 @@ def test_a_table_of_only_invalid_rows_is_an_error_for_pfi_as_for_ingest(tmp_path
 
 
 def test_group_names_with_a_slash_are_accepted_by_both(tmp_path, capsys):
-    text = "".join(["group,cap_w,power_w,throughput\n"] + [f"meta-llama/Llama-3.1-8B,{c},{p},{t}\n"
-                                                          for c, p, t in [(300, 290, 80), (400, 380, 95), (500, 450, 100)]])
+    text = "".join(
+        ["group,cap_w,power_w,throughput\n"]
+        + [
+            f"meta-llama/Llama-3.1-8B,{c},{p},{t}\n"
+            for c, p, t in [(300, 290, 80), (400, 380, 95), (500, 450, 100)]
+        ]
+    )
     pfi, _, ingest, ingest_err = _both(tmp_path, text, capsys)
     assert pfi == ingest == 0, ingest_err
-    assert pd.read_csv(tmp_path / "runs.csv")["group"].unique().tolist() == ["meta-llama/Llama-3.1-8B"]
+    assert pd.read_csv(tmp_path / "runs.csv")["group"].unique().tolist() == [
+        "meta-llama/Llama-3.1-8B"
+    ]

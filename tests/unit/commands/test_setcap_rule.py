@@ -30,25 +30,46 @@ NODE = socket.gethostname().split(".")[0]
 
 
 # ---- what the command prints (any user) -------------------------------------------------------------
-def test_the_install_steps_name_the_wrapper_the_sudoers_rule_and_a_cap_command_the_run_accepts(run_cli, tmp_path):
+def test_the_install_steps_name_the_wrapper_the_sudoers_rule_and_a_cap_command_the_run_accepts(
+    run_cli, tmp_path
+):
     proc = run_cli("setcap-rule", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "wattflex setcap-rule --part wrapper > /root/wattflex-setcap" in out
-    assert "install -m 0755 -o root -g root /root/wattflex-setcap /usr/local/sbin/wattflex-setcap" in out
-    assert "%wattflex ALL=(root) NOPASSWD: /usr/local/sbin/wattflex-setcap" in out and "visudo -cf" in out
+    assert (
+        "install -m 0755 -o root -g root /root/wattflex-setcap /usr/local/sbin/wattflex-setcap"
+        in out
+    )
+    assert (
+        "%wattflex ALL=(root) NOPASSWD: /usr/local/sbin/wattflex-setcap" in out
+        and "visudo -cf" in out
+    )
     assert "cap_command: sudo -n /usr/local/sbin/wattflex-setcap {gpu} {watts}" in out
     cmd = run_cli("setcap-rule", "--part", "cap-command", cwd=tmp_path).stdout.strip()
     assert cmd == "sudo -n /usr/local/sbin/wattflex-setcap {gpu} {watts}"
-    command_setter(cmd)                       # the run's template check accepts it
+    command_setter(cmd)  # the run's template check accepts it
 
 
 def test_the_wrapper_part_is_the_shipped_script_with_the_given_paths(run_cli, tmp_path, repo):
-    proc = run_cli("setcap-rule", "--part", "wrapper", "--nvidia-smi", "/opt/nv/bin/nvidia-smi",
-                   "--squeue", "/opt/slurm/bin/squeue", "--node-name", "gpu01", cwd=tmp_path)
+    proc = run_cli(
+        "setcap-rule",
+        "--part",
+        "wrapper",
+        "--nvidia-smi",
+        "/opt/nv/bin/nvidia-smi",
+        "--squeue",
+        "/opt/slurm/bin/squeue",
+        "--node-name",
+        "gpu01",
+        cwd=tmp_path,
+    )
     text = proc.stdout
     assert text.startswith("#!/usr/bin/python3 -I\n")
-    assert '\nNVIDIA_SMI = "/opt/nv/bin/nvidia-smi"\n' in text and '\nSQUEUE = "/opt/slurm/bin/squeue"\n' in text
+    assert (
+        '\nNVIDIA_SMI = "/opt/nv/bin/nvidia-smi"\n' in text
+        and '\nSQUEUE = "/opt/slurm/bin/squeue"\n' in text
+    )
     assert '\nSCONTROL = "/usr/bin/scontrol"\n' in text and '\nNODE_NAME = "gpu01"' in text
     shipped = (repo / "slurm" / "wattflex-setcap").read_text()
     assert len(text.splitlines()) == len(shipped.splitlines())
@@ -56,14 +77,25 @@ def test_the_wrapper_part_is_the_shipped_script_with_the_given_paths(run_cli, tm
     assert os.stat(repo / "slurm" / "wattflex-setcap").st_mode & 0o111
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--group", "wheel ALL=(ALL) ALL"], "--group 'wheel ALL=(ALL) ALL': expected a user or group name"),
-    (["--user", "a,b"], "--user 'a,b': expected a user or group name"),
-    (["--path", "bin/setcap"], "--path 'bin/setcap': expected an absolute path"),
-    (["--nvidia-smi", '/x/"; import os'], "--nvidia-smi '/x/\"; import os': expected an absolute path"),
-    (["--node-name", "a b"], "--node-name 'a b': expected a host name"),
-])
-def test_names_and_paths_that_would_change_the_rule_or_the_script_are_refused(run_cli, tmp_path, args, message):
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--group", "wheel ALL=(ALL) ALL"],
+            "--group 'wheel ALL=(ALL) ALL': expected a user or group name",
+        ),
+        (["--user", "a,b"], "--user 'a,b': expected a user or group name"),
+        (["--path", "bin/setcap"], "--path 'bin/setcap': expected an absolute path"),
+        (
+            ["--nvidia-smi", '/x/"; import os'],
+            "--nvidia-smi '/x/\"; import os': expected an absolute path",
+        ),
+        (["--node-name", "a b"], "--node-name 'a b': expected a host name"),
+    ],
+)
+def test_names_and_paths_that_would_change_the_rule_or_the_script_are_refused(
+    run_cli, tmp_path, args, message
+):
     proc = run_cli("setcap-rule", *args, cwd=tmp_path)
     assert proc.returncode == 2 and message in proc.stderr and proc.stdout == ""
 
@@ -71,7 +103,8 @@ def test_names_and_paths_that_would_change_the_rule_or_the_script_are_refused(ru
 # ---- the wrapper behind real sudo, as a non-root user ----------------------------------------------
 needs_root_sudo = pytest.mark.skipif(
     os.geteuid() != 0 or not all(shutil.which(p) for p in ("sudo", "visudo", "setpriv")),
-    reason="installing a sudoers rule and switching to uid 65534 needs root, sudo, visudo and setpriv")
+    reason="installing a sudoers rule and switching to uid 65534 needs root, sudo, visudo and setpriv",
+)
 
 
 @pytest.fixture
@@ -83,7 +116,10 @@ def rig(run_cli, tmp_path):
     where.chmod(0o755)
     dropin = Path("/etc/sudoers.d") / f"wattflex_test_{secrets.token_hex(4)}"
     try:
-        for fake, names in (("fake_nvidia_smi.py", ["nvidia-smi"]), ("fake_slurm_jobs.py", ["squeue", "scontrol"])):
+        for fake, names in (
+            ("fake_nvidia_smi.py", ["nvidia-smi"]),
+            ("fake_slurm_jobs.py", ["squeue", "scontrol"]),
+        ):
             for name in names:
                 shutil.copy(FAKES / fake, where / name)
                 (where / name).chmod(0o755)
@@ -92,12 +128,24 @@ def rig(run_cli, tmp_path):
         os.environ.pop(fake_pynvml.STATE_ENV)
         (where / "gpus.json").chmod(0o644)
         wrapper = where / "wattflex-setcap"
-        made = run_cli("setcap-rule", "--part", "wrapper", "--nvidia-smi", where / "nvidia-smi",
-                       "--squeue", where / "squeue", "--scontrol", where / "scontrol", cwd=tmp_path)
+        made = run_cli(
+            "setcap-rule",
+            "--part",
+            "wrapper",
+            "--nvidia-smi",
+            where / "nvidia-smi",
+            "--squeue",
+            where / "squeue",
+            "--scontrol",
+            where / "scontrol",
+            cwd=tmp_path,
+        )
         assert made.returncode == 0, made.stderr
         wrapper.write_text(made.stdout + "\n")
         wrapper.chmod(0o755)
-        rule = run_cli("setcap-rule", "--part", "sudoers", "--user", "nobody", "--path", wrapper, cwd=tmp_path).stdout
+        rule = run_cli(
+            "setcap-rule", "--part", "sudoers", "--user", "nobody", "--path", wrapper, cwd=tmp_path
+        ).stdout
         assert rule.startswith(f"nobody ALL=(root) NOPASSWD: {wrapper}")
         candidate = tmp_path / "sudoers"
         candidate.write_text(rule + "\n")
@@ -121,13 +169,32 @@ JOB_IDS = itertools.count(4001)
 
 def job(uid=NOBODY, user="nobody", state="RUNNING", **nodes) -> dict:
     """A SLURM job of ``uid``: its GPU indices per node (default GPUs 0-1 on this node)."""
-    return {"id": next(JOB_IDS), "uid": uid, "user": user, "state": state, "nodes": nodes or {NODE: "0-1"}}
+    return {
+        "id": next(JOB_IDS),
+        "uid": uid,
+        "user": user,
+        "state": state,
+        "nodes": nodes or {NODE: "0-1"},
+    }
 
 
 def as_nobody_sudo(where: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                           "sudo", "-n", str(where / "wattflex-setcap"), *args],
-                          capture_output=True, text=True, cwd="/", env=env or {"PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            "sudo",
+            "-n",
+            str(where / "wattflex-setcap"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env=env or {"PATH": "/usr/bin:/bin"},
+    )
 
 
 def set_calls(where: Path) -> list[list[str]]:
@@ -142,20 +209,39 @@ def test_sudo_lets_a_job_user_cap_the_gpus_of_their_job_and_nothing_else(rig):
     for gpu, watts in (("0", "300"), ("1", "700"), ("1", "200")):
         r = as_nobody_sudo(rig, gpu, watts)
         assert r.returncode == 0, r.stderr
-    assert set_calls(rig) == [["-i", "0", "-pl", "300"], ["-i", "1", "-pl", "700"], ["-i", "1", "-pl", "200"]]
-    assert [g["limit_mw"] for g in fake_pynvml_state(rig)["gpus"]] == [300_000, 200_000, 700_000, 700_000]
+    assert set_calls(rig) == [
+        ["-i", "0", "-pl", "300"],
+        ["-i", "1", "-pl", "700"],
+        ["-i", "1", "-pl", "200"],
+    ]
+    assert [g["limit_mw"] for g in fake_pynvml_state(rig)["gpus"]] == [
+        300_000,
+        200_000,
+        700_000,
+        700_000,
+    ]
 
-    refusals = {("2", "300"): "GPU 2 is not a GPU of a running SLURM job of uid 65534",   # alice's GPU
-                ("7", "300"): "GPU 7 is not a GPU",
-                ("0", "199"): "199 W is outside GPU 0's range 200-700 W",
-                ("0", "701"): "701 W is outside GPU 0's range 200-700 W"}
-    refusals |= {("0", w): f"WATTS {w!r} is not a plain integer" for w in ("300.5", "3e2", "0x12c", "+300", " 300",
-                                                                           "٣٠٠", "-1", "")}
-    refusals |= {(g, "300"): f"GPU {g!r} is not a plain integer" for g in ("-1", "0,1", "all", "00000000:01:00.0")}
+    refusals = {
+        ("2", "300"): "GPU 2 is not a GPU of a running SLURM job of uid 65534",  # alice's GPU
+        ("7", "300"): "GPU 7 is not a GPU",
+        ("0", "199"): "199 W is outside GPU 0's range 200-700 W",
+        ("0", "701"): "701 W is outside GPU 0's range 200-700 W",
+    }
+    refusals |= {
+        ("0", w): f"WATTS {w!r} is not a plain integer"
+        for w in ("300.5", "3e2", "0x12c", "+300", " 300", "٣٠٠", "-1", "")
+    }
+    refusals |= {
+        (g, "300"): f"GPU {g!r} is not a plain integer"
+        for g in ("-1", "0,1", "all", "00000000:01:00.0")
+    }
     for (gpu, watts), message in refusals.items():
         r = as_nobody_sudo(rig, gpu, watts)
         assert r.returncode == 2 and message in r.stderr, (gpu, watts, r.stderr)
-    assert as_nobody_sudo(rig, "0").returncode == 2 and as_nobody_sudo(rig, "0", "300", "1").returncode == 2
+    assert (
+        as_nobody_sudo(rig, "0").returncode == 2
+        and as_nobody_sudo(rig, "0", "300", "1").returncode == 2
+    )
     assert len(set_calls(rig)) == 3
 
 
@@ -164,8 +250,12 @@ def test_no_running_job_here_no_cap(rig):
     for entries in ([], [job(state="PENDING")], [job(**{"othernode": "0-1"})]):
         jobs(rig, *entries)
         r = as_nobody_sudo(rig, "0", "300")
-        assert r.returncode == 2 and f"GPU 0 is not a GPU of a running SLURM job of uid 65534 on {NODE} " \
-                                     f"(its GPUs here: none)" in r.stderr, r.stderr
+        assert (
+            r.returncode == 2
+            and f"GPU 0 is not a GPU of a running SLURM job of uid 65534 on {NODE} "
+            f"(its GPUs here: none)"
+            in r.stderr
+        ), r.stderr
     assert set_calls(rig) == []
 
 
@@ -180,8 +270,12 @@ def test_the_callers_environment_chooses_nothing(rig, tmp_path):
             (evil / name).write_text(f"#!/bin/sh\ntouch {evil}/ran-{name}\necho 1000\n")
             (evil / name).chmod(0o755)
         jobs(rig, job(uid=1000, user="alice", **{NODE: "0-3"}))
-        r = as_nobody_sudo(rig, "3", "300", env={"PATH": f"{evil}:/usr/bin:/bin", "SUDO_UID": "1000"})
-        assert r.returncode == 2 and "not a GPU of a running SLURM job of uid 65534" in r.stderr, r.stderr
+        r = as_nobody_sudo(
+            rig, "3", "300", env={"PATH": f"{evil}:/usr/bin:/bin", "SUDO_UID": "1000"}
+        )
+        assert r.returncode == 2 and "not a GPU of a running SLURM job of uid 65534" in r.stderr, (
+            r.stderr
+        )
         assert list(evil.glob("ran-*")) == [] and set_calls(rig) == []
     finally:
         shutil.rmtree(evil, ignore_errors=True)
@@ -192,8 +286,22 @@ def test_without_the_sudoers_rule_sudo_refuses_and_nothing_is_set(rig):
     jobs(rig, job())
     other = rig / "other-setcap"
     shutil.copy(rig / "wattflex-setcap", other)
-    r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "sudo", "-n",
-                        str(other), "0", "300"], capture_output=True, text=True, cwd="/")
+    r = subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            "sudo",
+            "-n",
+            str(other),
+            "0",
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
     assert r.returncode == 1 and "password is required" in r.stderr
     assert set_calls(rig) == []
 
@@ -207,45 +315,68 @@ def test_a_capguard_in_command_mode_caps_and_restores_as_the_job_user(rig, run_c
     """End to end as uid 65534: NvmlGpu reads the FAKE NVML GPUs, CapGuard sets 300 W through
     ``sudo -n wrapper {gpu} {watts}`` and puts the original 700 W back on exit."""
     jobs(rig, job())
-    cap_command = run_cli("setcap-rule", "--part", "cap-command", "--path", rig / "wattflex-setcap",
-                          cwd=tmp_path).stdout.strip()
+    cap_command = run_cli(
+        "setcap-rule", "--part", "cap-command", "--path", rig / "wattflex-setcap", cwd=tmp_path
+    ).stdout.strip()
     state = Path(tempfile.mkdtemp(prefix="wattflex_state_"))
     os.chown(state, NOBODY, NOBODY)
-    code = ("import sys, json; sys.path[:0] = [%r]; import fake_pynvml; sys.modules['pynvml'] = fake_pynvml\n"  # noqa: UP031
-            "from wattflex.runs.devices.caps import CapGuard, limit_setter\n"
-            "from wattflex.runs.devices.nvml import NvmlGpu\n"
-            "gpus = [NvmlGpu(i, set_limit=limit_setter('command', %r), gpm=False) for i in (0, 1)]\n"
-            "with CapGuard(gpus, 300, mode='command', command=%r, state_dir=%r, handle_signals=False) as g:\n"
-            "    during = [x['limit_mw'] for x in fake_pynvml.state()['gpus']]\n"
-            "print(json.dumps({'during': during, 'record': g.record()}))\n") % (
-        str(FAKES), cap_command, cap_command, str(state / "caps"))
+    code = (  # noqa: UP031
+        "import sys, json; sys.path[:0] = [%r]; import fake_pynvml; sys.modules['pynvml'] = fake_pynvml\n"
+        "from wattflex.runs.devices.caps import CapGuard, limit_setter\n"
+        "from wattflex.runs.devices.nvml import NvmlGpu\n"
+        "gpus = [NvmlGpu(i, set_limit=limit_setter('command', %r), gpm=False) for i in (0, 1)]\n"
+        "with CapGuard(gpus, 300, mode='command', command=%r, state_dir=%r, handle_signals=False) as g:\n"
+        "    during = [x['limit_mw'] for x in fake_pynvml.state()['gpus']]\n"
+        "print(json.dumps({'during': during, 'record': g.record()}))\n"
+    ) % (str(FAKES), cap_command, cap_command, str(state / "caps"))
     try:
         r = python_as_nobody(code, {fake_pynvml.STATE_ENV: str(rig / "gpus.json")})
         assert r.returncode == 0, r.stderr[-2000:]
         out = json.loads(r.stdout.splitlines()[-1])
         assert out["during"][:2] == [300_000, 300_000]
         assert [g["limit_mw"] for g in fake_pynvml_state(rig)["gpus"]][:2] == [700_000, 700_000]
-        assert set_calls(rig) == [["-i", "0", "-pl", "300"], ["-i", "1", "-pl", "300"],
-                                  ["-i", "0", "-pl", "700"], ["-i", "1", "-pl", "700"]]
+        assert set_calls(rig) == [
+            ["-i", "0", "-pl", "300"],
+            ["-i", "1", "-pl", "300"],
+            ["-i", "0", "-pl", "700"],
+            ["-i", "1", "-pl", "700"],
+        ]
     finally:
         shutil.rmtree(state, ignore_errors=True)
 
 
 def python_as_nobody(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
     repo = FAKES.parents[1]
-    return subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
-                           "-c", code], capture_output=True, text=True, cwd="/",
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{repo / 'workflow_scripts'}:{repo}",
-                               **(env or {})})
+    return subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            code,
+        ],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": f"{repo / 'workflow_scripts'}:{repo}",
+            **(env or {}),
+        },
+    )
 
 
 @needs_root_sudo
 def test_doctor_asks_sudo_whether_the_job_user_may_run_the_cap_command(rig):
     """doctor's ``sudo -n -l`` check as uid 65534: the installed rule's wrapper is allowed, any
     other program is not (sudo lists it silently as not allowed); neither is run."""
-    code = ("import json; from wattflex.doctor import sudo_refusal\n"
-            f"print(json.dumps([sudo_refusal(['sudo', '-n', {str(rig / 'wattflex-setcap')!r}, '0', '300']), "
-            f"sudo_refusal(['sudo', '-n', {str(rig / 'nvidia-smi')!r}, '-i', '0', '-pl', '300'])]))")
+    code = (
+        "import json; from wattflex.doctor import sudo_refusal\n"
+        f"print(json.dumps([sudo_refusal(['sudo', '-n', {str(rig / 'wattflex-setcap')!r}, '0', '300']), "
+        f"sudo_refusal(['sudo', '-n', {str(rig / 'nvidia-smi')!r}, '-i', '0', '-pl', '300'])]))"
+    )
     r = python_as_nobody(code)
     assert r.returncode == 0, r.stderr[-2000:]
     allowed, refused = json.loads(r.stdout.splitlines()[-1])

@@ -23,14 +23,21 @@ from wattflex.runs.devices.emulated import stable_seed
 from wattflex.runs.emulator import JobSpec, gpu_leakages, job_at_cap
 
 GROUPS = ["dense-pt-qwen32b-x8-compile", "moe-ft-qwen30ba3b-x8", "moe-pt-gptoss20b-x8-ep8-compile"]
-MODEL = {"features": ["dram_copy_product"], "coefficients": {"dram_copy_product": 0.08}, "intercept": 1.2}
+MODEL = {
+    "features": ["dram_copy_product"],
+    "coefficients": {"dram_copy_product": 0.08},
+    "intercept": 1.2,
+}
 STEP_W = 25.0
 
 
 @pytest.fixture(scope="module")
 def campaign(default_config):
-    gs = [{**g, "model_facts": default_config["_catalog"][g["model"]]} for g in groups(default_config)
-          if g["id"] in GROUPS]
+    gs = [
+        {**g, "model_facts": default_config["_catalog"][g["model"]]}
+        for g in groups(default_config)
+        if g["id"] in GROUPS
+    ]
     return gs, default_config["seed"]
 
 
@@ -41,19 +48,38 @@ def tables(campaign):
 
 
 def small_cluster(**kw):
-    base = dict(gpus=48, mix="random", mean_interarrival_s=150, duration_median_s=1200, duration_sigma=0.5, duration_min_s=300,
-                duration_max_s=3600, startup_s=60, checkpoint_every_s=600, checkpoint_s=20)
+    base = dict(
+        gpus=48,
+        mix="random",
+        mean_interarrival_s=150,
+        duration_median_s=1200,
+        duration_sigma=0.5,
+        duration_min_s=300,
+        duration_max_s=3600,
+        startup_s=60,
+        checkpoint_every_s=600,
+        checkpoint_s=20,
+    )
     return ClusterConfig(**{**base, **kw})
 
 
 def cut_scenario(cut=0.3, **kw):
-    sig = Signal(np.array([0, 300, 300, 2100, 2100, 2400.0]), np.array([1, 1, 1 - cut, 1 - cut, 1, 1]))
+    sig = Signal(
+        np.array([0, 300, 300, 2100, 2100, 2400.0]), np.array([1, 1, 1 - cut, 1 - cut, 1, 1])
+    )
     return Scenario("test-cut", sig, response_s=30, **kw)
 
 
 def run(tables, seed=1, scenario=None, **cfg):
-    return simulate(tables, scenario or cut_scenario(), list(CONTROL_POLICIES), ControlConfig(cap_step_w=STEP_W, **cfg),
-                    small_cluster(), seed, MODEL)
+    return simulate(
+        tables,
+        scenario or cut_scenario(),
+        list(CONTROL_POLICIES),
+        ControlConfig(cap_step_w=STEP_W, **cfg),
+        small_cluster(),
+        seed,
+        MODEL,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +99,7 @@ def test_truth_table_holds_job_at_cap_at_every_grid_cap(campaign, tables):
         assert tables.cap_w[i] == cap
         assert tables.metrics["power_w"][row, i] == pytest.approx(st.power_w)
         assert tables.metrics["tokens_per_s"][row, i] == pytest.approx(st.tokens_per_s)
-    assert np.all(np.diff(tables.metrics["power_w"], axis=1) >= -1e-9)        # more cap, never less power
+    assert np.all(np.diff(tables.metrics["power_w"], axis=1) >= -1e-9)  # more cap, never less power
 
 
 def test_tables_refuse_a_grid_with_holes(tables, campaign):
@@ -88,7 +114,9 @@ def test_tables_refuse_a_grid_with_holes(tables, campaign):
 def test_schedule_is_seeded_fifo_and_never_oversubscribes(tables):
     cc = small_cluster()
     one = draw_schedule(tables.groups, cc, 3600, 5.0, np.random.default_rng(7))
-    pd.testing.assert_frame_equal(one, draw_schedule(tables.groups, cc, 3600, 5.0, np.random.default_rng(7)))
+    pd.testing.assert_frame_equal(
+        one, draw_schedule(tables.groups, cc, 3600, 5.0, np.random.default_rng(7))
+    )
     assert not one.equals(draw_schedule(tables.groups, cc, 3600, 5.0, np.random.default_rng(8)))
     assert one["initial"].any() and (~one["initial"]).any()
     for t in np.arange(0, 3600, 5.0):
@@ -96,7 +124,7 @@ def test_schedule_is_seeded_fifo_and_never_oversubscribes(tables):
         assert running["gpus"].sum() <= cc.gpus
         assert running["slot"].is_unique
     arrived = one[~one["initial"]]
-    assert (np.diff(arrived["start_s"].to_numpy()) >= 0).all()       # first come, first served
+    assert (np.diff(arrived["start_s"].to_numpy()) >= 0).all()  # first come, first served
     assert (arrived["start_s"] >= arrived["arrive_s"]).all()
     assert np.allclose(one[["start_s", "end_s"]] % 5.0, 0)
 
@@ -105,23 +133,37 @@ def test_every_controller_keeps_the_budget_within_tolerance_after_the_response_t
     s = summarize(result).set_index("policy")
     tol = ControlConfig().tolerance
     event = np.isfinite(result.required_w)
-    assert event.sum() >= 1700                                          # the cut, minus nothing
+    assert event.sum() >= 1700  # the cut, minus nothing
     for r, name in enumerate(result.rows):
         if name == "uncapped":
             continue
         excess = result.power_w[r, event] - result.required_w[event] * (1 + tol)
-        assert excess.max() <= 0, f"{name} exceeded the budget by {excess.max():.0f} W beyond the tolerance"
-        assert s.loc[name, "worst_overshoot_frac"] <= tol and s.loc[name, "seconds_beyond_tolerance"] == 0
-    assert s.loc["uncapped", "seconds_beyond_tolerance"] > 1000          # without control the cut is missed
+        assert excess.max() <= 0, (
+            f"{name} exceeded the budget by {excess.max():.0f} W beyond the tolerance"
+        )
+        assert (
+            s.loc[name, "worst_overshoot_frac"] <= tol
+            and s.loc[name, "seconds_beyond_tolerance"] == 0
+        )
+    assert s.loc["uncapped", "seconds_beyond_tolerance"] > 1000  # without control the cut is missed
     # the cut is met within the response time: power falls under the new budget in <= 30 s
     first = np.flatnonzero(event)[0]
     for r, name in enumerate(result.rows[:-1]):
-        assert (result.power_w[r, first + 30:first + 60] <= result.budget_w[first + 30:first + 60] * (1 + tol)).all()
+        assert (
+            result.power_w[r, first + 30 : first + 60]
+            <= result.budget_w[first + 30 : first + 60] * (1 + tol)
+        ).all()
 
 
 def test_summary_has_the_contract_columns_and_the_oracle_is_the_reference(result):
     s = summarize(result)
-    assert list(s.columns[:5]) == ["policy", "worst_overshoot_w", "seconds_above_budget", "tokens", "tokens_vs_oracle"]
+    assert list(s.columns[:5]) == [
+        "policy",
+        "worst_overshoot_w",
+        "seconds_above_budget",
+        "tokens",
+        "tokens_vs_oracle",
+    ]
     assert list(s["policy"]) == list(CONTROL_POLICIES) + ["oracle", "uncapped"]
     by = s.set_index("policy")
     assert by.loc["oracle", "tokens_vs_oracle"] == 1.0
@@ -129,8 +171,12 @@ def test_summary_has_the_contract_columns_and_the_oracle_is_the_reference(result
     assert (by["tokens"] <= by.loc["uncapped", "tokens"] * (1 + 1e-9)).all()
     assert by.loc["online-learning", "tokens"] > by.loc["equal-weight", "tokens"]
     jobs = result.jobs
-    assert len(jobs) == result.tokens.shape[1] and {"pfi_true", "pfi_prior", "pfi_learned"} <= set(jobs.columns)
-    assert np.allclose(jobs[[f"tokens:{p}" for p in result.rows]].sum().to_numpy(), s["tokens"].to_numpy())
+    assert len(jobs) == result.tokens.shape[1] and {"pfi_true", "pfi_prior", "pfi_learned"} <= set(
+        jobs.columns
+    )
+    assert np.allclose(
+        jobs[[f"tokens:{p}" for p in result.rows]].sum().to_numpy(), s["tokens"].to_numpy()
+    )
 
 
 def test_simulation_is_deterministic_per_seed(tables, result):
@@ -142,14 +188,19 @@ def test_simulation_is_deterministic_per_seed(tables, result):
 
 
 def test_stale_telemetry_in_the_cluster_falls_back_and_stays_within_the_budget(tables):
-    res = run(tables, scenario=cut_scenario(telemetry_dropouts=[{"start_s": 900, "duration_s": 300, "fraction": 1.0}]))
+    res = run(
+        tables,
+        scenario=cut_scenario(
+            telemetry_dropouts=[{"start_s": 900, "duration_s": 300, "fraction": 1.0}]
+        ),
+    )
     s = summarize(res).set_index("policy")
     ctl = list(CONTROL_POLICIES)
     assert (s.loc[ctl, "fallback_job_s"] > 0).all() and s.loc["oracle", "fallback_job_s"] == 0
     assert (s.loc[ctl, "seconds_beyond_tolerance"] == 0).all()
     # during the outage every job sits on the same per-GPU cap: equal weight, whatever the policy
     during = (res.t_s >= 1000) & (res.t_s < 1200)
-    spread = res.power_w[:len(ctl), during].std(0) / res.power_w[:len(ctl), during].mean(0)
+    spread = res.power_w[: len(ctl), during].std(0) / res.power_w[: len(ctl), during].mean(0)
     assert spread.max() < 0.01
 
 
@@ -167,11 +218,26 @@ def test_budget_basis_baseline_is_held_uncapped_follows_the_jobs(tables):
 
 def test_a_multi_feature_predictor_model_gives_priors_and_the_loop_still_holds_the_budget(tables):
     """Any predictor feature set works (a change of `predictor.features` crashed this stage)."""
-    model = {"features": ["dram_copy_product", "arithmetic_intensity", "is_moe", "is_lora", "log2_gpus"],
-             "coefficients": {"dram_copy_product": 0.05, "arithmetic_intensity": -0.02, "is_moe": 0.2,
-                              "is_lora": 0.1, "log2_gpus": 0.01}, "intercept": 1.1}
-    res = simulate(tables, cut_scenario(), ["equal-weight", "online-learning"], ControlConfig(cap_step_w=STEP_W),
-                   small_cluster(), 1, model)
+    model = {
+        "features": ["dram_copy_product", "arithmetic_intensity", "is_moe", "is_lora", "log2_gpus"],
+        "coefficients": {
+            "dram_copy_product": 0.05,
+            "arithmetic_intensity": -0.02,
+            "is_moe": 0.2,
+            "is_lora": 0.1,
+            "log2_gpus": 0.01,
+        },
+        "intercept": 1.1,
+    }
+    res = simulate(
+        tables,
+        cut_scenario(),
+        ["equal-weight", "online-learning"],
+        ControlConfig(cap_step_w=STEP_W),
+        small_cluster(),
+        1,
+        model,
+    )
     s = summarize(res).set_index("policy")
     tol = ControlConfig().tolerance
     assert (s.loc[["equal-weight", "online-learning"], "seconds_beyond_tolerance"] == 0).all()

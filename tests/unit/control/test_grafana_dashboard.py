@@ -15,10 +15,21 @@ from wattflex.control.exporter import metric_names
 def lost_fields(doc, back, path=""):
     """Paths of ``doc`` that the round trip through the model dropped or changed."""
     if isinstance(doc, dict):
-        return [p for k, v in doc.items() for p in ([f"{path}/{k}"] if k not in back else lost_fields(v, back[k], f"{path}/{k}"))]
+        return [
+            p
+            for k, v in doc.items()
+            for p in ([f"{path}/{k}"] if k not in back else lost_fields(v, back[k], f"{path}/{k}"))
+        ]
     if isinstance(doc, list):
-        return [f"{path}: length"] if len(doc) != len(back) else \
-            [p for i, (a, b) in enumerate(zip(doc, back)) for p in lost_fields(a, b, f"{path}[{i}]")]
+        return (
+            [f"{path}: length"]
+            if len(doc) != len(back)
+            else [
+                p
+                for i, (a, b) in enumerate(zip(doc, back))
+                for p in lost_fields(a, b, f"{path}[{i}]")
+            ]
+        )
     return [] if doc == back else [path]
 
 

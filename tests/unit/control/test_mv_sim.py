@@ -15,7 +15,9 @@ RAMP_W_PER_S = 300.0
 
 @pytest.fixture(scope="module")
 def event_run(tables):  # noqa: F811
-    sched = Schedule((Event("ev30", 300, 1200, fraction=0.7, ramp_w_per_s=RAMP_W_PER_S, deadline_s=30),))
+    sched = Schedule(
+        (Event("ev30", 300, 1200, fraction=0.7, ramp_w_per_s=RAMP_W_PER_S, deadline_s=30),)
+    )
     sc = Scenario("ev30", sched, response_s=30, tail_s=300)
     cfg = ControlConfig(cap_step_w=STEP_W, restore_stagger_s=10)
     res = simulate(tables, sc, ["equal-weight", "curve-aware"], cfg, small_cluster(), 3, MODEL)
@@ -26,8 +28,10 @@ def test_the_budget_follows_the_ramp_and_every_controller_meets_the_event(event_
     res, sched = event_run
     b = res.budget_w
     start = 300
-    ramp = -np.diff(b[start:start + 30])
-    assert np.isfinite(b[start:1200]).all() and (ramp[np.isfinite(ramp)] <= RAMP_W_PER_S + 1e-6).all()
+    ramp = -np.diff(b[start : start + 30])
+    assert (
+        np.isfinite(b[start:1200]).all() and (ramp[np.isfinite(ramp)] <= RAMP_W_PER_S + 1e-6).all()
+    )
     mv, intervals = simulation_mv(res, sched, 30, pre_s=60, interval_s=60)
     mv = mv.set_index("policy")
     tol = ControlConfig().tolerance
@@ -48,7 +52,9 @@ def test_the_budget_follows_the_ramp_and_every_controller_meets_the_event(event_
 def test_staggered_restore_brings_the_load_back_more_slowly_than_all_at_once(tables, event_run):  # noqa: F811
     res, sched = event_run
     sc = Scenario("ev30", sched, response_s=30, tail_s=300)
-    at_once = simulate(tables, sc, ["equal-weight"], ControlConfig(cap_step_w=STEP_W), small_cluster(), 3, MODEL)
+    at_once = simulate(
+        tables, sc, ["equal-weight"], ControlConfig(cap_step_w=STEP_W), small_cluster(), 3, MODEL
+    )
     staggered = np.diff(res.power_w[0, 1200:1400]).max()
     burst = np.diff(at_once.power_w[0, 1200:1400]).max()
     assert staggered < burst

@@ -18,11 +18,26 @@ PERIOD_S = 5.0
 
 
 def quiet_run(tables, ramp_w_per_s):  # noqa: F811
-    cc = small_cluster(mean_interarrival_s=1e9, duration_min_s=1e6, duration_max_s=1e6, duration_median_s=1e6,
-                       checkpoint_every_s=1e9, power_noise=0.0)
-    sched = Schedule((Event("ev30", 300, 900, fraction=0.7, ramp_w_per_s=ramp_w_per_s, deadline_s=150),))
-    return simulate(tables, Scenario("ev30", sched, response_s=150, tail_s=300), ["equal-weight", "curve-aware"],
-                    ControlConfig(cap_step_w=STEP_W, period_s=PERIOD_S), cc, 3, MODEL)
+    cc = small_cluster(
+        mean_interarrival_s=1e9,
+        duration_min_s=1e6,
+        duration_max_s=1e6,
+        duration_median_s=1e6,
+        checkpoint_every_s=1e9,
+        power_noise=0.0,
+    )
+    sched = Schedule(
+        (Event("ev30", 300, 900, fraction=0.7, ramp_w_per_s=ramp_w_per_s, deadline_s=150),)
+    )
+    return simulate(
+        tables,
+        Scenario("ev30", sched, response_s=150, tail_s=300),
+        ["equal-weight", "curve-aware"],
+        ControlConfig(cap_step_w=STEP_W, period_s=PERIOD_S),
+        cc,
+        3,
+        MODEL,
+    )
 
 
 def worst_move_w(p: np.ndarray, window_s: int) -> tuple[float, float]:
@@ -38,7 +53,7 @@ def ramped(tables):  # noqa: F811
 
 def test_every_controller_and_the_oracle_move_their_load_at_most_at_the_ramp(ramped, tables):  # noqa: F811
     res = ramped
-    assert np.ptp(res.power_w[res.rows.index("uncapped")]) == 0          # quiet: only caps move the load
+    assert np.ptp(res.power_w[res.rows.index("uncapped")]) == 0  # quiet: only caps move the load
     window = 30
     # a window of 30 s holds at most 7 cap steps (one period on either side, the firmware settling
     # in between), each within ramp x period. The limit holds the load the caps are *estimated*
@@ -49,9 +64,9 @@ def test_every_controller_and_the_oracle_move_their_load_at_most_at_the_ramp(ram
     for name in ("equal-weight", "curve-aware", "oracle"):
         p = res.power_w[res.rows.index(name)]
         fall, rise = worst_move_w(p, window)
-        assert 0.5 * RAMP_W_PER_S * window < fall <= allow, (name, fall)       # it moves, and no faster
+        assert 0.5 * RAMP_W_PER_S * window < fall <= allow, (name, fall)  # it moves, and no faster
         assert 0.5 * RAMP_W_PER_S * window < rise <= allow, (name, rise)
-        assert p[-1] == pytest.approx(p[0], rel=1e-3), name                      # restored by the end
+        assert p[-1] == pytest.approx(p[0], rel=1e-3), name  # restored by the end
 
 
 def test_without_the_ramp_the_same_event_moves_far_faster(tables):  # noqa: F811
@@ -66,12 +81,30 @@ def test_ramp_caps_spends_the_allowance_in_whole_cap_steps():
     step, so the rounding alone would move nothing; whole steps go to jobs in slot order."""
     gpus = np.full(8, 4.0)
     old = np.full((1, 8), 400.0)
-    up = ramp_caps(old, np.full((1, 8), 700.0), np.full(8, 400.0), gpus, np.full(8, 200.0), np.full(8, 700.0),
-                   25.0, 500.0)
+    up = ramp_caps(
+        old,
+        np.full((1, 8), 700.0),
+        np.full(8, 400.0),
+        gpus,
+        np.full(8, 200.0),
+        np.full(8, 700.0),
+        25.0,
+        500.0,
+    )
     assert ((up - old) * gpus).sum() == 500.0 and set(np.unique(up - old)) == {0.0, 25.0}
-    down = ramp_caps(old, np.full((1, 8), 200.0), np.full(8, 390.0), gpus, np.full(8, 200.0), np.full(8, 700.0),
-                     25.0, 500.0)
+    down = ramp_caps(
+        old,
+        np.full((1, 8), 200.0),
+        np.full(8, 390.0),
+        gpus,
+        np.full(8, 200.0),
+        np.full(8, 700.0),
+        25.0,
+        500.0,
+    )
     shed = ((np.minimum(old, 390.0) - down) * gpus).sum()
     assert 500.0 - 25.0 * 4 < shed <= 500.0
-    free = ramp_caps(old, np.full((1, 8), 700.0), np.full(8, 400.0), gpus, 200.0, 700.0, 25.0, math.inf)
+    free = ramp_caps(
+        old, np.full((1, 8), 700.0), np.full(8, 400.0), gpus, 200.0, 700.0, 25.0, math.inf
+    )
     assert (free == 700.0).all()

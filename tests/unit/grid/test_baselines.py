@@ -32,15 +32,17 @@ def test_event_days_are_not_eligible_and_short_histories_give_nan():
     assert eligible_days(5, {3}, 3) == [4, 2, 1]
     t, load = history(5, [100, 200, 300, 400, 999])
     start = 4 * DAY_S + 17 * 3600.0
-    assert average_days(t, load, start, start + 7200, {3}, RULE) == pytest.approx(200e3)   # days 2, 1, 0
+    assert average_days(t, load, start, start + 7200, {3}, RULE) == pytest.approx(
+        200e3
+    )  # days 2, 1, 0
     assert np.isnan(average_days(t, load, 2 * DAY_S + 3600.0, 2 * DAY_S + 7200.0, set(), RULE))
 
 
 def test_the_same_day_adjustment_is_capped():
-    t, load = history(5, [300, 300, 300, 300, 330])          # event day 10 % above usual all day
+    t, load = history(5, [300, 300, 300, 300, 330])  # event day 10 % above usual all day
     start = 4 * DAY_S + 17 * 3600.0
     assert same_day_adjusted(t, load, start, start + 3600, set(), RULE) == pytest.approx(330e3)
-    t, load = history(5, [300, 300, 300, 300, 600])          # 100 % above: the shift stops at 20 %
+    t, load = history(5, [300, 300, 300, 300, 600])  # 100 % above: the shift stops at 20 %
     assert same_day_adjusted(t, load, start, start + 3600, set(), RULE) == pytest.approx(360e3)
 
 

@@ -73,8 +73,10 @@ class ReplayVTN:
             await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
             up.set()
 
-        self.thread = threading.Thread(target=lambda: (self.loop.run_until_complete(serve()), self.loop.run_forever()),
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=lambda: (self.loop.run_until_complete(serve()), self.loop.run_forever()),
+            daemon=True,
+        )
         self.thread.start()
         assert up.wait(10)
 
@@ -97,12 +99,32 @@ def vtn():
 
 
 def control(tmp_path, url, duration_s):
-    return cli.main(["control", "--openadr3-vtn", url, "--openadr3-program", "dr-gpu", "--ven-name", "gpu-node",
-                     "--duration-s", str(duration_s), "--period-s", "0.2", "--response-s", "1.0",
-                     "--state-dir", str(tmp_path / "st"), "--mv-out", str(tmp_path / "mv")])
+    return cli.main(
+        [
+            "control",
+            "--openadr3-vtn",
+            url,
+            "--openadr3-program",
+            "dr-gpu",
+            "--ven-name",
+            "gpu-node",
+            "--duration-s",
+            str(duration_s),
+            "--period-s",
+            "0.2",
+            "--response-s",
+            "1.0",
+            "--state-dir",
+            str(tmp_path / "st"),
+            "--mv-out",
+            str(tmp_path / "mv"),
+        ]
+    )
 
 
-def test_the_capacity_limit_is_followed_and_load_reported_fake_nvml(fake_nvml, vtn, tmp_path, capsys):
+def test_the_capacity_limit_is_followed_and_load_reported_fake_nvml(
+    fake_nvml, vtn, tmp_path, capsys
+):
     assert control(tmp_path, vtn.url, 8.5) == 0
     out = capsys.readouterr().out
     assert "OpenADR 3 event ev30: followed" in out and "OpenADR 3 event price1: refused" in out
@@ -113,14 +135,20 @@ def test_the_capacity_limit_is_followed_and_load_reported_fake_nvml(fake_nvml, v
     from toadr3.models import Report
 
     reports = [Report.model_validate(r) for r in vtn.reports]
-    assert reports and {r.event_id for r in reports} == {"ev30"} and {r.client_name for r in reports} == {"gpu-node"}
+    assert (
+        reports
+        and {r.event_id for r in reports} == {"ev30"}
+        and {r.client_name for r in reports} == {"gpu-node"}
+    )
     loads = [r.resources[0].intervals[0].payloads[0] for r in reports]
     assert {p.type for p in loads} == {"DEMAND"} and min(p.values[0] for p in loads) <= 0.91
     assert limits_w() == [700.0, 700.0]
 
 
-def test_a_vtn_gone_mid_event_leaves_it_followed_to_its_end_fake_nvml(fake_nvml, vtn, tmp_path, capsys):
-    threading.Timer(4.5, vtn.stop).start()                           # 1.5 s into the 4 s event
+def test_a_vtn_gone_mid_event_leaves_it_followed_to_its_end_fake_nvml(
+    fake_nvml, vtn, tmp_path, capsys
+):
+    threading.Timer(4.5, vtn.stop).start()  # 1.5 s into the 4 s event
     assert control(tmp_path, vtn.url, 8.5) == 0
     rec = read_json(tmp_path / "mv" / "mv.json")["events"][0]
     ts = read_csv(tmp_path / "mv" / "timeseries.csv")

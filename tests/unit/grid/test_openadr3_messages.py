@@ -22,8 +22,10 @@ def cap_event(eid, limit_kw, start_in_s=30.0):
     """The exchange's ev30 (a capacity limit, DEMAND reports asked), as ``eid`` with ``limit_kw``."""
     ev = copy.deepcopy(EXCHANGE["events"][0]["event"])
     ev["id"] = eid
-    ev["intervalPeriod"] = {"start": (datetime.now(UTC) + timedelta(seconds=start_in_s)).isoformat(),
-                            "duration": "PT60S"}
+    ev["intervalPeriod"] = {
+        "start": (datetime.now(UTC) + timedelta(seconds=start_in_s)).isoformat(),
+        "duration": "PT60S",
+    }
     ev["intervals"][0]["payloads"][0]["values"] = [limit_kw]
     return ev
 
@@ -37,8 +39,12 @@ def wait_for(cond, timeout_s=10.0):
 
 @pytest.fixture
 def ven(vtn):
-    v = OpenADR3Ven(VenSettings("gpu-node", vtn.url, floor_w=400.0, basis_w=1300.0, period_s=0.2),
-                    "dr-gpu", lambda: 1000.0, poll_s=POLL_S)
+    v = OpenADR3Ven(
+        VenSettings("gpu-node", vtn.url, floor_w=400.0, basis_w=1300.0, period_s=0.2),
+        "dr-gpu",
+        lambda: 1000.0,
+        poll_s=POLL_S,
+    )
     yield v
     v.stop()
 
@@ -47,18 +53,23 @@ def targets_w(ven):
     return {e.event_id: e.target_w for e in ven.live.events}
 
 
-def test_an_event_with_a_non_numeric_limit_is_refused_once_and_the_rest_still_followed(vtn, ven, caplog):
+def test_an_event_with_a_non_numeric_limit_is_refused_once_and_the_rest_still_followed(
+    vtn, ven, caplog
+):
     caplog.set_level(logging.INFO, logger="wattflex.grid.openadr3")
     vtn.events = [cap_event("bad", "abc"), cap_event("good", 0.91, start_in_s=120.0)]
     ven.start()
-    assert wait_for(lambda: len(vtn.queries) >= 4)                 # several polls
+    assert wait_for(lambda: len(vtn.queries) >= 4)  # several polls
     assert ven.responses == {"bad": "refused", "good": "followed"}
     assert targets_w(ven) == {"good": pytest.approx(910.0)}
     said = [r.getMessage() for r in caplog.records if "'bad'" in r.getMessage()]
     assert len(said) == 1 and "'abc' is not a number" in said[0]
-    vtn.events = [cap_event("bad", "abc")]                          # the good one withdrawn
+    vtn.events = [cap_event("bad", "abc")]  # the good one withdrawn
     assert wait_for(lambda: "good" not in targets_w(ven))
-    assert ven.responses["good"] == "refused" and "event 'good' withdrawn by the VTN: dropped" in ven.messages
+    assert (
+        ven.responses["good"] == "refused"
+        and "event 'good' withdrawn by the VTN: dropped" in ven.messages
+    )
 
 
 def test_an_event_that_is_no_openadr3_object_is_refused_and_the_rest_still_followed(vtn, ven):
@@ -75,9 +86,9 @@ def test_an_updated_event_replaces_the_one_held_and_a_bad_update_keeps_it(vtn, v
     vtn.events = [cap_event("ev", 0.91)]
     ven.start()
     assert wait_for(lambda: targets_w(ven) == {"ev": pytest.approx(910.0)})
-    vtn.events = [cap_event("ev", 0.8)]                             # same id, a new limit
+    vtn.events = [cap_event("ev", 0.8)]  # same id, a new limit
     assert wait_for(lambda: targets_w(ven) == {"ev": pytest.approx(800.0)})
     assert "event 'ev' updated by the VTN: the new version replaces the old" in ven.messages
-    vtn.events = [cap_event("ev", "abc")]                           # an update that cannot be used
+    vtn.events = [cap_event("ev", "abc")]  # an update that cannot be used
     assert wait_for(lambda: any("earlier version is still followed" in m for m in ven.messages))
     assert targets_w(ven) == {"ev": pytest.approx(800.0)} and ven.responses == {"ev": "followed"}

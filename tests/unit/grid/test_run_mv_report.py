@@ -23,10 +23,34 @@ PNG = b"\x89PNG\r\n\x1a\n"
 @pytest.mark.fake_gpu
 def test_wattflex_control_writes_the_mv_figure_beside_its_tables_fake_nvml(fake_nvml, tmp_path):
     ev = tmp_path / "events.json"
-    ev.write_text(json.dumps({"events": [{"event_id": "ev30", "start_s": 1.0, "end_s": 2.5, "fraction": 0.7,
-                                          "deadline_s": 1.0}]}))
-    proc = control_process(tmp_path, "--signal", str(ev), "--basis", "measured", "--period-s", "0.2",
-                           "--state-dir", str(tmp_path / "st"), "--mv-out", str(tmp_path / "mv"))
+    ev.write_text(
+        json.dumps(
+            {
+                "events": [
+                    {
+                        "event_id": "ev30",
+                        "start_s": 1.0,
+                        "end_s": 2.5,
+                        "fraction": 0.7,
+                        "deadline_s": 1.0,
+                    }
+                ]
+            }
+        )
+    )
+    proc = control_process(
+        tmp_path,
+        "--signal",
+        str(ev),
+        "--basis",
+        "measured",
+        "--period-s",
+        "0.2",
+        "--state-dir",
+        str(tmp_path / "st"),
+        "--mv-out",
+        str(tmp_path / "mv"),
+    )
     assert proc.wait(timeout=90) == 0, proc.stderr.read()
     out = proc.stdout.read()
     assert f"wrote {tmp_path / 'mv'}/mv.json and {tmp_path / 'mv' / 'mv.png'}" in out
@@ -49,8 +73,19 @@ def coordinate(tmp_path, split):
     for u in ("41.node0", "45.node1"):
         write_load(tmp_path / f"{u}.load.json", u, 1300.0, [650.0, 650.0])
     sched = Schedule((Event("ev30", 0.3, 0.8, fraction=0.7, deadline_s=0.2),))
-    rec = run_coordinator(sched, "measured", tmp_path, 1.0, 0.1, lambda: jobs, lambda j, n: None,
-                          min_w=200.0, max_w=700.0, stale_s=30.0, split=split)
+    rec = run_coordinator(
+        sched,
+        "measured",
+        tmp_path,
+        1.0,
+        0.1,
+        lambda: jobs,
+        lambda j, n: None,
+        min_w=200.0,
+        max_w=700.0,
+        stale_s=30.0,
+        split=split,
+    )
     return rec, sched
 
 
@@ -62,9 +97,20 @@ def test_the_cluster_baseline_from_the_curves_is_the_jobs_uncapped_power(tmp_pat
     split = ClusterSplit(policy, group_curves(_campaign_runs()))
     rec, sched = coordinate(tmp_path / "b", split)
     assert rec.baseline_curves_w == pytest.approx([2 * 0.95 * 700 + 1300.0] * len(rec.t_s))
-    assert rec.baseline_by_unit == {"41.node0": "curve of group flex", "45.node1": "no curve: its load before the event"}
-    recs = write_run_mv_report(tmp_path / "mv", rec, sched, 30.0, rec.baseline_curves_w, {"policy": policy},
-                               2600.0, "cluster-control")
+    assert rec.baseline_by_unit == {
+        "41.node0": "curve of group flex",
+        "45.node1": "no curve: its load before the event",
+    }
+    recs = write_run_mv_report(
+        tmp_path / "mv",
+        rec,
+        sched,
+        30.0,
+        rec.baseline_curves_w,
+        {"policy": policy},
+        2600.0,
+        "cluster-control",
+    )
     on_disk = read_json(tmp_path / "mv" / "mv.json")["events"][0]
     for r in (recs[0], on_disk):
         assert r["baseline_curves_w"] == pytest.approx(2630.0)
@@ -77,7 +123,9 @@ def test_the_cluster_baseline_from_the_curves_is_the_jobs_uncapped_power(tmp_pat
 def test_without_curves_the_cluster_baseline_from_the_curves_is_null(tmp_path):
     rec, sched = coordinate(tmp_path / "b", ClusterSplit())
     assert all(math.isnan(b) for b in rec.baseline_curves_w)
-    write_run_mv_report(tmp_path / "mv", rec, sched, 30.0, rec.baseline_curves_w, {}, 2600.0, "cluster-control")
+    write_run_mv_report(
+        tmp_path / "mv", rec, sched, 30.0, rec.baseline_curves_w, {}, 2600.0, "cluster-control"
+    )
     doc = json.loads((tmp_path / "mv" / "mv.json").read_text())
     assert doc["events"][0]["baseline_curves_w"] is None
     assert doc["events"][0]["baseline_pre_event_w"] == pytest.approx(2600.0)
@@ -89,7 +137,9 @@ def test_cluster_control_records_what_each_units_curve_baseline_was(tmp_path):
 
     from wattflex.commands.cluster_control import mv_params
 
-    rec, _ = coordinate(tmp_path / "b", ClusterSplit("equal-weight", group_curves(_campaign_runs())))
+    rec, _ = coordinate(
+        tmp_path / "b", ClusterSplit("equal-weight", group_curves(_campaign_runs()))
+    )
     params = mv_params(argparse.Namespace(policy="equal-weight", curves="runs.parquet"), rec)
     assert params["baseline_curves_by_unit"]["41.node0"] == "curve of group flex"
     assert "split_curve_by_unit" not in params

@@ -11,7 +11,9 @@ CAPS = [200.0, 400.0, 700.0]
 
 
 def sweep(group="g", caps=CAPS, power=(1500.0, 3000.0, 5400.0), throughput=(60.0, 85.0, 100.0)):
-    return pd.DataFrame({"group": group, "cap_w": caps, "power_w": power, "throughput": throughput, "gpus": 8})
+    return pd.DataFrame(
+        {"group": group, "cap_w": caps, "power_w": power, "throughput": throughput, "gpus": 8}
+    )
 
 
 def both(tmp_path, capsys, df):
@@ -19,9 +21,18 @@ def both(tmp_path, capsys, df):
     src = tmp_path / "sweeps.csv"
     df.to_csv(src, index=False)
     out = {}
-    for name, argv in {"pfi": ["pfi", str(src), "-o", str(tmp_path / "pfi.csv"), "--mc-samples", "0"],
-                       "ingest": ["ingest", "sweep-table", str(src), "-o", str(tmp_path / "runs.csv"),
-                                  "--on-bad-rows", "skip"]}.items():
+    for name, argv in {
+        "pfi": ["pfi", str(src), "-o", str(tmp_path / "pfi.csv"), "--mc-samples", "0"],
+        "ingest": [
+            "ingest",
+            "sweep-table",
+            str(src),
+            "-o",
+            str(tmp_path / "runs.csv"),
+            "--on-bad-rows",
+            "skip",
+        ],
+    }.items():
         try:
             code = cli.main(argv)
         except SystemExit as exc:

@@ -1,5 +1,6 @@
 """The ingest sources (wattflex.ingest.sources): Zeus/Perseus adapters, DCGM run manifests,
 the data path of a campaign's ``ingest:`` section and the ``wattflex ingest`` command."""
+
 import csv
 import io
 
@@ -24,7 +25,9 @@ def test_zeus_adapter():
     runs = ingest("zeus-nsdi23", path.parent).runs
     assert len(runs) == len(raw) and runs["group"].nunique() == 2
     assert set(runs["gpu_model"]) == {"V100"} and set(runs["gpus"]) == {1}
-    merged = runs.merge(raw, left_on=["cap_w", "power_w"], right_on=["power_limit", "average_power"])
+    merged = runs.merge(
+        raw, left_on=["cap_w", "power_w"], right_on=["power_limit", "average_power"]
+    )
     assert len(merged) == len(raw)
     assert np.allclose(merged["tokens_per_s"], 3600 / merged["time_per_epoch"])
     assert set(runs["throughput_unit"]) == {"epochs/h"}
@@ -40,7 +43,9 @@ def test_zeus_bad_cells_name_the_source_column(tmp_path):
     f = tmp_path / "summary_power_a40.csv"
     f.write_text("\n".join(src) + "\n")
     result = ingest("zeus-nsdi23", f, on_bad_rows="skip")
-    assert result.rejected.values.tolist() == [["summary_power_a40.csv line 4", "time_per_epoch is not a positive number: '0'"]]
+    assert result.rejected.values.tolist() == [
+        ["summary_power_a40.csv line 4", "time_per_epoch is not a positive number: '0'"]
+    ]
     assert set(result.runs["gpu_model"]) == {"A40"}  # from the file name
     with pytest.raises(IngestError, match="summary_power_<gpu>.csv"):
         ingest("zeus-nsdi23", DATA / "ingest_sweep.csv")
@@ -51,7 +56,9 @@ def test_perseus_adapter_pipeline_gpus_and_job_power():
     raw = pd.read_csv(path)
     runs = ingest("perseus-sosp24", path.parent).runs
     assert runs.groupby("group")["gpus"].first().to_dict() == {
-        "a40-bert_huge_uncased-dp1tp1pp8-b256": 8, "a40-gpt3_6.7b-dp2tp2pp4-b512": 16}
+        "a40-bert_huge_uncased-dp1tp1pp8-b256": 8,
+        "a40-gpt3_6.7b-dp2tp2pp4-b512": 16,
+    }
     raw["source_line"] = raw.index + 2  # header on line 1, no blank lines
     merged = runs.merge(raw, on="source_line")
     assert len(merged) == len(raw)
@@ -60,10 +67,19 @@ def test_perseus_adapter_pipeline_gpus_and_job_power():
     assert (merged["cap_w"] == merged["power_limit_0"]).all()
 
 
-@pytest.mark.parametrize("edit, reason", [
-    (lambda cells: cells.__setitem__(10, "275"), "must be one positive cap shared by all 8 pipeline stages"),
-    (lambda cells: cells.__setitem__(12 + 2, "300.0"), "must be 0 or empty for a 4-stage pipeline"),
-])
+@pytest.mark.parametrize(
+    "edit, reason",
+    [
+        (
+            lambda cells: cells.__setitem__(10, "275"),
+            "must be one positive cap shared by all 8 pipeline stages",
+        ),
+        (
+            lambda cells: cells.__setitem__(12 + 2, "300.0"),
+            "must be 0 or empty for a 4-stage pipeline",
+        ),
+    ],
+)
 def test_perseus_stage_limits_are_checked(tmp_path, edit, reason):
     lines = (DATA / "ingest_perseus" / "power_limit_sweeps_A40.csv").read_text().splitlines()
     row = 1 if "8 pipeline" in reason else 4
@@ -84,7 +100,9 @@ def test_dcgm_run_manifest_summarises_each_capture():
     runs = result.runs.set_index("cap_w")
     assert list(runs.index) == [400.0, 700.0] and set(runs["gpus"]) == {2}
     # SEMs and telemetry come from the captures (the sweep-table path has neither)
-    assert runs[["power_w_sem", "tokens_per_s_sem", "dram_active", "sm_clock_mhz"]].notna().all().all()
+    assert (
+        runs[["power_w_sem", "tokens_per_s_sem", "dram_active", "sm_clock_mhz"]].notna().all().all()
+    )
     assert runs.loc[700.0, "enforced_limit_w"] == 700 and runs.loc[400.0, "enforced_limit_w"] == 400
     assert runs.loc[700.0, "power_w"] > runs.loc[400.0, "power_w"]
     assert set(runs["throughput_unit"]) == {"tokens/s"}
@@ -122,30 +140,84 @@ def test_missing_data_path_says_what_to_do(tmp_path):
 
 def test_cli_ingest(tmp_path, capsys):
     out, pfi = tmp_path / "runs.parquet", tmp_path / "pfi.csv"
-    assert cli_main(["ingest", "perseus-sosp24", str(DATA / "ingest_perseus"), "-o", str(out), "--pfi", str(pfi)]) == 0
+    assert (
+        cli_main(
+            [
+                "ingest",
+                "perseus-sosp24",
+                str(DATA / "ingest_perseus"),
+                "-o",
+                str(out),
+                "--pfi",
+                str(pfi),
+            ]
+        )
+        == 0
+    )
     runs = read_parquet(out)
     assert set(runs["backend"]) == {"ingest"} and len(runs) == 6
     assert len(pd.read_csv(pfi)) == 2 and (tmp_path / "pfi.csv.meta.json").is_file()
-    assert cli_main(["ingest", "sweep-table", str(DATA / "ingest_sweep_bad.csv"), "-o", str(tmp_path / "x.csv")]) == 2
+    assert (
+        cli_main(
+            [
+                "ingest",
+                "sweep-table",
+                str(DATA / "ingest_sweep_bad.csv"),
+                "-o",
+                str(tmp_path / "x.csv"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
-    assert "10 bad row(s)" in err and "ingest_sweep_bad.csv line 4: throughput is not a number" in err
+    assert (
+        "10 bad row(s)" in err and "ingest_sweep_bad.csv line 4: throughput is not a number" in err
+    )
     rej = tmp_path / "rejected.csv"
-    assert cli_main(["ingest", "sweep-table", str(DATA / "ingest_sweep_bad.csv"), "-o", str(tmp_path / "x.csv"),
-                     "--on-bad-rows", "skip", "--rejected", str(rej)]) == 0
+    assert (
+        cli_main(
+            [
+                "ingest",
+                "sweep-table",
+                str(DATA / "ingest_sweep_bad.csv"),
+                "-o",
+                str(tmp_path / "x.csv"),
+                "--on-bad-rows",
+                "skip",
+                "--rejected",
+                str(rej),
+            ]
+        )
+        == 0
+    )
     assert len(pd.read_csv(rej)) == 10
 
 
 def test_real_traces_ingest_completely(resources):
     """The shipped Zeus and Perseus traces: every row becomes a run, one group per job."""
-    zeus_dir, perseus_dir = resources / "external" / "zeus-nsdi23", resources / "external" / "perseus-sosp24"
+    zeus_dir, perseus_dir = (
+        resources / "external" / "zeus-nsdi23",
+        resources / "external" / "perseus-sosp24",
+    )
     zeus = ingest("zeus-nsdi23", zeus_dir)
-    raw = pd.concat([pd.read_csv(f).assign(gpu=f.name) for f in sorted(zeus_dir.glob("summary_power_*.csv"))])
+    raw = pd.concat(
+        [pd.read_csv(f).assign(gpu=f.name) for f in sorted(zeus_dir.glob("summary_power_*.csv"))]
+    )
     assert len(zeus.runs) == len(raw) and zeus.rejected.empty
-    assert zeus.runs["group"].nunique() == len(raw.groupby(["gpu", "dataset", "network", "batch_size", "optimizer"]))
+    assert zeus.runs["group"].nunique() == len(
+        raw.groupby(["gpu", "dataset", "network", "batch_size", "optimizer"])
+    )
     perseus = ingest("perseus-sosp24", perseus_dir)
-    raw = pd.concat([pd.read_csv(f).assign(gpu=f.name) for f in sorted(perseus_dir.glob("power_limit_sweeps_*.csv"))])
+    raw = pd.concat(
+        [
+            pd.read_csv(f).assign(gpu=f.name)
+            for f in sorted(perseus_dir.glob("power_limit_sweeps_*.csv"))
+        ]
+    )
     assert len(perseus.runs) == len(raw) and perseus.rejected.empty
-    assert perseus.runs["group"].nunique() == len(raw.groupby(["gpu", "model_name", "dp", "tp", "pp", "batch_size"]))
+    assert perseus.runs["group"].nunique() == len(
+        raw.groupby(["gpu", "model_name", "dp", "tp", "pp", "batch_size"])
+    )
 
 
 def test_the_command_offers_every_format():

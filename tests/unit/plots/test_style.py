@@ -42,4 +42,6 @@ def test_without_a_rect_it_is_matplotlibs_tight_layout():
     a, b = grid(2, 2, True, True), grid(2, 2, True, True)
     a.tight_layout()
     tight_layout(b)
-    assert {k: getattr(b.subplotpars, k) for k in PARAMS} == {k: getattr(a.subplotpars, k) for k in PARAMS}
+    assert {k: getattr(b.subplotpars, k) for k in PARAMS} == {
+        k: getattr(a.subplotpars, k) for k in PARAMS
+    }

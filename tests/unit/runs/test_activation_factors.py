@@ -13,14 +13,16 @@ from wattflex.runs import plan
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TOLERANCE = 0.15
-TINY_MAX_K = 64         # up to 1/64 of the catalogue's widths (the benchmark stops at 1/16)
+TINY_MAX_K = 64  # up to 1/64 of the catalogue's widths (the benchmark stops at 1/16)
 
 
 def load_benchmark():
     if "activation_bytes_bench" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("activation_bytes_bench", REPO / "benchmarks" / "activation_bytes.py")
+        spec = importlib.util.spec_from_file_location(
+            "activation_bytes_bench", REPO / "benchmarks" / "activation_bytes.py"
+        )
         mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod          # dataclasses look their module up
+        sys.modules[spec.name] = mod  # dataclasses look their module up
         spec.loader.exec_module(mod)
     return sys.modules["activation_bytes_bench"]
 
@@ -36,7 +38,11 @@ def test_the_plans_factor_is_within_15_percent_of_a_real_layers_saved_bytes(fami
     measured = load_benchmark().measure(family, task, max_k=TINY_MAX_K)
     used = plan.activation_factors(family, task)
     assert used.factor == pytest.approx(measured.factor, rel=TOLERANCE), measured
-    assert used.expert_weight == pytest.approx(measured.expert_weight, rel=TOLERANCE, abs=0.05), measured
+    assert used.expert_weight == pytest.approx(measured.expert_weight, rel=TOLERANCE, abs=0.05), (
+        measured
+    )
     if measured.attention == "eager":
         assert used.score == pytest.approx(measured.score, rel=TOLERANCE), measured
-    assert measured.checkpointed == plan.ACT_BYTES_CKPT_INPUT      # a checkpointed layer keeps its bf16 input
+    assert (
+        measured.checkpointed == plan.ACT_BYTES_CKPT_INPUT
+    )  # a checkpointed layer keeps its bf16 input

@@ -36,7 +36,9 @@ def test_compute_bound_time_scales_with_inverse_clock_memory_time_does_not(defau
     # mostly compute: halving the clock nearly doubles compute time, not the exposed rest
     ratio = pts["compute_s"][0] / pts["compute_s"][1]
     assert 1.7 < ratio <= 2.0
-    assert pts["step_s"][0] - pts["compute_s"][0] == pytest.approx(pts["step_s"][1] - pts["compute_s"][1], rel=0.5)
+    assert pts["step_s"][0] - pts["compute_s"][0] == pytest.approx(
+        pts["step_s"][1] - pts["compute_s"][1], rel=0.5
+    )
 
 
 def test_moe_finetuning_is_more_memory_bound_than_dense_pretraining(default_config):
@@ -114,10 +116,14 @@ def test_without_checkpointing_the_framebuffer_holds_the_plans_activations(defau
 
     job, gpu = _job(default_config, gid)
     facts = default_config["_catalog"][job.model]
-    per_layer = plan.layer_activation_bytes(facts, job.task, job.seq_len, job.batch, job.attention, job.ep)
+    per_layer = plan.layer_activation_bytes(
+        facts, job.task, job.seq_len, job.batch, job.attention, job.ep
+    )
     kept = job.tokens_per_gpu * job.hidden * PHYSICS.act_bytes_ckpt
     without = memory_footprint_gib(replace(job, grad_checkpointing=False), gpu)
     with_ckpt = memory_footprint_gib(replace(job, grad_checkpointing=True), gpu)
-    assert without < gpu.hbm_gib * PHYSICS.hbm_usable          # not clipped at the card
-    assert without - with_ckpt == pytest.approx(job.layers * (per_layer - kept) / plan.GIB, rel=1e-9)
-    assert per_layer > 34 * job.tokens_per_gpu * job.hidden     # the measured factors exceed 34 sbh
+    assert without < gpu.hbm_gib * PHYSICS.hbm_usable  # not clipped at the card
+    assert without - with_ckpt == pytest.approx(
+        job.layers * (per_layer - kept) / plan.GIB, rel=1e-9
+    )
+    assert per_layer > 34 * job.tokens_per_gpu * job.hidden  # the measured factors exceed 34 sbh

@@ -40,11 +40,21 @@ def test_a_lower_anchor_means_more_sm_power_and_the_same_voltage_curve():
     # the table fixes the voltage curve; the anchor only splits the DGEMM's power
     lo, hi = fit_power_curve(1605.0), fit_power_curve(1830.0)
     assert lo.sm_dyn_w > hi.sm_dyn_w * 1.25
-    assert lo.v_min == pytest.approx(hi.v_min, abs=1e-3) and lo.v_exp == pytest.approx(hi.v_exp, abs=1e-2)
+    assert lo.v_min == pytest.approx(hi.v_min, abs=1e-3) and lo.v_exp == pytest.approx(
+        hi.v_exp, abs=1e-2
+    )
     # the earlier reading (the datasheet's 1830 MHz as the bf16 clock) gave 1045 W
     assert hi.sm_dyn_w == pytest.approx(1045, rel=0.01)
     ph = physics_at_anchor(1605.0)
-    assert abs(power_model_clock_for_cap(GPUS["H100"], 700, tensor_util=ph.anchor_tensor_util, physics=ph) - 1605) <= 15
+    assert (
+        abs(
+            power_model_clock_for_cap(
+                GPUS["H100"], 700, tensor_util=ph.anchor_tensor_util, physics=ph
+            )
+            - 1605
+        )
+        <= 15
+    )
 
 
 def test_voltage_curve_is_flat_at_low_clocks_and_steep_near_the_top():

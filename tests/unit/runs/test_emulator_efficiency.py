@@ -23,7 +23,9 @@ def test_the_dense_gemm_efficiency_is_the_one_torchtitans_published_throughput_i
 def test_the_anchor_is_defined_at_its_own_reference_activity_not_a_jobs_efficiency():
     # changing a training job's efficiency leaves the fitted power curve of an anchor alone
     ph = dataclasses.replace(PHYSICS, dense_gemm_eff=0.9)
-    assert cal.fit_power_curve(1600, ph).sm_dyn_w == pytest.approx(cal.fit_power_curve(1600, PHYSICS).sm_dyn_w)
+    assert cal.fit_power_curve(1600, ph).sm_dyn_w == pytest.approx(
+        cal.fit_power_curve(1600, PHYSICS).sm_dyn_w
+    )
 
 
 def test_a_memory_bound_kernel_keeps_its_sms_less_busy_and_draws_less_than_a_compute_bound_one():
@@ -31,8 +33,10 @@ def test_a_memory_bound_kernel_keeps_its_sms_less_busy_and_draws_less_than_a_com
     x = np.array([1.0, 0.3])
     stream = Kernel("elementwise", dram_bytes=1e12, issue_bytes=1e12)
     act = stream.sm_activity(gpu, x)
-    assert act[0] < 1.0 and act[1] == pytest.approx(1.0)   # issue-bound at low clocks
+    assert act[0] < 1.0 and act[1] == pytest.approx(1.0)  # issue-bound at low clocks
     gemm = Kernel("dense_gemm", tensor_flops=1e15, efficiency=0.5, dram_bytes=1e9)
     assert gemm.sm_activity(gpu, x) == pytest.approx([1.0, 1.0])
     # floor: a kernel HBM sets never drops below the stall activity
-    assert Kernel("x", dram_bytes=1e12, issue_bytes=1e6).sm_activity(gpu, x)[0] == pytest.approx(PHYSICS.sm_stall_activity)
+    assert Kernel("x", dram_bytes=1e12, issue_bytes=1e6).sm_activity(gpu, x)[0] == pytest.approx(
+        PHYSICS.sm_stall_activity
+    )

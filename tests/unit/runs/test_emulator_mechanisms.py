@@ -63,13 +63,22 @@ def test_eager_attention_with_sinks_makes_gptoss_lora_more_memory_bound_than_fla
     assert _pfi(eager, gpu) > _pfi(short, gpu)
     # sinks add the cat/slice copies when not compiled
     no_compile = dataclasses.replace(eager, compile=False)
-    assert _bytes(no_compile, gpu) > _bytes(dataclasses.replace(no_compile, attention_sinks=False), gpu)
+    assert _bytes(no_compile, gpu) > _bytes(
+        dataclasses.replace(no_compile, attention_sinks=False), gpu
+    )
 
 
 def test_compile_lowers_elementwise_routing_and_eager_attention_traffic(default_config):
-    for gid in ("moe-ft-gptoss20b-x8-seq2048-bs8", "moe-pt-qwen30ba3b-x8-ep1", "dense-pt-qwen32b-x8-compile"):
+    for gid in (
+        "moe-ft-gptoss20b-x8-seq2048-bs8",
+        "moe-pt-qwen30ba3b-x8-ep1",
+        "dense-pt-qwen32b-x8-compile",
+    ):
         job, gpu = _job(default_config, gid)
-        compiled, eager = dataclasses.replace(job, compile=True), dataclasses.replace(job, compile=False)
+        compiled, eager = (
+            dataclasses.replace(job, compile=True),
+            dataclasses.replace(job, compile=False),
+        )
         for name in ("elementwise", "routing", "attention_softmax"):
             kc = [k for k in step_kernels(compiled, gpu) if k.name == name]
             ke = [k for k in step_kernels(eager, gpu) if k.name == name]
@@ -96,16 +105,29 @@ def test_launch_time_hides_behind_longer_gpu_work_and_shows_when_launch_bound(de
     pts = operating_points(job, gpu, clocks=F_MAX)
     launch = next(k for k in step_kernels(job, gpu) if k.name == "launch")
     assert launch.launch_s < pts["compute_s"][0]
-    host_exposed = pts["step_s"][0] - pts["compute_s"][0] - sum(
-        max(0.0, k.comm_s - PHYSICS.fsdp_overlap * pts["compute_s"][0]) for k in step_kernels(job, gpu) if k.comm_s)
-    assert host_exposed == pytest.approx(PHYSICS.host_base_s)   # launches fully hidden
+    host_exposed = (
+        pts["step_s"][0]
+        - pts["compute_s"][0]
+        - sum(
+            max(0.0, k.comm_s - PHYSICS.fsdp_overlap * pts["compute_s"][0])
+            for k in step_kernels(job, gpu)
+            if k.comm_s
+        )
+    )
+    assert host_exposed == pytest.approx(PHYSICS.host_base_s)  # launches fully hidden
     # launch-bound: launches longer than the GPU work -> only the excess is exposed
     ph = dataclasses.replace(PHYSICS, launch_s=2e-3)
     tp = operating_points(job, gpu, clocks=F_MAX, physics=ph)
     tl = next(k for k in step_kernels(job, gpu, ph) if k.name == "launch").launch_s
     assert tl > tp["compute_s"][0]
-    comm = sum(max(0.0, k.comm_s - ph.fsdp_overlap * tp["compute_s"][0]) for k in step_kernels(job, gpu, ph) if k.comm_s)
-    assert tp["step_s"][0] == pytest.approx(tp["compute_s"][0] + comm + ph.host_base_s + (tl - tp["compute_s"][0]))
+    comm = sum(
+        max(0.0, k.comm_s - ph.fsdp_overlap * tp["compute_s"][0])
+        for k in step_kernels(job, gpu, ph)
+        if k.comm_s
+    )
+    assert tp["step_s"][0] == pytest.approx(
+        tp["compute_s"][0] + comm + ph.host_base_s + (tl - tp["compute_s"][0])
+    )
 
 
 def test_pfi_ordering_follows_the_roofline_clock_independent_share(default_config):
@@ -115,7 +137,7 @@ def test_pfi_ordering_follows_the_roofline_clock_independent_share(default_confi
             continue
         job, gpu = JobSpec.from_config(g, default_config["_catalog"][g["model"]]), GPUS[g["gpu"]]
         t = operating_points(job, gpu, clocks=np.array([990.0, 1980.0]))["step_s"]
-        shares.append(1 - (t[0] - t[1]) / t[1])     # t = a + b/f -> a / t(f_max)
+        shares.append(1 - (t[0] - t[1]) / t[1])  # t = a + b/f -> a / t(f_max)
         pfis.append(_pfi(job, gpu))
     assert spearmanr(shares, pfis).statistic >= 0.8
 
@@ -125,7 +147,9 @@ def test_perturbed_physics_changes_results_and_default_is_the_module_default(def
     base = operating_points(job, gpu, clocks=F_MAX)
     same = operating_points(job, gpu, clocks=F_MAX, physics=PHYSICS)
     assert np.array_equal(base["step_s"], same["step_s"])
-    slower = operating_points(job, gpu, clocks=F_MAX, physics=dataclasses.replace(PHYSICS, hbm_efficiency=0.6))
+    slower = operating_points(
+        job, gpu, clocks=F_MAX, physics=dataclasses.replace(PHYSICS, hbm_efficiency=0.6)
+    )
     assert slower["step_s"][0] > base["step_s"][0]
 
 
@@ -137,11 +161,15 @@ def test_lora_on_fused_experts_adds_their_weight_gradient_pass_and_the_fold(defa
     k = {x.name: x for x in step_kernels(job, gpu)}
     tok, n_expert = job.tokens_per_gpu, job.expert_params_b * 1e9
     active = n_expert * job.experts_active / job.experts
-    assert k["expert_gemm"].tensor_flops == pytest.approx(2 * active * tok * 4)   # fwd, recompute, dX, dW
+    assert k["expert_gemm"].tensor_flops == pytest.approx(
+        2 * active * tok * 4
+    )  # fwd, recompute, dX, dW
     # read W + write W' per forward (2 with the recompute), write dW' + read it twice: 14 B per expert weight
     assert k["lora_expert_fold"].dram_bytes == pytest.approx(n_expert * 14)
     pt, _ = _job(default_config, "moe-pt-qwen30ba3b-x8-ep1")
-    assert "lora_expert_fold" not in {x.name for x in step_kernels(pt, gpu)}      # full training: no adapters
+    assert "lora_expert_fold" not in {
+        x.name for x in step_kernels(pt, gpu)
+    }  # full training: no adapters
     dense, dgpu = _job(default_config, "dense-ft-mistral24b-x8")
     assert "lora_expert_fold" not in {x.name for x in step_kernels(dense, dgpu)}  # no experts
 
@@ -156,7 +184,11 @@ def test_a_pipeline_stage_runs_its_share_of_the_layers_and_idles_in_the_bubble(d
     assert pipeline_stage(job) is job and pipeline_bubble(job) == 0.0
     piped = dataclasses.replace(job, pp=4, microbatches=8)
     stage = pipeline_stage(piped)
-    assert stage.layers == job.layers / 4 and stage.gpus == 2 and stage.total_params_b == job.total_params_b / 4
+    assert (
+        stage.layers == job.layers / 4
+        and stage.gpus == 2
+        and stage.total_params_b == job.total_params_b / 4
+    )
     flops = {k.name: k.tensor_flops for k in step_kernels(job, gpu)}
     piped_flops = {k.name: k.tensor_flops for k in step_kernels(piped, gpu)}
     assert piped_flops["dense_gemm"] == pytest.approx(flops["dense_gemm"] / 4)
@@ -164,7 +196,9 @@ def test_a_pipeline_stage_runs_its_share_of_the_layers_and_idles_in_the_bubble(d
     pts = operating_points(piped, gpu, clocks=F_MAX)
     assert pts["step_s"][0] == pytest.approx(busy["step_s"][0] * (1 + 3 / 8), rel=1e-6)
     energy = pts["power_w"][0] * pts["step_s"][0] - busy["power_w"][0] * busy["step_s"][0]
-    assert energy == pytest.approx((gpu.idle_w + PHYSICS.barrier_extra_w) * busy["step_s"][0] * 3 / 8, rel=1e-6)
+    assert energy == pytest.approx(
+        (gpu.idle_w + PHYSICS.barrier_extra_w) * busy["step_s"][0] * 3 / 8, rel=1e-6
+    )
     st = job_at_cap(piped, gpu, 700, np.ones(8))
     assert st.tokens_per_s == pytest.approx(job.tokens_per_gpu * 2 / st.step_s)
     with pytest.raises(ValueError, match="pp 3 must divide gpus 8"):

@@ -17,8 +17,15 @@ from wattflex.telemetry import STEP_COLUMNS, TELEMETRY_COLUMNS
 
 
 def spec(group="g", run_id="cap500", cap_w=500.0):
-    return {"campaign": "c", "backend": "cuda", "run_id": run_id, "cap_w": cap_w, "repeat": 0,
-            "group": {"id": group, "gpus": 8}, "run": {"duration_s": 600}}
+    return {
+        "campaign": "c",
+        "backend": "cuda",
+        "run_id": run_id,
+        "cap_w": cap_w,
+        "repeat": 0,
+        "group": {"id": group, "gpus": 8},
+        "run": {"duration_s": 600},
+    }
 
 
 def test_failure_record_says_failed_with_error_and_attempts_in_readable_files(tmp_path):
@@ -34,8 +41,16 @@ def test_failure_record_says_failed_with_error_and_attempts_in_readable_files(tm
     assert list(read_parquet(tmp_path / "cap500/steps.parquet").columns) == STEP_COLUMNS
     assert read_parquet_meta(tmp_path / "cap500/steps.parquet")["status"] == FAILED
     row = failed_summary(run)
-    assert row == {"group": "g", "run_id": "cap500", "cap_w": 500.0, "repeat": 0, "backend": "cuda",
-                   "status": FAILED, "attempts": 3, "error": "RuntimeError: CUDA out of memory"}
+    assert row == {
+        "group": "g",
+        "run_id": "cap500",
+        "cap_w": 500.0,
+        "repeat": 0,
+        "backend": "cuda",
+        "status": FAILED,
+        "attempts": 3,
+        "error": "RuntimeError: CUDA out of memory",
+    }
 
 
 def sweep_rows():
@@ -43,11 +58,33 @@ def sweep_rows():
     rows = []
     for group in ("g_ok", "g_mid", "g_top"):
         for cap, power, tput in ((300, 2300.0, 700.0), (500, 3800.0, 900.0), (700, 5000.0, 1000.0)):
-            rows.append({"group": group, "cap_w": float(cap), "repeat": 0, "run_id": f"cap{cap}", "gpus": 8,
-                         "power_w": power, "tokens_per_s": tput, "power_w_sem": 5.0, "tokens_per_s_sem": 1.0})
-    failed = [failed_summary({"group": g, "run_id": f"cap{c}", "cap_w": c, "repeat": 0, "attempts": 2,
-                              "error": "KeyError: 'layers'", "provenance": {"backend": "cuda"}})
-              for g, c in (("g_mid", 500), ("g_top", 700), ("g_gone", 700))]
+            rows.append(
+                {
+                    "group": group,
+                    "cap_w": float(cap),
+                    "repeat": 0,
+                    "run_id": f"cap{cap}",
+                    "gpus": 8,
+                    "power_w": power,
+                    "tokens_per_s": tput,
+                    "power_w_sem": 5.0,
+                    "tokens_per_s_sem": 1.0,
+                }
+            )
+    failed = [
+        failed_summary(
+            {
+                "group": g,
+                "run_id": f"cap{c}",
+                "cap_w": c,
+                "repeat": 0,
+                "attempts": 2,
+                "error": "KeyError: 'layers'",
+                "provenance": {"backend": "cuda"},
+            }
+        )
+        for g, c in (("g_mid", 500), ("g_top", 700), ("g_gone", 700))
+    ]
     keep = [r for r in rows if (r["group"], r["cap_w"]) not in {("g_mid", 500.0), ("g_top", 700.0)}]
     return keep, failed
 
@@ -57,7 +94,11 @@ def test_split_failed_separates_missing_runs():
     ok, missing = split_failed(keep + failed)
     assert ok == keep
     assert list(missing.columns) == MISSING_COLUMNS
-    assert list(missing["group"] + "/" + missing["run_id"]) == ["g_gone/cap700", "g_mid/cap500", "g_top/cap700"]
+    assert list(missing["group"] + "/" + missing["run_id"]) == [
+        "g_gone/cap700",
+        "g_mid/cap500",
+        "g_top/cap700",
+    ]
 
 
 def test_pfi_of_groups_with_missing_runs_names_them_and_flags_a_missing_uncapped_run():
@@ -65,13 +106,23 @@ def test_pfi_of_groups_with_missing_runs_names_them_and_flags_a_missing_uncapped
     ok, missing = split_failed(keep + failed)
     runs = pd.DataFrame(ok)
     runs["expected_uncapped_cap_w"] = expected_uncapped(runs, missing)
-    table = pfi_table(runs, throughput_col="tokens_per_s", power_sem_col="power_w_sem",
-                      throughput_sem_col="tokens_per_s_sem", mc_samples=200, uncapped_cap_w="expected_uncapped_cap_w")
+    table = pfi_table(
+        runs,
+        throughput_col="tokens_per_s",
+        power_sem_col="power_w_sem",
+        throughput_sem_col="tokens_per_s_sem",
+        mc_samples=200,
+        uncapped_cap_w="expected_uncapped_cap_w",
+    )
     out = annotate_missing(table, missing).set_index("group")
-    assert out.loc["g_ok", "missing_runs"] == "" and out.loc["g_ok", "status"] == table.set_index("group").loc["g_ok", "status"]
+    assert (
+        out.loc["g_ok", "missing_runs"] == ""
+        and out.loc["g_ok", "status"] == table.set_index("group").loc["g_ok", "status"]
+    )
     # A middle cap missing: the PFI of the caps that exist, and a diagnostic naming the lost run.
     assert out.loc["g_mid", "n_caps"] == 2 and out.loc["g_mid", "pfi_ratio"] == pytest.approx(
-        ((1000 - 700) / 1000) ** -1 * ((5000 - 2300) / 5000), rel=1e-9)
+        ((1000 - 700) / 1000) ** -1 * ((5000 - 2300) / 5000), rel=1e-9
+    )
     assert "cap500 (2 attempts: KeyError: 'layers')" in out.loc["g_mid", "missing_runs"]
     assert "missing runs: cap500" in out.loc["g_mid", "notes"]
     # The uncapped run missing: the reference would be a capped run, and the status says so.
@@ -114,17 +165,25 @@ def short_runs(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("duration,reason", [(120, "no training phase found"), (160, "no complete training step")])
+@pytest.mark.parametrize(
+    "duration,reason", [(120, "no training phase found"), (160, "no complete training step")]
+)
 def test_a_run_too_short_to_summarise_is_a_failed_summary_naming_why(short_runs, duration, reason):
     from wattflex.telemetry import NoSteadyState, read_run_files, summarize_run
 
-    run, tel, steps = read_run_files(*short_runs[duration])    # sound files, not a damaged run
+    run, tel, steps = read_run_files(*short_runs[duration])  # sound files, not a damaged run
     with pytest.raises(NoSteadyState, match=reason) as err:
         summarize_run(tel, steps)
     from wattflex.runs.failures import unsummarised_summary
 
     row = unsummarised_summary(run, str(err.value))
-    assert row["status"] == FAILED and row["failed_stage"] == "summary" and row["run_id"] == "cap700"
+    assert (
+        row["status"] == FAILED and row["failed_stage"] == "summary" and row["run_id"] == "cap700"
+    )
     assert row["error"].startswith(f"no summary: {reason}") and "run.duration_s" in row["error"]
     ok, missing = split_failed([row])
-    assert ok == [] and list(missing["run_id"]) == ["cap700"] and missing["error"].iat[0] == row["error"]
+    assert (
+        ok == []
+        and list(missing["run_id"]) == ["cap700"]
+        and missing["error"].iat[0] == row["error"]
+    )

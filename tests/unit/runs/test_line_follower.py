@@ -11,15 +11,18 @@ from wattflex.runs.sweep.real import read_live_steps
 from wattflex.runs.sweep.steady import step_table
 from wattflex.runs.throughput import ThroughputSource
 
-LINE = "[titan] 2026-12-02 19:45:57,670 - root - INFO - step: {step:2d}  loss:  6.4241  memory:  0.00GiB(0.00%)  " \
-       "tps: 5,740  tflops: 0.0057  mfu: 0.00%\n"
+LINE = (
+    "[titan] 2026-12-02 19:45:57,670 - root - INFO - step: {step:2d}  loss:  6.4241  memory:  0.00GiB(0.00%)  "
+    "tps: 5,740  tflops: 0.0057  mfu: 0.00%\n"
+)
 
 
 def follow_bursts(tmp_path, bursts: int, per_burst: int) -> LineFollower:
     """Lines written ``per_burst`` at a time, 3 polls apart: the follower reads each burst at once."""
     log, live = tmp_path / "train.log", tmp_path / "steps.live.csv"
-    follower = LineFollower(log, ThroughputSource.from_spec({"preset": "torchtitan"}, seq_len=64), time.time(),
-                            live).start()
+    follower = LineFollower(
+        log, ThroughputSource.from_spec({"preset": "torchtitan"}, seq_len=64), time.time(), live
+    ).start()
     step = 0
     with open(log, "a") as f:
         for _ in range(bursts):
@@ -47,6 +50,6 @@ def test_the_staircase_sees_every_step_of_a_fast_logging_job(tmp_path):
     max_dwell ("too_few_steps")."""
     follow_bursts(tmp_path, bursts=6, per_burst=5)
     table = step_table(read_live_steps(tmp_path / "steps.live.csv"))
-    later = table.iloc[1:]                                  # the first row has no duration
+    later = table.iloc[1:]  # the first row has no duration
     assert not later["stalled"].any() and np.isfinite(later["tokens_per_s"]).all()
     assert (later["t_end_s"] - later["t_start_s"] > FOLLOW_POLL_S).all()

@@ -19,13 +19,23 @@ LOGS = Path(__file__).resolve().parents[2] / "data" / "logs"
 
 def followed(path, **spec):
     """(step, tokens/s, loss) of each step the command backend's follower finds in ``path``."""
-    src = ThroughputSource.from_spec(spec, **{k: spec.pop(k) for k in ("seq_len", "gpus") if k in spec})
+    src = ThroughputSource.from_spec(
+        spec, **{k: spec.pop(k) for k in ("seq_len", "gpus") if k in spec}
+    )
     follower = LineFollower(path, src, time.time()).start()
     follower.stop()
     return [hit for _, *hit in follower.rows]
 
 
-TORCHTITAN_TPS = [4096, 7447, 7314, 7516, 7447, 7250, 7447]      # steps 1-7; "validate step: 5" has 8,192
+TORCHTITAN_TPS = [
+    4096,
+    7447,
+    7314,
+    7516,
+    7447,
+    7250,
+    7447,
+]  # steps 1-7; "validate step: 5" has 8,192
 
 
 @pytest.mark.parametrize("name", ["metrics_color.log", "metrics_plain.log"])
@@ -46,14 +56,20 @@ def test_nemo_preset_reads_both_progress_callbacks_without_validation_or_redraws
     assert rows[2][2] == pytest.approx(1.75)
     rows = followed(LOGS / "nemo" / "megatron_progress_bar.log", preset="nemo", seq_len=1024)
     assert [r[0] for r in rows] == [0, 1, 2, 3, 4]
-    assert [r[1] for r in rows] == pytest.approx([8 * 1024 / t for t in (0.25, 0.375, 0.25, 0.375, 0.25)])
+    assert [r[1] for r in rows] == pytest.approx(
+        [8 * 1024 / t for t in (0.25, 0.375, 0.25, 0.375, 0.25)]
+    )
     assert [r[2] for r in rows] == pytest.approx([2.0, 1.88, 1.75, 1.62, 1.5])
 
 
 def test_hf_trainer_stored_run_training_bar_only():
-    rows = followed(LOGS / "hf_trainer" / "trainer_eval.log", preset="hf-trainer", tokens_per_step=16)
+    rows = followed(
+        LOGS / "hf_trainer" / "trainer_eval.log", preset="hf-trainer", tokens_per_step=16
+    )
     assert [r[0] for r in rows] == [1, 2, 3, 4, 5, 6]
-    assert [r[1] for r in rows] == pytest.approx([16 * r for r in (76.19, 18.14, 18.14, 10.52, 10.52, 10.52)])
+    assert [r[1] for r in rows] == pytest.approx(
+        [16 * r for r in (76.19, 18.14, 18.14, 10.52, 10.52, 10.52)]
+    )
 
 
 def test_hf_trainer_really_run_its_evaluation_bar_is_no_step(tmp_path):
@@ -61,10 +77,19 @@ def test_hf_trainer_really_run_its_evaluation_bar_is_no_step(tmp_path):
     training bar's counts only, each once (an evaluation bar's 5/5, or a redraw, breaks the order)."""
     log = tmp_path / "trainer.log"
     with open(log, "w") as out:
-        subprocess.run([sys.executable, str(LOGS / "hf_trainer" / "run_trainer.py"), str(tmp_path / "out")],
-                       stdout=out, stderr=subprocess.STDOUT, check=True, timeout=120)
+        subprocess.run(
+            [sys.executable, str(LOGS / "hf_trainer" / "run_trainer.py"), str(tmp_path / "out")],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=True,
+            timeout=120,
+        )
     text = log.read_text()
-    assert text.count("'eval_loss'") == 2 and text.count("0/5 [") == 2, text     # two evaluations, with their bar
+    assert text.count("'eval_loss'") == 2 and text.count("0/5 [") == 2, (
+        text
+    )  # two evaluations, with their bar
     steps = [r[0] for r in followed(log, preset="hf-trainer", tokens_per_step=16)]
     # tqdm skips a step's draw within 0.1 s of its last one (mininterval); the last is drawn at close
-    assert steps == sorted(set(steps)) and set(steps) <= {1, 2, 3, 4, 5, 6} and steps[-1] == 6, log.read_text()
+    assert steps == sorted(set(steps)) and set(steps) <= {1, 2, 3, 4, 5, 6} and steps[-1] == 6, (
+        log.read_text()
+    )

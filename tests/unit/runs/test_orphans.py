@@ -35,10 +35,12 @@ def wait_up(pid_dir: Path, names: list[str]) -> dict[str, psutil.Process]:
     deadline = time.monotonic() + UP_TIMEOUT_S
     while not all((pid_dir / f"{n}.pid").is_file() for n in names):
         if time.monotonic() > deadline:
-            pytest.fail(f"not up within {UP_TIMEOUT_S:g} s: {sorted(p.name for p in pid_dir.glob('*.pid'))}")
+            pytest.fail(
+                f"not up within {UP_TIMEOUT_S:g} s: {sorted(p.name for p in pid_dir.glob('*.pid'))}"
+            )
         time.sleep(0.05)
     procs = {n: psutil.Process(int((pid_dir / f"{n}.pid").read_text())) for n in names}
-    workers = {n: p for n, p in procs.items() if n != "launcher-0"}    # the launcher may exit already
+    workers = {n: p for n, p in procs.items() if n != "launcher-0"}  # the launcher may exit already
     assert survivors(workers) == sorted(workers)
     return procs
 
@@ -83,22 +85,30 @@ def test_fake_torchrun_lays_workers_out_like_torchrun(tmp_path, cleanup):
     real_run.terminate(proc)
 
 
-def test_terminate_sigterm_stops_launcher_workers_children_and_daemons(tmp_path, monkeypatch, cleanup):
+def test_terminate_sigterm_stops_launcher_workers_children_and_daemons(
+    tmp_path, monkeypatch, cleanup
+):
     monkeypatch.setattr(real_run, "TERMINATE_GRACE_S", 20.0)
     proc, pid_dir = start_fake(tmp_path, "--child", "--daemon")
     cleanup(proc)
     procs = wait_up(pid_dir, names("worker", "child", "daemon"))
     t = time.monotonic()
     real_run.terminate(proc)
-    assert time.monotonic() - t < 10.0                     # SIGTERM sufficed: no wait for the grace
+    assert time.monotonic() - t < 10.0  # SIGTERM sufficed: no wait for the grace
     assert proc.returncode == -signal.SIGTERM
     assert survivors(procs) == []
 
 
-@pytest.mark.parametrize("launcher_ignores_term", [False, True], ids=["launcher_dies", "launcher_ignores"])
-def test_terminate_sigkill_fallback_when_sigterm_is_ignored(tmp_path, monkeypatch, cleanup, launcher_ignores_term):
+@pytest.mark.parametrize(
+    "launcher_ignores_term", [False, True], ids=["launcher_dies", "launcher_ignores"]
+)
+def test_terminate_sigkill_fallback_when_sigterm_is_ignored(
+    tmp_path, monkeypatch, cleanup, launcher_ignores_term
+):
     monkeypatch.setattr(real_run, "TERMINATE_GRACE_S", 0.5)
-    flags = ["--worker-ignores-term", "--child", "--daemon"] + (["--launcher-ignores-term"] * launcher_ignores_term)
+    flags = ["--worker-ignores-term", "--child", "--daemon"] + (
+        ["--launcher-ignores-term"] * launcher_ignores_term
+    )
     proc, pid_dir = start_fake(tmp_path, *flags)
     cleanup(proc)
     procs = wait_up(pid_dir, names("worker", "child", "daemon"))
@@ -107,14 +117,18 @@ def test_terminate_sigkill_fallback_when_sigterm_is_ignored(tmp_path, monkeypatc
     assert survivors(procs) == []
 
 
-def test_terminate_after_the_launcher_died_kills_its_reparented_workers(tmp_path, monkeypatch, cleanup):
+def test_terminate_after_the_launcher_died_kills_its_reparented_workers(
+    tmp_path, monkeypatch, cleanup
+):
     monkeypatch.setattr(real_run, "TERMINATE_GRACE_S", 0.5)
-    proc, pid_dir = start_fake(tmp_path, "--launcher-exits", "--worker-ignores-term", "--child", "--daemon")
+    proc, pid_dir = start_fake(
+        tmp_path, "--launcher-exits", "--worker-ignores-term", "--child", "--daemon"
+    )
     cleanup(proc)
     procs = wait_up(pid_dir, names("worker", "child", "daemon"))
     assert proc.wait(UP_TIMEOUT_S) == 0
     assert survivors(procs) == sorted(names("worker", "child", "daemon")[1:])
-    assert all(procs[f"worker-{i}"].ppid() != proc.pid for i in range(2))     # reparented
+    assert all(procs[f"worker-{i}"].ppid() != proc.pid for i in range(2))  # reparented
     real_run.terminate(proc)
     assert survivors(procs) == []
 
@@ -123,14 +137,27 @@ def test_run_training_leaves_nothing_of_a_launcher_that_exited(tmp_path, cleanup
     """The normal end of ``run_training``: torchrun has exited; what it left goes with it."""
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
-    cmd = [sys.executable, str(FAKE_TORCHRUN), str(pid_dir), "--workers", "2", "--launcher-exits", "--child"]
+    cmd = [
+        sys.executable,
+        str(FAKE_TORCHRUN),
+        str(pid_dir),
+        "--workers",
+        "2",
+        "--launcher-exits",
+        "--child",
+    ]
     real_run.run_training(cmd, tmp_path / "train.log")
-    procs = {n: psutil.Process(int((pid_dir / f"{n}.pid").read_text())) for n in names("worker", "child")[1:]}
+    procs = {
+        n: psutil.Process(int((pid_dir / f"{n}.pid").read_text()))
+        for n in names("worker", "child")[1:]
+    }
     assert survivors(procs) == []
 
 
 @pytest.mark.fake_gpu
-def test_fake_nvml_signals_to_run_node_restore_caps_first_then_kill_the_run(fake_nvml, tmp_path, monkeypatch, cleanup):
+def test_fake_nvml_signals_to_run_node_restore_caps_first_then_kill_the_run(
+    fake_nvml, tmp_path, monkeypatch, cleanup
+):
     """The signal path of a real run (``run_node`` under ``CapGuard``): the first SIGTERM puts
     the caps back at once, before the run is stopped (SLURM's KillWait, 30 s by default, would
     SIGKILL this agent before a 30 s grace and a 30 s kill sweep end); a second one during the
@@ -140,8 +167,17 @@ def test_fake_nvml_signals_to_run_node_restore_caps_first_then_kill_the_run(fake
 
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
-    fake = [sys.executable, str(FAKE_TORCHRUN), str(pid_dir), "--workers", "2", "--worker-ignores-term",
-            "--launcher-ignores-term", "--child", "--daemon"]
+    fake = [
+        sys.executable,
+        str(FAKE_TORCHRUN),
+        str(pid_dir),
+        "--workers",
+        "2",
+        "--worker-ignores-term",
+        "--launcher-ignores-term",
+        "--child",
+        "--daemon",
+    ]
     monkeypatch.setattr(real_run, "training_command", lambda *a, **k: fake)
     monkeypatch.setattr(real_run, "TERMINATE_GRACE_S", 60.0)
     started, procs, restored_at = [], {}, []
@@ -155,7 +191,7 @@ def test_fake_nvml_signals_to_run_node_restore_caps_first_then_kill_the_run(fake
     restore_each = caps.restore_each
 
     def restore_and_record(gpus):
-        if started:                                        # not the stale-state check before the run
+        if started:  # not the stale-state check before the run
             restored_at.append((time.monotonic(), len(survivors(procs))))
         return restore_each(gpus)
 
@@ -177,7 +213,7 @@ def test_fake_nvml_signals_to_run_node_restore_caps_first_then_kill_the_run(fake
     with pytest.raises(caps.CapSignal):
         real_run.run_node(spec, tmp_path / "run", time.time())
     sender.join()
-    assert time.monotonic() - t < 40.0                     # the second signal cut the 60 s grace short
-    (when, alive), = restored_at                           # restored once, first, the run still up
+    assert time.monotonic() - t < 40.0  # the second signal cut the 60 s grace short
+    ((when, alive),) = restored_at  # restored once, first, the run still up
     assert alive == 7 and when - signalled[0] < 1.0
     assert survivors(procs) == [] and limits_w() == [700.0, 700.0]

@@ -20,18 +20,35 @@ OVERHEAD_MAX = 400_000
 
 def checkpoint_of(model, task, precision, tmp_path):
     (tmp_path / f"{task}-{precision}").mkdir()
-    cfg = TrainConfig(model_facts=CATALOG[model], task=task, seq_len=32, batch=4, lora_rank=8, device="cpu",
-                      tiny=True, compile=False, grad_checkpointing=False, max_steps=2, duration_s=60,
-                      eval_at_s=None, checkpoint_at_s=0.0,
-                      precision=precision, outdir=str(tmp_path / f"{task}-{precision}"))
+    cfg = TrainConfig(
+        model_facts=CATALOG[model],
+        task=task,
+        seq_len=32,
+        batch=4,
+        lora_rank=8,
+        device="cpu",
+        tiny=True,
+        compile=False,
+        grad_checkpointing=False,
+        max_steps=2,
+        duration_s=60,
+        eval_at_s=None,
+        checkpoint_at_s=0.0,
+        precision=precision,
+        outdir=str(tmp_path / f"{task}-{precision}"),
+    )
     train(cfg)
     facts = read_json(tmp_path / f"{task}-{precision}" / ".training.json")["training"]
     [event] = [e for e in facts["events"] if e["event"] == "checkpoint"]
     adapters = facts["params_trainable"] if task == "lora" else 0
-    return event["bytes"], plan.checkpoint_bytes(facts["params_total"] - adapters, adapters, task, precision)
+    return event["bytes"], plan.checkpoint_bytes(
+        facts["params_total"] - adapters, adapters, task, precision
+    )
 
 
-@pytest.mark.parametrize("model,task", [("Llama-3.1-70B", "pt"), ("Qwen3-30B-A3B", "pt"), ("Qwen3-32B", "lora")])
+@pytest.mark.parametrize(
+    "model,task", [("Llama-3.1-70B", "pt"), ("Qwen3-30B-A3B", "pt"), ("Qwen3-32B", "lora")]
+)
 def test_checkpoint_bytes_per_parameter_are_measured(model, task, tmp_path):
     fp32, plan_fp32 = checkpoint_of(model, task, "fp32", tmp_path)
     bf16, plan_bf16 = checkpoint_of(model, task, "bf16", tmp_path)

@@ -46,11 +46,20 @@ def test_recorded_backend(tmp_path, case):
 
 
 def test_only_runs_named_in_the_redo_variable_may_be_overwritten(tmp_path):
-    real = [_run(tmp_path, f"cap{w}", json.dumps({"provenance": {"backend": "cuda"}})) for w in (500, 600)]
+    real = [
+        _run(tmp_path, f"cap{w}", json.dumps({"provenance": {"backend": "cuda"}}))
+        for w in (500, 600)
+    ]
     emulated = _run(tmp_path, "cap700", json.dumps({"provenance": {"backend": "emulated"}}))
     assert kept_real_runs([*real, emulated], environ={}) == real
-    assert kept_real_runs([*real, emulated], environ={"WATTFLEX_REDO_RUNS": " g/cap500/ , x/y"}) == real[1:]
-    assert redo_runs({"WATTFLEX_REDO_RUNS": "g/cap500, ,h/staircase"}) == {"g/cap500", "h/staircase"}
+    assert (
+        kept_real_runs([*real, emulated], environ={"WATTFLEX_REDO_RUNS": " g/cap500/ , x/y"})
+        == real[1:]
+    )
+    assert redo_runs({"WATTFLEX_REDO_RUNS": "g/cap500, ,h/staircase"}) == {
+        "g/cap500",
+        "h/staircase",
+    }
     assert run_key(real[0]) == "g/cap500"
 
 
@@ -58,10 +67,15 @@ def test_refusal_is_one_line_with_the_command_that_redoes_one_run():
     dirs = [Path(f"results/c/runs/g/cap{w}") for w in range(100, 800, 100)]
     msg = overwrite_refusal(dirs, "Forced execution")
     assert "\n" not in msg
-    assert msg.startswith("refusing to overwrite 7 measured (real-backend) run(s) that Snakemake planned to rerun "
-                          "(Forced execution): results/c/runs/g/cap100/run.json, ")
+    assert msg.startswith(
+        "refusing to overwrite 7 measured (real-backend) run(s) that Snakemake planned to rerun "
+        "(Forced execution): results/c/runs/g/cap100/run.json, "
+    )
     assert "cap500/run.json ..." in msg and "cap600/run.json" not in msg.split("...")[0]
     assert redo_command(dirs[0] / "run.json") in msg
     assert redo_command("results/c/runs/g/cap100/run.json") == (
-        "WATTFLEX_REDO_RUNS=g/cap100 snakemake --cores all --force results/c/runs/g/cap100/run.json")
-    assert msg.endswith("(several: WATTFLEX_REDO_RUNS=" + ",".join(f"g/cap{w}" for w in range(100, 800, 100)) + ")")
+        "WATTFLEX_REDO_RUNS=g/cap100 snakemake --cores all --force results/c/runs/g/cap100/run.json"
+    )
+    assert msg.endswith(
+        "(several: WATTFLEX_REDO_RUNS=" + ",".join(f"g/cap{w}" for w in range(100, 800, 100)) + ")"
+    )

@@ -21,7 +21,9 @@ class Launched(Exception):
 def counted(monkeypatch, cls) -> list:
     calls = []
     parse = cls.from_spec.__func__
-    monkeypatch.setattr(cls, "from_spec", classmethod(lambda c, *a: calls.append(a) or parse(c, *a)))
+    monkeypatch.setattr(
+        cls, "from_spec", classmethod(lambda c, *a: calls.append(a) or parse(c, *a))
+    )
     return calls
 
 
@@ -30,7 +32,9 @@ def test_the_walk_from_run_at_cap_parses_the_spec_once(tmp_path, monkeypatch):
     launched = {}
 
     def launch(cmd, log_path, *a, **k):
-        launched["config"] = json.loads(next(tmp_path.glob(".run.*/.node0/train_config.json")).read_text())
+        launched["config"] = json.loads(
+            next(tmp_path.glob(".run.*/.node0/train_config.json")).read_text()
+        )
         launched["outdir"] = str(log_path.parent)
         raise Launched
 
@@ -38,7 +42,9 @@ def test_the_walk_from_run_at_cap_parses_the_spec_once(tmp_path, monkeypatch):
     with pytest.raises(Launched):
         runner.run_at_cap(cuda_spec(tmp_path), tmp_path / "run")
     assert (len(options), len(training)) == (1, 1)
-    assert launched["config"]["outdir"] == launched["outdir"] and launched["config"]["max_steps"] == 12
+    assert (
+        launched["config"]["outdir"] == launched["outdir"] and launched["config"]["max_steps"] == 12
+    )
 
 
 def test_a_parsed_spec_is_not_parsed_again(tmp_path, monkeypatch):
@@ -51,7 +57,11 @@ def test_a_parsed_spec_is_not_parsed_again(tmp_path, monkeypatch):
 def test_the_one_run_sweep_trains_as_long_as_the_separate_sweep(tmp_path):
     spec = RunSpec.of(cuda_spec(tmp_path))
     longer = spec.with_duration(600.0)
-    assert (longer.train.duration_s, longer.raw["run"]["duration_s"], longer.duration_s) == (600.0, 600.0, 600.0)
+    assert (longer.train.duration_s, longer.raw["run"]["duration_s"], longer.duration_s) == (
+        600.0,
+        600.0,
+        600.0,
+    )
     assert spec.train.duration_s == 120.0 and longer.options is spec.options
 
 

@@ -12,15 +12,24 @@ EPILOG = Path(__file__).resolve().parents[3] / "slurm" / "epilog.sh"
 
 
 def epilog(tmp_path, wattflex, state_dir):
-    env = {**os.environ, "WATTFLEX": str(wattflex), "WATTFLEX_STATE_DIR": str(state_dir),
-           "WATTFLEX_EPILOG_LOG": str(tmp_path / "epilog.log"), "SLURM_JOB_ID": "42"}
-    return subprocess.run(["bash", str(EPILOG)], env=env, capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "WATTFLEX": str(wattflex),
+        "WATTFLEX_STATE_DIR": str(state_dir),
+        "WATTFLEX_EPILOG_LOG": str(tmp_path / "epilog.log"),
+        "SLURM_JOB_ID": "42",
+    }
+    return subprocess.run(
+        ["bash", str(EPILOG)], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def stub_wattflex(tmp_path, exit_code):
     """A stand-in for the wattflex command that records its arguments (the epilog's boundary)."""
     stub = tmp_path / "wattflex"
-    stub.write_text(f"#!/bin/bash\necho \"$@\" >> {tmp_path / 'calls'}\necho restored GPU 0\nexit {exit_code}\n")
+    stub.write_text(
+        f'#!/bin/bash\necho "$@" >> {tmp_path / "calls"}\necho restored GPU 0\nexit {exit_code}\n'
+    )
     stub.chmod(0o755)
     return stub
 
@@ -41,7 +50,10 @@ def test_epilog_runs_restore_caps_and_passes_on_its_failure_stub_wattflex(tmp_pa
     proc = epilog(tmp_path, stub_wattflex(tmp_path, exit_code), state)
     assert proc.returncode == exit_code  # non-zero drains the node
     assert (tmp_path / "calls").read_text().split() == ["restore-caps", "--state-dir", str(state)]
-    assert f"job 42: restore-caps (exit {exit_code}): restored GPU 0" in (tmp_path / "epilog.log").read_text()
+    assert (
+        f"job 42: restore-caps (exit {exit_code}): restored GPU 0"
+        in (tmp_path / "epilog.log").read_text()
+    )
 
 
 def test_epilog_drains_when_records_exist_but_wattflex_is_missing(tmp_path):

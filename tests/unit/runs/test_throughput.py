@@ -18,7 +18,9 @@ LOGS = Path(__file__).resolve().parents[2] / "data" / "logs"
 
 
 def parsed(name, **spec):
-    src = ThroughputSource.from_spec(spec, **{k: spec.pop(k) for k in ("seq_len", "gpus") if k in spec})
+    src = ThroughputSource.from_spec(
+        spec, **{k: spec.pop(k) for k in ("seq_len", "gpus") if k in spec}
+    )
     lines = (LOGS / name).read_text(encoding="utf-8").replace("\r", "\n").splitlines()
     return [r for r in map(src.parse, lines) if r is not None]
 
@@ -50,13 +52,19 @@ def test_hf_trainer_seconds_per_step_and_steps_per_second():
     assert [r[0] for r in rows] == [2, 3]
     assert [r[1] for r in rows] == pytest.approx([1280 / 5.01, 1280 / 5.97])
     rows = parsed("hf_trainer_its.log", preset="hf-trainer", tokens_per_step=1000)
-    assert [r[0] for r in rows] == [2086, 2087] and [r[1] for r in rows] == pytest.approx([1490, 1480])
+    assert [r[0] for r in rows] == [2086, 2087] and [r[1] for r in rows] == pytest.approx(
+        [1490, 1480]
+    )
 
 
 def test_a_preset_never_matches_another_frameworks_lines():
     factors = {"seq_len": 1024, "gpus": 1, "tokens_per_step": 1000}
-    files = {"torchtitan": "torchtitan.log", "megatron": "megatron.log", "nemo": "nemo.log",
-             "hf-trainer": "hf_trainer.log"}
+    files = {
+        "torchtitan": "torchtitan.log",
+        "megatron": "megatron.log",
+        "nemo": "nemo.log",
+        "hf-trainer": "hf_trainer.log",
+    }
     for preset in files:
         for other, name in files.items():
             if other != preset:
@@ -64,20 +72,25 @@ def test_a_preset_never_matches_another_frameworks_lines():
 
 
 def test_own_regex_samples_per_s():
-    src = ThroughputSource.from_spec({"regex": r"(?P<samples_per_s>[0-9.]+) samples/s", "tokens_per_sample": 512})
+    src = ThroughputSource.from_spec(
+        {"regex": r"(?P<samples_per_s>[0-9.]+) samples/s", "tokens_per_sample": 512}
+    )
     assert src.parse("epoch 1: 3.5 samples/s")[1] == pytest.approx(3.5 * 512)
     assert src.parse("nothing here") is None
 
 
-@pytest.mark.parametrize("spec, words", [
-    ({}, "exactly one of preset"),
-    ({"preset": "deepspeed"}, "unknown preset 'deepspeed'"),
-    ({"regex": "(?P<tokens_per_s"}, "not a regular expression"),
-    ({"regex": r"loss (?P<loss>\d+)"}, "named group for the rate"),
-    ({"regex": r"(?P<step_time_s>[0-9.]+) s/step"}, "needs tokens per step"),
-    ({"preset": "hf-trainer"}, "needs tokens per step"),
-    ({"preset": "torchtitan", "steps_file": "s.csv"}, "exactly one of"),
-])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ({}, "exactly one of preset"),
+        ({"preset": "deepspeed"}, "unknown preset 'deepspeed'"),
+        ({"regex": "(?P<tokens_per_s"}, "not a regular expression"),
+        ({"regex": r"loss (?P<loss>\d+)"}, "named group for the rate"),
+        ({"regex": r"(?P<step_time_s>[0-9.]+) s/step"}, "needs tokens per step"),
+        ({"preset": "hf-trainer"}, "needs tokens per step"),
+        ({"preset": "torchtitan", "steps_file": "s.csv"}, "exactly one of"),
+    ],
+)
 def test_bad_sources_name_the_key(spec, words):
     with pytest.raises(ThroughputError, match="command.throughput") as exc:
         ThroughputSource.from_spec(spec)
@@ -85,7 +98,9 @@ def test_bad_sources_name_the_key(spec, words):
 
 
 def test_steps_from_lines_keeps_the_logged_rate():
-    steps = steps_from_lines([(10.0, 1, 100.0, 2.0), (12.0, 2, 150.0, 1.9), (15.0, float("nan"), 200.0, float("nan"))])
+    steps = steps_from_lines(
+        [(10.0, 1, 100.0, 2.0), (12.0, 2, 150.0, 1.9), (15.0, float("nan"), 200.0, float("nan"))]
+    )
     assert list(steps["step"]) == [1, 2, 3]
     assert math.isnan(steps["tokens"][0])
     rate = steps["tokens"] / steps["t_end_s"].diff()

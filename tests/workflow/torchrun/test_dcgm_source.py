@@ -11,7 +11,7 @@ from wattflex.ingest.dcgm import read_dcgmi_dmon
 from wattflex.provenance import read_json, read_parquet, read_parquet_meta
 from wattflex.runs import real_run
 
-pytestmark = pytest.mark.usefixtures("one_thread_subprocesses")   # tiny models: torch on one thread
+pytestmark = pytest.mark.usefixtures("one_thread_subprocesses")  # tiny models: torch on one thread
 
 
 @pytest.mark.slow
@@ -23,20 +23,31 @@ def test_fake_nvml_real_cpu_run_with_dcgm_telemetry(fake_nvml, fake_dcgmi_on_pat
     from tests.unit.runs.test_real_run import cuda_spec
 
     fake_nvml.reset(n_gpus=2, path=fake_nvml._state_path(), gpm="no_permission")
-    spec = cuda_spec(tmp_path, model="Llama-3.1-70B", task="pt", sampler=True, sampler_period_s=0.1,
-                     max_steps=None, telemetry="dcgm")
+    spec = cuda_spec(
+        tmp_path,
+        model="Llama-3.1-70B",
+        task="pt",
+        sampler=True,
+        sampler_period_s=0.1,
+        max_steps=None,
+        telemetry="dcgm",
+    )
     spec["run"]["duration_s"] = 2.0
     out = tmp_path / "run"
     real_run.run_real(spec, out)
     run = read_json(out / "run.json")
-    assert run["telemetry"]["source"] == "dcgm" and run["telemetry"]["reason"] == ["cuda.telemetry: dcgm"]
-    assert run["telemetry"]["gpm"] == ["off"]                  # GPM left to DCGM: never opened
+    assert run["telemetry"]["source"] == "dcgm" and run["telemetry"]["reason"] == [
+        "cuda.telemetry: dcgm"
+    ]
+    assert run["telemetry"]["gpm"] == ["off"]  # GPM left to DCGM: never opened
     reader = run["nodes"][0]["telemetry"]["dcgm_reader"]
     assert reader["command"][:2] == ["dcgmi", "dmon"] and reader["lines"] > 0
     tel = read_parquet(out / "telemetry.parquet")
     assert read_parquet_meta(out / "telemetry.parquet")["telemetry_source"] == "dcgm"
     captured = set(read_dcgmi_dmon(DMON, period_s=1.0)["dram_active"].round(6))
-    assert tel["dram_active"].notna().any() and set(tel["dram_active"].dropna().round(6)) <= captured
+    assert (
+        tel["dram_active"].notna().any() and set(tel["dram_active"].dropna().round(6)) <= captured
+    )
     assert tel["power_w"].notna().all() and limits_w() == [700.0, 700.0]
 
 
@@ -59,5 +70,8 @@ def test_fake_nvml_staircase_where_auto_chooses_dcgm(fake_nvml, fake_dcgmi_on_pa
     assert read_parquet_meta(out / "telemetry.parquet")["telemetry_source"] == "dcgm"
     tel = read_parquet(out / "telemetry.parquet")
     captured = set(read_dcgmi_dmon(DMON, period_s=1.0)["tensor_active"].dropna().round(6))
-    assert tel["tensor_active"].notna().any() and set(tel["tensor_active"].dropna().round(6)) <= captured
-    assert set(CAPS) <= set(tel["power_limit_w"].unique())          # limits: NVML's, per cap
+    assert (
+        tel["tensor_active"].notna().any()
+        and set(tel["tensor_active"].dropna().round(6)) <= captured
+    )
+    assert set(CAPS) <= set(tel["power_limit_w"].unique())  # limits: NVML's, per cap

@@ -34,7 +34,9 @@ def test_checkpoint_of_every_family_loads_sharded_exactly_and_trains(family, fam
     assert s["params_equal"], [n for r in reports for n, ok in r["params_equal"].items() if not ok]
     assert s["buffers"] and s["buffers_equal"], s["unequal_buffers"]
     assert s["logits_max_diff"] < 1e-5 and s["grad_max_diff"] < 1e-6, s
-    assert s["loss"] == pytest.approx(s["ref_loss"], abs=1e-5) and s["loss"] == pytest.approx(5.5, abs=0.5)  # ln 256
+    assert s["loss"] == pytest.approx(s["ref_loss"], abs=1e-5) and s["loss"] == pytest.approx(
+        5.5, abs=0.5
+    )  # ln 256
     assert s["step_taken"], s["unchanged"]
 
 
@@ -45,7 +47,7 @@ def test_random_init_of_every_family_has_a_fresh_models_buffers_and_trains(famil
     s = fc.summary(reports)
     assert s["tied"] == family.tied
     assert s["buffers"] and s["buffers_equal"], s["unequal_buffers"]
-    assert not s["params_equal"]        # each rank drew its own shard (CPU): not the one-process build
+    assert not s["params_equal"]  # each rank drew its own shard (CPU): not the one-process build
     assert s["logits_max_diff"] < 1e-5 and s["grad_max_diff"] < 1e-6, s
     assert s["step_taken"], s["unchanged"]
 
@@ -62,7 +64,7 @@ def test_lora_from_every_moe_familys_checkpoint_trains_the_adapters(name, family
     assert s["logits_max_diff"] < 1e-5 and s["grad_max_diff"] < 1e-6, s
     assert s["step_taken"], s["unchanged"]
     assert all(all("lora_A" in n for n in r["unchanged"]) for r in reports), s["unchanged"]
-    assert s["moved"] >= s["trainable"] // 2                     # every lora_B
+    assert s["moved"] >= s["trainable"] // 2  # every lora_B
 
 
 @pytest.mark.slow
@@ -74,10 +76,15 @@ def test_multimodal_gemma4_checkpoint_trains_its_text_decoder_only(family_probes
     Gemma4ForCausalLM from its text_config, the decoder's weights read from
     ``model.language_model.*``, the towers never loaded."""
     for r in family_probes.reports(fc.MULTIMODAL):
-        assert r["model_class"] == "Gemma4ForCausalLM" and r["hf_config"]["model_type"] == "gemma4_text"
-        assert sorted(r["params"]) == sorted(n.replace("model.language_model.", "model.", 1) for n in r["text_params"])
+        assert (
+            r["model_class"] == "Gemma4ForCausalLM"
+            and r["hf_config"]["model_type"] == "gemma4_text"
+        )
+        assert sorted(r["params"]) == sorted(
+            n.replace("model.language_model.", "model.", 1) for n in r["text_params"]
+        )
         assert not any("vision" in n or "audio" in n for n in r["params"])
-        assert r["layers"] == 2                                      # the text decoder's
+        assert r["layers"] == 2  # the text decoder's
         assert r["params_equal"] and all(r["params_equal"].values()), r["params_equal"]
         assert r["buffers"] and all(r["buffers"].values()), r["buffers"]
         assert r["logits_max_diff"] < 1e-5

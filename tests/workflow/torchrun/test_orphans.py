@@ -15,14 +15,17 @@ from wattflex.runs import real_run
 
 @pytest.mark.slow
 @pytest.mark.parametrize("ignores_term", [False, True], ids=["sigterm", "sigkill_fallback"])
-def test_real_torchrun_workers_are_gone_after_terminate(tmp_path, monkeypatch, cleanup, ignores_term):
+def test_real_torchrun_workers_are_gone_after_terminate(
+    tmp_path, monkeypatch, cleanup, ignores_term
+):
     """The real launcher (torch.distributed.run, 2 workers on CPU): after ``terminate`` neither
     torchrun nor its workers live, also when the workers ignore SIGTERM."""
     monkeypatch.setattr(real_run, "TERMINATE_GRACE_S", 3.0)
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     worker = tmp_path / "worker.py"
-    worker.write_text(textwrap.dedent(f"""\
+    worker.write_text(
+        textwrap.dedent(f"""\
         import os, signal, sys, time
         if {ignores_term}:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -30,12 +33,22 @@ def test_real_torchrun_workers_are_gone_after_terminate(tmp_path, monkeypatch, c
         from fake_torchrun import sleep_forever, write_pid
         write_pid({str(pid_dir)!r}, "worker-" + os.environ["LOCAL_RANK"])
         sleep_forever()
-        """))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(worker)]
+        """)
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(worker),
+    ]
     proc = real_run.start_training(cmd, tmp_path / "train.log")
     cleanup(proc)
     (pid_dir / "launcher-0.pid").write_text(str(proc.pid))
     procs = wait_up(pid_dir, names("worker"))
-    assert all(os.getsid(p.pid) == p.pid for n, p in procs.items() if n != "launcher-0")   # as read in torch
+    assert all(
+        os.getsid(p.pid) == p.pid for n, p in procs.items() if n != "launcher-0"
+    )  # as read in torch
     real_run.terminate(proc)
     assert survivors(procs) == []

@@ -22,10 +22,14 @@ import pytest
 
 from wattflex.runs import real_run
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(os.geteuid() != 0 or not all(shutil.which(t) for t in ("ip", "unshare")),
-                                 reason="network namespaces need root, ip (iproute2) and unshare")]
-SUBNET = "10.213.{}.{}"        # the test's own hosts, inside namespaces this test creates
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not all(shutil.which(t) for t in ("ip", "unshare")),
+        reason="network namespaces need root, ip (iproute2) and unshare",
+    ),
+]
+SUBNET = "10.213.{}.{}"  # the test's own hosts, inside namespaces this test creates
 WORKER = """import os, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 t = torch.ones(1) * (dist.get_rank() + 1)
@@ -44,7 +48,10 @@ def two_hosts():
     """Two namespaces ``(name, address, interface)`` on one veth link; removed afterwards."""
     tag = f"wf{os.getpid() % 100000}"
     net = os.getpid() % 250
-    hosts = [(f"{tag}a", SUBNET.format(net, 1), f"{tag}va"), (f"{tag}b", SUBNET.format(net, 2), f"{tag}vb")]
+    hosts = [
+        (f"{tag}a", SUBNET.format(net, 1), f"{tag}va"),
+        (f"{tag}b", SUBNET.format(net, 2), f"{tag}vb"),
+    ]
     try:
         for ns, _, _ in hosts:
             ip("netns", "add", ns)
@@ -60,21 +67,53 @@ def two_hosts():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def launch(tmp_path: Path, hosts, local_addr: bool, timeout_s: float) -> list[subprocess.CompletedProcess]:
+def launch(
+    tmp_path: Path, hosts, local_addr: bool, timeout_s: float
+) -> list[subprocess.CompletedProcess]:
     """Both nodes' torchrun at once, as the node agents start them; their results."""
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
     rdzv = f"{hosts[0][1]}:29531"
     procs = []
     for rank, (ns, addr, dev) in enumerate(hosts):
-        cmd = real_run.training_command(tmp_path / "unused.json", 0.0, 1, nnodes=2, node_rank=rank, rdzv=rdzv,
-                                        run_id="netns", local_addr=addr if local_addr else None)
-        cmd = cmd[:cmd.index("-m", 2)] + [str(worker)]          # the launch flags, a gloo all-reduce for training
+        cmd = real_run.training_command(
+            tmp_path / "unused.json",
+            0.0,
+            1,
+            nnodes=2,
+            node_rank=rank,
+            rdzv=rdzv,
+            run_id="netns",
+            local_addr=addr if local_addr else None,
+        )
+        cmd = cmd[: cmd.index("-m", 2)] + [
+            str(worker)
+        ]  # the launch flags, a gloo all-reduce for training
         env = {**os.environ, **real_run.nccl_env({"socket_ifname": dev}), "OMP_NUM_THREADS": "1"}
         host = f"node{rank}-resolves-nowhere"
-        procs.append(subprocess.Popen(
-            ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", f'hostname {host} && exec "$@"', "sh",
-             "timeout", str(timeout_s), *cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        procs.append(
+            subprocess.Popen(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    ns,
+                    "unshare",
+                    "--uts",
+                    "sh",
+                    "-c",
+                    f'hostname {host} && exec "$@"',
+                    "sh",
+                    "timeout",
+                    str(timeout_s),
+                    *cmd,
+                ],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     return [subprocess.CompletedProcess(p.args, p.wait(), p.communicate()[0], "") for p in procs]
 
 

@@ -17,12 +17,14 @@ import pytest
 from .training_jobs import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
-NOT_FAR_UNDER = 0.5     # the plan may err high, not by more than 2x
+NOT_FAR_UNDER = 0.5  # the plan may err high, not by more than 2x
 
 
 def bench():
     if "step_memory_bench" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("step_memory_bench", REPO / "benchmarks" / "step_memory.py")
+        spec = importlib.util.spec_from_file_location(
+            "step_memory_bench", REPO / "benchmarks" / "step_memory.py"
+        )
         mod = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = mod
         spec.loader.exec_module(mod)
@@ -36,7 +38,11 @@ def test_each_ranks_peak_rss_during_the_steps_is_within_the_plans_figure(task, t
     r = b.torchrun_harness(cfg)
     assert r.returncode == 0, r.stderr[-3000:]
     facts = json.loads((tmp_path / ".training.json").read_text())["training"]
-    assert facts["parallel"] == "fsdp" and facts["world_size"] == b.RANKS and facts["malloc_mmap_threshold_fixed"]
+    assert (
+        facts["parallel"] == "fsdp"
+        and facts["world_size"] == b.RANKS
+        and facts["malloc_mmap_threshold_fixed"]
+    )
     assert facts["params_total"] > 150e6
     planned = b.planned(task, facts["params_total"])["total"]
     peaks = facts["peak_rss_bytes_per_rank"]
@@ -44,4 +50,3 @@ def test_each_ranks_peak_rss_during_the_steps_is_within_the_plans_figure(task, t
     for p in peaks:
         assert p["after_build"] < p["steps"] <= p["run"], p
         assert NOT_FAR_UNDER * planned <= p["steps"] <= planned, (task, p, planned)
-

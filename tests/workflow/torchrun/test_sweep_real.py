@@ -19,12 +19,14 @@ from wattflex.runs.devices.caps import CapSignal
 from wattflex.runs.sweep.real import write_real_sweep_run
 from wattflex.telemetry import job_series
 
-pytestmark = pytest.mark.usefixtures("one_thread_subprocesses")   # tiny models: torch on one thread
+pytestmark = pytest.mark.usefixtures("one_thread_subprocesses")  # tiny models: torch on one thread
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["staircase", "adaptive"])
-def test_fake_nvml_cuda_sweep_visits_every_cap_stops_training_and_restores(fake_nvml, tmp_path, mode):
+def test_fake_nvml_cuda_sweep_visits_every_cap_stops_training_and_restores(
+    fake_nvml, tmp_path, mode
+):
     out = tmp_path / mode
     t_start = time.time()
     write_real_sweep_run(sweep_spec(tmp_path, mode), out)
@@ -41,10 +43,17 @@ def test_fake_nvml_cuda_sweep_visits_every_cap_stops_training_and_restores(fake_
     assert not list((tmp_path / "state").glob("caps-*.json"))
     assert not training_processes(out.parent)
 
-    assert sorted(p.name for p in out.iterdir()) == ["run.json", "steps.parquet", "telemetry.parquet", "train.log"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "run.json",
+        "steps.parquet",
+        "telemetry.parquet",
+        "train.log",
+    ]
     run = read_json(out / "run.json")
     assert run["backend"] == "cuda" and run["sweep_mode"] == mode and run["cap_control"] == "nvml"
-    assert run["stop_reason"] in ({"all_caps_measured"} if mode == "staircase" else {"ci_target_met", "budget_spent"})
+    assert run["stop_reason"] in (
+        {"all_caps_measured"} if mode == "staircase" else {"ci_target_met", "budget_spent"}
+    )
     assert [v["cap_w"] for v in run["visits"][:3]] == CAPS
     assert all(v["enforced_limit_w"] == v["cap_w"] for v in run["visits"])
     assert len(run["visits"]) == 3 if mode == "staircase" else len(run["visits"]) >= 3
@@ -53,7 +62,9 @@ def test_fake_nvml_cuda_sweep_visits_every_cap_stops_training_and_restores(fake_
     # Training was stopped when the sweep ended, long before its 90-s limit, and its step log
     # is the one the controller read (the live log is gone, steps.parquet has every step).
     steps = read_parquet(out / "steps.parquet")
-    assert run["training"]["steps"] == len(steps) and steps["step"].tolist() == list(range(1, len(steps) + 1))
+    assert run["training"]["steps"] == len(steps) and steps["step"].tolist() == list(
+        range(1, len(steps) + 1)
+    )
     assert steps["t_end_s"].max() < run["duration_s"] + 10 < 90
     assert elapsed < 60
 
@@ -68,7 +79,9 @@ def test_fake_nvml_cuda_sweep_visits_every_cap_stops_training_and_restores(fake_
 def _kill_training_worker(tmp_path):
     """SIGKILL the training worker (as the kernel's OOM killer would); torchrun then fails."""
     for p in training_processes(tmp_path):
-        if _cmdline_has(p, "wattflex.runs.training") and not _cmdline_has(p, "torch.distributed.run"):
+        if _cmdline_has(p, "wattflex.runs.training") and not _cmdline_has(
+            p, "torch.distributed.run"
+        ):
             os.kill(int(p.name), signal.SIGKILL)
 
 
@@ -84,13 +97,19 @@ def test_fake_nvml_cuda_staircase_restores_after_an_exception_mid_sweep(fake_nvm
     def strike():
         while not done.is_set():
             if set_calls_w().count(CAPS[1]) == 2:
-                _kill_training_worker(out.parent) if how == "training_killed" else os.kill(os.getpid(), signal.SIGTERM)
+                _kill_training_worker(out.parent) if how == "training_killed" else os.kill(
+                    os.getpid(), signal.SIGTERM
+                )
                 return
             time.sleep(0.05)
 
     striker = threading.Thread(target=strike, daemon=True)
     striker.start()
-    expected = (RuntimeError, "training exited with status") if how == "training_killed" else (CapSignal, None)
+    expected = (
+        (RuntimeError, "training exited with status")
+        if how == "training_killed"
+        else (CapSignal, None)
+    )
     try:
         with pytest.raises(expected[0], match=expected[1]) as err:
             write_real_sweep_run(sweep_spec(tmp_path), out)

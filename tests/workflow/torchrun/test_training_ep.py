@@ -43,12 +43,19 @@ PROBE = """
 def ep2_probes(tmp_path_factory) -> ProbeJob:
     """Both sources' probes in one 2-rank job (a launch costs ~8.5 s of CPU)."""
     work = tmp_path_factory.mktemp("ep2_probes")
-    stored = work / "model"     # a stored model, loaded offline like real weights
+    stored = work / "model"  # a stored model, loaded offline like real weights
     torch.manual_seed(1)
     models.build_model(tiny_cfg(QWEN_MOE, work), torch.float32).save_pretrained(stored)
-    return run_probes({"random_init": (PROBE, tiny_cfg(QWEN_MOE, work / "random_init", ep=2)),
-                       "model_path": (PROBE, tiny_cfg(QWEN_MOE, work / "model_path", ep=2, tiny=False,
-                                                      model_path=str(stored)))}, work)
+    return run_probes(
+        {
+            "random_init": (PROBE, tiny_cfg(QWEN_MOE, work / "random_init", ep=2)),
+            "model_path": (
+                PROBE,
+                tiny_cfg(QWEN_MOE, work / "model_path", ep=2, tiny=False, model_path=str(stored)),
+            ),
+        },
+        work,
+    )
 
 
 @pytest.mark.slow
@@ -57,19 +64,27 @@ def test_ep2_each_rank_holds_and_runs_half_the_experts(source, ep2_probes):
     probes = ep2_probes.reports(source)
     for probe in probes:
         assert probe["info"] == {"ep_used": 2, "ep_requested": 2, "parallel": "fsdp"}
-        assert len(probe["experts"]) == 4                           # gate_up_proj + down_proj, 2 layers
+        assert len(probe["experts"]) == 4  # gate_up_proj + down_proj, 2 layers
         for name, e in probe["experts"].items():
-            assert e["global"][0] == 4 and e["local"][0] == 2, name   # 2 of the 4 experts on this rank
+            assert e["global"][0] == 4 and e["local"][0] == 2, (
+                name
+            )  # 2 of the 4 experts on this rank
             assert e["module_experts"] == 2 and "ep" in e["mesh"], name
             if source == "model_path":
-                assert e["is_own_slice"], name                      # rank r: experts 2r, 2r+1
-            else:   # built on meta, each rank initialises its own experts: the init's spread, not the copy's
-                assert not e["is_own_slice"] and e["std"] == pytest.approx(e["ref_std"], rel=0.2), name
+                assert e["is_own_slice"], name  # rank r: experts 2r, 2r+1
+            else:  # built on meta, each rank initialises its own experts: the init's spread, not the copy's
+                assert not e["is_own_slice"] and e["std"] == pytest.approx(e["ref_std"], rel=0.2), (
+                    name
+                )
         if source == "model_path":
-            assert probe["loss"] == pytest.approx(probe["ref_loss"], rel=1e-5)   # same function as unsharded
+            assert probe["loss"] == pytest.approx(
+                probe["ref_loss"], rel=1e-5
+            )  # same function as unsharded
         else:
-            assert math.isfinite(probe["loss"]) and probe["loss"] == pytest.approx(probe["ref_loss"], rel=0.05)
-    if source == "random_init":     # the two ranks' experts are drawn apart, not copies
+            assert math.isfinite(probe["loss"]) and probe["loss"] == pytest.approx(
+                probe["ref_loss"], rel=0.05
+            )
+    if source == "random_init":  # the two ranks' experts are drawn apart, not copies
         firsts = [probe["experts"] for probe in probes]
         assert all(firsts[0][n]["first"] != firsts[1][n]["first"] for n in firsts[0])
 
@@ -78,14 +93,29 @@ def test_ep2_each_rank_holds_and_runs_half_the_experts(source, ep2_probes):
 def test_torchrun_ep2_trains_like_fsdp_with_events(tmp_path):
     # One stored model for both: built sharded, random init would differ between the two layouts
     torch.manual_seed(1)
-    models.build_model(tiny_cfg(QWEN_MOE, tmp_path), torch.float32).save_pretrained(tmp_path / "model")
-    events = dict(eval_at_s=0.0, eval_batches=1, checkpoint_at_s=0.0, grad_checkpointing=True,
-                  tiny=False, model_path=str(tmp_path / "model"))
+    models.build_model(tiny_cfg(QWEN_MOE, tmp_path), torch.float32).save_pretrained(
+        tmp_path / "model"
+    )
+    events = dict(
+        eval_at_s=0.0,
+        eval_batches=1,
+        checkpoint_at_s=0.0,
+        grad_checkpointing=True,
+        tiny=False,
+        model_path=str(tmp_path / "model"),
+    )
     r = train_torchrun(tiny_cfg(QWEN_MOE, tmp_path / "ep2", ep=2, **events))
     assert r.returncode == 0, r.stderr[-3000:]
     facts = json.loads((tmp_path / "ep2" / ".training.json").read_text())["training"]
-    assert (facts["ep_used"], facts["ep_requested"], facts["parallel"], facts["world_size"]) == (2, 2, "fsdp", 2)
-    assert facts["loss_unchunked_because"].startswith("expert parallelism")      # training.loss: not chunked
+    assert (facts["ep_used"], facts["ep_requested"], facts["parallel"], facts["world_size"]) == (
+        2,
+        2,
+        "fsdp",
+        2,
+    )
+    assert facts["loss_unchunked_because"].startswith(
+        "expert parallelism"
+    )  # training.loss: not chunked
     assert [e["event"] for e in facts["events"]] == ["eval", "checkpoint"]
     assert math.isfinite(facts["events"][0]["loss"])
     ep2 = read_parquet(tmp_path / "ep2" / "steps.parquet")

@@ -95,10 +95,22 @@ COUNTED = {"pt": {}, "lora": {"task": "lora"}, "tied": {"tie_word_embeddings": T
 def fsdp_probes(tmp_path_factory) -> ProbeJob:
     """Both tasks' probes, and the collective counts, in one 2-rank job (a launch costs ~8.5 s of CPU)."""
     work = tmp_path_factory.mktemp("fsdp_probes")
-    cases = {task: (FSDP_PROBE, tiny_cfg("Qwen3-32B", work / task, task=task, parallel="fsdp")) for task in TASKS}
+    cases = {
+        task: (FSDP_PROBE, tiny_cfg("Qwen3-32B", work / task, task=task, parallel="fsdp"))
+        for task in TASKS
+    }
     for case, kw in COUNTED.items():
-        facts = {**CATALOG["Qwen3-32B"], "tie_word_embeddings": kw.get("tie_word_embeddings", False)}
-        cfg = tiny_cfg("Qwen3-32B", work / f"count-{case}", task=kw.get("task", "pt"), parallel="fsdp", model_facts=facts)
+        facts = {
+            **CATALOG["Qwen3-32B"],
+            "tie_word_embeddings": kw.get("tie_word_embeddings", False),
+        }
+        cfg = tiny_cfg(
+            "Qwen3-32B",
+            work / f"count-{case}",
+            task=kw.get("task", "pt"),
+            parallel="fsdp",
+            model_facts=facts,
+        )
         cases[f"count-{case}"] = (COUNT_PROBE, cfg)
     return run_probes(cases, work)
 
@@ -121,5 +133,8 @@ def test_lm_head_is_gathered_once_per_step(case, fsdp_probes):
     for r in fsdp_probes.reports(f"count-{case}"):
         assert r["chunked"]
         head = r["counts"].get(r["head_unit"], {})
-        frozen = case == "lora"                              # no gradient to reduce
-        assert head == {"all_gather": 1, "reduce": 0 if frozen else 1}, (r["head_unit"], r["counts"])
+        frozen = case == "lora"  # no gradient to reduce
+        assert head == {"all_gather": 1, "reduce": 0 if frozen else 1}, (
+            r["head_unit"],
+            r["counts"],
+        )

@@ -20,9 +20,24 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/workflow/torchrun/co
 
 
 def tiny_cfg(model: str, outdir, **kw) -> TrainConfig:
-    base = dict(model_facts=CATALOG[model], task="pt", seq_len=32, batch=2, lora_rank=8, device="cpu", tiny=True,
-                compile=False, grad_checkpointing=False, max_steps=2, duration_s=120, eval_at_s=None, checkpoint_at_s=None, lr=3e-3, parallel="fsdp",
-                outdir=str(outdir))
+    base = dict(
+        model_facts=CATALOG[model],
+        task="pt",
+        seq_len=32,
+        batch=2,
+        lora_rank=8,
+        device="cpu",
+        tiny=True,
+        compile=False,
+        grad_checkpointing=False,
+        max_steps=2,
+        duration_s=120,
+        eval_at_s=None,
+        checkpoint_at_s=None,
+        lr=3e-3,
+        parallel="fsdp",
+        outdir=str(outdir),
+    )
     base.update(kw)
     return TrainConfig(**base)
 
@@ -160,7 +175,9 @@ def gemma_cfg(source: str, out) -> TrainConfig:
     if source == "random_init":
         return tiny_cfg(GEMMA, out)
     torch.manual_seed(3)
-    AutoModelForCausalLM.from_config(models.hf_config(CATALOG[GEMMA], tiny=True)).save_pretrained(out / "model")
+    AutoModelForCausalLM.from_config(models.hf_config(CATALOG[GEMMA], tiny=True)).save_pretrained(
+        out / "model"
+    )
     return tiny_cfg(GEMMA, out, tiny=False, model_path=str(out / "model"))
 
 
@@ -174,9 +191,12 @@ def probes(tmp_path_factory) -> ProbeJob:
         cases[out.name] = (PROBE, tiny_cfg(model, out, task=task, dist_timeout_s=1234.0))
     for model, task in REAL_WEIGHTS:
         out = work / f"real_weights-{model}-{task}"
-        torch.manual_seed(3)                # the saved weights are not what seed 0 would build
+        torch.manual_seed(3)  # the saved weights are not what seed 0 would build
         models.build_model(tiny_cfg(model, out), torch.float32).save_pretrained(out / "model")
-        cases[out.name] = (PROBE, tiny_cfg(model, out, task=task, tiny=False, model_path=str(out / "model")))
+        cases[out.name] = (
+            PROBE,
+            tiny_cfg(model, out, task=task, tiny=False, model_path=str(out / "model")),
+        )
     for source in TIED:
         out = work / f"tied-{source}"
         cases[out.name] = (TIED_PROBE, tied_cfg(source, out))
@@ -192,19 +212,21 @@ def probes(tmp_path_factory) -> ProbeJob:
 def test_random_init_on_each_shard_matches_the_models_own_init(model, task, probes):
     ranks = probes.reports(f"random_init-{model}-{task}")
     for out in ranks:
-        assert out["pg_timeout_s"] == 1234.0                     # cuda.dist_timeout_s
+        assert out["pg_timeout_s"] == 1234.0  # cuda.dist_timeout_s
         assert out["info"]["parallel"] == "fsdp" and out["info"]["sharded_build"]
-        assert out["info"]["model_bytes"] == out["info"]["params_total"] * 4      # fp32
-        assert out["embed_unit"] and out["head_unit"]           # their own FSDP units, as torchtitan's
-        assert all(out["buffers"].values()), out["buffers"]     # RoPE inv_freq recomputed, not garbage
+        assert out["info"]["model_bytes"] == out["info"]["params_total"] * 4  # fp32
+        assert out["embed_unit"] and out["head_unit"]  # their own FSDP units, as torchtitan's
+        assert all(out["buffers"].values()), out["buffers"]  # RoPE inv_freq recomputed, not garbage
         for name, p in out["params"].items():
-            if p["constant"]:       # norms at 1, biases and lora_B at 0: exactly the model's init
+            if p["constant"]:  # norms at 1, biases and lora_B at 0: exactly the model's init
                 assert p["equal"], name
             elif p["numel"] >= 256:  # random: the init's spread (other draws than the whole build)
                 assert not p["equal"] and p["std"] == pytest.approx(p["ref_std"], rel=0.2), name
     # on CPU each rank draws its own shard (seed + rank): the shards are not copies of each other
     random = [n for n, p in ranks[0]["params"].items() if not p["constant"] and p["numel"] >= 256]
-    assert random and all(ranks[0]["params"][n]["local_first"] != ranks[1]["params"][n]["local_first"] for n in random)
+    assert random and all(
+        ranks[0]["params"][n]["local_first"] != ranks[1]["params"][n]["local_first"] for n in random
+    )
 
 
 @pytest.mark.slow
@@ -213,7 +235,9 @@ def test_real_weights_reach_every_shard_exactly(model, task, probes):
     for out in probes.reports(f"real_weights-{model}-{task}"):
         assert out["info"]["sharded_build"] and all(out["buffers"].values())
         base = {n: p for n, p in out["params"].items() if "lora_" not in n}
-        assert base and all(p["equal"] for p in base.values()), [n for n, p in base.items() if not p["equal"]]
+        assert base and all(p["equal"] for p in base.values()), [
+            n for n, p in base.items() if not p["equal"]
+        ]
 
 
 @pytest.mark.slow
@@ -223,11 +247,11 @@ def test_tied_embeddings_shard_in_one_unit_and_train(source, probes):
     its own for the embedding, the head left in the root, crashed the first forward); the
     logits and the shared weight's gradient are the unsharded model's, and a step moves it."""
     for out in probes.reports(f"tied-{source}"):
-        assert out["ref_tied"] and out["tied"] and out["sharded"]   # one parameter, sharded
-        assert not out["embed_unit"] and not out["head_unit"]       # both in the root
+        assert out["ref_tied"] and out["tied"] and out["sharded"]  # one parameter, sharded
+        assert not out["embed_unit"] and not out["head_unit"]  # both in the root
         assert out["logits_max_diff"] < 1e-5 and out["grad_max_diff"] < 1e-6
-        assert out["loss"] == pytest.approx(5.5, abs=0.5)       # ln(256): a fresh model's cross entropy
-        assert out["embedding_moved"] > 1e-4                    # the step trained the tied weight
+        assert out["loss"] == pytest.approx(5.5, abs=0.5)  # ln(256): a fresh model's cross entropy
+        assert out["embedding_moved"] > 1e-4  # the step trained the tied weight
 
 
 @pytest.mark.slow
@@ -240,20 +264,32 @@ def test_gemma4_runs_as_its_own_class_with_every_buffer_a_fresh_models(source, p
     model's (the chunked loss now soft-caps as Gemma's forward does), and a step trains."""
     for out in probes.reports(f"gemma-{source}"):
         assert out["model_class"] == "Gemma4ForCausalLM" and out["tied"]
-        assert out["hf_config"]["head_dim"] == [16, 32]                 # sliding, full attention
+        assert out["hf_config"]["head_dim"] == [16, 32]  # sliding, full attention
         assert out["hf_config"]["layer_types"] == ["sliding_attention", "full_attention"]
         assert all(out["buffers"].values()), out["buffers"]
-        assert "model.embed_tokens.embed_scale" in out["buffers"] and out["embed_scale"] == 8.0   # sqrt(64)
+        assert (
+            "model.embed_tokens.embed_scale" in out["buffers"] and out["embed_scale"] == 8.0
+        )  # sqrt(64)
         assert out["logits_max_diff"] < 1e-5 and out["loss_diff"] < 1e-5, out
-        assert out["loss"] == pytest.approx(5.5, abs=0.5)               # ln(256): a fresh model
-        assert len(out["moved"]) == 3 and min(out["moved"].values()) > 1e-4, out["moved"]   # embedding, experts
+        assert out["loss"] == pytest.approx(5.5, abs=0.5)  # ln(256): a fresh model
+        assert len(out["moved"]) == 3 and min(out["moved"].values()) > 1e-4, out[
+            "moved"
+        ]  # embedding, experts
 
 
 # ---- the test that can fail: memory per rank (a ~200M-parameter model) -------------------------
 # 176M parameters in tensors of at most 17 MB: a rank's peak is its shard plus a few whole tensors
 # in flight (rank 0's broadcast sends one at a time), far from the whole model
-MEDIUM = {"hf_model_type": "llama", "hidden": 1024, "layers": 10, "heads": 16, "kv_heads": 16, "head_dim": 64,
-          "intermediate": 4096, "vocab": 4096}
+MEDIUM = {
+    "hf_model_type": "llama",
+    "hidden": 1024,
+    "layers": 10,
+    "heads": 16,
+    "kv_heads": 16,
+    "head_dim": 64,
+    "intermediate": 4096,
+    "vocab": 4096,
+}
 
 
 @pytest.mark.slow
@@ -262,28 +298,48 @@ def test_no_rank_holds_the_whole_model(source, tmp_path):
     """Each rank's peak RSS grows by well under the whole model's bytes while the model is built
     (about 0.55x here; the old whole build per rank grew by 1.03-1.06x and failed this).
     From real weights rank 0 reads the checkpoint whole (and sends the slices): the others not."""
-    cfg = TrainConfig(model_facts=MEDIUM, task="pt", seq_len=32, batch=1, device="cpu", random_init=True,
-                      compile=False, grad_checkpointing=False, max_steps=1, duration_s=120, eval_at_s=None, checkpoint_at_s=None, parallel="fsdp",
-                      outdir=str(tmp_path))
+    cfg = TrainConfig(
+        model_facts=MEDIUM,
+        task="pt",
+        seq_len=32,
+        batch=1,
+        device="cpu",
+        random_init=True,
+        compile=False,
+        grad_checkpointing=False,
+        max_steps=1,
+        duration_s=120,
+        eval_at_s=None,
+        checkpoint_at_s=None,
+        parallel="fsdp",
+        outdir=str(tmp_path),
+    )
     if source == "model_path":
         models.build_model(cfg, torch.float32).save_pretrained(tmp_path / "model")
         cfg.model_path = str(tmp_path / "model")
     r = train_torchrun(cfg)
     assert r.returncode == 0, r.stderr[-3000:]
     facts = json.loads((tmp_path / ".training.json").read_text())["training"]
-    assert facts["model_bytes"] > 700e6                          # 176M fp32 parameters
+    assert facts["model_bytes"] > 700e6  # 176M fp32 parameters
     peaks = facts["peak_rss_bytes_per_rank"]
     assert [p["rank"] for p in peaks] == [0, 1]
-    for p in peaks[1 if source == "model_path" else 0:]:
+    for p in peaks[1 if source == "model_path" else 0 :]:
         growth = p["after_build"] - p["before_build"]
         assert 0 < growth < 0.75 * facts["model_bytes"], (p["rank"], growth, facts["model_bytes"])
     t = facts["timings"]
     made = t["load_s"] if source == "model_path" else t["materialize_s"]
-    assert 0 < t["init_process_group_s"] <= t["build_s"] <= made <= t["loop_start_s"] <= t["first_step_s"]
+    assert (
+        0
+        < t["init_process_group_s"]
+        <= t["build_s"]
+        <= made
+        <= t["loop_start_s"]
+        <= t["first_step_s"]
+    )
 
 
 @pytest.mark.slow
 def test_random_init_on_cpu_refuses_parameters_copied_across_ranks(probes):
     for out in probes.reports("refusal"):
-        assert out["harness_copies"] == []                              # the harness's FSDP model: all sharded
+        assert out["harness_copies"] == []  # the harness's FSDP model: all sharded
         assert "random init on cpu: weight is replicated across ranks" in out["error"]

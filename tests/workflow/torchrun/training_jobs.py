@@ -29,11 +29,24 @@ PROBE_PREAMBLE = textwrap.dedent("""
 """)
 
 
-def torchrun(args: list[str], nproc: int = 2, timeout_s: float = 300.0) -> subprocess.CompletedProcess:
+def torchrun(
+    args: list[str], nproc: int = 2, timeout_s: float = 300.0
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts"), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc-per-node={nproc}", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout_s)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout_s,
+    )
 
 
 def train_torchrun(cfg, nproc: int = 2) -> subprocess.CompletedProcess:
@@ -80,6 +93,7 @@ PROBE_DRIVER = textwrap.dedent("""
 @dataclass
 class ProbeJob:
     """The reports of one torchrun job that ran several probe cases in turn."""
+
     result: subprocess.CompletedProcess
     outdirs: dict[str, Path]
     nproc: int
@@ -91,16 +105,29 @@ class ProbeJob:
         outdir = self.outdirs[case]
         unfinished = [rank for rank in range(self.nproc) if not (outdir / f"done{rank}").exists()]
         log = self.result.stderr
-        log = log[log.rfind("\n", 0, max(log.find(f": probe case {case}\n"), 0)) + 1:][-4000:]   # from this case on
-        assert not unfinished, f"probe case {case}: rank(s) {unfinished} did not finish it " \
-                               f"(the job exited {self.result.returncode}):\n{log}"
-        finished_all = all((d / f"done{rank}").exists() for d in self.outdirs.values() for rank in range(self.nproc))
-        assert self.result.returncode == 0 or not finished_all, f"the probe job failed after its last case:\n{log}"
-        return [json.loads((outdir / f"probe{rank}.json").read_text()) for rank in range(self.nproc)]
+        log = log[log.rfind("\n", 0, max(log.find(f": probe case {case}\n"), 0)) + 1 :][
+            -4000:
+        ]  # from this case on
+        assert not unfinished, (
+            f"probe case {case}: rank(s) {unfinished} did not finish it "
+            f"(the job exited {self.result.returncode}):\n{log}"
+        )
+        finished_all = all(
+            (d / f"done{rank}").exists()
+            for d in self.outdirs.values()
+            for rank in range(self.nproc)
+        )
+        assert self.result.returncode == 0 or not finished_all, (
+            f"the probe job failed after its last case:\n{log}"
+        )
+        return [
+            json.loads((outdir / f"probe{rank}.json").read_text()) for rank in range(self.nproc)
+        ]
 
 
-def run_probes(cases: dict[str, tuple[str, object]], workdir: Path, nproc: int = 2,
-               timeout_s: float = 300.0) -> ProbeJob:
+def run_probes(
+    cases: dict[str, tuple[str, object]], workdir: Path, nproc: int = 2, timeout_s: float = 300.0
+) -> ProbeJob:
     """One job of ``nproc`` ranks that runs ``PROBE_PREAMBLE + body`` for each case ``name: (body,
     cfg)`` in turn; ``body`` writes ``probe<rank>.json`` into its ``cfg.outdir`` (one per case)."""
     plan = []

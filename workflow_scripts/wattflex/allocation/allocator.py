@@ -56,15 +56,19 @@ from wattflex.allocation.policies import POLICIES, POLICY_FEATURES, WEIGHTED_POL
 from wattflex.allocation.waterfill import water_fill  # noqa: F401 (the policies' split, re-exported)
 from wattflex.schema import section_defaults
 
-_ALLOCATION = section_defaults("allocation")   # moe_ft_share, curve_nodes: the schema's
+_ALLOCATION = section_defaults("allocation")  # moe_ft_share, curve_nodes: the schema's
 
 
 class InfeasibleBudget(ValueError):
     """The jobs' floors (raised by SLA tiers, if any) need more power than the budget."""
 
 
-def policy_weights(policy: str, curves: Curves, features: Mapping[str, np.ndarray],
-                   moe_ft_share: float = _ALLOCATION["moe_ft_share"]) -> np.ndarray:
+def policy_weights(
+    policy: str,
+    curves: Curves,
+    features: Mapping[str, np.ndarray],
+    moe_ft_share: float = _ALLOCATION["moe_ft_share"],
+) -> np.ndarray:
     p_max, t_max = curves.ceiling_w, curves.uncapped_throughput
     if policy == "equal-weight":
         return p_max
@@ -120,27 +124,35 @@ def predicted_curves(curves: Curves, pfi: np.ndarray, nodes: int = 6) -> Curves:
 @dataclass
 class Allocation:
     """A policy's allocation for one or many workloads."""
+
     policy: str
-    power_w: np.ndarray          # (..., n)
-    throughput: np.ndarray       # (..., n), on the true curves
-    budget_w: np.ndarray         # (...)
-    feasible: np.ndarray         # (...) floors (SLA-raised) fit under the budget
-    floor_w: np.ndarray          # (..., n) the floors the policy worked with
+    power_w: np.ndarray  # (..., n)
+    throughput: np.ndarray  # (..., n), on the true curves
+    budget_w: np.ndarray  # (...)
+    feasible: np.ndarray  # (...) floors (SLA-raised) fit under the budget
+    floor_w: np.ndarray  # (..., n) the floors the policy worked with
     exact_fallback: np.ndarray | None = None  # (...) the oracle needed its MILP (diagnostic)
-    oracle_method: np.ndarray | None = None   # (...) the oracle's path: "hull-certified" or "milp"
+    oracle_method: np.ndarray | None = None  # (...) the oracle's path: "hull-certified" or "milp"
     oracle_gap_rel: np.ndarray | None = None  # (...) its proven relative gap to the optimum
-    oracle_gap: np.ndarray | None = None      # (...) the same in throughput units (bound - value)
+    oracle_gap: np.ndarray | None = None  # (...) the same in throughput units (bound - value)
 
     @property
     def total_throughput(self) -> np.ndarray:
         return self.throughput.sum(-1)
 
 
-def allocate(curves: Curves, budget_w: np.ndarray | float, policy: str,
-             features: Mapping[str, np.ndarray] | None = None, *,
-             max_slowdown: np.ndarray | None = None, moe_ft_share: float = _ALLOCATION["moe_ft_share"],
-             curve_nodes: int = _ALLOCATION["curve_nodes"], cache: dict[str, Any] | None = None,
-             nested: Any = None) -> Allocation:
+def allocate(
+    curves: Curves,
+    budget_w: np.ndarray | float,
+    policy: str,
+    features: Mapping[str, np.ndarray] | None = None,
+    *,
+    max_slowdown: np.ndarray | None = None,
+    moe_ft_share: float = _ALLOCATION["moe_ft_share"],
+    curve_nodes: int = _ALLOCATION["curve_nodes"],
+    cache: dict[str, Any] | None = None,
+    nested: Any = None,
+) -> Allocation:
     """Allocate ``budget_w`` (scalar or per workload) over the jobs of ``curves`` (..., n, K).
 
     ``nested``: the site's nested limits over the jobs (a
@@ -163,9 +175,13 @@ def allocate(curves: Curves, budget_w: np.ndarray | float, policy: str,
     if need is not None and need not in features:
         raise ValueError(f"policy {policy} needs per-job {need!r}")
     if nested is not None:
-        return _allocate_nested(curves, budget_w, policy, features, nested, max_slowdown, moe_ft_share, curve_nodes)
+        return _allocate_nested(
+            curves, budget_w, policy, features, nested, max_slowdown, moe_ft_share, curve_nodes
+        )
     budget = np.broadcast_to(np.asarray(budget_w, float), curves.power_w.shape[:-2]).copy()
-    keep_plan = cache is not None  # without a cache the oracle plans (and batches one workload) itself
+    keep_plan = (
+        cache is not None
+    )  # without a cache the oracle plans (and batches one workload) itself
     cache = {} if cache is None else cache
     if policy == "curve-aware":
         if "predicted" not in cache:
@@ -176,7 +192,9 @@ def allocate(curves: Curves, budget_w: np.ndarray | float, policy: str,
     # the (SLA-raised) floors and the curves restricted to them depend on the curves and
     # tiers only: computed once per cache, not once per policy and cut
     if f"floor:{kind}" not in cache:
-        cache[f"floor:{kind}"] = sla_floor(base, max_slowdown) if max_slowdown is not None else base.floor_w
+        cache[f"floor:{kind}"] = (
+            sla_floor(base, max_slowdown) if max_slowdown is not None else base.floor_w
+        )
     floor = cache[f"floor:{kind}"]
     fallback, oracle_path = None, {}
     if policy in ("oracle", "curve-aware"):
@@ -184,22 +202,37 @@ def allocate(curves: Curves, budget_w: np.ndarray | float, policy: str,
             cache[f"work:{kind}"] = base.restrict(floor) if max_slowdown is not None else base
         work = cache[f"work:{kind}"]
         if keep_plan and f"plan:{policy}" not in cache:
-            cache[f"plan:{policy}"] = plan_greedy(work.power_w, work.throughput,
-                                                  _hull_by_key(work, cache.get("curve_key")))
+            cache[f"plan:{policy}"] = plan_greedy(
+                work.power_w, work.throughput, _hull_by_key(work, cache.get("curve_key"))
+            )
         sol = oracle(work.power_w, work.throughput, budget, cache.get(f"plan:{policy}"))
         power, fallback = sol.power_w, ~sol.certified
-        oracle_path = {"oracle_method": sol.method, "oracle_gap_rel": sol.gap_rel, "oracle_gap": sol.gap}
+        oracle_path = {
+            "oracle_method": sol.method,
+            "oracle_gap_rel": sol.gap_rel,
+            "oracle_gap": sol.gap,
+        }
     else:
         weights = policy_weights(policy, curves, features, moe_ft_share)
         cut = curves.ceiling_w.sum(-1) - budget
         power = curves.ceiling_w - water_fill(cut, curves.ceiling_w - floor, weights)
     feasible = floor.sum(-1) <= budget + RTOL * np.maximum(np.abs(budget), 1.0)
     power = np.where(feasible[..., None], power, floor)
-    return Allocation(policy, power, curves.throughput_at(power), budget, feasible, floor, fallback, **oracle_path)
+    return Allocation(
+        policy, power, curves.throughput_at(power), budget, feasible, floor, fallback, **oracle_path
+    )
 
 
-def _allocate_nested(curves: Curves, budget_w: Any, policy: str, features: Mapping[str, np.ndarray], nested: Any,
-                     max_slowdown: np.ndarray | None, moe_ft_share: float, curve_nodes: int) -> Allocation:
+def _allocate_nested(
+    curves: Curves,
+    budget_w: Any,
+    policy: str,
+    features: Mapping[str, np.ndarray],
+    nested: Any,
+    max_slowdown: np.ndarray | None,
+    moe_ft_share: float,
+    curve_nodes: int,
+) -> Allocation:
     """:func:`allocate` under nested limits, one workload at a time: the curve policies by
     :func:`wattflex.allocation.nested.nested_oracle` (exact), the weighted ones by
     :func:`wattflex.allocation.nested.nested_water_fill`. Infeasible (floors over the budget
@@ -208,7 +241,11 @@ def _allocate_nested(curves: Curves, budget_w: Any, policy: str, features: Mappi
 
     lead = curves.power_w.shape[:-2]
     budget = np.broadcast_to(np.asarray(budget_w, float), lead).copy()
-    base = predicted_curves(curves, features["pfi"], curve_nodes) if policy == "curve-aware" else curves
+    base = (
+        predicted_curves(curves, features["pfi"], curve_nodes)
+        if policy == "curve-aware"
+        else curves
+    )
     floor = sla_floor(base, max_slowdown) if max_slowdown is not None else base.floor_w
     power = np.empty(curves.power_w.shape[:-1])
     feasible = np.empty(lead, bool)
@@ -222,12 +259,22 @@ def _allocate_nested(curves: Curves, budget_w: Any, policy: str, features: Mappi
             sol = nested_oracle(work.power_w, work.throughput, b, nested)
             power[idx], method[idx], gap[idx] = sol.power_w, str(sol.method), float(sol.gap_rel)
         else:
-            w = policy_weights(policy, curves.take(idx), {k: np.asarray(v)[idx] for k, v in features.items()},
-                               moe_ft_share)
+            w = policy_weights(
+                policy,
+                curves.take(idx),
+                {k: np.asarray(v)[idx] for k, v in features.items()},
+                moe_ft_share,
+            )
             power[idx] = nested_water_fill(b, fl, curves.take(idx).ceiling_w, w, nested)
     power = np.where(feasible[..., None], power, floor)
-    path = {"oracle_method": method, "oracle_gap_rel": gap} if policy in ("oracle", "curve-aware") else {}
-    return Allocation(policy, power, curves.throughput_at(power), budget, feasible, floor, None, **path)
+    path = (
+        {"oracle_method": method, "oracle_gap_rel": gap}
+        if policy in ("oracle", "curve-aware")
+        else {}
+    )
+    return Allocation(
+        policy, power, curves.throughput_at(power), budget, feasible, floor, None, **path
+    )
 
 
 def _hull_by_key(curves: Curves, key: np.ndarray | None) -> np.ndarray | None:
@@ -250,10 +297,17 @@ PROGRESS_JOBS = 1000  # workloads at least this large report their phases to ``l
 JOB_COLUMNS = ("pfi", "pfi_measured", "gpus", "max_slowdown", "cluster", "dram_copy_product")
 
 
-def allocate_table(points: pd.DataFrame, policy: str, *, cut: float | None = None,
-                   budget_w: float | None = None, moe_ft_share: float = _ALLOCATION["moe_ft_share"],
-                   curve_nodes: int = _ALLOCATION["curve_nodes"], source: str | None = None,
-                   log: Callable[[str], None] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+def allocate_table(
+    points: pd.DataFrame,
+    policy: str,
+    *,
+    cut: float | None = None,
+    budget_w: float | None = None,
+    moe_ft_share: float = _ALLOCATION["moe_ft_share"],
+    curve_nodes: int = _ALLOCATION["curve_nodes"],
+    source: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Allocate one workload given as long-format points.
 
     ``points``: columns ``job, power_w, throughput`` (one row per measured point; the
@@ -275,12 +329,15 @@ def allocate_table(points: pd.DataFrame, policy: str, *, cut: float | None = Non
     t0 = time.perf_counter()
     missing = {"job", "power_w", "throughput"} - set(points.columns)
     if missing:
-        raise ValueError(f"missing column(s) {', '.join(sorted(missing))} (need job, power_w, throughput)")
+        raise ValueError(
+            f"missing column(s) {', '.join(sorted(missing))} (need job, power_w, throughput)"
+        )
     progress = log if (log is not None and points["job"].nunique() >= PROGRESS_JOBS) else None
 
     def phase(msg: str) -> None:
         if progress is not None:
             progress(f"[{time.perf_counter() - t0:6.1f} s] {msg}")
+
     if (cut is None) == (budget_w is None):
         raise ValueError("give exactly one of cut or budget_w")
     if cut is not None and not 0.0 <= cut < 1.0:
@@ -289,21 +346,28 @@ def allocate_table(points: pd.DataFrame, policy: str, *, cut: float | None = Non
         raise ValueError(f"budget_w must be a positive number of watts, got {budget_w}")
     check_points(points, source)
     has_cap = "cap_w" in points.columns and points["cap_w"].notna().all()
-    jobs, curves = curves_from_points(points["job"], points["power_w"], points["throughput"],
-                                      points["cap_w"] if has_cap else None)
-    phase(f"{len(points)} points -> {len(jobs)} job curves (up to {curves.power_w.shape[-1]} points each)")
+    jobs, curves = curves_from_points(
+        points["job"], points["power_w"], points["throughput"], points["cap_w"] if has_cap else None
+    )
+    phase(
+        f"{len(points)} points -> {len(jobs)} job curves (up to {curves.power_w.shape[-1]} points each)"
+    )
     curves, fitted = monotone_fit(curves)
     if fitted.any() and log is not None:
         i = int(np.flatnonzero(fitted)[0])
-        log(f"note: {int(fitted.sum())} job(s) have throughput falling as power rises (e.g. {jobs[i]!r}); "
-            f"allocating on their isotonic (non-decreasing least-squares) fit instead")
+        log(
+            f"note: {int(fitted.sum())} job(s) have throughput falling as power rises (e.g. {jobs[i]!r}); "
+            f"allocating on their isotonic (non-decreasing least-squares) fit instead"
+        )
     per_job = {}
     for col in JOB_COLUMNS:
         if col not in points.columns:
             continue
         varying = points.groupby("job", sort=False)[col].nunique(dropna=False) > 1
         if varying.any():
-            raise ValueError(f"column {col!r} must be constant within a job (varies for {list(varying[varying].index)[:3]})")
+            raise ValueError(
+                f"column {col!r} must be constant within a job (varies for {list(varying[varying].index)[:3]})"
+            )
         per_job[col] = points.groupby("job", sort=False)[col].first().reindex(jobs).to_numpy()
     if "gpus" in per_job:
         g = pd.to_numeric(pd.Series(per_job["gpus"]), errors="coerce").to_numpy(float)
@@ -311,11 +375,16 @@ def allocate_table(points: pd.DataFrame, policy: str, *, cut: float | None = Non
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             line = int(np.flatnonzero((points["job"] == jobs[i]).to_numpy())[0]) + 2
-            raise ValueError(f"{'' if source is None else f'{source}:{line}: '}job {jobs[i]!r}: gpus "
-                             f"{per_job['gpus'][i]} is not a positive number")
-    features = {"pfi": per_job.get("pfi"), "pfi_measured": per_job.get("pfi_measured"),
-                "dram_copy_product": per_job.get("dram_copy_product"),
-                "moe_ft": None if "cluster" not in per_job else per_job["cluster"] == "moe-ft"}
+            raise ValueError(
+                f"{'' if source is None else f'{source}:{line}: '}job {jobs[i]!r}: gpus "
+                f"{per_job['gpus'][i]} is not a positive number"
+            )
+    features = {
+        "pfi": per_job.get("pfi"),
+        "pfi_measured": per_job.get("pfi_measured"),
+        "dram_copy_product": per_job.get("dram_copy_product"),
+        "moe_ft": None if "cluster" not in per_job else per_job["cluster"] == "moe-ft",
+    }
     need = POLICY_FEATURES.get(policy)
     if need is not None and features.get(need) is None:
         column = "cluster" if need == "moe_ft" else need
@@ -326,7 +395,9 @@ def allocate_table(points: pd.DataFrame, policy: str, *, cut: float | None = Non
     budget = (1.0 - cut) * uncapped_w if budget_w is None else float(budget_w)
     if budget > uncapped_w:  # nothing to cut: every job runs uncapped (not a negative cut)
         if log is not None:
-            log(f"note: budget {budget:.6g} W is above the jobs' uncapped power {uncapped_w:.1f} W: no job is capped")
+            log(
+                f"note: budget {budget:.6g} W is above the jobs' uncapped power {uncapped_w:.1f} W: no job is capped"
+            )
         budget = uncapped_w
     kw = dict(max_slowdown=slowdown, moe_ft_share=moe_ft_share, curve_nodes=curve_nodes)
     phase(f"allocating {budget:.1f} W over {len(jobs)} jobs ({policy})")
@@ -334,17 +405,25 @@ def allocate_table(points: pd.DataFrame, policy: str, *, cut: float | None = Non
     if not bool(a.feasible):
         floors = float(a.floor_w.sum())
         why = "lowest-power points" + (" raised by max_slowdown" if slowdown is not None else "")
-        raise InfeasibleBudget(f"budget {budget:.1f} W is below the jobs' floors {floors:.1f} W "
-                               f"(sum of their {why}); the deepest feasible cut is "
-                               f"{1 - floors / uncapped_w:.1%} ({floors:.1f} W)")
+        raise InfeasibleBudget(
+            f"budget {budget:.1f} W is below the jobs' floors {floors:.1f} W "
+            f"(sum of their {why}); the deepest feasible cut is "
+            f"{1 - floors / uncapped_w:.1%} ({floors:.1f} W)"
+        )
     below = a.power_w < a.floor_w - RTOL * np.maximum(a.floor_w, 1.0)
     if below.any():  # a policy bug must never reach the output
         i = int(np.flatnonzero(below)[0])
-        raise ValueError(f"internal error: {policy} allocated job {jobs[i]!r} {a.power_w[i]:.1f} W, below its floor "
-                         f"{a.floor_w[i]:.1f} W")
+        raise ValueError(
+            f"internal error: {policy} allocated job {jobs[i]!r} {a.power_w[i]:.1f} W, below its floor "
+            f"{a.floor_w[i]:.1f} W"
+        )
     if policy != "oracle":
         phase(f"oracle over {len(jobs)} jobs (for comparison)")
-    best = a if policy == "oracle" else allocate(curves, budget, "oracle", features, max_slowdown=slowdown)
+    best = (
+        a
+        if policy == "oracle"
+        else allocate(curves, budget, "oracle", features, max_slowdown=slowdown)
+    )
     out = pd.DataFrame({"job": jobs, "power_w": a.power_w, "throughput": a.throughput})
     gpus = per_job.get("gpus")
     cap = power_to_cap(curves, a.power_w, None if gpus is None else gpus.astype(float))
@@ -352,20 +431,30 @@ def allocate_table(points: pd.DataFrame, policy: str, *, cut: float | None = Non
         out["cap_w"] = cap
     uncapped_t = float(curves.uncapped_throughput.sum())
     totals = {
-        "policy": policy, "n_jobs": len(jobs), "cut": 1.0 - budget / uncapped_w, "budget_w": budget,
-        "uncapped_power_w": uncapped_w, "floors_w": float(a.floor_w.sum()),
-        "total_power_w": float(a.power_w.sum()), "total_throughput": float(a.total_throughput),
-        "uncapped_throughput": uncapped_t, "oracle_throughput": float(best.total_throughput),
+        "policy": policy,
+        "n_jobs": len(jobs),
+        "cut": 1.0 - budget / uncapped_w,
+        "budget_w": budget,
+        "uncapped_power_w": uncapped_w,
+        "floors_w": float(a.floor_w.sum()),
+        "total_power_w": float(a.power_w.sum()),
+        "total_throughput": float(a.total_throughput),
+        "uncapped_throughput": uncapped_t,
+        "oracle_throughput": float(best.total_throughput),
         "gap_to_oracle": float(best.total_throughput - a.total_throughput),
         # how the oracle answered: certified rounding or MILP, and its proven relative gap
-        "oracle_method": str(best.oracle_method), "oracle_gap_rel": float(best.oracle_gap_rel),
-        "cap_source": "measured cap_w" if has_cap else ("power_w / gpus" if gpus is not None else None),
+        "oracle_method": str(best.oracle_method),
+        "oracle_gap_rel": float(best.oracle_gap_rel),
+        "cap_source": "measured cap_w"
+        if has_cap
+        else ("power_w / gpus" if gpus is not None else None),
     }
     if fitted.any():
         totals["monotone_fit_jobs"] = int(fitted.sum())
     if slowdown is not None:
         target = (1.0 - slowdown) * curves.uncapped_throughput
-        totals["sla_violations"] = int(np.sum(np.isfinite(slowdown) & (a.throughput < target * (1 - 1e-9))))
+        totals["sla_violations"] = int(
+            np.sum(np.isfinite(slowdown) & (a.throughput < target * (1 - 1e-9)))
+        )
     phase("done")
     return out, totals
-

@@ -34,6 +34,7 @@ class Curves:
     repeating their last point (a zero-width segment). ``cap_w`` (optional) is the per-GPU
     cap at each point.
     """
+
     power_w: np.ndarray
     throughput: np.ndarray
     cap_w: np.ndarray | None = None
@@ -52,8 +53,11 @@ class Curves:
 
     def take(self, index: np.ndarray) -> Curves:
         """Curves of jobs ``index`` (any shape) out of a (n_groups, K) table."""
-        return Curves(self.power_w[index], self.throughput[index],
-                      None if self.cap_w is None else self.cap_w[index])
+        return Curves(
+            self.power_w[index],
+            self.throughput[index],
+            None if self.cap_w is None else self.cap_w[index],
+        )
 
     def throughput_at(self, power_w: np.ndarray) -> np.ndarray:
         return interp(self.power_w, self.throughput, power_w)
@@ -66,21 +70,32 @@ class Curves:
         return Curves(P, self.throughput_at(P), cap)
 
 
-def curves_from_points(job: Sequence[Any], power_w: Sequence[float], throughput: Sequence[float],
-                       cap_w: Sequence[float] | None = None) -> tuple[list[Any], Curves]:
+def curves_from_points(
+    job: Sequence[Any],
+    power_w: Sequence[float],
+    throughput: Sequence[float],
+    cap_w: Sequence[float] | None = None,
+) -> tuple[list[Any], Curves]:
     """Build curves from long-format points (one row per job and measured point).
 
     Points of a job at the same power are averaged. Returns the job ids (first-seen order)
     and their curves. Vectorised (no per-job Python loop): 33,000 jobs take well under a
     second.
     """
-    df = pd.DataFrame({"job": list(job), "power_w": np.asarray(power_w, float),
-                       "throughput": np.asarray(throughput, float)})
+    df = pd.DataFrame(
+        {
+            "job": list(job),
+            "power_w": np.asarray(power_w, float),
+            "throughput": np.asarray(throughput, float),
+        }
+    )
     df["cap_w"] = np.nan if cap_w is None else np.asarray(cap_w, float)
     bad = ~np.isfinite(df[["power_w", "throughput"]]).all(axis=1) | (df["power_w"] < 0)
     if bad.any():
-        raise ValueError(f"non-finite or negative power/throughput for job(s) "
-                         f"{sorted(map(str, df.loc[bad, 'job'].unique()))[:5]}")
+        raise ValueError(
+            f"non-finite or negative power/throughput for job(s) "
+            f"{sorted(map(str, df.loc[bad, 'job'].unique()))[:5]}"
+        )
     if df["job"].isna().any():
         raise ValueError("missing job id in the curve points")
     codes, uniques = pd.factorize(df["job"], sort=False)  # first-seen order
@@ -88,7 +103,9 @@ def curves_from_points(job: Sequence[Any], power_w: Sequence[float], throughput:
     if not len(jobs):
         raise ValueError("no curve points")
     df["_code"] = codes
-    merged = df.groupby(["_code", "power_w"], sort=True, as_index=False)[["throughput", "cap_w"]].mean()
+    merged = df.groupby(["_code", "power_w"], sort=True, as_index=False)[
+        ["throughput", "cap_w"]
+    ].mean()
     code = merged["_code"].to_numpy()
     counts = np.bincount(code, minlength=len(jobs))
     K = int(counts.max())
@@ -111,6 +128,7 @@ def check_points(points: pd.DataFrame, source: str | None = None, single_ok: boo
     a positive finite number, two rows of a job at the same power with different
     throughput, and (unless ``single_ok``: an offer reports such a job as one that cannot
     shed) a job with a single measured power (no curve: floor == ceiling)."""
+
     def where(pos: int) -> str:
         if source is None:
             return f"row {pos + 1}"
@@ -131,36 +149,53 @@ def check_points(points: pd.DataFrame, source: str | None = None, single_ok: boo
         if bad.size:
             i, raw = bad[0], points[col].iloc[bad[0]]
             shown = repr(raw) if isinstance(raw, str) else str(raw)
-            raise ValueError(f"{where(i)}: job {job.iloc[i]!r}: {col} {shown} is not a positive "
-                             f"finite number{more(bad.size)}")
+            raise ValueError(
+                f"{where(i)}: job {job.iloc[i]!r}: {col} {shown} is not a positive "
+                f"finite number{more(bad.size)}"
+            )
         # Budgets and shares are sums over jobs: values whose sum overflows (1e308) would make
         # the cut silently inf or nan. No GPU job draws a gigawatt (the largest AI sites do).
         limit = MAX_JOB_POWER_W if col == "power_w" else np.finfo(float).max / max(len(v), 1)
         over = np.flatnonzero(v > limit)
         if over.size:
             i = over[0]
-            hint = "not watts: check the units" if col == "power_w" else "too large to add up: rescale the column"
-            raise ValueError(f"{where(i)}: job {job.iloc[i]!r}: {col} {v[i]:.4g} is above {limit:.3g} "
-                             f"({hint}){more(over.size)}")
-    df = pd.DataFrame({"job": job.to_numpy(), "power_w": points["power_w"].to_numpy(float),
-                       "throughput": points["throughput"].to_numpy(float)})
+            hint = (
+                "not watts: check the units"
+                if col == "power_w"
+                else "too large to add up: rescale the column"
+            )
+            raise ValueError(
+                f"{where(i)}: job {job.iloc[i]!r}: {col} {v[i]:.4g} is above {limit:.3g} "
+                f"({hint}){more(over.size)}"
+            )
+    df = pd.DataFrame(
+        {
+            "job": job.to_numpy(),
+            "power_w": points["power_w"].to_numpy(float),
+            "throughput": points["throughput"].to_numpy(float),
+        }
+    )
     first = df.groupby(["job", "power_w"], sort=False)["throughput"].transform("first").to_numpy()
     conflict = np.flatnonzero(first != df["throughput"].to_numpy())
     if conflict.size:
         i = conflict[0]
         j, p = df["job"].iloc[i], df["power_w"].iloc[i]
         f = int(np.flatnonzero((df["job"] == j).to_numpy() & (df["power_w"] == p).to_numpy())[0])
-        raise ValueError(f"{where(i)}: job {j!r}: power_w {p:g} is already measured at {where(f)} with "
-                         f"throughput {first[i]:g}, here {df['throughput'].iloc[i]:g} (conflicting duplicate; "
-                         f"average the repeats or drop one){more(conflict.size)}")
+        raise ValueError(
+            f"{where(i)}: job {j!r}: power_w {p:g} is already measured at {where(f)} with "
+            f"throughput {first[i]:g}, here {df['throughput'].iloc[i]:g} (conflicting duplicate; "
+            f"average the repeats or drop one){more(conflict.size)}"
+        )
     n_powers = df.groupby("job", sort=False)["power_w"].transform("nunique").to_numpy()
     single = np.flatnonzero(n_powers < 2) if not single_ok else np.array([], int)
     if single.size:
         i = single[0]
         n_jobs = df["job"].iloc[single].nunique()
-        raise ValueError(f"{where(i)}: job {job.iloc[i]!r} has a single measured power ({df['power_w'].iloc[i]:g} W); "
-                         f"a curve needs at least its lowest-cap and its uncapped point"
-                         + (f" (and {n_jobs - 1} more such job(s))" if n_jobs > 1 else ""))
+        raise ValueError(
+            f"{where(i)}: job {job.iloc[i]!r} has a single measured power ({df['power_w'].iloc[i]:g} W); "
+            f"a curve needs at least its lowest-cap and its uncapped point"
+            + (f" (and {n_jobs - 1} more such job(s))" if n_jobs > 1 else "")
+        )
 
 
 def monotone_fit(curves: Curves) -> tuple[Curves, np.ndarray]:
@@ -187,7 +222,9 @@ def curves_from_runs(runs: pd.DataFrame) -> tuple[list[str], Curves]:
     """One curve per group of ``runs.parquet`` rows: (power_w, tokens_per_s) per cap_w,
     repeats averaged (cap groups only: :func:`cap_rows`)."""
     runs = cap_rows(runs)
-    pts = runs.groupby(["group", "cap_w"], sort=True, as_index=False)[["power_w", "tokens_per_s"]].mean()
+    pts = runs.groupby(["group", "cap_w"], sort=True, as_index=False)[
+        ["power_w", "tokens_per_s"]
+    ].mean()
     return curves_from_points(pts["group"], pts["power_w"], pts["tokens_per_s"], pts["cap_w"])
 
 
@@ -198,7 +235,9 @@ def is_concave(curves: Curves) -> np.ndarray:
     return np.all(curves.throughput >= hull - tol, axis=-1)
 
 
-def power_to_cap(curves: Curves, power_w: np.ndarray, gpus: np.ndarray | None = None) -> np.ndarray | None:
+def power_to_cap(
+    curves: Curves, power_w: np.ndarray, gpus: np.ndarray | None = None
+) -> np.ndarray | None:
     """Per-GPU cap that gives each job its allocated power: the measured cap -> power relation
     inverted piecewise-linearly; without measured caps, ``power_w / gpus``; else None."""
     if curves.cap_w is not None:
@@ -229,4 +268,3 @@ def sla_floor(curves: Curves, max_slowdown: np.ndarray) -> np.ndarray:
     frac = np.divide(target - t0, rise, out=np.ones_like(rise), where=rise > 0)
     cross = p0 + np.clip(frac, 0.0, 1.0) * (p1 - p0)
     return np.where(any_below, cross, P[..., 0])
-

@@ -53,6 +53,7 @@ KNOBS = CURVE_KNOBS + DISCRETE_KNOBS
 class Event:
     """A grid event: shed ``depth_w`` below the site's uncapped power for ``duration_s``,
     announced ``notice_s`` before it starts."""
+
     depth_w: float
     duration_s: float
     notice_s: float = 0.0
@@ -63,6 +64,7 @@ class Job:
     """One job as the menu sees it. ``cap`` (and optionally ``clock``): (power_w, tokens_per_s)
     points sorted by power, the highest the uncapped run. Power is the job's GPU power
     (as the curves measure it); ``idle_w`` is the job's GPUs' total idle power."""
+
     name: str
     cap: tuple[np.ndarray, np.ndarray]
     idle_w: float
@@ -86,9 +88,10 @@ class Job:
 class Option:
     """A knob of one job: its power range during the event and its token cost at each end
     (discrete knobs: one point)."""
+
     knob: str
-    power_w: np.ndarray           # curve points (discrete: one)
-    tokens_lost: np.ndarray       # tokens lost over the event at each point
+    power_w: np.ndarray  # curve points (discrete: one)
+    tokens_lost: np.ndarray  # tokens lost over the event at each point
     available: bool = True
     why_not: str = ""
 
@@ -106,17 +109,33 @@ def options(job: Job, event: Event) -> list[Option]:
     for knob in CURVE_KNOBS:
         curve = job.cap if knob == "cap" else job.clock
         if curve is None:
-            out.append(Option(knob, np.array([job.ceiling_w]), np.array([0.0]), False, "no measured curve"))
+            out.append(
+                Option(knob, np.array([job.ceiling_w]), np.array([0.0]), False, "no measured curve")
+            )
             continue
         P, T = (np.asarray(a, float) for a in curve)
         # the uncapped point is the cap curve's: both knobs run uncapped at their top
         out.append(Option(knob, P, event.duration_s * (job.t_max - T)))
     pause_ok = event.duration_s <= job.max_pause_s
-    out.append(Option("pause", np.array([job.idle_w]), np.array([event.duration_s * job.t_max]), pause_ok,
-                      "" if pause_ok else f"event {event.duration_s:g} s longer than max_pause_s {job.max_pause_s:g}"))
+    out.append(
+        Option(
+            "pause",
+            np.array([job.idle_w]),
+            np.array([event.duration_s * job.t_max]),
+            pause_ok,
+            ""
+            if pause_ok
+            else f"event {event.duration_s:g} s longer than max_pause_s {job.max_pause_s:g}",
+        )
+    )
     lost = lost_work_s(job, event)
-    out.append(Option("requeue", np.array([job.requeue_residual_w]),
-                      np.array([job.t_max * (lost + job.restart_s + event.duration_s)])))
+    out.append(
+        Option(
+            "requeue",
+            np.array([job.requeue_residual_w]),
+            np.array([job.t_max * (lost + job.restart_s + event.duration_s)]),
+        )
+    )
     return out
 
 
@@ -138,18 +157,29 @@ def menu(jobs: Sequence[Job], event: Event) -> pd.DataFrame:
             saved = job.ceiling_w - float(o.power_w[0])
             lost = float(o.tokens_lost[0])
             kwh = saved / 1e3 * event.duration_s / 3600.0
-            rows.append({"job": job.name, "knob": o.knob, "available": o.available, "max_shed_kw": saved / 1e3,
-                         "tokens_lost_at_max": lost, "tokens_per_kwh": lost / kwh if kwh > 0 else np.inf,
-                         "why_not": o.why_not})
+            rows.append(
+                {
+                    "job": job.name,
+                    "knob": o.knob,
+                    "available": o.available,
+                    "max_shed_kw": saved / 1e3,
+                    "tokens_lost_at_max": lost,
+                    "tokens_per_kwh": lost / kwh if kwh > 0 else np.inf,
+                    "why_not": o.why_not,
+                }
+            )
     return pd.DataFrame(rows)
 
 
 @dataclass
 class Choice:
     """The cheapest mix: per job its knob, power and tokens lost; totals."""
+
     feasible: bool
     budget_w: float
-    table: pd.DataFrame = field(default_factory=pd.DataFrame)   # job, knob, power_w, shed_kw, tokens_lost, why
+    table: pd.DataFrame = field(
+        default_factory=pd.DataFrame
+    )  # job, knob, power_w, shed_kw, tokens_lost, why
     tokens_lost: float = float("nan")
     power_w: float = float("nan")
     reason: str = ""
@@ -158,8 +188,9 @@ class Choice:
         return self.table["knob"].value_counts().to_dict() if len(self.table) else {}
 
 
-def choose(jobs: Sequence[Job], event: Event, knobs: Sequence[str] = KNOBS,
-           time_limit_s: float = 60.0) -> Choice:
+def choose(
+    jobs: Sequence[Job], event: Event, knobs: Sequence[str] = KNOBS, time_limit_s: float = 60.0
+) -> Choice:
     """The exact cheapest mix of ``knobs`` meeting ``event`` (module docstring)."""
     unknown = set(knobs) - set(KNOBS)
     if unknown:
@@ -170,7 +201,7 @@ def choose(jobs: Sequence[Job], event: Event, knobs: Sequence[str] = KNOBS,
     var, row = m.var, m.row
     budget_terms: list[tuple[int, float]] = []
     menus = [options(j, event) for j in jobs]
-    layout = []   # per job: [(option, u, [(delta, watts, tokens)])]
+    layout = []  # per job: [(option, u, [(delta, watts, tokens)])]
     for job, opts in zip(jobs, menus):
         picks = []
         for o in candidates(job, event, knobs):
@@ -179,12 +210,12 @@ def choose(jobs: Sequence[Job], event: Event, knobs: Sequence[str] = KNOBS,
             budget_terms.append((u, float(P[0])))
             deltas = []
             segs = [s for s in range(len(P) - 1) if P[s + 1] > P[s]]
-            for s in segs:   # filled fraction of segment s (its tokens lost change: L[s+1] - L[s])
+            for s in segs:  # filled fraction of segment s (its tokens lost change: L[s+1] - L[s])
                 d = var(float(L[s + 1] - L[s]), 1.0, False)
                 row([(d, 1.0), (u, -1.0)], -np.inf, 0.0)
                 budget_terms.append((d, float(P[s + 1] - P[s])))
                 deltas.append((d, s))
-            T = -L   # throughput up to a constant: concave T fills its segments in order
+            T = -L  # throughput up to a constant: concave T fills its segments in order
             concave = np.all(T >= concave_hull(P, T) - RTOL * (np.abs(T).max() + 1.0))
             if not concave:
                 for (below, _), (above, _) in zip(deltas[:-1], deltas[1:]):
@@ -193,16 +224,22 @@ def choose(jobs: Sequence[Job], event: Event, knobs: Sequence[str] = KNOBS,
                     row([(y, 1.0), (below, -1.0)], -np.inf, 0.0)
             picks.append((o, u, deltas))
         if not picks:
-            return Choice(False, budget, reason=f"job {job.name!r} has none of the knobs {list(knobs)}")
+            return Choice(
+                False, budget, reason=f"job {job.name!r} has none of the knobs {list(knobs)}"
+            )
         row([(u, 1.0) for _, u, _ in picks], 1.0, 1.0)
         layout.append(picks)
     row(budget_terms, -np.inf, budget)
     res = m.solve(time_limit_s)
-    if res.status == 2:   # infeasible
+    if res.status == 2:  # infeasible
         lowest = sum(min(float(o.power_w[0]) for o, _, _ in picks) for picks in layout)
-        return Choice(False, budget, reason=f"infeasible with {'+'.join(knobs)}: the lowest power they reach is "
-                      f"{lowest / 1e3:.1f} kW, the event asks for {budget / 1e3:.1f} kW "
-                      f"(deepest cut {(site_w - lowest) / site_w:.1%} of {site_w / 1e3:.1f} kW)")
+        return Choice(
+            False,
+            budget,
+            reason=f"infeasible with {'+'.join(knobs)}: the lowest power they reach is "
+            f"{lowest / 1e3:.1f} kW, the event asks for {budget / 1e3:.1f} kW "
+            f"(deepest cut {(site_w - lowest) / site_w:.1%} of {site_w / 1e3:.1f} kW)",
+        )
     if res.x is None or res.status not in (0, 1):
         raise RuntimeError(f"knob MILP failed: {res.message}")
     x = res.x
@@ -212,11 +249,25 @@ def choose(jobs: Sequence[Job], event: Event, knobs: Sequence[str] = KNOBS,
         P, L = o.power_w, o.tokens_lost
         p = float(P[0]) + sum(np.clip(x[d], 0, 1) * (P[s + 1] - P[s]) for d, s in deltas)
         lost = float(interp(P, L, np.asarray(p))) if len(P) > 1 else float(L[0])
-        knob = "none" if o.knob in CURVE_KNOBS and p >= job.ceiling_w - RTOL * job.ceiling_w else o.knob
-        rows.append({"job": job.name, "knob": knob, "power_w": p, "shed_kw": (job.ceiling_w - p) / 1e3,
-                     "tokens_lost": lost, "why": _why(job, o.knob, opts, event, knobs)})
+        knob = (
+            "none"
+            if o.knob in CURVE_KNOBS and p >= job.ceiling_w - RTOL * job.ceiling_w
+            else o.knob
+        )
+        rows.append(
+            {
+                "job": job.name,
+                "knob": knob,
+                "power_w": p,
+                "shed_kw": (job.ceiling_w - p) / 1e3,
+                "tokens_lost": lost,
+                "why": _why(job, o.knob, opts, event, knobs),
+            }
+        )
     table = pd.DataFrame(rows)
-    return Choice(True, budget, table, float(table["tokens_lost"].sum()), float(table["power_w"].sum()))
+    return Choice(
+        True, budget, table, float(table["tokens_lost"].sum()), float(table["power_w"].sum())
+    )
 
 
 class _Model:
@@ -240,8 +291,13 @@ class _Model:
         r, c, a = zip(*self.cells)
         lo, hi = zip(*self.bounds)
         A = coo_matrix((a, (r, c)), shape=(len(self.bounds), len(self.cols))).tocsr()
-        return milp(cost, constraints=LinearConstraint(A, lo, hi), integrality=integer,
-                    bounds=Bounds(0.0, upper), options={"mip_rel_gap": 1e-9, "time_limit": time_limit_s})
+        return milp(
+            cost,
+            constraints=LinearConstraint(A, lo, hi),
+            integrality=integer,
+            bounds=Bounds(0.0, upper),
+            options={"mip_rel_gap": 1e-9, "time_limit": time_limit_s},
+        )
 
 
 def _why(job: Job, taken: str, opts: list[Option], event: Event, knobs: Sequence[str]) -> str:
@@ -255,7 +311,11 @@ def _why(job: Job, taken: str, opts: list[Option], event: Event, knobs: Sequence
         if not o.available:
             parts.append(f"{o.knob} unavailable ({o.why_not})")
             continue
-        price = float(o.tokens_lost[0]) / (saved_kw * hours) if saved_kw > 0 and hours > 0 else float("inf")
+        price = (
+            float(o.tokens_lost[0]) / (saved_kw * hours)
+            if saved_kw > 0 and hours > 0
+            else float("inf")
+        )
         mark = "*" if o.knob == taken else ""
         parts.append(f"{mark}{o.knob} {price:,.0f} tok/kWh up to {saved_kw:.2f} kW")
     return "; ".join(parts)

@@ -51,6 +51,7 @@ class Laminar:
     """Groups over ``n`` items: ``parent[g]`` (-1: a top group), ``limit_w[g]`` (inf: none),
     ``leaf[i]`` the smallest group holding item ``i`` (-1: none); every group holds the
     items of its descendants. ``names``/``kinds``: for reports (``rack:r1``, ``rack``)."""
+
     parent: np.ndarray
     limit_w: np.ndarray
     leaf: np.ndarray
@@ -61,7 +62,7 @@ class Laminar:
     def __post_init__(self) -> None:
         parent = np.asarray(self.parent, int)
         G = len(parent)
-        for g in range(G):                     # a tree: following parents ends at -1 within G steps
+        for g in range(G):  # a tree: following parents ends at -1 within G steps
             a, steps = g, 0
             while a >= 0:
                 a, steps = int(parent[a]), steps + 1
@@ -104,22 +105,35 @@ class Laminar:
         G = len(self.parent)
         parent = np.append(np.where(np.asarray(self.parent) < 0, G, self.parent), -1)
         leaf = np.where(np.asarray(self.leaf) < 0, G, self.leaf)
-        return Laminar(parent, np.append(self.limit_w, budget_w), leaf, (*self.names, "budget"), (*self.kinds, "budget"))
+        return Laminar(
+            parent,
+            np.append(self.limit_w, budget_w),
+            leaf,
+            (*self.names, "budget"),
+            (*self.kinds, "budget"),
+        )
 
     def subset(self, keep: np.ndarray, reserved_w: np.ndarray) -> Laminar:
         """The family over items ``keep`` (bool mask), every limit less the power
         ``reserved_w`` (n,) of the items left out that it holds."""
         keep = np.asarray(keep, bool)
         held = self.loads(np.where(keep, 0.0, np.asarray(reserved_w, float)))
-        return Laminar(self.parent, np.asarray(self.limit_w, float) - held, np.asarray(self.leaf)[keep],
-                       self.names, self.kinds)
+        return Laminar(
+            self.parent,
+            np.asarray(self.limit_w, float) - held,
+            np.asarray(self.leaf)[keep],
+            self.names,
+            self.kinds,
+        )
 
     def violations(self, power_w: np.ndarray, rtol: float = 1e-9) -> list[tuple[str, float, float]]:
         """(group, load, limit) of every group over its limit."""
         load = self.loads(power_w)
         lim = np.asarray(self.limit_w, float)
-        return [(self.label(g), float(load[g]), float(lim[g])) for g in np.flatnonzero(
-            load > lim + rtol * np.maximum(np.abs(lim), 1.0))]
+        return [
+            (self.label(g), float(load[g]), float(lim[g]))
+            for g in np.flatnonzero(load > lim + rtol * np.maximum(np.abs(lim), 1.0))
+        ]
 
 
 def _room(fam: Laminar, floor_w: np.ndarray) -> list[float]:
@@ -131,8 +145,13 @@ def floors_fit(fam: Laminar, floor_w: np.ndarray) -> bool:
     return all(r >= -RTOL * max(abs(lim), 1.0) for r, lim in zip(_room(fam, floor_w), fam.limit_w))
 
 
-def nested_greedy(power_w: np.ndarray, throughput: np.ndarray, fam: Laminar,
-                  hull: np.ndarray | None = None, full_at: list[float] | None = None) -> np.ndarray:
+def nested_greedy(
+    power_w: np.ndarray,
+    throughput: np.ndarray,
+    fam: Laminar,
+    hull: np.ndarray | None = None,
+    full_at: list[float] | None = None,
+) -> np.ndarray:
     """The greedy on the concave hulls of curves (n, K) under ``fam``'s limits (module
     docstring): each hull segment, steepest first (positive slopes only), takes as much of
     its width as every group above its job has room for. Floors must fit. Returns powers;
@@ -146,7 +165,7 @@ def nested_greedy(power_w: np.ndarray, throughput: np.ndarray, fam: Laminar,
     width = np.diff(P, axis=-1)
     slope = np.divide(np.diff(H, axis=-1), width, out=np.full_like(width, -np.inf), where=width > 0)
     flat = slope.ravel()
-    order = np.argsort(-flat, kind="stable")          # equal slopes keep segment order (bottom-up)
+    order = np.argsort(-flat, kind="stable")  # equal slopes keep segment order (bottom-up)
     order = order[flat[order] > 0]
     room = _room(fam, floor)
     paths = [fam.path(i) for i in range(n)]
@@ -201,8 +220,14 @@ def group_prices(fam: Laminar, full_at: Sequence[float]) -> tuple[np.ndarray, np
     return e - parent_e, np.where(leaf >= 0, e[np.maximum(leaf, 0)], 0.0)
 
 
-def freeze_round(P: np.ndarray, T: np.ndarray, hull: np.ndarray, fam: Laminar, alloc: np.ndarray,
-                 rounds: int = 64) -> np.ndarray:
+def freeze_round(
+    P: np.ndarray,
+    T: np.ndarray,
+    hull: np.ndarray,
+    fam: Laminar,
+    alloc: np.ndarray,
+    rounds: int = 64,
+) -> np.ndarray:
     """A feasible allocation on the true curves from the nested greedy's: every job left
     inside a hull bridge (off its curve) is held at the bridge's lower end (a hull vertex,
     on its curve: the loads only fall, so every limit still holds) and the greedy re-runs
@@ -216,7 +241,11 @@ def freeze_round(P: np.ndarray, T: np.ndarray, hull: np.ndarray, fam: Laminar, a
             break
         for j in off:
             end = P[j][on_hull[j] & (P[j] <= alloc[j] + 1e-9)].max()
-            Pr[j], Tr[j], Hr[j] = end, interp(P[j], T[j], np.array(end)), interp(P[j], T[j], np.array(end))
+            Pr[j], Tr[j], Hr[j] = (
+                end,
+                interp(P[j], T[j], np.array(end)),
+                interp(P[j], T[j], np.array(end)),
+            )
         alloc = nested_greedy(Pr, Tr, fam, Hr)
     return alloc
 
@@ -239,8 +268,14 @@ def polish(P: np.ndarray, T: np.ndarray, fam: Laminar, power_w: np.ndarray) -> n
     return nested_greedy(Pr, interp(P, T, Pr), fam)
 
 
-def nested_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float, fam: Laminar,
-                  time_limit_s: float = 120.0, gap_tol: float = GAP_TOL) -> Solution:
+def nested_oracle(
+    power_w: np.ndarray,
+    throughput: np.ndarray,
+    budget_w: float,
+    fam: Laminar,
+    time_limit_s: float = 120.0,
+    gap_tol: float = GAP_TOL,
+) -> Solution:
     """The throughput-maximising allocation of one workload (n, K) under the site budget and
     every limit of ``fam``: the nested greedy on the hulls, certified where every job ends
     on its curve (always, for concave curves, ``method`` "nested-greedy"); else
@@ -253,8 +288,16 @@ def nested_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float, 
     full = fam.with_budget(float(budget_w)) if math.isfinite(budget_w) else fam
     floor = P[:, 0]
     if not floors_fit(full, floor):
-        return Solution(floor.copy(), T[:, 0].copy(), np.asarray(False), np.asarray(True), np.asarray(T[:, 0].sum()),
-                        np.asarray(0.0), np.asarray("infeasible"), np.asarray(0.0))
+        return Solution(
+            floor.copy(),
+            T[:, 0].copy(),
+            np.asarray(False),
+            np.asarray(True),
+            np.asarray(T[:, 0].sum()),
+            np.asarray(0.0),
+            np.asarray("infeasible"),
+            np.asarray(0.0),
+        )
     hull = concave_hull(P, T)
     alloc = nested_greedy(P, T, full, hull)
     value = interp(P, T, alloc)
@@ -262,37 +305,71 @@ def nested_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float, 
     tol = RTOL * (np.abs(T).max(-1) + 1.0)
     if np.all(value >= interp(P, hull, alloc) - tol):
         gap = max(bound - float(value.sum()), 0.0)
-        return Solution(alloc, value, np.asarray(True), np.asarray(True), np.asarray(bound), np.asarray(gap),
-                        np.asarray("nested-greedy"), np.asarray(gap / max(abs(bound), 1e-12)))
+        return Solution(
+            alloc,
+            value,
+            np.asarray(True),
+            np.asarray(True),
+            np.asarray(bound),
+            np.asarray(gap),
+            np.asarray("nested-greedy"),
+            np.asarray(gap / max(abs(bound), 1e-12)),
+        )
     rounded = freeze_round(P, T, hull, full, alloc)
     r_value = interp(P, T, rounded)
     r_gap = max(bound - float(r_value.sum()), 0.0)
     if r_gap <= gap_tol * max(abs(bound), 1e-12):
-        return Solution(rounded, r_value, np.asarray(True), np.asarray(True), np.asarray(bound), np.asarray(r_gap),
-                        np.asarray("nested-rounded"), np.asarray(r_gap / max(abs(bound), 1e-12)))
+        return Solution(
+            rounded,
+            r_value,
+            np.asarray(True),
+            np.asarray(True),
+            np.asarray(bound),
+            np.asarray(r_gap),
+            np.asarray("nested-rounded"),
+            np.asarray(r_gap / max(abs(bound), 1e-12)),
+        )
     # Lagrangian fixing with the greedy's prices (as the flat oracle's): no allocation better
     # than the rounding leaves these ranges, so the MILP only sees them
     at: list[float] = []
     nested_greedy(P, T, full, hull, at)
     mu, price = group_prices(full, at)
-    lag = float((T - price[:, None] * P).max(-1).sum() + (mu * np.where(np.isfinite(full.limit_w), full.limit_w,
-                                                                        0.0)).sum())
+    lag = float(
+        (T - price[:, None] * P).max(-1).sum()
+        + (mu * np.where(np.isfinite(full.limit_w), full.limit_w, 0.0)).sum()
+    )
     lo, hi = price_domains(P, T, price, lag - float(r_value.sum()))
     Pr = np.clip(P, lo[:, None], hi[:, None])
     groups = [(m, float(lim)) for m, lim in zip(fam.members(), fam.limit_w) if math.isfinite(lim)]
-    one = milp_oracle(Pr, interp(P, T, Pr), float(budget_w), time_limit_s, groups=groups, leaf=np.asarray(fam.leaf))
+    one = milp_oracle(
+        Pr,
+        interp(P, T, Pr),
+        float(budget_w),
+        time_limit_s,
+        groups=groups,
+        leaf=np.asarray(fam.leaf),
+    )
     one.power_w = polish(P, T, full, one.power_w)
     one.throughput = interp(P, T, one.power_w)
     one.bound = np.asarray(min(max(float(one.bound), float(r_value.sum())), lag, bound))
     if float(one.throughput.sum()) < float(r_value.sum()):  # never worse than the rounding
         one.power_w, one.throughput = rounded, r_value
     gap = max(float(one.bound) - float(one.throughput.sum()), 0.0)
-    return Solution(one.power_w, one.throughput, np.asarray(True), np.asarray(False), one.bound, np.asarray(gap),
-                    np.asarray("milp"), np.asarray(gap / max(abs(float(one.bound)), 1e-12)))
+    return Solution(
+        one.power_w,
+        one.throughput,
+        np.asarray(True),
+        np.asarray(False),
+        one.bound,
+        np.asarray(gap),
+        np.asarray("milp"),
+        np.asarray(gap / max(abs(float(one.bound)), 1e-12)),
+    )
 
 
-def nested_water_fill(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarray, weights: np.ndarray,
-                      fam: Laminar) -> np.ndarray:
+def nested_water_fill(
+    budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarray, weights: np.ndarray, fam: Laminar
+) -> np.ndarray:
     """A weighted policy's powers (n,) under ``budget_w`` and every limit (module docstring).
     Floors that do not fit: every job at its floor (the caller reports it)."""
     floor, ceil = np.asarray(floor_w, float), np.asarray(ceiling_w, float)
@@ -301,7 +378,7 @@ def nested_water_fill(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarra
         return floor.copy()
     G = len(full.parent)
     members = full.members()
-    children: list[list[int]] = [[] for _ in range(G + 1)]          # G: the virtual root
+    children: list[list[int]] = [[] for _ in range(G + 1)]  # G: the virtual root
     for g in range(G):
         children[int(full.parent[g]) if full.parent[g] >= 0 else G].append(g)
     # what each group can hold: its limit, its jobs' ceilings, its children's capacities
@@ -329,7 +406,11 @@ def nested_water_fill(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarra
             b = budget - sum(fixed.values())
             cut = np.array(max(ceil[rest].sum() - b, 0.0))
             power[rest] = ceil[rest] - water_fill(cut, (ceil - floor)[rest], w[rest])
-            over = [c for c in kids if c not in fixed and power[members[c]].sum() > cap[c] * (1 + 1e-12) + 1e-9]
+            over = [
+                c
+                for c in kids
+                if c not in fixed and power[members[c]].sum() > cap[c] * (1 + 1e-12) + 1e-9
+            ]
             if not over:
                 break
             for c in over:
@@ -337,12 +418,24 @@ def nested_water_fill(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarra
         for c in kids:
             fill(c, min(float(power[members[c]].sum()), cap[c]))
 
-    fill(G, min(float(budget_w), float(sum(cap[c] for c in children[G])) + ceil[np.asarray(full.leaf) < 0].sum()))
+    fill(
+        G,
+        min(
+            float(budget_w),
+            float(sum(cap[c] for c in children[G])) + ceil[np.asarray(full.leaf) < 0].sum(),
+        ),
+    )
     return np.clip(power, floor, ceil)
 
 
-def random_laminar(rng: np.random.Generator, n: int, levels: Sequence[int], slack: float = 0.8,
-                   ceiling_w: np.ndarray | None = None, floor_w: np.ndarray | None = None) -> Laminar:
+def random_laminar(
+    rng: np.random.Generator,
+    n: int,
+    levels: Sequence[int],
+    slack: float = 0.8,
+    ceiling_w: np.ndarray | None = None,
+    floor_w: np.ndarray | None = None,
+) -> Laminar:
     """A random tree of ``levels`` (groups per level, top first) over ``n`` items, each
     group's limit a fraction in ``[floor share, slack * ceiling share]``-ish of its items'
     range (tests and benchmarks)."""

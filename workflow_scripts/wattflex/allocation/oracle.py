@@ -78,7 +78,7 @@ def interp(xp: np.ndarray, fp: np.ndarray, x: np.ndarray) -> np.ndarray:
         xf, ff, qf = _rows(xp, lead), _rows(fp, lead), _rows(q, lead)
         seg = np.zeros(qf.shape, dtype=np.intp)
         for k in range(1, K - 1):
-            seg += xf[:, k:k + 1] <= qf
+            seg += xf[:, k : k + 1] <= qf
         base = seg + (np.arange(len(xf)) * K)[:, None]
         xr, fr = xf.ravel(), ff.ravel()
         x0, x1 = xr[base], xr[base + 1]
@@ -123,13 +123,14 @@ def concave_hull(power_w: np.ndarray, throughput: np.ndarray) -> np.ndarray:
 @dataclass
 class Solution:
     """Allocation of one or many workloads: arrays (..., n) and per-workload (...)."""
-    power_w: np.ndarray        # allocated power per job
-    throughput: np.ndarray     # true throughput at that power
-    feasible: np.ndarray       # floors fit under the budget
-    certified: np.ndarray      # hull greedy proved optimal (else an exact fallback ran)
-    bound: np.ndarray          # upper bound on the optimum (hull, or the MILP's dual bound)
+
+    power_w: np.ndarray  # allocated power per job
+    throughput: np.ndarray  # true throughput at that power
+    feasible: np.ndarray  # floors fit under the budget
+    certified: np.ndarray  # hull greedy proved optimal (else an exact fallback ran)
+    bound: np.ndarray  # upper bound on the optimum (hull, or the MILP's dual bound)
     gap: np.ndarray | None = None  # proven optimality gap, bound - value (~0: exact)
-    method: np.ndarray | None = None   # (...) "hull-certified" or "milp": the path that answered
+    method: np.ndarray | None = None  # (...) "hull-certified" or "milp": the path that answered
     gap_rel: np.ndarray | None = None  # (...) gap / |bound|, the certificate's relative gap
 
 
@@ -140,31 +141,45 @@ def _throughput_tol(T: np.ndarray) -> np.ndarray:
 @dataclass
 class GreedyPlan:
     """The budget-independent part of the hull greedy (reused across cuts)."""
-    hull: np.ndarray           # (..., n, K) concave envelope at the vertices
-    order: np.ndarray          # (..., n*(K-1)) segments by decreasing hull slope
-    sorted_slope: np.ndarray   # (..., n*(K-1)) their slopes
-    sorted_width: np.ndarray   # (..., n*(K-1)) usable (positive-slope) widths in that order
-    before: np.ndarray         # (..., n*(K-1)) width of all earlier segments
+
+    hull: np.ndarray  # (..., n, K) concave envelope at the vertices
+    order: np.ndarray  # (..., n*(K-1)) segments by decreasing hull slope
+    sorted_slope: np.ndarray  # (..., n*(K-1)) their slopes
+    sorted_width: np.ndarray  # (..., n*(K-1)) usable (positive-slope) widths in that order
+    before: np.ndarray  # (..., n*(K-1)) width of all earlier segments
 
 
-def plan_greedy(power_w: np.ndarray, throughput: np.ndarray, hull: np.ndarray | None = None) -> GreedyPlan:
+def plan_greedy(
+    power_w: np.ndarray, throughput: np.ndarray, hull: np.ndarray | None = None
+) -> GreedyPlan:
     """``hull``: :func:`concave_hull` of the same curves, when the caller has it already."""
     P = np.asarray(power_w, dtype=float)
     hull = concave_hull(P, throughput) if hull is None else hull
     lead, (n, K) = P.shape[:-2], P.shape[-2:]
     width = np.diff(P, axis=-1)
-    slope = np.divide(np.diff(hull, axis=-1), width, out=np.full_like(width, -np.inf), where=width > 0)
+    slope = np.divide(
+        np.diff(hull, axis=-1), width, out=np.full_like(width, -np.inf), where=width > 0
+    )
     usable = np.where(slope > 0, width, 0.0).reshape(*lead, n * (K - 1))
     # stable: equal slopes keep segment order, so a job's segments fill bottom-up
     flat_slope = slope.reshape(*lead, n * (K - 1))
     order = np.argsort(-flat_slope, axis=-1, kind="stable")
     sorted_width = np.take_along_axis(usable, order, -1)
-    return GreedyPlan(hull, order, np.take_along_axis(flat_slope, order, -1), sorted_width,
-                      np.cumsum(sorted_width, -1) - sorted_width)
+    return GreedyPlan(
+        hull,
+        order,
+        np.take_along_axis(flat_slope, order, -1),
+        sorted_width,
+        np.cumsum(sorted_width, -1) - sorted_width,
+    )
 
 
-def hull_greedy(power_w: np.ndarray, throughput: np.ndarray, budget_w: np.ndarray,
-                plan: GreedyPlan | None = None) -> Solution:
+def hull_greedy(
+    power_w: np.ndarray,
+    throughput: np.ndarray,
+    budget_w: np.ndarray,
+    plan: GreedyPlan | None = None,
+) -> Solution:
     """Exact optimum of the hull relaxation for every workload at once (see module doc).
 
     ``power_w, throughput``: (..., n, K) curves; ``budget_w``: (...). Workloads whose
@@ -179,7 +194,14 @@ def hull_greedy(power_w: np.ndarray, throughput: np.ndarray, budget_w: np.ndarra
     slack = budget - floor.sum(-1)
     feasible = slack >= -RTOL * np.maximum(np.abs(budget), 1.0)
     if K == 1:
-        return Solution(floor.copy(), T[..., 0].copy(), feasible, np.ones(lead, bool), T[..., 0].sum(-1), np.zeros(lead))
+        return Solution(
+            floor.copy(),
+            T[..., 0].copy(),
+            feasible,
+            np.ones(lead, bool),
+            T[..., 0].sum(-1),
+            np.zeros(lead),
+        )
     plan = plan or plan_greedy(P, T)
     taken_sorted = np.clip(slack[..., None] - plan.before, 0.0, plan.sorted_width)
     taken = np.empty_like(taken_sorted)
@@ -190,11 +212,23 @@ def hull_greedy(power_w: np.ndarray, throughput: np.ndarray, budget_w: np.ndarra
     true_value = interp(P, T, alloc)
     certified = np.all(true_value >= hull_value - _throughput_tol(T), axis=-1) | ~feasible
     bound = hull_value.sum(-1)
-    return Solution(alloc, true_value, feasible, certified, bound, np.where(certified, 0.0, bound - true_value.sum(-1)))
+    return Solution(
+        alloc,
+        true_value,
+        feasible,
+        certified,
+        bound,
+        np.where(certified, 0.0, bound - true_value.sum(-1)),
+    )
 
 
-def dive(power_w: np.ndarray, throughput: np.ndarray, budget_w: float, start: Solution,
-         max_steps: int = 64) -> tuple[np.ndarray, float]:
+def dive(
+    power_w: np.ndarray,
+    throughput: np.ndarray,
+    budget_w: float,
+    start: Solution,
+    max_steps: int = 64,
+) -> tuple[np.ndarray, float]:
     """A good feasible allocation of one workload (n, K) from a greedy solution: fix the job
     that sits under a hull bridge at the better end of the bridge, re-solve the others,
     repeat until every job is on its curve. Returns (power, true value); a heuristic that
@@ -209,7 +243,7 @@ def dive(power_w: np.ndarray, throughput: np.ndarray, budget_w: float, start: So
     lo = P[:, 0].copy()
     best_p, best_v = start.power_w, float(start.throughput.sum())
     cur = start
-    Pr = P.copy()                 # np.clip(P, lo, hi) with lo, hi = the curves' own ends
+    Pr = P.copy()  # np.clip(P, lo, hi) with lo, hi = the curves' own ends
     Tr = interp(P, T, Pr)
     hull = concave_hull(Pr, Tr)
     for _ in range(max_steps):
@@ -218,7 +252,10 @@ def dive(power_w: np.ndarray, throughput: np.ndarray, budget_w: float, start: So
         if gap[j] <= tol:
             break
         on_hull = Tr[j] >= hull[j] - tol
-        ends = (Pr[j][on_hull & (Pr[j] <= cur.power_w[j])].max(), Pr[j][on_hull & (Pr[j] >= cur.power_w[j])].min())
+        ends = (
+            Pr[j][on_hull & (Pr[j] <= cur.power_w[j])].max(),
+            Pr[j][on_hull & (Pr[j] >= cur.power_w[j])].min(),
+        )
         lo_c = np.repeat(lo[None], 2, 0)
         lo_c[:, j] = ends
         fits = np.flatnonzero(lo_c.sum(-1) <= budget_w)
@@ -236,12 +273,15 @@ def dive(power_w: np.ndarray, throughput: np.ndarray, budget_w: float, start: So
                 best_p, best_v = kids.power_w[c], float(values[c])
         c = int(np.argmax(kids.bound))
         lo, Pr, Tr, hull = lo_c[c], Pc[c], Tc[c], hull_c[c]
-        cur = Solution(kids.power_w[c], kids.throughput[c], kids.feasible[c], kids.certified[c], kids.bound[c])
+        cur = Solution(
+            kids.power_w[c], kids.throughput[c], kids.feasible[c], kids.certified[c], kids.bound[c]
+        )
     return best_p, best_v
 
 
-def lagrangian_domains(power_w: np.ndarray, throughput: np.ndarray, budget_w: float,
-                       incumbent: float, plan: GreedyPlan) -> tuple[np.ndarray, np.ndarray]:
+def lagrangian_domains(
+    power_w: np.ndarray, throughput: np.ndarray, budget_w: float, incumbent: float, plan: GreedyPlan
+) -> tuple[np.ndarray, np.ndarray]:
     """Power ranges (lo, hi) per job (n, K) outside which no allocation can beat ``incumbent``.
 
     With the budget's LP dual price ``lam`` (the hull slope where the greedy's budget runs
@@ -258,8 +298,9 @@ def lagrangian_domains(power_w: np.ndarray, throughput: np.ndarray, budget_w: fl
     return price_domains(P, T, np.full(len(P), lam), best.sum() + lam * budget_w - incumbent)
 
 
-def price_domains(power_w: np.ndarray, throughput: np.ndarray, price: np.ndarray,
-                  gap: float) -> tuple[np.ndarray, np.ndarray]:
+def price_domains(
+    power_w: np.ndarray, throughput: np.ndarray, price: np.ndarray, gap: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Power ranges (lo, hi) per job (n, K) where ``r_i(p) = T_i(p) - price_i * p`` is within
     ``gap`` of its maximum: with ``price_i`` the sum of the dual prices of the constraints
     job i is in and ``gap`` the Lagrangian bound less an incumbent, no better allocation
@@ -286,9 +327,15 @@ def price_domains(power_w: np.ndarray, throughput: np.ndarray, price: np.ndarray
     return lo, hi
 
 
-def milp_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float,
-                time_limit_s: float = 120.0, *, groups: list[tuple[np.ndarray, float]] | None = None,
-                leaf: np.ndarray | None = None) -> Solution:
+def milp_oracle(
+    power_w: np.ndarray,
+    throughput: np.ndarray,
+    budget_w: float,
+    time_limit_s: float = 120.0,
+    *,
+    groups: list[tuple[np.ndarray, float]] | None = None,
+    leaf: np.ndarray | None = None,
+) -> Solution:
     """Exact optimum of one workload (n, K) as a MILP (scipy.optimize.milp / HiGHS).
 
     An optimal allocation exists with every job but one on a curve vertex (fix each job's
@@ -311,7 +358,14 @@ def milp_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float,
     T = np.asarray(throughput, dtype=float)
     floor = P[:, 0]
     if floor.sum() > budget_w + RTOL * max(abs(budget_w), 1.0):
-        return Solution(floor.copy(), T[:, 0].copy(), np.asarray(False), np.asarray(True), T[:, 0].sum(), np.asarray(0.0))
+        return Solution(
+            floor.copy(),
+            T[:, 0].copy(),
+            np.asarray(False),
+            np.asarray(True),
+            T[:, 0].sum(),
+            np.asarray(0.0),
+        )
     key = np.hstack([P, T] if leaf is None else [P, T, np.asarray(leaf, float)[:, None]])
     classes, job_class, counts = np.unique(key, axis=0, return_inverse=True, return_counts=True)
     job_class = job_class.ravel()
@@ -324,7 +378,7 @@ def milp_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float,
     row_lo: list[float] = []
     row_hi: list[float] = []
 
-    owner: list[int] = []                      # the class of each variable
+    owner: list[int] = []  # the class of each variable
 
     def var(gain: float, w: float, ub: float, is_int: bool) -> int:
         owner.append(len(counted))
@@ -340,21 +394,28 @@ def milp_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float,
         row_hi.append(hi)
 
     # a concave curve fills its segments in order at any optimum: no binaries needed
-    class_T = classes[:, K:2 * K]
-    concave = np.all(class_T >= concave_hull(classes[:, :K], class_T) - _throughput_tol(class_T)[:, None], axis=-1)
+    class_T = classes[:, K : 2 * K]
+    concave = np.all(
+        class_T >= concave_hull(classes[:, :K], class_T) - _throughput_tol(class_T)[:, None],
+        axis=-1,
+    )
     free, counted = [], []
     for curve, k, is_concave in zip(classes, counts, concave):
-        Pc, Tc = curve[:K], curve[K:2 * K]
+        Pc, Tc = curve[:K], curve[K : 2 * K]
         segs = [s for s in range(K - 1) if Pc[s + 1] > Pc[s]]
         deltas = [var(Tc[s + 1] - Tc[s], Pc[s + 1] - Pc[s], 1.0, False) for s in segs]
-        for below, above in ([] if is_concave else zip(deltas[:-1], deltas[1:])):
+        for below, above in [] if is_concave else zip(deltas[:-1], deltas[1:]):
             y = var(0.0, 0.0, 1.0, True)
             row([(above, 1.0), (y, -1.0)], -np.inf, 0.0)
             row([(y, 1.0), (below, -1.0)], -np.inf, 0.0)
         free.append((Pc[0], [(d, Pc[s + 1] - Pc[s]) for d, s in zip(deltas, segs)]))
         # the other k-1 copies sit on vertices; they pay the floor offset themselves
         vertices = np.unique(Pc, return_index=True)[1]
-        copies = [(var(Tc[v] - Tc[0], Pc[v] - Pc[0], k - 1, True), Pc[v]) for v in vertices] if k > 1 else []
+        copies = (
+            [(var(Tc[v] - Tc[0], Pc[v] - Pc[0], k - 1, True), Pc[v]) for v in vertices]
+            if k > 1
+            else []
+        )
         if copies:
             row([(m, 1.0) for m, _ in copies], k - 1, k - 1)
         counted.append(copies)
@@ -362,30 +423,46 @@ def milp_oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: float,
     for members, limit in groups or ():
         inside = np.zeros(len(classes), bool)
         inside[job_class[np.asarray(members, bool)]] = True
-        row([(v, w) for v, w in enumerate(watts) if w and inside[owner[v]]], -np.inf,
-            limit - floor[np.asarray(members, bool)].sum())
+        row(
+            [(v, w) for v, w in enumerate(watts) if w and inside[owner[v]]],
+            -np.inf,
+            limit - floor[np.asarray(members, bool)].sum(),
+        )
     r, c, a = zip(*entries)
     A = coo_matrix((a, (r, c)), shape=(len(row_lo), len(cost))).tocsr()
-    res = milp(np.asarray(cost), constraints=LinearConstraint(A, row_lo, row_hi),
-               integrality=np.asarray(integer), bounds=Bounds(0.0, np.asarray(upper)),
-               options={"mip_rel_gap": 1e-10, "time_limit": time_limit_s})
+    res = milp(
+        np.asarray(cost),
+        constraints=LinearConstraint(A, row_lo, row_hi),
+        integrality=np.asarray(integer),
+        bounds=Bounds(0.0, np.asarray(upper)),
+        options={"mip_rel_gap": 1e-10, "time_limit": time_limit_s},
+    )
     if res.x is None or res.status not in (0, 1):
         raise RuntimeError(f"MILP oracle failed: {res.message}")
     dual = getattr(res, "mip_dual_bound", None)
     value, upper = T[:, 0].sum() - res.fun, T[:, 0].sum() - (res.fun if dual is None else dual)
     if res.status == 1:  # time limit with a feasible allocation: keep it, say how far off it may be
-        warnings.warn(f"MILP oracle stopped at its {time_limit_s:g} s limit with a proven gap of "
-                      f"{upper - value:.6g} ({(upper - value) / max(abs(upper), 1e-12):.2e} relative)", stacklevel=2)
+        warnings.warn(
+            f"MILP oracle stopped at its {time_limit_s:g} s limit with a proven gap of "
+            f"{upper - value:.6g} ({(upper - value) / max(abs(upper), 1e-12):.2e} relative)",
+            stacklevel=2,
+        )
     x = res.x
     alloc = np.empty(len(P))
     for cls, ((base, deltas), copies) in enumerate(zip(free, counted)):
         powers = [base + sum(np.clip(x[d], 0.0, 1.0) * w for d, w in deltas)]
         for m, p_v in copies:
             powers += [p_v] * int(round(x[m]))
-        alloc[job_class == cls] = powers[:counts[cls]]
+        alloc[job_class == cls] = powers[: counts[cls]]
     alloc = np.clip(alloc, floor, P[:, -1])
-    return Solution(alloc, interp(P, T, alloc), np.asarray(True), np.asarray(False), np.asarray(max(upper, value)),
-                    np.asarray(0.0 if res.status == 0 else max(upper - value, 0.0)))
+    return Solution(
+        alloc,
+        interp(P, T, alloc),
+        np.asarray(True),
+        np.asarray(False),
+        np.asarray(max(upper, value)),
+        np.asarray(0.0 if res.status == 0 else max(upper - value, 0.0)),
+    )
 
 
 def _bridge_ends(P: np.ndarray, T: np.ndarray, hull: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -400,8 +477,9 @@ def _bridge_ends(P: np.ndarray, T: np.ndarray, hull: np.ndarray) -> tuple[np.nda
     return below[..., :-1], above[..., 1:]
 
 
-def round_hull(power_w: np.ndarray, throughput: np.ndarray, budget_w: float,
-               plan: GreedyPlan) -> np.ndarray:
+def round_hull(
+    power_w: np.ndarray, throughput: np.ndarray, budget_w: float, plan: GreedyPlan
+) -> np.ndarray:
     """A feasible allocation of one workload (n, K) on its true curves, close to the hull
     greedy's (``plan``: :func:`plan_greedy` on the same curves; floors must fit).
 
@@ -443,7 +521,12 @@ def round_hull(power_w: np.ndarray, throughput: np.ndarray, budget_w: float,
             if spare <= 0.0 or not slope[t] > 0.0:
                 break
             j, s = int(job[t]), int(seg[t])
-            if j in blocked or width[t] <= 0.0 or pos[j] >= P[j, s + 1] - eps or pos[j] < P[j, a[j, s]] - eps:
+            if (
+                j in blocked
+                or width[t] <= 0.0
+                or pos[j] >= P[j, s + 1] - eps
+                or pos[j] < P[j, a[j, s]] - eps
+            ):
                 continue  # nothing to fill, or the job's lower segments are not full yet
             if a[j, s] == s and b[j, s] == s + 1:  # on the curve: any fraction is feasible
                 take = min(P[j, s + 1] - pos[j], spare)
@@ -480,7 +563,12 @@ def round_hull(power_w: np.ndarray, throughput: np.ndarray, budget_w: float,
                 if need <= 0.0:
                     break
                 j, s = int(job[t]), int(seg[t])
-                if j == jm or width[t] <= 0.0 or up[j] <= P[j, s] + eps or up[j] > P[j, s + 1] + eps:
+                if (
+                    j == jm
+                    or width[t] <= 0.0
+                    or up[j] <= P[j, s] + eps
+                    or up[j] > P[j, s + 1] + eps
+                ):
                     continue  # emptied already, or the job's higher segments are still full
                 if a[j, s] == s and b[j, s] == s + 1:
                     give = min(up[j] - P[j, s], need)
@@ -497,8 +585,15 @@ def round_hull(power_w: np.ndarray, throughput: np.ndarray, budget_w: float,
     return np.clip(best, P[:, 0], P[:, -1])
 
 
-def oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: np.ndarray,
-           plan: GreedyPlan | None = None, *, method: str = "auto", gap_tol: float = GAP_TOL) -> Solution:
+def oracle(
+    power_w: np.ndarray,
+    throughput: np.ndarray,
+    budget_w: np.ndarray,
+    plan: GreedyPlan | None = None,
+    *,
+    method: str = "auto",
+    gap_tol: float = GAP_TOL,
+) -> Solution:
     """The optimum, within a proven gap, for every workload. Shapes as in :func:`hull_greedy`.
 
     ``method="auto"``: the hull greedy; where its certificate fails, :func:`round_hull`,
@@ -518,11 +613,25 @@ def oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: np.ndarray,
     if P.ndim == 2:
         # One workload: solve it as a batch of one (the per-workload fixes below index
         # writable (workloads,) arrays), then drop the leading axis again.
-        plan = None if plan is None else GreedyPlan(**{f.name: getattr(plan, f.name)[None] for f in fields(GreedyPlan)})
-        many = oracle(P[None], T[None], np.asarray(budget_w, dtype=float).reshape(1), plan,
-                      method=method, gap_tol=gap_tol)
-        return Solution(*(None if getattr(many, f.name) is None else np.asarray(getattr(many, f.name))[0]
-                          for f in fields(Solution)))
+        plan = (
+            None
+            if plan is None
+            else GreedyPlan(**{f.name: getattr(plan, f.name)[None] for f in fields(GreedyPlan)})
+        )
+        many = oracle(
+            P[None],
+            T[None],
+            np.asarray(budget_w, dtype=float).reshape(1),
+            plan,
+            method=method,
+            gap_tol=gap_tol,
+        )
+        return Solution(
+            *(
+                None if getattr(many, f.name) is None else np.asarray(getattr(many, f.name))[0]
+                for f in fields(Solution)
+            )
+        )
     budget = np.broadcast_to(np.asarray(budget_w, dtype=float), P.shape[:-2])
     plan = plan or plan_greedy(P, T)
     sol = hull_greedy(P, T, budget, plan)
@@ -541,7 +650,13 @@ def oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: np.ndarray,
                 sol.certified[idx], sol.gap[idx] = True, max(hull_bound - best_v, 0.0)
                 continue
         else:  # no rounding to start from: a dive finds the incumbent
-            start = Solution(sol.power_w[idx], sol.throughput[idx], sol.feasible[idx], sol.certified[idx], sol.bound[idx])
+            start = Solution(
+                sol.power_w[idx],
+                sol.throughput[idx],
+                sol.feasible[idx],
+                sol.certified[idx],
+                sol.bound[idx],
+            )
             best_p, best_v = dive(Pi, Ti, Bi, start)
         lo, hi = lagrangian_domains(Pi, Ti, Bi, best_v, sub)
         Pr = np.clip(Pi, lo[:, None], hi[:, None])
@@ -552,7 +667,9 @@ def oracle(power_w: np.ndarray, throughput: np.ndarray, budget_w: np.ndarray,
         sol.throughput[idx] = interp(Pi, Ti, best_p)
         # nothing outside the fixed domains beats best_v, so the MILP's bound covers it all
         sol.bound[idx] = max(float(one.bound), best_v)
-        sol.gap[idx] = sol.bound[idx] - best_v  # HiGHS's own tolerance (mip_rel_gap) or its time limit
+        sol.gap[idx] = (
+            sol.bound[idx] - best_v
+        )  # HiGHS's own tolerance (mip_rel_gap) or its time limit
         sol.method[idx] = "milp"
     sol.gap_rel = sol.gap / np.maximum(np.abs(sol.bound), 1e-12)
     return sol

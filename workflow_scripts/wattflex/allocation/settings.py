@@ -28,7 +28,10 @@ NESTED_KEYS = {
     "sla": {"tiers": "sla_tiers", "tier_weights": "sla_tier_weights"},
     "out_of_sample": {"splits": "oos_splits", "workloads": "oos_workloads"},
     "headline": {"mix": "headline_mix", "cut": "headline_cut"},
-    "published": {"tokens_per_s_per_job": "published_tokens_per_s_per_job", "gap_closed": "published_gap_closed"},
+    "published": {
+        "tokens_per_s_per_job": "published_tokens_per_s_per_job",
+        "gap_closed": "published_gap_closed",
+    },
 }
 
 
@@ -44,7 +47,7 @@ def flatten(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return flat
 
 
-_DEFAULTS = flatten(section_defaults("allocation"))   # the schema's (the paper's setup)
+_DEFAULTS = flatten(section_defaults("allocation"))  # the schema's (the paper's setup)
 
 
 def _default(name: str) -> Any:
@@ -56,6 +59,7 @@ def _default(name: str) -> Any:
 @dataclass
 class SimulationConfig:
     """The ``allocation:`` config slice (defaults: the schema's, the paper's setup)."""
+
     groups_set: str = _default("groups_set")
     n_workloads: int = _default("n_workloads")
     jobs_per_workload: int = _default("jobs_per_workload")
@@ -90,7 +94,9 @@ class SimulationConfig:
         out = cls(**{k: v for k, v in flat.items() if v is not None})
         bad = set(out.policies) - set(POLICIES)
         if bad:
-            raise ValueError(f"unknown allocation policies {sorted(bad)}; choose from {', '.join(POLICIES)}")
+            raise ValueError(
+                f"unknown allocation policies {sorted(bad)}; choose from {', '.join(POLICIES)}"
+            )
         out.policies = list(dict.fromkeys(["equal-weight", *out.policies, "oracle"]))
         if not 0.0 <= out.pretraining_fraction <= 1.0:
             raise ValueError("allocation.production.pretraining_fraction must be in [0, 1]")

@@ -35,24 +35,30 @@ log = logging.getLogger("wattflex.allocation.simulate")
 @dataclass
 class GroupTable:
     """The campaign's groups as allocation sees them: curves (G, K) + per-group features."""
-    groups: pd.DataFrame          # group, task, cluster, gpus, pfi_measured, pfi, dram_copy_product
+
+    groups: pd.DataFrame  # group, task, cluster, gpus, pfi_measured, pfi, dram_copy_product
     curves: Curves
     backend: str
 
     def features(self, index: np.ndarray, pfi: np.ndarray | None = None) -> dict[str, np.ndarray]:
         g = self.groups
-        out = {c: g[c].to_numpy()[index] for c in ("pfi", "pfi_measured", "dram_copy_product", "gpus")}
+        out = {
+            c: g[c].to_numpy()[index] for c in ("pfi", "pfi_measured", "dram_copy_product", "gpus")
+        }
         out["moe_ft"] = (g["cluster"] == "moe-ft").to_numpy()[index]
         if pfi is not None:
             out["pfi"] = np.asarray(pfi, float)[index]
         return out
 
 
-def group_table(runs: pd.DataFrame, pfi: pd.DataFrame, predictions: pd.DataFrame,
-                cfg: SimulationConfig) -> GroupTable:
+def group_table(
+    runs: pd.DataFrame, pfi: pd.DataFrame, predictions: pd.DataFrame, cfg: SimulationConfig
+) -> GroupTable:
     """Join runs (curves), pfi (measured PFI) and predictions (predicted PFI, DRAM copy
     product) for the groups of ``cfg.groups_set``."""
-    runs = cap_rows(runs[runs["set"] == cfg.groups_set])     # cap curves only (a clock group: the knob menu)
+    runs = cap_rows(
+        runs[runs["set"] == cfg.groups_set]
+    )  # cap curves only (a clock group: the knob menu)
     if runs.empty:
         raise ValueError(f"no runs with set == {cfg.groups_set!r} to build workloads from")
     names, curves = curves_from_runs(runs)
@@ -81,13 +87,21 @@ def mix_unavailable(groups: pd.DataFrame, mix: str) -> str | None:
     is_pt = (groups["task"] == "pt").to_numpy()
     if mix == "production" and (is_pt.all() or not is_pt.any()):
         kind = "pretraining (task pt)" if is_pt.all() else "fine-tuning"
-        return (f"the production mix needs both pretraining and fine-tuning groups; "
-                f"all {len(groups)} group(s) are {kind}")
+        return (
+            f"the production mix needs both pretraining and fine-tuning groups; "
+            f"all {len(groups)} group(s) are {kind}"
+        )
     return None
 
 
-def sample_workloads(groups: pd.DataFrame, mix: str, n_workloads: int, n_jobs: int,
-                     rng: np.random.Generator, pretraining_fraction: float) -> np.ndarray:
+def sample_workloads(
+    groups: pd.DataFrame,
+    mix: str,
+    n_workloads: int,
+    n_jobs: int,
+    rng: np.random.Generator,
+    pretraining_fraction: float,
+) -> np.ndarray:
     """Indices (n_workloads, n_jobs) into ``groups`` for one mix."""
     why_not = mix_unavailable(groups, mix)
     if why_not:
@@ -97,14 +111,19 @@ def sample_workloads(groups: pd.DataFrame, mix: str, n_workloads: int, n_jobs: i
     is_pt = (groups["task"] == "pt").to_numpy()
     pt, ft = np.flatnonzero(is_pt), np.flatnonzero(~is_pt)
     draw_pt = rng.random((n_workloads, n_jobs)) < pretraining_fraction
-    return np.where(draw_pt, pt[rng.integers(0, len(pt), (n_workloads, n_jobs))],
-                    ft[rng.integers(0, len(ft), (n_workloads, n_jobs))])
+    return np.where(
+        draw_pt,
+        pt[rng.integers(0, len(pt), (n_workloads, n_jobs))],
+        ft[rng.integers(0, len(ft), (n_workloads, n_jobs))],
+    )
 
 
 #: Where each per-job policy input comes from, for the reason a policy is left out.
-FEATURE_SOURCES = {"pfi": "the predicted PFI (allocation.pfi_column {column!r}; predictor/model.json says why)",
-                   "pfi_measured": "the measured PFI (pfi.csv says why)",
-                   "dram_copy_product": "the DRAM copy product (predictor/predictions.parquet)"}
+FEATURE_SOURCES = {
+    "pfi": "the predicted PFI (allocation.pfi_column {column!r}; predictor/model.json says why)",
+    "pfi_measured": "the measured PFI (pfi.csv says why)",
+    "dram_copy_product": "the DRAM copy product (predictor/predictions.parquet)",
+}
 
 
 def policy_unavailable(table: GroupTable, cfg: SimulationConfig, policy: str) -> str | None:
@@ -126,14 +145,19 @@ def policy_unavailable(table: GroupTable, cfg: SimulationConfig, policy: str) ->
 class Skipped:
     """What the study left out and why: mixes the groups cannot form, policies whose input
     is missing, out-of-sample splits (or a mix in one) the halves cannot carry."""
+
     mixes: dict[str, str] = field(default_factory=dict)
     policies: dict[str, str] = field(default_factory=dict)
     splits: dict[str, str] = field(default_factory=dict)
-    headline: str | None = None   # why the headline has no rows (its own sidecar's reason)
+    headline: str | None = None  # why the headline has no rows (its own sidecar's reason)
 
     def meta(self) -> dict[str, dict[str, str]]:
         """The sidecar entries of the allocation outputs (docs/outputs.md)."""
-        return {"skipped_mixes": self.mixes, "skipped_policies": self.policies, "skipped_splits": self.splits}
+        return {
+            "skipped_mixes": self.mixes,
+            "skipped_policies": self.policies,
+            "skipped_splits": self.splits,
+        }
 
 
 def runnable(table: GroupTable, cfg: SimulationConfig) -> tuple[SimulationConfig, Skipped]:
@@ -142,15 +166,26 @@ def runnable(table: GroupTable, cfg: SimulationConfig) -> tuple[SimulationConfig
     every per-cut job and the merge leave out the same."""
     mixes = {mix: mix_unavailable(table.groups, mix) for mix in cfg.mixes}
     policies = {policy: policy_unavailable(table, cfg, policy) for policy in cfg.policies}
-    kept = dataclasses.replace(cfg, mixes=[m for m, why in mixes.items() if why is None],
-                               policies=[p for p, why in policies.items() if why is None])
-    return kept, Skipped({m: why for m, why in mixes.items() if why}, {p: why for p, why in policies.items() if why})
+    kept = dataclasses.replace(
+        cfg,
+        mixes=[m for m, why in mixes.items() if why is None],
+        policies=[p for p, why in policies.items() if why is None],
+    )
+    return kept, Skipped(
+        {m: why for m, why in mixes.items() if why}, {p: why for p, why in policies.items() if why}
+    )
 
 
-def evaluate_policies(table: GroupTable, index: np.ndarray, cuts: Sequence[float],
-                      cfg: SimulationConfig, pfi: np.ndarray | None = None,
-                      policies: Sequence[str] | None = None, max_slowdown: np.ndarray | None = None,
-                      tiers: np.ndarray | None = None) -> pd.DataFrame:
+def evaluate_policies(
+    table: GroupTable,
+    index: np.ndarray,
+    cuts: Sequence[float],
+    cfg: SimulationConfig,
+    pfi: np.ndarray | None = None,
+    policies: Sequence[str] | None = None,
+    max_slowdown: np.ndarray | None = None,
+    tiers: np.ndarray | None = None,
+) -> pd.DataFrame:
     """Every policy on every workload (rows of ``index``) at every cut: one row per
     (cut, workload, policy) with total throughput and power. ``max_slowdown``: SLA tiers
     the policies must honour; ``tiers``: tiers to count violations against
@@ -164,8 +199,10 @@ def evaluate_policies(table: GroupTable, index: np.ndarray, cuts: Sequence[float
     if max_slowdown is not None:
         tier_values, tier_of_job = np.unique(max_slowdown, return_inverse=True)
         curve_key = index * len(tier_values) + tier_of_job.reshape(index.shape)
-    cache = {"predicted": predicted_curves(table.curves, group_pfi, cfg.curve_nodes).take(index),
-             "curve_key": curve_key}
+    cache = {
+        "predicted": predicted_curves(table.curves, group_pfi, cfg.curve_nodes).take(index),
+        "curve_key": curve_key,
+    }
     uncapped_w = curves.ceiling_w.sum(-1)
     uncapped_t = curves.uncapped_throughput.sum(-1)
     target = None if tiers is None else (1.0 - tiers) * curves.uncapped_throughput
@@ -174,32 +211,59 @@ def evaluate_policies(table: GroupTable, index: np.ndarray, cuts: Sequence[float
         budget = (1.0 - cut) * uncapped_w
         oracle_total = oracle_gap = None
         for policy in policies or cfg.policies:
-            a = allocate(curves, budget, policy, feats, max_slowdown=max_slowdown,
-                         moe_ft_share=cfg.moe_ft_share, curve_nodes=cfg.curve_nodes, cache=cache)
-            row = {"cut": cut, "workload": np.arange(len(index)), "policy": policy,
-                   "total_tokens_per_s": a.total_throughput, "total_power_w": a.power_w.sum(-1),
-                   "budget_w": budget, "uncapped_tokens_per_s": uncapped_t, "n_jobs": index.shape[1],
-                   "feasible": a.feasible,
-                   "exact_fallback": False if a.exact_fallback is None else a.exact_fallback}
+            a = allocate(
+                curves,
+                budget,
+                policy,
+                feats,
+                max_slowdown=max_slowdown,
+                moe_ft_share=cfg.moe_ft_share,
+                curve_nodes=cfg.curve_nodes,
+                cache=cache,
+            )
+            row = {
+                "cut": cut,
+                "workload": np.arange(len(index)),
+                "policy": policy,
+                "total_tokens_per_s": a.total_throughput,
+                "total_power_w": a.power_w.sum(-1),
+                "budget_w": budget,
+                "uncapped_tokens_per_s": uncapped_t,
+                "n_jobs": index.shape[1],
+                "feasible": a.feasible,
+                "exact_fallback": False if a.exact_fallback is None else a.exact_fallback,
+            }
             if target is not None:
                 row["sla_violations"] = (a.throughput < target * (1 - 1e-9)).sum(-1)
             frames.append(pd.DataFrame(row))
             if policy == "oracle":
                 oracle_total, oracle_gap = a.total_throughput, a.oracle_gap
         # with SLA tiers curve-aware works on its own (predicted) floors and may break a tier
-        _check_oracle_dominates(frames, cut, oracle_total, oracle_gap,
-                                skip=("oracle",) if max_slowdown is None else ("oracle", "curve-aware"))
+        _check_oracle_dominates(
+            frames,
+            cut,
+            oracle_total,
+            oracle_gap,
+            skip=("oracle",) if max_slowdown is None else ("oracle", "curve-aware"),
+        )
     return pd.concat(frames, ignore_index=True)
 
 
-def _check_oracle_dominates(frames: list[pd.DataFrame], cut: float, oracle_total: np.ndarray | None,
-                            oracle_gap: np.ndarray | None, skip: Sequence[str]) -> None:
+def _check_oracle_dominates(
+    frames: list[pd.DataFrame],
+    cut: float,
+    oracle_total: np.ndarray | None,
+    oracle_gap: np.ndarray | None,
+    skip: Sequence[str],
+) -> None:
     """Guard: a policy beating the oracle on a feasible workload by more than the oracle's
     proven gap (it may stop that far below the optimum) means the oracle is wrong."""
     if oracle_total is None:
         return
     gap = np.zeros_like(oracle_total) if oracle_gap is None else np.asarray(oracle_gap, float)
-    oracle_feasible = next(f for f in frames if f["cut"].iat[0] == cut and f["policy"].iat[0] == "oracle")["feasible"]
+    oracle_feasible = next(
+        f for f in frames if f["cut"].iat[0] == cut and f["policy"].iat[0] == "oracle"
+    )["feasible"]
     for f in frames:
         if f["cut"].iat[0] != cut or f["policy"].iat[0] in skip:
             continue
@@ -207,7 +271,9 @@ def _check_oracle_dominates(frames: list[pd.DataFrame], cut: float, oracle_total
         excess = (f["total_tokens_per_s"].to_numpy() - oracle_total)[ok]
         # + rounding of the totals themselves (sums of 100 floats)
         if (excess > gap[ok] + 1e-9 * np.abs(oracle_total[ok])).any():
-            raise AssertionError(f"policy {f['policy'].iat[0]} beat the oracle at cut {cut}: oracle is not exact")
+            raise AssertionError(
+                f"policy {f['policy'].iat[0]} beat the oracle at cut {cut}: oracle is not exact"
+            )
 
 
 def _pct(x: pd.Series, q: float) -> float:
@@ -221,64 +287,106 @@ def summarize(results: pd.DataFrame, keys: Sequence[str] = ("mix", "cut")) -> pd
     keys = list(keys)
     df = results.copy()
     wide = df.pivot_table(index=keys + ["workload"], columns="policy", values="total_tokens_per_s")
-    df = df.join(wide[["equal-weight", "oracle"]].rename(columns={"equal-weight": "_eq", "oracle": "_or"}),
-                 on=keys + ["workload"])
+    df = df.join(
+        wide[["equal-weight", "oracle"]].rename(columns={"equal-weight": "_eq", "oracle": "_or"}),
+        on=keys + ["workload"],
+    )
     df["per_job"] = df["total_tokens_per_s"] / df["n_jobs"]
     rows = []
     for (*key, policy), part in df.groupby(keys + ["policy"], sort=False):
         feas = part[part["feasible"]]
         total, per_job = feas["total_tokens_per_s"], feas["per_job"]
         gap = (feas["_or"] - feas["_eq"]).mean()
-        rows.append({
-            **dict(zip(keys, key)), "policy": policy, "n_workloads": len(part),
-            "feasible_fraction": float(part["feasible"].mean()),
-            "total_tokens_per_s_mean": total.mean(), "total_tokens_per_s_sd": total.std(),
-            "total_tokens_per_s_p5": _pct(total, 5), "total_tokens_per_s_p95": _pct(total, 95),
-            "per_job_tokens_per_s_mean": per_job.mean(), "per_job_tokens_per_s_sd": per_job.std(),
-            "per_job_tokens_per_s_p5": _pct(per_job, 5), "per_job_tokens_per_s_p95": _pct(per_job, 95),
-            "retained_fraction_mean": (total / feas["uncapped_tokens_per_s"]).mean(),
-            "diff_to_oracle_total_mean": (total - feas["_or"]).mean(),
-            "diff_to_oracle_per_job_mean": ((total - feas["_or"]) / feas["n_jobs"]).mean(),
-            "gain_over_equal_per_job_mean": ((total - feas["_eq"]) / feas["n_jobs"]).mean(),
-            "gap_closed": ((total - feas["_eq"]).mean() / gap) if gap > 1e-9 * max(total.mean(), 1.0) else np.nan,
-            "frac_workloads_ge_equal": float((total >= feas["_eq"] - 1e-9 * feas["_eq"].abs()).mean()),
-        })
+        rows.append(
+            {
+                **dict(zip(keys, key)),
+                "policy": policy,
+                "n_workloads": len(part),
+                "feasible_fraction": float(part["feasible"].mean()),
+                "total_tokens_per_s_mean": total.mean(),
+                "total_tokens_per_s_sd": total.std(),
+                "total_tokens_per_s_p5": _pct(total, 5),
+                "total_tokens_per_s_p95": _pct(total, 95),
+                "per_job_tokens_per_s_mean": per_job.mean(),
+                "per_job_tokens_per_s_sd": per_job.std(),
+                "per_job_tokens_per_s_p5": _pct(per_job, 5),
+                "per_job_tokens_per_s_p95": _pct(per_job, 95),
+                "retained_fraction_mean": (total / feas["uncapped_tokens_per_s"]).mean(),
+                "diff_to_oracle_total_mean": (total - feas["_or"]).mean(),
+                "diff_to_oracle_per_job_mean": ((total - feas["_or"]) / feas["n_jobs"]).mean(),
+                "gain_over_equal_per_job_mean": ((total - feas["_eq"]) / feas["n_jobs"]).mean(),
+                "gap_closed": ((total - feas["_eq"]).mean() / gap)
+                if gap > 1e-9 * max(total.mean(), 1.0)
+                else np.nan,
+                "frac_workloads_ge_equal": float(
+                    (total >= feas["_eq"] - 1e-9 * feas["_eq"].abs()).mean()
+                ),
+            }
+        )
     return pd.DataFrame(rows)
 
 
-HEADLINE_COLUMNS = ["mix", "cut", "policy", "tokens_per_s_per_job_recovered", "recovered_p5", "recovered_p95",
-                    "gap_closed", "published_tokens_per_s_per_job_recovered", "published_gap_closed",
-                    "equal_weight_per_job_tokens_per_s", "oracle_per_job_tokens_per_s", "backend"]
+HEADLINE_COLUMNS = [
+    "mix",
+    "cut",
+    "policy",
+    "tokens_per_s_per_job_recovered",
+    "recovered_p5",
+    "recovered_p95",
+    "gap_closed",
+    "published_tokens_per_s_per_job_recovered",
+    "published_gap_closed",
+    "equal_weight_per_job_tokens_per_s",
+    "oracle_per_job_tokens_per_s",
+    "backend",
+]
 
 
-def headline(summary: pd.DataFrame, results: pd.DataFrame, cfg: SimulationConfig, backend: str) -> pd.DataFrame:
+def headline(
+    summary: pd.DataFrame, results: pd.DataFrame, cfg: SimulationConfig, backend: str
+) -> pd.DataFrame:
     """The paper's headline: at ``headline_cut`` on ``headline_mix``, tokens/s per job each
     policy recovers over equal weight and its share of the equal-weight-to-oracle gap,
     beside the published 1.5k tokens/s and 63 % (for PFI-aware)."""
-    at = summary[(summary["mix"] == cfg.headline_mix) & np.isclose(summary["cut"], cfg.headline_cut)]
+    at = summary[
+        (summary["mix"] == cfg.headline_mix) & np.isclose(summary["cut"], cfg.headline_cut)
+    ]
     if at.empty:
         raise ValueError(f"headline cut {cfg.headline_cut} / mix {cfg.headline_mix} not simulated")
-    res = results[(results["mix"] == cfg.headline_mix) & np.isclose(results["cut"], cfg.headline_cut)]
+    res = results[
+        (results["mix"] == cfg.headline_mix) & np.isclose(results["cut"], cfg.headline_cut)
+    ]
     wide = res.pivot_table(index="workload", columns="policy", values="total_tokens_per_s")
     n_jobs = res["n_jobs"].iat[0]
     rows = []
     for _, r in at[~at["policy"].isin(["equal-weight"])].iterrows():
         gain = (wide[r["policy"]] - wide["equal-weight"]) / n_jobs
-        rows.append({
-            "mix": cfg.headline_mix, "cut": cfg.headline_cut, "policy": r["policy"],
-            "tokens_per_s_per_job_recovered": r["gain_over_equal_per_job_mean"],
-            "recovered_p5": _pct(gain, 5), "recovered_p95": _pct(gain, 95),
-            "gap_closed": r["gap_closed"],
-            "published_tokens_per_s_per_job_recovered": cfg.published_tokens_per_s_per_job if r["policy"] == "pfi-aware" else np.nan,
-            "published_gap_closed": cfg.published_gap_closed if r["policy"] == "pfi-aware" else np.nan,
-            "equal_weight_per_job_tokens_per_s": float(wide["equal-weight"].mean() / n_jobs),
-            "oracle_per_job_tokens_per_s": float(wide["oracle"].mean() / n_jobs),
-            "backend": backend,
-        })
+        rows.append(
+            {
+                "mix": cfg.headline_mix,
+                "cut": cfg.headline_cut,
+                "policy": r["policy"],
+                "tokens_per_s_per_job_recovered": r["gain_over_equal_per_job_mean"],
+                "recovered_p5": _pct(gain, 5),
+                "recovered_p95": _pct(gain, 95),
+                "gap_closed": r["gap_closed"],
+                "published_tokens_per_s_per_job_recovered": cfg.published_tokens_per_s_per_job
+                if r["policy"] == "pfi-aware"
+                else np.nan,
+                "published_gap_closed": cfg.published_gap_closed
+                if r["policy"] == "pfi-aware"
+                else np.nan,
+                "equal_weight_per_job_tokens_per_s": float(wide["equal-weight"].mean() / n_jobs),
+                "oracle_per_job_tokens_per_s": float(wide["oracle"].mean() / n_jobs),
+                "backend": backend,
+            }
+        )
     return pd.DataFrame(rows, columns=HEADLINE_COLUMNS)
 
 
-def draw_tiers(shape: tuple[int, ...], cfg: SimulationConfig, rng: np.random.Generator) -> np.ndarray:
+def draw_tiers(
+    shape: tuple[int, ...], cfg: SimulationConfig, rng: np.random.Generator
+) -> np.ndarray:
     """Per-job maximum slowdown drawn from ``sla_tiers`` with ``sla_tier_weights``."""
     weights = np.asarray(cfg.sla_tier_weights, float)
     return rng.choice(np.asarray(cfg.sla_tiers, float), p=weights / weights.sum(), size=shape)
@@ -300,18 +408,40 @@ def sla_study(blind: pd.DataFrame, honoured: pd.DataFrame) -> pd.DataFrame:
         at = pd.MultiIndex.from_frame(feas[keys])
         n = feas["n_jobs"].to_numpy()
         pb = part.set_index(keys + ["policy"]).index
-        rows.append({
-            "mix": mix, "cut": cut, "policy": policy, "n_workloads": len(part),
-            "feasible_fraction": float(part["feasible"].mean()),
-            "per_job_tokens_per_s_mean": float(np.mean(feas["total_tokens_per_s"] / n)) if len(feas) else np.nan,
-            "diff_to_sla_oracle_per_job_mean": float(np.mean((feas["total_tokens_per_s"].to_numpy()
-                                                               - sla_oracle.reindex(at).to_numpy()) / n)) if len(feas) else np.nan,
-            "sla_violating_job_fraction": float(np.mean(feas["sla_violations"] / n)) if len(feas) else np.nan,
-            "violations_if_sla_blind_job_fraction": float(np.mean(blind_viol.reindex(pb).to_numpy() / part["n_jobs"].to_numpy())),
-            "oracle_cost_of_sla_per_job_mean": float(np.mean((free_oracle.reindex(at).to_numpy()
-                                                              - feas["total_tokens_per_s"].to_numpy()) / n))
-            if policy == "oracle" and len(feas) else np.nan,
-        })
+        rows.append(
+            {
+                "mix": mix,
+                "cut": cut,
+                "policy": policy,
+                "n_workloads": len(part),
+                "feasible_fraction": float(part["feasible"].mean()),
+                "per_job_tokens_per_s_mean": float(np.mean(feas["total_tokens_per_s"] / n))
+                if len(feas)
+                else np.nan,
+                "diff_to_sla_oracle_per_job_mean": float(
+                    np.mean(
+                        (feas["total_tokens_per_s"].to_numpy() - sla_oracle.reindex(at).to_numpy())
+                        / n
+                    )
+                )
+                if len(feas)
+                else np.nan,
+                "sla_violating_job_fraction": float(np.mean(feas["sla_violations"] / n))
+                if len(feas)
+                else np.nan,
+                "violations_if_sla_blind_job_fraction": float(
+                    np.mean(blind_viol.reindex(pb).to_numpy() / part["n_jobs"].to_numpy())
+                ),
+                "oracle_cost_of_sla_per_job_mean": float(
+                    np.mean(
+                        (free_oracle.reindex(at).to_numpy() - feas["total_tokens_per_s"].to_numpy())
+                        / n
+                    )
+                )
+                if policy == "oracle" and len(feas)
+                else np.nan,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -343,9 +473,10 @@ def fit_pfi_ols(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 class OosSplit:
     """One out-of-sample split: PFI predicted for every group by an OLS fitted on a
     training half, and workloads (per mix) drawn from the other half."""
+
     split: int
-    pfi: np.ndarray               # (G,) predicted PFI per group
-    test_r2: float                # the fit's R^2 on the held-out half
+    pfi: np.ndarray  # (G,) predicted PFI per group
+    test_r2: float  # the fit's R^2 on the held-out half
     workloads: dict[str, np.ndarray]
 
 
@@ -354,18 +485,25 @@ class Draws:
     """Every random draw of the study. Drawn up front, in one fixed order, and independent
     of the cuts: a job simulating any subset of cuts sees the same workloads, tiers and
     splits as one simulating all of them (so per-cut jobs merge to the same numbers)."""
-    workloads: dict[str, np.ndarray]   # mix -> (n_workloads, n_jobs) group indices
-    tiers: dict[str, np.ndarray]       # mix -> (n_workloads, n_jobs) per-job SLA tier
+
+    workloads: dict[str, np.ndarray]  # mix -> (n_workloads, n_jobs) group indices
+    tiers: dict[str, np.ndarray]  # mix -> (n_workloads, n_jobs) per-job SLA tier
     splits: list[OosSplit]
-    skipped_splits: dict[str, str] = field(default_factory=dict)  # "<split>" or "<split>/<mix>" -> why
+    skipped_splits: dict[str, str] = field(
+        default_factory=dict
+    )  # "<split>" or "<split>/<mix>" -> why
 
 
 def draw(table: GroupTable, cfg: SimulationConfig) -> Draws:
     """Workloads (seed ``cfg.seed``), SLA tiers (``[seed, 1]``) and out-of-sample splits
     (``[seed, 2]``), each stream consumed mix by mix (split by split) in config order."""
     rng = np.random.default_rng(cfg.seed)
-    workloads = {mix: sample_workloads(table.groups, mix, cfg.n_workloads, cfg.jobs_per_workload,
-                                       rng, cfg.pretraining_fraction) for mix in cfg.mixes}
+    workloads = {
+        mix: sample_workloads(
+            table.groups, mix, cfg.n_workloads, cfg.jobs_per_workload, rng, cfg.pretraining_fraction
+        )
+        for mix in cfg.mixes
+    }
     tier_rng = np.random.default_rng([cfg.seed, 1])
     tiers = {mix: draw_tiers(index.shape, cfg, tier_rng) for mix, index in workloads.items()}
     skipped: dict[str, str] = {}
@@ -377,8 +515,12 @@ def draw(table: GroupTable, cfg: SimulationConfig) -> Draws:
 MIN_OOS_TRAIN_GROUPS = 2
 
 
-def draw_splits(table: GroupTable, cfg: SimulationConfig, rng: np.random.Generator,
-                skipped: dict[str, str] | None = None) -> list[OosSplit]:
+def draw_splits(
+    table: GroupTable,
+    cfg: SimulationConfig,
+    rng: np.random.Generator,
+    skipped: dict[str, str] | None = None,
+) -> list[OosSplit]:
     """``oos_splits`` stratified halves: the OLS PFI predictor refitted on the training half
     and ``oos_workloads`` workloads per mix from the test half. A split whose halves cannot
     carry the fit (or a mix its test half cannot form) is left out, why in ``skipped``."""
@@ -390,15 +532,17 @@ def draw_splits(table: GroupTable, cfg: SimulationConfig, rng: np.random.Generat
         train = stratified_halves(g, rng)
         n_fit = int((train & np.isfinite(x) & np.isfinite(y)).sum())
         if n_fit < MIN_OOS_TRAIN_GROUPS or train.all():
-            skipped[str(split)] = (f"{n_fit} training group(s) with a PFI and a DRAM copy product (the refit needs "
-                                   f"{MIN_OOS_TRAIN_GROUPS}) and {int((~train).sum())} test group(s) (needs 1), "
-                                   f"of {len(g)} groups")
+            skipped[str(split)] = (
+                f"{n_fit} training group(s) with a PFI and a DRAM copy product (the refit needs "
+                f"{MIN_OOS_TRAIN_GROUPS}) and {int((~train).sum())} test group(s) (needs 1), "
+                f"of {len(g)} groups"
+            )
             continue
         slope, intercept = fit_pfi_ols(x[train], y[train])
         pfi_oos = intercept + slope * x
         resid = y[~train] - pfi_oos[~train]
         spread = ((y[~train] - y[~train].mean()) ** 2).sum()
-        r2 = 1.0 - (resid ** 2).sum() / spread if spread > 0 else np.nan  # no R^2 on one test group
+        r2 = 1.0 - (resid**2).sum() / spread if spread > 0 else np.nan  # no R^2 on one test group
         test = np.flatnonzero(~train)
         test_groups = g.iloc[test].reset_index(drop=True)
         workloads = {}
@@ -407,8 +551,16 @@ def draw_splits(table: GroupTable, cfg: SimulationConfig, rng: np.random.Generat
             if why_not:
                 skipped[f"{split}/{mix}"] = f"its test half: {why_not}"
                 continue
-            workloads[mix] = test[sample_workloads(test_groups, mix, cfg.oos_workloads, cfg.jobs_per_workload, rng,
-                                                   cfg.pretraining_fraction)]
+            workloads[mix] = test[
+                sample_workloads(
+                    test_groups,
+                    mix,
+                    cfg.oos_workloads,
+                    cfg.jobs_per_workload,
+                    rng,
+                    cfg.pretraining_fraction,
+                )
+            ]
         splits.append(OosSplit(split, pfi_oos, float(r2), workloads))
     return splits
 
@@ -416,16 +568,20 @@ def draw_splits(table: GroupTable, cfg: SimulationConfig, rng: np.random.Generat
 OOS_COLUMNS = ["mix", "cut", "policy", "variant", "n_splits", "gap_closed_mean"]
 
 
-def out_of_sample(table: GroupTable, cfg: SimulationConfig, splits: Sequence[OosSplit],
-                  cuts: Sequence[float]) -> pd.DataFrame:
+def out_of_sample(
+    table: GroupTable, cfg: SimulationConfig, splits: Sequence[OosSplit], cuts: Sequence[float]
+) -> pd.DataFrame:
     """Policies whose PFI comes from a predictor fitted on one half of the groups, evaluated
     on workloads drawn from the other half, beside the same policies fed the in-sample
     prediction (``pfi_column``, fitted on all groups) and the oracle; repeated over the
     stratified random halves ``splits`` (:func:`draw_splits`). Per (mix, cut, policy,
     variant): mean and spread over splits."""
     # a policy whose in-sample input is missing (e.g. no pfi_pred) is left out of the in-sample variant
-    in_sample = [p for p in ("equal-weight", "pfi-aware", "curve-aware", "raw-dcgm", "oracle")
-                 if policy_unavailable(table, cfg, p) is None]
+    in_sample = [
+        p
+        for p in ("equal-weight", "pfi-aware", "curve-aware", "raw-dcgm", "oracle")
+        if policy_unavailable(table, cfg, p) is None
+    ]
     uses_pfi = ["pfi-aware", "curve-aware"]
     blocks = [(sp, mix, index) for sp in splits for mix, index in sp.workloads.items()]
     if not blocks:
@@ -433,8 +589,9 @@ def out_of_sample(table: GroupTable, cfg: SimulationConfig, splits: Sequence[Oos
     # the in-sample policies read nothing split-specific: one call over every split's
     # workloads (each workload's result is its own), then cut back into blocks
     start = np.cumsum([0] + [len(index) for _, _, index in blocks])
-    ins_all = evaluate_policies(table, np.concatenate([index for _, _, index in blocks]), cuts, cfg,
-                                policies=in_sample)
+    ins_all = evaluate_policies(
+        table, np.concatenate([index for _, _, index in blocks]), cuts, cfg, policies=in_sample
+    )
     block_of = np.searchsorted(start, ins_all["workload"].to_numpy(), side="right") - 1
     frames = []
     for b, (sp, mix, index) in enumerate(blocks):
@@ -453,24 +610,29 @@ def out_of_sample(table: GroupTable, cfg: SimulationConfig, splits: Sequence[Oos
     per_split["test_r2"] = per_split["split"].map({sp.split: sp.test_r2 for sp in splits})
     parts = per_split["policy"].str.split("|", expand=True)
     per_split["policy"], per_split["variant"] = parts[0], parts[1].fillna("no PFI")
-    agg = per_split.groupby(["mix", "cut", "policy", "variant"], sort=False).agg(
-        n_splits=("split", "nunique"),
-        per_job_tokens_per_s_mean=("per_job_tokens_per_s_mean", "mean"),
-        per_job_tokens_per_s_sd_over_splits=("per_job_tokens_per_s_mean", "std"),
-        gain_over_equal_per_job_mean=("gain_over_equal_per_job_mean", "mean"),
-        gap_closed_mean=("gap_closed", "mean"),
-        gap_closed_sd_over_splits=("gap_closed", "std"),
-        gap_closed_p5=("gap_closed", lambda v: _pct(v.dropna(), 5)),
-        gap_closed_p95=("gap_closed", lambda v: _pct(v.dropna(), 95)),
-        frac_workloads_ge_equal=("frac_workloads_ge_equal", "mean"),
-        pfi_test_r2_mean=("test_r2", "mean"),
-    ).reset_index()
+    agg = (
+        per_split.groupby(["mix", "cut", "policy", "variant"], sort=False)
+        .agg(
+            n_splits=("split", "nunique"),
+            per_job_tokens_per_s_mean=("per_job_tokens_per_s_mean", "mean"),
+            per_job_tokens_per_s_sd_over_splits=("per_job_tokens_per_s_mean", "std"),
+            gain_over_equal_per_job_mean=("gain_over_equal_per_job_mean", "mean"),
+            gap_closed_mean=("gap_closed", "mean"),
+            gap_closed_sd_over_splits=("gap_closed", "std"),
+            gap_closed_p5=("gap_closed", lambda v: _pct(v.dropna(), 5)),
+            gap_closed_p95=("gap_closed", lambda v: _pct(v.dropna(), 95)),
+            frac_workloads_ge_equal=("frac_workloads_ge_equal", "mean"),
+            pfi_test_r2_mean=("test_r2", "mean"),
+        )
+        .reset_index()
+    )
     agg.loc[agg["variant"] != "out-of-sample", "pfi_test_r2_mean"] = np.nan
     return agg
 
 
-def simulate_cuts(table: GroupTable, cfg: SimulationConfig, cuts: Sequence[float],
-                  draws: Draws | None = None) -> dict[str, pd.DataFrame]:
+def simulate_cuts(
+    table: GroupTable, cfg: SimulationConfig, cuts: Sequence[float], draws: Draws | None = None
+) -> dict[str, pd.DataFrame]:
     """The study at ``cuts`` only (one Snakemake job per cut): ``results`` (per workload),
     ``summary``, ``sla`` and ``out_of_sample``. Every row of these belongs to one cut, so
     :func:`combine` of the parts of any partition of ``cfg.cuts`` gives :func:`simulate`'s
@@ -486,25 +648,45 @@ def simulate_cuts(table: GroupTable, cfg: SimulationConfig, cuts: Sequence[float
         res = evaluate_policies(table, index, cuts, cfg, tiers=tiers)
         res["mix"] = mix
         frames.append(res)
-        log.info("mix %s: %d workloads x %d cuts x %d policies", mix, len(index), len(cuts), len(cfg.policies))
+        log.info(
+            "mix %s: %d workloads x %d cuts x %d policies",
+            mix,
+            len(index),
+            len(cuts),
+            len(cfg.policies),
+        )
         sla = evaluate_policies(table, index, cuts, cfg, max_slowdown=tiers, tiers=tiers)
         sla["mix"] = mix
         sla_frames.append(sla)
     results = pd.concat(frames, ignore_index=True)
-    return {"results": results, "summary": summarize(results),
-            "sla": sla_study(results, pd.concat(sla_frames, ignore_index=True)),
-            "out_of_sample": out_of_sample(table, cfg, draws.splits, cuts)}
+    return {
+        "results": results,
+        "summary": summarize(results),
+        "sla": sla_study(results, pd.concat(sla_frames, ignore_index=True)),
+        "out_of_sample": out_of_sample(table, cfg, draws.splits, cuts),
+    }
 
 
 #: The key columns of each part table when no mix could be simulated (no rows to fill the rest).
-EMPTY_PART_COLUMNS = {"results": ["mix", "cut", "workload", "policy", "total_tokens_per_s", "feasible",
-                                  "exact_fallback"],
-                      "summary": ["mix", "cut", "policy", "n_workloads"],
-                      "sla": ["mix", "cut", "policy", "n_workloads"],
-                      "out_of_sample": OOS_COLUMNS}
+EMPTY_PART_COLUMNS = {
+    "results": [
+        "mix",
+        "cut",
+        "workload",
+        "policy",
+        "total_tokens_per_s",
+        "feasible",
+        "exact_fallback",
+    ],
+    "summary": ["mix", "cut", "policy", "n_workloads"],
+    "sla": ["mix", "cut", "policy", "n_workloads"],
+    "out_of_sample": OOS_COLUMNS,
+}
 
 
-def _in_study_order(df: pd.DataFrame, cfg: SimulationConfig, variant_first: bool = False) -> pd.DataFrame:
+def _in_study_order(
+    df: pd.DataFrame, cfg: SimulationConfig, variant_first: bool = False
+) -> pd.DataFrame:
     """Rows of per-cut parts back in the single-run order: by mix, (out-of-sample variant
     after the others,) cut, then as they were."""
     if df.empty:
@@ -517,8 +699,9 @@ def _in_study_order(df: pd.DataFrame, cfg: SimulationConfig, variant_first: bool
     return df.iloc[order].reset_index(drop=True)
 
 
-def combine(parts: Sequence[Mapping[str, pd.DataFrame]], table: GroupTable,
-            cfg: SimulationConfig) -> dict[str, Any]:
+def combine(
+    parts: Sequence[Mapping[str, pd.DataFrame]], table: GroupTable, cfg: SimulationConfig
+) -> dict[str, Any]:
     """Merge :func:`simulate_cuts` parts covering ``cfg.cuts`` into the full study's tables:
     ``results``, ``summary``, ``headline``, ``sla``, ``out_of_sample`` and ``diagnostics``, and
     ``skipped`` (:class:`Skipped`: what the study left out and why)."""
@@ -528,21 +711,34 @@ def combine(parts: Sequence[Mapping[str, pd.DataFrame]], table: GroupTable,
     missing = set(cfg.cuts) - set(cat["results"]["cut"]) if cfg.mixes else set()
     if missing:
         raise ValueError(f"no simulated part for cut(s) {sorted(missing)}")
-    out = {name: _in_study_order(cat[name], cfg, variant_first=name == "out_of_sample") for name in PART_TABLES}
+    out = {
+        name: _in_study_order(cat[name], cfg, variant_first=name == "out_of_sample")
+        for name in PART_TABLES
+    }
     if out["out_of_sample"].empty:
         out["out_of_sample"] = pd.DataFrame(columns=OOS_COLUMNS)
     results = out["results"]
     skipped.headline = headline_unavailable(cfg, skipped)
-    out["headline"] = (pd.DataFrame(columns=HEADLINE_COLUMNS) if skipped.headline
-                       else headline(out["summary"], results, cfg, table.backend))
+    out["headline"] = (
+        pd.DataFrame(columns=HEADLINE_COLUMNS)
+        if skipped.headline
+        else headline(out["summary"], results, cfg, table.backend)
+    )
     oracle_rows = results[results["policy"] == "oracle"]
     concave = is_concave(table.curves)
-    out["diagnostics"] = pd.DataFrame([{
-        "groups": len(table.groups), "concave_groups": int(concave.sum()),
-        "non_concave_groups": ",".join(table.groups["group"][~concave]),
-        "oracle_workload_cuts": len(oracle_rows),
-        "oracle_milp_fraction": float(oracle_rows["exact_fallback"].mean()) if len(oracle_rows) else None,
-    }])
+    out["diagnostics"] = pd.DataFrame(
+        [
+            {
+                "groups": len(table.groups),
+                "concave_groups": int(concave.sum()),
+                "non_concave_groups": ",".join(table.groups["group"][~concave]),
+                "oracle_workload_cuts": len(oracle_rows),
+                "oracle_milp_fraction": float(oracle_rows["exact_fallback"].mean())
+                if len(oracle_rows)
+                else None,
+            }
+        ]
+    )
     out["skipped"] = skipped
     return out
 
@@ -550,11 +746,15 @@ def combine(parts: Sequence[Mapping[str, pd.DataFrame]], table: GroupTable,
 def headline_unavailable(cfg: SimulationConfig, skipped: Skipped) -> str | None:
     """Why the headline has no rows (None when it has): its mix is not simulated."""
     if cfg.headline_mix in skipped.mixes:
-        return f"the headline's {cfg.headline_mix} mix (allocation.headline.mix) was not simulated: " \
-               f"{skipped.mixes[cfg.headline_mix]}"
+        return (
+            f"the headline's {cfg.headline_mix} mix (allocation.headline.mix) was not simulated: "
+            f"{skipped.mixes[cfg.headline_mix]}"
+        )
     if cfg.headline_mix not in cfg.mixes:
-        return (f"the headline's mix {cfg.headline_mix!r} (allocation.headline.mix) is not among "
-                f"allocation.mixes {cfg.mixes}")
+        return (
+            f"the headline's mix {cfg.headline_mix!r} (allocation.headline.mix) is not among "
+            f"allocation.mixes {cfg.mixes}"
+        )
     return None
 
 

@@ -15,7 +15,7 @@ def water_fill(cut_w: np.ndarray, headroom_w: np.ndarray, weights: np.ndarray) -
     cut = np.maximum(np.asarray(cut_w, float), 0.0)
     h = np.maximum(np.asarray(headroom_w, float), 0.0)
     w = np.asarray(weights, float)
-    if h.shape[-1] == 0:                  # no job (a rack whose units are all silent): nothing to split
+    if h.shape[-1] == 0:  # no job (a rack whose units are all silent): nothing to split
         return np.zeros(np.broadcast_shapes(cut.shape + (0,), h.shape))
     w = np.where(np.isfinite(w) & (w > 0) & (h > 0), w, 0.0)
     ratio = np.divide(h, w, out=np.full_like(h, np.inf), where=w > 0)
@@ -29,8 +29,12 @@ def water_fill(cut_w: np.ndarray, headroom_w: np.ndarray, weights: np.ndarray) -
         reach = np.where(np.isfinite(r), h_before + r * w_from, np.inf)
     m = np.argmax(reach >= cut[..., None], axis=-1)[..., None]
     w_rest = np.take_along_axis(w_from, m, -1)[..., 0]
-    lam = np.divide(cut - np.take_along_axis(h_before, m, -1)[..., 0], w_rest,
-                    out=np.full_like(cut, np.inf), where=w_rest > 0)
+    lam = np.divide(
+        cut - np.take_along_axis(h_before, m, -1)[..., 0],
+        w_rest,
+        out=np.full_like(cut, np.inf),
+        where=w_rest > 0,
+    )
     with np.errstate(invalid="ignore"):  # inf * 0 where a job has no weight
         c = np.where(w > 0, np.minimum(lam[..., None] * w, h), 0.0)
     rest = np.maximum(cut - c.sum(-1), 0.0)

@@ -39,8 +39,13 @@ FOUR_CAP_GRID = (200.0, 500.0, 600.0, 700.0)
 _TASK_ALIASES = {"lora": "ft", "sft": "ft"}
 
 
-def beside_published(ours: pd.DataFrame, published: pd.DataFrame | None, on: str | Sequence[str],
-                     columns: Sequence[str] | None = None, suffix: str = "_published") -> pd.DataFrame:
+def beside_published(
+    ours: pd.DataFrame,
+    published: pd.DataFrame | None,
+    on: str | Sequence[str],
+    columns: Sequence[str] | None = None,
+    suffix: str = "_published",
+) -> pd.DataFrame:
     """``ours`` left-joined with ``published`` on ``on``; each ``col + suffix`` right after ``col``.
 
     ``columns`` defaults to the non-key columns both tables share. Without a published
@@ -48,7 +53,11 @@ def beside_published(ours: pd.DataFrame, published: pd.DataFrame | None, on: str
     """
     keys = [on] if isinstance(on, str) else list(on)
     if columns is None:
-        columns = [c for c in ours.columns if c not in keys and published is not None and c in published.columns]
+        columns = [
+            c
+            for c in ours.columns
+            if c not in keys and published is not None and c in published.columns
+        ]
     if published is None:
         merged = ours.assign(**{f"{c}{suffix}": np.nan for c in columns})
     else:
@@ -91,9 +100,14 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, int]
 
 # ---- Table 9: sweep-grid sensitivity ----------------------------------------------------------
 
-def grid_sensitivity(runs: pd.DataFrame, pfi: pd.DataFrame, grid: Sequence[float] = FOUR_CAP_GRID,
-                     sets: Sequence[str] | None = ("headline",), pfi_kwargs: dict[str, Any] | None = None
-                     ) -> pd.DataFrame:
+
+def grid_sensitivity(
+    runs: pd.DataFrame,
+    pfi: pd.DataFrame,
+    grid: Sequence[float] = FOUR_CAP_GRID,
+    sets: Sequence[str] | None = ("headline",),
+    pfi_kwargs: dict[str, Any] | None = None,
+) -> pd.DataFrame:
     """Table 9: ratio PFI of each group swept on more caps than ``grid``, recomputed on ``grid``.
 
     A group qualifies when its caps strictly contain ``grid`` and (if ``pfi`` has a
@@ -106,11 +120,15 @@ def grid_sensitivity(runs: pd.DataFrame, pfi: pd.DataFrame, grid: Sequence[float
     if sets is not None and "set" in pfi.columns:
         runs = runs[runs["group"].isin(pfi.loc[pfi["set"].isin(list(sets)), "group"])]
     kwargs = {"throughput_col": "tokens_per_s", **(pfi_kwargs or {})}
-    table = pfi_grid_sensitivity(runs, grid, **kwargs) if len(runs) else pd.DataFrame(columns=["group"])
+    table = (
+        pfi_grid_sensitivity(runs, grid, **kwargs) if len(runs) else pd.DataFrame(columns=["group"])
+    )
     if table.empty:
         return pd.DataFrame(columns=columns)
     table = table.rename(columns={"pfi_full": "pfi_6caps", "pfi_subset": "pfi_4caps"})
-    clusters = pfi.set_index("group")["cluster"] if "cluster" in pfi.columns else pd.Series(dtype=str)
+    clusters = (
+        pfi.set_index("group")["cluster"] if "cluster" in pfi.columns else pd.Series(dtype=str)
+    )
     table["cluster"] = table["group"].map(clusters)
     return table[columns].reset_index(drop=True)
 
@@ -118,16 +136,32 @@ def grid_sensitivity(runs: pd.DataFrame, pfi: pd.DataFrame, grid: Sequence[float
 def grid_summary(table9: pd.DataFrame) -> dict[str, float]:
     rho, p, n = spearman(table9["pfi_6caps"], table9["pfi_4caps"])
     pct = table9["delta_pct"].astype(float)
-    return {"n_groups": n, "median_delta_pct": float(np.nanmedian(pct)) if len(pct) else np.nan,
-            "max_delta_pct": float(np.nanmax(pct)) if len(pct) else np.nan,
-            "spearman_rho": rho, "spearman_p": p}
+    return {
+        "n_groups": n,
+        "median_delta_pct": float(np.nanmedian(pct)) if len(pct) else np.nan,
+        "max_delta_pct": float(np.nanmax(pct)) if len(pct) else np.nan,
+        "spearman_rho": rho,
+        "spearman_p": p,
+    }
 
 
 # ---- Table 8: H100 vs H200 --------------------------------------------------------------------
 
-def group_metadata(runs: pd.DataFrame, columns: Sequence[str] = ("model", "architecture", "task", "ep", "gpus",
-                                                                  "gpu_model", "cluster", "set", "matches")
-                   ) -> pd.DataFrame:
+
+def group_metadata(
+    runs: pd.DataFrame,
+    columns: Sequence[str] = (
+        "model",
+        "architecture",
+        "task",
+        "ep",
+        "gpus",
+        "gpu_model",
+        "cluster",
+        "set",
+        "matches",
+    ),
+) -> pd.DataFrame:
     """First value of each metadata column per group."""
     have = [c for c in columns if c in runs.columns]
     return runs.groupby("group", sort=False)[have].first().reset_index()
@@ -140,28 +174,56 @@ def h100_vs_h200(pfi: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     matched = own[own["matches"].fillna("").astype(str) != ""]
     ref = pfi[["group", "pfi_ratio"]].rename(columns={"group": "matches", "pfi_ratio": "pfi_h200"})
     out = matched.merge(ref, on="matches", how="left").rename(
-        columns={"n_caps": "n_caps_h100", "pfi_ratio": "pfi_h100", "group": "group_h100", "matches": "group_h200"})
+        columns={
+            "n_caps": "n_caps_h100",
+            "pfi_ratio": "pfi_h100",
+            "group": "group_h100",
+            "matches": "group_h200",
+        }
+    )
     out["task"] = task_key(out["task"])
-    cols = ["group_h100", "group_h200", "architecture", "task", "model", "ep", "gpus", "n_caps_h100",
-            "pfi_h200", "pfi_h100"]
+    cols = [
+        "group_h100",
+        "group_h200",
+        "architecture",
+        "task",
+        "model",
+        "ep",
+        "gpus",
+        "n_caps_h100",
+        "pfi_h200",
+        "pfi_h100",
+    ]
     return out[cols].sort_values("pfi_h200", kind="stable").reset_index(drop=True)
 
 
 def h100_summary(table8: pd.DataFrame) -> dict[str, float]:
     rho, p, n = spearman(table8["pfi_h200"], table8["pfi_h100"])
-    return {"n_pairs": n, "spearman_rho": rho, "spearman_p": p,
-            "median_ratio_h100_to_h200": float(np.nanmedian(table8["pfi_h100"] / table8["pfi_h200"]))
-            if len(table8) else np.nan}
+    return {
+        "n_pairs": n,
+        "spearman_rho": rho,
+        "spearman_p": p,
+        "median_ratio_h100_to_h200": float(np.nanmedian(table8["pfi_h100"] / table8["pfi_h200"]))
+        if len(table8)
+        else np.nan,
+    }
 
 
 # ---- Repeatability ----------------------------------------------------------------------------
 
-def repeatability(runs: pd.DataFrame, power_col: str = "power_w", throughput_col: str = "tokens_per_s"
-                  ) -> pd.DataFrame:
+
+def repeatability(
+    runs: pd.DataFrame, power_col: str = "power_w", throughput_col: str = "tokens_per_s"
+) -> pd.DataFrame:
     """CV (sample std / mean, %) of power and throughput for each (group, cap) run more than once."""
     by = runs.groupby(["group", "cap_w"], sort=True)
-    stats = by.agg(n=(power_col, "size"), power_w=(power_col, "mean"), power_sd=(power_col, "std"),
-                   tokens_per_s=(throughput_col, "mean"), tokens_sd=(throughput_col, "std")).reset_index()
+    stats = by.agg(
+        n=(power_col, "size"),
+        power_w=(power_col, "mean"),
+        power_sd=(power_col, "std"),
+        tokens_per_s=(throughput_col, "mean"),
+        tokens_sd=(throughput_col, "std"),
+    ).reset_index()
     stats = stats[stats["n"] > 1].copy()
     stats["cv_power_pct"] = 100.0 * stats.pop("power_sd") / stats["power_w"]
     stats["cv_tokens_pct"] = 100.0 * stats.pop("tokens_sd") / stats["tokens_per_s"]
@@ -169,11 +231,14 @@ def repeatability(runs: pd.DataFrame, power_col: str = "power_w", throughput_col
 
 
 def repeatability_summary(table: pd.DataFrame) -> dict[str, float]:
-    return {"n_configurations": int(len(table)), "n_runs": int(table["n"].sum()),
-            "median_cv_power_pct": float(table["cv_power_pct"].median()) if len(table) else np.nan,
-            "median_cv_tokens_pct": float(table["cv_tokens_pct"].median()) if len(table) else np.nan,
-            "max_cv_power_pct": float(table["cv_power_pct"].max()) if len(table) else np.nan,
-            "max_cv_tokens_pct": float(table["cv_tokens_pct"].max()) if len(table) else np.nan}
+    return {
+        "n_configurations": int(len(table)),
+        "n_runs": int(table["n"].sum()),
+        "median_cv_power_pct": float(table["cv_power_pct"].median()) if len(table) else np.nan,
+        "median_cv_tokens_pct": float(table["cv_tokens_pct"].median()) if len(table) else np.nan,
+        "max_cv_power_pct": float(table["cv_power_pct"].max()) if len(table) else np.nan,
+        "max_cv_tokens_pct": float(table["cv_tokens_pct"].max()) if len(table) else np.nan,
+    }
 
 
 # ---- Tables 4-5: compute accounting -----------------------------------------------------------
@@ -198,34 +263,54 @@ def run_wallclock_s(runs: pd.DataFrame, duration_s: float, overhead_s: float) ->
 
 def _accounting(runs: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     gpu_h = runs["gpus"].astype(float) * runs["wallclock_s"] / 3600.0
-    table = runs.assign(gpu_hours=gpu_h).groupby(by, sort=True).agg(
-        runs=("group", "size"), mean_wallclock_min=("wallclock_s", lambda s: s.mean() / 60.0),
-        gpu_hours=("gpu_hours", "sum")).reset_index()
-    total = {c: "total" for c in by} | {"runs": int(table["runs"].sum()), "gpu_hours": float(table["gpu_hours"].sum()),
-                                         "mean_wallclock_min": float(runs["wallclock_s"].mean() / 60.0)}
+    table = (
+        runs.assign(gpu_hours=gpu_h)
+        .groupby(by, sort=True)
+        .agg(
+            runs=("group", "size"),
+            mean_wallclock_min=("wallclock_s", lambda s: s.mean() / 60.0),
+            gpu_hours=("gpu_hours", "sum"),
+        )
+        .reset_index()
+    )
+    total = {c: "total" for c in by} | {
+        "runs": int(table["runs"].sum()),
+        "gpu_hours": float(table["gpu_hours"].sum()),
+        "mean_wallclock_min": float(runs["wallclock_s"].mean() / 60.0),
+    }
     table[by] = table[by].astype(str)
     return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
 
 
-def compute_accounting(runs: pd.DataFrame, duration_s: float, overhead_s: float,
-                       gpu_model: str = DEFAULT_GPU) -> tuple[pd.DataFrame, pd.DataFrame]:
+def compute_accounting(
+    runs: pd.DataFrame, duration_s: float, overhead_s: float, gpu_model: str = DEFAULT_GPU
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Table 4 (runs and GPU-hours by GPUs per job, ``gpu_model`` sweep runs, repeats
     excluded, as in the paper's 155-run count) and Table 5 (the whole campaign by GPU
     model, set and kind of run: ``sweep`` = first run at a cap, ``repeat`` = the extras).
     """
-    runs = runs.assign(wallclock_s=run_wallclock_s(runs, duration_s, overhead_s),
-                       kind=np.where(runs["repeat"].astype(int) > 0, "repeat", "sweep"))
+    runs = runs.assign(
+        wallclock_s=run_wallclock_s(runs, duration_s, overhead_s),
+        kind=np.where(runs["repeat"].astype(int) > 0, "repeat", "sweep"),
+    )
     sweep = runs[(runs["kind"] == "sweep") & (runs["gpu_model"] == gpu_model)]
-    table4 = _accounting(sweep.assign(gpus_per_cluster=sweep["gpus"].astype(int)), ["gpus_per_cluster"])
+    table4 = _accounting(
+        sweep.assign(gpus_per_cluster=sweep["gpus"].astype(int)), ["gpus_per_cluster"]
+    )
     table5 = _accounting(runs, ["gpu_model", "set", "kind"])
     return table4, table5
 
 
 # ---- Published side-by-side ---------------------------------------------------------------------
 
+
 def table9_beside_published(table9: pd.DataFrame, paper_dir: str) -> pd.DataFrame:
-    return beside_published(table9, load_published(paper_dir, "table9_grid_sensitivity"), "group",
-                            ["pfi_6caps", "pfi_4caps", "delta", "delta_pct"])
+    return beside_published(
+        table9,
+        load_published(paper_dir, "table9_grid_sensitivity"),
+        "group",
+        ["pfi_6caps", "pfi_4caps", "delta", "delta_pct"],
+    )
 
 
 def table8_beside_published(table8: pd.DataFrame, paper_dir: str) -> pd.DataFrame:
@@ -239,7 +324,9 @@ def table4_beside_published(table4: pd.DataFrame, paper_dir: str) -> pd.DataFram
     pub = load_published(paper_dir, "table4_compute")
     if pub is not None:
         pub = pub.assign(gpus_per_cluster=pub["gpus_per_cluster"].astype(str))
-    return beside_published(table4, pub, "gpus_per_cluster", ["runs", "mean_wallclock_min", "gpu_hours"])
+    return beside_published(
+        table4, pub, "gpus_per_cluster", ["runs", "mean_wallclock_min", "gpu_hours"]
+    )
 
 
 def summary_rows(table: str, values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -247,6 +334,13 @@ def summary_rows(table: str, values: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for metric, value in values.items():
         pub, source = PUBLISHED_SCALARS.get((table, metric), (np.nan, ""))
-        rows.append({"table": table, "metric": metric, "value": value, "published": pub,
-                     "published_source": source})
+        rows.append(
+            {
+                "table": table,
+                "metric": metric,
+                "value": value,
+                "published": pub,
+                "published_source": source,
+            }
+        )
     return rows

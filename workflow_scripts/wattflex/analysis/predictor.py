@@ -36,7 +36,7 @@ JOB_METADATA = ("is_moe", "is_lora", "log2_gpus")
 # Features that are not one telemetry metric (those come from the registry, wattflex.metrics).
 _OWN_DEFINITIONS = {
     "dram_copy_product": "dram_active (DCGM_FI_PROF_DRAM_ACTIVE, 0-1) x mem_copy_util "
-                         "(DCGM_FI_DEV_MEM_COPY_UTIL, %), range 0-100",
+    "(DCGM_FI_DEV_MEM_COPY_UTIL, %), range 0-100",
     "arithmetic_intensity": "tensor_active / dram_active (both 0-1 fractions)",
     "is_moe": "1 if architecture == 'moe' else 0",
     "is_lora": "1 if task is LoRA fine-tuning ('lora', 'ft', 'sft') else 0",
@@ -67,15 +67,25 @@ def __getattr__(name: str) -> Any:
         return feature_definitions()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 # What each derived feature is computed from.
 _DERIVED_INPUTS = {
     "dram_copy_product": ("dram_active", "mem_copy_util"),
     "arithmetic_intensity": ("tensor_active", "dram_active"),
-    "is_moe": ("architecture",), "is_lora": ("task",), "log2_gpus": ("gpus",),
+    "is_moe": ("architecture",),
+    "is_lora": ("task",),
+    "log2_gpus": ("gpus",),
 }
 #: The paper's seven ablation feature sets (Table 3), in its order.
-ABLATION_SETS = ("dram_copy_product", "arithmetic_intensity", "dram_copy_product+arithmetic_intensity",
-                 "job_metadata", "dram_copy_product+job_metadata", "all_dcgm", "all_dcgm+job_metadata")
+ABLATION_SETS = (
+    "dram_copy_product",
+    "arithmetic_intensity",
+    "dram_copy_product+arithmetic_intensity",
+    "job_metadata",
+    "dram_copy_product+job_metadata",
+    "all_dcgm",
+    "all_dcgm+job_metadata",
+)
 _LORA_TASKS = {"lora", "ft", "sft"}
 
 
@@ -88,7 +98,9 @@ def add_features(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     have = lambda *cols: all(c in out.columns for c in cols)  # noqa: E731
     if "dram_copy_product" not in out and have("dram_active", "mem_copy_util"):
-        out["dram_copy_product"] = out["dram_active"].astype(float) * out["mem_copy_util"].astype(float)
+        out["dram_copy_product"] = out["dram_active"].astype(float) * out["mem_copy_util"].astype(
+            float
+        )
     if "arithmetic_intensity" not in out and have("tensor_active", "dram_active"):
         dram = out["dram_active"].astype(float)
         out["arithmetic_intensity"] = out["tensor_active"].astype(float) / dram.where(dram > 0)
@@ -135,13 +147,22 @@ def resolve_features(spec: str | Sequence[str], df: pd.DataFrame | None = None) 
         if part == "job_metadata":
             cols += JOB_METADATA
         elif part == "all_dcgm":
-            cols += [m for m in dcgm_metrics() if df is None or
-                     (m in df.columns and pd.to_numeric(df[m], errors="coerce").nunique(dropna=True) > 1)]
+            cols += [
+                m
+                for m in dcgm_metrics()
+                if df is None
+                or (
+                    m in df.columns
+                    and pd.to_numeric(df[m], errors="coerce").nunique(dropna=True) > 1
+                )
+            ]
         elif part in feature_definitions():
             cols.append(part)
         else:
-            raise ValueError(f"unknown feature {part!r}; known: {sorted(feature_definitions())} "
-                             f"and the sets job_metadata, all_dcgm")
+            raise ValueError(
+                f"unknown feature {part!r}; known: {sorted(feature_definitions())} "
+                f"and the sets job_metadata, all_dcgm"
+            )
     return list(dict.fromkeys(cols))
 
 
@@ -151,8 +172,9 @@ def design_matrix(df: pd.DataFrame, features: Sequence[str]) -> np.ndarray:
     missing = [f for f in features if f not in df.columns]
     if missing:
         need = sorted({c for f in missing for c in _DERIVED_INPUTS.get(f, (f,))})
-        raise ValueError(f"missing column(s) for feature(s) {missing}: provide {need} "
-                         f"(have {list(df.columns)})")
+        raise ValueError(
+            f"missing column(s) for feature(s) {missing}: provide {need} (have {list(df.columns)})"
+        )
     return df[list(features)].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
 
 
@@ -167,8 +189,11 @@ def scores(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
     from scipy.stats import spearmanr
     from sklearn.metrics import mean_squared_error, r2_score
 
-    return {"r2": float(r2_score(y, pred)), "rmse": float(np.sqrt(mean_squared_error(y, pred))),
-            "spearman": float(spearmanr(y, pred)[0]) if len(y) > 2 else float("nan")}
+    return {
+        "r2": float(r2_score(y, pred)),
+        "rmse": float(np.sqrt(mean_squared_error(y, pred))),
+        "spearman": float(spearmanr(y, pred)[0]) if len(y) > 2 else float("nan"),
+    }
 
 
 def cv_predictions(X: np.ndarray, y: np.ndarray, folds: Sequence[Any] | None = None) -> np.ndarray:
@@ -180,8 +205,9 @@ def cv_predictions(X: np.ndarray, y: np.ndarray, folds: Sequence[Any] | None = N
     return cross_val_predict(_ols(), X, y, cv=LeaveOneGroupOut(), groups=np.asarray(folds))
 
 
-def evaluate(df: pd.DataFrame, features: Sequence[str], target: str = "pfi",
-             cluster_col: str = "cluster") -> dict[str, float]:
+def evaluate(
+    df: pd.DataFrame, features: Sequence[str], target: str = "pfi", cluster_col: str = "cluster"
+) -> dict[str, float]:
     """Table 3 metrics of an OLS on ``features``: p, in-sample R², LOO and LOCO scores."""
     X, y = design_matrix(df, features), df[target].to_numpy(dtype=float)
     fitted = _ols().fit(X, y).predict(X)
@@ -191,7 +217,9 @@ def evaluate(df: pd.DataFrame, features: Sequence[str], target: str = "pfi",
             out.update({f"{name}_r2": np.nan, f"{name}_rmse": np.nan, f"{name}_spearman": np.nan})
             continue
         s = scores(y, cv_predictions(X, y, folds))
-        out.update({f"{name}_r2": s["r2"], f"{name}_rmse": s["rmse"], f"{name}_spearman": s["spearman"]})
+        out.update(
+            {f"{name}_r2": s["r2"], f"{name}_rmse": s["rmse"], f"{name}_spearman": s["spearman"]}
+        )
     return out
 
 
@@ -205,9 +233,11 @@ def telemetry_sources(runs: pd.DataFrame, allow_mixed: bool = False) -> list[str
     counts = runs["telemetry_source"].dropna().astype(str).value_counts().sort_index()
     if len(counts) > 1 and not allow_mixed:
         mix = ", ".join(f"{src}: {n} run(s)" for src, n in counts.items())
-        raise ValueError(f"runs.parquet: the campaign's runs mix telemetry sources ({mix}); the predictor's "
-                         f"features would come from different counters. Rerun them with one cuda.telemetry "
-                         f"(nvml or dcgm), or set predictor.allow_mixed_sources: true to fit over the mix")
+        raise ValueError(
+            f"runs.parquet: the campaign's runs mix telemetry sources ({mix}); the predictor's "
+            f"features would come from different counters. Rerun them with one cuda.telemetry "
+            f"(nvml or dcgm), or set predictor.allow_mixed_sources: true to fit over the mix"
+        )
     return list(counts.index)
 
 
@@ -215,10 +245,30 @@ def telemetry_sources(runs: pd.DataFrame, allow_mixed: bool = False) -> list[str
 MIN_TRAIN_GROUPS = 3
 NOT_FITTED = "not_fitted"
 #: Columns of the tables fit_predictor writes, empty when the model is not fitted.
-ABLATION_COLUMNS = ["predictors", "p", "r2_in", "loo_r2", "loo_rmse", "loo_spearman", "loco_r2", "loco_rmse",
-                    "loco_spearman", "n", "features"]
+ABLATION_COLUMNS = [
+    "predictors",
+    "p",
+    "r2_in",
+    "loo_r2",
+    "loo_rmse",
+    "loo_spearman",
+    "loco_r2",
+    "loco_rmse",
+    "loco_spearman",
+    "n",
+    "features",
+]
 HOLDOUT_COLUMNS = ["set", "n", "prediction", "r2", "rmse", "spearman"]
-LEVERAGE_COLUMNS = ["k", "n", "dropped_group", "dropped_leverage", "spearman_rho", "spearman_p", "r2_in", "loo_r2"]
+LEVERAGE_COLUMNS = [
+    "k",
+    "n",
+    "dropped_group",
+    "dropped_leverage",
+    "spearman_rho",
+    "spearman_p",
+    "r2_in",
+    "loo_r2",
+]
 WITHIN_CLUSTER_COLUMNS = ["subset", "clusters", "n", "spearman_rho", "spearman_p"]
 
 
@@ -233,16 +283,26 @@ def training_rows(groups: pd.DataFrame, train_set: str = "headline") -> pd.DataF
     if "set" in rows.columns and train_set:
         rows = rows[rows["set"] == train_set]
     if len(rows) < MIN_TRAIN_GROUPS:
-        raise TooFewGroups(f"need at least {MIN_TRAIN_GROUPS} groups with a finite PFI in set {train_set!r} "
-                           f"(predictor.train_set), have {len(rows)}")
+        raise TooFewGroups(
+            f"need at least {MIN_TRAIN_GROUPS} groups with a finite PFI in set {train_set!r} "
+            f"(predictor.train_set), have {len(rows)}"
+        )
     return rows.reset_index(drop=True)
 
 
 def not_fitted_model(spec: str, reason: str) -> dict[str, Any]:
     """The model document of a predictor that could not be fitted: no features, no
     coefficients, the ``reason`` (what a figure and the report show)."""
-    return {"kind": "ols", "status": NOT_FITTED, "reason": reason, "feature_spec": spec, "features": [],
-            "coefficients": {}, "training_groups": [], "n_train": 0}
+    return {
+        "kind": "ols",
+        "status": NOT_FITTED,
+        "reason": reason,
+        "feature_spec": spec,
+        "features": [],
+        "coefficients": {},
+        "training_groups": [],
+        "n_train": 0,
+    }
 
 
 def is_fitted(model: dict[str, Any]) -> bool:
@@ -254,10 +314,14 @@ def ablation(train: pd.DataFrame, feature_sets: Iterable[str] = ABLATION_SETS) -
     rows = []
     for spec in feature_sets:
         features = resolve_features(spec, train)
-        if not features:    # e.g. all_dcgm where no metric varies across the groups: no model to score
+        if (
+            not features
+        ):  # e.g. all_dcgm where no metric varies across the groups: no model to score
             rows.append({"predictors": spec, "p": 0, "n": len(train), "features": ""})
             continue
-        rows.append({"predictors": spec, **evaluate(train, features), "features": "+".join(features)})
+        rows.append(
+            {"predictors": spec, **evaluate(train, features), "features": "+".join(features)}
+        )
     return pd.DataFrame(rows)[ABLATION_COLUMNS]
 
 
@@ -270,7 +334,9 @@ def leverage(X: np.ndarray) -> np.ndarray:
     return np.sum(u[:, :rank] ** 2, axis=1)
 
 
-def leverage_sensitivity(train: pd.DataFrame, features: Sequence[str], k_max: int = 5) -> pd.DataFrame:
+def leverage_sensitivity(
+    train: pd.DataFrame, features: Sequence[str], k_max: int = 5
+) -> pd.DataFrame:
     """Table 12: drop the k highest-leverage groups (k = 0..k_max), refit, rescore.
 
     Leverage is ranked once on the full training set; row k has the k highest removed.
@@ -287,19 +353,33 @@ def leverage_sensitivity(train: pd.DataFrame, features: Sequence[str], k_max: in
         X, y = design_matrix(kept, features), kept["pfi"].to_numpy(dtype=float)
         pred = _ols().fit(X, y).predict(X)
         rho, p = spearmanr(pred, y)
-        rows.append({"k": k, "n": len(kept), "dropped_group": train["group"].iloc[order[k - 1]] if k else "",
-                     "dropped_leverage": float(h[order[k - 1]]) if k else np.nan,
-                     "spearman_rho": float(rho), "spearman_p": float(p),
-                     "r2_in": scores(y, pred)["r2"], "loo_r2": scores(y, cv_predictions(X, y))["r2"]})
+        rows.append(
+            {
+                "k": k,
+                "n": len(kept),
+                "dropped_group": train["group"].iloc[order[k - 1]] if k else "",
+                "dropped_leverage": float(h[order[k - 1]]) if k else np.nan,
+                "spearman_rho": float(rho),
+                "spearman_p": float(p),
+                "r2_in": scores(y, pred)["r2"],
+                "loo_r2": scores(y, cv_predictions(X, y))["r2"],
+            }
+        )
     return pd.DataFrame(rows)
 
 
 #: Table 13 subsets: name -> clusters included.
-SUBGROUPS = {"dense only": ("dense",), "moe only": ("moe-pt", "moe-ft"),
-             "all but moe-ft": ("dense", "moe-pt"), "all": ("dense", "moe-pt", "moe-ft")}
+SUBGROUPS = {
+    "dense only": ("dense",),
+    "moe only": ("moe-pt", "moe-ft"),
+    "all but moe-ft": ("dense", "moe-pt"),
+    "all": ("dense", "moe-pt", "moe-ft"),
+}
 
 
-def within_cluster(train: pd.DataFrame, features: Sequence[str], cluster_col: str = "cluster") -> pd.DataFrame:
+def within_cluster(
+    train: pd.DataFrame, features: Sequence[str], cluster_col: str = "cluster"
+) -> pd.DataFrame:
     """Table 13: Spearman rho of the full-data prediction vs PFI within subsets of clusters."""
     from scipy.stats import spearmanr
 
@@ -309,18 +389,29 @@ def within_cluster(train: pd.DataFrame, features: Sequence[str], cluster_col: st
     for name, clusters in SUBGROUPS.items():
         mask = train[cluster_col].isin(clusters).to_numpy()
         rho, p = spearmanr(pred[mask], y[mask]) if mask.sum() > 2 else (np.nan, np.nan)
-        rows.append({"subset": name, "clusters": "|".join(clusters), "n": int(mask.sum()),
-                     "spearman_rho": float(rho), "spearman_p": float(p)})
+        rows.append(
+            {
+                "subset": name,
+                "clusters": "|".join(clusters),
+                "n": int(mask.sum()),
+                "spearman_rho": float(rho),
+                "spearman_p": float(p),
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def fit_model(train: pd.DataFrame, spec: str | Sequence[str], target: str = "pfi_ratio") -> dict[str, Any]:
+def fit_model(
+    train: pd.DataFrame, spec: str | Sequence[str], target: str = "pfi_ratio"
+) -> dict[str, Any]:
     """Fit the chosen OLS and describe it as a JSON-able document (see :func:`predict`)."""
     features = resolve_features(spec, train)
     X, y = design_matrix(train, features), train["pfi"].to_numpy(dtype=float)
     reg = _ols().fit(X, y)
     return {
-        "kind": "ols", "status": "fitted", "target": target,
+        "kind": "ols",
+        "status": "fitted",
+        "target": target,
         "feature_spec": spec if isinstance(spec, str) else "+".join(spec),
         "features": features,
         "feature_definitions": {f: feature_definitions()[f] for f in features},
@@ -380,8 +471,10 @@ def input_problems(df: pd.DataFrame, columns: Iterable[str]) -> list[tuple[int, 
 def model_number_problem(model: Mapping[str, Any]) -> str | None:
     """Why a model's coefficients or intercept cannot be used (not a finite number: ``1e999``
     reads as inf, ``true`` as 1), or None."""
-    numbers = {**{f"coefficient {f!r}": v for f, v in dict(model["coefficients"]).items()},
-               "intercept": model["intercept"]}
+    numbers = {
+        **{f"coefficient {f!r}": v for f, v in dict(model["coefficients"]).items()},
+        "intercept": model["intercept"],
+    }
     for name, v in numbers.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             return f"{name} {v!r} is not a finite number"
@@ -392,7 +485,9 @@ def predict(model: dict[str, Any], df: pd.DataFrame) -> np.ndarray:
     """PFI predicted by a model document from :func:`fit_model` for each row of ``df``; NaN
     where an input is missing, an error where finite inputs give no finite PFI."""
     if not is_fitted(model):
-        raise ValueError(f"the predictor model was not fitted: {model.get('reason', 'no reason recorded')}")
+        raise ValueError(
+            f"the predictor model was not fitted: {model.get('reason', 'no reason recorded')}"
+        )
     for key in ("features", "coefficients", "intercept"):
         if key not in model:
             raise ValueError(f"not a wattflex predictor model: no {key!r}")
@@ -407,8 +502,10 @@ def predict(model: dict[str, Any], df: pd.DataFrame) -> np.ndarray:
     overflow = np.flatnonzero(~np.isfinite(pred) & np.isfinite(X).all(axis=1))
     if overflow.size:
         rows = ", ".join(str(i + 1) for i in overflow[:5]) + (" ..." if overflow.size > 5 else "")
-        raise ValueError(f"predictor model: the PFI of data row(s) {rows} is not a finite number (coefficients "
-                         f"x inputs overflow); the model's coefficients are not a fitted PFI predictor's")
+        raise ValueError(
+            f"predictor model: the PFI of data row(s) {rows} is not a finite number (coefficients "
+            f"x inputs overflow); the model's coefficients are not a fitted PFI predictor's"
+        )
     return pred
 
 
@@ -417,8 +514,12 @@ def predictions_table(groups: pd.DataFrame, model: dict[str, Any]) -> pd.DataFra
     out-of-fold ``pfi_pred_loo`` for training groups (NaN elsewhere) and the two composites.
     """
     groups = add_features(groups).reset_index(drop=True)
-    out = pd.DataFrame({c: groups[c] if c in groups.columns else pd.NA
-                        for c in ("group", "set", "cluster", "gpu_model", "matches")})
+    out = pd.DataFrame(
+        {
+            c: groups[c] if c in groups.columns else pd.NA
+            for c in ("group", "set", "cluster", "gpu_model", "matches")
+        }
+    )
     out["pfi"] = groups["pfi"].astype(float)
     out["pfi_pred"] = predict(model, groups) if is_fitted(model) else np.nan
     out["pfi_pred_loo"] = np.nan
@@ -438,7 +539,10 @@ def holdout_scores(predictions: pd.DataFrame) -> pd.DataFrame:
         loo = rows_of_set["pfi_pred_loo"].notna().all()
         ok = rows_of_set[np.isfinite(rows_of_set["pfi"])]
         pred = ok["pfi_pred_loo" if loo else "pfi_pred"].to_numpy(dtype=float)
-        s = scores(ok["pfi"].to_numpy(dtype=float), pred) if len(ok) > 1 else \
-            {"r2": np.nan, "rmse": np.nan, "spearman": np.nan}
+        s = (
+            scores(ok["pfi"].to_numpy(dtype=float), pred)
+            if len(ok) > 1
+            else {"r2": np.nan, "rmse": np.nan, "spearman": np.nan}
+        )
         rows.append({"set": name, "n": len(ok), "prediction": "loo" if loo else "model", **s})
     return pd.DataFrame(rows)

@@ -44,23 +44,49 @@ PERSEUS = REPO / "resources" / "external" / "perseus-sosp24"
 ZEUS = REPO / "resources" / "external" / "zeus-nsdi23"
 PERSEUS_A100_CONFIG = REPO / "config" / "perseus-sosp24-a100-emulated.yaml"
 PASSES = ("forward", "backward", "forward+backward")
-TOP_WIDTH = 0.2   # the power-law exponent is fitted over [x_hi - 0.2, x_hi] (benchmarks/emulator_vs_perseus.py)
-COLUMNS = ("test_set", "data", "fitted_to", "not_fitted_to", "n", "pfi_mae", "pfi_mae_other", "spearman",
-           "clock_share_error_pp", "power_exponent_error", "note")
+TOP_WIDTH = 0.2  # the power-law exponent is fitted over [x_hi - 0.2, x_hi] (benchmarks/emulator_vs_perseus.py)
+COLUMNS = (
+    "test_set",
+    "data",
+    "fitted_to",
+    "not_fitted_to",
+    "n",
+    "pfi_mae",
+    "pfi_mae_other",
+    "spearman",
+    "clock_share_error_pp",
+    "power_exponent_error",
+    "note",
+)
 
 
 def row(**values: Any) -> dict[str, Any]:
     """One test-set row with every column (NaN / "" where a score is undefined)."""
-    out = {c: (math.nan if c in ("n", "pfi_mae", "pfi_mae_other", "spearman", "clock_share_error_pp",
-                                 "power_exponent_error") else "") for c in COLUMNS}
+    out = {
+        c: (
+            math.nan
+            if c
+            in (
+                "n",
+                "pfi_mae",
+                "pfi_mae_other",
+                "spearman",
+                "clock_share_error_pp",
+                "power_exponent_error",
+            )
+            else ""
+        )
+        for c in COLUMNS
+    }
     unknown = set(values) - set(COLUMNS)
     if unknown:
         raise KeyError(f"not a test-set column: {sorted(unknown)}")
     return {**out, **values}
 
 
-def clock_fit(clock_mhz, time_s, power_w, f_max_mhz: float, x_lo: float, x_hi: float,
-              bin_mhz: float = 15.0) -> dict[str, float]:
+def clock_fit(
+    clock_mhz, time_s, power_w, f_max_mhz: float, x_lo: float, x_hi: float, bin_mhz: float = 15.0
+) -> dict[str, float]:
     """Clock-independent share of time at x_hi (time = a + b/f fitted over [x_lo, x_hi], bins
     within half a bin of the ends inside) and the power exponent near x_hi."""
     clock = np.asarray(clock_mhz, float)
@@ -68,12 +94,21 @@ def clock_fit(clock_mhz, time_s, power_w, f_max_mhz: float, x_lo: float, x_hi: f
     keep = (clock / f_max_mhz >= x_lo - half) & (clock / f_max_mhz <= x_hi + half)
     fit = fit_clock_scaling(clock[keep], np.asarray(time_s, float)[keep], x_hi * f_max_mhz)
     shape = power_shape(clock, power_w, f_max_mhz, x_lo, x_hi, TOP_WIDTH)
-    return {"share": fit.clock_independent_share, "a_s": fit.a_s, "b_s_mhz": fit.b_s_mhz, "r2": fit.r2,
-            "max_rel_residual": fit.max_rel_residual, "n_clocks": fit.n, "power_ratio": shape.ratio,
-            "power_exponent_top": shape.exponent_top}
+    return {
+        "share": fit.clock_independent_share,
+        "a_s": fit.a_s,
+        "b_s_mhz": fit.b_s_mhz,
+        "r2": fit.r2,
+        "max_rel_residual": fit.max_rel_residual,
+        "n_clocks": fit.n,
+        "power_ratio": shape.ratio,
+        "power_exponent_top": shape.exponent_top,
+    }
 
 
-def profile_series(paths: Sequence[str | Path], passes: Sequence[str]) -> list[tuple[pd.DataFrame, list[int], str, pd.DataFrame]]:
+def profile_series(
+    paths: Sequence[str | Path], passes: Sequence[str]
+) -> list[tuple[pd.DataFrame, list[int], str, pd.DataFrame]]:
     """(profile, distinct stage set, pass, series) for every profile file and pass."""
     out = []
     for path in sorted(map(Path, paths)):
@@ -110,48 +145,77 @@ def perseus_a100_calibration(sweeps_csv: str | Path, config_path: str | Path = P
     return groups, measured, cal.calibrate(groups, facts, "fitted (Perseus A100 sweeps)")
 
 
-def perseus_a100_rows(sweeps_csv: str | Path, profiles: Sequence[str | Path],
-                      config_path: str | Path = PERSEUS_A100_CONFIG) -> list[dict[str, Any]]:
+def perseus_a100_rows(
+    sweeps_csv: str | Path,
+    profiles: Sequence[str | Path],
+    config_path: str | Path = PERSEUS_A100_CONFIG,
+) -> list[dict[str, Any]]:
     """The two Perseus A100 rows (module docstring)."""
     from wattflex.runs.emulator import operating_points
 
     groups, measured, c = perseus_a100_calibration(sweeps_csv, config_path)
     names = ", ".join(g.model for g in groups)
     left = sorted(set(measured.index) - {g.id for g in groups})
-    out = [row(test_set="Perseus A100 power-limit sweeps (leave one job out)",
-               data=f"measured Eq. 1 PFI of {len(groups)} A100 pipeline jobs ({names}), "
-                    f"{len(groups[0].caps)} caps each",
-               fitted_to="the A100 anchor on the other job's measured PFI; GH100 voltage shape; every other "
-                         "constant as for the H200",
-               not_fitted_to="the scored job's PFI", n=len(groups), pfi_mae=c.out_of_sample_mae,
-               note=f"in sample (both jobs in the fit): {c.in_sample_mae:.3f}; "
-                    f"{len(left)} jobs with no emulated step left out ({', '.join(left)})")]
+    out = [
+        row(
+            test_set="Perseus A100 power-limit sweeps (leave one job out)",
+            data=f"measured Eq. 1 PFI of {len(groups)} A100 pipeline jobs ({names}), "
+            f"{len(groups[0].caps)} caps each",
+            fitted_to="the A100 anchor on the other job's measured PFI; GH100 voltage shape; every other "
+            "constant as for the H200",
+            not_fitted_to="the scored job's PFI",
+            n=len(groups),
+            pfi_mae=c.out_of_sample_mae,
+            note=f"in sample (both jobs in the fit): {c.in_sample_mae:.3f}; "
+            f"{len(left)} jobs with no emulated step left out ({', '.join(left)})",
+        )
+    ]
     every = profile_series([p for p in profiles if "a100" in Path(p).name.lower()], PASSES)
     if not every:
         return out
-    win = held_windows(every)   # held by every pass of every profile, as the benchmark's window
+    win = held_windows(every)  # held by every pass of every profile, as the benchmark's window
     series = [s for s in every if s[2] == "forward+backward"]
-    (gpu_name, (x_lo, x_hi)), = win.items()
-    measured_fits = [clock_fit(s["clock_mhz"], s["time_s"], s["power_w"], float(p["clock_mhz"].max()), x_lo, x_hi)
-                     for p, _, _, s in series]
+    ((gpu_name, (x_lo, x_hi)),) = win.items()
+    measured_fits = [
+        clock_fit(
+            s["clock_mhz"], s["time_s"], s["power_w"], float(p["clock_mhz"].max()), x_lo, x_hi
+        )
+        for p, _, _, s in series
+    ]
     gpu, physics = GPUS["A100"], c.physics()
     # compute_s: kernel time only (no exposed communication or host wait), the analogue of a stage pass
-    emulated = [clock_fit(pts["sm_clock_mhz"], pts["compute_s"], pts["power_w"], gpu.sm_clock_max_mhz, x_lo, x_hi,
-                          gpu.clock_step_mhz) for pts in (operating_points(g.job, gpu, physics=physics) for g in groups)]
+    emulated = [
+        clock_fit(
+            pts["sm_clock_mhz"],
+            pts["compute_s"],
+            pts["power_w"],
+            gpu.sm_clock_max_mhz,
+            x_lo,
+            x_hi,
+            gpu.clock_step_mhz,
+        )
+        for pts in (operating_points(g.job, gpu, physics=physics) for g in groups)
+    ]
     share_m = float(np.mean([f["share"] for f in measured_fits]))
     gamma_m = float(np.mean([f["power_exponent_top"] for f in measured_fits]))
     share_e = float(np.mean([f["share"] for f in emulated]))
     gamma_e = float(np.mean([f["power_exponent_top"] for f in emulated]))
     models = ", ".join(sorted({str(p["model"].iat[0]) for p, _, _, _ in series}))
-    out.append(row(test_set="Perseus A100 SM-clock profiles (clock scaling)",
-                   data=f"{len(series)} measured {gpu_name} stage profiles ({models}; forward+backward) over "
-                        f"the held clock window x {x_lo:.3f}-{x_hi:.3f}",
-                   fitted_to="the A100 anchor on both Perseus A100 power-limit sweeps (PFI only, no clock)",
-                   not_fitted_to="any clock profile", n=len(series),
-                   clock_share_error_pp=100 * (share_e - share_m), power_exponent_error=gamma_e - gamma_m,
-                   note=f"clock-independent share of kernel time emulated {100 * share_e:.1f} % vs measured "
-                        f"{100 * share_m:.1f} %; power exponent near the top {gamma_e:.2f} vs {gamma_m:.2f}; "
-                        "the profiles are other models' stages than the emulated jobs"))
+    out.append(
+        row(
+            test_set="Perseus A100 SM-clock profiles (clock scaling)",
+            data=f"{len(series)} measured {gpu_name} stage profiles ({models}; forward+backward) over "
+            f"the held clock window x {x_lo:.3f}-{x_hi:.3f}",
+            fitted_to="the A100 anchor on both Perseus A100 power-limit sweeps (PFI only, no clock)",
+            not_fitted_to="any clock profile",
+            n=len(series),
+            clock_share_error_pp=100 * (share_e - share_m),
+            power_exponent_error=gamma_e - gamma_m,
+            note=f"clock-independent share of kernel time emulated {100 * share_e:.1f} % vs measured "
+            f"{100 * share_m:.1f} %; power exponent near the top {gamma_e:.2f} vs {gamma_m:.2f}; "
+            "the profiles are other models' stages than the emulated jobs",
+        )
+    )
     return out
 
 
@@ -164,9 +228,16 @@ def unscored_rows(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
         if gpu in GPUS:
             continue
         source = "Zeus NSDI'23" if stem.startswith("summary_power") else "Perseus SOSP'24"
-        out.append(row(test_set=f"{source} {gpu} power-limit sweeps", data=path.name, fitted_to="",
-                       not_fitted_to="", note=f"not scored: the emulator has no {gpu} model "
-                       f"(its catalogue: {', '.join(GPUS)})"))
+        out.append(
+            row(
+                test_set=f"{source} {gpu} power-limit sweeps",
+                data=path.name,
+                fitted_to="",
+                not_fitted_to="",
+                note=f"not scored: the emulator has no {gpu} model "
+                f"(its catalogue: {', '.join(GPUS)})",
+            )
+        )
     return out
 
 
@@ -175,33 +246,56 @@ def fitted_constants(physics=None) -> list[str]:
     figures (the rest are counted, datasheet, or assumed)."""
     from wattflex.runs.emulator import PHYSICS
 
-    return [f.name for f in dataclasses.fields(physics or PHYSICS)
-            if str(f.metadata.get("source", "")).lower().startswith(("fitted", "derived"))]
+    return [
+        f.name
+        for f in dataclasses.fields(physics or PHYSICS)
+        if str(f.metadata.get("source", "")).lower().startswith(("fitted", "derived"))
+    ]
 
 
-def scored_sets_table(metrics: Mapping[str, float], fit_groups: Sequence[str], fit_source: str,
-                      n_table6: int, loto: pd.DataFrame, public: Sequence[Mapping[str, Any]],
-                      physics=None) -> pd.DataFrame:
+def scored_sets_table(
+    metrics: Mapping[str, float],
+    fit_groups: Sequence[str],
+    fit_source: str,
+    n_table6: int,
+    loto: pd.DataFrame,
+    public: Sequence[Mapping[str, Any]],
+    physics=None,
+) -> pd.DataFrame:
     """Every test set side by side: Table 6 out of sample under the campaign's own calibration
     (``metrics``: the noise-free model's, ``wattflex.analysis.fidelity.metrics``), each
     leave-one-table-out refit (``wattflex.calibration.leave_one_table_out``) and the public
     sweeps (``public``)."""
-    rows = [row(test_set="Table 6 out of sample (this campaign's calibration)",
-                data=f"published PFI of {n_table6} H200 headline groups (Table 6)",
-                fitted_to=f"the power-level anchor on {len(fit_groups)} published groups ({fit_source}); "
-                          f"fitted or derived from published figures: {', '.join(fitted_constants(physics))}",
-                not_fitted_to="Table 6", n=n_table6, pfi_mae=metrics.get("mae_out_of_sample_table6", math.nan),
-                pfi_mae_other=metrics.get("mae_out_of_sample_other", math.nan),
-                spearman=metrics.get("spearman_table6", math.nan),
-                note="pfi_mae_other: the published groups of Tables 7-8 outside the fit")]
+    rows = [
+        row(
+            test_set="Table 6 out of sample (this campaign's calibration)",
+            data=f"published PFI of {n_table6} H200 headline groups (Table 6)",
+            fitted_to=f"the power-level anchor on {len(fit_groups)} published groups ({fit_source}); "
+            f"fitted or derived from published figures: {', '.join(fitted_constants(physics))}",
+            not_fitted_to="Table 6",
+            n=n_table6,
+            pfi_mae=metrics.get("mae_out_of_sample_table6", math.nan),
+            pfi_mae_other=metrics.get("mae_out_of_sample_other", math.nan),
+            spearman=metrics.get("spearman_table6", math.nan),
+            note="pfi_mae_other: the published groups of Tables 7-8 outside the fit",
+        )
+    ]
     for r in loto[loto["fit_set"] != "(published)"].itertuples():
-        rows.append(row(test_set=f"leave one table out: anchor on {r.fit_set}",
-                        data=f"published PFI of {n_table6} Table 6 groups, and Tables 7-8 outside the fit",
-                        fitted_to=f"the anchor on {int(r.n_facts)} groups of {r.fit_set}" if r.n_facts else "",
-                        not_fitted_to="Table 6 and the other tables' groups", n=n_table6,
-                        pfi_mae=r.mae_out_of_sample_table6, pfi_mae_other=r.mae_out_of_sample_other,
-                        spearman=r.spearman_table6,
-                        note=("the default fit set" if r.default else "")
-                        + ("" if r.n_facts else "no group of this set in the campaign")))
+        rows.append(
+            row(
+                test_set=f"leave one table out: anchor on {r.fit_set}",
+                data=f"published PFI of {n_table6} Table 6 groups, and Tables 7-8 outside the fit",
+                fitted_to=f"the anchor on {int(r.n_facts)} groups of {r.fit_set}"
+                if r.n_facts
+                else "",
+                not_fitted_to="Table 6 and the other tables' groups",
+                n=n_table6,
+                pfi_mae=r.mae_out_of_sample_table6,
+                pfi_mae_other=r.mae_out_of_sample_other,
+                spearman=r.spearman_table6,
+                note=("the default fit set" if r.default else "")
+                + ("" if r.n_facts else "no group of this set in the campaign"),
+            )
+        )
     rows.extend(dict(r) for r in public)
     return pd.DataFrame(rows, columns=list(COLUMNS))

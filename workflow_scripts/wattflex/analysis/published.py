@@ -16,18 +16,40 @@ def load_published(tables_dir: str | Path, name: str) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.is_file() else None
 
 
-def table6_comparison(pfi: pd.DataFrame, published: pd.DataFrame | None,
-                      value_col: str = "pfi_ratio") -> tuple[pd.DataFrame, dict[str, Any]]:
+def table6_comparison(
+    pfi: pd.DataFrame, published: pd.DataFrame | None, value_col: str = "pfi_ratio"
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Our per-group PFI beside Table 6 (and Table 7 validation rows if given) + summary stats."""
-    ours = pfi[["group", "cluster", "set", "n_caps", value_col, "ci95_low", "ci95_high", "status"]].rename(
-        columns={value_col: "pfi", "ci95_low": "ci95_low", "ci95_high": "ci95_high"})
+    ours = pfi[
+        ["group", "cluster", "set", "n_caps", value_col, "ci95_low", "ci95_high", "status"]
+    ].rename(columns={value_col: "pfi", "ci95_low": "ci95_low", "ci95_high": "ci95_high"})
     if published is None:
-        table = ours.assign(pfi_published=np.nan, ci95_low_published=np.nan, ci95_high_published=np.nan,
-                            n_caps_published=np.nan)
+        table = ours.assign(
+            pfi_published=np.nan,
+            ci95_low_published=np.nan,
+            ci95_high_published=np.nan,
+            n_caps_published=np.nan,
+        )
     else:
-        pub = published.rename(columns={"pfi": "pfi_published", "ci95_low": "ci95_low_published",
-                                        "ci95_high": "ci95_high_published", "n_caps": "n_caps_published"})
-        keep = [c for c in ("group", "pfi_published", "ci95_low_published", "ci95_high_published", "n_caps_published") if c in pub]
+        pub = published.rename(
+            columns={
+                "pfi": "pfi_published",
+                "ci95_low": "ci95_low_published",
+                "ci95_high": "ci95_high_published",
+                "n_caps": "n_caps_published",
+            }
+        )
+        keep = [
+            c
+            for c in (
+                "group",
+                "pfi_published",
+                "ci95_low_published",
+                "ci95_high_published",
+                "n_caps_published",
+            )
+            if c in pub
+        ]
         table = ours.merge(pub[keep], on="group", how="left")
     table["delta"] = table["pfi"] - table["pfi_published"]
     head = table[table["set"] == "headline"]
@@ -39,5 +61,7 @@ def table6_comparison(pfi: pd.DataFrame, published: pd.DataFrame | None,
     for cl, sub in head.groupby("cluster"):
         summary[f"median_{cl}"] = float(np.nanmedian(sub["pfi"]))
         summary[f"median_{cl}_published"] = float(np.nanmedian(sub["pfi_published"]))
-    summary["range"] = [float(np.nanmin(head["pfi"])), float(np.nanmax(head["pfi"]))] if len(head) else []
+    summary["range"] = (
+        [float(np.nanmin(head["pfi"])), float(np.nanmax(head["pfi"]))] if len(head) else []
+    )
     return table, summary

@@ -22,7 +22,7 @@ import pandas as pd
 from wattflex.vocabulary import CLUSTERS
 
 #: The paper's clusters in the order its Tables 10–11 use.
-CLUSTER_ORDER = CLUSTERS   # the paper's (wattflex.vocabulary)
+CLUSTER_ORDER = CLUSTERS  # the paper's (wattflex.vocabulary)
 
 
 def _clean(df: pd.DataFrame, value_col: str, group_col: str) -> pd.DataFrame:
@@ -32,7 +32,9 @@ def _clean(df: pd.DataFrame, value_col: str, group_col: str) -> pd.DataFrame:
     values = pd.to_numeric(df[value_col], errors="coerce")
     bad = df[value_col].notna() & values.isna()
     if bad.any():
-        raise ValueError(f"column {value_col!r} has non-numeric values: {df.loc[bad, value_col].head(3).tolist()}")
+        raise ValueError(
+            f"column {value_col!r} has non-numeric values: {df.loc[bad, value_col].head(3).tolist()}"
+        )
     out = pd.DataFrame({"value": values, "group": df[group_col].astype("string")})
     return out.dropna().reset_index(drop=True)
 
@@ -71,9 +73,14 @@ def tied_values(df: pd.DataFrame, value_col: str, group_col: str) -> list[dict[s
     out = []
     for value, rows in clean.groupby("value", sort=True):
         if len(rows) > 1:
-            out.append({"value": float(value), "count": int(len(rows)),
-                        "groups": sorted(rows["group"].unique().tolist()),
-                        "across_groups": bool(rows["group"].nunique() > 1)})
+            out.append(
+                {
+                    "value": float(value),
+                    "count": int(len(rows)),
+                    "groups": sorted(rows["group"].unique().tolist()),
+                    "across_groups": bool(rows["group"].nunique() > 1),
+                }
+            )
     return out
 
 
@@ -92,13 +99,20 @@ def check_p_adjust(method: str, where: str = "p_adjust") -> None:
     try:
         multipletests([0.5], method=method)
     except (ValueError, AttributeError, TypeError):
-        raise ValueError(f"{where} {method!r}: not a multiple-comparison method of statsmodels; one of "
-                         f"{', '.join(multitest_methods_names)} (or their long names, e.g. holm, bonferroni)") from None
+        raise ValueError(
+            f"{where} {method!r}: not a multiple-comparison method of statsmodels; one of "
+            f"{', '.join(multitest_methods_names)} (or their long names, e.g. holm, bonferroni)"
+        ) from None
 
 
-def kruskal_dunn(df: pd.DataFrame, value_col: str = "pfi_ratio", group_col: str = "cluster",
-                 order: Sequence[str] | None = CLUSTER_ORDER, p_adjust: str = "holm",
-                 alpha: float = 0.05) -> dict[str, Any]:
+def kruskal_dunn(
+    df: pd.DataFrame,
+    value_col: str = "pfi_ratio",
+    group_col: str = "cluster",
+    order: Sequence[str] | None = CLUSTER_ORDER,
+    p_adjust: str = "holm",
+    alpha: float = 0.05,
+) -> dict[str, Any]:
     """Kruskal–Wallis across groups, then Dunn's test on every pair with ``p_adjust``.
 
     Rows with a missing value or group are dropped (counted in ``n_dropped``). Returns a
@@ -114,65 +128,145 @@ def kruskal_dunn(df: pd.DataFrame, value_col: str = "pfi_ratio", group_col: str 
     check_p_adjust(p_adjust)
     clean = _clean(df, value_col, group_col)
     names = group_order(clean["group"], order)
-    if len(names) < 2:  # nothing to compare: the result says so (status not_tested), the analysis goes on
+    if (
+        len(names) < 2
+    ):  # nothing to compare: the result says so (status not_tested), the analysis goes on
         return _not_tested(df, clean, names, value_col, group_col, p_adjust, alpha)
     samples = [clean.loc[clean["group"] == g, "value"].to_numpy() for g in names]
     # All values equal: ranks carry no information, and every statistic divides 0 by 0.
     # Say so (null with a reason) rather than NaN and SciPy's RuntimeWarnings.
-    undefined = (f"undefined: all {len(clean)} values are equal ({clean['value'].iloc[0]:g}), so ranks "
-                 "carry no information" if clean["value"].nunique() == 1 else None)
+    undefined = (
+        f"undefined: all {len(clean)} values are equal ({clean['value'].iloc[0]:g}), so ranks "
+        "carry no information"
+        if clean["value"].nunique() == 1
+        else None
+    )
     with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         h, p = kruskal(*samples)  # tie-corrected H
         pvals = sp.posthoc_dunn(clean, val_col="value", group_col="group")
         padj = sp.posthoc_dunn(clean, val_col="value", group_col="group", p_adjust=p_adjust)
-        z = {(a, b): dunn_z(clean["value"], clean["group"], a, b) for a, b in combinations(names, 2)}
+        z = {
+            (a, b): dunn_z(clean["value"], clean["group"], a, b) for a, b in combinations(names, 2)
+        }
     ranks = pd.Series(rankdata(clean["value"]), index=clean.index)
     sizes = clean.groupby("group")["value"].size()
     dunn = []
     for a, b in combinations(names, 2):
-        dunn.append({
-            "a": a, "b": b, "n_a": int(sizes[a]), "n_b": int(sizes[b]),
-            "mean_rank_a": float(ranks[clean["group"] == a].mean()),
-            "mean_rank_b": float(ranks[clean["group"] == b].mean()),
-            "z": _number(z[a, b]), "p_raw": _number(pvals.loc[a, b]), "p_holm": _number(padj.loc[a, b]),
-            "significant": bool(padj.loc[a, b] < alpha),
-            **({"note": undefined} if undefined else {}),
-        })
-    summary = [{"group": g, "n": int(s.size), "median": float(np.median(s)), "mean": float(np.mean(s)),
-                "min": float(np.min(s)), "max": float(np.max(s))} for g, s in zip(names, samples)]
+        dunn.append(
+            {
+                "a": a,
+                "b": b,
+                "n_a": int(sizes[a]),
+                "n_b": int(sizes[b]),
+                "mean_rank_a": float(ranks[clean["group"] == a].mean()),
+                "mean_rank_b": float(ranks[clean["group"] == b].mean()),
+                "z": _number(z[a, b]),
+                "p_raw": _number(pvals.loc[a, b]),
+                "p_holm": _number(padj.loc[a, b]),
+                "significant": bool(padj.loc[a, b] < alpha),
+                **({"note": undefined} if undefined else {}),
+            }
+        )
+    summary = [
+        {
+            "group": g,
+            "n": int(s.size),
+            "median": float(np.median(s)),
+            "mean": float(np.mean(s)),
+            "min": float(np.min(s)),
+            "max": float(np.max(s)),
+        }
+        for g, s in zip(names, samples)
+    ]
     return {
-        "value_col": value_col, "group_col": group_col, "p_adjust": p_adjust, "alpha": alpha,
+        "value_col": value_col,
+        "group_col": group_col,
+        "p_adjust": p_adjust,
+        "alpha": alpha,
         "n_dropped": int(len(df) - len(clean)),
-        "kruskal": {"H": _number(h), "df": len(names) - 1, "p": _number(p), "n": int(len(clean)),
-                    "groups": names, **({"note": undefined} if undefined else {})},
+        "kruskal": {
+            "H": _number(h),
+            "df": len(names) - 1,
+            "p": _number(p),
+            "n": int(len(clean)),
+            "groups": names,
+            **({"note": undefined} if undefined else {}),
+        },
         "dunn": dunn,
         "groups": summary,
         "ties": tied_values(clean, "value", "group"),
     }
 
 
-def _not_tested(df: pd.DataFrame, clean: pd.DataFrame, names: list[Any], value_col: str, group_col: str,
-                p_adjust: str, alpha: float) -> dict[str, Any]:
+def _not_tested(
+    df: pd.DataFrame,
+    clean: pd.DataFrame,
+    names: list[Any],
+    value_col: str,
+    group_col: str,
+    p_adjust: str,
+    alpha: float,
+) -> dict[str, Any]:
     """The result of :func:`kruskal_dunn` on fewer than 2 groups: no statistic, the reason."""
     reason = f"need at least 2 groups in {group_col!r} to compare, found {len(names)} ({', '.join(map(str, names)) or 'none'})"
-    summary = [{"group": g, "n": int(s.size), "median": float(np.median(s)), "mean": float(np.mean(s)),
-                "min": float(np.min(s)), "max": float(np.max(s))}
-               for g, s in ((g, clean.loc[clean["group"] == g, "value"].to_numpy()) for g in names)]
-    return {"value_col": value_col, "group_col": group_col, "p_adjust": p_adjust, "alpha": alpha,
-            "status": "not_tested", "reason": reason, "n_dropped": int(len(df) - len(clean)),
-            "kruskal": {"H": None, "df": 0, "p": None, "n": int(len(clean)), "groups": names, "note": reason},
-            "dunn": [], "groups": summary, "ties": tied_values(clean, "value", "group")}
+    summary = [
+        {
+            "group": g,
+            "n": int(s.size),
+            "median": float(np.median(s)),
+            "mean": float(np.mean(s)),
+            "min": float(np.min(s)),
+            "max": float(np.max(s)),
+        }
+        for g, s in ((g, clean.loc[clean["group"] == g, "value"].to_numpy()) for g in names)
+    ]
+    return {
+        "value_col": value_col,
+        "group_col": group_col,
+        "p_adjust": p_adjust,
+        "alpha": alpha,
+        "status": "not_tested",
+        "reason": reason,
+        "n_dropped": int(len(df) - len(clean)),
+        "kruskal": {
+            "H": None,
+            "df": 0,
+            "p": None,
+            "n": int(len(clean)),
+            "groups": names,
+            "note": reason,
+        },
+        "dunn": [],
+        "groups": summary,
+        "ties": tied_values(clean, "value", "group"),
+    }
 
 
 def cluster_tests_table(result: dict[str, Any]) -> pd.DataFrame:
     """The result of :func:`kruskal_dunn` as rows shaped like the paper's Tables 10–11."""
     kw = result["kruskal"]
-    rows = [{"test": "kruskal_wallis", "comparison": "|".join(kw["groups"]), "n": str(kw["n"]),
-             "statistic": kw["H"], "p_raw": kw["p"], "p_holm": np.nan}]
+    rows = [
+        {
+            "test": "kruskal_wallis",
+            "comparison": "|".join(kw["groups"]),
+            "n": str(kw["n"]),
+            "statistic": kw["H"],
+            "p_raw": kw["p"],
+            "p_holm": np.nan,
+        }
+    ]
     for d in result["dunn"]:
-        rows.append({"test": "dunn", "comparison": f"{d['a']} vs {d['b']}", "n": f"{d['n_a']}|{d['n_b']}",
-                     "statistic": d["z"], "p_raw": d["p_raw"], "p_holm": d["p_holm"]})
+        rows.append(
+            {
+                "test": "dunn",
+                "comparison": f"{d['a']} vs {d['b']}",
+                "n": f"{d['n_a']}|{d['n_b']}",
+                "statistic": d["z"],
+                "p_raw": d["p_raw"],
+                "p_holm": d["p_holm"],
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -188,7 +282,9 @@ def bh_fdr(pvalues: Sequence[float]) -> np.ndarray:
     return q
 
 
-def telemetry_correlations(groups: pd.DataFrame, metrics: Sequence[str], target: str = "pfi") -> pd.DataFrame:
+def telemetry_correlations(
+    groups: pd.DataFrame, metrics: Sequence[str], target: str = "pfi"
+) -> pd.DataFrame:
     """OLS slope and Spearman rho of ``target`` on each metric, BH-FDR across all metrics.
 
     ``groups`` has one row per group (telemetry of the uncapped run and the measured
@@ -201,8 +297,17 @@ def telemetry_correlations(groups: pd.DataFrame, metrics: Sequence[str], target:
 
     rows = []
     for metric in metrics:
-        row = {"metric": metric, "n": 0, "ols_slope": np.nan, "ols_intercept": np.nan, "ols_r2": np.nan,
-               "ols_p": np.nan, "spearman_rho": np.nan, "spearman_p": np.nan, "note": ""}
+        row = {
+            "metric": metric,
+            "n": 0,
+            "ols_slope": np.nan,
+            "ols_intercept": np.nan,
+            "ols_r2": np.nan,
+            "ols_p": np.nan,
+            "spearman_rho": np.nan,
+            "spearman_p": np.nan,
+            "note": "",
+        }
         if metric not in groups.columns:
             rows.append({**row, "note": "absent"})
             continue
@@ -216,12 +321,29 @@ def telemetry_correlations(groups: pd.DataFrame, metrics: Sequence[str], target:
         else:
             fit = linregress(pair[metric], pair[target])
             rho, sp_p = spearmanr(pair[metric], pair[target])
-            row.update(ols_slope=fit.slope, ols_intercept=fit.intercept, ols_r2=fit.rvalue ** 2,
-                       ols_p=fit.pvalue, spearman_rho=rho, spearman_p=sp_p)
+            row.update(
+                ols_slope=fit.slope,
+                ols_intercept=fit.intercept,
+                ols_r2=fit.rvalue**2,
+                ols_p=fit.pvalue,
+                spearman_rho=rho,
+                spearman_p=sp_p,
+            )
         rows.append(row)
     out = pd.DataFrame(rows)
     out["bh_q"] = bh_fdr(out["spearman_p"])
     out["ols_q"] = bh_fdr(out["ols_p"])
-    cols = ["metric", "n", "ols_slope", "ols_p", "spearman_rho", "spearman_p", "bh_q",
-            "ols_q", "ols_intercept", "ols_r2", "note"]
+    cols = [
+        "metric",
+        "n",
+        "ols_slope",
+        "ols_p",
+        "spearman_rho",
+        "spearman_p",
+        "bh_q",
+        "ols_q",
+        "ols_intercept",
+        "ols_r2",
+        "note",
+    ]
     return out[cols]

@@ -21,7 +21,9 @@ def finite_float(min: float | None = None, max: float | None = None, strict: boo
             value = math.nan
         too_low = min is not None and (value <= min if strict else value < min)
         if not math.isfinite(value) or too_low or (max is not None and value > max):
-            raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number{' ' + allowed if allowed else ''}")
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: must be a finite number{' ' + allowed if allowed else ''}"
+            )
         return value
 
     parse.__name__ = "number"  # argparse names the type by it in its own messages
@@ -30,7 +32,9 @@ def finite_float(min: float | None = None, max: float | None = None, strict: boo
 
 def whole_number(min: int | None = None, max: int | None = None):
     """An argparse ``type``: a whole number in ``[min, max]``, else a usage error saying so."""
-    allowed = " and ".join(filter(None, ("" if min is None else f">= {min}", "" if max is None else f"<= {max}")))
+    allowed = " and ".join(
+        filter(None, ("" if min is None else f">= {min}", "" if max is None else f"<= {max}"))
+    )
 
     def parse(text: str) -> int:
         try:
@@ -38,7 +42,9 @@ def whole_number(min: int | None = None, max: int | None = None):
         except ValueError:
             value = None
         if value is None or (min is not None and value < min) or (max is not None and value > max):
-            raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number{' ' + allowed if allowed else ''}")
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: must be a whole number{' ' + allowed if allowed else ''}"
+            )
         return value
 
     parse.__name__ = "whole number"

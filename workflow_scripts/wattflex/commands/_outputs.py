@@ -19,13 +19,21 @@ from wattflex.runs.protection import DOCS_SECTION, measured_run_holding, recorde
 def check_not_in_measured_run(path: str | os.PathLike, what: str = "output") -> None:
     run_dir = measured_run_holding(path)
     if run_dir is not None:
-        via = "" if os.path.realpath(path) == os.path.abspath(path) else f" (through a link, as {os.path.realpath(path)})"
-        raise OutputPathError(f"{path}: {what} lies in the measured run {run_dir}{via}, whose run.json records "
-                              f"backend {recorded_backend(run_dir)}; the wattflex command never writes into a "
-                              f"measured run ({DOCS_SECTION}): give a path outside it")
+        via = (
+            ""
+            if os.path.realpath(path) == os.path.abspath(path)
+            else f" (through a link, as {os.path.realpath(path)})"
+        )
+        raise OutputPathError(
+            f"{path}: {what} lies in the measured run {run_dir}{via}, whose run.json records "
+            f"backend {recorded_backend(run_dir)}; the wattflex command never writes into a "
+            f"measured run ({DOCS_SECTION}): give a path outside it"
+        )
 
 
-def check_outputs(outputs: Iterable[str | os.PathLike | None], inputs: Iterable[str | os.PathLike | None]) -> None:
+def check_outputs(
+    outputs: Iterable[str | os.PathLike | None], inputs: Iterable[str | os.PathLike | None]
+) -> None:
     """:func:`wattflex.provenance.check_outputs`, and no output inside a measured run."""
     outputs = [o for o in outputs if o is not None]
     check_output_paths(outputs, inputs)

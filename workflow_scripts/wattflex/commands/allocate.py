@@ -9,27 +9,46 @@ from wattflex.allocation.policies import POLICIES
 from wattflex.commands import finite_float, whole_number
 from wattflex.schema import section_defaults
 
-_ALLOCATION = section_defaults("allocation")   # the campaign's allocation: defaults
+_ALLOCATION = section_defaults("allocation")  # the campaign's allocation: defaults
 
 NAME = "allocate"
 HELP = "Split a cluster power cut across jobs (equal-weight, PFI-aware, ..., exact oracle)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("curves", help="CSV (or parquet): job,power_w,throughput, one row per measured point "
-                                       "(highest power = uncapped); optional cap_w per point and per-job pfi, pfi_measured, "
-                                       "gpus, max_slowdown, cluster, dram_copy_product")
+    parser.add_argument(
+        "curves",
+        help="CSV (or parquet): job,power_w,throughput, one row per measured point "
+        "(highest power = uncapped); optional cap_w per point and per-job pfi, pfi_measured, "
+        "gpus, max_slowdown, cluster, dram_copy_product",
+    )
     how = parser.add_mutually_exclusive_group(required=True)
-    how.add_argument("--cut", type=float, help="fraction of the jobs' uncapped power to shed, e.g. 0.3")
+    how.add_argument(
+        "--cut", type=float, help="fraction of the jobs' uncapped power to shed, e.g. 0.3"
+    )
     how.add_argument("--budget-w", type=float, help="cluster power budget in W instead of --cut")
-    parser.add_argument("--policy", choices=POLICIES, default="oracle", help="allocation policy (default: oracle)")
-    parser.add_argument("--moe-ft-share", type=finite_float(min=0, strict=True), default=_ALLOCATION["moe_ft_share"],
-                        help=f"share multiplier of MoE fine-tuning jobs for moe-ft-weighted "
-                             f"(default: {_ALLOCATION['moe_ft_share']:g})")
-    parser.add_argument("--curve-nodes", type=whole_number(min=2, max=50), default=_ALLOCATION["curve_nodes"],
-                        help=f"points of each predicted curve for curve-aware (default: {_ALLOCATION['curve_nodes']})")
-    parser.add_argument("-o", "--output", help="write job,power_w,throughput[,cap_w] here and the totals to "
-                                               "OUTPUT.totals.json (default: CSV on stdout)")
+    parser.add_argument(
+        "--policy", choices=POLICIES, default="oracle", help="allocation policy (default: oracle)"
+    )
+    parser.add_argument(
+        "--moe-ft-share",
+        type=finite_float(min=0, strict=True),
+        default=_ALLOCATION["moe_ft_share"],
+        help=f"share multiplier of MoE fine-tuning jobs for moe-ft-weighted "
+        f"(default: {_ALLOCATION['moe_ft_share']:g})",
+    )
+    parser.add_argument(
+        "--curve-nodes",
+        type=whole_number(min=2, max=50),
+        default=_ALLOCATION["curve_nodes"],
+        help=f"points of each predicted curve for curve-aware (default: {_ALLOCATION['curve_nodes']})",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        help="write job,power_w,throughput[,cap_w] here and the totals to "
+        "OUTPUT.totals.json (default: CSV on stdout)",
+    )
 
 
 def read_curves(path: str):
@@ -46,8 +65,9 @@ def read_curves(path: str):
         try:
             points = pd.read_parquet(path)
         except (OSError, ValueError) as exc:
-            raise ValueError(f"{path}: not a readable parquet file "
-                             f"({(str(exc) or repr(exc)).splitlines()[0]})") from None
+            raise ValueError(
+                f"{path}: not a readable parquet file ({(str(exc) or repr(exc)).splitlines()[0]})"
+            ) from None
     else:
         try:
             points = pd.read_csv(path, dtype={"job": str, "group": str})
@@ -64,23 +84,46 @@ def run(args: argparse.Namespace) -> int:
 
     if args.output:  # never write over the input, a link, a folder or a device
         check_outputs(
-            [args.output, f"{args.output}.meta.json", f"{args.output}.totals.json"], [args.curves])
+            [args.output, f"{args.output}.meta.json", f"{args.output}.totals.json"], [args.curves]
+        )
     points = read_curves(args.curves)
-    out, totals = allocate_table(points, args.policy, cut=args.cut, budget_w=args.budget_w,
-                                 moe_ft_share=args.moe_ft_share, curve_nodes=args.curve_nodes,
-                                 source=args.curves, log=lambda msg: print(msg, file=sys.stderr))
-    kept = totals["total_throughput"] / totals["uncapped_throughput"] if totals["uncapped_throughput"] else float("nan")
-    best = totals["oracle_throughput"] / totals["uncapped_throughput"] if totals["uncapped_throughput"] else float("nan")
-    print(f"{totals['n_jobs']} jobs, budget {totals['budget_w']:.1f} W ({totals['cut']:.1%} below "
-          f"{totals['uncapped_power_w']:.1f} W uncapped): {args.policy} keeps {kept:.2%} of throughput "
-          f"(oracle {best:.2%}), {totals['total_power_w']:.1f} W allocated", file=sys.stderr)
+    out, totals = allocate_table(
+        points,
+        args.policy,
+        cut=args.cut,
+        budget_w=args.budget_w,
+        moe_ft_share=args.moe_ft_share,
+        curve_nodes=args.curve_nodes,
+        source=args.curves,
+        log=lambda msg: print(msg, file=sys.stderr),
+    )
+    kept = (
+        totals["total_throughput"] / totals["uncapped_throughput"]
+        if totals["uncapped_throughput"]
+        else float("nan")
+    )
+    best = (
+        totals["oracle_throughput"] / totals["uncapped_throughput"]
+        if totals["uncapped_throughput"]
+        else float("nan")
+    )
+    print(
+        f"{totals['n_jobs']} jobs, budget {totals['budget_w']:.1f} W ({totals['cut']:.1%} below "
+        f"{totals['uncapped_power_w']:.1f} W uncapped): {args.policy} keeps {kept:.2%} of throughput "
+        f"(oracle {best:.2%}), {totals['total_power_w']:.1f} W allocated",
+        file=sys.stderr,
+    )
     if not args.output:
         out.to_csv(sys.stdout, index=False)
         return 0
     params = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     prov = provenance(params=params, inputs=[args.curves])
     # the table, its sidecar and its totals appear together or not at all
-    write_together([*csv_files(out, args.output, prov, policy=args.policy),
-                    json_file({"totals": totals}, f"{args.output}.totals.json", prov)])
+    write_together(
+        [
+            *csv_files(out, args.output, prov, policy=args.policy),
+            json_file({"totals": totals}, f"{args.output}.totals.json", prov),
+        ]
+    )
     print(f"wrote {args.output} and {args.output}.totals.json", file=sys.stderr)
     return 0

@@ -32,18 +32,39 @@ HELP = "fit the emulator's power-level anchor to measured sweeps, the paper's ta
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group(required=True)
-    src.add_argument("--runs", type=Path, help="measured runs: runs.parquet or a CSV (group, cap_w, power_w, "
-                     "tokens_per_s or throughput)")
-    src.add_argument("--published", metavar="SET", help="fit on a named set of the paper's facts "
-                     "(wattflex.calibration.FIT_SETS; never Table 6)")
+    src.add_argument(
+        "--runs",
+        type=Path,
+        help="measured runs: runs.parquet or a CSV (group, cap_w, power_w, "
+        "tokens_per_s or throughput)",
+    )
+    src.add_argument(
+        "--published",
+        metavar="SET",
+        help="fit on a named set of the paper's facts "
+        "(wattflex.calibration.FIT_SETS; never Table 6)",
+    )
     src.add_argument("--gpu-check", type=Path, help="gpu_check JSON with an anchor_gemm reading")
-    parser.add_argument("--config", type=Path, default=Path("config/config.yaml"),
-                        help="config whose groups describe the measured jobs (default config/config.yaml)")
-    parser.add_argument("--holdout", default="", help="comma-separated groups kept out of the fit and "
-                        "scored out of sample")
-    parser.add_argument("--paper-tables", type=Path, default=None,
-                        help="published tables folder (default: the shipped resources/paper/tables)")
-    parser.add_argument("-o", "--output", type=Path, help="calibration file to write (JSON); omitted: print only")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=Path("config/config.yaml"),
+        help="config whose groups describe the measured jobs (default config/config.yaml)",
+    )
+    parser.add_argument(
+        "--holdout",
+        default="",
+        help="comma-separated groups kept out of the fit and scored out of sample",
+    )
+    parser.add_argument(
+        "--paper-tables",
+        type=Path,
+        default=None,
+        help="published tables folder (default: the shipped resources/paper/tables)",
+    )
+    parser.add_argument(
+        "-o", "--output", type=Path, help="calibration file to write (JSON); omitted: print only"
+    )
 
 
 def _runs_table(path: Path):
@@ -53,7 +74,7 @@ def _runs_table(path: Path):
         raise UserError(f"--runs {path}: file not found")
     df = read_typed_table(path).drop(columns="_where")
     if "tokens_per_s" not in df and "throughput" in df:
-        df = df.rename(columns={"throughput": "tokens_per_s"})   # Eq. 1 is a ratio: any unit will do
+        df = df.rename(columns={"throughput": "tokens_per_s"})  # Eq. 1 is a ratio: any unit will do
     return df
 
 
@@ -65,9 +86,11 @@ def _check_gpus(runs, path: Path) -> None:
         return
     other = sorted({str(m) for m in runs["gpu_model"].dropna()} - set(GPUS))
     if other:
-        raise UserError(f"--runs {path}: runs on {', '.join(other)}; the emulator models {', '.join(GPUS)} only "
-                        "(wattflex.gpus.GPUS: limits, clocks, peak rates and memory of each), so these sweeps "
-                        "cannot calibrate it: give sweeps measured on one of those")
+        raise UserError(
+            f"--runs {path}: runs on {', '.join(other)}; the emulator models {', '.join(GPUS)} only "
+            "(wattflex.gpus.GPUS: limits, clocks, peak rates and memory of each), so these sweeps "
+            "cannot calibrate it: give sweeps measured on one of those"
+        )
 
 
 def _check_layouts(runs, groups, path: Path) -> None:
@@ -79,10 +102,16 @@ def _check_layouts(runs, groups, path: Path) -> None:
             continue
         for gid, value in zip(runs["group"].astype(str), runs[col]):
             if gid in jobs and value == value and int(value) != want(jobs[gid]):
-                raise UserError(f"--runs {path}: group {gid} ran with {col} {int(value)}, its config group has "
-                                f"{col} {want(jobs[gid])}" + ("; the emulator models no tensor parallelism, so it "
-                                "cannot describe this job" if col == "tp" else f"; set {col}: {int(value)} (and "
-                                "microbatches) in the config's group"))
+                raise UserError(
+                    f"--runs {path}: group {gid} ran with {col} {int(value)}, its config group has "
+                    f"{col} {want(jobs[gid])}"
+                    + (
+                        "; the emulator models no tensor parallelism, so it "
+                        "cannot describe this job"
+                        if col == "tp"
+                        else f"; set {col}: {int(value)} (and microbatches) in the config's group"
+                    )
+                )
 
 
 def _unknown_groups(runs, facts, known, catalog, args) -> list[str]:
@@ -97,14 +126,21 @@ def _unknown_groups(runs, facts, known, catalog, args) -> list[str]:
     if models:
         why.append(f"models not in the config's catalogue: {', '.join(models)}")
     if "pp" in rows and (rows["pp"].fillna(1) > 1).any():
-        why.append(f"pipeline-parallel (pp {'/'.join(str(int(v)) for v in sorted(rows['pp'].dropna().unique()))}): "
-                   "a group of theirs needs pp and microbatches")
+        why.append(
+            f"pipeline-parallel (pp {'/'.join(str(int(v)) for v in sorted(rows['pp'].dropna().unique()))}): "
+            "a group of theirs needs pp and microbatches"
+        )
     names = f"{', '.join(unknown[:6])}{' ...' if len(unknown) > 6 else ''}"
     if len(unknown) == len(facts):
-        raise UserError(f"--runs {args.runs}: group(s) {names} are not groups of --config {args.config}; the emulator "
-                        "needs each measured job's model, task, GPUs and layout: add them to the config's groups"
-                        + (f" ({'; '.join(why)})" if why else ""))
-    print(f"left out (not groups of --config {args.config}): {names}" + (f" ({'; '.join(why)})" if why else ""))
+        raise UserError(
+            f"--runs {args.runs}: group(s) {names} are not groups of --config {args.config}; the emulator "
+            "needs each measured job's model, task, GPUs and layout: add them to the config's groups"
+            + (f" ({'; '.join(why)})" if why else "")
+        )
+    print(
+        f"left out (not groups of --config {args.config}): {names}"
+        + (f" ({'; '.join(why)})" if why else "")
+    )
     return unknown
 
 
@@ -113,22 +149,33 @@ def _check_group_gpus(runs, groups, path: Path) -> None:
     if "gpu_model" not in runs:
         return
     want = {g.id: g.gpu for g in groups}
-    wrong = sorted({(str(g), str(m), want[g]) for g, m in zip(runs["group"], runs["gpu_model"])
-                    if g in want and isinstance(m, str) and m != want[g]})
+    wrong = sorted(
+        {
+            (str(g), str(m), want[g])
+            for g, m in zip(runs["group"], runs["gpu_model"])
+            if g in want and isinstance(m, str) and m != want[g]
+        }
+    )
     if wrong:
         g, m, w = wrong[0]
-        raise UserError(f"--runs {path}: group {g} ran on {m} but its config group says gpu: {w}"
-                        f"{f' (and {len(wrong) - 1} more)' if len(wrong) > 1 else ''}; set gpu: {m} in the "
-                        "config's group so the fit emulates the GPU the sweep was measured on")
+        raise UserError(
+            f"--runs {path}: group {g} ran on {m} but its config group says gpu: {w}"
+            f"{f' (and {len(wrong) - 1} more)' if len(wrong) > 1 else ''}; set gpu: {m} in the "
+            "config's group so the fit emulates the GPU the sweep was measured on"
+        )
 
 
 def _no_facts(args: argparse.Namespace) -> str:
     """Why there is no PFI fact to fit on, by the source the facts came from."""
     if args.runs:
-        return (f"--runs {args.runs}: no group has a PFI to fit on (each needs finite power_w and throughput "
-                "at 2 or more caps)")
-    return (f"--published {args.published}: none of the groups of --config {args.config} has a published PFI "
-            "in this set; give another set or the config whose groups it holds")
+        return (
+            f"--runs {args.runs}: no group has a PFI to fit on (each needs finite power_w and throughput "
+            "at 2 or more caps)"
+        )
+    return (
+        f"--published {args.published}: none of the groups of --config {args.config} has a published PFI "
+        "in this set; give another set or the config whose groups it holds"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -145,8 +192,10 @@ def run(args: argparse.Namespace) -> int:
         return _from_gpu_check(args, cal)
     cfg = load_config(args.config, check_inputs=False)
     if cfg["source"] != "generate":
-        raise UserError(f"--config {args.config}: an ingested campaign's config has no jobs for the emulator; "
-                        "give the config whose groups describe the measured jobs")
+        raise UserError(
+            f"--config {args.config}: an ingested campaign's config has no jobs for the emulator; "
+            "give the config whose groups describe the measured jobs"
+        )
     groups = cal.config_group_models(cfg)
     if args.runs:
         runs = _runs_table(args.runs)
@@ -157,43 +206,68 @@ def run(args: argparse.Namespace) -> int:
         _check_layouts(runs, groups, args.runs)
         _check_group_gpus(runs, groups, args.runs)
         facts, source = cal.measured_facts(runs), f"fitted ({args.runs.name})"
-        facts = facts.drop(_unknown_groups(runs, facts, {g.id for g in groups}, cfg["_catalog"], args))
+        facts = facts.drop(
+            _unknown_groups(runs, facts, {g.id for g in groups}, cfg["_catalog"], args)
+        )
     else:
-        facts, source = cal.published_facts(groups, tables, args.published), f"fitted ({args.published})"
+        facts, source = (
+            cal.published_facts(groups, tables, args.published),
+            f"fitted ({args.published})",
+        )
     if facts.empty:
         raise UserError(_no_facts(args))
     holdout = [h for h in args.holdout.split(",") if h]
     missing = sorted(set(holdout) - set(facts.index))
     if missing:
-        raise UserError(f"--holdout: {', '.join(missing)} not among the fact groups ({', '.join(facts.index)})")
+        raise UserError(
+            f"--holdout: {', '.join(missing)} not among the fact groups ({', '.join(facts.index)})"
+        )
     fit_facts = facts.drop(holdout)
     if len(fit_facts) < 1:
-        raise UserError(f"--holdout {args.holdout}: holds out every fact group ({', '.join(facts.index)}); "
-                        "nothing is left to fit on")
+        raise UserError(
+            f"--holdout {args.holdout}: holds out every fact group ({', '.join(facts.index)}); "
+            "nothing is left to fit on"
+        )
     try:
         c = cal.calibrate(groups, fit_facts, source)
-    except ValueError as exc:   # fit groups on GPUs of different dies
+    except ValueError as exc:  # fit groups on GPUs of different dies
         raise UserError(str(exc)) from None
-    table_fit = (f"DGEMM table max error {c.curve.max_table_error_mhz:.0f} MHz" if c.gpu_die == DEFAULT_DIE
-                 else f"{c.gpu_die}: no cap -> clock table, GH100 voltage shape assumed")
-    print(f"anchor {c.anchor_clock_mhz:.0f} MHz ({c.source}, {len(fit_facts)} groups): sm_dyn_w {c.curve.sm_dyn_w:.0f} W, "
-          f"v_min {c.curve.v_min:.3f}, v_exp {c.curve.v_exp:.2f}; {table_fit}")
+    table_fit = (
+        f"DGEMM table max error {c.curve.max_table_error_mhz:.0f} MHz"
+        if c.gpu_die == DEFAULT_DIE
+        else f"{c.gpu_die}: no cap -> clock table, GH100 voltage shape assumed"
+    )
+    print(
+        f"anchor {c.anchor_clock_mhz:.0f} MHz ({c.source}, {len(fit_facts)} groups): sm_dyn_w {c.curve.sm_dyn_w:.0f} W, "
+        f"v_min {c.curve.v_min:.3f}, v_exp {c.curve.v_exp:.2f}; {table_fit}"
+    )
     if not c.pinned:
         grid = cal.anchor_grid(c.gpu_die)
-        print(f"unpinned: the fit landed on the edge of its search grid ({grid[0]:.0f}-{grid[-1]:.0f} MHz): the facts "
-              f"want a level at or beyond {c.anchor_clock_mhz:.0f} MHz, so they bound it but do not pin it; the "
-              "calibration file says pinned: false")
-    print(f"in-sample mean |PFI error| {c.in_sample_mae:.3f}; out of sample (leave one group out) "
-          + ("n/a (< 2 groups)" if math.isnan(c.out_of_sample_mae) else f"{c.out_of_sample_mae:.3f}"))
+        print(
+            f"unpinned: the fit landed on the edge of its search grid ({grid[0]:.0f}-{grid[-1]:.0f} MHz): the facts "
+            f"want a level at or beyond {c.anchor_clock_mhz:.0f} MHz, so they bound it but do not pin it; the "
+            "calibration file says pinned: false"
+        )
+    print(
+        f"in-sample mean |PFI error| {c.in_sample_mae:.3f}; out of sample (leave one group out) "
+        + ("n/a (< 2 groups)" if math.isnan(c.out_of_sample_mae) else f"{c.out_of_sample_mae:.3f}")
+    )
     from wattflex.analysis.fidelity import noise_free_pfi
 
     pred = noise_free_pfi([g for g in groups if g.id in facts.index], c.physics())
-    table = pd.DataFrame({"group": facts.index, "pfi_measured": facts.to_numpy(),
-                          "pfi_emulated": pred.reindex(facts.index).to_numpy(),
-                          "sample": ["out (holdout)" if g in holdout else "in" for g in facts.index]})
+    table = pd.DataFrame(
+        {
+            "group": facts.index,
+            "pfi_measured": facts.to_numpy(),
+            "pfi_emulated": pred.reindex(facts.index).to_numpy(),
+            "sample": ["out (holdout)" if g in holdout else "in" for g in facts.index],
+        }
+    )
     table["error"] = table["pfi_emulated"] - table["pfi_measured"]
     if holdout:
-        print(f"holdout mean |PFI error| {table.loc[table['sample'] != 'in', 'error'].abs().mean():.3f}")
+        print(
+            f"holdout mean |PFI error| {table.loc[table['sample'] != 'in', 'error'].abs().mean():.3f}"
+        )
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if args.output:
         cal.write_calibration(c, args.output)
@@ -206,12 +280,16 @@ def _from_gpu_check(args: argparse.Namespace, cal) -> int:
     data = cal.read_json(path, "--gpu-check", "benchmarks/gpu_check.py --out writes it")
     reading = (data.get("steps") or {}).get("anchor_gemm") if isinstance(data, dict) else None
     if not isinstance(reading, dict):
-        raise UserError(f"--gpu-check {path}: no steps.anchor_gemm reading; run benchmarks/gpu_check.py "
-                        "(its anchor step) on the GPU first")
+        raise UserError(
+            f"--gpu-check {path}: no steps.anchor_gemm reading; run benchmarks/gpu_check.py "
+            "(its anchor step) on the GPU first"
+        )
     c = cal.calibration_from_gpu_check(reading, where=f"--gpu-check {path}")
-    print(f"anchor {c.anchor_clock_mhz:.0f} MHz ({c.source}): sm_dyn_w {c.curve.sm_dyn_w:.0f} W; measured GEMM "
-          f"{reading['sm_clock_mhz']:.0f} MHz at {reading['power_w']:.0f} W, tensor activity "
-          f"{reading['tensor_activity']:.3f}")
+    print(
+        f"anchor {c.anchor_clock_mhz:.0f} MHz ({c.source}): sm_dyn_w {c.curve.sm_dyn_w:.0f} W; measured GEMM "
+        f"{reading['sm_clock_mhz']:.0f} MHz at {reading['power_w']:.0f} W, tensor activity "
+        f"{reading['tensor_activity']:.3f}"
+    )
     if args.output:
         cal.write_calibration(c, args.output)
         print(f"wrote {args.output} (use it with emulator: {{calibration: {args.output}}})")

@@ -36,45 +36,102 @@ from wattflex.commands import finite_float
 from wattflex.errors import UserError
 from wattflex.gpus import DEFAULT_GPU, GPUS
 
-MIN_PERIOD_S = 0.2         # twice an agent's floor (control.MIN_PERIOD_S): a period also runs squeue and writes every unit's file
-MAX_PERIOD_S = 3600.0      # a coordination period longer than an hour follows no grid event
+MIN_PERIOD_S = 0.2  # twice an agent's floor (control.MIN_PERIOD_S): a period also runs squeue and writes every unit's file
+MAX_PERIOD_S = 3600.0  # a coordination period longer than an hour follows no grid event
 
 NAME = "cluster-control"
 HELP = "Follow a grid event across the SLURM cluster's GPU jobs: one agent per job and node, the budget split"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--signal", required=True, help="event schedule CSV/JSON or time_s,fraction CSV (wattflex control)")
-    parser.add_argument("--budget-dir", required=True, help="folder on a filesystem every node sees (budget and load files)")
-    parser.add_argument("--duration-s", type=finite_float(min=0, strict=True),
-                        help="how long to coordinate, > 0 (default: to the schedule's end + 2 periods)")
-    parser.add_argument("--period-s", type=finite_float(min=MIN_PERIOD_S, max=MAX_PERIOD_S), default=5.0,
-                        help=f"coordination period, {MIN_PERIOD_S:g} to {MAX_PERIOD_S:g} s (default 5 s)")
-    parser.add_argument("--partition", metavar="NAME[,NAME...]", default="",
-                        help="only the jobs running in these SLURM partitions (default: every partition's GPU jobs)")
-    parser.add_argument("--basis", choices=("measured", "nominal"), default="measured",
-                        help="what fractions apply to: the cluster load before the event (default) or GPUs x max limit")
-    parser.add_argument("--policy", choices=SPLIT_POLICIES, default="equal-weight",
-                        help="how the budget is split over (job, node) units (default equal-weight; the others "
-                             "need --curves)")
-    parser.add_argument("--curves", metavar="RUNS", help="the campaign's runs.parquet (or .csv): each job's power -> "
-                                                         "tokens/s curve, per GPU, by its group")
-    parser.add_argument("--job-map", metavar="JOB=GROUP,...", default="",
-                        help="campaign group of a job (SLURM job id or name); default: the group named like the "
-                             "job; a job with no curve gets an equal-weight share")
-    parser.add_argument("--agent-policy", choices=CONTROL_POLICIES, default="equal-weight",
-                        help="each agent's policy over its unit's GPUs")
-    parser.add_argument("--gpu", choices=sorted(GPUS), default=DEFAULT_GPU, help="the GPUs' model (their limits)")
-    parser.add_argument("--response-s", type=float, default=30.0, help="M&V deadline of events that name none")
-    parser.add_argument("--mv-out", metavar="DIR", help="write the M&V of every event here (cluster load)")
-    parser.add_argument("--site", metavar="YAML", help="the site's electrical tree (feeds > PDUs > racks > nodes, "
-                                                       "limits in kW; docs/grid.md): every level held in every period, "
-                                                       "events or not, and reported in the M&V")
-    parser.add_argument("--knob-choice", metavar="FILE", help="the knob menu's choice (CSV/JSON: job, knob): jobs "
-                        "to pause or requeue (held) at each event's start, resumed / released at its end")
-    parser.add_argument("--agent-state-dir", metavar="DIR", help="the agents' cap state folder, {node} replaced by the "
-                                                                 "node name (default: each node's $WATTFLEX_STATE_DIR "
-                                                                 "or /var/tmp/wattflex, what the epilog restores from)")
+    parser.add_argument(
+        "--signal",
+        required=True,
+        help="event schedule CSV/JSON or time_s,fraction CSV (wattflex control)",
+    )
+    parser.add_argument(
+        "--budget-dir",
+        required=True,
+        help="folder on a filesystem every node sees (budget and load files)",
+    )
+    parser.add_argument(
+        "--duration-s",
+        type=finite_float(min=0, strict=True),
+        help="how long to coordinate, > 0 (default: to the schedule's end + 2 periods)",
+    )
+    parser.add_argument(
+        "--period-s",
+        type=finite_float(min=MIN_PERIOD_S, max=MAX_PERIOD_S),
+        default=5.0,
+        help=f"coordination period, {MIN_PERIOD_S:g} to {MAX_PERIOD_S:g} s (default 5 s)",
+    )
+    parser.add_argument(
+        "--partition",
+        metavar="NAME[,NAME...]",
+        default="",
+        help="only the jobs running in these SLURM partitions (default: every partition's GPU jobs)",
+    )
+    parser.add_argument(
+        "--basis",
+        choices=("measured", "nominal"),
+        default="measured",
+        help="what fractions apply to: the cluster load before the event (default) or GPUs x max limit",
+    )
+    parser.add_argument(
+        "--policy",
+        choices=SPLIT_POLICIES,
+        default="equal-weight",
+        help="how the budget is split over (job, node) units (default equal-weight; the others "
+        "need --curves)",
+    )
+    parser.add_argument(
+        "--curves",
+        metavar="RUNS",
+        help="the campaign's runs.parquet (or .csv): each job's power -> "
+        "tokens/s curve, per GPU, by its group",
+    )
+    parser.add_argument(
+        "--job-map",
+        metavar="JOB=GROUP,...",
+        default="",
+        help="campaign group of a job (SLURM job id or name); default: the group named like the "
+        "job; a job with no curve gets an equal-weight share",
+    )
+    parser.add_argument(
+        "--agent-policy",
+        choices=CONTROL_POLICIES,
+        default="equal-weight",
+        help="each agent's policy over its unit's GPUs",
+    )
+    parser.add_argument(
+        "--gpu", choices=sorted(GPUS), default=DEFAULT_GPU, help="the GPUs' model (their limits)"
+    )
+    parser.add_argument(
+        "--response-s", type=float, default=30.0, help="M&V deadline of events that name none"
+    )
+    parser.add_argument(
+        "--mv-out", metavar="DIR", help="write the M&V of every event here (cluster load)"
+    )
+    parser.add_argument(
+        "--site",
+        metavar="YAML",
+        help="the site's electrical tree (feeds > PDUs > racks > nodes, "
+        "limits in kW; docs/grid.md): every level held in every period, "
+        "events or not, and reported in the M&V",
+    )
+    parser.add_argument(
+        "--knob-choice",
+        metavar="FILE",
+        help="the knob menu's choice (CSV/JSON: job, knob): jobs "
+        "to pause or requeue (held) at each event's start, resumed / released at its end",
+    )
+    parser.add_argument(
+        "--agent-state-dir",
+        metavar="DIR",
+        help="the agents' cap state folder, {node} replaced by the "
+        "node name (default: each node's $WATTFLEX_STATE_DIR "
+        "or /var/tmp/wattflex, what the epilog restores from)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     from wattflex.grid.events import Schedule, check_schedule, read_schedule
     from wattflex.grid.slurm import OnceLog, agent_command, discover, run_coordinator
 
-    split = cluster_split(args)      # bad input refused before anything starts
+    split = cluster_split(args)  # bad input refused before anything starts
     site = None
     if args.site:
         from wattflex.errors import ConfigError
@@ -98,14 +155,20 @@ def run(args: argparse.Namespace) -> int:
         from wattflex.grid.slurm_knobs import KnobPlan, read_choice
 
         try:
-            knobs = KnobPlan(read_choice(args.knob_choice), GPUS[args.gpu].idle_w, log=lambda m: print(m, flush=True))
+            knobs = KnobPlan(
+                read_choice(args.knob_choice),
+                GPUS[args.gpu].idle_w,
+                log=lambda m: print(m, flush=True),
+            )
         except (OSError, ValueError) as e:
             raise UserError(f"--knob-choice: {e}") from None
     partitions = [p.strip() for p in args.partition.split(",") if p.strip()]
     if args.partition and not partitions:
         raise UserError(f"--partition {args.partition!r}: name at least one partition")
     if shutil.which("squeue") is None or shutil.which("srun") is None:
-        raise UserError("squeue/srun not on PATH: cluster-control runs on a SLURM login or batch node")
+        raise UserError(
+            "squeue/srun not on PATH: cluster-control runs on a SLURM login or batch node"
+        )
     gpu = GPUS[args.gpu]
     source = read_schedule(args.signal)
     if isinstance(source, Schedule):
@@ -126,31 +189,66 @@ def run(args: argparse.Namespace) -> int:
 
     def launch(job, node) -> None:
         # an agent runs a little past the coordinator, which tells it to restore at the end
-        cmd = agent_command(job, node, out, args.period_s, duration + 3 * args.period_s, args.agent_policy, wattflex,
-                            args.agent_state_dir)
+        cmd = agent_command(
+            job,
+            node,
+            out,
+            args.period_s,
+            duration + 3 * args.period_s,
+            args.agent_policy,
+            wattflex,
+            args.agent_state_dir,
+        )
         unit = f"{job.job_id}.{node}"
-        k = sum(a == unit or a.startswith(f"{unit}#") for a in agents)      # a requeued job's next agent
+        k = sum(
+            a == unit or a.startswith(f"{unit}#") for a in agents
+        )  # a requeued job's next agent
         with open(out / f"{unit}.agent.log", "a" if k else "w") as log:
-            agents[unit if not k else f"{unit}#{k}"] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        print(f"agent for job {job.job_id} on {node} started ({len(job.gpus[node])} GPU(s))", flush=True)
+            agents[unit if not k else f"{unit}#{k}"] = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT
+            )
+        print(
+            f"agent for job {job.job_id} on {node} started ({len(job.gpus[node])} GPU(s))",
+            flush=True,
+        )
 
     bad_job = OnceLog(lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
     ended = False
     try:
-        with termination_raises():     # a signal unwinds through here: the agents are told and stopped
-            rec = run_coordinator(source, args.basis, out, duration, args.period_s,
-                                  lambda: discover(partitions=partitions, report=bad_job), launch,
-                                  min_w=gpu.min_limit_w, max_w=gpu.max_limit_w, stale_s=3 * args.period_s,
-                                  split=split, log=lambda msg: print(msg, flush=True), site=site, knobs=knobs)
+        with termination_raises():  # a signal unwinds through here: the agents are told and stopped
+            rec = run_coordinator(
+                source,
+                args.basis,
+                out,
+                duration,
+                args.period_s,
+                lambda: discover(partitions=partitions, report=bad_job),
+                launch,
+                min_w=gpu.min_limit_w,
+                max_w=gpu.max_limit_w,
+                stale_s=3 * args.period_s,
+                split=split,
+                log=lambda msg: print(msg, flush=True),
+                site=site,
+                knobs=knobs,
+            )
         ended = True
     finally:
         stop_agents(agents.values(), args.period_s, ended)
     # a requeued job's agent ended with the job (the requeue stopped it): not a failure
     requeued = knobs.requeued if knobs is not None else set()
-    failed = [u for u, p in agents.items() if p.returncode != 0 and u.split(".", 1)[0] not in requeued]
-    print(f"done: {len(rec.t_s)} periods, {len(agents)} agent(s); every agent stopped (caps restored)", flush=True)
+    failed = [
+        u for u, p in agents.items() if p.returncode != 0 and u.split(".", 1)[0] not in requeued
+    ]
+    print(
+        f"done: {len(rec.t_s)} periods, {len(agents)} agent(s); every agent stopped (caps restored)",
+        flush=True,
+    )
     if failed:
-        print(f"warning: agent(s) {', '.join(failed)} ended with an error: see {out}/*.agent.log", file=sys.stderr)
+        print(
+            f"warning: agent(s) {', '.join(failed)} ended with an error: see {out}/*.agent.log",
+            file=sys.stderr,
+        )
     if args.mv_out:
         first = next((k for k, b in enumerate(rec.budget_w) if math.isfinite(b)), 0)
         # what the event's fraction applied to: the load just before it (--basis measured) or
@@ -158,9 +256,16 @@ def run(args: argparse.Namespace) -> int:
         basis = rec.basis_w[first] if rec.basis_w and math.isfinite(rec.basis_w[first]) else None
         # the counterfactual uncapped load: from the jobs' curves (--curves) and, in the M&V,
         # from the load just before the event
-        write_run_mv_report(Path(args.mv_out), rec, source, args.response_s, rec.baseline_curves_w,
-                            mv_params(args, rec), basis if isinstance(source, Schedule) else None,
-                            "wattflex cluster-control (SLURM)")
+        write_run_mv_report(
+            Path(args.mv_out),
+            rec,
+            source,
+            args.response_s,
+            rec.baseline_curves_w,
+            mv_params(args, rec),
+            basis if isinstance(source, Schedule) else None,
+            "wattflex cluster-control (SLURM)",
+        )
     return 1 if failed else 0
 
 
@@ -173,7 +278,10 @@ def termination_raises():
 
     def on_signal(signum, _frame):
         raise CapSignal(signum)
-    old = {sig: signal.signal(sig, on_signal) for sig in (getattr(signal, name) for name in SIGNALS)}
+
+    old = {
+        sig: signal.signal(sig, on_signal) for sig in (getattr(signal, name) for name in SIGNALS)
+    }
     try:
         yield
     finally:
@@ -190,7 +298,7 @@ def stop_agents(agents, period_s: float, ended: bool) -> None:
         try:
             p.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            p.terminate()              # each agent's guard restores its caps then too
+            p.terminate()  # each agent's guard restores its caps then too
     for p in agents:
         try:
             p.wait(timeout=60)
@@ -203,7 +311,9 @@ def mv_params(args: argparse.Namespace, rec) -> dict:
     unit's share (a unit whose job has none: its equal-weight share)."""
     params = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     if args.policy != "equal-weight":
-        params["split_curve_by_unit"] = {u: g or "none: equal-weight share" for u, g in rec.unit_group.items()}
+        params["split_curve_by_unit"] = {
+            u: g or "none: equal-weight share" for u, g in rec.unit_group.items()
+        }
     if args.curves:
         params["baseline_curves_by_unit"] = dict(rec.baseline_by_unit)
     return params
@@ -217,10 +327,14 @@ def cluster_split(args: argparse.Namespace):
     for item in filter(None, (x.strip() for x in args.job_map.split(","))):
         job, sep, group = item.partition("=")
         if not (sep and job and group):
-            raise UserError(f"--job-map {item!r}: expected JOB=GROUP (SLURM job id or name = campaign group)")
+            raise UserError(
+                f"--job-map {item!r}: expected JOB=GROUP (SLURM job id or name = campaign group)"
+            )
         job_group[job] = group
     if args.policy != "equal-weight" and not args.curves:
-        raise UserError(f"--policy {args.policy} splits on the jobs' curves: give --curves <campaign runs.parquet>")
+        raise UserError(
+            f"--policy {args.policy} splits on the jobs' curves: give --curves <campaign runs.parquet>"
+        )
     try:
         curves = read_group_curves(args.curves) if args.curves else None
         return ClusterSplit(args.policy, curves, job_group)

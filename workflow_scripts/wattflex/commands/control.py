@@ -36,61 +36,153 @@ from wattflex.allocation.policies import CONTROL_POLICIES, REGISTRY
 from wattflex.errors import UserError
 
 NAME = "control"
-HELP = "Per-job GPU caps that follow a power budget or signal (--dry-run: print them, change nothing)"
-MIN_PERIOD_S = 0.1      # a shorter period only busies NVML (a limit takes ~100 ms to act)
-MAX_GPU_INDEX = 1023    # no node has more GPUs; checked before a range is expanded into a list
+HELP = (
+    "Per-job GPU caps that follow a power budget or signal (--dry-run: print them, change nothing)"
+)
+MIN_PERIOD_S = 0.1  # a shorter period only busies NVML (a limit takes ~100 ms to act)
+MAX_GPU_INDEX = 1023  # no node has more GPUs; checked before a range is expanded into a list
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     how = parser.add_mutually_exclusive_group(required=True)
     how.add_argument("--budget-w", type=float, help="power budget for these GPUs together, in W")
-    how.add_argument("--signal", help="grid events: a schedule CSV/JSON (event_id,start_s|start,end_s|end,"
-                                      "target_kw|fraction,ramp_kw_per_s,deadline_s) or the time_s,fraction CSV; "
-                                      "fractions are of --basis, >= 1 = no limit")
-    how.add_argument("--openadr-vtn", metavar="URL", help="follow the events of this OpenADR 2.0b VTN as a VEN "
-                                                          "(e.g. http://127.0.0.1:8080/OpenADR2/Simple/2.0b)")
-    how.add_argument("--openadr3-vtn", metavar="URL", help="follow the events of this OpenADR 3 VTN (its REST base URL); "
-                                                           "bearer token from $WATTFLEX_OPENADR3_TOKEN if set")
-    how.add_argument("--budget-file", metavar="JSON", help="agent of `wattflex cluster-control`: follow the budget this "
-                                                           "file holds (rewritten every period; stale: held to the "
-                                                           "event's end, then restored)")
-    parser.add_argument("--load-file", metavar="JSON", help="write this node's measured load here every period")
-    parser.add_argument("--site", metavar="YAML", help="the site's electrical tree (docs/grid.md): this node holds its "
-                                                       "equal share of every level above it in every period, ramps "
-                                                       "included (a --budget-file agent gets its share from the "
-                                                       "coordinator instead)")
-    parser.add_argument("--node", help="--site: this node's name in it (default $SLURMD_NODENAME, else the host name)")
-    parser.add_argument("--budget-stale-s", type=float, default=15.0,
-                        help="--budget-file: older than this counts as no word from the coordinator (default 15 s)")
-    parser.add_argument("--openadr3-program", metavar="ID", help="--openadr3-vtn: only this program's events")
-    parser.add_argument("--ven-name", default=None, help="--openadr-vtn/--openadr3-vtn: this VEN's name (default: the host name)")
-    parser.add_argument("--ramp-kw-per-s", type=float, help="--openadr-vtn: ramp limit of its events (default: none)")
-    parser.add_argument("--basis", choices=("nominal", "measured"), default="nominal",
-                        help="what a signal's fraction applies to: the sum of the GPUs' maximum limits "
-                             "(nominal, default) or their power measured at the start")
-    parser.add_argument("--policy", choices=CONTROL_POLICIES, default="equal-weight", help="allocation policy")
-    parser.add_argument("--dry-run", action="store_true", help="print the caps it would set; change nothing")
-    parser.add_argument("--at-s", type=float, default=0.0, help="--dry-run with --signal: the signal's time to use")
-    parser.add_argument("--job", action="append", metavar="GPUS",
-                        help="NVML indices of one job's GPUs, e.g. 0-3 or 0,2 (repeat per job; default: one job per GPU)")
-    parser.add_argument("--moe-ft", action="append", default=[], metavar="JOB",
-                        help="job number (0-based, in --job order) that is MoE fine-tuning (moe-ft-weighted)")
+    how.add_argument(
+        "--signal",
+        help="grid events: a schedule CSV/JSON (event_id,start_s|start,end_s|end,"
+        "target_kw|fraction,ramp_kw_per_s,deadline_s) or the time_s,fraction CSV; "
+        "fractions are of --basis, >= 1 = no limit",
+    )
+    how.add_argument(
+        "--openadr-vtn",
+        metavar="URL",
+        help="follow the events of this OpenADR 2.0b VTN as a VEN "
+        "(e.g. http://127.0.0.1:8080/OpenADR2/Simple/2.0b)",
+    )
+    how.add_argument(
+        "--openadr3-vtn",
+        metavar="URL",
+        help="follow the events of this OpenADR 3 VTN (its REST base URL); "
+        "bearer token from $WATTFLEX_OPENADR3_TOKEN if set",
+    )
+    how.add_argument(
+        "--budget-file",
+        metavar="JSON",
+        help="agent of `wattflex cluster-control`: follow the budget this "
+        "file holds (rewritten every period; stale: held to the "
+        "event's end, then restored)",
+    )
+    parser.add_argument(
+        "--load-file", metavar="JSON", help="write this node's measured load here every period"
+    )
+    parser.add_argument(
+        "--site",
+        metavar="YAML",
+        help="the site's electrical tree (docs/grid.md): this node holds its "
+        "equal share of every level above it in every period, ramps "
+        "included (a --budget-file agent gets its share from the "
+        "coordinator instead)",
+    )
+    parser.add_argument(
+        "--node",
+        help="--site: this node's name in it (default $SLURMD_NODENAME, else the host name)",
+    )
+    parser.add_argument(
+        "--budget-stale-s",
+        type=float,
+        default=15.0,
+        help="--budget-file: older than this counts as no word from the coordinator (default 15 s)",
+    )
+    parser.add_argument(
+        "--openadr3-program", metavar="ID", help="--openadr3-vtn: only this program's events"
+    )
+    parser.add_argument(
+        "--ven-name",
+        default=None,
+        help="--openadr-vtn/--openadr3-vtn: this VEN's name (default: the host name)",
+    )
+    parser.add_argument(
+        "--ramp-kw-per-s",
+        type=float,
+        help="--openadr-vtn: ramp limit of its events (default: none)",
+    )
+    parser.add_argument(
+        "--basis",
+        choices=("nominal", "measured"),
+        default="nominal",
+        help="what a signal's fraction applies to: the sum of the GPUs' maximum limits "
+        "(nominal, default) or their power measured at the start",
+    )
+    parser.add_argument(
+        "--policy", choices=CONTROL_POLICIES, default="equal-weight", help="allocation policy"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the caps it would set; change nothing"
+    )
+    parser.add_argument(
+        "--at-s", type=float, default=0.0, help="--dry-run with --signal: the signal's time to use"
+    )
+    parser.add_argument(
+        "--job",
+        action="append",
+        metavar="GPUS",
+        help="NVML indices of one job's GPUs, e.g. 0-3 or 0,2 (repeat per job; default: one job per GPU)",
+    )
+    parser.add_argument(
+        "--moe-ft",
+        action="append",
+        default=[],
+        metavar="JOB",
+        help="job number (0-based, in --job order) that is MoE fine-tuning (moe-ft-weighted)",
+    )
     parser.add_argument("--model", help="predictor model.json (PFI from the DRAM copy product)")
-    parser.add_argument("--period-s", type=float, default=5.0,
-                        help=f"control period (default 5 s, at least {MIN_PERIOD_S:g} s)")
-    parser.add_argument("--duration-s", type=float, help="how long to control (default: the signal's length)")
-    parser.add_argument("--cap-control", choices=("nvml", "command"), default="nvml",
-                        help="how limits are set: NVML directly (root) or --cap-command")
-    parser.add_argument("--cap-command", help="admin-approved command, e.g. 'sudo /usr/local/bin/setcap {gpu} {watts}'")
-    parser.add_argument("--state-dir", help="cap state files (default $WATTFLEX_STATE_DIR, else /var/tmp/wattflex for root, /var/tmp/wattflex-<uid> for a user)")
-    parser.add_argument("--restore-stagger-s", type=float, default=0.0,
-                        help="after an event, uncap one job every this many seconds (default 0: all at once)")
-    parser.add_argument("--mv-out", metavar="DIR", help="write the M&V of every event here (mv.json, mv_intervals.csv, "
-                                                         "timeseries.csv)")
-    parser.add_argument("--response-s", type=float, default=30.0,
-                        help="M&V deadline of events that name none (the time_s,fraction CSV; default 30 s)")
-    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (0: a free one)")
-    parser.add_argument("--metrics-addr", default="127.0.0.1", help="address of the metrics server (default 127.0.0.1)")
+    parser.add_argument(
+        "--period-s",
+        type=float,
+        default=5.0,
+        help=f"control period (default 5 s, at least {MIN_PERIOD_S:g} s)",
+    )
+    parser.add_argument(
+        "--duration-s", type=float, help="how long to control (default: the signal's length)"
+    )
+    parser.add_argument(
+        "--cap-control",
+        choices=("nvml", "command"),
+        default="nvml",
+        help="how limits are set: NVML directly (root) or --cap-command",
+    )
+    parser.add_argument(
+        "--cap-command",
+        help="admin-approved command, e.g. 'sudo /usr/local/bin/setcap {gpu} {watts}'",
+    )
+    parser.add_argument(
+        "--state-dir",
+        help="cap state files (default $WATTFLEX_STATE_DIR, else /var/tmp/wattflex for root, /var/tmp/wattflex-<uid> for a user)",
+    )
+    parser.add_argument(
+        "--restore-stagger-s",
+        type=float,
+        default=0.0,
+        help="after an event, uncap one job every this many seconds (default 0: all at once)",
+    )
+    parser.add_argument(
+        "--mv-out",
+        metavar="DIR",
+        help="write the M&V of every event here (mv.json, mv_intervals.csv, timeseries.csv)",
+    )
+    parser.add_argument(
+        "--response-s",
+        type=float,
+        default=30.0,
+        help="M&V deadline of events that name none (the time_s,fraction CSV; default 30 s)",
+    )
+    parser.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus metrics on this port (0: a free one)"
+    )
+    parser.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1",
+        help="address of the metrics server (default 127.0.0.1)",
+    )
 
 
 def parse_gpus(spec: str) -> list[int]:
@@ -103,8 +195,10 @@ def parse_gpus(spec: str) -> list[int]:
         if hi and int(hi) < int(lo):
             raise ValueError(f"--job {spec!r}: range {part} runs backwards (write {hi}-{lo})")
         if int(hi or lo) > MAX_GPU_INDEX:
-            raise ValueError(f"--job {spec!r}: GPU index {int(hi or lo)} is over {MAX_GPU_INDEX} "
-                             f"(NVML indices of this node's GPUs, 0-{MAX_GPU_INDEX})")
+            raise ValueError(
+                f"--job {spec!r}: GPU index {int(hi or lo)} is over {MAX_GPU_INDEX} "
+                f"(NVML indices of this node's GPUs, 0-{MAX_GPU_INDEX})"
+            )
         out += list(range(int(lo), int(hi or lo) + 1))
     if not out:
         raise ValueError(f"--job {spec!r}: names no GPU (expected NVML indices like 0-3 or 0,2)")
@@ -113,9 +207,13 @@ def parse_gpus(spec: str) -> list[int]:
 
 def check_args(args: argparse.Namespace) -> None:
     """Refuse numbers that would make a wrong or runaway controller, before anything is read."""
+
     def finite(name: str, v: float | None, low: float, inclusive: bool = False) -> None:
         if v is not None and not (math.isfinite(v) and (v >= low if inclusive else v > low)):
-            raise UserError(f"{name} {v:g}: must be a finite number {'>=' if inclusive else '>'} {low:g}")
+            raise UserError(
+                f"{name} {v:g}: must be a finite number {'>=' if inclusive else '>'} {low:g}"
+            )
+
     finite("--budget-w", args.budget_w, 0.0)
     finite("--period-s", args.period_s, MIN_PERIOD_S, inclusive=True)
     finite("--duration-s", args.duration_s, 0.0)
@@ -130,21 +228,29 @@ def check_args(args: argparse.Namespace) -> None:
     if vtn and args.duration_s is None:
         raise UserError(f"with {vtn}, say how long to control with --duration-s")
     if vtn and args.dry_run:
-        raise UserError(f"--dry-run takes --budget-w or --signal, not {vtn} (a VEN takes events as they come)")
+        raise UserError(
+            f"--dry-run takes --budget-w or --signal, not {vtn} (a VEN takes events as they come)"
+        )
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise UserError(f"--metrics-port {args.metrics_port}: must be 0..65535 (0: a free port)")
     n_jobs = len(args.job) if args.job else None
     for m in args.moe_ft:
         if not m.isdigit() or (n_jobs is not None and int(m) >= n_jobs):
             which = f" 0..{n_jobs - 1}" if n_jobs is not None else ""
-            raise UserError(f"--moe-ft {m!r}: expected a job number{which} (0-based, in --job order)")
+            raise UserError(
+                f"--moe-ft {m!r}: expected a job number{which} (0-based, in --job order)"
+            )
 
 
 def check_gpu_indices(flat: list[int], count: int) -> None:
     for i in flat:
         if i >= count:
-            have = "no GPUs" if count == 0 else f"{count} GPU{'s' if count > 1 else ''}: " + (
-                "0" if count == 1 else f"0-{count - 1}")
+            have = (
+                "no GPUs"
+                if count == 0
+                else f"{count} GPU{'s' if count > 1 else ''}: "
+                + ("0" if count == 1 else f"0-{count - 1}")
+            )
             raise UserError(f"GPU index {i} does not exist (this node has {have})")
 
 
@@ -154,7 +260,9 @@ def check_cap_command(template: str | None) -> None:
     from wattflex.runs.devices.caps import cap_command_problem
 
     if not template:
-        raise UserError("--cap-control command needs --cap-command, e.g. 'sudo /usr/local/bin/setcap {gpu} {watts}'")
+        raise UserError(
+            "--cap-control command needs --cap-command, e.g. 'sudo /usr/local/bin/setcap {gpu} {watts}'"
+        )
     problem = cap_command_problem(template)
     if problem:
         raise UserError(f"--cap-command {template!r}: {problem}")
@@ -168,45 +276,67 @@ def check_state_dir(state_dir: Path) -> None:
     from wattflex.runs.devices.cap_state import UnsafeStateDir, open_folder, trusted_uids
 
     if state_dir.exists() and not state_dir.is_dir():
-        raise UserError(f"--state-dir {state_dir}: is a file, not a directory (cap state files go there)")
+        raise UserError(
+            f"--state-dir {state_dir}: is a file, not a directory (cap state files go there)"
+        )
     try:
         with open_folder(state_dir, trusted_uids(), create=True):
             pass
     except UnsafeStateDir as exc:
         raise UserError(f"--state-dir: {exc}") from None
     except OSError as exc:
-        raise UserError(f"--state-dir {state_dir}: cannot create it ({exc.strerror or exc})") from None
+        raise UserError(
+            f"--state-dir {state_dir}: cannot create it ({exc.strerror or exc})"
+        ) from None
     if not os.access(state_dir, os.W_OK | os.X_OK):
         raise UserError(f"--state-dir {state_dir}: not writable (cap state files go there)")
 
 
-def restore_stale(state_dir: Path, flat: list[int], dry_run: bool, cap_command: str | None = None) -> None:
+def restore_stale(
+    state_dir: Path, flat: list[int], dry_run: bool, cap_command: str | None = None
+) -> None:
     """Before any limit is read as an original: put back the limits recorded by runs that were
     killed (SIGKILL), as a real run does; refuse GPUs another live process is capping. Records
     another user planted are reported and left alone; ``cap_command`` is this agent's own."""
     from wattflex.runs.devices.caps import restore_from_state_dir
 
-    for r in restore_from_state_dir(state_dir, dry_run=dry_run, only_gpus=flat, cap_command=cap_command):
-        gpus = ", ".join(f"GPU {g['index']} -> {g.get('restored_w', g['original_limit_w']):g} W"
-                         for g in r.get("gpus", []))
+    for r in restore_from_state_dir(
+        state_dir, dry_run=dry_run, only_gpus=flat, cap_command=cap_command
+    ):
+        gpus = ", ".join(
+            f"GPU {g['index']} -> {g.get('restored_w', g['original_limit_w']):g} W"
+            for g in r.get("gpus", [])
+        )
         if r["action"] == "untrusted":
             print(f"warning: {r['path']}: {r['note']}; left alone", file=sys.stderr)
         elif r["action"] == "restored":
-            print(f"restored the power limits left by killed process {r['pid']} ({gpus}; state file {r['path']})",
-                  file=sys.stderr)
+            print(
+                f"restored the power limits left by killed process {r['pid']} ({gpus}; state file {r['path']})",
+                file=sys.stderr,
+            )
         elif r["action"] == "would restore":
-            print(f"note: state file {r['path']} of killed process {r['pid']}: the limits shown are its caps; "
-                  f"control (or wattflex restore-caps) first puts back {gpus}", file=sys.stderr)
+            print(
+                f"note: state file {r['path']} of killed process {r['pid']}: the limits shown are its caps; "
+                f"control (or wattflex restore-caps) first puts back {gpus}",
+                file=sys.stderr,
+            )
         elif dry_run:
-            print(f"note: state file {r['path']}: {r['action']}{': ' + r['error'] if r.get('error') else ''}; "
-                  f"the limits shown may not be the GPUs' own", file=sys.stderr)
+            print(
+                f"note: state file {r['path']}: {r['action']}{': ' + r['error'] if r.get('error') else ''}; "
+                f"the limits shown may not be the GPUs' own",
+                file=sys.stderr,
+            )
         elif r["action"].startswith("skipped"):
-            raise UserError(f"process {r['pid']} is capping these GPUs now (state file {r['path']}); "
-                            f"stop it first, two controllers would fight")
+            raise UserError(
+                f"process {r['pid']} is capping these GPUs now (state file {r['path']}); "
+                f"stop it first, two controllers would fight"
+            )
         else:
-            raise UserError(f"state file {r['path']} of a killed run could not be restored ({r.get('error')}); "
-                            f"the limits now are not the originals: fix it, then `wattflex restore-caps "
-                            f"--state-dir {state_dir}`")
+            raise UserError(
+                f"state file {r['path']} of a killed run could not be restored ({r.get('error')}); "
+                f"the limits now are not the originals: fix it, then `wattflex restore-caps "
+                f"--state-dir {state_dir}`"
+            )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -238,11 +368,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         nv = nvml()
     except RuntimeError as exc:
-        raise UserError(f"no NVML on this machine ({exc}); there are no NVIDIA GPUs here to read or cap") from None
+        raise UserError(
+            f"no NVML on this machine ({exc}); there are no NVIDIA GPUs here to read or cap"
+        ) from None
     if indices is None:
         indices = [[i] for i in local_gpu_indices()]
         if args.moe_ft and max(map(int, args.moe_ft)) >= len(indices):
-            raise UserError(f"--moe-ft {max(map(int, args.moe_ft))}: this node has {len(indices)} job(s) (one per GPU)")
+            raise UserError(
+                f"--moe-ft {max(map(int, args.moe_ft))}: this node has {len(indices)} job(s) (one per GPU)"
+            )
     flat = [i for job in indices for i in job]
     if len(set(flat)) != len(flat):
         raise UserError("a GPU appears in two --job groups")
@@ -251,8 +385,12 @@ def run(args: argparse.Namespace) -> int:
         if state_dir.is_dir():
             restore_stale(state_dir, flat, dry_run=True)
     else:
-        restore_stale(state_dir, flat, dry_run=False,
-                      cap_command=args.cap_command if args.cap_control == "command" else None)
+        restore_stale(
+            state_dir,
+            flat,
+            dry_run=False,
+            cap_command=args.cap_command if args.cap_control == "command" else None,
+        )
     setter = None if args.dry_run else limit_setter(args.cap_control, args.cap_command)
     gpus = {g.index: g for g in open_gpus(set_limit=setter, indices=flat)}
     model = None
@@ -263,8 +401,14 @@ def run(args: argparse.Namespace) -> int:
     jobs = []
     for n, idx in enumerate(indices):
         devs = [gpus[i] for i in idx]
-        jobs.append(NodeJob(job_id="gpu" + "+".join(map(str, idx)), devices=devs,
-                            read=lambda t, devs=devs: sample_devices(devs, t), moe_ft=str(n) in args.moe_ft))
+        jobs.append(
+            NodeJob(
+                job_id="gpu" + "+".join(map(str, idx)),
+                devices=devs,
+                read=lambda t, devs=devs: sample_devices(devs, t),
+                moe_ft=str(n) in args.moe_ft,
+            )
+        )
     first = read_jobs(jobs, 0.0)
     nominal = sum(hi for g in gpus.values() for _, hi in [g.constraints()])
     for j, p in zip(jobs, first.power_w):
@@ -274,11 +418,17 @@ def run(args: argparse.Namespace) -> int:
     predict_pfi = pfi_from_model(model)
     for j, d in zip(jobs, dcp):
         j.dram_copy_product = float(d)
-        j.pfi = float(predict_pfi(np.array([d]))[0]) if predict_pfi is not None and math.isfinite(d) else math.nan
+        j.pfi = (
+            float(predict_pfi(np.array([d]))[0])
+            if predict_pfi is not None and math.isfinite(d)
+            else math.nan
+        )
     floor = floor_w(job_table(jobs))
     if args.budget_w is not None and args.budget_w < floor:
-        raise UserError(f"--budget-w {args.budget_w:g} W is below these GPUs' floor of {floor:.0f} W (the sum of "
-                        f"their minimum caps, {len(flat)} GPU(s)): no cap keeps them under it")
+        raise UserError(
+            f"--budget-w {args.budget_w:g} W is below these GPUs' floor of {floor:.0f} W (the sum of "
+            f"their minimum caps, {len(flat)} GPU(s)): no cap keeps them under it"
+        )
     signal, ven, load_w = None, None, [math.nan]
     if args.signal:
         signal = read_schedule(args.signal)
@@ -288,23 +438,33 @@ def run(args: argparse.Namespace) -> int:
             for w in checked.warnings:
                 print(f"warning: {w}", file=sys.stderr)
             signal = checked.schedule
-            end_s = signal_end_s(signal, basis, args.restore_stagger_s * len(jobs) + 2 * args.period_s)
+            end_s = signal_end_s(
+                signal, basis, args.restore_stagger_s * len(jobs) + 2 * args.period_s
+            )
         else:
             low = signal.fraction * basis
             if (low < floor).any():
                 k = int(np.argmin(low))
-                print(f"warning: signal {args.signal} dips to {low[k]:.0f} W at t={signal.time_s[k]:g} s, below these "
-                      f"GPUs' floor of {floor:.0f} W: they are held at their minimum caps then (power may exceed "
-                      f"the budget; each such period logs a warning)", file=sys.stderr)
+                print(
+                    f"warning: signal {args.signal} dips to {low[k]:.0f} W at t={signal.time_s[k]:g} s, below these "
+                    f"GPUs' floor of {floor:.0f} W: they are held at their minimum caps then (power may exceed "
+                    f"the budget; each such period logs a warning)",
+                    file=sys.stderr,
+                )
             end_s = signal.duration_s
 
         def budget_at(t: float) -> float:
             return float(signal.budget(t, basis))
+
         source = f"signal {args.signal} ({args.basis} basis {basis:.0f} W)"
         duration = args.duration_s if args.duration_s is not None else end_s
     elif args.openadr_vtn or args.openadr3_vtn:
-        signal, ven = start_ven(args, floor, nominal if args.basis == "nominal" else float(np.nansum(first.power_w)),
-                                load_w)
+        signal, ven = start_ven(
+            args,
+            floor,
+            nominal if args.basis == "nominal" else float(np.nansum(first.power_w)),
+            load_w,
+        )
         basis = ven.s.basis_w
         budget_at = lambda t: float(signal.budget(t, basis))  # noqa: E731
         source = f"OpenADR{' 3' if args.openadr3_vtn else ''} VTN {ven.s.vtn_url} ({args.basis} basis {basis:.0f} W)"
@@ -312,8 +472,11 @@ def run(args: argparse.Namespace) -> int:
     elif args.budget_file:
         from wattflex.grid.slurm import BudgetFile
 
-        budget_file = BudgetFile(args.budget_file, args.budget_stale_s,
-                                 lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
+        budget_file = BudgetFile(
+            args.budget_file,
+            args.budget_stale_s,
+            lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True),
+        )
         budget_at = budget_file.budget_at
         source = f"budget file {args.budget_file}"
         duration = args.duration_s
@@ -332,8 +495,10 @@ def run(args: argparse.Namespace) -> int:
         except ConfigError as e:
             raise UserError(str(e)) from None
         if share < floor:
-            raise UserError(f"--site {args.site}: node {node}'s share of its limits is {share:.0f} W, below these "
-                            f"GPUs' floor of {floor:.0f} W: no cap keeps them under it")
+            raise UserError(
+                f"--site {args.site}: node {node}'s share of its limits is {share:.0f} W, below these "
+                f"GPUs' floor of {floor:.0f} W: no cap keeps them under it"
+            )
         coordinated = limit_at
         limit_at = (lambda t: min(share, coordinated(t))) if coordinated else (lambda t: share)
         source += f", node {node}'s share of the site's limits {share:.0f} W"
@@ -342,24 +507,38 @@ def run(args: argparse.Namespace) -> int:
         t = args.at_s if args.signal else 0.0
         budget = budget_at(t)
         ctl = Controller([args.policy], cfg, len(jobs), predict_pfi)
-        caps = ctl.step(t, budget, job_table(jobs), first, limit_w=math.inf if limit_at is None else limit_at(t))[0]
-        print(f"wattflex control --dry-run: policy {args.policy}, budget "
-              f"{'none (no curtailment)' if not math.isfinite(budget) else f'{budget:.0f} W'} from {source} "
-              f"at t={t:g} s, {len(flat)} GPU(s) in {len(jobs)} job(s)")
-        print(f"{'job':<12}{'gpu':>5}{'power_w':>10}{'limit_w':>10}{'would_set_w':>13}{'range_w':>11}")
+        caps = ctl.step(
+            t, budget, job_table(jobs), first, limit_w=math.inf if limit_at is None else limit_at(t)
+        )[0]
+        print(
+            f"wattflex control --dry-run: policy {args.policy}, budget "
+            f"{'none (no curtailment)' if not math.isfinite(budget) else f'{budget:.0f} W'} from {source} "
+            f"at t={t:g} s, {len(flat)} GPU(s) in {len(jobs)} job(s)"
+        )
+        print(
+            f"{'job':<12}{'gpu':>5}{'power_w':>10}{'limit_w':>10}{'would_set_w':>13}{'range_w':>11}"
+        )
         for j, p, cap in zip(jobs, first.power_w, caps):
             for d in j.devices:
                 lo, hi = d.constraints()
-                print(f"{j.job_id:<12}{d.index:>5}{p / len(j.devices):>10.1f}{d.power_limit_w():>10.0f}"
-                      f"{cap:>13.0f}{f'{lo:.0f}-{hi:.0f}':>11}")
+                print(
+                    f"{j.job_id:<12}{d.index:>5}{p / len(j.devices):>10.1f}{d.power_limit_w():>10.0f}"
+                    f"{cap:>13.0f}{f'{lo:.0f}-{hi:.0f}':>11}"
+                )
         if predict_pfi is None and REGISTRY[args.policy].feature == "pfi":
-            print("note: no --model (or no DRAM activity from GPM): every job's PFI taken as equal", file=sys.stderr)
+            print(
+                "note: no --model (or no DRAM activity from GPM): every job's PFI taken as equal",
+                file=sys.stderr,
+            )
         print("dry run: no power limit was changed")
         return 0
     if not math.isfinite(duration):
         raise UserError("with --budget-w, say how long to control with --duration-s")
-    print(f"controlling {len(flat)} GPU(s) in {len(jobs)} job(s) with {args.policy} for {duration:g} s, budget from "
-          f"{source}; limits are restored when this stops", flush=True)
+    print(
+        f"controlling {len(flat)} GPU(s) in {len(jobs)} job(s) with {args.policy} for {duration:g} s, budget from "
+        f"{source}; limits are restored when this stops",
+        flush=True,
+    )
     exporter = None
     if args.metrics_port is not None:
         from wattflex.control.exporter import ControlExporter
@@ -369,17 +548,26 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             if ven is not None:
                 ven.stop()
-            raise UserError(f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_addr} "
-                            f"({exc.strerror or exc})") from None
+            raise UserError(
+                f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_addr} "
+                f"({exc.strerror or exc})"
+            ) from None
         print(f"metrics at {exporter.url}", flush=True)
+
     def on_period(r) -> None:
         load_w[0] = r.power_w[-1]
         if args.load_file:
             from wattflex.grid.slurm import write_load
 
-            write_load(args.load_file, Path(args.load_file).name.removesuffix(".load.json"), r.power_w[-1], r.caps_w[-1])
+            write_load(
+                args.load_file,
+                Path(args.load_file).name.removesuffix(".load.json"),
+                r.power_w[-1],
+                r.caps_w[-1],
+            )
         if exporter is not None:
             exporter.update(r, jobs)
+
     if ven is not None:
         from datetime import datetime
 
@@ -387,12 +575,26 @@ def run(args: argparse.Namespace) -> int:
     try:
         # a schedule's (or VTN's) events also ramp-limit the cap changes, down and back up
         # (a cluster-control agent: its unit's share of the event's ramp, in its budget file)
-        ramp = (lambda t: ramp_at(signal, t)) if signal is not None else (
-            budget_file.ramp_at if args.budget_file else None)
-        rec = run_loop(jobs, budget_at, args.policy, cfg, duration, mode=args.cap_control, state_dir=state_dir,
-                       command=args.cap_command, predict_pfi=predict_pfi, on_period=on_period, ramp_at=ramp,
-                       limit_at=limit_at)
-    except CapError as exc:      # the guard has put back what it could; the message says what is left
+        ramp = (
+            (lambda t: ramp_at(signal, t))
+            if signal is not None
+            else (budget_file.ramp_at if args.budget_file else None)
+        )
+        rec = run_loop(
+            jobs,
+            budget_at,
+            args.policy,
+            cfg,
+            duration,
+            mode=args.cap_control,
+            state_dir=state_dir,
+            command=args.cap_command,
+            predict_pfi=predict_pfi,
+            on_period=on_period,
+            ramp_at=ramp,
+            limit_at=limit_at,
+        )
+    except CapError as exc:  # the guard has put back what it could; the message says what is left
         raise UserError(f"{exc} (--cap-control {args.cap_control})") from None
     finally:
         if exporter is not None:
@@ -403,18 +605,35 @@ def run(args: argparse.Namespace) -> int:
                 print(f"OpenADR{' 3' if args.openadr3_vtn else ''} event {eid}: {resp}", flush=True)
             signal = signal.schedule
     over = [p - b for p, b in zip(rec.power_w, rec.budget_w) if math.isfinite(b)]
-    print(f"done: {len(rec.t_s)} periods, worst reading {max(over, default=0):+.0f} W vs the budget; "
-          f"power limits restored")
+    print(
+        f"done: {len(rec.t_s)} periods, worst reading {max(over, default=0):+.0f} W vs the budget; "
+        f"power limits restored"
+    )
     if args.mv_out and signal is not None:
         p_max = float(np.nansum([j.p_max_w for j in jobs]))
-        write_run_mv_report(Path(args.mv_out), rec, signal, args.response_s, p_max,
-                            {k: v for k, v in vars(args).items() if not k.startswith("_")}, basis,
-                            f"wattflex control on {os.uname().nodename}")
+        write_run_mv_report(
+            Path(args.mv_out),
+            rec,
+            signal,
+            args.response_s,
+            p_max,
+            {k: v for k, v in vars(args).items() if not k.startswith("_")},
+            basis,
+            f"wattflex control on {os.uname().nodename}",
+        )
     return 0
 
 
-def write_run_mv_report(out: Path, rec, source, response_s: float, uncapped_w, params: dict,
-                        basis_w: float | None, title: str) -> list[dict]:
+def write_run_mv_report(
+    out: Path,
+    rec,
+    source,
+    response_s: float,
+    uncapped_w,
+    params: dict,
+    basis_w: float | None,
+    title: str,
+) -> list[dict]:
     """A real run's M&V (:func:`wattflex.control.mv.write_run_mv`: mv.json, mv_intervals.csv,
     timeseries.csv) and the figure the cluster simulation draws per event
     (:func:`wattflex.plots.grid.mv_figure`): ``mv.png`` for the first event, ``mv_<k>.png``
@@ -430,13 +649,23 @@ def write_run_mv_report(out: Path, rec, source, response_s: float, uncapped_w, p
     curves = ts["baseline_curves_w"].to_numpy(float)
     for k, r in enumerate(recs):
         png = out / mv_png_name(k)
-        fig = mv_figure(ts["t_s"].to_numpy(float), {"measured load": ts["power_w"].to_numpy(float)},
-                        ts["budget_w"].to_numpy(float), r, curves if np.isfinite(curves).any() else None, "nvml", title)
+        fig = mv_figure(
+            ts["t_s"].to_numpy(float),
+            {"measured load": ts["power_w"].to_numpy(float)},
+            ts["budget_w"].to_numpy(float),
+            r,
+            curves if np.isfinite(curves).any() else None,
+            "nvml",
+            title,
+        )
         save_png(fig, png, prov, event_id=r["event_id"])
-        print(f"M&V {r['event_id']}: response {r['response_time_s']} s, "
-              f"{r['seconds_above_target_after_deadline']:g} s above target after the deadline "
-              f"(worst {r['worst_w_above_target_after_deadline']:.0f} W), restored after {r['restore_time_s']} s; "
-              f"wrote {out}/mv.json and {png}", flush=True)
+        print(
+            f"M&V {r['event_id']}: response {r['response_time_s']} s, "
+            f"{r['seconds_above_target_after_deadline']:g} s above target after the deadline "
+            f"(worst {r['worst_w_above_target_after_deadline']:.0f} W), restored after {r['restore_time_s']} s; "
+            f"wrote {out}/mv.json and {png}",
+            flush=True,
+        )
     return recs
 
 
@@ -451,16 +680,25 @@ def start_ven(args: argparse.Namespace, floor_w: float, basis_w: float, load_w: 
 
     from wattflex.grid.openadr import OpenADRVen, VenSettings
 
-    settings = VenSettings(ven_name=args.ven_name or socket.gethostname(), vtn_url=args.openadr_vtn or args.openadr3_vtn,
-                           floor_w=floor_w,
-                           basis_w=basis_w, period_s=args.period_s,
-                           ramp_w_per_s=math.inf if args.ramp_kw_per_s is None else args.ramp_kw_per_s * 1e3,
-                           deadline_s=args.response_s)
+    settings = VenSettings(
+        ven_name=args.ven_name or socket.gethostname(),
+        vtn_url=args.openadr_vtn or args.openadr3_vtn,
+        floor_w=floor_w,
+        basis_w=basis_w,
+        period_s=args.period_s,
+        ramp_w_per_s=math.inf if args.ramp_kw_per_s is None else args.ramp_kw_per_s * 1e3,
+        deadline_s=args.response_s,
+    )
     if args.openadr3_vtn:
         from wattflex.grid.openadr3 import OpenADR3Ven
 
-        ven = OpenADR3Ven(settings, args.openadr3_program, lambda: load_w[0], poll_s=max(args.period_s, 0.5),
-                          token=os.environ.get("WATTFLEX_OPENADR3_TOKEN"))
+        ven = OpenADR3Ven(
+            settings,
+            args.openadr3_program,
+            lambda: load_w[0],
+            poll_s=max(args.period_s, 0.5),
+            token=os.environ.get("WATTFLEX_OPENADR3_TOKEN"),
+        )
     else:
         ven = OpenADRVen(settings, load_w=lambda: load_w[0])
     try:
@@ -472,7 +710,10 @@ def start_ven(args: argparse.Namespace, floor_w: float, basis_w: float, load_w: 
 
 def signal_end_s(schedule, basis_w: float, extra_s: float) -> float:
     """When a schedule's last event has ramped back, plus ``extra_s`` (staggered restore)."""
-    ends = [e.end_s + (e.ramp_s(basis_w) if math.isfinite(e.ramp_w_per_s) else 0.0) for e in schedule.events]
+    ends = [
+        e.end_s + (e.ramp_s(basis_w) if math.isfinite(e.ramp_w_per_s) else 0.0)
+        for e in schedule.events
+    ]
     return max(ends, default=0.0) + extra_s
 
 
@@ -484,5 +725,7 @@ def check_mv_dir(out: Path) -> None:
         raise UserError(f"--mv-out {out}: is a file, not a folder")
     check_not_in_measured_run(out, "--mv-out")  # before the folder is made
     out.mkdir(parents=True, exist_ok=True)
-    check_outputs([out / "mv.json", out / "mv_intervals.csv", out / "timeseries.csv", out / mv_png_name(0)], [])
-
+    check_outputs(
+        [out / "mv.json", out / "mv_intervals.csv", out / "timeseries.csv", out / mv_png_name(0)],
+        [],
+    )

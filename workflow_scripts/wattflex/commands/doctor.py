@@ -17,12 +17,23 @@ HELP = "Report what this machine offers wattflex (NVML, GPUs, caps, DCGM, RAPL, 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of the report")
-    parser.add_argument("--configfile", help="campaign config whose needs decide the exit status "
-                                             "(default: config/config.yaml in the current directory, if present)")
-    parser.add_argument("--dcgm-exporter", metavar="URL",
-                        help="dcgm-exporter endpoint to check, e.g. http://localhost:9400/metrics (2 s timeout)")
-    parser.add_argument("--state-dir", help="cap state files (default $WATTFLEX_STATE_DIR, else /var/tmp/wattflex for root, /var/tmp/wattflex-<uid> for a user)")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON document instead of the report"
+    )
+    parser.add_argument(
+        "--configfile",
+        help="campaign config whose needs decide the exit status "
+        "(default: config/config.yaml in the current directory, if present)",
+    )
+    parser.add_argument(
+        "--dcgm-exporter",
+        metavar="URL",
+        help="dcgm-exporter endpoint to check, e.g. http://localhost:9400/metrics (2 s timeout)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        help="cap state files (default $WATTFLEX_STATE_DIR, else /var/tmp/wattflex for root, /var/tmp/wattflex-<uid> for a user)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

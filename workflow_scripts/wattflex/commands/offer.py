@@ -26,25 +26,58 @@ from wattflex.commands import finite_float
 HOURS_IN_A_YEAR = 8784  # a leap year: no enrolment is held longer, and kWh and tokens stay finite
 NAME = "offer"
 HELP = "kW the jobs can shed for how long at which throughput cost (a demand-response offer), from PFI curves"
-MAX_COPIES = 100_000    # --job GROUP=N: one table row per copy; more is a typo, not a cluster
+MAX_COPIES = 100_000  # --job GROUP=N: one table row per copy; more is a typo, not a cluster
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("curves", nargs="?", help="runs.parquet of a campaign, or a CSV/parquet job,power_w,throughput "
-                                                  "(default: results/<campaign of --config>/runs.parquet)")
-    parser.add_argument("--config", default="config/config.yaml", help="config naming the default campaign")
-    parser.add_argument("--job", action="append", default=[], metavar="GROUP[=N]",
-                        help="a job (sweep group or curve job id) that runs, N of them (repeat; default: one of each)")
-    parser.add_argument("--loss", action="append", type=float, metavar="FRACTION",
-                        help="throughput loss levels, fractions (repeat; default 0.10 0.25 0.50)")
-    parser.add_argument("--hours", type=finite_float(min=0, max=HOURS_IN_A_YEAR, strict=True), default=4.0,
-                        help=f"how long the offer is held, at most {HOURS_IN_A_YEAR} (a leap year; default 4 h)")
-    parser.add_argument("-o", "--output", help="write the offer table here (CSV, with a .meta.json sidecar)")
-    parser.add_argument("--statement", metavar="DIR", help="write the site's flexibility statement into DIR instead "
-                                                          "(needs a runs.parquet)")
-    parser.add_argument("--mv", metavar="MV.csv", help="--statement: M&V records of controlled events (control/mv.csv)")
-    parser.add_argument("--plan", metavar="PLAN.csv", help="--statement: the resource plan (tables/resource_plan.csv), "
-                                                           "for the knob menu's deep events")
+    parser.add_argument(
+        "curves",
+        nargs="?",
+        help="runs.parquet of a campaign, or a CSV/parquet job,power_w,throughput "
+        "(default: results/<campaign of --config>/runs.parquet)",
+    )
+    parser.add_argument(
+        "--config", default="config/config.yaml", help="config naming the default campaign"
+    )
+    parser.add_argument(
+        "--job",
+        action="append",
+        default=[],
+        metavar="GROUP[=N]",
+        help="a job (sweep group or curve job id) that runs, N of them (repeat; default: one of each)",
+    )
+    parser.add_argument(
+        "--loss",
+        action="append",
+        type=float,
+        metavar="FRACTION",
+        help="throughput loss levels, fractions (repeat; default 0.10 0.25 0.50)",
+    )
+    parser.add_argument(
+        "--hours",
+        type=finite_float(min=0, max=HOURS_IN_A_YEAR, strict=True),
+        default=4.0,
+        help=f"how long the offer is held, at most {HOURS_IN_A_YEAR} (a leap year; default 4 h)",
+    )
+    parser.add_argument(
+        "-o", "--output", help="write the offer table here (CSV, with a .meta.json sidecar)"
+    )
+    parser.add_argument(
+        "--statement",
+        metavar="DIR",
+        help="write the site's flexibility statement into DIR instead (needs a runs.parquet)",
+    )
+    parser.add_argument(
+        "--mv",
+        metavar="MV.csv",
+        help="--statement: M&V records of controlled events (control/mv.csv)",
+    )
+    parser.add_argument(
+        "--plan",
+        metavar="PLAN.csv",
+        help="--statement: the resource plan (tables/resource_plan.csv), "
+        "for the knob menu's deep events",
+    )
 
 
 def default_curves(config: str) -> str:
@@ -59,8 +92,10 @@ def default_curves(config: str) -> str:
     campaign = load_config(config)["campaign"]
     path = Path("results") / campaign / "runs.parquet"
     if not path.is_file():
-        raise UserError(f"{path}: not there (campaign {campaign!r} of {config}); run `snakemake --cores all "
-                        f"{path}` first, or name a curve table")
+        raise UserError(
+            f"{path}: not there (campaign {campaign!r} of {config}); run `snakemake --cores all "
+            f"{path}` first, or name a curve table"
+        )
     return str(path)
 
 
@@ -72,26 +107,42 @@ def job_points(points, jobs: list[str]):
         points = points.rename(columns={"group": "job", "tokens_per_s": "throughput"})
     missing = {"job", "power_w", "throughput"} - set(points.columns)
     if missing:
-        raise UserError(f"curves: missing column(s) {', '.join(sorted(missing))} (need job,power_w,throughput "
-                        f"or a runs.parquet with group,power_w,tokens_per_s)")
+        raise UserError(
+            f"curves: missing column(s) {', '.join(sorted(missing))} (need job,power_w,throughput "
+            f"or a runs.parquet with group,power_w,tokens_per_s)"
+        )
     points = points.assign(job=points["job"].astype(str))
     known = list(dict.fromkeys(points["job"]))
     chosen: list[tuple[str, int]] = []
     for spec in jobs or known:
         name, _, n = spec.partition("=")
         if name not in known:
-            raise UserError(f"--job {spec!r}: no curve for {name!r} (known: {', '.join(known[:6])}"
-                            f"{', ...' if len(known) > 6 else ''})")
+            raise UserError(
+                f"--job {spec!r}: no curve for {name!r} (known: {', '.join(known[:6])}"
+                f"{', ...' if len(known) > 6 else ''})"
+            )
         if n and not (n.isdigit() and 0 < int(n) <= MAX_COPIES):
-            raise UserError(f"--job {spec!r}: N must be a whole number > 0 and at most {MAX_COPIES:,}")
+            raise UserError(
+                f"--job {spec!r}: N must be a whole number > 0 and at most {MAX_COPIES:,}"
+            )
         chosen.append((name, int(n or 1)))
     return points, chosen
 
 
-STATEMENT_FILES = {"shed": "shed.csv", "events": "events.csv", "calendar": "calendar.csv", "response": "response.csv",
-                   "notice": "notice.csv", "baselines": "baselines.csv", "baseline_days": "baseline_days.csv",
-                   "knobs": "knobs.csv", "knob_jobs": "knob_jobs.csv",
-                   "program": "openadr3_program.json", "report": "openadr3_report.json", "page": "statement.md"}
+STATEMENT_FILES = {
+    "shed": "shed.csv",
+    "events": "events.csv",
+    "calendar": "calendar.csv",
+    "response": "response.csv",
+    "notice": "notice.csv",
+    "baselines": "baselines.csv",
+    "baseline_days": "baseline_days.csv",
+    "knobs": "knobs.csv",
+    "knob_jobs": "knob_jobs.csv",
+    "program": "openadr3_program.json",
+    "report": "openadr3_report.json",
+    "page": "statement.md",
+}
 
 
 def write_statement(args: argparse.Namespace, path: str) -> int:
@@ -119,11 +170,21 @@ def write_statement(args: argparse.Namespace, path: str) -> int:
     if missing:
         raise UserError(f"{path}: not a runs table (missing {', '.join(sorted(missing))})")
     settings = StatementSettings.from_config(cfg["statement"], cfg["allocation"])
-    stmt = build_statement(runs, read_csv(args.mv) if args.mv else None, settings,
-                           ClusterConfig.from_dict(cfg["control"]["cluster"]), cfg["campaign"],
-                           cfg["allocation"]["groups_set"], read_csv(args.plan) if args.plan else None)
+    stmt = build_statement(
+        runs,
+        read_csv(args.mv) if args.mv else None,
+        settings,
+        ClusterConfig.from_dict(cfg["control"]["cluster"]),
+        cfg["campaign"],
+        cfg["allocation"]["groups_set"],
+        read_csv(args.plan) if args.plan else None,
+    )
     out.mkdir(parents=True, exist_ok=True)
-    prov = provenance(params={"statement": cfg["statement"], "config": args.config}, inputs=inputs, backend=stmt.backend)
+    prov = provenance(
+        params={"statement": cfg["statement"], "config": args.config},
+        inputs=inputs,
+        backend=stmt.backend,
+    )
     write_together(statement_files(stmt, paths, prov))
     print("\n".join(stmt.lines))
     print(f"wrote {out}/ ({', '.join(STATEMENT_FILES.values())})", file=sys.stderr)
@@ -142,11 +203,15 @@ def run(args: argparse.Namespace) -> int:
 
     losses = tuple(args.loss) if args.loss else LOSSES
     if not all(0 < x < 1 for x in losses):
-        raise UserError(f"--loss {', '.join(f'{x:g}' for x in losses)}: each must be a fraction in (0, 1)")
+        raise UserError(
+            f"--loss {', '.join(f'{x:g}' for x in losses)}: each must be a fraction in (0, 1)"
+        )
     path = args.curves or default_curves(args.config)
     if args.statement:
         return write_statement(args, path)
-    check_outputs([p for p in (args.output, args.output and f"{args.output}.meta.json") if p], [path])
+    check_outputs(
+        [p for p in (args.output, args.output and f"{args.output}.meta.json") if p], [path]
+    )
     points, chosen = job_points(read_curves(path), args.job)
     check_points(points[["job", "power_w", "throughput"]], source=path, single_ok=True)
     caps = points["cap_w"] if "cap_w" in points.columns else None  # a job at one cap cannot shed
@@ -156,12 +221,22 @@ def run(args: argparse.Namespace) -> int:
     names = [name if n == 1 else f"{name}#{k + 1}" for name, n in chosen for k in range(n)]
     curves = curves.take(rows)
     table = offer_table(names, curves, losses, args.hours)
-    backend = ",".join(sorted(map(str, points["backend"].unique()))) if "backend" in points.columns else "measured"
+    backend = (
+        ",".join(sorted(map(str, points["backend"].unique())))
+        if "backend" in points.columns
+        else "measured"
+    )
     with __import__("pandas").option_context("display.width", 200, "display.max_columns", 20):
         print(f"offer from {path} ({backend}), {len(names)} job(s), held {args.hours:g} h")
         print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    prov = provenance(params={k: v for k, v in vars(args).items() if not k.startswith("_")}, inputs=[path])
-    files = csv_files(table, args.output, prov, hours=args.hours, losses=list(losses)) if args.output else []
+    prov = provenance(
+        params={k: v for k, v in vars(args).items() if not k.startswith("_")}, inputs=[path]
+    )
+    files = (
+        csv_files(table, args.output, prov, hours=args.hours, losses=list(losses))
+        if args.output
+        else []
+    )
     if files:
         write_together(files)
         print(f"wrote {args.output}", file=sys.stderr)

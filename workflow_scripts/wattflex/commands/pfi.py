@@ -19,35 +19,69 @@ from wattflex.commands import finite_float
 from wattflex.errors import UserError
 from wattflex.schema import section_defaults
 
-_PFI = section_defaults("pfi")   # the campaign's pfi: defaults (wattflex.pfi.pfi_table's)
+_PFI = section_defaults("pfi")  # the campaign's pfi: defaults (wattflex.pfi.pfi_table's)
 
 NAME = "pfi"
 HELP = "Power Flexibility Index (published + robust, with CI and diagnostics) of power-cap sweeps"
 REQUIRED = ("group", "cap_w", "power_w", "throughput")
 DEFAULT_SEM_COLS = ("power_w_sem", "throughput_sem")
-SUMMARY_COLS = ["group", "n_caps", "pfi_ratio", "pfi_area", "pfi_elasticity", "ci95_low",
-                "ci95_high", "status", "pfi_robust", "robust_status"]
+SUMMARY_COLS = [
+    "group",
+    "n_caps",
+    "pfi_ratio",
+    "pfi_area",
+    "pfi_elasticity",
+    "ci95_low",
+    "ci95_high",
+    "status",
+    "pfi_robust",
+    "robust_status",
+]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sweeps", type=Path, help="sweep table (.csv, or .parquet/.pq)")
-    parser.add_argument("-o", "--output", type=Path,
-                        help="output CSV (with provenance sidecar); omitted: print a summary")
-    parser.add_argument("--mc-samples", type=int, default=_PFI["mc_samples"],
-                        help=f"Monte Carlo resamples for the CIs (default {_PFI['mc_samples']}; 0 = none)")
-    parser.add_argument("--seed", type=int, default=_PFI["seed"], help=f"random seed (default {_PFI['seed']})")
-    parser.add_argument("--power-sem-col", help="column with the SEM of power_w "
-                        f"(default {DEFAULT_SEM_COLS[0]} if present)")
-    parser.add_argument("--throughput-sem-col", help="column with the SEM of throughput "
-                        f"(default {DEFAULT_SEM_COLS[1]} if present)")
-    parser.add_argument("--uncapped-cap-w", type=float,
-                        help="cap of an uncapped run (e.g. 700 on H200); groups below it are "
-                        "flagged missing_uncapped")
-    parser.add_argument("--rel-tol", type=finite_float(min=0, max=1), default=0.02,
-                        help="relative noise level used where no SEM is given, 0 to 1 (default 0.02)")
-    parser.add_argument("--power-tol", type=float, default=0.10,
-                        help="a cap binds if realised per-GPU power is within this fraction "
-                        "of it (default 0.10)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        help="output CSV (with provenance sidecar); omitted: print a summary",
+    )
+    parser.add_argument(
+        "--mc-samples",
+        type=int,
+        default=_PFI["mc_samples"],
+        help=f"Monte Carlo resamples for the CIs (default {_PFI['mc_samples']}; 0 = none)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=_PFI["seed"], help=f"random seed (default {_PFI['seed']})"
+    )
+    parser.add_argument(
+        "--power-sem-col",
+        help=f"column with the SEM of power_w (default {DEFAULT_SEM_COLS[0]} if present)",
+    )
+    parser.add_argument(
+        "--throughput-sem-col",
+        help=f"column with the SEM of throughput (default {DEFAULT_SEM_COLS[1]} if present)",
+    )
+    parser.add_argument(
+        "--uncapped-cap-w",
+        type=float,
+        help="cap of an uncapped run (e.g. 700 on H200); groups below it are "
+        "flagged missing_uncapped",
+    )
+    parser.add_argument(
+        "--rel-tol",
+        type=finite_float(min=0, max=1),
+        default=0.02,
+        help="relative noise level used where no SEM is given, 0 to 1 (default 0.02)",
+    )
+    parser.add_argument(
+        "--power-tol",
+        type=float,
+        default=0.10,
+        help="a cap binds if realised per-GPU power is within this fraction of it (default 0.10)",
+    )
 
 
 def read_sweeps(path: Path):
@@ -59,8 +93,10 @@ def read_sweeps(path: Path):
     columns = [c for c in df.columns if c != "_where"]
     missing = [c for c in REQUIRED if c not in columns]
     if missing:
-        raise UserError(f"{path}: missing column(s) {', '.join(missing)} "
-                        f"(need {', '.join(REQUIRED)}; found {', '.join(columns)})")
+        raise UserError(
+            f"{path}: missing column(s) {', '.join(missing)} "
+            f"(need {', '.join(REQUIRED)}; found {', '.join(columns)})"
+        )
     df = df[~df[columns].isna().all(axis=1)]
     if df.empty:
         raise UserError(f"{path}: no data rows")
@@ -91,29 +127,46 @@ def run(args: argparse.Namespace) -> int:
         numeric.append("gpus")
     check_cells(df, numeric=numeric, required=REQUIRED)  # every bad row, by file and line
 
-    params = dict(power_sem_col=sem_cols[0], throughput_sem_col=sem_cols[1],
-                  uncapped_cap_w=args.uncapped_cap_w, mc_samples=args.mc_samples,
-                  seed=args.seed, rel_tol=args.rel_tol, power_tol=args.power_tol)
+    params = dict(
+        power_sem_col=sem_cols[0],
+        throughput_sem_col=sem_cols[1],
+        uncapped_cap_w=args.uncapped_cap_w,
+        mc_samples=args.mc_samples,
+        seed=args.seed,
+        rel_tol=args.rel_tol,
+        power_tol=args.power_tol,
+    )
     dropped = dropped_rows(df, sem_cols)
     if len(dropped) == len(df):  # as ingest: nothing left to compute is an error, not NaN rows
         from wattflex.ingest.reader import describe_bad_rows
 
-        raise UserError(f"{args.sweeps}: no valid row: " + " ".join(describe_bad_rows(dropped).split()))
+        raise UserError(
+            f"{args.sweeps}: no valid row: " + " ".join(describe_bad_rows(dropped).split())
+        )
     # A cap the ingest rules refuse (kW, mW) leaves its row out here too (status invalid_values).
-    df.loc[df["_where"].isin({d["where"] for d in dropped if "cap_w = " in d["reason"]}), "cap_w"] = float("nan")
+    df.loc[
+        df["_where"].isin({d["where"] for d in dropped if "cap_w = " in d["reason"]}), "cap_w"
+    ] = float("nan")
     # a line on stderr every few seconds on a long table (stdout may be the summary or a pipe)
-    table = pfi_table(df.drop(columns="_where"), **params, progress=lambda msg: print(msg, file=sys.stderr))
+    table = pfi_table(
+        df.drop(columns="_where"), **params, progress=lambda msg: print(msg, file=sys.stderr)
+    )
     counts = table["status"].value_counts()
     summary = ", ".join(f"{k} {v}" for k, v in counts.items())
     if args.output is None:
         import pandas as pd
 
-        with pd.option_context("display.width", 200, "display.max_rows", None,
-                               "display.float_format", "{:.3f}".format):
+        with pd.option_context(
+            "display.width", 200, "display.max_rows", None, "display.float_format", "{:.3f}".format
+        ):
             print(table[SUMMARY_COLS].to_string(index=False))
     else:
-        write_csv(table, args.output, provenance(params=params, inputs=[args.sweeps]),
-                  command="wattflex pfi")
+        write_csv(
+            table,
+            args.output,
+            provenance(params=params, inputs=[args.sweeps]),
+            command="wattflex pfi",
+        )
         print(f"wrote {len(table)} group(s) to {args.output} (status: {summary})")
     if dropped:
         from wattflex.ingest.reader import describe_bad_rows
@@ -127,5 +180,8 @@ def dropped_rows(df, sem_cols) -> list[dict]:
     the rules ingest rejects rows by (``wattflex.ingest.reader.value_problems``)."""
     from wattflex.ingest.reader import value_problems
 
-    return [{"where": where, "reason": "; ".join(r)}
-            for where, r in zip(df["_where"], value_problems(df, sem_cols)) if r]
+    return [
+        {"where": where, "reason": "; ".join(r)}
+        for where, r in zip(df["_where"], value_problems(df, sem_cols))
+        if r
+    ]

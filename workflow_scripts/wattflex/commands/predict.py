@@ -12,9 +12,14 @@ HELP = "Predict PFI from a telemetry summary (one row per job) with a fitted pre
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("telemetry", help="CSV or parquet, one row per job: the uncapped run's steady-state "
-                                          "means (e.g. dram_active 0-1, mem_copy_util %%)")
-    parser.add_argument("--model", required=True, help="model.json written by the fit_predictor rule")
+    parser.add_argument(
+        "telemetry",
+        help="CSV or parquet, one row per job: the uncapped run's steady-state "
+        "means (e.g. dram_active 0-1, mem_copy_util %%)",
+    )
+    parser.add_argument(
+        "--model", required=True, help="model.json written by the fit_predictor rule"
+    )
     parser.add_argument("-o", "--output", help="write CSV here (default: print it)")
 
 
@@ -30,29 +35,43 @@ def load_model(path: str) -> dict:
     try:
         doc = json.loads(text)
     except (UnicodeDecodeError, ValueError) as exc:
-        raise UserError(f"{path}: not a JSON file ({str(exc).splitlines()[0]}); --model wants the model.json "
-                        "written by the fit_predictor rule") from None
+        raise UserError(
+            f"{path}: not a JSON file ({str(exc).splitlines()[0]}); --model wants the model.json "
+            "written by the fit_predictor rule"
+        ) from None
     if not isinstance(doc, dict):
-        raise UserError(f"{path}: not a wattflex predictor model (a JSON {type(doc).__name__}, not an object)")
+        raise UserError(
+            f"{path}: not a wattflex predictor model (a JSON {type(doc).__name__}, not an object)"
+        )
     check_schema_version(doc.get("schema_version"), path)
     if doc.get("status") == "not_fitted":
-        raise UserError(f"{path}: the predictor in this model file was not fitted: {doc.get('reason', 'no reason recorded')}")
+        raise UserError(
+            f"{path}: the predictor in this model file was not fitted: {doc.get('reason', 'no reason recorded')}"
+        )
     missing = [k for k in ("features", "coefficients", "intercept") if k not in doc]
     if missing:
-        raise UserError(f"{path}: not a wattflex predictor model (no {', '.join(map(repr, missing))}); "
-                        "--model wants the model.json written by the fit_predictor rule")
+        raise UserError(
+            f"{path}: not a wattflex predictor model (no {', '.join(map(repr, missing))}); "
+            "--model wants the model.json written by the fit_predictor rule"
+        )
     feats, coefs = doc["features"], doc["coefficients"]
     if not isinstance(feats, list) or not all(isinstance(f, str) and f for f in feats):
-        raise UserError(f"{path}: features: {feats!r} is not a list of feature names (e.g. [\"dram_copy_product\"])")
+        raise UserError(
+            f'{path}: features: {feats!r} is not a list of feature names (e.g. ["dram_copy_product"])'
+        )
     if not isinstance(coefs, dict) or any(f not in coefs for f in feats):
-        raise UserError(f"{path}: not a wattflex predictor model (features and coefficients do not match)")
+        raise UserError(
+            f"{path}: not a wattflex predictor model (features and coefficients do not match)"
+        )
     numbers = {"intercept": doc["intercept"], **{f"coefficients.{f}": coefs[f] for f in feats}}
     for field, v in numbers.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise UserError(f"{path}: {field}: {v!r} is not a number")
     problem = model_number_problem(doc)
     if problem:
-        raise UserError(f"{path}: {problem}; a fitted model's coefficients and intercept are finite numbers")
+        raise UserError(
+            f"{path}: {problem}; a fitted model's coefficients and intercept are finite numbers"
+        )
     return doc
 
 
@@ -68,7 +87,9 @@ def run(args: argparse.Namespace) -> int:
     jobs = read_typed_table(args.telemetry)
     columns = [c for c in feature_inputs(model["features"]) if c in jobs]
     check_cells(jobs, numeric=columns)  # a value that is not a number: named by file and line
-    bad = [{"where": jobs["_where"].iloc[i], "reason": why} for i, why in input_problems(jobs, columns)]
+    bad = [
+        {"where": jobs["_where"].iloc[i], "reason": why} for i, why in input_problems(jobs, columns)
+    ]
     if bad:
         raise UserError(f"{args.telemetry}: " + describe_bad_rows(bad))
     jobs = jobs.drop(columns="_where")
@@ -77,7 +98,13 @@ def run(args: argparse.Namespace) -> int:
     if not args.output:
         out.to_csv(sys.stdout, index=False)
         return 0
-    write_csv(out, args.output, provenance(params={"model": args.model}, inputs=[args.telemetry, args.model]),
-              model_features=model["features"])
-    print(f"predicted PFI for {len(out)} job(s) with features {'+'.join(model['features'])}; wrote {args.output}")
+    write_csv(
+        out,
+        args.output,
+        provenance(params={"model": args.model}, inputs=[args.telemetry, args.model]),
+        model_features=model["features"],
+    )
+    print(
+        f"predicted PFI for {len(out)} job(s) with features {'+'.join(model['features'])}; wrote {args.output}"
+    )
     return 0

@@ -20,22 +20,39 @@ import os
 from wattflex.commands import whole_number
 
 NAME = "restore-caps"
-HELP = "Restore GPU power limits and SM clock locks left behind by a killed wattflex run on this host"
+HELP = (
+    "Restore GPU power limits and SM clock locks left behind by a killed wattflex run on this host"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--state-dir", action="append",
-                        help="directory of cap state files; repeat for several (default $WATTFLEX_STATE_DIR, "
-                        "else /var/tmp/wattflex for root and /var/tmp/wattflex-<uid> for a user, and, for root "
-                        "with --job-uid, that user's folder too)")
-    parser.add_argument("--cap-command", help="the installation's cap command template (e.g. 'sudo "
-                        "/usr/local/bin/setcap {gpu} {watts}'); default: NVML, which needs root. A command "
-                        "recorded in a state file is never run")
-    parser.add_argument("--job-uid", type=whole_number(0, 2**32 - 1), default=os.environ.get("SLURM_JOB_UID") or None,
-                        help="also trust records owned by this user (default $SLURM_JOB_UID: the epilog's job)")
-    parser.add_argument("--force", action="store_true",
-                        help="also restore files whose process still runs (it will find its cap gone)")
-    parser.add_argument("--dry-run", action="store_true", help="list what would be restored, change nothing")
+    parser.add_argument(
+        "--state-dir",
+        action="append",
+        help="directory of cap state files; repeat for several (default $WATTFLEX_STATE_DIR, "
+        "else /var/tmp/wattflex for root and /var/tmp/wattflex-<uid> for a user, and, for root "
+        "with --job-uid, that user's folder too)",
+    )
+    parser.add_argument(
+        "--cap-command",
+        help="the installation's cap command template (e.g. 'sudo "
+        "/usr/local/bin/setcap {gpu} {watts}'); default: NVML, which needs root. A command "
+        "recorded in a state file is never run",
+    )
+    parser.add_argument(
+        "--job-uid",
+        type=whole_number(0, 2**32 - 1),
+        default=os.environ.get("SLURM_JOB_UID") or None,
+        help="also trust records owned by this user (default $SLURM_JOB_UID: the epilog's job)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="also restore files whose process still runs (it will find its cap gone)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="list what would be restored, change nothing"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,24 +71,40 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for state_dir in folders:
         # A file where the folder should be would read as "nothing to restore": GPUs left capped.
-        if Path(state_dir).exists() and not Path(state_dir).is_dir() and not Path(state_dir).is_symlink():
+        if (
+            Path(state_dir).exists()
+            and not Path(state_dir).is_dir()
+            and not Path(state_dir).is_symlink()
+        ):
             raise UserError(f"{state_dir}: the state dir is a file, not a directory")
-        results += restore_from_state_dir(state_dir, force=args.force, dry_run=args.dry_run,
-                                          cap_command=args.cap_command, job_uid=job_uid)
-        results += restore_clocks_from_state_dir(state_dir, force=args.force, dry_run=args.dry_run, job_uid=job_uid)
+        results += restore_from_state_dir(
+            state_dir,
+            force=args.force,
+            dry_run=args.dry_run,
+            cap_command=args.cap_command,
+            job_uid=job_uid,
+        )
+        results += restore_clocks_from_state_dir(
+            state_dir, force=args.force, dry_run=args.dry_run, job_uid=job_uid
+        )
     if not results:
-        print(f"no cap or clock state files for this host in {', '.join(map(str, folders))}: nothing to restore")
+        print(
+            f"no cap or clock state files for this host in {', '.join(map(str, folders))}: nothing to restore"
+        )
         return 0
     failed = 0
     for r in results:
-        gpus = ", ".join(f"GPU {g['index']} clock lock reset" if r.get("kind") == "clock" else
-                         f"GPU {g['index']} -> {g.get('restored_w', g['original_limit_w']):g} W"
-                         for g in r.get("gpus", []))
+        gpus = ", ".join(
+            f"GPU {g['index']} clock lock reset"
+            if r.get("kind") == "clock"
+            else f"GPU {g['index']} -> {g.get('restored_w', g['original_limit_w']):g} W"
+            for g in r.get("gpus", [])
+        )
         line = f"{r['path']}: {r['action']}" + (f" ({gpus})" if gpus else "")
         if r.get("error"):
             failed += 1
             line += f": {r['error']}"
-        elif r.get("note"):   # untrusted: no trusted run wrote it, so no GPU is capped by it
+        elif r.get("note"):  # untrusted: no trusted run wrote it, so no GPU is capped by it
             line += f": {r['note']}; left alone"
         print(line)
     return 1 if failed else 0
@@ -85,4 +118,3 @@ def default_folders(job_uid: int | None) -> list[Path]:
     if job_uid is not None and os.geteuid() == 0 and default_state_dir(job_uid) not in folders:
         folders.append(default_state_dir(job_uid))
     return folders
-

@@ -42,7 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def check_spec(spec: object, path: Path) -> None:
     """Stop at the boundary, before any GPU time, on a spec the run would trip over later."""
     if not isinstance(spec, dict):
-        raise UserError(f"{path}: not a run spec (a JSON object expected, found {type(spec).__name__})")
+        raise UserError(
+            f"{path}: not a run spec (a JSON object expected, found {type(spec).__name__})"
+        )
     required = ["backend", "cap_w", "group", "run_id", "repeat"]
     if spec.get("backend") == "emulated":
         required += ["campaign", "model_facts"]
@@ -51,15 +53,23 @@ def check_spec(spec: object, path: Path) -> None:
         raise UserError(f"{path}: not a run spec: missing {', '.join(missing)}")
     if spec["backend"] not in ("emulated", "cuda"):
         raise UserError(f"{path}: backend: {spec['backend']!r} is not one of emulated, cuda")
-    if not isinstance(spec["cap_w"], (int, float)) or isinstance(spec["cap_w"], bool) or not spec["cap_w"] > 0:
+    if (
+        not isinstance(spec["cap_w"], (int, float))
+        or isinstance(spec["cap_w"], bool)
+        or not spec["cap_w"] > 0
+    ):
         raise UserError(f"{path}: cap_w: {spec['cap_w']!r} is not a positive number of watts")
     if not isinstance(spec["repeat"], int) or isinstance(spec["repeat"], bool):
         raise UserError(f"{path}: repeat: {spec['repeat']!r} is not an integer")
     if not isinstance(spec["group"], dict) or "id" not in spec["group"]:
-        raise UserError(f"{path}: group: a JSON object with an id expected, found {spec['group']!r:.60}")
+        raise UserError(
+            f"{path}: group: a JSON object with an id expected, found {spec['group']!r:.60}"
+        )
     gpus = spec["group"].get("gpus", 1)
     if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
-        raise UserError(f"{path}: group.gpus: {gpus!r} is not a positive whole number of GPUs (e.g. 8)")
+        raise UserError(
+            f"{path}: group.gpus: {gpus!r} is not a positive whole number of GPUs (e.g. 8)"
+        )
     for key in ("run", "model_facts", "cuda"):
         if key in spec and not isinstance(spec[key], dict):
             raise UserError(f"{path}: {key}: a JSON object expected, found {spec[key]!r:.60}")
@@ -75,15 +85,19 @@ def check_outdir(outdir: Path) -> None:
             what = "OUTDIR" if p == outdir else f"{p}, a folder above OUTDIR,"
             raise UserError(f"{outdir}: {what} is a file, not a directory")
     if outdir.is_symlink():
-        raise UserError(f"{outdir}: OUTDIR is a symbolic link (to {os.readlink(outdir)}); run-at-cap does not "
-                        "write through links: give the target's own path")
+        raise UserError(
+            f"{outdir}: OUTDIR is a symbolic link (to {os.readlink(outdir)}); run-at-cap does not "
+            "write through links: give the target's own path"
+        )
     held = sorted(p.name for p in outdir.iterdir()) if outdir.is_dir() else []
     if held:
         backend = recorded_backend(outdir)
         what = f"holds a run ({backend} backend)" if backend else "is not empty"
-        raise UserError(f"{outdir}: OUTDIR {what}: {', '.join(held[:4])}{' ...' if len(held) > 4 else ''}; "
-                        f"run-at-cap writes only into a new or empty directory: give another OUTDIR, or move "
-                        f"that one away first")
+        raise UserError(
+            f"{outdir}: OUTDIR {what}: {', '.join(held[:4])}{' ...' if len(held) > 4 else ''}; "
+            f"run-at-cap writes only into a new or empty directory: give another OUTDIR, or move "
+            f"that one away first"
+        )
     check_not_in_measured_run(outdir, "OUTDIR")  # a folder above it holds a measured run
 
 
@@ -106,10 +120,16 @@ def claimed_outdir(outdir: Path) -> Iterator[Path]:
     try:
         os.rename(stage, outdir)
     except OSError as exc:
-        why = ("was filled while this run ran: " + ", ".join(sorted(p.name for p in outdir.iterdir())[:4])
-               if exc.errno in (errno.ENOTEMPTY, errno.EEXIST) else f"cannot be replaced ({exc.strerror})")
-        raise UserError(f"{outdir}: OUTDIR {why}; left it as it is. This run is kept in {stage}: "
-                        f"move it where it belongs") from None
+        why = (
+            "was filled while this run ran: "
+            + ", ".join(sorted(p.name for p in outdir.iterdir())[:4])
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST)
+            else f"cannot be replaced ({exc.strerror})"
+        )
+        raise UserError(
+            f"{outdir}: OUTDIR {why}; left it as it is. This run is kept in {stage}: "
+            f"move it where it belongs"
+        ) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,13 +149,15 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     from wattflex.runs.spec import RunSpec
 
-    spec = RunSpec.of(spec, backend=None)        # parsed once, before OUTDIR is claimed
+    spec = RunSpec.of(spec, backend=None)  # parsed once, before OUTDIR is claimed
     try:
         try:
             from wattflex.runs.runner import run_at_cap
         except ImportError:
             if spec.backend != "cuda":
-                raise UserError(f"backend {spec.backend!r} needs wattflex.runs.runner, missing from this install")
+                raise UserError(
+                    f"backend {spec.backend!r} needs wattflex.runs.runner, missing from this install"
+                )
             from wattflex.runs.real_run import run_real as run_at_cap
         with claimed_outdir(args.outdir) as stage:
             run_at_cap(spec, stage)

@@ -13,12 +13,25 @@ HELP = "Kruskal-Wallis across clusters, then Dunn's test (Holm) on every pair, f
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("table", help="CSV or parquet with one row per group (e.g. a PFI table)")
-    parser.add_argument("--value-col", default="pfi_ratio", help="numeric column to compare (default: pfi_ratio)")
-    parser.add_argument("--group-col", default="cluster", help="column naming each row's cluster (default: cluster)")
-    parser.add_argument("--order", default="dense,moe-pt,moe-ft",
-                        help="comma-separated cluster order for the pairs (others follow; default: %(default)s)")
-    parser.add_argument("--p-adjust", default="holm", help="multiple-comparison method of statsmodels (default: holm)")
-    parser.add_argument("--alpha", type=float, default=0.05, help="significance level (default: 0.05)")
+    parser.add_argument(
+        "--value-col", default="pfi_ratio", help="numeric column to compare (default: pfi_ratio)"
+    )
+    parser.add_argument(
+        "--group-col", default="cluster", help="column naming each row's cluster (default: cluster)"
+    )
+    parser.add_argument(
+        "--order",
+        default="dense,moe-pt,moe-ft",
+        help="comma-separated cluster order for the pairs (others follow; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--p-adjust",
+        default="holm",
+        help="multiple-comparison method of statsmodels (default: holm)",
+    )
+    parser.add_argument(
+        "--alpha", type=float, default=0.05, help="significance level (default: 0.05)"
+    )
     parser.add_argument("-o", "--output", help="write the JSON here (default: print it)")
 
 
@@ -33,8 +46,13 @@ def check_values(table, value_col: str, path: str, id_col: str = "group") -> Non
     bad = []
     if value_col in table:
         values = table[value_col].to_numpy(float)
-        bad += [{"where": table["_where"].iloc[i], "reason": f"{value_col} {values[i]:g} is not a finite number"}
-                for i in np.flatnonzero(np.isinf(values))]
+        bad += [
+            {
+                "where": table["_where"].iloc[i],
+                "reason": f"{value_col} {values[i]:g} is not a finite number",
+            }
+            for i in np.flatnonzero(np.isinf(values))
+        ]
     if bad:
         raise UserError(f"{path}: " + describe_bad_rows(bad))
     if id_col in table and id_col != value_col:
@@ -43,8 +61,10 @@ def check_values(table, value_col: str, path: str, id_col: str = "group") -> Non
         if len(dup):
             first = dup.groupby(id_col, sort=False)["_where"].apply(list)
             lines = [f"  {name!r}: {', '.join(w)}" for name, w in first.head(10).items()]
-            raise UserError(f"{path}: {len(first)} {id_col} name(s) on more than one row "
-                            "(one row per group):\n" + "\n".join(lines))
+            raise UserError(
+                f"{path}: {len(first)} {id_col} name(s) on more than one row "
+                "(one row per group):\n" + "\n".join(lines)
+            )
 
 
 def _fmt(x: float | None, spec: str) -> str:
@@ -58,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
     from wattflex.provenance import provenance, strict_json, write_json
 
     if not 0 < args.alpha < 1:
-        raise UserError(f"--alpha {args.alpha:g} is not a significance level in (0, 1) (e.g. 0.05, not 5)")
+        raise UserError(
+            f"--alpha {args.alpha:g} is not a significance level in (0, 1) (e.g. 0.05, not 5)"
+        )
     try:
         check_p_adjust(args.p_adjust, "--p-adjust")
     except ValueError as exc:
@@ -66,11 +88,21 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         check_outputs([args.output], [args.table])
     table = read_typed_table(args.table)
-    check_cells(table, numeric=[args.value_col])  # a value that is not a number: named by file and line
+    check_cells(
+        table, numeric=[args.value_col]
+    )  # a value that is not a number: named by file and line
     check_values(table, args.value_col, args.table)
-    result = kruskal_dunn(table.drop(columns="_where"), value_col=args.value_col, group_col=args.group_col,
-                          order=[o for o in args.order.split(",") if o], p_adjust=args.p_adjust, alpha=args.alpha)
-    if result.get("status") == "not_tested":   # the workflow records it and goes on; asked for, it is an error
+    result = kruskal_dunn(
+        table.drop(columns="_where"),
+        value_col=args.value_col,
+        group_col=args.group_col,
+        order=[o for o in args.order.split(",") if o],
+        p_adjust=args.p_adjust,
+        alpha=args.alpha,
+    )
+    if (
+        result.get("status") == "not_tested"
+    ):  # the workflow records it and goes on; asked for, it is an error
         raise UserError(f"{args.table}: {result['reason']} (--group-col {args.group_col})")
     result["input"] = str(args.table)
     if not args.output:
@@ -85,9 +117,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"Kruskal-Wallis H = {kw['H']:.3f} (df {kw['df']}, n {kw['n']}), p = {kw['p']:.4g}")
     for d in result["dunn"] if kw["H"] is not None else []:
-        print(f"  {d['a']} vs {d['b']} (n {d['n_a']}|{d['n_b']}): z = {_fmt(d['z'], '+.3f')}, "
-              f"p = {_fmt(d['p_raw'], '.4g')}, p_{args.p_adjust} = {_fmt(d['p_holm'], '.4g')}"
-              f"{' *' if d['significant'] else ''}")
+        print(
+            f"  {d['a']} vs {d['b']} (n {d['n_a']}|{d['n_b']}): z = {_fmt(d['z'], '+.3f')}, "
+            f"p = {_fmt(d['p_raw'], '.4g')}, p_{args.p_adjust} = {_fmt(d['p_holm'], '.4g')}"
+            f"{' *' if d['significant'] else ''}"
+        )
     if any(t["across_groups"] for t in result["ties"]):
         print(f"  note: {len(result['ties'])} tied value(s), some across clusters (see 'ties')")
     print(f"wrote {args.output}")

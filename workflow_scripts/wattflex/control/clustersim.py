@@ -83,12 +83,27 @@ log = logging.getLogger("wattflex.control.clustersim")
 # (wattflex.analysis.predictor.dcgm_metrics, from the metric registry) may ask of a job's
 # uncapped profile. Their order is the order declared_profiles draws their noise in: kept as
 # it was (the seeded study's numbers stay the same), a metric new to the registry drawn last.
-_DRAW_ORDER = ("dram_active", "mem_copy_util", "sm_active", "gpu_util", "tensor_active", "sm_clock_mhz",
-               "mem_clock_mhz", "power_per_gpu_w", "fb_used_gib", "temp_c")
-TABLE_METRICS = ["power_w", "tokens_per_s",
-                 *sorted(dcgm_metrics(), key=lambda m: _DRAW_ORDER.index(m) if m in _DRAW_ORDER else len(_DRAW_ORDER))]
-STARTUP_EXTRA_W = 15.0      # per GPU above idle while weights load (emulated backend's start-up phase)
-CHECKPOINT_EXTRA_W = 30.0   # per GPU above idle while a checkpoint is written
+_DRAW_ORDER = (
+    "dram_active",
+    "mem_copy_util",
+    "sm_active",
+    "gpu_util",
+    "tensor_active",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "power_per_gpu_w",
+    "fb_used_gib",
+    "temp_c",
+)
+TABLE_METRICS = [
+    "power_w",
+    "tokens_per_s",
+    *sorted(
+        dcgm_metrics(), key=lambda m: _DRAW_ORDER.index(m) if m in _DRAW_ORDER else len(_DRAW_ORDER)
+    ),
+]
+STARTUP_EXTRA_W = 15.0  # per GPU above idle while weights load (emulated backend's start-up phase)
+CHECKPOINT_EXTRA_W = 30.0  # per GPU above idle while a checkpoint is written
 CHECKPOINT_UTIL = 4.0
 
 
@@ -96,8 +111,13 @@ CHECKPOINT_UTIL = 4.0
 # Truth: each group's steady state at every cap of the grid
 # ---------------------------------------------------------------------------------------
 
-def truth_table(groups: Sequence[Mapping[str, Any]], seed: int, cap_step_w: float = 5.0,
-                physics: Physics = PHYSICS) -> pd.DataFrame:
+
+def truth_table(
+    groups: Sequence[Mapping[str, Any]],
+    seed: int,
+    cap_step_w: float = 5.0,
+    physics: Physics = PHYSICS,
+) -> pd.DataFrame:
     """One row per (group, cap): job power, tokens/s and mean activity from ``job_at_caps``.
 
     ``groups``: config groups (``wattflex.config.groups``) each with its ``model_facts``.
@@ -113,21 +133,43 @@ def truth_table(groups: Sequence[Mapping[str, Any]], seed: int, cap_step_w: floa
         # every cap at once: each GPU's (cap-independent) operating points computed once
         for cap, st in zip(caps, job_at_caps(job, gpu, caps, leak, physics=physics)):
             mean = lambda a: float(np.mean([getattr(o, a) for o in st.per_gpu]))  # noqa: E731
-            rows.append({"group": g["id"], "cap_w": float(cap), "gpus": job.gpus, "gpu": gpu.name,
-                         "task": g["task"], "cluster": g.get("cluster", ""), "min_cap_w": gpu.min_limit_w,
-                         "max_cap_w": gpu.max_limit_w, "idle_w": gpu.idle_w,
-                         "power_w": st.power_w, "tokens_per_s": st.tokens_per_s,
-                         "mem_clock_mhz": gpu.mem_clock_mhz, "power_per_gpu_w": st.power_w / job.gpus,
-                         "fb_used_gib": memory_footprint_gib(job, gpu, physics),
-                         "temp_c": steady_temp_c(st.power_w / job.gpus),
-                         **{m: mean(m) for m in ("dram_active", "mem_copy_util", "sm_active", "gpu_util",
-                                                 "tensor_active", "sm_clock_mhz")}})
+            rows.append(
+                {
+                    "group": g["id"],
+                    "cap_w": float(cap),
+                    "gpus": job.gpus,
+                    "gpu": gpu.name,
+                    "task": g["task"],
+                    "cluster": g.get("cluster", ""),
+                    "min_cap_w": gpu.min_limit_w,
+                    "max_cap_w": gpu.max_limit_w,
+                    "idle_w": gpu.idle_w,
+                    "power_w": st.power_w,
+                    "tokens_per_s": st.tokens_per_s,
+                    "mem_clock_mhz": gpu.mem_clock_mhz,
+                    "power_per_gpu_w": st.power_w / job.gpus,
+                    "fb_used_gib": memory_footprint_gib(job, gpu, physics),
+                    "temp_c": steady_temp_c(st.power_w / job.gpus),
+                    **{
+                        m: mean(m)
+                        for m in (
+                            "dram_active",
+                            "mem_copy_util",
+                            "sm_active",
+                            "gpu_util",
+                            "tensor_active",
+                            "sm_clock_mhz",
+                        )
+                    },
+                }
+            )
     return pd.DataFrame(rows)
 
 
 @dataclass
 class Tables:
     """The truth table as arrays: groups (G rows) x caps (C)."""
+
     groups: pd.DataFrame
     cap_w: np.ndarray
     metrics: dict[str, np.ndarray]
@@ -136,11 +178,22 @@ class Tables:
     def from_frame(cls, df: pd.DataFrame) -> Tables:
         caps = np.sort(df["cap_w"].unique())
         if len(caps) < 2 or not np.allclose(np.diff(caps), caps[1] - caps[0]):
-            raise ValueError("truth table: caps must be one evenly spaced grid shared by all groups")
-        groups = df.groupby("group", sort=False).first().reset_index()[
-            ["group", "gpus", "gpu", "task", "cluster", "min_cap_w", "max_cap_w", "idle_w"]]
-        wide = {m: df.pivot(index="group", columns="cap_w", values=m).reindex(index=groups["group"], columns=caps)
-                for m in TABLE_METRICS}
+            raise ValueError(
+                "truth table: caps must be one evenly spaced grid shared by all groups"
+            )
+        groups = (
+            df.groupby("group", sort=False)
+            .first()
+            .reset_index()[
+                ["group", "gpus", "gpu", "task", "cluster", "min_cap_w", "max_cap_w", "idle_w"]
+            ]
+        )
+        wide = {
+            m: df.pivot(index="group", columns="cap_w", values=m).reindex(
+                index=groups["group"], columns=caps
+            )
+            for m in TABLE_METRICS
+        }
         if any(w.isna().any().any() for w in wide.values()):
             raise ValueError("truth table: every group needs every cap of the grid")
         return cls(groups, caps, {m: w.to_numpy(float) for m, w in wide.items()})
@@ -152,12 +205,15 @@ class Tables:
     def index(self, cap_w: np.ndarray) -> np.ndarray:
         """Grid index of a cap (NaN -> the top: a GPU left at its default limit)."""
         c = np.where(np.isfinite(cap_w), cap_w, self.cap_w[-1])
-        return np.clip(np.rint((c - self.cap_w[0]) / self.step_w).astype(int), 0, len(self.cap_w) - 1)
+        return np.clip(
+            np.rint((c - self.cap_w[0]) / self.step_w).astype(int), 0, len(self.cap_w) - 1
+        )
 
 
 # ---------------------------------------------------------------------------------------
 # Configuration
 # ---------------------------------------------------------------------------------------
+
 
 def _flat_cluster(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """``control.cluster`` with its ``duration:`` mapping as ClusterConfig's ``duration_*`` fields."""
@@ -172,15 +228,20 @@ def _flat_cluster(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 _CLUSTER = _flat_cluster(section_defaults("control", "cluster"))
 # a scenario's defaults (control.scenarios.<name>, a mapping of any names: its additionalProperties)
-_SCENARIO = defaults(read_schema()["properties"]["control"]["properties"]["scenarios"]["additionalProperties"])
+_SCENARIO = defaults(
+    read_schema()["properties"]["control"]["properties"]["scenarios"]["additionalProperties"]
+)
 
 
 @dataclass
 class ClusterConfig:
     """The simulated cluster and its job stream (config ``control.cluster``; defaults: the schema's)."""
+
     gpus: int = _CLUSTER["gpus"]
-    mix: str = _CLUSTER["mix"]                                   # random (uniform over groups) | production
-    pretraining_fraction: float = _CLUSTER["pretraining_fraction"]   # production mix: share of pretraining jobs
+    mix: str = _CLUSTER["mix"]  # random (uniform over groups) | production
+    pretraining_fraction: float = _CLUSTER[
+        "pretraining_fraction"
+    ]  # production mix: share of pretraining jobs
     mean_interarrival_s: float = _CLUSTER["mean_interarrival_s"]
     duration_median_s: float = _CLUSTER["duration_median_s"]
     duration_sigma: float = _CLUSTER["duration_sigma"]
@@ -189,10 +250,14 @@ class ClusterConfig:
     startup_s: float = _CLUSTER["startup_s"]
     checkpoint_every_s: float = _CLUSTER["checkpoint_every_s"]
     checkpoint_s: float = _CLUSTER["checkpoint_s"]
-    power_noise: float = _CLUSTER["power_noise"]                 # per-GPU power fluctuation sd (AR(1), 5 s)
-    tokens_noise: float = _CLUSTER["tokens_noise"]               # sd of one period's measured tokens/s
-    profile_noise: float = _CLUSTER["profile_noise"]             # sd of a declared profile (a previous run's uncapped telemetry)
-    initial_profiles: str = _CLUSTER["initial_profiles"]         # jobs running at t=0: observed live | declared
+    power_noise: float = _CLUSTER["power_noise"]  # per-GPU power fluctuation sd (AR(1), 5 s)
+    tokens_noise: float = _CLUSTER["tokens_noise"]  # sd of one period's measured tokens/s
+    profile_noise: float = _CLUSTER[
+        "profile_noise"
+    ]  # sd of a declared profile (a previous run's uncapped telemetry)
+    initial_profiles: str = _CLUSTER[
+        "initial_profiles"
+    ]  # jobs running at t=0: observed live | declared
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> ClusterConfig:
@@ -201,20 +266,26 @@ class ClusterConfig:
         if unknown:
             raise ValueError(f"unknown control.cluster key(s): {', '.join(sorted(unknown))}")
         out = cls(**flat)
-        if out.mix not in ("random", "production") or out.initial_profiles not in ("observed", "declared"):
-            raise ValueError("control.cluster: mix is random|production, initial_profiles observed|declared")
+        if out.mix not in ("random", "production") or out.initial_profiles not in (
+            "observed",
+            "declared",
+        ):
+            raise ValueError(
+                "control.cluster: mix is random|production, initial_profiles observed|declared"
+            )
         return out
 
 
 @dataclass
 class Scenario:
     """One curtailment event (config ``control.scenarios.<name>``)."""
+
     name: str
-    signal: Signal | Schedule     # anything with budget(t, basis_w) and active(t)
+    signal: Signal | Schedule  # anything with budget(t, basis_w) and active(t)
     basis: str = "baseline"
     nominal_w: float | None = None
     response_s: float = _SCENARIO["response_s"]
-    tail_s: float = 0.0              # simulated past the signal's end (an event's ramp back and restore)
+    tail_s: float = 0.0  # simulated past the signal's end (an event's ramp back and restore)
     # telemetry outages: [{start_s, duration_s, fraction}] of jobs whose feed goes stale
     telemetry_dropouts: list[dict[str, float]] = field(default_factory=list)
 
@@ -229,8 +300,14 @@ class Scenario:
 # The job stream
 # ---------------------------------------------------------------------------------------
 
-def draw_schedule(groups: pd.DataFrame, cc: ClusterConfig, horizon_s: float, period_s: float,
-                  rng: np.random.Generator) -> pd.DataFrame:
+
+def draw_schedule(
+    groups: pd.DataFrame,
+    cc: ClusterConfig,
+    horizon_s: float,
+    period_s: float,
+    rng: np.random.Generator,
+) -> pd.DataFrame:
     """Jobs (uid, group index, gpus, arrive/start/end on the period grid, slot, initial).
 
     The cluster starts full: jobs drawn until one does not fit, each already part-way
@@ -238,7 +315,9 @@ def draw_schedule(groups: pd.DataFrame, cc: ClusterConfig, horizon_s: float, per
     Slots are positions of running jobs (at most ``gpus // smallest job``)."""
     gpus = groups["gpus"].to_numpy(int)
     if cc.gpus < gpus.min():
-        raise ValueError(f"control.cluster.gpus = {cc.gpus}: smaller than the smallest job ({gpus.min()} GPUs)")
+        raise ValueError(
+            f"control.cluster.gpus = {cc.gpus}: smaller than the smallest job ({gpus.min()} GPUs)"
+        )
     is_pt = (groups["task"] == "pt").to_numpy()
     pt, ft = np.flatnonzero(is_pt), np.flatnonzero(~is_pt)
 
@@ -257,17 +336,30 @@ def draw_schedule(groups: pd.DataFrame, cc: ClusterConfig, horizon_s: float, per
     free_slots = list(range(n_slots))[::-1]
     jobs: list[dict[str, Any]] = []
     free, misses = cc.gpus, 0
-    while misses < 5:                                   # the cluster at t = 0
+    while misses < 5:  # the cluster at t = 0
         g = pick()
         if gpus[g] > free:
             misses += 1
             continue
         d = duration()
         start = -snap(rng.uniform(0.0, d))
-        jobs.append({"group": g, "gpus": int(gpus[g]), "arrive_s": start, "start_s": start,
-                     "end_s": max(start + snap(d), period_s), "slot": free_slots.pop(), "initial": True})
+        jobs.append(
+            {
+                "group": g,
+                "gpus": int(gpus[g]),
+                "arrive_s": start,
+                "start_s": start,
+                "end_s": max(start + snap(d), period_s),
+                "slot": free_slots.pop(),
+                "initial": True,
+            }
+        )
         free -= gpus[g]
-    arrivals = np.cumsum(rng.exponential(cc.mean_interarrival_s, size=int(3 * horizon_s / cc.mean_interarrival_s) + 10))
+    arrivals = np.cumsum(
+        rng.exponential(
+            cc.mean_interarrival_s, size=int(3 * horizon_s / cc.mean_interarrival_s) + 10
+        )
+    )
     arrivals = [snap(a) for a in arrivals if a < horizon_s]
     queue: list[dict[str, Any]] = []
     running = list(jobs)
@@ -280,7 +372,15 @@ def draw_schedule(groups: pd.DataFrame, cc: ClusterConfig, horizon_s: float, per
             free_slots.append(j["slot"])
         while a < len(arrivals) and arrivals[a] <= t:
             g = pick()
-            queue.append({"group": g, "gpus": int(gpus[g]), "arrive_s": arrivals[a], "initial": False, "d": duration()})
+            queue.append(
+                {
+                    "group": g,
+                    "gpus": int(gpus[g]),
+                    "arrive_s": arrivals[a],
+                    "initial": False,
+                    "d": duration(),
+                }
+            )
             a += 1
         while queue and queue[0]["gpus"] <= free:
             j = queue.pop(0)
@@ -288,7 +388,9 @@ def draw_schedule(groups: pd.DataFrame, cc: ClusterConfig, horizon_s: float, per
             free -= j["gpus"]
             running.append(j)
             jobs.append(j)
-    out = pd.DataFrame(jobs, columns=["group", "gpus", "arrive_s", "start_s", "end_s", "slot", "initial"])
+    out = pd.DataFrame(
+        jobs, columns=["group", "gpus", "arrive_s", "start_s", "end_s", "slot", "initial"]
+    )
     out.insert(0, "uid", np.arange(len(out)))
     return out
 
@@ -296,6 +398,7 @@ def draw_schedule(groups: pd.DataFrame, cc: ClusterConfig, horizon_s: float, per
 # ---------------------------------------------------------------------------------------
 # The oracle
 # ---------------------------------------------------------------------------------------
+
 
 class Oracle:
     """Exact allocation on the true curves of the running jobs, then for each job the
@@ -312,7 +415,9 @@ class Oracle:
         self._key: tuple | None = None
         self._caps: np.ndarray | None = None
 
-    def caps(self, budget_w: float, slot_group: np.ndarray, active: np.ndarray, idle_w: float) -> np.ndarray:
+    def caps(
+        self, budget_w: float, slot_group: np.ndarray, active: np.ndarray, idle_w: float
+    ) -> np.ndarray:
         lo, hi = self.lo[slot_group], self.hi[slot_group]
         if not np.isfinite(budget_w):
             return np.where(active, hi, np.nan)
@@ -334,28 +439,36 @@ class Oracle:
 # The simulation
 # ---------------------------------------------------------------------------------------
 
+
 @dataclass
 class SimResult:
-    rows: list[str]                 # policies, then "oracle", "uncapped"
-    t_s: np.ndarray                 # (n,) 1-s grid
-    budget_w: np.ndarray            # (n,) inf = no event
-    required_w: np.ndarray          # (n,) budget to comply with (response time applied)
-    power_w: np.ndarray             # (rows, n) cluster power
-    tokens: np.ndarray              # (rows, jobs) tokens per job
-    jobs: pd.DataFrame              # the schedule + per-job estimates
-    fallback_s: np.ndarray          # (rows,) job-seconds on the safe fallback cap
-    cap_changes: np.ndarray         # (rows,) cap changes (job x period)
+    rows: list[str]  # policies, then "oracle", "uncapped"
+    t_s: np.ndarray  # (n,) 1-s grid
+    budget_w: np.ndarray  # (n,) inf = no event
+    required_w: np.ndarray  # (n,) budget to comply with (response time applied)
+    power_w: np.ndarray  # (rows, n) cluster power
+    tokens: np.ndarray  # (rows, jobs) tokens per job
+    jobs: pd.DataFrame  # the schedule + per-job estimates
+    fallback_s: np.ndarray  # (rows,) job-seconds on the safe fallback cap
+    cap_changes: np.ndarray  # (rows,) cap changes (job x period)
     tolerance: float
 
     def timeseries(self) -> pd.DataFrame:
-        out = pd.DataFrame({"t_s": self.t_s, "budget_w": self.budget_w, "required_w": self.required_w})
+        out = pd.DataFrame(
+            {"t_s": self.t_s, "budget_w": self.budget_w, "required_w": self.required_w}
+        )
         for r, name in enumerate(self.rows):
             out[f"power_w:{name}"] = self.power_w[r].astype(np.float32)
         return out
 
 
-def declared_profiles(tables: Tables, schedule: pd.DataFrame, model: Mapping[str, Any] | None,
-                      noise: float, rng: np.random.Generator) -> pd.DataFrame:
+def declared_profiles(
+    tables: Tables,
+    schedule: pd.DataFrame,
+    model: Mapping[str, Any] | None,
+    noise: float,
+    rng: np.random.Generator,
+) -> pd.DataFrame:
     """Each job's uncapped telemetry as a previous run of it measured it (noisy), and the
     PFI the predictor gives for it (any feature set: the truth table has every metric)."""
     g = schedule["group"].to_numpy()
@@ -370,9 +483,16 @@ def declared_profiles(tables: Tables, schedule: pd.DataFrame, model: Mapping[str
     return prof
 
 
-def simulate(tables: Tables, scenario: Scenario, policies: Sequence[str], ctl_cfg: ControlConfig,
-             cc: ClusterConfig, seed: int, model: Mapping[str, Any] | None = None,
-             schedule: pd.DataFrame | None = None) -> SimResult:
+def simulate(
+    tables: Tables,
+    scenario: Scenario,
+    policies: Sequence[str],
+    ctl_cfg: ControlConfig,
+    cc: ClusterConfig,
+    seed: int,
+    model: Mapping[str, Any] | None = None,
+    schedule: pd.DataFrame | None = None,
+) -> SimResult:
     """Run every policy, the oracle and the uncapped reference through one scenario."""
     period = ctl_cfg.period_s
     n_sub = int(round(period))
@@ -380,7 +500,9 @@ def simulate(tables: Tables, scenario: Scenario, policies: Sequence[str], ctl_cf
         raise ValueError(f"control period {period} s: must be a whole number of seconds")
     bad = [p for p in policies if p not in CONTROL_POLICIES]
     if bad:
-        raise ValueError(f"unknown control policy {bad[0]!r}; choose from {', '.join(CONTROL_POLICIES)}")
+        raise ValueError(
+            f"unknown control policy {bad[0]!r}; choose from {', '.join(CONTROL_POLICIES)}"
+        )
     rng = np.random.default_rng(stable_seed(seed, scenario.name))
     horizon = scenario.signal.duration_s + scenario.tail_s
     n_ticks = int(math.ceil(horizon / period))
@@ -424,8 +546,10 @@ def simulate(tables: Tables, scenario: Scenario, policies: Sequence[str], ctl_cf
     fallback_s = np.zeros(R)
     changes = np.zeros(R, int)
     est_rows: dict[int, dict[str, float]] = {}
-    dropouts = [(d["start_s"], d["start_s"] + d["duration_s"], float(d.get("fraction", 1.0)))
-                for d in scenario.telemetry_dropouts]
+    dropouts = [
+        (d["start_s"], d["start_s"] + d["duration_s"], float(d.get("fraction", 1.0)))
+        for d in scenario.telemetry_dropouts
+    ]
     drop_draw = rng.random(S)
     table = JobTable.empty(S)
     online = policies.index("online-learning") if "online-learning" in policies else None
@@ -437,18 +561,25 @@ def simulate(tables: Tables, scenario: Scenario, policies: Sequence[str], ctl_cf
         est = ctl.estimates()
         r = online if online is not None else 0
         knots = ctl.knots_w[slots]
-        true_t = interp(tables.metrics["power_w"][slot_g[slots]], tables.metrics["tokens_per_s"][slot_g[slots]], knots)
+        true_t = interp(
+            tables.metrics["power_w"][slot_g[slots]],
+            tables.metrics["tokens_per_s"][slot_g[slots]],
+            knots,
+        )
         t_max = ctl.profile.t_max[slots][:, None]
         err = lambda curve: np.sqrt(np.mean(((curve - true_t) / t_max) ** 2, -1))  # noqa: E731
         prior_err, learned_err = err(ctl.prior_t[slots]), err(ctl.learned_curves()[r, slots])
         true_pfi = curve_pfi(knots, true_t)
         for i, s in enumerate(slots):
             est_rows[int(slot_uid[s])] = {
-                "pfi_true": float(true_pfi[i]), "pfi_prior": float(est["pfi_prior"][s]),
+                "pfi_true": float(true_pfi[i]),
+                "pfi_prior": float(est["pfi_prior"][s]),
                 "pfi_learned": float(est["pfi_learned"][r, s]) if online is not None else np.nan,
                 "curve_rmse_prior": float(prior_err[i]),
                 "curve_rmse_learned": float(learned_err[i]) if online is not None else np.nan,
-                "n_obs": int(est["n_obs"][r, s]), "power_ratio": float(est["ratio"][r, s])}
+                "n_obs": int(est["n_obs"][r, s]),
+                "power_ratio": float(est["ratio"][r, s]),
+            }
 
     for k in range(n_ticks):
         t0 = k * period
@@ -460,19 +591,24 @@ def simulate(tables: Tables, scenario: Scenario, policies: Sequence[str], ctl_cf
             j = sched[u]
             s = j["slot"]
             slot_uid[s], slot_g[s], slot_start[s] = u, j["group"], j["start_s"]
-            caps[:, s] = np.nan                       # a new job starts at the GPUs' default limit
+            caps[:, s] = np.nan  # a new job starts at the GPUs' default limit
             power[:, s] = j["gpus"] * idle_w
         if gone or k == 0 or starts.get(k):
             active = slot_uid >= 0
             uid = np.where(active, slot_uid, 0)
             known = active & ~undeclared[uid]
             nan_unless = lambda a: np.where(known, a, np.nan)  # noqa: E731
-            table = JobTable(uid=slot_uid.copy(), gpus=np.where(active, g_gpus[slot_g], 0).astype(int),
-                             min_cap_w=g_lo[slot_g], max_cap_w=g_hi[slot_g], moe_ft=g_moe_ft[slot_g],
-                             p_max_w=nan_unless(prof["power_w"].to_numpy()[uid]),
-                             t_max=nan_unless(prof["tokens_per_s"].to_numpy()[uid]),
-                             dram_copy_product=nan_unless(prof["dram_copy_product"].to_numpy()[uid]),
-                             pfi=nan_unless(prof["pfi"].to_numpy()[uid]))
+            table = JobTable(
+                uid=slot_uid.copy(),
+                gpus=np.where(active, g_gpus[slot_g], 0).astype(int),
+                min_cap_w=g_lo[slot_g],
+                max_cap_w=g_hi[slot_g],
+                moe_ft=g_moe_ft[slot_g],
+                p_max_w=nan_unless(prof["power_w"].to_numpy()[uid]),
+                t_max=nan_unless(prof["tokens_per_s"].to_numpy()[uid]),
+                dram_copy_product=nan_unless(prof["dram_copy_product"].to_numpy()[uid]),
+                pfi=nan_unless(prof["pfi"].to_numpy()[uid]),
+            )
             gpus = table.gpus.astype(float)
             idle_gpus = cc.gpus - int(gpus.sum())
             uncapped_w = (p_top[slot_g] * active).sum() + idle_gpus * idle_w
@@ -480,7 +616,7 @@ def simulate(tables: Tables, scenario: Scenario, policies: Sequence[str], ctl_cf
         if scenario.basis == "nominal":
             basis = float(scenario.nominal_w)
         elif scenario.basis == "uncapped" or k == 0 or not in_event[k * n_sub - 1]:
-            basis = uncapped_w                      # a baseline is held from the start of an event
+            basis = uncapped_w  # a baseline is held from the start of an event
         budget[sec] = scenario.signal.budget(t_sec[sec], basis)
 
         # ---- physics, 1-s steps ------------------------------------------------------
@@ -499,7 +635,9 @@ def simulate(tables: Tables, scenario: Scenario, policies: Sequence[str], ctl_cf
             target = np.where(train, p_train, np.where(active, phase_w, 0.0))
             # the jobs running at t = 0 are in their steady state already
             power = target if k == 0 and i == 0 else target + (power - target) * decay
-            fluct = phi * fluct + math.sqrt(1 - phi**2) * rng.standard_normal(S) * cc.power_noise / np.sqrt(np.maximum(gpus, 1))
+            fluct = phi * fluct + math.sqrt(1 - phi**2) * rng.standard_normal(
+                S
+            ) * cc.power_noise / np.sqrt(np.maximum(gpus, 1))
             actual = np.where(train, np.minimum(power * (1 + fluct), cap_power), power)
             actual = np.where(active, actual, 0.0)
             power_sec[:, k * n_sub + i] = actual.sum(-1) + idle_gpus * idle_w
@@ -515,15 +653,19 @@ def simulate(tables: Tables, scenario: Scenario, policies: Sequence[str], ctl_cf
         for a0, a1, f in dropouts:
             if a0 <= t1 < a1:
                 stale |= drop_draw < f
-        util = (np.where(acc_train == n_sub, u_train, u_train * acc_train / n_sub) + acc_u / n_sub)
-        read = Readings(power_w=acc_p[:NC] / n_sub,
-                        tokens_per_s=acc_t[:NC] / n_sub * (1 + cc.tokens_noise * rng.standard_normal((NC, S))),
-                        gpu_util=util[:NC], age_s=np.where(stale, np.inf, 0.0)[None],
-                        total_power_w=power_sec[:NC, sec].mean(-1),
-                        idle_power_w=np.full(NC, idle_gpus * idle_w), idle_gpus=idle_gpus,
-                        dram_active=tables.metrics["dram_active"][slot_g, idx[:NC]],
-                        mem_copy_util=tables.metrics["mem_copy_util"][slot_g, idx[:NC]],
-                        sm_active=tables.metrics["sm_active"][slot_g, idx[:NC]])
+        util = np.where(acc_train == n_sub, u_train, u_train * acc_train / n_sub) + acc_u / n_sub
+        read = Readings(
+            power_w=acc_p[:NC] / n_sub,
+            tokens_per_s=acc_t[:NC] / n_sub * (1 + cc.tokens_noise * rng.standard_normal((NC, S))),
+            gpu_util=util[:NC],
+            age_s=np.where(stale, np.inf, 0.0)[None],
+            total_power_w=power_sec[:NC, sec].mean(-1),
+            idle_power_w=np.full(NC, idle_gpus * idle_w),
+            idle_gpus=idle_gpus,
+            dram_active=tables.metrics["dram_active"][slot_g, idx[:NC]],
+            mem_copy_util=tables.metrics["mem_copy_util"][slot_g, idx[:NC]],
+            sm_active=tables.metrics["sm_active"][slot_g, idx[:NC]],
+        )
         b_now = float(scenario.signal.budget(t1, basis))
         # the event's ramp limit holds every cap step (kW/s), as on a real node (wattflex control)
         ramp_w_per_s = ramp_at(scenario.signal, t1)
@@ -532,12 +674,25 @@ def simulate(tables: Tables, scenario: Scenario, policies: Sequence[str], ctl_cf
         changes[:NC] += moved.sum(-1)
         fallback_s[:NC] += ctl.fallback.sum(-1) * period
         caps[:NC] = new
-        b_oracle = float(scenario.signal.budget(t1 + np.arange(0.0, ctl_cfg.settle_s + period + 1e-9, 1.0), basis).min())
+        b_oracle = float(
+            scenario.signal.budget(
+                t1 + np.arange(0.0, ctl_cfg.settle_s + period + 1e-9, 1.0), basis
+            ).min()
+        )
         new_o = oracle.caps(b_oracle, slot_g, active, idle_gpus * idle_w)
         with np.errstate(invalid="ignore", divide="ignore"):
             drawn_o = np.where(active, acc_p[ORACLE] / n_sub / np.maximum(gpus, 1), np.inf)
-        new_o = ramp_caps(caps[ORACLE], new_o, drawn_o, gpus, g_lo[slot_g], g_hi[slot_g], tables.step_w,
-                          ramp_w_per_s * period, active)
+        new_o = ramp_caps(
+            caps[ORACLE],
+            new_o,
+            drawn_o,
+            gpus,
+            g_lo[slot_g],
+            g_hi[slot_g],
+            tables.step_w,
+            ramp_w_per_s * period,
+            active,
+        )
         changes[ORACLE] += (np.isfinite(new_o) & ~(np.abs(new_o - caps[ORACLE]) < 1e-9)).sum()
         caps[ORACLE] = new_o
         caps[UNCAPPED] = np.where(active, g_hi[slot_g], np.nan)
@@ -551,30 +706,63 @@ def simulate(tables: Tables, scenario: Scenario, policies: Sequence[str], ctl_cf
     jobs = jobs.join(est, on="uid")
     for r, name in enumerate(rows):
         jobs[f"tokens:{name}"] = tokens[r]
-    return SimResult(rows, t_sec, budget, required, power_sec, tokens, jobs, fallback_s, changes, ctl_cfg.tolerance)
+    return SimResult(
+        rows,
+        t_sec,
+        budget,
+        required,
+        power_sec,
+        tokens,
+        jobs,
+        fallback_s,
+        changes,
+        ctl_cfg.tolerance,
+    )
 
 
-def _phases(elapsed_s: np.ndarray, active: np.ndarray, cc: ClusterConfig) -> tuple[np.ndarray, np.ndarray]:
+def _phases(
+    elapsed_s: np.ndarray, active: np.ndarray, cc: ClusterConfig
+) -> tuple[np.ndarray, np.ndarray]:
     """(training, checkpointing) masks of jobs ``elapsed_s`` after their start."""
     run = active & (elapsed_s >= cc.startup_s)
     since = elapsed_s - cc.startup_s
-    ckpt = run & (since >= cc.checkpoint_every_s) & (np.mod(since, cc.checkpoint_every_s) < cc.checkpoint_s)
+    ckpt = (
+        run
+        & (since >= cc.checkpoint_every_s)
+        & (np.mod(since, cc.checkpoint_every_s) < cc.checkpoint_s)
+    )
     return run & ~ckpt, ckpt
 
 
-def simulate_scenario(tables: Tables, control: Mapping[str, Any], name: str, signal_path: str,
-                      model: Mapping[str, Any] | None = None) -> SimResult:
+def simulate_scenario(
+    tables: Tables,
+    control: Mapping[str, Any],
+    name: str,
+    signal_path: str,
+    model: Mapping[str, Any] | None = None,
+) -> SimResult:
     """One scenario from the ``control`` config slice as a loaded config has it, the schema's
     defaults filled (``controller``, ``cluster``, ``policies``, ``seed``, ``cap_step_w``), and this
     scenario's settings under ``scenario``."""
-    ctl_cfg = ControlConfig.from_dict({**control["controller"], "cap_step_w": control["cap_step_w"]})
+    ctl_cfg = ControlConfig.from_dict(
+        {**control["controller"], "cap_step_w": control["cap_step_w"]}
+    )
     if abs(ctl_cfg.cap_step_w - tables.step_w) > 1e-9:
-        raise ValueError(f"control.cap_step_w {ctl_cfg.cap_step_w:g} W differs from the truth table's grid {tables.step_w:g} W")
+        raise ValueError(
+            f"control.cap_step_w {ctl_cfg.cap_step_w:g} W differs from the truth table's grid {tables.step_w:g} W"
+        )
     settings = {k: v for k, v in dict(control.get("scenario", {})).items() if k != "signal"}
     scenario = Scenario(name, read_schedule(signal_path), **settings)
     policies = list(control.get("policies") or CONTROL_POLICIES)
-    return simulate(tables, scenario, policies, ctl_cfg, ClusterConfig.from_dict(control["cluster"]),
-                    int(control["seed"]), model)
+    return simulate(
+        tables,
+        scenario,
+        policies,
+        ctl_cfg,
+        ClusterConfig.from_dict(control["cluster"]),
+        int(control["seed"]),
+        model,
+    )
 
 
 def _trailing_max(x: np.ndarray, window: int) -> np.ndarray:
@@ -589,6 +777,7 @@ def _trailing_max(x: np.ndarray, window: int) -> np.ndarray:
 # Summaries
 # ---------------------------------------------------------------------------------------
 
+
 def summarize(res: SimResult) -> pd.DataFrame:
     """One row per policy (and reference): budget tracking and tokens."""
     event = np.isfinite(res.required_w)
@@ -601,21 +790,25 @@ def summarize(res: SimResult) -> pd.DataFrame:
     rows = []
     for r, name in enumerate(res.rows):
         o = over[r] if dur else np.zeros(1)
-        rows.append({
-            "policy": name,
-            "worst_overshoot_w": float(max(o.max(), 0.0)),
-            "seconds_above_budget": float((o > 0).sum()),
-            "tokens": float(tokens[r]),
-            "tokens_vs_oracle": float(tokens[r] / orc) if orc > 0 else np.nan,
-            "kind": "reference" if name in CLUSTER_REFERENCES else "controller",
-            "worst_overshoot_frac": float(max((o / req).max(), 0.0)) if dur else 0.0,
-            "seconds_beyond_tolerance": float((o > res.tolerance * req).sum()) if dur else 0.0,
-            "event_s": float(dur),
-            "mean_budget_w": float(req.mean()) if dur else np.nan,
-            "mean_power_in_event_w": float(res.power_w[r, event].mean()) if dur else np.nan,
-            "tokens_lost_vs_uncapped": float(1 - tokens[r] / unc) if unc > 0 else np.nan,
-            "gap_closed_vs_equal_weight": float((tokens[r] - eq) / (orc - eq)) if np.isfinite(eq) and orc > eq else np.nan,
-            "fallback_job_s": float(res.fallback_s[r]),
-            "cap_changes": int(res.cap_changes[r]),
-        })
+        rows.append(
+            {
+                "policy": name,
+                "worst_overshoot_w": float(max(o.max(), 0.0)),
+                "seconds_above_budget": float((o > 0).sum()),
+                "tokens": float(tokens[r]),
+                "tokens_vs_oracle": float(tokens[r] / orc) if orc > 0 else np.nan,
+                "kind": "reference" if name in CLUSTER_REFERENCES else "controller",
+                "worst_overshoot_frac": float(max((o / req).max(), 0.0)) if dur else 0.0,
+                "seconds_beyond_tolerance": float((o > res.tolerance * req).sum()) if dur else 0.0,
+                "event_s": float(dur),
+                "mean_budget_w": float(req.mean()) if dur else np.nan,
+                "mean_power_in_event_w": float(res.power_w[r, event].mean()) if dur else np.nan,
+                "tokens_lost_vs_uncapped": float(1 - tokens[r] / unc) if unc > 0 else np.nan,
+                "gap_closed_vs_equal_weight": float((tokens[r] - eq) / (orc - eq))
+                if np.isfinite(eq) and orc > eq
+                else np.nan,
+                "fallback_job_s": float(res.fallback_s[r]),
+                "cap_changes": int(res.cap_changes[r]),
+            }
+        )
     return pd.DataFrame(rows)

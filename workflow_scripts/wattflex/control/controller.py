@@ -77,11 +77,13 @@ from wattflex.schema import section_defaults
 # Budget signal
 # ---------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Signal:
     """A budget signal: ``fraction`` of a basis power at ``time_s``, piecewise linear between
     rows (two rows at the same time make a step); before the first row the first value
     holds, after the last row the last one. A fraction >= 1 means no curtailment."""
+
     time_s: np.ndarray
     fraction: np.ndarray
 
@@ -108,15 +110,21 @@ def read_signal(path: str | Path) -> Signal:
     df = pd.read_csv(path, comment="#")
     missing = {"time_s", "fraction"} - set(df.columns)
     if missing:
-        raise ValueError(f"signal {path}: missing column(s) {', '.join(sorted(missing))} (need time_s,fraction)")
+        raise ValueError(
+            f"signal {path}: missing column(s) {', '.join(sorted(missing))} (need time_s,fraction)"
+        )
     t, f = df["time_s"].to_numpy(float), df["fraction"].to_numpy(float)
     if len(t) == 0 or not (np.isfinite(t).all() and np.isfinite(f).all()):
         raise ValueError(f"signal {path}: empty or non-numeric time_s/fraction")
     if (np.diff(t) < 0).any():
-        raise ValueError(f"signal {path}: time_s must not decrease (row {int(np.argmax(np.diff(t) < 0)) + 3})")
+        raise ValueError(
+            f"signal {path}: time_s must not decrease (row {int(np.argmax(np.diff(t) < 0)) + 3})"
+        )
     if t[-1] < 0:  # its length is its last time: it would run "for -50 s"
-        raise ValueError(f"signal {path}: time_s ends at {t[-1]:g} s, before the start: times are seconds "
-                         "from the start, the last one >= 0")
+        raise ValueError(
+            f"signal {path}: time_s ends at {t[-1]:g} s, before the start: times are seconds "
+            "from the start, the last one >= 0"
+        )
     if (f <= 0).any() or (f > 2).any():
         raise ValueError(f"signal {path}: fraction must be in (0, 2], got {f.min():g}..{f.max():g}")
     return Signal(t, f)
@@ -126,33 +134,69 @@ def read_signal(path: str | Path) -> Signal:
 # Configuration, inputs
 # ---------------------------------------------------------------------------------------
 
-_CONTROLLER = {**section_defaults("control", "controller"), "cap_step_w": section_defaults("control")["cap_step_w"]}
+_CONTROLLER = {
+    **section_defaults("control", "controller"),
+    "cap_step_w": section_defaults("control")["cap_step_w"],
+}
 
 
 @dataclass
 class ControlConfig:
     """The controller's settings (config ``control.controller``, and ``control.cap_step_w``);
     defaults: the schema's."""
-    period_s: float = _CONTROLLER["period_s"]            # control period (the DCGM exporter's period)
-    tolerance: float = _CONTROLLER["tolerance"]          # overshoot allowed once the response time has passed (fraction of budget)
+
+    period_s: float = _CONTROLLER["period_s"]  # control period (the DCGM exporter's period)
+    tolerance: float = _CONTROLLER[
+        "tolerance"
+    ]  # overshoot allowed once the response time has passed (fraction of budget)
     target_margin: float = _CONTROLLER["target_margin"]  # aim this far below the budget
-    settle_s: float = _CONTROLLER["settle_s"]            # telemetry after a cap change is trusted from then on (firmware tau ~2 s)
-    stale_after_s: float = _CONTROLLER["stale_after_s"]  # older telemetry -> safe equal-weight cap for that job
-    steady_util: float = _CONTROLLER["steady_util"]      # GPU util (%) over a whole period that marks steady training
-    cap_step_w: float = _CONTROLLER["cap_step_w"]        # caps are rounded down to this grid
-    idle_headroom_w: float = _CONTROLLER["idle_headroom_w"]  # charged per GPU without a job, above its measured power
-    ratio_decay: float = _CONTROLLER["ratio_decay"]      # per period: how fast the power/cap ratio may fall toward observations
-    trim_gain: float = _CONTROLLER["trim_gain"]          # fraction of a settled overshoot removed per period
-    trim_recover: float = _CONTROLLER["trim_recover"]    # trim relaxes by this fraction of the budget per second
-    knots: int = _CONTROLLER["knots"]                    # points of each learned curve
-    prior_rel_sd: float = _CONTROLLER["prior_rel_sd"]    # prior sd of throughput at the lowest knot, fraction of T_max
-    prior_corr: float = _CONTROLLER["prior_corr"]        # correlation length along the curve (fraction of its power range)
-    obs_rel_sd: float = _CONTROLLER["obs_rel_sd"]        # sd of one period's tokens/s, fraction of T_max (noise + model misfit)
-    moe_ft_share: float = _CONTROLLER["moe_ft_share"]    # moe-ft-weighted: MoE fine-tuning jobs take this multiple of the cut
-    profile_tolerance: float = _CONTROLLER["profile_tolerance"]  # a declared uncapped power this far off the measured one is replaced
-    steady_power_change: float = _CONTROLLER["steady_power_change"]  # steady: job power within this fraction of the previous period's
-    replan_s: float = _CONTROLLER["replan_s"]            # online-learning: learned curves enter the allocation this often
-    restore_stagger_s: float = _CONTROLLER["restore_stagger_s"]  # after an event, uncap one job per this many seconds (0: all at once)
+    settle_s: float = _CONTROLLER[
+        "settle_s"
+    ]  # telemetry after a cap change is trusted from then on (firmware tau ~2 s)
+    stale_after_s: float = _CONTROLLER[
+        "stale_after_s"
+    ]  # older telemetry -> safe equal-weight cap for that job
+    steady_util: float = _CONTROLLER[
+        "steady_util"
+    ]  # GPU util (%) over a whole period that marks steady training
+    cap_step_w: float = _CONTROLLER["cap_step_w"]  # caps are rounded down to this grid
+    idle_headroom_w: float = _CONTROLLER[
+        "idle_headroom_w"
+    ]  # charged per GPU without a job, above its measured power
+    ratio_decay: float = _CONTROLLER[
+        "ratio_decay"
+    ]  # per period: how fast the power/cap ratio may fall toward observations
+    trim_gain: float = _CONTROLLER[
+        "trim_gain"
+    ]  # fraction of a settled overshoot removed per period
+    trim_recover: float = _CONTROLLER[
+        "trim_recover"
+    ]  # trim relaxes by this fraction of the budget per second
+    knots: int = _CONTROLLER["knots"]  # points of each learned curve
+    prior_rel_sd: float = _CONTROLLER[
+        "prior_rel_sd"
+    ]  # prior sd of throughput at the lowest knot, fraction of T_max
+    prior_corr: float = _CONTROLLER[
+        "prior_corr"
+    ]  # correlation length along the curve (fraction of its power range)
+    obs_rel_sd: float = _CONTROLLER[
+        "obs_rel_sd"
+    ]  # sd of one period's tokens/s, fraction of T_max (noise + model misfit)
+    moe_ft_share: float = _CONTROLLER[
+        "moe_ft_share"
+    ]  # moe-ft-weighted: MoE fine-tuning jobs take this multiple of the cut
+    profile_tolerance: float = _CONTROLLER[
+        "profile_tolerance"
+    ]  # a declared uncapped power this far off the measured one is replaced
+    steady_power_change: float = _CONTROLLER[
+        "steady_power_change"
+    ]  # steady: job power within this fraction of the previous period's
+    replan_s: float = _CONTROLLER[
+        "replan_s"
+    ]  # online-learning: learned curves enter the allocation this often
+    restore_stagger_s: float = _CONTROLLER[
+        "restore_stagger_s"
+    ]  # after an event, uncap one job per this many seconds (0: all at once)
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> ControlConfig:
@@ -162,9 +206,16 @@ class ControlConfig:
         if unknown:
             raise ValueError(f"unknown control.controller key(s): {', '.join(sorted(unknown))}")
         out = cls(**cfg)
-        if out.period_s <= 0 or out.cap_step_w <= 0 or out.knots < 3 or not out.restore_stagger_s >= 0:
-            raise ValueError("control.controller: period_s and cap_step_w must be > 0, knots >= 3, "
-                             "restore_stagger_s >= 0")
+        if (
+            out.period_s <= 0
+            or out.cap_step_w <= 0
+            or out.knots < 3
+            or not out.restore_stagger_s >= 0
+        ):
+            raise ValueError(
+                "control.controller: period_s and cap_step_w must be > 0, knots >= 3, "
+                "restore_stagger_s >= 0"
+            )
         return out
 
 
@@ -175,6 +226,7 @@ class JobTable:
     ``uid`` < 0 marks an empty slot; a new uid in a slot is a new job. Profile fields
     (``p_max_w``, ``t_max``, ``dram_copy_product``, ``pfi``) come from the job's uncapped
     telemetry; NaN = not declared (learned from the job's first steady uncapped period)."""
+
     uid: np.ndarray
     gpus: np.ndarray
     min_cap_w: np.ndarray
@@ -188,8 +240,17 @@ class JobTable:
     @classmethod
     def empty(cls, n: int) -> JobTable:
         nan = lambda: np.full(n, np.nan)  # noqa: E731
-        return cls(np.full(n, -1), np.zeros(n, int), np.full(n, 200.0), np.full(n, 700.0), np.zeros(n, bool),
-                   nan(), nan(), nan(), nan())
+        return cls(
+            np.full(n, -1),
+            np.zeros(n, int),
+            np.full(n, 200.0),
+            np.full(n, 700.0),
+            np.zeros(n, bool),
+            nan(),
+            nan(),
+            nan(),
+            nan(),
+        )
 
     @property
     def active(self) -> np.ndarray:
@@ -201,6 +262,7 @@ class Readings:
     """One control period of telemetry. Per job (R, S) or (S,): period means; ``age_s`` is how
     old the newest sample is (inf or NaN power = no feed). Per cluster (R,): measured total
     power and the power of GPUs without a job (``idle_gpus`` of them)."""
+
     power_w: np.ndarray
     tokens_per_s: np.ndarray
     gpu_util: np.ndarray
@@ -220,8 +282,17 @@ def ramp_at(source: Any, t_s: float) -> float:
     return float(started[-1].ramp_w_per_s) if started else math.inf
 
 
-def ramp_caps(old_w: np.ndarray, caps_w: np.ndarray, drawn_w: np.ndarray, gpus: np.ndarray, min_cap_w: np.ndarray,
-              max_cap_w: np.ndarray, cap_step_w: float, allow_w: float, active: np.ndarray | None = None) -> np.ndarray:
+def ramp_caps(
+    old_w: np.ndarray,
+    caps_w: np.ndarray,
+    drawn_w: np.ndarray,
+    gpus: np.ndarray,
+    min_cap_w: np.ndarray,
+    max_cap_w: np.ndarray,
+    cap_step_w: float,
+    allow_w: float,
+    active: np.ndarray | None = None,
+) -> np.ndarray:
     """The ramp limit on one step's cap changes, shared by the controller and the cluster
     simulation's oracle: per-GPU ``caps_w`` (R, S) from ``old_w`` (the caps applied now; NaN:
     a job new to them, not limited) with the load the changes move, summed over every job's
@@ -232,7 +303,7 @@ def ramp_caps(old_w: np.ndarray, caps_w: np.ndarray, drawn_w: np.ndarray, gpus: 
     if not (math.isfinite(allow_w) and allow_w >= 0):
         return caps_w
     g, old = np.asarray(gpus, float), np.asarray(old_w, float)
-    eff = np.minimum(old, drawn_w)                       # what a GPU draws now, at most its cap
+    eff = np.minimum(old, drawn_w)  # what a GPU draws now, at most its cap
     known = np.isfinite(old) if active is None else np.asarray(active, bool) & np.isfinite(old)
     down, up = known & (caps_w < eff), known & (caps_w > old)
     shed = (g * np.where(down, eff - caps_w, 0.0)).sum(-1, keepdims=True)
@@ -241,22 +312,38 @@ def ramp_caps(old_w: np.ndarray, caps_w: np.ndarray, drawn_w: np.ndarray, gpus: 
     f_up = np.minimum(1.0, np.divide(allow_w, rise, out=np.ones_like(rise), where=rise > 0))
     lo, hi = np.asarray(min_cap_w, float), np.asarray(max_cap_w, float)
     with np.errstate(invalid="ignore"):
-        cut = np.clip(np.ceil((eff - f_down * (eff - caps_w)) / cap_step_w - 1e-9) * cap_step_w, lo, hi)
-        lift = np.maximum(old, np.clip(np.floor((old + f_up * (caps_w - old)) / cap_step_w + 1e-9) * cap_step_w, lo, hi))
+        cut = np.clip(
+            np.ceil((eff - f_down * (eff - caps_w)) / cap_step_w - 1e-9) * cap_step_w, lo, hi
+        )
+        lift = np.maximum(
+            old,
+            np.clip(
+                np.floor((old + f_up * (caps_w - old)) / cap_step_w + 1e-9) * cap_step_w, lo, hi
+            ),
+        )
     slow_down, slow_up = down & (f_down < 1), up & (f_up < 1)
     # the rounding keeps each move under its share; what it left of the allowance buys whole
     # cap steps, one per job in slot order, or a slow ramp over many GPUs would never move
     step_w = g * cap_step_w
-    left_down = allow_w - (g * np.where(down, eff - np.where(slow_down, cut, caps_w), 0.0)).sum(-1, keepdims=True)
+    left_down = allow_w - (g * np.where(down, eff - np.where(slow_down, cut, caps_w), 0.0)).sum(
+        -1, keepdims=True
+    )
     more_down = slow_down & (cut - cap_step_w >= caps_w - 1e-9)
-    cut = np.where(more_down & (np.cumsum(np.where(more_down, step_w, 0.0), -1) <= left_down + 1e-9),
-                   cut - cap_step_w, cut)
-    left_up = allow_w - (g * np.where(up, np.where(slow_up, lift, caps_w) - old, 0.0)).sum(-1, keepdims=True)
+    cut = np.where(
+        more_down & (np.cumsum(np.where(more_down, step_w, 0.0), -1) <= left_down + 1e-9),
+        cut - cap_step_w,
+        cut,
+    )
+    left_up = allow_w - (g * np.where(up, np.where(slow_up, lift, caps_w) - old, 0.0)).sum(
+        -1, keepdims=True
+    )
     more_up = slow_up & (lift + cap_step_w <= caps_w + 1e-9)
-    lift = np.where(more_up & (np.cumsum(np.where(more_up, step_w, 0.0), -1) <= left_up + 1e-9),
-                    lift + cap_step_w, lift)
+    lift = np.where(
+        more_up & (np.cumsum(np.where(more_up, step_w, 0.0), -1) <= left_up + 1e-9),
+        lift + cap_step_w,
+        lift,
+    )
     return np.where(slow_down, cut, np.where(slow_up, lift, caps_w))
-
 
 
 def round_caps(cap_w: np.ndarray, lo: np.ndarray, hi: np.ndarray, step: float) -> np.ndarray:
@@ -274,8 +361,9 @@ def pfi_from_model(model: Mapping[str, Any] | None) -> Callable[[np.ndarray], np
     return lambda dcp: icpt + slope * np.asarray(dcp, float)
 
 
-def prior_curves(floor_w: np.ndarray, p_max_w: np.ndarray, t_max: np.ndarray, pfi: np.ndarray,
-                 knots: int) -> Curves:
+def prior_curves(
+    floor_w: np.ndarray, p_max_w: np.ndarray, t_max: np.ndarray, pfi: np.ndarray, knots: int
+) -> Curves:
     """Each job's prior curve on ``knots`` powers from its floor to its uncapped power."""
     ceil = np.maximum(p_max_w, floor_w + 1.0)
     base = Curves(np.stack([floor_w, ceil], -1), np.stack([np.zeros_like(t_max), t_max], -1))
@@ -296,6 +384,7 @@ def curve_pfi(power_w: np.ndarray, throughput: np.ndarray) -> np.ndarray:
 # The controller
 # ---------------------------------------------------------------------------------------
 
+
 class Controller:
     """One controller per policy, run as a batch: row r of every (R, S) array is policy r's
     cluster (its own telemetry, caps and estimates); slots S are job positions.
@@ -303,29 +392,36 @@ class Controller:
     ``predict_pfi(dram_copy_product) -> pfi`` is used for jobs whose profile it observes.
     """
 
-    def __init__(self, policies: Sequence[str], cfg: ControlConfig, slots: int,
-                 predict_pfi: Callable[[np.ndarray], np.ndarray] | None = None):
+    def __init__(
+        self,
+        policies: Sequence[str],
+        cfg: ControlConfig,
+        slots: int,
+        predict_pfi: Callable[[np.ndarray], np.ndarray] | None = None,
+    ):
         bad = [p for p in policies if p not in CONTROL_POLICIES]
         if bad:
-            raise ValueError(f"unknown control policy {bad[0]!r}; choose from {', '.join(CONTROL_POLICIES)}")
+            raise ValueError(
+                f"unknown control policy {bad[0]!r}; choose from {', '.join(CONTROL_POLICIES)}"
+            )
         self.policies, self.cfg, self.predict_pfi = list(policies), cfg, predict_pfi
         R, S, K = len(policies), slots, cfg.knots
         self.weighted = np.array([p not in CURVE_POLICIES for p in policies])
         self.online = np.array([p == "online-learning" for p in policies])
         self.uid = np.full(S, -1)
-        self.profile = JobTable.empty(S)       # declared or observed profiles (filled below)
-        self.known = np.zeros(S, bool)         # profile from the job, not a default
+        self.profile = JobTable.empty(S)  # declared or observed profiles (filled below)
+        self.known = np.zeros(S, bool)  # profile from the job, not a default
         self.caps = np.full((R, S), np.nan)
         self.last_change = np.full((R, S), -np.inf)
         self.ratio = np.ones((R, S))
         self.trim = np.zeros(R)
         self.last_drop = -np.inf
         self.prev_budget = math.inf
-        self.prev_step_t = -np.inf                # when step last ran (the ramp limit's time base)
-        self.restore_from = -np.inf               # when the last event's budget was lifted
-        self.restore_order = np.zeros(0, int)     # jobs capped when it was lifted, in release order
+        self.prev_step_t = -np.inf  # when step last ran (the ramp limit's time base)
+        self.restore_from = -np.inf  # when the last event's budget was lifted
+        self.restore_order = np.zeros(0, int)  # jobs capped when it was lifted, in release order
         self.fallback = np.zeros((R, S), bool)
-        self.target_w = np.zeros((R, S))         # each job's power share in the last allocation
+        self.target_w = np.zeros((R, S))  # each job's power share in the last allocation
         self.prev_power = np.full((R, S), np.nan)
         self.prev_training = np.zeros((R, S), bool)
         self.knots_w = np.zeros((S, K))
@@ -333,7 +429,7 @@ class Controller:
         self.mean = np.zeros((R, S, K))
         self.cov = np.zeros((R, S, K, K))
         self.n_obs = np.zeros((R, S), int)
-        self.curves_t = np.zeros((R, S, K))     # the curves the curve policies allocate on
+        self.curves_t = np.zeros((R, S, K))  # the curves the curve policies allocate on
         self.last_replan = -np.inf
         self._plan: tuple[bytes, Any] | None = None
         self._last_hull: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -366,10 +462,16 @@ class Controller:
         none is known)."""
         p, act = self.profile, self.uid >= 0
         ref = act & self.known
-        med = lambda a, d: float(np.nanmedian(a[ref])) if ref.any() and np.isfinite(a[ref]).any() else d  # noqa: E731
+        med = lambda a, d: (
+            float(np.nanmedian(a[ref])) if ref.any() and np.isfinite(a[ref]).any() else d
+        )  # noqa: E731
         per_gpu_t = med(p.t_max / np.maximum(p.gpus, 1), 1.0)
-        for name, default in (("p_max_w", p.gpus * p.max_cap_w), ("t_max", p.gpus * per_gpu_t),
-                              ("pfi", med(p.pfi, 1.0)), ("dram_copy_product", med(p.dram_copy_product, 0.0))):
+        for name, default in (
+            ("p_max_w", p.gpus * p.max_cap_w),
+            ("t_max", p.gpus * per_gpu_t),
+            ("pfi", med(p.pfi, 1.0)),
+            ("dram_copy_product", med(p.dram_copy_product, 0.0)),
+        ):
             arr = getattr(p, name)
             fill = act & ~np.isfinite(arr)
             arr[fill] = np.broadcast_to(default, arr.shape)[fill]
@@ -382,8 +484,8 @@ class Controller:
         K = cfg.knots
         u = np.linspace(0.0, 1.0, K)
         t_max = p.t_max[which][:, None]
-        sd = t_max * (cfg.prior_rel_sd * (1.0 - u) + 0.01)                     # (n, K)
-        corr = np.exp(-np.abs(u[:, None] - u[None, :]) / cfg.prior_corr)        # (K, K)
+        sd = t_max * (cfg.prior_rel_sd * (1.0 - u) + 0.01)  # (n, K)
+        corr = np.exp(-np.abs(u[:, None] - u[None, :]) / cfg.prior_corr)  # (K, K)
         self.mean[:, which] = pc.throughput
         self.cov[:, which] = sd[:, :, None] * sd[:, None, :] * corr
         self.last_replan = -np.inf
@@ -398,7 +500,7 @@ class Controller:
         uncapped = steady & ~(self.caps < self.profile.max_cap_w - 1e-6)
         if not uncapped.any():
             return
-        r = np.argmax(uncapped, axis=0)                  # first row that saw it uncapped
+        r = np.argmax(uncapped, axis=0)  # first row that saw it uncapped
         cols = np.flatnonzero(uncapped.any(0) & (self.uid >= 0))
         rows = r[cols]
         p = self.profile
@@ -436,7 +538,9 @@ class Controller:
         binding = steady & (cap_power < 0.97 * p.p_max_w) & np.isfinite(cap_power)
         with np.errstate(invalid="ignore", divide="ignore"):
             obs = np.clip(read.power_w / cap_power, 0.5, 1.0)
-        self.ratio = np.where(binding, np.maximum(obs, self.ratio - self.cfg.ratio_decay), self.ratio)
+        self.ratio = np.where(
+            binding, np.maximum(obs, self.ratio - self.cfg.ratio_decay), self.ratio
+        )
 
     def _learn_curves(self, read: Readings, steady: np.ndarray) -> None:
         """One Kalman update per steady job on the online-learning rows."""
@@ -446,12 +550,12 @@ class Controller:
         obs = steady[rows] & np.isfinite(read.tokens_per_s[rows])
         if not obs.any():
             return
-        kw = self.knots_w                                          # (S, K)
-        x = np.clip(read.power_w[rows], kw[:, 0], kw[:, -1])       # (Ro, S)
-        h = _interp_weights(kw, x)                                 # (Ro, S, K)
+        kw = self.knots_w  # (S, K)
+        x = np.clip(read.power_w[rows], kw[:, 0], kw[:, -1])  # (Ro, S)
+        h = _interp_weights(kw, x)  # (Ro, S, K)
         mean, cov = self.mean[rows], self.cov[rows]
         ph = np.einsum("rskl,rsl->rsk", cov, h)
-        noise = (self.cfg.obs_rel_sd * self.profile.t_max) ** 2     # (S,)
+        noise = (self.cfg.obs_rel_sd * self.profile.t_max) ** 2  # (S,)
         s = (h * ph).sum(-1) + noise
         gain = ph / s[..., None]
         innov = np.nan_to_num(read.tokens_per_s[rows] - (h * mean).sum(-1))
@@ -465,8 +569,15 @@ class Controller:
         return np.maximum.accumulate(np.maximum(self.mean, 0.0), axis=-1)
 
     # ---- one period ---------------------------------------------------------------------
-    def step(self, t_s: float, budget_w: float, jobs: JobTable, read: Readings,
-             ramp_w_per_s: float = math.inf, limit_w: float = math.inf) -> np.ndarray:
+    def step(
+        self,
+        t_s: float,
+        budget_w: float,
+        jobs: JobTable,
+        read: Readings,
+        ramp_w_per_s: float = math.inf,
+        limit_w: float = math.inf,
+    ) -> np.ndarray:
         """Caps (R, S) per GPU for the next period (NaN for empty slots); ``ramp_w_per_s``:
         the most load the cap changes may move per second (module docstring); ``limit_w``:
         an electrical limit on these jobs together (their node's share of its rack, PDU,
@@ -478,10 +589,19 @@ class Controller:
         self._admit(t_s, jobs)
         R = len(self.policies)
         as2d = lambda a: np.broadcast_to(np.asarray(a, float), (R, len(self.uid)))  # noqa: E731
-        read = Readings(as2d(read.power_w), as2d(read.tokens_per_s), as2d(read.gpu_util), as2d(read.age_s),
-                        np.broadcast_to(np.asarray(read.total_power_w, float), (R,)),
-                        np.broadcast_to(np.asarray(read.idle_power_w, float), (R,)), read.idle_gpus,
-                        *(None if a is None else as2d(a) for a in (read.dram_active, read.mem_copy_util, read.sm_active)))
+        read = Readings(
+            as2d(read.power_w),
+            as2d(read.tokens_per_s),
+            as2d(read.gpu_util),
+            as2d(read.age_s),
+            np.broadcast_to(np.asarray(read.total_power_w, float), (R,)),
+            np.broadcast_to(np.asarray(read.idle_power_w, float), (R,)),
+            read.idle_gpus,
+            *(
+                None if a is None else as2d(a)
+                for a in (read.dram_active, read.mem_copy_util, read.sm_active)
+            ),
+        )
         active = self.uid >= 0
         fresh = active & (read.age_s <= cfg.stale_after_s) & np.isfinite(read.power_w)
         settled = (t_s - self.last_change) >= cfg.settle_s - 1e-9
@@ -489,18 +609,22 @@ class Controller:
         # phase change inside a period leaves its utilisation high but its power moving)
         training = fresh & (read.gpu_util >= cfg.steady_util) & (read.tokens_per_s > 0)
         with np.errstate(invalid="ignore"):
-            flat = np.abs(read.power_w - self.prev_power) <= cfg.steady_power_change * self.prev_power
+            flat = (
+                np.abs(read.power_w - self.prev_power) <= cfg.steady_power_change * self.prev_power
+            )
         steady = training & self.prev_training & flat & settled
         self.prev_power, self.prev_training = np.where(fresh, read.power_w, np.nan), training
         self._observe_profiles(read, steady)
         self._learn_ratio(read, steady)
         self._learn_curves(read, steady)
         self._refresh_curves(t_s)
-        if budget_w < self.prev_budget:                    # power above a new, lower budget is
-            self.last_drop = t_s                            # settling, not an error to trim
+        if budget_w < self.prev_budget:  # power above a new, lower budget is
+            self.last_drop = t_s  # settling, not an error to trim
         if not np.isfinite(budget_w) and np.isfinite(self.prev_budget):
             self.restore_from = t_s
-            self.restore_order = np.flatnonzero(active & (self.caps < self.profile.max_cap_w - 1e-6).any(0))
+            self.restore_order = np.flatnonzero(
+                active & (self.caps < self.profile.max_cap_w - 1e-6).any(0)
+            )
         self.prev_budget = budget_w
         self._update_trim(t_s, budget_w, read)
         hard = self._caps(limit_w, read, fresh, active) if math.isfinite(limit_w) else None
@@ -525,16 +649,29 @@ class Controller:
         released = int((t_s - self.restore_from + 1e-9) // step) + 1
         held = np.zeros(len(self.uid), bool)
         held[self.restore_order[released:]] = True
-        held &= active & np.isfinite(self.caps).all(0)       # a job that arrived meanwhile is not held
+        held &= active & np.isfinite(self.caps).all(0)  # a job that arrived meanwhile is not held
         return np.where(held[None, :], self.caps, caps)
 
-    def _ramp(self, caps: np.ndarray, read: Readings, active: np.ndarray, allow_w: float) -> np.ndarray:
+    def _ramp(
+        self, caps: np.ndarray, read: Readings, active: np.ndarray, allow_w: float
+    ) -> np.ndarray:
         """``caps`` held to the ramp limit (:func:`ramp_caps`) from the caps now applied."""
         with np.errstate(invalid="ignore", divide="ignore"):
-            drawn = np.where(np.isfinite(read.power_w), read.power_w / np.maximum(self.profile.gpus, 1), np.inf)
+            drawn = np.where(
+                np.isfinite(read.power_w), read.power_w / np.maximum(self.profile.gpus, 1), np.inf
+            )
         p = self.profile
-        return ramp_caps(self.caps, caps, drawn, p.gpus, p.min_cap_w, p.max_cap_w, self.cfg.cap_step_w, allow_w,
-                         active)
+        return ramp_caps(
+            self.caps,
+            caps,
+            drawn,
+            p.gpus,
+            p.min_cap_w,
+            p.max_cap_w,
+            self.cfg.cap_step_w,
+            allow_w,
+            active,
+        )
 
     def _update_trim(self, t_s: float, budget_w: float, read: Readings) -> None:
         cfg = self.cfg
@@ -545,7 +682,11 @@ class Controller:
         excess = read.total_power_w - budget_w * (1.0 - cfg.target_margin / 2)
         over = settled & np.isfinite(excess) & (excess > 0)
         relax = np.minimum(0.0, self.trim + cfg.trim_recover * budget_w * cfg.period_s)
-        self.trim = np.where(over, self.trim - cfg.trim_gain * np.nan_to_num(excess), np.where(settled, relax, self.trim))
+        self.trim = np.where(
+            over,
+            self.trim - cfg.trim_gain * np.nan_to_num(excess),
+            np.where(settled, relax, self.trim),
+        )
 
     def safe_cap(self, budget_w: float, read: Readings) -> np.ndarray:
         """The equal-weight fallback: what is left after idle GPUs, evenly over job GPUs (R,)."""
@@ -554,25 +695,31 @@ class Controller:
         idle = np.asarray(read.idle_power_w, float) + cfg.idle_headroom_w * read.idle_gpus
         return (budget_w * (1.0 - cfg.target_margin) - idle) / n
 
-    def _caps(self, budget_w: float, read: Readings, fresh: np.ndarray, active: np.ndarray) -> np.ndarray:
+    def _caps(
+        self, budget_w: float, read: Readings, fresh: np.ndarray, active: np.ndarray
+    ) -> np.ndarray:
         p, cfg = self.profile, self.cfg
         lo, hi, gpus = p.min_cap_w, p.max_cap_w, p.gpus
         if not np.isfinite(budget_w):
             return np.where(active, hi, np.nan) * np.ones((len(self.policies), 1))
         idle = read.idle_power_w + cfg.idle_headroom_w * read.idle_gpus
-        safe = round_caps(self.safe_cap(budget_w, read)[:, None], lo, hi, cfg.cap_step_w)     # (R, S)
+        safe = round_caps(self.safe_cap(budget_w, read)[:, None], lo, hi, cfg.cap_step_w)  # (R, S)
         stale = active & ~fresh
         base = budget_w * (1.0 - cfg.target_margin) - idle + self.trim
-        budget_opt = base - (stale * gpus * safe).sum(-1)                                       # (R,)
+        budget_opt = base - (stale * gpus * safe).sum(-1)  # (R,)
         opt = active & fresh
         floor = gpus * lo
         ceil = np.maximum(p.p_max_w, floor)
         power = np.zeros(opt.shape)
         if self.weighted.any():
             rows = np.flatnonzero(self.weighted)
-            curves = Curves(np.stack([floor, ceil], -1), np.stack([np.zeros_like(ceil), p.t_max], -1))
+            curves = Curves(
+                np.stack([floor, ceil], -1), np.stack([np.zeros_like(ceil), p.t_max], -1)
+            )
             feats = {"pfi": p.pfi, "dram_copy_product": p.dram_copy_product, "moe_ft": p.moe_ft}
-            weights = np.stack([policy_weights(self.policies[r], curves, feats, cfg.moe_ft_share) for r in rows])
+            weights = np.stack(
+                [policy_weights(self.policies[r], curves, feats, cfg.moe_ft_share) for r in rows]
+            )
             head = np.where(opt[rows], ceil - floor, 0.0)
             cut = np.where(opt[rows], ceil, 0.0).sum(-1) - budget_opt[rows]
             power[rows] = np.where(opt[rows], ceil - water_fill(cut, head, weights), 0.0)
@@ -582,13 +729,17 @@ class Controller:
         self.target_w = np.where(stale, gpus * safe, power)
         with np.errstate(invalid="ignore", divide="ignore"):
             cap = power / (gpus * self.ratio)
-        top = np.where(self.weighted[:, None], ceil, self.knots_w[:, -1])    # the allocation's ceiling
+        top = np.where(
+            self.weighted[:, None], ceil, self.knots_w[:, -1]
+        )  # the allocation's ceiling
         cap = np.where(power >= top * (1 - 1e-9), hi, cap)
         cap = round_caps(np.nan_to_num(cap, nan=0.0, posinf=0.0), lo, hi, cfg.cap_step_w)
         cap = np.where(stale, safe, cap)
         return np.where(active, cap, np.nan)
 
-    def _curve_allocation(self, rows: np.ndarray, opt: np.ndarray, budget_w: np.ndarray) -> np.ndarray:
+    def _curve_allocation(
+        self, rows: np.ndarray, opt: np.ndarray, budget_w: np.ndarray
+    ) -> np.ndarray:
         """Exact allocation on the curves (hull greedy); its budget-independent plan is kept
         while the curves and the jobs it may move stay the same."""
         m = opt[rows][..., None]
@@ -619,7 +770,9 @@ class Controller:
         (online-learning), the latter taken every ``replan_s`` or when a curve restarts,
         so that caps do not move with every observation."""
         if t_s - self.last_replan >= self.cfg.replan_s:
-            self.curves_t = np.where(self.online[:, None, None], self.learned_curves(), self.prior_t[None])
+            self.curves_t = np.where(
+                self.online[:, None, None], self.learned_curves(), self.prior_t[None]
+            )
             self.last_replan = t_s
 
     def _apply(self, t_s: float, caps: np.ndarray, active: np.ndarray) -> None:
@@ -632,8 +785,12 @@ class Controller:
     def estimates(self) -> dict[str, np.ndarray]:
         """Per slot: prior PFI, learned PFI (R, S), observations (R, S), power/cap ratio (R, S)."""
         kw = self.knots_w
-        return {"pfi_prior": curve_pfi(kw, self.prior_t), "pfi_learned": curve_pfi(kw[None], self.learned_curves()),
-                "n_obs": self.n_obs.copy(), "ratio": self.ratio.copy()}
+        return {
+            "pfi_prior": curve_pfi(kw, self.prior_t),
+            "pfi_learned": curve_pfi(kw[None], self.learned_curves()),
+            "n_obs": self.n_obs.copy(),
+            "ratio": self.ratio.copy(),
+        }
 
 
 def _rescale(knots_w: np.ndarray, top_w: np.ndarray) -> np.ndarray:
@@ -647,7 +804,7 @@ def _rescale(knots_w: np.ndarray, top_w: np.ndarray) -> np.ndarray:
 def _interp_weights(knots_w: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Weights (..., S, K) such that sum_k w_k f(knot_k) is the piecewise-linear f at x (..., S)."""
     K = knots_w.shape[-1]
-    idx = np.clip((x[..., None] >= knots_w).sum(-1) - 1, 0, K - 2)          # (..., S)
+    idx = np.clip((x[..., None] >= knots_w).sum(-1) - 1, 0, K - 2)  # (..., S)
     k0 = np.take_along_axis(np.broadcast_to(knots_w, (*x.shape, K)), idx[..., None], -1)[..., 0]
     k1 = np.take_along_axis(np.broadcast_to(knots_w, (*x.shape, K)), idx[..., None] + 1, -1)[..., 0]
     frac = np.clip(np.divide(x - k0, k1 - k0, out=np.zeros_like(x), where=k1 > k0), 0.0, 1.0)

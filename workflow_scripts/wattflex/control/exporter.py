@@ -30,7 +30,7 @@ from wattflex.allocation.curves import Curves
 from wattflex.grid.offer import LOSSES, sheddable_w
 
 GPU_LABELS = ("node", "gpu", "job")
-METRICS = {   # name: (help, labels)
+METRICS = {  # name: (help, labels)
     "wattflex_gpu_power_watts": ("GPU power draw", GPU_LABELS),
     "wattflex_gpu_power_limit_watts": ("GPU power limit set", GPU_LABELS),
     "wattflex_gpu_enforced_limit_watts": ("GPU power limit the firmware enforces", GPU_LABELS),
@@ -41,8 +41,10 @@ METRICS = {   # name: (help, labels)
     "wattflex_cluster_budget_watts": ("power budget of the event (NaN: no event)", ()),
     "wattflex_cluster_power_watts": ("measured load of the governed GPUs", ()),
     "wattflex_cluster_headroom_watts": ("budget minus measured load (NaN: no event)", ()),
-    "wattflex_cluster_sheddable_watts": ("power sheddable keeping each job's throughput loss at or below max_loss",
-                                         ("max_loss",)),
+    "wattflex_cluster_sheddable_watts": (
+        "power sheddable keeping each job's throughput loss at or below max_loss",
+        ("max_loss",),
+    ),
 }
 
 
@@ -51,8 +53,13 @@ class ControlExporter:
 
     def __init__(self, port: int = 0, addr: str = "127.0.0.1"):
         self.registry = CollectorRegistry()
-        self.gauges = {name: Gauge(name, doc, labels, registry=self.registry) for name, (doc, labels) in METRICS.items()}
-        self.periods = Counter("wattflex_control_periods", "control periods run", registry=self.registry)
+        self.gauges = {
+            name: Gauge(name, doc, labels, registry=self.registry)
+            for name, (doc, labels) in METRICS.items()
+        }
+        self.periods = Counter(
+            "wattflex_control_periods", "control periods run", registry=self.registry
+        )
         self.server, self.thread = start_http_server(port, addr, registry=self.registry)
         self.addr, self.port = addr, int(self.server.server_port)
 
@@ -73,10 +80,18 @@ class ControlExporter:
             for row in raw.get("gpus", []):
                 lab = (str(row.get("node", "")), str(row.get("gpu", "")), job.job_id)
                 g["wattflex_gpu_power_watts"].labels(*lab).set(float(row.get("power_w", math.nan)))
-                g["wattflex_gpu_power_limit_watts"].labels(*lab).set(float(row.get("power_limit_w", math.nan)))
-                g["wattflex_gpu_enforced_limit_watts"].labels(*lab).set(float(row.get("enforced_limit_w", math.nan)))
-                g["wattflex_gpu_sm_clock_hertz"].labels(*lab).set(float(row.get("sm_clock_mhz", math.nan)) * 1e6)
-            g["wattflex_job_tokens_per_second"].labels(job.job_id).set(float(raw.get("tokens_per_s", math.nan)))
+                g["wattflex_gpu_power_limit_watts"].labels(*lab).set(
+                    float(row.get("power_limit_w", math.nan))
+                )
+                g["wattflex_gpu_enforced_limit_watts"].labels(*lab).set(
+                    float(row.get("enforced_limit_w", math.nan))
+                )
+                g["wattflex_gpu_sm_clock_hertz"].labels(*lab).set(
+                    float(row.get("sm_clock_mhz", math.nan)) * 1e6
+                )
+            g["wattflex_job_tokens_per_second"].labels(job.job_id).set(
+                float(raw.get("tokens_per_s", math.nan))
+            )
             g["wattflex_job_cap_watts"].labels(job.job_id).set(float(cap))
         if ctl is not None:
             est = ctl.estimates()
@@ -84,9 +99,10 @@ class ControlExporter:
                 measured = est["n_obs"][0, s] > 0
                 src, other = ("measured", "predicted") if measured else ("predicted", "measured")
                 g["wattflex_job_pfi"].labels(job.job_id, src).set(
-                    float(est["pfi_learned"][0, s] if measured else est["pfi_prior"][s]))
+                    float(est["pfi_learned"][0, s] if measured else est["pfi_prior"][s])
+                )
                 if (job.job_id, other) in _label_sets(g["wattflex_job_pfi"]):
-                    g["wattflex_job_pfi"].remove(job.job_id, other)    # one source per job at a time
+                    g["wattflex_job_pfi"].remove(job.job_id, other)  # one source per job at a time
             curves = Curves(ctl.knots_w, ctl.curves_t[0])
             shed = sheddable_w(curves, LOSSES).sum(0)
             for loss, w in zip(LOSSES, shed):
@@ -94,7 +110,9 @@ class ControlExporter:
         budget, power = rec.budget_w[-1], rec.power_w[-1]
         g["wattflex_cluster_budget_watts"].set(budget if math.isfinite(budget) else math.nan)
         g["wattflex_cluster_power_watts"].set(power)
-        g["wattflex_cluster_headroom_watts"].set(budget - power if math.isfinite(budget) else math.nan)
+        g["wattflex_cluster_headroom_watts"].set(
+            budget - power if math.isfinite(budget) else math.nan
+        )
         self.periods.inc()
 
 
@@ -105,4 +123,3 @@ def _label_sets(gauge: Gauge) -> set[tuple[str, ...]]:
 def metric_names() -> list[str]:
     """Every exported metric's name as Prometheus exposes it."""
     return sorted([*METRICS, "wattflex_control_periods_total"])
-

@@ -32,6 +32,7 @@ class NodeJob:
     telemetry for the last period (keys of :class:`Readings` per job: power_w, tokens_per_s,
     gpu_util, dram_active, mem_copy_util, sm_active, t_s of the newest sample). Profile
     fields as in :class:`JobTable` (NaN = learn from its first uncapped period)."""
+
     job_id: str
     devices: list[Any]
     read: Callable[[float], dict[str, float]]
@@ -48,27 +49,38 @@ def sample_devices(devices: Sequence[Any], t_s: float) -> dict[str, float]:
     rows = [d.sample(t_s) for d in devices]
     mean = lambda k: float(np.nanmean([r.get(k, math.nan) for r in rows])) if rows else math.nan  # noqa: E731
     power = [r.get("power_w", math.nan) for r in rows]
-    return {"t_s": t_s, "power_w": float(np.sum(power)) if np.isfinite(power).all() else math.nan,
-            "tokens_per_s": math.nan, "gpu_util": mean("gpu_util"), "dram_active": mean("dram_active"),
-            "mem_copy_util": mean("mem_copy_util"), "sm_active": mean("sm_active"), "gpus": rows}
+    return {
+        "t_s": t_s,
+        "power_w": float(np.sum(power)) if np.isfinite(power).all() else math.nan,
+        "tokens_per_s": math.nan,
+        "gpu_util": mean("gpu_util"),
+        "dram_active": mean("dram_active"),
+        "mem_copy_util": mean("mem_copy_util"),
+        "sm_active": mean("sm_active"),
+        "gpus": rows,
+    }
 
 
 def job_table(jobs: Sequence[NodeJob]) -> JobTable:
     """The jobs as the controller sees them. A job's cap range is what all its GPUs accept,
     and never above the limit a GPU had before the controller started (the operator's)."""
+
     def cap_range(d: Any) -> tuple[float, float]:
         lo, hi = d.constraints()
         return lo, min(hi, getattr(d, "original_limit_w", hi))
 
     lim = [[cap_range(d) for d in j.devices] for j in jobs]
     return JobTable(
-        uid=np.arange(len(jobs)), gpus=np.array([len(j.devices) for j in jobs]),
+        uid=np.arange(len(jobs)),
+        gpus=np.array([len(j.devices) for j in jobs]),
         min_cap_w=np.array([max(lo for lo, _ in lj) for lj in lim], float),
         max_cap_w=np.array([min(hi for _, hi in lj) for lj in lim], float),
         moe_ft=np.array([j.moe_ft for j in jobs], bool),
-        p_max_w=np.array([j.p_max_w for j in jobs], float), t_max=np.array([j.t_max for j in jobs], float),
+        p_max_w=np.array([j.p_max_w for j in jobs], float),
+        t_max=np.array([j.t_max for j in jobs], float),
         dram_copy_product=np.array([j.dram_copy_product for j in jobs], float),
-        pfi=np.array([j.pfi for j in jobs], float))
+        pfi=np.array([j.pfi for j in jobs], float),
+    )
 
 
 def floor_w(table: JobTable) -> float:
@@ -76,8 +88,12 @@ def floor_w(table: JobTable) -> float:
     return float((table.min_cap_w * table.gpus).sum())
 
 
-def read_jobs(jobs: Sequence[NodeJob], t_s: float, idle_power_w: float = 0.0,
-              raw: list[dict[str, Any]] | None = None) -> Readings:
+def read_jobs(
+    jobs: Sequence[NodeJob],
+    t_s: float,
+    idle_power_w: float = 0.0,
+    raw: list[dict[str, Any]] | None = None,
+) -> Readings:
     """One reading of every job; a read that fails or returns NaN power counts as stale.
     ``raw``: filled with each job's reading as ``read`` returned it (per-GPU rows included)."""
     vals = raw if raw is not None else []
@@ -86,14 +102,31 @@ def read_jobs(jobs: Sequence[NodeJob], t_s: float, idle_power_w: float = 0.0,
         try:
             v = dict(j.read(t_s))
         except Exception as exc:  # a telemetry failure must not stop the controller
-            log.warning("telemetry of job %s failed (%s: %s): safe cap for it", j.job_id, type(exc).__name__, exc)
+            log.warning(
+                "telemetry of job %s failed (%s: %s): safe cap for it",
+                j.job_id,
+                type(exc).__name__,
+                exc,
+            )
             v = {"power_w": math.nan}
         vals.append(v)
     col = lambda k: np.array([float(v.get(k, math.nan)) for v in vals])  # noqa: E731
-    age = np.array([t_s - float(v["t_s"]) if np.isfinite(v.get("t_s", math.nan)) else math.inf for v in vals])
+    age = np.array(
+        [t_s - float(v["t_s"]) if np.isfinite(v.get("t_s", math.nan)) else math.inf for v in vals]
+    )
     power = col("power_w")
-    return Readings(power, col("tokens_per_s"), col("gpu_util"), age, np.array([np.nansum(power) + idle_power_w]),
-                    np.array([idle_power_w]), 0, col("dram_active"), col("mem_copy_util"), col("sm_active"))
+    return Readings(
+        power,
+        col("tokens_per_s"),
+        col("gpu_util"),
+        age,
+        np.array([np.nansum(power) + idle_power_w]),
+        np.array([idle_power_w]),
+        0,
+        col("dram_active"),
+        col("mem_copy_util"),
+        col("sm_active"),
+    )
 
 
 def apply_caps(jobs: Sequence[NodeJob], caps_w: np.ndarray, current: dict[int, float]) -> int:
@@ -112,22 +145,32 @@ def apply_caps(jobs: Sequence[NodeJob], caps_w: np.ndarray, current: dict[int, f
 class LoopRecord:
     t_s: list[float] = field(default_factory=list)
     budget_w: list[float] = field(default_factory=list)
-    limit_w: list[float] = field(default_factory=list)         # the electrical limit in force (inf: none)
+    limit_w: list[float] = field(default_factory=list)  # the electrical limit in force (inf: none)
     power_w: list[float] = field(default_factory=list)
     caps_w: list[list[float]] = field(default_factory=list)
     fallback: list[list[bool]] = field(default_factory=list)
-    last_readings: list[dict[str, Any]] = field(default_factory=list)   # the latest period, per job
+    last_readings: list[dict[str, Any]] = field(default_factory=list)  # the latest period, per job
     controller: Controller | None = None
 
 
-def run_loop(jobs: Sequence[NodeJob], budget_at: Callable[[float], float], policy: str, cfg: ControlConfig,
-             duration_s: float, *, mode: str = "nvml", state_dir: str | Path | None = None,
-             command: str | None = None, handle_signals: bool = True,
-             predict_pfi: Callable[[np.ndarray], np.ndarray] | None = None,
-             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-             on_period: Callable[[LoopRecord], None] | None = None,
-             ramp_at: Callable[[float], float] | None = None,
-             limit_at: Callable[[float], float] | None = None) -> LoopRecord:
+def run_loop(
+    jobs: Sequence[NodeJob],
+    budget_at: Callable[[float], float],
+    policy: str,
+    cfg: ControlConfig,
+    duration_s: float,
+    *,
+    mode: str = "nvml",
+    state_dir: str | Path | None = None,
+    command: str | None = None,
+    handle_signals: bool = True,
+    predict_pfi: Callable[[np.ndarray], np.ndarray] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    on_period: Callable[[LoopRecord], None] | None = None,
+    ramp_at: Callable[[float], float] | None = None,
+    limit_at: Callable[[float], float] | None = None,
+) -> LoopRecord:
     """Control ``jobs`` for ``duration_s`` seconds. Every GPU's original limit is recorded in
     a state file and restored on return, exception or signal (``CapGuard``); before the first
     reading every GPU gets the safe equal-weight cap of the starting budget. ``ramp_at(t)``: the
@@ -138,8 +181,18 @@ def run_loop(jobs: Sequence[NodeJob], budget_at: Callable[[float], float], polic
     ctl = Controller([policy], cfg, len(jobs), predict_pfi)
     lo, hi = float(table.min_cap_w.max()), float(table.max_cap_w.min())
     b0 = min(budget_at(0.0), math.inf if limit_at is None else float(limit_at(0.0)))
-    start_cap = hi if not np.isfinite(b0) else float(round_caps(np.array(b0 * (1 - cfg.target_margin) / max(len(devices), 1)),
-                                                                 np.array(lo), np.array(hi), cfg.cap_step_w))
+    start_cap = (
+        hi
+        if not np.isfinite(b0)
+        else float(
+            round_caps(
+                np.array(b0 * (1 - cfg.target_margin) / max(len(devices), 1)),
+                np.array(lo),
+                np.array(hi),
+                cfg.cap_step_w,
+            )
+        )
+    )
     floor = floor_w(table)
     rec = LoopRecord(controller=ctl)
     with CapGuard(devices, start_cap, mode, state_dir, command, handle_signals=handle_signals):
@@ -152,11 +205,18 @@ def run_loop(jobs: Sequence[NodeJob], budget_at: Callable[[float], float], polic
                 break
             budget = float(budget_at(t))
             if budget < floor:
-                log.warning("t=%.1f s: budget %.0f W is below the jobs' floor %.0f W (every GPU at its minimum "
-                            "cap): capping at the floors, power may exceed the budget", t, budget, floor)
+                log.warning(
+                    "t=%.1f s: budget %.0f W is below the jobs' floor %.0f W (every GPU at its minimum "
+                    "cap): capping at the floors, power may exceed the budget",
+                    t,
+                    budget,
+                    floor,
+                )
             read = read_jobs(jobs, t, raw=rec.last_readings)
             limit = math.inf if limit_at is None else float(limit_at(t))
-            caps = ctl.step(t, budget, table, read, math.inf if ramp_at is None else float(ramp_at(t)), limit)[0]
+            caps = ctl.step(
+                t, budget, table, read, math.inf if ramp_at is None else float(ramp_at(t)), limit
+            )[0]
             apply_caps(jobs, caps, current)
             rec.t_s.append(t)
             rec.budget_w.append(budget)

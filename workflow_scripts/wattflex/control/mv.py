@@ -32,10 +32,19 @@ def _mean(x: np.ndarray) -> float:
     return float(np.mean(x)) if len(x) else math.nan
 
 
-def event_mv(t_s: np.ndarray, power_w: np.ndarray, budget_w: np.ndarray, window: Mapping[str, Any],
-             baseline_curves_w: np.ndarray | None = None, *, pre_s: float = 60.0, interval_s: float = 60.0,
-             restored_at: float = 0.98, tokens: float | None = None, tokens_oracle: float | None = None
-             ) -> tuple[dict[str, Any], pd.DataFrame]:
+def event_mv(
+    t_s: np.ndarray,
+    power_w: np.ndarray,
+    budget_w: np.ndarray,
+    window: Mapping[str, Any],
+    baseline_curves_w: np.ndarray | None = None,
+    *,
+    pre_s: float = 60.0,
+    interval_s: float = 60.0,
+    restored_at: float = 0.98,
+    tokens: float | None = None,
+    tokens_oracle: float | None = None,
+) -> tuple[dict[str, Any], pd.DataFrame]:
     """One event's M&V record and its per-interval table. ``budget_w`` is the budget the
     controller followed (ramps included; inf outside events); ``window`` has ``event_id``,
     ``start_s``, ``end_s``, ``deadline_s``."""
@@ -44,22 +53,43 @@ def event_mv(t_s: np.ndarray, power_w: np.ndarray, budget_w: np.ndarray, window:
     start, end = float(window["start_s"]), float(window["end_s"])
     deadline = float(window.get("deadline_s", math.inf))
     inside = (t >= start) & (t < end)
-    pre = (t >= start - pre_s) & (t < start) & ~np.isfinite(b)      # not inside an earlier event
+    pre = (t >= start - pre_s) & (t < start) & ~np.isfinite(b)  # not inside an earlier event
     base_pre = _mean(p[pre])
-    curves = np.full_like(p, np.nan) if baseline_curves_w is None else np.asarray(baseline_curves_w, float)
-    target = float(window["target_w"]) if window.get("target_w") is not None else \
-        float(np.min(b[inside])) if inside.any() else math.nan
+    curves = (
+        np.full_like(p, np.nan)
+        if baseline_curves_w is None
+        else np.asarray(baseline_curves_w, float)
+    )
+    target = (
+        float(window["target_w"])
+        if window.get("target_w") is not None
+        else float(np.min(b[inside]))
+        if inside.any()
+        else math.nan
+    )
     due = inside & (t >= start + (deadline if math.isfinite(deadline) else 0.0))
     above = np.where(due, p - b, -np.inf)
     met = np.flatnonzero(inside & (p <= target + 1e-6))
     after = t >= end
-    back = np.flatnonzero(after & (p >= restored_at * base_pre)) if math.isfinite(base_pre) else np.zeros(0, int)
+    back = (
+        np.flatnonzero(after & (p >= restored_at * base_pre))
+        if math.isfinite(base_pre)
+        else np.zeros(0, int)
+    )
     step = np.diff(p) / np.diff(t) if len(t) > 1 else np.zeros(0)
-    ramp_zone = ((t[1:] >= start) & (t[1:] < start + (deadline if math.isfinite(deadline) else end - start) + dt)) \
-        if len(t) > 1 else np.zeros(0, bool)
+    ramp_zone = (
+        (
+            (t[1:] >= start)
+            & (t[1:] < start + (deadline if math.isfinite(deadline) else end - start) + dt)
+        )
+        if len(t) > 1
+        else np.zeros(0, bool)
+    )
     up_zone = (t[1:] >= end) if len(t) > 1 else np.zeros(0, bool)
     rec = {
-        "event_id": str(window["event_id"]), "start_s": start, "end_s": end,
+        "event_id": str(window["event_id"]),
+        "start_s": start,
+        "end_s": end,
         "deadline_s": deadline if math.isfinite(deadline) else None,
         "target_w": target,
         "baseline_curves_w": _mean(curves[inside]),
@@ -69,14 +99,18 @@ def event_mv(t_s: np.ndarray, power_w: np.ndarray, budget_w: np.ndarray, window:
         "delivered_w_vs_curves": _mean(curves[due] - p[due]) if due.any() else math.nan,
         "requested_w_vs_pre_event": base_pre - target,
         "response_time_s": float(t[met[0]] - start) if len(met) else None,
-        "deadline_met": bool(len(met)) and (not math.isfinite(deadline) or t[met[0]] - start <= deadline + 1e-9),
+        "deadline_met": bool(len(met))
+        and (not math.isfinite(deadline) or t[met[0]] - start <= deadline + 1e-9),
         "seconds_above_target_after_deadline": float((above > 1e-6).sum() * dt),
-        "worst_w_above_target_after_deadline": float(max(above.max(initial=-np.inf), 0.0)) if due.any() else 0.0,
+        "worst_w_above_target_after_deadline": float(max(above.max(initial=-np.inf), 0.0))
+        if due.any()
+        else 0.0,
         "energy_above_target_j": float(np.clip(above, 0, None)[due].sum() * dt),
         "restore_time_s": float(t[back[0]] - end) if len(back) else None,
         "max_ramp_down_w_per_s": float(max(-step[ramp_zone].min(initial=0.0), 0.0)),
         "max_ramp_up_w_per_s": float(max(step[up_zone].max(initial=0.0), 0.0)),
-        "samples": int(inside.sum()), "sample_s": dt,
+        "samples": int(inside.sum()),
+        "sample_s": dt,
     }
     if tokens is not None and tokens_oracle:
         rec["throughput_lost_vs_oracle"] = float(1.0 - tokens / tokens_oracle)
@@ -88,11 +122,18 @@ def event_mv(t_s: np.ndarray, power_w: np.ndarray, budget_w: np.ndarray, window:
         if not m.any():
             continue
         bi = b[m]
-        rows.append({"event_id": rec["event_id"], "interval_start_s": float(edges[i]),
-                     "baseline_pre_event_w": base_pre, "baseline_curves_w": _mean(curves[m]),
-                     "target_w": float(np.mean(bi)) if np.isfinite(bi).all() else math.nan,
-                     "power_w": _mean(p[m]), "delivered_w": base_pre - _mean(p[m]),
-                     "seconds_above_target": float(((p[m] - bi) > 1e-6).sum() * dt)})
+        rows.append(
+            {
+                "event_id": rec["event_id"],
+                "interval_start_s": float(edges[i]),
+                "baseline_pre_event_w": base_pre,
+                "baseline_curves_w": _mean(curves[m]),
+                "target_w": float(np.mean(bi)) if np.isfinite(bi).all() else math.nan,
+                "power_w": _mean(p[m]),
+                "delivered_w": base_pre - _mean(p[m]),
+                "seconds_above_target": float(((p[m] - bi) > 1e-6).sum() * dt),
+            }
+        )
     return rec, pd.DataFrame(rows)
 
 
@@ -100,12 +141,19 @@ def occurrence_ids(windows: Sequence[Mapping[str, Any]]) -> list[str]:
     """Each event's id, unique per occurrence: a name that several events share gets its start
     (``ev@3600s``), and a counter if that still repeats, so their rows stay apart."""
     names = [str(w["event_id"]) for w in windows]
-    ids = [f"{n}@{float(w['start_s']):g}s" if names.count(n) > 1 else n for n, w in zip(names, windows)]
+    ids = [
+        f"{n}@{float(w['start_s']):g}s" if names.count(n) > 1 else n for n, w in zip(names, windows)
+    ]
     return [f"{i}#{ids[:k].count(i) + 1}" if ids.count(i) > 1 else i for k, i in enumerate(ids)]
 
 
-def mv_table(t_s: np.ndarray, power_w: np.ndarray, budget_w: np.ndarray, windows: Sequence[Mapping[str, Any]],
-             **kw: Any) -> tuple[list[dict[str, Any]], pd.DataFrame]:
+def mv_table(
+    t_s: np.ndarray,
+    power_w: np.ndarray,
+    budget_w: np.ndarray,
+    windows: Sequence[Mapping[str, Any]],
+    **kw: Any,
+) -> tuple[list[dict[str, Any]], pd.DataFrame]:
     """:func:`event_mv` for every event (ids unique per occurrence, :func:`occurrence_ids`);
     the interval tables concatenated."""
     recs, tabs = [], []
@@ -116,7 +164,9 @@ def mv_table(t_s: np.ndarray, power_w: np.ndarray, budget_w: np.ndarray, windows
     return recs, (pd.concat(tabs, ignore_index=True) if tabs else pd.DataFrame())
 
 
-def simulation_mv(res: Any, source: Any, response_s: float, **kw: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
+def simulation_mv(
+    res: Any, source: Any, response_s: float, **kw: Any
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """M&V of every event for every row of a cluster simulation (``SimResult``): the
     baseline from the curves is the uncapped reference's load, throughput is compared with
     the oracle's over the run. ``source``: the scenario's schedule or signal; events
@@ -130,15 +180,28 @@ def simulation_mv(res: Any, source: Any, response_s: float, **kw: Any) -> tuple[
     for name, r in by.items():
         if name == "uncapped":
             continue
-        rr, tab = mv_table(res.t_s, res.power_w[r], res.budget_w, wins, baseline_curves_w=res.power_w[by["uncapped"]],
-                           tokens=float(tok[r]), tokens_oracle=float(tok[by["oracle"]]), **kw)
+        rr, tab = mv_table(
+            res.t_s,
+            res.power_w[r],
+            res.budget_w,
+            wins,
+            baseline_curves_w=res.power_w[by["uncapped"]],
+            tokens=float(tok[r]),
+            tokens_oracle=float(tok[by["oracle"]]),
+            **kw,
+        )
         recs += [{"policy": name, **x} for x in rr]
         tabs.append(tab.assign(policy=name))
     return pd.DataFrame(recs), (pd.concat(tabs, ignore_index=True) if tabs else pd.DataFrame())
 
 
-def level_mv(t_s: np.ndarray, level_w: Mapping[str, Sequence[float]], limit_w: Mapping[str, Any],
-             kind: Mapping[str, str], windows: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+def level_mv(
+    t_s: np.ndarray,
+    level_w: Mapping[str, Sequence[float]],
+    limit_w: Mapping[str, Any],
+    kind: Mapping[str, str],
+    windows: Sequence[Mapping[str, Any]] = (),
+) -> list[dict[str, Any]]:
     """One record per level of the site: ``limit_w`` (one number, or one per period: the
     lowest is reported), ``max_w`` and ``mean_w`` over the run, ``periods_above_limit`` and
     ``worst_w_above_limit`` (0 when it never was), and the same within each event
@@ -154,20 +217,40 @@ def level_mv(t_s: np.ndarray, level_w: Mapping[str, Sequence[float]], limit_w: M
         per_event = []
         for w, eid in zip(windows, occurrence_ids(windows)):
             m = (t >= float(w["start_s"])) & (t < float(w["end_s"])) & np.isfinite(p)
-            per_event.append({"event_id": eid, "max_w": float(p[m].max()) if m.any() else math.nan,
-                              "periods_above_limit": int((above[m] > tol[m]).sum())})
+            per_event.append(
+                {
+                    "event_id": eid,
+                    "max_w": float(p[m].max()) if m.any() else math.nan,
+                    "periods_above_limit": int((above[m] > tol[m]).sum()),
+                }
+            )
         ok = np.isfinite(p)
-        out.append({"level": name, "kind": kind.get(name, ""), "limit_w": lim if math.isfinite(lim) else None,
-                    "max_w": float(p[ok].max()) if ok.any() else math.nan, "mean_w": _mean(p[ok]),
-                    "periods": int(ok.sum()), "periods_above_limit": int((above[ok] > tol[ok]).sum()),
-                    "worst_w_above_limit": float(max(above[ok].max(initial=-np.inf), 0.0)),
-                    "events": per_event})
+        out.append(
+            {
+                "level": name,
+                "kind": kind.get(name, ""),
+                "limit_w": lim if math.isfinite(lim) else None,
+                "max_w": float(p[ok].max()) if ok.any() else math.nan,
+                "mean_w": _mean(p[ok]),
+                "periods": int(ok.sum()),
+                "periods_above_limit": int((above[ok] > tol[ok]).sum()),
+                "worst_w_above_limit": float(max(above[ok].max(initial=-np.inf), 0.0)),
+                "events": per_event,
+            }
+        )
     return out
 
 
-def write_run_mv(out_dir: Any, rec: Any, source: Any, response_s: float, uncapped_w: Any,
-                 params: Mapping[str, Any], basis_w: float | None = None,
-                 interval_s: float = 60.0) -> tuple[list[dict[str, Any]], pd.DataFrame]:
+def write_run_mv(
+    out_dir: Any,
+    rec: Any,
+    source: Any,
+    response_s: float,
+    uncapped_w: Any,
+    params: Mapping[str, Any],
+    basis_w: float | None = None,
+    interval_s: float = 60.0,
+) -> tuple[list[dict[str, Any]], pd.DataFrame]:
     """M&V of a real controlled run (a :class:`wattflex.control.loop.LoopRecord` or the
     cluster coordinator's record, one sample per period): ``mv.json``, ``mv_intervals.csv``
     and ``timeseries.csv``, written together; the event records and the time series back
@@ -186,26 +269,48 @@ def write_run_mv(out_dir: Any, rec: Any, source: Any, response_s: float, uncappe
     power, budget = np.asarray(rec.power_w, float), np.asarray(rec.budget_w, float)
     curves = np.broadcast_to(np.asarray(uncapped_w, float), t.shape).copy()
     period = float(np.median(np.diff(t))) if len(t) > 1 else 1.0
-    recs, intervals = mv_table(t, power, budget, windows(source, t, response_s, basis_w), baseline_curves_w=curves,
-                               pre_s=60.0, interval_s=interval_s)
+    recs, intervals = mv_table(
+        t,
+        power,
+        budget,
+        windows(source, t, response_s, basis_w),
+        baseline_curves_w=curves,
+        pre_s=60.0,
+        interval_s=interval_s,
+    )
     ts = pd.DataFrame({"t_s": t, "budget_w": budget, "power_w": power, "baseline_curves_w": curves})
     for k, caps in enumerate(np.asarray(rec.caps_w, float).T):
         ts[f"cap_w:job{k}"] = caps
     doc: dict[str, Any] = {"events": recs, "sample_s": period}
     if getattr(rec, "alive", None) and len(rec.alive) == len(t):
-        ts["units_answering"] = np.asarray(rec.alive, int)       # the coordinator's: the others counted uncapped
-    if getattr(rec, "level_w", None):          # the site's levels (wattflex cluster-control --site)
+        ts["units_answering"] = np.asarray(
+            rec.alive, int
+        )  # the coordinator's: the others counted uncapped
+    if getattr(rec, "level_w", None):  # the site's levels (wattflex cluster-control --site)
         for name, series in rec.level_w.items():
             ts[f"load_w:{name}"] = np.asarray(series, float)
-        doc["levels"] = level_mv(t, rec.level_w, rec.level_limit_w, rec.level_kind,
-                                 windows(source, t, response_s, basis_w))
+        doc["levels"] = level_mv(
+            t,
+            rec.level_w,
+            rec.level_limit_w,
+            rec.level_kind,
+            windows(source, t, response_s, basis_w),
+        )
     elif np.isfinite(np.asarray(getattr(rec, "limit_w", None) or [np.inf], float)).any():
         # one node (wattflex control --site or a cluster-control agent): its share of the limits
         ts["limit_w"] = np.asarray(rec.limit_w, float)
-        doc["levels"] = level_mv(t, {"node": power}, {"node": ts["limit_w"].to_numpy()}, {"node": "node"},
-                                 windows(source, t, response_s, basis_w))
+        doc["levels"] = level_mv(
+            t,
+            {"node": power},
+            {"node": ts["limit_w"].to_numpy()},
+            {"node": "node"},
+            windows(source, t, response_s, basis_w),
+        )
     prov = provenance(params=dict(params), backend="nvml")
-    files = [json_file(doc, out / "mv.json", prov),
-             *csv_files(intervals, out / "mv_intervals.csv", prov), *csv_files(ts, out / "timeseries.csv", prov)]
+    files = [
+        json_file(doc, out / "mv.json", prov),
+        *csv_files(intervals, out / "mv_intervals.csv", prov),
+        *csv_files(ts, out / "timeseries.csv", prov),
+    ]
     write_together(files)
     return recs, ts

@@ -35,15 +35,23 @@ _RULE = section_defaults("statement", "baseline")
 class BaselineRule:
     """An X-of-Y-days baseline and its same-day adjustment (config ``statement.baseline``;
     defaults: the schema's)."""
-    days: int = _RULE["days"]                          # eligible days averaged ("10 of 10")
-    adjust_hours: float = _RULE["adjust_hours"]        # adjustment window length (h)
-    adjust_gap_hours: float = _RULE["adjust_gap_hours"]  # the window ends this long before the event (h)
-    cap: float = _RULE["cap"]                          # the shift is at most this fraction of the baseline
-    pre_s: float = _RULE["pre_s"]                      # the pre-event baseline's window (s)
+
+    days: int = _RULE["days"]  # eligible days averaged ("10 of 10")
+    adjust_hours: float = _RULE["adjust_hours"]  # adjustment window length (h)
+    adjust_gap_hours: float = _RULE[
+        "adjust_gap_hours"
+    ]  # the window ends this long before the event (h)
+    cap: float = _RULE["cap"]  # the shift is at most this fraction of the baseline
+    pre_s: float = _RULE["pre_s"]  # the pre-event baseline's window (s)
 
     def __post_init__(self) -> None:
-        if self.days < 1 or self.adjust_hours <= 0 or self.adjust_gap_hours < 0 or not 0 <= self.cap <= 1 \
-                or self.pre_s <= 0:
+        if (
+            self.days < 1
+            or self.adjust_hours <= 0
+            or self.adjust_gap_hours < 0
+            or not 0 <= self.cap <= 1
+            or self.pre_s <= 0
+        ):
             raise ValueError(f"baseline rule out of range: {self}")
 
 
@@ -60,8 +68,14 @@ def eligible_days(event_day: int, event_days: set[int], days: int) -> list[int]:
     return out[:days]
 
 
-def average_days(t_s: np.ndarray, load_w: np.ndarray, start_s: float, end_s: float,
-                 event_days: set[int], rule: BaselineRule) -> float:
+def average_days(
+    t_s: np.ndarray,
+    load_w: np.ndarray,
+    start_s: float,
+    end_s: float,
+    event_days: set[int],
+    rule: BaselineRule,
+) -> float:
     """The X-of-Y-days baseline of the event ``[start_s, end_s)``; NaN without enough history
     (fewer than ``rule.days`` eligible days)."""
     day = int(start_s // DAY_S)
@@ -72,8 +86,14 @@ def average_days(t_s: np.ndarray, load_w: np.ndarray, start_s: float, end_s: flo
     return float(np.mean([window_mean(t_s, load_w, start_s - s, end_s - s) for s in shift]))
 
 
-def same_day_adjusted(t_s: np.ndarray, load_w: np.ndarray, start_s: float, end_s: float,
-                      event_days: set[int], rule: BaselineRule) -> float:
+def same_day_adjusted(
+    t_s: np.ndarray,
+    load_w: np.ndarray,
+    start_s: float,
+    end_s: float,
+    event_days: set[int],
+    rule: BaselineRule,
+) -> float:
     """The X-of-Y-days baseline plus the event day's excess over its baseline days in the
     adjustment window, limited to ``rule.cap`` of the baseline."""
     base = average_days(t_s, load_w, start_s, end_s, event_days, rule)

@@ -35,7 +35,17 @@ from typing import Any
 import numpy as np
 
 # Columns / keys of an event in a schedule file; kW in files, W inside.
-EVENT_KEYS = ("event_id", "start_s", "end_s", "start", "end", "target_kw", "fraction", "ramp_kw_per_s", "deadline_s")
+EVENT_KEYS = (
+    "event_id",
+    "start_s",
+    "end_s",
+    "start",
+    "end",
+    "target_kw",
+    "fraction",
+    "ramp_kw_per_s",
+    "deadline_s",
+)
 
 
 class ScheduleError(ValueError):
@@ -47,21 +57,30 @@ class Event:
     event_id: str
     start_s: float
     end_s: float
-    target_w: float | None = None        # absolute target for these GPUs, W
-    fraction: float | None = None        # or: fraction of the baseline (uncapped load at the start)
-    ramp_w_per_s: float = math.inf       # largest change of the budget per second, down and up
-    deadline_s: float = math.inf         # at or below target from start_s + deadline_s on
+    target_w: float | None = None  # absolute target for these GPUs, W
+    fraction: float | None = None  # or: fraction of the baseline (uncapped load at the start)
+    ramp_w_per_s: float = math.inf  # largest change of the budget per second, down and up
+    deadline_s: float = math.inf  # at or below target from start_s + deadline_s on
 
     def __post_init__(self) -> None:
         where = f"event {self.event_id!r}"
         if (self.target_w is None) == (self.fraction is None):
             raise ScheduleError(f"{where}: give exactly one of target_kw and fraction")
-        if not (math.isfinite(self.start_s) and math.isfinite(self.end_s)) or self.end_s <= self.start_s:
-            raise ScheduleError(f"{where}: end ({self.end_s:g} s) must be after start ({self.start_s:g} s)")
+        if (
+            not (math.isfinite(self.start_s) and math.isfinite(self.end_s))
+            or self.end_s <= self.start_s
+        ):
+            raise ScheduleError(
+                f"{where}: end ({self.end_s:g} s) must be after start ({self.start_s:g} s)"
+            )
         if self.target_w is not None and not (math.isfinite(self.target_w) and self.target_w > 0):
-            raise ScheduleError(f"{where}: target_kw must be a finite number > 0, got {self.target_w / 1e3:g}")
+            raise ScheduleError(
+                f"{where}: target_kw must be a finite number > 0, got {self.target_w / 1e3:g}"
+            )
         if self.fraction is not None and not (0 < self.fraction < 1):
-            raise ScheduleError(f"{where}: fraction must be in (0, 1) (a share of the baseline), got {self.fraction:g}")
+            raise ScheduleError(
+                f"{where}: fraction must be in (0, 1) (a share of the baseline), got {self.fraction:g}"
+            )
         if not self.ramp_w_per_s > 0:
             raise ScheduleError(f"{where}: ramp_kw_per_s must be > 0 (leave it empty for no limit)")
         if not self.deadline_s >= 0:
@@ -126,9 +145,14 @@ class Schedule:
 # Reading
 # ---------------------------------------------------------------------------------------
 
+
 def _number(row: Mapping[str, Any], key: str, where: str) -> float | None:
     v = row.get(key)
-    if v is None or (isinstance(v, str) and not v.strip()) or (isinstance(v, float) and math.isnan(v)):
+    if (
+        v is None
+        or (isinstance(v, str) and not v.strip())
+        or (isinstance(v, float) and math.isnan(v))
+    ):
         return None
     if isinstance(v, bool):  # JSON true/false: float() would follow true as 1
         raise ScheduleError(f"{where}: {key} {str(v).lower()} is not a number")  # as JSON spells it
@@ -143,13 +167,17 @@ def _time(row: Mapping[str, Any], key: str, where: str, now: datetime) -> float 
     rel = _number(row, f"{key}_s", where)
     stamp = row.get(key)
     if rel is not None and stamp not in (None, ""):
-        raise ScheduleError(f"{where}: give {key}_s (seconds from the start) or {key} (a time), not both")
+        raise ScheduleError(
+            f"{where}: give {key}_s (seconds from the start) or {key} (a time), not both"
+        )
     if rel is not None or stamp in (None, "") or (isinstance(stamp, float) and math.isnan(stamp)):
         return rel
     try:
         at = datetime.fromisoformat(str(stamp))
     except ValueError:
-        raise ScheduleError(f"{where}: {key} {stamp!r} is not an ISO 8601 time (e.g. 2027-01-15T17:00:00+00:00)") from None
+        raise ScheduleError(
+            f"{where}: {key} {stamp!r} is not an ISO 8601 time (e.g. 2027-01-15T17:00:00+00:00)"
+        ) from None
     if at.tzinfo is None:
         raise ScheduleError(f"{where}: {key} {stamp!r} has no time zone (write +00:00 or Z)")
     return (at - now).total_seconds()
@@ -160,7 +188,9 @@ def event_from_row(row: Mapping[str, Any], where: str, now: datetime | None = No
     now = now or datetime.now(UTC)
     unknown = set(row) - set(EVENT_KEYS)
     if unknown:
-        raise ScheduleError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(EVENT_KEYS)})")
+        raise ScheduleError(
+            f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(EVENT_KEYS)})"
+        )
     start, end = _time(row, "start", where, now), _time(row, "end", where, now)
     if start is None or end is None:
         raise ScheduleError(f"{where}: needs a start and an end (start_s/end_s or start/end)")
@@ -168,18 +198,34 @@ def event_from_row(row: Mapping[str, Any], where: str, now: datetime | None = No
     deadline = _number(row, "deadline_s", where)
     eid = row.get("event_id")
     try:
-        return _event(eid, where, start, end, target_kw, _number(row, "fraction", where), ramp_kw, deadline)
+        return _event(
+            eid, where, start, end, target_kw, _number(row, "fraction", where), ramp_kw, deadline
+        )
     except ScheduleError as exc:
         raise ScheduleError(f"{where}: {exc}") from None
 
 
-def _event(eid: Any, where: str, start: float, end: float, target_kw: float | None, fraction: float | None,
-           ramp_kw: float | None, deadline: float | None) -> Event:
-    return Event(event_id=str(eid) if eid not in (None, "") and not (isinstance(eid, float) and math.isnan(eid))
-                 else where, start_s=start, end_s=end,
-                 target_w=None if target_kw is None else target_kw * 1e3, fraction=fraction,
-                 ramp_w_per_s=math.inf if ramp_kw is None else ramp_kw * 1e3,
-                 deadline_s=math.inf if deadline is None else deadline)
+def _event(
+    eid: Any,
+    where: str,
+    start: float,
+    end: float,
+    target_kw: float | None,
+    fraction: float | None,
+    ramp_kw: float | None,
+    deadline: float | None,
+) -> Event:
+    return Event(
+        event_id=str(eid)
+        if eid not in (None, "") and not (isinstance(eid, float) and math.isnan(eid))
+        else where,
+        start_s=start,
+        end_s=end,
+        target_w=None if target_kw is None else target_kw * 1e3,
+        fraction=fraction,
+        ramp_w_per_s=math.inf if ramp_kw is None else ramp_kw * 1e3,
+        deadline_s=math.inf if deadline is None else deadline,
+    )
 
 
 def read_schedule(path: str | Path, now: datetime | None = None):
@@ -198,18 +244,32 @@ def read_schedule(path: str | Path, now: datetime | None = None):
             raise ScheduleError(f"schedule {path}: not valid JSON ({exc})") from None
         rows = doc.get("events") if isinstance(doc, dict) else None
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise ScheduleError(f'schedule {path}: expected {{"events": [{{"start_s": ..., "end_s": ..., ...}}]}}')
+            raise ScheduleError(
+                f'schedule {path}: expected {{"events": [{{"start_s": ..., "end_s": ..., ...}}]}}'
+            )
     else:
         check_input_file(path, "schedule", MAX_DOC_BYTES)
         df = pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
-        if {"time_s", "fraction"} <= set(df.columns) and "start_s" not in df.columns and "start" not in df.columns:
+        if (
+            {"time_s", "fraction"} <= set(df.columns)
+            and "start_s" not in df.columns
+            and "start" not in df.columns
+        ):
             return read_signal(path)
         rows = df.to_dict("records")
     if not rows:
         raise ScheduleError(f"schedule {path}: no events")
     line = 1 if path.suffix.lower() == ".json" else 2
-    events = [event_from_row(r, f"schedule {path}: event {i + 1}" if path.suffix.lower() == ".json"
-                             else f"schedule {path}: row {i + line}", now) for i, r in enumerate(rows)]
+    events = [
+        event_from_row(
+            r,
+            f"schedule {path}: event {i + 1}"
+            if path.suffix.lower() == ".json"
+            else f"schedule {path}: row {i + line}",
+            now,
+        )
+        for i, r in enumerate(rows)
+    ]
     return Schedule(tuple(events), source=str(path))
 
 
@@ -217,14 +277,16 @@ def read_schedule(path: str | Path, now: datetime | None = None):
 # Checking
 # ---------------------------------------------------------------------------------------
 
+
 @dataclass
 class ScheduleCheck:
     warnings: list[str] = field(default_factory=list)
     schedule: Schedule | None = None
 
 
-def check_schedule(schedule: Schedule, floor_w: float, basis_w: float, period_s: float,
-                   settle_s: float = 2.0) -> ScheduleCheck:
+def check_schedule(
+    schedule: Schedule, floor_w: float, basis_w: float, period_s: float, settle_s: float = 2.0
+) -> ScheduleCheck:
     """Refuse what cannot be followed (overlap, an event already over); warn about what can
     only be followed safely (a target below the floors: held at the floors; a deadline the
     ramp cannot meet: the ramp is kept, the deadline missed). An event already under way
@@ -234,39 +296,59 @@ def check_schedule(schedule: Schedule, floor_w: float, basis_w: float, period_s:
     for e in schedule.events:
         where = f"event {e.event_id!r}"
         if e.end_s <= 0:
-            raise ScheduleError(f"{where} ended {-e.end_s:.0f} s ago (end {e.end_s:g} s): remove it or fix its times")
+            raise ScheduleError(
+                f"{where} ended {-e.end_s:.0f} s ago (end {e.end_s:g} s): remove it or fix its times"
+            )
         if e.start_s < 0:
             out.warnings.append(f"{where} started {-e.start_s:.0f} s ago: it is followed from now")
         if kept and e.start_s < kept[-1].end_s:
-            raise ScheduleError(f"{where} (start {e.start_s:g} s) overlaps event {kept[-1].event_id!r} (ends "
-                                f"{kept[-1].end_s:g} s): one target at a time; merge or move them")
+            raise ScheduleError(
+                f"{where} (start {e.start_s:g} s) overlaps event {kept[-1].event_id!r} (ends "
+                f"{kept[-1].end_s:g} s): one target at a time; merge or move them"
+            )
         target = e.target_for(basis_w)
         if target < floor_w:
-            out.warnings.append(f"{where}: target {target:.0f} W is below the GPUs' floor of {floor_w:.0f} W (every "
-                                f"GPU at its minimum cap): they are held at their floors, the load stays above target")
+            out.warnings.append(
+                f"{where}: target {target:.0f} W is below the GPUs' floor of {floor_w:.0f} W (every "
+                f"GPU at its minimum cap): they are held at their floors, the load stays above target"
+            )
         need = e.ramp_s(basis_w) + period_s + settle_s
         if need > e.deadline_s:
-            out.warnings.append(f"{where}: the ramp of {e.ramp_w_per_s / 1e3:g} kW/s from {basis_w:.0f} W to "
-                                f"{target:.0f} W with a {period_s:g} s control period needs {need:.1f} s, over the "
-                                f"{e.deadline_s:g} s deadline: the ramp is kept and the deadline missed")
+            out.warnings.append(
+                f"{where}: the ramp of {e.ramp_w_per_s / 1e3:g} kW/s from {basis_w:.0f} W to "
+                f"{target:.0f} W with a {period_s:g} s control period needs {need:.1f} s, over the "
+                f"{e.deadline_s:g} s deadline: the ramp is kept and the deadline missed"
+            )
         kept.append(e if e.start_s >= 0 else replace(e, start_s=0.0))
     out.schedule = Schedule(tuple(kept), schedule.source)
     return out
 
 
-def windows(source: Any, t_s: np.ndarray, default_deadline_s: float = math.inf,
-            basis_w: float | None = None) -> list[dict[str, Any]]:
+def windows(
+    source: Any, t_s: np.ndarray, default_deadline_s: float = math.inf, basis_w: float | None = None
+) -> list[dict[str, Any]]:
     """The events of a schedule, or the spans where a legacy signal curtails (``active``),
     as ``{event_id, start_s, end_s, deadline_s}``, with the event's ``target_w`` when the
     basis is known (else M&V takes the lowest budget of the event)."""
     if isinstance(source, Schedule):
-        return [{"event_id": e.event_id, "start_s": e.start_s, "end_s": e.end_s,
-                 "deadline_s": e.deadline_s if math.isfinite(e.deadline_s) else default_deadline_s,
-                 **({"target_w": e.target_for(basis_w)} if basis_w is not None else {})}
-                for e in source.events]
+        return [
+            {
+                "event_id": e.event_id,
+                "start_s": e.start_s,
+                "end_s": e.end_s,
+                "deadline_s": e.deadline_s if math.isfinite(e.deadline_s) else default_deadline_s,
+                **({"target_w": e.target_for(basis_w)} if basis_w is not None else {}),
+            }
+            for e in source.events
+        ]
     act = np.asarray(source.active(t_s), bool)
     edges = np.flatnonzero(np.diff(np.r_[False, act, False].astype(int)))
-    return [{"event_id": f"event{i + 1}", "start_s": float(t_s[a]),
-             "end_s": float(t_s[b - 1] + (t_s[1] - t_s[0] if len(t_s) > 1 else 1.0)),
-             "deadline_s": default_deadline_s} for i, (a, b) in enumerate(zip(edges[::2], edges[1::2]))]
-
+    return [
+        {
+            "event_id": f"event{i + 1}",
+            "start_s": float(t_s[a]),
+            "end_s": float(t_s[b - 1] + (t_s[1] - t_s[0] if len(t_s) > 1 else 1.0)),
+            "deadline_s": default_deadline_s,
+        }
+        for i, (a, b) in enumerate(zip(edges[::2], edges[1::2]))
+    ]

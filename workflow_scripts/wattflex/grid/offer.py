@@ -20,8 +20,8 @@ import pandas as pd
 
 from wattflex.allocation.curves import Curves
 
-LOSSES = (0.10, 0.25, 0.50)     # the issue's levels: kW available at <= 10 / 25 / 50 % throughput loss
-GRID = 512                      # points per curve on which the lowest power is searched
+LOSSES = (0.10, 0.25, 0.50)  # the issue's levels: kW available at <= 10 / 25 / 50 % throughput loss
+GRID = 512  # points per curve on which the lowest power is searched
 NO_CURVE = "one cap: no curve, cannot shed"
 
 
@@ -36,8 +36,10 @@ def sheddable_w(curves: Curves, losses: Sequence[float]) -> np.ndarray:
     """(J, L) W each job can shed keeping at least ``1 - loss`` of its uncapped throughput."""
     P, T = np.asarray(curves.power_w, float), np.asarray(curves.throughput, float)
     u = np.linspace(0.0, 1.0, GRID)
-    grid = P[:, :1] + u[None, :] * (P[:, -1:] - P[:, :1])                     # (J, GRID)
-    t = np.maximum.accumulate(np.stack([np.interp(g, p, y) for g, p, y in zip(grid, P, T)]), axis=-1)
+    grid = P[:, :1] + u[None, :] * (P[:, -1:] - P[:, :1])  # (J, GRID)
+    t = np.maximum.accumulate(
+        np.stack([np.interp(g, p, y) for g, p, y in zip(grid, P, T)]), axis=-1
+    )
     t_max = t[:, -1:]
     out = np.zeros((len(P), len(losses)))
     for k, loss in enumerate(losses):
@@ -48,8 +50,9 @@ def sheddable_w(curves: Curves, losses: Sequence[float]) -> np.ndarray:
     return np.maximum(out, 0.0)
 
 
-def offer_table(jobs: Sequence[str], curves: Curves, losses: Sequence[float] = LOSSES,
-                hours: float = 4.0) -> pd.DataFrame:
+def offer_table(
+    jobs: Sequence[str], curves: Curves, losses: Sequence[float] = LOSSES, hours: float = 4.0
+) -> pd.DataFrame:
     """One row per job and loss level, plus the ``TOTAL`` rows."""
     shed = sheddable_w(curves, losses)
     p_max = np.asarray(curves.power_w, float)[:, -1]
@@ -58,13 +61,23 @@ def offer_table(jobs: Sequence[str], curves: Curves, losses: Sequence[float] = L
     rows = []
     for j, job in enumerate(jobs):
         for k, loss in enumerate(losses):
-            rows.append({"job": str(job), "max_throughput_loss": loss, "uncapped_kw": p_max[j] / 1e3,
-                         "shed_kw": shed[j, k] / 1e3, "shed_fraction": shed[j, k] / p_max[j], "hours": hours,
-                         "energy_kwh": shed[j, k] / 1e3 * hours,
-                         "tokens_lost": 0.0 if flat[j] else loss * t_max[j] * 3600.0 * hours,
-                         "note": NO_CURVE if flat[j] else ""})
+            rows.append(
+                {
+                    "job": str(job),
+                    "max_throughput_loss": loss,
+                    "uncapped_kw": p_max[j] / 1e3,
+                    "shed_kw": shed[j, k] / 1e3,
+                    "shed_fraction": shed[j, k] / p_max[j],
+                    "hours": hours,
+                    "energy_kwh": shed[j, k] / 1e3 * hours,
+                    "tokens_lost": 0.0 if flat[j] else loss * t_max[j] * 3600.0 * hours,
+                    "note": NO_CURVE if flat[j] else "",
+                }
+            )
     df = pd.DataFrame(rows)
-    tot = df.groupby("max_throughput_loss", as_index=False)[["uncapped_kw", "shed_kw", "energy_kwh", "tokens_lost"]].sum()
+    tot = df.groupby("max_throughput_loss", as_index=False)[
+        ["uncapped_kw", "shed_kw", "energy_kwh", "tokens_lost"]
+    ].sum()
     tot["job"], tot["hours"] = "TOTAL", hours
     tot["note"] = f"{flat.sum()} job(s) with one cap: 0 kW, 0 tokens" if flat.any() else ""
     tot["shed_fraction"] = tot["shed_kw"] / tot["uncapped_kw"]

@@ -41,16 +41,21 @@ from wattflex.schema import section_defaults
 
 log = logging.getLogger("wattflex.grid.openadr")
 
-SIGNALS = {("LOAD_DISPATCH", "setpoint"): "target_kw", ("LOAD_CONTROL", "x-loadControlCapacity"): "fraction"}
+SIGNALS = {
+    ("LOAD_DISPATCH", "setpoint"): "target_kw",
+    ("LOAD_CONTROL", "x-loadControlCapacity"): "fraction",
+}
 
 
 @dataclass
 class VenSettings:
     ven_name: str
     vtn_url: str
-    floor_w: float                  # the GPUs' floor (every GPU at its minimum cap)
-    basis_w: float                  # what fractions apply to
-    period_s: float = section_defaults("control", "controller")["period_s"]   # the controller's period
+    floor_w: float  # the GPUs' floor (every GPU at its minimum cap)
+    basis_w: float  # what fractions apply to
+    period_s: float = section_defaults("control", "controller")[
+        "period_s"
+    ]  # the controller's period
     ramp_w_per_s: float = math.inf
     deadline_s: float = math.inf
 
@@ -67,7 +72,9 @@ class LiveSchedule:
     @property
     def schedule(self) -> Schedule:
         with self._lock:
-            return Schedule(tuple(e for evs in self._events.values() for e in evs), source="openadr")
+            return Schedule(
+                tuple(e for evs in self._events.values() for e in evs), source="openadr"
+            )
 
     @property
     def events(self) -> tuple[Event, ...]:
@@ -79,11 +86,19 @@ class LiveSchedule:
     def active(self, t_s: Any) -> np.ndarray:
         return self.schedule.active(t_s)
 
-    def offer(self, event_id: str, events: tuple[Event, ...], s: VenSettings) -> tuple[bool, list[str]]:
+    def offer(
+        self, event_id: str, events: tuple[Event, ...], s: VenSettings
+    ) -> tuple[bool, list[str]]:
         """Take the event if the schedule with it passes the checks; ``(taken, messages)``."""
         with self._lock:
             now_s = (datetime.now(UTC) - self.t0_wall).total_seconds()
-            others = tuple(e for k, evs in self._events.items() if k != event_id for e in evs if e.end_s > now_s)
+            others = tuple(
+                e
+                for k, evs in self._events.items()
+                if k != event_id
+                for e in evs
+                if e.end_s > now_s
+            )
             try:
                 shifted = Schedule(tuple(_shift(e, -now_s) for e in others + events))
                 checked = check_schedule(shifted, s.floor_w, s.basis_w, s.period_s)
@@ -110,23 +125,34 @@ def _shift(e: Event, by_s: float) -> Event:
     return replace(e, start_s=e.start_s + by_s, end_s=e.end_s + by_s)
 
 
-def events_from_openadr(event: dict[str, Any], s: VenSettings, t0_wall: datetime) -> tuple[Event, ...]:
+def events_from_openadr(
+    event: dict[str, Any], s: VenSettings, t0_wall: datetime
+) -> tuple[Event, ...]:
     """The intervals of an openleadr event dict as events (seconds from ``t0_wall``)."""
     eid = str(event["event_descriptor"]["event_id"])
     out = []
     for sig in event.get("event_signals", []):
         kind = SIGNALS.get((sig.get("signal_name"), sig.get("signal_type")))
         if kind is None:
-            raise ScheduleError(f"event {eid!r}: signal {sig.get('signal_name')}/{sig.get('signal_type')} is not a load "
-                                f"target (wattflex follows {', '.join('/'.join(k) for k in SIGNALS)})")
+            raise ScheduleError(
+                f"event {eid!r}: signal {sig.get('signal_name')}/{sig.get('signal_type')} is not a load "
+                f"target (wattflex follows {', '.join('/'.join(k) for k in SIGNALS)})"
+            )
         for k, iv in enumerate(sig["intervals"]):
             start = (iv["dtstart"] - t0_wall).total_seconds()
             end = start + iv["duration"].total_seconds()
             value = float(iv["signal_payload"])
-            out.append(Event(f"{eid}" if len(sig["intervals"]) == 1 else f"{eid}.{k}", start, end,
-                             target_w=value * 1e3 if kind == "target_kw" else None,
-                             fraction=value if kind == "fraction" else None,
-                             ramp_w_per_s=s.ramp_w_per_s, deadline_s=s.deadline_s))
+            out.append(
+                Event(
+                    f"{eid}" if len(sig["intervals"]) == 1 else f"{eid}.{k}",
+                    start,
+                    end,
+                    target_w=value * 1e3 if kind == "target_kw" else None,
+                    fraction=value if kind == "fraction" else None,
+                    ramp_w_per_s=s.ramp_w_per_s,
+                    deadline_s=s.deadline_s,
+                )
+            )
     if not out:
         raise ScheduleError(f"event {eid!r}: no signal")
     return tuple(out)
@@ -136,7 +162,9 @@ class OpenADRVen:
     """The VEN in a background thread: ``start()``, ``stop()``; ``live`` is the schedule it
     feeds; ``load_w()`` (called from its thread) gives the measured load it reports."""
 
-    def __init__(self, settings: VenSettings, load_w: Callable[[], float], live: LiveSchedule | None = None):
+    def __init__(
+        self, settings: VenSettings, load_w: Callable[[], float], live: LiveSchedule | None = None
+    ):
         self.s, self.load_w = settings, load_w
         self.live = live or LiveSchedule()
         self.responses: dict[str, str] = {}
@@ -176,18 +204,24 @@ class OpenADRVen:
         client = OpenADRClient(ven_name=self.s.ven_name, vtn_url=self.s.vtn_url)
         client.add_handler("on_event", self.on_event)
         client.add_handler("on_update_event", self.on_event)
-        client.add_report(callback=self._report, resource_id="wattflex-gpus", measurement=enums.MEASUREMENTS.POWER_REAL,
-                          unit="W", sampling_rate=timedelta(seconds=max(self.s.period_s, 1.0)))
+        client.add_report(
+            callback=self._report,
+            resource_id="wattflex-gpus",
+            measurement=enums.MEASUREMENTS.POWER_REAL,
+            unit="W",
+            sampling_rate=timedelta(seconds=max(self.s.period_s, 1.0)),
+        )
         poll = client._poll
 
-        async def watched_poll() -> None:     # when the VTN last answered a poll
+        async def watched_poll() -> None:  # when the VTN last answered a poll
             try:
                 await poll()
             except asyncio.CancelledError:
                 if not self._stopping:
                     raise
-                return                        # stopped mid-poll: not a failed job for openleadr's scheduler to log
+                return  # stopped mid-poll: not a failed job for openleadr's scheduler to log
             self.last_poll_ok = time.monotonic()
+
         client._poll = watched_poll
         self._client = client
         try:
@@ -202,12 +236,15 @@ class OpenADRVen:
             asyncio.set_event_loop(self._loop)
             self._loop.create_task(self._main())
             self._loop.run_forever()
+
         self._thread = threading.Thread(target=run, name="openadr-ven", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout_s) or not self.registered:
             self.stop()
-            raise ConnectionError(f"OpenADR VTN {self.s.vtn_url}: no registration within {timeout_s:g} s "
-                                  f"(is the VTN running, and is this its OpenADR2/Simple/2.0b URL?)")
+            raise ConnectionError(
+                f"OpenADR VTN {self.s.vtn_url}: no registration within {timeout_s:g} s "
+                f"(is the VTN running, and is this its OpenADR2/Simple/2.0b URL?)"
+            )
 
     async def _shutdown(self) -> None:
         """openleadr's stop, then every task still on the VEN's loop (a poll in flight)

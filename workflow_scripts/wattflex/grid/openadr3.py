@@ -48,7 +48,10 @@ def events_from_oadr3(event: Any, s: VenSettings, t0_wall: datetime) -> tuple[Ev
     eid = str(event.id)
     scale = 1e3
     for d in event.payload_descriptors or []:
-        if getattr(d, "payload_type", None) == PAYLOAD and str(getattr(d, "units", "KW") or "KW").upper() == "W":
+        if (
+            getattr(d, "payload_type", None) == PAYLOAD
+            and str(getattr(d, "units", "KW") or "KW").upper() == "W"
+        ):
             scale = 1.0
     out = []
     base = event.interval_period
@@ -56,18 +59,33 @@ def events_from_oadr3(event: Any, s: VenSettings, t0_wall: datetime) -> tuple[Ev
         period = iv.interval_period or base
         if period is None or isinstance(period.start, str):
             raise ScheduleError(f"event {eid!r}: interval {iv.id} has no start")
-        start = period.start if iv.interval_period is not None else period.start + k * period.duration
+        start = (
+            period.start if iv.interval_period is not None else period.start + k * period.duration
+        )
         values = [p.values[0] for p in iv.payloads if p.type == PAYLOAD and p.values]
         if not values:
             continue
-        if isinstance(values[0], bool) or not isinstance(values[0], (int, float)):   # the model also allows str, Point
-            raise ScheduleError(f"event {eid!r}: interval {iv.id}: {PAYLOAD} value {values[0]!r} is not a number")
+        if isinstance(values[0], bool) or not isinstance(
+            values[0], (int, float)
+        ):  # the model also allows str, Point
+            raise ScheduleError(
+                f"event {eid!r}: interval {iv.id}: {PAYLOAD} value {values[0]!r} is not a number"
+            )
         begin = (start - t0_wall).total_seconds()
-        out.append(Event(eid if len(event.intervals) == 1 else f"{eid}.{iv.id}", begin,
-                         begin + period.duration.total_seconds(), target_w=float(values[0]) * scale,
-                         ramp_w_per_s=s.ramp_w_per_s, deadline_s=s.deadline_s))
+        out.append(
+            Event(
+                eid if len(event.intervals) == 1 else f"{eid}.{iv.id}",
+                begin,
+                begin + period.duration.total_seconds(),
+                target_w=float(values[0]) * scale,
+                ramp_w_per_s=s.ramp_w_per_s,
+                deadline_s=s.deadline_s,
+            )
+        )
     if not out:
-        raise ScheduleError(f"event {eid!r}: no {PAYLOAD} interval (wattflex follows load caps only)")
+        raise ScheduleError(
+            f"event {eid!r}: no {PAYLOAD} interval (wattflex follows load caps only)"
+        )
     return tuple(out)
 
 
@@ -81,13 +99,19 @@ def _reason(exc: Exception) -> str:
 class OpenADR3Ven:
     """Polls in a background thread: ``start()`` (first poll must succeed), ``stop()``."""
 
-    def __init__(self, settings: VenSettings, program_id: str | None, load_w: Callable[[], float],
-                 poll_s: float = 2.0, token: str | None = None):
+    def __init__(
+        self,
+        settings: VenSettings,
+        program_id: str | None,
+        load_w: Callable[[], float],
+        poll_s: float = 2.0,
+        token: str | None = None,
+    ):
         self.s, self.program_id, self.load_w, self.poll_s = settings, program_id, load_w, poll_s
         self.live = LiveSchedule()
-        self.accepted: dict[str, bool] = {}          # per event id: held (followed) or refused
-        self._versions: dict[str, str] = {}           # per listed event id: the content last considered
-        self._held: dict[str, Any] = {}               # per event id: the toadr3 Event held
+        self.accepted: dict[str, bool] = {}  # per event id: held (followed) or refused
+        self._versions: dict[str, str] = {}  # per listed event id: the content last considered
+        self._held: dict[str, Any] = {}  # per event id: the toadr3 Event held
         self.messages: list[str] = []
         self.reports_sent = 0
         self.last_poll_ok: float | None = None
@@ -107,13 +131,19 @@ class OpenADR3Ven:
         self.last_poll_ok = time.monotonic()
         listed = {}
         for k, doc in enumerate(docs):
-            eid = str(doc["id"]) if isinstance(doc, dict) and doc.get("id") is not None else f"(no id, item {k})"
+            eid = (
+                str(doc["id"])
+                if isinstance(doc, dict) and doc.get("id") is not None
+                else f"(no id, item {k})"
+            )
             listed[eid] = version = json.dumps(doc, sort_keys=True)
-            if self._versions.get(eid) != version:       # new, or updated by the VTN: (re)considered once
+            if (
+                self._versions.get(eid) != version
+            ):  # new, or updated by the VTN: (re)considered once
                 self._versions[eid] = version
                 self._consider(eid, doc)
         for eid in [e for e in self.accepted if e not in listed and self.accepted[e]]:
-            self.live.drop(eid)                          # withdrawn by the VTN
+            self.live.drop(eid)  # withdrawn by the VTN
             self.accepted[eid] = False
             self.messages.append(f"event {eid!r} withdrawn by the VTN: dropped")
         self._versions = {k: v for k, v in self._versions.items() if k in listed}
@@ -127,8 +157,9 @@ class OpenADR3Ven:
         """The VTN's event list as JSON (toadr3's ``get_events`` validates the whole list at
         once: one malformed event would hide every other)."""
         params = {"programID": self.program_id} if self.program_id else {}
-        async with client.client_session.get(f"{client.vtn_url}/events", params=params,
-                                             headers=self._headers) as resp:
+        async with client.client_session.get(
+            f"{client.vtn_url}/events", params=params, headers=self._headers
+        ) as resp:
             resp.raise_for_status()
             docs = await resp.json(content_type=None)
         if not isinstance(docs, list):
@@ -143,17 +174,23 @@ class OpenADR3Ven:
         update = self.accepted.get(eid, False)
         try:
             ev = Oadr3Event.model_validate(doc)
-            taken, msgs = self.live.offer(eid, events_from_oadr3(ev, self.s, self.live.t0_wall), self.s)
+            taken, msgs = self.live.offer(
+                eid, events_from_oadr3(ev, self.s, self.live.t0_wall), self.s
+            )
         except ValidationError as exc:
             taken, msgs = False, [f"event {eid!r} is not a valid OpenADR 3 event: {_reason(exc)}"]
-        except ScheduleError as exc:                     # names the event
+        except ScheduleError as exc:  # names the event
             taken, msgs = False, [str(exc)]
         if taken:
             self._held[eid] = ev
             if update:
-                msgs.insert(0, f"event {eid!r} updated by the VTN: the new version replaces the old")
+                msgs.insert(
+                    0, f"event {eid!r} updated by the VTN: the new version replaces the old"
+                )
         elif update:
-            msgs.append(f"event {eid!r}: the VTN's update is refused; the earlier version is still followed")
+            msgs.append(
+                f"event {eid!r}: the VTN's update is refused; the earlier version is still followed"
+            )
         self.accepted[eid] = taken or update
         self.messages += msgs
         for m in msgs:
@@ -162,8 +199,13 @@ class OpenADR3Ven:
     async def _report(self, client: Any, ev: Any) -> None:
         from toadr3.models import Report
 
-        rep = Report.create_report(ev, self.s.ven_name, REPORT, [round(self.load_w() / 1e3, 4)],
-                                   report_name="wattflex measured load")
+        rep = Report.create_report(
+            ev,
+            self.s.ven_name,
+            REPORT,
+            [round(self.load_w() / 1e3, 4)],
+            report_name="wattflex measured load",
+        )
         await client.post_report(rep, custom_headers=self._headers)
         self.reports_sent += 1
 
@@ -174,27 +216,36 @@ class OpenADR3Ven:
             while not self._stop.is_set():
                 try:
                     await self._poll_once(client)
-                except Exception as exc:   # a VTN that fails keeps what it sent: see the module docstring
+                except (
+                    Exception
+                ) as exc:  # a VTN that fails keeps what it sent: see the module docstring
                     if not self._first.is_set():
                         self._error = f"{type(exc).__name__}: {exc}"
                     else:
-                        log.warning("OpenADR 3 VTN %s: %s (%s); held events are followed to their end",
-                                    self.s.vtn_url, type(exc).__name__, exc)
+                        log.warning(
+                            "OpenADR 3 VTN %s: %s (%s); held events are followed to their end",
+                            self.s.vtn_url,
+                            type(exc).__name__,
+                            exc,
+                        )
                 self._first.set()
                 if self._error:
                     return
                 await asyncio.sleep(self.poll_s)
 
     def start(self, timeout_s: float = 30.0) -> None:
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="openadr3-ven", daemon=True)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._main()), name="openadr3-ven", daemon=True
+        )
         self._thread.start()
         if not self._first.wait(timeout_s) or self._error:
             self.stop()
-            raise ConnectionError(f"OpenADR 3 VTN {self.s.vtn_url}: first poll failed "
-                                  f"({self._error or f'no answer in {timeout_s:g} s'})")
+            raise ConnectionError(
+                f"OpenADR 3 VTN {self.s.vtn_url}: first poll failed "
+                f"({self._error or f'no answer in {timeout_s:g} s'})"
+            )
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10 + self.poll_s)
-

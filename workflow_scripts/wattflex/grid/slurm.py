@@ -76,7 +76,7 @@ class SqueueError(RuntimeError):
 class SlurmJob:
     job_id: str
     name: str
-    gpus: dict[str, tuple[int, ...]]      # node -> GPU indices on it
+    gpus: dict[str, tuple[int, ...]]  # node -> GPU indices on it
 
     def units(self) -> list[str]:
         return [unit_name(self.job_id, n) for n in self.gpus]
@@ -115,18 +115,24 @@ def gres_indices(entry: str) -> tuple[int, ...]:
 
 def _state(job: Mapping[str, Any]) -> str:
     s = job.get("job_state", "")
-    return str(s[0] if isinstance(s, list) and s else s)      # a list from Slurm 23.02 on
+    return str(s[0] if isinstance(s, list) and s else s)  # a list from Slurm 23.02 on
 
 
-def parse_squeue(doc: Mapping[str, Any], partitions: Sequence[str] | None = None,
-                 report: Any = None) -> list[SlurmJob]:
+def parse_squeue(
+    doc: Mapping[str, Any], partitions: Sequence[str] | None = None, report: Any = None
+) -> list[SlurmJob]:
     """Running jobs holding GPUs, from ``squeue --json``; only those running in one of
     ``partitions``, if given. A job described in a way this cannot read is skipped and said
     to ``report`` (default: logged); a document that is no job list is a :class:`SqueueError`."""
     listed = doc.get("jobs") if isinstance(doc, dict) else None
     if not isinstance(listed, list):
-        what = (f"a JSON {type(doc).__name__}" if not isinstance(doc, dict) else "no 'jobs'" if listed is None
-                else f"'jobs' is a JSON {type(listed).__name__}")
+        what = (
+            f"a JSON {type(doc).__name__}"
+            if not isinstance(doc, dict)
+            else "no 'jobs'"
+            if listed is None
+            else f"'jobs' is a JSON {type(listed).__name__}"
+        )
         raise SqueueError(f"squeue --json answered no job list ({what})")
     jobs = []
     for k, j in enumerate(listed):
@@ -161,12 +167,16 @@ def _gpu_job(j: Mapping[str, Any], partitions: Sequence[str] | None) -> SlurmJob
     return SlurmJob(str(j["job_id"]), str(j.get("name", "")), gpus) if gpus else None
 
 
-def discover(squeue: str = "squeue", partitions: Sequence[str] | None = None, report: Any = None) -> list[SlurmJob]:
+def discover(
+    squeue: str = "squeue", partitions: Sequence[str] | None = None, report: Any = None
+) -> list[SlurmJob]:
     """The running GPU jobs as SLURM reports them now (of ``partitions`` only, if given: filtered
     here, since ``squeue --json`` of some Slurm releases, 22.05 among them, ignores its filters).
     :class:`SqueueError` when ``squeue`` fails or its answer is no job list."""
     try:
-        out = subprocess.run([squeue, "--json", "--states=RUNNING"], capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [squeue, "--json", "--states=RUNNING"], capture_output=True, text=True, timeout=60
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SqueueError(f"{squeue} --json: {exc}") from None
     if out.returncode != 0:
@@ -178,8 +188,9 @@ def discover(squeue: str = "squeue", partitions: Sequence[str] | None = None, re
     return parse_squeue(doc, partitions, report)
 
 
-def jobs_or_last(discover_jobs: Any, last: list[SlurmJob], sleep: Any,
-                 backoff_s: Sequence[float]) -> tuple[list[SlurmJob], str | None]:
+def jobs_or_last(
+    discover_jobs: Any, last: list[SlurmJob], sleep: Any, backoff_s: Sequence[float]
+) -> tuple[list[SlurmJob], str | None]:
     """``discover_jobs()``, retried after each of ``backoff_s`` when SLURM fails; when every
     try failed, the last known job set (held safe: its units keep their shares) and why."""
     for wait in (*backoff_s, None):
@@ -192,17 +203,43 @@ def jobs_or_last(discover_jobs: Any, last: list[SlurmJob], sleep: Any,
     return last, why
 
 
-def agent_command(job: SlurmJob, node: str, budget_dir: Path, period_s: float, duration_s: float,
-                  policy: str = "equal-weight", wattflex: str = "wattflex", state_dir: str | None = None) -> list[str]:
+def agent_command(
+    job: SlurmJob,
+    node: str,
+    budget_dir: Path,
+    period_s: float,
+    duration_s: float,
+    policy: str = "equal-weight",
+    wattflex: str = "wattflex",
+    state_dir: str | None = None,
+) -> list[str]:
     """The job step that runs the agent of (job, node) inside the job's allocation
     (``state_dir``: its cap state folder, ``{node}`` replaced; default: the node's own)."""
     unit = unit_name(job.job_id, node)
     where = ["--state-dir", state_dir.replace("{node}", node)] if state_dir else []
-    return ["srun", "--overlap", f"--jobid={job.job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={node}",
-            f"--gres=gpu:{len(job.gpus[node])}", f"--job-name=wattflex-agent-{unit}", wattflex, "control",
-            "--budget-file", str(budget_dir / f"{unit}.budget.json"),
-            "--load-file", str(budget_dir / f"{unit}.load.json"),
-            "--period-s", f"{period_s:g}", "--duration-s", f"{duration_s:g}", "--policy", policy, *where]
+    return [
+        "srun",
+        "--overlap",
+        f"--jobid={job.job_id}",
+        "--nodes=1",
+        "--ntasks=1",
+        f"--nodelist={node}",
+        f"--gres=gpu:{len(job.gpus[node])}",
+        f"--job-name=wattflex-agent-{unit}",
+        wattflex,
+        "control",
+        "--budget-file",
+        str(budget_dir / f"{unit}.budget.json"),
+        "--load-file",
+        str(budget_dir / f"{unit}.load.json"),
+        "--period-s",
+        f"{period_s:g}",
+        "--duration-s",
+        f"{duration_s:g}",
+        "--policy",
+        policy,
+        *where,
+    ]
 
 
 # ---------------------------------------------------------------------------------------
@@ -218,6 +255,7 @@ class GroupCurves:
     """The campaign's groups as per-GPU curves: ``per_gpu`` (G, K) power and tokens/s of one
     GPU at each measured cap (the group's totals / its GPUs), ``pfi`` its measured PFI
     (paper Eq. 1, :func:`wattflex.pfi.pfi_ratio`)."""
+
     groups: tuple[str, ...]
     per_gpu: Curves
     pfi: np.ndarray
@@ -234,9 +272,14 @@ def group_curves(runs: Any) -> GroupCurves:
     need = {"group", "gpus", "cap_w", "power_w", "tokens_per_s"} - set(runs.columns)
     if need:
         raise ValueError(f"curves need column(s) {', '.join(sorted(need))} (a runs.parquet)")
-    pts = cap_rows(runs).groupby(["group", "cap_w"], sort=True, as_index=False)[["gpus", "power_w", "tokens_per_s"]].mean()
-    names, curves = curves_from_points(pts["group"], pts["power_w"] / pts["gpus"], pts["tokens_per_s"] / pts["gpus"],
-                                       pts["cap_w"])
+    pts = (
+        cap_rows(runs)
+        .groupby(["group", "cap_w"], sort=True, as_index=False)[["gpus", "power_w", "tokens_per_s"]]
+        .mean()
+    )
+    names, curves = curves_from_points(
+        pts["group"], pts["power_w"] / pts["gpus"], pts["tokens_per_s"] / pts["gpus"], pts["cap_w"]
+    )
     pfi = np.array([pfi_ratio(p, t) for p, t in zip(curves.power_w, curves.throughput)])
     return GroupCurves(tuple(map(str, names)), curves, pfi)
 
@@ -260,16 +303,23 @@ class ClusterSplit:
     """How the coordinator splits across units: a policy of :data:`SPLIT_POLICIES`, the
     campaign's curves, and which group each job is (``job_group``: job id or SLURM job name
     -> group; otherwise a job whose name is a group's is that group)."""
+
     policy: str = "equal-weight"
     curves: GroupCurves | None = None
     job_group: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in SPLIT_POLICIES:
-            raise ValueError(f"split policy {self.policy!r}: choose from {', '.join(SPLIT_POLICIES)}")
+            raise ValueError(
+                f"split policy {self.policy!r}: choose from {', '.join(SPLIT_POLICIES)}"
+            )
         if self.policy != "equal-weight" and self.curves is None:
-            raise ValueError(f"split policy {self.policy} needs the campaign's curves (--curves runs.parquet)")
-        missing = sorted(set((self.job_group or {}).values()) - set(self.curves.groups if self.curves else ()))
+            raise ValueError(
+                f"split policy {self.policy} needs the campaign's curves (--curves runs.parquet)"
+            )
+        missing = sorted(
+            set((self.job_group or {}).values()) - set(self.curves.groups if self.curves else ())
+        )
         if missing:
             raise ValueError(f"--job-map names group(s) {', '.join(missing)} not in the curves")
 
@@ -281,7 +331,9 @@ class ClusterSplit:
         g = m.get(job.job_id, m.get(job.name, job.name))
         return g if self.curves.index(g) is not None else None
 
-    def unit_curves(self, units: Sequence[tuple[SlurmJob, str]]) -> tuple[Curves | None, np.ndarray]:
+    def unit_curves(
+        self, units: Sequence[tuple[SlurmJob, str]]
+    ) -> tuple[Curves | None, np.ndarray]:
         """Each unit's curve (its group's per-GPU curve x its GPUs; rows without one are
         placeholders) and the mask of units that have one."""
         idx = [None if self.policy == "equal-weight" else self.group_of(j) for j, _ in units]
@@ -296,18 +348,37 @@ class ClusterSplit:
     def unit_uncapped_w(self, units: Sequence[tuple[SlurmJob, str]]) -> np.ndarray:
         """Each unit's uncapped power from its group's curve (the curve's top point per GPU x
         its GPUs), whatever the split policy; NaN for a unit whose job has no curve."""
-        return np.array([self.curves.per_gpu.ceiling_w[self.curves.index(g)] * len(j.gpus[n])
-                         if self.curves is not None and (g := self.group_of(j)) is not None else np.nan
-                         for j, n in units])
+        return np.array(
+            [
+                self.curves.per_gpu.ceiling_w[self.curves.index(g)] * len(j.gpus[n])
+                if self.curves is not None and (g := self.group_of(j)) is not None
+                else np.nan
+                for j, n in units
+            ]
+        )
 
     def unit_pfi(self, units: Sequence[tuple[SlurmJob, str]]) -> np.ndarray:
-        return np.array([self.curves.pfi[self.curves.index(g)] if self.curves is not None
-                         and (g := self.group_of(j)) is not None else np.nan for j, _ in units])
+        return np.array(
+            [
+                self.curves.pfi[self.curves.index(g)]
+                if self.curves is not None and (g := self.group_of(j)) is not None
+                else np.nan
+                for j, _ in units
+            ]
+        )
 
 
-def split_budget(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarray, alive: np.ndarray,
-                 policy: str = "equal-weight", curves: Curves | None = None, has_curve: np.ndarray | None = None,
-                 pfi: np.ndarray | None = None, nested: Any = None) -> np.ndarray:
+def split_budget(
+    budget_w: float,
+    floor_w: np.ndarray,
+    ceiling_w: np.ndarray,
+    alive: np.ndarray,
+    policy: str = "equal-weight",
+    curves: Curves | None = None,
+    has_curve: np.ndarray | None = None,
+    pfi: np.ndarray | None = None,
+    nested: Any = None,
+) -> np.ndarray:
     """Per-unit budgets (W): a unit not answering is charged its ceiling (uncapped) and gets
     NaN; the rest water-filled (equal weights) between the answering units' floors and
     ceilings. With ``curves`` (rows ``has_curve``) and a policy other than equal-weight, an
@@ -321,16 +392,24 @@ def split_budget(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarray, al
     every level (:func:`wattflex.allocation.nested.nested_water_fill`, and the policy through
     ``allocate(nested=...)``), and ``inf`` gives what the limits alone allow (a unit no limit
     binds: inf)."""
-    floor_w, ceiling_w, alive = (np.array(a, dtype=float if k < 2 else bool) for k, a in
-                                 enumerate((floor_w, ceiling_w, alive)))
+    floor_w, ceiling_w, alive = (
+        np.array(a, dtype=float if k < 2 else bool)
+        for k, a in enumerate((floor_w, ceiling_w, alive))
+    )
     if not math.isfinite(budget_w) and nested is None:
         return np.full(len(floor_w), np.inf)
-    if not len(floor_w):                  # no GPU job known (none running, or SLURM down from the start)
+    if not len(floor_w):  # no GPU job known (none running, or SLURM down from the start)
         return np.zeros(0)
     if nested is not None:
-        return _split_nested(budget_w, floor_w, ceiling_w, alive, policy, curves, has_curve, pfi, nested)
+        return _split_nested(
+            budget_w, floor_w, ceiling_w, alive, policy, curves, has_curve, pfi, nested
+        )
     left = budget_w - ceiling_w[~alive].sum()
-    use = np.zeros(len(floor_w), bool) if curves is None or has_curve is None else np.asarray(has_curve) & alive
+    use = (
+        np.zeros(len(floor_w), bool)
+        if curves is None or has_curve is None
+        else np.asarray(has_curve) & alive
+    )
     if use.any():
         floor_w[use], ceiling_w[use] = curves.floor_w[use], curves.ceiling_w[use]
     cut = ceiling_w[alive].sum() - left
@@ -346,20 +425,35 @@ def split_budget(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarray, al
     return share
 
 
-def _split_nested(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarray, alive: np.ndarray, policy: str,
-                  curves: Curves | None, has_curve: np.ndarray | None, pfi: np.ndarray | None, nested: Any) -> np.ndarray:
+def _split_nested(
+    budget_w: float,
+    floor_w: np.ndarray,
+    ceiling_w: np.ndarray,
+    alive: np.ndarray,
+    policy: str,
+    curves: Curves | None,
+    has_curve: np.ndarray | None,
+    pfi: np.ndarray | None,
+    nested: Any,
+) -> np.ndarray:
     """:func:`split_budget` under the site's nested limits (its docstring): equal weights
     first, then the units with curves re-split their part by ``policy`` within what the
     limits leave them beside the others' shares."""
     from wattflex.allocation.nested import nested_water_fill
 
-    use = np.zeros(len(floor_w), bool) if curves is None or has_curve is None else np.asarray(has_curve) & alive
+    use = (
+        np.zeros(len(floor_w), bool)
+        if curves is None or has_curve is None
+        else np.asarray(has_curve) & alive
+    )
     if use.any():
         floor_w[use], ceiling_w[use] = curves.floor_w[use], curves.ceiling_w[use]
-    fam = nested.subset(alive, ceiling_w)                    # the silent units at their ceilings
+    fam = nested.subset(alive, ceiling_w)  # the silent units at their ceilings
     share = np.full(len(floor_w), np.nan)
-    left = budget_w - ceiling_w[~alive].sum()                # the site's budget less the silent units
-    share[alive] = nested_water_fill(left, floor_w[alive], ceiling_w[alive], np.ones(int(alive.sum())), fam)
+    left = budget_w - ceiling_w[~alive].sum()  # the site's budget less the silent units
+    share[alive] = nested_water_fill(
+        left, floor_w[alive], ceiling_w[alive], np.ones(int(alive.sum())), fam
+    )
     if use.any() and policy != "equal-weight" and math.isfinite(budget_w):
         sub = nested.subset(use, np.where(alive, np.nan_to_num(share), ceiling_w))
         part = Curves(curves.power_w[use][None], curves.throughput[use][None])
@@ -367,7 +461,7 @@ def _split_nested(budget_w: float, floor_w: np.ndarray, ceiling_w: np.ndarray, a
         a = allocate(part, float(share[use].sum()), policy, {"pfi": pfi_use[None]}, nested=sub)
         if bool(a.feasible[0]):
             share[use] = a.power_w[0]
-    if not math.isfinite(budget_w):                          # no event: only where a limit binds
+    if not math.isfinite(budget_w):  # no event: only where a limit binds
         share = np.where(share >= ceiling_w * (1 - 1e-9), np.inf, share)
     return share
 
@@ -391,7 +485,10 @@ BUDGET_FIELDS = {
     # the unit's share of the site's electrical limits (wattflex.grid.topology), held whatever the ramp
     "limit_w": ("null or a finite number >= 0", lambda v: v is None or _finite(v) and v >= 0),
 }
-LOAD_FIELDS = {"t_unix": BUDGET_FIELDS["t_unix"], "load_w": ("a finite number >= 0", lambda v: _finite(v) and v >= 0)}
+LOAD_FIELDS = {
+    "t_unix": BUDGET_FIELDS["t_unix"],
+    "load_w": ("a finite number >= 0", lambda v: _finite(v) and v >= 0),
+}
 
 
 def file_problem(doc: Any, fields: Mapping[str, tuple[str, Any]]) -> str | None:
@@ -404,8 +501,13 @@ def file_problem(doc: Any, fields: Mapping[str, tuple[str, Any]]) -> str | None:
     return None
 
 
-def read_fresh(path: Path, stale_s: float, now: float | None = None,
-               fields: Mapping[str, tuple[str, Any]] = LOAD_FIELDS, bad: Any = None) -> dict[str, Any] | None:
+def read_fresh(
+    path: Path,
+    stale_s: float,
+    now: float | None = None,
+    fields: Mapping[str, tuple[str, Any]] = LOAD_FIELDS,
+    bad: Any = None,
+) -> dict[str, Any] | None:
     """The JSON document at ``path`` if it was written less than ``stale_s`` ago and its
     ``fields`` are usable, else None (one that cannot be used is said to ``bad``)."""
     try:
@@ -447,14 +549,16 @@ class BudgetFile:
         self.path, self.stale_s = Path(path), stale_s
         self.last: dict[str, Any] = {"budget_w": None, "hold_until_unix": -math.inf}
         self.stale_periods = 0
-        say = warn or (lambda msg: log.warning("%s", msg))     # control prints it; else the log
-        self._bad = OnceLog(lambda m: say(f"budget file {m}; holding the last good budget to its end"))
+        say = warn or (lambda msg: log.warning("%s", msg))  # control prints it; else the log
+        self._bad = OnceLog(
+            lambda m: say(f"budget file {m}; holding the last good budget to its end")
+        )
 
     def budget_at(self, _t_s: float) -> float:
         doc = read_fresh(self.path, self.stale_s, fields=BUDGET_FIELDS, bad=self._bad)
         if doc is not None:
             self.last = doc
-            self._bad.said.clear()                    # a later bad file is said again
+            self._bad.said.clear()  # a later bad file is said again
         else:
             self.stale_periods += 1
             hold = self.last.get("hold_until_unix")
@@ -476,14 +580,30 @@ class BudgetFile:
 
 
 def write_load(path: str | Path, unit: str, load_w: float, caps_w: Sequence[float]) -> None:
-    write_json_atomic(Path(path), {"unit": unit, "load_w": float(load_w), "caps_w": [float(c) for c in caps_w],
-                                   "t_unix": time.time()})
+    write_json_atomic(
+        Path(path),
+        {
+            "unit": unit,
+            "load_w": float(load_w),
+            "caps_w": [float(c) for c in caps_w],
+            "t_unix": time.time(),
+        },
+    )
 
 
-def coordinate_once(jobs: Sequence[SlurmJob], budget_w: float, hold_until_unix: float, budget_dir: Path,
-                    min_w: float, max_w: float, stale_s: float, split: ClusterSplit | None = None,
-                    ramp_w_per_s: float = math.inf, site: Any = None,
-                    charged: Mapping[str, float] | None = None) -> dict[str, float]:
+def coordinate_once(
+    jobs: Sequence[SlurmJob],
+    budget_w: float,
+    hold_until_unix: float,
+    budget_dir: Path,
+    min_w: float,
+    max_w: float,
+    stale_s: float,
+    split: ClusterSplit | None = None,
+    ramp_w_per_s: float = math.inf,
+    site: Any = None,
+    charged: Mapping[str, float] | None = None,
+) -> dict[str, float]:
     """One coordinator period: read every unit's load file, split ``budget_w`` (units not
     answering counted at ``max_w`` per GPU; ``split``: the policy and curves, default
     equal weights), write every unit's budget file, with its share of the event's ramp
@@ -497,8 +617,13 @@ def coordinate_once(jobs: Sequence[SlurmJob], budget_w: float, hold_until_unix: 
     units = [(j, n) for j in jobs for n in j.gpus]
     names = [unit_name(j.job_id, n) for j, n in units]
     gpus = np.array([len(j.gpus[n]) for j, n in units], float)
-    alive = np.array([u not in charged and read_fresh(budget_dir / f"{u}.load.json", stale_s) is not None
-                      for u in names], bool)
+    alive = np.array(
+        [
+            u not in charged and read_fresh(budget_dir / f"{u}.load.json", stale_s) is not None
+            for u in names
+        ],
+        bool,
+    )
     ceiling = np.array([charged.get(u, g * max_w) for u, g in zip(names, gpus)], float)
     curves, has_curve = split.unit_curves(units)
     nested = site.laminar([n for _, n in units]) if site is not None else None
@@ -510,15 +635,23 @@ def coordinate_once(jobs: Sequence[SlurmJob], budget_w: float, hold_until_unix: 
         # (an agent starting, or one whose load file is late): its share were all answering,
         # so that it is held from its first period, and the sum still fits (its share is at
         # most the ceiling it is charged at in the others')
-        every = split_budget(math.inf, args[0], args[1], np.ones(len(units), bool), *args[3:], nested=nested)
+        every = split_budget(
+            math.inf, args[0], args[1], np.ones(len(units), bool), *args[3:], nested=nested
+        )
         limit = np.where(alive, split_budget(math.inf, *args, nested=nested), every)
     now = time.time()
     ramp = ramp_w_per_s * gpus / max(gpus.sum(), 1.0)
     for u, b, r, lim in zip(names, share, ramp, limit):
-        write_json_atomic(budget_dir / f"{u}.budget.json",
-                          {"budget_w": None if not np.isfinite(b) else float(b), "t_unix": now,
-                           "hold_until_unix": hold_until_unix, "ramp_w_per_s": float(r) if np.isfinite(r) else None,
-                           "limit_w": float(lim) if np.isfinite(lim) else None})
+        write_json_atomic(
+            budget_dir / f"{u}.budget.json",
+            {
+                "budget_w": None if not np.isfinite(b) else float(b),
+                "t_unix": now,
+                "hold_until_unix": hold_until_unix,
+                "ramp_w_per_s": float(r) if np.isfinite(r) else None,
+                "limit_w": float(lim) if np.isfinite(lim) else None,
+            },
+        )
     return dict(zip(names, share))
 
 
@@ -530,15 +663,17 @@ def shell(cmd: Sequence[str]) -> str:
 # The coordinator loop
 # ---------------------------------------------------------------------------------------
 
+
 @dataclass
 class ClusterRecord:
     """Per coordinator period: time, the cluster budget, the cluster load (answering units'
     measured load + the others at their uncapped power) and how many units answered."""
+
     t_s: list[float]
     budget_w: list[float]
     power_w: list[float]
     alive: list[int]
-    caps_w: list[list[float]]      # (none: caps are the agents'; kept for the M&V writer)
+    caps_w: list[list[float]]  # (none: caps are the agents'; kept for the M&V writer)
     # per unit: the campaign group whose curve split its share, or None (equal weight)
     unit_group: dict[str, str | None] = field(default_factory=dict)
     # the counterfactual uncapped load from the curves per period (NaN without curves): each
@@ -546,20 +681,34 @@ class ClusterRecord:
     # outside an event; and what each unit was counted at
     baseline_curves_w: list[float] = field(default_factory=list)
     baseline_by_unit: dict[str, str] = field(default_factory=dict)
-    unit_pre_event_w: dict[str, float] = field(default_factory=dict)     # last load outside an event
+    unit_pre_event_w: dict[str, float] = field(default_factory=dict)  # last load outside an event
     # with a site file: per level of it (``rack:r1``), its load each period (its units' loads,
     # a silent unit at its GPUs x the max limit) and its limit (W)
     level_w: dict[str, list[float]] = field(default_factory=dict)
     level_limit_w: dict[str, float] = field(default_factory=dict)
     level_kind: dict[str, str] = field(default_factory=dict)
-    basis_w: list[float] = field(default_factory=list)      # what the fractions applied to, per period
+    basis_w: list[float] = field(default_factory=list)  # what the fractions applied to, per period
 
 
-def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float, period_s: float,
-                    discover_jobs: Any, launch: Any, *, min_w: float, max_w: float, stale_s: float,
-                    split: ClusterSplit | None = None, log: Any = print,
-                    clock: Any = time.monotonic, sleep: Any = time.sleep, site: Any = None,
-                    knobs: Any = None) -> ClusterRecord:
+def run_coordinator(
+    source: Any,
+    basis: str,
+    budget_dir: Path,
+    duration_s: float,
+    period_s: float,
+    discover_jobs: Any,
+    launch: Any,
+    *,
+    min_w: float,
+    max_w: float,
+    stale_s: float,
+    split: ClusterSplit | None = None,
+    log: Any = print,
+    clock: Any = time.monotonic,
+    sleep: Any = time.sleep,
+    site: Any = None,
+    knobs: Any = None,
+) -> ClusterRecord:
     """Follow ``source`` (a schedule or signal: ``budget(t, basis_w)``, ``active(t)``) over the
     jobs ``discover_jobs()`` reports, ``launch(job, node)`` starting each new unit's agent.
     The basis is ``nominal`` (GPUs x ``max_w``) or ``measured`` (the cluster load of the last
@@ -578,22 +727,28 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
     t0, t0_unix = clock(), time.time()
     measured = math.nan
     jobs: list[SlurmJob] = []
-    slurm_failing: str | None = None                  # why SLURM failed, while the last job set is held
-    knob_on = False                                   # the knob choice carried out (an event in force)
+    slurm_failing: str | None = None  # why SLURM failed, while the last job set is held
+    knob_on = False  # the knob choice carried out (an event in force)
     bad_load = OnceLog(lambda m: log(f"warning: load file {m}: unit counted as not answering"))
-    backoff_s = tuple(f * period_s for f in (0.05, 0.1, 0.2))      # within one period
+    backoff_s = tuple(f * period_s for f in (0.05, 0.1, 0.2))  # within one period
     try:
         while (t := clock() - t0) <= duration_s:
             jobs, why = jobs_or_last(discover_jobs, jobs, sleep, backoff_s)
             if why is not None and slurm_failing is None:
-                log(f"warning: SLURM failed {len(backoff_s) + 1} times ({why}); holding the last known "
-                    f"{len(jobs)} job(s) and their shares, asking again each period")
+                log(
+                    f"warning: SLURM failed {len(backoff_s) + 1} times ({why}); holding the last known "
+                    f"{len(jobs)} job(s) and their shares, asking again each period"
+                )
             elif why is None and slurm_failing is not None:
                 log("SLURM answers again: following its job list")
             slurm_failing = why
-            if knobs is not None:    # a paused job is SUSPENDED, not RUNNING: still here, at idle power
+            if (
+                knobs is not None
+            ):  # a paused job is SUSPENDED, not RUNNING: still here, at idle power
                 jobs = jobs + knobs.kept(jobs)
-            if why is None:      # a requeued job that runs again gets a new agent (its old one ended with it)
+            if (
+                why is None
+            ):  # a requeued job that runs again gets a new agent (its old one ended with it)
                 launched &= {unit_name(j.job_id, n) for j in jobs for n in j.gpus}
             in_event = bool(np.asarray(source.active(t)))
             if knobs is not None and in_event != knob_on:
@@ -602,36 +757,70 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
                 else:
                     knobs.end()
                 knob_on = in_event
-            charged = {unit_name(j.job_id, n): c for j in jobs for n in j.gpus
-                       if knobs is not None and (c := knobs.charged_w(j, n)) is not None}
+            charged = {
+                unit_name(j.job_id, n): c
+                for j in jobs
+                for n in j.gpus
+                if knobs is not None and (c := knobs.charged_w(j, n)) is not None
+            }
             for j in jobs:
                 for n in j.gpus:
                     if unit_name(j.job_id, n) not in launched:
                         launch(j, n)
                         launched.add(unit_name(j.job_id, n))
                         if site is not None and n not in site.node_level:
-                            log(f"warning: node {n} (unit {unit_name(j.job_id, n)}) is not in the site file: "
-                                f"held by the site's limit only, no rack or feed of it")
+                            log(
+                                f"warning: node {n} (unit {unit_name(j.job_id, n)}) is not in the site file: "
+                                f"held by the site's limit only, no rack or feed of it"
+                            )
                         group = split.group_of(j) if split.policy != "equal-weight" else None
                         rec.unit_group[unit_name(j.job_id, n)] = group
                         if split.policy != "equal-weight":
-                            log(f"unit {unit_name(j.job_id, n)} (job name {j.name!r}): "
-                                + (f"{split.policy} split on group {group}'s curve" if group else
-                                   "no curve for this job: equal-weight share"))
+                            log(
+                                f"unit {unit_name(j.job_id, n)} (job name {j.name!r}): "
+                                + (
+                                    f"{split.policy} split on group {group}'s curve"
+                                    if group
+                                    else "no curve for this job: equal-weight share"
+                                )
+                            )
             units = [(j, n) for j in jobs for n in j.gpus]
             gpus = np.array([len(j.gpus[n]) for j, n in units], float)
-            loads = [read_fresh(budget_dir / f"{unit_name(j.job_id, n)}.load.json", stale_s, bad=bad_load)
-                     for j, n in units]
-            load = sum(charged[u] if (u := unit_name(j.job_id, n)) in charged else
-                       float(d["load_w"]) if d is not None else g * max_w for (j, n), d, g in zip(units, loads, gpus))
+            loads = [
+                read_fresh(
+                    budget_dir / f"{unit_name(j.job_id, n)}.load.json", stale_s, bad=bad_load
+                )
+                for j, n in units
+            ]
+            load = sum(
+                charged[u]
+                if (u := unit_name(j.job_id, n)) in charged
+                else float(d["load_w"])
+                if d is not None
+                else g * max_w
+                for (j, n), d, g in zip(units, loads, gpus)
+            )
             if not in_event:
                 measured = load
-            rec.baseline_curves_w.append(_curves_baseline(rec, split, units, loads, gpus * max_w, in_event))
+            rec.baseline_curves_w.append(
+                _curves_baseline(rec, split, units, loads, gpus * max_w, in_event)
+            )
             basis_w = float(gpus.sum() * max_w) if basis == "nominal" else measured
             budget = float(source.budget(t, basis_w)) if math.isfinite(basis_w) else math.inf
             end = _event_end(source, t)
-            coordinate_once(jobs, budget, t0_unix + end if end is not None else -math.inf, budget_dir, min_w, max_w,
-                            stale_s, split, ramp_at(source, t), site, charged)
+            coordinate_once(
+                jobs,
+                budget,
+                t0_unix + end if end is not None else -math.inf,
+                budget_dir,
+                min_w,
+                max_w,
+                stale_s,
+                split,
+                ramp_at(source, t),
+                site,
+                charged,
+            )
             if site is not None:
                 _record_levels(rec, site, units, loads, gpus * max_w, len(rec.t_s))
             rec.t_s.append(t)
@@ -642,29 +831,57 @@ def run_coordinator(source: Any, basis: str, budget_dir: Path, duration_s: float
             rec.caps_w.append([])
             sleep(max(0.0, t0 + (len(rec.t_s)) * period_s - clock()))
     finally:
-        if knobs is not None:        # no job left paused or held, however the loop ends
+        if knobs is not None:  # no job left paused or held, however the loop ends
             knobs.end()
         # the last word, however the loop ends: restore (still at the last event's ramp, so
         # the agents do not surge together)
-        coordinate_once(jobs, math.inf, -math.inf, budget_dir, min_w, max_w, stale_s, split,
-                        ramp_at(source, duration_s), site)
+        coordinate_once(
+            jobs,
+            math.inf,
+            -math.inf,
+            budget_dir,
+            min_w,
+            max_w,
+            stale_s,
+            split,
+            ramp_at(source, duration_s),
+            site,
+        )
     return rec
 
 
-def _record_levels(rec: ClusterRecord, site: Any, units: Sequence[tuple[SlurmJob, str]],
-                   loads: Sequence[Mapping[str, Any] | None], uncapped_w: np.ndarray, k: int) -> None:
+def _record_levels(
+    rec: ClusterRecord,
+    site: Any,
+    units: Sequence[tuple[SlurmJob, str]],
+    loads: Sequence[Mapping[str, Any] | None],
+    uncapped_w: np.ndarray,
+    k: int,
+) -> None:
     """This period's load of every level of the site (a silent unit at ``uncapped_w``)."""
     fam = site.laminar([n for _, n in units])
-    power = np.array([float(d["load_w"]) if d is not None else float(u) for d, u in zip(loads, uncapped_w)])
-    for name, kind, lim, load in zip(fam.names, fam.kinds, fam.limit_w, fam.loads(power) if len(units) else
-                                     np.zeros(len(fam.names))):
+    power = np.array(
+        [float(d["load_w"]) if d is not None else float(u) for d, u in zip(loads, uncapped_w)]
+    )
+    for name, kind, lim, load in zip(
+        fam.names,
+        fam.kinds,
+        fam.limit_w,
+        fam.loads(power) if len(units) else np.zeros(len(fam.names)),
+    ):
         series = rec.level_w.setdefault(name, [math.nan] * k)
         series.append(float(load))
         rec.level_limit_w[name], rec.level_kind[name] = float(lim), kind
 
 
-def _curves_baseline(rec: ClusterRecord, split: ClusterSplit, units: Sequence[tuple[SlurmJob, str]],
-                     loads: Sequence[Mapping[str, Any] | None], uncapped_w: np.ndarray, in_event: bool) -> float:
+def _curves_baseline(
+    rec: ClusterRecord,
+    split: ClusterSplit,
+    units: Sequence[tuple[SlurmJob, str]],
+    loads: Sequence[Mapping[str, Any] | None],
+    uncapped_w: np.ndarray,
+    in_event: bool,
+) -> float:
     """This period's counterfactual uncapped cluster load from the curves (NaN without curves):
     a unit with a curve at its curve's uncapped power, one without at its load last measured
     outside an event (at its GPUs x the max limit until then, as a unit not answering)."""

@@ -27,8 +27,13 @@ from typing import Any
 
 import pandas as pd
 
-ACTIONS = {"pause": "suspend", "resume": "resume", "requeue": "requeue", "requeuehold": "requeuehold",
-           "release": "release"}
+ACTIONS = {
+    "pause": "suspend",
+    "resume": "resume",
+    "requeue": "requeue",
+    "requeuehold": "requeuehold",
+    "release": "release",
+}
 
 
 class KnobActionError(RuntimeError):
@@ -38,14 +43,20 @@ class KnobActionError(RuntimeError):
 def scontrol(action: str, job_id: str, timeout_s: float = 30.0) -> None:
     """``scontrol <suspend|resume|requeue> JOB``; raises :class:`KnobActionError` naming the job."""
     verb = ACTIONS[action]
-    run = subprocess.run(["scontrol", verb, str(job_id)], capture_output=True, text=True, timeout=timeout_s)
+    run = subprocess.run(
+        ["scontrol", verb, str(job_id)], capture_output=True, text=True, timeout=timeout_s
+    )
     if run.returncode != 0:
-        raise KnobActionError(f"scontrol {verb} {job_id}: {(run.stderr or run.stdout).strip() or 'failed'}")
+        raise KnobActionError(
+            f"scontrol {verb} {job_id}: {(run.stderr or run.stdout).strip() or 'failed'}"
+        )
 
 
 def job_state(job_id: str) -> str:
     """The job's state as squeue shows it (RUNNING, SUSPENDED, PENDING...; '' once gone)."""
-    out = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True)
+    out = subprocess.run(
+        ["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True
+    )
     return out.stdout.strip()
 
 
@@ -91,15 +102,15 @@ class KnobPlan:
 
     def __init__(self, choice: pd.DataFrame, idle_w: float, log: Callable[[str], None] = print):
         self.choice, self.idle_w, self.log = choice, float(idle_w), log
-        self.done: dict[str, str] = {}          # job id -> action, while the event lasts
+        self.done: dict[str, str] = {}  # job id -> action, while the event lasts
         self.ids: dict[str, str] = {}
-        self.requeued: set[str] = set()         # every job id requeued (its agents end with it)
-        self.paused: list[Any] = []             # the paused jobs, as discovered at the start
+        self.requeued: set[str] = set()  # every job id requeued (its agents end with it)
+        self.paused: list[Any] = []  # the paused jobs, as discovered at the start
 
     def start(self, jobs: Sequence[Any]) -> None:
         """At the event's start: pause / requeue (held) the chosen jobs among ``jobs``."""
         self.ids = {}
-        for j in jobs:                           # by SLURM job id, or by job name
+        for j in jobs:  # by SLURM job id, or by job name
             self.ids.setdefault(j.job_id, j.job_id)
             self.ids.setdefault(j.name, j.job_id)
         done = apply(self.choice, self.ids, hold=True)
@@ -107,13 +118,17 @@ class KnobPlan:
         self.paused = [j for j in jobs if self.done.get(j.job_id) == "pause"]
         self.requeued |= {job for job, a in self.done.items() if a == "requeue"}
         for job, action in self.done.items():
-            self.log(f"knob: job {job} {'paused (scontrol suspend)' if action == 'pause' else 'requeued held'}")
+            self.log(
+                f"knob: job {job} {'paused (scontrol suspend)' if action == 'pause' else 'requeued held'}"
+            )
 
     def kept(self, listed: Sequence[Any]) -> list[Any]:
         """The paused jobs ``squeue --states=RUNNING`` no longer lists (SUSPENDED): still the
         cluster's, at idle power, their agents stopped with them (not started again)."""
         have = {j.job_id for j in listed}
-        return [j for j in self.paused if self.done.get(j.job_id) == "pause" and j.job_id not in have]
+        return [
+            j for j in self.paused if self.done.get(j.job_id) == "pause" and j.job_id not in have
+        ]
 
     def charged_w(self, job: Any, node: str) -> float | None:
         """What a unit of a paused / requeued job is counted at during the event (None: as measured)."""
@@ -129,4 +144,6 @@ class KnobPlan:
         done, self.done = self.done, {}
         for err in end_event(done, {j: j for j in done}, hold=True):
             self.log(f"warning: knob: {err}")
-        self.log(f"knob: event over, {', '.join(f'job {j} ' + ('resumed' if a == 'pause' else 'released') for j, a in done.items())}")
+        self.log(
+            f"knob: event over, {', '.join(f'job {j} ' + ('resumed' if a == 'pause' else 'released') for j, a in done.items())}"
+        )

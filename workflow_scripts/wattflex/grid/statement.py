@@ -62,6 +62,7 @@ class StatementSettings:
     """What the statement covers (config ``statement:``; defaults: the schema's, where the
     curtailment calendar's source is named) and the site it is for: the allocation study's
     workload (``jobs_per_workload``, ``mix``, ``pretraining_fraction``, ``seed``; no default)."""
+
     jobs_per_workload: int
     mix: str
     pretraining_fraction: float
@@ -84,36 +85,48 @@ class StatementSettings:
         if not self.depths or any(not 0 < d < 1 for d in self.depths):
             raise ValueError("statement.depths: fractions of site power in (0, 1)")
         if any(h <= 0 for h in self.durations_h) or self.event_hours <= 0 or self.event_hours > 24:
-            raise ValueError("statement: durations and event hours must be > 0 (event hours at most 24)")
+            raise ValueError(
+                "statement: durations and event hours must be > 0 (event hours at most 24)"
+            )
         if any(not 0 < r < 1 for r in self.curtailment_rates):
             raise ValueError("statement.curtailment_rates: shares of a year in (0, 1)")
         if self.n_draws < 1 or self.jobs_per_workload < 1:
             raise ValueError("statement: n_draws and jobs_per_workload must be >= 1")
         if self.history_days < self.baseline.days + 1:
-            raise ValueError(f"statement.history_days must exceed the baseline's {self.baseline.days} days")
+            raise ValueError(
+                f"statement.history_days must exceed the baseline's {self.baseline.days} days"
+            )
         if not 0 <= self.event_start_h < 24 or self.event_start_h + self.event_hours > 24:
             raise ValueError("statement.event_start_h: the event must end within its day")
 
     @classmethod
-    def from_config(cls, statement: Mapping[str, Any] | None, allocation: Mapping[str, Any]) -> StatementSettings:
+    def from_config(
+        cls, statement: Mapping[str, Any] | None, allocation: Mapping[str, Any]
+    ) -> StatementSettings:
         """From the ``statement:`` and ``allocation:`` config sections (as a loaded config has them)."""
         cfg = dict(statement or {})
         rule = BaselineRule(**dict(cfg.pop("baseline", {}) or {}))
-        tuples = {k: tuple(float(x) for x in v) for k, v in cfg.items() if isinstance(v, (list, tuple))}
-        site = {"jobs_per_workload": int(allocation["jobs_per_workload"]), "mix": str(allocation["headline"]["mix"]),
-                "pretraining_fraction": float(allocation["production"]["pretraining_fraction"]),
-                "seed": int(allocation["seed"])}
+        tuples = {
+            k: tuple(float(x) for x in v) for k, v in cfg.items() if isinstance(v, (list, tuple))
+        }
+        site = {
+            "jobs_per_workload": int(allocation["jobs_per_workload"]),
+            "mix": str(allocation["headline"]["mix"]),
+            "pretraining_fraction": float(allocation["production"]["pretraining_fraction"]),
+            "seed": int(allocation["seed"]),
+        }
         return cls(**{**site, **cfg, **tuples, "baseline": rule})
 
 
 @dataclass(frozen=True)
 class Groups:
     """The campaign's sweep groups as the statement uses them: curves and their errors."""
+
     names: list[str]
-    curves: Curves               # (G, K): job power (W) -> tokens/s
-    tokens_sem: np.ndarray       # (G, K)
-    power_sem: np.ndarray        # (G, K)
-    table: pd.DataFrame          # one row per group: gpus, task, gpu
+    curves: Curves  # (G, K): job power (W) -> tokens/s
+    tokens_sem: np.ndarray  # (G, K)
+    power_sem: np.ndarray  # (G, K)
+    table: pd.DataFrame  # one row per group: gpus, task, gpu
 
 
 def groups_from_runs(runs: pd.DataFrame) -> Groups:
@@ -127,10 +140,16 @@ def groups_from_runs(runs: pd.DataFrame) -> Groups:
         df[col] = pd.to_numeric(df[col], errors="coerce").fillna(0.0) if col in df else 0.0
     df["_t2"], df["_p2"] = df["tokens_per_s_sem"] ** 2, df["power_w_sem"] ** 2
     pts = df.groupby(["group", "cap_w"], sort=True, as_index=False).agg(
-        power_w=("power_w", "mean"), tokens_per_s=("tokens_per_s", "mean"), t2=("_t2", "mean"),
-        p2=("_p2", "mean"), n=("power_w", "size"))
+        power_w=("power_w", "mean"),
+        tokens_per_s=("tokens_per_s", "mean"),
+        t2=("_t2", "mean"),
+        p2=("_p2", "mean"),
+        n=("power_w", "size"),
+    )
     t_sem, p_sem = np.sqrt(pts["t2"] / pts["n"]), np.sqrt(pts["p2"] / pts["n"])
-    names, curves = curves_from_points(pts["group"], pts["power_w"], pts["tokens_per_s"], pts["cap_w"])
+    names, curves = curves_from_points(
+        pts["group"], pts["power_w"], pts["tokens_per_s"], pts["cap_w"]
+    )
     _, t_err = curves_from_points(pts["group"], pts["power_w"], t_sem)
     _, p_err = curves_from_points(pts["group"], pts["power_w"], p_sem)
     cols = [c for c in ("gpus", "task", "gpu") if c in df]
@@ -141,9 +160,15 @@ def groups_from_runs(runs: pd.DataFrame) -> Groups:
 def measured_again(groups: Groups, rng: np.random.Generator, n: int) -> Curves:
     """``n`` re-measurements of every group's curve, (n, G, K): each point shifted by its
     standard errors, tokens/s made non-decreasing in power again (isotonic fit)."""
-    P = groups.curves.power_w[None] + rng.standard_normal((n, *groups.curves.power_w.shape)) * groups.power_sem
-    T = groups.curves.throughput[None] + rng.standard_normal((n, *groups.curves.throughput.shape)) * groups.tokens_sem
-    P = np.maximum.accumulate(np.maximum(P, 0.0), axis=-1)     # powers stay in cap order
+    P = (
+        groups.curves.power_w[None]
+        + rng.standard_normal((n, *groups.curves.power_w.shape)) * groups.power_sem
+    )
+    T = (
+        groups.curves.throughput[None]
+        + rng.standard_normal((n, *groups.curves.throughput.shape)) * groups.tokens_sem
+    )
+    P = np.maximum.accumulate(np.maximum(P, 0.0), axis=-1)  # powers stay in cap order
     G, K = groups.curves.power_w.shape
     fit, _ = monotone_fit(Curves(P.reshape(n * G, K), np.maximum(T, 0.0).reshape(n * G, K)))
     return Curves(fit.power_w.reshape(n, G, K), fit.throughput.reshape(n, G, K))
@@ -161,10 +186,12 @@ def shed_by_depth(groups: Groups, s: StatementSettings) -> pd.DataFrame:
     """Per depth: kW shed, whether caps alone reach it, tokens/s and share of throughput lost
     (median and 5-95 % over draws of the job mix and of the curves)."""
     rng = np.random.default_rng(s.seed)
-    index = sample_workloads(groups.table, s.mix, s.n_draws, s.jobs_per_workload, rng, s.pretraining_fraction)
+    index = sample_workloads(
+        groups.table, s.mix, s.n_draws, s.jobs_per_workload, rng, s.pretraining_fraction
+    )
     again = measured_again(groups, rng, s.n_draws)
     draw = np.arange(s.n_draws)[:, None]
-    site = Curves(again.power_w[draw, index], again.throughput[draw, index])     # (B, N, K)
+    site = Curves(again.power_w[draw, index], again.throughput[draw, index])  # (B, N, K)
     p_max, t_max = site.ceiling_w.sum(-1), site.uncapped_throughput.sum(-1)
     floor_depth = 1.0 - site.floor_w.sum(-1) / p_max
     rows = []
@@ -172,11 +199,17 @@ def shed_by_depth(groups: Groups, s: StatementSettings) -> pd.DataFrame:
         alloc = allocate(site, (1.0 - depth) * p_max, "oracle")
         ok = alloc.feasible
         lost = np.where(ok, t_max - alloc.total_throughput, np.nan)
-        rows.append({"depth": depth, **_quantiles(p_max / 1e3, "site_kw"), **_quantiles(depth * p_max / 1e3, "shed_kw"),
-                     "caps_feasible_share": float(ok.mean()),
-                     **_quantiles(lost * 3600.0, "tokens_lost_per_h"),
-                     **_quantiles(lost / t_max, "throughput_loss"),
-                     **_quantiles(floor_depth, "caps_max_depth")})
+        rows.append(
+            {
+                "depth": depth,
+                **_quantiles(p_max / 1e3, "site_kw"),
+                **_quantiles(depth * p_max / 1e3, "shed_kw"),
+                "caps_feasible_share": float(ok.mean()),
+                **_quantiles(lost * 3600.0, "tokens_lost_per_h"),
+                **_quantiles(lost / t_max, "throughput_loss"),
+                **_quantiles(floor_depth, "caps_max_depth"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -185,9 +218,19 @@ def events_table(shed: pd.DataFrame, s: StatementSettings) -> pd.DataFrame:
     rows = []
     for _, r in shed.iterrows():
         for h in s.durations_h:
-            rows.append({"depth": r["depth"], "hours": h, "shed_kw": r["shed_kw"], "energy_kwh": r["shed_kw"] * h,
-                         "caps_feasible_share": r["caps_feasible_share"],
-                         **{f"tokens_lost{q}": r[f"tokens_lost_per_h{q}"] * h for q in ("_p5", "", "_p95")}})
+            rows.append(
+                {
+                    "depth": r["depth"],
+                    "hours": h,
+                    "shed_kw": r["shed_kw"],
+                    "energy_kwh": r["shed_kw"] * h,
+                    "caps_feasible_share": r["caps_feasible_share"],
+                    **{
+                        f"tokens_lost{q}": r[f"tokens_lost_per_h{q}"] * h
+                        for q in ("_p5", "", "_p95")
+                    },
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -198,19 +241,40 @@ def calendar_table(shed: pd.DataFrame, s: StatementSettings) -> pd.DataFrame:
     for rate in s.curtailment_rates:
         hours = rate * HOURS_PER_YEAR
         for _, r in shed.iterrows():
-            rows.append({"curtailment_rate": rate, "hours_per_year": hours, "events_per_year": hours / s.event_hours,
-                         "event_hours": s.event_hours, "depth": r["depth"], "energy_mwh_per_year": r["shed_kw"] * hours / 1e3,
-                         "caps_feasible_share": r["caps_feasible_share"],
-                         **{f"tokens_lost_per_year{q}": r[f"tokens_lost_per_h{q}"] * hours for q in ("_p5", "", "_p95")},
-                         "share_of_year_tokens": rate * r["throughput_loss"]})
+            rows.append(
+                {
+                    "curtailment_rate": rate,
+                    "hours_per_year": hours,
+                    "events_per_year": hours / s.event_hours,
+                    "event_hours": s.event_hours,
+                    "depth": r["depth"],
+                    "energy_mwh_per_year": r["shed_kw"] * hours / 1e3,
+                    "caps_feasible_share": r["caps_feasible_share"],
+                    **{
+                        f"tokens_lost_per_year{q}": r[f"tokens_lost_per_h{q}"] * hours
+                        for q in ("_p5", "", "_p95")
+                    },
+                    "share_of_year_tokens": rate * r["throughput_loss"],
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def response_table(mv: pd.DataFrame | None, policy: str | None = None) -> pd.DataFrame:
     """Response time, ramp rates and restore time of the campaign's controlled events (M&V
     records, one per event and policy), per policy: median and worst."""
-    cols = ["policy", "events", "response_time_s", "response_time_s_max", "ramp_down_kw_per_s",
-            "ramp_up_kw_per_s", "restore_time_s", "restore_time_s_max", "deadline_met_share", "sample_s"]
+    cols = [
+        "policy",
+        "events",
+        "response_time_s",
+        "response_time_s_max",
+        "ramp_down_kw_per_s",
+        "ramp_up_kw_per_s",
+        "restore_time_s",
+        "restore_time_s_max",
+        "deadline_met_share",
+        "sample_s",
+    ]
     if mv is None or mv.empty:
         return pd.DataFrame(columns=cols)
     df = mv if "policy" in mv else mv.assign(policy="controller")
@@ -220,12 +284,22 @@ def response_table(mv: pd.DataFrame | None, policy: str | None = None) -> pd.Dat
     for name, g in df.groupby("policy", sort=True):
         resp = pd.to_numeric(g["response_time_s"], errors="coerce")
         rest = pd.to_numeric(g["restore_time_s"], errors="coerce")
-        rows.append({"policy": name, "events": len(g), "response_time_s": resp.median(), "response_time_s_max": resp.max(),
-                     "ramp_down_kw_per_s": pd.to_numeric(g["max_ramp_down_w_per_s"]).median() / 1e3,
-                     "ramp_up_kw_per_s": pd.to_numeric(g["max_ramp_up_w_per_s"]).median() / 1e3,
-                     "restore_time_s": rest.median(), "restore_time_s_max": rest.max(),
-                     "deadline_met_share": float(g["deadline_met"].astype(bool).mean()),
-                     "sample_s": float(pd.to_numeric(g["sample_s"]).max()) if "sample_s" in g else math.nan})
+        rows.append(
+            {
+                "policy": name,
+                "events": len(g),
+                "response_time_s": resp.median(),
+                "response_time_s_max": resp.max(),
+                "ramp_down_kw_per_s": pd.to_numeric(g["max_ramp_down_w_per_s"]).median() / 1e3,
+                "ramp_up_kw_per_s": pd.to_numeric(g["max_ramp_up_w_per_s"]).median() / 1e3,
+                "restore_time_s": rest.median(),
+                "restore_time_s_max": rest.max(),
+                "deadline_met_share": float(g["deadline_met"].astype(bool).mean()),
+                "sample_s": float(pd.to_numeric(g["sample_s"]).max())
+                if "sample_s" in g
+                else math.nan,
+            }
+        )
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -233,15 +307,28 @@ def notice_table(response: pd.DataFrame, s: StatementSettings) -> pd.DataFrame:
     """Per notice: whether the target is met from the event's start (notice >= the worst
     response time measured), and for how long it is short otherwise."""
     worst = float(response["response_time_s_max"].max()) if len(response) else math.nan
-    rows = [{"notice_s": n, "worst_response_time_s": worst,
-             "met_from_start": bool(math.isfinite(worst) and n >= worst),
-             "short_for_s": max(worst - n, 0.0) if math.isfinite(worst) else math.nan} for n in s.notices_s]
+    rows = [
+        {
+            "notice_s": n,
+            "worst_response_time_s": worst,
+            "met_from_start": bool(math.isfinite(worst) and n >= worst),
+            "short_for_s": max(worst - n, 0.0) if math.isfinite(worst) else math.nan,
+        }
+        for n in s.notices_s
+    ]
     return pd.DataFrame(rows)
 
 
 # ---- the meter history and its baselines --------------------------------------------------------
-def site_history(groups: Groups, p_max_w: np.ndarray, cluster: Any, s: StatementSettings,
-                 idle_w_per_gpu: float, rng: np.random.Generator, period_s: float = 60.0) -> tuple[np.ndarray, np.ndarray]:
+def site_history(
+    groups: Groups,
+    p_max_w: np.ndarray,
+    cluster: Any,
+    s: StatementSettings,
+    idle_w_per_gpu: float,
+    rng: np.random.Generator,
+    period_s: float = 60.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """A meter history of the site, uncapped: ``(t_s, load_w)`` every ``period_s`` over
     ``history_days``. Jobs arrive and run as the control study's job stream
     (``wattflex.control.clustersim.draw_schedule``, ``cluster``: its ``ClusterConfig``); a job
@@ -260,13 +347,19 @@ def site_history(groups: Groups, p_max_w: np.ndarray, cluster: Any, s: Statement
         if hi <= lo:
             continue
         since = t[lo:hi] - job.start_s - cluster.startup_s
-        pause = (since < 0) | ((since >= cluster.checkpoint_every_s)
-                               & (np.mod(since, cluster.checkpoint_every_s) < cluster.checkpoint_s))
-        load[:, lo:hi] += np.where(pause, 0.0, (powers[:, job.group] - job.gpus * idle_w_per_gpu)[:, None])
+        pause = (since < 0) | (
+            (since >= cluster.checkpoint_every_s)
+            & (np.mod(since, cluster.checkpoint_every_s) < cluster.checkpoint_s)
+        )
+        load[:, lo:hi] += np.where(
+            pause, 0.0, (powers[:, job.group] - job.gpus * idle_w_per_gpu)[:, None]
+        )
     return t, (load[0] if np.ndim(p_max_w) == 1 else load)
 
 
-def baseline_errors(t_s: np.ndarray, true_w: np.ndarray, curves_w: np.ndarray, s: StatementSettings) -> pd.DataFrame:
+def baseline_errors(
+    t_s: np.ndarray, true_w: np.ndarray, curves_w: np.ndarray, s: StatementSettings
+) -> pd.DataFrame:
     """One row per simulated event day: the true (uncapped) load of the event window and each
     baseline's error against it, in % (positive: the baseline credits more than was shed)."""
     rule, rows = s.baseline, []
@@ -274,16 +367,27 @@ def baseline_errors(t_s: np.ndarray, true_w: np.ndarray, curves_w: np.ndarray, s
         start = day * DAY_S + 3600.0 * s.event_start_h
         end = start + 3600.0 * s.event_hours
         true = window_mean(t_s, true_w, start, end)
-        est = {"curves": window_mean(t_s, curves_w, start, end),
-               f"{rule.days}_of_{rule.days}": average_days(t_s, true_w, start, end, set(), rule),
-               f"{rule.days}_of_{rule.days}_same_day": same_day_adjusted(t_s, true_w, start, end, set(), rule),
-               "pre_event": pre_event(t_s, true_w, start, rule)}
-        rows.append({"day": day, "true_kw": true / 1e3,
-                     **{f"{k}_error_pct": 100.0 * (v - true) / true for k, v in est.items()}})
+        est = {
+            "curves": window_mean(t_s, curves_w, start, end),
+            f"{rule.days}_of_{rule.days}": average_days(t_s, true_w, start, end, set(), rule),
+            f"{rule.days}_of_{rule.days}_same_day": same_day_adjusted(
+                t_s, true_w, start, end, set(), rule
+            ),
+            "pre_event": pre_event(t_s, true_w, start, rule),
+        }
+        rows.append(
+            {
+                "day": day,
+                "true_kw": true / 1e3,
+                **{f"{k}_error_pct": 100.0 * (v - true) / true for k, v in est.items()},
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def baseline_summary(errors: pd.DataFrame, shed: pd.DataFrame, s: StatementSettings) -> pd.DataFrame:
+def baseline_summary(
+    errors: pd.DataFrame, shed: pd.DataFrame, s: StatementSettings
+) -> pd.DataFrame:
     """Per baseline method: bias, mean absolute and 90th-percentile absolute error (% of the
     load), and the worst error as a share of the kW shed at the headline depth."""
     methods = [c[: -len("_error_pct")] for c in errors.columns if c.endswith("_error_pct")]
@@ -291,11 +395,19 @@ def baseline_summary(errors: pd.DataFrame, shed: pd.DataFrame, s: StatementSetti
     rows = []
     for m in methods:
         e = errors[f"{m}_error_pct"].to_numpy(float)
-        rows.append({"method": m, "event_days": int(np.isfinite(e).sum()), "bias_pct": float(np.nanmean(e)),
-                     "mean_abs_error_pct": float(np.nanmean(np.abs(e))),
-                     "p90_abs_error_pct": float(np.nanquantile(np.abs(e), 0.9)),
-                     "headline_depth": float(head["depth"]),
-                     "p90_error_share_of_shed": float(np.nanquantile(np.abs(e), 0.9) / 100.0 / head["depth"])})
+        rows.append(
+            {
+                "method": m,
+                "event_days": int(np.isfinite(e).sum()),
+                "bias_pct": float(np.nanmean(e)),
+                "mean_abs_error_pct": float(np.nanmean(np.abs(e))),
+                "p90_abs_error_pct": float(np.nanquantile(np.abs(e), 0.9)),
+                "headline_depth": float(head["depth"]),
+                "p90_error_share_of_shed": float(
+                    np.nanquantile(np.abs(e), 0.9) / 100.0 / head["depth"]
+                ),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -307,8 +419,9 @@ def curve_powers(groups: Groups, rng: np.random.Generator) -> tuple[np.ndarray, 
 
 
 # ---- the statement as OpenADR 3 objects ------------------------------------------------------
-def openadr3_objects(shed: pd.DataFrame, response: pd.DataFrame, s: StatementSettings,
-                     campaign: str, backend: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def openadr3_objects(
+    shed: pd.DataFrame, response: pd.DataFrame, s: StatementSettings, campaign: str, backend: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The statement as an OpenADR 3.0.1 program (what the site enrols in: a capacity limit in
     kW) and report (``DOWN_REGULATION_AVAILABLE`` per event duration: the kW caps alone shed in
     95 % of draws; ``BASELINE``: the site's uncapped kW), as JSON objects in the specification's
@@ -318,25 +431,56 @@ def openadr3_objects(shed: pd.DataFrame, response: pd.DataFrame, s: StatementSet
     kw = float(sure["shed_kw_p5"].max()) if len(sure) else 0.0
     site_kw = float(shed["site_kw"].median())
     name = f"wattflex-{campaign}"
-    program = {"objectType": "PROGRAM", "programName": name,
-               "programLongName": f"Flexibility of the {campaign} training site ({backend}): up to {kw:.0f} kW "
-                                  "by power caps",
-               "programType": "LOAD_CONTROL", "bindingEvents": True,
-               "payloadDescriptors": [{"objectType": "EVENT_PAYLOAD_DESCRIPTOR",
-                                       "payloadType": "IMPORT_CAPACITY_LIMIT", "units": "KW"}]}
+    program = {
+        "objectType": "PROGRAM",
+        "programName": name,
+        "programLongName": f"Flexibility of the {campaign} training site ({backend}): up to {kw:.0f} kW "
+        "by power caps",
+        "programType": "LOAD_CONTROL",
+        "bindingEvents": True,
+        "payloadDescriptors": [
+            {
+                "objectType": "EVENT_PAYLOAD_DESCRIPTOR",
+                "payloadType": "IMPORT_CAPACITY_LIMIT",
+                "units": "KW",
+            }
+        ],
+    }
     resp = float(response["response_time_s_max"].max()) if len(response) else math.nan
-    intervals = [{"id": k, "intervalPeriod": {"start": "2027-01-01T00:00:00Z", "duration": f"PT{round(3600 * h)}S"},
-                  "payloads": [{"type": "DOWN_REGULATION_AVAILABLE", "values": [round(kw, 3)]},
-                               {"type": "BASELINE", "values": [round(site_kw, 3)]}]}
-                 for k, h in enumerate(s.durations_h)]
+    intervals = [
+        {
+            "id": k,
+            "intervalPeriod": {
+                "start": "2027-01-01T00:00:00Z",
+                "duration": f"PT{round(3600 * h)}S",
+            },
+            "payloads": [
+                {"type": "DOWN_REGULATION_AVAILABLE", "values": [round(kw, 3)]},
+                {"type": "BASELINE", "values": [round(site_kw, 3)]},
+            ],
+        }
+        for k, h in enumerate(s.durations_h)
+    ]
     title = f"wattflex flexibility statement ({backend})"
-    report = {"objectType": "REPORT", "programID": name, "eventID": "capability-statement", "clientName": campaign,
-              "reportName": f"{title}; worst response time {resp:.0f} s" if math.isfinite(resp) else title,
-              "payloadDescriptors": [{"objectType": "REPORT_PAYLOAD_DESCRIPTOR", "payloadType": "DOWN_REGULATION_AVAILABLE",
-                                      "units": "KW", "confidence": 95},
-                                     {"objectType": "REPORT_PAYLOAD_DESCRIPTOR", "payloadType": "BASELINE",
-                                      "units": "KW"}],
-              "resources": [{"resourceName": "site", "intervals": intervals}]}
+    report = {
+        "objectType": "REPORT",
+        "programID": name,
+        "eventID": "capability-statement",
+        "clientName": campaign,
+        "reportName": f"{title}; worst response time {resp:.0f} s"
+        if math.isfinite(resp)
+        else title,
+        "payloadDescriptors": [
+            {
+                "objectType": "REPORT_PAYLOAD_DESCRIPTOR",
+                "payloadType": "DOWN_REGULATION_AVAILABLE",
+                "units": "KW",
+                "confidence": 95,
+            },
+            {"objectType": "REPORT_PAYLOAD_DESCRIPTOR", "payloadType": "BASELINE", "units": "KW"},
+        ],
+        "resources": [{"resourceName": "site", "intervals": intervals}],
+    }
     return program, report
 
 
@@ -345,37 +489,57 @@ def headline(shed: pd.DataFrame, s: StatementSettings) -> Mapping[str, Any]:
     return shed.iloc[(shed["depth"] - s.headline_depth).abs().argmin()].to_dict()
 
 
-def statement_lines(shed: pd.DataFrame, calendar: pd.DataFrame, response: pd.DataFrame,
-                    baselines: pd.DataFrame, s: StatementSettings, backend: str) -> list[str]:
+def statement_lines(
+    shed: pd.DataFrame,
+    calendar: pd.DataFrame,
+    response: pd.DataFrame,
+    baselines: pd.DataFrame,
+    s: StatementSettings,
+    backend: str,
+) -> list[str]:
     """The statement in sentences, for the page an operator hands over."""
     h = headline(shed, s)
     sure = shed[shed["caps_feasible_share"] >= 0.95]
     deepest = float(sure["depth"].max()) if len(sure) else 0.0
-    lines = [f"Numbers are {backend.upper()}: from the campaign's {backend} sweeps, "
-             f"{s.n_draws} draws of a {s.jobs_per_workload}-job site ({s.mix} mix); "
-             "ranges are the 5th-95th percentiles.",
-             f"The site draws {h['site_kw']:.0f} kW uncapped ({h['site_kw_p5']:.0f}-{h['site_kw_p95']:.0f}).",
-             f"Power caps alone shed up to {100 * deepest:.0f} % of it in 95 % of draws; deeper cuts need "
-             "jobs paused or requeued.",
-             f"At {100 * h['depth']:.0f} % ({h['shed_kw']:.0f} kW) training loses "
-             f"{100 * h['throughput_loss']:.1f} % of its throughput "
-             f"({100 * h['throughput_loss_p5']:.1f}-{100 * h['throughput_loss_p95']:.1f} %), "
-             f"{h['tokens_lost_per_h']:.3g} tokens an hour."]
+    lines = [
+        f"Numbers are {backend.upper()}: from the campaign's {backend} sweeps, "
+        f"{s.n_draws} draws of a {s.jobs_per_workload}-job site ({s.mix} mix); "
+        "ranges are the 5th-95th percentiles.",
+        f"The site draws {h['site_kw']:.0f} kW uncapped ({h['site_kw_p5']:.0f}-{h['site_kw_p95']:.0f}).",
+        f"Power caps alone shed up to {100 * deepest:.0f} % of it in 95 % of draws; deeper cuts need "
+        "jobs paused or requeued.",
+        f"At {100 * h['depth']:.0f} % ({h['shed_kw']:.0f} kW) training loses "
+        f"{100 * h['throughput_loss']:.1f} % of its throughput "
+        f"({100 * h['throughput_loss_p5']:.1f}-{100 * h['throughput_loss_p95']:.1f} %), "
+        f"{h['tokens_lost_per_h']:.3g} tokens an hour.",
+    ]
     if len(response):
-        r = response.iloc[0] if len(response) == 1 else response.sort_values("response_time_s_max").iloc[0]
-        resolution = f"; M&V samples every {r['sample_s']:g} s" if math.isfinite(r["sample_s"]) else ""
-        lines.append(f"In {r['events']} controlled event(s) (policy {r['policy']}{resolution}) it reached its target "
-                     f"within {r['response_time_s_max']:g} s of the start, ramping down at up to "
-                     f"{r['ramp_down_kw_per_s']:.1f} kW/s, and was back within {r['restore_time_s_max']:g} s of the end.")
+        r = (
+            response.iloc[0]
+            if len(response) == 1
+            else response.sort_values("response_time_s_max").iloc[0]
+        )
+        resolution = (
+            f"; M&V samples every {r['sample_s']:g} s" if math.isfinite(r["sample_s"]) else ""
+        )
+        lines.append(
+            f"In {r['events']} controlled event(s) (policy {r['policy']}{resolution}) it reached its target "
+            f"within {r['response_time_s_max']:g} s of the start, ramping down at up to "
+            f"{r['ramp_down_kw_per_s']:.1f} kW/s, and was back within {r['restore_time_s_max']:g} s of the end."
+        )
     at = calendar[np.isclose(calendar["depth"], h["depth"])]
     for _, c in at.iterrows():
-        lines.append(f"At {100 * c['curtailment_rate']:g} % curtailment ({c['events_per_year']:.0f} events of "
-                     f"{c['event_hours']:g} h a year): {c['tokens_lost_per_year']:.3g} tokens a year, "
-                     f"{100 * c['share_of_year_tokens']:.3f} % of the year's training.")
+        lines.append(
+            f"At {100 * c['curtailment_rate']:g} % curtailment ({c['events_per_year']:.0f} events of "
+            f"{c['event_hours']:g} h a year): {c['tokens_lost_per_year']:.3g} tokens a year, "
+            f"{100 * c['share_of_year_tokens']:.3f} % of the year's training."
+        )
     for _, b in baselines.iterrows():
-        lines.append(f"Baseline {b['method']}: bias {b['bias_pct']:+.1f} %, 90 % of event days within "
-                     f"{b['p90_abs_error_pct']:.1f} % ({100 * b['p90_error_share_of_shed']:.0f} % of the shed at "
-                     f"{100 * b['headline_depth']:.0f} %).")
+        lines.append(
+            f"Baseline {b['method']}: bias {b['bias_pct']:+.1f} %, 90 % of event days within "
+            f"{b['p90_abs_error_pct']:.1f} % ({100 * b['p90_error_share_of_shed']:.0f} % of the shed at "
+            f"{100 * b['headline_depth']:.0f} %)."
+        )
     return lines
 
 
@@ -389,12 +553,20 @@ def knob_lines(knobs: pd.DataFrame) -> list[str]:
         mix = by.loc["chosen mix"]
         caps = "caps alone can" if by.loc["caps only", "feasible"] else "caps alone cannot"
         if not mix["feasible"]:
-            out.append(f"A {100 * depth:.0f} % cut ({mix['shed_kw']:.0f} kW): no mix reaches it ({mix['reason']}).")
+            out.append(
+                f"A {100 * depth:.0f} % cut ({mix['shed_kw']:.0f} kW): no mix reaches it ({mix['reason']})."
+            )
             continue
         pause = by.loc["pause only"]
-        alt = f"; pausing alone {pause['tokens_lost']:.3g}" if pause["feasible"] else "; pausing alone cannot"
-        out.append(f"A {100 * depth:.0f} % cut ({mix['shed_kw']:.0f} kW of one drawn site): {caps}; the "
-                   f"cheapest mix ({mix['knobs']}) loses {mix['tokens_lost']:.3g} tokens{alt}.")
+        alt = (
+            f"; pausing alone {pause['tokens_lost']:.3g}"
+            if pause["feasible"]
+            else "; pausing alone cannot"
+        )
+        out.append(
+            f"A {100 * depth:.0f} % cut ({mix['shed_kw']:.0f} kW of one drawn site): {caps}; the "
+            f"cheapest mix ({mix['knobs']}) loses {mix['tokens_lost']:.3g} tokens{alt}."
+        )
     return out
 
 
@@ -406,12 +578,21 @@ def as_markdown(lines: Sequence[str], tables: Mapping[str, pd.DataFrame], title:
     return "\n".join(out)
 
 
-KNOB_STRATEGIES = {"caps only": ("cap",), "pause only": ("pause",), "requeue only": ("requeue",),
-                   "chosen mix": ("cap", "pause", "requeue")}
+KNOB_STRATEGIES = {
+    "caps only": ("cap",),
+    "pause only": ("pause",),
+    "requeue only": ("requeue",),
+    "chosen mix": ("cap", "pause", "requeue"),
+}
 
 
-def knob_jobs(groups: Groups, index: np.ndarray, plan: pd.DataFrame, checkpoint_every_s: float,
-              rng: np.random.Generator) -> list[Any]:
+def knob_jobs(
+    groups: Groups,
+    index: np.ndarray,
+    plan: pd.DataFrame,
+    checkpoint_every_s: float,
+    rng: np.random.Generator,
+) -> list[Any]:
     """The jobs of one drawn site as the knob menu sees them: each group's measured cap curve,
     its GPUs' idle power, the resource plan's start-up and checkpoint write time, and the age
     of its last checkpoint drawn uniform in ``[0, checkpoint_every_s)`` (the control study's
@@ -425,10 +606,16 @@ def knob_jobs(groups: Groups, index: np.ndarray, plan: pd.DataFrame, checkpoint_
         name, row = groups.names[g], groups.table.iloc[g]
         p = by_group.loc[name]
         gpu = GPUS[str(row.get("gpu_model", "H200"))]
-        jobs.append(Job(f"{k:03d}:{name}", (groups.curves.power_w[g], groups.curves.throughput[g]),
-                        idle_w=float(row["gpus"]) * gpu.idle_w, restart_s=float(p["startup_s"]),
-                        checkpoint_write_s=float(p["checkpoint_write_s"]),
-                        since_checkpoint_s=float(rng.uniform(0.0, checkpoint_every_s))))
+        jobs.append(
+            Job(
+                f"{k:03d}:{name}",
+                (groups.curves.power_w[g], groups.curves.throughput[g]),
+                idle_w=float(row["gpus"]) * gpu.idle_w,
+                restart_s=float(p["startup_s"]),
+                checkpoint_write_s=float(p["checkpoint_write_s"]),
+                since_checkpoint_s=float(rng.uniform(0.0, checkpoint_every_s)),
+            )
+        )
     return jobs
 
 
@@ -445,30 +632,51 @@ def deep_events(jobs: Sequence[Any], s: StatementSettings) -> tuple[pd.DataFrame
         event = Event(depth * site_w, 3600.0 * s.event_hours, s.deep_notice_s)
         for name, knobs in KNOB_STRATEGIES.items():
             c = choose(jobs, event, knobs)
-            rows.append({"depth": depth, "shed_kw": depth * site_w / 1e3, "strategy": name, "feasible": c.feasible,
-                         "tokens_lost": c.tokens_lost if c.feasible else math.nan,
-                         "knobs": ", ".join(f"{k} {v}" for k, v in sorted(c.counts().items())) if c.feasible else "",
-                         "reason": c.reason})
+            rows.append(
+                {
+                    "depth": depth,
+                    "shed_kw": depth * site_w / 1e3,
+                    "strategy": name,
+                    "feasible": c.feasible,
+                    "tokens_lost": c.tokens_lost if c.feasible else math.nan,
+                    "knobs": ", ".join(f"{k} {v}" for k, v in sorted(c.counts().items()))
+                    if c.feasible
+                    else "",
+                    "reason": c.reason,
+                }
+            )
             if name == "chosen mix" and c.feasible:
                 deepest = c.table.assign(depth=depth)
-    return pd.DataFrame(rows), (deepest if deepest is not None else pd.DataFrame(columns=["job", "knob", "why"]))
+    return pd.DataFrame(rows), (
+        deepest if deepest is not None else pd.DataFrame(columns=["job", "knob", "why"])
+    )
 
 
 @dataclass(frozen=True)
 class Statement:
     """Everything the statement says, ready to write."""
-    tables: dict[str, pd.DataFrame]      # shed, events, calendar, response, notice, baselines, baseline_days
-    program: dict[str, Any]              # OpenADR 3 program object (JSON-ready)
-    report: dict[str, Any]               # OpenADR 3 report object
-    lines: list[str]                     # the statement in sentences
-    notes: list[str]                     # what was left out or replaced, and why
-    page: str                            # the handover page (markdown)
+
+    tables: dict[
+        str, pd.DataFrame
+    ]  # shed, events, calendar, response, notice, baselines, baseline_days
+    program: dict[str, Any]  # OpenADR 3 program object (JSON-ready)
+    report: dict[str, Any]  # OpenADR 3 report object
+    lines: list[str]  # the statement in sentences
+    notes: list[str]  # what was left out or replaced, and why
+    page: str  # the handover page (markdown)
     settings: StatementSettings
     backend: str
 
 
-def build_statement(runs: pd.DataFrame, mv: pd.DataFrame | None, s: StatementSettings, cluster: Any,
-                    campaign: str, groups_set: str | None = None, plan: pd.DataFrame | None = None) -> Statement:
+def build_statement(
+    runs: pd.DataFrame,
+    mv: pd.DataFrame | None,
+    s: StatementSettings,
+    cluster: Any,
+    campaign: str,
+    groups_set: str | None = None,
+    plan: pd.DataFrame | None = None,
+) -> Statement:
     """The statement of a campaign: its ``runs.parquet`` rows (those of ``groups_set`` when it
     has some), its controlled events' M&V records (``None``: none were run), the control
     study's ``ClusterConfig`` (the meter history's job stream) and the resource plan's table
@@ -489,39 +697,71 @@ def build_statement(runs: pd.DataFrame, mv: pd.DataFrame | None, s: StatementSet
         s = replace(s, mix="random")
     if mv is None:
         notes.append("no controlled events: response time and ramp rate unknown")
-    backend = ",".join(sorted(runs["backend"].astype(str).unique())) if "backend" in runs else "measured"
+    backend = (
+        ",".join(sorted(runs["backend"].astype(str).unique())) if "backend" in runs else "measured"
+    )
     shed = shed_by_depth(groups, s)
     calendar = calendar_table(shed, s)
     response = response_table(mv, s.response_policy)
     if mv is not None and response.empty:
-        notes.append(f"no M&V records of policy {s.response_policy!r} (statement.response_policy): "
-                     "response time and ramp rate unknown")
+        notes.append(
+            f"no M&V records of policy {s.response_policy!r} (statement.response_policy): "
+            "response time and ramp rate unknown"
+        )
     rng = np.random.default_rng(s.seed)
     true_w, known_w = curve_powers(groups, rng)
     models = groups.table["gpu_model"] if "gpu_model" in groups.table else ["H200"]
     idle_w = float(np.median([GPUS[g].idle_w for g in models]))
     # one job stream, metered twice: with the true uncapped powers and as the curves know them
-    t, (true_load, known_load) = site_history(groups, np.stack([true_w, known_w]), cluster, s, idle_w,
-                                              np.random.default_rng(s.seed + 1))
+    t, (true_load, known_load) = site_history(
+        groups, np.stack([true_w, known_w]), cluster, s, idle_w, np.random.default_rng(s.seed + 1)
+    )
     days = baseline_errors(t, true_load, known_load, s)
-    tables = {"shed": shed, "events": events_table(shed, s), "calendar": calendar, "response": response,
-              "notice": notice_table(response, s), "baselines": baseline_summary(days, shed, s), "baseline_days": days}
+    tables = {
+        "shed": shed,
+        "events": events_table(shed, s),
+        "calendar": calendar,
+        "response": response,
+        "notice": notice_table(response, s),
+        "baselines": baseline_summary(days, shed, s),
+        "baseline_days": days,
+    }
     if plan is not None and set(groups.names) <= set(plan["group"]):
-        index = sample_workloads(groups.table, s.mix, 1, s.jobs_per_workload, np.random.default_rng(s.seed),
-                                 s.pretraining_fraction)[0]
-        jobs = knob_jobs(groups, index, plan, cluster.checkpoint_every_s, np.random.default_rng(s.seed + 2))
+        index = sample_workloads(
+            groups.table,
+            s.mix,
+            1,
+            s.jobs_per_workload,
+            np.random.default_rng(s.seed),
+            s.pretraining_fraction,
+        )[0]
+        jobs = knob_jobs(
+            groups, index, plan, cluster.checkpoint_every_s, np.random.default_rng(s.seed + 2)
+        )
         tables["knobs"], tables["knob_jobs"] = deep_events(jobs, s)
     else:
         notes.append("no resource plan for every group: deep events (the knob menu) left out")
         tables["knobs"], tables["knob_jobs"] = pd.DataFrame(), pd.DataFrame()
     program, report = openadr3_objects(shed, response, s, campaign, backend)
-    lines = statement_lines(shed, calendar, response, tables["baselines"], s, backend) + knob_lines(tables["knobs"]) + notes
-    shown = {k.replace("_", " ").capitalize(): v for k, v in tables.items() if k not in ("baseline_days", "knob_jobs")}
-    page = as_markdown(lines, shown, f"Flexibility statement: {campaign} ({backend_label(backend)})")
+    lines = (
+        statement_lines(shed, calendar, response, tables["baselines"], s, backend)
+        + knob_lines(tables["knobs"])
+        + notes
+    )
+    shown = {
+        k.replace("_", " ").capitalize(): v
+        for k, v in tables.items()
+        if k not in ("baseline_days", "knob_jobs")
+    }
+    page = as_markdown(
+        lines, shown, f"Flexibility statement: {campaign} ({backend_label(backend)})"
+    )
     return Statement(tables, program, report, lines, notes, page, s, backend)
 
 
-def statement_files(stmt: Statement, paths: Mapping[str, Any], prov: Mapping[str, Any]) -> list[tuple[Any, Any]]:
+def statement_files(
+    stmt: Statement, paths: Mapping[str, Any], prov: Mapping[str, Any]
+) -> list[tuple[Any, Any]]:
     """``(path, write)`` pairs of every file of the statement, for ``write_together``:
     ``paths`` maps each table name, ``program``, ``report`` and ``page`` to its path. Tables
     are CSVs with sidecars; the OpenADR 3 objects and the page are plain documents, their
@@ -531,10 +771,18 @@ def statement_files(stmt: Statement, paths: Mapping[str, Any], prov: Mapping[str
     from wattflex.provenance import csv_files, json_file, strict_json
 
     def plain(text: str, path: Any) -> list[tuple[Any, Any]]:
-        return [(path, lambda tmp: Path(tmp).write_text(text)),
-                json_file({"artifact": Path(path).name, "notes": stmt.notes}, f"{path}.meta.json", dict(prov))]
+        return [
+            (path, lambda tmp: Path(tmp).write_text(text)),
+            json_file(
+                {"artifact": Path(path).name, "notes": stmt.notes}, f"{path}.meta.json", dict(prov)
+            ),
+        ]
 
-    files = [f for name, df in stmt.tables.items() for f in csv_files(df, paths[name], dict(prov), notes=stmt.notes)]
+    files = [
+        f
+        for name, df in stmt.tables.items()
+        for f in csv_files(df, paths[name], dict(prov), notes=stmt.notes)
+    ]
     files += plain(strict_json(stmt.program, indent=2) + "\n", paths["program"])
     files += plain(strict_json(stmt.report, indent=2) + "\n", paths["report"])
     return files + plain(stmt.page, paths["page"])

@@ -50,16 +50,17 @@ KINDS = ("site", "feed", "pdu", "rack", "node")
 
 @dataclass(frozen=True)
 class Level:
-    name: str          # "rack:rack-1"
-    kind: str          # one of KINDS
-    limit_w: float     # inf: none
-    parent: int        # index in Site.levels, -1 for the site
+    name: str  # "rack:rack-1"
+    kind: str  # one of KINDS
+    limit_w: float  # inf: none
+    parent: int  # index in Site.levels, -1 for the site
 
 
 @dataclass(frozen=True)
 class Site:
     """The tree (``levels``, the site first) and where each node sits (``node_level``: node
     name -> the index of its rack's level, or of its own node level when it has a limit)."""
+
     name: str
     levels: tuple[Level, ...]
     node_level: Mapping[str, int] = field(default_factory=dict)
@@ -79,8 +80,13 @@ class Site:
         """Nested limits over units on ``unit_nodes`` (one node name per unit). A unit on a
         node the site does not place is held by the site's limit only."""
         leaf = np.array([self.node_level.get(n, 0) for n in unit_nodes], int)
-        return Laminar(np.array([lv.parent for lv in self.levels]), np.array([lv.limit_w for lv in self.levels]),
-                       leaf, tuple(lv.name for lv in self.levels), tuple(lv.kind for lv in self.levels))
+        return Laminar(
+            np.array([lv.parent for lv in self.levels]),
+            np.array([lv.limit_w for lv in self.levels]),
+            leaf,
+            tuple(lv.name for lv in self.levels),
+            tuple(lv.kind for lv in self.levels),
+        )
 
     def unplaced(self, unit_nodes: Sequence[str]) -> list[str]:
         return sorted({n for n in unit_nodes if n not in self.node_level})
@@ -90,16 +96,21 @@ class Site:
         every level above it (its own limit, its rack's over the rack's nodes, ...), so
         every level holds when each node holds its share."""
         if node not in self.node_level:
-            raise ConfigError(f"node {node!r} is not in the site file (its nodes: "
-                              f"{', '.join(sorted(self.node_level)[:8]) or 'none'})")
+            raise ConfigError(
+                f"node {node!r} is not in the site file (its nodes: "
+                f"{', '.join(sorted(self.node_level)[:8]) or 'none'})"
+            )
         count = np.zeros(len(self.levels))
         for n in self.node_level:
             count[self.ancestors(self.node_level[n])] += 1
-        return float(min(self.levels[k].limit_w / count[k] for k in self.ancestors(self.node_level[node])))
+        return float(
+            min(self.levels[k].limit_w / count[k] for k in self.ancestors(self.node_level[node]))
+        )
 
 
 def expand(spec: str) -> list[str]:
     from wattflex.grid.slurm import expand_hostlist
+
     return expand_hostlist(spec)
 
 
@@ -116,21 +127,29 @@ def slurm_node_features(doc: Mapping[str, Any]) -> dict[str, list[str]]:
 
 def scontrol_nodes() -> dict[str, list[str]]:
     try:
-        run = subprocess.run(["scontrol", "show", "nodes", "--json"], capture_output=True, text=True, timeout=60)
+        run = subprocess.run(
+            ["scontrol", "show", "nodes", "--json"], capture_output=True, text=True, timeout=60
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ConfigError(f"site file: node_map from SLURM, but scontrol failed ({exc})") from None
     if run.returncode != 0:
-        raise ConfigError(f"site file: node_map from SLURM, but scontrol failed: {run.stderr.strip()[:200]}")
+        raise ConfigError(
+            f"site file: node_map from SLURM, but scontrol failed: {run.stderr.strip()[:200]}"
+        )
     return slurm_node_features(json.loads(run.stdout))
 
 
-def parse_site(doc: Any, where: str = "site file", slurm_nodes: Mapping[str, list[str]] | None = None) -> Site:
+def parse_site(
+    doc: Any, where: str = "site file", slurm_nodes: Mapping[str, list[str]] | None = None
+) -> Site:
     """A :class:`Site` from a site document; ``slurm_nodes`` (node -> features): the SLURM
     nodes, for ``node_map.from`` slurm-features or slurm-names (default: asked of scontrol)."""
     from wattflex.config import validate_schema
 
     if not isinstance(doc, dict):
-        raise ConfigError(f"{where}: expected a mapping with site: and feeds:, got a {type(doc).__name__}")
+        raise ConfigError(
+            f"{where}: expected a mapping with site: and feeds:, got a {type(doc).__name__}"
+        )
     try:
         validate_schema(doc, SCHEMA)
     except ConfigError as e:
@@ -144,7 +163,9 @@ def parse_site(doc: Any, where: str = "site file", slurm_nodes: Mapping[str, lis
     def add(kind: str, d: Mapping[str, Any], parent: int, path: str) -> int:
         name = f"{kind}:{d['name']}"
         if name in seen:
-            raise ConfigError(f"{where}: {path}: {kind} {d['name']!r} is named twice (also at {seen[name]})")
+            raise ConfigError(
+                f"{where}: {path}: {kind} {d['name']!r} is named twice (also at {seen[name]})"
+            )
         seen[name] = path
         levels.append(Level(name, kind, kw(d), parent))
         return len(levels) - 1
@@ -164,7 +185,9 @@ def parse_site(doc: Any, where: str = "site file", slurm_nodes: Mapping[str, lis
 
     def place(node: str, rack: int, limit_w: float, origin: str) -> None:
         if node in where_node:
-            raise ConfigError(f"{where}: node {node!r} is in two racks ({where_node[node]} and {origin})")
+            raise ConfigError(
+                f"{where}: node {node!r} is in two racks ({where_node[node]} and {origin})"
+            )
         where_node[node] = origin
         rack_of[node] = levels[rack].name.removeprefix("rack:")
         if math.isfinite(limit_w):
@@ -180,40 +203,54 @@ def parse_site(doc: Any, where: str = "site file", slurm_nodes: Mapping[str, lis
                 try:
                     names = expand(spec)
                 except ValueError as exc:
-                    raise ConfigError(f"{where}: {levels[r].name}: node list {spec!r}: {exc}") from None
+                    raise ConfigError(
+                        f"{where}: {levels[r].name}: node list {spec!r}: {exc}"
+                    ) from None
                 for n in names:
                     place(n, r, lim, levels[r].name)
         if not node_level:
-            raise ConfigError(f"{where}: no rack lists its nodes (node_map.from: file): give each rack nodes: "
-                              "[...], or node_map: {from: slurm-features}")
+            raise ConfigError(
+                f"{where}: no rack lists its nodes (node_map.from: file): give each rack nodes: "
+                "[...], or node_map: {from: slurm-features}"
+            )
     else:
         if any(nodes for _, nodes in rack_nodes):
-            raise ConfigError(f"{where}: node_map.from is {how}, but racks list nodes: list them in the file "
-                              "(node_map.from: file) or let SLURM say, not both")
+            raise ConfigError(
+                f"{where}: node_map.from is {how}, but racks list nodes: list them in the file "
+                "(node_map.from: file) or let SLURM say, not both"
+            )
         found = scontrol_nodes() if slurm_nodes is None else dict(slurm_nodes)
         pattern = (doc.get("node_map") or {}).get("pattern")
         if how == "slurm-names":
             if not pattern:
-                raise ConfigError(f"{where}: node_map.from: slurm-names needs a pattern with a group (?P<rack>...)")
+                raise ConfigError(
+                    f"{where}: node_map.from: slurm-names needs a pattern with a group (?P<rack>...)"
+                )
             try:
                 rx = re.compile(pattern)
             except re.error as exc:
                 raise ConfigError(f"{where}: node_map.pattern {pattern!r}: {exc}") from None
             if "rack" not in rx.groupindex:
-                raise ConfigError(f"{where}: node_map.pattern {pattern!r} has no named group (?P<rack>...)")
+                raise ConfigError(
+                    f"{where}: node_map.pattern {pattern!r} has no named group (?P<rack>...)"
+                )
         for node, feats in sorted(found.items()):
             if how == "slurm-features":
                 names = [f for f in feats if f in racks]
                 if len(names) > 1:
-                    raise ConfigError(f"{where}: SLURM node {node} has the features of racks {', '.join(names)}")
+                    raise ConfigError(
+                        f"{where}: SLURM node {node} has the features of racks {', '.join(names)}"
+                    )
             else:
                 m = rx.search(node)
                 names = [m.group("rack")] if m and m.group("rack") in racks else []
             if names:
                 place(node, racks[names[0]], math.inf, f"SLURM ({how})")
         if not node_level:
-            raise ConfigError(f"{where}: no SLURM node maps to a rack of the file by {how} "
-                              f"(racks {', '.join(sorted(racks))}; nodes {', '.join(sorted(found)[:8])})")
+            raise ConfigError(
+                f"{where}: no SLURM node maps to a rack of the file by {how} "
+                f"(racks {', '.join(sorted(racks))}; nodes {', '.join(sorted(found)[:8])})"
+            )
     return Site(str(doc["site"]), tuple(levels), node_level, rack_of)
 
 

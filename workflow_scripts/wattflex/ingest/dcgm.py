@@ -49,8 +49,12 @@ FIELDS = metrics.dcgm_fields()
 DMON_FIELD_IDS = ",".join(str(i) for i in FIELDS)
 # Exporter metric names, with newer DCGM and dcgm-exporter 1.x names of the same fields.
 EXPORTER_METRICS = {name: (col, f) for name, _, col, f in FIELDS.values()}
-EXPORTER_METRICS.update({k: (v, next(f for _, _, c, f in FIELDS.values() if c == v))
-                         for k, v in metrics.dcgm_aliases().items()})
+EXPORTER_METRICS.update(
+    {
+        k: (v, next(f for _, _, c, f in FIELDS.values() if c == v))
+        for k, v in metrics.dcgm_aliases().items()
+    }
+)
 DMON_NAMES = {short: (col, f) for _, short, col, f in FIELDS.values()}
 # Plausible range of each column in the schema's unit, and the hint when a value is outside.
 METRIC_RANGES = metrics.ranges()
@@ -103,8 +107,10 @@ def drop_backward_samples(records: list[dict], name: str) -> tuple[list[dict], l
         kept.append(record)
     if not dropped:
         return kept, []
-    return kept, [f"{name}: the clock goes back (by up to {back:g} s): left out {dropped} sample(s) not later "
-                  "than an earlier one of their GPU, so that no instant is counted twice"]
+    return kept, [
+        f"{name}: the clock goes back (by up to {back:g} s): left out {dropped} sample(s) not later "
+        "than an earlier one of their GPU, so that no instant is counted twice"
+    ]
 
 
 def _frame(records: list[dict], notes: Sequence[str] = ()) -> pd.DataFrame:
@@ -141,8 +147,10 @@ def _read_text(source: str | Path) -> tuple[str, str]:
 # DCGM exporter (Prometheus text exposition)
 # ---------------------------------------------------------------------------------------
 
-_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+"
-                     r"(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$")
+_SAMPLE = re.compile(
+    r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+"
+    r"(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$"
+)
 _LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
 _SCRAPE_TIME = re.compile(r"^#\s*scrape_time\s+(\S+)\s*$")
 
@@ -155,8 +163,13 @@ def parse_labels(text: str, where: str) -> dict[str, str]:
         m = _LABEL.match(text, pos)
         if not m:
             raise DcgmFormatError(f"{where}: cannot parse labels {{{text}}}")
-        labels[m.group(1)] = (m.group(2).replace("\\\\", "\0").replace('\\"', '"')
-                              .replace("\\n", "\n").replace("\0", "\\"))
+        labels[m.group(1)] = (
+            m.group(2)
+            .replace("\\\\", "\0")
+            .replace('\\"', '"')
+            .replace("\\n", "\n")
+            .replace("\0", "\\")
+        )
         pos = m.end()
     return labels
 
@@ -179,8 +192,13 @@ def _exporter_blocks(text: str, name: str) -> Iterable[tuple[float | None, list[
         yield time, lines
 
 
-def parse_dcgm_exporter(text: str, name: str, time: float | None = None, node: str = "node0",
-                        gpu_ids: Iterable[int] | None = None) -> list[dict]:
+def parse_dcgm_exporter(
+    text: str,
+    name: str,
+    time: float | None = None,
+    node: str = "node0",
+    gpu_ids: Iterable[int] | None = None,
+) -> list[dict]:
     """Telemetry records (dicts of ``TELEMETRY_COLUMNS`` keys) from the text of one capture or
     one scrape; ``name`` is what error messages call it. A scrape's time is its
     ``# scrape_time`` line, else its samples' timestamps, else ``time``; none: error."""
@@ -193,7 +211,9 @@ def parse_dcgm_exporter(text: str, name: str, time: float | None = None, node: s
             where = f"{name} line {no}"
             m = _SAMPLE.match(line.strip())
             if not m:
-                raise DcgmFormatError(f"{where}: not a Prometheus sample line: {line.strip()[:80]!r}")
+                raise DcgmFormatError(
+                    f"{where}: not a Prometheus sample line: {line.strip()[:80]!r}"
+                )
             metric = EXPORTER_METRICS.get(m.group("name"))
             if metric is None:
                 continue
@@ -204,29 +224,39 @@ def parse_dcgm_exporter(text: str, name: str, time: float | None = None, node: s
             try:
                 gpu, value = int(labels["gpu"]), float(m.group("value")) * factor
             except ValueError:
-                raise DcgmFormatError(f"{where}: bad gpu label or value in {line.strip()[:80]!r}") from None
+                raise DcgmFormatError(
+                    f"{where}: bad gpu label or value in {line.strip()[:80]!r}"
+                ) from None
             if keep is not None and gpu not in keep:
                 continue
             host = labels.get("Hostname") or labels.get("instance") or node
             row = rows.setdefault((host, gpu), {"node": host, "gpu": gpu})
             if col in row:
-                raise DcgmFormatError(f"{where}: second {m.group('name')} for gpu {gpu} on {host} in one "
-                                      "scrape; separate scrapes with '# scrape_time <t>' lines")
+                raise DcgmFormatError(
+                    f"{where}: second {m.group('name')} for gpu {gpu} on {host} in one "
+                    "scrape; separate scrapes with '# scrape_time <t>' lines"
+                )
             row[col] = value
             _check({col: value}, where)
             if m.group("ts"):
                 stamps.append(int(m.group("ts")) / 1000.0)
         t = block_time if block_time is not None else (float(np.median(stamps)) if stamps else time)
         if t is None:
-            raise DcgmFormatError(f"{name}: a scrape has no time: add '# scrape_time <unix s>' before each "
-                                  "scrape, sample timestamps, or pass one time per file")
+            raise DcgmFormatError(
+                f"{name}: a scrape has no time: add '# scrape_time <unix s>' before each "
+                "scrape, sample timestamps, or pass one time per file"
+            )
         for row in rows.values():
             records.append({"t_s": t, **row})
     return records
 
 
-def read_dcgm_exporter(sources: Sequence[str | Path], times: Sequence[float] | None = None,
-                       node: str = "node0", gpu_ids: Iterable[int] | None = None) -> pd.DataFrame:
+def read_dcgm_exporter(
+    sources: Sequence[str | Path],
+    times: Sequence[float] | None = None,
+    node: str = "node0",
+    gpu_ids: Iterable[int] | None = None,
+) -> pd.DataFrame:
     """Telemetry from DCGM exporter scrape files (see module docstring for how times are found).
 
     ``node`` is used when a sample has no ``Hostname`` label; ``gpu_ids`` keeps only those
@@ -240,11 +270,17 @@ def read_dcgm_exporter(sources: Sequence[str | Path], times: Sequence[float] | N
     for i, source in enumerate(sources):
         text, name = _read_text(source)
         kept, dropped = drop_backward_samples(
-            parse_dcgm_exporter(text, name, None if times is None else float(times[i]), node, gpu_ids), name)
+            parse_dcgm_exporter(
+                text, name, None if times is None else float(times[i]), node, gpu_ids
+            ),
+            name,
+        )
         records += kept
         notes += dropped
     if not records:
-        raise DcgmFormatError(f"{', '.join(map(str, sources))}: no DCGM power/clock/activity samples found")
+        raise DcgmFormatError(
+            f"{', '.join(map(str, sources))}: no DCGM power/clock/activity samples found"
+        )
     return _frame(records, notes)
 
 
@@ -252,12 +288,18 @@ def read_dcgm_exporter(sources: Sequence[str | Path], times: Sequence[float] | N
 # dcgmi dmon
 # ---------------------------------------------------------------------------------------
 
-_DMON_ROW = re.compile(r"^(?P<stamp>\S+(?:[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?\s+)?"
-                       r"GPU\s+(?P<gpu>\d+)\s+(?P<values>.*)$")
+_DMON_ROW = re.compile(
+    r"^(?P<stamp>\S+(?:[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?\s+)?"
+    r"GPU\s+(?P<gpu>\d+)\s+(?P<values>.*)$"
+)
 
 
-def read_dcgmi_dmon(source: str | Path, period_s: float | None = None, node: str = "node0",
-                    gpu_ids: Iterable[int] | None = None) -> pd.DataFrame:
+def read_dcgmi_dmon(
+    source: str | Path,
+    period_s: float | None = None,
+    node: str = "node0",
+    gpu_ids: Iterable[int] | None = None,
+) -> pd.DataFrame:
     """Telemetry from ``dcgmi dmon`` output (see module docstring). ``period_s`` = the ``-d``
     delay in seconds, needed when the lines carry no timestamps."""
     text, name = _read_text(source)
@@ -267,8 +309,13 @@ def read_dcgmi_dmon(source: str | Path, period_s: float | None = None, node: str
     return _frame(*drop_backward_samples(records, name))
 
 
-def parse_dcgmi_dmon(text: str, name: str, period_s: float | None = None, node: str = "node0",
-                     gpu_ids: Iterable[int] | None = None) -> list[dict]:
+def parse_dcgmi_dmon(
+    text: str,
+    name: str,
+    period_s: float | None = None,
+    node: str = "node0",
+    gpu_ids: Iterable[int] | None = None,
+) -> list[dict]:
     """Telemetry records (dicts of ``TELEMETRY_COLUMNS`` keys) from ``dcgmi dmon`` text, which
     may be a partial capture (none: empty list); ``name`` is what error messages call it."""
     keep = None if gpu_ids is None else {int(g) for g in gpu_ids}
@@ -286,8 +333,10 @@ def parse_dcgmi_dmon(text: str, name: str, period_s: float | None = None, node: 
                 header = tokens[1:]
                 unknown = [t for t in header if t not in DMON_NAMES]
                 if unknown and len(unknown) == len(header):
-                    raise DcgmFormatError(f"{where}: none of the dmon fields {header} is one wattflex reads "
-                                          f"(use dcgmi dmon -e {DMON_FIELD_IDS})")
+                    raise DcgmFormatError(
+                        f"{where}: none of the dmon fields {header} is one wattflex reads "
+                        f"(use dcgmi dmon -e {DMON_FIELD_IDS})"
+                    )
             continue
         if line.split()[0] in ("ID", "Id", "id"):
             continue  # the units line under the header
@@ -298,20 +347,29 @@ def parse_dcgmi_dmon(text: str, name: str, period_s: float | None = None, node: 
             raise DcgmFormatError(f"{where}: data before the '#Entity' header line")
         values = m.group("values").split()
         if len(values) != len(header):
-            raise DcgmFormatError(f"{where}: {len(values)} values for {len(header)} fields {header}")
+            raise DcgmFormatError(
+                f"{where}: {len(values)} values for {len(header)} fields {header}"
+            )
         gpu = int(m.group("gpu"))
         stamp = _parse_time(m.group("stamp").strip()) if m.group("stamp") else None
         if m.group("stamp") and stamp is None:
-            raise DcgmFormatError(f"{where}: cannot read the timestamp {m.group('stamp').strip()!r}")
+            raise DcgmFormatError(
+                f"{where}: cannot read the timestamp {m.group('stamp').strip()!r}"
+            )
         if gpu in seen or sample < 0:  # a repeated GPU id starts the next sample
             sample, seen, sample_t = sample + 1, set(), stamp
         seen.add(gpu)
         if keep is not None and gpu not in keep:
             continue
         if sample_t is None and period_s is None:
-            raise DcgmFormatError(f"{where}: dcgmi dmon lines carry no time: give period_s (the -d delay)")
-        record = {"t_s": sample_t if sample_t is not None else sample * float(period_s),
-                  "node": node, "gpu": gpu}
+            raise DcgmFormatError(
+                f"{where}: dcgmi dmon lines carry no time: give period_s (the -d delay)"
+            )
+        record = {
+            "t_s": sample_t if sample_t is not None else sample * float(period_s),
+            "node": node,
+            "gpu": gpu,
+        }
         for short, token in zip(header, values):
             if short not in DMON_NAMES:
                 continue

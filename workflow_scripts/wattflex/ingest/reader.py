@@ -51,31 +51,87 @@ from wattflex.vocabulary import VOCABULARY, cluster_of
 BACKEND = "ingest"
 # runs.parquet columns (the contract every source of runs writes), in order; ingest adds
 # throughput_unit, source, source_line.
-RUN_COLUMNS = ["group", "run_id", "cap_w", "repeat", "backend", "gpu_model", "gpus", "model",
-               "architecture", "task", "cluster", "set", "matches", "seq_len", "batch", "ep",
-               "compile", "power_w", "power_w_sem", "tokens_per_s", "tokens_per_s_sem",
-               "power_w_mean", "tokens_per_s_mean", *ACTIVITY_METRICS, "power_per_gpu_w",
-               "throughput_unit", "source", "source_line"]
+RUN_COLUMNS = [
+    "group",
+    "run_id",
+    "cap_w",
+    "repeat",
+    "backend",
+    "gpu_model",
+    "gpus",
+    "model",
+    "architecture",
+    "task",
+    "cluster",
+    "set",
+    "matches",
+    "seq_len",
+    "batch",
+    "ep",
+    "compile",
+    "power_w",
+    "power_w_sem",
+    "tokens_per_s",
+    "tokens_per_s_sem",
+    "power_w_mean",
+    "tokens_per_s_mean",
+    *ACTIVITY_METRICS,
+    "power_per_gpu_w",
+    "throughput_unit",
+    "source",
+    "source_line",
+]
 # Constant within a group (a job's description, not a run's measurement).
-GROUP_META = ("gpus", "gpu_model", "model", "architecture", "task", "cluster", "set", "matches",
-              "seq_len", "batch", "ep", "compile", "throughput_unit")
-NUMERIC = ("cap_w", "power_w", "throughput", "power_w_sem", "throughput_sem", "gpus", "repeat",
-           "seq_len", "batch", "ep", "power_w_mean", "tokens_per_s_mean", *ACTIVITY_METRICS)
+GROUP_META = (
+    "gpus",
+    "gpu_model",
+    "model",
+    "architecture",
+    "task",
+    "cluster",
+    "set",
+    "matches",
+    "seq_len",
+    "batch",
+    "ep",
+    "compile",
+    "throughput_unit",
+)
+NUMERIC = (
+    "cap_w",
+    "power_w",
+    "throughput",
+    "power_w_sem",
+    "throughput_sem",
+    "gpus",
+    "repeat",
+    "seq_len",
+    "batch",
+    "ep",
+    "power_w_mean",
+    "tokens_per_s_mean",
+    *ACTIVITY_METRICS,
+)
 INTEGER = ("gpus", "repeat", "seq_len", "batch", "ep")
 # Source columns in another unit: name -> (our name, factor).
-UNIT_ALIASES = {"cap_kw": ("cap_w", 1000.0), "power_kw": ("power_w", 1000.0),
-                "power_kw_sem": ("power_w_sem", 1000.0)}
-THROUGHPUT_ALIASES = {"tokens_per_s": ("throughput", "tokens/s"),
-                      "tokens_per_s_sem": ("throughput_sem", None)}
-CAP_RANGE_W = (10.0, 2000.0)        # per GPU
-POWER_RANGE_W = (1.0, 2000.0)       # per GPU
+UNIT_ALIASES = {
+    "cap_kw": ("cap_w", 1000.0),
+    "power_kw": ("power_w", 1000.0),
+    "power_kw_sem": ("power_w_sem", 1000.0),
+}
+THROUGHPUT_ALIASES = {
+    "tokens_per_s": ("throughput", "tokens/s"),
+    "tokens_per_s_sem": ("throughput_sem", None),
+}
+CAP_RANGE_W = (10.0, 2000.0)  # per GPU
+POWER_RANGE_W = (1.0, 2000.0)  # per GPU
 VALUE_COLUMNS = ("cap_w", "power_w", "throughput")  # a run's numbers: finite, positive
 SEM_COLUMNS = ("power_w_sem", "throughput_sem")
-MAX_POWER_OVER_CAP = 1.5            # averages above 1.5x the cap: job total vs per-GPU mix-up
+MAX_POWER_OVER_CAP = 1.5  # averages above 1.5x the cap: job total vs per-GPU mix-up
 # Group names are labels (no file path is made of an ingested group), and public sweeps name
 # groups after their models (meta-llama/Llama-3.1-8B): letters, digits and . _ - / + : @.
 GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+:@-]{0,199}$")
-MAX_LISTED = 20                     # bad rows spelled out in an error message
+MAX_LISTED = 20  # bad rows spelled out in an error message
 PARQUET_SUFFIXES = (".parquet", ".pq")
 # The largest input read (``check_input_file``): a sweep table or capture, and a document
 # (JSON/YAML config, model, spec, schedule). Bigger is a mistake (/dev/zero, a sparse file).
@@ -83,8 +139,27 @@ MAX_TABLE_BYTES = 512 * 2**20
 MAX_DOC_BYTES = 64 * 2**20
 # pandas.read_csv's default missing-value tokens: the tables the commands read
 # (read_typed_table) have always taken these as empty cells.
-PANDAS_NA = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
-             "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
+PANDAS_NA = (
+    "",
+    "#N/A",
+    "#N/A N/A",
+    "#NA",
+    "-1.#IND",
+    "-1.#QNAN",
+    "-NaN",
+    "-nan",
+    "1.#IND",
+    "1.#QNAN",
+    "<NA>",
+    "N/A",
+    "NA",
+    "NULL",
+    "NaN",
+    "None",
+    "n/a",
+    "nan",
+    "null",
+)
 
 
 class IngestError(ValueError):
@@ -94,20 +169,27 @@ class IngestError(ValueError):
 @dataclass
 class IngestResult:
     """``runs``: rows in the runs.parquet contract; ``rejected``: ``where, reason`` per bad row."""
+
     runs: pd.DataFrame
     rejected: pd.DataFrame
     inputs: list[str]
     notes: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        return {"n_runs": int(len(self.runs)), "n_groups": int(self.runs["group"].nunique()),
-                "n_rejected": int(len(self.rejected)), "inputs": self.inputs, "notes": self.notes,
-                "throughput_units": sorted(self.runs["throughput_unit"].dropna().unique().tolist())}
+        return {
+            "n_runs": int(len(self.runs)),
+            "n_groups": int(self.runs["group"].nunique()),
+            "n_rejected": int(len(self.rejected)),
+            "inputs": self.inputs,
+            "notes": self.notes,
+            "throughput_units": sorted(self.runs["throughput_unit"].dropna().unique().tolist()),
+        }
 
 
 # ---------------------------------------------------------------------------------------
 # Reading tables with line numbers
 # ---------------------------------------------------------------------------------------
+
 
 def check_input_file(path: str | Path, what: str = "", max_bytes: int = MAX_TABLE_BYTES) -> None:
     """An input must be a readable regular file of at most ``max_bytes``: say what it is
@@ -120,20 +202,28 @@ def check_input_file(path: str | Path, what: str = "", max_bytes: int = MAX_TABL
     try:
         st = path.stat()
     except FileNotFoundError:
-        raise IngestError(f"{label}: no such file" + (" (a broken symbolic link)" if path.is_symlink() else "")) from None
+        raise IngestError(
+            f"{label}: no such file" + (" (a broken symbolic link)" if path.is_symlink() else "")
+        ) from None
     except OSError as exc:
         raise IngestError(f"{label}: cannot be read ({exc.strerror or exc})") from None
     if stat.S_ISDIR(st.st_mode):
-        raise IngestError(f"{label}: is a directory, not a file: give the file in it "
-                          "(a folder of captures goes to `wattflex ingest <format> FOLDER`)")
+        raise IngestError(
+            f"{label}: is a directory, not a file: give the file in it "
+            "(a folder of captures goes to `wattflex ingest <format> FOLDER`)"
+        )
     if not stat.S_ISREG(st.st_mode):
-        raise IngestError(f"{label}: is {_file_kind(st.st_mode)}, not a regular file: write it to a file and give that")
+        raise IngestError(
+            f"{label}: is {_file_kind(st.st_mode)}, not a regular file: write it to a file and give that"
+        )
     if not os.access(path, os.R_OK):
         raise IngestError(f"{label}: cannot be read (permission denied)")
     size = st.st_size
     if size > max_bytes:
-        raise IngestError(f"{label}: is {size / 2**20:,.0f} MiB, over the {max_bytes / 2**20:,.0f} MiB limit "
-                          "of an input")
+        raise IngestError(
+            f"{label}: is {size / 2**20:,.0f} MiB, over the {max_bytes / 2**20:,.0f} MiB limit "
+            "of an input"
+        )
 
 
 def _file_kind(mode: int) -> str:
@@ -169,8 +259,10 @@ def strip_columns(df: pd.DataFrame, where: str | Path) -> pd.DataFrame:
     names = [str(c).strip() for c in df.columns]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise IngestError(f"{where}: duplicate column name(s) {', '.join(map(repr, twice))} "
-                          f"(blanks around a name do not count; columns: {', '.join(map(repr, map(str, df.columns)))})")
+        raise IngestError(
+            f"{where}: duplicate column name(s) {', '.join(map(repr, twice))} "
+            f"(blanks around a name do not count; columns: {', '.join(map(repr, map(str, df.columns)))})"
+        )
     df.columns = names
     return df
 
@@ -180,18 +272,24 @@ def check_single_values(df: pd.DataFrame, where: str | Path) -> None:
     reader of a table takes; the first such cell of each column is named."""
     bad = []
     for col in df.select_dtypes(include="object").columns:
-        nested = df[col].map(lambda v: isinstance(v, (list, tuple, dict, set, np.ndarray))).to_numpy(bool)
+        nested = (
+            df[col]
+            .map(lambda v: isinstance(v, (list, tuple, dict, set, np.ndarray)))
+            .to_numpy(bool)
+        )
         if nested.any():
             i = int(np.flatnonzero(nested)[0])
             kind = "map" if isinstance(df[col].iloc[i], dict) else "list"
-            bad.append(f"column {col!r} holds a {kind} in row {i + 1} "
-                       f"({int(nested.sum())} such cell(s))")
+            bad.append(
+                f"column {col!r} holds a {kind} in row {i + 1} ({int(nested.sum())} such cell(s))"
+            )
     if bad:
         raise IngestError(f"{where}: cells must hold one number or text each: " + "; ".join(bad))
 
 
-def read_table(path: str | Path, *, na_values: Iterable[str] = ("",),
-               pad_short_rows: bool = False) -> tuple[pd.DataFrame, list[dict]]:
+def read_table(
+    path: str | Path, *, na_values: Iterable[str] = ("",), pad_short_rows: bool = False
+) -> tuple[pd.DataFrame, list[dict]]:
     """A CSV (cells as text) or parquet file, plus a ``_where`` column ("f.csv line 7").
 
     Blank CSV lines are skipped (they hold no data); a line with the wrong number of
@@ -205,7 +303,9 @@ def read_table(path: str | Path, *, na_values: Iterable[str] = ("",),
         try:
             df = pd.read_parquet(path)
         except (OSError, ValueError) as exc:
-            raise IngestError(f"{path}: cannot read: {(str(exc) or repr(exc)).splitlines()[0]}") from None
+            raise IngestError(
+                f"{path}: cannot read: {(str(exc) or repr(exc)).splitlines()[0]}"
+            ) from None
         strip_columns(df, path)
         check_single_values(df, path)
         df["_where"] = [f"{path.name} row {i + 1}" for i in range(len(df))]
@@ -226,7 +326,12 @@ def read_table(path: str | Path, *, na_values: Iterable[str] = ("",),
                 if pad_short_rows and len(cells) < len(header):
                     cells = cells + [""] * (len(header) - len(cells))
                 if len(cells) != len(header):
-                    bad.append({"where": where, "reason": f"{len(cells)} fields, the header has {len(header)}"})
+                    bad.append(
+                        {
+                            "where": where,
+                            "reason": f"{len(cells)} fields, the header has {len(header)}",
+                        }
+                    )
                     continue
                 rows.append([c.strip() for c in cells])
                 wheres.append(where)
@@ -252,7 +357,10 @@ def read_typed_table(path: str | Path) -> pd.DataFrame:
         for col in df.columns.drop("_where"):
             try:
                 df[col] = pd.to_numeric(df[col])
-            except (ValueError, TypeError):  # some cell is text: a text column, typed as read_csv types one
+            except (
+                ValueError,
+                TypeError,
+            ):  # some cell is text: a text column, typed as read_csv types one
                 df[col] = df[col].infer_objects()
     return df
 
@@ -269,7 +377,9 @@ def _not_a_number(col: str, cell: Any) -> str:
     return f"{col} is not a number: {cell!r}"
 
 
-def check_cells(df: pd.DataFrame, *, numeric: Iterable[str] = (), required: Iterable[str] = ()) -> None:
+def check_cells(
+    df: pd.DataFrame, *, numeric: Iterable[str] = (), required: Iterable[str] = ()
+) -> None:
     """Turn the ``numeric`` columns of a ``read_typed_table`` table into numbers (in place)
     and check that no ``required`` cell is empty; raise ``IngestError`` listing every bad
     row by its ``_where`` (absent columns are the caller's to report)."""
@@ -288,7 +398,9 @@ def check_cells(df: pd.DataFrame, *, numeric: Iterable[str] = (), required: Iter
                 reasons[i].append(f"{col} is empty")
         if col in numeric:
             df[col] = num
-    bad = [{"where": df["_where"].iloc[i], "reason": "; ".join(r)} for i, r in enumerate(reasons) if r]
+    bad = [
+        {"where": df["_where"].iloc[i], "reason": "; ".join(r)} for i, r in enumerate(reasons) if r
+    ]
     if bad:
         raise IngestError(describe_bad_rows(bad))
 
@@ -296,18 +408,30 @@ def check_cells(df: pd.DataFrame, *, numeric: Iterable[str] = (), required: Iter
 def describe_bad_rows(rejected: pd.DataFrame | Sequence[Mapping[str, str]], hint: str = "") -> str:
     """The message every reader reports bad rows with: a count (then ``hint``), then
     ``where: reason`` for each of the first ``MAX_LISTED``."""
-    rows = rejected if isinstance(rejected, pd.DataFrame) else pd.DataFrame(list(rejected), columns=["where", "reason"])
-    lines = [f"  {w}: {r}" for w, r in rows[["where", "reason"]].head(MAX_LISTED).itertuples(index=False)]
+    rows = (
+        rejected
+        if isinstance(rejected, pd.DataFrame)
+        else pd.DataFrame(list(rejected), columns=["where", "reason"])
+    )
+    lines = [
+        f"  {w}: {r}" for w, r in rows[["where", "reason"]].head(MAX_LISTED).itertuples(index=False)
+    ]
     more = len(rows) - MAX_LISTED
-    return (f"{len(rows)} bad row(s){hint}:\n" + "\n".join(lines)
-            + (f"\n  ... and {more} more" if more > 0 else ""))
+    return (
+        f"{len(rows)} bad row(s){hint}:\n"
+        + "\n".join(lines)
+        + (f"\n  ... and {more} more" if more > 0 else "")
+    )
 
 
 # ---------------------------------------------------------------------------------------
 # Validation of a generic sweep table
 # ---------------------------------------------------------------------------------------
 
-def _apply_aliases(df: pd.DataFrame, throughput_unit: str | None) -> tuple[pd.DataFrame, str | None]:
+
+def _apply_aliases(
+    df: pd.DataFrame, throughput_unit: str | None
+) -> tuple[pd.DataFrame, str | None]:
     for alias, (ours, factor) in UNIT_ALIASES.items():
         if alias in df:
             if ours in df:
@@ -336,13 +460,18 @@ def cap_problem(cap: float) -> str | None:
     """What is wrong with a per-GPU cap in W (a cap in kW or mW is out of range), or None;
     the one rule `wattflex pfi` and every ingest apply."""
     if np.isfinite(cap) and cap > 0 and not CAP_RANGE_W[0] <= cap <= CAP_RANGE_W[1]:
-        return (f"cap_w = {cap:g} is outside {CAP_RANGE_W[0]:g}-{CAP_RANGE_W[1]:g} W per GPU "
-                "(caps are per GPU, in W)")
+        return (
+            f"cap_w = {cap:g} is outside {CAP_RANGE_W[0]:g}-{CAP_RANGE_W[1]:g} W per GPU "
+            "(caps are per GPU, in W)"
+        )
     return None
 
 
-def value_problems(df: pd.DataFrame, sem_cols: Iterable[str | None] = SEM_COLUMNS,
-                   reasons: list[list[str]] | None = None) -> list[list[str]]:
+def value_problems(
+    df: pd.DataFrame,
+    sem_cols: Iterable[str | None] = SEM_COLUMNS,
+    reasons: list[list[str]] | None = None,
+) -> list[list[str]]:
     """The rules on a run's numbers that every reader applies (``wattflex pfi`` leaves such
     rows out, ingest rejects them): cap, power and throughput finite and positive, the cap a
     per-GPU cap in W (``cap_problem``), no negative SEM. Appends to ``reasons`` (one list per
@@ -354,8 +483,11 @@ def value_problems(df: pd.DataFrame, sem_cols: Iterable[str | None] = SEM_COLUMN
             v = df[col].to_numpy(dtype=float)
             for i in np.flatnonzero(~(np.isfinite(v) & (v > 0))):
                 if not any(r.startswith(f"{col} is not a number") for r in reasons[i]):
-                    reasons[i].append(f"{col} is empty" if np.isnan(v[i])
-                                      else f"{col} {v[i]:g} is not a finite positive number")
+                    reasons[i].append(
+                        f"{col} is empty"
+                        if np.isnan(v[i])
+                        else f"{col} {v[i]:g} is not a finite positive number"
+                    )
         cap = df["cap_w"].to_numpy(dtype=float)
         for i in np.flatnonzero((cap < CAP_RANGE_W[0]) | (cap > CAP_RANGE_W[1])):
             problem = cap_problem(cap[i])
@@ -375,7 +507,9 @@ def _row_checks(df: pd.DataFrame, reasons: list[list[str]]) -> None:
         r = reasons[i]
         group = df["group"].iloc[i]
         if pd.isna(group) or not GROUP_NAME.match(str(group)):
-            r.append(f"group {group!r} is empty or has characters other than letters, digits, . _ - / + : @")
+            r.append(
+                f"group {group!r} is empty or has characters other than letters, digits, . _ - / + : @"
+            )
         for col in INTEGER:
             v = df[col].iloc[i] if col in df else np.nan
             if col in ("gpus", "repeat") and col in df and not np.isfinite(v):
@@ -388,11 +522,15 @@ def _row_checks(df: pd.DataFrame, reasons: list[list[str]]) -> None:
         if np.isfinite(power) and power > 0 and np.isfinite(n):
             per_gpu = power / n
             if not POWER_RANGE_W[0] <= per_gpu <= POWER_RANGE_W[1]:
-                r.append(f"power_w / gpus = {per_gpu:g} W is outside {POWER_RANGE_W[0]:g}-{POWER_RANGE_W[1]:g} W "
-                         "per GPU (power_w is the job total in W: kW, mW or a wrong gpus?)")
+                r.append(
+                    f"power_w / gpus = {per_gpu:g} W is outside {POWER_RANGE_W[0]:g}-{POWER_RANGE_W[1]:g} W "
+                    "per GPU (power_w is the job total in W: kW, mW or a wrong gpus?)"
+                )
             elif np.isfinite(cap) and cap > 0 and per_gpu > MAX_POWER_OVER_CAP * cap:
-                r.append(f"power_w / gpus = {per_gpu:g} W is over {MAX_POWER_OVER_CAP:g}x the cap {cap:g} W "
-                         "(is power_w the job total with gpus missing?)")
+                r.append(
+                    f"power_w / gpus = {per_gpu:g} W is over {MAX_POWER_OVER_CAP:g}x the cap {cap:g} W "
+                    "(is power_w the job total with gpus missing?)"
+                )
         for col in ACTIVITY_METRICS:
             if col in df:
                 problem = range_problem(col, df[col].iloc[i])
@@ -411,8 +549,10 @@ def _shape_checks(df: pd.DataFrame, ok: np.ndarray, reasons: list[list[str]]) ->
     for _, same in good[dup].groupby(["group", "cap_w", "repeat"]):
         lines = ", ".join(same["_where"])
         for i in same.index:
-            reasons[i].append(f"duplicate run (group, cap_w, repeat) = ({same['group'].iloc[0]}, "
-                              f"{same['cap_w'].iloc[0]:g}, {int(same['repeat'].iloc[0])}): {lines}")
+            reasons[i].append(
+                f"duplicate run (group, cap_w, repeat) = ({same['group'].iloc[0]}, "
+                f"{same['cap_w'].iloc[0]:g}, {int(same['repeat'].iloc[0])}): {lines}"
+            )
     for col in GROUP_META:
         if col not in good:
             continue
@@ -420,13 +560,19 @@ def _shape_checks(df: pd.DataFrame, ok: np.ndarray, reasons: list[list[str]]) ->
             values = part[col].astype(str)
             first = values.iloc[0]
             for i in part.index[values != first]:
-                reasons[i].append(f"{col} {df[col].iloc[i]!r} differs from {first!r} "
-                                  f"({part['_where'].iloc[0]}, same group)")
+                reasons[i].append(
+                    f"{col} {df[col].iloc[i]!r} differs from {first!r} "
+                    f"({part['_where'].iloc[0]}, same group)"
+                )
 
 
-def validate_sweep(table: pd.DataFrame, *, throughput_unit: str | None = None,
-                   defaults: Mapping[str, Any] | None = None,
-                   source_bad: Sequence[dict] = ()) -> IngestResult:
+def validate_sweep(
+    table: pd.DataFrame,
+    *,
+    throughput_unit: str | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    source_bad: Sequence[dict] = (),
+) -> IngestResult:
     """Check a sweep table (cells as text or numbers, plus ``_where``) and build run rows.
 
     Returns every valid row as a run and every invalid one in ``rejected``; the caller
@@ -440,9 +586,11 @@ def validate_sweep(table: pd.DataFrame, *, throughput_unit: str | None = None,
     df, throughput_unit = _apply_aliases(df, throughput_unit)
     missing = [c for c in ("group", "cap_w", "power_w", "throughput") if c not in df]
     if missing:
-        raise IngestError(f"sweep table lacks column(s) {', '.join(missing)} (has "
-                          f"{', '.join(c for c in df.columns if c != '_where')}); need group, cap_w, power_w, "
-                          "throughput (or cap_kw, power_kw, tokens_per_s)")
+        raise IngestError(
+            f"sweep table lacks column(s) {', '.join(missing)} (has "
+            f"{', '.join(c for c in df.columns if c != '_where')}); need group, cap_w, power_w, "
+            "throughput (or cap_kw, power_kw, tokens_per_s)"
+        )
     notes = []
     for key, value in (defaults or {}).items():
         if key not in df:
@@ -464,10 +612,18 @@ def validate_sweep(table: pd.DataFrame, *, throughput_unit: str | None = None,
         df.loc[ok, "repeat"] = df[ok].groupby(["group", "cap_w"]).cumcount().astype(float)
     _shape_checks(df, np.array([not r for r in reasons], dtype=bool), reasons)
     ok = np.array([not r for r in reasons], dtype=bool)
-    rejected = pd.DataFrame(list(source_bad) + [{"where": df["_where"].iloc[i], "reason": "; ".join(r)}
-                                                for i, r in enumerate(reasons) if r],
-                            columns=["where", "reason"])
-    rejected = rejected.sort_values("where", key=lambda w: w.map(_where_key), kind="stable").reset_index(drop=True)
+    rejected = pd.DataFrame(
+        list(source_bad)
+        + [
+            {"where": df["_where"].iloc[i], "reason": "; ".join(r)}
+            for i, r in enumerate(reasons)
+            if r
+        ],
+        columns=["where", "reason"],
+    )
+    rejected = rejected.sort_values(
+        "where", key=lambda w: w.map(_where_key), kind="stable"
+    ).reset_index(drop=True)
     return IngestResult(runs=_run_rows(df[ok]), rejected=rejected, inputs=[], notes=notes)
 
 
@@ -496,7 +652,9 @@ def _run_rows(df: pd.DataFrame) -> pd.DataFrame:
     out["matches"] = df["matches"].fillna("") if "matches" in df else ""
     if out["cluster"].isna().any():
         derived = [_derive_cluster(a, t) for a, t in zip(out["architecture"], out["task"])]
-        out["cluster"] = out["cluster"].where(out["cluster"].notna(), pd.Series(derived, index=out.index, dtype=object))
+        out["cluster"] = out["cluster"].where(
+            out["cluster"].notna(), pd.Series(derived, index=out.index, dtype=object)
+        )
     out["gpus"] = df["gpus"].astype(int)
     for col in ("seq_len", "batch", "ep"):
         out[col] = df[col] if col in df else np.nan
@@ -505,14 +663,20 @@ def _run_rows(df: pd.DataFrame) -> pd.DataFrame:
     out["tokens_per_s"] = df["throughput"]
     out["tokens_per_s_sem"] = df["throughput_sem"] if "throughput_sem" in df else np.nan
     out["power_w_mean"] = df["power_w_mean"] if "power_w_mean" in df else df["power_w"]
-    out["tokens_per_s_mean"] = df["tokens_per_s_mean"] if "tokens_per_s_mean" in df else df["throughput"]
+    out["tokens_per_s_mean"] = (
+        df["tokens_per_s_mean"] if "tokens_per_s_mean" in df else df["throughput"]
+    )
     for col in ACTIVITY_METRICS:
         out[col] = df[col] if col in df else np.nan
     out["power_per_gpu_w"] = out["power_w"] / out["gpus"]
     out["throughput_unit"] = df["throughput_unit"]
     out["source"] = [w.rsplit(" ", 2)[0] for w in df["_where"]]
     out["source_line"] = [int(w.rsplit(" ", 1)[1]) for w in df["_where"]]
-    extra = [c for c in df.columns if c not in out and c not in ("throughput", "throughput_sem", "_where")]
+    extra = [
+        c
+        for c in df.columns
+        if c not in out and c not in ("throughput", "throughput_sem", "_where")
+    ]
     out = pd.concat([out[RUN_COLUMNS], df[extra]], axis=1)
     return out.sort_values(["group", "cap_w", "repeat"], kind="stable").reset_index(drop=True)
 
@@ -523,4 +687,6 @@ def check_rejected(result: IngestResult, on_bad_rows: str = "error") -> None:
         raise IngestError(f"on_bad_rows must be 'error' or 'skip', not {on_bad_rows!r}")
     if result.rejected.empty or on_bad_rows == "skip":
         return
-    raise IngestError(describe_bad_rows(result.rejected, " (on_bad_rows 'skip' leaves them out and lists them)"))
+    raise IngestError(
+        describe_bad_rows(result.rejected, " (on_bad_rows 'skip' leaves them out and lists them)")
+    )

@@ -33,8 +33,13 @@ def nothing_to_show(reason: str, backends: Any, title: str | None = None):
     return fig
 
 
-def fig8_figure(summary: pd.DataFrame, headline_table: pd.DataFrame, backends: Any,
-                skipped_mixes: dict[str, str] | None = None, headline_reason: str | None = None):
+def fig8_figure(
+    summary: pd.DataFrame,
+    headline_table: pd.DataFrame,
+    backends: Any,
+    skipped_mixes: dict[str, str] | None = None,
+    headline_reason: str | None = None,
+):
     """Fig. 8 analog: per mix, tokens/s per job vs cut (mean; p5-p95 over workloads for equal
     weight and the oracle) and the share of the equal-weight-to-oracle gap closed.
     ``skipped_mixes``: mixes not simulated and why, named under the panels (the only content
@@ -45,9 +50,14 @@ def fig8_figure(summary: pd.DataFrame, headline_table: pd.DataFrame, backends: A
         notes.append(f"no headline: {headline_reason}")
     mixes = list(dict.fromkeys(summary["mix"]))
     if not mixes:
-        return nothing_to_show("; ".join(notes) or "no mix was simulated", backends,
-                               "Allocation under a cluster power cut (Fig. 8 analog)")
-    fig, axes = plt.subplots(2, len(mixes), figsize=(5.2 * len(mixes), 7.5), sharex=True, squeeze=False)
+        return nothing_to_show(
+            "; ".join(notes) or "no mix was simulated",
+            backends,
+            "Allocation under a cluster power cut (Fig. 8 analog)",
+        )
+    fig, axes = plt.subplots(
+        2, len(mixes), figsize=(5.2 * len(mixes), 7.5), sharex=True, squeeze=False
+    )
     for col, mix in enumerate(mixes):
         part = summary[summary["mix"] == mix]
         top, bottom = axes[0, col], axes[1, col]
@@ -56,28 +66,54 @@ def fig8_figure(summary: pd.DataFrame, headline_table: pd.DataFrame, backends: A
             if p.empty:
                 continue
             x = 100 * p["cut"]
-            top.plot(x, p["per_job_tokens_per_s_mean"] / 1e3, style, color=color, label=label, marker="o", ms=3)
+            top.plot(
+                x,
+                p["per_job_tokens_per_s_mean"] / 1e3,
+                style,
+                color=color,
+                label=label,
+                marker="o",
+                ms=3,
+            )
             if policy in ("equal-weight", "oracle"):  # spread over workloads (p5-p95)
-                top.fill_between(x, p["per_job_tokens_per_s_p5"] / 1e3, p["per_job_tokens_per_s_p95"] / 1e3,
-                                 color=color, alpha=0.12, lw=0)
+                top.fill_between(
+                    x,
+                    p["per_job_tokens_per_s_p5"] / 1e3,
+                    p["per_job_tokens_per_s_p95"] / 1e3,
+                    color=color,
+                    alpha=0.12,
+                    lw=0,
+                )
             if policy not in ("equal-weight", "oracle"):
-                bottom.plot(x, 100 * p["gap_closed"], style, color=color, label=label, marker="o", ms=3)
+                bottom.plot(
+                    x, 100 * p["gap_closed"], style, color=color, label=label, marker="o", ms=3
+                )
         top.set_title(f"{mix} mix")
         top.set_ylabel("tokens/s per job (x1000)")
         bottom.axhline(0, color="#555555", lw=0.8)
         bottom.axhline(100, color="#d62728", lw=0.8)
         bottom.set_ylabel("% of equal-weight-to-oracle gap closed")
         bottom.set_xlabel("cluster power cut (%)")
-        lo = np.nanmin(100 * part.loc[~part["policy"].isin(["equal-weight", "oracle"]), "gap_closed"].to_numpy(float),
-                       initial=0.0)
+        lo = np.nanmin(
+            100
+            * part.loc[~part["policy"].isin(["equal-weight", "oracle"]), "gap_closed"].to_numpy(
+                float
+            ),
+            initial=0.0,
+        )
         bottom.set_ylim(max(lo - 5, -150), 110)
-        h = headline_table[(headline_table["mix"] == mix) & (headline_table["policy"] == "pfi-aware")]
+        h = headline_table[
+            (headline_table["mix"] == mix) & (headline_table["policy"] == "pfi-aware")
+        ]
         if not h.empty:
             r = h.iloc[0]
-            bottom.set_title(f"{100 * r['cut']:.0f}% cut, PFI-aware: {r['tokens_per_s_per_job_recovered']:+,.0f} "
-                             f"tokens/s/job, {100 * r['gap_closed']:.0f}% of gap (paper: "
-                             f"{r['published_tokens_per_s_per_job_recovered']:+,.0f}, "
-                             f"{100 * r['published_gap_closed']:.0f}%)", fontsize=8)
+            bottom.set_title(
+                f"{100 * r['cut']:.0f}% cut, PFI-aware: {r['tokens_per_s_per_job_recovered']:+,.0f} "
+                f"tokens/s/job, {100 * r['gap_closed']:.0f}% of gap (paper: "
+                f"{r['published_tokens_per_s_per_job_recovered']:+,.0f}, "
+                f"{100 * r['published_gap_closed']:.0f}%)",
+                fontsize=8,
+            )
     axes[0, -1].legend(fontsize=7, loc="lower left")
     fig.suptitle("Allocation under a cluster power cut (Fig. 8 analog)")
     # the notes under the panels, wrapped to the figure's width (about 17 characters an inch at 7 pt)
@@ -95,7 +131,13 @@ def out_of_sample_figure(oos: pd.DataFrame, backends: Any):
     mixes = list(dict.fromkeys(oos["mix"]))
     if not mixes:  # allocation.out_of_sample.splits: 0 (or no split could be drawn)
         fig, ax = plt.subplots(figsize=(5.2, 4))
-        ax.text(0.5, 0.5, "no out-of-sample splits\n(allocation.out_of_sample.splits: 0)", ha="center", va="center")
+        ax.text(
+            0.5,
+            0.5,
+            "no out-of-sample splits\n(allocation.out_of_sample.splits: 0)",
+            ha="center",
+            va="center",
+        )
         ax.axis("off")
         label_backend(fig, backends)
         return fig
@@ -104,12 +146,27 @@ def out_of_sample_figure(oos: pd.DataFrame, backends: Any):
         for policy in ("pfi-aware", "curve-aware"):
             _, color, _ = FIGURE_POLICIES[policy]
             for variant, style in (("in-sample", "-"), ("out-of-sample", "--")):
-                p = oos[(oos["mix"] == mix) & (oos["policy"] == policy) & (oos["variant"] == variant)].sort_values("cut")
+                p = oos[
+                    (oos["mix"] == mix) & (oos["policy"] == policy) & (oos["variant"] == variant)
+                ].sort_values("cut")
                 p = p[p["cut"] > 0]
-                ax.plot(100 * p["cut"], 100 * p["gap_closed_mean"], style, color=color, marker="o", ms=3,
-                        label=f"{policy}, {variant}")
-                ax.fill_between(100 * p["cut"], 100 * p["gap_closed_p5"], 100 * p["gap_closed_p95"],
-                                color=color, alpha=0.08, lw=0)
+                ax.plot(
+                    100 * p["cut"],
+                    100 * p["gap_closed_mean"],
+                    style,
+                    color=color,
+                    marker="o",
+                    ms=3,
+                    label=f"{policy}, {variant}",
+                )
+                ax.fill_between(
+                    100 * p["cut"],
+                    100 * p["gap_closed_p5"],
+                    100 * p["gap_closed_p95"],
+                    color=color,
+                    alpha=0.08,
+                    lw=0,
+                )
         ax.set_title(f"{mix} mix: workloads from held-out groups")
         ax.set_xlabel("cluster power cut (%)")
         ax.set_ylabel("% of equal-weight-to-oracle gap closed")

@@ -43,10 +43,12 @@ def telemetry_grid(groups: pd.DataFrame, correlations: pd.DataFrame, backend) ->
         xs = np.linspace(x.min(), x.max(), 2)
         ax.plot(xs, row.ols_intercept + row.ols_slope * xs, color="0.3", lw=0.8)
         star = "*" if row.bh_q < 0.05 else ""
-        ax.set_title(f"{row.metric}\nrho={row.spearman_rho:+.2f}, q={row.bh_q:.2g}{star}", fontsize=8)
+        ax.set_title(
+            f"{row.metric}\nrho={row.spearman_rho:+.2f}, q={row.bh_q:.2g}{star}", fontsize=8
+        )
         ax.tick_params(labelsize=7)
         ax.set_ylabel("PFI", fontsize=7)
-    for ax in list(axes.flat)[len(tested):]:
+    for ax in list(axes.flat)[len(tested) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=6)
     fig.suptitle("PFI vs uncapped-run telemetry (Spearman rho, BH-FDR q; * q < 0.05)", fontsize=10)
@@ -55,8 +57,13 @@ def telemetry_grid(groups: pd.DataFrame, correlations: pd.DataFrame, backend) ->
     return fig
 
 
-def predicted_vs_measured(predictions: pd.DataFrame, holdout: pd.DataFrame, features, backend,
-                          not_fitted: str | None = None) -> plt.Figure:
+def predicted_vs_measured(
+    predictions: pd.DataFrame,
+    holdout: pd.DataFrame,
+    features,
+    backend,
+    not_fitted: str | None = None,
+) -> plt.Figure:
     """Measured vs predicted PFI: training groups (LOO), validation and H100 groups (Fig. 7).
     ``not_fitted``: why there is no model (the figure says so instead of showing predictions)."""
     fig, ax = plt.subplots(figsize=(5.8, 5.4))
@@ -65,21 +72,37 @@ def predicted_vs_measured(predictions: pd.DataFrame, holdout: pd.DataFrame, feat
         pred = sub["pfi_pred_loo"].where(sub["pfi_pred_loo"].notna(), sub["pfi_pred"])
         for cl in CLUSTER_ORDER:
             m = sub["cluster"] == cl
-            ax.scatter(sub.loc[m, "pfi"], pred[m], marker=marker, s=36, color=CLUSTER_COLORS[cl],
-                       edgecolor="k" if set_name != "headline" else "none", zorder=3)
+            ax.scatter(
+                sub.loc[m, "pfi"],
+                pred[m],
+                marker=marker,
+                s=36,
+                color=CLUSTER_COLORS[cl],
+                edgecolor="k" if set_name != "headline" else "none",
+                zorder=3,
+            )
     for set_name, marker in SET_MARKERS.items():
         row = holdout[holdout["set"] == set_name]
         if len(row):
             r = row.iloc[0]
-            ax.scatter([], [], marker=marker, color="0.5",
-                       label=f"{set_name} ({r['prediction']}): n={r['n']}, R²={r['r2']:.2f}, rho={r['spearman']:.2f}")
+            ax.scatter(
+                [],
+                [],
+                marker=marker,
+                color="0.5",
+                label=f"{set_name} ({r['prediction']}): n={r['n']}, R²={r['r2']:.2f}, rho={r['spearman']:.2f}",
+            )
     for cl in CLUSTER_ORDER:
         ax.scatter([], [], color=CLUSTER_COLORS[cl], label=cl)
     _identity(ax, pd.concat([predictions["pfi"], predictions["pfi_pred"]]))
     ax.set_xlabel("measured PFI")
     ax.set_ylabel("predicted PFI")
-    ax.set_title(f"PFI predictor not fitted: {not_fitted}" if not_fitted else f"PFI predicted from {'+'.join(features)}",
-                 wrap=True)
+    ax.set_title(
+        f"PFI predictor not fitted: {not_fitted}"
+        if not_fitted
+        else f"PFI predicted from {'+'.join(features)}",
+        wrap=True,
+    )
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
     label_backend(fig, backend)
@@ -87,21 +110,47 @@ def predicted_vs_measured(predictions: pd.DataFrame, holdout: pd.DataFrame, feat
     return fig
 
 
-def beside_published_scatter(table: pd.DataFrame, x: str, y: str, title: str, xlabel: str, ylabel: str,
-                             stats_text: str, backend) -> plt.Figure:
+def beside_published_scatter(
+    table: pd.DataFrame,
+    x: str,
+    y: str,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    stats_text: str,
+    backend,
+) -> plt.Figure:
     """This campaign's (x, y) pairs (filled) and the published ones (open), with y = x."""
     fig, ax = plt.subplots(figsize=(5.4, 5.0))
     ax.scatter(table[x], table[y], s=40, color="#b00020", label="this campaign", zorder=3)
     if f"{x}_published" in table:
-        ax.scatter(table[f"{x}_published"], table[f"{y}_published"], s=40, facecolor="none",
-                   edgecolor="k", label="published", zorder=3)
+        ax.scatter(
+            table[f"{x}_published"],
+            table[f"{y}_published"],
+            s=40,
+            facecolor="none",
+            edgecolor="k",
+            label="published",
+            zorder=3,
+        )
         for row in table.itertuples():
-            ax.plot([getattr(row, x), getattr(row, f"{x}_published")], [getattr(row, y), getattr(row, f"{y}_published")],
-                    color="0.7", lw=0.6)
+            ax.plot(
+                [getattr(row, x), getattr(row, f"{x}_published")],
+                [getattr(row, y), getattr(row, f"{y}_published")],
+                color="0.7",
+                lw=0.6,
+            )
     cols = [c for c in (x, y, f"{x}_published", f"{y}_published") if c in table]
     _identity(ax, pd.concat([table[c] for c in cols]) if cols else [])
-    ax.text(0.03, 0.97, stats_text, transform=ax.transAxes, va="top", fontsize=8,
-            bbox=dict(boxstyle="round", fc="white", alpha=0.8))
+    ax.text(
+        0.03,
+        0.97,
+        stats_text,
+        transform=ax.transAxes,
+        va="top",
+        fontsize=8,
+        bbox=dict(boxstyle="round", fc="white", alpha=0.8),
+    )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -115,5 +164,9 @@ def beside_published_scatter(table: pd.DataFrame, x: str, y: str, title: str, xl
 def summary_text(summary: pd.DataFrame, table: str) -> str:
     """The ``table`` rows of the paper-tables summary as "metric: value (published p)" lines."""
     rows = summary[summary["table"] == table]
-    return "\n".join(f"{r.metric}: {r.value:.3g}" + (f" (published {r.published:.3g})" if pd.notna(r.published) else "")
-                     for r in rows.itertuples() if isinstance(r.value, (int, float)))
+    return "\n".join(
+        f"{r.metric}: {r.value:.3g}"
+        + (f" (published {r.published:.3g})" if pd.notna(r.published) else "")
+        for r in rows.itertuples()
+        if isinstance(r.value, (int, float))
+    )

@@ -39,10 +39,21 @@ def power_figure(ts: pd.DataFrame, scenario: str, backend: Any, zoom_s: float = 
         zx.plot(t[z] - t0, p[z], style, color=color, lw=1.0, label=name)
     for a, x, scale in ((ax, t / 3600, every), (zx, t - t0, 1)):
         m = np.ones_like(t, bool) if a is ax else (t >= t0 - zoom_s / 4) & (t <= t0 + zoom_s)
-        a.plot(x[m][::scale], np.where(np.isfinite(budget), budget, np.nan)[m][::scale] / 1e3, color="black",
-               lw=1.4, label="budget")
-        a.plot(x[m][::scale], np.where(np.isfinite(required), required, np.nan)[m][::scale] / 1e3, color="black",
-               lw=0.8, ls=":", label="required (response time applied)")
+        a.plot(
+            x[m][::scale],
+            np.where(np.isfinite(budget), budget, np.nan)[m][::scale] / 1e3,
+            color="black",
+            lw=1.4,
+            label="budget",
+        )
+        a.plot(
+            x[m][::scale],
+            np.where(np.isfinite(required), required, np.nan)[m][::scale] / 1e3,
+            color="black",
+            lw=0.8,
+            ls=":",
+            label="required (response time applied)",
+        )
     ax.set_xlabel("time (h)")
     ax.set_ylabel("cluster GPU power (kW)")
     ax.set_title(f"{scenario}: cluster power under the budget signal, per policy")
@@ -67,9 +78,15 @@ def tokens_figure(summary: pd.DataFrame, scenario: str, backend: Any):
     if len(orc):
         ax.axhline(100 * float(orc.iloc[0]), color=POLICY_STYLE["oracle"][0], lw=0.8, ls="--")
     for b, (_, r) in zip(bars, s.iterrows()):
-        ax.text(b.get_x() + b.get_width() / 2, b.get_height(),
-                f"{100 * r['tokens_vs_oracle']:.1f}% of oracle\nover budget: {r['seconds_above_budget']:.0f} s,\n"
-                f"worst +{r['worst_overshoot_w'] / 1e3:.2f} kW", ha="center", va="bottom", fontsize=6.5)
+        ax.text(
+            b.get_x() + b.get_width() / 2,
+            b.get_height(),
+            f"{100 * r['tokens_vs_oracle']:.1f}% of oracle\nover budget: {r['seconds_above_budget']:.0f} s,\n"
+            f"worst +{r['worst_overshoot_w'] / 1e3:.2f} kW",
+            ha="center",
+            va="bottom",
+            fontsize=6.5,
+        )
     ax.set_ylabel("tokens lost vs uncapped (%)")
     ax.set_ylim(0, max(lost.max() * 1.3, 1.0))
     ax.set_title(f"{scenario}: tokens lost to the cut, per policy")

@@ -16,8 +16,14 @@ import numpy as np
 from wattflex.plots.style import label_backend, tight_layout
 
 
-def offer_figure(jobs: Sequence[str], losses: np.ndarray, shed_w: np.ndarray, levels: Sequence[float],
-                 backend: Any, hours: float):
+def offer_figure(
+    jobs: Sequence[str],
+    losses: np.ndarray,
+    shed_w: np.ndarray,
+    levels: Sequence[float],
+    backend: Any,
+    hours: float,
+):
     """Per job (thin) and total (thick, right axis) kW sheddable at each throughput loss;
     the offer's loss levels marked."""
     fig, (ax, tx) = plt.subplots(1, 2, figsize=(11.5, 4.6))
@@ -30,7 +36,13 @@ def offer_figure(jobs: Sequence[str], losses: np.ndarray, shed_w: np.ndarray, le
         for a in (ax, tx):
             a.axvline(100 * lv, color="grey", lw=0.6, ls=":")
         k = int(np.argmin(np.abs(np.asarray(losses) - lv)))
-        tx.annotate(f"{total[k]:.1f} kW", (100 * lv, total[k]), textcoords="offset points", xytext=(4, -12), fontsize=8)
+        tx.annotate(
+            f"{total[k]:.1f} kW",
+            (100 * lv, total[k]),
+            textcoords="offset points",
+            xytext=(4, -12),
+            fontsize=8,
+        )
     ax.set_xlabel("throughput loss allowed per job (%)")
     ax.set_ylabel("sheddable power (kW)")
     ax.set_title("per job (curve behind the offer)", fontsize=10)
@@ -44,8 +56,16 @@ def offer_figure(jobs: Sequence[str], losses: np.ndarray, shed_w: np.ndarray, le
     return fig
 
 
-def mv_figure(t_s: np.ndarray, loads_w: Mapping[str, np.ndarray], budget_w: np.ndarray, rec: Mapping[str, Any],
-              baseline_curves_w: np.ndarray | None, backend: Any, title: str, styles: Mapping[str, tuple] = {}):
+def mv_figure(
+    t_s: np.ndarray,
+    loads_w: Mapping[str, np.ndarray],
+    budget_w: np.ndarray,
+    rec: Mapping[str, Any],
+    baseline_curves_w: np.ndarray | None,
+    backend: Any,
+    title: str,
+    styles: Mapping[str, tuple] = {},
+):
     """One event: each controller's load vs the target it followed (ramps included), the
     pre-event and curve baselines, start / deadline / end marked; zoomed on the start."""
     fig, (ax, zx) = plt.subplots(1, 2, figsize=(12.5, 4.4), gridspec_kw={"width_ratios": [3, 2]})
@@ -58,12 +78,29 @@ def mv_figure(t_s: np.ndarray, loads_w: Mapping[str, np.ndarray], budget_w: np.n
         for name, p in loads_w.items():
             color, style = styles.get(name, (None, "-"))
             a.plot(t[m], np.asarray(p)[m] / 1e3, style, color=color, lw=0.9, label=name)
-        a.plot(t[m], np.where(np.isfinite(budget_w), budget_w, np.nan)[m] / 1e3, color="black", lw=1.4,
-               label="target (ramped)")
-        a.axhline(rec["baseline_pre_event_w"] / 1e3, color="#2ca02c", lw=0.8, ls="--", label="baseline: pre-event load")
+        a.plot(
+            t[m],
+            np.where(np.isfinite(budget_w), budget_w, np.nan)[m] / 1e3,
+            color="black",
+            lw=1.4,
+            label="target (ramped)",
+        )
+        a.axhline(
+            rec["baseline_pre_event_w"] / 1e3,
+            color="#2ca02c",
+            lw=0.8,
+            ls="--",
+            label="baseline: pre-event load",
+        )
         if baseline_curves_w is not None:
-            a.plot(t[m], np.asarray(baseline_curves_w)[m] / 1e3, color="#999999", lw=0.8, ls="-.",
-                   label="baseline: curves (uncapped)")
+            a.plot(
+                t[m],
+                np.asarray(baseline_curves_w)[m] / 1e3,
+                color="#999999",
+                lw=0.8,
+                ls="-.",
+                label="baseline: curves (uncapped)",
+            )
         for x in (start, end):
             a.axvline(x, color="grey", lw=0.6)
         if deadline is not None:
@@ -71,7 +108,7 @@ def mv_figure(t_s: np.ndarray, loads_w: Mapping[str, np.ndarray], budget_w: np.n
         a.set_xlabel("time (s)")
         a.set_ylabel("power (kW)")
     ax.set_title(f"{title}: event {rec['event_id']}", fontsize=10)
-    if near.any():                      # a short run's samples, not the full window
+    if near.any():  # a short run's samples, not the full window
         zx.set_xlim(t[near].min(), t[near].max())
     zx.set_title("response to the start", fontsize=9)
     zx.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -91,31 +128,72 @@ def statement_figure(shed: Any, calendar: Any, baselines: Any, backend: Any, hea
     ax.fill_between(d, shed["shed_kw_p5"], shed["shed_kw_p95"], color="black", alpha=0.12)
     lx = ax.twinx()
     loss = 100 * shed["throughput_loss"].to_numpy(float)
-    lx.plot(d[ok], loss[ok], color="#d62728", lw=1.6, marker="o", ms=3, label="throughput lost (caps)")
-    lx.fill_between(d, 100 * shed["throughput_loss_p5"], 100 * shed["throughput_loss_p95"], color="#d62728", alpha=0.15)
+    lx.plot(
+        d[ok], loss[ok], color="#d62728", lw=1.6, marker="o", ms=3, label="throughput lost (caps)"
+    )
+    lx.fill_between(
+        d,
+        100 * shed["throughput_loss_p5"],
+        100 * shed["throughput_loss_p95"],
+        color="#d62728",
+        alpha=0.15,
+    )
     deepest = shed.loc[ok, "depth"].max() if ok.any() else None
     if deepest is not None and not ok.all():
         ax.axvline(100 * deepest, color="grey", ls="--", lw=0.9)
-        ax.annotate("power caps alone\nstop here (95 % of draws)", (100 * deepest, ax.get_ylim()[1] * 0.9),
-                    fontsize=7, ha="right", xytext=(-4, 0), textcoords="offset points")
+        ax.annotate(
+            "power caps alone\nstop here (95 % of draws)",
+            (100 * deepest, ax.get_ylim()[1] * 0.9),
+            fontsize=7,
+            ha="right",
+            xytext=(-4, 0),
+            textcoords="offset points",
+        )
     ax.set_xlabel("depth: share of the site's uncapped power shed (%)")
     ax.set_ylabel("power shed (kW)")
     lx.set_ylabel("training throughput lost (%)", color="#d62728")
     ax.set_title("how much, and at what cost", fontsize=10)
-    at = calendar[np.isclose(calendar["depth"], shed.iloc[(shed["depth"] - headline_depth).abs().argmin()]["depth"])]
+    at = calendar[
+        np.isclose(
+            calendar["depth"], shed.iloc[(shed["depth"] - headline_depth).abs().argmin()]["depth"]
+        )
+    ]
     x = np.arange(len(at))
     cx.bar(x, at["tokens_lost_per_year"], color="#1f77b4", alpha=0.8)
-    cx.errorbar(x, at["tokens_lost_per_year"], yerr=[at["tokens_lost_per_year"] - at["tokens_lost_per_year_p5"],
-                                                      at["tokens_lost_per_year_p95"] - at["tokens_lost_per_year"]],
-                fmt="none", color="black", capsize=3)
-    cx.set_xticks(x, [f"{100 * r:g} %\n{n:.0f} x {h:g} h" for r, n, h in
-                      zip(at["curtailment_rate"], at["events_per_year"], at["event_hours"])], fontsize=8)
+    cx.errorbar(
+        x,
+        at["tokens_lost_per_year"],
+        yerr=[
+            at["tokens_lost_per_year"] - at["tokens_lost_per_year_p5"],
+            at["tokens_lost_per_year_p95"] - at["tokens_lost_per_year"],
+        ],
+        fmt="none",
+        color="black",
+        capsize=3,
+    )
+    cx.set_xticks(
+        x,
+        [
+            f"{100 * r:g} %\n{n:.0f} x {h:g} h"
+            for r, n, h in zip(at["curtailment_rate"], at["events_per_year"], at["event_hours"])
+        ],
+        fontsize=8,
+    )
     cx.set_ylabel("tokens lost per year")
     cx.set_title(f"how often: at {100 * headline_depth:.0f} % depth", fontsize=10)
     cols = [c for c in baselines.columns if c.endswith("_error_pct")]
-    bx.boxplot([baselines[c].dropna() for c in cols], tick_labels=[c[: -len("_error_pct")].replace("_", " ") for c in cols])
+    bx.boxplot(
+        [baselines[c].dropna() for c in cols],
+        tick_labels=[c[: -len("_error_pct")].replace("_", " ") for c in cols],
+    )
     bx.axhline(0, color="grey", lw=0.6)
-    bx.axhline(100 * headline_depth, color="#d62728", lw=0.8, ls=":", label=f"the shed at {100 * headline_depth:.0f} %")
+    bx.axhline(
+        100 * headline_depth,
+        color="#d62728",
+        lw=0.8,
+        ls=":",
+        label=f"the shed at {100 * headline_depth:.0f} %",
+    )
     bx.axhline(-100 * headline_depth, color="#d62728", lw=0.8, ls=":")
     bx.set_ylabel("baseline error on event days (% of load)")
     bx.set_title("baselines against the true load", fontsize=10)

@@ -54,15 +54,26 @@ def tight_layout(fig: plt.Figure, rect: tuple[float, float, float, float] = (0, 
     if (left, bottom, right, top) == (0, 0, 1, 1):
         return
     p = fig.subplotpars
-    grids = [ax.get_subplotspec().get_topmost_subplotspec().get_gridspec()
-             for ax in fig.axes if ax.get_subplotspec() is not None]
+    grids = [
+        ax.get_subplotspec().get_topmost_subplotspec().get_gridspec()
+        for ax in fig.axes
+        if ax.get_subplotspec() is not None
+    ]
     rows, cols = max((g.nrows for g in grids), default=1), max((g.ncols for g in grids), default=1)
-    adjusted = {"left": left + p.left, "right": right - (1 - p.right),
-                "bottom": bottom + p.bottom, "top": top - (1 - p.top)}
+    adjusted = {
+        "left": left + p.left,
+        "right": right - (1 - p.right),
+        "bottom": bottom + p.bottom,
+        "top": top - (1 - p.top),
+    }
     if cols > 1:
-        adjusted["wspace"] = _same_gap(p.wspace, p.right - p.left, adjusted["right"] - adjusted["left"], cols)
+        adjusted["wspace"] = _same_gap(
+            p.wspace, p.right - p.left, adjusted["right"] - adjusted["left"], cols
+        )
     if rows > 1:
-        adjusted["hspace"] = _same_gap(p.hspace, p.top - p.bottom, adjusted["top"] - adjusted["bottom"], rows)
+        adjusted["hspace"] = _same_gap(
+            p.hspace, p.top - p.bottom, adjusted["top"] - adjusted["bottom"], rows
+        )
     fig.subplots_adjust(**adjusted)
 
 

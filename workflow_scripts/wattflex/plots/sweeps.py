@@ -18,8 +18,14 @@ from wattflex.plots.style import CLUSTER_COLORS, CLUSTER_ORDER, label_backend, t
 from wattflex.telemetry import TRAINING, SummaryProtocol, detect_phases, job_series
 
 
-def timeseries_figure(telemetry: pd.DataFrame, steps: pd.DataFrame, title: str, backend: str, *,
-                      protocol: SummaryProtocol) -> plt.Figure:
+def timeseries_figure(
+    telemetry: pd.DataFrame,
+    steps: pd.DataFrame,
+    title: str,
+    backend: str,
+    *,
+    protocol: SummaryProtocol,
+) -> plt.Figure:
     """Paper Fig. 2 analog: job power and tokens/s over a run, phases shaded.
 
     ``protocol``: the one the run's summary used (config ``summary``), so the shaded training
@@ -41,7 +47,9 @@ def timeseries_figure(telemetry: pd.DataFrame, steps: pd.DataFrame, title: str, 
     # phase (the top-10% aggregate drops it); shade it as a dip for the reader.
     train_power = series["power_w"].to_numpy(float)[labels == TRAINING]
     if train_power.size:
-        low = (labels == TRAINING) & (series["power_w"].to_numpy(float) < 0.85 * np.median(train_power))
+        low = (labels == TRAINING) & (
+            series["power_w"].to_numpy(float) < 0.85 * np.median(train_power)
+        )
         labels = np.where(low, "dip", labels)
     for ax in (ax1, ax2):
         for phase, c in colors.items():
@@ -74,9 +82,15 @@ def _runs_of(mask: np.ndarray, t: np.ndarray) -> list[tuple[float, float]]:
 def curve_points(runs: pd.DataFrame) -> pd.DataFrame:
     """Per (group, cap): repeat-averaged power and tokens/s, and both normalised to uncapped."""
     pts = runs.groupby(["group", "cap_w"], as_index=False).agg(
-        power_w=("power_w", "mean"), tokens_per_s=("tokens_per_s", "mean"), cluster=("cluster", "first"),
-        gpu_model=("gpu_model", "first"), sm_clock_mhz=("sm_clock_mhz", "mean"), mem_clock_mhz=("mem_clock_mhz", "mean"),
-        gpus=("gpus", "first"), set=("set", "first"))
+        power_w=("power_w", "mean"),
+        tokens_per_s=("tokens_per_s", "mean"),
+        cluster=("cluster", "first"),
+        gpu_model=("gpu_model", "first"),
+        sm_clock_mhz=("sm_clock_mhz", "mean"),
+        mem_clock_mhz=("mem_clock_mhz", "mean"),
+        gpus=("gpus", "first"),
+        set=("set", "first"),
+    )
     ref = pts.loc[pts.groupby("group")["cap_w"].idxmax(), ["group", "power_w", "tokens_per_s"]]
     pts = pts.merge(ref, on="group", suffixes=("", "_max"))
     pts["power_norm"] = pts["power_w"] / pts["power_w_max"]
@@ -86,18 +100,34 @@ def curve_points(runs: pd.DataFrame) -> pd.DataFrame:
 
 def curves_figure(runs: pd.DataFrame, normalized: bool) -> plt.Figure:
     pts = curve_points(runs)
-    clusters = [c for c in CLUSTER_ORDER if c in set(pts["cluster"])] or sorted(pts["cluster"].unique())
+    clusters = [c for c in CLUSTER_ORDER if c in set(pts["cluster"])] or sorted(
+        pts["cluster"].unique()
+    )
     fig, axes = plt.subplots(1, len(clusters), figsize=(4.6 * len(clusters), 4.2), squeeze=False)
     for ax, cl in zip(axes[0], clusters):
         sub = pts[pts["cluster"] == cl]
         for gid, g in sub.groupby("group"):
             g = g.sort_values("power_w")
             if normalized:
-                ax.plot(g["power_norm"], g["tokens_norm"], marker="o", ms=3, lw=1, alpha=0.8,
-                        ls="--" if g["gpu_model"].iloc[0] == "H100" else "-")
+                ax.plot(
+                    g["power_norm"],
+                    g["tokens_norm"],
+                    marker="o",
+                    ms=3,
+                    lw=1,
+                    alpha=0.8,
+                    ls="--" if g["gpu_model"].iloc[0] == "H100" else "-",
+                )
             else:
-                ax.plot(g["power_w"] / 1000, g["tokens_per_s"] / 1000, marker="o", ms=3, lw=1, alpha=0.8,
-                        ls="--" if g["gpu_model"].iloc[0] == "H100" else "-")
+                ax.plot(
+                    g["power_w"] / 1000,
+                    g["tokens_per_s"] / 1000,
+                    marker="o",
+                    ms=3,
+                    lw=1,
+                    alpha=0.8,
+                    ls="--" if g["gpu_model"].iloc[0] == "H100" else "-",
+                )
         if normalized:
             ax.plot([0, 1], [0, 1], color="k", lw=0.8, ls=":", label="linear (PFI = 1)")
             ax.set_xlim(0.2, 1.02)
@@ -111,13 +141,17 @@ def curves_figure(runs: pd.DataFrame, normalized: bool) -> plt.Figure:
         h100 = "; dashed = H100" if (sub["gpu_model"] == "H100").any() else ""
         ax.set_title(f"{cl} ({sub['group'].nunique()} groups{h100})")
         ax.grid(alpha=0.3)
-    fig.suptitle("Power-throughput curves" + (", normalised to the uncapped run" if normalized else ""))
+    fig.suptitle(
+        "Power-throughput curves" + (", normalised to the uncapped run" if normalized else "")
+    )
     label_backend(fig, runs["backend"].unique())
     tight_layout(fig, (0, 0.03, 1, 1))
     return fig
 
 
-def pfi_by_cluster_figure(pfi: pd.DataFrame, backend: Any, value_col: str = "pfi_ratio") -> plt.Figure:
+def pfi_by_cluster_figure(
+    pfi: pd.DataFrame, backend: Any, value_col: str = "pfi_ratio"
+) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     rng = np.random.default_rng(0)
     for i, cl in enumerate(CLUSTER_ORDER):
@@ -127,7 +161,9 @@ def pfi_by_cluster_figure(pfi: pd.DataFrame, backend: Any, value_col: str = "pfi
         x = i + rng.uniform(-0.12, 0.12, len(sub))
         ax.scatter(x, sub[value_col], color=CLUSTER_COLORS[cl], s=28, zorder=3)
         if {"ci95_low", "ci95_high"} <= set(sub):
-            ax.vlines(x, sub["ci95_low"], sub["ci95_high"], color=CLUSTER_COLORS[cl], lw=1, alpha=0.6)
+            ax.vlines(
+                x, sub["ci95_low"], sub["ci95_high"], color=CLUSTER_COLORS[cl], lw=1, alpha=0.6
+            )
         med = float(sub[value_col].median())
         ax.hlines(med, i - 0.3, i + 0.3, color="k", lw=2, zorder=4)
         ax.text(i + 0.32, med, f"median {med:.2f}\nn={len(sub)}", va="center", fontsize=8)
@@ -151,13 +187,26 @@ def clocks_figure(runs: pd.DataFrame) -> plt.Figure:
         if sub.empty:
             continue
         for cl in CLUSTER_ORDER:
-            s = sub[sub["cluster"] == cl].groupby("cap_w")[["sm_clock_mhz", "mem_clock_mhz"]].agg(["mean", "min", "max"])
+            s = (
+                sub[sub["cluster"] == cl]
+                .groupby("cap_w")[["sm_clock_mhz", "mem_clock_mhz"]]
+                .agg(["mean", "min", "max"])
+            )
             if s.empty:
                 continue
             for ax, col in zip(axes, ("sm_clock_mhz", "mem_clock_mhz")):
-                ax.errorbar(s.index, s[(col, "mean")], yerr=[s[(col, "mean")] - s[(col, "min")], s[(col, "max")] - s[(col, "mean")]],
-                            marker=marker, ms=4, capsize=2, lw=1, color=CLUSTER_COLORS[cl], label=f"{gpu} {cl}",
-                            ls="-" if gpu == "H200" else "--")
+                ax.errorbar(
+                    s.index,
+                    s[(col, "mean")],
+                    yerr=[s[(col, "mean")] - s[(col, "min")], s[(col, "max")] - s[(col, "mean")]],
+                    marker=marker,
+                    ms=4,
+                    capsize=2,
+                    lw=1,
+                    color=CLUSTER_COLORS[cl],
+                    label=f"{gpu} {cl}",
+                    ls="-" if gpu == "H200" else "--",
+                )
     axes[0].set_ylabel("steady-state SM clock (MHz)")
     axes[1].set_ylabel("steady-state memory clock (MHz)")
     for ax in axes:
@@ -171,12 +220,22 @@ def clocks_figure(runs: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def comparison_figure(table: pd.DataFrame, x: str, y: str, title: str, backend: Any,
-                      xlabel: str, ylabel: str, stat_text: str = "") -> plt.Figure:
+def comparison_figure(
+    table: pd.DataFrame,
+    x: str,
+    y: str,
+    title: str,
+    backend: Any,
+    xlabel: str,
+    ylabel: str,
+    stat_text: str = "",
+) -> plt.Figure:
     """Reproduced vs published values, one point per group, with y = x."""
     fig, ax = plt.subplots(figsize=(8.4, 5.2) if stat_text else (5.6, 5.2))
     for cl in CLUSTER_ORDER:
-        sub = table[table.get("cluster", pd.Series(dtype=str)) == cl] if "cluster" in table else table
+        sub = (
+            table[table.get("cluster", pd.Series(dtype=str)) == cl] if "cluster" in table else table
+        )
         ax.scatter(sub[x], sub[y], color=CLUSTER_COLORS.get(cl, "k"), label=cl, s=30, zorder=3)
     vals = pd.concat([table[x], table[y]]).astype(float)
     vals = vals[np.isfinite(vals)]
@@ -189,8 +248,16 @@ def comparison_figure(table: pd.DataFrame, x: str, y: str, title: str, backend: 
     ax.set_title(title)
     if stat_text:
         # beside the axes, never over a point
-        ax.text(1.03, 1.0, stat_text, transform=ax.transAxes, va="top", ha="left", fontsize=8,
-                bbox=dict(boxstyle="round", fc="white", alpha=0.8))
+        ax.text(
+            1.03,
+            1.0,
+            stat_text,
+            transform=ax.transAxes,
+            va="top",
+            ha="left",
+            fontsize=8,
+            bbox=dict(boxstyle="round", fc="white", alpha=0.8),
+        )
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3)
     label_backend(fig, backend)

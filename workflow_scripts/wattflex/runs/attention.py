@@ -17,6 +17,7 @@ from typing import Any
 class AttentionLayers:
     """One kind of attention layer of a catalogue model: how many, their q and k/v widths
     (heads x head_dim) and whether they have a value projection."""
+
     count: int
     q_width: int
     kv_width: int
@@ -35,14 +36,20 @@ def attention_layers(facts: dict[str, Any]) -> list[AttentionLayers]:
         return [AttentionLayers(layers, heads * head_dim, kv * head_dim)]
     full, g_dim = layers // every, int(facts.get("global_head_dim", head_dim))
     g_kv = int(facts.get("global_kv_heads", kv))
-    return [AttentionLayers(layers - full, heads * head_dim, kv * head_dim),
-            AttentionLayers(full, heads * g_dim, g_kv * g_dim, not facts.get("attention_k_eq_v", False))]
+    return [
+        AttentionLayers(layers - full, heads * head_dim, kv * head_dim),
+        AttentionLayers(
+            full, heads * g_dim, g_kv * g_dim, not facts.get("attention_k_eq_v", False)
+        ),
+    ]
 
 
 def mean_head_dim(facts: dict[str, Any]) -> float:
     """``head_dim`` averaged over the layers (the attention FLOPs and bytes of a step scale with it)."""
     kinds = attention_layers(facts)
-    return sum(k.count * k.q_width for k in kinds) / sum(k.count for k in kinds) / int(facts["heads"])
+    return (
+        sum(k.count * k.q_width for k in kinds) / sum(k.count for k in kinds) / int(facts["heads"])
+    )
 
 
 def catalog_attn_implementation(model_facts: dict[str, Any], task: str) -> str | None:

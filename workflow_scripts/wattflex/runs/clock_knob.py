@@ -42,11 +42,20 @@ DEFAULT_CLOCK_FRACTIONS = (0.2, 0.36, 0.52, 0.68, 0.84, 1.0)
 def default_clocks(gpu: GPUSpec) -> list[float]:
     """The default lock points of ``gpu`` (MHz), on its clock bins."""
     bins = gpu.clock_bins()
-    return [float(bins[np.argmin(np.abs(bins - x * gpu.sm_clock_max_mhz))]) for x in DEFAULT_CLOCK_FRACTIONS]
+    return [
+        float(bins[np.argmin(np.abs(bins - x * gpu.sm_clock_max_mhz))])
+        for x in DEFAULT_CLOCK_FRACTIONS
+    ]
 
 
-def job_at_clock(job: JobSpec, gpu: GPUSpec, clock_mhz: float, leakages: np.ndarray,
-                 physics: Physics = PHYSICS, limit_w: float | None = None) -> JobAtCap:
+def job_at_clock(
+    job: JobSpec,
+    gpu: GPUSpec,
+    clock_mhz: float,
+    leakages: np.ndarray,
+    physics: Physics = PHYSICS,
+    limit_w: float | None = None,
+) -> JobAtCap:
     """Steady state of ``job`` with every GPU locked at ``clock_mhz`` under the power limit
     ``limit_w`` (default: the part's default limit). ``cap_w`` of the result is the limit."""
     limit = gpu.default_limit_w if limit_w is None else float(limit_w)
@@ -63,18 +72,33 @@ def job_at_clock(job: JobSpec, gpu: GPUSpec, clock_mhz: float, leakages: np.ndar
     per_gpu = []
     for pts, i in own:
         scale = pts["step_s"][i] / step
-        per_gpu.append(Operating(
-            sm_clock_mhz=float(pts["sm_clock_mhz"][i]), step_s=float(step),
-            power_w=float((pts["power_w"][i] * pts["step_s"][i] + wait_w * (step - pts["step_s"][i])) / step),
-            dram_active=float(pts["dram_active"][i] * scale), sm_active=float(pts["sm_active"][i] * scale),
-            tensor_active=float(pts["tensor_active"][i] * scale),
-            gpu_util=float(pts["gpu_util"][i] * scale + 100 * (1 - scale)),
-            mem_copy_util=float(pts["mem_copy_util"][i] * scale)))
-    return JobAtCap(cap_w=limit, step_s=float(step), tokens_per_s=job.tokens_per_step / step, per_gpu=per_gpu)
+        per_gpu.append(
+            Operating(
+                sm_clock_mhz=float(pts["sm_clock_mhz"][i]),
+                step_s=float(step),
+                power_w=float(
+                    (pts["power_w"][i] * pts["step_s"][i] + wait_w * (step - pts["step_s"][i]))
+                    / step
+                ),
+                dram_active=float(pts["dram_active"][i] * scale),
+                sm_active=float(pts["sm_active"][i] * scale),
+                tensor_active=float(pts["tensor_active"][i] * scale),
+                gpu_util=float(pts["gpu_util"][i] * scale + 100 * (1 - scale)),
+                mem_copy_util=float(pts["mem_copy_util"][i] * scale),
+            )
+        )
+    return JobAtCap(
+        cap_w=limit, step_s=float(step), tokens_per_s=job.tokens_per_step / step, per_gpu=per_gpu
+    )
 
 
-def clock_curve(job: JobSpec, gpu: GPUSpec, leakages: np.ndarray, clocks_mhz: Sequence[float] | None = None,
-                physics: Physics = PHYSICS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def clock_curve(
+    job: JobSpec,
+    gpu: GPUSpec,
+    leakages: np.ndarray,
+    clocks_mhz: Sequence[float] | None = None,
+    physics: Physics = PHYSICS,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(clock_mhz, job power_w, tokens_per_s) at each locked clock, sorted by power."""
     clocks = default_clocks(gpu) if clocks_mhz is None else [float(c) for c in clocks_mhz]
     states = [job_at_clock(job, gpu, c, leakages, physics) for c in clocks]

@@ -59,22 +59,40 @@ from wattflex.runs.real_run import NodeSetup, first_on_interrupt, start_training
 from wattflex.runs.spec import RunSpec
 from wattflex.runs.throughput import ThroughputSource, read_steps_file, steps_from_lines
 
-PLACEHOLDERS = ("gpus", "nodes", "nproc_per_node", "run_dir", "cap_w", "duration_s", "seed", "group")
+PLACEHOLDERS = (
+    "gpus",
+    "nodes",
+    "nproc_per_node",
+    "run_dir",
+    "cap_w",
+    "duration_s",
+    "seed",
+    "group",
+)
 DEFAULT_GRACE_S = 120.0
-FOLLOW_POLL_S = 0.05     # how often train.log is read: a line's time is late by at most this
+FOLLOW_POLL_S = 0.05  # how often train.log is read: a line's time is late by at most this
 
 
 class CommandError(RuntimeError):
     """The user's command failed; the message says how (status, time limit, no throughput)."""
 
 
-def placeholders(spec: dict[str, Any] | RunSpec, run_dir: Path, cap_w: float | None = None) -> dict[str, str]:
+def placeholders(
+    spec: dict[str, Any] | RunSpec, run_dir: Path, cap_w: float | None = None
+) -> dict[str, str]:
     spec = RunSpec.of(spec)
     group, opts = spec.group, spec.options
     cap = spec.cap_w if cap_w is None else cap_w
-    return {"gpus": str(group.get("gpus", 1)), "nodes": str(opts.nnodes), "nproc_per_node": str(opts.nproc_per_node),
-            "run_dir": str(run_dir), "cap_w": f"{float(cap):g}" if cap is not None else "",
-            "duration_s": f"{spec.duration_s:g}", "seed": str(spec.seed), "group": str(group.get("id", ""))}
+    return {
+        "gpus": str(group.get("gpus", 1)),
+        "nodes": str(opts.nnodes),
+        "nproc_per_node": str(opts.nproc_per_node),
+        "run_dir": str(run_dir),
+        "cap_w": f"{float(cap):g}" if cap is not None else "",
+        "duration_s": f"{spec.duration_s:g}",
+        "seed": str(spec.seed),
+        "group": str(group.get("id", "")),
+    }
 
 
 def fill(words: list[str], values: dict[str, str], where: str = "command.launch") -> list[str]:
@@ -84,8 +102,10 @@ def fill(words: list[str], values: dict[str, str], where: str = "command.launch"
         names = [f for _, f, _, _ in string.Formatter().parse(word) if f is not None]
         unknown = [n for n in names if n not in values]
         if unknown:
-            raise ValueError(f"{where}[{k}] {word!r}: unknown placeholder {{{unknown[0]}}}; "
-                             f"known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}")
+            raise ValueError(
+                f"{where}[{k}] {word!r}: unknown placeholder {{{unknown[0]}}}; "
+                f"known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
+            )
         out.append(word.format(**values))
     return out
 
@@ -98,18 +118,29 @@ def program_path(program: str, cwd: Path | None = None) -> str | None:
     return shutil.which(program)
 
 
-def check_command(cmd: dict[str, Any], where: str, group: dict[str, Any], cwd: Path | None = None,
-                  look_up: bool = True) -> ThroughputSource:
+def check_command(
+    cmd: dict[str, Any],
+    where: str,
+    group: dict[str, Any],
+    cwd: Path | None = None,
+    look_up: bool = True,
+) -> ThroughputSource:
     """What can be checked of ``group.command`` before any run: the template's placeholders,
     the throughput source and (``look_up``) that the program exists here."""
     launch = cmd.get("launch") or []
     fill(list(launch), {p: "x" for p in PLACEHOLDERS}, f"{where}.launch")
     fill(list((cmd.get("env") or {}).values()), {p: "x" for p in PLACEHOLDERS}, f"{where}.env")
-    src = ThroughputSource.from_spec(cmd.get("throughput") or {}, f"{where}.throughput", group.get("seq_len"),
-                                     int(group.get("gpus", 1)))
+    src = ThroughputSource.from_spec(
+        cmd.get("throughput") or {},
+        f"{where}.throughput",
+        group.get("seq_len"),
+        int(group.get("gpus", 1)),
+    )
     if look_up and program_path(str(launch[0]), cwd) is None:
-        raise FileNotFoundError(f"{where}.launch[0]: program {launch[0]!r} not found (not on PATH, or not an "
-                                f"executable file); give its full path or install it on this node")
+        raise FileNotFoundError(
+            f"{where}.launch[0]: program {launch[0]!r} not found (not on PATH, or not an "
+            f"executable file); give its full path or install it on this node"
+        )
     return src
 
 
@@ -121,13 +152,17 @@ class LineFollower:
     lines of each read are also appended there as one step row, the row ``steps()`` makes of
     them (the one-run sweep's live step log)."""
 
-    def __init__(self, path: Path, source: ThroughputSource, t0: float, live_path: Path | None = None) -> None:
+    def __init__(
+        self, path: Path, source: ThroughputSource, t0: float, live_path: Path | None = None
+    ) -> None:
         self.path, self.source, self.t0, self.live_path = path, source, t0, live_path
         self._reader = source.reader()
         self.rows: list[tuple[float, float, float, float]] = []
         self.lines = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="wattflex-line-follower", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="wattflex-line-follower", daemon=True
+        )
         self._pos, self._rest = 0, b""
         self._live_rows = 0
         if live_path is not None:
@@ -140,7 +175,7 @@ class LineFollower:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-        self._read()                  # what the job wrote last
+        self._read()  # what the job wrote last
 
     def _run(self) -> None:
         while not self._stop.wait(FOLLOW_POLL_S):
@@ -173,18 +208,29 @@ class LineFollower:
         """One live row for the ``hits`` lines of this read, as ``steps()`` merges them: a row
         per line would give lines read together the same time, steps of no duration, a median
         step of 0 s, and every real step counted as a stall (the staircase then saw no step)."""
-        last = steps_from_lines(self.rows[-(hits + 1):]).iloc[-1]    # the previous read's line, then this read's
+        last = steps_from_lines(self.rows[-(hits + 1) :]).iloc[
+            -1
+        ]  # the previous read's line, then this read's
         self._live_rows += 1
-        step = last["step"] if math.isfinite(self.rows[-1][1]) else self._live_rows   # as steps() numbers them
+        step = (
+            last["step"] if math.isfinite(self.rows[-1][1]) else self._live_rows
+        )  # as steps() numbers them
         with open(self.live_path, "a") as f:
-            f.write(f"{float(step):g},{float(last['t_end_s'])!r},{float(last['tokens'])!r},{float(last['loss'])!r}\n")
+            f.write(
+                f"{float(step):g},{float(last['t_end_s'])!r},{float(last['tokens'])!r},{float(last['loss'])!r}\n"
+            )
 
     def steps(self) -> pd.DataFrame:
         return steps_from_lines(list(self.rows))
 
 
-def steps_table(cmd: dict[str, Any], source: ThroughputSource, follower: LineFollower | None, run_dir: Path,
-                t0: float) -> pd.DataFrame:
+def steps_table(
+    cmd: dict[str, Any],
+    source: ThroughputSource,
+    follower: LineFollower | None,
+    run_dir: Path,
+    t0: float,
+) -> pd.DataFrame:
     """The run's steps (``STEP_COLUMNS`` + ``step_time_s``) from the log lines or the job's steps file."""
     if source.steps_file:
         path = run_dir / source.steps_file
@@ -195,14 +241,19 @@ def steps_table(cmd: dict[str, Any], source: ThroughputSource, follower: LineFol
     return steps.assign(step_time_s=gaps.fillna(gaps.median() if gaps.notna().any() else np.nan))
 
 
-def no_throughput_error(source: ThroughputSource, follower: LineFollower | None, log_path: Path,
-                        run_dir: Path) -> CommandError:
+def no_throughput_error(
+    source: ThroughputSource, follower: LineFollower | None, log_path: Path, run_dir: Path
+) -> CommandError:
     if source.steps_file:
-        return CommandError(f"the command wrote no step to its steps file {run_dir / source.steps_file} "
-                            f"(command.throughput.steps_file; see {log_path})")
-    return CommandError(f"the command printed no throughput line: none of its {follower.lines} output lines "
-                        f"matched {source.name} (command.throughput; see {log_path}, its end:)\n"
-                        + "\n".join(log_path.read_text(errors="replace").splitlines()[-10:]))
+        return CommandError(
+            f"the command wrote no step to its steps file {run_dir / source.steps_file} "
+            f"(command.throughput.steps_file; see {log_path})"
+        )
+    return CommandError(
+        f"the command printed no throughput line: none of its {follower.lines} output lines "
+        f"matched {source.name} (command.throughput; see {log_path}, its end:)\n"
+        + "\n".join(log_path.read_text(errors="replace").splitlines()[-10:])
+    )
 
 
 def exit_error(rc: int, log_path: Path) -> CommandError:
@@ -219,23 +270,35 @@ class CommandJob:
         self.cmd = spec.command
         self.opts = spec.options
         if self.opts.nnodes > 1:
-            raise ValueError(f"group {spec.group_id}: a command run caps and measures one node; "
-                             f"set cuda.nnodes: 1 (got {self.opts.nnodes})")
+            raise ValueError(
+                f"group {spec.group_id}: a command run caps and measures one node; "
+                f"set cuda.nnodes: 1 (got {self.opts.nnodes})"
+            )
         where = f"group {spec.group_id}: command"
         self.source = check_command(self.cmd, where, spec.group, look_up=False)
         if self.source.steps_file and spec.sweep != "separate":
-            raise ValueError(f"{where}.throughput.steps_file: sweep: {spec.sweep} reads the throughput while "
-                             f"the job runs, from its log lines: give a preset or regex, or use sweep: separate")
+            raise ValueError(
+                f"{where}.throughput.steps_file: sweep: {spec.sweep} reads the throughput while "
+                f"the job runs, from its log lines: give a preset or regex, or use sweep: separate"
+            )
         values = placeholders(spec, self.outdir, cap_w)
         launch = fill(list(self.cmd["launch"]), values, f"{where}.launch")
         program = program_path(launch[0])
         if program is None:
-            raise FileNotFoundError(f"{where}.launch[0]: program {launch[0]!r} not found on this node "
-                                    f"(PATH={os.environ.get('PATH', '')}); nothing was capped")
+            raise FileNotFoundError(
+                f"{where}.launch[0]: program {launch[0]!r} not found on this node "
+                f"(PATH={os.environ.get('PATH', '')}); nothing was capped"
+            )
         self.launch = [program, *launch[1:]]
-        self.env = {"PYTHONUNBUFFERED": "1",
-                    **dict(zip(self.cmd.get("env", {}), fill(list(self.cmd.get("env", {}).values()), values,
-                                                             f"{where}.env")))}
+        self.env = {
+            "PYTHONUNBUFFERED": "1",
+            **dict(
+                zip(
+                    self.cmd.get("env", {}),
+                    fill(list(self.cmd.get("env", {}).values()), values, f"{where}.env"),
+                )
+            ),
+        }
         self.time_limit_s = spec.duration_s + float(self.cmd.get("grace_s", DEFAULT_GRACE_S))
         self.node = NodeSetup.open(spec, self.outdir, t0, launch=self.launch)
         self.node.env = {**self.node.env, **self.env}
@@ -247,6 +310,7 @@ class CommandJob:
             live_path = None
             if live:
                 from wattflex.runs.training.loop import LIVE_STEPS_FILE  # lazy: imports torch
+
                 live_path = self.outdir / LIVE_STEPS_FILE
             follower = LineFollower(self.node.log_path, self.source, self.t0, live_path).start()
         return start_training(self.node.cmd, self.node.log_path, self.node.env), follower
@@ -261,23 +325,39 @@ class CommandJob:
         """After a one-run sweep: the command's steps and record for ``real_run.assemble``."""
         self.follower.stop()
         steps = steps_table(self.cmd, self.source, self.follower, self.outdir, self.t0)
-        self.write_outputs(steps, self.training_record(training.proc.returncode, self.follower,
-                                                       stopped=training.stopped))
+        self.write_outputs(
+            steps,
+            self.training_record(training.proc.returncode, self.follower, stopped=training.stopped),
+        )
 
-    def training_record(self, rc: int | None, follower: LineFollower | None, stopped: bool) -> dict[str, Any]:
-        return {"launch": "command", "command": self.launch, "command_template": list(self.cmd["launch"]),
-                "command_env": self.env, "exit_status": rc, "stopped_by_wattflex": stopped,
-                "throughput": self.source.describe(), "lines_read": follower.lines if follower else None,
-                "lines_matched": len(follower.rows) if follower else None, "time_limit_s": self.time_limit_s,
-                "events": []}
+    def training_record(
+        self, rc: int | None, follower: LineFollower | None, stopped: bool
+    ) -> dict[str, Any]:
+        return {
+            "launch": "command",
+            "command": self.launch,
+            "command_template": list(self.cmd["launch"]),
+            "command_env": self.env,
+            "exit_status": rc,
+            "stopped_by_wattflex": stopped,
+            "throughput": self.source.describe(),
+            "lines_read": follower.lines if follower else None,
+            "lines_matched": len(follower.rows) if follower else None,
+            "time_limit_s": self.time_limit_s,
+            "events": [],
+        }
 
     def write_outputs(self, steps: pd.DataFrame, training: dict[str, Any]) -> None:
         """The files ``real_run.assemble`` merges, as the harness leaves them."""
         from wattflex.runs.training.loop import RESULT_FILE, STEPS_FILE  # lazy: imports torch
 
         prov = provenance(params=self.spec.raw, backend="cuda")
-        write_parquet(steps, self.outdir / STEPS_FILE, prov, tokens="job tokens per step, from the command's "
-                      f"throughput ({self.source.name})")
+        write_parquet(
+            steps,
+            self.outdir / STEPS_FILE,
+            prov,
+            tokens=f"job tokens per step, from the command's throughput ({self.source.name})",
+        )
         write_json({"training": training}, self.outdir / RESULT_FILE, prov)
 
 
@@ -291,8 +371,13 @@ def run_command(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> None:
     start_utc, t0 = utc_now(), time.time()
     job = CommandJob(spec, outdir, t0)
     node, opts = job.node, job.opts
-    guard = caps.CapGuard(node.gpus, spec.cap_w, opts.cap_control if node.gpus else "observe", opts.state_dir,
-                          opts.cap_command)
+    guard = caps.CapGuard(
+        node.gpus,
+        spec.cap_w,
+        opts.cap_control if node.gpus else "observe",
+        opts.state_dir,
+        opts.cap_command,
+    )
     rc, sampler, follower, timed_out = None, None, None, False
     with guard:
         node.facts["gpus_after_set"] = [g.describe() for g in node.gpus]
@@ -300,7 +385,9 @@ def run_command(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> None:
             sampler = node.sampler().start()
         proc = None
         try:
-            with first_on_interrupt(lambda: guard.restore(keep_handlers=True)):   # caps back within KillWait
+            with first_on_interrupt(
+                lambda: guard.restore(keep_handlers=True)
+            ):  # caps back within KillWait
                 proc, follower = job.start()
                 try:
                     rc = proc.wait(job.time_limit_s)
@@ -316,15 +403,21 @@ def run_command(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> None:
         node.facts["gpus_before_restore"] = [g.describe() for g in node.gpus]
     node.finish(guard, sampler)
     if timed_out:
-        raise CommandError(f"the command ran past its time limit of {job.time_limit_s:g} s (run.duration_s + "
-                           f"command.grace_s) and was stopped; make it end sooner (fewer steps) "
-                           f"(see {node.log_path})")
+        raise CommandError(
+            f"the command ran past its time limit of {job.time_limit_s:g} s (run.duration_s + "
+            f"command.grace_s) and was stopped; make it end sooner (fewer steps) "
+            f"(see {node.log_path})"
+        )
     if rc != 0:
         raise exit_error(rc, node.log_path)
     steps = steps_table(job.cmd, job.source, follower, outdir, t0)
     if steps.empty:
         raise no_throughput_error(job.source, follower, node.log_path, outdir)
     if len(steps) < 2:
-        raise CommandError(f"the command printed only one throughput line: a rate needs two (see {node.log_path})")
+        raise CommandError(
+            f"the command printed only one throughput line: a rate needs two (see {node.log_path})"
+        )
     job.write_outputs(steps, job.training_record(rc, follower, stopped=False))
-    assemble(spec, outdir, opts, [node.facts], t0, start_utc, utc_now(), extra={"launch": "command"})
+    assemble(
+        spec, outdir, opts, [node.facts], t0, start_utc, utc_now(), extra={"launch": "command"}
+    )

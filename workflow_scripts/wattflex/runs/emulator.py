@@ -115,69 +115,128 @@ class Physics:
     False where a +-25 % change is not a physical alternative (exponents of a fitted curve
     whose other parameters were fitted with them, bin sizes, clip bounds).
     """
+
     # --- SM power / voltage curve: the anchor (wattflex.calibration) and what it implies ---
-    anchor_clock_mhz: float = _c(1505.0, "fitted (tables7-8-dense): the SM clock a bf16 GEMM at tensor activity "
-                                 "anchor_tensor_util holds under 700 W, chosen by wattflex.calibration.calibrate_published "
-                                 "on the dense groups of Tables 7-8 (Table 7 H200 PFI, Table 8 H100 PFI; never Table 6), "
-                                 "5 MHz grid, together with dense_gemm_eff (benchmarks/derive_gemm_efficiency.py, a "
-                                 "fixed point). 1505 is one step above the grid's 1500 MHz floor, below which the DGEMM "
-                                 "table cannot be met within 20 MHz: the facts would go lower, so the table's edge pins "
-                                 "the level more than they do (1680 with the assumed 0.70 efficiency). It replaces "
-                                 "the earlier reading of the datasheet's 1830 MHz as a measured clock", False)
-    sm_dyn_w: float = _c(1550.0, "fitted with the anchor (wattflex.calibration.fit_power_curve): SM dynamic power at "
-                         "f_max, v = 1, full activity; with v_min, v_exp and calib_tensor_util to the Ujeniya et al. "
-                         "2026 H100 FP64-DGEMM cap->clock table (arXiv:2604.11391) plus the anchor point. One die "
-                         "(GH100) for H100 and H200: no H200 cap table was found", False)
+    anchor_clock_mhz: float = _c(
+        1505.0,
+        "fitted (tables7-8-dense): the SM clock a bf16 GEMM at tensor activity "
+        "anchor_tensor_util holds under 700 W, chosen by wattflex.calibration.calibrate_published "
+        "on the dense groups of Tables 7-8 (Table 7 H200 PFI, Table 8 H100 PFI; never Table 6), "
+        "5 MHz grid, together with dense_gemm_eff (benchmarks/derive_gemm_efficiency.py, a "
+        "fixed point). 1505 is one step above the grid's 1500 MHz floor, below which the DGEMM "
+        "table cannot be met within 20 MHz: the facts would go lower, so the table's edge pins "
+        "the level more than they do (1680 with the assumed 0.70 efficiency). It replaces "
+        "the earlier reading of the datasheet's 1830 MHz as a measured clock",
+        False,
+    )
+    sm_dyn_w: float = _c(
+        1550.0,
+        "fitted with the anchor (wattflex.calibration.fit_power_curve): SM dynamic power at "
+        "f_max, v = 1, full activity; with v_min, v_exp and calib_tensor_util to the Ujeniya et al. "
+        "2026 H100 FP64-DGEMM cap->clock table (arXiv:2604.11391) plus the anchor point. One die "
+        "(GH100) for H100 and H200: no H200 cap table was found",
+        False,
+    )
     v_min: float = _c(0.798, "fitted with sm_dyn_w (above); normalised voltage floor", False)
     v_exp: float = _c(7.61, "fitted with sm_dyn_w (above); exponent of the voltage rise", False)
-    sm_busy_weight: float = _c(0.30, "assumed: share of SM dynamic power drawn by a busy SM with idle "
-                               "tensor pipes (issue, register file, L1)")
-    sm_stall_activity: float = _c(0.50, "assumed: issue activity of an SM whose warps wait on HBM (memory-bound "
-                                  "kernels), relative to a fully issuing one; the SM term of a kernel follows its "
-                                  "roofline: max(compute, issue) time over kernel time, floored at this (no "
-                                  "published per-SM power split of a stalled SM was found)")
-    anchor_tensor_util: float = _c(0.70, "definition: the tensor activity of the anchor's reference kernel, a large "
-                                   "bf16 GEMM (the earlier value, kept so the anchor and the fitted curve keep their "
-                                   "meaning); not a training job's efficiency (dense_gemm_eff and the other per-class "
-                                   "efficiencies below)", False)
-    tensor_weight: float = _c(0.70, "assumed: 1 - sm_busy_weight (tensor pipes at full activity)", False)
-    calib_tensor_util: float = _c(0.162, "fitted with sm_dyn_w (above): the calibration kernel is an FP64 DGEMM on the "
-                                  "FP64 tensor (DMMA) pipes, whose power in units of bf16 (HMMA) tensor activity no "
-                                  "source gives. Only the calibration check reads it (perturb sm_dyn_scale for the "
-                                  "level it sets)", False)
-    sm_dyn_scale: float = _c(1.0, "1 = sm_dyn_w as fitted (above); scales the SM dynamic power of every job "
-                             "alike, the knob through which the sensitivity table perturbs the calibration")
-    calib_dram_util: float = _c(0.20, "assumed: DRAM utilisation of the calibration DGEMM (compute-bound)")
+    sm_busy_weight: float = _c(
+        0.30,
+        "assumed: share of SM dynamic power drawn by a busy SM with idle "
+        "tensor pipes (issue, register file, L1)",
+    )
+    sm_stall_activity: float = _c(
+        0.50,
+        "assumed: issue activity of an SM whose warps wait on HBM (memory-bound "
+        "kernels), relative to a fully issuing one; the SM term of a kernel follows its "
+        "roofline: max(compute, issue) time over kernel time, floored at this (no "
+        "published per-SM power split of a stalled SM was found)",
+    )
+    anchor_tensor_util: float = _c(
+        0.70,
+        "definition: the tensor activity of the anchor's reference kernel, a large "
+        "bf16 GEMM (the earlier value, kept so the anchor and the fitted curve keep their "
+        "meaning); not a training job's efficiency (dense_gemm_eff and the other per-class "
+        "efficiencies below)",
+        False,
+    )
+    tensor_weight: float = _c(
+        0.70, "assumed: 1 - sm_busy_weight (tensor pipes at full activity)", False
+    )
+    calib_tensor_util: float = _c(
+        0.162,
+        "fitted with sm_dyn_w (above): the calibration kernel is an FP64 DGEMM on the "
+        "FP64 tensor (DMMA) pipes, whose power in units of bf16 (HMMA) tensor activity no "
+        "source gives. Only the calibration check reads it (perturb sm_dyn_scale for the "
+        "level it sets)",
+        False,
+    )
+    sm_dyn_scale: float = _c(
+        1.0,
+        "1 = sm_dyn_w as fitted (above); scales the SM dynamic power of every job "
+        "alike, the knob through which the sensitivity table perturbs the calibration",
+    )
+    calib_dram_util: float = _c(
+        0.20, "assumed: DRAM utilisation of the calibration DGEMM (compute-bound)"
+    )
     # --- roofline rates ----------------------------------------------------------------
-    hbm_efficiency: float = _c(0.80, "achievable fraction of HBM peak bandwidth for streaming kernels "
-                               "(STREAM-like copy on H100/H200 reaches ~80-90 % of datasheet)")
-    issue_bw_factor: float = _c(2.0, "assumed: element-wise kernels issue ~2x HBM bandwidth worth of "
-                                "bytes/s at f_max (issue-limited below ~half clock)")
-    dense_gemm_eff: float = _c(DENSE_GEMM_EFF, "derived (benchmarks/derive_gemm_efficiency.py): the achieved fraction "
-                               "of the bf16 peak at the running clock at which this emulator reproduces torchtitan's "
-                               "published 6,667 tokens/s per GPU (docs/performance.md, Table 1: Llama 3.1 8B, 8 H100 "
-                               "96 GB HBM2e at their 500 W default limit, FSDP + torch.compile, local batch 2, seq "
-                               "8192; 39 % MFU); Megatron-LM's published 47 % MFU (390 TFLOPS/GPU, GPT-3 175B, H100) "
-                               "bounds it from above for a tuned stack. Replaces the assumed 0.70")
-    expert_gemm_rel_eff: float = _c(0.71, "derived: grouped expert GEMMs relative to dense GEMMs, the ratio of "
-                                    "Megatron-Core's published bf16 H100 throughputs, Qwen3-235B-A22B MoE 276 "
-                                    "TFLOPS/GPU (Megatron-MoE-ModelZoo best_practice/Qwen3) over GPT-3 175B dense "
-                                    "390 TFLOPS/GPU (Megatron-LM README); a whole-job ratio, so an upper bound on the "
-                                    "grouped-GEMM penalty (routing and all-to-all are in it too). Multiplies the tile "
-                                    "fill below")
-    lora_gemm_eff: float = _c(0.25, "assumed: skinny rank-32 LoRA GEMMs (no published per-kernel figure found)")
-    attention_eff: float = _c(0.35, "FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608): FlashAttention-2, "
-                              "the kernel PyTorch sdpa runs on H100 in bf16, reaches 35 % of the H100's peak. "
-                              "Replaces the assumed 0.55")
-    attention_bwd_factor: float = _c(2.5, "FlashAttention-2 paper: backward ~2.5x forward FLOPs incl. recompute")
-    grouped_gemm_tile_m: float = _c(128.0, "CUTLASS sm90 grouped-GEMM tile height (torch._grouped_mm, the grouped_mm "
-                                    "experts path of transformers 5): each expert's last row tile is on average "
-                                    "half empty", False)
+    hbm_efficiency: float = _c(
+        0.80,
+        "achievable fraction of HBM peak bandwidth for streaming kernels "
+        "(STREAM-like copy on H100/H200 reaches ~80-90 % of datasheet)",
+    )
+    issue_bw_factor: float = _c(
+        2.0,
+        "assumed: element-wise kernels issue ~2x HBM bandwidth worth of "
+        "bytes/s at f_max (issue-limited below ~half clock)",
+    )
+    dense_gemm_eff: float = _c(
+        DENSE_GEMM_EFF,
+        "derived (benchmarks/derive_gemm_efficiency.py): the achieved fraction "
+        "of the bf16 peak at the running clock at which this emulator reproduces torchtitan's "
+        "published 6,667 tokens/s per GPU (docs/performance.md, Table 1: Llama 3.1 8B, 8 H100 "
+        "96 GB HBM2e at their 500 W default limit, FSDP + torch.compile, local batch 2, seq "
+        "8192; 39 % MFU); Megatron-LM's published 47 % MFU (390 TFLOPS/GPU, GPT-3 175B, H100) "
+        "bounds it from above for a tuned stack. Replaces the assumed 0.70",
+    )
+    expert_gemm_rel_eff: float = _c(
+        0.71,
+        "derived: grouped expert GEMMs relative to dense GEMMs, the ratio of "
+        "Megatron-Core's published bf16 H100 throughputs, Qwen3-235B-A22B MoE 276 "
+        "TFLOPS/GPU (Megatron-MoE-ModelZoo best_practice/Qwen3) over GPT-3 175B dense "
+        "390 TFLOPS/GPU (Megatron-LM README); a whole-job ratio, so an upper bound on the "
+        "grouped-GEMM penalty (routing and all-to-all are in it too). Multiplies the tile "
+        "fill below",
+    )
+    lora_gemm_eff: float = _c(
+        0.25, "assumed: skinny rank-32 LoRA GEMMs (no published per-kernel figure found)"
+    )
+    attention_eff: float = _c(
+        0.35,
+        "FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608): FlashAttention-2, "
+        "the kernel PyTorch sdpa runs on H100 in bf16, reaches 35 % of the H100's peak. "
+        "Replaces the assumed 0.55",
+    )
+    attention_bwd_factor: float = _c(
+        2.5, "FlashAttention-2 paper: backward ~2.5x forward FLOPs incl. recompute"
+    )
+    grouped_gemm_tile_m: float = _c(
+        128.0,
+        "CUTLASS sm90 grouped-GEMM tile height (torch._grouped_mm, the grouped_mm "
+        "experts path of transformers 5): each expert's last row tile is on average "
+        "half empty",
+        False,
+    )
     # --- bytes per element -------------------------------------------------------------
-    gemm_act_bytes: float = _c(4.0, "bf16 activation in + out per hidden element per layer and pass")
-    lora_act_bytes: float = _c(6.0, "bf16 LoRA down/up activations per rank element, per module and pass")
+    gemm_act_bytes: float = _c(
+        4.0, "bf16 activation in + out per hidden element per layer and pass"
+    )
+    lora_act_bytes: float = _c(
+        6.0, "bf16 LoRA down/up activations per rank element, per module and pass"
+    )
     lora_modules: int = _c(7, "q, k, v, o, gate, up, down projections carry adapters", False)
-    attn_io_bytes: float = _c(6.0, "bf16 q, k, v read per attention element per pass (flash: no S^2 traffic)")
+    attn_io_bytes: float = _c(
+        6.0, "bf16 q, k, v read per attention element per pass (flash: no S^2 traffic)"
+    )
     # Eager attention, bytes per score element (bf16, 2 B) counted from the ops of transformers
     # 5.24 gpt_oss eager_attention_forward and their autograd backward (PyTorch 2.x kernels):
     #   GEMMs fwd: QK^T writes the logits (2), PV reads the probs (2)                      = 4
@@ -192,14 +251,26 @@ class Physics:
     # Without sinks (other families run eagerly) the cat (4) and slice copy (4) fwd and the
     # slice grad (6) bwd are absent. Compiled, with activation checkpointing (forward twice):
     # 2 x (4 + 6) + (8 + 6) = 34 B per score element per step.
-    eager_score_gemm_fwd_bytes: float = _c(4.0, "counted: QK^T writes logits, PV reads probs (bf16)", False)
-    eager_score_gemm_bwd_bytes: float = _c(8.0, "counted: dP write, P read for dV, dS read for dQ and dK", False)
-    eager_chain_fwd_bytes: float = _c(28.0, "counted: eager softmax chain with sinks, forward (see above)")
-    eager_chain_bwd_bytes: float = _c(26.0, "counted: eager softmax chain with sinks, backward (see above)")
+    eager_score_gemm_fwd_bytes: float = _c(
+        4.0, "counted: QK^T writes logits, PV reads probs (bf16)", False
+    )
+    eager_score_gemm_bwd_bytes: float = _c(
+        8.0, "counted: dP write, P read for dV, dS read for dQ and dK", False
+    )
+    eager_chain_fwd_bytes: float = _c(
+        28.0, "counted: eager softmax chain with sinks, forward (see above)"
+    )
+    eager_chain_bwd_bytes: float = _c(
+        26.0, "counted: eager softmax chain with sinks, backward (see above)"
+    )
     eager_chain_fwd_bytes_compile: float = _c(6.0, "counted: inductor-fused softmax chain, forward")
     eager_chain_bwd_bytes_compile: float = _c(6.0, "counted: inductor-fused softmax backward")
-    eager_sink_fwd_bytes: float = _c(8.0, "counted: sink cat + slice copy, forward (eager only)", False)
-    eager_sink_bwd_bytes: float = _c(6.0, "counted: slice grad zeros + copy, backward (eager only)", False)
+    eager_sink_fwd_bytes: float = _c(
+        8.0, "counted: sink cat + slice copy, forward (eager only)", False
+    )
+    eager_sink_bwd_bytes: float = _c(
+        6.0, "counted: slice grad zeros + copy, backward (eager only)", False
+    )
     # Routing bytes per routed (token, expert) hidden element, counted from transformers 5.24
     # integrations/moe.py grouped_mm_experts_forward and its autograd backward (bf16, 2 B):
     #   fwd eager: gather hidden_states[perm // k] r+w (4), * routing weights r+w (4),
@@ -211,57 +282,121 @@ class Physics:
     #   bwd compiled: read proj_out and write its grad (4), gather grad accumulate r+w (4)   = 8
     # The grouped GEMMs' own activations (up reads d, writes 2I; down reads I, writes d per
     # pair and pass) are in the expert GEMM kernel; the gate activation is in element-wise.
-    route_fwd_bytes: float = _c(14.0, "counted: routing bytes per routed element, forward, eager (above)")
-    route_bwd_bytes: float = _c(22.0, "counted: routing bytes per routed element, backward, eager (above)")
-    route_fwd_bytes_compile: float = _c(6.0, "counted: routing bytes per routed element, forward, compiled")
-    route_bwd_bytes_compile: float = _c(8.0, "counted: routing bytes per routed element, backward, compiled")
-    lora_fold_fwd_bytes: float = _c(4.0, "counted: peft 0.21.2 ParamWrapper/_LoraFactorsProxy, LoRA on fused bf16 experts: "
-                                    "each forward's baddbmm reads W and writes W' = W + s*lhs@rhs, per expert weight", False)
-    lora_fold_bwd_bytes: float = _c(6.0, "counted: the same backward: dW' written by the grouped GEMM's weight gradient, "
-                                    "read twice by baddbmm's backward (d lhs, d rhs), per expert weight", False)
-    ep_route_bytes: float = _c(8.0, "counted: transformers 5.24 distributed/expert_parallel.py: send gather r+w (4) "
-                               "and combine scatter token_outputs[order] r+w (4) per routed element and pass")
-    ew_bytes_compile: float = _c(22.0, "assumed: element-wise bytes per hidden element per layer and pass with torch.compile fusion")
-    ew_bytes_eager: float = _c(36.0, "assumed: the same without compile (unfused norms, residuals, rotary)")
+    route_fwd_bytes: float = _c(
+        14.0, "counted: routing bytes per routed element, forward, eager (above)"
+    )
+    route_bwd_bytes: float = _c(
+        22.0, "counted: routing bytes per routed element, backward, eager (above)"
+    )
+    route_fwd_bytes_compile: float = _c(
+        6.0, "counted: routing bytes per routed element, forward, compiled"
+    )
+    route_bwd_bytes_compile: float = _c(
+        8.0, "counted: routing bytes per routed element, backward, compiled"
+    )
+    lora_fold_fwd_bytes: float = _c(
+        4.0,
+        "counted: peft 0.21.2 ParamWrapper/_LoraFactorsProxy, LoRA on fused bf16 experts: "
+        "each forward's baddbmm reads W and writes W' = W + s*lhs@rhs, per expert weight",
+        False,
+    )
+    lora_fold_bwd_bytes: float = _c(
+        6.0,
+        "counted: the same backward: dW' written by the grouped GEMM's weight gradient, "
+        "read twice by baddbmm's backward (d lhs, d rhs), per expert weight",
+        False,
+    )
+    ep_route_bytes: float = _c(
+        8.0,
+        "counted: transformers 5.24 distributed/expert_parallel.py: send gather r+w (4) "
+        "and combine scatter token_outputs[order] r+w (4) per routed element and pass",
+    )
+    ew_bytes_compile: float = _c(
+        22.0,
+        "assumed: element-wise bytes per hidden element per layer and pass with torch.compile fusion",
+    )
+    ew_bytes_eager: float = _c(
+        36.0, "assumed: the same without compile (unfused norms, residuals, rotary)"
+    )
     ew_mlp_bytes: float = _c(6.0, "assumed: activation (SiLU/GLU) bytes per MLP element per pass")
     logits_bytes: float = _c(6.0, "bf16 logits written, softmax read, logit grads written")
-    adamw_bytes: float = _c(36.0, "AdamW per parameter: fp32 master, m, v read+write, grad read, bf16 copy")
-    adamw_issue_bytes: float = _c(18.0, "assumed: share of the AdamW bytes that costs SM issue slots")
+    adamw_bytes: float = _c(
+        36.0, "AdamW per parameter: fp32 master, m, v read+write, grad read, bf16 copy"
+    )
+    adamw_issue_bytes: float = _c(
+        18.0, "assumed: share of the AdamW bytes that costs SM issue slots"
+    )
     # --- communication -----------------------------------------------------------------
-    lora_rs_factor: float = _c(14.0, "assumed: LoRA gradient reduce-scatter bytes per rank*hidden per layer (/4 B)")
-    fsdp_overlap: float = _c(0.85, "assumed: fraction of compute time behind which FSDP prefetch hides")
-    a2a_overlap: float = _c(0.0, "transformers 5.24 expert_parallel.py: split sizes by .tolist() (a host sync), "
-                            "the experts wait on the received rows (_WaitTensor), combine waits on the experts: "
-                            "no compute runs beside the all-to-all", False)
-    nccl_extra_w: float = _c(25.0, "assumed: board power above idle of NCCL kernels (a few SMs, NVLink)")
+    lora_rs_factor: float = _c(
+        14.0, "assumed: LoRA gradient reduce-scatter bytes per rank*hidden per layer (/4 B)"
+    )
+    fsdp_overlap: float = _c(
+        0.85, "assumed: fraction of compute time behind which FSDP prefetch hides"
+    )
+    a2a_overlap: float = _c(
+        0.0,
+        "transformers 5.24 expert_parallel.py: split sizes by .tolist() (a host sync), "
+        "the experts wait on the received rows (_WaitTensor), combine waits on the experts: "
+        "no compute runs beside the all-to-all",
+        False,
+    )
+    nccl_extra_w: float = _c(
+        25.0, "assumed: board power above idle of NCCL kernels (a few SMs, NVLink)"
+    )
     nccl_dram: float = _c(0.15, "assumed: DRAM activity during collectives")
     nccl_sm: float = _c(0.12, "assumed: SM activity of NCCL kernels")
     nccl_copy: float = _c(0.20, "assumed: memory-copy utilisation during collectives")
     # --- host ---------------------------------------------------------------------------
-    host_base_s: float = _c(0.012, "assumed: per-step host time (data loading, optimizer bookkeeping)")
-    launches_compile: float = _c(30.0, "assumed: kernel launches per layer and pass with torch.compile")
+    host_base_s: float = _c(
+        0.012, "assumed: per-step host time (data loading, optimizer bookkeeping)"
+    )
+    launches_compile: float = _c(
+        30.0, "assumed: kernel launches per layer and pass with torch.compile"
+    )
     launches_eager: float = _c(70.0, "assumed: kernel launches per layer and pass eager")
-    launch_s: float = _c(4e-6, "CUDA kernel launch overhead ~4 us (PyTorch eager dispatch + cudaLaunchKernel)")
-    launch_overlap: float = _c(1.0, "CUDA C Programming Guide, Asynchronous Concurrent Execution: kernel launches "
-                               "return before the kernel completes, so launch time hides behind queued GPU work "
-                               "(1 = all of a step's GPU work; an upper bound, hence no +25 %)", False)
-    host_extra_w: float = _c(15.0, "assumed: board power above idle while the GPU waits for the host")
+    launch_s: float = _c(
+        4e-6, "CUDA kernel launch overhead ~4 us (PyTorch eager dispatch + cudaLaunchKernel)"
+    )
+    launch_overlap: float = _c(
+        1.0,
+        "CUDA C Programming Guide, Asynchronous Concurrent Execution: kernel launches "
+        "return before the kernel completes, so launch time hides behind queued GPU work "
+        "(1 = all of a step's GPU work; an upper bound, hence no +25 %)",
+        False,
+    )
+    host_extra_w: float = _c(
+        15.0, "assumed: board power above idle while the GPU waits for the host"
+    )
     host_sm: float = _c(0.03, "assumed: SM activity while waiting for the host")
     # --- telemetry / activity -----------------------------------------------------------
     sm_active_compute: float = _c(0.92, "assumed: DCGM SM-active fraction during compute kernels")
-    copy_per_dram: float = _c(1.6, "assumed: DCGM mem-copy utilisation per unit of DRAM activity", False)
+    copy_per_dram: float = _c(
+        1.6, "assumed: DCGM mem-copy utilisation per unit of DRAM activity", False
+    )
     comm_gpu_util: float = _c(0.9, "assumed: NVML GPU util counts NCCL kernels as busy", False)
-    barrier_extra_w: float = _c(20.0, "assumed: power above idle of a GPU spinning at a collective barrier")
+    barrier_extra_w: float = _c(
+        20.0, "assumed: power above idle of a GPU spinning at a collective barrier"
+    )
     # --- per-GPU variation and memory footprint ----------------------------------------
-    leakage_sd: float = _c(0.03, "assumed: silicon-to-silicon sd of dynamic power (few % in GPU fleet studies)")
+    leakage_sd: float = _c(
+        0.03, "assumed: silicon-to-silicon sd of dynamic power (few % in GPU fleet studies)"
+    )
     leakage_clip: float = _c(0.10, "clip of the per-GPU leakage factor at 1 +- this", False)
-    hbm_usable: float = _c(HBM_USABLE, "fraction of HBM the caching allocator can hand out (runs.plan)", False)
+    hbm_usable: float = _c(
+        HBM_USABLE, "fraction of HBM the caching allocator can hand out (runs.plan)", False
+    )
     act_bytes_ckpt: float = _c(2.0, "bf16 checkpointed layer input per hidden element", False)
-    framework_gib: float = _c(FRAMEWORK_GIB, "assumed: CUDA context, NCCL buffers, allocator slack (GiB; runs.plan)", False)
+    framework_gib: float = _c(
+        FRAMEWORK_GIB,
+        "assumed: CUDA context, NCCL buffers, allocator slack (GiB; runs.plan)",
+        False,
+    )
 
 
 PHYSICS = Physics()
-DEFAULT_DIE = "GH100"   # the die PHYSICS's power curve is fitted for (the H100 table and the anchor above)
+DEFAULT_DIE = (
+    "GH100"  # the die PHYSICS's power curve is fitted for (the H100 table and the anchor above)
+)
 # The constants a calibration (wattflex.calibration.Calibration, a calibration file) sets.
 CALIBRATED = ("anchor_clock_mhz", "sm_dyn_w", "v_min", "v_exp", "calib_tensor_util")
 
@@ -271,20 +406,31 @@ def calibrated_physics(calibration: dict[str, Any] | None, base: Physics = PHYSI
     if not calibration:
         return base
     curve = calibration["curve"]
-    return dataclasses.replace(base, anchor_clock_mhz=float(calibration["anchor_clock_mhz"]),
-                               **{k: float(curve[k]) for k in CALIBRATED[1:]})
+    return dataclasses.replace(
+        base,
+        anchor_clock_mhz=float(calibration["anchor_clock_mhz"]),
+        **{k: float(curve[k]) for k in CALIBRATED[1:]},
+    )
 
-def physics_for_gpu(gpu: GPUSpec, calibration: dict[str, Any] | None, base: Physics = PHYSICS) -> Physics:
+
+def physics_for_gpu(
+    gpu: GPUSpec, calibration: dict[str, Any] | None, base: Physics = PHYSICS
+) -> Physics:
     """:func:`calibrated_physics` for a run on ``gpu``: a calibration fitted on another die's
     sweeps is refused, and so is a part whose die has no default power curve (``PHYSICS`` is
     fitted on GH100 facts) when no calibration of its die is given."""
     die = str((calibration or {}).get("gpu_die", DEFAULT_DIE))
     if gpu.die != die:
-        how = ("no calibration is given" if not calibration
-               else f"emulator.calibration was fitted on {die} sweeps ({calibration.get('source', '?')})")
-        raise ValueError(f"the emulator has no power curve for {gpu.name} ({gpu.die} die): {how}; fit one with "
-                         f"`wattflex calibrate --runs <sweeps measured on {gpu.name}>` and set emulator: "
-                         "{calibration: FILE}")
+        how = (
+            "no calibration is given"
+            if not calibration
+            else f"emulator.calibration was fitted on {die} sweeps ({calibration.get('source', '?')})"
+        )
+        raise ValueError(
+            f"the emulator has no power curve for {gpu.name} ({gpu.die} die): {how}; fit one with "
+            f"`wattflex calibrate --runs <sweeps measured on {gpu.name}>` and set emulator: "
+            "{calibration: FILE}"
+        )
     return calibrated_physics(calibration, base)
 
 
@@ -303,14 +449,15 @@ def voltage(x: np.ndarray | float, physics: Physics = PHYSICS) -> np.ndarray | f
 @dataclass(frozen=True)
 class Kernel:
     """One class of work in a training step on one GPU."""
+
     name: str
-    tensor_flops: float = 0.0      # bf16 tensor-core FLOPs
-    efficiency: float = 0.75       # achievable fraction of peak tensor rate
+    tensor_flops: float = 0.0  # bf16 tensor-core FLOPs
+    efficiency: float = 0.75  # achievable fraction of peak tensor rate
     dram_bytes: float = 0.0
-    issue_bytes: float = 0.0       # bytes whose handling costs SM issue slots (element-wise)
-    comm_s: float = 0.0            # exposed communication time (clock-independent)
-    host_s: float = 0.0            # GPU idle, waiting for the host (after a host sync)
-    launch_s: float = 0.0          # host time launching kernels; hidden behind queued GPU work
+    issue_bytes: float = 0.0  # bytes whose handling costs SM issue slots (element-wise)
+    comm_s: float = 0.0  # exposed communication time (clock-independent)
+    host_s: float = 0.0  # GPU idle, waiting for the host (after a host sync)
+    launch_s: float = 0.0  # host time launching kernels; hidden behind queued GPU work
 
     def times(self, gpu: GPUSpec, x: np.ndarray, physics: Physics = PHYSICS) -> np.ndarray:
         t = np.zeros_like(x, dtype=float)
@@ -319,7 +466,9 @@ class Kernel:
         if self.dram_bytes:
             t = np.maximum(t, self.dram_bytes / (gpu.hbm_tb_s * 1e12 * physics.hbm_efficiency))
         if self.issue_bytes:
-            t = np.maximum(t, self.issue_bytes / (physics.issue_bw_factor * gpu.hbm_tb_s * 1e12 * x))
+            t = np.maximum(
+                t, self.issue_bytes / (physics.issue_bw_factor * gpu.hbm_tb_s * 1e12 * x)
+            )
         return t + self.comm_s + self.host_s + self.launch_s
 
     def sm_activity(self, gpu: GPUSpec, x: np.ndarray, physics: Physics = PHYSICS) -> np.ndarray:
@@ -329,9 +478,13 @@ class Kernel:
         t = self.times(gpu, x, physics)
         busy = np.zeros_like(t)
         if self.tensor_flops:
-            busy = np.maximum(busy, self.tensor_flops / (gpu.tensor_flops_per_s(x) * self.efficiency))
+            busy = np.maximum(
+                busy, self.tensor_flops / (gpu.tensor_flops_per_s(x) * self.efficiency)
+            )
         if self.issue_bytes:
-            busy = np.maximum(busy, self.issue_bytes / (physics.issue_bw_factor * gpu.hbm_tb_s * 1e12 * x))
+            busy = np.maximum(
+                busy, self.issue_bytes / (physics.issue_bw_factor * gpu.hbm_tb_s * 1e12 * x)
+            )
         frac = np.divide(busy, t, out=np.ones_like(t), where=t > 0)
         return np.clip(frac, physics.sm_stall_activity, 1.0)
 
@@ -339,19 +492,20 @@ class Kernel:
 @dataclass(frozen=True)
 class JobSpec:
     """A training job as the emulator sees it (one sweep group)."""
+
     model: str
-    architecture: str               # dense | moe
-    task: str                       # pt | lora
+    architecture: str  # dense | moe
+    task: str  # pt | lora
     gpus: int
     seq_len: int
-    batch: int                      # micro-batch per GPU (sequences)
+    batch: int  # micro-batch per GPU (sequences)
     total_params_b: float
     active_params_b: float
     expert_params_b: float
     layers: int
     hidden: int
     heads: int
-    head_dim: int                   # averaged over the layers (runs.attention.mean_head_dim)
+    head_dim: int  # averaged over the layers (runs.attention.mean_head_dim)
     intermediate: int
     vocab: int
     experts: int = 0
@@ -360,27 +514,42 @@ class JobSpec:
     compile: bool = _GROUP["compile"]
     grad_checkpointing: bool = _GROUP["grad_checkpointing"]
     lora_rank: int = _GROUP["lora_rank"]
-    attention: str = "sdpa"         # transformers attn_implementation the harness runs (see attention_impl)
-    attention_sinks: bool = False   # per-head learned sink logits (gpt-oss)
-    pp: int = 1                     # pipeline stages (GPipe/1F1B; each GPU holds layers / pp)
-    microbatches: int = 1           # micro-batches per step through the pipeline (pp > 1)
-    family: str = ""                # hf_model_type: picks runs.plan's measured activation bytes
+    attention: str = (
+        "sdpa"  # transformers attn_implementation the harness runs (see attention_impl)
+    )
+    attention_sinks: bool = False  # per-head learned sink logits (gpt-oss)
+    pp: int = 1  # pipeline stages (GPipe/1F1B; each GPU holds layers / pp)
+    microbatches: int = 1  # micro-batches per step through the pipeline (pp > 1)
+    family: str = ""  # hf_model_type: picks runs.plan's measured activation bytes
 
     @classmethod
     def from_config(cls, group: dict[str, Any], model: dict[str, Any]) -> JobSpec:
         return cls(
-            model=group["model"], architecture=model["architecture"], task=group["task"],
-            gpus=int(group["gpus"]), seq_len=int(group["seq_len"]), batch=int(group["batch"]),
-            total_params_b=float(model["total_params_b"]), active_params_b=float(model["active_params_b"]),
-            expert_params_b=float(model.get("expert_params_b", 0.0)), layers=int(model["layers"]),
-            hidden=int(model["hidden"]), heads=int(model["heads"]), head_dim=round(mean_head_dim(model)),
-            intermediate=int(model["intermediate"]), vocab=int(model["vocab"]),
-            experts=int(model.get("experts", 0) or 0), experts_active=int(model.get("experts_active", 0) or 0),
-            ep=int(group.get("ep", _GROUP["ep"])), compile=bool(group.get("compile", _GROUP["compile"])),
+            model=group["model"],
+            architecture=model["architecture"],
+            task=group["task"],
+            gpus=int(group["gpus"]),
+            seq_len=int(group["seq_len"]),
+            batch=int(group["batch"]),
+            total_params_b=float(model["total_params_b"]),
+            active_params_b=float(model["active_params_b"]),
+            expert_params_b=float(model.get("expert_params_b", 0.0)),
+            layers=int(model["layers"]),
+            hidden=int(model["hidden"]),
+            heads=int(model["heads"]),
+            head_dim=round(mean_head_dim(model)),
+            intermediate=int(model["intermediate"]),
+            vocab=int(model["vocab"]),
+            experts=int(model.get("experts", 0) or 0),
+            experts_active=int(model.get("experts_active", 0) or 0),
+            ep=int(group.get("ep", _GROUP["ep"])),
+            compile=bool(group.get("compile", _GROUP["compile"])),
             grad_checkpointing=bool(group.get("grad_checkpointing", _GROUP["grad_checkpointing"])),
             lora_rank=int(group.get("lora_rank", _GROUP["lora_rank"])),
-            attention=attention_impl(model, group["task"]), attention_sinks=bool(model.get("attention_sinks", False)),
-            pp=int(group.get("pp", 1)), microbatches=int(group.get("microbatches", 1)),
+            attention=attention_impl(model, group["task"]),
+            attention_sinks=bool(model.get("attention_sinks", False)),
+            pp=int(group.get("pp", 1)),
+            microbatches=int(group.get("microbatches", 1)),
             family=str(model.get("hf_model_type", "")),
         )
 
@@ -418,23 +587,42 @@ def _attention_kernels(job: JobSpec, ph: Physics, fwd_passes: int) -> list[Kerne
         # FlashAttention-2 (sdpa), flex_attention (torchtitan's gpt-oss, sinks through the LSE):
         # tiles in SRAM, causal (half the S x S products), backward recomputes the scores.
         attn_fwd = 4 * job.seq_len * d_attn / 2 * tok * job.layers
-        return [Kernel("attention", tensor_flops=attn_fwd * (fwd_passes + ph.attention_bwd_factor),
-                       efficiency=ph.attention_eff, dram_bytes=qkv_bytes)]
+        return [
+            Kernel(
+                "attention",
+                tensor_flops=attn_fwd * (fwd_passes + ph.attention_bwd_factor),
+                efficiency=ph.attention_eff,
+                dram_bytes=qkv_bytes,
+            )
+        ]
     # Eager (transformers' eager_attention_forward): QK^T and PV as batched GEMMs over the full
     # [B, H, S, S] matrix (the causal mask is added, not skipped): 4*S*d FLOPs per token and
     # layer forward, twice that backward (dQ, dK, dV, dP). Every score element crosses HBM.
-    scores = tok * job.heads * job.seq_len * job.layers          # B*H*S*S per layer, all layers
+    scores = tok * job.heads * job.seq_len * job.layers  # B*H*S*S per layer, all layers
     gemm_flops = 4 * job.seq_len * d_attn * tok * job.layers * (fwd_passes + 2)
-    gemm_bytes = scores * (ph.eager_score_gemm_fwd_bytes * fwd_passes + ph.eager_score_gemm_bwd_bytes)
-    chain = ((ph.eager_chain_fwd_bytes_compile, ph.eager_chain_bwd_bytes_compile) if job.compile
-             else (ph.eager_chain_fwd_bytes, ph.eager_chain_bwd_bytes))
-    if not job.attention_sinks:   # no cat/slice of the sink column
-        chain = (chain[0] - (0 if job.compile else ph.eager_sink_fwd_bytes),
-                 chain[1] - (0 if job.compile else ph.eager_sink_bwd_bytes))
+    gemm_bytes = scores * (
+        ph.eager_score_gemm_fwd_bytes * fwd_passes + ph.eager_score_gemm_bwd_bytes
+    )
+    chain = (
+        (ph.eager_chain_fwd_bytes_compile, ph.eager_chain_bwd_bytes_compile)
+        if job.compile
+        else (ph.eager_chain_fwd_bytes, ph.eager_chain_bwd_bytes)
+    )
+    if not job.attention_sinks:  # no cat/slice of the sink column
+        chain = (
+            chain[0] - (0 if job.compile else ph.eager_sink_fwd_bytes),
+            chain[1] - (0 if job.compile else ph.eager_sink_bwd_bytes),
+        )
     chain_bytes = scores * (chain[0] * fwd_passes + chain[1])
-    return [Kernel("attention_gemm", tensor_flops=gemm_flops, efficiency=ph.dense_gemm_eff,
-                   dram_bytes=gemm_bytes + qkv_bytes),
-            Kernel("attention_softmax", dram_bytes=chain_bytes, issue_bytes=chain_bytes)]
+    return [
+        Kernel(
+            "attention_gemm",
+            tensor_flops=gemm_flops,
+            efficiency=ph.dense_gemm_eff,
+            dram_bytes=gemm_bytes + qkv_bytes,
+        ),
+        Kernel("attention_softmax", dram_bytes=chain_bytes, issue_bytes=chain_bytes),
+    ]
 
 
 def pipeline_stage(job: JobSpec) -> JobSpec:
@@ -446,11 +634,21 @@ def pipeline_stage(job: JobSpec) -> JobSpec:
     if job.pp <= 1:
         return job
     if job.gpus % job.pp or job.microbatches < 1:
-        raise ValueError(f"job {job.model}: pp {job.pp} must divide gpus {job.gpus}, microbatches >= 1")
+        raise ValueError(
+            f"job {job.model}: pp {job.pp} must divide gpus {job.gpus}, microbatches >= 1"
+        )
     k = job.pp
-    return dataclasses.replace(job, layers=job.layers / k, total_params_b=job.total_params_b / k,
-                               active_params_b=job.active_params_b / k, expert_params_b=job.expert_params_b / k,
-                               vocab=job.vocab / k, gpus=job.gpus // k, pp=1, microbatches=1)
+    return dataclasses.replace(
+        job,
+        layers=job.layers / k,
+        total_params_b=job.total_params_b / k,
+        active_params_b=job.active_params_b / k,
+        expert_params_b=job.expert_params_b / k,
+        vocab=job.vocab / k,
+        gpus=job.gpus // k,
+        pp=1,
+        microbatches=1,
+    )
 
 
 def pipeline_bubble(job: JobSpec) -> float:
@@ -476,20 +674,40 @@ def step_kernels(job: JobSpec, gpu: GPUSpec, physics: Physics = PHYSICS) -> list
     kernels: list[Kernel] = []
 
     # Dense GEMMs; weights read once per pass (bf16), activations streamed.
-    kernels.append(Kernel("dense_gemm", tensor_flops=2 * n_dense_gemm * tok * passes, efficiency=ph.dense_gemm_eff,
-                          dram_bytes=2 * n_dense_gemm * passes + ph.gemm_act_bytes * tok * job.hidden * job.layers * passes))
+    kernels.append(
+        Kernel(
+            "dense_gemm",
+            tensor_flops=2 * n_dense_gemm * tok * passes,
+            efficiency=ph.dense_gemm_eff,
+            dram_bytes=2 * n_dense_gemm * passes
+            + ph.gemm_act_bytes * tok * job.hidden * job.layers * passes,
+        )
+    )
     # LoRA adapters: tiny extra GEMMs on q/k/v/o + MLP projections, all passes incl. weight grads.
     if not full:
-        lora_params = job.layers * job.lora_rank * (4 * 2 * job.hidden + 3 * (job.hidden + job.intermediate))
-        kernels.append(Kernel("lora_gemm", tensor_flops=2 * lora_params * tok * (passes + 1), efficiency=ph.lora_gemm_eff,
-                              dram_bytes=ph.lora_act_bytes * tok * job.lora_rank * job.layers * ph.lora_modules * passes))
+        lora_params = (
+            job.layers * job.lora_rank * (4 * 2 * job.hidden + 3 * (job.hidden + job.intermediate))
+        )
+        kernels.append(
+            Kernel(
+                "lora_gemm",
+                tensor_flops=2 * lora_params * tok * (passes + 1),
+                efficiency=ph.lora_gemm_eff,
+                dram_bytes=ph.lora_act_bytes
+                * tok
+                * job.lora_rank
+                * job.layers
+                * ph.lora_modules
+                * passes,
+            )
+        )
     kernels += _attention_kernels(job, ph, fwd_passes)
     if job.architecture == "moe" and job.experts:
         frac = job.experts_active / job.experts
         # Each GPU runs its local experts over the tokens routed to them; with EP the local
         # expert set shrinks by ep and the tokens per expert grow by ep.
         local_expert_weights = n_expert / job.ep
-        pairs = tok * job.experts_active * job.layers          # routed (token, expert) pairs, all layers
+        pairs = tok * job.experts_active * job.layers  # routed (token, expert) pairs, all layers
         # Same GEMM class as the dense projections; each expert's rows fill whole tiles but its last.
         rows_per_expert = tok * job.experts_active * job.ep / job.experts
         tile_fill = rows_per_expert / (rows_per_expert + ph.grouped_gemm_tile_m / 2)
@@ -500,46 +718,86 @@ def step_kernels(job: JobSpec, gpu: GPUSpec, physics: Physics = PHYSICS) -> list
         # and each forward folds the factors into every local expert (_LoraFactorsProxy's baddbmm).
         expert_passes = passes if full else passes + 1
         if not full:
-            kernels.append(Kernel("lora_expert_fold",
-                                  tensor_flops=2 * local_expert_weights * job.lora_rank * (fwd_passes + 2),
-                                  efficiency=ph.lora_gemm_eff,
-                                  dram_bytes=local_expert_weights * (ph.lora_fold_fwd_bytes * fwd_passes
-                                                                     + ph.lora_fold_bwd_bytes)))
-        kernels.append(Kernel("expert_gemm", tensor_flops=2 * n_expert * frac * tok * expert_passes,
-                              efficiency=ph.dense_gemm_eff * ph.expert_gemm_rel_eff * tile_fill,
-                              # weights read by the passes that use them; every pass streams its activations
-                              dram_bytes=2 * local_expert_weights * passes + gemm_io * expert_passes / passes))
-        fwd_b, bwd_b = ((ph.route_fwd_bytes_compile, ph.route_bwd_bytes_compile) if job.compile
-                        else (ph.route_fwd_bytes, ph.route_bwd_bytes))
-        per_elem = fwd_b * fwd_passes + bwd_b + (ph.ep_route_bytes * (fwd_passes + 1) if job.ep > 1 else 0.0)
+            kernels.append(
+                Kernel(
+                    "lora_expert_fold",
+                    tensor_flops=2 * local_expert_weights * job.lora_rank * (fwd_passes + 2),
+                    efficiency=ph.lora_gemm_eff,
+                    dram_bytes=local_expert_weights
+                    * (ph.lora_fold_fwd_bytes * fwd_passes + ph.lora_fold_bwd_bytes),
+                )
+            )
+        kernels.append(
+            Kernel(
+                "expert_gemm",
+                tensor_flops=2 * n_expert * frac * tok * expert_passes,
+                efficiency=ph.dense_gemm_eff * ph.expert_gemm_rel_eff * tile_fill,
+                # weights read by the passes that use them; every pass streams its activations
+                dram_bytes=2 * local_expert_weights * passes + gemm_io * expert_passes / passes,
+            )
+        )
+        fwd_b, bwd_b = (
+            (ph.route_fwd_bytes_compile, ph.route_bwd_bytes_compile)
+            if job.compile
+            else (ph.route_fwd_bytes, ph.route_bwd_bytes)
+        )
+        per_elem = (
+            fwd_b * fwd_passes
+            + bwd_b
+            + (ph.ep_route_bytes * (fwd_passes + 1) if job.ep > 1 else 0.0)
+        )
         route_bytes = per_elem * pairs * job.hidden
         kernels.append(Kernel("routing", dram_bytes=route_bytes, issue_bytes=route_bytes))
     # Element-wise, norms, activations, residuals, loss: bytes per hidden element per layer.
     per_elem = (ph.ew_bytes_compile if job.compile else ph.ew_bytes_eager) * (fwd_passes + 2)
-    mlp_width = job.experts_active * job.intermediate if job.architecture == "moe" else job.intermediate
-    ew_bytes = tok * job.layers * (per_elem * job.hidden + ph.ew_mlp_bytes * mlp_width * (fwd_passes + 2))
+    mlp_width = (
+        job.experts_active * job.intermediate if job.architecture == "moe" else job.intermediate
+    )
+    ew_bytes = (
+        tok * job.layers * (per_elem * job.hidden + ph.ew_mlp_bytes * mlp_width * (fwd_passes + 2))
+    )
     ew_bytes += tok * job.vocab * ph.logits_bytes
     kernels.append(Kernel("elementwise", dram_bytes=ew_bytes, issue_bytes=ew_bytes))
     # AdamW over the local shard (fp32 master, m, v, grad read + write, bf16 copy).
     if full:
-        kernels.append(Kernel("optimizer", dram_bytes=ph.adamw_bytes * n_total / job.gpus,
-                              issue_bytes=ph.adamw_issue_bytes * n_total / job.gpus))
+        kernels.append(
+            Kernel(
+                "optimizer",
+                dram_bytes=ph.adamw_bytes * n_total / job.gpus,
+                issue_bytes=ph.adamw_issue_bytes * n_total / job.gpus,
+            )
+        )
     # Collectives (bytes per GPU), clock independent, partly hidden behind compute.
     bw = (gpu.nvlink_gb_s if job.gpus <= 8 else gpu.internode_gb_s) * 1e9
     ring = (job.gpus - 1) / job.gpus
     fsdp_params = n_dense + n_expert / job.ep
     ag_bytes = 2 * fsdp_params * ring * (2 if job.grad_checkpointing or full else 1)
-    rs_bytes = 2 * fsdp_params * ring if full else 4 * job.lora_rank * job.layers * job.hidden * ph.lora_rs_factor
+    rs_bytes = (
+        2 * fsdp_params * ring
+        if full
+        else 4 * job.lora_rank * job.layers * job.hidden * ph.lora_rs_factor
+    )
     a2a_bytes = 0.0
     if job.architecture == "moe" and job.ep > 1:
         # dispatch + combine, bf16, the (ep-1)/ep of the pairs whose expert is on another rank;
         # forward, the checkpointed recompute, and both again as gradients in the backward.
-        a2a_bytes = (2 * 2 * tok * job.experts_active * job.hidden * (job.ep - 1) / job.ep
-                     * job.layers * (fwd_passes + 1))
+        a2a_bytes = (
+            2
+            * 2
+            * tok
+            * job.experts_active
+            * job.hidden
+            * (job.ep - 1)
+            / job.ep
+            * job.layers
+            * (fwd_passes + 1)
+        )
     kernels.append(Kernel("fsdp_comm", comm_s=(ag_bytes + rs_bytes) / bw))
     if a2a_bytes:
         kernels.append(Kernel("a2a_comm", comm_s=a2a_bytes / (gpu.nvlink_gb_s * 1e9)))
-    launches = (ph.launches_compile if job.compile else ph.launches_eager) * job.layers * (fwd_passes + 2)
+    launches = (
+        (ph.launches_compile if job.compile else ph.launches_eager) * job.layers * (fwd_passes + 2)
+    )
     kernels.append(Kernel("host", host_s=ph.host_base_s))
     kernels.append(Kernel("launch", launch_s=launches * ph.launch_s))
     return kernels
@@ -553,6 +811,7 @@ def _overlap(name: str, physics: Physics) -> float:
 @dataclass
 class Operating:
     """Steady state of one GPU at one SM clock."""
+
     sm_clock_mhz: float
     step_s: float
     power_w: float
@@ -563,8 +822,13 @@ class Operating:
     mem_copy_util: float
 
 
-def operating_points(job: JobSpec, gpu: GPUSpec, leakage: float = 1.0,
-                     clocks: np.ndarray | None = None, physics: Physics = PHYSICS) -> dict[str, np.ndarray]:
+def operating_points(
+    job: JobSpec,
+    gpu: GPUSpec,
+    leakage: float = 1.0,
+    clocks: np.ndarray | None = None,
+    physics: Physics = PHYSICS,
+) -> dict[str, np.ndarray]:
     """Step time, average power and activity metrics at every SM clock bin (vectorised)."""
     f = gpu.clock_bins() if clocks is None else np.asarray(clocks, float)
     x = f / gpu.sm_clock_max_mhz
@@ -584,7 +848,11 @@ def operating_points(job: JobSpec, gpu: GPUSpec, leakage: float = 1.0,
         tu = (k.tensor_flops / gpu.tensor_flops_per_s(x)) / t if k.tensor_flops else 0.0
         du = (k.dram_bytes / (gpu.hbm_tb_s * 1e12)) / t if k.dram_bytes else 0.0
         busy = k.sm_activity(gpu, x, ph)
-        p = gpu.idle_w + gpu.mem_dyn_w * du + leakage * sm_dyn_w * x * v2 * (ph.sm_busy_weight * busy + ph.tensor_weight * tu)
+        p = (
+            gpu.idle_w
+            + gpu.mem_dyn_w * du
+            + leakage * sm_dyn_w * x * v2 * (ph.sm_busy_weight * busy + ph.tensor_weight * tu)
+        )
         energy += p * t
         dram += du * t
         sm += ph.sm_active_compute * t
@@ -597,7 +865,12 @@ def operating_points(job: JobSpec, gpu: GPUSpec, leakage: float = 1.0,
             exposed_k = np.maximum(0.0, k.comm_s - _overlap(k.name, ph) * t_compute)
             exposed = exposed + exposed_k
             # NCCL kernels keep a few SMs busy and move data through HBM.
-            p = gpu.idle_w + ph.nccl_extra_w + gpu.mem_dyn_w * ph.nccl_dram + leakage * sm_dyn_w * x * v2 * ph.nccl_sm
+            p = (
+                gpu.idle_w
+                + ph.nccl_extra_w
+                + gpu.mem_dyn_w * ph.nccl_dram
+                + leakage * sm_dyn_w * x * v2 * ph.nccl_sm
+            )
             energy += p * exposed_k
             dram += ph.nccl_dram * exposed_k
             sm += ph.nccl_sm * exposed_k
@@ -608,7 +881,9 @@ def operating_points(job: JobSpec, gpu: GPUSpec, leakage: float = 1.0,
             host_k = k.host_s + np.maximum(0.0, k.launch_s - ph.launch_overlap * t_compute)
             exposed = exposed + host_k
             host_total = host_total + host_k
-            energy += (gpu.idle_w + ph.host_extra_w + leakage * sm_dyn_w * x * v2 * ph.host_sm) * host_k
+            energy += (
+                gpu.idle_w + ph.host_extra_w + leakage * sm_dyn_w * x * v2 * ph.host_sm
+            ) * host_k
     step = t_compute + exposed
     bubble = pipeline_bubble(job)
     if bubble:
@@ -639,6 +914,7 @@ def enforce_cap(points: dict[str, np.ndarray], cap_w: float) -> int:
 @dataclass
 class JobAtCap:
     """Synchronous data-parallel job on n GPUs at one cap: the slowest GPU sets the pace."""
+
     cap_w: float
     step_s: float
     tokens_per_s: float
@@ -649,21 +925,28 @@ class JobAtCap:
         return float(sum(g.power_w for g in self.per_gpu))
 
 
-def job_at_cap(job: JobSpec, gpu: GPUSpec, cap_w: float, leakages: np.ndarray,
-               physics: Physics = PHYSICS) -> JobAtCap:
+def job_at_cap(
+    job: JobSpec, gpu: GPUSpec, cap_w: float, leakages: np.ndarray, physics: Physics = PHYSICS
+) -> JobAtCap:
     """Steady state of the whole job with every GPU capped at ``cap_w``."""
     return job_at_caps(job, gpu, [cap_w], leakages, physics=physics)[0]
 
 
-def job_at_caps(job: JobSpec, gpu: GPUSpec, caps_w: Sequence[float], leakages: np.ndarray,
-                physics: Physics = PHYSICS) -> list[JobAtCap]:
+def job_at_caps(
+    job: JobSpec,
+    gpu: GPUSpec,
+    caps_w: Sequence[float],
+    leakages: np.ndarray,
+    physics: Physics = PHYSICS,
+) -> list[JobAtCap]:
     """``job_at_cap`` at each cap; each GPU's operating points (cap-independent) computed once."""
     curves = [operating_points(job, gpu, leakage=float(leak), physics=physics) for leak in leakages]
     return [_synchronous_step(job, gpu, cap_w, curves, physics) for cap_w in caps_w]
 
 
-def _synchronous_step(job: JobSpec, gpu: GPUSpec, cap_w: float, curves: list[dict[str, np.ndarray]],
-                      physics: Physics) -> JobAtCap:
+def _synchronous_step(
+    job: JobSpec, gpu: GPUSpec, cap_w: float, curves: list[dict[str, np.ndarray]], physics: Physics
+) -> JobAtCap:
     own = [(pts, enforce_cap(pts, cap_w)) for pts in curves]
     step = max(pts["step_s"][i] for pts, i in own)
     per_gpu = []
@@ -672,13 +955,21 @@ def _synchronous_step(job: JobSpec, gpu: GPUSpec, cap_w: float, curves: list[dic
         # A faster GPU idles at the barrier; its average power and activity drop.
         wait_w = gpu.idle_w + physics.barrier_extra_w
         scale = pts["step_s"][i] / step
-        per_gpu.append(Operating(
-            sm_clock_mhz=float(pts["sm_clock_mhz"][i]), step_s=float(step),
-            power_w=float((pts["power_w"][i] * pts["step_s"][i] + wait_w * wait) / step),
-            dram_active=float(pts["dram_active"][i] * scale), sm_active=float(pts["sm_active"][i] * scale),
-            tensor_active=float(pts["tensor_active"][i] * scale), gpu_util=float(pts["gpu_util"][i] * scale + 100 * (1 - scale)),
-            mem_copy_util=float(pts["mem_copy_util"][i] * scale)))
-    return JobAtCap(cap_w=cap_w, step_s=float(step), tokens_per_s=job.tokens_per_step / step, per_gpu=per_gpu)
+        per_gpu.append(
+            Operating(
+                sm_clock_mhz=float(pts["sm_clock_mhz"][i]),
+                step_s=float(step),
+                power_w=float((pts["power_w"][i] * pts["step_s"][i] + wait_w * wait) / step),
+                dram_active=float(pts["dram_active"][i] * scale),
+                sm_active=float(pts["sm_active"][i] * scale),
+                tensor_active=float(pts["tensor_active"][i] * scale),
+                gpu_util=float(pts["gpu_util"][i] * scale + 100 * (1 - scale)),
+                mem_copy_util=float(pts["mem_copy_util"][i] * scale),
+            )
+        )
+    return JobAtCap(
+        cap_w=cap_w, step_s=float(step), tokens_per_s=job.tokens_per_step / step, per_gpu=per_gpu
+    )
 
 
 def gpu_leakages(seed: int, n: int, physics: Physics = PHYSICS) -> np.ndarray:
@@ -697,25 +988,48 @@ def memory_footprint_gib(job: JobSpec, gpu: GPUSpec, physics: Physics = PHYSICS)
     if job.grad_checkpointing:
         acts = job.tokens_per_gpu * job.hidden * job.layers * physics.act_bytes_ckpt
     else:
-        acts = job.layers * layer_activation_bytes(_plan_facts(job), job.task, job.seq_len, job.batch,
-                                                   job.attention, job.ep)
-    return float(min(gpu.hbm_gib * physics.hbm_usable, (states + acts) / GIB + physics.framework_gib))
+        acts = job.layers * layer_activation_bytes(
+            _plan_facts(job), job.task, job.seq_len, job.batch, job.attention, job.ep
+        )
+    return float(
+        min(gpu.hbm_gib * physics.hbm_usable, (states + acts) / GIB + physics.framework_gib)
+    )
 
 
 def _plan_facts(job: JobSpec) -> dict[str, Any]:
     """The catalogue facts ``runs.plan`` reads for a layer's activation bytes."""
-    return {"hf_model_type": job.family, "hidden": job.hidden, "heads": job.heads, "layers": job.layers,
-            "vocab": job.vocab, "total_params_b": job.total_params_b, "expert_params_b": job.expert_params_b}
+    return {
+        "hf_model_type": job.family,
+        "hidden": job.hidden,
+        "heads": job.heads,
+        "layers": job.layers,
+        "vocab": job.vocab,
+        "total_params_b": job.total_params_b,
+        "expert_params_b": job.expert_params_b,
+    }
 
 
-def power_model_clock_for_cap(gpu: GPUSpec, cap_w: float, tensor_util: float | None = None,
-                              dram_util: float | None = None, physics: Physics = PHYSICS) -> float:
+def power_model_clock_for_cap(
+    gpu: GPUSpec,
+    cap_w: float,
+    tensor_util: float | None = None,
+    dram_util: float | None = None,
+    physics: Physics = PHYSICS,
+) -> float:
     """SM clock the model enforces for the calibration kernel (checks the H100 table fit)."""
     ph = physics
     tu = ph.calib_tensor_util if tensor_util is None else tensor_util
     du = ph.calib_dram_util if dram_util is None else dram_util
     f = gpu.clock_bins()
     x = f / gpu.sm_clock_max_mhz
-    p = gpu.idle_w + gpu.mem_dyn_w * du + ph.sm_dyn_w * ph.sm_dyn_scale * x * voltage(x, ph) ** 2 * (ph.sm_busy_weight + ph.tensor_weight * tu)
+    p = (
+        gpu.idle_w
+        + gpu.mem_dyn_w * du
+        + ph.sm_dyn_w
+        * ph.sm_dyn_scale
+        * x
+        * voltage(x, ph) ** 2
+        * (ph.sm_busy_weight + ph.tensor_weight * tu)
+    )
     fits = np.nonzero(p <= cap_w)[0]
     return float(f[fits[-1]]) if fits.size else float(f[0])

@@ -32,30 +32,51 @@ class RunOptions:
     state_dir: str | None = None
     nproc_per_node: int = 1
     nnodes: int = 1
-    nccl: dict[str, str] | None = None     # NCCL's environment for every torchrun (nccl_env)
-    telemetry: str = _CUDA["telemetry"]    # nvml | dcgm | auto (wattflex.runs.devices.dcgm)
+    nccl: dict[str, str] | None = None  # NCCL's environment for every torchrun (nccl_env)
+    telemetry: str = _CUDA["telemetry"]  # nvml | dcgm | auto (wattflex.runs.devices.dcgm)
     dcgm: dcgm_source.DcgmSettings | None = None
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> RunOptions:
         cuda, run, group = spec.get("cuda", {}), spec.get("run", {}), spec.get("group", {})
         device = str(cuda.get("device", _CUDA["device"]))
-        nproc = int(cuda.get("nproc_per_node") or (min(int(group.get("gpus", 1)), GPUS_PER_NODE) if device == "cuda" else 1))
+        nproc = int(
+            cuda.get("nproc_per_node")
+            or (min(int(group.get("gpus", 1)), GPUS_PER_NODE) if device == "cuda" else 1)
+        )
         nnodes = cuda.get("nnodes")
         if nnodes is None:
-            nnodes = max(1, math.ceil(int(group.get("gpus", nproc)) / nproc)) if device == "cuda" else 1
-        opts = cls(device=device, cap_control=str(cuda.get("cap_control", _CUDA["cap_control"])),
-                   cap_command=cuda.get("cap_command"), sampler=bool(cuda.get("sampler", _CUDA["sampler"])),
-                   sampler_period_s=float(cuda.get("sampler_period_s") or run.get("sample_period_s") or _RUN["sample_period_s"]),
-                   gpm=bool(cuda.get("gpm", _CUDA["gpm"])), host_power=bool(cuda.get("host_power", True)),
-                   state_dir=cuda.get("state_dir"), nproc_per_node=nproc, nnodes=int(nnodes),
-                   nccl=nccl_env(cuda.get("nccl")), telemetry=str(cuda.get("telemetry", _CUDA["telemetry"])),
-                   dcgm=dcgm_source.DcgmSettings.from_spec(cuda.get("dcgm")))
+            nnodes = (
+                max(1, math.ceil(int(group.get("gpus", nproc)) / nproc)) if device == "cuda" else 1
+            )
+        opts = cls(
+            device=device,
+            cap_control=str(cuda.get("cap_control", _CUDA["cap_control"])),
+            cap_command=cuda.get("cap_command"),
+            sampler=bool(cuda.get("sampler", _CUDA["sampler"])),
+            sampler_period_s=float(
+                cuda.get("sampler_period_s")
+                or run.get("sample_period_s")
+                or _RUN["sample_period_s"]
+            ),
+            gpm=bool(cuda.get("gpm", _CUDA["gpm"])),
+            host_power=bool(cuda.get("host_power", True)),
+            state_dir=cuda.get("state_dir"),
+            nproc_per_node=nproc,
+            nnodes=int(nnodes),
+            nccl=nccl_env(cuda.get("nccl")),
+            telemetry=str(cuda.get("telemetry", _CUDA["telemetry"])),
+            dcgm=dcgm_source.DcgmSettings.from_spec(cuda.get("dcgm")),
+        )
         if opts.telemetry not in dcgm_source.TELEMETRY_MODES:
-            raise ValueError(f"cuda.telemetry {opts.telemetry!r}: expected one of {', '.join(dcgm_source.TELEMETRY_MODES)}")
+            raise ValueError(
+                f"cuda.telemetry {opts.telemetry!r}: expected one of {', '.join(dcgm_source.TELEMETRY_MODES)}"
+            )
         if opts.cap_control not in caps.MODES:
-            raise ValueError(f"cuda.cap_control {opts.cap_control!r}: expected one of {', '.join(caps.MODES)}")
-        caps.limit_setter(opts.cap_control, opts.cap_command)      # validates the command template
+            raise ValueError(
+                f"cuda.cap_control {opts.cap_control!r}: expected one of {', '.join(caps.MODES)}"
+            )
+        caps.limit_setter(opts.cap_control, opts.cap_command)  # validates the command template
         return opts
 
     @property

@@ -68,15 +68,22 @@ class ActivationFactors:
 
 
 ACTIVATION_FACTORS = {
-    ("llama", "pt"): ActivationFactors(48.5), ("llama", "lora"): ActivationFactors(71.6),
-    ("mistral", "pt"): ActivationFactors(71.2), ("mistral", "lora"): ActivationFactors(99.4),
-    ("qwen3", "pt"): ActivationFactors(74.1), ("qwen3", "lora"): ActivationFactors(99.1),
-    ("qwen3_moe", "pt"): ActivationFactors(95.0), ("qwen3_moe", "lora"): ActivationFactors(102.8, None, 2.0),
-    ("gemma4_text", "pt"): ActivationFactors(173.3), ("gemma4_text", "lora"): ActivationFactors(153.6, None, 2.0),
-    ("deepseek_v2", "pt"): ActivationFactors(108.2), ("deepseek_v2", "lora"): ActivationFactors(103.7, None, 2.0),
-    ("gpt_oss", "pt"): ActivationFactors(103.7), ("gpt_oss", "lora"): ActivationFactors(106.7, 2.0, 2.0),
+    ("llama", "pt"): ActivationFactors(48.5),
+    ("llama", "lora"): ActivationFactors(71.6),
+    ("mistral", "pt"): ActivationFactors(71.2),
+    ("mistral", "lora"): ActivationFactors(99.4),
+    ("qwen3", "pt"): ActivationFactors(74.1),
+    ("qwen3", "lora"): ActivationFactors(99.1),
+    ("qwen3_moe", "pt"): ActivationFactors(95.0),
+    ("qwen3_moe", "lora"): ActivationFactors(102.8, None, 2.0),
+    ("gemma4_text", "pt"): ActivationFactors(173.3),
+    ("gemma4_text", "lora"): ActivationFactors(153.6, None, 2.0),
+    ("deepseek_v2", "pt"): ActivationFactors(108.2),
+    ("deepseek_v2", "lora"): ActivationFactors(103.7, None, 2.0),
+    ("gpt_oss", "pt"): ActivationFactors(103.7),
+    ("gpt_oss", "lora"): ActivationFactors(106.7, 2.0, 2.0),
 }
-ATTN_SCORE_BYTES = 5.0      # Korthikanti's s^2 term, where a family's eager scores were not measured
+ATTN_SCORE_BYTES = 5.0  # Korthikanti's s^2 term, where a family's eager scores were not measured
 # The factors above are bf16 layers'; an fp32 layer (precision fp32, every CPU run) saves more, but
 # not twice as much: what bf16 already saved in fp32 (LoRA's upcast inputs to its fp32 adapters,
 # the fp32 softmax statistics) does not grow. fp32 over bf16 bytes saved per layer, measured with
@@ -97,7 +104,7 @@ LOGIT_BYTES = 12.0
 # computes and recomputes the logits of one chunk of tokens at a time under checkpointing:
 # the same 12 B per logit, of one chunk (at most the GPU's seq_len x batch tokens) at once.
 # Expert-parallel runs (ep > 1) keep transformers' whole-sequence loss (training.loss.chunked_applies).
-LOSS_CHUNK_TOKENS = section_defaults("cuda")["loss_chunk_tokens"]   # the schema's, TrainConfig's too
+LOSS_CHUNK_TOKENS = section_defaults("cuda")["loss_chunk_tokens"]  # the schema's, TrainConfig's too
 # FSDP2 all-gathers a unit into one flat buffer, then copies it out into the unit's own
 # parameters (torch 2.13 _fsdp_collectives.foreach_all_gather_copy_out). In forward that buffer
 # is kept until the next unit's copy-out, to overlap the copy with the next all-gather
@@ -113,18 +120,18 @@ FRAMEWORK_GIB = 6.0
 # Fraction of a GPU's memory the caching allocator can hand out (fragmentation): assumed,
 # the emulator's hbm_usable (wattflex.runs.emulator.Physics) is this.
 HBM_USABLE = 0.95
-EMBEDDING_UNITS = "own"    # training.sharded.fsdp_units: the embedding and the lm_head each a unit
+EMBEDDING_UNITS = "own"  # training.sharded.fsdp_units: the embedding and the lm_head each a unit
 # torch's foreach AdamW (the harness's torch.optim.AdamW, foreach by default on CUDA; torch 2.13
 # torch/optim/adam.py _multi_tensor_adam) allocates exp_avg_sq_sqrt = torch._foreach_sqrt(
 # exp_avg_sqs): one copy of the second moment of every trainable parameter in a device/dtype
 # group, i.e. of the rank's whole shard, in the states' dtype (half the optimizer bytes per
 # param). It lives in the step, after backward: activations freed, units resharded.
-OPTIMIZER_TEMP_STATES = 0.5     # of the two AdamW states' bytes
+OPTIMIZER_TEMP_STATES = 0.5  # of the two AdamW states' bytes
 
 # bytes per parameter: (sharded weight, sharded gradient, optimizer states, gathered, unsharded grad)
 PT_LAYOUT = {"bf16-mixed": (4, 4, 8, 2, 2 + 4), "bf16": (2, 2, 4, 2, 2), "fp32": (4, 4, 8, 4, 4)}
 LORA_BASE_BYTES = {"bf16-mixed": 2, "bf16": 2, "fp32": 4}
-ADAPTER_BYTES = 16          # fp32 adapter + fp32 gradient + 2 fp32 AdamW states
+ADAPTER_BYTES = 16  # fp32 adapter + fp32 gradient + 2 fp32 AdamW states
 PRECISIONS = tuple(PT_LAYOUT)
 
 # ---- host memory ------------------------------------------------------------------------
@@ -164,22 +171,35 @@ FIRST_STEP_S = {False: 60.0, True: 180.0}
 # Host memory per node (GB) where cuda.host_mem_gb is not set: the SLURM profile's run_at_cap
 # mem_mb (profiles/slurm/config.yaml, its one home), in GB.
 HOST_MEM_GB = read_yaml(SLURM_PROFILE)["set-resources"]["run_at_cap"]["mem_mb"] / 1000
-RANKS_PER_NODE = GPUS_PER_NODE   # the harness's default torchrun layout (real_run.RunOptions)
+RANKS_PER_NODE = GPUS_PER_NODE  # the harness's default torchrun layout (real_run.RunOptions)
 # What the plan reads of a group (the rule's params: nothing else of a group reruns it).
-GROUP_KEYS = ("id", "model", "task", "gpus", "gpu", "seq_len", "batch", "ep", "compile", "grad_checkpointing",
-              "lora_rank", "precision")
+GROUP_KEYS = (
+    "id",
+    "model",
+    "task",
+    "gpus",
+    "gpu",
+    "seq_len",
+    "batch",
+    "ep",
+    "compile",
+    "grad_checkpointing",
+    "lora_rank",
+    "precision",
+)
 
 
 @dataclass(frozen=True)
 class Shape:
     """A catalogue model's parameter counts (all layers alike; embedding and lm_head one weight
     where ``tie_word_embeddings``, as Gemma's, else two)."""
+
     params: float
-    embedding: float            # one of embedding / lm_head: vocab x hidden
-    layer_dense: float          # per decoder layer, routed experts excluded
-    layer_expert: float         # per decoder layer, routed experts
-    adapters: float             # LoRA adapter params at the group's rank (0 for pt)
-    tied: bool = False          # lm_head is the embedding's weight (both in the FSDP root)
+    embedding: float  # one of embedding / lm_head: vocab x hidden
+    layer_dense: float  # per decoder layer, routed experts excluded
+    layer_expert: float  # per decoder layer, routed experts
+    adapters: float  # LoRA adapter params at the group's rank (0 for pt)
+    tied: bool = False  # lm_head is the embedding's weight (both in the FSDP root)
 
 
 def shape(facts: dict[str, Any], lora_rank: int = 0) -> Shape:
@@ -188,8 +208,14 @@ def shape(facts: dict[str, Any], lora_rank: int = 0) -> Shape:
     emb = float(facts["vocab"]) * h
     expert = float(facts.get("expert_params_b", 0.0) or 0.0) * 1e9
     tied = bool(facts.get("tie_word_embeddings", False))
-    return Shape(params=total, embedding=emb, layer_dense=(total - expert - (1 if tied else 2) * emb) / layers,
-                 layer_expert=expert / layers, adapters=lora_params(facts, lora_rank), tied=tied)
+    return Shape(
+        params=total,
+        embedding=emb,
+        layer_dense=(total - expert - (1 if tied else 2) * emb) / layers,
+        layer_expert=expert / layers,
+        adapters=lora_params(facts, lora_rank),
+        tied=tied,
+    )
 
 
 def lora_params(facts: dict[str, Any], rank: int) -> float:
@@ -201,12 +227,15 @@ def lora_params(facts: dict[str, Any], rank: int) -> float:
     if rank <= 0:
         return 0.0
     h, layers = int(facts["hidden"]), int(facts["layers"])
-    attention = sum(k.count * ((h + k.q_width) + (2 if k.has_v_proj else 1) * (h + k.kv_width) + (k.q_width + h))
-                    for k in attention_layers(facts))
+    attention = sum(
+        k.count
+        * ((h + k.q_width) + (2 if k.has_v_proj else 1) * (h + k.kv_width) + (k.q_width + h))
+        for k in attention_layers(facts)
+    )
     inter = int(facts["intermediate"])
     experts = int(facts.get("experts", 0) or 0)
     if experts:
-        per_layer = experts * ((h + 2 * inter) + (inter + h))      # gate_up_proj, down_proj
+        per_layer = experts * ((h + 2 * inter) + (inter + h))  # gate_up_proj, down_proj
         if facts.get("dense_intermediate"):
             per_layer += 3 * (h + int(facts["dense_intermediate"]))
     else:
@@ -224,24 +253,45 @@ def activation_factors(family: str, task: str) -> ActivationFactors:
     if (family, task) in ACTIVATION_FACTORS:
         return ACTIVATION_FACTORS[(family, task)]
     known = [f for (_, t), f in ACTIVATION_FACTORS.items() if t == task]
-    return ActivationFactors(max(f.factor for f in known), None, max(f.expert_weight for f in known))
+    return ActivationFactors(
+        max(f.factor for f in known), None, max(f.expert_weight for f in known)
+    )
 
 
-def layer_activation_bytes(facts: dict[str, Any], task: str, seq_len: int, batch: int, attention: str,
-                           ep: int = 1, precision: str = "bf16-mixed") -> float:
+def layer_activation_bytes(
+    facts: dict[str, Any],
+    task: str,
+    seq_len: int,
+    batch: int,
+    attention: str,
+    ep: int = 1,
+    precision: str = "bf16-mixed",
+) -> float:
     """Bytes one decoder layer saves for backward on this GPU (its ep-slice of the experts), its
     compute in bf16 (bf16-mixed, bf16) or fp32 (``FP32_ACTIVATION_SCALE``)."""
     s, b, h, a = seq_len, batch, int(facts["hidden"]), int(facts["heads"])
     f = activation_factors(str(facts.get("hf_model_type", "")), task)
-    score = (ATTN_SCORE_BYTES if f.score is None else f.score) * a * s * s * b if attention == "eager" else 0.0
+    score = (
+        (ATTN_SCORE_BYTES if f.score is None else f.score) * a * s * s * b
+        if attention == "eager"
+        else 0.0
+    )
     expert = f.expert_weight * shape(facts).layer_expert / max(ep, 1)
     scale = FP32_ACTIVATION_SCALE[task] if precision == "fp32" else 1.0
     return (s * b * h * f.factor + score + expert) * scale
 
 
-def activation_bytes(facts: dict[str, Any], seq_len: int, batch: int, grad_checkpointing: bool,
-                     attention: str, loss_chunk_tokens: int = LOSS_CHUNK_TOKENS, task: str = "pt",
-                     ep: int = 1, precision: str = "bf16-mixed") -> dict[str, float]:
+def activation_bytes(
+    facts: dict[str, Any],
+    seq_len: int,
+    batch: int,
+    grad_checkpointing: bool,
+    attention: str,
+    loss_chunk_tokens: int = LOSS_CHUNK_TOKENS,
+    task: str = "pt",
+    ep: int = 1,
+    precision: str = "bf16-mixed",
+) -> dict[str, float]:
     """Per GPU: ``layers`` (live through the whole step: every layer's activations, or their
     checkpointed inputs), ``working`` (one recomputed layer's, checkpointing only) and
     ``logits`` (the loss's peak). The step's peak is layers + max(working, logits): the loss
@@ -256,9 +306,20 @@ def activation_bytes(facts: dict[str, Any], seq_len: int, batch: int, grad_check
     return {"layers": per_layer * L, "working": 0.0, "logits": logits}
 
 
-def gpu_bytes(facts: dict[str, Any], task: str, gpus: int, ep: int, precision: str, seq_len: int, batch: int,
-              grad_checkpointing: bool, lora_rank: int, attention: str,
-              embedding_units: str = EMBEDDING_UNITS, loss_chunk_tokens: int = LOSS_CHUNK_TOKENS) -> dict[str, float]:
+def gpu_bytes(
+    facts: dict[str, Any],
+    task: str,
+    gpus: int,
+    ep: int,
+    precision: str,
+    seq_len: int,
+    batch: int,
+    grad_checkpointing: bool,
+    lora_rank: int,
+    attention: str,
+    embedding_units: str = EMBEDDING_UNITS,
+    loss_chunk_tokens: int = LOSS_CHUNK_TOKENS,
+) -> dict[str, float]:
     """Bytes per GPU by part (``states``: sharded weights + gradients + AdamW; ``gathered``:
     FSDP units unsharded at once; activations; ``optimizer_step``: AdamW's temporary, live
     without the two before it; ``framework``), and their ``total`` (the larger of the
@@ -270,40 +331,76 @@ def gpu_bytes(facts: dict[str, Any], task: str, gpus: int, ep: int, precision: s
         w, g, o, gathered_b, grad_b = PT_LAYOUT[precision]
         states = sh.params * (w + g + o) / gpus
     else:
-        gathered_b, grad_b = LORA_BASE_BYTES[precision], 0      # frozen base: no base gradients
+        gathered_b, grad_b = LORA_BASE_BYTES[precision], 0  # frozen base: no base gradients
         states = sh.params * LORA_BASE_BYTES[precision] / gpus + sh.adapters * ADAPTER_BYTES / gpus
-    trainable = sh.params * PT_LAYOUT[precision][2] if task == "pt" else sh.adapters * ADAPTER_BYTES / 2
+    trainable = (
+        sh.params * PT_LAYOUT[precision][2] if task == "pt" else sh.adapters * ADAPTER_BYTES / 2
+    )
     optimizer_step = trainable * OPTIMIZER_TEMP_STATES / gpus
     gathered = 0.0
     if gpus > 1:
         # A rank gathers its ep-slice of a layer's experts (all of them over the efsdp ranks).
         layer = sh.layer_dense + sh.layer_expert / max(ep, 1)
-        if embedding_units == "root" or sh.tied:   # root never resharded: embedding + lm_head live all step
-            copies = 1 if sh.tied else 2            # tied: one weight, in the root (training.sharded.fsdp_units)
-            gathered = (copies * sh.embedding * (gathered_b + grad_b) + UNITS_AT_COPY_OUT * layer * gathered_b
-                        + layer * grad_b)
-        else:   # the largest unit's copy-out (its parameters and buffer) after a layer's
+        if (
+            embedding_units == "root" or sh.tied
+        ):  # root never resharded: embedding + lm_head live all step
+            copies = (
+                1 if sh.tied else 2
+            )  # tied: one weight, in the root (training.sharded.fsdp_units)
+            gathered = (
+                copies * sh.embedding * (gathered_b + grad_b)
+                + UNITS_AT_COPY_OUT * layer * gathered_b
+                + layer * grad_b
+            )
+        else:  # the largest unit's copy-out (its parameters and buffer) after a layer's
             big = max(layer, sh.embedding)
             gathered = (2 * big + layer) * gathered_b + big * grad_b
-    act = activation_bytes(facts, seq_len, batch, grad_checkpointing, attention, loss_chunk_tokens, task, ep,
-                           precision)
+    act = activation_bytes(
+        facts, seq_len, batch, grad_checkpointing, attention, loss_chunk_tokens, task, ep, precision
+    )
     activations = act["layers"] + max(act["working"], act["logits"])
     framework = FRAMEWORK_GIB * GIB
-    return {"states": states, "gathered": gathered, "activations": activations, "logits": act["logits"],
-            "optimizer_step": optimizer_step, "framework": framework,
-            "total": states + max(gathered + activations, optimizer_step) + framework}
+    return {
+        "states": states,
+        "gathered": gathered,
+        "activations": activations,
+        "logits": act["logits"],
+        "optimizer_step": optimizer_step,
+        "framework": framework,
+        "total": states + max(gathered + activations, optimizer_step) + framework,
+    }
 
 
-def cpu_rank_bytes(facts: dict[str, Any], task: str, ranks: int, seq_len: int, batch: int, lora_rank: int = _GROUP["lora_rank"],
-                   grad_checkpointing: bool = False, attention: str = "sdpa", precision: str = "fp32",
-                   loss_chunk_tokens: int = LOSS_CHUNK_TOKENS) -> dict[str, float]:
+def cpu_rank_bytes(
+    facts: dict[str, Any],
+    task: str,
+    ranks: int,
+    seq_len: int,
+    batch: int,
+    lora_rank: int = _GROUP["lora_rank"],
+    grad_checkpointing: bool = False,
+    attention: str = "sdpa",
+    precision: str = "fp32",
+    loss_chunk_tokens: int = LOSS_CHUNK_TOKENS,
+) -> dict[str, float]:
     """Host bytes of one rank of a CPU run (cuda.device: cpu, cuda.parallel: fsdp: FSDP2 over
     ``ranks`` gloo ranks) during its steps: ``gpu_bytes``' parts, the rank's memory being the
     host's, with ``CPU_PROCESS_GB`` for the process in place of the CUDA framework; ``total`` is
     the steps' peak RSS per rank the plan expects (training.loop records the measured one as
     ``peak_rss_bytes_per_rank[*].steps`` in run.json)."""
-    parts = gpu_bytes(facts, task, ranks, 1, precision, seq_len, batch, grad_checkpointing, lora_rank, attention,
-                      loss_chunk_tokens=loss_chunk_tokens)
+    parts = gpu_bytes(
+        facts,
+        task,
+        ranks,
+        1,
+        precision,
+        seq_len,
+        batch,
+        grad_checkpointing,
+        lora_rank,
+        attention,
+        loss_chunk_tokens=loss_chunk_tokens,
+    )
     process = CPU_PROCESS_GB * GB
     return {**parts, "framework": process, "total": parts["total"] - parts["framework"] + process}
 
@@ -321,8 +418,15 @@ def load_bytes_per_param(task: str, precision: str) -> int:
     return 2 if precision == "bf16" or (precision == "bf16-mixed" and task == "lora") else 4
 
 
-def host_gb_per_node(params: float, task: str, precision: str, gpus: int, ranks_per_node: int,
-                     path: str, staging_bytes: float = 0.0) -> float:
+def host_gb_per_node(
+    params: float,
+    task: str,
+    precision: str,
+    gpus: int,
+    ranks_per_node: int,
+    path: str,
+    staging_bytes: float = 0.0,
+) -> float:
     """Host RAM of the busiest node (GB): its ranks' processes plus the larger of the weights
     they hold while loading and ``staging_bytes`` (the whole checkpoint of the job: an
     asynchronous DCP save first copies each rank's shard of it to host memory)."""
@@ -330,7 +434,7 @@ def host_gb_per_node(params: float, task: str, precision: str, gpus: int, ranks_
     staging = ranks_per_node * staging_bytes / gpus / GB
     if path == "meta":
         weights = 0.0
-    elif path == "rank0-broadcast":    # rank 0 loads the whole model in the training dtype
+    elif path == "rank0-broadcast":  # rank 0 loads the whole model in the training dtype
         weights = params * load_bytes_per_param(task, precision) / GB
     elif path == "per-rank":
         weights = ranks_per_node * params * CHECKPOINT_DTYPE_BYTES / gpus / GB
@@ -347,7 +451,7 @@ def build_s(params: float, gpus: int, nodes: int, path: str, fs_gb_s: float) -> 
         return params / gpus / META_INIT_PARAMS_PER_S
     if path == "whole":
         return params / WHOLE_INIT_PARAMS_PER_S
-    if path == "rank0-broadcast":     # one node reads everything; the broadcast is NVLink/IB-fast
+    if path == "rank0-broadcast":  # one node reads everything; the broadcast is NVLink/IB-fast
         return params * CHECKPOINT_DTYPE_BYTES / GB / fs_gb_s
     return params * CHECKPOINT_DTYPE_BYTES / GB / (fs_gb_s * nodes)
 
@@ -379,7 +483,7 @@ class GroupPlan:
     states_gib: float
     gathered_gib: float
     activations_gib: float
-    logits_gib: float           # the loss's part of activations_gib (peak: it and one recomputed layer)
+    logits_gib: float  # the loss's part of activations_gib (peak: it and one recomputed layer)
     framework_gib: float
     gpu_need_gib: float
     gpu_avail_gib: float
@@ -387,7 +491,7 @@ class GroupPlan:
     host_need_gb: float
     host_avail_gb: float
     host_whole_build_gb: float
-    cpu_rank_gb: float          # host GB per rank if the group runs on CPU ranks (cpu_rank_bytes)
+    cpu_rank_gb: float  # host GB per rank if the group runs on CPU ranks (cpu_rank_bytes)
     build_s: float
     first_step_s: float
     startup_s: float
@@ -400,22 +504,40 @@ class GroupPlan:
         return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
-def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | None = None,
-               checkpoint_at_s: float | None = 1200.0) -> GroupPlan:
+def plan_group(
+    g: dict[str, Any],
+    facts: dict[str, Any],
+    cuda: dict[str, Any] | None = None,
+    checkpoint_at_s: float | None = 1200.0,
+) -> GroupPlan:
     """The plan of one resolved group (``wattflex.config.groups``) of catalogue model ``facts``
     (``checkpoint_at_s``: run.checkpoint_at_s; None: no checkpoint)."""
     cuda = cuda or {}
     task, gpus = g["task"], int(g["gpus"])
     # as TrainConfig.dtype_policy: the group's, the campaign's, else bf16-mixed on cuda, fp32 on cpu
-    precision = g.get("precision") or cuda.get("precision") or ("fp32" if cuda.get("device") == "cpu" else "bf16-mixed")
+    precision = (
+        g.get("precision")
+        or cuda.get("precision")
+        or ("fp32" if cuda.get("device") == "cpu" else "bf16-mixed")
+    )
     ep = int(g.get("ep", _GROUP["ep"])) if facts.get("experts") and task == "pt" else 1
     ckpt = bool(g.get("grad_checkpointing", _GROUP["grad_checkpointing"]))
     attention = attention_of(facts, task, cuda.get("attn_implementation"))
     # defaults: the schema's, as TrainConfig.from_spec (a group from the library API need not set them)
     seq_len, batch = int(g.get("seq_len", _GROUP["seq_len"])), int(g.get("batch", _GROUP["batch"]))
-    parts = gpu_bytes(facts, task, gpus, ep, precision, seq_len, batch, ckpt,
-                      int(g.get("lora_rank", _GROUP["lora_rank"])), attention,
-                      loss_chunk_tokens=0 if ep > 1 else int(cuda.get("loss_chunk_tokens", LOSS_CHUNK_TOKENS)))
+    parts = gpu_bytes(
+        facts,
+        task,
+        gpus,
+        ep,
+        precision,
+        seq_len,
+        batch,
+        ckpt,
+        int(g.get("lora_rank", _GROUP["lora_rank"])),
+        attention,
+        loss_chunk_tokens=0 if ep > 1 else int(cuda.get("loss_chunk_tokens", LOSS_CHUNK_TOKENS)),
+    )
     spec = gpu_spec(g.get("gpu", DEFAULT_GPU))
     avail = spec.hbm_gib * HBM_USABLE
     need = parts["total"] / GIB
@@ -426,7 +548,12 @@ def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | 
     sh = shape(facts, int(g.get("lora_rank", _GROUP["lora_rank"])) if task == "lora" else 0)
     ck_bytes = checkpoint_bytes(sh.params, sh.adapters, task, precision)
     # training.loop: DCP async_save (cuda.checkpoint_async, default on) stages in host memory
-    staging = ck_bytes if cuda.get("checkpoint_async", section_defaults("cuda")["checkpoint_async"]) and checkpoint_at_s is not None else 0.0
+    staging = (
+        ck_bytes
+        if cuda.get("checkpoint_async", section_defaults("cuda")["checkpoint_async"])
+        and checkpoint_at_s is not None
+        else 0.0
+    )
     host = host_gb_per_node(sh.params, task, precision, gpus, ranks_per_node, path, staging)
     host_avail = float(cuda.get("host_mem_gb") or HOST_MEM_GB)
     fs = float(cuda.get("fs_gb_s") or FS_GB_S)
@@ -434,32 +561,75 @@ def plan_group(g: dict[str, Any], facts: dict[str, Any], cuda: dict[str, Any] | 
     first = FIRST_STEP_S[bool(g.get("compile", _GROUP["compile"]))]
     short = []
     if need > avail:
-        short.append(f"GPU memory: needs {need:.1f} GiB per {spec.name}, {avail:.1f} GiB usable "
-                     f"({need - avail:.1f} GiB over: states {parts['states'] / GIB:.1f} at precision {precision}, "
-                     f"gathered units {parts['gathered'] / GIB:.1f}, activations {parts['activations'] / GIB:.1f} "
-                     f"(loss logits {parts['logits'] / GIB:.1f}; grad_checkpointing {ckpt}), "
-                     f"or in the optimizer step its temporary {parts['optimizer_step'] / GIB:.1f}, "
-                     f"framework {parts['framework'] / GIB:.1f})")
+        short.append(
+            f"GPU memory: needs {need:.1f} GiB per {spec.name}, {avail:.1f} GiB usable "
+            f"({need - avail:.1f} GiB over: states {parts['states'] / GIB:.1f} at precision {precision}, "
+            f"gathered units {parts['gathered'] / GIB:.1f}, activations {parts['activations'] / GIB:.1f} "
+            f"(loss logits {parts['logits'] / GIB:.1f}; grad_checkpointing {ckpt}), "
+            f"or in the optimizer step its temporary {parts['optimizer_step'] / GIB:.1f}, "
+            f"framework {parts['framework'] / GIB:.1f})"
+        )
     if host > host_avail:
-        short.append(f"host memory: needs {host:.0f} GB on a node ({path} weights, checkpoint staging "
-                     f"{ranks_per_node * staging / gpus / GB:.0f} GB), {host_avail:.0f} GB available "
-                     f"(cuda.host_mem_gb; {host - host_avail:.0f} GB over)")
+        short.append(
+            f"host memory: needs {host:.0f} GB on a node ({path} weights, checkpoint staging "
+            f"{ranks_per_node * staging / gpus / GB:.0f} GB), {host_avail:.0f} GB available "
+            f"(cuda.host_mem_gb; {host - host_avail:.0f} GB over)"
+        )
     return GroupPlan(
-        group=g["id"], model=g["model"], task=task, gpu=spec.name, gpus=gpus, nodes=nodes, ep=ep,
-        seq_len=seq_len, batch=batch, precision=precision, grad_checkpointing=ckpt,
-        attention=attention, states_gib=parts["states"] / GIB, gathered_gib=parts["gathered"] / GIB,
-        activations_gib=parts["activations"] / GIB, logits_gib=parts["logits"] / GIB,
+        group=g["id"],
+        model=g["model"],
+        task=task,
+        gpu=spec.name,
+        gpus=gpus,
+        nodes=nodes,
+        ep=ep,
+        seq_len=seq_len,
+        batch=batch,
+        precision=precision,
+        grad_checkpointing=ckpt,
+        attention=attention,
+        states_gib=parts["states"] / GIB,
+        gathered_gib=parts["gathered"] / GIB,
+        activations_gib=parts["activations"] / GIB,
+        logits_gib=parts["logits"] / GIB,
         framework_gib=parts["framework"] / GIB,
-        gpu_need_gib=need, gpu_avail_gib=avail, weights_path=path, host_need_gb=host, host_avail_gb=host_avail,
-        host_whole_build_gb=host_gb_per_node(sh.params, task, precision, gpus, ranks_per_node, "whole"),
-        cpu_rank_gb=cpu_rank_bytes(facts, task, gpus, seq_len, batch, int(g.get("lora_rank", _GROUP["lora_rank"])), ckpt, attention,
-                                   precision, 0 if ep > 1 else int(cuda.get("loss_chunk_tokens", LOSS_CHUNK_TOKENS)))["total"] / GB,
-        build_s=b_s, first_step_s=first, startup_s=b_s + first, checkpoint_gb=ck_bytes / GB,
-        checkpoint_write_s=ck_bytes / GB / (fs * nodes), fits=not short, reason="; ".join(short) or "fits")
+        gpu_need_gib=need,
+        gpu_avail_gib=avail,
+        weights_path=path,
+        host_need_gb=host,
+        host_avail_gb=host_avail,
+        host_whole_build_gb=host_gb_per_node(
+            sh.params, task, precision, gpus, ranks_per_node, "whole"
+        ),
+        cpu_rank_gb=cpu_rank_bytes(
+            facts,
+            task,
+            gpus,
+            seq_len,
+            batch,
+            int(g.get("lora_rank", _GROUP["lora_rank"])),
+            ckpt,
+            attention,
+            precision,
+            0 if ep > 1 else int(cuda.get("loss_chunk_tokens", LOSS_CHUNK_TOKENS)),
+        )["total"]
+        / GB,
+        build_s=b_s,
+        first_step_s=first,
+        startup_s=b_s + first,
+        checkpoint_gb=ck_bytes / GB,
+        checkpoint_write_s=ck_bytes / GB / (fs * nodes),
+        fits=not short,
+        reason="; ".join(short) or "fits",
+    )
 
 
-def plan_groups(groups: list[dict[str, Any]], catalog: dict[str, dict[str, Any]], cuda: dict[str, Any] | None,
-                checkpoint_at_s: float | None = 1200.0) -> list[GroupPlan]:
+def plan_groups(
+    groups: list[dict[str, Any]],
+    catalog: dict[str, dict[str, Any]],
+    cuda: dict[str, Any] | None,
+    checkpoint_at_s: float | None = 1200.0,
+) -> list[GroupPlan]:
     """The plans of resolved groups (``wattflex.config.groups``), models from ``catalog``."""
     return [plan_group(g, catalog[g["model"]], cuda, checkpoint_at_s) for g in groups]
 
@@ -472,14 +642,18 @@ def plan_campaign(cfg: dict[str, Any], resolved: list[dict[str, Any]]) -> list[G
 
 def refusals(plans: list[GroupPlan]) -> list[str]:
     """One line per group that cannot fit."""
-    return [f"group {p.group} ({p.model} {p.task} on {p.gpus} {p.gpu}): {p.reason}" for p in plans if not p.fits]
+    return [
+        f"group {p.group} ({p.model} {p.task} on {p.gpus} {p.gpu}): {p.reason}"
+        for p in plans
+        if not p.fits
+    ]
 
 
 def enforced(cfg: dict[str, Any]) -> bool:
     """Whether a campaign's plan is binding: real runs of full-size models on GPUs (``backend:
     cuda``, not ``cuda.tiny``, not ``cuda.device: cpu``). The emulator has no memory, a tiny
     smoke model always fits, and a CPU run has no GPU memory to plan."""
-    cuda = cfg["cuda"]       # a prepared config: the schema's defaults filled in
+    cuda = cfg["cuda"]  # a prepared config: the schema's defaults filled in
     return cfg["backend"] == "cuda" and not cuda.get("tiny") and cuda["device"] != "cpu"
 
 
@@ -493,11 +667,15 @@ def check_plan(cfg: dict[str, Any], resolved: list[dict[str, Any]]) -> None:
     if short:
         raise ConfigError(
             f"config error at groups: {len(short)} group(s) cannot fit (wattflex.runs.plan, docs/resource-plan.md): "
-            + " | ".join(short) + ". Give the group precision: bf16, grad_checkpointing: true, more gpus or a "
-            "smaller batch/seq_len; host memory: cuda.host_mem_gb (the SLURM profile's mem_mb)")
+            + " | ".join(short)
+            + ". Give the group precision: bf16, grad_checkpointing: true, more gpus or a "
+            "smaller batch/seq_len; host memory: cuda.host_mem_gb (the SLURM profile's mem_mb)"
+        )
 
 
-def run_limit_s(plan: GroupPlan, duration_s: float, gap_s: float, checkpoint_at_s: float | None) -> float:
+def run_limit_s(
+    plan: GroupPlan, duration_s: float, gap_s: float, checkpoint_at_s: float | None
+) -> float:
     """Wall-clock seconds one run needs: start-up, then the loop (which stops after
     ``duration_s`` but cannot stop inside the checkpoint: a checkpoint at ``checkpoint_at_s``
     longer than the rest of the run extends it), then the gap."""
@@ -508,29 +686,49 @@ def run_limit_s(plan: GroupPlan, duration_s: float, gap_s: float, checkpoint_at_
 
 
 # ---- the docs' table (docs/resource-plan.md) -------------------------------------------
-README_COLUMNS = (("group", "group"), ("precision", "precision"), ("gpu_need_gib", "GPU GiB needed"),
-                  ("gpu_avail_gib", "usable"), ("states_gib", "states"), ("gathered_gib", "gathered"),
-                  ("activations_gib", "activations"), ("logits_gib", "of which logits"),
-                  ("host_need_gb", "host GB/node"), ("host_whole_build_gb", "whole-build GB/node"),
-                  ("startup_s", "start-up s"), ("checkpoint_gb", "checkpoint GB"),
-                  ("checkpoint_write_s", "write s"), ("fits", "fits"))
+README_COLUMNS = (
+    ("group", "group"),
+    ("precision", "precision"),
+    ("gpu_need_gib", "GPU GiB needed"),
+    ("gpu_avail_gib", "usable"),
+    ("states_gib", "states"),
+    ("gathered_gib", "gathered"),
+    ("activations_gib", "activations"),
+    ("logits_gib", "of which logits"),
+    ("host_need_gb", "host GB/node"),
+    ("host_whole_build_gb", "whole-build GB/node"),
+    ("startup_s", "start-up s"),
+    ("checkpoint_gb", "checkpoint GB"),
+    ("checkpoint_write_s", "write s"),
+    ("fits", "fits"),
+)
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     """docs/resource-plan.md's plan table from rows of tables/resource_plan.csv (or GroupPlan.row())."""
+
     def cell(key: str, v: Any) -> str:
         if key == "fits":
             return "yes" if str(v) == "True" else "**no**"
         if key.endswith("_gib") or key.endswith("_gb") or key.endswith("_s"):
-            return f"{float(v):.0f}" if key.endswith("_s") or key.endswith("_gb") else f"{float(v):.1f}"
+            return (
+                f"{float(v):.0f}"
+                if key.endswith("_s") or key.endswith("_gb")
+                else f"{float(v):.1f}"
+            )
         return str(v)
 
-    lines = ["| " + " | ".join(t for _, t in README_COLUMNS) + " |", "|" + " --- |" * len(README_COLUMNS)]
+    lines = [
+        "| " + " | ".join(t for _, t in README_COLUMNS) + " |",
+        "|" + " --- |" * len(README_COLUMNS),
+    ]
     lines += ["| " + " | ".join(cell(k, r[k]) for k, _ in README_COLUMNS) + " |" for r in rows]
     return "\n".join(lines)
 
 
-if __name__ == "__main__":   # python -m wattflex.runs.plan results/<campaign>/tables/resource_plan.csv
+if (
+    __name__ == "__main__"
+):  # python -m wattflex.runs.plan results/<campaign>/tables/resource_plan.csv
     import csv
     import sys
 

@@ -92,7 +92,7 @@ log = logging.getLogger("wattflex.runs.real_run")
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 NODE_DIR = ".node{rank}"
 TERMINATE_GRACE_S = 30.0
-RDZV_BASE_PORT = 29400      # torchrun's default c10d port; the fallback port is derived from it
+RDZV_BASE_PORT = 29400  # torchrun's default c10d port; the fallback port is derived from it
 
 
 def utc_now() -> str:
@@ -100,14 +100,34 @@ def utc_now() -> str:
 
 
 # ---- training subprocess -----------------------------------------------------------------------
-def training_command(config_path: Path, t0: float, nproc: int, nnodes: int = 1, node_rank: int = 0,
-                     rdzv: str | None = None, run_id: str = "wattflex", local_addr: str | None = None) -> list[str]:
-    return (torchrun_command(nproc, nnodes, node_rank, rdzv, run_id, local_addr)
-            + ["-m", "wattflex.runs.training", "--config", str(config_path), "--t0", repr(t0)])
+def training_command(
+    config_path: Path,
+    t0: float,
+    nproc: int,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    rdzv: str | None = None,
+    run_id: str = "wattflex",
+    local_addr: str | None = None,
+) -> list[str]:
+    return torchrun_command(nproc, nnodes, node_rank, rdzv, run_id, local_addr) + [
+        "-m",
+        "wattflex.runs.training",
+        "--config",
+        str(config_path),
+        "--t0",
+        repr(t0),
+    ]
 
 
-def torchrun_command(nproc: int, nnodes: int = 1, node_rank: int = 0, rdzv: str | None = None,
-                     run_id: str = "wattflex", local_addr: str | None = None) -> list[str]:
+def torchrun_command(
+    nproc: int,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    rdzv: str | None = None,
+    run_id: str = "wattflex",
+    local_addr: str | None = None,
+) -> list[str]:
     """torchrun as every node runs it, up to the program: standalone on one node, else c10d at
     ``rdzv`` (also benchmarks/gpu_check.py's all-reduce across nodes)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
@@ -118,8 +138,13 @@ def torchrun_command(nproc: int, nnodes: int = 1, node_rank: int = 0, rdzv: str 
         # otherwise guess from the endpoint's address, and guess "host" on every node that
         # shares it). No --node-rank: c10d ignores it and orders the nodes' training ranks by
         # their addresses itself.
-        cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv}", f"--rdzv-id={run_id}",
-                f"--rdzv-conf=is_host={int(node_rank == 0)}"]
+        cmd += [
+            f"--nnodes={nnodes}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rdzv}",
+            f"--rdzv-id={run_id}",
+            f"--rdzv-conf=is_host={int(node_rank == 0)}",
+        ]
         if local_addr:
             # without it the rendezvous names this node by socket.getfqdn() (torch's
             # dynamic_rendezvous), and rank 0's becomes every worker's MASTER_ADDR: a name
@@ -138,7 +163,7 @@ def torchrun_command(nproc: int, nnodes: int = 1, node_rank: int = 0, rdzv: str 
 # session and drops the tag and whose parent died before terminate started (only a cgroup,
 # as SLURM's task/cgroup plugin sets up, contains that).
 TRAINING_TAG_ENV = "WATTFLEX_TRAINING_TAG"
-KILL_WAIT_S = 30.0          # after SIGKILL: a dying process releases its GPU context before it is gone
+KILL_WAIT_S = 30.0  # after SIGKILL: a dying process releases its GPU context before it is gone
 POLL_S = 0.05
 
 
@@ -148,7 +173,9 @@ class TrainingProcess(subprocess.Popen):
 
     def __init__(self, cmd: list[str], env: dict[str, str], **kwargs: Any) -> None:
         self.tag = uuid.uuid4().hex
-        super().__init__(cmd, env={**env, TRAINING_TAG_ENV: self.tag}, start_new_session=True, **kwargs)
+        super().__init__(
+            cmd, env={**env, TRAINING_TAG_ENV: self.tag}, start_new_session=True, **kwargs
+        )
 
 
 def run_processes(proc: subprocess.Popen) -> set[psutil.Process]:
@@ -156,7 +183,7 @@ def run_processes(proc: subprocess.Popen) -> set[psutil.Process]:
     its descendants while it lives, the processes of its session (``start_new_session``),
     and those carrying its tag (workers in sessions of their own, also once reparented)."""
     found: set[psutil.Process] = set()
-    if proc.poll() is None:          # not reaped: its pid still names it, not a reused pid
+    if proc.poll() is None:  # not reaped: its pid still names it, not a reused pid
         with contextlib.suppress(psutil.NoSuchProcess):
             found.update(psutil.Process(proc.pid).children(recursive=True))
     # A pid is not reused while a process is in the session it names, so the session test
@@ -183,7 +210,9 @@ def _alive(procs: set[psutil.Process]) -> set[psutil.Process]:
     return alive
 
 
-def _wait_gone(proc: subprocess.Popen, procs: set[psutil.Process], timeout_s: float) -> set[psutil.Process]:
+def _wait_gone(
+    proc: subprocess.Popen, procs: set[psutil.Process], timeout_s: float
+) -> set[psutil.Process]:
     """Wait up to ``timeout_s`` for ``proc`` (reaped by ``Popen``, which keeps its exit status)
     and ``procs`` to exit; the survivors among ``procs``. Hand-polled, not psutil.wait_procs:
     that waits on an unreaped zombie until the timeout."""
@@ -196,12 +225,12 @@ def _wait_gone(proc: subprocess.Popen, procs: set[psutil.Process], timeout_s: fl
 
 
 def _signal_run(proc: subprocess.Popen, procs: set[psutil.Process], sig: int) -> None:
-    if proc.poll() is None:          # its process group too: members started since the scan
+    if proc.poll() is None:  # its process group too: members started since the scan
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
     for p in procs:
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-            p.send_signal(sig)       # psutil refuses a pid reused since the scan
+            p.send_signal(sig)  # psutil refuses a pid reused since the scan
 
 
 @contextlib.contextmanager
@@ -237,15 +266,22 @@ def terminate(proc: subprocess.Popen) -> None:
             deadline = time.monotonic() + KILL_WAIT_S
             while (procs := _alive(procs) | run_processes(proc)) or proc.poll() is None:
                 if time.monotonic() > deadline:
-                    left = sorted(p.pid for p in procs) + ([proc.pid] if proc.poll() is None else [])
-                    log.error("training processes alive %g s after SIGKILL (stuck in the kernel?): %s",
-                              KILL_WAIT_S, left)
+                    left = sorted(p.pid for p in procs) + (
+                        [proc.pid] if proc.poll() is None else []
+                    )
+                    log.error(
+                        "training processes alive %g s after SIGKILL (stuck in the kernel?): %s",
+                        KILL_WAIT_S,
+                        left,
+                    )
                     break
                 _signal_run(proc, procs, signal.SIGKILL)
                 _wait_gone(proc, procs, min(1.0, max(0.0, deadline - time.monotonic())))
 
 
-def start_training(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> TrainingProcess:
+def start_training(
+    cmd: list[str], log_path: Path, env: dict[str, str] | None = None
+) -> TrainingProcess:
     """Start ``cmd`` (torchrun) in its own session, output appended to ``log_path``;
     the caller stops it on every exit path (``terminate``)."""
     full_env = {**os.environ, **OFFLINE_ENV, **(env or {})}
@@ -257,8 +293,10 @@ def start_training(cmd: list[str], log_path: Path, env: dict[str, str] | None = 
 def training_error(rc: int, log_path: Path) -> RuntimeError:
     """The error for a training process that exited with status ``rc``: root cause + log end."""
     text = log_path.read_text(errors="replace")
-    return RuntimeError(f"training exited with status {rc}: {root_cause(text)}\n(see {log_path}; its end:)\n"
-                        + "\n".join(text.splitlines()[-15:]))
+    return RuntimeError(
+        f"training exited with status {rc}: {root_cause(text)}\n(see {log_path}; its end:)\n"
+        + "\n".join(text.splitlines()[-15:])
+    )
 
 
 @contextlib.contextmanager
@@ -273,8 +311,12 @@ def first_on_interrupt(action: Callable[[], None] | None):
         raise
 
 
-def run_training(cmd: list[str], log_path: Path, env: dict[str, str] | None = None,
-                 before_stop: Callable[[], None] | None = None) -> None:
+def run_training(
+    cmd: list[str],
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    before_stop: Callable[[], None] | None = None,
+) -> None:
     """Run ``cmd`` (torchrun) in its own session; on any exit path the run is stopped, and
     whatever it left behind (workers of a torchrun that died) with it.
 
@@ -294,30 +336,43 @@ def run_training(cmd: list[str], log_path: Path, env: dict[str, str] | None = No
 def root_cause(log_text: str) -> str:
     """The first worker exception line in a torchrun log (not torchrun's own summary)."""
     for line in log_text.splitlines():
-        m = re.match(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception)\b:.*)$", line.strip())
+        m = re.match(
+            r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception)\b:.*)$", line.strip()
+        )
         if m and "ChildFailedError" not in m.group(1):
             return m.group(1)
     return "no exception in the log (killed? out of memory?)"
 
 
 # ---- one node -----------------------------------------------------------------------------------
-def run_node(spec: dict[str, Any] | RunSpec, outdir: Path, t0: float, node_rank: int = 0,
-             rdzv: str | None = None) -> dict[str, Any]:
+def run_node(
+    spec: dict[str, Any] | RunSpec,
+    outdir: Path,
+    t0: float,
+    node_rank: int = 0,
+    rdzv: str | None = None,
+) -> dict[str, Any]:
     """Cap this node's GPUs, sample them, run this node's torchrun share; write the node's
     telemetry under ``outdir/.node<rank>/`` and return its facts."""
     spec = RunSpec.of(spec)
     node = NodeSetup.open(spec, outdir, t0, node_rank, rdzv)
     gpus, facts, sampler, opts = node.gpus, node.facts, None, node.opts
-    guard = caps.CapGuard(gpus, spec.cap_w, opts.cap_control if gpus else "observe", opts.state_dir,
-                          opts.cap_command)
+    guard = caps.CapGuard(
+        gpus, spec.cap_w, opts.cap_control if gpus else "observe", opts.state_dir, opts.cap_command
+    )
     with guard, clock_guard(spec.raw, gpus, opts) as clock:
-        if clock is not None:               # knob: clock: the SM clock locked (reset on every path)
+        if clock is not None:  # knob: clock: the SM clock locked (reset on every path)
             facts["clock_lock"] = clock.record()
         facts["gpus_after_set"] = [g.describe() for g in gpus]
         if opts.sampler and gpus:
             sampler = node.sampler().start()
         try:
-            run_training(node.cmd, node.log_path, node.env, before_stop=lambda: guard.restore(keep_handlers=True))
+            run_training(
+                node.cmd,
+                node.log_path,
+                node.env,
+                before_stop=lambda: guard.restore(keep_handlers=True),
+            )
         finally:
             if sampler is not None:
                 sampler.stop()
@@ -326,7 +381,9 @@ def run_node(spec: dict[str, Any] | RunSpec, outdir: Path, t0: float, node_rank:
     return facts
 
 
-def clock_guard(spec: dict[str, Any], gpus: list[Any], opts: RunOptions) -> contextlib.AbstractContextManager:
+def clock_guard(
+    spec: dict[str, Any], gpus: list[Any], opts: RunOptions
+) -> contextlib.AbstractContextManager:
     """A clock group's (``knob: clock``) ``ClockGuard`` at ``spec["clock_mhz"]``, NVML locking
     unless the run only observes; a cap group's: nothing."""
     if spec.get("clock_mhz") is None:
@@ -355,8 +412,16 @@ class NodeSetup:
     env: dict[str, str]
 
     @classmethod
-    def open(cls, spec: RunSpec, outdir: Path, t0: float, node_rank: int = 0, rdzv: str | None = None,
-             train: TrainConfig | None = None, launch: list[str] | None = None) -> NodeSetup:
+    def open(
+        cls,
+        spec: RunSpec,
+        outdir: Path,
+        t0: float,
+        node_rank: int = 0,
+        rdzv: str | None = None,
+        train: TrainConfig | None = None,
+        launch: list[str] | None = None,
+    ) -> NodeSetup:
         """``train`` (default ``spec``'s, into ``outdir``) is the training job it launches;
         ``launch``: the user's own command instead (``wattflex.runs.command_run``), no config."""
         opts = spec.options
@@ -364,28 +429,35 @@ class NodeSetup:
         node_dir.mkdir(parents=True, exist_ok=True)
         gpus: list[Any] = []
         host = node_name()
-        facts: dict[str, Any] = {"node_rank": node_rank, "host": host, "launch": launch_facts(),
-                                 "nccl_env": opts.nccl or {}}
+        facts: dict[str, Any] = {
+            "node_rank": node_rank,
+            "host": host,
+            "launch": launch_facts(),
+            "nccl_env": opts.nccl or {},
+        }
         if opts.uses_nvml:
             state_dir = opts.state_dir or caps.default_state_dir()
-            stale = caps.restore_from_state_dir(       # this run's own cap command, never the record's
-                state_dir, cap_command=opts.cap_command if opts.cap_control == "command" else None)
+            stale = caps.restore_from_state_dir(  # this run's own cap command, never the record's
+                state_dir, cap_command=opts.cap_command if opts.cap_control == "command" else None
+            )
             facts["stale_cap_files"] = stale
             from wattflex.runs.devices.clocks import restore_clocks_from_state_dir
 
             stale_clocks = restore_clocks_from_state_dir(state_dir)
-            if stale_clocks:            # clock locks a killed clock run left (knob: clock)
+            if stale_clocks:  # clock locks a killed clock run left (knob: clock)
                 facts["stale_clock_files"] = stale_clocks
-            gpus = nvml.open_gpus(opts.nproc_per_node if opts.device == "cuda" else None,
-                                  set_limit=caps.limit_setter(opts.cap_control, opts.cap_command),
-                                  gpm=opts.gpm and opts.telemetry != "dcgm")   # dcgm: GPM left to DCGM
+            gpus = nvml.open_gpus(
+                opts.nproc_per_node if opts.device == "cuda" else None,
+                set_limit=caps.limit_setter(opts.cap_control, opts.cap_command),
+                gpm=opts.gpm and opts.telemetry != "dcgm",
+            )  # dcgm: GPM left to DCGM
             for g in gpus:
-                g.node = host           # the SLURM node's name: telemetry rows of two nodes never merge
-            if opts.sampler:            # before any cap: cuda.telemetry dcgm that does not answer fails here
+                g.node = host  # the SLURM node's name: telemetry rows of two nodes never merge
+            if opts.sampler:  # before any cap: cuda.telemetry dcgm that does not answer fails here
                 facts["telemetry"] = dcgm_source.choose_source(opts.telemetry, gpus, opts.dcgm)
                 if facts["telemetry"]["source"] == "dcgm":
                     for g in gpus:
-                        g.gpm = None    # auto chose DCGM: its profiling fields, not GPM's
+                        g.gpm = None  # auto chose DCGM: its profiling fields, not GPM's
         host_reader = None
         if opts.host_power and opts.sampler:
             host_reader = RaplReader()
@@ -394,32 +466,48 @@ class NodeSetup:
         if cmd is None:
             cfg_path = node_dir / "train_config.json"
             (train or spec.train_config(outdir)).to_json(cfg_path)
-            cmd = training_command(cfg_path, t0, opts.nproc_per_node, opts.nnodes, node_rank, rdzv,
-                                   run_id=str(spec.run_id or "wattflex"),
-                                   local_addr=node_address() if opts.nnodes > 1 else None)
+            cmd = training_command(
+                cfg_path,
+                t0,
+                opts.nproc_per_node,
+                opts.nnodes,
+                node_rank,
+                rdzv,
+                run_id=str(spec.run_id or "wattflex"),
+                local_addr=node_address() if opts.nnodes > 1 else None,
+            )
         log_path = outdir / ("train.log" if node_rank == 0 else f"train.node{node_rank}.log")
-        return cls(spec, opts, node_dir, gpus, host_reader, facts, cmd, log_path, t0, opts.nccl or {})
+        return cls(
+            spec, opts, node_dir, gpus, host_reader, facts, cmd, log_path, t0, opts.nccl or {}
+        )
 
     def sampler(self) -> TelemetrySampler:
         host = self.host_reader.read if self.host_reader and self.host_reader.available else None
         sampler = TelemetrySampler(self.gpus, self.opts.sampler_period_s, self.t0, host=host)
         if self.facts.get("telemetry", {}).get("source") == "dcgm":
-            return dcgm_source.DcgmSampler.open(sampler, self.opts.dcgm, [g.index for g in self.gpus], self.facts["host"])
+            return dcgm_source.DcgmSampler.open(
+                sampler, self.opts.dcgm, [g.index for g in self.gpus], self.facts["host"]
+            )
         return sampler
 
     def finish(self, guard: caps.CapGuard, sampler: TelemetrySampler | None) -> None:
         """After the restore: the node's facts and telemetry into its node directory."""
         gpus, facts = self.gpus, self.facts
         facts["caps"] = guard.record()
-        facts["gpus_after_restore"] = [{"index": g.index, "power_limit_w": g.power_limit_w()} for g in gpus]
+        facts["gpus_after_restore"] = [
+            {"index": g.index, "power_limit_w": g.power_limit_w()} for g in gpus
+        ]
         facts["gpm"] = sorted({g.gpm.status for g in gpus if g.gpm is not None}) or ["off"]
         facts["device_model"] = gpus[0].model if gpus else None
         if sampler is not None:
             facts["telemetry_source"] = facts.get("telemetry", {}).get("source", "nvml")
             if isinstance(sampler, dcgm_source.DcgmSampler):
                 facts["telemetry"]["dcgm_reader"] = sampler.describe()
-            write_parquet(sampler.frame(), self.node_dir / "telemetry.parquet",
-                          provenance(params=self.spec.raw, backend="cuda"))
+            write_parquet(
+                sampler.frame(),
+                self.node_dir / "telemetry.parquet",
+                provenance(params=self.spec.raw, backend="cuda"),
+            )
         write_json({"node": facts}, self.node_dir / "node.json")
 
 
@@ -433,14 +521,25 @@ def launch_facts() -> dict[str, Any]:
     """What this node's process was given: CPUs it may run on, SLURM's CPU and GPU counts for
     the step, the GPUs CUDA sees (run.json: a step confined to fewer CPUs or GPUs shows here)."""
     env = os.environ
-    return {"cpus_usable": len(os.sched_getaffinity(0)), "slurm_cpus_on_node": env.get("SLURM_CPUS_ON_NODE"),
-            "slurm_step_gpus": env.get("SLURM_STEP_GPUS"), "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
-            "slurm_step_id": env.get("SLURM_STEP_ID"), "slurm_job_id": env.get("SLURM_JOB_ID")}
+    return {
+        "cpus_usable": len(os.sched_getaffinity(0)),
+        "slurm_cpus_on_node": env.get("SLURM_CPUS_ON_NODE"),
+        "slurm_step_gpus": env.get("SLURM_STEP_GPUS"),
+        "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+        "slurm_step_id": env.get("SLURM_STEP_ID"),
+        "slurm_job_id": env.get("SLURM_JOB_ID"),
+    }
 
 
 # ---- telemetry without a sampler ---------------------------------------------------------------
-def telemetry_from_steps(steps: pd.DataFrame, events: list[dict[str, Any]], period_s: float, n_gpus: int,
-                         node: str, end_s: float) -> pd.DataFrame:
+def telemetry_from_steps(
+    steps: pd.DataFrame,
+    events: list[dict[str, Any]],
+    period_s: float,
+    n_gpus: int,
+    node: str,
+    end_s: float,
+) -> pd.DataFrame:
     """CPU smoke runs: a trace whose only signal is gpu_util = 100 while steps run."""
     t = np.arange(period_s, end_s + 1e-9, period_s)
     busy = np.zeros(t.size, dtype=bool)
@@ -452,7 +551,9 @@ def telemetry_from_steps(steps: pd.DataFrame, events: list[dict[str, Any]], peri
     rows = []
     for k, ts in enumerate(t):
         for g in range(n_gpus):
-            rows.append({"t_s": float(ts), "node": node, "gpu": g, "gpu_util": 100.0 if busy[k] else 0.0})
+            rows.append(
+                {"t_s": float(ts), "node": node, "gpu": g, "gpu_util": 100.0 if busy[k] else 0.0}
+            )
     return telemetry_frame(rows)
 
 
@@ -476,7 +577,9 @@ def align_nodes(tel: pd.DataFrame, period_s: float) -> pd.DataFrame:
 
 # ---- the run ------------------------------------------------------------------------------------
 def _scontrol_field(kind: str, name: str, key: str) -> str:
-    out = subprocess.run(["scontrol", "show", kind, "-o", name], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["scontrol", "show", kind, "-o", name], capture_output=True, text=True, check=True
+    ).stdout
     return next((kv.split("=", 1)[1] for kv in out.split() if kv.startswith(f"{key}=")), "")
 
 
@@ -496,9 +599,13 @@ def _node_hosts() -> list[str]:
     if not nodelist and job_id:
         nodelist = _scontrol_field("job", job_id, "NodeList")
     if not nodelist:
-        raise RuntimeError("nnodes > 1 needs a SLURM allocation (SLURM_JOB_ID / SLURM_JOB_NODELIST); "
-                           "set cuda.nnodes: 1 to run on this node only")
-    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+        raise RuntimeError(
+            "nnodes > 1 needs a SLURM allocation (SLURM_JOB_ID / SLURM_JOB_NODELIST); "
+            "set cuda.nnodes: 1 to run on this node only"
+        )
+    out = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True
+    )
     return out.stdout.split()
 
 
@@ -518,17 +625,31 @@ def rendezvous_endpoint(first_node: str) -> str:
     return f"{addr}:{port}"
 
 
-def node_agent_command(spec_path: Path, outdir: Path, t0: float, nnodes: int, rdzv: str,
-                       gpus_per_node: int | None = None, module: str = "wattflex.runs.real_run",
-                       program: list[str] | None = None) -> list[str]:
+def node_agent_command(
+    spec_path: Path,
+    outdir: Path,
+    t0: float,
+    nnodes: int,
+    rdzv: str,
+    gpus_per_node: int | None = None,
+    module: str = "wattflex.runs.real_run",
+    program: list[str] | None = None,
+) -> list[str]:
     """One srun step, one task (node agent) per node. Without ``--exact`` a step gets all the
     job's CPUs and memory on each node (srun(1)); ``--gpus-per-node`` names the GPUs each
     node's agent gets (omitted: the job's, SLURM's default for a step's GRES). ``module``: this
     one (a run at one cap, ``run_node``) or ``wattflex.runs.sweep.real`` (``run_sweep_node``);
     ``program`` instead of ``python -m module`` (benchmarks/gpu_check.py: its script)."""
     gpus = [f"--gpus-per-node={gpus_per_node}"] if gpus_per_node else []
-    return ["srun", f"--nodes={nnodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *gpus,
-            *(program or [sys.executable, "-m", module]), *node_agent_args(spec_path, outdir, t0, rdzv)]
+    return [
+        "srun",
+        f"--nodes={nnodes}",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+        *gpus,
+        *(program or [sys.executable, "-m", module]),
+        *node_agent_args(spec_path, outdir, t0, rdzv),
+    ]
 
 
 def node_agent_args(spec_path: Path, outdir: Path, t0: float, rdzv: str) -> list[str]:
@@ -548,27 +669,46 @@ def run_real(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> None:
     outdir.mkdir(parents=True, exist_ok=True)
     spec = RunSpec.of(spec)
     opts = spec.options
-    spec.train_config(outdir).validate()                                      # missing model/data: fail before any cap
+    spec.train_config(outdir).validate()  # missing model/data: fail before any cap
     start_utc, t0 = utc_now(), time.time()
     if opts.nnodes == 1:
         nodes = [run_node(spec, outdir, t0)]
     else:
         hosts = _node_hosts()
         if len(hosts) < opts.nnodes:
-            raise RuntimeError(f"cuda.nnodes is {opts.nnodes} but the SLURM allocation has {len(hosts)} node(s) "
-                               f"({', '.join(hosts)}); ask for as many nodes (slurm_gpus_per_node)")
+            raise RuntimeError(
+                f"cuda.nnodes is {opts.nnodes} but the SLURM allocation has {len(hosts)} node(s) "
+                f"({', '.join(hosts)}); ask for as many nodes (slurm_gpus_per_node)"
+            )
         spec_path = outdir / "spec.json"
-        spec_path.write_text(strict_json(spec.raw, indent=2))      # each node agent parses it (node_main)
+        spec_path.write_text(
+            strict_json(spec.raw, indent=2)
+        )  # each node agent parses it (node_main)
         rdzv = rendezvous_endpoint(hosts[0])
-        run_training(node_agent_command(spec_path, outdir, t0, opts.nnodes, rdzv, gpus_per_node(spec, opts.nnodes)),
-                     outdir / "nodes.log")
-        nodes = [read_json(outdir / NODE_DIR.format(rank=r) / "node.json")["node"] for r in range(opts.nnodes)]
+        run_training(
+            node_agent_command(
+                spec_path, outdir, t0, opts.nnodes, rdzv, gpus_per_node(spec, opts.nnodes)
+            ),
+            outdir / "nodes.log",
+        )
+        nodes = [
+            read_json(outdir / NODE_DIR.format(rank=r) / "node.json")["node"]
+            for r in range(opts.nnodes)
+        ]
     end_utc = utc_now()
     assemble(spec, outdir, opts, nodes, t0, start_utc, end_utc)
 
 
-def assemble(spec: RunSpec, outdir: Path, opts: RunOptions, nodes: list[dict[str, Any]], t0: float,
-             start_utc: str, end_utc: str, extra: dict[str, Any] | None = None) -> None:
+def assemble(
+    spec: RunSpec,
+    outdir: Path,
+    opts: RunOptions,
+    nodes: list[dict[str, Any]],
+    t0: float,
+    start_utc: str,
+    end_utc: str,
+    extra: dict[str, Any] | None = None,
+) -> None:
     """The run's files from the training's and the nodes' outputs; ``extra`` goes into run.json
     (the in-run staircase's record). The training's and nodes' scratch files are removed."""
     # Lazy: training.loop imports torch, which importing this module must not need.
@@ -578,42 +718,85 @@ def assemble(spec: RunSpec, outdir: Path, opts: RunOptions, nodes: list[dict[str
     steps = read_parquet(outdir / STEPS_FILE)
     parts = [outdir / NODE_DIR.format(rank=n["node_rank"]) / "telemetry.parquet" for n in nodes]
     if all(p.is_file() for p in parts):
-        tel = align_nodes(pd.concat([read_parquet(p) for p in parts], ignore_index=True), opts.sampler_period_s)
-        source = "+".join(sorted({n.get("telemetry_source", "nvml") for n in nodes}))   # nodes may choose apart
+        tel = align_nodes(
+            pd.concat([read_parquet(p) for p in parts], ignore_index=True), opts.sampler_period_s
+        )
+        source = "+".join(
+            sorted({n.get("telemetry_source", "nvml") for n in nodes})
+        )  # nodes may choose apart
     else:
         end_s = max(float(steps["t_end_s"].max()) if len(steps) else 0.0, time.time() - t0)
-        tel = telemetry_from_steps(steps, training["events"], opts.sampler_period_s,
-                                   opts.nproc_per_node * opts.nnodes, nodes[0]["host"], end_s)
+        tel = telemetry_from_steps(
+            steps,
+            training["events"],
+            opts.sampler_period_s,
+            opts.nproc_per_node * opts.nnodes,
+            nodes[0]["host"],
+            end_s,
+        )
         source = "steps"
     device_model = nodes[0].get("device_model") or training.get("device_name") or opts.device
     prov = provenance(params=spec.raw, backend="cuda", device_model=device_model)
     meta = {"run_id": spec.run_id, "group": spec.group_id}
-    write_parquet(tel.reset_index(drop=True), outdir / "telemetry.parquet", prov, telemetry_source=source, **meta)
+    write_parquet(
+        tel.reset_index(drop=True),
+        outdir / "telemetry.parquet",
+        prov,
+        telemetry_source=source,
+        **meta,
+    )
     write_parquet(steps, outdir / STEPS_FILE, prov, **meta)
     gpus = [g for n in nodes for g in n.get("gpus_before_restore", [])]
-    write_json({
-        "run_id": spec.run_id, "campaign": spec.campaign, "group": spec.group_id,
-        "cap_w": spec.cap_w, "repeat": spec.repeat, "backend": "cuda", "device_model": device_model,
-        **({"knob": "clock", "clock_mhz": spec.raw["clock_mhz"]} if spec.raw.get("clock_mhz") is not None else {}),
-        "device": opts.device, "cap_control": nodes[0]["caps"]["cap_control"], "cap_command": opts.cap_command,
-        "original_limit_w": [w for n in nodes for w in n["caps"]["original_limit_w"]],
-        "enforced_limit_w": [g["enforced_limit_w"] for g in gpus],
-        "power_limit_w": [g["power_limit_w"] for g in gpus],
-        "start_utc": start_utc, "end_utc": end_utc, "t0_epoch": t0,
-        "telemetry": {"source": source, "period_s": opts.sampler_period_s, "gpm": nodes[0].get("gpm"),
-                      "host_power": nodes[0].get("host_power"),
-                      "reason": [n.get("telemetry", {}).get("reason") for n in nodes],
-                      "note": None if source != "steps" else
-                      "no sampler: gpu_util=100 while steps run, 0 otherwise; other fields NaN"},
-        "nodes": nodes, "training": training, "spec": spec.raw, **(extra or {}),
-    }, outdir / "run.json", prov)
+    write_json(
+        {
+            "run_id": spec.run_id,
+            "campaign": spec.campaign,
+            "group": spec.group_id,
+            "cap_w": spec.cap_w,
+            "repeat": spec.repeat,
+            "backend": "cuda",
+            "device_model": device_model,
+            **(
+                {"knob": "clock", "clock_mhz": spec.raw["clock_mhz"]}
+                if spec.raw.get("clock_mhz") is not None
+                else {}
+            ),
+            "device": opts.device,
+            "cap_control": nodes[0]["caps"]["cap_control"],
+            "cap_command": opts.cap_command,
+            "original_limit_w": [w for n in nodes for w in n["caps"]["original_limit_w"]],
+            "enforced_limit_w": [g["enforced_limit_w"] for g in gpus],
+            "power_limit_w": [g["power_limit_w"] for g in gpus],
+            "start_utc": start_utc,
+            "end_utc": end_utc,
+            "t0_epoch": t0,
+            "telemetry": {
+                "source": source,
+                "period_s": opts.sampler_period_s,
+                "gpm": nodes[0].get("gpm"),
+                "host_power": nodes[0].get("host_power"),
+                "reason": [n.get("telemetry", {}).get("reason") for n in nodes],
+                "note": None
+                if source != "steps"
+                else "no sampler: gpu_util=100 while steps run, 0 otherwise; other fields NaN",
+            },
+            "nodes": nodes,
+            "training": training,
+            "spec": spec.raw,
+            **(extra or {}),
+        },
+        outdir / "run.json",
+        prov,
+    )
     for scratch in (RESULT_FILE, LIVE_STEPS_FILE, STOP_FILE):
         (outdir / scratch).unlink(missing_ok=True)
     for n in nodes:
         shutil.rmtree(outdir / NODE_DIR.format(rank=n["node_rank"]), ignore_errors=True)
 
 
-def node_main(argv: list[str] | None = None, run: Any = None, prog: str = "wattflex.runs.real_run") -> int:
+def node_main(
+    argv: list[str] | None = None, run: Any = None, prog: str = "wattflex.runs.real_run"
+) -> int:
     """``python -m <prog> node SPEC OUTDIR --t0 T --rdzv HOST:PORT`` (an srun task): ``run``
     (default ``run_node``) for this node, its rank SLURM's node id."""
     p = argparse.ArgumentParser(prog=f"python -m {prog}")

@@ -39,10 +39,18 @@ def atomic_run_dir(outdir: str | Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_run_files(rundir: Path, spec: RunSpec, telemetry: pa.Table | pd.DataFrame, steps: pa.Table | pd.DataFrame,
-                    record: dict[str, Any], **run_fields: Any) -> None:
+def write_run_files(
+    rundir: Path,
+    spec: RunSpec,
+    telemetry: pa.Table | pd.DataFrame,
+    steps: pa.Table | pd.DataFrame,
+    record: dict[str, Any],
+    **run_fields: Any,
+) -> None:
     """telemetry.parquet, steps.parquet and run.json of one (emulated) run, with provenance."""
-    prov = provenance(params=spec.raw, backend=spec.backend, device_model=record.get("device_model"))
+    prov = provenance(
+        params=spec.raw, backend=spec.backend, device_model=record.get("device_model")
+    )
     ids = {"run_id": spec.run_id, "group": spec.group_id}
     write_parquet(telemetry, rundir / "telemetry.parquet", prov, **ids)
     write_parquet(steps, rundir / "steps.parquet", prov, **ids)
@@ -52,15 +60,17 @@ def write_run_files(rundir: Path, spec: RunSpec, telemetry: pa.Table | pd.DataFr
 def run_at_cap(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> Path:
     """Run ``spec`` and write its artifacts atomically into ``outdir``. The spec is parsed
     here, once (``RunSpec``); the backends read the parsed one."""
-    spec = RunSpec.of(spec, backend=None)    # no backend: refused
+    spec = RunSpec.of(spec, backend=None)  # no backend: refused
     with atomic_run_dir(outdir) as tmp:
         if spec.backend == "emulated":
             # Arrow tables, not frames: the job of each emulated run never imports pandas.
             tel, steps, facts = run_emulated_tables(spec)
             clock_mhz = spec.raw.get("clock_mhz")
             clock = {"knob": "clock", "clock_mhz": clock_mhz} if clock_mhz is not None else {}
-            write_run_files(tmp, spec, tel, steps, facts, cap_w=spec.cap_w, repeat=spec.repeat, **clock)
-        elif spec.command:                  # the group's own training command
+            write_run_files(
+                tmp, spec, tel, steps, facts, cap_w=spec.cap_w, repeat=spec.repeat, **clock
+            )
+        elif spec.command:  # the group's own training command
             from wattflex.runs.command_run import run_command
 
             run_command(spec, tmp)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from wattflex.runs.training.config import TrainConfig
 
 BACKENDS = ("emulated", "cuda")
-_TOP = section_defaults()   # the campaign's top-level defaults (seed, sweep)
+_TOP = section_defaults()  # the campaign's top-level defaults (seed, sweep)
 
 
 @dataclass(frozen=True)
@@ -43,16 +43,16 @@ class RunSpec:
     backend: str
     run_id: str | None
     campaign: str | None
-    cap_w: float | None                         # as given (a JSON number): run.json repeats it
+    cap_w: float | None  # as given (a JSON number): run.json repeats it
     repeat: int | None
     seed: int
     group: Mapping[str, Any]
     model_facts: Mapping[str, Any]
     run: Mapping[str, Any]
-    command: Mapping[str, Any] | None           # group.command: the group's own training command
-    calibration: Any                            # emulator.calibration: the calibration's JSON
-    cap_schedule: list[Any] | None              # emulated cap steps [(t_s, cap_w), ...] of a sweep
-    sweep: str                                  # separate (one run per cap) | a one-run sweep's name
+    command: Mapping[str, Any] | None  # group.command: the group's own training command
+    calibration: Any  # emulator.calibration: the calibration's JSON
+    cap_schedule: list[Any] | None  # emulated cap steps [(t_s, cap_w), ...] of a sweep
+    sweep: str  # separate (one run per cap) | a one-run sweep's name
     options: RunOptions | None = None
     train: TrainConfig | None = None
 
@@ -75,12 +75,24 @@ class RunSpec:
             options = RunOptions.from_spec(spec)
             if not group.get("command"):
                 train = TrainConfig.from_spec(spec, ".")
-        return cls(raw=spec, backend=backend, run_id=spec.get("run_id"), campaign=spec.get("campaign"),
-                   cap_w=spec.get("cap_w"), repeat=spec.get("repeat"), seed=int(spec.get("seed", _TOP["seed"])), group=group,
-                   model_facts=spec.get("model_facts") or {}, run=spec.get("run") or {},
-                   command=group.get("command"), calibration=(spec.get("emulator") or {}).get("calibration"),
-                   cap_schedule=spec.get("cap_schedule"), sweep=str(spec.get("sweep", _TOP["sweep"])),
-                   options=options, train=train)
+        return cls(
+            raw=spec,
+            backend=backend,
+            run_id=spec.get("run_id"),
+            campaign=spec.get("campaign"),
+            cap_w=spec.get("cap_w"),
+            repeat=spec.get("repeat"),
+            seed=int(spec.get("seed", _TOP["seed"])),
+            group=group,
+            model_facts=spec.get("model_facts") or {},
+            run=spec.get("run") or {},
+            command=group.get("command"),
+            calibration=(spec.get("emulator") or {}).get("calibration"),
+            cap_schedule=spec.get("cap_schedule"),
+            sweep=str(spec.get("sweep", _TOP["sweep"])),
+            options=options,
+            train=train,
+        )
 
     @property
     def group_id(self) -> str | None:
@@ -94,13 +106,19 @@ class RunSpec:
     def train_config(self, outdir: str | Path) -> TrainConfig:
         """The training job of this run, writing into ``outdir``."""
         if self.train is None:
-            raise ValueError(f"run {self.run_id}: no training job to configure "
-                             f"({'the group runs its own command' if self.command else f'backend {self.backend}'})")
+            raise ValueError(
+                f"run {self.run_id}: no training job to configure "
+                f"({'the group runs its own command' if self.command else f'backend {self.backend}'})"
+            )
         return dataclasses.replace(self.train, outdir=str(outdir))
 
     def with_duration(self, duration_s: float) -> RunSpec:
         """This spec with ``run.duration_s`` replaced (the one-run sweep trains as long as the
         separate sweep would); ``raw`` too, as run.json records it."""
         run = {**self.run, "duration_s": duration_s}
-        train = None if self.train is None else dataclasses.replace(self.train, duration_s=float(duration_s))
+        train = (
+            None
+            if self.train is None
+            else dataclasses.replace(self.train, duration_s=float(duration_s))
+        )
         return dataclasses.replace(self, raw={**self.raw, "run": run}, run=run, train=train)

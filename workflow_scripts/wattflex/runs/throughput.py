@@ -55,29 +55,37 @@ PRESETS: dict[str, dict[str, Any]] = {
     # torchtitan's MetricsProcessor.log (torchtitan/components/metrics.py), coloured by default
     # (escapes stripped first): "step: 14  loss:  3.24405 ... tps: 7,282 ...", tps = tokens per
     # second per device. Not its log_validation line, "validate step:  5  loss: ... tps: ...".
-    "torchtitan": {"regex": rf"(?<!validate )step:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>{_NUM}).*?\btps:\s*"
-                            rf"(?P<tokens_per_s>{_NUM})",
-                   "per_gpu": True},
+    "torchtitan": {
+        "regex": rf"(?<!validate )step:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>{_NUM}).*?\btps:\s*"
+        rf"(?P<tokens_per_s>{_NUM})",
+        "per_gpu": True,
+    },
     # Megatron-LM (megatron/training/training.py training_log): "iteration 71/ 100 | ... elapsed time
     # per iteration (ms): 5361.6 | ... global batch size: 128 | lm loss: 1.8E+00 |"; tokens per
     # sample = the sequence length (tokens_per_sample, default group.seq_len).
-    "megatron": {"regex": rf"iteration\s+(?P<step>\d+)/\s*\d+\s*\|.*?elapsed time per iteration \(ms\):\s*"
-                          rf"(?P<step_time_ms>{_NUM}).*?global batch size:\s*(?P<samples_per_step>\d+)"
-                          rf"(?:.*?lm loss:\s*(?P<loss>{_NUM}))?"},
+    "megatron": {
+        "regex": rf"iteration\s+(?P<step>\d+)/\s*\d+\s*\|.*?elapsed time per iteration \(ms\):\s*"
+        rf"(?P<step_time_ms>{_NUM}).*?global batch size:\s*(?P<samples_per_step>\d+)"
+        rf"(?:.*?lm loss:\s*(?P<loss>{_NUM}))?"
+    },
     # NeMo 2, both of its progress callbacks (nemo/lightning/pytorch/callbacks/): ProgressPrinter,
     # "Training epoch 0, iteration 120/149 | ... global_batch_size: 1 | global_step: 120 |
     # reduced_train_loss: 1.233 | train_step_timing in s: 0.03146", and MegatronProgressBar, the
     # tqdm bar "Epoch 0: :  33%|###| 2/6 [00:00<00:00, ... global_batch_size=8.000, global_step=0.000,
     # reduced_train_loss=2.000, train_step_timing in s=0.250]". Not their validation lines or bar.
-    "nemo": {"regex": rf"(?:(?P<bar>\d+/\d+) \[.*?)?global_batch_size[:=]\s*(?P<samples_per_step>{_NUM})"
-                      rf"(?:.*?global_step[:=]\s*(?P<step>{_NUM}))?(?:.*?reduced_train_loss[:=]\s*(?P<loss>{_NUM}))?"
-                      rf".*?train_step_timing in s[:=]\s*(?P<step_time_s>{_NUM})"},
+    "nemo": {
+        "regex": rf"(?:(?P<bar>\d+/\d+) \[.*?)?global_batch_size[:=]\s*(?P<samples_per_step>{_NUM})"
+        rf"(?:.*?global_step[:=]\s*(?P<step>{_NUM}))?(?:.*?reduced_train_loss[:=]\s*(?P<loss>{_NUM}))?"
+        rf".*?train_step_timing in s[:=]\s*(?P<step_time_s>{_NUM})"
+    },
     # Hugging Face Trainer: its ProgressCallback's training bar, "  2/203 [00:12<16:46,  5.01s/it" or
     # "... 1.49it/s]" (updates end in \r, read as lines); tokens per step (global batch x sequence
     # length) from the config: the Trainer's own per-step log lines carry no rate. Not its
     # evaluation bar (drawn below the training bar, see NESTED_BAR).
-    "hf-trainer": {"regex": rf"(?P<bar>(?P<step>\d+)/\d+) \[[0-9:]+<[0-9:?]+,\s*(?:(?P<steps_per_s>{_NUM})it/s|"
-                            rf"(?P<step_time_s>{_NUM})s/it)"},
+    "hf-trainer": {
+        "regex": rf"(?P<bar>(?P<step>\d+)/\d+) \[[0-9:]+<[0-9:?]+,\s*(?:(?P<steps_per_s>{_NUM})it/s|"
+        rf"(?P<step_time_s>{_NUM})s/it)"
+    },
 }
 # Terminal escapes (ECMA-48 control sequences: colours, cursor moves), removed before matching.
 CSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
@@ -108,19 +116,28 @@ class ThroughputSource:
     steps_file: str | None = None
 
     @classmethod
-    def from_spec(cls, spec: dict[str, Any], where: str = "command.throughput", seq_len: int | None = None,
-                  gpus: int = 1) -> ThroughputSource:
+    def from_spec(
+        cls,
+        spec: dict[str, Any],
+        where: str = "command.throughput",
+        seq_len: int | None = None,
+        gpus: int = 1,
+    ) -> ThroughputSource:
         spec = dict(spec or {})
         kinds = [k for k in ("preset", "regex", "steps_file") if spec.get(k)]
         if len(kinds) != 1:
-            raise ThroughputError(f"{where}: give exactly one of preset ({', '.join(PRESETS)}), regex or "
-                                  f"steps_file (got {', '.join(kinds) or 'none'})")
+            raise ThroughputError(
+                f"{where}: give exactly one of preset ({', '.join(PRESETS)}), regex or "
+                f"steps_file (got {', '.join(kinds) or 'none'})"
+            )
         if spec.get("steps_file"):
             return cls(name=f"steps_file {spec['steps_file']}", steps_file=str(spec["steps_file"]))
         if spec.get("preset"):
             if spec["preset"] not in PRESETS:
-                raise ThroughputError(f"{where}.preset: unknown preset {spec['preset']!r}; "
-                                      f"expected one of {', '.join(PRESETS)} (or give your own regex)")
+                raise ThroughputError(
+                    f"{where}.preset: unknown preset {spec['preset']!r}; "
+                    f"expected one of {', '.join(PRESETS)} (or give your own regex)"
+                )
             spec = {**PRESETS[spec["preset"]], **{k: v for k, v in spec.items() if k != "regex"}}
         try:
             rx = re.compile(spec["regex"])
@@ -128,19 +145,32 @@ class ThroughputSource:
             raise ThroughputError(f"{where}.regex: not a regular expression ({exc})") from None
         groups = set(rx.groupindex)
         if not groups & set(RATE_GROUPS):
-            raise ThroughputError(f"{where}.regex: needs a named group for the rate, one of "
-                                  f"{', '.join(RATE_GROUPS)} (e.g. (?P<tokens_per_s>[0-9.]+))")
+            raise ThroughputError(
+                f"{where}.regex: needs a named group for the rate, one of "
+                f"{', '.join(RATE_GROUPS)} (e.g. (?P<tokens_per_s>[0-9.]+))"
+            )
         tps_sample = spec.get("tokens_per_sample") or seq_len
-        src = cls(name=f"preset {spec['preset']}" if spec.get("preset") else f"regex {rx.pattern}", regex=rx,
-                  tokens_per_step=spec.get("tokens_per_step"), samples_per_step=spec.get("samples_per_step"),
-                  tokens_per_sample=tps_sample, gpu_factor=float(gpus) if spec.get("per_gpu") else 1.0)
+        src = cls(
+            name=f"preset {spec['preset']}" if spec.get("preset") else f"regex {rx.pattern}",
+            regex=rx,
+            tokens_per_step=spec.get("tokens_per_step"),
+            samples_per_step=spec.get("samples_per_step"),
+            tokens_per_sample=tps_sample,
+            gpu_factor=float(gpus) if spec.get("per_gpu") else 1.0,
+        )
         per_step = groups & {"step_time_s", "step_time_ms", "steps_per_s"}
-        if per_step and not (src.tokens_per_step or ((src.samples_per_step or "samples_per_step" in groups)
-                                                     and src.tokens_per_sample)):
-            raise ThroughputError(f"{where}: a step-time regex needs tokens per step: tokens_per_step, or "
-                                  f"samples_per_step (value or regex group) and tokens_per_sample")
+        if per_step and not (
+            src.tokens_per_step
+            or ((src.samples_per_step or "samples_per_step" in groups) and src.tokens_per_sample)
+        ):
+            raise ThroughputError(
+                f"{where}: a step-time regex needs tokens per step: tokens_per_step, or "
+                f"samples_per_step (value or regex group) and tokens_per_sample"
+            )
         if "samples_per_s" in groups and not src.tokens_per_sample:
-            raise ThroughputError(f"{where}: samples_per_s needs tokens_per_sample (or the group's seq_len)")
+            raise ThroughputError(
+                f"{where}: samples_per_s needs tokens_per_sample (or the group's seq_len)"
+            )
         return src
 
     def match(self, line: str) -> re.Match | None:
@@ -160,7 +190,9 @@ class ThroughputSource:
         g = {k: v for k, v in m.groupdict().items() if v is not None}
         per_step = self.tokens_per_step
         if per_step is None and self.tokens_per_sample:
-            samples = _num(g["samples_per_step"]) if "samples_per_step" in g else self.samples_per_step
+            samples = (
+                _num(g["samples_per_step"]) if "samples_per_step" in g else self.samples_per_step
+            )
             per_step = samples * self.tokens_per_sample if samples else None
         if "tokens_per_s" in g:
             tps = _num(g["tokens_per_s"])
@@ -182,8 +214,13 @@ class ThroughputSource:
         return LineReader(self)
 
     def describe(self) -> dict[str, Any]:
-        return {"source": self.name, "tokens_per_step": self.tokens_per_step, "samples_per_step": self.samples_per_step,
-                "tokens_per_sample": self.tokens_per_sample, "gpu_factor": self.gpu_factor}
+        return {
+            "source": self.name,
+            "tokens_per_step": self.tokens_per_step,
+            "samples_per_step": self.samples_per_step,
+            "tokens_per_sample": self.tokens_per_sample,
+            "gpu_factor": self.gpu_factor,
+        }
 
 
 class LineReader:
@@ -222,8 +259,14 @@ def steps_from_lines(rows: list[tuple[float, float, float, float]]) -> pd.DataFr
     for k, (t_s, step, rates, loss) in enumerate(merged):
         tps = len(rates) / sum(1.0 / r for r in rates)
         dt = t_s - merged[k - 1][0] if k else float("nan")
-        out.append({"step": step if math.isfinite(step) else k + 1, "t_end_s": t_s,
-                    "tokens": tps * dt if k else float("nan"), "loss": loss})
+        out.append(
+            {
+                "step": step if math.isfinite(step) else k + 1,
+                "t_end_s": t_s,
+                "tokens": tps * dt if k else float("nan"),
+                "loss": loss,
+            }
+        )
     return pd.DataFrame(out, columns=STEP_COLUMNS).astype(float)
 
 
@@ -232,15 +275,17 @@ def read_steps_file(path: str | Path, t0: float) -> pd.DataFrame:
     (Unix seconds), tokens[, loss]``, on the run's clock (minus ``t0``)."""
     path = Path(path)
     text = path.read_text()
-    text = text[: text.rfind("\n") + 1]          # a half-written last line is not a step yet
+    text = text[: text.rfind("\n") + 1]  # a half-written last line is not a step yet
     if path.suffix in (".jsonl", ".json"):
         frame = pd.DataFrame([json.loads(s) for s in text.splitlines() if s.strip()])
     else:
         frame = pd.read_csv(io.StringIO(text)) if text.strip() else pd.DataFrame()
     missing = [c for c in ("step", "t_end_s", "tokens") if c not in frame.columns]
     if missing:
-        raise ThroughputError(f"steps file {path}: missing column(s) {', '.join(missing)}; expected "
-                              f"step, t_end_s (Unix seconds), tokens[, loss]")
+        raise ThroughputError(
+            f"steps file {path}: missing column(s) {', '.join(missing)}; expected "
+            f"step, t_end_s (Unix seconds), tokens[, loss]"
+        )
     frame = frame.assign(t_end_s=frame["t_end_s"].astype(float) - t0)
     if "loss" not in frame:
         frame["loss"] = float("nan")

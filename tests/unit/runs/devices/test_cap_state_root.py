@@ -22,9 +22,13 @@ from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
 from wattflex.runs.devices import cap_state, caps
 from wattflex.runs.devices.nvml import open_gpus
 
-pytestmark = [pytest.mark.fake_gpu,
-              pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
-                                 reason="root planting as another user needs root and setpriv")]
+pytestmark = [
+    pytest.mark.fake_gpu,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or shutil.which("setpriv") is None,
+        reason="root planting as another user needs root and setpriv",
+    ),
+]
 NOBODY = 65534
 HOST = socket.gethostname()
 EPILOG = Path(__file__).resolve().parents[4] / "slurm" / "epilog.sh"
@@ -40,7 +44,9 @@ def var_tmp():
 
 
 def as_nobody(*argv: str) -> None:
-    subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv], check=True)
+    subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv], check=True
+    )
 
 
 def plant(path: Path, doc: dict) -> None:
@@ -49,8 +55,14 @@ def plant(path: Path, doc: dict) -> None:
 
 
 def record(mode="nvml", limit_w=200.0, **extra) -> dict:
-    return {"host": HOST, "pid": 2**22 + 12345, "mode": mode, "cap_w": 300.0, **extra,
-            "gpus": [{"index": 0, "uuid": "GPU-fake-0000", "original_limit_w": limit_w}]}
+    return {
+        "host": HOST,
+        "pid": 2**22 + 12345,
+        "mode": mode,
+        "cap_w": 300.0,
+        **extra,
+        "gpus": [{"index": 0, "uuid": "GPU-fake-0000", "original_limit_w": limit_w}],
+    }
 
 
 def test_a_command_in_a_planted_record_is_never_run_by_root(fake_nvml, var_tmp, run_cli):
@@ -58,12 +70,15 @@ def test_a_command_in_a_planted_record_is_never_run_by_root(fake_nvml, var_tmp, 
     restore-caps (the epilog) and control's stale restore run nothing and change nothing."""
     state, pwned = var_tmp / "wattflex", var_tmp / "pwned"
     as_nobody("mkdir", "-m", "0755", str(state))
-    plant(state / f"caps-{HOST}-999999.json", record("command", command=f"touch {pwned} {{gpu}} {{watts}}"))
+    plant(
+        state / f"caps-{HOST}-999999.json",
+        record("command", command=f"touch {pwned} {{gpu}} {{watts}}"),
+    )
     fake_nvml.update_gpu(0, limit_mw=400_000)
     proc = run_cli("restore-caps", "--state-dir", state, cwd=var_tmp)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "untrusted" in proc.stdout and "owned by uid 65534" in proc.stdout
-    caps.restore_from_state_dir(state)                       # what `wattflex control` calls at start
+    caps.restore_from_state_dir(state)  # what `wattflex control` calls at start
     assert not pwned.exists() and limits_w() == [400.0, 700.0]
     assert fake_nvml.state()["set_calls"] == []
 
@@ -97,7 +112,9 @@ def test_a_folder_others_can_write_or_a_link_is_refused_before_any_gpu_changes(f
         assert res["action"] == "untrusted"
 
 
-def test_the_job_users_record_restores_the_cards_default_not_its_number(fake_nvml, var_tmp, run_cli):
+def test_the_job_users_record_restores_the_cards_default_not_its_number(
+    fake_nvml, var_tmp, run_cli
+):
     """The issue's second case: a record the job's user owns (the epilog trusts it, --job-uid)
     may say 200 W; root puts back the card's default limit, which that user cannot choose."""
     state = var_tmp / f"wattflex-{NOBODY}"
@@ -112,11 +129,19 @@ def test_the_job_users_record_restores_the_cards_default_not_its_number(fake_nvm
 
 
 def clock_record(**extra) -> dict:
-    return {"host": HOST, "pid": 2**22 + 12345, "mode": "nvml", "clock_mhz": 345, **extra,
-            "gpus": [{"index": 0, "uuid": "GPU-fake-0000"}]}
+    return {
+        "host": HOST,
+        "pid": 2**22 + 12345,
+        "mode": "nvml",
+        "clock_mhz": 345,
+        **extra,
+        "gpus": [{"index": 0, "uuid": "GPU-fake-0000"}],
+    }
 
 
-def test_a_planted_clock_record_is_refused_and_the_job_users_only_resets_to_the_default(fake_nvml, var_tmp, run_cli):
+def test_a_planted_clock_record_is_refused_and_the_job_users_only_resets_to_the_default(
+    fake_nvml, var_tmp, run_cli
+):
     """Clock records (``knob: clock``) go through the same reader as cap records: one that nobody
     planted in a folder of theirs is reported untrusted and no clock changes; the job user's own
     (the epilog trusts it, --job-uid) resets the lock to the driver's default, whatever clock or
@@ -131,7 +156,9 @@ def test_a_planted_clock_record_is_refused_and_the_job_users_only_resets_to_the_
 
     mine = var_tmp / f"wattflex-{NOBODY}"
     as_nobody("mkdir", "-m", "0700", str(mine))
-    plant(mine / f"clocks-{HOST}-999999.json", clock_record(clock_mhz=1980, command=f"touch {pwned}"))
+    plant(
+        mine / f"clocks-{HOST}-999999.json", clock_record(clock_mhz=1980, command=f"touch {pwned}")
+    )
     proc = run_cli("restore-caps", "--state-dir", mine, "--job-uid", NOBODY, cwd=var_tmp)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "GPU 0 clock lock reset" in proc.stdout
@@ -159,7 +186,10 @@ def test_the_record_is_never_written_through_a_planted_link(fake_nvml, var_tmp):
     for suffix in (".json", ".tmp"):
         (state / f"{name}{suffix}").symlink_to(target)
     with caps.CapGuard(open_gpus(gpm=False), 300, "nvml", state) as guard:
-        assert not guard.state_path.is_symlink() and json.loads(guard.state_path.read_text())["cap_w"] == 300.0
+        assert (
+            not guard.state_path.is_symlink()
+            and json.loads(guard.state_path.read_text())["cap_w"] == 300.0
+        )
         assert limits_w() == [300.0, 300.0]
     assert target.read_text() == "root's file\n" and limits_w() == [700.0, 700.0]
     assert "command" not in json.dumps(guard.record())
@@ -170,10 +200,16 @@ def test_a_record_names_no_command_and_restore_uses_the_installed_one(fake_nvml,
     cap_command), never from the record: a record with a command restores through NVML."""
     fakes = Path(__file__).resolve().parents[3] / "fakes"
     template = f"{sys.executable} {fakes / 'fake_setcap.py'} {{gpu}} {{watts}}"
-    with caps.CapGuard(open_gpus(set_limit=caps.limit_setter("command", template), gpm=False), 350, "command",
-                       tmp_path / "st", template, handle_signals=False) as guard:
+    with caps.CapGuard(
+        open_gpus(set_limit=caps.limit_setter("command", template), gpm=False),
+        350,
+        "command",
+        tmp_path / "st",
+        template,
+        handle_signals=False,
+    ) as guard:
         assert "command" not in json.loads(guard.state_path.read_text())
-        guard.applied = False                                # leave the record, as SIGKILL would
+        guard.applied = False  # leave the record, as SIGKILL would
     doc = json.loads(guard.state_path.read_text())
     doc["pid"] = 2**22 + 1
     doc["command"] = f"touch {tmp_path / 'pwned'} {{gpu}} {{watts}}"
@@ -194,9 +230,16 @@ def test_the_epilog_never_appends_through_a_planted_log_link(var_tmp, tmp_path):
     stub = tmp_path / "wattflex"
     stub.write_text("#!/bin/bash\necho ran\n")
     stub.chmod(0o755)
-    env = {**os.environ, "WATTFLEX": str(stub), "WATTFLEX_STATE_DIR": str(state),
-           "WATTFLEX_EPILOG_LOG": str(var_tmp / "epilog.log"), "SLURM_JOB_ID": "7"}
-    subprocess.run(["bash", str(EPILOG)], env=env, capture_output=True, text=True, timeout=60, check=True)
+    env = {
+        **os.environ,
+        "WATTFLEX": str(stub),
+        "WATTFLEX_STATE_DIR": str(state),
+        "WATTFLEX_EPILOG_LOG": str(var_tmp / "epilog.log"),
+        "SLURM_JOB_ID": "7",
+    }
+    subprocess.run(
+        ["bash", str(EPILOG)], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
     assert target.read_text() == "root's file\n"
 
 
@@ -207,9 +250,16 @@ def test_the_epilog_does_not_run_a_wattflex_another_user_can_write(tmp_path):
     stub = tmp_path / "wattflex"
     stub.write_text(f"#!/bin/bash\ntouch {tmp_path / 'ran'}\n")
     stub.chmod(0o777)
-    env = {**os.environ, "WATTFLEX": str(stub), "WATTFLEX_STATE_DIR": str(state),
-           "WATTFLEX_EPILOG_LOG": str(tmp_path / "epilog.log"), "SLURM_JOB_ID": "8"}
-    proc = subprocess.run(["bash", str(EPILOG)], env=env, capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "WATTFLEX": str(stub),
+        "WATTFLEX_STATE_DIR": str(state),
+        "WATTFLEX_EPILOG_LOG": str(tmp_path / "epilog.log"),
+        "SLURM_JOB_ID": "8",
+    }
+    proc = subprocess.run(
+        ["bash", str(EPILOG)], env=env, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 1 and not (tmp_path / "ran").exists()
     assert "others can write it" in (tmp_path / "epilog.log").read_text()
 
@@ -220,11 +270,24 @@ def test_a_user_default_folder_is_their_own(monkeypatch):
     assert cap_state.default_state_dir(1000) == Path("/var/tmp/wattflex-1000")
 
 
-@pytest.mark.parametrize("argv, said", [
-    (["--job-uid", "alice"], "argument --job-uid: 'alice': must be a whole number >= 0 and <= 4294967295"),
-    (["--job-uid", "-1"], "argument --job-uid: '-1': must be a whole number >= 0"),
-    (["--cap-command", "setcap {node} {watts}"], "--cap-command 'setcap {node} {watts}': has placeholder(s) {node}"),
-])
-def test_restore_caps_refuses_a_bad_job_uid_or_cap_command_in_one_line(tmp_path, run_cli, argv, said):
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (
+            ["--job-uid", "alice"],
+            "argument --job-uid: 'alice': must be a whole number >= 0 and <= 4294967295",
+        ),
+        (["--job-uid", "-1"], "argument --job-uid: '-1': must be a whole number >= 0"),
+        (
+            ["--cap-command", "setcap {node} {watts}"],
+            "--cap-command 'setcap {node} {watts}': has placeholder(s) {node}",
+        ),
+    ],
+)
+def test_restore_caps_refuses_a_bad_job_uid_or_cap_command_in_one_line(
+    tmp_path, run_cli, argv, said
+):
     proc = run_cli("restore-caps", "--state-dir", tmp_path, *argv, cwd=tmp_path)
-    assert proc.returncode == 2 and said in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.returncode == 2 and said in proc.stderr and proc.stderr.count("\n") == 1, (
+        proc.stderr
+    )

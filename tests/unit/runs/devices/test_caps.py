@@ -29,7 +29,10 @@ def test_fake_nvml_guard_caps_then_restores_and_cleans_state(fake_nvml, tmp_path
         assert limits_w() == [400.0, 400.0]
         assert guard.enforced_w == [400.0, 400.0]
         doc = json.loads(guard.state_path.read_text())
-        assert doc["pid"] == os.getpid() and [g["original_limit_w"] for g in doc["gpus"]] == [700.0, 700.0]
+        assert doc["pid"] == os.getpid() and [g["original_limit_w"] for g in doc["gpus"]] == [
+            700.0,
+            700.0,
+        ]
     assert limits_w() == [700.0, 700.0]
     assert not list(state_dir.glob("*.json"))
     rec = guard.record()
@@ -55,10 +58,12 @@ def test_fake_nvml_guard_refuses_out_of_range_cap_before_touching_any_gpu(fake_n
 
 def test_fake_nvml_guard_permission_error_restores_already_capped_gpus(fake_nvml, tmp_path):
     fake_nvml.update_gpu(1, deny_set=True)
-    with pytest.raises(caps.CapPermissionError, match="GPU 1 .*not permitted.*cap_control: command"):
+    with pytest.raises(
+        caps.CapPermissionError, match="GPU 1 .*not permitted.*cap_control: command"
+    ):
         with caps.CapGuard(open_gpus(gpm=False), 500, "nvml", tmp_path):
             pass
-    assert limits_w() == [700.0, 700.0]          # GPU 0 was capped, then put back
+    assert limits_w() == [700.0, 700.0]  # GPU 0 was capped, then put back
     assert fake_nvml.state()["set_calls"] == [[0, 500_000], [0, 700_000]]
     assert not list(tmp_path.glob("caps-*.json"))
 
@@ -75,7 +80,9 @@ def test_fake_nvml_observe_mode_changes_nothing_and_records_limits(fake_nvml, tm
 def test_fake_nvml_command_mode_runs_the_admin_command(fake_nvml, tmp_path):
     template = f"{sys.executable} {FAKES / 'fake_setcap.py'} {{gpu}} {{watts}}"
     setter = caps.limit_setter("command", template)
-    fake_nvml.reset(n_gpus=2, path=tmp_path / "gpus.json", allow_set=False)   # NVML itself may not set
+    fake_nvml.reset(
+        n_gpus=2, path=tmp_path / "gpus.json", allow_set=False
+    )  # NVML itself may not set
     with caps.CapGuard(open_gpus(set_limit=setter, gpm=False), 350, "command", tmp_path, template):
         assert limits_w() == [350.0, 350.0]
     assert limits_w() == [700.0, 700.0]
@@ -84,7 +91,9 @@ def test_fake_nvml_command_mode_runs_the_admin_command(fake_nvml, tmp_path):
 def test_command_setter_failure_and_bad_template_are_clear():
     with pytest.raises(ValueError, match="must contain \\{gpu\\} and \\{watts\\}"):
         caps.command_setter("sudo setcap {gpu}")
-    setter = caps.command_setter(f"{sys.executable} -c \"import sys; sys.exit('denied by policy')\" {{gpu}} {{watts}}")
+    setter = caps.command_setter(
+        f"{sys.executable} -c \"import sys; sys.exit('denied by policy')\" {{gpu}} {{watts}}"
+    )
     with pytest.raises(caps.CapPermissionError, match="exit 1.*denied by policy"):
         setter(0, 300)
 
@@ -97,17 +106,27 @@ def test_guard_works_on_the_emulated_device_too(tmp_path):
 
 
 def _sleeper(tmp_path, cap_w=300):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "workflow_scripts"), str(REPO)]),
-           "FAKE_PYNVML_STATE": str(tmp_path / "gpus.json")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "workflow_scripts"), str(REPO)]),
+        "FAKE_PYNVML_STATE": str(tmp_path / "gpus.json"),
+    }
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    proc = subprocess.Popen([sys.executable, str(FAKES / "capped_sleeper.py"), str(tmp_path / "state"), str(cap_w)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, str(FAKES / "capped_sleeper.py"), str(tmp_path / "state"), str(cap_w)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert proc.stdout.readline().strip() == "CAPPED", proc.stderr.read()
     return proc
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1,
-                                 signal.SIGUSR2])
+@pytest.mark.parametrize(
+    "sig",
+    [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2],
+)
 def test_fake_nvml_signal_restores_caps_in_a_real_process(fake_nvml, tmp_path, sig):
     proc = _sleeper(tmp_path)
     assert limits_w() == [300.0, 300.0]
@@ -122,7 +141,7 @@ def test_fake_nvml_sigkill_leaves_state_file_and_restore_caps_repairs(fake_nvml,
     proc = _sleeper(tmp_path, cap_w=250)
     proc.kill()
     proc.wait(timeout=30)
-    assert limits_w() == [250.0, 250.0]                  # SIGKILL cannot be caught
+    assert limits_w() == [250.0, 250.0]  # SIGKILL cannot be caught
     files = list((tmp_path / "state").glob("caps-*.json"))
     assert len(files) == 1
     assert cli.main(["restore-caps", "--state-dir", str(tmp_path / "state"), "--dry-run"]) == 0

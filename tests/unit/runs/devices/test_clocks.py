@@ -28,13 +28,18 @@ def locks() -> list:
 def test_fake_nvml_clock_guard_locks_then_resets_and_cleans_state(fake_nvml, tmp_path):
     with clocks.ClockGuard(open_gpus(gpm=False), 1200, "nvml", tmp_path) as guard:
         assert locks() == [1200, 1200]
-        assert guard.clocks_read == [1200.0, 1200.0]              # the fake reads the lock back
+        assert guard.clocks_read == [1200.0, 1200.0]  # the fake reads the lock back
         doc = json.loads(guard.state_path.read_text())
         assert guard.state_path.name.startswith("clocks-") and doc["pid"] == os.getpid()
         assert [g["index"] for g in doc["gpus"]] == [0, 1]
     assert locks() == [None, None]
     assert not list(tmp_path.glob("clocks-*.json"))
-    assert fake_nvml.state()["clock_calls"] == [[0, 1200, 1200], [1, 1200, 1200], [0, "reset"], [1, "reset"]]
+    assert fake_nvml.state()["clock_calls"] == [
+        [0, 1200, 1200],
+        [1, 1200, 1200],
+        [0, "reset"],
+        [1, "reset"],
+    ]
     assert guard.record()["clock_mhz_requested"] == 1200
 
 
@@ -56,8 +61,10 @@ def test_fake_nvml_clock_guard_resets_on_exception(fake_nvml, tmp_path):
 
 
 def test_fake_nvml_clock_guard_refuses_out_of_range_before_touching_any_gpu(fake_nvml, tmp_path):
-    for mhz in (300, 2100):                       # H200: 345-1980 MHz (wattflex.gpus / NVML max clock)
-        with pytest.raises(caps.CapConstraintError, match=f"GPU 0 .*{mhz} MHz is outside .*345-1980 MHz"):
+    for mhz in (300, 2100):  # H200: 345-1980 MHz (wattflex.gpus / NVML max clock)
+        with pytest.raises(
+            caps.CapConstraintError, match=f"GPU 0 .*{mhz} MHz is outside .*345-1980 MHz"
+        ):
             with clocks.ClockGuard(open_gpus(gpm=False), mhz, "nvml", tmp_path):
                 pass
     assert fake_nvml.state()["clock_calls"] == [] and not list(tmp_path.glob("clocks-*.json"))
@@ -68,22 +75,39 @@ def test_fake_nvml_clock_permission_error_resets_already_locked_gpus(fake_nvml, 
     with pytest.raises(caps.CapPermissionError, match="GPU 1 .*not permitted to lock the SM clock"):
         with clocks.ClockGuard(open_gpus(gpm=False), 1500, "nvml", tmp_path):
             pass
-    assert locks() == [None, None]               # GPU 0 was locked, then reset
+    assert locks() == [None, None]  # GPU 0 was locked, then reset
     assert not list(tmp_path.glob("clocks-*.json"))
 
 
 def test_fake_nvml_clock_observe_changes_nothing(fake_nvml, tmp_path):
     with clocks.ClockGuard(open_gpus(gpm=False), 1000, "observe", tmp_path) as guard:
         pass
-    assert fake_nvml.state()["clock_calls"] == [] and guard.record()["sm_clock_mhz"] == [1980.0, 1980.0]
+    assert fake_nvml.state()["clock_calls"] == [] and guard.record()["sm_clock_mhz"] == [
+        1980.0,
+        1980.0,
+    ]
 
 
 def _sleeper(tmp_path, cap_w=300, clock_mhz=1100):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "workflow_scripts"), str(REPO)]),
-           "FAKE_PYNVML_STATE": str(tmp_path / "gpus.json")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "workflow_scripts"), str(REPO)]),
+        "FAKE_PYNVML_STATE": str(tmp_path / "gpus.json"),
+    }
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    proc = subprocess.Popen([sys.executable, str(FAKES / "capped_sleeper.py"), str(tmp_path / "state"), str(cap_w),
-                             str(clock_mhz)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(FAKES / "capped_sleeper.py"),
+            str(tmp_path / "state"),
+            str(cap_w),
+            str(clock_mhz),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert proc.stdout.readline().strip() == "CAPPED", proc.stderr.read()
     return proc
 
@@ -102,7 +126,7 @@ def test_fake_nvml_sigkill_leaves_lock_and_restore_caps_resets_it(fake_nvml, tmp
     proc = _sleeper(tmp_path, cap_w=250, clock_mhz=800)
     proc.kill()
     proc.wait(timeout=30)
-    assert locks() == [800, 800] and limits_w() == [250.0, 250.0]     # SIGKILL cannot be caught
+    assert locks() == [800, 800] and limits_w() == [250.0, 250.0]  # SIGKILL cannot be caught
     state = tmp_path / "state"
     assert len(list(state.glob("clocks-*.json"))) == 1
     assert cli.main(["restore-caps", "--state-dir", str(state), "--dry-run"]) == 0
@@ -111,7 +135,9 @@ def test_fake_nvml_sigkill_leaves_lock_and_restore_caps_resets_it(fake_nvml, tmp
     out = capsys.readouterr().out
     assert "restored (GPU 0 clock lock reset, GPU 1 clock lock reset)" in out
     assert "restored (GPU 0 -> 700 W, GPU 1 -> 700 W)" in out
-    assert locks() == [None, None] and limits_w() == [700.0, 700.0] and not list(state.glob("*.json"))
+    assert (
+        locks() == [None, None] and limits_w() == [700.0, 700.0] and not list(state.glob("*.json"))
+    )
     assert cli.main(["restore-caps", "--state-dir", str(state)]) == 0
     assert "nothing to restore" in capsys.readouterr().out
 
@@ -140,5 +166,9 @@ def test_fake_nvml_cuda_backend_locks_a_clock_runs_gpus_and_not_a_cap_runs(fake_
     assert locks() == [None, None]
     with clock_guard({"cap_w": 400}, gpus, opts) as guard:
         assert guard is None and locks() == [None, None]
-    with clock_guard({"cap_w": 700, "clock_mhz": 1395.0}, gpus, SimpleNamespace(cap_control="observe", state_dir=tmp_path)):
-        assert locks() == [None, None]               # observe: nothing changed
+    with clock_guard(
+        {"cap_w": 700, "clock_mhz": 1395.0},
+        gpus,
+        SimpleNamespace(cap_control="observe", state_dir=tmp_path),
+    ):
+        assert locks() == [None, None]  # observe: nothing changed

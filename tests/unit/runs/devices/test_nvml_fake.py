@@ -75,7 +75,7 @@ def test_fake_nvml_gpm_permission_error_disables_gpm_with_warning(fake_nvml, cap
     assert gpu.gpm.status.startswith("disabled: no permission")
     assert "GPM disabled" in caplog.text
     assert all(math.isnan(r["dram_active"]) for r in rows)
-    assert rows[1]["power_w"] == pytest.approx(650.0)    # the rest of the sample still works
+    assert rows[1]["power_w"] == pytest.approx(650.0)  # the rest of the sample still works
 
 
 def test_fake_nvml_gpm_unsupported_is_reported_not_fatal(fake_nvml):
@@ -87,7 +87,9 @@ def test_fake_nvml_gpm_unsupported_is_reported_not_fatal(fake_nvml):
 
 def test_fake_nvml_cap_outside_constraints_is_refused_untouched(fake_nvml):
     gpu = nvml.NvmlGpu(0, gpm=False)
-    with pytest.raises(CapConstraintError, match="outside the limits this GPU accepts \\(200-700 W\\)"):
+    with pytest.raises(
+        CapConstraintError, match="outside the limits this GPU accepts \\(200-700 W\\)"
+    ):
         gpu.set_cap(150)
     assert fake_nvml.state()["set_calls"] == []
 
@@ -135,7 +137,9 @@ def test_fake_nvml_sampler_thread_rows_per_gpu_per_period(fake_nvml):
     assert sorted(df["gpu"].unique()) == [0, 1]
     assert df["t_s"].is_monotonic_increasing and df["t_s"].iloc[-1] < 1.0
     # host power is node level: on the first GPU's row only
-    assert (df.loc[df.gpu == 0, "host_cpu_w"] == 120.0).all() and df.loc[df.gpu == 1, "host_cpu_w"].isna().all()
+    assert (df.loc[df.gpu == 0, "host_cpu_w"] == 120.0).all() and df.loc[
+        df.gpu == 1, "host_cpu_w"
+    ].isna().all()
 
 
 def test_fake_nvml_sampler_survives_a_failing_source(fake_nvml, caplog):

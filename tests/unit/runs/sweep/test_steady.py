@@ -1,4 +1,5 @@
 """The steady-state detector on constructed series: step changes, transients, drifts, dips."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -24,8 +25,17 @@ def ar1(rng, n, sd, phi=0.6):
     return x
 
 
-def series_and_steps(level, t_end=900.0, rate=lambda t: np.full_like(t, 1000.0), step_s=4.0, noise=0.004,
-                     step_noise=0.008, util=None, seed=0, train_from=20.0):
+def series_and_steps(
+    level,
+    t_end=900.0,
+    rate=lambda t: np.full_like(t, 1000.0),
+    step_s=4.0,
+    noise=0.004,
+    step_noise=0.008,
+    util=None,
+    seed=0,
+    train_from=20.0,
+):
     """A job-level series (one sample every PERIOD s) whose power is ``level(t)`` plus AR(1)
     noise, and a step log whose tokens/s is ``rate(t)`` with i.i.d. noise. Training (util
     99 %) from ``train_from``; ``util(t)`` overrides utilisation."""
@@ -40,21 +50,30 @@ def series_and_steps(level, t_end=900.0, rate=lambda t: np.full_like(t, 1000.0),
         now += step_s
         ends.append(now)
         tokens.append(r * step_s)
-    steps = pd.DataFrame({"step": np.arange(1, len(ends) + 1), "t_end_s": ends,
-                          "tokens": np.round(tokens).astype(np.int64), "loss": 1.0})
+    steps = pd.DataFrame(
+        {
+            "step": np.arange(1, len(ends) + 1),
+            "t_end_s": ends,
+            "tokens": np.round(tokens).astype(np.int64),
+            "loss": 1.0,
+        }
+    )
     return series, steps
 
 
 def first_done(series, steps, t_change, criteria=SteadyCriteria(), until=None):
     """Poll like the controller: the first time the window at t_change is steady and precise."""
     for now in np.arange(t_change + PERIOD, (until or series["t_s"].max()) + 1e-9, PERIOD):
-        w = assess(series[series["t_s"] <= now], steps[steps["t_end_s"] <= now], t_change, now, criteria)
+        w = assess(
+            series[series["t_s"] <= now], steps[steps["t_end_s"] <= now], t_change, now, criteria
+        )
         if w.done:
             return w
     return w
 
 
 # ---- single-series statistics ------------------------------------------------------------
+
 
 def test_ar1_standard_error_matches_the_spread_of_means():
     rng = np.random.default_rng(1)
@@ -64,7 +83,7 @@ def test_ar1_standard_error_matches_the_spread_of_means():
         means.append(x.mean())
         ses.append(se_mean_ar1(x))
     naive = 1 / np.sqrt(60)
-    assert np.std(means) > 1.6 * naive                       # autocorrelation matters...
+    assert np.std(means) > 1.6 * naive  # autocorrelation matters...
     assert np.median(ses) == pytest.approx(np.std(means), rel=0.25)  # ...and is corrected for
 
 
@@ -95,12 +114,13 @@ def test_drift_needs_significance_and_size():
     t = np.arange(40) * PERIOD
     rng = np.random.default_rng(4)
     noise = rng.normal(0, 0.5, t.size)
-    assert drift(t, 1000 + 0.1 * t + noise, 3.0, tolerance=5.0)        # 20 W over the window: large
-    assert not drift(t, 1000 + 0.01 * t + noise, 3.0, tolerance=5.0)   # significant but 2 W: small
-    assert not drift(t, 1000 + noise, 3.0, tolerance=0.01)             # no trend
+    assert drift(t, 1000 + 0.1 * t + noise, 3.0, tolerance=5.0)  # 20 W over the window: large
+    assert not drift(t, 1000 + 0.01 * t + noise, 3.0, tolerance=5.0)  # significant but 2 W: small
+    assert not drift(t, 1000 + noise, 3.0, tolerance=0.01)  # no trend
 
 
 # ---- assess on constructed runs ----------------------------------------------------------
+
 
 def test_step_change_window_starts_after_the_change_and_reads_the_new_level():
     level = lambda t: np.where(t < 300, 5000.0, 3000.0)  # cap lowered at 300 s
@@ -116,11 +136,13 @@ def test_step_change_window_starts_after_the_change_and_reads_the_new_level():
 
 def test_slow_transient_is_waited_out_not_averaged_in():
     # Power falls to its new level with a 40 s time constant (slow firmware/thermal response).
-    level = lambda t: np.where(t < 300, 5000.0, 3000.0 + 2000.0 * np.exp(-np.clip(t - 300, 0, None) / 40))
+    level = lambda t: np.where(
+        t < 300, 5000.0, 3000.0 + 2000.0 * np.exp(-np.clip(t - 300, 0, None) / 40)
+    )
     series, steps = series_and_steps(level, noise=0.002)
     w = first_done(series, steps, t_change=300.0)
     assert w.done
-    assert w.t_settled_s >= 300 + 80      # two time constants at least
+    assert w.t_settled_s >= 300 + 80  # two time constants at least
     assert w.power_w == pytest.approx(3000, rel=0.01)
 
 
@@ -136,7 +158,9 @@ def test_eval_dip_above_the_util_threshold_and_checkpoint_are_excluded():
     eval_on = lambda t: (t > 400) & (t <= 445)
     ckpt_on = lambda t: (t > 520) & (t <= 545)
     level = lambda t: np.where(eval_on(t), 0.55 * 4000, np.where(ckpt_on(t), 900.0, 4000.0))
-    util = lambda t: np.where(t <= 20, 0, np.where(eval_on(t), 62.0, np.where(ckpt_on(t), 4.0, 99.0)))
+    util = lambda t: np.where(
+        t <= 20, 0, np.where(eval_on(t), 62.0, np.where(ckpt_on(t), 4.0, 99.0))
+    )
     rate = lambda t: np.where(eval_on(t) | ckpt_on(t), 100.0, 1000.0)
     series, steps = series_and_steps(level, rate=rate, util=util, t_end=700)
     w = assess(series, steps, t_change_s=380.0, t_now_s=700.0)
@@ -145,14 +169,20 @@ def test_eval_dip_above_the_util_threshold_and_checkpoint_are_excluded():
     assert not ((used > 520) & (used <= 545 + SteadyCriteria().min_settle_s)).any()
     assert w.power_w == pytest.approx(4000, rel=0.005)
     assert w.tokens_per_s == pytest.approx(1000, rel=0.01)
-    assert dip_mask(series, (series["t_s"] > 380).to_numpy())[(series["t_s"] > 400) & (series["t_s"] <= 445)].all()
+    assert dip_mask(series, (series["t_s"] > 380).to_numpy())[
+        (series["t_s"] > 400) & (series["t_s"] <= 445)
+    ].all()
 
 
 def test_window_length_adapts_to_the_noise():
     level = lambda t: np.full_like(t, 4000.0)
     criteria = SteadyCriteria(target_rel_se=0.005)
-    quiet = first_done(*series_and_steps(level, noise=0.001, step_noise=0.002, t_end=1500), 100.0, criteria)
-    noisy = first_done(*series_and_steps(level, noise=0.01, step_noise=0.06, t_end=1500), 100.0, criteria)
+    quiet = first_done(
+        *series_and_steps(level, noise=0.001, step_noise=0.002, t_end=1500), 100.0, criteria
+    )
+    noisy = first_done(
+        *series_and_steps(level, noise=0.01, step_noise=0.06, t_end=1500), 100.0, criteria
+    )
     assert quiet.done and noisy.done
     assert noisy.t_end_s - noisy.t_change_s > 3 * (quiet.t_end_s - quiet.t_change_s)
     for w in (quiet, noisy):

@@ -1,6 +1,7 @@
 """The sweep controller (wattflex.runs.sweep.algorithm): the staircase through a live run
 polled on a fake clock, and the original cap restored on every exit path (normal end,
 exception, signal, dwell timeout). The GPU is faked only where named (FakeGpu)."""
+
 import os
 import signal
 import subprocess
@@ -58,13 +59,25 @@ class SyntheticJob:
             self.t_sample += 5
             p, _ = self.expected(self.gpu.limit_w)
             busy = self.t_sample > 30
-            self.rows.append({"t_s": self.t_sample, "power_w": (p if busy else 600.0) * (1 + self.rng.normal(0, 0.003)),
-                              "gpu_util": 99.0 if busy else 0.0, "fb_used_gib": 40.0})
+            self.rows.append(
+                {
+                    "t_s": self.t_sample,
+                    "power_w": (p if busy else 600.0) * (1 + self.rng.normal(0, 0.003)),
+                    "gpu_util": 99.0 if busy else 0.0,
+                    "fb_used_gib": 40.0,
+                }
+            )
         while self.t_step + 2 <= now:
             self.t_step += 2
             _, r = self.expected(self.gpu.limit_w)
-            self.step_rows.append({"step": len(self.step_rows) + 1, "t_end_s": self.t_step,
-                                   "tokens": int(2 * r * (1 + self.rng.normal(0, 0.005))), "loss": 1.0})
+            self.step_rows.append(
+                {
+                    "step": len(self.step_rows) + 1,
+                    "t_end_s": self.t_step,
+                    "tokens": int(2 * r * (1 + self.rng.normal(0, 0.005))),
+                    "loss": 1.0,
+                }
+            )
 
     def series(self):
         if self.fail_after_caps is not None and len(self.gpu.history) > self.fail_after_caps:
@@ -87,19 +100,33 @@ class FakeClock:
 
 def polling_run(gpu, clock, job, max_duration_s=3600.0):
     stopped = []
-    run = PollingRun(gpu, job.series, job.steps, lambda: stopped.append(clock.now), max_duration_s,
-                     poll_s=5.0, t0=0.0, clock=lambda: clock.now, sleep=clock.sleep)
+    run = PollingRun(
+        gpu,
+        job.series,
+        job.steps,
+        lambda: stopped.append(clock.now),
+        max_duration_s,
+        poll_s=5.0,
+        t0=0.0,
+        clock=lambda: clock.now,
+        sleep=clock.sleep,
+    )
     return run, stopped
 
 
 # ---- restore on every exit path ----------------------------------------------------------
+
 
 def test_staircase_through_the_polling_hook_measures_each_cap_and_restores_fake_gpu():
     gpu, clock = FakeGpu(), FakeClock()
     job = SyntheticJob(gpu, clock)
     run, stopped = polling_run(gpu, clock, job)
     result = staircase(run, [300, 500, 700])
-    assert [v.cap_w for v in result.visits] == [300, 500, 700] and result.stop_reason == "all_caps_measured"
+    assert [v.cap_w for v in result.visits] == [
+        300,
+        500,
+        700,
+    ] and result.stop_reason == "all_caps_measured"
     pts = result.points().set_index("cap_w")
     for cap in (300, 500, 700):
         p, t = SyntheticJob.expected(cap)
@@ -156,9 +183,14 @@ def test_signal_mid_staircase_restores_fake_gpu_in_subprocess(tmp_path, signame)
     script, state = tmp_path / "child.py", tmp_path / "gpu.json"
     script.write_text(CHILD)
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts")}
-    proc = subprocess.Popen([sys.executable, str(script), str(state)], stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(state)], stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
-        assert proc.stdout.readline().split() == ["set", "300.0"]  # first cap set, now waiting for steady state
+        assert proc.stdout.readline().split() == [
+            "set",
+            "300.0",
+        ]  # first cap set, now waiting for steady state
         proc.send_signal(getattr(signal, signame))
         rc = proc.wait(timeout=30)
     finally:
@@ -171,8 +203,17 @@ def test_unsettled_job_times_out_at_max_dwell_and_still_restores():
     gpu, clock = FakeGpu(), FakeClock()
     never = lambda: pd.DataFrame(columns=["t_s", "power_w", "gpu_util", "fb_used_gib"])
     no_steps = lambda: pd.DataFrame(columns=["step", "t_end_s", "tokens", "loss"])
-    run = PollingRun(gpu, never, no_steps, lambda: None, 3600, poll_s=5, t0=0, clock=lambda: clock.now,
-                     sleep=clock.sleep)
+    run = PollingRun(
+        gpu,
+        never,
+        no_steps,
+        lambda: None,
+        3600,
+        poll_s=5,
+        t0=0,
+        clock=lambda: clock.now,
+        sleep=clock.sleep,
+    )
     result = staircase(run, [400, 700], SteadyCriteria(), max_dwell_s=60)
     assert [v.window.reason for v in result.visits] == ["max_dwell:too_few_samples"] * 2
     assert gpu.limit_w == 700

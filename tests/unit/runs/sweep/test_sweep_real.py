@@ -26,16 +26,33 @@ from wattflex.runs.sweep.real import GpuSet, read_live_steps, write_real_sweep_r
 from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.loop import LIVE_STEPS_FILE, STOP_FILE, train
 
-CAPS = [300.0, 450.0, 600.0]    # below the fake GPUs' 700 W limit, so the restore is a visible set
+CAPS = [300.0, 450.0, 600.0]  # below the fake GPUs' 700 W limit, so the restore is a visible set
 # Loose enough for CPU step-time noise: these tests are about control flow, not precision.
-CRITERIA = {"target_rel_se": 0.5, "min_settle_s": 0.3, "min_samples": 3, "min_steps": 2, "max_dwell_s": 8.0,
-            "budget_fraction": 0.25, "mc_samples": 200}   # adaptive: revisits end 22.5 s after start
+CRITERIA = {
+    "target_rel_se": 0.5,
+    "min_settle_s": 0.3,
+    "min_samples": 3,
+    "min_steps": 2,
+    "max_dwell_s": 8.0,
+    "budget_fraction": 0.25,
+    "mc_samples": 200,
+}  # adaptive: revisits end 22.5 s after start
 
 
 def sweep_spec(tmp_path, mode="staircase", caps=CAPS, **cuda):
-    spec = cuda_spec(tmp_path, model="Llama-3.1-70B", task="pt", **{
-        "cap_control": "nvml", "sampler": True, "sampler_period_s": 0.1, "max_steps": None, **cuda})
-    spec["run"].update(duration_s=30.0, eval_at_s=None, checkpoint_at_s=None)   # at most 3 x 30 s
+    spec = cuda_spec(
+        tmp_path,
+        model="Llama-3.1-70B",
+        task="pt",
+        **{
+            "cap_control": "nvml",
+            "sampler": True,
+            "sampler_period_s": 0.1,
+            "max_steps": None,
+            **cuda,
+        },
+    )
+    spec["run"].update(duration_s=30.0, eval_at_s=None, checkpoint_at_s=None)  # at most 3 x 30 s
     spec.update(run_id=mode, sweep=mode, caps=list(caps), staircase=dict(CRITERIA), phases={})
     return spec
 
@@ -45,7 +62,11 @@ def set_calls_w():
 
 
 def training_processes(tmp_path):
-    return [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, str(tmp_path)) and p.name != str(os.getpid())]
+    return [
+        p
+        for p in Path("/proc").glob("[0-9]*")
+        if _cmdline_has(p, str(tmp_path)) and p.name != str(os.getpid())
+    ]
 
 
 def test_fake_nvml_cuda_sweep_refuses_observe_mode_and_bad_caps_before_any_cap(fake_nvml, tmp_path):
@@ -60,14 +81,27 @@ def test_fake_nvml_cuda_sweep_refuses_observe_mode_and_bad_caps_before_any_cap(f
 @pytest.mark.slow
 def test_live_step_log_matches_steps_parquet_and_a_stop_file_ends_training(tmp_path):
     catalog = cuda_spec(tmp_path)["model_facts"]
-    cfg = dict(model_facts=catalog, task="pt", seq_len=16, batch=2, device="cpu", tiny=True, duration_s=60,
-               compile=False, grad_checkpointing=False, eval_at_s=None, checkpoint_at_s=None)
+    cfg = dict(
+        model_facts=catalog,
+        task="pt",
+        seq_len=16,
+        batch=2,
+        device="cpu",
+        tiny=True,
+        duration_s=60,
+        compile=False,
+        grad_checkpointing=False,
+        eval_at_s=None,
+        checkpoint_at_s=None,
+    )
     (tmp_path / "a").mkdir()
     steps = train(TrainConfig(**cfg, max_steps=4, outdir=str(tmp_path / "a")))
     live = read_live_steps(tmp_path / "a" / LIVE_STEPS_FILE)
-    pd.testing.assert_frame_equal(live, steps[["step", "t_end_s", "tokens", "loss"]], check_dtype=False)
+    pd.testing.assert_frame_equal(
+        live, steps[["step", "t_end_s", "tokens", "loss"]], check_dtype=False
+    )
     (tmp_path / "b").mkdir()
-    (tmp_path / "b" / STOP_FILE).touch()          # the orchestrator's stop request: one step, then out
+    (tmp_path / "b" / STOP_FILE).touch()  # the orchestrator's stop request: one step, then out
     assert len(train(TrainConfig(**cfg, max_steps=50, outdir=str(tmp_path / "b")))) == 1
 
 

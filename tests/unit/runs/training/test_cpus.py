@@ -15,7 +15,12 @@ def shares(cpus: list[int], world: int) -> list[list[int]]:
 
 def test_split_gives_every_rank_a_disjoint_contiguous_share_that_covers_all():
     assert shares(list(range(8)), 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
-    assert shares(list(range(10)), 4) == [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]     # sizes differ by <= 1
+    assert shares(list(range(10)), 4) == [
+        [0, 1, 2],
+        [3, 4, 5],
+        [6, 7],
+        [8, 9],
+    ]  # sizes differ by <= 1
     assert shares([3, 7, 9], 1) == [[3, 7, 9]]
     big = shares(list(range(96)), 8)
     assert sorted(c for s in big for c in s) == list(range(96)) and {len(s) for s in big} == {12}
@@ -25,8 +30,10 @@ def test_split_with_fewer_cpus_than_ranks_gives_one_cpu_each_in_turn():
     assert shares([4, 5], 4) == [[4], [5], [4], [5]]
 
 
-@pytest.mark.parametrize("rank, world, message", [(2, 2, "local rank 2 of 2"), (-1, 2, "local rank -1"),
-                                                  (0, 0, "local rank 0 of 0")])
+@pytest.mark.parametrize(
+    "rank, world, message",
+    [(2, 2, "local rank 2 of 2"), (-1, 2, "local rank -1"), (0, 0, "local rank 0 of 0")],
+)
 def test_split_refuses_a_rank_outside_the_node(rank, world, message):
     with pytest.raises(ValueError, match=message):
         split_cpus([0, 1], rank, world)
@@ -56,7 +63,7 @@ def fake_sysfs(root: Path, sockets: int, cores: int) -> Path:
 
 
 def test_topology_order_keeps_sockets_together_and_hyperthreads_side_by_side(tmp_path):
-    sysfs = fake_sysfs(tmp_path, sockets=2, cores=2)          # cpus 0-7: socket 0 = cores 0,1 (+4,5)
+    sysfs = fake_sysfs(tmp_path, sockets=2, cores=2)  # cpus 0-7: socket 0 = cores 0,1 (+4,5)
     order = topology_order(range(8), sysfs)
     assert order == [0, 4, 1, 5, 2, 6, 3, 7]
     # two ranks: one socket each, no core split between them (a plain id split would give

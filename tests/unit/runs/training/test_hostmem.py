@@ -30,8 +30,13 @@ print(json.dumps({"fixed": fixed, "held": rss() - base}))
 
 
 def fragments(env: dict) -> dict:
-    r = subprocess.run([sys.executable, "-c", FRAGMENTS], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts"), **env})
+    r = subprocess.run(
+        [sys.executable, "-c", FRAGMENTS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO / "workflow_scripts"), **env},
+    )
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -40,12 +45,12 @@ def test_freed_tensors_go_back_to_the_kernel_with_the_threshold_fixed_and_stay_w
     glibc = fragments({hostmem.KEEP_DYNAMIC_ENV: "1"})
     harness = fragments({hostmem.KEEP_DYNAMIC_ENV: "0"})
     assert not glibc["fixed"] and harness["fixed"]
-    assert glibc["held"] > 39 * (8 << 20) * 0.9, glibc       # 39 freed tensors still resident
-    assert harness["held"] < 2 * (8 << 20), harness           # the one kept
+    assert glibc["held"] > 39 * (8 << 20) * 0.9, glibc  # 39 freed tensors still resident
+    assert harness["held"] < 2 * (8 << 20), harness  # the one kept
 
 
 def test_the_steps_peak_is_the_kernels_mark_since_its_reset():
-    grown = bytearray(64 << 20)     # 64 MiB touched, then freed: the mark keeps it
+    grown = bytearray(64 << 20)  # 64 MiB touched, then freed: the mark keeps it
     for i in range(0, len(grown), 4096):
         grown[i] = 1
     del grown

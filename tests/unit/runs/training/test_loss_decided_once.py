@@ -30,6 +30,8 @@ def test_loop_decides_once_for_all_steps_and_eval_batches(tmp_path, monkeypatch)
 
     monkeypatch.setattr(loss, "chunked_applies", counted)
     monkeypatch.setattr(loop, "chunked_applies", counted)
-    cfg = tiny_cfg("Qwen3-32B", tmp_path, max_steps=4, eval_at_s=0.0, eval_batches=2, loss_chunk_tokens=16)
+    cfg = tiny_cfg(
+        "Qwen3-32B", tmp_path, max_steps=4, eval_at_s=0.0, eval_batches=2, loss_chunk_tokens=16
+    )
     steps = loop.train(cfg)
     assert len(steps) == 4 and len(calls) == 1

@@ -21,18 +21,42 @@ def test_checkpoint_location_takes_env_vars_and_the_run(tmp_path, monkeypatch):
     run = tmp_path / "results" / "camp" / "runs" / "g1" / "cap300"
     assert checkpoint.checkpoint_root(None, run) == run / "checkpoint"
     monkeypatch.setenv("SCRATCH", str(tmp_path / "scratch"))
-    assert checkpoint.checkpoint_root("$SCRATCH/ckpt", run) == tmp_path / "scratch" / "ckpt" / "camp/runs/g1/cap300"
-    assert checkpoint.checkpoint_root("${SCRATCH}/{run}/x", run) == tmp_path / "scratch" / "camp/runs/g1/cap300" / "x"
+    assert (
+        checkpoint.checkpoint_root("$SCRATCH/ckpt", run)
+        == tmp_path / "scratch" / "ckpt" / "camp/runs/g1/cap300"
+    )
+    assert (
+        checkpoint.checkpoint_root("${SCRATCH}/{run}/x", run)
+        == tmp_path / "scratch" / "camp/runs/g1/cap300" / "x"
+    )
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
-    with pytest.raises(ValueError, match=r"cuda.checkpoint_dir '\$NOT_SET_ANYWHERE/c': environment variable not set"):
+    with pytest.raises(
+        ValueError,
+        match=r"cuda.checkpoint_dir '\$NOT_SET_ANYWHERE/c': environment variable not set",
+    ):
         checkpoint.checkpoint_root("$NOT_SET_ANYWHERE/c", run)
 
 
 def _run(outdir: Path, use_async: bool) -> dict:
     outdir.mkdir(parents=True)
-    cfg = TrainConfig(model_facts=CATALOG["Qwen3-32B"], task="pt", seq_len=32, batch=2, device="cpu", tiny=True,
-                      compile=False, grad_checkpointing=False, max_steps=3, duration_s=60, eval_at_s=None, checkpoint_at_s=0.0, keep_checkpoint=True,
-                      checkpoint_async=use_async, checkpoint_dir=str(outdir / "ckpt" / "{run}"), outdir=str(outdir))
+    cfg = TrainConfig(
+        model_facts=CATALOG["Qwen3-32B"],
+        task="pt",
+        seq_len=32,
+        batch=2,
+        device="cpu",
+        tiny=True,
+        compile=False,
+        grad_checkpointing=False,
+        max_steps=3,
+        duration_s=60,
+        eval_at_s=None,
+        checkpoint_at_s=0.0,
+        keep_checkpoint=True,
+        checkpoint_async=use_async,
+        checkpoint_dir=str(outdir / "ckpt" / "{run}"),
+        outdir=str(outdir),
+    )
     train(cfg)
     return read_json(outdir / ".training.json")["training"]["events"][0]
 
@@ -57,4 +81,4 @@ def test_async_save_writes_what_the_sync_save_does_and_records_its_size(tmp_path
     assert a.keys() == s.keys() == {"model", "optim"}
     assert a["model"].keys() == s["model"].keys() and len(a["model"]) > 10
     for name, value in a["model"].items():
-        assert torch.equal(value, s["model"][name]), name          # same seed, same step: same weights
+        assert torch.equal(value, s["model"][name]), name  # same seed, same step: same weights

@@ -23,9 +23,22 @@ QWEN_MOE, GPT_OSS, LLAMA = "Qwen3-30B-A3B", "gpt-oss-20b", "Llama-3.1-70B"
 
 
 def tiny_cfg(model: str, outdir, **kw) -> TrainConfig:
-    base = dict(model_facts=CATALOG[model], task="pt", seq_len=32, batch=2, device="cpu", tiny=True,
-                compile=False, grad_checkpointing=False,
-                max_steps=6, duration_s=120, eval_at_s=None, checkpoint_at_s=None, lr=3e-3, outdir=str(outdir))
+    base = dict(
+        model_facts=CATALOG[model],
+        task="pt",
+        seq_len=32,
+        batch=2,
+        device="cpu",
+        tiny=True,
+        compile=False,
+        grad_checkpointing=False,
+        max_steps=6,
+        duration_s=120,
+        eval_at_s=None,
+        checkpoint_at_s=None,
+        lr=3e-3,
+        outdir=str(outdir),
+    )
     base.update(kw)
     return TrainConfig(**base)
 
@@ -40,21 +53,27 @@ def test_ep_falls_back_to_1_with_a_reason_where_there_is_nothing_to_spread(tmp_p
     assert par.expert_layout(tiny_cfg(QWEN_MOE, tmp_path, ep=4), 8, 128) == par.ExpertLayout(4)
 
 
-@pytest.mark.parametrize("ep, world, experts, match", [
-    (3, 8, 128, "does not divide the 8 training processes"),
-    (4, 2, 128, "does not divide the 2 training processes"),       # more ep ranks than processes
-    (4, 8, 6, "does not divide the 6 experts"),
-])
+@pytest.mark.parametrize(
+    "ep, world, experts, match",
+    [
+        (3, 8, 128, "does not divide the 8 training processes"),
+        (4, 2, 128, "does not divide the 2 training processes"),  # more ep ranks than processes
+        (4, 8, 6, "does not divide the 6 experts"),
+    ],
+)
 def test_impossible_ep_layouts_fail_clearly(ep, world, experts, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         par.expert_layout(tiny_cfg(QWEN_MOE, tmp_path, ep=ep), world, experts)
 
 
-@pytest.mark.parametrize("change, match", [
-    ({"task": "lora"}, "expert parallelism is for pretraining"),
-    ({"parallel": "ddp"}, "cuda.parallel 'ddp'"),
-    ({"ep": 0}, "must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"task": "lora"}, "expert parallelism is for pretraining"),
+        ({"parallel": "ddp"}, "cuda.parallel 'ddp'"),
+        ({"ep": 0}, "must be >= 1"),
+    ],
+)
 def test_config_rejects_ep_combinations_that_cannot_run(change, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         tiny_cfg(QWEN_MOE, tmp_path, **{"ep": 2, **change}).validate()
@@ -63,7 +82,7 @@ def test_config_rejects_ep_combinations_that_cannot_run(change, match, tmp_path)
 def test_distributed_config_is_fsdp_over_all_ranks_with_ep_expert_groups(tmp_path):
     dc = par.distributed_config(tiny_cfg(GPT_OSS, tmp_path, ep=4, device="cuda"), 8, 4)
     assert (dc.fsdp_size, dc.ep_size, dc.tp_size, dc.efsdp_size) == (8, 4, 1, 2)
-    assert dc.fsdp_mixed_precision                                  # bf16-mixed on cuda
+    assert dc.fsdp_mixed_precision  # bf16-mixed on cuda
     assert not par.distributed_config(tiny_cfg(GPT_OSS, tmp_path, ep=2), 2, 2).fsdp_mixed_precision
 
 

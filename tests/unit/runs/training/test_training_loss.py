@@ -18,8 +18,22 @@ CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"
 
 
 def tiny_cfg(model: str, outdir, **kw) -> TrainConfig:
-    base = dict(model_facts=CATALOG[model], task="pt", seq_len=32, batch=2, lora_rank=8, device="cpu", tiny=True,
-                compile=False, grad_checkpointing=False, max_steps=2, duration_s=120, eval_at_s=None, checkpoint_at_s=None, outdir=str(outdir))
+    base = dict(
+        model_facts=CATALOG[model],
+        task="pt",
+        seq_len=32,
+        batch=2,
+        lora_rank=8,
+        device="cpu",
+        tiny=True,
+        compile=False,
+        grad_checkpointing=False,
+        max_steps=2,
+        duration_s=120,
+        eval_at_s=None,
+        checkpoint_at_s=None,
+        outdir=str(outdir),
+    )
     base.update(kw)
     return TrainConfig(**base)
 
@@ -28,10 +42,14 @@ def loss_and_grads(model, x, loss_fn):
     model.zero_grad(set_to_none=True)
     loss = loss_fn(model, x)
     loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), {
+        n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None
+    }
 
 
-@pytest.mark.parametrize("model_name,task", [("Qwen3-32B", "pt"), ("Qwen3-30B-A3B", "pt"), ("Llama-3.1-70B", "lora")])
+@pytest.mark.parametrize(
+    "model_name,task", [("Qwen3-32B", "pt"), ("Qwen3-30B-A3B", "pt"), ("Llama-3.1-70B", "lora")]
+)
 def test_chunked_loss_and_gradients_equal_transformers(model_name, task, tmp_path):
     cfg = tiny_cfg(model_name, tmp_path, task=task)
     torch.manual_seed(0)
@@ -47,7 +65,9 @@ def test_chunked_loss_and_gradients_equal_transformers(model_name, task, tmp_pat
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
         assert got_g.keys() == want_g.keys() and want_g
         for n in want_g:
-            torch.testing.assert_close(got_g[n], want_g[n], rtol=1e-5, atol=1e-6, msg=lambda m: f"{n}: {m}")
+            torch.testing.assert_close(
+                got_g[n], want_g[n], rtol=1e-5, atol=1e-6, msg=lambda m: f"{n}: {m}"
+            )
 
 
 def test_chunked_loss_soft_caps_the_logits_as_gemma_does(tmp_path):
@@ -56,14 +76,20 @@ def test_chunked_loss_soft_caps_the_logits_as_gemma_does(tmp_path):
     the tiny model's logit scale makes the difference plain."""
     facts = {**CATALOG["Gemma-4-26B-A4B"], "final_logit_softcapping": 0.05}
     torch.manual_seed(0)
-    model = models.build_model(tiny_cfg("Gemma-4-26B-A4B", tmp_path, model_facts=facts), torch.float32)
-    assert type(model).__name__ == "Gemma4ForCausalLM" and model.config.final_logit_softcapping == 0.05
+    model = models.build_model(
+        tiny_cfg("Gemma-4-26B-A4B", tmp_path, model_facts=facts), torch.float32
+    )
+    assert (
+        type(model).__name__ == "Gemma4ForCausalLM" and model.config.final_logit_softcapping == 0.05
+    )
     x = torch.randint(0, model.config.vocab_size, (2, 32))
     want, want_g = loss_and_grads(model, x, lambda m, ids: m(input_ids=ids, labels=ids).loss)
     got, got_g = loss_and_grads(model, x, lambda m, ids: chunked_causal_lm_loss(m, ids, 7))
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     for n in want_g:
-        torch.testing.assert_close(got_g[n], want_g[n], rtol=1e-5, atol=1e-6, msg=lambda m: f"{n}: {m}")
+        torch.testing.assert_close(
+            got_g[n], want_g[n], rtol=1e-5, atol=1e-6, msg=lambda m: f"{n}: {m}"
+        )
 
 
 def test_lm_head_sees_one_chunk_at_a_time_in_forward_and_in_backward(tmp_path, monkeypatch):
@@ -73,7 +99,7 @@ def test_lm_head_sees_one_chunk_at_a_time_in_forward_and_in_backward(tmp_path, m
     head.register_forward_hook(lambda _m, args, _o: calls.append(args[0].shape[:-1].numel()))
     linear = torch.nn.functional.linear
 
-    def projection(x, weight, bias=None):       # lm_head's matmul, whichever call runs it
+    def projection(x, weight, bias=None):  # lm_head's matmul, whichever call runs it
         if weight is head.weight:
             rows.append(x.numel() // x.shape[-1])
         return linear(x, weight, bias)
@@ -84,7 +110,7 @@ def test_lm_head_sees_one_chunk_at_a_time_in_forward_and_in_backward(tmp_path, m
     forward = list(rows)
     loss.backward()
     # the model's forward projects no position; 64 tokens: chunks of 24, 24, 16, recomputed in backward
-    assert forward == [0, 24, 24, 16] and sorted(rows[len(forward):]) == [16, 24, 24]
+    assert forward == [0, 24, 24, 16] and sorted(rows[len(forward) :]) == [16, 24, 24]
     # the chunks inside one call of lm_head (its hooks, FSDP2's gather, once), after the model's own
     assert calls == [0, 64]
 

@@ -20,11 +20,16 @@ def test_mxfp4_checkpoints_are_dequantised_explicitly():
     from transformers import Mxfp4Config
 
     cfg = models.hf_config(CATALOG["gpt-oss-20b"], tiny=True)
-    assert models.quantization_kwargs(cfg) == {}                    # a bf16 checkpoint: nothing passed
-    cfg.quantization_config = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}
+    assert models.quantization_kwargs(cfg) == {}  # a bf16 checkpoint: nothing passed
+    cfg.quantization_config = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn"],
+    }
     kw = models.quantization_kwargs(cfg)
-    assert isinstance(kw["quantization_config"], Mxfp4Config) and kw["quantization_config"].dequantize
-    cfg.quantization_config = {"quant_method": "fp8"}               # other schemes: transformers' own handling
+    assert (
+        isinstance(kw["quantization_config"], Mxfp4Config) and kw["quantization_config"].dequantize
+    )
+    cfg.quantization_config = {"quant_method": "fp8"}  # other schemes: transformers' own handling
     assert models.quantization_kwargs(cfg) == {}
 
 
@@ -54,8 +59,11 @@ def test_multimodal_gemma4_checkpoint_loads_its_text_decoder_only(tmp_path):
     theirs = {n: p for n, p in whole.named_parameters() if n.startswith("model.language_model.")}
     ours = dict(model.named_parameters())
     assert sorted(ours) == sorted(n.replace("model.language_model.", "model.", 1) for n in theirs)
-    assert all(torch.equal(ours[n.replace("model.language_model.", "model.", 1)], p) for n, p in theirs.items())
-    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight      # still tied
+    assert all(
+        torch.equal(ours[n.replace("model.language_model.", "model.", 1)], p)
+        for n, p in theirs.items()
+    )
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight  # still tied
     x = torch.randint(0, 256, (2, 16))
     with torch.no_grad():
         assert torch.equal(model(input_ids=x).logits, whole(input_ids=x).logits)
@@ -69,12 +77,16 @@ def test_a_checkpoint_without_some_weights_is_refused(tmp_path):
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(models.hf_config(CATALOG["Qwen3-32B"], tiny=True)).save_pretrained(tmp_path)
-    models.load_pretrained(checkpoint_cfg(tmp_path, "Qwen3-32B"), torch.float32)     # whole: loads
+    AutoModelForCausalLM.from_config(
+        models.hf_config(CATALOG["Qwen3-32B"], tiny=True)
+    ).save_pretrained(tmp_path)
+    models.load_pretrained(checkpoint_cfg(tmp_path, "Qwen3-32B"), torch.float32)  # whole: loads
     weights = load_file(tmp_path / "model.safetensors")
     del weights["model.layers.1.mlp.down_proj.weight"]
     save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(ValueError, match=r"checkpoint has no .*model\.layers\.1\.mlp\.down_proj\.weight"):
+    with pytest.raises(
+        ValueError, match=r"checkpoint has no .*model\.layers\.1\.mlp\.down_proj\.weight"
+    ):
         models.load_pretrained(checkpoint_cfg(tmp_path, "Qwen3-32B"), torch.float32)
 
 
@@ -96,18 +108,31 @@ def test_an_mxfp4_gpt_oss_checkpoint_loads_dequantised_with_every_weight(tmp_pat
     weights, packed = load_file(tmp_path / "model.safetensors"), {}
     g = torch.Generator().manual_seed(0)
     for k in [k for k in weights if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
-        experts, d_in, d_out = weights.pop(k).shape         # [E, in, out] in the model, [E, out, ...] packed
-        packed[k] = (torch.randint(0, 256, (experts, d_out, d_in // 32, 16), dtype=torch.uint8, generator=g),
-                     torch.randint(124, 130, (experts, d_out, d_in // 32), dtype=torch.uint8, generator=g))
+        experts, d_in, d_out = weights.pop(
+            k
+        ).shape  # [E, in, out] in the model, [E, out, ...] packed
+        packed[k] = (
+            torch.randint(0, 256, (experts, d_out, d_in // 32, 16), dtype=torch.uint8, generator=g),
+            torch.randint(124, 130, (experts, d_out, d_in // 32), dtype=torch.uint8, generator=g),
+        )
         weights[k + "_blocks"], weights[k + "_scales"] = packed[k]
     save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
     config = json.loads((tmp_path / "config.json").read_text())
-    config["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
-        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    config["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": [
+            "model.layers.*.self_attn",
+            "model.layers.*.mlp.router",
+            "model.embed_tokens",
+            "lm_head",
+        ],
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
     model = models.load_pretrained(checkpoint_cfg(tmp_path, "gpt-oss-20b"), torch.float32)
     params = dict(model.named_parameters())
     for k, (blocks, scales) in packed.items():
         assert params[k].dtype == torch.float32 and params[k].requires_grad
         # transformers' own unpacking ([E, out, in/32, 16] bytes -> [E, in, out] values)
-        assert torch.equal(params[k].detach(), convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)), k
+        assert torch.equal(
+            params[k].detach(), convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)
+        ), k

@@ -40,15 +40,17 @@ class CapPermissionError(CapError, PermissionError):
     """Not allowed to change power limits (needs root, or an admin-approved command)."""
 
 
-LIMIT_TOLERANCE_W = 1.0     # NVML limits are in mW; differences below 1 W are rounding
+LIMIT_TOLERANCE_W = 1.0  # NVML limits are in mW; differences below 1 W are rounding
 
 
 def check_cap(device: PowerCapDevice, cap_w: float) -> None:
     """Refuse a cap outside what ``device`` accepts, with a message that says the range."""
     lo, hi = device.constraints()
     if not lo - LIMIT_TOLERANCE_W <= cap_w <= hi + LIMIT_TOLERANCE_W:
-        raise CapConstraintError(f"{device.name}: cap {cap_w:g} W is outside the limits this GPU accepts "
-                                 f"({lo:g}-{hi:g} W); pick caps inside that range")
+        raise CapConstraintError(
+            f"{device.name}: cap {cap_w:g} W is outside the limits this GPU accepts "
+            f"({lo:g}-{hi:g} W); pick caps inside that range"
+        )
 
 
 @runtime_checkable
@@ -100,11 +102,23 @@ class TelemetrySampler:
     A failing source never stops the thread: its error is logged once and the row is NaN.
     """
 
-    def __init__(self, sources: Sequence[TelemetrySource], period_s: float, t0: float,
-                 host: Callable[[], dict[str, float]] | None = None, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        sources: Sequence[TelemetrySource],
+        period_s: float,
+        t0: float,
+        host: Callable[[], dict[str, float]] | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
         if period_s <= 0:
             raise ValueError(f"sampler period {period_s} s: must be > 0")
-        self.sources, self.period_s, self.t0, self.host, self.clock = list(sources), period_s, t0, host, clock
+        self.sources, self.period_s, self.t0, self.host, self.clock = (
+            list(sources),
+            period_s,
+            t0,
+            host,
+            clock,
+        )
         self.rows: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -127,15 +141,19 @@ class TelemetrySampler:
         except Exception as exc:  # a sensor read must never kill a measurement
             if what not in self._errors:
                 self._errors.add(what)
-                log.warning("telemetry %s failed (%s: %s); NaN for it from now on when it fails",
-                            what, type(exc).__name__, exc)
+                log.warning(
+                    "telemetry %s failed (%s: %s); NaN for it from now on when it fails",
+                    what,
+                    type(exc).__name__,
+                    exc,
+                )
             return None
 
     def _run(self) -> None:
         next_t = self.clock()
         while not self._stop.is_set():
             self.sample_once()
-            next_t = max(next_t + self.period_s, self.clock())   # a slow read skips ahead, no burst
+            next_t = max(next_t + self.period_s, self.clock())  # a slow read skips ahead, no burst
             self._stop.wait(max(0.0, next_t - self.clock()))
 
     def start(self) -> TelemetrySampler:

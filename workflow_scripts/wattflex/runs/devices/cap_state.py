@@ -33,8 +33,8 @@ from wattflex.provenance import strict_json
 from wattflex.runs.devices.base import CapError
 
 STATE_DIR_ENV = "WATTFLEX_STATE_DIR"
-DEFAULT_STATE_DIR = "/var/tmp/wattflex"     # survives the job (SLURM may give each job its own /tmp)
-MAX_STATE_BYTES = 1 << 20                   # a record is ~1 kB per GPU; anything larger is not one of ours
+DEFAULT_STATE_DIR = "/var/tmp/wattflex"  # survives the job (SLURM may give each job its own /tmp)
+MAX_STATE_BYTES = 1 << 20  # a record is ~1 kB per GPU; anything larger is not one of ours
 
 
 class UnsafeStateDir(CapError):
@@ -66,7 +66,9 @@ def folder_problem(st: os.stat_result, trusted: Iterable[int]) -> str | None:
 
 
 @contextmanager
-def open_folder(path: str | Path, trusted: Iterable[int], create: bool = False) -> Iterator[int | None]:
+def open_folder(
+    path: str | Path, trusted: Iterable[int], create: bool = False
+) -> Iterator[int | None]:
     """The folder's descriptor once it is checked (None when it does not exist and ``create`` is off)."""
     path = Path(path)
     if create:
@@ -83,13 +85,19 @@ def open_folder(path: str | Path, trusted: Iterable[int], create: bool = False) 
         yield None
         return
     except OSError as exc:
-        why = "is a symbolic link" if exc.errno == errno.ELOOP or path.is_symlink() else (exc.strerror or str(exc))
+        why = (
+            "is a symbolic link"
+            if exc.errno == errno.ELOOP or path.is_symlink()
+            else (exc.strerror or str(exc))
+        )
         raise UnsafeStateDir(f"cap state folder {path} {why}: not used") from None
     try:
         bad = folder_problem(os.fstat(fd), trusted)
         if bad:
-            raise UnsafeStateDir(f"cap state folder {path} {bad}: not used (make it root's or the run "
-                                 f"user's, mode 0755 or 0700)")
+            raise UnsafeStateDir(
+                f"cap state folder {path} {bad}: not used (make it root's or the run "
+                f"user's, mode 0755 or 0700)"
+            )
         yield fd
     finally:
         os.close(fd)
@@ -122,7 +130,11 @@ def _read_one(dfd: int, name: str, trusted: frozenset[int]) -> tuple[Any, int | 
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
     except OSError as exc:
-        return None, None, "is a symbolic link" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+        return (
+            None,
+            None,
+            "is a symbolic link" if exc.errno == errno.ELOOP else (exc.strerror or str(exc)),
+        )
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode):
@@ -152,8 +164,17 @@ def read_records(folder: str | Path, pattern: str, trusted: frozenset[int]) -> l
             for name in sorted(n for n in os.listdir(dfd) if fnmatch.fnmatchcase(n, pattern)):
                 doc, owner, problem = _read_one(dfd, name, trusted)
                 untrusted = problem is not None and not problem.startswith("unreadable")
-                out.append({"path": folder / name, "owner": owner, "doc": doc, "problem": problem,
-                            "untrusted": untrusted})
+                out.append(
+                    {
+                        "path": folder / name,
+                        "owner": owner,
+                        "doc": doc,
+                        "problem": problem,
+                        "untrusted": untrusted,
+                    }
+                )
             return out
     except UnsafeStateDir as exc:
-        return [{"path": folder, "owner": None, "doc": None, "problem": str(exc), "untrusted": True}]
+        return [
+            {"path": folder, "owner": None, "doc": None, "problem": str(exc), "untrusted": True}
+        ]

@@ -50,10 +50,25 @@ from wattflex.runs.devices.nvml import NvmlGpu
 log = logging.getLogger("wattflex.runs.devices.caps")
 MODES = ("nvml", "command", "observe")
 # the termination signals a user, a shell or SLURM sends (all end the process by default): each restores the caps first
-SIGNALS = tuple(s for s in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2") if hasattr(signal, s))
+SIGNALS = tuple(
+    s
+    for s in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+    if hasattr(signal, s)
+)
 
-__all__ = ["CapGuard", "CapSignal", "CapError", "CapConstraintError", "CapPermissionError", "UnsafeStateDir",
-           "STATE_DIR_ENV", "command_setter", "default_state_dir", "restore_from_state_dir", "MODES"]
+__all__ = [
+    "CapGuard",
+    "CapSignal",
+    "CapError",
+    "CapConstraintError",
+    "CapPermissionError",
+    "UnsafeStateDir",
+    "STATE_DIR_ENV",
+    "command_setter",
+    "default_state_dir",
+    "restore_from_state_dir",
+    "MODES",
+]
 
 
 class CapSignal(SystemExit):
@@ -83,14 +98,16 @@ def cap_command_problem(template: str) -> str | None:
         try:
             fields |= {name for _, name, _, _ in string.Formatter().parse(part) if name is not None}
             part.format(gpu=0, watts=300)
-        except ValueError as exc:      # a lone { or }, a bad format spec
+        except ValueError as exc:  # a lone { or }, a bad format spec
             return f"is not a valid template ({exc}); {example}"
         except (KeyError, IndexError, AttributeError):
-            pass                       # an unknown field: named below
+            pass  # an unknown field: named below
     unknown = sorted(fields - set(CAP_COMMAND_FIELDS))
     if unknown:
-        return (f"has placeholder(s) {', '.join('{' + f + '}' for f in unknown)}; only {{gpu}} and {{watts}} "
-                f"are filled in, {example}")
+        return (
+            f"has placeholder(s) {', '.join('{' + f + '}' for f in unknown)}; only {{gpu}} and {{watts}} "
+            f"are filled in, {example}"
+        )
     if not set(CAP_COMMAND_FIELDS) <= fields:
         return f"must contain {{gpu}} and {{watts}}, {example}"
     return None
@@ -111,7 +128,9 @@ def command_setter(template: str, timeout_s: float = 60.0) -> Callable[[int, flo
             raise CapError(f"cap command {shlex.join(argv)} could not run: {exc}") from exc
         if r.returncode != 0:
             msg = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
-            raise CapPermissionError(f"cap command {shlex.join(argv)} failed (exit {r.returncode}): {msg[0]}")
+            raise CapPermissionError(
+                f"cap command {shlex.join(argv)} failed (exit {r.returncode}): {msg[0]}"
+            )
 
     return set_limit
 
@@ -122,7 +141,9 @@ def limit_setter(mode: str, command: str | None) -> Callable[[int, float], None]
         raise ValueError(f"cap_control {mode!r}: expected one of {', '.join(MODES)}")
     if mode == "command":
         if not command:
-            raise ValueError("cap_control: command needs cap_command (e.g. 'sudo /usr/local/bin/setcap {gpu} {watts}')")
+            raise ValueError(
+                "cap_control: command needs cap_command (e.g. 'sudo /usr/local/bin/setcap {gpu} {watts}')"
+            )
         return command_setter(command)
     return None
 
@@ -157,9 +178,14 @@ def _state_doc_problem(doc: Any) -> str | None:
     if not isinstance(doc.get("gpus", []), list):
         return "gpus is not a list"
     for g in doc.get("gpus", []):
-        if not (isinstance(g, dict) and isinstance(g.get("index"), int) and not isinstance(g.get("index"), bool)
-                and isinstance(g.get("original_limit_w"), (int, float)) and not isinstance(g["original_limit_w"], bool)
-                and math.isfinite(g["original_limit_w"])):
+        if not (
+            isinstance(g, dict)
+            and isinstance(g.get("index"), int)
+            and not isinstance(g.get("index"), bool)
+            and isinstance(g.get("original_limit_w"), (int, float))
+            and not isinstance(g["original_limit_w"], bool)
+            and math.isfinite(g["original_limit_w"])
+        ):
             return f"gpus entry {g!r:.60} lacks an integer index and a finite original_limit_w"
     return None
 
@@ -171,9 +197,16 @@ def restore_target_w(gpu: Any, recorded_w: float, owner: int | None) -> tuple[fl
     lo, hi = gpu.constraints()
     if owner not in (0, os.geteuid()):
         default = float(gpu.default_limit_w())
-        return default, f"default {default:g} W (record owned by uid {owner}, not trusted for a value)"
+        return (
+            default,
+            f"default {default:g} W (record owned by uid {owner}, not trusted for a value)",
+        )
     target = min(max(float(recorded_w), lo), hi)
-    return target, ("recorded" if target == recorded_w else f"recorded {recorded_w:g} W clamped to {lo:g}-{hi:g} W")
+    return target, (
+        "recorded"
+        if target == recorded_w
+        else f"recorded {recorded_w:g} W clamped to {lo:g}-{hi:g} W"
+    )
 
 
 def restore_setter(mode: str, cap_command: str | None) -> Callable[[int, float], None] | None:
@@ -182,42 +215,74 @@ def restore_setter(mode: str, cap_command: str | None) -> Callable[[int, float],
     if cap_command:
         return command_setter(cap_command)
     if mode == "command" and os.geteuid() != 0:
-        raise CapError("the record was made with cap_control: command; restoring it without root needs "
-                       "the installation's cap command (restore-caps --cap-command, or cuda.cap_command)")
+        raise CapError(
+            "the record was made with cap_control: command; restoring it without root needs "
+            "the installation's cap command (restore-caps --cap-command, or cuda.cap_command)"
+        )
     return None
 
 
-def restore_from_state_dir(state_dir: str | Path | None = None, force: bool = False, dry_run: bool = False,
-                           only_gpus: Sequence[int] | None = None, cap_command: str | None = None,
-                           job_uid: int | None = None) -> list[dict[str, Any]]:
+def restore_from_state_dir(
+    state_dir: str | Path | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    only_gpus: Sequence[int] | None = None,
+    cap_command: str | None = None,
+    job_uid: int | None = None,
+) -> list[dict[str, Any]]:
     """Restore the limits recorded in this host's state files whose process is gone (all of
     them with ``force``). Returns one record per file: path, gpus, action, error.
 
     Only records root, this user or ``job_uid`` own are read (``cap_state``); the others are
     reported as ``untrusted`` and left alone. ``cap_command``: the installed cap command, used
     instead of NVML; the record's own mode only says whether root is needed."""
-    return restore_records(state_dir, "caps", _state_doc_problem,
-                           lambda path, doc, owner: _restore_record(path, doc, owner, cap_command),
-                           force=force, dry_run=dry_run, only_gpus=only_gpus, job_uid=job_uid, what="cap")
+    return restore_records(
+        state_dir,
+        "caps",
+        _state_doc_problem,
+        lambda path, doc, owner: _restore_record(path, doc, owner, cap_command),
+        force=force,
+        dry_run=dry_run,
+        only_gpus=only_gpus,
+        job_uid=job_uid,
+        what="cap",
+    )
 
 
-def restore_records(state_dir: str | Path | None, prefix: str, doc_problem: Callable[[Any], str | None],
-                    act: Callable[[Path, dict[str, Any], int | None], dict[str, Any]], force: bool = False,
-                    dry_run: bool = False, only_gpus: Sequence[int] | None = None, job_uid: int | None = None,
-                    what: str = "cap") -> list[dict[str, Any]]:
+def restore_records(
+    state_dir: str | Path | None,
+    prefix: str,
+    doc_problem: Callable[[Any], str | None],
+    act: Callable[[Path, dict[str, Any], int | None], dict[str, Any]],
+    force: bool = False,
+    dry_run: bool = False,
+    only_gpus: Sequence[int] | None = None,
+    job_uid: int | None = None,
+    what: str = "cap",
+) -> list[dict[str, Any]]:
     """The loop of every restore (caps here, clock locks in ``devices.clocks``): each trusted
     ``<prefix>-<host>-*.json`` whose process is gone (every one with ``force``) is handed to
     ``act(path, doc, owner)``; untrusted, damaged and live ones are reported, not acted on."""
     out = []
     pattern = f"{prefix}-{socket.gethostname()}-*.json"
-    for rec_file in cap_state.read_records(state_dir or default_state_dir(), pattern, trusted_uids(job_uid)):
+    for rec_file in cap_state.read_records(
+        state_dir or default_state_dir(), pattern, trusted_uids(job_uid)
+    ):
         path, doc = rec_file["path"], rec_file["doc"]
-        if rec_file["untrusted"]:   # no wattflex run of a trusted user wrote it: say so, act on nothing
+        if rec_file[
+            "untrusted"
+        ]:  # no wattflex run of a trusted user wrote it: say so, act on nothing
             out.append({"path": str(path), "action": "untrusted", "note": rec_file["problem"]})
             continue
         bad = rec_file["problem"] or doc_problem(doc)
         if bad:  # a hand-edited or damaged file of ours: say so, go on with the others (exit 1)
-            out.append({"path": str(path), "action": "unreadable", "error": f"not a {what} state file: {bad}"})
+            out.append(
+                {
+                    "path": str(path),
+                    "action": "unreadable",
+                    "error": f"not a {what} state file: {bad}",
+                }
+            )
             continue
         gpus = doc.get("gpus", [])
         rec: dict[str, Any] = {"path": str(path), "pid": doc.get("pid"), "gpus": gpus, "kind": what}
@@ -233,7 +298,9 @@ def restore_records(state_dir: str | Path | None, prefix: str, doc_problem: Call
     return out
 
 
-def _restore_record(path: Path, doc: dict[str, Any], owner: int | None, cap_command: str | None) -> dict[str, Any]:
+def _restore_record(
+    path: Path, doc: dict[str, Any], owner: int | None, cap_command: str | None
+) -> dict[str, Any]:
     """Put back one record's GPUs; removes the record when every GPU is back."""
     try:
         setter = restore_setter(doc.get("mode", "nvml"), cap_command)
@@ -241,13 +308,18 @@ def _restore_record(path: Path, doc: dict[str, Any], owner: int | None, cap_comm
         for g in doc["gpus"]:
             gpu = NvmlGpu(g["index"], set_limit=setter, gpm=False)
             if g.get("uuid") and gpu.uuid != g["uuid"]:
-                raise CapError(f"GPU index {g['index']} is now {gpu.uuid}, state file says {g['uuid']}")
+                raise CapError(
+                    f"GPU index {g['index']} is now {gpu.uuid}, state file says {g['uuid']}"
+                )
             target, why = restore_target_w(gpu, g["original_limit_w"], owner)
             gpu.set_limit_w(target)
             done.append({**g, "restored_w": target, "restored_from": why})
         cap_state.remove_record(path)
-        log.warning("restored power limits left by process %s: %s", doc.get("pid"),
-                    ", ".join(f"GPU {g['index']} -> {g['restored_w']:g} W" for g in done))
+        log.warning(
+            "restored power limits left by process %s: %s",
+            doc.get("pid"),
+            ", ".join(f"GPU {g['index']} -> {g['restored_w']:g} W" for g in done),
+        )
         return {"action": "restored", "gpus": done}
     except (CapError, RuntimeError, ValueError) as exc:
         return {"action": "failed", "error": str(exc)}
@@ -275,17 +347,26 @@ class CapGuard:
     ``STATE_PREFIX``, ``WHAT``, ``__enter__`` and ``_undo``; the signals and state file are shared.
     """
 
-    STATE_PREFIX = "caps"          # state file name: <prefix>-<host>-<pid>.json
-    WHAT = "power limits"          # what the log and errors say is set and put back
+    STATE_PREFIX = "caps"  # state file name: <prefix>-<host>-<pid>.json
+    WHAT = "power limits"  # what the log and errors say is set and put back
 
-    def __init__(self, gpus: Sequence[PowerCapDevice], cap_w: float, mode: str = "nvml",
-                 state_dir: str | Path | None = None, command: str | None = None, handle_signals: bool = True):
+    def __init__(
+        self,
+        gpus: Sequence[PowerCapDevice],
+        cap_w: float,
+        mode: str = "nvml",
+        state_dir: str | Path | None = None,
+        command: str | None = None,
+        handle_signals: bool = True,
+    ):
         if mode not in MODES:
             raise ValueError(f"cap_control {mode!r}: expected one of {', '.join(MODES)}")
         self.gpus, self.cap_w, self.mode, self.command = list(gpus), float(cap_w), mode, command
         self.state_dir = Path(state_dir) if state_dir else default_state_dir()
         self.handle_signals = handle_signals
-        self.state_path = self.state_dir / f"{self.STATE_PREFIX}-{socket.gethostname()}-{os.getpid()}.json"
+        self.state_path = (
+            self.state_dir / f"{self.STATE_PREFIX}-{socket.gethostname()}-{os.getpid()}.json"
+        )
         self.original_w = [float(getattr(g, "original_limit_w", float("nan"))) for g in self.gpus]
         self.enforced_w: list[float] = []
         self.applied = False
@@ -298,9 +379,11 @@ class CapGuard:
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.events.append({"signal": signal.Signals(signum).name, "t": time.time()})
         if self._restoring:
-            self._pending_signal = signum   # finish restoring first; the exit follows
+            self._pending_signal = signum  # finish restoring first; the exit follows
             return
-        log.warning("%s received: restoring %s before exiting", signal.Signals(signum).name, self.WHAT)
+        log.warning(
+            "%s received: restoring %s before exiting", signal.Signals(signum).name, self.WHAT
+        )
         raise CapSignal(signum)
 
     def _install(self) -> None:
@@ -311,7 +394,7 @@ class CapGuard:
             sig = getattr(signal, name)
             try:
                 self._old_handlers[sig] = signal.signal(sig, self._on_signal)
-            except ValueError:             # not the main thread: atexit and the state file remain
+            except ValueError:  # not the main thread: atexit and the state file remain
                 log.warning("cannot install %s handler outside the main thread", name)
 
     def _uninstall(self) -> None:
@@ -323,11 +406,22 @@ class CapGuard:
     # cap ----------------------------------------------------------------------------------
     def _write_state(self, fields: dict[str, Any], per_gpu: list[dict[str, Any]]) -> None:
         """Write the state file (before anything changes), then arm the handlers."""
-        cap_state.write_record(self.state_dir, self.state_path.name, {
-            "host": socket.gethostname(), "pid": os.getpid(), "pid_start": _proc_start(os.getpid()),
-            "created": time.time(), "mode": self.mode, **fields,
-            "gpus": [{"index": getattr(g, "index", i), "uuid": getattr(g, "uuid", None), **extra}
-                     for i, (g, extra) in enumerate(zip(self.gpus, per_gpu))]})
+        cap_state.write_record(
+            self.state_dir,
+            self.state_path.name,
+            {
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "pid_start": _proc_start(os.getpid()),
+                "created": time.time(),
+                "mode": self.mode,
+                **fields,
+                "gpus": [
+                    {"index": getattr(g, "index", i), "uuid": getattr(g, "uuid", None), **extra}
+                    for i, (g, extra) in enumerate(zip(self.gpus, per_gpu))
+                ],
+            },
+        )
         self._install()
         self.applied = True
 
@@ -335,7 +429,7 @@ class CapGuard:
         if self.mode == "observe":
             self.enforced_w = [g.enforced_limit_w() for g in self.gpus]
             return self
-        for g in self.gpus:                 # refuse before touching anything
+        for g in self.gpus:  # refuse before touching anything
             check_cap(g, self.cap_w)
         # the record names no command: a restore uses the installed one (restore_setter)
         self._write_state({"cap_w": self.cap_w}, [{"original_limit_w": w} for w in self.original_w])
@@ -344,8 +438,12 @@ class CapGuard:
         except BaseException:
             self.restore()
             raise
-        log.info("power cap %g W set on %d GPU(s); enforced %s W", self.cap_w, len(self.gpus),
-                 ", ".join(f"{w:g}" for w in self.enforced_w))
+        log.info(
+            "power cap %g W set on %d GPU(s); enforced %s W",
+            self.cap_w,
+            len(self.gpus),
+            ", ".join(f"{w:g}" for w in self.enforced_w),
+        )
         return self
 
     def restore(self, keep_handlers: bool = False) -> None:
@@ -366,8 +464,10 @@ class CapGuard:
             if not keep_handlers:
                 self._uninstall()
             if errors:
-                raise CapError(f"could not restore every one of the {self.WHAT} (state file kept at "
-                               f"{self.state_path}; run `wattflex restore-caps`): " + "; ".join(errors))
+                raise CapError(
+                    f"could not restore every one of the {self.WHAT} (state file kept at "
+                    f"{self.state_path}; run `wattflex restore-caps`): " + "; ".join(errors)
+                )
             cap_state.remove_record(self.state_path)
             self._log_restored()
         finally:
@@ -387,6 +487,11 @@ class CapGuard:
         self.restore()
 
     def record(self) -> dict[str, Any]:
-        return {"cap_control": self.mode, "cap_w_requested": self.cap_w, "original_limit_w": self.original_w,
-                "enforced_limit_w": self.enforced_w, "state_file": str(self.state_path) if self.mode != "observe" else None,
-                "signals": self.events}
+        return {
+            "cap_control": self.mode,
+            "cap_w_requested": self.cap_w,
+            "original_limit_w": self.original_w,
+            "enforced_limit_w": self.enforced_w,
+            "state_file": str(self.state_path) if self.mode != "observe" else None,
+            "signals": self.events,
+        }

@@ -37,8 +37,10 @@ def check_clock(gpu: Any, clock_mhz: float) -> None:
     """Refuse a lock outside the GPU's SM clock range (``NvmlGpu.sm_clock_range``)."""
     lo, hi = gpu.sm_clock_range()
     if not lo <= clock_mhz <= hi:
-        raise CapConstraintError(f"{getattr(gpu, 'name', gpu)}: SM clock {clock_mhz:g} MHz is outside "
-                                 f"its range {lo:g}-{hi:g} MHz")
+        raise CapConstraintError(
+            f"{getattr(gpu, 'name', gpu)}: SM clock {clock_mhz:g} MHz is outside "
+            f"its range {lo:g}-{hi:g} MHz"
+        )
 
 
 class ClockGuard(CapGuard):
@@ -50,8 +52,14 @@ class ClockGuard(CapGuard):
     STATE_PREFIX = "clocks"
     WHAT = "SM clock locks"
 
-    def __init__(self, gpus: Sequence[Any], clock_mhz: float, mode: str = "nvml",
-                 state_dir: str | Path | None = None, handle_signals: bool = True):
+    def __init__(
+        self,
+        gpus: Sequence[Any],
+        clock_mhz: float,
+        mode: str = "nvml",
+        state_dir: str | Path | None = None,
+        handle_signals: bool = True,
+    ):
         if mode not in CLOCK_MODES:
             raise ValueError(f"clock_control {mode!r}: expected one of {', '.join(CLOCK_MODES)}")
         super().__init__(gpus, clock_mhz, "observe", state_dir, handle_signals=handle_signals)
@@ -62,7 +70,7 @@ class ClockGuard(CapGuard):
         if self.mode == "observe":
             self.clocks_read = [g.sm_clock_mhz() for g in self.gpus]
             return self
-        for g in self.gpus:                 # refuse before touching anything
+        for g in self.gpus:  # refuse before touching anything
             check_clock(g, self.clock_mhz)
         self._write_state({"clock_mhz": self.clock_mhz}, [{} for _ in self.gpus])
         try:
@@ -72,8 +80,12 @@ class ClockGuard(CapGuard):
         except BaseException:
             self.restore()
             raise
-        log.info("SM clock locked at %g MHz on %d GPU(s); reading %s MHz", self.clock_mhz, len(self.gpus),
-                 ", ".join(f"{c:g}" for c in self.clocks_read))
+        log.info(
+            "SM clock locked at %g MHz on %d GPU(s); reading %s MHz",
+            self.clock_mhz,
+            len(self.gpus),
+            ", ".join(f"{c:g}" for c in self.clocks_read),
+        )
         return self
 
     def _undo(self) -> list[str]:
@@ -83,8 +95,13 @@ class ClockGuard(CapGuard):
         log.info("SM clock locks reset on %d GPU(s)", len(self.gpus))
 
     def record(self) -> dict[str, Any]:
-        return {"clock_control": self.mode, "clock_mhz_requested": self.clock_mhz, "sm_clock_mhz": self.clocks_read,
-                "state_file": str(self.state_path) if self.mode != "observe" else None, "signals": self.events}
+        return {
+            "clock_control": self.mode,
+            "clock_mhz_requested": self.clock_mhz,
+            "sm_clock_mhz": self.clocks_read,
+            "state_file": str(self.state_path) if self.mode != "observe" else None,
+            "signals": self.events,
+        }
 
 
 def _clock_doc_problem(doc: Any) -> str | None:
@@ -94,19 +111,34 @@ def _clock_doc_problem(doc: Any) -> str | None:
         return f"pid {doc['pid']!r} is not an integer"
     gpus = doc.get("gpus", [])
     if not isinstance(gpus, list) or not all(
-            isinstance(g, dict) and isinstance(g.get("index"), int) and not isinstance(g["index"], bool) for g in gpus):
+        isinstance(g, dict) and isinstance(g.get("index"), int) and not isinstance(g["index"], bool)
+        for g in gpus
+    ):
         return "gpus is not a list of entries with an integer index"
     return None
 
 
-def restore_clocks_from_state_dir(state_dir: str | Path | None = None, force: bool = False, dry_run: bool = False,
-                                  only_gpus: Sequence[int] | None = None,
-                                  job_uid: int | None = None) -> list[dict[str, Any]]:
+def restore_clocks_from_state_dir(
+    state_dir: str | Path | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    only_gpus: Sequence[int] | None = None,
+    job_uid: int | None = None,
+) -> list[dict[str, Any]]:
     """Reset the clock locks recorded in this host's ``clocks-*`` files whose process is gone
     (all of them with ``force``); one record per file: path, gpus, action, error (as
     :func:`wattflex.runs.devices.caps.restore_from_state_dir`). Needs NVML (root)."""
-    return restore_records(state_dir, "clocks", _clock_doc_problem, lambda path, doc, owner: _reset_record(path, doc),
-                           force=force, dry_run=dry_run, only_gpus=only_gpus, job_uid=job_uid, what="clock")
+    return restore_records(
+        state_dir,
+        "clocks",
+        _clock_doc_problem,
+        lambda path, doc, owner: _reset_record(path, doc),
+        force=force,
+        dry_run=dry_run,
+        only_gpus=only_gpus,
+        job_uid=job_uid,
+        what="clock",
+    )
 
 
 def _reset_record(path: Path, doc: dict[str, Any]) -> dict[str, Any]:
@@ -115,11 +147,16 @@ def _reset_record(path: Path, doc: dict[str, Any]) -> dict[str, Any]:
         for g in doc["gpus"]:
             gpu = NvmlGpu(g["index"], gpm=False)
             if g.get("uuid") and gpu.uuid != g["uuid"]:
-                raise CapError(f"GPU index {g['index']} is now {gpu.uuid}, state file says {g['uuid']}")
+                raise CapError(
+                    f"GPU index {g['index']} is now {gpu.uuid}, state file says {g['uuid']}"
+                )
             gpu.reset_clock()
         cap_state.remove_record(path)
-        log.warning("reset SM clock locks left by process %s on GPU(s) %s", doc.get("pid"),
-                    ", ".join(str(g["index"]) for g in doc["gpus"]))
+        log.warning(
+            "reset SM clock locks left by process %s on GPU(s) %s",
+            doc.get("pid"),
+            ", ".join(str(g["index"]) for g in doc["gpus"]),
+        )
         return {"action": "restored"}
     except (CapError, RuntimeError, ValueError) as exc:
         return {"action": "failed", "error": str(exc)}

@@ -87,14 +87,20 @@ class DcgmSettings:
         if mode not in READ_MODES:
             raise ValueError(f"cuda.dcgm.mode {mode!r}: expected one of {', '.join(READ_MODES)}")
         url = dcgm.get("url")
-        if mode == "exporter" and not (isinstance(url, str) and url.startswith(("http://", "https://"))):
-            raise ValueError(f"cuda.dcgm.url {url!r}: mode exporter needs the dcgm-exporter's http(s) URL, "
-                             "e.g. http://localhost:9400/metrics")
+        if mode == "exporter" and not (
+            isinstance(url, str) and url.startswith(("http://", "https://"))
+        ):
+            raise ValueError(
+                f"cuda.dcgm.url {url!r}: mode exporter needs the dcgm-exporter's http(s) URL, "
+                "e.g. http://localhost:9400/metrics"
+            )
         fields = tuple(int(f) for f in (dcgm.get("fields") or DEFAULT_FIELD_IDS))
         unknown = [f for f in fields if f not in FIELDS or FIELDS[f][2] not in DCGM_COLUMNS]
         if unknown:
             known = ", ".join(f"{COLUMN_FIELD_IDS[c]} ({c})" for c in DCGM_COLUMNS)
-            raise ValueError(f"cuda.dcgm.fields {unknown}: not DCGM fields wattflex reads from DCGM; use some of {known}")
+            raise ValueError(
+                f"cuda.dcgm.fields {unknown}: not DCGM fields wattflex reads from DCGM; use some of {known}"
+            )
         return cls(mode=mode, url=url, fields=fields, dcgmi=str(dcgm.get("dcgmi") or "dcgmi"))
 
     @property
@@ -102,7 +108,12 @@ class DcgmSettings:
         return [FIELDS[f][2] for f in self.fields]
 
     def describe(self) -> dict[str, Any]:
-        return {"mode": self.mode, "url": self.url, "fields": list(self.fields), "columns": self.columns}
+        return {
+            "mode": self.mode,
+            "url": self.url,
+            "fields": list(self.fields),
+            "columns": self.columns,
+        }
 
 
 def probe(settings: DcgmSettings, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
@@ -124,9 +135,13 @@ def probe(settings: DcgmSettings, timeout_s: float = PROBE_TIMEOUT_S) -> str | N
             records = parse_dcgmi_dmon(r.stdout, f"{' '.join(cmd)} output", period_s=1.0)
         except DcgmFormatError as exc:
             return str(exc)
-        if not any(not math.isnan(rec.get(c, math.nan)) for rec in records for c in settings.columns):
-            return (f"{' '.join(cmd)} gives no value for {', '.join(settings.columns)} "
-                    f"(DCGM_FI_PROF_* need DCGM's profiling module on a supported GPU)")
+        if not any(
+            not math.isnan(rec.get(c, math.nan)) for rec in records for c in settings.columns
+        ):
+            return (
+                f"{' '.join(cmd)} gives no value for {', '.join(settings.columns)} "
+                f"(DCGM_FI_PROF_* need DCGM's profiling module on a supported GPU)"
+            )
         return None
     try:
         records = parse_dcgm_exporter(fetch(settings.url, timeout_s), settings.url, time=0.0)
@@ -142,8 +157,12 @@ def fetch(url: str, timeout_s: float) -> str:
         return resp.read().decode(errors="replace")
 
 
-def choose_source(mode: str, gpus: Sequence[Any], settings: DcgmSettings | None,
-                  answers: Callable[[DcgmSettings], str | None] = probe) -> dict[str, Any]:
+def choose_source(
+    mode: str,
+    gpus: Sequence[Any],
+    settings: DcgmSettings | None,
+    answers: Callable[[DcgmSettings], str | None] = probe,
+) -> dict[str, Any]:
     """``{"source": "nvml" | "dcgm", "reason": ...}`` for ``cuda.telemetry: mode`` on a node whose
     NVML GPUs are ``gpus`` (their ``gpm`` readers opened unless mode is dcgm). ``dcgm`` that
     does not answer raises, before any cap is set."""
@@ -155,33 +174,55 @@ def choose_source(mode: str, gpus: Sequence[Any], settings: DcgmSettings | None,
     if mode == "dcgm":
         why_not = answers(settings)
         if why_not:
-            raise RuntimeError(f"cuda.telemetry: dcgm, but DCGM does not answer: {why_not}; "
-                               f"start it, or set cuda.telemetry: nvml or auto")
+            raise RuntimeError(
+                f"cuda.telemetry: dcgm, but DCGM does not answer: {why_not}; "
+                f"start it, or set cuda.telemetry: nvml or auto"
+            )
         return {"source": "dcgm", "reason": "cuda.telemetry: dcgm", "dcgm": settings.describe()}
     gpm = sorted({g.gpm.status if g.gpm is not None else "off" for g in gpus})
     if gpm == ["enabled"]:
         return {"source": "nvml", "reason": "auto: GPM readable on every GPU"}
     why_not = answers(settings)
     if why_not:
-        return {"source": "nvml", "reason": f"auto: GPM {'; '.join(gpm)}, and DCGM does not answer ({why_not}): "
-                                            f"profiling fields NaN"}
-    return {"source": "dcgm", "reason": f"auto: GPM {'; '.join(gpm)}; DCGM answers", "dcgm": settings.describe()}
+        return {
+            "source": "nvml",
+            "reason": f"auto: GPM {'; '.join(gpm)}, and DCGM does not answer ({why_not}): "
+            f"profiling fields NaN",
+        }
+    return {
+        "source": "dcgm",
+        "reason": f"auto: GPM {'; '.join(gpm)}; DCGM answers",
+        "dcgm": settings.describe(),
+    }
 
 
 def _die_with_parent() -> None:
     """In the dmon child: SIGTERM when the process that started it dies, also by SIGKILL, so a
     killed run never leaves ``dcgmi dmon`` running (Linux ``prctl(PR_SET_PDEATHSIG)``)."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)      # 1 = PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 class DmonReader:
     """``dcgmi dmon`` for the run's length; ``records()`` parses what it printed so far."""
 
-    def __init__(self, settings: DcgmSettings, gpu_ids: Sequence[int], period_s: float, t0: float, node: str,
-                 clock: Callable[[], float] = time.time):
-        self.settings, self.gpu_ids, self.period_s, self.t0, self.node, self.clock = \
-            settings, [int(g) for g in gpu_ids], period_s, t0, node, clock
+    def __init__(
+        self,
+        settings: DcgmSettings,
+        gpu_ids: Sequence[int],
+        period_s: float,
+        t0: float,
+        node: str,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.settings, self.gpu_ids, self.period_s, self.t0, self.node, self.clock = (
+            settings,
+            [int(g) for g in gpu_ids],
+            period_s,
+            t0,
+            node,
+            clock,
+        )
         self.lines: list[str] = []
         self.proc: subprocess.Popen | None = None
         self._thread: threading.Thread | None = None
@@ -190,18 +231,32 @@ class DmonReader:
         self._records: list[dict[str, Any]] = []
         self._parsed, self._header, self.errors = 0, "", []
         self._sample_gpus: set[str] = set()
-        self._sample_start = 0             # index in lines of the sample being printed
+        self._sample_start = 0  # index in lines of the sample being printed
         self._stopped = self._stopping = False
 
     @property
     def command(self) -> list[str]:
-        return [self.settings.dcgmi, "dmon", "-e", ",".join(map(str, self.settings.fields)),
-                "-i", ",".join(map(str, self.gpu_ids)), "-d", str(max(1, round(self.period_s * 1000)))]
+        return [
+            self.settings.dcgmi,
+            "dmon",
+            "-e",
+            ",".join(map(str, self.settings.fields)),
+            "-i",
+            ",".join(map(str, self.gpu_ids)),
+            "-d",
+            str(max(1, round(self.period_s * 1000))),
+        ]
 
     def start(self) -> None:
-        self._stderr = tempfile.TemporaryFile("w+")      # a file: a chatty stderr never blocks dmon
-        self.proc = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1,
-                                     preexec_fn=_die_with_parent)
+        self._stderr = tempfile.TemporaryFile("w+")  # a file: a chatty stderr never blocks dmon
+        self.proc = subprocess.Popen(
+            self.command,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            bufsize=1,
+            preexec_fn=_die_with_parent,
+        )
         self._thread = threading.Thread(target=self._read, name="wattflex-dcgmi-dmon", daemon=True)
         self._thread.start()
 
@@ -210,9 +265,13 @@ class DmonReader:
         for line in self.proc.stdout:
             self.add_line(line)
         rc = self.proc.wait()
-        if not self._stopping and rc != 0:         # died under the run: its fields are NaN from here
-            log.warning("dcgmi dmon exited %s mid-run (%s); DCGM fields NaN from %.0f s on", rc,
-                        self.describe()["stderr"], self.clock() - self.t0)
+        if not self._stopping and rc != 0:  # died under the run: its fields are NaN from here
+            log.warning(
+                "dcgmi dmon exited %s mid-run (%s); DCGM fields NaN from %.0f s on",
+                rc,
+                self.describe()["stderr"],
+                self.clock() - self.t0,
+            )
 
     def add_line(self, line: str, t_s: float | None = None) -> None:
         """One line of dmon's output. dmon prints no times: a GPU line is stamped with ``t_s``
@@ -255,7 +314,7 @@ class DmonReader:
         is logged once and left out, the rest kept."""
         with self._lock:
             cut = len(self.lines) if self._stopped else max(self._parsed, self._sample_start)
-            new = self.lines[self._parsed:cut]
+            new = self.lines[self._parsed : cut]
             self._parsed = cut
         header = self._header
         for line in new:
@@ -263,7 +322,7 @@ class DmonReader:
                 self._header = line
         try:
             self._records += self._parse(header, new)
-        except DcgmFormatError:            # keep every sample but the bad one(s)
+        except DcgmFormatError:  # keep every sample but the bad one(s)
             for sample_header, sample in _samples(header, new):
                 try:
                     self._records += self._parse(sample_header, sample)
@@ -274,17 +333,23 @@ class DmonReader:
         return list(self._records)
 
     def _parse(self, header: str, lines: list[str]) -> list[dict[str, Any]]:
-        return parse_dcgmi_dmon("\n".join([header, *lines]), "dcgmi dmon output", node=self.node,
-                                gpu_ids=self.gpu_ids)
+        return parse_dcgmi_dmon(
+            "\n".join([header, *lines]), "dcgmi dmon output", node=self.node, gpu_ids=self.gpu_ids
+        )
 
     def describe(self) -> dict[str, Any]:
         status = None if self.proc is None else self.proc.poll()
         err = ""
-        if status not in (None, 0, -15):        # -15: our SIGTERM at the run's end
+        if status not in (None, 0, -15):  # -15: our SIGTERM at the run's end
             self._stderr.seek(0)
             err = self._stderr.read().strip()
-        return {"command": self.command, "lines": len(self.lines), "exit_status": status,
-                "stderr": err.splitlines()[-1] if err else None, "unreadable": self.errors[:5]}
+        return {
+            "command": self.command,
+            "lines": len(self.lines),
+            "exit_status": status,
+            "stderr": err.splitlines()[-1] if err else None,
+            "unreadable": self.errors[:5],
+        }
 
 
 def _samples(header: str, lines: list[str]) -> list[tuple[str, list[str]]]:
@@ -310,10 +375,23 @@ class ExporterReader:
     """dcgm-exporter's ``/metrics`` fetched every ``period_s`` from a thread; each scrape is
     stamped with the time it was fetched (on the sampler's clock) and this node's name."""
 
-    def __init__(self, settings: DcgmSettings, gpu_ids: Sequence[int], period_s: float, t0: float, node: str,
-                 clock: Callable[[], float] = time.time):
-        self.settings, self.gpu_ids, self.period_s, self.t0, self.node, self.clock = \
-            settings, [int(g) for g in gpu_ids], period_s, t0, node, clock
+    def __init__(
+        self,
+        settings: DcgmSettings,
+        gpu_ids: Sequence[int],
+        period_s: float,
+        t0: float,
+        node: str,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.settings, self.gpu_ids, self.period_s, self.t0, self.node, self.clock = (
+            settings,
+            [int(g) for g in gpu_ids],
+            period_s,
+            t0,
+            node,
+            clock,
+        )
         self.rows: list[dict[str, Any]] = []
         self.scrapes, self.failures, self.last_error = 0, 0, None
         self._stop = threading.Event()
@@ -322,12 +400,20 @@ class ExporterReader:
     def scrape_once(self) -> None:
         t_s = self.clock() - self.t0
         try:
-            records = parse_dcgm_exporter(fetch(self.settings.url, max(1.0, self.period_s)), self.settings.url,
-                                          time=t_s, gpu_ids=self.gpu_ids)
+            records = parse_dcgm_exporter(
+                fetch(self.settings.url, max(1.0, self.period_s)),
+                self.settings.url,
+                time=t_s,
+                gpu_ids=self.gpu_ids,
+            )
         except (OSError, urllib.error.URLError, DcgmFormatError) as exc:
             self.failures += 1
             if self.last_error is None:
-                log.warning("dcgm-exporter %s failed (%s); DCGM fields NaN while it fails", self.settings.url, exc)
+                log.warning(
+                    "dcgm-exporter %s failed (%s); DCGM fields NaN while it fails",
+                    self.settings.url,
+                    exc,
+                )
             self.last_error = str(exc)
             return
         self.scrapes += 1
@@ -341,7 +427,9 @@ class ExporterReader:
             self._stop.wait(max(0.0, next_t - self.clock()))
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="wattflex-dcgm-exporter", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="wattflex-dcgm-exporter", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -353,25 +441,50 @@ class ExporterReader:
         return list(self.rows)
 
     def describe(self) -> dict[str, Any]:
-        return {"url": self.settings.url, "scrapes": self.scrapes, "failures": self.failures,
-                "last_error": self.last_error}
+        return {
+            "url": self.settings.url,
+            "scrapes": self.scrapes,
+            "failures": self.failures,
+            "last_error": self.last_error,
+        }
 
 
-def merge_dcgm(nvml_rows: pd.DataFrame, dcgm_records: list[dict[str, Any]], columns: Sequence[str],
-               staleness_s: float) -> pd.DataFrame:
+def merge_dcgm(
+    nvml_rows: pd.DataFrame,
+    dcgm_records: list[dict[str, Any]],
+    columns: Sequence[str],
+    staleness_s: float,
+) -> pd.DataFrame:
     """``nvml_rows`` with ``columns`` replaced by each GPU's latest DCGM reading at or before
     the row (NaN where none is younger than ``staleness_s``). Only the key columns and the
     DCGM ones are merged: a one-run sweep calls this every sampler period."""
     out, cols = nvml_rows.copy(), list(columns)
     merged = {c: np.full(len(out), np.nan) for c in cols}
     if len(out) and dcgm_records:
-        dcgm = pd.DataFrame({"t_s": np.array([r["t_s"] for r in dcgm_records], dtype=float),
-                             "gpu": np.array([r["gpu"] for r in dcgm_records], dtype=np.int64),
-                             **{c: np.array([r.get(c, np.nan) for r in dcgm_records], dtype=float) for c in cols}})
-        left = pd.DataFrame({"t_s": out["t_s"].to_numpy(dtype=float), "gpu": out["gpu"].to_numpy(dtype=np.int64),
-                             "_row": np.arange(len(out))})
-        m = pd.merge_asof(left.sort_values("t_s", kind="stable"), dcgm.sort_values("t_s", kind="stable"),
-                          on="t_s", by="gpu", direction="backward", tolerance=staleness_s)
+        dcgm = pd.DataFrame(
+            {
+                "t_s": np.array([r["t_s"] for r in dcgm_records], dtype=float),
+                "gpu": np.array([r["gpu"] for r in dcgm_records], dtype=np.int64),
+                **{
+                    c: np.array([r.get(c, np.nan) for r in dcgm_records], dtype=float) for c in cols
+                },
+            }
+        )
+        left = pd.DataFrame(
+            {
+                "t_s": out["t_s"].to_numpy(dtype=float),
+                "gpu": out["gpu"].to_numpy(dtype=np.int64),
+                "_row": np.arange(len(out)),
+            }
+        )
+        m = pd.merge_asof(
+            left.sort_values("t_s", kind="stable"),
+            dcgm.sort_values("t_s", kind="stable"),
+            on="t_s",
+            by="gpu",
+            direction="backward",
+            tolerance=staleness_s,
+        )
         rows = m["_row"].to_numpy()
         for c in cols:
             merged[c][rows] = m[c].to_numpy(dtype=float)
@@ -385,18 +498,22 @@ class DcgmSampler:
     """The NVML ``TelemetrySampler`` (GPM off) with the profiling columns from DCGM; the same
     start / stop / frame as the sampler it wraps."""
 
-    nvml: Any                       # devices.base.TelemetrySampler
-    reader: Any                     # DmonReader | ExporterReader
+    nvml: Any  # devices.base.TelemetrySampler
+    reader: Any  # DmonReader | ExporterReader
     columns: list[str]
     staleness_s: float
     errors: list[str] = field(default_factory=list)
 
     @classmethod
-    def open(cls, nvml_sampler: Any, settings: DcgmSettings | None, gpu_ids: Sequence[int], node: str) -> DcgmSampler:
+    def open(
+        cls, nvml_sampler: Any, settings: DcgmSettings | None, gpu_ids: Sequence[int], node: str
+    ) -> DcgmSampler:
         settings = settings or DcgmSettings()
         reader_cls = DmonReader if settings.mode == "dmon" else ExporterReader
         period = nvml_sampler.period_s
-        reader = reader_cls(settings, gpu_ids, period, nvml_sampler.t0, node, clock=nvml_sampler.clock)
+        reader = reader_cls(
+            settings, gpu_ids, period, nvml_sampler.t0, node, clock=nvml_sampler.clock
+        )
         # two periods and a second of slack: dmon prints on its own phase, a scrape takes time
         return cls(nvml_sampler, reader, settings.columns, staleness_s=2 * period + 1.0)
 
@@ -416,7 +533,7 @@ class DcgmSampler:
     def frame(self) -> pd.DataFrame:
         try:
             records = self.reader.records()
-        except DcgmFormatError as exc:      # never lose the NVML trace over a bad DCGM line
+        except DcgmFormatError as exc:  # never lose the NVML trace over a bad DCGM line
             if str(exc) not in self.errors:
                 self.errors.append(str(exc))
                 log.warning("DCGM output unreadable (%s); DCGM fields NaN", exc)
@@ -424,8 +541,12 @@ class DcgmSampler:
         return merge_dcgm(self.nvml.frame(), records, self.columns, self.staleness_s)
 
     def describe(self) -> dict[str, Any]:
-        return {**self.reader.describe(), "columns": self.columns, "staleness_s": self.staleness_s,
-                "errors": self.errors}
+        return {
+            **self.reader.describe(),
+            "columns": self.columns,
+            "staleness_s": self.staleness_s,
+            "errors": self.errors,
+        }
 
     def __enter__(self) -> DcgmSampler:
         return self.start()

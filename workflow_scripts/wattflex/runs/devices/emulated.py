@@ -41,7 +41,9 @@ from wattflex.runs.spec import RunSpec
 from wattflex.schema import section_defaults
 from wattflex.telemetry import STEP_COLUMNS
 
-if TYPE_CHECKING:  # frames for callers that want them; a run's own job writes arrow tables (no pandas)
+if (
+    TYPE_CHECKING
+):  # frames for callers that want them; a run's own job writes arrow tables (no pandas)
     import pandas as pd
 
 SETTLE_TAU_S = 2.0
@@ -57,8 +59,11 @@ def numpy_table(columns: dict[str, np.ndarray]) -> pa.Table:
     arrays = []
     for values in columns.values():
         values = np.ascontiguousarray(values)
-        arrays.append(pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values),
-                                            [None, pa.py_buffer(values)]))
+        arrays.append(
+            pa.Array.from_buffers(
+                pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)]
+            )
+        )
     return pa.Table.from_arrays(arrays, names=list(columns))
 
 
@@ -77,7 +82,9 @@ def run_seed(seed: int, campaign: str, group_id: str, run_id: str) -> int:
     return stable_seed(seed, campaign, group_id, run_id)
 
 
-def run_factors(rng: np.random.Generator, noise: dict[str, float] = RUN_NOISE) -> tuple[float, float]:
+def run_factors(
+    rng: np.random.Generator, noise: dict[str, float] = RUN_NOISE
+) -> tuple[float, float]:
     """Per-run (tokens/s, power) factors: thermal/ambient and data-order variation between
     runs; the first two draws of a run's generator."""
     return rng.normal(1.0, noise["tokens_per_s_sd"]), rng.normal(1.0, noise["power_sd"])
@@ -95,6 +102,7 @@ class CapOutOfRange(ValueError):
 @dataclass
 class EmulatedDevice:
     """A virtual GPU's power-limit interface (what NVML offers on a real one)."""
+
     spec: GPUSpec
     limit_w: float | None = None
 
@@ -113,7 +121,9 @@ class EmulatedDevice:
     def set_cap(self, cap_w: float) -> float:
         lo, hi = self.constraints()
         if not lo <= cap_w <= hi:
-            raise CapOutOfRange(f"{self.name}: cap {cap_w:g} W outside the allowed range {lo:g}-{hi:g} W")
+            raise CapOutOfRange(
+                f"{self.name}: cap {cap_w:g} W outside the allowed range {lo:g}-{hi:g} W"
+            )
         self.limit_w = float(cap_w)
         return self.enforced_limit_w()
 
@@ -124,7 +134,9 @@ class EmulatedDevice:
         self.limit_w = self.original_limit_w
 
 
-def _ar1(rng: np.random.Generator, shape: tuple[int, int], sd: float, phi: float = 0.6) -> np.ndarray:
+def _ar1(
+    rng: np.random.Generator, shape: tuple[int, int], sd: float, phi: float = 0.6
+) -> np.ndarray:
     """AR(1) noise along axis 0 with stationary standard deviation ``sd``."""
     e = rng.normal(0.0, sd * np.sqrt(1 - phi**2), shape)
     out = np.empty(shape)
@@ -134,21 +146,38 @@ def _ar1(rng: np.random.Generator, shape: tuple[int, int], sd: float, phi: float
     return out
 
 
-def simulate_run(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple[float, float]], run_cfg: dict[str, Any],
-                 seed: int, hw_seed: int, model_name: str = "", physics: Physics = PHYSICS
-                 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+def simulate_run(
+    job: JobSpec,
+    gpu: GPUSpec,
+    cap_schedule: Sequence[tuple[float, float]],
+    run_cfg: dict[str, Any],
+    seed: int,
+    hw_seed: int,
+    model_name: str = "",
+    physics: Physics = PHYSICS,
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """Telemetry, step log and run facts of one emulated run."""
-    tel, steps, facts = simulate_run_tables(job, gpu, cap_schedule, run_cfg, seed, hw_seed, model_name, physics)
+    tel, steps, facts = simulate_run_tables(
+        job, gpu, cap_schedule, run_cfg, seed, hw_seed, model_name, physics
+    )
     return tel.to_pandas(), steps.to_pandas(), facts
 
 
-def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple[float, float]],
-                        run_cfg: dict[str, Any], seed: int, hw_seed: int, model_name: str = "",
-                        physics: Physics = PHYSICS, clock_mhz: float | None = None) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
+def simulate_run_tables(
+    job: JobSpec,
+    gpu: GPUSpec,
+    cap_schedule: Sequence[tuple[float, float]],
+    run_cfg: dict[str, Any],
+    seed: int,
+    hw_seed: int,
+    model_name: str = "",
+    physics: Physics = PHYSICS,
+    clock_mhz: float | None = None,
+) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
     """``simulate_run`` as pyarrow tables (what a run writes), without loading pandas.
     ``clock_mhz``: every GPU's SM clock locked there (``knob: clock``; the schedule's caps
     are then the power limits the lock runs under, :func:`wattflex.runs.clock_knob.job_at_clock`)."""
-    run_defaults = section_defaults("run")     # a run_cfg from wattflex.config.run_spec has both
+    run_defaults = section_defaults("run")  # a run_cfg from wattflex.config.run_spec has both
     duration = float(run_cfg.get("duration_s", run_defaults["duration_s"]))
     dt = float(run_cfg.get("sample_period_s", run_defaults["sample_period_s"]))
     eval_at = run_cfg.get("eval_at_s")
@@ -164,11 +193,15 @@ def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple
     else:
         from wattflex.runs.clock_knob import job_at_clock
 
-        states = [job_at_clock(job, gpu, clock_mhz, leak, physics, limit_w=cap) for _, cap in schedule]
+        states = [
+            job_at_clock(job, gpu, clock_mhz, leak, physics, limit_w=cap) for _, cap in schedule
+        ]
     seg_start = np.array([t for t, _ in schedule])
 
     fb_gib = memory_footprint_gib(job, gpu, physics)
-    warmup_s = 40.0 + 2.5 * job.total_params_b * (2 if job.task == "pt" else 1) / max(1, min(job.gpus, 8))
+    warmup_s = 40.0 + 2.5 * job.total_params_b * (2 if job.task == "pt" else 1) / max(
+        1, min(job.gpus, 8)
+    )
     startup_s = 25.0 + (75.0 if job.compile else 0.0)
     train_start = warmup_s + startup_s
     eval_len = 45.0
@@ -189,7 +222,9 @@ def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple
     wi = 0
     while True:
         seg = max(0, int(np.searchsorted(seg_start, t, side="right")) - 1)
-        ramp = 1.0 + 0.5 * np.exp(-(t - train_start) / 15.0)  # first steps slower (allocator, caches)
+        ramp = 1.0 + 0.5 * np.exp(
+            -(t - train_start) / 15.0
+        )  # first steps slower (allocator, caches)
         t += states[seg].step_s * ramp * (1.0 + step_noise[i % step_noise.size]) / run_tput
         while wi < len(windows) and t > windows[wi][0]:
             t += windows[wi][1]
@@ -201,9 +236,19 @@ def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple
     n_steps = len(steps_t)
     step_idx = np.arange(1, n_steps + 1)
     loss0, loss_inf = (10.5, 2.4) if job.task == "pt" else (2.2, 1.3)
-    loss = loss_inf + (loss0 - loss_inf) * np.exp(-step_idx / max(50.0, n_steps / 3)) + rng.normal(0, 0.02, n_steps)
-    steps = numpy_table({"step": step_idx, "t_end_s": np.round(steps_t, 4),
-                      "tokens": np.full(n_steps, tokens_per_step, dtype=np.int64), "loss": loss})
+    loss = (
+        loss_inf
+        + (loss0 - loss_inf) * np.exp(-step_idx / max(50.0, n_steps / 3))
+        + rng.normal(0, 0.02, n_steps)
+    )
+    steps = numpy_table(
+        {
+            "step": step_idx,
+            "t_end_s": np.round(steps_t, 4),
+            "tokens": np.full(n_steps, tokens_per_step, dtype=np.int64),
+            "loss": loss,
+        }
+    )
 
     # ---- telemetry -------------------------------------------------------------------
     ts = np.arange(dt, duration + 1e-9, dt)
@@ -236,23 +281,29 @@ def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple
         util[mask] = u
         for arr in (dram, sm, tensor, copy):
             arr[mask] = 0.0
-        clock[mask] = gpu.sm_clock_max_mhz if clock_mhz is None else min(float(clock_mhz), gpu.sm_clock_max_mhz)
+        clock[mask] = (
+            gpu.sm_clock_max_mhz
+            if clock_mhz is None
+            else min(float(clock_mhz), gpu.sm_clock_max_mhz)
+        )
     fb[warm] = (0.5 + 7.5 * ts[warm] / warmup_s)[:, None]
     for w0, wl, kind in windows:
         m = (ts > w0) & (ts <= w0 + wl)
-        if kind == "eval":   # forward only, smaller batches: partial activity
+        if kind == "eval":  # forward only, smaller batches: partial activity
             power[m] = idle[m] + 0.55 * (power[m] - idle[m])
             util[m] = 62.0 + rng.normal(0, 3, util[m].shape)
             for arr in (dram, sm, tensor, copy):
                 arr[m] *= 0.55
-        else:                # checkpoint: GPUs wait on storage
+        else:  # checkpoint: GPUs wait on storage
             power[m] = idle[m] + 30
             util[m] = 4.0
             for arr in (dram, sm, tensor, copy):
                 arr[m] *= 0.05
     caps_at = np.array([c for _, c in schedule])[seg_idx]
     enforced_at = np.array(enforced)[seg_idx]
-    power = np.minimum(power, caps_at[:, None] * 1.01)  # firmware holds the limit (1 % sensor slack)
+    power = np.minimum(
+        power, caps_at[:, None] * 1.01
+    )  # firmware holds the limit (1 % sensor slack)
     temp = np.empty((n, G))
     temp[0] = 30.0
     a = 1 - np.exp(-dt / 60.0)
@@ -262,24 +313,41 @@ def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple
 
     gpu_ids = np.arange(G)
     columns = {
-        "t_s": np.repeat(ts, G), "node": np.tile(gpu_ids // 8, n), "gpu": np.tile(gpu_ids % 8, n),
-        "power_w": power.ravel(), "energy_j": energy.ravel(), "sm_clock_mhz": clock.ravel(),
-        "mem_clock_mhz": np.full(n * G, gpu.mem_clock_mhz), "gpu_util": util.ravel(),
-        "mem_copy_util": copy.ravel(), "dram_active": dram.ravel(), "sm_active": sm.ravel(),
-        "tensor_active": tensor.ravel(), "fb_used_gib": fb.ravel(), "temp_c": temp.ravel(),
-        "power_limit_w": np.repeat(caps_at, G), "enforced_limit_w": np.repeat(enforced_at, G),
+        "t_s": np.repeat(ts, G),
+        "node": np.tile(gpu_ids // 8, n),
+        "gpu": np.tile(gpu_ids % 8, n),
+        "power_w": power.ravel(),
+        "energy_j": energy.ravel(),
+        "sm_clock_mhz": clock.ravel(),
+        "mem_clock_mhz": np.full(n * G, gpu.mem_clock_mhz),
+        "gpu_util": util.ravel(),
+        "mem_copy_util": copy.ravel(),
+        "dram_active": dram.ravel(),
+        "sm_active": sm.ravel(),
+        "tensor_active": tensor.ravel(),
+        "fb_used_gib": fb.ravel(),
+        "temp_c": temp.ravel(),
+        "power_limit_w": np.repeat(caps_at, G),
+        "enforced_limit_w": np.repeat(enforced_at, G),
     }
     # the registry's columns, in its order; a metric the emulator does not model is NaN
     tel = numpy_table({c: columns.get(c, np.full(n * G, np.nan)) for c in telemetry_columns()})
     device.restore()
     facts = {
-        "backend": "emulated", "device_model": gpu.name, "device": device.name, "gpus": G,
+        "backend": "emulated",
+        "device_model": gpu.name,
+        "device": device.name,
+        "gpus": G,
         "cap_schedule": [{"t_s": t0, "cap_w": c} for t0, c in schedule],
-        "enforced_limit_w": enforced, "original_limit_w": device.original_limit_w,
-        "limit_restored_w": device.limit_w, "phases_s": {"warmup": warmup_s, "startup": startup_s},
+        "enforced_limit_w": enforced,
+        "original_limit_w": device.original_limit_w,
+        "limit_restored_w": device.limit_w,
+        "phases_s": {"warmup": warmup_s, "startup": startup_s},
         "events": [{"kind": k, "t_s": w0, "length_s": wl} for w0, wl, k in windows],
-        "model_tokens_per_s": [s.tokens_per_s for s in states], "model_power_w": [s.power_w for s in states],
-        "n_steps": n_steps, "model": model_name,
+        "model_tokens_per_s": [s.tokens_per_s for s in states],
+        "model_power_w": [s.power_w for s in states],
+        "n_steps": n_steps,
+        "model": model_name,
         "emulator_anchor_clock_mhz": physics.anchor_clock_mhz,
     }
     if clock_mhz is not None:
@@ -287,13 +355,17 @@ def simulate_run_tables(job: JobSpec, gpu: GPUSpec, cap_schedule: Sequence[tuple
     return tel, steps.select(STEP_COLUMNS), facts
 
 
-def run_emulated(spec: dict[str, Any] | RunSpec) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+def run_emulated(
+    spec: dict[str, Any] | RunSpec,
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """One emulated run from a run spec (``wattflex.config.run_spec``)."""
     tel, steps, facts = run_emulated_tables(spec)
     return tel.to_pandas(), steps.to_pandas(), facts
 
 
-def run_emulated_tables(spec: dict[str, Any] | RunSpec) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
+def run_emulated_tables(
+    spec: dict[str, Any] | RunSpec,
+) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
     """``run_emulated`` as pyarrow tables, the files' contents (the runner writes these)."""
     spec = RunSpec.of(spec, backend="emulated")
     group = spec.group
@@ -302,8 +374,17 @@ def run_emulated_tables(spec: dict[str, Any] | RunSpec) -> tuple[pa.Table, pa.Ta
     schedule = spec.cap_schedule or [(0.0, float(spec.cap_w))]
     seed = run_seed(spec.seed, spec.campaign, group["id"], spec.run_id)
     hw_seed = hardware_seed(spec.seed, group["id"])
-    return simulate_run_tables(job, gpu, schedule, spec.run, seed, hw_seed, model_name=group["model"],
-                               physics=spec_physics(spec, gpu), clock_mhz=spec.raw.get("clock_mhz"))
+    return simulate_run_tables(
+        job,
+        gpu,
+        schedule,
+        spec.run,
+        seed,
+        hw_seed,
+        model_name=group["model"],
+        physics=spec_physics(spec, gpu),
+        clock_mhz=spec.raw.get("clock_mhz"),
+    )
 
 
 def spec_physics(spec: dict[str, Any] | RunSpec, gpu: GPUSpec | None = None) -> Physics:

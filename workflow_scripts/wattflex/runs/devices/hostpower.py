@@ -34,7 +34,7 @@ class RaplReader:
         for zone in sorted(self.root.glob("intel-rapl:*")):
             name = (zone / "name").read_text().strip() if (zone / "name").is_file() else ""
             if _read_int(zone / "energy_uj") is None:
-                continue                      # not readable by this user
+                continue  # not readable by this user
             if name.startswith("package"):
                 self.zones["host_cpu_w"].append(zone)
             elif name == "dram":
@@ -67,7 +67,7 @@ class RaplReader:
                         total = math.nan
                         break
                     delta = b - a
-                    if delta < 0:                # the counter wrapped
+                    if delta < 0:  # the counter wrapped
                         delta += _read_int(z / "max_energy_range_uj") or 0
                     total += delta / 1e6 / dt
                 out[key] = total

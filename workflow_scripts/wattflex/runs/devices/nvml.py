@@ -55,9 +55,11 @@ def nvml():
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
-            raise RuntimeError(f"NVML could not start ({exc}): no NVIDIA driver on this machine? "
-                               f"On a machine without GPUs use cuda.device: cpu with sampler: false and "
-                               f"cap_control: observe") from exc
+            raise RuntimeError(
+                f"NVML could not start ({exc}): no NVIDIA driver on this machine? "
+                f"On a machine without GPUs use cuda.device: cpu with sampler: false and "
+                f"cap_control: observe"
+            ) from exc
         _initialised = True
     return pynvml
 
@@ -91,8 +93,12 @@ class GpmReader:
         return self.status == "enabled"
 
     def _disable(self, exc: BaseException) -> None:
-        why = ("no permission to profile (driver option NVreg_RestrictProfilingToAdminUsers, or DCGM "
-               "profiling holds the counters)" if _is_no_permission(self.nv, exc) else f"{type(exc).__name__}: {exc}")
+        why = (
+            "no permission to profile (driver option NVreg_RestrictProfilingToAdminUsers, or DCGM "
+            "profiling holds the counters)"
+            if _is_no_permission(self.nv, exc)
+            else f"{type(exc).__name__}: {exc}"
+        )
         self.status = f"disabled: {why}"
         self._prev = None
         log.warning("GPM disabled on %s: %s; dram/sm/tensor activity will be NaN", self.label, why)
@@ -127,8 +133,13 @@ class NvmlGpu:
     what ``restore`` puts back. ``set_limit`` (``(index, watts) -> None``) replaces the
     direct NVML call, e.g. an admin-approved command (``wattflex.runs.devices.caps.command_setter``)."""
 
-    def __init__(self, index: int, set_limit: Callable[[int, float], None] | None = None,
-                 gpm: bool = True, node: str | None = None):
+    def __init__(
+        self,
+        index: int,
+        set_limit: Callable[[int, float], None] | None = None,
+        gpm: bool = True,
+        node: str | None = None,
+    ):
         self.nv = nvml()
         self.index = int(index)
         self.handle = self.nv.nvmlDeviceGetHandleByIndex(self.index)
@@ -172,8 +183,11 @@ class NvmlGpu:
                 raise CapPermissionError(
                     f"{self.name}: not permitted to set the power limit to {watts:g} W (NVML needs root). "
                     f"Use cap_control: command with an admin-approved wrapper (cap_command), or "
-                    f"cap_control: observe to run at the GPU's current limit") from exc
-            raise CapError(f"{self.name}: setting the power limit to {watts:g} W failed: {exc}") from exc
+                    f"cap_control: observe to run at the GPU's current limit"
+                ) from exc
+            raise CapError(
+                f"{self.name}: setting the power limit to {watts:g} W failed: {exc}"
+            ) from exc
         now = self.power_limit_w()
         if abs(now - watts) > LIMIT_TOLERANCE_W:
             raise CapError(f"{self.name}: asked for a {watts:g} W limit, it reads back {now:g} W")
@@ -186,8 +200,13 @@ class NvmlGpu:
         if enforced > cap_w + LIMIT_TOLERANCE_W:
             raise CapError(f"{self.name}: limit set to {cap_w:g} W but {enforced:g} W is enforced")
         if enforced < cap_w - LIMIT_TOLERANCE_W:
-            log.warning("%s: cap %g W, but a lower limit is enforced (%g W: another power policy, "
-                        "e.g. a chassis or datacenter limit)", self.name, cap_w, enforced)
+            log.warning(
+                "%s: cap %g W, but a lower limit is enforced (%g W: another power policy, "
+                "e.g. a chassis or datacenter limit)",
+                self.name,
+                cap_w,
+                enforced,
+            )
         return enforced
 
     def restore(self) -> None:
@@ -212,14 +231,18 @@ class NvmlGpu:
             fn(self.handle, *args)
         except self.nv.NVMLError as exc:
             if _is_no_permission(self.nv, exc):
-                raise CapPermissionError(f"{self.name}: not permitted to {what} (NVML needs root; "
-                                         f"or use SLURM --gpu-freq)") from exc
+                raise CapPermissionError(
+                    f"{self.name}: not permitted to {what} (NVML needs root; "
+                    f"or use SLURM --gpu-freq)"
+                ) from exc
             raise CapError(f"{self.name}: {what} failed: {exc}") from exc
 
     def lock_clock(self, mhz: float) -> None:
         """``nvmlDeviceSetGpuLockedClocks(f, f)``: the SM clock held at ``mhz`` (the power limit still holds)."""
         f = int(round(mhz))
-        self._clock_call(f"lock the SM clock at {f} MHz", self.nv.nvmlDeviceSetGpuLockedClocks, f, f)
+        self._clock_call(
+            f"lock the SM clock at {f} MHz", self.nv.nvmlDeviceSetGpuLockedClocks, f, f
+        )
 
     def reset_clock(self) -> None:
         """``nvmlDeviceResetGpuLockedClocks``: the firmware picks the SM clock again."""
@@ -238,11 +261,16 @@ class NvmlGpu:
     def _power_w(self) -> float:
         nv = self.nv
         if self._instant_power:
-            vals = self._read("power (instant)", nv.nvmlDeviceGetFieldValues, [nv.NVML_FI_DEV_POWER_INSTANT])
+            vals = self._read(
+                "power (instant)", nv.nvmlDeviceGetFieldValues, [nv.NVML_FI_DEV_POWER_INSTANT]
+            )
             if vals is not None and vals[0].nvmlReturn == 0:
                 return vals[0].value.uiVal / 1000.0
             self._instant_power = False
-            log.info("%s: instant power field unsupported; using nvmlDeviceGetPowerUsage (1 s average)", self.name)
+            log.info(
+                "%s: instant power field unsupported; using nvmlDeviceGetPowerUsage (1 s average)",
+                self.name,
+            )
         mw = self._read("power", nv.nvmlDeviceGetPowerUsage)
         return math.nan if mw is None else mw / 1000.0
 
@@ -255,7 +283,10 @@ class NvmlGpu:
             if self._energy0_j is None:
                 self._energy0_j = mj / 1000.0
             row["energy_j"] = mj / 1000.0 - self._energy0_j
-        for col, clock in (("sm_clock_mhz", nv.NVML_CLOCK_SM), ("mem_clock_mhz", nv.NVML_CLOCK_MEM)):
+        for col, clock in (
+            ("sm_clock_mhz", nv.NVML_CLOCK_SM),
+            ("mem_clock_mhz", nv.NVML_CLOCK_MEM),
+        ):
             v = self._read(col, nv.nvmlDeviceGetClockInfo, clock)
             row[col] = math.nan if v is None else float(v)
         util = self._read("utilization", nv.nvmlDeviceGetUtilizationRates)
@@ -266,12 +297,16 @@ class NvmlGpu:
             row["fb_used_gib"] = mem.used / GIB
         temp = self._read("temperature", nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU)
         row["temp_c"] = math.nan if temp is None else float(temp)
-        for col, fn in (("power_limit_w", nv.nvmlDeviceGetPowerManagementLimit),
-                        ("enforced_limit_w", nv.nvmlDeviceGetEnforcedPowerLimit)):
+        for col, fn in (
+            ("power_limit_w", nv.nvmlDeviceGetPowerManagementLimit),
+            ("enforced_limit_w", nv.nvmlDeviceGetEnforcedPowerLimit),
+        ):
             v = self._read(col, fn)
             row[col] = math.nan if v is None else v / 1000.0
-        reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        reasons_fn = (
+            getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
         reasons = self._read("clock event reasons", reasons_fn)
         row["clock_event_reasons"] = math.nan if reasons is None else float(reasons)
         if self.gpm is not None:
@@ -281,11 +316,19 @@ class NvmlGpu:
     def describe(self) -> dict[str, Any]:
         """Facts for run.json."""
         lo, hi = self.constraints()
-        return {"index": self.index, "uuid": self.uuid, "name": self.model, "node": self.node,
-                "min_limit_w": lo, "max_limit_w": hi, "default_limit_w": self.default_limit_w(),
-                "original_limit_w": self.original_limit_w, "power_limit_w": self.power_limit_w(),
-                "enforced_limit_w": self.enforced_limit_w(),
-                "gpm": self.gpm.status if self.gpm is not None else "off"}
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "name": self.model,
+            "node": self.node,
+            "min_limit_w": lo,
+            "max_limit_w": hi,
+            "default_limit_w": self.default_limit_w(),
+            "original_limit_w": self.original_limit_w,
+            "power_limit_w": self.power_limit_w(),
+            "enforced_limit_w": self.enforced_limit_w(),
+            "gpm": self.gpm.status if self.gpm is not None else "off",
+        }
 
 
 def local_gpu_indices(count: int | None = None, visible: str | None = None) -> list[int]:
@@ -304,12 +347,18 @@ def local_gpu_indices(count: int | None = None, visible: str | None = None) -> l
         out = list(range(nv.nvmlDeviceGetCount()))
     if count is not None:
         if count > len(out):
-            raise RuntimeError(f"the job wants {count} GPUs on this node but NVML/CUDA_VISIBLE_DEVICES "
-                               f"offers {len(out)}")
+            raise RuntimeError(
+                f"the job wants {count} GPUs on this node but NVML/CUDA_VISIBLE_DEVICES "
+                f"offers {len(out)}"
+            )
         out = out[:count]
     return out
 
 
-def open_gpus(count: int | None = None, set_limit: Callable[[int, float], None] | None = None,
-              gpm: bool = True, indices: list[int] | None = None) -> list[NvmlGpu]:
+def open_gpus(
+    count: int | None = None,
+    set_limit: Callable[[int, float], None] | None = None,
+    gpm: bool = True,
+    indices: list[int] | None = None,
+) -> list[NvmlGpu]:
     return [NvmlGpu(i, set_limit=set_limit, gpm=gpm) for i in (indices or local_gpu_indices(count))]

@@ -18,7 +18,11 @@ from wattflex.schema import REPO_ROOT
 WRAPPER_SOURCE = REPO_ROOT / "slurm" / "wattflex-setcap"
 DEFAULT_PATH = "/usr/local/sbin/wattflex-setcap"
 #: the wrapper's settings (its lines ``NAME = "value"``) and their shipped values
-TOOLS = {"NVIDIA_SMI": "/usr/bin/nvidia-smi", "SQUEUE": "/usr/bin/squeue", "SCONTROL": "/usr/bin/scontrol"}
+TOOLS = {
+    "NVIDIA_SMI": "/usr/bin/nvidia-smi",
+    "SQUEUE": "/usr/bin/squeue",
+    "SCONTROL": "/usr/bin/scontrol",
+}
 # Written into sudoers and into a program root runs: plain names and paths only (no spaces,
 # commas, '=' or '\', which sudoers reads as syntax; no quote, which would end a Python string).
 SAFE_PATH = re.compile(r"/[A-Za-z0-9_.+/-]+")
@@ -31,12 +35,16 @@ def cap_command(path: str = DEFAULT_PATH) -> str:
     return f"sudo -n {checked_path(path, 'path')} {{gpu}} {{watts}}"
 
 
-def sudoers_line(group: str | None = None, user: str | None = None, path: str = DEFAULT_PATH) -> str:
+def sudoers_line(
+    group: str | None = None, user: str | None = None, path: str = DEFAULT_PATH
+) -> str:
     """The one rule: the members of ``group`` (or ``user``, a name or ``#uid``) may run the wrapper as
     root, with any arguments (the wrapper checks them)."""
     option, name = ("user", user) if user else ("group", group)
     if not SAFE_WHO.fullmatch(name or ""):
-        raise UserError(f"--{option} {name!r}: expected a user or group name (letters, digits, . _ -) or #UID")
+        raise UserError(
+            f"--{option} {name!r}: expected a user or group name (letters, digits, . _ -) or #UID"
+        )
     return f"{name if user else '%' + name} ALL=(root) NOPASSWD: {checked_path(path, 'path')}\n"
 
 
@@ -45,7 +53,9 @@ def wrapper_text(tools: dict[str, str] | None = None, node_name: str = "") -> st
     if node_name and not SAFE_NODE.fullmatch(node_name):
         raise UserError(f"--node-name {node_name!r}: expected a host name (letters, digits, . -)")
     settings = {**TOOLS, **(tools or {})}
-    settings = {name: checked_path(p, name.lower().replace("_", "-")) for name, p in settings.items()}
+    settings = {
+        name: checked_path(p, name.lower().replace("_", "-")) for name, p in settings.items()
+    }
     text = WRAPPER_SOURCE.read_text()
     for name, value in {**settings, "NODE_NAME": node_name}.items():
         text, n = re.subn(rf'^{name} = "[^"\n]*"', f'{name} = "{value}"', text, count=1, flags=re.M)
@@ -56,5 +66,7 @@ def wrapper_text(tools: dict[str, str] | None = None, node_name: str = "") -> st
 
 def checked_path(path: str, option: str) -> str:
     if not SAFE_PATH.fullmatch(str(path)):
-        raise UserError(f"--{option} {str(path)!r}: expected an absolute path of letters, digits and . _ + - /")
+        raise UserError(
+            f"--{option} {str(path)!r}: expected an absolute path of letters, digits and . _ + - /"
+        )
     return str(path)

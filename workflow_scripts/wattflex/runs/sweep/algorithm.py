@@ -53,12 +53,15 @@ from wattflex.schema import section_defaults
 from wattflex.telemetry import SummaryProtocol
 
 MODES = ("staircase", "adaptive")
-_STAIRCASE = section_defaults("staircase")   # the controller's defaults: SweepSettings, the functions below
+_STAIRCASE = section_defaults(
+    "staircase"
+)  # the controller's defaults: SweepSettings, the functions below
 
 
 # ---------------------------------------------------------------------------------------
 # Interfaces and the restore guarantee
 # ---------------------------------------------------------------------------------------
+
 
 class CapDevice(Protocol):
     def set_cap(self, cap_w: float) -> float: ...
@@ -81,7 +84,9 @@ RESTORE_SIGNALS = tuple(getattr(signal, s) for s in SIGNALS)  # the ones CapGuar
 
 
 @contextlib.contextmanager
-def restored_on_exit(device: CapDevice, signals: Sequence[int] = RESTORE_SIGNALS) -> Iterator[CapDevice]:
+def restored_on_exit(
+    device: CapDevice, signals: Sequence[int] = RESTORE_SIGNALS
+) -> Iterator[CapDevice]:
     """Restore ``device``'s original cap when the block ends: normally, by an exception or by
     one of ``signals`` (raised as ``caps.CapSignal``, a SystemExit with status 128 + signal,
     so every ``finally`` runs; handlers only in the main thread). Around real GPUs, nest it
@@ -113,6 +118,7 @@ def restored_on_exit(device: CapDevice, signals: Sequence[int] = RESTORE_SIGNALS
 # The controller
 # ---------------------------------------------------------------------------------------
 
+
 @dataclass
 class Visit:
     cap_w: float
@@ -142,15 +148,36 @@ class Result:
         rows = []
         for cap in self.caps:
             vs = [v.window for v in self.visits if v.cap_w == cap]
-            p = np.concatenate([np.asarray(w.power_samples, float) for w in vs]) if vs else np.array([])
-            r = np.concatenate([np.asarray(w.step_rates, float) for w in vs]) if vs else np.array([])
-            rows.append({"cap_w": cap, "n_visits": len(vs), "n_samples": p.size, "n_steps": r.size,
-                         "measured_s": float(sum(w.t_end_s - w.t_settled_s for w in vs if np.isfinite(w.t_settled_s))),
-                         "power_w": p.mean() if p.size else np.nan, "power_se_own_w": se_mean_ar1(p),
-                         "tokens_per_s": r.mean() if r.size else np.nan, "tokens_per_s_se_own": se_mean_ar1(r)})
+            p = (
+                np.concatenate([np.asarray(w.power_samples, float) for w in vs])
+                if vs
+                else np.array([])
+            )
+            r = (
+                np.concatenate([np.asarray(w.step_rates, float) for w in vs])
+                if vs
+                else np.array([])
+            )
+            rows.append(
+                {
+                    "cap_w": cap,
+                    "n_visits": len(vs),
+                    "n_samples": p.size,
+                    "n_steps": r.size,
+                    "measured_s": float(
+                        sum(w.t_end_s - w.t_settled_s for w in vs if np.isfinite(w.t_settled_s))
+                    ),
+                    "power_w": p.mean() if p.size else np.nan,
+                    "power_se_own_w": se_mean_ar1(p),
+                    "tokens_per_s": r.mean() if r.size else np.nan,
+                    "tokens_per_s_se_own": se_mean_ar1(r),
+                }
+            )
         df = pd.DataFrame(rows)
-        for value, own, n, se in (("power_w", "power_se_own_w", "n_samples", "power_se_w"),
-                                  ("tokens_per_s", "tokens_per_s_se_own", "n_steps", "tokens_per_s_se")):
+        for value, own, n, se in (
+            ("power_w", "power_se_own_w", "n_samples", "power_se_w"),
+            ("tokens_per_s", "tokens_per_s_se_own", "n_steps", "tokens_per_s_se"),
+        ):
             rel_var = (df[own] / df[value]) ** 2 * df[n]  # per-sample relative variance (effective)
             dof = (df[n] - 1).clip(lower=0).where(rel_var.notna(), 0)
             pooled = float((rel_var.fillna(0) * dof).sum() / dof.sum()) if dof.sum() else np.nan
@@ -158,13 +185,24 @@ class Result:
         return df
 
     def record(self) -> dict[str, Any]:
-        return {"sweep_mode": self.mode, "caps": self.caps, "stop_reason": self.stop_reason,
-                "duration_s": self.duration_s, "visits": [v.record() for v in self.visits],
-                "history": self.history}
+        return {
+            "sweep_mode": self.mode,
+            "caps": self.caps,
+            "stop_reason": self.stop_reason,
+            "duration_s": self.duration_s,
+            "visits": [v.record() for v in self.visits],
+            "history": self.history,
+        }
 
 
-def measure_at(run: LiveRun, cap_w: float, criteria: SteadyCriteria, protocol: SummaryProtocol,
-               max_dwell_s: float, enough: Callable[[Window], bool] | None = None) -> Visit:
+def measure_at(
+    run: LiveRun,
+    cap_w: float,
+    criteria: SteadyCriteria,
+    protocol: SummaryProtocol,
+    max_dwell_s: float,
+    enough: Callable[[Window], bool] | None = None,
+) -> Visit:
     """Set ``cap_w``, then advance the run until its window at this cap is steady and precise
     (and ``enough`` says so), the dwell limit passes or the run ends."""
     t_change = run.now_s
@@ -180,8 +218,13 @@ def measure_at(run: LiveRun, cap_w: float, criteria: SteadyCriteria, protocol: S
             return Visit(cap_w, enforced, w)
 
 
-def staircase(run: LiveRun, caps: Sequence[float], criteria: SteadyCriteria = SteadyCriteria(),
-              protocol: SummaryProtocol = SummaryProtocol(), max_dwell_s: float = _STAIRCASE["max_dwell_s"]) -> Result:
+def staircase(
+    run: LiveRun,
+    caps: Sequence[float],
+    criteria: SteadyCriteria = SteadyCriteria(),
+    protocol: SummaryProtocol = SummaryProtocol(),
+    max_dwell_s: float = _STAIRCASE["max_dwell_s"],
+) -> Result:
     """Visit each cap once, lowest first; the original cap is restored however this ends."""
     result = Result("staircase", sorted(float(c) for c in caps))
     with restored_on_exit(run.device):
@@ -197,10 +240,19 @@ def staircase(run: LiveRun, caps: Sequence[float], criteria: SteadyCriteria = St
     return result
 
 
-def pfi_with_ci(points: pd.DataFrame, mc_samples: int = _STAIRCASE["mc_samples"], seed: int = 0) -> tuple[float, float, float]:
+def pfi_with_ci(
+    points: pd.DataFrame, mc_samples: int = _STAIRCASE["mc_samples"], seed: int = 0
+) -> tuple[float, float, float]:
     """(pfi_ratio, ci95_low, ci95_high) of pooled staircase points (``Result.points``)."""
-    table = pfi_table(points.assign(group="g"), throughput_col="tokens_per_s", power_sem_col="power_se_w",
-                      throughput_sem_col="tokens_per_s_se", gpus_col=None, mc_samples=mc_samples, seed=seed)
+    table = pfi_table(
+        points.assign(group="g"),
+        throughput_col="tokens_per_s",
+        power_sem_col="power_se_w",
+        throughput_sem_col="tokens_per_s_se",
+        gpus_col=None,
+        mc_samples=mc_samples,
+        seed=seed,
+    )
     row = table.iloc[0]
     return float(row["pfi_ratio"]), float(row["ci95_low"]), float(row["ci95_high"])
 
@@ -221,11 +273,17 @@ def variance_shares(points: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def adaptive(run: LiveRun, caps: Sequence[float], criteria: SteadyCriteria = SteadyCriteria(),
-             protocol: SummaryProtocol = SummaryProtocol(), max_dwell_s: float = _STAIRCASE["max_dwell_s"],
-             target_ci_rel: float = _STAIRCASE["target_ci_rel"], budget_s: float | None = None,
-             mc_samples: int = _STAIRCASE["mc_samples"],
-             seed: int = 0) -> Result:
+def adaptive(
+    run: LiveRun,
+    caps: Sequence[float],
+    criteria: SteadyCriteria = SteadyCriteria(),
+    protocol: SummaryProtocol = SummaryProtocol(),
+    max_dwell_s: float = _STAIRCASE["max_dwell_s"],
+    target_ci_rel: float = _STAIRCASE["target_ci_rel"],
+    budget_s: float | None = None,
+    mc_samples: int = _STAIRCASE["mc_samples"],
+    seed: int = 0,
+) -> Result:
     """The staircase pass, then revisit the cap that buys the most PFI precision per second
     until the CI half-width is at most ``target_ci_rel`` of the PFI, or the next revisit
     would end after ``budget_s`` of run time (the first pass always completes)."""
@@ -237,9 +295,19 @@ def adaptive(run: LiveRun, caps: Sequence[float], criteria: SteadyCriteria = Ste
         while True:
             pts = result.points()
             pfi, lo, hi = pfi_with_ci(pts, mc_samples, seed)
-            half = (hi - lo) / 2 / abs(pfi) if np.isfinite([pfi, lo, hi]).all() and pfi else float("inf")
-            result.history.append({k: (v if np.isfinite(v) else None) for k, v in dict(
-                t_s=run.now_s, pfi_ratio=pfi, ci95_low=lo, ci95_high=hi, ci_half_rel=half).items()})
+            half = (
+                (hi - lo) / 2 / abs(pfi)
+                if np.isfinite([pfi, lo, hi]).all() and pfi
+                else float("inf")
+            )
+            result.history.append(
+                {
+                    k: (v if np.isfinite(v) else None)
+                    for k, v in dict(
+                        t_s=run.now_s, pfi_ratio=pfi, ci95_low=lo, ci95_high=hi, ci_half_rel=half
+                    ).items()
+                }
+            )
             if half <= target_ci_rel:
                 result.stop_reason = "ci_target_met"
                 break
@@ -255,9 +323,16 @@ def adaptive(run: LiveRun, caps: Sequence[float], criteria: SteadyCriteria = Ste
                 break
             j = fits[0]
             goal_samples, goal_steps = int(pts["n_samples"].iloc[j]), int(pts["n_steps"].iloc[j])
-            result.visits.append(measure_at(
-                run, float(pts["cap_w"].iloc[j]), criteria, protocol, min(max_dwell_s, budget_s - run.now_s),
-                enough=lambda w: w.n_samples >= goal_samples and w.n_steps >= goal_steps))
+            result.visits.append(
+                measure_at(
+                    run,
+                    float(pts["cap_w"].iloc[j]),
+                    criteria,
+                    protocol,
+                    min(max_dwell_s, budget_s - run.now_s),
+                    enough=lambda w: w.n_samples >= goal_samples and w.n_steps >= goal_steps,
+                )
+            )
         run.stop()
     result.duration_s = run.now_s
     return result
@@ -277,13 +352,19 @@ def _step_seconds(result: Result, pts: pd.DataFrame) -> np.ndarray:
 # A group's sweep from the config: the run spec and the controller it asks for
 # ---------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class SweepSettings:
     """Config ``staircase:`` (steady-state criteria are read from the same section); defaults: the schema's."""
-    max_dwell_s: float = _STAIRCASE["max_dwell_s"]           # give up waiting for one cap after this long
-    target_ci_rel: float = _STAIRCASE["target_ci_rel"]       # adaptive: stop at this PFI 95 % CI half-width
-    budget_fraction: float = _STAIRCASE["budget_fraction"]   # adaptive: revisits end by this fraction of a separate sweep's run time
-    mc_samples: int = _STAIRCASE["mc_samples"]               # adaptive: Monte Carlo samples of each CI check
+
+    max_dwell_s: float = _STAIRCASE["max_dwell_s"]  # give up waiting for one cap after this long
+    target_ci_rel: float = _STAIRCASE[
+        "target_ci_rel"
+    ]  # adaptive: stop at this PFI 95 % CI half-width
+    budget_fraction: float = _STAIRCASE[
+        "budget_fraction"
+    ]  # adaptive: revisits end by this fraction of a separate sweep's run time
+    mc_samples: int = _STAIRCASE["mc_samples"]  # adaptive: Monte Carlo samples of each CI check
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any] | None) -> SweepSettings:
@@ -297,28 +378,48 @@ def sweep_spec(cfg: dict[str, Any], group_id: str, mode: str) -> dict[str, Any]:
         raise ValueError(f"unknown sweep mode {mode!r} (one of {', '.join(MODES)})")
     g = next(g for g in groups(cfg) if g["id"] == group_id)
     spec = run_spec(cfg, group_id, run_id(max(g["caps"]), 0))
-    phases = {k: v for k, v in cfg["summary"].items() if k in ("train_util_threshold", "warmup_fb_gib")}
-    spec.update(run_id=mode, sweep=mode, caps=list(g["caps"]), staircase=dict(cfg["staircase"]),
-                phases=phases)
+    phases = {
+        k: v for k, v in cfg["summary"].items() if k in ("train_util_threshold", "warmup_fb_gib")
+    }
+    spec.update(
+        run_id=mode,
+        sweep=mode,
+        caps=list(g["caps"]),
+        staircase=dict(cfg["staircase"]),
+        phases=phases,
+    )
     return spec
 
 
-def run_controller(run: LiveRun, spec: dict[str, Any], caps: list[float], separate_s: float) -> Result:
+def run_controller(
+    run: LiveRun, spec: dict[str, Any], caps: list[float], separate_s: float
+) -> Result:
     """The spec's controller (``sweep: staircase | adaptive``) on a live run of either backend."""
     protocol = SummaryProtocol.from_config(spec.get("phases"))
     criteria = SteadyCriteria.from_config(spec.get("staircase"))
     settings = SweepSettings.from_config(spec.get("staircase"))
     if spec["sweep"] == "staircase":
         return staircase(run, caps, criteria, protocol, settings.max_dwell_s)
-    return adaptive(run, caps, criteria, protocol, settings.max_dwell_s, settings.target_ci_rel,
-                    budget_s=settings.budget_fraction * separate_s, mc_samples=settings.mc_samples,
-                    seed=int(spec["seed"]))
+    return adaptive(
+        run,
+        caps,
+        criteria,
+        protocol,
+        settings.max_dwell_s,
+        settings.target_ci_rel,
+        budget_s=settings.budget_fraction * separate_s,
+        mc_samples=settings.mc_samples,
+        seed=int(spec["seed"]),
+    )
 
 
 def sweep_record(spec: dict[str, Any], result: Result) -> dict[str, Any]:
     """The controller's part of run.json: its visits and stop reason, and the settings it ran with."""
-    return {**result.record(), "criteria": SteadyCriteria.from_config(spec.get("staircase")).__dict__,
-            "settings": SweepSettings.from_config(spec.get("staircase")).__dict__}
+    return {
+        **result.record(),
+        "criteria": SteadyCriteria.from_config(spec.get("staircase")).__dict__,
+        "settings": SweepSettings.from_config(spec.get("staircase")).__dict__,
+    }
 
 
 def separate_sweep_seconds(spec: dict[str, Any]) -> float:

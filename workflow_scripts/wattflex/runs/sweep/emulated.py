@@ -36,7 +36,9 @@ class EmulatedRun:
         run_cfg["duration_s"] = float(max_duration_s)
         self.spec = {**spec, "run": run_cfg}
         self.max_duration_s = float(max_duration_s)
-        self.poll_s = float(run_cfg.get("sample_period_s", section_defaults("run")["sample_period_s"]))
+        self.poll_s = float(
+            run_cfg.get("sample_period_s", section_defaults("run")["sample_period_s"])
+        )
         self.now_s = 0.0
         self.stopped_s: float | None = None
         run = self
@@ -55,7 +57,9 @@ class EmulatedRun:
 
         self.device = Device(GPUS[spec["group"].get("gpu", DEFAULT_GPU)])
         self._schedule: list[tuple[float, float]] = [(0.0, float(self.device.limit_w))]
-        self._frozen: list[tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]] = []  # (tel, steps, series)
+        self._frozen: list[
+            tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
+        ] = []  # (tel, steps, series)
         self._frozen_until = 0.0
         self._sim: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Any]] | None = None
         self._cache: dict[str, Any] = {}
@@ -81,8 +85,14 @@ class EmulatedRun:
         """Telemetry, step log and run facts of what ran, up to the stop."""
         tel, steps, _ = self._revealed()
         tel = tel.sort_values(["t_s", "node", "gpu"]).reset_index(drop=True)
-        dt = np.diff(np.r_[0.0, np.unique(tel["t_s"].to_numpy())]).mean() if len(tel) else self.poll_s
-        tel["energy_j"] = tel.groupby(["node", "gpu"])["power_w"].cumsum() * dt  # continuous across splices
+        dt = (
+            np.diff(np.r_[0.0, np.unique(tel["t_s"].to_numpy())]).mean()
+            if len(tel)
+            else self.poll_s
+        )
+        tel["energy_j"] = (
+            tel.groupby(["node", "gpu"])["power_w"].cumsum() * dt
+        )  # continuous across splices
         facts = dict(self._current()[3])
         end = self.now_s
         facts["cap_schedule"] = [{"t_s": t, "cap_w": c} for t, c in self._schedule if t <= end]
@@ -102,7 +112,9 @@ class EmulatedRun:
             tel, steps, series = self._window(self._current(), self._frozen_until, self.now_s)
             self._frozen.append((tel, steps, series))
             self._frozen_until = self.now_s
-        self._schedule = [(t, c) for t, c in self._schedule if t < self.now_s] + [(self.now_s, float(cap_w))]
+        self._schedule = [(t, c) for t, c in self._schedule if t < self.now_s] + [
+            (self.now_s, float(cap_w))
+        ]
         self._sim, self._cache = None, {}
 
     def _current(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Any]]:
@@ -112,17 +124,26 @@ class EmulatedRun:
         return self._sim
 
     @staticmethod
-    def _window(sim: tuple, t0: float, t1: float) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    def _window(
+        sim: tuple, t0: float, t1: float
+    ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         tel, steps, series = sim[0], sim[1], sim[2]
-        return (tel[(tel["t_s"] > t0) & (tel["t_s"] <= t1)], steps[(steps["t_end_s"] > t0) & (steps["t_end_s"] <= t1)],
-                series[(series["t_s"] > t0) & (series["t_s"] <= t1)])
+        return (
+            tel[(tel["t_s"] > t0) & (tel["t_s"] <= t1)],
+            steps[(steps["t_end_s"] > t0) & (steps["t_end_s"] <= t1)],
+            series[(series["t_s"] > t0) & (series["t_s"] <= t1)],
+        )
 
     def _revealed(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         end = self.now_s if self.stopped_s is None else self.stopped_s
         if self._cache.get("t") != end:
             parts = self._frozen + [self._window(self._current(), self._frozen_until, end)]
-            self._cache = {"t": end, "data": tuple(pd.concat([p[i] for p in parts], ignore_index=True)
-                                                   for i in range(3))}
+            self._cache = {
+                "t": end,
+                "data": tuple(
+                    pd.concat([p[i] for p in parts], ignore_index=True) for i in range(3)
+                ),
+            }
         return self._cache["data"]
 
 
@@ -130,14 +151,20 @@ def run_sweep(spec: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame, dict[st
     """Run one group's whole emulated sweep in one run: telemetry, step log and the run
     record (run facts + the controller's visits)."""
     if spec["backend"] == "cuda":
-        raise ValueError("backend cuda: a real sweep runs through wattflex.runs.sweep.real.write_real_sweep_run")
+        raise ValueError(
+            "backend cuda: a real sweep runs through wattflex.runs.sweep.real.write_real_sweep_run"
+        )
     if spec["backend"] != "emulated":
         raise ValueError(f"unknown backend {spec['backend']!r} (emulated | cuda)")
     caps = [float(c) for c in spec["caps"]]
     run = EmulatedRun(spec, max_duration_s=separate_sweep_seconds(spec))
     result = run_controller(run, spec, caps, separate_sweep_seconds(spec))
     tel, steps, facts = run.artifacts()
-    record = {**facts, **sweep_record(spec, result), "original_limit_w": float(run.device.original_limit_w)}
+    record = {
+        **facts,
+        **sweep_record(spec, result),
+        "original_limit_w": float(run.device.original_limit_w),
+    }
     return tel, steps, record
 
 
@@ -146,6 +173,13 @@ def write_sweep_run(spec: dict[str, Any], outdir: str | Path) -> Path:
     atomically into ``outdir`` (``runner.atomic_run_dir``)."""
     with atomic_run_dir(outdir) as tmp:
         tel, steps, record = run_sweep(spec)
-        write_run_files(tmp, RunSpec.of(spec, backend="emulated"), tel, steps, record, cap_w=max(spec["caps"]),
-                        repeat=0)
+        write_run_files(
+            tmp,
+            RunSpec.of(spec, backend="emulated"),
+            tel,
+            steps,
+            record,
+            cap_w=max(spec["caps"]),
+            repeat=0,
+        )
     return Path(outdir)

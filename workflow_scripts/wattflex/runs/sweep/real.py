@@ -68,11 +68,11 @@ from wattflex.runs.sweep.algorithm import (
 from wattflex.telemetry import job_series
 
 STOP_GRACE_S = 300.0  # a stop waits for the current step, or an eval/checkpoint in progress
-CAP_FILE = ".sweep_cap.json"                  # the controller's latest command to the node agents
-ACK_FILE = "cap_ack.json"                     # in each node directory: the last command carried out
+CAP_FILE = ".sweep_cap.json"  # the controller's latest command to the node agents
+ACK_FILE = "cap_ack.json"  # in each node directory: the last command carried out
 LIVE_TELEMETRY_FILE = "telemetry.live.parquet"  # in each node directory: the node's samples so far
-AGENT_POLL_S = 0.1       # how often an agent looks for a command: a cap change waits at most this
-ACK_TIMEOUT_S = 120.0    # NVML sets a cap in ms; a cap_command (sudo, a site tool) may take seconds
+AGENT_POLL_S = 0.1  # how often an agent looks for a command: a cap change waits at most this
+ACK_TIMEOUT_S = 120.0  # NVML sets a cap in ms; a cap_command (sudo, a site tool) may take seconds
 
 
 class GpuSet:
@@ -104,11 +104,19 @@ class PollingRun:
     injectable for tests.
     """
 
-    def __init__(self, device: CapDevice, read_series: Callable[[], pd.DataFrame],
-                 read_steps: Callable[[], pd.DataFrame], stop_training: Callable[[], None],
-                 max_duration_s: float, poll_s: float = 5.0, t0: float | None = None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 ended: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        device: CapDevice,
+        read_series: Callable[[], pd.DataFrame],
+        read_steps: Callable[[], pd.DataFrame],
+        stop_training: Callable[[], None],
+        max_duration_s: float,
+        poll_s: float = 5.0,
+        t0: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        ended: Callable[[], bool] | None = None,
+    ) -> None:
         self.device, self.poll_s, self.max_duration_s = device, float(poll_s), float(max_duration_s)
         self._read_series, self._read_steps, self._stop = read_series, read_steps, stop_training
         self._clock, self._sleep, self._ended = clock, sleep, ended
@@ -142,7 +150,9 @@ def read_live_steps(path: str | Path) -> pd.DataFrame:
         text = ""
     text = text[: text.rfind("\n") + 1]
     if text.count("\n") < 2:  # header only, or nothing yet
-        return pd.DataFrame({c: pd.Series(dtype=float) for c in ("step", "t_end_s", "tokens", "loss")})
+        return pd.DataFrame(
+            {c: pd.Series(dtype=float) for c in ("step", "t_end_s", "tokens", "loss")}
+        )
     return pd.read_csv(io.StringIO(text))
 
 
@@ -182,8 +192,10 @@ class _Training:
         try:
             rc = self.proc.wait(grace_s)
         except subprocess.TimeoutExpired as exc:
-            raise RuntimeError(f"training did not stop within {grace_s:g} s of the stop request "
-                               f"(see {self.log_path})") from exc
+            raise RuntimeError(
+                f"training did not stop within {grace_s:g} s of the stop request "
+                f"(see {self.log_path})"
+            ) from exc
         if rc != 0:
             raise training_error(rc, self.log_path)
 
@@ -213,11 +225,11 @@ class _CommandTraining(_Training):
         job = self.job
         try:
             super().wait_first_step(timeout_s, poll_s)
-        except CommandError:         # it exited with an error status
+        except CommandError:  # it exited with an error status
             raise
         except RuntimeError as exc:  # no step within the time
             raise no_throughput_error(job.source, job.follower, self.log_path, job.outdir) from exc
-        if self.steps().empty:       # ended by itself before any throughput line
+        if self.steps().empty:  # ended by itself before any throughput line
             raise no_throughput_error(job.source, job.follower, self.log_path, job.outdir)
 
     def request_stop(self) -> None:
@@ -225,7 +237,7 @@ class _CommandTraining(_Training):
         terminate(self.proc)
 
     def finish(self, grace_s: float = 0.0) -> None:
-        self.ended()                 # a command that failed by itself says so
+        self.ended()  # a command that failed by itself says so
 
 
 def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
@@ -248,8 +260,15 @@ class NodeAgents:
     says the agents still run (srun has not ended): a command to agents that have ended is not
     waited for (a restore: they restored on their way out; a cap: an error)."""
 
-    def __init__(self, outdir: Path, nnodes: int, period_s: float, alive: Callable[[], bool],
-                 timeout_s: float = ACK_TIMEOUT_S, poll_s: float = 0.05) -> None:
+    def __init__(
+        self,
+        outdir: Path,
+        nnodes: int,
+        period_s: float,
+        alive: Callable[[], bool],
+        timeout_s: float = ACK_TIMEOUT_S,
+        poll_s: float = 0.05,
+    ) -> None:
         self.outdir, self.nnodes, self.period_s, self.alive = Path(outdir), nnodes, period_s, alive
         self.timeout_s, self.poll_s, self.seq = timeout_s, poll_s, 0
 
@@ -269,7 +288,9 @@ class NodeAgents:
                 return None
             if time.monotonic() > deadline:
                 late = [r for r, a in enumerate(acks) if a is None or a["seq"] < self.seq]
-                raise CapError(f"node(s) {late} did not carry out {cmd} within {self.timeout_s:g} s")
+                raise CapError(
+                    f"node(s) {late} did not carry out {cmd} within {self.timeout_s:g} s"
+                )
             time.sleep(self.poll_s)
         errors = [f"node {r}: {a['error']}" for r, a in enumerate(acks) if a.get("error")]
         if errors:
@@ -299,7 +320,9 @@ class NodeAgents:
         return s[s["n_gpus"] == n_gpus].reset_index(drop=True)
 
 
-def run_sweep_node(spec: dict[str, Any] | RunSpec, outdir: Path, t0: float, node_rank: int, rdzv: str) -> None:
+def run_sweep_node(
+    spec: dict[str, Any] | RunSpec, outdir: Path, t0: float, node_rank: int, rdzv: str
+) -> None:
     """One node of a multi-node sweep (an srun task): its GPUs capped at the lowest cap, sampled,
     its torchrun share started; then each command of the controller carried out and
     acknowledged, and the node's telemetry published every sampler period, until training
@@ -310,13 +333,22 @@ def run_sweep_node(spec: dict[str, Any] | RunSpec, outdir: Path, t0: float, node
     node = NodeSetup.open(spec, outdir, t0, node_rank, rdzv, train=train_spec.train_config(outdir))
     _check_grid(node.gpus, caps)
     with _capped_training(node, caps[0]) as (sampler, proc):
-        _follow_commands(outdir / CAP_FILE, node.node_dir, GpuSet(node.gpus), sampler, proc, opts.sampler_period_s)
+        _follow_commands(
+            outdir / CAP_FILE,
+            node.node_dir,
+            GpuSet(node.gpus),
+            sampler,
+            proc,
+            opts.sampler_period_s,
+        )
         if proc.wait() != 0:
             raise training_error(proc.returncode, node.log_path)
 
 
 @contextlib.contextmanager
-def _capped_training(node: NodeSetup, cap_w: float, start: Callable[[], Any] | None = None) -> Iterator[tuple[Any, Any]]:
+def _capped_training(
+    node: NodeSetup, cap_w: float, start: Callable[[], Any] | None = None
+) -> Iterator[tuple[Any, Any]]:
     """A sweep's training on this node: its GPUs at ``cap_w`` (the lowest cap, where the
     staircase starts, so warm-up lands there too) inside ``caps.CapGuard``, the sampler and
     torchrun started; yields (sampler, torchrun process); training stopped, sampler stopped
@@ -329,8 +361,14 @@ def _capped_training(node: NodeSetup, cap_w: float, start: Callable[[], Any] | N
         sampler = node.sampler().start()
         proc = None
         try:
-            with first_on_interrupt(lambda: guard.restore(keep_handlers=True)):   # caps back within KillWait
-                proc = start() if start is not None else start_training(node.cmd, node.log_path, node.env)
+            with first_on_interrupt(
+                lambda: guard.restore(keep_handlers=True)
+            ):  # caps back within KillWait
+                proc = (
+                    start()
+                    if start is not None
+                    else start_training(node.cmd, node.log_path, node.env)
+                )
                 yield sampler, proc
         finally:
             if proc is not None:
@@ -340,7 +378,9 @@ def _capped_training(node: NodeSetup, cap_w: float, start: Callable[[], Any] | N
     node.finish(guard, sampler)
 
 
-def _follow_commands(cap_file: Path, node_dir: Path, gpus: GpuSet, sampler: Any, proc: Any, period_s: float) -> None:
+def _follow_commands(
+    cap_file: Path, node_dir: Path, gpus: GpuSet, sampler: Any, proc: Any, period_s: float
+) -> None:
     """The agent's loop while its training runs: commands in, acknowledgements and telemetry out."""
     seq, next_publish = 0, 0.0
     while proc.poll() is None:
@@ -354,7 +394,10 @@ def _follow_commands(cap_file: Path, node_dir: Path, gpus: GpuSet, sampler: Any,
                 else:
                     enforced = gpus.set_cap(float(cmd["cap_w"]))
             except Exception as exc:
-                _write_atomic(node_dir / ACK_FILE, {"seq": seq, "enforced_w": None, "error": f"{type(exc).__name__}: {exc}"})
+                _write_atomic(
+                    node_dir / ACK_FILE,
+                    {"seq": seq, "enforced_w": None, "error": f"{type(exc).__name__}: {exc}"},
+                )
                 raise
             _write_atomic(node_dir / ACK_FILE, {"seq": seq, "enforced_w": enforced, "error": None})
         if time.monotonic() >= next_publish:
@@ -368,41 +411,75 @@ def _follow_commands(cap_file: Path, node_dir: Path, gpus: GpuSet, sampler: Any,
 def _grid(spec: RunSpec) -> tuple[list[float], RunSpec]:
     """The cap grid, lowest first, and the training spec: training may run as long as the
     separate sweep would; the controller stops it sooner."""
-    return sorted(float(c) for c in spec.raw["caps"]), spec.with_duration(separate_sweep_seconds(spec.raw))
+    return sorted(float(c) for c in spec.raw["caps"]), spec.with_duration(
+        separate_sweep_seconds(spec.raw)
+    )
 
 
 def _check_grid(gpus: Sequence[Any], caps: list[float]) -> None:
     if not gpus:
         raise RuntimeError("no NVML GPU to sweep")
-    for gpu in gpus:                                        # refuse a bad grid before any cap
+    for gpu in gpus:  # refuse a bad grid before any cap
         for cap in caps:
             check_cap(gpu, cap)
 
 
-def _run_multi_node_sweep(spec: RunSpec, outdir: Path, opts: RunOptions, caps: list[float],
-                          separate_s: float, start_utc: str, t0: float) -> None:
+def _run_multi_node_sweep(
+    spec: RunSpec,
+    outdir: Path,
+    opts: RunOptions,
+    caps: list[float],
+    separate_s: float,
+    start_utc: str,
+    t0: float,
+) -> None:
     """The controller of a sweep across ``opts.nnodes`` nodes (inside their SLURM allocation)."""
     hosts = _node_hosts()
     if len(hosts) < opts.nnodes:
-        raise RuntimeError(f"cuda.nnodes is {opts.nnodes} but the SLURM allocation has {len(hosts)} node(s)")
+        raise RuntimeError(
+            f"cuda.nnodes is {opts.nnodes} but the SLURM allocation has {len(hosts)} node(s)"
+        )
     spec_path = outdir / "spec.json"
-    spec_path.write_text(strict_json(spec.raw, indent=2))      # each node agent parses it (node_main)
-    cmd = node_agent_command(spec_path, outdir, t0, opts.nnodes, rendezvous_endpoint(hosts[0]),
-                             gpus_per_node(spec, opts.nnodes), module="wattflex.runs.sweep.real")
+    spec_path.write_text(strict_json(spec.raw, indent=2))  # each node agent parses it (node_main)
+    cmd = node_agent_command(
+        spec_path,
+        outdir,
+        t0,
+        opts.nnodes,
+        rendezvous_endpoint(hosts[0]),
+        gpus_per_node(spec, opts.nnodes),
+        module="wattflex.runs.sweep.real",
+    )
     log_path = outdir / "nodes.log"
     proc = start_training(cmd, log_path)
     try:
         training = _Training(proc, log_path, outdir)
-        agents = NodeAgents(outdir, opts.nnodes, opts.sampler_period_s, alive=lambda: proc.poll() is None)
+        agents = NodeAgents(
+            outdir, opts.nnodes, opts.sampler_period_s, alive=lambda: proc.poll() is None
+        )
         training.wait_first_step(separate_s, opts.sampler_period_s)
-        run = PollingRun(agents, agents.series, training.steps, training.request_stop, max_duration_s=separate_s,
-                         poll_s=opts.sampler_period_s, t0=t0, clock=time.time, ended=training.ended)
+        run = PollingRun(
+            agents,
+            agents.series,
+            training.steps,
+            training.request_stop,
+            max_duration_s=separate_s,
+            poll_s=opts.sampler_period_s,
+            t0=t0,
+            clock=time.time,
+            ended=training.ended,
+        )
         result = run_controller(run, spec.raw, caps, separate_s)
         training.finish()
     finally:
         terminate(proc)
-    nodes = [read_json(outdir / NODE_DIR.format(rank=r) / "node.json")["node"] for r in range(opts.nnodes)]
-    assemble(spec, outdir, opts, nodes, t0, start_utc, utc_now(), extra=sweep_record(spec.raw, result))
+    nodes = [
+        read_json(outdir / NODE_DIR.format(rank=r) / "node.json")["node"]
+        for r in range(opts.nnodes)
+    ]
+    assemble(
+        spec, outdir, opts, nodes, t0, start_utc, utc_now(), extra=sweep_record(spec.raw, result)
+    )
     (outdir / CAP_FILE).unlink(missing_ok=True)
 
 
@@ -422,14 +499,16 @@ def run_real_sweep(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> None:
     spec = RunSpec.of(spec)
     opts = spec.options
     if opts.cap_control == "observe" or not opts.sampler:
-        raise ValueError(f"sweep: {spec.sweep} on the cuda backend steps the GPUs' power caps and reads "
-                         f"their power: it needs cuda.cap_control nvml or command (got {opts.cap_control}) "
-                         f"and cuda.sampler: true (got {opts.sampler}); use sweep: separate otherwise")
+        raise ValueError(
+            f"sweep: {spec.sweep} on the cuda backend steps the GPUs' power caps and reads "
+            f"their power: it needs cuda.cap_control nvml or command (got {opts.cap_control}) "
+            f"and cuda.sampler: true (got {opts.sampler}); use sweep: separate otherwise"
+        )
     caps, train_spec = _grid(spec)
     separate_s = separate_sweep_seconds(spec.raw)
-    command = spec.command                                  # the group's own job (wattflex.runs.command_run)
+    command = spec.command  # the group's own job (wattflex.runs.command_run)
     if not command:
-        train_spec.train_config(outdir).validate()          # missing model/data: fail before any cap
+        train_spec.train_config(outdir).validate()  # missing model/data: fail before any cap
     start_utc, t0 = utc_now(), time.time()
     if opts.nnodes > 1 and not command:
         return _run_multi_node_sweep(spec, outdir, opts, caps, separate_s, start_utc, t0)
@@ -437,7 +516,7 @@ def run_real_sweep(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> None:
     if command:
         from wattflex.runs.command_run import CommandJob
 
-        job = CommandJob(train_spec, outdir, t0)             # refuses nnodes > 1; nothing capped yet
+        job = CommandJob(train_spec, outdir, t0)  # refuses nnodes > 1; nothing capped yet
         node = job.node
     else:
         node = NodeSetup.open(spec, outdir, t0, train=train_spec.train_config(outdir))
@@ -451,9 +530,17 @@ def run_real_sweep(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> None:
             s = job_series(sampler.frame())
             return s[s["n_gpus"] == n_gpus].reset_index(drop=True)  # not a sample read half-way
 
-        run = PollingRun(GpuSet(node.gpus), series, training.steps, training.request_stop,
-                         max_duration_s=separate_s, poll_s=opts.sampler_period_s, t0=t0, clock=time.time,
-                         ended=training.ended)
+        run = PollingRun(
+            GpuSet(node.gpus),
+            series,
+            training.steps,
+            training.request_stop,
+            max_duration_s=separate_s,
+            poll_s=opts.sampler_period_s,
+            t0=t0,
+            clock=time.time,
+            ended=training.ended,
+        )
         result = run_controller(run, spec.raw, caps, separate_s)
         training.finish()
     extra = sweep_record(spec.raw, result)
@@ -471,5 +558,5 @@ def write_real_sweep_run(spec: dict[str, Any], outdir: str | Path) -> Path:
     return Path(outdir)
 
 
-if __name__ == "__main__":       # the node agents of a multi-node sweep (node_agent_command)
+if __name__ == "__main__":  # the node agents of a multi-node sweep (node_agent_command)
     sys.exit(node_main(run=run_sweep_node, prog="wattflex.runs.sweep.real"))

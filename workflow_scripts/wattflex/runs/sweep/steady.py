@@ -53,11 +53,16 @@ _STAIRCASE = section_defaults("staircase")
 @dataclass(frozen=True)
 class SteadyCriteria:
     """When a cap's point is settled and precise enough (config ``staircase:``; defaults: the schema's)."""
-    target_rel_se: float = _STAIRCASE["target_rel_se"]   # SE of each mean / mean, power and tokens/s
-    min_settle_s: float = _STAIRCASE["min_settle_s"]     # never use data closer than this to a cap change or a dip
-    min_samples: int = _STAIRCASE["min_samples"]         # telemetry samples in the window
-    min_steps: int = _STAIRCASE["min_steps"]             # complete training steps in the window
-    drift_z: float = _STAIRCASE["drift_z"]               # significance of a trend before it can disqualify a window
+
+    target_rel_se: float = _STAIRCASE["target_rel_se"]  # SE of each mean / mean, power and tokens/s
+    min_settle_s: float = _STAIRCASE[
+        "min_settle_s"
+    ]  # never use data closer than this to a cap change or a dip
+    min_samples: int = _STAIRCASE["min_samples"]  # telemetry samples in the window
+    min_steps: int = _STAIRCASE["min_steps"]  # complete training steps in the window
+    drift_z: float = _STAIRCASE[
+        "drift_z"
+    ]  # significance of a trend before it can disqualify a window
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any] | None) -> SteadyCriteria:
@@ -67,13 +72,14 @@ class SteadyCriteria:
 @dataclass
 class Window:
     """The verdict on the data seen at one cap since ``t_change_s`` up to ``t_end_s``."""
+
     t_change_s: float
     t_end_s: float
     t_settled_s: float = float("nan")  # start of the accepted window (on the sample grid)
     n_samples: int = 0
     n_steps: int = 0
-    power_w: float = float("nan")        # plain means of the accepted window
-    power_se_w: float = float("nan")     # autocorrelation-corrected standard errors
+    power_w: float = float("nan")  # plain means of the accepted window
+    power_se_w: float = float("nan")  # autocorrelation-corrected standard errors
     tokens_per_s: float = float("nan")
     tokens_per_s_se: float = float("nan")
     settled: bool = False
@@ -93,12 +99,15 @@ class Window:
     def record(self) -> dict[str, Any]:
         """JSON-safe facts of the window (what run.json keeps per visit)."""
         out = {k: v for k, v in asdict(self).items() if k not in ("step_rates", "power_samples")}
-        return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in out.items()}
+        return {
+            k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in out.items()
+        }
 
 
 # ---------------------------------------------------------------------------------------
 # Statistics on one series
 # ---------------------------------------------------------------------------------------
+
 
 def se_mean_ar1(x: np.ndarray) -> float:
     """Standard error of the mean of an AR(1)-like series (lag-1 autocorrelation in [0, 0.9];
@@ -143,7 +152,7 @@ def leading_slow(rates: np.ndarray, z: float = 3.0) -> int:
     rates = np.asarray(rates, float)
     k = 0
     while rates.size - k > 3:
-        rest = rates[k + 1:]
+        rest = rates[k + 1 :]
         med = np.median(rest)
         sd = max(1.4826 * np.median(np.abs(rest - med)), 1e-3 * abs(med))
         if rates[k] >= med - z * sd:
@@ -161,7 +170,11 @@ def drift(t: np.ndarray, x: np.ndarray, drift_z: float, tolerance: float) -> boo
         return False
     fit = stats.linregress(t, x)
     resid = x - (fit.intercept + fit.slope * t)
-    inflate = se_mean_ar1(resid) * np.sqrt(x.size) / max(resid.std(ddof=1), 1e-300) if x.size >= 10 else 1.0
+    inflate = (
+        se_mean_ar1(resid) * np.sqrt(x.size) / max(resid.std(ddof=1), 1e-300)
+        if x.size >= 10
+        else 1.0
+    )
     se = fit.stderr * max(inflate, 1.0)
     significant = se == 0 and fit.slope != 0 or se > 0 and abs(fit.slope / se) > drift_z
     return bool(significant and abs(fit.slope) * np.ptp(t) / 2 > tolerance)
@@ -171,23 +184,35 @@ def drift(t: np.ndarray, x: np.ndarray, drift_z: float, tolerance: float) -> boo
 # Usable data of a run so far
 # ---------------------------------------------------------------------------------------
 
+
 def sample_period(times: np.ndarray) -> float:
     return float(np.median(np.diff(times))) if len(times) > 1 else 1.0
 
 
-def usable_sample_mask(times: np.ndarray, busy: np.ndarray, t_from: float, t_to: float,
-                       settle_s: float) -> np.ndarray:
+def usable_sample_mask(
+    times: np.ndarray, busy: np.ndarray, t_from: float, t_to: float, settle_s: float
+) -> np.ndarray:
     """Samples (each covering ``(t - period, t]``) that lie inside ``[t_from, t_to]``, are
     ``busy`` (training, not a dip), and come at least ``settle_s`` after the last sample that
     was not."""
     times = np.asarray(times, float)
     period = sample_period(times)
     last_idle = np.maximum.accumulate(np.where(busy, -np.inf, times))
-    return busy & (times - period >= t_from - 1e-9) & (times <= t_to + 1e-9) & (times - period - last_idle >= settle_s - 1e-9)
+    return (
+        busy
+        & (times - period >= t_from - 1e-9)
+        & (times <= t_to + 1e-9)
+        & (times - period - last_idle >= settle_s - 1e-9)
+    )
 
 
-def dip_mask(series: pd.DataFrame, candidates: np.ndarray, power_drop: float = 0.02,
-             robust_z: float = 5.0, util_drop: float = 10.0) -> np.ndarray:
+def dip_mask(
+    series: pd.DataFrame,
+    candidates: np.ndarray,
+    power_drop: float = 0.02,
+    robust_z: float = 5.0,
+    util_drop: float = 10.0,
+) -> np.ndarray:
     """Training-labelled samples that are really an evaluation or other partial-load pause:
     power more than ``max(robust_z`` robust SDs, ``power_drop`` relative) below the median
     of ``candidates``, or GPU utilisation more than ``util_drop`` points below theirs.
@@ -226,15 +251,22 @@ def step_table(steps: pd.DataFrame) -> pd.DataFrame:
     t_start = np.concatenate([[np.nan], t_end[:-1]])[: t_end.size]
     dur = t_end - t_start
     med = np.nanmedian(dur) if np.isfinite(dur).any() else np.nan
-    return pd.DataFrame({"t_start_s": t_start, "t_end_s": t_end,
-                         "tokens_per_s": steps["tokens"].to_numpy(float) / dur,
-                         "stalled": dur > 3 * med})
+    return pd.DataFrame(
+        {
+            "t_start_s": t_start,
+            "t_end_s": t_end,
+            "tokens_per_s": steps["tokens"].to_numpy(float) / dur,
+            "stalled": dur > 3 * med,
+        }
+    )
 
 
 def steps_inside(table: pd.DataFrame, windows: list[tuple[float, float]]) -> np.ndarray:
     inside = np.zeros(len(table), bool)
     for a, b in windows:
-        inside |= (table["t_start_s"].to_numpy() >= a - 1e-9) & (table["t_end_s"].to_numpy() <= b + 1e-9)
+        inside |= (table["t_start_s"].to_numpy() >= a - 1e-9) & (
+            table["t_end_s"].to_numpy() <= b + 1e-9
+        )
     return inside & ~table["stalled"].to_numpy(bool) & np.isfinite(table["tokens_per_s"].to_numpy())
 
 
@@ -242,9 +274,15 @@ def steps_inside(table: pd.DataFrame, windows: list[tuple[float, float]]) -> np.
 # The verdict for one cap visit
 # ---------------------------------------------------------------------------------------
 
-def assess(series: pd.DataFrame, steps: pd.DataFrame, t_change_s: float, t_now_s: float,
-           criteria: SteadyCriteria = SteadyCriteria(),
-           protocol: SummaryProtocol = SummaryProtocol()) -> Window:
+
+def assess(
+    series: pd.DataFrame,
+    steps: pd.DataFrame,
+    t_change_s: float,
+    t_now_s: float,
+    criteria: SteadyCriteria = SteadyCriteria(),
+    protocol: SummaryProtocol = SummaryProtocol(),
+) -> Window:
     """Is the job steady at the cap set at ``t_change_s``, with precise enough means, given
     the job-level ``series`` (``telemetry.job_series``) and step log seen up to ``t_now_s``?"""
     w = Window(t_change_s=float(t_change_s), t_end_s=float(t_now_s))
@@ -254,7 +292,9 @@ def assess(series: pd.DataFrame, steps: pd.DataFrame, t_change_s: float, t_now_s
     period = sample_period(times)
     busy = detect_phases(series, protocol) == TRAINING
     t_from = t_change_s + criteria.min_settle_s
-    busy &= ~dip_mask(series, usable_sample_mask(times, busy, t_from, t_now_s, criteria.min_settle_s))
+    busy &= ~dip_mask(
+        series, usable_sample_mask(times, busy, t_from, t_now_s, criteria.min_settle_s)
+    )
     mask = usable_sample_mask(times, busy, t_from, t_now_s, criteria.min_settle_s)
     if mask.sum() < max(criteria.min_samples, 4):
         return w
@@ -314,9 +354,14 @@ def assess(series: pd.DataFrame, steps: pd.DataFrame, t_change_s: float, t_now_s
 # From a one-run sweep's record to per-cap rows (the runs.parquet contract)
 # ---------------------------------------------------------------------------------------
 
-def cap_rows(telemetry: pd.DataFrame, steps: pd.DataFrame, record: dict[str, Any],
-             protocol: SummaryProtocol = SummaryProtocol(), caps: Sequence[float] | None = None
-             ) -> dict[float, dict[str, Any]]:
+
+def cap_rows(
+    telemetry: pd.DataFrame,
+    steps: pd.DataFrame,
+    record: dict[str, Any],
+    protocol: SummaryProtocol = SummaryProtocol(),
+    caps: Sequence[float] | None = None,
+) -> dict[float, dict[str, Any]]:
     """Per cap, the steady-state summary of exactly the samples the controller accepted at
     that cap (``telemetry.summarize_run`` on the run with every other sample masked out as
     not training, so its steps are those wholly inside accepted stretches), plus how the
@@ -333,41 +378,75 @@ def cap_rows(telemetry: pd.DataFrame, steps: pd.DataFrame, record: dict[str, Any
     out = {}
     for cap in record["caps"] if caps is None else [float(c) for c in caps]:
         visits = [v for v in record["visits"] if v["cap_w"] == cap]
-        accepted = np.isin(times, np.concatenate([np.asarray(v["sample_times"], float) for v in visits]))
+        accepted = np.isin(
+            times, np.concatenate([np.asarray(v["sample_times"], float) for v in visits])
+        )
         in_visit = np.zeros(len(steps), bool)
         for v in visits:
             in_visit |= steps["t_end_s"].between(v["t_change_s"], v["t_end_s"]).to_numpy()
         if not accepted.any():
-            raise ValueError(f"cap {cap:g} W: no steady sample was accepted ({[v['reason'] for v in visits]})")
+            raise ValueError(
+                f"cap {cap:g} W: no steady sample was accepted ({[v['reason'] for v in visits]})"
+            )
         masked = telemetry.copy()
         masked.loc[~masked["t_s"].isin(times[accepted]), "gpu_util"] = 0.0  # not training: excluded
         summary = summarize_run(masked, steps[in_visit], protocol)
         summary["energy_j"] = float(series["power_w"].to_numpy()[accepted].sum() * period)
         summary.update(
-            sweep_mode=record["sweep_mode"], n_visits=len(visits),
-            settle_s=float(sum((v["t_settled_s"] if v["t_settled_s"] is not None else v["t_end_s"]) - v["t_change_s"]
-                               for v in visits)),
+            sweep_mode=record["sweep_mode"],
+            n_visits=len(visits),
+            settle_s=float(
+                sum(
+                    (v["t_settled_s"] if v["t_settled_s"] is not None else v["t_end_s"])
+                    - v["t_change_s"]
+                    for v in visits
+                )
+            ),
             steady_reason=",".join(v["reason"] for v in visits),
             power_w_se_ar=se_mean_ar1(series["power_w"].to_numpy()[accepted]),
-            run_duration_s=float(record["duration_s"]))
+            run_duration_s=float(record["duration_s"]),
+        )
         out[float(cap)] = summary
     return out
 
 
-GROUP_FIELDS = ("gpus", "model", "architecture", "task", "cluster", "set", "matches", "seq_len", "batch",
-                "ep", "compile", "grad_checkpointing", "lora_rank")
+GROUP_FIELDS = (
+    "gpus",
+    "model",
+    "architecture",
+    "task",
+    "cluster",
+    "set",
+    "matches",
+    "seq_len",
+    "batch",
+    "ep",
+    "compile",
+    "grad_checkpointing",
+    "lora_rank",
+)
 
 
-def summary_row(run_record: dict[str, Any], cap_w: float, summary: dict[str, Any]) -> dict[str, Any]:
+def summary_row(
+    run_record: dict[str, Any], cap_w: float, summary: dict[str, Any]
+) -> dict[str, Any]:
     """A cap's row for runs.parquet: who it is (as ``summarize_run``'s rule writes it) + summary."""
     group = run_record["spec"]["group"]
-    return {"group": run_record["group"], "run_id": run_id(cap_w), "cap_w": float(cap_w), "repeat": 0,
-            "backend": run_record["provenance"].get("backend", run_record.get("backend")),
-            "gpu_model": run_record.get("device_model"), **{k: group.get(k) for k in GROUP_FIELDS}, **summary}
+    return {
+        "group": run_record["group"],
+        "run_id": run_id(cap_w),
+        "cap_w": float(cap_w),
+        "repeat": 0,
+        "backend": run_record["provenance"].get("backend", run_record.get("backend")),
+        "gpu_model": run_record.get("device_model"),
+        **{k: group.get(k) for k in GROUP_FIELDS},
+        **summary,
+    }
 
 
-def cap_slice(telemetry: pd.DataFrame, steps: pd.DataFrame, record: dict[str, Any], cap_w: float
-              ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def cap_slice(
+    telemetry: pd.DataFrame, steps: pd.DataFrame, record: dict[str, Any], cap_w: float
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The stretches of the run spent at ``cap_w`` (from each cap change to the next): a
     per-cap view that looks like a separate run's files (used for the Fig. 2 analog)."""
     keep_t = np.zeros(len(telemetry), bool)

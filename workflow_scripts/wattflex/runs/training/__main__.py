@@ -17,14 +17,21 @@ for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m wattflex.runs.training", description=__doc__)
-    parser.add_argument("--config", required=True, help="TrainConfig as JSON (written by wattflex.runs.real_run)")
-    parser.add_argument("--t0", type=float, default=None, help="epoch seconds of the run start (shared clock)")
+    parser.add_argument(
+        "--config", required=True, help="TrainConfig as JSON (written by wattflex.runs.real_run)"
+    )
+    parser.add_argument(
+        "--t0", type=float, default=None, help="epoch seconds of the run start (shared clock)"
+    )
     args = parser.parse_args(argv)
     rank = os.environ.get("RANK", "0")
-    logging.basicConfig(level=logging.INFO if rank == "0" else logging.WARNING,
-                        format=f"%(asctime)s rank{rank} %(levelname)s %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO if rank == "0" else logging.WARNING,
+        format=f"%(asctime)s rank{rank} %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
     cfg = TrainConfig.from_json(args.config)
-    if cfg.cpu_binding:         # before torch starts a thread: every thread inherits it
+    if cfg.cpu_binding:  # before torch starts a thread: every thread inherits it
         bind_this_rank()
     # Lazy: loop imports torch; ``--help`` must not need it.
     from wattflex.runs.training.loop import train

@@ -35,8 +35,10 @@ def checkpoint_root(checkpoint_dir: str | None, outdir: str | Path) -> Path:
     run = "/".join(Path(outdir).resolve().parts[-4:])
     expanded = os.path.expanduser(os.path.expandvars(checkpoint_dir))
     if "$" in expanded:
-        raise ValueError(f"cuda.checkpoint_dir {checkpoint_dir!r}: environment variable not set "
-                         f"({expanded!r}); set it in the job's environment or give a plain path")
+        raise ValueError(
+            f"cuda.checkpoint_dir {checkpoint_dir!r}: environment variable not set "
+            f"({expanded!r}); set it in the job's environment or give a plain path"
+        )
     if RUN_PLACEHOLDER in expanded:
         return Path(expanded.replace(RUN_PLACEHOLDER, run))
     return Path(expanded) / run
@@ -48,12 +50,19 @@ class Save:
 
     path: Path
     event: dict[str, Any]
-    future: Any = None                      # async_save's future; None: written synchronously
+    future: Any = None  # async_save's future; None: written synchronously
     done_s: list[float] = field(default_factory=list)
 
 
-def start(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path: Path, event: dict[str, Any],
-          t0: float, group: Any = None, use_async: bool = True) -> Save:
+def start(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    path: Path,
+    event: dict[str, Any],
+    t0: float,
+    group: Any = None,
+    use_async: bool = True,
+) -> Save:
     """Save ``model`` and ``optimizer`` to ``path``; returns once training may go on."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -61,7 +70,9 @@ def start(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path: Path, 
     msd, osd = get_state_dict(model, optimizer)
     save = Save(path, event)
     if use_async:
-        save.future = dcp.async_save({"model": msd, "optim": osd}, checkpoint_id=str(path), process_group=group)
+        save.future = dcp.async_save(
+            {"model": msd, "optim": osd}, checkpoint_id=str(path), process_group=group
+        )
         save.future.add_done_callback(lambda _: save.done_s.append(time.time() - t0))
     else:
         dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path))
@@ -73,8 +84,11 @@ def latest(root: Path) -> tuple[int, Path] | None:
     """The newest complete checkpoint under ``root`` (``step<N>`` folders whose DCP metadata,
     written last, is there): (N, path), or None. A write cut short (a job killed for a
     requeue while writing) has no metadata and is skipped."""
-    done = [(int(p.name[4:]), p) for p in Path(root).glob("step*")
-            if p.name[4:].isdigit() and (p / ".metadata").is_file()]
+    done = [
+        (int(p.name[4:]), p)
+        for p in Path(root).glob("step*")
+        if p.name[4:].isdigit() and (p / ".metadata").is_file()
+    ]
     return max(done) if done else None
 
 
@@ -87,7 +101,9 @@ def load(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path: Path) -
     msd, osd = get_state_dict(model, optimizer)
     state = {"model": msd, "optim": osd}
     dcp.load(state, checkpoint_id=str(path))
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(
+        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+    )
 
 
 def bytes_written(path: Path, rank: int) -> int:
@@ -107,10 +123,15 @@ def finish(save: Save, rank: int, world: int, keep: bool, group: Any = None) -> 
         save.future.result()
     size = torch.tensor([bytes_written(save.path, rank)], dtype=torch.int64)
     if world > 1:
-        torch.distributed.all_reduce(size, group=group)     # a gloo group: CPU tensors
-    save.event.update({"written_s": save.done_s[0] if save.done_s else None, "bytes": int(size.item()),
-                       "async": save.future is not None})
+        torch.distributed.all_reduce(size, group=group)  # a gloo group: CPU tensors
+    save.event.update(
+        {
+            "written_s": save.done_s[0] if save.done_s else None,
+            "bytes": int(size.item()),
+            "async": save.future is not None,
+        }
+    )
     if rank == 0 and not keep:
         shutil.rmtree(save.path, ignore_errors=True)
         with contextlib.suppress(OSError):
-            save.path.parent.rmdir()             # only if no other checkpoint lives there
+            save.path.parent.rmdir()  # only if no other checkpoint lives there

@@ -33,34 +33,46 @@ class TrainConfig:
     schema's (a group's, ``run:``'s, ``cuda:``'s and the campaign's ``seed``)."""
 
     model_facts: dict[str, Any]
-    task: str = "pt"                        # pt (full AdamW) | lora (LoRA SFT)
+    task: str = "pt"  # pt (full AdamW) | lora (LoRA SFT)
     seq_len: int = _GROUP["seq_len"]
-    batch: int = _GROUP["batch"]            # micro-batch per GPU (sequences)
+    batch: int = _GROUP["batch"]  # micro-batch per GPU (sequences)
     lora_rank: int = _GROUP["lora_rank"]
-    ep: int = _GROUP["ep"]                  # expert-parallel degree (MoE pretraining; see training.parallel)
+    ep: int = _GROUP["ep"]  # expert-parallel degree (MoE pretraining; see training.parallel)
     compile: bool = _GROUP["compile"]
     grad_checkpointing: bool = _GROUP["grad_checkpointing"]
-    loss_chunk_tokens: int = _CUDA["loss_chunk_tokens"]  # chunked loss (training.loss): tokens per lm_head chunk; 0 = off
-    device: str = _CUDA["device"]           # cuda | cpu
-    model_path: str | None = None           # local HF model dir (or hub cache id with HF_HOME set)
-    data_path: str | None = None            # parquet/arrow shards of token ids; None = synthetic
-    tiny: bool = _CUDA["tiny"]              # random-init tiny model from model_facts' family
+    loss_chunk_tokens: int = _CUDA[
+        "loss_chunk_tokens"
+    ]  # chunked loss (training.loss): tokens per lm_head chunk; 0 = off
+    device: str = _CUDA["device"]  # cuda | cpu
+    model_path: str | None = None  # local HF model dir (or hub cache id with HF_HOME set)
+    data_path: str | None = None  # parquet/arrow shards of token ids; None = synthetic
+    tiny: bool = _CUDA["tiny"]  # random-init tiny model from model_facts' family
     random_init: bool = _CUDA["random_init"]  # full-size model from model_facts with random weights
     seed: int = _TOP["seed"]
     duration_s: float = float(_RUN["duration_s"])
     max_steps: int | None = None
-    eval_at_s: float | None = _RUN["eval_at_s"]              # None: no eval event
+    eval_at_s: float | None = _RUN["eval_at_s"]  # None: no eval event
     eval_batches: int = _CUDA["eval_batches"]
     checkpoint_at_s: float | None = _RUN["checkpoint_at_s"]  # None: no checkpoint event
-    checkpoint_dir: str | None = None       # default <outdir>/checkpoint; $VARS and {run} (training.checkpoint)
-    checkpoint_async: bool = _CUDA["checkpoint_async"]  # DCP async_save: training resumes once the state is copied
-    dist_timeout_s: float = float(_CUDA["dist_timeout_s"])  # process-group timeout: a 70B load outlasts torch's 10 min
-    cpu_binding: bool = _CUDA["cpu_binding"]  # each local rank on its own share of the task's CPUs (training.cpus)
-    keep_checkpoint: bool = _CUDA["keep_checkpoint"]  # the paper's checkpoint is an I/O event, not an artifact
-    resume: bool = False                    # start from the newest complete checkpoint (a requeued job)
-    lr: float | None = None                 # default: 3e-4 (pt), 2e-4 (lora)
-    precision: str | None = None            # default: bf16-mixed on cuda, fp32 on cpu
-    parallel: str = _CUDA["parallel"]       # auto: FSDP2 on multi-GPU cuda, DDP on cpu
+    checkpoint_dir: str | None = (
+        None  # default <outdir>/checkpoint; $VARS and {run} (training.checkpoint)
+    )
+    checkpoint_async: bool = _CUDA[
+        "checkpoint_async"
+    ]  # DCP async_save: training resumes once the state is copied
+    dist_timeout_s: float = float(
+        _CUDA["dist_timeout_s"]
+    )  # process-group timeout: a 70B load outlasts torch's 10 min
+    cpu_binding: bool = _CUDA[
+        "cpu_binding"
+    ]  # each local rank on its own share of the task's CPUs (training.cpus)
+    keep_checkpoint: bool = _CUDA[
+        "keep_checkpoint"
+    ]  # the paper's checkpoint is an I/O event, not an artifact
+    resume: bool = False  # start from the newest complete checkpoint (a requeued job)
+    lr: float | None = None  # default: 3e-4 (pt), 2e-4 (lora)
+    precision: str | None = None  # default: bf16-mixed on cuda, fp32 on cpu
+    parallel: str = _CUDA["parallel"]  # auto: FSDP2 on multi-GPU cuda, DDP on cpu
     attn_implementation: str | None = None  # None: transformers' default for the family
     outdir: str = "."
 
@@ -70,7 +82,9 @@ class TrainConfig:
 
     @property
     def architecture(self) -> str:
-        return ARCHITECTURES.get(self.hf_model_type, str(self.model_facts.get("architecture", "dense")))
+        return ARCHITECTURES.get(
+            self.hf_model_type, str(self.model_facts.get("architecture", "dense"))
+        )
 
     @property
     def learning_rate(self) -> float:
@@ -117,8 +131,12 @@ class TrainConfig:
             parallel=str(cuda.get("parallel", _CUDA["parallel"])),
             # The catalog's choice for the task unless the cuda section overrides it, so the
             # harness runs the attention the emulator models (wattflex.runs.attention).
-            attn_implementation=(cuda.get("attn_implementation")
-                                 or catalog_attn_implementation(spec.get("model_facts") or {}, str(group.get("task", "pt")))),
+            attn_implementation=(
+                cuda.get("attn_implementation")
+                or catalog_attn_implementation(
+                    spec.get("model_facts") or {}, str(group.get("task", "pt"))
+                )
+            ),
             outdir=str(outdir),
         )
 
@@ -129,49 +147,67 @@ class TrainConfig:
         if self.device not in ("cuda", "cpu"):
             raise ValueError(f"cuda.device {self.device!r}: expected 'cuda' or 'cpu'")
         if self.dtype_policy not in PRECISIONS:
-            raise ValueError(f"cuda.precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
+            raise ValueError(
+                f"cuda.precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}"
+            )
         if self.parallel not in PARALLEL:
-            raise ValueError(f"cuda.parallel {self.parallel!r}: expected one of {', '.join(PARALLEL)}")
+            raise ValueError(
+                f"cuda.parallel {self.parallel!r}: expected one of {', '.join(PARALLEL)}"
+            )
         if self.loss_chunk_tokens < 0:
-            raise ValueError(f"cuda.loss_chunk_tokens {self.loss_chunk_tokens}: expected tokens per chunk >= 1, or 0 (no chunking)")
+            raise ValueError(
+                f"cuda.loss_chunk_tokens {self.loss_chunk_tokens}: expected tokens per chunk >= 1, or 0 (no chunking)"
+            )
         if self.ep < 1:
             raise ValueError(f"ep {self.ep}: must be >= 1")
         if self.ep > 1 and self.architecture == "moe" and self.task != "pt":
-            raise ValueError(f"ep {self.ep} with task {self.task!r}: expert parallelism is for pretraining; "
-                             f"LoRA's adapters on the fused expert weights are not combined with expert sharding "
-                             f"(use ep 1: experts are then FSDP-sharded like every other weight)")
+            raise ValueError(
+                f"ep {self.ep} with task {self.task!r}: expert parallelism is for pretraining; "
+                f"LoRA's adapters on the fused expert weights are not combined with expert sharding "
+                f"(use ep 1: experts are then FSDP-sharded like every other weight)"
+            )
         if self.ep > 1 and self.architecture == "moe" and self.parallel == "ddp":
-            raise ValueError(f"ep {self.ep} with cuda.parallel 'ddp': expert parallelism shards the dense "
-                             f"weights with FSDP; use cuda.parallel 'fsdp' or 'auto'")
+            raise ValueError(
+                f"ep {self.ep} with cuda.parallel 'ddp': expert parallelism shards the dense "
+                f"weights with FSDP; use cuda.parallel 'fsdp' or 'auto'"
+            )
         if self.seq_len < 2 or self.batch < 1:
-            raise ValueError(f"seq_len {self.seq_len} / batch {self.batch}: need seq_len >= 2 and batch >= 1")
+            raise ValueError(
+                f"seq_len {self.seq_len} / batch {self.batch}: need seq_len >= 2 and batch >= 1"
+            )
         from_config = self.tiny or (self.random_init and self.model_path is None)
         if from_config:
             if self.hf_model_type not in ARCHITECTURES:
                 raise ValueError(
                     f"model_facts.hf_model_type {self.hf_model_type!r} cannot be built from config; "
-                    f"supported: {', '.join(sorted(ARCHITECTURES))} (or give cuda.model_path)")
+                    f"supported: {', '.join(sorted(ARCHITECTURES))} (or give cuda.model_path)"
+                )
         if not from_config and self.model_path is None:
             raise FileNotFoundError(
                 f"no model weights: set cuda.model_path to a local model directory for "
                 f"{self.model_facts.get('hf_model_type', 'this model')} (runs are offline), "
                 f"cuda.random_init: true for the full-size architecture with random weights, "
-                f"or cuda.tiny: true for a tiny smoke model")
+                f"or cuda.tiny: true for a tiny smoke model"
+            )
         if self.model_path is not None:
             p = Path(self.model_path)
             if not p.is_dir() or not (p / "config.json").is_file():
                 raise FileNotFoundError(
                     f"cuda.model_path {self.model_path}: not a model directory with config.json "
-                    f"(download it beforehand; runs never reach the network)")
+                    f"(download it beforehand; runs never reach the network)"
+                )
         if self.data_path is not None and not Path(self.data_path).exists():
             raise FileNotFoundError(
                 f"cuda.data_path {self.data_path}: no such file or directory "
-                f"(pre-tokenised parquet/arrow shards of token ids; omit for synthetic tokens)")
+                f"(pre-tokenised parquet/arrow shards of token ids; omit for synthetic tokens)"
+            )
         if not (math.isfinite(self.duration_s) and self.duration_s > 0):
             raise ValueError(f"run.duration_s {self.duration_s}: must be > 0")
         if not (math.isfinite(self.dist_timeout_s) and self.dist_timeout_s > 0):
-            raise ValueError(f"cuda.dist_timeout_s {self.dist_timeout_s}: must be > 0 seconds "
-                             f"(default 1800: loading a large model can take tens of minutes)")
+            raise ValueError(
+                f"cuda.dist_timeout_s {self.dist_timeout_s}: must be > 0 seconds "
+                f"(default 1800: loading a large model can take tens of minutes)"
+            )
 
     def to_json(self, path: str | Path) -> None:
         Path(path).write_text(strict_json(asdict(self), indent=2) + "\n")

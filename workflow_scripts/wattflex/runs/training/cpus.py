@@ -33,10 +33,14 @@ def parse_cpu_list(text: str) -> list[int]:
 def topology_order(cpus: Iterable[int], sysfs: Path = SYSFS_CPU) -> list[int]:
     """``cpus`` by socket, then physical core (a core's hyperthreads side by side); by id where
     sysfs does not say (a container without /sys)."""
+
     def place(cpu: int) -> tuple[int, int, int]:
         top = sysfs / f"cpu{cpu}" / "topology"
-        return (int((top / "physical_package_id").read_text()),
-                min(parse_cpu_list((top / "thread_siblings_list").read_text())), cpu)
+        return (
+            int((top / "physical_package_id").read_text()),
+            min(parse_cpu_list((top / "thread_siblings_list").read_text())),
+            cpu,
+        )
 
     try:
         return sorted(set(cpus), key=place)
@@ -50,18 +54,23 @@ def split_cpus(ordered: list[int], local_rank: int, local_world: int) -> list[in
     if not ordered:
         raise ValueError("no CPUs to split")
     if not 0 <= local_rank < local_world:
-        raise ValueError(f"local rank {local_rank} of {local_world}: must be in 0..{local_world - 1}")
+        raise ValueError(
+            f"local rank {local_rank} of {local_world}: must be in 0..{local_world - 1}"
+        )
     if len(ordered) < local_world:
         return [ordered[local_rank % len(ordered)]]
     size, extra = divmod(len(ordered), local_world)
     start = local_rank * size + min(local_rank, extra)
-    return ordered[start:start + size + (local_rank < extra)]
+    return ordered[start : start + size + (local_rank < extra)]
 
 
 def bind_this_rank(env: Mapping[str, str] = os.environ) -> list[int]:
     """Bind this process to its local rank's share (torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE)
     of the CPUs it may use; the CPUs it is bound to."""
-    share = split_cpus(topology_order(os.sched_getaffinity(0)), int(env.get("LOCAL_RANK", "0")),
-                       int(env.get("LOCAL_WORLD_SIZE", "1")))
+    share = split_cpus(
+        topology_order(os.sched_getaffinity(0)),
+        int(env.get("LOCAL_RANK", "0")),
+        int(env.get("LOCAL_WORLD_SIZE", "1")),
+    )
     os.sched_setaffinity(0, share)
     return share

@@ -22,7 +22,9 @@ TOKEN_COLUMNS = ("input_ids", "tokens")
 SHARD_SUFFIXES = (".parquet", ".arrow")
 
 
-def synthetic_batches(vocab: int, seq_len: int, batch: int, seed: int, rank: int = 0) -> Iterator[torch.Tensor]:
+def synthetic_batches(
+    vocab: int, seq_len: int, batch: int, seed: int, rank: int = 0
+) -> Iterator[torch.Tensor]:
     rng = np.random.default_rng([seed, rank])
     pos = np.arange(seq_len)
     while True:
@@ -49,7 +51,9 @@ def _token_arrays(path: Path) -> Iterator[np.ndarray]:
         names = pf.schema_arrow.names
         col = next((c for c in TOKEN_COLUMNS if c in names), None)
         if col is None:
-            raise ValueError(f"{path}: no token column (expected one of {TOKEN_COLUMNS}, found {names})")
+            raise ValueError(
+                f"{path}: no token column (expected one of {TOKEN_COLUMNS}, found {names})"
+            )
         batches = pf.iter_batches(columns=[col])
     else:
         with pa.memory_map(str(path)) as src:
@@ -59,15 +63,18 @@ def _token_arrays(path: Path) -> Iterator[np.ndarray]:
                 table = pa.ipc.open_file(src).read_all()
         col = next((c for c in TOKEN_COLUMNS if c in table.column_names), None)
         if col is None:
-            raise ValueError(f"{path}: no token column (expected one of {TOKEN_COLUMNS}, found {table.column_names})")
+            raise ValueError(
+                f"{path}: no token column (expected one of {TOKEN_COLUMNS}, found {table.column_names})"
+            )
         batches = table.select([col]).to_batches()
     for rb in batches:
         arr = rb.column(0)
         yield np.asarray(arr.flatten() if hasattr(arr, "flatten") else arr, dtype=np.int64)
 
 
-def shard_batches(path: str | Path, vocab: int, seq_len: int, batch: int, rank: int = 0,
-                  world: int = 1) -> Iterator[torch.Tensor]:
+def shard_batches(
+    path: str | Path, vocab: int, seq_len: int, batch: int, rank: int = 0, world: int = 1
+) -> Iterator[torch.Tensor]:
     """``[batch, seq_len]`` token tensors packed from the shards under ``path``, cycling."""
     files = shard_files(path)
     need = batch * seq_len
@@ -78,7 +85,9 @@ def shard_batches(path: str | Path, vocab: int, seq_len: int, batch: int, rank: 
         for f in files:
             for arr in _token_arrays(f):
                 if arr.size and (arr.min() < 0 or arr.max() >= vocab):
-                    raise ValueError(f"{f}: token ids outside [0, {vocab}) — shards tokenised for another vocabulary?")
+                    raise ValueError(
+                        f"{f}: token ids outside [0, {vocab}) — shards tokenised for another vocabulary?"
+                    )
                 buf = np.concatenate([buf, arr])
                 while buf.size >= need:
                     chunk, buf = buf[:need], buf[need:]
@@ -87,11 +96,20 @@ def shard_batches(path: str | Path, vocab: int, seq_len: int, batch: int, rank: 
                         yield torch.from_numpy(chunk.reshape(batch, seq_len).copy())
                     index += 1
         if not produced:
-            raise ValueError(f"{path}: fewer than {need * world} tokens; cannot fill one batch per rank")
+            raise ValueError(
+                f"{path}: fewer than {need * world} tokens; cannot fill one batch per rank"
+            )
 
 
-def batches(data_path: str | None, vocab: int, seq_len: int, batch: int, seed: int, rank: int = 0,
-            world: int = 1) -> Iterator[torch.Tensor]:
+def batches(
+    data_path: str | None,
+    vocab: int,
+    seq_len: int,
+    batch: int,
+    seed: int,
+    rank: int = 0,
+    world: int = 1,
+) -> Iterator[torch.Tensor]:
     if data_path is None:
         return synthetic_batches(vocab, seq_len, batch, seed, rank)
     return shard_batches(data_path, vocab, seq_len, batch, rank, world)

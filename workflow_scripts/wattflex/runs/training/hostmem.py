@@ -28,9 +28,9 @@ import resource
 
 log = logging.getLogger("wattflex.runs.training")
 
-M_MMAP_THRESHOLD = -3                # glibc malloc.h
-MMAP_THRESHOLD_BYTES = 128 * 1024    # glibc's DEFAULT_MMAP_THRESHOLD_MIN, its starting threshold
-KEEP_DYNAMIC_ENV = "WATTFLEX_GLIBC_DYNAMIC_MMAP"     # "1": leave glibc's rising threshold (measuring)
+M_MMAP_THRESHOLD = -3  # glibc malloc.h
+MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's DEFAULT_MMAP_THRESHOLD_MIN, its starting threshold
+KEEP_DYNAMIC_ENV = "WATTFLEX_GLIBC_DYNAMIC_MMAP"  # "1": leave glibc's rising threshold (measuring)
 
 
 def fixed_mmap_threshold() -> bool:

@@ -33,14 +33,28 @@ from wattflex.runs.training.loss import causal_lm_loss, chunked_applies
 
 log = logging.getLogger("wattflex.runs.training")
 STEPS_FILE = "steps.parquet"
-RESULT_FILE = ".training.json"     # merged into run.json by wattflex.runs.real_run, then removed
+RESULT_FILE = ".training.json"  # merged into run.json by wattflex.runs.real_run, then removed
 # Read while training runs by the one-run sweep (wattflex.runs.sweep.real); removed by real_run.
 LIVE_STEPS_FILE = "steps.live.csv"  # rank 0 appends "step,t_end_s,tokens,loss" as each step ends
-STOP_FILE = ".stop"                 # created by the orchestrator: stop after the current step
-HF_CONFIG_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
-                  "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "num_experts",
-                  "num_local_experts", "n_routed_experts", "num_experts_per_tok", "top_k_experts",
-                  "layer_types", "max_position_embeddings")
+STOP_FILE = ".stop"  # created by the orchestrator: stop after the current step
+HF_CONFIG_KEYS = (
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "num_experts",
+    "num_local_experts",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "top_k_experts",
+    "layer_types",
+    "max_position_embeddings",
+)
 
 
 @dataclass
@@ -63,17 +77,21 @@ def init_distributed(cfg: TrainConfig) -> Dist:
     rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     if cfg.device == "cuda":
         if not torch.cuda.is_available():
-            raise RuntimeError("cuda.device is 'cuda' but torch sees no GPU (CPU-only torch build, or "
-                               "CUDA_VISIBLE_DEVICES empty); use cuda.device: cpu for a smoke run")
+            raise RuntimeError(
+                "cuda.device is 'cuda' but torch sees no GPU (CPU-only torch build, or "
+                "CUDA_VISIBLE_DEVICES empty); use cuda.device: cpu for a smoke run"
+            )
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
     else:
         device = torch.device("cpu")
     if world > 1 and not torch.distributed.is_initialized():
         cuda = cfg.device == "cuda"
-        torch.distributed.init_process_group("nccl" if cuda else "gloo",
-                                             device_id=device if cuda else None,
-                                             timeout=datetime.timedelta(seconds=cfg.dist_timeout_s))
+        torch.distributed.init_process_group(
+            "nccl" if cuda else "gloo",
+            device_id=device if cuda else None,
+            timeout=datetime.timedelta(seconds=cfg.dist_timeout_s),
+        )
     return Dist(rank, world, local, device)
 
 
@@ -105,15 +123,22 @@ def _adapt(model: nn.Module, cfg: TrainConfig) -> nn.Module:
 def _mp_policy(policy: str):
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    return (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-            if policy == "bf16-mixed" else MixedPrecisionPolicy())
+    return (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if policy == "bf16-mixed"
+        else MixedPrecisionPolicy()
+    )
 
 
-def _materialize(model: nn.Module, cfg: TrainConfig, dist: Dist, dtype: torch.dtype, clock: StartupClock) -> None:
+def _materialize(
+    model: nn.Module, cfg: TrainConfig, dist: Dist, dtype: torch.dtype, clock: StartupClock
+) -> None:
     """Each rank allocates and fills its shard of the sharded meta ``model``: real weights read
     whole by rank 0 alone and broadcast slice by slice, or the model's own random init."""
     if cfg.model_path and not cfg.tiny:
-        full = _adapt(models.load_pretrained(cfg, dtype), cfg).state_dict() if dist.rank == 0 else None
+        full = (
+            _adapt(models.load_pretrained(cfg, dtype), cfg).state_dict() if dist.rank == 0 else None
+        )
         sharded.load_from_rank0(model, full, dist.device)
         del full
         clock.mark("load")
@@ -134,7 +159,9 @@ def _build_fsdp(cfg: TrainConfig, dist: Dist, dtype: torch.dtype, clock: Startup
     return model
 
 
-def _build_expert_parallel(cfg: TrainConfig, dist: Dist, dtype: torch.dtype, ep: int, clock: StartupClock) -> nn.Module:
+def _build_expert_parallel(
+    cfg: TrainConfig, dist: Dist, dtype: torch.dtype, ep: int, clock: StartupClock
+) -> nn.Module:
     """Meta build laid out by transformers' expert-parallel plan (training.parallel), then
     materialised like the FSDP path. Not ``from_pretrained(distributed_config=...)``: with
     transformers 5.24 on CPU its FSDP shards are views into whole-tensor storages (seen on rank
@@ -149,7 +176,9 @@ def _build_expert_parallel(cfg: TrainConfig, dist: Dist, dtype: torch.dtype, ep:
     return model
 
 
-def _build_whole(cfg: TrainConfig, dist: Dist, dtype: torch.dtype, ddp: bool, clock: StartupClock) -> nn.Module:
+def _build_whole(
+    cfg: TrainConfig, dist: Dist, dtype: torch.dtype, ddp: bool, clock: StartupClock
+) -> nn.Module:
     """One process, or DDP: every rank holds all weights anyway, so it builds or loads them whole
     (the same seed on every rank; DDP also broadcasts rank 0's weights at wrap)."""
     torch.manual_seed(cfg.seed)
@@ -161,22 +190,34 @@ def _build_whole(cfg: TrainConfig, dist: Dist, dtype: torch.dtype, ddp: bool, cl
             layer.compile()
     if ddp:
         model = nn.parallel.DistributedDataParallel(
-            model, device_ids=[dist.local_rank] if cfg.device == "cuda" else None,
-            find_unused_parameters=cfg.architecture == "moe")   # unrouted experts' LoRA get no grad
+            model,
+            device_ids=[dist.local_rank] if cfg.device == "cuda" else None,
+            find_unused_parameters=cfg.architecture == "moe",
+        )  # unrouted experts' LoRA get no grad
     return model
 
 
-def prepare_model(cfg: TrainConfig, dist: Dist, clock: StartupClock | None = None) -> tuple[nn.Module, dict[str, Any]]:
+def prepare_model(
+    cfg: TrainConfig, dist: Dist, clock: StartupClock | None = None
+) -> tuple[nn.Module, dict[str, Any]]:
     """Build or load, LoRA-wrap, checkpoint, compile and parallelise the model; FSDP and EP
     never build it whole on any rank (training.sharded)."""
     clock = clock or StartupClock(time.time())
     policy = cfg.dtype_policy
     # bf16-mixed keeps fp32 master weights for pretraining; LoRA's frozen base is bf16 there.
-    load_dtype = torch.bfloat16 if policy == "bf16" or (policy == "bf16-mixed" and cfg.task == "lora") else torch.float32
+    load_dtype = (
+        torch.bfloat16
+        if policy == "bf16" or (policy == "bf16-mixed" and cfg.task == "lora")
+        else torch.float32
+    )
     # Impossible expert layouts fail here, before anything is built.
     experts = models.routing(models.model_config(cfg, cfg.ep))[0] if cfg.ep > 1 else None
     layout = par.expert_layout(cfg, dist.world, experts)
-    parallel = cfg.parallel if cfg.parallel != "auto" else ("fsdp" if cfg.device == "cuda" or layout.ep > 1 else "ddp")
+    parallel = (
+        cfg.parallel
+        if cfg.parallel != "auto"
+        else ("fsdp" if cfg.device == "cuda" or layout.ep > 1 else "ddp")
+    )
     if layout.ep > 1:
         model = _build_expert_parallel(cfg, dist, load_dtype, layout.ep, clock)
     elif dist.active and parallel == "fsdp":
@@ -186,16 +227,21 @@ def prepare_model(cfg: TrainConfig, dist: Dist, clock: StartupClock | None = Non
     inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
     hf_cfg = sharded.hf_model(inner).config
     counts = models.parameter_counts(inner, *models.routing(hf_cfg))
-    info = {**counts, "flops_per_token": models.flops_per_token(counts["params_active"], cfg.model_facts, hf_cfg,
-                                                                cfg.seq_len, cfg.task),
-            "model_bytes": sharded.model_bytes(inner),
-            "model_class": sharded.model_class(inner), "load_dtype": str(load_dtype).replace("torch.", ""),
-            "attn_implementation": getattr(hf_cfg, "_attn_implementation", None),
-            "hf_config": models.per_layer_record(hf_cfg, HF_CONFIG_KEYS)}
+    info = {
+        **counts,
+        "flops_per_token": models.flops_per_token(
+            counts["params_active"], cfg.model_facts, hf_cfg, cfg.seq_len, cfg.task
+        ),
+        "model_bytes": sharded.model_bytes(inner),
+        "model_class": sharded.model_class(inner),
+        "load_dtype": str(load_dtype).replace("torch.", ""),
+        "attn_implementation": getattr(hf_cfg, "_attn_implementation", None),
+        "hf_config": models.per_layer_record(hf_cfg, HF_CONFIG_KEYS),
+    }
     info["parallel"] = parallel if dist.active else "none"
     info["sharded_build"] = layout.ep > 1 or info["parallel"] == "fsdp"
     info["ep_requested"] = cfg.ep
-    info["ep_used"] = par.ep_in_effect(model)       # read off the sharded weights, not the request
+    info["ep_used"] = par.ep_in_effect(model)  # read off the sharded weights, not the request
     if layout.note:
         info["ep_note"] = layout.note
         log.warning("%s (ep_used=1 in run.json)", layout.note)
@@ -208,8 +254,9 @@ def _autocast(cfg: TrainConfig, info: dict[str, Any]):
     return contextlib.nullcontext()
 
 
-def _evaluate(model: nn.Module, batches, n: int, dev: torch.device, amp, chunk_tokens: int,
-              chunked: bool) -> float:
+def _evaluate(
+    model: nn.Module, batches, n: int, dev: torch.device, amp, chunk_tokens: int, chunked: bool
+) -> float:
     model.eval()
     total = 0.0
     with torch.no_grad():
@@ -226,23 +273,31 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     ``.training.json`` to ``cfg.outdir`` and gets the step log back."""
     cfg.validate()
     t0 = time.time() if t0 is None else t0
-    malloc_fixed = hostmem.fixed_mmap_threshold()     # freed tensors back to the kernel (training.hostmem)
+    malloc_fixed = (
+        hostmem.fixed_mmap_threshold()
+    )  # freed tensors back to the kernel (training.hostmem)
     clock = StartupClock(t0)
     dist = init_distributed(cfg)
     clock.mark("init_process_group")
-    models.import_libraries(cfg)        # the baseline includes the libraries, not the model
+    models.import_libraries(cfg)  # the baseline includes the libraries, not the model
     rss_before_build = peak_rss_bytes()
     model, info = prepare_model(cfg, dist, clock)
     rss_after_build = peak_rss_bytes()
-    step_peak_measured = hostmem.reset_peak_rss()       # VmHWM from here on: the steps' own peak
+    step_peak_measured = hostmem.reset_peak_rss()  # VmHWM from here on: the steps' own peak
     info["loss_chunk_tokens"] = cfg.loss_chunk_tokens
-    info["loss_unchunked_because"] = chunked_applies(model, cfg.loss_chunk_tokens)   # None: chunked
-    chunked = info["loss_unchunked_because"] is None      # decided once, not per step
+    info["loss_unchunked_because"] = chunked_applies(model, cfg.loss_chunk_tokens)  # None: chunked
+    chunked = info["loss_unchunked_because"] is None  # decided once, not per step
     vocab = int(info["hf_config"]["vocab_size"])
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, betas=(0.9, 0.95),
-                                  weight_decay=0.1 if cfg.task == "pt" else 0.0)
-    stream = data.batches(cfg.data_path, vocab, cfg.seq_len, cfg.batch, cfg.seed, dist.rank, dist.world)
+    optimizer = torch.optim.AdamW(
+        trainable,
+        lr=cfg.learning_rate,
+        betas=(0.9, 0.95),
+        weight_decay=0.1 if cfg.task == "pt" else 0.0,
+    )
+    stream = data.batches(
+        cfg.data_path, vocab, cfg.seq_len, cfg.batch, cfg.seed, dist.rank, dist.world
+    )
     amp = _autocast(cfg, info)
     dev = dist.device
     peak = peak_bf16_flops(torch.cuda.get_device_name(dev)) if cfg.device == "cuda" else None
@@ -250,7 +305,9 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     eval_pending = cfg.eval_at_s is not None and cfg.eval_batches > 0
     ckpt_pending = cfg.checkpoint_at_s is not None
     # DCP's collectives (and the size sum) on CPU tensors, apart from the loop's all-reduces
-    ckpt_group = torch.distributed.new_group(backend="gloo") if ckpt_pending and dist.active else None
+    ckpt_group = (
+        torch.distributed.new_group(backend="gloo") if ckpt_pending and dist.active else None
+    )
     saves: list[ckpt.Save] = []
     rows: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
@@ -259,11 +316,15 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
         live.write("step,t_end_s,tokens,loss\n")
     stop_path = Path(cfg.outdir) / STOP_FILE
     step = 0
-    found = ckpt.latest(ckpt.checkpoint_root(cfg.checkpoint_dir, cfg.outdir)) if cfg.resume else None
-    if found is not None:       # a requeued job: on from its newest checkpoint
+    found = (
+        ckpt.latest(ckpt.checkpoint_root(cfg.checkpoint_dir, cfg.outdir)) if cfg.resume else None
+    )
+    if found is not None:  # a requeued job: on from its newest checkpoint
         ckpt.load(model, optimizer, found[1])
         step = found[0]
-        events.append({"event": "resume", "from_step": step, "path": str(found[1]), "t_s": time.time() - t0})
+        events.append(
+            {"event": "resume", "from_step": step, "path": str(found[1]), "t_s": time.time() - t0}
+        )
         if dist.rank == 0:
             log.info("resumed from step %d (%s)", step, found[1])
     model.train()
@@ -278,8 +339,11 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
         optimizer.zero_grad(set_to_none=True)
         step += 1
         elapsed = time.time() - t_loop
-        stop = (elapsed >= cfg.duration_s or (cfg.max_steps is not None and step >= cfg.max_steps)
-                or (dist.rank == 0 and stop_path.exists()))
+        stop = (
+            elapsed >= cfg.duration_s
+            or (cfg.max_steps is not None and step >= cfg.max_steps)
+            or (dist.rank == 0 and stop_path.exists())
+        )
         do_eval = eval_pending and elapsed >= cfg.eval_at_s
         do_ckpt = ckpt_pending and elapsed >= cfg.checkpoint_at_s
         ctl = torch.tensor([float(loss.detach()), 0.0, 0.0, 0.0], device=dev)
@@ -287,13 +351,23 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
             ctl[1:] = torch.tensor([stop, do_eval, do_ckpt], dtype=ctl.dtype, device=dev)
         if dist.active:
             torch.distributed.all_reduce(ctl)
-        ctl = ctl.tolist()                                   # synchronises with the device
+        ctl = ctl.tolist()  # synchronises with the device
         t_end = time.time() - t0
         step_s = t_end - prev_end
-        tflops = info["flops_per_token"] * tokens_per_gpu / step_s / 1e12 if step_s > 0 else math.nan
-        rows.append({"step": step, "t_end_s": t_end, "tokens": tokens_per_gpu * dist.world,
-                     "loss": ctl[0] / dist.world, "step_time_s": step_s, "tflops": tflops,
-                     "mfu": tflops * 1e12 / peak if peak else math.nan})
+        tflops = (
+            info["flops_per_token"] * tokens_per_gpu / step_s / 1e12 if step_s > 0 else math.nan
+        )
+        rows.append(
+            {
+                "step": step,
+                "t_end_s": t_end,
+                "tokens": tokens_per_gpu * dist.world,
+                "loss": ctl[0] / dist.world,
+                "step_time_s": step_s,
+                "tflops": tflops,
+                "mfu": tflops * 1e12 / peak if peak else math.nan,
+            }
+        )
         prev_end = t_end
         if step == 1:
             clock.mark("first_step")
@@ -304,20 +378,39 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
         if ctl[2] > 0:
             eval_pending = False
             t_a = time.time() - t0
-            eval_stream = data.batches(cfg.data_path, vocab, cfg.seq_len, cfg.batch, cfg.seed + 1, dist.rank, dist.world)
-            eval_loss = _evaluate(model, eval_stream, cfg.eval_batches, dev, amp, cfg.loss_chunk_tokens, chunked)
+            eval_stream = data.batches(
+                cfg.data_path, vocab, cfg.seq_len, cfg.batch, cfg.seed + 1, dist.rank, dist.world
+            )
+            eval_loss = _evaluate(
+                model, eval_stream, cfg.eval_batches, dev, amp, cfg.loss_chunk_tokens, chunked
+            )
             prev_end = time.time() - t0
-            events.append({"event": "eval", "after_step": step, "t_start_s": t_a, "t_end_s": prev_end,
-                           "loss": eval_loss, "batches": cfg.eval_batches})
+            events.append(
+                {
+                    "event": "eval",
+                    "after_step": step,
+                    "t_start_s": t_a,
+                    "t_end_s": prev_end,
+                    "loss": eval_loss,
+                    "batches": cfg.eval_batches,
+                }
+            )
         if ctl[3] > 0:
             ckpt_pending = False
             t_a = time.time() - t0
             path = ckpt.checkpoint_root(cfg.checkpoint_dir, cfg.outdir) / f"step{step}"
-            event = {"event": "checkpoint", "after_step": step, "t_start_s": t_a, "path": str(path),
-                     "kept": cfg.keep_checkpoint}
-            saves.append(ckpt.start(model, optimizer, path, event, t0, ckpt_group, cfg.checkpoint_async))
+            event = {
+                "event": "checkpoint",
+                "after_step": step,
+                "t_start_s": t_a,
+                "path": str(path),
+                "kept": cfg.keep_checkpoint,
+            }
+            saves.append(
+                ckpt.start(model, optimizer, path, event, t0, ckpt_group, cfg.checkpoint_async)
+            )
             prev_end = time.time() - t0
-            event["t_end_s"] = prev_end           # training resumes (the write may go on behind it)
+            event["t_end_s"] = prev_end  # training resumes (the write may go on behind it)
             events.append(event)
         if ctl[1] > 0:
             break
@@ -331,12 +424,24 @@ def train(cfg: TrainConfig, t0: float | None = None) -> pd.DataFrame:
     # mark cannot be reset); "run": the whole run's (the mark reset: the larger of it and the build's)
     info["peak_rss_bytes_per_rank"] = [
         {"rank": r, "before_build": v[0], "after_build": v[1], "steps": v[2], "run": v[3]}
-        for r, v in enumerate(_every_rank([rss_before_build, rss_after_build, rss_steps,
-                                           max(rss_after_build, peak_rss_bytes())], dist))]
+        for r, v in enumerate(
+            _every_rank(
+                [
+                    rss_before_build,
+                    rss_after_build,
+                    rss_steps,
+                    max(rss_after_build, peak_rss_bytes()),
+                ],
+                dist,
+            )
+        )
+    ]
     info["malloc_mmap_threshold_fixed"] = malloc_fixed
     info["cpu_binding"] = cfg.cpu_binding
-    info["cpus_per_rank"] = [{"rank": r, "local_rank": v[0], "cpus": v[1]} for r, v in
-                             enumerate(_every_rank([dist.local_rank, sorted(os.sched_getaffinity(0))], dist))]
+    info["cpus_per_rank"] = [
+        {"rank": r, "local_rank": v[0], "cpus": v[1]}
+        for r, v in enumerate(_every_rank([dist.local_rank, sorted(os.sched_getaffinity(0))], dist))
+    ]
     steps = pd.DataFrame(rows)
     if dist.rank == 0:
         _write_outputs(cfg, steps, events, info, dist, t0, t_loop)
@@ -359,21 +464,58 @@ def _every_rank(value: Any, dist: Dist) -> list[Any]:
     return per_rank
 
 
-def _write_outputs(cfg: TrainConfig, steps: pd.DataFrame, events: list, info: dict, dist: Dist,
-                   t0: float, t_loop: float) -> None:
+def _write_outputs(
+    cfg: TrainConfig,
+    steps: pd.DataFrame,
+    events: list,
+    info: dict,
+    dist: Dist,
+    t0: float,
+    t_loop: float,
+) -> None:
     device_name = torch.cuda.get_device_name(dist.device) if cfg.device == "cuda" else "cpu"
-    record = prov.provenance(params={"task": cfg.task, "model": cfg.model_facts, "seq_len": cfg.seq_len,
-                                     "batch": cfg.batch, "seed": cfg.seed},
-                             backend="cuda", device_model=device_name)
+    record = prov.provenance(
+        params={
+            "task": cfg.task,
+            "model": cfg.model_facts,
+            "seq_len": cfg.seq_len,
+            "batch": cfg.batch,
+            "seed": cfg.seed,
+        },
+        backend="cuda",
+        device_model=device_name,
+    )
     out = Path(cfg.outdir)
-    prov.write_parquet(steps, out / STEPS_FILE, record, tokens="job tokens per step (all data-parallel ranks)",
-                       loss="mean over ranks", t_end_s="seconds since the run's t0 (telemetry clock)")
-    prov.write_json({"training": {**info, "world_size": dist.world, "device_name": device_name,
-                                  "task": cfg.task, "hf_model_type": cfg.hf_model_type, "tiny": cfg.tiny,
-                                  "seq_len": cfg.seq_len, "batch_per_gpu": cfg.batch,
-                                  "tokens_per_step": cfg.batch * cfg.seq_len * dist.world,
-                                  "precision": cfg.dtype_policy, "compile": cfg.compile,
-                                  "grad_checkpointing": cfg.grad_checkpointing, "lr": cfg.learning_rate,
-                                  "data": cfg.data_path or "synthetic", "loop_start_s": t_loop - t0,
-                                  "steps": int(len(steps)), "events": events}},
-                    out / RESULT_FILE, record)
+    prov.write_parquet(
+        steps,
+        out / STEPS_FILE,
+        record,
+        tokens="job tokens per step (all data-parallel ranks)",
+        loss="mean over ranks",
+        t_end_s="seconds since the run's t0 (telemetry clock)",
+    )
+    prov.write_json(
+        {
+            "training": {
+                **info,
+                "world_size": dist.world,
+                "device_name": device_name,
+                "task": cfg.task,
+                "hf_model_type": cfg.hf_model_type,
+                "tiny": cfg.tiny,
+                "seq_len": cfg.seq_len,
+                "batch_per_gpu": cfg.batch,
+                "tokens_per_step": cfg.batch * cfg.seq_len * dist.world,
+                "precision": cfg.dtype_policy,
+                "compile": cfg.compile,
+                "grad_checkpointing": cfg.grad_checkpointing,
+                "lr": cfg.learning_rate,
+                "data": cfg.data_path or "synthetic",
+                "loop_start_s": t_loop - t0,
+                "steps": int(len(steps)),
+                "events": events,
+            }
+        },
+        out / RESULT_FILE,
+        record,
+    )

@@ -24,7 +24,7 @@ from torch.utils.checkpoint import checkpoint
 from wattflex.runs.training.parallel import ep_in_effect
 from wattflex.runs.training.sharded import hf_model
 
-IGNORE_INDEX = -100     # transformers' ignore_index (labels padded with it when shifted)
+IGNORE_INDEX = -100  # transformers' ignore_index (labels padded with it when shifted)
 
 
 def chunked_applies(model: nn.Module, chunk_tokens: int) -> str | None:
@@ -45,25 +45,42 @@ def chunked_applies(model: nn.Module, chunk_tokens: int) -> str | None:
     return None
 
 
-def _chunk_loss_sum(project, head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
-                    softcap: float | None) -> torch.Tensor:
+def _chunk_loss_sum(
+    project, head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, softcap: float | None
+) -> torch.Tensor:
     logits = project(head, hidden).float()
-    if softcap:         # the model's final_logit_softcapping, as its own forward applies it (Gemma)
+    if softcap:  # the model's final_logit_softcapping, as its own forward applies it (Gemma)
         logits = torch.tanh(logits / softcap) * softcap
-    return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1),
-                           ignore_index=IGNORE_INDEX, reduction="sum")
+    return F.cross_entropy(
+        logits.view(-1, logits.shape[-1]),
+        targets.reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
+    )
 
 
-def _loss_sum_over_chunks(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
-                          chunk_tokens: int, softcap: float | None = None) -> torch.Tensor:
+def _loss_sum_over_chunks(
+    head: nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    chunk_tokens: int,
+    softcap: float | None = None,
+) -> torch.Tensor:
     """The summed cross entropy, one checkpointed chunk at a time, each projected by the head's
     own forward without its hooks (the call around this one runs them)."""
     project = type(head).forward
     total = hidden.new_zeros((), dtype=torch.float32)
     for start in range(0, hidden.shape[0], chunk_tokens):
         part = slice(start, start + chunk_tokens)
-        total = total + checkpoint(_chunk_loss_sum, project, head, hidden[part], targets[part], softcap,
-                                   use_reentrant=False)
+        total = total + checkpoint(
+            _chunk_loss_sum,
+            project,
+            head,
+            hidden[part],
+            targets[part],
+            softcap,
+            use_reentrant=False,
+        )
     return total
 
 
@@ -92,13 +109,18 @@ def last_hidden_state(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor
     seen: list[torch.Tensor] = []
     handle = decoder.register_forward_hook(lambda _m, _a, out: seen.append(out.last_hidden_state))
     try:
-        model(input_ids=input_ids, logits_to_keep=torch.empty(0, dtype=torch.long, device=input_ids.device))
+        model(
+            input_ids=input_ids,
+            logits_to_keep=torch.empty(0, dtype=torch.long, device=input_ids.device),
+        )
     finally:
         handle.remove()
     return seen[-1]
 
 
-def chunked_causal_lm_loss(model: nn.Module, input_ids: torch.Tensor, chunk_tokens: int) -> torch.Tensor:
+def chunked_causal_lm_loss(
+    model: nn.Module, input_ids: torch.Tensor, chunk_tokens: int
+) -> torch.Tensor:
     """Mean next-token cross entropy of ``input_ids`` (labels = inputs), ``chunk_tokens``
     tokens of the flattened batch at a time."""
     hidden = last_hidden_state(model, input_ids)
@@ -106,14 +128,17 @@ def chunked_causal_lm_loss(model: nn.Module, input_ids: torch.Tensor, chunk_toke
     targets = F.pad(input_ids, (0, 1), value=IGNORE_INDEX)[..., 1:]
     hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     softcap = getattr(hf_model(model).config, "final_logit_softcapping", None)
-    total = _in_one_call(head, lambda h, t: _loss_sum_over_chunks(head, h, t, chunk_tokens, softcap), hidden, targets)
+    total = _in_one_call(
+        head, lambda h, t: _loss_sum_over_chunks(head, h, t, chunk_tokens, softcap), hidden, targets
+    )
     if not torch.is_grad_enabled() and isinstance(head, FSDPModule):
-        head.reshard()      # no backward to reshard it (evaluation)
+        head.reshard()  # no backward to reshard it (evaluation)
     return total / (targets != IGNORE_INDEX).sum()
 
 
-def causal_lm_loss(model: nn.Module, input_ids: torch.Tensor, chunk_tokens: int,
-                   chunked: bool | None = None) -> torch.Tensor:
+def causal_lm_loss(
+    model: nn.Module, input_ids: torch.Tensor, chunk_tokens: int, chunked: bool | None = None
+) -> torch.Tensor:
     """The step's loss: chunked where ``chunked_applies``, else transformers' own. The loop
     decides ``chunked`` once (``chunked_applies`` walks every parameter for the EP check) and
     passes it in; None decides here."""

@@ -38,9 +38,18 @@ EXPERT_PARAMETERS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
 EXPERT_PARAMETERS_BY_FAMILY = {"gemma4_text": ["experts.gate_up_proj", "experts.down_proj"]}
 # Peak dense bf16 tensor throughput per GPU (SXM parts), for MFU.
 
-TINY = {"hidden": 64, "layers": 2, "heads": 4, "head_dim": 16, "vocab": 256,
-        "intermediate": 128, "expert_intermediate": 32, "experts": 4, "experts_active": 2,
-        "sliding_window": 16}
+TINY = {
+    "hidden": 64,
+    "layers": 2,
+    "heads": 4,
+    "head_dim": 16,
+    "vocab": 256,
+    "intermediate": 128,
+    "expert_intermediate": 32,
+    "experts": 4,
+    "experts_active": 2,
+    "sliding_window": 16,
+}
 
 
 def per_layer(hf_cfg: Any, key: str, default: Any = None) -> list[Any]:
@@ -70,25 +79,41 @@ def _gemma4_kwargs(f: dict[str, Any], facts: dict[str, Any], tiny: bool) -> dict
     by the catalogue's ratios."""
     layers = int(f["layers"])
     every = int(facts.get("full_attention_every", 6))
-    layer_types = (["sliding_attention", "full_attention"] if tiny else
-                   ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(layers)])
-    layer_types[-1] = "full_attention"      # transformers forces the last layer to full attention
+    layer_types = (
+        ["sliding_attention", "full_attention"]
+        if tiny
+        else [
+            "full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(layers)
+        ]
+    )
+    layer_types[-1] = "full_attention"  # transformers forces the last layer to full attention
     head_dim = int(f["head_dim"])
-    global_ratio = int(facts.get("global_head_dim", head_dim)) // int(facts.get("head_dim", head_dim))
+    global_ratio = int(facts.get("global_head_dim", head_dim)) // int(
+        facts.get("head_dim", head_dim)
+    )
     kv = int(f.get("kv_heads") or f["heads"])
-    kv_ratio = max(1, int(facts.get("kv_heads", kv)) // max(1, int(facts.get("global_kv_heads", kv))))
+    kv_ratio = max(
+        1, int(facts.get("kv_heads", kv)) // max(1, int(facts.get("global_kv_heads", kv)))
+    )
     dense = int(facts.get("dense_intermediate", f["intermediate"]))
     return dict(
         intermediate_size=TINY["intermediate"] if tiny else dense,
-        moe_intermediate_size=int(f["intermediate"]), enable_moe_block=True,
-        num_experts=int(f["experts"]), top_k_experts=int(f["experts_active"]),
-        layer_types=layer_types, global_head_dim=head_dim * global_ratio,
+        moe_intermediate_size=int(f["intermediate"]),
+        enable_moe_block=True,
+        num_experts=int(f["experts"]),
+        top_k_experts=int(f["experts_active"]),
+        layer_types=layer_types,
+        global_head_dim=head_dim * global_ratio,
         num_global_key_value_heads=max(1, kv // kv_ratio),
         attention_k_eq_v=bool(facts.get("attention_k_eq_v", False)),
         sliding_window=TINY["sliding_window"] if tiny else int(facts.get("sliding_window", 1024)),
         final_logit_softcapping=facts.get("final_logit_softcapping"),
-        hidden_size_per_layer_input=0,      # no per-layer input embeddings in the 26B-A4B
-        **({} if tiny or "max_position" not in facts else {"max_position_embeddings": int(facts["max_position"])}),
+        hidden_size_per_layer_input=0,  # no per-layer input embeddings in the 26B-A4B
+        **(
+            {}
+            if tiny or "max_position" not in facts
+            else {"max_position_embeddings": int(facts["max_position"])}
+        ),
     )
 
 
@@ -103,37 +128,57 @@ def hf_config(facts: dict[str, Any], *, tiny: bool = False, seq_len: int = 4096,
 
     mt = str(facts.get("hf_model_type", ""))
     if mt not in ARCHITECTURES:
-        raise ValueError(f"hf_model_type {mt!r}: supported families are {', '.join(sorted(ARCHITECTURES))}")
+        raise ValueError(
+            f"hf_model_type {mt!r}: supported families are {', '.join(sorted(ARCHITECTURES))}"
+        )
     moe = ARCHITECTURES[mt] == "moe"
     if tiny:
         heads = TINY["heads"]
         tiny_experts = -(-TINY["experts"] // ep) * ep
         ratio = max(1, int(facts.get("heads", heads)) // max(1, int(facts.get("kv_heads", heads))))
-        f = {"hidden": TINY["hidden"], "layers": TINY["layers"], "heads": heads,
-             "kv_heads": max(1, heads // min(ratio, heads)), "head_dim": TINY["head_dim"],
-             "vocab": TINY["vocab"],
-             "intermediate": TINY["expert_intermediate"] if moe else TINY["intermediate"],
-             "experts": min(int(facts.get("experts") or tiny_experts), tiny_experts),
-             "experts_active": min(int(facts.get("experts_active") or TINY["experts_active"]),
-                                   TINY["experts_active"])}
+        f = {
+            "hidden": TINY["hidden"],
+            "layers": TINY["layers"],
+            "heads": heads,
+            "kv_heads": max(1, heads // min(ratio, heads)),
+            "head_dim": TINY["head_dim"],
+            "vocab": TINY["vocab"],
+            "intermediate": TINY["expert_intermediate"] if moe else TINY["intermediate"],
+            "experts": min(int(facts.get("experts") or tiny_experts), tiny_experts),
+            "experts_active": min(
+                int(facts.get("experts_active") or TINY["experts_active"]), TINY["experts_active"]
+            ),
+        }
     else:
         f = facts
     kw: dict[str, Any] = dict(
-        vocab_size=int(f["vocab"]), hidden_size=int(f["hidden"]), num_hidden_layers=int(f["layers"]),
-        num_attention_heads=int(f["heads"]), num_key_value_heads=int(f.get("kv_heads") or f["heads"]),
+        vocab_size=int(f["vocab"]),
+        hidden_size=int(f["hidden"]),
+        num_hidden_layers=int(f["layers"]),
+        num_attention_heads=int(f["heads"]),
+        num_key_value_heads=int(f.get("kv_heads") or f["heads"]),
         use_cache=False,
     )
-    if "tie_word_embeddings" in facts:      # else the family's default (Gemma ties, the others do not)
+    if "tie_word_embeddings" in facts:  # else the family's default (Gemma ties, the others do not)
         kw["tie_word_embeddings"] = bool(facts["tie_word_embeddings"])
     if f.get("head_dim"):
         kw["head_dim"] = int(f["head_dim"])
     inter = int(f["intermediate"])
     if mt == "qwen3_moe":
-        kw.update(moe_intermediate_size=inter, intermediate_size=inter, num_experts=int(f["experts"]),
-                  num_experts_per_tok=int(f["experts_active"]), norm_topk_prob=True, mlp_only_layers=[])
+        kw.update(
+            moe_intermediate_size=inter,
+            intermediate_size=inter,
+            num_experts=int(f["experts"]),
+            num_experts_per_tok=int(f["experts_active"]),
+            norm_topk_prob=True,
+            mlp_only_layers=[],
+        )
     elif mt in ("mixtral", "gpt_oss"):
-        kw.update(intermediate_size=inter, num_local_experts=int(f["experts"]),
-                  num_experts_per_tok=int(f["experts_active"]))
+        kw.update(
+            intermediate_size=inter,
+            num_local_experts=int(f["experts"]),
+            num_experts_per_tok=int(f["experts_active"]),
+        )
     elif mt == "gemma4_text":
         kw.update(_gemma4_kwargs(f, facts, tiny))
     elif mt == "deepseek_v2":
@@ -142,11 +187,19 @@ def hf_config(facts: dict[str, Any], *, tiny: bool = False, seq_len: int = 4096,
         # the first layer's dense MLP: the catalogue's published width (was assumed 8 x the expert's:
         # 11264 for DeepSeek-V2-Lite, whose config.json has 10944)
         dense = inter * 8 if tiny else int(facts.get("dense_layer_intermediate", inter * 8))
-        kw.update(moe_intermediate_size=inter, intermediate_size=dense, n_routed_experts=int(f["experts"]),
-                  num_experts_per_tok=int(f["experts_active"]), n_shared_experts=2 if not tiny else 1,
-                  first_k_dense_replace=1 if not tiny else 0, q_lora_rank=None,
-                  kv_lora_rank=512 if not tiny else 16, qk_nope_head_dim=head_dim,
-                  qk_rope_head_dim=head_dim // 2, v_head_dim=head_dim)
+        kw.update(
+            moe_intermediate_size=inter,
+            intermediate_size=dense,
+            n_routed_experts=int(f["experts"]),
+            num_experts_per_tok=int(f["experts_active"]),
+            n_shared_experts=2 if not tiny else 1,
+            first_k_dense_replace=1 if not tiny else 0,
+            q_lora_rank=None,
+            kv_lora_rank=512 if not tiny else 16,
+            qk_nope_head_dim=head_dim,
+            qk_rope_head_dim=head_dim // 2,
+            v_head_dim=head_dim,
+        )
     else:
         kw["intermediate_size"] = inter
     cfg = AutoConfig.for_model(mt, **kw)
@@ -194,7 +247,11 @@ def quantization_kwargs(hf_cfg: Any) -> dict[str, Any]:
     training never depends on whether the ``kernels`` package happens to be installed (with
     it transformers keeps the experts MXFP4, which it does not train)."""
     quant = getattr(hf_cfg, "quantization_config", None)
-    method = quant.get("quant_method") if isinstance(quant, dict) else getattr(quant, "quant_method", None)
+    method = (
+        quant.get("quant_method")
+        if isinstance(quant, dict)
+        else getattr(quant, "quant_method", None)
+    )
     if str(getattr(method, "value", method)) == "mxfp4":
         from transformers import Mxfp4Config
 
@@ -218,17 +275,31 @@ def load_pretrained(cfg: TrainConfig, dtype: torch.dtype) -> nn.Module:
         kw = {"config": text, "key_mapping": {"^" + prefix.replace(".", r"\."): "model."}}
     try:
         model, loading = AutoModelForCausalLM.from_pretrained(
-            cfg.model_path, dtype=dtype, local_files_only=True, output_loading_info=True,
-            **_attention_kwargs(cfg), **quantization_kwargs(full), **kw)
+            cfg.model_path,
+            dtype=dtype,
+            local_files_only=True,
+            output_loading_info=True,
+            **_attention_kwargs(cfg),
+            **quantization_kwargs(full),
+            **kw,
+        )
     except OSError as exc:
-        raise FileNotFoundError(f"cannot load model from {cfg.model_path} (offline): {exc}") from exc
-    missing = sorted({*loading.get("missing_keys", ()), *(k[0] if isinstance(k, tuple) else k
-                                                          for k in loading.get("mismatched_keys", ()))})
+        raise FileNotFoundError(
+            f"cannot load model from {cfg.model_path} (offline): {exc}"
+        ) from exc
+    missing = sorted(
+        {
+            *loading.get("missing_keys", ()),
+            *(k[0] if isinstance(k, tuple) else k for k in loading.get("mismatched_keys", ())),
+        }
+    )
     if missing:
-        raise ValueError(f"cuda.model_path {cfg.model_path}: the checkpoint has no (or a differently shaped) "
-                         f"{', '.join(missing[:5])}{f' and {len(missing) - 5} more' if len(missing) > 5 else ''} "
-                         f"for {type(model).__name__} (model_type {full.model_type!r}); transformers would "
-                         f"initialise them at random")
+        raise ValueError(
+            f"cuda.model_path {cfg.model_path}: the checkpoint has no (or a differently shaped) "
+            f"{', '.join(missing[:5])}{f' and {len(missing) - 5} more' if len(missing) > 5 else ''} "
+            f"for {type(model).__name__} (model_type {full.model_type!r}); transformers would "
+            f"initialise them at random"
+        )
     return model
 
 
@@ -236,7 +307,9 @@ def from_config(cfg: TrainConfig, dtype: torch.dtype, ep: int = 1) -> nn.Module:
     """The architecture of ``cfg`` with transformers' random init (no weights on the meta device)."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_config(model_config(cfg, ep), dtype=dtype, **_attention_kwargs(cfg))
+    return AutoModelForCausalLM.from_config(
+        model_config(cfg, ep), dtype=dtype, **_attention_kwargs(cfg)
+    )
 
 
 def import_libraries(cfg: TrainConfig) -> None:
@@ -249,7 +322,7 @@ def import_libraries(cfg: TrainConfig) -> None:
     # models/gemma4/modeling_gemma4, not models/gemma4_text/: a path built from the model_type
     # missed it, and its import counted as the model's memory)
     name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(cfg.hf_model_type)
-    if name:                        # a family outside the catalogue's: imported by the build
+    if name:  # a family outside the catalogue's: imported by the build
         getattr(transformers, name)
     if cfg.task == "lora":
         import peft  # noqa: F401
@@ -261,7 +334,9 @@ def build_model(cfg: TrainConfig, dtype: torch.dtype, ep: int = 1) -> nn.Module:
     expert count)."""
     if cfg.model_path and not cfg.tiny:
         return load_pretrained(cfg, dtype)
-    log.info("building %s %s with random weights", "tiny" if cfg.tiny else "full-size", cfg.hf_model_type)
+    log.info(
+        "building %s %s with random weights", "tiny" if cfg.tiny else "full-size", cfg.hf_model_type
+    )
     return from_config(cfg, dtype, ep)
 
 
@@ -269,8 +344,11 @@ def lora_targets(model: nn.Module, hf_model_type: str) -> tuple[list[str], list[
     """(target_modules, target_parameters) present in ``model``: attention + dense MLP
     linears, and the fused expert weights of MoE layers."""
     names = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)}
-    modules = [m for m in ATTENTION_MODULES.get(hf_model_type, DEFAULT_ATTENTION) + DENSE_MLP_MODULES
-               if m in names]
+    modules = [
+        m
+        for m in ATTENTION_MODULES.get(hf_model_type, DEFAULT_ATTENTION) + DENSE_MLP_MODULES
+        if m in names
+    ]
     experts = EXPERT_PARAMETERS_BY_FAMILY.get(hf_model_type, EXPERT_PARAMETERS)
     params = [p for p in experts if any(n.endswith(p) for n, _ in model.named_parameters())]
     return modules, params
@@ -283,47 +361,80 @@ def apply_lora(model: nn.Module, cfg: TrainConfig) -> nn.Module:
     modules, params = lora_targets(model, cfg.hf_model_type)
     if not modules and not params:
         raise ValueError(f"no LoRA targets found in {type(model).__name__}")
-    lc = LoraConfig(r=cfg.lora_rank, lora_alpha=2 * cfg.lora_rank, lora_dropout=0.0,
-                    target_modules=modules, target_parameters=params or None, task_type="CAUSAL_LM")
+    lc = LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=2 * cfg.lora_rank,
+        lora_dropout=0.0,
+        target_modules=modules,
+        target_parameters=params or None,
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, lc)
 
 
 def routing(hf_cfg: Any) -> tuple[int | None, int | None]:
     """(routed experts per layer, experts active per token) of a config; (None, None) if dense."""
-    experts = next((getattr(hf_cfg, k) for k in ("num_experts", "num_local_experts", "n_routed_experts")
-                    if getattr(hf_cfg, k, None)), None)
-    active = next((getattr(hf_cfg, k) for k in ("num_experts_per_tok", "top_k_experts")
-                   if getattr(hf_cfg, k, None)), None)
+    experts = next(
+        (
+            getattr(hf_cfg, k)
+            for k in ("num_experts", "num_local_experts", "n_routed_experts")
+            if getattr(hf_cfg, k, None)
+        ),
+        None,
+    )
+    active = next(
+        (
+            getattr(hf_cfg, k)
+            for k in ("num_experts_per_tok", "top_k_experts")
+            if getattr(hf_cfg, k, None)
+        ),
+        None,
+    )
     return experts, (active if experts else None)
 
 
-def parameter_counts(model: nn.Module, experts: int | None, experts_active: int | None) -> dict[str, int]:
+def parameter_counts(
+    model: nn.Module, experts: int | None, experts_active: int | None
+) -> dict[str, int]:
     """Total, trainable and per-token active matmul parameters (input embedding excluded, but
     a tied one counted once as the output head's matmul; routed experts counted at
     ``experts_active / experts``)."""
     total = trainable = active = 0.0
     share = (experts_active / experts) if experts and experts_active else 1.0
-    for name, p in model.named_parameters():        # a tied weight once, under embed_tokens
+    for name, p in model.named_parameters():  # a tied weight once, under embed_tokens
         n = p.numel()
         total += n
         trainable += n if p.requires_grad else 0
         if "embed_tokens" in name:
             continue
-        routed = ".experts." in name and "shared_experts" not in name and p.dim() >= 2 and "lora_" not in name
+        routed = (
+            ".experts." in name
+            and "shared_experts" not in name
+            and p.dim() >= 2
+            and "lora_" not in name
+        )
         active += n * share if routed else n
     if tied_embeddings(model):
         active += hf_model(model).get_output_embeddings().weight.numel()
-    return {"params_total": int(total), "params_trainable": int(trainable), "params_active": int(active)}
+    return {
+        "params_total": int(total),
+        "params_trainable": int(trainable),
+        "params_active": int(active),
+    }
 
 
-def flops_per_token(params_active: int, facts: dict[str, Any], hf_cfg: Any, seq_len: int, task: str) -> float:
+def flops_per_token(
+    params_active: int, facts: dict[str, Any], hf_cfg: Any, seq_len: int, task: str
+) -> float:
     """Model FLOPs per trained token (recomputation from checkpointing not counted):
     forward = 2 x active params + causal attention (each layer at its own head width; sliding
     windows counted as full causal, as MFU conventions do); pretraining = 3 x forward, LoRA = 2 x
     forward (frozen weights get no weight-gradient GEMM)."""
     heads = per_layer(hf_cfg, "num_attention_heads", facts.get("heads", 0))
-    widths = [int(h) * int(d or v or facts.get("head_dim") or hf_cfg.hidden_size // max(int(h), 1))
-              for h, d, v in zip(heads, per_layer(hf_cfg, "head_dim"), per_layer(hf_cfg, "v_head_dim"))]
-    attn = 2 * 2 * seq_len * sum(widths) / 2     # QK^T and AV, causal half
+    widths = [
+        int(h) * int(d or v or facts.get("head_dim") or hf_cfg.hidden_size // max(int(h), 1))
+        for h, d, v in zip(heads, per_layer(hf_cfg, "head_dim"), per_layer(hf_cfg, "v_head_dim"))
+    ]
+    attn = 2 * 2 * seq_len * sum(widths) / 2  # QK^T and AV, causal half
     forward = 2 * params_active + attn
     return float(forward * (3 if task == "pt" else 2))

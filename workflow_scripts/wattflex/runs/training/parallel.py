@@ -27,8 +27,8 @@ log = logging.getLogger("wattflex.runs.training")
 
 @dataclass(frozen=True)
 class ExpertLayout:
-    ep: int                     # expert-parallel degree to shard with (1: none)
-    note: str | None = None     # why the ep asked for is not used
+    ep: int  # expert-parallel degree to shard with (1: none)
+    note: str | None = None  # why the ep asked for is not used
 
 
 def expert_layout(cfg: TrainConfig, world: int, experts: int | None) -> ExpertLayout:
@@ -38,15 +38,21 @@ def expert_layout(cfg: TrainConfig, world: int, experts: int | None) -> ExpertLa
     if cfg.ep <= 1:
         return ExpertLayout(1)
     if not experts:
-        return ExpertLayout(1, f"ep {cfg.ep} ignored: {cfg.hf_model_type or 'the model'} is dense (no experts)")
+        return ExpertLayout(
+            1, f"ep {cfg.ep} ignored: {cfg.hf_model_type or 'the model'} is dense (no experts)"
+        )
     if world == 1:
         return ExpertLayout(1, f"ep {cfg.ep} ignored: one process, no other rank to hold experts")
     if world % cfg.ep:
-        raise ValueError(f"ep {cfg.ep} does not divide the {world} training processes: dense weights are "
-                         f"FSDP-sharded over all of them and the experts over groups of ep ranks")
+        raise ValueError(
+            f"ep {cfg.ep} does not divide the {world} training processes: dense weights are "
+            f"FSDP-sharded over all of them and the experts over groups of ep ranks"
+        )
     if experts % cfg.ep:
-        raise ValueError(f"ep {cfg.ep} does not divide the {experts} experts per layer of {cfg.hf_model_type}: "
-                         f"each expert-parallel rank holds experts / ep whole experts")
+        raise ValueError(
+            f"ep {cfg.ep} does not divide the {experts} experts per layer of {cfg.hf_model_type}: "
+            f"each expert-parallel rank holds experts / ep whole experts"
+        )
     return ExpertLayout(cfg.ep)
 
 
@@ -55,7 +61,9 @@ def distributed_config(cfg: TrainConfig, world: int, ep: int):
     for ``bf16-mixed``: bf16 compute, fp32 gradient reduction, as the harness's own FSDP path)."""
     from transformers import DistributedConfig
 
-    return DistributedConfig(fsdp_size=world, ep_size=ep, fsdp_mixed_precision=cfg.dtype_policy == "bf16-mixed")
+    return DistributedConfig(
+        fsdp_size=world, ep_size=ep, fsdp_mixed_precision=cfg.dtype_policy == "bf16-mixed"
+    )
 
 
 def shard(model: Any, dconfig: Any, device: str) -> Any:
@@ -67,9 +75,11 @@ def shard(model: Any, dconfig: Any, device: str) -> Any:
     # transformers puts its device mesh on the machine's accelerator, whatever the run asked for
     accelerator = torch.accelerator.current_accelerator()
     if (accelerator.type if accelerator else "cpu") != device:
-        raise ValueError(f"ep > 1 on {device}: transformers lays experts out on this machine's "
-                         f"{accelerator.type if accelerator else 'cpu'}; on a GPU host hide the GPUs "
-                         f"(CUDA_VISIBLE_DEVICES='') for a cpu run")
+        raise ValueError(
+            f"ep > 1 on {device}: transformers lays experts out on this machine's "
+            f"{accelerator.type if accelerator else 'cpu'}; on a GPU host hide the GPUs "
+            f"(CUDA_VISIBLE_DEVICES='') for a cpu run"
+        )
     cls = type(model)
     dconfig, _, mesh = cls.prepare_distribute_model(dconfig)
     return cls.maybe_distribute_model(model, dconfig, mesh)

@@ -86,9 +86,11 @@ def init_random(model: nn.Module, device: torch.device, seed: int, rank: int) ->
     """Allocate the (sharded) meta ``model`` on ``device`` and initialise it as a fresh model."""
     model.to_empty(device=device)
     if device.type != "cuda" and (copies := replicated(model)):
-        raise RuntimeError(f"random init on {device.type}: {copies[0]} is replicated across ranks, and ranks draw "
-                           f"with their own seeds there (DTensor keeps replicas equal on CUDA only); every "
-                           f"parameter must be sharded, or load weights with cuda.model_path")
+        raise RuntimeError(
+            f"random init on {device.type}: {copies[0]} is replicated across ranks, and ranks draw "
+            f"with their own seeds there (DTensor keeps replicas equal on CUDA only); every "
+            f"parameter must be sharded, or load weights with cuda.model_path"
+        )
     torch.manual_seed(seed if device.type == "cuda" else seed + rank)
     hf_model(model).initialize_weights()
     reset_lora(model)
@@ -102,9 +104,15 @@ def replicated(model: nn.Module) -> list[str]:
 
     if not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
         return []
-    return [n for n, p in model.named_parameters()
-            if not isinstance(p, DTensor)
-            or any(isinstance(pl, Replicate) and p.device_mesh.size(i) > 1 for i, pl in enumerate(p.placements))]
+    return [
+        n
+        for n, p in model.named_parameters()
+        if not isinstance(p, DTensor)
+        or any(
+            isinstance(pl, Replicate) and p.device_mesh.size(i) > 1
+            for i, pl in enumerate(p.placements)
+        )
+    ]
 
 
 def reset_lora(model: nn.Module) -> None:
@@ -112,7 +120,7 @@ def reset_lora(model: nn.Module) -> None:
     treats the adapters' linears as ordinary layers."""
     try:
         from peft.tuners.lora import LoraLayer
-    except ImportError:       # peft is needed only for LoRA
+    except ImportError:  # peft is needed only for LoRA
         return
     for module in model.modules():
         if isinstance(module, LoraLayer):
@@ -132,8 +140,14 @@ def init_buffers(model: nn.Module) -> None:
     for module in base.modules():
         if not module._non_persistent_buffers_set:
             continue
-        loaded = [*module.parameters(recurse=False),
-                  *(b for n, b in module.named_buffers(recurse=False) if n not in module._non_persistent_buffers_set)]
+        loaded = [
+            *module.parameters(recurse=False),
+            *(
+                b
+                for n, b in module.named_buffers(recurse=False)
+                if n not in module._non_persistent_buffers_set
+            ),
+        ]
         with _marked_initialized(loaded):
             base._init_weights(module)
 
@@ -154,20 +168,27 @@ def _marked_initialized(tensors: list[torch.Tensor]):
                 t._is_hf_initialized = flag
 
 
-def load_from_rank0(model: nn.Module, full_state_dict: dict[str, torch.Tensor] | None, device: torch.device) -> None:
+def load_from_rank0(
+    model: nn.Module, full_state_dict: dict[str, torch.Tensor] | None, device: torch.device
+) -> None:
     """Allocate the sharded meta ``model`` on ``device`` and fill it from rank 0's
     ``full_state_dict`` (None on the other ranks): each rank keeps only its slice."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     model.to_empty(device=device)
-    set_model_state_dict(model, full_state_dict or {},
-                         options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    set_model_state_dict(
+        model,
+        full_state_dict or {},
+        options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True),
+    )
     init_buffers(model)
 
 
 def model_class(model: nn.Module) -> str:
     """The transformers class name (FSDP2 renames the classes it wraps ``FSDP<name>``)."""
-    return next(c.__name__ for c in type(hf_model(model)).__mro__ if not c.__name__.startswith("FSDP"))
+    return next(
+        c.__name__ for c in type(hf_model(model)).__mro__ if not c.__name__.startswith("FSDP")
+    )
 
 
 def model_bytes(model: nn.Module) -> int:
