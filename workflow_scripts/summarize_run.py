@@ -15,6 +15,7 @@ from wattflex.telemetry import (
     read_run_files,
     summarize_run,
 )
+from wattflex.vocabulary import RUN_GROUP_FIELDS
 
 smk = snakemake  # noqa: F821
 protocol = SummaryProtocol.from_config(smk.params.protocol)
@@ -68,24 +69,7 @@ def summarize(inputs: list[str], output: str, log_path: str) -> None:
         "gpu_model": run.get("device_model"),
         # nvml | dcgm | steps on cuda runs (run.json), the backend's name where it made the trace itself
         "telemetry_source": (run.get("telemetry") or {}).get("source") or run.get("backend"),
-        **{
-            k: group.get(k)
-            for k in (
-                "gpus",
-                "model",
-                "architecture",
-                "task",
-                "cluster",
-                "set",
-                "matches",
-                "seq_len",
-                "batch",
-                "ep",
-                "compile",
-                "grad_checkpointing",
-                "lora_rank",
-            )
-        },
+        **{k: group.get(k) for k in RUN_GROUP_FIELDS},
         **summary,
         # a clock run's setpoint (knob: clock); a cap run's row is as before
         **(

@@ -1,6 +1,6 @@
 """The workload vocabulary: the names a group's architecture, task, cluster and set take, and
 the rule that derives a cluster from architecture and task (the paper's three clusters,
-Tables 10-11). One registry: the config (``wattflex.config.groups``), the ingest reader,
+Tables 10-11), and the columns that describe a group's job. One registry: the config (``wattflex.config.groups``), the ingest reader,
 statistics, the predictor and the figures read it; the schema's enums list the same names
 (tests/unit/test_vocabulary.py holds them equal). Light: no imports.
 """
@@ -12,6 +12,21 @@ TASKS = ("pt", "lora")  # pt: pretraining (full AdamW); lora: LoRA fine-tuning
 CLUSTERS = ("dense", "moe-pt", "moe-ft")  # the paper's order (Tables 10-11)
 SETS = ("headline", "validation", "h100", "other")
 VOCABULARY = {"architecture": ARCHITECTURES, "task": TASKS, "cluster": CLUSTERS, "set": SETS}
+# The columns of runs.csv that describe a group's job beside its GPUs, in runs.csv's order.
+JOB_COLUMNS = (
+    "model",
+    "architecture",
+    "task",
+    "cluster",
+    "set",
+    "matches",
+    "seq_len",
+    "batch",
+    "ep",
+    "compile",
+)
+# What the summary of one of the workflow's own runs carries of its group (summarize_run, sweeps).
+RUN_GROUP_FIELDS = ("gpus", *JOB_COLUMNS, "grad_checkpointing", "lora_rank")
 
 
 def cluster_of(architecture: str, task: str) -> str | None:

@@ -46,7 +46,7 @@ import pandas as pd
 from wattflex.ingest.dcgm import range_problem
 from wattflex.run_ids import run_id
 from wattflex.telemetry import ACTIVITY_METRICS
-from wattflex.vocabulary import VOCABULARY, cluster_of
+from wattflex.vocabulary import JOB_COLUMNS, VOCABULARY, cluster_of
 
 BACKEND = "ingest"
 # runs.parquet columns (the contract every source of runs writes), in order; ingest adds
@@ -59,16 +59,7 @@ RUN_COLUMNS = [
     "backend",
     "gpu_model",
     "gpus",
-    "model",
-    "architecture",
-    "task",
-    "cluster",
-    "set",
-    "matches",
-    "seq_len",
-    "batch",
-    "ep",
-    "compile",
+    *JOB_COLUMNS,
     "power_w",
     "power_w_sem",
     "tokens_per_s",
@@ -82,21 +73,7 @@ RUN_COLUMNS = [
     "source_line",
 ]
 # Constant within a group (a job's description, not a run's measurement).
-GROUP_META = (
-    "gpus",
-    "gpu_model",
-    "model",
-    "architecture",
-    "task",
-    "cluster",
-    "set",
-    "matches",
-    "seq_len",
-    "batch",
-    "ep",
-    "compile",
-    "throughput_unit",
-)
+GROUP_META = ("gpus", "gpu_model", *JOB_COLUMNS, "throughput_unit")
 NUMERIC = (
     "cap_w",
     "power_w",

@@ -51,6 +51,7 @@ from wattflex.ingest.reader import (
     validate_sweep,
 )
 from wattflex.telemetry import ACTIVITY_METRICS, STEP_COLUMNS, SummaryProtocol, summarize_run
+from wattflex.vocabulary import JOB_COLUMNS
 
 FORMATS = ("sweep-table", "zeus-nsdi23", "perseus-sosp24", "dcgm-runs")
 
@@ -278,20 +279,7 @@ def perseus_sosp24_table(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, lis
 # ---------------------------------------------------------------------------------------
 
 TELEMETRY_FORMATS = ("dcgm-exporter", "dcgmi-dmon")
-_MANIFEST_META = (
-    "gpus",
-    "gpu_model",
-    "model",
-    "architecture",
-    "task",
-    "cluster",
-    "set",
-    "matches",
-    "seq_len",
-    "batch",
-    "ep",
-    "compile",
-)
+_MANIFEST_META = ("gpus", "gpu_model", *JOB_COLUMNS)
 
 
 def _manifest(path: Path) -> pd.DataFrame:

@@ -26,10 +26,10 @@ from wattflex.runs.emulator import (
     PHYSICS,
     JobAtCap,
     JobSpec,
-    Operating,
     Physics,
     enforce_cap,
     operating_points,
+    synchronous_step,
 )
 
 # Clocks a clock sweep locks at when none are given: 20 % to 100 % of the part's maximum SM
@@ -67,29 +67,7 @@ def job_at_clock(
     for leak in leakages:
         pts = operating_points(job, gpu, leakage=float(leak), physics=physics)
         own.append((pts, min(lock, enforce_cap(pts, limit))))
-    step = max(pts["step_s"][i] for pts, i in own)
-    wait_w = gpu.idle_w + physics.barrier_extra_w
-    per_gpu = []
-    for pts, i in own:
-        scale = pts["step_s"][i] / step
-        per_gpu.append(
-            Operating(
-                sm_clock_mhz=float(pts["sm_clock_mhz"][i]),
-                step_s=float(step),
-                power_w=float(
-                    (pts["power_w"][i] * pts["step_s"][i] + wait_w * (step - pts["step_s"][i]))
-                    / step
-                ),
-                dram_active=float(pts["dram_active"][i] * scale),
-                sm_active=float(pts["sm_active"][i] * scale),
-                tensor_active=float(pts["tensor_active"][i] * scale),
-                gpu_util=float(pts["gpu_util"][i] * scale + 100 * (1 - scale)),
-                mem_copy_util=float(pts["mem_copy_util"][i] * scale),
-            )
-        )
-    return JobAtCap(
-        cap_w=limit, step_s=float(step), tokens_per_s=job.tokens_per_step / step, per_gpu=per_gpu
-    )
+    return synchronous_step(job, gpu, limit, own, physics)
 
 
 def clock_curve(

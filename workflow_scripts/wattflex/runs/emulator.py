@@ -947,13 +947,26 @@ def job_at_caps(
 def _synchronous_step(
     job: JobSpec, gpu: GPUSpec, cap_w: float, curves: list[dict[str, np.ndarray]], physics: Physics
 ) -> JobAtCap:
-    own = [(pts, enforce_cap(pts, cap_w)) for pts in curves]
+    return synchronous_step(
+        job, gpu, cap_w, [(pts, enforce_cap(pts, cap_w)) for pts in curves], physics
+    )
+
+
+def synchronous_step(
+    job: JobSpec,
+    gpu: GPUSpec,
+    cap_w: float,
+    own: Sequence[tuple[dict[str, np.ndarray], int]],
+    physics: Physics = PHYSICS,
+) -> JobAtCap:
+    """The job's step when each GPU runs at its own operating point (``own``: its curve and the
+    index on it) and all meet at the barrier: the slowest sets the step."""
     step = max(pts["step_s"][i] for pts, i in own)
+    # A faster GPU idles at the barrier; its average power and activity drop.
+    wait_w = gpu.idle_w + physics.barrier_extra_w
     per_gpu = []
     for pts, i in own:
         wait = step - pts["step_s"][i]
-        # A faster GPU idles at the barrier; its average power and activity drop.
-        wait_w = gpu.idle_w + physics.barrier_extra_w
         scale = pts["step_s"][i] / step
         per_gpu.append(
             Operating(

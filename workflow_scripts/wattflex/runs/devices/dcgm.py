@@ -203,8 +203,9 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
-class DmonReader:
-    """``dcgmi dmon`` for the run's length; ``records()`` parses what it printed so far."""
+class _Reader:
+    """What both readers are given: the settings, this node's GPUs and name, the sample period
+    and the sampler's clock (times are seconds since ``t0`` on it)."""
 
     def __init__(
         self,
@@ -223,6 +224,13 @@ class DmonReader:
             node,
             clock,
         )
+
+
+class DmonReader(_Reader):
+    """``dcgmi dmon`` for the run's length; ``records()`` parses what it printed so far."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self.lines: list[str] = []
         self.proc: subprocess.Popen | None = None
         self._thread: threading.Thread | None = None
@@ -371,27 +379,12 @@ def _samples(header: str, lines: list[str]) -> list[tuple[str, list[str]]]:
     return out
 
 
-class ExporterReader:
+class ExporterReader(_Reader):
     """dcgm-exporter's ``/metrics`` fetched every ``period_s`` from a thread; each scrape is
     stamped with the time it was fetched (on the sampler's clock) and this node's name."""
 
-    def __init__(
-        self,
-        settings: DcgmSettings,
-        gpu_ids: Sequence[int],
-        period_s: float,
-        t0: float,
-        node: str,
-        clock: Callable[[], float] = time.time,
-    ):
-        self.settings, self.gpu_ids, self.period_s, self.t0, self.node, self.clock = (
-            settings,
-            [int(g) for g in gpu_ids],
-            period_s,
-            t0,
-            node,
-            clock,
-        )
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self.rows: list[dict[str, Any]] = []
         self.scrapes, self.failures, self.last_error = 0, 0, None
         self._stop = threading.Event()

@@ -46,6 +46,7 @@ from scipy import stats
 from wattflex.run_ids import run_id
 from wattflex.schema import section_defaults
 from wattflex.telemetry import TRAINING, SummaryProtocol, detect_phases, job_series, summarize_run
+from wattflex.vocabulary import RUN_GROUP_FIELDS
 
 _STAIRCASE = section_defaults("staircase")
 
@@ -410,21 +411,7 @@ def cap_rows(
     return out
 
 
-GROUP_FIELDS = (
-    "gpus",
-    "model",
-    "architecture",
-    "task",
-    "cluster",
-    "set",
-    "matches",
-    "seq_len",
-    "batch",
-    "ep",
-    "compile",
-    "grad_checkpointing",
-    "lora_rank",
-)
+GROUP_FIELDS = RUN_GROUP_FIELDS
 
 
 def summary_row(
