@@ -3,39 +3,27 @@
 (training.checkpoint) grow with the parameters exactly as wattflex.runs.plan says."""
 
 import pytest
-import yaml
 
+from tests.tiny_training import tiny_cfg
 from wattflex.provenance import read_json
 from wattflex.runs import plan
-from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.loop import train
 
-from .training.test_training import REPO
-
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
-CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
 # DCP's .metadata file and per-file headers: a fixed cost, not per parameter (~170-280 KB here)
 OVERHEAD_MAX = 400_000
 
 
 def checkpoint_of(model, task, precision, tmp_path):
     (tmp_path / f"{task}-{precision}").mkdir()
-    cfg = TrainConfig(
-        model_facts=CATALOG[model],
+    cfg = tiny_cfg(
+        model,
+        tmp_path / f"{task}-{precision}",
         task=task,
-        seq_len=32,
         batch=4,
-        lora_rank=8,
-        device="cpu",
-        tiny=True,
-        compile=False,
-        grad_checkpointing=False,
-        max_steps=2,
         duration_s=60,
-        eval_at_s=None,
         checkpoint_at_s=0.0,
         precision=precision,
-        outdir=str(tmp_path / f"{task}-{precision}"),
     )
     train(cfg)
     facts = read_json(tmp_path / f"{task}-{precision}" / ".training.json")["training"]

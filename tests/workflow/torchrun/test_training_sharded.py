@@ -11,7 +11,8 @@ import json
 import pytest
 import torch
 
-from tests.unit.runs.training.test_training_sharded import CATALOG
+from tests import tiny_training
+from tests.tiny_training import CATALOG
 from tests.workflow.torchrun.training_jobs import ProbeJob, run_probes, train_torchrun
 from wattflex.runs.training import models
 from wattflex.runs.training.config import TrainConfig
@@ -20,26 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/workflow/torchrun/co
 
 
 def tiny_cfg(model: str, outdir, **kw) -> TrainConfig:
-    base = dict(
-        model_facts=CATALOG[model],
-        task="pt",
-        seq_len=32,
-        batch=2,
-        lora_rank=8,
-        device="cpu",
-        tiny=True,
-        compile=False,
-        grad_checkpointing=False,
-        max_steps=2,
-        duration_s=120,
-        eval_at_s=None,
-        checkpoint_at_s=None,
-        lr=3e-3,
-        parallel="fsdp",
-        outdir=str(outdir),
-    )
-    base.update(kw)
-    return TrainConfig(**base)
+    return tiny_training.tiny_cfg(model, outdir, **{"lr": 3e-3, "parallel": "fsdp", **kw})
 
 
 # ---- what each rank holds after prepare_model (real 2-process gloo jobs) ------------------------

@@ -168,17 +168,7 @@ def kruskal_dunn(
                 **({"note": undefined} if undefined else {}),
             }
         )
-    summary = [
-        {
-            "group": g,
-            "n": int(s.size),
-            "median": float(np.median(s)),
-            "mean": float(np.mean(s)),
-            "min": float(np.min(s)),
-            "max": float(np.max(s)),
-        }
-        for g, s in zip(names, samples)
-    ]
+    summary = _group_summaries(names, samples)
     return {
         "value_col": value_col,
         "group_col": group_col,
@@ -199,6 +189,21 @@ def kruskal_dunn(
     }
 
 
+def _group_summaries(names: list[Any], samples: list[np.ndarray]) -> list[dict[str, Any]]:
+    """Size, median, mean and range of each group's sample."""
+    return [
+        {
+            "group": g,
+            "n": int(s.size),
+            "median": float(np.median(s)),
+            "mean": float(np.mean(s)),
+            "min": float(np.min(s)),
+            "max": float(np.max(s)),
+        }
+        for g, s in zip(names, samples)
+    ]
+
+
 def _not_tested(
     df: pd.DataFrame,
     clean: pd.DataFrame,
@@ -210,17 +215,9 @@ def _not_tested(
 ) -> dict[str, Any]:
     """The result of :func:`kruskal_dunn` on fewer than 2 groups: no statistic, the reason."""
     reason = f"need at least 2 groups in {group_col!r} to compare, found {len(names)} ({', '.join(map(str, names)) or 'none'})"
-    summary = [
-        {
-            "group": g,
-            "n": int(s.size),
-            "median": float(np.median(s)),
-            "mean": float(np.mean(s)),
-            "min": float(np.min(s)),
-            "max": float(np.max(s)),
-        }
-        for g, s in ((g, clean.loc[clean["group"] == g, "value"].to_numpy()) for g in names)
-    ]
+    summary = _group_summaries(
+        names, [clean.loc[clean["group"] == g, "value"].to_numpy() for g in names]
+    )
     return {
         "value_col": value_col,
         "group_col": group_col,

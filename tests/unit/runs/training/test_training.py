@@ -14,8 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-import yaml
 
+from tests import tiny_training
+from tests.tiny_training import CATALOG
 from wattflex.gpus import peak_bf16_flops
 from wattflex.provenance import read_json, read_parquet
 from wattflex.runs.training import checkpoint as ckpt
@@ -25,7 +26,6 @@ from wattflex.runs.training.loop import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 REPO = Path(__file__).resolve().parents[4]
-CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
 # Mixtral: a family the harness builds that no catalogue model uses (Gemma-4 was its stand-in)
 MIXTRAL_STYLE = "Mixtral-style (test)"
 FACTS = {**CATALOG, MIXTRAL_STYLE: {**CATALOG["Qwen3-30B-A3B"], "hf_model_type": "mixtral"}}
@@ -43,25 +43,12 @@ FAMILIES = {
 
 
 def tiny_cfg(model: str, task: str, outdir, **kw) -> TrainConfig:
-    base = dict(
-        model_facts=FACTS[model],
-        task=task,
-        seq_len=32,
-        batch=4,
-        lora_rank=8,
-        device="cpu",
-        tiny=True,
-        compile=False,
-        grad_checkpointing=False,
-        max_steps=30,
-        duration_s=120,
-        eval_at_s=None,
-        checkpoint_at_s=None,
-        lr=3e-3 if task == "pt" else 5e-3,
-        outdir=str(outdir),
+    lr = 3e-3 if task == "pt" else 5e-3
+    return tiny_training.tiny_cfg(
+        model,
+        outdir,
+        **{"model_facts": FACTS[model], "task": task, "batch": 4, "max_steps": 30, "lr": lr, **kw},
     )
-    base.update(kw)
-    return TrainConfig(**base)
 
 
 @pytest.mark.slow

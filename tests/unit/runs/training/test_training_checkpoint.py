@@ -5,16 +5,14 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
+from tests.tiny_training import tiny_cfg
 from wattflex.provenance import read_json
 from wattflex.runs.training import checkpoint
-from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.loop import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 REPO = Path(__file__).resolve().parents[4]
-CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
 
 
 def test_checkpoint_location_takes_env_vars_and_the_run(tmp_path, monkeypatch):
@@ -39,23 +37,15 @@ def test_checkpoint_location_takes_env_vars_and_the_run(tmp_path, monkeypatch):
 
 def _run(outdir: Path, use_async: bool) -> dict:
     outdir.mkdir(parents=True)
-    cfg = TrainConfig(
-        model_facts=CATALOG["Qwen3-32B"],
-        task="pt",
-        seq_len=32,
-        batch=2,
-        device="cpu",
-        tiny=True,
-        compile=False,
-        grad_checkpointing=False,
+    cfg = tiny_cfg(
+        "Qwen3-32B",
+        outdir,
         max_steps=3,
         duration_s=60,
-        eval_at_s=None,
         checkpoint_at_s=0.0,
         keep_checkpoint=True,
         checkpoint_async=use_async,
         checkpoint_dir=str(outdir / "ckpt" / "{run}"),
-        outdir=str(outdir),
     )
     train(cfg)
     return read_json(outdir / ".training.json")["training"]["events"][0]

@@ -9,8 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
+from tests import tiny_training
+from tests.tiny_training import CATALOG
 from wattflex.runs.training import models
 from wattflex.runs.training import parallel as par
 from wattflex.runs.training.config import TrainConfig
@@ -18,29 +19,11 @@ from wattflex.runs.training.loop import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 REPO = Path(__file__).resolve().parents[4]
-CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
 QWEN_MOE, GPT_OSS, LLAMA = "Qwen3-30B-A3B", "gpt-oss-20b", "Llama-3.1-70B"
 
 
 def tiny_cfg(model: str, outdir, **kw) -> TrainConfig:
-    base = dict(
-        model_facts=CATALOG[model],
-        task="pt",
-        seq_len=32,
-        batch=2,
-        device="cpu",
-        tiny=True,
-        compile=False,
-        grad_checkpointing=False,
-        max_steps=6,
-        duration_s=120,
-        eval_at_s=None,
-        checkpoint_at_s=None,
-        lr=3e-3,
-        outdir=str(outdir),
-    )
-    base.update(kw)
-    return TrainConfig(**base)
+    return tiny_training.tiny_cfg(model, outdir, **{"max_steps": 6, "lr": 3e-3, **kw})
 
 
 # ---- layout decisions (no processes) ------------------------------------------------------------

@@ -6,36 +6,14 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
+from tests.tiny_training import CATALOG, tiny_cfg
 from wattflex.runs.training import models
 from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.loss import causal_lm_loss, chunked_applies, chunked_causal_lm_loss
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 REPO = Path(__file__).resolve().parents[4]
-CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
-
-
-def tiny_cfg(model: str, outdir, **kw) -> TrainConfig:
-    base = dict(
-        model_facts=CATALOG[model],
-        task="pt",
-        seq_len=32,
-        batch=2,
-        lora_rank=8,
-        device="cpu",
-        tiny=True,
-        compile=False,
-        grad_checkpointing=False,
-        max_steps=2,
-        duration_s=120,
-        eval_at_s=None,
-        checkpoint_at_s=None,
-        outdir=str(outdir),
-    )
-    base.update(kw)
-    return TrainConfig(**base)
 
 
 def loss_and_grads(model, x, loss_fn):

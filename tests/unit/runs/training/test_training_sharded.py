@@ -6,13 +6,12 @@ construction, in real 2-process torchrun jobs: tests/workflow/torchrun/test_trai
 from pathlib import Path
 
 import pytest
-import yaml
 
+from tests.tiny_training import CATALOG
 from wattflex.runs.training import models
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 REPO = Path(__file__).resolve().parents[4]
-CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
 
 
 # ---- gpt-oss checkpoints (no processes) ---------------------------------------------------------
