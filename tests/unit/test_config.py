@@ -1,4 +1,5 @@
 import copy
+import re
 
 import pytest
 import yaml
@@ -231,3 +232,42 @@ def test_cross_field_rules_are_checked_at_validation_naming_the_key(raw, repo, m
         prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
     msg = str(err.value)
     assert msg.startswith(f"config error at {key}: ") and words in msg, msg
+
+
+@pytest.mark.parametrize(
+    "group",
+    [
+        # the longest start of the default groups' kind: 70B weights, torch.compile, slow steps at 200 W
+        {"id": "ft70", "model": "Llama-3.1-70B", "task": "lora", "gpus": 8, "caps": [200, 700]},
+        {"id": "moe", "model": "Qwen3-30B-A3B", "task": "pt", "gpus": 8, "ep": 8, "caps": [300]},
+    ],
+)
+def test_an_emulated_run_too_short_to_train_is_refused_with_a_length_that_works(raw, repo, group):
+    """Refused at validation, not after every run has run; and the length the message names is
+    one the emulator meets: a run of that length at the slowest cap has a steady state."""
+    from wattflex.config import run_spec
+    from wattflex.runs.devices.emulated import run_emulated
+    from wattflex.runs.devices.timeline import check_run_length
+    from wattflex.telemetry import SummaryProtocol, summarize_run
+
+    def check(raw):
+        check_run_length(prepare(copy.deepcopy(raw), base=repo, check_inputs=False))
+
+    raw.update(groups=[group], repeats=[])
+    raw["run"].update(duration_s=120, eval_at_s=None, checkpoint_at_s=None)
+    with pytest.raises(ConfigError) as err:
+        check(raw)
+    msg = str(err.value)
+    assert msg.startswith("config error at run.duration_s: 120 s is too short for groups[0]")
+    assert repr(group["id"]) in msg and "loads weights for" in msg, msg
+    need_s = int(re.search(r"use at least (\d+) s", msg).group(1))
+
+    raw["run"]["duration_s"] = need_s - 1
+    with pytest.raises(ConfigError, match=f"use at least {need_s} s"):
+        check(raw)
+    raw["run"]["duration_s"] = need_s
+    check(raw)
+    cfg = prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+    slowest = f"cap{min(group['caps'])}"
+    telemetry, steps, _ = run_emulated(run_spec(cfg, group["id"], slowest))
+    assert summarize_run(telemetry, steps, SummaryProtocol())["n_steps_training"] >= 1

@@ -70,3 +70,21 @@ def test_dry_run_says_which_sections_came_from_the_default_config(tmp_path):
     )  # the rest it leaves out: the schema's defaults
     assert "--replace-workflow-config" in lines[0]
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_dry_run_of_emulated_runs_too_short_to_train_stops_at_once_naming_the_group(tmp_path):
+    """Refused before any run starts (it used to fail after all of them, none summarised)."""
+    cfg = load(TINY)
+    cfg["run"].update(duration_s=200, eval_at_s=None, checkpoint_at_s=None)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    proc = _snakemake(tmp_path, "--configfile", str(tmp_path / "c.yaml"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert (
+        "config error at run.duration_s: 200 s is too short for groups[0] "
+        "('dense-pt-mistral24b-x8') on the emulated backend" in out
+    ), out[-2000:]
+    assert "use at least 239 s" in out
+    cfg["run"]["duration_s"] = 280
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    assert _snakemake(tmp_path, "--configfile", str(tmp_path / "c.yaml")).returncode == 0

@@ -16,9 +16,9 @@ pytestmark = pytest.mark.slow
 
 
 def one_group_config() -> dict:
-    """tests/data/tiny.yaml's first group alone, emulated, no repeats. 240 s runs: the schema
-    allows 60, but shorter emulated runs leave the 200 W run without a complete training step
-    (a failed run, another subject); two out-of-sample splits, which one group cannot halve."""
+    """tests/data/tiny.yaml's first group alone, emulated, no repeats. 240 s runs: about the
+    shortest the workflow accepts for this group (239 s, wattflex.runs.devices.timeline); two
+    out-of-sample splits, which one group cannot halve."""
     cfg = yaml.safe_load((REPO / "tests" / "data" / "tiny.yaml").read_text())
     cfg["backend"] = "emulated"
     cfg["groups"] = cfg["groups"][:1]

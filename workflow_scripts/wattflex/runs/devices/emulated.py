@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
 from wattflex.metrics import telemetry_columns
+from wattflex.runs.devices.timeline import FIRST_STEPS_EXTRA, FIRST_STEPS_TAU_S, start_phases_s
 from wattflex.runs.emulator import (
     PHYSICS,
     JobSpec,
@@ -199,10 +200,7 @@ def simulate_run_tables(
     seg_start = np.array([t for t, _ in schedule])
 
     fb_gib = memory_footprint_gib(job, gpu, physics)
-    warmup_s = 40.0 + 2.5 * job.total_params_b * (2 if job.task == "pt" else 1) / max(
-        1, min(job.gpus, 8)
-    )
-    startup_s = 25.0 + (75.0 if job.compile else 0.0)
+    warmup_s, startup_s = start_phases_s(job)
     train_start = warmup_s + startup_s
     eval_len = 45.0
     ckpt_len = 20.0 + 0.25 * fb_gib
@@ -222,9 +220,8 @@ def simulate_run_tables(
     wi = 0
     while True:
         seg = max(0, int(np.searchsorted(seg_start, t, side="right")) - 1)
-        ramp = 1.0 + 0.5 * np.exp(
-            -(t - train_start) / 15.0
-        )  # first steps slower (allocator, caches)
+        # first steps slower (allocator, caches)
+        ramp = 1.0 + FIRST_STEPS_EXTRA * np.exp(-(t - train_start) / FIRST_STEPS_TAU_S)
         t += states[seg].step_s * ramp * (1.0 + step_noise[i % step_noise.size]) / run_tput
         while wi < len(windows) and t > windows[wi][0]:
             t += windows[wi][1]
