@@ -5,7 +5,7 @@ Usage: python benchmarks/compare_outputs.py REV [REV ...] [--cores N]   (REV: a 
 Each REV: a fresh copy of its workflow (benchmarks/checkouts.py) and a fresh working directory,
 the default config, `snakemake --cores N`. Prints the sha256 prefix of runs.csv, pfi.csv and
 allocation/headline.csv per REV, and, for every REV after the first, how many of all the CSVs
-under results/ differ from the first REV's.
+under results/ differ from the REV before it (a file only one of them has counts).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("revs", nargs="+")
     ap.add_argument("--cores", type=int, default=2)
     args = ap.parse_args(argv)
-    rows, first = [], None
+    rows, before = [], None
     with tempfile.TemporaryDirectory(prefix="wattflex_compare_") as tmp:
         for k, rev in enumerate(args.revs):
             root = Path(tmp) / f"{k}"
@@ -43,15 +43,20 @@ def main(argv: list[str] | None = None) -> int:
                 wf, root / "work", wf / "config" / "config.yaml", "--cores", str(args.cores), "-q"
             )
             hashes = csv_hashes(root / "work")
-            first = first or hashes
             named = [
                 next((h[:12] for f, h in hashes.items() if f.endswith("/" + n)), "-") for n in NAMED
             ]
-            differ = sum(first.get(f) != hashes.get(f) for f in set(first) | set(hashes))
+            if before is None:
+                differ = "-"
+            else:
+                differ = sum(before.get(f) != hashes.get(f) for f in set(before) | set(hashes))
+            before = hashes
             rows.append((describe(rev), seconds, len(hashes), *named, differ))
             print(f"{rev}: {seconds:.0f} s, {len(hashes)} CSVs", file=sys.stderr, flush=True)
     print(
-        "| workflow | run (s) | CSVs | " + " | ".join(NAMED) + " | CSVs differing from the first |"
+        "| workflow | run (s) | CSVs | "
+        + " | ".join(NAMED)
+        + " | CSVs differing from the row above |"
     )
     print("| --- | ---: | ---: | " + " | ".join("---" for _ in NAMED) + " | ---: |")
     for desc, seconds, n, *named, differ in rows:

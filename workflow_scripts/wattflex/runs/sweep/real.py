@@ -458,19 +458,7 @@ def _run_multi_node_sweep(
             outdir, opts.nnodes, opts.sampler_period_s, alive=lambda: proc.poll() is None
         )
         training.wait_first_step(separate_s, opts.sampler_period_s)
-        run = PollingRun(
-            agents,
-            agents.series,
-            training.steps,
-            training.request_stop,
-            max_duration_s=separate_s,
-            poll_s=opts.sampler_period_s,
-            t0=t0,
-            clock=time.time,
-            ended=training.ended,
-        )
-        result = run_controller(run, spec.raw, caps, separate_s)
-        training.finish()
+        result = _follow(training, agents, agents.series, spec, caps, separate_s, t0)
     finally:
         terminate(proc)
     nodes = [
@@ -530,24 +518,31 @@ def run_real_sweep(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> None:
             s = job_series(sampler.frame())
             return s[s["n_gpus"] == n_gpus].reset_index(drop=True)  # not a sample read half-way
 
-        run = PollingRun(
-            GpuSet(node.gpus),
-            series,
-            training.steps,
-            training.request_stop,
-            max_duration_s=separate_s,
-            poll_s=opts.sampler_period_s,
-            t0=t0,
-            clock=time.time,
-            ended=training.ended,
-        )
-        result = run_controller(run, spec.raw, caps, separate_s)
-        training.finish()
+        result = _follow(training, GpuSet(node.gpus), series, spec, caps, separate_s, t0)
     extra = sweep_record(spec.raw, result)
     if job is not None:
         job.write_sweep_outputs(training)
         extra["launch"] = "command"
     assemble(spec, outdir, opts, [node.facts], t0, start_utc, utc_now(), extra=extra)
+
+
+def _follow(training, gpus, series, spec: RunSpec, caps: list[float], separate_s: float, t0: float):
+    """The sweep's controller over the running job: it steps ``gpus``' caps, reading ``series``
+    (power) and the job's steps, until the grid is done; then the job is stopped."""
+    run = PollingRun(
+        gpus,
+        series,
+        training.steps,
+        training.request_stop,
+        max_duration_s=separate_s,
+        poll_s=spec.options.sampler_period_s,
+        t0=t0,
+        clock=time.time,
+        ended=training.ended,
+    )
+    result = run_controller(run, spec.raw, caps, separate_s)
+    training.finish()
+    return result
 
 
 def write_real_sweep_run(spec: dict[str, Any], outdir: str | Path) -> Path:
