@@ -271,3 +271,20 @@ def test_an_emulated_run_too_short_to_train_is_refused_with_a_length_that_works(
     slowest = f"cap{min(group['caps'])}"
     telemetry, steps, _ = run_emulated(run_spec(cfg, group["id"], slowest))
     assert summarize_run(telemetry, steps, SummaryProtocol())["n_steps_training"] >= 1
+
+
+def test_the_run_length_check_passes_over_what_runs_nothing_or_fails_on_its_own(raw, repo):
+    """An ingested campaign (no groups) and a group whose catalogue entry is incomplete are not
+    refused by the run-length check: the first runs nothing; the second's runs fail and record
+    why while the other groups run (tests/workflow/test_run_scheduling.py)."""
+    from wattflex.runs.devices.timeline import check_run_length
+
+    ingest = yaml.safe_load((repo / "config" / "zeus-nsdi23.yaml").read_text())
+    check_run_length(prepare(copy.deepcopy(ingest), base=repo, check_inputs=False))
+
+    cfg = prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+    model = cfg["groups"][0]["model"]
+    cfg["_catalog"][model] = {k: v for k, v in cfg["_catalog"][model].items() if k != "layers"}
+    cfg["run"]["duration_s"] = 1.0  # too short for every complete group but the broken one's
+    cfg["groups"] = cfg["groups"][:1]
+    check_run_length(cfg)
