@@ -1,8 +1,9 @@
 """The throughput presets against lines the frameworks' own code wrote (tests/data/logs/<framework>/,
 README.md there names each upstream file and version), read as a command run reads its log
 (wattflex.runs.command_run.LineFollower): torchtitan's default coloured line, evaluation never
-a step (torchtitan's validate line, the HF Trainer's and Lightning's evaluation bars), a bar's
-redraw no new step, and both of NeMo's progress callbacks. The HF Trainer is really run here."""
+a step (torchtitan's validate line, Megatron-LM's validation and test-set blocks, the HF
+Trainer's and Lightning's evaluation bars), a bar's redraw no new step, and both of NeMo's
+progress callbacks. The HF Trainer is really run here."""
 
 import subprocess
 import sys
@@ -44,6 +45,34 @@ def test_torchtitan_default_coloured_line_parses_and_validation_is_no_step(name)
     assert [r[0] for r in rows] == [1, 2, 3, 4, 5, 6, 7]
     assert [r[1] for r in rows] == [2 * t for t in TORCHTITAN_TPS]
     assert rows[4][2] == pytest.approx(8.2) and rows[5][2] == pytest.approx(7.95)
+
+
+# Megatron-LM's training_log lines in megatron/training_log.log: --log-interval 2 and the first
+# iteration; the line's time is the mean over the iterations since the last line, and the first
+# line does not reset it, so iteration 2's mean holds iteration 1's 9.0 s (make_lines.py STEP_S).
+MEGATRON_MS = {1: 9000.0, 2: 6750.0, 4: 4500.0, 6: 4550.0, 8: 4500.0}
+MEGATRON_LOSS = [11.9, (11.9 + 10.8) / 2, (9.7 + 8.9) / 2, (8.1 + 7.6) / 2, (7.2 + 6.9) / 2]
+
+
+def test_megatron_training_log_lines_are_the_steps_and_validation_and_test_are_not():
+    """Global batch 32 x sequence 8192 tokens per iteration over the logged mean iteration time;
+    the validation blocks (eval interval 4, and the validation and test sets after training),
+    the evaluate timer, the memory reports and "Evaluating iter 1/2" are no steps."""
+    log = LOGS / "megatron" / "training_log.log"
+    rows = followed(log, preset="megatron", seq_len=8192)
+    assert [r[0] for r in rows] == list(MEGATRON_MS)
+    assert [r[1] for r in rows] == pytest.approx(
+        [32 * 8192 / (ms / 1000) for ms in MEGATRON_MS.values()]
+    )
+    assert [r[2] for r in rows] == pytest.approx(MEGATRON_LOSS, rel=1e-6)  # float32 sums
+    src = ThroughputSource.from_spec({"preset": "megatron"}, seq_len=8192)
+    others = [x for x in log.read_text().splitlines() if "elapsed time per iteration" not in x]
+    assert [x for x in others if src.parse(x)] == []
+    validation = [x for x in others if x.startswith(" validation loss at iteration ")]
+    assert len(validation) == 4 and validation[-1].startswith(
+        " validation loss at iteration 8 on test set | lm loss value: "
+    )
+    assert sum(x.startswith("Evaluating iter ") for x in others) == 4
 
 
 def test_nemo_preset_reads_both_progress_callbacks_without_validation_or_redraws():

@@ -60,9 +60,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         rf"(?P<tokens_per_s>{_NUM})",
         "per_gpu": True,
     },
-    # Megatron-LM (megatron/training/training.py training_log): "iteration 71/ 100 | ... elapsed time
-    # per iteration (ms): 5361.6 | ... global batch size: 128 | lm loss: 1.8E+00 |"; tokens per
-    # sample = the sequence length (tokens_per_sample, default group.seq_len).
+    # Megatron-LM's training_log line (megatron/training/training.py): "iteration 71/ 100 | ...
+    # elapsed time per iteration (ms): 5361.6 | ... global batch size: 128 | lm loss: 1.8E+00 |",
+    # the mean over the iterations since the last line; tokens per sample = the sequence length
+    # (tokens_per_sample, default group.seq_len). Not evaluate_and_print_results' "validation loss
+    # at iteration 4 | lm loss value: ..." (eval interval, and the validation and test sets after
+    # training), evaluate's "Evaluating iter 1/2", the timers' "(min, max) time across ranks"
+    # nor the memory reports.
     "megatron": {
         "regex": rf"iteration\s+(?P<step>\d+)/\s*\d+\s*\|.*?elapsed time per iteration \(ms\):\s*"
         rf"(?P<step_time_ms>{_NUM}).*?global batch size:\s*(?P<samples_per_step>\d+)"
