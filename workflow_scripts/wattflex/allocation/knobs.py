@@ -63,7 +63,8 @@ class Event:
 class Job:
     """One job as the menu sees it. ``cap`` (and optionally ``clock``): (power_w, tokens_per_s)
     points sorted by power, the highest the uncapped run. Power is the job's GPU power
-    (as the curves measure it); ``idle_w`` is the job's GPUs' total idle power."""
+    (as the curves measure it); ``idle_w`` is the job's GPUs' total idle power.
+    ``clock_mhz``: the SM clock of each ``clock`` curve point (what a lock at that point sets)."""
 
     name: str
     cap: tuple[np.ndarray, np.ndarray]
@@ -74,6 +75,7 @@ class Job:
     clock: tuple[np.ndarray, np.ndarray] | None = None
     max_pause_s: float = float("inf")
     requeue_residual_w: float = 0.0
+    clock_mhz: np.ndarray | None = None
 
     @property
     def ceiling_w(self) -> float:
@@ -94,6 +96,15 @@ class Option:
     tokens_lost: np.ndarray  # tokens lost over the event at each point
     available: bool = True
     why_not: str = ""
+
+
+def clock_at(job: Job, power_w: float) -> float:
+    """The SM clock (MHz, whole, rounded down: at or under ``power_w``) that runs ``job`` at
+    ``power_w`` on its ``clock`` curve, interpolated between its measured points; NaN without
+    the points' clocks."""
+    if job.clock is None or job.clock_mhz is None:
+        return float("nan")
+    return float(np.floor(np.interp(power_w, np.asarray(job.clock[0]), job.clock_mhz)))
 
 
 def lost_work_s(job: Job, event: Event) -> float:
@@ -179,7 +190,7 @@ class Choice:
     budget_w: float
     table: pd.DataFrame = field(
         default_factory=pd.DataFrame
-    )  # job, knob, power_w, shed_kw, tokens_lost, why
+    )  # job, knob, power_w, shed_kw, tokens_lost, clock_mhz, why
     tokens_lost: float = float("nan")
     power_w: float = float("nan")
     reason: str = ""
@@ -261,6 +272,7 @@ def choose(
                 "power_w": p,
                 "shed_kw": (job.ceiling_w - p) / 1e3,
                 "tokens_lost": lost,
+                "clock_mhz": clock_at(job, p) if knob == "clock" else float("nan"),
                 "why": _why(job, o.knob, opts, event, knobs),
             }
         )
