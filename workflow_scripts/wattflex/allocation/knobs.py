@@ -331,3 +331,122 @@ def _why(job: Job, taken: str, opts: list[Option], event: Event, knobs: Sequence
         mark = "*" if o.knob == taken else ""
         parts.append(f"{mark}{o.knob} {price:,.0f} tok/kWh up to {saved_kw:.2f} kW")
     return "; ".join(parts)
+
+
+# the jobs table of :func:`jobs_from_runs`: the columns it needs, and the optional ones with
+# what they mean when absent
+JOB_TABLE_NEEDS = ("job", "group", "since_checkpoint_s")
+JOB_TABLE_OPTIONAL = {
+    "gpus": "the group's GPUs in the runs",
+    "clock_group": "no clock curve",
+    "restart_s": "the resource plan's startup_s of the group",
+    "checkpoint_write_s": "the resource plan's checkpoint_write_s of the group",
+    "max_pause_s": "no limit",
+    "requeue_residual_w": "0",
+    "idle_w": "its GPUs x the GPU model's idle power",
+}
+
+
+def _per_gpu_points(runs: pd.DataFrame, rows: pd.Series, by: str) -> dict[str, tuple]:
+    """Each group's per-GPU (power, tokens/s, setpoint) points, sorted by power, repeats averaged."""
+    pts = (
+        runs[rows]
+        .groupby(["group", by], sort=True, as_index=False)[["gpus", "power_w", "tokens_per_s"]]
+        .mean()
+    )
+    out = {}
+    for g, p in pts.groupby("group", sort=False):
+        p = p.assign(pw=p["power_w"] / p["gpus"], tw=p["tokens_per_s"] / p["gpus"])
+        p = p.sort_values("pw").drop_duplicates("pw")
+        out[str(g)] = (
+            p["pw"].to_numpy(),
+            p["tw"].to_numpy(),
+            p[by].to_numpy(float),
+            p["gpus"].iloc[0],
+        )
+    return out
+
+
+def jobs_from_runs(
+    runs: pd.DataFrame,
+    jobs: pd.DataFrame,
+    idle_w_per_gpu: float,
+    plan: pd.DataFrame | None = None,
+) -> list[Job]:
+    """The menu's jobs from a campaign's ``runs`` (``runs.parquet``: ``group, gpus, cap_w,
+    power_w, tokens_per_s``, and ``knob, clock_mhz`` for ``knob: clock`` groups) and a table
+    of the jobs running (one row each: :data:`JOB_TABLE_NEEDS`, :data:`JOB_TABLE_OPTIONAL`).
+    A job's curves are its groups' per-GPU curves times its GPUs; ``plan``
+    (``tables/resource_plan.csv``: ``group, startup_s, checkpoint_write_s``) fills the
+    restart and checkpoint times a job's row leaves out. A bad row is refused naming its job."""
+    need = {"group", "gpus", "cap_w", "power_w", "tokens_per_s"} - set(runs.columns)
+    if need:
+        raise ValueError(f"runs need column(s) {', '.join(sorted(need))} (a runs.parquet)")
+    missing = sorted(set(JOB_TABLE_NEEDS) - set(jobs.columns))
+    if missing:
+        raise ValueError(f"jobs table needs column(s) {', '.join(missing)}")
+    twice = jobs["job"].astype(str)[jobs["job"].astype(str).duplicated()]
+    if len(twice):
+        raise ValueError(f"jobs table names job {twice.iloc[0]} twice")
+    runs = runs.assign(group=runs["group"].astype(str))
+    clock = runs["knob"].eq("clock") if "knob" in runs else pd.Series(False, index=runs.index)
+    caps = _per_gpu_points(runs, ~clock, "cap_w")
+    clocks = _per_gpu_points(runs, clock, "clock_mhz") if clock.any() else {}
+    by_plan = (
+        plan.assign(group=plan["group"].astype(str)).set_index("group")
+        if plan is not None
+        else None
+    )
+    out = []
+    for row in jobs.to_dict("records"):
+        name = str(row["job"])
+
+        def value(col: str, default: float | None = None) -> float:
+            v = row.get(col)
+            if v is None or (isinstance(v, float) and np.isnan(v)):
+                if default is None:
+                    raise ValueError(
+                        f"job {name}: no {col} ({JOB_TABLE_OPTIONAL.get(col, 'needed')})"
+                    )
+                return float(default)
+            try:
+                x = float(v)
+            except (TypeError, ValueError):
+                x = float("nan")
+            unlimited = col == "max_pause_s" and x == np.inf
+            if not (np.isfinite(x) or unlimited) or x < 0:
+                raise ValueError(f"job {name}: {col} {v!r} is not a finite number >= 0")
+            return x
+
+        group = str(row["group"])
+        if group not in caps:
+            raise ValueError(f"job {name}: group {group!r} has no cap curve in the runs")
+        P, T, _, group_gpus = caps[group]
+        if len(P) < 2:
+            raise ValueError(f"job {name}: group {group!r} has one measured power, no curve")
+        gpus = value("gpus", group_gpus)
+        planned = by_plan.loc[group] if by_plan is not None and group in by_plan.index else {}
+        clock_curve, clock_mhz = None, None
+        cg = row.get("clock_group")
+        if isinstance(cg, str) and cg.strip():
+            if cg not in clocks:
+                raise ValueError(f"job {name}: clock_group {cg!r} has no clock curve in the runs")
+            cP, cT, cF, _ = clocks[cg]
+            clock_curve, clock_mhz = (cP * gpus, cT * gpus), cF
+        out.append(
+            Job(
+                name,
+                (P * gpus, T * gpus),
+                idle_w=value("idle_w", gpus * idle_w_per_gpu),
+                restart_s=value("restart_s", planned.get("startup_s")),
+                checkpoint_write_s=value("checkpoint_write_s", planned.get("checkpoint_write_s")),
+                since_checkpoint_s=value("since_checkpoint_s"),
+                clock=clock_curve,
+                max_pause_s=value("max_pause_s", float("inf")),
+                requeue_residual_w=value("requeue_residual_w", 0.0),
+                clock_mhz=clock_mhz,
+            )
+        )
+    if not out:
+        raise ValueError("jobs table has no job")
+    return out

@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def read_curves(path: str):
     """The curve points, a CSV or parquet table as pandas types it, except a CSV's job ids
-    (``job``, or a runs table's ``group``), read as text: ``01`` and ``1`` are two jobs, and
+    (``job``, a runs table's ``group``, a jobs table's ``clock_group``), read as text: ``01`` and ``1`` are two jobs, and
     ``007`` keeps its zeros. A clear error when the file is missing or unreadable.
     Bad values are named by line in ``allocate_table`` (``source=``)."""
     import pandas as pd
@@ -70,7 +70,7 @@ def read_curves(path: str):
             ) from None
     else:
         try:
-            points = pd.read_csv(path, dtype={"job": str, "group": str})
+            points = pd.read_csv(path, dtype={"job": str, "group": str, "clock_group": str})
         except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
             raise ValueError(f"{path}: not a readable CSV ({exc})") from None
     check_single_values(strip_columns(points, path), path)
