@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from wattflex.allocation.policies import POLICIES
-from wattflex.commands import finite_float, whole_number
+from wattflex.commands import finite_float, read_site_option, whole_number
 from wattflex.schema import section_defaults
 
 _ALLOCATION = section_defaults("allocation")  # the campaign's allocation: defaults
@@ -42,6 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=whole_number(min=2, max=50),
         default=_ALLOCATION["curve_nodes"],
         help=f"points of each predicted curve for curve-aware (default: {_ALLOCATION['curve_nodes']})",
+    )
+    parser.add_argument(
+        "--site",
+        metavar="YAML",
+        help="the site's electrical tree (feeds > PDUs > racks > nodes, limits in kW; "
+        "docs/grid.md), as cluster-control reads it: every level held besides the budget; "
+        "each job's node from a node column of CURVES",
     )
     parser.add_argument(
         "-o",
@@ -86,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         check_outputs(
             [args.output, f"{args.output}.meta.json", f"{args.output}.totals.json"], [args.curves]
         )
+    site = read_site_option(args.site) if args.site else None
     points = read_curves(args.curves)
     out, totals = allocate_table(
         points,
@@ -96,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         curve_nodes=args.curve_nodes,
         source=args.curves,
         log=lambda msg: print(msg, file=sys.stderr),
+        site=site,
     )
     kept = (
         totals["total_throughput"] / totals["uncapped_throughput"]
@@ -113,6 +122,11 @@ def run(args: argparse.Namespace) -> int:
         f"(oracle {best:.2%}), {totals['total_power_w']:.1f} W allocated",
         file=sys.stderr,
     )
+    for name, level in totals.get("levels", {}).items():
+        print(
+            f"  {name}: {level['load_w']:.1f} W of its {level['limit_w']:.1f} W limit",
+            file=sys.stderr,
+        )
     if not args.output:
         out.to_csv(sys.stdout, index=False)
         return 0
