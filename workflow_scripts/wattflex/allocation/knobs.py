@@ -28,7 +28,9 @@ of :func:`wattflex.allocation.oracle.milp_oracle` (exact for non-concave curves 
 Restricting the knobs (``knobs=("cap",)``) gives the caps-only answer, infeasible once the
 depth passes the sum of the floors; ``("pause",)`` the pause-only one (the cheapest set of
 jobs to pause, the others run uncapped). Every job's row says
-which knob it took and why: each option's price in tokens per kWh shed and its most kW.
+which knob it took and why: each option's price in tokens per kWh shed and its most kW; a
+``clock`` row names the clock to lock (``clock_mhz``, :func:`clock_at`). :func:`jobs_from_runs`
+makes the jobs from a campaign's runs and a table of the jobs running (``wattflex knobs``).
 """
 
 from __future__ import annotations
@@ -99,9 +101,9 @@ class Option:
 
 
 def clock_at(job: Job, power_w: float) -> float:
-    """The SM clock (MHz, whole, rounded down: at or under ``power_w``) that runs ``job`` at
-    ``power_w`` on its ``clock`` curve, interpolated between its measured points; NaN without
-    the points' clocks."""
+    """The SM clock (MHz, rounded down) that runs ``job`` at ``power_w`` on its ``clock``
+    curve, interpolated between its measured points (power convex in the clock: the chord's
+    clock draws at most ``power_w``); NaN without the points' clocks."""
     if job.clock is None or job.clock_mhz is None:
         return float("nan")
     return float(np.floor(np.interp(power_w, np.asarray(job.clock[0]), job.clock_mhz)))
