@@ -16,7 +16,9 @@ the limits in mW it refuses so), ``gpm`` ("ok" |
 "no_permission" | "unsupported"), ``instant_power`` (False: the field read fails),
 ``demand_w`` (what the job would draw uncapped), ``locked_mhz`` (the SM clock lock FAKE
 ``nvmlDeviceSetGpuLockedClocks`` set, None when reset; ``deny_lock``: locking raises NoPermission), ``extra_limit_w`` (a lower limit enforced
-by someone else), ``persistence`` (False: persistence mode off).
+by someone else), ``persistence`` (False: persistence mode off), ``user_pid`` (the process
+using the GPU, :func:`claim`: while it is stopped, as ``scontrol suspend`` leaves a job, or gone,
+the GPU reads its ``idle_w`` instead of its demand; unset: always its demand).
 """
 
 from __future__ import annotations
@@ -101,6 +103,10 @@ def _default_gpu(i: int) -> dict[str, Any]:
         "persistence": True,
         "sm_clock_min": 345,
         "locked_mhz": None,
+        # FAKE idle board power: the catalogue's H200 idle_w (wattflex.gpus, assumed there), what
+        # cluster-control charges a paused job's GPU
+        "idle_w": 75.0,
+        "user_pid": None,
     }
 
 
@@ -195,8 +201,34 @@ def _lock_fraction(g: dict[str, Any]) -> float:
     return 1.0 if lock is None else min(1.0, lock / g["sm_clock_max"]) ** 2
 
 
+def _user_running(g: dict[str, Any]) -> bool:
+    """Whether the GPU's user (``user_pid``) runs: not stopped (SIGSTOP), not a zombie, not gone
+    (``/proc/PID/stat``'s state); a GPU without a recorded user is taken as busy."""
+    pid = g.get("user_pid")
+    if pid is None:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("T", "t", "Z", "X")
+
+
 def _power_mw(g: dict[str, Any]) -> int:
-    return int(min(g["demand_w"] * 1000 * _lock_fraction(g), _enforced_mw(g)))
+    demand_w = g["demand_w"] if _user_running(g) else g.get("idle_w", 75.0)
+    return int(min(demand_w * 1000 * _lock_fraction(g), _enforced_mw(g)))
+
+
+def power_w(g: dict[str, Any]) -> float:
+    """What NVML reads for the GPU ``g`` (an entry of the state's ``gpus``) now, in W."""
+    return _power_mw(g) / 1000
+
+
+def claim(indices: list[int], pid: int) -> None:
+    """Record ``pid`` as the user of GPUs ``indices`` (its activity drives their power)."""
+    with _mutate() as s:
+        for i in indices:
+            s["gpus"][i]["user_pid"] = pid
 
 
 # ---- the pynvml API subset --------------------------------------------------------------------

@@ -673,3 +673,116 @@ def test_calls_end_even_when_the_coordinator_fails(tmp_path, monkeypatch):
             knobs=plan,
         )
     assert calls == [("requeuehold", "41"), ("release", "41")] and plan.requeued == {"41"}
+
+
+def test_an_agent_locks_the_clock_its_budget_file_names_and_resets_it_after_fake_nvml(
+    fake_nvml, tmp_path
+):
+    """The knob menu's clock through cluster-control's files: while the unit's budget file names
+    clock_mhz the agent (wattflex control on two FAKE GPUs) holds both GPUs locked there beside its
+    budget; once the file names none, the lock is reset and its state file gone; a SIGTERM mid-lock
+    resets it too."""
+    job = SlurmJob("41", "clocked", {"node0": (0, 1)})
+    locks = lambda: [g["locked_mhz"] for g in fake_nvml.state()["gpus"]]  # noqa: E731
+    hold_until = time.time() + 3600
+
+    def write(clocks):
+        coordinate_once([job], 1000.0, hold_until, tmp_path, 200.0, 700.0, 30.0, clocks=clocks)
+
+    def wait_for(what, predicate):
+        deadline = time.time() + 20
+        while not predicate() and time.time() < deadline:
+            time.sleep(0.05)
+        assert predicate(), what
+
+    write({"41.node0": 1200.0})
+    doc = json.loads((tmp_path / "41.node0.budget.json").read_text())
+    assert doc["clock_mhz"] == 1200.0
+    for last in ("file", "signal"):
+        proc = control_popen(
+            tmp_path,
+            "--budget-file",
+            str(tmp_path / "41.node0.budget.json"),
+            "--period-s",
+            "0.2",
+            "--duration-s",
+            "60",
+            "--state-dir",
+            str(tmp_path / "st"),
+        )
+        try:
+            wait_for("locked", lambda: locks() == [1200, 1200])
+            assert list((tmp_path / "st").glob("clocks-*.json"))
+            if last == "file":
+                write({})  # the event's end: no clock named
+                wait_for("lock reset", lambda: locks() == [None, None])
+                assert not list((tmp_path / "st").glob("clocks-*.json"))
+                write({"41.node0": 1200.0})
+                wait_for("locked again", lambda: locks() == [1200, 1200])
+            proc.terminate()
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert locks() == [None, None] and limits_w() == [700.0, 700.0]
+        assert not list((tmp_path / "st").glob("*.json"))
+
+
+def test_a_clock_choice_names_its_clock_in_the_units_files_during_the_event_only(
+    tmp_path, monkeypatch
+):
+    import pandas as pd
+
+    from wattflex.grid import slurm_knobs
+    from wattflex.grid.events import Event, Schedule
+    from wattflex.grid.slurm import run_coordinator
+
+    monkeypatch.setattr(slurm_knobs, "scontrol", lambda *a, **k: None)
+    jobs = [SlurmJob("41", "clocked", {"node0": (0,)}), SlurmJob("45", "capped", {"node1": (0,)})]
+    plan = slurm_knobs.KnobPlan(
+        pd.DataFrame(
+            {"job": ["clocked", "capped"], "knob": ["clock", "cap"], "clock_mhz": [1200.0, None]}
+        ),
+        75.0,
+        log=lambda m: None,
+    )
+    t = iter(np.arange(0.0, 100.0, 0.1))
+    named = []
+
+    def discover():
+        doc = tmp_path / "41.node0.budget.json"
+        if doc.exists():
+            named.append(json.loads(doc.read_text())["clock_mhz"])
+        return jobs
+
+    run_coordinator(
+        Schedule((Event("ev", 0.25, 0.55, fraction=0.6),)),
+        "nominal",
+        tmp_path,
+        0.75,
+        0.1,
+        discover,
+        lambda j, n: None,
+        min_w=200.0,
+        max_w=700.0,
+        stale_s=30.0,
+        clock=lambda: next(t),
+        sleep=lambda s: None,
+        knobs=plan,
+    )
+    # each file read at the next period: no clock before the event, its clock in it, none after
+    assert named[0] is None and 1200.0 in named and set(named) == {None, 1200.0}
+    assert json.loads((tmp_path / "45.node1.budget.json").read_text())["clock_mhz"] is None
+    assert json.loads((tmp_path / "41.node0.budget.json").read_text())["clock_mhz"] is None
+    assert plan.clocks == {}
+
+
+def test_a_clock_choice_without_its_clock_is_refused(tmp_path):
+    from wattflex.grid.slurm_knobs import read_choice
+
+    path = tmp_path / "choice.csv"
+    path.write_text("job,knob,clock_mhz\n41,clock,\n42,cap,\n")
+    with pytest.raises(ValueError, match="job.s. 41 take the clock knob but name no clock_mhz"):
+        read_choice(path)
+    path.write_text("job,knob,clock_mhz\n41,clock,1200\n42,cap,\n")
+    assert read_choice(path)["clock_mhz"].tolist()[0] == 1200.0

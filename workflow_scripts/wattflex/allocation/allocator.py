@@ -294,7 +294,15 @@ def _hull_by_key(curves: Curves, key: np.ndarray | None) -> np.ndarray | None:
 # ---------------------------------------------------------------------------------------
 
 PROGRESS_JOBS = 1000  # workloads at least this large report their phases to ``log``
-JOB_COLUMNS = ("pfi", "pfi_measured", "gpus", "max_slowdown", "cluster", "dram_copy_product")
+JOB_COLUMNS = (
+    "pfi",
+    "pfi_measured",
+    "gpus",
+    "max_slowdown",
+    "cluster",
+    "dram_copy_product",
+    "node",
+)
 
 
 def allocate_table(
@@ -307,6 +315,7 @@ def allocate_table(
     curve_nodes: int = _ALLOCATION["curve_nodes"],
     source: str | None = None,
     log: Callable[[str], None] | None = None,
+    site: Any = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Allocate one workload given as long-format points.
 
@@ -325,6 +334,12 @@ def allocate_table(
     a budget can always run a job at a lower cap, so no allocation should depend on it.
     ``log`` (e.g. a stderr printer) also gets one line per phase on workloads of 1,000 jobs
     or more. No job is ever allocated below its floor.
+
+    ``site`` (:class:`wattflex.grid.topology.Site`): every level of the site's electrical tree
+    (feeds, PDUs, racks, nodes) is held as well as the budget; each job's ``node`` column
+    places it (a job on a node the site does not name is held by the site's limit only, said
+    to ``log``). ``totals["levels"]`` then gives each level's limit and allocated load, and
+    :class:`InfeasibleBudget` names the level the floors overload.
     """
     t0 = time.perf_counter()
     missing = {"job", "power_w", "throughput"} - set(points.columns)
@@ -399,11 +414,32 @@ def allocate_table(
                 f"note: budget {budget:.6g} W is above the jobs' uncapped power {uncapped_w:.1f} W: no job is capped"
             )
         budget = uncapped_w
-    kw = dict(max_slowdown=slowdown, moe_ft_share=moe_ft_share, curve_nodes=curve_nodes)
+    nested = None
+    if site is not None:
+        if "node" not in per_job:
+            raise ValueError("a site's limits need a node column: the node each job runs on")
+        nodes = [str(n) for n in per_job["node"]]
+        nested = site.laminar(nodes)
+        unplaced = site.unplaced(nodes)
+        if unplaced and log is not None:
+            log(
+                f"note: node(s) {', '.join(unplaced[:5])} are not in the site file: their jobs are "
+                f"held by the site's limit only"
+            )
+    kw = dict(
+        max_slowdown=slowdown, moe_ft_share=moe_ft_share, curve_nodes=curve_nodes, nested=nested
+    )
     phase(f"allocating {budget:.1f} W over {len(jobs)} jobs ({policy})")
     a = allocate(curves, budget, policy, features, **kw)
     if not bool(a.feasible):
         floors = float(a.floor_w.sum())
+        over = nested.violations(a.floor_w) if nested is not None else []
+        if over:
+            name, load, limit = over[0]
+            raise InfeasibleBudget(
+                f"the site's {name} (limit {limit:.1f} W) is below the floors of its jobs, "
+                f"{load:.1f} W: no allocation holds it"
+            )
         why = "lowest-power points" + (" raised by max_slowdown" if slowdown is not None else "")
         raise InfeasibleBudget(
             f"budget {budget:.1f} W is below the jobs' floors {floors:.1f} W "
@@ -422,7 +458,7 @@ def allocate_table(
     best = (
         a
         if policy == "oracle"
-        else allocate(curves, budget, "oracle", features, max_slowdown=slowdown)
+        else allocate(curves, budget, "oracle", features, max_slowdown=slowdown, nested=nested)
     )
     out = pd.DataFrame({"job": jobs, "power_w": a.power_w, "throughput": a.throughput})
     gpus = per_job.get("gpus")
@@ -449,6 +485,13 @@ def allocate_table(
         if has_cap
         else ("power_w / gpus" if gpus is not None else None),
     }
+    if nested is not None:
+        totals["levels"] = {
+            name: {"kind": kind, "limit_w": float(lim), "load_w": float(load)}
+            for name, kind, lim, load in zip(
+                nested.names, nested.kinds, nested.limit_w, nested.loads(a.power_w)
+            )
+        }
     if fitted.any():
         totals["monotone_fit_jobs"] = int(fitted.sum())
     if slowdown is not None:

@@ -28,7 +28,9 @@ of :func:`wattflex.allocation.oracle.milp_oracle` (exact for non-concave curves 
 Restricting the knobs (``knobs=("cap",)``) gives the caps-only answer, infeasible once the
 depth passes the sum of the floors; ``("pause",)`` the pause-only one (the cheapest set of
 jobs to pause, the others run uncapped). Every job's row says
-which knob it took and why: each option's price in tokens per kWh shed and its most kW.
+which knob it took and why: each option's price in tokens per kWh shed and its most kW; a
+``clock`` row names the clock to lock (``clock_mhz``, :func:`clock_at`). :func:`jobs_from_runs`
+makes the jobs from a campaign's runs and a table of the jobs running (``wattflex knobs``).
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ class Event:
 class Job:
     """One job as the menu sees it. ``cap`` (and optionally ``clock``): (power_w, tokens_per_s)
     points sorted by power, the highest the uncapped run. Power is the job's GPU power
-    (as the curves measure it); ``idle_w`` is the job's GPUs' total idle power."""
+    (as the curves measure it); ``idle_w`` is the job's GPUs' total idle power.
+    ``clock_mhz``: the SM clock of each ``clock`` curve point (what a lock at that point sets)."""
 
     name: str
     cap: tuple[np.ndarray, np.ndarray]
@@ -74,6 +77,7 @@ class Job:
     clock: tuple[np.ndarray, np.ndarray] | None = None
     max_pause_s: float = float("inf")
     requeue_residual_w: float = 0.0
+    clock_mhz: np.ndarray | None = None
 
     @property
     def ceiling_w(self) -> float:
@@ -94,6 +98,15 @@ class Option:
     tokens_lost: np.ndarray  # tokens lost over the event at each point
     available: bool = True
     why_not: str = ""
+
+
+def clock_at(job: Job, power_w: float) -> float:
+    """The SM clock (MHz, rounded down) that runs ``job`` at ``power_w`` on its ``clock``
+    curve, interpolated between its measured points (power convex in the clock: the chord's
+    clock draws at most ``power_w``); NaN without the points' clocks."""
+    if job.clock is None or job.clock_mhz is None:
+        return float("nan")
+    return float(np.floor(np.interp(power_w, np.asarray(job.clock[0]), job.clock_mhz)))
 
 
 def lost_work_s(job: Job, event: Event) -> float:
@@ -179,7 +192,7 @@ class Choice:
     budget_w: float
     table: pd.DataFrame = field(
         default_factory=pd.DataFrame
-    )  # job, knob, power_w, shed_kw, tokens_lost, why
+    )  # job, knob, power_w, shed_kw, tokens_lost, clock_mhz, why
     tokens_lost: float = float("nan")
     power_w: float = float("nan")
     reason: str = ""
@@ -261,6 +274,7 @@ def choose(
                 "power_w": p,
                 "shed_kw": (job.ceiling_w - p) / 1e3,
                 "tokens_lost": lost,
+                "clock_mhz": clock_at(job, p) if knob == "clock" else float("nan"),
                 "why": _why(job, o.knob, opts, event, knobs),
             }
         )
@@ -319,3 +333,122 @@ def _why(job: Job, taken: str, opts: list[Option], event: Event, knobs: Sequence
         mark = "*" if o.knob == taken else ""
         parts.append(f"{mark}{o.knob} {price:,.0f} tok/kWh up to {saved_kw:.2f} kW")
     return "; ".join(parts)
+
+
+# the jobs table of :func:`jobs_from_runs`: the columns it needs, and the optional ones with
+# what they mean when absent
+JOB_TABLE_NEEDS = ("job", "group", "since_checkpoint_s")
+JOB_TABLE_OPTIONAL = {
+    "gpus": "the group's GPUs in the runs",
+    "clock_group": "no clock curve",
+    "restart_s": "the resource plan's startup_s of the group",
+    "checkpoint_write_s": "the resource plan's checkpoint_write_s of the group",
+    "max_pause_s": "no limit",
+    "requeue_residual_w": "0",
+    "idle_w": "its GPUs x the GPU model's idle power",
+}
+
+
+def _per_gpu_points(runs: pd.DataFrame, rows: pd.Series, by: str) -> dict[str, tuple]:
+    """Each group's per-GPU (power, tokens/s, setpoint) points, sorted by power, repeats averaged."""
+    pts = (
+        runs[rows]
+        .groupby(["group", by], sort=True, as_index=False)[["gpus", "power_w", "tokens_per_s"]]
+        .mean()
+    )
+    out = {}
+    for g, p in pts.groupby("group", sort=False):
+        p = p.assign(pw=p["power_w"] / p["gpus"], tw=p["tokens_per_s"] / p["gpus"])
+        p = p.sort_values("pw").drop_duplicates("pw")
+        out[str(g)] = (
+            p["pw"].to_numpy(),
+            p["tw"].to_numpy(),
+            p[by].to_numpy(float),
+            p["gpus"].iloc[0],
+        )
+    return out
+
+
+def jobs_from_runs(
+    runs: pd.DataFrame,
+    jobs: pd.DataFrame,
+    idle_w_per_gpu: float,
+    plan: pd.DataFrame | None = None,
+) -> list[Job]:
+    """The menu's jobs from a campaign's ``runs`` (``runs.parquet``: ``group, gpus, cap_w,
+    power_w, tokens_per_s``, and ``knob, clock_mhz`` for ``knob: clock`` groups) and a table
+    of the jobs running (one row each: :data:`JOB_TABLE_NEEDS`, :data:`JOB_TABLE_OPTIONAL`).
+    A job's curves are its groups' per-GPU curves times its GPUs; ``plan``
+    (``tables/resource_plan.csv``: ``group, startup_s, checkpoint_write_s``) fills the
+    restart and checkpoint times a job's row leaves out. A bad row is refused naming its job."""
+    need = {"group", "gpus", "cap_w", "power_w", "tokens_per_s"} - set(runs.columns)
+    if need:
+        raise ValueError(f"runs need column(s) {', '.join(sorted(need))} (a runs.parquet)")
+    missing = sorted(set(JOB_TABLE_NEEDS) - set(jobs.columns))
+    if missing:
+        raise ValueError(f"jobs table needs column(s) {', '.join(missing)}")
+    twice = jobs["job"].astype(str)[jobs["job"].astype(str).duplicated()]
+    if len(twice):
+        raise ValueError(f"jobs table names job {twice.iloc[0]} twice")
+    runs = runs.assign(group=runs["group"].astype(str))
+    clock = runs["knob"].eq("clock") if "knob" in runs else pd.Series(False, index=runs.index)
+    caps = _per_gpu_points(runs, ~clock, "cap_w")
+    clocks = _per_gpu_points(runs, clock, "clock_mhz") if clock.any() else {}
+    by_plan = (
+        plan.assign(group=plan["group"].astype(str)).set_index("group")
+        if plan is not None
+        else None
+    )
+    out = []
+    for row in jobs.to_dict("records"):
+        name = str(row["job"])
+
+        def value(col: str, default: float | None = None) -> float:
+            v = row.get(col)
+            if v is None or (isinstance(v, float) and np.isnan(v)):
+                if default is None:
+                    raise ValueError(
+                        f"job {name}: no {col} ({JOB_TABLE_OPTIONAL.get(col, 'needed')})"
+                    )
+                return float(default)
+            try:
+                x = float(v)
+            except (TypeError, ValueError):
+                x = float("nan")
+            unlimited = col == "max_pause_s" and x == np.inf
+            if not (np.isfinite(x) or unlimited) or x < 0:
+                raise ValueError(f"job {name}: {col} {v!r} is not a finite number >= 0")
+            return x
+
+        group = str(row["group"])
+        if group not in caps:
+            raise ValueError(f"job {name}: group {group!r} has no cap curve in the runs")
+        P, T, _, group_gpus = caps[group]
+        if len(P) < 2:
+            raise ValueError(f"job {name}: group {group!r} has one measured power, no curve")
+        gpus = value("gpus", group_gpus)
+        planned = by_plan.loc[group] if by_plan is not None and group in by_plan.index else {}
+        clock_curve, clock_mhz = None, None
+        cg = row.get("clock_group")
+        if isinstance(cg, str) and cg.strip():
+            if cg not in clocks:
+                raise ValueError(f"job {name}: clock_group {cg!r} has no clock curve in the runs")
+            cP, cT, cF, _ = clocks[cg]
+            clock_curve, clock_mhz = (cP * gpus, cT * gpus), cF
+        out.append(
+            Job(
+                name,
+                (P * gpus, T * gpus),
+                idle_w=value("idle_w", gpus * idle_w_per_gpu),
+                restart_s=value("restart_s", planned.get("startup_s")),
+                checkpoint_write_s=value("checkpoint_write_s", planned.get("checkpoint_write_s")),
+                since_checkpoint_s=value("since_checkpoint_s"),
+                clock=clock_curve,
+                max_pause_s=value("max_pause_s", float("inf")),
+                requeue_residual_w=value("requeue_residual_w", 0.0),
+                clock_mhz=clock_mhz,
+            )
+        )
+    if not out:
+        raise ValueError("jobs table has no job")
+    return out

@@ -49,3 +49,15 @@ def whole_number(min: int | None = None, max: int | None = None):
 
     parse.__name__ = "whole number"
     return parse
+
+
+def read_site_option(path: str):
+    """``--site``: the site file (:func:`wattflex.grid.topology.read_site`), a bad one refused
+    with its one line."""
+    from wattflex.errors import ConfigError, UserError
+    from wattflex.grid.topology import read_site
+
+    try:
+        return read_site(path)
+    except ConfigError as e:
+        raise UserError(str(e)) from None

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from wattflex.allocation.policies import POLICIES
-from wattflex.commands import finite_float, whole_number
+from wattflex.commands import finite_float, read_site_option, whole_number
 from wattflex.schema import section_defaults
 
 _ALLOCATION = section_defaults("allocation")  # the campaign's allocation: defaults
@@ -44,6 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"points of each predicted curve for curve-aware (default: {_ALLOCATION['curve_nodes']})",
     )
     parser.add_argument(
+        "--site",
+        metavar="YAML",
+        help="the site's electrical tree (feeds > PDUs > racks > nodes, limits in kW; "
+        "docs/grid.md), as cluster-control reads it: every level held besides the budget; "
+        "each job's node from a node column of CURVES",
+    )
+    parser.add_argument(
         "-o",
         "--output",
         help="write job,power_w,throughput[,cap_w] here and the totals to "
@@ -53,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def read_curves(path: str):
     """The curve points, a CSV or parquet table as pandas types it, except a CSV's job ids
-    (``job``, or a runs table's ``group``), read as text: ``01`` and ``1`` are two jobs, and
+    (``job``, a runs table's ``group``, a jobs table's ``clock_group``), read as text: ``01`` and ``1`` are two jobs, and
     ``007`` keeps its zeros. A clear error when the file is missing or unreadable.
     Bad values are named by line in ``allocate_table`` (``source=``)."""
     import pandas as pd
@@ -70,7 +77,7 @@ def read_curves(path: str):
             ) from None
     else:
         try:
-            points = pd.read_csv(path, dtype={"job": str, "group": str})
+            points = pd.read_csv(path, dtype={"job": str, "group": str, "clock_group": str})
         except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
             raise ValueError(f"{path}: not a readable CSV ({exc})") from None
     check_single_values(strip_columns(points, path), path)
@@ -86,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         check_outputs(
             [args.output, f"{args.output}.meta.json", f"{args.output}.totals.json"], [args.curves]
         )
+    site = read_site_option(args.site) if args.site else None
     points = read_curves(args.curves)
     out, totals = allocate_table(
         points,
@@ -96,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         curve_nodes=args.curve_nodes,
         source=args.curves,
         log=lambda msg: print(msg, file=sys.stderr),
+        site=site,
     )
     kept = (
         totals["total_throughput"] / totals["uncapped_throughput"]
@@ -113,6 +122,11 @@ def run(args: argparse.Namespace) -> int:
         f"(oracle {best:.2%}), {totals['total_power_w']:.1f} W allocated",
         file=sys.stderr,
     )
+    for name, level in totals.get("levels", {}).items():
+        print(
+            f"  {name}: {level['load_w']:.1f} W of its {level['limit_w']:.1f} W limit",
+            file=sys.stderr,
+        )
     if not args.output:
         out.to_csv(sys.stdout, index=False)
         return 0

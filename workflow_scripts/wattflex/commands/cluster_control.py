@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from wattflex.allocation.policies import CONTROL_POLICIES, SPLIT_POLICIES
-from wattflex.commands import finite_float
+from wattflex.commands import finite_float, read_site_option
 from wattflex.errors import UserError
 from wattflex.gpus import DEFAULT_GPU, GPUS
 
@@ -141,15 +141,7 @@ def run(args: argparse.Namespace) -> int:
     from wattflex.grid.slurm import OnceLog, agent_command, discover, run_coordinator
 
     split = cluster_split(args)  # bad input refused before anything starts
-    site = None
-    if args.site:
-        from wattflex.errors import ConfigError
-        from wattflex.grid.topology import read_site
-
-        try:
-            site = read_site(args.site)
-        except ConfigError as e:
-            raise UserError(str(e)) from None
+    site = read_site_option(args.site) if args.site else None
     knobs = None
     if args.knob_choice:
         from wattflex.grid.slurm_knobs import KnobPlan, read_choice

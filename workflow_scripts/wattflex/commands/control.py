@@ -19,6 +19,10 @@ its own job). A GPU reports no tokens/s, so the policies that weigh throughput
 (pfi-aware, curve-aware, online-learning) take every GPU's throughput as equal, and
 online-learning has nothing to learn from; PFI comes from the DRAM copy product through
 ``--model`` (a predictor's model.json), or is taken as equal for all jobs.
+
+A ``--budget-file`` that names ``clock_mhz`` (cluster-control carrying out the knob menu's
+``clock``) has the GPUs' SM clock locked there as well, reset when the file names none and
+however the agent ends (``ClockGuard``: state file, signals; the epilog resets a killed one's).
 """
 
 from __future__ import annotations
@@ -554,8 +558,16 @@ def run(args: argparse.Namespace) -> int:
             ) from None
         print(f"metrics at {exporter.url}", flush=True)
 
+    clock_hold = None
+    if args.budget_file:  # the knob menu's clock, named in the budget file during an event
+        from wattflex.runs.devices.clocks import ClockHold
+
+        clock_hold = ClockHold(list(gpus.values()), "nvml", state_dir)
+
     def on_period(r) -> None:
         load_w[0] = r.power_w[-1]
+        if clock_hold is not None:
+            follow_clock(clock_hold, budget_file.clock_at(r.t_s[-1]))
         if args.load_file:
             from wattflex.grid.slurm import write_load
 
@@ -597,6 +609,8 @@ def run(args: argparse.Namespace) -> int:
     except CapError as exc:  # the guard has put back what it could; the message says what is left
         raise UserError(f"{exc} (--cap-control {args.cap_control})") from None
     finally:
+        if clock_hold is not None:
+            clock_hold.close()
         if exporter is not None:
             exporter.close()
         if ven is not None:
@@ -622,6 +636,21 @@ def run(args: argparse.Namespace) -> int:
             f"wattflex control on {os.uname().nodename}",
         )
     return 0
+
+
+def follow_clock(hold, clock_mhz: float | None) -> None:
+    """The agent's clock lock to ``clock_mhz``; a lock the GPUs refuse is said (the caps still
+    hold the budget) and tried again next period."""
+    from wattflex.runs.devices.base import CapError
+
+    try:
+        hold.follow(clock_mhz)
+    except CapError as exc:
+        print(
+            f"warning: SM clock lock at {clock_mhz:g} MHz failed ({exc})",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def write_run_mv_report(

@@ -484,6 +484,8 @@ BUDGET_FIELDS = {
     "ramp_w_per_s": ("null or a finite number > 0", lambda v: v is None or _finite(v) and v > 0),
     # the unit's share of the site's electrical limits (wattflex.grid.topology), held whatever the ramp
     "limit_w": ("null or a finite number >= 0", lambda v: v is None or _finite(v) and v >= 0),
+    # the SM clock the unit's agent locks its GPUs at (the knob menu's clock), null: no lock
+    "clock_mhz": ("null or a finite number > 0", lambda v: v is None or _finite(v) and v > 0),
 }
 LOAD_FIELDS = {
     "t_unix": BUDGET_FIELDS["t_unix"],
@@ -549,6 +551,7 @@ class BudgetFile:
         self.path, self.stale_s = Path(path), stale_s
         self.last: dict[str, Any] = {"budget_w": None, "hold_until_unix": -math.inf}
         self.stale_periods = 0
+        self.expired = False  # stale past the end the last good file named
         say = warn or (lambda msg: log.warning("%s", msg))  # control prints it; else the log
         self._bad = OnceLog(
             lambda m: say(f"budget file {m}; holding the last good budget to its end")
@@ -556,6 +559,7 @@ class BudgetFile:
 
     def budget_at(self, _t_s: float) -> float:
         doc = read_fresh(self.path, self.stale_s, fields=BUDGET_FIELDS, bad=self._bad)
+        self.expired = False
         if doc is not None:
             self.last = doc
             self._bad.said.clear()  # a later bad file is said again
@@ -563,9 +567,16 @@ class BudgetFile:
             self.stale_periods += 1
             hold = self.last.get("hold_until_unix")
             if time.time() >= (-math.inf if hold is None else float(hold)):
+                self.expired = True
                 return math.inf
         b = self.last.get("budget_w")
         return math.inf if b is None else float(b)
+
+    def clock_at(self, _t_s: float) -> float | None:
+        """The SM clock to lock at (MHz) in the last budget read, None when it names none or the
+        file went stale past the end it named (:meth:`budget_at`: then everything is restored)."""
+        c = None if self.expired else self.last.get("clock_mhz")
+        return None if c is None else float(c)
 
     def ramp_at(self, _t_s: float) -> float:
         """The unit's share of the event's ramp limit (W/s) in the last budget read; inf if none."""
@@ -603,6 +614,7 @@ def coordinate_once(
     ramp_w_per_s: float = math.inf,
     site: Any = None,
     charged: Mapping[str, float] | None = None,
+    clocks: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """One coordinator period: read every unit's load file, split ``budget_w`` (units not
     answering counted at ``max_w`` per GPU; ``split``: the policy and curves, default
@@ -611,9 +623,10 @@ def coordinate_once(
     (:class:`wattflex.grid.topology.Site`): the split holds every level of it, and every
     unit's file also carries ``limit_w``, its share of the limits alone (the event aside),
     which its agent holds whatever the ramp. ``charged``: units a knob shed (paused,
-    requeued: ``slurm_knobs.KnobPlan``), counted at that power, no share."""
+    requeued: ``slurm_knobs.KnobPlan``), counted at that power, no share. ``clocks``: units whose
+    agent locks its GPUs' SM clock (MHz) as well (the knob's clock), named in their files."""
     split = split or ClusterSplit()
-    charged = charged or {}
+    charged, clocks = charged or {}, clocks or {}
     units = [(j, n) for j in jobs for n in j.gpus]
     names = [unit_name(j.job_id, n) for j, n in units]
     gpus = np.array([len(j.gpus[n]) for j, n in units], float)
@@ -650,6 +663,7 @@ def coordinate_once(
                 "hold_until_unix": hold_until_unix,
                 "ramp_w_per_s": float(r) if np.isfinite(r) else None,
                 "limit_w": float(lim) if np.isfinite(lim) else None,
+                "clock_mhz": clocks.get(u),
             },
         )
     return dict(zip(names, share))
@@ -763,6 +777,12 @@ def run_coordinator(
                 for n in j.gpus
                 if knobs is not None and (c := knobs.charged_w(j, n)) is not None
             }
+            clocks = {
+                unit_name(j.job_id, n): c
+                for j in jobs
+                for n in j.gpus
+                if knobs is not None and (c := knobs.clock_mhz(j)) is not None
+            }
             for j in jobs:
                 for n in j.gpus:
                     if unit_name(j.job_id, n) not in launched:
@@ -820,6 +840,7 @@ def run_coordinator(
                 ramp_at(source, t),
                 site,
                 charged,
+                clocks,
             )
             if site is not None:
                 _record_levels(rec, site, units, loads, gpus * max_w, len(rec.t_s))

@@ -15,7 +15,10 @@ Caps and clock locks are the agents' (``wattflex control``), which restore them 
 start it pauses / requeues the chosen jobs (requeue *held*, ``scontrol requeuehold``: the node stays
 free to the event's end, then ``scontrol release`` lets the job start again from its checkpoint),
 says what each such job is charged in the cluster load (paused: its GPUs' idle power; requeued:
-nothing), and at the end (or however the coordinator stops) resumes and releases them.
+nothing), and at the end (or however the coordinator stops) resumes and releases them. A job
+on ``clock`` (the row's ``clock_mhz``) keeps running: for the event its units' budget files
+name that clock, and each unit's agent locks its GPUs there (``ClockGuard``) and resets the
+lock when the file names none (the event's end, a restore) or however the agent stops.
 """
 
 from __future__ import annotations
@@ -92,8 +95,23 @@ def read_choice(path: str | Path) -> pd.DataFrame:
     missing = {"job", "knob"} - set(table.columns)
     if missing:
         raise ValueError(f"knob choice {p}: needs column(s) {', '.join(sorted(missing))}")
-    table["job"] = table["job"].astype(str)
-    return table
+    return with_clocks(table, f"knob choice {p}")
+
+
+def with_clocks(choice: pd.DataFrame, what: str = "knob choice") -> pd.DataFrame:
+    """``choice`` with its ``clock_mhz`` column as numbers (NaN: none); a ``clock`` row without
+    a clock > 0 is refused."""
+    table = choice.assign(job=choice["job"].astype(str))
+    mhz = pd.to_numeric(
+        table.get("clock_mhz", pd.Series(float("nan"), table.index)), errors="coerce"
+    )
+    bad = table["knob"].eq("clock") & ~(mhz > 0)
+    if bad.any():
+        raise ValueError(
+            f"{what}: job(s) {', '.join(table.loc[bad, 'job'])} take the clock knob "
+            f"but name no clock_mhz > 0 (the SM clock to lock, MHz)"
+        )
+    return table.assign(clock_mhz=mhz)
 
 
 class KnobPlan:
@@ -101,11 +119,14 @@ class KnobPlan:
     ``idle_w``: one GPU's idle power (what a paused job's GPUs are charged)."""
 
     def __init__(self, choice: pd.DataFrame, idle_w: float, log: Callable[[str], None] = print):
-        self.choice, self.idle_w, self.log = choice, float(idle_w), log
+        self.choice, self.idle_w, self.log = with_clocks(choice), float(idle_w), log
         self.done: dict[str, str] = {}  # job id -> action, while the event lasts
         self.ids: dict[str, str] = {}
         self.requeued: set[str] = set()  # every job id requeued (its agents end with it)
         self.paused: list[Any] = []  # the paused jobs, as discovered at the start
+        self.clocks: dict[
+            str, float
+        ] = {}  # job id -> SM clock its agents lock, while the event lasts
 
     def start(self, jobs: Sequence[Any]) -> None:
         """At the event's start: pause / requeue (held) the chosen jobs among ``jobs``."""
@@ -117,6 +138,12 @@ class KnobPlan:
         self.done = {self.ids[name]: action for name, action in done.items()}
         self.paused = [j for j in jobs if self.done.get(j.job_id) == "pause"]
         self.requeued |= {job for job, a in self.done.items() if a == "requeue"}
+        clock = self.choice[self.choice["knob"].eq("clock") & self.choice["job"].isin(self.ids)]
+        self.clocks = {
+            self.ids[name]: float(mhz) for name, mhz in zip(clock["job"], clock["clock_mhz"])
+        }
+        for job, mhz in self.clocks.items():
+            self.log(f"knob: job {job} SM clock locked at {mhz:g} MHz by its agents")
         for job, action in self.done.items():
             self.log(
                 f"knob: job {job} {'paused (scontrol suspend)' if action == 'pause' else 'requeued held'}"
@@ -137,8 +164,16 @@ class KnobPlan:
             return None
         return self.idle_w * len(job.gpus[node]) if action == "pause" else 0.0
 
+    def clock_mhz(self, job: Any) -> float | None:
+        """The SM clock the job's agents lock during the event (None: no lock)."""
+        return self.clocks.get(job.job_id)
+
     def end(self) -> None:
-        """At the event's end (idempotent): resume the paused jobs, release the requeued ones."""
+        """At the event's end (idempotent): resume the paused jobs, release the requeued ones,
+        and the clock-locked jobs' agents are told no clock (they reset the locks)."""
+        if self.clocks:
+            self.log(f"knob: event over, clock locks of job(s) {', '.join(self.clocks)} released")
+            self.clocks = {}
         if not self.done:
             return
         done, self.done = self.done, {}

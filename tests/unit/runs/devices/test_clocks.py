@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,48 @@ def test_fake_nvml_cuda_backend_locks_a_clock_runs_gpus_and_not_a_cap_runs(fake_
         SimpleNamespace(cap_control="observe", state_dir=tmp_path),
     ):
         assert locks() == [None, None]  # observe: nothing changed
+
+
+def test_a_clock_hold_follows_its_target_and_leaves_nothing_locked(fake_nvml, tmp_path):
+    """ClockHold (a cluster-control agent's lock on the knob menu's clock): each new clock locks,
+    None resets, a refused clock leaves nothing locked, close resets and removes the record."""
+    hold = clocks.ClockHold(open_gpus(gpm=False), "nvml", tmp_path)
+    hold.follow(None)
+    assert locks() == [None, None] and not list(tmp_path.glob("clocks-*.json"))
+    hold.follow(1200.0)
+    assert locks() == [1200, 1200] and len(list(tmp_path.glob("clocks-*.json"))) == 1
+    hold.follow(990.0)
+    assert locks() == [990, 990] and len(list(tmp_path.glob("clocks-*.json"))) == 1
+    hold.follow(None)
+    assert locks() == [None, None] and not list(tmp_path.glob("clocks-*.json"))
+    hold.follow(1200.0)
+    with pytest.raises(caps.CapError, match="outside"):
+        hold.follow(5000.0)  # above the part's clocks: refused before anything is locked
+    assert locks() == [None, None] and hold.mhz is None
+    hold.follow(1200.0)
+    hold.close()
+    assert locks() == [None, None] and not list(tmp_path.glob("clocks-*.json"))
+
+
+def test_fake_gpus_read_idle_while_their_user_is_stopped_or_gone(fake_nvml):
+    """FAKE: a GPU whose user process (fake_pynvml.claim) is stopped (SIGSTOP, as scontrol
+    suspend leaves a job) or gone reads its FAKE idle power through the real NVML reader."""
+    user = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        fake_nvml.claim([0], user.pid)
+        gpus = open_gpus(gpm=False)
+        power = lambda: [g.sample(0.0)["power_w"] for g in gpus]  # noqa: E731
+        assert power() == [650.0, 650.0]
+        os.kill(user.pid, signal.SIGSTOP)
+        deadline = time.time() + 10
+        while power()[0] != 75.0 and time.time() < deadline:
+            time.sleep(0.05)
+        assert power() == [75.0, 650.0]
+        os.kill(user.pid, signal.SIGCONT)
+        while power()[0] != 650.0 and time.time() < deadline:
+            time.sleep(0.05)
+        assert power() == [650.0, 650.0]
+    finally:
+        user.kill()
+        user.wait()
+    assert power() == [75.0, 650.0]

@@ -30,7 +30,13 @@ from wattflex.runs.devices.nvml import NvmlGpu
 log = logging.getLogger("wattflex.runs.devices.clocks")
 CLOCK_MODES = ("nvml", "observe")
 
-__all__ = ["ClockGuard", "CLOCK_MODES", "check_clock", "restore_clocks_from_state_dir"]
+__all__ = [
+    "ClockGuard",
+    "ClockHold",
+    "CLOCK_MODES",
+    "check_clock",
+    "restore_clocks_from_state_dir",
+]
 
 
 def check_clock(gpu: Any, clock_mhz: float) -> None:
@@ -102,6 +108,35 @@ class ClockGuard(CapGuard):
             "state_file": str(self.state_path) if self.mode != "observe" else None,
             "signals": self.events,
         }
+
+
+class ClockHold:
+    """A clock lock that follows a changing target (a ``wattflex control`` agent's budget file
+    naming the knob menu's clock during an event): :meth:`follow` locks ``gpus`` at each new
+    clock through a :class:`ClockGuard` (state file, signals, ``atexit``) and resets the lock
+    when the target is None; :meth:`close` resets it, however the agent ends."""
+
+    def __init__(
+        self, gpus: Sequence[Any], mode: str = "nvml", state_dir: str | Path | None = None
+    ):
+        self.gpus, self.mode, self.state_dir = list(gpus), mode, state_dir
+        self.guard: ClockGuard | None = None
+        self.mhz: float | None = None
+
+    def follow(self, clock_mhz: float | None) -> None:
+        """Hold ``clock_mhz`` (None: no lock); a clock the GPUs refuse raises, nothing left locked."""
+        if clock_mhz == self.mhz:
+            return
+        self.close()
+        if clock_mhz is not None:
+            guard = ClockGuard(self.gpus, clock_mhz, self.mode, self.state_dir)
+            guard.__enter__()
+            self.guard, self.mhz = guard, float(clock_mhz)
+
+    def close(self) -> None:
+        guard, self.guard, self.mhz = self.guard, None, None
+        if guard is not None:
+            guard.restore()
 
 
 def _clock_doc_problem(doc: Any) -> str | None:
