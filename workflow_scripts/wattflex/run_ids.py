@@ -2,8 +2,8 @@
 and read back only here.
 
 ``cap<W>`` for a cap's first run, ``cap<W>_r<k>`` for its k-th repeat (k >= 1); ``<W>`` is the
-cap in watts in ``:g`` form (``cap437.5``, ``cap1000``). A clock group's (``knob: clock``, issue
-39) are ``clk<MHz>`` and ``clk<MHz>_r<k>``: the locked SM clock in MHz (``clk1200``).
+cap in watts in ``:g`` form (``cap437.5``, ``cap1000``). A clock group's (``knob: clock``)
+are ``clk<MHz>`` and ``clk<MHz>_r<k>``: the locked SM clock in MHz (``clk1200``).
 """
 
 from __future__ import annotations
