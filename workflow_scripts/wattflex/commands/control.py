@@ -178,7 +178,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--response-s",
         type=float,
         default=_SCENARIO["response_s"],
-        help="M&V deadline of events that name none (the time_s,fraction CSV; default %(default)g s)",
+        help="M&V deadline of events that name none "
+        "(the time_s,fraction CSV; default %(default)g s)",
     )
     parser.add_argument(
         "--metrics-port", type=int, help="serve Prometheus metrics on this port (0: a free one)"
