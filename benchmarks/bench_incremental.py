@@ -1,4 +1,4 @@
-"""Time incremental reruns against the full default run (issue 8).
+"""Time incremental reruns against the full default run.
 
 Usage: python benchmarks/bench_incremental.py [--cores N] [--configfile CONFIG] [--ref REV|tree]
            [--repeats N] [--with-allocation]

@@ -1,4 +1,4 @@
-"""The knob menu on the default campaign (issue 39 item 2): deep events that caps alone cannot meet.
+"""The knob menu on the default campaign: deep events that caps alone cannot meet.
 
 Usage: python benchmarks/bench_knobs.py [--config config/config.yaml] [--jobs 100] [--seed 0]
 

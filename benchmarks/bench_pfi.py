@@ -1,4 +1,4 @@
-"""How long ``wattflex pfi`` takes on large sweep tables (issue 27 §4).
+"""How long ``wattflex pfi`` takes on large sweep tables.
 
 Usage: python benchmarks/bench_pfi.py [--groups 1000,5000] [--before DIR] [--mc-samples N] [--out FILE]
 
@@ -66,9 +66,9 @@ NUMBER_COLUMNS = [
 
 def same_points(a: pd.DataFrame, b: pd.DataFrame) -> bool:
     """Same groups and statuses, every point estimate (the per_cap JSON numbers included) equal
-    to rtol 1e-12: since h27b the point estimates are computed across groups (other
-    summation orders, closed-form least squares). The CIs are not compared: since the shared
-    random stream (issue 27 §4) they are other Monte Carlo draws of the same intervals."""
+    to rtol 1e-12: the point estimates are computed across groups (other summation orders,
+    closed-form least squares). The CIs are not compared: with one random stream shared by the
+    groups of a size, they are other Monte Carlo draws of the same intervals."""
 
     def numbers(per_cap: str) -> list[float]:
         return [

@@ -1,4 +1,4 @@
-"""Wall time of the two test tiers (issue 28: fast tier <= 90 s, whole suite <= 10 min on 2 cores).
+"""Wall time of the two test tiers (targets: fast tier <= 90 s, whole suite <= 10 min on 2 cores).
 
 Runs each tier as CI does (pytest, xdist workers as in the README's test command) and prints one
 row per run: tier, workers, tests passed/failed/skipped, wall s, CPU s (user + system of pytest

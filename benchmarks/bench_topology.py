@@ -1,5 +1,5 @@
 """The nested-limit oracle's time at 10,000 jobs under 3 levels (feeds > PDUs > racks) and the
-site budget (issue 39 item 1).
+site budget.
 
 Usage: python benchmarks/bench_topology.py [--jobs 10000] [--repeats 3] [--no-milp]
 

@@ -1,4 +1,4 @@
-"""Every catalogue family through the harness's sharded path: the per-family table of issue 36.
+"""Every catalogue family through the harness's sharded path: one row per family.
 
 Usage: python benchmarks/family_checkpoints.py [--families Llama-3.1-70B Qwen3-0.6B ...]
                                                [--out benchmarks/results/family_checkpoints.md]
@@ -109,7 +109,7 @@ def main() -> None:
         "| random init: step taken | LoRA from the checkpoint: weights and buffers equal, logits / grad max diff, "
         "adapters moved |\n|" + "---|" * 13
     )
-    text = f"""# Every catalogue family through the sharded path (issue 36)
+    text = f"""# Every catalogue family through the sharded path
 
 `python benchmarks/family_checkpoints.py` — one 2-rank gloo torchrun job on CPU ({wall:.0f} s for
 {len(cases)} cases), torch {torch.__version__}, transformers {transformers.__version__}, {platform.machine()}.

@@ -1,4 +1,6 @@
-"""The two test tiers (issue 28): ``pytest -m "not slow"`` is the fast tier, ``-m slow`` the rest.
+"""The two test tiers: ``pytest -m "not slow"`` is the fast tier (target: <= 90 s
+on 2 cores), ``-m slow`` the rest (the whole suite's target: <= 10 min; benchmarks/bench_tests.py
+times both).
 
 Everything under tests/workflow/ is slow. A test that starts Snakemake or torchrun must be
 marked slow and live under tests/workflow/ (the torchrun ones go in tests/workflow/torchrun/): a

@@ -32,9 +32,8 @@ kw = dict(
 )
 clock_rows = runs["knob"].eq("clock") if "knob" in runs else pd.Series(False, index=runs.index)
 table = pfi_table(runs[~clock_rows], uncapped_cap_w="expected_uncapped_cap_w", **kw)
-if (
-    clock_rows.any()
-):  # knob: clock groups (wattflex.pfi.clock_pfi_table); a cap-only campaign's table is as before
+# knob: clock groups (wattflex.pfi.clock_pfi_table); a cap-only campaign's table has no knob column
+if clock_rows.any():
     table = pd.concat(
         [table.assign(knob="cap"), clock_pfi_table(runs[clock_rows], **kw)], ignore_index=True
     )

@@ -8,6 +8,7 @@ from wattflex.plots.style import apply_style
 from wattflex.provenance import provenance, read_csv, read_json, read_parquet, save_png
 from wattflex.smk import rule_logger
 from wattflex.telemetry import SummaryProtocol
+from wattflex.vocabulary import PUBLISHED_H200_SETS
 
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
@@ -50,7 +51,7 @@ stat = "\n".join(
 )
 save_png(
     figures.comparison_figure(
-        table[table["set"].isin(["headline", "validation"])],
+        table[table["set"].isin(PUBLISHED_H200_SETS)],
         "pfi_published",
         "pfi",
         "PFI per group: this campaign vs published (Tables 6-7)",

@@ -71,7 +71,7 @@ def summarize(inputs: list[str], output: str, log_path: str) -> None:
         "telemetry_source": (run.get("telemetry") or {}).get("source") or run.get("backend"),
         **{k: group.get(k) for k in RUN_GROUP_FIELDS},
         **summary,
-        # a clock run's setpoint (knob: clock); a cap run's row is as before
+        # a clock run's setpoint (knob: clock); a cap run's row has no knob or clock_mhz
         **(
             {"knob": "clock", "clock_mhz": float(run["clock_mhz"])}
             if run.get("knob") == "clock"

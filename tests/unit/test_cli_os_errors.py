@@ -1,4 +1,4 @@
-"""Issue 27 §2: what the operating system refuses (a read-only or full filesystem, a file where
+"""What the operating system refuses (a read-only or full filesystem, a file where
 a folder should be, a name too long), a closed pipe and Ctrl-C end a ``wattflex`` command with
 one line naming the path and the cause (exit 2; 130 for Ctrl-C; quiet for a closed pipe), and
 an output appears together with its sidecar or not at all.
@@ -268,7 +268,7 @@ def test_ctrl_c_during_allocate_is_one_line_and_writes_nothing(inputs):
     assert sorted(_left(inputs)) == ["cv.csv", "st.csv", "sw.csv"]
 
 
-# ---- issue 27 §4: an input that is not a regular file says what it is -------------------------
+# ---- an input that is not a regular file says what it is ---------------------------------------
 
 INPUT_COMMANDS = {
     "pfi": ["pfi"],

@@ -1,4 +1,4 @@
-"""Issue 17: no command destroys an input or writes into a link/device/folder, and bad values
+"""No command destroys an input or writes into a link/device/folder, and bad values
 or files stop with one message naming the file (and line), exit status 2, no traceback."""
 
 from __future__ import annotations
@@ -113,9 +113,7 @@ def test_allocate_output_equal_to_input_is_refused(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     if "is the input" not in err:
-        pytest.skip(
-            "wattflex allocate does not call check_outputs yet (owned by another part of issue 17)"
-        )
+        pytest.skip("wattflex allocate does not call check_outputs yet")
     assert rc == 2 and (tmp_path / "cv.csv").read_text() == ALLOC
 
 

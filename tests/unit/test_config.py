@@ -87,7 +87,7 @@ def _moe_pt(c):
     return next(g for g in c["groups"] if g["id"].startswith("moe-pt-gptoss20b"))
 
 
-# Issue 27 §3: semantic checks with bounds, the same for every backend.
+# Semantic checks with bounds, the same for every backend.
 @pytest.mark.parametrize("backend", ["emulated", "cuda"])
 @pytest.mark.parametrize(
     "mutate,key,words",
@@ -186,7 +186,7 @@ def test_invalid_yaml_is_a_config_error(tmp_path):
         load_config(p)
 
 
-# Issue 37: configurations that validated, then failed in a job after the runs (numpy's
+# Configurations that pass the schema but would fail in a job after the runs (numpy's
 # default_rng(-1), rng.choice with weights summing to 0 or of the wrong length, a run with no
 # sample, the headline read from a cut never simulated): refused at validation, naming the key.
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Bad campaign configs stop at validation with one line naming the key (issue 17): unknown
+"""Bad campaign configs stop at validation with one line naming the key: unknown
 keys at every level, the ``cuda:`` section and what a ``backend: cuda`` campaign needs, GPU
 models; every shipped config still validates; the merge onto config/config.yaml is said."""
 

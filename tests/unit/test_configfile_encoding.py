@@ -1,4 +1,4 @@
-"""Issue 27 §2: a UTF-16 `--configfile`. `wattflex doctor --configfile` says so in one line
+"""A UTF-16 `--configfile`. `wattflex doctor --configfile` says so in one line
 (exit 2). Plain `snakemake --configfile` cannot be made to: Snakemake's CLI loads the file
 (``snakemake.cli.args_to_api`` -> ``ConfigSettings.__post_init__`` -> ``load_configfile``)
 before any Snakefile code runs, and its loader opens the file as UTF-8 and catches only

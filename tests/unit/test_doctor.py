@@ -222,7 +222,7 @@ def test_fake_nvml_non_root_is_told_to_use_the_cap_command_and_a_cuda_config_fai
 def test_a_non_root_user_is_told_caps_need_root_and_pointed_to_the_documented_path(
     monkeypatch, tmp_path, default_config
 ):
-    """Issue 36 item 9: the fix names the wrapper and sudoers rule (`wattflex setcap-rule`), the
+    """Capping without root: the fix names the wrapper and sudoers rule (`wattflex setcap-rule`), the
     docs section and the exact cap_command; the config check says nvml needs root."""
     monkeypatch.setattr(doctor.os, "geteuid", lambda: 1000)
     monkeypatch.setattr(doctor, "PROC_STATUS", status_file(tmp_path, CAP_EFF_NONE))

@@ -1,4 +1,4 @@
-"""Issue 17 (case 7): ``wattflex run-at-cap`` / ``wattflex restore-caps`` and the readers of a
+"""``wattflex run-at-cap`` / ``wattflex restore-caps`` and the readers of a
 run's files stop on bad input with one line naming the file and what is wrong (exit 2 for
 the commands), never a traceback, and never after the (possibly hour-long) run. The commands
 run in this process (the ``run_cli`` fixture, tests/unit/conftest.py)."""
@@ -126,7 +126,7 @@ def test_run_at_cap_good_spec_still_runs(tmp_path, spec, run_cli):
 
 @pytest.mark.parametrize("held", ["real", "emulated", "other"])
 def test_run_at_cap_refuses_an_outdir_that_holds_files(tmp_path, spec, held, run_cli):
-    """Issue 27 §1: `run-at-cap SPEC <a measured run's dir>` replaced the run (exit 0)."""
+    """`run-at-cap SPEC <a measured run's dir>` is refused: it would replace the measured run."""
     out = tmp_path / "out"
     out.mkdir()
     files = {"train.log": b"the measured run's log\n"}

@@ -53,7 +53,7 @@ LAYERS = [
 #: Arrows that point up today, each with why it is allowed for now. Nothing else may.
 ALLOWED_UP = {
     # config's checks of cuda and command campaigns call the runs' own checks (lazily, only
-    # for such campaigns); they move out of config.py with its defaults rework (issue 28 item 1)
+    # for such campaigns); config.py holds them until they move out with its defaults
     ("config", "runs.command_run"),
     ("config", "runs.plan"),
     # ... and its check of cuda.cap_command is the cap command's own rule (cap_command_problem)

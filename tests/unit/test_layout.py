@@ -192,7 +192,7 @@ def test_no_text_names_a_repo_file_or_module_that_does_not_exist():
 def test_what_the_snakefile_imports_at_every_start_stays_light():
     """Every `snakemake` call (a dry run, a rerun, each SLURM job) parses the rule files: the
     wattflex modules they import pull in no numpy, pandas, pyarrow, scipy or matplotlib
-    (~0.1-0.4 s each on every start; issue 15). rules/ingest.smk, included only for ingest
+    (~0.1-0.4 s each on every start). rules/ingest.smk, included only for ingest
     campaigns, lists the campaign's data files with the ingest readers and is left out."""
     import subprocess
     import sys

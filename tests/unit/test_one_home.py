@@ -1,10 +1,11 @@
 """One home per default: a config key's default is stated once, as ``default:`` in the schema
 (config/config.yaml states only what differs from it; the code reads the schema's).
 
-Three places a default used to be restated, each read here: config/config.yaml (a value equal
-to the schema's default at the same key), a dataclass field (a literal default for a field
-named like a schema key), and ``mapping.get("key", literal)`` (``setdefault``/``pop`` too) with
-the schema's default of that key as the literal.
+The places a default can be restated, each read here: config/config.yaml (a value equal to
+the schema's default at the same key), a dataclass field (a literal default for a field named
+like a schema key), ``mapping.get("key", literal)`` (``setdefault``/``pop`` too), a function
+argument's default and an argparse option's ``default=`` (a ``--key-name`` option's dest), each
+with the schema's default of that key as the literal (a list's as its comma-joined string too).
 """
 
 from __future__ import annotations
@@ -106,8 +107,62 @@ def field_default(value: ast.AST | None) -> ast.AST | None:
     return value
 
 
+def same_setting(name: str, value: Any) -> list[str]:
+    """The schema keys named ``name`` whose default is ``value`` (a list's also as the comma-joined
+    string a command line takes)."""
+    return [
+        p
+        for p, d in BY_NAME.get(name, [])
+        if same(value, d)
+        or (isinstance(d, list) and isinstance(value, str) and value == ",".join(map(str, d)))
+    ]
+
+
+def argument_defaults(node: ast.AST) -> Iterator[tuple[str, ast.AST]]:
+    """(name, default expression) of each argument of a function that has a default."""
+    a = node.args
+    positional = a.posonlyargs + a.args
+    yield from zip((x.arg for x in positional[len(positional) - len(a.defaults) :]), a.defaults)
+    yield from ((x.arg, d) for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None)
+
+
+def option_dest(call: ast.Call) -> str | None:
+    """The dest of ``parser.add_argument(...)``: its ``dest=``, else its first long option's
+    name (``--period-s``: ``period_s``), else its first name."""
+    keywords = {k.arg: k.value for k in call.keywords}
+    if "dest" in keywords:
+        ok, dest = literal(keywords["dest"])
+        return dest if ok else None
+    names = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    name = next((n for n in names if n.startswith("--")), names[0] if names else None)
+    return name.lstrip("-").replace("-", "_") if name else None
+
+
+def restated_defaults(node: ast.AST, where: str) -> Iterator[str]:
+    """A function argument's or an argparse option's literal default that is a schema key's."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        for name, expr in argument_defaults(node):
+            ok, value = literal(expr)
+            hits = same_setting(name, value) if ok and value is not None else []
+            if hits:
+                fn = getattr(node, "name", "lambda")
+                yield f"{where}:{expr.lineno}: {fn}({name}={value!r}) (schema: {', '.join(hits)})"
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "add_argument"
+    ):
+        expr = next((k.value for k in node.keywords if k.arg == "default"), None)
+        dest = option_dest(node)
+        ok, value = literal(expr) if expr is not None else (False, None)
+        hits = same_setting(dest, value) if ok and value is not None and dest else []
+        if hits:
+            yield f"{where}:{node.lineno}: option {dest} default={value!r} (schema: {', '.join(hits)})"
+
+
 def restated_in_code(tree: ast.AST, where: str) -> Iterator[str]:
     for node in ast.walk(tree):
+        yield from restated_defaults(node, where)
         if isinstance(node, ast.ClassDef) and is_dataclass(node):
             for stmt in node.body:
                 if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
@@ -161,7 +216,7 @@ def test_config_yaml_states_only_what_differs_from_the_schema():
     )
 
 
-def test_no_dataclass_default_or_get_default_restates_the_schema():
+def test_no_default_in_code_restates_the_schema():
     restated = package_restatements()
     assert not restated, (
         "a schema default stated again in code (take it from wattflex.schema."
@@ -185,6 +240,15 @@ def test_no_dataclass_default_or_get_default_restates_the_schema():
             "def f(g):\n    return g.setdefault('aggregate', 'top10')\n",
             ".setdefault('aggregate', 'top10')",
         ),
+        ("def f(df, *, alpha=0.05):\n    pass\n", "f(alpha=0.05)"),
+        ("def f(df, p_adjust='holm', x=1):\n    pass\n", "f(p_adjust='holm')"),
+        ("def f():\n    p.add_argument('--period-s', type=float, default=5.0)\n", "period_s"),
+        ("def f():\n    p.add_argument('-a', '--alpha', default=0.05)\n", "alpha"),
+        ("def f():\n    p.add_argument('--x', dest='response_s', default=30)\n", "response_s"),
+        (
+            "def f():\n    p.add_argument('--cluster-order', default='dense,moe-pt,moe-ft')\n",
+            "cluster_order",
+        ),
     ],
 )
 def test_the_check_finds_each_kind_of_restatement(source, found):
@@ -198,6 +262,11 @@ def test_the_check_finds_each_kind_of_restatement(source, found):
         "def f(run):\n    return run.get('sample_period_s')\n",  # no default: the filled config's
         "def f(g):\n    return g.get('gpus', 1)\n",  # not control.cluster.gpus' 256
         "from dataclasses import dataclass\n@dataclass\nclass T:\n    duration_s: float = DEFAULTS['duration_s']\n",
+        "def f(df, alpha=0.01, p_adjust=_STATS['p_adjust']):\n    pass\n",  # another value; the schema's
+        "def f(df, sample_period_s=None):\n    pass\n",  # None: the caller's or the config's
+        "def f():\n    p.add_argument('--period-s', type=float, default=D['period_s'])\n",
+        "def f():\n    p.add_argument('--alpha', type=float)\n",  # no default
+        "def f():\n    p.add_argument('--gpus', type=int, default=1)\n",  # not 256
     ],
 )
 def test_the_check_leaves_defaults_taken_from_the_schema(source):

@@ -81,8 +81,8 @@ def _code_version_of(package_parent) -> list[str]:
 def test_a_copy_inside_another_repository_claims_its_commit_only_once_tracked_there(
     tmp_path, ignored
 ):
-    """Issue 37: a copy without .git in another repository's folder, untracked or ignored
-    there, named that repository's HEAD as its commit. Once that repository tracks the copy,
+    """A copy without .git in another repository's folder, untracked or ignored there, has no
+    commit (not that repository's HEAD). Once that repository tracks the copy,
     its commit is the copy's, and an edit makes it dirty."""
     outer, vendor = tmp_path / "outer", tmp_path / "outer" / "vendor"
     outer.mkdir()

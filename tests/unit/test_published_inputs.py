@@ -1,6 +1,6 @@
 """The published tables each rule declares as input (rules/common/paths.smk PUBLISHED_BY_RULE)
-are the ones its code reads, so editing a published CSV reruns what shows it (issue 28;
-the rerun itself: tests/workflow/test_relocation.py)."""
+are the ones its code reads, so editing a published CSV reruns what shows it (the
+rerun itself: tests/workflow/test_relocation.py)."""
 
 import ast
 import re

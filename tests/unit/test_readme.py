@@ -60,7 +60,7 @@ def test_the_docs_own_sweep_table_gives_a_pfi(repo, tmp_path):
     (tmp_path / "sweeps.csv").write_text(table)
     assert cli.main(["pfi", str(tmp_path / "sweeps.csv"), "-o", str(tmp_path / "pfi.csv")]) == 0
     assert "llama-ft" in (tmp_path / "pfi.csv").read_text()
-    # and as the `source: ingest` campaign it documents (issue 37: refused, a job's 5200 W read as one GPU's)
+    # and as the `source: ingest` campaign it documents (a job's 5200 W is the job's, not one GPU's)
     assert (
         cli.main(
             [

@@ -258,7 +258,7 @@ def read_report_meta_from(html):
     "status,label", [("not_fitted", "Not fitted"), ("not_tested", "Not tested")]
 )
 def test_a_stage_with_too_little_data_says_why_above_its_empty_table(campaign, status, label):
-    """Issue 37: the predictor on one group (and the cluster tests on one cluster) write empty
+    """Too little data: the predictor on one group (and the cluster tests on one cluster) write empty
     tables whose sidecar says why; the report shows the reason, not a bare '(no rows)'."""
     root, files, paper = campaign
     write_csv(
@@ -275,7 +275,7 @@ def test_a_stage_with_too_little_data_says_why_above_its_empty_table(campaign, s
 
 
 def test_the_allocation_section_names_the_mixes_and_policies_it_left_out(campaign):
-    """Issue 37: a one-group campaign cannot form the production mix, and an unfitted predictor
+    """A one-group campaign cannot form the production mix, and an unfitted predictor
     gives the PFI-aware policies nothing to read; the report says so once, and why the headline is empty."""
     root, files, paper = campaign
     prov = provenance(params={}, backend="cuda")

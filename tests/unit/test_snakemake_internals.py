@@ -37,7 +37,7 @@ def test_the_installed_snakemake_is_the_pinned_release():
     assert installed in spec, (
         f"snakemake {installed} is outside pyproject's {spec}: check the internals, then re-pin"
     )
-    # one minor release: a minor release may change the internals (issue 28)
+    # one minor release: a minor release may change the internals wattflex hooks
     major, minor = (int(x) for x in installed.split(".")[:2])
     assert f"{major}.{minor + 1}.0" not in spec and f"{major}.{minor}.0" in spec
 

@@ -1,4 +1,4 @@
-"""Issue 27 §3: every JSON artifact is strict JSON: an undefined value is ``null`` with its
+"""Every JSON artifact is strict JSON: an undefined value is ``null`` with its
 reason beside it, never a ``NaN``/``Infinity`` token that strict parsers reject."""
 
 import ast

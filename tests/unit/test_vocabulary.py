@@ -44,3 +44,11 @@ def test_cluster_of_is_the_papers_rule():
 def test_the_default_campaign_derives_its_clusters_by_the_rule(default_config):
     for g in groups(default_config):
         assert g["cluster"] == cluster_of(g["architecture"], g["task"]) and g["set"] in SETS
+
+
+def test_the_schemas_cluster_order_is_the_registrys():
+    """stats.cluster_order (the default of `wattflex stats --order` too) lists the clusters in
+    the registry's order, the paper's."""
+    from wattflex.schema import section_defaults
+
+    assert tuple(section_defaults("stats")["cluster_order"]) == CLUSTERS

@@ -1,5 +1,5 @@
 """Run a command as a process that file modes bind, whoever runs the tests and wherever the
-clone is (issue 28).
+clone is.
 
 Snakemake decides "write-protected" with os.access(W_OK), which root passes through
 CAP_DAC_OVERRIDE. Running the command as another uid (65534) needs that user to reach the

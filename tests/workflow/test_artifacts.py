@@ -1,6 +1,6 @@
 """Versioned artifacts of a real workflow run: every file the tiny campaign writes carries
 schema_version and provenance, readers refuse an unknown major schema version, and two
-campaigns in one working directory never write to the same path (issue 8)."""
+campaigns in one working directory never write to the same path."""
 
 import json
 import re

@@ -1,4 +1,4 @@
-"""``knob: clock`` through the real workflow (issue 39): a clock group beside a cap group, emulated,
+"""``knob: clock`` through the real workflow: a clock group beside a cap group, emulated,
 to runs.parquet and the PFI table (real Snakemake)."""
 
 import pytest

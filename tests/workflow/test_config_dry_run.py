@@ -1,4 +1,4 @@
-"""Bad and partial campaign configs through a real ``snakemake -n`` (issue 17): the one-line
+"""Bad and partial campaign configs through a real ``snakemake -n``: the one-line
 config error names the key, and the merge onto config/config.yaml is said once. (The checks
 without Snakemake: tests/unit/test_config_input.py.)"""
 

@@ -1,4 +1,4 @@
-"""Issue 27 §3: Snakemake reads --configfile itself and keeps the last of duplicate keys; the
+"""Snakemake reads --configfile itself and keeps the last of duplicate keys; the
 workflow reads the files again as wattflex does and refuses, naming file, line and key."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Issue 27 §3: `wattflex doctor --configfile F` judges what `snakemake --configfile F` runs:
-F merged onto config/config.yaml (it said "unknown cap grid None" for a file snakemake accepts)."""
+"""`wattflex doctor --configfile F` judges what `snakemake --configfile F` runs: F merged onto
+config/config.yaml (F alone lacks what config.yaml gives, such as the cap grid)."""
 
 from __future__ import annotations
 

@@ -96,7 +96,7 @@ def test_ingest_campaign_needs_an_ingest_section(tmp_path):
 
 @pytest.mark.slow
 def test_an_ingest_campaign_with_a_bad_file_logs_one_line(tmp_path):
-    """Issue 27 §2: the campaign stops (non-zero) and its rule log names the file and line,
+    """An ingest campaign with a bad file stops (non-zero) and its rule log names the file and line,
     no traceback."""
     data = tmp_path / "data"
     data.mkdir()

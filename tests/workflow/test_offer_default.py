@@ -1,4 +1,4 @@
-"""The flexibility offer (issue 26 item 5) is one of the default workflow's products: the tiny
+"""The flexibility offer is one of the default workflow's products: the tiny
 campaign run end to end (real Snakemake, emulated backend) writes offer/offer.csv and
 offer/offer.png from its runs' curves, and its report shows the figure and the table."""
 

@@ -1,4 +1,4 @@
-"""A workflow runs its own library (issue 17, case 9).
+"""A workflow runs its own library.
 
 With ``pip install -e`` from one checkout, the editable .pth file puts that checkout's
 workflow_scripts/ on every interpreter's sys.path, and Snakemake's script preamble only

@@ -1,5 +1,5 @@
 """Real runs survive every way Snakemake can plan them, as root and as a non-root user, and a
-campaign whose runs all failed fails (issues 17, 27).
+campaign whose runs all failed fails.
 
 Write protection is a file mode, and Snakemake decides with os.access(W_OK), always true for
 root; it also reruns a job whose script is newer than its outputs, or that --forcerun, -F or
@@ -118,7 +118,7 @@ def unchanged(real: RealRun) -> bool:
 
 def _user_can_run_the_workflow(real: RealRun) -> str:
     """Why ``NOBODY`` cannot run this checkout's Python and Snakemake ('' if it can): a clone
-    under a 0700 folder (issue 28) is out of its reach."""
+    under a 0700 folder is out of its reach."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         return "needs root and setpriv to act as an unprivileged user"
     probe = subprocess.run(
@@ -177,8 +177,8 @@ def test_unchanged_spec_of_a_real_run_plans_nothing(real_run, user):
     assert "Nothing to be done" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
 
 
-# Every way Snakemake can be told, or can decide, to run run_at_cap again (issue 27 §1); the
-# first is what the corrupt-run hint used to say (--forcerun takes the path as a rule name).
+# Every way Snakemake can be told, or can decide, to run run_at_cap again; each
+# is refused (wattflex.runs.protection). --forcerun takes a path given to it as a rule name.
 FORCING = {
     "forcerun": ["--forcerun", "run_at_cap"],
     "R": ["-R", "run_at_cap"],

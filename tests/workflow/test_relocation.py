@@ -1,6 +1,6 @@
 """A finished campaign is a folder that can move: every path the rules see is relative, so a
-`cp -a` of the workflow with its finished tiny campaign plans nothing (the README's promise,
-issue 28); and the paper's published tables are inputs of the rules that show them, so
+`cp -a` of the workflow with its finished tiny campaign plans nothing (the README's
+promise); and the paper's published tables are inputs of the rules that show them, so
 editing one reruns exactly those (and the report), with the real Snakemake CLI."""
 
 from __future__ import annotations

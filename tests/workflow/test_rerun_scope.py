@@ -1,4 +1,4 @@
-"""Rerun scope: a change reruns exactly the jobs it affects (issue 8), tested with the real
+"""Rerun scope: a change reruns exactly the jobs it affects, tested with the real
 Snakemake CLI on a copy of the tiny campaign.
 
 One finished campaign per session, shared with test_relocation (campaigns.finished_campaign:
@@ -153,8 +153,8 @@ def test_summary_protocol_reruns_summaries_and_everything_downstream_never_runs(
 
 
 def test_a_deleted_summary_is_rebuilt_with_what_reads_it_and_nothing_else(campaign):
-    """Issue 27: deleting one run's summary.json used to leave "Nothing to be done" (a
-    missing intermediate is remade only for a target); every summary is now one of rule all's."""
+    """Deleting one run's summary.json remakes it: every summary is one of rule all's targets
+    (Snakemake remakes a missing intermediate only for a target)."""
     summary = (
         campaign.work
         / "results"

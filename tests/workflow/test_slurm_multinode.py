@@ -335,7 +335,7 @@ def test_scancel_of_a_job_that_ignores_sigterm_restores_the_caps_before_killwait
     one node of the pair): stopping it takes the agent's whole grace (30 s), far past the
     cluster's KillWait (5 s, tests/slurm/cluster.sh), so SLURM SIGKILLs the agent. The caps
     are back by then, put back by the agent itself (its state file gone; the epilog reads
-    another state folder and has no FAKE NVML), not left capped for the epilog (issue 36)."""
+    another state folder and has no FAKE NVML), not left capped for the epilog."""
     group = {
         "id": "dense-pt-own-tinylm-x1",
         "model": "Mistral-Small-24B-Base-2501",

@@ -1,4 +1,4 @@
-"""A damaged run file through the real workflow (issue 17): the summarize_run job fails with
+"""A damaged run file through the real workflow: the summarize_run job fails with
 the one line naming the file, never a pyarrow traceback. (The readers' own checks:
 tests/unit/test_entry_points.py.)"""
 

@@ -1,4 +1,4 @@
-"""A one-group campaign runs to the end (issue 37): every stage that has too little data
+"""A one-group campaign runs to the end: every stage that has too little data
 writes its outputs with the reason instead of failing the workflow. The real Snakemake on a
 copy of the workflow, as its own working directory (config/config.yaml's control study and
 the rest merged under the campaign, as a user runs it)."""

@@ -765,7 +765,7 @@ def run_spec(cfg: dict[str, Any], group_id: str, run: str) -> dict[str, Any]:
         "cap_w": row["cap_w"],
         "repeat": row["repeat"],
         "seed": int(cfg["seed"]),
-        # a cap group's spec as before the clock knob (its runs' records unchanged)
+        # knob: cap (the default) is left out: a cap run's spec is the same with or without it
         "group": {
             k: v for k, v in g.items() if k not in ("caps", "clocks") and (k, v) != ("knob", "cap")
         },

@@ -44,7 +44,7 @@ and fixes the two things that break it:
 using fitted values; it is defined when the group has at least two binding points
 (distinct caps) and at least one of them lost throughput. "Significantly" means by more
 than ``z * sqrt(sem_i**2 + sem_ref**2)`` (``z`` from ``ci``, 1.96 for 95 %) when SEMs are
-given, else by more than ``rel_tol`` (default 2 %) of the reference value. On a clean,
+given, else by more than ``rel_tol`` (``REL_TOL`` by default) of the reference value. On a clean,
 monotone sweep whose caps all bind it equals ``pfi_ratio``. The set of contributing points
 is decided once on the means and kept in the Monte Carlo resamples.
 
@@ -120,6 +120,10 @@ from wattflex.schema import section_defaults
 
 _PFI = section_defaults("pfi")  # the pfi: section's defaults: pfi_table's and `wattflex pfi`'s
 
+# Without SEMs, a change beyond this fraction of the reference value is significant.
+REL_TOL = 0.02
+# A cap binds when realised per-GPU power is within this fraction below it.
+POWER_TOL = 0.10
 PROGRESS_EVERY_S = 5.0  # a progress line this often on long tables (wattflex pfi prints them)
 STATUSES = (
     "too_few_caps",
@@ -368,8 +372,8 @@ def pfi_table(
     mc_samples: int = _PFI["mc_samples"],
     ci: float = _PFI["ci"],
     seed: int = _PFI["seed"],
-    rel_tol: float = 0.02,
-    power_tol: float = 0.10,
+    rel_tol: float = REL_TOL,
+    power_tol: float = POWER_TOL,
     progress: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
     """One row per group: published PFIs, robust PFI, Monte Carlo CIs, status and diagnostics.

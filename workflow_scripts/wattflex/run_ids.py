@@ -2,13 +2,15 @@
 and read back only here.
 
 ``cap<W>`` for a cap's first run, ``cap<W>_r<k>`` for its k-th repeat (k >= 1); ``<W>`` is the
-cap in watts in ``:g`` form (``cap437.5``, ``cap1000``). A clock group's (``knob: clock``, issue
-39) are ``clk<MHz>`` and ``clk<MHz>_r<k>``: the locked SM clock in MHz (``clk1200``).
+cap in watts in ``:g`` form (``cap437.5``, ``cap1000``). A clock group's (``knob: clock``)
+are ``clk<MHz>`` and ``clk<MHz>_r<k>``: the locked SM clock in MHz (``clk1200``).
 """
 
 from __future__ import annotations
 
 import re
+
+from wattflex.schema import group_default
 
 #: What a run id looks like (the Snakefile's ``{run}`` wildcard constraint).
 RUN_ID_PATTERN = r"(cap|clk)[0-9.]+(_r[0-9]+)?"
@@ -16,7 +18,7 @@ _PARSE = re.compile(r"(?P<knob>cap|clk)(?P<cap>[0-9.]+)(?:_r(?P<repeat>[0-9]+))?
 _PREFIX = {"cap": "cap", "clock": "clk"}
 
 
-def run_id(setpoint: float, repeat: int = 0, knob: str = "cap") -> str:
+def run_id(setpoint: float, repeat: int = 0, knob: str = group_default("knob")) -> str:
     """The id of the ``repeat``-th run at ``setpoint``: a cap in watts, or (``knob="clock"``)
     a locked SM clock in MHz."""
     # :g keeps 6 significant digits: exact for configured caps (whole or half watts within a

@@ -100,10 +100,11 @@ def defaults(node: dict[str, Any]) -> dict[str, Any]:
 
 def section_defaults(*path: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
     """The defaults of the config section at ``path`` (``"control", "controller"``: the
-    ``controller:`` mapping inside ``control:``), from ``schema`` (default: the shipped one)."""
+    ``controller:`` mapping inside ``control:``; ``*`` any key of a mapping, as in ``"control",
+    "scenarios", "*"``), from ``schema`` (default: the shipped one)."""
     node = read_schema() if schema is None else schema
     for key in path:
-        node = node["properties"][key]
+        node = node["additionalProperties"] if key == "*" else node["properties"][key]
     return defaults(node)
 
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 ARCHITECTURES = ("dense", "moe")
 TASKS = ("pt", "lora")  # pt: pretraining (full AdamW); lora: LoRA fine-tuning
+# The names tables outside wattflex give LoRA fine-tuning ("ft": the paper's tables; "sft").
+LORA_TASK_NAMES = ("lora", "ft", "sft")
 CLUSTERS = ("dense", "moe-pt", "moe-ft")  # the paper's order (Tables 10-11)
 SETS = ("headline", "validation", "h100", "other")
+# The sets whose groups have a published H200 PFI: Table 6 (headline), Table 7 (validation).
+PUBLISHED_H200_SETS = ("headline", "validation")
 VOCABULARY = {"architecture": ARCHITECTURES, "task": TASKS, "cluster": CLUSTERS, "set": SETS}
 # The columns of runs.csv that describe a group's job beside its GPUs, in runs.csv's order.
 JOB_COLUMNS = (

@@ -1,5 +1,5 @@
-"""Issue 27 §3: values that overflow the sums of an allocation are refused naming the line, and
-a budget above the uncapped power caps nothing (it used to print "-4.8e305 % below uncapped")."""
+"""Values that overflow the sums of an allocation are refused naming the line, and
+a budget above the uncapped power caps nothing (not "-4.8e305 % below uncapped")."""
 
 from __future__ import annotations
 

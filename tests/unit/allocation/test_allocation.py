@@ -572,7 +572,7 @@ def test_oracle_guard_allows_a_policy_above_the_oracle_only_within_its_proven_ga
         )
 
 
-# --------------------------------------------------------------------------- too little data (issue 37)
+# --------------------------------------------- too little data: no production mix, no predictor
 
 
 def pretraining_only(n_groups=6, **cfg):

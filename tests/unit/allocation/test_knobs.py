@@ -1,4 +1,4 @@
-"""The knob menu (issue 39 item 2): the MILP's mix is the brute-force optimum on small random
+"""The knob menu: the MILP's mix is the brute-force optimum on small random
 instances (non-concave curves, clock curves, every knob), caps alone stop at the floors while
 the mix goes deeper, and the notice and pause limit change what a knob costs."""
 

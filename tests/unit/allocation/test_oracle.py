@@ -1,4 +1,4 @@
-"""The oracle's certified fast path (issue 15): the rounded hull solution is feasible on the
+"""The oracle's certified fast path: the rounded hull solution is feasible on the
 true curves, its certificate is a valid bound, the MILP runs exactly where the certificate
 fails, and nothing changes where the greedy alone was already exact."""
 

@@ -140,7 +140,7 @@ def test_capped_faster_reports_published_value_and_robust_pools():
 
 
 def test_a_capped_point_as_fast_as_uncapped_is_excluded_not_capped_faster():
-    """Issue 27 §3: T_i == T_max is Eq. 1's own exclusion; only T_i > T_max is faster."""
+    """T_i == T_max is Eq. 1's own exclusion; only T_i > T_max is faster."""
     row = one(sweep(caps=[200, 300, 400], power=[800, 1200, 1600], throughput=[50, 80, 80]))
     assert row.status != "capped_faster" and "capped_faster" not in row.notes
     assert "capped_faster" not in per_cap(row)[300]["flags"]
@@ -193,7 +193,7 @@ def test_flat_throughput_with_binding_power_is_unbounded_not_inf():
         )
     )
     assert math.isnan(row.pfi_ratio)  # every term excluded (T == T_max): NaN, never inf
-    assert row.status == "no_throughput_loss"  # Eq. 1's exclusion, not faster (issue 27)
+    assert row.status == "no_throughput_loss"  # Eq. 1's exclusion, not faster
     assert row.robust_status == "no_throughput_loss" and math.isnan(row.pfi_robust)
     assert "no term left" in row.notes
 
@@ -423,7 +423,7 @@ def test_grid_sensitivity_without_a_finer_swept_group_is_empty():
     ]
 
 
-# ---- issue 27 §4: the point estimate's isotonic fit, and progress on long tables --------------
+# ---- the point estimate's isotonic fit, and progress on long tables ---------------------------
 
 
 @pytest.mark.parametrize("case", ["monotone", "dip", "weighted dip", "tie in power"])
@@ -462,7 +462,7 @@ def test_long_tables_report_progress(monkeypatch):
 
 
 def test_monte_carlo_across_groups_equals_each_group_alone(monkeypatch):
-    """Issue 27 §4: the CIs run on groups stacked by size, in batches; a group's row (CIs and
+    """The CIs run on groups stacked by size, in batches; a group's row (CIs and
     their notes included) is the one it gets alone, across batch boundaries and sizes."""
     import wattflex.pfi as pfi
 

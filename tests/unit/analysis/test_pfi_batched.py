@@ -1,5 +1,5 @@
-"""Issue 27 §4: the PFI vectorised across groups (one shared random stream per group size,
-the isotonic shortcut), with point estimates as before and CIs that still cover."""
+"""The PFI vectorised across groups (one shared random stream per group size, the isotonic
+shortcut): point estimates equal to the per-group code's, and CIs that still cover."""
 
 import numpy as np
 import pandas as pd

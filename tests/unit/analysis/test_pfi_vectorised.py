@@ -1,4 +1,4 @@
-"""Issue 27 §4: the point estimates computed across groups (``pfi._Size``: closed-form least
+"""The point estimates computed across groups (``pfi._Size``: closed-form least
 squares, a vectorised isotonic fit, every flag on (groups, n) arrays) agree with the
 per-group code they replace. ``tests/data/pfi_mixed_*expected.csv`` were written by that code
 (branch h27 at 4a4bc73, ``pfi_table(mixed_table(), mc_samples=0, ...)``) on the table of

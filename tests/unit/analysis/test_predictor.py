@@ -274,7 +274,7 @@ def test_cli_predict(tmp_path, capsys):
     assert "mem_copy_util" in capsys.readouterr().err
 
 
-# Issue 37: a campaign of one or two groups has no predictor to fit; the analysis records why
+# A campaign of one or two groups has no predictor to fit; the analysis records why
 # (a model that says not_fitted, predictions without pfi_pred) and goes on.
 def test_too_few_groups_give_a_model_that_says_not_fitted_and_why(tmp_path, capsys):
     df = groups_table().iloc[:2]

@@ -223,7 +223,7 @@ def test_cli_stats_missing_column_is_a_one_line_error(tmp_path, capsys):
     assert main(["stats", str(tmp_path / "nope.csv")]) == 2
 
 
-# ---- issue 27 §3: undefined statistics are null with a reason, never NaN or SciPy warnings ----
+# ---- undefined statistics are null with a reason, never NaN or SciPy warnings ---------------
 
 
 def _strict(text: str):
@@ -293,7 +293,7 @@ def test_json_safe_turns_non_finite_numbers_into_null():
 
 
 def test_one_cluster_is_not_tested_and_says_why():
-    """Issue 37: a campaign of one cluster has nothing to compare: a result that says so, not a failed job."""
+    """A campaign of one cluster has nothing to compare: a result that says so, not a failed job."""
     res = kruskal_dunn(TIED[TIED["cluster"] == "dense"], value_col="pfi")
     assert res["status"] == "not_tested" and res["dunn"] == []
     assert res["reason"] == "need at least 2 groups in 'cluster' to compare, found 1 (dense)"
@@ -305,7 +305,7 @@ def test_one_cluster_is_not_tested_and_says_why():
 
 
 def test_kruskal_dunn_refuses_an_unknown_p_adjust_before_any_test():
-    # issue 37: statsmodels said only "method not recognized"; the config's stats.p_adjust goes here too
+    # statsmodels itself says only "method not recognized"; the config's stats.p_adjust goes here too
     df = pd.DataFrame(
         {"cluster": ["dense", "dense", "moe-pt", "moe-pt"], "pfi_ratio": [1.0, 1.2, 2.0, 2.2]}
     )

@@ -1,4 +1,4 @@
-"""Issue 17: ``wattflex allocate`` refuses curve points that would give a wrong number
+"""``wattflex allocate`` refuses curve points that would give a wrong number
 (one line naming the job and the file's line, exit 2), cleans non-monotone curves with a
 stated note, never allocates below a floor, and reports its phases on large inputs."""
 

@@ -320,7 +320,7 @@ def test_a_gemm_that_never_reached_the_limit_is_no_calibration(tmp_path, capsys)
 
 
 def test_no_fact_to_fit_on_names_the_real_reason_not_a_holdout(tmp_path, capsys):
-    # issue 37: one cap per group (no PFI) said "nothing left to fit on after --holdout" with no --holdout
+    # one cap per group: the reason is no PFI, not "nothing left ... after --holdout" (none given)
     err = refused_runs(
         tmp_path / "onecap.csv",
         capsys,

@@ -1,4 +1,4 @@
-"""Issue 37: the CLI never writes into a measured run and does not race itself. ``run-at-cap``
+"""The CLI never writes into a measured run and does not race itself. ``run-at-cap``
 claims OUTDIR in one step at the end (a run that landed there meanwhile is kept, as is this
 one); no command's output lies in a measured run, not even through a symlinked folder; two
 commands writing one output at once leave a CSV and sidecar that belong together, and a

@@ -1,4 +1,4 @@
-"""``wattflex control`` at its boundary (issue 17): bad input stops it with one line and exit 2
+"""``wattflex control`` at its boundary: bad input stops it with one line and exit 2
 before any limit changes; a SIGKILLed run's caps are restored before the next run reads any
 limit as an original; every termination signal restores the caps. FAKE NVML only
 (tests/fakes/fake_pynvml.py): two fake H200s, 200-700 W."""
@@ -203,7 +203,7 @@ def cap_command(template: str) -> list[str]:
             ["--budget-w", "800", "--cap-control", "command", "--cap-command", "true", *RUN],
             "must contain {gpu} and {watts}",
         ),
-        # issue 37: a template that str.format cannot fill is refused before "controlling...", not at the first cap
+        # a template that str.format cannot fill is refused before "controlling...", not at the first cap
         (
             cap_command("echo {node} {gpu} {watts}"),
             "--cap-command 'echo {node} {gpu} {watts}': has placeholder(s) {node}; only {gpu} and {watts} are filled in",

@@ -1,4 +1,4 @@
-"""Odd inputs (issue 37, "tracebacks and unclear errors"): one line and exit status 2, never a
+"""Odd inputs: one line and exit status 2, never a
 traceback, a hang or a MemoryError. Every command's input passes one check
 (``wattflex.ingest.reader.check_input_file``): a FIFO, a folder, a device or a file over the
 size limit says what it is before it is opened; counts and GPU indices are bounded before a

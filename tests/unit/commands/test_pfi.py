@@ -156,7 +156,7 @@ def test_real_zeus_a40_sweeps(resources, tmp_path):
         json.loads(cell)
 
 
-# ---- issue 27 §3: the same input gets the same verdict from `pfi` and `ingest` -----------------
+# ---- the same input gets the same verdict from `pfi` and `ingest` ------------------------------
 
 
 def _both(tmp_path, text, capsys):

@@ -1,4 +1,4 @@
-"""Capping without root (issue 36, item 9): ``wattflex setcap-rule`` prints the wrapper, the
+"""Capping without root: ``wattflex setcap-rule`` prints the wrapper, the
 sudoers rule and the cap command; the wrapper (slurm/wattflex-setcap) caps only GPUs of the
 calling user's running SLURM job on this node, within the card's range.
 

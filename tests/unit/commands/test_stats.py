@@ -1,4 +1,4 @@
-"""``wattflex stats`` options checked where they are parsed (issue 37)."""
+"""``wattflex stats`` options checked where they are parsed."""
 
 from tests.unit.test_cli_safety import STATS
 

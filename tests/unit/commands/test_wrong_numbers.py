@@ -1,5 +1,5 @@
-"""Issue 37, "wrong numbers with exit 0": inputs and options that gave a wrong number and
-exit 0 are read as meant (job ids as text) or refused with one line naming what is wrong."""
+"""No wrong number with exit 0: inputs and options that would give one are read as meant (job
+ids as text) or refused with one line naming what is wrong."""
 
 import pytest
 

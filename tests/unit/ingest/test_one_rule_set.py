@@ -1,4 +1,4 @@
-"""Issue 27 §3: `wattflex pfi` (commands.pfi.dropped_rows) and ingest (reader._row_checks)
+"""`wattflex pfi` (commands.pfi.dropped_rows) and ingest (reader._row_checks)
 apply one function, ``value_problems``, to a run's numbers: the same rows, the same words."""
 
 import pandas as pd

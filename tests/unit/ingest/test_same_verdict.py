@@ -1,4 +1,4 @@
-"""Issue 27 §3 "the same input, different verdicts": `wattflex pfi` and `wattflex ingest
+"""The same input, the same verdict: `wattflex pfi` and `wattflex ingest
 sweep-table` read a sweep table with one reader and one set of rules, so each input gets the
 same verdict from both, with one message per problem (not one per row)."""
 

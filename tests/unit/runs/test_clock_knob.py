@@ -1,4 +1,4 @@
-"""The emulated SM clock lock (issue 39 item 2): every GPU at the locked clock, the power limit
+"""The emulated SM clock lock: every GPU at the locked clock, the power limit
 still holding, and no straggler: at the same job power a lock trains at least as fast as a cap."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""``knob: clock`` as a sweep knob (issue 39): config, run ids, the emulated run at a locked
+"""``knob: clock`` as a sweep knob: config, run ids, the emulated run at a locked
 clock, and the clock PFI from those runs."""
 
 import copy

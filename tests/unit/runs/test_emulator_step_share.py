@@ -1,4 +1,4 @@
-"""Issue 25 item 4: why the step model cannot, from the harness's kernels, lower the PFI of
+"""Why the step model cannot, from the harness's kernels, lower the PFI of
 ``dense-ft-llama70b-x16`` (emulated 1.43, published 1.10): its clock-independent share of step
 time is already ~0, and every assumption that would expose more of it (slower inter-node
 links, less FSDP overlap) raises PFI (a flatter throughput curve), never lowers it. What sets

@@ -144,7 +144,7 @@ def test_nothing_missing_leaves_pfi_table_unchanged_but_for_an_empty_column():
 @pytest.fixture(scope="module")
 def short_runs(tmp_path_factory):
     """Emulated runs too short for the 24B model's start-up: 120 s never reaches training,
-    160 s steps only outside its training phase (issue 37)."""
+    160 s steps only outside its training phase."""
     import copy
     from pathlib import Path
 

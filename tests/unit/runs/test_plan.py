@@ -34,7 +34,7 @@ def group(**kw):
 
 def test_llama70b_pretraining_on_8_h200_at_bf16_mixed_does_not_fit_on_its_states_alone():
     p = plan.plan_group(group(), LLAMA)
-    # fp32 master + fp32 grads + 2 fp32 AdamW states = 16 B/param over 8 GPUs: 131.5 GiB (issue 23)
+    # fp32 master + fp32 grads + 2 fp32 AdamW states = 16 B/param over 8 GPUs: 131.5 GiB
     assert p.states_gib == pytest.approx(70.6e9 * 16 / 8 / GIB)
     assert round(p.states_gib, 1) == 131.5
     assert p.gpu_avail_gib == pytest.approx(141 * 0.95)
@@ -235,7 +235,9 @@ def test_an_asynchronous_checkpoint_stages_each_ranks_shard_in_host_memory():
 
 def test_checkpoint_size_is_12_bytes_per_param_for_bf16_mixed_pretraining():
     p = plan.plan_group(group(), LLAMA, {"fs_gb_s": 2.0})
-    assert p.checkpoint_gb == pytest.approx(70.6e9 * 12 / 1e9)  # ~847 GB (issue 23)
+    assert p.checkpoint_gb == pytest.approx(
+        70.6e9 * 12 / 1e9
+    )  # ~847 GB: fp32 weights + 2 AdamW states
     assert p.checkpoint_write_s == pytest.approx(p.checkpoint_gb / 2.0)
     assert plan.plan_group(group(precision="bf16"), LLAMA).checkpoint_gb == pytest.approx(
         70.6e9 * 6 / 1e9

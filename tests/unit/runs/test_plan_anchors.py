@@ -1,4 +1,4 @@
-"""The plan against published measurements (issue 36): torchtitan's Llama-3.1-8B peak memory
+"""The plan against published measurements: torchtitan's Llama-3.1-8B peak memory
 on H100 (resources/external/torchtitan-h100-202412/README.md says which file, commit and
 setting each number is). For every pure-FSDP row, the plan of that run without activation
 checkpointing must be at least the measured peak and the plan with full checkpointing at

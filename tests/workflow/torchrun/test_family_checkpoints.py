@@ -1,4 +1,4 @@
-"""Every catalogue family through the harness's sharded path (issue 36), in one 2-rank gloo job:
+"""Every catalogue family through the harness's sharded path, in one 2-rank gloo job:
 a real-format checkpoint of each family's transformers class (``save_pretrained``; tied where the
 family's published config ties) loaded by ``loop.prepare_model``, and the harness's random init;
 and a multimodal Gemma-4 checkpoint, of which the harness trains the text decoder. The cases and

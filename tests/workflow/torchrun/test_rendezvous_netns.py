@@ -1,4 +1,4 @@
-"""Multi-node rendezvous across a real network whose host names do not resolve (issue 36 item 8).
+"""Multi-node rendezvous across a real network whose host names do not resolve.
 
 Two network namespaces made by the test itself, joined by a veth pair with addresses of their
 own, each running one node's torchrun in a UTS namespace whose host name resolves nowhere (as on

@@ -91,8 +91,9 @@ from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
 from wattflex.pfi import pfi_ratio
 from wattflex.runs.devices.emulated import RUN_NOISE, hardware_seed, run_factors, run_seed
 from wattflex.runs.emulator import PHYSICS, JobSpec, Physics, gpu_leakages, job_at_caps
-from wattflex.schema import group_default
+from wattflex.schema import group_default, section_defaults
 
+_ALPHA = section_defaults("stats")["alpha"]  # the cluster tests' significance level
 BACKEND = "emulated"
 MEDIAN_TOLERANCE = 0.15
 SPEARMAN_TARGET = 0.70
@@ -122,7 +123,9 @@ class GroupModel:
 
 
 def group_models(
-    jobs: Mapping[str, Mapping[str, Any]], runs: pd.DataFrame, sweep: str = "separate"
+    jobs: Mapping[str, Mapping[str, Any]],
+    runs: pd.DataFrame,
+    sweep: str = section_defaults()["sweep"],
 ) -> list[GroupModel]:
     """The groups of ``jobs`` ({id: {"group": config group, "model_facts": catalog entry}})
     that have runs in ``runs`` (runs.parquet: group, cap_w, run_id). In a one-run sweep
@@ -320,7 +323,7 @@ def _pair(a: str, b: str) -> str:
 def metrics(
     pfi: pd.Series,
     meta: pd.DataFrame,
-    alpha: float = 0.05,
+    alpha: float = _ALPHA,
     order: Sequence[str] = CLUSTER_ORDER,
     tests: bool = True,
 ) -> dict[str, float]:
@@ -396,7 +399,7 @@ def _cluster_tests(head: pd.DataFrame, alpha: float, order: Sequence[str]) -> di
 
 
 def published_metrics(
-    tables_dir: str | None, alpha: float = 0.05, order: Sequence[str] = CLUSTER_ORDER
+    tables_dir: str | None, alpha: float = _ALPHA, order: Sequence[str] = CLUSTER_ORDER
 ) -> dict[str, float]:
     """The paper's values of the metrics it states: cluster medians (from Table 6), Kruskal-
     Wallis and Dunn-Holm (Tables 10-11), H100 vs H200 Spearman (its text)."""
@@ -854,7 +857,7 @@ def fidelity(
     n_seeds: int = DEFAULT_SEEDS,
     fraction: float = PERTURBATION,
     physics: Physics = PHYSICS,
-    alpha: float = 0.05,
+    alpha: float = _ALPHA,
     order: Sequence[str] = CLUSTER_ORDER,
     fit_groups: Iterable[str] = (),
 ) -> Fidelity:

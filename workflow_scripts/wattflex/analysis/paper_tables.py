@@ -21,6 +21,7 @@ from wattflex.analysis.published import load_published
 from wattflex.gpus import DEFAULT_GPU
 from wattflex.pfi import grid_sensitivity as pfi_grid_sensitivity
 from wattflex.provenance import read_parquet
+from wattflex.vocabulary import LORA_TASK_NAMES
 
 #: Headline numbers the paper states in its text rather than in a table (paper §1, §2, §4).
 PUBLISHED_SCALARS = {
@@ -36,7 +37,7 @@ PUBLISHED_SCALARS = {
     ("compute", "gpu_hours_h200_sweeps"): (1069.0, "paper Table 4"),
 }
 FOUR_CAP_GRID = (200.0, 500.0, 600.0, 700.0)
-_TASK_ALIASES = {"lora": "ft", "sft": "ft"}
+_TASK_ALIASES = {name: "ft" for name in LORA_TASK_NAMES if name != "ft"}
 
 
 def beside_published(

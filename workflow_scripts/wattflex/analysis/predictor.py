@@ -30,6 +30,8 @@ import numpy as np
 import pandas as pd
 
 from wattflex.metrics import descriptions, predictor_metrics
+from wattflex.schema import section_defaults
+from wattflex.vocabulary import CLUSTERS, LORA_TASK_NAMES
 
 JOB_METADATA = ("is_moe", "is_lora", "log2_gpus")
 
@@ -39,7 +41,7 @@ _OWN_DEFINITIONS = {
     "(DCGM_FI_DEV_MEM_COPY_UTIL, %), range 0-100",
     "arithmetic_intensity": "tensor_active / dram_active (both 0-1 fractions)",
     "is_moe": "1 if architecture == 'moe' else 0",
-    "is_lora": "1 if task is LoRA fine-tuning ('lora', 'ft', 'sft') else 0",
+    "is_lora": f"1 if task is LoRA fine-tuning ({', '.join(map(repr, LORA_TASK_NAMES))}) else 0",
     "log2_gpus": "log2(number of GPUs of the job)",
     "power_per_gpu_w": "mean board power per GPU (W)",
 }
@@ -86,7 +88,6 @@ ABLATION_SETS = (
     "all_dcgm",
     "all_dcgm+job_metadata",
 )
-_LORA_TASKS = {"lora", "ft", "sft"}
 
 
 def add_features(df: pd.DataFrame) -> pd.DataFrame:
@@ -107,7 +108,7 @@ def add_features(df: pd.DataFrame) -> pd.DataFrame:
     if "is_moe" not in out and have("architecture"):
         out["is_moe"] = (out["architecture"].astype(str).str.lower() == "moe").astype(float)
     if "is_lora" not in out and have("task"):
-        out["is_lora"] = out["task"].astype(str).str.lower().isin(_LORA_TASKS).astype(float)
+        out["is_lora"] = out["task"].astype(str).str.lower().isin(LORA_TASK_NAMES).astype(float)
     if "log2_gpus" not in out and have("gpus"):
         out["log2_gpus"] = np.log2(out["gpus"].astype(float))
     return out
@@ -277,7 +278,9 @@ class TooFewGroups(ValueError):
     that says ``not_fitted`` and why) and goes on."""
 
 
-def training_rows(groups: pd.DataFrame, train_set: str = "headline") -> pd.DataFrame:
+def training_rows(
+    groups: pd.DataFrame, train_set: str = section_defaults("predictor")["train_set"]
+) -> pd.DataFrame:
     """Groups the predictor is trained on: the ``train_set`` with a finite measured PFI."""
     rows = groups[np.isfinite(groups["pfi"].astype(float))]
     if "set" in rows.columns and train_set:
@@ -373,7 +376,7 @@ SUBGROUPS = {
     "dense only": ("dense",),
     "moe only": ("moe-pt", "moe-ft"),
     "all but moe-ft": ("dense", "moe-pt"),
-    "all": ("dense", "moe-pt", "moe-ft"),
+    "all": CLUSTERS,
 }
 
 

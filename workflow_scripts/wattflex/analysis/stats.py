@@ -19,7 +19,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from wattflex.schema import section_defaults
 from wattflex.vocabulary import CLUSTERS
+
+_STATS = section_defaults("stats")  # p_adjust, alpha: kruskal_dunn's and `wattflex stats`'s
 
 #: The paper's clusters in the order its Tables 10–11 use.
 CLUSTER_ORDER = CLUSTERS  # the paper's (wattflex.vocabulary)
@@ -110,8 +113,8 @@ def kruskal_dunn(
     value_col: str = "pfi_ratio",
     group_col: str = "cluster",
     order: Sequence[str] | None = CLUSTER_ORDER,
-    p_adjust: str = "holm",
-    alpha: float = 0.05,
+    p_adjust: str = _STATS["p_adjust"],
+    alpha: float = _STATS["alpha"],
 ) -> dict[str, Any]:
     """Kruskal–Wallis across groups, then Dunn's test on every pair with ``p_adjust``.
 

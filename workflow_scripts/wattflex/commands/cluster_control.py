@@ -35,6 +35,7 @@ from wattflex.allocation.policies import CONTROL_POLICIES, SPLIT_POLICIES
 from wattflex.commands import finite_float, read_site_option
 from wattflex.errors import UserError
 from wattflex.gpus import DEFAULT_GPU, GPUS
+from wattflex.schema import section_defaults
 
 MIN_PERIOD_S = 0.2  # twice an agent's floor (control.MIN_PERIOD_S): a period also runs squeue and writes every unit's file
 MAX_PERIOD_S = 3600.0  # a coordination period longer than an hour follows no grid event
@@ -62,8 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--period-s",
         type=finite_float(min=MIN_PERIOD_S, max=MAX_PERIOD_S),
-        default=5.0,
-        help=f"coordination period, {MIN_PERIOD_S:g} to {MAX_PERIOD_S:g} s (default 5 s)",
+        default=section_defaults("control", "controller")["period_s"],
+        help=f"coordination period, {MIN_PERIOD_S:g} to {MAX_PERIOD_S:g} s (default %(default)g s)",
     )
     parser.add_argument(
         "--partition",
@@ -107,7 +108,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gpu", choices=sorted(GPUS), default=DEFAULT_GPU, help="the GPUs' model (their limits)"
     )
     parser.add_argument(
-        "--response-s", type=float, default=30.0, help="M&V deadline of events that name none"
+        "--response-s",
+        type=float,
+        default=section_defaults("control", "scenarios", "*")["response_s"],
+        help="M&V deadline of events that name none (default %(default)g s)",
     )
     parser.add_argument(
         "--mv-out", metavar="DIR", help="write the M&V of every event here (cluster load)"

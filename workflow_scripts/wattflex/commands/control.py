@@ -38,12 +38,16 @@ from pathlib import Path
 
 from wattflex.allocation.policies import CONTROL_POLICIES, REGISTRY
 from wattflex.errors import UserError
+from wattflex.schema import section_defaults
 
 NAME = "control"
 HELP = (
     "Per-job GPU caps that follow a power budget or signal (--dry-run: print them, change nothing)"
 )
 MIN_PERIOD_S = 0.1  # a shorter period only busies NVML (a limit takes ~100 ms to act)
+# the campaign's controller settings and cap control, the defaults of the same options here
+_CONTROLLER, _CUDA = section_defaults("control", "controller"), section_defaults("cuda")
+_SCENARIO = section_defaults("control", "scenarios", "*")
 MAX_GPU_INDEX = 1023  # no node has more GPUs; checked before a range is expanded into a list
 
 
@@ -142,8 +146,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--period-s",
         type=float,
-        default=5.0,
-        help=f"control period (default 5 s, at least {MIN_PERIOD_S:g} s)",
+        default=_CONTROLLER["period_s"],
+        help=f"control period (default %(default)g s, at least {MIN_PERIOD_S:g} s)",
     )
     parser.add_argument(
         "--duration-s", type=float, help="how long to control (default: the signal's length)"
@@ -151,8 +155,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cap-control",
         choices=("nvml", "command"),
-        default="nvml",
-        help="how limits are set: NVML directly (root) or --cap-command",
+        default=_CUDA["cap_control"],
+        help="how limits are set: NVML directly (root) or --cap-command (default %(default)s)",
     )
     parser.add_argument(
         "--cap-command",
@@ -165,8 +169,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--restore-stagger-s",
         type=float,
-        default=0.0,
-        help="after an event, uncap one job every this many seconds (default 0: all at once)",
+        default=_CONTROLLER["restore_stagger_s"],
+        help="after an event, uncap one job every this many seconds "
+        "(default %(default)g; 0: all at once)",
     )
     parser.add_argument(
         "--mv-out",
@@ -176,8 +181,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--response-s",
         type=float,
-        default=30.0,
-        help="M&V deadline of events that name none (the time_s,fraction CSV; default 30 s)",
+        default=_SCENARIO["response_s"],
+        help="M&V deadline of events that name none "
+        "(the time_s,fraction CSV; default %(default)g s)",
     )
     parser.add_argument(
         "--metrics-port", type=int, help="serve Prometheus metrics on this port (0: a free one)"

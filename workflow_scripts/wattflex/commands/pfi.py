@@ -73,14 +73,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rel-tol",
         type=finite_float(min=0, max=1),
-        default=0.02,
-        help="relative noise level used where no SEM is given, 0 to 1 (default 0.02)",
+        help="relative noise level used where no SEM is given, 0 to 1 "
+        "(default wattflex.pfi.REL_TOL)",
     )
     parser.add_argument(
         "--power-tol",
         type=float,
-        default=0.10,
-        help="a cap binds if realised per-GPU power is within this fraction of it (default 0.10)",
+        help="a cap binds if realised per-GPU power is within this fraction of it "
+        "(default wattflex.pfi.POWER_TOL)",
     )
 
 
@@ -106,7 +106,7 @@ def read_sweeps(path: Path):
 def run(args: argparse.Namespace) -> int:
     from wattflex.commands._outputs import check_outputs
     from wattflex.ingest.reader import check_cells
-    from wattflex.pfi import pfi_table
+    from wattflex.pfi import POWER_TOL, REL_TOL, pfi_table
     from wattflex.provenance import provenance, write_csv
 
     if args.output is not None:
@@ -133,8 +133,8 @@ def run(args: argparse.Namespace) -> int:
         uncapped_cap_w=args.uncapped_cap_w,
         mc_samples=args.mc_samples,
         seed=args.seed,
-        rel_tol=args.rel_tol,
-        power_tol=args.power_tol,
+        rel_tol=REL_TOL if args.rel_tol is None else args.rel_tol,
+        power_tol=POWER_TOL if args.power_tol is None else args.power_tol,
     )
     dropped = dropped_rows(df, sem_cols)
     if len(dropped) == len(df):  # as ingest: nothing left to compute is an error, not NaN rows

@@ -6,6 +6,9 @@ import argparse
 import sys
 
 from wattflex.errors import UserError
+from wattflex.schema import section_defaults
+
+_STATS = section_defaults("stats")  # the campaign's stats: defaults (kruskal_dunn's)
 
 NAME = "stats"
 HELP = "Kruskal-Wallis across clusters, then Dunn's test (Holm) on every pair, from a PFI table"
@@ -21,16 +24,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--order",
-        default="dense,moe-pt,moe-ft",
+        default=",".join(_STATS["cluster_order"]),
         help="comma-separated cluster order for the pairs (others follow; default: %(default)s)",
     )
     parser.add_argument(
         "--p-adjust",
-        default="holm",
-        help="multiple-comparison method of statsmodels (default: holm)",
+        default=_STATS["p_adjust"],
+        help="multiple-comparison method of statsmodels (default: %(default)s)",
     )
     parser.add_argument(
-        "--alpha", type=float, default=0.05, help="significance level (default: 0.05)"
+        "--alpha",
+        type=float,
+        default=_STATS["alpha"],
+        help="significance level (default: %(default)s)",
     )
     parser.add_argument("-o", "--output", help="write the JSON here (default: print it)")
 

@@ -75,7 +75,7 @@ from wattflex.runs.emulator import (
     job_at_caps,
     memory_footprint_gib,
 )
-from wattflex.schema import defaults, read_schema, section_defaults
+from wattflex.schema import section_defaults
 
 log = logging.getLogger("wattflex.control.clustersim")
 
@@ -115,7 +115,7 @@ CHECKPOINT_UTIL = 4.0
 def truth_table(
     groups: Sequence[Mapping[str, Any]],
     seed: int,
-    cap_step_w: float = 5.0,
+    cap_step_w: float = section_defaults("control")["cap_step_w"],
     physics: Physics = PHYSICS,
 ) -> pd.DataFrame:
     """One row per (group, cap): job power, tokens/s and mean activity from ``job_at_caps``.
@@ -227,10 +227,8 @@ def _flat_cluster(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _CLUSTER = _flat_cluster(section_defaults("control", "cluster"))
-# a scenario's defaults (control.scenarios.<name>, a mapping of any names: its additionalProperties)
-_SCENARIO = defaults(
-    read_schema()["properties"]["control"]["properties"]["scenarios"]["additionalProperties"]
-)
+# a scenario's defaults (control.scenarios.<name>, a mapping of any names)
+_SCENARIO = section_defaults("control", "scenarios", "*")
 
 
 @dataclass

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 from wattflex.labels import backend_label  # noqa: F401 (re-exported: plots draw it)
 from wattflex.vocabulary import CLUSTERS
 
-CLUSTER_COLORS = {"dense": "#1f77b4", "moe-pt": "#ff7f0e", "moe-ft": "#2ca02c"}
+CLUSTER_COLORS = dict(zip(CLUSTERS, ("#1f77b4", "#ff7f0e", "#2ca02c"), strict=True))
 CLUSTER_ORDER = list(CLUSTERS)
 # label, colour, line style of every policy in wattflex.allocation.policies.REGISTRY
 POLICY_LOOK = {

@@ -88,7 +88,7 @@ from typing import Any
 
 import numpy as np
 
-from wattflex.gpus import GPUSpec
+from wattflex.gpus import GPUS_PER_NODE, GPUSpec
 from wattflex.runs.attention import catalog_attn_implementation, mean_head_dim
 from wattflex.runs.plan import FRAMEWORK_GIB, HBM_USABLE, layer_activation_bytes
 from wattflex.schema import section_defaults
@@ -565,7 +565,7 @@ class JobSpec:
 
     @property
     def nodes(self) -> int:
-        return max(1, math.ceil(self.gpus / 8))
+        return max(1, math.ceil(self.gpus / GPUS_PER_NODE))
 
 
 def attention_impl(model: dict[str, Any], task: str) -> str:
@@ -768,7 +768,7 @@ def step_kernels(job: JobSpec, gpu: GPUSpec, physics: Physics = PHYSICS) -> list
             )
         )
     # Collectives (bytes per GPU), clock independent, partly hidden behind compute.
-    bw = (gpu.nvlink_gb_s if job.gpus <= 8 else gpu.internode_gb_s) * 1e9
+    bw = (gpu.nvlink_gb_s if job.gpus <= GPUS_PER_NODE else gpu.internode_gb_s) * 1e9
     ring = (job.gpus - 1) / job.gpus
     fsdp_params = n_dense + n_expert / job.ep
     ag_bytes = 2 * fsdp_params * ring * (2 if job.grad_checkpointing or full else 1)

@@ -6,12 +6,12 @@ headroom), host RAM per node, the expected start-up (build or load, first step),
 checkpoint's size and write time, and whether it fits (which resource, by how much).
 ``rules/plan.smk`` writes the table (``tables/resource_plan.csv``); ``wattflex.config``
 refuses a ``backend: cuda`` campaign whose groups cannot fit (``check_plan``), and
-``rules/common.smk`` adds the planned start-up to each run's SLURM time limit.
+``rules/common/resources.smk`` adds the planned start-up to each run's SLURM time limit.
 
 The layout modelled is the harness's (``wattflex.runs.training.sharded.apply_fsdp``):
 FSDP2 over all ``gpus`` ranks (expert weights over ``ep`` x ``gpus / ep``: per rank still
 1/gpus of them), one FSDP unit per decoder layer, and the embedding and lm_head in units of
-their own (``EMBEDDING_UNITS = "own"``, torchtitan's layout) or, as the harness once did, in the
+their own (``EMBEDDING_UNITS = "own"``, torchtitan's layout) or in the
 root unit (``"root"``: ``fully_shard(model)`` over them; FSDP2 never reshards the root after
 forward, so both stay gathered all step). Precision layouts (``cuda.precision`` or a group's
 ``precision``), bytes per parameter:
@@ -264,7 +264,7 @@ def layer_activation_bytes(
     seq_len: int,
     batch: int,
     attention: str,
-    ep: int = 1,
+    ep: int = _GROUP["ep"],
     precision: str = "bf16-mixed",
 ) -> float:
     """Bytes one decoder layer saves for backward on this GPU (its ep-slice of the experts), its
@@ -289,7 +289,7 @@ def activation_bytes(
     attention: str,
     loss_chunk_tokens: int = LOSS_CHUNK_TOKENS,
     task: str = "pt",
-    ep: int = 1,
+    ep: int = _GROUP["ep"],
     precision: str = "bf16-mixed",
 ) -> dict[str, float]:
     """Per GPU: ``layers`` (live through the whole step: every layer's activations, or their

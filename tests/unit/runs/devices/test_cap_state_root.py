@@ -1,5 +1,5 @@
-"""Root never trusts a cap state file or folder another user could write (issue 37's security
-cases), on FAKE NVML GPUs (tests/fakes/fake_pynvml.py).
+"""Root never trusts a cap state file or folder another user could write (that user would choose
+what root runs, writes or sets), on FAKE NVML GPUs (tests/fakes/fake_pynvml.py).
 
 Run as root, the files and folders are planted by another uid (``setpriv --reuid 65534``, a
 real second user), in a world-writable sticky folder like ``/var/tmp``. Nothing from such a

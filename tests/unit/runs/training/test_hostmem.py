@@ -1,5 +1,5 @@
-"""training.hostmem: glibc's malloc made to give freed tensors back, and the steps' own peak RSS
-(issue 36 item 6). Real glibc, real torch CPU tensors, each case in a fresh interpreter (the
+"""training.hostmem: glibc's malloc made to give freed tensors back, and the steps' own peak RSS.
+Real glibc, real torch CPU tensors, each case in a fresh interpreter (the
 threshold is a process's for good once set)."""
 
 import json

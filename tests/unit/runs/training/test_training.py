@@ -279,7 +279,7 @@ def test_checkpoint_is_removed_unless_kept(tmp_path):
 
 
 def test_a_resumed_run_goes_on_from_its_newest_checkpoint(tmp_path):
-    """A requeued job (issue 39): the restart loads model and optimizer from the newest complete
+    """A requeued job: the restart loads model and optimizer from the newest complete
     checkpoint and counts on from its step; a write cut short (no metadata) is skipped."""
     first = tiny_cfg(
         "Llama-3.1-70B",

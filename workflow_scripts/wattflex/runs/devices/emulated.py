@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
+from wattflex.gpus import DEFAULT_GPU, GPUS, GPUS_PER_NODE, GPUSpec
 from wattflex.metrics import telemetry_columns
 from wattflex.runs.devices.timeline import FIRST_STEPS_EXTRA, FIRST_STEPS_TAU_S, start_phases_s
 from wattflex.runs.emulator import (
@@ -311,8 +311,8 @@ def simulate_run_tables(
     gpu_ids = np.arange(G)
     columns = {
         "t_s": np.repeat(ts, G),
-        "node": np.tile(gpu_ids // 8, n),
-        "gpu": np.tile(gpu_ids % 8, n),
+        "node": np.tile(gpu_ids // GPUS_PER_NODE, n),
+        "gpu": np.tile(gpu_ids % GPUS_PER_NODE, n),
         "power_w": power.ravel(),
         "energy_j": energy.ravel(),
         "sm_clock_mhz": clock.ravel(),

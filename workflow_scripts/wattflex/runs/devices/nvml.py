@@ -37,7 +37,9 @@ from wattflex.runs.devices.base import (
     check_cap,
     empty_row,
 )
+from wattflex.schema import section_defaults
 
+_GPM = section_defaults("cuda")["gpm"]  # sample the GPM (profiling) metrics where supported
 log = logging.getLogger("wattflex.runs.devices.nvml")
 GIB = 1024**3
 
@@ -137,7 +139,7 @@ class NvmlGpu:
         self,
         index: int,
         set_limit: Callable[[int, float], None] | None = None,
-        gpm: bool = True,
+        gpm: bool = _GPM,
         node: str | None = None,
     ):
         self.nv = nvml()
@@ -358,7 +360,7 @@ def local_gpu_indices(count: int | None = None, visible: str | None = None) -> l
 def open_gpus(
     count: int | None = None,
     set_limit: Callable[[int, float], None] | None = None,
-    gpm: bool = True,
+    gpm: bool = _GPM,
     indices: list[int] | None = None,
 ) -> list[NvmlGpu]:
     return [NvmlGpu(i, set_limit=set_limit, gpm=gpm) for i in (indices or local_gpu_indices(count))]

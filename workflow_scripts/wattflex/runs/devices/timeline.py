@@ -11,8 +11,9 @@ from typing import Any
 
 from wattflex.config import MIN_SAMPLES_PER_RUN, groups
 from wattflex.errors import ConfigError
-from wattflex.gpus import GPUS, GPUSpec
+from wattflex.gpus import GPUS, GPUS_PER_NODE, GPUSpec
 from wattflex.runs.emulator import JobSpec, gpu_leakages, job_at_caps
+from wattflex.schema import group_default
 
 # Assumed: how much slower than steady the first step is (the allocator and caches warm up),
 # decaying with a 15 s time constant.
@@ -28,13 +29,17 @@ def start_phases_s(job: JobSpec) -> tuple[float, float]:
     paper (section 2) shows the phases but not their lengths; loading scales with the bytes each
     node reads (twice the weights' for pretraining, with optimizer state)."""
     warmup_s = 40.0 + 2.5 * job.total_params_b * (2 if job.task == "pt" else 1) / max(
-        1, min(job.gpus, 8)
+        1, min(job.gpus, GPUS_PER_NODE)
     )
     return warmup_s, 25.0 + (75.0 if job.compile else 0.0)
 
 
 def shortest_run_s(
-    job: JobSpec, gpu: GPUSpec, setpoint: float, sample_period_s: float, knob: str = "cap"
+    job: JobSpec,
+    gpu: GPUSpec,
+    setpoint: float,
+    sample_period_s: float,
+    knob: str = group_default("knob"),
 ) -> float:
     """The shortest emulated run of ``job`` that has a training phase to summarise at
     ``setpoint`` (a cap in W, or with ``knob="clock"`` a locked clock in MHz; the group's

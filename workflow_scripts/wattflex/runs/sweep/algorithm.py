@@ -53,9 +53,9 @@ from wattflex.schema import section_defaults
 from wattflex.telemetry import SummaryProtocol
 
 MODES = ("staircase", "adaptive")
-_STAIRCASE = section_defaults(
-    "staircase"
-)  # the controller's defaults: SweepSettings, the functions below
+# the controller's defaults: SweepSettings, the functions below
+_STAIRCASE = section_defaults("staircase")
+_SEED = section_defaults()["seed"]  # the campaign's seed, the PFI CIs' resampling seed
 
 
 # ---------------------------------------------------------------------------------------
@@ -241,7 +241,7 @@ def staircase(
 
 
 def pfi_with_ci(
-    points: pd.DataFrame, mc_samples: int = _STAIRCASE["mc_samples"], seed: int = 0
+    points: pd.DataFrame, mc_samples: int = _STAIRCASE["mc_samples"], seed: int = _SEED
 ) -> tuple[float, float, float]:
     """(pfi_ratio, ci95_low, ci95_high) of pooled staircase points (``Result.points``)."""
     table = pfi_table(
@@ -282,7 +282,7 @@ def adaptive(
     target_ci_rel: float = _STAIRCASE["target_ci_rel"],
     budget_s: float | None = None,
     mc_samples: int = _STAIRCASE["mc_samples"],
-    seed: int = 0,
+    seed: int = _SEED,
 ) -> Result:
     """The staircase pass, then revisit the cap that buys the most PFI precision per second
     until the CI half-width is at most ``target_ci_rel`` of the PFI, or the next revisit

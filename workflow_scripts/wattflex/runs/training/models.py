@@ -24,6 +24,9 @@ from torch import nn
 from wattflex.architectures import ARCHITECTURES, MULTIMODAL_TEXT_PREFIX
 from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.sharded import hf_model, tied_embeddings
+from wattflex.schema import section_defaults
+
+_GROUP, _CUDA = section_defaults("group_defaults"), section_defaults("cuda")
 
 log = logging.getLogger("wattflex.runs.training")
 
@@ -117,7 +120,13 @@ def _gemma4_kwargs(f: dict[str, Any], facts: dict[str, Any], tiny: bool) -> dict
     )
 
 
-def hf_config(facts: dict[str, Any], *, tiny: bool = False, seq_len: int = 4096, ep: int = 1):
+def hf_config(
+    facts: dict[str, Any],
+    *,
+    tiny: bool = _CUDA["tiny"],
+    seq_len: int = _GROUP["seq_len"],
+    ep: int = _GROUP["ep"],
+):
     """A transformers config for the catalog entry ``facts`` (full size, or tiny for tests).
 
     Tiny keeps the family and the MoE routing shape (experts > active) but shrinks every
@@ -184,8 +193,8 @@ def hf_config(facts: dict[str, Any], *, tiny: bool = False, seq_len: int = 4096,
     elif mt == "deepseek_v2":
         head_dim = int(f.get("head_dim") or 128)
         kw.pop("head_dim", None)
-        # the first layer's dense MLP: the catalogue's published width (was assumed 8 x the expert's:
-        # 11264 for DeepSeek-V2-Lite, whose config.json has 10944)
+        # the first layer's dense MLP: the catalogue's published width (DeepSeek-V2-Lite's
+        # config.json: 10944, not 8 x the expert's 1408 = 11264); 8 x the expert's without one
         dense = inter * 8 if tiny else int(facts.get("dense_layer_intermediate", inter * 8))
         kw.update(
             moe_intermediate_size=inter,
@@ -225,7 +234,7 @@ def text_decoder_config(hf_cfg: Any):
     return hf_cfg
 
 
-def model_config(cfg: TrainConfig, ep: int = 1):
+def model_config(cfg: TrainConfig, ep: int = _GROUP["ep"]):
     """The transformers config of the model ``build_model`` gives, without building it."""
     if cfg.model_path and not cfg.tiny:
         return text_decoder_config(checkpoint_config(cfg))
@@ -303,7 +312,7 @@ def load_pretrained(cfg: TrainConfig, dtype: torch.dtype) -> nn.Module:
     return model
 
 
-def from_config(cfg: TrainConfig, dtype: torch.dtype, ep: int = 1) -> nn.Module:
+def from_config(cfg: TrainConfig, dtype: torch.dtype, ep: int = _GROUP["ep"]) -> nn.Module:
     """The architecture of ``cfg`` with transformers' random init (no weights on the meta device)."""
     from transformers import AutoModelForCausalLM
 
@@ -328,7 +337,7 @@ def import_libraries(cfg: TrainConfig) -> None:
         import peft  # noqa: F401
 
 
-def build_model(cfg: TrainConfig, dtype: torch.dtype, ep: int = 1) -> nn.Module:
+def build_model(cfg: TrainConfig, dtype: torch.dtype, ep: int = _GROUP["ep"]) -> nn.Module:
     """Random-init (tiny or full-size) or locally stored causal LM, whole in this process, never
     from the network. ``ep``: the expert-parallel degree it will be sharded with (sizes the tiny
     expert count)."""
