@@ -44,6 +44,7 @@ save_png(
         stmt.tables["baseline_days"],
         stmt.backend,
         s.headline_depth,
+        stmt.tables["knobs"],
     ),
     smk.output.figure,
     prov,

@@ -427,3 +427,20 @@ def test_offer_statement_takes_a_real_control_runs_mv_fake_nvml(fake_nvml, tmp_p
         )  # fmt: skip
         assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
         assert f"--mv {bad}" in res.stderr and "mv.json" in res.stderr
+
+
+def test_the_figure_shows_the_deep_events_and_says_which_strategy_cannot():
+    from wattflex.plots.grid import statement_figure
+
+    cc = ClusterConfig(gpus=8, mean_interarrival_s=3600.0)
+    stmt = st.build_statement(runs_table(), None, DEEP, cc, "c", plan=PLAN)
+    t = stmt.tables
+    fig = statement_figure(
+        t["shed"], t["calendar"], t["baseline_days"], "emulated", 0.1, t["knobs"]
+    )
+    panel = next(a for a in fig.axes if "knob strategy" in a.get_title())
+    knobs = t["knobs"]
+    assert len(panel.patches) == len(knobs)  # one bar per depth and strategy
+    marks = [x for x in panel.texts if x.get_text().strip() == "infeasible"]
+    assert len(marks) == (~knobs["feasible"].astype(bool)).sum() > 0
+    assert any("EMULATED" in x.get_text() for x in fig.texts)

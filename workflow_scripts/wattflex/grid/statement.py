@@ -612,7 +612,12 @@ def knob_lines(knobs: pd.DataFrame) -> list[str]:
     for depth, d in knobs.groupby("depth", sort=True):
         by = d.set_index("strategy")
         mix = by.loc["chosen mix"]
-        caps = "caps alone can" if by.loc["caps only", "feasible"] else "caps alone cannot"
+        only = by.loc["caps only"]
+        caps = (
+            f"caps alone lose {only['tokens_lost']:.3g} tokens"
+            if only["feasible"]
+            else "caps alone cannot"
+        )
         if not mix["feasible"]:
             out.append(
                 f"A {100 * depth:.0f} % cut ({mix['shed_kw']:.0f} kW): no mix reaches it ({mix['reason']})."
