@@ -559,15 +559,17 @@ def statement_lines(
 ) -> list[str]:
     """The statement in sentences, for the page an operator hands over."""
     h = headline(shed, s)
-    sure = shed[shed["caps_feasible_share"] >= 0.95]
-    deepest = float(sure["depth"].max()) if len(sure) else 0.0
+    floor_p5, floor = (
+        float(shed["caps_max_depth_p5"].iloc[0]),
+        float(shed["caps_max_depth"].iloc[0]),
+    )
     lines = [
         f"Numbers are {backend.upper()}: from the campaign's {backend} sweeps, "
         f"{s.n_draws} draws of a {s.jobs_per_workload}-job site ({s.mix} mix); "
         "ranges are the 5th-95th percentiles.",
         f"The site draws {h['site_kw']:.0f} kW uncapped ({h['site_kw_p5']:.0f}-{h['site_kw_p95']:.0f}).",
-        f"Power caps alone shed up to {100 * deepest:.0f} % of it in 95 % of draws; deeper cuts need "
-        "jobs paused or requeued.",
+        f"Power caps alone shed up to {100 * floor_p5:.0f} % of it in 95 % of draws (median "
+        f"{100 * floor:.0f} %: the jobs' floors); deeper cuts need jobs paused or requeued.",
         f"At {100 * h['depth']:.0f} % ({h['shed_kw']:.0f} kW) training loses "
         f"{100 * h['throughput_loss']:.1f} % of its throughput "
         f"({100 * h['throughput_loss_p5']:.1f}-{100 * h['throughput_loss_p95']:.1f} %), "
