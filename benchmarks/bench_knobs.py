@@ -76,12 +76,7 @@ def site_jobs(cfg: dict, n: int, seed: int) -> list[kn.Job]:
             spec = em.JobSpec.from_config(g, cfg["_catalog"][g["model"]])
             leak = em.gpu_leakages(seed + int(gi), spec.gpus)
             _, P, T = clock_curve(spec, gpu, leak)
-            # on the cap curve's uncapped point (the same run): the clock knob's top
-            top_p, top_t = curves.power_w[gi, -1], curves.throughput[gi, -1]
-            clock_of[gi] = (
-                np.append(P[P < top_p], top_p),
-                np.append(T[P < top_p] * top_t / T[-1], top_t),
-            )
+            clock_of[gi] = kn.clock_on_cap((curves.power_w[gi], curves.throughput[gi]), (P, T))
         plan = plans[g["id"]]
         jobs.append(
             kn.Job(

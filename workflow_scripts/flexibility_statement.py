@@ -3,6 +3,7 @@ runs and its controlled events' M&V: tables, the OpenADR 3 program and report, t
 page and its figure."""
 
 from wattflex.control.clustersim import ClusterConfig
+from wattflex.control.mv import read_mv_records
 from wattflex.grid.statement import StatementSettings, build_statement, statement_files
 from wattflex.plots.grid import statement_figure
 from wattflex.plots.style import apply_style
@@ -14,7 +15,7 @@ log = rule_logger(smk)
 apply_style(smk.params.figures)
 settings = StatementSettings.from_config(smk.params.statement, smk.params.allocation)
 runs = read_parquet(smk.input.runs)
-mv = read_csv(smk.input.mv) if smk.input.get("mv") else None
+mv = read_mv_records(smk.input.mv) if smk.input.get("mv") else None
 log.info("statement: %d draws of a %d-job site", settings.n_draws, settings.jobs_per_workload)
 stmt = build_statement(
     runs,
@@ -43,6 +44,7 @@ save_png(
         stmt.tables["baseline_days"],
         stmt.backend,
         s.headline_depth,
+        stmt.tables["knobs"],
     ),
     smk.output.figure,
     prov,

@@ -1,10 +1,10 @@
 """``knob: clock`` through the real workflow: a clock group beside a cap group, emulated,
-to runs.parquet and the PFI table (real Snakemake)."""
+to runs.parquet, the PFI table and the flexibility statement's knob menu (real Snakemake)."""
 
 import pytest
 import yaml
 
-from wattflex.provenance import read_json, read_parquet
+from wattflex.provenance import read_csv, read_json, read_parquet
 
 from .conftest import snakemake
 
@@ -18,7 +18,15 @@ def test_a_clock_group_runs_at_its_clocks_and_gets_a_clock_pfi(tmp_path, tiny_co
     cfg.update(groups=[caps, clk], repeats=[])
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(cfg))
-    snakemake("results/tiny/pfi.parquet", "--cores", "2", "--configfile", str(config), cwd=tmp_path)
+    snakemake(
+        "results/tiny/pfi.parquet",
+        "results/tiny/statement/knobs.csv",
+        "--cores",
+        "2",
+        "--configfile",
+        str(config),
+        cwd=tmp_path,
+    )
     run = read_json(tmp_path / "results/tiny/runs/clk-x8/clk990/run.json")
     assert run["knob"] == "clock" and run["clock_mhz"] == 990 and run["cap_w"] == 700
     runs = read_parquet(tmp_path / "results/tiny/runs.parquet")
@@ -34,3 +42,12 @@ def test_a_clock_group_runs_at_its_clocks_and_gets_a_clock_pfi(tmp_path, tiny_co
     assert pfi.loc["clk-x8", "knob"] == "clock" and pfi.loc["clk-x8", "uncapped_cap_w"] == 1980
     assert pfi.loc["clk-x8", "pfi_ratio"] > 0 and pfi.loc[caps["id"], "knob"] == "cap"
     assert pfi.loc[caps["id"], "pfi_ratio"] > 0
+    # the flexibility statement's knob menu takes the clock group's curve as its job's clock lock
+    page = (tmp_path / "results/tiny/statement/statement.md").read_text()
+    assert f"clock-lock curves (knob: clock groups) for {caps['id']} from clk-x8" in page
+    knobs = read_csv(tmp_path / "results/tiny/statement/knobs.csv")
+    assert "caps + clock" in set(knobs["strategy"])
+    jobs = read_csv(tmp_path / "results/tiny/statement/knob_jobs.csv")
+    assert jobs["job"].str.endswith(f":{caps['id']}").all()  # the clock group is no job of its own
+    assert jobs["why"].str.contains("clock ").all()
+    assert not jobs["why"].str.contains("clock unavailable").any()

@@ -1,6 +1,7 @@
 """The reproduction report of the tiny campaign: content, order, labels, and every figure
 loading in a real headless browser (Debian's chromium)."""
 
+import html
 import re
 import shutil
 import subprocess
@@ -58,6 +59,27 @@ def test_report_shows_the_papers_sections_in_order_labelled_emulated(tiny_run):
     assert 'class="pub">pfi_published</th>' in text
     assert "Published: table1_experiment_matrix.csv" in text
     assert "Config (result-shaping keys)" in text and "campaign: tiny" in text
+
+
+def test_report_shows_the_flexibility_statement_with_its_figure(tiny_run):
+    text = (tiny_run / "report.html").read_text()
+    assert read_report_meta(tiny_run / "report.html")["sections"]["statement"] == "shown"
+    section = re.search(r'<section id="statement">(.*?)</section>', text, re.S)
+    assert section, "no statement section in the report"
+    body = section.group(1)
+    (figure,) = [
+        item
+        for sec in SECTIONS
+        if sec.key == "statement"
+        for item in sec.items
+        if item.path == "statement/statement.png"
+    ]
+    assert (tiny_run / "statement" / "statement.png").is_file()
+    assert body.count('<img src="data:image/png;base64,') == 1
+    assert f'alt="{html.escape(figure.title)}"' in body
+    # its tables and the handover page are in the section too
+    assert "statement/shed.csv" in body and "statement/knob_jobs.csv" in body
+    assert "statement/statement.md" in body
 
 
 @pytest.mark.skipif(

@@ -326,7 +326,8 @@ SECTIONS: tuple[Section, ...] = (
             Item(
                 "statement/response.csv",
                 "Response time, ramp rate and restore time of the controlled events (M&V)",
-                note="From the control study's events (control/mv.csv).",
+                note="From the control study's simulated events (control/mv.csv); "
+                "wattflex offer --statement --mv takes a real run's mv.json.",
             ),
             Item(
                 "statement/baselines.csv",
@@ -337,7 +338,8 @@ SECTIONS: tuple[Section, ...] = (
             Item(
                 "statement/knobs.csv",
                 "Events deeper than the caps' floor: tokens lost by caps only, pause only, "
-                "requeue only and the cheapest mix (wattflex.allocation.knobs)",
+                "requeue only, caps + clock (where a knob: clock group ran the job) and the "
+                "cheapest mix (wattflex.allocation.knobs)",
                 note="One site drawn as the statement draws its sites; restart and checkpoint times from the resource plan.",
             ),
             Item(

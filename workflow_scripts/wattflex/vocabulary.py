@@ -29,6 +29,20 @@ JOB_COLUMNS = (
     "ep",
     "compile",
 )
+# What makes two groups the same job on different knobs (a ``knob: clock`` group beside its cap
+# group): not its set, published match or the columns derived from these.
+SAME_JOB_COLUMNS = (
+    "model",
+    "gpus",
+    "gpu_model",
+    "task",
+    "seq_len",
+    "batch",
+    "ep",
+    "compile",
+    "grad_checkpointing",
+    "lora_rank",
+)
 # What the summary of one of the workflow's own runs carries of its group (summarize_run, sweeps).
 RUN_GROUP_FIELDS = ("gpus", *JOB_COLUMNS, "grad_checkpointing", "lora_rank")
 

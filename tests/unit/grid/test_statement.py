@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.fakes.nvml_fixture import fake_nvml  # noqa: F401 (fixture)
 from wattflex.control.clustersim import ClusterConfig
 from wattflex.grid import statement as st
 
@@ -210,10 +211,11 @@ def test_the_defaults_are_the_schemas():
     assert s.baseline.days == d["baseline"]["days"] and s.event_hours == d["event_hours"]
 
 
-def test_offer_statement_writes_every_file(tmp_path, run_cli):
+def statement_inputs(tmp_path):
+    """A runs.parquet of :func:`runs_table` and the default config with fewer draws."""
     from pathlib import Path
 
-    from wattflex.provenance import read_csv, write_parquet
+    from wattflex.provenance import write_parquet
 
     repo = Path(__file__).resolve().parents[3]
     runs = runs_table(1.0).assign(backend="emulated", set="headline", gpu_model="H200")
@@ -221,8 +223,15 @@ def test_offer_statement_writes_every_file(tmp_path, run_cli):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(
         (repo / "config" / "config.yaml").read_text().replace("n_draws: 200", "n_draws: 20")
-        + "\nstatement: {n_draws: 10, history_days: 12}\n"
+        + "\nstatement: {n_draws: 4, history_days: 12}\n"
     )
+    return cfg
+
+
+def test_offer_statement_writes_every_file(tmp_path, run_cli):
+    from wattflex.provenance import read_csv
+
+    cfg = statement_inputs(tmp_path)
     res = run_cli("offer", "runs.parquet", "--config", cfg, "--statement", "st", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     for name in (
@@ -252,22 +261,24 @@ def test_offer_statement_refuses_a_curve_table(tmp_path, run_cli):
     assert res.returncode == 2 and "runs.parquet" in res.stderr and not (tmp_path / "st").exists()
 
 
+PLAN = pd.DataFrame(
+    {"group": ["pt", "lora"], "startup_s": [120.0, 60.0], "checkpoint_write_s": [30.0, 10.0]}
+)
+DEEP = st.StatementSettings(
+    **SITE,
+    depths=(0.1,),
+    n_draws=2,
+    history_days=12,
+    baseline=st.BaselineRule(days=10),
+    deep_depths=(0.3, 0.8),
+    deep_notice_s=600.0,
+)
+
+
 def test_deep_events_past_the_caps_floor_take_the_cheapest_mix():
     groups = st.groups_from_runs(runs_table())
-    plan = pd.DataFrame(
-        {"group": ["pt", "lora"], "startup_s": [120.0, 60.0], "checkpoint_write_s": [30.0, 10.0]}
-    )
-    s = st.StatementSettings(
-        **SITE,
-        depths=(0.1,),
-        n_draws=2,
-        history_days=12,
-        baseline=st.BaselineRule(days=10),
-        deep_depths=(0.3, 0.8),
-        deep_notice_s=600.0,
-    )
-    jobs = st.knob_jobs(groups, np.array([0, 1]), plan, 1800.0, np.random.default_rng(0))
-    knobs, per_job = st.deep_events(jobs, s)
+    jobs = st.knob_jobs(groups, np.array([0, 1]), PLAN, 1800.0, np.random.default_rng(0))
+    knobs, per_job = st.deep_events(jobs, DEEP)
     by = knobs.set_index(["depth", "strategy"])
     # floors: 400 + 300 of 1500 W, so caps reach 53 % and not 80 %
     assert by.loc[(0.3, "caps only"), "feasible"] and not by.loc[(0.8, "caps only"), "feasible"]
@@ -297,3 +308,139 @@ def test_two_power_sets_on_one_job_stream_are_each_ones_own_history():
         and np.array_equal(both[0], one)
         and np.array_equal(both[1], other)
     )
+
+
+def with_clock_group(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs_table`` and a ``knob: clock`` group that ran pt's job at three locked clocks, all
+    at the default limit: 400 W -> 60 tokens/s, 700 W -> 90, 1000 W -> 100 (the clock's
+    slowdown shallower than the cap's, 40 and 70 at those powers)."""
+    clock = pd.DataFrame(
+        {
+            "group": "pt-clk",
+            "task": "pt",
+            "gpus": 1,
+            "knob": "clock",
+            "cap_w": 700,
+            "clock_mhz": [795.0, 1395.0, 1980.0],
+            "power_w": [400.0, 700.0, 1000.0],
+            "tokens_per_s": [60.0, 90.0, 100.0],
+            "power_w_sem": 0.0,
+            "tokens_per_s_sem": 0.0,
+        }
+    )
+    return pd.concat([runs.assign(knob="cap"), clock], ignore_index=True)
+
+
+def test_a_clock_group_is_its_jobs_clock_curve_not_a_group_of_its_own():
+    groups = st.groups_from_runs(with_clock_group(runs_table()))
+    assert sorted(groups.names) == ["lora", "pt"]
+    pt, lora = groups.names.index("pt"), groups.names.index("lora")
+    assert groups.clock_groups[pt] == "pt-clk" and groups.clock_groups[lora] == ""
+    P, T = groups.clocks[pt]
+    assert list(P) == [400.0, 700.0, 1000.0] and list(T) == [60.0, 90.0, 100.0]
+    assert groups.clocks[lora] is None and list(groups.curves.throughput[pt]) == [40, 70, 100]
+
+
+def test_the_deep_event_menu_takes_the_clock_where_it_is_cheaper():
+    groups = st.groups_from_runs(with_clock_group(runs_table()))
+    jobs = st.knob_jobs(groups, np.array([0, 1]), PLAN, 1800.0, np.random.default_rng(0))
+    knobs, per_job = st.deep_events(jobs, DEEP)
+    by = knobs.set_index(["depth", "strategy"])
+    # 450 W of 1500: lora's cap (0.025 tok/s per W, 200 W) then pt's clock (1/30 per W, 250 W)
+    # = 5 + 8.33 tok/s; caps only take pt's cap at 0.1 per W: 5 + 25 tok/s
+    hour = 3600.0 * DEEP.event_hours
+    assert by.loc[(0.3, "caps + clock"), "tokens_lost"] == pytest.approx((5 + 250 / 30) * hour)
+    assert by.loc[(0.3, "caps only"), "tokens_lost"] == pytest.approx(30 * hour)
+    assert by.loc[(0.3, "chosen mix"), "tokens_lost"] == pytest.approx((5 + 250 / 30) * hour)
+    assert "clock 1" in by.loc[(0.3, "chosen mix"), "knobs"]
+    assert not by.loc[(0.8, "caps + clock"), "feasible"]  # the clock's floor is 400 W too
+    assert any("caps and clock locks" in line for line in st.knob_lines(knobs))
+    # the 80 % cut's per-job table prices the clock beside the other knobs
+    pt = per_job[per_job["job"].str.endswith(":pt")].iloc[0]
+    assert "clock" in pt["why"] and "tok/kWh" in pt["why"]
+
+
+def test_the_statement_names_its_clock_curves_and_says_when_there_are_none():
+    cc = ClusterConfig(gpus=8, mean_interarrival_s=3600.0)
+    s = st.StatementSettings(
+        **SITE, depths=(0.1, 0.3), n_draws=4, history_days=12, baseline=st.BaselineRule(days=10)
+    )
+    with_clock = st.build_statement(with_clock_group(runs_table()), None, s, cc, "c", plan=PLAN)
+    assert "clock-lock curves (knob: clock groups) for pt from pt-clk" in with_clock.notes
+    assert "caps + clock" in set(with_clock.tables["knobs"]["strategy"])
+    without = st.build_statement(runs_table(), None, s, cc, "c", plan=PLAN)
+    assert any("no knob: clock group" in n for n in without.notes)
+    assert "caps + clock" not in set(without.tables["knobs"]["strategy"])
+
+
+@pytest.mark.fake_gpu
+def test_offer_statement_takes_a_real_control_runs_mv_fake_nvml(fake_nvml, tmp_path, run_cli):
+    """``wattflex control`` on FAKE NVML (two fake H200s, 650 W each uncapped) follows a 30 %
+    event and writes mv.json and mv_intervals.csv (control.mv.write_run_mv); the statement
+    reads its response time and ramp from either, and refuses anything else in one line."""
+    from wattflex.provenance import read_csv, read_json
+
+    ev = tmp_path / "events.json"
+    ev.write_text(
+        json.dumps(
+            {
+                "events": [
+                    {"event_id": "ev", "start_s": 0.5, "end_s": 2.0, "fraction": 0.7},
+                ]
+            }
+        )
+    )
+    control = run_cli(
+        "control",
+        "--signal",
+        ev,
+        "--period-s",
+        "0.1",
+        "--state-dir",
+        tmp_path / "st",
+        "--mv-out",
+        tmp_path / "mv",
+        "--duration-s",
+        "3",
+        cwd=tmp_path,
+    )
+    assert control.returncode == 0, control.stderr
+    event = read_json(tmp_path / "mv" / "mv.json")["events"][0]
+    cfg = statement_inputs(tmp_path)
+    for k, given in enumerate(("mv/mv.json", "mv/mv_intervals.csv")):
+        res = run_cli(
+            "offer", "runs.parquet", "--config", cfg, "--statement", f"st{k}", "--mv", given,
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        resp = read_csv(tmp_path / f"st{k}" / "response.csv").iloc[0]
+        assert resp["source"] == "real" and resp["policy"] == "equal-weight"
+        assert resp["response_time_s_max"] == pytest.approx(event["response_time_s"])
+        assert resp["ramp_down_kw_per_s"] == pytest.approx(event["max_ramp_down_w_per_s"] / 1e3)
+        assert resp["sample_s"] == pytest.approx(event["sample_s"])
+        page = (tmp_path / f"st{k}" / "statement.md").read_text()
+        assert "In 1 real controlled event(s) (policy equal-weight" in page
+    for bad in ("runs.parquet", "mv/timeseries.csv", "events.json"):
+        res = run_cli(
+            "offer", "runs.parquet", "--config", cfg, "--statement", "bad", "--mv", bad,
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+        assert f"--mv {bad}" in res.stderr and "mv.json" in res.stderr
+
+
+def test_the_figure_shows_the_deep_events_and_says_which_strategy_cannot():
+    from wattflex.plots.grid import statement_figure
+
+    cc = ClusterConfig(gpus=8, mean_interarrival_s=3600.0)
+    stmt = st.build_statement(runs_table(), None, DEEP, cc, "c", plan=PLAN)
+    t = stmt.tables
+    fig = statement_figure(
+        t["shed"], t["calendar"], t["baseline_days"], "emulated", 0.1, t["knobs"]
+    )
+    panel = next(a for a in fig.axes if "knob strategy" in a.get_title())
+    knobs = t["knobs"]
+    assert len(panel.patches) == len(knobs)  # one bar per depth and strategy
+    marks = [x for x in panel.texts if x.get_text().strip() == "infeasible"]
+    assert len(marks) == (~knobs["feasible"].astype(bool)).sum() > 0
+    assert any("EMULATED" in x.get_text() for x in fig.texts)

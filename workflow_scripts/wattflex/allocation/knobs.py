@@ -88,6 +88,19 @@ class Job:
         return float(np.asarray(self.cap[1])[-1])
 
 
+def clock_on_cap(
+    cap: tuple[np.ndarray, np.ndarray], clock: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """A job's clock curve (power_w, tokens_per_s at each locked clock, sorted by power) on its
+    cap curve's uncapped point, the one both knobs share: the clock points below that power,
+    their tokens/s scaled by the cap curve's top over the clock curve's (the clock sweep's
+    relative slowdown, on the cap run's throughput), then the cap curve's top."""
+    top_p, top_t = (float(np.asarray(a, float)[-1]) for a in cap)
+    P, T = (np.asarray(a, float) for a in clock)
+    below = P < top_p
+    return np.append(P[below], top_p), np.append(T[below] * top_t / T[-1], top_t)
+
+
 @dataclass(frozen=True)
 class Option:
     """A knob of one job: its power range during the event and its token cost at each end

@@ -12,7 +12,9 @@ writes that table (CSV + sidecar). The figure of the curve behind it is the work
 ``--statement DIR`` writes the site's flexibility statement instead (``wattflex.grid.statement``,
 what the workflow's rule ``flexibility_statement`` writes, without its figure): from a
 ``runs.parquet``, the ``statement:``, ``allocation:`` and ``control.cluster`` sections of
-``--config``, and ``--mv`` (a ``control/mv.csv``) for the response time.
+``--config``, and ``--mv`` for the response time and ramp rate: the control study's
+``control/mv.csv`` or a real run's ``mv.json`` or ``mv_intervals.csv``
+(``wattflex control`` / ``cluster-control --mv-out``; ``wattflex.control.mv.read_mv_records``).
 """
 
 from __future__ import annotations
@@ -69,8 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--mv",
-        metavar="MV.csv",
-        help="--statement: M&V records of controlled events (control/mv.csv)",
+        metavar="MV",
+        help="--statement: M&V records of controlled events: the control study's control/mv.csv, "
+        "or a real run's mv.json or mv_intervals.csv (wattflex control / cluster-control --mv-out)",
     )
     parser.add_argument(
         "--plan",
@@ -150,6 +153,7 @@ def write_statement(args: argparse.Namespace, path: str) -> int:
     from wattflex.commands._outputs import check_outputs
     from wattflex.config import load_config
     from wattflex.control.clustersim import ClusterConfig
+    from wattflex.control.mv import read_mv_records
     from wattflex.errors import UserError
     from wattflex.grid.statement import StatementSettings, build_statement, statement_files
     from wattflex.ingest.reader import check_input_file
@@ -170,9 +174,13 @@ def write_statement(args: argparse.Namespace, path: str) -> int:
     if missing:
         raise UserError(f"{path}: not a runs table (missing {', '.join(sorted(missing))})")
     settings = StatementSettings.from_config(cfg["statement"], cfg["allocation"])
+    try:
+        mv = read_mv_records(args.mv) if args.mv else None
+    except ValueError as exc:
+        raise UserError(f"--mv {exc}") from None
     stmt = build_statement(
         runs,
-        read_csv(args.mv) if args.mv else None,
+        mv,
         settings,
         ClusterConfig.from_dict(cfg["control"]["cluster"]),
         cfg["campaign"],

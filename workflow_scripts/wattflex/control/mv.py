@@ -281,7 +281,7 @@ def write_run_mv(
     ts = pd.DataFrame({"t_s": t, "budget_w": budget, "power_w": power, "baseline_curves_w": curves})
     for k, caps in enumerate(np.asarray(rec.caps_w, float).T):
         ts[f"cap_w:job{k}"] = caps
-    doc: dict[str, Any] = {"events": recs, "sample_s": period}
+    doc: dict[str, Any] = {"events": recs, "sample_s": period, "policy": params.get("policy")}
     if getattr(rec, "alive", None) and len(rec.alive) == len(t):
         ts["units_answering"] = np.asarray(
             rec.alive, int
@@ -314,3 +314,77 @@ def write_run_mv(
     ]
     write_together(files)
     return recs, ts
+
+
+#: What every event's M&V record must have for a flexibility statement's response figures.
+MV_EVENT_COLUMNS = (
+    "event_id",
+    "response_time_s",
+    "max_ramp_down_w_per_s",
+    "max_ramp_up_w_per_s",
+    "restore_time_s",
+    "deadline_met",
+)
+#: The columns of a real run's ``mv_intervals.csv`` (:func:`event_mv`'s per-interval table).
+MV_INTERVAL_COLUMNS = ("event_id", "interval_start_s", "power_w", "delivered_w")
+MV_FORMATS = (
+    "the control study's control/mv.csv, or a real run's mv.json or mv_intervals.csv "
+    "(wattflex control / cluster-control --mv-out)"
+)
+
+
+def read_mv_records(path: Any) -> pd.DataFrame:
+    """The events' M&V records in any file that holds them, one row per event with ``policy``
+    and ``source`` (``simulated``: the control study's ``mv.csv``, its policies' rows;
+    ``real``: a controlled run's ``mv.json``, the policy it ran, ``controller`` where it
+    does not say). A run's
+    ``mv_intervals.csv`` holds per-interval means only: its events are read from the
+    ``mv.json`` written beside it, their ids checked against each other. The format is told
+    by the content; anything else, or a record without :data:`MV_EVENT_COLUMNS`, is a
+    ``ValueError`` in one line."""
+    from pathlib import Path
+
+    from wattflex.provenance import read_csv, read_json
+
+    path = Path(path)
+    if path.suffix == ".json":
+        try:
+            doc = read_json(path)
+        except (ValueError, UnicodeDecodeError, AttributeError, OSError) as exc:
+            raise ValueError(f"{path}: {_first_line(exc, path)}; give {MV_FORMATS}") from None
+        events = doc.get("events") if isinstance(doc, dict) else None
+        if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+            raise ValueError(f"{path}: not an M&V record (no list of events); give {MV_FORMATS}")
+        df = pd.DataFrame(events, columns=list(MV_EVENT_COLUMNS) if not events else None)
+        df = df.assign(policy=str(doc.get("policy") or "controller"), source="real")
+        if "sample_s" not in df and doc.get("sample_s") is not None:
+            df["sample_s"] = float(doc["sample_s"])
+    elif path.suffix == ".csv":
+        try:
+            table = read_csv(path)
+        except (ValueError, UnicodeDecodeError, OSError) as exc:
+            raise ValueError(f"{path}: {_first_line(exc, path)}; give {MV_FORMATS}") from None
+        if set(MV_INTERVAL_COLUMNS) <= set(table.columns):
+            events = read_mv_records(path.with_name("mv.json"))
+            ids, have = set(table["event_id"].astype(str)), set(events["event_id"].astype(str))
+            if ids != have:
+                raise ValueError(
+                    f"{path}: its events {sorted(ids)} are not those of the mv.json beside it "
+                    f"{sorted(have)}"
+                )
+            return events
+        if "policy" not in table:
+            raise ValueError(f"{path}: not an M&V table (no policy column); give {MV_FORMATS}")
+        df = table.assign(source="simulated")
+    else:
+        raise ValueError(f"{path}: neither .json nor .csv; give {MV_FORMATS}")
+    missing = [c for c in MV_EVENT_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path}: not an M&V record (no {', '.join(missing)}); give {MV_FORMATS}")
+    return df
+
+
+def _first_line(exc: BaseException, path: Any) -> str:
+    """A read error's first line, without the path it starts with."""
+    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return line.removeprefix(f"{path}: ")

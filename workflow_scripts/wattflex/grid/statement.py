@@ -120,22 +120,74 @@ class StatementSettings:
 
 @dataclass(frozen=True)
 class Groups:
-    """The campaign's sweep groups as the statement uses them: curves and their errors."""
+    """The campaign's cap groups as the statement uses them: curves and their errors, and the
+    clock curve of the ``knob: clock`` group that ran the same job, where one did."""
 
     names: list[str]
     curves: Curves  # (G, K): job power (W) -> tokens/s
     tokens_sem: np.ndarray  # (G, K)
     power_sem: np.ndarray  # (G, K)
     table: pd.DataFrame  # one row per group: gpus, task, gpu
+    # per group: (power_w, tokens_per_s) at each locked clock on the cap curve's top
+    # (knobs.clock_on_cap), and the clock group(s) it came from; None: no clock sweep of the job
+    clocks: list[tuple[np.ndarray, np.ndarray] | None] = field(default_factory=list)
+    clock_groups: list[str] = field(default_factory=list)
+
+
+def clock_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a runs table that are ``knob: clock`` groups' (the complement of
+    :func:`wattflex.run_ids.cap_rows`)."""
+    return runs[runs["knob"].eq("clock")] if "knob" in runs.columns else runs.iloc[:0]
+
+
+def paired_clocks(
+    cap_runs: pd.DataFrame, names: Sequence[str], curves: Curves, clocks: pd.DataFrame
+) -> tuple[list[tuple[np.ndarray, np.ndarray] | None], list[str]]:
+    """Per cap group ``names[g]``: the clock curve of the clock group(s) that ran its job (the
+    same :data:`wattflex.vocabulary.SAME_JOB_COLUMNS` both tables have), each locked clock's
+    runs averaged, put on the cap curve's uncapped point (:func:`knobs.clock_on_cap`); and
+    which clock groups it came from ('' where none)."""
+    from wattflex.allocation.knobs import clock_on_cap
+    from wattflex.vocabulary import SAME_JOB_COLUMNS
+
+    if clocks.empty:
+        return [None] * len(names), [""] * len(names)
+    need = {"group", "clock_mhz", "power_w", "tokens_per_s"} - set(clocks.columns)
+    if need:
+        raise ValueError(f"runs table's clock rows lack column(s) {', '.join(sorted(need))}")
+    cols = [c for c in SAME_JOB_COLUMNS if c in cap_runs.columns and c in clocks.columns]
+
+    def job_of(df: pd.DataFrame) -> pd.Series:
+        return df[cols].astype(str).agg("|".join, axis=1)
+
+    cap_job = cap_runs.assign(_job=job_of(cap_runs)).groupby("group")["_job"].first()
+    clk = clocks.assign(_job=job_of(clocks))
+    out, sources = [], []
+    for g, name in enumerate(names):
+        mine = clk[clk["_job"] == cap_job[name]]
+        if mine.empty:
+            out.append(None)
+            sources.append("")
+            continue
+        pts = mine.groupby("clock_mhz")[["power_w", "tokens_per_s"]].mean().sort_values("power_w")
+        cap = (curves.power_w[g], curves.throughput[g])
+        out.append(clock_on_cap(cap, (pts["power_w"].to_numpy(), pts["tokens_per_s"].to_numpy())))
+        sources.append(",".join(sorted(map(str, mine["group"].unique()))))
+    return out, sources
 
 
 def groups_from_runs(runs: pd.DataFrame) -> Groups:
-    """One curve per group of ``runs.parquet`` (repeats averaged, their SEMs combined)."""
+    """One curve per cap group of ``runs.parquet`` (repeats averaged, their SEMs combined), and
+    the clock curve of its job where a ``knob: clock`` group measured one
+    (:func:`paired_clocks`)."""
+    from wattflex.run_ids import cap_rows
+
     need = {"group", "cap_w", "power_w", "tokens_per_s", "gpus", "task"}
     missing = sorted(need - set(runs.columns))
     if missing:
         raise ValueError(f"runs table lacks column(s) {', '.join(missing)}")
-    df = runs.copy()
+    clocks = clock_runs(runs)
+    df = cap_rows(runs).copy()
     for col in ("tokens_per_s_sem", "power_w_sem"):
         df[col] = pd.to_numeric(df[col], errors="coerce").fillna(0.0) if col in df else 0.0
     df["_t2"], df["_p2"] = df["tokens_per_s_sem"] ** 2, df["power_w_sem"] ** 2
@@ -154,7 +206,10 @@ def groups_from_runs(runs: pd.DataFrame) -> Groups:
     _, p_err = curves_from_points(pts["group"], pts["power_w"], p_sem)
     cols = [c for c in ("gpus", "task", "gpu") if c in df]
     table = df.groupby("group", sort=False)[cols].first().loc[names].reset_index()
-    return Groups(list(map(str, names)), curves, t_err.throughput, p_err.throughput, table)
+    clock, sources = paired_clocks(df, list(names), curves, clocks)
+    return Groups(
+        list(map(str, names)), curves, t_err.throughput, p_err.throughput, table, clock, sources
+    )
 
 
 def measured_again(groups: Groups, rng: np.random.Generator, n: int) -> Curves:
@@ -262,9 +317,12 @@ def calendar_table(shed: pd.DataFrame, s: StatementSettings) -> pd.DataFrame:
 
 def response_table(mv: pd.DataFrame | None, policy: str | None = None) -> pd.DataFrame:
     """Response time, ramp rates and restore time of the campaign's controlled events (M&V
-    records, one per event and policy), per policy: median and worst."""
+    records, one per event and policy: :func:`wattflex.control.mv.read_mv_records`), per
+    policy and source (``simulated`` or ``real``): median and worst. ``policy`` keeps the
+    simulated rows of that policy; a real run's rows are kept whatever policy it ran."""
     cols = [
         "policy",
+        "source",
         "events",
         "response_time_s",
         "response_time_s_max",
@@ -278,15 +336,17 @@ def response_table(mv: pd.DataFrame | None, policy: str | None = None) -> pd.Dat
     if mv is None or mv.empty:
         return pd.DataFrame(columns=cols)
     df = mv if "policy" in mv else mv.assign(policy="controller")
+    df = df if "source" in df else df.assign(source="simulated")
     if policy is not None:
-        df = df[df["policy"] == policy]
+        df = df[(df["policy"] == policy) | df["source"].eq("real")]
     rows = []
-    for name, g in df.groupby("policy", sort=True):
+    for (name, source), g in df.groupby(["policy", "source"], sort=True):
         resp = pd.to_numeric(g["response_time_s"], errors="coerce")
         rest = pd.to_numeric(g["restore_time_s"], errors="coerce")
         rows.append(
             {
                 "policy": name,
+                "source": source,
                 "events": len(g),
                 "response_time_s": resp.median(),
                 "response_time_s_max": resp.max(),
@@ -499,15 +559,17 @@ def statement_lines(
 ) -> list[str]:
     """The statement in sentences, for the page an operator hands over."""
     h = headline(shed, s)
-    sure = shed[shed["caps_feasible_share"] >= 0.95]
-    deepest = float(sure["depth"].max()) if len(sure) else 0.0
+    floor_p5, floor = (
+        float(shed["caps_max_depth_p5"].iloc[0]),
+        float(shed["caps_max_depth"].iloc[0]),
+    )
     lines = [
         f"Numbers are {backend.upper()}: from the campaign's {backend} sweeps, "
         f"{s.n_draws} draws of a {s.jobs_per_workload}-job site ({s.mix} mix); "
         "ranges are the 5th-95th percentiles.",
         f"The site draws {h['site_kw']:.0f} kW uncapped ({h['site_kw_p5']:.0f}-{h['site_kw_p95']:.0f}).",
-        f"Power caps alone shed up to {100 * deepest:.0f} % of it in 95 % of draws; deeper cuts need "
-        "jobs paused or requeued.",
+        f"Power caps alone shed up to {100 * floor_p5:.0f} % of it in 95 % of draws (median "
+        f"{100 * floor:.0f} %: the jobs' floors); deeper cuts need jobs paused or requeued.",
         f"At {100 * h['depth']:.0f} % ({h['shed_kw']:.0f} kW) training loses "
         f"{100 * h['throughput_loss']:.1f} % of its throughput "
         f"({100 * h['throughput_loss_p5']:.1f}-{100 * h['throughput_loss_p95']:.1f} %), "
@@ -523,7 +585,8 @@ def statement_lines(
             f"; M&V samples every {r['sample_s']:g} s" if math.isfinite(r["sample_s"]) else ""
         )
         lines.append(
-            f"In {r['events']} controlled event(s) (policy {r['policy']}{resolution}) it reached its target "
+            f"In {r['events']} {r['source']} controlled event(s) (policy {r['policy']}{resolution}) "
+            "it reached its target "
             f"within {r['response_time_s_max']:g} s of the start, ramping down at up to "
             f"{r['ramp_down_kw_per_s']:.1f} kW/s, and was back within {r['restore_time_s_max']:g} s of the end."
         )
@@ -551,7 +614,12 @@ def knob_lines(knobs: pd.DataFrame) -> list[str]:
     for depth, d in knobs.groupby("depth", sort=True):
         by = d.set_index("strategy")
         mix = by.loc["chosen mix"]
-        caps = "caps alone can" if by.loc["caps only", "feasible"] else "caps alone cannot"
+        only = by.loc["caps only"]
+        caps = (
+            f"caps alone lose {only['tokens_lost']:.3g} tokens"
+            if only["feasible"]
+            else "caps alone cannot"
+        )
         if not mix["feasible"]:
             out.append(
                 f"A {100 * depth:.0f} % cut ({mix['shed_kw']:.0f} kW): no mix reaches it ({mix['reason']})."
@@ -563,6 +631,13 @@ def knob_lines(knobs: pd.DataFrame) -> list[str]:
             if pause["feasible"]
             else "; pausing alone cannot"
         )
+        if "caps + clock" in by.index:
+            clock = by.loc["caps + clock"]
+            alt += (
+                f"; caps and clock locks {clock['tokens_lost']:.3g}"
+                if clock["feasible"]
+                else "; caps and clock locks cannot"
+            )
         out.append(
             f"A {100 * depth:.0f} % cut ({mix['shed_kw']:.0f} kW of one drawn site): {caps}; the "
             f"cheapest mix ({mix['knobs']}) loses {mix['tokens_lost']:.3g} tokens{alt}."
@@ -582,7 +657,8 @@ KNOB_STRATEGIES = {
     "caps only": ("cap",),
     "pause only": ("pause",),
     "requeue only": ("requeue",),
-    "chosen mix": ("cap", "pause", "requeue"),
+    "caps + clock": ("cap", "clock"),  # only where some job has a clock curve
+    "chosen mix": ("cap", "clock", "pause", "requeue"),
 }
 
 
@@ -593,10 +669,11 @@ def knob_jobs(
     checkpoint_every_s: float,
     rng: np.random.Generator,
 ) -> list[Any]:
-    """The jobs of one drawn site as the knob menu sees them: each group's measured cap curve,
+    """The jobs of one drawn site as the knob menu sees them: each group's measured cap curve
+    and, where a ``knob: clock`` group ran its job, its clock curve (:func:`paired_clocks`),
     its GPUs' idle power, the resource plan's start-up and checkpoint write time, and the age
     of its last checkpoint drawn uniform in ``[0, checkpoint_every_s)`` (the control study's
-    checkpoint interval). No clock curve: the campaign's cap groups measured none."""
+    checkpoint interval)."""
     from wattflex.allocation.knobs import Job
     from wattflex.gpus import GPUS
 
@@ -614,23 +691,26 @@ def knob_jobs(
                 restart_s=float(p["startup_s"]),
                 checkpoint_write_s=float(p["checkpoint_write_s"]),
                 since_checkpoint_s=float(rng.uniform(0.0, checkpoint_every_s)),
+                clock=groups.clocks[g] if groups.clocks else None,
             )
         )
     return jobs
 
 
 def deep_events(jobs: Sequence[Any], s: StatementSettings) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per deep depth and strategy (caps only, pause only, requeue only, the chosen mix of
-    all three): tokens lost over an event of ``event_hours`` with ``deep_notice_s`` notice,
+    """Per deep depth and strategy (caps only, pause only, requeue only, caps + clock where a
+    job has a clock curve, the chosen mix of every knob): tokens lost over an event of ``event_hours`` with ``deep_notice_s`` notice,
     or why it is infeasible; and the deepest feasible mix's per-job table (knob, kW, tokens,
     why)."""
     from wattflex.allocation.knobs import Event, choose
 
     site_w = sum(j.ceiling_w for j in jobs)
+    with_clock = any(j.clock is not None for j in jobs)
+    strategies = {k: v for k, v in KNOB_STRATEGIES.items() if with_clock or k != "caps + clock"}
     rows, deepest = [], None
     for depth in s.deep_depths:
         event = Event(depth * site_w, 3600.0 * s.event_hours, s.deep_notice_s)
-        for name, knobs in KNOB_STRATEGIES.items():
+        for name, knobs in strategies.items():
             c = choose(jobs, event, knobs)
             rows.append(
                 {
@@ -678,7 +758,8 @@ def build_statement(
     plan: pd.DataFrame | None = None,
 ) -> Statement:
     """The statement of a campaign: its ``runs.parquet`` rows (those of ``groups_set`` when it
-    has some), its controlled events' M&V records (``None``: none were run), the control
+    has some), its controlled events' M&V records (:func:`wattflex.control.mv.read_mv_records`;
+    ``None``: none were run), the control
     study's ``ClusterConfig`` (the meter history's job stream) and the resource plan's table
     (``tables/resource_plan.csv``: start-up and checkpoint times for the knob menu; ``None``:
     no deep events)."""
@@ -697,6 +778,12 @@ def build_statement(
         s = replace(s, mix="random")
     if mv is None:
         notes.append("no controlled events: response time and ramp rate unknown")
+    paired = [f"{g} from {c}" for g, c in zip(groups.names, groups.clock_groups) if c]
+    notes.append(
+        f"clock-lock curves (knob: clock groups) for {', '.join(paired)}"
+        if paired
+        else "no knob: clock group ran a cap group's job: the knob menu has no clock lock"
+    )
     backend = (
         ",".join(sorted(runs["backend"].astype(str).unique())) if "backend" in runs else "measured"
     )
@@ -705,7 +792,8 @@ def build_statement(
     response = response_table(mv, s.response_policy)
     if mv is not None and response.empty:
         notes.append(
-            f"no M&V records of policy {s.response_policy!r} (statement.response_policy): "
+            f"no real events and no simulated ones of policy {s.response_policy!r} "
+            "(statement.response_policy): "
             "response time and ramp rate unknown"
         )
     rng = np.random.default_rng(s.seed)

@@ -117,14 +117,22 @@ def mv_figure(
     return fig
 
 
-def statement_figure(shed: Any, calendar: Any, baselines: Any, backend: Any, headline_depth: float):
+def statement_figure(
+    shed: Any,
+    calendar: Any,
+    baselines: Any,
+    backend: Any,
+    headline_depth: float,
+    knobs: Any = None,
+):
     """The flexibility statement on one page: kW shed and throughput lost against depth (5-95 %
-    bands; where power caps alone stop), tokens lost a year per curtailment calendar, and each
-    meter baseline's error on simulated event days."""
-    fig, (ax, cx, bx) = plt.subplots(1, 3, figsize=(14.5, 4.4))
+    bands; where power caps alone stop), tokens lost a year per curtailment calendar, each
+    meter baseline's error on simulated event days, and, given the deep events' table
+    (``knobs``), the tokens each strategy loses per event past the caps' floor."""
+    fig, ((ax, cx), (bx, kx)) = plt.subplots(2, 2, figsize=(12.5, 8.6))
     d = 100 * shed["depth"].to_numpy(float)
     ok = shed["caps_feasible_share"].to_numpy(float) >= 0.95
-    ax.plot(d, shed["shed_kw"], color="black", lw=1.6, label="kW shed (median site)")
+    ax.plot(d, shed["shed_kw"], color="black", lw=1.6, label="power shed (median site)")
     ax.fill_between(d, shed["shed_kw_p5"], shed["shed_kw_p95"], color="black", alpha=0.12)
     lx = ax.twinx()
     loss = 100 * shed["throughput_loss"].to_numpy(float)
@@ -152,20 +160,24 @@ def statement_figure(shed: Any, calendar: Any, baselines: Any, backend: Any, hea
     ax.set_xlabel("depth: share of the site's uncapped power shed (%)")
     ax.set_ylabel("power shed (kW)")
     lx.set_ylabel("training throughput lost (%)", color="#d62728")
-    ax.set_title("how much, and at what cost", fontsize=10)
+    lines = ax.get_legend_handles_labels()
+    more = lx.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="upper left")
+    ax.set_title("how much, and at what cost (5-95 % bands)", fontsize=10)
     at = calendar[
         np.isclose(
             calendar["depth"], shed.iloc[(shed["depth"] - headline_depth).abs().argmin()]["depth"]
         )
     ]
     x = np.arange(len(at))
-    cx.bar(x, at["tokens_lost_per_year"], color="#1f77b4", alpha=0.8)
+    year = at[["tokens_lost_per_year", "tokens_lost_per_year_p5", "tokens_lost_per_year_p95"]] / 1e9
+    cx.bar(x, year["tokens_lost_per_year"], color="#1f77b4", alpha=0.8)
     cx.errorbar(
         x,
-        at["tokens_lost_per_year"],
+        year["tokens_lost_per_year"],
         yerr=[
-            at["tokens_lost_per_year"] - at["tokens_lost_per_year_p5"],
-            at["tokens_lost_per_year_p95"] - at["tokens_lost_per_year"],
+            year["tokens_lost_per_year"] - year["tokens_lost_per_year_p5"],
+            year["tokens_lost_per_year_p95"] - year["tokens_lost_per_year"],
         ],
         fmt="none",
         color="black",
@@ -174,13 +186,15 @@ def statement_figure(shed: Any, calendar: Any, baselines: Any, backend: Any, hea
     cx.set_xticks(
         x,
         [
-            f"{100 * r:g} %\n{n:.0f} x {h:g} h"
+            f"{100 * r:g} % of the year\n{n:.0f} events x {h:g} h"
             for r, n, h in zip(at["curtailment_rate"], at["events_per_year"], at["event_hours"])
         ],
         fontsize=8,
     )
-    cx.set_ylabel("tokens lost per year")
-    cx.set_title(f"how often: at {100 * headline_depth:.0f} % depth", fontsize=10)
+    cx.set_ylabel("tokens lost per year (billions)")
+    cx.set_title(
+        f"how often: curtailment calendars at {100 * headline_depth:.0f} % depth", fontsize=10
+    )
     cols = [c for c in baselines.columns if c.endswith("_error_pct")]
     bx.boxplot(
         [baselines[c].dropna() for c in cols],
@@ -196,9 +210,40 @@ def statement_figure(shed: Any, calendar: Any, baselines: Any, backend: Any, hea
     )
     bx.axhline(-100 * headline_depth, color="#d62728", lw=0.8, ls=":")
     bx.set_ylabel("baseline error on event days (% of load)")
-    bx.set_title("baselines against the true load", fontsize=10)
-    bx.tick_params(axis="x", labelsize=7)
-    bx.legend(fontsize=7)
+    bx.set_title("meter baselines against the true load", fontsize=10)
+    bx.tick_params(axis="x", labelsize=8)
+    bx.set_ylim(-135 * headline_depth, 135 * headline_depth)  # room for the legend above the line
+    bx.legend(fontsize=7, loc="upper right")
+    if knobs is not None and len(knobs):
+        knob_panel(kx, knobs)
+    else:
+        kx.set_axis_off()
+        kx.text(0.5, 0.5, "no deep events (no resource plan)", ha="center", va="center")
     tight_layout(fig, (0, 0.03, 1, 1))
     label_backend(fig, backend)
     return fig
+
+
+def knob_panel(ax: Any, knobs: Any) -> None:
+    """Tokens lost per event by each strategy at each deep depth (``knobs.csv``); a strategy
+    that cannot reach the depth is marked ``infeasible`` at the bottom of its slot."""
+    strategies = list(dict.fromkeys(knobs["strategy"]))
+    depths = sorted(knobs["depth"].unique())
+    width = 0.8 / len(strategies)
+    colors = plt.get_cmap("tab10")
+    for k, name in enumerate(strategies):
+        rows = knobs[knobs["strategy"] == name].set_index("depth").reindex(depths)
+        x = np.arange(len(depths)) + (k - (len(strategies) - 1) / 2) * width
+        lost = rows["tokens_lost"].to_numpy(float) / 1e9
+        ax.bar(x, np.nan_to_num(lost), width, color=colors(k), label=name)
+        for xi, v in zip(x, lost):
+            if not np.isfinite(v):
+                ax.text(xi, 0, " infeasible", rotation=90, ha="center", va="bottom", fontsize=8)
+    kw = knobs.drop_duplicates("depth").set_index("depth")["shed_kw"]
+    ax.set_xticks(
+        np.arange(len(depths)), [f"{100 * d:.0f} % ({kw[d]:.0f} kW)" for d in depths], fontsize=8
+    )
+    ax.set_xlabel("depth of the event (one drawn site)")
+    ax.set_ylabel("tokens lost per event (billions)")
+    ax.set_title("deeper than the caps' floor: tokens lost by knob strategy", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
