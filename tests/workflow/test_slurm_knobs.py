@@ -1,4 +1,4 @@
-"""The knob menu's pause and requeue on the local SLURM (issue 39 item 2; partition "knobs",
+"""The knob menu's pause and requeue on the local SLURM (partition "knobs",
 tests/slurm_cluster.py): two real harness jobs (tiny Llama, CPU), a deep event the caps cannot
 meet, the menu's choice carried out with scontrol: one job suspended (its steps stop) and
 resumed (they go on), the other checkpointed, requeued and restarted from its checkpoint.
