@@ -114,7 +114,10 @@ def torchrun_harness(
 def planned(task: str, params_total: int, ranks: int = RANKS) -> dict[str, float]:
     """The plan's bytes per rank for ``STEP_MODEL`` with the harness's parameter count."""
     facts = {**STEP_MODEL, "total_params_b": params_total / 1e9}
-    return plan.cpu_rank_bytes(facts, task, ranks, SEQ_LEN, BATCH, LORA_RANK)
+    cfg = config(task, Path("."))
+    return plan.cpu_rank_bytes(
+        facts, task, ranks, SEQ_LEN, BATCH, LORA_RANK, cfg.grad_checkpointing
+    )
 
 
 def measure(task: str, dynamic: bool, workdir: Path, steps: int = 3) -> dict:
@@ -323,7 +326,18 @@ def family_config(task: str, facts: dict, outdir: Path, steps: int) -> TrainConf
 def family_plan(facts: dict, task: str, attention: str) -> dict[str, float]:
     """The plan's bytes per rank (``plan.cpu_rank_bytes``) and ``step``: its increment over the
     build, i.e. without the process and the fp32 weights (base and adapters) the build holds."""
-    parts = plan.cpu_rank_bytes(facts, task, RANKS, SEQ_LEN, BATCH, LORA_RANK, attention=attention)
+    cfg = config(task, Path("."))  # the harness's checkpointing and loss chunk
+    parts = plan.cpu_rank_bytes(
+        facts,
+        task,
+        RANKS,
+        SEQ_LEN,
+        BATCH,
+        LORA_RANK,
+        cfg.grad_checkpointing,
+        attention,
+        loss_chunk_tokens=cfg.loss_chunk_tokens,
+    )
     sh = plan.shape(facts, LORA_RANK if task == "lora" else 0)
     built = (sh.params + sh.adapters) * 4 / RANKS
     return {**parts, "built": built, "step": parts["total"] - parts["framework"] - built}

@@ -101,6 +101,7 @@ def cases_main(cases_path: str) -> None:
         cfg = TrainConfig.from_json(path)
         models.import_libraries(cfg)
         gc.collect()
+        LIBC.malloc_trim(0)  # the arenas' free pages back to the kernel: no case reuses another's
         before = rss()
         model, info = loop.prepare_model(cfg, dist)
         after = rss()
