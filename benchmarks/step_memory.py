@@ -343,14 +343,19 @@ def family_plan(facts: dict, task: str, attention: str) -> dict[str, float]:
     return {**parts, "built": built, "step": parts["total"] - parts["framework"] - built}
 
 
-def measure_families(workdir: Path, steps: int = 2) -> list[dict]:
-    """Every ``family_cases`` case in one torchrun job: per case its facts, the ranks' figures
-    (benchmarks/step_memory_probe.py --cases) and the plan for the attention the harness ran."""
+def measure_families(
+    workdir: Path, steps: int = 2, which: list[tuple[str, str]] | None = None
+) -> list[dict]:
+    """Every ``family_cases`` case (or ``which``'s, in its order) in one torchrun job: per case its
+    facts, the ranks' figures (benchmarks/step_memory_probe.py --cases) and the plan for the
+    attention the harness ran."""
     cases = [
-        {"model": name, "task": task, "facts": family_facts(name)} for name, task in family_cases()
+        {"model": name, "task": task, "facts": family_facts(name)}
+        for name, task in (which or family_cases())
     ]
-    for c in cases:
-        cfg = family_config(c["task"], c["facts"], workdir / f"{c['model']}-{c['task']}", steps)
+    for i, c in enumerate(cases):
+        outdir = workdir / f"{i}-{c['model']}-{c['task']}"
+        cfg = family_config(c["task"], c["facts"], outdir, steps)
         c["config"] = str(written(cfg))
     listing = workdir / "cases.json"
     listing.write_text(json.dumps([c["config"] for c in cases]))
@@ -398,7 +403,7 @@ def family_plan_parts(cases: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main_families(out: Path | None, steps: int) -> None:
+def main_families(out: Path | None, steps: int, which: list[str] | None = None) -> None:
     import time
 
     import torch
@@ -406,14 +411,18 @@ def main_families(out: Path | None, steps: int) -> None:
 
     t = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        cases = measure_families(Path(tmp), steps)
+        cases = measure_families(
+            Path(tmp), steps, [tuple(c.split(":")) for c in which] if which else None
+        )
     wall = time.time() - t
+    flags = " --families" + (" --cases " + " ".join(which) if which else "")
     doc = [
-        f"Measured {datetime.date.today()} (`python benchmarks/step_memory.py --families`), torch "
+        f"Measured {datetime.date.today()} (`python benchmarks/step_memory.py{flags}`), torch "
         f"{torch.__version__}, transformers {transformers.__version__}, {RANKS} gloo ranks on CPU, "
         f"fp32, FSDP2, seq {SEQ_LEN} x batch {BATCH}, LoRA rank {LORA_RANK}, {steps} steps, each "
         f"family at 1/{FAMILY_DIVISOR} of its widths and vocabulary with {FAMILY_LAYERS} layers; "
-        f"one job, {wall:.0f} s. Each row: the rank with the largest increment.",
+        f"one job, {wall:.0f} s, the cases in the table's order. Each row: the rank with the "
+        "largest increment.",
         "",
         family_table(cases),
         "",
@@ -445,12 +454,18 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="instead: every catalogue family and task in one job (family_cases)",
     )
+    ap.add_argument(
+        "--cases",
+        nargs="*",
+        default=None,
+        help="with --families: these MODEL:TASK cases, in this order, in one job",
+    )
     ap.add_argument("--steps", type=int, default=None, help="steps per run (3; --families: 2)")
     args = ap.parse_args(argv)
     import torch
 
     if args.families:
-        return main_families(args.out, args.steps or 2)
+        return main_families(args.out, args.steps or 2, args.cases)
     args.steps = args.steps or 3
 
     with tempfile.TemporaryDirectory() as tmp:
