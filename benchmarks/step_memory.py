@@ -3,6 +3,7 @@
 leaves it (issue 36 item 6; the mechanism: wattflex.runs.training.hostmem).
 
 Usage: python benchmarks/step_memory.py [--out MD] [--factors] [--steps N]
+       python benchmarks/step_memory.py --families [--out MD] [--steps N]
 
 Runs the harness (``python -m wattflex.runs.training`` under torchrun, 4 gloo ranks, fp32,
 FSDP2) on ``STEP_MODEL``, a random-init 173M-parameter Llama shaped like Llama-3.1-70B's
@@ -12,11 +13,19 @@ threshold and with glibc's rising one (``WATTFLEX_GLIBC_DYNAMIC_MMAP=1``). The f
 the harness's own, from run.json's ``peak_rss_bytes_per_rank`` (VmHWM reset after the build).
 ``--factors`` also measures the fp32/bf16 ratio of the bytes a decoder layer saves for
 backward (benchmarks/activation_bytes.py's hooks), the plan's FP32_ACTIVATION_SCALE.
+
+``--families``: every catalogue family (the first config/models.yaml model of each hf_model_type)
+with each task config/config.yaml's groups run it with, at 1/``FAMILY_DIVISOR`` of its widths and
+vocabulary and ``FAMILY_LAYERS`` layers (head and expert counts kept), random init, in one 4-rank
+torchrun job (benchmarks/step_memory_probe.py --cases: the harness's build and steps, one case after
+another); per case the plan's figure for the step beside the measured peak RSS per rank, whole and
+as the step's increment over the RSS after the build.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -25,10 +34,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow_scripts"))
 
 from wattflex.runs import plan  # noqa: E402
+from wattflex.runs.attention import catalog_attn_implementation  # noqa: E402
 from wattflex.runs.training.config import TrainConfig  # noqa: E402
 from wattflex.runs.training.hostmem import KEEP_DYNAMIC_ENV  # noqa: E402
 
@@ -102,7 +114,10 @@ def torchrun_harness(
 def planned(task: str, params_total: int, ranks: int = RANKS) -> dict[str, float]:
     """The plan's bytes per rank for ``STEP_MODEL`` with the harness's parameter count."""
     facts = {**STEP_MODEL, "total_params_b": params_total / 1e9}
-    return plan.cpu_rank_bytes(facts, task, ranks, SEQ_LEN, BATCH, LORA_RANK)
+    cfg = config(task, Path("."))
+    return plan.cpu_rank_bytes(
+        facts, task, ranks, SEQ_LEN, BATCH, LORA_RANK, cfg.grad_checkpointing
+    )
 
 
 def measure(task: str, dynamic: bool, workdir: Path, steps: int = 3) -> dict:
@@ -120,18 +135,15 @@ def measure(task: str, dynamic: bool, workdir: Path, steps: int = 3) -> dict:
     }
 
 
-def probe(task: str, dynamic: bool, workdir: Path, steps: int = 3) -> dict:
-    """Rank 0's phases through the steps (benchmarks/step_memory_probe.py) on ``STEP_MODEL``."""
-    cfg = config(task, workdir / f"probe-{task}-{'dynamic' if dynamic else 'fixed'}", steps)
-    Path(cfg.outdir).mkdir(parents=True, exist_ok=True)
-    cfg.to_json(Path(cfg.outdir) / "cfg.json")
+def torchrun_probe(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    """benchmarks/step_memory_probe.py with ``args`` in ``RANKS`` gloo ranks."""
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO / "workflow_scripts"),
         "OMP_NUM_THREADS": "1",
-        **({KEEP_DYNAMIC_ENV: "1"} if dynamic else {}),
+        **(env or {}),
     }
-    r = subprocess.run(
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -139,13 +151,26 @@ def probe(task: str, dynamic: bool, workdir: Path, steps: int = 3) -> dict:
             "--standalone",
             f"--nproc-per-node={RANKS}",
             str(REPO / "benchmarks" / "step_memory_probe.py"),
-            str(Path(cfg.outdir) / "cfg.json"),
+            *args,
         ],
         capture_output=True,
         text=True,
         env=env,
         timeout=1500,
     )
+
+
+def written(cfg: TrainConfig) -> Path:
+    """``cfg`` as cfg.json in its outdir."""
+    Path(cfg.outdir).mkdir(parents=True, exist_ok=True)
+    cfg.to_json(Path(cfg.outdir) / "cfg.json")
+    return Path(cfg.outdir) / "cfg.json"
+
+
+def probe(task: str, dynamic: bool, workdir: Path, steps: int = 3) -> dict:
+    """Rank 0's phases through the steps (benchmarks/step_memory_probe.py) on ``STEP_MODEL``."""
+    cfg = config(task, workdir / f"probe-{task}-{'dynamic' if dynamic else 'fixed'}", steps)
+    r = torchrun_probe([str(written(cfg))], {KEEP_DYNAMIC_ENV: "1"} if dynamic else None)
     if r.returncode != 0:
         raise RuntimeError(f"probe {task} failed:\n{r.stderr[-3000:]}")
     return {
@@ -171,19 +196,26 @@ def probe_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def activation_bytes_bench():
+    """benchmarks/activation_bytes.py as a module (its layer builds, hooks and family list)."""
+    import importlib.util
+
+    if "activation_bytes_bench" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "activation_bytes_bench", REPO / "benchmarks" / "activation_bytes.py"
+        )
+        ab = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = ab
+        spec.loader.exec_module(ab)
+    return sys.modules["activation_bytes_bench"]
+
+
 def fp32_factors() -> list[tuple[str, str, int, float, float]]:
     """(family, task, hidden, bf16 B/(s*b*h), fp32 B/(s*b*h)): one layer at 1/8 of the catalogue's
     widths, sequence 128, activation_bytes' saved-tensor hooks."""
-    import importlib.util
-
     import torch
 
-    spec = importlib.util.spec_from_file_location(
-        "activation_bytes_bench", REPO / "benchmarks" / "activation_bytes.py"
-    )
-    ab = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = ab
-    spec.loader.exec_module(ab)
+    ab = activation_bytes_bench()
     torch.set_num_threads(1)
     out = []
     for family in ("llama", "qwen3"):
@@ -231,6 +263,179 @@ def plan_parts(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# ---- every catalogue family -------------------------------------------------------------
+CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]
+CAMPAIGN = REPO / "config" / "config.yaml"
+# Each family at 1/8 of its catalogue widths and vocabulary (hidden 256-720), 4 layers: 21-66M
+# parameters, a step's increment of 0.1-0.4 GB per rank, all 12 cases in ~2 min on 2 cores.
+FAMILY_DIVISOR = 8
+FAMILY_LAYERS = 4
+SCALED_KEYS = (
+    "hidden",
+    "head_dim",
+    "global_head_dim",
+    "intermediate",
+    "dense_intermediate",
+    "dense_layer_intermediate",
+    "vocab",
+)
+
+
+def family_cases() -> list[tuple[str, str]]:
+    """(catalogue model, task): the first model of each hf_model_type, with each task the
+    campaign's groups (config/config.yaml) run it with."""
+    groups = yaml.safe_load(CAMPAIGN.read_text())["groups"]
+    first = activation_bytes_bench().families()
+    return [
+        (name, task)
+        for name in first.values()
+        for task in ("lora", "pt")
+        if any(g["model"] == name and g["task"] == task for g in groups)
+    ]
+
+
+def family_facts(name: str, divisor: int = FAMILY_DIVISOR, layers: int = FAMILY_LAYERS) -> dict:
+    """Catalogue ``name`` at 1/``divisor`` of its widths and ``layers`` layers, with its parameter
+    counts (all, and the routed experts') as the harness builds it (on the meta device)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from wattflex.runs.training.models import hf_config
+
+    facts = {
+        **CATALOG[name],
+        "layers": layers,
+        **{k: int(CATALOG[name][k]) // divisor for k in SCALED_KEYS if k in CATALOG[name]},
+    }
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf_config(facts, seq_len=SEQ_LEN))
+    total = sum(p.numel() for p in model.parameters())  # a tied weight once
+    expert = activation_bytes_bench().routed_expert_params(model)
+    return {**facts, "total_params_b": total / 1e9, "expert_params_b": expert / 1e9}
+
+
+def family_config(task: str, facts: dict, outdir: Path, steps: int) -> TrainConfig:
+    """``config``'s run of ``facts`` with the catalogue's attention for ``task``."""
+    return dataclasses.replace(
+        config(task, outdir, steps),
+        model_facts=facts,
+        attn_implementation=catalog_attn_implementation(facts, task),
+    )
+
+
+def family_plan(facts: dict, task: str, attention: str) -> dict[str, float]:
+    """The plan's bytes per rank (``plan.cpu_rank_bytes``) and ``step``: its increment over the
+    build, i.e. without the process and the fp32 weights (base and adapters) the build holds."""
+    cfg = config(task, Path("."))  # the harness's checkpointing and loss chunk
+    parts = plan.cpu_rank_bytes(
+        facts,
+        task,
+        RANKS,
+        SEQ_LEN,
+        BATCH,
+        LORA_RANK,
+        cfg.grad_checkpointing,
+        attention,
+        loss_chunk_tokens=cfg.loss_chunk_tokens,
+    )
+    sh = plan.shape(facts, LORA_RANK if task == "lora" else 0)
+    built = (sh.params + sh.adapters) * 4 / RANKS
+    return {**parts, "built": built, "step": parts["total"] - parts["framework"] - built}
+
+
+def measure_families(
+    workdir: Path, steps: int = 2, which: list[tuple[str, str]] | None = None
+) -> list[dict]:
+    """Every ``family_cases`` case (or ``which``'s, in its order) in one torchrun job: per case its
+    facts, the ranks' figures (benchmarks/step_memory_probe.py --cases) and the plan for the
+    attention the harness ran."""
+    cases = [
+        {"model": name, "task": task, "facts": family_facts(name)}
+        for name, task in (which or family_cases())
+    ]
+    for i, c in enumerate(cases):
+        outdir = workdir / f"{i}-{c['model']}-{c['task']}"
+        cfg = family_config(c["task"], c["facts"], outdir, steps)
+        c["config"] = str(written(cfg))
+    listing = workdir / "cases.json"
+    listing.write_text(json.dumps([c["config"] for c in cases]))
+    r = torchrun_probe(["--cases", str(listing)])
+    if r.returncode != 0:
+        raise RuntimeError(f"family cases failed:\n{r.stderr[-3000:]}")
+    ranks = [json.loads((workdir / f"cases{i}.json").read_text()) for i in range(RANKS)]
+    for i, case in enumerate(cases):
+        case["ranks"] = [rank["cases"][i] for rank in ranks]
+        case["fixed"] = all(rank["mmap_threshold_fixed"] for rank in ranks)
+        case["plan"] = family_plan(
+            case["facts"], case["task"], case["ranks"][0]["attn_implementation"]
+        )
+    return cases
+
+
+def family_table(cases: list[dict]) -> str:
+    lines = [
+        "| family | catalogue model | task | params | attention | after build GB | steps' peak GB "
+        "| plan GB | peak / plan | step's increment GB | plan's increment GB | increment / plan |",
+        "|" + " --- |" * 12,
+    ]
+    for c in cases:
+        p, worst = c["plan"], max(c["ranks"], key=lambda r: r["steps"] - r["after_build"])
+        inc = worst["steps"] - worst["after_build"]
+        lines.append(
+            f"| {c['facts']['hf_model_type']} | {c['model']} | {c['task']} "
+            f"| {worst['params_total'] / 1e6:.1f}M | {worst['attn_implementation']} "
+            f"| {worst['after_build'] / GB:.3f} | {worst['steps'] / GB:.3f} | {p['total'] / GB:.3f} "
+            f"| {worst['steps'] / p['total']:.2f} | {inc / GB:.3f} | {p['step'] / GB:.3f} "
+            f"| {inc / p['step']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def family_plan_parts(cases: list[dict]) -> str:
+    keys = ("built", "states", "gathered", "activations", "logits", "optimizer_step", "step")
+    lines = ["| family | task | " + " | ".join(keys) + " |", "|" + " --- |" * (len(keys) + 2)]
+    for c in cases:
+        lines.append(
+            f"| {c['facts']['hf_model_type']} | {c['task']} | "
+            + " | ".join(f"{c['plan'][k] / GB:.3f}" for k in keys)
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def main_families(out: Path | None, steps: int, which: list[str] | None = None) -> None:
+    import time
+
+    import torch
+    import transformers
+
+    t = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        cases = measure_families(
+            Path(tmp), steps, [tuple(c.split(":")) for c in which] if which else None
+        )
+    wall = time.time() - t
+    flags = " --families" + (" --cases " + " ".join(which) if which else "")
+    doc = [
+        f"Measured {datetime.date.today()} (`python benchmarks/step_memory.py{flags}`), torch "
+        f"{torch.__version__}, transformers {transformers.__version__}, {RANKS} gloo ranks on CPU, "
+        f"fp32, FSDP2, seq {SEQ_LEN} x batch {BATCH}, LoRA rank {LORA_RANK}, {steps} steps, each "
+        f"family at 1/{FAMILY_DIVISOR} of its widths and vocabulary with {FAMILY_LAYERS} layers; "
+        f"one job, {wall:.0f} s, the cases in the table's order. Each row: the rank with the "
+        "largest increment.",
+        "",
+        family_table(cases),
+        "",
+        "The plan's parts per rank (GB; step = total - process - built):",
+        "",
+        family_plan_parts(cases),
+    ]
+    text = "\n".join(doc)
+    print(text)
+    if out:
+        out.write_text(text + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
@@ -244,9 +449,24 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="also rank 0's phases of a LoRA run (step_memory_probe.py)",
     )
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument(
+        "--families",
+        action="store_true",
+        help="instead: every catalogue family and task in one job (family_cases)",
+    )
+    ap.add_argument(
+        "--cases",
+        nargs="*",
+        default=None,
+        help="with --families: these MODEL:TASK cases, in this order, in one job",
+    )
+    ap.add_argument("--steps", type=int, default=None, help="steps per run (3; --families: 2)")
     args = ap.parse_args(argv)
     import torch
+
+    if args.families:
+        return main_families(args.out, args.steps or 2, args.cases)
+    args.steps = args.steps or 3
 
     with tempfile.TemporaryDirectory() as tmp:
         rows = [

@@ -6,14 +6,21 @@ malloc's free bytes under glibc's rising mmap threshold).
 
 Usage: torchrun --nproc-per-node 4 benchmarks/step_memory_probe.py CFG.json  (writes probe<rank>.json
 to the config's outdir; WATTFLEX_GLIBC_DYNAMIC_MMAP=1 leaves glibc's threshold as it is)
+
+   or: torchrun --nproc-per-node 4 benchmarks/step_memory_probe.py --cases CASES.json  (CASES.json:
+a list of config paths; one job builds and steps each case in turn, every rank writing its RSS
+after the build and the steps' peak to cases<rank>.json beside CASES.json: ``benchmarks/step_memory.py
+--families``)
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import sys
+from pathlib import Path
 
 import torch
 from torch.distributed.fsdp import FSDPModule
@@ -61,7 +68,63 @@ def snapshot(tag: str, model=None) -> dict:
     return out
 
 
+def train_steps(
+    model, info: dict, cfg: TrainConfig, rank: int, after_phase=lambda tag: None
+) -> None:
+    """``cfg.max_steps`` steps of the harness's (training.loop.train): its loss, backward, AdamW,
+    gradients set to None; ``after_phase(tag)`` after each phase."""
+    chunked = chunked_applies(model, cfg.loss_chunk_tokens) is None
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    vocab = int(info["hf_config"]["vocab_size"])
+    gen = torch.Generator().manual_seed(rank)
+    model.train()
+    for step in range(1, (cfg.max_steps or 3) + 1):
+        x = torch.randint(0, vocab, (cfg.batch, cfg.seq_len), generator=gen)
+        loss = causal_lm_loss(model, x, cfg.loss_chunk_tokens, chunked)
+        after_phase(f"step {step} forward")
+        loss.backward()
+        after_phase(f"step {step} backward")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        after_phase(f"step {step} optimizer")
+
+
+def cases_main(cases_path: str) -> None:
+    """Each case of ``cases_path`` in turn: RSS after the harness's sharded build, then VmHWM
+    (reset after the build) over its steps; the model and optimizer freed before the next."""
+    fixed = hostmem.fixed_mmap_threshold()
+    torch.set_num_threads(1)
+    paths = json.loads(Path(cases_path).read_text())
+    dist = loop.init_distributed(TrainConfig.from_json(paths[0]))
+    out = []
+    for path in paths:
+        cfg = TrainConfig.from_json(path)
+        models.import_libraries(cfg)
+        gc.collect()
+        LIBC.malloc_trim(0)  # the arenas' free pages back to the kernel: no case reuses another's
+        before = rss()
+        model, info = loop.prepare_model(cfg, dist)
+        after = rss()
+        hostmem.reset_peak_rss()
+        train_steps(model, info, cfg, dist.rank)
+        peak = hostmem.hwm_bytes()
+        keys = ("params_total", "params_trainable", "attn_implementation", "parallel")
+        out.append(
+            {"config": path, "before_build": before, "after_build": after, "steps": peak}
+            | {k: info[k] for k in keys}
+        )
+        del model
+        gc.collect()
+        torch.distributed.barrier()
+    Path(cases_path).with_name(f"cases{dist.rank}.json").write_text(
+        json.dumps({"mmap_threshold_fixed": fixed, "cases": out})
+    )
+    torch.distributed.destroy_process_group()
+
+
 def main() -> None:
+    if sys.argv[1] == "--cases":
+        return cases_main(sys.argv[2])
     cfg = TrainConfig.from_json(sys.argv[1])
     fixed = hostmem.fixed_mmap_threshold()
     torch.set_num_threads(1)
@@ -70,20 +133,7 @@ def main() -> None:
     snaps = [snapshot("before build")]
     model, info = loop.prepare_model(cfg, dist)
     snaps.append(snapshot("after build", model))
-    chunked = chunked_applies(model, cfg.loss_chunk_tokens) is None
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
-    vocab = int(info["hf_config"]["vocab_size"])
-    gen = torch.Generator().manual_seed(dist.rank)
-    model.train()
-    for step in range(1, (cfg.max_steps or 3) + 1):
-        x = torch.randint(0, vocab, (cfg.batch, cfg.seq_len), generator=gen)
-        loss = causal_lm_loss(model, x, cfg.loss_chunk_tokens, chunked)
-        snaps.append(snapshot(f"step {step} forward", model))
-        loss.backward()
-        snaps.append(snapshot(f"step {step} backward", model))
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        snaps.append(snapshot(f"step {step} optimizer", model))
+    train_steps(model, info, cfg, dist.rank, lambda tag: snaps.append(snapshot(tag, model)))
     with open(f"{cfg.outdir}/probe{dist.rank}.json", "w") as f:
         json.dump(
             {

@@ -1,8 +1,9 @@
 """Memory during the training step (issue 36 item 6): each rank's peak RSS over the steps of a
 CPU FSDP2 run on 4 gloo ranks, measured inside the ranks by the harness (run.json's
-``peak_rss_bytes_per_rank[*].steps``), is within the plan's figure for that step
+``peak_rss_bytes_per_rank[*].steps``), is within 15 % of the plan's figure for that step
 (wattflex.runs.plan.cpu_rank_bytes: the process, the shard, the units gathered at once with
-FSDP2's all-gather buffers, the activations and the loss's chunk), and not far under it.
+FSDP2's all-gather buffers, the checkpointed activations and the loss's chunk). Every catalogue
+family: test_step_memory_families.py.
 
 Before the harness fixed glibc's mmap threshold (wattflex.runs.training.hostmem) the freed
 tensors stayed in malloc's arenas and the steps' RSS per rank rose step after step past the plan
@@ -17,7 +18,7 @@ import pytest
 from .training_jobs import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
-NOT_FAR_UNDER = 0.5  # the plan may err high, not by more than 2x
+BAND = 0.15
 
 
 def bench():
@@ -49,4 +50,4 @@ def test_each_ranks_peak_rss_during_the_steps_is_within_the_plans_figure(task, t
     assert [p["rank"] for p in peaks] == list(range(b.RANKS))
     for p in peaks:
         assert p["after_build"] < p["steps"] <= p["run"], p
-        assert NOT_FAR_UNDER * planned <= p["steps"] <= planned, (task, p, planned)
+        assert p["steps"] == pytest.approx(planned, rel=BAND), (task, p, planned)

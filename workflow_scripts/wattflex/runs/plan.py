@@ -113,7 +113,10 @@ LOSS_CHUNK_TOKENS = section_defaults("cuda")["loss_chunk_tokens"]  # the schema'
 # compute dtype where they are alike; after the last layer, the lm_head twice and a layer (the
 # forward's peak measured on CPU: benchmarks/results/step_memory.md). In backward the buffer is
 # freed at once, the next unit is prefetched, and one unit's unsharded gradient is live
-# (bf16-mixed: bf16, then its fp32 copy for the reduce-scatter, reduce_dtype=float32).
+# (bf16-mixed: bf16, then its fp32 copy for the reduce-scatter, reduce_dtype=float32): the
+# backward's peak is a unit, its unsharded gradient and the next unit's buffer, not the forward's
+# three units beside a gradient (measured at each FSDP unit's hooks on CPU, fp32 Llama pretraining:
+# benchmarks/results/step_memory.md, "Every catalogue family").
 UNITS_AT_COPY_OUT = 3
 # CUDA context, NCCL buffers and allocator slack (GiB): assumed; the emulator's framework_gib is this.
 FRAMEWORK_GIB = 6.0
@@ -352,9 +355,14 @@ def gpu_bytes(
                 + UNITS_AT_COPY_OUT * layer * gathered_b
                 + layer * grad_b
             )
-        else:  # the largest unit's copy-out (its parameters and buffer) after a layer's
+        else:
             big = max(layer, sh.embedding)
-            gathered = (2 * big + layer) * gathered_b + big * grad_b
+            # forward: the largest unit's copy-out (its parameters and buffer) after a layer's
+            # buffer; backward: the largest unit and its unsharded gradient, the next unit's
+            # buffer prefetched (FSDP2 frees a unit's buffer at its copy-out in backward)
+            gathered = max(
+                (2 * big + layer) * gathered_b, (big + layer) * gathered_b + big * grad_b
+            )
     act = activation_bytes(
         facts, seq_len, batch, grad_checkpointing, attention, loss_chunk_tokens, task, ep, precision
     )
@@ -378,7 +386,7 @@ def cpu_rank_bytes(
     seq_len: int,
     batch: int,
     lora_rank: int = _GROUP["lora_rank"],
-    grad_checkpointing: bool = False,
+    grad_checkpointing: bool = _GROUP["grad_checkpointing"],
     attention: str = "sdpa",
     precision: str = "fp32",
     loss_chunk_tokens: int = LOSS_CHUNK_TOKENS,
