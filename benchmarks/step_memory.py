@@ -1,6 +1,6 @@
 """Peak RSS per rank during the training steps of a CPU FSDP2 run, beside the plan's figure
 (wattflex.runs.plan.cpu_rank_bytes), with glibc's malloc as the harness sets it and as glibc
-leaves it (issue 36 item 6; the mechanism: wattflex.runs.training.hostmem).
+leaves it (the mechanism: wattflex.runs.training.hostmem).
 
 Usage: python benchmarks/step_memory.py [--out MD] [--factors] [--steps N]
        python benchmarks/step_memory.py --families [--out MD] [--steps N]

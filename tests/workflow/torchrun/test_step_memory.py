@@ -1,4 +1,4 @@
-"""Memory during the training step (issue 36 item 6): each rank's peak RSS over the steps of a
+"""Memory during the training step: each rank's peak RSS over the steps of a
 CPU FSDP2 run on 4 gloo ranks, measured inside the ranks by the harness (run.json's
 ``peak_rss_bytes_per_rank[*].steps``), is within 15 % of the plan's figure for that step
 (wattflex.runs.plan.cpu_rank_bytes: the process, the shard, the units gathered at once with
