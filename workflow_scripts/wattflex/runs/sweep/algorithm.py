@@ -40,7 +40,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -49,14 +49,12 @@ from wattflex.config import groups, run_spec
 from wattflex.pfi import pfi_ratio, pfi_table
 from wattflex.run_ids import run_id
 from wattflex.runs.devices.caps import SIGNALS, CapSignal
+from wattflex.runs.spec import ONE_RUN_SWEEPS, RunSpec
 from wattflex.runs.sweep.steady import SteadyCriteria, Window, assess, se_mean_ar1
 from wattflex.schema import section_defaults
 from wattflex.telemetry import SummaryProtocol
 
-if TYPE_CHECKING:
-    from wattflex.runs.spec import RunSpec
-
-MODES = ("staircase", "adaptive")
+MODES = ONE_RUN_SWEEPS
 _STAIRCASE = section_defaults("staircase")  # the controller's defaults: the functions below
 
 
