@@ -17,7 +17,7 @@ signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 attempt, attempts = int(smk.resources.run_attempt), int(smk.resources.run_attempts)
 try:
     spec = RunSpec.of(smk.params.spec, backend=None)  # parsed once; a bad spec is a failed attempt
-    clock = spec.raw.get("clock_mhz")
+    clock = spec.clock_mhz
     setpoint = f"{spec.cap_w} W" + (
         f", SM clock locked at {clock:g} MHz" if clock is not None else ""
     )

@@ -4,20 +4,21 @@ every exit (the controller's guard handles SIGTERM too)."""
 
 from pathlib import Path
 
+from wattflex.runs.spec import RunSpec
 from wattflex.runs.sweep.emulated import write_sweep_run
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
-spec = smk.params.spec
+spec = RunSpec.of(smk.params.spec, backend=None)  # parsed once
 log.info(
     "%s sweep of %s over caps %s W on the %s backend",
-    spec["sweep"],
-    spec["group"]["id"],
-    ", ".join(f"{c:g}" for c in spec["caps"]),
-    spec["backend"],
+    spec.sweep,
+    spec.group_id,
+    ", ".join(f"{c:g}" for c in spec.caps),
+    spec.backend,
 )
-if spec["backend"] == "cuda":
+if spec.backend == "cuda":
     # Only here: an emulated sweep never loads the real-GPU controller.
     from wattflex.runs.sweep.real import write_real_sweep_run
 

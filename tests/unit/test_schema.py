@@ -11,8 +11,7 @@ from wattflex.allocation.settings import SimulationConfig, flatten
 from wattflex.config import groups, prepare
 from wattflex.control.clustersim import ClusterConfig
 from wattflex.control.controller import ControlConfig
-from wattflex.runs.sweep.algorithm import SweepSettings
-from wattflex.runs.sweep.steady import SteadyCriteria
+from wattflex.runs.sweep.steady import SteadyCriteria, SweepSettings
 from wattflex.schema import defaults, group_default, read_schema, section_defaults
 from wattflex.telemetry import SummaryProtocol
 

@@ -1,18 +1,21 @@
 """A real run's measurement options: the ``cuda:`` section of its spec as ``RunOptions``
 (caps, sampler, telemetry, torchrun layout, NCCL and gloo environment). Its own module so the
 run spec (``runs.spec``) and the harness (``runs.real_run``) both read it without an import
-cycle."""
+cycle. ``torchrun_layout`` is also the plan's (``wattflex.runs.plan``), which the Snakefile loads:
+the device modules (pandas) are imported where a spec is parsed, not with this module."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wattflex.gpus import GPUS_PER_NODE
-from wattflex.runs.devices import caps
-from wattflex.runs.devices import dcgm as dcgm_source
 from wattflex.schema import section_defaults
+
+if TYPE_CHECKING:
+    from wattflex.runs.devices.dcgm import DcgmSettings
 
 # A spec from wattflex.config.run_spec has these keys (the schema's defaults filled); one without takes them.
 _CUDA, _RUN = section_defaults("cuda"), section_defaults("run")
@@ -34,23 +37,17 @@ class RunOptions:
     nnodes: int = 1
     nccl: dict[str, str] | None = None  # NCCL's environment for every torchrun (nccl_env)
     telemetry: str = _CUDA["telemetry"]  # nvml | dcgm | auto (wattflex.runs.devices.dcgm)
-    dcgm: dcgm_source.DcgmSettings | None = None
+    dcgm: DcgmSettings | None = None
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> RunOptions:
+        from wattflex.runs.devices import caps
+        from wattflex.runs.devices import dcgm as dcgm_source
+
         cuda, run, group = spec.get("cuda", {}), spec.get("run", {}), spec.get("group", {})
-        device = str(cuda.get("device", _CUDA["device"]))
-        nproc = int(
-            cuda.get("nproc_per_node")
-            or (min(int(group.get("gpus", 1)), GPUS_PER_NODE) if device == "cuda" else 1)
-        )
-        nnodes = cuda.get("nnodes")
-        if nnodes is None:
-            nnodes = (
-                max(1, math.ceil(int(group.get("gpus", nproc)) / nproc)) if device == "cuda" else 1
-            )
+        nproc, nnodes = torchrun_layout(group, cuda)
         opts = cls(
-            device=device,
+            device=str(cuda.get("device", _CUDA["device"])),
             cap_control=str(cuda.get("cap_control", _CUDA["cap_control"])),
             cap_command=cuda.get("cap_command"),
             sampler=bool(cuda.get("sampler", _CUDA["sampler"])),
@@ -63,7 +60,7 @@ class RunOptions:
             host_power=bool(cuda.get("host_power", True)),
             state_dir=cuda.get("state_dir"),
             nproc_per_node=nproc,
-            nnodes=int(nnodes),
+            nnodes=nnodes,
             nccl=nccl_env(cuda.get("nccl")),
             telemetry=str(cuda.get("telemetry", _CUDA["telemetry"])),
             dcgm=dcgm_source.DcgmSettings.from_spec(cuda.get("dcgm")),
@@ -82,6 +79,19 @@ class RunOptions:
     @property
     def uses_nvml(self) -> bool:
         return self.sampler or self.cap_control != "observe"
+
+
+def torchrun_layout(group: Mapping[str, Any], cuda: Mapping[str, Any]) -> tuple[int, int]:
+    """(ranks per node, nodes) of a group's job: ``cuda.nproc_per_node`` and ``cuda.nnodes``,
+    else on ``device: cuda`` the group's GPUs over nodes of ``GPUS_PER_NODE``, on ``cpu`` one
+    rank on one node. The harness launches this layout and the plan budgets for it."""
+    device = str(cuda.get("device", _CUDA["device"]))
+    gpus = int(group.get("gpus", 1))
+    nproc = int(cuda.get("nproc_per_node") or (min(gpus, GPUS_PER_NODE) if device == "cuda" else 1))
+    nnodes = cuda.get("nnodes")
+    if nnodes is None:
+        nnodes = max(1, math.ceil(gpus / nproc)) if device == "cuda" else 1
+    return nproc, int(nnodes)
 
 
 def nccl_env(nccl: dict[str, Any] | None) -> dict[str, str]:

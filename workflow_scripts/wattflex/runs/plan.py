@@ -31,16 +31,17 @@ bf16-mixed and bf16, as the harness loads it), the adapters are fp32 (peft's
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from wattflex.errors import ConfigError
-from wattflex.gpus import DEFAULT_GPU, GPUS_PER_NODE, gpu_spec
+from wattflex.gpus import DEFAULT_GPU, gpu_spec
 from wattflex.runs.attention import attention_layers, catalog_attn_implementation
+from wattflex.runs.options import torchrun_layout
+from wattflex.runs.training.config import dtype_policy, precision_choice
 from wattflex.schema import REPO_ROOT, read_yaml, section_defaults
 
-_GROUP = section_defaults("group_defaults")
+_GROUP, _CUDA = section_defaults("group_defaults"), section_defaults("cuda")
 SLURM_PROFILE = REPO_ROOT / "profiles" / "slurm" / "config.yaml"
 
 GB = 1e9
@@ -174,7 +175,6 @@ FIRST_STEP_S = {False: 60.0, True: 180.0}
 # Host memory per node (GB) where cuda.host_mem_gb is not set: the SLURM profile's run_at_cap
 # mem_mb (profiles/slurm/config.yaml, its one home), in GB.
 HOST_MEM_GB = read_yaml(SLURM_PROFILE)["set-resources"]["run_at_cap"]["mem_mb"] / 1000
-RANKS_PER_NODE = GPUS_PER_NODE  # the harness's default torchrun layout (real_run.RunOptions)
 # What the plan reads of a group (the rule's params: nothing else of a group reruns it).
 GROUP_KEYS = (
     "id",
@@ -522,12 +522,7 @@ def plan_group(
     (``checkpoint_at_s``: run.checkpoint_at_s; None: no checkpoint)."""
     cuda = cuda or {}
     task, gpus = g["task"], int(g["gpus"])
-    # as TrainConfig.dtype_policy: the group's, the campaign's, else bf16-mixed on cuda, fp32 on cpu
-    precision = (
-        g.get("precision")
-        or cuda.get("precision")
-        or ("fp32" if cuda.get("device") == "cpu" else "bf16-mixed")
-    )
+    precision = dtype_policy(precision_choice(g, cuda), cuda.get("device", _CUDA["device"]))
     ep = int(g.get("ep", _GROUP["ep"])) if facts.get("experts") and task == "pt" else 1
     ckpt = bool(g.get("grad_checkpointing", _GROUP["grad_checkpointing"]))
     attention = attention_of(facts, task, cuda.get("attn_implementation"))
@@ -549,9 +544,7 @@ def plan_group(
     spec = gpu_spec(g.get("gpu", DEFAULT_GPU))
     avail = spec.hbm_gib * HBM_USABLE
     need = parts["total"] / GIB
-    # as the harness lays ranks out (real_run.RunOptions.from_spec): nproc_per_node, else GPUS_PER_NODE
-    ranks_per_node = min(gpus, int(cuda.get("nproc_per_node") or RANKS_PER_NODE))
-    nodes = int(cuda.get("nnodes") or math.ceil(gpus / ranks_per_node))
+    ranks_per_node, nodes = torchrun_layout(g, cuda)
     path = weights_path(cuda)
     sh = shape(facts, int(g.get("lora_rank", _GROUP["lora_rank"])) if task == "lora" else 0)
     ck_bytes = checkpoint_bytes(sh.params, sh.adapters, task, precision)

@@ -360,7 +360,7 @@ def run_node(
     guard = caps.CapGuard(
         gpus, spec.cap_w, opts.cap_control if gpus else "observe", opts.state_dir, opts.cap_command
     )
-    with guard, clock_guard(spec.raw, gpus, opts) as clock:
+    with guard, clock_guard(spec.clock_mhz, gpus, opts) as clock:
         if clock is not None:  # knob: clock: the SM clock locked (reset on every path)
             facts["clock_lock"] = clock.record()
         facts["gpus_after_set"] = [g.describe() for g in gpus]
@@ -382,16 +382,16 @@ def run_node(
 
 
 def clock_guard(
-    spec: dict[str, Any], gpus: list[Any], opts: RunOptions
+    clock_mhz: float | None, gpus: list[Any], opts: RunOptions
 ) -> contextlib.AbstractContextManager:
-    """A clock group's (``knob: clock``) ``ClockGuard`` at ``spec["clock_mhz"]``, NVML locking
-    unless the run only observes; a cap group's: nothing."""
-    if spec.get("clock_mhz") is None:
+    """A clock group's (``knob: clock``) ``ClockGuard`` at ``clock_mhz`` (``RunSpec.clock_mhz``),
+    NVML locking unless the run only observes; a cap group's (None): nothing."""
+    if clock_mhz is None:
         return contextlib.nullcontext()
     from wattflex.runs.devices.clocks import ClockGuard
 
     mode = "nvml" if gpus and opts.cap_control != "observe" else "observe"
-    return ClockGuard(gpus, float(spec["clock_mhz"]), mode, opts.state_dir)
+    return ClockGuard(gpus, float(clock_mhz), mode, opts.state_dir)
 
 
 @dataclass
@@ -756,11 +756,7 @@ def assemble(
             "repeat": spec.repeat,
             "backend": "cuda",
             "device_model": device_model,
-            **(
-                {"knob": "clock", "clock_mhz": spec.raw["clock_mhz"]}
-                if spec.raw.get("clock_mhz") is not None
-                else {}
-            ),
+            **spec.clock_fields,
             "device": opts.device,
             "cap_control": nodes[0]["caps"]["cap_control"],
             "cap_command": opts.cap_command,

@@ -65,10 +65,15 @@ def run_at_cap(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> Path:
         if spec.backend == "emulated":
             # Arrow tables, not frames: the job of each emulated run never imports pandas.
             tel, steps, facts = run_emulated_tables(spec)
-            clock_mhz = spec.raw.get("clock_mhz")
-            clock = {"knob": "clock", "clock_mhz": clock_mhz} if clock_mhz is not None else {}
             write_run_files(
-                tmp, spec, tel, steps, facts, cap_w=spec.cap_w, repeat=spec.repeat, **clock
+                tmp,
+                spec,
+                tel,
+                steps,
+                facts,
+                cap_w=spec.cap_w,
+                repeat=spec.repeat,
+                **spec.clock_fields,
             )
         elif spec.command:  # the group's own training command
             from wattflex.runs.command_run import run_command

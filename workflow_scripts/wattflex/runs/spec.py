@@ -9,6 +9,9 @@ where a run starts (``runs.runner.run_at_cap``; ``real_run.run_real`` and
 |:--|:--|:--|
 | ``options`` | ``cuda``, ``run``, ``group.gpus`` | ``real_run.RunOptions.from_spec`` (cuda) |
 | ``train`` | ``group``, ``run``, ``cuda``, ``model_facts``, ``seed`` | ``TrainConfig.from_spec`` (cuda, no command) |
+| ``steady`` | ``staircase`` (one-run sweep) | ``sweep.steady.SteadyCriteria.from_config`` |
+| ``sweep_settings`` | ``staircase`` (one-run sweep) | ``sweep.steady.SweepSettings.from_config`` |
+| ``phases`` | ``phases`` (one-run sweep) | ``telemetry.SummaryProtocol.from_config`` |
 | the rest | the keys of the same name | this module |
 
 ``raw`` is the dict itself: it goes unchanged into run.json and the provenance, and into
@@ -29,10 +32,14 @@ from wattflex.schema import section_defaults
 
 if TYPE_CHECKING:
     from wattflex.runs.options import RunOptions
+    from wattflex.runs.sweep.steady import SteadyCriteria, SweepSettings
     from wattflex.runs.training.config import TrainConfig
+    from wattflex.telemetry import SummaryProtocol
 
 BACKENDS = ("emulated", "cuda")
+ONE_RUN_SWEEPS = ("staircase", "adaptive")  # sweep: the modes run as one run (wattflex.runs.sweep)
 _TOP = section_defaults()  # the campaign's top-level defaults (seed, sweep)
+_RUN = section_defaults("run")
 
 
 @dataclass(frozen=True)
@@ -53,8 +60,14 @@ class RunSpec:
     calibration: Any  # emulator.calibration: the calibration's JSON
     cap_schedule: list[Any] | None  # emulated cap steps [(t_s, cap_w), ...] of a sweep
     sweep: str  # separate (one run per cap) | a one-run sweep's name
+    clock_mhz: float | None = None  # a clock group's SM clock, as given: run.json repeats it
     options: RunOptions | None = None
     train: TrainConfig | None = None
+    # a one-run sweep's (sweep: staircase | adaptive) cap grid, as given, and controller
+    caps: list[Any] | None = None
+    steady: SteadyCriteria | None = None
+    sweep_settings: SweepSettings | None = None
+    phases: SummaryProtocol | None = None
 
     @classmethod
     def of(cls, spec: RunSpec | Mapping[str, Any], backend: str | None = "cuda") -> RunSpec:
@@ -75,6 +88,7 @@ class RunSpec:
             options = RunOptions.from_spec(spec)
             if not group.get("command"):
                 train = TrainConfig.from_spec(spec, ".")
+        sweep = str(spec.get("sweep", _TOP["sweep"]))
         return cls(
             raw=spec,
             backend=backend,
@@ -89,9 +103,11 @@ class RunSpec:
             command=group.get("command"),
             calibration=(spec.get("emulator") or {}).get("calibration"),
             cap_schedule=spec.get("cap_schedule"),
-            sweep=str(spec.get("sweep", _TOP["sweep"])),
+            sweep=sweep,
+            clock_mhz=spec.get("clock_mhz"),
             options=options,
             train=train,
+            **(_one_run_sweep(spec) if sweep in ONE_RUN_SWEEPS else {}),
         )
 
     @property
@@ -102,6 +118,16 @@ class RunSpec:
     def duration_s(self) -> float:
         """``run.duration_s`` (0 when absent)."""
         return float(self.run.get("duration_s", 0))
+
+    @property
+    def sample_period_s(self) -> float:
+        """``run.sample_period_s`` (the schema's default when absent)."""
+        return float(self.run.get("sample_period_s", _RUN["sample_period_s"]))
+
+    @property
+    def clock_fields(self) -> dict[str, Any]:
+        """run.json's knob fields of a clock run (``knob: clock``); none for a cap run."""
+        return {} if self.clock_mhz is None else {"knob": "clock", "clock_mhz": self.clock_mhz}
 
     def train_config(self, outdir: str | Path) -> TrainConfig:
         """The training job of this run, writing into ``outdir``."""
@@ -122,3 +148,18 @@ class RunSpec:
             else dataclasses.replace(self.train, duration_s=float(duration_s))
         )
         return dataclasses.replace(self, raw={**self.raw, "run": run}, run=run, train=train)
+
+
+def _one_run_sweep(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a one-run sweep's spec (``sweep.algorithm.sweep_spec``): the cap grid, and
+    the controller's settings from ``staircase`` and ``phases``. Imported here: a run of a
+    separate sweep (one job each) never loads the controller."""
+    from wattflex.runs.sweep.steady import SteadyCriteria, SweepSettings
+    from wattflex.telemetry import SummaryProtocol
+
+    return {
+        "caps": spec.get("caps"),
+        "steady": SteadyCriteria.from_config(spec.get("staircase")),
+        "sweep_settings": SweepSettings.from_config(spec.get("staircase")),
+        "phases": SummaryProtocol.from_config(spec.get("phases")),
+    }

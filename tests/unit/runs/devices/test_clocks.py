@@ -162,16 +162,12 @@ def test_fake_nvml_cuda_backend_locks_a_clock_runs_gpus_and_not_a_cap_runs(fake_
 
     opts = SimpleNamespace(cap_control="nvml", state_dir=tmp_path)
     gpus = open_gpus(gpm=False)
-    with clock_guard({"cap_w": 700, "clock_mhz": 1395.0}, gpus, opts) as guard:
+    with clock_guard(1395.0, gpus, opts) as guard:
         assert locks() == [1395, 1395] and guard.record()["clock_control"] == "nvml"
     assert locks() == [None, None]
-    with clock_guard({"cap_w": 400}, gpus, opts) as guard:
+    with clock_guard(None, gpus, opts) as guard:
         assert guard is None and locks() == [None, None]
-    with clock_guard(
-        {"cap_w": 700, "clock_mhz": 1395.0},
-        gpus,
-        SimpleNamespace(cap_control="observe", state_dir=tmp_path),
-    ):
+    with clock_guard(1395.0, gpus, SimpleNamespace(cap_control="observe", state_dir=tmp_path)):
         assert locks() == [None, None]  # observe: nothing changed
 
 

@@ -380,7 +380,7 @@ def run_emulated_tables(
         hw_seed,
         model_name=group["model"],
         physics=spec_physics(spec, gpu),
-        clock_mhz=spec.raw.get("clock_mhz"),
+        clock_mhz=spec.clock_mhz,
     )
 
 

@@ -27,9 +27,10 @@ Both backends drive the same controller through two small interfaces: a device w
 SIGINT/SIGTERM/SIGHUP. It lives here, not with the real backend, because the controller
 itself relies on it and the emulated device's restore is part of the emulated record.
 
-``sweep_spec`` (the run spec ``rules/common/params.smk`` builds per group and mode), ``SweepSettings``
-and ``run_controller`` turn the config's ``staircase:`` section into a controller run; both
-backends share them, so they live with the algorithm.
+``sweep_spec`` (the run spec ``rules/common/params.smk`` builds per group and mode) and
+``run_controller`` turn the config's ``staircase:`` section (parsed into ``RunSpec.steady`` and
+``RunSpec.sweep_settings``, ``wattflex.runs.sweep.steady``) into a controller run; both backends
+share them, so they live with the algorithm.
 """
 
 from __future__ import annotations
@@ -48,12 +49,13 @@ from wattflex.config import groups, run_spec
 from wattflex.pfi import pfi_ratio, pfi_table
 from wattflex.run_ids import run_id
 from wattflex.runs.devices.caps import SIGNALS, CapSignal
+from wattflex.runs.spec import ONE_RUN_SWEEPS, RunSpec
 from wattflex.runs.sweep.steady import SteadyCriteria, Window, assess, se_mean_ar1
 from wattflex.schema import section_defaults
 from wattflex.telemetry import SummaryProtocol
 
-MODES = ("staircase", "adaptive")
-# the controller's defaults: SweepSettings, the functions below
+MODES = ONE_RUN_SWEEPS
+# the controller's defaults: the functions below
 _STAIRCASE = section_defaults("staircase")
 _SEED = section_defaults()["seed"]  # the campaign's seed, the PFI CIs' resampling seed
 
@@ -353,24 +355,6 @@ def _step_seconds(result: Result, pts: pd.DataFrame) -> np.ndarray:
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SweepSettings:
-    """Config ``staircase:`` (steady-state criteria are read from the same section); defaults: the schema's."""
-
-    max_dwell_s: float = _STAIRCASE["max_dwell_s"]  # give up waiting for one cap after this long
-    target_ci_rel: float = _STAIRCASE[
-        "target_ci_rel"
-    ]  # adaptive: stop at this PFI 95 % CI half-width
-    budget_fraction: float = _STAIRCASE[
-        "budget_fraction"
-    ]  # adaptive: revisits end by this fraction of a separate sweep's run time
-    mc_samples: int = _STAIRCASE["mc_samples"]  # adaptive: Monte Carlo samples of each CI check
-
-    @classmethod
-    def from_config(cls, cfg: dict[str, Any] | None) -> SweepSettings:
-        return cls(**{k: v for k, v in (cfg or {}).items() if k in cls.__dataclass_fields__})
-
-
 def sweep_spec(cfg: dict[str, Any], group_id: str, mode: str) -> dict[str, Any]:
     """The run spec of a group's one-run sweep: ``config.run_spec`` of its uncapped run, with
     ``run_id`` = the mode, the cap grid and the ``staircase:`` settings."""
@@ -391,37 +375,33 @@ def sweep_spec(cfg: dict[str, Any], group_id: str, mode: str) -> dict[str, Any]:
     return spec
 
 
-def run_controller(
-    run: LiveRun, spec: dict[str, Any], caps: list[float], separate_s: float
-) -> Result:
+def run_controller(run: LiveRun, spec: RunSpec, caps: list[float], separate_s: float) -> Result:
     """The spec's controller (``sweep: staircase | adaptive``) on a live run of either backend."""
-    protocol = SummaryProtocol.from_config(spec.get("phases"))
-    criteria = SteadyCriteria.from_config(spec.get("staircase"))
-    settings = SweepSettings.from_config(spec.get("staircase"))
-    if spec["sweep"] == "staircase":
-        return staircase(run, caps, criteria, protocol, settings.max_dwell_s)
+    settings = spec.sweep_settings
+    if spec.sweep == "staircase":
+        return staircase(run, caps, spec.steady, spec.phases, settings.max_dwell_s)
     return adaptive(
         run,
         caps,
-        criteria,
-        protocol,
+        spec.steady,
+        spec.phases,
         settings.max_dwell_s,
         settings.target_ci_rel,
         budget_s=settings.budget_fraction * separate_s,
         mc_samples=settings.mc_samples,
-        seed=int(spec["seed"]),
+        seed=spec.seed,
     )
 
 
-def sweep_record(spec: dict[str, Any], result: Result) -> dict[str, Any]:
+def sweep_record(spec: RunSpec, result: Result) -> dict[str, Any]:
     """The controller's part of run.json: its visits and stop reason, and the settings it ran with."""
     return {
         **result.record(),
-        "criteria": SteadyCriteria.from_config(spec.get("staircase")).__dict__,
-        "settings": SweepSettings.from_config(spec.get("staircase")).__dict__,
+        "criteria": spec.steady.__dict__,
+        "settings": spec.sweep_settings.__dict__,
     }
 
 
-def separate_sweep_seconds(spec: dict[str, Any]) -> float:
+def separate_sweep_seconds(spec: RunSpec) -> float:
     """Run time of the group's separate sweep: the one-run sweep never runs longer."""
-    return len(spec["caps"]) * float(spec["run"]["duration_s"])
+    return len(spec.caps) * spec.duration_s

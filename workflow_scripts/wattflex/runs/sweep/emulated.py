@@ -6,6 +6,8 @@ Nothing here drives real GPUs: the cuda backend's sweep is ``wattflex.runs.sweep
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,6 @@ from wattflex.runs.devices.emulated import EmulatedDevice, run_emulated
 from wattflex.runs.runner import atomic_run_dir, write_run_files
 from wattflex.runs.spec import RunSpec
 from wattflex.runs.sweep.algorithm import run_controller, separate_sweep_seconds, sweep_record
-from wattflex.schema import section_defaults
 from wattflex.telemetry import job_series
 
 
@@ -31,14 +32,11 @@ class EmulatedRun:
     as it was seen. Telemetry settles after a change with the emulator's transient.
     """
 
-    def __init__(self, spec: dict[str, Any], max_duration_s: float) -> None:
-        run_cfg = dict(spec.get("run", {}))
-        run_cfg["duration_s"] = float(max_duration_s)
-        self.spec = {**spec, "run": run_cfg}
+    def __init__(self, spec: RunSpec | Mapping[str, Any], max_duration_s: float) -> None:
+        spec = RunSpec.of(spec, backend="emulated")
+        self.spec = spec.with_duration(float(max_duration_s))
         self.max_duration_s = float(max_duration_s)
-        self.poll_s = float(
-            run_cfg.get("sample_period_s", section_defaults("run")["sample_period_s"])
-        )
+        self.poll_s = spec.sample_period_s
         self.now_s = 0.0
         self.stopped_s: float | None = None
         run = self
@@ -55,7 +53,7 @@ class EmulatedRun:
                 super().restore()
                 run._on_cap(self.limit_w)
 
-        self.device = Device(GPUS[spec["group"].get("gpu", DEFAULT_GPU)])
+        self.device = Device(GPUS[spec.group.get("gpu", DEFAULT_GPU)])
         self._schedule: list[tuple[float, float]] = [(0.0, float(self.device.limit_w))]
         self._frozen: list[
             tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
@@ -119,7 +117,7 @@ class EmulatedRun:
 
     def _current(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Any]]:
         if self._sim is None:
-            tel, steps, facts = run_emulated({**self.spec, "cap_schedule": self._schedule})
+            tel, steps, facts = run_emulated(replace(self.spec, cap_schedule=self._schedule))
             self._sim = (tel, steps, job_series(tel), facts)
         return self._sim
 
@@ -147,16 +145,13 @@ class EmulatedRun:
         return self._cache["data"]
 
 
-def run_sweep(spec: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+def run_sweep(
+    spec: RunSpec | Mapping[str, Any],
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """Run one group's whole emulated sweep in one run: telemetry, step log and the run
     record (run facts + the controller's visits)."""
-    if spec["backend"] == "cuda":
-        raise ValueError(
-            "backend cuda: a real sweep runs through wattflex.runs.sweep.real.write_real_sweep_run"
-        )
-    if spec["backend"] != "emulated":
-        raise ValueError(f"unknown backend {spec['backend']!r} (emulated | cuda)")
-    caps = [float(c) for c in spec["caps"]]
+    spec = _emulated(spec)
+    caps = [float(c) for c in spec.caps]
     run = EmulatedRun(spec, max_duration_s=separate_sweep_seconds(spec))
     result = run_controller(run, spec, caps, separate_sweep_seconds(spec))
     tel, steps, facts = run.artifacts()
@@ -168,18 +163,21 @@ def run_sweep(spec: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame, dict[st
     return tel, steps, record
 
 
-def write_sweep_run(spec: dict[str, Any], outdir: str | Path) -> Path:
+def write_sweep_run(spec: RunSpec | Mapping[str, Any], outdir: str | Path) -> Path:
     """``run_sweep`` and its files (telemetry.parquet, steps.parquet, run.json) written
     atomically into ``outdir`` (``runner.atomic_run_dir``)."""
+    spec = _emulated(spec)
     with atomic_run_dir(outdir) as tmp:
         tel, steps, record = run_sweep(spec)
-        write_run_files(
-            tmp,
-            RunSpec.of(spec, backend="emulated"),
-            tel,
-            steps,
-            record,
-            cap_w=max(spec["caps"]),
-            repeat=0,
-        )
+        write_run_files(tmp, spec, tel, steps, record, cap_w=max(spec.caps), repeat=0)
     return Path(outdir)
+
+
+def _emulated(spec: RunSpec | Mapping[str, Any]) -> RunSpec:
+    """``spec`` parsed (a dict without a backend is emulated); the cuda backend refused."""
+    spec = RunSpec.of(spec, backend="emulated")
+    if spec.backend == "cuda":
+        raise ValueError(
+            "backend cuda: a real sweep runs through wattflex.runs.sweep.real.write_real_sweep_run"
+        )
+    return spec

@@ -411,9 +411,7 @@ def _follow_commands(
 def _grid(spec: RunSpec) -> tuple[list[float], RunSpec]:
     """The cap grid, lowest first, and the training spec: training may run as long as the
     separate sweep would; the controller stops it sooner."""
-    return sorted(float(c) for c in spec.raw["caps"]), spec.with_duration(
-        separate_sweep_seconds(spec.raw)
-    )
+    return sorted(float(c) for c in spec.caps), spec.with_duration(separate_sweep_seconds(spec))
 
 
 def _check_grid(gpus: Sequence[Any], caps: list[float]) -> None:
@@ -465,9 +463,7 @@ def _run_multi_node_sweep(
         read_json(outdir / NODE_DIR.format(rank=r) / "node.json")["node"]
         for r in range(opts.nnodes)
     ]
-    assemble(
-        spec, outdir, opts, nodes, t0, start_utc, utc_now(), extra=sweep_record(spec.raw, result)
-    )
+    assemble(spec, outdir, opts, nodes, t0, start_utc, utc_now(), extra=sweep_record(spec, result))
     (outdir / CAP_FILE).unlink(missing_ok=True)
 
 
@@ -493,7 +489,7 @@ def run_real_sweep(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> None:
             f"and cuda.sampler: true (got {opts.sampler}); use sweep: separate otherwise"
         )
     caps, train_spec = _grid(spec)
-    separate_s = separate_sweep_seconds(spec.raw)
+    separate_s = separate_sweep_seconds(spec)
     command = spec.command  # the group's own job (wattflex.runs.command_run)
     if not command:
         train_spec.train_config(outdir).validate()  # missing model/data: fail before any cap
@@ -519,7 +515,7 @@ def run_real_sweep(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> None:
             return s[s["n_gpus"] == n_gpus].reset_index(drop=True)  # not a sample read half-way
 
         result = _follow(training, GpuSet(node.gpus), series, spec, caps, separate_s, t0)
-    extra = sweep_record(spec.raw, result)
+    extra = sweep_record(spec, result)
     if job is not None:
         job.write_sweep_outputs(training)
         extra["launch"] = "command"
@@ -540,12 +536,12 @@ def _follow(training, gpus, series, spec: RunSpec, caps: list[float], separate_s
         clock=time.time,
         ended=training.ended,
     )
-    result = run_controller(run, spec.raw, caps, separate_s)
+    result = run_controller(run, spec, caps, separate_s)
     training.finish()
     return result
 
 
-def write_real_sweep_run(spec: dict[str, Any], outdir: str | Path) -> Path:
+def write_real_sweep_run(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> Path:
     """``run_real_sweep`` written atomically into ``outdir`` (``runner.atomic_run_dir``):
     telemetry.parquet, steps.parquet, run.json and train.log, or nothing if it fails."""
     with atomic_run_dir(outdir) as tmp:

@@ -70,6 +70,25 @@ class SteadyCriteria:
         return cls(**{k: v for k, v in (cfg or {}).items() if k in cls.__dataclass_fields__})
 
 
+@dataclass(frozen=True)
+class SweepSettings:
+    """How the sweep controller runs (``wattflex.runs.sweep.algorithm``; config ``staircase:``, the
+    section ``SteadyCriteria`` reads too); defaults: the schema's."""
+
+    max_dwell_s: float = _STAIRCASE["max_dwell_s"]  # give up waiting for one cap after this long
+    target_ci_rel: float = _STAIRCASE[
+        "target_ci_rel"
+    ]  # adaptive: stop at this PFI 95 % CI half-width
+    budget_fraction: float = _STAIRCASE[
+        "budget_fraction"
+    ]  # adaptive: revisits end by this fraction of a separate sweep's run time
+    mc_samples: int = _STAIRCASE["mc_samples"]  # adaptive: Monte Carlo samples of each CI check
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any] | None) -> SweepSettings:
+        return cls(**{k: v for k, v in (cfg or {}).items() if k in cls.__dataclass_fields__})
+
+
 @dataclass
 class Window:
     """The verdict on the data seen at one cap since ``t_change_s`` up to ``t_end_s``."""

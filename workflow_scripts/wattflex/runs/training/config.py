@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,7 @@ class TrainConfig:
 
     @property
     def dtype_policy(self) -> str:
-        return self.precision or ("bf16-mixed" if self.device == "cuda" else "fp32")
+        return dtype_policy(self.precision, self.device)
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any], outdir: str | Path) -> TrainConfig:
@@ -126,8 +127,7 @@ class TrainConfig:
             dist_timeout_s=float(cuda.get("dist_timeout_s", _CUDA["dist_timeout_s"])),
             cpu_binding=bool(cuda.get("cpu_binding", _CUDA["cpu_binding"])),
             lr=_opt_float(cuda.get("lr")),
-            # a group's own layout (the one its plan fits with: wattflex.runs.plan) over the campaign's
-            precision=group.get("precision") or cuda.get("precision"),
+            precision=precision_choice(group, cuda),
             parallel=str(cuda.get("parallel", _CUDA["parallel"])),
             # The catalog's choice for the task unless the cuda section overrides it, so the
             # harness runs the attention the emulator models (wattflex.runs.attention).
@@ -215,6 +215,18 @@ class TrainConfig:
     @classmethod
     def from_json(cls, path: str | Path) -> TrainConfig:
         return cls(**json.loads(Path(path).read_text()))
+
+
+def precision_choice(group: Mapping[str, Any], cuda: Mapping[str, Any]) -> str | None:
+    """The precision layout chosen for a group's job: the group's own (the one its plan fits
+    with: wattflex.runs.plan) over the campaign's ``cuda.precision``; None: the device's."""
+    return group.get("precision") or cuda.get("precision")
+
+
+def dtype_policy(precision: str | None, device: str) -> str:
+    """The layout a job trains in: the chosen one, else bf16-mixed on cuda and fp32 on cpu.
+    The harness (``TrainConfig.dtype_policy``) and the plan both read it."""
+    return precision or ("bf16-mixed" if device == "cuda" else "fp32")
 
 
 def _opt_float(v: Any) -> float | None:
