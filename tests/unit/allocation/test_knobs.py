@@ -12,9 +12,10 @@ from wattflex.allocation import knobs as kn
 from .test_oracle import random_curves
 
 
-def random_jobs(rng, n, clock=False):
-    P, T = random_curves(rng, (n,), K=5)
-    Pc, Tc = random_curves(rng, (n,), K=4) if clock else (None, None)
+def random_jobs(rng, n, clock=False, K=5, concave=False):
+    """``n`` jobs with cap curves of ``K`` points (clock curves of ``K - 1``), every knob."""
+    P, T = random_curves(rng, (n,), K=K, concave=concave)
+    Pc, Tc = random_curves(rng, (n,), K=K - 1, concave=concave) if clock else (None, None)
     jobs = []
     for i in range(n):
         ck = None

@@ -2,10 +2,12 @@
 the CSV ``cluster-control --knob-choice`` reads."""
 
 import io
+import json
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from wattflex.gpus import GPUS
 from wattflex.grid.slurm_knobs import KnobPlan, read_choice
@@ -134,3 +136,83 @@ def test_without_a_plan_a_job_needs_its_restart_time(inputs, run_cli):
 def test_bad_numbers_and_knobs_are_refused(inputs, run_cli, extra, expected):
     r = run_cli("knobs", *ARGS, *extra, cwd=inputs)
     assert r.returncode == 2 and expected in r.stderr, r.stderr
+
+
+# Rack r1 holds node1 (job 101), rack r2 node2 and node3 (jobs 102 and 103) at 2.2 kW, below
+# their 2 x 1305 W uncapped: a 0.3 kW event met on 101's clock alone leaves r2 over.
+SITE = {
+    "site": "dc1",
+    "limit_kw": 4.0,
+    "feeds": [
+        {
+            "name": "a",
+            "limit_kw": 4.0,
+            "pdus": [
+                {
+                    "name": "p1",
+                    "limit_kw": 4.0,
+                    "racks": [
+                        {"name": "r1", "limit_kw": 2.0, "nodes": ["node1"]},
+                        {"name": "r2", "limit_kw": 2.2, "nodes": ["node[2-3]"]},
+                    ],
+                }
+            ],
+        }
+    ],
+}
+
+
+@pytest.fixture
+def site_inputs(inputs):
+    (inputs / "site.yaml").write_text(yaml.safe_dump(SITE))
+    jobs = pd.read_csv(io.StringIO(JOBS), dtype=str).assign(node=["node1", "node2", "node3"])
+    jobs.to_csv(inputs / "jobs.csv", index=False)
+    return inputs
+
+
+def test_site_holds_every_rack_the_site_only_choice_overloads(site_inputs, run_cli):
+    flat = run_cli("knobs", *ARGS, "--depth-kw", "0.3", cwd=site_inputs)
+    assert flat.returncode == 0, flat.stderr
+    power = pd.read_csv(io.StringIO(flat.stdout))["power_w"]
+    assert power.iloc[1:].sum() > 2200.0  # r2 over its limit without --site
+    r = run_cli(
+        "knobs", *ARGS, "--depth-kw", "0.3", "--site", "site.yaml", "-o", "c.csv", cwd=site_inputs
+    )
+    assert r.returncode == 0, r.stderr
+    out = pd.read_csv(site_inputs / "c.csv", dtype={"job": str})
+    assert out["power_w"].iloc[1:].sum() <= 2200.0 * (1 + 1e-9)
+    assert out["power_w"].iloc[0] <= 2000.0 * (1 + 1e-9)
+    assert out["power_w"].sum() <= 3 * 1305.0 - 300.0 + 1e-6  # the event still met
+    levels = json.loads((site_inputs / "c.csv.meta.json").read_text())["levels"]
+    assert levels["rack:r2"]["limit_w"] == 2200.0
+    assert levels["rack:r2"]["load_w"] == pytest.approx(out["power_w"].iloc[1:].sum())
+    assert "rack:r2:" in r.stderr and "of its 2200.0 W limit" in r.stderr
+    assert out["tokens_lost"].sum() > pd.read_csv(io.StringIO(flat.stdout))["tokens_lost"].sum()
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ("nope.yaml", "site file nope.yaml: no such file"),
+        ("bad.yaml", "site file bad.yaml: "),
+        ("nonode", "--site needs a node column in --jobs"),
+        ("tight", "the lowest power the jobs under rack:r2 reach is 0.800 kW, over its limit"),
+    ],
+)
+def test_a_bad_site_a_missing_node_or_a_rack_below_its_floors_is_one_line(
+    site_inputs, run_cli, change, expected
+):
+    site = change if change.endswith(".yaml") else "site.yaml"
+    if change == "bad.yaml":
+        (site_inputs / site).write_text("site: dc1\nfeeds: 3\n")
+    elif change == "nonode":  # the jobs table without its node column
+        pd.read_csv(io.StringIO(JOBS), dtype=str).to_csv(site_inputs / "jobs.csv", index=False)
+    elif change == "tight":
+        tight = yaml.safe_load(yaml.safe_dump(SITE))
+        tight["feeds"][0]["pdus"][0]["racks"][1]["limit_kw"] = 0.7  # 2 x 400 W caps' floor
+        (site_inputs / site).write_text(yaml.safe_dump(tight))
+    r = run_cli(
+        "knobs", *ARGS, "--depth-kw", "0.3", "--knobs", "cap", "--site", site, cwd=site_inputs
+    )
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert expected in r.stderr, r.stderr

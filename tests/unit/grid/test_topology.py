@@ -184,6 +184,29 @@ def test_the_coordinator_holds_every_rack_and_tells_each_agent_its_limit(tmp_pat
     assert docs[1]["limit_w"] + docs[2]["limit_w"] <= 800.0
 
 
+def test_a_paused_job_is_charged_in_its_rack_and_the_caps_hold_the_rest(tmp_path):
+    """A knob choice's paused job (3 GPUs on node1, charged 3 x 75 W idle, as
+    ``cluster-control --knob-choice`` charges it) counts in rack r1: the job beside it on node2
+    gets the 575 W r1 has left, where the split without the site gives it more."""
+    import time
+
+    from wattflex.grid.slurm import SlurmJob, coordinate_once
+
+    site = parse_site(SITE)
+    jobs = [SlurmJob("8", "paused", {"node1": (0, 1, 2)})] + [
+        SlurmJob(str(8 + i), "x", {f"node{i}": (0,)}) for i in range(2, 5)
+    ]
+    for i in range(2, 5):
+        _write_load(tmp_path / f"{8 + i}.node{i}.load.json", 650.0)
+    charged = {"8.node1": 3 * 75.0}
+    args = (2200.0, time.time() + 60, tmp_path, 200.0, 700.0, 30.0)
+    share = coordinate_once(jobs, *args, site=site, charged=charged)
+    assert np.isnan(share["8.node1"]) and share["10.node2"] == pytest.approx(800.0 - 225.0)
+    assert share["12.node4"] <= 600.0 + 1e-9 and share["11.node3"] + share["12.node4"] <= 1400.0
+    flat = coordinate_once(jobs, *args, charged=charged)
+    assert flat["10.node2"] > 575.0  # without the site: r1 over with the paused job's idle power
+
+
 @pytest.mark.fake_gpu
 def test_control_on_one_node_holds_its_share_of_every_level_fake_nvml(fake_nvml, tmp_path, capsys):  # noqa: F811
     from wattflex import cli

@@ -486,12 +486,7 @@ def allocate_table(
         else ("power_w / gpus" if gpus is not None else None),
     }
     if nested is not None:
-        totals["levels"] = {
-            name: {"kind": kind, "limit_w": float(lim), "load_w": float(load)}
-            for name, kind, lim, load in zip(
-                nested.names, nested.kinds, nested.limit_w, nested.loads(a.power_w)
-            )
-        }
+        totals["levels"] = nested.report(a.power_w)
     if fitted.any():
         totals["monotone_fit_jobs"] = int(fitted.sum())
     if slowdown is not None:

@@ -27,7 +27,10 @@ binary per (job, knob) and, for curve knobs, the incremental piecewise-linear fo
 of :func:`wattflex.allocation.oracle.milp_oracle` (exact for non-concave curves too).
 Restricting the knobs (``knobs=("cap",)``) gives the caps-only answer, infeasible once the
 depth passes the sum of the floors; ``("pause",)`` the pause-only one (the cheapest set of
-jobs to pause, the others run uncapped). Every job's row says
+jobs to pause, the others run uncapped). ``levels`` (a
+:class:`wattflex.allocation.nested.Laminar` over the jobs: the site's feeds, PDUs, racks and
+nodes, :meth:`wattflex.grid.topology.Site.laminar`) adds one row per level with a limit: its
+jobs' power (the budget row's terms) at or under it. Every job's row says
 which knob it took and why: each option's price in tokens per kWh shed and its most kW; a
 ``clock`` row names the clock to lock (``clock_mhz``, :func:`clock_at`). :func:`jobs_from_runs`
 makes the jobs from a campaign's runs and a table of the jobs running (``wattflex knobs``).
@@ -44,6 +47,7 @@ import pandas as pd
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
+from wattflex.allocation.nested import Laminar
 from wattflex.allocation.oracle import RTOL, concave_hull, interp
 
 CURVE_KNOBS = ("cap", "clock")
@@ -199,7 +203,8 @@ def menu(jobs: Sequence[Job], event: Event) -> pd.DataFrame:
 
 @dataclass
 class Choice:
-    """The cheapest mix: per job its knob, power and tokens lost; totals."""
+    """The cheapest mix: per job its knob, power and tokens lost; totals. ``levels``: with a
+    site's levels, each one's ``kind``, ``limit_w`` and ``load_w`` (the mix's power under it)."""
 
     feasible: bool
     budget_w: float
@@ -209,37 +214,45 @@ class Choice:
     tokens_lost: float = float("nan")
     power_w: float = float("nan")
     reason: str = ""
+    levels: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         return self.table["knob"].value_counts().to_dict() if len(self.table) else {}
 
 
 def choose(
-    jobs: Sequence[Job], event: Event, knobs: Sequence[str] = KNOBS, time_limit_s: float = 60.0
+    jobs: Sequence[Job],
+    event: Event,
+    knobs: Sequence[str] = KNOBS,
+    time_limit_s: float = 60.0,
+    levels: Laminar | None = None,
 ) -> Choice:
-    """The exact cheapest mix of ``knobs`` meeting ``event`` (module docstring)."""
+    """The exact cheapest mix of ``knobs`` meeting ``event`` and, with ``levels`` (a laminar
+    family over ``jobs``), every level's limit (module docstring)."""
     unknown = set(knobs) - set(KNOBS)
     if unknown:
         raise ValueError(f"unknown knob(s) {sorted(unknown)}; choose from {', '.join(KNOBS)}")
+    if levels is not None and levels.n != len(jobs):
+        raise ValueError(f"levels hold {levels.n} item(s), not the {len(jobs)} job(s)")
     site_w = sum(j.ceiling_w for j in jobs)
     budget = site_w - float(event.depth_w)
     m = _Model()
     var, row = m.var, m.row
-    budget_terms: list[tuple[int, float]] = []
+    power_terms: list[list[tuple[int, float]]] = []  # per job: its power, base + filled segments
     menus = [options(j, event) for j in jobs]
-    layout = []  # per job: [(option, u, [(delta, watts, tokens)])]
+    layout = []  # per job: [(option, u, [(delta, segment)])]
     for job, opts in zip(jobs, menus):
-        picks = []
+        picks, terms = [], []
         for o in candidates(job, event, knobs):
             P, L = o.power_w, o.tokens_lost
             u = var(float(L[0]), 1.0, True)
-            budget_terms.append((u, float(P[0])))
+            terms.append((u, float(P[0])))
             deltas = []
             segs = [s for s in range(len(P) - 1) if P[s + 1] > P[s]]
             for s in segs:  # filled fraction of segment s (its tokens lost change: L[s+1] - L[s])
                 d = var(float(L[s + 1] - L[s]), 1.0, False)
                 row([(d, 1.0), (u, -1.0)], -np.inf, 0.0)
-                budget_terms.append((d, float(P[s + 1] - P[s])))
+                terms.append((d, float(P[s + 1] - P[s])))
                 deltas.append((d, s))
             T = -L  # throughput up to a constant: concave T fills its segments in order
             concave = np.all(T >= concave_hull(P, T) - RTOL * (np.abs(T).max() + 1.0))
@@ -255,17 +268,16 @@ def choose(
             )
         row([(u, 1.0) for _, u, _ in picks], 1.0, 1.0)
         layout.append(picks)
-    row(budget_terms, -np.inf, budget)
+        power_terms.append(terms)
+    row([t for terms in power_terms for t in terms], -np.inf, budget)
+    if levels is not None:
+        for held, limit in zip(levels.members(), np.asarray(levels.limit_w, float)):
+            if np.isfinite(limit):
+                row([t for i in np.flatnonzero(held) for t in power_terms[i]], -np.inf, limit)
     res = m.solve(time_limit_s)
     if res.status == 2:  # infeasible
-        lowest = sum(min(float(o.power_w[0]) for o, _, _ in picks) for picks in layout)
-        return Choice(
-            False,
-            budget,
-            reason=f"infeasible with {'+'.join(knobs)}: the lowest power they reach is "
-            f"{lowest / 1e3:.1f} kW, the event asks for {budget / 1e3:.1f} kW "
-            f"(deepest cut {(site_w - lowest) / site_w:.1%} of {site_w / 1e3:.1f} kW)",
-        )
+        lowest = np.array([min(float(o.power_w[0]) for o, _, _ in picks) for picks in layout])
+        return Choice(False, budget, reason=_infeasible(knobs, lowest, budget, site_w, levels))
     if res.x is None or res.status not in (0, 1):
         raise RuntimeError(f"knob MILP failed: {res.message}")
     x = res.x
@@ -293,7 +305,38 @@ def choose(
         )
     table = pd.DataFrame(rows)
     return Choice(
-        True, budget, table, float(table["tokens_lost"].sum()), float(table["power_w"].sum())
+        True,
+        budget,
+        table,
+        float(table["tokens_lost"].sum()),
+        float(table["power_w"].sum()),
+        levels=levels.report(table["power_w"].to_numpy()) if levels is not None else {},
+    )
+
+
+def _infeasible(
+    knobs: Sequence[str],
+    lowest_w: np.ndarray,
+    budget: float,
+    site_w: float,
+    levels: Laminar | None,
+) -> str:
+    """Why no mix fits, in one line: the budget, or the first level whose jobs' lowest powers
+    sum over its limit (every row is at its least with each job at its lowest power, so one
+    of them is over there)."""
+    lowest = float(lowest_w.sum())
+    over = levels.violations(lowest_w) if levels is not None else []
+    if lowest > budget * (1 + RTOL) + RTOL or not over:
+        return (
+            f"infeasible with {'+'.join(knobs)}: the lowest power they reach is "
+            f"{lowest / 1e3:.1f} kW, the event asks for {budget / 1e3:.1f} kW "
+            f"(deepest cut {(site_w - lowest) / site_w:.1%} of {site_w / 1e3:.1f} kW)"
+        )
+    name, load, limit = over[0]
+    more = f"; {len(over) - 1} more level(s) over too" if len(over) > 1 else ""
+    return (
+        f"infeasible with {'+'.join(knobs)}: the lowest power the jobs under {name} reach is "
+        f"{load / 1e3:.3f} kW, over its limit {limit / 1e3:.3f} kW{more}"
     )
 
 

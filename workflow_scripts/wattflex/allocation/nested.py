@@ -126,6 +126,17 @@ class Laminar:
             self.kinds,
         )
 
+    def report(self, power_w: np.ndarray) -> dict[str, dict[str, object]]:
+        """Per group (by name): its ``kind``, ``limit_w`` and ``load_w`` under ``power_w``."""
+        return {
+            self.label(g): {
+                "kind": self.kinds[g] if g < len(self.kinds) else "",
+                "limit_w": float(lim),
+                "load_w": float(load),
+            }
+            for g, (lim, load) in enumerate(zip(self.limit_w, self.loads(power_w)))
+        }
+
     def violations(self, power_w: np.ndarray, rtol: float = 1e-9) -> list[tuple[str, float, float]]:
         """(group, load, limit) of every group over its limit."""
         load = self.loads(power_w)

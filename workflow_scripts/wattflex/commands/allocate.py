@@ -60,9 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def read_curves(path: str):
     """The curve points, a CSV or parquet table as pandas types it, except a CSV's job ids
-    (``job``, a runs table's ``group``, a jobs table's ``clock_group``), read as text: ``01`` and ``1`` are two jobs, and
-    ``007`` keeps its zeros. A clear error when the file is missing or unreadable.
-    Bad values are named by line in ``allocate_table`` (``source=``)."""
+    (``job``, a runs table's ``group``, a jobs table's ``clock_group``) and node names
+    (``node``), read as text: ``01`` and ``1`` are two jobs, and ``007`` keeps its zeros.
+    A clear error when the file is missing or unreadable. Bad values are named by line in
+    ``allocate_table`` (``source=``)."""
     import pandas as pd
 
     from wattflex.ingest.reader import check_input_file, check_single_values, strip_columns
@@ -77,7 +78,9 @@ def read_curves(path: str):
             ) from None
     else:
         try:
-            points = pd.read_csv(path, dtype={"job": str, "group": str, "clock_group": str})
+            points = pd.read_csv(
+                path, dtype={"job": str, "group": str, "clock_group": str, "node": str}
+            )
         except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
             raise ValueError(f"{path}: not a readable CSV ({exc})") from None
     check_single_values(strip_columns(points, path), path)

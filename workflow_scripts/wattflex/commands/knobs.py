@@ -7,7 +7,10 @@ since_checkpoint_s, ...; :data:`wattflex.allocation.knobs.JOB_TABLE_OPTIONAL`), 
 MILP of :func:`wattflex.allocation.knobs.choose` picks cap, clock, pause or requeue for each
 job so that the event's depth is shed at the fewest tokens lost. The output has one row per
 job: ``job, knob, power_w, shed_kw, tokens_lost, clock_mhz, why``. ``why`` prices each option
-in tokens per kWh shed, the taken one starred.
+in tokens per kWh shed, the taken one starred. ``--site`` (the site file ``allocate`` and
+``cluster-control`` read): every feed, PDU, rack and node held too, each job placed by the
+``node`` column of ``--jobs``; each level's load and limit printed and written to the
+sidecar's ``levels``.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from wattflex.commands import finite_float
+from wattflex.commands import finite_float, read_site_option
 from wattflex.gpus import DEFAULT_GPU, GPUS
 
 NAME = "knobs"
@@ -85,6 +88,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_GPU,
         help="the GPUs' model (the idle power of a paused job's GPUs)",
     )
+    parser.add_argument(
+        "--site",
+        metavar="YAML",
+        help="the site's electrical tree (feeds > PDUs > racks > nodes, limits in kW; "
+        "docs/grid.md), as allocate and cluster-control read it: every level held besides "
+        "the event; each job's node from a node column of --jobs",
+    )
     parser.add_argument("-o", "--output", help="write the choice here (default: CSV on stdout)")
 
 
@@ -99,22 +109,25 @@ def run(args: argparse.Namespace) -> int:
     unknown = sorted(set(allowed) - set(KNOB_NAMES))
     if unknown or not allowed:
         raise UserError(f"--knobs {args.knobs!r}: name one or more of {', '.join(KNOB_NAMES)}")
-    inputs = [args.curves, args.jobs, args.plan]
+    inputs = [args.curves, args.jobs, args.plan, args.site]
     if args.output:
         check_outputs([args.output, f"{args.output}.meta.json"], inputs)
+    site = read_site_option(args.site) if args.site else None
     try:
+        table = read_curves(args.jobs)
         jobs = kn.jobs_from_runs(
             read_curves(args.curves),
-            read_curves(args.jobs),
+            table,
             GPUS[args.gpu].idle_w,
             read_curves(args.plan) if args.plan else None,
         )
     except ValueError as e:
         raise UserError(str(e)) from None
+    levels = site_levels(site, table) if site is not None else None
     site_w = sum(j.ceiling_w for j in jobs)
     depth_w = args.depth_kw * 1e3 if args.depth_kw is not None else args.depth_frac * site_w
     event = kn.Event(depth_w, args.duration_s, args.notice_s)
-    choice = kn.choose(jobs, event, allowed)
+    choice = kn.choose(jobs, event, allowed, levels=levels)
     if not choice.feasible:
         raise UserError(f"no choice meets the event: {choice.reason}")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(choice.counts().items()))
@@ -123,11 +136,38 @@ def run(args: argparse.Namespace) -> int:
         f"{args.duration_s:g} s ({counts}), {choice.tokens_lost:.4g} tokens lost",
         file=sys.stderr,
     )
+    for name, level in choice.levels.items():
+        print(
+            f"  {name}: {level['load_w']:.1f} W of its {level['limit_w']:.1f} W limit",
+            file=sys.stderr,
+        )
     if not args.output:
         choice.table.to_csv(sys.stdout, index=False)
         return 0
     params = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     prov = provenance(params=params, inputs=[p for p in inputs if p])
-    write_together(csv_files(choice.table, args.output, prov))
+    extra = {"levels": choice.levels} if site is not None else {}
+    write_together(csv_files(choice.table, args.output, prov, **extra))
     print(f"wrote {args.output}", file=sys.stderr)
     return 0
+
+
+def site_levels(site, table):
+    """The site's levels over the jobs of ``table`` (its rows in order), each placed by its
+    ``node``; a job on a node the site does not name is held by the site's limit only (said)."""
+    from wattflex.errors import UserError
+
+    if "node" not in table:
+        raise UserError("--site needs a node column in --jobs: the node each job runs on")
+    empty = table["node"].isna() | table["node"].astype(str).str.strip().eq("")
+    if empty.any():
+        raise UserError(f"--site: job {table['job'][empty].iloc[0]} names no node in --jobs")
+    nodes = [str(n).strip() for n in table["node"]]
+    unplaced = site.unplaced(nodes)
+    if unplaced:
+        print(
+            f"note: node(s) {', '.join(unplaced[:5])} are not in the site file: their jobs are "
+            "held by the site's limit only",
+            file=sys.stderr,
+        )
+    return site.laminar(nodes)
