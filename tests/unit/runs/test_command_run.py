@@ -310,3 +310,17 @@ def test_real_runs_code_is_never_fingerprinted():
     assert not [
         m for m in fingerprint.closure(script) if m in ("runs.command_run", "runs.throughput")
     ]
+
+
+@pytest.mark.fake_gpu
+def test_fake_nvml_clock_run_of_an_own_command_locks_the_clock_while_it_runs(fake_nvml, tmp_path):
+    """A ``knob: clock`` group with its own command: the SM clock is locked before the command
+    starts and reset after it (fake NVML, named so), as the harness's runs do; run.json says so."""
+    out = run_at_cap(command_spec(tmp_path) | {"clock_mhz": 1395.0}, tmp_path / "run")
+    calls = fake_nvml.state()["clock_calls"]
+    assert [c[1:] for c in calls[:2]] == [[1395, 1395], [1395, 1395]]
+    assert [c[1:] for c in calls[2:]] == [["reset"], ["reset"]]
+    assert all(g["locked_mhz"] is None for g in fake_nvml.state()["gpus"])
+    run = read_json(out / "run.json")
+    assert run["knob"] == "clock" and run["clock_mhz"] == 1395.0
+    assert run["nodes"][0]["clock_lock"]["clock_mhz_requested"] == 1395.0

@@ -27,7 +27,8 @@ harness's step log.
 
 What happens: before any cap, the program is looked up (``shutil.which`` or the path) and
 the template filled; then, as a harness run (``real_run.run_node``), the GPUs are capped
-inside ``caps.CapGuard`` (restored on every path), the sampler runs, and the command starts
+inside ``caps.CapGuard`` (restored on every path), a ``knob: clock`` run's SM clock is locked
+inside ``real_run.clock_guard`` (reset on every path), the sampler runs, and the command starts
 in its own session with its output in ``train.log`` (``real_run.start_training``, with
 ``PYTHONUNBUFFERED=1`` so Python jobs' lines arrive as they are printed); a reader follows
 train.log and timestamps each matched line (``LineFollower``). The command is stopped with
@@ -363,7 +364,7 @@ class CommandJob:
 
 def run_command(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> None:
     """``spec``'s run of the group's own command (module docstring); writes what ``real_run.run_real`` writes."""
-    from wattflex.runs.real_run import assemble
+    from wattflex.runs.real_run import assemble, clock_guard
 
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -379,7 +380,9 @@ def run_command(spec: dict[str, Any] | RunSpec, outdir: str | Path) -> None:
         opts.cap_command,
     )
     rc, sampler, follower, timed_out = None, None, None, False
-    with guard:
+    with guard, clock_guard(spec.clock_mhz, node.gpus, opts) as clock:
+        if clock is not None:  # knob: clock: the SM clock locked (reset on every path)
+            node.facts["clock_lock"] = clock.record()
         node.facts["gpus_after_set"] = [g.describe() for g in node.gpus]
         if opts.sampler and node.gpus:
             sampler = node.sampler().start()
