@@ -135,8 +135,10 @@ def measure(task: str, dynamic: bool, workdir: Path, steps: int = 3) -> dict:
     }
 
 
-def torchrun_probe(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-    """benchmarks/step_memory_probe.py with ``args`` in ``RANKS`` gloo ranks."""
+def torchrun_probe(
+    args: list[str], env: dict | None = None, ranks: int = RANKS
+) -> subprocess.CompletedProcess:
+    """benchmarks/step_memory_probe.py with ``args`` in ``ranks`` gloo ranks."""
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO / "workflow_scripts"),
@@ -149,7 +151,7 @@ def torchrun_probe(args: list[str], env: dict | None = None) -> subprocess.Compl
             "-m",
             "torch.distributed.run",
             "--standalone",
-            f"--nproc-per-node={RANKS}",
+            f"--nproc-per-node={ranks}",
             str(REPO / "benchmarks" / "step_memory_probe.py"),
             *args,
         ],
@@ -323,14 +325,14 @@ def family_config(task: str, facts: dict, outdir: Path, steps: int) -> TrainConf
     )
 
 
-def family_plan(facts: dict, task: str, attention: str) -> dict[str, float]:
+def family_plan(facts: dict, task: str, attention: str, ranks: int = RANKS) -> dict[str, float]:
     """The plan's bytes per rank (``plan.cpu_rank_bytes``) and ``step``: its increment over the
     build, i.e. without the process and the fp32 weights (base and adapters) the build holds."""
     cfg = config(task, Path("."))  # the harness's checkpointing and loss chunk
     parts = plan.cpu_rank_bytes(
         facts,
         task,
-        RANKS,
+        ranks,
         SEQ_LEN,
         BATCH,
         LORA_RANK,
@@ -339,12 +341,15 @@ def family_plan(facts: dict, task: str, attention: str) -> dict[str, float]:
         loss_chunk_tokens=cfg.loss_chunk_tokens,
     )
     sh = plan.shape(facts, LORA_RANK if task == "lora" else 0)
-    built = (sh.params + sh.adapters) * 4 / RANKS
+    built = (sh.params + sh.adapters) * 4 / ranks
     return {**parts, "built": built, "step": parts["total"] - parts["framework"] - built}
 
 
 def measure_families(
-    workdir: Path, steps: int = 2, which: list[tuple[str, str]] | None = None
+    workdir: Path,
+    steps: int = 2,
+    which: list[tuple[str, str]] | None = None,
+    ranks: int = RANKS,
 ) -> list[dict]:
     """Every ``family_cases`` case (or ``which``'s, in its order) in one torchrun job: per case its
     facts, the ranks' figures (benchmarks/step_memory_probe.py --cases) and the plan for the
@@ -359,15 +364,15 @@ def measure_families(
         c["config"] = str(written(cfg))
     listing = workdir / "cases.json"
     listing.write_text(json.dumps([c["config"] for c in cases]))
-    r = torchrun_probe(["--cases", str(listing)])
+    r = torchrun_probe(["--cases", str(listing)], ranks=ranks)
     if r.returncode != 0:
         raise RuntimeError(f"family cases failed:\n{r.stderr[-3000:]}")
-    ranks = [json.loads((workdir / f"cases{i}.json").read_text()) for i in range(RANKS)]
+    per_rank = [json.loads((workdir / f"cases{i}.json").read_text()) for i in range(ranks)]
     for i, case in enumerate(cases):
-        case["ranks"] = [rank["cases"][i] for rank in ranks]
-        case["fixed"] = all(rank["mmap_threshold_fixed"] for rank in ranks)
+        case["ranks"] = [rank["cases"][i] for rank in per_rank]
+        case["fixed"] = all(rank["mmap_threshold_fixed"] for rank in per_rank)
         case["plan"] = family_plan(
-            case["facts"], case["task"], case["ranks"][0]["attn_implementation"]
+            case["facts"], case["task"], case["ranks"][0]["attn_implementation"], ranks
         )
     return cases
 
