@@ -295,6 +295,25 @@ def scancel_while_training(
     return jobid, output
 
 
+def left_alive(work: Path, grace_s: float = 5 + 10) -> list[str]:
+    """The command lines of processes of the run in ``work`` still alive after ``grace_s``: the
+    workflow can fail before slurmstepd has reaped the job's steps (SIGKILL comes KillWait = 5 s
+    after SIGTERM, tests/slurm/cluster.sh), so a leak is what outlives that, plus a margin for load."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        left = [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, str(work))]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    lines = []
+    for p in left:
+        try:
+            lines.append((p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            pass  # gone since
+    return lines
+
+
 def test_scancel_mid_run_restores_the_caps_on_both_nodes(two_nodes, tmp_path):
     """A run cancelled while it trains (scancel: SIGTERM to the batch script and to each node's
     agent): each agent stops its training and restores its own node's GPU."""
@@ -321,8 +340,8 @@ def test_scancel_mid_run_restores_the_caps_on_both_nodes(two_nodes, tmp_path):
     assert not list(
         (tmp_path / "caps").glob("caps-*.json")
     )  # restored by the agents, not left for the epilog
-    left = [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, str(work))]
-    assert not left, "processes of the cancelled run are still alive"
+    left = left_alive(work)
+    assert not left, f"processes of the cancelled run are still alive: {left}"
 
 
 OWN_JOB = REPO / "tests" / "data" / "own_job" / "train_tiny_lm.py"
@@ -383,8 +402,8 @@ def test_scancel_of_a_job_that_ignores_sigterm_restores_the_caps_before_killwait
         (tmp_path / "caps").glob("caps-*.json")
     )  # the agent's own restore, not the epilog's
     assert jobid in two_nodes.epilog_ran.read_text().split()  # the job did end (its epilog ran)
-    left = [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, str(work))]
-    assert not left, "processes of the cancelled run are still alive"
+    left = left_alive(work)
+    assert not left, f"processes of the cancelled run are still alive: {left}"
 
 
 def test_a_cap_one_node_refuses_mid_staircase_ends_the_sweep_restored_on_both(two_nodes, tmp_path):
