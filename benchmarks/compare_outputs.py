@@ -5,7 +5,8 @@ Usage: python benchmarks/compare_outputs.py REV [REV ...] [--cores N]   (REV: a 
 Each REV: a fresh copy of its workflow (benchmarks/checkouts.py) and a fresh working directory,
 the default config, `snakemake --cores N`. Prints the sha256 prefix of runs.csv, pfi.csv and
 allocation/headline.csv per REV, and, for every REV after the first, how many of all the CSVs
-under results/ differ from the REV before it (a file only one of them has counts).
+under results/ differ from the REV before it (a file only one of them has counts; their names on
+stderr).
 """
 
 from __future__ import annotations
@@ -49,7 +50,12 @@ def main(argv: list[str] | None = None) -> int:
             if before is None:
                 differ = "-"
             else:
-                differ = sum(before.get(f) != hashes.get(f) for f in set(before) | set(hashes))
+                changed = sorted(
+                    f for f in set(before) | set(hashes) if before.get(f) != hashes.get(f)
+                )
+                differ = len(changed)
+                for f in changed:  # which, on stderr: the table keeps one row per REV
+                    print(f"{rev}: differs: {f}", file=sys.stderr, flush=True)
             before = hashes
             rows.append((describe(rev), seconds, len(hashes), *named, differ))
             print(f"{rev}: {seconds:.0f} s, {len(hashes)} CSVs", file=sys.stderr, flush=True)
