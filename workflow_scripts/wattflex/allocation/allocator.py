@@ -420,12 +420,9 @@ def allocate_table(
             raise ValueError("a site's limits need a node column: the node each job runs on")
         nodes = [str(n) for n in per_job["node"]]
         nested = site.laminar(nodes)
-        unplaced = site.unplaced(nodes)
-        if unplaced and log is not None:
-            log(
-                f"note: node(s) {', '.join(unplaced[:5])} are not in the site file: their jobs are "
-                f"held by the site's limit only"
-            )
+        note = site.unplaced_note(nodes)
+        if note and log is not None:
+            log(note)
     kw = dict(
         max_slowdown=slowdown, moe_ft_share=moe_ft_share, curve_nodes=curve_nodes, nested=nested
     )

@@ -163,11 +163,7 @@ def site_levels(site, table):
     if empty.any():
         raise UserError(f"--site: job {table['job'][empty].iloc[0]} names no node in --jobs")
     nodes = [str(n).strip() for n in table["node"]]
-    unplaced = site.unplaced(nodes)
-    if unplaced:
-        print(
-            f"note: node(s) {', '.join(unplaced[:5])} are not in the site file: their jobs are "
-            "held by the site's limit only",
-            file=sys.stderr,
-        )
+    note = site.unplaced_note(nodes)
+    if note:
+        print(note, file=sys.stderr)
     return site.laminar(nodes)

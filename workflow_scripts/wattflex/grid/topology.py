@@ -88,8 +88,15 @@ class Site:
             tuple(lv.kind for lv in self.levels),
         )
 
-    def unplaced(self, unit_nodes: Sequence[str]) -> list[str]:
-        return sorted({n for n in unit_nodes if n not in self.node_level})
+    def unplaced_note(self, unit_nodes: Sequence[str]) -> str:
+        """The note for jobs on nodes the site does not name ('' when every node is named)."""
+        unplaced = sorted({n for n in unit_nodes if n not in self.node_level})
+        if not unplaced:
+            return ""
+        return (
+            f"note: node(s) {', '.join(unplaced[:5])} are not in the site file: their jobs are "
+            "held by the site's limit only"
+        )
 
     def node_share_w(self, node: str) -> float:
         """What one node may draw when nothing coordinates the nodes: its equal share of
