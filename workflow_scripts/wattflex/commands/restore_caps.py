@@ -9,7 +9,10 @@ Exit status 1 when a restore failed.
 
 Run as root, it trusts only what root, its own user or the job's user (``--job-uid``) wrote
 (``wattflex.runs.devices.cap_state``); it never runs a command read from a record, and puts back
-at most the card's range (a user's record: the card's default limit).
+at most the card's range (a user's record: the card's default limit). A record of the job's user
+reaches only the job's GPUs as SLURM gives them (``--job-gpus``, the epilog's
+``$SLURM_JOB_GPUS``), and root runs a ``--cap-command`` only when root owns it end to end
+(``cap_state.command_problem``).
 """
 
 from __future__ import annotations
@@ -46,6 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also trust records owned by this user (default $SLURM_JOB_UID: the epilog's job)",
     )
     parser.add_argument(
+        "--job-gpus",
+        type=gpu_list,
+        default=os.environ.get("SLURM_JOB_GPUS") or None,
+        help="the job's GPU indices as SLURM gives them, e.g. 0,1 or 0-3 (default "
+        "$SLURM_JOB_GPUS: the epilog's job); a record of --job-uid restores only these",
+    )
+    parser.add_argument(
         "--force",
         action="store_true",
         help="also restore files whose process still runs (it will find its cap gone)",
@@ -57,15 +67,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Lazy, like every heavy import of a command (wattflex.cli): --help must not load the run stack.
+    import shlex
     from pathlib import Path
 
     from wattflex.errors import UserError
+    from wattflex.runs.devices.cap_state import command_problem
     from wattflex.runs.devices.caps import cap_command_problem, restore_from_state_dir
     from wattflex.runs.devices.clocks import restore_clocks_from_state_dir
 
     problem = cap_command_problem(args.cap_command) if args.cap_command else None
+    if not problem and args.cap_command and os.geteuid() == 0:
+        problem = command_problem(shlex.split(args.cap_command))
+        problem = problem and f"not run as root: {problem}"
     if problem:
         raise UserError(f"--cap-command {args.cap_command!r}: {problem}")
+    job_gpus = args.job_gpus
     job_uid = args.job_uid
     folders = args.state_dir or default_folders(job_uid)
     results = []
@@ -83,9 +99,10 @@ def run(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             cap_command=args.cap_command,
             job_uid=job_uid,
+            job_gpus=job_gpus,
         )
         results += restore_clocks_from_state_dir(
-            state_dir, force=args.force, dry_run=args.dry_run, job_uid=job_uid
+            state_dir, force=args.force, dry_run=args.dry_run, job_uid=job_uid, job_gpus=job_gpus
         )
     if not results:
         print(
@@ -118,3 +135,16 @@ def default_folders(job_uid: int | None) -> list[Path]:
     if job_uid is not None and os.geteuid() == 0 and default_state_dir(job_uid) not in folders:
         folders.append(default_state_dir(job_uid))
     return folders
+
+
+def gpu_list(text: str) -> frozenset[int]:
+    """SLURM's GPU index list (``0,1``, ``0-3``, ``0,2-3``; ``$SLURM_JOB_GPUS``) as a set."""
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not (lo.isascii() and lo.isdigit() and (not hi or (hi.isascii() and hi.isdigit()))):
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: expected GPU indices as SLURM lists them, e.g. 0,1 or 0-3"
+            )
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return frozenset(out)

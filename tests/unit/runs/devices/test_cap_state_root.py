@@ -121,7 +121,9 @@ def test_the_job_users_record_restores_the_cards_default_not_its_number(
     as_nobody("mkdir", "-m", "0700", str(state))
     plant(state / f"caps-{HOST}-999999.json", record("command", limit_w=200.0, command="id -u"))
     fake_nvml.update_gpu(0, limit_mw=300_000)
-    proc = run_cli("restore-caps", "--state-dir", state, "--job-uid", NOBODY, cwd=var_tmp)
+    proc = run_cli(
+        "restore-caps", "--state-dir", state, "--job-uid", NOBODY, "--job-gpus", "0", cwd=var_tmp
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "restored (GPU 0 -> 700 W)" in proc.stdout
     assert limits_w() == [700.0, 700.0] and fake_nvml.state()["set_calls"] == [[0, 700_000]]
@@ -159,7 +161,9 @@ def test_a_planted_clock_record_is_refused_and_the_job_users_only_resets_to_the_
     plant(
         mine / f"clocks-{HOST}-999999.json", clock_record(clock_mhz=1980, command=f"touch {pwned}")
     )
-    proc = run_cli("restore-caps", "--state-dir", mine, "--job-uid", NOBODY, cwd=var_tmp)
+    proc = run_cli(
+        "restore-caps", "--state-dir", mine, "--job-uid", NOBODY, "--job-gpus", "0", cwd=var_tmp
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "GPU 0 clock lock reset" in proc.stdout
     assert fake_nvml.state()["clock_calls"] == [[0, "reset"]] and not pwned.exists()
@@ -291,3 +295,108 @@ def test_restore_caps_refuses_a_bad_job_uid_or_cap_command_in_one_line(
     assert proc.returncode == 2 and said in proc.stderr and proc.stderr.count("\n") == 1, (
         proc.stderr
     )
+
+
+# ---- issue 47: a user's record reaches only the GPUs SLURM gave that user's job -------------------
+def test_a_job_users_record_naming_another_jobs_gpu_lifts_no_cap_and_no_clock_lock(
+    fake_nvml, var_tmp, run_cli, monkeypatch
+):
+    """The issue's case: nobody's job ran on GPU 0; another job holds GPU 1 at a 300 W
+    curtailment cap and a clock lock. nobody plants records naming GPU 1 (and GPU 0 too);
+    root's epilog call (SLURM_JOB_UID, SLURM_JOB_GPUS as slurmd sets them) puts back GPU 0
+    alone, leaves GPU 1 capped and locked, keeps the records and exits 1 (the node drains)."""
+    state = var_tmp / f"wattflex-{NOBODY}"
+    as_nobody("mkdir", "-m", "0700", str(state))
+    both = [
+        {"index": 0, "uuid": "GPU-fake-0000", "original_limit_w": 700.0},
+        {"index": 1, "uuid": "GPU-fake-0001", "original_limit_w": 700.0},
+    ]
+    plant(state / f"caps-{HOST}-999998.json", {**record(), "gpus": both[1:]})
+    plant(state / f"caps-{HOST}-999999.json", {**record(), "gpus": both})
+    plant(state / f"clocks-{HOST}-999999.json", {**clock_record(), "gpus": both[1:]})
+    fake_nvml.update_gpu(0, limit_mw=250_000)
+    fake_nvml.update_gpu(1, limit_mw=300_000)
+    monkeypatch.setenv("SLURM_JOB_UID", str(NOBODY))
+    monkeypatch.setenv("SLURM_JOB_GPUS", "0")
+    proc = run_cli("restore-caps", "--state-dir", state, cwd=var_tmp)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert limits_w() == [700.0, 300.0] and fake_nvml.state()["set_calls"] == [[0, 700_000]]
+    assert fake_nvml.state()["clock_calls"] == []
+    assert "GPU(s) 1 of this record of uid 65534 are not its job's (SLURM: 0)" in proc.stdout
+    assert len(list(state.glob("*.json"))) == 3
+
+
+def test_without_the_jobs_gpus_a_job_users_record_changes_nothing(fake_nvml, var_tmp, run_cli):
+    state = var_tmp / f"wattflex-{NOBODY}"
+    as_nobody("mkdir", "-m", "0700", str(state))
+    plant(state / f"caps-{HOST}-999999.json", record())
+    fake_nvml.update_gpu(0, limit_mw=300_000)
+    proc = run_cli("restore-caps", "--state-dir", state, "--job-uid", NOBODY, cwd=var_tmp)
+    assert proc.returncode == 1 and "none were given (--job-gpus" in proc.stdout, proc.stdout
+    assert limits_w() == [300.0, 700.0] and fake_nvml.state()["set_calls"] == []
+
+
+# ---- issue 47: root runs a cap command only when root owns it end to end ---------------------------
+def test_restore_caps_as_root_refuses_a_cap_command_another_user_can_change(
+    fake_nvml, var_tmp, run_cli
+):
+    """The issue's case (a 0777 cap command ran as root), and its relatives: a command in a
+    folder nobody owns, a root-owned script whose #! interpreter nobody owns, a relative program
+    name (looked up in PATH). Each is refused before any record is read; none runs."""
+    state = var_tmp / "root-state"
+    state.mkdir(mode=0o755)
+    cap_state.write_record(state, f"caps-{HOST}-999999.json", record())
+    fake_nvml.update_gpu(0, limit_mw=300_000)
+    ran = var_tmp / "ran"
+    body = f"#!/bin/sh\ntouch {ran}\n"
+    safe = Path(tempfile.mkdtemp(prefix="wattflex-bin-"))
+    try:
+        safe.chmod(0o755)
+        open_cmd = safe / "open-setcap"
+        open_cmd.write_text(body)
+        open_cmd.chmod(0o777)
+        theirs = var_tmp / "theirs"
+        as_nobody("mkdir", "-m", "0755", str(theirs))
+        as_nobody("sh", "-c", f"printf '%s' '{body}' > {theirs}/setcap; chmod 0755 {theirs}/setcap")
+        shell = var_tmp / "their-shell"
+        as_nobody("sh", "-c", f"printf '%s' '{body}' > {shell}; chmod 0755 {shell}")
+        via_theirs = safe / "via-their-shell"
+        via_theirs.write_text(f"#!{shell}\n")
+        via_theirs.chmod(0o755)
+        cases = {
+            f"{open_cmd} {{gpu}} {{watts}}": f"{open_cmd} is writable by group or others (mode 0777)",
+            f"{theirs}/setcap {{gpu}} {{watts}}": f"{theirs} is owned by uid {NOBODY}",
+            f"{via_theirs} {{gpu}} {{watts}}": f"{shell} is owned by uid {NOBODY}",
+            "setcap {gpu} {watts}": "its program 'setcap' is not an absolute path",
+        }
+        for command, said in cases.items():
+            proc = run_cli(
+                "restore-caps", "--state-dir", state, "--cap-command", command, cwd=var_tmp
+            )
+            assert proc.returncode == 2 and "not run as root" in proc.stderr, proc.stderr
+            assert said in proc.stderr, proc.stderr
+        assert not ran.exists() and limits_w() == [300.0, 700.0]
+        assert list(state.glob("caps-*.json"))
+    finally:
+        shutil.rmtree(safe, ignore_errors=True)
+
+
+def test_root_runs_a_cap_command_root_owns_end_to_end(fake_nvml, var_tmp, run_cli):
+    """The same record restores through a root-owned command in a root-owned folder (inside a
+    sticky world-writable one, as /tmp is), through its root-owned #! interpreter."""
+    state = var_tmp / "root-state"
+    state.mkdir(mode=0o755)
+    cap_state.write_record(state, f"caps-{HOST}-999999.json", record())
+    fake_nvml.update_gpu(0, limit_mw=300_000)
+    safe = var_tmp / "bin"
+    safe.mkdir(mode=0o755)
+    fakes = Path(__file__).resolve().parents[3] / "fakes"
+    setcap = safe / "setcap"
+    setcap.write_text((fakes / "fake_setcap.py").read_text())
+    setcap.chmod(0o755)
+    shutil.copy(fakes / "fake_pynvml.py", safe / "fake_pynvml.py")
+    command = f"{os.path.realpath(sys.executable)} {setcap} {{gpu}} {{watts}}"
+    assert cap_state.command_problem(command.split()) is None
+    proc = run_cli("restore-caps", "--state-dir", state, "--cap-command", command, cwd=var_tmp)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert limits_w() == [200.0, 700.0] and not list(state.glob("caps-*.json"))

@@ -27,7 +27,7 @@ import socket
 import string
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -229,13 +229,16 @@ def restore_from_state_dir(
     only_gpus: Sequence[int] | None = None,
     cap_command: str | None = None,
     job_uid: int | None = None,
+    job_gpus: Collection[int] | None = None,
 ) -> list[dict[str, Any]]:
     """Restore the limits recorded in this host's state files whose process is gone (all of
     them with ``force``). Returns one record per file: path, gpus, action, error.
 
     Only records root, this user or ``job_uid`` own are read (``cap_state``); the others are
-    reported as ``untrusted`` and left alone. ``cap_command``: the installed cap command, used
-    instead of NVML; the record's own mode only says whether root is needed."""
+    reported as ``untrusted`` and left alone. A record of ``job_uid`` restores only the GPUs
+    of ``job_gpus`` (the job's, as SLURM gives them), whatever it names. ``cap_command``: the
+    installed cap command, used instead of NVML; the record's own mode only says whether root
+    is needed."""
     return restore_records(
         state_dir,
         "caps",
@@ -245,6 +248,7 @@ def restore_from_state_dir(
         dry_run=dry_run,
         only_gpus=only_gpus,
         job_uid=job_uid,
+        job_gpus=job_gpus,
         what="cap",
     )
 
@@ -258,50 +262,88 @@ def restore_records(
     dry_run: bool = False,
     only_gpus: Sequence[int] | None = None,
     job_uid: int | None = None,
+    job_gpus: Collection[int] | None = None,
     what: str = "cap",
 ) -> list[dict[str, Any]]:
     """The loop of every restore (caps here, clock locks in ``devices.clocks``): each trusted
     ``<prefix>-<host>-*.json`` whose process is gone (every one with ``force``) is handed to
-    ``act(path, doc, owner)``; untrusted, damaged and live ones are reported, not acted on."""
+    ``act(path, doc, owner)``; untrusted, damaged and live ones are reported, not acted on.
+
+    A record another user owns (the job user's, trusted through ``job_uid``) is acted on only for
+    its GPUs in ``job_gpus``; its other GPUs are left alone and reported as an error (the record
+    kept), and with no ``job_gpus`` nothing of it is. The folder stays open from the reading to
+    the removal of each restored record (``cap_state.held_records``)."""
     out = []
     pattern = f"{prefix}-{socket.gethostname()}-*.json"
-    for rec_file in cap_state.read_records(
+    with cap_state.held_records(
         state_dir or default_state_dir(), pattern, trusted_uids(job_uid)
-    ):
-        path, doc = rec_file["path"], rec_file["doc"]
-        if rec_file[
-            "untrusted"
-        ]:  # no wattflex run of a trusted user wrote it: say so, act on nothing
-            out.append({"path": str(path), "action": "untrusted", "note": rec_file["problem"]})
-            continue
-        bad = rec_file["problem"] or doc_problem(doc)
-        if bad:  # a hand-edited or damaged file of ours: say so, go on with the others (exit 1)
-            out.append(
-                {
-                    "path": str(path),
-                    "action": "unreadable",
-                    "error": f"not a {what} state file: {bad}",
-                }
-            )
-            continue
-        gpus = doc.get("gpus", [])
-        rec: dict[str, Any] = {"path": str(path), "pid": doc.get("pid"), "gpus": gpus, "kind": what}
-        if only_gpus is not None and not {g["index"] for g in gpus} & set(only_gpus):
-            continue
-        if not force and _alive(int(doc.get("pid", -1)), doc.get("pid_start")):
-            out.append({**rec, "action": "skipped: its process is still running"})
-            continue
-        if dry_run:
-            out.append({**rec, "action": "would restore"})
-            continue
-        out.append({**rec, **act(path, doc, rec_file["owner"])})
+    ) as (dfd, records):
+        for rec_file in records:
+            path, doc = rec_file["path"], rec_file["doc"]
+            if rec_file["untrusted"]:  # no wattflex run of a trusted user wrote it: act on nothing
+                out.append({"path": str(path), "action": "untrusted", "note": rec_file["problem"]})
+                continue
+            bad = rec_file["problem"] or doc_problem(doc)
+            if bad:  # a hand-edited or damaged file of ours: say so, go on with the others (exit 1)
+                out.append(
+                    {
+                        "path": str(path),
+                        "action": "unreadable",
+                        "error": f"not a {what} state file: {bad}",
+                    }
+                )
+                continue
+            gpus, owner = doc.get("gpus", []), rec_file["owner"]
+            rec: dict[str, Any] = {"path": str(path), "pid": doc.get("pid"), "kind": what}
+            if only_gpus is not None and not {g["index"] for g in gpus} & set(only_gpus):
+                continue
+            if not force and _alive(int(doc.get("pid", -1)), doc.get("pid_start")):
+                out.append({**rec, "gpus": gpus, "action": "skipped: its process is still running"})
+                continue
+            gpus, foreign = _job_gpus_of(gpus, owner, job_gpus)
+            if foreign:
+                rec["error"] = foreign
+                if not gpus:
+                    out.append({**rec, "gpus": [], "action": "refused"})
+                    continue
+            rec["gpus"] = gpus
+            if dry_run:
+                out.append({**rec, "action": "would restore"})
+                continue
+            done = {**rec, **act(path, {**doc, "gpus": gpus}, owner)}
+            if done["action"] == "restored" and not foreign:
+                cap_state.remove_record(dfd, rec_file["name"])
+            out.append(done)
     return out
+
+
+def _job_gpus_of(
+    gpus: list[dict[str, Any]], owner: int | None, job_gpus: Collection[int] | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The record's GPUs a restore may touch, and why the others are left alone (None: all may).
+    Root's and this user's own records name their GPUs; another user's (the job's) reach only the
+    job's GPUs as SLURM gives them."""
+    if owner in (0, os.geteuid()):
+        return gpus, None
+    if job_gpus is None:
+        return [], (
+            f"a record of uid {owner} restores only its SLURM job's GPUs, and none were given "
+            "(--job-gpus, or $SLURM_JOB_GPUS in the epilog): left alone, record kept"
+        )
+    mine = [g for g in gpus if g["index"] in job_gpus]
+    others = sorted({g["index"] for g in gpus} - set(job_gpus))
+    if not others:
+        return mine, None
+    return mine, (
+        f"GPU(s) {', '.join(map(str, others))} of this record of uid {owner} are not its job's "
+        f"(SLURM: {', '.join(map(str, sorted(job_gpus))) or 'none'}): left alone, record kept"
+    )
 
 
 def _restore_record(
     path: Path, doc: dict[str, Any], owner: int | None, cap_command: str | None
 ) -> dict[str, Any]:
-    """Put back one record's GPUs; removes the record when every GPU is back."""
+    """Put back one record's GPUs (the caller removes the record when every GPU is back)."""
     try:
         setter = restore_setter(doc.get("mode", "nvml"), cap_command)
         done = []
@@ -314,7 +356,6 @@ def _restore_record(
             target, why = restore_target_w(gpu, g["original_limit_w"], owner)
             gpu.set_limit_w(target)
             done.append({**g, "restored_w": target, "restored_from": why})
-        cap_state.remove_record(path)
         log.warning(
             "restored power limits left by process %s: %s",
             doc.get("pid"),
@@ -468,7 +509,7 @@ class CapGuard:
                     f"could not restore every one of the {self.WHAT} (state file kept at "
                     f"{self.state_path}; run `wattflex restore-caps`): " + "; ".join(errors)
                 )
-            cap_state.remove_record(self.state_path)
+            cap_state.remove_own_record(self.state_dir, self.state_path.name)
             self._log_restored()
         finally:
             self._restoring = False

@@ -18,11 +18,10 @@ at the job's end).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from wattflex.runs.devices import cap_state
 from wattflex.runs.devices.base import CapConstraintError, CapError
 from wattflex.runs.devices.caps import CapGuard, restore_each, restore_records
 from wattflex.runs.devices.nvml import NvmlGpu
@@ -159,10 +158,12 @@ def restore_clocks_from_state_dir(
     dry_run: bool = False,
     only_gpus: Sequence[int] | None = None,
     job_uid: int | None = None,
+    job_gpus: Collection[int] | None = None,
 ) -> list[dict[str, Any]]:
     """Reset the clock locks recorded in this host's ``clocks-*`` files whose process is gone
     (all of them with ``force``); one record per file: path, gpus, action, error (as
-    :func:`wattflex.runs.devices.caps.restore_from_state_dir`). Needs NVML (root)."""
+    :func:`wattflex.runs.devices.caps.restore_from_state_dir`, a record of ``job_uid`` reaching
+    only ``job_gpus``). Needs NVML (root)."""
     return restore_records(
         state_dir,
         "clocks",
@@ -172,12 +173,13 @@ def restore_clocks_from_state_dir(
         dry_run=dry_run,
         only_gpus=only_gpus,
         job_uid=job_uid,
+        job_gpus=job_gpus,
         what="clock",
     )
 
 
 def _reset_record(path: Path, doc: dict[str, Any]) -> dict[str, Any]:
-    """Reset one record's GPUs; removes the record when every one is reset."""
+    """Reset one record's GPUs (the caller removes the record when every one is reset)."""
     try:
         for g in doc["gpus"]:
             gpu = NvmlGpu(g["index"], gpm=False)
@@ -186,7 +188,6 @@ def _reset_record(path: Path, doc: dict[str, Any]) -> dict[str, Any]:
                     f"GPU index {g['index']} is now {gpu.uuid}, state file says {g['uuid']}"
                 )
             gpu.reset_clock()
-        cap_state.remove_record(path)
         log.warning(
             "reset SM clock locks left by process %s on GPU(s) %s",
             doc.get("pid"),
