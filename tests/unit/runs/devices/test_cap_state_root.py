@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -400,3 +401,62 @@ def test_root_runs_a_cap_command_root_owns_end_to_end(fake_nvml, var_tmp, run_cl
     proc = run_cli("restore-caps", "--state-dir", state, "--cap-command", command, cwd=var_tmp)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert limits_w() == [200.0, 700.0] and not list(state.glob("caps-*.json"))
+
+
+# ---- issue 47: every open, rename and unlink through the folder descriptor held since the check ---
+SWAPPER = """
+import ctypes, os, sys, time
+u, link, name, doc, stop = sys.argv[1:6]
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD, RENAME_EXCHANGE = -100, 2  # renameat2(2): swap the two names atomically
+dfd = os.open(u, os.O_RDONLY | os.O_DIRECTORY)
+end = time.monotonic() + 120
+while not os.path.exists(stop) and time.monotonic() < end:
+    if name not in os.listdir(dfd):  # plant the record again in the real folder, whole
+        fd = os.open(".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dfd)
+        os.write(fd, doc.encode())
+        os.close(fd)
+        os.rename(".tmp", name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    if libc.renameat2(AT_FDCWD, u.encode(), AT_FDCWD, link.encode(), RENAME_EXCHANGE) != 0:
+        sys.exit(f"renameat2: {os.strerror(ctypes.get_errno())}")
+"""
+
+
+def test_a_users_folder_swapped_for_a_link_to_roots_never_costs_root_its_record(fake_nvml, var_tmp):
+    """The issue's race: while root restores the job user's record, that user swaps their folder
+    for a link to root's folder (renameat2 RENAME_EXCHANGE, over and over). The old code removed
+    the record by path again and so deleted root's live record of the same name. Bounded: 1000
+    restores against one swapping process; root's record survives every one, and the user's own
+    record is still restored (and removed) whenever its folder was the real one."""
+    mine, link = var_tmp / f"wattflex-{NOBODY}", var_tmp / "swap"
+    as_nobody("mkdir", "-m", "0700", str(mine))
+    roots = var_tmp / "root-state"
+    roots.mkdir(mode=0o755)
+    name = f"caps-{HOST}-999999.json"
+    cap_state.write_record(roots, name, record())
+    precious = (roots / name).read_text()
+    as_nobody("ln", "-s", str(roots), str(link))
+    stop = var_tmp / "stop"
+    doc = json.dumps({**record(), "gpus": [{**record()["gpus"][0], "original_limit_w": 700.0}]})
+    swapper = subprocess.Popen(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable]
+        + ["-c", SWAPPER, str(mine), str(link), name, doc, str(stop)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    actions = []
+    try:
+        for _ in range(1000):  # the swapper has started: its first record is there
+            if any(not d.is_symlink() and (d / name).exists() for d in (mine, link)):
+                break
+            time.sleep(0.01)
+        for _ in range(1000):
+            for res in caps.restore_from_state_dir(mine, job_uid=NOBODY, job_gpus={0}):
+                actions.append(res["action"])
+            kept = (roots / name).exists() and (roots / name).read_text() == precious
+            assert kept, f"root's record lost after {len(actions)} restores"
+            assert swapper.poll() is None, swapper.stderr.read()
+    finally:
+        stop.touch()
+        swapper.wait(timeout=30)
+    assert "restored" in actions and "untrusted" in actions, sorted(set(actions))
