@@ -60,15 +60,112 @@ if ! command -v "$WATTFLEX" >/dev/null 2>&1; then
   say "cap records in ${STATE_DIRS[*]} but no wattflex command at $WATTFLEX; draining the node"
   exit 1
 fi
-# The command root runs must be root's: one another user can write is not run.
-wf=$(command -v "$WATTFLEX")
-if [ "$(stat -L -c %u -- "$wf")" != 0 ] || [ $(( 0$(stat -L -c %a -- "$wf") & 022 )) != 0 ]; then
-  say "$wf is not root's, or others can write it: not run as root; draining the node"
+# Root runs only what root owns end to end (docs/slurm.md "What root trusts"), the way sudo's
+# secure_path and SLURM's prolog/epilog rules expect: the wattflex script, each #! interpreter it
+# names, every folder on each path from / (through every link and the link's target), and for a
+# Python interpreter its own library, the site-packages folders, every .pth file there and each
+# folder those add to sys.path, and the wattflex package it imports, file by file. Anything
+# another user owns or can write: not run, the node drained.
+WHY=""
+MAX_LINKS=40          # links one path lookup follows (MAXSYMLINKS, path_resolution(7))
+MAX_INTERPRETERS=4    # nested #! interpreters the kernel follows (BINPRM_MAX_RECURSION, fs/exec.c)
+
+# root_only PATH: PATH, and every folder on its way from /, are root's and writable by nobody
+# else; a sticky world-writable folder (/tmp) passes on the way only, since another user cannot
+# rename or remove the root-owned entry checked next. Else WHY says why, status 1.
+root_only() {
+  local path=$1 hops=${2:-0} here="" cur uid mode kind target i n
+  [[ $path == /* ]] || { WHY="$path is not an absolute path"; return 1; }
+  local -a parts
+  IFS=/ read -r -a parts <<<"${path#/}"
+  n=${#parts[@]}
+  for ((i = -1; i < n; i++)); do
+    if ((i < 0)); then cur=/; else [ -n "${parts[i]}" ] || continue; cur=$here/${parts[i]}; fi
+    if ! IFS=' ' read -r uid mode kind < <(stat -c '%u %a %F' -- "$cur" 2>/dev/null); then
+      WHY="$cur does not exist"; return 1
+    fi
+    [ "$uid" = 0 ] || { WHY="$cur is owned by uid $uid, not by root"; return 1; }
+    if [ "$kind" = "symbolic link" ]; then
+      ((hops < MAX_LINKS)) || { WHY="$path: more than $MAX_LINKS links"; return 1; }
+      target=$(readlink -- "$cur")
+      [[ $target == /* ]] || target=$here/$target
+      local IFS=/
+      root_only "$target/${parts[*]:i+1}" $((hops + 1)) && return 0 || return 1
+    fi
+    if (( 8#$mode & 8#022 )) && ! { [ "$kind" = directory ] && (( 8#$mode & 8#1000 )) && ((i < n - 1)); }; then
+      WHY="$cur is writable by group or others (mode $mode)"; return 1
+    fi
+    [ "$cur" = / ] || here=$cur
+  done
+}
+
+# program_ok PATH: PATH is root's end to end (root_only) and so is each #! interpreter, which is
+# what runs; a Python interpreter is checked with what it imports (python_ok). Sets PYTHON.
+program_ok() {
+  local path=$1 line k
+  PYTHON=""
+  for ((k = 0; k <= MAX_INTERPRETERS; k++)); do
+    root_only "$path" || return 1
+    line=$(head -c 256 -- "$path" | head -n 1 | tr -d '\0')
+    if [[ $line != '#!'* ]]; then
+      [[ $(basename -- "$path") == python* ]] && PYTHON=$path
+      return 0
+    fi
+    read -r path _ <<<"${line#\#!}"
+    [ -n "$path" ] || { WHY="$1 has an empty #! line"; return 1; }
+    [ "$(basename -- "$path")" != env ] || { WHY="$1 names its interpreter through $path, which searches PATH"; return 1; }
+  done
+  WHY="$1: more than $MAX_INTERPRETERS nested #! interpreters"; return 1
+}
+
+# python_ok PYTHON: what PYTHON imports is root's. Without site (-I -S: no .pth file runs, no
+# environment is read) it names its own library and its site-packages; each .pth file there and
+# each folder it adds are checked before Python runs with them; then sys.path as the script
+# sees it (-I: no PYTHONPATH, no user site) and the wattflex package, every file in it.
+python_ok() {
+  local py=$1 d f line pkg
+  local -a bare site full
+  mapfile -t bare < <("$py" -I -S -c 'import sys, sysconfig; print(*sys.path, sep="\n"); print(sysconfig.get_path("purelib")); print(sysconfig.get_path("platlib"))') \
+    || { WHY="$py -I -S did not start"; return 1; }
+  site=("${bare[@]: -2}")
+  for d in "${bare[@]}"; do
+    [ -e "$d" ] || continue
+    root_only "$d" || return 1
+  done
+  for d in "${site[@]}"; do
+    [ -d "$d" ] || continue
+    for f in "$d"/*.pth; do
+      [ -e "$f" ] || continue
+      root_only "$f" || return 1
+      while IFS= read -r line || [ -n "$line" ]; do
+        case $line in "" | "#"* | import* | "	"import* | " "import*) continue ;; esac
+        [[ $line == /* ]] || line=$d/$line
+        if [ -e "$line" ]; then root_only "$line" || return 1; fi
+      done <"$f"
+    done
+  done
+  mapfile -t full < <("$py" -I -c 'import sys, importlib.util as u; s = u.find_spec("wattflex"); print(*sys.path, sep="\n"); print(*(s.submodule_search_locations or [s.origin]) if s else "", sep="\n")') \
+    || { WHY="$py -I could not look up the wattflex package"; return 1; }
+  for d in "${full[@]}"; do
+    [ -n "$d" ] && [ -e "$d" ] || continue
+    root_only "$d" || return 1
+  done
+  pkg=${full[-1]}
+  [ -n "$pkg" ] || { WHY="$py imports no wattflex package"; return 1; }
+  f=$(find "$pkg" \( ! -user 0 -o \( ! -type l -perm /022 \) \) -print -quit 2>/dev/null)
+  [ -z "$f" ] || { WHY="$f in the wattflex package is not root's, or others can write it"; return 1; }
+}
+
+if [ "$WATTFLEX" != "${WATTFLEX#/}" ]; then wf=$WATTFLEX; else wf=$(command -v "$WATTFLEX"); fi
+if ! program_ok "$wf" || { [ -n "$PYTHON" ] && ! python_ok "$PYTHON"; }; then
+  say "$wf: $WHY: not run as root; draining the node"
   exit 1
 fi
 [ -n "${SLURM_JOB_UID:-}" ] && args+=(--job-uid "$SLURM_JOB_UID")
 [ -n "${WATTFLEX_CAP_COMMAND:-}" ] && args+=(--cap-command "$WATTFLEX_CAP_COMMAND")
-out=$("$WATTFLEX" restore-caps "${args[@]}" 2>&1)
+[ -n "${SLURM_JOB_GPUS:-}" ] && args+=(--job-gpus "$SLURM_JOB_GPUS")
+# a clean environment: nothing from the caller's (PYTHONPATH, LD_PRELOAD, ...) reaches root's run
+out=$(env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C "$wf" restore-caps "${args[@]}" 2>&1)
 rc=$?
 say "restore-caps (exit $rc): $out"
 exit $rc

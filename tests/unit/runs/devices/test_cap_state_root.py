@@ -266,7 +266,7 @@ def test_the_epilog_does_not_run_a_wattflex_another_user_can_write(tmp_path):
         ["bash", str(EPILOG)], env=env, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 1 and not (tmp_path / "ran").exists()
-    assert "others can write it" in (tmp_path / "epilog.log").read_text()
+    assert "is writable by group or others (mode 777)" in (tmp_path / "epilog.log").read_text()
 
 
 def test_a_user_default_folder_is_their_own(monkeypatch):
@@ -460,3 +460,125 @@ def test_a_users_folder_swapped_for_a_link_to_roots_never_costs_root_its_record(
         stop.touch()
         swapper.wait(timeout=30)
     assert "restored" in actions and "untrusted" in actions, sorted(set(actions))
+
+
+# ---- issue 47: the epilog runs only what root owns end to end ---------------------------------------
+@pytest.fixture
+def root_bin():
+    """A root-owned 0755 folder in /tmp (sticky, world-writable, as a site's /opt is not), removed after."""
+    where = Path(tempfile.mkdtemp(prefix="wattflex-rootbin-"))
+    where.chmod(0o755)
+    yield where
+    shutil.rmtree(where, ignore_errors=True)
+
+
+def run_epilog(wattflex: Path, where: Path) -> tuple[subprocess.CompletedProcess, str]:
+    """The shipped epilog, as slurmd runs it (root, a clean environment), with one record to restore."""
+    state = where / "state"
+    state.mkdir(exist_ok=True)
+    (state / f"caps-{HOST}-999999.json").write_text("{}")
+    env = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "WATTFLEX": str(wattflex),
+        "WATTFLEX_STATE_DIR": str(state),
+        "WATTFLEX_EPILOG_LOG": str(where / "epilog.log"),
+        "SLURM_JOB_ID": "9",
+    }
+    proc = subprocess.run(
+        ["bash", str(EPILOG)], env=env, capture_output=True, text=True, timeout=120
+    )
+    log = (where / "epilog.log").read_text() if (where / "epilog.log").exists() else ""
+    return proc, log
+
+
+def script(path: Path, text: str, mode: int = 0o755) -> Path:
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def test_the_epilog_does_not_run_a_root_script_whose_interpreter_another_user_owns(
+    root_bin, var_tmp
+):
+    """The issue's case: a root-owned 0755 wattflex in a root folder whose #! interpreter is
+    nobody's (a script of theirs, as the kernel allows): root would run their code."""
+    ran = var_tmp / "ran"
+    interp = var_tmp / "their-interpreter"
+    as_nobody("sh", "-c", f"printf '#!/bin/sh\\ntouch {ran}\\n' > {interp}; chmod 0755 {interp}")
+    wattflex = script(root_bin / "wattflex", f"#!{interp}\n")
+    proc, log = run_epilog(wattflex, root_bin)
+    assert proc.returncode == 1 and not ran.exists(), log
+    assert f"{interp} is owned by uid {NOBODY}, not by root: not run as root; draining" in log
+
+
+def test_the_epilog_does_not_run_a_root_wattflex_inside_a_folder_another_user_owns(var_tmp):
+    """Root's 0755 wattflex, but in nobody's folder: they could swap it after any check."""
+    theirs = var_tmp / "theirs"
+    as_nobody("mkdir", "-m", "0755", str(theirs))
+    wattflex = theirs / "wattflex"
+    subprocess.run(["install", "-m", "0755", "/dev/null", str(wattflex)], check=True)
+    script(wattflex, f"#!/bin/sh\ntouch {var_tmp / 'ran'}\n")
+    where = var_tmp / "root-side"
+    where.mkdir(mode=0o755)
+    proc, log = run_epilog(wattflex, where)
+    assert proc.returncode == 1 and not (var_tmp / "ran").exists(), log
+    assert f"{theirs} is owned by uid {NOBODY}, not by root" in log
+
+
+def test_the_epilog_does_not_run_an_interpreter_looked_up_in_path(root_bin, var_tmp):
+    wattflex = script(root_bin / "wattflex", f"#!/usr/bin/env sh\ntouch {var_tmp / 'ran'}\n")
+    proc, log = run_epilog(wattflex, root_bin)
+    assert proc.returncode == 1 and not (var_tmp / "ran").exists(), log
+    assert "names its interpreter through /usr/bin/env, which searches PATH" in log
+
+
+def venv_with_wattflex(root_bin: Path, checkout: Path, ran: Path) -> tuple[Path, Path, str]:
+    """A real venv (``python -m venv``) whose wattflex is an editable install of ``checkout``:
+    a .pth file naming the checkout's folder, as pip's editable installs of a flat layout write,
+    and the console script pip writes (``#!<venv>/bin/python``, ``from wattflex.cli import main``).
+    The package's ``cli.main`` touches ``ran``: that it ran as root is what the test looks for."""
+    venv = root_bin / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (site,) = venv.glob("lib/python*/site-packages")
+    (site / "__editable__.wattflex-0.1.0.pth").write_text(f"{checkout}\n")
+    pkg = checkout / "wattflex"
+    code = f"import pathlib\ndef main():\n    pathlib.Path({str(ran)!r}).touch()\n    return 0\n"
+    return (
+        script(
+            venv / "bin" / "wattflex",
+            f"#!{venv}/bin/python\nimport sys\nfrom wattflex.cli import main\nsys.exit(main())\n",
+        ),
+        pkg,
+        code,
+    )
+
+
+def test_the_epilog_does_not_run_an_editable_install_from_a_checkout_another_user_can_write(
+    root_bin, var_tmp
+):
+    """The issue's case: root's venv and console script, but the package is an editable install
+    of a checkout nobody owns. Root would import their code; the same venv with the checkout
+    root's runs (the positive control: the check refuses what it must, not everything)."""
+    ran = var_tmp / "ran"
+    checkout = var_tmp / "their-checkout"
+    as_nobody("mkdir", "-p", "-m", "0755", str(checkout / "wattflex"))
+    wattflex, pkg, code = venv_with_wattflex(root_bin, checkout, ran)
+    (var_tmp / "cli.py").write_text(code)
+    as_nobody("sh", "-c", f"touch {pkg}/__init__.py; cp {var_tmp / 'cli.py'} {pkg}/cli.py")
+    proc, log = run_epilog(wattflex, root_bin)
+    assert proc.returncode == 1 and not ran.exists(), log
+    assert f"{checkout} is owned by uid {NOBODY}, not by root" in log
+
+    shutil.rmtree(checkout)
+    (checkout / "wattflex").mkdir(parents=True, mode=0o755)
+    checkout.chmod(0o755)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "cli.py").write_text(code)
+    proc, log = run_epilog(wattflex, root_bin)
+    assert proc.returncode == 0 and ran.exists(), log
+
+    ran.unlink()
+    (pkg / "cli.py").chmod(0o666)  # root's file, but anyone may rewrite it
+    proc, log = run_epilog(wattflex, root_bin)
+    assert proc.returncode == 1 and not ran.exists(), log
+    assert f"{pkg / 'cli.py'} in the wattflex package is not root's, or others can write it" in log
