@@ -35,13 +35,18 @@ HOST = socket.gethostname()
 EPILOG = Path(__file__).resolve().parents[4] / "slurm" / "epilog.sh"
 
 
-@pytest.fixture
-def var_tmp():
-    """A world-writable sticky folder, as /var/tmp is (pytest's tmp_path is root's 0700)."""
-    where = Path(tempfile.mkdtemp(prefix="wattflex-vartmp-"))
-    where.chmod(0o1777)
+def folder_in_tmp(prefix: str, mode: int):
+    """A fresh root-owned folder of ``mode`` in /tmp (pytest's tmp_path is root's 0700), removed after."""
+    where = Path(tempfile.mkdtemp(prefix=prefix))
+    where.chmod(mode)
     yield where
     shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture
+def var_tmp():
+    """A world-writable sticky folder, as /var/tmp is."""
+    yield from folder_in_tmp("wattflex-vartmp-", 0o1777)
 
 
 def as_nobody(*argv: str) -> None:
@@ -465,11 +470,8 @@ def test_a_users_folder_swapped_for_a_link_to_roots_never_costs_root_its_record(
 # ---- issue 47: the epilog runs only what root owns end to end ---------------------------------------
 @pytest.fixture
 def root_bin():
-    """A root-owned 0755 folder in /tmp (sticky, world-writable, as a site's /opt is not), removed after."""
-    where = Path(tempfile.mkdtemp(prefix="wattflex-rootbin-"))
-    where.chmod(0o755)
-    yield where
-    shutil.rmtree(where, ignore_errors=True)
+    """A root-owned 0755 folder (inside /tmp, which is sticky and world-writable)."""
+    yield from folder_in_tmp("wattflex-rootbin-", 0o755)
 
 
 def run_epilog(wattflex: Path, where: Path) -> tuple[subprocess.CompletedProcess, str]:
