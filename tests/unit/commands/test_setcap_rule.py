@@ -3,8 +3,8 @@ sudoers rule and the cap command; the wrapper (slurm/wattflex-setcap) caps only 
 calling user's running SLURM job on this node, within the card's range.
 
 The root tests run the wrapper through REAL sudo as uid 65534 (``setpriv``), with a sudoers
-drop-in made by the command and checked by ``visudo -cf``, and FAKE nvidia-smi / squeue /
-scontrol (tests/fakes/fake_nvidia_smi.py, fake_slurm_jobs.py) in a root-owned 0755 folder."""
+drop-in made by the command and checked by ``visudo -cf``, and FAKE nvidia-smi and squeue
+(tests/fakes/fake_nvidia_smi.py, fake_slurm_jobs.py) in a root-owned 0755 folder."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_the_wrapper_part_is_the_shipped_script_with_the_given_paths(run_cli, tm
         '\nNVIDIA_SMI = "/opt/nv/bin/nvidia-smi"\n' in text
         and '\nSQUEUE = "/opt/slurm/bin/squeue"\n' in text
     )
-    assert '\nSCONTROL = "/usr/bin/scontrol"\n' in text and '\nNODE_NAME = "gpu01"' in text
+    assert "SCONTROL" not in text and '\nNODE_NAME = "gpu01"' in text
     shipped = (repo / "slurm" / "wattflex-setcap").read_text()
     assert len(text.splitlines()) == len(shipped.splitlines())
     compile(text, "wattflex-setcap", "exec")
@@ -118,7 +118,7 @@ def rig(run_cli, tmp_path):
     try:
         for fake, names in (
             ("fake_nvidia_smi.py", ["nvidia-smi"]),
-            ("fake_slurm_jobs.py", ["squeue", "scontrol"]),
+            ("fake_slurm_jobs.py", ["squeue"]),
         ):
             for name in names:
                 shutil.copy(FAKES / fake, where / name)
@@ -136,8 +136,6 @@ def rig(run_cli, tmp_path):
             where / "nvidia-smi",
             "--squeue",
             where / "squeue",
-            "--scontrol",
-            where / "scontrol",
             cwd=tmp_path,
         )
         assert made.returncode == 0, made.stderr
@@ -266,7 +264,7 @@ def test_the_callers_environment_chooses_nothing(rig, tmp_path):
     evil = Path(tempfile.mkdtemp(prefix="wattflex_evil_"))
     try:
         evil.chmod(0o755)
-        for name in ("nvidia-smi", "squeue", "scontrol"):
+        for name in ("nvidia-smi", "squeue"):
             (evil / name).write_text(f"#!/bin/sh\ntouch {evil}/ran-{name}\necho 1000\n")
             (evil / name).chmod(0o755)
         jobs(rig, job(uid=1000, user="alice", **{NODE: "0-3"}))

@@ -21,7 +21,6 @@ DEFAULT_PATH = "/usr/local/sbin/wattflex-setcap"
 TOOLS = {
     "NVIDIA_SMI": "/usr/bin/nvidia-smi",
     "SQUEUE": "/usr/bin/squeue",
-    "SCONTROL": "/usr/bin/scontrol",
 }
 # Written into sudoers and into a program root runs: plain names and paths only (no spaces,
 # commas, '=' or '\', which sudoers reads as syntax; no quote, which would end a Python string).
