@@ -1,7 +1,9 @@
 #!/usr/bin/python3 -I
 """FAKE nvidia-smi for the sudo wrapper's tests (slurm/wattflex-setcap): answers
-``-i N --query-gpu=power.min_limit,power.max_limit --format=csv,noheader,nounits`` and
-``-i N -pl W`` only. Every call is appended to ``nvidia-smi.calls`` (one JSON argv a line)
+``-i ID --query-gpu=FIELDS --format=csv,noheader,nounits`` (FIELDS of pci.bus_id,
+power.min_limit, power.max_limit) and ``-i ID -pl W`` only, ID an index or a PCI bus id (fake GPU i is on bus i+1, written as
+nvidia-smi writes it, ``00000000:01:00.0``); a GPU that is not there: "No devices were found",
+exit 6, as the real one. Every call is appended to ``nvidia-smi.calls`` (one JSON argv a line)
 beside it; limits go to the FAKE NVML GPUs in ``gpus.json`` beside it (tests/fakes/fake_pynvml.py,
 copied there too), so a run reading NVML sees the limit this set."""
 
@@ -18,19 +20,38 @@ args = sys.argv[1:]
 with open(os.path.join(HERE, "nvidia-smi.calls"), "a") as calls:
     calls.write(json.dumps(args) + "\n")
 state = nv.state()
-if len(args) < 3 or args[0] != "-i" or not args[1].isdigit() or int(args[1]) >= len(state["gpus"]):
-    print(f"fake nvidia-smi: unsupported call {args}", file=sys.stderr)
+
+
+def bus_id(i):
+    """Fake GPU i's PCI bus id, as nvidia-smi writes one."""
+    return f"00000000:{i + 1:02X}:00.0"
+
+
+buses = [bus_id(i) for i in range(len(state["gpus"]))]
+which = args[1] if len(args) >= 3 and args[0] == "-i" else None
+if which in buses:
+    which = str(buses.index(which))
+if which is None or not which.isdigit() or int(which) >= len(state["gpus"]):
+    print("No devices were found" if which else f"fake nvidia-smi: unsupported call {args}")
     sys.exit(6)
-gpu = state["gpus"][int(args[1])]
-if args[2:] == ["--query-gpu=power.min_limit,power.max_limit", "--format=csv,noheader,nounits"]:
-    print(f"{gpu['min_mw'] / 1000:.2f}, {gpu['max_mw'] / 1000:.2f}")
+i = int(which)
+gpu = state["gpus"][i]
+FIELDS = {
+    "pci.bus_id": bus_id(i),
+    "power.min_limit": f"{gpu['min_mw'] / 1000:.2f}",
+    "power.max_limit": f"{gpu['max_mw'] / 1000:.2f}",
+}
+query = args[2].removeprefix("--query-gpu=").split(",") if len(args) == 4 else []
+if args[2].startswith("--query-gpu=") and args[3:] == ["--format=csv,noheader,nounits"]:
+    if not set(query) <= set(FIELDS):
+        print(f"fake nvidia-smi: unsupported fields {query}", file=sys.stderr)
+        sys.exit(6)
+    print(", ".join(FIELDS[f] for f in query))
 elif len(args) == 4 and args[2] == "-pl":
     gpu["limit_mw"] = int(float(args[3]) * 1000)
-    state["set_calls"].append([int(args[1]), gpu["limit_mw"]])
+    state["set_calls"].append([i, gpu["limit_mw"]])
     nv._save(state)
-    print(
-        f"Power limit for GPU 00000000:{int(args[1]):02X}:00.0 was set to {float(args[3]):.2f} W from ..."
-    )
+    print(f"Power limit for GPU {bus_id(i)} was set to {float(args[3]):.2f} W from ...")
 else:
     print(f"fake nvidia-smi: unsupported call {args}", file=sys.stderr)
     sys.exit(6)

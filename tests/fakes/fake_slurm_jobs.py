@@ -1,11 +1,13 @@
 #!/usr/bin/python3 -I
-"""FAKE squeue for the sudo wrapper's tests (slurm/wattflex-setcap): the jobs are ``jobs.json``
-beside it, ``[{"id", "uid", "user", "state", "nodes": {node: "0-1"}, "name"?}]``. Answers what the
+"""FAKE squeue and slurmd -G for the sudo wrapper's tests (slurm/wattflex-setcap): the jobs
+are ``jobs.json`` beside it, ``[{"id", "uid", "user", "state", "nodes": {node: "0-1"}, "name"?}]``. Answers what the
 wrapper asks, ``squeue --json -t STATE -u UID -w NODE``, in SLURM 22.05's layout (openapi
 v0.0.38, as the real squeue of tests/slurm/cluster.sh prints it: ``job_state`` a string,
 ``gres_detail`` one ``gpu:TYPE:COUNT(IDX:LIST)`` per node of the job, in the order of
 ``job_resources.allocated_nodes``), filtered as the real one filters. The wrapper's test on the
-real cluster (tests/workflow/test_slurm_setcap.py) checks the same fields against real SLURM."""
+real cluster (tests/workflow/test_slurm_setcap.py) checks the same fields against real SLURM.
+``slurmd -G -f CONF -N NODE`` prints, on stderr as the real one, one GPU record for the device files
+``nvidia0``.. beside it (``gres.json``: their count), in 22.05's format."""
 
 import json
 import os
@@ -48,6 +50,14 @@ if prog == "squeue" and "--json" in args:
     ]
     meta = {"plugin": {"type": "openapi/v0.0.38"}, "Slurm": {"release": "22.05.8"}}
     print(json.dumps({"meta": meta, "errors": [], "jobs": jobs}, indent=2))
+elif prog == "slurmd" and args[:1] == ["-G"]:
+    with open(os.path.join(HERE, "gres.json")) as f:
+        n = json.load(f)["gpus"]
+    print(
+        f"slurmd-{option('-N')}: Gres Name=gpu Type=h200 Count={n} Index=0 ID=7696487 "
+        f"File={HERE}/nvidia[0-{n - 1}] (null)",
+        file=sys.stderr,
+    )
 else:
     print(f"fake {prog}: unsupported {args}", file=sys.stderr)
     sys.exit(1)

@@ -22,8 +22,8 @@
 # spool, logs and pid files. /etc/slurm/slurm.conf becomes a link to our slurm.conf while the
 # cluster is up, because the executor's job step strips SLURM_CONF before calling srun (so
 # one such cluster per machine); an existing slurm.conf there (a real cluster) is never
-# touched: `up` refuses. GPUs are fake: character devices /dev/fakegpuN (a copy of /dev/null)
-# listed in gres.conf with type "h200", which is all slurmd needs to schedule them
+# touched: `up` refuses. GPUs are fake: character devices /dev/fakegpuN (NVIDIA's major
+# 195 and minor N, which no test opens) listed in gres.conf with type "h200", which is all slurmd needs to schedule them
 # (file-less GPUs are dropped); the nodes also have the feature "h200", so both ways of
 # asking for a GPU model can be tried.
 # WATTFLEX_SLURM_EPILOG=PATH installs PATH as the nodes' Epilog.
@@ -86,7 +86,11 @@ write_conf() {
   geometry=$(slurmd -C | head -n1 | sed -e 's/^NodeName=[^ ]* //' -e 's/ UpTime=.*//')
   for part in "$@"; do g=${part##*:}; [ "$g" -gt "$maxg" ] && maxg=$g; done
   for i in $(seq 0 $((maxg - 1))); do
-    [ -c "/dev/fakegpu$i" ] || mknod "/dev/fakegpu$i" c 1 3
+    # NVIDIA's character major (195, 0xc3) and minor i, as /dev/nvidia<i>: the sudo wrapper
+    # follows SLURM's GPU to its device file's minor (slurm/wattflex-setcap)
+    if [ "$(stat -c %t:%T "/dev/fakegpu$i" 2>/dev/null)" != "$(printf 'c3:%x' "$i")" ]; then
+      rm -f "/dev/fakegpu$i" && mknod -m 0600 "/dev/fakegpu$i" c 195 "$i"
+    fi
   done
   cat >"$CONF" <<EOF
 # Written by tests/slurm/cluster.sh: a test cluster on one machine, fake GPUs, no accounting.

@@ -1,11 +1,15 @@
 """The sudo wrapper (slurm/wattflex-setcap) against REAL SLURM jobs on the local cluster
-(partition "setcap", tests/slurm/cluster.sh), through REAL sudo as uid 65534; only nvidia-smi is
-FAKE (tests/fakes/fake_nvidia_smi.py over FAKE NVML GPUs).
+(partition "setcap", tests/slurm/cluster.sh), through REAL sudo as uid 65534, REAL squeue and
+slurmd -G; the GPUs are FAKE at the driver: nvidia-smi (tests/fakes/fake_nvidia_smi.py over FAKE
+NVML GPUs), /proc/driver/nvidia/gpus (a folder per bus id naming its device minor) and the
+cluster's device files (/dev/fakegpuN, NVIDIA's major 195, minor N).
 
 Issue 47's case: ``scontrol show job -d`` prints a job's name unquoted, so a job named
 ``x Nodes=<node> GRES=gpu:h200:4(IDX:0-3)`` made the wrapper, which matched that pattern anywhere
 in the text, cap the GPUs of another user's job. The wrapper now reads squeue's JSON, the job's
-own fields; the test checks it against what SLURM itself allocated (squeue --json, as root)."""
+own fields; the test checks it against what SLURM itself allocated (squeue --json, as root).
+Issue 51's point too: SLURM's GPU k reaches nvidia-smi's GPU through device file, minor and bus
+id; the FAKE driver here gives minor k the bus of nvidia-smi's GPU (k + 1) % 4."""
 
 from __future__ import annotations
 
@@ -26,7 +30,9 @@ from tests.unit.commands.test_setcap_rule import (
     FAKES,
     NOBODY,
     as_nobody_sudo,
+    bus,
     fake_pynvml_state,
+    nvidia_driver,
     set_calls,
 )
 from wattflex.runs.devices import setcap
@@ -63,7 +69,14 @@ def rig(setcap_partition):
         fake_pynvml.reset(n_gpus=4, path=where / "gpus.json")
         os.environ.pop(fake_pynvml.STATE_ENV)
         (where / "gpus.json").chmod(0o644)
-        tools = {"NVIDIA_SMI": str(where / "nvidia-smi"), "SQUEUE": shutil.which("squeue")}
+        nvidia_driver(where / "nvidia-proc", {k: (k + 1) % 4 for k in range(4)})
+        tools = {
+            "NVIDIA_SMI": str(where / "nvidia-smi"),
+            "SQUEUE": shutil.which("squeue"),
+            "SLURMD": shutil.which("slurmd"),
+            "SLURM_CONF": os.environ["SLURM_CONF"],  # the cluster's, set by partition()
+            "NVIDIA_PROC": str(where / "nvidia-proc"),
+        }
         (where / "wattflex-setcap").write_text(setcap.wrapper_text(tools, node_name=node))
         (where / "wattflex-setcap").chmod(0o755)
         rule = setcap.sudoers_line(user="nobody", path=str(where / "wattflex-setcap"))
@@ -113,17 +126,19 @@ def test_a_job_name_that_looks_like_gres_detail_reaches_no_other_users_gpu(rig):
         assert jobs[mine]["name"] == lure and jobs[mine]["user_id"] == NOBODY
         my_gpus, their_gpus = idx(jobs[mine]), idx(jobs[theirs])
         assert len(my_gpus) == 1 and my_gpus.isdisjoint(their_gpus) and len(their_gpus) == 3
-        for gpu in sorted(their_gpus):
-            r = as_nobody_sudo(where, str(gpu), "300")
+        (slurm_gpu,) = my_gpus
+        gpu = (slurm_gpu + 1) % 4  # the same GPU as nvidia-smi numbers it (the FAKE driver's map)
+        for other in sorted({(k + 1) % 4 for k in their_gpus}):
+            r = as_nobody_sudo(where, str(other), "300")
             assert r.returncode == 2, r.stderr
             assert (
-                f"GPU {gpu} is not a GPU of a running SLURM job of uid {NOBODY} on {node} "
-                f"(its GPUs here: {min(my_gpus)})" in r.stderr
+                f"GPU {other} (0000:{other + 1:02x}:00.0) is not a GPU of a running SLURM job of "
+                f"uid {NOBODY} on {node} (its GPUs here: 0000:{gpu + 1:02x}:00.0 (SLURM's GPU "
+                f"{slurm_gpu}))" in r.stderr
             ), r.stderr
-        (gpu,) = my_gpus
         r = as_nobody_sudo(where, str(gpu), "300")
         assert r.returncode == 0, r.stderr
-        assert set_calls(where) == [["-i", str(gpu), "-pl", "300"]]
+        assert set_calls(where) == [["-i", bus(gpu), "-pl", "300"]]
         limits = [g["limit_mw"] for g in fake_pynvml_state(where)["gpus"]]
         assert limits == [300_000 if i == gpu else 700_000 for i in range(4)]
     finally:

@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -118,7 +119,7 @@ def rig(run_cli, tmp_path):
     try:
         for fake, names in (
             ("fake_nvidia_smi.py", ["nvidia-smi"]),
-            ("fake_slurm_jobs.py", ["squeue"]),
+            ("fake_slurm_jobs.py", ["squeue", "slurmd"]),
         ):
             for name in names:
                 shutil.copy(FAKES / fake, where / name)
@@ -127,6 +128,10 @@ def rig(run_cli, tmp_path):
         fake_pynvml.reset(n_gpus=4, path=where / "gpus.json")
         os.environ.pop(fake_pynvml.STATE_ENV)
         (where / "gpus.json").chmod(0o644)
+        (where / "gres.json").write_text(json.dumps({"gpus": 4}))
+        for k in range(4):  # SLURM's GPU k is the device file nvidia<k>, NVIDIA minor k
+            os.mknod(where / f"nvidia{k}", 0o600 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, k))
+        nvidia_driver(where / "nvidia-proc", {k: k for k in range(4)})
         wrapper = where / "wattflex-setcap"
         made = run_cli(
             "setcap-rule",
@@ -136,6 +141,10 @@ def rig(run_cli, tmp_path):
             where / "nvidia-smi",
             "--squeue",
             where / "squeue",
+            "--slurmd",
+            where / "slurmd",
+            "--nvidia-proc",
+            where / "nvidia-proc",
             cwd=tmp_path,
         )
         assert made.returncode == 0, made.stderr
@@ -155,6 +164,31 @@ def rig(run_cli, tmp_path):
     finally:
         dropin.unlink(missing_ok=True)
         shutil.rmtree(where, ignore_errors=True)
+
+
+NVIDIA_MAJOR = (
+    195  # the NVIDIA character devices' major (Linux, Documentation/admin-guide/devices.txt)
+)
+
+
+def bus(gpu: int) -> str:
+    """FAKE GPU ``gpu``'s PCI bus id as nvidia-smi writes it (tests/fakes/fake_nvidia_smi.py)."""
+    return f"00000000:{gpu + 1:02X}:00.0"
+
+
+def nvidia_driver(folder: Path, minor_to_gpu: dict[int, int]) -> None:
+    """A FAKE /proc/driver/nvidia/gpus: a folder per GPU named by its PCI bus id, whose
+    ``information`` names its device minor, as the driver writes it ("Device Minor:  N")."""
+    shutil.rmtree(folder, ignore_errors=True)
+    for minor, gpu in minor_to_gpu.items():
+        (folder / f"0000:{gpu + 1:02x}:00.0").mkdir(parents=True)
+        (folder / f"0000:{gpu + 1:02x}:00.0" / "information").write_text(
+            f"Model: \t\t NVIDIA H200\nIRQ:   \t\t 42\nGPU UUID: \t GPU-fake-{gpu:04d}\n"
+            f"Video BIOS: \t ??.??.??.??.??\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
+            f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t 0000:{gpu + 1:02x}:00.0\n"
+            f"Device Minor: \t {minor}\nGPU Excluded:\t No\n"
+        )
+    folder.chmod(0o755)
 
 
 def jobs(where: Path, *entries: dict) -> None:
@@ -208,9 +242,9 @@ def test_sudo_lets_a_job_user_cap_the_gpus_of_their_job_and_nothing_else(rig):
         r = as_nobody_sudo(rig, gpu, watts)
         assert r.returncode == 0, r.stderr
     assert set_calls(rig) == [
-        ["-i", "0", "-pl", "300"],
-        ["-i", "1", "-pl", "700"],
-        ["-i", "1", "-pl", "200"],
+        ["-i", bus(0), "-pl", "300"],
+        ["-i", bus(1), "-pl", "700"],
+        ["-i", bus(1), "-pl", "200"],
     ]
     assert [g["limit_mw"] for g in fake_pynvml_state(rig)["gpus"]] == [
         300_000,
@@ -220,8 +254,9 @@ def test_sudo_lets_a_job_user_cap_the_gpus_of_their_job_and_nothing_else(rig):
     ]
 
     refusals = {
-        ("2", "300"): "GPU 2 is not a GPU of a running SLURM job of uid 65534",  # alice's GPU
-        ("7", "300"): "GPU 7 is not a GPU",
+        ("2", "300"): "GPU 2 (0000:03:00.0) is not a GPU of a running SLURM job of uid 65534",
+        ("7", "300"): "-i 7 --query-gpu=pci.bus_id,power.min_limit,power.max_limit "
+        "--format=csv,noheader,nounits failed (exit 6): No devices were found",
         ("0", "199"): "199 W is outside GPU 0's range 200-700 W",
         ("0", "701"): "701 W is outside GPU 0's range 200-700 W",
     }
@@ -241,6 +276,40 @@ def test_sudo_lets_a_job_user_cap_the_gpus_of_their_job_and_nothing_else(rig):
         and as_nobody_sudo(rig, "0", "300", "1").returncode == 2
     )
     assert len(set_calls(rig)) == 3
+
+
+@needs_root_sudo
+def test_a_gpu_is_known_by_its_device_and_bus_id_not_by_slurms_index_digits(rig):
+    """Issue 51: SLURM's IDX counts slurmd's GPU records, not nvidia-smi's numbering. Here the
+    driver gives SLURM's GPU k (device file nvidia<k>, minor k) the bus of nvidia-smi's GPU
+    (k + 2) % 4: a job on SLURM's GPU 0 may cap nvidia-smi's GPU 2, found through minor 0 and
+    the bus id, and not nvidia-smi's GPU 0 (another job's); the cap is set by bus id."""
+    nvidia_driver(rig / "nvidia-proc", {k: (k + 2) % 4 for k in range(4)})
+    jobs(rig, job(**{NODE: "0"}), job(uid=1000, user="alice", **{NODE: "1-3"}))
+    r = as_nobody_sudo(rig, "0", "300")
+    assert r.returncode == 2, r.stderr
+    assert (
+        f"GPU 0 (0000:01:00.0) is not a GPU of a running SLURM job of uid 65534 on {NODE} "
+        "(its GPUs here: 0000:03:00.0 (SLURM's GPU 0))" in r.stderr
+    ), r.stderr
+    r = as_nobody_sudo(rig, "2", "300")
+    assert r.returncode == 0, r.stderr
+    assert set_calls(rig) == [["-i", bus(2), "-pl", "300"]]
+    assert [g["limit_mw"] for g in fake_pynvml_state(rig)["gpus"]] == [700_000] * 2 + [
+        300_000,
+        700_000,
+    ]
+
+
+@needs_root_sudo
+def test_a_device_file_that_is_not_an_nvidia_gpu_is_refused(rig):
+    """SLURM's GPU record naming a device of another driver (here /dev/null's 1:3) caps nothing."""
+    (rig / "nvidia0").unlink()
+    os.mknod(rig / "nvidia0", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    jobs(rig, job(**{NODE: "0"}))
+    r = as_nobody_sudo(rig, "0", "300")
+    assert r.returncode == 2 and "is not an NVIDIA GPU device (char 195:N)" in r.stderr, r.stderr
+    assert set_calls(rig) == []
 
 
 @needs_root_sudo
@@ -334,10 +403,10 @@ def test_a_capguard_in_command_mode_caps_and_restores_as_the_job_user(rig, run_c
         assert out["during"][:2] == [300_000, 300_000]
         assert [g["limit_mw"] for g in fake_pynvml_state(rig)["gpus"]][:2] == [700_000, 700_000]
         assert set_calls(rig) == [
-            ["-i", "0", "-pl", "300"],
-            ["-i", "1", "-pl", "300"],
-            ["-i", "0", "-pl", "700"],
-            ["-i", "1", "-pl", "700"],
+            ["-i", bus(0), "-pl", "300"],
+            ["-i", bus(1), "-pl", "300"],
+            ["-i", bus(0), "-pl", "700"],
+            ["-i", bus(1), "-pl", "700"],
         ]
     finally:
         shutil.rmtree(state, ignore_errors=True)

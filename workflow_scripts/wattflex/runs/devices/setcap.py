@@ -21,6 +21,9 @@ DEFAULT_PATH = "/usr/local/sbin/wattflex-setcap"
 TOOLS = {
     "NVIDIA_SMI": "/usr/bin/nvidia-smi",
     "SQUEUE": "/usr/bin/squeue",
+    "SLURMD": "/usr/sbin/slurmd",
+    "SLURM_CONF": "/etc/slurm/slurm.conf",
+    "NVIDIA_PROC": "/proc/driver/nvidia/gpus",
 }
 # Written into sudoers and into a program root runs: plain names and paths only (no spaces,
 # commas, '=' or '\', which sudoers reads as syntax; no quote, which would end a Python string).
