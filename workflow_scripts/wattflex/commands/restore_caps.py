@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cap-command",
         help="the installation's cap command template (e.g. 'sudo "
-        "/usr/local/bin/setcap {gpu} {watts}'); default: NVML, which needs root. A command "
+        "/usr/local/bin/setcap {gpu} {watts}'); default: NVML, which needs root. Run as root, its "
+        "program (an absolute path) and its interpreters must be root's end to end. A command "
         "recorded in a state file is never run",
     )
     parser.add_argument(

@@ -289,6 +289,10 @@ def test_a_user_default_folder_is_their_own(monkeypatch):
         ),
         (["--job-uid", "-1"], "argument --job-uid: '-1': must be a whole number >= 0"),
         (
+            ["--job-gpus", "0,gpu1"],
+            "argument --job-gpus: '0,gpu1': expected GPU indices as SLURM lists them, e.g. 0,1",
+        ),
+        (
             ["--cap-command", "setcap {node} {watts}"],
             "--cap-command 'setcap {node} {watts}': has placeholder(s) {node}",
         ),
