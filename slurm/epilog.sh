@@ -123,10 +123,11 @@ program_ok() {
 # each folder it adds are checked before Python runs with them; then sys.path as the script
 # sees it (-I: no PYTHONPATH, no user site) and the wattflex package, every file in it.
 python_ok() {
-  local py=$1 d f line pkg
+  local py=$1 d f line pkg out
   local -a bare site full
-  mapfile -t bare < <("$py" -I -S -c 'import sys, sysconfig; print(*sys.path, sep="\n"); print(sysconfig.get_path("purelib")); print(sysconfig.get_path("platlib"))') \
+  out=$("$py" -I -S -c 'import sys, sysconfig; print(*sys.path, sep="\n"); print(sysconfig.get_path("purelib")); print(sysconfig.get_path("platlib"))') \
     || { WHY="$py -I -S did not start"; return 1; }
+  mapfile -t bare <<<"$out"
   site=("${bare[@]: -2}")
   for d in "${bare[@]}"; do
     [ -e "$d" ] || continue
@@ -144,8 +145,9 @@ python_ok() {
       done <"$f"
     done
   done
-  mapfile -t full < <("$py" -I -c 'import sys, importlib.util as u; s = u.find_spec("wattflex"); print(*sys.path, sep="\n"); print(*(s.submodule_search_locations or [s.origin]) if s else "", sep="\n")') \
+  out=$("$py" -I -c 'import sys, importlib.util as u; s = u.find_spec("wattflex"); print(*sys.path, sep="\n"); print(*(s.submodule_search_locations or [s.origin]) if s else "", sep="\n")') \
     || { WHY="$py -I could not look up the wattflex package"; return 1; }
+  mapfile -t full <<<"$out"
   for d in "${full[@]}"; do
     [ -n "$d" ] && [ -e "$d" ] || continue
     root_only "$d" || return 1
