@@ -31,8 +31,16 @@ NAME = (
 # Partition -> (nodes, fake GPUs per node). single: the one-node sweep (tests/workflow/test_slurm.py),
 # pair: runs across two nodes (test_slurm_multinode.py), grid: a grid event over a two-node job
 # (test_slurm_grid.py), topo: a site of 2 racks x 2 nodes under its electrical limits
-# (test_slurm_topology.py), knobs: pause and requeue of harness jobs (test_slurm_knobs.py).
-PARTITIONS = {"single": (1, 8), "pair": (2, 1), "grid": (2, 2), "topo": (4, 1), "knobs": (1, 2)}
+# (test_slurm_topology.py), knobs: pause and requeue of harness jobs (test_slurm_knobs.py),
+# confined: a job on GPUs 4-7 of 8 under modelled device confinement (test_slurm_confined.py).
+PARTITIONS = {
+    "single": (1, 8),
+    "pair": (2, 1),
+    "grid": (2, 2),
+    "topo": (4, 1),
+    "knobs": (1, 2),
+    "confined": (1, 8),
+}
 
 
 def nodes_of(name: str) -> list[str]:
