@@ -288,3 +288,27 @@ def test_the_run_length_check_passes_over_what_runs_nothing_or_fails_on_its_own(
     cfg["run"]["duration_s"] = 1.0  # too short for every complete group but the broken one's
     cfg["groups"] = cfg["groups"][:1]
     check_run_length(cfg)
+
+
+@pytest.mark.parametrize("per_node,ok", [(None, 16), (4, 12), (8, 8)])
+def test_a_measured_group_that_fills_no_whole_nodes_is_refused_at_start(raw, repo, per_node, ok):
+    """12 GPUs on 8-GPU nodes (the schema's default node, or slurm_gpus_per_node) would be
+    queued, then come up short on a node: refused before anything runs, naming what fits."""
+    raw["backend"] = "cuda"
+    if per_node:
+        raw["slurm_gpus_per_node"] = per_node
+    raw["groups"][3]["gpus"] = 12 if per_node != 4 else 10
+    with pytest.raises(ConfigError) as err:
+        prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+    msg = str(err.value)
+    node = per_node or 8
+    assert msg.startswith(
+        f"config error at groups[3].gpus: group {raw['groups'][3]['id']} asks for"
+    )
+    assert f"not a whole number of {node}-GPU nodes" in msg and f"1-{node} on one node" in msg
+    assert "\n" not in msg
+    raw["groups"][3]["gpus"] = ok
+    prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+    raw["backend"] = "emulated"  # an emulated group runs no SLURM job
+    raw["groups"][3]["gpus"] = 12
+    prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
