@@ -133,3 +133,20 @@ def test_restore_inside_a_confined_job_goes_by_uuid(node_4_7, tmp_path):
     assert done["GPU-fake-0005"]["action"] == "restored"
     limits = [g["limit_mw"] for g in fake_pynvml.state()["gpus"]]
     assert limits[1] == 300_000 and limits[5] == 700_000
+
+
+def test_the_identity_table_joins_cuda_nvml_and_nvidia_smi_by_uuid(node_4_7, monkeypatch):
+    """What benchmarks/gpu_check.py's identity step prints: CUDA's UUIDs (torch's form, no GPU-
+    prefix) and nvidia-smi's CSV rows (its own job-local numbering here) matched by UUID."""
+    for var, value in SLURM_CONFINED.items():
+        monkeypatch.setenv(var, value)
+    cuda = [u.removeprefix("GPU-") for u in UUIDS_4_7[::-1]]  # CUDA_DEVICE_ORDER may differ
+    smi = "\n".join(
+        f"{k}, {u}, 00000000:{0x18 + 0x10 * (k + 4):02X}:00.0" for k, u in enumerate(UUIDS_4_7)
+    )
+    rows = nvml.identity_table(nvml.job_gpus(), cuda, smi)
+    assert [r["uuid"] for r in rows] == UUIDS_4_7
+    assert [r["cuda_ordinal"] for r in rows] == [3, 2, 1, 0]
+    assert [r["nvidia_smi_index"] for r in rows] == [0, 1, 2, 3]
+    assert [r["nvml_index"] for r in rows] == ([4, 5, 6, 7] if node_4_7 == "all" else [0, 1, 2, 3])
+    assert all(r["cuda_ordinal"] is None for r in nvml.identity_table(nvml.job_gpus(), None, None))

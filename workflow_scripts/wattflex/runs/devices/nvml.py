@@ -513,3 +513,35 @@ def open_gpus(
     """The job's GPUs (:func:`job_gpus`, or the NVML ``indices`` given) opened as ``NvmlGpu``."""
     chosen = indices if indices is not None else local_gpu_indices(count)
     return [NvmlGpu(i, set_limit=set_limit, gpm=gpm) for i in chosen]
+
+
+def _bare_uuid(uuid: str) -> str:
+    """A GPU UUID without NVML's ``GPU-`` prefix, lower case: CUDA's (torch's ``props.uuid``) form."""
+    u = uuid.strip().lower()
+    return u[4:] if u.startswith("gpu-") else u
+
+
+def identity_table(
+    gpus: list[JobGpu], cuda_uuids: list[str] | None, smi_csv: str | None
+) -> list[dict[str, Any]]:
+    """The job's GPUs under each name: NVML index, UUID and PCI bus id (:func:`job_gpus`), the
+    CUDA ordinal with the same UUID (``cuda_uuids[i]`` of CUDA device i; None: not asked), and
+    the ``nvidia-smi`` index with the same UUID (``smi_csv``: the output of ``nvidia-smi
+    --query-gpu=index,uuid,pci.bus_id --format=csv,noheader``; None: not run) — the number
+    ``nvidia-smi -i`` (the sudo cap wrapper) would be given."""
+    smi = {}
+    for line in (smi_csv or "").splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[0].isdigit():
+            smi[_bare_uuid(parts[1])] = int(parts[0])
+    cuda = {_bare_uuid(u): i for i, u in enumerate(cuda_uuids or [])}
+    return [
+        {
+            "nvml_index": g.index,
+            "uuid": g.uuid,
+            "pci_bus_id": g.pci_bus_id,
+            "cuda_ordinal": cuda.get(_bare_uuid(g.uuid)) if cuda_uuids is not None else None,
+            "nvidia_smi_index": smi.get(_bare_uuid(g.uuid)) if smi_csv is not None else None,
+        }
+        for g in gpus
+    ]
