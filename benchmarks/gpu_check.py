@@ -1342,6 +1342,11 @@ def _skipped_or_failed(step: dict[str, Any]) -> list[str]:
     )
 
 
+def _unproven_tail(step: dict[str, Any]) -> list[str]:
+    """A GPU-only step's closing lines: why it was skipped or failed, and that it is unproven."""
+    return [*_skipped_or_failed(step), UNPROVEN, ""]
+
+
 def _allreduce_text(e: dict[str, Any], ranks: str) -> str:
     return (
         f"{e['backend']} ({e.get('nccl_version') or 'no NCCL'}), {ranks}, {e['mb_per_rank']:g} MB per rank, "
@@ -1591,8 +1596,7 @@ def markdown(res: dict[str, Any]) -> str:
                 f"{_f(r['cuda_ordinal'], 'd')} | {_f(r['nvidia_smi_index'], 'd')} |"
             )
         lines.append("")
-    lines += _skipped_or_failed(ident)
-    lines += [UNPROVEN, ""]
+    lines += _unproven_tail(ident)
     failed = [k for k, v in s.items() if not v.get("ok")]
     lines += ["## Verdict", "", f"Steps failed: {', '.join(failed) if failed else 'none'}."]
     return "\n".join(lines) + "\n"
