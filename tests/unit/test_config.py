@@ -297,6 +297,7 @@ def test_a_measured_group_that_fills_no_whole_nodes_is_refused_at_start(raw, rep
     raw["backend"] = "cuda"
     if per_node:
         raw["slurm_gpus_per_node"] = per_node
+        raw["cuda"] = {**raw.get("cuda", {}), "nproc_per_node": per_node}  # the harness's node
     raw["groups"][3]["gpus"] = 12 if per_node != 4 else 10
     with pytest.raises(ConfigError) as err:
         prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
@@ -311,4 +312,22 @@ def test_a_measured_group_that_fills_no_whole_nodes_is_refused_at_start(raw, rep
     prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
     raw["backend"] = "emulated"  # an emulated group runs no SLURM job
     raw["groups"][3]["gpus"] = 12
+    prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+
+
+def test_the_harness_layout_must_be_the_nodes_slurm_gives(raw, repo):
+    """On 4-GPU nodes SLURM gives an 8-GPU group 2 nodes x 4; the harness's default 8 ranks per
+    node would start 8 on one of them: refused at start, naming the setting that fits."""
+    raw["backend"] = "cuda"
+    raw["cuda"] = {**raw.get("cuda", {}), "device": "cuda"}
+    raw["slurm_gpus_per_node"] = 4
+    raw["groups"] = [g for g in raw["groups"] if g.get("gpus", 8) == 8][:1]
+    raw["repeats"] = []
+    with pytest.raises(ConfigError) as err:
+        prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+    msg = str(err.value)
+    assert msg.startswith("config error at groups[0]: group ") and "\n" not in msg
+    assert "2 node(s) x 4" in msg and "start 1 x 8 ranks" in msg
+    assert msg.endswith("set cuda.nproc_per_node: 4")
+    raw["cuda"]["nproc_per_node"] = 4
     prepare(copy.deepcopy(raw), base=repo, check_inputs=False)

@@ -673,6 +673,10 @@ def prepare(
         if cal:
             cfg["_emulator_calibration"] = load_emulator_calibration(resolve_path(cal, base))
         check_semantics(cfg)
+        if cfg["backend"] == "cuda":
+            from wattflex.runs.plan import check_layouts  # lazy, as check_plan: cuda only
+
+            check_layouts(cfg, groups(cfg), int(cfg.get("slurm_gpus_per_node") or GPUS_PER_NODE))
         if check_inputs and cfg["backend"] == "cuda":
             check_cuda(cfg, cwd)
             from wattflex.runs.plan import check_plan  # lazy: cuda campaigns only
