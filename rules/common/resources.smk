@@ -62,6 +62,9 @@ def run_resources():
         "mpi": lambda wc: "srun" if nodes(wc) > 1 else None,
         "tasks": lambda wc: nodes(wc) if nodes(wc) > 1 else None,
         "tasks_per_gpu": lambda wc: 0 if nodes(wc) > 1 else None,
+        # ... said per node too (the plugin's tasks_per_node refuses 1 for MPI jobs); a profile's
+        # set-resources slurm_extra replaces it, and --ntasks = --nodes still puts one on each
+        "slurm_extra": lambda wc: "--ntasks-per-node=1" if nodes(wc) > 1 else None,
         "runtime": lambda wc, attempt: run_minutes(wc.group, attempt),
         "run_attempt": lambda wc, attempt: attempt,
         "run_attempts": RUN_RETRIES + 1,

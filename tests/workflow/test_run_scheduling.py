@@ -74,7 +74,8 @@ def test_run_jobs_ask_for_the_groups_gpus_nodes_model_and_time(tmp_path, tiny_co
     # Multi-node: the jobstep plugin's MPI route (no srun -n1 wrapper), one task per node;
     # one node: the plugin's default step (wattflex.runs.real_run).
     assert (big["mpi"], big["tasks"], big["tasks_per_gpu"]) == ("srun", "2", "0")
-    assert not {"mpi", "tasks", "tasks_per_gpu", "gres"} & set(small)
+    assert big["slurm_extra"] == "--ntasks-per-node=1"
+    assert not {"mpi", "tasks", "tasks_per_gpu", "gres", "slurm_extra"} & set(small)
 
 
 def test_parallel_within_group_drops_the_group_slot(tmp_path, tiny_config):
