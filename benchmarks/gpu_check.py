@@ -1287,6 +1287,10 @@ IDENTITY_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "SLURM_JOB_GPUS", "
 
 def gpu_identity(args: argparse.Namespace) -> dict[str, Any]:
     """k) The job's GPUs as CUDA, NVML and nvidia-smi number them, matched by UUID."""
+    try:
+        nvml.nvml()
+    except RuntimeError as exc:  # no driver here: nothing to name (doctor says so)
+        return {"skipped": str(exc)}
     cuda = None
     if args.device == "cuda":
         import torch
