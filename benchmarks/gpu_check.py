@@ -56,6 +56,13 @@ j) torch.compile graph breaks per decoder layer: each catalogue family's tiny mo
    kind of layer compiled as ``training.loop`` compiles it, a layer at a time (inductor on cuda,
    aot_eager on cpu), forward and backward, against eager; no new compile after
    ``--compile-budget-s``. Unproven: no GPU has run it yet;
+k) the job's GPUs under every name (``wattflex.runs.devices.nvml.job_gpus``, ``identity_table``):
+   NVML index, UUID and PCI bus id, the CUDA ordinal with the same UUID (torch's
+   ``get_device_properties(i).uuid``, ``--device cuda``) and the index ``nvidia-smi`` gives it
+   (``--query-gpu=index,uuid,pci.bus_id``: the number ``nvidia-smi -i`` and the sudo cap wrapper
+   get), with CUDA_VISIBLE_DEVICES and SLURM's GPU variables; fails where a CUDA device is not
+   one of the job's NVML GPUs. Run it inside a SLURM job on a node with ConstrainDevices to see
+   how nvidia-smi numbers a confined job's GPUs. Unproven: no GPU has run it yet;
 f) gpu_check_<gpu>.md and .json in benchmarks/results/ (``--out`` elsewhere); ``--device cpu``
    trains on the CPU (the NVML GPUs are still read) and adds ``_cpu-training`` to the name.
 
@@ -1263,7 +1270,7 @@ def anchor_kernels(args: argparse.Namespace, nvml_name: str | None) -> dict[str,
         return {
             "skipped": "needs --device cuda: a CPU GEMM says nothing about the GPU's clock under its limit"
         }
-    gpu = nvml.open_gpus(indices=[0], gpm=False, set_limit=refuse_to_set)[0]
+    gpu = nvml.open_gpus(1, gpm=False, set_limit=refuse_to_set)[0]  # the job's first: cuda:0
     model = catalogue_model(nvml_name)
     out: dict[str, Any] = {}
     for kind in ("gemm", "triad"):
@@ -1271,6 +1278,47 @@ def anchor_kernels(args: argparse.Namespace, nvml_name: str | None) -> dict[str,
             kind, kernel_timeline(kind, "cuda", args.anchor_seconds, gpu.sample), model
         )
     out["limit_binds"] = out["anchor_gemm"]["power_w"] >= 0.97 * out["anchor_gemm"]["power_limit_w"]
+    return out
+
+
+SMI_QUERY = ["--query-gpu=index,uuid,pci.bus_id", "--format=csv,noheader"]
+IDENTITY_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS")
+
+
+def gpu_identity(args: argparse.Namespace) -> dict[str, Any]:
+    """k) The job's GPUs as CUDA, NVML and nvidia-smi number them, matched by UUID."""
+    try:
+        nvml.nvml()
+    except RuntimeError as exc:  # no driver here: nothing to name (doctor says so)
+        return {"skipped": str(exc)}
+    cuda = None
+    if args.device == "cuda":
+        import torch
+
+        cuda = [
+            str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count())
+        ]
+    smi_path = shutil.which("nvidia-smi")
+    smi = (
+        subprocess.run(
+            [smi_path, *SMI_QUERY], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+        if smi_path
+        else None
+    )
+    rows = nvml.identity_table(nvml.job_gpus(), cuda, smi)
+    out: dict[str, Any] = {
+        "rows": rows,
+        "env": {k: os.environ.get(k) for k in IDENTITY_ENV},
+        "nvidia_smi": smi_path,
+        "cuda_devices": None if cuda is None else len(cuda),
+    }
+    mapped = {r["cuda_ordinal"] for r in rows} - {None}
+    if cuda is not None and mapped != set(range(len(cuda))):
+        out["ok"] = False
+        out["error"] = (
+            f"CUDA sees {len(cuda)} device(s), {len(mapped)} of them among the job's NVML GPUs"
+        )
     return out
 
 
@@ -1296,6 +1344,11 @@ def _skipped_or_failed(step: dict[str, Any]) -> list[str]:
     return lines + (
         [f"failed: {step.get('error', '')[:1500]}", ""] if not step.get("ok", True) else []
     )
+
+
+def _unproven_tail(step: dict[str, Any]) -> list[str]:
+    """A GPU-only step's closing lines: why it was skipped or failed, and that it is unproven."""
+    return [*_skipped_or_failed(step), UNPROVEN, ""]
 
 
 def _allreduce_text(e: dict[str, Any], ranks: str) -> str:
@@ -1532,6 +1585,22 @@ def markdown(res: dict[str, Any]) -> str:
         lines.append("")
     lines += _skipped_or_failed(j)
     lines += [UNPROVEN, ""]
+    ident = s.get("gpu_identity", {})
+    lines += ["## k) The job's GPUs: CUDA, NVML and nvidia-smi, matched by UUID", ""]
+    if ident.get("rows"):
+        lines += [
+            "Environment: " + ", ".join(f"`{n}={v}`" for n, v in ident["env"].items() if v) + ".",
+            "",
+            "| NVML index | UUID | PCI bus id | CUDA ordinal | nvidia-smi index |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for r in ident["rows"]:
+            lines.append(
+                f"| {r['nvml_index']} | {r['uuid']} | {r['pci_bus_id']} | "
+                f"{_f(r['cuda_ordinal'], 'd')} | {_f(r['nvidia_smi_index'], 'd')} |"
+            )
+        lines.append("")
+    lines += _unproven_tail(ident)
     failed = [k for k, v in s.items() if not v.get("ok")]
     lines += ["## Verdict", "", f"Steps failed: {', '.join(failed) if failed else 'none'}."]
     return "\n".join(lines) + "\n"
@@ -1586,6 +1655,7 @@ def main(argv: list[str] | None = None) -> int:
         res, "allreduce_nodes", lambda: allreduce_nodes(args, work, len(nv.get("gpus") or []))
     )
     record_step(res, "compile_breaks", lambda: compile_breaks(args))
+    record_step(res, "gpu_identity", lambda: gpu_identity(args))
 
     res["limits_after"] = limits(probe_nvml())
     res["limits_unchanged"] = res["limits_after"] == res["limits_before"]

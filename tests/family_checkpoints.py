@@ -410,3 +410,115 @@ def summary(reports: list[dict]) -> dict[str, Any]:
         "tied": all(r["tied"] for r in reports),
         "model_class": reports[0]["model_class"],
     }
+
+
+# ---- families users bring (cuda.model_path): outside the catalogue, through LoRA -----------------
+@dataclass(frozen=True)
+class BroughtFamily:
+    """A transformers family the catalogue has no model of, as a user's checkpoint brings it:
+    ``config`` the tiny config of its real class (the published config.json's layout, widths
+    shrunk), ``targets`` the adapters its modeling file's attention and MLP classes hold (the
+    spec the harness's derived targets are checked against), ``expert_parameters`` the fused
+    expert weights LoRA reaches through ``target_parameters``."""
+
+    name: str
+    model_type: str
+    config: dict[str, Any]
+    targets: tuple[str, ...]
+    source: str
+    expert_parameters: tuple[str, ...] = ()
+
+
+_IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}  # inside the tiny vocabulary
+_TINY_DENSE = {
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    **_IDS,
+}
+_QKVO_MLP = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+BROUGHT = [
+    BroughtFamily(
+        "Phi-3-mini-4k",
+        "phi3",
+        _TINY_DENSE,
+        ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"),  # modeling_phi3: fused qkv, gate_up
+        "microsoft/Phi-3-mini-4k-instruct config.json; transformers 5.25 modeling_phi3.py",
+    ),
+    BroughtFamily(
+        "DeepSeek-V3",
+        "deepseek_v3",
+        {
+            **_TINY_DENSE,
+            "num_key_value_heads": 4,
+            "moe_intermediate_size": 32,
+            "n_routed_experts": 4,
+            "num_experts_per_tok": 2,
+            "n_shared_experts": 1,
+            "first_k_dense_replace": 1,  # published 3 of 61 layers dense; here 1 of 2
+            "q_lora_rank": 32,  # published 1536: MLA's low-rank query (q_a_proj, q_b_proj)
+            "kv_lora_rank": 16,  # published 512
+            "qk_nope_head_dim": 16,
+            "qk_rope_head_dim": 8,
+            "v_head_dim": 16,
+            "n_group": 1,
+            "topk_group": 1,
+        },
+        (
+            "q_a_proj",
+            "q_b_proj",
+            "kv_a_proj_with_mqa",
+            "kv_b_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ),
+        "deepseek-ai/DeepSeek-V3 config.json; transformers 5.25 modeling_deepseek_v3.py (MLA)",
+        ("mlp.experts.gate_up_proj", "mlp.experts.down_proj"),
+    ),
+    BroughtFamily(
+        "Qwen2.5-0.5B",
+        "qwen2",
+        {**_TINY_DENSE, "tie_word_embeddings": True},
+        _QKVO_MLP,
+        "Qwen/Qwen2.5-0.5B config.json (tie_word_embeddings true)",
+    ),
+    BroughtFamily(
+        "OLMo-2-1124-7B",
+        "olmo2",
+        {**_TINY_DENSE, "num_key_value_heads": 4},
+        _QKVO_MLP,
+        "allenai/OLMo-2-1124-7B config.json; transformers 5.25 modeling_olmo2.py",
+    ),
+]
+# GPT-2 keeps its attention projections in Conv1D (c_attn, c_proj), no nn.Linear: refused
+NO_ATTENTION_LINEAR = BroughtFamily(
+    "gpt2",
+    "gpt2",
+    {"vocab_size": 256, "n_embd": 64, "n_layer": 2, "n_head": 4, **_IDS},
+    (),
+    "openai-community/gpt2 config.json; transformers 5.25 modeling_gpt2.py (Conv1D)",
+)
+
+
+def save_brought(family: BroughtFamily, path: Path, seed: int = 3) -> None:
+    """``save_pretrained`` of a tiny random ``family`` model: the checkpoint a user would bring."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    config = AutoConfig.for_model(family.model_type, **family.config)
+    AutoModelForCausalLM.from_config(config).save_pretrained(path)
+
+
+def expected_adapters(model: torch.nn.Module, family: BroughtFamily, rank: int) -> int:
+    """LoRA parameters of rank ``rank`` on ``family.targets``: r x (in + out) per nn.Linear of
+    that name (peft's lora_A [r, in] and lora_B [out, r]), counted off the base model."""
+    return sum(
+        rank * (m.in_features + m.out_features)
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and name.rsplit(".", 1)[-1] in family.targets
+    )

@@ -33,6 +33,7 @@ NAME = (
 # (test_slurm_grid.py), topo: a site of 2 racks x 2 nodes under its electrical limits
 # (test_slurm_topology.py), knobs: pause and requeue of harness jobs (test_slurm_knobs.py),
 # setcap: the sudo wrapper against real jobs of two users (test_slurm_setcap.py).
+# confined: a job on GPUs 4-7 of 8 under modelled device confinement (test_slurm_confined.py).
 PARTITIONS = {
     "single": (1, 8),
     "pair": (2, 1),
@@ -40,6 +41,7 @@ PARTITIONS = {
     "topo": (4, 1),
     "knobs": (1, 2),
     "setcap": (1, 4),
+    "confined": (1, 8),
 }
 
 

@@ -45,8 +45,14 @@ def run_resources():
     per_node = int(SLURM["slurm_gpus_per_node"])
     gpu_name = lambda wc: SLURM["slurm_gpu_names"].get(GROUPS[wc.group]["gpu"], GROUPS[wc.group]["gpu"].lower())
     nodes = lambda wc: -(-GROUPS[wc.group]["gpus"] // per_node)
+    model_named = SLURM["slurm_gpu_model"] == "gpu_model"
     res = {
-        "gpu": lambda wc: GROUPS[wc.group]["gpus"],
+        # One node: the group's GPUs (--gpus=[<model>:]N). Several: a per-node split, as
+        # --gpus-per-node does, through --gres=gpu:[<model>:]<per node> (SLURM's --gres counts
+        # per node); wattflex.config.check_node_layout has refused groups that fill no whole nodes.
+        "gpu": lambda wc: GROUPS[wc.group]["gpus"] if nodes(wc) == 1 else None,
+        "gres": lambda wc: None if nodes(wc) == 1 else ":".join(
+            ["gpu", *([gpu_name(wc)] if model_named else []), str(per_node)]),
         # One torchrun launcher per node: SLURM's default of one task per node.
         "nodes": nodes,
         # Multi-node: the jobstep plugin's MPI route (no `srun -n1` wrapper, which cannot
@@ -56,11 +62,16 @@ def run_resources():
         "mpi": lambda wc: "srun" if nodes(wc) > 1 else None,
         "tasks": lambda wc: nodes(wc) if nodes(wc) > 1 else None,
         "tasks_per_gpu": lambda wc: 0 if nodes(wc) > 1 else None,
+        # ... said per node too (the plugin's tasks_per_node refuses 1 for MPI jobs); a profile's
+        # set-resources slurm_extra replaces it, and --ntasks = --nodes still puts one on each
+        "slurm_extra": lambda wc: "--ntasks-per-node=1" if nodes(wc) > 1 else None,
         "runtime": lambda wc, attempt: run_minutes(wc.group, attempt),
         "run_attempt": lambda wc, attempt: attempt,
         "run_attempts": RUN_RETRIES + 1,
     }
-    if SLURM["slurm_gpu_model"] != "none":
+    if model_named:  # multi-node: the model is in the gres
+        res["gpu_model"] = lambda wc: gpu_name(wc) if nodes(wc) == 1 else None
+    elif SLURM["slurm_gpu_model"] != "none":
         res[SLURM["slurm_gpu_model"]] = gpu_name
     for gid, slot in GROUP_SLOTS.items():
         res[slot] = lambda wc, gid=gid: 1 if wc.group == gid else None

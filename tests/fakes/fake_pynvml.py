@@ -19,6 +19,18 @@ the limits in mW it refuses so), ``gpm`` ("ok" |
 by someone else), ``persistence`` (False: persistence mode off), ``user_pid`` (the process
 using the GPU, :func:`claim`: while it is stopped, as ``scontrol suspend`` leaves a job, or gone,
 the GPU reads its ``idle_w`` instead of its demand; unset: always its demand).
+
+Device confinement (SLURM ``task/cgroup`` with ``ConstrainDevices=yes``) is per process, as a
+cgroup is, so it comes from the environment, inherited by child processes: ``FAKE_PYNVML_DEVICES``
+(the node's GPU indices this process's device cgroup grants, e.g. ``4,5,6,7``; unset: all) and
+``FAKE_PYNVML_COUNT`` (``all``: ``nvmlDeviceGetCount`` counts every GPU and
+``nvmlDeviceGetHandleByIndex`` answers ``NVML_ERROR_NO_PERMISSION`` for the others, as
+``nvmlDeviceGetCount_v2`` does; ``accessible``: the ``_v1`` behaviour, which counts only the
+granted GPUs and numbers them from 0 — both from nvml.h's notes on ``nvmlDeviceGetCount_v2``).
+``nvmlDeviceGetHandleByUUID``/``ByPciBusId`` of a GPU not granted also answer NO_PERMISSION
+(assumed: nvml.h does not list it, but opening the device file is what the cgroup denies).
+Names, arity, units and error classes are checked against the real module
+(tests/unit/runs/devices/test_fake_pynvml_conformance.py).
 """
 
 from __future__ import annotations
@@ -34,6 +46,8 @@ from types import SimpleNamespace
 from typing import Any
 
 STATE_ENV = "FAKE_PYNVML_STATE"
+DEVICES_ENV = "FAKE_PYNVML_DEVICES"
+COUNT_ENV = "FAKE_PYNVML_COUNT"
 
 NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1
@@ -41,6 +55,7 @@ NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NO_PERMISSION = 4
 NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_FI_DEV_POWER_INSTANT = 186
 NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
@@ -55,38 +70,51 @@ CLOCKS_EVENT_REASON_SW_POWER_CAP = 0x4
 
 
 class NVMLError(Exception):
-    def __init__(self, value: int):
-        super().__init__(value)
-        self.value = value
+    """As pynvml's: ``NVMLError(value)`` is an instance of the subclass for ``value``."""
+
+    _valClassMapping: dict[int, type] = {}
+    _errcode_to_string = {
+        NVML_ERROR_UNINITIALIZED: "Uninitialized",
+        NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+        NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+        NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+        NVML_ERROR_NOT_FOUND: "Not Found",
+        NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+    }
+
+    def __new__(cls, value: int):
+        if cls is NVMLError:
+            cls = NVMLError._valClassMapping.get(value, cls)
+        obj = Exception.__new__(cls)
+        obj.value = value
+        return obj
 
     def __str__(self) -> str:
-        return {
-            2: "Invalid Argument",
-            3: "Not Supported",
-            4: "Insufficient Permissions",
-            6: "Not Found",
-        }.get(self.value, f"NVML error {self.value}")
+        return self._errcode_to_string.get(self.value, f"NVML Error with code {self.value}")
 
 
-class NVMLError_InvalidArgument(NVMLError):
-    def __init__(self) -> None:
-        super().__init__(NVML_ERROR_INVALID_ARGUMENT)
+def _error_class(name: str, value: int) -> type:
+    cls = type(name, (NVMLError,), {"__new__": lambda typ, *a: NVMLError.__new__(typ, value)})
+    NVMLError._valClassMapping[value] = cls
+    return cls
 
 
-class NVMLError_NotSupported(NVMLError):
-    def __init__(self) -> None:
-        super().__init__(NVML_ERROR_NOT_SUPPORTED)
-
-
-class NVMLError_NoPermission(NVMLError):
-    def __init__(self) -> None:
-        super().__init__(NVML_ERROR_NO_PERMISSION)
+NVMLError_Uninitialized = _error_class("NVMLError_Uninitialized", NVML_ERROR_UNINITIALIZED)
+NVMLError_InvalidArgument = _error_class("NVMLError_InvalidArgument", NVML_ERROR_INVALID_ARGUMENT)
+NVMLError_NotSupported = _error_class("NVMLError_NotSupported", NVML_ERROR_NOT_SUPPORTED)
+NVMLError_NoPermission = _error_class("NVMLError_NoPermission", NVML_ERROR_NO_PERMISSION)
+NVMLError_NotFound = _error_class("NVMLError_NotFound", NVML_ERROR_NOT_FOUND)
+NVMLError_FunctionNotFound = _error_class(
+    "NVMLError_FunctionNotFound", NVML_ERROR_FUNCTION_NOT_FOUND
+)
 
 
 def _default_gpu(i: int) -> dict[str, Any]:
     return {
         "name": "NVIDIA H200",
         "uuid": f"GPU-fake-{i:04d}",
+        # FAKE PCI bus ids, in NVML's format (pynvml NVML_DEVICE_PCI_BUS_ID_FMT "%08X:%02X:%02X.0")
+        "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
         "min_mw": 200_000,
         "max_mw": 700_000,
         "default_mw": 700_000,
@@ -252,26 +280,66 @@ def nvmlSystemGetCudaDriverVersion() -> int:
     return 12080  # 1000 * major + 10 * minor
 
 
-def nvmlDeviceGetCount() -> int:
-    return len(_load()["gpus"])
+def granted() -> list[int]:
+    """The node's GPU indices this process's (modelled) device cgroup grants."""
+    n = len(_load()["gpus"])
+    raw = os.environ.get(DEVICES_ENV)
+    if raw is None:
+        return list(range(n))
+    return sorted(i for i in (int(v) for v in raw.split(",") if v.strip()) if i < n)
 
 
-def nvmlDeviceGetHandleByIndex(i: int) -> int:
-    if not 0 <= i < nvmlDeviceGetCount():
-        raise NVMLError_InvalidArgument()
+def _count_all() -> bool:
+    return os.environ.get(COUNT_ENV, "all") != "accessible"
+
+
+def _open(i: int) -> int:
+    """The handle of the node's GPU ``i``, or NO_PERMISSION where the cgroup denies it."""
+    if i not in granted():
+        raise NVMLError(NVML_ERROR_NO_PERMISSION)
     return i
+
+
+def nvmlDeviceGetCount() -> int:
+    return len(_load()["gpus"]) if _count_all() else len(granted())
+
+
+def nvmlDeviceGetHandleByIndex(index: int) -> int:
+    if not 0 <= index < nvmlDeviceGetCount():
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return _open(index) if _count_all() else granted()[index]
 
 
 def nvmlDeviceGetHandleByUUID(uuid: str | bytes) -> int:
     uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
     for i, g in enumerate(_load()["gpus"]):
         if g["uuid"] == uuid:
-            return i
+            return _open(i)
+    raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+
+def nvmlDeviceGetHandleByPciBusId(pciBusId: str | bytes) -> int:
+    bus = (pciBusId.decode() if isinstance(pciBusId, bytes) else pciBusId).upper()
+    for i, g in enumerate(_load()["gpus"]):
+        if g["pci_bus_id"] == bus:
+            return _open(i)
     raise NVMLError(NVML_ERROR_NOT_FOUND)
 
 
 def nvmlDeviceGetIndex(handle: int) -> int:
-    return handle
+    return handle if _count_all() else granted().index(handle)
+
+
+def nvmlDeviceGetPciInfo(handle: int) -> SimpleNamespace:
+    """``nvmlPciInfo_t``'s identity fields (``busId`` as bytes, as the ctypes field reads)."""
+    bus = _gpu(handle)["pci_bus_id"]
+    return SimpleNamespace(
+        busId=bus.encode(),
+        busIdLegacy=bus[4:].encode(),
+        domain=int(bus[:8], 16),
+        bus=int(bus[9:11], 16),
+        device=0,
+    )
 
 
 def nvmlDeviceGetName(handle: int) -> str:
@@ -299,28 +367,28 @@ def nvmlDeviceGetEnforcedPowerLimit(handle: int) -> int:
     return _enforced_mw(_gpu(handle))
 
 
-def nvmlDeviceSetPowerManagementLimit(handle: int, limit_mw: int) -> None:
+def nvmlDeviceSetPowerManagementLimit(handle: int, limit: int) -> None:
     with _mutate() as s:
         g = s["gpus"][handle]
-        if not s["allow_set"] or g.get("deny_set") or int(limit_mw) in g.get("deny_set_mw", []):
-            raise NVMLError_NoPermission()
-        if not g["min_mw"] <= limit_mw <= g["max_mw"]:
-            raise NVMLError_InvalidArgument()
-        g["limit_mw"] = int(limit_mw)
-        s["set_calls"].append([handle, int(limit_mw)])
+        if not s["allow_set"] or g.get("deny_set") or int(limit) in g.get("deny_set_mw", []):
+            raise NVMLError(NVML_ERROR_NO_PERMISSION)
+        if not g["min_mw"] <= limit <= g["max_mw"]:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        g["limit_mw"] = int(limit)
+        s["set_calls"].append([handle, int(limit)])
         s.setdefault("set_t", []).append(time.time())  # when: a ramp is per second, not per call
 
 
-def nvmlDeviceSetGpuLockedClocks(handle: int, min_mhz: int, max_mhz: int) -> None:
+def nvmlDeviceSetGpuLockedClocks(handle: int, minGpuClockMHz: int, maxGpuClockMHz: int) -> None:
     """FAKE: holds the SM clock at [min, max] (wattflex locks min == max)."""
     with _mutate() as s:
         g = s["gpus"][handle]
         if not s["allow_set"] or g.get("deny_set") or g.get("deny_lock"):
-            raise NVMLError_NoPermission()
-        if not g["sm_clock_min"] <= min_mhz <= max_mhz <= g["sm_clock_max"]:
-            raise NVMLError_InvalidArgument()
-        g["locked_mhz"] = int(max_mhz)
-        s["clock_calls"].append([handle, int(min_mhz), int(max_mhz)])
+            raise NVMLError(NVML_ERROR_NO_PERMISSION)
+        if not g["sm_clock_min"] <= minGpuClockMHz <= maxGpuClockMHz <= g["sm_clock_max"]:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        g["locked_mhz"] = int(maxGpuClockMHz)
+        s["clock_calls"].append([handle, int(minGpuClockMHz), int(maxGpuClockMHz)])
 
 
 def nvmlDeviceResetGpuLockedClocks(handle: int) -> None:
@@ -328,15 +396,15 @@ def nvmlDeviceResetGpuLockedClocks(handle: int) -> None:
     with _mutate() as s:
         g = s["gpus"][handle]
         if not s["allow_set"] or g.get("deny_set"):
-            raise NVMLError_NoPermission()
+            raise NVMLError(NVML_ERROR_NO_PERMISSION)
         g["locked_mhz"] = None
         s["clock_calls"].append([handle, "reset"])
 
 
-def nvmlDeviceGetFieldValues(handle: int, field_ids: list[int]) -> list[SimpleNamespace]:
+def nvmlDeviceGetFieldValues(handle: int, fieldIds: list[int]) -> list[SimpleNamespace]:
     s, g = _load(), _gpu(handle)
     out = []
-    for fid in field_ids:
+    for fid in fieldIds:
         ok = fid == NVML_FI_DEV_POWER_INSTANT and s["instant_power"]
         out.append(
             SimpleNamespace(
@@ -361,17 +429,17 @@ def _throttle(g: dict[str, Any]) -> float:
     return min(1.0, _enforced_mw(g) / 1000 / g["demand_w"])
 
 
-def nvmlDeviceGetClockInfo(handle: int, clock: int) -> int:
+def nvmlDeviceGetClockInfo(handle: int, type: int) -> int:  # noqa: A002 (pynvml's name)
     g = _gpu(handle)
-    if clock == NVML_CLOCK_SM:
+    if type == NVML_CLOCK_SM:
         capped = g["sm_clock_max"] * _throttle(g) ** 0.5
         return int(capped if g.get("locked_mhz") is None else min(capped, g["locked_mhz"]))
     return g["mem_clock"]
 
 
-def nvmlDeviceGetMaxClockInfo(handle: int, clock: int) -> int:
+def nvmlDeviceGetMaxClockInfo(handle: int, type: int) -> int:  # noqa: A002 (pynvml's name)
     g = _gpu(handle)
-    return g["sm_clock_max"] if clock == NVML_CLOCK_SM else g["mem_clock"]
+    return g["sm_clock_max"] if type == NVML_CLOCK_SM else g["mem_clock"]
 
 
 def nvmlDeviceGetPersistenceMode(handle: int) -> int:
@@ -383,22 +451,41 @@ def nvmlDeviceGetUtilizationRates(handle: int) -> SimpleNamespace:
     return SimpleNamespace(gpu=g["util"], memory=g["mem_util"])
 
 
-def nvmlDeviceGetMemoryInfo(handle: int) -> SimpleNamespace:
+def nvmlDeviceGetMemoryInfo(handle: int, version: int | None = None) -> SimpleNamespace:
     g = _gpu(handle)
     total = 141 * 1024**3
     return SimpleNamespace(total=total, used=g["fb_used"], free=total - g["fb_used"])
 
 
 def nvmlDeviceGetTemperature(handle: int, sensor: int) -> int:
+    """Deprecated in nvidia-ml-py 13 (removed in CUDA 14.0): answers FUNCTION_NOT_FOUND
+    when the state's ``old_calls`` is False, as a driver without it would."""
+    if _load().get("old_calls") is False:
+        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+    return _gpu(handle)["temp"]
+
+
+def nvmlDeviceGetTemperatureV(handle: int, sensor: int, version: int = 0x100000C) -> int:
+    """The successor (``nvmlTemperature_v1`` = 0x100000C); FUNCTION_NOT_FOUND with
+    ``new_calls`` False, as a driver older than the module answers."""
+    if _load().get("new_calls") is False:
+        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
     return _gpu(handle)["temp"]
 
 
 def nvmlDeviceGetCurrentClocksEventReasons(handle: int) -> int:
+    if _load().get("new_calls") is False:
+        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
     g = _gpu(handle)
     return CLOCKS_EVENT_REASON_SW_POWER_CAP if _throttle(g) < 1.0 else 0
 
 
-nvmlDeviceGetCurrentClocksThrottleReasons = nvmlDeviceGetCurrentClocksEventReasons
+def nvmlDeviceGetCurrentClocksThrottleReasons(handle: int) -> int:
+    """Deprecated (removed in CUDA 14.0); FUNCTION_NOT_FOUND with ``old_calls`` False."""
+    if _load().get("old_calls") is False:
+        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+    g = _gpu(handle)
+    return CLOCKS_EVENT_REASON_SW_POWER_CAP if _throttle(g) < 1.0 else 0
 
 
 # ---- GPM ----------------------------------------------------------------------------------
@@ -417,7 +504,7 @@ class c_nvmlGpmMetricsGet_t:
         ]
 
 
-def nvmlGpmQueryDeviceSupport(handle: int) -> SimpleNamespace:
+def nvmlGpmQueryDeviceSupport(device: int) -> SimpleNamespace:
     return SimpleNamespace(version=1, isSupportedDevice=int(_load()["gpm"] != "unsupported"))
 
 
@@ -425,25 +512,29 @@ def nvmlGpmSampleAlloc() -> _GpmSample:
     return _GpmSample()
 
 
-def nvmlGpmSampleFree(sample: _GpmSample) -> None:
-    sample.values = None
+def nvmlGpmSampleFree(gpmSample: _GpmSample) -> None:
+    gpmSample.values = None
 
 
-def nvmlGpmSampleGet(handle: int, sample: _GpmSample) -> _GpmSample:
+def nvmlGpmSampleGet(device: int, gpmSample: _GpmSample) -> _GpmSample:
     mode = _load()["gpm"]
     if mode == "no_permission":
-        raise NVMLError_NoPermission()
+        raise NVMLError(NVML_ERROR_NO_PERMISSION)
     if mode == "unsupported":
-        raise NVMLError_NotSupported()
-    sample.values = dict(_gpu(handle)["gpm_values"])
-    return sample
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    gpmSample.values = dict(_gpu(device)["gpm_values"])
+    return gpmSample
 
 
-def nvmlGpmMetricsGet(req: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
-    if req.version != NVML_GPM_METRICS_GET_VERSION or req.sample1 is None or req.sample2 is None:
-        raise NVMLError_InvalidArgument()
-    if req.sample1.values is None or req.sample2.values is None:
-        raise NVMLError_InvalidArgument()
-    for m in req.metrics[: req.numMetrics]:
-        m.value = float(req.sample2.values.get(str(m.metricId), 0.0))
-    return req
+def nvmlGpmMetricsGet(metricsGet: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
+    if (
+        metricsGet.version != NVML_GPM_METRICS_GET_VERSION
+        or metricsGet.sample1 is None
+        or metricsGet.sample2 is None
+    ):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    if metricsGet.sample1.values is None or metricsGet.sample2.values is None:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    for m in metricsGet.metrics[: metricsGet.numMetrics]:
+        m.value = float(metricsGet.sample2.values.get(str(m.metricId), 0.0))
+    return metricsGet

@@ -288,3 +288,46 @@ def test_the_run_length_check_passes_over_what_runs_nothing_or_fails_on_its_own(
     cfg["run"]["duration_s"] = 1.0  # too short for every complete group but the broken one's
     cfg["groups"] = cfg["groups"][:1]
     check_run_length(cfg)
+
+
+@pytest.mark.parametrize("per_node,ok", [(None, 16), (4, 12), (8, 8)])
+def test_a_measured_group_that_fills_no_whole_nodes_is_refused_at_start(raw, repo, per_node, ok):
+    """12 GPUs on 8-GPU nodes (the schema's default node, or slurm_gpus_per_node) would be
+    queued, then come up short on a node: refused before anything runs, naming what fits."""
+    raw["backend"] = "cuda"
+    if per_node:
+        raw["slurm_gpus_per_node"] = per_node
+        raw["cuda"] = {**raw.get("cuda", {}), "nproc_per_node": per_node}  # the harness's node
+    raw["groups"][3]["gpus"] = 12 if per_node != 4 else 10
+    with pytest.raises(ConfigError) as err:
+        prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+    msg = str(err.value)
+    node = per_node or 8
+    assert msg.startswith(
+        f"config error at groups[3].gpus: group {raw['groups'][3]['id']} asks for"
+    )
+    assert f"not a whole number of {node}-GPU nodes" in msg and f"1-{node} on one node" in msg
+    assert "\n" not in msg
+    raw["groups"][3]["gpus"] = ok
+    prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+    raw["backend"] = "emulated"  # an emulated group runs no SLURM job
+    raw["groups"][3]["gpus"] = 12
+    prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+
+
+def test_the_harness_layout_must_be_the_nodes_slurm_gives(raw, repo):
+    """On 4-GPU nodes SLURM gives an 8-GPU group 2 nodes x 4; the harness's default 8 ranks per
+    node would start 8 on one of them: refused at start, naming the setting that fits."""
+    raw["backend"] = "cuda"
+    raw["cuda"] = {**raw.get("cuda", {}), "device": "cuda"}
+    raw["slurm_gpus_per_node"] = 4
+    raw["groups"] = [g for g in raw["groups"] if g.get("gpus", 8) == 8][:1]
+    raw["repeats"] = []
+    with pytest.raises(ConfigError) as err:
+        prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+    msg = str(err.value)
+    assert msg.startswith("config error at groups[0]: group ") and "\n" not in msg
+    assert "2 node(s) x 4" in msg and "start 1 x 8 ranks" in msg
+    assert msg.endswith("set cuda.nproc_per_node: 4")
+    raw["cuda"]["nproc_per_node"] = 4
+    prepare(copy.deepcopy(raw), base=repo, check_inputs=False)

@@ -263,6 +263,7 @@ def test_an_unknown_gpu_past_the_schema_names_the_known_models():
         {"tiny": True, "cap_control": "nvml", "precision": None, "max_steps": None, "nnodes": None},
         {
             "tiny": True,
+            "device": "cpu",  # 2 nodes for an 8-GPU group: a CPU layout (on GPUs: 2 x 4 ranks on 4-GPU nodes)
             "nnodes": 2,
             "nccl": {
                 "debug": "INFO",

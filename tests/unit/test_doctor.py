@@ -81,7 +81,10 @@ def test_fake_nvml_doctor_reports_two_h200_in_words_and_changes_nothing(
     assert "driver 570.124.06, NVML 12.570.124.06, CUDA driver 12.8, 2 GPU(s)" in out
     assert "fake_pynvml.py" in out  # the report names the NVML it used
     for i in (0, 1):
-        assert f"GPU {i}     NVIDIA H200 (GPU-fake-000{i}), drawing 650 W" in out
+        assert (
+            f"GPU {i}     NVIDIA H200 (GPU-fake-000{i}, PCI 00000000:{0x18 + 0x10 * i:02X}:00.0), drawing 650 W"
+            in out
+        )
     assert out.count("power limit 700 W (default 700, range 200-700, enforced 700)") == 2
     assert out.count("clocks SM 1980 MHz (max 1980), memory 3201 MHz (max 3201)") == 2
     assert (

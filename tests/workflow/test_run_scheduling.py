@@ -33,7 +33,8 @@ def run_resources(stdout: str) -> dict[str, dict[str, str]]:
     return out
 
 
-def test_run_jobs_ask_for_the_groups_gpus_nodes_model_and_time(tmp_path, tiny_config):
+@pytest.mark.parametrize("mode", ["constraint", "gpu_model"])
+def test_run_jobs_ask_for_the_groups_gpus_nodes_model_and_time(tmp_path, tiny_config, mode):
     cfg = yaml.safe_load(tiny_config.read_text())
     x16 = {
         "id": "h100-dense-pt-x16",
@@ -50,16 +51,22 @@ def test_run_jobs_ask_for_the_groups_gpus_nodes_model_and_time(tmp_path, tiny_co
         "--configfile",
         str(config),
         "--config",
-        "slurm_gpu_model=constraint",
+        f"slurm_gpu_model={mode}",
         "slurm_gpus_per_node=8",
         cwd=tmp_path,
     )
     res = run_resources(proc.stdout)
     assert len(res) == 8
     big = res["h100-dense-pt-x16/cap200"]
-    assert (big["gpu"], big["nodes"], big["constraint"]) == ("16", "2", "h100")  # 2 nodes x 8 GPUs
+    # 2 nodes x 8 GPUs, split per node (--gres counts per node), not a total SLURM may split unevenly
     small = res["dense-pt-mistral24b-x8/cap200"]
-    assert (small["gpu"], small["nodes"], small["constraint"]) == ("8", "1", "h200")
+    if mode == "constraint":
+        assert (big["gres"], big["nodes"], big["constraint"]) == ("gpu:8", "2", "h100")
+        assert (small["gpu"], small["nodes"], small["constraint"]) == ("8", "1", "h200")
+    else:  # the model in the per-node gres; one node: --gpus=<model>:<n>
+        assert (big["gres"], big["nodes"]) == ("gpu:h100:8", "2") and "gpu_model" not in big
+        assert (small["gpu"], small["nodes"], small["gpu_model"]) == ("8", "1", "h200")
+    assert "gpu" not in big
     # 420-s runs + 20-min margin; 1 retry by default; each run holds its group's slot.
     assert small["runtime"] == "27" and small["run_attempts"] == "2"
     assert small["sweep_dense_pt_mistral24b_x8"] == "1" and "sweep_h100_dense_pt_x16" not in small
@@ -67,7 +74,8 @@ def test_run_jobs_ask_for_the_groups_gpus_nodes_model_and_time(tmp_path, tiny_co
     # Multi-node: the jobstep plugin's MPI route (no srun -n1 wrapper), one task per node;
     # one node: the plugin's default step (wattflex.runs.real_run).
     assert (big["mpi"], big["tasks"], big["tasks_per_gpu"]) == ("srun", "2", "0")
-    assert not {"mpi", "tasks", "tasks_per_gpu"} & set(small)
+    assert big["slurm_extra"] == "--ntasks-per-node=1"
+    assert not {"mpi", "tasks", "tasks_per_gpu", "gres", "slurm_extra"} & set(small)
 
 
 def test_parallel_within_group_drops_the_group_slot(tmp_path, tiny_config):

@@ -176,7 +176,12 @@ def test_one_run_is_one_slurm_job_on_both_nodes(two_node_run, two_nodes):
         check=True,
     ).stdout.strip()  # wattflex-node[1-2]
     assert job_field(jobid, "NumNodes") == "2" and job_field(jobid, "NodeList") == hostlist
-    assert job_field(jobid, "TresPerJob") == "gres:gpu:h200:2"
+    # a per-node split (1 GPU on each of the 2 nodes), not a job total SLURM may split unevenly
+    assert job_field(jobid, "TresPerNode") == "gres:gpu:h200:1"
+    assert job_field(jobid, "TresPerJob") == ""
+    assert job_field(jobid, "NumTasks") == "2" and job_field(jobid, "NtasksPerN:B:S:C").startswith(
+        "1:"
+    )
     assert jobid in two_nodes.epilog_ran.read_text().split()  # the epilog ran (on each node)
 
 

@@ -36,7 +36,7 @@ import yaml
 
 from wattflex.architectures import ARCHITECTURES, MULTIMODAL_TEXT_PREFIX
 from wattflex.errors import ConfigError
-from wattflex.gpus import DEFAULT_GPU, GPUS, gpu_spec
+from wattflex.gpus import DEFAULT_GPU, GPUS, GPUS_PER_NODE, gpu_spec
 from wattflex.run_ids import run_id
 
 # the schema's reading lives below config, so the dataclasses of lower layers can take their defaults
@@ -342,12 +342,29 @@ def check_names(cfg: dict[str, Any]) -> None:
     )
 
 
+def check_node_layout(g: dict[str, Any], per_node: int, where: str) -> None:
+    """A group of more GPUs than a node holds must fill whole nodes: SLURM gives each node the
+    same count (``--gres=gpu:<per node>``) and each node's torchrun one rank per GPU, so 12 GPUs
+    on 8-GPU nodes would ask for a split no node layout has."""
+    n = int(g["gpus"])
+    if n > per_node and n % per_node:
+        raise ConfigError(
+            f"config error at {where}.gpus: group {g['id']} asks for {n} GPUs, not a whole "
+            f"number of {per_node}-GPU nodes (slurm_gpus_per_node); counts that fit: 1-{per_node} "
+            f"on one node, or {', '.join(str(per_node * k) for k in (2, 3, 4))}, ... on whole nodes "
+            f"(here {n // per_node * per_node} or {(n // per_node + 1) * per_node})"
+        )
+
+
 def check_semantics(cfg: dict[str, Any]) -> None:
     catalog = cfg["_catalog"]
     check_run_timeline(cfg["run"])
+    per_node = int(cfg.get("slurm_gpus_per_node") or GPUS_PER_NODE)
     seen: dict[str, int] = {}
     for i, (raw, g) in enumerate(zip(cfg["groups"], groups(cfg))):
         where = f"groups[{i}]"
+        if cfg["backend"] == "cuda":  # measured runs are real jobs on real nodes
+            check_node_layout(g, per_node, where)
         if g["id"] in seen:
             raise ConfigError(
                 f"config error at {where}.id: duplicate group id {g['id']!r} (also groups[{seen[g['id']]}])"
@@ -656,6 +673,10 @@ def prepare(
         if cal:
             cfg["_emulator_calibration"] = load_emulator_calibration(resolve_path(cal, base))
         check_semantics(cfg)
+        if cfg["backend"] == "cuda":
+            from wattflex.runs.plan import check_layouts  # lazy, as check_plan: cuda only
+
+            check_layouts(cfg, groups(cfg), int(cfg.get("slurm_gpus_per_node") or GPUS_PER_NODE))
         if check_inputs and cfg["backend"] == "cuda":
             check_cuda(cfg, cwd)
             from wattflex.runs.plan import check_plan  # lazy: cuda campaigns only

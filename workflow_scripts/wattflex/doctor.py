@@ -116,8 +116,21 @@ def probe_nvml() -> dict[str, Any]:
         out["nvml_version"] = _optional(lambda: _text(pynvml.nvmlSystemGetNVMLVersion()))
         cuda = _optional(pynvml.nvmlSystemGetCudaDriverVersion)
         out["cuda_driver_version"] = f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None
-        out["gpus"] = [probe_gpu(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
-        if not out["gpus"]:
+        out["node_gpus"] = _optional(pynvml.nvmlDeviceGetCount)
+        try:  # the job's GPUs by UUID; NVML refuses the node's others inside a confined job
+            mine = nvml_devices.job_gpus()
+        except nvml_devices.GpuIdentityError as exc:
+            mine = []
+            out["problems"].append(
+                problem(
+                    f"this job's GPUs cannot be opened: {exc}",
+                    "no caps and no NVML telemetry for this job's runs",
+                    "ask the admin whether the node's device cgroup (SLURM ConstrainDevices, "
+                    "gres.conf) grants the GPUs SLURM allocates",
+                )
+            )
+        out["gpus"] = [probe_gpu(pynvml, g.index) for g in mine]
+        if not out["gpus"] and not out["problems"]:
             out["problems"].append(
                 problem(
                     "NVML sees no GPU",
@@ -150,6 +163,7 @@ def probe_gpu(nv: Any, index: int) -> dict[str, Any]:
         "index": index,
         "name": _text(nv.nvmlDeviceGetName(h)),
         "uuid": _optional(lambda: _text(nv.nvmlDeviceGetUUID(h))),
+        "pci_bus_id": _optional(lambda: _text(nv.nvmlDeviceGetPciInfo(h).busId)),
         "power_w": w(nv.nvmlDeviceGetPowerUsage),
         "power_limit_w": w(nv.nvmlDeviceGetPowerManagementLimit),
         "default_limit_w": w(nv.nvmlDeviceGetPowerManagementDefaultLimit),
@@ -761,7 +775,8 @@ def format_report(r: dict[str, Any]) -> str:
     if nv.get("available"):
         lines.append(
             f"NVML        driver {nv['driver_version']}, NVML {nv['nvml_version']}, CUDA driver "
-            f"{nv['cuda_driver_version']}, {len(nv['gpus'])} GPU(s)   [pynvml: {nv['module']}]"
+            f"{nv['cuda_driver_version']}, {len(nv['gpus'])} GPU(s) of this job "
+            f"(NVML counts {nv.get('node_gpus')} on the node)   [pynvml: {nv['module']}]"
         )
         for g in nv["gpus"]:
             gpm = (
@@ -771,7 +786,8 @@ def format_report(r: dict[str, Any]) -> str:
             )
             pm = {True: "on", False: "off", None: "unknown"}[g["persistence_mode"]]
             lines += [
-                f"  GPU {g['index']}     {g['name']} ({g['uuid']}), drawing {_w(g['power_w'])} W",
+                f"  GPU {g['index']}     {g['name']} ({g['uuid']}, PCI {g.get('pci_bus_id')}), "
+                f"drawing {_w(g['power_w'])} W",
                 f"            power limit {_w(g['power_limit_w'])} W (default {_w(g['default_limit_w'])}, "
                 f"range {_w(g['min_limit_w'])}-{_w(g['max_limit_w'])}, enforced {_w(g['enforced_limit_w'])})",
                 f"            clocks SM {_w(g['sm_clock_mhz'])} MHz (max {_w(g['sm_clock_max_mhz'])}), memory "

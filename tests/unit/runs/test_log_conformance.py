@@ -5,6 +5,7 @@ a step (torchtitan's validate line, Megatron-LM's validation and test-set blocks
 Trainer's and Lightning's evaluation bars), a bar's redraw no new step, and both of NeMo's
 progress callbacks. The HF Trainer is really run here."""
 
+import re
 import subprocess
 import sys
 import time
@@ -122,3 +123,30 @@ def test_hf_trainer_really_run_its_evaluation_bar_is_no_step(tmp_path):
     assert steps == sorted(set(steps)) and set(steps) <= {1, 2, 3, 4, 5, 6} and steps[-1] == 6, (
         log.read_text()
     )
+
+
+def test_hf_trainer_evaluate_between_trainings_is_no_step(tmp_path):
+    """train(), evaluate(), train() (run_trainer.py --evaluate-between): the prediction bar drawn on
+    its own (total 5, no training bar to nest under) is never a step, in the stored run and now."""
+    log = tmp_path / "trainer.log"
+    with open(log, "w") as out:
+        subprocess.run(
+            [
+                sys.executable,
+                str(LOGS / "hf_trainer" / "run_trainer.py"),
+                str(tmp_path / "out"),
+                "--evaluate-between",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=True,
+            timeout=120,
+        )
+    for path in (LOGS / "hf_trainer" / "trainer_evaluate_between.log", log):
+        text = path.read_text()
+        # the prediction bar's last draw on its own: no cursor-up after it (a nested one has)
+        assert re.search(r"\| 5/5 \[[^\r\n\x1b]*\](?!\x1b\[A)", text), text
+        steps = [r[0] for r in followed(path, preset="hf-trainer", tokens_per_step=16)]
+        first, second = steps[: steps.index(6) + 1], steps[steps.index(6) + 1 :]
+        for run in (first, second):  # each training's counts, once each, ending at 6
+            assert run == sorted(set(run)) and set(run) <= {1, 2, 3, 4, 5, 6} and run[-1] == 6, text

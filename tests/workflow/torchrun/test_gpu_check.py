@@ -21,6 +21,7 @@ SECTIONS = [
     "## e) All-reduce across this node's GPUs",
     "## i) All-reduce across nodes",
     "## j) torch.compile graph breaks per decoder layer",
+    "## k) The job's GPUs: CUDA, NVML and nvidia-smi, matched by UUID",
     "## Verdict",
 ]
 # Short: 2 s of training per sampler run (the sampler's rate is read over the whole run, start-up
@@ -95,6 +96,9 @@ def test_gpu_check_on_cpu_with_fake_nvml_writes_every_section_and_sets_no_limit(
     res = json.loads((out / "gpu_check_h200_cpu-training.json").read_text())
     steps = res["steps"]
     assert all(steps[k]["ok"] for k in ("doctor", "sampler_overhead", "telemetry", "dry_runs"))
+    ident = steps["gpu_identity"]  # k) on cpu: NVML's side only (no CUDA; nvidia-smi if on PATH)
+    assert ident["ok"] and [r["uuid"] for r in ident["rows"]] == ["GPU-fake-0000", "GPU-fake-0001"]
+    assert all(r["cuda_ordinal"] is None for r in ident["rows"])
     assert steps["doctor"]["report"]["nvml"]["available"] and res["fake_nvml"] is True
     runs = steps["sampler_overhead"]["runs"]
     assert [r["sampler"] for r in runs] == [False, True] and all(
@@ -175,7 +179,7 @@ def test_gpu_check_on_cpu_with_fake_nvml_writes_every_section_and_sets_no_limit(
         isinstance(r["graphs"], int) for r in layers
     )
     assert (
-        md.count("**Unproven on GPU**") == 3
+        md.count("**Unproven on GPU**") == 4  # k) adds one
         and "tokens/s** over" in md
         and "transport across nodes **gloo**" in md.lower()
     )
@@ -210,6 +214,7 @@ def test_gpu_check_without_nvml_records_each_step_even_when_later_ones_fail(
         and "Steps failed: sampler_overhead, telemetry, dry_runs." in md
     )
     assert s["allreduce_nodes"]["ok"] and s["compile_breaks"]["ok"]  # neither needs NVML
+    assert s["gpu_identity"]["ok"] and "NVML" in s["gpu_identity"]["skipped"]
     assert s["real_weights_throughput"] == {
         "ok": True,
         "skipped": "no --model-path given",

@@ -94,6 +94,26 @@ def torchrun_layout(group: Mapping[str, Any], cuda: Mapping[str, Any]) -> tuple[
     return nproc, int(nnodes)
 
 
+def layout_problem(group: Mapping[str, Any], cuda: Mapping[str, Any], per_node: int) -> str | None:
+    """Why the harness's layout (:func:`torchrun_layout`) would not match the nodes SLURM gives a
+    group on ``per_node``-GPU nodes (``slurm_gpus_per_node``: ⌈gpus / per_node⌉ nodes, the same
+    count on each), or None. Off ``device: cuda`` the harness runs one CPU rank: nothing to match."""
+    if str(cuda.get("device", _CUDA["device"])) != "cuda":
+        return None
+    gpus = int(group.get("gpus", 1))
+    nodes = -(-gpus // per_node)
+    want = (gpus // nodes, nodes)
+    got = torchrun_layout(group, cuda)
+    if got == want:
+        return None
+    return (
+        f"group {group.get('id')}: SLURM gives its {gpus} GPUs as {nodes} node(s) x {want[0]} "
+        f"({per_node}-GPU nodes, slurm_gpus_per_node) but the harness would start {got[1]} x "
+        f"{got[0]} ranks (cuda.nnodes x cuda.nproc_per_node, default {GPUS_PER_NODE} per node): "
+        f"set cuda.nproc_per_node: {want[0]}"
+    )
+
+
 def nccl_env(nccl: dict[str, Any] | None) -> dict[str, str]:
     """NCCL's settings (``cuda.nccl``) as the environment of every node's torchrun: ``debug``
     (NCCL_DEBUG, default WARN: NCCL's warnings reach train.log, its INFO chatter does not),

@@ -37,7 +37,7 @@ from typing import Any
 from wattflex.errors import ConfigError
 from wattflex.gpus import DEFAULT_GPU, gpu_spec
 from wattflex.runs.attention import attention_layers, catalog_attn_implementation
-from wattflex.runs.options import torchrun_layout
+from wattflex.runs.options import layout_problem, torchrun_layout
 from wattflex.runs.training.config import dtype_policy, precision_choice
 from wattflex.schema import REPO_ROOT, read_yaml, section_defaults
 
@@ -672,6 +672,16 @@ def check_plan(cfg: dict[str, Any], resolved: list[dict[str, Any]]) -> None:
             + ". Give the group precision: bf16, grad_checkpointing: true, more gpus or a "
             "smaller batch/seq_len; host memory: cuda.host_mem_gb (the SLURM profile's mem_mb)"
         )
+
+
+def check_layouts(cfg: dict[str, Any], resolved: list[dict[str, Any]], per_node: int) -> None:
+    """Refuse (ConfigError) a harness group whose torchrun layout is not the nodes SLURM gives it
+    on ``per_node``-GPU nodes (``runs.options.layout_problem``); a group's own command launches
+    itself."""
+    for i, g in enumerate(resolved):
+        why = None if g.get("command") else layout_problem(g, cfg["cuda"], per_node)
+        if why:
+            raise ConfigError(f"config error at groups[{i}]: {why}")
 
 
 def run_limit_s(

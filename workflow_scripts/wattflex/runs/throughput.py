@@ -27,7 +27,8 @@ Eval and checkpoint pauses show up as long gaps between rows, found by the same 
 
 Lines are matched without their terminal escapes (torchtitan colours its line by default).
 Evaluation is never a step: no preset matches a framework's validation line, a tqdm bar drawn
-below another (the HF Trainer's and Lightning's evaluation bars) is skipped, and a bar redrawn
+below another (the HF Trainer's and Lightning's evaluation bars) is skipped, a bar whose total is
+not the training bar's is another loop (an ``evaluate()`` between trainings), and a bar redrawn
 at the count it showed last (``LineReader``) is no new step.
 """
 
@@ -230,19 +231,28 @@ class ThroughputSource:
 class LineReader:
     """One log's lines read in order with ``source``: as ``source.parse``, but a bar's line with the
     count of the bar's previous line is that bar redrawn (after an evaluation, or around the
-    Trainer's printed metrics), not a step of its own."""
+    Trainer's printed metrics), not a step of its own; and a bar whose total is not the training
+    bar's (the first bar the preset reads: the HF Trainer's ``tqdm(total=max_steps)``, drawn at
+    ``on_train_begin`` before any evaluation) is another loop, never a step: the Trainer's
+    prediction bar ``tqdm(total=len(eval_dataloader))`` of an ``evaluate()`` between trainings,
+    drawn with no training bar to nest under."""
 
     def __init__(self, source: ThroughputSource) -> None:
         self.source = source
         self._last_bar: str | None = None
+        self._total: str | None = None
 
     def parse(self, line: str) -> tuple[float, float, float] | None:
+        """``source.parse`` of ``line`` as the next line of the log (None: not a step)."""
         m = self.source.match(line)
         if m is None:
             return None
         bar = m.groupdict().get("bar")
         if bar is not None:
-            if bar == self._last_bar:
+            total = bar.rsplit("/", 1)[1]
+            if self._total is None:
+                self._total = total
+            if total != self._total or bar == self._last_bar:
                 return None
             self._last_bar = bar
         return self.source.row(m)

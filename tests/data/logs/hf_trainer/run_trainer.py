@@ -2,7 +2,9 @@
 6 steps, an evaluation every 3 steps over 10 rows (a 5-batch bar), the Trainer's default
 callbacks (its ProgressCallback draws the bars; disable_tqdm=False). Its output, to a file,
 is what tqdm writes there (\\r updates, the evaluation bar one row down).
-usage: run_trainer.py OUTPUT_DIR > trainer.log"""
+With ``--evaluate-between``: train, ``evaluate()`` (its prediction bar drawn on its own: no
+training bar to nest under, total 5), then train again (a training bar of total 6 again).
+usage: run_trainer.py OUTPUT_DIR [--evaluate-between] > trainer.log"""
 
 import sys
 
@@ -47,4 +49,8 @@ args = TrainingArguments(
     use_cpu=True,
     dataloader_num_workers=0,
 )
-Trainer(model=model, args=args, train_dataset=Rows(8), eval_dataset=Rows(10)).train()
+trainer = Trainer(model=model, args=args, train_dataset=Rows(8), eval_dataset=Rows(10))
+trainer.train()
+if "--evaluate-between" in sys.argv[2:]:
+    trainer.evaluate()
+    trainer.train()

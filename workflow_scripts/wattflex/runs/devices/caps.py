@@ -348,11 +348,8 @@ def _restore_record(
         setter = restore_setter(doc.get("mode", "nvml"), cap_command)
         done = []
         for g in doc["gpus"]:
-            gpu = NvmlGpu(g["index"], set_limit=setter, gpm=False)
-            if g.get("uuid") and gpu.uuid != g["uuid"]:
-                raise CapError(
-                    f"GPU index {g['index']} is now {gpu.uuid}, state file says {g['uuid']}"
-                )
+            # by the recorded UUID (nvml.job_gpus): an index may be another GPU in this process
+            gpu = NvmlGpu(g["index"], set_limit=setter, gpm=False, uuid=g.get("uuid"))
             target, why = restore_target_w(gpu, g["original_limit_w"], owner)
             gpu.set_limit_w(target)
             done.append({**g, "restored_w": target, "restored_from": why})

@@ -26,7 +26,8 @@ import logging
 import math
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from wattflex.metrics import gpm_metrics
@@ -141,12 +142,24 @@ class NvmlGpu:
         set_limit: Callable[[int, float], None] | None = None,
         gpm: bool = _GPM,
         node: str | None = None,
+        uuid: str | None = None,
     ):
         self.nv = nvml()
+        try:  # by UUID where known: an index may name another GPU in another process
+            if uuid:
+                self.handle = self.nv.nvmlDeviceGetHandleByUUID(uuid)
+                index = self.nv.nvmlDeviceGetIndex(self.handle)
+            else:
+                self.handle = self.nv.nvmlDeviceGetHandleByIndex(int(index))
+        except self.nv.NVMLError as exc:
+            which = f"GPU {uuid}" if uuid else f"GPU index {index}"
+            why = "no permission: not this job's GPU" if _is_no_permission(self.nv, exc) else exc
+            raise GpuIdentityError(f"{which}: NVML cannot open it ({why})") from None
         self.index = int(index)
-        self.handle = self.nv.nvmlDeviceGetHandleByIndex(self.index)
         self.model = _text(self.nv.nvmlDeviceGetName(self.handle))
         self.uuid = _text(self.nv.nvmlDeviceGetUUID(self.handle))
+        self.pci_bus_id = _text(self.nv.nvmlDeviceGetPciInfo(self.handle).busId)
+        self._old_calls: set[str] = set()  # successors this module or driver lacks
         self.node = node or socket.gethostname()
         self._set_limit = set_limit
         self.original_limit_w = self.power_limit_w()
@@ -276,6 +289,20 @@ class NvmlGpu:
         mw = self._read("power", nv.nvmlDeviceGetPowerUsage)
         return math.nan if mw is None else mw / 1000.0
 
+    def _successor(self, new: str, old: str, *args: Any) -> Any:
+        """NVML call ``new``, or the deprecated ``old`` it replaces ("will be removed in CUDA
+        14.0", nvidia-ml-py 13.615) where the module lacks ``new`` or the driver answers
+        ``NVML_ERROR_FUNCTION_NOT_FOUND``; the choice sticks for this GPU."""
+        nv = self.nv
+        if new not in self._old_calls and hasattr(nv, new):
+            try:
+                return getattr(nv, new)(self.handle, *args)
+            except nv.NVMLError as exc:
+                if getattr(exc, "value", None) != getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13):
+                    raise
+        self._old_calls.add(new)
+        return getattr(nv, old)(self.handle, *args)
+
     def sample(self, t_s: float) -> dict[str, Any]:
         nv = self.nv
         row = empty_row(t_s, self.node, self.index)
@@ -297,7 +324,12 @@ class NvmlGpu:
         mem = self._read("memory", nv.nvmlDeviceGetMemoryInfo)
         if mem is not None:
             row["fb_used_gib"] = mem.used / GIB
-        temp = self._read("temperature", nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU)
+        temp = self._read(
+            "temperature",
+            lambda h: self._successor(
+                "nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU
+            ),
+        )
         row["temp_c"] = math.nan if temp is None else float(temp)
         for col, fn in (
             ("power_limit_w", nv.nvmlDeviceGetPowerManagementLimit),
@@ -305,11 +337,13 @@ class NvmlGpu:
         ):
             v = self._read(col, fn)
             row[col] = math.nan if v is None else v / 1000.0
-        reasons_fn = (
-            getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
-            or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        reasons = self._read(
+            "clock event reasons",
+            lambda h: self._successor(
+                "nvmlDeviceGetCurrentClocksEventReasons",
+                "nvmlDeviceGetCurrentClocksThrottleReasons",
+            ),
         )
-        reasons = self._read("clock event reasons", reasons_fn)
         row["clock_event_reasons"] = math.nan if reasons is None else float(reasons)
         if self.gpm is not None:
             row.update(self.gpm.read())
@@ -321,6 +355,7 @@ class NvmlGpu:
         return {
             "index": self.index,
             "uuid": self.uuid,
+            "pci_bus_id": self.pci_bus_id,
             "name": self.model,
             "node": self.node,
             "min_limit_w": lo,
@@ -333,28 +368,140 @@ class NvmlGpu:
         }
 
 
-def local_gpu_indices(count: int | None = None, visible: str | None = None) -> list[int]:
-    """NVML indices of the GPUs this job may use: ``CUDA_VISIBLE_DEVICES`` (indices or
-    UUIDs, as SLURM sets it) when set, else all; the first ``count`` of them."""
+class GpuIdentityError(RuntimeError):
+    """The job's GPUs cannot be told apart or opened: one line naming the GPU and why."""
+
+
+@dataclass(frozen=True)
+class JobGpu:
+    """One GPU of this job: its NVML index in this process (``nvmlDeviceGetHandleByIndex``),
+    UUID and PCI bus id (``nvmlDeviceGetPciInfo().busId``), the two names that never change."""
+
+    index: int
+    uuid: str
+    pci_bus_id: str
+
+
+def _accessible(nv: Any) -> tuple[list[JobGpu], list[int]]:
+    """The GPUs NVML lets this process open, in NVML order, and the indices it refuses.
+
+    ``nvmlDeviceGetCount`` (``_v2`` in pynvml) counts every GPU of the node, and
+    ``nvmlDeviceGetHandleByIndex`` answers ``NVML_ERROR_NO_PERMISSION`` for those a device
+    cgroup hides (nvml.h, notes on ``nvmlDeviceGetCount_v2``); the ``_v1`` behaviour counts only
+    the accessible ones and numbers them from 0. Both end here as the same list."""
+    out, refused = [], []
+    for i in range(int(nv.nvmlDeviceGetCount())):
+        try:
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+        except nv.NVMLError as exc:
+            if not _is_no_permission(nv, exc):
+                raise
+            refused.append(i)
+            continue
+        bus = _text(nv.nvmlDeviceGetPciInfo(h).busId)
+        out.append(JobGpu(i, _text(nv.nvmlDeviceGetUUID(h)), bus))
+    return out, refused
+
+
+def _ints(value: str, var: str) -> list[int]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not all(v.isdigit() for v in items):
+        raise GpuIdentityError(f"{var}={value!r}: expected GPU indices like 4,5,6,7")
+    return [int(v) for v in items]
+
+
+def _by_uuid(nv: Any, gpus: list[JobGpu], item: str) -> JobGpu:
+    """The accessible GPU whose UUID starts with ``item`` (CUDA takes a unique prefix)."""
+    hits = [g for g in gpus if g.uuid.startswith(item)]
+    if len(hits) == 1:
+        return hits[0]
+    if len(hits) > 1:
+        raise GpuIdentityError(f"CUDA_VISIBLE_DEVICES entry {item!r} matches {len(hits)} GPUs")
+    try:
+        nv.nvmlDeviceGetHandleByUUID(item)
+    except nv.NVMLError as exc:
+        if _is_no_permission(nv, exc):
+            raise GpuIdentityError(
+                f"GPU {item} is this job's (CUDA_VISIBLE_DEVICES) but NVML refuses to open it "
+                f"(no permission): the node's device cgroup does not grant it"
+            ) from None
+    raise GpuIdentityError(f"CUDA_VISIBLE_DEVICES names {item!r}: no such GPU on this node")
+
+
+def _by_slurm(gpus: list[JobGpu], refused: list[int], ids: list[int], var: str) -> list[JobGpu]:
+    """SLURM's GPU indices (``SLURM_STEP_GPUS``/``SLURM_JOB_GPUS``: the node's GPUs in PCI bus
+    order, SLURM ``gres_common.c``) as the job's GPUs. Where NVML counts every GPU they are
+    NVML indices; where it counts only the accessible ones (``_v1``), those are the job's, in
+    the same order."""
+    by_index = {g.index: g for g in gpus}
+    total = len(gpus) + len(refused)
+    if refused or max(ids) < total:
+        mine = [i for i in ids if i in refused]
+        if mine:
+            raise GpuIdentityError(
+                f"GPU {mine[0]} is this job's ({var}) but NVML refuses to open it (no permission)"
+            )
+        missing = [i for i in ids if i not in by_index]
+        if missing:
+            raise GpuIdentityError(f"{var} names GPU {missing[0]}: NVML counts {total} GPUs here")
+        return [by_index[i] for i in ids]
+    if len(ids) != len(gpus):
+        raise GpuIdentityError(
+            f"{var} names {len(ids)} GPU(s) but NVML lets this process open {len(gpus)}"
+        )
+    order = {gid: k for k, gid in enumerate(sorted(ids))}
+    return [gpus[order[i]] for i in ids]
+
+
+def job_gpus(count: int | None = None, env: Mapping[str, str] | None = None) -> list[JobGpu]:
+    """The GPUs this job may use, known by UUID and PCI bus id: the one mapping every caller uses.
+
+    ``CUDA_VISIBLE_DEVICES`` first: UUIDs (or unique prefixes) are matched to NVML's; digits
+    are CUDA's numbering of the GPUs this process can open (job-local ``0,1,..`` under SLURM's
+    ``ConstrainDevices``, the node's own indices without it: SLURM ``gres_common.c``
+    ``common_gres_set_env``), so digit k is the k-th GPU NVML opens. Without it,
+    ``SLURM_STEP_GPUS`` or ``SLURM_JOB_GPUS``; without those, every GPU NVML opens. GPUs NVML
+    refuses (``NO_PERMISSION``) are skipped unless SLURM names them as the job's: then a
+    one-line ``GpuIdentityError``. The first ``count`` are returned."""
+    env = os.environ if env is None else env
     nv = nvml()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
-    if visible is not None and visible.strip():
+    gpus, refused = _accessible(nv)
+    slurm_var = next((v for v in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS") if env.get(v)), None)
+    slurm_ids = _ints(env[slurm_var], slurm_var) if slurm_var else []
+    if slurm_var:
+        out = _by_slurm(gpus, refused, slurm_ids, slurm_var)  # checks SLURM's GPUs open
+    visible = (env.get("CUDA_VISIBLE_DEVICES") or "").strip()
+    if visible:
         out = []
         for item in (v.strip() for v in visible.split(",") if v.strip()):
-            if item.isdigit():
-                out.append(int(item))
+            if not item.isdigit():
+                out.append(_by_uuid(nv, gpus, item))
+            elif int(item) < len(gpus):
+                out.append(gpus[int(item)])
             else:
-                out.append(int(nv.nvmlDeviceGetIndex(nv.nvmlDeviceGetHandleByUUID(item))))
-    else:
-        out = list(range(nv.nvmlDeviceGetCount()))
+                raise GpuIdentityError(
+                    f"CUDA_VISIBLE_DEVICES={visible}: GPU {item} is not among the {len(gpus)} "
+                    f"this process can open ({len(refused)} refused by NVML: no permission)"
+                )
+    elif not slurm_var:
+        out = gpus
     if count is not None:
         if count > len(out):
-            raise RuntimeError(
-                f"the job wants {count} GPUs on this node but NVML/CUDA_VISIBLE_DEVICES "
-                f"offers {len(out)}"
+            raise GpuIdentityError(
+                f"the job wants {count} GPUs on this node but it may open {len(out)} "
+                f"({', '.join(g.uuid for g in out) or 'none'})"
             )
         out = out[:count]
     return out
+
+
+def local_gpu_indices(count: int | None = None, visible: str | None = None) -> list[int]:
+    """NVML indices of :func:`job_gpus` (``visible``: a ``CUDA_VISIBLE_DEVICES`` to use instead
+    of the environment's, "" for none)."""
+    env = dict(os.environ)
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    return [g.index for g in job_gpus(count, env)]
 
 
 def open_gpus(
@@ -363,4 +510,38 @@ def open_gpus(
     gpm: bool = _GPM,
     indices: list[int] | None = None,
 ) -> list[NvmlGpu]:
-    return [NvmlGpu(i, set_limit=set_limit, gpm=gpm) for i in (indices or local_gpu_indices(count))]
+    """The job's GPUs (:func:`job_gpus`, or the NVML ``indices`` given) opened as ``NvmlGpu``."""
+    chosen = indices if indices is not None else local_gpu_indices(count)
+    return [NvmlGpu(i, set_limit=set_limit, gpm=gpm) for i in chosen]
+
+
+def _bare_uuid(uuid: str) -> str:
+    """A GPU UUID without NVML's ``GPU-`` prefix, lower case: CUDA's (torch's ``props.uuid``) form."""
+    u = uuid.strip().lower()
+    return u[4:] if u.startswith("gpu-") else u
+
+
+def identity_table(
+    gpus: list[JobGpu], cuda_uuids: list[str] | None, smi_csv: str | None
+) -> list[dict[str, Any]]:
+    """The job's GPUs under each name: NVML index, UUID and PCI bus id (:func:`job_gpus`), the
+    CUDA ordinal with the same UUID (``cuda_uuids[i]`` of CUDA device i; None: not asked), and
+    the ``nvidia-smi`` index with the same UUID (``smi_csv``: the output of ``nvidia-smi
+    --query-gpu=index,uuid,pci.bus_id --format=csv,noheader``; None: not run) — the number
+    ``nvidia-smi -i`` (the sudo cap wrapper) would be given."""
+    smi = {}
+    for line in (smi_csv or "").splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[0].isdigit():
+            smi[_bare_uuid(parts[1])] = int(parts[0])
+    cuda = {_bare_uuid(u): i for i, u in enumerate(cuda_uuids or [])}
+    return [
+        {
+            "nvml_index": g.index,
+            "uuid": g.uuid,
+            "pci_bus_id": g.pci_bus_id,
+            "cuda_ordinal": cuda.get(_bare_uuid(g.uuid)) if cuda_uuids is not None else None,
+            "nvidia_smi_index": smi.get(_bare_uuid(g.uuid)) if smi_csv is not None else None,
+        }
+        for g in gpus
+    ]

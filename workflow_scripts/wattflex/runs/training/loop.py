@@ -238,6 +238,8 @@ def prepare_model(
         "attn_implementation": getattr(hf_cfg, "_attn_implementation", None),
         "hf_config": models.per_layer_record(hf_cfg, HF_CONFIG_KEYS),
     }
+    if cfg.task == "lora":  # the adapters trained, beside params_trainable
+        info["lora"] = models.lora_record(inner)
     info["parallel"] = parallel if dist.active else "none"
     info["sharded_build"] = layout.ep > 1 or info["parallel"] == "fsdp"
     info["ep_requested"] = cfg.ep

@@ -30,12 +30,14 @@ _GROUP, _CUDA = section_defaults("group_defaults"), section_defaults("cuda")
 
 log = logging.getLogger("wattflex.runs.training")
 
-# Attention projections and dense-MLP linears, by family (targets of LoRA's target_modules).
-ATTENTION_MODULES = {
-    "deepseek_v2": ["q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"],
-}
-DEFAULT_ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
-DENSE_MLP_MODULES = ["gate_proj", "up_proj", "down_proj"]
+# LoRA's target_modules come from the model itself: the nn.Linear children of its attention
+# and dense-MLP modules, as transformers names those classes in every family's modeling file
+# (``<Family>Attention``: LlamaAttention, Phi3Attention with its fused qkv_proj,
+# DeepseekV3Attention with its MLA projections, Gemma4TextAttention; ``<Family>MLP``: LlamaMLP,
+# Phi3MLP with its fused gate_up_proj, DeepseekV3MLP of the dense layers and shared experts).
+# A MoE block's router is neither. A family without an attention class of nn.Linear projections
+# (GPT-2's Conv1D c_attn) is refused rather than given whatever matches.
+ATTENTION_CLASS_SUFFIX, MLP_CLASS_SUFFIX = "Attention", "MLP"
 # Fused routed-expert weights (peft target_parameters); biases stay frozen.
 EXPERT_PARAMETERS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
 EXPERT_PARAMETERS_BY_FAMILY = {"gemma4_text": ["experts.gate_up_proj", "experts.down_proj"]}
@@ -350,26 +352,53 @@ def build_model(cfg: TrainConfig, dtype: torch.dtype, ep: int = _GROUP["ep"]) ->
 
 
 def lora_targets(model: nn.Module, hf_model_type: str) -> tuple[list[str], list[str]]:
-    """(target_modules, target_parameters) present in ``model``: attention + dense MLP
-    linears, and the fused expert weights of MoE layers."""
-    names = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)}
-    modules = [
-        m
-        for m in ATTENTION_MODULES.get(hf_model_type, DEFAULT_ATTENTION) + DENSE_MLP_MODULES
-        if m in names
-    ]
+    """(target_modules, target_parameters) of ``model``: the names of the nn.Linear layers its
+    attention modules hold (every projection, fused or MLA), then those of its dense MLPs, in
+    the model's order; and the fused expert weights of MoE layers. Raises ValueError when no
+    attention projection is found: LoRA would train other adapters than the family's."""
+    attention: dict[str, None] = {}
+    mlp: dict[str, None] = {}
+    for _, parent in model.named_modules():
+        kind = type(parent).__name__
+        if kind.endswith(ATTENTION_CLASS_SUFFIX):
+            into = attention
+        elif kind.endswith(MLP_CLASS_SUFFIX):
+            into = mlp
+        else:
+            continue
+        for name, child in parent.named_children():
+            if isinstance(child, nn.Linear):
+                into[name] = None
+    if not attention:
+        raise ValueError(
+            f"LoRA on {hf_model_type or type(model).__name__} ({type(model).__name__}): no "
+            f"attention projection found (no nn.Linear in a *{ATTENTION_CLASS_SUFFIX} module); "
+            f"refused rather than adapting other layers than the family's"
+        )
     experts = EXPERT_PARAMETERS_BY_FAMILY.get(hf_model_type, EXPERT_PARAMETERS)
     params = [p for p in experts if any(n.endswith(p) for n, _ in model.named_parameters())]
-    return modules, params
+    return [*attention, *(m for m in mlp if m not in attention)], params
+
+
+def lora_record(model: nn.Module) -> dict[str, Any] | None:
+    """The adapters a peft-wrapped ``model`` trains, for run.json: target modules and
+    parameters as peft holds them, and the rank; None without LoRA."""
+    peft_config = getattr(model, "peft_config", None)
+    if not peft_config:
+        return None
+    lc = next(iter(peft_config.values()))
+    return {
+        "target_modules": sorted(lc.target_modules or ()),
+        "target_parameters": sorted(lc.target_parameters or ()),
+        "rank": lc.r,
+    }
 
 
 def apply_lora(model: nn.Module, cfg: TrainConfig) -> nn.Module:
     """Freeze the base model and add rank-``lora_rank`` adapters (alpha = 2 x rank)."""
     from peft import LoraConfig, get_peft_model
 
-    modules, params = lora_targets(model, cfg.hf_model_type)
-    if not modules and not params:
-        raise ValueError(f"no LoRA targets found in {type(model).__name__}")
+    modules, params = lora_targets(model, cfg.hf_model_type or model.config.model_type)
     lc = LoraConfig(
         r=cfg.lora_rank,
         lora_alpha=2 * cfg.lora_rank,
