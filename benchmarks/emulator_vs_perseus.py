@@ -130,7 +130,7 @@ def a100_rows(win: dict[str, tuple[float, float]]) -> tuple[pd.DataFrame, str]:
     (config/perseus-sosp24-a100-emulated.yaml) under the anchor `wattflex calibrate` fits on their
     own power-limit sweeps: the same window fits as the H200 groups, and a line naming that calibration."""
     cfg = load_config(ps.PERSEUS_A100_CONFIG, check_inputs=False)
-    _, facts, c = ps.perseus_a100_calibration(PERSEUS / "power_limit_sweeps_A100.csv")
+    _, facts, c = ps.cal.perseus_a100_calibration(PERSEUS / "power_limit_sweeps_A100.csv")
     physics, gpu = c.physics(), gpu_spec("A100")
     a100 = next(g for g in win if g.startswith("A100"))
     rows = []

@@ -22,12 +22,9 @@ gc.freeze()
 groups = fid.group_models(smk.params.jobs, runs, smk.params.sweep)
 order = stats["cluster_order"]
 physics = calibrated_physics(smk.params.calibration)
-# In sample: the groups the campaign's anchor was fitted on (its calibration file, else the default fit set).
-fit_groups = (
-    smk.params.calibration["fit_groups"]
-    if smk.params.calibration
-    else list(cal.published_facts(groups, paper, cal.DEFAULT_FIT_SET).index)
-)
+# In sample: the groups the campaign's anchor was fitted on (its calibration file); the default
+# anchor is fitted on public sweeps (wattflex.calibration.public_anchor), no published group.
+fit_groups = smk.params.calibration["fit_groups"] if smk.params.calibration else []
 log.info(
     "%d emulated groups, %d noise seeds, perturbation +-%g; anchor %g MHz, %d groups in sample",
     len(groups),
@@ -53,12 +50,13 @@ loto = cal.leave_one_table_out(groups, paper, physics, order=order)
 public = ps.perseus_a100_rows(
     smk.input.perseus_a100, list(smk.input.perseus_profiles), smk.input.perseus_a100_config
 )
+public += ps.reading_rows(physics)
 public += ps.unscored_rows(list(smk.input.other_sweeps))
 n_table6 = int(result.groups["in_spearman"].sum())
 fit_source = (
     smk.params.calibration.get("source", "calibration file")
     if smk.params.calibration
-    else cal.DEFAULT_FIT_SET
+    else "public sweeps: Perseus A100 power-limit sweeps, the Ujeniya et al. H100 reading"
 )
 test_sets = ps.scored_sets_table(
     result.metrics, fit_groups, fit_source, n_table6, loto, public, physics

@@ -24,23 +24,18 @@ paper's mechanism), so memory-bound work keeps its speed while the SM clock drop
 enforced as the firmware does: the highest SM clock (15 MHz bins) whose step-average power
 fits under it.
 
-Calibration (``wattflex.calibration``; the power level is *fitted*, on published facts that
-fidelity does not score). The H100 cap -> SM clock table of Ujeniya et al. 2026
-(arXiv:2604.11391; 200 W -> 625 MHz ... 700 W -> 1969 MHz; measured on an HBM2e 94 GB /
-2.41 TB/s H100) was measured with an FP64 DGEMM, which runs on the FP64 tensor (DMMA) pipes,
-not the bf16 (HMMA) pipes that ``tensor_util`` counts; its power in HMMA units is not
-published. The table fixes the voltage curve (``v_min`` 0.798, ``v_exp`` 7.61) and the
-DGEMM's total SM power; one more number splits that power: the **anchor**, the SM clock a
-bf16 GEMM at ``anchor_tensor_util`` (0.70) holds under 700 W. An earlier version took the datasheet's 1830 MHz
-(the clock its 989.4 TFLOPS is quoted at, an arithmetic clock, not a measurement; 1045 W).
-Now the anchor is fitted (``calibrate_published``, 5 MHz grid) to the PFI of the dense groups
-of Tables 7-8 -- Table 6 never enters -- giving 1505 MHz, ``sm_dyn_w`` 1550 W and the DGEMM's
-HMMA-equivalent activity 0.162 (1680 / 1284 W / 0.284 before the per-kernel-class achieved efficiencies); a user's measurements or the GPU check's anchor GEMM can
-replace it (``wattflex calibrate``, ``emulator: {calibration: FILE}``). No H200 cap table was
-found, so the H100 fit serves both (same GH100 die; they differ in HBM: 4.8 vs 3.35 TB/s,
-141 vs 80 GB, memory power). A part of another die (the A100) has no default curve: its
-anchor is fitted by ``wattflex calibrate`` on sweeps measured on it, and ``physics_for_gpu``
-refuses to emulate it without that calibration.
+Calibration (``wattflex.calibration``), on public measurements only, never on the paper's
+tables. The voltage curve (``v_min``, ``v_exp``) is fitted to measured (SM clock, board draw,
+memory power) triples of a 94 GB H100 under caps 200-700 W (Ujeniya et al. 2026 v2, a reading
+of its figures; at the 700 W cap it draws 647 W, so a cap is never taken as a draw). One more
+number splits that power into activity units: the **anchor**, the SM clock a bf16 GEMM at
+``anchor_tensor_util`` (0.70) holds under 700 W. It is carried over, at the same fraction of
+f_max, from the A100 anchor fitted on the Perseus A100 power-limit sweeps (``public_anchor``):
+1680 MHz, ``sm_dyn_w`` 1168 W. A user's measurements or the GPU check's anchor GEMM can replace
+it (``wattflex calibrate``, ``emulator: {calibration: FILE}``). No H200 table was found, so the
+fit serves every GH100 part; the parts differ in HBM (``wattflex.gpus``). A part of another die
+(the A100) has no default curve: its anchor is fitted by ``wattflex calibrate`` on sweeps
+measured on it, and ``physics_for_gpu`` refuses to emulate it without that calibration.
 
 **Training-step roofline** (``JobSpec``, ``step_kernels``). One optimizer step per GPU is a
 list of kernel classes, each with tensor FLOPs, DRAM bytes and SM issue cost, derived from the
@@ -98,7 +93,7 @@ _GROUP = section_defaults("group_defaults")
 GIB = 1024**3
 # dense_gemm_eff as benchmarks/derive_gemm_efficiency.py derives it (tests/unit/runs/test_emulator_efficiency.py
 # checks the emulator still reproduces the published throughput it was derived from)
-DENSE_GEMM_EFF = 0.48
+DENSE_GEMM_EFF = 0.39
 
 
 def _c(default: float, source: str, sensitivity: bool = True) -> Any:
@@ -118,27 +113,33 @@ class Physics:
 
     # --- SM power / voltage curve: the anchor (wattflex.calibration) and what it implies ---
     anchor_clock_mhz: float = _c(
-        1505.0,
-        "fitted (tables7-8-dense): the SM clock a bf16 GEMM at tensor activity "
-        "anchor_tensor_util holds under 700 W, chosen by wattflex.calibration.calibrate_published "
-        "on the dense groups of Tables 7-8 (Table 7 H200 PFI, Table 8 H100 PFI; never Table 6), "
-        "5 MHz grid, together with dense_gemm_eff (benchmarks/derive_gemm_efficiency.py, a "
-        "fixed point). 1505 is one step above the grid's 1500 MHz floor, below which the DGEMM "
-        "table cannot be met within 20 MHz: the facts would go lower, so the table's edge pins "
-        "the level more than they do (1680 with the assumed 0.70 efficiency). It replaces "
-        "the earlier reading of the datasheet's 1830 MHz as a measured clock",
+        1680.0,
+        "fitted on public measurements, never on the paper's tables: the SM clock a bf16 GEMM "
+        "at tensor activity anchor_tensor_util holds under 700 W on the H100, carried over at "
+        "the same fraction of f_max (0.848) from the A100 anchor (1195 MHz) fitted on the Perseus "
+        "SOSP'24 A100 power-limit sweeps (measured draw and throughput per cap, "
+        "resources/external/perseus-sosp24; wattflex.calibration.public_anchor), 5 MHz grid. "
+        "The carry-over is assumed (each part's default limit holds such a GEMM at the same "
+        "relative clock). A fixed point with dense_gemm_eff, which the A100 jobs use too. Replaces "
+        "1505 MHz, fitted on Tables 7-8's PFIs",
         False,
     )
     sm_dyn_w: float = _c(
-        1550.0,
+        1168.1,
         "fitted with the anchor (wattflex.calibration.fit_power_curve): SM dynamic power at "
-        "f_max, v = 1, full activity; with v_min, v_exp and calib_tensor_util to the Ujeniya et al. "
-        "2026 H100 FP64-DGEMM cap->clock table (arXiv:2604.11391) plus the anchor point. One die "
-        "(GH100) for H100 and H200: no H200 cap table was found",
+        "f_max, v = 1, full activity, at which the anchor's GEMM draws 700 W on the H100. One die "
+        "(GH100) for the three Hopper parts: no H200 power-clock table was found",
         False,
     )
-    v_min: float = _c(0.798, "fitted with sm_dyn_w (above); normalised voltage floor", False)
-    v_exp: float = _c(7.61, "fitted with sm_dyn_w (above); exponent of the voltage rise", False)
+    v_min: float = _c(
+        0.729,
+        "fitted (wattflex.calibration.fit_voltage_curve): normalised voltage floor, least "
+        "squares of the measured non-memory draw against the measured SM clock of the Ujeniya "
+        "et al. 2026 v2 reading (94 GB H100; resources/external/ujeniya2026-v2), on the draws, "
+        "never the caps (647 W at the 700 W cap); residuals <= 1.4 W",
+        False,
+    )
+    v_exp: float = _c(3.93, "fitted with v_min (above); exponent of the voltage rise", False)
     sm_busy_weight: float = _c(
         0.30,
         "assumed: share of SM dynamic power drawn by a busy SM with idle "
@@ -163,11 +164,10 @@ class Physics:
         0.70, "assumed: 1 - sm_busy_weight (tensor pipes at full activity)", False
     )
     calib_tensor_util: float = _c(
-        0.162,
-        "fitted with sm_dyn_w (above): the calibration kernel is an FP64 DGEMM on the "
-        "FP64 tensor (DMMA) pipes, whose power in units of bf16 (HMMA) tensor activity no "
-        "source gives. Only the calibration check reads it (perturb sm_dyn_scale for the "
-        "level it sets)",
+        0.174,
+        "fitted with sm_dyn_w (above): the reading's workload's fitted SM power at f_max "
+        "(492 W) in units of bf16 tensor activity, given the anchor. Its workload is disputed "
+        "(wattflex.calibration.WORKLOAD_LABEL); only the calibration check reads it",
         False,
     )
     sm_dyn_scale: float = _c(
@@ -176,7 +176,7 @@ class Physics:
         "alike, the knob through which the sensitivity table perturbs the calibration",
     )
     calib_dram_util: float = _c(
-        0.20, "assumed: DRAM utilisation of the calibration DGEMM (compute-bound)"
+        0.20, "assumed: DRAM utilisation of the anchor's bf16 GEMM (compute-bound)"
     )
     # --- roofline rates ----------------------------------------------------------------
     hbm_efficiency: float = _c(
