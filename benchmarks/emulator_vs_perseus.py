@@ -4,7 +4,7 @@ Measured: the Perseus SOSP'24 SM-frequency profiles (resources/external/perseus-
 A100 SXM and A40, BLOOM and GPT-3 175B pipeline stages, bf16): per stage, time and energy
 of one micro-batch's forward and backward pass at each locked SM clock. Emulated: every
 H200 group of the default campaign (config/config.yaml) at every SM clock bin, from
-``wattflex.runs.emulator.operating_points`` as it is when this script runs (nothing here
+``wattflex.runs.emulator.step.operating_points`` as it is when this script runs (nothing here
 is fitted to either side).
 
 The decoder-only Perseus A100 jobs, emulated as A100 pipelines under the anchor

@@ -4,7 +4,7 @@ their sensitivity to the emulator's assumptions, each beside the published value
 Three emulated PFIs per group, all by the paper's Eq. 1 (:func:`wattflex.pfi.pfi_ratio`,
 reference = the group's highest cap):
 
-- **noise-free model**: :func:`wattflex.runs.emulator.job_at_caps` at each cap of the group
+- **noise-free model**: :func:`wattflex.runs.emulator.step.job_at_caps` at each cap of the group
   with every GPU's leakage 1.0 and no per-run or per-sample noise: what the physics alone
   says. All GPUs being alike, one GPU stands for the group (``job_at_caps`` with one leakage
   gives the job's step time and tokens/s, and one GPU's power; Eq. 1 only uses power ratios),
@@ -16,7 +16,7 @@ reference = the group's highest cap):
 
 Noise seeds: what is approximated, and why
 ------------------------------------------
-The emulated backend (``wattflex.runs.devices.emulated.simulate_run``) draws three kinds
+The emulated backend (``wattflex.runs.emulator.device.simulate_run``) draws three kinds
 of noise: per-GPU leakage (``gpu_leakages``, fixed per group: slowest GPU paces the job,
 so it changes the curve non-linearly), per-run factors on tokens/s and power, and per-
 sample jitter (AR(1) power, per-step time) which the summary condenses with a top-10 %
@@ -89,8 +89,8 @@ from wattflex.analysis.published import load_published
 from wattflex.analysis.stats import CLUSTER_ORDER, kruskal_dunn
 from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
 from wattflex.pfi import pfi_ratio
-from wattflex.runs.devices.emulated import RUN_NOISE, hardware_seed, run_factors, run_seed
 from wattflex.runs.emulator import PHYSICS, JobSpec, Physics, gpu_leakages, job_at_caps
+from wattflex.runs.emulator.device import RUN_NOISE, hardware_seed, run_factors, run_seed
 from wattflex.schema import group_default, section_defaults
 
 _ALPHA = section_defaults("stats")["alpha"]  # the cluster tests' significance level
