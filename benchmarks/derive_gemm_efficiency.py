@@ -5,7 +5,7 @@ the dense groups of Tables 7-8 with the efficiency in the jobs). Table 6 never e
 
     python benchmarks/derive_gemm_efficiency.py
 
-Prints each fixed-point step and the constants to put in wattflex.runs.emulator.step.Physics.
+Prints each fixed-point step and the constants to put in wattflex.runs.emulator.physics.Physics.
 """
 
 import dataclasses

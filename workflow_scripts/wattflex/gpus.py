@@ -4,7 +4,7 @@ power-model parameters of every GPU wattflex knows, plus the default model.
 Adding a GPU model is one entry in ``GPUS`` (the config schema's ``gpu`` enum is checked
 against it by a test). The SM power-model constants shared by all entries (the calibration
 anchor and what it implies: ``sm_dyn_w``, the voltage curve, the activity weights) live with
-the model in ``wattflex.runs.emulator.step.Physics``; ``wattflex.calibration`` fits them.
+the model in ``wattflex.runs.emulator.physics.Physics``; ``wattflex.calibration`` fits them.
 """
 
 from __future__ import annotations

@@ -22,11 +22,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from wattflex.gpus import GPUSpec
+from wattflex.runs.emulator.physics import PHYSICS, Physics
 from wattflex.runs.emulator.step import (
-    PHYSICS,
     JobAtCap,
     JobSpec,
-    Physics,
     enforce_cap,
     operating_points,
     synchronous_step,

@@ -28,16 +28,8 @@ import pyarrow as pa
 from wattflex.gpus import DEFAULT_GPU, GPUS, GPUS_PER_NODE, GPUSpec
 from wattflex.metrics import telemetry_columns
 from wattflex.runs.emulator.clock_knob import job_at_clock
-from wattflex.runs.emulator.step import (
-    PHYSICS,
-    JobSpec,
-    Physics,
-    calibrated_physics,
-    gpu_leakages,
-    job_at_caps,
-    memory_footprint_gib,
-    physics_for_gpu,
-)
+from wattflex.runs.emulator.physics import PHYSICS, Physics, calibrated_physics, physics_for_gpu
+from wattflex.runs.emulator.step import JobSpec, gpu_leakages, job_at_caps, memory_footprint_gib
 from wattflex.runs.emulator.timeline import FIRST_STEPS_EXTRA, FIRST_STEPS_TAU_S, start_phases_s
 from wattflex.runs.spec import RunSpec
 from wattflex.schema import section_defaults
