@@ -196,15 +196,18 @@ def a100_section(
 
 
 def emulator_version() -> str:
-    path = Path(emulator.__file__)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    path = Path(emulator.__file__).parent  # the runs/emulator package
+    sha = hashlib.sha256()
+    for f in sorted(path.glob("*.py")):
+        sha.update(f.read_bytes())
+    digest = sha.hexdigest()[:12]
     git = lambda *a: subprocess.run(
         ["git", *a], cwd=REPO, capture_output=True, text=True
     ).stdout.strip()  # noqa: E731
     dirty = git("status", "--porcelain", "--", str(path))
     physics = "Physics dataclass" if hasattr(emulator, "PHYSICS") else "module-level constants"
     return (
-        f"emulator.py sha256 {digest} (HEAD {git('rev-parse', '--short', 'HEAD')}"
+        f"runs/emulator/*.py sha256 {digest} (HEAD {git('rev-parse', '--short', 'HEAD')}"
         f"{', uncommitted changes' if dirty else ''}; {physics})"
     )
 

@@ -600,13 +600,14 @@ def group_table(
 # ---------------------------------------------------------------------------------------
 
 # Sensitive constants no public fact settles, beside those whose source says "assumed":
-# expert_gemm_rel_eff is derived from a whole-job throughput ratio, which bounds the grouped-GEMM
-# penalty but does not measure it (its source in Physics).
+# expert_gemm_rel_eff is derived from FP8 DeepGEMM kernels; its carry-over to the bf16 grouped GEMM
+# the harness runs is assumed (its source in Physics).
 UNSETTLED = ("expert_gemm_rel_eff",)
 HBM_POWER = "hbm_power"
 HBM_POWER_SOURCE = (
     "assumed: every GPU's HBM power (gpus.py mem_idle_w, with idle_w by the same watts, and "
-    "mem_dyn_w) scaled together; no published per-cap memory power of these parts was read"
+    "mem_dyn_w) scaled together; measured on the 94 GB H100 only (an unverified reading), "
+    "carried to the other parts per GB and per TB/s"
 )
 # The assumptions every group's row names (the others enter its top_assumption only).
 NAMED_ASSUMPTIONS = (

@@ -125,13 +125,15 @@ class Physics:
         "bounds it from above for a tuned stack. Replaces the assumed 0.70",
     )
     expert_gemm_rel_eff: float = _c(
-        0.71,
-        "derived: grouped expert GEMMs relative to dense GEMMs, the ratio of "
-        "Megatron-Core's published bf16 H100 throughputs, Qwen3-235B-A22B MoE 276 "
-        "TFLOPS/GPU (Megatron-MoE-ModelZoo best_practice/Qwen3) over GPT-3 175B dense "
-        "390 TFLOPS/GPU (Megatron-LM README); a whole-job ratio, so an upper bound on the "
-        "grouped-GEMM penalty (routing and all-to-all are in it too). Multiplies the tile "
-        "fill below",
+        1.04,
+        "derived: grouped expert GEMMs at many rows per expert relative to the dense GEMM of the "
+        "same N, K: least squares of a * M / (M + grouped_gemm_m0_rows) to the ten grouped-GEMM "
+        "rows of DeepGEMM's README (deepseek-ai/DeepGEMM, H800, FP8; contiguous layout 4096-8192 "
+        "rows per group: 1297/1304, 1099/1025, 1288/1304, 1093/1025 TFLOPS; masked layout "
+        "256-1024 rows: 932-1233/1304, 815-925/1025), residuals <= 0.065. A kernel-level ratio; "
+        "routing and all-to-all are modelled apart. Its carry-over from FP8 DeepGEMM to bf16 "
+        "torch._grouped_mm (CUTLASS sm90) is assumed. Replaces 0.71, a whole-job Megatron-Core "
+        "MoE/dense ratio that counted routing and all-to-all twice",
     )
     lora_gemm_eff: float = _c(
         0.25, "assumed: skinny rank-32 LoRA GEMMs (no published per-kernel figure found)"
@@ -145,12 +147,12 @@ class Physics:
     attention_bwd_factor: float = _c(
         2.5, "FlashAttention-2 paper: backward ~2.5x forward FLOPs incl. recompute"
     )
-    grouped_gemm_tile_m: float = _c(
-        128.0,
-        "CUTLASS sm90 grouped-GEMM tile height (torch._grouped_mm, the grouped_mm "
-        "experts path of transformers 5): each expert's last row tile is on average "
-        "half empty",
-        False,
+    grouped_gemm_m0_rows: float = _c(
+        105.0,
+        "derived with expert_gemm_rel_eff (above, the same fit to DeepGEMM's README): the rows "
+        "per expert at which a grouped GEMM runs at half its many-row rate (small expert shapes "
+        "fill tiles and waves worse). Replaces half a 128-row CUTLASS tile (64), which the "
+        "DeepGEMM rows contradict by up to 0.105",
     )
     # --- bytes per element -------------------------------------------------------------
     gemm_act_bytes: float = _c(

@@ -15,8 +15,8 @@ at SM clock ``f`` (``x = f / f_max``)::
 ``sm_stall_activity`` where HBM sets it; ``tensor_util``: its tensor FLOPs over the peak at
 ``f`` over its time), so a job at 35-45 % MFU draws less per MHz than one at peak. The
 achieved efficiency per kernel class is taken from published framework figures
-(``dense_gemm_eff``: torchtitan's H100 throughput, ``expert_gemm_rel_eff``: Megatron-Core's
-MoE/dense ratio, ``attention_eff``: FlashAttention-2 on H100), not assumed.
+(``dense_gemm_eff``: torchtitan's H100 throughput, ``expert_gemm_rel_eff``: DeepGEMM's
+grouped over dense GEMM rates, ``attention_eff``: FlashAttention-2 on H100), not assumed.
 
 ``v(x) = v_min + (1 - v_min) * x**v_exp`` is the normalised core voltage: flat at low clocks,
 rising steeply near the top. The memory clock does not change under a power cap (the
@@ -360,9 +360,10 @@ def step_kernels(job: JobSpec, gpu: GPUSpec, physics: Physics = PHYSICS) -> list
         # expert set shrinks by ep and the tokens per expert grow by ep.
         local_expert_weights = n_expert / job.ep
         pairs = tok * job.experts_active * job.layers  # routed (token, expert) pairs, all layers
-        # Same GEMM class as the dense projections; each expert's rows fill whole tiles but its last.
+        # The dense projections' GEMM class at a rate that falls with few rows per expert
+        # (expert_gemm_rel_eff, grouped_gemm_m0_rows: fitted to DeepGEMM's grouped-GEMM table).
         rows_per_expert = tok * job.experts_active * job.ep / job.experts
-        tile_fill = rows_per_expert / (rows_per_expert + ph.grouped_gemm_tile_m / 2)
+        tile_fill = rows_per_expert / (rows_per_expert + ph.grouped_gemm_m0_rows)
         gemm_io = 2 * (2 * job.hidden + 3 * job.intermediate) * pairs * passes
         # LoRA on the fused experts (the harness's peft target_parameters, peft 0.21 ParamWrapper):
         # W' = W + s*lhs@rhs is a function of the trainable factors, so the backward also computes
