@@ -10,7 +10,7 @@ Prints each fixed-point step and the constants to put in wattflex.runs.emulator.
 
 import dataclasses
 
-from wattflex import calibration as cal
+from wattflex.analysis import calibration as cal
 from wattflex.config import REPO_ROOT, load_config
 from wattflex.runs.emulator import PHYSICS
 

@@ -3,7 +3,7 @@
 import gc
 from pathlib import Path
 
-from wattflex import calibration as cal
+from wattflex.analysis import calibration as cal
 from wattflex.analysis import fidelity as fid
 from wattflex.analysis import public_sweeps as ps
 from wattflex.provenance import provenance, read_parquet, write_csv
@@ -23,7 +23,7 @@ groups = fid.group_models(smk.params.jobs, runs, smk.params.sweep)
 order = stats["cluster_order"]
 physics = calibrated_physics(smk.params.calibration)
 # In sample: the groups the campaign's anchor was fitted on (its calibration file); the default
-# anchor is fitted on public sweeps (wattflex.calibration.public_anchor), no published group.
+# anchor is fitted on public sweeps (wattflex.analysis.calibration.public_anchor), no published group.
 fit_groups = smk.params.calibration["fit_groups"] if smk.params.calibration else []
 log.info(
     "%d emulated groups, %d noise seeds, perturbation +-%g; anchor %g MHz, %d groups in sample",
@@ -95,7 +95,7 @@ write_csv(
     backend=fid.BACKEND,
     note=note,
     method="anchor fitted (5 MHz grid, least squares on noise-free Eq. 1 PFI) on each fit set of Tables 7-8; "
-    "Table 6 never in a fit (wattflex.calibration)",
+    "Table 6 never in a fit (wattflex.analysis.calibration)",
 )
 write_csv(
     test_sets.assign(backend=fid.BACKEND),

@@ -1,4 +1,4 @@
-"""wattflex.calibration: the anchor fitted on named published facts that exclude Table 6,
+"""wattflex.analysis.calibration: the anchor fitted on named published facts that exclude Table 6,
 recovered from emulated sweeps made with a known anchor, and its calibration file."""
 
 import dataclasses
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import REPO
-from wattflex import calibration as cal
+from wattflex.analysis import calibration as cal
 from wattflex.analysis import fidelity as fid
 from wattflex.analysis import published as published_mod
 from wattflex.config import groups as config_groups

@@ -4,7 +4,7 @@ power-model parameters of every GPU wattflex knows, plus the default model.
 Adding a GPU model is one entry in ``GPUS`` (the config schema's ``gpu`` enum is checked
 against it by a test). The SM power-model constants shared by all entries (the calibration
 anchor and what it implies: ``sm_dyn_w``, the voltage curve, the activity weights) live with
-the model in ``wattflex.runs.emulator.physics.Physics``; ``wattflex.calibration`` fits them.
+the model in ``wattflex.runs.emulator.physics.Physics``; ``wattflex.analysis.calibration`` fits them.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class GPUSpec:
     peak_clock_mhz: float = 1830.0
     slurm_name: str = ""  # default GRES/constraint name (profiles/slurm overrides it)
     # The die whose SM power curve the part has. The emulator's default power curve is fitted on
-    # GH100 facts (wattflex.calibration); a part of another die has none until `wattflex
+    # GH100 facts (wattflex.analysis.calibration); a part of another die has none until `wattflex
     # calibrate` fits its anchor on sweeps measured on it (an emulated run refuses it without).
     die: str = "GH100"
 
@@ -66,12 +66,12 @@ class GPUSpec:
 #
 # Idle and HBM power come from the one per-cap memory-power reading found: Ujeniya et al. 2026
 # v2 Figs. 6b/9b on the 94 GB HBM2e H100 (resources/external/ujeniya2026-v2/, a third-party
-# reading, unverified; its workload label is disputed: wattflex.calibration). Its memory power
+# reading, unverified; its workload label is disputed: wattflex.analysis.calibration). Its memory power
 # rises linearly with the SM clock, 72 W at 625 MHz to 120 W at 1969 MHz (least squares:
 # 49.9 + 69.7 * f/f_max W, residuals <= 1.9 W): HBM_IDLE_W_94GB at no traffic and
 # HBM_DYN_W_94GB at the calibration workload's traffic at f_max, taken as full bandwidth (a lower
 # bound on the full-bandwidth power: the workload's DRAM utilisation is at most 1). Its board
-# draw minus memory power, fitted with the voltage curve (wattflex.calibration.fit_voltage_curve),
+# draw minus memory power, fitted with the voltage curve (wattflex.analysis.calibration.fit_voltage_curve),
 # leaves GH100_STATIC_W of non-memory static power. The other parts' HBM power is derived from
 # the same reading: idle per GB of HBM and dynamic per TB/s of bandwidth (assumed: the same
 # energy per byte moved and per GB held across HBM2e, HBM3 and HBM3e; no per-part figure found).
@@ -103,7 +103,7 @@ def _entry(static_w: float, hbm_gib: float, hbm_tb_s: float, **facts) -> GPUSpec
     )
 
 
-# The SM power curve is one per die (GH100 for the three Hopper parts; wattflex.calibration).
+# The SM power curve is one per die (GH100 for the three Hopper parts; wattflex.analysis.calibration).
 GPUS: dict[str, GPUSpec] = {
     "H200": _entry(
         GH100_STATIC_W,

@@ -16,7 +16,7 @@ def perseus():
 
 
 def test_perseus_sweeps_score_each_job_with_the_anchor_fitted_on_the_other(perseus):
-    from wattflex import calibration as cal
+    from wattflex.analysis import calibration as cal
 
     groups, measured, _ = ps.cal.perseus_a100_calibration(
         ps.PERSEUS / "power_limit_sweeps_A100.csv"

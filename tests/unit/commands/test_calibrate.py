@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import REPO
-from wattflex import calibration as cal
+from wattflex.analysis import calibration as cal
 from wattflex.analysis import fidelity as fid
 from wattflex.cli import main
 from wattflex.config import load_config
@@ -67,7 +67,7 @@ def test_calibrate_recovers_the_anchor_of_the_sweeps_and_writes_a_file(sweeps, t
 
 
 def test_calibrate_on_the_papers_default_set_is_a_what_if_beside_the_emulators_anchor(capsys):
-    # the emulator's anchor is fitted on public sweeps (wattflex.calibration.public_anchor); the
+    # the emulator's anchor is fitted on public sweeps (wattflex.analysis.calibration.public_anchor); the
     # paper's dense groups of Tables 7-8 still give their own fit on request
     assert main(["calibrate", "--published", cal.DEFAULT_FIT_SET]) == 0
     text = capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""The power model's calibration against its sources (wattflex.calibration; see
+"""The power model's calibration against its sources (wattflex.analysis.calibration; see
 wattflex.runs.emulator's docstring): the measured H100 power-clock reading, the anchor fitted on
 public sweeps, and what they imply."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import wattflex.calibration as cal
-from wattflex.calibration import fit_power_curve, physics_at_anchor
+import wattflex.analysis.calibration as cal
+from wattflex.analysis.calibration import fit_power_curve, physics_at_anchor
 from wattflex.config import load_config
 from wattflex.gpus import GH100_STATIC_W, GPUS, HBM_DYN_W_94GB, HBM_IDLE_W_94GB
 from wattflex.runs.emulator import PHYSICS, Physics, job_at_cap, power_model_clock_for_cap, voltage

@@ -44,7 +44,7 @@ seeds and draws for the first two and leaves out the third:
 
 The whole computation (35 groups, 20 seeds, 44 perturbed constants and the HBM power x 2, the
 sensitivity on every group) takes 6.1 s of one core, the leave-one-table-out refits
-(``wattflex.calibration``) 0.9 s more and the public sweeps (``wattflex.analysis.public_sweeps``)
+(``wattflex.analysis.calibration``) 0.9 s more and the public sweeps (``wattflex.analysis.public_sweeps``)
 0.2 s (``python benchmarks/fidelity_speed.py``, CPU time, 2026-12-04, on a machine shared with
 other jobs); each GPU's operating points are computed once per group and reused across its
 caps (``job_at_caps``).
@@ -61,10 +61,10 @@ of ``fidelity.csv`` names the assumption that moves its PFI most and by how much
 largest change of each assumption the emulator's review named (``NAMED_ASSUMPTIONS``).
 
 In and out of sample: the emulator's one fitted global constant, the power-level anchor
-(``wattflex.calibration``), is fitted on published groups that are not in Table 6 (default:
+(``wattflex.analysis.calibration``), is fitted on published groups that are not in Table 6 (default:
 the dense groups of Tables 7-8). Each group's ``calibration`` says whether it was in that
 fit; the summary gives the mean absolute error in sample, out of sample on Table 6 and out
-of sample on the rest (``mae_*``), and ``wattflex.calibration.leave_one_table_out`` refits on
+of sample on the rest (``mae_*``), and ``wattflex.analysis.calibration.leave_one_table_out`` refits on
 each allowed set and scores on the rest (``fidelity_calibration.csv``).
 
 Published values: Table 6 (headline groups, by group id), Table 7 (validation groups, by

@@ -5,7 +5,7 @@ Shipped in ``resources/external/`` (each folder's README says what was measured)
 - **Perseus SOSP'24 A100 power-limit sweeps** (``power_limit_sweeps_A100.csv``): the two
   decoder-only jobs the emulator has a step for (``config/perseus-sosp24-a100-emulated.yaml``:
   BLOOM-3B, GPT-3 XL as 4-stage A100 pipelines). An A100 has no default power level, so its
-  anchor must be fitted on A100 PFIs (``wattflex.calibration``): each job is scored with the
+  anchor must be fitted on A100 PFIs (``wattflex.analysis.calibration``): each job is scored with the
   anchor fitted on the *other* job alone (leave one job out), never on itself.
 - **Perseus SOSP'24 A100 SM-clock profiles** (``sm_frequency_profile_*+a100_*``): time and
   power of one pipeline stage at each locked SM clock. The emulated A100 jobs (anchor fitted on
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wattflex import calibration as cal
+from wattflex.analysis import calibration as cal
 from wattflex.analysis.clock_scaling import (
     distinct_stages,
     fit_clock_scaling,
@@ -207,7 +207,7 @@ def perseus_a100_rows(
 
 
 def reading_rows(physics=None) -> list[dict[str, Any]]:
-    """The GH100 power-clock reading the voltage curve is fitted to (``wattflex.calibration``):
+    """The GH100 power-clock reading the voltage curve is fitted to (``wattflex.analysis.calibration``):
     its residuals, and what its disputed workload label moves (nothing: the fit reads only the
     measured clocks, draws and memory power)."""
     from wattflex.runs.emulator import PHYSICS
@@ -276,7 +276,7 @@ def scored_sets_table(
 ) -> pd.DataFrame:
     """Every test set side by side: Table 6 out of sample under the campaign's own calibration
     (``metrics``: the noise-free model's, ``wattflex.analysis.fidelity.metrics``), each
-    leave-one-table-out refit (``wattflex.calibration.leave_one_table_out``) and the public
+    leave-one-table-out refit (``wattflex.analysis.calibration.leave_one_table_out``) and the public
     sweeps (``public``)."""
     rows = [
         row(

@@ -3,7 +3,7 @@ calibration they take (``calibrated_physics``, ``physics_for_gpu``) and the volt
 
 Never per group: a ``Physics`` applies to every job alike. How the constants enter the power
 model and the step's roofline is in ``wattflex.runs.emulator.step``; how the fitted ones are
-fitted is in ``wattflex.calibration``.
+fitted is in ``wattflex.analysis.calibration``.
 """
 
 from __future__ import annotations
@@ -37,14 +37,14 @@ class Physics:
     whose other parameters were fitted with them, bin sizes, clip bounds).
     """
 
-    # --- SM power / voltage curve: the anchor (wattflex.calibration) and what it implies ---
+    # --- SM power / voltage curve: the anchor (wattflex.analysis.calibration) and what it implies ---
     anchor_clock_mhz: float = _c(
         1680.0,
         "fitted on public measurements, never on the paper's tables: the SM clock a bf16 GEMM "
         "at tensor activity anchor_tensor_util holds under 700 W on the H100, carried over at "
         "the same fraction of f_max (0.848) from the A100 anchor (1195 MHz) fitted on the Perseus "
         "SOSP'24 A100 power-limit sweeps (measured draw and throughput per cap, "
-        "resources/external/perseus-sosp24; wattflex.calibration.public_anchor), 5 MHz grid. "
+        "resources/external/perseus-sosp24; wattflex.analysis.calibration.public_anchor), 5 MHz grid. "
         "The carry-over is assumed (each part's default limit holds such a GEMM at the same "
         "relative clock). A fixed point with dense_gemm_eff, which the A100 jobs use too. Replaces "
         "1505 MHz, fitted on Tables 7-8's PFIs",
@@ -52,14 +52,14 @@ class Physics:
     )
     sm_dyn_w: float = _c(
         1168.1,
-        "fitted with the anchor (wattflex.calibration.fit_power_curve): SM dynamic power at "
+        "fitted with the anchor (wattflex.analysis.calibration.fit_power_curve): SM dynamic power at "
         "f_max, v = 1, full activity, at which the anchor's GEMM draws 700 W on the H100. One die "
         "(GH100) for the three Hopper parts: no H200 power-clock table was found",
         False,
     )
     v_min: float = _c(
         0.729,
-        "fitted (wattflex.calibration.fit_voltage_curve): normalised voltage floor, least "
+        "fitted (wattflex.analysis.calibration.fit_voltage_curve): normalised voltage floor, least "
         "squares of the measured non-memory draw against the measured SM clock of the Ujeniya "
         "et al. 2026 v2 reading (94 GB H100; resources/external/ujeniya2026-v2), on the draws, "
         "never the caps (647 W at the 700 W cap); residuals <= 1.4 W",
@@ -93,7 +93,7 @@ class Physics:
         0.174,
         "fitted with sm_dyn_w (above): the reading's workload's fitted SM power at f_max "
         "(492 W) in units of bf16 tensor activity, given the anchor. Its workload is disputed "
-        "(wattflex.calibration.WORKLOAD_LABEL); only the calibration check reads it",
+        "(wattflex.analysis.calibration.WORKLOAD_LABEL); only the calibration check reads it",
         False,
     )
     sm_dyn_scale: float = _c(
@@ -325,7 +325,7 @@ PHYSICS = Physics()
 DEFAULT_DIE = (
     "GH100"  # the die PHYSICS's power curve is fitted for (the H100 table and the anchor above)
 )
-# The constants a calibration (wattflex.calibration.Calibration, a calibration file) sets.
+# The constants a calibration (wattflex.analysis.calibration.Calibration, a calibration file) sets.
 CALIBRATED = ("anchor_clock_mhz", "sm_dyn_w", "v_min", "v_exp", "calib_tensor_util")
 
 

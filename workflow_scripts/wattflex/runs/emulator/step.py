@@ -24,7 +24,7 @@ paper's mechanism), so memory-bound work keeps its speed while the SM clock drop
 enforced as the firmware does: the highest SM clock (15 MHz bins) whose step-average power
 fits under it.
 
-Calibration (``wattflex.calibration``), on public measurements only, never on the paper's
+Calibration (``wattflex.analysis.calibration``), on public measurements only, never on the paper's
 tables. The voltage curve (``v_min``, ``v_exp``) is fitted to measured (SM clock, board draw,
 memory power) triples of a 94 GB H100 under caps 200-700 W (Ujeniya et al. 2026 v2, a reading
 of its figures; at the 700 W cap it draws 647 W, so a cap is never taken as a draw). One more

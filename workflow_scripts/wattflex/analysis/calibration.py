@@ -39,16 +39,38 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wattflex.analysis.fidelity import GroupModel, noise_free_pfi
+from wattflex.analysis.fidelity import (
+    GroupModel,
+    group_meta,
+    group_models,
+    metrics,
+    noise_free_pfi,
+    published_metrics,
+    published_pfi,
+)
 from wattflex.analysis.paper_tables import task_key
 from wattflex.analysis.published import load_published
+from wattflex.analysis.stats import CLUSTER_ORDER
+from wattflex.config import groups as config_groups
 from wattflex.config import load_config
 from wattflex.gpus import GPUS, GPUSpec
+from wattflex.ingest.reader import IngestError, read_input_text
 from wattflex.ingest.sources import ingest
+from wattflex.pfi import pfi_ratio
+from wattflex.provenance import strict_json, undefined_values, write_together
 from wattflex.run_ids import run_id
-from wattflex.runs.emulator import DEFAULT_DIE, PHYSICS, Physics, calibrated_physics, voltage
+from wattflex.runs.emulator import (
+    DEFAULT_DIE,
+    PHYSICS,
+    JobSpec,
+    Physics,
+    calibrated_physics,
+    job_at_cap,
+    power_model_clock_for_cap,
+    voltage,
+)
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # Ujeniya et al. 2026 (arXiv:2604.11391 v2), H100 94 GB HBM2e: per cap the measured SM clock
 # (Fig. 6b), board draw and memory power (Fig. 9b), as a third party read them from the figures
 # (resources/external/ujeniya2026-v2/README.md: unverified). At the 700 W cap the draw is 647 W:
@@ -386,7 +408,6 @@ def unmeasured_draws(runs: pd.DataFrame) -> str:
 def measured_facts(runs: pd.DataFrame) -> pd.Series:
     """Eq. 1 PFI per group of a measured ``runs.parquet`` (repeats averaged per cap, as
     compute_pfi does; failed runs, without power or throughput, left out)."""
-    from wattflex.pfi import pfi_ratio
 
     missing = {"group", "cap_w", "power_w", "tokens_per_s"} - set(runs.columns)
     if missing:
@@ -470,7 +491,6 @@ def _number(value: Any) -> float:
 
 
 def write_calibration(cal: Calibration, path: str | Path) -> Path:
-    from wattflex.provenance import strict_json, undefined_values, write_together
 
     path = Path(path)
     doc = cal.to_json()
@@ -484,7 +504,6 @@ def write_calibration(cal: Calibration, path: str | Path) -> Path:
 def read_json(path: str | Path, what: str, how: str) -> Any:
     """A JSON file; a missing or unreadable one is a one-line error naming ``what`` it is
     and ``how`` to make it."""
-    from wattflex.ingest.reader import IngestError, read_input_text
 
     path = Path(path)
     if not path.exists():
@@ -680,7 +699,6 @@ def calibration_from_gpu_check(
     :func:`fit_power_curve` (with the idle and HBM power of the GPU it ran on); the anchor is
     then the clock the fitted curve gives a GEMM at ``anchor_tensor_util`` under 700 W on the
     catalogue H100, where the anchor is defined (15 MHz bins, as the firmware steps)."""
-    from wattflex.runs.emulator import power_model_clock_for_cap
 
     clock = anchor_from_gpu_check(reading, where)
     try:
@@ -719,8 +737,6 @@ def config_group_models(
 ) -> list[GroupModel]:
     """The groups of a loaded config (``wattflex.config.load_config``) as the emulator sees
     them; their runs from ``runs`` (group, cap_w, run_id) if given, else one per cap."""
-    from wattflex.analysis.fidelity import group_models
-    from wattflex.config import groups as config_groups
 
     resolved = config_groups(dict(cfg))
     jobs = {g["id"]: {"group": g, "model_facts": cfg["_catalog"][g["model"]]} for g in resolved}
@@ -746,8 +762,6 @@ def leave_one_table_out(
     rest: one row per fit set with the anchor, ``sm_dyn_w``, the errors in and out of sample
     (``fidelity.calibration_errors``) and the Table 6 metrics the issue targets, then a
     ``(published)`` row with the paper's values of those metrics."""
-    from wattflex.analysis.fidelity import group_meta, metrics, published_metrics, published_pfi
-    from wattflex.analysis.stats import CLUSTER_ORDER
 
     order = tuple(order or CLUSTER_ORDER)
     published = published_pfi(groups, str(tables_dir))
@@ -809,13 +823,7 @@ def leave_one_table_out(
 # Achieved GEMM efficiency from published framework throughput
 # ---------------------------------------------------------------------------------------
 
-TORCHTITAN_H100 = (
-    Path(__file__).resolve().parents[2]
-    / "resources"
-    / "external"
-    / "torchtitan-h100-202412"
-    / "peak_memory.csv"
-)
+TORCHTITAN_H100 = REPO / "resources" / "external" / "torchtitan-h100-202412" / "peak_memory.csv"
 # torchtitan's llama3 "8B" flavour (meta-llama/Llama-3.1-8B config.json): dim 4096, 32 layers,
 # 32 heads of 128, ffn 14336, vocab 128256, 8.03B parameters, embedding and output untied.
 LLAMA_8B_FACTS = {
@@ -854,7 +862,6 @@ def torchtitan_tokens_per_s(row: Mapping[str, str], physics: Physics = PHYSICS) 
     """The emulator's tokens/s per GPU of one torchtitan row (at the 500 W limit). Selective
     checkpointing (torchtitan's ``op`` policy recomputes some matmuls) is modelled as none: the
     least work, so an efficiency derived from it is a lower bound."""
-    from wattflex.runs.emulator import JobSpec, job_at_cap
 
     gpu = dataclasses.replace(GPUS["H100"], name="H100-96GB-HBM2e", hbm_tb_s=2.4, hbm_gib=96)
     job = JobSpec(
