@@ -50,7 +50,14 @@ loto = cal.leave_one_table_out(groups, paper, physics, order=order)
 public = ps.perseus_a100_rows(
     smk.input.perseus_a100, list(smk.input.perseus_profiles), smk.input.perseus_a100_config
 )
-public += ps.reading_rows(physics)
+# how much Table 6 depends on the reading's measured draws: the what-if of caps read as draws
+caps_as_draws = fid.metrics(
+    fid.noise_free_pfi(groups, cal.caps_as_draws_physics()),
+    fid.group_meta(groups, fid.published_pfi(groups, str(paper))),
+    order=order,
+    tests=False,
+)
+public += ps.reading_rows(physics, caps_as_draws)
 public += ps.unscored_rows(list(smk.input.other_sweeps))
 n_table6 = int(result.groups["in_spearman"].sum())
 fit_source = (

@@ -129,3 +129,14 @@ def test_voltage_curve_is_flat_at_low_clocks_and_steep_near_the_top():
     hi = voltage(1.0) - voltage(0.8)
     assert hi > 2.5 * lo
     assert voltage(1.0) == pytest.approx(1.0)
+
+
+def test_the_caps_as_draws_what_if_refits_the_refused_reading_with_its_own_anchor():
+    # what the fidelity table sets beside the default: the same fit on caps read as draws
+    ph = cal.caps_as_draws_physics()
+    assert ph.v_exp > PHYSICS.v_exp + 2  # caps as draws: power rising steeply at the top
+    assert ph.anchor_clock_mhz != PHYSICS.anchor_clock_mhz
+    assert (ph.dense_gemm_eff, ph.expert_gemm_rel_eff) == (
+        PHYSICS.dense_gemm_eff,
+        PHYSICS.expert_gemm_rel_eff,
+    )

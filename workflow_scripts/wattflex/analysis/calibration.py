@@ -665,6 +665,23 @@ def public_anchor(base: Physics = PHYSICS) -> tuple[float, Calibration]:
     return float(anchor), a100
 
 
+def caps_as_draws_physics(base: Physics = PHYSICS) -> Physics:
+    """The what-if of the earlier reading of the calibration table: each cap taken as the draw
+    (the fit :func:`read_power_clock` refuses), with its own voltage curve and public anchor;
+    what the default's dependence on the measured draws is judged against."""
+    table = read_power_clock().assign(power_w=lambda t: t["cap_w"].astype(float))
+    curve = fit_voltage_curve(table)
+    shaped = dataclasses.replace(base, v_min=curve.v_min, v_exp=curve.v_exp)
+    anchor, _ = public_anchor(shaped)
+    fitted = fit_power_curve(anchor, shaped, curve=curve)
+    return dataclasses.replace(
+        shaped,
+        anchor_clock_mhz=anchor,
+        sm_dyn_w=fitted.sm_dyn_w,
+        calib_tensor_util=fitted.calib_tensor_util,
+    )
+
+
 def anchor_from_gpu_check(reading: Mapping[str, Any], where: str = "gpu check") -> float:
     """The anchor measured by ``benchmarks/gpu_check.py``'s ``anchor_gemm`` step: the steady SM
     clock of a bf16 GEMM under the default (700 W) limit. Valid only where the limit binds (the

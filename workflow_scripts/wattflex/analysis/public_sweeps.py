@@ -206,14 +206,26 @@ def perseus_a100_rows(
     return out
 
 
-def reading_rows(physics=None) -> list[dict[str, Any]]:
+def reading_rows(physics=None, what_if: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
     """The GH100 power-clock reading the voltage curve is fitted to (``wattflex.analysis.calibration``):
-    its residuals, and what its disputed workload label moves (nothing: the fit reads only the
-    measured clocks, draws and memory power)."""
+    its residuals, what its disputed workload label moves (nothing: the fit reads only the
+    measured clocks, draws and memory power), and ``what_if``: the Table 6 metrics
+    (``wattflex.analysis.fidelity.metrics``) under :func:`calibration.caps_as_draws_physics`, the
+    earlier reading, if given."""
     from wattflex.runs.emulator import PHYSICS
 
     v = cal.default_voltage_curve()
     errors = cal.reading_clock_errors(physics or PHYSICS)
+    if what_if:
+        medians = " / ".join(
+            f"{what_if.get(f'median_{c}', math.nan):.2f}" for c in ("dense", "moe-pt", "moe-ft")
+        )
+        dependence = (
+            f"; with each cap read as the draw instead (refused as data, kept as the what-if): "
+            f"Table 6 medians {medians}, Spearman {what_if.get('spearman_table6', math.nan):.2f}"
+        )
+    else:
+        dependence = ""
     return [
         row(
             test_set="Ujeniya et al. 2026 H100 94 GB power-clock reading (fitted to)",
@@ -226,7 +238,8 @@ def reading_rows(physics=None) -> list[dict[str, Any]]:
             f"memory power {max(map(abs, v.mem_residuals_w)):.1f} W, SM clock under each measured "
             f"draw max {np.abs(errors).max():.0f} MHz; workload label {cal.WORKLOAD_LABEL}: the "
             "fit uses no property of the workload, so either label gives the same constants "
-            "(sensitivity 0); caps read as draws are refused (calibration.caps_as_draws)",
+            "(sensitivity 0); caps read as draws are refused (calibration.caps_as_draws)"
+            + dependence,
         )
     ]
 
