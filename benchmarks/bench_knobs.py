@@ -6,7 +6,7 @@ Site: ``--jobs`` jobs drawn from the campaign's headline groups (the production 
 ``allocation``: pretraining with probability ``pretraining_fraction``), each with
 - its cap curve: the emulator's model at every cap of the group, with the 0.5 % noise of
   ``bench_allocation.emulated_campaign`` (the same curves the allocation benchmark uses);
-- its clock curve: the DVFS model at locked SM clocks (``wattflex.runs.clock_knob``);
+- its clock curve: the DVFS model at locked SM clocks (``wattflex.runs.emulator.clock_knob``);
 - pause at idle power (``gpus * GPUSpec.idle_w``);
 - requeue: restart = the resource plan's start-up (``wattflex.runs.plan``: build + first step),
   the checkpoint write time from the plan, and the age of its last checkpoint drawn uniform in
@@ -39,7 +39,7 @@ from wattflex.allocation.simulate import sample_workloads  # noqa: E402
 from wattflex.config import groups, load_config  # noqa: E402
 from wattflex.gpus import GPUS  # noqa: E402
 from wattflex.runs import emulator as em  # noqa: E402
-from wattflex.runs.clock_knob import clock_curve  # noqa: E402
+from wattflex.runs.emulator.clock_knob import clock_curve  # noqa: E402
 from wattflex.runs.plan import plan_campaign  # noqa: E402
 
 OUT = REPO / "benchmarks" / "results" / "knobs.md"

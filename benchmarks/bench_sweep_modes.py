@@ -32,7 +32,7 @@ from wattflex.config import groups, load_config, run_spec
 from wattflex.pfi import pfi_ratio, pfi_table
 from wattflex.provenance import provenance, write_csv
 from wattflex.run_ids import run_id
-from wattflex.runs.devices.emulated import run_emulated
+from wattflex.runs.emulator.device import run_emulated
 from wattflex.runs.sweep.algorithm import sweep_spec
 from wattflex.runs.sweep.emulated import run_sweep
 from wattflex.runs.sweep.steady import cap_rows

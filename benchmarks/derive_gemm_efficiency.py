@@ -5,12 +5,12 @@ the dense groups of Tables 7-8 with the efficiency in the jobs). Table 6 never e
 
     python benchmarks/derive_gemm_efficiency.py
 
-Prints each fixed-point step and the constants to put in wattflex.runs.emulator.Physics.
+Prints each fixed-point step and the constants to put in wattflex.runs.emulator.physics.Physics.
 """
 
 import dataclasses
 
-from wattflex import calibration as cal
+from wattflex.analysis import calibration as cal
 from wattflex.config import REPO_ROOT, load_config
 from wattflex.runs.emulator import PHYSICS
 

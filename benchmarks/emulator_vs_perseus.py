@@ -4,7 +4,7 @@ Measured: the Perseus SOSP'24 SM-frequency profiles (resources/external/perseus-
 A100 SXM and A40, BLOOM and GPT-3 175B pipeline stages, bf16): per stage, time and energy
 of one micro-batch's forward and backward pass at each locked SM clock. Emulated: every
 H200 group of the default campaign (config/config.yaml) at every SM clock bin, from
-``wattflex.runs.emulator.operating_points`` as it is when this script runs (nothing here
+``wattflex.runs.emulator.step.operating_points`` as it is when this script runs (nothing here
 is fitted to either side).
 
 The decoder-only Perseus A100 jobs, emulated as A100 pipelines under the anchor
@@ -130,7 +130,7 @@ def a100_rows(win: dict[str, tuple[float, float]]) -> tuple[pd.DataFrame, str]:
     (config/perseus-sosp24-a100-emulated.yaml) under the anchor `wattflex calibrate` fits on their
     own power-limit sweeps: the same window fits as the H200 groups, and a line naming that calibration."""
     cfg = load_config(ps.PERSEUS_A100_CONFIG, check_inputs=False)
-    _, facts, c = ps.perseus_a100_calibration(PERSEUS / "power_limit_sweeps_A100.csv")
+    _, facts, c = ps.cal.perseus_a100_calibration(PERSEUS / "power_limit_sweeps_A100.csv")
     physics, gpu = c.physics(), gpu_spec("A100")
     a100 = next(g for g in win if g.startswith("A100"))
     rows = []
@@ -196,15 +196,18 @@ def a100_section(
 
 
 def emulator_version() -> str:
-    path = Path(emulator.__file__)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    path = Path(emulator.__file__).parent  # the runs/emulator package
+    sha = hashlib.sha256()
+    for f in sorted(path.glob("*.py")):
+        sha.update(f.read_bytes())
+    digest = sha.hexdigest()[:12]
     git = lambda *a: subprocess.run(
         ["git", *a], cwd=REPO, capture_output=True, text=True
     ).stdout.strip()  # noqa: E731
     dirty = git("status", "--porcelain", "--", str(path))
     physics = "Physics dataclass" if hasattr(emulator, "PHYSICS") else "module-level constants"
     return (
-        f"emulator.py sha256 {digest} (HEAD {git('rev-parse', '--short', 'HEAD')}"
+        f"runs/emulator/*.py sha256 {digest} (HEAD {git('rev-parse', '--short', 'HEAD')}"
         f"{', uncommitted changes' if dirty else ''}; {physics})"
     )
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from wattflex import calibration as cal
+from wattflex.analysis import calibration as cal
 from wattflex.analysis import fidelity as fid
 from wattflex.analysis import public_sweeps as ps
 from wattflex.config import groups, load_config

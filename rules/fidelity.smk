@@ -20,6 +20,9 @@ rule fidelity:
         # The public measured sweeps scored beside Table 6 (wattflex.analysis.public_sweeps).
         perseus_a100=workflow_file("resources/external/perseus-sosp24/power_limit_sweeps_A100.csv"),
         perseus_a100_config=workflow_file("config/perseus-sosp24-a100-emulated.yaml"),
+        h100_reading=workflow_file(
+            "resources/external/ujeniya2026-v2/h100_94gb_vitl16_tf32_power_clock.csv"
+        ),
         perseus_catalog=workflow_file("config/catalogs/perseus-sosp24.yaml"),
         perseus_profiles=public_sweep_files("perseus-sosp24", "sm_frequency_profile_*.csv"),
         other_sweeps=public_sweep_files("perseus-sosp24", "power_limit_sweeps_*.csv")

@@ -31,7 +31,7 @@ try:
     prepare(config, base=Path(workflow.basedir), cwd=os.getcwd())
     if config["backend"] == "emulated" and workflow.is_main_process:
         # too short to reach a steady state: refused now, not after every run has run
-        from wattflex.runs.devices.timeline import check_run_length
+        from wattflex.runs.emulator.timeline import check_run_length
 
         check_run_length(config)
 except ConfigError as exc:

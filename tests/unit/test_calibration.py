@@ -1,4 +1,4 @@
-"""wattflex.calibration: the anchor fitted on named published facts that exclude Table 6,
+"""wattflex.analysis.calibration: the anchor fitted on named published facts that exclude Table 6,
 recovered from emulated sweeps made with a known anchor, and its calibration file."""
 
 import dataclasses
@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 
 from tests.conftest import REPO
-from wattflex import calibration as cal
+from wattflex.analysis import calibration as cal
 from wattflex.analysis import fidelity as fid
 from wattflex.analysis import published as published_mod
 from wattflex.config import groups as config_groups
 from wattflex.config import load_config
-from wattflex.runs.devices.emulated import run_emulated
 from wattflex.runs.emulator import PHYSICS
+from wattflex.runs.emulator.device import run_emulated
 from wattflex.telemetry import SummaryProtocol, summarize_run
 
 PAPER = REPO / "resources" / "paper" / "tables"
@@ -44,17 +44,17 @@ def test_the_default_fit_set_is_the_dense_groups_of_tables_7_and_8(default):
     assert facts["dense-pt-mistral24b-x8"] == pytest.approx(1.18)
 
 
-def test_the_emulators_anchor_is_the_default_fit_and_says_so(default):
+def test_the_emulators_anchor_is_fitted_on_public_sweeps_and_says_so(default):
+    # the paper's tables are test sets: a fit on them is a what-if (calibrate_published), not
+    # the default (tests/unit/runs/test_emulator_calibration.py checks public_anchor gives it)
     _, groups = default
     c = cal.calibrate_published(groups, PAPER)
-    assert c.anchor_clock_mhz == PHYSICS.anchor_clock_mhz
-    assert c.curve.sm_dyn_w == pytest.approx(PHYSICS.sm_dyn_w, rel=0.002)
-    assert c.source == f"fitted ({cal.DEFAULT_FIT_SET})"
+    assert c.source == f"fitted ({cal.DEFAULT_FIT_SET})" and c.in_sample_mae < 0.15
     source = next(f for f in dataclasses.fields(PHYSICS) if f.name == "anchor_clock_mhz").metadata[
         "source"
     ]
-    assert source.startswith(f"fitted ({cal.DEFAULT_FIT_SET})")
-    assert c.in_sample_mae < 0.15
+    assert source.startswith("fitted on public measurements, never on the paper's tables")
+    assert "Perseus" in source
 
 
 @pytest.mark.parametrize("fit_set", sorted(cal.FIT_SETS))
@@ -86,7 +86,8 @@ def test_table_6_values_never_reach_the_fit(default, tmp_path, monkeypatch):
         )
     assert opened and "table6_pfi_h200" not in opened
     assert (
-        cal.calibrate_published(groups, tmp_path / "t").anchor_clock_mhz == PHYSICS.anchor_clock_mhz
+        cal.calibrate_published(groups, tmp_path / "t").anchor_clock_mhz
+        == cal.calibrate_published(groups, PAPER).anchor_clock_mhz
     )
 
 
@@ -110,7 +111,8 @@ def test_noise_free_facts_made_with_an_anchor_give_it_back(default):
 
 def test_emulated_sweeps_made_with_a_known_anchor_recover_it(default):
     """Whole emulated runs (noise, per-GPU leakage, top-10 % summaries) with anchor 1755 MHz,
-    as a user's runs.parquet would hold them: the fit gets the anchor back within 20 MHz."""
+    as a user's runs.parquet would hold them: the fit gets the anchor back within 40 MHz (the
+    measured voltage curve is flat near the top, v_exp 3.9: PFI moves little per MHz of anchor)."""
     cfg, groups = default
     truth = cal.fit_power_curve(1755.0)
     calibration = {"anchor_clock_mhz": 1755.0, "curve": dataclasses.asdict(truth)}
@@ -143,8 +145,8 @@ def test_emulated_sweeps_made_with_a_known_anchor_recover_it(default):
             )
     runs = pd.DataFrame(rows)
     c = cal.calibrate(groups, cal.measured_facts(runs), "fitted (recover)", cross_validate=False)
-    assert abs(c.anchor_clock_mhz - 1755.0) <= 20
-    assert c.curve.sm_dyn_w == pytest.approx(truth.sm_dyn_w, rel=0.03)
+    assert abs(c.anchor_clock_mhz - 1755.0) <= 40
+    assert c.curve.sm_dyn_w == pytest.approx(truth.sm_dyn_w, rel=0.06)
     # and not the default the emulator would otherwise use
     assert abs(c.anchor_clock_mhz - PHYSICS.anchor_clock_mhz) > 40
 
@@ -212,7 +214,10 @@ def test_leave_one_table_out_refits_on_every_allowed_set(default):
         t.loc["(published)", "anchor_clock_mhz"]
     )
     t = t.drop("(published)")
-    assert t.loc[cal.DEFAULT_FIT_SET, "anchor_clock_mhz"] == PHYSICS.anchor_clock_mhz
+    assert (
+        t.loc[cal.DEFAULT_FIT_SET, "anchor_clock_mhz"]
+        == cal.calibrate_published(groups, PAPER).anchor_clock_mhz
+    )
     assert t.loc[cal.DEFAULT_FIT_SET, "n_facts"] == len(FIT_GROUPS)
     # every set leaves Table 6 out of sample; the sets differ, and so do their anchors
     assert t["mae_out_of_sample_table6"].notna().all() and t["anchor_clock_mhz"].nunique() > 1

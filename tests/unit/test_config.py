@@ -246,8 +246,8 @@ def test_an_emulated_run_too_short_to_train_is_refused_with_a_length_that_works(
     """Refused at validation, not after every run has run; and the length the message names is
     one the emulator meets: a run of that length at the slowest cap has a steady state."""
     from wattflex.config import run_spec
-    from wattflex.runs.devices.emulated import run_emulated
-    from wattflex.runs.devices.timeline import check_run_length
+    from wattflex.runs.emulator.device import run_emulated
+    from wattflex.runs.emulator.timeline import check_run_length
     from wattflex.telemetry import SummaryProtocol, summarize_run
 
     def check(raw):
@@ -277,7 +277,7 @@ def test_the_run_length_check_passes_over_what_runs_nothing_or_fails_on_its_own(
     """An ingested campaign (no groups) and a group whose catalogue entry is incomplete are not
     refused by the run-length check: the first runs nothing; the second's runs fail and record
     why while the other groups run (tests/workflow/test_run_scheduling.py)."""
-    from wattflex.runs.devices.timeline import check_run_length
+    from wattflex.runs.emulator.timeline import check_run_length
 
     ingest = yaml.safe_load((repo / "config" / "zeus-nsdi23.yaml").read_text())
     check_run_length(prepare(copy.deepcopy(ingest), base=repo, check_inputs=False))

@@ -38,7 +38,7 @@ LAYERS = [
         "runs",
         "snakemake_internals",
     ],  # where runs come from; the Snakemake hooks that guard real runs
-    ["analysis", "calibration"],  # PFI, statistics, predictor, tables; fitting the emulator to them
+    ["analysis"],  # PFI, statistics, predictor, tables, fitting the emulator to them
     ["allocation"],  # splitting a power cut across jobs
     ["control", "grid"],  # following grid events with per-job caps
     [
@@ -179,7 +179,7 @@ def test_every_allowed_exception_is_still_needed():
             "def f():\n    from wattflex.plots import sweeps\n",
             {"plots.sweeps"},
         ),  # lazy imports count
-        ("from wattflex import calibration as cal, __version__\n", {"calibration", "wattflex"}),
+        ("from wattflex import gpus as g, __version__\n", {"gpus", "wattflex"}),
         ("from ..analysis.pfi import pfi_table\n", {"analysis.pfi"}),
         ("from . import curves\n", {"allocation.curves"}),
     ],

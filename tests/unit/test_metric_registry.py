@@ -62,7 +62,7 @@ def test_a_metric_added_to_the_registry_is_a_column_of_emulated_telemetry(
     default_config, with_fake_metric
 ):
     from wattflex.config import run_spec
-    from wattflex.runs.devices.emulated import run_emulated
+    from wattflex.runs.emulator.device import run_emulated
 
     spec = run_spec(default_config, "dense-pt-mistral24b-x8", "cap700")
     spec["run"] = {**spec["run"], "duration_s": 300, "eval_at_s": None, "checkpoint_at_s": None}

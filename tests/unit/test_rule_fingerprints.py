@@ -59,7 +59,7 @@ def test_closures_follow_imports_and_leave_out_plumbing_and_the_real_backend():
         "the allocation simulation must not depend on plot code"
     )
     run_code = fp.closure("runs.runner", ignore=("telemetry", "runs.failures"))
-    assert {"runs.runner", "runs.emulator", "runs.devices.emulated"} <= set(run_code)
+    assert {"runs.runner", "runs.emulator.step", "runs.emulator.device"} <= set(run_code)
     for script in SCRIPTS.glob("*.py"):
         for mod in fp.closure(script):
             assert mod not in fp.PLUMBING

@@ -11,7 +11,12 @@ import pandas as pd
 import pytest
 
 from wattflex import provenance
-from wattflex.calibration import Calibration, PowerCurve, read_calibration, write_calibration
+from wattflex.analysis.calibration import (
+    Calibration,
+    PowerCurve,
+    read_calibration,
+    write_calibration,
+)
 from wattflex.grid.slurm import write_json_atomic
 from wattflex.runs.devices import cap_state
 from wattflex.runs.sweep import real as sweep_real

@@ -265,7 +265,7 @@ FIGURE_RULES = {
     "module, expected",
     [
         (
-            "runs/emulator",
+            "runs/emulator/step",
             {"run_at_cap": N_RUNS, **EVERY_SUMMARY, **EVERYTHING_AFTER_SUMMARIES, **CONTROL},
         ),
         ("telemetry", {**EVERY_SUMMARY, **EVERYTHING_AFTER_SUMMARIES, **CONTROL}),

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 def one_group_config() -> dict:
     """tests/data/tiny.yaml's first group alone, emulated, no repeats. 240 s runs: about the
-    shortest the workflow accepts for this group (239 s, wattflex.runs.devices.timeline); two
+    shortest the workflow accepts for this group (239 s, wattflex.runs.emulator.timeline); two
     out-of-sample splits, which one group cannot halve."""
     cfg = yaml.safe_load((REPO / "tests" / "data" / "tiny.yaml").read_text())
     cfg["backend"] = "emulated"

@@ -687,7 +687,7 @@ def prepare(
 
 def load_emulator_calibration(path: Path) -> dict[str, Any]:
     """The JSON of a calibration file (``wattflex calibrate``), checked for what the emulator
-    reads (``wattflex.runs.emulator.calibrated_physics``)."""
+    reads (``wattflex.runs.emulator.physics.calibrated_physics``)."""
     import json
 
     where = f"config error at emulator.calibration: {path}"

@@ -4,7 +4,7 @@ power-model parameters of every GPU wattflex knows, plus the default model.
 Adding a GPU model is one entry in ``GPUS`` (the config schema's ``gpu`` enum is checked
 against it by a test). The SM power-model constants shared by all entries (the calibration
 anchor and what it implies: ``sm_dyn_w``, the voltage curve, the activity weights) live with
-the model in ``wattflex.runs.emulator.Physics``; ``wattflex.calibration`` fits them.
+the model in ``wattflex.runs.emulator.physics.Physics``; ``wattflex.analysis.calibration`` fits them.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class GPUSpec:
     peak_clock_mhz: float = 1830.0
     slurm_name: str = ""  # default GRES/constraint name (profiles/slurm overrides it)
     # The die whose SM power curve the part has. The emulator's default power curve is fitted on
-    # GH100 facts (wattflex.calibration); a part of another die has none until `wattflex
+    # GH100 facts (wattflex.analysis.calibration); a part of another die has none until `wattflex
     # calibrate` fits its anchor on sweeps measured on it (an emulated run refuses it without).
     die: str = "GH100"
 
@@ -61,49 +61,94 @@ class GPUSpec:
 
 
 # Limits, clocks, peak rates and memory: NVIDIA H100/H200 SXM datasheets (dense bf16 989 TFLOPS,
-# 3.35 / 4.8 TB/s, 80 / 141 GB, 700 W). Idle and HBM power (idle_w, mem_idle_w, mem_dyn_w): assumed.
-# They were labelled "measured" with no source; none was found. Ujeniya et al. 2026
-# (arXiv:2604.11391) record memory power per cap on a 94 GB H100 and a 144 GB H200, but their
-# figures could not be read here, so no value of theirs is used (a reading quoted in a review,
-# 72-120 W on the 94 GB part, is unverified and not applied). The SM power curve is
-# one for both (same GH100 die; wattflex.calibration): fitted to the Ujeniya et al. 2026
-# cap -> clock table (labelled FP64 DGEMM; wattflex.calibration says what of that was verified), which was measured on an HBM2e 94 GB / 2.41 TB/s H100 part
-# (their testbed: NHR@FAU Helma nodes, 4 GPUs each), not the 80 GB / 3.35 TB/s HBM3 SXM
-# modelled here. Its SM clock/voltage behaviour is taken to carry over (same die, 200-700 W
-# limits); the fit uses the catalogue H100's idle and HBM power for the DGEMM (an
-# approximation: the 94 GB part's memory power differs and is not published per cap).
+# 3.35 / 4.8 TB/s, 80 / 141 GB, 700 W); the 94 GB HBM2e H100: 2.41 TB/s, as Ujeniya et al. 2026
+# (arXiv:2604.11391) describe their testbed part.
+#
+# Idle and HBM power come from the one per-cap memory-power reading found: Ujeniya et al. 2026
+# v2 Figs. 6b/9b on the 94 GB HBM2e H100 (resources/external/ujeniya2026-v2/, a third-party
+# reading, unverified; its workload label is disputed: wattflex.analysis.calibration). Its memory power
+# rises linearly with the SM clock, 72 W at 625 MHz to 120 W at 1969 MHz (least squares:
+# 49.9 + 69.7 * f/f_max W, residuals <= 1.9 W): HBM_IDLE_W_94GB at no traffic and
+# HBM_DYN_W_94GB at the calibration workload's traffic at f_max, taken as full bandwidth (a lower
+# bound on the full-bandwidth power: the workload's DRAM utilisation is at most 1). Its board
+# draw minus memory power, fitted with the voltage curve (wattflex.analysis.calibration.fit_voltage_curve),
+# leaves GH100_STATIC_W of non-memory static power. The other parts' HBM power is derived from
+# the same reading: idle per GB of HBM and dynamic per TB/s of bandwidth (assumed: the same
+# energy per byte moved and per GB held across HBM2e, HBM3 and HBM3e; no per-part figure found).
+HBM_IDLE_W_94GB = 49.9  # W at no HBM traffic, 94 GB HBM2e (fitted to the reading above)
+HBM_DYN_W_94GB = 69.7  # W more at the reading's traffic at f_max, 2.41 TB/s (fitted, above)
+GH100_STATIC_W = 43.9  # W, GH100 non-memory static power (fitted with the voltage curve, above)
+# GA100 non-memory static power: assumed (the A100 entry's earlier 48 W idle less its 18 W HBM)
+GA100_STATIC_W = 30.0
+
+
+def _hbm_idle_w(hbm_gib: float) -> float:
+    return round(HBM_IDLE_W_94GB * hbm_gib / 94.0, 1)
+
+
+def _hbm_dyn_w(hbm_tb_s: float) -> float:
+    return round(HBM_DYN_W_94GB * hbm_tb_s / 2.41, 1)
+
+
+def _entry(static_w: float, hbm_gib: float, hbm_tb_s: float, **facts) -> GPUSpec:
+    """A catalogue entry whose idle and HBM power follow from its HBM (comment above)."""
+    mem_idle = _hbm_idle_w(hbm_gib)
+    return GPUSpec(
+        idle_w=round(static_w + mem_idle, 1),
+        mem_idle_w=mem_idle,
+        mem_dyn_w=_hbm_dyn_w(hbm_tb_s),
+        hbm_gib=hbm_gib,
+        hbm_tb_s=hbm_tb_s,
+        **facts,
+    )
+
+
+# The SM power curve is one per die (GH100 for the three Hopper parts; wattflex.analysis.calibration).
 GPUS: dict[str, GPUSpec] = {
-    "H200": GPUSpec(
-        "H200",
-        200,
-        700,
-        700,
-        345,
-        1980,
-        3201,
-        idle_w=75,
-        mem_idle_w=42,
-        mem_dyn_w=70,
-        peak_bf16_tflops=989.4,
-        hbm_tb_s=4.8,
+    "H200": _entry(
+        GH100_STATIC_W,
         hbm_gib=141,
+        hbm_tb_s=4.8,
+        name="H200",
+        min_limit_w=200,
+        max_limit_w=700,
+        default_limit_w=700,
+        sm_clock_min_mhz=345,
+        sm_clock_max_mhz=1980,
+        mem_clock_mhz=3201,
+        peak_bf16_tflops=989.4,
         slurm_name="h200",
     ),
-    "H100": GPUSpec(
-        "H100",
-        200,
-        700,
-        700,
-        345,
-        1980,
-        2619,
-        idle_w=60,
-        mem_idle_w=30,
-        mem_dyn_w=48,
-        peak_bf16_tflops=989.4,
-        hbm_tb_s=3.35,
+    "H100": _entry(
+        GH100_STATIC_W,
         hbm_gib=80,
+        hbm_tb_s=3.35,
+        name="H100",
+        min_limit_w=200,
+        max_limit_w=700,
+        default_limit_w=700,
+        sm_clock_min_mhz=345,
+        sm_clock_max_mhz=1980,
+        mem_clock_mhz=2619,
+        peak_bf16_tflops=989.4,
         slurm_name="h100",
+    ),
+    # The part the calibration reading was measured on (NHR@FAU Helma nodes, 4 GPUs each): HBM2e
+    # 94 GB at 2.41 TB/s (arXiv:2604.11391), limits and clocks as the SXM H100's; memory clock
+    # 1593 MHz (HBM2e at 3.2 Gb/s per pin, as the A100 80 GB's HBM2e; assumed for this part).
+    "H100-94GB": _entry(
+        GH100_STATIC_W,
+        hbm_gib=94,
+        hbm_tb_s=2.41,
+        name="H100-94GB",
+        min_limit_w=200,
+        max_limit_w=700,
+        default_limit_w=700,
+        sm_clock_min_mhz=345,
+        sm_clock_max_mhz=1980,
+        mem_clock_mhz=1593,
+        peak_bf16_tflops=989.4,
+        slurm_name="h100-94gb",
     ),
     # A100 SXM4 80 GB (GA100). NVIDIA A100 datasheet: 400 W max TDP, 312 TFLOPS dense bf16,
     # 80 GB HBM2e at 2039 GB/s; Ampere whitepaper: 1410 MHz boost, 108 SMs x 4 tensor cores x
@@ -112,24 +157,21 @@ GPUS: dict[str, GPUSpec] = {
     # clocks 210-1410 MHz (15 MHz steps), memory 1593 MHz. Collective bandwidths: the H100
     # entries' scaled by the links (assumed): NVLink 3 is 300 GB/s per direction vs NVLink 4's
     # 450 (370 x 300/450), one 200 Gb/s HDR rail per GPU (DGX A100) vs 400 Gb/s NDR (90 x 200/400).
-    # Idle and HBM power: assumed (no measurement here): the H100's (60 W, 30 of it HBM; 48 W at
-    # full bandwidth), the HBM parts scaled by bandwidth (2.04 / 3.35). No cap -> clock table is
-    # published: its SM power level is the anchor `wattflex calibrate` fits on A100 sweeps (at
-    # its 400 W default limit), with the GH100 voltage shape assumed (wattflex.calibration).
-    "A100": GPUSpec(
-        "A100",
-        100,
-        400,
-        400,
-        210,
-        1410,
-        1593,
-        idle_w=48,
-        mem_idle_w=18,
-        mem_dyn_w=29,
-        peak_bf16_tflops=312.0,
-        hbm_tb_s=2.039,
+    # HBM2e power as the 94 GB H100's reading per GB and per TB/s (same HBM generation). No cap ->
+    # clock table is published: its SM power level is the anchor `wattflex calibrate` fits on A100
+    # sweeps (at its 400 W default limit), with the GH100 voltage shape assumed.
+    "A100": _entry(
+        GA100_STATIC_W,
         hbm_gib=80,
+        hbm_tb_s=2.039,
+        name="A100",
+        min_limit_w=100,
+        max_limit_w=400,
+        default_limit_w=400,
+        sm_clock_min_mhz=210,
+        sm_clock_max_mhz=1410,
+        mem_clock_mhz=1593,
+        peak_bf16_tflops=312.0,
         nvlink_gb_s=246.0,
         internode_gb_s=45.0,
         peak_clock_mhz=1410.0,

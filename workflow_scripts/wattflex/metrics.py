@@ -5,7 +5,7 @@ whether the PFI predictor may use it.
 Derived from :data:`METRICS` (call the functions, not copies, so a new entry reaches all):
 the telemetry schema (``wattflex.telemetry``), the NVML sampler's row and GPM reader
 (``runs.devices.base``, ``runs.devices.nvml``), the DCGM parsers and their ranges
-(``ingest.dcgm``, ``runs.devices.dcgm``), the emulator's columns (``runs.devices.emulated``),
+(``ingest.dcgm``, ``runs.devices.dcgm``), the emulator's columns (``runs.emulator.device``),
 the closed-loop truth table (``control.clustersim``) and the predictor's candidates
 (``analysis.predictor``). Adding a metric is one entry here plus the code that reads it.
 

@@ -170,7 +170,7 @@ SECTIONS: tuple[Section, ...] = (
                 "Leave-one-table-out: the power-level anchor refitted on each allowed "
                 "set of published facts (never Table 6), the noise-free model scored on the rest",
                 render="table",
-                note="Each row is a whole refit (wattflex.calibration.leave_one_table_out); the default row is what "
+                note="Each row is a whole refit (wattflex.analysis.calibration.leave_one_table_out); the default row is what "
                 "the rest of this section uses. mae_*: mean |emulated - published| in sample, out of sample on "
                 "Table 6, out of sample on the other published groups.",
             ),

@@ -16,9 +16,11 @@ def perseus():
 
 
 def test_perseus_sweeps_score_each_job_with_the_anchor_fitted_on_the_other(perseus):
-    from wattflex import calibration as cal
+    from wattflex.analysis import calibration as cal
 
-    groups, measured, _ = ps.perseus_a100_calibration(ps.PERSEUS / "power_limit_sweeps_A100.csv")
+    groups, measured, _ = ps.cal.perseus_a100_calibration(
+        ps.PERSEUS / "power_limit_sweeps_A100.csv"
+    )
     errs = []
     for held in groups:
         other = [g for g in groups if g.id != held.id]

@@ -19,8 +19,8 @@ from wattflex.control.clustersim import (
 )
 from wattflex.control.controller import ControlConfig, Signal
 from wattflex.gpus import GPUS
-from wattflex.runs.devices.emulated import stable_seed
 from wattflex.runs.emulator import JobSpec, gpu_leakages, job_at_cap
+from wattflex.runs.emulator.device import stable_seed
 
 GROUPS = ["dense-pt-qwen32b-x8-compile", "moe-ft-qwen30ba3b-x8", "moe-pt-gptoss20b-x8-ep8-compile"]
 MODEL = {

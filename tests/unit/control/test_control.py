@@ -28,7 +28,7 @@ from wattflex.control.controller import (
 )
 from wattflex.control.loop import NodeJob, run_loop
 from wattflex.gpus import GPUS
-from wattflex.runs.devices.emulated import EmulatedDevice
+from wattflex.runs.emulator.device import EmulatedDevice
 
 FAKES = Path(fake_pynvml.__file__).resolve().parent
 REPO = FAKES.parents[1]

@@ -12,7 +12,7 @@ import yaml
 from wattflex.config import ConfigError, expand_runs, groups, prepare, run_spec
 from wattflex.pfi import clock_pfi_table
 from wattflex.run_ids import RUN_ID_PATTERN, parse_run_id, run_id, run_knob
-from wattflex.runs.devices.emulated import run_emulated
+from wattflex.runs.emulator.device import run_emulated
 from wattflex.telemetry import SummaryProtocol, summarize_run
 
 

@@ -3,7 +3,6 @@ import pytest
 
 from wattflex.config import groups
 from wattflex.gpus import GPUS
-from wattflex.runs.devices.emulated import CapOutOfRange, EmulatedDevice, run_emulated
 from wattflex.runs.emulator import (
     JobSpec,
     enforce_cap,
@@ -11,6 +10,7 @@ from wattflex.runs.emulator import (
     job_at_cap,
     operating_points,
 )
+from wattflex.runs.emulator.device import CapOutOfRange, EmulatedDevice, run_emulated
 
 
 def _job(default_config, gid):

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from wattflex import calibration as cal
+from wattflex.analysis import calibration as cal
 from wattflex.gpus import GPUS
 from wattflex.runs.emulator import PHYSICS, Kernel
 

@@ -1,6 +1,6 @@
 """How time and power depend on the SM clock: the clock-independent share of time and the
 shape of power vs clock, from any (clock, time, power) profile — a measured one (the Perseus
-SOSP'24 SM-frequency profiles) or an emulated one (``wattflex.runs.emulator.operating_points``).
+SOSP'24 SM-frequency profiles) or an emulated one (``wattflex.runs.emulator.step.operating_points``).
 
 Time is fitted as ``t(f) = a + b / f``: ``b / f`` is work that scales with the SM clock
 (compute-bound kernels), ``a`` is work that does not (memory-bound kernels, communication,

@@ -4,7 +4,7 @@ their sensitivity to the emulator's assumptions, each beside the published value
 Three emulated PFIs per group, all by the paper's Eq. 1 (:func:`wattflex.pfi.pfi_ratio`,
 reference = the group's highest cap):
 
-- **noise-free model**: :func:`wattflex.runs.emulator.job_at_caps` at each cap of the group
+- **noise-free model**: :func:`wattflex.runs.emulator.step.job_at_caps` at each cap of the group
   with every GPU's leakage 1.0 and no per-run or per-sample noise: what the physics alone
   says. All GPUs being alike, one GPU stands for the group (``job_at_caps`` with one leakage
   gives the job's step time and tokens/s, and one GPU's power; Eq. 1 only uses power ratios),
@@ -16,7 +16,7 @@ reference = the group's highest cap):
 
 Noise seeds: what is approximated, and why
 ------------------------------------------
-The emulated backend (``wattflex.runs.devices.emulated.simulate_run``) draws three kinds
+The emulated backend (``wattflex.runs.emulator.device.simulate_run``) draws three kinds
 of noise: per-GPU leakage (``gpu_leakages``, fixed per group: slowest GPU paces the job,
 so it changes the curve non-linearly), per-run factors on tokens/s and power, and per-
 sample jitter (AR(1) power, per-step time) which the summary condenses with a top-10 %
@@ -44,7 +44,7 @@ seeds and draws for the first two and leaves out the third:
 
 The whole computation (35 groups, 20 seeds, 44 perturbed constants and the HBM power x 2, the
 sensitivity on every group) takes 6.1 s of one core, the leave-one-table-out refits
-(``wattflex.calibration``) 0.9 s more and the public sweeps (``wattflex.analysis.public_sweeps``)
+(``wattflex.analysis.calibration``) 0.9 s more and the public sweeps (``wattflex.analysis.public_sweeps``)
 0.2 s (``python benchmarks/fidelity_speed.py``, CPU time, 2026-12-04, on a machine shared with
 other jobs); each GPU's operating points are computed once per group and reused across its
 caps (``job_at_caps``).
@@ -61,10 +61,10 @@ of ``fidelity.csv`` names the assumption that moves its PFI most and by how much
 largest change of each assumption the emulator's review named (``NAMED_ASSUMPTIONS``).
 
 In and out of sample: the emulator's one fitted global constant, the power-level anchor
-(``wattflex.calibration``), is fitted on published groups that are not in Table 6 (default:
+(``wattflex.analysis.calibration``), is fitted on published groups that are not in Table 6 (default:
 the dense groups of Tables 7-8). Each group's ``calibration`` says whether it was in that
 fit; the summary gives the mean absolute error in sample, out of sample on Table 6 and out
-of sample on the rest (``mae_*``), and ``wattflex.calibration.leave_one_table_out`` refits on
+of sample on the rest (``mae_*``), and ``wattflex.analysis.calibration.leave_one_table_out`` refits on
 each allowed set and scores on the rest (``fidelity_calibration.csv``).
 
 Published values: Table 6 (headline groups, by group id), Table 7 (validation groups, by
@@ -89,8 +89,8 @@ from wattflex.analysis.published import load_published
 from wattflex.analysis.stats import CLUSTER_ORDER, kruskal_dunn
 from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
 from wattflex.pfi import pfi_ratio
-from wattflex.runs.devices.emulated import RUN_NOISE, hardware_seed, run_factors, run_seed
 from wattflex.runs.emulator import PHYSICS, JobSpec, Physics, gpu_leakages, job_at_caps
+from wattflex.runs.emulator.device import RUN_NOISE, hardware_seed, run_factors, run_seed
 from wattflex.schema import group_default, section_defaults
 
 _ALPHA = section_defaults("stats")["alpha"]  # the cluster tests' significance level
@@ -600,13 +600,14 @@ def group_table(
 # ---------------------------------------------------------------------------------------
 
 # Sensitive constants no public fact settles, beside those whose source says "assumed":
-# expert_gemm_rel_eff is derived from a whole-job throughput ratio, which bounds the grouped-GEMM
-# penalty but does not measure it (its source in Physics).
+# expert_gemm_rel_eff is derived from FP8 DeepGEMM kernels; its carry-over to the bf16 grouped GEMM
+# the harness runs is assumed (its source in Physics).
 UNSETTLED = ("expert_gemm_rel_eff",)
 HBM_POWER = "hbm_power"
 HBM_POWER_SOURCE = (
     "assumed: every GPU's HBM power (gpus.py mem_idle_w, with idle_w by the same watts, and "
-    "mem_dyn_w) scaled together; no published per-cap memory power of these parts was read"
+    "mem_dyn_w) scaled together; measured on the 94 GB H100 only (an unverified reading), "
+    "carried to the other parts per GB and per TB/s"
 )
 # The assumptions every group's row names (the others enter its top_assumption only).
 NAMED_ASSUMPTIONS = (

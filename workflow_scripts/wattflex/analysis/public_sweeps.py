@@ -5,7 +5,7 @@ Shipped in ``resources/external/`` (each folder's README says what was measured)
 - **Perseus SOSP'24 A100 power-limit sweeps** (``power_limit_sweeps_A100.csv``): the two
   decoder-only jobs the emulator has a step for (``config/perseus-sosp24-a100-emulated.yaml``:
   BLOOM-3B, GPT-3 XL as 4-stage A100 pipelines). An A100 has no default power level, so its
-  anchor must be fitted on A100 PFIs (``wattflex.calibration``): each job is scored with the
+  anchor must be fitted on A100 PFIs (``wattflex.analysis.calibration``): each job is scored with the
   anchor fitted on the *other* job alone (leave one job out), never on itself.
 - **Perseus SOSP'24 A100 SM-clock profiles** (``sm_frequency_profile_*+a100_*``): time and
   power of one pipeline stage at each locked SM clock. The emulated A100 jobs (anchor fitted on
@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from wattflex.analysis import calibration as cal
 from wattflex.analysis.clock_scaling import (
     distinct_stages,
     fit_clock_scaling,
@@ -42,7 +43,7 @@ from wattflex.gpus import GPUS
 REPO = Path(__file__).resolve().parents[3]
 PERSEUS = REPO / "resources" / "external" / "perseus-sosp24"
 ZEUS = REPO / "resources" / "external" / "zeus-nsdi23"
-PERSEUS_A100_CONFIG = REPO / "config" / "perseus-sosp24-a100-emulated.yaml"
+PERSEUS_A100_CONFIG = cal.PERSEUS_A100_CONFIG
 PASSES = ("forward", "backward", "forward+backward")
 TOP_WIDTH = 0.2  # the power-law exponent is fitted over [x_hi - 0.2, x_hi] (benchmarks/emulator_vs_perseus.py)
 COLUMNS = (
@@ -131,20 +132,6 @@ def held_windows(series) -> dict[str, tuple[float, float]]:
     return {gpu: (lo[gpu], hi[gpu]) for gpu in lo}
 
 
-def perseus_a100_calibration(sweeps_csv: str | Path, config_path: str | Path = PERSEUS_A100_CONFIG):
-    """(emulated groups, measured PFI per group, calibration on all of them) of the Perseus A100 jobs
-    the config describes."""
-    from wattflex import calibration as cal
-    from wattflex.config import load_config
-    from wattflex.ingest.sources import ingest
-
-    cfg = load_config(Path(config_path), check_inputs=False)
-    groups = cal.config_group_models(cfg)
-    measured = cal.measured_facts(ingest("perseus-sosp24", Path(sweeps_csv)).runs)
-    facts = measured.reindex([g.id for g in groups])
-    return groups, measured, cal.calibrate(groups, facts, "fitted (Perseus A100 sweeps)")
-
-
 def perseus_a100_rows(
     sweeps_csv: str | Path,
     profiles: Sequence[str | Path],
@@ -153,7 +140,7 @@ def perseus_a100_rows(
     """The two Perseus A100 rows (module docstring)."""
     from wattflex.runs.emulator import operating_points
 
-    groups, measured, c = perseus_a100_calibration(sweeps_csv, config_path)
+    groups, measured, c = cal.perseus_a100_calibration(sweeps_csv, config_path)
     names = ", ".join(g.model for g in groups)
     left = sorted(set(measured.index) - {g.id for g in groups})
     out = [
@@ -219,6 +206,44 @@ def perseus_a100_rows(
     return out
 
 
+def reading_rows(physics=None, what_if: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+    """The GH100 power-clock reading the voltage curve is fitted to (``wattflex.analysis.calibration``):
+    its residuals, what its disputed workload label moves (nothing: the fit reads only the
+    measured clocks, draws and memory power), and ``what_if``: the Table 6 metrics
+    (``wattflex.analysis.fidelity.metrics``) under :func:`calibration.caps_as_draws_physics`, the
+    earlier reading, if given."""
+    from wattflex.runs.emulator import PHYSICS
+
+    v = cal.default_voltage_curve()
+    errors = cal.reading_clock_errors(physics or PHYSICS)
+    if what_if:
+        medians = " / ".join(
+            f"{what_if.get(f'median_{c}', math.nan):.2f}" for c in ("dense", "moe-pt", "moe-ft")
+        )
+        dependence = (
+            f"; with each cap read as the draw instead (refused as data, kept as the what-if): "
+            f"Table 6 medians {medians}, Spearman {what_if.get('spearman_table6', math.nan):.2f}"
+        )
+    else:
+        dependence = ""
+    return [
+        row(
+            test_set="Ujeniya et al. 2026 H100 94 GB power-clock reading (fitted to)",
+            data=f"{len(v.residuals_w)} measured (SM clock, board draw, memory power) triples, "
+            "caps 200-700 W (a third-party reading of the v2 figures)",
+            fitted_to="v_min, v_exp, GH100 static power; HBM power of every part",
+            not_fitted_to="the caps (647 W drawn at the 700 W cap)",
+            n=len(v.residuals_w),
+            note=f"in sample: non-memory draw residual max {max(map(abs, v.residuals_w)):.1f} W, "
+            f"memory power {max(map(abs, v.mem_residuals_w)):.1f} W, SM clock under each measured "
+            f"draw max {np.abs(errors).max():.0f} MHz; workload label {cal.WORKLOAD_LABEL}: the "
+            "fit uses no property of the workload, so either label gives the same constants "
+            "(sensitivity 0); caps read as draws are refused (calibration.caps_as_draws)"
+            + dependence,
+        )
+    ]
+
+
 def unscored_rows(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
     """A row per shipped sweep file on a GPU the catalogue has no model of."""
     out = []
@@ -264,14 +289,18 @@ def scored_sets_table(
 ) -> pd.DataFrame:
     """Every test set side by side: Table 6 out of sample under the campaign's own calibration
     (``metrics``: the noise-free model's, ``wattflex.analysis.fidelity.metrics``), each
-    leave-one-table-out refit (``wattflex.calibration.leave_one_table_out``) and the public
+    leave-one-table-out refit (``wattflex.analysis.calibration.leave_one_table_out``) and the public
     sweeps (``public``)."""
     rows = [
         row(
             test_set="Table 6 out of sample (this campaign's calibration)",
             data=f"published PFI of {n_table6} H200 headline groups (Table 6)",
-            fitted_to=f"the power-level anchor on {len(fit_groups)} published groups ({fit_source}); "
-            f"fitted or derived from published figures: {', '.join(fitted_constants(physics))}",
+            fitted_to=(
+                f"the power-level anchor on {len(fit_groups)} groups ({fit_source}); "
+                if fit_groups
+                else f"the power-level anchor on {fit_source}; "
+            )
+            + f"fitted or derived from published figures: {', '.join(fitted_constants(physics))}",
             not_fitted_to="Table 6",
             n=n_table6,
             pfi_mae=metrics.get("mae_out_of_sample_table6", math.nan),

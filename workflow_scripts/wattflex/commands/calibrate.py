@@ -1,7 +1,7 @@
 """``wattflex calibrate``: fit the emulator's power level to your own measurements.
 
 The emulator has one fitted global constant, the anchor (the SM clock a bf16 GEMM at the
-reference activity anchor_tensor_util, 0.70, holds under 700 W; ``wattflex.calibration``). This command fits it, as
+reference activity anchor_tensor_util, 0.70, holds under 700 W; ``wattflex.analysis.calibration``). This command fits it, as
 the default is fitted on the paper's Tables 7-8, on one of:
 
 - ``--runs runs.parquet`` (or a CSV): measured sweeps, one row per run with ``group, cap_w,
@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--published",
         metavar="SET",
         help="fit on a named set of the paper's facts "
-        "(wattflex.calibration.FIT_SETS; never Table 6)",
+        "(wattflex.analysis.calibration.FIT_SETS; never Table 6)",
     )
     src.add_argument("--gpu-check", type=Path, help="gpu_check JSON with an anchor_gemm reading")
     parser.add_argument(
@@ -181,7 +181,7 @@ def _no_facts(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from wattflex import calibration as cal
+    from wattflex.analysis import calibration as cal
     from wattflex.commands._outputs import check_outputs
     from wattflex.config import REPO_ROOT, load_config
     from wattflex.runs.emulator import DEFAULT_DIE

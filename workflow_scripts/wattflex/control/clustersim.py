@@ -9,7 +9,7 @@ every policy faces the same jobs; tokens differ. Arrivals and departures happen 
 period boundaries.
 
 **Physics.** A training job at per-GPU cap ``c`` draws the power and delivers the tokens/s
-of :func:`wattflex.runs.emulator.job_at_cap` for its group (same virtual nodes as the campaign's
+of :func:`wattflex.runs.emulator.step.job_at_cap` for its group (same virtual nodes as the campaign's
 runs), precomputed for every cap on the ``cap_step_w`` grid (:func:`truth_table`). After a
 change (cap or phase) power approaches its new level with the firmware's time constant
 (``devices.emulated.SETTLE_TAU_S``); on top, per-job AR(1) fluctuation (``power_noise``
@@ -66,7 +66,6 @@ from wattflex.control.controller import (
 )
 from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.grid.events import Schedule, read_schedule
-from wattflex.runs.devices.emulated import SETTLE_TAU_S, hardware_seed, stable_seed, steady_temp_c
 from wattflex.runs.emulator import (
     PHYSICS,
     JobSpec,
@@ -75,6 +74,7 @@ from wattflex.runs.emulator import (
     job_at_caps,
     memory_footprint_gib,
 )
+from wattflex.runs.emulator.device import SETTLE_TAU_S, hardware_seed, stable_seed, steady_temp_c
 from wattflex.schema import section_defaults
 
 log = logging.getLogger("wattflex.control.clustersim")

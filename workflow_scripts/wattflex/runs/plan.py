@@ -122,7 +122,7 @@ UNITS_AT_COPY_OUT = 3
 # CUDA context, NCCL buffers and allocator slack (GiB): assumed; the emulator's framework_gib is this.
 FRAMEWORK_GIB = 6.0
 # Fraction of a GPU's memory the caching allocator can hand out (fragmentation): assumed,
-# the emulator's hbm_usable (wattflex.runs.emulator.Physics) is this.
+# the emulator's hbm_usable (wattflex.runs.emulator.physics.Physics) is this.
 HBM_USABLE = 0.95
 EMBEDDING_UNITS = "own"  # training.sharded.fsdp_units: the embedding and the lm_head each a unit
 # torch's foreach AdamW (the harness's torch.optim.AdamW, foreach by default on CUDA; torch 2.13

@@ -15,8 +15,8 @@ from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
 from wattflex import cli
 from wattflex.gpus import GPUS
 from wattflex.runs.devices import caps
-from wattflex.runs.devices.emulated import EmulatedDevice
 from wattflex.runs.devices.nvml import open_gpus
+from wattflex.runs.emulator.device import EmulatedDevice
 
 pytestmark = pytest.mark.fake_gpu
 FAKES = Path(fake_pynvml.__file__).resolve().parent

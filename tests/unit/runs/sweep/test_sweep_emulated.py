@@ -9,7 +9,7 @@ import pytest
 from wattflex.config import groups, run_spec
 from wattflex.pfi import pfi_table
 from wattflex.run_ids import run_id
-from wattflex.runs.devices.emulated import run_emulated
+from wattflex.runs.emulator.device import run_emulated
 from wattflex.runs.sweep.algorithm import sweep_spec
 from wattflex.runs.sweep.emulated import EmulatedRun, run_sweep
 from wattflex.runs.sweep.steady import cap_rows

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from wattflex.gpus import DEFAULT_GPU, GPUS
-from wattflex.runs.devices.emulated import EmulatedDevice, run_emulated
+from wattflex.runs.emulator.device import EmulatedDevice, run_emulated
 from wattflex.runs.runner import atomic_run_dir, write_run_files
 from wattflex.runs.spec import RunSpec
 from wattflex.runs.sweep.algorithm import run_controller, separate_sweep_seconds, sweep_record

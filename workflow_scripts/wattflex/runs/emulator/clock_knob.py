@@ -4,7 +4,7 @@ A locked SM clock runs every GPU of a job at the same clock ``f`` (NVML
 ``nvmlDeviceSetGpuLockedClocks(f, f)``, SLURM ``--gpu-freq``); the board's power limit still
 holds (the firmware lowers the clock below the lock when the power at ``f`` exceeds it).
 Under a power cap, instead, each GPU's firmware picks the highest clock whose power fits
-(:func:`wattflex.runs.emulator.enforce_cap`), so a leakier GPU runs slower and the others
+(:func:`wattflex.runs.emulator.step.enforce_cap`), so a leakier GPU runs slower and the others
 wait for it at every step at a higher clock; a clock lock has no such straggler: locked at
 the slowest GPU's clock under a cap, the job trains as fast at no more power (the DVFS
 model's operating points, per GPU, are the same).
@@ -22,11 +22,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from wattflex.gpus import GPUSpec
-from wattflex.runs.emulator import (
-    PHYSICS,
+from wattflex.runs.emulator.physics import PHYSICS, Physics
+from wattflex.runs.emulator.step import (
     JobAtCap,
     JobSpec,
-    Physics,
     enforce_cap,
     operating_points,
     synchronous_step,

@@ -27,17 +27,10 @@ import pyarrow as pa
 
 from wattflex.gpus import DEFAULT_GPU, GPUS, GPUS_PER_NODE, GPUSpec
 from wattflex.metrics import telemetry_columns
-from wattflex.runs.devices.timeline import FIRST_STEPS_EXTRA, FIRST_STEPS_TAU_S, start_phases_s
-from wattflex.runs.emulator import (
-    PHYSICS,
-    JobSpec,
-    Physics,
-    calibrated_physics,
-    gpu_leakages,
-    job_at_caps,
-    memory_footprint_gib,
-    physics_for_gpu,
-)
+from wattflex.runs.emulator.clock_knob import job_at_clock
+from wattflex.runs.emulator.physics import PHYSICS, Physics, calibrated_physics, physics_for_gpu
+from wattflex.runs.emulator.step import JobSpec, gpu_leakages, job_at_caps, memory_footprint_gib
+from wattflex.runs.emulator.timeline import FIRST_STEPS_EXTRA, FIRST_STEPS_TAU_S, start_phases_s
 from wattflex.runs.spec import RunSpec
 from wattflex.schema import section_defaults
 from wattflex.telemetry import STEP_COLUMNS
@@ -177,7 +170,7 @@ def simulate_run_tables(
 ) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
     """``simulate_run`` as pyarrow tables (what a run writes), without loading pandas.
     ``clock_mhz``: every GPU's SM clock locked there (``knob: clock``; the schedule's caps
-    are then the power limits the lock runs under, :func:`wattflex.runs.clock_knob.job_at_clock`)."""
+    are then the power limits the lock runs under, :func:`wattflex.runs.emulator.clock_knob.job_at_clock`)."""
     run_defaults = section_defaults("run")  # a run_cfg from wattflex.config.run_spec has both
     duration = float(run_cfg.get("duration_s", run_defaults["duration_s"]))
     dt = float(run_cfg.get("sample_period_s", run_defaults["sample_period_s"]))
@@ -192,8 +185,6 @@ def simulate_run_tables(
     if clock_mhz is None:
         states = job_at_caps(job, gpu, [cap for _, cap in schedule], leak, physics=physics)
     else:
-        from wattflex.runs.clock_knob import job_at_clock
-
         states = [
             job_at_clock(job, gpu, clock_mhz, leak, physics, limit_w=cap) for _, cap in schedule
         ]

@@ -15,8 +15,8 @@ at SM clock ``f`` (``x = f / f_max``)::
 ``sm_stall_activity`` where HBM sets it; ``tensor_util``: its tensor FLOPs over the peak at
 ``f`` over its time), so a job at 35-45 % MFU draws less per MHz than one at peak. The
 achieved efficiency per kernel class is taken from published framework figures
-(``dense_gemm_eff``: torchtitan's H100 throughput, ``expert_gemm_rel_eff``: Megatron-Core's
-MoE/dense ratio, ``attention_eff``: FlashAttention-2 on H100), not assumed.
+(``dense_gemm_eff``: torchtitan's H100 throughput, ``expert_gemm_rel_eff``: DeepGEMM's
+grouped over dense GEMM rates, ``attention_eff``: FlashAttention-2 on H100), not assumed.
 
 ``v(x) = v_min + (1 - v_min) * x**v_exp`` is the normalised core voltage: flat at low clocks,
 rising steeply near the top. The memory clock does not change under a power cap (the
@@ -24,23 +24,18 @@ paper's mechanism), so memory-bound work keeps its speed while the SM clock drop
 enforced as the firmware does: the highest SM clock (15 MHz bins) whose step-average power
 fits under it.
 
-Calibration (``wattflex.calibration``; the power level is *fitted*, on published facts that
-fidelity does not score). The H100 cap -> SM clock table of Ujeniya et al. 2026
-(arXiv:2604.11391; 200 W -> 625 MHz ... 700 W -> 1969 MHz; measured on an HBM2e 94 GB /
-2.41 TB/s H100) was measured with an FP64 DGEMM, which runs on the FP64 tensor (DMMA) pipes,
-not the bf16 (HMMA) pipes that ``tensor_util`` counts; its power in HMMA units is not
-published. The table fixes the voltage curve (``v_min`` 0.798, ``v_exp`` 7.61) and the
-DGEMM's total SM power; one more number splits that power: the **anchor**, the SM clock a
-bf16 GEMM at ``anchor_tensor_util`` (0.70) holds under 700 W. An earlier version took the datasheet's 1830 MHz
-(the clock its 989.4 TFLOPS is quoted at, an arithmetic clock, not a measurement; 1045 W).
-Now the anchor is fitted (``calibrate_published``, 5 MHz grid) to the PFI of the dense groups
-of Tables 7-8 -- Table 6 never enters -- giving 1505 MHz, ``sm_dyn_w`` 1550 W and the DGEMM's
-HMMA-equivalent activity 0.162 (1680 / 1284 W / 0.284 before the per-kernel-class achieved efficiencies); a user's measurements or the GPU check's anchor GEMM can
-replace it (``wattflex calibrate``, ``emulator: {calibration: FILE}``). No H200 cap table was
-found, so the H100 fit serves both (same GH100 die; they differ in HBM: 4.8 vs 3.35 TB/s,
-141 vs 80 GB, memory power). A part of another die (the A100) has no default curve: its
-anchor is fitted by ``wattflex calibrate`` on sweeps measured on it, and ``physics_for_gpu``
-refuses to emulate it without that calibration.
+Calibration (``wattflex.analysis.calibration``), on public measurements only, never on the paper's
+tables. The voltage curve (``v_min``, ``v_exp``) is fitted to measured (SM clock, board draw,
+memory power) triples of a 94 GB H100 under caps 200-700 W (Ujeniya et al. 2026 v2, a reading
+of its figures; at the 700 W cap it draws 647 W, so a cap is never taken as a draw). One more
+number splits that power into activity units: the **anchor**, the SM clock a bf16 GEMM at
+``anchor_tensor_util`` (0.70) holds under 700 W. It is carried over, at the same fraction of
+f_max, from the A100 anchor fitted on the Perseus A100 power-limit sweeps (``public_anchor``):
+1680 MHz, ``sm_dyn_w`` 1168 W. A user's measurements or the GPU check's anchor GEMM can replace
+it (``wattflex calibrate``, ``emulator: {calibration: FILE}``). No H200 table was found, so the
+fit serves every GH100 part; the parts differ in HBM (``wattflex.gpus``). A part of another die
+(the A100) has no default curve: its anchor is fitted by ``wattflex calibrate`` on sweeps
+measured on it, and ``physics_for_gpu`` refuses to emulate it without that calibration.
 
 **Training-step roofline** (``JobSpec``, ``step_kernels``). One optimizer step per GPU is a
 list of kernel classes, each with tensor FLOPs, DRAM bytes and SM issue cost, derived from the
@@ -90,360 +85,17 @@ import numpy as np
 
 from wattflex.gpus import GPUS_PER_NODE, GPUSpec
 from wattflex.runs.attention import catalog_attn_implementation, mean_head_dim
-from wattflex.runs.plan import FRAMEWORK_GIB, HBM_USABLE, layer_activation_bytes
+from wattflex.runs.emulator.physics import (
+    PHYSICS,
+    Physics,
+    voltage,
+)
+from wattflex.runs.plan import layer_activation_bytes
 from wattflex.schema import section_defaults
 
 _GROUP = section_defaults("group_defaults")
 
 GIB = 1024**3
-# dense_gemm_eff as benchmarks/derive_gemm_efficiency.py derives it (tests/unit/runs/test_emulator_efficiency.py
-# checks the emulator still reproduces the published throughput it was derived from)
-DENSE_GEMM_EFF = 0.48
-
-
-def _c(default: float, source: str, sensitivity: bool = True) -> Any:
-    """A physics constant with its source (``sensitivity``: a +-25 % perturbation is meaningful)."""
-    return field(default=default, metadata={"source": source, "sensitivity": sensitivity})
-
-
-@dataclass(frozen=True)
-class Physics:
-    """Every global constant of the emulator's physics, one field each, with its source.
-
-    Never per group: a ``Physics`` applies to every job alike. ``dataclasses.replace`` gives a
-    perturbed copy (the fidelity report's sensitivity table); ``metadata["sensitivity"]`` is
-    False where a +-25 % change is not a physical alternative (exponents of a fitted curve
-    whose other parameters were fitted with them, bin sizes, clip bounds).
-    """
-
-    # --- SM power / voltage curve: the anchor (wattflex.calibration) and what it implies ---
-    anchor_clock_mhz: float = _c(
-        1505.0,
-        "fitted (tables7-8-dense): the SM clock a bf16 GEMM at tensor activity "
-        "anchor_tensor_util holds under 700 W, chosen by wattflex.calibration.calibrate_published "
-        "on the dense groups of Tables 7-8 (Table 7 H200 PFI, Table 8 H100 PFI; never Table 6), "
-        "5 MHz grid, together with dense_gemm_eff (benchmarks/derive_gemm_efficiency.py, a "
-        "fixed point). 1505 is one step above the grid's 1500 MHz floor, below which the DGEMM "
-        "table cannot be met within 20 MHz: the facts would go lower, so the table's edge pins "
-        "the level more than they do (1680 with the assumed 0.70 efficiency). It replaces "
-        "the earlier reading of the datasheet's 1830 MHz as a measured clock",
-        False,
-    )
-    sm_dyn_w: float = _c(
-        1550.0,
-        "fitted with the anchor (wattflex.calibration.fit_power_curve): SM dynamic power at "
-        "f_max, v = 1, full activity; with v_min, v_exp and calib_tensor_util to the Ujeniya et al. "
-        "2026 H100 FP64-DGEMM cap->clock table (arXiv:2604.11391) plus the anchor point. One die "
-        "(GH100) for H100 and H200: no H200 cap table was found",
-        False,
-    )
-    v_min: float = _c(0.798, "fitted with sm_dyn_w (above); normalised voltage floor", False)
-    v_exp: float = _c(7.61, "fitted with sm_dyn_w (above); exponent of the voltage rise", False)
-    sm_busy_weight: float = _c(
-        0.30,
-        "assumed: share of SM dynamic power drawn by a busy SM with idle "
-        "tensor pipes (issue, register file, L1)",
-    )
-    sm_stall_activity: float = _c(
-        0.50,
-        "assumed: issue activity of an SM whose warps wait on HBM (memory-bound "
-        "kernels), relative to a fully issuing one; the SM term of a kernel follows its "
-        "roofline: max(compute, issue) time over kernel time, floored at this (no "
-        "published per-SM power split of a stalled SM was found)",
-    )
-    anchor_tensor_util: float = _c(
-        0.70,
-        "definition: the tensor activity of the anchor's reference kernel, a large "
-        "bf16 GEMM (the earlier value, kept so the anchor and the fitted curve keep their "
-        "meaning); not a training job's efficiency (dense_gemm_eff and the other per-class "
-        "efficiencies below)",
-        False,
-    )
-    tensor_weight: float = _c(
-        0.70, "assumed: 1 - sm_busy_weight (tensor pipes at full activity)", False
-    )
-    calib_tensor_util: float = _c(
-        0.162,
-        "fitted with sm_dyn_w (above): the calibration kernel is an FP64 DGEMM on the "
-        "FP64 tensor (DMMA) pipes, whose power in units of bf16 (HMMA) tensor activity no "
-        "source gives. Only the calibration check reads it (perturb sm_dyn_scale for the "
-        "level it sets)",
-        False,
-    )
-    sm_dyn_scale: float = _c(
-        1.0,
-        "1 = sm_dyn_w as fitted (above); scales the SM dynamic power of every job "
-        "alike, the knob through which the sensitivity table perturbs the calibration",
-    )
-    calib_dram_util: float = _c(
-        0.20, "assumed: DRAM utilisation of the calibration DGEMM (compute-bound)"
-    )
-    # --- roofline rates ----------------------------------------------------------------
-    hbm_efficiency: float = _c(
-        0.80,
-        "achievable fraction of HBM peak bandwidth for streaming kernels "
-        "(STREAM-like copy on H100/H200 reaches ~80-90 % of datasheet)",
-    )
-    issue_bw_factor: float = _c(
-        2.0,
-        "assumed: element-wise kernels issue ~2x HBM bandwidth worth of "
-        "bytes/s at f_max (issue-limited below ~half clock)",
-    )
-    dense_gemm_eff: float = _c(
-        DENSE_GEMM_EFF,
-        "derived (benchmarks/derive_gemm_efficiency.py): the achieved fraction "
-        "of the bf16 peak at the running clock at which this emulator reproduces torchtitan's "
-        "published 6,667 tokens/s per GPU (docs/performance.md, Table 1: Llama 3.1 8B, 8 H100 "
-        "96 GB HBM2e at their 500 W default limit, FSDP + torch.compile, local batch 2, seq "
-        "8192; 39 % MFU); Megatron-LM's published 47 % MFU (390 TFLOPS/GPU, GPT-3 175B, H100) "
-        "bounds it from above for a tuned stack. Replaces the assumed 0.70",
-    )
-    expert_gemm_rel_eff: float = _c(
-        0.71,
-        "derived: grouped expert GEMMs relative to dense GEMMs, the ratio of "
-        "Megatron-Core's published bf16 H100 throughputs, Qwen3-235B-A22B MoE 276 "
-        "TFLOPS/GPU (Megatron-MoE-ModelZoo best_practice/Qwen3) over GPT-3 175B dense "
-        "390 TFLOPS/GPU (Megatron-LM README); a whole-job ratio, so an upper bound on the "
-        "grouped-GEMM penalty (routing and all-to-all are in it too). Multiplies the tile "
-        "fill below",
-    )
-    lora_gemm_eff: float = _c(
-        0.25, "assumed: skinny rank-32 LoRA GEMMs (no published per-kernel figure found)"
-    )
-    attention_eff: float = _c(
-        0.35,
-        "FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608): FlashAttention-2, "
-        "the kernel PyTorch sdpa runs on H100 in bf16, reaches 35 % of the H100's peak. "
-        "Replaces the assumed 0.55",
-    )
-    attention_bwd_factor: float = _c(
-        2.5, "FlashAttention-2 paper: backward ~2.5x forward FLOPs incl. recompute"
-    )
-    grouped_gemm_tile_m: float = _c(
-        128.0,
-        "CUTLASS sm90 grouped-GEMM tile height (torch._grouped_mm, the grouped_mm "
-        "experts path of transformers 5): each expert's last row tile is on average "
-        "half empty",
-        False,
-    )
-    # --- bytes per element -------------------------------------------------------------
-    gemm_act_bytes: float = _c(
-        4.0, "bf16 activation in + out per hidden element per layer and pass"
-    )
-    lora_act_bytes: float = _c(
-        6.0, "bf16 LoRA down/up activations per rank element, per module and pass"
-    )
-    lora_modules: int = _c(7, "q, k, v, o, gate, up, down projections carry adapters", False)
-    attn_io_bytes: float = _c(
-        6.0, "bf16 q, k, v read per attention element per pass (flash: no S^2 traffic)"
-    )
-    # Eager attention, bytes per score element (bf16, 2 B) counted from the ops of transformers
-    # 5.24 gpt_oss eager_attention_forward and their autograd backward (PyTorch 2.x kernels):
-    #   GEMMs fwd: QK^T writes the logits (2), PV reads the probs (2)                      = 4
-    #   GEMMs bwd: dP = dO V^T writes (2), dV reads P (2), dQ and dK read dS (2 + 2)       = 8
-    #   chain fwd, eager: *scaling r+w (4), +mask r+r+w (6), cat sinks r+w (4), max r (2),
-    #     -max r+w (4), softmax r+w (4), [..., :-1] made contiguous for PV r+w (4)          = 28
-    #   chain fwd, compiled layer (inductor fuses the pointwise/reduction chain into one
-    #     persistent-reduction kernel): read logits (2), read the bf16 mask (2), write P (2)  = 6
-    #   chain bwd, eager: slice grad zeros+copy (6), softmax_backward r P, r dP, w (6),
-    #     max grad: sum (2) + zeros/scatter (2) + grad accumulation r+r+w (6), *scaling (4)   = 26
-    #   chain bwd, compiled: read P, read dP, write dS (6)                                  = 6
-    # Without sinks (other families run eagerly) the cat (4) and slice copy (4) fwd and the
-    # slice grad (6) bwd are absent. Compiled, with activation checkpointing (forward twice):
-    # 2 x (4 + 6) + (8 + 6) = 34 B per score element per step.
-    eager_score_gemm_fwd_bytes: float = _c(
-        4.0, "counted: QK^T writes logits, PV reads probs (bf16)", False
-    )
-    eager_score_gemm_bwd_bytes: float = _c(
-        8.0, "counted: dP write, P read for dV, dS read for dQ and dK", False
-    )
-    eager_chain_fwd_bytes: float = _c(
-        28.0, "counted: eager softmax chain with sinks, forward (see above)"
-    )
-    eager_chain_bwd_bytes: float = _c(
-        26.0, "counted: eager softmax chain with sinks, backward (see above)"
-    )
-    eager_chain_fwd_bytes_compile: float = _c(6.0, "counted: inductor-fused softmax chain, forward")
-    eager_chain_bwd_bytes_compile: float = _c(6.0, "counted: inductor-fused softmax backward")
-    eager_sink_fwd_bytes: float = _c(
-        8.0, "counted: sink cat + slice copy, forward (eager only)", False
-    )
-    eager_sink_bwd_bytes: float = _c(
-        6.0, "counted: slice grad zeros + copy, backward (eager only)", False
-    )
-    # Routing bytes per routed (token, expert) hidden element, counted from transformers 5.24
-    # integrations/moe.py grouped_mm_experts_forward and its autograd backward (bf16, 2 B):
-    #   fwd eager: gather hidden_states[perm // k] r+w (4), * routing weights r+w (4),
-    #     [inv_perm] r+w (4), view(..., k, d).sum(1) r (2)                                  = 14
-    #   fwd compiled (layer compiled): the gather is materialised as the grouped GEMM input
-    #     (4); weighting, inverse permutation and the top-k sum fuse into one read (2)       = 6
-    #   bwd eager: inverse-permutation grad zeros + index_put r+w (6), weighting grads: input
-    #     grad r+w (4), weight grad product + sum (8), gather grad index_put r+w (4)        = 22
-    #   bwd compiled: read proj_out and write its grad (4), gather grad accumulate r+w (4)   = 8
-    # The grouped GEMMs' own activations (up reads d, writes 2I; down reads I, writes d per
-    # pair and pass) are in the expert GEMM kernel; the gate activation is in element-wise.
-    route_fwd_bytes: float = _c(
-        14.0, "counted: routing bytes per routed element, forward, eager (above)"
-    )
-    route_bwd_bytes: float = _c(
-        22.0, "counted: routing bytes per routed element, backward, eager (above)"
-    )
-    route_fwd_bytes_compile: float = _c(
-        6.0, "counted: routing bytes per routed element, forward, compiled"
-    )
-    route_bwd_bytes_compile: float = _c(
-        8.0, "counted: routing bytes per routed element, backward, compiled"
-    )
-    lora_fold_fwd_bytes: float = _c(
-        4.0,
-        "counted: peft 0.21.2 ParamWrapper/_LoraFactorsProxy, LoRA on fused bf16 experts: "
-        "each forward's baddbmm reads W and writes W' = W + s*lhs@rhs, per expert weight",
-        False,
-    )
-    lora_fold_bwd_bytes: float = _c(
-        6.0,
-        "counted: the same backward: dW' written by the grouped GEMM's weight gradient, "
-        "read twice by baddbmm's backward (d lhs, d rhs), per expert weight",
-        False,
-    )
-    ep_route_bytes: float = _c(
-        8.0,
-        "counted: transformers 5.24 distributed/expert_parallel.py: send gather r+w (4) "
-        "and combine scatter token_outputs[order] r+w (4) per routed element and pass",
-    )
-    ew_bytes_compile: float = _c(
-        22.0,
-        "assumed: element-wise bytes per hidden element per layer and pass with torch.compile fusion",
-    )
-    ew_bytes_eager: float = _c(
-        36.0, "assumed: the same without compile (unfused norms, residuals, rotary)"
-    )
-    ew_mlp_bytes: float = _c(6.0, "assumed: activation (SiLU/GLU) bytes per MLP element per pass")
-    logits_bytes: float = _c(6.0, "bf16 logits written, softmax read, logit grads written")
-    adamw_bytes: float = _c(
-        36.0, "AdamW per parameter: fp32 master, m, v read+write, grad read, bf16 copy"
-    )
-    adamw_issue_bytes: float = _c(
-        18.0, "assumed: share of the AdamW bytes that costs SM issue slots"
-    )
-    # --- communication -----------------------------------------------------------------
-    lora_rs_factor: float = _c(
-        14.0, "assumed: LoRA gradient reduce-scatter bytes per rank*hidden per layer (/4 B)"
-    )
-    fsdp_overlap: float = _c(
-        0.85, "assumed: fraction of compute time behind which FSDP prefetch hides"
-    )
-    a2a_overlap: float = _c(
-        0.0,
-        "transformers 5.24 expert_parallel.py: split sizes by .tolist() (a host sync), "
-        "the experts wait on the received rows (_WaitTensor), combine waits on the experts: "
-        "no compute runs beside the all-to-all",
-        False,
-    )
-    nccl_extra_w: float = _c(
-        25.0, "assumed: board power above idle of NCCL kernels (a few SMs, NVLink)"
-    )
-    nccl_dram: float = _c(0.15, "assumed: DRAM activity during collectives")
-    nccl_sm: float = _c(0.12, "assumed: SM activity of NCCL kernels")
-    nccl_copy: float = _c(0.20, "assumed: memory-copy utilisation during collectives")
-    # --- host ---------------------------------------------------------------------------
-    host_base_s: float = _c(
-        0.012, "assumed: per-step host time (data loading, optimizer bookkeeping)"
-    )
-    launches_compile: float = _c(
-        30.0, "assumed: kernel launches per layer and pass with torch.compile"
-    )
-    launches_eager: float = _c(70.0, "assumed: kernel launches per layer and pass eager")
-    launch_s: float = _c(
-        4e-6, "CUDA kernel launch overhead ~4 us (PyTorch eager dispatch + cudaLaunchKernel)"
-    )
-    launch_overlap: float = _c(
-        1.0,
-        "CUDA C Programming Guide, Asynchronous Concurrent Execution: kernel launches "
-        "return before the kernel completes, so launch time hides behind queued GPU work "
-        "(1 = all of a step's GPU work; an upper bound, hence no +25 %)",
-        False,
-    )
-    host_extra_w: float = _c(
-        15.0, "assumed: board power above idle while the GPU waits for the host"
-    )
-    host_sm: float = _c(0.03, "assumed: SM activity while waiting for the host")
-    # --- telemetry / activity -----------------------------------------------------------
-    sm_active_compute: float = _c(0.92, "assumed: DCGM SM-active fraction during compute kernels")
-    copy_per_dram: float = _c(
-        1.6, "assumed: DCGM mem-copy utilisation per unit of DRAM activity", False
-    )
-    comm_gpu_util: float = _c(0.9, "assumed: NVML GPU util counts NCCL kernels as busy", False)
-    barrier_extra_w: float = _c(
-        20.0, "assumed: power above idle of a GPU spinning at a collective barrier"
-    )
-    # --- per-GPU variation and memory footprint ----------------------------------------
-    leakage_sd: float = _c(
-        0.03, "assumed: silicon-to-silicon sd of dynamic power (few % in GPU fleet studies)"
-    )
-    leakage_clip: float = _c(0.10, "clip of the per-GPU leakage factor at 1 +- this", False)
-    hbm_usable: float = _c(
-        HBM_USABLE, "fraction of HBM the caching allocator can hand out (runs.plan)", False
-    )
-    act_bytes_ckpt: float = _c(2.0, "bf16 checkpointed layer input per hidden element", False)
-    framework_gib: float = _c(
-        FRAMEWORK_GIB,
-        "assumed: CUDA context, NCCL buffers, allocator slack (GiB; runs.plan)",
-        False,
-    )
-
-
-PHYSICS = Physics()
-DEFAULT_DIE = (
-    "GH100"  # the die PHYSICS's power curve is fitted for (the H100 table and the anchor above)
-)
-# The constants a calibration (wattflex.calibration.Calibration, a calibration file) sets.
-CALIBRATED = ("anchor_clock_mhz", "sm_dyn_w", "v_min", "v_exp", "calib_tensor_util")
-
-
-def calibrated_physics(calibration: dict[str, Any] | None, base: Physics = PHYSICS) -> Physics:
-    """``base`` with the anchor and power curve of a calibration file's JSON (None: ``base``)."""
-    if not calibration:
-        return base
-    curve = calibration["curve"]
-    return dataclasses.replace(
-        base,
-        anchor_clock_mhz=float(calibration["anchor_clock_mhz"]),
-        **{k: float(curve[k]) for k in CALIBRATED[1:]},
-    )
-
-
-def physics_for_gpu(
-    gpu: GPUSpec, calibration: dict[str, Any] | None, base: Physics = PHYSICS
-) -> Physics:
-    """:func:`calibrated_physics` for a run on ``gpu``: a calibration fitted on another die's
-    sweeps is refused, and so is a part whose die has no default power curve (``PHYSICS`` is
-    fitted on GH100 facts) when no calibration of its die is given."""
-    die = str((calibration or {}).get("gpu_die", DEFAULT_DIE))
-    if gpu.die != die:
-        how = (
-            "no calibration is given"
-            if not calibration
-            else f"emulator.calibration was fitted on {die} sweeps ({calibration.get('source', '?')})"
-        )
-        raise ValueError(
-            f"the emulator has no power curve for {gpu.name} ({gpu.die} die): {how}; fit one with "
-            f"`wattflex calibrate --runs <sweeps measured on {gpu.name}>` and set emulator: "
-            "{calibration: FILE}"
-        )
-    return calibrated_physics(calibration, base)
-
-
-# Transition aliases (old names); new code reads ``PHYSICS`` or a ``physics`` argument.
-V_MIN = PHYSICS.v_min
-V_EXP = PHYSICS.v_exp
-SM_BUSY_WEIGHT = PHYSICS.sm_busy_weight
-TENSOR_WEIGHT = PHYSICS.tensor_weight
-
-
-def voltage(x: np.ndarray | float, physics: Physics = PHYSICS) -> np.ndarray | float:
-    """Normalised core voltage at relative SM clock x."""
-    return physics.v_min + (1.0 - physics.v_min) * np.power(x, physics.v_exp)
 
 
 @dataclass(frozen=True)
@@ -708,9 +360,10 @@ def step_kernels(job: JobSpec, gpu: GPUSpec, physics: Physics = PHYSICS) -> list
         # expert set shrinks by ep and the tokens per expert grow by ep.
         local_expert_weights = n_expert / job.ep
         pairs = tok * job.experts_active * job.layers  # routed (token, expert) pairs, all layers
-        # Same GEMM class as the dense projections; each expert's rows fill whole tiles but its last.
+        # The dense projections' GEMM class at a rate that falls with few rows per expert
+        # (expert_gemm_rel_eff, grouped_gemm_m0_rows: fitted to DeepGEMM's grouped-GEMM table).
         rows_per_expert = tok * job.experts_active * job.ep / job.experts
-        tile_fill = rows_per_expert / (rows_per_expert + ph.grouped_gemm_tile_m / 2)
+        tile_fill = rows_per_expert / (rows_per_expert + ph.grouped_gemm_m0_rows)
         gemm_io = 2 * (2 * job.hidden + 3 * job.intermediate) * pairs * passes
         # LoRA on the fused experts (the harness's peft target_parameters, peft 0.21 ParamWrapper):
         # W' = W + s*lhs@rhs is a function of the trainable factors, so the backward also computes

@@ -12,7 +12,8 @@ from typing import Any
 from wattflex.config import MIN_SAMPLES_PER_RUN, groups
 from wattflex.errors import ConfigError
 from wattflex.gpus import GPUS, GPUS_PER_NODE, GPUSpec
-from wattflex.runs.emulator import JobSpec, gpu_leakages, job_at_caps
+from wattflex.runs.emulator.clock_knob import job_at_clock
+from wattflex.runs.emulator.step import JobSpec, gpu_leakages, job_at_caps
 from wattflex.schema import group_default
 
 # Assumed: how much slower than steady the first step is (the allocator and caches warm up),
@@ -47,8 +48,6 @@ def shortest_run_s(
     MIN_SAMPLES_PER_RUN samples."""
     leak = gpu_leakages(0, job.gpus)
     if knob == "clock":
-        from wattflex.runs.clock_knob import job_at_clock
-
         step_s = job_at_clock(job, gpu, setpoint, leak).step_s
     else:
         step_s = job_at_caps(job, gpu, [setpoint], leak)[0].step_s
