@@ -6,7 +6,8 @@
   tests/workflow/, one shared tiny campaign (tests/shared_builds.py) and dry runs;
 - ``conformance`` (``-m conformance``, in CI): against the real upstream thing, each scoped to the
   code it guards: torchrun jobs (tests/workflow/torchrun/), the local SLURM cluster (the ``slurm``
-  marker), and any test marked ``conformance`` (a real server, a real browser).
+  marker), the in-process modules of ``CONFORMANCE_MODULES`` (real training, real servers), and
+  any test marked ``conformance`` (a real browser).
 
 The whole suite's target: <= 10 min on 2 cores; benchmarks/bench_tests.py times each suite.
 ``slow`` (integration or conformance) is kept as a marker, so ``-m "not slow"`` still selects
@@ -68,6 +69,20 @@ def tier_violation(tool: str, test_path: Path, slow: bool) -> str:
 
 SUITES = ("unit", "integration", "conformance")
 CONFORMANCE_DIRS = (WORKFLOW_TESTS / "torchrun",)
+# In-process, but against the real upstream thing at length (a minute or more of the unit suite
+# each, measured with --durations on the shared 2-core machine, 2026-12-07): the harness training
+# real transformers + peft models of every family, glibc's malloc with real torch tensors in
+# fresh interpreters, real OpenADR 2.0b / 3 VTN servers followed for seconds per test.
+CONFORMANCE_MODULES = tuple(
+    WORKFLOW_TESTS.parent / "unit" / m
+    for m in (
+        "runs/training/test_training.py",
+        "runs/training/test_hostmem.py",
+        "runs/training/test_loss_decided_once.py",
+        "grid/test_openadr.py",
+        "grid/test_openadr3.py",
+    )
+)
 
 
 def suite(item) -> str:
@@ -78,7 +93,11 @@ def suite(item) -> str:
     if marked:
         return marked[0]
     path = Path(item.path).resolve()
-    if item.get_closest_marker("slurm") or any(path.is_relative_to(d) for d in CONFORMANCE_DIRS):
+    if (
+        item.get_closest_marker("slurm")
+        or any(path.is_relative_to(d) for d in CONFORMANCE_DIRS)
+        or path in CONFORMANCE_MODULES
+    ):
         return "conformance"
     if path.is_relative_to(WORKFLOW_TESTS) or item.get_closest_marker("slow"):
         return "integration"

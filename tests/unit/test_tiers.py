@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from tests.tiers import (
+    CONFORMANCE_MODULES,
     HOMES,
     SUITES,
     WORKFLOW_TESTS,
@@ -92,6 +93,10 @@ class Item:
         return name if name in self.own else None
 
 
+def test_every_conformance_module_is_there():
+    assert all(m.is_file() for m in CONFORMANCE_MODULES)
+
+
 def test_each_test_is_in_one_suite_by_purpose():
     """tests/unit -> unit; tests/workflow -> integration; torchrun jobs and the SLURM modules ->
     conformance; a marker given in the test wins. ``slow`` marks every suite but unit."""
@@ -102,6 +107,7 @@ def test_each_test_is_in_one_suite_by_purpose():
         (WORKFLOW_TESTS / "test_slurm_x.py", "slurm"): ["conformance", "slow", "xdist_group"],
         (WORKFLOW_TESTS / "test_x.py", "conformance"): ["conformance", "slow"],
         (UNIT_TEST, "slow"): ["integration", "slow"],
+        (CONFORMANCE_MODULES[0],): ["conformance", "slow"],
     }
     for (path, *own), marks in cases.items():
         item = Item(path, *own)
