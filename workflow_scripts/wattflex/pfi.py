@@ -197,11 +197,10 @@ def pfi_ratio_curves(power_w: np.ndarray, throughput: np.ndarray) -> np.ndarray:
         np.asarray(power_w, dtype=float), np.asarray(throughput, dtype=float)
     )
     t_ref = t[..., -1:]
-    # every column, the reference's own never counted: one summation order for every caller
-    counted = eq1_counts(t, t_ref) & (np.arange(t.shape[-1]) < t.shape[-1] - 1)
+    counted = eq1_counts(t[..., :-1], t_ref)  # the capped points, in order: one summation order
     count = counted.sum(axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        terms = eq1_term(p, p[..., -1:], t, t_ref)
+        terms = eq1_term(p[..., :-1], p[..., -1:], t[..., :-1], t_ref)
         mean = np.where(counted, terms, 0.0).sum(axis=-1) / np.maximum(count, 1)
     return np.where((count > 0) & np.isfinite(mean), mean, np.nan)
 
