@@ -32,8 +32,13 @@ skip_exit_gc()
 try:
     # Snakemake's own YAML loading keeps the last of duplicate keys: read the files as wattflex does.
     check_config_files(workflow.configfiles)
-    # cwd: Snakemake's working directory, where runs start (relative cuda.* paths).
-    prepare(config, base=Path(workflow.basedir), cwd=os.getcwd())
+    prepare(config, base=Path(workflow.basedir))
+    if config["source"] == "generate" and config["backend"] == "cuda":
+        # what the runs need (weights, data, cap command, memory plan), relative paths against
+        # Snakemake's working directory, where runs start; imported here: numpy and pandas
+        from wattflex.runs.campaign_checks import check_inputs
+
+        check_inputs(config, cwd=os.getcwd())
     if config["backend"] == "emulated" and workflow.is_main_process:
         # too short to reach a steady state: refused now, not after every run has run
         from wattflex.runs.devices.timeline import check_run_length

@@ -54,12 +54,6 @@ LAYERS = [
 
 #: Arrows that point up today, each with why it is allowed for now. Nothing else may.
 ALLOWED_UP = {
-    # config's checks of cuda and command campaigns call the runs' own checks (lazily, only
-    # for such campaigns); config.py holds them until they move out with its defaults
-    ("config", "runs.command_run"),
-    ("config", "runs.plan"),
-    # ... and its check of cuda.cap_command is the cap command's own rule (cap_command_problem)
-    ("config", "runs.devices.caps"),
     # the config's policy names are checked where it is validated against the allocation
     # registry itself (lazily, in check_names), not against a copy of it kept in the core
     ("config", "allocation.policies"),

@@ -138,7 +138,7 @@ def perseus_a100_calibration(sweeps_csv: str | Path, config_path: str | Path = P
     from wattflex.config import load_config
     from wattflex.ingest.sources import ingest
 
-    cfg = load_config(Path(config_path), check_inputs=False)
+    cfg = load_config(Path(config_path))
     groups = cal.config_group_models(cfg)
     measured = cal.measured_facts(ingest("perseus-sosp24", Path(sweeps_csv)).runs)
     facts = measured.reindex([g.id for g in groups])
