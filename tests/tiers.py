@@ -72,13 +72,15 @@ CONFORMANCE_DIRS = (WORKFLOW_TESTS / "torchrun",)
 # In-process, but against the real upstream thing at length (a minute or more of the unit suite
 # each, measured with --durations on the shared 2-core machine, 2026-12-07): the harness training
 # real transformers + peft models of every family, glibc's malloc with real torch tensors in
-# fresh interpreters, real OpenADR 2.0b / 3 VTN servers followed for seconds per test.
+# fresh interpreters, the plan's activation factors against a real layer of every family (38 s
+# of CPU), real OpenADR 2.0b / 3 VTN servers followed for seconds per test.
 CONFORMANCE_MODULES = tuple(
     WORKFLOW_TESTS.parent / "unit" / m
     for m in (
         "runs/training/test_training.py",
         "runs/training/test_hostmem.py",
         "runs/training/test_loss_decided_once.py",
+        "runs/test_activation_factors.py",
         "grid/test_openadr.py",
         "grid/test_openadr3.py",
     )
