@@ -1,4 +1,4 @@
-"""Wall time of the two test tiers (targets: fast tier <= 90 s, whole suite <= 10 min on 2 cores).
+"""Wall time of the test suites (targets: unit suite <= 90 s, whole suite <= 10 min on 2 cores).
 
 Runs each tier as CI does (pytest, xdist workers as in the README's test command) and prints one
 row per run: tier, workers, tests passed/failed/skipped, wall s, CPU s (user + system of pytest
@@ -8,9 +8,9 @@ as CI does: with it set, every worker and every Snakemake rule script compiles t
 the test modules from source again (the fast tier's collection alone: 12.7 s of CPU per worker
 instead of 8.2 s, measured 2026-12-02 on the 2-core machine).
 
-    python benchmarks/bench_tests.py                       # both tiers, 4 workers
-    python benchmarks/bench_tests.py --tiers fast --workers 0 4   # 0: no xdist
-    python benchmarks/bench_tests.py --tiers slow --extra '-m "slow and not slurm"'
+    python benchmarks/bench_tests.py                       # unit, then the rest, 4 workers
+    python benchmarks/bench_tests.py --tiers unit --workers 0 4   # 0: no xdist
+    python benchmarks/bench_tests.py --tiers integration conformance
 """
 
 from __future__ import annotations
@@ -28,7 +28,13 @@ from pathlib import Path
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
-TIERS = {"fast": "not slow", "slow": "slow"}
+# the suites (tests/tiers.py); "rest" is how the README runs the last two: in one session
+TIERS = {
+    "unit": "unit",
+    "integration": "integration",
+    "conformance": "conformance",
+    "rest": "integration or conformance",
+}
 
 
 def run_tier(marker: str, workers: int, extra: list[str]) -> dict:
@@ -73,7 +79,7 @@ def run_tier(marker: str, workers: int, extra: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tiers", nargs="+", choices=list(TIERS), default=list(TIERS))
+    ap.add_argument("--tiers", nargs="+", choices=list(TIERS), default=["unit", "rest"])
     ap.add_argument(
         "--workers", nargs="+", type=int, default=[4], help="xdist workers per run (0: no xdist)"
     )

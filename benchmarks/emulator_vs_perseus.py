@@ -90,7 +90,7 @@ def perseus_rows(series, win: dict[str, tuple[float, float]]) -> pd.DataFrame:
 
 def emulated_rows(win: dict[str, tuple[float, float]]) -> pd.DataFrame:
     """Every H200 group of the default campaign over each measured GPU's window, and up to its own f_max."""
-    cfg = load_config(REPO / "config" / "config.yaml", check_inputs=False)
+    cfg = load_config(REPO / "config" / "config.yaml")
     full = {"H200 to f_max": (min(lo for lo, _ in win.values() if lo > 0.55), 1.0)}
     rows = []
     for g in groups(cfg):
@@ -129,7 +129,7 @@ def a100_rows(win: dict[str, tuple[float, float]]) -> tuple[pd.DataFrame, str]:
     """The decoder-only Perseus A100 jobs as emulated A100 pipelines
     (config/perseus-sosp24-a100-emulated.yaml) under the anchor `wattflex calibrate` fits on their
     own power-limit sweeps: the same window fits as the H200 groups, and a line naming that calibration."""
-    cfg = load_config(ps.PERSEUS_A100_CONFIG, check_inputs=False)
+    cfg = load_config(ps.PERSEUS_A100_CONFIG)
     _, facts, c = ps.cal.perseus_a100_calibration(PERSEUS / "power_limit_sweeps_A100.csv")
     physics, gpu = c.physics(), gpu_spec("A100")
     a100 = next(g for g in win if g.startswith("A100"))

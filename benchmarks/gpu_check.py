@@ -104,6 +104,7 @@ from wattflex import cli
 from wattflex.config import load_catalog, load_config
 from wattflex.doctor import diagnose, format_report, probe_nvml
 from wattflex.provenance import read_json, read_parquet
+from wattflex.runs.campaign_checks import check_inputs
 from wattflex.runs.devices import nvml
 from wattflex.runs.devices.base import EXTRA_COLUMNS, CapError, TelemetrySampler, check_cap
 from wattflex.runs.real_run import (
@@ -217,6 +218,7 @@ def allreduce_worker(backend: str, out: Path, mb: float) -> None:
 def allreduce(args: argparse.Namespace, work: Path, n_gpus: int) -> dict[str, Any]:
     """e) the all-reduce through torchrun, with the config's NCCL environment."""
     cfg = load_config(Path(args.configfile or REPO / "config" / "config.yaml"), base=REPO)
+    check_inputs(cfg)  # a cuda campaign's weights, data and plan, as snakemake checks them
     env = nccl_env((cfg.get("cuda") or {}).get("nccl"))
     backend, nproc = ("nccl", n_gpus) if args.device == "cuda" else ("gloo", 2)
     if nproc < 1:
@@ -508,6 +510,7 @@ def allreduce_node(
 
 def config_nccl(args: argparse.Namespace) -> dict[str, Any]:
     cfg = load_config(Path(args.configfile or REPO / "config" / "config.yaml"), base=REPO)
+    check_inputs(cfg)  # a cuda campaign's weights, data and plan, as snakemake checks them
     return dict((cfg.get("cuda") or {}).get("nccl") or {})
 
 

@@ -38,45 +38,28 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow_scripts"))
+sys.path.insert(0, str(REPO))  # tests/tiny_training.py: the model and run the test checks too
 
+from tests.tiny_training import (  # noqa: E402
+    STEP_BATCH,
+    STEP_LORA_RANK,
+    STEP_MODEL,
+    STEP_SEQ_LEN,
+    step_cfg,
+)
 from wattflex.runs import plan  # noqa: E402
 from wattflex.runs.attention import catalog_attn_implementation  # noqa: E402
 from wattflex.runs.training.config import TrainConfig  # noqa: E402
 from wattflex.runs.training.hostmem import KEEP_DYNAMIC_ENV  # noqa: E402
 
-# Llama-3.1-70B's layer proportions (config.json: hidden 8192, 64 heads, 8 kv heads, MLP 28672)
-# at hidden 1024, 8 layers, a 32000-token vocabulary: 173M parameters, 0.69 GB in fp32.
-STEP_MODEL = {
-    "hf_model_type": "llama",
-    "hidden": 1024,
-    "layers": 8,
-    "heads": 16,
-    "kv_heads": 2,
-    "head_dim": 64,
-    "intermediate": 3584,
-    "vocab": 32000,
-}
 RANKS = 4
-SEQ_LEN, BATCH, LORA_RANK = 256, 1, 8
+SEQ_LEN, BATCH, LORA_RANK = STEP_SEQ_LEN, STEP_BATCH, STEP_LORA_RANK
 GB = 1e9
 
 
 def config(task: str, outdir: Path, steps: int = 3) -> TrainConfig:
-    return TrainConfig(
-        model_facts=STEP_MODEL,
-        task=task,
-        seq_len=SEQ_LEN,
-        batch=BATCH,
-        lora_rank=LORA_RANK,
-        device="cpu",
-        random_init=True,
-        parallel="fsdp",
-        max_steps=steps,
-        duration_s=1200,
-        eval_at_s=None,
-        checkpoint_at_s=None,
-        outdir=str(outdir),
-    )
+    """The harness's run of ``STEP_MODEL`` (tests/tiny_training.py, shared with the test)."""
+    return step_cfg(task, outdir, steps)
 
 
 def torchrun_harness(
@@ -199,17 +182,11 @@ def probe_table(rows: list[dict]) -> str:
 
 
 def activation_bytes_bench():
-    """benchmarks/activation_bytes.py as a module (its layer builds, hooks and family list)."""
-    import importlib.util
+    """tests/layer_saved_bytes.py (the layer builds, hooks and family list of
+    benchmarks/activation_bytes.py's measurement)."""
+    from tests import layer_saved_bytes
 
-    if "activation_bytes_bench" not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            "activation_bytes_bench", REPO / "benchmarks" / "activation_bytes.py"
-        )
-        ab = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = ab
-        spec.loader.exec_module(ab)
-    return sys.modules["activation_bytes_bench"]
+    return layer_saved_bytes
 
 
 def fp32_factors() -> list[tuple[str, str, int, float, float]]:

@@ -9,7 +9,7 @@ RESOURCES = REPO / "resources"  # published data shipped with the repository
 sys.path.insert(0, str(REPO / "workflow_scripts"))
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-# the fast and slow tiers, and the guard that keeps them apart; the SLURM tests' cluster, stopped at the end
+# the suites (unit, integration, conformance), and the guard that keeps them apart; the SLURM tests' cluster, stopped at the end
 pytest_plugins = ["tests.tiers", "tests.slurm_cluster"]
 
 

@@ -1,6 +1,17 @@
-"""The two test tiers: ``pytest -m "not slow"`` is the fast tier (target: <= 90 s
-on 2 cores), ``-m slow`` the rest (the whole suite's target: <= 10 min; benchmarks/bench_tests.py
-times both).
+"""Three suites by purpose, each a pytest marker given at collection (:func:`suite`):
+
+- ``unit`` (``pytest -m unit``, every commit; target <= 90 s on 2 cores): in-process, everything
+  outside tests/workflow/ that is not marked otherwise;
+- ``integration`` (``-m integration``, every commit): the workflow's own runs under
+  tests/workflow/, one shared tiny campaign (tests/shared_builds.py) and dry runs;
+- ``conformance`` (``-m conformance``, in CI): against the real upstream thing, each scoped to the
+  code it guards: torchrun jobs (tests/workflow/torchrun/), the local SLURM cluster (the ``slurm``
+  marker), the in-process modules of ``CONFORMANCE_MODULES`` (real training, real servers), and
+  any test marked ``conformance`` (a real browser).
+
+The whole suite's target: <= 10 min on 2 cores; benchmarks/bench_tests.py times each suite.
+``slow`` (integration or conformance) is kept as a marker, so ``-m "not slow"`` still selects
+the unit suite.
 
 Everything under tests/workflow/ is slow. A test that starts Snakemake or torchrun must be
 marked slow and live under tests/workflow/ (the torchrun ones go in tests/workflow/torchrun/): a
@@ -56,6 +67,45 @@ def tier_violation(tool: str, test_path: Path, slow: bool) -> str:
     return ""
 
 
+SUITES = ("unit", "integration", "conformance")
+CONFORMANCE_DIRS = (WORKFLOW_TESTS / "torchrun",)
+# In-process, but against the real upstream thing at length (a minute or more of the unit suite
+# each, measured with --durations on the shared 2-core machine, 2026-12-07): the harness training
+# real transformers + peft models of every family, glibc's malloc with real torch tensors in
+# fresh interpreters, the plan's activation factors against a real layer of every family (38 s
+# of CPU), real OpenADR 2.0b / 3 VTN servers followed for seconds per test.
+CONFORMANCE_MODULES = tuple(
+    WORKFLOW_TESTS.parent / "unit" / m
+    for m in (
+        "runs/training/test_training.py",
+        "runs/training/test_hostmem.py",
+        "runs/training/test_loss_decided_once.py",
+        "runs/test_activation_factors.py",
+        "grid/test_openadr.py",
+        "grid/test_openadr3.py",
+    )
+)
+
+
+def suite(item) -> str:
+    """The suite of a collected test: the one it is marked with, else ``conformance`` for a
+    SLURM or torchrun test, ``integration`` for the rest of tests/workflow/ (or a test marked
+    slow), ``unit`` for everything else."""
+    marked = [name for name in SUITES if item.get_closest_marker(name)]
+    if marked:
+        return marked[0]
+    path = Path(item.path).resolve()
+    if (
+        item.get_closest_marker("slurm")
+        or any(path.is_relative_to(d) for d in CONFORMANCE_DIRS)
+        or path in CONFORMANCE_MODULES
+    ):
+        return "conformance"
+    if path.is_relative_to(WORKFLOW_TESTS) or item.get_closest_marker("slow"):
+        return "integration"
+    return "unit"
+
+
 def xdist_group(item) -> str:
     """The pytest-xdist worker group (``--dist loadgroup``) of a test ('' for any worker): a SLURM
     test module's tests go to one worker (the module has a partition of the session's cluster to
@@ -90,12 +140,15 @@ def pytest_configure(config):
         atexit.register(exit_now)
 
 
+UNIT_ONLY = ("unit", "not slow")  # the -m expressions that select the unit suite alone
+
+
 def pytest_ignore_collect(collection_path, config):
-    """The fast tier (``-m "not slow"``) selects nothing under tests/workflow/ (all of it is
-    slow), so it does not import those modules: ~0.7 s of CPU less per xdist worker."""
-    if config.getoption("markexpr") == "not slow" and Path(
-        collection_path
-    ).resolve().is_relative_to(WORKFLOW_TESTS):
+    """The unit suite (``-m unit`` or ``-m "not slow"``) selects nothing under tests/workflow/
+    (none of it is unit), so it does not import those modules: ~0.7 s of CPU less per xdist worker."""
+    if config.getoption("markexpr") in UNIT_ONLY and Path(collection_path).resolve().is_relative_to(
+        WORKFLOW_TESTS
+    ):
         return True
     return None
 
@@ -103,7 +156,9 @@ def pytest_ignore_collect(collection_path, config):
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(items):
     for item in items:
-        if Path(item.path).resolve().is_relative_to(WORKFLOW_TESTS):
+        name = suite(item)
+        item.add_marker(getattr(pytest.mark, name))
+        if name != "unit":
             item.add_marker(pytest.mark.slow)
         if group := xdist_group(item):
             item.add_marker(pytest.mark.xdist_group(group))

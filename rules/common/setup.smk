@@ -19,7 +19,12 @@ os.environ[_SEARCH_PATH] = os.pathsep.join(
     [_LIB] + [p for p in os.environ.get(_SEARCH_PATH, "").split(os.pathsep) if p and p != _LIB])
 
 from wattflex.config import ConfigError, check_config_files, defaulted_sections, prepare
-from wattflex.smk import skip_exit_gc
+from wattflex.smk import die_with_parent, in_slurm_job_step, skip_exit_gc
+
+# A SLURM job's own Snakemake dies with the job's batch script (scancel: the shell dies first and
+# proctrack/linuxproc loses what it leaves behind; wattflex.smk.die_with_parent).
+if in_slurm_job_step():
+    die_with_parent()
 
 # snakemake itself exits without a last collection over its DAG (~0.5 s of a ~3 s no-op dry run)
 skip_exit_gc()
@@ -27,8 +32,13 @@ skip_exit_gc()
 try:
     # Snakemake's own YAML loading keeps the last of duplicate keys: read the files as wattflex does.
     check_config_files(workflow.configfiles)
-    # cwd: Snakemake's working directory, where runs start (relative cuda.* paths).
-    prepare(config, base=Path(workflow.basedir), cwd=os.getcwd())
+    prepare(config, base=Path(workflow.basedir))
+    if config["source"] == "generate" and config["backend"] == "cuda":
+        # what the runs need (weights, data, cap command, memory plan), relative paths against
+        # Snakemake's working directory, where runs start; imported here: numpy and pandas
+        from wattflex.runs.campaign_checks import check_inputs
+
+        check_inputs(config, cwd=os.getcwd())
     if config["backend"] == "emulated" and workflow.is_main_process:
         # too short to reach a steady state: refused now, not after every run has run
         from wattflex.runs.emulator.timeline import check_run_length

@@ -1,40 +1,32 @@
-"""benchmarks/bench_loss_memory.py at a small size: chunked and whole-sequence losses agree and
-the table carries the plan's logits term for each chunk size (the measured peaks are its result)."""
+"""benchmarks/bench_loss_memory.py runs at a small size and writes its table: one row per chunk
+size (a test may check that a benchmark runs, never what it measures: the chunked loss against
+transformers' own is tests/unit/runs/training/test_training_loss.py, the plan's logits term
+tests/unit/runs/test_plan.py). The benchmark runs as a user runs it, in its own process."""
 
-import importlib.util
+import subprocess
+import sys
 
 import pytest
 
 from tests.conftest import REPO
-from wattflex.runs.plan import LOGIT_BYTES
 
 
 @pytest.mark.slow
-def test_the_benchmark_measures_each_chunk_size_in_its_own_process(tmp_path):
-    spec = importlib.util.spec_from_file_location(
-        "bench_loss_memory", REPO / "benchmarks" / "bench_loss_memory.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    text = mod.main(
+def test_the_benchmark_runs_and_writes_a_row_per_chunk_size(tmp_path):
+    out = tmp_path / "m.md"
+    proc = subprocess.run(
         [
-            "--tokens",
-            "256",
-            "--vocab",
-            "512",
-            "--chunks",
-            "0",
-            "64",
-            "--out",
-            str(tmp_path / "m.md"),
-        ]
+            sys.executable,
+            str(REPO / "benchmarks" / "bench_loss_memory.py"),
+            *("--tokens", "256", "--vocab", "512", "--chunks", "0", "64", "--out", str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
+    assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [
-        line.split(" | ")
-        for line in text.splitlines()
-        if line.startswith("| off") or line.startswith("| 64")
+        line.split(" | ")[0] for line in out.read_text().splitlines() if line[:3] in ("| o", "| 6")
     ]
-    assert [r[0] for r in rows] == ["| off", "| 64"]
-    assert float(rows[0][1]) == pytest.approx(float(rows[1][1]), rel=1e-5)  # the same loss
-    assert float(rows[1][3]) == pytest.approx(LOGIT_BYTES * 64 * 512 / 2**30, abs=0.01)
-    assert (tmp_path / "m.md").read_text() == text
+    assert rows == ["| off", "| 64"]
+    assert out.read_text() in proc.stdout

@@ -5,6 +5,7 @@ import pytest
 import yaml
 
 from wattflex.config import ConfigError, expand_runs, groups, load_config, prepare
+from wattflex.runs.campaign_checks import check_node_layouts
 
 
 @pytest.fixture()
@@ -125,7 +126,7 @@ def test_run_and_group_bounds_name_the_key(raw, repo, mutate, key, words, backen
     raw["backend"] = backend
     mutate(raw)
     with pytest.raises(ConfigError) as err:
-        prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+        prepare(copy.deepcopy(raw), base=repo)
     msg = str(err.value)
     assert msg.startswith("config error at ") and key in msg and words in msg, msg
     assert "\n" not in msg
@@ -133,7 +134,7 @@ def test_run_and_group_bounds_name_the_key(raw, repo, mutate, key, words, backen
 
 def test_ep_must_divide_the_experts(raw, repo):
     g = _moe_pt(raw)
-    cfg = prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+    cfg = prepare(copy.deepcopy(raw), base=repo)
     from wattflex.config import check_expert_parallel
 
     with pytest.raises(ConfigError, match="does not divide the 32 experts of gpt-oss-20b"):
@@ -229,7 +230,7 @@ def test_invalid_yaml_is_a_config_error(tmp_path):
 def test_cross_field_rules_are_checked_at_validation_naming_the_key(raw, repo, mutate, key, words):
     mutate(raw)
     with pytest.raises(ConfigError) as err:
-        prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+        prepare(copy.deepcopy(raw), base=repo)
     msg = str(err.value)
     assert msg.startswith(f"config error at {key}: ") and words in msg, msg
 
@@ -251,7 +252,7 @@ def test_an_emulated_run_too_short_to_train_is_refused_with_a_length_that_works(
     from wattflex.telemetry import SummaryProtocol, summarize_run
 
     def check(raw):
-        check_run_length(prepare(copy.deepcopy(raw), base=repo, check_inputs=False))
+        check_run_length(prepare(copy.deepcopy(raw), base=repo))
 
     raw.update(groups=[group], repeats=[])
     raw["run"].update(duration_s=120, eval_at_s=None, checkpoint_at_s=None)
@@ -267,7 +268,7 @@ def test_an_emulated_run_too_short_to_train_is_refused_with_a_length_that_works(
         check(raw)
     raw["run"]["duration_s"] = need_s
     check(raw)
-    cfg = prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+    cfg = prepare(copy.deepcopy(raw), base=repo)
     slowest = f"cap{min(group['caps'])}"
     telemetry, steps, _ = run_emulated(run_spec(cfg, group["id"], slowest))
     assert summarize_run(telemetry, steps, SummaryProtocol())["n_steps_training"] >= 1
@@ -280,9 +281,9 @@ def test_the_run_length_check_passes_over_what_runs_nothing_or_fails_on_its_own(
     from wattflex.runs.emulator.timeline import check_run_length
 
     ingest = yaml.safe_load((repo / "config" / "zeus-nsdi23.yaml").read_text())
-    check_run_length(prepare(copy.deepcopy(ingest), base=repo, check_inputs=False))
+    check_run_length(prepare(copy.deepcopy(ingest), base=repo))
 
-    cfg = prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+    cfg = prepare(copy.deepcopy(raw), base=repo)
     model = cfg["groups"][0]["model"]
     cfg["_catalog"][model] = {k: v for k, v in cfg["_catalog"][model].items() if k != "layers"}
     cfg["run"]["duration_s"] = 1.0  # too short for every complete group but the broken one's
@@ -300,7 +301,7 @@ def test_a_measured_group_that_fills_no_whole_nodes_is_refused_at_start(raw, rep
         raw["cuda"] = {**raw.get("cuda", {}), "nproc_per_node": per_node}  # the harness's node
     raw["groups"][3]["gpus"] = 12 if per_node != 4 else 10
     with pytest.raises(ConfigError) as err:
-        prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+        prepare(copy.deepcopy(raw), base=repo)
     msg = str(err.value)
     node = per_node or 8
     assert msg.startswith(
@@ -309,10 +310,10 @@ def test_a_measured_group_that_fills_no_whole_nodes_is_refused_at_start(raw, rep
     assert f"not a whole number of {node}-GPU nodes" in msg and f"1-{node} on one node" in msg
     assert "\n" not in msg
     raw["groups"][3]["gpus"] = ok
-    prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+    prepare(copy.deepcopy(raw), base=repo)
     raw["backend"] = "emulated"  # an emulated group runs no SLURM job
     raw["groups"][3]["gpus"] = 12
-    prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+    prepare(copy.deepcopy(raw), base=repo)
 
 
 def test_the_harness_layout_must_be_the_nodes_slurm_gives(raw, repo):
@@ -324,10 +325,10 @@ def test_the_harness_layout_must_be_the_nodes_slurm_gives(raw, repo):
     raw["groups"] = [g for g in raw["groups"] if g.get("gpus", 8) == 8][:1]
     raw["repeats"] = []
     with pytest.raises(ConfigError) as err:
-        prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+        check_node_layouts(prepare(copy.deepcopy(raw), base=repo))
     msg = str(err.value)
     assert msg.startswith("config error at groups[0]: group ") and "\n" not in msg
     assert "2 node(s) x 4" in msg and "start 1 x 8 ranks" in msg
     assert msg.endswith("set cuda.nproc_per_node: 4")
     raw["cuda"]["nproc_per_node"] = 4
-    prepare(copy.deepcopy(raw), base=repo, check_inputs=False)
+    check_node_layouts(prepare(copy.deepcopy(raw), base=repo))

@@ -114,12 +114,11 @@ def test_doctor_loads_a_configfile_as_snakemake_runs_it(tmp_path):
     then the schema's defaults: the config the workflow's rules see."""
     user = tmp_path / "mine.yaml"
     user.write_text(yaml.safe_dump({"campaign": "mine", "run": {"duration_s": 1500}}))
-    doctor = load_config(user, base=REPO, check_inputs=False, onto_default=True)
+    doctor = load_config(user, base=REPO, onto_default=True)
     default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     workflow = prepare(
         merge_config(default, {"campaign": "mine", "run": {"duration_s": 1500}}),
         base=REPO,
-        check_inputs=False,
     )
     assert doctor == workflow
     assert (

@@ -11,6 +11,7 @@ import yaml
 from snakemake.utils import update_config
 
 from wattflex.config import ConfigError, check_semantics, defaulted_sections, prepare
+from wattflex.runs.campaign_checks import check_inputs
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "config" / "config.yaml"
@@ -234,7 +235,7 @@ BROKEN = [
 def test_broken_config_is_one_config_error_naming_the_key(tmp_path, name, make, key, words):
     cfg = make(tmp_path)
     with pytest.raises(ConfigError) as err:
-        prepare(cfg, base=REPO, cwd=tmp_path)
+        check_inputs(prepare(cfg, base=REPO), cwd=tmp_path)
     msg = str(err.value)
     assert msg.startswith(f"config error at {key}:"), msg
     assert words in msg and "\n" not in msg
@@ -276,7 +277,7 @@ def test_an_unknown_gpu_past_the_schema_names_the_known_models():
     ids=["tiny", "random_init-cpu", "cap-command", "nulls", "two-nodes-nccl"],
 )
 def test_a_complete_cuda_section_validates(tmp_path, cuda):
-    prepare(tiny_cuda(**cuda), base=REPO, cwd=tmp_path)
+    check_inputs(prepare(tiny_cuda(**cuda), base=REPO), cwd=tmp_path)
 
 
 def test_a_model_directory_of_the_groups_model_validates_relative_to_the_working_directory(
@@ -285,9 +286,11 @@ def test_a_model_directory_of_the_groups_model_validates_relative_to_the_working
     model_dir(tmp_path, model_type="mistral", num_hidden_layers=40, hidden_size=5120)
     (tmp_path / "shards").mkdir()
     cfg = one_group(tiny_cuda(model_path="model", data_path="shards"))
-    prepare(cfg, base=REPO, cwd=tmp_path)
+    check_inputs(prepare(cfg, base=REPO), cwd=tmp_path)
     with pytest.raises(ConfigError, match="at cuda.model_path"):
-        prepare(one_group(tiny_cuda(model_path="model")), base=REPO, cwd=tmp_path / "elsewhere")
+        check_inputs(
+            prepare(one_group(tiny_cuda(model_path="model")), base=REPO), cwd=tmp_path / "elsewhere"
+        )
 
 
 def test_schema_covers_every_cuda_key_the_run_code_reads():
@@ -350,7 +353,7 @@ def test_the_docs_minimal_measured_campaign_validates(tmp_path):
         hidden_size=facts["hidden"],
     )
     doc["cuda"]["model_path"] = str(d)
-    prepare(merged(doc), base=REPO, cwd=tmp_path)
+    check_inputs(prepare(merged(doc), base=REPO), cwd=tmp_path)
 
 
 # google/gemma-4-26B-A4B's config.json (its shape: Gemma4ForConditionalGeneration, the text decoder's
@@ -376,8 +379,10 @@ def test_a_published_multimodal_checkpoint_is_its_text_decoders_model(tmp_path):
     """The harness trains a multimodal checkpoint's text decoder (runs.training.models): the check
     compared the multimodal model_type ('gemma4') with the catalogue's ('gemma4_text') and refused
     the published Gemma-4; the decoder's facts are still checked."""
-    prepare(gemma4_campaign(tmp_path / "a", GEMMA4_PUBLISHED), base=REPO, cwd=tmp_path)
+    check_inputs(
+        prepare(gemma4_campaign(tmp_path / "a", GEMMA4_PUBLISHED), base=REPO), cwd=tmp_path
+    )
     other = copy.deepcopy(GEMMA4_PUBLISHED)
     other["text_config"]["num_hidden_layers"] = 35  # another size of the family
     with pytest.raises(ConfigError, match="is not Gemma-4-26B-A4B .*num_hidden_layers 35"):
-        prepare(gemma4_campaign(tmp_path / "b", other), base=REPO, cwd=tmp_path)
+        check_inputs(prepare(gemma4_campaign(tmp_path / "b", other), base=REPO), cwd=tmp_path)

@@ -3,7 +3,9 @@
 tests/unit/test_layout.py finds file-level import cycles; this finds the arrows that point
 up between packages (``runs.sweep -> analysis`` while ``analysis -> runs``: a package cycle
 no single module shows). Every import counts, at the top or inside a function (a lazy import
-is still a dependency). A module may import its own layer and the layers below.
+is still a dependency). A module may import the layers below and its own layer, but not in a
+circle: two names of one layer (a top-level module or a subpackage) that import each other,
+directly or through others of that layer, are one thing in two places (``same_layer_circles``).
 """
 
 import ast
@@ -52,15 +54,19 @@ LAYERS = [
 
 #: Arrows that point up today, each with why it is allowed for now. Nothing else may.
 ALLOWED_UP = {
-    # config's checks of cuda and command campaigns call the runs' own checks (lazily, only
-    # for such campaigns); config.py holds them until they move out with its defaults
-    ("config", "runs.command_run"),
-    ("config", "runs.plan"),
-    # ... and its check of cuda.cap_command is the cap command's own rule (cap_command_problem)
-    ("config", "runs.devices.caps"),
     # the config's policy names are checked where it is validated against the allocation
     # registry itself (lazily, in check_names), not against a copy of it kept in the core
     ("config", "allocation.policies"),
+}
+
+
+#: Same-layer circles that other branches are taking apart now, allowed until the lead's merge
+#: empties this (temporary: nothing else may be added). grid <-> control: h-ops restructures
+#: both; analysis <-> calibration (analysis.public_sweeps imports calibration, which imports
+#: four analysis modules): h-emu moves calibration into analysis.
+ALLOWED_CIRCLES = {
+    frozenset({"control", "grid"}),
+    frozenset({"analysis", "calibration"}),
 }
 
 
@@ -132,6 +138,42 @@ def layer_of(module: str) -> int:
     return best[1]
 
 
+def unit_of(module: str) -> str:
+    """The LAYERS name a module belongs to (its longest listed prefix)."""
+    names = [n for layer in LAYERS for n in layer if module == n or module.startswith(n + ".")]
+    if not names:
+        raise KeyError(f"{module}: in no layer of tests/unit/test_layering.py's LAYERS")
+    return max(names, key=len)
+
+
+def same_layer_circles(all_edges: list[tuple[str, str]]) -> list[frozenset[str]]:
+    """The sets of two or more names of one layer that reach each other through imports among
+    that layer's names (strongly connected components of the name graph, same-layer arrows
+    only), sorted."""
+    graph: dict[str, set[str]] = {}
+    for a, b in all_edges:
+        ua, ub = unit_of(a), unit_of(b)
+        if ua != ub and layer_of(ua) == layer_of(ub):
+            graph.setdefault(ua, set()).add(ub)
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    reached = {u: reach(u) for u in graph}
+    circles = {
+        frozenset({u} | {v for v in reached[u] if u in reached.get(v, ())})
+        for u in graph
+        if u in reached[u]
+    }
+    return sorted(circles, key=sorted)
+
+
 def edges() -> list[tuple[str, str]]:
     return sorted(
         (_module_name(p), dep)
@@ -163,6 +205,47 @@ def test_nothing_imports_upward():
             f"wattflex.{a} (layer {layer_of(a)}) imports wattflex.{b} (layer {layer_of(b)})"
             for a, b in up
         )
+    )
+
+
+def test_no_two_names_of_one_layer_import_each_other():
+    circles = [c for c in same_layer_circles(edges()) if c not in ALLOWED_CIRCLES]
+    assert not circles, (
+        "names of one layer that import each other (move what both need into one, or down a "
+        "layer):\n" + "\n".join(" <-> ".join(sorted(c)) for c in circles)
+    )
+
+
+def test_a_planted_same_layer_circle_is_caught():
+    """pfi -> config -> pfi (core), runs.plan -> snakemake_internals -> runs through a lazy
+    import (one layer), and a three-name circle; arrows between layers or inside one name are
+    no circle."""
+    planted = [
+        ("pfi", "config.x"),
+        ("config", "pfi"),
+        ("runs.plan", "snakemake_internals"),
+        ("snakemake_internals", "runs.devices.caps"),
+        ("errors", "labels"),
+        ("labels", "vocabulary"),
+        ("vocabulary", "errors"),
+        ("allocation.a", "allocation.b"),
+        ("allocation.b", "allocation.a"),
+        ("plots.x", "runs.y"),
+    ]
+    assert same_layer_circles(planted) == [
+        frozenset({"config", "pfi"}),
+        frozenset({"errors", "labels", "vocabulary"}),
+        frozenset({"runs", "snakemake_internals"}),
+    ]
+    assert same_layer_circles([e for e in planted if e != ("config", "pfi")])[0] == frozenset(
+        {"errors", "labels", "vocabulary"}
+    )
+
+
+def test_every_allowed_circle_is_still_there():
+    stale = ALLOWED_CIRCLES - set(same_layer_circles(edges()))
+    assert not stale, (
+        f"no longer a circle, remove from ALLOWED_CIRCLES: {sorted(map(sorted, stale))}"
     )
 
 

@@ -28,9 +28,10 @@ def test_ci_runs_the_readme_test_command(repo):
         check=True,
     ).stdout.strip()
     assert extracted == test_cmd
-    # both tiers (tests/tiers.py), the fast one first, each on 4 xdist workers
+    # the three suites (tests/tiers.py), the unit one first, on 4 xdist workers
     assert "torch==2.13.0" in test_cmd and test_cmd.rstrip().endswith(
-        'pytest -m "not slow" -n 4 --dist loadgroup && pytest -m slow -n 4 --dist loadgroup'
+        "pytest -m unit -n 4 --dist loadgroup"
+        ' && pytest -m "integration or conformance" -n 4 --dist loadgroup'
     )
 
 

@@ -6,11 +6,14 @@ import sys
 import pytest
 
 from tests.tiers import (
+    CONFORMANCE_MODULES,
     HOMES,
+    SUITES,
     WORKFLOW_TESTS,
     pytest_collection_modifyitems,
     pytest_ignore_collect,
     started_tool,
+    suite,
     tier_violation,
 )
 
@@ -75,22 +78,42 @@ def test_this_fast_test_may_not_start_snakemake_or_torchrun():
     )
 
 
-def test_everything_under_tests_workflow_is_in_the_slow_tier():
-    class Item:
-        def __init__(self, path):
-            self.path, self.marks = path, []
+class Item:
+    """What the collection hook reads of a pytest item: its path and its own markers."""
 
-        def add_marker(self, mark):
-            self.marks.append(mark.name)
+    _fixtureinfo = type("FixtureInfo", (), {"name2fixturedefs": {}})
 
-        def get_closest_marker(self, name):
-            return None
+    def __init__(self, path, *own):
+        self.path, self.own, self.marks = path, set(own), []
 
-    Item._fixtureinfo = type("FixtureInfo", (), {"name2fixturedefs": {}})
+    def add_marker(self, mark):
+        self.marks.append(mark.name)
 
-    workflow, unit = Item(WORKFLOW_TESTS / "test_x.py"), Item(UNIT_TEST)
-    pytest_collection_modifyitems([workflow, unit])
-    assert workflow.marks == ["slow"] and unit.marks == []
+    def get_closest_marker(self, name):
+        return name if name in self.own else None
+
+
+def test_every_conformance_module_is_there():
+    assert all(m.is_file() for m in CONFORMANCE_MODULES)
+
+
+def test_each_test_is_in_one_suite_by_purpose():
+    """tests/unit -> unit; tests/workflow -> integration; torchrun jobs and the SLURM modules ->
+    conformance; a marker given in the test wins. ``slow`` marks every suite but unit."""
+    cases = {
+        (UNIT_TEST,): ["unit"],
+        (WORKFLOW_TESTS / "test_x.py",): ["integration", "slow"],
+        (WORKFLOW_TESTS / "torchrun" / "test_x.py",): ["conformance", "slow"],
+        (WORKFLOW_TESTS / "test_slurm_x.py", "slurm"): ["conformance", "slow", "xdist_group"],
+        (WORKFLOW_TESTS / "test_x.py", "conformance"): ["conformance", "slow"],
+        (UNIT_TEST, "slow"): ["integration", "slow"],
+        (CONFORMANCE_MODULES[0],): ["conformance", "slow"],
+    }
+    for (path, *own), marks in cases.items():
+        item = Item(path, *own)
+        pytest_collection_modifyitems([item])
+        assert item.marks == marks, (path, own)
+        assert suite(item) == marks[0] and marks[0] in SUITES
 
 
 def test_the_fast_tier_does_not_collect_tests_workflow():
@@ -107,7 +130,15 @@ def test_the_fast_tier_does_not_collect_tests_workflow():
     assert (
         pytest_ignore_collect(UNIT_TEST, Config("not slow")) is None
     )  # the unit tests are collected
-    for markexpr in ("slow", "", "slow and not slurm", "not slurm"):  # any other selection: all
+    assert pytest_ignore_collect(workflow_module, Config("unit")) is True
+    for markexpr in (
+        "slow",
+        "",
+        "slow and not slurm",
+        "not slurm",
+        "integration",
+        "conformance",
+    ):  # any other selection: all
         assert pytest_ignore_collect(workflow_module, Config(markexpr)) is None
 
 
@@ -120,7 +151,9 @@ def test_xdist_keeps_each_group_on_one_worker(tmp_path):
     (tmp_path / "tests" / "workflow" / "__init__.py").touch()
     (tmp_path / "tests" / "tiers.py").write_text((WORKFLOW_TESTS.parent / "tiers.py").read_text())
     (tmp_path / "tests" / "conftest.py").write_text('pytest_plugins = ["tests.tiers"]\n')
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: s\n    slurm: s\n")
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nmarkers =\n    slow: s\n    slurm: s\n    unit: s\n    integration: s\n    conformance: s\n"
+    )
     for name in "abc":
         (tmp_path / "tests" / "workflow" / f"test_{name}.py").write_text(
             "import pytest\npytestmark = pytest.mark.slurm\n"

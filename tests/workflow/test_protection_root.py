@@ -189,8 +189,22 @@ FORCING = {
 }
 
 
-@pytest.mark.parametrize("dry", [False, True], ids=["run", "dry_run"])
-@pytest.mark.parametrize("trigger", FORCING, ids=list(FORCING))
+# Each trigger once (a run: what would overwrite); the refusal is made while Snakemake plans
+# (wattflex.snakemake_internals), before a dry run and a run part, so a dry run and the
+# unprivileged user are each checked on one trigger, not on all six (24 Snakemake calls before).
+FORCING_CASES = [
+    *[(trigger, False, "root_or_current_user") for trigger in FORCING],
+    ("F", True, "root_or_current_user"),
+    ("forcerun", False, "unprivileged_user"),
+]
+
+
+@pytest.mark.parametrize(
+    "trigger, dry, user",
+    FORCING_CASES,
+    ids=[f"{t}-{'dry_run' if d else 'run'}-{u}" for t, d, u in FORCING_CASES],
+    indirect=["user"],
+)
 def test_forcing_a_real_run_is_refused(real_run, user, trigger, dry):
     proc = run_snakemake(
         real_run,

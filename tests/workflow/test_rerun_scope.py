@@ -326,7 +326,7 @@ with SnakemakeApi(OutputSettings()) as api:
 def test_run_outputs_are_write_protected_for_real_backends_only(
     campaign, backend, n_protected, run_code_empty
 ):
-    # A cuda campaign must say where its weights come from (config.check_cuda): tiny needs none.
+    # A cuda campaign must say where its weights come from (runs.campaign_checks.check_cuda): tiny needs none.
     campaign.edit_config(
         lambda c: c.update(
             backend=backend, **({"cuda": {"tiny": True}} if backend == "cuda" else {})

@@ -55,7 +55,6 @@ def test_a_real_runs_time_limit_holds_its_planned_start_up(tmp_path, tiny_config
     prepared = prepare(
         yaml.safe_load(path.read_text()) | {"models_catalog": str(REPO / "config/models.yaml")},
         base=REPO,
-        cwd=tmp_path,
     )
     [p] = plan.plan_campaign(prepared, groups(prepared))
     run = cfg["run"]  # 420-s runs, checkpoint at 330 s, no gap
@@ -100,9 +99,7 @@ def test_a_real_one_run_sweeps_time_limit_holds_one_start_up_and_all_its_caps(
     out = snakemake("-n", "--cores", "1", "--configfile", str(path), cwd=tmp_path).stdout
     block = out.split("rule run_staircase:", 1)[1]
     runtime = re.search(r"resources: .*?runtime=(\d+)", block).group(1)
-    prepared = prepare(
-        doc | {"models_catalog": str(REPO / "config/models.yaml")}, base=REPO, cwd=tmp_path
-    )
+    prepared = prepare(doc | {"models_catalog": str(REPO / "config/models.yaml")}, base=REPO)
     [p] = plan.plan_campaign(prepared, groups(prepared))
     loop = (
         len(groups(prepared)[0]["caps"]) * cfg["run"]["duration_s"]

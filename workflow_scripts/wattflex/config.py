@@ -9,9 +9,10 @@ together: one SLA weight per tier, a sample period that leaves samples in the ru
 (group, cap, repeat).
 
 Unknown keys are errors at every level of the schema (a ``sumary:`` is never silently
-ignored). A ``backend: cuda`` campaign is also checked for what its runs will need
-(``check_cuda``): model weights, data, the cap command; so ``snakemake -n`` on the login
-node names a missing ``cuda.model_path`` instead of every run failing on its node.
+ignored). What a ``backend: cuda`` campaign's runs will need (model weights, data, the cap
+command, the memory plan) is checked by the runs (``wattflex.runs.campaign_checks``, which the
+workflow calls after ``prepare``): ``snakemake -n`` on the login node names a missing
+``cuda.model_path`` instead of every run failing on its node.
 
 How Snakemake builds ``config`` (Snakemake 9): the Snakefile's ``configfile:
 "config/config.yaml"`` (relative to the working directory, ``-d``) is loaded first, then
@@ -34,7 +35,6 @@ from typing import Any
 import jsonschema
 import yaml
 
-from wattflex.architectures import ARCHITECTURES, MULTIMODAL_TEXT_PREFIX
 from wattflex.errors import ConfigError
 from wattflex.gpus import DEFAULT_GPU, GPUS, GPUS_PER_NODE, gpu_spec
 from wattflex.run_ids import run_id
@@ -482,144 +482,6 @@ def check_clock_group(
         )
 
 
-CAP_COMMAND_EXAMPLE = "sudo /usr/local/bin/setcap {gpu} {watts}"
-
-
-def _model_dir_facts(path: Path) -> dict[str, Any] | None:
-    """config.json of a Hugging Face model directory (None if it is not one)."""
-    import json
-
-    try:
-        return json.loads((path / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def check_cuda(cfg: dict[str, Any], cwd: str | Path | None = None) -> None:
-    """What the runs of a ``backend: cuda`` campaign need that can be checked here, before any
-    job is submitted (the rest, on the node: ``TrainConfig.validate``, ``wattflex doctor``):
-
-    * weights: ``cuda.model_path``, a local model directory (runs are offline) whose
-      config.json is the model of every group (``model_type``, layers, hidden size as in the
-      catalog); or ``cuda.random_init: true`` / ``cuda.tiny: true`` (no weights, the
-      family built from the catalog);
-    * ``cuda.data_path``, if given, exists (omitted: synthetic tokens);
-    * ``cap_control: command`` has a ``cap_command`` with ``{gpu}`` and ``{watts}``; its
-      program is not looked up (it lives on the compute nodes). ``cap_control: nvml`` needs
-      root on the compute node: nothing to check from the login node (``wattflex doctor``
-      there says);
-    * ``sweep: staircase | adaptive`` can step caps and read power (not ``observe``,
-      sampler on); on one node or several (``wattflex.runs.sweep.real``).
-
-    Relative paths are relative to ``cwd`` (Snakemake's working directory, where the runs
-    start), default the current directory."""
-    cuda = cfg["cuda"]
-    base = Path(cwd) if cwd is not None else Path.cwd()
-    where = "config error at cuda"
-
-    def local(p: str) -> Path:
-        q = Path(p).expanduser()
-        return q if q.is_absolute() else base / q
-
-    mode = cuda["cap_control"]
-    if mode == "command":
-        cmd = cuda.get("cap_command")
-        if not cmd:
-            raise ConfigError(
-                f"{where}.cap_command: cap_control: command needs cap_command, "
-                f"e.g. {CAP_COMMAND_EXAMPLE!r}"
-            )
-        from wattflex.runs.devices.caps import cap_command_problem
-
-        problem = cap_command_problem(cmd)
-        if problem:
-            raise ConfigError(f"{where}.cap_command: {cmd!r} {problem}")
-    if cfg["sweep"] != "separate":
-        if mode == "observe" or not cuda["sampler"]:
-            raise ConfigError(
-                f"{where}.cap_control: sweep: {cfg['sweep']} steps the GPUs' caps and reads their "
-                f"power: needs cap_control nvml or command (is {mode}) and sampler: true "
-                f"(is {cuda['sampler']}); use sweep: separate otherwise"
-            )
-
-    catalog = cfg.get("_catalog", {})
-    model_path = cuda.get("model_path")
-    from_config = bool(cuda.get("tiny")) or (bool(cuda.get("random_init")) and model_path is None)
-    gs = groups(cfg)
-    check_commands([g for g in gs if g.get("command")])
-    gs = [g for g in gs if not g.get("command")]  # a group's own command brings its own model
-    if from_config:
-        for g in gs:
-            mtype = catalog.get(g["model"], {}).get("hf_model_type", "")
-            if mtype not in ARCHITECTURES:
-                raise ConfigError(
-                    f"{where}: group {g['id']}: model {g['model']} (hf_model_type {mtype!r}) cannot "
-                    f"be built without weights (tiny / random_init); supported: "
-                    f"{', '.join(sorted(ARCHITECTURES))}; give cuda.model_path"
-                )
-    elif model_path is None and gs:
-        models = sorted({g["model"] for g in gs})
-        raise ConfigError(
-            f"{where}.model_path: missing: no model weights for {', '.join(models)} (runs are "
-            f"offline): set cuda.model_path to a local model directory, or cuda.random_init: true "
-            f"(full-size, random weights) or cuda.tiny: true (tiny smoke model)"
-        )
-    if model_path is not None:
-        d = local(model_path)
-        facts = _model_dir_facts(d) if d.is_dir() else None
-        if facts is None:
-            raise ConfigError(
-                f"{where}.model_path: {d}: not a model directory with a readable config.json "
-                f"(download the weights beforehand; runs never reach the network)"
-            )
-        # One directory serves every group: it must be every group's model (tiny ignores it).
-        for g in [] if cuda.get("tiny") else gs:
-            want = catalog.get(g["model"], {})
-            pairs = (
-                ("model_type", "hf_model_type"),
-                ("num_hidden_layers", "layers"),
-                ("hidden_size", "hidden"),
-            )
-            # a multimodal checkpoint's text decoder is the catalogue's model (its text_config; the
-            # harness trains that: runs.training.models.text_decoder_config)
-            decoder = (
-                (facts.get("text_config") or {})
-                if facts.get("model_type") in MULTIMODAL_TEXT_PREFIX
-                else {}
-            )
-            for key, cat_key in pairs:
-                have = decoder.get(key, facts.get(key, (facts.get("text_config") or {}).get(key)))
-                if cat_key in want and have is not None and have != want[cat_key]:
-                    raise ConfigError(
-                        f"{where}.model_path: {d} is not {g['model']} (group {g['id']}): its "
-                        f"config.json has {key} {have!r}, the catalog {cat_key} {want[cat_key]!r}; "
-                        f"one model_path serves every group: one campaign per model"
-                    )
-    data_path = cuda.get("data_path")
-    if data_path is not None and not local(data_path).exists():
-        raise ConfigError(
-            f"{where}.data_path: {local(data_path)}: no such file or directory (pre-tokenised "
-            f"parquet/arrow shards of token ids; omit for synthetic tokens)"
-        )
-
-
-def check_commands(command_groups: list[dict[str, Any]]) -> None:
-    """Each ``group.command``: its launch template's placeholders and its throughput source
-    (``wattflex.runs.command_run.check_command``). Its program is not looked up here: it lives
-    on the compute nodes (``wattflex doctor --configfile`` there does)."""
-    if not command_groups:
-        return
-    from wattflex.runs.command_run import check_command  # only campaigns that launch their own job
-
-    for g in command_groups:
-        try:
-            check_command(
-                g["command"], f"config error at group {g['id']}: command", g, look_up=False
-            )
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-
-
 def defaulted_sections(
     merged: dict[str, Any], user_files: list[str | Path], overrides: dict[str, Any] | None = None
 ) -> list[str]:
@@ -646,12 +508,10 @@ def prepare(
     cfg: dict[str, Any],
     base: Path = REPO_ROOT,
     schema_path: str | Path = SCHEMA_PATH,
-    check_inputs: bool = True,
-    cwd: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Validate a loaded config in place and attach the model catalog (``_catalog``).
-    ``check_inputs``: also check that the files a ``backend: cuda`` campaign's runs need
-    exist (``check_cuda``; relative paths against ``cwd``)."""
+    """Validate a loaded config in place and attach the model catalog (``_catalog``). What a
+    ``backend: cuda`` campaign's runs need (weights, data, the cap command, the memory plan) is
+    the runs' own check: ``wattflex.runs.campaign_checks.check_inputs``."""
     if not isinstance(cfg, dict):
         raise ConfigError("config error at (top level): expected a mapping")
     schema = _read_schema(schema_path)  # once: filling and validating read the same schema
@@ -673,15 +533,6 @@ def prepare(
         if cal:
             cfg["_emulator_calibration"] = load_emulator_calibration(resolve_path(cal, base))
         check_semantics(cfg)
-        if cfg["backend"] == "cuda":
-            from wattflex.runs.plan import check_layouts  # lazy, as check_plan: cuda only
-
-            check_layouts(cfg, groups(cfg), int(cfg.get("slurm_gpus_per_node") or GPUS_PER_NODE))
-        if check_inputs and cfg["backend"] == "cuda":
-            check_cuda(cfg, cwd)
-            from wattflex.runs.plan import check_plan  # lazy: cuda campaigns only
-
-            check_plan(cfg, groups(cfg))
     return cfg
 
 
@@ -728,7 +579,7 @@ def merge_config(base_cfg: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any
 
 
 def load_config(
-    path: str | Path, base: Path = REPO_ROOT, check_inputs: bool = True, onto_default: bool = False
+    path: str | Path, base: Path = REPO_ROOT, onto_default: bool = False
 ) -> dict[str, Any]:
     """The config in ``path``, validated; ``onto_default``: merged onto ``config/config.yaml``
     first, which is what ``snakemake --configfile path`` runs (``wattflex doctor`` checks that)."""
@@ -744,7 +595,7 @@ def load_config(
         raise ConfigError(
             f"config error: {path} is not valid YAML: {' '.join(str(exc).split())}"
         ) from None
-    return prepare(cfg, base, check_inputs=check_inputs)
+    return prepare(cfg, base)
 
 
 def expand_runs(cfg: dict[str, Any]) -> list[dict[str, Any]]:

@@ -751,10 +751,10 @@ def diagnose(
         }
     else:
         check_input_file(config_path, "--configfile", MAX_DOC_BYTES)
-        # This machine's part only: weights/data paths are checked where snakemake runs (config.check_cuda).
+        # This machine's part only: weights/data paths are checked where snakemake runs (runs.campaign_checks).
         report["config"] = {
             "path": str(config_path),
-            **check_config(load_config(config_path, check_inputs=False, onto_default=True), report),
+            **check_config(load_config(config_path, onto_default=True), report),
         }
     report["problems"] = [p for name in PROBES for p in report[name].get("problems", [])]
     report["ok"] = not report["config"]["missing"]

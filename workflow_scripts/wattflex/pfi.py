@@ -169,31 +169,56 @@ _POOL_RTOL = 1e-9
 # ---------------------------------------------------------------------------------------
 
 
-def _ratio_terms(power_w: np.ndarray, throughput: np.ndarray, ref: int = -1) -> np.ndarray:
-    """Eq. 1 terms ``(1 - P_i/P_ref) / (1 - T_i/T_ref)`` for every column (..., n)."""
-    p_ref = power_w[..., [ref]]
-    t_ref = throughput[..., [ref]]
+def eq1_term(p: np.ndarray, p_ref: np.ndarray, t: np.ndarray, t_ref: np.ndarray) -> np.ndarray:
+    """Paper Eq. 1's term ``(1 - p/p_ref) / (1 - t/t_ref)``, element-wise (NumPy broadcasting),
+    in two temporaries. The one place the formula is written: every PFI of the library (the PFI
+    table, its Monte Carlo CI and robust variant, :func:`pfi_ratio_curves`) is built from it."""
+    num = np.divide(p, p_ref)
+    np.subtract(1.0, num, out=num)
+    den = np.divide(t, t_ref)
+    np.subtract(1.0, den, out=den)
+    return np.divide(num, den, out=num)
+
+
+def eq1_counts(t: np.ndarray, t_ref: np.ndarray) -> np.ndarray:
+    """Eq. 1's edge rule, the only one: a capped point counts when its throughput differs from
+    the reference's, ``T_i != T_max`` exactly (as the paper excludes ``T_i == T_max``)."""
+    return t != t_ref
+
+
+def pfi_ratio_curves(power_w: np.ndarray, throughput: np.ndarray) -> np.ndarray:
+    """Paper Eq. 1 of many curves at once: arrays (..., n), each curve's uncapped reference last
+    (broadcast against each other). The mean of :func:`eq1_term` over the capped points that
+    count (:func:`eq1_counts`); NaN where none counts or the mean is not finite (a zero reference
+    power, or a throughput that rounds to the reference's: never inf). Every caller of Eq. 1
+    uses this: :func:`pfi_ratio`, the PFI table, the controller, the sweep, calibration,
+    fidelity, the SLURM coordinator."""
+    p, t = np.broadcast_arrays(
+        np.asarray(power_w, dtype=float), np.asarray(throughput, dtype=float)
+    )
+    t_ref = t[..., -1:]
+    counted = eq1_counts(t[..., :-1], t_ref)  # the capped points, in order: one summation order
+    count = counted.sum(axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return (1.0 - power_w / p_ref) / (1.0 - throughput / t_ref)
+        terms = eq1_term(p[..., :-1], p[..., -1:], t[..., :-1], t_ref)
+        mean = np.where(counted, terms, 0.0).sum(axis=-1) / np.maximum(count, 1)
+    return np.where((count > 0) & np.isfinite(mean), mean, np.nan)
 
 
 def pfi_ratio(power_w: Sequence[float], throughput: Sequence[float], ref: int = -1) -> float:
     """Paper Eq. 1: mean over capped points of ``(1 - P_i/P_max) / (1 - T_i/T_max)``.
 
     ``power_w[ref], throughput[ref]`` (default: the last element, i.e. the caller orders
-    points by cap) is the uncapped reference. Points with ``T_i == T_max`` are excluded as in
-    the paper. Returns NaN, never inf, when no term remains.
+    points by cap) is the uncapped reference. :func:`pfi_ratio_curves` on the one curve: points
+    with ``T_i == T_max`` are excluded as in the paper; NaN, never inf, when no term remains.
     """
     p = np.asarray(power_w, dtype=float)
     t = np.asarray(throughput, dtype=float)
     if len(p) < 2:
         return float("nan")
     ref = ref % len(p)
-    keep = (np.arange(len(p)) != ref) & (t != t[ref])
-    if not keep.any():
-        return float("nan")
-    value = float(np.mean(_ratio_terms(p, t, ref)[keep]))
-    return value if np.isfinite(value) else float("nan")
+    order = [*(i for i in range(len(p)) if i != ref), ref]
+    return float(pfi_ratio_curves(p[order], t[order]))
 
 
 def pfi_area(power_w: Sequence[float], throughput: Sequence[float], ref: int = -1) -> float:
@@ -631,13 +656,10 @@ class _Size:
         p, t = self.p, self.t
         p_ref, t_ref = p[:, [ref]], t[:, [ref]]
         capped = np.arange(n) < ref
-        self.included = capped & (t != t_ref)  # Eq. 1's exclusion
+        self.included = capped & eq1_counts(t, t_ref)  # Eq. 1's exclusion
+        self.ratio = pfi_ratio_curves(p, t)
         with np.errstate(divide="ignore", invalid="ignore"):
-            self.terms = _ratio_terms(p, t)
-            count = self.included.sum(axis=1)
-            self.ratio = np.where(
-                count > 0, np.where(self.included, self.terms, 0.0).sum(axis=1) / count, np.nan
-            )
+            self.terms = eq1_term(p, p_ref, t, t_ref)
             # pfi_area: trapezoid from (0, 0) through the points sorted by relative power
             xr, yr = p / p_ref, t / t_ref
             order = np.argsort(xr, axis=1, kind="stable")
@@ -681,7 +703,9 @@ class _Size:
         self.no_loss = fit_ref - self.fit <= noise_t  # pooled, or a loss within noise: noise/noise
         self.used = self.binding & ~self.no_loss
         with np.errstate(divide="ignore", invalid="ignore"):
-            self.robust_terms = np.where(self.used, _ratio_terms(p, self.fit), np.nan)
+            self.robust_terms = np.where(
+                self.used, eq1_term(p, p_ref, self.fit, self.fit[:, [ref]]), np.nan
+            )
             n_used = self.used.sum(axis=1)
             self.robust = np.where(
                 n_used > 0,
@@ -995,7 +1019,7 @@ def _monte_carlo_batch(
     ps = [p[:, [i]] + sp[:, [i]] * z[0, i] for i in range(n)]
     ts = [t[:, [i]] + st[:, [i]] * z[1, i] for i in range(n)]
     with np.errstate(invalid="ignore", divide="ignore"):
-        terms = [_eq1_term(ps[i], ps[ref], ts[i], ts[ref]) for i in range(ref)]
+        terms = [eq1_term(ps[i], ps[ref], ts[i], ts[ref]) for i in range(ref)]
         ratio = (
             sum(np.where(included[:, [i]], terms[i], 0.0) for i in range(ref))
             / included.sum(axis=1)[:, None]
@@ -1033,16 +1057,6 @@ def _monte_carlo_batch(
         row["pfi_robust_ci95_low"], row["pfi_robust_ci95_high"] = robust_ci
 
 
-def _eq1_term(p: np.ndarray, p_ref: np.ndarray, t: np.ndarray, t_ref: np.ndarray) -> np.ndarray:
-    """Eq. 1's ``(1 - p/p_ref) / (1 - t/t_ref)`` element-wise, in place in two temporaries
-    (the same operations as ``_ratio_terms``, so the same bits)."""
-    num = np.divide(p, p_ref)
-    np.subtract(1.0, num, out=num)
-    den = np.divide(t, t_ref)
-    np.subtract(1.0, den, out=den)
-    return np.divide(num, den, out=num)
-
-
 def _robust_resamples(
     ps: list[np.ndarray],
     ts: list[np.ndarray],
@@ -1070,7 +1084,7 @@ def _robust_resamples(
         fits = [fitted[:, [i]] for i in range(n)]  # (pairs, 1): one resample a row
         power = [a[refit][:, None] for a in ps]
         with np.errstate(invalid="ignore", divide="ignore"):
-            refit_terms = [_eq1_term(power[i], power[ref], fits[i], fits[ref]) for i in range(ref)]
+            refit_terms = [eq1_term(power[i], power[ref], fits[i], fits[ref]) for i in range(ref)]
         robust[refit] = _robust_mean(fits, refit_terms, used[refit[0]])[:, 0]
     return robust, np.isinf(robust).mean(axis=1)
 

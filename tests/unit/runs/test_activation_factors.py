@@ -1,14 +1,11 @@
 """The plan's activation factors (wattflex.runs.plan.ACTIVATION_FACTORS) against the bytes a real
 transformers decoder layer of each catalogue family saves for backward, counted with saved-tensor
-hooks by benchmarks/activation_bytes.py, here at tiny widths (1/k of the catalogue's, extrapolated
+hooks by tests/layer_saved_bytes.py (benchmarks/activation_bytes.py's measurement), here at tiny widths (1/k of the catalogue's, extrapolated
 to its hidden size): a transformers or peft upgrade that changes what a layer saves fails here."""
-
-import importlib.util
-import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests import layer_saved_bytes
 from wattflex.runs import plan
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -16,26 +13,15 @@ TOLERANCE = 0.15
 TINY_MAX_K = 64  # up to 1/64 of the catalogue's widths (the benchmark stops at 1/16)
 
 
-def load_benchmark():
-    if "activation_bytes_bench" not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            "activation_bytes_bench", REPO / "benchmarks" / "activation_bytes.py"
-        )
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod  # dataclasses look their module up
-        spec.loader.exec_module(mod)
-    return sys.modules["activation_bytes_bench"]
-
-
 def test_every_catalogue_family_and_task_has_measured_factors():
-    families = set(load_benchmark().families())
+    families = set(layer_saved_bytes.families())
     assert {(f, t) for f in families for t in ("pt", "lora")} == set(plan.ACTIVATION_FACTORS)
 
 
 @pytest.mark.parametrize("task", ["pt", "lora"])
-@pytest.mark.parametrize("family", sorted(load_benchmark().families()))
+@pytest.mark.parametrize("family", sorted(layer_saved_bytes.families()))
 def test_the_plans_factor_is_within_15_percent_of_a_real_layers_saved_bytes(family, task):
-    measured = load_benchmark().measure(family, task, max_k=TINY_MAX_K)
+    measured = layer_saved_bytes.measure(family, task, max_k=TINY_MAX_K)
     used = plan.activation_factors(family, task)
     assert used.factor == pytest.approx(measured.factor, rel=TOLERANCE), measured
     assert used.expert_weight == pytest.approx(measured.expert_weight, rel=TOLERANCE, abs=0.05), (

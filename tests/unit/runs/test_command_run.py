@@ -224,7 +224,8 @@ def test_doctor_checks_each_groups_command_program(tmp_path):
 
 
 def test_config_check_refuses_a_bad_command_naming_the_group(tmp_path):
-    from wattflex.config import ConfigError, check_commands
+    from wattflex.config import ConfigError
+    from wattflex.runs.campaign_checks import check_commands
 
     group = {"id": "g", "gpus": 2, "seq_len": 64}
     check_commands(

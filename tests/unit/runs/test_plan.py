@@ -8,6 +8,7 @@ import yaml
 from wattflex.config import REPO_ROOT, groups, load_config, prepare
 from wattflex.errors import ConfigError
 from wattflex.runs import plan
+from wattflex.runs.campaign_checks import check_inputs
 from wattflex.runs.emulator import PHYSICS
 
 CATALOG = yaml.safe_load((REPO_ROOT / "config" / "models.yaml").read_text())["models"]
@@ -268,7 +269,7 @@ def test_constants_shared_with_the_emulator_agree():
 
 
 def _cuda_campaign(cuda, **g):
-    cfg = load_config(REPO_ROOT / "config" / "config.yaml", check_inputs=False)
+    cfg = load_config(REPO_ROOT / "config" / "config.yaml")
     raw = {k: v for k, v in cfg.items() if k != "_catalog"}
     raw = copy.deepcopy(raw)
     raw.update(
@@ -284,7 +285,9 @@ def _cuda_campaign(cuda, **g):
 
 def test_llama70b_pretraining_on_one_gpu_is_refused_for_a_real_campaign(tmp_path):
     with pytest.raises(ConfigError) as err:
-        prepare(_cuda_campaign({"random_init": True, "cap_control": "observe"}), cwd=tmp_path)
+        check_inputs(
+            prepare(_cuda_campaign({"random_init": True, "cap_control": "observe"})), cwd=tmp_path
+        )
     msg = str(err.value)
     assert msg.startswith("config error at groups: 1 group(s) cannot fit")
     assert "group dense-pt-llama70b-x1 (Llama-3.1-70B pt on 1 H200): GPU memory: needs" in msg
@@ -295,7 +298,9 @@ def test_llama70b_pretraining_on_one_gpu_is_refused_for_a_real_campaign(tmp_path
     "cuda", [{"tiny": True}, {"random_init": True, "device": "cpu"}], ids=["tiny", "cpu"]
 )
 def test_tiny_and_cpu_campaigns_are_never_refused(tmp_path, cuda):
-    prepare(_cuda_campaign({**cuda, "cap_control": "observe", "sampler": False}), cwd=tmp_path)
+    check_inputs(
+        prepare(_cuda_campaign({**cuda, "cap_control": "observe", "sampler": False})), cwd=tmp_path
+    )
 
 
 def test_every_group_of_the_default_config_is_planned_and_the_chosen_layouts_fit():
@@ -332,7 +337,7 @@ def test_the_docs_plan_table_and_refusal_are_the_codes():
     assert block == plan.markdown([p.row() for p in plan.plan_campaign(cfg, groups(cfg))])
     quoted = page.split("the default group settings):\n\n```text\n", 1)[1].split(" ...\n```", 1)[0]
     with pytest.raises(ConfigError) as err:
-        prepare(_cuda_campaign({"random_init": True, "cap_control": "observe"}))
+        check_inputs(prepare(_cuda_campaign({"random_init": True, "cap_control": "observe"})))
     assert str(err.value).startswith(quoted)
 
 

@@ -491,6 +491,8 @@ def _number(value: Any) -> float:
 
 
 def write_calibration(cal: Calibration, path: str | Path) -> Path:
+    """Write ``cal`` as the JSON file ``wattflex calibrate`` makes (what ``emulator.calibration``
+    reads back with :func:`read_calibration`); returns the path."""
 
     path = Path(path)
     doc = cal.to_json()
@@ -517,6 +519,7 @@ def read_json(path: str | Path, what: str, how: str) -> Any:
 
 
 def read_calibration(path: str | Path) -> Calibration:
+    """The :class:`Calibration` a ``wattflex calibrate`` JSON file holds (checked as it is read)."""
     data = read_json(path, "emulator.calibration", "make one with `wattflex calibrate`")
     return Calibration.from_json(data, where=str(path))
 
@@ -645,7 +648,7 @@ def perseus_a100_calibration(
 ) -> tuple[list[GroupModel], pd.Series, Calibration]:
     """(emulated groups, measured PFI per group, calibration on all of them) of the Perseus A100
     jobs the config describes (measured power-limit sweeps, resources/external/perseus-sosp24)."""
-    cfg = load_config(Path(config_path), check_inputs=False)
+    cfg = load_config(Path(config_path))
     groups = config_group_models(cfg)
     measured = measured_facts(ingest("perseus-sosp24", Path(sweeps_csv)).runs)
     facts = measured.reindex([g.id for g in groups])

@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     tables = args.paper_tables or REPO_ROOT / "resources" / "paper" / "tables"
     if args.gpu_check:
         return _from_gpu_check(args, cal)
-    cfg = load_config(args.config, check_inputs=False)
+    cfg = load_config(args.config)
     if cfg["source"] != "generate":
         raise UserError(
             f"--config {args.config}: an ingested campaign's config has no jobs for the emulator; "

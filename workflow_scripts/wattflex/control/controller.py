@@ -71,6 +71,7 @@ from wattflex.allocation.allocator import policy_weights, predicted_curves, wate
 from wattflex.allocation.curves import Curves
 from wattflex.allocation.oracle import concave_hull, hull_greedy, plan_greedy
 from wattflex.allocation.policies import CONTROL_POLICIES, CURVE_POLICIES
+from wattflex.pfi import pfi_ratio_curves
 from wattflex.schema import section_defaults
 
 # ---------------------------------------------------------------------------------------
@@ -371,13 +372,9 @@ def prior_curves(
 
 
 def curve_pfi(power_w: np.ndarray, throughput: np.ndarray) -> np.ndarray:
-    """Ratio PFI (paper Eq. 1) of curves sampled at their knots, the uncapped one last."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        x = power_w[..., :-1] / power_w[..., -1:]
-        y = throughput[..., :-1] / throughput[..., -1:]
-        ratio = (1 - x) / (1 - y)
-    ok = (y < 1 - 1e-9) & np.isfinite(ratio)
-    return np.where(ok, ratio, 0.0).sum(-1) / np.maximum(ok.sum(-1), 1)
+    """Ratio PFI (paper Eq. 1) of curves sampled at their knots, the uncapped one last:
+    :func:`wattflex.pfi.pfi_ratio_curves` (NaN for a curve with no point below its top)."""
+    return pfi_ratio_curves(power_w, throughput)
 
 
 # ---------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tests.tiny_training import CATALOG, tiny_cfg
+from wattflex.runs.campaign_checks import check_inputs
 from wattflex.runs.training import models
 from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.loss import causal_lm_loss, chunked_applies, chunked_causal_lm_loss
@@ -111,11 +112,11 @@ def test_the_config_takes_loss_chunk_tokens_and_refuses_a_negative_one(tmp_path)
     from wattflex.config import load_config, prepare
     from wattflex.errors import ConfigError
 
-    cfg = load_config(REPO / "config" / "config.yaml", check_inputs=False)
+    cfg = load_config(REPO / "config" / "config.yaml")
     raw = copy.deepcopy({k: v for k, v in cfg.items() if k != "_catalog"})
     raw["cuda"] = {**(raw.get("cuda") or {}), "loss_chunk_tokens": 4096}
-    prepare(copy.deepcopy(raw), cwd=tmp_path)
+    check_inputs(prepare(copy.deepcopy(raw)), cwd=tmp_path)
     assert TrainConfig.from_spec({"cuda": raw["cuda"]}, tmp_path).loss_chunk_tokens == 4096
     raw["cuda"]["loss_chunk_tokens"] = -1
     with pytest.raises(ConfigError, match="cuda.loss_chunk_tokens"):
-        prepare(raw, cwd=tmp_path)
+        check_inputs(prepare(raw), cwd=tmp_path)
