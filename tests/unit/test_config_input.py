@@ -214,13 +214,13 @@ BROKEN = [
             }
         ),
         "groups[0].gpu",
-        "unknown GPU model 'H300'; known: H200, H100, A100",
+        "unknown GPU model 'H300'; known: H200, H100, H100-94GB, A100",
     ),
     (
         "group_defaults gpu H300",
         lambda t: merged({"group_defaults": {"gpu": "H300"}}),
         "group_defaults.gpu",
-        "unknown GPU model 'H300'; known: H200, H100, A100",
+        "unknown GPU model 'H300'; known: H200, H100, H100-94GB, A100",
     ),
     (
         "unknown slurm key",

@@ -66,7 +66,6 @@ ALLOWED_UP = {
 #: four analysis modules): h-emu moves calibration into analysis.
 ALLOWED_CIRCLES = {
     frozenset({"control", "grid"}),
-    frozenset({"analysis", "calibration"}),
 }
 
 

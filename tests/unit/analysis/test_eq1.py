@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wattflex import calibration, pfi
-from wattflex.analysis import fidelity
+from wattflex import pfi
+from wattflex.analysis import calibration, fidelity
 from wattflex.control.controller import curve_pfi
 from wattflex.grid.slurm import group_curves
 from wattflex.runs.sweep import algorithm
