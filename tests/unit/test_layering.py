@@ -44,6 +44,8 @@ LAYERS = [
     [
         "plots",
         "report_sections",
+        "report_format",
+        "report_findings",
         "report",
         "doctor",
     ],  # figures, the HTML report, what a machine offers
