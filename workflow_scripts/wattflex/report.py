@@ -111,25 +111,35 @@ def is_published(column: Any) -> bool:
 
 def _published_of(column: Any) -> str:
     """The campaign's column a published column stands beside (``x`` for ``x_published`` or
-    ``published_x``)."""
+    ``published_x``, ``value`` for ``published``)."""
     name = str(column)
+    if name == "published":  # a long table of metrics: value, published
+        return "value"
     return name.removesuffix("_published").removeprefix("published_")
 
 
 def paired_columns(columns: Sequence[Any]) -> list[Any]:
-    """``columns`` with each published column moved right after this campaign's column of the
-    same name (``pfi``, ``pfi_published``), so the comparison is visible without scrolling;
-    a published column without a partner follows the first column."""
+    """``columns`` reordered so the comparison is visible without scrolling: the first
+    (identifying) column, then each of this campaign's columns that has a published partner
+    followed by it (``pfi``, ``pfi_published``), then published columns without a partner,
+    then the rest in their order."""
     cols = list(columns)
-    pubs = [c for c in cols if is_published(c) and str(c) != "published"]
-    out = [c for c in cols if c not in pubs]
-    for pub in pubs:
-        partner = _published_of(pub)
-        at = next((i for i, c in enumerate(out) if str(c) == partner), 0)
-        while at + 1 < len(out) and is_published(out[at + 1]):
-            at += 1
-        out.insert(at + 1, pub)
-    return out
+    pubs = [c for c in cols if is_published(c)]
+    by_name = {str(c): c for c in cols}
+    partner = {p: by_name.get(_published_of(p)) for p in pubs}
+    out = cols[:1]
+    for c in cols:
+        mine = [p for p in pubs if partner[p] is c]
+        for x in (c, *mine) if mine else ():
+            if x not in out:
+                out.append(x)
+    out += [p for p in pubs if p not in out]
+    return out + [c for c in cols if c not in out]
+
+
+def _header(column: Any) -> str:
+    """A column name that may break after its underscores, so wide tables stay narrow."""
+    return _esc(column).replace("_", "_<wbr>")
 
 
 def table_html(df, max_rows: int = 60) -> str:
@@ -139,7 +149,9 @@ def table_html(df, max_rows: int = 60) -> str:
     cols = paired_columns(df.columns)
     df = df[cols]
     shown = format_frame(df.head(max_rows))
-    head = "".join(f'<th class="{"pub" if is_published(c) else ""}">{_esc(c)}</th>' for c in cols)
+    head = "".join(
+        f'<th class="{"pub" if is_published(c) else ""}">{_header(c)}</th>' for c in cols
+    )
     rows = []
     for rec in shown.itertuples(index=False):
         cells = "".join(
@@ -648,7 +660,7 @@ body{font:14px/1.45 -apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;c
 nav.toc{position:fixed;top:0;left:0;width:230px;height:100vh;overflow-y:auto;box-sizing:border-box;
 padding:14px 12px;background:#fff;border-right:1px solid #ddd;font-size:13px}
 nav.toc ol{padding-left:18px;margin:6px 0} nav.toc li{margin:3px 0} nav.toc li.beyond{color:#555}
-main{margin-left:230px;max-width:1150px;padding:12px 28px 64px;background:#fff;min-height:100vh;box-sizing:border-box}
+main{margin-left:230px;max-width:1170px;padding:12px 22px 64px;background:#fff;min-height:100vh;box-sizing:border-box}
 h1{margin:4px 0 6px;font-size:24px} h2{border-bottom:2px solid #ddd;padding-bottom:4px;margin-top:36px}
 h3{margin:18px 0 6px;font-size:15px}
 .banner{padding:8px 14px;margin:8px 0 12px;font-size:17px;color:#fff;border-radius:4px}
@@ -658,12 +670,14 @@ h3{margin:18px 0 6px;font-size:15px}
 .verdict{padding:8px 12px;border-left:4px solid #b00020;background:#fdf0f2;margin:6px 0}
 .verdict.ok{border-color:#1b5e20;background:#eef7ee}
 .tbl{overflow-x:auto;max-width:100%;max-height:640px;overflow-y:auto;margin:4px 0}
-table{border-collapse:collapse;font-size:12.5px;font-variant-numeric:tabular-nums}
-th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
-th{background:#f0f0f0;position:sticky;top:0} tr:nth-child(even) td{background:#fbfbfb}
-td:first-child,th:first-child{text-align:left} table.kv th{text-align:left;position:static}
-table.findings td{vertical-align:top} table.findings td:first-child{white-space:normal;min-width:460px}
-table.findings td .muted{display:inline;margin-left:6px}
+table{border-collapse:collapse;font-size:12px;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #ddd;padding:3px 5px;text-align:right;white-space:nowrap}
+th{background:#f0f0f0;position:sticky;top:0;white-space:normal;vertical-align:bottom;min-width:3.5em}
+th.pub{max-width:6em;overflow-wrap:anywhere} tr:nth-child(even) td{background:#fbfbfb}
+td:first-child,th:first-child{text-align:left} table:not(.findings) td:first-child{white-space:normal;max-width:13em;overflow-wrap:anywhere} table.kv th{text-align:left;position:static}
+table.findings td{vertical-align:top} table.findings td:first-child{white-space:normal;min-width:22em}
+table.findings td:last-child{text-align:left}
+table.findings td .muted{display:inline;margin-left:4px}
 table.findings td.met{color:#1b5e20} table.findings td.missed{color:#b00020}
 th.pub,td.pub{background:#e8f0fb !important;color:#1a3a6b;font-style:italic}
 .surprise{font-size:12px;color:#7a4b00;background:#fff8e1;padding:3px 6px;margin:3px 0;white-space:normal}

@@ -23,8 +23,8 @@ from wattflex.report_format import format_value
 PAPER_TEXT = {
     "pfi_range": (1.10, 2.67),  # §4: "PFI ranges from 1.10 to 2.67" (Table 6)
 }
-#: Campaign / published ratios outside [1/3, 3] get a sentence.
-SURPRISE_RATIO = 3.0
+#: Campaign / published ratios outside [1/2, 2] get a sentence.
+SURPRISE_RATIO = 2.0
 CLUSTERS = ("dense", "moe-pt", "moe-ft")
 
 
