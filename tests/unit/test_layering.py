@@ -31,6 +31,7 @@ LAYERS = [
         "smk",
         "config",
         "pfi",
+        "pfi_tolerances",
         "metrics",
     ],
     ["ingest"],  # measured sweeps and DCGM captures from elsewhere

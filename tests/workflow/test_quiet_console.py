@@ -76,3 +76,14 @@ def test_a_dry_run_and_wattflex_log_full_print_snakemakes_own_blocks(work):
     assert "reason:" in dry.stdout + dry.stderr
     full = _run(work, "--keep-going", WATTFLEX_LOG="full")
     assert len(BLOCK.findall(full.stderr)) == 4 and "input: in/0.txt" in full.stderr
+
+
+def test_the_resources_line_is_cut_on_the_console_only(work):
+    """--resources of many locks is one line of their reprs (the default campaign: 2,958
+    characters): the console shows its start, the full log the whole line."""
+    locks = [f"sweep_group_number_{i}=1" for i in range(60)]
+    proc = _run(work, "--keep-going", "--resources", *locks)
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("Provided resources:")]
+    assert len(line) < 250 and line.endswith("(the whole line: the full log)")
+    (full,) = (work / ".snakemake" / "log").iterdir()
+    assert "sweep_group_number_59" in full.read_text()

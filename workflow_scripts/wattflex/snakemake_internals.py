@@ -238,9 +238,6 @@ class ProgressLines(logging.Filter):
             return False
         if event == LogEvent.SHELLCMD:
             return bool(getattr(record, "cmd", None))
-        if event == LogEvent.RESOURCES_INFO and len(str(record.msg)) > _LONGEST:
-            # one line of every resource's repr (a lock per sweep group): its start only
-            record.msg = f"{str(record.msg)[:_LONGEST]}… (the whole line: the full log)"
         if event in (None, LogEvent.JOB_STARTED) and _CHATTER.match(str(record.msg or "")):
             return False
         return True
@@ -249,7 +246,11 @@ class ProgressLines(logging.Filter):
         """The progress line for a PROGRESS record; Snakemake's own text for the rest."""
         from snakemake_interface_logger_plugins.common import LogEvent
 
-        if getattr(record, "event", None) != LogEvent.PROGRESS:
+        event = getattr(record, "event", None)
+        if event == LogEvent.RESOURCES_INFO and len(str(record.msg)) > _LONGEST:
+            # one line of every resource's repr (a lock per sweep group): its start only
+            return f"{str(record.msg)[:_LONGEST]}… (the whole line: the full log)"
+        if event != LogEvent.PROGRESS:
             return self.formatter.format(record)
         done = [self.jobs.pop(j, "") for j in self.finished]
         self.finished.clear()

@@ -24,7 +24,7 @@ def close_figures():
 def test_a_box_over_a_data_point_and_an_unnamed_series_are_found():
     fig, ax = plt.subplots()
     ax.scatter([0.05, 0.5], [0.95, 0.5], label="groups")
-    ax.plot([0, 0.5, 1], [0, 0.3, 1])  # a series with no legend entry
+    ax.plot([0, 0.5, 1], [0, 0.3, 1], color="C3")  # a series no legend entry names
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.text(0.02, 0.98, "n = 2\nrho = 1", transform=ax.transAxes, va="top", bbox={"fc": "w"})

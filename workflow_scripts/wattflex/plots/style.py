@@ -149,6 +149,29 @@ def _series(ax: plt.Axes) -> list[Any]:
     return out
 
 
+def _colours(artists: Any) -> set[tuple[float, ...]]:
+    """The colours (RGBA, rounded) ``artists`` are drawn in: a line's colour, a scatter's or a
+    band's face and edge colours (one colour each: a colormapped scatter names none)."""
+    out: set[tuple[float, ...]] = set()
+    for a in artists:
+        if a is None:
+            continue
+        if hasattr(a, "get_color") and not hasattr(a, "get_facecolor"):
+            cols = [matplotlib.colors.to_rgba(a.get_color())]
+        else:
+            cols = [
+                c
+                for getter in ("get_facecolor", "get_edgecolor")
+                if hasattr(a, getter)
+                for c in np.atleast_2d(getattr(a, getter)())
+                if len(c) == 4 and c[3] > 0
+            ]
+            if len({tuple(np.round(c, 3)) for c in cols}) > 2:
+                cols = []
+        out.update(tuple(np.round(np.asarray(c, float), 3)) for c in cols)
+    return out
+
+
 def figure_problems(fig: plt.Figure) -> list[str]:
     """What a reader would trip on, found on the laid-out figure: an annotation box over a
     plotted data point, and (on an Axes with more than one series) a series no legend of the
@@ -156,6 +179,7 @@ def figure_problems(fig: plt.Figure) -> list[str]:
     fig.draw_without_rendering()
     problems = []
     named = {t.get_text() for leg in fig.legends for t in leg.get_texts()}
+    colours = _colours([h for leg in fig.legends for h in leg.legend_handles])
     for i, ax in enumerate(fig.axes):
         where = ax.get_title() or f"axes {i}"
         pts = _points(ax)
@@ -173,7 +197,13 @@ def figure_problems(fig: plt.Figure) -> list[str]:
             continue
         legend = ax.get_legend()
         here = named | ({t.get_text() for t in legend.get_texts()} if legend else set())
-        unnamed = [s for s in series if s.get_label().startswith("_") or s.get_label() not in here]
+        keys = colours | (_colours(legend.legend_handles) if legend else set())
+        unnamed = [
+            s
+            for s in series
+            if (s.get_label().startswith("_") or s.get_label() not in here)
+            and not (_colours([s]) & keys)  # drawn in a colour a legend entry names (a proxy)
+        ]
         if unnamed:
             problems.append(f"{where}: {len(unnamed)} of {len(series)} series in no legend")
     return problems
