@@ -3,7 +3,9 @@ its height at 1400 px wide and its size, before and after, and screenshots of it
 and of one section. Prints a Markdown table; the screenshots go beside it.
 
     python benchmarks/report_screens.py BEFORE.html AFTER.html --section allocation \
-        --out benchmarks/results/report_first_hour
+        --out OUT_PREFIX --stderr before=BEFORE_STDERR --stderr after=AFTER_STDERR
+
+The table and the screenshots of the default campaign: benchmarks/results/report_first_hour.md.
 
 A stderr capture of a `snakemake` run can be given too (--stderr LABEL=FILE, repeated): its
 line count, longest line and lines over 1,000 characters are added to the table.
