@@ -182,3 +182,21 @@ def test_power_vs_budget_gives_each_policy_its_own_panel(tmp_path):
     save_figure(fig, tmp_path / "power.png", provenance(params={}, backend="emulated"))
     for suffix in (".png", ".svg"):
         assert artifact_meta(tmp_path / f"power{suffix}")["figure_check"] == []
+
+
+def test_pfi_by_cluster_names_its_clusters_in_a_legend():
+    from wattflex.plots.sweeps import pfi_by_cluster_figure
+
+    pfi = pd.DataFrame(
+        {
+            "cluster": ["dense", "dense", "moe-pt", "moe-ft"],
+            "pfi_ratio": [1.2, 1.3, 1.6, 2.1],
+            "ci95_low": [1.1, 1.2, 1.5, 1.9],
+            "ci95_high": [1.3, 1.4, 1.7, 2.3],
+        }
+    )
+    fig = pfi_by_cluster_figure(pfi, ["emulated"])
+    assert figure_problems(fig) == []
+    assert {"dense", "moe-pt", "moe-ft"} <= {
+        t.get_text() for t in fig.axes[0].get_legend().get_texts()
+    }

@@ -43,17 +43,16 @@ def telemetry_grid(groups: pd.DataFrame, correlations: pd.DataFrame, backend) ->
         xs = np.linspace(x.min(), x.max(), 2)
         ax.plot(xs, row.ols_intercept + row.ols_slope * xs, color="0.3", lw=0.8)
         star = "*" if row.bh_q < 0.05 else ""
-        ax.set_title(
-            f"{row.metric}\nrho={row.spearman_rho:+.2f}, q={row.bh_q:.2g}{star}", fontsize=8
-        )
+        q = "q<0.001" if row.bh_q < 0.001 else f"q={row.bh_q:.2g}"
+        ax.set_title(f"{row.metric}\nrho={row.spearman_rho:+.2f}, {q}{star}", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.set_ylabel("PFI", fontsize=7)
     for ax in list(axes.flat)[len(tested) :]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=6)
+    fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="lower left", ncol=3, fontsize=8)
     fig.suptitle("PFI vs uncapped-run telemetry (Spearman rho, BH-FDR q; * q < 0.05)", fontsize=10)
     label_backend(fig, backend)
-    tight_layout(fig, (0, 0.03, 1, 0.97))
+    tight_layout(fig, (0, 0.05, 1, 0.97))
     return fig
 
 

@@ -181,7 +181,7 @@ def pfi_by_cluster_figure(
         if sub.empty:
             continue
         x = i + rng.uniform(-0.12, 0.12, len(sub))
-        ax.scatter(x, sub[value_col], color=CLUSTER_COLORS[cl], s=28, zorder=3)
+        ax.scatter(x, sub[value_col], color=CLUSTER_COLORS[cl], s=28, zorder=3, label=cl)
         if {"ci95_low", "ci95_high"} <= set(sub):
             ax.vlines(
                 x, sub["ci95_low"], sub["ci95_high"], color=CLUSTER_COLORS[cl], lw=1, alpha=0.6
@@ -195,6 +195,7 @@ def pfi_by_cluster_figure(
     ax.set_ylabel(f"PFI ({value_col})")
     ax.set_title("PFI by cluster (headline H200 groups, 95% CI)")
     ax.grid(axis="y", alpha=0.3)
+    ax.legend(title="group (95 % CI)", fontsize=8, title_fontsize=8, loc="upper left")
     label_backend(fig, backend)
     tight_layout(fig, (0, 0.03, 1, 1))
     return fig
