@@ -200,3 +200,10 @@ def test_pfi_by_cluster_names_its_clusters_in_a_legend():
     assert {"dense", "moe-pt", "moe-ft"} <= {
         t.get_text() for t in fig.axes[0].get_legend().get_texts()
     }
+
+
+def test_the_clocks_figure_names_its_series_for_both_panels():
+    from wattflex.plots.sweeps import clocks_figure
+
+    fig = clocks_figure(_runs())
+    assert figure_problems(fig) == [] and len(fig.legends) == 1

@@ -236,10 +236,11 @@ def clocks_figure(runs: pd.DataFrame) -> plt.Figure:
         ax.set_xlabel("per-GPU power cap (W)")
         ax.grid(alpha=0.3)
     axes[1].set_ylim(0, max(3500, float(np.nanmax(pts["mem_clock_mhz"])) * 1.1))
-    axes[0].legend(fontsize=7, ncol=2)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, ncol=6, loc="lower left", frameon=False)
     fig.suptitle("Caps are enforced through the SM clock; the memory clock does not move")
     label_backend(fig, runs["backend"].unique())
-    tight_layout(fig, (0, 0.03, 1, 1))
+    tight_layout(fig, (0, 0.05 + 0.035 * math.ceil(len(labels) / 6), 1, 1))
     return fig
 
 
