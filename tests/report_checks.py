@@ -54,6 +54,14 @@ def scientific_cells(page: str) -> list[str]:
     return bad
 
 
+def scientific_text(page: str) -> list[str]:
+    """Numbers in scientific notation anywhere a reader sees text (tables, prose), outside
+    code, the config's YAML, scripts and styles."""
+    body = re.sub(r"<(script|style|pre|code)[^>]*>.*?</\1>", "", page, flags=re.S)
+    text = htmllib.unescape(_TAG.sub(" ", body))
+    return [m.group(0) for m in _SCI.finditer(text)]
+
+
 def raw_markdown(page: str) -> list[str]:
     """Markdown shown as text: a <pre> other than the config's YAML, a pipe table's rule
     (``|---|``), a ``#`` heading at the start of a text line."""

@@ -381,7 +381,8 @@ def reader_campaign(tmp_path):
     )
     (root / "statement").mkdir(parents=True)
     (root / "statement" / "statement.md").write_text(
-        "# Flexibility statement\n\n## What the site can shed\n\n| depth | kW | loss |\n|---|---|---|\n"
+        "# Flexibility statement\n\n- A 50 % cut loses 7.75e+09 tokens.\n\n"
+        "## What the site can shed\n\n| depth | kW | loss |\n|---|---|---|\n"
         "| 10 % | 12.3456789 | nan |\n"
     )
     _png(root / "figures" / "pfi_by_cluster.png", emu)
@@ -407,11 +408,13 @@ def test_the_first_screen_is_the_papers_findings_beside_this_campaign(reader_cam
 
 
 def test_numbers_are_formatted_for_people_and_markdown_rendered(reader_campaign):
-    from tests.report_checks import raw_markdown, scientific_cells
+    from tests.report_checks import raw_markdown, scientific_cells, scientific_text
 
     files, root = reader_campaign
     html = render_report(files, "emu", {"source": "generate"}, root)
-    assert scientific_cells(html) == [] and raw_markdown(html) == []
+    assert scientific_cells(html) == [] and scientific_text(html) == []
+    assert raw_markdown(html) == []
+    assert "loses 7,750,000,000 tokens" in _section(html, "statement")
     alloc = _section(html, "allocation")
     assert ">[1.14, 2.56]<" in alloc and ">&lt;0.001<" in alloc and ">0<" in alloc
     assert ">12,180<" in _section(html, "predictor")

@@ -18,6 +18,7 @@ from ..report_checks import (
     probe_page,
     raw_markdown,
     scientific_cells,
+    scientific_text,
 )
 
 pytestmark = pytest.mark.slow
@@ -64,7 +65,7 @@ def test_the_built_report_reads_as_a_report(tiny_run, tmp_path):
     at 1400 px without scrolling sideways (every folded table opened)."""
     report = tiny_run / "report.html"
     page = report.read_text()
-    assert scientific_cells(page) == []
+    assert scientific_cells(page) == [] and scientific_text(page) == []
     assert raw_markdown(page) == []
     assert figures_without_svg(page, tiny_run) == []
     assert page.index('<section id="key">') < page.index('<section id="sweeps">')

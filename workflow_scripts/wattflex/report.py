@@ -179,11 +179,14 @@ def markdown_html(text: str) -> str:
     body = re.sub(r"<table>", '<div class="tbl"><table>', body).replace(
         "</table>", "</table></div>"
     )
-    return re.sub(
+    body = re.sub(
         r"<td([^>]*)>(.*?)</td>",
-        lambda m: f"<td{m.group(1)}>{format_text(html.unescape(m.group(2)))}</td>",
+        lambda m: f"<td{m.group(1)}>{_esc(format_text(html.unescape(m.group(2))))}</td>",
         body,
     )
+    # numbers in the prose too (1.07e+09 tokens -> 1,070,000,000), outside code
+    parts = re.split(r"(<code>.*?</code>|<[^>]+>)", body, flags=re.S)
+    return "".join(p if p.startswith("<") else _esc(format_text(html.unescape(p))) for p in parts)
 
 
 def kv_html(pairs: dict[str, Any]) -> str:
