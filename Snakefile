@@ -46,7 +46,11 @@ rule all:
 
 
 # Snakemake's private scheduler timers, released once the run is over.
-from wattflex.snakemake_internals import release_scheduler_timers
+from wattflex.snakemake_internals import quiet_console, release_scheduler_timers
+
+# The console shows a progress line per job (the full log in .snakemake/log/ keeps each job's
+# block); a dry run (`snakemake -n`, with `--reason`) and --verbose print Snakemake's own.
+quiet_console()
 
 
 onsuccess:

@@ -3,8 +3,8 @@
 import pandas as pd
 
 from wattflex.plots.allocation import fig8_figure, out_of_sample_figure
-from wattflex.plots.style import apply_style
-from wattflex.provenance import provenance, read_json, save_png
+from wattflex.plots.style import apply_style, save_figure
+from wattflex.provenance import provenance, read_json
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
@@ -15,7 +15,7 @@ backend = summary_meta["provenance"].get("backend")
 skipped_mixes = summary_meta.get("skipped_mixes") or {}
 headline_reason = read_json(f"{smk.input.headline}.meta.json").get("reason")
 prov = provenance(params=smk.params.figures, inputs=list(smk.input), backend=backend)
-save_png(
+save_figure(
     fig8_figure(
         pd.read_csv(smk.input.summary),
         pd.read_csv(smk.input.headline),
@@ -27,7 +27,7 @@ save_png(
     prov,
     skipped_mixes=skipped_mixes,
 )
-save_png(
+save_figure(
     out_of_sample_figure(pd.read_csv(smk.input.out_of_sample), [backend]),
     smk.output.out_of_sample,
     prov,

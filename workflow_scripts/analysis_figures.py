@@ -11,8 +11,8 @@ from wattflex.plots.analysis import (
     summary_text,
     telemetry_grid,
 )
-from wattflex.plots.style import apply_style
-from wattflex.provenance import provenance, read_json, read_parquet, save_png
+from wattflex.plots.style import apply_style, save_figure
+from wattflex.provenance import provenance, read_json, read_parquet
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
@@ -23,13 +23,13 @@ prov = provenance(params=smk.params.figures, inputs=list(smk.input))
 groups = pd.read_csv(smk.input.groups)
 backend = groups["backend"].unique() if "backend" in groups else ["unknown"]
 summary = pd.read_csv(smk.input.summary)
-save_png(
+save_figure(
     telemetry_grid(groups, pd.read_csv(smk.input.correlations), backend),
     out["telemetry_vs_pfi"],
     prov,
 )
 model = read_json(smk.input.model)
-save_png(
+save_figure(
     predicted_vs_measured(
         read_parquet(smk.input.predictions),
         pd.read_csv(smk.input.holdout),
@@ -40,7 +40,7 @@ save_png(
     out["predicted_vs_measured"],
     prov,
 )
-save_png(
+save_figure(
     beside_published_scatter(
         pd.read_csv(smk.input.table8),
         "pfi_h200",
@@ -54,7 +54,7 @@ save_png(
     out["table8_h100_vs_h200"],
     prov,
 )
-save_png(
+save_figure(
     beside_published_scatter(
         pd.read_csv(smk.input.table9),
         "pfi_6caps",

@@ -6,8 +6,8 @@ import pandas as pd
 
 from wattflex.plots.control import POLICY_STYLE, power_figure, tokens_figure
 from wattflex.plots.grid import mv_figure
-from wattflex.plots.style import apply_style
-from wattflex.provenance import provenance, read_csv, read_parquet, save_png, write_csv
+from wattflex.plots.style import apply_style, save_figure
+from wattflex.provenance import provenance, read_csv, read_parquet, write_csv
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
@@ -38,7 +38,7 @@ for name, summary_csv, ts_path, mv_csv, power_png, tokens_png, mv_png in zip(
         (power_figure(ts, name, "emulated"), power_png),
         (tokens_figure(summary, name, "emulated"), tokens_png),
     ):
-        save_png(fig, path, prov, scenario=name)
+        save_figure(fig, path, prov, scenario=name)
     if len(mv):
         rec = mv.iloc[0].replace({np.nan: None}).to_dict()
         loads = {
@@ -56,7 +56,7 @@ for name, summary_csv, ts_path, mv_csv, power_png, tokens_png, mv_png in zip(
             name,
             POLICY_STYLE,
         )
-        save_png(fig, mv_png, prov, scenario=name)
+        save_figure(fig, mv_png, prov, scenario=name)
     tables.append(summary.assign(scenario=name))
     mvs.append(mv.assign(scenario=name))
     log.info("%s: figures written", name)

@@ -4,8 +4,8 @@
 from pathlib import Path
 
 from wattflex.plots import sweeps as figures
-from wattflex.plots.style import apply_style
-from wattflex.provenance import provenance, read_csv, read_json, read_parquet, save_png
+from wattflex.plots.style import apply_style, save_figure
+from wattflex.provenance import provenance, read_csv, read_json, read_parquet
 from wattflex.smk import rule_logger
 from wattflex.telemetry import SummaryProtocol
 from wattflex.vocabulary import PUBLISHED_H200_SETS
@@ -25,7 +25,7 @@ prov = provenance(
 
 tel_path, steps_path, summary_path = smk.input.representative
 rep = read_json(summary_path)["summary"]
-save_png(
+save_figure(
     figures.timeseries_figure(
         read_parquet(tel_path),
         read_parquet(steps_path),
@@ -36,11 +36,11 @@ save_png(
     out["fig2_power_tokens_over_time"],
     prov,
 )
-save_png(figures.curves_figure(runs, normalized=True), out["curves_normalized"], prov)
-save_png(figures.curves_figure(runs, normalized=False), out["curves_raw"], prov)
+save_figure(figures.curves_figure(runs, normalized=True), out["curves_normalized"], prov)
+save_figure(figures.curves_figure(runs, normalized=False), out["curves_raw"], prov)
 headline = pfi[pfi["set"] == "headline"] if "set" in pfi else pfi
-save_png(figures.pfi_by_cluster_figure(headline, backends), out["pfi_by_cluster"], prov)
-save_png(figures.clocks_figure(runs), out["clocks_vs_cap"], prov)
+save_figure(figures.pfi_by_cluster_figure(headline, backends), out["pfi_by_cluster"], prov)
+save_figure(figures.clocks_figure(runs), out["clocks_vs_cap"], prov)
 
 table = read_csv(smk.input.table6)
 summary = read_json(f"{smk.input.table6}.meta.json").get("summary", {})
@@ -49,7 +49,7 @@ stat = "\n".join(
     for k, v in summary.items()
     if k != "range"
 )
-save_png(
+save_figure(
     figures.comparison_figure(
         table[table["set"].isin(PUBLISHED_H200_SETS)],
         "pfi_published",

@@ -3,8 +3,8 @@
 import pandas as pd
 
 from wattflex.plots.fidelity import emulated_vs_published
-from wattflex.plots.style import apply_style
-from wattflex.provenance import provenance, save_png
+from wattflex.plots.style import apply_style, save_figure
+from wattflex.provenance import provenance
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
@@ -19,7 +19,7 @@ for metric in ("spearman_table6", "median_dense", "median_moe-pt", "median_moe-f
         pub = f", published {fmt(r.published)}" if pd.notna(r.published) else ""
         lines.append(f"{metric}: noise-free {fmt(r.noise_free)}, campaign {fmt(r.campaign)}{pub}")
 test_sets = pd.read_csv(smk.input.test_sets)
-save_png(
+save_figure(
     emulated_vs_published(groups, "\n".join(lines), groups["backend"].unique(), test_sets),
     smk.output.figure,
     provenance(params=smk.params.figures, inputs=list(smk.input)),

@@ -6,8 +6,8 @@ from wattflex.control.clustersim import ClusterConfig
 from wattflex.control.mv import read_mv_records
 from wattflex.grid.statement import StatementSettings, build_statement, statement_files
 from wattflex.plots.grid import statement_figure
-from wattflex.plots.style import apply_style
-from wattflex.provenance import provenance, read_csv, read_parquet, save_png, write_together
+from wattflex.plots.style import apply_style, save_figure
+from wattflex.provenance import provenance, read_csv, read_parquet, write_together
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
@@ -37,7 +37,7 @@ prov = provenance(
 )
 write_together(statement_files(stmt, dict(smk.output.items()), prov))
 s = stmt.settings
-save_png(
+save_figure(
     statement_figure(
         stmt.tables["shed"],
         stmt.tables["calendar"],

@@ -7,9 +7,9 @@ import pandas as pd
 
 from wattflex.ingest.summary import group_table, report_markdown, status_counts
 from wattflex.plots.ingest import robust_vs_ratio_figure
-from wattflex.plots.style import apply_style
+from wattflex.plots.style import apply_style, save_figure
 from wattflex.plots.sweeps import curves_figure
-from wattflex.provenance import provenance, read_json, read_parquet, save_png, write_csv
+from wattflex.provenance import provenance, read_json, read_parquet, write_csv
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
@@ -23,9 +23,9 @@ campaign = smk.params.campaign
 
 # Curves faceted by GPU model: ingested groups carry no paper cluster worth splitting on.
 by_gpu = runs.assign(cluster=runs["gpu_model"].astype(str))
-save_png(curves_figure(by_gpu, normalized=True), smk.output.curves_normalized, prov)
-save_png(curves_figure(by_gpu, normalized=False), smk.output.curves_raw, prov)
-save_png(
+save_figure(curves_figure(by_gpu, normalized=True), smk.output.curves_normalized, prov)
+save_figure(curves_figure(by_gpu, normalized=False), smk.output.curves_raw, prov)
+save_figure(
     robust_vs_ratio_figure(pfi, f"{campaign}: robust vs ratio PFI, {len(pfi)} groups"),
     smk.output.scatter,
     prov,

@@ -4,8 +4,8 @@ one job per sweep group: the table and the curve behind it."""
 from wattflex.allocation.curves import cap_rows, curves_from_points
 from wattflex.grid.offer import LOSSES, offer_curve, offer_table
 from wattflex.plots.grid import offer_figure
-from wattflex.plots.style import apply_style
-from wattflex.provenance import provenance, read_parquet, save_png, write_csv
+from wattflex.plots.style import apply_style, save_figure
+from wattflex.provenance import provenance, read_parquet, write_csv
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
@@ -24,7 +24,7 @@ backend = ",".join(sorted(runs["backend"].astype(str).unique()))
 prov = provenance(params=smk.params.offer, inputs=[smk.input.runs])
 write_csv(table, smk.output.table, prov, hours=hours, losses=list(losses))
 grid, shed = offer_curve(curves)
-save_png(offer_figure(jobs, grid, shed, losses, backend, hours), smk.output.figure, prov)
+save_figure(offer_figure(jobs, grid, shed, losses, backend, hours), smk.output.figure, prov)
 for _, r in table[table["job"] == "TOTAL"].iterrows():
     log.info(
         "offer: %.1f kW for %g h at <= %.0f%% throughput loss per job",

@@ -61,3 +61,14 @@ def test_the_readme_links_to_pages_that_exist(repo):
     linked = re.findall(r"\]\((docs/[^)#]+)", readme)
     assert linked, "README links to no docs page"
     assert [p for p in linked if not (repo / p).is_file()] == []
+
+
+def test_the_docs_requirements_are_the_docs_extra_alone(repo):
+    """docs/requirements.txt installs the docs tools without the scientific stack that
+    `pip install -e '.[docs]'` brings (the package's own dependencies), at the same ranges."""
+    import tomllib
+
+    extra = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    lines = (repo / "docs" / "requirements.txt").read_text().splitlines()
+    reqs = [x.strip() for x in lines if x.strip() and not x.startswith("#")]
+    assert sorted(reqs) == sorted(r.replace(" ", "") for r in extra["docs"])

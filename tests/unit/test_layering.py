@@ -33,6 +33,7 @@ LAYERS = [
         "smk",
         "config",
         "pfi",
+        "pfi_tolerances",
         "metrics",
     ],
     ["ingest"],  # measured sweeps and DCGM captures from elsewhere
@@ -46,6 +47,8 @@ LAYERS = [
     [
         "plots",
         "report_sections",
+        "report_format",
+        "report_findings",
         "report",
         "doctor",
     ],  # figures, the HTML report, what a machine offers

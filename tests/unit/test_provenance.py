@@ -79,7 +79,10 @@ def test_save_png_carries_provenance_ahead_of_the_pixels(tmp_path):
         assert json.loads(img.info["wattflex"]) == doc
         assert img.size == (80, 80)
     assert artifact_meta(path) == doc
-    assert sorted(p.name for p in path.parent.iterdir()) == ["a.png"]  # no temporary file left
+    # the same figure as SVG beside it, carrying the same document; no temporary file left
+    assert sorted(p.name for p in path.parent.iterdir()) == ["a.png", "a.svg"]
+    assert artifact_meta(path.with_suffix(".svg")) == doc
+    assert path.with_suffix(".svg").read_text().lstrip().startswith("<?xml")
 
 
 def test_save_png_keeps_the_old_figure_when_drawing_fails(tmp_path):
@@ -95,7 +98,7 @@ def test_save_png_keeps_the_old_figure_when_drawing_fails(tmp_path):
     with pytest.raises(ValueError):
         save_png(fig, path, provenance(params={"v": 2}))
     assert path.read_bytes() == before and read_png_meta(path)["provenance"]["params_hash"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "a.svg"]
     (tmp_path / "link.png").symlink_to(path)
     with pytest.raises(OutputPathError, match="symbolic link"):
         save_png(_figure(), tmp_path / "link.png")

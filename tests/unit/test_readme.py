@@ -29,7 +29,7 @@ def test_ci_runs_the_readme_test_command(repo):
     ).stdout.strip()
     assert extracted == test_cmd
     # the three suites (tests/tiers.py), the unit one first, on 4 xdist workers
-    assert "torch==2.13.0" in test_cmd and test_cmd.rstrip().endswith(
+    assert "torch==2.13.0" in test_cmd and " ".join(test_cmd.split()).endswith(
         "pytest -m unit -n 4 --dist loadgroup"
         ' && pytest -m "integration or conformance" -n 4 --dist loadgroup'
     )

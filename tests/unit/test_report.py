@@ -1,4 +1,5 @@
 import re
+import shutil
 
 import matplotlib
 
@@ -91,7 +92,8 @@ def test_sections_without_artifacts_are_skipped_with_the_reason(campaign):
         html, "predictor"
     )
     assert '<section id="ingest">' not in html  # optional sections vanish instead
-    assert [m for m in re.findall(r'<section id="(\w+)">', html)][:3] == ["sweeps", "matrix", "pfi"]
+    # the key results come first, then the paper's sections in its order
+    assert re.findall(r'<section id="(\w+)">', html)[:4] == ["key", "sweeps", "matrix", "pfi"]
 
 
 def test_report_metadata_roundtrip_and_schema_refusal(campaign, tmp_path):
@@ -218,9 +220,9 @@ def test_fidelity_section_marks_each_target_and_says_emulated(emulated_fidelity,
         "✓ met" in spearman and "✗ missed" in spearman
     )  # noise-free 0.72 >= 0.70, campaign 0.61 not
     assert "✗ missed" in next(r for r in rows if ">median_moe-pt<" in r)  # 1.62 vs 1.43
-    assert "0.675 [0.6075, 0.7425]" in spearman  # seed median [5 %, 95 %]
+    assert "0.675 [0.608, 0.742]" in spearman  # seed median [5 %, 95 %]
     assert "Kruskal-Wallis and Dunn-Holm" in sec and "replay_max_abs_error" in sec
-    assert 'class="pub">pfi_published</th>' in sec and "left out of every correlation" in sec
+    assert 'class="pub">pfi_<wbr>published</th>' in sec and "left out of every correlation" in sec
     sens = sec[sec.index("fidelity_sensitivity") :]
     assert (
         sens.index("+25%") < sens.index("-25%") < sens.index("(none: baseline)")
@@ -313,3 +315,156 @@ def test_the_allocation_section_names_the_mixes_and_policies_it_left_out(campaig
     )
     assert "<b>Not simulated:</b> the pfi-aware policy: no predicted PFI" in section
     assert "<b>Not simulated:</b> the headline&#x27;s production mix was not simulated" in section
+
+
+# --- the report a reader takes in (issue 49): key results first, numbers for people ---------
+
+
+@pytest.fixture
+def reader_campaign(tmp_path):
+    """An emulated campaign with what the first screen reads and what used to read badly: float
+    noise, a count in the ten thousands, a range cell, a negative LOCO R², a gain 3x the
+    paper's, a wide table whose published columns come last, and a Markdown statement."""
+    root = tmp_path / "results" / "emu"
+    emu = provenance(params={}, backend="emulated", device_model="H200")
+    write_csv(
+        pd.DataFrame({"group": ["a", "b", "c"], "backend": "emulated", "set": "headline"}),
+        root / "runs.csv",
+        emu,
+    )
+    write_csv(
+        pd.DataFrame(
+            {
+                "group": ["a", "b", "c"],
+                "set": "headline",
+                "cluster": ["dense", "moe-pt", "moe-ft"],
+                "pfi": [1.2, 1.6, 2.4],
+                "pfi_published": [1.27, 1.43, 2.1],
+            }
+        ),
+        root / "tables" / "table6_pfi.csv",
+        emu,
+    )
+    write_csv(
+        pd.DataFrame(
+            {
+                "predictors": ["dram_copy_product", "all_dcgm+job_metadata"],
+                "loo_r2": [0.69, 0.61],
+                "loco_r2": [-0.0606, -3217.2],
+                "n": [25, 25],
+                **{f"metric_{i}": [12180.0 * i, 7194.0] for i in range(14)},
+                "features": ["dram_copy_product", "x" * 60],
+                "loo_r2_published": [0.524, -0.01],
+                "loco_r2_published": [0.246, -104.0],
+            }
+        ),
+        root / "predictor" / "ablation.csv",
+        emu,
+    )
+    write_csv(
+        pd.DataFrame(
+            {
+                "mix": ["production"],
+                "cut": [0.3],
+                "policy": ["pfi-aware"],
+                "tokens_per_s_per_job_recovered": [4421.3],
+                "gap_closed": [0.76],
+                "noise": [3.446e-13],
+                "p_holm": [1.2e-7],
+                "range": ["[1.1351313887696182, 2.559834825457332]"],
+                "published_tokens_per_s_per_job_recovered": [1500.0],
+                "published_gap_closed": [0.63],
+            }
+        ),
+        root / "allocation" / "headline.csv",
+        emu,
+    )
+    (root / "statement").mkdir(parents=True)
+    (root / "statement" / "statement.md").write_text(
+        "# Flexibility statement\n\n- A 50 % cut loses 7.75e+09 tokens.\n\n"
+        "## What the site can shed\n\n| depth | kW | loss |\n|---|---|---|\n"
+        "| 10 % | 12.3456789 | nan |\n"
+    )
+    _png(root / "figures" / "pfi_by_cluster.png", emu)
+    return [p for p in root.rglob("*") if p.is_file()], root
+
+
+def test_the_first_screen_is_the_papers_findings_beside_this_campaign(reader_campaign):
+    files, root = reader_campaign
+    html = render_report(files, "emu", {"source": "generate"}, root)
+    assert re.findall(r'<section id="(\w+)">', html)[0] == "key"
+    key = _section(html, "key")
+    assert "EMULATED" in key
+    rows = re.findall(r"<tr>(.*?)</tr>", key, re.S)
+    dense = next(r for r in rows if "Median PFI of the dense cluster" in r)
+    assert ">1.20<" in dense.replace("<b>", "").replace("</b>", "")
+    loco = next(r for r in rows if "leave-one-cluster-out" in r)
+    assert "0.246" in loco and "−0.061" in loco and "R² below 0" in loco
+    gain = next(r for r in rows if "recovers tokens/s per job" in r)
+    assert "1,500" in gain and "4,421" in gain and "2.9× the paper" in gain
+    # the section repeats its findings as its short table, above its figure
+    pfi = _section(html, "pfi")
+    assert pfi.index("Median PFI of the moe-ft cluster") < pfi.index("<figure>")
+
+
+def test_numbers_are_formatted_for_people_and_markdown_rendered(reader_campaign):
+    from tests.report_checks import raw_markdown, scientific_cells, scientific_text
+
+    files, root = reader_campaign
+    html = render_report(files, "emu", {"source": "generate"}, root)
+    assert scientific_cells(html) == [] and scientific_text(html) == []
+    assert raw_markdown(html) == []
+    assert "loses 7,750,000,000 tokens" in _section(html, "statement")
+    alloc = _section(html, "allocation")
+    assert ">[1.14, 2.56]<" in alloc and ">&lt;0.001<" in alloc and ">0<" in alloc
+    assert ">12,180<" in _section(html, "predictor")
+    statement = _section(html, "statement")
+    assert "<h1>Flexibility statement</h1>" in statement and "<th>kW</th>" in statement
+    assert ">12.3<" in statement and ">—<" in statement and "nan" not in statement
+
+
+def test_published_columns_sit_beside_their_campaign_columns():
+    from wattflex.report import paired_columns
+
+    cols = ["predictors", "loo_r2", "loco_r2", "n", "features", "loco_r2_published"]
+    assert paired_columns([*cols[:5], "loo_r2_published", cols[5]]) == [
+        "predictors",
+        "loo_r2",
+        "loo_r2_published",
+        "loco_r2",
+        "loco_r2_published",
+        "n",
+        "features",
+    ]
+    assert paired_columns(["metric", "value", "published", "published_source"]) == [
+        "metric",
+        "value",
+        "published",
+        "published_source",
+    ]
+
+
+def test_every_figure_is_embedded_with_its_svg_beside_it(reader_campaign):
+    from tests.report_checks import figures_without_svg
+
+    files, root = reader_campaign
+    out = root / "report.html"
+    out.write_text(render_report(files, "emu", {"source": "generate"}, root))
+    assert (root / "figures" / "pfi_by_cluster.svg").is_file()
+    assert figures_without_svg(out.read_text(), root) == []
+    (root / "figures" / "pfi_by_cluster.svg").unlink()
+    assert figures_without_svg(out.read_text(), root) == ["SVG missing: figures/pfi_by_cluster.svg"]
+
+
+@pytest.mark.skipif(
+    shutil.which("chromium") is None,
+    reason="chromium not installed (apt-get install chromium; .ci/run does)",
+)
+def test_every_published_column_is_visible_in_chromium(reader_campaign, tmp_path):
+    from tests.report_checks import hidden_published_columns
+
+    files, root = reader_campaign
+    out = root / "report.html"
+    out.write_text(render_report(files, "emu", {"source": "generate"}, root))
+    n, hidden = hidden_published_columns(out, tmp_path)
+    assert n >= 6 and hidden == []

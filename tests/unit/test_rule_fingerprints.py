@@ -73,7 +73,8 @@ def test_an_import_added_or_removed_changes_the_fingerprint(tmp_path):
     script = tmp_path / "rule_script.py"
     script.write_text("from wattflex.pfi import pfi_table\n")
     with_pfi = fp.script_fingerprint(script)
-    assert fp.closure(script) == ["pfi", "schema"]  # pfi and the one library module it imports
+    # pfi and the library modules it imports
+    assert fp.closure(script) == ["pfi", "pfi_tolerances", "schema"]
     script.write_text(
         textwrap.dedent("""
         from wattflex.pfi import pfi_table

@@ -19,6 +19,7 @@ import sys
 import traceback
 
 from wattflex import __version__, commands
+from wattflex.commands._help import EXAMPLES, GROUPS
 from wattflex.errors import UserError
 from wattflex.provenance import OutputWriteError
 
@@ -48,10 +49,50 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name in _command_modules():
         mod = importlib.import_module(f"{commands.__name__}.{name}")
-        p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
+        examples = EXAMPLES.get(mod.NAME, ())
+        p = sub.add_parser(
+            mod.NAME,
+            help=mod.HELP,
+            description=mod.HELP,
+            formatter_class=HelpFormatter,
+            epilog="examples:\n" + "\n".join(f"  {e}" for e in examples) if examples else None,
+        )
         mod.add_arguments(p)
+        group_options(p, GROUPS.get(mod.NAME, {}))
         p.set_defaults(_run=mod.run)
     return parser
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each option's default shown as its value, ``(default: 0.3)``, where its help does not
+    already say it; the examples kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default in (None, False, [], "")
+            or default is argparse.SUPPRESS
+            or not action.option_strings
+        ):
+            return text
+        return f"{text} (default: {str(default).replace('%', '%%')})"
+
+
+def group_options(parser: argparse.ArgumentParser, groups: dict[str, tuple[str, ...]]) -> None:
+    """Move ``parser``'s options into titled groups (title: the options' first spellings), in
+    --help order; an option no group names stays under "options". argparse has no public way
+    to move an option once added: this moves it between the groups' action lists."""
+    home = parser._optionals
+    by_flag = {a.option_strings[0]: a for a in home._group_actions if a.option_strings}
+    for title, flags in groups.items():
+        group = parser.add_argument_group(title)
+        for flag in flags:
+            action = by_flag.get(flag)
+            if action is not None and action in home._group_actions:
+                home._group_actions.remove(action)
+                group._group_actions.append(action)
 
 
 def main(argv: list[str] | None = None) -> int:

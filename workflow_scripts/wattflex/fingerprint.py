@@ -149,15 +149,21 @@ def closure(*roots: str | Path, ignore: tuple[str, ...] = ()) -> list[str]:
     return sorted(m for m in seen if _source(m).name != "__init__.py")
 
 
+#: Files beside the code that a module reads as part of its logic (its templates).
+DATA_FILES = {"report": ("templates/report.html.j2",)}
+
+
 def code_fingerprint(*modules: str) -> str:
-    """Hash of the source of wattflex modules (e.g. ``"runs.emulator"``)."""
+    """Hash of the source of wattflex modules (e.g. ``"runs.emulator"``) and of the
+    ``DATA_FILES`` they read."""
     h = hashlib.sha256()
     for mod in sorted(set(modules)):
         f = _source(mod)
         if f is None:
             raise ValueError(f"no wattflex module {mod!r}")
-        h.update(f.relative_to(LIB).as_posix().encode())
-        h.update(f.read_bytes())
+        for path in (f, *(LIB / d for d in DATA_FILES.get(mod, ()))):
+            h.update(path.relative_to(LIB).as_posix().encode())
+            h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -116,14 +116,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from wattflex.pfi_tolerances import POWER_TOL, REL_TOL  # noqa: F401 (wattflex.pfi.REL_TOL)
 from wattflex.schema import section_defaults
 
 _PFI = section_defaults("pfi")  # the pfi: section's defaults: pfi_table's and `wattflex pfi`'s
 
-# Without SEMs, a change beyond this fraction of the reference value is significant.
-REL_TOL = 0.02
-# A cap binds when realised per-GPU power is within this fraction below it.
-POWER_TOL = 0.10
 PROGRESS_EVERY_S = 5.0  # a progress line this often on long tables (wattflex pfi prints them)
 STATUSES = (
     "too_few_caps",

@@ -16,11 +16,14 @@ import base64
 import fnmatch
 import html
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jinja2
+import markdown
 import pandas as pd
 import yaml
 
@@ -34,6 +37,8 @@ from wattflex.provenance import (
 )
 
 # the sections and what each shows live in a light module: every snakemake start reads them
+from wattflex.report_findings import Finding, fidelity_verdict, key_results
+from wattflex.report_format import format_frame, format_text, format_value
 from wattflex.report_sections import SECTIONS, Item, Section, campaign_relative
 from wattflex.schema import section_defaults
 
@@ -95,16 +100,7 @@ def _esc(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "—"
-        if v == int(v) and abs(v) < 1e6:
-            return f"{int(v)}"
-        return f"{v:.4g}"
-    return str(v)
+_fmt = format_value
 
 
 def is_published(column: Any) -> bool:
@@ -113,14 +109,53 @@ def is_published(column: Any) -> bool:
     return name == "published" or name.endswith("_published") or name.startswith("published_")
 
 
+def _published_of(column: Any) -> str:
+    """The campaign's column a published column stands beside (``x`` for ``x_published`` or
+    ``published_x``, ``value`` for ``published``)."""
+    name = str(column)
+    if name == "published":  # a long table of metrics: value, published
+        return "value"
+    return name.removesuffix("_published").removeprefix("published_")
+
+
+def paired_columns(columns: Sequence[Any]) -> list[Any]:
+    """``columns`` reordered so the comparison is visible without scrolling: the first
+    (identifying) column, then each of this campaign's columns that has a published partner
+    followed by it (``pfi``, ``pfi_published``), then published columns without a partner,
+    then the rest in their order."""
+    cols = list(columns)
+    pubs = [c for c in cols if is_published(c)]
+    by_name = {str(c): c for c in cols}
+    partner = {p: by_name.get(_published_of(p)) for p in pubs}
+    out = cols[:1]
+    for c in cols:
+        mine = [p for p in pubs if partner[p] is c]
+        for x in (c, *mine) if mine else ():
+            if x not in out:
+                out.append(x)
+    out += [p for p in pubs if p not in out]
+    return out + [c for c in cols if c not in out]
+
+
+def _header(column: Any) -> str:
+    """A column name that may break after its underscores, so wide tables stay narrow."""
+    return _esc(column).replace("_", "_<wbr>")
+
+
 def table_html(df, max_rows: int = 60) -> str:
-    """A DataFrame as an HTML table; the published-value columns marked so they stand out."""
-    cols = list(df.columns)
-    head = "".join(f'<th class="{"pub" if is_published(c) else ""}">{_esc(c)}</th>' for c in cols)
+    """A DataFrame as an HTML table that scrolls sideways rather than clip: numbers formatted
+    for people (wattflex.report_format), each published column beside this campaign's and
+    shaded."""
+    cols = paired_columns(df.columns)
+    df = df[cols]
+    shown = format_frame(df.head(max_rows))
+    head = "".join(
+        f'<th class="{"pub" if is_published(c) else ""}">{_header(c)}</th>' for c in cols
+    )
     rows = []
-    for rec in df.head(max_rows).itertuples(index=False):
+    for rec in shown.itertuples(index=False):
         cells = "".join(
-            f'<td class="{"pub" if is_published(c) else ""}">{_esc(_fmt(v))}</td>'
+            f'<td class="{"pub" if is_published(c) else ""}">{_esc(v)}</td>'
             for c, v in zip(cols, rec)
         )
         rows.append(f"<tr>{cells}</tr>")
@@ -132,6 +167,28 @@ def table_html(df, max_rows: int = 60) -> str:
     return f'<div class="tbl"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{more}'
 
 
+def folded(summary: str, body: str, open_: bool = False) -> str:
+    """``body`` under a ``<details>`` whose ``summary`` says what it holds."""
+    return f"<details{' open' if open_ else ''}><summary>{summary}</summary>{body}</details>"
+
+
+def markdown_html(text: str) -> str:
+    """Markdown (an operator's page, an ingest report) as HTML: headings, real tables, the
+    numbers in its cells formatted like every other table's."""
+    body = markdown.markdown(text, extensions=["tables", "sane_lists"])
+    body = re.sub(r"<table>", '<div class="tbl"><table>', body).replace(
+        "</table>", "</table></div>"
+    )
+    body = re.sub(
+        r"<td([^>]*)>(.*?)</td>",
+        lambda m: f"<td{m.group(1)}>{_esc(format_text(html.unescape(m.group(2))))}</td>",
+        body,
+    )
+    # numbers in the prose too (1.07e+09 tokens -> 1,070,000,000), outside code
+    parts = re.split(r"(<code>.*?</code>|<[^>]+>)", body, flags=re.S)
+    return "".join(p if p.startswith("<") else _esc(format_text(html.unescape(p))) for p in parts)
+
+
 def kv_html(pairs: dict[str, Any]) -> str:
     rows = "".join(
         f"<tr><th>{_esc(k)}</th><td>{_esc(_fmt(v) if not isinstance(v, (list, dict)) else strict_json(v))}</td></tr>"
@@ -140,11 +197,19 @@ def kv_html(pairs: dict[str, Any]) -> str:
     return f'<div class="tbl"><table class="kv">{rows}</table></div>'
 
 
-def image_html(path: Path, title: str) -> str:
+def image_html(path: Path, title: str, rel: str | None = None) -> str:
+    """A figure embedded as base64 PNG, with a link to its SVG beside it (``rel``: the PNG's
+    path relative to the report) where the campaign wrote one."""
     data = base64.b64encode(path.read_bytes()).decode()
+    svg = path.with_suffix(".svg")
+    link = (
+        f' <a class="svg" href="{_esc(str(Path(rel).with_suffix(".svg")))}">SVG</a>'
+        if rel and svg.is_file()
+        else ""
+    )
     return (
         f'<figure><img src="data:image/png;base64,{data}" alt="{_esc(title)}">'
-        f"<figcaption>{_esc(title)}</figcaption></figure>"
+        f"<figcaption>{_esc(title)}{link}</figcaption></figure>"
     )
 
 
@@ -191,10 +256,37 @@ def _published_html(paper_tables: Path | None, stem: str) -> str:
     path = paper_tables / f"{stem}.csv" if paper_tables else None
     if path is None or not path.is_file():
         return f'<p class="note">Published {stem}: not found in the paper tables directory.</p>'
-    return (
-        f"<details open><summary>Published: {_esc(stem)}.csv</summary>"
-        f"{table_html(pd.read_csv(path))}</details>"
-    )
+    return folded(f"Published: {_esc(stem)}.csv", table_html(pd.read_csv(path)), open_=True)
+
+
+#: Tables of at most this many rows stay open; longer ones are folded.
+SHORT_TABLE = 8
+
+
+def surprises(df: pd.DataFrame) -> list[str]:
+    """Sentences for numbers in ``df`` that would surprise a reader: an R² below 0."""
+    out = []
+    for col in df.columns:
+        if "r2" not in str(col) or is_published(col):
+            continue
+        vals = pd.to_numeric(df[col], errors="coerce")
+        if (vals < 0).any():
+            worst = vals.min()
+            out.append(
+                f"{col} below 0 (down to {format_value(worst, 1)}): an R² under 0 means the "
+                "held-out groups' mean would have predicted them better; the further below 0, the "
+                "worse the extrapolation, not a computing error."
+            )
+    return out
+
+
+def _table_item_html(df: pd.DataFrame, title: str, rel: str) -> str:
+    """A CSV artifact: a short one open, a long one folded under its title and size."""
+    size = f"{len(df):,} rows × {len(df.columns)} columns"
+    notes = "".join(f'<p class="surprise">{_esc(n)}</p>' for n in surprises(df))
+    table = table_html(df) if len(df) else '<p class="note">(no rows)</p>'
+    summary = f'{_esc(title)} <span class="muted">({size}; <code>{_esc(rel)}</code>)</span>'
+    return notes + folded(summary, table, open_=0 < len(df) <= SHORT_TABLE)
 
 
 def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> str:
@@ -204,7 +296,7 @@ def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> s
     title = item.title if "*" not in item.path else f"{item.title}: {path.stem}"
     out = [f'<div class="item" data-artifact="{_esc(rel)}">']
     if render == "figure":
-        out.append(image_html(path, title))
+        out.append(image_html(path, title, rel))
     elif render == "matrix":
         out.append(f"<h3>{_esc(title)}</h3>")
         out.append('<div class="beside"><div>' + table_html(_matrix(path)) + "</div>")
@@ -215,8 +307,7 @@ def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> s
         )
     elif render == "table":
         df = pd.read_csv(path)
-        out.append(f"<h3>{_esc(title)}</h3>")
-        out.append(table_html(df) if len(df) else '<p class="note">(no rows)</p>')
+        out.append(_table_item_html(df, title, rel))
         summary = _meta(path).get("summary")
         if isinstance(summary, dict):
             out.append('<p class="note">Summary stored with the table:</p>' + kv_html(summary))
@@ -231,9 +322,14 @@ def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> s
     elif render == "fidelity":
         out.append(f"<h3>{_esc(title)}</h3>" + fidelity_summary_html(pd.read_csv(path)))
     elif render == "sensitivity":
-        out.append(f"<h3>{_esc(title)}</h3>" + sensitivity_html(pd.read_csv(path)))
+        out.append(folded(_esc(title), sensitivity_html(pd.read_csv(path))))
     elif render == "text":
-        out.append(f"<h3>{_esc(title)}</h3><pre>{_esc(path.read_text())}</pre>")
+        out.append(
+            folded(
+                f'{_esc(title)} <span class="muted">(<code>{_esc(rel)}</code>)</span>',
+                f'<div class="md">{markdown_html(path.read_text())}</div>',
+            )
+        )
     else:
         out.append(
             f'<p class="file">{_esc(title)}: <code>{_esc(rel)}</code> ({path.stat().st_size:,} bytes)</p>'
@@ -310,8 +406,7 @@ def fidelity_summary_html(df: pd.DataFrame) -> str:
             "calibration": "In and out of the calibration's sample: mean |emulated - published| PFI",
         }.get(topic, topic)
         parts.append(
-            f"<h3>{_esc(title[0].upper() + title[1:])}</h3>"
-            + table_html(table.reset_index(drop=True))
+            folded(_esc(title[0].upper() + title[1:]), table_html(table.reset_index(drop=True)))
         )
     return "".join(parts)
 
@@ -340,7 +435,7 @@ def _summary_rows(summary_csv: Path | None, keys: Sequence[str]) -> str:
     if df.empty:
         return ""
     return "<h3>Headline numbers (this campaign vs published)</h3>" + table_html(
-        df.reset_index(drop=True)
+        df.drop(columns=["table"]).reset_index(drop=True)
     )
 
 
@@ -356,10 +451,51 @@ class _Campaign:
         )
 
 
+def findings_html(rows: Sequence[Finding]) -> str:
+    """A section's short table: its findings, the paper's value beside this campaign's."""
+    if not rows:
+        return ""
+    body = "".join(
+        f"<tr><td>{_esc(f.claim)}"
+        + (f'<div class="surprise">{_esc(f.note)}</div>' if f.note else "")
+        + f'</td><td class="pub">{_esc(f.published)}</td><td><b>{_esc(f.campaign)}</b></td></tr>'
+        for f in rows
+    )
+    return (
+        '<div class="tbl"><table class="findings"><thead><tr><th>Finding</th>'
+        '<th class="pub">Paper</th><th>This campaign</th></tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
+
+
+#: Figures wider than this (width / height) take a whole row; the others (but a section's
+#: first) go two to a row.
+WIDE_FIGURE = 2.0
+
+
+def _aspect(png: Path) -> float:
+    """Width / height of a PNG, read from its IHDR chunk."""
+    with open(png, "rb") as f:
+        head = f.read(24)
+    width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    return width / height if height else 1.0
+
+
+def _render_of(item: Item, rel: str) -> str:
+    return item.render or {".png": "figure", ".csv": "table", ".md": "text"}.get(
+        Path(rel).suffix, "file"
+    )
+
+
 def _section_html(
-    sec: Section, camp: _Campaign, paper_tables: Path | None, source: str
+    sec: Section,
+    camp: _Campaign,
+    paper_tables: Path | None,
+    source: str,
+    findings: Sequence[Finding] = (),
 ) -> tuple[str, str]:
-    """(HTML, status) of one section; status is shown, skipped or omitted."""
+    """(HTML, status) of one section; status is shown, skipped or omitted. It opens with its
+    ``findings`` (a short table), then its figures, then its tables (long ones folded)."""
     found, seen = [], set(camp.claimed)
     for item in sec.items:  # first item that matches a file shows it (specific names before globs)
         for rel in camp.match(item.path):
@@ -394,13 +530,26 @@ def _section_html(
     summary = _summary_rows(camp.files.get("tables/analysis_summary.csv"), sec.summary)
     if summary:  # its rows are shown section by section, not again under "Other outputs"
         camp.claimed.add("tables/analysis_summary.csv")
+    parts.append(findings_html(findings))
     parts.append(summary)
     parts.append(_left_out_html([camp.files[rel] for _, rel in found]))
+    # figures first: they say it better than the tables behind them
+    found.sort(key=lambda ir: _render_of(*ir) != "figure")
+    figures = [ir for ir in found if _render_of(*ir) == "figure"]
     for item, rel in found:
         camp.claimed.add(rel)
-        parts.append(
-            _not_run_html(camp.files[rel]) + _item_html(item, camp.files[rel], rel, paper_tables)
+        html_ = _not_run_html(camp.files[rel]) + _item_html(
+            item, camp.files[rel], rel, paper_tables
         )
+        if len(figures) > 1 and (item, rel) in figures:
+            # the section's lead figure and the very wide ones take a whole row
+            wide = (item, rel) == figures[0] or _aspect(camp.files[rel]) > WIDE_FIGURE
+            html_ = f'<div class="cell{" wide" if wide else ""}">{html_}</div>'
+            if (item, rel) == figures[0]:
+                html_ = '<div class="figs">' + html_
+            if (item, rel) == figures[-1]:
+                html_ += "</div>"
+        parts.append(html_)
     missing = [i.path for i in sec.items if "*" not in i.path and not camp.match(i.path)]
     if missing:
         parts.append(
@@ -461,31 +610,14 @@ def _other_html(camp: _Campaign, paper_tables: Path | None) -> str:
     ]
     if not rest:
         return ""
-    parts = ['<section id="other"><h2>Other outputs</h2>']
+    parts = [
+        '<section id="other"><h2>Other outputs</h2><p class="note">Artifacts no section above '
+        "names, each folded.</p>"
+    ]
     for rel in rest:
-        parts.append(_item_html(Item(rel, Path(rel).stem), camp.files[rel], rel, paper_tables))
+        item = _item_html(Item(rel, Path(rel).stem), camp.files[rel], rel, paper_tables)
+        parts.append(item if rel.endswith(".csv") else folded(_esc(rel), item))
     return "".join(parts) + "</section>"
-
-
-def _counts_html(camp: _Campaign) -> str:
-    runs_csv = camp.files.get("runs.csv")
-    if runs_csv is None:
-        return '<p class="note">No runs table among the report inputs.</p>'
-    runs = pd.read_csv(runs_csv)
-    facts = {"runs": len(runs), "groups": int(runs["group"].nunique())}
-    for col in ("backend", "gpu_model", "set"):
-        if col in runs:
-            facts.update(
-                {
-                    f"runs ({col}={k})": int(v)
-                    for k, v in runs[col].value_counts().sort_index().items()
-                }
-            )
-    missing = camp.files.get("missing_runs.csv")
-    if missing is not None:
-        facts["runs failed after their last retry"] = len(pd.read_csv(missing))
-    pub = {f"published {s}": f"{g} groups, {n} runs" for s, (g, n) in PUBLISHED_COUNTS.items()}
-    return kv_html({**facts, **pub})
 
 
 def _provenance_html(camp: _Campaign, config: dict[str, Any] | None) -> str:
@@ -511,37 +643,81 @@ def _provenance_html(camp: _Campaign, config: dict[str, Any] | None) -> str:
         )
     parts = [
         '<section id="provenance"><h2>Config and provenance</h2>',
-        "<h3>Provenance of every artifact in this report</h3>",
-        table_html(pd.DataFrame(rows), max_rows=500),
+        folded(
+            f"Provenance of every artifact in this report ({len(rows):,})",
+            table_html(pd.DataFrame(rows), max_rows=500),
+        ),
     ]
     if packages:
-        parts.append("<h3>Package versions</h3>" + kv_html(packages))
+        parts.append(folded("Package versions", kv_html(packages)))
     if config is not None:
         text = yaml.safe_dump(config, sort_keys=False, default_flow_style=None, width=110)
-        parts.append(f"<h3>Config (result-shaping keys)</h3><pre>{_esc(text)}</pre>")
+        parts.append(
+            folded("Config (result-shaping keys)", f'<pre class="yaml">{_esc(text)}</pre>')
+        )
     return "".join(parts) + "</section>"
 
 
 CSS = """
-body{font:14px/1.45 -apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;color:#222;background:#fafafa}
-main{max-width:1280px;margin:0 auto;padding:16px 24px 64px;background:#fff}
-h1{margin:8px 0 4px} h2{border-bottom:2px solid #ddd;padding-bottom:4px;margin-top:40px} h3{margin:22px 0 6px;font-size:15px}
-.banner{padding:10px 14px;margin:8px 0 14px;font-size:18px;color:#fff;border-radius:4px}
+body{font:14px/1.45 -apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;color:#222;background:#f4f4f4}
+nav.toc{position:fixed;top:0;left:0;width:230px;height:100vh;overflow-y:auto;box-sizing:border-box;
+padding:14px 12px;background:#fff;border-right:1px solid #ddd;font-size:13px}
+nav.toc ol{padding-left:18px;margin:6px 0} nav.toc li{margin:3px 0} nav.toc li.beyond{color:#555}
+main{margin-left:230px;max-width:1170px;padding:12px 22px 64px;background:#fff;min-height:100vh;box-sizing:border-box}
+h1{margin:4px 0 6px;font-size:24px} h2{border-bottom:2px solid #ddd;padding-bottom:4px;margin-top:36px}
+h3{margin:18px 0 6px;font-size:15px}
+.banner{padding:8px 14px;margin:8px 0 12px;font-size:17px;color:#fff;border-radius:4px}
 .banner.emulated{background:#b00020}.banner.measured{background:#1b5e20}.banner.mixed{background:#e65100}
-.banner.unknown{background:#555}
-.banner.top{font-size:24px;padding:16px}
-.tbl{overflow-x:auto;max-height:640px;overflow-y:auto;margin:4px 0}
-table{border-collapse:collapse;font-size:12px} th,td{border:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap}
-th{background:#f0f0f0;position:sticky;top:0} tr:nth-child(even) td{background:#fbfbfb}
-td:first-child,th:first-child{text-align:left} table.kv th{text-align:left;position:static}
+.banner.unknown{background:#555} .banner.top{font-size:20px;padding:10px 16px}
+.lede{margin:4px 0 8px}
+.verdict{padding:8px 12px;border-left:4px solid #b00020;background:#fdf0f2;margin:6px 0}
+.verdict.ok{border-color:#1b5e20;background:#eef7ee}
+.tbl{overflow-x:auto;max-width:100%;max-height:640px;overflow-y:auto;margin:4px 0}
+table{border-collapse:collapse;font-size:12px;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #ddd;padding:3px 5px;text-align:right;white-space:nowrap}
+th{background:#f0f0f0;position:sticky;top:0;white-space:normal;vertical-align:bottom;min-width:3.5em}
+th.pub{max-width:6em;overflow-wrap:anywhere} tr:nth-child(even) td{background:#fbfbfb}
+td:first-child,th:first-child{text-align:left} table:not(.findings) td:first-child{white-space:normal;max-width:13em;overflow-wrap:anywhere} table.kv th{text-align:left;position:static}
+table.findings td{vertical-align:top} table.findings td:first-child{white-space:normal;min-width:22em}
+table.findings td:last-child{text-align:left}
+table.findings td .muted{display:inline;margin-left:4px}
+table.findings td.met{color:#1b5e20} table.findings td.missed{color:#b00020}
 th.pub,td.pub{background:#e8f0fb !important;color:#1a3a6b;font-style:italic}
-figure{margin:10px 0} figure img{max-width:100%;border:1px solid #ddd} figcaption{font-size:13px;color:#444}
-.note,.src{color:#666;font-size:12px;margin:2px 0} .skipped{background:#fff3cd;padding:8px 12px;border-left:4px solid #e0a800}
+.surprise{font-size:12px;color:#7a4b00;background:#fff8e1;padding:3px 6px;margin:3px 0;white-space:normal}
+figure{margin:10px 0} figure img{max-width:100%;max-height:680px;border:1px solid #ddd} figcaption{font-size:13px;color:#444}
+a.svg{font-size:12px;margin-left:6px}
+.figs{display:grid;grid-template-columns:repeat(2,minmax(0,1fr));gap:0 16px;align-items:start}
+.figs .cell.wide{grid-column:1/-1}
+details{margin:6px 0;border:1px solid #e4e4e4;border-radius:3px;padding:4px 8px;background:#fcfcfc}
+summary{cursor:pointer;font-weight:600;font-size:13px}
+.note,.src,.muted{color:#666;font-size:12px;margin:2px 0} .skipped{background:#fff3cd;padding:8px 12px;border-left:4px solid #e0a800}
 .published{background:#eef3fb;padding:6px 10px;border-left:4px solid #1a3a6b}
-.beside{display:flex;gap:24px;flex-wrap:wrap} .beside>div{min-width:300px}
-nav ol{columns:2} pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px}
-.legend{font-size:12px;color:#444}
+.beside{display:flex;gap:24px;flex-wrap:wrap} .beside>div{min-width:300px;max-width:100%}
+pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px}
+.md{border:1px solid #ddd;padding:4px 16px;background:#fffef8} .legend{font-size:12px;color:#444}
 """
+
+#: The page's template (Jinja2, beside this module in ``templates/``).
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.PackageLoader("wattflex", "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+)
+#: Sections that go beyond the paper, listed after its findings in the contents.
+_BEYOND = ("fidelity", "control", "offer", "statement")
+
+
+def _counts_line(camp: _Campaign) -> str:
+    runs_csv = camp.files.get("runs.csv")
+    if runs_csv is None:
+        return "no runs table among the report inputs"
+    runs = pd.read_csv(runs_csv)
+    n_pub = sum(n for _, n in PUBLISHED_COUNTS.values())
+    g_pub = sum(g for g, _ in PUBLISHED_COUNTS.values())
+    return (
+        f"{len(runs):,} runs in {runs['group'].nunique():,} groups "
+        f"(the paper: {n_pub:,} runs in {g_pub:,} groups)"
+    )
 
 
 def render_report(
@@ -551,7 +727,9 @@ def render_report(
     paper_tables: str | Path | None = None,
     prov: dict[str, Any] | None = None,
 ) -> str:
-    """The report HTML for the artifacts ``files`` (paths under ``results/<campaign>/``)."""
+    """The report HTML for the artifacts ``files`` (paths under ``results/<campaign>/``):
+    key results first, then a section per paper finding, then beyond the paper, raw tables
+    folded (rendered from ``templates/report.html.j2``)."""
     camp = _Campaign({campaign_relative(str(f)): Path(f) for f in files})
     runs_csv = camp.files.get("runs.csv")
     campaign_backends = (
@@ -562,48 +740,53 @@ def render_report(
     camp.default_backend = ",".join(campaign_backends) or None
     source = (config or {}).get("source", section_defaults()["source"])
     tables_dir = Path(paper_tables) if paper_tables else None
+    findings = key_results(camp.files)
     body, toc, statuses = [], [], {}
     for sec in SECTIONS:
-        html_, status = _section_html(sec, camp, tables_dir, source)
+        mine = [f for f in (*findings["paper"], *findings["beyond"]) if f.section == sec.key]
+        html_, status = _section_html(sec, camp, tables_dir, source, mine)
         statuses[sec.key] = status
         if status != "omitted":
             body.append(html_)
-            toc.append(
-                f'<li><a href="#{sec.key}">{_esc(sec.title)}</a>{" (skipped)" if status == "skipped" else ""}</li>'
-            )
+            group = "beyond" if sec.key in _BEYOND else "paper"
+            toc.append({"key": sec.key, "title": sec.title, "status": status, "group": group})
     other = _other_html(camp, tables_dir)
     if other:
         body.append(other)
-        toc.append('<li><a href="#other">Other outputs</a></li>')
+        toc.append({"key": "other", "title": "Other outputs", "status": "", "group": "raw"})
     body.append(_provenance_html(camp, config))
-    toc.append('<li><a href="#provenance">Config and provenance</a></li>')
+    toc.append(
+        {"key": "provenance", "title": "Config and provenance", "status": "", "group": "raw"}
+    )
     meta = {
         "schema_version": SCHEMA_VERSION,
         "campaign": campaign,
         "sections": statuses,
         "provenance": prov or {},
     }
-    meta_json = strict_json(meta).replace("</", "<\\/")
     code = prov or {}
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>wattflex report: {_esc(campaign)}</title>
-<style>{CSS}</style>
-<script type="application/json" id="{META_ID}">{meta_json}</script>
-</head><body><main>
-<h1>wattflex reproduction report: {_esc(campaign)}</h1>
-<p>Reproduces <i>Characterizing Job Power Elasticity for Power-Flexible AI Training</i> (Colangelo et al.,
-arXiv:2609.11542). wattflex {_esc(code.get("wattflex_version", "?"))}, commit
-<code>{_esc((code.get("git_commit") or "unknown")[:12])}</code>{" (uncommitted changes)" if code.get("git_dirty") else ""}.</p>
-{banner_html(campaign_backends or [None]).replace('class="banner', 'class="banner top', 1)}
-<p class="legend">Every section carries its own banner, read from the provenance of the artifacts it shows.
-Columns ending in <code>_published</code> (shaded blue) are the paper's values, beside this campaign's.</p>
-<h3>Run counts</h3>{_counts_html(camp)}
-<nav><h3>Contents</h3><ol>{"".join(toc)}</ol></nav>
-{"".join(body)}
-</main></body></html>
-"""
+    kind = backend_kind(campaign_backends or [None])
+    label, what = BANNERS[kind]
+    return _TEMPLATES.get_template("report.html.j2").render(
+        campaign=campaign,
+        css=CSS,
+        meta_id=META_ID,
+        meta_json=strict_json(meta).replace("</", "<\\/"),
+        banner={
+            "kind": kind,
+            "label": label,
+            "what": what,
+            "names": _backend_names(campaign_backends),
+        },
+        counts=_counts_line(camp),
+        version=code.get("wattflex_version", "?"),
+        commit=(code.get("git_commit") or "unknown")[:12],
+        dirty=bool(code.get("git_dirty")),
+        verdict=fidelity_verdict(camp.files),
+        findings=findings,
+        toc=toc,
+        sections=body,
+    )
 
 
 def write_report(

@@ -1,6 +1,6 @@
 """Every place wattflex reaches into Snakemake's private internals, in one module.
 
-Three hooks, each for a reason Snakemake's public interface does not cover:
+Four hooks, each for a reason Snakemake's public interface does not cover:
 
 - :func:`install_real_run_guard`: measured runs are never overwritten or re-measured
   (docs/reliability.md "Real runs are protected"). Snakemake decides write protection with
@@ -12,6 +12,8 @@ Three hooks, each for a reason Snakemake's public interface does not cover:
   ``workflow.delete_output(only_temp=, dryrun=)`` after the Snakefile is parsed; it is wrapped.
 - :func:`release_scheduler_timers`: the scheduler's non-daemon ``threading.Timer`` re-opening
   callbacks, cancelled when the run is over (the Snakefile's onsuccess/onerror).
+- :func:`quiet_console`: a progress line per job on the console instead of each job's block
+  (the handler Snakemake names ``DefaultStreamHandler`` and its ``DefaultFilter``).
 
 :func:`check_internals` names each attribute and signature these hooks rely on and raises
 :class:`SnakemakeInternalsChanged` when the installed Snakemake lacks one, so a Snakemake
@@ -25,6 +27,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import inspect
+import logging
+import os
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -43,6 +48,7 @@ PATCHED = (
     ("snakemake.dag.DAG", "needrun_jobs", ("exclude_finished",), "def"),
     ("snakemake.dag.DAG", "reason", ("job",), "def"),
     ("snakemake.workflow.Workflow", "touch", (), "attr"),
+    ("snakemake.logging.DefaultFilter", "filter", ("record",), "def"),
 )
 
 
@@ -197,3 +203,81 @@ def release_scheduler_timers() -> int:
     for timer in pending:
         timer.cancel()
     return len(pending)
+
+
+# ---- A quiet console: one progress line per job ------------------------------------------
+#: Scheduler chatter the compact console leaves to the full log (.snakemake/log/).
+#: Longest resources line the compact console prints.
+_LONGEST = 160
+_CHATTER = re.compile(r"^(Select jobs to execute\.\.\.|Execute \d+ jobs\.\.\.)$")
+
+
+class ProgressLines(logging.Filter):
+    """A filter (and formatter) for Snakemake's console handler that prints one line per
+    finished job, ``[12/275] run_at_cap group=dense-pt-qwen32b-x8, cap=400``, instead of each
+    job's block (input and output lists, the reasons, resources: thousands of lines, some tens
+    of thousands of characters long). Errors keep Snakemake's whole block, with the log path;
+    the full log under ``.snakemake/log/`` keeps everything."""
+
+    def __init__(self, formatter: logging.Formatter):
+        super().__init__()
+        self.formatter = formatter
+        self.jobs: dict[Any, str] = {}
+        self.finished: list[Any] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from snakemake_interface_logger_plugins.common import LogEvent
+
+        event = getattr(record, "event", None)
+        if event == LogEvent.JOB_INFO:
+            wildcards = ", ".join(f"{k}={v}" for k, v in (record.wildcards or {}).items())
+            self.jobs[record.jobid] = f"{record.rule_name} {wildcards}".strip()
+            return False
+        if event == LogEvent.JOB_FINISHED:
+            self.finished.append(getattr(record, "job_id", None))
+            return False
+        if event == LogEvent.SHELLCMD:
+            return bool(getattr(record, "cmd", None))
+        if event in (None, LogEvent.JOB_STARTED) and _CHATTER.match(str(record.msg or "")):
+            return False
+        return True
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The progress line for a PROGRESS record; Snakemake's own text for the rest."""
+        from snakemake_interface_logger_plugins.common import LogEvent
+
+        event = getattr(record, "event", None)
+        if event == LogEvent.RESOURCES_INFO and len(str(record.msg)) > _LONGEST:
+            # one line of every resource's repr (a lock per sweep group): its start only
+            return f"{str(record.msg)[:_LONGEST]}… (the whole line: the full log)"
+        if event != LogEvent.PROGRESS:
+            return self.formatter.format(record)
+        done = [self.jobs.pop(j, "") for j in self.finished]
+        self.finished.clear()
+        width = len(str(record.total))
+        return f"[{record.done:>{width}}/{record.total}] " + (
+            "; ".join(d for d in done if d) or "done"
+        )
+
+
+def quiet_console() -> bool:
+    """Make Snakemake's console (not its full log file) print a progress line per job
+    (:class:`ProgressLines`), unless this is a dry run (whose job table and reasons are the
+    point), ``--verbose`` is on, or ``WATTFLEX_LOG=full``. Returns whether it did."""
+    from snakemake.logging import DefaultFilter, logger
+
+    if os.environ.get("WATTFLEX_LOG", "").lower() == "full":
+        return False
+    for handler in logger.handlers:
+        if getattr(handler, "name", None) != "DefaultStreamHandler":
+            continue
+        default = next((f for f in handler.filters if isinstance(f, DefaultFilter)), None)
+        if default is None or default.dryrun or default.verbose:
+            return False
+        if any(isinstance(f, ProgressLines) for f in handler.filters):
+            return True
+        lines = ProgressLines(handler.formatter)
+        handler.addFilter(lines)
+        handler.setFormatter(lines)
+        return True
+    return False

@@ -88,7 +88,7 @@ def test_groups_the_config_does_not_define_are_a_one_line_error(tmp_path, capsys
         tmp_path / "other.csv", capsys, "gpt3-xl", [200, 300], [800, 1100], [1.0, 1.2]
     )
     assert (
-        "group(s) gpt3-xl are not groups of --config" in err
+        "group(s) gpt3-xl are not groups of --configfile" in err
         and "add them to the config's groups" in err
     )
 
@@ -124,7 +124,7 @@ def test_the_perseus_a100_sweeps_against_the_default_config_say_what_the_emulato
     runs = _ingest(PERSEUS / "power_limit_sweeps_A100.csv", tmp_path / "a100.parquet", capsys)
     assert main(["calibrate", "--runs", str(runs)]) == 2
     err = capsys.readouterr().err
-    assert "are not groups of --config config/config.yaml" in err
+    assert "are not groups of --configfile config/config.yaml" in err
     assert (
         "models not in the config's catalogue: bert-huge-uncased, bloom-3b, gpt3-xl, t5-3b, wide-resnet101_8"
         in err
@@ -140,11 +140,13 @@ def test_calibrate_fits_an_a100_anchor_on_the_shipped_perseus_a100_sweeps(tmp_pa
     runs = _ingest(PERSEUS / "power_limit_sweeps_A100.csv", tmp_path / "a100.parquet", capsys)
     out = tmp_path / "perseus_a100.json"
     assert (
-        main(["calibrate", "--runs", str(runs), "--config", str(PERSEUS_CONFIG), "-o", str(out)])
+        main(
+            ["calibrate", "--runs", str(runs), "--configfile", str(PERSEUS_CONFIG), "-o", str(out)]
+        )
         == 0
     )
     text = capsys.readouterr().out
-    assert text.startswith("left out (not groups of --config ")
+    assert text.startswith("left out (not groups of --configfile ")
     assert (
         "a100-bert_huge_uncased-dp1tp1pp4-b256, a100-t5_3b-dp1tp1pp4-b128, a100-wide_resnet101_8"
         in text
@@ -206,7 +208,9 @@ def test_calibrate_recovers_a_known_a100_anchor_and_the_file_runs_a100_groups_on
 ):
     config, sweeps, groups = a100
     out = tmp_path / "a100_cal.json"
-    assert main(["calibrate", "--runs", str(sweeps), "--config", str(config), "-o", str(out)]) == 0
+    assert (
+        main(["calibrate", "--runs", str(sweeps), "--configfile", str(config), "-o", str(out)]) == 0
+    )
     text = capsys.readouterr().out
     assert text.startswith("anchor 1275 MHz (fitted (a100_sweeps.csv), 4 groups)")
     assert "GA100: no cap -> clock table, GH100 voltage shape assumed" in text

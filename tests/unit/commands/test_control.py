@@ -162,18 +162,18 @@ def cap_command(template: str) -> list[str]:
             "--duration-s nan: must be a finite number > 0",
         ),
         (
-            ["--budget-w", "800", "--job", "5", *RUN],
+            ["--budget-w", "800", "--job-gpus", "5", *RUN],
             "GPU index 5 does not exist (this node has 2 GPUs: 0-1)",
         ),
         (
-            ["--dry-run", "--budget-w", "800", "--job", "0-5"],
+            ["--dry-run", "--budget-w", "800", "--job-gpus", "0-5"],
             "GPU index 2 does not exist (this node has 2 GPUs: 0-1)",
         ),
         (
-            ["--budget-w", "800", "--job", "3-1", *RUN],
-            "--job '3-1': range 3-1 runs backwards (write 1-3)",
+            ["--budget-w", "800", "--job-gpus", "3-1", *RUN],
+            "--job-gpus '3-1': range 3-1 runs backwards (write 1-3)",
         ),
-        (["--budget-w", "800", "--job", ",", *RUN], "--job ',': names no GPU"),
+        (["--budget-w", "800", "--job-gpus", ",", *RUN], "--job-gpus ',': names no GPU"),
         (["--budget-w", "800", "--moe-ft", "7", *RUN], "--moe-ft 7: this node has 2 job(s)"),
         (
             [

@@ -19,7 +19,7 @@ INPUTS = {
     "stats": ["stats", "IN"],
     "allocate": ["allocate", "IN", "--cut", "0.2"],
     "offer": ["offer", "IN"],
-    "offer --config": ["offer", "--config", "IN"],
+    "offer --configfile": ["offer", "--configfile", "IN"],
     "predict --model": ["predict", "t.csv", "--model", "IN"],
     "doctor --configfile": ["doctor", "--configfile", "IN"],
     "cluster-control --signal": [
@@ -110,9 +110,10 @@ def test_control_refuses_a_gpu_index_no_node_has_before_expanding_the_range(
     tmp_path, run_cli, spec, index
 ):
     line = one_line(
-        run_cli("control", "--dry-run", "--budget-w", "500", "--job", spec, cwd=tmp_path), "control"
+        run_cli("control", "--dry-run", "--budget-w", "500", "--job-gpus", spec, cwd=tmp_path),
+        "control",
     )
-    assert f"--job {spec!r}: GPU index {index} is over 1023" in line, line
+    assert f"--job-gpus {spec!r}: GPU index {index} is over 1023" in line, line
 
 
 def test_the_sweep_fixture_still_reads(tmp_path, run_cli):

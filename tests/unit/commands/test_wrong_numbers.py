@@ -144,7 +144,7 @@ def test_calibrate_refuses_sweeps_that_cannot_pin_the_anchor(
         "calibrate",
         "--runs",
         runs,
-        "--config",
+        "--configfile",
         repo / "config/config.yaml",
         "-o",
         out,

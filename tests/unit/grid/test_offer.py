@@ -73,8 +73,8 @@ def test_bad_offer_arguments_are_one_line(tmp_path, capsys, args, message):
 
 def test_no_default_campaign_results_is_a_clear_error(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["offer", "--config", "nope.yaml"]) == 2
-    assert "--config nope.yaml: no such file" in capsys.readouterr().err
+    assert cli.main(["offer", "--configfile", "nope.yaml"]) == 2
+    assert "--configfile nope.yaml: no such file" in capsys.readouterr().err
 
 
 def test_a_job_at_one_cap_cannot_shed_costs_nothing_and_says_so():

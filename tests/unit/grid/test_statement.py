@@ -232,7 +232,7 @@ def test_offer_statement_writes_every_file(tmp_path, run_cli):
     from wattflex.provenance import read_csv
 
     cfg = statement_inputs(tmp_path)
-    res = run_cli("offer", "runs.parquet", "--config", cfg, "--statement", "st", cwd=tmp_path)
+    res = run_cli("offer", "runs.parquet", "--configfile", cfg, "--statement", "st", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     for name in (
         "shed.csv",
@@ -409,7 +409,7 @@ def test_offer_statement_takes_a_real_control_runs_mv_fake_nvml(fake_nvml, tmp_p
     cfg = statement_inputs(tmp_path)
     for k, given in enumerate(("mv/mv.json", "mv/mv_intervals.csv")):
         res = run_cli(
-            "offer", "runs.parquet", "--config", cfg, "--statement", f"st{k}", "--mv", given,
+            "offer", "runs.parquet", "--configfile", cfg, "--statement", f"st{k}", "--mv", given,
             cwd=tmp_path,
         )  # fmt: skip
         assert res.returncode == 0, res.stderr
@@ -422,7 +422,7 @@ def test_offer_statement_takes_a_real_control_runs_mv_fake_nvml(fake_nvml, tmp_p
         assert "In 1 real controlled event(s) (policy equal-weight" in page
     for bad in ("runs.parquet", "mv/timeseries.csv", "events.json"):
         res = run_cli(
-            "offer", "runs.parquet", "--config", cfg, "--statement", "bad", "--mv", bad,
+            "offer", "runs.parquet", "--configfile", cfg, "--statement", "bad", "--mv", bad,
             cwd=tmp_path,
         )  # fmt: skip
         assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 
 def finite_float(min: float | None = None, max: float | None = None, strict: bool = False):
@@ -61,3 +62,26 @@ def read_site_option(path: str):
         return read_site(path)
     except ConfigError as e:
         raise UserError(str(e)) from None
+
+
+class RenamedOption(argparse.Action):
+    """An option with a new spelling (its first option string) that still takes its ``old``
+    spellings, each use of one noted on stderr: one meaning per option name across commands
+    (``--configfile`` everywhere, as Snakemake spells it). ``append``: collect a list, as
+    ``action="append"`` does."""
+
+    def __init__(self, option_strings, dest, old=(), append=False, **kwargs):
+        self.old = tuple(old)
+        self.append = append
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string in self.old:
+            print(
+                f"{parser.prog}: {option_string} is deprecated, use {self.option_strings[0]} "
+                "(same meaning)",
+                file=sys.stderr,
+            )
+        if self.append:
+            values = [*(getattr(namespace, self.dest) or []), values]
+        setattr(namespace, self.dest, values)

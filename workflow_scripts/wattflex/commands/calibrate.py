@@ -7,7 +7,7 @@ the default is fitted on the paper's Tables 7-8, on one of:
 - ``--runs runs.parquet`` (or a CSV): measured sweeps, one row per run with ``group, cap_w,
   power_w`` and ``tokens_per_s`` (or ``throughput``, any unit): a measured campaign's
   ``runs.parquet``, or an ingested sweep table (``wattflex ingest``). Each group must be a
-  group of ``--config`` (the emulator needs its job: model, task, GPUs, layout);
+  group of ``--configfile`` (the emulator needs its job: model, task, GPUs, layout);
 - ``--published SET``: the paper's facts (``tables7-8-dense``, ...; never Table 6);
 - ``--gpu-check FILE``: the GPU check's ``anchor_gemm`` reading (``benchmarks/gpu_check.py``),
   a measurement of the anchor itself.
@@ -24,6 +24,7 @@ import argparse
 import math
 from pathlib import Path
 
+from wattflex.commands import RenamedOption
 from wattflex.errors import UserError
 
 NAME = "calibrate"
@@ -46,10 +47,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     src.add_argument("--gpu-check", type=Path, help="gpu_check JSON with an anchor_gemm reading")
     parser.add_argument(
+        "--configfile",
         "--config",
+        dest="config",
+        action=RenamedOption,
+        old=("--config",),
         type=Path,
         default=Path("config/config.yaml"),
-        help="config whose groups describe the measured jobs (default config/config.yaml)",
+        help="config whose groups describe the measured jobs (--config is the old spelling)",
     )
     parser.add_argument(
         "--holdout",
@@ -133,12 +138,12 @@ def _unknown_groups(runs, facts, known, catalog, args) -> list[str]:
     names = f"{', '.join(unknown[:6])}{' ...' if len(unknown) > 6 else ''}"
     if len(unknown) == len(facts):
         raise UserError(
-            f"--runs {args.runs}: group(s) {names} are not groups of --config {args.config}; the emulator "
+            f"--runs {args.runs}: group(s) {names} are not groups of --configfile {args.config}; the emulator "
             "needs each measured job's model, task, GPUs and layout: add them to the config's groups"
             + (f" ({'; '.join(why)})" if why else "")
         )
     print(
-        f"left out (not groups of --config {args.config}): {names}"
+        f"left out (not groups of --configfile {args.config}): {names}"
         + (f" ({'; '.join(why)})" if why else "")
     )
     return unknown
@@ -173,7 +178,7 @@ def _no_facts(args: argparse.Namespace) -> str:
             "at 2 or more caps)"
         )
     return (
-        f"--published {args.published}: none of the groups of --config {args.config} has a published PFI "
+        f"--published {args.published}: none of the groups of --configfile {args.config} has a published PFI "
         "in this set; give another set or the config whose groups it holds"
     )
 
@@ -193,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     if cfg["source"] != "generate":
         raise UserError(
-            f"--config {args.config}: an ingested campaign's config has no jobs for the emulator; "
+            f"--configfile {args.config}: an ingested campaign's config has no jobs for the emulator; "
             "give the config whose groups describe the measured jobs"
         )
     groups = cal.config_group_models(cfg)

@@ -37,6 +37,7 @@ from datetime import UTC
 from pathlib import Path
 
 from wattflex.allocation.policies import CONTROL_POLICIES, REGISTRY
+from wattflex.commands import RenamedOption
 from wattflex.errors import UserError
 from wattflex.schema import section_defaults
 
@@ -130,17 +131,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--at-s", type=float, default=0.0, help="--dry-run with --signal: the signal's time to use"
     )
     parser.add_argument(
+        "--job-gpus",
         "--job",
-        action="append",
+        dest="job",
+        action=RenamedOption,
+        old=("--job",),
+        append=True,
         metavar="GPUS",
-        help="NVML indices of one job's GPUs, e.g. 0-3 or 0,2 (repeat per job; default: one job per GPU)",
+        help="NVML indices of one job's GPUs, e.g. 0-3 or 0,2 (repeat per job; default: one job "
+        "per GPU; --job is the old spelling)",
     )
     parser.add_argument(
         "--moe-ft",
         action="append",
         default=[],
         metavar="JOB",
-        help="job number (0-based, in --job order) that is MoE fine-tuning (moe-ft-weighted)",
+        help="job number (0-based, in --job-gpus order) that is MoE fine-tuning (moe-ft-weighted)",
     )
     parser.add_argument("--model", help="predictor model.json (PFI from the DRAM copy product)")
     parser.add_argument(
@@ -201,17 +207,19 @@ def parse_gpus(spec: str) -> list[int]:
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         lo, _, hi = part.partition("-")
         if not lo.isdigit() or (hi and not hi.isdigit()):
-            raise ValueError(f"--job {spec!r}: expected NVML indices like 0-3 or 0,2")
+            raise ValueError(f"--job-gpus {spec!r}: expected NVML indices like 0-3 or 0,2")
         if hi and int(hi) < int(lo):
-            raise ValueError(f"--job {spec!r}: range {part} runs backwards (write {hi}-{lo})")
+            raise ValueError(f"--job-gpus {spec!r}: range {part} runs backwards (write {hi}-{lo})")
         if int(hi or lo) > MAX_GPU_INDEX:
             raise ValueError(
-                f"--job {spec!r}: GPU index {int(hi or lo)} is over {MAX_GPU_INDEX} "
+                f"--job-gpus {spec!r}: GPU index {int(hi or lo)} is over {MAX_GPU_INDEX} "
                 f"(NVML indices of this node's GPUs, 0-{MAX_GPU_INDEX})"
             )
         out += list(range(int(lo), int(hi or lo) + 1))
     if not out:
-        raise ValueError(f"--job {spec!r}: names no GPU (expected NVML indices like 0-3 or 0,2)")
+        raise ValueError(
+            f"--job-gpus {spec!r}: names no GPU (expected NVML indices like 0-3 or 0,2)"
+        )
     return out
 
 
@@ -248,7 +256,7 @@ def check_args(args: argparse.Namespace) -> None:
         if not m.isdigit() or (n_jobs is not None and int(m) >= n_jobs):
             which = f" 0..{n_jobs - 1}" if n_jobs is not None else ""
             raise UserError(
-                f"--moe-ft {m!r}: expected a job number{which} (0-based, in --job order)"
+                f"--moe-ft {m!r}: expected a job number{which} (0-based, in --job-gpus order)"
             )
 
 

@@ -1,7 +1,7 @@
 """``wattflex offer``: the flexibility a programme enrolment asks for, from PFI curves.
 
 Reads the jobs' measured power -> throughput curves: a campaign's ``runs.parquet`` (one job
-per sweep group; default: the campaign of ``--config``, ``results/<campaign>/runs.parquet``)
+per sweep group; default: the campaign of ``--configfile``, ``results/<campaign>/runs.parquet``)
 or a curve table ``job,power_w,throughput`` (``wattflex allocate``'s input). ``--job
 GROUP=N`` says which jobs run (or are planned) and how many of each; default: one of each.
 Prints, per job and in total, the kW sheddable while each job keeps at least 90 / 75 / 50 %
@@ -12,7 +12,7 @@ writes that table (CSV + sidecar). The figure of the curve behind it is the work
 ``--statement DIR`` writes the site's flexibility statement instead (``wattflex.grid.statement``,
 what the workflow's rule ``flexibility_statement`` writes, without its figure): from a
 ``runs.parquet``, the ``statement:``, ``allocation:`` and ``control.cluster`` sections of
-``--config``, and ``--mv`` for the response time and ramp rate: the control study's
+``--configfile``, and ``--mv`` for the response time and ramp rate: the control study's
 ``control/mv.csv`` or a real run's ``mv.json`` or ``mv_intervals.csv``
 (``wattflex control`` / ``cluster-control --mv-out``; ``wattflex.control.mv.read_mv_records``).
 """
@@ -23,7 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from wattflex.commands import finite_float
+from wattflex.commands import RenamedOption, finite_float
 
 HOURS_IN_A_YEAR = 8784  # a leap year: no enrolment is held longer, and kWh and tokens stay finite
 NAME = "offer"
@@ -36,10 +36,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "curves",
         nargs="?",
         help="runs.parquet of a campaign, or a CSV/parquet job,power_w,throughput "
-        "(default: results/<campaign of --config>/runs.parquet)",
+        "(default: results/<campaign of --configfile>/runs.parquet)",
     )
     parser.add_argument(
-        "--config", default="config/config.yaml", help="config naming the default campaign"
+        "--configfile",
+        "--config",
+        dest="config",
+        action=RenamedOption,
+        old=("--config",),
+        default="config/config.yaml",
+        help="config naming the default campaign (--config is the old spelling)",
     )
     parser.add_argument(
         "--job",
@@ -89,7 +95,7 @@ def default_curves(config: str) -> str:
     from wattflex.ingest.reader import MAX_DOC_BYTES, IngestError, check_input_file
 
     try:
-        check_input_file(config, "--config", MAX_DOC_BYTES)
+        check_input_file(config, "--configfile", MAX_DOC_BYTES)
     except IngestError as exc:
         raise UserError(f"{exc}; or name the runs.parquet or curve table") from None
     campaign = load_config(config)["campaign"]

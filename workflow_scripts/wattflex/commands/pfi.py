@@ -17,6 +17,7 @@ from pathlib import Path
 
 from wattflex.commands import finite_float
 from wattflex.errors import UserError
+from wattflex.pfi_tolerances import POWER_TOL, REL_TOL
 from wattflex.schema import section_defaults
 
 _PFI = section_defaults("pfi")  # the campaign's pfi: defaults (wattflex.pfi.pfi_table's)
@@ -73,14 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rel-tol",
         type=finite_float(min=0, max=1),
-        help="relative noise level used where no SEM is given, 0 to 1 "
-        "(default wattflex.pfi.REL_TOL)",
+        help=f"relative noise level used where no SEM is given, 0 to 1 (default {REL_TOL:g})",
     )
     parser.add_argument(
         "--power-tol",
         type=float,
         help="a cap binds if realised per-GPU power is within this fraction of it "
-        "(default wattflex.pfi.POWER_TOL)",
+        f"(default {POWER_TOL:g})",
     )
 
 
@@ -106,7 +106,7 @@ def read_sweeps(path: Path):
 def run(args: argparse.Namespace) -> int:
     from wattflex.commands._outputs import check_outputs
     from wattflex.ingest.reader import check_cells
-    from wattflex.pfi import POWER_TOL, REL_TOL, pfi_table
+    from wattflex.pfi import pfi_table
     from wattflex.provenance import provenance, write_csv
 
     if args.output is not None:

@@ -83,6 +83,7 @@ def fig8_figure(
                     color=color,
                     alpha=0.12,
                     lw=0,
+                    label=f"{label}: 5-95 % over workloads",
                 )
             if policy not in ("equal-weight", "oracle"):
                 bottom.plot(
@@ -94,14 +95,10 @@ def fig8_figure(
         bottom.axhline(100, color="#d62728", lw=0.8)
         bottom.set_ylabel("% of equal-weight-to-oracle gap closed")
         bottom.set_xlabel("cluster power cut (%)")
-        lo = np.nanmin(
-            100
-            * part.loc[~part["policy"].isin(["equal-weight", "oracle"]), "gap_closed"].to_numpy(
-                float
-            ),
-            initial=0.0,
-        )
-        bottom.set_ylim(max(lo - 5, -150), 110)
+        shown = part[~part["policy"].isin(["equal-weight", "oracle"])]
+        lo = np.nanmin(100 * shown["gap_closed"].to_numpy(float), initial=0.0)
+        bottom.set_ylim(max(lo - 5, GAP_FLOOR), 110)
+        _off_scale(bottom, shown)
         h = headline_table[
             (headline_table["mix"] == mix) & (headline_table["policy"] == "pfi-aware")
         ]
@@ -114,15 +111,40 @@ def fig8_figure(
                 f"{100 * r['published_gap_closed']:.0f}%)",
                 fontsize=8,
             )
-    axes[0, -1].legend(fontsize=7, loc="lower left")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    for ax in axes.flat:  # a policy only another panel draws
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    legend_rows = int(np.ceil(len(labels) / 4))
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7, frameon=False)
     fig.suptitle("Allocation under a cluster power cut (Fig. 8 analog)")
     # the notes under the panels, wrapped to the figure's width (about 17 characters an inch at 7 pt)
     lines = [line for note in notes for line in textwrap.wrap(note, int(17 * fig.get_figwidth()))]
+    legend_h = 0.022 * legend_rows + 0.01
     if lines:
-        fig.text(0.5, 0.03, "\n".join(lines), ha="center", va="bottom", fontsize=7)
-    tight_layout(fig, (0, 0.02 + 0.02 * len(lines) + (0.01 if lines else 0), 1, 1))
+        fig.text(0.5, legend_h + 0.01, "\n".join(lines), ha="center", va="bottom", fontsize=7)
+    tight_layout(fig, (0, legend_h + 0.02 + 0.02 * len(lines) + (0.01 if lines else 0), 1, 1))
     label_backend(fig, backends)
     return fig
+
+
+#: The lower panels' floor (% of the gap closed); a policy below it is named off scale.
+GAP_FLOOR = -150.0
+
+
+def _off_scale(ax, shown: pd.DataFrame) -> None:
+    """Name each policy whose gap closed falls below ``GAP_FLOOR`` (raw DCGM on a falling
+    segment), with its lowest value, along the panel's floor."""
+    low = shown[100 * shown["gap_closed"] < GAP_FLOOR]
+    notes = [
+        f"{FIGURE_POLICIES[p][0]} below {GAP_FLOOR:.0f} % (down to {100 * g['gap_closed'].min():,.0f} %)"
+        for p, g in low.groupby("policy", sort=False)
+        if p in FIGURE_POLICIES
+    ]
+    if notes:
+        ax.text(0.02, 0.02, "off scale: " + "; ".join(notes), transform=ax.transAxes, fontsize=6.5)
 
 
 def out_of_sample_figure(oos: pd.DataFrame, backends: Any):
@@ -166,12 +188,13 @@ def out_of_sample_figure(oos: pd.DataFrame, backends: Any):
                     color=color,
                     alpha=0.08,
                     lw=0,
+                    label=f"{policy}, {variant}: 5-95 % over splits",
                 )
         ax.set_title(f"{mix} mix: workloads from held-out groups")
         ax.set_xlabel("cluster power cut (%)")
         ax.set_ylabel("% of equal-weight-to-oracle gap closed")
         ax.axhline(100, color="#d62728", lw=0.8)
-    axes[0, -1].legend(fontsize=7)
-    tight_layout(fig, (0, 0.03, 1, 1))
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=7)
+    tight_layout(fig, (0, 0.16, 1, 1))
     label_backend(fig, backends)
     return fig

@@ -43,17 +43,16 @@ def telemetry_grid(groups: pd.DataFrame, correlations: pd.DataFrame, backend) ->
         xs = np.linspace(x.min(), x.max(), 2)
         ax.plot(xs, row.ols_intercept + row.ols_slope * xs, color="0.3", lw=0.8)
         star = "*" if row.bh_q < 0.05 else ""
-        ax.set_title(
-            f"{row.metric}\nrho={row.spearman_rho:+.2f}, q={row.bh_q:.2g}{star}", fontsize=8
-        )
+        q = "q<0.001" if row.bh_q < 0.001 else f"q={row.bh_q:.2g}"
+        ax.set_title(f"{row.metric}\nrho={row.spearman_rho:+.2f}, {q}{star}", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.set_ylabel("PFI", fontsize=7)
     for ax in list(axes.flat)[len(tested) :]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=6)
+    fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="lower left", ncol=3, fontsize=8)
     fig.suptitle("PFI vs uncapped-run telemetry (Spearman rho, BH-FDR q; * q < 0.05)", fontsize=10)
     label_backend(fig, backend)
-    tight_layout(fig, (0, 0.03, 1, 0.97))
+    tight_layout(fig, (0, 0.05, 1, 0.97))
     return fig
 
 
@@ -120,8 +119,9 @@ def beside_published_scatter(
     stats_text: str,
     backend,
 ) -> plt.Figure:
-    """This campaign's (x, y) pairs (filled) and the published ones (open), with y = x."""
-    fig, ax = plt.subplots(figsize=(5.4, 5.0))
+    """This campaign's (x, y) pairs (filled) and the published ones (open), with y = x; the
+    statistics in a box beside the axes, where it can cover no point."""
+    fig, ax = plt.subplots(figsize=(8.0, 5.0))
     ax.scatter(table[x], table[y], s=40, color="#b00020", label="this campaign", zorder=3)
     if f"{x}_published" in table:
         ax.scatter(
@@ -142,22 +142,21 @@ def beside_published_scatter(
             )
     cols = [c for c in (x, y, f"{x}_published", f"{y}_published") if c in table]
     _identity(ax, pd.concat([table[c] for c in cols]) if cols else [])
-    ax.text(
-        0.03,
-        0.97,
-        stats_text,
-        transform=ax.transAxes,
-        va="top",
-        fontsize=8,
-        bbox=dict(boxstyle="round", fc="white", alpha=0.8),
-    )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
     label_backend(fig, backend)
-    tight_layout(fig, (0, 0.03, 1, 1))
+    tight_layout(fig, (0, 0.03, 0.66, 1))
+    fig.text(
+        0.68,
+        0.92,
+        stats_text,
+        va="top",
+        fontsize=8,
+        bbox=dict(boxstyle="round", fc="white", ec="0.7"),
+    )
     return fig
 
 

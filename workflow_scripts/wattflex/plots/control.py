@@ -22,48 +22,58 @@ POLICY_STYLE = {name: POLICY_LOOK[name][1:] for name in CONTROL_POLICIES + CLUST
 
 
 def power_figure(ts: pd.DataFrame, scenario: str, backend: Any, zoom_s: float = 240.0):
-    """Cluster power vs the budget over the scenario, and zoomed on the first cut."""
+    """Cluster power vs the budget over the scenario, one small panel per policy (so no policy
+    hides another), and all of them zoomed on the first cut."""
     names = [c.split(":", 1)[1] for c in ts.columns if c.startswith("power_w:")]
     t = ts["t_s"].to_numpy(float)
-    fig, (ax, zx) = plt.subplots(2, 1, figsize=(11.5, 7.5), gridspec_kw={"height_ratios": [3, 2]})
+    cols = min(4, max(1, len(names)))
+    rows = int(np.ceil(len(names) / cols))
+    fig = plt.figure(figsize=(12, 2.3 * rows + 3.6))
+    grid = fig.add_gridspec(rows + 1, cols, height_ratios=[1.0] * rows + [1.7])
     budget = ts["budget_w"].to_numpy(float)
     required = ts["required_w"].to_numpy(float)
     cut = np.flatnonzero(np.isfinite(budget))
     t0 = t[cut[0]] if len(cut) else t[0]
     every = max(1, len(t) // 4000)
-    for name in names:
+    near = (t >= t0 - zoom_s / 4) & (t <= t0 + zoom_s)
+    zx = fig.add_subplot(grid[rows, :])
+    first = None
+    for i, name in enumerate(names):
+        ax = fig.add_subplot(grid[i // cols, i % cols], sharex=first, sharey=first)
+        first = first or ax
         color, style = POLICY_STYLE.get(name, ("#000000", "-"))
         p = ts[f"power_w:{name}"].to_numpy(float) / 1e3
         ax.plot(t[::every] / 3600, p[::every], style, color=color, lw=0.7, label=name)
-        z = (t >= t0 - zoom_s / 4) & (t <= t0 + zoom_s)
-        zx.plot(t[z] - t0, p[z], style, color=color, lw=1.0, label=name)
-    for a, x, scale in ((ax, t / 3600, every), (zx, t - t0, 1)):
-        m = np.ones_like(t, bool) if a is ax else (t >= t0 - zoom_s / 4) & (t <= t0 + zoom_s)
-        a.plot(
-            x[m][::scale],
-            np.where(np.isfinite(budget), budget, np.nan)[m][::scale] / 1e3,
-            color="black",
-            lw=1.4,
-            label="budget",
-        )
-        a.plot(
-            x[m][::scale],
-            np.where(np.isfinite(required), required, np.nan)[m][::scale] / 1e3,
-            color="black",
-            lw=0.8,
-            ls=":",
-            label="required (response time applied)",
-        )
-    ax.set_xlabel("time (h)")
-    ax.set_ylabel("cluster GPU power (kW)")
-    ax.set_title(f"{scenario}: cluster power under the budget signal, per policy")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        _budget_lines(ax, t[::every] / 3600, budget[::every], required[::every])
+        ax.set_title(name, fontsize=8)
+        ax.tick_params(labelsize=7)
+        if i % cols == 0:
+            ax.set_ylabel("power (kW)", fontsize=8)
+        if i // cols == rows - 1:
+            ax.set_xlabel("time (h)", fontsize=8)
+        zx.plot(t[near] - t0, p[near], style, color=color, lw=1.0, label=name)
+    _budget_lines(zx, t[near] - t0, budget[near], required[near])
     zx.set_xlabel("seconds since the first cut")
     zx.set_ylabel("cluster GPU power (kW)")
-    zx.set_title("response to the first cut", fontsize=9)
-    tight_layout(fig, (0, 0.02, 1, 1))
+    zx.set_title("every policy's response to the first cut", fontsize=9)
+    handles, labels = [], []
+    for h, lab in zip(*zx.get_legend_handles_labels()):
+        if lab not in labels:
+            handles.append(h)
+            labels.append(lab)
+    fig.legend(handles, labels, fontsize=7, loc="lower left", ncol=5, frameon=False)
+    fig.suptitle(f"{scenario}: cluster power under the budget signal, per policy")
+    tight_layout(fig, (0, 0.035 + 0.018 * int(np.ceil(len(labels) / 5)), 1, 1))
     label_backend(fig, backend)
     return fig
+
+
+def _budget_lines(ax, x: np.ndarray, budget: np.ndarray, required: np.ndarray) -> None:
+    """The budget and the required power (the budget with the response time applied)."""
+    ax.plot(x, budget / 1e3, color="black", lw=1.2, label="budget")
+    ax.plot(
+        x, required / 1e3, color="black", lw=0.8, ls=":", label="required (response time applied)"
+    )
 
 
 def tokens_figure(summary: pd.DataFrame, scenario: str, backend: Any):

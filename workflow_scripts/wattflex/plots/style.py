@@ -6,15 +6,22 @@ so an emulated plot can never pass for a measurement.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.collections import PathCollection
+from matplotlib.offsetbox import AnchoredOffsetbox, AnnotationBbox
 
 from wattflex.labels import backend_label  # noqa: F401 (re-exported: plots draw it)
+from wattflex.provenance import save_png
 from wattflex.vocabulary import CLUSTERS
+
+_log = logging.getLogger(__name__)
 
 CLUSTER_COLORS = dict(zip(CLUSTERS, ("#1f77b4", "#ff7f0e", "#2ca02c"), strict=True))
 CLUSTER_ORDER = list(CLUSTERS)
@@ -90,3 +97,125 @@ def apply_style(cfg: dict[str, Any]) -> None:
     text-extent cache; the rule scripts save without naming a dpi."""
     plt.style.use(cfg["style"])
     plt.rcParams["figure.dpi"] = plt.rcParams["savefig.dpi"] = int(cfg["dpi"])
+
+
+def _boxes(fig: plt.Figure, ax: plt.Axes | None) -> list[tuple[str, Any]]:
+    """(text, display bbox) of every annotation box: a text drawn in a box (``bbox=``), an
+    anchored text or offset box. Legends are not annotations (``loc="best"`` places them)."""
+    out = []
+    texts = ax.texts if ax is not None else fig.texts
+    for t in texts:
+        patch = t.get_bbox_patch()
+        if patch is not None and t.get_visible() and t.get_text().strip():
+            out.append((t.get_text().strip().splitlines()[0][:40], patch.get_window_extent()))
+    for artist in ax.artists if ax is not None else ():
+        if isinstance(artist, (AnchoredOffsetbox, AnnotationBbox)) and artist.get_visible():
+            out.append((type(artist).__name__, artist.get_window_extent()))
+    return out
+
+
+def _points(ax: plt.Axes) -> np.ndarray:
+    """Display coordinates of every plotted data point of ``ax`` inside its area."""
+    pts = []
+    for line in ax.lines:
+        xy = np.asarray(line.get_xydata(), dtype=float)
+        if len(xy):
+            pts.append(ax.transData.transform(xy))
+    for coll in ax.collections:
+        offsets = np.asarray(coll.get_offsets(), dtype=float)
+        if isinstance(coll, PathCollection) and len(offsets):
+            pts.append(coll.get_offset_transform().transform(offsets))
+    if not pts:
+        return np.empty((0, 2))
+    xy = np.concatenate(pts)
+    xy = xy[np.isfinite(xy).all(axis=1)]
+    box = ax.get_window_extent()
+    inside = (
+        (xy[:, 0] >= box.x0) & (xy[:, 0] <= box.x1) & (xy[:, 1] >= box.y0) & (xy[:, 1] <= box.y1)
+    )
+    return xy[inside]
+
+
+def _series(ax: plt.Axes) -> list[Any]:
+    """The data series of ``ax`` a legend should name: lines of 3 or more points, scatters,
+    shaded bands (reference lines of 2 points, such as y = x or a budget, are not series)."""
+    out = [line for line in ax.lines if len(line.get_xydata()) >= 3]
+    out += [
+        c
+        for c in ax.collections
+        if (isinstance(c, PathCollection) and len(c.get_offsets()))
+        or type(c).__name__ in ("PolyCollection", "FillBetweenPolyCollection")
+    ]
+    return out
+
+
+def _colours(artists: Any) -> set[tuple[float, ...]]:
+    """The colours (RGBA, rounded) ``artists`` are drawn in: a line's colour, a scatter's or a
+    band's face and edge colours (one colour each: a colormapped scatter names none)."""
+    out: set[tuple[float, ...]] = set()
+    for a in artists:
+        if a is None:
+            continue
+        if hasattr(a, "get_color") and not hasattr(a, "get_facecolor"):
+            cols = [matplotlib.colors.to_rgba(a.get_color())]
+        else:
+            cols = [
+                c
+                for getter in ("get_facecolor", "get_edgecolor")
+                if hasattr(a, getter)
+                for c in np.atleast_2d(getattr(a, getter)())
+                if len(c) == 4 and c[3] > 0
+            ]
+            if len({tuple(np.round(c, 3)) for c in cols}) > 2:
+                cols = []
+        out.update(tuple(np.round(np.asarray(c, float), 3)) for c in cols)
+    return out
+
+
+def figure_problems(fig: plt.Figure) -> list[str]:
+    """What a reader would trip on, found on the laid-out figure: an annotation box over a
+    plotted data point, and (on an Axes with more than one series) a series no legend of the
+    Axes or the figure names. Empty when the figure is clean."""
+    fig.draw_without_rendering()
+    problems = []
+    named = {t.get_text() for leg in fig.legends for t in leg.get_texts()}
+    colours = _colours([h for leg in fig.legends for h in leg.legend_handles])
+    for i, ax in enumerate(fig.axes):
+        where = ax.get_title() or f"axes {i}"
+        pts = _points(ax)
+        for text, box in _boxes(fig, ax) + _boxes(fig, None):
+            hit = (
+                (pts[:, 0] >= box.x0)
+                & (pts[:, 0] <= box.x1)
+                & (pts[:, 1] >= box.y0)
+                & (pts[:, 1] <= box.y1)
+            )
+            if hit.any():
+                problems.append(f"{where}: the box {text!r} covers {int(hit.sum())} data points")
+        series = _series(ax)
+        if len(series) < 2:
+            continue
+        legend = ax.get_legend()
+        here = named | ({t.get_text() for t in legend.get_texts()} if legend else set())
+        keys = colours | (_colours(legend.legend_handles) if legend else set())
+        unnamed = [
+            s
+            for s in series
+            if (s.get_label().startswith("_") or s.get_label() not in here)
+            and not (_colours([s]) & keys)  # drawn in a colour a legend entry names (a proxy)
+        ]
+        if unnamed:
+            problems.append(f"{where}: {len(unnamed)} of {len(series)} series in no legend")
+    return problems
+
+
+def save_figure(
+    fig: plt.Figure, path: Any, prov: dict[str, Any] | None = None, **meta: Any
+) -> list[str]:
+    """``save_png`` (PNG and SVG) after :func:`figure_problems`: the problems found are stored
+    in the figure's document (``figure_check``, empty when clean) and logged; returns them."""
+    problems = figure_problems(fig)
+    for problem in problems:
+        _log.warning("%s: %s", path, problem)
+    save_png(fig, path, prov, figure_check=problems, **meta)
+    return problems

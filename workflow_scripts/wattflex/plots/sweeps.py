@@ -5,6 +5,7 @@ values. Each function returns a Figure carrying the backend label (``wattflex.pl
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import matplotlib
@@ -13,6 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
 
 from wattflex.plots.style import CLUSTER_COLORS, CLUSTER_ORDER, label_backend, tight_layout
 from wattflex.telemetry import TRAINING, SummaryProtocol, detect_phases, job_series
@@ -90,6 +92,7 @@ def curve_points(runs: pd.DataFrame) -> pd.DataFrame:
         mem_clock_mhz=("mem_clock_mhz", "mean"),
         gpus=("gpus", "first"),
         set=("set", "first"),
+        **({"model": ("model", "first")} if "model" in runs else {}),
     )
     ref = pts.loc[pts.groupby("group")["cap_w"].idxmax(), ["group", "power_w", "tokens_per_s"]]
     pts = pts.merge(ref, on="group", suffixes=("", "_max"))
@@ -99,54 +102,73 @@ def curve_points(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def curves_figure(runs: pd.DataFrame, normalized: bool) -> plt.Figure:
+    """Power-throughput curves, a panel per cluster; each group coloured by its model (one
+    colour per model across panels, named in the figure's legend), H100 groups dashed."""
     pts = curve_points(runs)
     clusters = [c for c in CLUSTER_ORDER if c in set(pts["cluster"])] or sorted(
         pts["cluster"].unique()
     )
-    fig, axes = plt.subplots(1, len(clusters), figsize=(4.6 * len(clusters), 4.2), squeeze=False)
+    key = "model" if "model" in pts else "group"
+    colors = dict(zip(sorted(pts[key].astype(str).unique()), _palette()))
+    fig, axes = plt.subplots(1, len(clusters), figsize=(4.6 * len(clusters), 4.6), squeeze=False)
     for ax, cl in zip(axes[0], clusters):
         sub = pts[pts["cluster"] == cl]
-        for gid, g in sub.groupby("group"):
+        for _, g in sub.groupby("group"):
             g = g.sort_values("power_w")
-            if normalized:
-                ax.plot(
-                    g["power_norm"],
-                    g["tokens_norm"],
-                    marker="o",
-                    ms=3,
-                    lw=1,
-                    alpha=0.8,
-                    ls="--" if g["gpu_model"].iloc[0] == "H100" else "-",
-                )
-            else:
-                ax.plot(
-                    g["power_w"] / 1000,
-                    g["tokens_per_s"] / 1000,
-                    marker="o",
-                    ms=3,
-                    lw=1,
-                    alpha=0.8,
-                    ls="--" if g["gpu_model"].iloc[0] == "H100" else "-",
-                )
+            x, y = (
+                (g["power_norm"], g["tokens_norm"])
+                if normalized
+                else (g["power_w"] / 1000, g["tokens_per_s"] / 1000)
+            )
+            name = str(g[key].iloc[0])
+            ax.plot(
+                x,
+                y,
+                marker="o",
+                ms=3,
+                lw=1,
+                alpha=0.8,
+                color=colors[name],
+                label=name,
+                ls="--" if g["gpu_model"].iloc[0] == "H100" else "-",
+            )
         if normalized:
             ax.plot([0, 1], [0, 1], color="k", lw=0.8, ls=":", label="linear (PFI = 1)")
             ax.set_xlim(0.2, 1.02)
             ax.set_ylim(0.2, 1.05)
             ax.set_xlabel("P / P_max")
             ax.set_ylabel("T / T_max")
-            ax.legend(loc="lower right", fontsize=8)
         else:
             ax.set_xlabel("job power (kW)")
             ax.set_ylabel("tokens/s (thousands)")
-        h100 = "; dashed = H100" if (sub["gpu_model"] == "H100").any() else ""
-        ax.set_title(f"{cl} ({sub['group'].nunique()} groups{h100})")
+        ax.set_title(f"{cl} ({sub['group'].nunique()} groups)")
         ax.grid(alpha=0.3)
+    handles = [Line2D([], [], color=c, marker="o", ms=3, lw=1, label=m) for m, c in colors.items()]
+    if (pts["gpu_model"] == "H100").any():
+        handles.append(Line2D([], [], color="#555555", lw=1, ls="--", label="H100 (dashed)"))
+    if normalized:
+        handles.append(Line2D([], [], color="k", lw=0.8, ls=":", label="linear (PFI = 1)"))
+    fig.legend(
+        handles=handles,
+        loc="lower center",
+        ncol=min(len(handles), 5),
+        fontsize=8,
+        frameon=False,
+        bbox_to_anchor=(0.5, 0.02),
+    )
     fig.suptitle(
         "Power-throughput curves" + (", normalised to the uncapped run" if normalized else "")
     )
     label_backend(fig, runs["backend"].unique())
-    tight_layout(fig, (0, 0.03, 1, 1))
+    rows = math.ceil(len(handles) / 5)
+    tight_layout(fig, (0, 0.06 + 0.045 * rows, 1, 1))
     return fig
+
+
+def _palette() -> list[str]:
+    """Ten distinct colours (matplotlib's tab10), then tab20's lighter ones."""
+    tab10 = list(plt.get_cmap("tab10").colors)
+    return tab10 + list(plt.get_cmap("tab20").colors)[1::2]
 
 
 def pfi_by_cluster_figure(
@@ -159,7 +181,7 @@ def pfi_by_cluster_figure(
         if sub.empty:
             continue
         x = i + rng.uniform(-0.12, 0.12, len(sub))
-        ax.scatter(x, sub[value_col], color=CLUSTER_COLORS[cl], s=28, zorder=3)
+        ax.scatter(x, sub[value_col], color=CLUSTER_COLORS[cl], s=28, zorder=3, label=cl)
         if {"ci95_low", "ci95_high"} <= set(sub):
             ax.vlines(
                 x, sub["ci95_low"], sub["ci95_high"], color=CLUSTER_COLORS[cl], lw=1, alpha=0.6
@@ -173,6 +195,7 @@ def pfi_by_cluster_figure(
     ax.set_ylabel(f"PFI ({value_col})")
     ax.set_title("PFI by cluster (headline H200 groups, 95% CI)")
     ax.grid(axis="y", alpha=0.3)
+    ax.legend(title="group (95 % CI)", fontsize=8, title_fontsize=8, loc="upper left")
     label_backend(fig, backend)
     tight_layout(fig, (0, 0.03, 1, 1))
     return fig
@@ -213,10 +236,11 @@ def clocks_figure(runs: pd.DataFrame) -> plt.Figure:
         ax.set_xlabel("per-GPU power cap (W)")
         ax.grid(alpha=0.3)
     axes[1].set_ylim(0, max(3500, float(np.nanmax(pts["mem_clock_mhz"])) * 1.1))
-    axes[0].legend(fontsize=7, ncol=2)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, ncol=6, loc="lower left", frameon=False)
     fig.suptitle("Caps are enforced through the SM clock; the memory clock does not move")
     label_backend(fig, runs["backend"].unique())
-    tight_layout(fig, (0, 0.03, 1, 1))
+    tight_layout(fig, (0, 0.05 + 0.035 * math.ceil(len(labels) / 6), 1, 1))
     return fig
 
 
