@@ -48,13 +48,14 @@ def test_the_many_options_of_control_are_grouped():
 
 
 def test_one_meaning_per_option_name_and_old_spellings_still_work(capsys):
-    """--job is a sweep group (offer); control's GPUs are --job-gpus. --configfile everywhere."""
+    """--job is a sweep group (offer); a job's GPUs are --job-gpus (control, restore-caps).
+    --configfile everywhere."""
     flags: dict[str, set[str]] = {}
     for name, parser in COMMANDS.items():
         for action in parser._actions:
             for flag in action.option_strings:
                 flags.setdefault(flag, set()).add(name)
-    assert flags["--job-gpus"] == {"control"} and "--configfile" in flags
+    assert flags["--job-gpus"] == {"control", "restore-caps"} and "--configfile" in flags
     parser = build_parser()
     args = parser.parse_args(["control", "--budget-w", "100", "--job", "0-3", "--job", "4"])
     assert args.job == ["0-3", "4"]
