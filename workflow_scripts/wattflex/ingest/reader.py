@@ -248,7 +248,9 @@ def check_single_values(df: pd.DataFrame, where: str | Path) -> None:
     """Every cell one value: a parquet table can hold lists or maps in a cell, which no
     reader of a table takes; the first such cell of each column is named."""
     bad = []
-    for col in df.select_dtypes(include="object").columns:
+    # only object columns can hold a list or a map (a text column cannot: no select_dtypes
+    # "object", which also picks text columns under pandas 3 and warns)
+    for col in [c for c in df.columns if df[c].dtype == object]:
         nested = (
             df[col]
             .map(lambda v: isinstance(v, (list, tuple, dict, set, np.ndarray)))
