@@ -32,6 +32,7 @@ a bad row is named by file and line, with the same words, everywhere.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import stat
@@ -44,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from wattflex.ingest.dcgm import range_problem
+from wattflex.provenance import StaleSidecarError, check_sidecar
 from wattflex.run_ids import run_id
 from wattflex.telemetry import ACTIVITY_METRICS
 from wattflex.vocabulary import JOB_COLUMNS, VOCABULARY, cluster_of
@@ -201,6 +203,25 @@ def check_input_file(path: str | Path, what: str = "", max_bytes: int = MAX_TABL
             f"{label}: is {size / 2**20:,.0f} MiB, over the {max_bytes / 2**20:,.0f} MiB limit "
             "of an input"
         )
+    check_own_sidecar(path, label)
+
+
+def check_own_sidecar(path: Path, label: str) -> None:
+    """A wattflex output's ``<path>.meta.json`` beside an input must describe that input: one
+    whose ``sha256`` is another file's (a command killed between its renames, a file replaced
+    by hand) is refused with one line. A file without a sidecar (a user's own table) passes."""
+    sidecar = Path(f"{path}.meta.json")
+    if not sidecar.is_file():
+        return
+    try:
+        doc = json.loads(sidecar.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise IngestError(f"{label}: its sidecar {sidecar} cannot be read ({exc})") from None
+    if isinstance(doc, dict):
+        try:
+            check_sidecar(path, doc)
+        except StaleSidecarError as exc:
+            raise IngestError(str(exc).replace(str(path), label, 1)) from None
 
 
 def _file_kind(mode: int) -> str:
