@@ -361,7 +361,7 @@ def run(args: argparse.Namespace) -> int:
         run_loop,
         sample_devices,
     )
-    from wattflex.grid.events import Schedule, check_schedule, read_schedule
+    from wattflex.grid.events import Schedule, check_schedule, check_target_units, read_schedule
     from wattflex.runs.devices.base import CapError
     from wattflex.runs.devices.caps import default_state_dir, limit_setter
     from wattflex.runs.devices.nvml import local_gpu_indices, nvml, open_gpus
@@ -439,12 +439,19 @@ def run(args: argparse.Namespace) -> int:
             f"--budget-w {args.budget_w:g} W is below these GPUs' floor of {floor:.0f} W (the sum of "
             f"their minimum caps, {len(flat)} GPU(s)): no cap keeps them under it"
         )
+    if args.budget_w is not None:
+        check_target_units(
+            args.budget_w,
+            nominal,
+            f"--budget-w {args.budget_w:g} W",
+            "--budget-w is in W",
+        )
     signal, ven, load_w = None, None, [math.nan]
     if args.signal:
         signal = read_schedule(args.signal)
         basis = nominal if args.basis == "nominal" else float(np.nansum(first.power_w))
         if isinstance(signal, Schedule):
-            checked = check_schedule(signal, floor, basis, args.period_s)
+            checked = check_schedule(signal, floor, basis, args.period_s, ceiling_w=nominal)
             for w in checked.warnings:
                 print(f"warning: {w}", file=sys.stderr)
             signal = checked.schedule

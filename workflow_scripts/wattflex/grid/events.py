@@ -284,17 +284,52 @@ class ScheduleCheck:
     schedule: Schedule | None = None
 
 
+# A target this many times what the GPUs draw at their largest limits is a unit slip (W written
+# where kW is read: 1000 for 1 kW), not a target; from 1x to this a target curtails nothing.
+UNIT_SLIP_RATIO = 10.0
+
+
+def check_target_units(target_w: float, ceiling_w: float | None, what: str, unit: str) -> None:
+    """Refuse a target over :data:`UNIT_SLIP_RATIO` times ``ceiling_w`` (the sum of the GPUs'
+    largest power limits) with the hint that names the unit ``what`` is read in."""
+    if ceiling_w and math.isfinite(target_w) and target_w > UNIT_SLIP_RATIO * ceiling_w:
+        raise ScheduleError(
+            f"{what} is {target_w / ceiling_w:,.0f}x the {ceiling_w / 1e3:.4g} kW these GPUs "
+            f"draw at their largest limits: {unit} (written in the wrong unit?)"
+        )
+
+
 def check_schedule(
-    schedule: Schedule, floor_w: float, basis_w: float, period_s: float, settle_s: float = 2.0
+    schedule: Schedule,
+    floor_w: float,
+    basis_w: float,
+    period_s: float,
+    settle_s: float = 2.0,
+    ceiling_w: float | None = None,
 ) -> ScheduleCheck:
-    """Refuse what cannot be followed (overlap, an event already over); warn about what can
-    only be followed safely (a target below the floors: held at the floors; a deadline the
-    ramp cannot meet: the ramp is kept, the deadline missed). An event already under way
-    starts now. ``settle_s``: the firmware's time to act on a cap (~2 s, SETTLE_TAU_S)."""
+    """Refuse what cannot be followed (overlap, an event already over, a target far above what
+    the GPUs can draw, ``ceiling_w``: a unit slip); warn about what can only be followed safely
+    (a target below the floors: held at the floors; a deadline the ramp cannot meet: the ramp
+    is kept, the deadline missed; a target above ``ceiling_w``: nothing is curtailed). An event
+    already under way starts now. ``settle_s``: the firmware's time to act on a cap (~2 s,
+    SETTLE_TAU_S)."""
     out = ScheduleCheck()
     kept: list[Event] = []
     for e in schedule.events:
         where = f"event {e.event_id!r}"
+        if e.target_w is not None:
+            check_target_units(
+                e.target_w,
+                ceiling_w,
+                f"{where}: target_kw {e.target_w / 1e3:g}",
+                f"target_kw is kW ({e.target_w / 1e3:g} W is {e.target_w / 1e6:g} kW)",
+            )
+            if ceiling_w and e.target_w >= ceiling_w:
+                out.warnings.append(
+                    f"{where}: target {e.target_w / 1e3:g} kW is at or above the "
+                    f"{ceiling_w / 1e3:.4g} kW these GPUs draw at their largest limits: "
+                    "nothing is curtailed"
+                )
         if e.end_s <= 0:
             raise ScheduleError(
                 f"{where} ended {-e.end_s:.0f} s ago (end {e.end_s:g} s): remove it or fix its times"
