@@ -24,6 +24,7 @@ import argparse
 import math
 from pathlib import Path
 
+from wattflex.commands import name_list
 from wattflex.errors import UserError
 
 NAME = "calibrate"
@@ -216,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if facts.empty:
         raise UserError(_no_facts(args))
-    holdout = [h for h in args.holdout.split(",") if h]
+    holdout = name_list(args.holdout)
     missing = sorted(set(holdout) - set(facts.index))
     if missing:
         raise UserError(

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from wattflex.allocation.policies import CONTROL_POLICIES, SPLIT_POLICIES
-from wattflex.commands import finite_float, read_site_option
+from wattflex.commands import finite_float, name_list, read_site_option
 from wattflex.errors import UserError
 from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.schema import section_defaults
@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
             )
         except (OSError, ValueError) as e:
             raise UserError(f"--knob-choice: {e}") from None
-    partitions = [p.strip() for p in args.partition.split(",") if p.strip()]
+    partitions = name_list(args.partition)
     if args.partition and not partitions:
         raise UserError(f"--partition {args.partition!r}: name at least one partition")
     if shutil.which("squeue") is None or shutil.which("srun") is None:

@@ -188,8 +188,15 @@ def event_from_row(row: Mapping[str, Any], where: str, now: datetime | None = No
     now = now or datetime.now(UTC)
     unknown = set(row) - set(EVENT_KEYS)
     if unknown:
+        blank = sorted(k for k in unknown if isinstance(k, str) and k.strip() in EVENT_KEYS)
+        if blank:
+            raise ScheduleError(
+                f"{where}: key(s) {', '.join(map(repr, blank))} have blanks around them: "
+                f"write {', '.join(repr(k.strip()) for k in blank)}"
+            )
         raise ScheduleError(
-            f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(EVENT_KEYS)})"
+            f"{where}: unknown key(s) {', '.join(map(repr, sorted(map(str, unknown))))} "
+            f"(known: {', '.join(EVENT_KEYS)})"
         )
     start, end = _time(row, "start", where, now), _time(row, "end", where, now)
     if start is None or end is None:
@@ -231,10 +238,15 @@ def _event(
 def read_schedule(path: str | Path, now: datetime | None = None):
     """A :class:`Schedule` from a CSV (one event per row) or JSON (``{"events": [...]}``) file;
     the legacy ``time_s,fraction`` CSV comes back as its :class:`Signal`."""
-    import pandas as pd
 
     from wattflex.control.controller import read_signal
-    from wattflex.ingest.reader import MAX_DOC_BYTES, check_input_file, read_input_text
+    from wattflex.ingest.reader import (
+        MAX_DOC_BYTES,
+        check_input_file,
+        read_csv_named,
+        read_input_text,
+        strip_columns,
+    )
 
     path = Path(path)
     if path.suffix.lower() == ".json":
@@ -249,7 +261,10 @@ def read_schedule(path: str | Path, now: datetime | None = None):
             )
     else:
         check_input_file(path, "schedule", MAX_DOC_BYTES)
-        df = pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
+        df = strip_columns(
+            read_csv_named(path, "schedule", comment="#", dtype=str, keep_default_na=False),
+            f"schedule {path}",
+        )  # `event_id, start_s` names start_s
         if (
             {"time_s", "fraction"} <= set(df.columns)
             and "start_s" not in df.columns

@@ -63,6 +63,7 @@ from wattflex.allocation.allocator import allocate, water_fill
 from wattflex.allocation.curves import Curves, cap_rows, curves_from_points
 from wattflex.allocation.policies import SPLIT_POLICIES
 from wattflex.control.controller import ramp_at
+from wattflex.ingest.reader import read_csv_named
 from wattflex.provenance import strict_json
 
 log = logging.getLogger("wattflex.grid.slurm")
@@ -291,7 +292,11 @@ def read_group_curves(path: str | Path) -> GroupCurves:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"--curves {p}: no such file (give a campaign's runs.parquet)")
-    runs = pd.read_parquet(p) if p.suffix in (".parquet", ".pq") else pd.read_csv(p)
+    runs = (
+        pd.read_parquet(p)
+        if p.suffix in (".parquet", ".pq")
+        else read_csv_named(p, "--curves", dtype={"group": str})  # `01` and `1`: two groups
+    )
     try:
         return group_curves(runs)
     except ValueError as e:
