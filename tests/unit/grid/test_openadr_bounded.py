@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
-import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -21,51 +19,24 @@ from wattflex.grid.openadr import OpenADRVen, VenSettings
 from wattflex.grid.openadr3 import OpenADR3Ven
 
 
-class HangingVTN:
+class HangingVTN(ReplayVTN):
     """GET /events: request ``hang_on`` is held open and never answered; the ones before it
     list no event, the ones after it list ``events``."""
 
     def __init__(self, events, hang_on: int):
-        from aiohttp import web
+        super().__init__()
+        self.events, self.hang_on = events, hang_on
+        self.release = asyncio.Event()
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.events, self.hang_on, self.requests = events, hang_on, 0
-        self.loop = asyncio.new_event_loop()
-        up = threading.Event()
-
-        async def listed(request):
-            self.requests += 1
-            if self.requests == self.hang_on:
-                await self.release.wait()  # a VTN that took the request and hung
-            return web.json_response(self.events if self.requests > self.hang_on else [])
-
-        async def serve():
-            self.release = asyncio.Event()
-            app = web.Application()
-            app.router.add_get("/events", listed)
-            self.runner = web.AppRunner(app)
-            await self.runner.setup()
-            await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
-            up.set()
-
-        self.thread = threading.Thread(
-            target=lambda: (self.loop.run_until_complete(serve()), self.loop.run_forever()),
-            daemon=True,
-        )
-        self.thread.start()
-        assert up.wait(10)
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.port}"
+    async def listed(self, request):
+        self.queries.append(dict(request.query))
+        if len(self.queries) == self.hang_on:
+            await self.release.wait()  # a VTN that took the request and hung
+        return self.events if len(self.queries) > self.hang_on else []
 
     def stop(self):
         self.loop.call_soon_threadsafe(self.release.set)
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(timeout=10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
+        super().stop()
 
 
 def settings(url: str, **kw) -> VenSettings:
