@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--duration-s",
         type=finite_float(min=0, strict=True),
-        help="how long to coordinate, > 0 (default: to the schedule's end + 2 periods)",
+        help="how long to coordinate, > 0, at most a year (default: to the schedule's end + 2 periods)",
     )
     parser.add_argument(
         "--period-s",
@@ -109,7 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--response-s",
-        type=float,
+        type=finite_float(min=0),
         default=section_defaults("control", "scenarios", "*")["response_s"],
         help="M&V deadline of events that name none (default %(default)g s)",
     )
@@ -141,7 +141,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from wattflex.commands._outputs import check_not_in_measured_run
     from wattflex.commands.control import check_mv_dir, signal_end_s, write_run_mv_report
-    from wattflex.grid.events import Schedule, check_schedule, read_schedule
+    from wattflex.grid.events import MAX_SPAN_S, Schedule, check_schedule, read_schedule
     from wattflex.grid.slurm import OnceLog, agent_command, discover, run_coordinator
 
     split = cluster_split(args)  # bad input refused before anything starts
@@ -175,6 +175,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         end_s = source.duration_s
     duration = args.duration_s if args.duration_s is not None else end_s
+    if duration > MAX_SPAN_S:  # its waits and the agents' would overflow time_t
+        raise UserError(
+            f"--duration-s {duration:g}: at most a year ({MAX_SPAN_S:g} s): give a shorter run"
+        )
     out = Path(args.budget_dir)
     check_not_in_measured_run(out, "--budget-dir")
     out.mkdir(parents=True, exist_ok=True)
@@ -218,7 +222,11 @@ def run(args: argparse.Namespace) -> int:
                 out,
                 duration,
                 args.period_s,
-                lambda: discover(partitions=partitions, report=bad_job),
+                # a hung squeue is a failed one after a period (at least 1 s: squeue's own
+                # start), its jobs held as last known, never a coordinator stopped for 60 s
+                lambda: discover(
+                    partitions=partitions, report=bad_job, timeout_s=max(args.period_s, 1.0)
+                ),
                 launch,
                 min_w=gpu.min_limit_w,
                 max_w=gpu.max_limit_w,

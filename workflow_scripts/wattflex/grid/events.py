@@ -48,6 +48,12 @@ EVENT_KEYS = (
 )
 
 
+# The longest span a schedule, a control run or one of its waits may have: a leap year. No grid
+# event lasts longer, and every time derived from it stays far inside time_t and
+# threading.TIMEOUT_MAX (a start or period of 1e300 s overflowed them).
+MAX_SPAN_S = 8784 * 3600.0
+
+
 class ScheduleError(ValueError):
     """A schedule that cannot be followed safely (one line: which event, what, what to do)."""
 
@@ -72,6 +78,11 @@ class Event:
         ):
             raise ScheduleError(
                 f"{where}: end ({self.end_s:g} s) must be after start ({self.start_s:g} s)"
+            )
+        if max(abs(self.start_s), abs(self.end_s)) > MAX_SPAN_S:
+            raise ScheduleError(
+                f"{where}: start {self.start_s:g} s / end {self.end_s:g} s lie more than a year "
+                f"({MAX_SPAN_S:g} s) from now: give times within it"
             )
         if self.target_w is not None and not (math.isfinite(self.target_w) and self.target_w > 0):
             raise ScheduleError(
