@@ -23,6 +23,7 @@ from tests.unit.commands.test_cluster_control import (  # noqa: F401 (fixture)
     cluster_control_process,
     slurm_bin,
 )
+from tests.unit.commands.test_odd_inputs import no_hang
 from tests.unit.ingest.test_dcgm import exporter_capture
 from wattflex import cli
 from wattflex.grid.events import ScheduleError, read_schedule
@@ -128,7 +129,8 @@ def test_control_refuses_periods_that_overflow_time_fake_nvml(
 ):
     argv = ["control", "--budget-w", "1000", "--state-dir", str(tmp_path / "st")]
     argv += ["--duration-s", "1"] if option != "--duration-s" else []
-    assert cli.main([*argv, option, value]) == 2
+    with no_hang(20):  # before: a period of 1e300 s slept for ever
+        assert cli.main([*argv, option, value]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"wattflex control: error: {option} {float(value):g}" in err[0], err
     assert limits_w() == [700.0, 700.0]
