@@ -11,6 +11,7 @@ schema reads one. ``control`` runs on FAKE NVML (tests/fakes/fake_pynvml.py: two
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import yaml
@@ -20,6 +21,7 @@ from tests.unit.commands.test_allocate_site import SITE
 from wattflex import cli
 from wattflex.config import load_config
 from wattflex.errors import ConfigError
+from wattflex.grid.events import ScheduleError, read_schedule
 from wattflex.schema import REPO_ROOT
 
 
@@ -106,3 +108,16 @@ def test_a_site_file_refuses_non_finite_limits(tmp_path, run_cli, value):
     proc = run_cli("allocate", "c.csv", "--cut", "0.2", "--site", "site.yaml", cwd=tmp_path)
     assert proc.returncode == 2 and "not a finite number" in proc.stderr, proc.stderr
     assert "limit_kw" in proc.stderr
+
+
+@pytest.mark.parametrize("key", ["ramp_kw_per_s", "deadline_s", "target_kw", "start_s"])
+@pytest.mark.parametrize("value", ["NaN", "Infinity"])
+def test_a_json_schedule_refuses_non_finite_numbers(tmp_path, key, value):
+    """Before: JSON's NaN (Python's json reads it) was taken for a blank: a ramp limit or a
+    deadline of NaN silently became none."""
+    event = {"start_s": 0, "end_s": 5, "fraction": 0.5, "ramp_kw_per_s": 1, "deadline_s": 3}
+    event = {k: v for k, v in event.items() if not (key == "target_kw" and k == "fraction")}
+    text = json.dumps({"events": [{**event, key: "X"}]}).replace('"X"', value)
+    (tmp_path / "s.json").write_text(text)
+    with pytest.raises(ScheduleError, match=f"{key} .* is not a finite number"):
+        read_schedule(tmp_path / "s.json")

@@ -158,19 +158,21 @@ class Schedule:
 
 
 def _number(row: Mapping[str, Any], key: str, where: str) -> float | None:
+    """``row[key]`` as a finite number, None when absent or blank. JSON's ``NaN`` and
+    ``Infinity`` (Python's json reads them) are refused, never taken for a blank: a ramp limit
+    or deadline of NaN was silently none."""
     v = row.get(key)
-    if (
-        v is None
-        or (isinstance(v, str) and not v.strip())
-        or (isinstance(v, float) and math.isnan(v))
-    ):
+    if v is None or (isinstance(v, str) and not v.strip()):
         return None
     if isinstance(v, bool):  # JSON true/false: float() would follow true as 1
         raise ScheduleError(f"{where}: {key} {str(v).lower()} is not a number")  # as JSON spells it
     try:
-        return float(v)
+        number = float(v)
     except (TypeError, ValueError):
         raise ScheduleError(f"{where}: {key} {v!r} is not a number") from None
+    if not math.isfinite(number):
+        raise ScheduleError(f"{where}: {key} {v!r} is not a finite number (leave it out for none)")
+    return number
 
 
 def _time(row: Mapping[str, Any], key: str, where: str, now: datetime) -> float | None:
