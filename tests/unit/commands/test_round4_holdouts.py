@@ -75,8 +75,8 @@ def test_a_squeue_that_hangs_is_held_within_the_period(tmp_path, slurm_bin):  # 
         proc.kill()
     took = time.monotonic() - start
     assert proc.returncode == 0 and "Traceback" not in err, err
-    assert "answered nothing in 1 s" in out + err
-    assert took < 20, took  # 2 s of control, a 1 s bound per hung call
+    assert "answered nothing in 5 s" in out + err
+    assert took < 30, took  # 2 s of control, a 5 s bound on the hung call (not 4 x 60 s)
     assert fake_slurm.started(d) == 1
 
 

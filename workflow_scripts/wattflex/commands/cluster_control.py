@@ -38,6 +38,9 @@ from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.schema import section_defaults
 
 MIN_PERIOD_S = 0.2  # twice an agent's floor (control.MIN_PERIOD_S): a period also runs squeue and writes every unit's file
+# squeue's answer on a busy controller takes seconds (slurmctld serialises RPCs under load);
+# longer than this and the coordinator holds the last known jobs for the period instead
+SQUEUE_TIMEOUT_S = 5.0
 MAX_PERIOD_S = 3600.0  # a coordination period longer than an hour follows no grid event
 
 NAME = "cluster-control"
@@ -222,10 +225,12 @@ def run(args: argparse.Namespace) -> int:
                 out,
                 duration,
                 args.period_s,
-                # a hung squeue is a failed one after a period (at least 1 s: squeue's own
-                # start), its jobs held as last known, never a coordinator stopped for 60 s
+                # a hung squeue is a failed one after a period, at least SQUEUE_TIMEOUT_S, its
+                # jobs held as last known: never a coordinator stopped for squeue's own 60 s
                 lambda: discover(
-                    partitions=partitions, report=bad_job, timeout_s=max(args.period_s, 1.0)
+                    partitions=partitions,
+                    report=bad_job,
+                    timeout_s=max(args.period_s, SQUEUE_TIMEOUT_S),
                 ),
                 launch,
                 min_w=gpu.min_limit_w,

@@ -237,15 +237,16 @@ def discover(
 def jobs_or_last(
     discover_jobs: Any, last: list[SlurmJob], sleep: Any, backoff_s: Sequence[float]
 ) -> tuple[list[SlurmJob], str | None]:
-    """``discover_jobs()``, retried after each of ``backoff_s`` when SLURM fails; when every
-    try failed, the last known job set (held safe: its units keep their shares) and why."""
+    """``discover_jobs()``, retried after each of ``backoff_s`` when SLURM fails (not when it
+    hung: :class:`SqueueHung`); when every try failed, the last known job set (held safe: its
+    units keep their shares) and why, with the number of tries."""
     for wait in (*backoff_s, None):
         try:
             return list(discover_jobs()), None
         except SqueueHung as exc:  # asked again the next period, not within this one
-            return last, str(exc)
+            return last, f"{exc}; not asked again within the period"
         except SqueueError as exc:
-            why = str(exc)
+            why = f"{len(backoff_s) + 1} tries, the last: {exc}"
             if wait is not None:
                 sleep(wait)
     return last, why
@@ -802,7 +803,7 @@ def run_coordinator(
             jobs, why = jobs_or_last(discover_jobs, jobs, sleep, backoff_s)
             if why is not None and slurm_failing is None:
                 log(
-                    f"warning: SLURM failed {len(backoff_s) + 1} times ({why}); holding the last known "
+                    f"warning: SLURM failed ({why}); holding the last known "
                     f"{len(jobs)} job(s) and their shares, asking again each period"
                 )
             elif why is None and slurm_failing is not None:
