@@ -121,3 +121,17 @@ def test_a_json_schedule_refuses_non_finite_numbers(tmp_path, key, value):
     (tmp_path / "s.json").write_text(text)
     with pytest.raises(ScheduleError, match=f"{key} .* is not a finite number"):
         read_schedule(tmp_path / "s.json")
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (["allocate", "c.csv", "--cut", "30"], "30% is 0.3"),
+        (["offer", "c.csv", "--loss", "25"], "25% is 0.25"),
+    ],
+)
+def test_a_fraction_written_as_a_percentage_gets_the_hint(tmp_path, run_cli, argv, hint):
+    """Before: the range alone ("must be a fraction in [0, 1), got 30.0"), no word of percent."""
+    (tmp_path / "c.csv").write_text("job,power_w,throughput,cap_w\nj,300,80,300\nj,500,100,700\n")
+    proc = run_cli(*argv, cwd=tmp_path)
+    assert proc.returncode == 2 and hint in proc.stderr, proc.stderr

@@ -390,7 +390,8 @@ def allocate_table(
     if (cut is None) == (budget_w is None):
         raise ValueError("give exactly one of cut or budget_w")
     if cut is not None and not 0.0 <= cut < 1.0:
-        raise ValueError(f"cut must be a fraction in [0, 1), got {cut}")
+        percent = f" (a percentage? {cut:g}% is {cut / 100:g})" if 1 < cut <= 100 else ""
+        raise ValueError(f"cut must be a fraction in [0, 1), got {cut}{percent}")
     if budget_w is not None and not (np.isfinite(budget_w) and budget_w > 0):
         raise ValueError(f"budget_w must be a positive number of watts, got {budget_w}")
     check_points(points, source)

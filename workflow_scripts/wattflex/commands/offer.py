@@ -211,8 +211,11 @@ def run(args: argparse.Namespace) -> int:
 
     losses = tuple(args.loss) if args.loss else LOSSES
     if not all(0 < x < 1 for x in losses):
+        percent = [x for x in losses if 1 < x <= 100]
+        hint = f" (a percentage? {percent[0]:g}% is {percent[0] / 100:g})" if percent else ""
         raise UserError(
             f"--loss {', '.join(f'{x:g}' for x in losses)}: each must be a fraction in (0, 1)"
+            + hint
         )
     path = args.curves or default_curves(args.config)
     if args.statement:
