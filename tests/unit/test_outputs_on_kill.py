@@ -141,3 +141,50 @@ def test_a_kill_leaves_no_stale_companion_unnoticed(tmp_path, monkeypatch):
     monkeypatch.setattr(prov, "_remove_stale_companions", lambda paths: None)
     prov.write_json({"y": 2}, tmp_path / "t.csv")  # the same name, another kind of output
     assert artifact_meta(tmp_path / "t.csv") is None
+
+
+WRITE_AS_NOBODY = r"""
+import pandas as pd, sys
+from wattflex.provenance import write_csv
+write_csv(pd.DataFrame({"x": [1]}), sys.argv[1])
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="plants a folder for another uid (setpriv)")
+def test_a_folder_one_may_write_but_not_list_still_takes_an_output():
+    """The fsync of the folder needs it opened for reading: a user writing into a -wx folder
+    (mode 0733, not theirs) must still get the output, the folder's sync passed over."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="wattflex-drop-", dir="/tmp"))  # pytest's are 0700
+    folder.chmod(0o733)
+    try:
+        _write_as_nobody(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _write_as_nobody(folder: Path) -> None:
+    """write_csv into ``folder`` as uid 65534, then the output read back as root."""
+    proc = subprocess.run(
+        [
+            "setpriv",
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            WRITE_AS_NOBODY,
+            str(folder / "t.csv"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": os.environ.get("PYTHONPATH", ""), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (folder / "t.csv").stat().st_uid == 65534
+    assert read_csv(folder / "t.csv")["x"].tolist() == [1]

@@ -338,8 +338,8 @@ def write_together(files: list[tuple[str | os.PathLike, Any]]) -> None:
             )
             os.close(fd)
             write(tmps[i])
+            _fsync(tmps[i])  # before the chmod: a 0200 output's file could not be opened after
             os.chmod(tmps[i], mode)
-            _fsync(tmps[i])
         folders = list(dict.fromkeys(p.parent for p in paths))
         for folder in folders:  # the temporary names are durable before any rename
             _fsync(folder)
@@ -378,8 +378,12 @@ def write_together(files: list[tuple[str | os.PathLike, Any]]) -> None:
 def _fsync(path: str | os.PathLike) -> None:
     """``fsync`` a file or a folder (its entries: the names a rename made), so what a
     command reported written survives a crash or a power cut. A filesystem that cannot
-    sync a folder (``EINVAL`` on some FUSE and network mounts) is passed over."""
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if os.path.isdir(path) else 0))
+    sync a folder (``EINVAL`` on some FUSE and network mounts), or a folder this user may
+    write but not read, is passed over."""
+    try:
+        fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if os.path.isdir(path) else 0))
+    except PermissionError:  # a folder one may write but not list (mode -wx): nothing to sync by
+        return
     try:
         os.fsync(fd)
     except OSError as exc:
