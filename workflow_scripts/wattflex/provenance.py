@@ -584,7 +584,8 @@ def check_sidecar(path: str | os.PathLike, doc: dict[str, Any]) -> dict[str, Any
             raise StaleSidecarError(
                 f"{path}: its sidecar {path}.meta.json describes another file (sha256 "
                 f"{recorded[:12]}..., the file's is {h.hexdigest()[:12]}...): the command that "
-                "wrote it was stopped or the file was replaced since; rerun that command"
+                "wrote it was stopped or the file was replaced since; rerun that command (or "
+                "remove the sidecar to read an edited file as your own)"
             )
     return doc
 
