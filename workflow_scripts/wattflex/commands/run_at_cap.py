@@ -64,9 +64,7 @@ def check_spec(spec: object, path: Path) -> None:
         or isinstance(spec["cap_w"], bool)
         or not 0 < spec["cap_w"] < math.inf
     ):
-        raise UserError(
-            f"{path}: cap_w: {spec['cap_w']!r} is not a positive finite number of watts"
-        )
+        raise UserError(f"{path}: cap_w: {spec['cap_w']!r} is not a positive number of watts")
     if not isinstance(spec["repeat"], int) or isinstance(spec["repeat"], bool):
         raise UserError(f"{path}: repeat: {spec['repeat']!r} is not an integer")
     if not isinstance(spec["group"], dict) or "id" not in spec["group"]:
