@@ -4,16 +4,16 @@ import pandas as pd
 
 from wattflex.plots.allocation import fig8_figure, out_of_sample_figure
 from wattflex.plots.style import apply_style, save_figure
-from wattflex.provenance import provenance, read_json
+from wattflex.provenance import provenance, read_sidecar
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
 log = rule_logger(smk)
 apply_style(smk.params.figures)
-summary_meta = read_json(f"{smk.input.summary}.meta.json")
+summary_meta = read_sidecar(smk.input.summary)
 backend = summary_meta["provenance"].get("backend")
 skipped_mixes = summary_meta.get("skipped_mixes") or {}
-headline_reason = read_json(f"{smk.input.headline}.meta.json").get("reason")
+headline_reason = read_sidecar(smk.input.headline).get("reason")
 prov = provenance(params=smk.params.figures, inputs=list(smk.input), backend=backend)
 save_figure(
     fig8_figure(

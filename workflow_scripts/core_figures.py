@@ -5,7 +5,7 @@ from pathlib import Path
 
 from wattflex.plots import sweeps as figures
 from wattflex.plots.style import apply_style, save_figure
-from wattflex.provenance import provenance, read_csv, read_json, read_parquet
+from wattflex.provenance import provenance, read_csv, read_json, read_parquet, read_sidecar
 from wattflex.smk import rule_logger
 from wattflex.telemetry import SummaryProtocol
 from wattflex.vocabulary import PUBLISHED_H200_SETS
@@ -43,7 +43,7 @@ save_figure(figures.pfi_by_cluster_figure(headline, backends), out["pfi_by_clust
 save_figure(figures.clocks_figure(runs), out["clocks_vs_cap"], prov)
 
 table = read_csv(smk.input.table6)
-summary = read_json(f"{smk.input.table6}.meta.json").get("summary", {})
+summary = read_sidecar(smk.input.table6).get("summary", {})
 stat = "\n".join(
     f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}"
     for k, v in summary.items()

@@ -2,7 +2,7 @@
 both into a folder to put first on PATH.
 
 - ``squeue`` answers, call after call, the next of the answers given (the last one again
-  once they run out): ``{"rc": N, "stdout": TEXT}``; every call is counted in ``squeue.calls``.
+  once they run out): ``{"rc": N, "stdout": TEXT, "sleep": S}``; every call is counted in ``squeue.calls``.
 - ``srun`` stands in for the agent's job step: it writes its arguments to
   ``srun.<pid>.args``, answers as an agent would (its ``--load-file``, 1300 W, every 0.1 s)
   for as long as the agent's ``--duration-s`` says, and on SIGTERM writes
@@ -22,6 +22,7 @@ calls = here / "squeue.calls"
 n = int(calls.read_text()) if calls.exists() else 0
 calls.write_text(str(n + 1))
 a = answers[min(n, len(answers) - 1)]
+__import__("time").sleep(a.get("sleep", 0))  # a squeue that hangs
 sys.stdout.write(a.get("stdout", ""))
 sys.stderr.write(a.get("stderr", ""))
 sys.exit(a.get("rc", 0))

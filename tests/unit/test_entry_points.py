@@ -67,6 +67,11 @@ RUN_AT_CAP_CASES = {
         "out",
         "spec.json: cap_w: -5 is not a positive number of watts",
     ),
+    "cap_w infinite": (  # JSON's Infinity: issue 47, no non-finite number runs
+        lambda s: s.update(cap_w=float("inf")),
+        "out",
+        "spec.json: cap_w: inf is not a positive number of watts",
+    ),
     "group text": (
         lambda s: s.update(group="x"),
         "out",

@@ -29,6 +29,7 @@ config/config.yaml; sections then missing take the schema's defaults (filled by 
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
@@ -127,9 +128,22 @@ def _fill_properties(validator, properties, instance, schema):
     yield from _VALIDATE_PROPERTIES(validator, properties, instance, schema)
 
 
+def _is_finite_number(checker, instance) -> bool:
+    """JSON Schema's ``number``, less NaN and the infinities: YAML's ``.nan`` passes every
+    ``minimum`` and ``maximum`` (each comparison with NaN is false), then fails at use."""
+    return jsonschema.Draft202012Validator.TYPE_CHECKER.is_type(instance, "number") and (
+        not isinstance(instance, float) or math.isfinite(instance)
+    )
+
+
+# The validator every schema of wattflex is checked with: numbers are finite.
+FiniteValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("number", _is_finite_number),
+)
 _VALIDATE_PROPERTIES = jsonschema.Draft202012Validator.VALIDATORS["properties"]
 _DefaultFillingValidator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator, {"properties": _fill_properties}
+    FiniteValidator, {"properties": _fill_properties}
 )
 
 
@@ -157,7 +171,7 @@ def validate_schema(
     cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH, schema: dict[str, Any] | None = None
 ) -> None:
     schema = schema if schema is not None else _read_schema(schema_path)
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = FiniteValidator(schema)
     cfg = {k: v for k, v in cfg.items() if k not in INTERNAL_KEYS}
     errors = sorted(
         validator.iter_errors(cfg),
@@ -172,6 +186,15 @@ def validate_schema(
             msg += (
                 f" ({e.instance} is text to YAML 1.1, which reads an exponent only after a dot and "
                 f"with a sign: write {float(e.instance):.1e} or {float(e.instance):.0f})"
+            )
+        elif (
+            e.validator == "type"
+            and isinstance(e.instance, float)
+            and not math.isfinite(e.instance)
+        ):
+            msg = (
+                f"{e.instance} is not a finite number (YAML's .nan and .inf are refused here): "
+                "give a number"
             )
         elif e.validator == "additionalProperties" and isinstance(e.instance, dict):
             msg = _unknown_keys(e.instance, e.schema)

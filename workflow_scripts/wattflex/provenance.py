@@ -8,6 +8,7 @@ file written by an incompatible future wattflex fails loudly instead of being mi
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -158,9 +159,9 @@ def artifact_meta(path: str | os.PathLike) -> dict[str, Any] | None:
             doc = json.loads(path.read_text())
             if isinstance(doc, dict) and "schema_version" in doc:
                 return doc
-            return json.loads(sidecar.read_text()) if sidecar.is_file() else None
+            return _own_sidecar(path, sidecar)
         if suffix in (".csv", ".md"):
-            return json.loads(sidecar.read_text()) if sidecar.is_file() else None
+            return _own_sidecar(path, sidecar)
         if suffix == ".png":
             from PIL import Image
 
@@ -181,6 +182,16 @@ def artifact_meta(path: str | os.PathLike) -> dict[str, Any] | None:
     except (OSError, ValueError, SyntaxError):
         return None
     return None
+
+
+def _own_sidecar(path: Path, sidecar: Path) -> dict[str, Any] | None:
+    """The sidecar's document if it is ``path``'s own (:func:`check_sidecar`), else None."""
+    if not sidecar.is_file():
+        return None
+    try:
+        return check_sidecar(path, json.loads(sidecar.read_text()))
+    except StaleSidecarError:
+        return None
 
 
 def inherited(inputs: Iterable[str | os.PathLike], key: str) -> str | None:
@@ -332,7 +343,11 @@ def write_together(files: list[tuple[str | os.PathLike, Any]]) -> None:
             )
             os.close(fd)
             write(tmps[i])
+            _fsync(tmps[i])  # before the chmod: a 0200 output's file could not be opened after
             os.chmod(tmps[i], mode)
+        folders = list(dict.fromkeys(p.parent for p in paths))
+        for folder in folders:  # the temporary names are durable before any rename
+            _fsync(folder)
         lock = _folder_lock(paths) if len(files) > 1 else None
         for i in reversed(range(len(files))):
             current = paths[i]
@@ -342,6 +357,9 @@ def write_together(files: list[tuple[str | os.PathLike, Any]]) -> None:
             os.replace(tmps[i], paths[i])
             tmps[i] = None
             done.append(i)
+        for folder in folders:  # and the renames before the command says it is done
+            _fsync(folder)
+        _remove_stale_companions(paths)
     except BaseException as exc:
         for i in done:  # put the set back as it was
             if olds[i] is not None:
@@ -360,6 +378,44 @@ def write_together(files: list[tuple[str | os.PathLike, Any]]) -> None:
             os.close(lock)  # releases the lock
         for tmp in (*tmps, *olds):
             _unlink(tmp)
+
+
+def _fsync(path: str | os.PathLike) -> None:
+    """``fsync`` a file or a folder (its entries: the names a rename made), so what a
+    command reported written survives a crash or a power cut. A filesystem that cannot
+    sync a folder (``EINVAL`` on some FUSE and network mounts), or a folder this user may
+    write but not read, is passed over."""
+    try:
+        fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if os.path.isdir(path) else 0))
+    except PermissionError:  # a folder one may write but not list (mode -wx): nothing to sync by
+        return
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+# Files a command writes beside its output, named after it: a set written without one of them
+# removes the one an earlier command left (it would describe another output).
+COMPANIONS = (".meta.json", ".totals.json")
+
+
+def _remove_stale_companions(paths: list[Path]) -> None:
+    """Remove the companion files (:data:`COMPANIONS`) of the outputs in ``paths`` that this set
+    did not write: another command's sidecar beside a new output would claim it. Killed before
+    this, a stale sidecar stays, but its ``sha256`` no longer matches and every reader says so
+    (:func:`check_sidecar`)."""
+    written = {str(p) for p in paths}
+    for p in paths:
+        if str(p).endswith(COMPANIONS):
+            continue
+        for suffix in COMPANIONS:
+            companion = f"{p}{suffix}"
+            if companion not in written and os.path.lexists(companion):
+                _unlink(companion)
 
 
 def _folder_lock(paths: list[Path]) -> int | None:
@@ -490,18 +546,59 @@ def read_json(path: str | os.PathLike) -> dict[str, Any]:
     return doc
 
 
+def document_files(
+    data: bytes, path: str | os.PathLike, prov: dict[str, Any] | None = None, **meta: Any
+) -> list[tuple[str | os.PathLike, Any]]:
+    """A plain document (``data``: a CSV, an OpenADR object, a page) and its
+    ``<path>.meta.json`` sidecar as ``(path, write)`` pairs, the document first
+    (:func:`write_together` renames it last). The sidecar carries the document's ``sha256``,
+    so a reader tells a sidecar that describes another file (a kill between the two renames,
+    a file replaced by hand) from the document's own (:func:`check_sidecar`)."""
+    check_writable(path)
+    digest = hashlib.sha256(data).hexdigest()
+    sidecar = json_file(
+        {"artifact": Path(path).name, "sha256": digest, **meta}, f"{path}.meta.json", prov
+    )
+    return [(path, lambda tmp: Path(tmp).write_bytes(data)), sidecar]
+
+
 def csv_files(
     df: pd.DataFrame, path: str | os.PathLike, prov: dict[str, Any] | None = None, **meta: Any
 ) -> list[tuple[str | os.PathLike, Any]]:
-    """The CSV and its ``<path>.meta.json`` sidecar as ``(path, write)`` pairs, CSV first
-    (:func:`write_together` renames it last)."""
-    check_writable(path)
-    sidecar = json_file(
-        {"artifact": Path(path).name, "columns": list(map(str, df.columns)), **meta},
-        f"{path}.meta.json",
-        prov,
-    )
-    return [(path, lambda tmp: df.to_csv(tmp, index=False)), sidecar]
+    """The CSV and its ``<path>.meta.json`` sidecar (:func:`document_files`), CSV first."""
+    data = df.to_csv(index=False).encode()
+    return document_files(data, path, prov, columns=list(map(str, df.columns)), **meta)
+
+
+class StaleSidecarError(ValueError):
+    """A ``.meta.json`` sidecar whose ``sha256`` is not that of the file beside it."""
+
+
+def check_sidecar(path: str | os.PathLike, doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` (the sidecar of ``path``), refused with one line when the hash it records is
+    not ``path``'s: the sidecar belongs to another output (a command killed between its two
+    renames, or the file replaced since). A sidecar without ``sha256`` (written before sidecars carried
+    it) is taken as it is."""
+    recorded = doc.get("sha256")
+    if recorded is not None:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        if h.hexdigest() != recorded:
+            raise StaleSidecarError(
+                f"{path}: its sidecar {path}.meta.json describes another file (sha256 "
+                f"{recorded[:12]}..., the file's is {h.hexdigest()[:12]}...): the command that "
+                "wrote it was stopped or the file was replaced since; rerun that command (or "
+                "remove the sidecar to read an edited file as your own)"
+            )
+    return doc
+
+
+def read_sidecar(path: str | os.PathLike) -> dict[str, Any]:
+    """The sidecar ``<path>.meta.json`` of a document, its schema version and its hash of
+    ``path`` checked (:func:`check_sidecar`)."""
+    return check_sidecar(path, read_json(f"{path}.meta.json"))
 
 
 def write_csv(
@@ -513,10 +610,11 @@ def write_csv(
 
 
 def read_csv(path: str | os.PathLike, **kwargs: Any) -> pd.DataFrame:
-    """Read a wattflex CSV, refusing one whose sidecar has an unknown major schema version."""
+    """Read a wattflex CSV, refusing one whose sidecar has an unknown major schema version or
+    describes another file (:func:`read_sidecar`)."""
     import pandas as pd
 
-    read_json(f"{path}.meta.json")
+    read_sidecar(path)
     return pd.read_csv(path, **kwargs)
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +60,30 @@ class DuplicateKeyError(yaml.YAMLError):
         self.line, self.message = line, message
 
 
+# The largest YAML document read (a config, a site file, the catalogue): far above any real
+# one, and a bound on what a wrong path (/dev/zero, a huge log) can make the reader load.
+MAX_YAML_BYTES = 64 * 2**20
+
+
 def read_yaml(path: str | Path) -> Any:
     """A YAML file (UTF-8, a byte-order mark allowed) with unique keys; a file in another
-    encoding or with a key given twice raises :class:`ConfigError` naming the file (and line)."""
-    raw = Path(path).read_bytes()
+    encoding or with a key given twice raises :class:`ConfigError` naming the file (and line),
+    as does a path that is not a regular file (``/dev/zero`` was read for ever), a missing one,
+    or one over ``MAX_YAML_BYTES``."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a device or FIFO)"
+        raise ConfigError(f"{path}: is {kind}: give a YAML file")
+    if st.st_size > MAX_YAML_BYTES:
+        raise ConfigError(
+            f"{path}: is {st.st_size / 2**20:,.0f} MiB, over the {MAX_YAML_BYTES // 2**20} MiB "
+            "of a YAML document: is it the right file?"
+        )
+    with open(path, "rb") as fh:
+        raw = fh.read(MAX_YAML_BYTES + 1)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -106,7 +106,7 @@ def test_times_need_a_zone_and_unknown_keys_are_named(tmp_path):
     p.write_text(
         json.dumps({"events": [{"start_s": 0, "end_s": 60, "fraction": 0.5, "target": 3}]})
     )
-    with pytest.raises(ScheduleError, match="event 1: unknown key.s. target"):
+    with pytest.raises(ScheduleError, match="event 1: unknown key.s. 'target'"):
         read_schedule(p, NOW)
 
 

@@ -57,9 +57,7 @@ class ReplayVTN:
         up = threading.Event()
 
         async def events(request):
-            self.queries.append(dict(request.query))
-            prog = request.query.get("programID")
-            return web.json_response([e for e in self.events if prog in (None, e["programID"])])
+            return web.json_response(await self.listed(request))
 
         async def reports(request):
             body = await request.json()
@@ -81,6 +79,12 @@ class ReplayVTN:
         )
         self.thread.start()
         assert up.wait(10)
+
+    async def listed(self, request):
+        """The events GET /events answers (those of the program asked for)."""
+        self.queries.append(dict(request.query))
+        prog = request.query.get("programID")
+        return [e for e in self.events if prog in (None, e["programID"])]
 
     @property
     def url(self):

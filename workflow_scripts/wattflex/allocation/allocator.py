@@ -36,7 +36,7 @@ allocate`` command) raises :class:`InfeasibleBudget`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +54,7 @@ from wattflex.allocation.curves import (
 from wattflex.allocation.oracle import RTOL, concave_hull, oracle, plan_greedy
 from wattflex.allocation.policies import POLICIES, POLICY_FEATURES, WEIGHTED_POLICIES
 from wattflex.allocation.waterfill import water_fill  # noqa: F401 (the policies' split, re-exported)
+from wattflex.ingest.reader import CAP_RANGE_W, POWER_RANGE_W
 from wattflex.schema import section_defaults
 
 _ALLOCATION = section_defaults("allocation")  # moe_ft_share, curve_nodes: the schema's
@@ -305,6 +306,39 @@ JOB_COLUMNS = (
 )
 
 
+def _check_units(
+    jobs: Sequence[str],
+    curves: Curves,
+    per_job: Mapping[str, Any],
+    points: pd.DataFrame,
+    source: str | None,
+) -> None:
+    """Each job's uncapped power per GPU in the range a GPU draws, the range the sweep reader
+    holds ``power_w / gpus`` to (``POWER_RANGE_W``; the highest point at least the lowest cap,
+    ``CAP_RANGE_W``): curves in kW (0.7 for 700 W) would cap nothing and say nothing. Without
+    a ``gpus`` column only the floor is held (a job of one GPU draws at least that)."""
+    gpus = (
+        pd.to_numeric(pd.Series(per_job["gpus"]), errors="coerce").to_numpy(float)
+        if "gpus" in per_job
+        else np.ones(len(jobs))
+    )
+    per_gpu = curves.ceiling_w / gpus
+    # without a gpus column a job may hold any number of GPUs: only the floor can be held
+    low, high = CAP_RANGE_W[0], POWER_RANGE_W[1] if "gpus" in per_job else np.inf
+    bad = np.flatnonzero((per_gpu < low) | (per_gpu > high))
+    if bad.size:
+        i = int(bad[0])
+        line = int(np.flatnonzero((points["job"] == jobs[i]).to_numpy())[0]) + 2
+        hint = "in kW? power_w is watts" if per_gpu[i] < low else "in mW? power_w is watts"
+        raise ValueError(
+            f"{'' if source is None else f'{source}:{line}: '}job {jobs[i]!r}: uncapped "
+            f"power_w {curves.ceiling_w[i]:.6g} is {per_gpu[i]:.4g} W per GPU "
+            f"({'gpus ' + format(gpus[i], 'g') if 'gpus' in per_job else 'no gpus column: 1 GPU'}), "
+            f"outside the {low:g}-{POWER_RANGE_W[1]:g} W a GPU draws ({hint})"
+            + (f" (and {bad.size - 1} more such job(s))" if bad.size > 1 else "")
+        )
+
+
 def allocate_table(
     points: pd.DataFrame,
     policy: str,
@@ -356,7 +390,8 @@ def allocate_table(
     if (cut is None) == (budget_w is None):
         raise ValueError("give exactly one of cut or budget_w")
     if cut is not None and not 0.0 <= cut < 1.0:
-        raise ValueError(f"cut must be a fraction in [0, 1), got {cut}")
+        percent = f" (a percentage? {cut:g}% is {cut / 100:g})" if 1 < cut <= 100 else ""
+        raise ValueError(f"cut must be a fraction in [0, 1), got {cut}{percent}")
     if budget_w is not None and not (np.isfinite(budget_w) and budget_w > 0):
         raise ValueError(f"budget_w must be a positive number of watts, got {budget_w}")
     check_points(points, source)
@@ -394,6 +429,7 @@ def allocate_table(
                 f"{'' if source is None else f'{source}:{line}: '}job {jobs[i]!r}: gpus "
                 f"{per_job['gpus'][i]} is not a positive number"
             )
+    _check_units(jobs, curves, per_job, points, source)
     features = {
         "pfi": per_job.get("pfi"),
         "pfi_measured": per_job.get("pfi_measured"),

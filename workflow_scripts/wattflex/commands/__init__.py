@@ -52,6 +52,12 @@ def whole_number(min: int | None = None, max: int | None = None):
     return parse
 
 
+def name_list(text: str) -> list[str]:
+    """A comma-separated option (``--order dense, moe-pt``): its names, each stripped of the
+    blanks around it, empty ones dropped."""
+    return [name for name in (part.strip() for part in text.split(",")) if name]
+
+
 def read_site_option(path: str):
     """``--site``: the site file (:func:`wattflex.grid.topology.read_site`), a bad one refused
     with its one line."""

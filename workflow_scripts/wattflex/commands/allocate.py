@@ -66,7 +66,13 @@ def read_curves(path: str):
     ``allocate_table`` (``source=``)."""
     import pandas as pd
 
-    from wattflex.ingest.reader import check_input_file, check_single_values, strip_columns
+    from wattflex.ingest.reader import (
+        ID_COLUMNS,
+        check_input_file,
+        check_single_values,
+        ids_as_text,
+        strip_columns,
+    )
 
     check_input_file(path)
     if path.endswith((".parquet", ".pq")):
@@ -78,12 +84,12 @@ def read_curves(path: str):
             ) from None
     else:
         try:
-            points = pd.read_csv(
-                path, dtype={"job": str, "group": str, "clock_group": str, "node": str}
-            )
+            points = pd.read_csv(path, dtype=dict.fromkeys(ID_COLUMNS, str))
         except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
             raise ValueError(f"{path}: not a readable CSV ({exc})") from None
-    check_single_values(strip_columns(points, path), path)
+    points = strip_columns(points, path)
+    ids_as_text(points)  # a parquet's integer ids too
+    check_single_values(points, path)
     return points
 
 

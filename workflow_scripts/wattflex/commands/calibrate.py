@@ -24,7 +24,7 @@ import argparse
 import math
 from pathlib import Path
 
-from wattflex.commands import RenamedOption
+from wattflex.commands import RenamedOption, name_list
 from wattflex.errors import UserError
 
 NAME = "calibrate"
@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if facts.empty:
         raise UserError(_no_facts(args))
-    holdout = [h for h in args.holdout.split(",") if h]
+    holdout = name_list(args.holdout)
     missing = sorted(set(holdout) - set(facts.index))
     if missing:
         raise UserError(

@@ -32,12 +32,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from wattflex.allocation.policies import CONTROL_POLICIES, SPLIT_POLICIES
-from wattflex.commands import finite_float, read_site_option
+from wattflex.commands import finite_float, name_list, read_site_option
 from wattflex.errors import UserError
 from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.schema import section_defaults
 
 MIN_PERIOD_S = 0.2  # twice an agent's floor (control.MIN_PERIOD_S): a period also runs squeue and writes every unit's file
+# squeue's answer on a busy controller takes seconds (slurmctld serialises RPCs under load);
+# longer than this and the coordinator holds the last known jobs for the period instead
+SQUEUE_TIMEOUT_S = 5.0
 MAX_PERIOD_S = 3600.0  # a coordination period longer than an hour follows no grid event
 
 NAME = "cluster-control"
@@ -58,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--duration-s",
         type=finite_float(min=0, strict=True),
-        help="how long to coordinate, > 0 (default: to the schedule's end + 2 periods)",
+        help="how long to coordinate, > 0, at most a year (default: to the schedule's end + 2 periods)",
     )
     parser.add_argument(
         "--period-s",
@@ -109,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--response-s",
-        type=float,
+        type=finite_float(min=0),
         default=section_defaults("control", "scenarios", "*")["response_s"],
         help="M&V deadline of events that name none (default %(default)g s)",
     )
@@ -141,7 +144,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from wattflex.commands._outputs import check_not_in_measured_run
     from wattflex.commands.control import check_mv_dir, signal_end_s, write_run_mv_report
-    from wattflex.grid.events import Schedule, check_schedule, read_schedule
+    from wattflex.grid.events import MAX_SPAN_S, Schedule, check_schedule, read_schedule
     from wattflex.grid.slurm import OnceLog, agent_command, discover, run_coordinator
 
     split = cluster_split(args)  # bad input refused before anything starts
@@ -158,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
             )
         except (OSError, ValueError) as e:
             raise UserError(f"--knob-choice: {e}") from None
-    partitions = [p.strip() for p in args.partition.split(",") if p.strip()]
+    partitions = name_list(args.partition)
     if args.partition and not partitions:
         raise UserError(f"--partition {args.partition!r}: name at least one partition")
     if shutil.which("squeue") is None or shutil.which("srun") is None:
@@ -175,6 +178,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         end_s = source.duration_s
     duration = args.duration_s if args.duration_s is not None else end_s
+    if duration > MAX_SPAN_S:  # its waits and the agents' would overflow time_t
+        raise UserError(
+            f"--duration-s {duration:g}: at most a year ({MAX_SPAN_S:g} s): give a shorter run"
+        )
     out = Path(args.budget_dir)
     check_not_in_measured_run(out, "--budget-dir")
     out.mkdir(parents=True, exist_ok=True)
@@ -218,7 +225,13 @@ def run(args: argparse.Namespace) -> int:
                 out,
                 duration,
                 args.period_s,
-                lambda: discover(partitions=partitions, report=bad_job),
+                # a hung squeue is a failed one after a period, at least SQUEUE_TIMEOUT_S, its
+                # jobs held as last known: never a coordinator stopped for squeue's own 60 s
+                lambda: discover(
+                    partitions=partitions,
+                    report=bad_job,
+                    timeout_s=max(args.period_s, SQUEUE_TIMEOUT_S),
+                ),
                 launch,
                 min_w=gpu.min_limit_w,
                 max_w=gpu.max_limit_w,

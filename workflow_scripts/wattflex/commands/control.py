@@ -46,6 +46,7 @@ HELP = (
     "Per-job GPU caps that follow a power budget or signal (--dry-run: print them, change nothing)"
 )
 MIN_PERIOD_S = 0.1  # a shorter period only busies NVML (a limit takes ~100 ms to act)
+MAX_PERIOD_S = 3600.0  # a control period longer than an hour follows no grid event
 # the campaign's controller settings and cap control, the defaults of the same options here
 _CONTROLLER, _CUDA = section_defaults("control", "controller"), section_defaults("cuda")
 _SCENARIO = section_defaults("control", "scenarios", "*")
@@ -223,23 +224,31 @@ def parse_gpus(spec: str) -> list[int]:
     return out
 
 
-def check_args(args: argparse.Namespace) -> None:
-    """Refuse numbers that would make a wrong or runaway controller, before anything is read."""
+def check_args(args: argparse.Namespace, max_span_s: float) -> None:
+    """Refuse numbers that would make a wrong or runaway controller, before anything is read;
+    ``max_span_s``: the longest time in seconds (``wattflex.grid.events.MAX_SPAN_S``)."""
 
-    def finite(name: str, v: float | None, low: float, inclusive: bool = False) -> None:
-        if v is not None and not (math.isfinite(v) and (v >= low if inclusive else v > low)):
+    def finite(
+        name: str, v: float | None, low: float, inclusive: bool = False, high: float = math.inf
+    ) -> None:
+        if v is not None and not (
+            math.isfinite(v) and (v >= low if inclusive else v > low) and v <= high
+        ):
+            top = f" and <= {high:g}" if math.isfinite(high) else ""
             raise UserError(
-                f"{name} {v:g}: must be a finite number {'>=' if inclusive else '>'} {low:g}"
+                f"{name} {v:g}: must be a finite number {'>=' if inclusive else '>'} {low:g}{top}"
             )
 
+    # seconds are held to a year (max_span_s), a period to an hour (as cluster-control's):
+    # larger ones overflowed time_t and the waits built on them
     finite("--budget-w", args.budget_w, 0.0)
-    finite("--period-s", args.period_s, MIN_PERIOD_S, inclusive=True)
-    finite("--duration-s", args.duration_s, 0.0)
-    finite("--at-s", args.at_s, 0.0, inclusive=True)
-    finite("--restore-stagger-s", args.restore_stagger_s, 0.0, inclusive=True)
-    finite("--response-s", args.response_s, 0.0, inclusive=True)
+    finite("--period-s", args.period_s, MIN_PERIOD_S, inclusive=True, high=MAX_PERIOD_S)
+    finite("--duration-s", args.duration_s, 0.0, high=max_span_s)
+    finite("--at-s", args.at_s, 0.0, inclusive=True, high=max_span_s)
+    finite("--restore-stagger-s", args.restore_stagger_s, 0.0, inclusive=True, high=MAX_PERIOD_S)
+    finite("--response-s", args.response_s, 0.0, inclusive=True, high=max_span_s)
     finite("--ramp-kw-per-s", args.ramp_kw_per_s, 0.0)
-    finite("--budget-stale-s", args.budget_stale_s, 0.0)
+    finite("--budget-stale-s", args.budget_stale_s, 0.0, high=max_span_s)
     if args.budget_file and args.duration_s is None:
         raise UserError("with --budget-file, say how long to control with --duration-s")
     vtn = "--openadr-vtn" if args.openadr_vtn else "--openadr3-vtn" if args.openadr3_vtn else None
@@ -369,12 +378,18 @@ def run(args: argparse.Namespace) -> int:
         run_loop,
         sample_devices,
     )
-    from wattflex.grid.events import Schedule, check_schedule, read_schedule
+    from wattflex.grid.events import (
+        MAX_SPAN_S,
+        Schedule,
+        check_schedule,
+        check_target_units,
+        read_schedule,
+    )
     from wattflex.runs.devices.base import CapError
     from wattflex.runs.devices.caps import default_state_dir, limit_setter
     from wattflex.runs.devices.nvml import local_gpu_indices, nvml, open_gpus
 
-    check_args(args)
+    check_args(args, MAX_SPAN_S)
     indices = [parse_gpus(j) for j in args.job] if args.job else None
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
     if not args.dry_run:
@@ -447,12 +462,19 @@ def run(args: argparse.Namespace) -> int:
             f"--budget-w {args.budget_w:g} W is below these GPUs' floor of {floor:.0f} W (the sum of "
             f"their minimum caps, {len(flat)} GPU(s)): no cap keeps them under it"
         )
+    if args.budget_w is not None:
+        check_target_units(
+            args.budget_w,
+            nominal,
+            f"--budget-w {args.budget_w:g} W",
+            "--budget-w is in W",
+        )
     signal, ven, load_w = None, None, [math.nan]
     if args.signal:
         signal = read_schedule(args.signal)
         basis = nominal if args.basis == "nominal" else float(np.nansum(first.power_w))
         if isinstance(signal, Schedule):
-            checked = check_schedule(signal, floor, basis, args.period_s)
+            checked = check_schedule(signal, floor, basis, args.period_s, ceiling_w=nominal)
             for w in checked.warnings:
                 print(f"warning: {w}", file=sys.stderr)
             signal = checked.schedule

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from wattflex.commands import finite_float, read_site_option
+from wattflex.commands import finite_float, name_list, read_site_option
 from wattflex.gpus import DEFAULT_GPU, GPUS
 
 NAME = "knobs"
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     from wattflex.errors import UserError
     from wattflex.provenance import csv_files, provenance, write_together
 
-    allowed = [k.strip() for k in args.knobs.split(",") if k.strip()]
+    allowed = name_list(args.knobs)
     unknown = sorted(set(allowed) - set(KNOB_NAMES))
     if unknown or not allowed:
         raise UserError(f"--knobs {args.knobs!r}: name one or more of {', '.join(KNOB_NAMES)}")

@@ -217,8 +217,11 @@ def run(args: argparse.Namespace) -> int:
 
     losses = tuple(args.loss) if args.loss else LOSSES
     if not all(0 < x < 1 for x in losses):
+        percent = [x for x in losses if 1 < x <= 100]
+        hint = f" (a percentage? {percent[0]:g}% is {percent[0] / 100:g})" if percent else ""
         raise UserError(
             f"--loss {', '.join(f'{x:g}' for x in losses)}: each must be a fraction in (0, 1)"
+            + hint
         )
     path = args.curves or default_curves(args.config)
     if args.statement:
@@ -230,6 +233,13 @@ def run(args: argparse.Namespace) -> int:
     check_points(points[["job", "power_w", "throughput"]], source=path, single_ok=True)
     caps = points["cap_w"] if "cap_w" in points.columns else None  # a job at one cap cannot shed
     ids, curves = curves_from_points(points["job"], points["power_w"], points["throughput"], caps)
+    flat = curves.floor_w >= curves.ceiling_w
+    if flat.all():  # an offer of 0 kW whatever the loss: no number to give a grid operator
+        raise UserError(
+            f"{path}: every job has a single measured point ({', '.join(map(repr, ids[:3]))}"
+            f"{', ...' if len(ids) > 3 else ''}): a job sheds power only along a curve of at "
+            "least two caps; measure more caps (wattflex pfi's sweep) and offer again"
+        )
     index = {j: i for i, j in enumerate(ids)}
     rows = np.array([index[name] for name, n in chosen for _ in range(n)])
     names = [name if n == 1 else f"{name}#{k + 1}" for name, n in chosen for k in range(n)]

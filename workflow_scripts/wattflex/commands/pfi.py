@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--uncapped-cap-w",
-        type=float,
+        type=finite_float(min=0, strict=True),
         help="cap of an uncapped run (e.g. 700 on H200); groups below it are "
         "flagged missing_uncapped",
     )
@@ -78,8 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--power-tol",
-        type=float,
-        help="a cap binds if realised per-GPU power is within this fraction of it "
+        type=finite_float(min=0, max=1),
+        help="a cap binds if realised per-GPU power is within this fraction of it, 0 to 1 "
         f"(default {POWER_TOL:g})",
     )
 

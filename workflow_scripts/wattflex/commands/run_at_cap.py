@@ -18,6 +18,7 @@ import argparse
 import errno
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from wattflex.commands import finite_float
 from wattflex.commands._outputs import check_not_in_measured_run
 from wattflex.errors import UserError
 from wattflex.runs.protection import recorded_backend
@@ -36,7 +38,11 @@ HELP = "Run one training job at one power cap (emulated or real GPUs) and write 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", type=Path, help="run spec (JSON)")
     parser.add_argument("outdir", type=Path, help="output directory")
-    parser.add_argument("--cap-w", type=float, help="power cap per GPU in W (overrides the spec)")
+    parser.add_argument(
+        "--cap-w",
+        type=finite_float(min=0, strict=True),
+        help="power cap per GPU in W (overrides the spec)",
+    )
 
 
 def check_spec(spec: object, path: Path) -> None:
@@ -56,7 +62,7 @@ def check_spec(spec: object, path: Path) -> None:
     if (
         not isinstance(spec["cap_w"], (int, float))
         or isinstance(spec["cap_w"], bool)
-        or not spec["cap_w"] > 0
+        or not 0 < spec["cap_w"] < math.inf
     ):
         raise UserError(f"{path}: cap_w: {spec['cap_w']!r} is not a positive number of watts")
     if not isinstance(spec["repeat"], int) or isinstance(spec["repeat"], bool):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from wattflex.commands import name_list
 from wattflex.errors import UserError
 from wattflex.schema import section_defaults
 
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         table.drop(columns="_where"),
         value_col=args.value_col,
         group_col=args.group_col,
-        order=[o for o in args.order.split(",") if o],
+        order=name_list(args.order),
         p_adjust=args.p_adjust,
         alpha=args.alpha,
     )

@@ -65,12 +65,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from wattflex.allocation.allocator import policy_weights, predicted_curves, water_fill
 from wattflex.allocation.curves import Curves
 from wattflex.allocation.oracle import concave_hull, hull_greedy, plan_greedy
 from wattflex.allocation.policies import CONTROL_POLICIES, CURVE_POLICIES
+from wattflex.ingest.reader import read_csv_named
 from wattflex.pfi import pfi_ratio_curves
 from wattflex.schema import section_defaults
 
@@ -108,7 +108,7 @@ class Signal:
 
 def read_signal(path: str | Path) -> Signal:
     """Read a signal CSV with columns ``time_s,fraction`` (``#`` comment lines allowed)."""
-    df = pd.read_csv(path, comment="#")
+    df = read_csv_named(path, "signal", comment="#")
     missing = {"time_s", "fraction"} - set(df.columns)
     if missing:
         raise ValueError(

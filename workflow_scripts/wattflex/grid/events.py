@@ -48,6 +48,12 @@ EVENT_KEYS = (
 )
 
 
+# The longest span a schedule, a control run or one of its waits may have: a leap year. No grid
+# event lasts longer, and every time derived from it stays far inside time_t and
+# threading.TIMEOUT_MAX (a start or period of 1e300 s overflowed them).
+MAX_SPAN_S = 8784 * 3600.0
+
+
 class ScheduleError(ValueError):
     """A schedule that cannot be followed safely (one line: which event, what, what to do)."""
 
@@ -72,6 +78,11 @@ class Event:
         ):
             raise ScheduleError(
                 f"{where}: end ({self.end_s:g} s) must be after start ({self.start_s:g} s)"
+            )
+        if self.end_s > MAX_SPAN_S:  # a past one is said "ended" by check_schedule
+            raise ScheduleError(
+                f"{where}: end {self.end_s:g} s lies more than a year ({MAX_SPAN_S:g} s) "
+                "ahead: give times within it"
             )
         if self.target_w is not None and not (math.isfinite(self.target_w) and self.target_w > 0):
             raise ScheduleError(
@@ -147,19 +158,21 @@ class Schedule:
 
 
 def _number(row: Mapping[str, Any], key: str, where: str) -> float | None:
+    """``row[key]`` as a finite number, None when absent or blank. JSON's ``NaN`` and
+    ``Infinity`` (Python's json reads them) are refused, never taken for a blank: a ramp limit
+    or deadline of NaN was silently none."""
     v = row.get(key)
-    if (
-        v is None
-        or (isinstance(v, str) and not v.strip())
-        or (isinstance(v, float) and math.isnan(v))
-    ):
+    if v is None or (isinstance(v, str) and not v.strip()):
         return None
     if isinstance(v, bool):  # JSON true/false: float() would follow true as 1
         raise ScheduleError(f"{where}: {key} {str(v).lower()} is not a number")  # as JSON spells it
     try:
-        return float(v)
+        number = float(v)
     except (TypeError, ValueError):
         raise ScheduleError(f"{where}: {key} {v!r} is not a number") from None
+    if not math.isfinite(number):
+        raise ScheduleError(f"{where}: {key} {v!r} is not a finite number (leave it out for none)")
+    return number
 
 
 def _time(row: Mapping[str, Any], key: str, where: str, now: datetime) -> float | None:
@@ -188,8 +201,15 @@ def event_from_row(row: Mapping[str, Any], where: str, now: datetime | None = No
     now = now or datetime.now(UTC)
     unknown = set(row) - set(EVENT_KEYS)
     if unknown:
+        blank = sorted(k for k in unknown if isinstance(k, str) and k.strip() in EVENT_KEYS)
+        if blank:
+            raise ScheduleError(
+                f"{where}: key(s) {', '.join(map(repr, blank))} have blanks around them: "
+                f"write {', '.join(repr(k.strip()) for k in blank)}"
+            )
         raise ScheduleError(
-            f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(EVENT_KEYS)})"
+            f"{where}: unknown key(s) {', '.join(map(repr, sorted(map(str, unknown))))} "
+            f"(known: {', '.join(EVENT_KEYS)})"
         )
     start, end = _time(row, "start", where, now), _time(row, "end", where, now)
     if start is None or end is None:
@@ -231,10 +251,15 @@ def _event(
 def read_schedule(path: str | Path, now: datetime | None = None):
     """A :class:`Schedule` from a CSV (one event per row) or JSON (``{"events": [...]}``) file;
     the legacy ``time_s,fraction`` CSV comes back as its :class:`Signal`."""
-    import pandas as pd
 
     from wattflex.control.controller import read_signal
-    from wattflex.ingest.reader import MAX_DOC_BYTES, check_input_file, read_input_text
+    from wattflex.ingest.reader import (
+        MAX_DOC_BYTES,
+        check_input_file,
+        read_csv_named,
+        read_input_text,
+        strip_columns,
+    )
 
     path = Path(path)
     if path.suffix.lower() == ".json":
@@ -249,7 +274,10 @@ def read_schedule(path: str | Path, now: datetime | None = None):
             )
     else:
         check_input_file(path, "schedule", MAX_DOC_BYTES)
-        df = pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
+        df = strip_columns(
+            read_csv_named(path, "schedule", comment="#", dtype=str, keep_default_na=False),
+            f"schedule {path}",
+        )  # `event_id, start_s` names start_s
         if (
             {"time_s", "fraction"} <= set(df.columns)
             and "start_s" not in df.columns
@@ -284,17 +312,52 @@ class ScheduleCheck:
     schedule: Schedule | None = None
 
 
+# A target this many times what the GPUs draw at their largest limits is a unit slip (W written
+# where kW is read: 1000 for 1 kW), not a target; from 1x to this a target curtails nothing.
+UNIT_SLIP_RATIO = 10.0
+
+
+def check_target_units(target_w: float, ceiling_w: float | None, what: str, unit: str) -> None:
+    """Refuse a target over :data:`UNIT_SLIP_RATIO` times ``ceiling_w`` (the sum of the GPUs'
+    largest power limits) with the hint that names the unit ``what`` is read in."""
+    if ceiling_w and math.isfinite(target_w) and target_w > UNIT_SLIP_RATIO * ceiling_w:
+        raise ScheduleError(
+            f"{what} is {target_w / ceiling_w:,.0f}x the {ceiling_w / 1e3:.4g} kW these GPUs "
+            f"draw at their largest limits: {unit} (written in the wrong unit?)"
+        )
+
+
 def check_schedule(
-    schedule: Schedule, floor_w: float, basis_w: float, period_s: float, settle_s: float = 2.0
+    schedule: Schedule,
+    floor_w: float,
+    basis_w: float,
+    period_s: float,
+    settle_s: float = 2.0,
+    ceiling_w: float | None = None,
 ) -> ScheduleCheck:
-    """Refuse what cannot be followed (overlap, an event already over); warn about what can
-    only be followed safely (a target below the floors: held at the floors; a deadline the
-    ramp cannot meet: the ramp is kept, the deadline missed). An event already under way
-    starts now. ``settle_s``: the firmware's time to act on a cap (~2 s, SETTLE_TAU_S)."""
+    """Refuse what cannot be followed (overlap, an event already over, a target far above what
+    the GPUs can draw, ``ceiling_w``: a unit slip); warn about what can only be followed safely
+    (a target below the floors: held at the floors; a deadline the ramp cannot meet: the ramp
+    is kept, the deadline missed; a target above ``ceiling_w``: nothing is curtailed). An event
+    already under way starts now. ``settle_s``: the firmware's time to act on a cap (~2 s,
+    SETTLE_TAU_S)."""
     out = ScheduleCheck()
     kept: list[Event] = []
     for e in schedule.events:
         where = f"event {e.event_id!r}"
+        if e.target_w is not None:
+            check_target_units(
+                e.target_w,
+                ceiling_w,
+                f"{where}: target_kw {e.target_w / 1e3:g}",
+                f"target_kw is kW ({e.target_w / 1e3:g} W is {e.target_w / 1e6:g} kW)",
+            )
+            if ceiling_w and e.target_w >= ceiling_w:
+                out.warnings.append(
+                    f"{where}: target {e.target_w / 1e3:g} kW is at or above the "
+                    f"{ceiling_w / 1e3:.4g} kW these GPUs draw at their largest limits: "
+                    "nothing is curtailed"
+                )
         if e.end_s <= 0:
             raise ScheduleError(
                 f"{where} ended {-e.end_s:.0f} s ago (end {e.end_s:g} s): remove it or fix its times"

@@ -58,6 +58,9 @@ class VenSettings:
     ]  # the controller's period
     ramp_w_per_s: float = math.inf
     deadline_s: float = math.inf
+    # the longest one request to the VTN may take (a poll, a report): a VTN that accepts the
+    # connection and never answers must not stop the VEN from polling again
+    request_timeout_s: float = 10.0
 
 
 class LiveSchedule:
@@ -125,6 +128,19 @@ def _shift(e: Event, by_s: float) -> Event:
     return replace(e, start_s=e.start_s + by_s, end_s=e.end_s + by_s)
 
 
+def aware(at: datetime, where: str) -> datetime:
+    """``at``, refused with one line when it carries no UTC offset (a time of no zone cannot
+    be placed: subtracting it from an aware time raises ``TypeError``)."""
+    if not isinstance(at, datetime) or at.tzinfo is None or at.utcoffset() is None:
+        raise ScheduleError(f"{where}: start {at} has no UTC offset (the VTN must send one)")
+    return at
+
+
+# What a malformed event raises on its way to Events besides ScheduleError: a field missing
+# (KeyError), of the wrong type (TypeError, AttributeError) or value (ValueError).
+BAD_EVENT = (ScheduleError, KeyError, TypeError, AttributeError, ValueError)
+
+
 def events_from_openadr(
     event: dict[str, Any], s: VenSettings, t0_wall: datetime
 ) -> tuple[Event, ...]:
@@ -139,7 +155,7 @@ def events_from_openadr(
                 f"target (wattflex follows {', '.join('/'.join(k) for k in SIGNALS)})"
             )
         for k, iv in enumerate(sig["intervals"]):
-            start = (iv["dtstart"] - t0_wall).total_seconds()
+            start = (aware(iv["dtstart"], f"event {eid!r}: interval {k}") - t0_wall).total_seconds()
             end = start + iv["duration"].total_seconds()
             value = float(iv["signal_payload"])
             out.append(
@@ -189,6 +205,8 @@ class OpenADRVen:
             taken, msgs = self.live.offer(eid, events, self.s)
         except ScheduleError as exc:
             taken, msgs = False, [str(exc)]
+        except BAD_EVENT as exc:  # one bad event is refused; the VEN goes on
+            taken, msgs = False, [f"event {eid!r} cannot be used ({type(exc).__name__}: {exc})"]
         for m in msgs:
             (log.info if taken else log.warning)("OpenADR %s", m)
         self.messages += msgs
@@ -215,7 +233,16 @@ class OpenADRVen:
 
         async def watched_poll() -> None:  # when the VTN last answered a poll
             try:
-                await poll()
+                async with asyncio.timeout(self.s.request_timeout_s):
+                    await poll()
+            except TimeoutError:
+                log.warning(
+                    "OpenADR VTN %s: no answer to a poll in %g s; held events are followed "
+                    "to their end, the next poll goes on",
+                    self.s.vtn_url,
+                    self.s.request_timeout_s,
+                )
+                return
             except asyncio.CancelledError:
                 if not self._stopping:
                     raise

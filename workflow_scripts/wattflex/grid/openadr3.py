@@ -11,11 +11,13 @@ through the same checks as a schedule (:meth:`wattflex.grid.openadr.LiveSchedule
 an event the VTN no longer lists is dropped (the controller restores). While an event is
 active the VEN posts a ``DEMAND`` report (the measured load in kW) when the event asks for
 one (``reportDescriptors``). As with OpenADR 2.0b, events are held locally with their end
-times: a VTN that stops answering leaves them followed to their end, never past it.
+times: a VTN that stops answering leaves them followed to their end, never past it. Every
+request (a poll, a report) is bounded by ``VenSettings.request_timeout_s``: a VTN that takes
+a request and never answers is a failed poll, and the next poll goes on.
 
 **One bad event stops nothing.** The list is read as JSON and each event validated on its
 own: an event that cannot be used (not a valid OpenADR 3 object, a limit that is not a
-number) is logged once with its id and refused, and the rest of the list is still followed,
+number, a start without a UTC offset) is logged once with its id and refused, and the rest of the list is still followed,
 withdrawals included. An event listed again with other content (same id, e.g. a new limit)
 replaces the one held; an update that cannot be used or is refused leaves the earlier
 version followed, and says so.
@@ -34,7 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from wattflex.grid.events import Event, ScheduleError
-from wattflex.grid.openadr import LiveSchedule, VenSettings
+from wattflex.grid.openadr import BAD_EVENT, LiveSchedule, VenSettings, aware
 
 log = logging.getLogger("wattflex.grid.openadr3")
 
@@ -59,8 +61,9 @@ def events_from_oadr3(event: Any, s: VenSettings, t0_wall: datetime) -> tuple[Ev
         period = iv.interval_period or base
         if period is None or isinstance(period.start, str):
             raise ScheduleError(f"event {eid!r}: interval {iv.id} has no start")
-        start = (
-            period.start if iv.interval_period is not None else period.start + k * period.duration
+        start = aware(
+            period.start if iv.interval_period is not None else period.start + k * period.duration,
+            f"event {eid!r}: interval {iv.id}",
         )
         values = [p.values[0] for p in iv.payloads if p.type == PAYLOAD and p.values]
         if not values:
@@ -127,7 +130,8 @@ class OpenADR3Ven:
         return {k: "followed" if v else "refused" for k, v in self.accepted.items()}
 
     async def _poll_once(self, client: Any) -> None:
-        docs = await self._get_events(client)
+        async with asyncio.timeout(self.s.request_timeout_s):
+            docs = await self._get_events(client)
         self.last_poll_ok = time.monotonic()
         listed = {}
         for k, doc in enumerate(docs):
@@ -151,7 +155,8 @@ class OpenADR3Ven:
         if math.isfinite(self.load_w()) and self.live.active(now_s):
             for eid, ev in self._held.items():
                 if self.accepted.get(eid) and ev.report_descriptors:
-                    await self._report(client, ev)
+                    async with asyncio.timeout(self.s.request_timeout_s):
+                        await self._report(client, ev)
 
     async def _get_events(self, client: Any) -> list[Any]:
         """The VTN's event list as JSON (toadr3's ``get_events`` validates the whole list at
@@ -181,6 +186,8 @@ class OpenADR3Ven:
             taken, msgs = False, [f"event {eid!r} is not a valid OpenADR 3 event: {_reason(exc)}"]
         except ScheduleError as exc:  # names the event
             taken, msgs = False, [str(exc)]
+        except BAD_EVENT as exc:  # one bad event is refused; the rest are still followed
+            taken, msgs = False, [f"event {eid!r} cannot be used ({type(exc).__name__}: {exc})"]
         if taken:
             self._held[eid] = ev
             if update:
@@ -219,14 +226,15 @@ class OpenADR3Ven:
                 except (
                     Exception
                 ) as exc:  # a VTN that fails keeps what it sent: see the module docstring
+                    why = str(exc) or f"no answer in {self.s.request_timeout_s:g} s"
                     if not self._first.is_set():
-                        self._error = f"{type(exc).__name__}: {exc}"
+                        self._error = f"{type(exc).__name__}: {why}"
                     else:
                         log.warning(
                             "OpenADR 3 VTN %s: %s (%s); held events are followed to their end",
                             self.s.vtn_url,
                             type(exc).__name__,
-                            exc,
+                            why,
                         )
                 self._first.set()
                 if self._error:

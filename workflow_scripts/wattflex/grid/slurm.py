@@ -63,6 +63,7 @@ from wattflex.allocation.allocator import allocate, water_fill
 from wattflex.allocation.curves import Curves, cap_rows, curves_from_points
 from wattflex.allocation.policies import SPLIT_POLICIES
 from wattflex.control.controller import ramp_at
+from wattflex.ingest.reader import read_csv_named
 from wattflex.provenance import strict_json
 
 log = logging.getLogger("wattflex.grid.slurm")
@@ -86,8 +87,31 @@ def unit_name(job_id: str, node: str) -> str:
     return f"{job_id}.{node}"
 
 
+# Bounds on what one squeue answer may name, checked before a range is expanded into a list (a
+# range of 10^9 filled the memory): Slurm's own MAX_SLURM_NODES is 64,000 (slurm.h.in, 100,000
+# in newer releases); no node has more than 1024 GPUs (as control.MAX_GPU_INDEX).
+MAX_HOSTS = 100_000
+MAX_GPU_INDEX = 1023
+# A job id as squeue prints it (``123``, an array task ``123_4``, a het component ``123+1``) and a
+# host name (RFC 1123 letters, digits, ``-``, ``.``, ``_``): both become file names in the budget
+# folder, so anything else (``../x``) is refused.
+_JOB_ID = re.compile(r"^\d+(?:_\d+)?(?:\+\d+)?$")
+_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _range(part: str, top: int, what: str) -> range:
+    """``lo-hi`` or ``lo`` of a Slurm list as a range, refused when it runs backwards or past
+    ``top``."""
+    lo, _, hi = part.partition("-")
+    first, last = int(lo), int(hi or lo)
+    if last < first or last > top:
+        raise ValueError(f"{what} range {part!r} runs backwards or past {top}")
+    return range(first, last + 1)
+
+
 def expand_hostlist(spec: str) -> list[str]:
-    """``node[0-2,5],gpu7`` -> node0, node1, node2, node5, gpu7 (Slurm host-list syntax)."""
+    """``node[0-2,5],gpu7`` -> node0, node1, node2, node5, gpu7 (Slurm host-list syntax); a
+    host name with characters no host has, or more than ``MAX_HOSTS`` of them, is refused."""
     out: list[str] = []
     for m in re.finditer(r"([^,\[]+)(?:\[([^\]]+)\])?", spec):
         prefix, ranges = m.group(1), m.group(2)
@@ -95,27 +119,36 @@ def expand_hostlist(spec: str) -> list[str]:
             out.append(prefix)
             continue
         for part in ranges.split(","):
-            lo, _, hi = part.partition("-")
-            width = len(lo)
-            out += [f"{prefix}{i:0{width}d}" for i in range(int(lo), int(hi or lo) + 1)]
+            width = len(part.partition("-")[0])
+            out += [f"{prefix}{i:0{width}d}" for i in _range(part, MAX_HOSTS, "host")]
+            if len(out) > MAX_HOSTS:
+                raise ValueError(f"host list {spec[:60]!r} names over {MAX_HOSTS} hosts")
+    bad = [h for h in out if not _HOST.match(h)]
+    if bad:
+        raise ValueError(f"host name {bad[0][:60]!r} is not a host name")
     return out
 
 
 def gres_indices(entry: str) -> tuple[int, ...]:
-    """GPU indices of one ``gres_detail`` entry, e.g. ``gpu:h200:2(IDX:0-1)`` -> (0, 1)."""
+    """GPU indices of one ``gres_detail`` entry, e.g. ``gpu:h200:2(IDX:0-1)`` -> (0, 1); an
+    index past ``MAX_GPU_INDEX`` or a range that runs backwards is refused."""
     m = re.search(r"gpu[^()]*\(IDX:([^)]*)\)", entry)
     if not m or m.group(1) in ("", "N/A"):
         return ()
     idx: list[int] = []
     for part in m.group(1).split(","):
-        lo, _, hi = part.partition("-")
-        idx += list(range(int(lo), int(hi or lo) + 1))
+        idx += list(_range(part, MAX_GPU_INDEX, "GPU index"))
     return tuple(idx)
 
 
 def _state(job: Mapping[str, Any]) -> str:
     s = job.get("job_state", "")
     return str(s[0] if isinstance(s, list) and s else s)  # a list from Slurm 23.02 on
+
+
+class SqueueHung(SqueueError):
+    """``squeue`` answered nothing within its bound: not retried within the period (a hung
+    controller answers no sooner 50 ms later), the last known jobs held."""
 
 
 def parse_squeue(
@@ -134,18 +167,20 @@ def parse_squeue(
             else f"'jobs' is a JSON {type(listed).__name__}"
         )
         raise SqueueError(f"squeue --json answered no job list ({what})")
-    jobs = []
+    jobs: dict[str, SlurmJob] = {}
     for k, j in enumerate(listed):
         try:
             job = _gpu_job(j, partitions)
+            if job is not None and job.job_id in jobs:
+                raise ValueError("listed twice (the first kept)")
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             what = j.get("job_id", f"#{k}") if isinstance(j, dict) else f"#{k}"
             why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
             (report or log.warning)(f"squeue job {what} skipped: cannot read it ({why})")
             continue
         if job is not None:
-            jobs.append(job)
-    return jobs
+            jobs[job.job_id] = job
+    return list(jobs.values())
 
 
 def _gpu_job(j: Mapping[str, Any], partitions: Sequence[str] | None) -> SlurmJob | None:
@@ -156,6 +191,8 @@ def _gpu_job(j: Mapping[str, Any], partitions: Sequence[str] | None) -> SlurmJob
         return None
     if j.get("job_id") in (None, ""):
         raise ValueError("no job_id")
+    if isinstance(j["job_id"], bool) or not _JOB_ID.match(str(j["job_id"])):
+        raise ValueError(f"job_id {str(j['job_id'])[:40]!r} is not a Slurm job id")
     if "gres_detail" not in j:
         raise ValueError("no gres_detail: which GPUs it holds is not known")
     nodes = expand_hostlist(str(j.get("nodes", "")))
@@ -168,16 +205,25 @@ def _gpu_job(j: Mapping[str, Any], partitions: Sequence[str] | None) -> SlurmJob
 
 
 def discover(
-    squeue: str = "squeue", partitions: Sequence[str] | None = None, report: Any = None
+    squeue: str = "squeue",
+    partitions: Sequence[str] | None = None,
+    report: Any = None,
+    timeout_s: float = 60.0,
 ) -> list[SlurmJob]:
     """The running GPU jobs as SLURM reports them now (of ``partitions`` only, if given: filtered
     here, since ``squeue --json`` of some Slurm releases, 22.05 among them, ignores its filters).
-    :class:`SqueueError` when ``squeue`` fails or its answer is no job list."""
+    :class:`SqueueError` when ``squeue`` fails, answers nothing in ``timeout_s`` or its answer
+    is no job list."""
     try:
         out = subprocess.run(
-            [squeue, "--json", "--states=RUNNING"], capture_output=True, text=True, timeout=60
+            [squeue, "--json", "--states=RUNNING"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except subprocess.TimeoutExpired:
+        raise SqueueHung(f"{squeue} --json answered nothing in {timeout_s:g} s") from None
+    except OSError as exc:
         raise SqueueError(f"{squeue} --json: {exc}") from None
     if out.returncode != 0:
         raise SqueueError(f"{squeue} --json failed ({out.returncode}): {out.stderr.strip()[:200]}")
@@ -191,13 +237,16 @@ def discover(
 def jobs_or_last(
     discover_jobs: Any, last: list[SlurmJob], sleep: Any, backoff_s: Sequence[float]
 ) -> tuple[list[SlurmJob], str | None]:
-    """``discover_jobs()``, retried after each of ``backoff_s`` when SLURM fails; when every
-    try failed, the last known job set (held safe: its units keep their shares) and why."""
+    """``discover_jobs()``, retried after each of ``backoff_s`` when SLURM fails (not when it
+    hung: :class:`SqueueHung`); when every try failed, the last known job set (held safe: its
+    units keep their shares) and why, with the number of tries."""
     for wait in (*backoff_s, None):
         try:
             return list(discover_jobs()), None
+        except SqueueHung as exc:  # asked again the next period, not within this one
+            return last, f"{exc}; not asked again within the period"
         except SqueueError as exc:
-            why = str(exc)
+            why = f"{len(backoff_s) + 1} tries, the last: {exc}"
             if wait is not None:
                 sleep(wait)
     return last, why
@@ -291,7 +340,11 @@ def read_group_curves(path: str | Path) -> GroupCurves:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"--curves {p}: no such file (give a campaign's runs.parquet)")
-    runs = pd.read_parquet(p) if p.suffix in (".parquet", ".pq") else pd.read_csv(p)
+    runs = (
+        pd.read_parquet(p)
+        if p.suffix in (".parquet", ".pq")
+        else read_csv_named(p, "--curves", dtype={"group": str})  # `01` and `1`: two groups
+    )
     try:
         return group_curves(runs)
     except ValueError as e:
@@ -750,7 +803,7 @@ def run_coordinator(
             jobs, why = jobs_or_last(discover_jobs, jobs, sleep, backoff_s)
             if why is not None and slurm_failing is None:
                 log(
-                    f"warning: SLURM failed {len(backoff_s) + 1} times ({why}); holding the last known "
+                    f"warning: SLURM failed ({why}); holding the last known "
                     f"{len(jobs)} job(s) and their shares, asking again each period"
                 )
             elif why is None and slurm_failing is not None:

@@ -30,6 +30,8 @@ from typing import Any
 
 import pandas as pd
 
+from wattflex.ingest.reader import read_csv_named
+
 ACTIONS = {
     "pause": "suspend",
     "resume": "resume",
@@ -91,7 +93,11 @@ def read_choice(path: str | Path) -> pd.DataFrame:
     """A knob choice (``wattflex.allocation.knobs.choose(...).table``, CSV or JSON records) with
     at least ``job`` (SLURM job id or name) and ``knob``."""
     p = Path(path)
-    table = pd.read_json(p) if p.suffix == ".json" else pd.read_csv(p, dtype={"job": str})
+    table = (
+        pd.read_json(p)
+        if p.suffix == ".json"
+        else read_csv_named(p, "knob choice", dtype={"job": str})
+    )
     missing = {"job", "knob"} - set(table.columns)
     if missing:
         raise ValueError(f"knob choice {p}: needs column(s) {', '.join(sorted(missing))}")

@@ -854,17 +854,10 @@ def statement_files(
     ``paths`` maps each table name, ``program``, ``report`` and ``page`` to its path. Tables
     are CSVs with sidecars; the OpenADR 3 objects and the page are plain documents, their
     provenance in a ``.meta.json`` sidecar."""
-    from pathlib import Path
-
-    from wattflex.provenance import csv_files, json_file, strict_json
+    from wattflex.provenance import csv_files, document_files, strict_json
 
     def plain(text: str, path: Any) -> list[tuple[Any, Any]]:
-        return [
-            (path, lambda tmp: Path(tmp).write_text(text)),
-            json_file(
-                {"artifact": Path(path).name, "notes": stmt.notes}, f"{path}.meta.json", dict(prov)
-            ),
-        ]
+        return document_files(text.encode(), path, dict(prov), notes=stmt.notes)
 
     files = [
         f

@@ -266,6 +266,10 @@ def read_site(path: str | Path, slurm_nodes: Mapping[str, list[str]] | None = No
     from wattflex.schema import read_yaml
 
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise ConfigError(f"site file {p}: no such file")
-    return parse_site(read_yaml(p), f"site file {p}", slurm_nodes)
+    try:
+        doc = read_yaml(p)
+    except ConfigError as exc:
+        raise ConfigError(f"site file {exc}") from None
+    return parse_site(doc, f"site file {p}", slurm_nodes)

@@ -90,12 +90,15 @@ def _parse_time(token: str) -> float | None:
     return t.timestamp()
 
 
-def drop_backward_samples(records: list[dict], name: str) -> tuple[list[dict], list[str]]:
+def drop_backward_samples(
+    records: list[dict], name: str, latest: dict[tuple[str, int], float] | None = None
+) -> tuple[list[dict], list[str]]:
     """The records (in capture order) less each GPU's samples not later than its latest earlier
     one, and a note saying how many went. Kept, they would sort in beside the samples of those
     seconds already read, and ``job_series`` would add the two up as if they were two GPUs:
-    a clock stepping back 15 s doubled a run's power."""
-    latest: dict[tuple[str, int], float] = {}
+    a clock stepping back 15 s doubled a run's power. ``latest`` (each GPU's latest time so
+    far, updated) carries the check across the files of one capture, one scrape a file."""
+    latest = {} if latest is None else latest
     kept, dropped, back = [], 0, 0.0
     for record in records:
         key = (str(record["node"]), int(record["gpu"]))
@@ -267,6 +270,7 @@ def read_dcgm_exporter(
         raise DcgmFormatError(f"{len(times)} scrape times given for {len(sources)} files")
     records: list[dict] = []
     notes: list[str] = []
+    latest: dict[tuple[str, int], float] = {}  # across the files: one scrape each, in order
     for i, source in enumerate(sources):
         text, name = _read_text(source)
         kept, dropped = drop_backward_samples(
@@ -274,6 +278,7 @@ def read_dcgm_exporter(
                 text, name, None if times is None else float(times[i]), node, gpu_ids
             ),
             name,
+            latest,
         )
         records += kept
         notes += dropped

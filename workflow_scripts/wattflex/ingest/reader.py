@@ -32,6 +32,7 @@ a bad row is named by file and line, with the same words, everywhere.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import stat
@@ -44,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from wattflex.ingest.dcgm import range_problem
+from wattflex.provenance import StaleSidecarError, check_sidecar
 from wattflex.run_ids import run_id
 from wattflex.telemetry import ACTIVITY_METRICS
 from wattflex.vocabulary import JOB_COLUMNS, VOCABULARY, cluster_of
@@ -201,6 +203,25 @@ def check_input_file(path: str | Path, what: str = "", max_bytes: int = MAX_TABL
             f"{label}: is {size / 2**20:,.0f} MiB, over the {max_bytes / 2**20:,.0f} MiB limit "
             "of an input"
         )
+    check_own_sidecar(path, label)
+
+
+def check_own_sidecar(path: Path, label: str) -> None:
+    """A wattflex output's ``<path>.meta.json`` beside an input must describe that input: one
+    whose ``sha256`` is another file's (a command killed between its renames, a file replaced
+    by hand) is refused with one line. A file without a sidecar (a user's own table) passes."""
+    sidecar = Path(f"{path}.meta.json")
+    if not sidecar.is_file():
+        return
+    try:
+        doc = json.loads(sidecar.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise IngestError(f"{label}: its sidecar {sidecar} cannot be read ({exc})") from None
+    if isinstance(doc, dict):
+        try:
+            check_sidecar(path, doc)
+        except StaleSidecarError as exc:
+            raise IngestError(str(exc).replace(str(path), label, 1)) from None
 
 
 def _file_kind(mode: int) -> str:
@@ -228,6 +249,28 @@ def read_input_text(path: str | Path, what: str = "", max_bytes: int = MAX_DOC_B
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise IngestError(f"{label}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def printable(path: str | os.PathLike) -> str:
+    """``path`` as text that can be printed and stored (UTF-8, an Arrow string): a byte of a
+    name that is not UTF-8 (Python keeps it as a lone surrogate) shown as ``\\xe9``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def read_csv_named(path: str | os.PathLike, what: str = "", **kwargs: Any) -> pd.DataFrame:
+    """``pandas.read_csv(path, **kwargs)``, its refusal (text that is not UTF-8, a malformed
+    or empty CSV) one :class:`IngestError` line that names the file (``what``: its role, as
+    ``schedule``), never a bare codec error."""
+    label = f"{what} {printable(path)}" if what else printable(path)
+    try:
+        return pd.read_csv(path, **kwargs)
+    except UnicodeDecodeError as exc:
+        raise IngestError(
+            f"{label}: not UTF-8 text (byte {exc.object[exc.start]:#04x} is not UTF-8): "
+            "save it as UTF-8"
+        ) from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise IngestError(f"{label}: not a readable CSV ({' '.join(str(exc).split())})") from None
 
 
 def strip_columns(df: pd.DataFrame, where: str | Path) -> pd.DataFrame:
@@ -287,7 +330,7 @@ def read_table(
             ) from None
         strip_columns(df, path)
         check_single_values(df, path)
-        df["_where"] = [f"{path.name} row {i + 1}" for i in range(len(df))]
+        df["_where"] = [f"{printable(path.name)} row {i + 1}" for i in range(len(df))]
         return df, []
     rows, wheres, bad = [], [], []
     # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name
@@ -301,7 +344,7 @@ def read_table(
                 if header is None:
                     header = list(strip_columns(pd.DataFrame(columns=cells), path).columns)
                     continue
-                where = f"{path.name} line {reader.line_num}"
+                where = f"{printable(path.name)} line {reader.line_num}"
                 if pad_short_rows and len(cells) < len(header):
                     cells = cells + [""] * (len(header) - len(cells))
                 if len(cells) != len(header):
@@ -323,17 +366,39 @@ def read_table(
     return df, bad
 
 
+# Columns that name things (a group, a job, a node): text in every table, never numbers, so
+# ``01`` and ``1`` are two groups and ``007`` keeps its zeros.
+ID_COLUMNS = ("group", "job", "clock_group", "node", "event_id")
+
+
+def _id_text(value: Any) -> Any:
+    """A number as its text (a parquet's integer id), anything else as it is: a missing cell
+    stays missing, a list is still a list for ``check_single_values`` to name."""
+    is_number = isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+    return str(value) if is_number and value == value else value
+
+
+def ids_as_text(df: pd.DataFrame) -> list[str]:
+    """Make the ``ID_COLUMNS`` of ``df`` text in place (a parquet's integer ids as well; a
+    missing cell stays missing) and return their names."""
+    ids = [c for c in ID_COLUMNS if c in df.columns]
+    for col in ids:
+        df[col] = df[col].map(_id_text)
+    return ids
+
+
 def read_typed_table(path: str | Path) -> pd.DataFrame:
     """A CSV or parquet table typed as ``pandas.read_csv`` types it, for the commands that
     read any table: pandas' missing-value tokens (``PANDAS_NA``) are empty cells, a short
     line is padded with empty cells, a CSV column whose every cell is a number holds
-    numbers. Each row keeps its ``_where``; a line with too many fields raises
+    numbers, except the names in ``ID_COLUMNS``, text always. Each row keeps its ``_where``; a line with too many fields raises
     ``IngestError`` naming it."""
     df, bad = read_table(path, na_values=PANDAS_NA, pad_short_rows=True)
     if bad:
         raise IngestError(describe_bad_rows(bad))
+    ids = ids_as_text(df)
     if Path(path).suffix.lower() not in PARQUET_SUFFIXES:
-        for col in df.columns.drop("_where"):
+        for col in df.columns.drop(["_where", *ids]):
             try:
                 df[col] = pd.to_numeric(df[col])
             except (
