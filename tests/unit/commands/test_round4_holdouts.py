@@ -199,7 +199,7 @@ def _limited(argv: list[str]) -> subprocess.CompletedProcess:
     ("argv", "said"),
     [
         (
-            ["calibrate", "--published", "table7", "--config", "/dev/zero"],
+            ["calibrate", "--published", "table7", "--configfile", "/dev/zero"],
             "/dev/zero: is not a regular file",
         ),
         (
