@@ -1,7 +1,8 @@
 """The Grafana dashboard in resources/grafana/wattflex.json: valid JSON that Grafana's own
 dashboard model (grafana-foundation-sdk, types generated from Grafana's schema) reads back
-without dropping or changing a field, and whose panels query only metrics the exporter
-(wattflex.control.exporter) serves."""
+without dropping or changing a field, and whose panels and event annotations query only
+metrics the exporter (wattflex.control.exporter) serves (tests/unit/control/test_prometheus.py
+runs them through a real Prometheus)."""
 
 import json
 import re
@@ -55,6 +56,10 @@ def test_every_panel_queries_exported_metrics_and_every_metric_is_shown(repo):
             names = set(re.findall(r"\bwattflex_[a-z_]+", t["expr"]))
             assert names and names <= exported, (panel["title"], names - exported)
             used |= names
+    for a in doc["annotations"]["list"]:
+        names = set(re.findall(r"\bwattflex_[a-z_]+", a["expr"]))
+        assert names and names <= exported, (a["name"], names - exported)
+        used |= names
     assert used == exported
     ids = [p["id"] for p in doc["panels"]]
     assert len(ids) == len(set(ids))

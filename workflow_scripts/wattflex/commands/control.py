@@ -193,6 +193,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="127.0.0.1",
         help="address of the metrics server (default 127.0.0.1)",
     )
+    parser.add_argument(
+        "--hpc-job-mapping-dir",
+        metavar="DIR",
+        default=os.environ.get("DCGM_HPC_JOB_MAPPING_DIR"),
+        help="--metrics-port: dcgm-exporter's GPU-to-job mapping folder (one file per GPU "
+        "index, one SLURM job id a line), the metrics' hpc_job label "
+        "(default $DCGM_HPC_JOB_MAPPING_DIR)",
+    )
 
 
 def parse_gpus(spec: str) -> list[int]:
@@ -554,7 +562,9 @@ def run(args: argparse.Namespace) -> int:
         from wattflex.control.exporter import ControlExporter
 
         try:
-            exporter = ControlExporter(args.metrics_port, args.metrics_addr)
+            exporter = ControlExporter(
+                args.metrics_port, args.metrics_addr, args.hpc_job_mapping_dir
+            )
         except OSError as exc:
             if ven is not None:
                 ven.stop()
