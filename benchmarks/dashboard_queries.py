@@ -5,8 +5,9 @@ Usage: python benchmarks/dashboard_queries.py [--out benchmarks/results/dashboar
 
 Debian's Prometheus (``prometheus`` on PATH), configured by resources/prometheus/prometheus.yml
 (targets replaced, 1 s scrapes), scrapes ``wattflex control`` on two FAKE NVML H200s
-(tests/fakes/fake_pynvml.py: the GPUs are fake, controller, exporter and Prometheus real)
-during a 0.7 event (queried once Prometheus holds 58 s of it, so every window is full),
+(tests/fakes/fake_pynvml.py: the GPUs are fake, controller, exporter and Prometheus real),
+each GPU's job a FAKE trainer (tests/fakes/fake_trainer.py, 20,000 and 8,000 tokens/s
+uncapped) whose torchtitan log the controller follows (--throughput-log), during a 0.7 event (queried once Prometheus holds 58 s of it, so every window is full),
 dcgm-exporter's GPU-to-job mapping naming SLURM jobs 4242 and 4243; then
 every panel target, event annotation and variable of resources/grafana/wattflex.json goes
 through the HTTP API (``wattflex.control.dashboard.check_dashboard``, variables at "All").
@@ -51,7 +52,7 @@ def main() -> int:
         "# The Grafana dashboard's queries through a real Prometheus\n\n"
         "Command: `python benchmarks/dashboard_queries.py` (module docstring: the setup). "
         f"{version}; `wattflex control` on two FAKE NVML H200s (fake GPUs, real controller, "
-        "exporter and Prometheus) during a 0.7 event, 0.2 s periods, 1 s scrapes, queried "
+        "exporter and Prometheus), following two FAKE trainers' torchtitan logs, during a 0.7 event, 0.2 s periods, 1 s scrapes, queried "
         "after 58 scrapes; "
         "variables at All, `$__range` 1m, `$__rate_interval` 15s; instant queries. "
         f"{len(checked)} queries, {len(bad)} with a problem; {wall:.0f} s wall.\n\n"

@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.fakes.nvml_fixture import control_process
+from tests.fakes.nvml_fixture import FAKES, control_process
 from wattflex.control.dashboard import api
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,7 +98,8 @@ def scraped_periods(url: str) -> int:
 @contextmanager
 def control_during_event(folder: Path, hpc_jobs: dict[int, str], samples: int = 8):
     """``wattflex control`` on the fake GPUs (the ``fake_nvml`` state under ``folder``) in a
-    0.7 event from 0.5 s to 120 s, 0.2 s periods, exporting metrics with dcgm-exporter's job
+    0.7 event from 0.5 s to 120 s, 0.2 s periods, each GPU's job a FAKE trainer
+    (tests/fakes/fake_trainer.py) whose torchtitan log it follows, exporting metrics with dcgm-exporter's job
     mapping ``hpc_jobs`` (GPU index: SLURM job id), scraped every second by :func:`prometheus`
     until it holds ``samples`` periods (of at most 60 in its one-minute count); yields (Prometheus URL, the control process), which is
     stopped with SIGTERM on leaving (its caps restored)."""
@@ -109,6 +111,14 @@ def control_during_event(folder: Path, hpc_jobs: dict[int, str], samples: int = 
     mapping.mkdir()
     for gpu, job in hpc_jobs.items():
         (mapping / str(gpu)).write_text(f"{job}\n")
+    logs = [folder / f"train{gpu}.log" for gpu in range(2)]
+    trainers = [  # FAKE trainers logging torchtitan's line, tokens/s following their GPU's power
+        subprocess.Popen(
+            [sys.executable, str(FAKES / "fake_trainer.py"), str(gpu), str(t_max), "0.6"]
+            + [str(log), str(folder / f"tokens{gpu}"), "300"]
+        )
+        for gpu, (log, t_max) in enumerate(zip(logs, (20000, 8000)))
+    ]
     proc = control_process(
         folder,
         "--signal",
@@ -121,6 +131,9 @@ def control_during_event(folder: Path, hpc_jobs: dict[int, str], samples: int = 
         "0",
         "--hpc-job-mapping-dir",
         str(mapping),
+        "--throughput-preset",
+        "torchtitan",
+        *(f"--throughput-log={log}" for log in logs),
     )
     try:
         target = proc.stdout.readline().split("metrics at http://", 1)[1].split("/")[0]
@@ -133,3 +146,6 @@ def control_during_event(folder: Path, hpc_jobs: dict[int, str], samples: int = 
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+        for t in trainers:
+            t.kill()
+            t.wait()

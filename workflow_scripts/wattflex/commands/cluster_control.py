@@ -31,7 +31,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from wattflex.allocation.policies import CONTROL_POLICIES, SPLIT_POLICIES
+from wattflex.allocation.policies import CONTROL_POLICIES, SPLIT_POLICIES, THROUGHPUT_POLICIES
 from wattflex.commands import finite_float, read_site_option
 from wattflex.errors import UserError
 from wattflex.gpus import DEFAULT_GPU, GPUS
@@ -100,9 +100,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--agent-policy",
-        choices=CONTROL_POLICIES,
+        choices=[p for p in CONTROL_POLICIES if p not in THROUGHPUT_POLICIES],
         default="equal-weight",
-        help="each agent's policy over its unit's GPUs",
+        help="each agent's policy over its unit's GPUs (not one that needs a job's "
+        "throughput: agents read none)",
     )
     parser.add_argument(
         "--gpu", choices=sorted(GPUS), default=DEFAULT_GPU, help="the GPUs' model (their limits)"

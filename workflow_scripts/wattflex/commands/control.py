@@ -15,10 +15,12 @@ period logs a warning), a period under ``MIN_PERIOD_S``, a GPU index this node l
 cap command that is not there, a state directory that is a file.
 
 Jobs are groups of GPUs that share a cap (``--job 0-3 --job 4-7``; default: each GPU is
-its own job). A GPU reports no tokens/s, so the policies that weigh throughput
-(pfi-aware, curve-aware, online-learning) take every GPU's throughput as equal, and
-online-learning has nothing to learn from; PFI comes from the DRAM copy product through
-``--model`` (a predictor's model.json), or is taken as equal for all jobs.
+its own job). A GPU reports no tokens/s: each job's comes from the training log it already
+writes (``--throughput-log`` per job, read live with the command backend's framework preset,
+``--throughput-preset``, or ``--throughput-regex``: wattflex.runs.throughput). The policies
+that need it (curve-aware: the curve's scale; online-learning: its shape) are refused
+without one; PFI comes from the DRAM copy product through ``--model`` (a predictor's
+model.json), or is taken as equal for all jobs.
 
 A ``--budget-file`` that names ``clock_mhz`` (cluster-control carrying out the knob menu's
 ``clock``) has the GPUs' SM clock locked there as well, reset when the file names none and
@@ -36,7 +38,7 @@ import sys
 from datetime import UTC
 from pathlib import Path
 
-from wattflex.allocation.policies import CONTROL_POLICIES, REGISTRY
+from wattflex.allocation.policies import CONTROL_POLICIES, REGISTRY, THROUGHPUT_POLICIES
 from wattflex.errors import UserError
 from wattflex.schema import section_defaults
 
@@ -194,6 +196,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="address of the metrics server (default 127.0.0.1)",
     )
     parser.add_argument(
+        "--throughput-log",
+        action="append",
+        metavar="PATH",
+        help="the training log of each job (repeat in --job order; one per job), followed live "
+        "as the command backend follows it; needed by "
+        + ", ".join(THROUGHPUT_POLICIES)
+        + " (the throughput panel's numbers too)",
+    )
+    parser.add_argument(
+        "--throughput-preset",
+        metavar="NAME",
+        help="--throughput-log: the framework's log line (a preset of wattflex.runs.throughput: "
+        "torchtitan, megatron, nemo, hf-trainer)",
+    )
+    parser.add_argument(
+        "--throughput-regex",
+        metavar="RX",
+        help="--throughput-log: your own regex with a (?P<tokens_per_s>...) group",
+    )
+    parser.add_argument(
+        "--throughput-stale-s",
+        type=float,
+        default=60.0,
+        help="--throughput-log: a job's last logged rate older than this counts as none "
+        "(default %(default)g s)",
+    )
+    parser.add_argument(
         "--hpc-job-mapping-dir",
         metavar="DIR",
         default=os.environ.get("DCGM_HPC_JOB_MAPPING_DIR"),
@@ -248,6 +277,18 @@ def check_args(args: argparse.Namespace) -> None:
     if vtn and args.dry_run:
         raise UserError(
             f"--dry-run takes --budget-w or --signal, not {vtn} (a VEN takes events as they come)"
+        )
+    finite("--throughput-stale-s", args.throughput_stale_s, 0.0)
+    if args.policy in THROUGHPUT_POLICIES and not args.throughput_log:
+        raise UserError(
+            f"--policy {args.policy} needs each job's tokens/s: give --throughput-log PATH per "
+            f"job (its training log) with --throughput-preset or --throughput-regex; a GPU "
+            f"reports no throughput"
+        )
+    if args.throughput_log and bool(args.throughput_preset) == bool(args.throughput_regex):
+        raise UserError(
+            "--throughput-log: give one of --throughput-preset or --throughput-regex "
+            "(how to read its lines)"
         )
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise UserError(f"--metrics-port {args.metrics_port}: must be 0..65535 (0: a free port)")
@@ -358,19 +399,7 @@ def restore_stale(
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from wattflex.control.controller import ControlConfig, Controller, pfi_from_model, ramp_at
-    from wattflex.control.loop import (
-        NodeJob,
-        floor_w,
-        job_table,
-        read_jobs,
-        run_loop,
-        sample_devices,
-    )
-    from wattflex.grid.events import Schedule, check_schedule, read_schedule
-    from wattflex.runs.devices.base import CapError
+    from wattflex.control.loop import NodeJob, sample_devices
     from wattflex.runs.devices.caps import default_state_dir, limit_setter
     from wattflex.runs.devices.nvml import local_gpu_indices, nvml, open_gpus
 
@@ -416,17 +445,67 @@ def run(args: argparse.Namespace) -> int:
         from wattflex.commands.predict import load_model
 
         model = load_model(args.model)
+    logs = throughput_sources(args, indices)
     jobs = []
     for n, idx in enumerate(indices):
         devs = [gpus[i] for i in idx]
+        tps = logs[n].tokens_per_s if logs else None
         jobs.append(
             NodeJob(
                 job_id="gpu" + "+".join(map(str, idx)),
                 devices=devs,
-                read=lambda t, devs=devs: sample_devices(devs, t),
+                read=lambda t, devs=devs, tps=tps: sample_devices(devs, t, tps),
                 moe_ft=str(n) in args.moe_ft,
             )
         )
+    try:
+        return control_jobs(args, jobs, gpus, flat, model, state_dir)
+    finally:
+        for log in logs:
+            log.close()
+
+
+def throughput_sources(args: argparse.Namespace, indices: list[list[int]]) -> list:
+    """One :class:`wattflex.control.loop.LogThroughput` per job from ``--throughput-log``
+    (none without it); a count that is not the jobs' or a preset/regex the command backend
+    refuses is one line."""
+    from wattflex.control.loop import LogThroughput
+    from wattflex.runs.throughput import ThroughputError, ThroughputSource
+
+    if not args.throughput_log:
+        return []
+    if len(args.throughput_log) != len(indices):
+        raise UserError(
+            f"--throughput-log given {len(args.throughput_log)} time(s) for {len(indices)} job(s): "
+            f"one per job, in --job order"
+        )
+    spec = (
+        {"preset": args.throughput_preset}
+        if args.throughput_preset
+        else {"regex": args.throughput_regex}
+    )
+    try:
+        sources = [ThroughputSource.from_spec(spec, "--throughput", gpus=len(i)) for i in indices]
+    except ThroughputError as exc:
+        raise UserError(str(exc)) from None
+    return [
+        LogThroughput(path, src, args.throughput_stale_s)
+        for path, src in zip(args.throughput_log, sources)
+    ]
+
+
+def control_jobs(
+    args: argparse.Namespace, jobs: list, gpus: dict, flat: list[int], model, state_dir: Path
+) -> int:
+    """The rest of ``run``: the jobs' first reading, the budget's source, then a dry run's
+    table or the control loop with its exporter, clock hold and M&V."""
+    import numpy as np
+
+    from wattflex.control.controller import ControlConfig, Controller, pfi_from_model, ramp_at
+    from wattflex.control.loop import floor_w, job_table, read_jobs, run_loop
+    from wattflex.grid.events import Schedule, check_schedule, read_schedule
+    from wattflex.runs.devices.base import CapError
+
     first = read_jobs(jobs, 0.0)
     nominal = sum(hi for g in gpus.values() for _, hi in [g.constraints()])
     for j, p in zip(jobs, first.power_w):
