@@ -33,24 +33,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def config(targets: list[str], scrape_interval: str) -> dict:
-    """The shipped configuration, every scrape job pointed at ``targets`` every ``scrape_interval``."""
+def config(
+    targets: dict[str, list[str]], scrape_interval: str, file_sd: Path | None = None
+) -> dict:
+    """The shipped configuration every ``scrape_interval``: each scrape job's static targets
+    those of ``targets`` (job name: host:port list; none: no static targets), its file_sd
+    file ``file_sd`` (none: no file_sd)."""
     cfg = yaml.safe_load(SHIPPED.read_text())
     cfg["global"]["scrape_interval"] = scrape_interval
     for job in cfg["scrape_configs"]:
         job["scrape_interval"] = scrape_interval
-        job["static_configs"] = [{"targets": targets}]
+        job["static_configs"] = [{"targets": targets.get(job["job_name"], [])}]
+        if "file_sd_configs" in job:
+            job["file_sd_configs"] = (
+                [{"files": [str(file_sd)], "refresh_interval": "1s"}] if file_sd else []
+            )
     return cfg
 
 
 @contextmanager
-def prometheus(folder: Path, targets: list[str], scrape_interval: str = "1s") -> Iterator[str]:
-    """Prometheus scraping ``targets``, its HTTP API's base URL while the context lasts."""
+def prometheus(
+    folder: Path,
+    targets: dict[str, list[str]],
+    scrape_interval: str = "1s",
+    file_sd: Path | None = None,
+) -> Iterator[str]:
+    """Prometheus scraping ``targets`` (and ``file_sd``'s, :func:`config`), its HTTP API's
+    base URL while the context lasts."""
     exe = shutil.which("prometheus")
     assert exe, "no prometheus on PATH: apt-get install prometheus (.ci/run installs it)"
     folder.mkdir(parents=True, exist_ok=True)
     cfg = folder / "prometheus.yml"
-    cfg.write_text(yaml.safe_dump(config(targets, scrape_interval)))
+    cfg.write_text(yaml.safe_dump(config(targets, scrape_interval, file_sd)))
     port = free_port()
     log = (folder / "prometheus.log").open("w")
     proc = subprocess.Popen(
@@ -137,7 +151,7 @@ def control_during_event(folder: Path, hpc_jobs: dict[int, str], samples: int = 
     )
     try:
         target = proc.stdout.readline().split("metrics at http://", 1)[1].split("/")[0]
-        with prometheus(folder / "prom", [target]) as url:
+        with prometheus(folder / "prom", {"wattflex": [target]}) as url:
             deadline = time.time() + 2 * samples + 30  # 1 s scrapes, on a busy machine
             while scraped_periods(url) < samples:  # rate() and increase() need samples to span
                 assert time.time() < deadline and proc.poll() is None, proc.stderr.read()

@@ -94,7 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--node",
-        help="--site: this node's name in it (default $SLURMD_NODENAME, else the host name)",
+        help="this node's name in --site and in the metrics' node label "
+        "(default $SLURMD_NODENAME, else the host name)",
     )
     parser.add_argument(
         "--budget-stale-s",
@@ -229,6 +230,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="--metrics-port: dcgm-exporter's GPU-to-job mapping folder (one file per GPU "
         "index, one SLURM job id a line), the metrics' hpc_job label "
         "(default $DCGM_HPC_JOB_MAPPING_DIR)",
+    )
+    parser.add_argument(
+        "--hpc-job",
+        metavar="ID",
+        default="",
+        help="--metrics-port without a mapping folder: the SLURM job these GPUs run "
+        "(cluster-control's agents name theirs), the hpc_job label",
     )
 
 
@@ -439,7 +447,9 @@ def run(args: argparse.Namespace) -> int:
             cap_command=args.cap_command if args.cap_control == "command" else None,
         )
     setter = None if args.dry_run else limit_setter(args.cap_control, args.cap_command)
-    gpus = {g.index: g for g in open_gpus(set_limit=setter, indices=flat)}
+    # the node as SLURM names it (an agent's step; several nodes may share a host name in tests)
+    node = args.node or os.environ.get("SLURMD_NODENAME") or None
+    gpus = {g.index: g for g in open_gpus(set_limit=setter, indices=flat, node=node)}
     model = None
     if args.model:
         from wattflex.commands.predict import load_model
@@ -642,7 +652,7 @@ def control_jobs(
 
         try:
             exporter = ControlExporter(
-                args.metrics_port, args.metrics_addr, args.hpc_job_mapping_dir
+                args.metrics_port, args.metrics_addr, args.hpc_job_mapping_dir, args.hpc_job
             )
         except OSError as exc:
             if ven is not None:
@@ -671,6 +681,7 @@ def control_jobs(
                 Path(args.load_file).name.removesuffix(".load.json"),
                 r.power_w[-1],
                 r.caps_w[-1],
+                exporter.url if exporter is not None else None,
             )
         if exporter is not None:
             exporter.update(r, jobs)

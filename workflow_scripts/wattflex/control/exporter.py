@@ -23,7 +23,13 @@ line, written by the site's prolog/epilog); empty without a mapping.
   throughput loss per job, from the curves the controller allocates on
   (:func:`wattflex.grid.offer.sheddable_w`), ``wattflex_cluster_event_active`` (1 while an
   event's budget holds, else 0: the dashboard's event annotations) and
-  ``wattflex_control_periods_total``.
+  ``wattflex_control_periods_total``;
+- per site (``cluster-control``'s coordinator, :class:`SiteExporter`): ``wattflex_site_budget_watts``
+  (NaN: no event), ``wattflex_site_power_watts`` (its units' load, a silent one at its GPUs'
+  maximum), ``wattflex_site_headroom_watts``, ``wattflex_site_event_active`` and
+  ``wattflex_site_units{state}`` (``answering`` or ``silent``). Its agents export the metrics
+  above (``hpc_job`` their SLURM job) on a free port each, listed for Prometheus's
+  ``file_sd_configs`` by :func:`write_targets`.
 
 The HTTP server listens on 127.0.0.1 unless told otherwise (a node's metrics are not for
 the world; Prometheus scrapes it through the site's usual node-local path).
@@ -31,7 +37,10 @@ the world; Prometheus scrapes it through the site's usual node-local path).
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -71,12 +80,36 @@ COUNTERS = {  # name (Prometheus adds _total): (help, labels)
 }
 
 
-class ControlExporter:
+class Served:
+    """A registry served over HTTP on ``addr:port`` (port 0: a free one, see ``port``)."""
+
+    registry: CollectorRegistry
+
+    def serve(self, port: int, addr: str) -> None:
+        """Start the HTTP server of ``self.registry`` (OSError: the port is not free)."""
+        self.server, self.thread = start_http_server(port, addr, registry=self.registry)
+        self.addr, self.port = addr, int(self.server.server_port)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.addr}:{self.port}/metrics"
+
+    def close(self) -> None:
+        """Stop serving."""
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class ControlExporter(Served):
     """A registry of the metrics above served on ``addr:port`` (port 0: a free one, see
     ``port``); ``hpc_job_dir``: dcgm-exporter's GPU-to-job mapping folder (None: no ``hpc_job``)."""
 
     def __init__(
-        self, port: int = 0, addr: str = "127.0.0.1", hpc_job_dir: str | Path | None = None
+        self,
+        port: int = 0,
+        addr: str = "127.0.0.1",
+        hpc_job_dir: str | Path | None = None,
+        hpc_job: str = "",
     ):
         self.registry = CollectorRegistry()
         self.gauges = {
@@ -88,18 +121,19 @@ class ControlExporter:
             for name, (doc, labels) in COUNTERS.items()
         }
         self.hpc_job_dir = Path(hpc_job_dir) if hpc_job_dir else None
+        self.hpc_job_id = hpc_job  # the job of every GPU here (a cluster-control agent's)
         self._energy_j: dict[tuple[str, str], float] = {}  # (node, gpu): last energy_j counted
         self.periods = Counter(
             "wattflex_control_periods", "control periods run", registry=self.registry
         )
-        self.server, self.thread = start_http_server(port, addr, registry=self.registry)
-        self.addr, self.port = addr, int(self.server.server_port)
+        self.serve(port, addr)
 
     def hpc_job(self, gpus: list[str]) -> str:
-        """The SLURM job ids on these GPUs from the mapping folder (``,``-joined, sorted;
-        empty without one): dcgm-exporter's ``hpc_job``, rewritten by the prolog per job."""
+        """The SLURM job ids on these GPUs from the mapping folder (``,``-joined, sorted):
+        dcgm-exporter's ``hpc_job``, rewritten by the prolog per job; without a folder, the
+        job this controller was given (empty: none)."""
         if self.hpc_job_dir is None:
-            return ""
+            return self.hpc_job_id
         ids = set()
         for gpu in gpus:
             try:
@@ -119,14 +153,6 @@ class ControlExporter:
             self._energy_j[key] = e
         self.counters["wattflex_gpu_energy_joules"].labels(*lab).inc(step)
         return step
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.addr}:{self.port}/metrics"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
     def update(self, rec: Any, jobs: Any) -> None:
         """From a :class:`wattflex.control.loop.LoopRecord` after a period and its jobs."""
@@ -188,5 +214,62 @@ def _label_sets(gauge: Gauge) -> set[tuple[str, ...]]:
 
 
 def metric_names() -> list[str]:
-    """Every exported metric's name as Prometheus exposes it."""
+    """Every metric of a controller (``control``, an agent) as Prometheus exposes it."""
     return sorted([*METRICS, *(f"{c}_total" for c in COUNTERS), "wattflex_control_periods_total"])
+
+
+SITE_METRICS = {  # name: (help, labels)
+    "wattflex_site_budget_watts": ("the site's event budget (NaN: no event)", ()),
+    "wattflex_site_power_watts": ("the site's GPU load (a silent unit at its maximum)", ()),
+    "wattflex_site_headroom_watts": ("site budget minus load (NaN: no event)", ()),
+    "wattflex_site_event_active": ("1 while an event's budget holds, else 0", ()),
+    "wattflex_site_units": ("cluster-control's units (job x node) by state", ("state",)),
+}
+
+
+class SiteExporter(Served):
+    """``cluster-control``'s coordinator metrics (:data:`SITE_METRICS`) on ``addr:port``."""
+
+    def __init__(self, port: int = 0, addr: str = "127.0.0.1"):
+        self.registry = CollectorRegistry()
+        self.gauges = {
+            name: Gauge(name, doc, labels, registry=self.registry)
+            for name, (doc, labels) in SITE_METRICS.items()
+        }
+        self.serve(port, addr)
+
+    def update(self, rec: Any, loads: list[dict | None]) -> None:
+        """From a :class:`wattflex.grid.slurm.ClusterRecord` after a period and its units'
+        load files (None: silent)."""
+        g = self.gauges
+        budget, power = rec.budget_w[-1], rec.power_w[-1]
+        event = math.isfinite(budget)
+        g["wattflex_site_budget_watts"].set(budget if event else math.nan)
+        g["wattflex_site_power_watts"].set(power)
+        g["wattflex_site_headroom_watts"].set(budget - power if event else math.nan)
+        g["wattflex_site_event_active"].set(1.0 if event else 0.0)
+        answering = sum(d is not None for d in loads)
+        g["wattflex_site_units"].labels("answering").set(answering)
+        g["wattflex_site_units"].labels("silent").set(len(loads) - answering)
+
+
+def write_targets(path: str | Path, loads: list[dict | None]) -> None:
+    """The agents' metrics endpoints (``metrics_url`` of their load files) as a Prometheus
+    ``file_sd_configs`` file (JSON: one group, its ``targets`` host:port), written whole
+    (Prometheus rereads it when it changes)."""
+    hosts = sorted(
+        {
+            urllib.parse.urlsplit(d["metrics_url"]).netloc
+            for d in loads
+            if d is not None and d.get("metrics_url")
+        }
+    )
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps([{"targets": hosts, "labels": {}}], indent=1) + "\n")
+    tmp.replace(path)
+
+
+def site_metric_names() -> list[str]:
+    """Every metric of cluster-control's coordinator (:class:`SiteExporter`)."""
+    return sorted(SITE_METRICS)

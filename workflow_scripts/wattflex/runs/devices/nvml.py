@@ -362,5 +362,11 @@ def open_gpus(
     set_limit: Callable[[int, float], None] | None = None,
     gpm: bool = _GPM,
     indices: list[int] | None = None,
+    node: str | None = None,
 ) -> list[NvmlGpu]:
-    return [NvmlGpu(i, set_limit=set_limit, gpm=gpm) for i in (indices or local_gpu_indices(count))]
+    """The local GPUs (``indices``, else the first ``count`` visible), named on ``node``
+    (default: the host name)."""
+    return [
+        NvmlGpu(i, set_limit=set_limit, gpm=gpm, node=node)
+        for i in (indices or local_gpu_indices(count))
+    ]
