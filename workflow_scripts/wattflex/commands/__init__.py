@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import math
+import sys
 
 
 def finite_float(min: float | None = None, max: float | None = None, strict: bool = False):
@@ -61,3 +63,32 @@ def read_site_option(path: str):
         return read_site(path)
     except ConfigError as e:
         raise UserError(str(e)) from None
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def add_log_level(parser: argparse.ArgumentParser) -> None:
+    """``--log-level`` of a long-running command (default INFO)."""
+    parser.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="INFO",
+        type=str.upper,
+        help="the library's log lines (events accepted or refused, telemetry failures) on "
+        "stderr with their time, at this level and above (default %(default)s)",
+    )
+
+
+def configure_logging(level: str) -> None:
+    """The ``wattflex`` loggers on stderr, each line with its time, level and logger, at
+    ``level`` and above (the handler of an earlier call replaced, never doubled)."""
+    logger = logging.getLogger("wattflex")
+    for h in [h for h in logger.handlers if getattr(h, "_wattflex", False)]:
+        logger.removeHandler(h)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler._wattflex = True
+    logger.addHandler(handler)
+    logger.setLevel(level)

@@ -32,7 +32,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from wattflex.allocation.policies import CONTROL_POLICIES, SPLIT_POLICIES, THROUGHPUT_POLICIES
-from wattflex.commands import finite_float, read_site_option
+from wattflex.commands import (
+    add_log_level,
+    configure_logging,
+    finite_float,
+    read_site_option,
+)
 from wattflex.errors import UserError
 from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.schema import section_defaults
@@ -130,6 +135,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the knob menu's choice (CSV/JSON: job, knob): jobs "
         "to pause or requeue (held) at each event's start, resumed / released at its end",
     )
+    add_log_level(parser)
     parser.add_argument(
         "--metrics-port",
         type=int,
@@ -163,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
     from wattflex.grid.events import Schedule, check_schedule, read_schedule
     from wattflex.grid.slurm import OnceLog, agent_command, discover, run_coordinator
 
+    configure_logging(args.log_level)
     split = cluster_split(args)  # bad input refused before anything starts
     site = read_site_option(args.site) if args.site else None
     knobs = None

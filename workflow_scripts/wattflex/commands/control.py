@@ -39,6 +39,7 @@ from datetime import UTC
 from pathlib import Path
 
 from wattflex.allocation.policies import CONTROL_POLICIES, REGISTRY, THROUGHPUT_POLICIES
+from wattflex.commands import add_log_level, configure_logging
 from wattflex.errors import UserError
 from wattflex.schema import section_defaults
 
@@ -223,6 +224,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="--throughput-log: a job's last logged rate older than this counts as none "
         "(default %(default)g s)",
     )
+    add_log_level(parser)
     parser.add_argument(
         "--hpc-job-mapping-dir",
         metavar="DIR",
@@ -411,6 +413,7 @@ def run(args: argparse.Namespace) -> int:
     from wattflex.runs.devices.caps import default_state_dir, limit_setter
     from wattflex.runs.devices.nvml import local_gpu_indices, nvml, open_gpus
 
+    configure_logging(args.log_level)
     check_args(args)
     indices = [parse_gpus(j) for j in args.job] if args.job else None
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
@@ -794,14 +797,22 @@ def write_run_mv_report(
             title,
         )
         save_png(fig, png, prov, event_id=r["event_id"])
-        print(
-            f"M&V {r['event_id']}: response {r['response_time_s']} s, "
-            f"{r['seconds_above_target_after_deadline']:g} s above target after the deadline "
-            f"(worst {r['worst_w_above_target_after_deadline']:.0f} W), restored after {r['restore_time_s']} s; "
-            f"wrote {out}/mv.json and {png}",
-            flush=True,
-        )
+        print(f"{mv_line(r)}; wrote {out}/mv.json and {png}", flush=True)
     return recs
+
+
+def mv_line(r: dict) -> str:
+    """One event's M&V record in a line, in the words of the schedule's warnings (deadline
+    met or missed) and its numbers rounded as measured (0.1 s, 1 W)."""
+    s = lambda v: "never" if v is None else f"{v:.1f} s"  # noqa: E731
+    deadline = "no deadline" if r["deadline_s"] is None else f"deadline {r['deadline_s']:g} s"
+    return (
+        f"M&V {r['event_id']}: {deadline} {'met' if r['deadline_met'] else 'missed'} "
+        f"(response {s(r['response_time_s'])}), "
+        f"{r['seconds_above_target_after_deadline']:g} s above target after the deadline "
+        f"(worst {r['worst_w_above_target_after_deadline']:.0f} W), restored after "
+        f"{s(r['restore_time_s'])}"
+    )
 
 
 def mv_png_name(k: int) -> str:

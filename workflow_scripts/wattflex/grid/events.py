@@ -289,7 +289,8 @@ def check_schedule(
 ) -> ScheduleCheck:
     """Refuse what cannot be followed (overlap, an event already over); warn about what can
     only be followed safely (a target below the floors: held at the floors; a deadline the
-    ramp cannot meet: the ramp is kept, the deadline missed). An event already under way
+    ramp cannot meet: the ramp is kept, the deadline likely missed; the M&V measures it). An
+    event already under way
     starts now. ``settle_s``: the firmware's time to act on a cap (~2 s, SETTLE_TAU_S)."""
     out = ScheduleCheck()
     kept: list[Event] = []
@@ -317,7 +318,8 @@ def check_schedule(
             out.warnings.append(
                 f"{where}: the ramp of {e.ramp_w_per_s / 1e3:g} kW/s from {basis_w:.0f} W to "
                 f"{target:.0f} W with a {period_s:g} s control period needs {need:.1f} s, over the "
-                f"{e.deadline_s:g} s deadline: the ramp is kept and the deadline missed"
+                f"{e.deadline_s:g} s deadline (the firmware's {settle_s:g} s to act included): "
+                f"the ramp is kept, so the deadline is likely missed; the M&V says whether it was"
             )
         kept.append(e if e.start_s >= 0 else replace(e, start_s=0.0))
     out.schedule = Schedule(tuple(kept), schedule.source)

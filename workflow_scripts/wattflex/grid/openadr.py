@@ -190,7 +190,9 @@ class OpenADRVen:
         except ScheduleError as exc:
             taken, msgs = False, [str(exc)]
         for m in msgs:
-            (log.info if taken else log.warning)("OpenADR %s", m)
+            log.info(  # accepted or refused: the VEN's normal work
+                "OpenADR %s", m
+            )
         self.messages += msgs
         self.responses[eid] = "optIn" if taken else "optOut"
         return self.responses[eid]
