@@ -81,13 +81,26 @@ def add_log_level(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class StderrHandler(logging.StreamHandler):
+    """A handler writing to whatever ``sys.stderr`` is when a line is logged (a command run
+    in-process, e.g. by a test capturing stderr, never writes to a stream since closed)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 def configure_logging(level: str) -> None:
     """The ``wattflex`` loggers on stderr, each line with its time, level and logger, at
     ``level`` and above (the handler of an earlier call replaced, never doubled)."""
     logger = logging.getLogger("wattflex")
     for h in [h for h in logger.handlers if getattr(h, "_wattflex", False)]:
         logger.removeHandler(h)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     handler._wattflex = True
     logger.addHandler(handler)
