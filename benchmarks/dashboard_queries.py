@@ -55,8 +55,10 @@ def main() -> int:
         "exporter and Prometheus), following two FAKE trainers' torchtitan logs, during a 0.7 event, 0.2 s periods, 1 s scrapes, queried "
         "after 58 scrapes; "
         "variables at All, `$__range` 1m, `$__rate_interval` 15s; instant queries. "
-        f"{len(checked)} queries, {len(bad)} with a problem; {wall:.0f} s wall.\n\n"
-        + markdown_table(checked)
+        f"{len(checked)} queries, {len(bad)} with a problem; {wall:.0f} s wall. The "
+        "`wattflex_site_*` queries are cluster-control's coordinator's: a node's `control` "
+        "serves none (no series here); tests/workflow/test_slurm_grid.py runs every query on "
+        "a two-node SLURM event, agents and coordinator scraped.\n\n" + markdown_table(checked)
     )
     Path(args.out).write_text(text)
     print(text)
