@@ -23,11 +23,11 @@ from wattflex.control.controller import (
     Controller,
     JobTable,
     Readings,
-    read_signal,
     round_caps,
 )
 from wattflex.control.loop import NodeJob, run_loop
 from wattflex.gpus import GPUS
+from wattflex.grid.events import read_signal
 from wattflex.runs.devices.emulated import EmulatedDevice
 
 FAKES = Path(fake_pynvml.__file__).resolve().parent

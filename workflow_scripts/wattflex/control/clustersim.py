@@ -58,14 +58,13 @@ from wattflex.control.controller import (
     Controller,
     JobTable,
     Readings,
-    Signal,
     curve_pfi,
     pfi_from_model,
     ramp_at,
     ramp_caps,
 )
 from wattflex.gpus import DEFAULT_GPU, GPUS
-from wattflex.grid.events import Schedule, read_schedule
+from wattflex.grid.events import Schedule, Signal, read_schedule
 from wattflex.runs.devices.emulated import SETTLE_TAU_S, hardware_seed, stable_seed, steady_temp_c
 from wattflex.runs.emulator import (
     PHYSICS,

@@ -10,8 +10,9 @@ start.
 
 A :class:`Schedule` is a list of events that do not overlap. Its ``budget(t, basis_w)``
 (W, ``inf`` = no event) and ``active(t)`` are the interface the controller loop and the
-cluster simulation read; :class:`wattflex.control.controller.Signal` (the ``time_s,fraction``
-CSV) offers the same two methods, so either drives both.
+cluster simulation read; a :class:`Signal` (the ``time_s,fraction`` CSV) offers the same two
+methods, so either drives both. The controller, the simulation, the adapters and the M&V all
+take events from here: nothing in this module imports them.
 
 :func:`read_schedule` reads a CSV or JSON file of events (or, for the legacy
 ``time_s,fraction`` CSV, returns its :class:`Signal`). :func:`check_schedule` finds what
@@ -50,6 +51,60 @@ EVENT_KEYS = (
 
 class ScheduleError(ValueError):
     """A schedule that cannot be followed safely (one line: which event, what, what to do)."""
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A budget signal: ``fraction`` of a basis power at ``time_s``, piecewise linear between
+    rows (two rows at the same time make a step); before the first row the first value
+    holds, after the last row the last one. A fraction >= 1 means no curtailment."""
+
+    time_s: np.ndarray
+    fraction: np.ndarray
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.time_s[-1])
+
+    def at(self, t_s: np.ndarray | float) -> np.ndarray:
+        t = np.asarray(t_s, float)
+        # a step (repeated time) takes its new value from the step on
+        return np.interp(t + 1e-9, self.time_s, self.fraction)
+
+    def budget(self, t_s: np.ndarray | float, basis_w: float) -> np.ndarray:
+        """Budget in W (inf: no curtailment), the interface of :class:`Schedule`."""
+        f = self.at(t_s)
+        return np.where(f < 1.0, f * basis_w, np.inf)
+
+    def active(self, t_s: np.ndarray | float) -> np.ndarray:
+        return self.at(t_s) < 1.0
+
+
+def read_signal(path: str | Path) -> Signal:
+    """Read a signal CSV with columns ``time_s,fraction`` (``#`` comment lines allowed)."""
+    import pandas as pd  # light import of the event model (commands build --help from it)
+
+    df = pd.read_csv(path, comment="#")
+    missing = {"time_s", "fraction"} - set(df.columns)
+    if missing:
+        raise ValueError(
+            f"signal {path}: missing column(s) {', '.join(sorted(missing))} (need time_s,fraction)"
+        )
+    t, f = df["time_s"].to_numpy(float), df["fraction"].to_numpy(float)
+    if len(t) == 0 or not (np.isfinite(t).all() and np.isfinite(f).all()):
+        raise ValueError(f"signal {path}: empty or non-numeric time_s/fraction")
+    if (np.diff(t) < 0).any():
+        raise ValueError(
+            f"signal {path}: time_s must not decrease (row {int(np.argmax(np.diff(t) < 0)) + 3})"
+        )
+    if t[-1] < 0:  # its length is its last time: it would run "for -50 s"
+        raise ValueError(
+            f"signal {path}: time_s ends at {t[-1]:g} s, before the start: times are seconds "
+            "from the start, the last one >= 0"
+        )
+    if (f <= 0).any() or (f > 2).any():
+        raise ValueError(f"signal {path}: fraction must be in (0, 2], got {f.min():g}..{f.max():g}")
+    return Signal(t, f)
 
 
 @dataclass(frozen=True)
@@ -233,7 +288,6 @@ def read_schedule(path: str | Path, now: datetime | None = None):
     the legacy ``time_s,fraction`` CSV comes back as its :class:`Signal`."""
     import pandas as pd
 
-    from wattflex.control.controller import read_signal
     from wattflex.ingest.reader import MAX_DOC_BYTES, check_input_file, read_input_text
 
     path = Path(path)
