@@ -8,6 +8,8 @@ import argparse
 import logging
 import math
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def finite_float(min: float | None = None, max: float | None = None, strict: bool = False):
@@ -94,14 +96,18 @@ class StderrHandler(logging.StreamHandler):
         pass
 
 
-def configure_logging(level: str) -> None:
-    """The ``wattflex`` loggers on stderr, each line with its time, level and logger, at
-    ``level`` and above (the handler of an earlier call replaced, never doubled)."""
+@contextmanager
+def command_logging(level: str) -> Iterator[None]:
+    """While a command runs: the ``wattflex`` loggers on stderr, each line with its time,
+    level and logger, at ``level`` and above; as before after it (a command run in-process,
+    e.g. by a test, leaves no handler behind)."""
     logger = logging.getLogger("wattflex")
-    for h in [h for h in logger.handlers if getattr(h, "_wattflex", False)]:
-        logger.removeHandler(h)
-    handler = StderrHandler()
+    handler, before = StderrHandler(), logger.level
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
-    handler._wattflex = True
     logger.addHandler(handler)
     logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before)

@@ -34,7 +34,7 @@ from pathlib import Path
 from wattflex.allocation.policies import CONTROL_POLICIES, SPLIT_POLICIES, THROUGHPUT_POLICIES
 from wattflex.commands import (
     add_log_level,
-    configure_logging,
+    command_logging,
     finite_float,
     read_site_option,
 )
@@ -163,13 +163,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The command, its library log lines on stderr at ``--log-level``."""
+    with command_logging(args.log_level):
+        return follow(args)
+
+
+def follow(args: argparse.Namespace) -> int:
     from wattflex.commands._outputs import check_not_in_measured_run
     from wattflex.commands.control import check_mv_dir, signal_end_s, write_run_mv_report
     from wattflex.control.exporter import write_targets
     from wattflex.grid.events import Schedule, check_schedule, read_schedule
     from wattflex.grid.slurm import OnceLog, agent_command, discover, run_coordinator
 
-    configure_logging(args.log_level)
     split = cluster_split(args)  # bad input refused before anything starts
     site = read_site_option(args.site) if args.site else None
     knobs = None

@@ -30,6 +30,7 @@ however the agent ends (``ClockGuard``: state file, signals; the epilog resets a
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import shlex
@@ -39,7 +40,7 @@ from datetime import UTC
 from pathlib import Path
 
 from wattflex.allocation.policies import CONTROL_POLICIES, REGISTRY, THROUGHPUT_POLICIES
-from wattflex.commands import add_log_level, configure_logging
+from wattflex.commands import add_log_level, command_logging
 from wattflex.errors import UserError
 from wattflex.schema import section_defaults
 
@@ -51,6 +52,7 @@ MIN_PERIOD_S = 0.1  # a shorter period only busies NVML (a limit takes ~100 ms t
 # the campaign's controller settings and cap control, the defaults of the same options here
 _CONTROLLER, _CUDA = section_defaults("control", "controller"), section_defaults("cuda")
 _SCENARIO = section_defaults("control", "scenarios", "*")
+log = logging.getLogger("wattflex.commands.control")  # timestamped (--log-level)
 MAX_GPU_INDEX = 1023  # no node has more GPUs; checked before a range is expanded into a list
 
 
@@ -409,11 +411,16 @@ def restore_stale(
 
 
 def run(args: argparse.Namespace) -> int:
+    """The command, its library log lines on stderr at ``--log-level``."""
+    with command_logging(args.log_level):
+        return follow(args)
+
+
+def follow(args: argparse.Namespace) -> int:
     from wattflex.control.loop import NodeJob, sample_devices
     from wattflex.runs.devices.caps import default_state_dir, limit_setter
     from wattflex.runs.devices.nvml import local_gpu_indices, nvml, open_gpus
 
-    configure_logging(args.log_level)
     check_args(args)
     indices = [parse_gpus(j) for j in args.job] if args.job else None
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
@@ -546,7 +553,7 @@ def control_jobs(
         if isinstance(signal, Schedule):
             checked = check_schedule(signal, floor, basis, args.period_s)
             for w in checked.warnings:
-                print(f"warning: {w}", file=sys.stderr)
+                log.warning("%s", w)
             signal = checked.schedule
             end_s = signal_end_s(
                 signal, basis, args.restore_stagger_s * len(jobs) + 2 * args.period_s
@@ -555,11 +562,10 @@ def control_jobs(
             low = signal.fraction * basis
             if (low < floor).any():
                 k = int(np.argmin(low))
-                print(
-                    f"warning: signal {args.signal} dips to {low[k]:.0f} W at t={signal.time_s[k]:g} s, below these "
+                log.warning(
+                    f"signal {args.signal} dips to {low[k]:.0f} W at t={signal.time_s[k]:g} s, below these "
                     f"GPUs' floor of {floor:.0f} W: they are held at their minimum caps then (power may exceed "
-                    f"the budget; each such period logs a warning)",
-                    file=sys.stderr,
+                    f"the budget; each such period logs a warning)"
                 )
             end_s = signal.duration_s
 
@@ -585,7 +591,7 @@ def control_jobs(
         budget_file = BudgetFile(
             args.budget_file,
             args.budget_stale_s,
-            lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True),
+            lambda msg: log.warning("%s", msg),
         )
         budget_at = budget_file.budget_at
         source = f"budget file {args.budget_file}"
@@ -755,11 +761,7 @@ def follow_clock(hold, clock_mhz: float | None) -> None:
     try:
         hold.follow(clock_mhz)
     except CapError as exc:
-        print(
-            f"warning: SM clock lock at {clock_mhz:g} MHz failed ({exc})",
-            file=sys.stderr,
-            flush=True,
-        )
+        log.warning(f"SM clock lock at {clock_mhz:g} MHz failed ({exc})")
 
 
 def write_run_mv_report(
