@@ -194,12 +194,14 @@ def _mutate() -> Iterator[dict[str, Any]]:
     path = _state_path()
     if not path:
         s = _load()
+        _accrue(s)
         yield s
         _save(s)
         return
     with open(f"{path}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         s = _load()
+        _accrue(s)
         yield s
         _save(s)
 
@@ -421,8 +423,20 @@ def nvmlDeviceGetPowerUsage(handle: int) -> int:
 
 
 def nvmlDeviceGetTotalEnergyConsumption(handle: int) -> int:
-    g = _gpu(handle)
-    return int(1e9 + _power_mw(g) * (time.time() - _load()["t_start"]))  # mJ since "driver load"
+    """mJ since "driver load": like NVML's counter it only grows, by the power each GPU drew
+    since the last change of state (a cap, a clock lock, a demand: ``_mutate`` accrues first)."""
+    with _mutate() as s:
+        return int(s["gpus"][handle]["energy_mj"])
+
+
+def _accrue(state: dict[str, Any]) -> None:
+    """Add each GPU's energy since the state last changed, at the power it drew meanwhile."""
+    now = time.time()
+    for g in state["gpus"]:
+        g["energy_mj"] = g.get("energy_mj", 1e9) + _power_mw(g) * (
+            now - g.get("energy_t", state["t_start"])
+        )
+        g["energy_t"] = now
 
 
 def _throttle(g: dict[str, Any]) -> float:

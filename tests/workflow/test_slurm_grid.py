@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.prometheus_server import prometheus
 from tests.slurm_cluster import nodes_of, partition
+from wattflex.control.dashboard import api, check_dashboard, markdown_table
 from wattflex.provenance import read_json, read_png_meta
 
 from .conftest import REPO
@@ -160,3 +162,61 @@ def test_a_30pct_event_with_a_30s_deadline_across_two_nodes_fake_nvml(two_nodes,
             assert limits(tmp_path, node) == [700.0, 700.0], logs
     finally:
         subprocess.run(["scancel", job], capture_output=True)
+
+
+def test_a_site_wide_event_is_watched_through_a_real_prometheus_fake_nvml(two_nodes, tmp_path):
+    """cluster-control's site metrics and every agent's (one per node, each on a free port,
+    found through the file_sd file it writes) scraped by Debian's Prometheus with the shipped
+    prometheus.yml; every query of the dashboard answered, its legends as drawn."""
+    env = fake_gpu_env(tmp_path, NODES, 2)
+    job = running_job(tmp_path, env, PARTITION, 2, 2, 1000)
+    events = tmp_path / "events.csv"
+    events.write_text("event_id,start_s,end_s,fraction\nev,15,60,0.7\n")
+    budgets = tmp_path / "budgets"
+    proc = subprocess.Popen(
+        ["wattflex", "cluster-control", "--signal", str(events), "--budget-dir", str(budgets)]
+        + ["--duration-s", "70", "--period-s", "1", "--partition", PARTITION]
+        + ["--agent-state-dir", str(tmp_path / "caps-{node}"), "--metrics-port", "0"]
+        + ["--agent-metrics-addr", "127.0.0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        site = proc.stdout.readline().split("metrics at http://", 1)[1].split("/")[0]
+        targets = budgets / "prometheus-targets.json"
+        with prometheus(tmp_path / "prom", {"wattflex-site": [site]}, file_sd=targets) as url:
+            deadline = time.time() + 120
+            while True:  # both agents scraped, and the event on for 10 s
+                up = api(url, "/api/v1/query", {"query": 'sum(up{job="wattflex"})'})["result"]
+                on = api(
+                    url, "/api/v1/query", {"query": "sum_over_time(wattflex_site_event_active[1m])"}
+                )
+                if (
+                    up
+                    and float(up[0]["value"][1]) == 2
+                    and on["result"]
+                    and float(on["result"][0]["value"][1]) >= 10
+                ):
+                    break
+                assert time.time() < deadline and proc.poll() is None, proc.stderr.read()
+                time.sleep(1)
+            doc = json.loads((REPO / "resources" / "grafana" / "wattflex.json").read_text())
+            checked = check_dashboard(url, doc)
+        assert proc.wait(timeout=200) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=120)
+        subprocess.run(["scancel", job], capture_output=True)
+    table = markdown_table(checked)
+    # the agents read no throughput (cluster-control offers no policy that needs it): NaN
+    bad = [c for c in checked if c.problems and c.query.where != "panel Job throughput"]
+    assert not bad, table
+    legends = {c.query.where: sorted(c.legends) for c in checked}
+    assert legends["variable hpc_job"] == [job] and legends["variable node"] == sorted(NODES)
+    units = next(c for c in checked if c.query.where == "panel Units answering (cluster-control)")
+    assert dict(zip(units.legends, units.values)) == {"answering": 2, "silent": 0}, table
+    for node in NODES:  # every cap restored after
+        assert limits(tmp_path, node) == [700.0, 700.0]

@@ -5,6 +5,7 @@ limit as an original; every termination signal restores the caps. FAKE NVML only
 
 import logging
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -20,6 +21,8 @@ FAKES = Path(fake_pynvml.__file__).resolve().parent
 REPO = FAKES.parents[1]
 
 pytestmark = pytest.mark.fake_gpu
+
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR) wattflex")
 
 
 # ---- case 4: a stale cap never becomes the "original" ---------------------------------------
@@ -242,7 +245,8 @@ def test_control_bad_input_is_one_line_and_changes_nothing_fake_nvml(
     with no_hang():  # a FIFO --signal blocked the open
         assert cli.main(["control", *args]) == 2
     out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
+    # the error is one line; the log's timestamped lines (--log-level) are another channel
+    lines = [line for line in err.strip().splitlines() if not LOG_LINE.match(line)]
     assert len(lines) == 1 and lines[0].startswith("wattflex control: error: "), err
     assert (
         message.replace("{file}", str(afile)).replace("{fifo}", str(tmp_path / "fifo")) in lines[0]

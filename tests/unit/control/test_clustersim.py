@@ -17,8 +17,9 @@ from wattflex.control.clustersim import (
     summarize,
     truth_table,
 )
-from wattflex.control.controller import ControlConfig, Signal
+from wattflex.control.controller import ControlConfig
 from wattflex.gpus import GPUS
+from wattflex.grid.events import Signal
 from wattflex.runs.emulator import JobSpec, gpu_leakages, job_at_cap
 from wattflex.runs.emulator.device import stable_seed
 

@@ -23,11 +23,11 @@ from wattflex.control.controller import (
     Controller,
     JobTable,
     Readings,
-    read_signal,
     round_caps,
 )
 from wattflex.control.loop import NodeJob, run_loop
 from wattflex.gpus import GPUS
+from wattflex.grid.events import read_signal
 from wattflex.runs.emulator.device import EmulatedDevice
 
 FAKES = Path(fake_pynvml.__file__).resolve().parent
@@ -395,7 +395,18 @@ def test_fake_nvml_control_command_caps_during_the_signal_and_restores(fake_nvml
 @pytest.mark.fake_gpu
 def test_fake_nvml_dry_run_prints_caps_and_touches_nothing(fake_nvml, tmp_path, capsys):
     fake_nvml.update_gpu(1, demand_w=400.0)
-    assert cli.main(["control", "--dry-run", "--budget-w", "900", "--policy", "curve-aware"]) == 0
+    line = (REPO / "tests/data/logs/torchtitan/metrics_plain.log").read_text().splitlines()[2]
+    logs = [tmp_path / "train0.log", tmp_path / "train1.log"]
+    for log in logs:  # each job's training log, torchtitan's line (curve-aware needs tokens/s)
+        log.write_text(line + "\n")
+    assert (
+        cli.main(
+            ["control", "--dry-run", "--budget-w", "900", "--policy", "curve-aware"]
+            + [f"--throughput-log={log}" for log in logs]
+            + ["--throughput-preset", "torchtitan"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     rows = [line.split() for line in out.splitlines() if line.startswith("gpu")]
     caps = [float(r[4]) for r in rows]

@@ -1,7 +1,8 @@
 """The Grafana dashboard in resources/grafana/wattflex.json: valid JSON that Grafana's own
 dashboard model (grafana-foundation-sdk, types generated from Grafana's schema) reads back
-without dropping or changing a field, and whose panels query only metrics the exporter
-(wattflex.control.exporter) serves."""
+without dropping or changing a field, and whose panels and event annotations query only
+metrics the exporter (wattflex.control.exporter) serves (tests/unit/control/test_prometheus.py
+runs them through a real Prometheus)."""
 
 import json
 import re
@@ -9,7 +10,7 @@ import re
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
-from wattflex.control.exporter import metric_names
+from wattflex.control.exporter import metric_names, site_metric_names
 
 
 def lost_fields(doc, back, path=""):
@@ -47,7 +48,7 @@ def test_the_dashboard_is_read_by_grafanas_model_without_losing_a_field(repo):
 
 def test_every_panel_queries_exported_metrics_and_every_metric_is_shown(repo):
     doc = json.loads((repo / "resources" / "grafana" / "wattflex.json").read_text())
-    exported = set(metric_names())
+    exported = set(metric_names()) | set(site_metric_names())
     used = set()
     for panel in doc["panels"]:
         assert panel["targets"], panel["title"]
@@ -55,6 +56,10 @@ def test_every_panel_queries_exported_metrics_and_every_metric_is_shown(repo):
             names = set(re.findall(r"\bwattflex_[a-z_]+", t["expr"]))
             assert names and names <= exported, (panel["title"], names - exported)
             used |= names
+    for a in doc["annotations"]["list"]:
+        names = set(re.findall(r"\bwattflex_[a-z_]+", a["expr"]))
+        assert names and names <= exported, (a["name"], names - exported)
+        used |= names
     assert used == exported
     ids = [p["id"] for p in doc["panels"]]
     assert len(ids) == len(set(ids))

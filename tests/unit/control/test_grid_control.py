@@ -5,6 +5,7 @@ the Prometheus endpoint is scraped live during the run, and bad schedules stop t
 with one line before any limit changes."""
 
 import json
+import re
 import time
 import urllib.request
 
@@ -174,11 +175,17 @@ def test_a_target_below_the_floors_and_a_deadline_the_ramp_misses_warn_and_hold_
         )
         == 0
     )
-    err = capsys.readouterr().err
+    got = capsys.readouterr()
+    err = got.err
     assert "event 'low': target 300 W is below the GPUs' floor of 400 W" in err
     assert (
         "event 'slow': the ramp of 0.35 kW/s from 1400 W to 700 W" in err
-        and "the deadline missed" in err
+        and "the deadline is likely missed; the M&V says whether it was" in err
+    )
+    # the record's words for it, its numbers rounded as measured
+    assert re.search(r"M&V slow: deadline 0\.2 s missed \(response (never|\d+\.\d s)\)", got.out)
+    assert re.search(
+        r"M&V low: deadline 0\.2 s (met|missed) \(response (never|\d+\.\d s)\)", got.out
     )
     calls = fake_nvml.state()["set_calls"]
     assert min(mw for _, mw in calls) >= 200_000  # never below a floor

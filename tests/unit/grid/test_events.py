@@ -9,11 +9,11 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from wattflex.control.controller import Signal
 from wattflex.grid.events import (
     Event,
     Schedule,
     ScheduleError,
+    Signal,
     check_schedule,
     read_schedule,
     windows,

@@ -9,6 +9,7 @@ its end, then every cap restored."""
 import asyncio
 import copy
 import json
+import re
 import socket
 import threading
 import time
@@ -132,8 +133,12 @@ def test_the_capacity_limit_is_followed_and_load_reported_fake_nvml(
     fake_nvml, vtn, tmp_path, capsys
 ):
     assert control(tmp_path, vtn.url, 8.5) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "OpenADR 3 event ev30: followed" in out and "OpenADR 3 event price1: refused" in out
+    # the VEN's decisions as it made them: at INFO (the default --log-level), each with its time
+    stamp = r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO wattflex\.grid\.openadr3: OpenADR 3 "
+    assert re.search(stamp + r".*'ev30'", err, re.M), err
+    assert re.search(stamp + r".*'price1'", err, re.M), err
     assert vtn.queries and all(q.get("programID") == "dr-gpu" for q in vtn.queries)
     rec = read_json(tmp_path / "mv" / "mv.json")["events"][0]
     assert rec["event_id"] == "ev30" and rec["target_w"] == pytest.approx(910.0)

@@ -127,7 +127,7 @@ def test_a_rack_whose_units_all_stop_answering_is_held_at_their_ceilings_and_the
 
 def test_the_agent_is_a_step_inside_the_jobs_allocation(tmp_path):
     job = parse_squeue(SQUEUE)[0]
-    cmd = agent_command(job, "wattflex-node1", tmp_path, 5, 3600, "curve-aware")
+    cmd = agent_command(job, "wattflex-node1", tmp_path, 5, 3600, "pfi-aware")
     assert cmd[:6] == [
         "srun",
         "--overlap",
@@ -137,7 +137,7 @@ def test_the_agent_is_a_step_inside_the_jobs_allocation(tmp_path):
         "--nodelist=wattflex-node1",
     ]
     assert cmd[cmd.index("--budget-file") + 1] == str(tmp_path / "41.wattflex-node1.budget.json")
-    assert cmd[cmd.index("--policy") + 1] == "curve-aware"
+    assert cmd[cmd.index("--policy") + 1] == "pfi-aware"
 
 
 def test_an_agent_follows_the_coordinator_and_restores_when_it_goes_quiet_fake_nvml(

@@ -27,6 +27,9 @@ class Policy:
     control: bool = False  # run by the closed-loop controller
     cluster_reference: bool = False  # run beside the controllers in the cluster simulation
     split: bool = False  # splits a cluster's budget across SLURM units (wattflex.grid.slurm)
+    # the live controller needs each job's measured tokens/s (its curve's scale and, learning,
+    # its shape): `wattflex control` refuses it without a throughput source
+    live_throughput: bool = False
 
 
 REGISTRY: dict[str, Policy] = {
@@ -42,9 +45,16 @@ REGISTRY: dict[str, Policy] = {
         Policy(
             "raw-dcgm", feature="dram_copy_product", weighted=True, allocation=True, control=True
         ),
-        Policy("curve-aware", feature="pfi", allocation=True, control=True, split=True),
+        Policy(
+            "curve-aware",
+            feature="pfi",
+            allocation=True,
+            control=True,
+            split=True,
+            live_throughput=True,
+        ),
         # refines each job's prior curve (from its PFI) with its own telemetry, so it exists only in the loop
-        Policy("online-learning", feature="pfi", control=True),
+        Policy("online-learning", feature="pfi", control=True, live_throughput=True),
         Policy("oracle", allocation=True, cluster_reference=True, split=True),
         # no control at all: the tokens a cut costs
         Policy("uncapped", cluster_reference=True),
@@ -66,3 +76,4 @@ CONTROL_POLICIES = names(control=True)  # the closed-loop controller's, `wattfle
 CURVE_POLICIES = names(control=True, weighted=False)  # the controller's that allocate on curves
 CLUSTER_REFERENCES = names(cluster_reference=True)  # run beside the controllers, not controllers
 SPLIT_POLICIES = names(split=True)  # the cluster coordinator's (wattflex.grid.slurm)
+THROUGHPUT_POLICIES = names(control=True, live_throughput=True)  # need a live tokens/s source

@@ -5,8 +5,11 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def finite_float(min: float | None = None, max: float | None = None, strict: bool = False):
@@ -91,3 +94,49 @@ class RenamedOption(argparse.Action):
         if self.append:
             values = [*(getattr(namespace, self.dest) or []), values]
         setattr(namespace, self.dest, values)
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def add_log_level(parser: argparse.ArgumentParser) -> None:
+    """``--log-level`` of a long-running command (default INFO)."""
+    parser.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="INFO",
+        type=str.upper,
+        help="the library's log lines (events accepted or refused, telemetry failures) on "
+        "stderr with their time, at this level and above (default %(default)s)",
+    )
+
+
+class StderrHandler(logging.StreamHandler):
+    """A handler writing to whatever ``sys.stderr`` is when a line is logged (a command run
+    in-process, e.g. by a test capturing stderr, never writes to a stream since closed)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+@contextmanager
+def command_logging(level: str) -> Iterator[None]:
+    """While a command runs: the ``wattflex`` loggers on stderr, each line with its time,
+    level and logger, at ``level`` and above; as before after it (a command run in-process,
+    e.g. by a test, leaves no handler behind)."""
+    logger = logging.getLogger("wattflex")
+    handler, before = StderrHandler(), logger.level
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before)

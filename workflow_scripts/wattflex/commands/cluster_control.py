@@ -31,8 +31,14 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from wattflex.allocation.policies import CONTROL_POLICIES, SPLIT_POLICIES
-from wattflex.commands import finite_float, name_list, read_site_option
+from wattflex.allocation.policies import CONTROL_POLICIES, SPLIT_POLICIES, THROUGHPUT_POLICIES
+from wattflex.commands import (
+    add_log_level,
+    command_logging,
+    finite_float,
+    name_list,
+    read_site_option,
+)
 from wattflex.errors import UserError
 from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.schema import section_defaults
@@ -103,9 +109,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--agent-policy",
-        choices=CONTROL_POLICIES,
+        choices=[p for p in CONTROL_POLICIES if p not in THROUGHPUT_POLICIES],
         default="equal-weight",
-        help="each agent's policy over its unit's GPUs",
+        help="each agent's policy over its unit's GPUs (not one that needs a job's "
+        "throughput: agents read none)",
     )
     parser.add_argument(
         "--gpu", choices=sorted(GPUS), default=DEFAULT_GPU, help="the GPUs' model (their limits)"
@@ -132,6 +139,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the knob menu's choice (CSV/JSON: job, knob): jobs "
         "to pause or requeue (held) at each event's start, resumed / released at its end",
     )
+    add_log_level(parser)
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve the site's Prometheus metrics on this port (0: a free one)",
+    )
+    parser.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1",
+        help="address of the site's metrics server (default 127.0.0.1)",
+    )
+    parser.add_argument(
+        "--agent-metrics-addr",
+        metavar="ADDR",
+        help="each agent serves its metrics on a free port at this address of its node "
+        "(0.0.0.0: all); their endpoints are listed in <budget-dir>/prometheus-targets.json "
+        "for Prometheus's file_sd_configs (resources/prometheus/prometheus.yml)",
+    )
     parser.add_argument(
         "--agent-state-dir",
         metavar="DIR",
@@ -142,8 +167,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The command, its library log lines on stderr at ``--log-level``."""
+    with command_logging(args.log_level):
+        return follow(args)
+
+
+def follow(args: argparse.Namespace) -> int:
     from wattflex.commands._outputs import check_not_in_measured_run
     from wattflex.commands.control import check_mv_dir, signal_end_s, write_run_mv_report
+    from wattflex.control.exporter import write_targets
     from wattflex.grid.events import MAX_SPAN_S, Schedule, check_schedule, read_schedule
     from wattflex.grid.slurm import OnceLog, agent_command, discover, run_coordinator
 
@@ -201,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
             args.agent_policy,
             wattflex,
             args.agent_state_dir,
+            args.agent_metrics_addr,
         )
         unit = f"{job.job_id}.{node}"
         k = sum(
@@ -216,6 +249,15 @@ def run(args: argparse.Namespace) -> int:
         )
 
     bad_job = OnceLog(lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
+    exporter = site_exporter(args)
+    targets = out / "prometheus-targets.json" if args.agent_metrics_addr else None
+
+    def on_period(rec, loads) -> None:
+        if exporter is not None:
+            exporter.update(rec, loads)
+        if targets is not None:
+            write_targets(targets, loads)
+
     ended = False
     try:
         with termination_raises():  # a signal unwinds through here: the agents are told and stopped
@@ -240,10 +282,13 @@ def run(args: argparse.Namespace) -> int:
                 log=lambda msg: print(msg, flush=True),
                 site=site,
                 knobs=knobs,
+                on_period=on_period,
             )
         ended = True
     finally:
         stop_agents(agents.values(), args.period_s, ended)
+        if exporter is not None:
+            exporter.close()
     # a requeued job's agent ended with the job (the requeue stopped it): not a failure
     requeued = knobs.requeued if knobs is not None else set()
     failed = [
@@ -276,6 +321,25 @@ def run(args: argparse.Namespace) -> int:
             "wattflex cluster-control (SLURM)",
         )
     return 1 if failed else 0
+
+
+def site_exporter(args: argparse.Namespace):
+    """The site's metrics server of ``--metrics-port`` (None without it), its URL said."""
+    from wattflex.control.exporter import SiteExporter
+
+    if args.metrics_port is None:
+        return None
+    if not 0 <= args.metrics_port <= 65535:
+        raise UserError(f"--metrics-port {args.metrics_port}: must be 0..65535 (0: a free port)")
+    try:
+        exporter = SiteExporter(args.metrics_port, args.metrics_addr)
+    except OSError as exc:
+        raise UserError(
+            f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_addr} "
+            f"({exc.strerror or exc})"
+        ) from None
+    print(f"metrics at {exporter.url}", flush=True)
+    return exporter
 
 
 @contextmanager

@@ -15,10 +15,12 @@ period logs a warning), a period under ``MIN_PERIOD_S``, a GPU index this node l
 cap command that is not there, a state directory that is a file.
 
 Jobs are groups of GPUs that share a cap (``--job 0-3 --job 4-7``; default: each GPU is
-its own job). A GPU reports no tokens/s, so the policies that weigh throughput
-(pfi-aware, curve-aware, online-learning) take every GPU's throughput as equal, and
-online-learning has nothing to learn from; PFI comes from the DRAM copy product through
-``--model`` (a predictor's model.json), or is taken as equal for all jobs.
+its own job). A GPU reports no tokens/s: each job's comes from the training log it already
+writes (``--throughput-log`` per job, read live with the command backend's framework preset,
+``--throughput-preset``, or ``--throughput-regex``: wattflex.runs.throughput). The policies
+that need it (curve-aware: the curve's scale; online-learning: its shape) are refused
+without one; PFI comes from the DRAM copy product through ``--model`` (a predictor's
+model.json), or is taken as equal for all jobs.
 
 A ``--budget-file`` that names ``clock_mhz`` (cluster-control carrying out the knob menu's
 ``clock``) has the GPUs' SM clock locked there as well, reset when the file names none and
@@ -28,6 +30,7 @@ however the agent ends (``ClockGuard``: state file, signals; the epilog resets a
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import shlex
@@ -36,8 +39,8 @@ import sys
 from datetime import UTC
 from pathlib import Path
 
-from wattflex.allocation.policies import CONTROL_POLICIES, REGISTRY
-from wattflex.commands import RenamedOption
+from wattflex.allocation.policies import CONTROL_POLICIES, REGISTRY, THROUGHPUT_POLICIES
+from wattflex.commands import RenamedOption, add_log_level, command_logging
 from wattflex.errors import UserError
 from wattflex.schema import section_defaults
 
@@ -50,6 +53,7 @@ MAX_PERIOD_S = 3600.0  # a control period longer than an hour follows no grid ev
 # the campaign's controller settings and cap control, the defaults of the same options here
 _CONTROLLER, _CUDA = section_defaults("control", "controller"), section_defaults("cuda")
 _SCENARIO = section_defaults("control", "scenarios", "*")
+log = logging.getLogger("wattflex.commands.control")  # timestamped (--log-level)
 MAX_GPU_INDEX = 1023  # no node has more GPUs; checked before a range is expanded into a list
 
 
@@ -94,7 +98,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--node",
-        help="--site: this node's name in it (default $SLURMD_NODENAME, else the host name)",
+        help="this node's name in --site and in the metrics' node label "
+        "(default $SLURMD_NODENAME, else the host name)",
     )
     parser.add_argument(
         "--budget-stale-s",
@@ -200,6 +205,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="127.0.0.1",
         help="address of the metrics server (default 127.0.0.1)",
     )
+    parser.add_argument(
+        "--throughput-log",
+        action="append",
+        metavar="PATH",
+        help="the training log of each job (repeat in --job order; one per job), followed live "
+        "as the command backend follows it; needed by "
+        + ", ".join(THROUGHPUT_POLICIES)
+        + " (the throughput panel's numbers too)",
+    )
+    parser.add_argument(
+        "--throughput-preset",
+        metavar="NAME",
+        help="--throughput-log: the framework's log line (a preset of wattflex.runs.throughput: "
+        "torchtitan, megatron, nemo, hf-trainer)",
+    )
+    parser.add_argument(
+        "--throughput-regex",
+        metavar="RX",
+        help="--throughput-log: your own regex with a (?P<tokens_per_s>...) group",
+    )
+    parser.add_argument(
+        "--throughput-stale-s",
+        type=float,
+        default=60.0,
+        help="--throughput-log: a job's last logged rate older than this counts as none "
+        "(default %(default)g s)",
+    )
+    add_log_level(parser)
+    parser.add_argument(
+        "--hpc-job-mapping-dir",
+        metavar="DIR",
+        default=os.environ.get("DCGM_HPC_JOB_MAPPING_DIR"),
+        help="--metrics-port: dcgm-exporter's GPU-to-job mapping folder (one file per GPU "
+        "index, one SLURM job id a line), the metrics' hpc_job label "
+        "(default $DCGM_HPC_JOB_MAPPING_DIR)",
+    )
+    parser.add_argument(
+        "--hpc-job",
+        metavar="ID",
+        default="",
+        help="--metrics-port without a mapping folder: the SLURM job these GPUs run "
+        "(cluster-control's agents name theirs), the hpc_job label",
+    )
 
 
 def parse_gpus(spec: str) -> list[int]:
@@ -257,6 +305,18 @@ def check_args(args: argparse.Namespace, max_span_s: float) -> None:
     if vtn and args.dry_run:
         raise UserError(
             f"--dry-run takes --budget-w or --signal, not {vtn} (a VEN takes events as they come)"
+        )
+    finite("--throughput-stale-s", args.throughput_stale_s, 0.0)
+    if args.policy in THROUGHPUT_POLICIES and not args.throughput_log:
+        raise UserError(
+            f"--policy {args.policy} needs each job's tokens/s: give --throughput-log PATH per "
+            f"job (its training log) with --throughput-preset or --throughput-regex; a GPU "
+            f"reports no throughput"
+        )
+    if args.throughput_log and bool(args.throughput_preset) == bool(args.throughput_regex):
+        raise UserError(
+            "--throughput-log: give one of --throughput-preset or --throughput-regex "
+            "(how to read its lines)"
         )
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise UserError(f"--metrics-port {args.metrics_port}: must be 0..65535 (0: a free port)")
@@ -367,25 +427,14 @@ def restore_stale(
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
+    """The command, its library log lines on stderr at ``--log-level``."""
+    with command_logging(args.log_level):
+        return follow(args)
 
-    from wattflex.control.controller import ControlConfig, Controller, pfi_from_model, ramp_at
-    from wattflex.control.loop import (
-        NodeJob,
-        floor_w,
-        job_table,
-        read_jobs,
-        run_loop,
-        sample_devices,
-    )
-    from wattflex.grid.events import (
-        MAX_SPAN_S,
-        Schedule,
-        check_schedule,
-        check_target_units,
-        read_schedule,
-    )
-    from wattflex.runs.devices.base import CapError
+
+def follow(args: argparse.Namespace) -> int:
+    from wattflex.control.loop import NodeJob, sample_devices
+    from wattflex.grid.events import MAX_SPAN_S
     from wattflex.runs.devices.caps import default_state_dir, limit_setter
     from wattflex.runs.devices.nvml import local_gpu_indices, nvml, open_gpus
 
@@ -425,23 +474,75 @@ def run(args: argparse.Namespace) -> int:
             cap_command=args.cap_command if args.cap_control == "command" else None,
         )
     setter = None if args.dry_run else limit_setter(args.cap_control, args.cap_command)
-    gpus = {g.index: g for g in open_gpus(set_limit=setter, indices=flat)}
+    # the node as SLURM names it (an agent's step; several nodes may share a host name in tests)
+    node = args.node or os.environ.get("SLURMD_NODENAME") or None
+    gpus = {g.index: g for g in open_gpus(set_limit=setter, indices=flat, node=node)}
     model = None
     if args.model:
         from wattflex.commands.predict import load_model
 
         model = load_model(args.model)
+    logs = throughput_sources(args, indices)
     jobs = []
     for n, idx in enumerate(indices):
         devs = [gpus[i] for i in idx]
+        tps = logs[n].tokens_per_s if logs else None
         jobs.append(
             NodeJob(
                 job_id="gpu" + "+".join(map(str, idx)),
                 devices=devs,
-                read=lambda t, devs=devs: sample_devices(devs, t),
+                read=lambda t, devs=devs, tps=tps: sample_devices(devs, t, tps),
                 moe_ft=str(n) in args.moe_ft,
             )
         )
+    try:
+        return control_jobs(args, jobs, gpus, flat, model, state_dir)
+    finally:
+        for log in logs:
+            log.close()
+
+
+def throughput_sources(args: argparse.Namespace, indices: list[list[int]]) -> list:
+    """One :class:`wattflex.control.loop.LogThroughput` per job from ``--throughput-log``
+    (none without it); a count that is not the jobs' or a preset/regex the command backend
+    refuses is one line."""
+    from wattflex.control.loop import LogThroughput
+    from wattflex.runs.throughput import ThroughputError, ThroughputSource
+
+    if not args.throughput_log:
+        return []
+    if len(args.throughput_log) != len(indices):
+        raise UserError(
+            f"--throughput-log given {len(args.throughput_log)} time(s) for {len(indices)} job(s): "
+            f"one per job, in --job order"
+        )
+    spec = (
+        {"preset": args.throughput_preset}
+        if args.throughput_preset
+        else {"regex": args.throughput_regex}
+    )
+    try:
+        sources = [ThroughputSource.from_spec(spec, "--throughput", gpus=len(i)) for i in indices]
+    except ThroughputError as exc:
+        raise UserError(str(exc)) from None
+    return [
+        LogThroughput(path, src, args.throughput_stale_s)
+        for path, src in zip(args.throughput_log, sources)
+    ]
+
+
+def control_jobs(
+    args: argparse.Namespace, jobs: list, gpus: dict, flat: list[int], model, state_dir: Path
+) -> int:
+    """The rest of ``run``: the jobs' first reading, the budget's source, then a dry run's
+    table or the control loop with its exporter, clock hold and M&V."""
+    import numpy as np
+
+    from wattflex.control.controller import ControlConfig, Controller, pfi_from_model, ramp_at
+    from wattflex.control.loop import floor_w, job_table, read_jobs, run_loop
+    from wattflex.grid.events import Schedule, check_schedule, check_target_units, read_schedule
+    from wattflex.runs.devices.base import CapError
+
     first = read_jobs(jobs, 0.0)
     nominal = sum(hi for g in gpus.values() for _, hi in [g.constraints()])
     for j, p in zip(jobs, first.power_w):
@@ -476,7 +577,7 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(signal, Schedule):
             checked = check_schedule(signal, floor, basis, args.period_s, ceiling_w=nominal)
             for w in checked.warnings:
-                print(f"warning: {w}", file=sys.stderr)
+                log.warning("%s", w)
             signal = checked.schedule
             end_s = signal_end_s(
                 signal, basis, args.restore_stagger_s * len(jobs) + 2 * args.period_s
@@ -485,11 +586,10 @@ def run(args: argparse.Namespace) -> int:
             low = signal.fraction * basis
             if (low < floor).any():
                 k = int(np.argmin(low))
-                print(
-                    f"warning: signal {args.signal} dips to {low[k]:.0f} W at t={signal.time_s[k]:g} s, below these "
+                log.warning(
+                    f"signal {args.signal} dips to {low[k]:.0f} W at t={signal.time_s[k]:g} s, below these "
                     f"GPUs' floor of {floor:.0f} W: they are held at their minimum caps then (power may exceed "
-                    f"the budget; each such period logs a warning)",
-                    file=sys.stderr,
+                    f"the budget; each such period logs a warning)"
                 )
             end_s = signal.duration_s
 
@@ -515,7 +615,7 @@ def run(args: argparse.Namespace) -> int:
         budget_file = BudgetFile(
             args.budget_file,
             args.budget_stale_s,
-            lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True),
+            lambda msg: log.warning("%s", msg),
         )
         budget_at = budget_file.budget_at
         source = f"budget file {args.budget_file}"
@@ -584,7 +684,9 @@ def run(args: argparse.Namespace) -> int:
         from wattflex.control.exporter import ControlExporter
 
         try:
-            exporter = ControlExporter(args.metrics_port, args.metrics_addr)
+            exporter = ControlExporter(
+                args.metrics_port, args.metrics_addr, args.hpc_job_mapping_dir, args.hpc_job
+            )
         except OSError as exc:
             if ven is not None:
                 ven.stop()
@@ -612,6 +714,7 @@ def run(args: argparse.Namespace) -> int:
                 Path(args.load_file).name.removesuffix(".load.json"),
                 r.power_w[-1],
                 r.caps_w[-1],
+                exporter.url if exporter is not None else None,
             )
         if exporter is not None:
             exporter.update(r, jobs)
@@ -682,11 +785,7 @@ def follow_clock(hold, clock_mhz: float | None) -> None:
     try:
         hold.follow(clock_mhz)
     except CapError as exc:
-        print(
-            f"warning: SM clock lock at {clock_mhz:g} MHz failed ({exc})",
-            file=sys.stderr,
-            flush=True,
-        )
+        log.warning(f"SM clock lock at {clock_mhz:g} MHz failed ({exc})")
 
 
 def write_run_mv_report(
@@ -724,14 +823,22 @@ def write_run_mv_report(
             title,
         )
         save_png(fig, png, prov, event_id=r["event_id"])
-        print(
-            f"M&V {r['event_id']}: response {r['response_time_s']} s, "
-            f"{r['seconds_above_target_after_deadline']:g} s above target after the deadline "
-            f"(worst {r['worst_w_above_target_after_deadline']:.0f} W), restored after {r['restore_time_s']} s; "
-            f"wrote {out}/mv.json and {png}",
-            flush=True,
-        )
+        print(f"{mv_line(r)}; wrote {out}/mv.json and {png}", flush=True)
     return recs
+
+
+def mv_line(r: dict) -> str:
+    """One event's M&V record in a line, in the words of the schedule's warnings (deadline
+    met or missed) and its numbers rounded as measured (0.1 s, 1 W)."""
+    s = lambda v: "never" if v is None else f"{v:.1f} s"  # noqa: E731
+    deadline = "no deadline" if r["deadline_s"] is None else f"deadline {r['deadline_s']:g} s"
+    return (
+        f"M&V {r['event_id']}: {deadline} {'met' if r['deadline_met'] else 'missed'} "
+        f"(response {s(r['response_time_s'])}), "
+        f"{r['seconds_above_target_after_deadline']:g} s above target after the deadline "
+        f"(worst {r['worst_w_above_target_after_deadline']:.0f} W), restored after "
+        f"{s(r['restore_time_s'])}"
+    )
 
 
 def mv_png_name(k: int) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from wattflex.commands import whole_number
 

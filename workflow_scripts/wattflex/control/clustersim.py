@@ -12,7 +12,7 @@ period boundaries.
 of :func:`wattflex.runs.emulator.step.job_at_cap` for its group (same virtual nodes as the campaign's
 runs), precomputed for every cap on the ``cap_step_w`` grid (:func:`truth_table`). After a
 change (cap or phase) power approaches its new level with the firmware's time constant
-(``devices.emulated.SETTLE_TAU_S``); on top, per-job AR(1) fluctuation (``power_noise``
+(``runs.emulator.device.SETTLE_TAU_S``); on top, per-job AR(1) fluctuation (``power_noise``
 per GPU), held under ``1.01 * cap`` as the firmware does. GPUs without a job draw idle power.
 Everything is vectorised over (policy, job slot) and stepped in 1-s increments.
 
@@ -58,14 +58,13 @@ from wattflex.control.controller import (
     Controller,
     JobTable,
     Readings,
-    Signal,
     curve_pfi,
     pfi_from_model,
     ramp_at,
     ramp_caps,
 )
 from wattflex.gpus import DEFAULT_GPU, GPUS
-from wattflex.grid.events import Schedule, read_schedule
+from wattflex.grid.events import Schedule, Signal, read_schedule
 from wattflex.runs.emulator import (
     PHYSICS,
     JobSpec,

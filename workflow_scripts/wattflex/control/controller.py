@@ -61,7 +61,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -70,66 +69,8 @@ from wattflex.allocation.allocator import policy_weights, predicted_curves, wate
 from wattflex.allocation.curves import Curves
 from wattflex.allocation.oracle import concave_hull, hull_greedy, plan_greedy
 from wattflex.allocation.policies import CONTROL_POLICIES, CURVE_POLICIES
-from wattflex.ingest.reader import read_csv_named
 from wattflex.pfi import pfi_ratio_curves
 from wattflex.schema import section_defaults
-
-# ---------------------------------------------------------------------------------------
-# Budget signal
-# ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Signal:
-    """A budget signal: ``fraction`` of a basis power at ``time_s``, piecewise linear between
-    rows (two rows at the same time make a step); before the first row the first value
-    holds, after the last row the last one. A fraction >= 1 means no curtailment."""
-
-    time_s: np.ndarray
-    fraction: np.ndarray
-
-    @property
-    def duration_s(self) -> float:
-        return float(self.time_s[-1])
-
-    def at(self, t_s: np.ndarray | float) -> np.ndarray:
-        t = np.asarray(t_s, float)
-        # a step (repeated time) takes its new value from the step on
-        return np.interp(t + 1e-9, self.time_s, self.fraction)
-
-    def budget(self, t_s: np.ndarray | float, basis_w: float) -> np.ndarray:
-        """Budget in W (inf: no curtailment), the interface of :class:`wattflex.grid.events.Schedule`."""
-        f = self.at(t_s)
-        return np.where(f < 1.0, f * basis_w, np.inf)
-
-    def active(self, t_s: np.ndarray | float) -> np.ndarray:
-        return self.at(t_s) < 1.0
-
-
-def read_signal(path: str | Path) -> Signal:
-    """Read a signal CSV with columns ``time_s,fraction`` (``#`` comment lines allowed)."""
-    df = read_csv_named(path, "signal", comment="#")
-    missing = {"time_s", "fraction"} - set(df.columns)
-    if missing:
-        raise ValueError(
-            f"signal {path}: missing column(s) {', '.join(sorted(missing))} (need time_s,fraction)"
-        )
-    t, f = df["time_s"].to_numpy(float), df["fraction"].to_numpy(float)
-    if len(t) == 0 or not (np.isfinite(t).all() and np.isfinite(f).all()):
-        raise ValueError(f"signal {path}: empty or non-numeric time_s/fraction")
-    if (np.diff(t) < 0).any():
-        raise ValueError(
-            f"signal {path}: time_s must not decrease (row {int(np.argmax(np.diff(t) < 0)) + 3})"
-        )
-    if t[-1] < 0:  # its length is its last time: it would run "for -50 s"
-        raise ValueError(
-            f"signal {path}: time_s ends at {t[-1]:g} s, before the start: times are seconds "
-            "from the start, the last one >= 0"
-        )
-    if (f <= 0).any() or (f > 2).any():
-        raise ValueError(f"signal {path}: fraction must be in (0, 2], got {f.min():g}..{f.max():g}")
-    return Signal(t, f)
-
 
 # ---------------------------------------------------------------------------------------
 # Configuration, inputs

@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 
 from wattflex.control.controller import ControlConfig, Controller, JobTable, Readings, round_caps
+from wattflex.runs.command_run import LineFollower
 from wattflex.runs.devices.caps import CapGuard
+from wattflex.runs.throughput import ThroughputSource
 
 log = logging.getLogger("wattflex.control.loop")
 
@@ -43,16 +45,43 @@ class NodeJob:
     pfi: float = math.nan
 
 
-def sample_devices(devices: Sequence[Any], t_s: float) -> dict[str, float]:
+class LogThroughput:
+    """A job's tokens/s from the log it already writes, read as the command backend reads it
+    (:class:`wattflex.runs.command_run.LineFollower` with a
+    :class:`wattflex.runs.throughput.ThroughputSource`: a framework's preset or a regex): the
+    rate its last matched line logged, NaN before the first and once that line is older than
+    ``stale_s`` (a job that stopped logging is not taken to run at its last rate)."""
+
+    def __init__(self, path: str | Path, source: ThroughputSource, stale_s: float = 60.0):
+        self.t0, self.stale_s = time.time(), stale_s
+        self.follower = LineFollower(Path(path), source, self.t0).start()
+
+    def tokens_per_s(self) -> float:
+        """The latest logged rate of the job (tokens/s), NaN when none is fresh."""
+        rows = self.follower.rows
+        if not rows:
+            return math.nan
+        read_s, _, tps, _ = rows[-1]
+        return float(tps) if time.time() - (self.t0 + read_s) <= self.stale_s else math.nan
+
+    def close(self) -> None:
+        """Stop following the log."""
+        self.follower.stop()
+
+
+def sample_devices(
+    devices: Sequence[Any], t_s: float, throughput: Callable[[], float] | None = None
+) -> dict[str, float]:
     """Job telemetry from devices with ``sample(t_s)`` (``NvmlGpu``): power summed, activity
-    averaged; tokens/s is not something a GPU knows (NaN)."""
+    averaged; tokens/s from ``throughput`` (e.g. :meth:`LogThroughput.tokens_per_s`), NaN
+    without one: a GPU does not know tokens."""
     rows = [d.sample(t_s) for d in devices]
     mean = lambda k: float(np.nanmean([r.get(k, math.nan) for r in rows])) if rows else math.nan  # noqa: E731
     power = [r.get("power_w", math.nan) for r in rows]
     return {
         "t_s": t_s,
         "power_w": float(np.sum(power)) if np.isfinite(power).all() else math.nan,
-        "tokens_per_s": math.nan,
+        "tokens_per_s": throughput() if throughput is not None else math.nan,
         "gpu_util": mean("gpu_util"),
         "dram_active": mean("dram_active"),
         "mem_copy_util": mean("mem_copy_util"),

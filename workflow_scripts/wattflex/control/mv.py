@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from wattflex.grid.events import windows
+
 
 def _mean(x: np.ndarray) -> float:
     return float(np.mean(x)) if len(x) else math.nan
@@ -171,7 +173,6 @@ def simulation_mv(
     baseline from the curves is the uncapped reference's load, throughput is compared with
     the oracle's over the run. ``source``: the scenario's schedule or signal; events
     without their own deadline get ``response_s``."""
-    from wattflex.grid.events import windows
 
     wins = windows(source, res.t_s, response_s)
     by = {name: r for r, name in enumerate(res.rows)}
@@ -261,7 +262,6 @@ def write_run_mv(
     no throughput-vs-oracle figure here (the simulation has it)."""
     from pathlib import Path
 
-    from wattflex.grid.events import windows
     from wattflex.provenance import csv_files, json_file, provenance, write_together
 
     out = Path(out_dir)

@@ -10,8 +10,9 @@ start.
 
 A :class:`Schedule` is a list of events that do not overlap. Its ``budget(t, basis_w)``
 (W, ``inf`` = no event) and ``active(t)`` are the interface the controller loop and the
-cluster simulation read; :class:`wattflex.control.controller.Signal` (the ``time_s,fraction``
-CSV) offers the same two methods, so either drives both.
+cluster simulation read; a :class:`Signal` (the ``time_s,fraction`` CSV) offers the same two
+methods, so either drives both. The controller, the simulation, the adapters and the M&V all
+take events from here: nothing in this module imports them.
 
 :func:`read_schedule` reads a CSV or JSON file of events (or, for the legacy
 ``time_s,fraction`` CSV, returns its :class:`Signal`). :func:`check_schedule` finds what
@@ -56,6 +57,61 @@ MAX_SPAN_S = 8784 * 3600.0
 
 class ScheduleError(ValueError):
     """A schedule that cannot be followed safely (one line: which event, what, what to do)."""
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A budget signal: ``fraction`` of a basis power at ``time_s``, piecewise linear between
+    rows (two rows at the same time make a step); before the first row the first value
+    holds, after the last row the last one. A fraction >= 1 means no curtailment."""
+
+    time_s: np.ndarray
+    fraction: np.ndarray
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.time_s[-1])
+
+    def at(self, t_s: np.ndarray | float) -> np.ndarray:
+        t = np.asarray(t_s, float)
+        # a step (repeated time) takes its new value from the step on
+        return np.interp(t + 1e-9, self.time_s, self.fraction)
+
+    def budget(self, t_s: np.ndarray | float, basis_w: float) -> np.ndarray:
+        """Budget in W (inf: no curtailment), the interface of :class:`Schedule`."""
+        f = self.at(t_s)
+        return np.where(f < 1.0, f * basis_w, np.inf)
+
+    def active(self, t_s: np.ndarray | float) -> np.ndarray:
+        return self.at(t_s) < 1.0
+
+
+def read_signal(path: str | Path) -> Signal:
+    """Read a signal CSV with columns ``time_s,fraction`` (``#`` comment lines allowed)."""
+    # light import of the event model (commands build --help from it)
+    from wattflex.ingest.reader import read_csv_named
+
+    df = read_csv_named(path, "signal", comment="#")
+    missing = {"time_s", "fraction"} - set(df.columns)
+    if missing:
+        raise ValueError(
+            f"signal {path}: missing column(s) {', '.join(sorted(missing))} (need time_s,fraction)"
+        )
+    t, f = df["time_s"].to_numpy(float), df["fraction"].to_numpy(float)
+    if len(t) == 0 or not (np.isfinite(t).all() and np.isfinite(f).all()):
+        raise ValueError(f"signal {path}: empty or non-numeric time_s/fraction")
+    if (np.diff(t) < 0).any():
+        raise ValueError(
+            f"signal {path}: time_s must not decrease (row {int(np.argmax(np.diff(t) < 0)) + 3})"
+        )
+    if t[-1] < 0:  # its length is its last time: it would run "for -50 s"
+        raise ValueError(
+            f"signal {path}: time_s ends at {t[-1]:g} s, before the start: times are seconds "
+            "from the start, the last one >= 0"
+        )
+    if (f <= 0).any() or (f > 2).any():
+        raise ValueError(f"signal {path}: fraction must be in (0, 2], got {f.min():g}..{f.max():g}")
+    return Signal(t, f)
 
 
 @dataclass(frozen=True)
@@ -252,7 +308,6 @@ def read_schedule(path: str | Path, now: datetime | None = None):
     """A :class:`Schedule` from a CSV (one event per row) or JSON (``{"events": [...]}``) file;
     the legacy ``time_s,fraction`` CSV comes back as its :class:`Signal`."""
 
-    from wattflex.control.controller import read_signal
     from wattflex.ingest.reader import (
         MAX_DOC_BYTES,
         check_input_file,
@@ -338,9 +393,9 @@ def check_schedule(
     """Refuse what cannot be followed (overlap, an event already over, a target far above what
     the GPUs can draw, ``ceiling_w``: a unit slip); warn about what can only be followed safely
     (a target below the floors: held at the floors; a deadline the ramp cannot meet: the ramp
-    is kept, the deadline missed; a target above ``ceiling_w``: nothing is curtailed). An event
-    already under way starts now. ``settle_s``: the firmware's time to act on a cap (~2 s,
-    SETTLE_TAU_S)."""
+    is kept, the deadline likely missed, the M&V measures it; a target above ``ceiling_w``:
+    nothing is curtailed). An event already under way starts now. ``settle_s``: the firmware's
+    time to act on a cap (~2 s, SETTLE_TAU_S)."""
     out = ScheduleCheck()
     kept: list[Event] = []
     for e in schedule.events:
@@ -380,7 +435,8 @@ def check_schedule(
             out.warnings.append(
                 f"{where}: the ramp of {e.ramp_w_per_s / 1e3:g} kW/s from {basis_w:.0f} W to "
                 f"{target:.0f} W with a {period_s:g} s control period needs {need:.1f} s, over the "
-                f"{e.deadline_s:g} s deadline: the ramp is kept and the deadline missed"
+                f"{e.deadline_s:g} s deadline (the firmware's {settle_s:g} s to act included): "
+                f"the ramp is kept, so the deadline is likely missed; the M&V says whether it was"
             )
         kept.append(e if e.start_s >= 0 else replace(e, start_s=0.0))
     out.schedule = Schedule(tuple(kept), schedule.source)

@@ -208,7 +208,9 @@ class OpenADRVen:
         except BAD_EVENT as exc:  # one bad event is refused; the VEN goes on
             taken, msgs = False, [f"event {eid!r} cannot be used ({type(exc).__name__}: {exc})"]
         for m in msgs:
-            (log.info if taken else log.warning)("OpenADR %s", m)
+            log.info(  # accepted or refused: the VEN's normal work
+                "OpenADR %s", m
+            )
         self.messages += msgs
         self.responses[eid] = "optIn" if taken else "optOut"
         return self.responses[eid]

@@ -201,7 +201,9 @@ class OpenADR3Ven:
         self.accepted[eid] = taken or update
         self.messages += msgs
         for m in msgs:
-            (log.info if taken else log.warning)("OpenADR 3 %s", m)
+            log.info(  # accepted or refused: the VEN's normal work
+                "OpenADR 3 %s", m
+            )
 
     async def _report(self, client: Any, ev: Any) -> None:
         from toadr3.models import Report

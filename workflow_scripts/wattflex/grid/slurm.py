@@ -261,11 +261,15 @@ def agent_command(
     policy: str = "equal-weight",
     wattflex: str = "wattflex",
     state_dir: str | None = None,
+    metrics_addr: str | None = None,
 ) -> list[str]:
     """The job step that runs the agent of (job, node) inside the job's allocation
-    (``state_dir``: its cap state folder, ``{node}`` replaced; default: the node's own)."""
+    (``state_dir``: its cap state folder, ``{node}`` replaced; default: the node's own;
+    ``metrics_addr``: it serves its metrics there on a free port, ``hpc_job`` its job)."""
     unit = unit_name(job.job_id, node)
     where = ["--state-dir", state_dir.replace("{node}", node)] if state_dir else []
+    if metrics_addr:
+        where += ["--metrics-port", "0", "--metrics-addr", metrics_addr, "--hpc-job", job.job_id]
     return [
         "srun",
         "--overlap",
@@ -643,16 +647,23 @@ class BudgetFile:
         return math.inf if r is None else float(r)
 
 
-def write_load(path: str | Path, unit: str, load_w: float, caps_w: Sequence[float]) -> None:
-    write_json_atomic(
-        Path(path),
-        {
-            "unit": unit,
-            "load_w": float(load_w),
-            "caps_w": [float(c) for c in caps_w],
-            "t_unix": time.time(),
-        },
-    )
+def write_load(
+    path: str | Path,
+    unit: str,
+    load_w: float,
+    caps_w: Sequence[float],
+    metrics_url: str | None = None,
+) -> None:
+    """An agent's load file: its measured load and caps now (and its metrics endpoint)."""
+    doc = {
+        "unit": unit,
+        "load_w": float(load_w),
+        "caps_w": [float(c) for c in caps_w],
+        "t_unix": time.time(),
+    }
+    if metrics_url:
+        doc["metrics_url"] = metrics_url
+    write_json_atomic(Path(path), doc)
 
 
 def coordinate_once(
@@ -775,6 +786,7 @@ def run_coordinator(
     sleep: Any = time.sleep,
     site: Any = None,
     knobs: Any = None,
+    on_period: Any = None,
 ) -> ClusterRecord:
     """Follow ``source`` (a schedule or signal: ``budget(t, basis_w)``, ``active(t)``) over the
     jobs ``discover_jobs()`` reports, ``launch(job, node)`` starting each new unit's agent.
@@ -787,7 +799,8 @@ def run_coordinator(
     limit held in every period (:func:`coordinate_once`) and its load recorded. ``knobs`` (a
     :class:`wattflex.grid.slurm_knobs.KnobPlan`): the knob menu's choice, carried out at each
     event's start (its jobs' units then counted at what the knob leaves) and undone at its
-    end, and however the loop ends."""
+    end, and however the loop ends. ``on_period(rec, loads)``: after each period, with its
+    units' load files (None: silent), e.g. the site's metrics."""
     split = split or ClusterSplit()
     rec = ClusterRecord([], [], [], [], [])
     launched: set[str] = set()
@@ -903,6 +916,8 @@ def run_coordinator(
             rec.power_w.append(load)
             rec.alive.append(sum(d is not None for d in loads))
             rec.caps_w.append([])
+            if on_period is not None:
+                on_period(rec, loads)
             sleep(max(0.0, t0 + (len(rec.t_s)) * period_s - clock()))
     finally:
         if knobs is not None:  # no job left paused or held, however the loop ends

@@ -38,6 +38,7 @@ import pandas as pd
 from wattflex.allocation.allocator import allocate
 from wattflex.allocation.curves import Curves, curves_from_points, monotone_fit
 from wattflex.allocation.simulate import sample_workloads
+from wattflex.control.clustersim import draw_schedule
 from wattflex.grid.baselines import (
     DAY_S,
     BaselineRule,
@@ -395,7 +396,6 @@ def site_history(
     draws its group's uncapped power ``p_max_w`` while it trains and idle power during its
     start-up and checkpoints; free GPUs idle. ``p_max_w`` (G,) or (R, G): R sets of group
     powers on the one job stream give R histories, (R, len(t_s))."""
-    from wattflex.control.clustersim import draw_schedule
 
     horizon = s.history_days * DAY_S
     sched = draw_schedule(groups.table, cluster, horizon, period_s, rng)

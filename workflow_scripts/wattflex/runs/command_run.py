@@ -170,6 +170,7 @@ class LineFollower:
             live_path.write_text("step,t_end_s,tokens,loss\n")
 
     def start(self) -> LineFollower:
+        self._read()  # what the log holds already: a reader that starts late sees it at once
         self._thread.start()
         return self
 

@@ -1,6 +1,6 @@
 """What a GPU backend offers, and the telemetry sampler thread that works on any of them.
 
-``PowerCapDevice`` is one GPU's power-limit interface; ``devices.emulated.EmulatedDevice``
+``PowerCapDevice`` is one GPU's power-limit interface; ``runs.emulator.device.EmulatedDevice``
 and ``devices.nvml.NvmlGpu`` both satisfy it, so cap logic (``wattflex.runs.devices.caps``) is the same
 code for both. ``TelemetrySource`` is one GPU that can be sampled (``NvmlGpu``; the emulated
 backend synthesises whole traces instead). ``TelemetrySampler`` polls sources from a

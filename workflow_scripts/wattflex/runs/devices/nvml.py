@@ -509,10 +509,12 @@ def open_gpus(
     set_limit: Callable[[int, float], None] | None = None,
     gpm: bool = _GPM,
     indices: list[int] | None = None,
+    node: str | None = None,
 ) -> list[NvmlGpu]:
-    """The job's GPUs (:func:`job_gpus`, or the NVML ``indices`` given) opened as ``NvmlGpu``."""
+    """The job's GPUs (:func:`job_gpus`, or the NVML ``indices`` given) opened as ``NvmlGpu``,
+    named on ``node`` (default: the host name)."""
     chosen = indices if indices is not None else local_gpu_indices(count)
-    return [NvmlGpu(i, set_limit=set_limit, gpm=gpm) for i in chosen]
+    return [NvmlGpu(i, set_limit=set_limit, gpm=gpm, node=node) for i in chosen]
 
 
 def _bare_uuid(uuid: str) -> str:
