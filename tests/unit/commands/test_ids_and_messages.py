@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from wattflex.control.controller import read_signal
+from wattflex.grid.events import read_signal
 from wattflex.errors import UserError
 from wattflex.grid.events import ScheduleError, read_schedule
 from wattflex.grid.slurm import read_group_curves

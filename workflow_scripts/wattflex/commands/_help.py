@@ -67,6 +67,12 @@ GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
             "--site",
             "--node",
         ),
+        "the jobs' throughput (curve-aware, online-learning)": (
+            "--throughput-log",
+            "--throughput-preset",
+            "--throughput-regex",
+            "--throughput-stale-s",
+        ),
         "how caps are set and undone": (
             "--cap-control",
             "--cap-command",
@@ -76,7 +82,13 @@ GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
             "--duration-s",
         ),
         "trying it out": ("--dry-run", "--at-s"),
-        "Prometheus metrics": ("--metrics-port", "--metrics-addr"),
+        "Prometheus metrics": (
+            "--metrics-port",
+            "--metrics-addr",
+            "--hpc-job-mapping-dir",
+            "--hpc-job",
+        ),
+        "logging": ("--log-level",),
     },
     "cluster-control": {
         "the event and the nodes": (
@@ -98,6 +110,12 @@ GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
             "--site",
             "--knob-choice",
             "--agent-state-dir",
+        ),
+        "Prometheus metrics and logging": (
+            "--metrics-port",
+            "--metrics-addr",
+            "--agent-metrics-addr",
+            "--log-level",
         ),
     },
 }
