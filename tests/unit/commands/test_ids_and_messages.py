@@ -10,9 +10,8 @@ import os
 
 import pytest
 
-from wattflex.grid.events import read_signal
 from wattflex.errors import UserError
-from wattflex.grid.events import ScheduleError, read_schedule
+from wattflex.grid.events import ScheduleError, read_schedule, read_signal
 from wattflex.grid.slurm import read_group_curves
 from wattflex.grid.slurm_knobs import read_choice
 

@@ -37,7 +37,6 @@ the world; Prometheus scrapes it through the site's usual node-local path).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import urllib.parse
@@ -48,6 +47,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from wattflex.allocation.curves import Curves
 from wattflex.grid.offer import LOSSES, sheddable_w
+from wattflex.provenance import strict_json
 
 GPU_LABELS = ("node", "gpu", "workload", "hpc_job")
 JOB_LABELS = ("node", "workload", "hpc_job")
@@ -266,7 +266,7 @@ def write_targets(path: str | Path, loads: list[dict | None]) -> None:
     )
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps([{"targets": hosts, "labels": {}}], indent=1) + "\n")
+    tmp.write_text(strict_json([{"targets": hosts, "labels": {}}], indent=1) + "\n")
     tmp.replace(path)
 
 
