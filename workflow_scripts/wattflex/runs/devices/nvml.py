@@ -514,7 +514,8 @@ def slurm_job_gpu_uuids(indices: Collection[int], node: str | None = None) -> fr
     GPU NVML gives that minor (``nvmlDeviceGetMinorNumber``) -> its UUID. Anything that cannot be
     mapped so (no slurmd, an index without a record, a device that is not an NVIDIA one, no GPU
     of that minor) is a one-line ``GpuIdentityError``, never a guess from index digits."""
-    node = node or socket.gethostname().split(".")[0]
+    # slurmd's own name for this node (the epilog passes it), else the short host name
+    node = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     argv = [SLURMD, "-G", "-f", SLURM_CONF, "-N", node]
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=_TOOL_ENV)
