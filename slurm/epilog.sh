@@ -167,7 +167,10 @@ fi
 [ -n "${WATTFLEX_CAP_COMMAND:-}" ] && args+=(--cap-command "$WATTFLEX_CAP_COMMAND")
 [ -n "${SLURM_JOB_GPUS:-}" ] && args+=(--job-gpus "$SLURM_JOB_GPUS")
 # a clean environment: nothing from the caller's (PYTHONPATH, LD_PRELOAD, ...) reaches root's run
-out=$(env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C "$wf" restore-caps "${args[@]}" 2>&1)
+# SLURMD_NODENAME (slurmd's, not the user's) names this node to `slurmd -G` when restore-caps maps
+# the job's GPU indices to UUIDs
+out=$(env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C SLURMD_NODENAME="${SLURMD_NODENAME:-}" \
+  "$wf" restore-caps "${args[@]}" 2>&1)
 rc=$?
 say "restore-caps (exit $rc): $out"
 exit $rc

@@ -115,6 +115,8 @@ def _default_gpu(i: int) -> dict[str, Any]:
         "uuid": f"GPU-fake-{i:04d}",
         # FAKE PCI bus ids, in NVML's format (pynvml NVML_DEVICE_PCI_BUS_ID_FMT "%08X:%02X:%02X.0")
         "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
+        # the NVIDIA minor number (/dev/nvidia<minor>, character major 195): NVML order by default
+        "minor": i,
         "min_mw": 200_000,
         "max_mw": 700_000,
         "default_mw": 700_000,
@@ -342,6 +344,10 @@ def nvmlDeviceGetPciInfo(handle: int) -> SimpleNamespace:
         bus=int(bus[9:11], 16),
         device=0,
     )
+
+
+def nvmlDeviceGetMinorNumber(handle: int) -> int:
+    return _gpu(handle)["minor"]
 
 
 def nvmlDeviceGetName(handle: int) -> str:

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
-from wattflex.runs.devices import cap_state, caps
+from wattflex.runs.devices import cap_state, caps, nvml
 from wattflex.runs.devices.nvml import open_gpus
 
 pytestmark = [
@@ -47,6 +48,36 @@ def folder_in_tmp(prefix: str, mode: int):
 def var_tmp():
     """A world-writable sticky folder, as /var/tmp is."""
     yield from folder_in_tmp("wattflex-vartmp-", 0o1777)
+
+
+FAKES = Path(__file__).resolve().parents[3] / "fakes"
+
+
+@pytest.fixture
+def slurm_gres(monkeypatch):
+    """``gres(minors)``: a FAKE ``slurmd -G`` (tests/fakes/fake_slurm_jobs.py) whose GPU k, in
+    gres.conf order, is the device file ``nvidia<k>`` of NVIDIA minor ``minors[k]``; restore-caps
+    runs it (``nvml.SLURMD``). Called at once with NVML's order ([0, 1]) for the tests that only
+    need a job's GPUs to be known."""
+    where = Path(tempfile.mkdtemp(prefix="wattflex-gres-"))
+    where.chmod(0o755)
+    shutil.copy(FAKES / "fake_slurm_jobs.py", where / "slurmd")
+    (where / "slurmd").chmod(0o755)
+    (where / "jobs.json").write_text("[]")
+    monkeypatch.setattr(nvml, "SLURMD", str(where / "slurmd"))
+
+    def gres(minors: list[int]) -> Path:
+        (where / "gres.json").write_text(json.dumps({"gpus": len(minors)}))
+        for k, minor in enumerate(minors):
+            (where / f"nvidia{k}").unlink(missing_ok=True)
+            os.mknod(
+                where / f"nvidia{k}", 0o600 | stat.S_IFCHR, os.makedev(nvml.NVIDIA_MAJOR, minor)
+            )
+        return where
+
+    gres([0, 1])
+    yield gres
+    shutil.rmtree(where, ignore_errors=True)
 
 
 def as_nobody(*argv: str) -> None:
@@ -119,7 +150,7 @@ def test_a_folder_others_can_write_or_a_link_is_refused_before_any_gpu_changes(f
 
 
 def test_the_job_users_record_restores_the_cards_default_not_its_number(
-    fake_nvml, var_tmp, run_cli
+    fake_nvml, var_tmp, run_cli, slurm_gres
 ):
     """The issue's second case: a record the job's user owns (the epilog trusts it, --job-uid)
     may say 200 W; root puts back the card's default limit, which that user cannot choose."""
@@ -148,7 +179,7 @@ def clock_record(**extra) -> dict:
 
 
 def test_a_planted_clock_record_is_refused_and_the_job_users_only_resets_to_the_default(
-    fake_nvml, var_tmp, run_cli
+    fake_nvml, var_tmp, run_cli, slurm_gres
 ):
     """Clock records (``knob: clock``) go through the same reader as cap records: one that nobody
     planted in a folder of theirs is reported untrusted and no clock changes; the job user's own
@@ -308,8 +339,21 @@ def test_restore_caps_refuses_a_bad_job_uid_or_cap_command_in_one_line(
 
 
 # ---- issue 47: a user's record reaches only the GPUs SLURM gave that user's job -------------------
+BOTH = [
+    {"index": 0, "uuid": "GPU-fake-0000", "original_limit_w": 700.0},
+    {"index": 1, "uuid": "GPU-fake-0001", "original_limit_w": 700.0},
+]
+
+
+def restore_as_epilog(run_cli, monkeypatch, state: Path, where: Path, job_gpus: str = "0"):
+    """``restore-caps`` as root's epilog runs it for nobody's job on SLURM's GPUs ``job_gpus``."""
+    monkeypatch.setenv("SLURM_JOB_UID", str(NOBODY))
+    monkeypatch.setenv("SLURM_JOB_GPUS", job_gpus)
+    return run_cli("restore-caps", "--state-dir", state, cwd=where)
+
+
 def test_a_job_users_record_naming_another_jobs_gpu_lifts_no_cap_and_no_clock_lock(
-    fake_nvml, var_tmp, run_cli, monkeypatch
+    fake_nvml, var_tmp, run_cli, monkeypatch, slurm_gres
 ):
     """The issue's case: nobody's job ran on GPU 0; another job holds GPU 1 at a 300 W
     curtailment cap and a clock lock. nobody plants records naming GPU 1 (and GPU 0 too);
@@ -317,23 +361,72 @@ def test_a_job_users_record_naming_another_jobs_gpu_lifts_no_cap_and_no_clock_lo
     alone, leaves GPU 1 capped and locked, keeps the records and exits 1 (the node drains)."""
     state = var_tmp / f"wattflex-{NOBODY}"
     as_nobody("mkdir", "-m", "0700", str(state))
-    both = [
-        {"index": 0, "uuid": "GPU-fake-0000", "original_limit_w": 700.0},
-        {"index": 1, "uuid": "GPU-fake-0001", "original_limit_w": 700.0},
-    ]
-    plant(state / f"caps-{HOST}-999998.json", {**record(), "gpus": both[1:]})
-    plant(state / f"caps-{HOST}-999999.json", {**record(), "gpus": both})
-    plant(state / f"clocks-{HOST}-999999.json", {**clock_record(), "gpus": both[1:]})
+    plant(state / f"caps-{HOST}-999998.json", {**record(), "gpus": BOTH[1:]})
+    plant(state / f"caps-{HOST}-999999.json", {**record(), "gpus": BOTH})
+    plant(state / f"clocks-{HOST}-999999.json", {**clock_record(), "gpus": BOTH[1:]})
     fake_nvml.update_gpu(0, limit_mw=250_000)
     fake_nvml.update_gpu(1, limit_mw=300_000)
-    monkeypatch.setenv("SLURM_JOB_UID", str(NOBODY))
-    monkeypatch.setenv("SLURM_JOB_GPUS", "0")
-    proc = run_cli("restore-caps", "--state-dir", state, cwd=var_tmp)
+    proc = restore_as_epilog(run_cli, monkeypatch, state, var_tmp)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert limits_w() == [700.0, 300.0] and fake_nvml.state()["set_calls"] == [[0, 700_000]]
     assert fake_nvml.state()["clock_calls"] == []
     assert "GPU(s) 1 of this record of uid 65534 are not its job's (SLURM: 0)" in proc.stdout
     assert len(list(state.glob("*.json"))) == 3
+
+
+# ---- issue 51: SLURM's GPU index is gres.conf order; a record's GPU is matched by UUID ----------
+def test_a_job_users_record_reaches_its_jobs_gpu_where_gres_conf_order_is_not_nvmls(
+    fake_nvml, var_tmp, run_cli, monkeypatch, slurm_gres
+):
+    """gres.conf lists /dev/nvidia1 first: SLURM's GPU 0 is NVML's GPU 1 (minor 1). nobody's job
+    had SLURM's GPU 0; another job holds NVML's GPU 0 (SLURM's 1) at a 300 W cap. nobody's
+    record names both NVML GPUs. Index digits would lift the other job's cap (NVML 0 "is" SLURM
+    0); by device file, minor and UUID the epilog puts back NVML GPU 1 alone, keeps the record
+    and exits 1."""
+    slurm_gres([1, 0])
+    state = var_tmp / f"wattflex-{NOBODY}"
+    as_nobody("mkdir", "-m", "0700", str(state))
+    plant(state / f"caps-{HOST}-999999.json", {**record(), "gpus": BOTH})
+    fake_nvml.update_gpu(0, limit_mw=300_000)
+    fake_nvml.update_gpu(1, limit_mw=250_000)
+    proc = restore_as_epilog(run_cli, monkeypatch, state, var_tmp)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert limits_w() == [300.0, 700.0] and fake_nvml.state()["set_calls"] == [[1, 700_000]]
+    assert "GPU(s) 0 of this record of uid 65534 are not its job's (SLURM: 0)" in proc.stdout
+    assert len(list(state.glob("*.json"))) == 1
+
+
+@pytest.mark.parametrize(
+    "broken, said",
+    [
+        ("no slurmd", "slurmd -G could not run"),
+        ("not nvidia", "(SLURM's GPU 0) is not an NVIDIA GPU device"),
+        ("no such minor", "NVML has no GPU of minor 7"),
+    ],
+)
+def test_where_slurms_gpus_cannot_be_mapped_nothing_of_the_users_record_is_restored(
+    fake_nvml, var_tmp, run_cli, monkeypatch, slurm_gres, broken, said
+):
+    """No guess from index digits: one line saying why, the record kept, no limit changed, exit 1."""
+    where = slurm_gres([0, 1])
+    if broken == "no slurmd":
+        monkeypatch.setattr(nvml, "SLURMD", str(where / "no-slurmd"))
+    else:
+        (where / "nvidia0").unlink()
+        dev = os.makedev(1, 3) if broken == "not nvidia" else os.makedev(nvml.NVIDIA_MAJOR, 7)
+        os.mknod(where / "nvidia0", 0o600 | stat.S_IFCHR, dev)
+    state = var_tmp / f"wattflex-{NOBODY}"
+    as_nobody("mkdir", "-m", "0700", str(state))
+    plant(state / f"caps-{HOST}-999999.json", record())
+    fake_nvml.update_gpu(0, limit_mw=300_000)
+    proc = run_cli(
+        "restore-caps", "--state-dir", state, "--job-uid", NOBODY, "--job-gpus", "0", cwd=var_tmp
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (line,) = [ln for ln in proc.stdout.splitlines() if "caps-" in ln]
+    assert ": refused: " in line and said in line and "record kept" in line, line
+    assert limits_w() == [300.0, 700.0] and fake_nvml.state()["set_calls"] == []
+    assert len(list(state.glob("*.json"))) == 1
 
 
 def test_without_the_jobs_gpus_a_job_users_record_changes_nothing(fake_nvml, var_tmp, run_cli):
@@ -431,12 +524,16 @@ while not os.path.exists(stop) and time.monotonic() < end:
 """
 
 
-def test_a_users_folder_swapped_for_a_link_to_roots_never_costs_root_its_record(fake_nvml, var_tmp):
+def test_a_users_folder_swapped_for_a_link_to_roots_never_costs_root_its_record(
+    fake_nvml, var_tmp, monkeypatch
+):
     """The issue's race: while root restores the job user's record, that user swaps their folder
     for a link to root's folder (renameat2 RENAME_EXCHANGE, over and over). The old code removed
     the record by path again and so deleted root's live record of the same name. Bounded: 1000
     restores against one swapping process; root's record survives every one, and the user's own
     record is still restored (and removed) whenever its folder was the real one."""
+    # the job's GPUs as slurmd's device files give them (other tests): here GPU 0, 1000 times over
+    monkeypatch.setattr(caps, "slurm_job_gpu_uuids", lambda idx: frozenset({"GPU-fake-0000"}))
     mine, link = var_tmp / f"wattflex-{NOBODY}", var_tmp / "swap"
     as_nobody("mkdir", "-m", "0700", str(mine))
     roots = var_tmp / "root-state"

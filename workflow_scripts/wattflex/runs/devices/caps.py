@@ -45,7 +45,7 @@ from wattflex.runs.devices.cap_state import (
     default_state_dir,
     trusted_uids,
 )
-from wattflex.runs.devices.nvml import NvmlGpu
+from wattflex.runs.devices.nvml import NvmlGpu, slurm_job_gpu_uuids
 
 log = logging.getLogger("wattflex.runs.devices.caps")
 MODES = ("nvml", "command", "observe")
@@ -270,11 +270,14 @@ def restore_records(
     ``act(path, doc, owner)``; untrusted, damaged and live ones are reported, not acted on.
 
     A record another user owns (the job user's, trusted through ``job_uid``) is acted on only for
-    its GPUs in ``job_gpus``; its other GPUs are left alone and reported as an error (the record
-    kept), and with no ``job_gpus`` nothing of it is. The folder stays open from the reading to
-    the removal of each restored record (``cap_state.held_records``)."""
+    its GPUs in ``job_gpus`` (SLURM's indices, matched by UUID through slurmd's device files:
+    ``nvml.slurm_job_gpu_uuids``); its other GPUs are left alone and reported as an error (the
+    record kept), and with no ``job_gpus``, or where they cannot be mapped, nothing of it is.
+    The folder stays open from the reading to the removal of each restored record
+    (``cap_state.held_records``)."""
     out = []
     pattern = f"{prefix}-{socket.gethostname()}-*.json"
+    job_uuids: list[frozenset[str] | str] = []  # SLURM's GPUs as UUIDs, or why not (once, lazily)
     with cap_state.held_records(
         state_dir or default_state_dir(), pattern, trusted_uids(job_uid)
     ) as (dfd, records):
@@ -300,7 +303,12 @@ def restore_records(
             if not force and _alive(int(doc.get("pid", -1)), doc.get("pid_start")):
                 out.append({**rec, "gpus": gpus, "action": "skipped: its process is still running"})
                 continue
-            gpus, foreign = _job_gpus_of(gpus, owner, job_gpus)
+            if owner not in (0, os.geteuid()) and job_gpus is not None and not job_uuids:
+                try:
+                    job_uuids.append(slurm_job_gpu_uuids(job_gpus))
+                except RuntimeError as exc:  # GpuIdentityError, or no NVML
+                    job_uuids.append(str(exc))
+            gpus, foreign = _job_gpus_of(gpus, owner, job_gpus, job_uuids[0] if job_uuids else None)
             if foreign:
                 rec["error"] = foreign
                 if not gpus:
@@ -318,11 +326,16 @@ def restore_records(
 
 
 def _job_gpus_of(
-    gpus: list[dict[str, Any]], owner: int | None, job_gpus: Collection[int] | None
+    gpus: list[dict[str, Any]],
+    owner: int | None,
+    job_gpus: Collection[int] | None,
+    job_uuids: frozenset[str] | str | None = None,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The record's GPUs a restore may touch, and why the others are left alone (None: all may).
     Root's and this user's own records name their GPUs; another user's (the job's) reach only the
-    job's GPUs as SLURM gives them."""
+    job's GPUs as SLURM gives them, matched by UUID (``job_uuids``: SLURM's indices mapped through
+    slurmd's device files, ``nvml.slurm_job_gpu_uuids``, or why they could not be), never by the
+    index digits: SLURM's IDX is gres.conf order, not NVML's."""
     if owner in (0, os.geteuid()):
         return gpus, None
     if job_gpus is None:
@@ -330,13 +343,19 @@ def _job_gpus_of(
             f"a record of uid {owner} restores only its SLURM job's GPUs, and none were given "
             "(--job-gpus, or $SLURM_JOB_GPUS in the epilog): left alone, record kept"
         )
-    mine = [g for g in gpus if g["index"] in job_gpus]
-    others = sorted({g["index"] for g in gpus} - set(job_gpus))
+    slurm = ", ".join(map(str, sorted(job_gpus))) or "none"
+    if not isinstance(job_uuids, frozenset):
+        return [], (
+            f"the GPUs of SLURM's job (SLURM: {slurm}) cannot be told by UUID ({job_uuids}): "
+            f"nothing of this record of uid {owner} restored, record kept"
+        )
+    mine = [g for g in gpus if g.get("uuid") in job_uuids]
+    others = [g["index"] for g in gpus if g.get("uuid") not in job_uuids]
     if not others:
         return mine, None
     return mine, (
         f"GPU(s) {', '.join(map(str, others))} of this record of uid {owner} are not its job's "
-        f"(SLURM: {', '.join(map(str, sorted(job_gpus))) or 'none'}): left alone, record kept"
+        f"(SLURM: {slurm}): left alone, record kept"
     )
 
 

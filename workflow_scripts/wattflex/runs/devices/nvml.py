@@ -25,8 +25,11 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import socket
-from collections.abc import Callable, Mapping
+import stat
+import subprocess
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -492,6 +495,90 @@ def job_gpus(count: int | None = None, env: Mapping[str, str] | None = None) -> 
                 f"({', '.join(g.uuid for g in out) or 'none'})"
             )
         out = out[:count]
+    return out
+
+
+#: what ``slurm_job_gpu_uuids`` runs and reads (root edits these, never the caller's PATH)
+SLURMD = "/usr/sbin/slurmd"
+SLURM_CONF = "/etc/slurm/slurm.conf"  # slurmd -G reads gres.conf beside it
+_TOOL_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+NVIDIA_MAJOR = 195  # "195 char  Nvidia graphics devices" (Documentation/admin-guide/devices.txt)
+
+
+def slurm_job_gpu_uuids(indices: Collection[int], node: str | None = None) -> frozenset[str]:
+    """The UUIDs of SLURM's job GPU ``indices`` on this node (``$SLURM_JOB_GPUS`` in the epilog).
+
+    SLURM's IDX counts the node's GPU devices in gres.conf order (``slurmd -G``: each GPU record's
+    first Index and its File list), not NVML's; so, as the sudo wrapper ``slurm/wattflex-setcap``
+    does: IDX -> its device file -> that file's NVIDIA minor number (character major 195) -> the
+    GPU NVML gives that minor (``nvmlDeviceGetMinorNumber``) -> its UUID. Anything that cannot be
+    mapped so (no slurmd, an index without a record, a device that is not an NVIDIA one, no GPU
+    of that minor) is a one-line ``GpuIdentityError``, never a guess from index digits."""
+    # slurmd's own name for this node (the epilog passes it), else the short host name
+    node = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    argv = [SLURMD, "-G", "-f", SLURM_CONF, "-N", node]
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=_TOOL_ENV)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GpuIdentityError(f"{SLURMD} -G could not run: {exc}") from None
+    if r.returncode != 0:
+        said = (r.stderr.strip().splitlines() or [""])[-1][-200:]
+        raise GpuIdentityError(f"{' '.join(argv)} failed (exit {r.returncode}): {said}")
+    devices: dict[int, str] = {}
+    for line in (r.stdout + r.stderr).splitlines():
+        if re.search(r"\bGres Name=gpu ", line):
+            count, first, files = (
+                re.search(rf"\b{k}=(\S+)", line) for k in ("Count", "Index", "File")
+            )
+            if not (count and first and files and count[1].isdigit() and first[1].isdigit()):
+                raise GpuIdentityError("slurmd -G: a GPU record without Count, Index and File")
+            paths = _file_list(files[1])
+            if len(paths) != int(count[1]):
+                raise GpuIdentityError(f"slurmd -G: Count={count[1]} but File={files[1]}")
+            devices.update({int(first[1]) + k: path for k, path in enumerate(paths)})
+    nv = nvml()
+    by_minor: dict[int, str] = {}
+    try:
+        for i in range(int(nv.nvmlDeviceGetCount())):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            by_minor[int(nv.nvmlDeviceGetMinorNumber(h))] = _text(nv.nvmlDeviceGetUUID(h))
+    except nv.NVMLError as exc:
+        raise GpuIdentityError(f"NVML cannot list the GPUs' minor numbers ({exc})") from None
+    out = set()
+    for i in sorted(indices):
+        if i not in devices:
+            raise GpuIdentityError(f"SLURM's GPU {i} on {node} is not in slurmd -G's GPU records")
+        try:
+            st = os.stat(devices[i])
+        except OSError as exc:
+            raise GpuIdentityError(f"{devices[i]} (SLURM's GPU {i}): {exc.strerror}") from None
+        if not stat.S_ISCHR(st.st_mode) or os.major(st.st_rdev) != NVIDIA_MAJOR:
+            raise GpuIdentityError(
+                f"{devices[i]} (SLURM's GPU {i}) is not an NVIDIA GPU device (char {NVIDIA_MAJOR}:N)"
+            )
+        if os.minor(st.st_rdev) not in by_minor:
+            raise GpuIdentityError(
+                f"{devices[i]} (SLURM's GPU {i}): NVML has no GPU of minor {os.minor(st.st_rdev)}"
+            )
+        out.add(by_minor[os.minor(st.st_rdev)])
+    return frozenset(out)
+
+
+def _file_list(text: str) -> list[str]:
+    """slurmd's ranged File list (``/dev/nvidia[0-3]``, ``/dev/nvidia0,/dev/nvidia2``) as paths."""
+    parts = re.findall(r"([^,\[\]]+)(?:\[([0-9,-]+)\]([^,\[\]]*))?(,|$)", text)
+    if "".join(h + (f"[{r}]{t}" if r else "") + c for h, r, t, c in parts) != text:
+        raise GpuIdentityError(f"slurmd -G: cannot read the File list {text[:100]!r}")
+    out = []
+    for head, ranges, tail, _ in parts:
+        if not ranges:
+            out.append(head)
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            if not lo.isdigit() or not (hi or lo).isdigit():
+                raise GpuIdentityError(f"slurmd -G: cannot read the File list {text[:100]!r}")
+            out += [f"{head}{n:0{len(lo)}d}{tail}" for n in range(int(lo), int(hi or lo) + 1)]
     return out
 
 
