@@ -24,7 +24,20 @@ backend = ",".join(sorted(runs["backend"].astype(str).unique()))
 prov = provenance(params=smk.params.offer, inputs=[smk.input.runs])
 write_csv(table, smk.output.table, prov, hours=hours, losses=list(losses))
 grid, shed = offer_curve(curves)
-save_figure(offer_figure(jobs, grid, shed, losses, backend, hours), smk.output.figure, prov)
+clusters = runs.groupby("group")["cluster"].first() if "cluster" in runs else None
+save_figure(
+    offer_figure(
+        jobs,
+        grid,
+        shed,
+        losses,
+        backend,
+        hours,
+        None if clusters is None else [str(clusters[j]) for j in jobs],
+    ),
+    smk.output.figure,
+    prov,
+)
 for _, r in table[table["job"] == "TOTAL"].iterrows():
     log.info(
         "offer: %.1f kW for %g h at <= %.0f%% throughput loss per job",

@@ -431,6 +431,7 @@ def test_offer_statement_takes_a_real_control_runs_mv_fake_nvml(fake_nvml, tmp_p
 
 def test_the_figure_shows_the_deep_events_and_says_which_strategy_cannot():
     from wattflex.plots.grid import statement_figure
+    from wattflex.plots.style import figure_problems
 
     cc = ClusterConfig(gpus=8, mean_interarrival_s=3600.0)
     stmt = st.build_statement(runs_table(), None, DEEP, cc, "c", plan=PLAN)
@@ -444,3 +445,4 @@ def test_the_figure_shows_the_deep_events_and_says_which_strategy_cannot():
     marks = [x for x in panel.texts if x.get_text().strip() == "infeasible"]
     assert len(marks) == (~knobs["feasible"].astype(bool)).sum() > 0
     assert any("EMULATED" in x.get_text() for x in fig.texts)
+    assert figure_problems(fig) == []  # its bands and error bars named, no label struck

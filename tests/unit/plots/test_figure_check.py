@@ -10,8 +10,9 @@ import pytest
 from wattflex.plots.allocation import fig8_figure, out_of_sample_figure
 from wattflex.plots.analysis import beside_published_scatter
 from wattflex.plots.control import power_figure
+from wattflex.plots.grid import mv_figure, offer_figure
 from wattflex.plots.style import figure_problems, save_figure
-from wattflex.plots.sweeps import curves_figure
+from wattflex.plots.sweeps import curves_figure, pfi_by_cluster_figure
 from wattflex.provenance import artifact_meta, provenance
 
 
@@ -207,3 +208,86 @@ def test_the_clocks_figure_names_its_series_for_both_panels():
 
     fig = clocks_figure(_runs())
     assert figure_problems(fig) == [] and len(fig.legends) == 1
+
+
+def test_a_label_with_a_line_through_it_is_found():
+    """A label struck by a grid line or by a neighbour's line reads badly; on an opaque box,
+    or beside the lines, it does not."""
+    fig, ax = plt.subplots()
+    ax.plot([0, 1, 2], [0, 1, 2], label="data")
+    ax.hlines(1.5, 0.7, 2.0, color="k")  # a neighbour's median bar
+    ax.set_xlim(0, 2)
+    ax.set_ylim(0, 2)
+    ax.grid(axis="y")
+    fig.draw_without_rendering()
+    ax.text(0.6, 1.5, "median 1.70", va="center")  # across the grid line at 1.5 and the bar
+    ax.text(0.1, 1.625, "quiet", va="center")  # between grid lines, off the data
+    ax.text(0.1, 1.0, "on white", va="center", bbox={"fc": "w", "ec": "none"})
+    ax.legend(loc="lower right")
+    problems = figure_problems(fig)
+    assert [p for p in problems if "label" in p] == [
+        "axes 0: the label 'median 1.70' is struck by a grid line and a line"
+    ]
+
+
+def test_box_plots_error_bar_caps_and_a_twin_legend_are_not_unnamed_series():
+    fig, (a, b) = plt.subplots(1, 2)
+    a.boxplot([[1, 2, 3, 9], [2, 3, 4, -5], [1, 1, 2, 2]])  # boxes, whiskers, fliers
+    a.bar([1, 2, 3], [2, 3, 1])
+    a.errorbar([1, 2, 3], [2, 3, 1], yerr=0.5, fmt="none", capsize=3)  # caps: 3-point lines
+    b.plot([0, 1, 2], [0, 1, 4], label="left axis")
+    b.fill_between([0, 1, 2], [0, 0, 3], [1, 2, 5], alpha=0.2, label="left: band")
+    twin = b.twinx()
+    twin.plot([0, 1, 2], [3, 2, 1], color="C3", label="right axis")
+    twin.fill_between([0, 1, 2], [2, 1, 0], [4, 3, 2], color="C3", alpha=0.2, label="right band")
+    handles = [h for x in (b, twin) for h in x.get_legend_handles_labels()[0]]
+    b.legend(handles, [h.get_label() for h in handles])  # one legend for both axes
+    assert figure_problems(fig) == []
+    twin.fill_between([0, 1, 2], [0, 0, 0], [1, 1, 1], color="C4", alpha=0.2)  # unnamed
+    assert figure_problems(fig) == ["axes 2: 1 of 3 series in no legend"]
+
+
+def test_pfi_by_cluster_writes_no_median_into_a_line():
+    """The default campaign's headline PFIs (medians 1.55 / 1.70 / 1.74): the '1.70' label
+    ran into moe-ft's median bar and the grid line at 1.75."""
+    pfi = pd.DataFrame(
+        {
+            "cluster": ["dense"] * 14 + ["moe-pt"] * 7 + ["moe-ft"] * 4,
+            "pfi_ratio": [1.85, 1.48, 1.46, 1.68, 1.71, 1.46, 1.69, 1.63, 1.54, 1.51, 1.59]
+            + [1.57, 1.45, 1.44, 1.43, 1.77, 1.63, 1.70, 1.71, 1.58, 1.97, 1.83, 2.18, 1.66]
+            + [1.55],
+        }
+    )
+    pfi["ci95_low"], pfi["ci95_high"] = pfi["pfi_ratio"] - 0.05, pfi["pfi_ratio"] + 0.05
+    fig = pfi_by_cluster_figure(pfi, ["emulated"])
+    assert figure_problems(fig) == []
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert ticks[1] == "moe-pt\nmedian 1.70 (black bar)\n7 groups"
+
+
+def test_the_offer_names_its_35_jobs_by_cluster_and_its_loss_levels():
+    rng = np.random.default_rng(1)
+    losses = np.linspace(0, 0.6, 13)
+    shed = np.cumsum(rng.uniform(0, 500, (35, 13)), axis=1)
+    jobs = [f"g{j}" for j in range(35)]
+    clusters = ["dense"] * 19 + ["moe-pt"] * 10 + ["moe-ft"] * 6
+    fig = offer_figure(jobs, losses, shed, (0.1, 0.25, 0.5), "emulated", 4.0, clusters)
+    assert figure_problems(fig) == []
+    names = {t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().texts}
+    assert {"dense (19 jobs)", "moe-pt (10 jobs)", "moe-ft (6 jobs)"} <= names
+    assert "the offer's loss levels (10, 25, 50 %)" in names
+    assert figure_problems(offer_figure(jobs, losses, shed, (0.1,), "emulated", 4.0)) == []
+
+
+def test_the_mv_figure_names_every_controller_for_both_panels():
+    t = np.arange(0.0, 1200.0, 5.0)
+    budget = np.where((t >= 600) & (t < 1100), 120e3, np.nan)
+    loads = {
+        name: np.where(np.isfinite(budget), 118e3 - 1e3 * i, 160e3) + 50 * np.sin(t)
+        for i, name in enumerate(("equal-weight", "pfi-aware", "oracle"))
+    }
+    rec = {"event_id": "e1", "start_s": 600.0, "end_s": 1100.0, "deadline_s": 30.0}
+    rec["baseline_pre_event_w"] = 160e3
+    fig = mv_figure(t, loads, budget, rec, np.full_like(t, 165e3), "emulated", "step")
+    assert figure_problems(fig) == []
+    assert set(loads) <= {t.get_text() for t in fig.legends[0].get_texts()}

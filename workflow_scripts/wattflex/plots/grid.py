@@ -4,6 +4,7 @@ baselines, the deadline)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from wattflex.plots.style import label_backend, tight_layout
+from wattflex.plots.style import CLUSTER_COLORS, label_backend, tight_layout
 
 
 def offer_figure(
@@ -23,18 +24,32 @@ def offer_figure(
     levels: Sequence[float],
     backend: Any,
     hours: float,
+    clusters: Sequence[str] | None = None,
 ):
     """Per job (thin) and total (thick, right axis) kW sheddable at each throughput loss;
-    the offer's loss levels marked."""
+    the offer's loss levels marked. Given each job's cluster (``clusters``), a job is drawn
+    in its cluster's colour and the legend names the clusters; otherwise the jobs themselves
+    (up to 12; more are drawn in one colour, named once)."""
     fig, (ax, tx) = plt.subplots(1, 2, figsize=(11.5, 4.6))
     x = 100 * np.asarray(losses)
-    for j, name in enumerate(jobs):
-        ax.plot(x, shed_w[j] / 1e3, lw=0.9, label=str(name))
+    if clusters is not None:
+        count = Counter(clusters)
+        names = [f"{c} ({count[c]} jobs)" for c in clusters]
+        colors = [CLUSTER_COLORS.get(c, "#7f7f7f") for c in clusters]
+    elif len(jobs) <= 12:
+        names, colors = [str(name) for name in jobs], [f"C{j % 10}" for j in range(len(jobs))]
+    else:
+        names, colors = [f"one job ({len(jobs)} jobs)"] * len(jobs), ["#1f77b4"] * len(jobs)
+    for j, (name, color) in enumerate(zip(names, colors, strict=True)):
+        first = name not in names[:j]
+        ax.plot(x, shed_w[j] / 1e3, lw=0.9, color=color, label=name if first else "_" + name)
     total = shed_w.sum(0) / 1e3
     tx.plot(x, total, color="black", lw=2.0, label="total")
-    for lv in levels:
+    marks = ", ".join(f"{100 * lv:g}" for lv in levels)
+    for i, lv in enumerate(levels):
         for a in (ax, tx):
-            a.axvline(100 * lv, color="grey", lw=0.6, ls=":")
+            name = f"the offer's loss levels ({marks} %)" if i == 0 and a is tx else None
+            a.axvline(100 * lv, color="grey", lw=0.6, ls=":", label=name)
         k = int(np.argmin(np.abs(np.asarray(losses) - lv)))
         tx.annotate(
             f"{total[k]:.1f} kW",
@@ -46,11 +61,11 @@ def offer_figure(
     ax.set_xlabel("throughput loss allowed per job (%)")
     ax.set_ylabel("sheddable power (kW)")
     ax.set_title("per job (curve behind the offer)", fontsize=10)
-    if len(jobs) <= 12:
-        ax.legend(fontsize=6)
+    ax.legend(fontsize=7, loc="upper left")
     tx.set_xlabel("throughput loss allowed per job (%)")
     tx.set_ylabel("sheddable power, all jobs (kW)")
     tx.set_title(f"offer: kW held for {hours:g} h at each loss level", fontsize=10)
+    tx.legend(fontsize=7, loc="upper left")
     tight_layout(fig, (0, 0.03, 1, 1))
     label_backend(fig, backend)
     return fig
@@ -111,8 +126,8 @@ def mv_figure(
     if near.any():  # a short run's samples, not the full window
         zx.set_xlim(t[near].min(), t[near].max())
     zx.set_title("response to the start", fontsize=9)
-    zx.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    tight_layout(fig, (0, 0.03, 1, 1))
+    fig.legend(*zx.get_legend_handles_labels(), fontsize=7, loc="upper right")  # both panels'
+    tight_layout(fig, (0, 0.03, 0.84, 1))
     label_backend(fig, backend)
     return fig
 
@@ -133,7 +148,14 @@ def statement_figure(
     d = 100 * shed["depth"].to_numpy(float)
     ok = shed["caps_feasible_share"].to_numpy(float) >= 0.95
     ax.plot(d, shed["shed_kw"], color="black", lw=1.6, label="power shed (median site)")
-    ax.fill_between(d, shed["shed_kw_p5"], shed["shed_kw_p95"], color="black", alpha=0.12)
+    ax.fill_between(
+        d,
+        shed["shed_kw_p5"],
+        shed["shed_kw_p95"],
+        color="black",
+        alpha=0.12,
+        label="power shed: 5-95 % over draws",
+    )
     lx = ax.twinx()
     loss = 100 * shed["throughput_loss"].to_numpy(float)
     lx.plot(
@@ -145,6 +167,7 @@ def statement_figure(
         100 * shed["throughput_loss_p95"],
         color="#d62728",
         alpha=0.15,
+        label="throughput lost: 5-95 % over draws",
     )
     deepest = shed.loc[ok, "depth"].max() if ok.any() else None
     if deepest is not None and not ok.all():
@@ -171,7 +194,7 @@ def statement_figure(
     ]
     x = np.arange(len(at))
     year = at[["tokens_lost_per_year", "tokens_lost_per_year_p5", "tokens_lost_per_year_p95"]] / 1e9
-    cx.bar(x, year["tokens_lost_per_year"], color="#1f77b4", alpha=0.8)
+    cx.bar(x, year["tokens_lost_per_year"], color="#1f77b4", alpha=0.8, label="median")
     cx.errorbar(
         x,
         year["tokens_lost_per_year"],
@@ -182,7 +205,9 @@ def statement_figure(
         fmt="none",
         color="black",
         capsize=3,
+        label="5-95 % over draws",
     )
+    cx.legend(fontsize=7, loc="upper left")
     cx.set_xticks(
         x,
         [

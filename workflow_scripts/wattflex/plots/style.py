@@ -14,8 +14,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.collections import PathCollection
+from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.offsetbox import AnchoredOffsetbox, AnnotationBbox
+from matplotlib.text import Text
 
 from wattflex.labels import backend_label  # noqa: F401 (re-exported: plots draw it)
 from wattflex.provenance import save_png
@@ -137,15 +138,55 @@ def _points(ax: plt.Axes) -> np.ndarray:
 
 
 def _series(ax: plt.Axes) -> list[Any]:
-    """The data series of ``ax`` a legend should name: lines of 3 or more points, scatters,
-    shaded bands (reference lines of 2 points, such as y = x or a budget, are not series)."""
-    out = [line for line in ax.lines if len(line.get_xydata()) >= 3]
+    """The data series of ``ax`` a legend should name: lines over 3 or more distinct x
+    positions, scatters, shaded bands. Not series: reference lines of 2 points (y = x, a
+    budget), the parts of a box plot (a box spans 2 x positions, its fliers 1) and an error
+    bar's caps (both name their categories on the axis, not in a legend)."""
+    caps = {id(c) for box in ax.containers if hasattr(box, "has_yerr") for c in box[1]}
+    out = [
+        line
+        for line in ax.lines
+        if id(line) not in caps and len(np.unique(np.asarray(line.get_xydata())[:, 0])) >= 3
+    ]
     out += [
         c
         for c in ax.collections
         if (isinstance(c, PathCollection) and len(c.get_offsets()))
         or type(c).__name__ in ("PolyCollection", "FillBetweenPolyCollection")
     ]
+    return out
+
+
+def _strokes(ax: plt.Axes) -> list[tuple[str, Any]]:
+    """(what, display path) of every stroke drawn in ``ax``: its lines (reference lines
+    included), the visible grid lines, and line collections (``hlines``, ``vlines``, error
+    bars)."""
+    out = []
+    grid = [(line, "a grid line") for line in ax.get_xgridlines() + ax.get_ygridlines()]
+    for line, what in [(line, "a line") for line in ax.lines] + grid:
+        if line.get_visible() and line.get_linestyle() not in ("None", "", " "):
+            out.append((what, line.get_transform().transform_path(line.get_path())))
+    for coll in ax.collections:
+        if isinstance(coll, LineCollection) and coll.get_visible():
+            transform = coll.get_transform()
+            out += [("a line", transform.transform_path(path)) for path in coll.get_paths()]
+    return out
+
+
+def _bare_labels(ax: plt.Axes) -> list[tuple[str, Any]]:
+    """(text, display bbox, less a pixel each side) of every label written in the area of
+    ``ax`` on no opaque background: a line drawn through such a label strikes it out."""
+    out = []
+    area = ax.get_window_extent()
+    for t in ax.texts:
+        patch = t.get_bbox_patch()
+        if not t.get_visible() or not t.get_text().strip():
+            continue
+        if patch is not None and patch.get_facecolor()[3] >= 0.8:
+            continue  # written on an opaque box: the box check below applies
+        box = Text.get_window_extent(t)  # the text alone, not an annotation's arrow
+        if box.overlaps(area):
+            out.append((t.get_text().strip().splitlines()[0][:40], box.padded(-1)))
     return out
 
 
@@ -174,8 +215,9 @@ def _colours(artists: Any) -> set[tuple[float, ...]]:
 
 def figure_problems(fig: plt.Figure) -> list[str]:
     """What a reader would trip on, found on the laid-out figure: an annotation box over a
-    plotted data point, and (on an Axes with more than one series) a series no legend of the
-    Axes or the figure names. Empty when the figure is clean."""
+    plotted data point, a label with a line (data, reference or grid) drawn through it, and
+    (on an Axes with more than one series) a series no legend of the Axes, its twin or the
+    figure names. Empty when the figure is clean."""
     fig.draw_without_rendering()
     problems = []
     named = {t.get_text() for leg in fig.legends for t in leg.get_texts()}
@@ -192,12 +234,18 @@ def figure_problems(fig: plt.Figure) -> list[str]:
             )
             if hit.any():
                 problems.append(f"{where}: the box {text!r} covers {int(hit.sum())} data points")
+        twins = [a for a in fig.axes if a.bbox.bounds == ax.bbox.bounds]  # ax, and a twinx
+        strokes = [stroke for a in twins for stroke in _strokes(a)]
+        for text, box in _bare_labels(ax):
+            struck = sorted({what for what, path in strokes if path.intersects_bbox(box, False)})
+            if struck:
+                problems.append(f"{where}: the label {text!r} is struck by {' and '.join(struck)}")
         series = _series(ax)
         if len(series) < 2:
             continue
-        legend = ax.get_legend()
-        here = named | ({t.get_text() for t in legend.get_texts()} if legend else set())
-        keys = colours | (_colours(legend.legend_handles) if legend else set())
+        legends = [a.get_legend() for a in twins if a.get_legend() is not None]
+        here = named | {t.get_text() for leg in legends for t in leg.get_texts()}
+        keys = colours | _colours([h for leg in legends for h in leg.legend_handles])
         unnamed = [
             s
             for s in series

@@ -176,6 +176,7 @@ def pfi_by_cluster_figure(
 ) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     rng = np.random.default_rng(0)
+    ticks = list(CLUSTER_ORDER)
     for i, cl in enumerate(CLUSTER_ORDER):
         sub = pfi[(pfi["cluster"] == cl) & np.isfinite(pfi[value_col])]
         if sub.empty:
@@ -188,14 +189,15 @@ def pfi_by_cluster_figure(
             )
         med = float(sub[value_col].median())
         ax.hlines(med, i - 0.3, i + 0.3, color="k", lw=2, zorder=4)
-        ax.text(i + 0.32, med, f"median {med:.2f}\nn={len(sub)}", va="center", fontsize=8)
+        # under the axis, where no line or neighbour's label can run into it
+        ticks[i] = f"{cl}\nmedian {med:.2f} (black bar)\n{len(sub)} groups"
     ax.axhline(1.0, color="grey", ls=":", lw=1)
-    ax.set_xticks(range(len(CLUSTER_ORDER)), CLUSTER_ORDER)
-    ax.set_xlim(-0.5, len(CLUSTER_ORDER) - 0.2)
+    ax.set_xticks(range(len(CLUSTER_ORDER)), ticks)
+    ax.set_xlim(-0.5, len(CLUSTER_ORDER) - 0.5)
     ax.set_ylabel(f"PFI ({value_col})")
     ax.set_title("PFI by cluster (headline H200 groups, 95% CI)")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(title="group (95 % CI)", fontsize=8, title_fontsize=8, loc="upper left")
+    ax.legend(title="group (95 % CI)", fontsize=8, title_fontsize=8, loc="lower right")
     label_backend(fig, backend)
     tight_layout(fig, (0, 0.03, 1, 1))
     return fig
