@@ -10,6 +10,7 @@ import pytest
 from wattflex.plots.allocation import fig8_figure, out_of_sample_figure
 from wattflex.plots.analysis import beside_published_scatter
 from wattflex.plots.control import power_figure
+from wattflex.plots.fidelity import test_set_panel as draw_test_sets  # not a test
 from wattflex.plots.grid import mv_figure, offer_figure
 from wattflex.plots.style import figure_problems, save_figure
 from wattflex.plots.sweeps import curves_figure, pfi_by_cluster_figure
@@ -291,3 +292,22 @@ def test_the_mv_figure_names_every_controller_for_both_panels():
     fig = mv_figure(t, loads, budget, rec, np.full_like(t, 165e3), "emulated", "step")
     assert figure_problems(fig) == []
     assert set(loads) <= {t.get_text() for t in fig.legends[0].get_texts()}
+
+
+def test_the_test_set_bars_labels_are_not_struck_by_the_grid():
+    """fidelity_vs_published's bar labels ran across the grid lines at 0.4 and 0.5."""
+    sets = pd.DataFrame(
+        {
+            "test_set": ["Table 6 out of sample", "leave one table out: anchor on table7"]
+            + ["Perseus A100 power-limit sweeps"],
+            "pfi_mae": [0.315, 0.301, 0.035],
+            "spearman": [0.51, 0.49, np.nan],
+            "n": [25, 25, 2],
+            "note": ["", "", ""],
+            "clock_share_error_pp": [np.nan] * 3,
+            "power_exponent_error": [np.nan] * 3,
+        }
+    )
+    fig, ax = plt.subplots(figsize=(8, 3))
+    draw_test_sets(ax, sets)
+    assert figure_problems(fig) == []

@@ -141,6 +141,7 @@ def test_set_panel(ax: plt.Axes, test_sets: pd.DataFrame) -> None:
             f" {float(r.pfi_mae):.3f}{rho} (n={r.n:g})",
             va="center",
             fontsize=7,
+            bbox={"fc": "white", "ec": "none", "pad": 0.5},  # the grid lines pass behind it
         )
     ax.set_yticks(y)
     ax.set_yticklabels([str(t) for t in scored["test_set"]], fontsize=7)
