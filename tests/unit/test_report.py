@@ -468,3 +468,33 @@ def test_every_published_column_is_visible_in_chromium(reader_campaign, tmp_path
     out.write_text(render_report(files, "emu", {"source": "generate"}, root))
     n, hidden = hidden_published_columns(out, tmp_path)
     assert n >= 6 and hidden == []
+
+
+def test_each_reader_check_finds_its_defect_planted_in_a_built_report(reader_campaign, tmp_path):
+    """The checks run on the built report (tests/report_checks.py) are not vacuous: on a clean
+    report they find nothing, and each finds the defect issue 49 found, planted back."""
+    from tests.report_checks import (
+        CHROMIUM,
+        figures_without_svg,
+        hidden_published_columns,
+        raw_markdown,
+        scientific_cells,
+        scientific_text,
+    )
+
+    files, root = reader_campaign
+    html = render_report(files, "emu", {"source": "generate"}, root)
+    assert ">4,421<" in html
+    sci = html.replace(">4,421<", ">4.421e+03<", 1)  # report._fmt's old '.4g'
+    assert len(scientific_cells(sci)) == 1 and scientific_text(sci) == ["4.421e+03"]
+    statement = "<pre># Flexibility statement\n| kW | h |\n|---|---|\n| 12.3 | 4 |</pre>"
+    pre = html.replace("</main>", statement + "</main>", 1)  # the old statement, as text
+    assert raw_markdown(html) == []
+    assert raw_markdown(pre) == ["<pre>", "|---", "|---", "# Flexibility statement"]
+    nosvg = re.sub(r'<a class="svg" href="[^"]+"[^>]*>[^<]*</a>', "", html, count=1)
+    assert len(figures_without_svg(nosvg, root)) == 1
+    if CHROMIUM is not None:
+        clipped = root / "clipped.html"  # tables wider than the page: columns off at the right
+        clipped.write_text(html.replace("</head>", "<style>table{min-width:2400px}</style></head>"))
+        n, hidden = hidden_published_columns(clipped, tmp_path)
+        assert n >= 6 and len(hidden) >= 1
