@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.fakes.nvml_fixture import FAKES, control_process
+from tests.fakes.nvml_fixture import FAKES, control_popen, control_process
 from wattflex.control.dashboard import api
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,9 +57,10 @@ def prometheus(
     targets: dict[str, list[str]],
     scrape_interval: str = "1s",
     file_sd: Path | None = None,
+    flags: tuple[str, ...] = (),
 ) -> Iterator[str]:
-    """Prometheus scraping ``targets`` (and ``file_sd``'s, :func:`config`), its HTTP API's
-    base URL while the context lasts."""
+    """Prometheus scraping ``targets`` (and ``file_sd``'s, :func:`config`), with more command
+    line ``flags``; its HTTP API's base URL while the context lasts."""
     exe = shutil.which("prometheus")
     assert exe, "no prometheus on PATH: apt-get install prometheus (.ci/run installs it)"
     folder.mkdir(parents=True, exist_ok=True)
@@ -74,6 +75,7 @@ def prometheus(
             f"--storage.tsdb.path={folder / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}",
             "--log.level=warn",
+            *flags,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -110,16 +112,29 @@ def scraped_periods(url: str) -> int:
 
 
 @contextmanager
-def control_during_event(folder: Path, hpc_jobs: dict[int, str], samples: int = 8):
+def control_during_event(
+    folder: Path,
+    hpc_jobs: dict[int, str],
+    samples: int = 8,
+    event_s: tuple[float, float] = (0.5, 120.0),
+    prometheus_flags: tuple[str, ...] = (),
+):
     """``wattflex control`` on the fake GPUs (the ``fake_nvml`` state under ``folder``) in a
-    0.7 event from 0.5 s to 120 s, 0.2 s periods, each GPU's job a FAKE trainer
+    0.7 event from ``event_s`` (0.5 s to 120 s), 0.2 s periods, each GPU's job a FAKE trainer
     (tests/fakes/fake_trainer.py) whose torchtitan log it follows, exporting metrics with dcgm-exporter's job
     mapping ``hpc_jobs`` (GPU index: SLURM job id), scraped every second by :func:`prometheus`
-    until it holds ``samples`` periods (of at most 60 in its one-minute count); yields (Prometheus URL, the control process), which is
+    until it holds ``samples`` periods (of at most 60 in its one-minute count), with more
+    ``prometheus_flags``; yields (Prometheus URL, the control process), which is
     stopped with SIGTERM on leaving (its caps restored)."""
     events = folder / "events.json"
     events.write_text(
-        json.dumps({"events": [{"event_id": "ev", "start_s": 0.5, "end_s": 120, "fraction": 0.7}]})
+        json.dumps(
+            {
+                "events": [
+                    {"event_id": "ev", "start_s": event_s[0], "end_s": event_s[1], "fraction": 0.7}
+                ]
+            }
+        )
     )
     mapping = folder / "job-map"  # as a SLURM prolog writes it for dcgm-exporter
     mapping.mkdir()
@@ -133,7 +148,8 @@ def control_during_event(folder: Path, hpc_jobs: dict[int, str], samples: int = 
         )
         for gpu, (log, t_max) in enumerate(zip(logs, (20000, 8000)))
     ]
-    proc = control_process(
+    late = event_s[0] >= 1.0  # nothing is capped before the event: no cap to wait for
+    proc = (control_popen if late else control_process)(
         folder,
         "--signal",
         str(events),
@@ -149,9 +165,11 @@ def control_during_event(folder: Path, hpc_jobs: dict[int, str], samples: int = 
         "torchtitan",
         *(f"--throughput-log={log}" for log in logs),
     )
+    if late:
+        assert proc.stdout.readline().startswith("controlling 2 GPU(s)"), proc.stderr.read()
     try:
         target = proc.stdout.readline().split("metrics at http://", 1)[1].split("/")[0]
-        with prometheus(folder / "prom", {"wattflex": [target]}) as url:
+        with prometheus(folder / "prom", {"wattflex": [target]}, flags=prometheus_flags) as url:
             deadline = time.time() + 2 * samples + 30  # 1 s scrapes, on a busy machine
             while scraped_periods(url) < samples:  # rate() and increase() need samples to span
                 assert time.time() < deadline and proc.poll() is None, proc.stderr.read()
