@@ -12,7 +12,7 @@ from wattflex.plots.analysis import beside_published_scatter
 from wattflex.plots.control import power_figure
 from wattflex.plots.fidelity import test_set_panel as draw_test_sets  # not a test
 from wattflex.plots.grid import mv_figure, offer_figure
-from wattflex.plots.style import figure_problems, save_figure
+from wattflex.plots.style import figure_problems, label_backend, save_figure
 from wattflex.plots.sweeps import curves_figure, pfi_by_cluster_figure
 from wattflex.provenance import artifact_meta, provenance
 
@@ -43,7 +43,7 @@ def test_a_clean_figure_passes_a_lone_series_and_reference_lines_need_no_legend(
     b.plot([0, 1, 2], [1, 2, 3], label="x")
     b.fill_between([0, 1, 2], [0, 1, 2], [2, 3, 4], label="x: 5-95 %")
     fig.legend()
-    fig.text(0.7, 0.9, "beside the data", bbox={"fc": "w"})
+    fig.text(0.02, 0.02, "beside the data", bbox={"fc": "w"})
     assert figure_problems(fig) == []
 
 
@@ -311,3 +311,37 @@ def test_the_test_set_bars_labels_are_not_struck_by_the_grid():
     fig, ax = plt.subplots(figsize=(8, 3))
     draw_test_sets(ax, sets)
     assert figure_problems(fig) == []
+
+
+def test_a_legend_off_the_page_or_over_the_backend_label_is_found():
+    """allocation_out_of_sample.png's 8-entry legend, 4 to a row, ran past both edges of a
+    10.4-inch figure and over the EMULATED label."""
+    fig, ax = plt.subplots(figsize=(4, 3))
+    for i in range(8):
+        ax.plot([0, 1, 2], [i, i + 1, i], label=f"a rather long policy name, variant {i}")
+    fig.legend(loc="lower center", ncol=4, fontsize=7)
+    label_backend(fig, ["emulated"])
+    problems = figure_problems(fig)
+    assert "a legend runs off the figure (8 entries)" in problems
+    assert any("is under a legend" in p and "EMULATED" in p for p in problems)
+
+
+def test_the_out_of_sample_legend_stays_on_the_page():
+    oos = pd.DataFrame(
+        [
+            {
+                "mix": mix,
+                "cut": cut,
+                "policy": policy,
+                "variant": variant,
+                "gap_closed_mean": 0.6,
+                "gap_closed_p5": 0.5,
+                "gap_closed_p95": 0.7,
+            }
+            for mix in ("random", "production")
+            for cut in (0.1, 0.2, 0.3)
+            for policy in ("pfi-aware", "curve-aware")
+            for variant in ("in-sample", "out-of-sample")
+        ]
+    )
+    assert figure_problems(out_of_sample_figure(oos, ["emulated"])) == []

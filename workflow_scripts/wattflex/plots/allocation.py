@@ -163,7 +163,9 @@ def out_of_sample_figure(oos: pd.DataFrame, backends: Any):
         ax.axis("off")
         label_backend(fig, backends)
         return fig
-    fig, axes = plt.subplots(1, len(mixes), figsize=(5.2 * len(mixes), 4), squeeze=False)
+    rows = 8 // len(mixes)  # legend rows: 8 entries, a column per panel
+    height = 3.6 + 0.17 * rows
+    fig, axes = plt.subplots(1, len(mixes), figsize=(5.2 * len(mixes), height), squeeze=False)
     for ax, mix in zip(axes[0], mixes):
         for policy in ("pfi-aware", "curve-aware"):
             _, color, _ = FIGURE_POLICIES[policy]
@@ -194,7 +196,13 @@ def out_of_sample_figure(oos: pd.DataFrame, backends: Any):
         ax.set_xlabel("cluster power cut (%)")
         ax.set_ylabel("% of equal-weight-to-oracle gap closed")
         ax.axhline(100, color="#d62728", lw=0.8)
-    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=7)
-    tight_layout(fig, (0, 0.16, 1, 1))
+    fig.legend(
+        *axes[0, 0].get_legend_handles_labels(),
+        loc="lower center",
+        bbox_to_anchor=(0.5, 0.2 / height),  # above the backend label
+        ncol=len(mixes),
+        fontsize=7,
+    )
+    tight_layout(fig, (0, (0.35 + 0.17 * rows) / height, 1, 1))
     label_backend(fig, backends)
     return fig

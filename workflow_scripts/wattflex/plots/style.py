@@ -215,9 +215,10 @@ def _colours(artists: Any) -> set[tuple[float, ...]]:
 
 def figure_problems(fig: plt.Figure) -> list[str]:
     """What a reader would trip on, found on the laid-out figure: an annotation box over a
-    plotted data point, a label with a line (data, reference or grid) drawn through it, and
+    plotted data point, a label with a line (data, reference or grid) drawn through it,
     (on an Axes with more than one series) a series no legend of the Axes, its twin or the
-    figure names. Empty when the figure is clean."""
+    figure names, a legend cut by the figure's edge or over the backend label. Empty when the
+    figure is clean."""
     fig.draw_without_rendering()
     problems = []
     named = {t.get_text() for leg in fig.legends for t in leg.get_texts()}
@@ -254,7 +255,27 @@ def figure_problems(fig: plt.Figure) -> list[str]:
         ]
         if unnamed:
             problems.append(f"{where}: {len(unnamed)} of {len(series)} series in no legend")
-    return problems
+    return problems + _off_the_page(fig)
+
+
+def _off_the_page(fig: plt.Figure) -> list[str]:
+    """A legend cut by the figure's edge, and a figure label (the backend's) under a legend:
+    its frame, or without one its entries' text."""
+    legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+    page = fig.bbox.padded(1)
+    out = []
+    for leg in legends:
+        box = leg.get_window_extent()
+        if not (page.containsx(box.x0) and page.containsx(box.x1)) or not (
+            page.containsy(box.y0) and page.containsy(box.y1)
+        ):
+            out.append(f"a legend runs off the figure ({len(leg.get_texts())} entries)")
+        drawn = [box] if leg.get_frame_on() else [x.get_window_extent() for x in leg.get_texts()]
+        for t in fig.texts:
+            over = t.get_visible() and t.get_text().strip()
+            if over and any(t.get_window_extent().overlaps(b) for b in drawn):
+                out.append(f"the label {t.get_text().strip()[:40]!r} is under a legend")
+    return out
 
 
 def save_figure(
