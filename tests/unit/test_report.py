@@ -498,3 +498,11 @@ def test_each_reader_check_finds_its_defect_planted_in_a_built_report(reader_cam
         clipped.write_text(html.replace("</head>", "<style>table{min-width:2400px}</style></head>"))
         n, hidden = hidden_published_columns(clipped, tmp_path)
         assert n >= 6 and len(hidden) >= 1
+
+
+def test_a_stored_summarys_range_is_rounded_like_the_tables():
+    """Table 6's stored summary showed its range as [1.4257824468436777, 2.1757492170071097]."""
+    from wattflex.report import kv_html
+
+    page = kv_html({"range": [1.4257824468436777, 2.1757492170071097], "n_groups": 25})
+    assert "<td>[1.43, 2.18]</td>" in page and "<td>25</td>" in page

@@ -191,7 +191,7 @@ def markdown_html(text: str) -> str:
 
 def kv_html(pairs: dict[str, Any]) -> str:
     rows = "".join(
-        f"<tr><th>{_esc(k)}</th><td>{_esc(_fmt(v) if not isinstance(v, (list, dict)) else strict_json(v))}</td></tr>"
+        f"<tr><th>{_esc(k)}</th><td>{_esc(_fmt(v) if not isinstance(v, (list, dict)) else format_text(strict_json(v)))}</td></tr>"
         for k, v in pairs.items()
     )
     return f'<div class="tbl"><table class="kv">{rows}</table></div>'
@@ -677,7 +677,7 @@ table{border-collapse:collapse;font-size:12px;font-variant-numeric:tabular-nums}
 th,td{border:1px solid #ddd;padding:3px 5px;text-align:right;white-space:nowrap}
 th{background:#f0f0f0;position:sticky;top:0;white-space:normal;vertical-align:bottom;min-width:3.5em}
 th.pub{max-width:6em;overflow-wrap:anywhere} tr:nth-child(even) td{background:#fbfbfb}
-td:first-child,th:first-child{text-align:left} table:not(.findings) td:first-child{white-space:normal;max-width:13em;overflow-wrap:anywhere} table.kv th{text-align:left;position:static}
+td:first-child,th:first-child{text-align:left} table:not(.findings) td:first-child{white-space:normal;max-width:13em;overflow-wrap:break-word} table.kv th{text-align:left;position:static}
 table.findings td{vertical-align:top} table.findings td:first-child{white-space:normal;min-width:22em}
 table.findings td:last-child{text-align:left}
 table.findings td .muted{display:inline;margin-left:4px}
