@@ -506,3 +506,24 @@ def test_a_stored_summarys_range_is_rounded_like_the_tables():
 
     page = kv_html({"range": [1.4257824468436777, 2.1757492170071097], "n_groups": 25})
     assert "<td>[1.43, 2.18]</td>" in page and "<td>25</td>" in page
+
+
+def test_a_key_result_shows_the_papers_number_as_the_paper_gives_it(reader_campaign):
+    """Table 9's median change read 10.700 (paper) beside 8.288: 3 decimals chosen from the
+    campaign's value alone, as if the paper had given them."""
+    files, root = reader_campaign
+    summary = pd.DataFrame(
+        {
+            "table": ["grid_sensitivity"],
+            "metric": ["median_delta_pct"],
+            "value": [8.288],
+            "published": [10.7],
+        }
+    )
+    path = root / "tables" / "analysis_summary.csv"
+    write_csv(summary, path, provenance(params={}, backend="emulated"))
+    html = render_report([*files, path], "emu", {"source": "generate"}, root)
+    row = next(
+        r for r in re.findall(r"<tr>(.*?)</tr>", _section(html, "key"), re.S) if "Table 9" in r
+    )
+    assert ">10.7<" in row and "<b>8.29</b>" in row

@@ -220,8 +220,8 @@ def _predictor_findings(files, fid: _Fidelity) -> list[Finding]:
                 Finding(
                     section,
                     claim,
-                    format_value(row["published"], 3 if abs(value) < 10 else 1),
-                    format_value(value, 3 if abs(value) < 10 else 1),
+                    format_value(row["published"]),  # 3 significant digits each: the
+                    format_value(value),  # paper's 10.7 is not shown as 10.700
                     verdict,
                     target,
                     _r2_note(value) if "r2" in key[1] else "",
