@@ -345,3 +345,15 @@ def test_the_out_of_sample_legend_stays_on_the_page():
         ]
     )
     assert figure_problems(out_of_sample_figure(oos, ["emulated"])) == []
+
+
+def test_fig8s_off_scale_note_is_not_struck_by_the_falling_line():
+    """On the tiny campaign raw DCGM fell through the floor across the 'off scale' note."""
+    summary, headline = _allocation_summary()
+    raw = summary["policy"] == "raw-dcgm"
+    summary.loc[raw, "gap_closed"] = summary.loc[raw, "cut"].map(
+        {0.0: 0.0, 0.1: -0.5, 0.2: -4.0, 0.3: -4.0}
+    )
+    fig = fig8_figure(summary, headline, ["emulated"])
+    assert figure_problems(fig) == []
+    assert any("off scale" in t.get_text() for ax in fig.axes for t in ax.texts)

@@ -144,7 +144,14 @@ def _off_scale(ax, shown: pd.DataFrame) -> None:
         if p in FIGURE_POLICIES
     ]
     if notes:
-        ax.text(0.02, 0.02, "off scale: " + "; ".join(notes), transform=ax.transAxes, fontsize=6.5)
+        ax.text(
+            0.02,
+            0.02,
+            "off scale: " + "; ".join(notes),
+            transform=ax.transAxes,
+            fontsize=6.5,
+            bbox={"fc": "white", "ec": "none", "pad": 1},  # the falling line passes behind it
+        )
 
 
 def out_of_sample_figure(oos: pd.DataFrame, backends: Any):
