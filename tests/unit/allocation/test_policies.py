@@ -54,9 +54,11 @@ def test_registry_and_policy_commands_import_no_numpy_or_pandas(repo):
     assert res.returncode == 0, res.stderr
 
 
-def test_every_policy_has_a_look_in_the_plot_style_and_nothing_else_does():
-    # The look lives under plots/ so that a colour change reruns only figure rules.
-    from wattflex.plots.style import POLICY_LOOK
+def test_every_policy_carries_its_look_and_the_figures_read_it():
+    # one place per policy: its look is an attribute of the registry's object
+    from wattflex.plots.style import UNKNOWN_POLICY_LOOK, policy_look
 
-    assert list(POLICY_LOOK) == list(REGISTRY)
-    assert all(len(look) == 3 and look[1].startswith("#") for look in POLICY_LOOK.values())
+    for name, policy in REGISTRY.items():
+        assert policy.look.color.startswith("#") and policy.look.label
+        assert policy_look(name) is policy.look
+    assert policy_look("a real controller's record") == UNKNOWN_POLICY_LOOK

@@ -17,6 +17,7 @@ import numpy as np
 from matplotlib.collections import PathCollection
 from matplotlib.offsetbox import AnchoredOffsetbox, AnnotationBbox
 
+from wattflex.allocation.policies import REGISTRY, Look
 from wattflex.labels import backend_label  # noqa: F401 (re-exported: plots draw it)
 from wattflex.provenance import save_png
 from wattflex.vocabulary import CLUSTERS
@@ -25,18 +26,15 @@ _log = logging.getLogger(__name__)
 
 CLUSTER_COLORS = dict(zip(CLUSTERS, ("#1f77b4", "#ff7f0e", "#2ca02c"), strict=True))
 CLUSTER_ORDER = list(CLUSTERS)
-# label, colour, line style of every policy in wattflex.allocation.policies.REGISTRY
-POLICY_LOOK = {
-    "equal-weight": ("equal weight", "#555555", "-"),
-    "pfi-aware": ("PFI-aware (predicted PFI)", "#1f77b4", "-"),
-    "pfi-aware-measured": ("PFI-aware (measured PFI)", "#1f77b4", ":"),
-    "moe-ft-weighted": ("MoE-FT-weighted", "#2ca02c", "-"),
-    "raw-dcgm": ("raw DCGM", "#9467bd", "-"),
-    "curve-aware": ("curve-aware (predicted curves)", "#ff7f0e", "--"),
-    "online-learning": ("online learning", "#e377c2", "-"),
-    "oracle": ("oracle", "#d62728", "-"),
-    "uncapped": ("uncapped", "#bbbbbb", ":"),
-}
+# a name the registry does not know (e.g. a real controller's M&V record): drawn in black
+UNKNOWN_POLICY_LOOK = Look("unknown policy", "#000000")
+
+
+def policy_look(name: str) -> Look:
+    """The label, colour and line style of policy ``name``: its own (the registry's,
+    :class:`wattflex.allocation.policies.Look`), or black for a name it does not know."""
+    policy = REGISTRY.get(name)
+    return UNKNOWN_POLICY_LOOK if policy is None else policy.look
 
 
 def label_backend(fig: plt.Figure, backends: Any) -> None:
