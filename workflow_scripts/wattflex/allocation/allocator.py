@@ -130,6 +130,7 @@ class Allocation:
 
     @property
     def total_throughput(self) -> np.ndarray:
+        """Each workload's throughput summed over its jobs (...)."""
         return self.throughput.sum(-1)
 
 

@@ -41,6 +41,8 @@ class GroupTable:
     backend: str
 
     def features(self, index: np.ndarray, pfi: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The per-job inputs the policies read (``pfi``, ``pfi_measured``, ``moe_ft``, ...)
+        for the jobs ``index`` (groups), the PFI replaced by ``pfi`` (per group) when given."""
         g = self.groups
         out = {
             c: g[c].to_numpy()[index] for c in ("pfi", "pfi_measured", "dram_copy_product", "gpus")

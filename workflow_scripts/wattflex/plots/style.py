@@ -38,6 +38,7 @@ def policy_look(name: str) -> Look:
 
 
 def label_backend(fig: plt.Figure, backends: Any) -> None:
+    """Write the backend label (red "EMULATED ..." for emulated runs) in the figure's corner."""
     text = backend_label(backends)
     color = "#b00020" if "EMULATED" in text else "#333333"
     fig.text(0.995, 0.005, text, ha="right", va="bottom", fontsize=8, color=color, weight="bold")
