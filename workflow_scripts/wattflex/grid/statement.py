@@ -37,6 +37,7 @@ import pandas as pd
 
 from wattflex.allocation.allocator import allocate
 from wattflex.allocation.curves import Curves, curves_from_points, monotone_fit
+from wattflex.allocation.policies import optimum
 from wattflex.allocation.simulate import sample_workloads
 from wattflex.control.clustersim import draw_schedule
 from wattflex.grid.baselines import (
@@ -252,7 +253,7 @@ def shed_by_depth(groups: Groups, s: StatementSettings) -> pd.DataFrame:
     floor_depth = 1.0 - site.floor_w.sum(-1) / p_max
     rows = []
     for depth in s.depths:
-        alloc = allocate(site, (1.0 - depth) * p_max, "oracle")
+        alloc = allocate(site, (1.0 - depth) * p_max, optimum())
         ok = alloc.feasible
         lost = np.where(ok, t_max - alloc.total_throughput, np.nan)
         rows.append(
