@@ -24,7 +24,7 @@ every ``wattflex`` command imports it to build ``--help``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 #: what :attr:`Policy.curves` may say: the curves the oracle runs on (None: weighted)
@@ -66,7 +66,6 @@ class Policy:
     split: bool = False  # splits a cluster's budget across SLURM units (wattflex.grid.slurm)
     out_of_sample: bool = False  # in the study of a predictor fitted on half the groups
     role: str | None = None  # one of ROLES, or None
-    doc: str = field(default="", compare=False)  # one line for --help and the docs
 
     def __post_init__(self) -> None:
         """Refuse a policy that cannot run, in one line."""

@@ -14,14 +14,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from wattflex.allocation.policies import names, optimum, unlimited
+from wattflex.allocation.policies import names as policy_names
+from wattflex.allocation.policies import optimum, unlimited
 from wattflex.plots.style import label_backend, policy_look, tight_layout
 
 
 def policy_styles() -> dict[str, tuple[str, str]]:
     """Colour and line style of every row a cluster simulation can have: the controllers,
     then the references."""
-    rows = names(control=True) + names(cluster_reference=True)
+    rows = policy_names(control=True) + policy_names(cluster_reference=True)
     return {name: (policy_look(name).color, policy_look(name).linestyle) for name in rows}
 
 
