@@ -3,8 +3,8 @@ rule simulate_allocation merges the cuts."""
 
 import time
 
-from wattflex.allocation.policies import optimum
 from wattflex.allocation.simulate import PART_TABLES, SimulationConfig, group_table, simulate_cuts
+from wattflex.policies import optimum
 from wattflex.provenance import provenance, read_parquet, write_parquet
 from wattflex.smk import rule_logger
 

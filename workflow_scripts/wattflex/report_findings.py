@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from wattflex.allocation.policies import published
+from wattflex.policies import published
 from wattflex.report_format import format_value
 
 #: The paper's numbers that no artifact carries in a ``published`` column (Colangelo et al.,

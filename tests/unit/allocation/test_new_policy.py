@@ -1,5 +1,5 @@
 """A new policy is one class in one place: defined here, registered through the registry's
-public API (wattflex.allocation.policies.register) and run, with no other file touched, by
+public API (wattflex.policies.register) and run, with no other file touched, by
 the allocation study, ``wattflex allocate``'s library call, the live controller's step, the
 SLURM coordinator's split and the figures' style lookup."""
 
@@ -10,12 +10,12 @@ import pytest
 from tests.unit.allocation.test_allocation import small_config, synthetic_campaign
 from wattflex.allocation.allocator import allocate_table
 from wattflex.allocation.curves import Curves
-from wattflex.allocation.policies import Look, Policy, get, names, register, unregister
 from wattflex.allocation.simulate import group_table, simulate_cuts
 from wattflex.control.controller import ControlConfig, Controller, JobTable, Readings
 from wattflex.grid.slurm import ClusterSplit, split_budget
 from wattflex.plots.allocation import fig8_figure, figure_policies
 from wattflex.plots.style import policy_look
+from wattflex.policies import Look, Policy, get, names, register, unregister
 
 LOOK = Look("inverse PFI", "#8c564b", "-.")
 

@@ -1,4 +1,4 @@
-"""The policy registry (wattflex.allocation.policies) is the single source of policy names:
+"""The policy registry (wattflex.policies) is the single source of policy names:
 config validation (wattflex.config.check_names), the CLI and the controller use it; it stays light enough for
 ``wattflex --help``; and the allocation/control packages never draw figures."""
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from wattflex import cli
-from wattflex.allocation.policies import (
+from wattflex.policies import (
     CLUSTER_REFERENCES,
     CONTROL_POLICIES,
     CURVE_POLICIES,
@@ -43,7 +43,7 @@ def test_cli_policy_choices_are_the_registry():
 
 def test_registry_and_policy_commands_import_no_numpy_or_pandas(repo):
     code = (
-        "import sys, wattflex.allocation.policies, wattflex.commands.allocate, wattflex.commands.control; "
+        "import sys, wattflex.policies, wattflex.commands.allocate, wattflex.commands.control; "
         "heavy = sorted(m for m in ('numpy', 'pandas', 'matplotlib') if m in sys.modules); "
         "assert not heavy, heavy"
     )

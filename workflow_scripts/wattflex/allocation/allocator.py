@@ -2,7 +2,7 @@
 
 The cluster budget is ``(1 - cut) * sum(ceiling)``; a policy returns each job's power with
 total <= budget (curves, floors and ceilings: :mod:`wattflex.allocation.curves`; the policy
-names and what each reads: :mod:`wattflex.allocation.policies`).
+names and what each reads: :mod:`wattflex.policies`).
 
 **Policies** (``C_i`` = job i's share of the cut, ``sum C_i = sum ceiling - budget``):
 
@@ -52,9 +52,9 @@ from wattflex.allocation.curves import (
     sla_floor,
 )
 from wattflex.allocation.oracle import RTOL, concave_hull, oracle, plan_greedy
-from wattflex.allocation.policies import Policy, get, optimum
 from wattflex.allocation.waterfill import water_fill  # noqa: F401 (the policies' split, re-exported)
 from wattflex.ingest.reader import CAP_RANGE_W, POWER_RANGE_W
+from wattflex.policies import Policy, get, optimum
 from wattflex.schema import section_defaults
 
 _ALLOCATION = section_defaults("allocation")  # moe_ft_share, curve_nodes: the schema's

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from wattflex.allocation.policies import baseline, names, optimum
+from wattflex.policies import baseline, names, optimum
 from wattflex.schema import section_defaults
 
 # Settings the per-cut simulation does not read: changing them reruns only the merge.

@@ -26,8 +26,8 @@ import pandas as pd
 
 from wattflex.allocation.allocator import allocate, predicted_curves
 from wattflex.allocation.curves import Curves, cap_rows, curves_from_runs, is_concave
-from wattflex.allocation.policies import baseline, get, names, optimum, published
 from wattflex.allocation.settings import PART_TABLES, SimulationConfig
+from wattflex.policies import baseline, get, names, optimum, published
 
 log = logging.getLogger("wattflex.allocation.simulate")
 

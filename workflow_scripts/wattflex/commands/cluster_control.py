@@ -31,7 +31,6 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from wattflex.allocation.policies import CONTROL_POLICIES, SPLIT_POLICIES, THROUGHPUT_POLICIES, get
 from wattflex.commands import (
     add_log_level,
     command_logging,
@@ -41,6 +40,7 @@ from wattflex.commands import (
 )
 from wattflex.errors import UserError
 from wattflex.gpus import DEFAULT_GPU, GPUS
+from wattflex.policies import CONTROL_POLICIES, SPLIT_POLICIES, THROUGHPUT_POLICIES, get
 from wattflex.schema import section_defaults
 
 MIN_PERIOD_S = 0.2  # twice an agent's floor (control.MIN_PERIOD_S): a period also runs squeue and writes every unit's file

@@ -51,7 +51,6 @@ from scipy.ndimage import maximum_filter1d
 from wattflex.allocation.allocator import allocate
 from wattflex.allocation.curves import Curves
 from wattflex.allocation.oracle import interp
-from wattflex.allocation.policies import baseline, get, names, optimum, unlimited
 from wattflex.analysis.predictor import dcgm_metrics, is_fitted, predict
 from wattflex.control.controller import (
     ControlConfig,
@@ -65,6 +64,7 @@ from wattflex.control.controller import (
 )
 from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.grid.events import Schedule, Signal, read_schedule
+from wattflex.policies import baseline, get, names, optimum, unlimited
 from wattflex.runs.emulator import (
     PHYSICS,
     JobSpec,

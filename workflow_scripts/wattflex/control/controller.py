@@ -68,8 +68,8 @@ import numpy as np
 from wattflex.allocation.allocator import policy_weights, predicted_curves, water_fill
 from wattflex.allocation.curves import Curves
 from wattflex.allocation.oracle import concave_hull, hull_greedy, plan_greedy
-from wattflex.allocation.policies import get
 from wattflex.pfi import pfi_ratio_curves
+from wattflex.policies import get
 from wattflex.schema import section_defaults
 
 # ---------------------------------------------------------------------------------------

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wattflex.allocation.policies import optimum, unlimited
 from wattflex.grid.events import windows
+from wattflex.policies import optimum, unlimited
 
 
 def _mean(x: np.ndarray) -> float:

@@ -61,9 +61,9 @@ import numpy as np
 
 from wattflex.allocation.allocator import allocate, water_fill
 from wattflex.allocation.curves import Curves, cap_rows, curves_from_points
-from wattflex.allocation.policies import get, names
 from wattflex.control.controller import ramp_at
 from wattflex.ingest.reader import read_csv_named
+from wattflex.policies import get, names
 from wattflex.provenance import strict_json
 
 log = logging.getLogger("wattflex.grid.slurm")

@@ -37,7 +37,6 @@ import pandas as pd
 
 from wattflex.allocation.allocator import allocate
 from wattflex.allocation.curves import Curves, curves_from_points, monotone_fit
-from wattflex.allocation.policies import optimum
 from wattflex.allocation.simulate import sample_workloads
 from wattflex.control.clustersim import draw_schedule
 from wattflex.grid.baselines import (
@@ -48,6 +47,7 @@ from wattflex.grid.baselines import (
     same_day_adjusted,
     window_mean,
 )
+from wattflex.policies import optimum
 from wattflex.schema import section_defaults
 
 HOURS_PER_YEAR = 8760.0

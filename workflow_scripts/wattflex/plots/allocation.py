@@ -15,8 +15,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from wattflex.allocation.policies import baseline, get, names, optimum, published
 from wattflex.plots.style import label_backend, policy_look, tight_layout
+from wattflex.policies import baseline, get, names, optimum, published
 
 
 def figure_policies() -> dict[str, tuple[str, str, str]]:

@@ -14,9 +14,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from wattflex.allocation.policies import names as policy_names
-from wattflex.allocation.policies import optimum, unlimited
 from wattflex.plots.style import label_backend, policy_look, tight_layout
+from wattflex.policies import names as policy_names
+from wattflex.policies import optimum, unlimited
 
 
 def policy_styles() -> dict[str, tuple[str, str]]:

@@ -17,8 +17,8 @@ import numpy as np
 from matplotlib.collections import PathCollection
 from matplotlib.offsetbox import AnchoredOffsetbox, AnnotationBbox
 
-from wattflex.allocation.policies import REGISTRY, Look
 from wattflex.labels import backend_label  # noqa: F401 (re-exported: plots draw it)
+from wattflex.policies import REGISTRY, Look
 from wattflex.provenance import save_png
 from wattflex.vocabulary import CLUSTERS
 
@@ -32,7 +32,7 @@ UNKNOWN_POLICY_LOOK = Look("unknown policy", "#000000")
 
 def policy_look(name: str) -> Look:
     """The label, colour and line style of policy ``name``: its own (the registry's,
-    :class:`wattflex.allocation.policies.Look`), or black for a name it does not know."""
+    :class:`wattflex.policies.Look`), or black for a name it does not know."""
     policy = REGISTRY.get(name)
     return UNKNOWN_POLICY_LOOK if policy is None else policy.look
 

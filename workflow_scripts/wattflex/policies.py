@@ -16,7 +16,9 @@ handed to :func:`register`:
 
 The engines that run them live in :mod:`wattflex.allocation.allocator` and
 :mod:`wattflex.control.controller`; they read these attributes and call these methods.
-A config's policy names are checked against the registry (wattflex.config.check_names).
+A config's policy names are checked against the registry (wattflex.config.check_names); it
+sits in the core so that the config, the allocation engines, operations and figures all
+import it downward.
 Deliberately light (no numpy, no pandas at import; a method imports numpy when it runs):
 every ``wattflex`` command imports it to build ``--help``.
 """
