@@ -154,7 +154,7 @@ def cli_scale(quick: bool) -> int:
     import subprocess
     import tempfile
 
-    from wattflex.allocation.policies import POLICIES
+    from wattflex.policies import POLICIES
 
     exe = Path(sys.executable).with_name("wattflex")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "wattflex.cli"]

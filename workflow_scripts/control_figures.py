@@ -4,9 +4,10 @@ of its first event; all scenarios' summaries and M&V records in one table each."
 import numpy as np
 import pandas as pd
 
-from wattflex.plots.control import POLICY_STYLE, power_figure, tokens_figure
+from wattflex.plots.control import policy_styles, power_figure, tokens_figure
 from wattflex.plots.grid import mv_figure
 from wattflex.plots.style import apply_style, save_figure
+from wattflex.policies import unlimited
 from wattflex.provenance import provenance, read_csv, read_parquet, write_csv
 from wattflex.smk import rule_logger
 
@@ -44,17 +45,17 @@ for name, summary_csv, ts_path, mv_csv, power_png, tokens_png, mv_png in zip(
         loads = {
             c.split(":", 1)[1]: ts[c].to_numpy(float)
             for c in ts.columns
-            if c.startswith("power_w:") and not c.endswith(":uncapped")
+            if c.startswith("power_w:") and not c.endswith(f":{unlimited()}")
         }
         fig = mv_figure(
             ts["t_s"].to_numpy(float),
             loads,
             ts["budget_w"].to_numpy(float),
             rec,
-            ts["power_w:uncapped"].to_numpy(float),
+            ts[f"power_w:{unlimited()}"].to_numpy(float),
             "emulated",
             name,
-            POLICY_STYLE,
+            policy_styles(),
         )
         save_figure(fig, mv_png, prov, scenario=name)
     tables.append(summary.assign(scenario=name))

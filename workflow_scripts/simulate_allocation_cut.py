@@ -4,6 +4,7 @@ rule simulate_allocation merges the cuts."""
 import time
 
 from wattflex.allocation.simulate import PART_TABLES, SimulationConfig, group_table, simulate_cuts
+from wattflex.policies import optimum
 from wattflex.provenance import provenance, read_parquet, write_parquet
 from wattflex.smk import rule_logger
 
@@ -19,7 +20,7 @@ table = group_table(
 )
 start = time.perf_counter()
 out = simulate_cuts(table, cfg, [cut])
-oracle = out["results"][out["results"]["policy"] == "oracle"]
+oracle = out["results"][out["results"]["policy"] == optimum()]
 log.info(
     "cut %g: %d %s groups, %d workloads x %d jobs per mix, simulated in %.1f s (oracle MILP on %d of %d workloads)",
     cut,

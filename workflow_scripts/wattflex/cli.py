@@ -4,7 +4,7 @@ Each subcommand lives in its own module under ``wattflex.commands`` and exposes
 ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``; this dispatcher
 discovers them, so adding a command never touches this file. Every command module is
 imported to build ``--help``, so command modules import only light things at the top
-(registries such as ``wattflex.allocation.policies``) and their heavy libraries inside
+(registries such as ``wattflex.policies``) and their heavy libraries inside
 ``run``: ``wattflex pfi`` does not pay for torch or scikit-learn.
 """
 

@@ -38,6 +38,7 @@ import yaml
 
 from wattflex.errors import ConfigError
 from wattflex.gpus import DEFAULT_GPU, GPUS, GPUS_PER_NODE, gpu_spec
+from wattflex.policies import names
 from wattflex.run_ids import run_id
 
 # the schema's reading lives below config, so the dataclasses of lower layers can take their defaults
@@ -340,15 +341,19 @@ def _check_known(values: list[Any], known: Any, where: str, what: str) -> None:
 
 def check_names(cfg: dict[str, Any]) -> None:
     """Names the config gives, against the registries that define them (the schema states no
-    copy of them): policies (wattflex.allocation.policies), the GPU of group_defaults
+    copy of them): policies (wattflex.policies), the GPU of group_defaults
     (wattflex.gpus; each group's is checked in check_semantics) and DCGM fields (wattflex.metrics)."""
     from wattflex import metrics
-    from wattflex.allocation.policies import CONTROL_POLICIES, POLICIES
 
-    _check_known(cfg["allocation"].get("policies", []), POLICIES, "allocation.policies", "policy")
+    _check_known(
+        cfg["allocation"].get("policies", []),
+        names(allocation=True),
+        "allocation.policies",
+        "policy",
+    )
     _check_known(
         cfg["control"].get("policies", []),
-        CONTROL_POLICIES,
+        names(control=True),
         "control.policies",
         "closed-loop policy",
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from wattflex.policies import published
 from wattflex.report_format import format_value
 
 #: The paper's numbers that no artifact carries in a ``published`` column (Colangelo et al.,
@@ -234,7 +235,7 @@ def _allocation_findings(files, fid: _Fidelity) -> list[Finding]:
     head = _csv(files, "allocation/headline.csv")
     if head is None or "policy" not in head:
         return []
-    row = head[head["policy"] == "pfi-aware"]
+    row = head[head["policy"] == published()]
     if row.empty:
         return []
     r = row.iloc[0]
@@ -280,7 +281,7 @@ def _beyond_findings(files, fid: _Fidelity) -> list[Finding]:
     control = _csv(files, "control/summary.csv")
     if control is not None and {"policy", "gap_closed_vs_equal_weight"} <= set(control):
         for scenario, sub in control.groupby("scenario", sort=False):
-            pfi = sub[sub["policy"] == "pfi-aware"]
+            pfi = sub[sub["policy"] == published()]
             if pfi.empty:
                 continue
             out.append(

@@ -16,7 +16,6 @@ from wattflex.allocation.curves import (
     power_to_cap,
     sla_floor,
 )
-from wattflex.allocation.policies import POLICIES, WEIGHTED_POLICIES
 from wattflex.allocation.settings import MERGE_ONLY_KEYS, cut_label
 from wattflex.allocation.simulate import (
     HEADLINE_COLUMNS,
@@ -32,6 +31,7 @@ from wattflex.allocation.simulate import (
 )
 from wattflex.pfi import pfi_ratio
 from wattflex.plots.allocation import fig8_figure, out_of_sample_figure
+from wattflex.policies import POLICIES, WEIGHTED_POLICIES
 
 
 def random_curves(rng, shape, K, concave):

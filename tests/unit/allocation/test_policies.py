@@ -1,4 +1,4 @@
-"""The policy registry (wattflex.allocation.policies) is the single source of policy names:
+"""The policy registry (wattflex.policies) is the single source of policy names:
 config validation (wattflex.config.check_names), the CLI and the controller use it; it stays light enough for
 ``wattflex --help``; and the allocation/control packages never draw figures."""
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from wattflex import cli
-from wattflex.allocation.policies import (
+from wattflex.policies import (
     CLUSTER_REFERENCES,
     CONTROL_POLICIES,
     CURVE_POLICIES,
@@ -43,7 +43,7 @@ def test_cli_policy_choices_are_the_registry():
 
 def test_registry_and_policy_commands_import_no_numpy_or_pandas(repo):
     code = (
-        "import sys, wattflex.allocation.policies, wattflex.commands.allocate, wattflex.commands.control; "
+        "import sys, wattflex.policies, wattflex.commands.allocate, wattflex.commands.control; "
         "heavy = sorted(m for m in ('numpy', 'pandas', 'matplotlib') if m in sys.modules); "
         "assert not heavy, heavy"
     )
@@ -54,9 +54,11 @@ def test_registry_and_policy_commands_import_no_numpy_or_pandas(repo):
     assert res.returncode == 0, res.stderr
 
 
-def test_every_policy_has_a_look_in_the_plot_style_and_nothing_else_does():
-    # The look lives under plots/ so that a colour change reruns only figure rules.
-    from wattflex.plots.style import POLICY_LOOK
+def test_every_policy_carries_its_look_and_the_figures_read_it():
+    # one place per policy: its look is an attribute of the registry's object
+    from wattflex.plots.style import UNKNOWN_POLICY_LOOK, policy_look
 
-    assert list(POLICY_LOOK) == list(REGISTRY)
-    assert all(len(look) == 3 and look[1].startswith("#") for look in POLICY_LOOK.values())
+    for name, policy in REGISTRY.items():
+        assert policy.look.color.startswith("#") and policy.look.label
+        assert policy_look(name) is policy.look
+    assert policy_look("a real controller's record") == UNKNOWN_POLICY_LOOK

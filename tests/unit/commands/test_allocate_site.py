@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from wattflex.allocation.policies import POLICIES
+from wattflex.policies import POLICIES
 
 # Two racks: r1 (node1, node2) at 0.8 kW, r2 (node3, node4) at 1.4 kW with node4 at 0.6 kW,
 # under a 2.0 kW site. The jobs on node1 and node2 make the most tokens per watt: without the

@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wattflex.allocation.policies import CONTROL_POLICIES
 from wattflex.config import groups
 from wattflex.control.clustersim import (
     ClusterConfig,
@@ -20,6 +19,7 @@ from wattflex.control.clustersim import (
 from wattflex.control.controller import ControlConfig
 from wattflex.gpus import GPUS
 from wattflex.grid.events import Signal
+from wattflex.policies import CONTROL_POLICIES
 from wattflex.runs.emulator import JobSpec, gpu_leakages, job_at_cap
 from wattflex.runs.emulator.device import stable_seed
 

@@ -17,7 +17,6 @@ from tests.fakes.nvml_fixture import control_process, fake_nvml, limits_w  # noq
 from wattflex import cli
 from wattflex.allocation.allocator import predicted_curves
 from wattflex.allocation.curves import Curves
-from wattflex.allocation.policies import CONTROL_POLICIES
 from wattflex.control.controller import (
     ControlConfig,
     Controller,
@@ -28,6 +27,7 @@ from wattflex.control.controller import (
 from wattflex.control.loop import NodeJob, run_loop
 from wattflex.gpus import GPUS
 from wattflex.grid.events import read_signal
+from wattflex.policies import CONTROL_POLICIES
 from wattflex.runs.emulator.device import EmulatedDevice
 
 FAKES = Path(fake_pynvml.__file__).resolve().parent

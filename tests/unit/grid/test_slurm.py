@@ -345,8 +345,8 @@ def test_jobs_match_groups_by_name_or_map_and_bad_maps_are_refused():
 
 
 def test_cluster_control_refuses_a_bad_split_before_starting_anything(tmp_path, capsys):
-    from wattflex.allocation.policies import SPLIT_POLICIES
     from wattflex.cli import main
+    from wattflex.policies import SPLIT_POLICIES
 
     # the registry's split policies: those reading no per-job feature but the curves and their PFI
     assert SPLIT_POLICIES == ("equal-weight", "pfi-aware", "curve-aware", "oracle")

@@ -2,7 +2,7 @@
 
 The cluster budget is ``(1 - cut) * sum(ceiling)``; a policy returns each job's power with
 total <= budget (curves, floors and ceilings: :mod:`wattflex.allocation.curves`; the policy
-names and what each reads: :mod:`wattflex.allocation.policies`).
+names and what each reads: :mod:`wattflex.policies`).
 
 **Policies** (``C_i`` = job i's share of the cut, ``sum C_i = sum ceiling - budget``):
 
@@ -52,9 +52,9 @@ from wattflex.allocation.curves import (
     sla_floor,
 )
 from wattflex.allocation.oracle import RTOL, concave_hull, oracle, plan_greedy
-from wattflex.allocation.policies import POLICIES, POLICY_FEATURES, WEIGHTED_POLICIES
 from wattflex.allocation.waterfill import water_fill  # noqa: F401 (the policies' split, re-exported)
 from wattflex.ingest.reader import CAP_RANGE_W, POWER_RANGE_W
+from wattflex.policies import Policy, get, optimum
 from wattflex.schema import section_defaults
 
 _ALLOCATION = section_defaults("allocation")  # moe_ft_share, curve_nodes: the schema's
@@ -70,17 +70,8 @@ def policy_weights(
     features: Mapping[str, np.ndarray],
     moe_ft_share: float = _ALLOCATION["moe_ft_share"],
 ) -> np.ndarray:
-    p_max, t_max = curves.ceiling_w, curves.uncapped_throughput
-    if policy == "equal-weight":
-        return p_max
-    if policy in ("pfi-aware", "pfi-aware-measured"):
-        pfi = np.asarray(features[POLICY_FEATURES[policy]], float)
-        return np.divide(p_max, t_max, out=np.zeros_like(p_max), where=t_max > 0) * pfi
-    if policy == "moe-ft-weighted":
-        return p_max * np.where(np.asarray(features["moe_ft"], bool), moe_ft_share, 1.0)
-    if policy == "raw-dcgm":
-        return np.asarray(features["dram_copy_product"], float)
-    raise ValueError(f"{policy!r} is not a weighted policy ({', '.join(WEIGHTED_POLICIES)})")
+    """Per-job weights of a weighted policy's cut: the registry's :meth:`Policy.weights`."""
+    return get(policy).weights(curves, features, {"moe_ft_share": moe_ft_share})
 
 
 def family_exponent(x: np.ndarray, pfi: np.ndarray, iters: int = 60) -> np.ndarray:
@@ -139,6 +130,7 @@ class Allocation:
 
     @property
     def total_throughput(self) -> np.ndarray:
+        """Each workload's throughput summed over its jobs (...)."""
         return self.throughput.sum(-1)
 
 
@@ -169,24 +161,22 @@ def allocate(
     equal, e.g. group indices: each distinct curve's hull is then computed once.
     Infeasible workloads get their floors and ``feasible = False``; nothing is raised.
     """
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+    pol = get(policy, "allocation")
     features = features or {}
-    need = POLICY_FEATURES.get(policy)
-    if need is not None and need not in features:
-        raise ValueError(f"policy {policy} needs per-job {need!r}")
+    if pol.feature is not None and pol.feature not in features:
+        raise ValueError(f"policy {policy} needs per-job {pol.feature!r}")
     if nested is not None:
         return _allocate_nested(
-            curves, budget_w, policy, features, nested, max_slowdown, moe_ft_share, curve_nodes
+            curves, budget_w, pol, features, nested, max_slowdown, moe_ft_share, curve_nodes
         )
     budget = np.broadcast_to(np.asarray(budget_w, float), curves.power_w.shape[:-2]).copy()
     keep_plan = (
         cache is not None
     )  # without a cache the oracle plans (and batches one workload) itself
     cache = {} if cache is None else cache
-    if policy == "curve-aware":
+    if pol.curves == "predicted":
         if "predicted" not in cache:
-            cache["predicted"] = predicted_curves(curves, features["pfi"], curve_nodes)
+            cache["predicted"] = predicted_curves(curves, features[pol.feature], curve_nodes)
         kind, base = "predicted", cache["predicted"]
     else:
         kind, base = "true", curves
@@ -198,7 +188,7 @@ def allocate(
         )
     floor = cache[f"floor:{kind}"]
     fallback, oracle_path = None, {}
-    if policy in ("oracle", "curve-aware"):
+    if pol.curves is not None:
         if f"work:{kind}" not in cache:
             cache[f"work:{kind}"] = base.restrict(floor) if max_slowdown is not None else base
         work = cache[f"work:{kind}"]
@@ -214,7 +204,7 @@ def allocate(
             "oracle_gap": sol.gap,
         }
     else:
-        weights = policy_weights(policy, curves, features, moe_ft_share)
+        weights = pol.weights(curves, features, {"moe_ft_share": moe_ft_share})
         cut = curves.ceiling_w.sum(-1) - budget
         power = curves.ceiling_w - water_fill(cut, curves.ceiling_w - floor, weights)
     feasible = floor.sum(-1) <= budget + RTOL * np.maximum(np.abs(budget), 1.0)
@@ -227,7 +217,7 @@ def allocate(
 def _allocate_nested(
     curves: Curves,
     budget_w: Any,
-    policy: str,
+    pol: Policy,
     features: Mapping[str, np.ndarray],
     nested: Any,
     max_slowdown: np.ndarray | None,
@@ -243,8 +233,8 @@ def _allocate_nested(
     lead = curves.power_w.shape[:-2]
     budget = np.broadcast_to(np.asarray(budget_w, float), lead).copy()
     base = (
-        predicted_curves(curves, features["pfi"], curve_nodes)
-        if policy == "curve-aware"
+        predicted_curves(curves, features[pol.feature], curve_nodes)
+        if pol.curves == "predicted"
         else curves
     )
     floor = sla_floor(base, max_slowdown) if max_slowdown is not None else base.floor_w
@@ -255,26 +245,21 @@ def _allocate_nested(
     for idx in np.ndindex(*lead):
         b, fl = float(budget[idx]), floor[idx]
         feasible[idx] = floors_fit(nested.with_budget(b), fl)
-        if policy in ("oracle", "curve-aware"):
+        if pol.curves is not None:
             work = base.take(idx).restrict(fl) if max_slowdown is not None else base.take(idx)
             sol = nested_oracle(work.power_w, work.throughput, b, nested)
             power[idx], method[idx], gap[idx] = sol.power_w, str(sol.method), float(sol.gap_rel)
         else:
-            w = policy_weights(
-                policy,
+            w = pol.weights(
                 curves.take(idx),
                 {k: np.asarray(v)[idx] for k, v in features.items()},
-                moe_ft_share,
+                {"moe_ft_share": moe_ft_share},
             )
             power[idx] = nested_water_fill(b, fl, curves.take(idx).ceiling_w, w, nested)
     power = np.where(feasible[..., None], power, floor)
-    path = (
-        {"oracle_method": method, "oracle_gap_rel": gap}
-        if policy in ("oracle", "curve-aware")
-        else {}
-    )
+    path = {"oracle_method": method, "oracle_gap_rel": gap} if pol.curves is not None else {}
     return Allocation(
-        policy, power, curves.throughput_at(power), budget, feasible, floor, None, **path
+        pol.name, power, curves.throughput_at(power), budget, feasible, floor, None, **path
     )
 
 
@@ -436,7 +421,7 @@ def allocate_table(
         "dram_copy_product": per_job.get("dram_copy_product"),
         "moe_ft": None if "cluster" not in per_job else per_job["cluster"] == "moe-ft",
     }
-    need = POLICY_FEATURES.get(policy)
+    need = get(policy, "allocation").feature
     if need is not None and features.get(need) is None:
         column = "cluster" if need == "moe_ft" else need
         raise ValueError(f"policy {policy} needs a per-job {column!r} column")
@@ -486,12 +471,13 @@ def allocate_table(
             f"internal error: {policy} allocated job {jobs[i]!r} {a.power_w[i]:.1f} W, below its floor "
             f"{a.floor_w[i]:.1f} W"
         )
-    if policy != "oracle":
-        phase(f"oracle over {len(jobs)} jobs (for comparison)")
+    best_name = optimum()
+    if policy != best_name:
+        phase(f"{best_name} over {len(jobs)} jobs (for comparison)")
     best = (
         a
-        if policy == "oracle"
-        else allocate(curves, budget, "oracle", features, max_slowdown=slowdown, nested=nested)
+        if policy == best_name
+        else allocate(curves, budget, best_name, features, max_slowdown=slowdown, nested=nested)
     )
     out = pd.DataFrame({"job": jobs, "power_w": a.power_w, "throughput": a.throughput})
     gpus = per_job.get("gpus")

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from wattflex.allocation.policies import POLICIES
+from wattflex.policies import baseline, names, optimum
 from wattflex.schema import section_defaults
 
 # Settings the per-cut simulation does not read: changing them reruns only the merge.
@@ -69,7 +69,7 @@ class SimulationConfig:
     # the schema's comment on allocation.production gives the source and caveat.
     pretraining_fraction: float = _default("pretraining_fraction")
     # every allocation policy of the registry (the schema states no copy of it)
-    policies: list[str] = field(default_factory=lambda: list(POLICIES))
+    policies: list[str] = field(default_factory=lambda: list(names(allocation=True)))
     pfi_column: str = _default("pfi_column")
     moe_ft_share: float = _default("moe_ft_share")
     curve_nodes: int = _default("curve_nodes")
@@ -92,12 +92,14 @@ class SimulationConfig:
         if unknown:
             raise ValueError(f"unknown allocation config key(s): {', '.join(sorted(unknown))}")
         out = cls(**{k: v for k, v in flat.items() if v is not None})
-        bad = set(out.policies) - set(POLICIES)
+        known = names(allocation=True)
+        bad = set(out.policies) - set(known)
         if bad:
             raise ValueError(
-                f"unknown allocation policies {sorted(bad)}; choose from {', '.join(POLICIES)}"
+                f"unknown allocation policies {sorted(bad)}; choose from {', '.join(known)}"
             )
-        out.policies = list(dict.fromkeys(["equal-weight", *out.policies, "oracle"]))
+        # the gap closed is counted between these two: always simulated
+        out.policies = list(dict.fromkeys([baseline(), *out.policies, optimum()]))
         if not 0.0 <= out.pretraining_fraction <= 1.0:
             raise ValueError("allocation.production.pretraining_fraction must be in [0, 1]")
         if any(not 0.0 <= c < 1.0 for c in out.cuts):

@@ -26,8 +26,8 @@ import pandas as pd
 
 from wattflex.allocation.allocator import allocate, predicted_curves
 from wattflex.allocation.curves import Curves, cap_rows, curves_from_runs, is_concave
-from wattflex.allocation.policies import POLICY_FEATURES
 from wattflex.allocation.settings import PART_TABLES, SimulationConfig
+from wattflex.policies import baseline, get, names, optimum, published
 
 log = logging.getLogger("wattflex.allocation.simulate")
 
@@ -41,6 +41,8 @@ class GroupTable:
     backend: str
 
     def features(self, index: np.ndarray, pfi: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The per-job inputs the policies read (``pfi``, ``pfi_measured``, ``moe_ft``, ...)
+        for the jobs ``index`` (groups), the PFI replaced by ``pfi`` (per group) when given."""
         g = self.groups
         out = {
             c: g[c].to_numpy()[index] for c in ("pfi", "pfi_measured", "dram_copy_product", "gpus")
@@ -130,7 +132,7 @@ def policy_unavailable(table: GroupTable, cfg: SimulationConfig, policy: str) ->
     """Why ``policy`` cannot run on the campaign's groups (None when it can): a per-job
     input it reads is missing for some group (e.g. no ``pfi_pred`` from an unfitted predictor),
     which would make every allocation of it NaN."""
-    feature = POLICY_FEATURES.get(policy)
+    feature = get(policy).feature
     if feature not in FEATURE_SOURCES:
         return None
     values = table.groups[feature].to_numpy(float)
@@ -236,15 +238,16 @@ def evaluate_policies(
             if target is not None:
                 row["sla_violations"] = (a.throughput < target * (1 - 1e-9)).sum(-1)
             frames.append(pd.DataFrame(row))
-            if policy == "oracle":
+            if policy == optimum():
                 oracle_total, oracle_gap = a.total_throughput, a.oracle_gap
-        # with SLA tiers curve-aware works on its own (predicted) floors and may break a tier
+        # with SLA tiers a policy on predicted curves works on its own (predicted) floors and
+        # may break a tier
         _check_oracle_dominates(
             frames,
             cut,
             oracle_total,
             oracle_gap,
-            skip=("oracle",) if max_slowdown is None else ("oracle", "curve-aware"),
+            skip=(optimum(),) if max_slowdown is None else (optimum(), *names(curves="predicted")),
         )
     return pd.concat(frames, ignore_index=True)
 
@@ -262,7 +265,7 @@ def _check_oracle_dominates(
         return
     gap = np.zeros_like(oracle_total) if oracle_gap is None else np.asarray(oracle_gap, float)
     oracle_feasible = next(
-        f for f in frames if f["cut"].iat[0] == cut and f["policy"].iat[0] == "oracle"
+        f for f in frames if f["cut"].iat[0] == cut and f["policy"].iat[0] == optimum()
     )["feasible"]
     for f in frames:
         if f["cut"].iat[0] != cut or f["policy"].iat[0] in skip:
@@ -287,8 +290,9 @@ def summarize(results: pd.DataFrame, keys: Sequence[str] = ("mix", "cut")) -> pd
     keys = list(keys)
     df = results.copy()
     wide = df.pivot_table(index=keys + ["workload"], columns="policy", values="total_tokens_per_s")
+    eq, best = baseline(), optimum()
     df = df.join(
-        wide[["equal-weight", "oracle"]].rename(columns={"equal-weight": "_eq", "oracle": "_or"}),
+        wide[[eq, best]].rename(columns={eq: "_eq", best: "_or"}),
         on=keys + ["workload"],
     )
     df["per_job"] = df["total_tokens_per_s"] / df["n_jobs"]
@@ -358,9 +362,10 @@ def headline(
     ]
     wide = res.pivot_table(index="workload", columns="policy", values="total_tokens_per_s")
     n_jobs = res["n_jobs"].iat[0]
+    eq, paper = baseline(), published()
     rows = []
-    for _, r in at[~at["policy"].isin(["equal-weight"])].iterrows():
-        gain = (wide[r["policy"]] - wide["equal-weight"]) / n_jobs
+    for _, r in at[~at["policy"].isin([eq])].iterrows():
+        gain = (wide[r["policy"]] - wide[eq]) / n_jobs
         rows.append(
             {
                 "mix": cfg.headline_mix,
@@ -371,13 +376,13 @@ def headline(
                 "recovered_p95": _pct(gain, 95),
                 "gap_closed": r["gap_closed"],
                 "published_tokens_per_s_per_job_recovered": cfg.published_tokens_per_s_per_job
-                if r["policy"] == "pfi-aware"
+                if r["policy"] == paper
                 else np.nan,
                 "published_gap_closed": cfg.published_gap_closed
-                if r["policy"] == "pfi-aware"
+                if r["policy"] == paper
                 else np.nan,
-                "equal_weight_per_job_tokens_per_s": float(wide["equal-weight"].mean() / n_jobs),
-                "oracle_per_job_tokens_per_s": float(wide["oracle"].mean() / n_jobs),
+                "equal_weight_per_job_tokens_per_s": float(wide[eq].mean() / n_jobs),
+                "oracle_per_job_tokens_per_s": float(wide[optimum()].mean() / n_jobs),
                 "backend": backend,
             }
         )
@@ -399,8 +404,9 @@ def sla_study(blind: pd.DataFrame, honoured: pd.DataFrame) -> pd.DataFrame:
     their tier when it ignores them (``blind``, the main run scored against the same
     tiers) and the oracle's throughput cost of the tiers."""
     keys = ["mix", "cut", "workload"]
-    sla_oracle = honoured[honoured["policy"] == "oracle"].set_index(keys)["total_tokens_per_s"]
-    free_oracle = blind[blind["policy"] == "oracle"].set_index(keys)["total_tokens_per_s"]
+    best = optimum()
+    sla_oracle = honoured[honoured["policy"] == best].set_index(keys)["total_tokens_per_s"]
+    free_oracle = blind[blind["policy"] == best].set_index(keys)["total_tokens_per_s"]
     blind_viol = blind.set_index(keys + ["policy"])["sla_violations"]
     rows = []
     for (mix, cut, policy), part in honoured.groupby(["mix", "cut", "policy"], sort=False):
@@ -438,7 +444,7 @@ def sla_study(blind: pd.DataFrame, honoured: pd.DataFrame) -> pd.DataFrame:
                         / n
                     )
                 )
-                if policy == "oracle" and len(feas)
+                if policy == best and len(feas)
                 else np.nan,
             }
         )
@@ -576,13 +582,14 @@ def out_of_sample(
     prediction (``pfi_column``, fitted on all groups) and the oracle; repeated over the
     stratified random halves ``splits`` (:func:`draw_splits`). Per (mix, cut, policy,
     variant): mean and spread over splits."""
+    # the policies that read the PFI, refitted per split, after the baseline; the others of
+    # the study (read nothing the split changes) after them, the optimum last
+    studied = names(out_of_sample=True)
+    uses_pfi = [p for p in studied if get(p).feature == "pfi"]
+    ends = (baseline(), optimum())
+    order = [ends[0], *uses_pfi, *(p for p in studied if p not in (*ends, *uses_pfi)), ends[1]]
     # a policy whose in-sample input is missing (e.g. no pfi_pred) is left out of the in-sample variant
-    in_sample = [
-        p
-        for p in ("equal-weight", "pfi-aware", "curve-aware", "raw-dcgm", "oracle")
-        if policy_unavailable(table, cfg, p) is None
-    ]
-    uses_pfi = ["pfi-aware", "curve-aware"]
+    in_sample = [p for p in order if policy_unavailable(table, cfg, p) is None]
     blocks = [(sp, mix, index) for sp in splits for mix, index in sp.workloads.items()]
     if not blocks:
         return pd.DataFrame(columns=OOS_COLUMNS)
@@ -724,7 +731,7 @@ def combine(
         if skipped.headline
         else headline(out["summary"], results, cfg, table.backend)
     )
-    oracle_rows = results[results["policy"] == "oracle"]
+    oracle_rows = results[results["policy"] == optimum()]
     concave = is_concave(table.curves)
     out["diagnostics"] = pd.DataFrame(
         [

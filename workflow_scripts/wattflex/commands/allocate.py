@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from wattflex.allocation.policies import POLICIES
 from wattflex.commands import finite_float, read_site_option, whole_number
+from wattflex.policies import POLICIES
 from wattflex.schema import section_defaults
 
 _ALLOCATION = section_defaults("allocation")  # the campaign's allocation: defaults

@@ -31,7 +31,6 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from wattflex.allocation.policies import CONTROL_POLICIES, SPLIT_POLICIES, THROUGHPUT_POLICIES
 from wattflex.commands import (
     add_log_level,
     command_logging,
@@ -41,6 +40,7 @@ from wattflex.commands import (
 )
 from wattflex.errors import UserError
 from wattflex.gpus import DEFAULT_GPU, GPUS
+from wattflex.policies import CONTROL_POLICIES, SPLIT_POLICIES, THROUGHPUT_POLICIES, get
 from wattflex.schema import section_defaults
 
 MIN_PERIOD_S = 0.2  # twice an agent's floor (control.MIN_PERIOD_S): a period also runs squeue and writes every unit's file
@@ -383,7 +383,7 @@ def mv_params(args: argparse.Namespace, rec) -> dict:
     """The M&V record's parameters: the command's options and which campaign curve split each
     unit's share (a unit whose job has none: its equal-weight share)."""
     params = {k: v for k, v in vars(args).items() if not k.startswith("_")}
-    if args.policy != "equal-weight":
+    if get(args.policy).needs_curves:
         params["split_curve_by_unit"] = {
             u: g or "none: equal-weight share" for u, g in rec.unit_group.items()
         }
@@ -404,7 +404,7 @@ def cluster_split(args: argparse.Namespace):
                 f"--job-map {item!r}: expected JOB=GROUP (SLURM job id or name = campaign group)"
             )
         job_group[job] = group
-    if args.policy != "equal-weight" and not args.curves:
+    if get(args.policy).needs_curves and not args.curves:
         raise UserError(
             f"--policy {args.policy} splits on the jobs' curves: give --curves <campaign runs.parquet>"
         )

@@ -39,9 +39,9 @@ import sys
 from datetime import UTC
 from pathlib import Path
 
-from wattflex.allocation.policies import CONTROL_POLICIES, REGISTRY, THROUGHPUT_POLICIES
 from wattflex.commands import RenamedOption, add_log_level, command_logging
 from wattflex.errors import UserError
+from wattflex.policies import CONTROL_POLICIES, REGISTRY, THROUGHPUT_POLICIES
 from wattflex.schema import section_defaults
 
 NAME = "control"

@@ -51,7 +51,6 @@ from scipy.ndimage import maximum_filter1d
 from wattflex.allocation.allocator import allocate
 from wattflex.allocation.curves import Curves
 from wattflex.allocation.oracle import interp
-from wattflex.allocation.policies import CLUSTER_REFERENCES, CONTROL_POLICIES
 from wattflex.analysis.predictor import dcgm_metrics, is_fitted, predict
 from wattflex.control.controller import (
     ControlConfig,
@@ -65,6 +64,7 @@ from wattflex.control.controller import (
 )
 from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.grid.events import Schedule, Signal, read_schedule
+from wattflex.policies import baseline, get, names, optimum, unlimited
 from wattflex.runs.emulator import (
     PHYSICS,
     JobSpec,
@@ -425,7 +425,7 @@ class Oracle:
         T = np.where(active[:, None], self.t.metrics["tokens_per_s"][slot_group], 0.0)
         # one workload with a leading axis: the exact oracle's MILP fallback indexes workloads
         plan = Curves(P[None][..., self.plan], T[None][..., self.plan])
-        a = allocate(plan, np.array([budget_w * (1 - self.cfg.target_margin) - idle_w]), "oracle")
+        a = allocate(plan, np.array([budget_w * (1 - self.cfg.target_margin) - idle_w]), optimum())
         idx = np.maximum((P <= a.power_w[0][:, None] * (1 + 1e-9) + 1e-9).sum(-1) - 1, 0)
         caps = np.where(bool(a.feasible[0]), self.t.cap_w[idx], lo)
         self._key, self._caps = key, np.where(active, caps, np.nan)
@@ -495,11 +495,7 @@ def simulate(
     n_sub = int(round(period))
     if abs(n_sub - period) > 1e-9 or n_sub < 1:
         raise ValueError(f"control period {period} s: must be a whole number of seconds")
-    bad = [p for p in policies if p not in CONTROL_POLICIES]
-    if bad:
-        raise ValueError(
-            f"unknown control policy {bad[0]!r}; choose from {', '.join(CONTROL_POLICIES)}"
-        )
+    pols = [get(p, "control") for p in policies]
     rng = np.random.default_rng(stable_seed(seed, scenario.name))
     horizon = scenario.signal.duration_s + scenario.tail_s
     n_ticks = int(math.ceil(horizon / period))
@@ -513,9 +509,9 @@ def simulate(
     idle_w = float(G["idle_w"].iloc[0])
     g_moe_ft = (G["cluster"] == "moe-ft").to_numpy()
     p_top = tables.metrics["power_w"][:, -1]
-    rows = list(policies) + list(CLUSTER_REFERENCES)
+    rows = list(policies) + list(names(cluster_reference=True))
     R, NC, S = len(rows), len(policies), cc.gpus // int(g_gpus.min())
-    ORACLE, UNCAPPED = NC, NC + 1
+    ORACLE, UNCAPPED = rows.index(optimum()), rows.index(unlimited())
 
     starts: dict[int, list[int]] = {}
     ends: dict[int, list[int]] = {}
@@ -549,7 +545,7 @@ def simulate(
     ]
     drop_draw = rng.random(S)
     table = JobTable.empty(S)
-    online = policies.index("online-learning") if "online-learning" in policies else None
+    online = next((r for r, p in enumerate(pols) if p.learns), None)
 
     def record_estimates(slots: np.ndarray) -> None:
         """The online learner's view of departing jobs beside the truth on the same knots."""
@@ -750,7 +746,7 @@ def simulate_scenario(
         )
     settings = {k: v for k, v in dict(control.get("scenario", {})).items() if k != "signal"}
     scenario = Scenario(name, read_schedule(signal_path), **settings)
-    policies = list(control.get("policies") or CONTROL_POLICIES)
+    policies = list(control.get("policies") or names(control=True))
     return simulate(
         tables,
         scenario,
@@ -782,7 +778,7 @@ def summarize(res: SimResult) -> pd.DataFrame:
     req = res.required_w[event]
     tokens = res.tokens.sum(-1)
     by = dict(zip(res.rows, tokens))
-    eq, orc, unc = by.get("equal-weight", np.nan), by["oracle"], by["uncapped"]
+    eq, orc, unc = by.get(baseline(), np.nan), by[optimum()], by[unlimited()]
     dur = event.sum()
     rows = []
     for r, name in enumerate(res.rows):
@@ -794,7 +790,7 @@ def summarize(res: SimResult) -> pd.DataFrame:
                 "seconds_above_budget": float((o > 0).sum()),
                 "tokens": float(tokens[r]),
                 "tokens_vs_oracle": float(tokens[r] / orc) if orc > 0 else np.nan,
-                "kind": "reference" if name in CLUSTER_REFERENCES else "controller",
+                "kind": "reference" if get(name).cluster_reference else "controller",
                 "worst_overshoot_frac": float(max((o / req).max(), 0.0)) if dur else 0.0,
                 "seconds_beyond_tolerance": float((o > res.tolerance * req).sum()) if dur else 0.0,
                 "event_s": float(dur),

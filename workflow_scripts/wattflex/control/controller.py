@@ -68,8 +68,8 @@ import numpy as np
 from wattflex.allocation.allocator import policy_weights, predicted_curves, water_fill
 from wattflex.allocation.curves import Curves
 from wattflex.allocation.oracle import concave_hull, hull_greedy, plan_greedy
-from wattflex.allocation.policies import CONTROL_POLICIES, CURVE_POLICIES
 from wattflex.pfi import pfi_ratio_curves
+from wattflex.policies import get
 from wattflex.schema import section_defaults
 
 # ---------------------------------------------------------------------------------------
@@ -337,15 +337,11 @@ class Controller:
         slots: int,
         predict_pfi: Callable[[np.ndarray], np.ndarray] | None = None,
     ):
-        bad = [p for p in policies if p not in CONTROL_POLICIES]
-        if bad:
-            raise ValueError(
-                f"unknown control policy {bad[0]!r}; choose from {', '.join(CONTROL_POLICIES)}"
-            )
+        pols = [get(p, "control") for p in policies]
         self.policies, self.cfg, self.predict_pfi = list(policies), cfg, predict_pfi
         R, S, K = len(policies), slots, cfg.knots
-        self.weighted = np.array([p not in CURVE_POLICIES for p in policies])
-        self.online = np.array([p == "online-learning" for p in policies])
+        self.weighted = np.array([p.weighted for p in pols])
+        self.online = np.array([p.learns for p in pols])
         self.uid = np.full(S, -1)
         self.profile = JobTable.empty(S)  # declared or observed profiles (filled below)
         self.known = np.zeros(S, bool)  # profile from the job, not a default

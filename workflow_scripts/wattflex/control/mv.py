@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from wattflex.grid.events import windows
+from wattflex.policies import optimum, unlimited
 
 
 def _mean(x: np.ndarray) -> float:
@@ -179,16 +180,16 @@ def simulation_mv(
     tok = res.tokens.sum(-1)
     recs, tabs = [], []
     for name, r in by.items():
-        if name == "uncapped":
+        if name == unlimited():
             continue
         rr, tab = mv_table(
             res.t_s,
             res.power_w[r],
             res.budget_w,
             wins,
-            baseline_curves_w=res.power_w[by["uncapped"]],
+            baseline_curves_w=res.power_w[by[unlimited()]],
             tokens=float(tok[r]),
-            tokens_oracle=float(tok[by["oracle"]]),
+            tokens_oracle=float(tok[by[optimum()]]),
             **kw,
         )
         recs += [{"policy": name, **x} for x in rr]

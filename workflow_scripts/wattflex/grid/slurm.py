@@ -61,9 +61,9 @@ import numpy as np
 
 from wattflex.allocation.allocator import allocate, water_fill
 from wattflex.allocation.curves import Curves, cap_rows, curves_from_points
-from wattflex.allocation.policies import SPLIT_POLICIES
 from wattflex.control.controller import ramp_at
 from wattflex.ingest.reader import read_csv_named
+from wattflex.policies import get, names
 from wattflex.provenance import strict_json
 
 log = logging.getLogger("wattflex.grid.slurm")
@@ -366,11 +366,11 @@ class ClusterSplit:
     job_group: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
-        if self.policy not in SPLIT_POLICIES:
+        if self.policy not in names(split=True):
             raise ValueError(
-                f"split policy {self.policy!r}: choose from {', '.join(SPLIT_POLICIES)}"
+                f"split policy {self.policy!r}: choose from {', '.join(names(split=True))}"
             )
-        if self.policy != "equal-weight" and self.curves is None:
+        if get(self.policy).needs_curves and self.curves is None:
             raise ValueError(
                 f"split policy {self.policy} needs the campaign's curves (--curves runs.parquet)"
             )
@@ -393,7 +393,7 @@ class ClusterSplit:
     ) -> tuple[Curves | None, np.ndarray]:
         """Each unit's curve (its group's per-GPU curve x its GPUs; rows without one are
         placeholders) and the mask of units that have one."""
-        idx = [None if self.policy == "equal-weight" else self.group_of(j) for j, _ in units]
+        idx = [self.group_of(j) if get(self.policy).needs_curves else None for j, _ in units]
         has = np.array([g is not None for g in idx], bool)
         if self.curves is None or not has.any():
             return None, has
@@ -474,7 +474,7 @@ def split_budget(
     head = np.where(alive, ceiling_w - floor_w, 0.0)
     shed = water_fill(np.array(max(cut, 0.0)), head, np.where(alive, 1.0, 0.0))
     share[alive] = (ceiling_w - shed)[alive]
-    if use.any() and policy != "equal-weight":
+    if use.any() and get(policy).needs_curves:
         part = Curves(curves.power_w[use], curves.throughput[use])
         pfi_use = np.full(int(use.sum()), np.nan) if pfi is None else np.asarray(pfi, float)[use]
         a = allocate(part, float(share[use].sum()), policy, {"pfi": pfi_use})
@@ -511,7 +511,7 @@ def _split_nested(
     share[alive] = nested_water_fill(
         left, floor_w[alive], ceiling_w[alive], np.ones(int(alive.sum())), fam
     )
-    if use.any() and policy != "equal-weight" and math.isfinite(budget_w):
+    if use.any() and get(policy).needs_curves and math.isfinite(budget_w):
         sub = nested.subset(use, np.where(alive, np.nan_to_num(share), ceiling_w))
         part = Curves(curves.power_w[use][None], curves.throughput[use][None])
         pfi_use = np.full(int(use.sum()), np.nan) if pfi is None else np.asarray(pfi, float)[use]
@@ -859,9 +859,9 @@ def run_coordinator(
                                 f"warning: node {n} (unit {unit_name(j.job_id, n)}) is not in the site file: "
                                 f"held by the site's limit only, no rack or feed of it"
                             )
-                        group = split.group_of(j) if split.policy != "equal-weight" else None
+                        group = split.group_of(j) if get(split.policy).needs_curves else None
                         rec.unit_group[unit_name(j.job_id, n)] = group
-                        if split.policy != "equal-weight":
+                        if get(split.policy).needs_curves:
                             log(
                                 f"unit {unit_name(j.job_id, n)} (job name {j.name!r}): "
                                 + (

@@ -47,6 +47,7 @@ from wattflex.grid.baselines import (
     same_day_adjusted,
     window_mean,
 )
+from wattflex.policies import optimum
 from wattflex.schema import section_defaults
 
 HOURS_PER_YEAR = 8760.0
@@ -252,7 +253,7 @@ def shed_by_depth(groups: Groups, s: StatementSettings) -> pd.DataFrame:
     floor_depth = 1.0 - site.floor_w.sum(-1) / p_max
     rows = []
     for depth in s.depths:
-        alloc = allocate(site, (1.0 - depth) * p_max, "oracle")
+        alloc = allocate(site, (1.0 - depth) * p_max, optimum())
         ok = alloc.feasible
         lost = np.where(ok, t_max - alloc.total_throughput, np.nan)
         rows.append(

@@ -1,6 +1,6 @@
 """Figures of the allocation stage (matplotlib, Agg): the Fig. 8 analog and the
 out-of-sample check. Each function returns a Figure; policy labels, colours and line
-styles come from :data:`wattflex.plots.style.POLICY_LOOK`.
+styles are the policies' own (:func:`wattflex.plots.style.policy_look`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from wattflex.allocation.policies import POLICIES
-from wattflex.plots.style import POLICY_LOOK, label_backend, tight_layout
+from wattflex.plots.style import label_backend, policy_look, tight_layout
+from wattflex.policies import baseline, get, names, optimum, published
 
-# label, colour, line style of each allocation policy, in legend order
-FIGURE_POLICIES = {name: POLICY_LOOK[name] for name in POLICIES}
+
+def figure_policies() -> dict[str, tuple[str, str, str]]:
+    """Label, colour and line style of each allocation policy, in legend order."""
+    return {
+        name: (look.label, look.color, look.linestyle)
+        for name in names(allocation=True)
+        for look in [policy_look(name)]
+    }
 
 
 def nothing_to_show(reason: str, backends: Any, title: str | None = None):
@@ -61,7 +67,8 @@ def fig8_figure(
     for col, mix in enumerate(mixes):
         part = summary[summary["mix"] == mix]
         top, bottom = axes[0, col], axes[1, col]
-        for policy, (label, color, style) in FIGURE_POLICIES.items():
+        ends = (baseline(), optimum())  # the gap closed is counted between these
+        for policy, (label, color, style) in figure_policies().items():
             p = part[part["policy"] == policy].sort_values("cut")
             if p.empty:
                 continue
@@ -75,7 +82,7 @@ def fig8_figure(
                 marker="o",
                 ms=3,
             )
-            if policy in ("equal-weight", "oracle"):  # spread over workloads (p5-p95)
+            if policy in ends:  # spread over workloads (p5-p95)
                 top.fill_between(
                     x,
                     p["per_job_tokens_per_s_p5"] / 1e3,
@@ -85,7 +92,7 @@ def fig8_figure(
                     lw=0,
                     label=f"{label}: 5-95 % over workloads",
                 )
-            if policy not in ("equal-weight", "oracle"):
+            if policy not in ends:
                 bottom.plot(
                     x, 100 * p["gap_closed"], style, color=color, label=label, marker="o", ms=3
                 )
@@ -95,12 +102,12 @@ def fig8_figure(
         bottom.axhline(100, color="#d62728", lw=0.8)
         bottom.set_ylabel("% of equal-weight-to-oracle gap closed")
         bottom.set_xlabel("cluster power cut (%)")
-        shown = part[~part["policy"].isin(["equal-weight", "oracle"])]
+        shown = part[~part["policy"].isin(ends)]
         lo = np.nanmin(100 * shown["gap_closed"].to_numpy(float), initial=0.0)
         bottom.set_ylim(max(lo - 5, GAP_FLOOR), 110)
         _off_scale(bottom, shown)
         h = headline_table[
-            (headline_table["mix"] == mix) & (headline_table["policy"] == "pfi-aware")
+            (headline_table["mix"] == mix) & (headline_table["policy"] == published())
         ]
         if not h.empty:
             r = h.iloc[0]
@@ -138,10 +145,11 @@ def _off_scale(ax, shown: pd.DataFrame) -> None:
     """Name each policy whose gap closed falls below ``GAP_FLOOR`` (raw DCGM on a falling
     segment), with its lowest value, along the panel's floor."""
     low = shown[100 * shown["gap_closed"] < GAP_FLOOR]
+    looks = figure_policies()
     notes = [
-        f"{FIGURE_POLICIES[p][0]} below {GAP_FLOOR:.0f} % (down to {100 * g['gap_closed'].min():,.0f} %)"
+        f"{looks[p][0]} below {GAP_FLOOR:.0f} % (down to {100 * g['gap_closed'].min():,.0f} %)"
         for p, g in low.groupby("policy", sort=False)
-        if p in FIGURE_POLICIES
+        if p in looks
     ]
     if notes:
         ax.text(
@@ -174,8 +182,9 @@ def out_of_sample_figure(oos: pd.DataFrame, backends: Any):
     height = 3.6 + 0.17 * rows
     fig, axes = plt.subplots(1, len(mixes), figsize=(5.2 * len(mixes), height), squeeze=False)
     for ax, mix in zip(axes[0], mixes):
-        for policy in ("pfi-aware", "curve-aware"):
-            _, color, _ = FIGURE_POLICIES[policy]
+        # the studied policies that read the PFI (the predictor's split changes only them)
+        for policy in (p for p in names(out_of_sample=True) if get(p).feature == "pfi"):
+            color = policy_look(policy).color
             for variant, style in (("in-sample", "-"), ("out-of-sample", "--")):
                 p = oos[
                     (oos["mix"] == mix) & (oos["policy"] == policy) & (oos["variant"] == variant)

@@ -1,6 +1,6 @@
 """Figures of the control stage (matplotlib, Agg): cluster power against the budget signal
 and the tokens each policy loses to the cut. Each function returns a Figure; policy colours
-and line styles come from :data:`wattflex.plots.style.POLICY_LOOK`.
+and line styles are the policies' own (:func:`wattflex.plots.style.policy_look`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from wattflex.allocation.policies import CLUSTER_REFERENCES, CONTROL_POLICIES
-from wattflex.plots.style import POLICY_LOOK, label_backend, tight_layout
+from wattflex.plots.style import label_backend, policy_look, tight_layout
+from wattflex.policies import names as policy_names
+from wattflex.policies import optimum, unlimited
 
-# colour, line style of every row of a cluster simulation: the controllers, then the references
-POLICY_STYLE = {name: POLICY_LOOK[name][1:] for name in CONTROL_POLICIES + CLUSTER_REFERENCES}
+
+def policy_styles() -> dict[str, tuple[str, str]]:
+    """Colour and line style of every row a cluster simulation can have: the controllers,
+    then the references."""
+    rows = policy_names(control=True) + policy_names(cluster_reference=True)
+    return {name: (policy_look(name).color, policy_look(name).linestyle) for name in rows}
 
 
 def power_figure(ts: pd.DataFrame, scenario: str, backend: Any, zoom_s: float = 240.0):
@@ -41,7 +46,8 @@ def power_figure(ts: pd.DataFrame, scenario: str, backend: Any, zoom_s: float = 
     for i, name in enumerate(names):
         ax = fig.add_subplot(grid[i // cols, i % cols], sharex=first, sharey=first)
         first = first or ax
-        color, style = POLICY_STYLE.get(name, ("#000000", "-"))
+        look = policy_look(name)
+        color, style = look.color, look.linestyle
         p = ts[f"power_w:{name}"].to_numpy(float) / 1e3
         ax.plot(t[::every] / 3600, p[::every], style, color=color, lw=0.7, label=name)
         _budget_lines(ax, t[::every] / 3600, budget[::every], required[::every])
@@ -79,14 +85,14 @@ def _budget_lines(ax, x: np.ndarray, budget: np.ndarray, required: np.ndarray) -
 def tokens_figure(summary: pd.DataFrame, scenario: str, backend: Any):
     """Tokens lost to the cut per policy (vs running uncapped), the oracle's loss marked, and
     each policy's budget tracking."""
-    s = summary[summary["policy"] != "uncapped"].reset_index(drop=True)
+    s = summary[summary["policy"] != unlimited()].reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(9, 4.8))
     lost = 100 * s["tokens_lost_vs_uncapped"].to_numpy(float)
-    colors = [POLICY_STYLE.get(p, ("#000000", "-"))[0] for p in s["policy"]]
+    colors = [policy_look(p).color for p in s["policy"]]
     bars = ax.bar(s["policy"], lost, color=colors)
-    orc = s.loc[s["policy"] == "oracle", "tokens_lost_vs_uncapped"]
+    orc = s.loc[s["policy"] == optimum(), "tokens_lost_vs_uncapped"]
     if len(orc):
-        ax.axhline(100 * float(orc.iloc[0]), color=POLICY_STYLE["oracle"][0], lw=0.8, ls="--")
+        ax.axhline(100 * float(orc.iloc[0]), color=policy_look(optimum()).color, lw=0.8, ls="--")
     for b, (_, r) in zip(bars, s.iterrows()):
         ax.text(
             b.get_x() + b.get_width() / 2,

@@ -19,6 +19,7 @@ from matplotlib.offsetbox import AnchoredOffsetbox, AnnotationBbox
 from matplotlib.text import Text
 
 from wattflex.labels import backend_label  # noqa: F401 (re-exported: plots draw it)
+from wattflex.policies import REGISTRY, Look
 from wattflex.provenance import save_png
 from wattflex.vocabulary import CLUSTERS
 
@@ -26,21 +27,19 @@ _log = logging.getLogger(__name__)
 
 CLUSTER_COLORS = dict(zip(CLUSTERS, ("#1f77b4", "#ff7f0e", "#2ca02c"), strict=True))
 CLUSTER_ORDER = list(CLUSTERS)
-# label, colour, line style of every policy in wattflex.allocation.policies.REGISTRY
-POLICY_LOOK = {
-    "equal-weight": ("equal weight", "#555555", "-"),
-    "pfi-aware": ("PFI-aware (predicted PFI)", "#1f77b4", "-"),
-    "pfi-aware-measured": ("PFI-aware (measured PFI)", "#1f77b4", ":"),
-    "moe-ft-weighted": ("MoE-FT-weighted", "#2ca02c", "-"),
-    "raw-dcgm": ("raw DCGM", "#9467bd", "-"),
-    "curve-aware": ("curve-aware (predicted curves)", "#ff7f0e", "--"),
-    "online-learning": ("online learning", "#e377c2", "-"),
-    "oracle": ("oracle", "#d62728", "-"),
-    "uncapped": ("uncapped", "#bbbbbb", ":"),
-}
+# a name the registry does not know (e.g. a real controller's M&V record): drawn in black
+UNKNOWN_POLICY_LOOK = Look("unknown policy", "#000000")
+
+
+def policy_look(name: str) -> Look:
+    """The label, colour and line style of policy ``name``: its own (the registry's,
+    :class:`wattflex.policies.Look`), or black for a name it does not know."""
+    policy = REGISTRY.get(name)
+    return UNKNOWN_POLICY_LOOK if policy is None else policy.look
 
 
 def label_backend(fig: plt.Figure, backends: Any) -> None:
+    """Write the backend label (red "EMULATED ..." for emulated runs) in the figure's corner."""
     text = backend_label(backends)
     color = "#b00020" if "EMULATED" in text else "#333333"
     fig.text(0.995, 0.005, text, ha="right", va="bottom", fontsize=8, color=color, weight="bold")
