@@ -37,6 +37,10 @@ class GPUSpec:
     hbm_tb_s: float
     hbm_gib: float
     nvlink_gb_s: float = 370.0  # achievable per-GPU collective bandwidth in a node
+    # NVLink bandwidth per GPU and direction, nominal (the datasheets' bidirectional figure / 2:
+    # H100/H200 SXM 900 GB/s, 18 NVLink 4 links; A100 SXM4 600 GB/s, 12 NVLink 3 links); the
+    # all-to-all achieves Physics.a2a_nvlink_frac of it
+    nvlink_dir_gb_s: float = 450.0
     internode_gb_s: float = (
         90.0  # per-GPU bus bandwidth of rail-optimised NCCL collectives across nodes
     )
@@ -173,6 +177,7 @@ GPUS: dict[str, GPUSpec] = {
         mem_clock_mhz=1593,
         peak_bf16_tflops=312.0,
         nvlink_gb_s=246.0,
+        nvlink_dir_gb_s=300.0,
         internode_gb_s=45.0,
         peak_clock_mhz=1410.0,
         slurm_name="a100",

@@ -56,10 +56,14 @@ architecture, the task and the layout; each takes ``max(compute at f, memory, is
   compiled, plus the dispatch/combine copies of expert parallelism; with LoRA (peft
   ``target_parameters`` on the fused experts) the experts' weight gradient is computed too
   (one more GEMM pass) and every forward folds the adapters into each expert's weight;
+* LoRA on the targeted nn.Linear modules (q, k, v, o; gate, up, down where the layer has a dense
+  MLP): two rank-r GEMMs per module, with the bytes peft's ``lora.Linear.forward`` moves (it
+  reads each module's input again), memory-bound at rank 32;
 * element-wise / norm kernels, AdamW (full training): DRAM bytes, issue-limited at low clocks;
 * collectives: FSDP all-gather / reduce-scatter (hidden behind compute up to
   ``fsdp_overlap``) and, with ``ep > 1``, the all-to-all dispatch + combine (bf16, forward,
-  recompute and backward; fully exposed, as transformers' EP waits on it);
+  recompute and backward; fully exposed, as transformers' EP waits on it) at DeepEP's achieved
+  fraction of the part's NVLink bandwidth (``a2a_nvlink_frac``);
 * pipeline parallelism (``pp`` > 1, emulated groups only; the Perseus sweeps): each GPU runs
   ``layers / pp`` over all of its replica's tokens and idles ``(pp - 1) / microbatches`` of its
   busy time in the schedule's bubble (``pipeline_stage``, ``pipeline_bubble``);
@@ -173,6 +177,11 @@ class JobSpec:
     pp: int = 1  # pipeline stages (GPipe/1F1B; each GPU holds layers / pp)
     microbatches: int = 1  # micro-batches per step through the pipeline (pp > 1)
     family: str = ""  # hf_model_type: picks runs.plan's measured activation bytes
+    kv_heads: int = 0  # key/value heads (0: as many as query heads)
+    # width of the dense MLP whose gate/up/down projections carry LoRA adapters (nn.Linear):
+    # a dense model's intermediate; an MoE model's dense_intermediate (0 where its MLP is all
+    # routed experts, which take LoRA through target_parameters instead)
+    lora_mlp_intermediate: int = 0
 
     @classmethod
     def from_config(cls, group: dict[str, Any], model: dict[str, Any]) -> JobSpec:
@@ -203,6 +212,12 @@ class JobSpec:
             pp=int(group.get("pp", 1)),
             microbatches=int(group.get("microbatches", 1)),
             family=str(model.get("hf_model_type", "")),
+            kv_heads=int(model.get("kv_heads", 0) or 0),
+            lora_mlp_intermediate=int(
+                model["intermediate"]
+                if model["architecture"] == "dense"
+                else model.get("dense_intermediate", 0) or 0
+            ),
         )
 
     @property
@@ -335,24 +350,8 @@ def step_kernels(job: JobSpec, gpu: GPUSpec, physics: Physics = PHYSICS) -> list
             + ph.gemm_act_bytes * tok * job.hidden * job.layers * passes,
         )
     )
-    # LoRA adapters: tiny extra GEMMs on q/k/v/o + MLP projections, all passes incl. weight grads.
     if not full:
-        lora_params = (
-            job.layers * job.lora_rank * (4 * 2 * job.hidden + 3 * (job.hidden + job.intermediate))
-        )
-        kernels.append(
-            Kernel(
-                "lora_gemm",
-                tensor_flops=2 * lora_params * tok * (passes + 1),
-                efficiency=ph.lora_gemm_eff,
-                dram_bytes=ph.lora_act_bytes
-                * tok
-                * job.lora_rank
-                * job.layers
-                * ph.lora_modules
-                * passes,
-            )
-        )
+        kernels.append(_lora_linear_kernel(job, ph, tok, fwd_passes))
     kernels += _attention_kernels(job, ph, fwd_passes)
     if job.architecture == "moe" and job.experts:
         frac = job.experts_active / job.experts
@@ -447,13 +446,45 @@ def step_kernels(job: JobSpec, gpu: GPUSpec, physics: Physics = PHYSICS) -> list
         )
     kernels.append(Kernel("fsdp_comm", comm_s=(ag_bytes + rs_bytes) / bw))
     if a2a_bytes:
-        kernels.append(Kernel("a2a_comm", comm_s=a2a_bytes / (gpu.nvlink_gb_s * 1e9)))
+        a2a_bw = gpu.nvlink_dir_gb_s * ph.a2a_nvlink_frac * 1e9
+        kernels.append(Kernel("a2a_comm", comm_s=a2a_bytes / a2a_bw))
     launches = (
         (ph.launches_compile if job.compile else ph.launches_eager) * job.layers * (fwd_passes + 2)
     )
     kernels.append(Kernel("host", host_s=ph.host_base_s))
     kernels.append(Kernel("launch", launch_s=launches * ph.launch_s))
     return kernels
+
+
+def lora_linear_dims(job: JobSpec) -> tuple[float, float]:
+    """Summed input and output widths of the nn.Linear modules that carry LoRA adapters in one
+    layer, as the harness targets them (``runs.training.models.lora_targets``): q, k, v, o, plus
+    gate, up and down where the layer has a dense MLP (``JobSpec.lora_mlp_intermediate``)."""
+    h, i = job.hidden, job.lora_mlp_intermediate
+    q = job.heads * job.head_dim
+    kv = (job.kv_heads or job.heads) * job.head_dim
+    ins, outs = 3 * h + q, q + 2 * kv + h
+    if i:
+        ins, outs = ins + 2 * h + i, outs + 2 * i + h
+    return float(ins), float(outs)
+
+
+def _lora_linear_kernel(job: JobSpec, ph: Physics, tok: float, fwd_passes: int) -> Kernel:
+    """peft's LoRA on the targeted nn.Linear modules: two rank-r GEMMs per module (2 r (in +
+    out) FLOPs per token forward; the backward's input and weight gradients twice that), and
+    the bytes counted from ``lora.Linear.forward`` (``Physics.lora_*_elems``): memory-bound at
+    rank 32."""
+    ins, outs = lora_linear_dims(job)
+    out_fwd = ph.lora_out_elems_fwd_compile if job.compile else ph.lora_out_elems_fwd_eager
+    elems = (ph.lora_in_elems_fwd * ins + out_fwd * outs) * fwd_passes + (
+        ph.lora_in_elems_bwd * ins + ph.lora_out_elems_bwd * outs
+    )
+    return Kernel(
+        "lora_gemm",
+        tensor_flops=2 * job.lora_rank * (ins + outs) * tok * job.layers * (fwd_passes + 2),
+        efficiency=ph.lora_gemm_eff,
+        dram_bytes=2 * elems * tok * job.layers,
+    )
 
 
 def _overlap(name: str, physics: Physics) -> float:
