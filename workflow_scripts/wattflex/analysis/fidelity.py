@@ -628,14 +628,17 @@ def sensitive_constants(physics: Physics = PHYSICS) -> list[dataclasses.Field]:
     ]
 
 
-def hbm_scaled(factor: float, catalogue: Mapping[str, GPUSpec] = GPUS) -> dict[str, GPUSpec]:
+def hbm_scaled(
+    factor: float, catalogue: Mapping[str, GPUSpec] = GPUS, dyn_factor: float | None = None
+) -> dict[str, GPUSpec]:
     """The GPU catalogue with every part's HBM power times ``factor``: ``mem_idle_w`` (and
-    ``idle_w``, which holds it, by the same watts) and ``mem_dyn_w``."""
+    ``idle_w``, which holds it, by the same watts) and ``mem_dyn_w`` (times ``dyn_factor``
+    where given)."""
     return {
         name: dataclasses.replace(
             g,
             mem_idle_w=g.mem_idle_w * factor,
-            mem_dyn_w=g.mem_dyn_w * factor,
+            mem_dyn_w=g.mem_dyn_w * (factor if dyn_factor is None else dyn_factor),
             idle_w=g.idle_w + g.mem_idle_w * (factor - 1.0),
         )
         for name, g in catalogue.items()
