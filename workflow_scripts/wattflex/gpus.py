@@ -23,6 +23,8 @@ GPUS_PER_NODE = 8
 
 @dataclass(frozen=True)
 class GPUSpec:
+    """One catalogue entry: a GPU part's limits, clocks, rates, memory and power constants."""
+
     name: str
     min_limit_w: float
     max_limit_w: float
@@ -55,6 +57,7 @@ class GPUSpec:
     die: str = "GH100"
 
     def clock_bins(self) -> np.ndarray:
+        """The SM clocks (MHz) the part can run at, ``clock_step_mhz`` apart."""
         import numpy as np
 
         return np.arange(self.sm_clock_min_mhz, self.sm_clock_max_mhz + 1e-9, self.clock_step_mhz)

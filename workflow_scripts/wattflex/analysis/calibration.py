@@ -448,9 +448,11 @@ class Calibration:
     pinned: bool = True
 
     def physics(self, base: Physics = PHYSICS) -> Physics:
+        """``base`` with this calibration's anchor and power curve."""
         return calibrated_physics(self.to_json(), base)
 
     def to_json(self) -> dict[str, Any]:
+        """The calibration file's content (``wattflex calibrate`` writes it)."""
         return {
             "schema_version": SCHEMA_VERSION,
             "kind": "wattflex-emulator-calibration",
@@ -460,6 +462,7 @@ class Calibration:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str = "calibration") -> Calibration:
+        """A calibration from a file's content; a one-line error naming ``where`` if it is not one."""
         if data.get("kind") != "wattflex-emulator-calibration":
             raise ValueError(
                 f"{where}: not a wattflex calibration file (kind "

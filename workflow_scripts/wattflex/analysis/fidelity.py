@@ -119,6 +119,7 @@ class GroupModel:
 
     @property
     def caps(self) -> list[float]:
+        """The group's distinct caps (W), ascending."""
         return sorted({c for c, _ in self.runs})
 
 
@@ -276,6 +277,7 @@ def published_pfi(groups: Sequence[GroupModel], tables_dir: str | None) -> pd.Da
 
 
 def published_cluster_tests(tables_dir: str | None) -> pd.DataFrame | None:
+    """The paper's cluster tests (Tables 10-11) from ``tables_dir``; None without one."""
     return load_published(tables_dir, "table10_11_cluster_tests") if tables_dir else None
 
 
@@ -701,6 +703,8 @@ def perturbations(
 
 @dataclass
 class Sensitivity:
+    """The one-at-a-time sensitivity of the noise-free model (:func:`sensitivity_runs`)."""
+
     table: pd.DataFrame  # one row per perturbation (fidelity_sensitivity.csv)
     per_group: pd.DataFrame  # one row per perturbation, one column per group: PFI - unperturbed PFI
 
@@ -844,6 +848,8 @@ def sensitivity(
 
 @dataclass
 class Fidelity:
+    """An emulated campaign scored against the paper (:func:`fidelity`): its tables and metrics."""
+
     groups: pd.DataFrame  # per-group table (fidelity.csv)
     summary: pd.DataFrame  # scalar metrics (fidelity_summary.csv)
     sensitivity: pd.DataFrame  # one-at-a-time sensitivity (fidelity_sensitivity.csv)

@@ -9,9 +9,11 @@
 - ``device``: the emulated device and run (``run_emulated_tables``, the one entry point the
   run calls: ``wattflex.runs.runner``).
 
-The names other packages use are handed on here.
+The names other packages use are handed on here, the run's entry point first:
+``run_emulated_tables`` (``wattflex.runs.runner`` calls it).
 """
 
+from wattflex.runs.emulator.device import run_emulated_tables
 from wattflex.runs.emulator.physics import (
     CALIBRATED,
     DEFAULT_DIE,
@@ -63,6 +65,7 @@ __all__ = [
     "pipeline_bubble",
     "pipeline_stage",
     "power_model_clock_for_cap",
+    "run_emulated_tables",
     "step_kernels",
     "synchronous_step",
     "voltage",

@@ -116,6 +116,8 @@ class Kernel:
     launch_s: float = 0.0  # host time launching kernels; hidden behind queued GPU work
 
     def times(self, gpu: GPUSpec, x: np.ndarray, physics: Physics = PHYSICS) -> np.ndarray:
+        """Seconds the kernel takes at relative SM clocks ``x``: the slowest of compute, HBM
+        and issue, plus its communication, host and launch time."""
         t = np.zeros_like(x, dtype=float)
         if self.tensor_flops:
             t = np.maximum(t, self.tensor_flops / (gpu.tensor_flops_per_s(x) * self.efficiency))
@@ -185,6 +187,7 @@ class JobSpec:
 
     @classmethod
     def from_config(cls, group: dict[str, Any], model: dict[str, Any]) -> JobSpec:
+        """The job of a resolved config ``group`` on its catalogue entry ``model``."""
         return cls(
             model=group["model"],
             architecture=model["architecture"],
@@ -222,6 +225,7 @@ class JobSpec:
 
     @property
     def tokens_per_gpu(self) -> int:
+        """Tokens one GPU trains on per step (micro-batch x sequence length)."""
         return self.seq_len * self.batch
 
     @property
@@ -232,6 +236,7 @@ class JobSpec:
 
     @property
     def nodes(self) -> int:
+        """Nodes the job spans (``GPUS_PER_NODE`` GPUs each)."""
         return max(1, math.ceil(self.gpus / GPUS_PER_NODE))
 
 
@@ -606,6 +611,7 @@ class JobAtCap:
 
     @property
     def power_w(self) -> float:
+        """The job's power (W): the sum over its GPUs."""
         return float(sum(g.power_w for g in self.per_gpu))
 
 
