@@ -34,7 +34,7 @@ from wattflex.analysis.clock_scaling import fit_clock_scaling
 from wattflex.config import groups, load_config
 from wattflex.gpus import gpu_spec
 from wattflex.runs import emulator
-from wattflex.runs.emulator import JobSpec, operating_points
+from wattflex.runs.emulator.step import JobSpec, operating_points
 
 REPO = Path(__file__).resolve().parents[1]
 PERSEUS = REPO / "resources" / "external" / "perseus-sosp24"

@@ -15,8 +15,8 @@ from wattflex.analysis import fidelity as fid
 from wattflex.analysis import published as published_mod
 from wattflex.config import groups as config_groups
 from wattflex.config import load_config
-from wattflex.runs.emulator import PHYSICS
 from wattflex.runs.emulator.device import run_emulated
+from wattflex.runs.emulator.physics import PHYSICS
 from wattflex.telemetry import SummaryProtocol, summarize_run
 
 PAPER = REPO / "resources" / "paper" / "tables"

@@ -11,15 +11,15 @@ from transformers import AutoModelForCausalLM
 from wattflex.config import groups
 from wattflex.gpus import GPUS
 from wattflex.pfi import pfi_ratio
-from wattflex.runs.emulator import (
-    PHYSICS,
+from wattflex.runs.emulator.physics import PHYSICS
+from wattflex.runs.emulator.step import (
     JobSpec,
     attention_impl,
     job_at_cap,
+    lora_linear_dims,
     operating_points,
     step_kernels,
 )
-from wattflex.runs.emulator.step import lora_linear_dims
 from wattflex.runs.training import models
 
 F_MAX = np.array([1980.0])
@@ -184,7 +184,7 @@ def test_a_pipeline_stage_runs_its_share_of_the_layers_and_idles_in_the_bubble(d
     """pp stages: each GPU runs layers / pp over all of its replica's tokens, idles (pp - 1) / m of
     its busy time at barrier power (1F1B / GPipe bubble), and the job trains on dp = gpus / pp
     replicas' tokens; pp 1 is the data-parallel step unchanged."""
-    from wattflex.runs.emulator import pipeline_bubble, pipeline_stage
+    from wattflex.runs.emulator.step import pipeline_bubble, pipeline_stage
 
     job, gpu = _job(default_config, "dense-pt-qwen32b-x8-compile")
     assert pipeline_stage(job) is job and pipeline_bubble(job) == 0.0

@@ -59,16 +59,14 @@ from wattflex.ingest.sources import ingest
 from wattflex.pfi import pfi_ratio
 from wattflex.provenance import strict_json, undefined_values, write_together
 from wattflex.run_ids import run_id
-from wattflex.runs.emulator import (
+from wattflex.runs.emulator.physics import (
     DEFAULT_DIE,
     PHYSICS,
-    JobSpec,
     Physics,
     calibrated_physics,
-    job_at_cap,
-    power_model_clock_for_cap,
     voltage,
 )
+from wattflex.runs.emulator.step import JobSpec, job_at_cap, power_model_clock_for_cap
 
 REPO = Path(__file__).resolve().parents[3]
 # Ujeniya et al. 2026 (arXiv:2604.11391 v2), H100 94 GB HBM2e: per cap the measured SM clock

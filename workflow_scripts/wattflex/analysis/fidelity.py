@@ -89,8 +89,9 @@ from wattflex.analysis.published import load_published
 from wattflex.analysis.stats import CLUSTER_ORDER, kruskal_dunn
 from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
 from wattflex.pfi import pfi_ratio
-from wattflex.runs.emulator import PHYSICS, JobSpec, Physics, gpu_leakages, job_at_caps
 from wattflex.runs.emulator.device import RUN_NOISE, hardware_seed, run_factors, run_seed
+from wattflex.runs.emulator.physics import PHYSICS, Physics
+from wattflex.runs.emulator.step import JobSpec, gpu_leakages, job_at_caps
 from wattflex.schema import group_default, section_defaults
 
 _ALPHA = section_defaults("stats")["alpha"]  # the cluster tests' significance level
