@@ -125,7 +125,6 @@ def held_out_table() -> list[str]:
 SENSITIVITY = (
     ("sm_dyn_scale", (1.25, 0.75)),
     ("hbm_efficiency", (0.75, 1.25)),
-    ("a2a_nvlink_frac", (0.5, 1.25)),
     ("expert_gemm_rel_eff", (0.75, 1.25)),
 )
 

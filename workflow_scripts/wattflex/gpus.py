@@ -38,11 +38,15 @@ class GPUSpec:
     peak_bf16_tflops: float  # dense bf16 tensor rate at peak_clock_mhz (the datasheet's figure)
     hbm_tb_s: float
     hbm_gib: float
-    nvlink_gb_s: float = 370.0  # achievable per-GPU collective bandwidth in a node
-    # NVLink bandwidth per GPU and direction, nominal (the datasheets' bidirectional figure / 2:
-    # H100/H200 SXM 900 GB/s, 18 NVLink 4 links; A100 SXM4 600 GB/s, 12 NVLink 3 links); the
-    # all-to-all achieves Physics.a2a_nvlink_frac of it
-    nvlink_dir_gb_s: float = 450.0
+    # Per-GPU bus bandwidth NCCL achieves over NVLink in a node (all-gather, reduce-scatter,
+    # all-to-all: the FSDP collectives and expert parallelism's dispatch/combine). H100/H200: 370
+    # GB/s, the NCCL maintainers' figure: "450GB/s is the line rate. With the protocol overhead
+    # (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s, which you can observe as
+    # BusBw when running non-allreduce operations" (NVIDIA/nccl-tests issue 212); all_gather_perf
+    # on 8 H100 saturates at ~360 GB/s, "exactly what we'd expect on H100" (issue 326). DeepEP's
+    # tuned all-to-all kernels reach the same share of their link: 153/158 GB/s dispatch/combine
+    # of the H800's ~160 GB/s NVLink maximum (deepseek-ai/DeepEP docs/legacy.md, intranode EP 8).
+    nvlink_gb_s: float = 370.0
     internode_gb_s: float = (
         90.0  # per-GPU bus bandwidth of rail-optimised NCCL collectives across nodes
     )
@@ -180,7 +184,6 @@ GPUS: dict[str, GPUSpec] = {
         mem_clock_mhz=1593,
         peak_bf16_tflops=312.0,
         nvlink_gb_s=246.0,
-        nvlink_dir_gb_s=300.0,
         internode_gb_s=45.0,
         peak_clock_mhz=1410.0,
         slurm_name="a100",

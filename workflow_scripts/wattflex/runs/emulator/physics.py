@@ -302,16 +302,6 @@ class Physics:
         "no compute runs beside the all-to-all",
         False,
     )
-    a2a_nvlink_frac: float = _c(
-        0.78,
-        "DeepEP's published intranode EP 8 all-to-all (deepseek-ai/DeepEP docs/legacy.md, V1 "
-        "normal kernels, H800, 4096 tokens, hidden 7168, top-8): dispatch 153 GB/s, combine "
-        "158 GB/s of NVLink bottleneck bandwidth, on an H800's 400 GB/s NVLink (NVIDIA H800 SXM "
-        "datasheet; 200 GB/s per direction): 155.5 / 200. Carried over to H100/H200's NVLink 4 "
-        "(GPUSpec.nvlink_dir_gb_s) at the same fraction, assumed; the harness's EP runs NCCL "
-        "all_to_all_single (transformers' expert_parallel), which DeepEP's tuned kernels bound "
-        "from above. Replaces the unsourced 370 GB/s collective rate",
-    )
     nccl_extra_w: float = _c(
         25.0, "assumed: board power above idle of NCCL kernels (a few SMs, NVLink)"
     )

@@ -62,8 +62,8 @@ architecture, the task and the layout; each takes ``max(compute at f, memory, is
 * element-wise / norm kernels, AdamW (full training): DRAM bytes, issue-limited at low clocks;
 * collectives: FSDP all-gather / reduce-scatter (hidden behind compute up to
   ``fsdp_overlap``) and, with ``ep > 1``, the all-to-all dispatch + combine (bf16, forward,
-  recompute and backward; fully exposed, as transformers' EP waits on it) at DeepEP's achieved
-  fraction of the part's NVLink bandwidth (``a2a_nvlink_frac``);
+  recompute and backward; fully exposed, as transformers' EP waits on it), each at NCCL's
+  published bus bandwidth over NVLink (``GPUSpec.nvlink_gb_s``);
 * pipeline parallelism (``pp`` > 1, emulated groups only; the Perseus sweeps): each GPU runs
   ``layers / pp`` over all of its replica's tokens and idles ``(pp - 1) / microbatches`` of its
   busy time in the schedule's bubble (``pipeline_stage``, ``pipeline_bubble``);
@@ -451,8 +451,7 @@ def step_kernels(job: JobSpec, gpu: GPUSpec, physics: Physics = PHYSICS) -> list
         )
     kernels.append(Kernel("fsdp_comm", comm_s=(ag_bytes + rs_bytes) / bw))
     if a2a_bytes:
-        a2a_bw = gpu.nvlink_dir_gb_s * ph.a2a_nvlink_frac * 1e9
-        kernels.append(Kernel("a2a_comm", comm_s=a2a_bytes / a2a_bw))
+        kernels.append(Kernel("a2a_comm", comm_s=a2a_bytes / (gpu.nvlink_gb_s * 1e9)))
     launches = (
         (ph.launches_compile if job.compile else ph.launches_eager) * job.layers * (fwd_passes + 2)
     )
