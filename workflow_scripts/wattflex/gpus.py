@@ -44,8 +44,9 @@ class GPUSpec:
     # (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s, which you can observe as
     # BusBw when running non-allreduce operations" (NVIDIA/nccl-tests issue 212); all_gather_perf
     # on 8 H100 saturates at ~360 GB/s, "exactly what we'd expect on H100" (issue 326). DeepEP's
-    # tuned all-to-all kernels reach the same share of their link: 153/158 GB/s dispatch/combine
-    # of the H800's ~160 GB/s NVLink maximum (deepseek-ai/DeepEP docs/legacy.md, intranode EP 8).
+    # tuned all-to-all agrees: 153/158 GB/s dispatch/combine on H800 (deepseek-ai/DeepEP
+    # docs/legacy.md, intranode EP 8), whose ~160 GB/s NVLink maximum is 80 % of its 200 GB/s line
+    # rate per direction (H800 SXM: 400 GB/s NVLink), the share 370 is of 450.
     nvlink_gb_s: float = 370.0
     internode_gb_s: float = (
         90.0  # per-GPU bus bandwidth of rail-optimised NCCL collectives across nodes
