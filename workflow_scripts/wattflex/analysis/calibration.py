@@ -81,7 +81,7 @@ READING_GPU = "H100-94GB"
 # inference (batch 256); the arXiv abstract names DGEMM and TheBandwidthBenchmark as the
 # workloads. The fit uses no property of the workload (its SM activity is fitted, its memory
 # power measured), so the label moves nothing; the part it was taken on does (the per-part HBM
-# power: the reading on the 80 GB HBM3 part moves the Table 6 medians by -0.07 / -0.08 / -0.03,
+# power: the reading on the 80 GB HBM3 part moves the Table 6 medians by -0.07 / -0.07 / -0.03,
 # benchmarks/emulator_fit_residuals.py's held-out table).
 WORKLOAD_LABEL = (
     "disputed: ViT-L/16 TF32 inference, batch 256 (the v2 figure reading) or FP64 DGEMM (the "
