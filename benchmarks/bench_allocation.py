@@ -52,7 +52,7 @@ from wattflex.allocation.curves import is_concave
 from wattflex.config import groups, load_config
 from wattflex.gpus import GPUS
 from wattflex.pfi import pfi_ratio
-from wattflex.runs import emulator as em
+from wattflex.runs.emulator import step as em
 
 OUT = REPO / "benchmarks" / "results"
 

@@ -38,7 +38,7 @@ from wattflex.allocation.curves import curves_from_runs  # noqa: E402
 from wattflex.allocation.simulate import sample_workloads  # noqa: E402
 from wattflex.config import groups, load_config  # noqa: E402
 from wattflex.gpus import GPUS  # noqa: E402
-from wattflex.runs import emulator as em  # noqa: E402
+from wattflex.runs.emulator import step as em  # noqa: E402
 from wattflex.runs.emulator.clock_knob import clock_curve  # noqa: E402
 from wattflex.runs.plan import plan_campaign  # noqa: E402
 

@@ -12,7 +12,7 @@ import dataclasses
 
 from wattflex.analysis import calibration as cal
 from wattflex.config import REPO_ROOT, load_config
-from wattflex.runs.emulator import PHYSICS
+from wattflex.runs.emulator.physics import PHYSICS
 
 
 def main() -> None:

@@ -34,7 +34,8 @@ from wattflex.analysis.clock_scaling import fit_clock_scaling
 from wattflex.config import groups, load_config
 from wattflex.gpus import gpu_spec
 from wattflex.runs import emulator
-from wattflex.runs.emulator import JobSpec, operating_points
+from wattflex.runs.emulator import physics as physics_module
+from wattflex.runs.emulator.step import JobSpec, operating_points
 
 REPO = Path(__file__).resolve().parents[1]
 PERSEUS = REPO / "resources" / "external" / "perseus-sosp24"
@@ -205,7 +206,9 @@ def emulator_version() -> str:
         ["git", *a], cwd=REPO, capture_output=True, text=True
     ).stdout.strip()  # noqa: E731
     dirty = git("status", "--porcelain", "--", str(path))
-    physics = "Physics dataclass" if hasattr(emulator, "PHYSICS") else "module-level constants"
+    physics = (
+        "Physics dataclass" if hasattr(physics_module, "PHYSICS") else "module-level constants"
+    )
     return (
         f"runs/emulator/*.py sha256 {digest} (HEAD {git('rev-parse', '--short', 'HEAD')}"
         f"{', uncommitted changes' if dirty else ''}; {physics})"

@@ -5,7 +5,7 @@ import time
 
 from wattflex.control.clustersim import truth_table
 from wattflex.provenance import provenance, write_parquet
-from wattflex.runs.emulator import calibrated_physics
+from wattflex.runs.emulator.physics import calibrated_physics
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821

@@ -7,7 +7,7 @@ from wattflex.analysis import calibration as cal
 from wattflex.analysis import fidelity as fid
 from wattflex.analysis import public_sweeps as ps
 from wattflex.provenance import provenance, read_parquet, write_csv
-from wattflex.runs.emulator import calibrated_physics
+from wattflex.runs.emulator.physics import calibrated_physics
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821

@@ -23,6 +23,8 @@ GPUS_PER_NODE = 8
 
 @dataclass(frozen=True)
 class GPUSpec:
+    """One catalogue entry: a GPU part's limits, clocks, rates, memory and power constants."""
+
     name: str
     min_limit_w: float
     max_limit_w: float
@@ -36,7 +38,16 @@ class GPUSpec:
     peak_bf16_tflops: float  # dense bf16 tensor rate at peak_clock_mhz (the datasheet's figure)
     hbm_tb_s: float
     hbm_gib: float
-    nvlink_gb_s: float = 370.0  # achievable per-GPU collective bandwidth in a node
+    # Per-GPU bus bandwidth NCCL achieves over NVLink in a node (all-gather, reduce-scatter,
+    # all-to-all: the FSDP collectives and expert parallelism's dispatch/combine). H100/H200: 370
+    # GB/s, the NCCL maintainers' figure: "450GB/s is the line rate. With the protocol overhead
+    # (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s, which you can observe as
+    # BusBw when running non-allreduce operations" (NVIDIA/nccl-tests issue 212); all_gather_perf
+    # on 8 H100 saturates at ~360 GB/s, "exactly what we'd expect on H100" (issue 326). DeepEP's
+    # tuned all-to-all agrees: 153/158 GB/s dispatch/combine on H800 (deepseek-ai/DeepEP
+    # docs/legacy.md, intranode EP 8), whose ~160 GB/s NVLink maximum is 80 % of its 200 GB/s line
+    # rate per direction (H800 SXM: 400 GB/s NVLink), the share 370 is of 450.
+    nvlink_gb_s: float = 370.0
     internode_gb_s: float = (
         90.0  # per-GPU bus bandwidth of rail-optimised NCCL collectives across nodes
     )
@@ -51,6 +62,7 @@ class GPUSpec:
     die: str = "GH100"
 
     def clock_bins(self) -> np.ndarray:
+        """The SM clocks (MHz) the part can run at, ``clock_step_mhz`` apart."""
         import numpy as np
 
         return np.arange(self.sm_clock_min_mhz, self.sm_clock_max_mhz + 1e-9, self.clock_step_mhz)

@@ -12,8 +12,8 @@ from tests.conftest import REPO
 from wattflex.analysis import fidelity as fid
 from wattflex.config import groups, load_config
 from wattflex.pfi import pfi_ratio
-from wattflex.runs.emulator import PHYSICS
 from wattflex.runs.emulator.device import run_emulated
+from wattflex.runs.emulator.physics import PHYSICS
 from wattflex.telemetry import SummaryProtocol, summarize_run
 
 TINY = REPO / "tests" / "data" / "tiny.yaml"

@@ -13,7 +13,8 @@ from wattflex.analysis import fidelity as fid
 from wattflex.cli import main
 from wattflex.config import load_config
 from wattflex.gpus import GPUS
-from wattflex.runs.emulator import power_model_clock_for_cap, voltage
+from wattflex.runs.emulator.physics import voltage
+from wattflex.runs.emulator.step import power_model_clock_for_cap
 
 CONFIG = REPO / "config" / "config.yaml"
 DENSE = (
@@ -227,7 +228,7 @@ def test_calibrate_recovers_a_known_a100_anchor_and_the_file_runs_a100_groups_on
         == 1275.0
     )
     # an A100 campaign without it, or an H200 run with it, is refused with the way out
-    from wattflex.runs.emulator import physics_for_gpu
+    from wattflex.runs.emulator.physics import physics_for_gpu
 
     with pytest.raises(
         ValueError, match=r"no power curve for A100 \(GA100 die\): no calibration is given; fit one"

@@ -20,8 +20,8 @@ from wattflex.control.controller import ControlConfig
 from wattflex.gpus import GPUS
 from wattflex.grid.events import Signal
 from wattflex.policies import CONTROL_POLICIES
-from wattflex.runs.emulator import JobSpec, gpu_leakages, job_at_cap
 from wattflex.runs.emulator.device import stable_seed
+from wattflex.runs.emulator.step import JobSpec, gpu_leakages, job_at_cap
 
 GROUPS = ["dense-pt-qwen32b-x8-compile", "moe-ft-qwen30ba3b-x8", "moe-pt-gptoss20b-x8-ep8-compile"]
 MODEL = {

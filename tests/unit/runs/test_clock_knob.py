@@ -4,8 +4,8 @@ still holding, and no straggler: at the same job power a lock trains at least as
 import numpy as np
 import pytest
 
-from wattflex.runs.emulator import gpu_leakages, job_at_caps
 from wattflex.runs.emulator.clock_knob import clock_curve, default_clocks, job_at_clock
+from wattflex.runs.emulator.step import gpu_leakages, job_at_caps
 
 from .test_emulator import _job
 

@@ -3,14 +3,14 @@ import pytest
 
 from wattflex.config import groups
 from wattflex.gpus import GPUS
-from wattflex.runs.emulator import (
+from wattflex.runs.emulator.device import CapOutOfRange, EmulatedDevice, run_emulated
+from wattflex.runs.emulator.step import (
     JobSpec,
     enforce_cap,
     gpu_leakages,
     job_at_cap,
     operating_points,
 )
-from wattflex.runs.emulator.device import CapOutOfRange, EmulatedDevice, run_emulated
 
 
 def _job(default_config, gid):
@@ -112,7 +112,8 @@ def test_without_checkpointing_the_framebuffer_holds_the_plans_activations(defau
     from dataclasses import replace
 
     from wattflex.runs import plan
-    from wattflex.runs.emulator import PHYSICS, memory_footprint_gib
+    from wattflex.runs.emulator.physics import PHYSICS
+    from wattflex.runs.emulator.step import memory_footprint_gib
 
     job, gpu = _job(default_config, gid)
     facts = default_config["_catalog"][job.model]

@@ -14,7 +14,8 @@ import wattflex.analysis.calibration as cal
 from wattflex.analysis.calibration import fit_power_curve, physics_at_anchor
 from wattflex.config import load_config
 from wattflex.gpus import GH100_STATIC_W, GPUS, HBM_DYN_W_94GB, HBM_IDLE_W_94GB
-from wattflex.runs.emulator import PHYSICS, Physics, job_at_cap, power_model_clock_for_cap, voltage
+from wattflex.runs.emulator.physics import PHYSICS, Physics, voltage
+from wattflex.runs.emulator.step import job_at_cap, power_model_clock_for_cap
 
 REPO = Path(__file__).resolve().parents[3]
 

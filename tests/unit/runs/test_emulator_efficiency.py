@@ -9,7 +9,8 @@ import pytest
 
 from wattflex.analysis import calibration as cal
 from wattflex.gpus import GPUS
-from wattflex.runs.emulator import PHYSICS, Kernel
+from wattflex.runs.emulator.physics import PHYSICS
+from wattflex.runs.emulator.step import Kernel
 
 
 def test_the_dense_gemm_efficiency_is_the_one_torchtitans_published_throughput_implies():

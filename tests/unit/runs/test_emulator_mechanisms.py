@@ -4,19 +4,23 @@ import dataclasses
 
 import numpy as np
 import pytest
+import torch
 from scipy.stats import spearmanr
+from transformers import AutoModelForCausalLM
 
 from wattflex.config import groups
 from wattflex.gpus import GPUS
 from wattflex.pfi import pfi_ratio
-from wattflex.runs.emulator import (
-    PHYSICS,
+from wattflex.runs.emulator.physics import PHYSICS
+from wattflex.runs.emulator.step import (
     JobSpec,
     attention_impl,
     job_at_cap,
+    lora_linear_dims,
     operating_points,
     step_kernels,
 )
+from wattflex.runs.training import models
 
 F_MAX = np.array([1980.0])
 
@@ -178,7 +182,7 @@ def test_a_pipeline_stage_runs_its_share_of_the_layers_and_idles_in_the_bubble(d
     """pp stages: each GPU runs layers / pp over all of its replica's tokens, idles (pp - 1) / m of
     its busy time at barrier power (1F1B / GPipe bubble), and the job trains on dp = gpus / pp
     replicas' tokens; pp 1 is the data-parallel step unchanged."""
-    from wattflex.runs.emulator import pipeline_bubble, pipeline_stage
+    from wattflex.runs.emulator.step import pipeline_bubble, pipeline_stage
 
     job, gpu = _job(default_config, "dense-pt-qwen32b-x8-compile")
     assert pipeline_stage(job) is job and pipeline_bubble(job) == 0.0
@@ -203,3 +207,45 @@ def test_a_pipeline_stage_runs_its_share_of_the_layers_and_idles_in_the_bubble(d
     assert st.tokens_per_s == pytest.approx(job.tokens_per_gpu * 2 / st.step_s)
     with pytest.raises(ValueError, match="pp 3 must divide gpus 8"):
         step_kernels(dataclasses.replace(job, pp=3), gpu)
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-20b", "Qwen3-30B-A3B", "Llama-3.1-70B"])
+def test_lora_linear_widths_are_those_peft_adapts_in_the_real_model(default_config, name):
+    """The per-token LoRA kernel counts the nn.Linear modules the harness adapts in the real
+    transformers class (tiny config): q, k, v, o with their GQA widths, and gate, up, down only
+    where the layer has a dense MLP; an MoE's routed experts take LoRA as fused parameters."""
+    facts = dict(default_config["_catalog"][name])
+    hf = models.hf_config(facts, tiny=True)
+    model = AutoModelForCausalLM.from_config(hf)
+    targets, _ = models.lora_targets(model, facts["hf_model_type"])
+    adapted = [
+        m
+        for n, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and ".layers.0." in n and n.split(".")[-1] in targets
+    ]
+    facts.update(
+        hidden=hf.hidden_size,
+        heads=hf.num_attention_heads,
+        kv_heads=hf.num_key_value_heads,
+        head_dim=hf.head_dim,
+        intermediate=getattr(hf, "moe_intermediate_size", None) or hf.intermediate_size,
+    )
+    group = {"model": name, "task": "lora", "gpus": 8, "seq_len": 2048, "batch": 1}
+    job = JobSpec.from_config(group, facts)
+    assert lora_linear_dims(job) == (
+        sum(m.in_features for m in adapted),
+        sum(m.out_features for m in adapted),
+    )
+
+
+@pytest.mark.parametrize("gid", ["moe-ft-gptoss20b-x8-seq2048-bs8", "dense-ft-llama70b-x8-compile"])
+def test_lora_on_linears_is_memory_bound_at_rank_32(default_config, gid):
+    """peft's adapter GEMMs re-read each module's input for a rank-32 product (32 FLOP/B), far
+    below the ridge: their time is HBM's and does not follow the assumed lora_gemm_eff."""
+    job, gpu = _job(default_config, gid)
+    k = next(x for x in step_kernels(job, gpu) if x.name == "lora_gemm")
+    top = np.array([1.0])  # f / f_max
+    t = k.times(gpu, top, PHYSICS)[0]
+    assert t == pytest.approx(k.dram_bytes / (gpu.hbm_tb_s * 1e12 * PHYSICS.hbm_efficiency))
+    slow = dataclasses.replace(PHYSICS, lora_gemm_eff=PHYSICS.lora_gemm_eff / 2)
+    assert k.times(gpu, top, slow)[0] == pytest.approx(t)

@@ -13,7 +13,8 @@ import numpy as np
 from wattflex.config import groups
 from wattflex.gpus import GPUS
 from wattflex.pfi import pfi_ratio
-from wattflex.runs.emulator import PHYSICS, JobSpec, job_at_cap, operating_points
+from wattflex.runs.emulator.physics import PHYSICS
+from wattflex.runs.emulator.step import JobSpec, job_at_cap, operating_points
 
 ALL_CAPS = (200, 300, 400, 500, 600, 700)
 

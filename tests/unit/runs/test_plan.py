@@ -9,7 +9,7 @@ from wattflex.config import REPO_ROOT, groups, load_config, prepare
 from wattflex.errors import ConfigError
 from wattflex.runs import plan
 from wattflex.runs.campaign_checks import check_inputs
-from wattflex.runs.emulator import PHYSICS
+from wattflex.runs.emulator.physics import PHYSICS
 
 CATALOG = yaml.safe_load((REPO_ROOT / "config" / "models.yaml").read_text())["models"]
 LLAMA, GPTOSS, QWEN_MOE = CATALOG["Llama-3.1-70B"], CATALOG["gpt-oss-20b"], CATALOG["Qwen3-30B-A3B"]
@@ -342,7 +342,7 @@ def test_the_docs_plan_table_and_refusal_are_the_codes():
 
 
 def test_a_group_without_shape_keys_is_planned_with_the_harness_defaults(tmp_path):
-    from wattflex.runs.emulator import JobSpec
+    from wattflex.runs.emulator.step import JobSpec
     from wattflex.runs.training.config import TrainConfig
 
     bare = {"id": "g", "model": "Llama-3.1-70B", "task": "pt", "gpus": 8}

@@ -59,16 +59,14 @@ from wattflex.ingest.sources import ingest
 from wattflex.pfi import pfi_ratio
 from wattflex.provenance import strict_json, undefined_values, write_together
 from wattflex.run_ids import run_id
-from wattflex.runs.emulator import (
+from wattflex.runs.emulator.physics import (
     DEFAULT_DIE,
     PHYSICS,
-    JobSpec,
     Physics,
     calibrated_physics,
-    job_at_cap,
-    power_model_clock_for_cap,
     voltage,
 )
+from wattflex.runs.emulator.step import JobSpec, job_at_cap, power_model_clock_for_cap
 
 REPO = Path(__file__).resolve().parents[3]
 # Ujeniya et al. 2026 (arXiv:2604.11391 v2), H100 94 GB HBM2e: per cap the measured SM clock
@@ -82,7 +80,9 @@ READING_GPU = "H100-94GB"
 # The reading's workload, carried as disputed: the figure reading labels it ViT-L/16 TF32
 # inference (batch 256); the arXiv abstract names DGEMM and TheBandwidthBenchmark as the
 # workloads. The fit uses no property of the workload (its SM activity is fitted, its memory
-# power measured), so the label moves nothing; the part does (fidelity: calibration_part).
+# power measured), so the label moves nothing; the part it was taken on does (the per-part HBM
+# power: the reading on the 80 GB HBM3 part moves the Table 6 medians by -0.07 / -0.07 / -0.03,
+# benchmarks/emulator_fit_residuals.py's held-out table).
 WORKLOAD_LABEL = (
     "disputed: ViT-L/16 TF32 inference, batch 256 (the v2 figure reading) or FP64 DGEMM (the "
     "arXiv abstract's compute-bound workload)"
@@ -448,9 +448,11 @@ class Calibration:
     pinned: bool = True
 
     def physics(self, base: Physics = PHYSICS) -> Physics:
+        """``base`` with this calibration's anchor and power curve."""
         return calibrated_physics(self.to_json(), base)
 
     def to_json(self) -> dict[str, Any]:
+        """The calibration file's content (``wattflex calibrate`` writes it)."""
         return {
             "schema_version": SCHEMA_VERSION,
             "kind": "wattflex-emulator-calibration",
@@ -460,6 +462,7 @@ class Calibration:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str = "calibration") -> Calibration:
+        """A calibration from a file's content; a one-line error naming ``where`` if it is not one."""
         if data.get("kind") != "wattflex-emulator-calibration":
             raise ValueError(
                 f"{where}: not a wattflex calibration file (kind "

@@ -89,8 +89,9 @@ from wattflex.analysis.published import load_published
 from wattflex.analysis.stats import CLUSTER_ORDER, kruskal_dunn
 from wattflex.gpus import DEFAULT_GPU, GPUS, GPUSpec
 from wattflex.pfi import pfi_ratio
-from wattflex.runs.emulator import PHYSICS, JobSpec, Physics, gpu_leakages, job_at_caps
 from wattflex.runs.emulator.device import RUN_NOISE, hardware_seed, run_factors, run_seed
+from wattflex.runs.emulator.physics import PHYSICS, Physics
+from wattflex.runs.emulator.step import JobSpec, gpu_leakages, job_at_caps
 from wattflex.schema import group_default, section_defaults
 
 _ALPHA = section_defaults("stats")["alpha"]  # the cluster tests' significance level
@@ -119,6 +120,7 @@ class GroupModel:
 
     @property
     def caps(self) -> list[float]:
+        """The group's distinct caps (W), ascending."""
         return sorted({c for c, _ in self.runs})
 
 
@@ -276,6 +278,7 @@ def published_pfi(groups: Sequence[GroupModel], tables_dir: str | None) -> pd.Da
 
 
 def published_cluster_tests(tables_dir: str | None) -> pd.DataFrame | None:
+    """The paper's cluster tests (Tables 10-11) from ``tables_dir``; None without one."""
     return load_published(tables_dir, "table10_11_cluster_tests") if tables_dir else None
 
 
@@ -628,14 +631,17 @@ def sensitive_constants(physics: Physics = PHYSICS) -> list[dataclasses.Field]:
     ]
 
 
-def hbm_scaled(factor: float, catalogue: Mapping[str, GPUSpec] = GPUS) -> dict[str, GPUSpec]:
+def hbm_scaled(
+    factor: float, catalogue: Mapping[str, GPUSpec] = GPUS, dyn_factor: float | None = None
+) -> dict[str, GPUSpec]:
     """The GPU catalogue with every part's HBM power times ``factor``: ``mem_idle_w`` (and
-    ``idle_w``, which holds it, by the same watts) and ``mem_dyn_w``."""
+    ``idle_w``, which holds it, by the same watts) and ``mem_dyn_w`` (times ``dyn_factor``
+    where given)."""
     return {
         name: dataclasses.replace(
             g,
             mem_idle_w=g.mem_idle_w * factor,
-            mem_dyn_w=g.mem_dyn_w * factor,
+            mem_dyn_w=g.mem_dyn_w * (factor if dyn_factor is None else dyn_factor),
             idle_w=g.idle_w + g.mem_idle_w * (factor - 1.0),
         )
         for name, g in catalogue.items()
@@ -698,6 +704,8 @@ def perturbations(
 
 @dataclass
 class Sensitivity:
+    """The one-at-a-time sensitivity of the noise-free model (:func:`sensitivity_runs`)."""
+
     table: pd.DataFrame  # one row per perturbation (fidelity_sensitivity.csv)
     per_group: pd.DataFrame  # one row per perturbation, one column per group: PFI - unperturbed PFI
 
@@ -841,6 +849,8 @@ def sensitivity(
 
 @dataclass
 class Fidelity:
+    """An emulated campaign scored against the paper (:func:`fidelity`): its tables and metrics."""
+
     groups: pd.DataFrame  # per-group table (fidelity.csv)
     summary: pd.DataFrame  # scalar metrics (fidelity_summary.csv)
     sensitivity: pd.DataFrame  # one-at-a-time sensitivity (fidelity_sensitivity.csv)

@@ -138,7 +138,7 @@ def perseus_a100_rows(
     config_path: str | Path = PERSEUS_A100_CONFIG,
 ) -> list[dict[str, Any]]:
     """The two Perseus A100 rows (module docstring)."""
-    from wattflex.runs.emulator import operating_points
+    from wattflex.runs.emulator.step import operating_points
 
     groups, measured, c = cal.perseus_a100_calibration(sweeps_csv, config_path)
     names = ", ".join(g.model for g in groups)
@@ -212,7 +212,7 @@ def reading_rows(physics=None, what_if: Mapping[str, float] | None = None) -> li
     measured clocks, draws and memory power), and ``what_if``: the Table 6 metrics
     (``wattflex.analysis.fidelity.metrics``) under :func:`calibration.caps_as_draws_physics`, the
     earlier reading, if given."""
-    from wattflex.runs.emulator import PHYSICS
+    from wattflex.runs.emulator.physics import PHYSICS
 
     v = cal.default_voltage_curve()
     errors = cal.reading_clock_errors(physics or PHYSICS)
@@ -269,7 +269,7 @@ def unscored_rows(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
 def fitted_constants(physics=None) -> list[str]:
     """The ``Physics`` constants whose source says they were fitted or derived from published
     figures (the rest are counted, datasheet, or assumed)."""
-    from wattflex.runs.emulator import PHYSICS
+    from wattflex.runs.emulator.physics import PHYSICS
 
     return [
         f.name

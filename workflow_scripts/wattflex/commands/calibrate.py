@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     from wattflex.analysis import calibration as cal
     from wattflex.commands._outputs import check_outputs
     from wattflex.config import REPO_ROOT, load_config
-    from wattflex.runs.emulator import DEFAULT_DIE
+    from wattflex.runs.emulator.physics import DEFAULT_DIE
 
     check_outputs([args.output], [args.runs, args.gpu_check, args.config])
     tables = args.paper_tables or REPO_ROOT / "resources" / "paper" / "tables"

@@ -65,15 +65,9 @@ from wattflex.control.controller import (
 from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.grid.events import Schedule, Signal, read_schedule
 from wattflex.policies import baseline, get, names, optimum, unlimited
-from wattflex.runs.emulator import (
-    PHYSICS,
-    JobSpec,
-    Physics,
-    gpu_leakages,
-    job_at_caps,
-    memory_footprint_gib,
-)
 from wattflex.runs.emulator.device import SETTLE_TAU_S, hardware_seed, stable_seed, steady_temp_c
+from wattflex.runs.emulator.physics import PHYSICS, Physics
+from wattflex.runs.emulator.step import JobSpec, gpu_leakages, job_at_caps, memory_footprint_gib
 from wattflex.schema import section_defaults
 
 log = logging.getLogger("wattflex.control.clustersim")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from wattflex.provenance import provenance, write_json, write_parquet
-from wattflex.runs.emulator.device import run_emulated_tables
+from wattflex.runs.emulator import run_emulated_tables
 from wattflex.runs.spec import RunSpec
 
 if TYPE_CHECKING:

@@ -468,7 +468,7 @@ def test_config_from_spec_and_json_roundtrip(tmp_path):
 @pytest.mark.parametrize("model", sorted(CATALOG))
 @pytest.mark.parametrize("task", ["pt", "lora"])
 def test_harness_asks_for_the_attention_the_emulator_models(model, task, tmp_path):
-    from wattflex.runs.emulator import attention_impl
+    from wattflex.runs.emulator.step import attention_impl
 
     spec = {"group": {"task": task}, "model_facts": CATALOG[model], "cuda": {"device": "cuda"}}
     asked = TrainConfig.from_spec(spec, tmp_path).attn_implementation

@@ -90,7 +90,7 @@ def steady_temp_c(power_w: np.ndarray | float) -> np.ndarray | float:
 
 
 class CapOutOfRange(ValueError):
-    pass
+    """A cap outside the part's power-limit range (NVML refuses it the same way)."""
 
 
 @dataclass
@@ -101,18 +101,22 @@ class EmulatedDevice:
     limit_w: float | None = None
 
     def __post_init__(self) -> None:
+        """Remember the default limit as the original; start there unless a limit is given."""
         self.original_limit_w = self.spec.default_limit_w
         if self.limit_w is None:
             self.limit_w = self.original_limit_w
 
     @property
     def name(self) -> str:
+        """The device name runs record, ``emulated-<part>``."""
         return f"emulated-{self.spec.name}"
 
     def constraints(self) -> tuple[float, float]:
+        """(min, max) power limit in W, as NVML's power-management limit constraints."""
         return self.spec.min_limit_w, self.spec.max_limit_w
 
     def set_cap(self, cap_w: float) -> float:
+        """Set the power limit; the limit enforced. ``CapOutOfRange`` outside the constraints."""
         lo, hi = self.constraints()
         if not lo <= cap_w <= hi:
             raise CapOutOfRange(
@@ -122,9 +126,11 @@ class EmulatedDevice:
         return self.enforced_limit_w()
 
     def enforced_limit_w(self) -> float:
+        """The limit in force (W): the one set, at most the part's maximum."""
         return float(min(self.limit_w, self.spec.max_limit_w))
 
     def restore(self) -> None:
+        """Put the original (default) limit back."""
         self.limit_w = self.original_limit_w
 
 

@@ -136,7 +136,12 @@ class Physics:
         "MoE/dense ratio that counted routing and all-to-all twice",
     )
     lora_gemm_eff: float = _c(
-        0.25, "assumed: skinny rank-32 LoRA GEMMs (no published per-kernel figure found)"
+        0.25,
+        "assumed: skinny rank-32 LoRA GEMMs (no published per-kernel figure found). It does not "
+        "set their time: at rank r a LoRA GEMM does 2 r FLOPs per bf16 element of its input it "
+        "reads (r = 32 FLOP/B), below the H100/H200 ridge (989 TFLOPS over 3.35-4.8 TB/s: "
+        "206-295 FLOP/B), so HBM sets it at any efficiency above ~0.11 (the counted bytes "
+        "lora_*_elems below)",
     )
     attention_eff: float = _c(
         0.35,
@@ -158,10 +163,39 @@ class Physics:
     gemm_act_bytes: float = _c(
         4.0, "bf16 activation in + out per hidden element per layer and pass"
     )
-    lora_act_bytes: float = _c(
-        6.0, "bf16 LoRA down/up activations per rank element, per module and pass"
+    # LoRA on nn.Linear modules, elements (bf16, 2 B) per token and module, counted from peft
+    # 0.22 lora.Linear.forward (`result = result + lora_B(lora_A(dropout(x))) * scaling`, dropout
+    # an Identity at the harness's lora_dropout 0) and its autograd backward; rank-sized tensors
+    # (r = 32 of thousands) are left out. Which modules carry adapters: the harness's
+    # models.lora_targets (attention projections; MLP projections only where the model has a
+    # dense MLP: benchmarks/results/lora_targets.md).
+    lora_in_elems_fwd: float = _c(
+        1.0, "counted (above): lora_A reads the module input x once more", False
     )
-    lora_modules: int = _c(7, "q, k, v, o, gate, up, down projections carry adapters", False)
+    lora_in_elems_bwd: float = _c(
+        5.0,
+        "counted (above): dA = dt^T x reads x (1), dx = dt A written (1), added to the base "
+        "layer's input gradient (read 2, write 1)",
+        False,
+    )
+    lora_out_elems_fwd_eager: float = _c(
+        6.0,
+        "counted (above): lora_B writes u (1), `* scaling` reads and writes it (2), "
+        "`result +` reads two and writes one (3)",
+        False,
+    )
+    lora_out_elems_fwd_compile: float = _c(
+        4.0,
+        "counted (above), with torch.compile: the scaling and the add fuse into one pointwise "
+        "kernel after lora_B's extern GEMM (write u 1, read u and result, write 3)",
+        False,
+    )
+    lora_out_elems_bwd: float = _c(
+        4.0,
+        "counted (above): the grad of `* scaling` reads and writes the output grad (2); "
+        "dB and dt each read it (2)",
+        False,
+    )
     attn_io_bytes: float = _c(
         6.0, "bf16 q, k, v read per attention element per pass (flash: no S^2 traffic)"
     )

@@ -56,10 +56,14 @@ architecture, the task and the layout; each takes ``max(compute at f, memory, is
   compiled, plus the dispatch/combine copies of expert parallelism; with LoRA (peft
   ``target_parameters`` on the fused experts) the experts' weight gradient is computed too
   (one more GEMM pass) and every forward folds the adapters into each expert's weight;
+* LoRA on the targeted nn.Linear modules (q, k, v, o; gate, up, down where the layer has a dense
+  MLP): two rank-r GEMMs per module, with the bytes peft's ``lora.Linear.forward`` moves (it
+  reads each module's input again), memory-bound at rank 32;
 * element-wise / norm kernels, AdamW (full training): DRAM bytes, issue-limited at low clocks;
 * collectives: FSDP all-gather / reduce-scatter (hidden behind compute up to
   ``fsdp_overlap``) and, with ``ep > 1``, the all-to-all dispatch + combine (bf16, forward,
-  recompute and backward; fully exposed, as transformers' EP waits on it);
+  recompute and backward; fully exposed, as transformers' EP waits on it), each at NCCL's
+  published bus bandwidth over NVLink (``GPUSpec.nvlink_gb_s``);
 * pipeline parallelism (``pp`` > 1, emulated groups only; the Perseus sweeps): each GPU runs
   ``layers / pp`` over all of its replica's tokens and idles ``(pp - 1) / microbatches`` of its
   busy time in the schedule's bubble (``pipeline_stage``, ``pipeline_bubble``);
@@ -112,6 +116,8 @@ class Kernel:
     launch_s: float = 0.0  # host time launching kernels; hidden behind queued GPU work
 
     def times(self, gpu: GPUSpec, x: np.ndarray, physics: Physics = PHYSICS) -> np.ndarray:
+        """Seconds the kernel takes at relative SM clocks ``x``: the slowest of compute, HBM
+        and issue, plus its communication, host and launch time."""
         t = np.zeros_like(x, dtype=float)
         if self.tensor_flops:
             t = np.maximum(t, self.tensor_flops / (gpu.tensor_flops_per_s(x) * self.efficiency))
@@ -173,9 +179,15 @@ class JobSpec:
     pp: int = 1  # pipeline stages (GPipe/1F1B; each GPU holds layers / pp)
     microbatches: int = 1  # micro-batches per step through the pipeline (pp > 1)
     family: str = ""  # hf_model_type: picks runs.plan's measured activation bytes
+    kv_heads: int = 0  # key/value heads (0: as many as query heads)
+    # width of the dense MLP whose gate/up/down projections carry LoRA adapters (nn.Linear):
+    # a dense model's intermediate; an MoE model's dense_intermediate (0 where its MLP is all
+    # routed experts, which take LoRA through target_parameters instead)
+    lora_mlp_intermediate: int = 0
 
     @classmethod
     def from_config(cls, group: dict[str, Any], model: dict[str, Any]) -> JobSpec:
+        """The job of a resolved config ``group`` on its catalogue entry ``model``."""
         return cls(
             model=group["model"],
             architecture=model["architecture"],
@@ -203,10 +215,17 @@ class JobSpec:
             pp=int(group.get("pp", 1)),
             microbatches=int(group.get("microbatches", 1)),
             family=str(model.get("hf_model_type", "")),
+            kv_heads=int(model.get("kv_heads", 0) or 0),
+            lora_mlp_intermediate=int(
+                model["intermediate"]
+                if model["architecture"] == "dense"
+                else model.get("dense_intermediate", 0) or 0
+            ),
         )
 
     @property
     def tokens_per_gpu(self) -> int:
+        """Tokens one GPU trains on per step (micro-batch x sequence length)."""
         return self.seq_len * self.batch
 
     @property
@@ -217,6 +236,7 @@ class JobSpec:
 
     @property
     def nodes(self) -> int:
+        """Nodes the job spans (``GPUS_PER_NODE`` GPUs each)."""
         return max(1, math.ceil(self.gpus / GPUS_PER_NODE))
 
 
@@ -335,24 +355,8 @@ def step_kernels(job: JobSpec, gpu: GPUSpec, physics: Physics = PHYSICS) -> list
             + ph.gemm_act_bytes * tok * job.hidden * job.layers * passes,
         )
     )
-    # LoRA adapters: tiny extra GEMMs on q/k/v/o + MLP projections, all passes incl. weight grads.
     if not full:
-        lora_params = (
-            job.layers * job.lora_rank * (4 * 2 * job.hidden + 3 * (job.hidden + job.intermediate))
-        )
-        kernels.append(
-            Kernel(
-                "lora_gemm",
-                tensor_flops=2 * lora_params * tok * (passes + 1),
-                efficiency=ph.lora_gemm_eff,
-                dram_bytes=ph.lora_act_bytes
-                * tok
-                * job.lora_rank
-                * job.layers
-                * ph.lora_modules
-                * passes,
-            )
-        )
+        kernels.append(_lora_linear_kernel(job, ph, tok, fwd_passes))
     kernels += _attention_kernels(job, ph, fwd_passes)
     if job.architecture == "moe" and job.experts:
         frac = job.experts_active / job.experts
@@ -454,6 +458,37 @@ def step_kernels(job: JobSpec, gpu: GPUSpec, physics: Physics = PHYSICS) -> list
     kernels.append(Kernel("host", host_s=ph.host_base_s))
     kernels.append(Kernel("launch", launch_s=launches * ph.launch_s))
     return kernels
+
+
+def lora_linear_dims(job: JobSpec) -> tuple[float, float]:
+    """Summed input and output widths of the nn.Linear modules that carry LoRA adapters in one
+    layer, as the harness targets them (``runs.training.models.lora_targets``): q, k, v, o, plus
+    gate, up and down where the layer has a dense MLP (``JobSpec.lora_mlp_intermediate``)."""
+    h, i = job.hidden, job.lora_mlp_intermediate
+    q = job.heads * job.head_dim
+    kv = (job.kv_heads or job.heads) * job.head_dim
+    ins, outs = 3 * h + q, q + 2 * kv + h
+    if i:
+        ins, outs = ins + 2 * h + i, outs + 2 * i + h
+    return float(ins), float(outs)
+
+
+def _lora_linear_kernel(job: JobSpec, ph: Physics, tok: float, fwd_passes: int) -> Kernel:
+    """peft's LoRA on the targeted nn.Linear modules: two rank-r GEMMs per module (2 r (in +
+    out) FLOPs per token forward; the backward's input and weight gradients twice that), and
+    the bytes counted from ``lora.Linear.forward`` (``Physics.lora_*_elems``): memory-bound at
+    rank 32."""
+    ins, outs = lora_linear_dims(job)
+    out_fwd = ph.lora_out_elems_fwd_compile if job.compile else ph.lora_out_elems_fwd_eager
+    elems = (ph.lora_in_elems_fwd * ins + out_fwd * outs) * fwd_passes + (
+        ph.lora_in_elems_bwd * ins + ph.lora_out_elems_bwd * outs
+    )
+    return Kernel(
+        "lora_gemm",
+        tensor_flops=2 * job.lora_rank * (ins + outs) * tok * job.layers * (fwd_passes + 2),
+        efficiency=ph.lora_gemm_eff,
+        dram_bytes=2 * elems * tok * job.layers,
+    )
 
 
 def _overlap(name: str, physics: Physics) -> float:
@@ -575,6 +610,7 @@ class JobAtCap:
 
     @property
     def power_w(self) -> float:
+        """The job's power (W): the sum over its GPUs."""
         return float(sum(g.power_w for g in self.per_gpu))
 
 
