@@ -65,6 +65,7 @@ LOSES_NVML = (
 
 
 def problem(what: str, loses: str, fix: str) -> dict[str, str]:
+    """One problem of the doctor's report: what is wrong, what the user loses by it, and the fix."""
     return {"what": what, "loses": loses, "fix": fix}
 
 
@@ -767,6 +768,9 @@ def _w(v: Any) -> str:
 
 
 def format_report(r: dict[str, Any]) -> str:
+    """The doctor's report as text, one section per thing checked (NVML and its GPUs, DCGM, SLURM,
+    the cap state folder, the config's needs) and the problems with their fixes.
+    """
     lines = [
         f"wattflex doctor on {r['host']} ({r['time_utc']}); observe-only: nothing was changed",
         "",

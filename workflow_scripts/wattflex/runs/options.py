@@ -41,6 +41,12 @@ class RunOptions:
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> RunOptions:
+        """The run's device options from its spec's ``cuda``, ``run`` and ``group`` blocks (schema
+        defaults for what they leave out): capping, sampling, DCGM, torchrun layout, NCCL.
+
+        Raises ValueError for an unknown telemetry or cap control mode or a bad cap command
+        template.
+        """
         from wattflex.runs.devices import caps
         from wattflex.runs.devices import dcgm as dcgm_source
 
@@ -78,6 +84,7 @@ class RunOptions:
 
     @property
     def uses_nvml(self) -> bool:
+        """Whether the run needs NVML: it samples telemetry or sets caps (not ``observe``)."""
         return self.sampler or self.cap_control != "observe"
 
 

@@ -63,6 +63,11 @@ GIB = 2**30
 
 @dataclass(frozen=True)
 class ActivationFactors:
+    """The memory a catalogue model's activations take, measured per family (the table above):
+    ``factor`` bytes per s*b*h, ``score`` bytes per a*s^2*b (eager attention; None: not measured),
+    ``expert_weight`` bytes per routed-expert parameter.
+    """
+
     factor: float
     score: float | None = None
     expert_weight: float = 0.0
@@ -206,6 +211,11 @@ class Shape:
 
 
 def shape(facts: dict[str, Any], lora_rank: int = 0) -> Shape:
+    """The parameter counts of a catalogue model (its ``facts``: billions of parameters, layers,
+    hidden, vocab...) with LoRA adapters of ``lora_rank`` (0: none, pre-training).
+
+    Raises KeyError when the facts lack a needed entry.
+    """
     total = float(facts["total_params_b"]) * 1e9
     layers, h = int(facts["layers"]), int(facts["hidden"])
     emb = float(facts["vocab"]) * h
@@ -247,6 +257,9 @@ def lora_params(facts: dict[str, Any], rank: int) -> float:
 
 
 def attention_of(facts: dict[str, Any], task: str, override: str | None = None) -> str:
+    """The attention implementation a group runs: ``override`` if given, else the catalogue's for
+    the family and task, else ``sdpa``.
+    """
     return override or catalog_attn_implementation(facts, task) or "sdpa"
 
 
@@ -476,6 +489,11 @@ def checkpoint_bytes(params: float, adapters: float, task: str, precision: str) 
 
 @dataclass(frozen=True)
 class GroupPlan:
+    """A group's resource plan: its layout, the memory it needs per GPU (GiB: states, gathered
+    weights, activations, logits, framework) against what the GPU has, the host memory (GB), the
+    start-up and checkpoint times (s), and whether it fits (``reason`` when not).
+    """
+
     group: str
     model: str
     task: str
@@ -509,6 +527,7 @@ class GroupPlan:
     reason: str
 
     def row(self) -> dict[str, Any]:
+        """The plan as one table row (floats rounded to two decimals)."""
         return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 

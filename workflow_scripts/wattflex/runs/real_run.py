@@ -96,6 +96,7 @@ RDZV_BASE_PORT = 29400  # torchrun's default c10d port; the fallback port is der
 
 
 def utc_now() -> str:
+    """The time now in UTC, ISO 8601 to the second (``2026-12-07T20:15:48+00:00``)."""
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
@@ -110,6 +111,9 @@ def training_command(
     run_id: str = "wattflex",
     local_addr: str | None = None,
 ) -> list[str]:
+    """The torchrun command line that starts ``python -m wattflex.runs.training`` with the config
+    at ``config_path`` and the run's start time ``t0`` (epoch s), on ``nproc`` ranks per node.
+    """
     return torchrun_command(nproc, nnodes, node_rank, rdzv, run_id, local_addr) + [
         "-m",
         "wattflex.runs.training",
@@ -482,6 +486,9 @@ class NodeSetup:
         )
 
     def sampler(self) -> TelemetrySampler:
+        """The telemetry sampler of this node's GPUs (with RAPL host power when readable), joined with
+        DCGM when the facts say the telemetry comes from DCGM.
+        """
         host = self.host_reader.read if self.host_reader and self.host_reader.available else None
         sampler = TelemetrySampler(self.gpus, self.opts.sampler_period_s, self.t0, host=host)
         if self.facts.get("telemetry", {}).get("source") == "dcgm":

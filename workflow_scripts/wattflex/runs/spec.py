@@ -112,6 +112,7 @@ class RunSpec:
 
     @property
     def group_id(self) -> str | None:
+        """The group's id, None when the spec's group has none."""
         return self.group.get("id")
 
     @property

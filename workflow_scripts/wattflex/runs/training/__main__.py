@@ -16,6 +16,9 @@ for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """One rank's training (under torchrun): read the TrainConfig JSON of ``--config`` and train on
+    the shared clock ``--t0``. Returns the exit status, 0.
+    """
     parser = argparse.ArgumentParser(prog="python -m wattflex.runs.training", description=__doc__)
     parser.add_argument(
         "--config", required=True, help="TrainConfig as JSON (written by wattflex.runs.real_run)"
