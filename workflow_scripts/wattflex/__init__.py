@@ -13,7 +13,7 @@ The library behind the Snakemake workflow and the ``wattflex`` command, a packag
 - ``allocation``: splitting a power cut across jobs (curves, policies, oracle, simulation);
 - ``control``: the closed-loop controller, its device loop, the cluster simulation;
 - ``plots``: every figure (the only place matplotlib is imported);
-- ``report``, ``doctor`` (what a machine offers, observe-only), ``cli`` + ``commands``: the
+- ``report``, ``diagnosis`` (what a machine offers, observe-only), ``cli`` + ``commands``: the
   HTML report and the ``wattflex`` command.
 """
 

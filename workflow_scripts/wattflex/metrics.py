@@ -5,7 +5,7 @@ whether the PFI predictor may use it.
 Derived from :data:`METRICS` (call the functions, not copies, so a new entry reaches all):
 the telemetry schema (``wattflex.telemetry``), the NVML sampler's row and GPM reader
 (``runs.devices.base``, ``runs.devices.nvml``), the DCGM parsers and their ranges
-(``ingest.dcgm``, ``runs.devices.dcgm``), the emulator's columns (``runs.emulator.device``),
+(``ingest.dcgm``, ``runs.devices.dcgm_sampler``), the emulator's columns (``runs.emulator.device``),
 the closed-loop truth table (``control.clustersim``) and the predictor's candidates
 (``analysis.predictor``). Adding a metric is one entry here plus the code that reads it.
 
@@ -36,7 +36,7 @@ class Metric:
     dcgm_dmon: str | None = None  # `dcgmi dmon` column short name
     dcgm_factor: float = 1.0  # DCGM's unit -> the schema's
     dcgm_aliases: tuple[str, ...] = ()  # newer DCGM and dcgm-exporter 1.x names of the field
-    dcgm_profiling: bool = False  # read from DCGM when GPM cannot (runs.devices.dcgm)
+    dcgm_profiling: bool = False  # read from DCGM when GPM cannot (runs.devices.dcgm_sampler)
     activity: bool = True  # a job's mean over GPUs in the run summary (power is summed)
     predictor: bool = False  # a candidate of the predictor's `all_dcgm` set
     range_hint: str = ""  # the hint when a value is out of range (default: the unit)

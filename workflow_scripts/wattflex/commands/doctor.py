@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     """Diagnose this machine and print the report (or one JSON document with ``--json``). Returns
     the exit status: 0 when the config's needs are met, 1 otherwise. Changes nothing.
     """
-    from wattflex.doctor import diagnose, format_report
+    from wattflex.diagnosis import diagnose, format_report
     from wattflex.provenance import strict_json
 
     report = diagnose(args.configfile, args.dcgm_exporter, args.state_dir)

@@ -328,7 +328,7 @@ class CommandJob:
         if not self.source.steps_file:
             live_path = None
             if live:
-                from wattflex.runs.training.loop import LIVE_STEPS_FILE  # lazy: imports torch
+                from wattflex.runs.training.trainer import LIVE_STEPS_FILE  # lazy: imports torch
 
                 live_path = self.outdir / LIVE_STEPS_FILE
             follower = LineFollower(self.node.log_path, self.source, self.t0, live_path).start()
@@ -371,7 +371,7 @@ class CommandJob:
 
     def write_outputs(self, steps: pd.DataFrame, training: dict[str, Any]) -> None:
         """The files ``real_run.assemble`` merges, as the harness leaves them."""
-        from wattflex.runs.training.loop import RESULT_FILE, STEPS_FILE  # lazy: imports torch
+        from wattflex.runs.training.trainer import RESULT_FILE, STEPS_FILE  # lazy: imports torch
 
         prov = provenance(params=self.spec.raw, backend="cuda")
         write_parquet(

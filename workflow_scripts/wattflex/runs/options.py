@@ -15,7 +15,7 @@ from wattflex.gpus import GPUS_PER_NODE
 from wattflex.schema import section_defaults
 
 if TYPE_CHECKING:
-    from wattflex.runs.devices.dcgm import DcgmSettings
+    from wattflex.runs.devices.dcgm_sampler import DcgmSettings
 
 # A spec from wattflex.config.run_spec has these keys (the schema's defaults filled); one without takes them.
 _CUDA, _RUN = section_defaults("cuda"), section_defaults("run")
@@ -36,7 +36,7 @@ class RunOptions:
     nproc_per_node: int = 1
     nnodes: int = 1
     nccl: dict[str, str] | None = None  # NCCL's environment for every torchrun (nccl_env)
-    telemetry: str = _CUDA["telemetry"]  # nvml | dcgm | auto (wattflex.runs.devices.dcgm)
+    telemetry: str = _CUDA["telemetry"]  # nvml | dcgm | auto (wattflex.runs.devices.dcgm_sampler)
     dcgm: DcgmSettings | None = None
 
     @classmethod
@@ -48,7 +48,7 @@ class RunOptions:
         template.
         """
         from wattflex.runs.devices import caps
-        from wattflex.runs.devices import dcgm as dcgm_source
+        from wattflex.runs.devices import dcgm_sampler as dcgm_source
 
         cuda, run, group = spec.get("cuda", {}), spec.get("run", {}), spec.get("group", {})
         nproc, nnodes = torchrun_layout(group, cuda)

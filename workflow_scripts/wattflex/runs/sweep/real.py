@@ -172,8 +172,8 @@ class _Training:
     """The torchrun training process of a real sweep, seen from the controller."""
 
     def __init__(self, proc: Any, log_path: Path, outdir: Path) -> None:
-        # Lazy: training.loop imports torch, which importing this module must not need.
-        from wattflex.runs.training.loop import LIVE_STEPS_FILE, STOP_FILE
+        # Lazy: training.trainer imports torch, which importing this module must not need.
+        from wattflex.runs.training.trainer import LIVE_STEPS_FILE, STOP_FILE
 
         self.proc, self.log_path = proc, log_path
         self.live_path, self.stop_path = outdir / LIVE_STEPS_FILE, outdir / STOP_FILE

@@ -59,7 +59,7 @@ import pandas as pd
 from wattflex.ingest.dcgm import FIELDS, DcgmFormatError, parse_dcgm_exporter, parse_dcgmi_dmon
 from wattflex.metrics import dcgm_profiling_columns
 
-log = logging.getLogger("wattflex.runs.devices.dcgm")
+log = logging.getLogger("wattflex.runs.devices.dcgm_sampler")
 
 TELEMETRY_MODES = ("nvml", "dcgm", "auto")
 READ_MODES = ("dmon", "exporter")

@@ -28,8 +28,8 @@ from wattflex.gpus import peak_bf16_flops
 from wattflex.runs.training import checkpoint as ckpt
 from wattflex.runs.training import data, hostmem, models, sharded
 from wattflex.runs.training import parallel as par
-from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.loss import causal_lm_loss, chunked_applies
+from wattflex.runs.training.train_config import TrainConfig
 
 log = logging.getLogger("wattflex.runs.training")
 STEPS_FILE = "steps.parquet"
