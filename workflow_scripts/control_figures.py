@@ -4,9 +4,14 @@ of its first event; all scenarios' summaries and M&V records in one table each."
 import numpy as np
 import pandas as pd
 
-from wattflex.plots.control import POLICY_STYLE, power_figure, tokens_figure
-from wattflex.plots.grid import mv_figure
-from wattflex.plots.style import apply_style, save_figure
+from wattflex.plots import (
+    POLICY_STYLE,
+    apply_style,
+    mv_figure,
+    power_figure,
+    save_figure,
+    tokens_figure,
+)
 from wattflex.provenance import provenance, read_csv, read_parquet, write_csv
 from wattflex.smk import rule_logger
 
