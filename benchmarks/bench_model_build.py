@@ -9,7 +9,7 @@ its own peak RSS (``ru_maxrss``) before and after it:
 - whole: the old sequence, replicated here (the library no longer has it): seed, build the
   whole model (``models.build_model``), LoRA for lora, ``fully_shard`` each decoder layer,
   then the root;
-- sharded: the harness's ``loop.prepare_model`` with ``cuda.parallel: fsdp`` (meta build,
+- sharded: the harness's ``trainer.prepare_model`` with ``cuda.parallel: fsdp`` (meta build,
   ``fully_shard`` units, each rank allocating and initialising its shard).
 Tasks: pt (fp32 master weights, the CPU default precision) and lora (bf16 frozen base:
 ``precision: bf16-mixed``). One run per cell. Writes a Markdown table to ``--out``.
@@ -45,7 +45,7 @@ MODEL = {
 
 
 def train_config(task: str, outdir: str):
-    from wattflex.runs.training.config import TrainConfig
+    from wattflex.runs.training.train_config import TrainConfig
 
     return TrainConfig(
         model_facts=MODEL,
@@ -70,10 +70,10 @@ def worker(path: str, task: str, out: Path) -> None:
     """One rank: build the model the ``path`` way; rank 0 writes every rank's numbers to ``out``."""
     import torch
 
-    from wattflex.runs.training import loop, models, sharded
+    from wattflex.runs.training import models, sharded, trainer
 
     cfg = train_config(task, str(out.parent))
-    dist = loop.init_distributed(cfg)
+    dist = trainer.init_distributed(cfg)
     models.import_libraries(cfg)  # as the harness: the baseline includes the libraries
     before, t = peak_rss(), time.perf_counter()
     if path == "whole":  # the harness before the sharded build, step for step
@@ -84,11 +84,11 @@ def worker(path: str, task: str, out: Path) -> None:
         model = models.build_model(cfg, dtype)
         if task == "lora":
             model = models.apply_lora(model, cfg)
-        for layer in loop.decoder_layers(model):
+        for layer in trainer.decoder_layers(model):
             fully_shard(layer)
         fully_shard(model)
     else:
-        model, _ = loop.prepare_model(cfg, dist)
+        model, _ = trainer.prepare_model(cfg, dist)
     row = {"build_s": time.perf_counter() - t, "rss_before": before, "rss_after": peak_rss()}
     rows = [None] * dist.world
     torch.distributed.all_gather_object(rows, row)

@@ -9,7 +9,7 @@ real 2-rank gloo torchrun job on CPU runs two cases in each rank (the cases of
 tests/workflow/torchrun/test_family_checkpoints.py):
 
 - checkpoint: a tiny config of the family's transformers class with the published config's rotary
-  settings, ``save_pretrained``, then ``loop.prepare_model`` with ``cuda.model_path`` (meta build,
+  settings, ``save_pretrained``, then ``trainer.prepare_model`` with ``cuda.model_path`` (meta build,
   FSDP2, rank 0 reads and broadcasts): against the same checkpoint loaded whole in one process,
   the logits on the same tokens, every parameter and buffer, the gradient of one step of the
   harness's loss; then an AdamW step (loss finite, every trainable parameter moved);
@@ -115,7 +115,7 @@ def main() -> None:
 {len(cases)} cases), torch {torch.__version__}, transformers {transformers.__version__}, {platform.machine()}.
 Each family: a tiny config of its transformers class (hidden 64, 2 layers, vocab 256; the published
 config's rotary settings and embedding tying: `tests/family_checkpoints.py` names each source),
-`save_pretrained`, loaded by the harness (`loop.prepare_model`, `cuda.model_path`, FSDP2 on 2 ranks, compile off)
+`save_pretrained`, loaded by the harness (`trainer.prepare_model`, `cuda.model_path`, FSDP2 on 2 ranks, compile off)
 and compared with the same checkpoint loaded whole in one process: logits on the same 2 x 32 tokens,
 the gradient of the harness's loss (both ranks on the same tokens, so the reduced gradient is the
 unsharded model's), every parameter and buffer gathered; one AdamW step (lr 1e-2, no weight decay):

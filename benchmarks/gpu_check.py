@@ -11,7 +11,7 @@ sets nothing (the NVML GPUs it reads are opened with a setter that refuses); the
 controller is ``wattflex control --dry-run``. The limits are read before and after and the
 check fails if they differ. Steps, each recorded even if another fails:
 
-a) ``wattflex doctor`` (``wattflex.doctor.diagnose``);
+a) ``wattflex doctor`` (``wattflex.diagnosis.diagnose``);
 b) sampler overhead: a random-init model trained through the real harness
    (``wattflex.runs.real_run.run_real``: torchrun training, the NVML sampler in this
    process, as in a real run) for ``--seconds`` with the sampler at 10 Hz and without it,
@@ -53,7 +53,7 @@ i) the all-reduce of e) across ``--nodes`` nodes of the SLURM allocation: one sr
 j) torch.compile graph breaks per decoder layer: each catalogue family's tiny model built as the
    harness builds it (``--compile-tasks`` pt and lora), each layer's inputs caught in an eager
    forward, ``torch._dynamo.explain`` per layer (graphs, breaks, their reasons) and each distinct
-   kind of layer compiled as ``training.loop`` compiles it, a layer at a time (inductor on cuda,
+   kind of layer compiled as ``training.trainer`` compiles it, a layer at a time (inductor on cuda,
    aot_eager on cpu), forward and backward, against eager; no new compile after
    ``--compile-budget-s``. Unproven: no GPU has run it yet;
 k) the job's GPUs under every name (``wattflex.runs.devices.nvml.job_gpus``, ``identity_table``):
@@ -102,7 +102,7 @@ sys.path.insert(0, str(REPO / "workflow_scripts"))
 
 from wattflex import cli
 from wattflex.config import load_catalog, load_config
-from wattflex.doctor import diagnose, format_report, probe_nvml
+from wattflex.diagnosis import diagnose, format_report, probe_nvml
 from wattflex.provenance import read_json, read_parquet
 from wattflex.runs.campaign_checks import check_inputs
 from wattflex.runs.devices import nvml
@@ -126,7 +126,7 @@ from wattflex.runs.real_run import (
 from wattflex.runs.sweep.algorithm import staircase
 from wattflex.runs.sweep.real import PollingRun, read_live_steps
 from wattflex.runs.sweep.steady import SteadyCriteria
-from wattflex.runs.training.config import TrainConfig
+from wattflex.runs.training.train_config import TrainConfig
 from wattflex.telemetry import TELEMETRY_COLUMNS, SummaryProtocol, job_series
 
 SAMPLER_PERIOD_S = 0.1  # 10 Hz: 50x the campaign's 5 s, so an overhead shows if there is one
@@ -647,16 +647,16 @@ def layer_graph_breaks(
     deadline: float,
 ) -> dict[str, Any]:
     """One family's tiny model built as the harness builds it (``models.build_model``, LoRA by
-    ``loop._adapt``; without activation checkpointing, under which ``explain`` sees no graph of
+    ``trainer._adapt``; without activation checkpointing, under which ``explain`` sees no graph of
     the layer, and without the harness's own compile), each decoder layer's inputs caught in
     one eager forward;
     per layer ``torch._dynamo.explain`` (graphs, breaks and their reasons), and each distinct
     kind of layer (class, layer type) compiled with ``backend`` (forward and backward, the output
-    against eager) as ``loop`` compiles it, a layer at a time, until ``deadline``."""
+    against eager) as ``trainer`` compiles it, a layer at a time, until ``deadline``."""
     import torch
 
     from wattflex.runs.training import models
-    from wattflex.runs.training.loop import _adapt, decoder_layers
+    from wattflex.runs.training.trainer import _adapt, decoder_layers
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     cfg = TrainConfig(
@@ -1082,8 +1082,8 @@ def dry_runs(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """The staircase and the controller on a live training run of the real device, observe-only."""
     outdir = work / "staircase"
     outdir.mkdir(parents=True)
-    # Lazy: training.loop imports torch; only its file names are needed here.
-    from wattflex.runs.training.loop import LIVE_STEPS_FILE, STOP_FILE
+    # Lazy: training.trainer imports torch; only its file names are needed here.
+    from wattflex.runs.training.trainer import LIVE_STEPS_FILE, STOP_FILE
 
     gpus = nvml.open_gpus(1 if args.device == "cuda" else None, set_limit=refuse_to_set, gpm=True)
     caps = sorted(args.caps) if args.caps else default_caps(gpus[0])

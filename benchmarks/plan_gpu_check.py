@@ -6,7 +6,7 @@ Usage: python benchmarks/plan_gpu_check.py [--model Llama-3.1-70B] [--layers 2] 
 
 A catalogue model cut to ``--layers`` decoder layers (full width, full vocabulary: the layer,
 embedding and loss terms of the plan are the full model's) is trained with random weights
-through the real harness (``wattflex.runs.training.loop.train``, one process: no FSDP, so nothing
+through the real harness (``wattflex.runs.training.trainer.train``, one process: no FSDP, so nothing
 is gathered and the whole model's states sit on the GPU) for ``--steps`` steps; the peak of
 ``torch.cuda.max_memory_allocated`` is set beside the plan's states + activations for the
 same job (the plan's framework headroom is CUDA context, NCCL and allocator slack, which the
@@ -74,8 +74,8 @@ def measure(args: argparse.Namespace, facts: dict[str, Any]) -> dict[str, Any]:
     """Train; the peak allocated GPU bytes (None on cpu)."""
     import torch
 
-    from wattflex.runs.training.config import TrainConfig
-    from wattflex.runs.training.loop import train
+    from wattflex.runs.training.train_config import TrainConfig
+    from wattflex.runs.training.trainer import train
 
     with tempfile.TemporaryDirectory() as out:
         cfg = TrainConfig(

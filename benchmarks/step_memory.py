@@ -49,8 +49,8 @@ from tests.tiny_training import (  # noqa: E402
 )
 from wattflex.runs import plan  # noqa: E402
 from wattflex.runs.attention import catalog_attn_implementation  # noqa: E402
-from wattflex.runs.training.config import TrainConfig  # noqa: E402
 from wattflex.runs.training.hostmem import KEEP_DYNAMIC_ENV  # noqa: E402
+from wattflex.runs.training.train_config import TrainConfig  # noqa: E402
 
 RANKS = 4
 SEQ_LEN, BATCH, LORA_RANK = STEP_SEQ_LEN, STEP_BATCH, STEP_LORA_RANK

@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 from torch.distributed.fsdp import FSDPModule
 
-from wattflex.runs.training import hostmem, loop, models
-from wattflex.runs.training.config import TrainConfig
+from wattflex.runs.training import hostmem, models, trainer
 from wattflex.runs.training.loss import causal_lm_loss, chunked_applies
+from wattflex.runs.training.train_config import TrainConfig
 
 
 class MallInfo2(ctypes.Structure):  # glibc >= 2.33, malloc.h
@@ -71,7 +71,7 @@ def snapshot(tag: str, model=None) -> dict:
 def train_steps(
     model, info: dict, cfg: TrainConfig, rank: int, after_phase=lambda tag: None
 ) -> None:
-    """``cfg.max_steps`` steps of the harness's (training.loop.train): its loss, backward, AdamW,
+    """``cfg.max_steps`` steps of the harness's (training.trainer.train): its loss, backward, AdamW,
     gradients set to None; ``after_phase(tag)`` after each phase."""
     chunked = chunked_applies(model, cfg.loss_chunk_tokens) is None
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
@@ -95,7 +95,7 @@ def cases_main(cases_path: str) -> None:
     fixed = hostmem.fixed_mmap_threshold()
     torch.set_num_threads(1)
     paths = json.loads(Path(cases_path).read_text())
-    dist = loop.init_distributed(TrainConfig.from_json(paths[0]))
+    dist = trainer.init_distributed(TrainConfig.from_json(paths[0]))
     out = []
     for path in paths:
         cfg = TrainConfig.from_json(path)
@@ -103,7 +103,7 @@ def cases_main(cases_path: str) -> None:
         gc.collect()
         LIBC.malloc_trim(0)  # the arenas' free pages back to the kernel: no case reuses another's
         before = rss()
-        model, info = loop.prepare_model(cfg, dist)
+        model, info = trainer.prepare_model(cfg, dist)
         after = rss()
         hostmem.reset_peak_rss()
         train_steps(model, info, cfg, dist.rank)
@@ -128,10 +128,10 @@ def main() -> None:
     cfg = TrainConfig.from_json(sys.argv[1])
     fixed = hostmem.fixed_mmap_threshold()
     torch.set_num_threads(1)
-    dist = loop.init_distributed(cfg)
+    dist = trainer.init_distributed(cfg)
     models.import_libraries(cfg)
     snaps = [snapshot("before build")]
-    model, info = loop.prepare_model(cfg, dist)
+    model, info = trainer.prepare_model(cfg, dist)
     snaps.append(snapshot("after build", model))
     train_steps(model, info, cfg, dist.rank, lambda tag: snaps.append(snapshot(tag, model)))
     with open(f"{cfg.outdir}/probe{dist.rank}.json", "w") as f:

@@ -5,7 +5,7 @@ benchmarks/family_checkpoints.py run these cases in one 2-rank gloo job).
 For each ``hf_model_type`` of ``wattflex.architectures.ARCHITECTURES``: a tiny config of the
 real transformers class (``models.hf_config(..., tiny=True)``) with the published config's
 rotary settings and its embedding tying, saved by ``save_pretrained`` and loaded through
-``loop.prepare_model`` (FSDP2 on 2 ranks), compared with the same checkpoint loaded whole in
+``trainer.prepare_model`` (FSDP2 on 2 ranks), compared with the same checkpoint loaded whole in
 one process; the same family built at random by the harness, its buffers compared with a
 fresh unsharded build's; LoRA from the checkpoint for the MoE families and a tied dense one; and
 a multimodal Gemma-4 checkpoint (Gemma4ForConditionalGeneration), of which the harness trains the
@@ -328,7 +328,7 @@ MULTIMODAL_PROBE = """
     out = {"model_class": info["model_class"], "params": sorted(n for n, _ in model.named_parameters()),
            "text_params": [n for n in text_params if n != "lm_head.weight"],
            "params_equal": params_equal, "buffers": buffers, "logits_max_diff": logits_diff, "loss": float(loss),
-           "layers": len(loop.decoder_layers(model)), "hf_config": info["hf_config"]}
+           "layers": len(trainer.decoder_layers(model)), "hf_config": info["hf_config"]}
     open(f"{cfg.outdir}/probe{dist.rank}.json", "w").write(json.dumps(out))
     torch.distributed.destroy_process_group()
 """
@@ -339,7 +339,7 @@ def train_config(family: Family, source: str, outdir: Path, task: str = "pt"):
     """The harness's config for ``family``: the saved checkpoint's path, or the tiny random build of
     the same config (the family's tying and rope as catalogue facts the tiny build does not read:
     random init is compared on buffers, which it recomputes)."""
-    from wattflex.runs.training.config import TrainConfig
+    from wattflex.runs.training.train_config import TrainConfig
 
     facts = {**family.facts, "tie_word_embeddings": family.tied}
     # compile off: what is checked is the load, the sharding and one step, not torch.compile (traced

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from wattflex.runs.training.config import TrainConfig
+from wattflex.runs.training.train_config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 CATALOG = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]

@@ -2,8 +2,7 @@
 
 import pandas as pd
 
-from wattflex.plots.allocation import fig8_figure, out_of_sample_figure
-from wattflex.plots.style import apply_style, save_figure
+from wattflex.plots import apply_style, fig8_figure, out_of_sample_figure, save_figure
 from wattflex.provenance import provenance, read_sidecar
 from wattflex.smk import rule_logger
 

@@ -4,14 +4,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from wattflex.analysis.predictor import is_fitted
-from wattflex.plots.analysis import (
+from wattflex.analysis import is_fitted
+from wattflex.plots import (
+    apply_style,
     beside_published_scatter,
     predicted_vs_measured,
+    save_figure,
     summary_text,
     telemetry_grid,
 )
-from wattflex.plots.style import apply_style, save_figure
 from wattflex.provenance import provenance, read_json, read_parquet
 from wattflex.smk import rule_logger
 

@@ -4,10 +4,15 @@ from pathlib import Path
 
 import numpy as np
 
-from wattflex.analysis.paper_tables import beside_published, read_campaign
+from wattflex.analysis import (
+    beside_published,
+    cluster_tests_table,
+    kruskal_dunn,
+    load_published,
+    read_campaign,
+    telemetry_correlations,
+)
 from wattflex.analysis.predictor import CORRELATION_METRICS, group_table
-from wattflex.analysis.published import load_published
-from wattflex.analysis.stats import cluster_tests_table, kruskal_dunn, telemetry_correlations
 from wattflex.provenance import provenance, write_csv, write_json
 from wattflex.smk import rule_logger
 

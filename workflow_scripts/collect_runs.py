@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from wattflex.provenance import provenance, read_json, write_csv, write_parquet
-from wattflex.runs.failures import failure_summary, split_failed
+from wattflex.runs import failure_summary, split_failed
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821

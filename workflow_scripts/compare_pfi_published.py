@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from wattflex.analysis.published import load_published, table6_comparison
+from wattflex.analysis import load_published, table6_comparison
 from wattflex.labels import backend_label
 from wattflex.provenance import provenance, read_parquet, write_csv
 from wattflex.smk import rule_logger

@@ -10,7 +10,7 @@ from wattflex.provenance import (
     write_csv,
     write_parquet,
 )
-from wattflex.runs.failures import MISSING_COLUMNS, annotate_missing, expected_uncapped
+from wattflex.runs import MISSING_COLUMNS, annotate_missing, expected_uncapped
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821

@@ -4,9 +4,14 @@ of its first event; all scenarios' summaries and M&V records in one table each."
 import numpy as np
 import pandas as pd
 
-from wattflex.plots.control import policy_styles, power_figure, tokens_figure
-from wattflex.plots.grid import mv_figure
-from wattflex.plots.style import apply_style, save_figure
+from wattflex.plots import (
+    apply_style,
+    mv_figure,
+    policy_styles,
+    power_figure,
+    save_figure,
+    tokens_figure,
+)
 from wattflex.policies import unlimited
 from wattflex.provenance import provenance, read_csv, read_parquet, write_csv
 from wattflex.smk import rule_logger

@@ -3,8 +3,8 @@
 
 from pathlib import Path
 
+from wattflex.plots import apply_style, save_figure
 from wattflex.plots import sweeps as figures
-from wattflex.plots.style import apply_style, save_figure
 from wattflex.provenance import provenance, read_csv, read_json, read_parquet, read_sidecar
 from wattflex.smk import rule_logger
 from wattflex.telemetry import SummaryProtocol

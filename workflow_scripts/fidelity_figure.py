@@ -2,8 +2,7 @@
 
 import pandas as pd
 
-from wattflex.plots.fidelity import emulated_vs_published
-from wattflex.plots.style import apply_style, save_figure
+from wattflex.plots import apply_style, emulated_vs_published, save_figure
 from wattflex.provenance import provenance
 from wattflex.smk import rule_logger
 

@@ -5,9 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from wattflex.analysis import predictor
-from wattflex.analysis.paper_tables import beside_published, read_campaign
-from wattflex.analysis.published import load_published
+from wattflex.analysis import beside_published, load_published, predictor, read_campaign
 from wattflex.provenance import provenance, write_csv, write_json, write_parquet
 from wattflex.smk import rule_logger
 

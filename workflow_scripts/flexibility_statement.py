@@ -5,8 +5,7 @@ page and its figure."""
 from wattflex.control.clustersim import ClusterConfig
 from wattflex.control.mv import read_mv_records
 from wattflex.grid.statement import StatementSettings, build_statement, statement_files
-from wattflex.plots.grid import statement_figure
-from wattflex.plots.style import apply_style, save_figure
+from wattflex.plots import apply_style, save_figure, statement_figure
 from wattflex.provenance import provenance, read_csv, read_parquet, write_together
 from wattflex.smk import rule_logger
 

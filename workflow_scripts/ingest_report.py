@@ -5,10 +5,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from wattflex.ingest.summary import group_table, report_markdown, status_counts
-from wattflex.plots.ingest import robust_vs_ratio_figure
-from wattflex.plots.style import apply_style, save_figure
-from wattflex.plots.sweeps import curves_figure
+from wattflex.ingest import group_table, report_markdown, status_counts
+from wattflex.plots import apply_style, curves_figure, robust_vs_ratio_figure, save_figure
 from wattflex.provenance import provenance, read_json, read_parquet, write_csv
 from wattflex.smk import rule_logger
 

@@ -2,9 +2,7 @@
 
 import sys
 
-from wattflex.ingest.dcgm import DcgmFormatError
-from wattflex.ingest.reader import IngestError
-from wattflex.ingest.sources import config_options, ingest_files
+from wattflex.ingest import DcgmFormatError, IngestError, config_options, ingest_files
 from wattflex.provenance import provenance, write_csv, write_json, write_parquet
 from wattflex.smk import rule_logger
 

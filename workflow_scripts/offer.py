@@ -3,8 +3,7 @@ one job per sweep group: the table and the curve behind it."""
 
 from wattflex.allocation.curves import cap_rows, curves_from_points
 from wattflex.grid.offer import LOSSES, offer_curve, offer_table
-from wattflex.plots.grid import offer_figure
-from wattflex.plots.style import apply_style, save_figure
+from wattflex.plots import apply_style, offer_figure, save_figure
 from wattflex.provenance import provenance, read_parquet, write_csv
 from wattflex.smk import rule_logger
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 
 from wattflex.analysis import paper_tables as pt
-from wattflex.analysis.predictor import scores
+from wattflex.analysis import scores
 from wattflex.provenance import provenance, read_parquet, write_csv
 from wattflex.smk import rule_logger
 

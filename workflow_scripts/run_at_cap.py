@@ -6,8 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from wattflex.runs.runner import run_at_cap
-from wattflex.runs.spec import RunSpec
+from wattflex.runs import RunSpec, run_at_cap
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
@@ -41,7 +40,7 @@ except Exception as exc:
     log.exception(
         "last attempt failed; recording the run as failed (delete its directory to retry)"
     )
-    from wattflex.runs.failures import record_failed_run  # only ever needed here
+    from wattflex.runs import record_failed_run  # only ever needed here
 
     record_failed_run(smk.params.spec, Path(smk.output.run).parent, exc, attempt)
 log.info("done")

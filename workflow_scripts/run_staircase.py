@@ -4,8 +4,8 @@ every exit (the controller's guard handles SIGTERM too)."""
 
 from pathlib import Path
 
-from wattflex.runs.spec import RunSpec
-from wattflex.runs.sweep.emulated import write_sweep_run
+from wattflex.runs import RunSpec
+from wattflex.runs.sweep import write_sweep_run
 from wattflex.smk import rule_logger
 
 smk = snakemake  # noqa: F821
@@ -20,7 +20,7 @@ log.info(
 )
 if spec.backend == "cuda":
     # Only here: an emulated sweep never loads the real-GPU controller.
-    from wattflex.runs.sweep.real import write_real_sweep_run
+    from wattflex.runs.sweep import write_real_sweep_run
 
     write_real_sweep_run(spec, Path(smk.output.run).parent)
 else:

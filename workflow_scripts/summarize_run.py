@@ -6,7 +6,7 @@ import sys
 from types import SimpleNamespace
 
 from wattflex.provenance import provenance, write_json
-from wattflex.runs.failures import failed_summary, is_failed, unsummarised_summary
+from wattflex.runs import failed_summary, is_failed, unsummarised_summary
 from wattflex.smk import rule_logger
 from wattflex.telemetry import (
     NoSteadyState,

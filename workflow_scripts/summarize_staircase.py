@@ -5,7 +5,7 @@ import sys
 
 from wattflex.provenance import provenance, write_json, write_parquet
 from wattflex.run_ids import parse_run_id
-from wattflex.runs.sweep.steady import cap_rows, cap_slice, summary_row
+from wattflex.runs.sweep import cap_rows, cap_slice, summary_row
 from wattflex.smk import rule_logger
 from wattflex.telemetry import RunFileError, SummaryProtocol, read_run_files
 

@@ -302,7 +302,7 @@ def test_schema_covers_every_cuda_key_the_run_code_reads():
     for f in (
         "workflow_scripts/wattflex/runs/options.py",
         "workflow_scripts/wattflex/runs/real_run.py",
-        "workflow_scripts/wattflex/runs/training/config.py",
+        "workflow_scripts/wattflex/runs/training/train_config.py",
         "workflow_scripts/wattflex/runs/plan.py",
     ):
         read |= set(re.findall(r'cuda\.get\("([a-z_]+)"', (REPO / f).read_text()))

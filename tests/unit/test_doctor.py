@@ -16,7 +16,7 @@ import yaml
 from tests.fakes import fake_pynvml
 from tests.fakes.dcgm_fixture import serve_metrics
 from tests.fakes.nvml_fixture import fake_nvml, limits_w  # noqa: F401 (fixture)
-from wattflex import cli, doctor
+from wattflex import cli, diagnosis
 from wattflex.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,8 +50,8 @@ def status_file(tmp_path, cap_eff: str) -> Path:
 
 @pytest.fixture
 def root_with_caps(monkeypatch, tmp_path):
-    monkeypatch.setattr(doctor.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(doctor, "PROC_STATUS", status_file(tmp_path, CAP_EFF_ALL))
+    monkeypatch.setattr(diagnosis.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(diagnosis, "PROC_STATUS", status_file(tmp_path, CAP_EFF_ALL))
 
 
 @pytest.fixture
@@ -136,7 +136,7 @@ def test_fake_nvml_doctor_json_is_one_document_and_a_cuda_config_has_all_it_need
         "at least one GPU",
         "torch with CUDA",
         "permission to set power limits",
-        doctor.PLAN_NEED,
+        diagnosis.PLAN_NEED,
     ]
     assert all(p["fits"] for p in doc["config"]["plan"]) and len(doc["config"]["plan"]) == 31
     missing = [m["need"] for m in doc["config"]["missing"]]
@@ -186,8 +186,8 @@ def test_fake_nvml_doctor_names_each_gpu_problem_and_what_it_costs(
 def test_fake_nvml_non_root_is_told_to_use_the_cap_command_and_a_cuda_config_fails(
     fake_nvml, monkeypatch, tmp_path, capsys
 ):
-    monkeypatch.setattr(doctor.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(doctor, "PROC_STATUS", status_file(tmp_path, CAP_EFF_NONE))
+    monkeypatch.setattr(diagnosis.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(diagnosis, "PROC_STATUS", status_file(tmp_path, CAP_EFF_NONE))
     assert (
         cli.main(
             [
@@ -216,7 +216,7 @@ def test_fake_nvml_non_root_is_told_to_use_the_cap_command_and_a_cuda_config_fai
     cfg = cuda_config(
         tmp_path, cap_control="command", cap_command=f"{sys.executable} {{gpu}} {{watts}}"
     )
-    report = doctor.diagnose(cfg, state_dir=tmp_path / "st")
+    report = diagnosis.diagnose(cfg, state_dir=tmp_path / "st")
     assert "permission to set power limits" not in report["config"]["needs"]
     assert "the cap command's program" in report["config"]["needs"]
     assert fake_nvml.state()["set_calls"] == []
@@ -227,12 +227,12 @@ def test_a_non_root_user_is_told_caps_need_root_and_pointed_to_the_documented_pa
 ):
     """Capping without root: the fix names the wrapper and sudoers rule (`wattflex setcap-rule`), the
     docs section and the exact cap_command; the config check says nvml needs root."""
-    monkeypatch.setattr(doctor.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(doctor, "PROC_STATUS", status_file(tmp_path, CAP_EFF_NONE))
-    (p,) = doctor.probe_cap_permission()["problems"]
+    monkeypatch.setattr(diagnosis.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(diagnosis, "PROC_STATUS", status_file(tmp_path, CAP_EFF_NONE))
+    (p,) = diagnosis.probe_cap_permission()["problems"]
     assert p["what"].endswith("CAP_SYS_ADMIN not in CapEff): setting one needs root")
     cfg = {**default_config, "backend": "cuda", "groups": fitting(default_config["groups"])}
-    (m,) = doctor.check_config(cfg, found(permission=False))["missing"]
+    (m,) = diagnosis.check_config(cfg, found(permission=False))["missing"]
     for fix in (p["fix"], m["detail"]):
         assert "capping without root (docs/slurm.md, 'Capping without root')" in fix
         assert (
@@ -250,12 +250,13 @@ def test_a_non_root_user_is_told_caps_need_root_and_pointed_to_the_documented_pa
     assert (
         f"the wrapper is installed here ({installed}); then use cuda.cap_control: command with "
         f"cuda.cap_command: 'sudo -n {installed} {{gpu}} {{watts}}'"
-        in doctor.without_root_fix(installed)
+        in diagnosis.without_root_fix(installed)
     )
 
 
 @pytest.mark.skipif(
-    doctor.shutil.which("sudo") is None or doctor.os.geteuid() != 0, reason="needs sudo, as root"
+    diagnosis.shutil.which("sudo") is None or diagnosis.os.geteuid() != 0,
+    reason="needs sudo, as root",
 )
 def test_a_sudo_cap_command_is_checked_with_sudo_l_and_never_run(default_config, tmp_path):
     """Root may run anything without a password, so root's check passes; the refusal of a
@@ -271,7 +272,7 @@ def test_a_sudo_cap_command_is_checked_with_sudo_l_and_never_run(default_config,
             "cap_command": f"sudo -n /usr/bin/touch {ran} {{gpu}} {{watts}}",
         },
     }
-    c = doctor.check_config(cfg, found())
+    c = diagnosis.check_config(cfg, found())
     assert "sudo allowing the cap command without a password" in c["needs"] and c["missing"] == []
     assert not ran.exists()
 
@@ -294,9 +295,9 @@ def test_a_sudo_cap_command_is_checked_with_sudo_l_and_never_run(default_config,
 def test_permission_is_inferred_from_cap_sys_admin_as_the_driver_checks_it(
     euid, cap_eff, likely, basis, monkeypatch, tmp_path
 ):
-    monkeypatch.setattr(doctor.os, "geteuid", lambda: euid)
-    monkeypatch.setattr(doctor, "PROC_STATUS", status_file(tmp_path, cap_eff))
-    p = doctor.probe_cap_permission()
+    monkeypatch.setattr(diagnosis.os, "geteuid", lambda: euid)
+    monkeypatch.setattr(diagnosis, "PROC_STATUS", status_file(tmp_path, cap_eff))
+    p = diagnosis.probe_cap_permission()
     assert p["likely"] is likely and basis in p["basis"] and p["inferred"] is True
     assert bool(p["problems"]) is (not likely)
 
@@ -305,9 +306,9 @@ def test_permission_is_inferred_from_cap_sys_admin_as_the_driver_checks_it(
 def test_permission_falls_back_to_the_effective_uid_without_capeff(
     euid, likely, monkeypatch, tmp_path
 ):
-    monkeypatch.setattr(doctor.os, "geteuid", lambda: euid)
-    monkeypatch.setattr(doctor, "PROC_STATUS", tmp_path / "absent")
-    p = doctor.probe_cap_permission()
+    monkeypatch.setattr(diagnosis.os, "geteuid", lambda: euid)
+    monkeypatch.setattr(diagnosis, "PROC_STATUS", tmp_path / "absent")
+    p = diagnosis.probe_cap_permission()
     assert (
         p["likely"] is likely and p["cap_sys_admin"] is None and "CapEff unreadable" in p["basis"]
     )
@@ -392,25 +393,29 @@ def found(nvml=True, gpus=1, torch_cuda=True, permission=True):
 def test_check_config_lists_only_what_the_cuda_section_uses(default_config):
     cfg = {**default_config, "backend": "cuda", "groups": fitting(default_config["groups"])}
     assert (
-        doctor.check_config({**cfg, "backend": "emulated"}, found(False, 0, False, False))["needs"]
+        diagnosis.check_config({**cfg, "backend": "emulated"}, found(False, 0, False, False))[
+            "needs"
+        ]
         == []
     )
-    full = doctor.check_config(cfg, found())
+    full = diagnosis.check_config(cfg, found())
     assert full["missing"] == [] and len(full["needs"]) == 5
-    c = doctor.check_config(
+    c = diagnosis.check_config(
         {**cfg, "cuda": {**cfg["cuda"], "cap_control": "observe"}}, found(permission=False)
     )
     assert c["missing"] == [] and "permission to set power limits" not in c["needs"]
     command = {"cap_control": "command", "cap_command": "/nonexistent/setcap {gpu} {watts}"}
-    c = doctor.check_config({**cfg, "cuda": {**cfg["cuda"], **command}}, found())
+    c = diagnosis.check_config({**cfg, "cuda": {**cfg["cuda"], **command}}, found())
     assert [m["need"] for m in c["missing"]] == ["the cap command's program"]
-    c = doctor.check_config(
+    c = diagnosis.check_config(
         {**cfg, "sweep": "staircase", "cuda": {**cfg["cuda"], "cap_control": "observe"}}, found()
     )
     assert [m["need"] for m in c["missing"]] == [
         "sweep: staircase on cuda: settable caps and the sampler"
     ]
-    c = doctor.check_config({**cfg, "cuda": {**cfg["cuda"], "cap_control": "sudo-please"}}, found())
+    c = diagnosis.check_config(
+        {**cfg, "cuda": {**cfg["cuda"], "cap_control": "sudo-please"}}, found()
+    )
     assert (
         c["missing"][0]["need"] == "a valid cuda: section"
         and "cap_control" in c["missing"][0]["detail"]
@@ -418,10 +423,10 @@ def test_check_config_lists_only_what_the_cuda_section_uses(default_config):
     h100 = found()
     h100["nvml"]["gpus"] = [{"name": "NVIDIA H100 80GB HBM3"}]
     assert (
-        doctor.check_config(cfg, h100)["warnings"] == []
+        diagnosis.check_config(cfg, h100)["warnings"] == []
     )  # the paper's campaign has H100 groups too
     h200_only = {**cfg, "groups": [g for g in cfg["groups"] if g.get("gpu", "H200") == "H200"]}
-    assert doctor.check_config(h200_only, h100)["warnings"] == [
+    assert diagnosis.check_config(h200_only, h100)["warnings"] == [
         "the config's groups are for H200; this machine has NVIDIA H100 80GB HBM3"
     ]
 
@@ -455,8 +460,8 @@ def test_doctor_refuses_a_group_that_cannot_fit_naming_it_and_the_numbers(
         == 1
     )
     doc = json.loads(capsys.readouterr().out)
-    short = [m for m in doc["config"]["missing"] if m["need"].startswith(doctor.PLAN_NEED)]
-    assert [m["need"] for m in short] == [f"{doctor.PLAN_NEED}: group dense-pt-llama70b-x1"]
+    short = [m for m in doc["config"]["missing"] if m["need"].startswith(diagnosis.PLAN_NEED)]
+    assert [m["need"] for m in short] == [f"{diagnosis.PLAN_NEED}: group dense-pt-llama70b-x1"]
     assert (
         short[0]["detail"].startswith("GPU memory: needs ")
         and "GiB per H200, 133.9 GiB usable" in short[0]["detail"]
@@ -464,7 +469,7 @@ def test_doctor_refuses_a_group_that_cannot_fit_naming_it_and_the_numbers(
     assert [p["fits"] for p in doc["config"]["plan"]] == [False, True]
     assert cli.main(["doctor", "--configfile", str(path), "--state-dir", str(tmp_path / "st")]) == 1
     assert (
-        f"  - {doctor.PLAN_NEED}: group dense-pt-llama70b-x1: GPU memory: needs"
+        f"  - {diagnosis.PLAN_NEED}: group dense-pt-llama70b-x1: GPU memory: needs"
         in capsys.readouterr().out
     )
 
@@ -485,7 +490,7 @@ def exporter():
 
 
 def test_dcgm_exporter_metrics_are_mapped_to_telemetry_columns(exporter):
-    d = doctor.probe_dcgm(exporter)
+    d = diagnosis.probe_dcgm(exporter)
     assert d["exporter"] == {
         "reachable": True,
         "metrics": 3,
@@ -501,12 +506,12 @@ def test_dcgm_exporter_unreachable_or_not_a_url():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, not listening: refused at once
-        d = doctor.probe_dcgm(f"http://127.0.0.1:{port}/metrics")
+        d = diagnosis.probe_dcgm(f"http://127.0.0.1:{port}/metrics")
     assert d["exporter"]["reachable"] is False and any(
         "unreachable" in p["what"] for p in d["problems"]
     )
     with pytest.raises(UserError, match="expected an http"):
-        doctor.probe_dcgm("localhost:9400")
+        diagnosis.probe_dcgm("localhost:9400")
     assert cli.main(["doctor", "--dcgm-exporter", "localhost:9400"]) == 2
 
 
@@ -515,9 +520,9 @@ def test_host_power_readable_rapl_zones(tmp_path):
     zone.mkdir()
     (zone / "name").write_text("package-0\n")
     (zone / "energy_uj").write_text("12345\n")
-    h = doctor.probe_host_power(tmp_path)
+    h = diagnosis.probe_host_power(tmp_path)
     assert h["available"] and h["zones"]["host_cpu_w"] == [str(zone)] and not h["problems"]
-    absent = doctor.probe_host_power(tmp_path / "none")
+    absent = diagnosis.probe_host_power(tmp_path / "none")
     assert (
         not absent["available"]
         and "host_cpu_w / host_dram_w are NaN" in absent["problems"][0]["loses"]
@@ -525,7 +530,7 @@ def test_host_power_readable_rapl_zones(tmp_path):
 
 
 def test_slurm_profile_as_shipped_is_flagged_and_an_adapted_one_is_not(tmp_path):
-    s = doctor.probe_slurm()
+    s = diagnosis.probe_slurm()
     assert (s["partition"], s["account"], s["gpus_per_node"], s["gpu_model"]) == (
         "gpu",
         "my_account",
@@ -538,12 +543,12 @@ def test_slurm_profile_as_shipped_is_flagged_and_an_adapted_one_is_not(tmp_path)
         "still has the shipped slurm_partition 'gpu' and slurm_account 'my_account'" in p["what"]
         for p in s["problems"]
     )
-    prof = yaml.safe_load(doctor.SLURM_PROFILE.read_text())
+    prof = yaml.safe_load(diagnosis.SLURM_PROFILE.read_text())
     prof["default-resources"].update(slurm_partition="'hopper'", slurm_account="'proj42'")
     prof["config"].update(slurm_gpu_model="constraint", slurm_gpu_names={"H200": "h200x"})
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(prof))
-    s = doctor.probe_slurm(path)
+    s = diagnosis.probe_slurm(path)
     assert s["partition"] == "hopper" and s["requests"] == {"H200": "--gpus=<n> -C h200x"}
     assert not any("shipped" in p["what"] for p in s["problems"])
 
@@ -557,7 +562,7 @@ def test_cap_state_files_of_killed_runs_are_listed_not_restored(tmp_path):
             {"pid": 999999999, "mode": "nvml", "gpus": [{"index": 0, "original_limit_w": 700.0}]}
         )
     )
-    c = doctor.probe_cap_state(state)
+    c = diagnosis.probe_cap_state(state)
     assert c["stale"] == 1 and c["files"][0]["action"] == "would restore" and dead.is_file()
     assert "wattflex restore-caps" in c["problems"][0]["fix"]
 
@@ -569,7 +574,7 @@ def test_clock_lock_files_of_killed_runs_are_listed_not_reset(tmp_path):
     dead.write_text(
         json.dumps({"pid": 999999999, "mode": "nvml", "clock_mhz": 1200, "gpus": [{"index": 0}]})
     )
-    c = doctor.probe_cap_state(state)
+    c = diagnosis.probe_cap_state(state)
     assert c["stale"] == 0 and c["stale_clocks"] == 1 and dead.is_file()
     assert [f["action"] for f in c["files"]] == ["would restore"]
     assert (

@@ -8,13 +8,13 @@ from tests.fakes import fake_dcgmi
 from tests.fakes.dcgm_fixture import exporter_url, fake_dcgmi_on_path  # noqa: F401 (fixtures)
 from tests.fakes.nvml_fixture import fake_nvml  # noqa: F401 (fixture)
 from tests.unit.test_doctor import cuda_config
-from wattflex import doctor
+from wattflex import diagnosis
 
 NEED_DMON = "DCGM answering (dmon)"
 
 
 def config_check(tmp_path, **cuda):
-    return doctor.diagnose(
+    return diagnosis.diagnose(
         cuda_config(tmp_path, cap_control="observe", **cuda), state_dir=tmp_path / "st"
     )["config"]
 

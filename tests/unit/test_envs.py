@@ -9,6 +9,7 @@ CONDA_NAMES = {
     "torch": "pytorch",
     "snakemake": "snakemake-minimal",
     "prometheus-client": "prometheus_client",
+    "lazy-loader": "lazy_loader",
 }
 
 

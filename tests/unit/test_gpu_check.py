@@ -51,7 +51,7 @@ def test_real_weights_step_loads_and_trains_a_saved_model(gpu_check, tmp_path):
     import yaml
 
     from wattflex.runs.training import models
-    from wattflex.runs.training.config import TrainConfig
+    from wattflex.runs.training.train_config import TrainConfig
 
     facts = yaml.safe_load((REPO / "config" / "models.yaml").read_text())["models"]["gpt-oss-20b"]
     cfg = TrainConfig(

@@ -51,7 +51,7 @@ LAYERS = [
         "report_format",
         "report_findings",
         "report",
-        "doctor",
+        "diagnosis",
     ],  # figures, the HTML report, what a machine offers
     ["commands", "cli"],  # the `wattflex` command
 ]

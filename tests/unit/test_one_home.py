@@ -286,7 +286,7 @@ def test_a_train_config_without_a_spec_is_the_job_an_empty_spec_describes():
     """TrainConfig's defaults are the schema's, as from_spec fills them for a spec that sets nothing."""
     from dataclasses import asdict
 
-    from wattflex.runs.training.config import TrainConfig
+    from wattflex.runs.training.train_config import TrainConfig
 
     bare, spec = asdict(TrainConfig(model_facts={})), asdict(TrainConfig.from_spec({}, "."))
     bare.pop("attn_implementation"), spec.pop("attn_implementation")  # the catalog's, per model

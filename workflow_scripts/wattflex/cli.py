@@ -37,10 +37,15 @@ class OneLineParser(argparse.ArgumentParser):
     out-of-range number (``wattflex.commands.finite_float``), a missing argument, a bad choice."""
 
     def error(self, message: str):  # type: ignore[override]
+        """Exit with status 2 and the error on one line, pointing at ``--help`` (never the usage block)."""
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``wattflex`` parser: one subcommand per module of ``wattflex.commands`` (its ``NAME``,
+    ``HELP`` and options, grouped as ``commands._help`` says), each bound to its module's ``run``.
+    Imports only the commands' light modules, so ``--help`` stays fast.
+    """
     parser = OneLineParser(
         prog="wattflex",
         description="Measure and exploit the power flexibility (PFI) of AI training jobs.",
@@ -96,6 +101,11 @@ def group_options(parser: argparse.ArgumentParser, groups: dict[str, tuple[str, 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``wattflex`` with ``argv`` (default: ``sys.argv[1:]``). Returns the exit status: the
+    command's own, 2 for bad input (a ``UserError``, ``OSError``, ``ValueError`` or ``KeyError``,
+    printed as one line; ``WATTFLEX_TRACEBACK=1`` adds the traceback), 128 + SIGPIPE when the
+    reader of stdout went away, 128 + SIGINT on Ctrl-C.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):

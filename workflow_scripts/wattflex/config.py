@@ -171,6 +171,12 @@ def fill_defaults(
 def validate_schema(
     cfg: dict[str, Any], schema_path: str | Path = SCHEMA_PATH, schema: dict[str, Any] | None = None
 ) -> None:
+    """Check ``cfg`` (its internal ``_`` keys left out) against the JSON schema (``schema`` if given,
+    else the file ``schema_path``), refusing NaN and infinity.
+
+    Raises ConfigError naming the first problem by its key path (``config error at
+    groups[0].caps: ...``) and how many more there are.
+    """
     schema = schema if schema is not None else _read_schema(schema_path)
     validator = FiniteValidator(schema)
     cfg = {k: v for k, v in cfg.items() if k not in INTERNAL_KEYS}
@@ -204,6 +210,10 @@ def validate_schema(
 
 
 def load_catalog(path: str | Path) -> dict[str, dict[str, Any]]:
+    """The ``models:`` mapping of the models catalogue YAML at ``path`` (model name -> its facts).
+
+    Raises ConfigError when the file has no top-level ``models:`` mapping.
+    """
     doc = read_yaml(path)
     if not isinstance(doc, dict) or "models" not in doc:
         raise ConfigError(f"models catalog {path}: expected a top-level 'models:' mapping")
@@ -211,6 +221,7 @@ def load_catalog(path: str | Path) -> dict[str, dict[str, Any]]:
 
 
 def resolve_path(cfg_value: str, base: Path = REPO_ROOT) -> Path:
+    """``cfg_value`` as a path: itself when absolute, else under ``base`` (the repository root)."""
     p = Path(cfg_value)
     return p if p.is_absolute() else base / p
 
@@ -385,6 +396,11 @@ def check_node_layout(g: dict[str, Any], per_node: int, where: str) -> None:
 
 
 def check_semantics(cfg: dict[str, Any]) -> None:
+    """Check what the schema cannot: the run timeline, node layouts of cuda groups, unique group ids,
+    known models, cap grids inside each GPU's power-limit range, clock groups' settings.
+
+    Raises ConfigError naming the first bad key (``config error at groups[2].caps: ...``).
+    """
     catalog = cfg["_catalog"]
     check_run_timeline(cfg["run"])
     per_node = int(cfg.get("slurm_gpus_per_node") or GPUS_PER_NODE)

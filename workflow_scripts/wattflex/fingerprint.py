@@ -119,7 +119,26 @@ def _direct_imports(path: Path, mtime_ns: int, size: int) -> frozenset[str]:
             sub = f"{mod}.{alias.name}".lstrip(".")
             if _source(sub) is not None:
                 found.add(sub)
+            elif alias.name in handed_on(mod):  # a name of the package's face: its module
+                found.add(handed_on(mod)[alias.name])
     return frozenset(m for m in found if _source(m) is not None)
+
+
+@functools.cache
+def handed_on(package: str) -> dict[str, str]:
+    """The names a package hands on (its ``__init__.pyi``, read by lazy_loader), each mapped
+    to the module that defines it (``{"kruskal_dunn": "analysis.stats"}``); ``{}`` for a module
+    or a package without a face. ``from wattflex.analysis import kruskal_dunn`` thus depends on
+    ``analysis.stats`` alone, not on every module the face names."""
+    stub = (LIB.joinpath(*package.split(".")) if package else LIB) / "__init__.pyi"
+    if not stub.is_file():
+        return {}
+    return {
+        alias.asname or alias.name: ".".join(p for p in (package, node.module) if p)
+        for node in ast.parse(stub.read_text()).body
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+        for alias in node.names
+    }
 
 
 def _excluded(module: str, ignore: tuple[str, ...]) -> bool:

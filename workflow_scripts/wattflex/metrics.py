@@ -5,7 +5,7 @@ whether the PFI predictor may use it.
 Derived from :data:`METRICS` (call the functions, not copies, so a new entry reaches all):
 the telemetry schema (``wattflex.telemetry``), the NVML sampler's row and GPM reader
 (``runs.devices.base``, ``runs.devices.nvml``), the DCGM parsers and their ranges
-(``ingest.dcgm``, ``runs.devices.dcgm``), the emulator's columns (``runs.emulator.device``),
+(``ingest.dcgm``, ``runs.devices.dcgm_sampler``), the emulator's columns (``runs.emulator.device``),
 the closed-loop truth table (``control.clustersim``) and the predictor's candidates
 (``analysis.predictor``). Adding a metric is one entry here plus the code that reads it.
 
@@ -20,6 +20,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Metric:
+    """One telemetry metric: its column and unit, its plausible range, how NVML, GPM and DCGM read
+    it (and the factor from DCGM's unit), and whether the run summary and the predictor use it.
+    """
+
     name: str  # telemetry column
     unit: str  # the schema's unit (a DCGM reading is scaled to it by dcgm_factor)
     lo: float  # plausible range in that unit (ingest.dcgm rejects values outside)
@@ -32,7 +36,7 @@ class Metric:
     dcgm_dmon: str | None = None  # `dcgmi dmon` column short name
     dcgm_factor: float = 1.0  # DCGM's unit -> the schema's
     dcgm_aliases: tuple[str, ...] = ()  # newer DCGM and dcgm-exporter 1.x names of the field
-    dcgm_profiling: bool = False  # read from DCGM when GPM cannot (runs.devices.dcgm)
+    dcgm_profiling: bool = False  # read from DCGM when GPM cannot (runs.devices.dcgm_sampler)
     activity: bool = True  # a job's mean over GPUs in the run summary (power is summed)
     predictor: bool = False  # a candidate of the predictor's `all_dcgm` set
     range_hint: str = ""  # the hint when a value is out of range (default: the unit)
@@ -228,14 +232,17 @@ ID_COLUMNS = ["t_s", "node", "gpu"]
 
 
 def telemetry_columns() -> list[str]:
+    """The telemetry table's columns in order: the id columns, then every metric's."""
     return ID_COLUMNS + [m.name for m in METRICS]
 
 
 def activity_metrics() -> list[str]:
+    """The metrics averaged over a job's GPUs in the run summary (power is summed instead)."""
     return [m.name for m in METRICS if m.activity]
 
 
 def predictor_metrics() -> list[str]:
+    """The metrics the predictor may use as features (its ``all_dcgm`` set)."""
     return [m.name for m in METRICS if m.predictor]
 
 
@@ -254,6 +261,9 @@ def dcgm_fields() -> dict[int, tuple[str, str, str, float]]:
 
 
 def dcgm_aliases() -> dict[str, str]:
+    """Older and newer DCGM field names mapped to the metric they read (a capture from either
+    version is read into the same column).
+    """
     return {a: m.name for m in METRICS for a in m.dcgm_aliases}
 
 
@@ -272,4 +282,5 @@ def ranges() -> dict[str, tuple[float, float, str]]:
 
 
 def descriptions() -> dict[str, str]:
+    """Each metric's column name mapped to its one-line description."""
     return {m.name: m.description for m in METRICS}

@@ -54,6 +54,10 @@ class SchemaVersionError(ValueError):
 
 
 def check_schema_version(found: str | None, path: str | os.PathLike) -> None:
+    """Check that an artifact's ``schema_version`` has the major version this wattflex reads.
+
+    Raises SchemaVersionError when it is missing (not a wattflex artifact) or of another major.
+    """
     if found is None:
         raise SchemaVersionError(
             f"{path}: no schema_version; not a wattflex artifact (or written by a pre-1.0 tool)"
@@ -89,6 +93,9 @@ def code_version() -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def package_versions() -> dict[str, str]:
+    """The versions of Python and of the installed packages that shape the outputs (those not
+    installed are left out), for the provenance record.
+    """
     out = {"python": sys.version.split()[0]}
     for name in _PACKAGES:
         try:
@@ -105,6 +112,7 @@ def params_hash(params: Any) -> str:
 
 
 def file_checksum(path: str | os.PathLike) -> str:
+    """The first 16 hex digits of the file's SHA-256 (read in 1 MiB chunks)."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -462,6 +470,10 @@ def write_parquet(
 
 
 def read_parquet_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """The wattflex metadata stored in a parquet file's schema (``{}`` when it has none).
+
+    Raises SchemaVersionError when that metadata's schema version is not readable.
+    """
     import pyarrow.parquet as pq
 
     raw = (pq.read_schema(path).metadata or {}).get(META_KEY)
@@ -537,10 +549,17 @@ def json_file(
 def write_json(
     obj: dict[str, Any], path: str | os.PathLike, prov: dict[str, Any] | None = None
 ) -> None:
+    """Write ``obj`` as strict JSON to ``path`` with ``prov`` in it, atomically (see
+    :func:`write_together`).
+    """
     write_together([json_file(obj, path, prov)])
 
 
 def read_json(path: str | os.PathLike) -> dict[str, Any]:
+    """A JSON artifact written by wattflex.
+
+    Raises SchemaVersionError when its schema version is missing or of another major version.
+    """
     doc = json.loads(Path(path).read_text())
     check_schema_version(doc.get("schema_version"), path)
     return doc

@@ -61,6 +61,9 @@ def _meta(path: Path) -> dict[str, Any]:
 
 
 def backend_of(doc: dict[str, Any]) -> str | None:
+    """The backend (``emulated``, ``cuda``, ``ingest``...) an artifact was made with: its provenance's,
+    else its own ``backend`` key; None when it records neither.
+    """
     prov = doc.get("provenance") or {}
     return prov.get("backend") or doc.get("backend")
 
@@ -190,6 +193,7 @@ def markdown_html(text: str) -> str:
 
 
 def kv_html(pairs: dict[str, Any]) -> str:
+    """Key/value pairs as an HTML table (lists and dicts as JSON), every text escaped."""
     rows = "".join(
         f"<tr><th>{_esc(k)}</th><td>{_esc(_fmt(v) if not isinstance(v, (list, dict)) else format_text(strict_json(v)))}</td></tr>"
         for k, v in pairs.items()
@@ -214,6 +218,9 @@ def image_html(path: Path, title: str, rel: str | None = None) -> str:
 
 
 def banner_html(backends: Sequence[str | None]) -> str:
+    """The report's top banner for the backends of its inputs: emulated, measured or mixed, with
+    the backends named; its text escaped.
+    """
     kind = backend_kind(backends)
     label, what = BANNERS[kind]
     names = _backend_names(backends)

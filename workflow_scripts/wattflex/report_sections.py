@@ -24,6 +24,11 @@ class Item:
 
 @dataclass(frozen=True)
 class Section:
+    """One section of the report: its key and title, the items (figures, tables) it shows, the
+    summary table's keys shown as headline numbers, what it needs (for its "skipped" note), what
+    the paper says, and whether it is left out entirely when nothing of it exists.
+    """
+
     key: str
     title: str
     items: tuple[Item, ...]

@@ -55,6 +55,10 @@ class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
 
 
 class DuplicateKeyError(yaml.YAMLError):
+    """A YAML mapping that names one key twice (YAML allows it, silently keeping the last); ``line``
+    is the 1-based line of the second one.
+    """
+
     def __init__(self, line: int, message: str):
         super().__init__(message)
         self.line, self.message = line, message

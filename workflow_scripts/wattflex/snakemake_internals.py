@@ -226,6 +226,10 @@ class ProgressLines(logging.Filter):
         self.finished: list[Any] = []
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Whether Snakemake's console prints ``record``: a job's info is kept (not printed) to name it
+        when it finishes, the finish is counted, a shell command with text and anything else not
+        chatter is printed.
+        """
         from snakemake_interface_logger_plugins.common import LogEvent
 
         event = getattr(record, "event", None)

@@ -54,6 +54,9 @@ class SummaryProtocol:
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any] | None) -> SummaryProtocol:
+        """The protocol of a config's ``summary:`` section (its other keys ignored; schema defaults for
+        what it leaves out).
+        """
         return cls(**{k: v for k, v in (cfg or {}).items() if k in cls.__dataclass_fields__})
 
 

@@ -440,7 +440,7 @@ def test_doctor_asks_sudo_whether_the_job_user_may_run_the_cap_command(rig):
     """doctor's ``sudo -n -l`` check as uid 65534: the installed rule's wrapper is allowed, any
     other program is not (sudo lists it silently as not allowed); neither is run."""
     code = (
-        "import json; from wattflex.doctor import sudo_refusal\n"
+        "import json; from wattflex.diagnosis import sudo_refusal\n"
         f"print(json.dumps([sudo_refusal(['sudo', '-n', {str(rig / 'wattflex-setcap')!r}, '0', '300']), "
         f"sudo_refusal(['sudo', '-n', {str(rig / 'nvidia-smi')!r}, '-i', '0', '-pl', '300'])]))"
     )

@@ -191,7 +191,7 @@ def test_program_path(tmp_path):
 
 
 def test_doctor_checks_each_groups_command_program(tmp_path):
-    from wattflex import doctor
+    from wattflex import diagnosis
     from wattflex.config import load_config
 
     cfg = load_config(Path(__file__).resolve().parents[3] / "config" / "config.yaml")
@@ -217,7 +217,7 @@ def test_doctor_checks_each_groups_command_program(tmp_path):
         },
         "cap_permission": {"likely": True, "basis": "test"},
     }
-    c = doctor.check_config(cfg, found)
+    c = diagnosis.check_config(cfg, found)
     assert f"group {cfg['groups'][0]['id']}'s command program" in c["needs"]
     assert [m["need"] for m in c["missing"]] == ["group other's command program"]
     assert "'no-such-trainer-xyz' not found" in c["missing"][0]["detail"]

@@ -90,7 +90,7 @@ def test_gemma4_adapters_are_peft_s_on_the_real_class_and_its_tied_embedding_is_
     from transformers import AutoModelForCausalLM
 
     from wattflex.runs.training import models
-    from wattflex.runs.training.config import TrainConfig
+    from wattflex.runs.training.train_config import TrainConfig
 
     gemma = CATALOG["Gemma-4-26B-A4B"]
     cfg = TrainConfig(
@@ -343,7 +343,7 @@ def test_the_docs_plan_table_and_refusal_are_the_codes():
 
 def test_a_group_without_shape_keys_is_planned_with_the_harness_defaults(tmp_path):
     from wattflex.runs.emulator.step import JobSpec
-    from wattflex.runs.training.config import TrainConfig
+    from wattflex.runs.training.train_config import TrainConfig
 
     bare = {"id": "g", "model": "Llama-3.1-70B", "task": "pt", "gpus": 8}
     p = plan.plan_group(bare, LLAMA)
@@ -359,7 +359,7 @@ def test_a_group_without_shape_keys_is_planned_with_the_harness_defaults(tmp_pat
 
 
 def test_the_chunked_loss_counts_one_chunks_logits():
-    from wattflex.runs.training.config import TrainConfig
+    from wattflex.runs.training.train_config import TrainConfig
 
     facts = yaml.safe_load((REPO_ROOT / "config" / "models.yaml").read_text())["models"][
         "Qwen3-32B"

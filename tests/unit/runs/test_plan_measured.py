@@ -7,7 +7,7 @@ import pytest
 from tests.tiny_training import tiny_cfg
 from wattflex.provenance import read_json
 from wattflex.runs import plan
-from wattflex.runs.training.loop import train
+from wattflex.runs.training.trainer import train
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 # DCP's .metadata file and per-file headers: a fixed cost, not per parameter (~170-280 KB here)

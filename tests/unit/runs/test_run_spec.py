@@ -31,7 +31,7 @@ from wattflex.runs.sweep.algorithm import sweep_spec
 from wattflex.runs.sweep.emulated import write_sweep_run
 from wattflex.runs.sweep.real import write_real_sweep_run
 from wattflex.runs.sweep.steady import SteadyCriteria, SweepSettings
-from wattflex.runs.training.config import TrainConfig
+from wattflex.runs.training.train_config import TrainConfig
 from wattflex.telemetry import SummaryProtocol
 
 SWEEP_GROUP = "moe-pt-gptoss20b-x8-ep8-nocompile"

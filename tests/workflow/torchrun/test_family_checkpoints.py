@@ -1,6 +1,6 @@
 """Every catalogue family through the harness's sharded path, in one 2-rank gloo job:
 a real-format checkpoint of each family's transformers class (``save_pretrained``; tied where the
-family's published config ties) loaded by ``loop.prepare_model``, and the harness's random init;
+family's published config ties) loaded by ``trainer.prepare_model``, and the harness's random init;
 and a multimodal Gemma-4 checkpoint, of which the harness trains the text decoder. The cases and
 the checkpoints: tests/family_checkpoints.py; the table: benchmarks/family_checkpoints.py.
 """

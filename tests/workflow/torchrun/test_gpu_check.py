@@ -65,7 +65,7 @@ def test_gpu_check_on_cpu_with_fake_nvml_writes_every_section_and_sets_no_limit(
     import torch
 
     from wattflex.runs.training import models
-    from wattflex.runs.training.config import TrainConfig
+    from wattflex.runs.training.train_config import TrainConfig
 
     facts = {"hf_model_type": "qwen3", "tie_word_embeddings": True}
     models.build_model(

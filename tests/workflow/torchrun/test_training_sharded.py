@@ -15,7 +15,7 @@ from tests import tiny_training
 from tests.tiny_training import CATALOG
 from tests.workflow.torchrun.training_jobs import ProbeJob, run_probes, train_torchrun
 from wattflex.runs.training import models
-from wattflex.runs.training.config import TrainConfig
+from wattflex.runs.training.train_config import TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/workflow/torchrun/conftest.py
 

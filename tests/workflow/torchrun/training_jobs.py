@@ -15,12 +15,12 @@ REPO = Path(__file__).resolve().parents[3]
 # one-process reference (``ref``, ``ref_params``) built from the same config and seed.
 PROBE_PREAMBLE = textwrap.dedent("""
     import json, sys, torch
-    from wattflex.runs.training import loop, models, sharded
-    from wattflex.runs.training.config import TrainConfig
+    from wattflex.runs.training import models, sharded, trainer
+    from wattflex.runs.training.train_config import TrainConfig
     torch.set_num_threads(1)
     cfg = TrainConfig.from_json(sys.argv[1])
-    dist = loop.init_distributed(cfg)
-    model, info = loop.prepare_model(cfg, dist)
+    dist = trainer.init_distributed(cfg)
+    model, info = trainer.prepare_model(cfg, dist)
     torch.manual_seed(cfg.seed)
     ref = models.build_model(cfg, torch.float32, ep=cfg.ep)
     if cfg.task == "lora":
@@ -65,7 +65,7 @@ PROBE_DRIVER = textwrap.dedent("""
     import ctypes, json, os, runpy, signal, sys, traceback
     import peft, torch, transformers
     from torch.distributed import distributed_c10d
-    from wattflex.runs.training import loop, models, sharded
+    from wattflex.runs.training import models, sharded, trainer
     rank = os.environ["RANK"]
     for i, (case, script, cfg_path, outdir) in enumerate(json.loads(open(sys.argv[1]).read())):
         print(f"rank {rank}: probe case {case}", file=sys.stderr, flush=True)

@@ -135,6 +135,9 @@ def grid_sensitivity(
 
 
 def grid_summary(table9: pd.DataFrame) -> dict[str, float]:
+    """Table 9's summary: the groups compared, the median and largest PFI change (%) from six caps
+    to four, and Spearman's rho and p between the two rankings (NaN when there are no groups).
+    """
     rho, p, n = spearman(table9["pfi_6caps"], table9["pfi_4caps"])
     pct = table9["delta_pct"].astype(float)
     return {
@@ -199,6 +202,9 @@ def h100_vs_h200(pfi: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def h100_summary(table8: pd.DataFrame) -> dict[str, float]:
+    """Table 8's summary: the (model, task) pairs, Spearman's rho and p between their H200 and H100
+    PFIs, and the median H100/H200 PFI ratio (NaN when the table is empty).
+    """
     rho, p, n = spearman(table8["pfi_h200"], table8["pfi_h100"])
     return {
         "n_pairs": n,
@@ -232,6 +238,9 @@ def repeatability(
 
 
 def repeatability_summary(table: pd.DataFrame) -> dict[str, float]:
+    """The repeatability table's summary: configurations, runs, and the median and largest
+    coefficient of variation (%) of power and of tokens/s (NaN when the table is empty).
+    """
     return {
         "n_configurations": int(len(table)),
         "n_runs": int(table["n"].sum()),
@@ -306,6 +315,9 @@ def compute_accounting(
 
 
 def table9_beside_published(table9: pd.DataFrame, paper_dir: str) -> pd.DataFrame:
+    """Table 9 (PFI at six caps and at four) with the paper's numbers beside it, by group
+    (``*_published`` columns; NaN where the paper's table is absent or lacks the group).
+    """
     return beside_published(
         table9,
         load_published(paper_dir, "table9_grid_sensitivity"),
@@ -315,6 +327,9 @@ def table9_beside_published(table9: pd.DataFrame, paper_dir: str) -> pd.DataFram
 
 
 def table8_beside_published(table8: pd.DataFrame, paper_dir: str) -> pd.DataFrame:
+    """Table 8 (H200 vs H100 PFI) with the paper's numbers beside it, by (model, task); the paper's
+    task names are mapped to ours first.
+    """
     pub = load_published(paper_dir, "table8_h100_vs_h200")
     if pub is not None:
         pub = pub.assign(task=task_key(pub["task"]))
@@ -322,6 +337,9 @@ def table8_beside_published(table8: pd.DataFrame, paper_dir: str) -> pd.DataFram
 
 
 def table4_beside_published(table4: pd.DataFrame, paper_dir: str) -> pd.DataFrame:
+    """Table 4 (compute used: runs, mean wall-clock minutes, GPU-hours) with the paper's numbers
+    beside it, by GPUs per cluster.
+    """
     pub = load_published(paper_dir, "table4_compute")
     if pub is not None:
         pub = pub.assign(gpus_per_cluster=pub["gpus_per_cluster"].astype(str))

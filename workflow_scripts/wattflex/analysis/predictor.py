@@ -54,6 +54,9 @@ def dcgm_metrics() -> tuple[str, ...]:
 
 
 def feature_definitions() -> dict[str, str]:
+    """Each predictor feature's name mapped to its one-line meaning (the metrics' own descriptions
+    plus the predictor's derived features), for the model card.
+    """
     metric_text = descriptions()
     return {**_OWN_DEFINITIONS, **{m: metric_text[m] for m in predictor_metrics()}}
 
@@ -309,6 +312,9 @@ def not_fitted_model(spec: str, reason: str) -> dict[str, Any]:
 
 
 def is_fitted(model: dict[str, Any]) -> bool:
+    """Whether a loaded model was fitted; False for the ``not_fitted`` placeholder written when too
+    few groups were available (models without a status are fitted ones).
+    """
     return model.get("status", "fitted") != NOT_FITTED
 
 

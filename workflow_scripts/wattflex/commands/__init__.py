@@ -85,6 +85,9 @@ class RenamedOption(argparse.Action):
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
+        """Store the option's value (appended to the list so far with ``append``); an old spelling
+        also prints a one-line deprecation note on stderr naming the new one.
+        """
         if option_string in self.old:
             print(
                 f"{parser.prog}: {option_string} is deprecated, use {self.option_strings[0]} "
@@ -118,6 +121,7 @@ class StderrHandler(logging.StreamHandler):
 
     @property
     def stream(self):
+        """The stream written to: ``sys.stderr`` as it is now, looked up on every record."""
         return sys.stderr
 
     @stream.setter

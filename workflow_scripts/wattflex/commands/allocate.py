@@ -16,6 +16,9 @@ HELP = "Split a cluster power cut across jobs (equal-weight, PFI-aware, ..., exa
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``wattflex allocate``'s options on ``parser``: the curve table, ``--cut`` or ``--budget-w``,
+    the policy and its parameters, ``--site`` and the output.
+    """
     parser.add_argument(
         "curves",
         help="CSV (or parquet): job,power_w,throughput, one row per measured point "
@@ -94,6 +97,11 @@ def read_curves(path: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    """Allocate the cut across the curve table's jobs and print (or write, with its provenance
+    sidecar and totals) the per-job caps. Returns the exit status, 0.
+
+    Raises UserError for a bad curve table, site file or output path (one line, nothing written).
+    """
     from wattflex.allocation.allocator import allocate_table
     from wattflex.commands._outputs import check_outputs
     from wattflex.provenance import csv_files, json_file, provenance, write_together

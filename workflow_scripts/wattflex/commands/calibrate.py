@@ -32,6 +32,9 @@ HELP = "fit the emulator's power-level anchor to measured sweeps, the paper's ta
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``wattflex calibrate``'s options on ``parser``: the measurements (``--runs``, ``--published``
+    or ``--gpu-check``, one of them), the config whose groups describe the jobs, and the output.
+    """
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument(
         "--runs",
@@ -184,6 +187,12 @@ def _no_facts(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Fit the emulator's anchor (MHz) to the measurements and write the fitted value with its fit
+    statistics as JSON. Returns the exit status, 0.
+
+    Raises UserError for an ingested campaign's config, runs the config's groups do not describe,
+    a named set without facts, or a fit that cannot be made.
+    """
     import pandas as pd
 
     from wattflex.analysis import calibration as cal

@@ -17,6 +17,9 @@ HELP = "Report what this machine offers wattflex (NVML, GPUs, caps, DCGM, RAPL, 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``wattflex doctor``'s options on ``parser``: ``--json``, the config whose needs set the exit
+    status, a dcgm-exporter URL and the cap state folder.
+    """
     parser.add_argument(
         "--json", action="store_true", help="print one JSON document instead of the report"
     )
@@ -38,7 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Lazy, like every heavy import of a command (wattflex.cli).
-    from wattflex.doctor import diagnose, format_report
+    """Diagnose this machine and print the report (or one JSON document with ``--json``). Returns
+    the exit status: 0 when the config's needs are met, 1 otherwise. Changes nothing.
+    """
+    from wattflex.diagnosis import diagnose, format_report
     from wattflex.provenance import strict_json
 
     report = diagnose(args.configfile, args.dcgm_exporter, args.state_dir)

@@ -21,6 +21,9 @@ FORMATS = ("sweep-table", "zeus-nsdi23", "perseus-sosp24", "dcgm-runs")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``wattflex ingest``'s options on ``parser``: the format and path, the runs table to write, the
+    bad-row policy and the optional rejected-rows and PFI tables.
+    """
     parser.add_argument("format", choices=FORMATS, help="what PATH holds")
     parser.add_argument(
         "path", type=Path, help="a file, or a folder of them (dcgm-runs: the manifest CSV)"
@@ -49,6 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Read the measured sweeps into a runs table (and the optional rejected-rows and PFI tables),
+    each with its provenance; the outputs are checked before anything is written. Returns the
+    exit status, 0.
+
+    Raises UserError (via the ingest errors) for unreadable input or bad rows under
+    ``--on-bad-rows error``.
+    """
     from wattflex.commands._outputs import check_outputs
     from wattflex.ingest.sources import ingest
     from wattflex.provenance import provenance, write_csv, write_parquet

@@ -30,6 +30,9 @@ KNOB_NAMES = ("cap", "clock", "pause", "requeue")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``wattflex knobs``'s options on ``parser``: the runs, the running jobs, the event's depth
+    (``--depth-kw`` or ``--target-kw``) and duration, the knobs allowed, ``--site`` and the output.
+    """
     parser.add_argument(
         "--curves",
         "--runs",
@@ -99,6 +102,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Choose the cheapest knob per job that meets the event and print (or write, with provenance)
+    the choice table. Returns the exit status, 0.
+
+    Raises UserError for unknown knob names, bad runs/jobs tables, or when no choice meets the
+    event.
+    """
     from wattflex.allocation import knobs as kn
     from wattflex.commands._outputs import check_outputs
     from wattflex.commands.allocate import read_curves

@@ -32,6 +32,9 @@ MAX_COPIES = 100_000  # --job GROUP=N: one table row per copy; more is a typo, n
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``wattflex offer``'s options on ``parser``: the curves (default: the campaign's runs), the
+    jobs and their counts, the throughput losses, the hours held, the statement and the output.
+    """
     parser.add_argument(
         "curves",
         nargs="?",
@@ -90,6 +93,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def default_curves(config: str) -> str:
+    """The default curve table: ``results/<campaign>/runs.parquet`` of the campaign that ``config``
+    names, as a path string.
+
+    Raises UserError when the config cannot be read or that runs.parquet is not there yet.
+    """
     from wattflex.config import load_config
     from wattflex.errors import UserError
     from wattflex.ingest.reader import MAX_DOC_BYTES, IngestError, check_input_file
@@ -206,6 +214,12 @@ def write_statement(args: argparse.Namespace, path: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print (and with ``-o`` write, with provenance) the kW each job set can shed at each
+    throughput loss, held ``--hours``; or write the flexibility statement. Returns the exit
+    status, 0.
+
+    Raises UserError for a loss outside (0, 1), or curves where every job has a single point.
+    """
     import numpy as np
 
     from wattflex.allocation.curves import check_points, curves_from_points

@@ -41,6 +41,9 @@ SUMMARY_COLS = [
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``wattflex pfi``'s options on ``parser``: the sweep table, the output, the Monte Carlo
+    resamples and seed, and the SEM columns.
+    """
     parser.add_argument("sweeps", type=Path, help="sweep table (.csv, or .parquet/.pq)")
     parser.add_argument(
         "-o",
@@ -104,6 +107,12 @@ def read_sweeps(path: Path):
 
 
 def run(args: argparse.Namespace) -> int:
+    """Compute the PFI of every group of the sweep table and write it (with provenance) or print a
+    summary. Returns the exit status, 0.
+
+    Raises UserError for missing or non-numeric columns, one SEM column without the other, or a
+    negative ``--mc-samples``.
+    """
     from wattflex.commands._outputs import check_outputs
     from wattflex.ingest.reader import check_cells
     from wattflex.pfi import pfi_table

@@ -12,6 +12,9 @@ HELP = "Predict PFI from a telemetry summary (one row per job) with a fitted pre
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``wattflex predict``'s options on ``parser``: the telemetry table, the fitted model and the
+    output.
+    """
     parser.add_argument(
         "telemetry",
         help="CSV or parquet, one row per job: the uncapped run's steady-state "
@@ -76,6 +79,11 @@ def load_model(path: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Predict each job's PFI from its uncapped telemetry with the fitted model; print the table or
+    write it with provenance. Returns the exit status, 0.
+
+    Raises UserError for non-numeric or out-of-range inputs, by file and line.
+    """
     from wattflex.analysis.predictor import add_features, feature_inputs, input_problems, predict
     from wattflex.commands._outputs import check_outputs
     from wattflex.ingest.reader import check_cells, describe_bad_rows, read_typed_table

@@ -30,6 +30,9 @@ HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``wattflex restore-caps``'s options on ``parser``: the state folders, the cap command, and the
+    job's user and GPUs whose records are trusted.
+    """
     parser.add_argument(
         "--state-dir",
         action="append",
@@ -69,6 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Lazy, like every heavy import of a command (wattflex.cli): --help must not load the run stack.
+    """Put back the power limits and clock locks recorded in the state folders' files for this
+    host, printing one line per file. Returns the exit status: 0 when all were restored (or none
+    was there), 1 when any failed.
+
+    Raises UserError for an unsafe ``--cap-command`` or a state folder that is a file.
+    """
     import shlex
     from pathlib import Path
 

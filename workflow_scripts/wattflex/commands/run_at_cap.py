@@ -36,6 +36,9 @@ HELP = "Run one training job at one power cap (emulated or real GPUs) and write 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``wattflex run-at-cap``'s options on ``parser``: the spec, the output folder and ``--cap-w``
+    (W per GPU, overriding the spec's).
+    """
     parser.add_argument("spec", type=Path, help="run spec (JSON)")
     parser.add_argument("outdir", type=Path, help="output directory")
     parser.add_argument(
@@ -140,6 +143,12 @@ def claimed_outdir(outdir: Path) -> Iterator[Path]:
 
 def run(args: argparse.Namespace) -> int:
     # Lazy, like every heavy import of a command (wattflex.cli): --help must not load the run stack.
+    """Run the spec at its cap into OUTDIR (telemetry.parquet, steps.parquet, run.json), claimed
+    first and filled only on success. Returns the exit status: 0, or the signal's code when the
+    run was stopped by SIGTERM/SIGINT (caps restored).
+
+    Raises UserError for an unreadable or invalid spec or an unusable OUTDIR.
+    """
     from wattflex.ingest.reader import read_input_text
     from wattflex.runs.devices.caps import CapSignal
 

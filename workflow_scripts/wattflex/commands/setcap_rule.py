@@ -25,6 +25,9 @@ TOOL_OPTIONS = {name.lower(): (name, default) for name, default in setcap.TOOLS.
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``wattflex setcap-rule``'s options on ``parser``: the part to print, the group or user
+    allowed, the wrapper's path, the tools' paths and the node name.
+    """
     parser.add_argument(
         "--part",
         choices=PARTS,
@@ -60,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print the part asked for: the wrapper script, the sudoers line, the cap command, or all
+    three as install steps. Returns the exit status, 0.
+    """
     tools = {name: getattr(args, opt) for opt, (name, _) in TOOL_OPTIONS.items()}
     texts = {
         "wrapper": setcap.wrapper_text(tools, args.node_name),
@@ -71,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def install_steps(args: argparse.Namespace, texts: dict[str, str]) -> str:
+    """The admin's install steps as shell text: the command again for the wrapper, its install as
+    root 0755, the sudoers rule checked by visudo, and the campaign config lines.
+    """
     again = (
         "wattflex setcap-rule"
         + "".join(

@@ -16,6 +16,9 @@ HELP = "Kruskal-Wallis across clusters, then Dunn's test (Holm) on every pair, f
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``wattflex stats``'s options on ``parser``: the table, its value and group columns, the
+    cluster order, the p-value adjustment, alpha and the output.
+    """
     parser.add_argument("table", help="CSV or parquet with one row per group (e.g. a PFI table)")
     parser.add_argument(
         "--value-col", default="pfi_ratio", help="numeric column to compare (default: pfi_ratio)"
@@ -79,6 +82,12 @@ def _fmt(x: float | None, spec: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run Kruskal–Wallis across the groups and Dunn's pairwise tests (p adjusted), print the result
+    or write it as JSON with provenance. Returns the exit status, 0.
+
+    Raises UserError for alpha outside (0, 1), an unknown adjustment, non-numeric values, or a
+    table too small to test.
+    """
     from wattflex.analysis.stats import check_p_adjust, kruskal_dunn
     from wattflex.commands._outputs import check_outputs
     from wattflex.ingest.reader import check_cells, read_typed_table

@@ -4,7 +4,7 @@
   memory kept); ``scontrol resume JOB`` continues them where they stopped.
 - **requeue**: ``scontrol requeue JOB`` ends the running job and puts it back in the queue
   (the job must be requeueable: ``sbatch --requeue``); when it starts again, the harness
-  with ``resume`` on (:class:`wattflex.runs.training.config.TrainConfig`) goes on from its
+  with ``resume`` on (:class:`wattflex.runs.training.train_config.TrainConfig`) goes on from its
   newest complete checkpoint (:func:`wattflex.runs.training.checkpoint.latest`).
 
 :func:`apply` carries out a knob choice (:func:`wattflex.allocation.knobs.choose`'s table,

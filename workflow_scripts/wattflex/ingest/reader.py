@@ -155,6 +155,9 @@ class IngestResult:
     notes: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
+        """The ingest in numbers for the provenance record: runs, groups and rejected rows, the inputs
+        read, the notes, and the throughput units seen.
+        """
         return {
             "n_runs": int(len(self.runs)),
             "n_groups": int(self.runs["group"].nunique()),

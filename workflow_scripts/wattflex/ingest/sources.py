@@ -360,6 +360,12 @@ def read_run_telemetry(
     node: str | None,
     gpu_ids: Iterable[int] | None,
 ) -> pd.DataFrame:
+    """One run's telemetry from its capture ``files`` in ``fmt`` (``dcgm-exporter`` scrapes, or one
+    ``dcgmi dmon`` log per node sampled every ``period_s`` s), on the ``gpu_ids`` given, in the
+    telemetry schema; notes on the reading in ``attrs["notes"]``.
+
+    Raises IngestError for an unknown format (and the readers' own for bad files).
+    """
     if fmt == "dcgm-exporter":
         return read_dcgm_exporter(files, node=node or "node0", gpu_ids=gpu_ids)
     if fmt == "dcgmi-dmon":

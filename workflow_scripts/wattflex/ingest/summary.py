@@ -50,6 +50,9 @@ GROUP_TABLE_COLUMNS = [
 
 
 def status_bucket(status: str) -> str:
+    """The report's bucket of a PFI status (``ok``, ``non-binding cap``, ``ill-conditioned ratio``...;
+    ``other`` for a status no bucket lists).
+    """
     return next((b for b, members in STATUS_BUCKETS.items() if status in members), "other")
 
 
@@ -81,6 +84,9 @@ def status_counts(pfi: pd.DataFrame) -> pd.DataFrame:
 
 
 def group_table(pfi: pd.DataFrame) -> pd.DataFrame:
+    """The ingest report's per-group table: the PFI table's columns the report shows (NaN where
+    absent) with each status's bucket, sorted by GPU model and group.
+    """
     out = pfi.copy()
     out["bucket"] = out["status"].map(status_bucket)
     for col in GROUP_TABLE_COLUMNS:

@@ -81,6 +81,10 @@ class CommandError(RuntimeError):
 def placeholders(
     spec: dict[str, Any] | RunSpec, run_dir: Path, cap_w: float | None = None
 ) -> dict[str, str]:
+    """The values a command's launch and env templates may name (``{gpus}``, ``{nodes}``,
+    ``{nproc_per_node}``, ``{run_dir}``, ``{cap_w}`` in W or "" when uncapped, ``{duration_s}``,
+    ``{seed}``, ``{group}``), as text.
+    """
     spec = RunSpec.of(spec)
     group, opts = spec.group, spec.options
     cap = spec.cap_w if cap_w is None else cap_w
@@ -170,11 +174,13 @@ class LineFollower:
             live_path.write_text("step,t_end_s,tokens,loss\n")
 
     def start(self) -> LineFollower:
+        """Read what the log holds already, then follow it in the thread. Returns itself."""
         self._read()  # what the log holds already: a reader that starts late sees it at once
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop following and read what the job wrote last (waits for the thread)."""
         self._stop.set()
         self._thread.join()
         self._read()  # what the job wrote last
@@ -223,6 +229,9 @@ class LineFollower:
             )
 
     def steps(self) -> pd.DataFrame:
+        """The matched lines as a step table (``step, t_end_s, tokens, loss``; tokens from the
+        throughput each line reports).
+        """
         return steps_from_lines(list(self.rows))
 
 
@@ -246,6 +255,9 @@ def steps_table(
 def no_throughput_error(
     source: ThroughputSource, follower: LineFollower | None, log_path: Path, run_dir: Path
 ) -> CommandError:
+    """The error for a run that yielded no throughput: its steps file stayed empty, or none of its
+    output lines matched the throughput source (the log's last ten lines quoted).
+    """
     if source.steps_file:
         return CommandError(
             f"the command wrote no step to its steps file {run_dir / source.steps_file} "
@@ -259,6 +271,7 @@ def no_throughput_error(
 
 
 def exit_error(rc: int, log_path: Path) -> CommandError:
+    """The error for a command that exited with status ``rc``, quoting the log's last 15 lines."""
     tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
     return CommandError(f"the command exited with status {rc} (see {log_path}; its end:)\n{tail}")
 
@@ -307,11 +320,15 @@ class CommandJob:
         self.follower: LineFollower | None = None
 
     def start(self, live: bool = False) -> tuple[subprocess.Popen, LineFollower | None]:
+        """Start the command with its log, and (unless it writes a steps file) a follower of its output
+        lines, also writing the live step log when ``live``. Returns (the process, the follower or
+        None).
+        """
         follower = None
         if not self.source.steps_file:
             live_path = None
             if live:
-                from wattflex.runs.training.loop import LIVE_STEPS_FILE  # lazy: imports torch
+                from wattflex.runs.training.trainer import LIVE_STEPS_FILE  # lazy: imports torch
 
                 live_path = self.outdir / LIVE_STEPS_FILE
             follower = LineFollower(self.node.log_path, self.source, self.t0, live_path).start()
@@ -335,6 +352,9 @@ class CommandJob:
     def training_record(
         self, rc: int | None, follower: LineFollower | None, stopped: bool
     ) -> dict[str, Any]:
+        """The ``training`` record of run.json for this command: the launch and its template, the env,
+        exit status ``rc``, whether wattflex stopped it, the throughput source, lines read and matched.
+        """
         return {
             "launch": "command",
             "command": self.launch,
@@ -351,7 +371,7 @@ class CommandJob:
 
     def write_outputs(self, steps: pd.DataFrame, training: dict[str, Any]) -> None:
         """The files ``real_run.assemble`` merges, as the harness leaves them."""
-        from wattflex.runs.training.loop import RESULT_FILE, STEPS_FILE  # lazy: imports torch
+        from wattflex.runs.training.trainer import RESULT_FILE, STEPS_FILE  # lazy: imports torch
 
         prov = provenance(params=self.spec.raw, backend="cuda")
         write_parquet(

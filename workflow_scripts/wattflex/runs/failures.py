@@ -77,6 +77,7 @@ def record_failed_run(
 
 
 def is_failed(run_record: dict[str, Any]) -> bool:
+    """Whether a run record (run.json) says the run failed."""
     return run_record.get("status") == FAILED
 
 

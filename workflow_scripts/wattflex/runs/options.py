@@ -15,7 +15,7 @@ from wattflex.gpus import GPUS_PER_NODE
 from wattflex.schema import section_defaults
 
 if TYPE_CHECKING:
-    from wattflex.runs.devices.dcgm import DcgmSettings
+    from wattflex.runs.devices.dcgm_sampler import DcgmSettings
 
 # A spec from wattflex.config.run_spec has these keys (the schema's defaults filled); one without takes them.
 _CUDA, _RUN = section_defaults("cuda"), section_defaults("run")
@@ -36,13 +36,19 @@ class RunOptions:
     nproc_per_node: int = 1
     nnodes: int = 1
     nccl: dict[str, str] | None = None  # NCCL's environment for every torchrun (nccl_env)
-    telemetry: str = _CUDA["telemetry"]  # nvml | dcgm | auto (wattflex.runs.devices.dcgm)
+    telemetry: str = _CUDA["telemetry"]  # nvml | dcgm | auto (wattflex.runs.devices.dcgm_sampler)
     dcgm: DcgmSettings | None = None
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> RunOptions:
+        """The run's device options from its spec's ``cuda``, ``run`` and ``group`` blocks (schema
+        defaults for what they leave out): capping, sampling, DCGM, torchrun layout, NCCL.
+
+        Raises ValueError for an unknown telemetry or cap control mode or a bad cap command
+        template.
+        """
         from wattflex.runs.devices import caps
-        from wattflex.runs.devices import dcgm as dcgm_source
+        from wattflex.runs.devices import dcgm_sampler as dcgm_source
 
         cuda, run, group = spec.get("cuda", {}), spec.get("run", {}), spec.get("group", {})
         nproc, nnodes = torchrun_layout(group, cuda)
@@ -78,6 +84,7 @@ class RunOptions:
 
     @property
     def uses_nvml(self) -> bool:
+        """Whether the run needs NVML: it samples telemetry or sets caps (not ``observe``)."""
         return self.sampler or self.cap_control != "observe"
 
 

@@ -38,7 +38,7 @@ from wattflex.errors import ConfigError
 from wattflex.gpus import DEFAULT_GPU, gpu_spec
 from wattflex.runs.attention import attention_layers, catalog_attn_implementation
 from wattflex.runs.options import layout_problem, torchrun_layout
-from wattflex.runs.training.config import dtype_policy, precision_choice
+from wattflex.runs.training.train_config import dtype_policy, precision_choice
 from wattflex.schema import REPO_ROOT, read_yaml, section_defaults
 
 _GROUP, _CUDA = section_defaults("group_defaults"), section_defaults("cuda")
@@ -63,6 +63,11 @@ GIB = 2**30
 
 @dataclass(frozen=True)
 class ActivationFactors:
+    """The memory a catalogue model's activations take, measured per family (the table above):
+    ``factor`` bytes per s*b*h, ``score`` bytes per a*s^2*b (eager attention; None: not measured),
+    ``expert_weight`` bytes per routed-expert parameter.
+    """
+
     factor: float
     score: float | None = None
     expert_weight: float = 0.0
@@ -151,7 +156,7 @@ CHECKPOINT_DTYPE_BYTES = 2  # published weights are bf16 safetensors (gpt-oss MX
 # How a rank gets its weights: "meta" (random init: built on the meta device, sharded, then
 # materialised: each rank holds only its shard, on the GPU), "rank0-broadcast" (rank 0 loads
 # the whole model in the training dtype and broadcasts: torch's set_model_state_dict(...,
-# full_state_dict=True, broadcast_from_rank0=True), what training.loop does), "per-rank" (each
+# full_state_dict=True, broadcast_from_rank0=True), what training.trainer does), "per-rank" (each
 # rank reads its bf16 slice: transformers 5's from_pretrained(..., distributed_config=...), not
 # used by the harness), "whole" (every rank builds or loads the whole model, then shards: the
 # harness's old build).
@@ -206,6 +211,11 @@ class Shape:
 
 
 def shape(facts: dict[str, Any], lora_rank: int = 0) -> Shape:
+    """The parameter counts of a catalogue model (its ``facts``: billions of parameters, layers,
+    hidden, vocab...) with LoRA adapters of ``lora_rank`` (0: none, pre-training).
+
+    Raises KeyError when the facts lack a needed entry.
+    """
     total = float(facts["total_params_b"]) * 1e9
     layers, h = int(facts["layers"]), int(facts["hidden"])
     emb = float(facts["vocab"]) * h
@@ -247,6 +257,9 @@ def lora_params(facts: dict[str, Any], rank: int) -> float:
 
 
 def attention_of(facts: dict[str, Any], task: str, override: str | None = None) -> str:
+    """The attention implementation a group runs: ``override`` if given, else the catalogue's for
+    the family and task, else ``sdpa``.
+    """
     return override or catalog_attn_implementation(facts, task) or "sdpa"
 
 
@@ -394,7 +407,7 @@ def cpu_rank_bytes(
     """Host bytes of one rank of a CPU run (cuda.device: cpu, cuda.parallel: fsdp: FSDP2 over
     ``ranks`` gloo ranks) during its steps: ``gpu_bytes``' parts, the rank's memory being the
     host's, with ``CPU_PROCESS_GB`` for the process in place of the CUDA framework; ``total`` is
-    the steps' peak RSS per rank the plan expects (training.loop records the measured one as
+    the steps' peak RSS per rank the plan expects (training.trainer records the measured one as
     ``peak_rss_bytes_per_rank[*].steps`` in run.json)."""
     parts = gpu_bytes(
         facts,
@@ -414,7 +427,7 @@ def cpu_rank_bytes(
 
 
 def weights_path(cuda: dict[str, Any]) -> str:
-    """How the runs get weights (training.loop._materialize): meta init for random weights;
+    """How the runs get weights (training.trainer._materialize): meta init for random weights;
     real weights read whole by rank 0 and broadcast, with or without expert parallelism."""
     if cuda.get("tiny") or (cuda.get("random_init") and not cuda.get("model_path")):
         return "meta"
@@ -422,7 +435,7 @@ def weights_path(cuda: dict[str, Any]) -> str:
 
 
 def load_bytes_per_param(task: str, precision: str) -> int:
-    """dtype the model is built or loaded in on the host (training.loop.prepare_model)."""
+    """dtype the model is built or loaded in on the host (training.trainer.prepare_model)."""
     return 2 if precision == "bf16" or (precision == "bf16-mixed" and task == "lora") else 4
 
 
@@ -476,6 +489,11 @@ def checkpoint_bytes(params: float, adapters: float, task: str, precision: str) 
 
 @dataclass(frozen=True)
 class GroupPlan:
+    """A group's resource plan: its layout, the memory it needs per GPU (GiB: states, gathered
+    weights, activations, logits, framework) against what the GPU has, the host memory (GB), the
+    start-up and checkpoint times (s), and whether it fits (``reason`` when not).
+    """
+
     group: str
     model: str
     task: str
@@ -509,6 +527,7 @@ class GroupPlan:
     reason: str
 
     def row(self) -> dict[str, Any]:
+        """The plan as one table row (floats rounded to two decimals)."""
         return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
@@ -548,7 +567,7 @@ def plan_group(
     path = weights_path(cuda)
     sh = shape(facts, int(g.get("lora_rank", _GROUP["lora_rank"])) if task == "lora" else 0)
     ck_bytes = checkpoint_bytes(sh.params, sh.adapters, task, precision)
-    # training.loop: DCP async_save (cuda.checkpoint_async, default on) stages in host memory
+    # training.trainer: DCP async_save (cuda.checkpoint_async, default on) stages in host memory
     staging = (
         ck_bytes
         if cuda.get("checkpoint_async", section_defaults("cuda")["checkpoint_async"])

@@ -52,6 +52,9 @@ def recorded_backend(run_dir: str | Path) -> str | None:
 
 
 def holds_real_run(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds a run that was not emulated (a real, ingested or unreadable
+    run.json), which the workflow must never overwrite or delete.
+    """
     return recorded_backend(run_dir) not in (None, "emulated")
 
 

@@ -21,7 +21,7 @@ The spec arrives parsed (``wattflex.runs.spec.RunSpec``; a dict is parsed on ent
 device (cuda|cpu), cap_control (nvml|command|observe), cap_command, model_path, data_path,
 tiny, sampler, sampler_period_s, gpm (default true), host_power (default true), state_dir,
 nproc_per_node, nnodes (default: group.gpus / nproc_per_node on cuda), nccl (``nccl_env``),
-max_steps, and training extras (``training.config.TrainConfig``). ``run.gap_s`` (the paper's idle pause between runs) is the
+max_steps, and training extras (``training.train_config.TrainConfig``). ``run.gap_s`` (the paper's idle pause between runs) is the
 rule script's job, not this one.
 
 Multi-node jobs (``nnodes > 1``, inside a SLURM allocation) start one node agent per node with
@@ -81,12 +81,12 @@ from wattflex.provenance import (
     write_parquet,
 )
 from wattflex.runs.devices import caps, nvml
-from wattflex.runs.devices import dcgm as dcgm_source
+from wattflex.runs.devices import dcgm_sampler as dcgm_source
 from wattflex.runs.devices.base import TelemetrySampler, telemetry_frame
 from wattflex.runs.devices.hostpower import RaplReader
 from wattflex.runs.options import RunOptions, gloo_ifname, nccl_env  # noqa: F401 (re-exported: callers import them here)
 from wattflex.runs.spec import RunSpec
-from wattflex.runs.training.config import TrainConfig
+from wattflex.runs.training.train_config import TrainConfig
 
 log = logging.getLogger("wattflex.runs.real_run")
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -96,6 +96,7 @@ RDZV_BASE_PORT = 29400  # torchrun's default c10d port; the fallback port is der
 
 
 def utc_now() -> str:
+    """The time now in UTC, ISO 8601 to the second (``2026-12-07T20:15:48+00:00``)."""
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
@@ -110,6 +111,9 @@ def training_command(
     run_id: str = "wattflex",
     local_addr: str | None = None,
 ) -> list[str]:
+    """The torchrun command line that starts ``python -m wattflex.runs.training`` with the config
+    at ``config_path`` and the run's start time ``t0`` (epoch s), on ``nproc`` ranks per node.
+    """
     return torchrun_command(nproc, nnodes, node_rank, rdzv, run_id, local_addr) + [
         "-m",
         "wattflex.runs.training",
@@ -482,6 +486,9 @@ class NodeSetup:
         )
 
     def sampler(self) -> TelemetrySampler:
+        """The telemetry sampler of this node's GPUs (with RAPL host power when readable), joined with
+        DCGM when the facts say the telemetry comes from DCGM.
+        """
         host = self.host_reader.read if self.host_reader and self.host_reader.available else None
         sampler = TelemetrySampler(self.gpus, self.opts.sampler_period_s, self.t0, host=host)
         if self.facts.get("telemetry", {}).get("source") == "dcgm":
@@ -711,8 +718,8 @@ def assemble(
 ) -> None:
     """The run's files from the training's and the nodes' outputs; ``extra`` goes into run.json
     (the in-run staircase's record). The training's and nodes' scratch files are removed."""
-    # Lazy: training.loop imports torch, which importing this module must not need.
-    from wattflex.runs.training.loop import LIVE_STEPS_FILE, RESULT_FILE, STEPS_FILE, STOP_FILE
+    # Lazy: training.trainer imports torch, which importing this module must not need.
+    from wattflex.runs.training.trainer import LIVE_STEPS_FILE, RESULT_FILE, STEPS_FILE, STOP_FILE
 
     training = read_json(outdir / RESULT_FILE)["training"]
     steps = read_parquet(outdir / STEPS_FILE)

@@ -33,7 +33,7 @@ from wattflex.schema import section_defaults
 if TYPE_CHECKING:
     from wattflex.runs.options import RunOptions
     from wattflex.runs.sweep.steady import SteadyCriteria, SweepSettings
-    from wattflex.runs.training.config import TrainConfig
+    from wattflex.runs.training.train_config import TrainConfig
     from wattflex.telemetry import SummaryProtocol
 
 BACKENDS = ("emulated", "cuda")
@@ -83,7 +83,7 @@ class RunSpec:
         if backend == "cuda":
             # Imported here: an emulated run (one job each) never loads the real backend.
             from wattflex.runs.options import RunOptions
-            from wattflex.runs.training.config import TrainConfig
+            from wattflex.runs.training.train_config import TrainConfig
 
             options = RunOptions.from_spec(spec)
             if not group.get("command"):
@@ -112,6 +112,7 @@ class RunSpec:
 
     @property
     def group_id(self) -> str | None:
+        """The group's id, None when the spec's group has none."""
         return self.group.get("id")
 
     @property

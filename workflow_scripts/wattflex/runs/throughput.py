@@ -101,6 +101,8 @@ RATE_GROUPS = ("tokens_per_s", "samples_per_s", "step_time_s", "step_time_ms", "
 
 
 class ThroughputError(ValueError):
+    """A throughput source that cannot be used: a bad spec, or a line format it cannot read."""
+
     pass
 
 
@@ -128,6 +130,12 @@ class ThroughputSource:
         seq_len: int | None = None,
         gpus: int = 1,
     ) -> ThroughputSource:
+        """The source a group's ``command.throughput`` spec describes: a preset, a regex, or a steps
+        file; ``seq_len`` and ``gpus`` turn samples/s or step times into tokens/s.
+
+        Raises ThroughputError naming ``where`` for a spec that is not exactly one of those, or
+        lacks what its rate needs.
+        """
         spec = dict(spec or {})
         kinds = [k for k in ("preset", "regex", "steps_file") if spec.get(k)]
         if len(kinds) != 1:
@@ -216,9 +224,11 @@ class ThroughputSource:
         return _num(g.get("step")), tps * self.gpu_factor, _num(g.get("loss"))
 
     def reader(self) -> LineReader:
+        """A new line reader for this source (a tqdm bar's redraw is not a new step)."""
         return LineReader(self)
 
     def describe(self) -> dict[str, Any]:
+        """The source for run.json: its name and its tokens/samples per step and GPU factor."""
         return {
             "source": self.name,
             "tokens_per_step": self.tokens_per_step,

@@ -1,4 +1,4 @@
-"""DCGM as a telemetry source (``wattflex.runs.devices.dcgm``): the FAKE ``dcgmi`` program
+"""DCGM as a telemetry source (``wattflex.runs.devices.dcgm_sampler``): the FAKE ``dcgmi`` program
 (tests/fakes/fake_dcgmi.py, on PATH) replaying the dmon capture in tests/data, dcgm-exporter
 scrapes from tests/data served by a real HTTP server on 127.0.0.1, the sampler merging them
 with FAKE NVML GPUs (tests/fakes/fake_pynvml.py) and the per-run source choice. Real CPU
@@ -16,7 +16,7 @@ from tests.fakes.nvml_fixture import fake_nvml  # noqa: F401 (fixture)
 from wattflex.errors import ConfigError
 from wattflex.ingest.dcgm import read_dcgm_exporter, read_dcgmi_dmon
 from wattflex.runs import real_run
-from wattflex.runs.devices import dcgm, nvml
+from wattflex.runs.devices import dcgm_sampler, nvml
 from wattflex.runs.devices.base import TelemetrySampler
 
 PROFILING = ["dram_active", "sm_active", "tensor_active", "gpu_util", "mem_copy_util"]
@@ -37,8 +37,8 @@ def by_sample(df: pd.DataFrame, cols: list[str]) -> list[list[tuple]]:
 
 
 def test_fake_dcgmi_dmon_reader_stamps_and_parses_the_captured_rows(fake_dcgmi_on_path):
-    settings = dcgm.DcgmSettings.from_spec({"mode": "dmon"})
-    reader = dcgm.DmonReader(settings, [0, 1], period_s=0.05, t0=time.time(), node="n1")
+    settings = dcgm_sampler.DcgmSettings.from_spec({"mode": "dmon"})
+    reader = dcgm_sampler.DmonReader(settings, [0, 1], period_s=0.05, t0=time.time(), node="n1")
     assert reader.command[:5] == ["dcgmi", "dmon", "-e", "1005,1002,1004,203,204", "-i"]
     reader.start()
     deadline = time.time() + 20
@@ -60,9 +60,11 @@ def test_fake_dcgmi_dmon_reader_stamps_and_parses_the_captured_rows(fake_dcgmi_o
 
 
 def test_exporter_reader_reads_a_real_http_endpoint(exporter_url):
-    settings = dcgm.DcgmSettings.from_spec({"mode": "exporter", "url": exporter_url})
+    settings = dcgm_sampler.DcgmSettings.from_spec({"mode": "exporter", "url": exporter_url})
     clock = iter(float(t) for t in range(100, 200)).__next__
-    reader = dcgm.ExporterReader(settings, [0, 1], period_s=5.0, t0=100.0, node="n1", clock=clock)
+    reader = dcgm_sampler.ExporterReader(
+        settings, [0, 1], period_s=5.0, t0=100.0, node="n1", clock=clock
+    )
     for _ in scrapes():
         reader.scrape_once()
     got = pd.DataFrame(reader.records())
@@ -72,17 +74,17 @@ def test_exporter_reader_reads_a_real_http_endpoint(exporter_url):
         float(i) for i in range(len(scrapes()))
     ]  # our clock, not the file's
     assert set(got["node"]) == {"n1"} and reader.describe()["failures"] == 0
-    assert dcgm.probe(settings) is None
+    assert dcgm_sampler.probe(settings) is None
 
 
 def test_exporter_reader_keeps_going_when_the_endpoint_is_gone():
-    settings = dcgm.DcgmSettings.from_spec(
+    settings = dcgm_sampler.DcgmSettings.from_spec(
         {"mode": "exporter", "url": "http://127.0.0.1:9/metrics"}
     )
-    reader = dcgm.ExporterReader(settings, [0], period_s=0.1, t0=0.0, node="n1")
+    reader = dcgm_sampler.ExporterReader(settings, [0], period_s=0.1, t0=0.0, node="n1")
     reader.scrape_once()
     assert reader.records() == [] and reader.describe()["failures"] == 1
-    assert "127.0.0.1:9" in dcgm.probe(settings, timeout_s=1.0)
+    assert "127.0.0.1:9" in dcgm_sampler.probe(settings, timeout_s=1.0)
 
 
 def test_merge_takes_the_latest_dcgm_reading_and_never_a_stale_one():
@@ -99,7 +101,7 @@ def test_merge_takes_the_latest_dcgm_reading_and_never_a_stale_one():
         {"t_s": 2.5, "gpu": 0, "dram_active": 0.2},
         {"t_s": 0.9, "gpu": 1, "dram_active": 0.7},
     ]
-    out = dcgm.merge_dcgm(nvml_rows, records, ["dram_active", "sm_active"], staleness_s=2.0)
+    out = dcgm_sampler.merge_dcgm(nvml_rows, records, ["dram_active", "sm_active"], staleness_s=2.0)
     assert list(out.columns) == ["t_s", "gpu", "power_w", "dram_active", "sm_active"]
     assert out["power_w"].tolist() == [1, 2, 3, 4, 5]
     assert out["dram_active"].tolist()[:3] == [0.1, 0.1, 0.2] and math.isnan(
@@ -110,53 +112,55 @@ def test_merge_takes_the_latest_dcgm_reading_and_never_a_stale_one():
 
 def test_settings_refuse_bad_input_with_the_key():
     with pytest.raises(ValueError, match=r"cuda.dcgm.mode 'smi'"):
-        dcgm.DcgmSettings.from_spec({"mode": "smi"})
+        dcgm_sampler.DcgmSettings.from_spec({"mode": "smi"})
     with pytest.raises(ValueError, match=r"cuda.dcgm.url None: mode exporter needs"):
-        dcgm.DcgmSettings.from_spec({"mode": "exporter"})
+        dcgm_sampler.DcgmSettings.from_spec({"mode": "exporter"})
     with pytest.raises(ValueError, match=r"cuda.dcgm.fields \[155\]"):
-        dcgm.DcgmSettings.from_spec({"fields": [1005, 155]})
+        dcgm_sampler.DcgmSettings.from_spec({"fields": [1005, 155]})
     with pytest.raises(ValueError, match=r"cuda.telemetry 'dcmg'"):
         real_run.RunOptions.from_spec({"cuda": {"telemetry": "dcmg"}})
-    assert dcgm.DcgmSettings.from_spec({"fields": [1005]}).columns == ["dram_active"]
+    assert dcgm_sampler.DcgmSettings.from_spec({"fields": [1005]}).columns == ["dram_active"]
 
 
 @pytest.mark.fake_gpu
 def test_fake_nvml_auto_chooses_dcgm_only_when_gpm_fails_and_dcgm_answers(
     fake_nvml, fake_dcgmi_on_path, monkeypatch
 ):
-    settings = dcgm.DcgmSettings()
-    assert dcgm.choose_source("auto", nvml.open_gpus(gpm=True), settings)["source"] == "nvml"
+    settings = dcgm_sampler.DcgmSettings()
+    assert (
+        dcgm_sampler.choose_source("auto", nvml.open_gpus(gpm=True), settings)["source"] == "nvml"
+    )
     fake_nvml.reset(n_gpus=2, path=fake_nvml._state_path(), gpm="no_permission")
     gpus = nvml.open_gpus(gpm=True)
-    choice = dcgm.choose_source("auto", gpus, settings)
+    choice = dcgm_sampler.choose_source("auto", gpus, settings)
     assert choice["source"] == "dcgm" and "no permission to profile" in choice["reason"]
     monkeypatch.setenv(fake_dcgmi.DOWN_ENV, "1")
-    choice = dcgm.choose_source("auto", gpus, settings)
+    choice = dcgm_sampler.choose_source("auto", gpus, settings)
     assert (
         choice["source"] == "nvml"
         and "DCGM does not answer" in choice["reason"]
         and "exited 255" in choice["reason"]
     )
     monkeypatch.delenv(fake_dcgmi.DOWN_ENV)
-    no_tensor = dcgm.DcgmSettings(fields=(1004,))  # the capture's first sample: TENSO N/A
+    no_tensor = dcgm_sampler.DcgmSettings(fields=(1004,))  # the capture's first sample: TENSO N/A
     capture = fake_nvml._state_path() + ".dmon"
     open(capture, "w").write("\n".join(DMON.read_text().splitlines()[:4]) + "\n")
     monkeypatch.setenv(fake_dcgmi.CAPTURE_ENV, capture)
-    choice = dcgm.choose_source("auto", gpus, no_tensor)
+    choice = dcgm_sampler.choose_source("auto", gpus, no_tensor)
     assert choice["source"] == "nvml" and "gives no value for tensor_active" in choice["reason"]
     monkeypatch.setenv(fake_dcgmi.DOWN_ENV, "1")
     with pytest.raises(
         RuntimeError, match="cuda.telemetry: dcgm, but DCGM does not answer: .*nv-hostengine"
     ):
-        dcgm.choose_source("dcgm", gpus, settings)
-    assert dcgm.choose_source("nvml", gpus, settings)["source"] == "nvml"
+        dcgm_sampler.choose_source("dcgm", gpus, settings)
+    assert dcgm_sampler.choose_source("nvml", gpus, settings)["source"] == "nvml"
 
 
 @pytest.mark.fake_gpu
 def test_fake_nvml_sampler_power_from_nvml_profiling_from_the_exporter(fake_nvml, exporter_url):
     gpus = nvml.open_gpus(gpm=False)
-    settings = dcgm.DcgmSettings.from_spec({"mode": "exporter", "url": exporter_url})
-    sampler = dcgm.DcgmSampler.open(
+    settings = dcgm_sampler.DcgmSettings.from_spec({"mode": "exporter", "url": exporter_url})
+    sampler = dcgm_sampler.DcgmSampler.open(
         TelemetrySampler(gpus, 0.1, time.time()), settings, [0, 1], "n1"
     )
     with sampler:
@@ -211,8 +215,8 @@ def test_dmon_dies_with_the_process_that_started_it(fake_dcgmi_on_path, tmp_path
     import psutil
 
     code = (
-        "import sys, time; from wattflex.runs.devices import dcgm; "
-        "r = dcgm.DmonReader(dcgm.DcgmSettings(), [0, 1], 60.0, time.time(), 'n1'); r.start()\n"
+        "import sys, time; from wattflex.runs.devices import dcgm_sampler; "
+        "r = dcgm_sampler.DmonReader(dcgm_sampler.DcgmSettings(), [0, 1], 60.0, time.time(), 'n1'); r.start()\n"
         "while not r.lines: time.sleep(0.01)\n"  # its first sample is out: the next is 60 s away
         "print(r.proc.pid, flush=True); time.sleep(60)"
     )
@@ -244,7 +248,9 @@ def test_dmon_lines_parsed_as_they_come_equal_one_parse_and_a_bad_chunk_is_left_
     stamps = [None, None] + [0.5 * k + 0.01 * g for k in range(6) for g in (0, 1)]
 
     def reader(calls_after=()):
-        r = dcgm.DmonReader(dcgm.DcgmSettings(fields=[1005, 1002]), [0, 1], 0.5, 0.0, "n1")
+        r = dcgm_sampler.DmonReader(
+            dcgm_sampler.DcgmSettings(fields=[1005, 1002]), [0, 1], 0.5, 0.0, "n1"
+        )
         for i, (line, t) in enumerate(zip(lines, stamps)):
             r.add_line(line, t)
             if i in calls_after:
@@ -281,8 +287,8 @@ def test_a_dmon_that_dies_mid_run_is_logged_and_the_run_goes_on(
     fake_dcgmi_on_path, monkeypatch, caplog
 ):
     monkeypatch.setenv(fake_dcgmi.DOWN_ENV, "1")
-    reader = dcgm.DmonReader(dcgm.DcgmSettings(), [0, 1], 0.05, time.time(), "n1")
-    with caplog.at_level("WARNING", logger="wattflex.runs.devices.dcgm"):
+    reader = dcgm_sampler.DmonReader(dcgm_sampler.DcgmSettings(), [0, 1], 0.05, time.time(), "n1")
+    with caplog.at_level("WARNING", logger="wattflex.runs.devices.dcgm_sampler"):
         reader.start()
         reader._thread.join(20)
     assert "dcgmi dmon exited 255 mid-run (Error: Unable to connect to host engine" in caplog.text

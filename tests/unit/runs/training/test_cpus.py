@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.cpus import parse_cpu_list, split_cpus, topology_order
+from wattflex.runs.training.train_config import TrainConfig
 
 
 def shares(cpus: list[int], world: int) -> list[list[int]]:

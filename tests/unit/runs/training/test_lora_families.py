@@ -17,7 +17,7 @@ from tests.family_checkpoints import (
 from tests.tiny_training import tiny_cfg
 from wattflex.provenance import read_json
 from wattflex.runs.training import models
-from wattflex.runs.training.loop import train
+from wattflex.runs.training.trainer import train
 
 RANK = 8
 

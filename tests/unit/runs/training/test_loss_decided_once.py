@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.unit.runs.training.test_training_loss import tiny_cfg
-from wattflex.runs.training import loop, loss, models
+from wattflex.runs.training import loss, models, trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 
@@ -29,9 +29,9 @@ def test_loop_decides_once_for_all_steps_and_eval_batches(tmp_path, monkeypatch)
         return real(*a)
 
     monkeypatch.setattr(loss, "chunked_applies", counted)
-    monkeypatch.setattr(loop, "chunked_applies", counted)
+    monkeypatch.setattr(trainer, "chunked_applies", counted)
     cfg = tiny_cfg(
         "Qwen3-32B", tmp_path, max_steps=4, eval_at_s=0.0, eval_batches=2, loss_chunk_tokens=16
     )
-    steps = loop.train(cfg)
+    steps = trainer.train(cfg)
     assert len(steps) == 4 and len(calls) == 1

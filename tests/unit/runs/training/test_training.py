@@ -21,8 +21,8 @@ from wattflex.gpus import peak_bf16_flops
 from wattflex.provenance import read_json, read_parquet
 from wattflex.runs.training import checkpoint as ckpt
 from wattflex.runs.training import data, models
-from wattflex.runs.training.config import TrainConfig
-from wattflex.runs.training.loop import train
+from wattflex.runs.training.train_config import TrainConfig
+from wattflex.runs.training.trainer import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 REPO = Path(__file__).resolve().parents[4]
@@ -489,7 +489,7 @@ def test_flex_attention_with_sinks_falls_back_to_eager_on_cpu(tmp_path):
 
 
 def test_import_libraries_imports_every_familys_modeling_code():
-    """The memory baseline before the build includes the family's modeling code (training.loop):
+    """The memory baseline before the build includes the family's modeling code (training.trainer):
     for gemma4_text the module path built from the model_type (models/gemma4_text/) does not exist
     and nothing was imported. In a fresh interpreter, one family after another."""
     import json
@@ -503,7 +503,7 @@ def test_import_libraries_imports_every_familys_modeling_code():
         "import sys, json\n"
         "from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as M\n"
         "from wattflex.runs.training import models\n"
-        "from wattflex.runs.training.config import TrainConfig\n"
+        "from wattflex.runs.training.train_config import TrainConfig\n"
         "out = {}\n"
         "for mt in sys.argv[1:]:\n"
         "    before = set(sys.modules)\n"

@@ -9,7 +9,7 @@ import torch
 from tests.tiny_training import tiny_cfg
 from wattflex.provenance import read_json
 from wattflex.runs.training import checkpoint
-from wattflex.runs.training.loop import train
+from wattflex.runs.training.trainer import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 REPO = Path(__file__).resolve().parents[4]

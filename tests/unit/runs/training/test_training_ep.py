@@ -14,8 +14,8 @@ from tests import tiny_training
 from tests.tiny_training import CATALOG
 from wattflex.runs.training import models
 from wattflex.runs.training import parallel as par
-from wattflex.runs.training.config import TrainConfig
-from wattflex.runs.training.loop import train
+from wattflex.runs.training.train_config import TrainConfig
+from wattflex.runs.training.trainer import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 REPO = Path(__file__).resolve().parents[4]

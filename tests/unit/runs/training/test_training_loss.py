@@ -10,8 +10,8 @@ import torch
 from tests.tiny_training import CATALOG, tiny_cfg
 from wattflex.runs.campaign_checks import check_inputs
 from wattflex.runs.training import models
-from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.loss import causal_lm_loss, chunked_applies, chunked_causal_lm_loss
+from wattflex.runs.training.train_config import TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/runs/conftest.py
 REPO = Path(__file__).resolve().parents[4]

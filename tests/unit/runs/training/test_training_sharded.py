@@ -35,7 +35,7 @@ def test_mxfp4_checkpoints_are_dequantised_explicitly():
 # ---- checkpoints as published (no processes; through the harness's sharded path:
 # tests/workflow/torchrun/test_family_checkpoints.py) ---------------------------------------------
 def checkpoint_cfg(path, model="Gemma-4-26B-A4B"):
-    from wattflex.runs.training.config import TrainConfig
+    from wattflex.runs.training.train_config import TrainConfig
 
     return TrainConfig(model_facts=CATALOG[model], task="pt", device="cpu", model_path=str(path))
 

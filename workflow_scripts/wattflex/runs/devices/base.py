@@ -59,25 +59,43 @@ class PowerCapDevice(Protocol):
     back), read the enforced limit, put the original limit back."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The GPU's name as messages give it (``GPU 0 (NVIDIA H200)``)."""
 
-    def constraints(self) -> tuple[float, float]: ...
+    def constraints(self) -> tuple[float, float]:
+        """The (lowest, highest) power limit in W the GPU accepts."""
 
-    def set_cap(self, cap_w: float) -> float: ...
+    def set_cap(self, cap_w: float) -> float:
+        """Set the power limit to ``cap_w`` W. Returns the enforced limit read back, in W.
 
-    def enforced_limit_w(self) -> float: ...
+        Raises CapConstraintError outside the GPU's range, CapPermissionError without the right,
+        CapError when the limit read back is not the one set.
+        """
 
-    def restore(self) -> None: ...
+    def enforced_limit_w(self) -> float:
+        """The power limit in W the GPU enforces now."""
+
+    def restore(self) -> None:
+        """Put back the limit the GPU had before the first ``set_cap`` (no-op if none was set).
+
+        Raises CapError when it cannot be put back.
+        """
 
 
 @runtime_checkable
 class TelemetrySource(Protocol):
     """One GPU that yields one telemetry row (TELEMETRY_COLUMNS keys, NaN if unknown)."""
 
-    def sample(self, t_s: float) -> dict[str, Any]: ...
+    def sample(self, t_s: float) -> dict[str, Any]:
+        """One telemetry row at ``t_s`` s since the run's start: the TELEMETRY_COLUMNS keys (W, MHz,
+        fractions 0-1...; NaN for what this source cannot read).
+        """
 
 
 def empty_row(t_s: float, node: str | int, gpu: int) -> dict[str, Any]:
+    """A telemetry row at ``t_s`` s for ``gpu`` of ``node`` with every reading NaN (a source that
+    failed to sample).
+    """
     row: dict[str, Any] = {c: math.nan for c in telemetry_columns() + EXTRA_COLUMNS}
     row.update(t_s=t_s, node=node, gpu=gpu)
     return row
@@ -125,6 +143,9 @@ class TelemetrySampler:
         self._errors: set[str] = set()
 
     def sample_once(self) -> None:
+        """Take one sample of every source (and the host's columns, on the first GPU's row) now; a
+        failing source gives a NaN row and its error is logged once.
+        """
         t_s = self.clock() - self.t0
         host = self._safe("host", self.host) if self.host else {}
         for i, src in enumerate(self.sources):
@@ -157,16 +178,19 @@ class TelemetrySampler:
             self._stop.wait(max(0.0, next_t - self.clock()))
 
     def start(self) -> TelemetrySampler:
+        """Start sampling in a daemon thread. Returns itself."""
         self._thread = threading.Thread(target=self._run, name="wattflex-sampler", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop sampling, waiting for the thread at most max(5 s, two periods)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=max(5.0, 2 * self.period_s))
 
     def frame(self) -> pd.DataFrame:
+        """The rows sampled so far as the telemetry table (see :func:`telemetry_frame`)."""
         return telemetry_frame(self.rows)
 
     def __enter__(self) -> TelemetrySampler:

@@ -544,6 +544,9 @@ class CapGuard:
         self.restore()
 
     def record(self) -> dict[str, Any]:
+        """The ``cap`` record of run.json: the cap control mode, the cap asked for, the original and
+        enforced limits (W), the state file (None when only observing) and the signals received.
+        """
         return {
             "cap_control": self.mode,
             "cap_w_requested": self.cap_w,

@@ -100,6 +100,9 @@ class ClockGuard(CapGuard):
         log.info("SM clock locks reset on %d GPU(s)", len(self.gpus))
 
     def record(self) -> dict[str, Any]:
+        """The ``clocks`` record of run.json: the clock control mode, the SM clock asked for (MHz), the
+        clocks read back, the state file (None when only observing) and the signals received.
+        """
         return {
             "clock_control": self.mode,
             "clock_mhz_requested": self.clock_mhz,
@@ -133,6 +136,7 @@ class ClockHold:
             self.guard, self.mhz = guard, float(clock_mhz)
 
     def close(self) -> None:
+        """Release the lock held now, if any (the GPUs' clocks reset, the state file removed)."""
         guard, self.guard, self.mhz = self.guard, None, None
         if guard is not None:
             guard.restore()

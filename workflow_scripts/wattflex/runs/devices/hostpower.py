@@ -43,14 +43,19 @@ class RaplReader:
 
     @property
     def available(self) -> bool:
+        """Whether any RAPL zone's energy counter is readable."""
         return any(self.zones.values())
 
     def describe(self) -> str:
+        """One line for run.json: the zones found per key, or why RAPL is unavailable."""
         if not self.available:
             return f"unavailable ({self.root} absent or energy_uj not readable)"
         return "rapl: " + ", ".join(f"{k}={len(v)} zone(s)" for k, v in self.zones.items())
 
     def read(self) -> dict[str, float]:
+        """The host's power in W per key (package, dram...) since the last call, from the RAPL energy
+        counters (a wrapped counter corrected); NaN on the first call or when a zone is unreadable.
+        """
         now = self.clock()
         counters = {z: _read_int(z / "energy_uj") for zs in self.zones.values() for z in zs}
         out = {k: math.nan for k in self.zones}

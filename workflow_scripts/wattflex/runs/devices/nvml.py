@@ -96,6 +96,7 @@ class GpmReader:
 
     @property
     def enabled(self) -> bool:
+        """Whether GPM metrics are read on this GPU (``status`` is ``enabled``)."""
         return self.status == "enabled"
 
     def _disable(self, exc: BaseException) -> None:
@@ -110,6 +111,9 @@ class GpmReader:
         log.warning("GPM disabled on %s: %s; dram/sm/tensor activity will be NaN", self.label, why)
 
     def read(self) -> dict[str, float]:
+        """The GPM metrics over the interval since the last read, as 0-1 fractions by column; ``{}``
+        when GPM is not enabled. A failing read disables GPM for the run (logged once).
+        """
         if not self.enabled:
             return {}
         nv = self.nv
@@ -173,20 +177,25 @@ class NvmlGpu:
 
     @property
     def name(self) -> str:
+        """The GPU as messages name it: ``GPU <index> (<model>, <uuid>)``."""
         return f"GPU {self.index} ({self.model}, {self.uuid})"
 
     # ---- power limits (W) ---------------------------------------------------------------
     def constraints(self) -> tuple[float, float]:
+        """The (lowest, highest) power limit in W NVML accepts for this GPU."""
         lo, hi = self.nv.nvmlDeviceGetPowerManagementLimitConstraints(self.handle)
         return lo / 1000.0, hi / 1000.0
 
     def default_limit_w(self) -> float:
+        """The GPU's default power limit in W (NVML's value in mW / 1000)."""
         return self.nv.nvmlDeviceGetPowerManagementDefaultLimit(self.handle) / 1000.0
 
     def power_limit_w(self) -> float:
+        """The power limit in W set now (NVML's value in mW / 1000)."""
         return self.nv.nvmlDeviceGetPowerManagementLimit(self.handle) / 1000.0
 
     def enforced_limit_w(self) -> float:
+        """The power limit in W the GPU enforces now: the lowest of all limits set on it."""
         return self.nv.nvmlDeviceGetEnforcedPowerLimit(self.handle) / 1000.0
 
     def set_limit_w(self, watts: float) -> None:
@@ -211,6 +220,12 @@ class NvmlGpu:
             raise CapError(f"{self.name}: asked for a {watts:g} W limit, it reads back {now:g} W")
 
     def set_cap(self, cap_w: float) -> float:
+        """Set the power limit to ``cap_w`` W (skipped when already within 0.5 W). Returns the enforced
+        limit read back, in W; a lower enforced limit (another policy) is logged.
+
+        Raises CapConstraintError outside the GPU's range, CapError when more than ``cap_w`` is
+        enforced, CapPermissionError (via ``set_limit_w``) without the right.
+        """
         check_cap(self, cap_w)
         if abs(self.power_limit_w() - cap_w) > LIMIT_TOLERANCE_W / 2:
             self.set_limit_w(cap_w)
@@ -228,6 +243,7 @@ class NvmlGpu:
         return enforced
 
     def restore(self) -> None:
+        """Put back the limit the GPU had when opened, if it differs by more than 0.5 W."""
         if abs(self.power_limit_w() - self.original_limit_w) > LIMIT_TOLERANCE_W / 2:
             self.set_limit_w(self.original_limit_w)
 
@@ -242,6 +258,7 @@ class NvmlGpu:
         return lo, hi
 
     def sm_clock_mhz(self) -> float:
+        """The SM clock now, in MHz."""
         return float(self.nv.nvmlDeviceGetClockInfo(self.handle, self.nv.NVML_CLOCK_SM))
 
     def _clock_call(self, what: str, fn: Callable, *args: Any) -> None:
@@ -307,6 +324,10 @@ class NvmlGpu:
         return getattr(nv, old)(self.handle, *args)
 
     def sample(self, t_s: float) -> dict[str, Any]:
+        """One telemetry row at ``t_s`` s: power (W), energy since the first sample (J), SM and memory
+        clocks (MHz), utilisations, temperature, the limits, throttle reasons and GPM fractions;
+        NaN for what NVML cannot read on this GPU (each failure logged once).
+        """
         nv = self.nv
         row = empty_row(t_s, self.node, self.index)
         row["power_w"] = self._power_w()

@@ -67,6 +67,10 @@ def wrapper_text(tools: dict[str, str] | None = None, node_name: str = "") -> st
 
 
 def checked_path(path: str, option: str) -> str:
+    """``path`` when it is an absolute path safe to put in a sudoers rule and a shell line.
+
+    Raises UserError naming ``--<option>`` otherwise.
+    """
     if not SAFE_PATH.fullmatch(str(path)):
         raise UserError(
             f"--{option} {str(path)!r}: expected an absolute path of letters, digits and . _ + - /"

@@ -66,20 +66,36 @@ _SEED = section_defaults()["seed"]  # the campaign's seed, the PFI CIs' resampli
 
 
 class CapDevice(Protocol):
-    def set_cap(self, cap_w: float) -> float: ...
-    def restore(self) -> None: ...
+    """What the controller caps: the job's GPUs as one device."""
+
+    def set_cap(self, cap_w: float) -> float:
+        """Cap every GPU at ``cap_w`` W. Returns the enforced limit read back, in W."""
+
+    def restore(self) -> None:
+        """Put back the original limits (raises when any cannot be)."""
 
 
 class LiveRun(Protocol):
+    """A running job the controller steers: its cap device, its clock ``now_s`` (s since the
+    start), how often it is polled and how long it may run (s).
+    """
+
     device: CapDevice
     now_s: float
     poll_s: float
     max_duration_s: float
 
-    def advance(self, dt_s: float) -> None: ...
-    def series(self) -> pd.DataFrame: ...
-    def steps(self) -> pd.DataFrame: ...
-    def stop(self) -> None: ...
+    def advance(self, dt_s: float) -> None:
+        """Let ``dt_s`` s of the run pass (sleep, or simulate)."""
+
+    def series(self) -> pd.DataFrame:
+        """The job-level telemetry so far (``t_s, power_w``...)."""
+
+    def steps(self) -> pd.DataFrame:
+        """The step log so far (``step, t_end_s, tokens, loss``)."""
+
+    def stop(self) -> None:
+        """End the run."""
 
 
 RESTORE_SIGNALS = tuple(getattr(signal, s) for s in SIGNALS)  # the ones CapGuard restores on too
@@ -123,16 +139,25 @@ def restored_on_exit(
 
 @dataclass
 class Visit:
+    """One stay at one cap: the cap asked for and the limit enforced (W), and the verdict on its
+    window of data.
+    """
+
     cap_w: float
     enforced_w: float
     window: Window
 
     def record(self) -> dict[str, Any]:
+        """The visit for run.json: cap, enforced limit and its window's record."""
         return {"cap_w": self.cap_w, "enforced_limit_w": self.enforced_w, **self.window.record()}
 
 
 @dataclass
 class Result:
+    """What a sweep did: its mode, caps and visits, why it stopped, how long it took (s), and, for
+    the adaptive grid, the PFI and its CI after each round.
+    """
+
     mode: str
     caps: list[float]
     visits: list[Visit] = field(default_factory=list)
@@ -187,6 +212,7 @@ class Result:
         return df
 
     def record(self) -> dict[str, Any]:
+        """The sweep for run.json: mode, caps, stop reason, duration, visits and history."""
         return {
             "sweep_mode": self.mode,
             "caps": self.caps,

@@ -64,17 +64,24 @@ class EmulatedRun:
 
     # -- the controller's view ------------------------------------------------------------
     def advance(self, dt_s: float) -> None:
+        """Let ``dt_s`` s pass (never past the run's maximum duration).
+
+        Raises RuntimeError once the run has stopped.
+        """
         if self.stopped_s is not None:
             raise RuntimeError("the run has stopped")
         self.now_s = min(self.now_s + float(dt_s), self.max_duration_s)
 
     def series(self) -> pd.DataFrame:
+        """The emulated job-level telemetry up to now (emulated, never measured)."""
         return self._revealed()[2]
 
     def steps(self) -> pd.DataFrame:
+        """The emulated step log up to now."""
         return self._revealed()[1]
 
     def stop(self) -> None:
+        """End the run now (the emulated trace ends here)."""
         if self.stopped_s is None:
             self.stopped_s = self.now_s
 

@@ -83,9 +83,14 @@ class GpuSet:
         self.gpus = list(gpus)
 
     def set_cap(self, cap_w: float) -> float:
+        """Cap every GPU at ``cap_w`` W. Returns the lowest enforced limit read back, in W."""
         return min(g.set_cap(cap_w) for g in self.gpus)
 
     def restore(self) -> None:
+        """Put back every GPU's original limit, trying all of them first.
+
+        Raises CapError listing the GPUs that could not be restored.
+        """
         errors = restore_each(self.gpus)
         if errors:
             raise CapError("could not restore every power limit: " + "; ".join(errors))
@@ -124,20 +129,27 @@ class PollingRun:
 
     @property
     def now_s(self) -> float:
+        """Seconds since the run's start, on the injected clock."""
         return self._clock() - self._t0
 
     def advance(self, dt_s: float) -> None:
+        """Sleep ``dt_s`` s (never past the maximum duration); a job that ended by itself ends the run
+        now.
+        """
         self._sleep(max(0.0, min(dt_s, self.max_duration_s - self.now_s)))
         if self._ended is not None and self._ended():
             self.max_duration_s = min(self.max_duration_s, self.now_s)
 
     def series(self) -> pd.DataFrame:
+        """The job-level telemetry series so far."""
         return self._read_series()
 
     def steps(self) -> pd.DataFrame:
+        """The step log so far."""
         return self._read_steps()
 
     def stop(self) -> None:
+        """End the training job."""
         self._stop()
 
 
@@ -160,8 +172,8 @@ class _Training:
     """The torchrun training process of a real sweep, seen from the controller."""
 
     def __init__(self, proc: Any, log_path: Path, outdir: Path) -> None:
-        # Lazy: training.loop imports torch, which importing this module must not need.
-        from wattflex.runs.training.loop import LIVE_STEPS_FILE, STOP_FILE
+        # Lazy: training.trainer imports torch, which importing this module must not need.
+        from wattflex.runs.training.trainer import LIVE_STEPS_FILE, STOP_FILE
 
         self.proc, self.log_path = proc, log_path
         self.live_path, self.stop_path = outdir / LIVE_STEPS_FILE, outdir / STOP_FILE
@@ -273,6 +285,7 @@ class NodeAgents:
         self.timeout_s, self.poll_s, self.seq = timeout_s, poll_s, 0
 
     def node_file(self, rank: int, name: str) -> Path:
+        """The file ``name`` of node ``rank``'s folder under the run's output."""
         return self.outdir / NODE_DIR.format(rank=rank) / name
 
     def command(self, **cmd: Any) -> list[dict[str, Any]] | None:
@@ -298,12 +311,18 @@ class NodeAgents:
         return acks
 
     def set_cap(self, cap_w: float) -> float:
+        """Ask every node agent to cap at ``cap_w`` W. Returns the lowest enforced limit the nodes
+        acknowledged, in W.
+
+        Raises CapError when the agents ended before acknowledging.
+        """
         acks = self.command(cap_w=float(cap_w))
         if acks is None:
             raise CapError(f"the node agents ended before the cap {cap_w:g} W was set")
         return min(float(a["enforced_w"]) for a in acks)
 
     def restore(self) -> None:
+        """Ask every node agent to put its GPUs' limits back now."""
         self.command(restore=True)
 
     def series(self) -> pd.DataFrame:

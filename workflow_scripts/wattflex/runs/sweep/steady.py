@@ -67,6 +67,9 @@ class SteadyCriteria:
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any] | None) -> SteadyCriteria:
+        """The criteria of a config's ``staircase:`` section (its other keys ignored; schema defaults
+        for what it leaves out).
+        """
         return cls(**{k: v for k, v in (cfg or {}).items() if k in cls.__dataclass_fields__})
 
 
@@ -86,6 +89,9 @@ class SweepSettings:
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any] | None) -> SweepSettings:
+        """The settings of a config's ``staircase:`` section (its other keys ignored; schema defaults
+        for what it leaves out).
+        """
         return cls(**{k: v for k, v in (cfg or {}).items() if k in cls.__dataclass_fields__})
 
 
@@ -110,10 +116,12 @@ class Window:
 
     @property
     def done(self) -> bool:
+        """Whether the window settled with the precision asked for (``reason`` is ``ok``)."""
         return self.reason == "ok"
 
     @property
     def rel_se(self) -> tuple[float, float]:
+        """The relative standard errors (SE / mean) of power and of tokens/s."""
         return self.power_se_w / self.power_w, self.tokens_per_s_se / self.tokens_per_s
 
     def record(self) -> dict[str, Any]:
@@ -206,6 +214,7 @@ def drift(t: np.ndarray, x: np.ndarray, drift_z: float, tolerance: float) -> boo
 
 
 def sample_period(times: np.ndarray) -> float:
+    """The median interval (s) between sample ``times``; 1.0 with fewer than two samples."""
     return float(np.median(np.diff(times))) if len(times) > 1 else 1.0
 
 
@@ -282,6 +291,9 @@ def step_table(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def steps_inside(table: pd.DataFrame, windows: list[tuple[float, float]]) -> np.ndarray:
+    """Which steps lie wholly inside one of ``windows`` ((start, end) s, 1e-9 s slack), were not
+    stalled and have a finite tokens/s, as a boolean mask.
+    """
     inside = np.zeros(len(table), bool)
     for a, b in windows:
         inside |= (table["t_start_s"].to_numpy() >= a - 1e-9) & (

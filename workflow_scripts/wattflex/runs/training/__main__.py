@@ -7,8 +7,8 @@ import logging
 import os
 import sys
 
-from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.cpus import bind_this_rank
+from wattflex.runs.training.train_config import TrainConfig
 
 # Runs never reach the network: models and data come from local paths or are synthetic.
 for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
@@ -16,6 +16,9 @@ for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """One rank's training (under torchrun): read the TrainConfig JSON of ``--config`` and train on
+    the shared clock ``--t0``. Returns the exit status, 0.
+    """
     parser = argparse.ArgumentParser(prog="python -m wattflex.runs.training", description=__doc__)
     parser.add_argument(
         "--config", required=True, help="TrainConfig as JSON (written by wattflex.runs.real_run)"
@@ -33,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = TrainConfig.from_json(args.config)
     if cfg.cpu_binding:  # before torch starts a thread: every thread inherits it
         bind_this_rank()
-    # Lazy: loop imports torch; ``--help`` must not need it.
-    from wattflex.runs.training.loop import train
+    # Lazy: trainer imports torch; ``--help`` must not need it.
+    from wattflex.runs.training.trainer import train
 
     train(cfg, args.t0)
     return 0

@@ -25,6 +25,9 @@ SHARD_SUFFIXES = (".parquet", ".arrow")
 def synthetic_batches(
     vocab: int, seq_len: int, batch: int, seed: int, rank: int = 0
 ) -> Iterator[torch.Tensor]:
+    """Endless synthetic ``[batch, seq_len]`` token batches (arithmetic runs of ids under ``vocab``),
+    the same for the same ``seed`` and ``rank``.
+    """
     rng = np.random.default_rng([seed, rank])
     pos = np.arange(seq_len)
     while True:
@@ -34,6 +37,10 @@ def synthetic_batches(
 
 
 def shard_files(path: str | Path) -> list[Path]:
+    """The token shards at ``path``: the file itself, or the ``.parquet``/``.arrow`` files under it.
+
+    Raises FileNotFoundError when there are none.
+    """
     p = Path(path)
     files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.suffix in SHARD_SUFFIXES)
     if not files:
@@ -110,6 +117,9 @@ def batches(
     rank: int = 0,
     world: int = 1,
 ) -> Iterator[torch.Tensor]:
+    """Endless ``[batch, seq_len]`` token batches for ``rank`` of ``world``: from the shards at
+    ``data_path``, or synthetic ones when it is None.
+    """
     if data_path is None:
         return synthetic_batches(vocab, seq_len, batch, seed, rank)
     return shard_batches(data_path, vocab, seq_len, batch, rank, world)

@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from wattflex.architectures import ARCHITECTURES, MULTIMODAL_TEXT_PREFIX
-from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.sharded import hf_model, tied_embeddings
+from wattflex.runs.training.train_config import TrainConfig
 from wattflex.schema import section_defaults
 
 _GROUP, _CUDA = section_defaults("group_defaults"), section_defaults("cuda")

@@ -20,13 +20,17 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from wattflex.runs.training.config import TrainConfig
+from wattflex.runs.training.train_config import TrainConfig
 
 log = logging.getLogger("wattflex.runs.training")
 
 
 @dataclass(frozen=True)
 class ExpertLayout:
+    """The expert-parallel degree a MoE group shards with (1: none) and, when it differs from the
+    one asked for, why.
+    """
+
     ep: int  # expert-parallel degree to shard with (1: none)
     note: str | None = None  # why the ep asked for is not used
 

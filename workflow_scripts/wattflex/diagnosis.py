@@ -37,7 +37,7 @@ from wattflex import __version__
 from wattflex.config import REPO_ROOT, groups, load_config
 from wattflex.errors import UserError
 from wattflex.ingest.reader import MAX_DOC_BYTES, check_input_file
-from wattflex.runs.devices import dcgm as dcgm_source
+from wattflex.runs.devices import dcgm_sampler as dcgm_source
 from wattflex.runs.devices import nvml as nvml_devices
 from wattflex.runs.devices import setcap
 from wattflex.runs.devices.caps import default_state_dir, restore_from_state_dir
@@ -65,6 +65,7 @@ LOSES_NVML = (
 
 
 def problem(what: str, loses: str, fix: str) -> dict[str, str]:
+    """One problem of the doctor's report: what is wrong, what the user loses by it, and the fix."""
     return {"what": what, "loses": loses, "fix": fix}
 
 
@@ -650,7 +651,7 @@ def check_config(cfg: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
             )
     no_gpm = [g for g in nvml_found["gpus"] if not g.get("gpm_readable", True)]
     if opts.sampler and (opts.telemetry == "dcgm" or (opts.telemetry == "auto" and no_gpm)):
-        # as the run decides (wattflex.runs.devices.dcgm.choose_source): dcgm fails a run whose
+        # as the run decides (wattflex.runs.devices.dcgm_sampler.choose_source): dcgm fails a run whose
         # DCGM does not answer; auto asks DCGM only where GPM is unreadable, else stays on NVML
         why_not = dcgm_source.probe(opts.dcgm)
         out["telemetry"] = {
@@ -767,6 +768,9 @@ def _w(v: Any) -> str:
 
 
 def format_report(r: dict[str, Any]) -> str:
+    """The doctor's report as text, one section per thing checked (NVML and its GPUs, DCGM, SLURM,
+    the cap state folder, the config's needs) and the problems with their fixes.
+    """
     lines = [
         f"wattflex doctor on {r['host']} ({r['time_utc']}); observe-only: nothing was changed",
         "",

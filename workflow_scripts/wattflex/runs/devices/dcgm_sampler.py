@@ -59,7 +59,7 @@ import pandas as pd
 from wattflex.ingest.dcgm import FIELDS, DcgmFormatError, parse_dcgm_exporter, parse_dcgmi_dmon
 from wattflex.metrics import dcgm_profiling_columns
 
-log = logging.getLogger("wattflex.runs.devices.dcgm")
+log = logging.getLogger("wattflex.runs.devices.dcgm_sampler")
 
 TELEMETRY_MODES = ("nvml", "dcgm", "auto")
 READ_MODES = ("dmon", "exporter")
@@ -82,6 +82,11 @@ class DcgmSettings:
 
     @classmethod
     def from_spec(cls, dcgm: dict[str, Any] | None) -> DcgmSettings:
+        """The settings of a spec's ``cuda.dcgm`` block (defaults: dmon mode, the default fields).
+
+        Raises ValueError for an unknown mode, exporter mode without an http(s) URL, or a field id
+        DCGM or the telemetry schema does not know.
+        """
         dcgm = dict(dcgm or {})
         mode = str(dcgm.get("mode", "dmon"))
         if mode not in READ_MODES:
@@ -105,9 +110,11 @@ class DcgmSettings:
 
     @property
     def columns(self) -> list[str]:
+        """The telemetry columns the chosen DCGM fields fill, in field order."""
         return [FIELDS[f][2] for f in self.fields]
 
     def describe(self) -> dict[str, Any]:
+        """The settings for run.json: mode, URL, field ids and their columns."""
         return {
             "mode": self.mode,
             "url": self.url,
@@ -153,6 +160,10 @@ def probe(settings: DcgmSettings, timeout_s: float = PROBE_TIMEOUT_S) -> str | N
 
 
 def fetch(url: str, timeout_s: float) -> str:
+    """The body of ``url`` as text, waiting at most ``timeout_s`` s.
+
+    Raises OSError (``urllib.error.URLError``) when it cannot be fetched.
+    """
     with urllib.request.urlopen(url, timeout=timeout_s) as resp:
         return resp.read().decode(errors="replace")
 
@@ -244,6 +255,7 @@ class DmonReader(_Reader):
 
     @property
     def command(self) -> list[str]:
+        """The ``dcgmi dmon`` command line: the fields, the GPUs, the period in ms (at least 1)."""
         return [
             self.settings.dcgmi,
             "dmon",
@@ -256,6 +268,10 @@ class DmonReader(_Reader):
         ]
 
     def start(self) -> None:
+        """Start ``dcgmi dmon`` (dying with this process) and the thread reading its lines.
+
+        Raises OSError when ``dcgmi`` cannot be started.
+        """
         self._stderr = tempfile.TemporaryFile("w+")  # a file: a chatty stderr never blocks dmon
         self.proc = subprocess.Popen(
             self.command,
@@ -299,6 +315,7 @@ class DmonReader(_Reader):
             self.lines.append(f"{t_s:.3f} {line.strip()}")
 
     def stop(self) -> None:
+        """Stop ``dcgmi dmon`` (SIGTERM, SIGKILL after the timeout) and wait for the reader thread."""
         self._stopping = True
         if self.proc is None:
             self._stopped = True
@@ -346,6 +363,9 @@ class DmonReader(_Reader):
         )
 
     def describe(self) -> dict[str, Any]:
+        """The reader for run.json: the command, lines read, its exit status, the last line of its
+        stderr when it failed, and the first five unreadable lines.
+        """
         status = None if self.proc is None else self.proc.poll()
         err = ""
         if status not in (None, 0, -15):  # -15: our SIGTERM at the run's end
@@ -391,6 +411,9 @@ class ExporterReader(_Reader):
         self._thread: threading.Thread | None = None
 
     def scrape_once(self) -> None:
+        """Scrape the exporter once and keep its records at the time since ``t0``; a failure is counted
+        and logged once, never raised.
+        """
         t_s = self.clock() - self.t0
         try:
             records = parse_dcgm_exporter(
@@ -420,20 +443,24 @@ class ExporterReader(_Reader):
             self._stop.wait(max(0.0, next_t - self.clock()))
 
     def start(self) -> None:
+        """Start scraping every period in a daemon thread."""
         self._thread = threading.Thread(
             target=self._run, name="wattflex-dcgm-exporter", daemon=True
         )
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop scraping, waiting for the thread at most max(the stop timeout, two periods)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(max(STOP_TIMEOUT_S, 2 * self.period_s))
 
     def records(self) -> list[dict[str, Any]]:
+        """The records scraped so far, one per GPU and scrape."""
         return list(self.rows)
 
     def describe(self) -> dict[str, Any]:
+        """The reader for run.json: URL, scrapes, failures and the last error."""
         return {
             "url": self.settings.url,
             "scrapes": self.scrapes,
@@ -501,6 +528,10 @@ class DcgmSampler:
     def open(
         cls, nvml_sampler: Any, settings: DcgmSettings | None, gpu_ids: Sequence[int], node: str
     ) -> DcgmSampler:
+        """The NVML sampler joined with a DCGM reader (dmon or exporter, as ``settings`` say) on
+        ``gpu_ids`` of ``node``, sampling at the NVML sampler's period; a DCGM reading older than two
+        periods and a second is not used.
+        """
         settings = settings or DcgmSettings()
         reader_cls = DmonReader if settings.mode == "dmon" else ExporterReader
         period = nvml_sampler.period_s
@@ -512,18 +543,24 @@ class DcgmSampler:
 
     @property
     def period_s(self) -> float:
+        """The sampling period in s (the NVML sampler's)."""
         return self.nvml.period_s
 
     def start(self) -> DcgmSampler:
+        """Start the DCGM reader, then the NVML sampler. Returns itself."""
         self.reader.start()
         self.nvml.start()
         return self
 
     def stop(self) -> None:
+        """Stop the NVML sampler, then the DCGM reader."""
         self.nvml.stop()
         self.reader.stop()
 
     def frame(self) -> pd.DataFrame:
+        """The NVML telemetry with the DCGM columns merged in by GPU and time; unreadable DCGM output
+        leaves those columns NaN (logged once), never losing the NVML trace.
+        """
         try:
             records = self.reader.records()
         except DcgmFormatError as exc:  # never lose the NVML trace over a bad DCGM line
@@ -534,6 +571,9 @@ class DcgmSampler:
         return merge_dcgm(self.nvml.frame(), records, self.columns, self.staleness_s)
 
     def describe(self) -> dict[str, Any]:
+        """The DCGM reading for run.json: the reader's record, the columns, the staleness bound (s)
+        and the errors met.
+        """
         return {
             **self.reader.describe(),
             "columns": self.columns,

@@ -28,8 +28,8 @@ from wattflex.gpus import peak_bf16_flops
 from wattflex.runs.training import checkpoint as ckpt
 from wattflex.runs.training import data, hostmem, models, sharded
 from wattflex.runs.training import parallel as par
-from wattflex.runs.training.config import TrainConfig
 from wattflex.runs.training.loss import causal_lm_loss, chunked_applies
+from wattflex.runs.training.train_config import TrainConfig
 
 log = logging.getLogger("wattflex.runs.training")
 STEPS_FILE = "steps.parquet"
@@ -59,6 +59,8 @@ HF_CONFIG_KEYS = (
 
 @dataclass
 class Dist:
+    """This rank's place in the job: rank, world size, local rank and its torch device."""
+
     rank: int = 0
     world: int = 1
     local_rank: int = 0
@@ -66,6 +68,7 @@ class Dist:
 
     @property
     def active(self) -> bool:
+        """Whether the job runs more than one rank (a process group is up)."""
         return self.world > 1
 
 
@@ -110,6 +113,7 @@ class StartupClock:
         self.t0, self.marks = t0, {}
 
     def mark(self, stage: str) -> None:
+        """Note that ``stage`` ended now (s since t0, as ``<stage>_s``)."""
         self.marks[f"{stage}_s"] = time.time() - self.t0
 
 

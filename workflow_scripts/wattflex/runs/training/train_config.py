@@ -79,20 +79,32 @@ class TrainConfig:
 
     @property
     def hf_model_type(self) -> str:
+        """The Hugging Face ``model_type`` of the model (``llama``, ``qwen3_moe``...), "" if the
+        catalogue gives none.
+        """
         return str(self.model_facts.get("hf_model_type", ""))
 
     @property
     def architecture(self) -> str:
+        """The model's architecture (``dense``, ``moe``...): the one ``wattflex.architectures`` gives
+        its ``model_type``, else the catalogue's, else ``dense``.
+        """
         return ARCHITECTURES.get(
             self.hf_model_type, str(self.model_facts.get("architecture", "dense"))
         )
 
     @property
     def learning_rate(self) -> float:
+        """The optimizer's learning rate: ``lr`` if set, else 3e-4 for pre-training and 2e-4 for LoRA
+        (the defaults noted on ``lr``).
+        """
         return self.lr if self.lr is not None else (3e-4 if self.task == "pt" else 2e-4)
 
     @property
     def dtype_policy(self) -> str:
+        """The dtype policy for this precision on this device (``bf16-mixed``, ``fp32``...; see
+        ``runs.training.parallel.dtype_policy``).
+        """
         return dtype_policy(self.precision, self.device)
 
     @classmethod
@@ -210,10 +222,15 @@ class TrainConfig:
             )
 
     def to_json(self, path: str | Path) -> None:
+        """Write the config as strict JSON (no NaN) to ``path``, indented, for the ranks to read."""
         Path(path).write_text(strict_json(asdict(self), indent=2) + "\n")
 
     @classmethod
     def from_json(cls, path: str | Path) -> TrainConfig:
+        """The config written by :meth:`to_json` at ``path``.
+
+        Raises TypeError for a key the config does not have (a file from another version).
+        """
         return cls(**json.loads(Path(path).read_text()))
 
 
