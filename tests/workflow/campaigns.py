@@ -58,10 +58,12 @@ def campaign_config() -> dict:
     published tables are the copy of the workflow's own (resources/), found relative to it."""
     cfg = yaml.safe_load((REPO / "tests" / "data" / "tiny.yaml").read_text())
     cfg["groups"][0]["cap_grid"] = "six"
-    # A small allocation study (merged over config.yaml's): workloads, not the method, shrink.
+    # A small allocation study (merged over config.yaml's): workloads, not the method, shrink;
+    # four cuts (the headline's 0.3 among them), one simulate_allocation_cut job each, not 9.
     cfg["allocation"] = {
         "n_workloads": 20,
         "jobs_per_workload": 20,
+        "cuts": [0.0, 0.1, 0.2, 0.3],
         "out_of_sample": {"splits": 0, "workloads": 10},
     }
     return cfg

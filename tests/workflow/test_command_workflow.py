@@ -23,6 +23,9 @@ from .conftest import REPO, SNAKEMAKE
 pytestmark = [pytest.mark.slow, pytest.mark.fake_gpu]
 OWN_JOB = REPO / "tests" / "data" / "own_job" / "train_tiny_lm.py"
 GROUPS = ["dense-pt-own-tinylm-x2", "moe-pt-own-tinylm-x2", "moe-ft-own-tinylm-x2"]
+# The separate sweep's caps: an uncapped and a capped run give each group its PFI (two caps are
+# what the PFI needs); the staircase steps through three, so it visits a middle cap as well.
+SEPARATE_CAPS = [300, 700]
 CAPS = [300, 500, 700]
 # The staircase's job runs until the controller stops it, so its CPU is the staircase's seconds
 # times the host's share of a step. Its steps last 0.1 s (the script's --step-s: the host waits
@@ -63,7 +66,15 @@ def own_group(
     }
 
 
-def campaign(tmp: Path, sweep: str = "separate", steps: int = 60, step_s: float = 0.0) -> Path:
+def campaign(
+    tmp: Path,
+    caps: list[int],
+    n_groups: int,
+    sweep: str = "separate",
+    steps: int = 60,
+    step_s: float = 0.0,
+) -> Path:
+    """The campaign of the first ``n_groups`` of ``GROUPS``, each the shipped script at ``caps``."""
     config = {
         "campaign": "own",
         "backend": "cuda",
@@ -80,13 +91,16 @@ def campaign(tmp: Path, sweep: str = "separate", steps: int = 60, step_s: float 
         "summary": {"warmup_fb_gib": 0},
         "pfi": {"mc_samples": 2000, "ci": 0.95, "seed": 7},
         "figures": {"dpi": 60},
-        # as tests/data/tiny.yaml: a small allocation study, no out-of-sample splits (3 groups)
+        # as tests/data/tiny.yaml: a small allocation study, no out-of-sample splits (3 groups);
+        # of the cuts only no cut and the headline's (config schema: allocation.headline.cut),
+        # one simulate_allocation_cut job each: the others add jobs, not checks.
         "allocation": {
             "n_workloads": 20,
             "jobs_per_workload": 20,
+            "cuts": [0.0, 0.3],
             "out_of_sample": {"splits": 0, "workloads": 10},
         },
-        "cap_grids": {"grid": CAPS},
+        "cap_grids": {"grid": caps},
         "group_defaults": {
             "gpu": "H200",
             "set": "headline",
@@ -101,7 +115,7 @@ def campaign(tmp: Path, sweep: str = "separate", steps: int = 60, step_s: float 
             own_group(GROUPS[0], "Mistral-Small-24B-Base-2501", "pt", "dense", 64, steps, step_s),
             own_group(GROUPS[1], "gpt-oss-20b", "pt", "moe-pt", 96, steps, step_s),
             own_group(GROUPS[2], "Qwen3-30B-A3B", "lora", "moe-ft", 48, steps, step_s),
-        ],
+        ][:n_groups],
         "repeats": [],
         "cuda": {
             "device": "cuda",
@@ -156,13 +170,17 @@ def fake_limits_w(tmp: Path) -> list[float]:
     return [g["limit_mw"] / 1000 for g in json.loads((tmp / "gpus.json").read_text())["gpus"]]
 
 
-def test_fake_nvml_own_script_three_caps_to_pfi_summaries_and_report(tmp_path):
-    """3 groups (the report's statistics and predictor need 3), each the shipped script at 3 caps."""
+def test_fake_nvml_own_script_two_caps_to_pfi_summaries_and_report(tmp_path):
+    """3 groups (the report's statistics and predictor need 3), each the shipped script at 2 caps;
+    the only test that builds the report from runs of a real backend."""
     out = run_snakemake(
-        tmp_path, campaign(tmp_path), "results/own/pfi.parquet", "results/own/report.html"
+        tmp_path,
+        campaign(tmp_path, SEPARATE_CAPS, n_groups=3),
+        "results/own/pfi.parquet",
+        "results/own/report.html",
     )
     for gid in GROUPS:
-        for cap in CAPS:
+        for cap in SEPARATE_CAPS:
             run = read_json(out / "runs" / gid / f"cap{cap}" / "run.json")
             assert run["launch"] == "command" and run["training"]["command"][1] == str(OWN_JOB)
             assert run["training"]["command"][5] == "2"  # {nproc_per_node} filled
@@ -175,7 +193,9 @@ def test_fake_nvml_own_script_three_caps_to_pfi_summaries_and_report(tmp_path):
             )
     runs = read_parquet(out / "runs.parquet")
     assert (
-        len(runs) == 9 and sorted(set(runs["cap_w"])) == CAPS and set(runs["backend"]) == {"cuda"}
+        len(runs) == 3 * len(SEPARATE_CAPS)
+        and sorted(set(runs["cap_w"])) == SEPARATE_CAPS
+        and set(runs["backend"]) == {"cuda"}
     )
     assert (runs["tokens_per_s"] > 0).all() and (runs["power_w"] <= runs["cap_w"] * 2 * 1.01).all()
     pfi = read_parquet(out / "pfi.parquet")
@@ -185,16 +205,20 @@ def test_fake_nvml_own_script_three_caps_to_pfi_summaries_and_report(tmp_path):
     assert fake_limits_w(tmp_path) == [700.0, 700.0]
 
 
-def test_fake_nvml_own_script_staircase_one_run_per_group_to_pfi_and_core_figures(tmp_path):
-    """The same through sweep: staircase: one long run of the script per group, its caps stepped
-    while it trains, the script stopped when every cap is measured. To the PFI and the core
-    figures; what reads them downstream (statistics, predictor, allocation, the report: 18 more
-    jobs) is the same for both sweep modes and is run from the command runs in the test above."""
-    config = campaign(tmp_path, sweep="staircase", steps=1_000_000, step_s=STAIRCASE_STEP_S)
+def test_fake_nvml_own_script_staircase_one_run_to_pfi_and_core_figures(tmp_path):
+    """The same through sweep: staircase: one long run of the script, its caps stepped while it
+    trains, the script stopped when every cap is measured. One group: each group's run is the
+    same code on another name (one run per group is planned and checked on the emulated
+    backend, test_sweep_modes.py). To the PFI and the core figures; what reads them downstream
+    (statistics, predictor, allocation, the report) is the same for both sweep modes and is run
+    from the command runs in the test above."""
+    config = campaign(
+        tmp_path, CAPS, n_groups=1, sweep="staircase", steps=1_000_000, step_s=STAIRCASE_STEP_S
+    )
     out = run_snakemake(
         tmp_path, config, "results/own/pfi.parquet", "results/own/figures/curves_normalized.png"
     )
-    for gid in GROUPS:
+    for gid in GROUPS[:1]:
         run = read_json(out / "runs" / gid / "staircase" / "run.json")
         assert run["launch"] == "command" and run["stop_reason"] == "all_caps_measured"
         assert [v["cap_w"] for v in run["visits"]] == CAPS and run["training"][
@@ -213,11 +237,11 @@ def test_fake_nvml_own_script_staircase_one_run_per_group_to_pfi_and_core_figure
             )
     runs = read_parquet(out / "runs.parquet")
     assert (
-        len(runs) == 9
+        len(runs) == len(CAPS)
         and set(runs["sweep_mode"]) == {"staircase"}
         and (runs["tokens_per_s"] > 0).all()
     )
     pfi = read_parquet(out / "pfi.parquet")
-    assert sorted(pfi["group"]) == sorted(GROUPS) and np.isfinite(pfi["pfi_ratio"]).all()
+    assert list(pfi["group"]) == GROUPS[:1] and np.isfinite(pfi["pfi_ratio"]).all()
     assert (out / "figures" / "curves_normalized.png").stat().st_size > 0
     assert fake_limits_w(tmp_path) == [700.0, 700.0]

@@ -19,8 +19,6 @@ import sys
 import pytest
 import yaml
 
-from wattflex.schema import section_defaults
-
 from .campaigns import Campaign, copy_tree, finished_campaign, snakemake
 from .conftest import REPO
 from .file_modes import why_not_bound
@@ -109,9 +107,7 @@ def test_allocation_setting_reruns_only_allocation_its_figures_and_the_report(ca
     not allocation_wired(), reason="allocation stage not included in the Snakefile yet"
 )
 def test_a_new_cut_runs_only_its_simulation_job_and_the_merge(campaign):
-    campaign.edit_config(
-        lambda c: c["allocation"].update(cuts=[*section_defaults("allocation")["cuts"], 0.45])
-    )
+    campaign.edit_config(lambda c: c["allocation"].update(cuts=[*c["allocation"]["cuts"], 0.45]))
     assert campaign.plan() == {"simulate_allocation_cut": 1, **ALLOCATION_MERGE, **FINAL}
 
 

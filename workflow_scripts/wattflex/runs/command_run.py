@@ -59,6 +59,7 @@ from wattflex.runs.devices import caps
 from wattflex.runs.real_run import NodeSetup, first_on_interrupt, start_training, terminate, utc_now
 from wattflex.runs.spec import RunSpec
 from wattflex.runs.throughput import ThroughputSource, read_steps_file, steps_from_lines
+from wattflex.runs.training.train_config import LIVE_STEPS_FILE, RESULT_FILE, STEPS_FILE
 
 PLACEHOLDERS = (
     "gpus",
@@ -328,8 +329,6 @@ class CommandJob:
         if not self.source.steps_file:
             live_path = None
             if live:
-                from wattflex.runs.training.trainer import LIVE_STEPS_FILE  # lazy: imports torch
-
                 live_path = self.outdir / LIVE_STEPS_FILE
             follower = LineFollower(self.node.log_path, self.source, self.t0, live_path).start()
         return start_training(self.node.cmd, self.node.log_path, self.node.env), follower
@@ -371,8 +370,6 @@ class CommandJob:
 
     def write_outputs(self, steps: pd.DataFrame, training: dict[str, Any]) -> None:
         """The files ``real_run.assemble`` merges, as the harness leaves them."""
-        from wattflex.runs.training.trainer import RESULT_FILE, STEPS_FILE  # lazy: imports torch
-
         prov = provenance(params=self.spec.raw, backend="cuda")
         write_parquet(
             steps,

@@ -86,7 +86,13 @@ from wattflex.runs.devices.base import TelemetrySampler, telemetry_frame
 from wattflex.runs.devices.hostpower import RaplReader
 from wattflex.runs.options import RunOptions, gloo_ifname, nccl_env  # noqa: F401 (re-exported: callers import them here)
 from wattflex.runs.spec import RunSpec
-from wattflex.runs.training.train_config import TrainConfig
+from wattflex.runs.training.train_config import (
+    LIVE_STEPS_FILE,
+    RESULT_FILE,
+    STEPS_FILE,
+    STOP_FILE,
+    TrainConfig,
+)
 
 log = logging.getLogger("wattflex.runs.real_run")
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -718,9 +724,6 @@ def assemble(
 ) -> None:
     """The run's files from the training's and the nodes' outputs; ``extra`` goes into run.json
     (the in-run staircase's record). The training's and nodes' scratch files are removed."""
-    # Lazy: training.trainer imports torch, which importing this module must not need.
-    from wattflex.runs.training.trainer import LIVE_STEPS_FILE, RESULT_FILE, STEPS_FILE, STOP_FILE
-
     training = read_json(outdir / RESULT_FILE)["training"]
     steps = read_parquet(outdir / STEPS_FILE)
     parts = [outdir / NODE_DIR.format(rank=n["node_rank"]) / "telemetry.parquet" for n in nodes]

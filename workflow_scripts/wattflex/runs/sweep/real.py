@@ -65,6 +65,7 @@ from wattflex.runs.sweep.algorithm import (
     separate_sweep_seconds,
     sweep_record,
 )
+from wattflex.runs.training.train_config import LIVE_STEPS_FILE, STOP_FILE
 from wattflex.telemetry import job_series
 
 STOP_GRACE_S = 300.0  # a stop waits for the current step, or an eval/checkpoint in progress
@@ -172,9 +173,6 @@ class _Training:
     """The torchrun training process of a real sweep, seen from the controller."""
 
     def __init__(self, proc: Any, log_path: Path, outdir: Path) -> None:
-        # Lazy: training.trainer imports torch, which importing this module must not need.
-        from wattflex.runs.training.trainer import LIVE_STEPS_FILE, STOP_FILE
-
         self.proc, self.log_path = proc, log_path
         self.live_path, self.stop_path = outdir / LIVE_STEPS_FILE, outdir / STOP_FILE
 

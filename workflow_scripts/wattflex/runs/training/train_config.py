@@ -1,7 +1,9 @@
 """What one training job is: ``TrainConfig``, built from a run spec, checked before launch.
 
 Kept free of torch imports so the orchestrator (``wattflex.runs.real_run``) can validate a
-spec and fail fast — missing model or data — before it touches a GPU's power limit.
+spec and fail fast — missing model or data — before it touches a GPU's power limit. The
+names of the files a training job leaves live here too, so the orchestrator and a user's own
+command (``wattflex.runs.command_run``) read and write them without importing torch.
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ from wattflex.runs.attention import catalog_attn_implementation
 from wattflex.schema import section_defaults
 from wattflex.vocabulary import TASKS
 
+STEPS_FILE = "steps.parquet"
+RESULT_FILE = ".training.json"  # merged into run.json by wattflex.runs.real_run, then removed
+# Read while training runs by the one-run sweep (wattflex.runs.sweep.real); removed by real_run.
+LIVE_STEPS_FILE = "steps.live.csv"  # rank 0 appends "step,t_end_s,tokens,loss" as each step ends
+STOP_FILE = ".stop"  # created by the orchestrator: stop after the current step
 PRECISIONS = ("bf16-mixed", "bf16", "fp32")
 PARALLEL = ("auto", "ddp", "fsdp")
 

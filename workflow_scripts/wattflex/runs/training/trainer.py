@@ -29,14 +29,15 @@ from wattflex.runs.training import checkpoint as ckpt
 from wattflex.runs.training import data, hostmem, models, sharded
 from wattflex.runs.training import parallel as par
 from wattflex.runs.training.loss import causal_lm_loss, chunked_applies
-from wattflex.runs.training.train_config import TrainConfig
+from wattflex.runs.training.train_config import (  # noqa: F401 (the file names, re-exported)
+    LIVE_STEPS_FILE,
+    RESULT_FILE,
+    STEPS_FILE,
+    STOP_FILE,
+    TrainConfig,
+)
 
 log = logging.getLogger("wattflex.runs.training")
-STEPS_FILE = "steps.parquet"
-RESULT_FILE = ".training.json"  # merged into run.json by wattflex.runs.real_run, then removed
-# Read while training runs by the one-run sweep (wattflex.runs.sweep.real); removed by real_run.
-LIVE_STEPS_FILE = "steps.live.csv"  # rank 0 appends "step,t_end_s,tokens,loss" as each step ends
-STOP_FILE = ".stop"  # created by the orchestrator: stop after the current step
 HF_CONFIG_KEYS = (
     "model_type",
     "vocab_size",
