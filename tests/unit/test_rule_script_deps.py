@@ -89,8 +89,11 @@ def third_party_reached() -> dict[str, set[str]]:
 
 def test_the_walk_sees_the_imports_it_must():
     reached = third_party_reached()
-    assert {"numpy", "pandas", "matplotlib", "torch"} <= set(reached)  # torch: the measured path
-    assert "wattflex.runs.training.trainer" in reached["torch"]
+    assert {"numpy", "pandas", "matplotlib"} <= set(reached)
+    # a measured run starts the trainer as a process of its own (torchrun -m wattflex.runs.training)
+    # and reads the file names it leaves from train_config, which needs no torch: no rule script
+    # imports torch, so the core install runs them all
+    assert "torch" not in reached, reached.get("torch")
 
 
 def test_every_rule_script_runs_on_the_core_install():
