@@ -111,7 +111,7 @@ def test_a_slurm_that_fails_or_answers_badly_is_held_and_every_agent_restored(
 def test_a_held_job_keeps_its_share_while_squeue_fails_mid_event(
     tmp_path, slurm_bin, capsys, monkeypatch
 ):
-    from wattflex.grid import slurm
+    from wattflex.ops.adapters import slurm
 
     shares = []
     write = slurm.coordinate_once

@@ -5,7 +5,7 @@ closed-loop controller, the cluster simulation's references and the figures) com
 :data:`REGISTRY`; the tuples below are views of it, in registry order. A config's policy names
 are checked against it (wattflex.config.check_names).
 The algorithms live in :mod:`wattflex.allocation.allocator` and
-:mod:`wattflex.control.controller`; each policy's label, colour and line style in figures
+:mod:`wattflex.ops.controller`; each policy's label, colour and line style in figures
 are in :data:`wattflex.plots.style.POLICY_LOOK` (a test holds the two in step), so that a
 colour change reruns only figure rules, never a simulation. Deliberately light (no numpy, no pandas): every
 ``wattflex`` command imports it to build ``--help``.
@@ -26,7 +26,9 @@ class Policy:
     allocation: bool = False  # run by the allocation simulation and ``wattflex allocate``
     control: bool = False  # run by the closed-loop controller
     cluster_reference: bool = False  # run beside the controllers in the cluster simulation
-    split: bool = False  # splits a cluster's budget across SLURM units (wattflex.grid.slurm)
+    split: bool = (
+        False  # splits a cluster's budget across SLURM units (wattflex.ops.adapters.slurm)
+    )
     # the live controller needs each job's measured tokens/s (its curve's scale and, learning,
     # its shape): `wattflex control` refuses it without a throughput source
     live_throughput: bool = False
@@ -75,5 +77,5 @@ POLICY_FEATURES = {p.name: p.feature for p in REGISTRY.values() if p.allocation 
 CONTROL_POLICIES = names(control=True)  # the closed-loop controller's, `wattflex control`'s
 CURVE_POLICIES = names(control=True, weighted=False)  # the controller's that allocate on curves
 CLUSTER_REFERENCES = names(cluster_reference=True)  # run beside the controllers, not controllers
-SPLIT_POLICIES = names(split=True)  # the cluster coordinator's (wattflex.grid.slurm)
+SPLIT_POLICIES = names(split=True)  # the cluster coordinator's (wattflex.ops.adapters.slurm)
 THROUGHPUT_POLICIES = names(control=True, live_throughput=True)  # need a live tokens/s source

@@ -1,6 +1,6 @@
 """``wattflex cluster-control``: one grid event across the SLURM cluster's GPU jobs.
 
-The coordinator (:func:`wattflex.grid.slurm.run_coordinator`) learns the running GPU jobs
+The coordinator (:func:`wattflex.ops.adapters.slurm.run_coordinator`) learns the running GPU jobs
 from ``squeue --json`` every period, starts one agent per (job, node) as an ``srun --overlap``
 step into the job's allocation (``wattflex control --budget-file``; caps restored when the
 step ends, by any signal, and by the epilog), splits the event's budget over the units
@@ -14,7 +14,7 @@ is skipped with a warning (said once).
 ``--knob-choice`` (the knob menu's choice, ``wattflex.allocation.knobs.choose(...).table`` as
 CSV/JSON: ``job`` = SLURM job id or name, ``knob``) meets an event deeper than the caps' floor:
 at its start the chosen jobs are paused (``scontrol suspend``) or requeued held, counted at idle
-power / nothing, and at its end resumed / released (:class:`wattflex.grid.slurm_knobs.KnobPlan`).
+power / nothing, and at its end resumed / released (:class:`wattflex.ops.adapters.slurm_knobs.KnobPlan`).
 ``--mv-out`` writes the event's M&V on the cluster load (tables and figure), its baseline
 from the load just before the event and, with ``--curves``, from the jobs' curves.
 """
@@ -175,15 +175,15 @@ def run(args: argparse.Namespace) -> int:
 def follow(args: argparse.Namespace) -> int:
     from wattflex.commands._outputs import check_not_in_measured_run
     from wattflex.commands.control import check_mv_dir, signal_end_s, write_run_mv_report
-    from wattflex.control.exporter import write_targets
-    from wattflex.grid.events import MAX_SPAN_S, Schedule, check_schedule, read_schedule
-    from wattflex.grid.slurm import OnceLog, agent_command, discover, run_coordinator
+    from wattflex.ops.adapters.slurm import OnceLog, agent_command, discover, run_coordinator
+    from wattflex.ops.events import MAX_SPAN_S, Schedule, check_schedule, read_schedule
+    from wattflex.ops.services.exporter import write_targets
 
     split = cluster_split(args)  # bad input refused before anything starts
     site = read_site_option(args.site) if args.site else None
     knobs = None
     if args.knob_choice:
-        from wattflex.grid.slurm_knobs import KnobPlan, read_choice
+        from wattflex.ops.adapters.slurm_knobs import KnobPlan, read_choice
 
         try:
             knobs = KnobPlan(
@@ -325,7 +325,7 @@ def follow(args: argparse.Namespace) -> int:
 
 def site_exporter(args: argparse.Namespace):
     """The site's metrics server of ``--metrics-port`` (None without it), its URL said."""
-    from wattflex.control.exporter import SiteExporter
+    from wattflex.ops.services.exporter import SiteExporter
 
     if args.metrics_port is None:
         return None
@@ -394,7 +394,7 @@ def mv_params(args: argparse.Namespace, rec) -> dict:
 
 def cluster_split(args: argparse.Namespace):
     """The split of ``--policy``, ``--curves`` and ``--job-map``, refused with one line if bad."""
-    from wattflex.grid.slurm import ClusterSplit, read_group_curves
+    from wattflex.ops.adapters.slurm import ClusterSplit, read_group_curves
 
     job_group = {}
     for item in filter(None, (x.strip() for x in args.job_map.split(","))):

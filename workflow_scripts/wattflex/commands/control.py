@@ -274,7 +274,7 @@ def parse_gpus(spec: str) -> list[int]:
 
 def check_args(args: argparse.Namespace, max_span_s: float) -> None:
     """Refuse numbers that would make a wrong or runaway controller, before anything is read;
-    ``max_span_s``: the longest time in seconds (``wattflex.grid.events.MAX_SPAN_S``)."""
+    ``max_span_s``: the longest time in seconds (``wattflex.ops.events.MAX_SPAN_S``)."""
 
     def finite(
         name: str, v: float | None, low: float, inclusive: bool = False, high: float = math.inf
@@ -433,8 +433,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def follow(args: argparse.Namespace) -> int:
-    from wattflex.control.loop import NodeJob, sample_devices
-    from wattflex.grid.events import MAX_SPAN_S
+    from wattflex.ops.events import MAX_SPAN_S
+    from wattflex.ops.services.node_agent import NodeJob, sample_devices
     from wattflex.runs.devices.caps import default_state_dir, limit_setter
     from wattflex.runs.devices.nvml import local_gpu_indices, nvml, open_gpus
 
@@ -503,10 +503,10 @@ def follow(args: argparse.Namespace) -> int:
 
 
 def throughput_sources(args: argparse.Namespace, indices: list[list[int]]) -> list:
-    """One :class:`wattflex.control.loop.LogThroughput` per job from ``--throughput-log``
+    """One :class:`wattflex.ops.services.node_agent.LogThroughput` per job from ``--throughput-log``
     (none without it); a count that is not the jobs' or a preset/regex the command backend
     refuses is one line."""
-    from wattflex.control.loop import LogThroughput
+    from wattflex.ops.services.node_agent import LogThroughput
     from wattflex.runs.throughput import ThroughputError, ThroughputSource
 
     if not args.throughput_log:
@@ -538,9 +538,9 @@ def control_jobs(
     table or the control loop with its exporter, clock hold and M&V."""
     import numpy as np
 
-    from wattflex.control.controller import ControlConfig, Controller, pfi_from_model, ramp_at
-    from wattflex.control.loop import floor_w, job_table, read_jobs, run_loop
-    from wattflex.grid.events import Schedule, check_schedule, check_target_units, read_schedule
+    from wattflex.ops.controller import ControlConfig, Controller, pfi_from_model, ramp_at
+    from wattflex.ops.events import Schedule, check_schedule, check_target_units, read_schedule
+    from wattflex.ops.services.node_agent import floor_w, job_table, read_jobs, run_loop
     from wattflex.runs.devices.base import CapError
 
     first = read_jobs(jobs, 0.0)
@@ -610,7 +610,7 @@ def control_jobs(
         source = f"OpenADR{' 3' if args.openadr3_vtn else ''} VTN {ven.s.vtn_url} ({args.basis} basis {basis:.0f} W)"
         duration = args.duration_s
     elif args.budget_file:
-        from wattflex.grid.slurm import BudgetFile
+        from wattflex.ops.adapters.slurm import BudgetFile
 
         budget_file = BudgetFile(
             args.budget_file,
@@ -627,7 +627,7 @@ def control_jobs(
     limit_at = budget_file.limit_at if args.budget_file else None
     if args.site:
         from wattflex.errors import ConfigError
-        from wattflex.grid.topology import read_site
+        from wattflex.ops.adapters.topology import read_site
 
         node = args.node or os.environ.get("SLURMD_NODENAME") or os.uname().nodename
         try:
@@ -681,7 +681,7 @@ def control_jobs(
     )
     exporter = None
     if args.metrics_port is not None:
-        from wattflex.control.exporter import ControlExporter
+        from wattflex.ops.services.exporter import ControlExporter
 
         try:
             exporter = ControlExporter(
@@ -707,7 +707,7 @@ def control_jobs(
         if clock_hold is not None:
             follow_clock(clock_hold, budget_file.clock_at(r.t_s[-1]))
         if args.load_file:
-            from wattflex.grid.slurm import write_load
+            from wattflex.ops.adapters.slurm import write_load
 
             write_load(
                 args.load_file,
@@ -798,13 +798,13 @@ def write_run_mv_report(
     basis_w: float | None,
     title: str,
 ) -> list[dict]:
-    """A real run's M&V (:func:`wattflex.control.mv.write_run_mv`: mv.json, mv_intervals.csv,
+    """A real run's M&V (:func:`wattflex.ops.services.mv.write_run_mv`: mv.json, mv_intervals.csv,
     timeseries.csv) and the figure the cluster simulation draws per event
     (:func:`wattflex.plots.grid.mv_figure`): ``mv.png`` for the first event, ``mv_<k>.png``
     for the k-th after it; one line per event said."""
     import numpy as np
 
-    from wattflex.control.mv import write_run_mv
+    from wattflex.ops.services.mv import write_run_mv
     from wattflex.plots.grid import mv_figure
     from wattflex.provenance import provenance, save_png
 
@@ -850,7 +850,7 @@ def start_ven(args: argparse.Namespace, floor_w: float, basis_w: float, load_w: 
     live schedule and itself. It reports ``load_w[0]``, the load the controller measured last."""
     import socket
 
-    from wattflex.grid.openadr import OpenADRVen, VenSettings
+    from wattflex.ops.adapters.openadr import OpenADRVen, VenSettings
 
     settings = VenSettings(
         ven_name=args.ven_name or socket.gethostname(),
@@ -862,7 +862,7 @@ def start_ven(args: argparse.Namespace, floor_w: float, basis_w: float, load_w: 
         deadline_s=args.response_s,
     )
     if args.openadr3_vtn:
-        from wattflex.grid.openadr3 import OpenADR3Ven
+        from wattflex.ops.adapters.openadr3 import OpenADR3Ven
 
         ven = OpenADR3Ven(
             settings,
