@@ -13,14 +13,9 @@ import pytest
 from tests.fakes.nvml_fixture import control_process, fake_nvml, limits_w  # noqa: F401 (fixture)
 from tests.unit.ops.test_slurm import _campaign_runs
 from wattflex.commands.control import write_run_mv_report
-from wattflex.ops.adapters.slurm import (
-    ClusterSplit,
-    SlurmJob,
-    group_curves,
-    run_coordinator,
-    write_load,
-)
+from wattflex.ops.adapters.slurm import ClusterSplit, SlurmJob, group_curves, write_load
 from wattflex.ops.events import Event, Schedule
+from wattflex.ops.services.coordinator import CoordinatorHooks, CoordinatorSettings, run_coordinator
 from wattflex.provenance import read_csv, read_json, read_png_meta
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -80,17 +75,18 @@ def coordinate(tmp_path, split):
         write_load(tmp_path / f"{u}.load.json", u, 1300.0, [650.0, 650.0])
     sched = Schedule((Event("ev30", 0.3, 0.8, fraction=0.7, deadline_s=0.2),))
     rec = run_coordinator(
-        sched,
-        "measured",
-        tmp_path,
-        1.0,
-        0.1,
-        lambda: jobs,
-        lambda j, n: None,
-        min_w=200.0,
-        max_w=700.0,
-        stale_s=30.0,
-        split=split,
+        CoordinatorSettings(
+            sched,
+            "measured",
+            tmp_path,
+            1.0,
+            0.1,
+            min_w=200.0,
+            max_w=700.0,
+            stale_s=30.0,
+            split=split,
+        ),
+        CoordinatorHooks(lambda: jobs, lambda j, n: None),
     )
     return rec, sched
 

@@ -206,8 +206,12 @@ def test_the_coordinator_holds_a_30pct_event_with_a_dead_unit_counted_uncapped_f
     node0 agent as a local process instead of an srun step (started first and waited for, so
     a busy machine's slow Python start does not move the event): 30 % of the measured load
     (1300 W + node1 at 1400 W uncapped) from t = 3 s to 9 s, deadline 2 s."""
-    from wattflex.ops.adapters.slurm import run_coordinator
     from wattflex.ops.events import Event, Schedule
+    from wattflex.ops.services.coordinator import (
+        CoordinatorHooks,
+        CoordinatorSettings,
+        run_coordinator,
+    )
     from wattflex.ops.services.mv import event_mv
 
     job = SlurmJob("41", "llama-ft", {"node0": (0, 1), "node1": (2, 3)})
@@ -234,16 +238,10 @@ def test_the_coordinator_holds_a_30pct_event_with_a_dead_unit_counted_uncapped_f
             agent.stderr.read() if agent.poll() is not None else ""
         )
         rec = run_coordinator(
-            sched,
-            "measured",
-            tmp_path,
-            11.0,
-            0.25,
-            lambda: [job],
-            lambda j, node: launched.append((j.job_id, node)),
-            min_w=200.0,
-            max_w=700.0,
-            stale_s=1.0,
+            CoordinatorSettings(
+                sched, "measured", tmp_path, 11.0, 0.25, min_w=200.0, max_w=700.0, stale_s=1.0
+            ),
+            CoordinatorHooks(lambda: [job], lambda j, node: launched.append((j.job_id, node))),
         )
         deadline = time.time() + 5
         while (
@@ -373,26 +371,31 @@ def test_cluster_control_refuses_a_bad_split_before_starting_anything(tmp_path, 
 
 
 def test_the_coordinator_says_which_jobs_have_no_curve_and_records_it(tmp_path):
-    from wattflex.ops.adapters.slurm import ClusterSplit, group_curves, run_coordinator, write_load
+    from wattflex.ops.adapters.slurm import ClusterSplit, group_curves, write_load
     from wattflex.ops.events import Event, Schedule
+    from wattflex.ops.services.coordinator import (
+        CoordinatorHooks,
+        CoordinatorSettings,
+        run_coordinator,
+    )
 
     jobs = [SlurmJob("41", "flex", {"node0": (0, 1)}), SlurmJob("45", "other", {"node1": (0, 1)})]
     for u in ("41.node0", "45.node1"):
         write_load(tmp_path / f"{u}.load.json", u, 1300.0, [650.0, 650.0])
     said = []
     rec = run_coordinator(
-        Schedule((Event("ev", 0.0, 5.0, fraction=0.7),)),
-        "nominal",
-        tmp_path,
-        0.3,
-        0.1,
-        lambda: jobs,
-        lambda j, n: None,
-        min_w=200.0,
-        max_w=700.0,
-        stale_s=30.0,
-        split=ClusterSplit("oracle", group_curves(_campaign_runs())),
-        log=said.append,
+        CoordinatorSettings(
+            Schedule((Event("ev", 0.0, 5.0, fraction=0.7),)),
+            "nominal",
+            tmp_path,
+            0.3,
+            0.1,
+            min_w=200.0,
+            max_w=700.0,
+            stale_s=30.0,
+            split=ClusterSplit("oracle", group_curves(_campaign_runs())),
+        ),
+        CoordinatorHooks(lambda: jobs, lambda j, n: None, log=said.append),
     )
     assert rec.unit_group == {"41.node0": "flex", "45.node1": None}
     assert any("45.node1" in s and "equal-weight share" in s for s in said)
@@ -573,8 +576,13 @@ def test_the_knob_choice_is_carried_out_at_the_event_start_and_undone_at_its_end
     import pandas as pd
 
     from wattflex.ops.adapters import slurm_knobs
-    from wattflex.ops.adapters.slurm import run_coordinator, write_load
+    from wattflex.ops.adapters.slurm import write_load
     from wattflex.ops.events import Event, Schedule
+    from wattflex.ops.services.coordinator import (
+        CoordinatorHooks,
+        CoordinatorSettings,
+        run_coordinator,
+    )
 
     calls = []
     monkeypatch.setattr(
@@ -595,19 +603,23 @@ def test_the_knob_choice_is_carried_out_at_the_event_start_and_undone_at_its_end
     launched = []
     # as squeue --states=RUNNING: a SUSPENDED job is not listed
     rec = run_coordinator(
-        Schedule((Event("ev", 0.25, 0.55, fraction=0.4),)),
-        "nominal",
-        tmp_path,
-        0.75,
-        0.1,
-        lambda: [j for j in jobs if j.job_id not in plan.done],
-        lambda j, n: launched.append(n),
-        min_w=200.0,
-        max_w=700.0,
-        stale_s=30.0,
-        clock=lambda: next(t),
-        sleep=lambda s: None,
-        knobs=plan,
+        CoordinatorSettings(
+            Schedule((Event("ev", 0.25, 0.55, fraction=0.4),)),
+            "nominal",
+            tmp_path,
+            0.75,
+            0.1,
+            min_w=200.0,
+            max_w=700.0,
+            stale_s=30.0,
+        ),
+        CoordinatorHooks(
+            lambda: [j for j in jobs if j.job_id not in plan.done],
+            lambda j, n: launched.append(n),
+            clock=lambda: next(t),
+            sleep=lambda s: None,
+            knobs=plan,
+        ),
     )
     assert calls == [("pause", "41"), ("resume", "41")]
     assert launched == ["node0", "node1"]  # the paused job's agent is not started again
@@ -639,8 +651,12 @@ def test_calls_end_even_when_the_coordinator_fails(tmp_path, monkeypatch):
     import pandas as pd
 
     from wattflex.ops.adapters import slurm_knobs
-    from wattflex.ops.adapters.slurm import run_coordinator
     from wattflex.ops.events import Event, Schedule
+    from wattflex.ops.services.coordinator import (
+        CoordinatorHooks,
+        CoordinatorSettings,
+        run_coordinator,
+    )
 
     calls = []
     monkeypatch.setattr(
@@ -659,18 +675,17 @@ def test_calls_end_even_when_the_coordinator_fails(tmp_path, monkeypatch):
 
     with pytest.raises(RuntimeError, match="coordinator broke"):
         run_coordinator(
-            Schedule((Event("ev", 0.0, 50.0, fraction=0.4),)),
-            "nominal",
-            tmp_path,
-            60.0,
-            0.1,
-            discover,
-            lambda j, n: None,
-            min_w=200.0,
-            max_w=700.0,
-            stale_s=30.0,
-            sleep=lambda s: None,
-            knobs=plan,
+            CoordinatorSettings(
+                Schedule((Event("ev", 0.0, 50.0, fraction=0.4),)),
+                "nominal",
+                tmp_path,
+                60.0,
+                0.1,
+                min_w=200.0,
+                max_w=700.0,
+                stale_s=30.0,
+            ),
+            CoordinatorHooks(discover, lambda j, n: None, sleep=lambda s: None, knobs=plan),
         )
     assert calls == [("requeuehold", "41"), ("release", "41")] and plan.requeued == {"41"}
 
@@ -734,8 +749,12 @@ def test_a_clock_choice_names_its_clock_in_the_units_files_during_the_event_only
     import pandas as pd
 
     from wattflex.ops.adapters import slurm_knobs
-    from wattflex.ops.adapters.slurm import run_coordinator
     from wattflex.ops.events import Event, Schedule
+    from wattflex.ops.services.coordinator import (
+        CoordinatorHooks,
+        CoordinatorSettings,
+        run_coordinator,
+    )
 
     monkeypatch.setattr(slurm_knobs, "scontrol", lambda *a, **k: None)
     jobs = [SlurmJob("41", "clocked", {"node0": (0,)}), SlurmJob("45", "capped", {"node1": (0,)})]
@@ -756,19 +775,19 @@ def test_a_clock_choice_names_its_clock_in_the_units_files_during_the_event_only
         return jobs
 
     run_coordinator(
-        Schedule((Event("ev", 0.25, 0.55, fraction=0.6),)),
-        "nominal",
-        tmp_path,
-        0.75,
-        0.1,
-        discover,
-        lambda j, n: None,
-        min_w=200.0,
-        max_w=700.0,
-        stale_s=30.0,
-        clock=lambda: next(t),
-        sleep=lambda s: None,
-        knobs=plan,
+        CoordinatorSettings(
+            Schedule((Event("ev", 0.25, 0.55, fraction=0.6),)),
+            "nominal",
+            tmp_path,
+            0.75,
+            0.1,
+            min_w=200.0,
+            max_w=700.0,
+            stale_s=30.0,
+        ),
+        CoordinatorHooks(
+            discover, lambda j, n: None, clock=lambda: next(t), sleep=lambda s: None, knobs=plan
+        ),
     )
     # each file read at the next period: no clock before the event, its clock in it, none after
     assert named[0] is None and 1200.0 in named and set(named) == {None, 1200.0}

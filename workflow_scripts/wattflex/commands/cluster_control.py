@@ -1,6 +1,6 @@
 """``wattflex cluster-control``: one grid event across the SLURM cluster's GPU jobs.
 
-The coordinator (:func:`wattflex.ops.adapters.slurm.run_coordinator`) learns the running GPU jobs
+The coordinator (:func:`wattflex.ops.services.coordinator.run_coordinator`) learns the running GPU jobs
 from ``squeue --json`` every period, starts one agent per (job, node) as an ``srun --overlap``
 step into the job's allocation (``wattflex control --budget-file``; caps restored when the
 step ends, by any signal, and by the epilog), splits the event's budget over the units
@@ -175,8 +175,13 @@ def run(args: argparse.Namespace) -> int:
 def follow(args: argparse.Namespace) -> int:
     from wattflex.commands._outputs import check_not_in_measured_run
     from wattflex.commands.control import check_mv_dir, signal_end_s, write_run_mv_report
-    from wattflex.ops.adapters.slurm import OnceLog, agent_command, discover, run_coordinator
+    from wattflex.ops.adapters.slurm import OnceLog, agent_command, discover
     from wattflex.ops.events import MAX_SPAN_S, Schedule, check_schedule, read_schedule
+    from wattflex.ops.services.coordinator import (
+        CoordinatorHooks,
+        CoordinatorSettings,
+        run_coordinator,
+    )
     from wattflex.ops.services.exporter import write_targets
 
     split = cluster_split(args)  # bad input refused before anything starts
@@ -262,27 +267,29 @@ def follow(args: argparse.Namespace) -> int:
     try:
         with termination_raises():  # a signal unwinds through here: the agents are told and stopped
             rec = run_coordinator(
-                source,
-                args.basis,
-                out,
-                duration,
-                args.period_s,
-                # a hung squeue is a failed one after a period, at least SQUEUE_TIMEOUT_S, its
-                # jobs held as last known: never a coordinator stopped for squeue's own 60 s
-                lambda: discover(
-                    partitions=partitions,
-                    report=bad_job,
-                    timeout_s=max(args.period_s, SQUEUE_TIMEOUT_S),
+                CoordinatorSettings(
+                    source,
+                    args.basis,
+                    out,
+                    duration,
+                    args.period_s,
+                    min_w=gpu.min_limit_w,
+                    max_w=gpu.max_limit_w,
+                    stale_s=3 * args.period_s,
+                    split=split,
+                    site=site,
                 ),
-                launch,
-                min_w=gpu.min_limit_w,
-                max_w=gpu.max_limit_w,
-                stale_s=3 * args.period_s,
-                split=split,
-                log=lambda msg: print(msg, flush=True),
-                site=site,
-                knobs=knobs,
-                on_period=on_period,
+                CoordinatorHooks(
+                    lambda: discover(
+                        partitions=partitions,
+                        report=bad_job,
+                        timeout_s=max(args.period_s, SQUEUE_TIMEOUT_S),
+                    ),
+                    launch,
+                    log=lambda msg: print(msg, flush=True),
+                    knobs=knobs,
+                    on_period=on_period,
+                ),
             )
         ended = True
     finally:

@@ -538,8 +538,14 @@ def control_jobs(
     table or the control loop with its exporter, clock hold and M&V."""
     import numpy as np
 
-    from wattflex.ops.controller import ControlConfig, Controller, pfi_from_model, ramp_at
-    from wattflex.ops.events import Schedule, check_schedule, check_target_units, read_schedule
+    from wattflex.ops.controller import ControlConfig, Controller, pfi_from_model
+    from wattflex.ops.events import (
+        Schedule,
+        check_schedule,
+        check_target_units,
+        ramp_at,
+        read_schedule,
+    )
     from wattflex.ops.services.node_agent import floor_w, job_table, read_jobs, run_loop
     from wattflex.runs.devices.base import CapError
 

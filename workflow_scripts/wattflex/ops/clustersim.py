@@ -61,10 +61,9 @@ from wattflex.ops.controller import (
     Readings,
     curve_pfi,
     pfi_from_model,
-    ramp_at,
     ramp_caps,
 )
-from wattflex.ops.events import Schedule, Signal, read_schedule
+from wattflex.ops.events import Schedule, Signal, ramp_at, read_schedule
 from wattflex.runs.emulator import (
     PHYSICS,
     JobSpec,

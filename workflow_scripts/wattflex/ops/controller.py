@@ -44,7 +44,7 @@ and the others share what is left. A budget of ``inf`` (no curtailment event) un
 job.
 
 **Ramp limit on caps.** With an event's ramp limit (``ramp_w_per_s`` to :meth:`Controller.step`,
-:func:`ramp_at` of a schedule), the load the cap changes of one step can move, summed over
+:func:`wattflex.ops.events.ramp_at` of a schedule), the load the cap changes of one step can move, summed over
 every job's GPUs, is held to ``ramp * (time since the last step)`` each way: going down, a
 GPU's cap below what it draws (``min(old cap, measured power per GPU)``) sheds that much;
 going up, a cap raised by x lets it draw at most x more. Every moving job gets the same
@@ -215,13 +215,6 @@ class Readings:
     dram_active: np.ndarray | None = None
     mem_copy_util: np.ndarray | None = None
     sm_active: np.ndarray | None = None
-
-
-def ramp_at(source: Any, t_s: float) -> float:
-    """The ramp limit (W/s) in force at ``t_s``: that of the latest event started by then (its
-    ramp back and the restore after it included); inf for a source without events."""
-    started = [e for e in getattr(source, "events", ()) if e.start_s <= t_s]
-    return float(started[-1].ramp_w_per_s) if started else math.inf
 
 
 def ramp_caps(

@@ -471,3 +471,24 @@ def windows(
         }
         for i, (a, b) in enumerate(zip(edges[::2], edges[1::2]))
     ]
+
+
+def ramp_at(source: Any, t_s: float) -> float:
+    """The ramp limit (W/s) in force at ``t_s``: that of the latest event started by then (its
+    ramp back and the restore after it included); inf for a source without events."""
+    started = [e for e in getattr(source, "events", ()) if e.start_s <= t_s]
+    return float(started[-1].ramp_w_per_s) if started else math.inf
+
+
+def event_end(source: Any, t_s: float) -> float | None:
+    """End (s) of the event in force at ``t_s``: a schedule's event, or the end of a signal's
+    curtailment span (searched on a 1-s grid)."""
+    event_at = getattr(source, "event_at", None)
+    if event_at is not None:
+        e = event_at(t_s)
+        return None if e is None else e.end_s
+    if not bool(np.asarray(source.active(t_s))):
+        return None
+    grid = np.arange(t_s, t_s + 7 * 86400.0, 1.0)
+    off = np.flatnonzero(~np.asarray(source.active(grid), bool))
+    return float(grid[off[0]]) if len(off) else float(grid[-1])

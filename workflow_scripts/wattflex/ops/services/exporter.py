@@ -239,7 +239,7 @@ class SiteExporter(Served):
         self.serve(port, addr)
 
     def update(self, rec: Any, loads: list[dict | None]) -> None:
-        """From a :class:`wattflex.ops.adapters.slurm.ClusterRecord` after a period and its units'
+        """From a :class:`wattflex.ops.services.coordinator.ClusterRecord` after a period and its units'
         load files (None: silent)."""
         g = self.gauges
         budget, power = rec.budget_w[-1], rec.power_w[-1]
