@@ -45,7 +45,7 @@ from wattflex.allocation.nested import Laminar
 from wattflex.errors import ConfigError
 from wattflex.ops.adapters.slurm import expand_hostlist
 
-SCHEMA = Path(__file__).resolve().parents[3] / "config" / "schema" / "site.schema.yaml"
+SCHEMA = Path(__file__).resolve().parents[4] / "config" / "schema" / "site.schema.yaml"
 KINDS = ("site", "feed", "pdu", "rack", "node")
 
 
