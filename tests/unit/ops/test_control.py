@@ -7,6 +7,7 @@ import math
 import signal
 import sys
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from wattflex import cli
 from wattflex.allocation.allocator import predicted_curves
 from wattflex.allocation.curves import Curves
 from wattflex.allocation.policies import CONTROL_POLICIES
+from wattflex.errors import UserError
 from wattflex.gpus import GPUS
 from wattflex.ops.controller import (
     ControlConfig,
@@ -27,7 +29,7 @@ from wattflex.ops.controller import (
     round_caps,
 )
 from wattflex.ops.events import read_signal
-from wattflex.ops.services.node_agent import NodeJob, run_loop
+from wattflex.ops.services.node_agent import NodeAgentSettings, NodeJob, run_loop, run_node_agent
 from wattflex.runs.emulator.device import EmulatedDevice
 
 FAKES = Path(fake_pynvml.__file__).resolve().parent
@@ -390,6 +392,29 @@ def test_fake_nvml_control_command_caps_during_the_signal_and_restores(fake_nvml
     capped = [mw / 1000 for _, mw in calls if mw < 700_000]
     assert capped and max(capped) <= 0.6 * 700 and limits_w() == [700.0, 700.0]
     assert not list((tmp_path / "st").glob("caps-*.json"))
+
+
+@pytest.mark.fake_gpu
+def test_the_node_agent_is_library_code_one_call_on_its_settings_fake_nvml(
+    fake_nvml, tmp_path, capsys
+):
+    """The service without the command: run_node_agent on a NodeAgentSettings (no argparse)
+    follows a signal on two FAKE GPUs, caps under it and restores; a bad setting is the same
+    one-line UserError the command prints."""
+    sig = tmp_path / "s.csv"
+    sig.write_text("time_s,fraction\n0,0.6\n0.6,0.6\n")
+    settings = NodeAgentSettings(
+        jobs=[[0], [1]], state_dir=tmp_path / "st", signal=str(sig), period_s=0.1
+    )
+    assert run_node_agent(settings) == 0
+    assert "controlling 2 GPU(s) in 2 job(s) with equal-weight" in capsys.readouterr().out
+    capped = [mw / 1000 for _, mw in fake_nvml.state()["set_calls"] if mw < 700_000]
+    assert capped and max(capped) <= 0.6 * 700 and limits_w() == [700.0, 700.0]
+    with pytest.raises(
+        UserError, match=r"GPU index 5 does not exist \(this node has 2 GPUs: 0-1\)"
+    ):
+        run_node_agent(replace(settings, jobs=[[5]]))
+    assert limits_w() == [700.0, 700.0]
 
 
 @pytest.mark.fake_gpu

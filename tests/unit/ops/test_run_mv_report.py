@@ -1,5 +1,5 @@
 """A real controlled run's M&V comes as tables and the figure the cluster simulation draws
-(wattflex.commands.control.write_run_mv_report, wattflex.plots.grid.mv_figure): on one node
+(wattflex.ops.services.mv.write_run_mv_report, wattflex.plots.grid.mv_figure): on one node
 (``wattflex control`` on FAKE NVML, tests/fakes/fake_pynvml.py: two fake H200s drawing 650 W
 each uncapped) and for the cluster coordinator, whose baseline from the curves is the jobs'
 campaign curves' uncapped power (a job without a curve: its load before the event)."""
@@ -12,10 +12,11 @@ import pytest
 
 from tests.fakes.nvml_fixture import control_process, fake_nvml, limits_w  # noqa: F401 (fixture)
 from tests.unit.ops.test_slurm import _campaign_runs
-from wattflex.commands.control import write_run_mv_report
 from wattflex.ops.adapters.slurm import ClusterSplit, SlurmJob, group_curves, write_load
 from wattflex.ops.events import Event, Schedule
 from wattflex.ops.services.coordinator import CoordinatorHooks, CoordinatorSettings, run_coordinator
+from wattflex.ops.services.mv import write_run_mv_report
+from wattflex.plots.grid import mv_figure
 from wattflex.provenance import read_csv, read_json, read_png_meta
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -112,6 +113,7 @@ def test_the_cluster_baseline_from_the_curves_is_the_jobs_uncapped_power(tmp_pat
         {"policy": policy},
         2600.0,
         "cluster-control",
+        mv_figure,
     )
     on_disk = read_json(tmp_path / "mv" / "mv.json")["events"][0]
     for r in (recs[0], on_disk):
@@ -126,7 +128,15 @@ def test_without_curves_the_cluster_baseline_from_the_curves_is_null(tmp_path):
     rec, sched = coordinate(tmp_path / "b", ClusterSplit())
     assert all(math.isnan(b) for b in rec.baseline_curves_w)
     write_run_mv_report(
-        tmp_path / "mv", rec, sched, 30.0, rec.baseline_curves_w, {}, 2600.0, "cluster-control"
+        tmp_path / "mv",
+        rec,
+        sched,
+        30.0,
+        rec.baseline_curves_w,
+        {},
+        2600.0,
+        "cluster-control",
+        mv_figure,
     )
     doc = json.loads((tmp_path / "mv" / "mv.json").read_text())
     assert doc["events"][0]["baseline_curves_w"] is None

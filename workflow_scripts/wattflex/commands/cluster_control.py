@@ -54,6 +54,7 @@ HELP = "Follow a grid event across the SLURM cluster's GPU jobs: one agent per j
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``wattflex cluster-control``, in its help's groups."""
     parser.add_argument(
         "--signal",
         required=True,
@@ -173,16 +174,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def follow(args: argparse.Namespace) -> int:
+    """The coordinator on the options: its inputs checked, the agents started, the event
+    followed, the agents stopped, the M&V written; 1 when an agent ended with an error."""
     from wattflex.commands._outputs import check_not_in_measured_run
-    from wattflex.commands.control import check_mv_dir, signal_end_s, write_run_mv_report
+    from wattflex.commands.control import check_mv_dir
     from wattflex.ops.adapters.slurm import OnceLog, agent_command, discover
-    from wattflex.ops.events import MAX_SPAN_S, Schedule, check_schedule, read_schedule
+    from wattflex.ops.events import (
+        MAX_SPAN_S,
+        Schedule,
+        check_schedule,
+        read_schedule,
+        signal_end_s,
+    )
     from wattflex.ops.services.coordinator import (
         CoordinatorHooks,
         CoordinatorSettings,
         run_coordinator,
     )
     from wattflex.ops.services.exporter import write_targets
+    from wattflex.ops.services.mv import write_run_mv_report
+    from wattflex.plots.grid import mv_figure
 
     split = cluster_split(args)  # bad input refused before anything starts
     site = read_site_option(args.site) if args.site else None
@@ -326,6 +337,7 @@ def follow(args: argparse.Namespace) -> int:
             mv_params(args, rec),
             basis if isinstance(source, Schedule) else None,
             "wattflex cluster-control (SLURM)",
+            mv_figure,
         )
     return 1 if failed else 0
 

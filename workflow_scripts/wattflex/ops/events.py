@@ -492,3 +492,12 @@ def event_end(source: Any, t_s: float) -> float | None:
     grid = np.arange(t_s, t_s + 7 * 86400.0, 1.0)
     off = np.flatnonzero(~np.asarray(source.active(grid), bool))
     return float(grid[off[0]]) if len(off) else float(grid[-1])
+
+
+def signal_end_s(schedule, basis_w: float, extra_s: float) -> float:
+    """When a schedule's last event has ramped back, plus ``extra_s`` (staggered restore)."""
+    ends = [
+        e.end_s + (e.ramp_s(basis_w) if math.isfinite(e.ramp_w_per_s) else 0.0)
+        for e in schedule.events
+    ]
+    return max(ends, default=0.0) + extra_s

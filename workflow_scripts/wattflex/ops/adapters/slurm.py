@@ -83,6 +83,7 @@ class SlurmJob:
 
 
 def unit_name(job_id: str, node: str) -> str:
+    """A unit's name, ``<job id>.<node>``: its budget and load files are named by it."""
     return f"{job_id}.{node}"
 
 
@@ -523,6 +524,7 @@ def _split_nested(
 
 
 def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
+    """``doc`` as strict JSON at ``path``, renamed into place: a reader sees the old or the new file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(strict_json(doc))
     tmp.replace(path)
@@ -733,4 +735,5 @@ def coordinate_once(
 
 
 def shell(cmd: Sequence[str]) -> str:
+    """``cmd`` as one shell-quoted line (for the log)."""
     return " ".join(shlex.quote(c) for c in cmd)

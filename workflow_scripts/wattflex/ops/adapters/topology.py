@@ -117,6 +117,7 @@ class Site:
 
 
 def expand(spec: str) -> list[str]:
+    """A SLURM host list (``node[1-3,7]``) as its host names."""
     return expand_hostlist(spec)
 
 
@@ -132,6 +133,7 @@ def slurm_node_features(doc: Mapping[str, Any]) -> dict[str, list[str]]:
 
 
 def scontrol_nodes() -> dict[str, list[str]]:
+    """Each node's features from ``scontrol show nodes --json``."""
     try:
         run = subprocess.run(
             ["scontrol", "show", "nodes", "--json"], capture_output=True, text=True, timeout=60

@@ -21,13 +21,23 @@ The same function reads the cluster simulation (1-s samples) and a real controll
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from wattflex.ops.events import windows
+from wattflex.provenance import (
+    csv_files,
+    json_file,
+    provenance,
+    read_csv,
+    read_json,
+    save_png,
+    write_together,
+)
 
 
 def _mean(x: np.ndarray) -> float:
@@ -255,14 +265,11 @@ def write_run_mv(
     """M&V of a real controlled run (a :class:`wattflex.ops.services.node_agent.LoopRecord` or the
     cluster coordinator's record, one sample per period): ``mv.json``, ``mv_intervals.csv``
     and ``timeseries.csv``, written together; the event records and the time series back
-    (figures: :func:`wattflex.commands.control.write_run_mv_report`, only ``wattflex.plots``
+    (figures: :func:`write_run_mv_report`, drawn by the ``figure`` a command passes: only ``wattflex.plots``
     draws). The curve baseline ``uncapped_w`` is one number (a node's jobs' uncapped power,
     measured before the controller capped them; NaN when they started capped) or one per
     sample (the cluster's, from the jobs' campaign curves). Tokens are not known to a GPU:
     no throughput-vs-oracle figure here (the simulation has it)."""
-    from pathlib import Path
-
-    from wattflex.provenance import csv_files, json_file, provenance, write_together
 
     out = Path(out_dir)
     t = np.asarray(rec.t_s, float)
@@ -342,9 +349,6 @@ def read_mv_records(path: Any) -> pd.DataFrame:
     ``mv.json`` written beside it, their ids checked against each other. The format is told
     by the content; anything else, or a record without :data:`MV_EVENT_COLUMNS`, is a
     ``ValueError`` in one line."""
-    from pathlib import Path
-
-    from wattflex.provenance import read_csv, read_json
 
     path = Path(path)
     if path.suffix == ".json":
@@ -388,3 +392,59 @@ def _first_line(exc: BaseException, path: Any) -> str:
     """A read error's first line, without the path it starts with."""
     line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     return line.removeprefix(f"{path}: ")
+
+
+def write_run_mv_report(
+    out: Path,
+    rec,
+    source,
+    response_s: float,
+    uncapped_w,
+    params: dict,
+    basis_w: float | None,
+    title: str,
+    figure: Callable[..., Any] | None = None,
+) -> list[dict]:
+    """A real run's M&V (:func:`wattflex.ops.services.mv.write_run_mv`: mv.json, mv_intervals.csv,
+    timeseries.csv) and the figure the cluster simulation draws per event
+    (``figure``: :func:`wattflex.plots.grid.mv_figure`, which the commands pass; none drawn without it): ``mv.png`` for the first event, ``mv_<k>.png``
+    for the k-th after it; one line per event said."""
+    recs, ts = write_run_mv(out, rec, source, response_s, uncapped_w, params, basis_w)
+    prov = provenance(params=params, backend="nvml")
+    curves = ts["baseline_curves_w"].to_numpy(float)
+    for k, r in enumerate(recs):
+        png = out / mv_png_name(k)
+        if figure is None:
+            print(f"{mv_line(r)}; wrote {out}/mv.json", flush=True)
+            continue
+        fig = figure(
+            ts["t_s"].to_numpy(float),
+            {"measured load": ts["power_w"].to_numpy(float)},
+            ts["budget_w"].to_numpy(float),
+            r,
+            curves if np.isfinite(curves).any() else None,
+            "nvml",
+            title,
+        )
+        save_png(fig, png, prov, event_id=r["event_id"])
+        print(f"{mv_line(r)}; wrote {out}/mv.json and {png}", flush=True)
+    return recs
+
+
+def mv_line(r: dict) -> str:
+    """One event's M&V record in a line, in the words of the schedule's warnings (deadline
+    met or missed) and its numbers rounded as measured (0.1 s, 1 W)."""
+    s = lambda v: "never" if v is None else f"{v:.1f} s"  # noqa: E731
+    deadline = "no deadline" if r["deadline_s"] is None else f"deadline {r['deadline_s']:g} s"
+    return (
+        f"M&V {r['event_id']}: {deadline} {'met' if r['deadline_met'] else 'missed'} "
+        f"(response {s(r['response_time_s'])}), "
+        f"{r['seconds_above_target_after_deadline']:g} s above target after the deadline "
+        f"(worst {r['worst_w_above_target_after_deadline']:.0f} W), restored after "
+        f"{s(r['restore_time_s'])}"
+    )
+
+
+def mv_png_name(k: int) -> str:
+    """The k-th event's figure: ``mv.png`` for the first, ``mv_<k+1>.png`` after it."""
+    return "mv.png" if k == 0 else f"mv_{k + 1}.png"
