@@ -145,13 +145,12 @@ def test_without_curves_the_cluster_baseline_from_the_curves_is_null(tmp_path):
 
 
 def test_cluster_control_records_what_each_units_curve_baseline_was(tmp_path):
-    import argparse
 
-    from wattflex.commands.cluster_control import mv_params
+    from wattflex.ops.services.coordinator import mv_params
 
     rec, _ = coordinate(
         tmp_path / "b", ClusterSplit("equal-weight", group_curves(_campaign_runs()))
     )
-    params = mv_params(argparse.Namespace(policy="equal-weight", curves="runs.parquet"), rec)
+    params = mv_params({"policy": "equal-weight", "curves": "runs.parquet"}, rec)
     assert params["baseline_curves_by_unit"]["41.node0"] == "curve of group flex"
     assert "split_curve_by_unit" not in params

@@ -403,11 +403,10 @@ def test_the_coordinator_says_which_jobs_have_no_curve_and_records_it(tmp_path):
     # the last word is restore
     assert json.loads((tmp_path / "41.node0.budget.json").read_text())["budget_w"] is None
     # and the M&V record says which curve split each share
-    import argparse
 
-    from wattflex.commands.cluster_control import mv_params
+    from wattflex.ops.services.coordinator import mv_params
 
-    params = mv_params(argparse.Namespace(policy="oracle", curves="runs.parquet"), rec)
+    params = mv_params({"policy": "oracle", "curves": "runs.parquet"}, rec)
     assert params["split_curve_by_unit"] == {
         "41.node0": "flex",
         "45.node1": "none: equal-weight share",

@@ -11,19 +11,28 @@ are two dataclasses, :class:`CoordinatorSettings` and :class:`CoordinatorHooks`.
 from __future__ import annotations
 
 import math
+import shutil
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from wattflex.errors import UserError
+from wattflex.gpus import GPUSpec
 from wattflex.ops.adapters.slurm import (
     ClusterSplit,
     OnceLog,
     SlurmJob,
+    agent_command,
     coordinate_once,
+    discover,
     jobs_or_last,
     read_fresh,
     unit_name,
@@ -31,6 +40,9 @@ from wattflex.ops.adapters.slurm import (
 from wattflex.ops.adapters.slurm_knobs import KnobPlan
 from wattflex.ops.adapters.topology import Site
 from wattflex.ops.events import Schedule, Signal, event_end, ramp_at
+from wattflex.ops.services.exporter import SiteExporter, write_targets
+from wattflex.ops.services.mv import write_run_mv_report
+from wattflex.runs.devices.caps import SIGNALS, CapSignal
 
 
 @dataclass
@@ -305,3 +317,215 @@ def _curves_baseline(
             total += rec.unit_pre_event_w.get(u, float(top))
             rec.baseline_by_unit[u] = "no curve: its load before the event"
     return total
+
+
+@dataclass(frozen=True)
+class ClusterControlSettings:
+    """What ``wattflex cluster-control`` follows, its inputs already read and checked:
+    ``source`` (a checked schedule or a signal) for ``duration_s``; the budget folder every
+    node sees; the split, site and knob plan; the ``partitions`` to follow (none: all); the
+    GPU model (its cap range); the agents' policy, state folder and metrics address; the
+    site's metrics port; the M&V folder and deadline; ``options``, what the M&V records."""
+
+    source: Schedule | Signal
+    duration_s: float
+    budget_dir: Path
+    period_s: float
+    basis: str
+    gpu: GPUSpec
+    split: ClusterSplit | None = None
+    site: Site | None = None
+    knobs: KnobPlan | None = None
+    partitions: Sequence[str] = ()
+    agent_policy: str = "equal-weight"
+    agent_state_dir: str | None = None
+    agent_metrics_addr: str | None = None
+    metrics_port: int | None = None
+    metrics_addr: str = "127.0.0.1"
+    mv_out: str | None = None
+    response_s: float = math.inf
+    squeue_timeout_s: float = 5.0
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def run_cluster_control(
+    s: ClusterControlSettings, mv_figure: Callable[..., Any] | None = None
+) -> int:
+    """Follow ``s.source`` across the SLURM cluster's GPU jobs: one agent per (job, node)
+    started as a step in the job's allocation (``wattflex control --budget-file``), the budget
+    split each period (:func:`run_coordinator`), and however it ends (an error, SIGINT/SIGTERM/
+    SIGHUP ...) every agent told to restore, then stopped. With ``mv_out``, the event's M&V on
+    the cluster load (its figure drawn by ``mv_figure``). Returns 1 when an agent ended with an
+    error, else 0."""
+    out, duration, source = s.budget_dir, s.duration_s, s.source
+    split, site, knobs, partitions, gpu = s.split, s.site, s.knobs, s.partitions, s.gpu
+    wattflex = shutil.which("wattflex") or "wattflex"
+    agents: dict[str, subprocess.Popen] = {}
+
+    def launch(job, node) -> None:
+        # an agent runs a little past the coordinator, which tells it to restore at the end
+        cmd = agent_command(
+            job,
+            node,
+            out,
+            s.period_s,
+            duration + 3 * s.period_s,
+            s.agent_policy,
+            wattflex,
+            s.agent_state_dir,
+            s.agent_metrics_addr,
+        )
+        unit = f"{job.job_id}.{node}"
+        k = sum(
+            a == unit or a.startswith(f"{unit}#") for a in agents
+        )  # a requeued job's next agent
+        with open(out / f"{unit}.agent.log", "a" if k else "w") as log:
+            agents[unit if not k else f"{unit}#{k}"] = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT
+            )
+        print(
+            f"agent for job {job.job_id} on {node} started ({len(job.gpus[node])} GPU(s))",
+            flush=True,
+        )
+
+    bad_job = OnceLog(lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
+    exporter = site_exporter(s.metrics_port, s.metrics_addr)
+    targets = out / "prometheus-targets.json" if s.agent_metrics_addr else None
+
+    def on_period(rec, loads) -> None:
+        if exporter is not None:
+            exporter.update(rec, loads)
+        if targets is not None:
+            write_targets(targets, loads)
+
+    ended = False
+    try:
+        with termination_raises():  # a signal unwinds through here: the agents are told and stopped
+            rec = run_coordinator(
+                CoordinatorSettings(
+                    source,
+                    s.basis,
+                    out,
+                    duration,
+                    s.period_s,
+                    min_w=gpu.min_limit_w,
+                    max_w=gpu.max_limit_w,
+                    stale_s=3 * s.period_s,
+                    split=split,
+                    site=site,
+                ),
+                CoordinatorHooks(
+                    lambda: discover(
+                        partitions=partitions,
+                        report=bad_job,
+                        timeout_s=max(s.period_s, s.squeue_timeout_s),
+                    ),
+                    launch,
+                    log=lambda msg: print(msg, flush=True),
+                    knobs=knobs,
+                    on_period=on_period,
+                ),
+            )
+        ended = True
+    finally:
+        stop_agents(agents.values(), s.period_s, ended)
+        if exporter is not None:
+            exporter.close()
+    # a requeued job's agent ended with the job (the requeue stopped it): not a failure
+    requeued = knobs.requeued if knobs is not None else set()
+    failed = [
+        u for u, p in agents.items() if p.returncode != 0 and u.split(".", 1)[0] not in requeued
+    ]
+    print(
+        f"done: {len(rec.t_s)} periods, {len(agents)} agent(s); every agent stopped (caps restored)",
+        flush=True,
+    )
+    if failed:
+        print(
+            f"warning: agent(s) {', '.join(failed)} ended with an error: see {out}/*.agent.log",
+            file=sys.stderr,
+        )
+    if s.mv_out:
+        first = next((k for k, b in enumerate(rec.budget_w) if math.isfinite(b)), 0)
+        # what the event's fraction applied to: the load just before it (--basis measured) or
+        # the GPUs x their max limit (nominal), as the coordinator had it
+        basis = rec.basis_w[first] if rec.basis_w and math.isfinite(rec.basis_w[first]) else None
+        # the counterfactual uncapped load: from the jobs' curves (--curves) and, in the M&V,
+        # from the load just before the event
+        write_run_mv_report(
+            Path(s.mv_out),
+            rec,
+            source,
+            s.response_s,
+            rec.baseline_curves_w,
+            mv_params(s.options, rec),
+            basis if isinstance(source, Schedule) else None,
+            "wattflex cluster-control (SLURM)",
+            mv_figure,
+        )
+    return 1 if failed else 0
+
+
+def site_exporter(port: int | None, addr: str) -> SiteExporter | None:
+    """The site's metrics server on ``port`` (``--metrics-port``; None without it), its URL said."""
+    if port is None:
+        return None
+    if not 0 <= port <= 65535:
+        raise UserError(f"--metrics-port {port}: must be 0..65535 (0: a free port)")
+    try:
+        exporter = SiteExporter(port, addr)
+    except OSError as exc:
+        raise UserError(
+            f"--metrics-port {port}: cannot listen on {addr} ({exc.strerror or exc})"
+        ) from None
+    print(f"metrics at {exporter.url}", flush=True)
+    return exporter
+
+
+@contextmanager
+def termination_raises():
+    """SIGINT, SIGTERM & co. raised as :class:`CapSignal` (exit 128 + signal) in the main
+    thread while the coordinator runs, so every ``finally`` runs (a signal's default action
+    ends the process without them, the agents never told to restore)."""
+
+    def on_signal(signum, _frame):
+        raise CapSignal(signum)
+
+    old = {
+        sig: signal.signal(sig, on_signal) for sig in (getattr(signal, name) for name in SIGNALS)
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def stop_agents(agents, period_s: float, ended: bool) -> None:
+    """Every agent stopped. At the planned end each ends on its own, restored, a little after
+    the coordinator (SIGTERM after a minute); after an early stop (an error, a signal) each
+    has two periods to read the restore word, then SIGTERM. SIGKILL a minute after that."""
+    deadline = time.monotonic() + (60 + 3 * period_s if ended else 2 * period_s + 1)
+    for p in agents:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.terminate()  # each agent's guard restores its caps then too
+    for p in agents:
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def mv_params(options: Mapping[str, Any], rec: ClusterRecord) -> dict:
+    """The M&V record's parameters: the command's ``options`` and which campaign curve split each
+    unit's share (a unit whose job has none: its equal-weight share)."""
+    params = dict(options)
+    if options.get("policy", "equal-weight") != "equal-weight":
+        params["split_curve_by_unit"] = {
+            u: g or "none: equal-weight share" for u, g in rec.unit_group.items()
+        }
+    if options.get("curves"):
+        params["baseline_curves_by_unit"] = dict(rec.baseline_by_unit)
+    return params
