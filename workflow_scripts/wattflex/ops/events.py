@@ -35,6 +35,14 @@ from typing import Any
 
 import numpy as np
 
+from wattflex.ingest.reader import (
+    MAX_DOC_BYTES,
+    check_input_file,
+    read_csv_named,
+    read_input_text,
+    strip_columns,
+)
+
 # Columns / keys of an event in a schedule file; kW in files, W inside.
 EVENT_KEYS = (
     "event_id",
@@ -88,9 +96,6 @@ class Signal:
 
 def read_signal(path: str | Path) -> Signal:
     """Read a signal CSV with columns ``time_s,fraction`` (``#`` comment lines allowed)."""
-    # light import of the event model (commands build --help from it)
-    from wattflex.ingest.reader import read_csv_named
-
     df = read_csv_named(path, "signal", comment="#")
     missing = {"time_s", "fraction"} - set(df.columns)
     if missing:
@@ -307,15 +312,6 @@ def _event(
 def read_schedule(path: str | Path, now: datetime | None = None):
     """A :class:`Schedule` from a CSV (one event per row) or JSON (``{"events": [...]}``) file;
     the legacy ``time_s,fraction`` CSV comes back as its :class:`Signal`."""
-
-    from wattflex.ingest.reader import (
-        MAX_DOC_BYTES,
-        check_input_file,
-        read_csv_named,
-        read_input_text,
-        strip_columns,
-    )
-
     path = Path(path)
     if path.suffix.lower() == ".json":
         try:

@@ -61,8 +61,10 @@ import numpy as np
 
 from wattflex.allocation.allocator import allocate, water_fill
 from wattflex.allocation.curves import Curves, cap_rows, curves_from_points
+from wattflex.allocation.nested import nested_water_fill
 from wattflex.allocation.policies import SPLIT_POLICIES
 from wattflex.ingest.reader import read_csv_named
+from wattflex.pfi import pfi_ratio
 from wattflex.provenance import strict_json
 
 log = logging.getLogger("wattflex.ops.adapters.slurm")
@@ -320,8 +322,6 @@ class GroupCurves:
 def group_curves(runs: Any) -> GroupCurves:
     """Per-GPU curves from ``runs.parquet`` rows (``group, gpus, cap_w, power_w,
     tokens_per_s``; repeats averaged)."""
-    from wattflex.pfi import pfi_ratio
-
     need = {"group", "gpus", "cap_w", "power_w", "tokens_per_s"} - set(runs.columns)
     if need:
         raise ValueError(f"curves need column(s) {', '.join(sorted(need))} (a runs.parquet)")
@@ -496,8 +496,6 @@ def _split_nested(
     """:func:`split_budget` under the site's nested limits (its docstring): equal weights
     first, then the units with curves re-split their part by ``policy`` within what the
     limits leave them beside the others' shares."""
-    from wattflex.allocation.nested import nested_water_fill
-
     use = (
         np.zeros(len(floor_w), bool)
         if curves is None or has_curve is None

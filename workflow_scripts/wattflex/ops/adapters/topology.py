@@ -42,8 +42,10 @@ from typing import Any
 import numpy as np
 
 from wattflex.allocation.nested import Laminar
+from wattflex.config import validate_schema
 from wattflex.errors import ConfigError
 from wattflex.ops.adapters.slurm import expand_hostlist
+from wattflex.schema import read_yaml
 
 SCHEMA = Path(__file__).resolve().parents[4] / "config" / "schema" / "site.schema.yaml"
 KINDS = ("site", "feed", "pdu", "rack", "node")
@@ -152,8 +154,6 @@ def parse_site(
 ) -> Site:
     """A :class:`Site` from a site document; ``slurm_nodes`` (node -> features): the SLURM
     nodes, for ``node_map.from`` slurm-features or slurm-names (default: asked of scontrol)."""
-    from wattflex.config import validate_schema
-
     if not isinstance(doc, dict):
         raise ConfigError(
             f"{where}: expected a mapping with site: and feeds:, got a {type(doc).__name__}"
@@ -264,8 +264,6 @@ def parse_site(
 
 def read_site(path: str | Path, slurm_nodes: Mapping[str, list[str]] | None = None) -> Site:
     """:func:`parse_site` of a YAML file; a missing or unreadable file is a ConfigError."""
-    from wattflex.schema import read_yaml
-
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"site file {p}: no such file")

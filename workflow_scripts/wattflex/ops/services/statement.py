@@ -37,7 +37,10 @@ import pandas as pd
 
 from wattflex.allocation.allocator import allocate
 from wattflex.allocation.curves import Curves, curves_from_points, monotone_fit
-from wattflex.allocation.simulate import sample_workloads
+from wattflex.allocation.knobs import Event, Job, choose, clock_on_cap
+from wattflex.allocation.simulate import mix_unavailable, sample_workloads
+from wattflex.gpus import GPUS
+from wattflex.labels import backend_label
 from wattflex.ops.baselines import (
     DAY_S,
     BaselineRule,
@@ -47,7 +50,10 @@ from wattflex.ops.baselines import (
     window_mean,
 )
 from wattflex.ops.clustersim import draw_schedule
+from wattflex.provenance import csv_files, document_files, strict_json
+from wattflex.run_ids import cap_rows
 from wattflex.schema import section_defaults
+from wattflex.vocabulary import SAME_JOB_COLUMNS
 
 HOURS_PER_YEAR = 8760.0
 QUANTILES = (0.05, 0.5, 0.95)
@@ -148,9 +154,6 @@ def paired_clocks(
     same :data:`wattflex.vocabulary.SAME_JOB_COLUMNS` both tables have), each locked clock's
     runs averaged, put on the cap curve's uncapped point (:func:`knobs.clock_on_cap`); and
     which clock groups it came from ('' where none)."""
-    from wattflex.allocation.knobs import clock_on_cap
-    from wattflex.vocabulary import SAME_JOB_COLUMNS
-
     if clocks.empty:
         return [None] * len(names), [""] * len(names)
     need = {"group", "clock_mhz", "power_w", "tokens_per_s"} - set(clocks.columns)
@@ -181,8 +184,6 @@ def groups_from_runs(runs: pd.DataFrame) -> Groups:
     """One curve per cap group of ``runs.parquet`` (repeats averaged, their SEMs combined), and
     the clock curve of its job where a ``knob: clock`` group measured one
     (:func:`paired_clocks`)."""
-    from wattflex.run_ids import cap_rows
-
     need = {"group", "cap_w", "power_w", "tokens_per_s", "gpus", "task"}
     missing = sorted(need - set(runs.columns))
     if missing:
@@ -674,9 +675,6 @@ def knob_jobs(
     its GPUs' idle power, the resource plan's start-up and checkpoint write time, and the age
     of its last checkpoint drawn uniform in ``[0, checkpoint_every_s)`` (the control study's
     checkpoint interval)."""
-    from wattflex.allocation.knobs import Job
-    from wattflex.gpus import GPUS
-
     by_group = plan.set_index("group")
     jobs = []
     for k, g in enumerate(index):
@@ -702,8 +700,6 @@ def deep_events(jobs: Sequence[Any], s: StatementSettings) -> tuple[pd.DataFrame
     job has a clock curve, the chosen mix of every knob): tokens lost over an event of ``event_hours`` with ``deep_notice_s`` notice,
     or why it is infeasible; and the deepest feasible mix's per-job table (knob, kW, tokens,
     why)."""
-    from wattflex.allocation.knobs import Event, choose
-
     site_w = sum(j.ceiling_w for j in jobs)
     with_clock = any(j.clock is not None for j in jobs)
     strategies = {k: v for k, v in KNOB_STRATEGIES.items() if with_clock or k != "caps + clock"}
@@ -764,10 +760,6 @@ def build_statement(
     (``tables/resource_plan.csv``: start-up and checkpoint times for the knob menu; ``None``:
     no deep events)."""
     from dataclasses import replace
-
-    from wattflex.allocation.simulate import mix_unavailable
-    from wattflex.gpus import GPUS
-    from wattflex.labels import backend_label
 
     chosen = runs[runs["set"] == groups_set] if groups_set is not None and "set" in runs else runs
     groups = groups_from_runs(chosen if len(chosen) else runs)
@@ -854,7 +846,6 @@ def statement_files(
     ``paths`` maps each table name, ``program``, ``report`` and ``page`` to its path. Tables
     are CSVs with sidecars; the OpenADR 3 objects and the page are plain documents, their
     provenance in a ``.meta.json`` sidecar."""
-    from wattflex.provenance import csv_files, document_files, strict_json
 
     def plain(text: str, path: Any) -> list[tuple[Any, Any]]:
         return document_files(text.encode(), path, dict(prov), notes=stmt.notes)
