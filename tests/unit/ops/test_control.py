@@ -7,7 +7,7 @@ import math
 import signal
 import sys
 import types
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -415,6 +415,19 @@ def test_the_node_agent_is_library_code_one_call_on_its_settings_fake_nvml(
     ):
         run_node_agent(replace(settings, jobs=[[5]]))
     assert limits_w() == [700.0, 700.0]
+
+
+def test_the_node_agents_defaults_are_the_commands():
+    """A library caller who leaves a setting out gets what `wattflex control` gives it."""
+    args = cli.build_parser().parse_args(["control", "--budget-w", "100"])
+    settings = NodeAgentSettings(jobs=None, state_dir=Path("st"), budget_w=100.0)
+    given = {"jobs", "state_dir", "model", "params", "moe_ft", "throughput_log"}
+    differ = {
+        f.name: (getattr(settings, f.name), getattr(args, f.name))
+        for f in fields(NodeAgentSettings)
+        if f.name not in given and getattr(settings, f.name) != getattr(args, f.name)
+    }
+    assert not differ, differ
 
 
 @pytest.mark.fake_gpu

@@ -54,6 +54,7 @@ from wattflex.runs.devices.caps import CapGuard, limit_setter, restore_from_stat
 from wattflex.runs.devices.clocks import ClockHold
 from wattflex.runs.devices.nvml import local_gpu_indices, nvml, open_gpus
 from wattflex.runs.throughput import ThroughputError, ThroughputSource
+from wattflex.schema import section_defaults
 
 log = logging.getLogger("wattflex.ops.services.node_agent")
 
@@ -290,6 +291,11 @@ def run_loop(
     return rec
 
 
+# the command's defaults, from the same schema sections (wattflex control --help)
+_CONTROLLER, _CUDA = section_defaults("control", "controller"), section_defaults("cuda")
+_SCENARIO = section_defaults("control", "scenarios", "*")
+
+
 @dataclass(frozen=True)
 class NodeAgentSettings:
     """What a node agent (``wattflex control``) follows and how, each field its option's value
@@ -310,28 +316,28 @@ class NodeAgentSettings:
     openadr3_program: str | None = None
     ven_name: str | None = None
     budget_file: str | None = None
-    budget_stale_s: float = math.inf
+    budget_stale_s: float = 15.0  # as --budget-stale-s
     load_file: str | None = None
     site: str | None = None
     node: str | None = None
     ramp_kw_per_s: float | None = None
     moe_ft: Sequence[str] = ()
     model: Mapping[str, Any] | None = None
-    period_s: float = 1.0
+    period_s: float = _CONTROLLER["period_s"]
     duration_s: float | None = None
-    cap_control: str = "nvml"
+    cap_control: str = _CUDA["cap_control"]
     cap_command: str | None = None
-    restore_stagger_s: float = 0.0
+    restore_stagger_s: float = _CONTROLLER["restore_stagger_s"]
     mv_out: str | None = None
-    response_s: float = math.inf
+    response_s: float = _SCENARIO["response_s"]
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
     hpc_job_mapping_dir: str | None = None
-    hpc_job: str | None = None
+    hpc_job: str = ""
     throughput_log: Sequence[str] = ()
     throughput_preset: str | None = None
     throughput_regex: str | None = None
-    throughput_stale_s: float = math.inf
+    throughput_stale_s: float = 60.0  # as --throughput-stale-s
     params: Mapping[str, Any] = field(default_factory=dict)
 
 
