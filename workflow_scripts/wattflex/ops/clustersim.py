@@ -52,7 +52,6 @@ from wattflex.allocation.allocator import allocate
 from wattflex.allocation.curves import Curves
 from wattflex.allocation.oracle import interp
 from wattflex.allocation.policies import CLUSTER_REFERENCES, CONTROL_POLICIES
-from wattflex.analysis.predictor import dcgm_metrics, is_fitted, predict
 from wattflex.gpus import DEFAULT_GPU, GPUS
 from wattflex.ops.controller import (
     ControlConfig,
@@ -64,6 +63,7 @@ from wattflex.ops.controller import (
     ramp_caps,
 )
 from wattflex.ops.events import Schedule, Signal, ramp_at, read_schedule
+from wattflex.pfi_model import dcgm_metrics, is_fitted, predict
 from wattflex.runs.emulator import (
     PHYSICS,
     JobSpec,
@@ -78,7 +78,7 @@ from wattflex.schema import section_defaults
 log = logging.getLogger("wattflex.ops.clustersim")
 
 # Per (group, cap) truth; the activity metrics are what a predictor of any feature set
-# (wattflex.analysis.predictor.dcgm_metrics, from the metric registry) may ask of a job's
+# (wattflex.pfi_model.dcgm_metrics, from the metric registry) may ask of a job's
 # uncapped profile. Their order is the order declared_profiles draws their noise in: kept as
 # it was (the seeded study's numbers stay the same), a metric new to the registry drawn last.
 _DRAW_ORDER = (
