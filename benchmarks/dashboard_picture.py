@@ -10,7 +10,7 @@ each GPU's job a FAKE trainer following its GPU's power (tests/prometheus_server
 0.7 event from 50 s to 110 s; the graphs run from 30 s before it to 15 s after it. Then Prometheus's own console page (its console templates and
 ``prom_console.js`` graphs, served by Prometheus) draws every time-series panel of
 resources/grafana/wattflex.json that a node's ``control`` feeds: each panel's queries as the
-dashboard has them (variables at "All", ``wattflex.control.dashboard.expand``), its legend
+dashboard has them (variables at "All", ``wattflex.ops.services.dashboard.expand``), its legend
 format (``{{label}}`` as the console's ``[[label]]``) and its unit; headless Chromium takes
 the screenshot. The ``wattflex_site_*`` panels (cluster-control's coordinator), the stat
 panels and Grafana's own look are not in it: the page says so.
@@ -33,7 +33,7 @@ sys.path[:0] = [str(REPO), str(REPO / "workflow_scripts")]
 
 from tests.fakes import fake_pynvml  # noqa: E402
 from tests.prometheus_server import control_during_event  # noqa: E402
-from wattflex.control.dashboard import all_values, api, expand  # noqa: E402
+from wattflex.ops.services.dashboard import all_values, api, expand  # noqa: E402
 
 EVENT_S = (50.0, 110.0)  # the event, seconds after control starts (which exits at its end)
 BEFORE_S, AFTER_S = 30.0, 15.0  # the graphs' range: this long before and after the event

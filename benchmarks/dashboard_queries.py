@@ -10,7 +10,7 @@ each GPU's job a FAKE trainer (tests/fakes/fake_trainer.py, 20,000 and 8,000 tok
 uncapped) whose torchtitan log the controller follows (--throughput-log), during a 0.7 event (queried once Prometheus holds 58 s of it, so every window is full),
 dcgm-exporter's GPU-to-job mapping naming SLURM jobs 4242 and 4243; then
 every panel target, event annotation and variable of resources/grafana/wattflex.json goes
-through the HTTP API (``wattflex.control.dashboard.check_dashboard``, variables at "All").
+through the HTTP API (``wattflex.ops.services.dashboard.check_dashboard``, variables at "All").
 Writes a Markdown table to ``--out``: where, query as sent, result, legend as drawn, problems.
 """
 
@@ -29,7 +29,7 @@ sys.path[:0] = [str(REPO), str(REPO / "workflow_scripts")]
 
 from tests.fakes import fake_pynvml  # noqa: E402
 from tests.prometheus_server import control_during_event  # noqa: E402
-from wattflex.control.dashboard import check_dashboard, markdown_table  # noqa: E402
+from wattflex.ops.services.dashboard import check_dashboard, markdown_table  # noqa: E402
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 # Stage 8 (beyond the paper): closed-loop control under a grid curtailment signal. An
 # emulated cluster runs jobs drawn from the campaign's groups; every control policy
-# (wattflex.control.controller) follows each scenario's budget signal beside an offline oracle and an
-# uncapped reference (wattflex.control.clustersim). Needs common.smk and the predictor's model.json.
+# (wattflex.ops.controller) follows each scenario's budget signal beside an offline oracle and an
+# uncapped reference (wattflex.ops.clustersim). Needs common.smk and the predictor's model.json.
 # Without a `control:` section in the config there are no scenarios and nothing here runs.
 
 CONTROL = section("control")
@@ -91,7 +91,7 @@ rule control_figures:
 
 
 rule offer:
-    """The flexibility offer of the campaign's jobs (one per sweep group, wattflex.grid.offer):
+    """The flexibility offer of the campaign's jobs (one per sweep group, wattflex.ops.services.offer):
     kW sheddable at <= 10/25/50 % throughput loss per job, held for 4 h (`wattflex offer`
     chooses others), and the curve behind it. A final product (common.smk FINAL_RULES), shown
     in the report's offer section."""
@@ -114,7 +114,7 @@ rule offer:
 
 
 rule flexibility_statement:
-    """The site's flexibility statement (wattflex.grid.statement): kW shed against depth with
+    """The site's flexibility statement (wattflex.ops.services.statement): kW shed against depth with
     5-95 % ranges, tokens lost per event and per year, response and ramp from the controlled
     events' M&V, meter baselines against the true load, as tables, OpenADR 3 objects and one
     page an operator hands over. A final product (FINAL_RULES in rules/common/paths.smk)."""

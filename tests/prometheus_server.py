@@ -1,7 +1,7 @@
 """A real Prometheus (Debian's ``prometheus`` package, /usr/bin/prometheus; CI installs it in
 .ci/run) on loopback, configured by the shipped resources/prometheus/prometheus.yml with its
 targets replaced by the ones a test starts; and ``wattflex control`` on FAKE NVML during a grid
-event, scraped by it (tests/unit/control/test_prometheus.py, benchmarks/dashboard_queries.py)."""
+event, scraped by it (tests/unit/ops/test_prometheus.py, benchmarks/dashboard_queries.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from tests.fakes.nvml_fixture import FAKES, control_popen, control_process
-from wattflex.control.dashboard import api
+from wattflex.ops.services.dashboard import api
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "resources" / "prometheus" / "prometheus.yml"

@@ -81,8 +81,8 @@ CONFORMANCE_MODULES = tuple(
         "runs/training/test_hostmem.py",
         "runs/training/test_loss_decided_once.py",
         "runs/test_activation_factors.py",
-        "grid/test_openadr.py",
-        "grid/test_openadr3.py",
+        "ops/test_openadr.py",
+        "ops/test_openadr3.py",
     )
 )
 

@@ -1,9 +1,9 @@
 """Rule script: the steady state of every group the cluster simulation draws jobs from, at
-every cap of the control grid (wattflex.control.clustersim.truth_table)."""
+every cap of the control grid (wattflex.ops.clustersim.truth_table)."""
 
 import time
 
-from wattflex.control.clustersim import truth_table
+from wattflex.ops.clustersim import truth_table
 from wattflex.provenance import provenance, write_parquet
 from wattflex.runs.emulator.physics import calibrated_physics
 from wattflex.smk import rule_logger

@@ -1,10 +1,10 @@
-"""Rule script: the site's flexibility statement (wattflex.grid.statement) from the campaign's
+"""Rule script: the site's flexibility statement (wattflex.ops.services.statement) from the campaign's
 runs and its controlled events' M&V: tables, the OpenADR 3 program and report, the handover
 page and its figure."""
 
-from wattflex.control.clustersim import ClusterConfig
-from wattflex.control.mv import read_mv_records
-from wattflex.grid.statement import StatementSettings, build_statement, statement_files
+from wattflex.ops.clustersim import ClusterConfig
+from wattflex.ops.services.mv import read_mv_records
+from wattflex.ops.services.statement import StatementSettings, build_statement, statement_files
 from wattflex.plots import apply_style, save_figure, statement_figure
 from wattflex.provenance import provenance, read_csv, read_parquet, write_together
 from wattflex.smk import rule_logger

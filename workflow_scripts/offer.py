@@ -1,8 +1,8 @@
-"""Rule script: the campaign's flexibility offer (wattflex.grid.offer) from its runs' curves,
+"""Rule script: the campaign's flexibility offer (wattflex.ops.services.offer) from its runs' curves,
 one job per sweep group: the table and the curve behind it."""
 
 from wattflex.allocation.curves import cap_rows, curves_from_points
-from wattflex.grid.offer import LOSSES, offer_curve, offer_table
+from wattflex.ops.services.offer import LOSSES, offer_curve, offer_table
 from wattflex.plots import apply_style, offer_figure, save_figure
 from wattflex.provenance import provenance, read_parquet, write_csv
 from wattflex.smk import rule_logger

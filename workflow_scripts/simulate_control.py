@@ -1,11 +1,11 @@
 """Rule script: one curtailment scenario on the emulated cluster, every control policy beside
-the oracle and the uncapped reference (wattflex.control.clustersim)."""
+the oracle and the uncapped reference (wattflex.ops.clustersim)."""
 
 import time
 
-from wattflex.control.clustersim import Tables, simulate_scenario, summarize
-from wattflex.control.mv import simulation_mv
-from wattflex.grid.events import read_schedule
+from wattflex.ops.clustersim import Tables, simulate_scenario, summarize
+from wattflex.ops.events import read_schedule
+from wattflex.ops.services.mv import simulation_mv
 from wattflex.provenance import provenance, read_json, read_parquet, write_csv, write_parquet
 from wattflex.smk import rule_logger
 

@@ -233,7 +233,7 @@ def test_a_calibration_reaches_the_cluster_simulations_truth_too(default):
     """The control simulation's truth (control_truth) is the same emulator as the runs: with a
     calibration file's physics a job draws the power that calibration implies."""
     from wattflex.config import groups as config_groups
-    from wattflex.control.clustersim import truth_table
+    from wattflex.ops.clustersim import truth_table
 
     cfg, _ = default
     g = next(g for g in config_groups(cfg) if g["id"] == "dense-pt-mistral24b-x8")

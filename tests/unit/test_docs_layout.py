@@ -50,6 +50,6 @@ def test_a_missing_module_is_found(tmp_path):
     text = (
         (REPO / "docs" / "layout.md")
         .read_text()
-        .replace("| `control/mv` |", "| `control/nothing` |")
+        .replace("| `services/mv` |", "| `services/nothing` |")
     )
-    assert "control/mv" not in listed(text) and "control/nothing" in listed(text)
+    assert "ops/services/mv" not in listed(text) and "ops/services/nothing" in listed(text)

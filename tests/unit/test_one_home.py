@@ -28,7 +28,7 @@ OTHER_FACTS = {
     (
         "Schedule",
         "source",
-    ): "a grid schedule's origin (wattflex.grid.events), not the campaign's source:",
+    ): "a grid schedule's origin (wattflex.ops.events), not the campaign's source:",
 }
 
 

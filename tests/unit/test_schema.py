@@ -9,8 +9,8 @@ import pytest
 from tests.unit.test_config_defaults import REPO, bare
 from wattflex.allocation.settings import SimulationConfig, flatten
 from wattflex.config import groups, prepare
-from wattflex.control.clustersim import ClusterConfig
-from wattflex.control.controller import ControlConfig
+from wattflex.ops.clustersim import ClusterConfig
+from wattflex.ops.controller import ControlConfig
 from wattflex.runs.sweep.steady import SteadyCriteria, SweepSettings
 from wattflex.schema import defaults, group_default, read_schema, section_defaults
 from wattflex.telemetry import SummaryProtocol

@@ -17,7 +17,7 @@ from wattflex.analysis.calibration import (
     read_calibration,
     write_calibration,
 )
-from wattflex.grid.slurm import write_json_atomic
+from wattflex.ops.adapters.slurm import write_json_atomic
 from wattflex.runs.devices import cap_state
 from wattflex.runs.sweep import real as sweep_real
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.prometheus_server import prometheus
 from tests.slurm_cluster import nodes_of, partition
-from wattflex.control.dashboard import api, check_dashboard, markdown_table
+from wattflex.ops.services.dashboard import api, check_dashboard, markdown_table
 from wattflex.provenance import read_json, read_png_meta
 
 from .conftest import REPO

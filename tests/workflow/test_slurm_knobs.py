@@ -27,7 +27,7 @@ from tests.slurm_cluster import partition
 from tests.unit.runs.training.test_training import tiny_cfg
 from tests.workflow.test_slurm_multinode import fake_gpus
 from wattflex.allocation import knobs as kn
-from wattflex.grid import slurm_knobs
+from wattflex.ops.adapters import slurm_knobs
 
 from .conftest import REPO
 

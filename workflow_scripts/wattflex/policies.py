@@ -15,7 +15,7 @@ handed to :func:`register`:
   ``learns`` makes the live controller refine those curves from each job's telemetry.
 
 The engines that run them live in :mod:`wattflex.allocation.allocator` and
-:mod:`wattflex.control.controller`; they read these attributes and call these methods.
+:mod:`wattflex.ops.controller`; they read these attributes and call these methods.
 A config's policy names are checked against the registry (wattflex.config.check_names); it
 sits in the core so that the config, the allocation engines, operations and figures all
 import it downward.
@@ -65,7 +65,9 @@ class Policy:
     allocation: bool = False  # run by the allocation simulation and ``wattflex allocate``
     control: bool = False  # run by the closed-loop controller
     cluster_reference: bool = False  # run beside the controllers in the cluster simulation
-    split: bool = False  # splits a cluster's budget across SLURM units (wattflex.grid.slurm)
+    split: bool = (
+        False  # splits a cluster's budget across SLURM units (wattflex.ops.adapters.slurm)
+    )
     out_of_sample: bool = False  # in the study of a predictor fitted on half the groups
     role: str | None = None  # one of ROLES, or None
 
@@ -326,7 +328,7 @@ _VIEWS = {
     "CONTROL_POLICIES": {"control": True},  # the closed-loop controller's, `wattflex control`'s
     "CURVE_POLICIES": {"control": True, "weighted": False},  # the controller's on curves
     "CLUSTER_REFERENCES": {"cluster_reference": True},  # run beside the controllers
-    "SPLIT_POLICIES": {"split": True},  # the cluster coordinator's (wattflex.grid.slurm)
+    "SPLIT_POLICIES": {"split": True},  # the cluster coordinator's (wattflex.ops.adapters.slurm)
     "THROUGHPUT_POLICIES": {"control": True, "live_throughput": True},  # need live tokens/s
 }
 

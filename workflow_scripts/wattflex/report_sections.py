@@ -279,7 +279,7 @@ SECTIONS: tuple[Section, ...] = (
                 "control/mv.csv",
                 "Measurement and verification of every event: baselines (curves, pre-event load), "
                 "delivered vs target, response time, time above target after the deadline, restore "
-                "time, throughput lost vs the oracle (wattflex.control.mv)",
+                "time, throughput lost vs the oracle (wattflex.ops.services.mv)",
             ),
             Item(
                 "control/*/mv.png",
@@ -298,7 +298,7 @@ SECTIONS: tuple[Section, ...] = (
             Item(
                 "offer/offer.png",
                 "kW the campaign's jobs can shed at each throughput loss, per job and in total: "
-                "the curve behind the offer (wattflex.grid.offer)",
+                "the curve behind the offer (wattflex.ops.services.offer)",
             ),
             Item(
                 "offer/offer.csv",
@@ -321,7 +321,7 @@ SECTIONS: tuple[Section, ...] = (
             Item(
                 "statement/shed.csv",
                 "Per depth: kW shed, whether power caps alone reach it, throughput and tokens lost",
-                note="Computed from the campaign's curves (wattflex.grid.statement); no published counterpart.",
+                note="Computed from the campaign's curves (wattflex.ops.services.statement); no published counterpart.",
             ),
             Item(
                 "statement/calendar.csv",

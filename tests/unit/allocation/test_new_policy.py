@@ -11,8 +11,8 @@ from tests.unit.allocation.test_allocation import small_config, synthetic_campai
 from wattflex.allocation.allocator import allocate_table
 from wattflex.allocation.curves import Curves
 from wattflex.allocation.simulate import group_table, simulate_cuts
-from wattflex.control.controller import ControlConfig, Controller, JobTable, Readings
-from wattflex.grid.slurm import ClusterSplit, split_budget
+from wattflex.ops.adapters.slurm import ClusterSplit, split_budget
+from wattflex.ops.controller import ControlConfig, Controller, JobTable, Readings
 from wattflex.plots.allocation import fig8_figure, figure_policies
 from wattflex.plots.style import policy_look
 from wattflex.policies import Look, Policy, get, names, register, unregister

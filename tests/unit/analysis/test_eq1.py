@@ -8,8 +8,8 @@ import pytest
 
 from wattflex import pfi
 from wattflex.analysis import calibration, fidelity
-from wattflex.control.controller import curve_pfi
-from wattflex.grid.slurm import group_curves
+from wattflex.ops.adapters.slurm import group_curves
+from wattflex.ops.controller import curve_pfi
 from wattflex.runs.sweep import algorithm
 
 CAPS = np.array([200.0, 300.0, 400.0, 500.0, 600.0, 700.0])

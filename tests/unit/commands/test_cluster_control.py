@@ -111,12 +111,12 @@ def test_a_slurm_that_fails_or_answers_badly_is_held_and_every_agent_restored(
 def test_a_held_job_keeps_its_share_while_squeue_fails_mid_event(
     tmp_path, slurm_bin, capsys, monkeypatch
 ):
-    from wattflex.grid import slurm
+    from wattflex.ops.services import coordinator
 
     shares = []
-    write = slurm.coordinate_once
+    write = coordinator.coordinate_once
     monkeypatch.setattr(
-        slurm,
+        coordinator,  # where the coordinator's loop looks it up
         "coordinate_once",
         lambda jobs, budget, *a, **k: (
             shares.append((len(jobs), budget)) or write(jobs, budget, *a, **k)

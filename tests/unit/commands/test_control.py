@@ -261,7 +261,7 @@ def test_control_signal_below_the_floors_warns_and_holds_the_floors_fake_nvml(
 ):
     sig = tmp_path / "s.csv"
     sig.write_text("time_s,fraction\n0,0.2\n0.4,0.2\n")  # 0.2 * 1400 W = 280 W < the 400 W floor
-    with caplog.at_level(logging.WARNING, logger="wattflex.control.loop"):
+    with caplog.at_level(logging.WARNING, logger="wattflex.ops.services.node_agent"):
         assert (
             cli.main(
                 [

@@ -11,9 +11,9 @@ import os
 import pytest
 
 from wattflex.errors import UserError
-from wattflex.grid.events import ScheduleError, read_schedule, read_signal
-from wattflex.grid.slurm import read_group_curves
-from wattflex.grid.slurm_knobs import read_choice
+from wattflex.ops.adapters.slurm import read_group_curves
+from wattflex.ops.adapters.slurm_knobs import read_choice
+from wattflex.ops.events import ScheduleError, read_schedule, read_signal
 
 SWEEP = "{g},300,290,{t}\n{g},400,380,95\n{g},500,450,100\n"
 TWO_GROUPS = (

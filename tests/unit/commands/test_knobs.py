@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from wattflex.gpus import GPUS
-from wattflex.grid.slurm_knobs import KnobPlan, read_choice
+from wattflex.ops.adapters.slurm_knobs import KnobPlan, read_choice
 
 # One cap group of 2 GPUs measured at 200/400/700 W per GPU, and its knob: clock group at three
 # locked clocks (default limit): the clock sheds cheaper than the cap at every power

@@ -26,9 +26,9 @@ from tests.unit.commands.test_cluster_control import (  # noqa: F401 (fixture)
 from tests.unit.commands.test_odd_inputs import no_hang
 from tests.unit.ingest.test_dcgm import exporter_capture
 from wattflex import cli
-from wattflex.grid.events import ScheduleError, read_schedule
-from wattflex.grid.slurm import parse_squeue
 from wattflex.ingest.dcgm import read_dcgm_exporter
+from wattflex.ops.adapters.slurm import parse_squeue
+from wattflex.ops.events import ScheduleError, read_schedule
 
 # ---- cluster-control: squeue hangs or answers odd JSON ---------------------------------------
 

@@ -21,7 +21,7 @@ from tests.unit.commands.test_allocate_site import SITE
 from wattflex import cli
 from wattflex.config import load_config
 from wattflex.errors import ConfigError
-from wattflex.grid.events import ScheduleError, read_schedule
+from wattflex.ops.events import ScheduleError, read_schedule
 from wattflex.schema import REPO_ROOT
 
 

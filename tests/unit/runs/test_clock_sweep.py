@@ -129,7 +129,7 @@ def test_emulated_clock_runs_give_a_power_throughput_curve_and_its_pfi(raw, repo
 
 def test_cap_curves_and_analyses_leave_clock_groups_to_the_knob_menu():
     from wattflex.allocation.curves import curves_from_runs
-    from wattflex.grid.slurm import group_curves
+    from wattflex.ops.adapters.slurm import group_curves
 
     runs = pd.DataFrame(
         {

@@ -354,7 +354,7 @@ def allocate_table(
     ``log`` (e.g. a stderr printer) also gets one line per phase on workloads of 1,000 jobs
     or more. No job is ever allocated below its floor.
 
-    ``site`` (:class:`wattflex.grid.topology.Site`): every level of the site's electrical tree
+    ``site`` (:class:`wattflex.ops.adapters.topology.Site`): every level of the site's electrical tree
     (feeds, PDUs, racks, nodes) is held as well as the budget; each job's ``node`` column
     places it (a job on a node the site does not name is held by the site's limit only, said
     to ``log``). ``totals["levels"]`` then gives each level's limit and allocated load, and

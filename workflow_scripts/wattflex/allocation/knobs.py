@@ -29,7 +29,7 @@ Restricting the knobs (``knobs=("cap",)``) gives the caps-only answer, infeasibl
 depth passes the sum of the floors; ``("pause",)`` the pause-only one (the cheapest set of
 jobs to pause, the others run uncapped). ``levels`` (a
 :class:`wattflex.allocation.nested.Laminar` over the jobs: the site's feeds, PDUs, racks and
-nodes, :meth:`wattflex.grid.topology.Site.laminar`) adds one row per level with a limit: its
+nodes, :meth:`wattflex.ops.adapters.topology.Site.laminar`) adds one row per level with a limit: its
 jobs' power (the budget row's terms) at or under it. Every job's row says
 which knob it took and why: each option's price in tokens per kWh shed and its most kW; a
 ``clock`` row names the clock to lock (``clock_mhz``, :func:`clock_at`). :func:`jobs_from_runs`

@@ -3,7 +3,7 @@
 A :class:`Laminar` family is a set of groups of items (jobs or (job, node) units), each
 with a limit in W, any two groups either disjoint or one inside the other (a tree: every
 group has at most one parent). The electrical tree of a site is one
-(:mod:`wattflex.grid.topology` builds it); the site budget of an event is one more group
+(:mod:`wattflex.ops.adapters.topology` builds it); the site budget of an event is one more group
 over every item.
 
 **Exact allocation on concave curves** (:func:`nested_greedy`). With ``x_i = p_i - floor_i``

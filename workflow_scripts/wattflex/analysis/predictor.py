@@ -22,14 +22,22 @@ folds, scored by R² (against the pooled mean), RMSE and Spearman rho.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from wattflex.metrics import descriptions, predictor_metrics
+from wattflex.pfi_model import (
+    DERIVED_INPUTS,
+    NOT_FITTED,
+    add_features,
+    dcgm_metrics,
+    design_matrix,
+    is_fitted,
+    predict,
+)
 from wattflex.schema import section_defaults
 from wattflex.vocabulary import CLUSTERS, LORA_TASK_NAMES
 
@@ -45,12 +53,6 @@ _OWN_DEFINITIONS = {
     "log2_gpus": "log2(number of GPUs of the job)",
     "power_per_gpu_w": "mean board power per GPU (W)",
 }
-
-
-def dcgm_metrics() -> tuple[str, ...]:
-    """Job-level steady-state DCGM-style metrics of ``runs.parquet`` (the ``all_dcgm`` set):
-    power per GPU and the registry's predictor metrics."""
-    return ("power_per_gpu_w",) + tuple(predictor_metrics())
 
 
 def feature_definitions() -> dict[str, str]:
@@ -73,14 +75,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# What each derived feature is computed from.
-_DERIVED_INPUTS = {
-    "dram_copy_product": ("dram_active", "mem_copy_util"),
-    "arithmetic_intensity": ("tensor_active", "dram_active"),
-    "is_moe": ("architecture",),
-    "is_lora": ("task",),
-    "log2_gpus": ("gpus",),
-}
 #: The paper's seven ablation feature sets (Table 3), in its order.
 ABLATION_SETS = (
     "dram_copy_product",
@@ -91,30 +85,6 @@ ABLATION_SETS = (
     "all_dcgm",
     "all_dcgm+job_metadata",
 )
-
-
-def add_features(df: pd.DataFrame) -> pd.DataFrame:
-    """Copy of ``df`` with the derived features added where their inputs are present.
-
-    A feature column already in ``df`` is kept as given (so a telemetry summary may carry
-    ``dram_copy_product`` directly).
-    """
-    out = df.copy()
-    have = lambda *cols: all(c in out.columns for c in cols)  # noqa: E731
-    if "dram_copy_product" not in out and have("dram_active", "mem_copy_util"):
-        out["dram_copy_product"] = out["dram_active"].astype(float) * out["mem_copy_util"].astype(
-            float
-        )
-    if "arithmetic_intensity" not in out and have("tensor_active", "dram_active"):
-        dram = out["dram_active"].astype(float)
-        out["arithmetic_intensity"] = out["tensor_active"].astype(float) / dram.where(dram > 0)
-    if "is_moe" not in out and have("architecture"):
-        out["is_moe"] = (out["architecture"].astype(str).str.lower() == "moe").astype(float)
-    if "is_lora" not in out and have("task"):
-        out["is_lora"] = out["task"].astype(str).str.lower().isin(LORA_TASK_NAMES).astype(float)
-    if "log2_gpus" not in out and have("gpus"):
-        out["log2_gpus"] = np.log2(out["gpus"].astype(float))
-    return out
 
 
 def uncapped_telemetry(runs: pd.DataFrame) -> pd.DataFrame:
@@ -168,18 +138,6 @@ def resolve_features(spec: str | Sequence[str], df: pd.DataFrame | None = None) 
                 f"and the sets job_metadata, all_dcgm"
             )
     return list(dict.fromkeys(cols))
-
-
-def design_matrix(df: pd.DataFrame, features: Sequence[str]) -> np.ndarray:
-    """Feature matrix of ``df``; a clear error names the columns a feature needs."""
-    df = add_features(df)
-    missing = [f for f in features if f not in df.columns]
-    if missing:
-        need = sorted({c for f in missing for c in _DERIVED_INPUTS.get(f, (f,))})
-        raise ValueError(
-            f"missing column(s) for feature(s) {missing}: provide {need} (have {list(df.columns)})"
-        )
-    return df[list(features)].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
 
 
 def _ols():
@@ -247,7 +205,7 @@ def telemetry_sources(runs: pd.DataFrame, allow_mixed: bool = False) -> list[str
 
 #: Groups an OLS with intercept and a leave-one-out score needs at the least.
 MIN_TRAIN_GROUPS = 3
-NOT_FITTED = "not_fitted"
+
 #: Columns of the tables fit_predictor writes, empty when the model is not fitted.
 ABLATION_COLUMNS = [
     "predictors",
@@ -309,13 +267,6 @@ def not_fitted_model(spec: str, reason: str) -> dict[str, Any]:
         "training_groups": [],
         "n_train": 0,
     }
-
-
-def is_fitted(model: dict[str, Any]) -> bool:
-    """Whether a loaded model was fitted; False for the ``not_fitted`` placeholder written when too
-    few groups were available (models without a status are fitted ones).
-    """
-    return model.get("status", "fitted") != NOT_FITTED
 
 
 def ablation(train: pd.DataFrame, feature_sets: Iterable[str] = ABLATION_SETS) -> pd.DataFrame:
@@ -424,7 +375,7 @@ def fit_model(
         "feature_spec": spec if isinstance(spec, str) else "+".join(spec),
         "features": features,
         "feature_definitions": {f: feature_definitions()[f] for f in features},
-        "required_columns": sorted({c for f in features for c in _DERIVED_INPUTS.get(f, (f,))}),
+        "required_columns": sorted({c for f in features for c in DERIVED_INPUTS.get(f, (f,))}),
         "coefficients": {f: float(c) for f, c in zip(features, reg.coef_)},
         "intercept": float(reg.intercept_),
         "training_groups": train["group"].tolist(),
@@ -444,7 +395,7 @@ def feature_inputs(features: Sequence[str]) -> list[str]:
     """The columns a row needs for ``features``: each feature, and what it is derived from."""
     cols: list[str] = []
     for f in features:
-        cols += [f, *_DERIVED_INPUTS.get(f, ())]
+        cols += [f, *DERIVED_INPUTS.get(f, ())]
     return [c for c in dict.fromkeys(cols) if c not in ("architecture", "task")]
 
 
@@ -475,47 +426,6 @@ def input_problems(df: pd.DataFrame, columns: Iterable[str]) -> list[tuple[int, 
             elif col == "gpus" and v < 1:
                 out.append((i, f"{col} {v:g} is not a GPU count (>= 1)"))
     return sorted(out)
-
-
-def model_number_problem(model: Mapping[str, Any]) -> str | None:
-    """Why a model's coefficients or intercept cannot be used (not a finite number: ``1e999``
-    reads as inf, ``true`` as 1), or None."""
-    numbers = {
-        **{f"coefficient {f!r}": v for f, v in dict(model["coefficients"]).items()},
-        "intercept": model["intercept"],
-    }
-    for name, v in numbers.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            return f"{name} {v!r} is not a finite number"
-    return None
-
-
-def predict(model: dict[str, Any], df: pd.DataFrame) -> np.ndarray:
-    """PFI predicted by a model document from :func:`fit_model` for each row of ``df``; NaN
-    where an input is missing, an error where finite inputs give no finite PFI."""
-    if not is_fitted(model):
-        raise ValueError(
-            f"the predictor model was not fitted: {model.get('reason', 'no reason recorded')}"
-        )
-    for key in ("features", "coefficients", "intercept"):
-        if key not in model:
-            raise ValueError(f"not a wattflex predictor model: no {key!r}")
-    problem = model_number_problem(model)
-    if problem:
-        raise ValueError(f"predictor model: {problem}")
-    features = list(model["features"])
-    X = design_matrix(df, features)
-    coef = np.array([model["coefficients"][f] for f in features], dtype=float)
-    with np.errstate(over="ignore", invalid="ignore"):
-        pred = X @ coef + float(model["intercept"])
-    overflow = np.flatnonzero(~np.isfinite(pred) & np.isfinite(X).all(axis=1))
-    if overflow.size:
-        rows = ", ".join(str(i + 1) for i in overflow[:5]) + (" ..." if overflow.size > 5 else "")
-        raise ValueError(
-            f"predictor model: the PFI of data row(s) {rows} is not a finite number (coefficients "
-            f"x inputs overflow); the model's coefficients are not a fitted PFI predictor's"
-        )
-    return pred
 
 
 def predictions_table(groups: pd.DataFrame, model: dict[str, Any]) -> pd.DataFrame:

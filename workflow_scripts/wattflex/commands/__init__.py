@@ -62,10 +62,10 @@ def name_list(text: str) -> list[str]:
 
 
 def read_site_option(path: str):
-    """``--site``: the site file (:func:`wattflex.grid.topology.read_site`), a bad one refused
+    """``--site``: the site file (:func:`wattflex.ops.adapters.topology.read_site`), a bad one refused
     with its one line."""
     from wattflex.errors import ConfigError, UserError
-    from wattflex.grid.topology import read_site
+    from wattflex.ops.adapters.topology import read_site
 
     try:
         return read_site(path)

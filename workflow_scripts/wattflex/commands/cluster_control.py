@@ -1,6 +1,6 @@
 """``wattflex cluster-control``: one grid event across the SLURM cluster's GPU jobs.
 
-The coordinator (:func:`wattflex.grid.slurm.run_coordinator`) learns the running GPU jobs
+The coordinator (:func:`wattflex.ops.services.coordinator.run_coordinator`) learns the running GPU jobs
 from ``squeue --json`` every period, starts one agent per (job, node) as an ``srun --overlap``
 step into the job's allocation (``wattflex control --budget-file``; caps restored when the
 step ends, by any signal, and by the epilog), splits the event's budget over the units
@@ -14,7 +14,7 @@ is skipped with a warning (said once).
 ``--knob-choice`` (the knob menu's choice, ``wattflex.allocation.knobs.choose(...).table`` as
 CSV/JSON: ``job`` = SLURM job id or name, ``knob``) meets an event deeper than the caps' floor:
 at its start the chosen jobs are paused (``scontrol suspend``) or requeued held, counted at idle
-power / nothing, and at its end resumed / released (:class:`wattflex.grid.slurm_knobs.KnobPlan`).
+power / nothing, and at its end resumed / released (:class:`wattflex.ops.adapters.slurm_knobs.KnobPlan`).
 ``--mv-out`` writes the event's M&V on the cluster load (tables and figure), its baseline
 from the load just before the event and, with ``--curves``, from the jobs' curves.
 """
@@ -22,13 +22,7 @@ from the load just before the event and, with ``--curves``, from the jobs' curve
 from __future__ import annotations
 
 import argparse
-import math
 import shutil
-import signal
-import subprocess
-import sys
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from wattflex.commands import (
@@ -54,6 +48,7 @@ HELP = "Follow a grid event across the SLURM cluster's GPU jobs: one agent per j
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``wattflex cluster-control``, in its help's groups."""
     parser.add_argument(
         "--signal",
         required=True,
@@ -173,17 +168,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 def follow(args: argparse.Namespace) -> int:
+    """The options read and checked (bad input refused before anything starts), then the
+    service: :func:`wattflex.ops.services.coordinator.run_cluster_control`."""
     from wattflex.commands._outputs import check_not_in_measured_run
-    from wattflex.commands.control import check_mv_dir, signal_end_s, write_run_mv_report
-    from wattflex.control.exporter import write_targets
-    from wattflex.grid.events import MAX_SPAN_S, Schedule, check_schedule, read_schedule
-    from wattflex.grid.slurm import OnceLog, agent_command, discover, run_coordinator
+    from wattflex.commands.control import check_mv_dir
+    from wattflex.ops.events import (
+        MAX_SPAN_S,
+        Schedule,
+        check_schedule,
+        read_schedule,
+        signal_end_s,
+    )
+    from wattflex.ops.services.coordinator import ClusterControlSettings, run_cluster_control
+    from wattflex.plots.grid import mv_figure
 
     split = cluster_split(args)  # bad input refused before anything starts
     site = read_site_option(args.site) if args.site else None
     knobs = None
     if args.knob_choice:
-        from wattflex.grid.slurm_knobs import KnobPlan, read_choice
+        from wattflex.ops.adapters.slurm_knobs import KnobPlan, read_choice
 
         try:
             knobs = KnobPlan(
@@ -219,182 +222,35 @@ def follow(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.mv_out:
         check_mv_dir(Path(args.mv_out))
-    wattflex = shutil.which("wattflex") or "wattflex"
-    agents: dict[str, subprocess.Popen] = {}
-
-    def launch(job, node) -> None:
-        # an agent runs a little past the coordinator, which tells it to restore at the end
-        cmd = agent_command(
-            job,
-            node,
-            out,
-            args.period_s,
-            duration + 3 * args.period_s,
-            args.agent_policy,
-            wattflex,
-            args.agent_state_dir,
-            args.agent_metrics_addr,
-        )
-        unit = f"{job.job_id}.{node}"
-        k = sum(
-            a == unit or a.startswith(f"{unit}#") for a in agents
-        )  # a requeued job's next agent
-        with open(out / f"{unit}.agent.log", "a" if k else "w") as log:
-            agents[unit if not k else f"{unit}#{k}"] = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT
-            )
-        print(
-            f"agent for job {job.job_id} on {node} started ({len(job.gpus[node])} GPU(s))",
-            flush=True,
-        )
-
-    bad_job = OnceLog(lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
-    exporter = site_exporter(args)
-    targets = out / "prometheus-targets.json" if args.agent_metrics_addr else None
-
-    def on_period(rec, loads) -> None:
-        if exporter is not None:
-            exporter.update(rec, loads)
-        if targets is not None:
-            write_targets(targets, loads)
-
-    ended = False
-    try:
-        with termination_raises():  # a signal unwinds through here: the agents are told and stopped
-            rec = run_coordinator(
-                source,
-                args.basis,
-                out,
-                duration,
-                args.period_s,
-                # a hung squeue is a failed one after a period, at least SQUEUE_TIMEOUT_S, its
-                # jobs held as last known: never a coordinator stopped for squeue's own 60 s
-                lambda: discover(
-                    partitions=partitions,
-                    report=bad_job,
-                    timeout_s=max(args.period_s, SQUEUE_TIMEOUT_S),
-                ),
-                launch,
-                min_w=gpu.min_limit_w,
-                max_w=gpu.max_limit_w,
-                stale_s=3 * args.period_s,
-                split=split,
-                log=lambda msg: print(msg, flush=True),
-                site=site,
-                knobs=knobs,
-                on_period=on_period,
-            )
-        ended = True
-    finally:
-        stop_agents(agents.values(), args.period_s, ended)
-        if exporter is not None:
-            exporter.close()
-    # a requeued job's agent ended with the job (the requeue stopped it): not a failure
-    requeued = knobs.requeued if knobs is not None else set()
-    failed = [
-        u for u, p in agents.items() if p.returncode != 0 and u.split(".", 1)[0] not in requeued
-    ]
-    print(
-        f"done: {len(rec.t_s)} periods, {len(agents)} agent(s); every agent stopped (caps restored)",
-        flush=True,
+    return run_cluster_control(
+        ClusterControlSettings(
+            source=source,
+            duration_s=duration,
+            budget_dir=out,
+            period_s=args.period_s,
+            basis=args.basis,
+            gpu=gpu,
+            split=split,
+            site=site,
+            knobs=knobs,
+            partitions=partitions,
+            agent_policy=args.agent_policy,
+            agent_state_dir=args.agent_state_dir,
+            agent_metrics_addr=args.agent_metrics_addr,
+            metrics_port=args.metrics_port,
+            metrics_addr=args.metrics_addr,
+            mv_out=args.mv_out,
+            response_s=args.response_s,
+            squeue_timeout_s=SQUEUE_TIMEOUT_S,
+            options={k: v for k, v in vars(args).items() if not k.startswith("_")},
+        ),
+        mv_figure,
     )
-    if failed:
-        print(
-            f"warning: agent(s) {', '.join(failed)} ended with an error: see {out}/*.agent.log",
-            file=sys.stderr,
-        )
-    if args.mv_out:
-        first = next((k for k, b in enumerate(rec.budget_w) if math.isfinite(b)), 0)
-        # what the event's fraction applied to: the load just before it (--basis measured) or
-        # the GPUs x their max limit (nominal), as the coordinator had it
-        basis = rec.basis_w[first] if rec.basis_w and math.isfinite(rec.basis_w[first]) else None
-        # the counterfactual uncapped load: from the jobs' curves (--curves) and, in the M&V,
-        # from the load just before the event
-        write_run_mv_report(
-            Path(args.mv_out),
-            rec,
-            source,
-            args.response_s,
-            rec.baseline_curves_w,
-            mv_params(args, rec),
-            basis if isinstance(source, Schedule) else None,
-            "wattflex cluster-control (SLURM)",
-        )
-    return 1 if failed else 0
-
-
-def site_exporter(args: argparse.Namespace):
-    """The site's metrics server of ``--metrics-port`` (None without it), its URL said."""
-    from wattflex.control.exporter import SiteExporter
-
-    if args.metrics_port is None:
-        return None
-    if not 0 <= args.metrics_port <= 65535:
-        raise UserError(f"--metrics-port {args.metrics_port}: must be 0..65535 (0: a free port)")
-    try:
-        exporter = SiteExporter(args.metrics_port, args.metrics_addr)
-    except OSError as exc:
-        raise UserError(
-            f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_addr} "
-            f"({exc.strerror or exc})"
-        ) from None
-    print(f"metrics at {exporter.url}", flush=True)
-    return exporter
-
-
-@contextmanager
-def termination_raises():
-    """SIGINT, SIGTERM & co. raised as :class:`CapSignal` (exit 128 + signal) in the main
-    thread while the coordinator runs, so every ``finally`` runs (a signal's default action
-    ends the process without them, the agents never told to restore)."""
-    from wattflex.runs.devices.caps import SIGNALS, CapSignal
-
-    def on_signal(signum, _frame):
-        raise CapSignal(signum)
-
-    old = {
-        sig: signal.signal(sig, on_signal) for sig in (getattr(signal, name) for name in SIGNALS)
-    }
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-
-
-def stop_agents(agents, period_s: float, ended: bool) -> None:
-    """Every agent stopped. At the planned end each ends on its own, restored, a little after
-    the coordinator (SIGTERM after a minute); after an early stop (an error, a signal) each
-    has two periods to read the restore word, then SIGTERM. SIGKILL a minute after that."""
-    deadline = time.monotonic() + (60 + 3 * period_s if ended else 2 * period_s + 1)
-    for p in agents:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.terminate()  # each agent's guard restores its caps then too
-    for p in agents:
-        try:
-            p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-
-
-def mv_params(args: argparse.Namespace, rec) -> dict:
-    """The M&V record's parameters: the command's options and which campaign curve split each
-    unit's share (a unit whose job has none: its equal-weight share)."""
-    params = {k: v for k, v in vars(args).items() if not k.startswith("_")}
-    if get(args.policy).needs_curves:
-        params["split_curve_by_unit"] = {
-            u: g or "none: equal-weight share" for u, g in rec.unit_group.items()
-        }
-    if args.curves:
-        params["baseline_curves_by_unit"] = dict(rec.baseline_by_unit)
-    return params
 
 
 def cluster_split(args: argparse.Namespace):
     """The split of ``--policy``, ``--curves`` and ``--job-map``, refused with one line if bad."""
-    from wattflex.grid.slurm import ClusterSplit, read_group_curves
+    from wattflex.ops.adapters.slurm import ClusterSplit, read_group_curves
 
     job_group = {}
     for item in filter(None, (x.strip() for x in args.job_map.split(","))):

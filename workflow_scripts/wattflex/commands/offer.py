@@ -9,12 +9,12 @@ of its throughput (``--loss``), held for ``--hours``: kWh and tokens it costs; `
 writes that table (CSV + sidecar). The figure of the curve behind it is the workflow's
 ``results/<campaign>/offer/offer.png`` (rule ``offer``; only ``wattflex.plots`` draws).
 
-``--statement DIR`` writes the site's flexibility statement instead (``wattflex.grid.statement``,
+``--statement DIR`` writes the site's flexibility statement instead (``wattflex.ops.services.statement``,
 what the workflow's rule ``flexibility_statement`` writes, without its figure): from a
 ``runs.parquet``, the ``statement:``, ``allocation:`` and ``control.cluster`` sections of
 ``--configfile``, and ``--mv`` for the response time and ramp rate: the control study's
 ``control/mv.csv`` or a real run's ``mv.json`` or ``mv_intervals.csv``
-(``wattflex control`` / ``cluster-control --mv-out``; ``wattflex.control.mv.read_mv_records``).
+(``wattflex control`` / ``cluster-control --mv-out``; ``wattflex.ops.services.mv.read_mv_records``).
 """
 
 from __future__ import annotations
@@ -166,11 +166,11 @@ def write_statement(args: argparse.Namespace, path: str) -> int:
     """``--statement DIR``: the flexibility statement of the runs at ``path``."""
     from wattflex.commands._outputs import check_outputs
     from wattflex.config import load_config
-    from wattflex.control.clustersim import ClusterConfig
-    from wattflex.control.mv import read_mv_records
     from wattflex.errors import UserError
-    from wattflex.grid.statement import StatementSettings, build_statement, statement_files
     from wattflex.ingest.reader import check_input_file
+    from wattflex.ops.clustersim import ClusterConfig
+    from wattflex.ops.services.mv import read_mv_records
+    from wattflex.ops.services.statement import StatementSettings, build_statement, statement_files
     from wattflex.provenance import provenance, read_csv, read_parquet, write_together
 
     if not str(path).endswith(".parquet"):
@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     from wattflex.commands._outputs import check_outputs
     from wattflex.commands.allocate import read_curves
     from wattflex.errors import UserError
-    from wattflex.grid.offer import LOSSES, offer_table
+    from wattflex.ops.services.offer import LOSSES, offer_table
     from wattflex.provenance import csv_files, provenance, write_together
 
     losses = tuple(args.loss) if args.loss else LOSSES

@@ -30,8 +30,8 @@ def load_model(path: str) -> dict:
     """A predictor model.json, or one line naming the file and what is wrong with it."""
     import json
 
-    from wattflex.analysis.predictor import model_number_problem
     from wattflex.ingest.reader import read_input_text
+    from wattflex.pfi_model import model_number_problem
     from wattflex.provenance import check_schema_version
 
     text = read_input_text(path, "--model")  # not a file, or too big: says so
@@ -84,9 +84,10 @@ def run(args: argparse.Namespace) -> int:
 
     Raises UserError for non-numeric or out-of-range inputs, by file and line.
     """
-    from wattflex.analysis.predictor import add_features, feature_inputs, input_problems, predict
+    from wattflex.analysis.predictor import feature_inputs, input_problems
     from wattflex.commands._outputs import check_outputs
     from wattflex.ingest.reader import check_cells, describe_bad_rows, read_typed_table
+    from wattflex.pfi_model import add_features, predict
     from wattflex.provenance import provenance, write_csv
 
     if args.output:
