@@ -148,9 +148,9 @@ def main() -> int:
             start = event_start(url)
             end = start + EVENT_S[1] - EVENT_S[0] + AFTER_S
             page = console_page(doc, end - start + BEFORE_S, end)
-            (consoles / "wattflex.html").write_text(page)
+            (consoles / "dashboard.html").write_text(page)
             time.sleep(max(0.0, end + 2 - time.time()))
-            screenshot(f"{url}/consoles/wattflex.html", Path(args.out), 70 + 245 * rows)
+            screenshot(f"{url}/consoles/dashboard.html", Path(args.out), 70 + 245 * rows)
     version = subprocess.run(
         ["prometheus", "--version"], capture_output=True, text=True
     ).stdout.splitlines()[0]
