@@ -44,6 +44,7 @@ def test_report_names_and_default_caps(gpu_check):
 
 # h) on the CPU: a saved tiny gpt-oss (bf16, not MXFP4: no real gpt-oss checkpoint here); the
 # MXFP4 path itself is unproven until a GPU node runs the step on real weights.
+@pytest.mark.conformance  # real torch: ~7 s of CPU (tests/tiers.py)
 def test_real_weights_step_loads_and_trains_a_saved_model(gpu_check, tmp_path):
     import argparse
 
@@ -118,6 +119,7 @@ def test_nccl_transport_parsed_from_its_info_lines(gpu_check):
 
 # j) on the CPU: the tiny Llama the harness builds, with a graph break put into its MLP (so the
 # count and the reasons are seen, not just an empty list); compiling is left to the slow test.
+@pytest.mark.conformance  # real torch: ~7 s of CPU (tests/tiers.py)
 def test_graph_breaks_per_layer_are_counted_with_their_reasons(gpu_check, monkeypatch):
     import time
 

@@ -1,7 +1,8 @@
 """The knob menu's pause and requeue on the local SLURM (partition "knobs",
-tests/slurm_cluster.py): two real harness jobs (tiny Llama, CPU), a deep event the caps cannot
-meet, the menu's choice carried out with scontrol: one job suspended (its steps stop) and
-resumed (they go on), the other checkpointed, requeued and restarted from its checkpoint.
+tests/slurm_cluster.py): two jobs that step like the harness (tests/fakes/stepping_sleeper.py),
+a deep event the caps cannot meet, the menu's choice carried out with scontrol: one job
+suspended (its steps stop) and resumed (they go on), the other checkpointed, requeued and
+restarted from its checkpoint.
 
 The second test does it through ``wattflex cluster-control --knob-choice`` on FAKE NVML GPUs
 (tests/fakes/fake_pynvml.py via tests/fakes/pynvml_path, the node's state in one file): one
@@ -24,7 +25,6 @@ import pytest
 
 from tests.fakes import fake_pynvml
 from tests.slurm_cluster import partition
-from tests.unit.runs.training.test_training import tiny_cfg
 from tests.workflow.test_slurm_multinode import fake_gpus
 from wattflex.allocation import knobs as kn
 from wattflex.ops.adapters import slurm_knobs
@@ -47,10 +47,11 @@ def steps_of(outdir: Path) -> list[int]:
     return [int(line.split(",")[0]) for line in live.read_text().splitlines()[1:] if line.strip()]
 
 
-# The jobs train a tiny model for as long as the test follows them (minutes, a core each): at the
-# lowest priority, so that beside the other slow tests on 2 cores they take only what is left (a
-# step is milliseconds: they still train)
-NICE = "nice -n 19"
+# The jobs step by sleeping (tests/fakes/stepping_sleeper.py): the harness's own steps, checkpoint
+# and resume are tests/unit/runs/training/test_training.py's; here the SLURM side is checked
+# (suspend stops the steps, a requeue restarts the job from its checkpoint), and a real tiny
+# training for the minutes the test follows it took a core per job (~440 s summed under load).
+STAND_IN = REPO / "tests" / "fakes" / "stepping_sleeper.py"
 
 
 def wait(what, predicate, timeout_s: float = 120.0):
@@ -93,19 +94,6 @@ def test_pause_and_requeue_by_the_menu_on_slurm(knobs_partition, tmp_path):
     for name in ("paused", "requeued"):
         out = tmp_path / name
         out.mkdir()
-        cfg = tiny_cfg(
-            "Llama-3.1-70B",
-            "pt",
-            out,
-            max_steps=None,
-            duration_s=240,
-            checkpoint_at_s=1.0,
-            keep_checkpoint=True,
-            checkpoint_async=False,
-            resume=True,
-            cpu_binding=False,
-        )
-        cfg.to_json(out / "cfg.json")
         ids[name] = subprocess.run(
             [
                 "sbatch",
@@ -118,7 +106,7 @@ def test_pause_and_requeue_by_the_menu_on_slurm(knobs_partition, tmp_path):
                 f"--partition={PARTITION}",
                 f"--output={out}/job.out",
                 "--wrap",
-                f"{NICE} {sys.executable} -m wattflex.runs.training --config {out / 'cfg.json'}",
+                f"{sys.executable} {STAND_IN} {out}",
             ],
             capture_output=True,
             text=True,
@@ -223,7 +211,7 @@ def records_left(tmp_path: Path) -> list[str]:
 def test_cluster_control_carries_out_the_menus_choice_caps_and_clocks_right_fake_nvml(
     knobs_partition, tmp_path
 ):
-    """An 80 % event (deeper than the caps' floor, 2 x 200 W of 2 x 650 W) over two harness jobs of
+    """An 80 % event (deeper than the caps' floor, 2 x 200 W of 2 x 650 W) over two stepping jobs of
     one FAKE GPU each: the menu pauses one, requeues the other (held to the event's end, then
     restarted from its checkpoint). Each job is its GPU's user (tests/fakes/gpu_user.py), so the
     FAKE GPUs read idle power while one job is stopped and the other gone: the site target is met
@@ -270,20 +258,7 @@ def test_cluster_control_carries_out_the_menus_choice_caps_and_clocks_right_fake
     for name in ("paused", "requeued"):
         out = tmp_path / name
         out.mkdir()
-        cfg = tiny_cfg(
-            "Llama-3.1-70B",
-            "pt",
-            out,
-            max_steps=None,
-            duration_s=400,
-            checkpoint_at_s=1.0,
-            keep_checkpoint=True,
-            checkpoint_async=False,
-            resume=True,
-            cpu_binding=False,
-        )
-        cfg.to_json(out / "cfg.json")
-        train = f"{NICE} {sys.executable} -m wattflex.runs.training --config {out / 'cfg.json'}"
+        train = f"{sys.executable} {STAND_IN} {out}"
         # each job the user of its FAKE GPU: the GPU idles while the job is stopped or gone
         wrap = f"{sys.executable} {fakes / 'gpu_user.py'} " + (
             train

@@ -59,9 +59,11 @@ def test_the_nested_mix_is_the_brute_force_optimum_and_holds_every_level():
     checked = infeasible = 0
     for trial in range(24):
         n = int(rng.integers(2, 5))
-        concave = trial % 2 == 0
-        # 4 jobs: cap curves of 3 points, clock curves of 2, to keep the enumeration small
-        jobs = random_jobs(rng, n, clock=trial % 3 != 0, K=3 if n == 4 else 4, concave=concave)
+        concave, clock = trial % 2 == 0, trial % 3 != 0
+        # 4 jobs: cap curves of 3 points and no clock curves, to keep the enumeration small (4 with
+        # clocks: 5^4 knob assignments, ~2 s each; 3 with clocks prove the same)
+        n = min(n, 3) if clock else n
+        jobs = random_jobs(rng, n, clock=clock, K=3 if n == 4 else 4, concave=concave)
         ceiling = np.array([j.ceiling_w for j in jobs])
         tree = [int(rng.integers(1, 3)), int(rng.integers(1, 4))]
         if trial % 4 == 1:

@@ -102,6 +102,7 @@ def test_hf_trainer_stored_run_training_bar_only():
     )
 
 
+@pytest.mark.conformance  # the Trainer really run: ~15 s each (tests/tiers.py)
 def test_hf_trainer_really_run_its_evaluation_bar_is_no_step(tmp_path):
     """The Trainer (default callbacks, eval every 3 of 6 steps) run now, its output to a file: the
     training bar's counts only, each once (an evaluation bar's 5/5, or a redraw, breaks the order)."""
@@ -125,6 +126,7 @@ def test_hf_trainer_really_run_its_evaluation_bar_is_no_step(tmp_path):
     )
 
 
+@pytest.mark.conformance  # the Trainer really run: ~15 s each (tests/tiers.py)
 def test_hf_trainer_evaluate_between_trainings_is_no_step(tmp_path):
     """train(), evaluate(), train() (run_trainer.py --evaluate-between): the prediction bar drawn on
     its own (total 5, no training bar to nest under) is never a step, in the stored run and now."""

@@ -200,7 +200,8 @@ def test_gpu_check_without_nvml_records_each_step_even_when_later_ones_fail(
         pass
     monkeypatch.setattr("wattflex.runs.devices.nvml._initialised", False)
     out = tmp_path / "results"
-    assert gpu_check.main([*TINY_RUN, "--out", str(out)]) == 1
+    # j) explained but not compiled (the test above compiles): a budget of 0 s skips it
+    assert gpu_check.main([*TINY_RUN, "--compile-budget-s", "0", "--out", str(out)]) == 1
     res = json.loads((out / "gpu_check_no-gpu_cpu-training.json").read_text())
     s = res["steps"]
     assert s["doctor"]["ok"] and not s["doctor"]["report"]["nvml"]["available"]
@@ -214,6 +215,9 @@ def test_gpu_check_without_nvml_records_each_step_even_when_later_ones_fail(
         and "Steps failed: sampler_overhead, telemetry, dry_runs." in md
     )
     assert s["allreduce_nodes"]["ok"] and s["compile_breaks"]["ok"]  # neither needs NVML
+    (fam,) = s["compile_breaks"]["families"]
+    assert all(isinstance(r["graphs"], int) for r in fam["layers"])
+    assert fam["layers"][0]["compiled"] == {"skipped": "--compile-budget-s spent"}
     assert s["gpu_identity"]["ok"] and "NVML" in s["gpu_identity"]["skipped"]
     assert s["real_weights_throughput"] == {
         "ok": True,
