@@ -3,7 +3,7 @@
 
 ``stepping_sleeper.py OUTDIR [STEP_S]``: like ``python -m wattflex.runs.training`` with
 ``resume=True`` and a checkpoint at step 3, it writes OUTDIR/steps.live.csv afresh
-("step,t_end_s,tokens,loss", one row per step; wattflex.runs.training.loop.LIVE_STEPS_FILE),
+("step,t_end_s,tokens,loss", one row per step; wattflex.runs.training.train_config.LIVE_STEPS_FILE),
 a checkpoint folder OUTDIR/checkpoint/step3 whose ``.metadata`` is written last (the layout
 wattflex.runs.training.checkpoint.latest reads), and, when it starts with a complete checkpoint
 there (a requeued job), logs the harness's "resumed from step N" and goes on from step N + 1.

@@ -9,7 +9,7 @@ batch (data parallel over all ranks). Hence: EP always comes with FSDP here (nev
 must divide the world size and the expert count, and LoRA is not combined with it (peft wraps
 the fused expert weights that the EP plan shards, so the plan no longer matches them).
 
-No rank builds the model whole (training.loop): the layout is applied to a meta build, which
+No rank builds the model whole (training.trainer): the layout is applied to a meta build, which
 each rank then allocates and fills, from its own random init or from rank 0's read of the
 real weights (training.sharded).
 """
