@@ -19,7 +19,7 @@ import sys
 import pytest
 import yaml
 
-from .campaigns import Campaign, copy_tree, finished_campaign, snakemake
+from .campaigns import Campaign, campaign_config, copy_tree, finished_campaign, snakemake
 from .conftest import REPO
 from .file_modes import why_not_bound
 
@@ -50,8 +50,8 @@ def allocation_wired() -> bool:
     return 'include: "rules/allocation.smk"' in (REPO / "Snakefile").read_text()
 
 
-# One simulation job per cut (config.yaml's nine), merged by simulate_allocation.
-N_CUTS = 9
+# One simulation job per cut of the campaign (campaigns.campaign_config), merged by simulate_allocation.
+N_CUTS = len(campaign_config()["allocation"]["cuts"])
 ALLOCATION_MERGE = {"simulate_allocation": 1, "allocation_figures": 1} if allocation_wired() else {}
 ALLOCATION = {"simulate_allocation_cut": N_CUTS, **ALLOCATION_MERGE} if allocation_wired() else {}
 ALLOCATION_FIGURES = {"allocation_figures": 1} if allocation_wired() else {}
@@ -265,7 +265,8 @@ FIGURE_RULES = {
             {"run_at_cap": N_RUNS, **EVERY_SUMMARY, **EVERYTHING_AFTER_SUMMARIES, **CONTROL},
         ),
         ("telemetry", {**EVERY_SUMMARY, **EVERYTHING_AFTER_SUMMARIES, **CONTROL}),
-        # the control study's cluster reads the predictor's features (so its truth tables rerun too)
+        # the fit only: the control study's cluster applies the fitted model with the core's
+        # wattflex.pfi_model, so its truth tables stay; its simulations read the new model
         (
             "analysis/predictor",
             {
@@ -274,7 +275,7 @@ FIGURE_RULES = {
                 "paper_tables": 1,
                 "analysis_figures": 1,
                 **ALLOCATION,
-                **CONTROL,
+                **CONTROL_SIMULATIONS,
                 **FINAL,
             },
         ),
