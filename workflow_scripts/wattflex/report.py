@@ -349,8 +349,9 @@ def _item_html(item: Item, path: Path, rel: str, paper_tables: Path | None) -> s
 
 _FIDELITY_INTRO = (
     "The emulator's power level is FITTED, not measured: its one fitted constant, the anchor (the SM clock "
-    "a bf16 GEMM holds under 700 W), was fitted on published groups outside Table 6 (<b>in sample</b>: by "
-    "default the dense groups of Tables 7-8); Table 6, which this section scores, is <b>out of sample</b>. "
+    "a bf16 GEMM holds under 700 W), is carried over from public A100 power-limit sweeps (Perseus, SOSP'24; "
+    "the same relative clock on the H100 is an assumption): Tables 6, 7 and 8, which this section scores, "
+    "are all <b>out of sample</b>. "
     "Every number in this section is EMULATED: it comes from wattflex's GPU and training-step model, "
     "not from a GPU. <b>noise-free</b>: the model alone (every GPU alike, no noise); <b>campaign</b>: this "
     "campaign's emulated runs; <b>seeds</b>: the median and 5-95 % range over {n} redraws of the per-run "
