@@ -1083,7 +1083,7 @@ def dry_runs(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     outdir = work / "staircase"
     outdir.mkdir(parents=True)
     # Lazy: training.trainer imports torch; only its file names are needed here.
-    from wattflex.runs.training.trainer import LIVE_STEPS_FILE, STOP_FILE
+    from wattflex.runs.training.train_config import LIVE_STEPS_FILE, STOP_FILE
 
     gpus = nvml.open_gpus(1 if args.device == "cuda" else None, set_limit=refuse_to_set, gpm=True)
     caps = sorted(args.caps) if args.caps else default_caps(gpus[0])

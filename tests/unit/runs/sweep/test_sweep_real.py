@@ -23,8 +23,8 @@ from tests.unit.runs.test_real_run import _cmdline_has, cuda_spec
 from wattflex.runs.devices.caps import CapConstraintError, CapError
 from wattflex.runs.sweep.algorithm import restored_on_exit
 from wattflex.runs.sweep.real import GpuSet, read_live_steps, write_real_sweep_run
-from wattflex.runs.training.train_config import TrainConfig
-from wattflex.runs.training.trainer import LIVE_STEPS_FILE, STOP_FILE, train
+from wattflex.runs.training.train_config import LIVE_STEPS_FILE, STOP_FILE, TrainConfig
+from wattflex.runs.training.trainer import train
 
 CAPS = [300.0, 450.0, 600.0]  # below the fake GPUs' 700 W limit, so the restore is a visible set
 # Loose enough for CPU step-time noise: these tests are about control flow, not precision.

@@ -29,7 +29,7 @@ from wattflex.runs.training import checkpoint as ckpt
 from wattflex.runs.training import data, hostmem, models, sharded
 from wattflex.runs.training import parallel as par
 from wattflex.runs.training.loss import causal_lm_loss, chunked_applies
-from wattflex.runs.training.train_config import (  # noqa: F401 (the file names, re-exported)
+from wattflex.runs.training.train_config import (
     LIVE_STEPS_FILE,
     RESULT_FILE,
     STEPS_FILE,
